@@ -1,0 +1,178 @@
+"""Federated storage: every client's samples stored once, flat, grouped by client.
+
+A Dirichlet split can give one client 5 samples and another 5,000; padding every client to the
+largest would multiply memory by up to ``C * max_count / N``. Instead the samples of client 0,
+then client 1, ... sit in one ``(N, H, W, C)`` array, and ``offsets``/``counts`` say where each
+client's block is. Kernels draw a client's batch indices as ``offset + randint(count)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from jaxfl.data.datasets import Dataset
+from jaxfl.data.partition import make_partition
+
+__all__ = ["FederatedData", "build_federation", "PARTITION_STREAM"]
+
+# Second word of the SeedSequence used for partitioning: each purpose (partition, speeds,
+# scheduler, training keys) owns one stream of the run seed, so adding a random draw
+# elsewhere never changes which samples a client holds.
+PARTITION_STREAM = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class FederatedData:
+    """All clients' samples, stored once and grouped by client (arrays are read-only).
+
+    Example:
+        >>> import numpy as np
+        >>> x = np.arange(5, dtype=np.uint8).reshape(5, 1, 1, 1)
+        >>> y = np.array([0, 1, 0, 1, 1], np.int32)
+        >>> fd = FederatedData.from_partition(x, y, [np.array([4, 1]), np.array([0, 2, 3])], num_classes=2)
+        >>> fd.counts.tolist(), fd.offsets.tolist(), fd.client(0)[1].tolist()
+        ([2, 3], [0, 2], [1, 1])
+    """
+
+    x: np.ndarray  # (N, H, W, C) uint8, client 0's block, then client 1's, ...
+    y: np.ndarray  # (N,) int32
+    offsets: np.ndarray  # (C,) int64 start of each client's block
+    counts: np.ndarray  # (C,) int64 samples per client
+    num_classes: int
+
+    def __post_init__(self):
+        # Direct construction must keep the same invariants as from_partition, since kernels
+        # index x with offsets/counts without bounds checks on device.
+        counts, offsets = np.asarray(self.counts), np.asarray(self.offsets)
+        if counts.ndim != 1 or offsets.shape != counts.shape or counts.size == 0:
+            raise ValueError(f"offsets {offsets.shape} and counts {counts.shape} must be equal non-empty (C,) arrays")
+        empty = np.flatnonzero(counts < 1)
+        if empty.size:
+            raise ValueError(f"client {int(empty[0])} has {int(counts[empty[0]])} samples; each client needs >= 1 sample")
+        expected_offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        if not np.array_equal(offsets, expected_offsets):
+            raise ValueError("offsets must be the exclusive cumulative sum of counts (blocks contiguous, in client order)")
+        if len(self.x) != len(self.y) or len(self.y) != int(counts.sum()):
+            raise ValueError(f"x has {len(self.x)} and y {len(self.y)} samples but counts sum to {int(counts.sum())}")
+
+    @classmethod
+    def from_partition(
+        cls,
+        x: np.ndarray,
+        y: np.ndarray,
+        client_indices: Sequence[np.ndarray],
+        num_classes: int,
+    ) -> "FederatedData":
+        """Gather ``x[client_indices[i]]`` for each client into one flat, client-grouped copy.
+
+        Indices may repeat across clients (overlapping samplers); each listed sample is copied.
+
+        Example:
+            >>> import numpy as np
+            >>> x = np.zeros((4, 2, 2, 1), np.uint8); y = np.array([0, 1, 2, 3], np.int32)
+            >>> fd = FederatedData.from_partition(x, y, [np.array([0, 1]), np.array([2, 3])], 4)
+            >>> fd.num_clients, fd.x.shape
+            (2, (4, 2, 2, 1))
+        """
+        x, y = np.asarray(x), np.asarray(y)
+        if len(x) != len(y):
+            raise ValueError(f"x has {len(x)} samples but y has {len(y)}")
+        if len(client_indices) == 0:
+            raise ValueError("client_indices is empty; need at least one client")
+        idx = [np.asarray(ix, dtype=np.int64).reshape(-1) for ix in client_indices]
+        counts = np.array([len(ix) for ix in idx], dtype=np.int64)
+        empty = np.flatnonzero(counts == 0)
+        if empty.size:
+            raise ValueError(f"client {int(empty[0])} has 0 samples; each client needs >= 1 sample")
+        flat = np.concatenate(idx)
+        if flat.min() < 0 or flat.max() >= len(x):
+            raise ValueError(f"client indices must lie in [0, {len(x)}), got range [{flat.min()}, {flat.max()}]")
+        offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        fx, fy = x[flat], y[flat].astype(np.int32)
+        for arr in (fx, fy, offsets, counts):
+            arr.setflags(write=False)
+        return cls(fx, fy, offsets, counts, int(num_classes))
+
+    @property
+    def num_clients(self) -> int:
+        """Number of clients ``C``.
+
+        Example:
+            >>> build_federation(load_dataset("mnist10k"), 4).num_clients  # doctest: +SKIP
+            4
+        """
+        return int(len(self.counts))
+
+    @property
+    def max_count(self) -> int:
+        """Samples held by the largest client.
+
+        Example:
+            >>> build_federation(load_dataset("mnist10k"), 3).max_count  # doctest: +SKIP
+            2667
+        """
+        return int(self.counts.max())
+
+    def client(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Views ``(x_i, y_i)`` of client ``i``'s block (no copy).
+
+        Example:
+            >>> xi, yi = fd.client(0)  # doctest: +SKIP
+            >>> len(yi) == fd.counts[0]  # doctest: +SKIP
+            True
+        """
+        if not -self.num_clients <= i < self.num_clients:
+            raise IndexError(f"client {i} out of range for {self.num_clients} clients")
+        i = i % self.num_clients
+        start, stop = int(self.offsets[i]), int(self.offsets[i] + self.counts[i])
+        return self.x[start:stop], self.y[start:stop]
+
+    def class_histogram(self) -> np.ndarray:
+        """``(C, num_classes)`` int64 counts of each label per client.
+
+        Example:
+            >>> fd.class_histogram().sum() == len(fd.y)  # doctest: +SKIP
+            True
+        """
+        client_of = np.repeat(np.arange(self.num_clients), self.counts)
+        hist = np.zeros((self.num_clients, self.num_classes), dtype=np.int64)
+        np.add.at(hist, (client_of, self.y), 1)
+        return hist
+
+    def weights(self, kind: str = "samples") -> np.ndarray:
+        """``(C,)`` float64 aggregation weights summing to 1: ``n_i / N`` (``"samples"``) or ``1/C`` (``"uniform"``).
+
+        Example:
+            >>> fd.weights("uniform")  # doctest: +SKIP
+            array([0.5, 0.5])
+        """
+        if kind == "samples":
+            return self.counts.astype(np.float64) / float(self.counts.sum())
+        if kind == "uniform":
+            return np.full(self.num_clients, 1.0 / self.num_clients)
+        raise ValueError(f"unknown weights kind {kind!r}; expected 'samples' or 'uniform'")
+
+
+def build_federation(
+    dataset: Dataset,
+    num_clients: int,
+    partition: str = "iid",
+    seed: int = 0,
+    **partition_kwargs,
+) -> FederatedData:
+    """Partition ``dataset``'s training set over clients and store it flat.
+
+    The partition draws from ``SeedSequence([seed, PARTITION_STREAM])`` only.
+
+    Example:
+        >>> from jaxfl.data import load_dataset
+        >>> fd = build_federation(load_dataset("mnist10k"), 10, "dirichlet", seed=0, alpha=0.5)
+        >>> fd.num_clients, int(fd.counts.sum())
+        (10, 8000)
+    """
+    rng = np.random.default_rng(np.random.SeedSequence([seed, PARTITION_STREAM]))
+    parts = make_partition(partition, dataset.train_y, num_clients, rng, **partition_kwargs)
+    return FederatedData.from_partition(dataset.train_x, dataset.train_y, parts, dataset.num_classes)

@@ -1,0 +1,76 @@
+"""Staleness functions st(s), s = τ_g − τ_i ≥ 0: pure math on floats, NumPy or JAX arrays.
+
+They live on the scheduler side (no jax import) because the policies weigh updates in plain
+Python; :mod:`jaxfl.kernels.aggregation` re-exports them for use inside jitted JAX code, where
+they trace like any other arithmetic.
+
+FedCompass App. E.2 uses ``polynomial`` with α = 0.9, a = 0.5 for every asynchronous method
+(including α, so a fresh update is scaled by 0.9). Some released code used ``(s+1)**a``, which
+grows with staleness; the paper's negative exponent is used here.
+"""
+from __future__ import annotations
+
+import math
+
+STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge", "exponential")
+
+
+def _namespace(s):
+    """NumPy for Python numbers and NumPy arrays, jax.numpy for JAX arrays (imported lazily)."""
+    if type(s).__module__.startswith("jax"):
+        import jax.numpy as jnp
+
+        return jnp
+    import numpy as np
+
+    return np
+
+
+def constant(s, alpha: float = 1.0):
+    """st(s) = α for every s. ``constant(3) == 1.0``."""
+    return alpha + 0.0 * s
+
+
+def polynomial(s, alpha: float = 0.9, a: float = 0.5):
+    """st(s) = α·(s+1)^(−a) (FedAsync; FedCompass App. E.2). ``polynomial(0) == 0.9``."""
+    return alpha * (s + 1.0) ** (-a)
+
+
+def hinge(s, alpha: float = 1.0, a: float = 10.0, b: float = 4.0):
+    """st(s) = α if s ≤ b else α / (a·(s − b) + 1) (FedAsync's hinge). ``hinge(5, a=1, b=4) == 0.5``."""
+    xp = _namespace(s)
+    return alpha / (a * xp.maximum(s - b, 0.0) + 1.0)
+
+
+def exponential(s, alpha: float = 1.0, a: float = 0.5):
+    """st(s) = α·exp(−a·s). ``exponential(0) == 1.0``."""
+    xp = _namespace(s)
+    return alpha * xp.exp(-a * (s + 0.0))
+
+
+_FUNCTIONS = {"constant": constant, "polynomial": polynomial, "hinge": hinge, "exponential": exponential}
+_PARAMETERS = {"constant": ("alpha",), "polynomial": ("alpha", "a"), "hinge": ("alpha", "a", "b"),
+               "exponential": ("alpha", "a")}
+
+
+def make_staleness(name: str, **params):
+    """The staleness function ``name`` with its parameters bound.
+
+    >>> st = make_staleness("polynomial", alpha=0.9, a=0.5)
+    >>> round(st(3), 4)
+    0.45
+    """
+    if name not in _FUNCTIONS:
+        raise ValueError(f"unknown staleness function {name!r}; allowed: {', '.join(STALENESS_FUNCTIONS)}")
+    unknown = set(params) - set(_PARAMETERS[name])
+    if unknown:
+        raise ValueError(f"staleness {name!r} takes parameters {_PARAMETERS[name]}, got unknown {sorted(unknown)}")
+    for key, value in params.items():
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"staleness parameter {key} must be a finite number, got {value!r}")
+    if params.get("alpha", 1.0) <= 0:
+        raise ValueError(f"staleness alpha must be > 0, got {params['alpha']}")
+    if name != "constant" and params.get("a", 1.0) < 0:
+        raise ValueError(f"staleness exponent a must be >= 0, got {params['a']}")
+    function = _FUNCTIONS[name]
+    return lambda s: function(s, **params)
