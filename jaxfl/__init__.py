@@ -1,0 +1,19 @@
+"""jaxfl: a JAX-native vectorised federated-learning simulator on a virtual clock.
+
+Three rooms (see DESIGN.md): pure-JAX kernels written for one client (:mod:`jaxfl.kernels`), a
+plain-Python scheduler with one policy per algorithm (:mod:`jaxfl.scheduler`,
+:mod:`jaxfl.algorithms`), and the engine that joins them and batches the in-flight work
+(:mod:`jaxfl.engine`).
+
+>>> import jaxfl
+>>> result = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedbuff", clients=4, local_steps=5,
+...                                                max_updates=3, progress=False,
+...                                                output_dir="/tmp/jaxfl-doc"))
+>>> result.summary["global_updates"]
+3
+"""
+from jaxfl.config import ConfigError, RunConfig, config_from_mapping, validate
+from jaxfl.experiment import RunResult, run_experiment
+
+__version__ = "0.1.0"
+__all__ = ["ConfigError", "RunConfig", "RunResult", "config_from_mapping", "run_experiment", "validate"]

@@ -1,0 +1,157 @@
+"""Command line: ``jaxfl run``.
+
+Every :class:`~jaxfl.config.RunConfig` field is a flag (``local_steps`` → ``--local-steps``);
+``--config FILE`` (JSON or TOML with the same names) sets a base that flags override. A
+comma-separated ``--algorithm`` runs each algorithm with the same seed (same speeds and partition)
+and prints a comparison table.
+
+Examples::
+
+    jaxfl run --algorithm fedbuff --dataset fashion_mnist --clients 10 --heterogeneity exp
+    jaxfl run --algorithm fedavg,fedavgm,fedasync,fedbuff
+    jaxfl run --config experiment.toml --seed 3
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import math
+import os
+import sys
+
+from jaxfl.config import FIELDS, ConfigError, RunConfig, config_from_mapping, load_config_file
+from jaxfl.engine import NumericalError
+
+_HELP = {
+    "algorithm": "fedavg, fedavgm, fedasync or fedbuff; a comma-separated list runs each and compares",
+    "dataset": "mnist10k (embedded), fashion_mnist (Debian dataset-fashion-mnist) or mnist (--data-dir)",
+    "clients": "number of clients m",
+    "partition": "iid or dirichlet (label skew, --dirichlet-alpha)",
+    "heterogeneity": "client speed model: homo, normal, exp, pareto or zipf",
+    "speed_mean": "mean time per local step μ in virtual seconds",
+    "local_steps": "local steps Q per dispatch",
+    "client_lr": "client learning rate",
+    "max_time": "budget in virtual seconds (inf for none)",
+    "max_updates": "budget in global updates",
+    "target_accuracy": "held-out accuracy whose first crossing is reported as time to target",
+    "stop_at_target": "stop a run once it reaches the target accuracy",
+    "rule": "fedcompass (update rules of the FedCompass authors' framework) or paper (original papers)",
+    "batching": "defer dispatches and train the in-flight work together (--no-batching: one at a time)",
+    "output_dir": "folder that receives one run directory per run",
+}
+_ALIASES = {"client_lr": ["--lr"], "output_dir": ["--out"], "local_steps": ["--steps"]}
+
+
+def _parse_value(annotation: str, text: str):
+    if text.lower() in ("none", "null") and "None" in annotation:
+        return None
+    if annotation.startswith("int"):
+        return int(text)
+    if annotation.startswith("float"):
+        return math.inf if text.lower() in ("inf", "infinity") else float(text)
+    return text
+
+
+def _value_parser(name: str):
+    annotation = FIELDS[name].type
+
+    def parse(text: str):
+        try:
+            return _parse_value(annotation, text)
+        except ValueError:
+            kind = "an integer" if annotation.startswith("int") else "a number"
+            raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')}={text!r} is not {kind}") from None
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jaxfl", description="JAX-native federated-learning simulator")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run one experiment (or several algorithms side by side)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--config", help="JSON or TOML file of config fields (flags override it)")
+    for name, field in FIELDS.items():
+        flags = [f"--{name.replace('_', '-')}"] + _ALIASES.get(name, [])
+        default_text = field.default
+        help_text = f"{_HELP.get(name, name.replace('_', ' '))} (default: {default_text})"
+        if field.type.startswith("bool"):
+            run.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
+                             help=help_text)
+        else:
+            run.add_argument(*flags, dest=name, type=str if name == "algorithm" else _value_parser(name),
+                             default=None, metavar=name.upper(), help=help_text)
+    return parser
+
+
+def _configs(args: argparse.Namespace) -> list[RunConfig]:
+    base = config_from_mapping(load_config_file(args.config)) if args.config else RunConfig()
+    overrides = {name: getattr(args, name) for name in FIELDS if getattr(args, name) is not None}
+    algorithms = [overrides.pop("algorithm", base.algorithm)]
+    if "," in algorithms[0]:
+        algorithms = [a.strip() for a in algorithms[0].split(",")]
+        if len(set(algorithms)) != len(algorithms) or "" in algorithms:
+            raise ConfigError(f"algorithm={','.join(algorithms)!r} is not allowed: "
+                              "a comma-separated list of distinct algorithm names")
+    # Validate every config before the first run starts: a typo in the third fails at once.
+    return [config_from_mapping({**overrides, "algorithm": a}, base) for a in algorithms]
+
+
+def _print_comparison(results, output_dir: str) -> None:
+    columns = ("algorithm", "time_to_target", "best_accuracy", "final_accuracy", "global_updates",
+               "client_steps_executed", "wall_time_s")
+    rows = [{c: r.summary[c] for c in columns} | {"run_dir": r.run_dir} for r in results]
+    target = results[0].summary["target_accuracy"]
+    print(f"\nTime to {target:.0%} held-out accuracy (virtual seconds; '-' = not reached):")
+    print(f"{'algorithm':<10} {'to target':>10} {'best acc':>9} {'final acc':>9} {'updates':>8} "
+          f"{'client steps':>12} {'wall s':>8}")
+    for row in rows:
+        reached = "-" if row["time_to_target"] is None else f"{row['time_to_target']:.1f}"
+        print(f"{row['algorithm']:<10} {reached:>10} {row['best_accuracy']:>9.4f} {row['final_accuracy']:>9.4f} "
+              f"{row['global_updates']:>8} {row['client_steps_executed']:>12} {row['wall_time_s']:>8.1f}")
+    path = os.path.join(output_dir, "comparison.csv")
+    with open(path + ".tmp", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, list(columns) + ["run_dir"])
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(path + ".tmp", path)
+    print(f"comparison table: {path}")
+    try:
+        from jaxfl.plot import plot_accuracy
+
+        print(f"accuracy over virtual time: {plot_accuracy([r.run_dir for r in results], os.path.join(output_dir, 'comparison.png'))}")
+    except ImportError:
+        print("(install matplotlib for a plot of accuracy over virtual time)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        configs = _configs(args)
+        from jaxfl.experiment import prepare, run_experiment
+
+        for config in configs:  # data, partition and model checks before any run writes a file
+            prepare(config)
+        results = []
+        for config in configs:
+            result = run_experiment(config)
+            summary = result.summary
+            reached = "not reached" if summary["time_to_target"] is None else \
+                f"{summary['time_to_target']:.1f} virtual s"
+            print(f"{config.algorithm}: best accuracy {summary['best_accuracy']:.4f}, target "
+                  f"{config.target_accuracy:.0%} {reached}, {summary['global_updates']} updates, "
+                  f"stop: {summary['stop_reason']} → {result.run_dir}")
+            results.append(result)
+    except (ConfigError, ValueError, FileNotFoundError) as error:
+        parser.exit(2, f"jaxfl: error: {error}\n")
+    except NumericalError as error:  # the run directory keeps everything logged until then
+        parser.exit(1, f"jaxfl: run stopped: {error}\n")
+    if len(results) > 1:
+        _print_comparison(results, configs[0].output_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
