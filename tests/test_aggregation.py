@@ -1,0 +1,82 @@
+"""Hand-computed goldens for the aggregation kernels, staleness functions and server optimisers."""
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxfl.kernels import (apply_server_update, constant, exponential, hinge, make_server_optimizer,
+                           make_staleness, polynomial, weighted_mean, weighted_sum)
+
+
+def test_weighted_sum_and_mean_by_hand():
+    stacked = {"w": jnp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), "b": jnp.array([1.0, 0.0, -1.0])}
+    weights = jnp.array([0.5, 0.25, 0.25])
+    total = weighted_sum(stacked, weights)
+    # w: 0.5*[1,2] + 0.25*[3,4] + 0.25*[5,6] = [0.5+0.75+1.25, 1+1+1.5]
+    np.testing.assert_allclose(total["w"], [2.5, 3.5])
+    np.testing.assert_allclose(total["b"], 0.5 - 0.25)
+    # weights 2:1:1 normalise to the same numbers
+    mean = weighted_mean(stacked, jnp.array([2.0, 1.0, 1.0]))
+    np.testing.assert_allclose(mean["w"], [2.5, 3.5])
+
+
+def test_weighted_sum_does_not_renormalise():
+    stacked = {"x": jnp.array([2.0, 4.0])}
+    assert float(weighted_sum(stacked, jnp.array([0.1, 0.1]))["x"]) == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize("s, expected", [(0, 0.9), (3, 0.45), (8, 0.3)])
+def test_polynomial_staleness_golden(s, expected):
+    # FedCompass App. E.2: 0.9 * (s + 1) ** -0.5
+    assert polynomial(s) == pytest.approx(expected)
+    assert float(polynomial(jnp.float32(s))) == pytest.approx(expected, rel=1e-6)
+
+
+def test_polynomial_decreases_with_staleness():
+    values = [polynomial(s) for s in range(10)]
+    assert all(a > b for a, b in zip(values, values[1:]))
+
+
+def test_hinge_exponential_constant_goldens():
+    assert hinge(3, a=10, b=4) == 1.0
+    assert hinge(6, a=10, b=4) == pytest.approx(1 / 21)
+    assert float(hinge(jnp.array(6.0), a=10, b=4)) == pytest.approx(1 / 21)
+    assert exponential(2, a=0.5) == pytest.approx(math.exp(-1.0))
+    assert constant(7) == 1.0
+    assert constant(7, alpha=0.5) == 0.5
+
+
+def test_make_staleness_validates():
+    assert make_staleness("polynomial", alpha=1.0, a=0.5)(3) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="unknown staleness function 'cubic'"):
+        make_staleness("cubic")
+    with pytest.raises(ValueError, match="unknown"):
+        make_staleness("constant", a=1.0)
+    with pytest.raises(ValueError, match="alpha must be > 0"):
+        make_staleness("polynomial", alpha=0.0)
+
+
+def test_server_sgd_is_plain_subtraction_and_momentum_accumulates():
+    params = {"w": jnp.array([1.0, 1.0])}
+    g = {"w": jnp.array([0.5, -1.0])}
+    sgd = make_server_optimizer("sgd", 1.0)
+    new, _ = apply_server_update(sgd, params, sgd.init(params), g)
+    np.testing.assert_allclose(new["w"], [0.5, 2.0])
+    # FedAvgM: v1 = g; w1 = w0 - g; v2 = 0.9 v1 + g; w2 = w1 - v2
+    momentum = make_server_optimizer("sgd", 1.0, momentum=0.9)
+    state = momentum.init(params)
+    w1, state = apply_server_update(momentum, params, state, g)
+    w2, state = apply_server_update(momentum, w1, state, g)
+    np.testing.assert_allclose(w1["w"], [0.5, 2.0])
+    np.testing.assert_allclose(w2["w"], np.array([0.5, 2.0]) - 1.9 * np.array([0.5, -1.0]), rtol=1e-6)
+
+
+def test_fedopt_server_optimizers_exist_and_unknown_fails():
+    params = {"w": jnp.zeros(3)}
+    for name in ("adam", "yogi", "adagrad"):
+        opt = make_server_optimizer(name, 0.01)
+        new, _ = apply_server_update(opt, params, opt.init(params), {"w": jnp.ones(3)})
+        assert np.all(np.asarray(new["w"]) < 0)
+    with pytest.raises(ValueError, match="unknown server optimizer 'lamb'"):
+        make_server_optimizer("lamb")
