@@ -116,10 +116,14 @@ def _write_json(path: str, payload: dict) -> None:
 class _Recorder:
     """Evaluates global versions, tracks the target and streams metrics rows."""
 
-    def __init__(self, config: RunConfig, evaluate, metrics_writer, progress, wall_start: float, params):
+    def __init__(self, config: RunConfig, evaluate, metrics_file, progress, wall_start: float, params,
+                 flush_also=()):
         self.config = config
         self.evaluate = evaluate
-        self.writer = metrics_writer
+        self.file = metrics_file
+        self.writer = csv.DictWriter(metrics_file, METRIC_FIELDS)
+        self.writer.writeheader()
+        self.flush_also = flush_also  # the event log is flushed with each metrics row
         self.progress = progress
         self.wall_start = wall_start
         self.rows: list[dict] = []
@@ -133,13 +137,18 @@ class _Recorder:
         row = {"time": virtual_time, "version": version, "accuracy": stats["accuracy"],
                "loss": stats["loss"], "client_steps": self.stats.aggregated_steps,
                "wall_time": round(time.perf_counter() - self.wall_start, 3)}
-        self.rows.append(row)
-        self.writer.writerow(row)
+        self._write(row)
         if self.time_to_target is None and stats["accuracy"] >= self.config.target_accuracy:
             self.time_to_target = virtual_time
         if self.progress is not None:
             self.progress.set_postfix(version=version, acc=f"{stats['accuracy']:.4f}")
         return self.time_to_target is not None and self.config.stop_at_target
+
+    def _write(self, row: dict) -> None:
+        self.rows.append(row)
+        self.writer.writerow(row)
+        for handle in (*self.flush_also, self.file):  # so a live or interrupted run shows its progress
+            handle.flush()
 
     def on_version(self, virtual_time: float, version: int, params) -> bool:
         if self.progress is not None:
@@ -162,8 +171,7 @@ class _Recorder:
             row = {"time": self._next_grid, "version": version, "accuracy": stats["accuracy"],
                    "loss": stats["loss"], "client_steps": self.stats.aggregated_steps,
                    "wall_time": round(time.perf_counter() - self.wall_start, 3)}
-            self.rows.append(row)
-            self.writer.writerow(row)
+            self._write(row)
             if self.time_to_target is None and stats["accuracy"] >= self.config.target_accuracy:
                 self.time_to_target = self._next_grid
                 stop = stop or self.config.stop_at_target
@@ -223,10 +231,8 @@ def run_experiment(config: RunConfig) -> RunResult:
             open(os.path.join(run_dir, "metrics.csv"), "w", newline="") as metrics_file:
         events = csv.DictWriter(events_file, EVENT_LOG_FIELDS)
         events.writeheader()
-        metrics = csv.DictWriter(metrics_file, METRIC_FIELDS)
-        metrics.writeheader()
         recorder = _Recorder(config, make_evaluator(model.apply, dataset.test_x, dataset.test_y),
-                             metrics, progress, wall_start, params)
+                             metrics_file, progress, wall_start, params, flush_also=(events_file,))
         engine = Engine(trainer, params, FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y)),
                         federation.offsets, federation.counts, server_optimizer, seed=config.seed, plan=plan,
                         batching=config.batching, on_version=recorder.on_version,
