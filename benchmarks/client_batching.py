@@ -17,7 +17,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxfl.data import build_federation, load_dataset
 from jaxfl.engine import Engine, ExecutionPlan

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from typing import Any, Callable, Sequence
 
 import jax

@@ -29,7 +29,9 @@ def plot_accuracy(run_dirs: list[str], path: str) -> str:
         with open(os.path.join(run_dir, "summary.json")) as handle:
             summary = json.load(handle)
         target = summary["target_accuracy"]
-        axes.plot([r["time"] for r in rows], [r["accuracy"] for r in rows], label=summary["algorithm"])
+        # the global model is constant between versions: draw steps, not interpolation
+        axes.plot([r["time"] for r in rows], [r["accuracy"] for r in rows], drawstyle="steps-post",
+                  label=summary["algorithm"])
     if target is not None:
         axes.axhline(target, linestyle="--", color="grey", linewidth=1, label=f"target {target:.0%}")
     axes.set_xlabel("virtual time (s)")

@@ -4,7 +4,6 @@ import os
 
 import jax
 import numpy as np
-import pytest
 
 from jaxfl.experiment import run_experiment
 from tests.conftest import replace

@@ -1,5 +1,4 @@
 """The pure-Python simulation: event order, reply semantics and budgets, with a recording backend."""
-import math
 
 import pytest
 

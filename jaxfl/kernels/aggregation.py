@@ -12,7 +12,7 @@ client update as a pseudo-gradient and hands it to an optax transformation (FedO
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -94,10 +94,3 @@ def apply_server_update(optimizer: optax.GradientTransformation, params: PyTree,
     """
     updates, opt_state = optimizer.update(pseudo_gradient, opt_state, params)
     return optax.apply_updates(params, updates), opt_state
-
-
-class StackedUpdates(NamedTuple):
-    """Results of one batched training call: deltas stacked on ``K`` and per-client metrics."""
-
-    deltas: PyTree
-    metrics: dict
