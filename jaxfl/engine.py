@@ -123,6 +123,7 @@ class Engine:
         self._pending: list[DispatchRecord] = []
         self._results: dict[int, tuple[_TrainedBatch, int]] = {}
         self._client_metrics: dict[int, dict] = {}
+        self._tier_models: dict[int, PyTree] = {}  # FedAT's latest model of each tier
         self._train_root = jax.random.fold_in(jax.random.key(seed), TRAIN_STREAM)
         self._build_functions()
 
@@ -133,11 +134,11 @@ class Engine:
     def _build_functions(self) -> None:
         trainer, steps_per_call = self.trainer, self.plan.steps_per_call
 
-        def init(stacked_params, num_steps, clients, rounds):
+        def init(stacked_params, num_steps, clients, rounds, lr_scales):
             self._count_trace("init")
             keys = jax.vmap(lambda c, r: jax.random.fold_in(jax.random.fold_in(self._train_root, c), r))(
                 clients, rounds)
-            return jax.vmap(trainer.init)(stacked_params, num_steps, keys)
+            return jax.vmap(trainer.init)(stacked_params, num_steps, keys, lr_scales)
 
         def run_steps(states, data, views):
             self._count_trace("run_steps")
@@ -176,6 +177,14 @@ class Engine:
             self._train_pending()
         self._check_finite(aggregation, records)
         self.stats.aggregated_steps += sum(record.steps for record in records)
+        if aggregation.mode == "tier":
+            self.params = self._tier_update(aggregation, records)
+            for record in records:
+                self._release(record)
+            self.version = aggregation.version
+            self._versions[self.version] = self.params
+            self._forget_unused_versions()
+            return bool(self.on_version(aggregation.time, self.version, self.params))
         pseudo_gradient = self._combine(aggregation, records)
         if aggregation.server_optimizer:
             self.params, self.server_state = self._server_step(self.params, self.server_state,
@@ -223,10 +232,12 @@ class Engine:
         steps = np.array([r.steps for r in records] + [0] * len(filler), dtype=np.int32)
         clients = np.array([r.client for r in members], dtype=np.int32)
         rounds = np.array([r.client_round for r in members], dtype=np.int32)
+        lr_scales = np.array([r.lr_scale for r in members], dtype=np.float32)
         stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves),
                                *[self._versions[r.version] for r in members])
         views = ClientView(jnp.asarray(self.offsets[clients]), jnp.asarray(self.counts[clients]))
-        states = self._init(stacked, jnp.asarray(steps), jnp.asarray(clients), jnp.asarray(rounds))
+        states = self._init(stacked, jnp.asarray(steps), jnp.asarray(clients), jnp.asarray(rounds),
+                            jnp.asarray(lr_scales))
         calls = math.ceil(int(steps.max(initial=0)) / self.plan.steps_per_call)
         for _ in range(calls):
             states = self._run_steps(states, self.data, views)
@@ -262,10 +273,9 @@ class Engine:
             batch, index = self._results[record.id]
             entry = by_batch.setdefault(id(batch), (batch, np.zeros(batch.size, np.float32)))
             entry[1][index] = coefficients[record.id]
-        total = None
+        total = jax.tree.map(jnp.zeros_like, self.params)  # an empty aggregation moves nothing
         for batch, weights in by_batch.values():
-            part = self._weighted_sum(batch.deltas, jnp.asarray(weights))
-            total = part if total is None else tree_add(total, part)
+            total = tree_add(total, self._weighted_sum(batch.deltas, jnp.asarray(weights)))
         if aggregation.mode == "mix":
             # Σ c_i (w − w_i) = Σ c_i Δ_i + Σ c_i (w − start_i)
             if not self.keep_start_versions:
@@ -274,6 +284,27 @@ class Engine:
                 drift = jax.tree.map(jnp.subtract, self.params, self._versions[record.version])
                 total = tree_add(total, tree_scale(drift, coefficients[record.id]))
         return total
+
+    def _tier_update(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> PyTree:
+        """FedAT: store the tier's client-average model, return Σ_k a_k · tier model_k.
+
+        The tier model is Σ c_i (start_i − Δ_i) with Σ c_i = 1. A tier that has no model yet
+        contributes the current global model (the model the tiers were formed from).
+        """
+        if not self.keep_start_versions:
+            raise ValueError("a 'tier' aggregation needs the engine built with keep_start_versions=True")
+        coefficients = dict(aggregation.contributions)
+        average_delta = self._combine(dataclasses.replace(aggregation, mode="delta"), records)
+        tier_model = tree_scale(average_delta, -1.0)
+        for record in records:
+            tier_model = tree_add(tier_model, tree_scale(self._versions[record.version], coefficients[record.id]))
+        for tier, _ in aggregation.tier_weights:
+            self._tier_models.setdefault(tier, self.params)
+        self._tier_models[aggregation.tier] = tier_model
+        combined = jax.tree.map(jnp.zeros_like, self.params)
+        for tier, weight in aggregation.tier_weights:
+            combined = tree_add(combined, tree_scale(self._tier_models[tier], weight))
+        return combined
 
     def _release(self, record: DispatchRecord) -> None:
         self._results.pop(record.id)

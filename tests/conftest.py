@@ -15,3 +15,20 @@ def small_config(tmp_path):
 
 def replace(config, **changes):
     return dataclasses.replace(config, **changes)
+
+
+class RecordingBackend:
+    """The scheduler's contract needs no numbers: record what the engine would be asked."""
+
+    def __init__(self):
+        self.dispatched, self.aggregations = [], []
+
+    def on_dispatch(self, record):
+        self.dispatched.append(record.id)
+
+    def on_aggregate(self, aggregation, records):
+        self.aggregations.append(aggregation)
+        return False
+
+    def on_drop(self, record):
+        pass

@@ -6,23 +6,7 @@ from jaxfl.algorithms import FedAsync, FedAvg, FedBuff
 from jaxfl.scheduler.simulation import Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
 from jaxfl.scheduler.staleness import polynomial
-
-
-class RecordingBackend:
-    """The scheduler's contract needs no numbers: record what the engine would be asked."""
-
-    def __init__(self):
-        self.dispatched, self.aggregations = [], []
-
-    def on_dispatch(self, record):
-        self.dispatched.append(record.id)
-
-    def on_aggregate(self, aggregation, records):
-        self.aggregations.append(aggregation)
-        return False
-
-    def on_drop(self, record):
-        pass
+from tests.conftest import RecordingBackend
 
 
 def simulate(policy, model="exp", clients=5, seed=0, max_updates=20, jitter=0.05, log=None):

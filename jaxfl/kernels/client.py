@@ -27,6 +27,7 @@ ApplyFn = Callable[[PyTree, jax.Array], jax.Array]
 
 # Sub-streams of a dispatch key, fixed so that results never depend on batching.
 _PERMUTATION_STREAM = 0
+_AUGMENT_STREAM = 1
 
 
 class FederatedArrays(NamedTuple):
@@ -53,12 +54,13 @@ class LocalState(NamedTuple):
     num_steps: jax.Array  # int32, steps this client is asked to take
     loss_sum: jax.Array  # float32, summed minibatch loss over the active steps
     all_finite: jax.Array  # bool, every active loss so far was finite
+    lr_scale: jax.Array  # float32, multiplies every optimiser update (1 = the optimiser as built)
 
 
 class ClientTrainer(NamedTuple):
     """Pure functions for local training (optax-style bundle, built by :func:`make_client_trainer`).
 
-    ``init(params, num_steps, key) -> LocalState``;
+    ``init(params, num_steps, key, lr_scale=1.0) -> LocalState``;
     ``step(state, data, view) -> LocalState`` (one masked step);
     ``finish(start_params, state) -> (delta, metrics)`` with ``delta = start - final``.
     """
@@ -107,12 +109,15 @@ def minibatch_indices(key: jax.Array, step: jax.Array, view: ClientView, batch_s
 
 def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformation, batch_size: int,
                         max_count: int, preprocess: Callable[[jax.Array], jax.Array] = scale_uint8,
+                        augment: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
                         ) -> ClientTrainer:
     """Build the local-training kernel for one client (FedCompass Alg. 1, FEDCOMPASS-CLIENT).
 
     ``apply_fn(params, x) -> logits``; the loss is softmax cross-entropy averaged over the valid
     entries of the minibatch. The client optimiser (any optax transformation) is re-initialised at
-    every dispatch, as the seed papers' code does.
+    every dispatch, as the seed papers' code does. ``augment(key, x_raw) -> x`` (e.g.
+    :func:`jaxfl.data.augment.make_augment`), if given, replaces ``preprocess`` in training; its key
+    is ``fold_in(fold_in(dispatch_key, 1), step)``, so it never depends on batching.
 
     >>> import flax.linen as nn
     >>> model = nn.Dense(3)
@@ -130,23 +135,31 @@ def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformati
     if max_count < 1:
         raise ValueError(f"max_count must be >= 1, got {max_count}")
 
+    # With augmentation the batch arrives already transformed (augment ends with the preprocessing).
+    transform = preprocess if augment is None else (lambda x: x)
+
     def loss_fn(params, x, y, weights):
-        logits = apply_fn(params, preprocess(x))
+        logits = apply_fn(params, transform(x))
         losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
         return jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0)
 
     grad_fn = jax.value_and_grad(loss_fn)
 
-    def init(params, num_steps, key) -> LocalState:
+    def init(params, num_steps, key, lr_scale=1.0) -> LocalState:
         return LocalState(params=params, opt_state=optimizer.init(params), key=key,
                           step=jnp.zeros((), jnp.int32), num_steps=jnp.asarray(num_steps, jnp.int32),
-                          loss_sum=jnp.zeros((), jnp.float32), all_finite=jnp.ones((), bool))
+                          loss_sum=jnp.zeros((), jnp.float32), all_finite=jnp.ones((), bool),
+                          lr_scale=jnp.asarray(lr_scale, jnp.float32))
 
     def step(state: LocalState, data: FederatedArrays, view: ClientView) -> LocalState:
         permutation_key = jax.random.fold_in(state.key, _PERMUTATION_STREAM)
         indices, weights = minibatch_indices(permutation_key, state.step, view, batch_size, max_count)
-        loss, grads = grad_fn(state.params, data.x[indices], data.y[indices], weights)
+        x = data.x[indices]
+        if augment is not None:
+            x = augment(jax.random.fold_in(jax.random.fold_in(state.key, _AUGMENT_STREAM), state.step), x)
+        loss, grads = grad_fn(state.params, x, data.y[indices], weights)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        updates = jax.tree.map(lambda u: u * state.lr_scale.astype(u.dtype), updates)
         params = optax.apply_updates(state.params, updates)
         active = state.step < state.num_steps
         keep = lambda new, old: jnp.where(active, new, old)
@@ -158,6 +171,7 @@ def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformati
             num_steps=state.num_steps,
             loss_sum=state.loss_sum + jnp.where(active, loss, 0.0),
             all_finite=state.all_finite & (~active | jnp.isfinite(loss)),
+            lr_scale=state.lr_scale,
         )
 
     def finish(start_params, state: LocalState):

@@ -8,6 +8,7 @@ from jaxfl.scheduler.speeds import (
     NEGATIVE_POLICIES,
     SPEED_MODELS,
     ClientSpeeds,
+    ScriptedSpeeds,
     SpeedConfig,
 )
 
@@ -20,5 +21,6 @@ __all__ = [
     "NEGATIVE_POLICIES",
     "SPEED_MODELS",
     "ClientSpeeds",
+    "ScriptedSpeeds",
     "SpeedConfig",
 ]

@@ -37,7 +37,7 @@ from jaxfl.scheduler.clock import DEFAULT_PRIORITIES, Event, EventQueue
 from jaxfl.scheduler.speeds import ClientSpeeds
 
 IN_FLIGHT, ARRIVED, AGGREGATED, DROPPED = "in_flight", "arrived", "aggregated", "dropped"
-AGGREGATION_MODES = ("delta", "mix")
+AGGREGATION_MODES = ("delta", "mix", "tier")
 EVENT_LOG_FIELDS = ("time", "event", "client", "dispatch", "version", "staleness", "steps", "detail")
 
 
@@ -59,6 +59,7 @@ class DispatchRecord:
     status: str = IN_FLIGHT
     aggregated_in: int | None = None  # the version its aggregation produced
     drop_reason: str | None = None
+    lr_scale: float = 1.0  # multiplies the client's optimiser updates (FedCompass legacy lr decay)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +70,8 @@ class Aggregation:
     ``mode="mix"``: g = Σ c_i (w − w_i), w_i = start_i − Δ_i the client's final model, i.e.
     w ← (1 − Σc_i) w + Σ c_i w_i (FedAsync's original mixing).
     Then w ← server_optimizer(w, g) if ``server_optimizer`` else w ← w − g.
+    ``mode="tier"`` (FedAT): the contributions (summing to 1) average the clients' final models
+    into the model of ``tier``; then w ← Σ_k a_k · model_k over ``tier_weights`` ((k, a_k) pairs).
     """
 
     time: float
@@ -76,6 +79,8 @@ class Aggregation:
     contributions: tuple[tuple[int, float], ...]
     mode: str = "delta"
     server_optimizer: bool = True
+    tier: int | None = None
+    tier_weights: tuple[tuple[int, float], ...] = ()
 
 
 class Backend(Protocol):
@@ -155,7 +160,7 @@ class Simulation:
         """τ_g − τ_i: global updates since the record's model version."""
         return self.version - record.version
 
-    def dispatch(self, client: int, steps: int) -> DispatchRecord:
+    def dispatch(self, client: int, steps: int, lr_scale: float = 1.0) -> DispatchRecord:
         """Send the current global model to ``client`` for ``steps`` local steps."""
         if not 0 <= client < self.num_clients:
             raise ValueError(f"client {client} out of range [0, {self.num_clients})")
@@ -164,7 +169,8 @@ class Simulation:
         duration = self.speeds.round_duration(client, int(steps))
         record = DispatchRecord(id=len(self.records), client=client, version=self.version,
                                 steps=int(steps), client_round=int(self.client_rounds[client]),
-                                start_time=self.now, arrival_time=self.now + duration)
+                                start_time=self.now, arrival_time=self.now + duration,
+                                lr_scale=float(lr_scale))
         self.client_rounds[client] += 1
         self.records.append(record)
         self.queue.push(record.arrival_time, "arrival", client, record.id)
@@ -184,7 +190,8 @@ class Simulation:
         self.queue.cancel(event)
 
     def aggregate(self, contributions: Iterable[tuple[int, float]], mode: str = "delta",
-                  server_optimizer: bool = True) -> int:
+                  server_optimizer: bool = True, tier: int | None = None,
+                  tier_weights: Iterable[tuple[int, float]] = ()) -> int:
         """Apply a global update from arrived dispatches; returns the new global version."""
         contributions = tuple((int(d), float(c)) for d, c in contributions)
         if mode not in AGGREGATION_MODES:
@@ -200,8 +207,12 @@ class Simulation:
             if not math.isfinite(coefficient):
                 raise ValueError(f"aggregation coefficient for dispatch {dispatch_id} is {coefficient}")
             seen.add(dispatch_id)
+        tier_weights = tuple((int(k), float(a)) for k, a in tier_weights)
+        if mode == "tier" and (tier is None or tier not in dict(tier_weights)):
+            raise ValueError(f"a 'tier' aggregation needs its tier ({tier}) among tier_weights {tier_weights}")
         self.version += 1
-        aggregation = Aggregation(self.now, self.version, contributions, mode, server_optimizer)
+        aggregation = Aggregation(self.now, self.version, contributions, mode, server_optimizer, tier,
+                                  tier_weights)
         records = [self.records[d] for d, _ in contributions]
         for record in records:
             record.status = AGGREGATED

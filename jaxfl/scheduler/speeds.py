@@ -387,3 +387,42 @@ class ClientSpeeds:
                 )
             value = redraw()
         return max(value, self._floor())
+
+
+class ScriptedSpeeds:
+    """Exact per-round times per step, for worked examples and replaying measured traces.
+
+    ``time_per_step(client, round) -> seconds`` gives client ``client``'s time per step in its
+    ``round``-th round (0 = first); communication is added as in :class:`ClientSpeeds`. No random
+    draws, so ``negative_draws`` stays 0 and a non-positive time is an error.
+
+    Example:
+        >>> speeds = ScriptedSpeeds(lambda client, round: [6.0, 12.0][client], num_clients=2)
+        >>> speeds.round_duration(1, 20)
+        240.0
+    """
+
+    def __init__(self, time_per_step, num_clients: int, latency: float = 0.0):
+        self.time_per_step = time_per_step
+        self.num_clients = operator.index(num_clients)
+        self.latency = float(latency)
+        self.negative_draws = 0
+        self.speed_changes = 0
+        self._rounds_done = np.zeros(self.num_clients, dtype=np.int64)
+
+    @property
+    def base_time_per_step(self) -> np.ndarray:
+        """Each client's time per step in its next round."""
+        return np.array([self.time_per_step(c, int(self._rounds_done[c])) for c in range(self.num_clients)])
+
+    def comm_time(self) -> float:
+        return 2 * self.latency
+
+    def round_duration(self, client: int, num_steps: int) -> float:
+        if not 0 <= client < self.num_clients:
+            raise ValueError(f"client={client} out of range [0, {self.num_clients})")
+        step_time = float(self.time_per_step(client, int(self._rounds_done[client])))
+        if not step_time > 0:
+            raise ValueError(f"time per step {step_time} for client {client} must be > 0")
+        self._rounds_done[client] += 1
+        return num_steps * step_time + self.comm_time()

@@ -1,0 +1,292 @@
+"""FedCompass (Li et al., ICLR 2024): a computing-power-aware semi-asynchronous scheduler.
+
+Spec: ``shared/specs/fedcompass.md`` §2 (Algorithms 1–3), §3 (+M, +N), §10 (pitfalls). The
+server measures each client's time per step S_i and hands out Q_i ∈ [Q_min, Q_max] local steps so
+that the clients of an *arrival group* finish together at the group's expected time T_a; a group
+waits at most until T_max = creation + λ·(T_a − creation). Server loop (paper)::
+
+    warm-up: every client trains Q_min steps from w_0
+    on ARRIVAL of Δ_i (time now):
+        S_i ← (now − T_start_i) / Q_i                       # speed estimate (switch: EMA 0.9)
+        if i has no group (first response):                # single update, FedAsync-like
+            w ← w − st(τ_g − τ_i)·p_i·Δ_i ; τ_g += 1 ; ASSIGNGROUP(i) ; dispatch(i)
+        else if now > T_max of its group g (late):
+            Δ̄ ← Δ̄ + st(τ_g − τ_i)·p_i·Δ_i ; ASSIGNGROUP(i) ; dispatch(i) ; delete g once all arrived
+        else (on time):
+            Δ̄^g ← Δ̄^g + st(τ_g − τ_i)·p_i·Δ_i ; if all of g arrived: GROUPAGGREGATE(g)
+    on TIMER at T_max of g: GROUPAGGREGATE(g)
+    GROUPAGGREGATE(g): w ← w − Δ̄^g − Δ̄ ; Δ̄ ← 0 ; τ_g += 1 ;
+                       for i in g's arrived clients, fastest first: ASSIGNGROUP(i) ; dispatch(i)
+    ASSIGNGROUP(i): JOINGROUP(i) or else CREATEGROUP(i)        # see the methods below
+
+Aggregation variants (``aggregation``): ``"plain"`` (FedCompass: no renormalisation, server
+optimiser sgd(1)); ``"momentum"`` (+M: the engine's momentum server optimiser is applied at group
+aggregations only; single updates skip it); ``"normalized"`` (+N: each buffered update is divided
+by its Q_i and the aggregate multiplied by Q_eff = Σ p_i Q_i / Σ p_i over the aggregation).
+
+Where the authors' reference code differs from the paper, :class:`CompassOptions` names a switch;
+the default is the paper, :data:`REFERENCE_CODE` is the code's combination.
+
+Event order at equal times: arrivals before timers, so a client arriving exactly at T_max is on
+time (the paper marks a client late only if now > T_max). Dispatches leave at once (the paper's
+``dispatch`` inside the handlers), in fastest-first order inside a group aggregation.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
+
+AGGREGATIONS = ("plain", "momentum", "normalized")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompassOptions:
+    """Switches for the places where the FedCompass reference code differs from the paper."""
+
+    speed_estimate: str = "latest"  # "ema": S ← 0.1·S_old + 0.9·S_new (both code generations)
+    staleness_at: str = "buffer"  # "aggregation": st computed when the buffer is applied (new repo)
+    create_rule: str = "t_a"  # "t_max": CREATEGROUP lines up with T_max instead of T_a (§10 9a)
+    create_far_groups: str = "clamp"  # "skip": skip candidate groups with q > Q_max (§10 9b)
+    join_max_factor: float = 1.0  # 1.2: legacy JOINGROUP accepts up to floor(1.2·Q_max) (§10 9c)
+    fastest_over: str = "pending"  # "all": fastest client of a group over CL ∪ ACL (§10 9d)
+    lr_decay: bool = False  # True: client lr × 0.995^floor(total steps / Q_max) (legacy, §10 9e)
+    empty_timer: str = "apply"  # "skip": a timer on a group with no arrivals does nothing (§10 9g)
+
+    def validate(self) -> None:
+        choices = {"speed_estimate": ("latest", "ema"), "staleness_at": ("buffer", "aggregation"),
+                   "create_rule": ("t_a", "t_max"), "create_far_groups": ("clamp", "skip"),
+                   "fastest_over": ("pending", "all"), "empty_timer": ("apply", "skip")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"compass_{name}={getattr(self, name)!r} is not allowed: one of {', '.join(allowed)}")
+        if not self.join_max_factor >= 1.0:
+            raise ValueError(f"compass_join_max_factor={self.join_max_factor} is not allowed: a number >= 1")
+
+
+PAPER = CompassOptions()
+# Every code-only behaviour at once (with λ = 1.5, the legacy MPI runner's default, §10 9f).
+REFERENCE_CODE = CompassOptions(speed_estimate="ema", staleness_at="aggregation", create_rule="t_max",
+                                create_far_groups="skip", join_max_factor=1.2, fastest_over="all",
+                                lr_decay=True, empty_timer="skip")
+REFERENCE_CODE_LATEST_TIME_FACTOR = 1.5
+
+
+@dataclasses.dataclass
+class ClientState:
+    """C[i] of the paper's Table 4 (τ_i is the version of the client's current dispatch)."""
+
+    group: int | None = None
+    steps: int = 0  # Q_i assigned for the current round
+    speed: float | None = None  # S_i, estimated seconds per step
+    start: float = 0.0  # T_start of the current round
+    total_steps: int = 0  # steps of all finished rounds (for the legacy lr decay)
+
+
+@dataclasses.dataclass
+class GroupState:
+    """G[g] of Table 4: pending (CL) and arrived (ACL) clients, T_a, T_max and the group buffer."""
+
+    pending: set[int]
+    arrived: list[int]
+    expected: float  # T_a
+    latest: float  # T_max
+    buffer: list[DispatchRecord]
+    timer: object = None
+
+    @property
+    def aggregated(self) -> bool:
+        return self.expected == 0.0 and self.latest == 0.0
+
+
+class FedCompass(Policy):
+    """The FedCompass server; see the module docstring for the loop and the switches."""
+
+    name = "fedcompass"
+    # Arrivals before timers at equal times (a client arriving exactly at T_max is on time).
+    priorities = {"arrival": 0, "timer": 1, "reply": 2}
+
+    def __init__(self, q_min: int, q_max: int, staleness: Callable[[int], float],
+                 latest_time_factor: float = 1.2, aggregation: str = "plain",
+                 options: CompassOptions = PAPER):
+        if not 1 <= q_min <= q_max:
+            raise ValueError(f"FedCompass needs 1 <= q_min <= q_max, got q_min={q_min}, q_max={q_max}")
+        if not latest_time_factor >= 1.0:
+            raise ValueError(f"latest_time_factor (λ) must be >= 1, got {latest_time_factor}")
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"unknown FedCompass aggregation {aggregation!r}; allowed: {', '.join(AGGREGATIONS)}")
+        options.validate()
+        self.q_min, self.q_max = q_min, q_max
+        self.staleness = staleness
+        self.latest_time_factor = latest_time_factor
+        self.aggregation = aggregation
+        self.options = options
+        self.clients: list[ClientState] = []
+        self.groups: dict[int, GroupState] = {}
+        self.general_buffer: list[DispatchRecord] = []
+        self._next_group = 0
+        self._buffered_weight: dict[int, float] = {}  # dispatch id → st·p_i fixed at buffer time
+
+    # ------------------------------------------------------------------ server loop (Alg. 1)
+    def start(self, sim: Simulation) -> None:
+        self.clients = [ClientState() for _ in range(sim.num_clients)]
+        for client in range(sim.num_clients):  # warm-up: everybody gets Q_min
+            self.clients[client].steps = self.q_min
+            self._dispatch(sim, client)
+
+    def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
+        client, now = record.client, sim.now
+        state = self.clients[client]
+        self._record_speed(state, now, record.steps)
+        state.total_steps += record.steps
+        if state.group is None:  # first response: immediate single update
+            # +M skips momentum here and +N leaves it unnormalised (spec §3)
+            sim.aggregate([(record.id, self._weight(sim, record))], server_optimizer=False)
+            self._assign(sim, client)
+            self._dispatch(sim, client)
+            return
+        group_id = state.group
+        group = self.groups[group_id]
+        group.pending.remove(client)
+        group.arrived.append(client)
+        self._buffer(sim, record)
+        if now > group.latest:  # late: its group was aggregated at T_max without it
+            self.general_buffer.append(record)
+            self._assign(sim, client)
+            self._dispatch(sim, client)
+            if not group.pending:
+                self._delete(sim, group_id)
+        else:
+            group.buffer.append(record)
+            if not group.pending:
+                self._group_aggregate(sim, group_id)
+
+    def on_timer(self, sim: Simulation, payload) -> None:
+        group_id = int(payload)
+        self.groups[group_id].timer = None
+        self._group_aggregate(sim, group_id)
+
+    # ------------------------------------------------------------------ GROUPAGGREGATE (Alg. 3)
+    def _group_aggregate(self, sim: Simulation, group_id: int) -> None:
+        group = self.groups.get(group_id)
+        if group is None or group.aggregated:
+            return
+        if group.buffer or self.options.empty_timer == "apply":
+            # The paper applies the general buffer (and counts a version) even if nobody of the
+            # group arrived; the code's "skip" leaves the general buffer for the next aggregation.
+            records = group.buffer + self.general_buffer
+            sim.aggregate(self._contributions(sim, records), server_optimizer=True)
+            self.general_buffer = []
+        # This group must not be a JOIN/CREATE candidate while its members are reassigned (§10.5).
+        group.expected = group.latest = 0.0
+        arrived, group.arrived, group.buffer = group.arrived, [], []
+        for client in sorted(arrived, key=lambda c: (self.clients[c].speed, c)):  # fastest first
+            self._assign(sim, client)
+            self._dispatch(sim, client)
+        if not group.pending:
+            self._delete(sim, group_id)
+        # otherwise the group lives on until its late clients arrive (they go to the general buffer)
+
+    def _contributions(self, sim: Simulation, records: list[DispatchRecord]) -> list[tuple[int, float]]:
+        weights = [self._buffered_weight.pop(r.id, None) for r in records]
+        weights = [self._weight(sim, r) if w is None else w for r, w in zip(records, weights)]
+        if self.aggregation != "normalized":
+            return [(r.id, w) for r, w in zip(records, weights)]
+        p = [sim.client_weights[r.client] for r in records]
+        effective_steps = sum(pi * r.steps for pi, r in zip(p, records)) / sum(p)  # Q_eff
+        return [(r.id, effective_steps * w / r.steps) for r, w in zip(records, weights)]
+
+    def _buffer(self, sim: Simulation, record: DispatchRecord) -> None:
+        if self.options.staleness_at == "buffer":  # the paper: staleness when the update is buffered
+            self._buffered_weight[record.id] = self._weight(sim, record)
+
+    def _weight(self, sim: Simulation, record: DispatchRecord) -> float:
+        return float(self.staleness(sim.staleness(record))) * float(sim.client_weights[record.client])
+
+    # ------------------------------------------------------------------ ASSIGNGROUP (Alg. 2)
+    def _assign(self, sim: Simulation, client: int) -> None:
+        if not self._join(client, sim.now):
+            self._create(sim, client)
+
+    def _join(self, client: int, now: float) -> bool:
+        speed = self.clients[client].speed
+        upper = math.floor(self.options.join_max_factor * self.q_max)
+        best_group, best_q = None, -1
+        for group_id, group in self.groups.items():  # creation order: ties go to the later group
+            if group.aggregated:
+                continue
+            q = math.floor((group.expected - now) / speed)
+            if self.q_min <= q <= upper and q >= best_q:
+                best_group, best_q = group_id, q
+        if best_group is None:
+            return False
+        self.clients[client].group, self.clients[client].steps = best_group, best_q
+        self.groups[best_group].pending.add(client)
+        return True
+
+    def _create(self, sim: Simulation, client: int) -> None:
+        now, speed = sim.now, self.clients[client].speed
+        q = -1
+        for group in self.groups.values():
+            reference = group.expected if self.options.create_rule == "t_a" else group.latest
+            if group.aggregated or not now < reference:
+                continue
+            members = group.pending if self.options.fastest_over == "pending" else \
+                group.pending | set(group.arrived)
+            if not members:
+                continue
+            fastest = min(self.clients[m].speed for m in members)
+            expected_next = reference + fastest * self.q_max  # T_exp
+            candidate = math.floor((expected_next - now) / speed)
+            if self.options.create_far_groups == "skip" and candidate > self.q_max:
+                continue
+            q = max(q, candidate)
+        if 0 <= q < self.q_min:
+            q = self.q_min
+        elif q < 0 or q > self.q_max:
+            q = self.q_max
+        group_id, self._next_group = self._next_group, self._next_group + 1
+        latest = now + self.latest_time_factor * q * speed
+        self.groups[group_id] = GroupState(pending={client}, arrived=[], buffer=[], expected=now + q * speed,
+                                           latest=latest, timer=sim.set_timer(latest, group_id))
+        self.clients[client].group, self.clients[client].steps = group_id, q
+
+    # ------------------------------------------------------------------ helpers
+    def _dispatch(self, sim: Simulation, client: int) -> None:
+        state = self.clients[client]
+        state.start = sim.now
+        lr_scale = 1.0
+        if self.options.lr_decay:
+            lr_scale = 0.995 ** math.floor(state.total_steps / self.q_max)
+        sim.dispatch(client, state.steps, lr_scale=lr_scale)
+
+    def _record_speed(self, state: ClientState, now: float, steps: int) -> None:
+        sample = (now - state.start) / steps  # T_start = dispatch time: idle waiting not counted
+        if state.speed is None or self.options.speed_estimate == "latest":
+            state.speed = sample
+        else:
+            state.speed = 0.1 * state.speed + 0.9 * sample
+
+    def _delete(self, sim: Simulation, group_id: int) -> None:
+        group = self.groups.pop(group_id)
+        if group.timer is not None:
+            sim.cancel(group.timer)
+
+    # ------------------------------------------------------------------ introspection (tests, plots)
+    def active_groups(self) -> dict[int, GroupState]:
+        """Groups still waiting for their expected arrival (not yet aggregated)."""
+        return {g: group for g, group in self.groups.items() if not group.aggregated}
+
+    def check_invariants(self) -> None:
+        """Every client with a group is in that group's pending list; no client is in two groups."""
+        seen: dict[int, int] = {}
+        for group_id, group in self.groups.items():
+            for client in group.pending:
+                if client in seen:
+                    raise AssertionError(f"client {client} pending in groups {seen[client]} and {group_id}")
+                seen[client] = group_id
+        for client, state in enumerate(self.clients):
+            if state.group is not None and state.group not in self.groups:
+                raise AssertionError(f"client {client} is assigned to deleted group {state.group}")
