@@ -17,7 +17,18 @@ import math
 import os
 from typing import Any
 
-ALGORITHM_NAMES = ("fedavg", "fedavgm", "fedasync", "fedbuff")
+ALGORITHM_NAMES = ("fedavg", "fedavgm", "fedasync", "fedbuff", "fedcompass", "fedcompass_m", "fedcompass_n",
+                   "fedat")
+COMPASS_SWITCHES = {  # field → allowed values, the paper's first (jaxfl.algorithms.fedcompass)
+    "compass_speed_estimate": ("latest", "ema"),
+    "compass_staleness_at": ("buffer", "aggregation"),
+    "compass_create_rule": ("t_a", "t_max"),
+    "compass_create_far_groups": ("clamp", "skip"),
+    "compass_fastest_over": ("pending", "all"),
+    "compass_empty_timer": ("apply", "skip"),
+}
+COMPASS_PRESETS = ("paper", "reference_code")
+FEDAT_PROFILING = ("round", "oracle")
 DATASET_NAMES = ("mnist10k", "fashion_mnist", "mnist")
 MODEL_NAMES = ("cnn", "mlp")
 PARTITION_NAMES = ("iid", "dirichlet")
@@ -68,6 +79,21 @@ class RunConfig:
     server_momentum: float | None = None  # None: 0.9 for fedavgm, 0 otherwise
     clients_per_round: int | None = None  # synchronous methods; None: all clients
     buffer_size: int = 3  # FedBuff K
+    # FedCompass (spec fedcompass.md §2, §10): None = 0.2·Q_max and Q_max = local_steps (Table 9)
+    compass_q_min: int | None = None
+    compass_q_max: int | None = None
+    compass_lambda: float | None = None  # latest time factor λ: 1.2 (paper), 1.5 (legacy code)
+    compass_preset: str = "paper"  # defaults of the switches below: the paper or the reference code
+    compass_speed_estimate: str | None = None  # latest sample (paper) | ema (code: 0.9 on newest)
+    compass_staleness_at: str | None = None  # buffer time (paper) | aggregation time (new repo)
+    compass_create_rule: str | None = None  # CREATEGROUP lines up with T_a (paper) | T_max (code)
+    compass_create_far_groups: str | None = None  # clamp q to Q_max (paper) | skip groups (code)
+    compass_join_max_factor: float | None = None  # JOINGROUP accepts q ≤ factor·Q_max: 1 | 1.2 (legacy)
+    compass_fastest_over: str | None = None  # fastest client of a group: pending (paper) | all (code)
+    compass_lr_decay: bool | None = None  # legacy client lr × 0.995^floor(steps/Q_max)
+    compass_empty_timer: str | None = None  # timer on a group with no arrivals: apply (paper) | skip
+    fedat_tier_ratio: float = 2.0  # υ: clients within this speed ratio share a tier
+    fedat_profiling: str = "round"  # round: a FedAvg round measures speeds | oracle: true speeds
     rule: str = "fedcompass"  # update-rule form of FedAsync/FedBuff: authors' framework or original paper
     staleness: str = "polynomial"
     staleness_alpha: float = 0.9
@@ -96,7 +122,7 @@ class RunConfig:
         """The server momentum in force: 0.9 for FedAvgM (spec §5.4) unless set."""
         if self.server_momentum is not None:
             return self.server_momentum
-        return 0.9 if self.algorithm == "fedavgm" else 0.0
+        return 0.9 if self.algorithm in ("fedavgm", "fedcompass_m") else 0.0
 
 
 FIELDS = {field.name: field for field in dataclasses.fields(RunConfig)}
@@ -145,11 +171,16 @@ def validate(config: RunConfig) -> RunConfig:
                "partition": PARTITION_NAMES, "heterogeneity": HETEROGENEITY_NAMES,
                "client_weights": CLIENT_WEIGHTS, "client_optimizer": CLIENT_OPTIMIZERS,
                "server_optimizer": SERVER_OPTIMIZER_NAMES, "staleness": STALENESS_NAMES,
-               "rule": RULES, "negative_times": NEGATIVE_POLICIES}
+               "rule": RULES, "negative_times": NEGATIVE_POLICIES, "compass_preset": COMPASS_PRESETS,
+               "fedat_profiling": FEDAT_PROFILING}
+    for name, allowed in COMPASS_SWITCHES.items():
+        if getattr(config, name) is not None and getattr(config, name) not in allowed:
+            _fail(name, getattr(config, name), f"one of {', '.join(allowed)} (or null for the preset's)")
     for name, allowed in choices.items():
         if getattr(config, name) not in allowed:
             _fail(name, getattr(config, name), f"one of {', '.join(allowed)}")
-    positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every",
+    positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every", "compass_q_min",
+                     "compass_q_max",
                      "max_updates", "clients_per_round", "clients_per_call", "steps_per_call")
     for name in positive_ints:
         value = getattr(config, name)
@@ -190,6 +221,16 @@ def validate(config: RunConfig) -> RunConfig:
               f"at most the number of clients ({config.clients}); a larger buffer never fills")
     if config.algorithm == "fedavgm" and config.server_optimizer != "sgd":
         _fail("server_optimizer", config.server_optimizer, "sgd for fedavgm (FedAvgM is SGD with momentum)")
+    q_max = config.compass_q_max or config.local_steps
+    if config.compass_q_min is not None and config.compass_q_min > q_max:
+        _fail("compass_q_min", config.compass_q_min, f"at most compass_q_max ({q_max})")
+    if config.compass_lambda is not None and not (config.compass_lambda >= 1 and math.isfinite(config.compass_lambda)):
+        _fail("compass_lambda", config.compass_lambda, "a finite latest-time factor >= 1")
+    if config.compass_join_max_factor is not None and not (
+            config.compass_join_max_factor >= 1 and math.isfinite(config.compass_join_max_factor)):
+        _fail("compass_join_max_factor", config.compass_join_max_factor, "a finite number >= 1")
+    if not (config.fedat_tier_ratio >= 1 and math.isfinite(config.fedat_tier_ratio)):
+        _fail("fedat_tier_ratio", config.fedat_tier_ratio, "a finite speed ratio >= 1")
     if config.run_name is not None and (not config.run_name or os.sep in config.run_name
                                         or config.run_name in (".", "..")):
         _fail("run_name", config.run_name, "a plain folder name without path separators")
