@@ -10,6 +10,8 @@ Examples::
     jaxfl run --algorithm fedbuff --dataset fashion_mnist --clients 10 --heterogeneity exp
     jaxfl run --algorithm fedavg,fedavgm,fedasync,fedbuff
     jaxfl run --config experiment.toml --seed 3
+    jaxfl timeline runs/fedcompass-mnist10k-exp-c10-s0     # who trained when, and the aggregations
+    jaxfl partition --dataset fashion_mnist --partition class --clients 10 --out plots  # the split
 """
 from __future__ import annotations
 
@@ -24,9 +26,13 @@ from jaxfl.engine import NumericalError
 
 _HELP = {
     "algorithm": "fedavg, fedavgm, fedasync or fedbuff; a comma-separated list runs each and compares",
-    "dataset": "mnist10k (embedded), fashion_mnist (Debian dataset-fashion-mnist) or mnist (--data-dir)",
+    "dataset": "mnist10k (embedded), fashion_mnist (Debian), mnist / npz / array_record (--data-dir), digits "
+               "(scikit-learn), tfds:NAME (e.g. tfds:cifar10; --data-dir), synthetic, synthetic_iid, synthetic:A,B",
+    "model": "cnn, mlp, logreg, lenet5, ccfedavg_cnn, ccfedavg_mlp, fedasmu_cnn, resnet18, resnet18_gn, textcnn, "
+             "lstm, or a name added with jaxfl.models.register_model",
     "clients": "number of clients m",
-    "partition": "iid or dirichlet (label skew, --dirichlet-alpha)",
+    "partition": "iid (--iid-sizes), dirichlet / dirichlet_client (--dirichlet-alpha), class, dual_dirichlet "
+                 "(FedCompass), label_shards (--shards-per-client), gamma_mix (--gamma, CC-FedAvg), natural",
     "heterogeneity": "client speed model: homo, normal, exp, pareto or zipf",
     "speed_mean": "mean time per local step μ in virtual seconds",
     "local_steps": "local steps Q per dispatch",
@@ -81,7 +87,59 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             run.add_argument(*flags, dest=name, type=str if name == "algorithm" else _value_parser(name),
                              default=None, metavar=name.upper(), help=help_text)
+    timeline = commands.add_parser("timeline", help="Gantt chart of a finished run: busy/idle clients, aggregations")
+    timeline.add_argument("run_dir", help="a run directory written by `jaxfl run`")
+    timeline.add_argument("--out", help="PNG to write (default: RUN_DIR/timeline.png)")
+    timeline.add_argument("--max-time", type=float, help="show virtual time up to this many seconds")
+    split = commands.add_parser("partition", help="how a dataset splits over clients: table and class heatmap")
+    for name in _PARTITION_FLAGS:
+        split.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_value_parser(name), default=None,
+                           metavar=name.upper(), help=f"{_HELP.get(name, name.replace('_', ' '))} "
+                                                      f"(default: {FIELDS[name].default})")
+    split.add_argument("--out", help="folder for the heatmap PNG (default: the run output folder, runs)")
+    split.add_argument("--max-rows", type=int, default=40, help="client rows printed (default: 40)")
     return parser
+
+
+_PARTITION_FLAGS = ("dataset", "data_dir", "partition", "clients", "seed", "dirichlet_alpha", "iid_sizes",
+                    "size_skew", "shards_per_client", "gamma")
+
+
+def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``jaxfl partition``: print the per-client table of a split and save its class heatmap."""
+    values = {name: getattr(args, name) for name in _PARTITION_FLAGS if getattr(args, name) is not None}
+    try:
+        # The split does not depend on the algorithm; fedavg has no buffer to check against the clients.
+        config = config_from_mapping({**values, "algorithm": "fedavg"})
+        from jaxfl.data.report import partition_report, plot_class_heatmap
+        from jaxfl.experiment import build_data
+
+        _, federation = build_data(config)
+    except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
+        parser.exit(2, f"jaxfl: error: {error}\n")
+    title = f"{config.dataset}, {config.partition}, {config.clients} clients, seed {config.seed}"
+    report = partition_report(federation, title)
+    print(report.table(args.max_rows))
+    out = args.out or config.output_dir
+    stem = f"partition-{config.dataset}-{config.partition}-c{config.clients}-s{config.seed}"
+    stem = "".join(c if c.isalnum() or c in "-_.," else "_" for c in stem)
+    try:
+        os.makedirs(out, exist_ok=True)
+        print(f"class heatmap: {plot_class_heatmap(report, os.path.join(out, stem + '.png'))}")
+    except ImportError:
+        print("(install matplotlib for the class heatmap: pip install jaxfl[plot])")
+    return 0
+
+
+def _timeline(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if not os.path.isfile(os.path.join(args.run_dir, "events.csv")):
+        parser.exit(2, f"jaxfl: error: run_dir={args.run_dir!r} holds no events.csv (not a run directory)\n")
+    if args.max_time is not None and not args.max_time > 0:
+        parser.exit(2, f"jaxfl: error: --max-time={args.max_time} is not allowed: virtual seconds > 0\n")
+    from jaxfl.plot import plot_timeline
+
+    print(plot_timeline(args.run_dir, args.out or os.path.join(args.run_dir, "timeline.png"), args.max_time))
+    return 0
 
 
 def _configs(args: argparse.Namespace) -> list[RunConfig]:
@@ -127,6 +185,10 @@ def _print_comparison(results, output_dir: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "timeline":
+        return _timeline(parser, args)
+    if args.command == "partition":
+        return _partition(parser, args)
     try:
         configs = _configs(args)
         from jaxfl.experiment import prepare, run_experiment
@@ -143,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{config.target_accuracy:.0%} {reached}, {summary['global_updates']} updates, "
                   f"stop: {summary['stop_reason']} → {result.run_dir}")
             results.append(result)
-    except (ConfigError, ValueError, FileNotFoundError) as error:
+    except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
     except NumericalError as error:  # the run directory keeps everything logged until then
         parser.exit(1, f"jaxfl: run stopped: {error}\n")

@@ -78,7 +78,8 @@ class FedAT(Policy):
             self._start_round(sim, -1, range(sim.num_clients))
 
     def _start_round(self, sim: Simulation, tier: int, clients) -> None:
-        self._round[tier] = [sim.dispatch(int(c), self.local_steps) for c in clients]
+        detail = "profiling" if tier == -1 else f"tier {tier}"
+        self._round[tier] = [sim.dispatch(int(c), self.local_steps, detail=detail) for c in clients]
         self._arrived[tier] = 0
 
     def _form_tiers(self, sim: Simulation, time_per_step) -> None:

@@ -260,7 +260,8 @@ class FedCompass(Policy):
         lr_scale = 1.0
         if self.options.lr_decay:
             lr_scale = 0.995 ** math.floor(state.total_steps / self.q_max)
-        sim.dispatch(client, state.steps, lr_scale=lr_scale)
+        sim.dispatch(client, state.steps, lr_scale=lr_scale,
+                     detail=None if state.group is None else f"group {state.group}")
 
     def _record_speed(self, state: ClientState, now: float, steps: int) -> None:
         sample = (now - state.start) / steps  # T_start = dispatch time: idle waiting not counted

@@ -160,8 +160,11 @@ class Simulation:
         """τ_g − τ_i: global updates since the record's model version."""
         return self.version - record.version
 
-    def dispatch(self, client: int, steps: int, lr_scale: float = 1.0) -> DispatchRecord:
-        """Send the current global model to ``client`` for ``steps`` local steps."""
+    def dispatch(self, client: int, steps: int, lr_scale: float = 1.0, detail: str | None = None) -> DispatchRecord:
+        """Send the current global model to ``client`` for ``steps`` local steps.
+
+        ``detail`` is written to the event log (e.g. FedCompass's ``group 3``, FedAT's ``tier 1``).
+        """
         if not 0 <= client < self.num_clients:
             raise ValueError(f"client {client} out of range [0, {self.num_clients})")
         if steps < 0:
@@ -174,7 +177,7 @@ class Simulation:
         self.client_rounds[client] += 1
         self.records.append(record)
         self.queue.push(record.arrival_time, "arrival", client, record.id)
-        self._write("dispatch", record.start_time, client, record.id, record.version, None, record.steps)
+        self._write("dispatch", record.start_time, client, record.id, record.version, None, record.steps, detail)
         self.backend.on_dispatch(record)
         return record
 
