@@ -1,10 +1,25 @@
-"""Image-classification datasets as raw uint8 numpy arrays.
+"""Classification datasets as numpy arrays, behind one loader: :func:`load_dataset`.
 
-Pixels stay uint8 here: normalisation happens on device, so the host copy and the transfer are
-4x smaller than float32 and every algorithm sees exactly the same bytes. Nothing here imports
-jax or tensorflow.
+Pixels stay uint8 here: normalisation happens on device (``jaxfl.data.augment``), so the host copy
+and the transfer are 4x smaller than float32 and every algorithm sees exactly the same bytes.
+Nothing here imports jax or tensorflow; optional back-ends (TFDS, scikit-learn) are imported only
+inside the loader that needs them.
 
-Layouts: images ``(N, H, W, C)`` uint8, labels ``(N,)`` int32.
+Layouts (``Dataset.kind``): images ``(N, H, W, C)`` uint8; features ``(N, D)`` float32 (synthetic);
+tokens ``(N, L)`` int32 (text, 0 = padding). Labels ``(N,)`` int32.
+
+Names (``DATASETS``, plus the ``tfds:`` and ``synthetic:`` prefixes):
+
+- ``mnist10k`` (embedded), ``fashion_mnist`` (Debian), ``mnist`` (IDX folder in ``data_dir``);
+- ``digits``: scikit-learn's bundled 8x8 digits (``pip install jaxfl[sklearn]``);
+- ``npz``: a ``.npz`` file (``data_dir``) with ``x_train, y_train, x_test, y_test`` and optional
+  ``client_train`` (per-sample client id, for the natural split) and ``num_classes``;
+- ``array_record``: a dataset folder written by TFDS (``data_dir`` = the version folder holding
+  ``dataset_info.json``), read through ``tfds.data_source`` without TensorFlow;
+- ``tfds:<name>[/<config>]``: any TFDS image or text classification set, e.g. ``tfds:cifar10``,
+  ``tfds:emnist/balanced``, ``tfds:imdb_reviews``, from ``data_dir`` (never downloaded);
+- ``synthetic``, ``synthetic_iid``, ``synthetic:A,B``: FedProx's synthetic(alpha, beta) federation
+  (see ``jaxfl.data.synthetic``); needs ``num_clients``.
 """
 
 from __future__ import annotations
@@ -23,10 +38,13 @@ from jaxfl.data.idx import parse_idx, read_idx
 __all__ = [
     "Dataset",
     "DATASETS",
+    "DATASET_PREFIXES",
     "load_dataset",
+    "dataset_from_arrays",
     "FASHION_MNIST_DIR",
     "MNIST10K_SPLIT_SEED",
     "MNIST10K_NUM_TEST",
+    "DIGITS_NUM_TEST",
 ]
 
 # Where Debian's `dataset-fashion-mnist` package puts the IDX files.
@@ -36,35 +54,41 @@ FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 # held-out samples stratified by class. Changing either constant changes every mnist10k result.
 MNIST10K_SPLIT_SEED = 0
 MNIST10K_NUM_TEST = 2000
+# scikit-learn's digits (1,797 samples) are split the same way: 1,437 train / 360 held out.
+DIGITS_NUM_TEST = 360
 
 _EMBEDDED_PACKAGE = "jaxfl.data"
 _EMBEDDED_DIR = "embedded"
 _MNIST10K_IMAGES = "t10k-images-idx3-ubyte.gz"
 _MNIST10K_LABELS = "t10k-labels-idx1-ubyte.gz"
 
-DATASETS: tuple[str, ...] = ("mnist10k", "fashion_mnist", "mnist")
+DATASETS: tuple[str, ...] = ("mnist10k", "fashion_mnist", "mnist", "digits", "npz", "array_record",
+                             "synthetic", "synthetic_iid")
+DATASET_PREFIXES: tuple[str, ...] = ("tfds:", "synthetic:")
 
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-    """A train / held-out pair of image-classification arrays (read-only).
+    """A train / held-out pair of classification arrays (read-only).
 
     Example:
         >>> ds = load_dataset("mnist10k")
-        >>> ds.train_x.shape, ds.test_x.shape, ds.input_shape
-        ((8000, 28, 28, 1), (2000, 28, 28, 1), (28, 28, 1))
+        >>> ds.train_x.shape, ds.test_x.shape, ds.input_shape, ds.kind
+        ((8000, 28, 28, 1), (2000, 28, 28, 1), (28, 28, 1), 'image')
     """
 
     name: str
-    train_x: np.ndarray  # (N, H, W, C) uint8 raw pixels
+    train_x: np.ndarray  # (N, H, W, C) uint8 raw pixels | (N, D) float32 | (N, L) int32 tokens
     train_y: np.ndarray  # (N,) int32
-    test_x: np.ndarray  # (N_test, H, W, C) uint8
+    test_x: np.ndarray  # (N_test, ...) like train_x
     test_y: np.ndarray  # (N_test,) int32
     num_classes: int
+    train_groups: np.ndarray | None = None  # (N,) natural client/writer id per sample, if any
+    vocab_size: int | None = None  # tokens: ids lie in [0, vocab_size)
 
     @property
-    def input_shape(self) -> tuple[int, int, int]:
-        """``(H, W, C)`` of one sample.
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one sample: ``(H, W, C)``, ``(D,)`` or ``(L,)``.
 
         Example:
             >>> load_dataset("mnist10k").input_shape
@@ -72,25 +96,141 @@ class Dataset:
         """
         return tuple(int(s) for s in self.train_x.shape[1:])
 
+    @property
+    def kind(self) -> str:
+        """``"image"`` (uint8 ``(N, H, W, C)``), ``"tokens"`` (integer ``(N, L)``) or ``"features"`` (float).
 
-def load_dataset(name: str, data_dir: str | os.PathLike | None = None) -> Dataset:
-    """Load a dataset by name; results are cached in-process and their arrays are read-only.
+        Example:
+            >>> load_dataset("mnist10k").kind
+            'image'
+        """
+        if self.train_x.dtype == np.uint8 and self.train_x.ndim == 4:
+            return "image"
+        if np.issubdtype(self.train_x.dtype, np.integer) and self.train_x.ndim == 2:
+            return "tokens"
+        return "features"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the four arrays (and the group column).
+
+        Example:
+            >>> load_dataset("mnist10k").nbytes
+            7880000
+        """
+        arrays = (self.train_x, self.train_y, self.test_x, self.test_y, self.train_groups)
+        return int(sum(a.nbytes for a in arrays if a is not None))
+
+
+def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes: int | None = None,
+                        groups=None, vocab_size: int | None = None, source: str = "arrays") -> Dataset:
+    """Check and normalise user arrays into a read-only :class:`Dataset`.
+
+    Images may be ``(N, H, W)`` (a channel axis is added) or ``(N, H, W, C)`` uint8; float arrays
+    become float32 features; other integer ``(N, L)`` arrays are token ids. Labels must be
+    integers in ``[0, num_classes)`` (``num_classes`` defaults to the largest label + 1).
+
+    Example:
+        >>> import numpy as np
+        >>> ds = dataset_from_arrays("toy", np.zeros((4, 2, 2), np.uint8), [0, 1, 0, 1],
+        ...                          np.zeros((2, 2, 2), np.uint8), [1, 0])
+        >>> ds.input_shape, ds.num_classes
+        ((2, 2, 1), 2)
+    """
+    arrays = []
+    for split, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
+        x, y = np.asarray(x), np.asarray(y)
+        if x.ndim < 2 or len(x) != len(y) or y.ndim != 1:
+            raise ValueError(f"{source}: x_{split} {x.shape} and y_{split} {y.shape} must hold the same number "
+                             "of samples, labels 1-D")
+        if not np.issubdtype(y.dtype, np.integer):
+            raise ValueError(f"{source}: y_{split} must hold integer labels, got {y.dtype}")
+        if x.dtype == np.uint8 and x.ndim == 3:
+            x = x[..., None]
+        elif np.issubdtype(x.dtype, np.floating):
+            x = x.astype(np.float32, copy=False)
+        elif np.issubdtype(x.dtype, np.integer) and x.dtype != np.uint8:
+            if x.ndim != 2:
+                raise ValueError(f"{source}: integer x_{split} is read as token ids and must be (N, L), got {x.shape}")
+            x = x.astype(np.int32, copy=False)
+        elif x.dtype != np.uint8:
+            raise ValueError(f"{source}: x_{split} dtype {x.dtype} is not uint8 images, float features or int tokens")
+        arrays.append((np.ascontiguousarray(x), y.astype(np.int32, copy=False)))
+    (train_x, train_y), (test_x, test_y) = arrays
+    if train_x.shape[1:] != test_x.shape[1:]:
+        raise ValueError(f"{source}: train samples have shape {train_x.shape[1:]} but test samples {test_x.shape[1:]}")
+    if len(train_y) == 0:
+        raise ValueError(f"{source}: the training split is empty")
+    largest = int(max(train_y.max(), test_y.max() if len(test_y) else 0))
+    num_classes = largest + 1 if num_classes is None else int(num_classes)
+    if min(train_y.min(), test_y.min() if len(test_y) else 0) < 0 or largest >= num_classes:
+        raise ValueError(f"{source}: labels must lie in [0, {num_classes}), got [{int(train_y.min())}, {largest}]")
+    if groups is not None:
+        groups = np.asarray(groups)
+        if groups.shape != train_y.shape or not np.issubdtype(groups.dtype, np.integer):
+            raise ValueError(f"{source}: client ids must be one integer per training sample {train_y.shape}, "
+                             f"got {groups.shape} {groups.dtype}")
+        groups = groups.astype(np.int64, copy=False)
+    if train_x.dtype == np.int32 and vocab_size is None:
+        vocab_size = int(max(train_x.max(), test_x.max() if test_x.size else 0)) + 1
+    # Read-only views: the caller's own arrays keep their flags.
+    train_x, train_y, test_x, test_y, groups = (None if a is None else a.view()
+                                                for a in (train_x, train_y, test_x, test_y, groups))
+    for arr in (train_x, train_y, test_x, test_y, groups):
+        if arr is not None:
+            arr.setflags(write=False)
+    return Dataset(name, train_x, train_y, test_x, test_y, num_classes, groups, vocab_size)
+
+
+def load_dataset(name: str, data_dir: str | os.PathLike | None = None, **options) -> Dataset:
+    """Load a dataset by name (see the module docstring); arrays are read-only, file sets cached.
 
     - ``"mnist10k"``: the official MNIST test set shipped inside the package (MD5-checked),
       split into 8,000 train / 2,000 held-out, stratified by class with seed
       ``MNIST10K_SPLIT_SEED``. ``data_dir`` is ignored.
     - ``"fashion_mnist"``: 60,000 / 10,000 IDX files from ``data_dir`` or ``FASHION_MNIST_DIR``.
-    - ``"mnist"``: 60,000 / 10,000 IDX files from ``data_dir`` (required).
+    - ``"mnist"``: 60,000 / 10,000 IDX files (gzipped or not) from ``data_dir`` (required).
+    - ``"digits"``: scikit-learn's 1,797 8x8 digits as uint8 ``(8, 8, 1)`` images (0..16 scaled to
+      0..255), 1,437 / 360 stratified with seed ``MNIST10K_SPLIT_SEED``.
+    - ``"npz"``, ``"array_record"``, ``"tfds:<name>"``: files in ``data_dir`` (see the module doc);
+      ``tfds:`` text sets take ``max_len`` and ``vocab_size`` options.
+    - ``"synthetic"`` (alpha = beta = 1), ``"synthetic:A,B"``, ``"synthetic_iid"``: options
+      ``num_clients`` (required) and those of :func:`jaxfl.data.synthetic.load_synthetic`.
 
     Example:
         >>> ds = load_dataset("mnist10k")
         >>> ds.num_classes, ds.train_y.dtype
         (10, dtype('int32'))
+        >>> int(load_dataset("synthetic:0.5,0.5", num_clients=3).train_groups.max())
+        2
     """
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; expected one of {DATASETS}")
+    if not isinstance(name, str) or not (name in DATASETS or name.startswith(DATASET_PREFIXES)):
+        raise ValueError(f"unknown dataset {name!r}; expected one of {DATASETS} or a name starting with "
+                         f"{' / '.join(DATASET_PREFIXES)} (e.g. 'tfds:cifar10', 'synthetic:0.5,0.5')")
+    if name.startswith("synthetic"):
+        from jaxfl.data.synthetic import load_synthetic, parse_synthetic_name
+
+        return load_synthetic(**parse_synthetic_name(name), **options)
+    if name.startswith("tfds:") or name == "array_record":
+        from jaxfl.data.tfds_source import load_array_record, load_tfds
+
+        if name == "array_record":
+            if data_dir is None:
+                raise ValueError("dataset 'array_record' needs data_dir: the TFDS dataset version folder "
+                                 "(holding dataset_info.json and *.array_record-* files)")
+            return load_array_record(_absolute(data_dir), **options)
+        return load_tfds(name[len("tfds:"):], None if data_dir is None else _absolute(data_dir), **options)
+    if options:
+        raise ValueError(f"dataset {name!r} takes no options, got {sorted(options)}")
     if name == "mnist10k":
         return _load_cached(name, None)
+    if name == "digits":
+        return _load_digits()
+    if name == "npz":
+        if data_dir is None:
+            raise ValueError("dataset 'npz' needs data_dir: a .npz file (or a folder holding exactly one) with "
+                             "arrays x_train, y_train, x_test, y_test [, client_train, num_classes]")
+        return _load_npz(_absolute(data_dir))
     if name == "mnist" and data_dir is None:
         raise ValueError(
             "dataset 'mnist' needs data_dir: a folder holding train-images-idx3-ubyte[.gz], "
@@ -98,8 +238,60 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None) -> Datase
             "(or use 'mnist10k', which ships inside the package)"
         )
     folder = FASHION_MNIST_DIR if data_dir is None else data_dir
+    return _load_cached(name, _absolute(folder))
+
+
+def _absolute(path) -> str:
     # Resolve before caching so "./x" and "/abs/x" share one entry.
-    return _load_cached(name, os.path.abspath(os.path.expanduser(os.fspath(folder))))
+    return os.path.abspath(os.path.expanduser(os.fspath(path)))
+
+
+@functools.lru_cache(maxsize=None)
+def _load_npz(path: str) -> Dataset:
+    if os.path.isdir(path):
+        found = sorted(f for f in os.listdir(path) if f.endswith(".npz"))
+        if len(found) != 1:
+            raise FileNotFoundError(f"dataset 'npz': {path} holds {len(found)} .npz files ({found[:5]}); "
+                                    "pass the file itself as data_dir")
+        path = os.path.join(path, found[0])
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"dataset 'npz': no file at {path}")
+    with np.load(path, allow_pickle=False) as archive:
+        missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in archive.files]
+        if missing:
+            raise ValueError(f"{path}: missing arrays {missing}; found {archive.files}")
+        arrays = {k: archive[k] for k in archive.files}
+    num_classes = int(arrays["num_classes"]) if "num_classes" in arrays else None
+    return dataset_from_arrays(os.path.basename(path), arrays["x_train"], arrays["y_train"], arrays["x_test"],
+                               arrays["y_test"], num_classes=num_classes, groups=arrays.get("client_train"),
+                               source=path)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_digits() -> Dataset:
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as error:
+        raise ImportError("dataset 'digits' needs scikit-learn: pip install jaxfl[sklearn]") from error
+    bunch = load_digits()
+    # 0..16 intensities to the uint8 pixel range, so every image dataset shares one preprocessing.
+    x = np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
+    y = bunch.target.astype(np.int32)
+    is_test = _stratified_mask(y, DIGITS_NUM_TEST, MNIST10K_SPLIT_SEED)
+    return dataset_from_arrays("digits", x[~is_test], y[~is_test], x[is_test], y[is_test], num_classes=10,
+                               source="sklearn.datasets.load_digits")
+
+
+def _stratified_mask(y: np.ndarray, num_test: int, seed: int) -> np.ndarray:
+    """Boolean held-out mask with ``num_test`` entries, proportional per class, drawn with ``seed``."""
+    rng = np.random.default_rng(seed)
+    num_classes = int(y.max()) + 1
+    test_counts = _stratified_test_counts(np.bincount(y, minlength=num_classes), num_test)
+    is_test = np.zeros(len(y), dtype=bool)
+    for c in range(num_classes):
+        members = np.flatnonzero(y == c)
+        is_test[rng.choice(members, size=test_counts[c], replace=False)] = True
+    return is_test
 
 
 @functools.lru_cache(maxsize=None)
@@ -195,11 +387,6 @@ def _load_mnist10k() -> Dataset:
     images = _verified_embedded_idx(_MNIST10K_IMAGES, sums)
     labels = _verified_embedded_idx(_MNIST10K_LABELS, sums)
     x, y = _as_images_labels(images, labels, _MNIST10K_IMAGES, _MNIST10K_LABELS)
-    rng = np.random.default_rng(MNIST10K_SPLIT_SEED)
-    test_counts = _stratified_test_counts(np.bincount(y, minlength=10), MNIST10K_NUM_TEST)
-    is_test = np.zeros(len(y), dtype=bool)
-    for c in range(10):
-        members = np.flatnonzero(y == c)
-        is_test[rng.choice(members, size=test_counts[c], replace=False)] = True
+    is_test = _stratified_mask(y, MNIST10K_NUM_TEST, MNIST10K_SPLIT_SEED)
     # Boolean masks keep the file order within each side, so the split is easy to audit.
     return Dataset("mnist10k", x[~is_test], y[~is_test], x[is_test], y[is_test], num_classes=10)

@@ -1,5 +1,10 @@
 """Federated storage: every client's samples stored once, flat, grouped by client.
 
+Memory is the selected samples' bytes plus 16 bytes per client (``nbytes``): a 10^4-client
+Dirichlet split of Fashion-MNIST holds 47.44 MB for 47.28 MB of images and labels (+0.3%), and
+10^5 synthetic clients cost 1.6 MB of offsets/counts on top of their samples
+(``tests/test_storage.py``).
+
 A Dirichlet split can give one client 5 samples and another 5,000; padding every client to the
 largest would multiply memory by up to ``C * max_count / N``. Instead the samples of client 0,
 then client 1, ... sit in one ``(N, H, W, C)`` array, and ``offsets``/``counts`` say where each
@@ -116,6 +121,16 @@ class FederatedData:
         """
         return int(self.counts.max())
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: samples, labels, offsets and counts (no per-client padding).
+
+        Example:
+            >>> fd.nbytes - fd.x.nbytes - fd.y.nbytes == 16 * fd.num_clients  # doctest: +SKIP
+            True
+        """
+        return int(self.x.nbytes + self.y.nbytes + self.offsets.nbytes + self.counts.nbytes)
+
     def client(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Views ``(x_i, y_i)`` of client ``i``'s block (no copy).
 
@@ -165,7 +180,8 @@ def build_federation(
 ) -> FederatedData:
     """Partition ``dataset``'s training set over clients and store it flat.
 
-    The partition draws from ``SeedSequence([seed, PARTITION_STREAM])`` only.
+    The partition draws from ``SeedSequence([seed, PARTITION_STREAM])`` only. ``"natural"`` reads
+    the dataset's per-sample client ids (``dataset.train_groups``).
 
     Example:
         >>> from jaxfl.data import load_dataset
@@ -174,5 +190,12 @@ def build_federation(
         (10, 8000)
     """
     rng = np.random.default_rng(np.random.SeedSequence([seed, PARTITION_STREAM]))
+    if partition == "natural":
+        partition_kwargs = {"groups": dataset.train_groups, **partition_kwargs}
     parts = make_partition(partition, dataset.train_y, num_clients, rng, **partition_kwargs)
+    empty = [i for i, part in enumerate(parts) if len(part) == 0]
+    if empty:
+        raise ValueError(f"partition {partition!r} with seed {seed} left {len(empty)} of {num_clients} clients without "
+                         f"samples (first: client {empty[0]}); every client needs >= 1 sample: use fewer clients, "
+                         "another seed or another partition")
     return FederatedData.from_partition(dataset.train_x, dataset.train_y, parts, dataset.num_classes)

@@ -1,9 +1,23 @@
 """Partitions of a labelled dataset over clients: pure functions of labels -> index arrays.
 
 Every partitioner takes labels ``(N,)``, a client count ``C`` and a ``np.random.Generator`` and
-returns ``C`` sorted int64 index arrays that together hold every index in ``range(N)`` exactly once.
-The generator is an argument (never a global seed) so the caller decides which random stream
-partitioning uses; see ``federated.PARTITION_STREAM``.
+returns ``C`` sorted int64 index arrays. All but ``natural`` (which may sample a subset of the
+writers) hold every index in ``range(N)`` exactly once. The generator is an argument (never a
+global seed) so the caller decides which random stream partitioning uses; see
+``federated.PARTITION_STREAM``. Where a seed paper's code uses numpy's legacy global RNG, the same
+calls are made, in the same order, on the generator, so a test can replay them.
+
+Registered names (``PARTITIONS``), with their source:
+
+- ``iid``: shuffled; equal sizes, or log-normal / power-law sizes (LEAF/FedProx-style sizes);
+- ``dirichlet``: per class, proportions over clients ~ Dir(alpha) (NIID-Bench; FedASMU);
+- ``dirichlet_client``: per client, class mix ~ Dir(alpha), sizes as ``iid``; scales to C ~ N
+  (Hsu et al. 2019);
+- ``class``: each client holds 3-10 classes with |N(10, 3^2)| shares (FedCompass Alg. 4);
+- ``dual_dirichlet``: client sizes ~ Dir(alpha1), class mixes ~ Dir(alpha2) (FedCompass Alg. 5);
+- ``label_shards``: label-sorted shards, 2 per client (McMahan et al., FedAvg);
+- ``gamma_mix``: a fraction gamma IID, the rest label-sorted slices (CC-FedAvg);
+- ``natural``: one client per writer / device id (LEAF-style; the synthetic federation).
 """
 
 from __future__ import annotations
@@ -13,11 +27,39 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["partition_iid", "partition_dirichlet", "PARTITIONS", "make_partition", "DIRICHLET_MAX_TRIES"]
+__all__ = [
+    "CLASS_PARTITION_TABLE",
+    "DIRICHLET_MAX_TRIES",
+    "IID_SIZES",
+    "PARTITIONS",
+    "client_sizes",
+    "make_partition",
+    "partition_class",
+    "partition_dirichlet",
+    "partition_dirichlet_client",
+    "partition_dual_dirichlet",
+    "partition_gamma_mix",
+    "partition_iid",
+    "partition_label_shards",
+    "partition_natural",
+]
 
 # A Dirichlet draw that leaves a client below min_samples is redrawn whole; after this many
 # draws the request is almost certainly infeasible (alpha tiny, C close to N), so we stop.
 DIRICHLET_MAX_TRIES = 1000
+
+# FedCompass Alg. 4 (spec fedcompass.md §5.2): (n_min, n_max) classes per client by client count m;
+# any other m uses DEFAULT. Written for 10 classes.
+CLASS_PARTITION_TABLE: dict[int, tuple[int, int]] = {1: (10, 10), 2: (7, 8), 3: (6, 8), 4: (5, 7), 5: (5, 6),
+                                                     6: (4, 6), 7: (4, 5)}
+_CLASS_PARTITION_DEFAULT = (3, 5)
+# Redraws of the class assignment until every class has a holder (the authors loop forever).
+CLASS_PARTITION_MAX_TRIES = 10_000
+
+IID_SIZES = ("equal", "lognormal", "powerlaw")
+
+
+# --------------------------------------------------------------------------- helpers
 
 
 def _check_common(labels: np.ndarray, num_clients: int) -> np.ndarray:
@@ -33,12 +75,74 @@ def _check_common(labels: np.ndarray, num_clients: int) -> np.ndarray:
     return labels
 
 
+def _check_positive(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}={value} must be a positive finite number")
+    return float(value)
+
+
 def _sorted_int64(parts) -> list[np.ndarray]:
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
 
-def partition_iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Shuffle all indices and cut them into ``num_clients`` parts whose sizes differ by at most 1.
+def _largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
+    """Integers proportional to ``weights`` that sum exactly to ``total`` (ties to the lower index)."""
+    exact = np.asarray(weights, dtype=np.float64) * total / float(np.sum(weights))
+    counts = np.floor(exact).astype(np.int64)
+    short = total - int(counts.sum())
+    order = np.lexsort((np.arange(len(exact)), -(exact - counts)))
+    counts[order[:short]] += 1
+    return counts
+
+
+def _class_members(labels: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Sorted distinct labels and, for each, its sample indices in dataset order."""
+    classes = np.unique(labels)
+    order = np.argsort(labels, kind="stable")
+    bounds = np.searchsorted(labels[order], classes, side="right")
+    return classes, np.split(order, bounds[:-1])
+
+
+# --------------------------------------------------------------------------- IID
+
+
+def client_sizes(num_samples: int, num_clients: int, kind: str, rng: np.random.Generator, skew: float = 1.0,
+                 min_samples: int = 1) -> np.ndarray:
+    """``(C,)`` int64 client sizes summing to ``num_samples``, each >= ``min_samples``.
+
+    ``"equal"``: sizes differ by at most 1 (no randomness). ``"lognormal"``: proportional to
+    ``exp(N(0, skew^2))`` (LEAF/FedProx-style log-normal sizes). ``"powerlaw"``: proportional to a
+    Pareto draw with tail index ``skew`` (``P(s > x) ~ x^-skew``; smaller is more skewed). The
+    proportional part is rounded by largest remainder so the total is exact.
+
+    Example:
+        >>> import numpy as np
+        >>> client_sizes(10, 3, "equal", np.random.default_rng(0)).tolist()
+        [4, 3, 3]
+        >>> int(client_sizes(1000, 7, "lognormal", np.random.default_rng(0)).sum())
+        1000
+    """
+    if kind not in IID_SIZES:
+        raise ValueError(f"sizes={kind!r} is not allowed; expected one of {IID_SIZES}")
+    if min_samples * num_clients > num_samples:
+        raise ValueError(f"{num_clients} clients x min_samples={min_samples} exceeds the {num_samples} samples")
+    if kind == "equal":
+        return np.array([len(a) for a in np.array_split(np.arange(num_samples), num_clients)], dtype=np.int64)
+    skew = _check_positive("skew", skew)
+    weights = rng.lognormal(0.0, skew, num_clients) if kind == "lognormal" else rng.pareto(skew, num_clients) + 1.0
+    spare = num_samples - min_samples * num_clients
+    return min_samples + _largest_remainder(weights, spare)
+
+
+def partition_iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator, sizes: str = "equal",
+                  skew: float = 1.0) -> list[np.ndarray]:
+    """Shuffle all indices and cut them into ``num_clients`` parts of the given sizes.
+
+    ``sizes="equal"`` (default): sizes differ by at most 1. ``"lognormal"`` / ``"powerlaw"``:
+    unequal sizes from :func:`client_sizes` (every client keeps >= 1 sample), with ``skew`` the
+    log-normal sigma or the power-law tail index.
 
     Example:
         >>> import numpy as np
@@ -47,7 +151,13 @@ def partition_iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator
         [4, 3, 3]
     """
     labels = _check_common(labels, num_clients)
-    return _sorted_int64(np.array_split(rng.permutation(len(labels)), num_clients))
+    if sizes == "equal":
+        return _sorted_int64(np.array_split(rng.permutation(len(labels)), num_clients))
+    counts = client_sizes(len(labels), num_clients, sizes, rng, skew)
+    return _sorted_int64(np.split(rng.permutation(len(labels)), np.cumsum(counts)[:-1]))
+
+
+# --------------------------------------------------------------------------- Dirichlet
 
 
 def partition_dirichlet(
@@ -64,7 +174,8 @@ def partition_dirichlet(
     indices and cut them at ``floor(cumsum(p) * n_class)`` (the last client takes the
     remainder). If any client ends with fewer than ``min_samples`` samples the whole draw is
     repeated, up to ``DIRICHLET_MAX_TRIES`` times, then ``ValueError``. Small alpha gives each
-    client few classes; large alpha approaches IID.
+    client few classes; large alpha approaches IID. With ``C`` near ``N / 10`` some client is
+    almost surely empty; use ``dirichlet_client`` there.
 
     Which reading this is: FedASMU cites NIID-Bench (Li et al. 2021), whose ``noniid-labeldir``
     split is this per-class scheme (the paper gives no alpha). NIID-Bench's code also stops
@@ -81,10 +192,7 @@ def partition_dirichlet(
         1000
     """
     labels = _check_common(labels, num_clients)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
-        raise ValueError(f"alpha must be a positive finite number, got {alpha!r}")
-    if not (math.isfinite(alpha) and alpha > 0):
-        raise ValueError(f"alpha={alpha} must be a positive finite number")
+    alpha = _check_positive("alpha", alpha)
     if isinstance(min_samples, bool) or not isinstance(min_samples, (int, np.integer)) or min_samples < 0:
         raise ValueError(f"min_samples={min_samples!r} must be a non-negative int")
     n = len(labels)
@@ -118,13 +226,297 @@ def partition_dirichlet(
                 return _sorted_int64(np.concatenate(chunks) for chunks in parts)
     raise ValueError(
         f"partition_dirichlet: no draw gave every one of {num_clients} clients >= {min_samples} samples "
-        f"in {DIRICHLET_MAX_TRIES} tries (alpha={alpha}, {n} samples); raise alpha or lower num_clients/min_samples"
+        f"in {DIRICHLET_MAX_TRIES} tries (alpha={alpha}, {n} samples); raise alpha or lower num_clients/min_samples, "
+        "or use 'dirichlet_client' (every client gets N / C samples)"
     )
+
+
+def partition_dirichlet_client(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator,
+                               sizes: str = "equal", skew: float = 1.0) -> list[np.ndarray]:
+    """Label skew drawn per client (Hsu et al. 2019): client ``i``'s class mix is ``q_i ~ Dir(alpha K p)``.
+
+    ``p`` is the dataset's class frequencies and ``K`` the number of classes, so for balanced
+    classes ``q_i ~ Dir(alpha * 1_K)``: the same per-component ``alpha`` as ``dirichlet``. Client
+    sizes come first, from :func:`client_sizes` (``sizes="equal"``: differing by at most 1;
+    ``"lognormal"`` / ``"powerlaw"`` with ``skew``), each >= 1, so no client is ever empty and
+    ``C`` can reach ``N``. Clients fill in index order: client ``i`` draws its ``n_i`` labels from
+    ``Multinomial(n_i, q_i)`` restricted to classes with samples left (renormalised; if ``q_i``
+    puts no mass on any class left, in proportion to what is left), repeating until it has
+    ``n_i``. Late clients therefore lean towards the classes earlier clients left over, as in
+    every sequential implementation. Samples within a class are shuffled.
+
+    Example:
+        >>> import numpy as np
+        >>> parts = partition_dirichlet_client(np.repeat(np.arange(10), 100), 50, 0.5, np.random.default_rng(0))
+        >>> sorted({len(p) for p in parts}), sum(len(p) for p in parts)
+        ([20], 1000)
+    """
+    labels = _check_common(labels, num_clients)
+    alpha = _check_positive("alpha", alpha)
+    classes, members = _class_members(labels)
+    class_sizes = np.array([len(m) for m in members], dtype=np.int64)
+    wanted = client_sizes(len(labels), num_clients, sizes, rng, skew)
+    concentration = alpha * len(classes) * class_sizes / class_sizes.sum()
+    mixes = rng.dirichlet(concentration, size=num_clients)  # (C, K)
+    remaining = class_sizes.copy()
+    counts = np.zeros((num_clients, len(classes)), dtype=np.int64)
+    for i in range(num_clients):
+        need = int(wanted[i])
+        while need > 0:
+            weights = mixes[i] * (remaining > 0)
+            if not weights.sum() > 0:
+                weights = remaining.astype(np.float64)
+            take = np.minimum(rng.multinomial(need, weights / weights.sum()), remaining)
+            counts[i] += take
+            remaining -= take
+            need -= int(take.sum())
+    return _assign_counts(members, counts, rng, shuffle=True)
+
+
+def _assign_counts(members: list[np.ndarray], counts: np.ndarray, rng: np.random.Generator | None,
+                   shuffle: bool) -> list[np.ndarray]:
+    """Hand client ``i`` the next ``counts[i, k]`` samples of class ``k`` (clients in index order)."""
+    num_clients = counts.shape[0]
+    parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+    for k, pool in enumerate(members):
+        if shuffle:
+            pool = rng.permutation(pool)
+        for i, chunk in enumerate(np.split(pool, np.cumsum(counts[:, k])[:-1])):
+            parts[i].append(chunk)
+    return _sorted_int64(np.concatenate(chunks) for chunks in parts)
+
+
+# --------------------------------------------------------------------------- FedCompass (spec §5.2)
+
+
+def _classes_per_client(num_clients: int, num_classes: int, classes_per_client) -> tuple[int, int]:
+    if classes_per_client is not None:
+        n_min, n_max = (int(v) for v in classes_per_client)
+    elif num_classes == 10:
+        n_min, n_max = CLASS_PARTITION_TABLE.get(num_clients, _CLASS_PARTITION_DEFAULT)
+    else:
+        # The table is written for 10 classes; for K classes scale it by K/10 (our extension).
+        low, high = CLASS_PARTITION_TABLE.get(num_clients, _CLASS_PARTITION_DEFAULT)
+        n_min = min(num_classes, max(1, round(low * num_classes / 10)))
+        n_max = min(num_classes, max(n_min, round(high * num_classes / 10)))
+    if not 1 <= n_min <= n_max <= num_classes:
+        raise ValueError(f"classes_per_client=({n_min}, {n_max}) must satisfy 1 <= n_min <= n_max <= "
+                         f"{num_classes} (the number of classes)")
+    if num_clients * n_max < num_classes:
+        raise ValueError(f"class partition is impossible for m={num_clients} clients: at most {n_max} classes "
+                         f"each cannot cover all {num_classes} classes; use m >= {math.ceil(num_classes / n_max)}")
+    return n_min, n_max
+
+
+def partition_class(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+                    classes_per_client: tuple[int, int] | None = None) -> list[np.ndarray]:
+    """FedCompass class partition (Algorithm 4, spec fedcompass.md §5.2), as the authors' code does it.
+
+    1. Repeat until every class has a holder: for each client ``i`` in order, draw
+       ``n_i = rng.integers(n_min, n_max + 1)`` (inclusive) and take the first ``n_i`` entries of
+       ``rng.permutation(K)``. ``(n_min, n_max)`` comes from ``CLASS_PARTITION_TABLE`` by ``m``
+       (3..5 for other ``m``), or from ``classes_per_client``.
+    2. For each class in label order, with ``h`` holders: ``lengths = |rng.normal(10, 3, h)|``,
+       scaled to sum to the class size; endpoints ``cumsum`` truncated to int32, the last set to
+       the class size.
+    3. Clients in index order, each over its classes in drawn order, take the next block of that
+       class's samples **in dataset order** (the authors do not shuffle within a class).
+
+    Example:
+        >>> import numpy as np
+        >>> parts = partition_class(np.repeat(np.arange(10), 50), 5, np.random.default_rng(0))
+        >>> sum(len(p) for p in parts), all(len(np.unique(np.repeat(np.arange(10), 50)[p])) >= 5 for p in parts)
+        (500, True)
+    """
+    labels = _check_common(labels, num_clients)
+    classes, members = _class_members(labels)
+    num_classes = len(classes)
+    n_min, n_max = _classes_per_client(num_clients, num_classes, classes_per_client)
+    for _ in range(CLASS_PARTITION_MAX_TRIES):
+        client_classes = []
+        holders = np.zeros(num_classes, dtype=np.int64)
+        for _client in range(num_clients):
+            count = rng.integers(n_min, n_max + 1)
+            chosen = rng.permutation(num_classes)[:count]
+            client_classes.append(chosen)
+            holders[chosen] += 1
+        if holders.min() > 0:
+            break
+    else:
+        raise ValueError(f"class partition: no draw in {CLASS_PARTITION_MAX_TRIES} covered all {num_classes} "
+                         f"classes with m={num_clients} clients holding {n_min}..{n_max} classes each")
+    endpoints = []
+    for k in range(num_classes):
+        total = len(members[k])
+        lengths = np.abs(rng.normal(10, 3, size=holders[k]))
+        lengths = lengths / np.sum(lengths) * total
+        ends = np.cumsum(lengths).astype(np.int32)
+        ends[-1] = total
+        endpoints.append(ends)
+    pointer = np.zeros(num_classes, dtype=np.int64)
+    parts = []
+    for chosen in client_classes:
+        chunks = []
+        for k in chosen:
+            start = 0 if pointer[k] == 0 else endpoints[k][pointer[k] - 1]
+            chunks.append(members[k][start:endpoints[k][pointer[k]]])
+            pointer[k] += 1
+        parts.append(np.concatenate(chunks))
+    return _sorted_int64(parts)
+
+
+def partition_dual_dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+                             alpha1: float | None = None, alpha2: float = 0.5) -> list[np.ndarray]:
+    """FedCompass dual-Dirichlet partition (Algorithm 5, spec §5.2): alpha1 = m, alpha2 = 0.5 (paper).
+
+    1. Shuffle each class's indices (``rng.shuffle``, classes in label order).
+    2. ``w ~ Dir(alpha1 * 1/m)`` (client weights, ``(m,)``); ``Q ~ Dir(alpha2 * p)`` one row per
+       client (``(m, K)``, ``p`` the class frequencies).
+    3. ``count(i, k) = |class k| * (w_i Q_ik / <w, Q[:, k]>)``, truncated to int for the first
+       ``m - 1`` clients; the last client takes the remainder, so each class adds up.
+    4. Client ``i`` takes the next ``count(i, k)`` shuffled samples of each class ``k``.
+
+    ``alpha1=None`` means ``m`` (the paper; the authors' code defaults to 8).
+
+    Example:
+        >>> import numpy as np
+        >>> parts = partition_dual_dirichlet(np.repeat(np.arange(10), 100), 5, np.random.default_rng(0))
+        >>> sum(len(p) for p in parts)
+        1000
+    """
+    labels = _check_common(labels, num_clients)
+    alpha1 = _check_positive("alpha1", num_clients if alpha1 is None else alpha1)
+    alpha2 = _check_positive("alpha2", alpha2)
+    classes, members = _class_members(labels)
+    members = [m.copy() for m in members]
+    for pool in members:
+        rng.shuffle(pool)
+    class_sizes = np.array([len(m) for m in members], dtype=np.int64)
+    p1 = np.full(num_clients, 1.0 / num_clients)
+    p2 = class_sizes / class_sizes.sum()
+    weights = rng.dirichlet(alpha1 * p1)
+    mixes = rng.dirichlet(alpha2 * p2, num_clients)  # (m, K)
+    # The same float operations as the authors' loop, so the int truncations agree bit for bit.
+    denominators = np.array([np.dot(weights, mixes[:, k]) for k in range(len(classes))])
+    if not (np.all(np.isfinite(denominators)) and np.all(denominators > 0)):
+        raise ValueError(f"dual_dirichlet: alpha2={alpha2} gave a class no weight on any client; "
+                         "raise alpha2 or change the seed")
+    exact = class_sizes * (weights[:, None] * mixes / denominators)  # (m, K)
+    counts = exact.astype(np.int64)
+    counts[-1] = class_sizes - counts[:-1].sum(axis=0)
+    return _assign_counts(members, counts, None, shuffle=False)
+
+
+# --------------------------------------------------------------------------- label-sorted
+
+
+def partition_label_shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+                           shards_per_client: int = 2) -> list[np.ndarray]:
+    """McMahan et al.'s pathological split: sort by label, cut ``C * s`` shards, give each client ``s``.
+
+    Indices are sorted by label (stable, so dataset order within a class), cut into ``C * s``
+    contiguous shards whose sizes differ by at most 1 (the FedAvg paper's 200 x 300 for MNIST;
+    every sample is used even when ``N`` is not divisible), and ``rng.permutation(C * s)`` reshaped
+    to ``(C, s)`` says which shards each client gets. A client may get two shards of one class.
+    CC-FedAvg's cross-device FMNIST split (Table II) is this with ``C = 100, s = 2``.
+
+    Example:
+        >>> import numpy as np
+        >>> parts = partition_label_shards(np.repeat(np.arange(10), 60), 10, np.random.default_rng(0))
+        >>> [len(p) for p in parts][:3]
+        [60, 60, 60]
+    """
+    labels = _check_common(labels, num_clients)
+    if isinstance(shards_per_client, bool) or not isinstance(shards_per_client, (int, np.integer)) \
+            or shards_per_client < 1:
+        raise ValueError(f"shards_per_client={shards_per_client!r} must be an int >= 1")
+    num_shards = num_clients * int(shards_per_client)
+    if num_shards > len(labels):
+        raise ValueError(f"{num_clients} clients x shards_per_client={shards_per_client} = {num_shards} shards "
+                         f"exceeds the {len(labels)} samples")
+    shards = np.array_split(np.argsort(labels, kind="stable"), num_shards)
+    assignment = rng.permutation(num_shards).reshape(num_clients, int(shards_per_client))
+    return _sorted_int64(np.concatenate([shards[j] for j in row]) for row in assignment)
+
+
+def partition_gamma_mix(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+                        gamma: float = 0.1) -> list[np.ndarray]:
+    """CC-FedAvg's cross-silo split (after FedCos): a fraction ``gamma`` IID, the rest label-sorted.
+
+    Sort by label (stable). From each class take its first ``floor(gamma * n_class)`` samples into
+    an IID pool and shuffle it (``rng.shuffle``); the rest stays label-sorted. Client ``i`` gets
+    the ``i``-th contiguous slice of the sorted rest plus the ``i``-th slice of the IID pool.
+    ``gamma = 0`` is "totally non-IID", ``1`` is IID, "90% non-IID" is ``gamma = 0.1``.
+
+    Departures from the authors' ``cifar_noniid`` (spec ccfedavg.md §5), equal to it on balanced
+    data with ``C`` dividing the pools: the per-class IID share is ``floor(gamma n_class)`` rather
+    than ``int(gamma N) // K`` (their class boundaries assume equal classes), and slices differ by
+    at most one sample instead of dropping the remainder.
+
+    Example:
+        >>> import numpy as np
+        >>> parts = partition_gamma_mix(np.repeat(np.arange(4), 10), 4, np.random.default_rng(0), gamma=0.0)
+        >>> [np.unique(np.repeat(np.arange(4), 10)[p]).tolist() for p in parts]
+        [[0], [1], [2], [3]]
+    """
+    labels = _check_common(labels, num_clients)
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) \
+            or not 0 <= gamma <= 1:
+        raise ValueError(f"gamma={gamma!r} must be a fraction in [0, 1]")
+    _, members = _class_members(labels)
+    shares = [int(math.floor(gamma * len(m))) for m in members]
+    iid_pool = np.concatenate([m[:k] for m, k in zip(members, shares)])
+    sorted_pool = np.concatenate([m[k:] for m, k in zip(members, shares)])
+    rng.shuffle(iid_pool)
+    sorted_parts = np.array_split(sorted_pool, num_clients)
+    iid_parts = np.array_split(iid_pool, num_clients)
+    return _sorted_int64(np.concatenate([a, b]) for a, b in zip(sorted_parts, iid_parts))
+
+
+# --------------------------------------------------------------------------- natural
+
+
+def partition_natural(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+                      groups: np.ndarray | None = None) -> list[np.ndarray]:
+    """One client per natural group (writer, device, hospital): ``groups`` is a per-sample id column.
+
+    With ``C`` equal to the number of distinct ids, client ``i`` is the ``i``-th id in sorted
+    order and no randomness is used. With fewer clients, ``C`` ids are drawn without replacement
+    (as LEAF samples writers); their samples only, so the counts add up to those writers' samples.
+
+    Example:
+        >>> import numpy as np
+        >>> groups = np.array([7, 3, 7, 3, 3])
+        >>> parts = partition_natural(np.zeros(5, np.int32), 2, np.random.default_rng(0), groups=groups)
+        >>> [p.tolist() for p in parts]
+        [[1, 3, 4], [0, 2]]
+    """
+    labels = _check_common(labels, num_clients)
+    if groups is None:
+        raise ValueError("partition 'natural' needs a per-sample client id column (groups); this dataset has "
+                         "none (natural ids come with 'synthetic', or an npz file's 'client_train' array)")
+    groups = np.asarray(groups)
+    if groups.shape != labels.shape:
+        raise ValueError(f"groups has shape {groups.shape} but labels have {labels.shape}")
+    ids, inverse = np.unique(groups, return_inverse=True)
+    if num_clients > len(ids):
+        raise ValueError(f"num_clients={num_clients} but the natural split has only {len(ids)} clients; "
+                         f"use at most {len(ids)}")
+    order = np.argsort(inverse, kind="stable")
+    blocks = np.split(order, np.cumsum(np.bincount(inverse, minlength=len(ids)))[:-1])
+    chosen = range(len(ids)) if num_clients == len(ids) else np.sort(rng.choice(len(ids), num_clients, replace=False))
+    return [blocks[g].astype(np.int64) for g in chosen]  # stable argsort: already sorted
 
 
 PARTITIONS: dict[str, Callable[..., list[np.ndarray]]] = {
     "iid": partition_iid,
     "dirichlet": partition_dirichlet,
+    "dirichlet_client": partition_dirichlet_client,
+    "class": partition_class,
+    "dual_dirichlet": partition_dual_dirichlet,
+    "label_shards": partition_label_shards,
+    "gamma_mix": partition_gamma_mix,
+    "natural": partition_natural,
 }
 
 

@@ -1,5 +1,17 @@
-"""Flax models. Example: ``make_model("cnn", 10)``."""
+"""Flax models of the seed papers, a registry by name, and one adapter for user linen/nnx models.
 
-from jaxfl.models.cnn import MLP, MODELS, MnistCNN, count_params, make_model
+Example: ``make_model("cnn", 10)``; ``register_model("mynet", MyNet)``; ``ModelAdapter.from_nnx(factory)``.
+"""
 
-__all__ = ["MLP", "MODELS", "MnistCNN", "count_params", "make_model"]
+from jaxfl.models.adapter import ModelAdapter, as_adapter
+from jaxfl.models.cnn import MLP, CCFedAvgCNN, CCFedAvgMLP, FedASMUCNN, LeNet5, LogReg, MnistCNN
+from jaxfl.models.resnet import BasicBlock, ResNet18, ResNet18GN
+from jaxfl.models.text import LSTMClassifier, TextCNN
+from jaxfl.models.zoo import (MODEL_INPUTS, MODELS, TEXT_MODELS, InputSpec, check_model_input, count_params,
+                              make_model, models_for, register_model)
+
+__all__ = [
+    "MLP", "MODELS", "MODEL_INPUTS", "TEXT_MODELS", "BasicBlock", "CCFedAvgCNN", "CCFedAvgMLP", "FedASMUCNN",
+    "InputSpec", "LSTMClassifier", "LeNet5", "LogReg", "MnistCNN", "ModelAdapter", "ResNet18", "ResNet18GN",
+    "TextCNN", "as_adapter", "check_model_input", "count_params", "make_model", "models_for", "register_model",
+]

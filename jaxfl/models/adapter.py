@@ -1,0 +1,208 @@
+"""One functional interface for user models, from Flax linen or Flax nnx.
+
+A :class:`ModelAdapter` is two pure functions:
+
+- ``init(key, sample) -> (params, state)``: ``params`` the trainable pytree, ``state`` the
+  non-trainable collections as a plain dict (BatchNorm running statistics; ``{}`` for a
+  stateless model);
+- ``apply(params, state, x, train, key) -> (logits, new_state)``: ``train`` (static Python bool)
+  switches dropout and batch statistics on; only then is ``state`` updated. ``key`` feeds
+  dropout (and any other RNG stream) and may be ``None`` when ``train`` is False.
+
+Both are jit/vmap/grad-friendly: the kernel can stack ``params`` and ``state`` on a client axis.
+Aggregating ``state`` is the caller's business (FedCompass: plain mean of running statistics,
+spec fedcompass.md §2.6); ``has_state`` tells whether there is any.
+
+>>> import flax.linen as nn, jax, jax.numpy as jnp
+>>> adapter = ModelAdapter.from_linen(nn.Dense(3))
+>>> params, state = adapter.init(jax.random.key(0), jnp.zeros((1, 4)))
+>>> logits, state = adapter.apply(params, state, jnp.ones((2, 4)), train=True, key=jax.random.key(1))
+>>> logits.shape, state
+((2, 3), {})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, Callable
+
+import jax
+
+__all__ = ["ModelAdapter", "as_adapter"]
+
+PyTree = Any
+
+
+def _train_keyword(module) -> tuple[str | None, bool]:
+    """The keyword a linen ``__call__`` takes for the mode, and whether it is inverted (deterministic)."""
+    try:
+        parameters = inspect.signature(type(module).__call__).parameters
+    except (TypeError, ValueError):
+        return None, False
+    for name, inverted in (("train", False), ("training", False), ("is_training", False),
+                           ("deterministic", True)):
+        if name in parameters:
+            return name, inverted
+    return None, False
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelAdapter:
+    """``init(key, sample) -> (params, state)``; ``apply(params, state, x, train, key) -> (logits, state)``.
+
+    Build one with :meth:`from_linen` or :meth:`from_nnx` (or :func:`as_adapter`, which picks).
+
+    Example:
+        >>> import flax.linen as nn, jax, jax.numpy as jnp
+        >>> class Net(nn.Module):
+        ...     @nn.compact
+        ...     def __call__(self, x, train: bool = False):
+        ...         return nn.Dense(2)(nn.BatchNorm(use_running_average=not train)(x))
+        >>> adapter = ModelAdapter.from_linen(Net())
+        >>> params, state = adapter.init(jax.random.key(0), jnp.zeros((1, 3)))
+        >>> sorted(state), adapter.has_state(state)
+        (['batch_stats'], True)
+    """
+
+    init: Callable[[jax.Array, jax.Array], tuple[PyTree, PyTree]]
+    apply: Callable[..., tuple[jax.Array, PyTree]]
+    module: Any = None
+    kind: str = "linen"
+
+    @staticmethod
+    def has_state(state: PyTree) -> bool:
+        """True when ``state`` holds any array (e.g. BatchNorm statistics).
+
+        Example:
+            >>> ModelAdapter.has_state({})
+            False
+        """
+        return len(jax.tree_util.tree_leaves(state)) > 0
+
+    @classmethod
+    def from_linen(cls, module, rng_streams: tuple[str, ...] = ("dropout",)) -> "ModelAdapter":
+        """Wrap a ``flax.linen.Module``.
+
+        Its ``__call__(x, train=...)`` (or ``training``, ``is_training``, or the inverse
+        ``deterministic``) receives the mode; a module without such an argument is called with
+        ``x`` alone. In training, every collection other than ``params`` is mutable and returned as
+        the new state; ``key`` is split over ``rng_streams``.
+
+        Example:
+            >>> import flax.linen as nn, jax, jax.numpy as jnp
+            >>> a = ModelAdapter.from_linen(nn.Dense(2))
+            >>> p, s = a.init(jax.random.key(0), jnp.zeros((1, 3)))
+            >>> a.apply(p, s, jnp.zeros((4, 3)), train=False, key=None)[0].shape
+            (4, 2)
+        """
+        keyword, inverted = _train_keyword(module)
+
+        def mode(train: bool) -> dict:
+            return {} if keyword is None else {keyword: (not train) if inverted else train}
+
+        def init(key, sample):
+            variables = dict(module.init({"params": key}, sample, **mode(False)))
+            params = variables.pop("params", {})
+            return params, variables
+
+        def apply(params, state, x, train: bool = False, key=None):
+            rngs = None
+            if key is not None:
+                rngs = {stream: jax.random.fold_in(key, i) for i, stream in enumerate(rng_streams)}
+            variables = {"params": params, **state}
+            if train and state:
+                logits, updates = module.apply(variables, x, rngs=rngs, mutable=list(state), **mode(True))
+                return logits, {**state, **updates}
+            return module.apply(variables, x, rngs=rngs, **mode(train)), state
+
+        return cls(init, apply, module, "linen")
+
+    @classmethod
+    def from_nnx(cls, module_or_factory) -> "ModelAdapter":
+        """Wrap a ``flax.nnx.Module``, or a factory ``rngs -> Module`` (then ``init`` uses its key).
+
+        The module is split into graphdef / ``nnx.Param`` / RNG state / the rest (e.g.
+        ``nnx.BatchStat``); params and state are returned as plain dicts (``nnx.to_pure_dict``).
+        ``apply`` merges them back with every RNG stream restarted from ``fold_in(key, i)`` (a
+        fixed key when ``key`` is None: pass one when training with dropout), and runs the module
+        in ``train`` or eval mode (``nnx.view(deterministic=..., use_running_average=...)``). A
+        module instance keeps its own weights: ``init`` ignores the key.
+
+        Example:
+            >>> from flax import nnx
+            >>> import jax, jax.numpy as jnp
+            >>> a = ModelAdapter.from_nnx(lambda rngs: nnx.Linear(3, 2, rngs=rngs))
+            >>> p, s = a.init(jax.random.key(0), jnp.zeros((1, 3)))
+            >>> a.apply(p, s, jnp.ones((4, 3)), train=False, key=None)[0].shape
+            (4, 2)
+        """
+        from flax import nnx
+
+        if isinstance(module_or_factory, nnx.Module):
+            instance = module_or_factory
+            build = lambda key: instance  # noqa: E731
+            abstract = nnx.eval_shape(lambda: instance)
+        elif callable(module_or_factory):
+            build = lambda key: module_or_factory(nnx.Rngs(key))  # noqa: E731
+            abstract = nnx.eval_shape(lambda: module_or_factory(nnx.Rngs(0)))
+        else:
+            raise ValueError(f"from_nnx expects an nnx.Module or a factory rngs -> Module, got {module_or_factory!r}")
+        graphdef, param_template, rng_template, state_template = nnx.split(abstract, nnx.Param, nnx.RngState, ...)
+        is_variable = lambda v: isinstance(v, nnx.Variable)  # noqa: E731
+        streams = sorted({v.tag for v in jax.tree_util.tree_leaves(rng_template, is_leaf=is_variable)
+                          if getattr(v, "tag", None) is not None})
+
+        def fill(template, pure):
+            filled = jax.tree_util.tree_map(lambda leaf: leaf, template)
+            nnx.replace_by_pure_dict(filled, pure)
+            return filled
+
+        def fresh_rngs(key):
+            # Every stream restarts from fold_in(key, stream index): the RNG state is a function of
+            # the key alone, so it never has to be carried, stacked or averaged.
+            if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+                key = jax.random.wrap_key_data(key)
+
+            def reset(v):
+                if isinstance(v, nnx.RngKey):
+                    return v.replace(jax.random.fold_in(key, streams.index(v.tag)))
+                if isinstance(v, nnx.RngCount):
+                    return v.replace(jax.numpy.zeros((), jax.numpy.uint32))
+                return v
+
+            return jax.tree_util.tree_map(reset, rng_template, is_leaf=is_variable)
+
+        def init(key, sample):
+            _, params, _, state = nnx.split(build(key), nnx.Param, nnx.RngState, ...)
+            return nnx.to_pure_dict(params), nnx.to_pure_dict(state)
+
+        def apply(params, state, x, train: bool = False, key=None):
+            rngs = fresh_rngs(jax.random.key(0) if key is None else key)
+            model = nnx.merge(graphdef, fill(param_template, params), rngs, fill(state_template, state))
+            model = nnx.view(model, deterministic=not train, use_running_average=not train,
+                             raise_if_not_found=False)
+            logits = model(x)
+            if not train:
+                return logits, state
+            _, _, _, new_state = nnx.split(model, nnx.Param, nnx.RngState, ...)
+            return logits, nnx.to_pure_dict(new_state)
+
+        return cls(init, apply, module_or_factory, "nnx")
+
+
+def as_adapter(model) -> ModelAdapter:
+    """A :class:`ModelAdapter` for a linen module, an nnx module or factory, or an adapter (as is).
+
+    Example:
+        >>> import flax.linen as nn
+        >>> as_adapter(nn.Dense(2)).kind
+        'linen'
+    """
+    import flax.linen as nn
+
+    if isinstance(model, ModelAdapter):
+        return model
+    if isinstance(model, nn.Module):
+        return ModelAdapter.from_linen(model)
+    return ModelAdapter.from_nnx(model)
