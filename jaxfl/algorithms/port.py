@@ -1,0 +1,203 @@
+"""PORT (Su & Li, "How Asynchronous can Federated Learning Be?", 2022): semi-asynchronous buffered FL.
+
+Spec: ``shared/specs/port.md`` §1–§2 (design space, Eq. 1–4, pseudocode), §8 (pitfalls). Three
+knobs span the space between FedAsync and FedAvg: the minimum number of clients per aggregation
+K (1 = fully asynchronous, all = synchronous), the staleness bound Ω (∞ = none) and the weighting.
+Server loop (paper semantics; each PLATO-code difference is a switch, see :class:`PortOptions`)::
+
+    start: P clients (default: all) train Q steps from w_0
+    on ARRIVAL of client k's model w_k:
+        A ← A ∪ {k}
+        if |A| < K: return                                # Step 2: the K fastest push first
+        if some in-flight client j would become too stale: return   # Step 3: wait for (pull) it;
+            # paper: S_j + 1 ≥ Ω (so every aggregated S < Ω); its arrival, and every arrival
+            # before it, joins A
+        for k ∈ A (Step 4, Eq. 1–3; S_k = τ − τ_k):
+            d_k = n_k / Σ_A n_j ;  s_k = α Ω/(S_k + Ω) ;  θ_k = β (cos(u_k, w_τ − w_{τ−1}) + 1)/2
+            p_k = d_k (s_k + θ_k) / Σ_A d_j (s_j + θ_j)
+        w_{τ+1} ← Σ_A p_k w_k ;  τ ← τ + 1 ;  A ← ∅        # Eq. 4, a model average ("mix" mode)
+        replace: uniformly sample clients that are not in flight until P are in flight (Step 5)
+
+The cosine θ_k needs the updates, so the engine computes it on device (``weighting="port"``,
+:mod:`jaxfl.kernels.port`); this policy hands it a_k = d_k s_k, b_k = d_k β and whether cos is forced
+to 1, and puts the cos = 1 weights in the contributions (what a numbers-free backend sees).
+With Ω = ∞ the staleness discount is α for every client. Stale clients are never dropped.
+
+Faults: with ``round_timeout`` a dispatch still out that long after it started is presumed lost
+(the server cannot tell a crash from a straggler): PORT stops waiting for it, and drops it if it
+arrives later ("arrived after round deadline"); while fewer than K clients can still arrive, the
+buffer is aggregated as it is. Without a deadline (default) the loop is exactly the paper's.
+
+Not implemented: the urgent pull of a stale client after its current epoch (push-pull, Step 1).
+The paper's reproducible-mode experiments (Figs. 5–6) run without it and PLATO's stored code gains
+no time from it (spec §8 item 7); waiting for the stale client (Step 3) is implemented.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
+
+REPLACEMENT_STREAM = 21  # SeedSequence([seed, REPLACEMENT_STREAM]) picks the clients that start training
+COSINE_DEFINITIONS = ("own", "current")
+BOUND_RULES = ("strict", "exceeds")
+REPLACE_RULES = ("all", "step2")
+PRESETS = ("paper", "plato")
+
+
+@dataclasses.dataclass(frozen=True)
+class PortOptions:
+    """The places where PLATO's code differs from the paper (spec §8); defaults = the paper."""
+
+    cosine: str = "own"  # u_k = w_k − w_start,k (paper's "weight update") | "current": w_k − w_τ (§8.1)
+    cosine_skip_staleness: int = -1  # cos forced to 1 when S_k ≤ this: never (paper) | 1 (code, §8.2)
+    cosine_skip_rounds: int = 1  # cos forced to 1 in the first aggregations: 1 (no w_{τ−1}) | 2 (code)
+    bound_rule: str = "strict"  # wait while S+1 ≥ Ω, so aggregated S < Ω (paper) | "exceeds": S > Ω (§8.4)
+    replace: str = "all"  # keep P in flight (paper's intent) | "step2": replace only the K Step-2 clients (§8.6)
+
+    def validate(self) -> None:
+        for name, allowed in (("cosine", COSINE_DEFINITIONS), ("bound_rule", BOUND_RULES),
+                              ("replace", REPLACE_RULES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"port_{name}={getattr(self, name)!r} is not allowed: one of {', '.join(allowed)}")
+
+
+PAPER = PortOptions()
+PLATO = PortOptions(cosine="current", cosine_skip_staleness=1, cosine_skip_rounds=2, bound_rule="exceeds",
+                    replace="step2")
+
+
+def staleness_discount(staleness: int, alpha: float, bound: float) -> float:
+    """s_k = α Ω / (S_k + Ω), Eq. (1); α when Ω = ∞.
+
+    >>> staleness_discount(2, alpha=3.0, bound=10.0)
+    2.5
+    """
+    if math.isinf(bound):
+        return float(alpha)
+    return float(alpha * bound / (staleness + bound))
+
+
+class PORT(Policy):
+    """PORT's server; see the module docstring for the loop and :class:`PortOptions` for the switches."""
+
+    name = "port"
+    needs_start_models = True  # Eq. 4 averages models ("mix" mode); the PLATO cosine needs w_start
+
+    def __init__(self, local_steps: int, min_clients: int | None = None, staleness_bound: float = 10.0,
+                 alpha: float = 3.0, beta: float = 1.0, clients_in_flight: int | None = None,
+                 options: PortOptions = PAPER, seed: int = 0, round_timeout: float | None = None):
+        if min_clients is not None and min_clients < 1:
+            raise ValueError(f"port_min_clients={min_clients} is not allowed: an integer >= 1")
+        if not staleness_bound > 0:
+            raise ValueError(f"port_staleness_bound={staleness_bound} is not allowed: a number > 0 (inf for none)")
+        if not (alpha >= 0 and beta >= 0 and alpha + beta > 0 and math.isfinite(alpha + beta)):
+            raise ValueError(f"port_alpha={alpha}, port_beta={beta} are not allowed: finite, >= 0, not both 0")
+        options.validate()
+        if round_timeout is not None and not round_timeout > 0:
+            raise ValueError(f"round_timeout={round_timeout!r} is not allowed: virtual seconds > 0, or None")
+        self.round_timeout = round_timeout
+        self.local_steps = local_steps
+        self.min_clients = min_clients
+        self.staleness_bound = float(staleness_bound)
+        self.alpha, self.beta = float(alpha), float(beta)
+        self.clients_in_flight = clients_in_flight
+        self.options = options
+        self._rng = np.random.default_rng(np.random.SeedSequence([seed, REPLACEMENT_STREAM]))
+        self.in_flight: dict[int, int] = {}  # dispatch id → client, in dispatch order
+        self.buffer: list[int] = []  # A: arrived dispatch ids, in arrival order
+        self.lost: dict[int, int] = {}  # dispatch id → client: out past the deadline, no longer waited for
+        self.waits = 0  # times Step 3 held an aggregation back for a stale client
+        self.aggregated_staleness: list[int] = []
+
+    # ------------------------------------------------------------------ server loop
+    def start(self, sim: Simulation) -> None:
+        self.P = min(self.clients_in_flight or sim.num_clients, sim.num_clients)
+        # K defaults to the paper's 5 of 20 clients in flight (MNIST), i.e. a quarter of P.
+        self.K = self.min_clients or max(1, math.ceil(self.P * 5 / 20))
+        if self.K > self.P:
+            raise ValueError(f"port_min_clients={self.K} is not allowed: at most the clients in flight ({self.P})")
+        self._select(sim, self.P)
+
+    def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
+        if record.id in self.lost:  # presumed lost at its deadline: too late now
+            del self.lost[record.id]
+            sim.drop(record, "arrived after round deadline")
+            if not self.in_flight and not self.buffer:
+                self._select(sim, self.P - len(self.lost))
+            return
+        del self.in_flight[record.id]
+        self.buffer.append(record.id)
+        self._try_aggregate(sim)
+
+    def on_timer(self, sim: Simulation, payload) -> None:
+        dispatch_id = payload["deadline"]
+        if dispatch_id in self.in_flight:
+            self.lost[dispatch_id] = self.in_flight.pop(dispatch_id)
+            self._try_aggregate(sim)
+
+    def _try_aggregate(self, sim: Simulation) -> None:
+        # Step 2 needs the K fastest (fewer only when fewer can still arrive, i.e. after faults)
+        if not self.buffer or len(self.buffer) < min(self.K, len(self.buffer) + len(self.in_flight)):
+            return
+        if any(self._too_stale(sim, sim.records[d]) for d in self.in_flight):
+            self.waits += 1
+            return  # Step 3: wait for the stale clients (and take everything that arrives first)
+        self._aggregate(sim)
+
+    def _too_stale(self, sim: Simulation, record: DispatchRecord) -> bool:
+        staleness = sim.staleness(record)
+        if self.options.bound_rule == "strict":
+            return staleness + 1 >= self.staleness_bound
+        return staleness > self.staleness_bound
+
+    def weighting_args(self, sim: Simulation, records: list[DispatchRecord]) -> list[tuple[float, float, float]]:
+        """(a_k = d_k s_k, b_k = d_k β, force cos = 1) per aggregated update, Eq. (1)–(3)."""
+        weights = np.array([sim.client_weights[r.client] for r in records], dtype=np.float64)
+        shares = weights / weights.sum()
+        rows = []
+        for record, share in zip(records, shares):
+            staleness = sim.staleness(record)
+            force = (sim.version < self.options.cosine_skip_rounds
+                     or staleness <= self.options.cosine_skip_staleness)
+            rows.append((float(share * staleness_discount(staleness, self.alpha, self.staleness_bound)),
+                         float(share * self.beta), 1.0 if force else 0.0))
+        return rows
+
+    def _aggregate(self, sim: Simulation) -> None:
+        records = [sim.records[d] for d in self.buffer]
+        rows = self.weighting_args(sim, records)
+        raw = np.array([a + b for a, b, _ in rows])  # cos = 1; the engine puts in the real cosines
+        self.aggregated_staleness.extend(sim.staleness(r) for r in records)
+        step2 = [r.client for r in records[:self.K]]
+        sim.aggregate([(r.id, float(c)) for r, c in zip(records, raw / raw.sum())], mode="mix",
+                      weighting="port", weighting_args=rows, weighting_options=(("cosine", self.options.cosine),))
+        self.buffer = []
+        if self.options.replace == "all":
+            count = self.P - len(self.in_flight) - len(self.lost)
+        else:  # PLATO: only the K Step-2 clients are replaced; an empty pool is refilled to P
+            count = len(step2) if self.in_flight else self.P
+        self._select(sim, count)
+
+    def _select(self, sim: Simulation, count: int) -> None:
+        busy = set(self.in_flight.values()) | set(self.lost.values())
+        idle = [c for c in range(sim.num_clients) if c not in busy]
+        if count >= len(idle):
+            chosen = idle
+        else:
+            chosen = sorted(int(c) for c in self._rng.choice(idle, size=count, replace=False))
+        for client in chosen:
+            record = sim.dispatch(client, self.local_steps)
+            self.in_flight[record.id] = client
+            if self.round_timeout is not None:
+                sim.set_timer(sim.now + self.round_timeout, {"deadline": record.id})
+
+    def summary(self) -> dict:
+        """Run statistics for the run summary."""
+        staleness = self.aggregated_staleness
+        return {"min_clients": getattr(self, "K", self.min_clients), "clients_in_flight": getattr(self, "P", None),
+                "staleness_waits": self.waits, "max_aggregated_staleness": max(staleness) if staleness else None,
+                "mean_aggregated_staleness": round(float(np.mean(staleness)), 4) if staleness else None}

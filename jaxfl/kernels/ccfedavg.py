@@ -1,0 +1,62 @@
+"""CC-FedAvg's per-client update bank (Zhang et al. 2024, spec ``ccfedavg.md`` §2, §9): pure JAX.
+
+A bank is a pytree shaped like the model with a leading client axis ``C`` (one stored vector per
+client, on device). The engine keeps up to two banks and the scheduler names their use:
+
+- ``"delta"`` bank: D_i, client i's last *trained* update Δ_i = start − final (the engine's sign).
+  A skipping client under CC-FedAvg (Strategy 3) contributes D_i again: the estimate
+  x_t + Δ^i_{t−1} of its model, i.e. pseudo-gradient term c_i · D_i.
+- ``"model"`` bank: x^i_last, client i's last trained final model. Under Strategy 2 a skipping
+  client sends this stale model, i.e. its update is x^i_last − x_t and the pseudo-gradient term
+  (engine sign) is c_i · (x_t − x^i_last).
+
+Both are exact weighted sums over the bank's client axis, so one compiled call serves every round.
+
+>>> import jax.numpy as jnp
+>>> bank = init_bank({"w": jnp.zeros(2)}, num_clients=3)
+>>> bank = store(bank, jnp.array([2, 0]), {"w": jnp.array([[1.0, 2.0], [3.0, 4.0]])})
+>>> bank_delta_sum(bank, jnp.array([0.5, 0.0, 0.25]))["w"].tolist()      # 0.5·[3,4] + 0.25·[1,2]
+[1.75, 2.5]
+>>> bank_model_sum(bank, jnp.array([1.0, 0.0, 0.0]), {"w": jnp.array([1.0, 1.0])})["w"].tolist()
+[-2.0, -3.0]
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxfl.kernels.aggregation import weighted_sum
+
+PyTree = Any
+BANK_KINDS = ("delta", "model")
+
+
+def init_bank(params: PyTree, num_clients: int) -> PyTree:
+    """An empty bank: zeros of shape ``(C,) + leaf.shape`` for every leaf of ``params``."""
+    return jax.tree.map(lambda leaf: jnp.zeros((num_clients,) + leaf.shape, leaf.dtype), params)
+
+
+def store(bank: PyTree, clients: jax.Array, values: PyTree, valid: jax.Array | None = None) -> PyTree:
+    """Write ``values[k]`` (stacked on a leading ``K``) into row ``clients[k]`` of the bank.
+
+    Rows with ``valid[k]`` False (padding) are not written. ``clients`` must not repeat among the
+    valid rows (the engine keeps the newest dispatch of a client).
+    """
+    num_clients = jax.tree.leaves(bank)[0].shape[0]
+    if valid is not None:
+        clients = jnp.where(valid, clients, num_clients)  # out of range: dropped below
+    return jax.tree.map(lambda rows, new: rows.at[clients].set(new.astype(rows.dtype), mode="drop"), bank, values)
+
+
+def bank_delta_sum(bank: PyTree, weights: jax.Array) -> PyTree:
+    """Σ_i weights[i] · D_i over the client axis (``weights`` has shape ``(C,)``, 0 for absent clients)."""
+    return weighted_sum(bank, weights)
+
+
+def bank_model_sum(models: PyTree, weights: jax.Array, current: PyTree) -> PyTree:
+    """Σ_i weights[i] · (current − x^i_last): Strategy 2's stale models as a pseudo-gradient."""
+    total = jnp.sum(weights)
+    stale = weighted_sum(models, weights)
+    return jax.tree.map(lambda w, m: total.astype(w.dtype) * w - m, current, stale)

@@ -1,0 +1,87 @@
+"""PORT's aggregation weights (Su & Li 2022, spec ``port.md`` §2.1): pure JAX, one client or a stack.
+
+For each client k of the aggregation set A of round τ::
+
+    d_k = n_k / Σ_{j∈A} n_j                                # data share within this set
+    s_k = α · Ω / (S_k + Ω)                                # staleness discount, Eq. (1)
+    θ_k = β · (cos(u_k, w_τ − w_{τ−1}) + 1) / 2            # interference discount, Eq. (2)
+    p_k = d_k (s_k + θ_k) / Σ_{j∈A} d_j (s_j + θ_j)        # Eq. (3), normalised
+    w_{τ+1} = Σ_k p_k w_k                                  # Eq. (4)
+
+The scheduler (``jaxfl.algorithms.port``) computes the parts that need no parameters, ``a_k = d_k s_k``
+and ``b_k = d_k β``, and whether the cosine is forced to 1 (first round; the PLATO preset also
+forces it for fresh clients). The engine computes the cosines on device with :func:`cosine` vmapped
+over the aggregation's clients and combines them with :func:`port_weights`.
+
+``u_k``, the client's "weight update" in the cosine (spec §8 item 1):
+- ``"own"`` (paper reading, default): u_k = w_k − w_start,k, the client's own progress;
+- ``"current"`` (PLATO code): u_k = w_k − w_τ, the client's final model minus the *current* global
+  model, which for a stale client also subtracts the global drift since it started.
+
+>>> import jax.numpy as jnp
+>>> float(cosine({"w": jnp.array([1.0, 0.0])}, {"w": jnp.array([0.0, 2.0])}))
+0.0
+>>> p = port_weights(jnp.array([0.0, 1.0]), jnp.array([0.5, 0.5]), jnp.array([1.0, 1.0]),
+...                  jnp.array([False, True]))     # θ = (0 + 1)/2 and forced 1: raw 1.0 and 1.5
+>>> [round(float(x), 4) for x in p]
+[0.4, 0.6]
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+PyTree = Any
+COSINE_DEFINITIONS = ("own", "current")
+
+
+def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
+    """⟨a, b⟩ over the whole flattened model (one vector, not per layer), in float32."""
+    parts = [jnp.vdot(x.astype(jnp.float32), y.astype(jnp.float32))
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))]
+    return jnp.sum(jnp.stack(parts)) if parts else jnp.zeros((), jnp.float32)
+
+
+def cosine(u: PyTree, g: PyTree) -> jax.Array:
+    """cos(u, g) over the whole flattened model; 1 when either vector is zero (no direction to disagree with)."""
+    dot = tree_vdot(u, g)
+    norms = jnp.sqrt(tree_vdot(u, u) * tree_vdot(g, g))
+    safe = norms > 0
+    return jnp.where(safe, dot / jnp.where(safe, norms, 1.0), 1.0)
+
+
+def update_direction(delta: PyTree, start: PyTree, current: PyTree, definition: str) -> PyTree:
+    """u_k for the cosine, from the engine's Δ_k = start_k − final_k (see the module docstring)."""
+    if definition == "own":
+        return jax.tree.map(jnp.negative, delta)
+    if definition == "current":
+        return jax.tree.map(lambda s, d, w: (s - d) - w, start, delta, current)
+    raise ValueError(f"unknown PORT cosine definition {definition!r}; allowed: {', '.join(COSINE_DEFINITIONS)}")
+
+
+def port_weights(cosines: jax.Array, staleness_part: jax.Array, interference_scale: jax.Array,
+                 force: jax.Array, valid: jax.Array | None = None) -> jax.Array:
+    """Normalised p_k from cosines ``(K,)``, ``a_k = d_k s_k``, ``b_k = d_k β`` and the force-to-1 mask.
+
+    ``valid`` masks padding entries (weight 0). The weights sum to 1 over the valid entries.
+    """
+    theta = jnp.where(force, 1.0, (cosines + 1.0) / 2.0)
+    raw = staleness_part + interference_scale * theta
+    if valid is not None:
+        raw = jnp.where(valid, raw, 0.0)
+    return raw / jnp.sum(raw)
+
+
+def port_coefficients(deltas: PyTree, starts: PyTree, current: PyTree, last_step: PyTree,
+                      staleness_part: jax.Array, interference_scale: jax.Array, force: jax.Array,
+                      valid: jax.Array, definition: str = "own") -> tuple[jax.Array, jax.Array]:
+    """``(p, cos)`` for a stacked aggregation set: every leaf of ``deltas``/``starts`` has a leading ``K``.
+
+    ``last_step`` = w_τ − w_{τ−1}, the last global step; ``current`` = w_τ. This is the kernel the
+    engine jits (``definition`` static).
+    """
+    directions = jax.vmap(update_direction, in_axes=(0, 0, None, None))(deltas, starts, current, definition)
+    cosines = jax.vmap(cosine, in_axes=(0, None))(directions, last_step)
+    return port_weights(cosines, staleness_part, interference_scale, force, valid), cosines
