@@ -1,0 +1,89 @@
+"""Client faults on the virtual clock (plain Python + numpy).
+
+Per dispatch, each client independently may:
+- ``crash``: stop mid-round and never return (its update is dropped, reason "client crashed";
+  the server is not told — a policy that waits for it needs a deadline);
+- ``delay``: return, but ``delay_factor`` times later than its round would take;
+- ``dropout``: go offline for Exp(``dropout_mean``) virtual seconds during the round, then finish.
+
+Draws come from one stream per client (``SeedSequence([seed, FAULT_STREAM, client])``), so a
+client's k-th dispatch meets the same fault whatever the algorithm.
+
+>>> faults = ClientFaults(FaultConfig(crash_prob=1.0), num_clients=2, seed=0)
+>>> faults.draw(0).kind
+'crash'
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+FAULT_STREAM = 0x5EED0003
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultConfig:
+    """Per-dispatch fault probabilities (all 0: no faults)."""
+
+    crash_prob: float = 0.0
+    delay_prob: float = 0.0
+    delay_factor: float = 10.0
+    dropout_prob: float = 0.0
+    dropout_mean: float = 60.0
+
+    def __post_init__(self):
+        for name in ("crash_prob", "delay_prob", "dropout_prob"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}={value!r} is not allowed: a probability in [0, 1]")
+        if self.crash_prob + self.delay_prob + self.dropout_prob > 1.0:
+            raise ValueError("crash_prob + delay_prob + dropout_prob must be at most 1, got "
+                             f"{self.crash_prob + self.delay_prob + self.dropout_prob}")
+        if not (self.delay_factor >= 1.0 and math.isfinite(self.delay_factor)):
+            raise ValueError(f"delay_factor={self.delay_factor!r} is not allowed: a finite factor >= 1")
+        if not (self.dropout_mean > 0 and math.isfinite(self.dropout_mean)):
+            raise ValueError(f"dropout_mean={self.dropout_mean!r} is not allowed: finite seconds > 0")
+
+    @property
+    def active(self) -> bool:
+        return self.crash_prob + self.delay_prob + self.dropout_prob > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    """What happens to one dispatch: ``kind`` in (None, "crash", "delay", "dropout").
+
+    ``fraction``: how far into the round a crash happens; ``extra_time``: added seconds.
+    """
+
+    kind: str | None
+    fraction: float = 1.0
+    extra_time: float = 0.0
+
+
+class ClientFaults:
+    """Draws one :class:`Fault` per dispatch from each client's own stream."""
+
+    def __init__(self, config: FaultConfig, num_clients: int, seed: int):
+        self.config = config
+        self._rngs = [np.random.default_rng(np.random.SeedSequence([seed, FAULT_STREAM, client]))
+                      for client in range(num_clients)]
+        self.counts = {"crash": 0, "delay": 0, "dropout": 0}
+
+    def draw(self, client: int, duration: float = 1.0) -> Fault:
+        """The fault of ``client``'s next dispatch whose fault-free round lasts ``duration``."""
+        rng = self._rngs[client]
+        u, fraction, offline = rng.random(), rng.random(), rng.exponential(self.config.dropout_mean)
+        config = self.config
+        if u < config.crash_prob:
+            kind, fault = "crash", Fault("crash", fraction=fraction)
+        elif u < config.crash_prob + config.delay_prob:
+            kind, fault = "delay", Fault("delay", extra_time=(config.delay_factor - 1.0) * duration)
+        elif u < config.crash_prob + config.delay_prob + config.dropout_prob:
+            kind, fault = "dropout", Fault("dropout", extra_time=float(offline))
+        else:
+            return Fault(None)
+        self.counts[kind] += 1
+        return fault
