@@ -25,13 +25,14 @@ from jaxfl.config import FIELDS, ConfigError, RunConfig, config_from_mapping, lo
 from jaxfl.engine import NumericalError
 
 _HELP = {
-    "algorithm": "fedavg, fedavgm, fedasync or fedbuff; a comma-separated list runs each and compares",
+    "algorithm": "fedavg, fedavgm, fedasync, fedbuff, fedcompass, fedcompass_m, fedcompass_n, fedat, port, ccfedavg, "
+                 "fedasmu, fedadam, fedyogi or fedadagrad; a comma-separated list runs each and compares",
     "dataset": "mnist10k (embedded), fashion_mnist (Debian), mnist / npz / array_record (--data-dir), digits "
                "(scikit-learn), tfds:NAME (e.g. tfds:cifar10; --data-dir), synthetic, synthetic_iid, synthetic:A,B",
     "model": "cnn, mlp, logreg, lenet5, ccfedavg_cnn, ccfedavg_mlp, fedasmu_cnn, resnet18, resnet18_gn, textcnn, "
              "lstm, or a name added with jaxfl.models.register_model",
     "clients": "number of clients m",
-    "partition": "iid (--iid-sizes), dirichlet / dirichlet_client (--dirichlet-alpha), class, dual_dirichlet "
+    "partition": "iid, dirichlet_client (--client-sizes), dirichlet (--dirichlet-alpha), class, dual_dirichlet "
                  "(FedCompass), label_shards (--shards-per-client), gamma_mix (--gamma, CC-FedAvg), natural",
     "heterogeneity": "client speed model: homo, normal, exp, pareto or zipf",
     "speed_mean": "mean time per local step μ in virtual seconds",
@@ -77,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run one experiment (or several algorithms side by side)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--config", help="JSON or TOML file of config fields (flags override it)")
+    run.add_argument("--resume", metavar="RUN_DIR",
+                     help="continue the run in RUN_DIR from its newest checkpoint (other flags are ignored "
+                          "except --progress/--no-progress)")
     for name, field in FIELDS.items():
         flags = [f"--{name.replace('_', '-')}"] + _ALIASES.get(name, [])
         default_text = field.default
@@ -101,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_PARTITION_FLAGS = ("dataset", "data_dir", "partition", "clients", "seed", "dirichlet_alpha", "iid_sizes",
+_PARTITION_FLAGS = ("dataset", "data_dir", "partition", "clients", "seed", "dirichlet_alpha", "client_sizes",
                     "size_skew", "shards_per_client", "gamma")
 
 
@@ -142,6 +146,20 @@ def _timeline(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return 0
 
 
+def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from jaxfl.experiment import resume_experiment
+
+    try:
+        result = resume_experiment(args.resume, progress=args.progress)
+    except (ConfigError, ValueError, FileNotFoundError) as error:
+        parser.exit(2, f"jaxfl: error: {error}\n")
+    except NumericalError as error:
+        parser.exit(1, f"jaxfl: run stopped: {error}\n")
+    print(f"{result.summary['algorithm']}: resumed, {result.summary['global_updates']} updates, "
+          f"stop: {result.summary['stop_reason']} → {result.run_dir}")
+    return 0
+
+
 def _configs(args: argparse.Namespace) -> list[RunConfig]:
     base = config_from_mapping(load_config_file(args.config)) if args.config else RunConfig()
     overrides = {name: getattr(args, name) for name in FIELDS if getattr(args, name) is not None}
@@ -161,11 +179,12 @@ def _print_comparison(results, output_dir: str) -> None:
     rows = [{c: r.summary[c] for c in columns} | {"run_dir": r.run_dir} for r in results]
     target = results[0].summary["target_accuracy"]
     print(f"\nTime to {target:.0%} held-out accuracy (virtual seconds; '-' = not reached):")
-    print(f"{'algorithm':<10} {'to target':>10} {'best acc':>9} {'final acc':>9} {'updates':>8} "
+    width = max(len("algorithm"), *(len(row["algorithm"]) for row in rows))
+    print(f"{'algorithm':<{width}} {'to target':>10} {'best acc':>9} {'final acc':>9} {'updates':>8} "
           f"{'client steps':>12} {'wall s':>8}")
     for row in rows:
         reached = "-" if row["time_to_target"] is None else f"{row['time_to_target']:.1f}"
-        print(f"{row['algorithm']:<10} {reached:>10} {row['best_accuracy']:>9.4f} {row['final_accuracy']:>9.4f} "
+        print(f"{row['algorithm']:<{width}} {reached:>10} {row['best_accuracy']:>9.4f} {row['final_accuracy']:>9.4f} "
               f"{row['global_updates']:>8} {row['client_steps_executed']:>12} {row['wall_time_s']:>8.1f}")
     path = os.path.join(output_dir, "comparison.csv")
     with open(path + ".tmp", "w", newline="") as handle:
@@ -189,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         return _timeline(parser, args)
     if args.command == "partition":
         return _partition(parser, args)
+    if args.resume:
+        return _resume(parser, args)
     try:
         configs = _configs(args)
         from jaxfl.experiment import prepare, run_experiment

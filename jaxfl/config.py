@@ -18,7 +18,26 @@ import os
 from typing import Any
 
 ALGORITHM_NAMES = ("fedavg", "fedavgm", "fedasync", "fedbuff", "fedcompass", "fedcompass_m", "fedcompass_n",
-                   "fedat")
+                   "fedat", "port", "ccfedavg", "fedasmu", "fedadam", "fedyogi", "fedadagrad")
+# FedOpt (Reddi et al. 2021) named algorithms: FedAvg + this server optimiser.
+FEDOPT_ALGORITHMS = {"fedadam": "adam", "fedyogi": "yogi", "fedadagrad": "adagrad"}
+# server_lr when not set: FedAvg's 1 for sgd; for the adaptive optimisers the FedOpt paper's best
+# CIFAR-10 server rates as we read them (10^-2 Adam/Yogi, 10^-1 Adagrad; τ = eps = 1e-3) — verify.
+DEFAULT_SERVER_LR = {"sgd": 1.0, "adam": 1e-2, "yogi": 1e-2, "adagrad": 1e-1}
+PORT_SWITCHES = {  # field → allowed values, the paper's first (jaxfl.algorithms.port.PortOptions)
+    "port_cosine": ("own", "current"),
+    "port_bound_rule": ("strict", "exceeds"),
+    "port_replace": ("all", "step2"),
+}
+PORT_PRESETS = ("paper", "plato")
+CC_STRATEGIES = ("cc", "strategy1", "strategy2", "cc_c", "dropout", "fednova")
+CC_BUDGETS = ("levels", "two_group")
+CC_SCHEDULES = ("adhoc", "round_robin")
+CC_NOVA_STEPS = ("ceil", "floor")
+FEDASMU_SLOTS = ("first", "middle", "second_last", "adaptive")
+# Algorithms whose aggregations are pseudo-gradients Σ c_i Δ_i ("delta" mode): FedNova applies.
+DELTA_MODE_ALGORITHMS = ("fedavg", "fedavgm", "fedasync", "fedbuff", "fedcompass", "fedcompass_m", "ccfedavg",
+                         "fedadam", "fedyogi", "fedadagrad")
 COMPASS_SWITCHES = {  # field → allowed values, the paper's first (jaxfl.algorithms.fedcompass)
     "compass_speed_estimate": ("latest", "ema"),
     "compass_staleness_at": ("buffer", "aggregation"),
@@ -28,10 +47,16 @@ COMPASS_SWITCHES = {  # field → allowed values, the paper's first (jaxfl.algor
     "compass_empty_timer": ("apply", "skip"),
 }
 COMPASS_PRESETS = ("paper", "reference_code")
+NONFINITE_POLICIES = ("stop", "skip")
 FEDAT_PROFILING = ("round", "oracle")
-DATASET_NAMES = ("mnist10k", "fashion_mnist", "mnist")
-MODEL_NAMES = ("cnn", "mlp")
-PARTITION_NAMES = ("iid", "dirichlet")
+DATASET_NAMES = ("mnist10k", "fashion_mnist", "mnist", "digits", "npz", "array_record", "synthetic",
+                 "synthetic_iid")  # jaxfl.data.load_dataset
+DATASET_PREFIXES = ("tfds:", "synthetic:")  # tfds:cifar10, synthetic:0.5,0.5
+MODEL_NAMES = ("cnn", "mlp", "logreg", "lenet5", "ccfedavg_cnn", "ccfedavg_mlp", "fedasmu_cnn", "resnet18",
+               "resnet18_gn", "textcnn", "lstm")  # jaxfl.models.MODELS (register_model extends it)
+PARTITION_NAMES = ("iid", "dirichlet", "dirichlet_client", "class", "dual_dirichlet", "label_shards", "gamma_mix",
+                   "natural")  # jaxfl.data.PARTITIONS
+CLIENT_SIZES = ("equal", "lognormal", "powerlaw")
 HETEROGENEITY_NAMES = ("homo", "normal", "exp", "pareto", "zipf")
 CLIENT_WEIGHTS = ("samples", "uniform")
 CLIENT_OPTIMIZERS = ("adam", "sgd", "adamw")
@@ -39,7 +64,10 @@ SERVER_OPTIMIZER_NAMES = ("sgd", "adam", "yogi", "adagrad")
 STALENESS_NAMES = ("constant", "polynomial", "hinge", "exponential")
 RULES = ("fedcompass", "paper")
 # FedCompass's MNIST target is 90%; Fashion-MNIST is harder (a centrally trained CNN gets ~91%).
-DEFAULT_TARGETS = {"mnist10k": 0.9, "mnist": 0.9, "fashion_mnist": 0.8}
+# CIFAR-10: FedCompass's class-partition target. Other datasets: DEFAULT_TARGET_OTHER.
+DEFAULT_TARGETS = {"mnist10k": 0.9, "mnist": 0.9, "fashion_mnist": 0.8, "digits": 0.9, "tfds:mnist": 0.9,
+                   "tfds:fashion_mnist": 0.8, "tfds:cifar10": 0.6}
+DEFAULT_TARGET_OTHER = 0.7
 NEGATIVE_POLICIES = ("redraw", "clip", "error")
 
 
@@ -58,6 +86,10 @@ class RunConfig:
     clients: int = 10
     partition: str = "iid"
     dirichlet_alpha: float = 0.5
+    client_sizes: str = "equal"  # iid / dirichlet_client partition sizes: equal, lognormal or powerlaw
+    size_skew: float = 1.0  # sigma (lognormal) or tail index (powerlaw) of those client sizes
+    shards_per_client: int = 2  # label_shards (McMahan et al.)
+    gamma: float = 0.1  # gamma_mix: the IID fraction (CC-FedAvg; 0.1 = "90% non-IID")
     client_weights: str = "samples"  # p_i: relative sample size (paper) or uniform 1/m
     # client speeds (spec fedcompass.md §6)
     heterogeneity: str = "exp"
@@ -75,7 +107,7 @@ class RunConfig:
     client_lr: float = 0.003
     # server
     server_optimizer: str = "sgd"
-    server_lr: float = 1.0
+    server_lr: float | None = None  # None: 1 for sgd (FedAvg), DEFAULT_SERVER_LR for adam/yogi/adagrad
     server_momentum: float | None = None  # None: 0.9 for fedavgm, 0 otherwise
     clients_per_round: int | None = None  # synchronous methods; None: all clients
     buffer_size: int = 3  # FedBuff K
@@ -98,6 +130,66 @@ class RunConfig:
     staleness: str = "polynomial"
     staleness_alpha: float = 0.9
     staleness_a: float = 0.5
+    # PLATO's client-speed model (PORT spec §5.2): pareto/zipf idle time s_i per epoch
+    speed_reference_time: float = 10.0  # t_i = μ(1 + s_i/ref): PLATO's avg_training_time per epoch (LeNet: 10 s)
+    speed_legacy_seed: int | None = None  # idle times from NumPy's RandomState(seed) as PLATO (1: spec table)
+    # PORT (spec port.md §2, §8); the switches default to the preset's value (None)
+    port_min_clients: int | None = None  # K; None: ceil(P/4), the paper's K = 5 of 20 in flight (MNIST)
+    port_staleness_bound: float = 10.0  # Ω, the paper's sweet spot; inf: no bound
+    port_alpha: float = 3.0  # α, staleness weight (paper's tuned α:β = 3:1)
+    port_beta: float = 1.0  # β, interference (cosine) weight; 0 switches the cosine term off
+    port_clients_in_flight: int | None = None  # P; None: every client [ours; PLATO: 20 of 100]
+    port_preset: str = "paper"  # paper | plato: every PLATO-code behaviour below at once
+    port_cosine: str | None = None  # own: u_k = w_k − w_start (paper) | current: w_k − w_τ (PLATO)
+    port_cosine_skip_staleness: int | None = None  # cos forced to 1 when S ≤ this: -1, never (paper) | 1 (PLATO)
+    port_cosine_skip_rounds: int | None = None  # cos forced to 1 in the first aggregations: 1 (paper) | 2 (PLATO)
+    port_bound_rule: str | None = None  # strict: aggregated S < Ω (paper) | exceeds: wait while S > Ω (PLATO)
+    port_replace: str | None = None  # all: keep P in flight (paper) | step2: replace only the K (PLATO)
+    # CC-FedAvg (spec ccfedavg.md §2–§4)
+    cc_strategy: str = "cc"  # cc (Strategy 3) | strategy1 | strategy2 | cc_c | dropout | fednova
+    cc_budget: str = "levels"  # levels: p_i = (1/2)^floor(β i / N) | two_group: the (r, W) model
+    cc_budget_beta: int = 4  # β budget levels (4 in every main table of the paper)
+    cc_insufficient_fraction: float = 0.75  # r of two_group (β = 4 levels give r ≈ 0.75)
+    cc_window: int = 4  # W of two_group: an insufficient client's p = 1/W
+    cc_schedule: str = "adhoc"  # adhoc: Bernoulli(p_i) each round (paper default) | round_robin: t mod 1/p_i = 0
+    cc_switch_round: int = 100  # τ of CC-FedAvg(c): Strategy 3 before, Strategy 2 from this round
+    cc_total_rounds: int | None = None  # T of FedAvg(dropout)'s quota p_i·T; None: max_updates or 400 (paper)
+    cc_nova_steps: str = "ceil"  # fednova baseline steps: ceil(p_i K) (paper) | floor (code)
+    # FedASMU (spec fedasmu.md §2–§5); [ours] = not given by the paper
+    fedasmu_epochs: int = 5  # 𝓛 local "epochs" of local_steps/𝓛 steps each [ours]
+    fedasmu_slot: str = "middle"  # fetch after epoch: first | middle | second_last (H1–H3) | adaptive
+    fedasmu_staleness_bound: int = 99  # τ: uploads with s > τ are dropped
+    fedasmu_trigger_period: float = 5.0  # 𝒯 seconds between triggers (appendix: one device every 5 s)
+    fedasmu_trigger_batch: int = 1  # m' devices per trigger (appendix: 1; Table 5: 10)
+    fedasmu_max_concurrency: int | None = None  # devices training at once; None: ceil(0.1 m) (paper)
+    fedasmu_fetch: bool = True  # fetch and mix a fresh global model (False: FedASMU-FA)
+    fedasmu_dynamic: bool = True  # learn (λ, σ, ι) and (γ, ν) (False: FedASMU-DA, frozen)
+    fedasmu_mu_alpha: float = 1.0  # μ_α [ours]
+    fedasmu_mu_beta: float = 1.0  # μ_β [ours]
+    fedasmu_alpha_min: float = 0.01  # α clipped to [α_min, 1] [ours]
+    fedasmu_lr_lambda: float = 1e-4  # η_λ (Table 5, LeNet/FMNIST)
+    fedasmu_lr_sigma: float = 1e-4  # η_σ
+    fedasmu_lr_iota: float = 1e-4  # η_ι
+    fedasmu_lr_gamma: float = 1e-4  # η_γ
+    fedasmu_lr_nu: float = 1e-4  # η_ν
+    fedasmu_lambda0: float = 1.0  # initial λ [ours]
+    fedasmu_sigma0: float = 0.5  # initial σ [ours: FedAsync's polynomial a = 0.5]
+    fedasmu_iota0: float = 0.0  # initial ι [ours]
+    fedasmu_gamma0: float = 1.0  # initial γ [ours]
+    fedasmu_nu0: float = 0.0  # initial ν [ours]
+    # options several seeds compare against
+    prox_mu: float = 0.0  # FedProx μ: local objective + μ/2 ‖w − w_start‖² (0: off)
+    fednova: bool = False  # FedNova: normalise delta-mode aggregations by local steps
+    # faults and robustness (issue 5)
+    crash_prob: float = 0.0  # per dispatch: the client crashes mid-round and never returns
+    delay_prob: float = 0.0  # per dispatch: the update returns delay_factor × later
+    delay_factor: float = 10.0
+    dropout_prob: float = 0.0  # per dispatch: the client goes offline for Exp(dropout_mean) s
+    dropout_mean: float = 60.0
+    round_timeout: float | None = None  # rounds (FedAvg, FedAT tiers, CC-FedAvg) close after this; PORT, FedASMU: per dispatch
+    on_nonfinite: str = "stop"  # a NaN/Inf update stops the run, or is skipped and counted
+    checkpoint_every: int | None = 25  # global updates between checkpoints (None: only at the end)
+    memory_limit_mb: float | None = None  # memory one training call may use (None: what is free)
     # budget and evaluation
     max_time: float = 3000.0  # virtual seconds
     max_updates: int | None = None
@@ -167,7 +259,11 @@ def validate(config: RunConfig) -> RunConfig:
     """Check every field and combination; return the config with defaults resolved, or raise ConfigError."""
     for name in FIELDS:
         _check_type(name, getattr(config, name))
-    choices = {"algorithm": ALGORITHM_NAMES, "dataset": DATASET_NAMES, "model": MODEL_NAMES,
+    config = _resolve_server_optimizer(config)
+    if not (config.dataset in DATASET_NAMES or config.dataset.startswith(DATASET_PREFIXES)):
+        _fail("dataset", config.dataset, f"one of {', '.join(DATASET_NAMES)}, or tfds:NAME (e.g. tfds:cifar10) "
+                                         "or synthetic:ALPHA,BETA")
+    choices = {"algorithm": ALGORITHM_NAMES, "model": MODEL_NAMES, "client_sizes": CLIENT_SIZES,
                "partition": PARTITION_NAMES, "heterogeneity": HETEROGENEITY_NAMES,
                "client_weights": CLIENT_WEIGHTS, "client_optimizer": CLIENT_OPTIMIZERS,
                "server_optimizer": SERVER_OPTIMIZER_NAMES, "staleness": STALENESS_NAMES,
@@ -181,14 +277,14 @@ def validate(config: RunConfig) -> RunConfig:
             _fail(name, getattr(config, name), f"one of {', '.join(allowed)}")
     positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every", "compass_q_min",
                      "compass_q_max",
-                     "max_updates", "clients_per_round", "clients_per_call", "steps_per_call")
+                     "max_updates", "clients_per_round", "clients_per_call", "steps_per_call", "shards_per_client")
     for name in positive_ints:
         value = getattr(config, name)
         if value is not None and value < 1:
             _fail(name, value, "an integer >= 1")
     if config.seed < 0:
         _fail("seed", config.seed, "an integer >= 0")
-    positive_finite = ("speed_mean", "client_lr", "server_lr", "dirichlet_alpha", "speed_cap")
+    positive_finite = ("speed_mean", "client_lr", "server_lr", "dirichlet_alpha", "speed_cap", "size_skew")
     for name in positive_finite:
         value = getattr(config, name)
         if not (value > 0 and math.isfinite(value)):
@@ -201,6 +297,8 @@ def validate(config: RunConfig) -> RunConfig:
         _fail("staleness_alpha", config.staleness_alpha, "a finite number > 0")
     if not config.bandwidth > 0:
         _fail("bandwidth", config.bandwidth, "a number > 0 bytes/s (inf for no bandwidth limit)")
+    if not 0 <= config.gamma <= 1:
+        _fail("gamma", config.gamma, "an IID fraction in [0, 1]")
     if not 0 <= config.speed_change_prob <= 1:
         _fail("speed_change_prob", config.speed_change_prob, "a probability in [0, 1]")
     if config.target_accuracy is not None and not 0 <= config.target_accuracy <= 1:
@@ -229,14 +327,119 @@ def validate(config: RunConfig) -> RunConfig:
     if config.compass_join_max_factor is not None and not (
             config.compass_join_max_factor >= 1 and math.isfinite(config.compass_join_max_factor)):
         _fail("compass_join_max_factor", config.compass_join_max_factor, "a finite number >= 1")
+    for name in ("crash_prob", "delay_prob", "dropout_prob"):
+        if not 0 <= getattr(config, name) <= 1:
+            _fail(name, getattr(config, name), "a probability in [0, 1]")
+    if config.crash_prob + config.delay_prob + config.dropout_prob > 1:
+        _fail("crash_prob", config.crash_prob, "crash_prob + delay_prob + dropout_prob at most 1")
+    if not (config.delay_factor >= 1 and math.isfinite(config.delay_factor)):
+        _fail("delay_factor", config.delay_factor, "a finite factor >= 1")
+    if not (config.dropout_mean > 0 and math.isfinite(config.dropout_mean)):
+        _fail("dropout_mean", config.dropout_mean, "finite virtual seconds > 0")
+    if config.round_timeout is not None and not (config.round_timeout > 0 and math.isfinite(config.round_timeout)):
+        _fail("round_timeout", config.round_timeout, "finite virtual seconds > 0, or null")
+    if config.crash_prob > 0 and config.algorithm in ("fedavg", "fedavgm", "fedat") and config.round_timeout is None:
+        _fail("round_timeout", config.round_timeout,
+              f"a deadline in virtual seconds: {config.algorithm} waits for every client of a round, "
+              "and with crash_prob > 0 a crashed client would stall it forever")
+    if config.on_nonfinite not in NONFINITE_POLICIES:
+        _fail("on_nonfinite", config.on_nonfinite, f"one of {', '.join(NONFINITE_POLICIES)}")
+    if config.checkpoint_every is not None and config.checkpoint_every < 1:
+        _fail("checkpoint_every", config.checkpoint_every, "an integer >= 1, or null for a checkpoint at the end only")
+    if config.memory_limit_mb is not None and not (config.memory_limit_mb > 0 and math.isfinite(config.memory_limit_mb)):
+        _fail("memory_limit_mb", config.memory_limit_mb, "finite MiB > 0, or null for the free memory")
     if not (config.fedat_tier_ratio >= 1 and math.isfinite(config.fedat_tier_ratio)):
         _fail("fedat_tier_ratio", config.fedat_tier_ratio, "a finite speed ratio >= 1")
+    _validate_issue6(config)
     if config.run_name is not None and (not config.run_name or os.sep in config.run_name
                                         or config.run_name in (".", "..")):
         _fail("run_name", config.run_name, "a plain folder name without path separators")
     if config.target_accuracy is None:
-        config = dataclasses.replace(config, target_accuracy=DEFAULT_TARGETS[config.dataset])
+        config = dataclasses.replace(config, target_accuracy=DEFAULT_TARGETS.get(config.dataset,
+                                                                                  DEFAULT_TARGET_OTHER))
     return config
+
+
+def _resolve_server_optimizer(config: RunConfig) -> RunConfig:
+    """FedOpt names set the server optimiser; an unset server_lr takes the optimiser's default."""
+    optimizer = FEDOPT_ALGORITHMS.get(config.algorithm)
+    if optimizer is not None:
+        if config.server_optimizer not in ("sgd", optimizer):  # sgd is the field's default
+            _fail("server_optimizer", config.server_optimizer, f"{optimizer} for {config.algorithm} (or leave it unset)")
+        config = dataclasses.replace(config, server_optimizer=optimizer)
+    if config.server_lr is None:
+        config = dataclasses.replace(config, server_lr=DEFAULT_SERVER_LR.get(config.server_optimizer, 1.0))
+    return config
+
+
+def _validate_issue6(config: RunConfig) -> None:
+    """PORT, CC-FedAvg, FedASMU, FedProx, FedNova and the PLATO speed model."""
+    for name, allowed in {**PORT_SWITCHES, "port_preset": PORT_PRESETS}.items():
+        value = getattr(config, name)
+        if value is not None and value not in allowed:
+            suffix = "" if name == "port_preset" else " (or null for the preset's)"
+            _fail(name, value, f"one of {', '.join(allowed)}{suffix}")
+    for name, allowed in (("cc_strategy", CC_STRATEGIES), ("cc_budget", CC_BUDGETS), ("cc_schedule", CC_SCHEDULES),
+                          ("cc_nova_steps", CC_NOVA_STEPS), ("fedasmu_slot", FEDASMU_SLOTS)):
+        if getattr(config, name) not in allowed:
+            _fail(name, getattr(config, name), f"one of {', '.join(allowed)}")
+    for name in ("port_min_clients", "port_clients_in_flight", "cc_budget_beta", "cc_window", "cc_total_rounds",
+                 "fedasmu_staleness_bound", "fedasmu_trigger_batch", "fedasmu_max_concurrency"):
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            _fail(name, value, "an integer >= 1")
+    for name in ("port_min_clients", "port_clients_in_flight", "fedasmu_max_concurrency"):
+        value = getattr(config, name)
+        if value is not None and value > config.clients:
+            _fail(name, value, f"at most the number of clients ({config.clients})")
+    if config.port_min_clients is not None and config.port_min_clients > (config.port_clients_in_flight or config.clients):
+        _fail("port_min_clients", config.port_min_clients,
+              f"at most the clients in flight ({config.port_clients_in_flight or config.clients}); K never arrive")
+    if not config.port_staleness_bound > 0:
+        _fail("port_staleness_bound", config.port_staleness_bound, "a number of versions > 0 (inf for no bound)")
+    for name in ("port_alpha", "port_beta"):
+        if not (getattr(config, name) >= 0 and math.isfinite(getattr(config, name))):
+            _fail(name, getattr(config, name), "a finite weight >= 0")
+    if config.port_alpha + config.port_beta == 0:
+        _fail("port_alpha", config.port_alpha, "a weight > 0 when port_beta is 0 (the weights would all vanish)")
+    for name in ("port_cosine_skip_staleness", "port_cosine_skip_rounds"):
+        value = getattr(config, name)
+        if value is not None and value < -1:
+            _fail(name, value, "an integer >= -1, or null for the preset's")
+    if not 0 <= config.cc_insufficient_fraction <= 1:
+        _fail("cc_insufficient_fraction", config.cc_insufficient_fraction, "a fraction r in [0, 1]")
+    if config.cc_switch_round < 0:
+        _fail("cc_switch_round", config.cc_switch_round, "a round index >= 0")
+    if config.fedasmu_epochs < 2:
+        _fail("fedasmu_epochs", config.fedasmu_epochs, "an integer >= 2 (the fetch sits between two epochs)")
+    positive = ("fedasmu_trigger_period", "fedasmu_mu_alpha", "fedasmu_mu_beta", "speed_reference_time")
+    non_negative = ("fedasmu_lr_lambda", "fedasmu_lr_sigma", "fedasmu_lr_iota", "fedasmu_lr_gamma", "fedasmu_lr_nu",
+                    "fedasmu_lambda0", "fedasmu_iota0", "fedasmu_gamma0", "prox_mu")
+    for name in positive:
+        if not (getattr(config, name) > 0 and math.isfinite(getattr(config, name))):
+            _fail(name, getattr(config, name), "a finite number > 0")
+    for name in non_negative:
+        if not (getattr(config, name) >= 0 and math.isfinite(getattr(config, name))):
+            _fail(name, getattr(config, name), "a finite number >= 0")
+    for name in ("fedasmu_sigma0", "fedasmu_nu0"):
+        if not math.isfinite(getattr(config, name)):
+            _fail(name, getattr(config, name), "a finite number")
+    if not 0 < config.fedasmu_alpha_min <= 1:
+        _fail("fedasmu_alpha_min", config.fedasmu_alpha_min, "a number in (0, 1]")
+    if config.speed_legacy_seed is not None and not 0 <= config.speed_legacy_seed < 2 ** 32:
+        _fail("speed_legacy_seed", config.speed_legacy_seed, "an integer in [0, 2^32) (NumPy RandomState), or null")
+    if config.fednova and (config.algorithm not in DELTA_MODE_ALGORITHMS
+                           or (config.algorithm == "fedasync" and config.rule == "paper")):
+        note = "; fedcompass_n is already normalised" if config.algorithm == "fedcompass_n" else ""
+        _fail("fednova", config.fednova, f"false for {config.algorithm}: FedNova normalises delta-mode aggregations "
+                                         f"({', '.join(DELTA_MODE_ALGORITHMS)}; fedasync with rule fedcompass){note}")
+    if config.algorithm == "fedasmu" and config.server_optimizer != "sgd":
+        _fail("server_optimizer", config.server_optimizer, "sgd for fedasmu (its learned α mixes models directly)")
+    if config.algorithm in (*FEDOPT_ALGORITHMS, "port", "ccfedavg", "fedasmu") and config.crash_prob > 0 \
+            and config.round_timeout is None:
+        _fail("round_timeout", config.round_timeout,
+              f"a deadline in virtual seconds: {config.algorithm} waits for clients (rounds, K arrivals, stale "
+              "clients or concurrency slots), and with crash_prob > 0 a crashed client would stall it forever")
 
 
 def config_from_mapping(values: dict[str, Any], base: RunConfig | None = None) -> RunConfig:

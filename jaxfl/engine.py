@@ -11,6 +11,24 @@ Calls are shaped so that jit compiles once per bucket: the clients of a call are
 of two (padding entries take zero steps) and the step loop runs in chunks of ``steps_per_call``
 steps (a fully unrolled ``lax.scan``; steps past a client's count are masked). Padding is counted.
 
+Extensions (for algorithms whose coefficients or updates need the parameters themselves; the
+kernels live in ``jaxfl/kernels/{port,ccfedavg,fedasmu,fednova}.py``, the engine only dispatches):
+
+- ``Aggregation.weighting`` names a kernel that replaces the aggregation's coefficients before the
+  usual combine: ``"port"`` (cosine of each update with the last global step, PORT Eq. 1–3),
+  ``"fedasmu"`` (learned per-client (λ, σ, ι) with a hypergradient step, FedASMU Formulas 1–3),
+  ``"fednova"`` (c_i · τ_eff / τ_i; also applied to every delta-mode aggregation when the engine is
+  built with ``normalize_steps=True``). The coefficients applied are in ``last_weights``.
+- Update banks (CC-FedAvg): ``Aggregation.bank`` adds banked updates of clients that did not train
+  (``bank_kind`` "delta": the client's last trained update, "model": its last trained model), and
+  ``bank_store`` writes this aggregation's updates into the banks. Banks are ``(C, ...)`` arrays.
+- Fresh-model fetches (FedASMU): a dispatch with ``fetch_step`` waits (untrained) until the
+  simulation answers its fetch (``on_fetch``); it then trains to ``fetch_step``, mixes in the
+  fetched global with the device kernel (learned (γ, ν)) and trains on.
+
+All extension state lives on device in ``extensions`` (a dict of pytrees) plus ``previous_params``
+(the global before the last update); runs that use no extension never touch it.
+
 >>> # see jaxfl.experiment.run_experiment for the full wiring
 """
 from __future__ import annotations
@@ -24,16 +42,58 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxfl.kernels import ccfedavg as bank_kernels
+from jaxfl.kernels import fedasmu as asmu_kernels
+from jaxfl.kernels import port as port_kernels
 from jaxfl.kernels.aggregation import apply_server_update, tree_add, tree_scale, weighted_sum
+from jaxfl.kernels.fednova import fednova_coefficients
 from jaxfl.kernels.client import ClientTrainer, ClientView, FederatedArrays
-from jaxfl.scheduler.simulation import Aggregation, DispatchRecord
+from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, NumericalError  # noqa: F401 (re-export)
 
 PyTree = Any
 TRAIN_STREAM = 11  # fold_in(root key, TRAIN_STREAM) → per-(client, client_round) training keys
+# Activations of one training step, per sample, as a multiple of the sample's float32 size: a
+# deliberately generous estimate (the MNIST CNN needs ~20×); the guard splits calls, it never
+# changes results.
+ACTIVATION_FACTOR = 64
+MEMORY_HEADROOM = 0.8  # use at most this fraction of the free memory for one call
+WEIGHTINGS = ("port", "fedasmu", "fednova")  # Aggregation.weighting kernels (see "Extensions")
+# Device-side mixing options when a fetch names none (FedASMU's policy always sends its own).
+FETCH_DEFAULTS = {"mu_beta": 1.0, "lr_gamma": 0.0, "lr_nu": 0.0, "gamma0": 1.0, "nu0": 0.0}
 
 
-class NumericalError(RuntimeError):
-    """A client produced a NaN/Inf loss or update."""
+def tree_bytes(tree: PyTree) -> int:
+    """Bytes of every array (or ShapeDtypeStruct) leaf."""
+    def itemsize(dtype) -> int:
+        try:
+            return np.dtype(dtype).itemsize
+        except TypeError:  # extended dtypes such as PRNG keys
+            return 8
+
+    return int(sum(np.prod(leaf.shape) * itemsize(leaf.dtype) for leaf in jax.tree.leaves(tree)))
+
+
+def free_device_memory() -> int | None:
+    """Bytes free on the default device: the accelerator's allocator limit, or MemAvailable on CPU."""
+    device = jax.devices()[0]
+    try:
+        stats = device.memory_stats()
+    except Exception:  # some backends do not implement memory_stats
+        stats = None
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class ResourceError(MemoryError):
+    """One client's training does not fit in memory; the message names the setting to lower."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +162,8 @@ class Engine:
                  offsets: np.ndarray, counts: np.ndarray, server_optimizer: optax.GradientTransformation,
                  seed: int, plan: ExecutionPlan, batching: bool = True,
                  on_version: Callable[[float, int, PyTree], bool] | None = None,
-                 keep_start_versions: bool = False):
+                 keep_start_versions: bool = False, memory_limit: int | None = None,
+                 sample_bytes: int = 0, normalize_steps: bool = False):
         self.trainer = trainer
         self.data = data
         self.offsets = np.asarray(offsets, dtype=np.int32)
@@ -125,7 +186,22 @@ class Engine:
         self._client_metrics: dict[int, dict] = {}
         self._tier_models: dict[int, PyTree] = {}  # FedAT's latest model of each tier
         self._train_root = jax.random.fold_in(jax.random.key(seed), TRAIN_STREAM)
+        # Extensions (module docstring): FedNova option, on-device banks/coefficients, fetches.
+        self.normalize_steps = normalize_steps
+        self.extensions: dict[str, PyTree] = {}
+        self.previous_params = init_params
+        self.last_weights: dict[int, float] = {}
+        self._fetches: dict[int, int] = {}  # dispatch id → fetched version (pinned until trained)
+        self._fetch_options: dict[str, float] = dict(FETCH_DEFAULTS)
         self._build_functions()
+        # Resource guard: bytes one client of a call needs (its start model, training state,
+        # gradients and delta, plus activations), and the budget a call may use.
+        state = jax.eval_shape(trainer.init, init_params, 0, jax.random.key(0))
+        self.bytes_per_client = (3 * tree_bytes(init_params) + tree_bytes(state)
+                                 + trainer.batch_size * max(sample_bytes, 1) * 4 * ACTIVATION_FACTOR)
+        self.memory_limit = memory_limit
+        self.split_calls = 0  # calls the guard split to fit
+        self._executables: dict[int, tuple] = {}  # padded clients per call → (executable, bytes)
 
     # ----------------------------------------------------------------- jitted pieces
     def _count_trace(self, name: str) -> None:
@@ -164,6 +240,7 @@ class Engine:
         self._finish = jax.jit(finish)
         self._server_step = jax.jit(server_step)
         self._weighted_sum = jax.jit(weighted_sum)
+        self._build_extension_functions()
 
     # ----------------------------------------------------------------- Backend API
     def on_dispatch(self, record: DispatchRecord) -> None:
@@ -175,22 +252,18 @@ class Engine:
     def on_aggregate(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> bool:
         if any(record.id not in self._results for record in records):
             self._train_pending()
-        self._check_finite(aggregation, records)
         self.stats.aggregated_steps += sum(record.steps for record in records)
+        aggregation = self._weigh(aggregation, records)  # extensions: on-device coefficients
         if aggregation.mode == "tier":
             self.params = self._tier_update(aggregation, records)
-            for record in records:
-                self._release(record)
-            self.version = aggregation.version
-            self._versions[self.version] = self.params
-            self._forget_unused_versions()
-            return bool(self.on_version(aggregation.time, self.version, self.params))
-        pseudo_gradient = self._combine(aggregation, records)
-        if aggregation.server_optimizer:
-            self.params, self.server_state = self._server_step(self.params, self.server_state,
-                                                               pseudo_gradient)
         else:
-            self.params = jax.tree.map(jnp.subtract, self.params, pseudo_gradient)
+            pseudo_gradient = self._combine(aggregation, records)
+            self._after_combine(aggregation, records)  # extensions: update banks, keep w_{τ−1}
+            if aggregation.server_optimizer:
+                self.params, self.server_state = self._server_step(self.params, self.server_state,
+                                                                   pseudo_gradient)
+            else:
+                self.params = jax.tree.map(jnp.subtract, self.params, pseudo_gradient)
         for record in records:
             self._release(record)
         self.version = aggregation.version
@@ -198,12 +271,20 @@ class Engine:
         self._forget_unused_versions()
         return bool(self.on_version(aggregation.time, self.version, self.params))
 
+    def nonfinite(self, records: Sequence[DispatchRecord]) -> list[DispatchRecord]:
+        """The records whose loss or update is NaN/Inf (training pending work first)."""
+        if any(record.id not in self._results for record in records):
+            self._train_pending()
+        return [record for record in records if not self._client_metrics[record.id]["finite"]]
+
     def on_drop(self, record: DispatchRecord) -> None:
         if record.id in self._results:
             self._release(record)
         else:
             self._pending.remove(record)
             self._version_users[record.version] -= 1
+        if record.id in self._fetches:  # a fetched model pinned for training that will not happen
+            self._version_users[self._fetches.pop(record.id)] -= 1
         self._forget_unused_versions()
 
     # ----------------------------------------------------------------- training
@@ -217,13 +298,67 @@ class Engine:
 
     def _train_pending(self) -> None:
         pending, self._pending = self._pending, []
-        # Similar step counts share a call, so masked padding steps stay few.
-        pending.sort(key=lambda r: (r.steps, r.id))
-        size = self.plan.clients_per_call
+        # A dispatch that fetches a fresh model mid-training waits for its fetch (FedASMU).
+        self._pending = [r for r in pending if r.fetch_step is not None and not r.fetched]
+        if self._pending:
+            waiting = {r.id for r in self._pending}
+            pending = [r for r in pending if r.id not in waiting]
+        # Similar step counts share a call, so masked padding steps stay few (mixing dispatches last).
+        pending.sort(key=lambda r: (r.id in self._fetches, r.steps, r.id))
+        size = self._clients_that_fit(min(self.plan.clients_per_call, max(len(pending), 1))) if pending else 1
         for start in range(0, len(pending), size):
             self._train_batch(pending[start:start + size])
 
+    def _clients_that_fit(self, wanted: int) -> int:
+        """How many clients one call may hold: the bucket for ``wanted``, halved while XLA's memory
+        figure for it exceeds the budget (measured: 128 vmapped MNIST-CNN clients need > 24 GB on
+        XLA:CPU, far beyond any per-client estimate, because of grouped-convolution temporaries)."""
+        padded = min(_next_power_of_two(wanted), _next_power_of_two(self.plan.clients_per_call))
+        free = self.memory_limit if self.memory_limit is not None else free_device_memory()
+        if free is None:
+            return padded
+        budget = int(free * MEMORY_HEADROOM)
+        while self.call_bytes(padded) > budget:
+            if padded == 1:
+                raise ResourceError(
+                    f"one client's training needs about {self.call_bytes(1) / 2**20:.1f} MiB but only "
+                    f"{budget / 2**20:.1f} MiB may be used; lower batch_size or use a smaller model")
+            padded //= 2
+            self.split_calls += 1
+        return padded
+
+    def call_bytes(self, padded: int) -> int:
+        """Memory one training call of ``padded`` clients allocates: XLA's figure for the compiled
+        step chunk (temporaries and outputs) plus the stacked start models and deltas; the
+        per-client estimate where the backend reports no figure."""
+        _, measured = self._compiled_steps(padded)
+        if measured is None:
+            return padded * self.bytes_per_client
+        return measured + 2 * padded * tree_bytes(self.params)
+
+    def _compiled_steps(self, padded: int):
+        """(executable of one step chunk for ``padded`` clients, its XLA memory figure), compiled
+        once per bucket from shapes alone and then called directly (no second compilation)."""
+        if padded not in self._executables:
+            stacked = lambda tree: jax.tree.map(
+                lambda leaf: jax.ShapeDtypeStruct((padded,) + leaf.shape, leaf.dtype), tree)
+            vector = lambda dtype: jax.ShapeDtypeStruct((padded,), dtype)
+            keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), padded))
+            states = jax.eval_shape(jax.vmap(self.trainer.init), stacked(self.params), vector(jnp.int32), keys,
+                                    vector(jnp.float32))
+            views = ClientView(vector(jnp.int32), vector(jnp.int32))
+            compiled = self._run_steps.lower(states, self.data, views).compile()
+            try:
+                stats = compiled.memory_analysis()
+                measured = None if stats is None else int(stats.temp_size_in_bytes + 2 * stats.output_size_in_bytes)
+            except Exception:  # a backend without memory analysis
+                measured = None
+            self._executables[padded] = (compiled, measured)
+        return self._executables[padded]
+
     def _train_batch(self, records: list[DispatchRecord]) -> None:
+        if any(record.id in self._fetches for record in records):
+            return self._train_fetch_batch(records)
         count = len(records)
         padded = min(_next_power_of_two(count), _next_power_of_two(self.plan.clients_per_call))
         padded = max(padded, count)
@@ -239,8 +374,9 @@ class Engine:
         states = self._init(stacked, jnp.asarray(steps), jnp.asarray(clients), jnp.asarray(rounds),
                             jnp.asarray(lr_scales))
         calls = math.ceil(int(steps.max(initial=0)) / self.plan.steps_per_call)
+        run_steps, _ = self._compiled_steps(padded)
         for _ in range(calls):
-            states = self._run_steps(states, self.data, views)
+            states = run_steps(states, self.data, views)
         deltas, metrics = self._finish(stacked, states)
         metrics = jax.device_get(metrics)
         batch = _TrainedBatch(deltas=deltas, size=padded)
@@ -258,14 +394,6 @@ class Engine:
         self.stats.executed_steps += calls * self.plan.steps_per_call * padded
 
     # ----------------------------------------------------------------- aggregation
-    def _check_finite(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> None:
-        for record in records:
-            if not self._client_metrics[record.id]["finite"]:
-                raise NumericalError(
-                    f"client {record.client} returned a non-finite loss or update at virtual time "
-                    f"{aggregation.time:.3f} s (dispatch {record.id}, trained from version "
-                    f"{record.version}, {record.steps} steps); lower client_lr or check the data")
-
     def _combine(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> PyTree:
         coefficients = dict(aggregation.contributions)
         by_batch: dict[int, tuple[_TrainedBatch, np.ndarray]] = {}
@@ -276,6 +404,8 @@ class Engine:
         total = jax.tree.map(jnp.zeros_like, self.params)  # an empty aggregation moves nothing
         for batch, weights in by_batch.values():
             total = tree_add(total, self._weighted_sum(batch.deltas, jnp.asarray(weights)))
+        if aggregation.bank:  # extensions: banked updates of clients that did not train
+            total = tree_add(total, self._bank_term(aggregation))
         if aggregation.mode == "mix":
             # Σ c_i (w − w_i) = Σ c_i Δ_i + Σ c_i (w − start_i)
             if not self.keep_start_versions:
@@ -317,3 +447,288 @@ class Engine:
         for version in list(self._versions):
             if version != self.version and version not in self._version_users:
                 del self._versions[version]
+
+    # ----------------------------------------------------------------- extensions
+    @property
+    def num_clients(self) -> int:
+        return len(self.offsets)
+
+    def _build_extension_functions(self) -> None:
+        """Jitted kernels of the extensions (traced on first use only)."""
+        trainer = self.trainer
+
+        def port(deltas, starts, current, previous, staleness_part, interference_scale, force, valid, definition):
+            self._count_trace("port_weights")
+            last_step = jax.tree.map(jnp.subtract, current, previous)
+            return port_kernels.port_coefficients(deltas, starts, current, last_step, staleness_part,
+                                                  interference_scale, force, valid, definition)
+
+        def bank_store(bank, clients, values, valid):
+            self._count_trace("bank_store")
+            return bank_kernels.store(bank, clients, values, valid)
+
+        def fedasmu_server(state, client, delta, start, current, t, s, step_size, learning_rates, mu_alpha,
+                           alpha_min):
+            self._count_trace("fedasmu_server")
+            row = lambda tree: jax.tree.map(lambda rows: rows[client], tree)
+            coefficients, alpha, record, previous_delta, gradient = asmu_kernels.server_update(
+                state["coefficients"][client], state["record"][client], row(state["previous_delta"]), delta, start,
+                current, t, s, step_size, learning_rates, mu_alpha, alpha_min)
+            state = {"coefficients": state["coefficients"].at[client].set(coefficients),
+                     "record": state["record"].at[client].set(record),
+                     "previous_delta": jax.tree.map(lambda rows, new: rows.at[client].set(new),
+                                                    state["previous_delta"], previous_delta)}
+            return state, alpha, gradient
+
+        def device_mix(states, fresh, coefficients, o, g, active, data, views, mu_beta, learning_rates):
+            self._count_trace("device_mix")
+
+            def one(state, fresh_i, coefficients_i, o_i, g_i, active_i, view):
+                return asmu_kernels.device_mix(trainer.batch_loss, state, fresh_i, coefficients_i, o_i, g_i, active_i,
+                                               data, view, mu_beta, learning_rates)
+
+            return jax.vmap(one)(states, fresh, coefficients, o, g, active, views)
+
+        self._port = jax.jit(port, static_argnames="definition")
+        self._bank_store = jax.jit(bank_store, donate_argnums=0)
+        self._bank_delta_sum = jax.jit(bank_kernels.bank_delta_sum)
+        self._bank_model_sum = jax.jit(bank_kernels.bank_model_sum)
+        self._fedasmu_server = jax.jit(fedasmu_server, donate_argnums=0)
+        self._device_mix = jax.jit(device_mix)
+
+    def _result_delta(self, record: DispatchRecord) -> PyTree:
+        batch, index = self._results[record.id]
+        return jax.tree.map(lambda leaf: leaf[index], batch.deltas)
+
+    @staticmethod
+    def _stack(trees: list, padded: int) -> PyTree:
+        """Stack pytrees on a new leading axis, padded to ``padded`` entries with the first one."""
+        trees = list(trees) + [trees[0]] * (padded - len(trees))
+        return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
+
+    def _weigh(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> Aggregation:
+        """Replace the coefficients by an extension kernel's (``Aggregation.weighting``, FedNova option)."""
+        name = aggregation.weighting
+        if name is None and self.normalize_steps and aggregation.mode == "delta":
+            name = "fednova"
+        if name is None or not records:
+            return aggregation
+        if name not in WEIGHTINGS:
+            raise ValueError(f"unknown aggregation weighting {name!r}; allowed: {', '.join(WEIGHTINGS)}")
+        coefficients = getattr(self, f"_weigh_{name}")(aggregation, records)
+        contributions = tuple((record.id, float(c)) for record, c in zip(records, coefficients))
+        self.last_weights = dict(contributions)
+        return dataclasses.replace(aggregation, contributions=contributions)
+
+    def _weigh_fednova(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> list[float]:
+        coefficients = dict(aggregation.contributions)
+        return fednova_coefficients([coefficients[r.id] for r in records], [r.steps for r in records])
+
+    def _weigh_port(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> list[float]:
+        """weighting_args per update: (d_k·s_k, d_k·β, force cos = 1); option ``cosine``: own | current."""
+        definition = str(dict(aggregation.weighting_options).get("cosine", "own"))
+        args = np.asarray(aggregation.weighting_args, np.float32).reshape(len(records), 3)
+        count, padded = len(records), _next_power_of_two(len(records))
+        pad = lambda column, fill: jnp.asarray(np.concatenate([column, np.full(padded - count, fill, column.dtype)]))
+        deltas = self._stack([self._result_delta(r) for r in records], padded)
+        starts = self._stack([self._versions[r.version] for r in records], padded) if definition == "current" else deltas
+        weights, cosines = self._port(deltas, starts, self.params, self.previous_params, pad(args[:, 0], 0.0),
+                                      pad(args[:, 1], 0.0), pad(args[:, 2] > 0, True),
+                                      jnp.asarray(np.arange(padded) < count), definition=definition)
+        weights, cosines = jax.device_get((weights, cosines))
+        for record, value in zip(records, cosines[:count]):
+            self._client_metrics[record.id]["port_cosine"] = float(value)
+        return weights[:count].tolist()
+
+    def _weigh_fedasmu(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> list[float]:
+        """weighting_args: (client, t, s, η·K) with 1-based t; options: μ_α, α_min, η_λ/σ/ι, λ0/σ0/ι0."""
+        if len(records) != 1:
+            raise ValueError(f"a 'fedasmu' weighting mixes one upload at a time, got {len(records)}")
+        (record,) = records
+        client, t, s, step_size = aggregation.weighting_args[0]
+        options = dict(aggregation.weighting_options)
+        state = self.extensions.get("fedasmu_server")
+        if state is None:
+            initial = jnp.asarray([options["lambda0"], options["sigma0"], options["iota0"]], jnp.float32)
+            state = {"coefficients": jnp.tile(initial, (self.num_clients, 1)),
+                     "record": jnp.zeros((self.num_clients, 3), jnp.float32),
+                     "previous_delta": bank_kernels.init_bank(self.params, self.num_clients)}
+        learning_rates = jnp.asarray([options["lr_lambda"], options["lr_sigma"], options["lr_iota"]], jnp.float32)
+        state, alpha, _ = self._fedasmu_server(
+            state, jnp.int32(client), self._result_delta(record), self._versions[record.version], self.params,
+            jnp.float32(t), jnp.float32(s), jnp.float32(step_size), learning_rates, jnp.float32(options["mu_alpha"]),
+            jnp.float32(options["alpha_min"]))
+        self.extensions["fedasmu_server"] = state
+        alpha = float(alpha)
+        self._client_metrics[record.id]["alpha"] = alpha
+        return [alpha]
+
+    def _bank(self, kind: str) -> PyTree:
+        key = f"bank_{kind}"
+        if key not in self.extensions:
+            self.extensions[key] = bank_kernels.init_bank(self.params, self.num_clients)
+        return self.extensions[key]
+
+    def _bank_term(self, aggregation: Aggregation) -> PyTree:
+        """The pseudo-gradient part of the banked updates: Σ c_i D_i or Σ c_i (w − x_i)."""
+        weights = np.zeros(self.num_clients, np.float32)
+        for client, coefficient in aggregation.bank:
+            weights[client] += coefficient
+        if aggregation.bank_kind == "delta":
+            return self._bank_delta_sum(self._bank("delta"), jnp.asarray(weights))
+        return self._bank_model_sum(self._bank("model"), jnp.asarray(weights), self.params)
+
+    def _after_combine(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> None:
+        """Keep w_τ as the coming w_{τ−1} and write the aggregated updates into the named banks."""
+        self.previous_params = self.params
+        if not aggregation.bank_store or not records:
+            return
+        newest = {record.client: record for record in sorted(records, key=lambda r: r.id)}
+        chosen = list(newest.values())
+        count, padded = len(chosen), _next_power_of_two(len(chosen))
+        deltas = self._stack([self._result_delta(r) for r in chosen], padded)
+        clients = jnp.asarray(np.array([r.client for r in chosen] + [0] * (padded - count), np.int32))
+        valid = jnp.asarray(np.arange(padded) < count)
+        for kind in aggregation.bank_store:
+            values = deltas if kind == "delta" else jax.tree.map(
+                jnp.subtract, self._stack([self._versions[r.version] for r in chosen], padded), deltas)
+            self.extensions[f"bank_{kind}"] = self._bank_store(self._bank(kind), clients, values, valid)
+
+    def on_fetch(self, record: DispatchRecord, options=()) -> None:
+        """The simulation answered ``record``'s fetch: pin the fetched version until it is trained."""
+        self._fetch_options.update(dict(options))
+        if record.fetch_version is not None:
+            self._version_users[record.fetch_version] = self._version_users.get(record.fetch_version, 0) + 1
+            self._fetches[record.id] = record.fetch_version
+        if not self.batching:
+            self._train_pending()
+
+    def _train_fetch_batch(self, records: list[DispatchRecord]) -> None:
+        """FedASMU: dispatches that mix in their fetched global model at ``fetch_step``.
+
+        Phase A trains every row to its fetch step (other rows: their whole count), the device kernel
+        mixes the fetched model in and steps (γ, ν), phase B trains the remaining steps. The local
+        state (optimiser state, key, step counter) carries across, so the minibatches are the ones
+        the client draws without a mix, and the result does not depend on batching.
+        """
+        count = len(records)
+        padded = max(min(_next_power_of_two(count), _next_power_of_two(self.plan.clients_per_call)), count)
+        members = records + [records[0]] * (padded - count)
+        steps = np.array([r.steps for r in records] + [0] * (padded - count), dtype=np.int32)
+        mixing = np.array([index < count and r.id in self._fetches for index, r in enumerate(members)])
+        first = np.where(mixing, np.minimum([r.fetch_step or 0 for r in members], steps), steps).astype(np.int32)
+        clients = np.array([r.client for r in members], dtype=np.int32)
+        if len(set(clients[mixing].tolist())) != int(mixing.sum()):
+            raise ValueError("two mixing dispatches of one client in one call: their (γ, ν) updates would collide")
+        rounds = np.array([r.client_round for r in members], dtype=np.int32)
+        lr_scales = np.array([r.lr_scale for r in members], dtype=np.float32)
+        stacked = self._stack([self._versions[r.version] for r in members], padded)
+        fresh = self._stack([self._versions[self._fetches[r.id]] if mixing[i] else self._versions[r.version]
+                             for i, r in enumerate(members)], padded)
+        views = ClientView(jnp.asarray(self.offsets[clients]), jnp.asarray(self.counts[clients]))
+        states = self._init(stacked, jnp.asarray(first), jnp.asarray(clients), jnp.asarray(rounds),
+                            jnp.asarray(lr_scales))
+        per_call = self.plan.steps_per_call
+        calls_a = math.ceil(int(first.max(initial=0)) / per_call)
+        for _ in range(calls_a):
+            states = self._run_steps(states, self.data, views)
+        states = states._replace(step=jnp.minimum(states.step, states.num_steps), num_steps=jnp.asarray(steps))
+        options = self._fetch_options
+        if "fedasmu_device" not in self.extensions:
+            initial = jnp.asarray([options["gamma0"], options["nu0"]], jnp.float32)
+            self.extensions["fedasmu_device"] = jnp.tile(initial, (self.num_clients, 1))
+        device = self.extensions["fedasmu_device"]
+        o = np.array([r.version + 1 for r in members], np.float32)  # 1-based versions (kernels/fedasmu.py)
+        g = np.array([self._fetches[r.id] + 1 if mixing[i] else r.version + 2 for i, r in enumerate(members)],
+                     np.float32)
+        learning_rates = jnp.asarray([options["lr_gamma"], options["lr_nu"]], jnp.float32)
+        states, coefficients, diagnostics = self._device_mix(
+            states, fresh, device[jnp.asarray(clients)], jnp.asarray(o), jnp.asarray(g), jnp.asarray(mixing),
+            self.data, views, jnp.float32(options["mu_beta"]), learning_rates)
+        rows = np.flatnonzero(mixing)
+        self.extensions["fedasmu_device"] = device.at[jnp.asarray(clients[rows])].set(coefficients[jnp.asarray(rows)])
+        done = np.minimum(first, calls_a * per_call)
+        calls_b = math.ceil(int((steps - done).max(initial=0)) / per_call)
+        for _ in range(calls_b):
+            states = self._run_steps(states, self.data, views)
+        deltas, metrics = self._finish(stacked, states)
+        metrics, diagnostics = jax.device_get((metrics, diagnostics))
+        batch = _TrainedBatch(deltas=deltas, size=padded)
+        for index, record in enumerate(records):
+            self._results[record.id] = (batch, index)
+            self._client_metrics[record.id] = {key: value[index].item() for key, value in metrics.items()}
+            if mixing[index]:
+                self._client_metrics[record.id].update({key: float(value[index]) for key, value in diagnostics.items()})
+                self._version_users[self._fetches.pop(record.id)] -= 1
+            if not self.keep_start_versions:
+                self._version_users[record.version] -= 1
+        self._forget_unused_versions()
+        self.stats.train_calls += calls_a + calls_b
+        self.stats.batches += 1
+        self.stats.clients_trained += count
+        self.stats.useful_steps += int(steps.sum())
+        self.stats.executed_steps += (calls_a + calls_b) * per_call * padded
+
+    # ----------------------------------------------------------------- checkpoints
+    def checkpoint_state(self) -> tuple[dict, dict]:
+        """(device tree for orbax, plain metadata) holding everything needed to continue exactly:
+        the global model and server state, kept versions, trained-but-unaggregated results, tier
+        models, pending dispatch ids and counters."""
+        batches, placement = {}, {}
+        for dispatch_id, (batch, index) in self._results.items():
+            key = str(id(batch))
+            batches.setdefault(key, batch)
+            placement[dispatch_id] = (key, index)
+        tree = {"params": self.params, "server_state": self.server_state,
+                "versions": {str(v): p for v, p in self._versions.items()},
+                "batches": {k: b.deltas for k, b in batches.items()},
+                "tier_models": {str(t): p for t, p in self._tier_models.items()},
+                "extensions": self.extensions, "previous_params": self.previous_params}
+        meta = {"extension_keys": sorted(self.extensions), "fetches": dict(self._fetches),
+                "fetch_options": dict(self._fetch_options),
+                "version": self.version, "version_users": dict(self._version_users),
+                "version_keys": [str(v) for v in self._versions],
+                "batch_sizes": {k: b.size for k, b in batches.items()}, "placement": placement,
+                "client_metrics": dict(self._client_metrics), "pending": [r.id for r in self._pending],
+                "stats": dataclasses.asdict(self.stats), "split_calls": self.split_calls,
+                "tier_model_keys": [str(t) for t in self._tier_models]}
+        return tree, meta
+
+    def checkpoint_target(self, meta: dict) -> dict:
+        """Shapes and dtypes of :meth:`checkpoint_state`'s tree, for restoring it with orbax."""
+        shapes = lambda tree: jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), tree)
+        params = shapes(self.params)
+        stacked = lambda size: jax.tree.map(lambda leaf: jax.ShapeDtypeStruct((size,) + leaf.shape, leaf.dtype), params)
+        return {"params": params, "server_state": shapes(self.server_state),
+                "versions": {k: params for k in meta["version_keys"]},
+                "batches": {k: stacked(size) for k, size in meta["batch_sizes"].items()},
+                "tier_models": {k: params for k in meta.get("tier_model_keys", [])},
+                "extensions": self._extension_target(meta.get("extension_keys", [])), "previous_params": params}
+
+    def _extension_target(self, keys) -> dict:
+        """Shapes of the extension state named ``keys`` (banks and FedASMU coefficients)."""
+        params = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), self.params)
+        bank = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct((self.num_clients,) + leaf.shape, leaf.dtype), params)
+        table = lambda width: jax.ShapeDtypeStruct((self.num_clients, width), jnp.float32)
+        shapes = {"bank_delta": bank, "bank_model": bank, "fedasmu_device": table(2),
+                  "fedasmu_server": {"coefficients": table(3), "record": table(3), "previous_delta": bank}}
+        return {key: shapes[key] for key in keys}
+
+    def restore(self, tree: dict, meta: dict, records: Sequence[DispatchRecord]) -> None:
+        """Continue from a checkpoint written by :meth:`checkpoint_state` (``records`` = the
+        restored simulation's records)."""
+        self.params, self.server_state = tree["params"], tree["server_state"]
+        self.version = meta["version"]
+        self._versions = {int(v): p for v, p in tree["versions"].items()}
+        self._version_users = {int(v): n for v, n in meta["version_users"].items()}
+        batches = {k: _TrainedBatch(deltas=tree["batches"][k], size=size) for k, size in meta["batch_sizes"].items()}
+        self._results = {int(d): (batches[k], i) for d, (k, i) in meta["placement"].items()}
+        self._client_metrics = {int(d): m for d, m in meta["client_metrics"].items()}
+        self._pending = [records[d] for d in meta["pending"]]
+        self._tier_models = {int(t): p for t, p in tree["tier_models"].items()}
+        self.stats = EngineStats(**meta["stats"])
+        self.extensions = dict(tree.get("extensions", {}))
+        self.previous_params = tree.get("previous_params", self.params)
+        self._fetches = {int(d): v for d, v in meta.get("fetches", {}).items()}
+        self._fetch_options = {**FETCH_DEFAULTS, **meta.get("fetch_options", {})}
+        self.split_calls = meta["split_calls"]

@@ -30,13 +30,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxfl import checkpoint
 from jaxfl.algorithms import build_policy
-from jaxfl.config import RunConfig, validate
+from jaxfl.config import RunConfig, config_from_mapping, validate
 from jaxfl.data import build_federation, load_dataset
+from jaxfl.data.augment import make_preprocess
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
 from jaxfl.kernels.aggregation import make_server_optimizer
 from jaxfl.kernels.client import FederatedArrays, make_client_trainer, scale_uint8
-from jaxfl.models import count_params, make_model
+from jaxfl.models import check_model_input, count_params, make_model
+from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
 
@@ -62,7 +65,7 @@ def make_client_optimizer(name: str, learning_rate: float) -> optax.GradientTran
     return {"adam": optax.adam, "sgd": optax.sgd, "adamw": optax.adamw}[name](learning_rate)
 
 
-def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVAL_BATCH):
+def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVAL_BATCH, preprocess=scale_uint8):
     """``evaluate(params) -> {"accuracy", "loss"}`` on a held-out set, in fixed-size batches.
 
     Batches run from a Python loop (XLA:CPU convolutions inside a rolled loop are slow); the last
@@ -79,7 +82,7 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
 
     @jax.jit
     def batch_stats(params, xb, yb, mb):
-        logits = apply_fn(params, scale_uint8(xb))
+        logits = apply_fn(params, preprocess(xb))
         losses = optax.softmax_cross_entropy_with_integer_labels(logits, yb)
         correct = (jnp.argmax(logits, axis=-1) == yb) & mb
         return jnp.sum(correct), jnp.sum(jnp.where(mb, losses, 0.0))
@@ -94,7 +97,9 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
 
 
 def _run_dir(config: RunConfig) -> str:
-    name = config.run_name or (f"{config.algorithm}-{config.dataset}-{config.heterogeneity}"
+    # Dataset names may hold ':' and '/' (tfds:emnist/balanced): keep the run one flat folder.
+    dataset = config.dataset.replace(":", "_").replace("/", "_")
+    name = config.run_name or (f"{config.algorithm}-{dataset}-{config.heterogeneity}"
                                f"-c{config.clients}-s{config.seed}")
     path = os.path.join(config.output_dir, name)
     suffix = 2
@@ -121,8 +126,7 @@ class _Recorder:
         self.config = config
         self.evaluate = evaluate
         self.file = metrics_file
-        self.writer = csv.DictWriter(metrics_file, METRIC_FIELDS)
-        self.writer.writeheader()
+        self.writer = csv.DictWriter(metrics_file, METRIC_FIELDS)  # the header is written on opening
         self.flush_also = flush_also  # the event log is flushed with each metrics row
         self.progress = progress
         self.wall_start = wall_start
@@ -143,6 +147,16 @@ class _Recorder:
         if self.progress is not None:
             self.progress.set_postfix(version=version, acc=f"{stats['accuracy']:.4f}")
         return self.time_to_target is not None and self.config.stop_at_target
+
+    def state_dict(self) -> dict:
+        return {"rows": list(self.rows), "time_to_target": self.time_to_target, "next_grid": self._next_grid,
+                "previous_params": jax.device_get(self._previous_params)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rows = list(state["rows"])
+        self.time_to_target = state["time_to_target"]
+        self._next_grid = state["next_grid"]
+        self._previous_params = state["previous_params"]
 
     def _write(self, row: dict) -> None:
         self.rows.append(row)
@@ -179,16 +193,48 @@ class _Recorder:
         return stop
 
 
+def build_data(config: RunConfig):
+    """``(dataset, federation)`` of a validated config: dataset options and partition parameters by name.
+
+    >>> from jaxfl.config import RunConfig
+    >>> dataset, federation = build_data(RunConfig(partition="label_shards", clients=20))
+    >>> federation.num_clients
+    20
+    """
+    options = {"num_clients": config.clients} if config.dataset.startswith("synthetic") else {}
+    dataset = load_dataset(config.dataset, config.data_dir, **options)
+    partition_kwargs = {
+        "iid": {"sizes": config.client_sizes, "skew": config.size_skew},
+        "dirichlet": {"alpha": config.dirichlet_alpha},
+        "dirichlet_client": {"alpha": config.dirichlet_alpha, "sizes": config.client_sizes, "skew": config.size_skew},
+        "label_shards": {"shards_per_client": config.shards_per_client},
+        "gamma_mix": {"gamma": config.gamma},
+    }.get(config.partition, {})  # class, dual_dirichlet: the FedCompass paper's fixed parameters
+    federation = build_federation(dataset, config.clients, config.partition, seed=config.seed,
+                                  **partition_kwargs)
+    return dataset, federation
+
+
 def prepare(config: RunConfig):
     """Everything a run needs, built and checked before any file is written."""
     config = validate(config)
-    dataset = load_dataset(config.dataset, config.data_dir)
-    partition_kwargs = {"alpha": config.dirichlet_alpha} if config.partition == "dirichlet" else {}
-    federation = build_federation(dataset, config.clients, config.partition, seed=config.seed,
-                                  **partition_kwargs)
-    model = make_model(config.model, dataset.num_classes)
-    sample = jnp.zeros((1,) + dataset.train_x.shape[1:], jnp.float32)
-    params = model.init(jax.random.fold_in(jax.random.key(config.seed), MODEL_STREAM), sample)
+    dataset, federation = build_data(config)
+    check_model_input(config.model, dataset.input_shape, dataset.kind, config.dataset)
+    model = make_model(config.model, dataset.num_classes, vocab_size=dataset.vocab_size)
+    sample = jnp.zeros((1,) + dataset.input_shape, jnp.int32 if dataset.kind == "tokens" else jnp.float32)
+    key = jax.random.fold_in(jax.random.key(config.seed), MODEL_STREAM)
+    try:  # abstract first: shape errors and state surface without allocating or compiling
+        abstract = jax.eval_shape(model.init, key, sample)
+    except (TypeError, ValueError) as error:  # layers that do not fit this input shape
+        raise ValueError(f"model {config.model!r} cannot take dataset {config.dataset!r} samples of shape "
+                         f"{dataset.input_shape}: {error}") from error
+    stateful = sorted(set(abstract) - {"params"})
+    if stateful:
+        # Until the client kernel carries non-trainable state (ModelAdapter), such a model cannot train.
+        raise ValueError(f"model {config.model!r} keeps non-trainable state ({', '.join(stateful)}, e.g. BatchNorm "
+                         "statistics) that the client kernel does not carry yet; use a stateless model such as "
+                         "'resnet18_gn' (GroupNorm)")
+    params = model.init(key, sample)
     width = jax.eval_shape(model.apply, params, sample).shape[-1]
     if width != dataset.num_classes:
         raise ValueError(f"model {config.model!r} outputs {width} logits but dataset "
@@ -196,28 +242,67 @@ def prepare(config: RunConfig):
     return config, dataset, federation, model, params
 
 
-def run_experiment(config: RunConfig) -> RunResult:
-    """Run ``config`` end to end and write its run directory (see the module docstring)."""
-    config, dataset, federation, model, params = prepare(config)
-    wall_start = time.perf_counter()
-    plan = ExecutionPlan.for_backend(jax.default_backend(), config.clients_per_call, config.steps_per_call)
-    trainer = make_client_trainer(model.apply, make_client_optimizer(config.client_optimizer, config.client_lr),
-                                  config.batch_size, federation.max_count)
-    server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, config.momentum)
-    policy = build_policy(config)
+def _speeds_and_faults(config: RunConfig, params) -> tuple[ClientSpeeds, ClientFaults | None]:
     model_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(params))
     speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter,
                                       speed_change_prob=config.speed_change_prob, cap=config.speed_cap,
                                       negative=config.negative_times, latency=config.latency,
-                                      bandwidth=config.bandwidth),
+                                      bandwidth=config.bandwidth, reference_time=config.speed_reference_time,
+                                      legacy_seed=config.speed_legacy_seed),
                           config.clients, seed=config.seed, model_bytes=int(model_bytes))
+    fault_config = FaultConfig(crash_prob=config.crash_prob, delay_prob=config.delay_prob,
+                               delay_factor=config.delay_factor, dropout_prob=config.dropout_prob,
+                               dropout_mean=config.dropout_mean)
+    faults = ClientFaults(fault_config, config.clients, config.seed) if fault_config.active else None
+    return speeds, faults
 
-    run_dir = _run_dir(config)
-    os.makedirs(run_dir)
-    _write_json(os.path.join(run_dir, "config.json"), {
-        "config": config.to_dict(), "execution_plan": dataclasses.asdict(plan),
-        "backend": jax.default_backend(), "versions": {"jax": jax.__version__, "python": platform.python_version()},
-        "model_parameters": count_params(params), "client_samples": federation.counts.tolist()})
+
+def _open_logs(run_dir: str, offsets: dict | None):
+    """events.csv and metrics.csv for appending; on resume, cut back to the checkpoint's lengths so
+    rows written after it (and re-created by the resumed run) are neither lost nor doubled."""
+    files = []
+    for name, fields in (("events.csv", EVENT_LOG_FIELDS), ("metrics.csv", METRIC_FIELDS)):
+        path = os.path.join(run_dir, name)
+        if offsets is None:
+            handle = open(path, "w", newline="")
+            csv.DictWriter(handle, fields).writeheader()
+        else:
+            handle = open(path, "r+", newline="")
+            handle.truncate(offsets[name])
+            handle.seek(offsets[name])
+        files.append(handle)
+    return files
+
+
+def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResult:
+    """Run ``config`` end to end and write its run directory (see the module docstring).
+
+    With ``resume_dir``, continue that run from its newest checkpoint instead (the config is the
+    one saved in the run directory); the finished run is identical to an uninterrupted one.
+    """
+    config, dataset, federation, model, params = prepare(config)
+    wall_start = time.perf_counter()
+    plan = ExecutionPlan.for_backend(jax.default_backend(), config.clients_per_call, config.steps_per_call)
+    preprocess = make_preprocess(dataset)  # uint8 images: the same scaling as scale_uint8
+    trainer = make_client_trainer(model.apply, make_client_optimizer(config.client_optimizer, config.client_lr),
+                                  config.batch_size, federation.max_count, preprocess=preprocess,
+                                  prox_mu=config.prox_mu)
+    server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, config.momentum)
+    policy = build_policy(config)
+    speeds, faults = _speeds_and_faults(config, params)
+
+    saved = None
+    if resume_dir is None:
+        run_dir = _run_dir(config)
+        os.makedirs(run_dir)
+        _write_json(os.path.join(run_dir, "config.json"), {
+            "config": config.to_dict(), "execution_plan": dataclasses.asdict(plan),
+            "backend": jax.default_backend(), "versions": {"jax": jax.__version__, "python": platform.python_version()},
+            "model_parameters": count_params(params), "client_samples": federation.counts.tolist()})
+    else:
+        run_dir = resume_dir
+        folder = checkpoint.latest(run_dir)
+        saved = checkpoint.load_state(folder) if folder is not None else None
 
     progress = None
     if config.progress:
@@ -227,23 +312,36 @@ def run_experiment(config: RunConfig) -> RunResult:
         progress = tqdm(total=total, desc=config.algorithm, unit="vs", leave=True,
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} virtual s "
                                    "[{elapsed}<{remaining}{postfix}]" if total else None)
-    with open(os.path.join(run_dir, "events.csv"), "w", newline="") as events_file, \
-            open(os.path.join(run_dir, "metrics.csv"), "w", newline="") as metrics_file:
+    events_file, metrics_file = _open_logs(run_dir, saved["offsets"] if saved else None)
+    with events_file, metrics_file:
         events = csv.DictWriter(events_file, EVENT_LOG_FIELDS)
-        events.writeheader()
-        recorder = _Recorder(config, make_evaluator(model.apply, dataset.test_x, dataset.test_y),
+        recorder = _Recorder(config, make_evaluator(model.apply, dataset.test_x, dataset.test_y,
+                                                    preprocess=preprocess),
                              metrics_file, progress, wall_start, params, flush_also=(events_file,))
         engine = Engine(trainer, params, FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y)),
                         federation.offsets, federation.counts, server_optimizer, seed=config.seed, plan=plan,
                         batching=config.batching, on_version=recorder.on_version,
-                        keep_start_versions=policy.needs_start_models)
-
+                        keep_start_versions=policy.needs_start_models,
+                        memory_limit=None if config.memory_limit_mb is None else int(config.memory_limit_mb * 2**20),
+                        sample_bytes=int(np.prod(dataset.input_shape)), normalize_steps=config.fednova)
         recorder.stats = engine.stats
-        simulation = Simulation(policy, speeds, federation.weights(config.client_weights), engine,
-                                max_time=config.max_time, max_updates=config.max_updates,
-                                log=events.writerow)
-        stop = recorder.record(0.0, 0, params) if config.eval_interval is None else \
-            recorder.evaluate_grid_until(0.0, 0, inclusive=True)
+        checkpoints = _Checkpointer(config, run_dir, engine, recorder, events_file, metrics_file, saved)
+        if saved is None:
+            simulation = Simulation(policy, speeds, federation.weights(config.client_weights), engine,
+                                    max_time=config.max_time, max_updates=config.max_updates,
+                                    log=events.writerow, faults=faults, on_nonfinite=config.on_nonfinite,
+                                    after_event=checkpoints.after_event)
+            stop = recorder.record(0.0, 0, params) if config.eval_interval is None else \
+                recorder.evaluate_grid_until(0.0, 0, inclusive=True)
+        else:
+            simulation = saved["simulation"].attach(engine, events.writerow, checkpoints.after_event)
+            engine.restore(checkpoint.load_device(checkpoints.folder, engine, saved["engine"]), saved["engine"],
+                           simulation.records)
+            recorder.stats = engine.stats
+            recorder.load_state_dict(saved["recorder"])
+            if progress is not None:
+                progress.update(min(simulation.now, progress.total or simulation.now))
+            stop = False
         error = None
         try:
             reason = "target reached" if stop else simulation.run()
@@ -253,6 +351,8 @@ def run_experiment(config: RunConfig) -> RunResult:
         if config.eval_interval is not None and error is None and reason in ("time budget", "update budget",
                                                                              "no events left"):
             recorder.evaluate_grid_until(end_time, simulation.version, inclusive=True)
+        if error is None:
+            checkpoints.save(simulation)  # the final state: the run's model and a resumable point
         if progress is not None:
             progress.close()
 
@@ -271,12 +371,58 @@ def run_experiment(config: RunConfig) -> RunResult:
         "padding_waste": round(engine.stats.padding_waste, 6),
         "train_calls": engine.stats.train_calls,
         "mean_clients_per_batch": round(engine.stats.mean_clients_per_batch, 3),
+        "calls_split_by_memory_guard": engine.split_calls,
         "compilations": dict(engine.stats.traces),
-        "negative_speed_draws": speeds.negative_draws,
+        "negative_speed_draws": speeds.negative_draws if saved is None else simulation.speeds.negative_draws,
+        "faults": dict(simulation.faults.counts) if simulation.faults is not None else {},
         "accounting": accounting,
-        "wall_time_s": round(time.perf_counter() - wall_start, 3),
+        "policy": simulation.policy.summary() if hasattr(simulation.policy, "summary") else {},
+        "resumes": checkpoints.resumes,
+        "wall_time_s": round(checkpoints.wall_before + time.perf_counter() - wall_start, 3),
     }
     _write_json(os.path.join(run_dir, "summary.json"), summary)
     if error is not None:
         raise error
     return RunResult(run_dir, summary, recorder.rows, engine.params, simulation, engine)
+
+
+def resume_experiment(run_dir: str, progress: bool | None = None) -> RunResult:
+    """Continue the run in ``run_dir`` from its newest checkpoint (``jaxfl run --resume RUN_DIR``).
+
+    >>> # resume_experiment("runs/fedbuff-mnist10k-exp-c10-s0")
+    """
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{run_dir!r} is not a run directory: it has no config.json")
+    with open(path) as handle:
+        values = json.load(handle)["config"]
+    if progress is not None:
+        values["progress"] = progress
+    return run_experiment(config_from_mapping(values), resume_dir=run_dir)
+
+
+class _Checkpointer:
+    """Saves a checkpoint between events every ``checkpoint_every`` global updates."""
+
+    def __init__(self, config, run_dir, engine, recorder, events_file, metrics_file, saved):
+        self.config, self.run_dir, self.engine, self.recorder = config, run_dir, engine, recorder
+        self.files = {"events.csv": events_file, "metrics.csv": metrics_file}
+        self.folder = checkpoint.latest(run_dir) if saved is not None else None
+        self.last_version = saved["simulation"].version if saved else 0
+        self.resumes = saved["resumes"] + 1 if saved else 0
+        self.wall_before = saved["wall_time"] if saved else 0.0
+        self._started = time.perf_counter()
+
+    def after_event(self, simulation: Simulation) -> None:
+        every = self.config.checkpoint_every
+        if every is not None and simulation.version >= self.last_version + every:
+            self.save(simulation)
+
+    def save(self, simulation: Simulation) -> None:
+        for handle in self.files.values():
+            handle.flush()
+        offsets = {name: handle.tell() for name, handle in self.files.items()}
+        extra = {"recorder": self.recorder.state_dict(), "offsets": offsets, "resumes": self.resumes,
+                 "wall_time": self.wall_before + time.perf_counter() - self._started}
+        checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra)
+        self.last_version = simulation.version

@@ -32,3 +32,6 @@ class RecordingBackend:
 
     def on_drop(self, record):
         pass
+
+    def nonfinite(self, records):
+        return []

@@ -1,4 +1,4 @@
-"""Tests for jaxfl.models: the FedCompass MNIST CNN and the test MLP."""
+"""Tests for jaxfl.models: the FedCompass MNIST CNN and the 2NN MLP (the zoo: test_models_zoo.py)."""
 
 from __future__ import annotations
 
@@ -39,8 +39,10 @@ def test_mlp_output_shape_and_size():
 
 
 def test_make_model():
-    assert set(MODELS) == {"cnn", "mlp"}
+    assert {"cnn", "mlp", "logreg", "lenet5", "ccfedavg_cnn", "ccfedavg_mlp", "fedasmu_cnn", "resnet18",
+            "resnet18_gn", "textcnn", "lstm"} <= set(MODELS)
     assert isinstance(make_model("cnn", 10), MnistCNN)
     assert make_model("mlp", 3).num_classes == 3
+    assert make_model("textcnn", 2, vocab_size=77).vocab_size == 77
     with pytest.raises(ValueError, match=r"'resnet'.*cnn.*mlp"):
         make_model("resnet", 10)

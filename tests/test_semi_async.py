@@ -1,7 +1,4 @@
 """FedCompass+N/+M arithmetic, FedAT tiers, batching of group re-dispatches, and the timeline."""
-import csv
-import math
-import os
 
 import jax
 import jax.numpy as jnp

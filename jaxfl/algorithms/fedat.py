@@ -22,6 +22,10 @@ implementation chooses, each marked [choice]::
     counts start at T_k = 1 and each tier's model starts as the global model the tiers were formed
         from [choice: with zero counts the first update of a tier would get weight 0].
     No proximal term and no intra-tier client sampling [choice].
+    ``round_timeout`` (faults): a tier (or the profiling) round closes at its deadline with the
+        members that arrived; later updates are dropped ("arrived after round deadline") and the
+        client rejoins its tier's next round. A client that misses the profiling deadline is placed
+        when it finally reports, in the slowest tier within υ of its speed (or a new slowest tier).
 """
 from __future__ import annotations
 
@@ -56,14 +60,21 @@ class FedAT(Policy):
     name = "fedat"
     needs_start_models = True  # a tier model averages its clients' final models
 
-    def __init__(self, local_steps: int, tier_ratio: float = 2.0, profiling: str = "round"):
+    def __init__(self, local_steps: int, tier_ratio: float = 2.0, profiling: str = "round",
+                 round_timeout: float | None = None):
         if profiling not in PROFILING:
             raise ValueError(f"unknown FedAT profiling {profiling!r}; allowed: {', '.join(PROFILING)}")
         if not tier_ratio >= 1.0:
             raise ValueError(f"fedat_tier_ratio={tier_ratio} is not allowed: a ratio >= 1")
+        if round_timeout is not None and not round_timeout > 0:
+            raise ValueError(f"round_timeout={round_timeout!r} is not allowed: virtual seconds > 0, or None")
         self.local_steps = local_steps
         self.tier_ratio = tier_ratio
         self.profiling = profiling
+        self.round_timeout = round_timeout
+        self._busy: set[int] = set()
+        self._round_ids: dict[int, int] = {}  # tier → round counter (timer payloads)
+        self._timers: dict[int, object] = {}
         self.tiers: list[list[int]] | None = None
         self.counts: list[int] = []
         self._speed: dict[int, float] = {}
@@ -73,17 +84,23 @@ class FedAT(Policy):
 
     def start(self, sim: Simulation) -> None:
         if self.profiling == "oracle":
+            self._speed = {c: float(t) for c, t in enumerate(sim.speeds.base_time_per_step)}
             self._form_tiers(sim, list(sim.speeds.base_time_per_step))
         else:
             self._start_round(sim, -1, range(sim.num_clients))
 
     def _start_round(self, sim: Simulation, tier: int, clients) -> None:
         detail = "profiling" if tier == -1 else f"tier {tier}"
-        self._round[tier] = [sim.dispatch(int(c), self.local_steps, detail=detail) for c in clients]
+        idle = [int(c) for c in clients if c not in self._busy]
+        self._round[tier] = [sim.dispatch(c, self.local_steps, detail=detail) for c in idle]
+        self._busy.update(idle)
         self._arrived[tier] = 0
+        self._round_ids[tier] = self._round_ids.get(tier, 0) + 1
+        if self.round_timeout is not None and idle:
+            self._timers[tier] = sim.set_timer(sim.now + self.round_timeout, [tier, self._round_ids[tier]])
 
-    def _form_tiers(self, sim: Simulation, time_per_step) -> None:
-        self.tiers = form_tiers(time_per_step, self.tier_ratio)
+    def _form_tiers(self, sim: Simulation, time_per_step, tiers: list[list[int]] | None = None) -> None:
+        self.tiers = tiers if tiers is not None else form_tiers(time_per_step, self.tier_ratio)
         self.counts = [1] * len(self.tiers)
         self._tier_of = {client: t for t, members in enumerate(self.tiers) for client in members}
         for tier, members in enumerate(self.tiers):
@@ -97,16 +114,54 @@ class FedAT(Policy):
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
         self._speed[record.client] = (sim.now - record.start_time) / max(record.steps, 1)
-        tier = -1 if self.tiers is None else self._tier_of[record.client]
+        self._busy.discard(record.client)
+        tier = -1 if self.tiers is None else self._tier_of.get(record.client)
+        if tier is None or record not in self._round.get(tier, ()):  # its round closed at the deadline
+            sim.drop(record, "arrived after round deadline")
+            if self.tiers is None:  # profiling still open or closed empty: profile whoever is idle
+                if not self._round.get(-1):
+                    self._start_round(sim, -1, range(sim.num_clients))
+                return
+            if record.client not in self._tier_of:
+                self._place_late_client(record.client)
+            tier = self._tier_of[record.client]
+            if not self._round.get(tier):
+                self._start_round(sim, tier, self.tiers[tier])
+            return
         self._arrived[tier] += 1
-        members = self._round[tier]
-        if self._arrived[tier] < len(members):
+        if self._arrived[tier] < len(self._round[tier]):
             return  # synchronous inside the tier: wait for its slowest member
+        if tier in self._timers:
+            sim.cancel(self._timers.pop(tier))
+        self._finish_round(sim, tier, self._round[tier])
+
+    def on_timer(self, sim: Simulation, payload) -> None:
+        tier, round_id = payload
+        self._timers.pop(tier, None)
+        if self._round_ids.get(tier) == round_id:
+            arrived = [r for r in self._round[tier] if r.status == "arrived"]
+            self._finish_round(sim, tier, arrived)
+
+    def _place_late_client(self, client: int) -> None:
+        """A client that missed the profiling deadline joins the slowest tier that starts no slower
+        than it (tier 0 if it is the fastest), keeping the fast → slow order of the tiers."""
+        firsts = [self._speed[members[0]] for members in self.tiers]
+        tier = max([k for k, first in enumerate(firsts) if first <= self._speed[client]], default=0)
+        self.tiers[tier].append(client)
+        self._tier_of[client] = tier
+
+    def _finish_round(self, sim: Simulation, tier: int, members: list[DispatchRecord]) -> None:
+        self._round[tier] = []
+        if not members:  # nobody made the deadline: no update, try again with whoever is idle
+            self._start_round(sim, tier, range(sim.num_clients) if tier == -1 else self.tiers[tier])
+            return
         weights = np.array([sim.client_weights[r.client] for r in members])
         contributions = [(r.id, w / weights.sum()) for r, w in zip(members, weights)]
         if tier == -1:  # the profiling round is a FedAvg round; then tiers form from the measured S_i
             sim.aggregate(contributions)
-            self._form_tiers(sim, [self._speed[c] for c in range(sim.num_clients)])
+            measured = sorted(self._speed)
+            tiers = form_tiers([self._speed[c] for c in measured], self.tier_ratio)
+            self._form_tiers(sim, None, [[measured[i] for i in tier_] for tier_ in tiers])
             return
         self.counts[tier] += 1
         sim.aggregate(contributions, mode="tier", tier=tier, tier_weights=self.tier_weights())

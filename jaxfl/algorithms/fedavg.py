@@ -21,33 +21,70 @@ SELECTION_STREAM = 3  # SeedSequence([seed, SELECTION_STREAM]) draws the clients
 
 
 class FedAvg(Policy):
-    """Synchronous FedAvg; see the module docstring for the pseudocode."""
+    """Synchronous FedAvg; see the module docstring for the pseudocode.
+
+    ``round_timeout`` (virtual seconds, None = wait for everyone): at the deadline the round
+    aggregates whatever arrived (weights renormalised over the arrivals) and the next round starts;
+    an update of a closed round is dropped ("arrived after round deadline"). A round only takes
+    clients that are not still busy with an earlier dispatch (the server does not know which of
+    them crashed, so a crashed client is never selected again).
+    """
 
     name = "fedavg"
 
-    def __init__(self, local_steps: int, clients_per_round: int | None = None, seed: int = 0):
+    def __init__(self, local_steps: int, clients_per_round: int | None = None, seed: int = 0,
+                 round_timeout: float | None = None):
+        if round_timeout is not None and not round_timeout > 0:
+            raise ValueError(f"round_timeout={round_timeout!r} is not allowed: virtual seconds > 0, or None")
         self.local_steps = local_steps
         self.clients_per_round = clients_per_round
+        self.round_timeout = round_timeout
         self._rng = np.random.default_rng(np.random.SeedSequence([seed, SELECTION_STREAM]))
-        self._round: list[DispatchRecord] = []
-        self._arrived = 0
+        self._round: dict[int, DispatchRecord] = {}  # dispatch id → record, the open round
+        self._arrived: list[DispatchRecord] = []
+        self._busy: set[int] = set()
+        self._rounds = 0
+        self._timer = None
 
     def start(self, sim: Simulation) -> None:
         self._start_round(sim)
 
     def _start_round(self, sim: Simulation) -> None:
+        idle = [c for c in range(sim.num_clients) if c not in self._busy]
+        if not idle:
+            return  # everyone is still busy with a closed round: start when one comes back
         cohort = self.clients_per_round or sim.num_clients
-        if cohort >= sim.num_clients:
-            selected = range(sim.num_clients)
-        else:
-            selected = np.sort(self._rng.choice(sim.num_clients, size=cohort, replace=False))
-        self._round = [sim.dispatch(int(client), self.local_steps) for client in selected]
-        self._arrived = 0
+        selected = idle if cohort >= len(idle) else np.sort(self._rng.choice(idle, size=cohort, replace=False))
+        records = [sim.dispatch(int(client), self.local_steps) for client in selected]
+        self._round = {r.id: r for r in records}
+        self._busy.update(r.client for r in records)
+        self._arrived = []
+        self._rounds += 1
+        if self.round_timeout is not None:
+            self._timer = sim.set_timer(sim.now + self.round_timeout, self._rounds)
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
-        self._arrived += 1
-        if self._arrived < len(self._round):
-            return  # the round waits for its slowest client
-        weights = sim.client_weights[[r.client for r in self._round]]
-        sim.aggregate([(r.id, w / weights.sum()) for r, w in zip(self._round, weights)])
+        self._busy.discard(record.client)
+        if record.id not in self._round:  # its round closed at the deadline without it
+            sim.drop(record, "arrived after round deadline")
+            if not self._round:
+                self._start_round(sim)
+            return
+        self._arrived.append(record)
+        if len(self._arrived) == len(self._round):  # the round waited for its slowest client
+            if self._timer is not None:
+                sim.cancel(self._timer)
+            self._finish_round(sim)
+
+    def on_timer(self, sim: Simulation, payload) -> None:
+        self._timer = None
+        if payload == self._rounds:
+            self._finish_round(sim)
+
+    def _finish_round(self, sim: Simulation) -> None:
+        arrived = sorted(self._arrived, key=lambda r: r.id)
+        self._round, self._arrived, self._timer = {}, [], None
+        if arrived:
+            weights = sim.client_weights[[r.client for r in arrived]]
+            sim.aggregate([(r.id, w / weights.sum()) for r, w in zip(arrived, weights)])
         self._start_round(sim)

@@ -192,7 +192,7 @@ class FedCompass(Policy):
     def _contributions(self, sim: Simulation, records: list[DispatchRecord]) -> list[tuple[int, float]]:
         weights = [self._buffered_weight.pop(r.id, None) for r in records]
         weights = [self._weight(sim, r) if w is None else w for r, w in zip(records, weights)]
-        if self.aggregation != "normalized":
+        if self.aggregation != "normalized" or not records:  # an empty aggregation has no Q_eff
             return [(r.id, w) for r, w in zip(records, weights)]
         p = [sim.client_weights[r.client] for r in records]
         effective_steps = sum(pi * r.steps for pi, r in zip(p, records)) / sum(p)  # Q_eff

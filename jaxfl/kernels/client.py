@@ -55,6 +55,7 @@ class LocalState(NamedTuple):
     loss_sum: jax.Array  # float32, summed minibatch loss over the active steps
     all_finite: jax.Array  # bool, every active loss so far was finite
     lr_scale: jax.Array  # float32, multiplies every optimiser update (1 = the optimiser as built)
+    anchor: PyTree = None  # FedProx: w_start of the proximal term (None when prox_mu = 0)
 
 
 class ClientTrainer(NamedTuple):
@@ -70,6 +71,9 @@ class ClientTrainer(NamedTuple):
     finish: Callable[..., tuple[PyTree, dict]]
     batch_size: int
     max_count: int
+    # ``batch_loss(params, state, data, view) -> loss`` of ``params`` on the minibatch that
+    # ``step(state)`` draws next (no proximal term); FedASMU's device-side hypergradient uses it.
+    batch_loss: Callable[..., jax.Array] | None = None
 
 
 def scale_uint8(x: jax.Array) -> jax.Array:
@@ -110,7 +114,7 @@ def minibatch_indices(key: jax.Array, step: jax.Array, view: ClientView, batch_s
 def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformation, batch_size: int,
                         max_count: int, preprocess: Callable[[jax.Array], jax.Array] = scale_uint8,
                         augment: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
-                        ) -> ClientTrainer:
+                        prox_mu: float = 0.0) -> ClientTrainer:
     """Build the local-training kernel for one client (FedCompass Alg. 1, FEDCOMPASS-CLIENT).
 
     ``apply_fn(params, x) -> logits``; the loss is softmax cross-entropy averaged over the valid
@@ -118,6 +122,10 @@ def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformati
     every dispatch, as the seed papers' code does. ``augment(key, x_raw) -> x`` (e.g.
     :func:`jaxfl.data.augment.make_augment`), if given, replaces ``preprocess`` in training; its key
     is ``fold_in(fold_in(dispatch_key, 1), step)``, so it never depends on batching.
+
+    ``prox_mu`` = μ > 0 adds FedProx's proximal term μ/2 ‖w − w_start‖² to the local objective
+    (its gradient μ (w − w_start) is added to every minibatch gradient; the reported loss stays the
+    data loss). ``init(..., anchor=...)`` overrides w_start; μ = 0 builds exactly the kernel without it.
 
     >>> import flax.linen as nn
     >>> model = nn.Dense(3)
@@ -134,6 +142,8 @@ def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformati
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if max_count < 1:
         raise ValueError(f"max_count must be >= 1, got {max_count}")
+    if not prox_mu >= 0:
+        raise ValueError(f"prox_mu must be >= 0, got {prox_mu}")
 
     # With augmentation the batch arrives already transformed (augment ends with the preprocessing).
     transform = preprocess if augment is None else (lambda x: x)
@@ -145,11 +155,12 @@ def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformati
 
     grad_fn = jax.value_and_grad(loss_fn)
 
-    def init(params, num_steps, key, lr_scale=1.0) -> LocalState:
+    def init(params, num_steps, key, lr_scale=1.0, anchor=None) -> LocalState:
         return LocalState(params=params, opt_state=optimizer.init(params), key=key,
                           step=jnp.zeros((), jnp.int32), num_steps=jnp.asarray(num_steps, jnp.int32),
                           loss_sum=jnp.zeros((), jnp.float32), all_finite=jnp.ones((), bool),
-                          lr_scale=jnp.asarray(lr_scale, jnp.float32))
+                          lr_scale=jnp.asarray(lr_scale, jnp.float32),
+                          anchor=(params if anchor is None else anchor) if prox_mu > 0 else None)
 
     def step(state: LocalState, data: FederatedArrays, view: ClientView) -> LocalState:
         permutation_key = jax.random.fold_in(state.key, _PERMUTATION_STREAM)
@@ -158,6 +169,8 @@ def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformati
         if augment is not None:
             x = augment(jax.random.fold_in(jax.random.fold_in(state.key, _AUGMENT_STREAM), state.step), x)
         loss, grads = grad_fn(state.params, x, data.y[indices], weights)
+        if prox_mu > 0:  # FedProx: ∇ μ/2 ‖w − w_start‖²
+            grads = jax.tree.map(lambda g, w, a: g + prox_mu * (w - a), grads, state.params, state.anchor)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         updates = jax.tree.map(lambda u: u * state.lr_scale.astype(u.dtype), updates)
         params = optax.apply_updates(state.params, updates)
@@ -172,6 +185,7 @@ def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformati
             loss_sum=state.loss_sum + jnp.where(active, loss, 0.0),
             all_finite=state.all_finite & (~active | jnp.isfinite(loss)),
             lr_scale=state.lr_scale,
+            anchor=state.anchor,
         )
 
     def finish(start_params, state: LocalState):
@@ -186,8 +200,16 @@ def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformati
         }
         return delta, metrics
 
+    def batch_loss(params, state: LocalState, data: FederatedArrays, view: ClientView):
+        permutation_key = jax.random.fold_in(state.key, _PERMUTATION_STREAM)
+        indices, weights = minibatch_indices(permutation_key, state.step, view, batch_size, max_count)
+        x = data.x[indices]
+        if augment is not None:
+            x = augment(jax.random.fold_in(jax.random.fold_in(state.key, _AUGMENT_STREAM), state.step), x)
+        return loss_fn(params, x, data.y[indices], weights)
+
     return ClientTrainer(init=init, step=step, finish=finish, batch_size=batch_size,
-                         max_count=max_count)
+                         max_count=max_count, batch_loss=batch_loss)
 
 
 def local_train(trainer: ClientTrainer, params: PyTree, data: FederatedArrays, view: ClientView,

@@ -34,10 +34,18 @@ from typing import Callable, Iterable, Protocol, Sequence
 import numpy as np
 
 from jaxfl.scheduler.clock import DEFAULT_PRIORITIES, Event, EventQueue
+from jaxfl.scheduler.faults import ClientFaults
 from jaxfl.scheduler.speeds import ClientSpeeds
 
 IN_FLIGHT, ARRIVED, AGGREGATED, DROPPED = "in_flight", "arrived", "aggregated", "dropped"
 AGGREGATION_MODES = ("delta", "mix", "tier")
+NONFINITE_POLICIES = ("stop", "skip")
+# Simulator-internal events (the policy never sees a crash): after everything else at an instant.
+_INTERNAL_PRIORITIES = {"crash": 9}
+
+
+class NumericalError(RuntimeError):
+    """A client produced a NaN/Inf loss or update (the message names time, client and version)."""
 EVENT_LOG_FIELDS = ("time", "event", "client", "dispatch", "version", "staleness", "steps", "detail")
 
 
@@ -60,6 +68,12 @@ class DispatchRecord:
     aggregated_in: int | None = None  # the version its aggregation produced
     drop_reason: str | None = None
     lr_scale: float = 1.0  # multiplies the client's optimiser updates (FedCompass legacy lr decay)
+    # FedASMU: at local step ``fetch_step`` the client mixes in the newest global model, which it
+    # requested at a policy timer (Simulation.fetch); ``fetch_version`` is the version it got (None:
+    # not fetched yet, or no newer model), ``fetched`` whether the request has been answered.
+    fetch_step: int | None = None
+    fetch_version: int | None = None
+    fetched: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +86,14 @@ class Aggregation:
     Then w ← server_optimizer(w, g) if ``server_optimizer`` else w ← w − g.
     ``mode="tier"`` (FedAT): the contributions (summing to 1) average the clients' final models
     into the model of ``tier``; then w ← Σ_k a_k · model_k over ``tier_weights`` ((k, a_k) pairs).
+
+    Extensions (engine docstring, "Extensions"): ``weighting`` names an engine kernel that replaces
+    the coefficients from the updates themselves (``"port"``, ``"fedasmu"``, ``"fednova"``), with
+    ``weighting_args`` (one tuple of floats per contribution) and ``weighting_options`` ((name,
+    value) pairs). ``bank`` adds banked updates of clients that did not train, (client, c) pairs:
+    ``bank_kind="delta"`` adds c·D_i (the client's last trained update), ``"model"`` adds
+    c·(w − x_i) (its last trained model). ``bank_store`` names the banks ("delta", "model") that
+    the aggregated updates are written to.
     """
 
     time: float
@@ -81,6 +103,12 @@ class Aggregation:
     server_optimizer: bool = True
     tier: int | None = None
     tier_weights: tuple[tuple[int, float], ...] = ()
+    weighting: str | None = None
+    weighting_args: tuple[tuple[float, ...], ...] = ()
+    weighting_options: tuple[tuple[str, object], ...] = ()
+    bank: tuple[tuple[int, float], ...] = ()
+    bank_kind: str = "delta"
+    bank_store: tuple[str, ...] = ()
 
 
 class Backend(Protocol):
@@ -92,6 +120,9 @@ class Backend(Protocol):
         """Apply the aggregation; return True to stop the run (e.g. target accuracy reached)."""
 
     def on_drop(self, record: DispatchRecord) -> None: ...
+
+    def nonfinite(self, records: Sequence[DispatchRecord]) -> list[DispatchRecord]:
+        """The records whose update or loss is NaN/Inf (training them first if needed)."""
 
 
 class Policy:
@@ -128,7 +159,8 @@ class Simulation:
 
     def __init__(self, policy: Policy, speeds: ClientSpeeds, client_weights: Sequence[float],
                  backend: Backend, max_time: float = math.inf, max_updates: int | None = None,
-                 log: Callable[[dict], None] | None = None):
+                 log: Callable[[dict], None] | None = None, faults: ClientFaults | None = None,
+                 on_nonfinite: str = "stop", after_event: Callable[["Simulation"], None] | None = None):
         weights = np.asarray(client_weights, dtype=np.float64)
         if weights.ndim != 1 or len(weights) < 1:
             raise ValueError(f"client_weights must be a non-empty 1-D sequence, got shape {weights.shape}")
@@ -136,6 +168,8 @@ class Simulation:
             raise ValueError(f"max_time must be > 0 virtual seconds, got {max_time}")
         if max_updates is not None and max_updates < 1:
             raise ValueError(f"max_updates must be >= 1 or None, got {max_updates}")
+        if on_nonfinite not in NONFINITE_POLICIES:
+            raise ValueError(f"on_nonfinite={on_nonfinite!r} is not allowed: one of {', '.join(NONFINITE_POLICIES)}")
         self.policy = policy
         self.speeds = speeds
         self.client_weights = weights
@@ -143,7 +177,11 @@ class Simulation:
         self.backend = backend
         self.max_time = float(max_time)
         self.max_updates = max_updates
-        self.queue = EventQueue(policy.priorities)
+        self.queue = EventQueue({**_INTERNAL_PRIORITIES, **policy.priorities})
+        self.faults = faults
+        self.on_nonfinite = on_nonfinite
+        self.after_event = after_event  # called between events (never inside one): checkpoints
+        self._started = False
         self.version = 0
         self.records: list[DispatchRecord] = []
         self.client_rounds = np.zeros(self.num_clients, dtype=np.int64)
@@ -160,23 +198,38 @@ class Simulation:
         """τ_g − τ_i: global updates since the record's model version."""
         return self.version - record.version
 
-    def dispatch(self, client: int, steps: int, lr_scale: float = 1.0, detail: str | None = None) -> DispatchRecord:
+    def dispatch(self, client: int, steps: int, lr_scale: float = 1.0, detail: str | None = None,
+                 extra_time: float = 0.0, fetch_step: int | None = None) -> DispatchRecord:
         """Send the current global model to ``client`` for ``steps`` local steps.
 
         ``detail`` is written to the event log (e.g. FedCompass's ``group 3``, FedAT's ``tier 1``).
+        ``extra_time`` lengthens the round (FedASMU's extra fetch of a fresh model); ``fetch_step``
+        marks a dispatch that mixes in a fresh global at that step (see :meth:`fetch`).
         """
         if not 0 <= client < self.num_clients:
             raise ValueError(f"client {client} out of range [0, {self.num_clients})")
         if steps < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
-        duration = self.speeds.round_duration(client, int(steps))
+        if not extra_time >= 0:
+            raise ValueError(f"extra_time must be >= 0, got {extra_time}")
+        duration = self.speeds.round_duration(client, int(steps)) + float(extra_time)
+        fault = self.faults.draw(client, duration) if self.faults is not None else None
+        if fault is not None and fault.kind in ("delay", "dropout"):
+            duration += fault.extra_time
         record = DispatchRecord(id=len(self.records), client=client, version=self.version,
                                 steps=int(steps), client_round=int(self.client_rounds[client]),
                                 start_time=self.now, arrival_time=self.now + duration,
-                                lr_scale=float(lr_scale))
+                                lr_scale=float(lr_scale),
+                                fetch_step=None if fetch_step is None else int(fetch_step))
         self.client_rounds[client] += 1
         self.records.append(record)
-        self.queue.push(record.arrival_time, "arrival", client, record.id)
+        if fault is not None and fault.kind == "crash":
+            record.arrival_time = math.inf
+            self.queue.push(self.now + fault.fraction * duration, "crash", client, record.id)
+        else:
+            self.queue.push(record.arrival_time, "arrival", client, record.id)
+        if fault is not None and fault.kind is not None:
+            detail = f"{detail}; {fault.kind}" if detail else fault.kind
         self._write("dispatch", record.start_time, client, record.id, record.version, None, record.steps, detail)
         self.backend.on_dispatch(record)
         return record
@@ -194,9 +247,20 @@ class Simulation:
 
     def aggregate(self, contributions: Iterable[tuple[int, float]], mode: str = "delta",
                   server_optimizer: bool = True, tier: int | None = None,
-                  tier_weights: Iterable[tuple[int, float]] = ()) -> int:
-        """Apply a global update from arrived dispatches; returns the new global version."""
+                  tier_weights: Iterable[tuple[int, float]] = (), weighting: str | None = None,
+                  weighting_args: Iterable[Iterable[float]] = (), weighting_options: Iterable = (),
+                  bank: Iterable[tuple[int, float]] = (), bank_kind: str = "delta",
+                  bank_store: Iterable[str] = ()) -> int:
+        """Apply a global update from arrived dispatches; returns the new global version.
+
+        The extension arguments (``weighting*``, ``bank*``) are described on :class:`Aggregation`.
+        """
         contributions = tuple((int(d), float(c)) for d, c in contributions)
+        weighting_args = tuple(weighting_args)
+        if weighting_args and len(weighting_args) != len(contributions):
+            raise ValueError(f"weighting_args has {len(weighting_args)} entries for {len(contributions)} contributions")
+        args_by_id = dict(zip((d for d, _ in contributions), weighting_args))
+        contributions = self._screen_nonfinite(contributions)
         if mode not in AGGREGATION_MODES:
             raise ValueError(f"aggregation mode {mode!r} not in {AGGREGATION_MODES}")
         seen = set()
@@ -213,9 +277,17 @@ class Simulation:
         tier_weights = tuple((int(k), float(a)) for k, a in tier_weights)
         if mode == "tier" and (tier is None or tier not in dict(tier_weights)):
             raise ValueError(f"a 'tier' aggregation needs its tier ({tier}) among tier_weights {tier_weights}")
+        weighting_args = tuple(tuple(float(x) for x in args_by_id[d]) for d, _ in contributions) if args_by_id else ()
+        bank = tuple((int(c), float(a)) for c, a in bank)
+        if bank_kind not in ("delta", "model") or not set(bank_store) <= {"delta", "model"}:
+            raise ValueError(f"bank_kind {bank_kind!r} / bank_store {tuple(bank_store)} must name 'delta' or 'model' banks")
+        for client, coefficient in bank:
+            if not 0 <= client < self.num_clients or not math.isfinite(coefficient):
+                raise ValueError(f"bank contribution ({client}, {coefficient}) needs a client in range and a finite c")
         self.version += 1
         aggregation = Aggregation(self.now, self.version, contributions, mode, server_optimizer, tier,
-                                  tier_weights)
+                                  tier_weights, weighting, weighting_args, tuple(weighting_options), bank,
+                                  bank_kind, tuple(bank_store))
         records = [self.records[d] for d, _ in contributions]
         for record in records:
             record.status = AGGREGATED
@@ -225,6 +297,42 @@ class Simulation:
         if self.backend.on_aggregate(aggregation, records):
             self._stop_requested = True
         return self.version
+
+    def _screen_nonfinite(self, contributions: tuple[tuple[int, float], ...]) -> tuple[tuple[int, float], ...]:
+        """Stop on a NaN/Inf update, naming it, or (``on_nonfinite="skip"``) drop it and go on."""
+        records = [self.records[d] for d, _ in contributions if self.records[d].status == ARRIVED]
+        bad = self.backend.nonfinite(records) if records else []
+        if not bad:
+            return contributions
+        if self.on_nonfinite == "stop":
+            first = bad[0]
+            raise NumericalError(
+                f"client {first.client} returned a non-finite loss or update at virtual time {self.now:.3f} s "
+                f"(dispatch {first.id}, trained from version {first.version}, {first.steps} steps, global "
+                f"version {self.version}); lower client_lr, check the data, or set on_nonfinite='skip'")
+        for record in bad:
+            self.drop(record, "non-finite update")
+        dropped = {record.id for record in bad}
+        return tuple((d, c) for d, c in contributions if d not in dropped)
+
+    def fetch(self, record: DispatchRecord, options: Iterable = ()) -> int | None:
+        """Answer an in-flight client's request for the newest global model (FedASMU), now.
+
+        The client gets the current version only if it is newer than the one it started from;
+        returns that version (None: no newer model, the client trains on unchanged). ``options``
+        ((name, value) pairs) go to the backend's device-side mixing kernel.
+        """
+        if record.status != IN_FLIGHT or record.fetched:
+            raise ValueError(f"dispatch {record.id} is {record.status} (fetched={record.fetched}); "
+                             "only an in-flight dispatch can fetch, once")
+        record.fetched = True
+        record.fetch_version = self.version if self.version > record.version else None
+        on_fetch = getattr(self.backend, "on_fetch", None)
+        if on_fetch is not None:
+            on_fetch(record, tuple(options))
+        self._write("fetch", self.now, record.client, record.id, self.version, self.staleness(record),
+                    record.fetch_step, "fresh model" if record.fetch_version is not None else "no newer model")
+        return record.fetch_version
 
     def drop(self, record: DispatchRecord, reason: str) -> None:
         """Discard an arrived update (counted by reason in the accounting)."""
@@ -238,8 +346,13 @@ class Simulation:
 
     # ----------------------------------------------------------------- the loop
     def run(self) -> str:
-        """Process events until a budget is spent or the backend asks to stop; returns the reason."""
-        self.policy.start(self)
+        """Process events until a budget is spent or the backend asks to stop; returns the reason.
+
+        A simulation restored from a checkpoint (see :meth:`__getstate__`) continues where it was.
+        """
+        if not self._started:
+            self._started = True
+            self.policy.start(self)
         while True:
             if self._stop_requested:
                 self.stop_reason = "target reached"
@@ -256,7 +369,23 @@ class Simulation:
                 break
             self.queue.pop()
             self._handle(event)
+            if self.after_event is not None:
+                self.after_event(self)
         return self.stop_reason
+
+    def __getstate__(self) -> dict:
+        """Everything but the backend and the log writer: clock, queue, records, policy (groups,
+        buffers, RNGs), speeds and faults — one pickle keeps their shared references."""
+        state = dict(self.__dict__)
+        for transient in ("backend", "_log", "after_event"):
+            state[transient] = None
+        return state
+
+    def attach(self, backend: Backend, log: Callable[[dict], None] | None = None,
+               after_event: Callable[["Simulation"], None] | None = None) -> "Simulation":
+        """Reconnect a restored simulation to a backend and a log writer."""
+        self.backend, self._log, self.after_event = backend, log or (lambda row: None), after_event
+        return self
 
     def _handle(self, event: Event) -> None:
         if event.kind == "arrival":
@@ -270,6 +399,12 @@ class Simulation:
         elif event.kind == "timer":
             self._write("timer", event.time, -1, None, self.version, None, None, None)
             self.policy.on_timer(self, event.payload)
+        elif event.kind == "crash":  # the client stops for good; the policy is not told
+            record = self.records[event.payload]
+            record.status = DROPPED
+            record.drop_reason = "client crashed"
+            self._write("crash", event.time, record.client, record.id, record.version, None, record.steps)
+            self.backend.on_drop(record)
         else:
             raise ValueError(f"unknown event kind {event.kind!r}")
 

@@ -13,8 +13,9 @@ Two sources are covered:
   ``avg_training_time = n·μ``. To reproduce PLATO exactly set ``reference_time`` to its
   ``avg_training_time`` (10 s for the LeNet tasks, 20 s for CIFAR-10),
   ``mean = avg_training_time / steps_per_epoch`` and ``jitter = 0`` (PLATO's reproducible mode
-  has no jitter). PLATO draws with NumPy's legacy ``RandomState(1)``; our streams differ, so the
-  exact idle-time table of the PORT spec is not reproduced by ``seed=1``.
+  has no jitter). PLATO draws with NumPy's legacy ``RandomState(1)``; our streams differ, so
+  ``legacy_seed=1`` draws the idle times as PLATO does (client i gets the i-th draw of
+  ``RandomState(1).pareto(a, C)``, capped): the exact idle-time table of the PORT spec §5.2.
 
 Determinism: the base times come from one stream; each client's jitter and speed changes come
 from that client's own stream. Client ``i``'s ``k``-th round therefore depends only on
@@ -68,6 +69,8 @@ class SpeedConfig:
             PORT §V uses Pareto a=1 with cap 30; PORT Fig. 2 uses Zipf 1.7 with cap 60 (set
             ``cap=60.0`` yourself: one ``cap`` field serves both models).
         reference_time: pareto/zipf map t_i = μ·(1 + s_i / reference_time).
+        legacy_seed: pareto/zipf idle times from ``np.random.RandomState(legacy_seed)`` as PLATO
+            draws them (None: the run's own stream); later speed changes use the client streams.
         speed_change_prob: per-round probability of re-drawing t_i (FedCompass App. G.2: 0.1).
         negative: non-positive draws are ``redraw``-n, ``clip``-ped to min_time_ratio·μ (which
             then floors every draw, keeping the map monotone) or raise (``error``).
@@ -94,6 +97,7 @@ class SpeedConfig:
     min_time_ratio: float = 0.01
     latency: float = 0.0
     bandwidth: float = float("inf")
+    legacy_seed: int | None = None
 
     def __post_init__(self):
         self.validate()
@@ -116,6 +120,9 @@ class SpeedConfig:
         _check(self, "zipf_s", lambda v: math.isfinite(v) and v > 1, "a finite number > 1")
         _check(self, "cap", lambda v: v > 0, "a number > 0 (inf means no cap)")
         _check(self, "reference_time", lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+        if self.legacy_seed is not None and not (isinstance(self.legacy_seed, (int, np.integer))
+                                                 and 0 <= self.legacy_seed < 2**32):
+            raise ValueError(f"SpeedConfig.legacy_seed={self.legacy_seed!r}; must be None or an integer in [0, 2^32)")
         _check(self, "speed_change_prob", lambda v: 0 <= v <= 1, "a probability in [0, 1]")
         _check(self, "min_time_ratio", lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
         _check(self, "latency", lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
@@ -175,7 +182,8 @@ class ClientSpeeds:
         # would cost more than most runs' scheduling.
         self._client_rngs: dict[int, np.random.Generator] = {}
         base_rng = np.random.default_rng(np.random.SeedSequence([seed, STREAM_BASE_TIMES]))
-        base = self._draw_base(base_rng, num_clients)
+        legacy = config.legacy_seed is not None and config.model in ("pareto", "zipf")  # PLATO's RandomState
+        base = self._draw_base(np.random.RandomState(config.legacy_seed) if legacy else base_rng, num_clients)
         for client in np.flatnonzero(base <= self._floor()):
             base[client] = self._fix_nonpositive(
                 float(base[client]), int(client), lambda: float(self._draw_base(base_rng, 1)[0])

@@ -10,6 +10,7 @@ grows with staleness; the paper's negative exponent is used here.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge", "exponential")
@@ -72,5 +73,4 @@ def make_staleness(name: str, **params):
         raise ValueError(f"staleness alpha must be > 0, got {params['alpha']}")
     if name != "constant" and params.get("a", 1.0) < 0:
         raise ValueError(f"staleness exponent a must be >= 0, got {params['a']}")
-    function = _FUNCTIONS[name]
-    return lambda s: function(s, **params)
+    return functools.partial(_FUNCTIONS[name], **params)  # picklable, for checkpoints

@@ -1,0 +1,125 @@
+"""FedProx (proximal term in the client kernel), FedNova (normalised averaging) and FedOpt (adaptive
+server optimisers): hand-computed goldens and the zero-setting identities."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxfl.cli import main
+from jaxfl.config import ConfigError, RunConfig, validate
+from jaxfl.experiment import prepare, run_experiment
+from jaxfl.kernels import ClientView, FederatedArrays, local_train, make_client_trainer
+from jaxfl.kernels.fednova import fednova_coefficients
+from tests.conftest import replace
+
+
+def linear_setup():
+    model = nn.Dense(3)
+    params = model.init(jax.random.key(0), jnp.zeros((1, 2)))
+    data = FederatedArrays(jnp.array([[1.0, 2.0], [0.5, -1.0]]), jnp.array([0, 2]))
+    return model, params, data, ClientView(jnp.int32(0), jnp.int32(2))
+
+
+def test_prox_zero_is_exactly_no_prox():
+    model, params, data, view = linear_setup()
+    plain = make_client_trainer(model.apply, optax.adam(0.1), batch_size=1, max_count=2, preprocess=lambda x: x)
+    zero = make_client_trainer(model.apply, optax.adam(0.1), batch_size=1, max_count=2, preprocess=lambda x: x,
+                               prox_mu=0.0)
+    assert zero.init(params, 3, jax.random.key(1)).anchor is None  # no anchor carried: the same kernel
+    a, _ = local_train(plain, params, data, view, jnp.int32(5), jax.random.key(1), max_steps=5)
+    b, _ = local_train(zero, params, data, view, jnp.int32(5), jax.random.key(1), max_steps=5)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    with pytest.raises(ValueError, match="prox_mu"):
+        make_client_trainer(model.apply, optax.sgd(0.1), batch_size=1, max_count=2, prox_mu=-1.0)
+
+
+def test_prox_one_step_by_hand():
+    """One SGD step on both samples (batch 2) with anchor a ≠ w:
+    w1 = w0 − η (∇f(w0) + μ (w0 − a)),  ∇_W f = Xᵀ(softmax(XW + b) − Y)/2,  ∇_b f = mean(softmax − Y)."""
+    model, params, data, view = linear_setup()
+    eta, mu = 0.1, 0.5
+    trainer = make_client_trainer(model.apply, optax.sgd(eta), batch_size=2, max_count=2, preprocess=lambda x: x,
+                                  prox_mu=mu)
+    anchor = jax.tree.map(lambda p: p + 1.0, params)
+    state = trainer.init(params, 1, jax.random.key(2), anchor=anchor)
+    state = trainer.step(state, data, view)
+    W = np.asarray(params["params"]["kernel"], np.float64)
+    b = np.asarray(params["params"]["bias"], np.float64)
+    X = np.array([[1.0, 2.0], [0.5, -1.0]])
+    Y = np.eye(3)[[0, 2]]
+    z = X @ W + b
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    grad_W = X.T @ (p - Y) / 2 + mu * (W - (W + 1.0))  # the prox pull is −μ per entry here
+    grad_b = (p - Y).mean(axis=0) + mu * (b - (b + 1.0))
+    np.testing.assert_allclose(np.asarray(state.params["params"]["kernel"]), W - eta * grad_W, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(state.params["params"]["bias"]), b - eta * grad_b, rtol=1e-5, atol=1e-6)
+    # the default anchor is the start model: then the first step has no pull at all
+    no_pull = trainer.step(trainer.init(params, 1, jax.random.key(2)), data, view)
+    plain = make_client_trainer(model.apply, optax.sgd(eta), batch_size=2, max_count=2, preprocess=lambda x: x)
+    reference = plain.step(plain.init(params, 1, jax.random.key(2)), data, view)
+    for x, y in zip(jax.tree.leaves(no_pull.params), jax.tree.leaves(reference.params)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6)
+
+
+def test_fednova_coefficients_by_hand():
+    # c = (0.5, 0.3, 0.2), τ = (10, 20, 40): τ_eff = 5 + 6 + 8 = 19; c' = c τ_eff/τ = (0.95, 0.285, 0.095)
+    np.testing.assert_allclose(fednova_coefficients([0.5, 0.3, 0.2], [10, 20, 40]), [0.95, 0.285, 0.095])
+    assert fednova_coefficients([0.25, 0.75], [7, 7]) == [0.25, 0.75]  # equal steps: FedAvg
+    assert fednova_coefficients([], []) == []
+
+
+def test_fednova_in_the_engine_and_the_cc_fednova_baseline(small_config):
+    # CC-FedAvg's FedNova baseline: every client trains ceil(p_i K) steps, K = 4, p = (1, 1/2, 1/4, 1/8)
+    result = run_experiment(replace(small_config, algorithm="ccfedavg", cc_strategy="fednova", clients=4,
+                                    local_steps=4, max_updates=2))
+    records = [r for r in result.simulation.records if r.aggregated_in == 2]
+    assert sorted((r.client, r.steps) for r in records) == [(0, 4), (1, 2), (2, 1), (3, 1)]
+    # equal data shares 1/4: τ_eff = 2, c'_i = 0.25 · 2 / τ_i = (0.125, 0.25, 0.5, 0.5)
+    weights = {result.simulation.records[d].client: c for d, c in result.engine.last_weights.items()}
+    np.testing.assert_allclose([weights[i] for i in range(4)], [0.125, 0.25, 0.5, 0.5], rtol=1e-6)
+    with pytest.raises(ConfigError, match="fednova=True"):
+        validate(RunConfig(algorithm="fedcompass_n", fednova=True))
+
+
+def test_fedadam_first_step_by_hand_and_fednova_option_with_equal_steps_is_fedavg(small_config):
+    """FedAdam's first server step: m̂ = g, v̂ = g², so w1 = w0 − η g/(|g| + τ) with η = 10⁻², τ = 10⁻³
+    (optax adam's eps outside the root), g = FedAvg's pseudo-gradient w0 − w1_FedAvg."""
+    common = dict(clients=4, max_updates=1, client_optimizer="sgd", client_lr=0.05)
+    fedavg = run_experiment(replace(small_config, algorithm="fedavg", run_name="avg", **common))
+    fedadam = run_experiment(replace(small_config, algorithm="fedadam", run_name="adam", **common))
+    nova = run_experiment(replace(small_config, algorithm="fedavg", fednova=True, run_name="nova", **common))
+    w0 = prepare(replace(small_config, algorithm="fedavg", **common))[4]
+    for start, avg, adam, normalised in zip(*(jax.tree.leaves(t) for t in (w0, fedavg.params, fedadam.params,
+                                                                            nova.params))):
+        g = np.asarray(start, np.float64) - np.asarray(avg, np.float64)
+        np.testing.assert_allclose(np.asarray(adam), np.asarray(start) - 1e-2 * g / (np.abs(g) + 1e-3),
+                                   rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(normalised), np.asarray(avg), rtol=0, atol=1e-7)
+
+
+def test_fedopt_names_and_server_optimizer_option():
+    assert (validate(RunConfig(algorithm="fedyogi")).server_optimizer, validate(RunConfig(algorithm="fedyogi")).server_lr) \
+        == ("yogi", 1e-2)
+    assert validate(RunConfig(algorithm="fedadagrad")).server_lr == 1e-1
+    assert validate(RunConfig(algorithm="fedadam", server_lr=0.03)).server_lr == 0.03  # an explicit rate wins
+    assert validate(RunConfig(algorithm="fedbuff", server_optimizer="adam")).server_lr == 1e-2
+    assert validate(RunConfig(algorithm="fedavg")).server_lr == 1.0
+    with pytest.raises(ConfigError, match="server_optimizer='yogi'"):
+        validate(RunConfig(algorithm="fedadam", server_optimizer="yogi"))
+    with pytest.raises(ConfigError, match="prox_mu=-0.1"):
+        validate(RunConfig(prox_mu=-0.1))
+
+
+def test_cli_runs_the_new_algorithms(tmp_path, capsys):
+    code = main(["run", "--algorithm", "fedasmu,fedyogi", "--model", "mlp", "--clients", "4",
+                 "--local-steps", "4", "--batch-size", "16", "--max-updates", "2", "--no-progress",
+                 "--fedasmu-max-concurrency", "2", "--prox-mu", "0.01", "--checkpoint-every", "none",
+                 "--output-dir", str(tmp_path)])
+    assert code in (0, None)
+    out = capsys.readouterr().out
+    for name in ("fedasmu", "fedyogi"):
+        assert name in out

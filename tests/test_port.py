@@ -1,0 +1,159 @@
+"""PORT: hand-computed weights, the staleness bound, the design-space corners (K = all → FedAvg,
+K = 1 → an aggregation per arrival as FedAsync), the PLATO preset and PLATO's idle-time table."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxfl.algorithms import FedAsync, port_options
+from jaxfl.algorithms.port import PAPER, PLATO, PORT, PortOptions, staleness_discount
+from jaxfl.config import ConfigError, RunConfig, validate
+from jaxfl.experiment import run_experiment
+from jaxfl.kernels.port import cosine, port_coefficients, port_weights
+from jaxfl.scheduler.simulation import Simulation
+from jaxfl.scheduler.speeds import ClientSpeeds, ScriptedSpeeds, SpeedConfig
+from jaxfl.scheduler.staleness import polynomial
+from tests.conftest import RecordingBackend, replace
+
+# Three clients: data shares d = (1/2, 1/4, 1/4), staleness S = (0, 2, 5), Ω = 10, α = 3, β = 1 and
+# cosines with the last global step (1, 0, −1/2). By hand:
+#   a_k = d_k α Ω/(S_k+Ω) = 1.5, 0.625, 0.5      b_k = d_k β = 0.5, 0.25, 0.25
+#   θ_k/β = (cos+1)/2   = 1, 0.5, 0.25        p̃_k = a_k + b_k θ_k/β = 2, 0.75, 0.5625 (Σ = 3.3125 = 53/16)
+#   p = (32, 12, 9) / 53
+GOLDEN = np.array([32.0, 12.0, 9.0]) / 53.0
+
+
+def test_port_weights_for_three_clients_by_hand():
+    a = np.array([0.5 * staleness_discount(0, 3.0, 10.0), 0.25 * staleness_discount(2, 3.0, 10.0),
+                  0.25 * staleness_discount(5, 3.0, 10.0)])
+    np.testing.assert_allclose(a, [1.5, 0.625, 0.5])
+    b = np.array([0.5, 0.25, 0.25])
+    weights = port_weights(jnp.array([1.0, 0.0, -0.5]), jnp.asarray(a), jnp.asarray(b), jnp.zeros(3, bool))
+    np.testing.assert_allclose(np.asarray(weights), GOLDEN, rtol=1e-6)
+    # the same from the updates themselves: last global step g = (1, 0); u_k = −Δ_k ("own" update)
+    g = {"w": jnp.array([1.0, 0.0])}
+    u = np.array([[2.0, 0.0], [0.0, 3.0], [-1.0, math.sqrt(3.0)]])  # cos = 1, 0, −1/2
+    deltas = {"w": jnp.asarray(-u)}
+    current = {"w": jnp.array([5.0, 5.0])}
+    previous = jax.tree.map(lambda c, s: c - s, current, g)
+    p, cos = port_coefficients(deltas, deltas, current, jax.tree.map(jnp.subtract, current, previous),
+                               jnp.asarray(a), jnp.asarray(b), jnp.zeros(3, bool), jnp.ones(3, bool), "own")
+    np.testing.assert_allclose(np.asarray(cos), [1.0, 0.0, -0.5], atol=1e-6)
+    np.testing.assert_allclose(np.asarray(p), GOLDEN, rtol=1e-6)
+    # forcing cos = 1 for the third (PLATO: fresh clients) gives it the full β: p̃_3 = 0.75
+    forced = port_weights(jnp.array([1.0, 0.0, -0.5]), jnp.asarray(a), jnp.asarray(b), jnp.array([False, False, True]))
+    np.testing.assert_allclose(np.asarray(forced), np.array([2.0, 0.75, 0.75]) / 3.5, rtol=1e-6)
+    # PLATO's cosine uses w_k − w_τ: a client that started at w_τ − g and moved by +g has u = 0 → cos 1
+    starts = {"w": jnp.asarray(np.stack([current["w"] - g["w"]] * 3))}
+    moved = {"w": jnp.asarray(-np.stack([g["w"]] * 3))}  # Δ = start − final = −g
+    _, cos_current = port_coefficients(moved, starts, current, g, jnp.asarray(a), jnp.asarray(b), jnp.zeros(3, bool),
+                                       jnp.ones(3, bool), "current")
+    np.testing.assert_allclose(np.asarray(cos_current), [1.0, 1.0, 1.0])
+    assert float(cosine({"w": jnp.zeros(2)}, g)) == 1.0  # no direction: no interference penalty
+
+
+def test_policy_hands_the_engine_staleness_and_data_shares():
+    policy = PORT(local_steps=5, min_clients=3, staleness_bound=10.0, alpha=3.0, beta=1.0)
+    speeds = ScriptedSpeeds(lambda c, r: [1.0, 2.0, 3.0][c], num_clients=3)
+    backend = RecordingBackend()
+    sim = Simulation(policy, speeds, [0.5, 0.25, 0.25], backend, max_updates=2)
+    sim.run()
+    first, second = backend.aggregations
+    assert first.weighting == "port" and first.mode == "mix"
+    # version 0: no last global step, cos forced to 1; all fresh: a_k = 3 d_k, b_k = d_k
+    np.testing.assert_allclose(np.array(first.weighting_args), [[1.5, 0.5, 1.0], [0.75, 0.25, 1.0], [0.75, 0.25, 1.0]])
+    np.testing.assert_allclose([c for _, c in first.contributions], [0.5, 0.25, 0.25])
+    assert [a for _, _, a in second.weighting_args] == [0.0, 0.0, 0.0]  # the paper computes the cosine from round 2
+
+
+def run_port(time_per_step, bound, options=PAPER, K=1, max_updates=40):
+    policy = PORT(local_steps=10, min_clients=K, staleness_bound=bound, options=options)
+    backend = RecordingBackend()
+    sim = Simulation(policy, ScriptedSpeeds(time_per_step, num_clients=4), [0.25] * 4, backend,
+                     max_updates=max_updates)
+    sim.run()
+    staleness = [a.version - 1 - sim.records[d].version for a in backend.aggregations for d, _ in a.contributions]
+    return sim, policy, backend, staleness
+
+
+def test_staleness_bound_waits_for_stale_clients():
+    speeds = lambda c, r: [1.0, 1.1, 1.2, 9.0][c]  # client 3 is 9× slower
+    _, unbounded, _, staleness = run_port(speeds, math.inf)
+    assert max(staleness) >= 6 and unbounded.waits == 0
+    sim, policy, backend, staleness = run_port(speeds, 3.0)
+    assert max(staleness) == 2  # paper: every aggregated update has S < Ω
+    assert policy.waits > 0
+    # Step 3 takes every client that arrives before the stale one, and the stale one itself
+    assert any(len(a.contributions) > 1 for a in backend.aggregations)
+    assert all(s >= 0 for s in staleness)
+    _, plato, _, staleness_code = run_port(speeds, 3.0, options=PLATO)
+    assert max(staleness_code) == 4  # PLATO forces only S > Ω: up to Ω + 1 reaches the aggregation
+
+
+def test_k_equal_one_aggregates_every_arrival_like_fedasync():
+    speeds = ClientSpeeds(SpeedConfig(model="exp", jitter=0.05), 4, seed=3)
+    port_backend, asynchronous = RecordingBackend(), RecordingBackend()
+    port_sim = Simulation(PORT(10, min_clients=1, staleness_bound=math.inf), speeds, [0.25] * 4, port_backend,
+                          max_updates=20)
+    port_sim.run()
+    fedasync_sim = Simulation(FedAsync(10, polynomial), ClientSpeeds(SpeedConfig(model="exp", jitter=0.05), 4, seed=3),
+                              [0.25] * 4, asynchronous, max_updates=20)
+    fedasync_sim.run()
+    assert all(len(a.contributions) == 1 for a in port_backend.aggregations)
+    assert [a.time for a in port_backend.aggregations] == [a.time for a in asynchronous.aggregations]
+    assert [port_sim.records[a.contributions[0][0]].client for a in port_backend.aggregations] == \
+        [fedasync_sim.records[a.contributions[0][0]].client for a in asynchronous.aggregations]
+
+
+def test_all_clients_no_bound_no_divergence_is_fedavg(small_config):
+    common = dict(clients=4, heterogeneity="exp", jitter=0.0, max_updates=3, client_optimizer="sgd", client_lr=0.05)
+    fedavg = run_experiment(replace(small_config, algorithm="fedavg", run_name="avg", **common))
+    port = run_experiment(replace(small_config, algorithm="port", port_min_clients=4, port_staleness_bound=math.inf,
+                                  port_beta=0.0, run_name="port", **common))
+    for a, b in zip(jax.tree.leaves(fedavg.params), jax.tree.leaves(port.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
+    times = lambda run: [(r.aggregated_in, r.arrival_time) for r in run.simulation.records if r.aggregated_in]
+    assert sorted(times(fedavg)) == sorted(times(port))
+    assert port.summary["compilations"].get("port_weights") == 1
+
+
+def test_engine_cosines_and_weights_in_a_bounded_run(small_config):
+    result = run_experiment(replace(small_config, algorithm="port", clients=4, port_min_clients=2,
+                                    port_staleness_bound=3.0, heterogeneity="exp", max_updates=6))
+    engine = result.engine
+    assert sum(engine.last_weights.values()) == pytest.approx(1.0, abs=1e-6)
+    cosines = [m["port_cosine"] for m in engine._client_metrics.values() if "port_cosine" in m]
+    assert cosines and all(-1.0 - 1e-6 <= c <= 1.0 + 1e-6 for c in cosines)
+    assert any(abs(c) < 0.999 for c in cosines)  # real cosines, not the forced 1
+    assert result.summary["policy"]["max_aggregated_staleness"] <= 2
+    assert result.summary["final_accuracy"] > 0.3  # learns (chance is 0.1)
+
+
+def test_presets_and_validation():
+    assert port_options(validate(RunConfig(algorithm="port"))) == PAPER
+    assert port_options(validate(RunConfig(algorithm="port", port_preset="plato"))) == PLATO
+    mixed = port_options(validate(RunConfig(algorithm="port", port_preset="plato", port_cosine="own")))
+    assert mixed.cosine == "own" and mixed.replace == "step2"  # an explicit switch wins over the preset
+    with pytest.raises(ConfigError, match="port_cosine='angle'"):
+        validate(RunConfig(algorithm="port", port_cosine="angle"))
+    with pytest.raises(ConfigError, match="port_min_clients=11"):
+        validate(RunConfig(algorithm="port", port_min_clients=11))
+    with pytest.raises(ConfigError, match="port_alpha=0.0"):
+        validate(RunConfig(algorithm="port", port_alpha=0.0, port_beta=0.0))
+    with pytest.raises(ValueError, match="port_bound_rule"):
+        PortOptions(bound_rule="loose").validate()
+
+
+def test_plato_idle_time_table():
+    """RandomState(1).pareto(1, 100) capped at 30 s: the spec's §5.2 table, via speed_legacy_seed."""
+    speeds = ClientSpeeds(SpeedConfig(model="pareto", mean=1.0, reference_time=1.0, jitter=0.0, cap=30.0,
+                                      legacy_seed=1), 100, seed=0)
+    idle = speeds.base_time_per_step - 1.0
+    np.testing.assert_allclose(idle[:10], [0.72, 2.58, 0.00, 0.43, 0.17, 0.10, 0.23, 0.53, 0.66, 1.17], atol=0.005)
+    assert idle[21] == idle[40] == 30.0  # clients 22 and 41 are capped
+    assert round(float(idle.mean()), 2) == 3.25 and round(float(np.median(idle)), 2) == 0.89
+    other_seed = ClientSpeeds(SpeedConfig(model="pareto", mean=1.0, reference_time=1.0, jitter=0.0, legacy_seed=1),
+                              100, seed=7)
+    np.testing.assert_array_equal(other_seed.base_time_per_step, speeds.base_time_per_step)  # PLATO ignores our seed

@@ -1,0 +1,130 @@
+"""Faults never hang a run, every update is accounted for, NaNs stop or are skipped, the memory
+guard splits calls without changing results, and algorithms are compared on paired randomness."""
+import math
+import os
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jaxfl.algorithms import build_policy
+from jaxfl.config import ALGORITHM_NAMES, RunConfig
+from jaxfl.engine import ResourceError
+from jaxfl.experiment import prepare, run_experiment
+from jaxfl.scheduler.faults import ClientFaults, FaultConfig
+from jaxfl.scheduler.simulation import NumericalError, Simulation
+from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
+from tests.conftest import RecordingBackend, replace
+
+SYNCHRONOUS_PARTS = ("fedavg", "fedavgm", "fedat")
+
+
+def schedule(algorithm, clients, model, seed, crash, delay, dropout, updates=12, timeout=30.0, max_time=400.0):
+    config = RunConfig(algorithm=algorithm, clients=clients, local_steps=5, buffer_size=min(2, clients),
+                       round_timeout=timeout, seed=seed, heterogeneity=model)
+    policy = build_policy(config)
+    speeds = ClientSpeeds(SpeedConfig(model=model, mean=0.15), clients, seed=seed)
+    faults = ClientFaults(FaultConfig(crash_prob=crash, delay_prob=delay, dropout_prob=dropout,
+                                      dropout_mean=5.0), clients, seed)
+    sim = Simulation(policy, speeds, np.full(clients, 1 / clients), RecordingBackend(), max_time=max_time,
+                     max_updates=updates, faults=faults)
+    return sim, sim.run()
+
+
+probabilities = st.sampled_from([0.0, 0.05, 0.2, 0.5])
+
+
+@settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(ALGORITHM_NAMES), st.integers(1, 6), st.sampled_from(["homo", "normal", "exp", "pareto"]),
+       st.integers(0, 2**16), probabilities, probabilities, probabilities)
+def test_accounting_holds_over_ten_thousand_generated_schedules(algorithm, clients, model, seed, crash, delay,
+                                                                dropout):
+    if crash + delay + dropout > 1:
+        crash = 0.0
+    sim, reason = schedule(algorithm, clients, model, seed, crash, delay, dropout)
+    counts = sim.accounting()  # raises if dispatched != aggregated + dropped + unaggregated + in flight
+    assert counts["dispatched"] == counts["aggregated"] + counts["dropped"] + counts["arrived_unaggregated"] \
+        + counts["in_flight"]
+    assert set(counts["dropped_by_reason"]) <= {"client crashed", "arrived after round deadline",
+                                                 "non-finite update", "stale beyond bound"} | \
+        {r.drop_reason for r in sim.records if r.status == "dropped"}
+    assert reason in ("update budget", "time budget", "no events left", "target reached")
+    if reason == "no events left":  # only when every client is gone
+        assert all(r.status != "in_flight" or math.isinf(r.arrival_time) for r in sim.records)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHM_NAMES)
+def test_no_algorithm_hangs_when_clients_crash(algorithm):
+    """A third of the dispatches crash: every algorithm still makes progress (deadlines, timers,
+    buffers) and counts the lost updates by reason."""
+    sim, reason = schedule(algorithm, 8, "exp", 3, crash=0.1, delay=0.1, dropout=0.1, updates=25, max_time=1e5)
+    counts = sim.accounting()
+    assert reason == "update budget", (reason, counts)
+    assert counts["dropped_by_reason"].get("client crashed", 0) > 0
+
+
+def test_faults_are_paired_across_algorithms():
+    a = ClientFaults(FaultConfig(crash_prob=0.3, delay_prob=0.3), 4, seed=9)
+    b = ClientFaults(FaultConfig(crash_prob=0.3, delay_prob=0.3), 4, seed=9)
+    first = [a.draw(c).kind for c in (0, 1, 2, 3) for _ in range(5)]
+    second = {c: [b.draw(c).kind for _ in range(5)] for c in (3, 1, 0, 2)}  # another interleaving
+    assert first == [k for c in (0, 1, 2, 3) for k in second[c]]
+
+
+def test_crash_without_deadline_is_rejected_for_synchronous_methods(tmp_path):
+    from jaxfl.config import ConfigError, config_from_mapping
+
+    with pytest.raises(ConfigError, match="round_timeout=None.*crashed client would stall"):
+        config_from_mapping({"algorithm": "fedavg", "crash_prob": 0.1})
+    config_from_mapping({"algorithm": "fedavg", "crash_prob": 0.1, "round_timeout": 30.0})
+
+
+def test_a_nan_stops_the_run_naming_client_time_and_version_and_keeps_the_logs(small_config):
+    config = replace(small_config, algorithm="fedasync", client_optimizer="sgd", client_lr=1e30, max_updates=5)
+    with pytest.raises(NumericalError, match=r"client \d+ returned a non-finite .* virtual time .* version"):
+        run_experiment(config)
+    run_dir = os.path.join(config.output_dir, os.listdir(config.output_dir)[0])
+    with open(os.path.join(run_dir, "summary.json")) as handle:
+        assert "numerical error" in handle.read()
+    with open(os.path.join(run_dir, "events.csv")) as handle:
+        assert len(handle.readlines()) > 1  # everything logged up to the failure is kept
+
+
+def test_nan_updates_can_be_skipped_and_are_counted(small_config):
+    result = run_experiment(replace(small_config, algorithm="fedbuff", client_optimizer="sgd", client_lr=1e30,
+                                    max_time=20.0, max_updates=None, stop_at_target=False, on_nonfinite="skip"))
+    counts = result.summary["accounting"]
+    assert counts["dropped_by_reason"]["non-finite update"] > 0
+    assert counts["aggregated"] == 0
+    assert all(np.all(np.isfinite(np.asarray(leaf))) for leaf in jax.tree.leaves(result.params))
+
+
+def test_memory_guard_splits_calls_without_changing_results(small_config):
+    config = replace(small_config, algorithm="fedavg", clients=8, clients_per_call=8, max_updates=2,
+                     client_optimizer="sgd", client_lr=0.05)
+    whole = run_experiment(replace(config, run_name="whole"))
+    # a limit between XLA's figures for calls of 2 and of 4 clients: calls of 2
+    limit = (whole.engine.call_bytes(2) + whole.engine.call_bytes(4)) / 2 / 0.8
+    split = run_experiment(replace(config, run_name="split", memory_limit_mb=limit / 2**20))
+    assert split.summary["calls_split_by_memory_guard"] > 0 and whole.summary["calls_split_by_memory_guard"] == 0
+    assert split.summary["mean_clients_per_batch"] == 2.0
+    for a, b in zip(jax.tree.leaves(whole.params), jax.tree.leaves(split.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
+    with pytest.raises(ResourceError, match="lower batch_size"):
+        run_experiment(replace(config, run_name="tiny", memory_limit_mb=0.01))
+
+
+def test_changing_only_the_algorithm_keeps_speeds_and_partition_paired(small_config):
+    runs = {a: run_experiment(replace(small_config, algorithm=a, run_name=a, max_updates=3))
+            for a in ("fedavg", "fedasync", "fedcompass")}
+    speeds = [r.simulation.speeds.base_time_per_step.tolist() for r in runs.values()]
+    assert speeds[0] == speeds[1] == speeds[2]
+    partitions = [prepare(replace(small_config, algorithm=a))[2].counts.tolist() for a in runs]
+    assert partitions[0] == partitions[1] == partitions[2]
+    # each client's k-th round takes as long under every algorithm (same per-client streams)
+    durations = {a: {(rec.client, rec.client_round): rec.arrival_time - rec.start_time
+                     for rec in r.simulation.records if rec.steps == 4} for a, r in runs.items()}
+    common = set(durations["fedavg"]) & set(durations["fedasync"])
+    assert common and all(math.isclose(durations["fedavg"][k], durations["fedasync"][k]) for k in common)
