@@ -373,7 +373,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
         "mean_clients_per_batch": round(engine.stats.mean_clients_per_batch, 3),
         "calls_split_by_memory_guard": engine.split_calls,
         "compilations": dict(engine.stats.traces),
-        "negative_speed_draws": speeds.negative_draws if saved is None else simulation.speeds.negative_draws,
+        "negative_speed_draws": simulation.speeds.negative_draws,
         "faults": dict(simulation.faults.counts) if simulation.faults is not None else {},
         "accounting": accounting,
         "policy": simulation.policy.summary() if hasattr(simulation.policy, "summary") else {},

@@ -1,6 +1,5 @@
 """FedASMU: α and β by hand, both hypergradients against finite differences, the engine's
 fetch-and-mix against a step-by-step recomputation, the trigger scheduler, and batching invariance."""
-import math
 
 import flax.linen as nn
 import jax
