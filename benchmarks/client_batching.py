@@ -31,7 +31,7 @@ def make_engine(num_clients: int, clients_per_call: int, steps_per_call: int):
     federation = build_federation(dataset, num_clients, "iid", seed=0)
     model = make_model("cnn", dataset.num_classes)
     params = model.init(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
-    trainer = make_client_trainer(model.apply, make_client_optimizer("adam", 0.003), 64, federation.max_count)
+    trainer = make_client_trainer(model.apply, make_client_optimizer("adam", 0.003), 64)
     return Engine(trainer, params, FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y)),
                   federation.offsets, federation.counts, make_server_optimizer(), seed=0,
                   plan=ExecutionPlan(clients_per_call, steps_per_call))

@@ -69,6 +69,7 @@ DEFAULT_TARGETS = {"mnist10k": 0.9, "mnist": 0.9, "fashion_mnist": 0.8, "digits"
                    "tfds:fashion_mnist": 0.8, "tfds:cifar10": 0.6}
 DEFAULT_TARGET_OTHER = 0.7
 NEGATIVE_POLICIES = ("redraw", "clip", "error")
+AUGMENTATIONS = ("auto", "none", "crop_flip")  # auto: crop_flip for CIFAR-10/100 (jaxfl.data.augment.AUGMENTED)
 
 
 class ConfigError(ValueError):
@@ -105,6 +106,8 @@ class RunConfig:
     batch_size: int = 64
     client_optimizer: str = "adam"
     client_lr: float = 0.003
+    augment: str = "auto"  # on-device training augmentation: auto (crop+flip for CIFAR) | none | crop_flip
+    normalize: bool = False  # (x - mean) / std with the dataset's statistics (FedCompass MNIST: ToTensor only)
     # server
     server_optimizer: str = "sgd"
     server_lr: float | None = None  # None: 1 for sgd (FedAvg), DEFAULT_SERVER_LR for adam/yogi/adagrad
@@ -268,7 +271,7 @@ def validate(config: RunConfig) -> RunConfig:
                "client_weights": CLIENT_WEIGHTS, "client_optimizer": CLIENT_OPTIMIZERS,
                "server_optimizer": SERVER_OPTIMIZER_NAMES, "staleness": STALENESS_NAMES,
                "rule": RULES, "negative_times": NEGATIVE_POLICIES, "compass_preset": COMPASS_PRESETS,
-               "fedat_profiling": FEDAT_PROFILING}
+               "fedat_profiling": FEDAT_PROFILING, "augment": AUGMENTATIONS}
     for name, allowed in COMPASS_SWITCHES.items():
         if getattr(config, name) is not None and getattr(config, name) not in allowed:
             _fail(name, getattr(config, name), f"one of {', '.join(allowed)} (or null for the preset's)")

@@ -26,6 +26,14 @@ kernels live in ``jaxfl/kernels/{port,ccfedavg,fedasmu,fednova}.py``, the engine
   simulation answers its fetch (``on_fetch``); it then trains to ``fetch_step``, mixes in the
   fetched global with the device kernel (learned (γ, ν)) and trains on.
 
+Non-trainable model state (BatchNorm running statistics; a trainer built from a ``ModelAdapter``
+whose model is ``{"params", "state"}``) never goes through the Δ/staleness arithmetic: the kernel's
+delta for it is zero, and every aggregation sets the global ``"state"`` to the plain unweighted mean
+of the aggregated clients' final buffers (FedCompass spec §2.6: a single update copies the client's,
+a group aggregation averages them). FedAT's tier models get the mean of their clients' buffers and
+the global model combines them with the tier weights, as it combines parameters. PORT's and FedASMU's
+coefficients see the trainable parameters only.
+
 All extension state lives on device in ``extensions`` (a dict of pytrees) plus ``previous_params``
 (the global before the last update); runs that use no extension never touch it.
 
@@ -47,7 +55,7 @@ from jaxfl.kernels import fedasmu as asmu_kernels
 from jaxfl.kernels import port as port_kernels
 from jaxfl.kernels.aggregation import apply_server_update, tree_add, tree_scale, weighted_sum
 from jaxfl.kernels.fednova import fednova_coefficients
-from jaxfl.kernels.client import ClientTrainer, ClientView, FederatedArrays
+from jaxfl.kernels.client import BUFFERS, ClientTrainer, ClientView, FederatedArrays
 from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, NumericalError  # noqa: F401 (re-export)
 
 PyTree = Any
@@ -124,6 +132,7 @@ class ExecutionPlan:
 class _TrainedBatch:
     deltas: PyTree  # stacked on the padded client axis K
     size: int  # padded K; the arrays are freed once no unconsumed result refers to the batch
+    buffers: PyTree = None  # stateful models: the clients' final non-trainable state, stacked on K
 
 
 @dataclasses.dataclass
@@ -165,6 +174,8 @@ class Engine:
                  keep_start_versions: bool = False, memory_limit: int | None = None,
                  sample_bytes: int = 0, normalize_steps: bool = False):
         self.trainer = trainer
+        # BatchNorm-style buffers ride along in the model dict; see the module docstring.
+        self.stateful = bool(trainer.adapter) and isinstance(init_params, dict) and BUFFERS in init_params
         self.data = data
         self.offsets = np.asarray(offsets, dtype=np.int32)
         self.counts = np.asarray(counts, dtype=np.int32)
@@ -257,6 +268,7 @@ class Engine:
         if aggregation.mode == "tier":
             self.params = self._tier_update(aggregation, records)
         else:
+            buffers = self._mean_buffers(records)
             pseudo_gradient = self._combine(aggregation, records)
             self._after_combine(aggregation, records)  # extensions: update banks, keep w_{τ−1}
             if aggregation.server_optimizer:
@@ -264,6 +276,8 @@ class Engine:
                                                                    pseudo_gradient)
             else:
                 self.params = jax.tree.map(jnp.subtract, self.params, pseudo_gradient)
+            if buffers is not None:
+                self.params = {**self.params, BUFFERS: buffers}
         for record in records:
             self._release(record)
         self.version = aggregation.version
@@ -379,7 +393,7 @@ class Engine:
             states = run_steps(states, self.data, views)
         deltas, metrics = self._finish(stacked, states)
         metrics = jax.device_get(metrics)
-        batch = _TrainedBatch(deltas=deltas, size=padded)
+        batch = _TrainedBatch(deltas=deltas, size=padded, buffers=self._final_buffers(states))
         for index, record in enumerate(records):
             self._results[record.id] = (batch, index)
             self._client_metrics[record.id] = {key: value[index].item() for key, value in metrics.items()}
@@ -394,16 +408,38 @@ class Engine:
         self.stats.executed_steps += calls * self.plan.steps_per_call * padded
 
     # ----------------------------------------------------------------- aggregation
-    def _combine(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> PyTree:
-        coefficients = dict(aggregation.contributions)
+    def _results_sum(self, records: Sequence[DispatchRecord], coefficients: dict, field: str = "deltas") -> PyTree:
+        """Σ c_i · (record i's ``field`` in its trained batch), one weighted sum per batch; None if no records."""
         by_batch: dict[int, tuple[_TrainedBatch, np.ndarray]] = {}
         for record in records:
             batch, index = self._results[record.id]
             entry = by_batch.setdefault(id(batch), (batch, np.zeros(batch.size, np.float32)))
-            entry[1][index] = coefficients[record.id]
-        total = jax.tree.map(jnp.zeros_like, self.params)  # an empty aggregation moves nothing
+            entry[1][index] += coefficients[record.id]
+        total = None
         for batch, weights in by_batch.values():
-            total = tree_add(total, self._weighted_sum(batch.deltas, jnp.asarray(weights)))
+            part = self._weighted_sum(getattr(batch, field), jnp.asarray(weights))
+            total = part if total is None else tree_add(total, part)
+        return total
+
+    def _final_buffers(self, states) -> PyTree:
+        return states.params[BUFFERS] if self.stateful else None
+
+    def _mean_buffers(self, records: Sequence[DispatchRecord]) -> PyTree:
+        """Plain unweighted mean of the aggregated clients' final buffers (None: stateless or no records)."""
+        if not self.stateful or not records:
+            return None
+        return self._results_sum(records, {record.id: 1.0 / len(records) for record in records}, "buffers")
+
+    def _trainable(self, tree: PyTree) -> PyTree:
+        """The trainable part of a model (or of a stack of models): what PORT and FedASMU measure."""
+        return tree["params"] if self.stateful else tree
+
+    def _combine(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> PyTree:
+        coefficients = dict(aggregation.contributions)
+        total = jax.tree.map(jnp.zeros_like, self.params)  # an empty aggregation moves nothing
+        summed = self._results_sum(records, coefficients)
+        if summed is not None:
+            total = tree_add(total, summed)
         if aggregation.bank:  # extensions: banked updates of clients that did not train
             total = tree_add(total, self._bank_term(aggregation))
         if aggregation.mode == "mix":
@@ -428,6 +464,9 @@ class Engine:
         tier_model = tree_scale(average_delta, -1.0)
         for record in records:
             tier_model = tree_add(tier_model, tree_scale(self._versions[record.version], coefficients[record.id]))
+        buffers = self._mean_buffers(records)
+        if buffers is not None:
+            tier_model = {**tier_model, BUFFERS: buffers}
         for tier, _ in aggregation.tier_weights:
             self._tier_models.setdefault(tier, self.params)
         self._tier_models[aggregation.tier] = tier_model
@@ -530,9 +569,11 @@ class Engine:
         args = np.asarray(aggregation.weighting_args, np.float32).reshape(len(records), 3)
         count, padded = len(records), _next_power_of_two(len(records))
         pad = lambda column, fill: jnp.asarray(np.concatenate([column, np.full(padded - count, fill, column.dtype)]))
-        deltas = self._stack([self._result_delta(r) for r in records], padded)
-        starts = self._stack([self._versions[r.version] for r in records], padded) if definition == "current" else deltas
-        weights, cosines = self._port(deltas, starts, self.params, self.previous_params, pad(args[:, 0], 0.0),
+        deltas = self._trainable(self._stack([self._result_delta(r) for r in records], padded))
+        starts = self._trainable(self._stack([self._versions[r.version] for r in records], padded)) \
+            if definition == "current" else deltas
+        weights, cosines = self._port(deltas, starts, self._trainable(self.params),
+                                      self._trainable(self.previous_params), pad(args[:, 0], 0.0),
                                       pad(args[:, 1], 0.0), pad(args[:, 2] > 0, True),
                                       jnp.asarray(np.arange(padded) < count), definition=definition)
         weights, cosines = jax.device_get((weights, cosines))
@@ -552,10 +593,11 @@ class Engine:
             initial = jnp.asarray([options["lambda0"], options["sigma0"], options["iota0"]], jnp.float32)
             state = {"coefficients": jnp.tile(initial, (self.num_clients, 1)),
                      "record": jnp.zeros((self.num_clients, 3), jnp.float32),
-                     "previous_delta": bank_kernels.init_bank(self.params, self.num_clients)}
+                     "previous_delta": bank_kernels.init_bank(self._trainable(self.params), self.num_clients)}
         learning_rates = jnp.asarray([options["lr_lambda"], options["lr_sigma"], options["lr_iota"]], jnp.float32)
         state, alpha, _ = self._fedasmu_server(
-            state, jnp.int32(client), self._result_delta(record), self._versions[record.version], self.params,
+            state, jnp.int32(client), self._trainable(self._result_delta(record)),
+            self._trainable(self._versions[record.version]), self._trainable(self.params),
             jnp.float32(t), jnp.float32(s), jnp.float32(step_size), learning_rates, jnp.float32(options["mu_alpha"]),
             jnp.float32(options["alpha_min"]))
         self.extensions["fedasmu_server"] = state
@@ -653,7 +695,7 @@ class Engine:
             states = self._run_steps(states, self.data, views)
         deltas, metrics = self._finish(stacked, states)
         metrics, diagnostics = jax.device_get((metrics, diagnostics))
-        batch = _TrainedBatch(deltas=deltas, size=padded)
+        batch = _TrainedBatch(deltas=deltas, size=padded, buffers=self._final_buffers(states))
         for index, record in enumerate(records):
             self._results[record.id] = (batch, index)
             self._client_metrics[record.id] = {key: value[index].item() for key, value in metrics.items()}
@@ -682,6 +724,7 @@ class Engine:
         tree = {"params": self.params, "server_state": self.server_state,
                 "versions": {str(v): p for v, p in self._versions.items()},
                 "batches": {k: b.deltas for k, b in batches.items()},
+                "batch_buffers": {k: b.buffers for k, b in batches.items() if b.buffers is not None},
                 "tier_models": {str(t): p for t, p in self._tier_models.items()},
                 "extensions": self.extensions, "previous_params": self.previous_params}
         meta = {"extension_keys": sorted(self.extensions), "fetches": dict(self._fetches),
@@ -702,6 +745,8 @@ class Engine:
         return {"params": params, "server_state": shapes(self.server_state),
                 "versions": {k: params for k in meta["version_keys"]},
                 "batches": {k: stacked(size) for k, size in meta["batch_sizes"].items()},
+                "batch_buffers": {k: stacked(size)[BUFFERS] for k, size in meta["batch_sizes"].items()}
+                if self.stateful else {},
                 "tier_models": {k: params for k in meta.get("tier_model_keys", [])},
                 "extensions": self._extension_target(meta.get("extension_keys", [])), "previous_params": params}
 
@@ -709,9 +754,10 @@ class Engine:
         """Shapes of the extension state named ``keys`` (banks and FedASMU coefficients)."""
         params = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), self.params)
         bank = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct((self.num_clients,) + leaf.shape, leaf.dtype), params)
+        trainable_bank = self._trainable(bank)
         table = lambda width: jax.ShapeDtypeStruct((self.num_clients, width), jnp.float32)
         shapes = {"bank_delta": bank, "bank_model": bank, "fedasmu_device": table(2),
-                  "fedasmu_server": {"coefficients": table(3), "record": table(3), "previous_delta": bank}}
+                  "fedasmu_server": {"coefficients": table(3), "record": table(3), "previous_delta": trainable_bank}}
         return {key: shapes[key] for key in keys}
 
     def restore(self, tree: dict, meta: dict, records: Sequence[DispatchRecord]) -> None:
@@ -721,7 +767,9 @@ class Engine:
         self.version = meta["version"]
         self._versions = {int(v): p for v, p in tree["versions"].items()}
         self._version_users = {int(v): n for v, n in meta["version_users"].items()}
-        batches = {k: _TrainedBatch(deltas=tree["batches"][k], size=size) for k, size in meta["batch_sizes"].items()}
+        buffers = tree.get("batch_buffers", {})
+        batches = {k: _TrainedBatch(deltas=tree["batches"][k], size=size, buffers=buffers.get(k))
+                   for k, size in meta["batch_sizes"].items()}
         self._results = {int(d): (batches[k], i) for d, (k, i) in meta["placement"].items()}
         self._client_metrics = {int(d): m for d, m in meta["client_metrics"].items()}
         self._pending = [records[d] for d in meta["pending"]]

@@ -34,11 +34,12 @@ from jaxfl import checkpoint
 from jaxfl.algorithms import build_policy
 from jaxfl.config import RunConfig, config_from_mapping, validate
 from jaxfl.data import build_federation, load_dataset
-from jaxfl.data.augment import make_preprocess
+from jaxfl.data.augment import AUGMENTED, NORMALIZATION, dataset_family, make_augment, make_preprocess
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
 from jaxfl.kernels.aggregation import make_server_optimizer
 from jaxfl.kernels.client import FederatedArrays, make_client_trainer, scale_uint8
 from jaxfl.models import check_model_input, count_params, make_model
+from jaxfl.models.adapter import as_adapter
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
@@ -67,6 +68,8 @@ def make_client_optimizer(name: str, learning_rate: float) -> optax.GradientTran
 
 def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVAL_BATCH, preprocess=scale_uint8):
     """``evaluate(params) -> {"accuracy", "loss"}`` on a held-out set, in fixed-size batches.
+
+    ``apply_fn(params, x) -> logits`` in evaluation mode (e.g. ``ModelAdapter.predict``).
 
     Batches run from a Python loop (XLA:CPU convolutions inside a rolled loop are slow); the last
     batch is padded and masked so one compilation serves all.
@@ -216,30 +219,57 @@ def build_data(config: RunConfig):
 
 
 def prepare(config: RunConfig):
-    """Everything a run needs, built and checked before any file is written."""
+    """Everything a run needs, built and checked before any file is written.
+
+    Returns ``(config, dataset, federation, model, variables)``: ``model`` a
+    :class:`~jaxfl.models.adapter.ModelAdapter`, ``variables`` its initial
+    ``{"params": ...[, "state": ...]}`` (:meth:`ModelAdapter.init_variables`).
+    """
     config = validate(config)
     dataset, federation = build_data(config)
     check_model_input(config.model, dataset.input_shape, dataset.kind, config.dataset)
-    model = make_model(config.model, dataset.num_classes, vocab_size=dataset.vocab_size)
+    _check_transforms(config, dataset)
+    model = as_adapter(make_model(config.model, dataset.num_classes, vocab_size=dataset.vocab_size))
     sample = jnp.zeros((1,) + dataset.input_shape, jnp.int32 if dataset.kind == "tokens" else jnp.float32)
     key = jax.random.fold_in(jax.random.key(config.seed), MODEL_STREAM)
-    try:  # abstract first: shape errors and state surface without allocating or compiling
-        abstract = jax.eval_shape(model.init, key, sample)
+    try:  # abstract first: shape errors surface without allocating or compiling
+        abstract = jax.eval_shape(model.init_variables, key, sample)
+        width = jax.eval_shape(model.predict, abstract, sample).shape[-1]
     except (TypeError, ValueError) as error:  # layers that do not fit this input shape
         raise ValueError(f"model {config.model!r} cannot take dataset {config.dataset!r} samples of shape "
                          f"{dataset.input_shape}: {error}") from error
-    stateful = sorted(set(abstract) - {"params"})
-    if stateful:
-        # Until the client kernel carries non-trainable state (ModelAdapter), such a model cannot train.
-        raise ValueError(f"model {config.model!r} keeps non-trainable state ({', '.join(stateful)}, e.g. BatchNorm "
-                         "statistics) that the client kernel does not carry yet; use a stateless model such as "
-                         "'resnet18_gn' (GroupNorm)")
-    params = model.init(key, sample)
-    width = jax.eval_shape(model.apply, params, sample).shape[-1]
     if width != dataset.num_classes:
         raise ValueError(f"model {config.model!r} outputs {width} logits but dataset "
                          f"{config.dataset!r} has {dataset.num_classes} classes")
-    return config, dataset, federation, model, params
+    return config, dataset, federation, model, model.init_variables(key, sample)
+
+
+def _check_transforms(config: RunConfig, dataset) -> None:
+    """Augmentation needs images; normalisation needs the dataset's statistics."""
+    if config.augment == "crop_flip" and dataset.kind != "image":
+        raise ValueError(f"augment='crop_flip' needs image samples but dataset {config.dataset!r} has "
+                         f"{dataset.kind} samples; use augment='none' (or 'auto')")
+    if config.normalize and dataset.kind == "image" and dataset_family(dataset.name) not in NORMALIZATION:
+        raise ValueError(f"normalize=true has no statistics for dataset {config.dataset!r}; known: "
+                         f"{', '.join(sorted(NORMALIZATION))} (or normalize=false)")
+
+
+def make_transforms(config: RunConfig, dataset):
+    """``(preprocess, augment or None)`` for the kernel: on-device scaling/normalisation, and random
+    crop + flip in training when ``config.augment`` asks for it (``auto``: CIFAR-10/100 only).
+
+    >>> from jaxfl.config import RunConfig
+    >>> from jaxfl.data import load_dataset
+    >>> preprocess, augment = make_transforms(RunConfig(), load_dataset("mnist10k"))
+    >>> augment is None
+    True
+    """
+    preprocess = make_preprocess(dataset, normalized=config.normalize)  # uint8 images: as scale_uint8
+    wanted = config.augment == "crop_flip" or (config.augment == "auto" and dataset.kind == "image"
+                                               and dataset_family(dataset.name) in AUGMENTED)
+    if not wanted:
+        return preprocess, None
+    return preprocess, make_augment(dataset, crop_padding=4, flip=True, normalized=config.normalize)
 
 
 def _speeds_and_faults(config: RunConfig, params) -> tuple[ClientSpeeds, ClientFaults | None]:
@@ -283,10 +313,10 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
     config, dataset, federation, model, params = prepare(config)
     wall_start = time.perf_counter()
     plan = ExecutionPlan.for_backend(jax.default_backend(), config.clients_per_call, config.steps_per_call)
-    preprocess = make_preprocess(dataset)  # uint8 images: the same scaling as scale_uint8
-    trainer = make_client_trainer(model.apply, make_client_optimizer(config.client_optimizer, config.client_lr),
-                                  config.batch_size, federation.max_count, preprocess=preprocess,
-                                  prox_mu=config.prox_mu)
+    preprocess, augment = make_transforms(config, dataset)
+    trainer = make_client_trainer(model, make_client_optimizer(config.client_optimizer, config.client_lr),
+                                  config.batch_size, preprocess=preprocess,
+                                  augment=augment, prox_mu=config.prox_mu)
     server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, config.momentum)
     policy = build_policy(config)
     speeds, faults = _speeds_and_faults(config, params)
@@ -298,7 +328,8 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
         _write_json(os.path.join(run_dir, "config.json"), {
             "config": config.to_dict(), "execution_plan": dataclasses.asdict(plan),
             "backend": jax.default_backend(), "versions": {"jax": jax.__version__, "python": platform.python_version()},
-            "model_parameters": count_params(params), "client_samples": federation.counts.tolist()})
+            "model_parameters": count_params(params["params"]),
+            "model_state_values": count_params(params.get("state", {})), "client_samples": federation.counts.tolist()})
     else:
         run_dir = resume_dir
         folder = checkpoint.latest(run_dir)
@@ -315,7 +346,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
     events_file, metrics_file = _open_logs(run_dir, saved["offsets"] if saved else None)
     with events_file, metrics_file:
         events = csv.DictWriter(events_file, EVENT_LOG_FIELDS)
-        recorder = _Recorder(config, make_evaluator(model.apply, dataset.test_x, dataset.test_y,
+        recorder = _Recorder(config, make_evaluator(model.predict, dataset.test_x, dataset.test_y,
                                                     preprocess=preprocess),
                              metrics_file, progress, wall_start, params, flush_also=(events_file,))
         engine = Engine(trainer, params, FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y)),

@@ -92,8 +92,7 @@ def reference(config):
     """Recompute the two rounds with local_train: round 0 everybody trains, round 1 only client 0.
     Returns x2 for each strategy."""
     config, _, federation, model, params = prepare(config)
-    trainer = make_client_trainer(model.apply, make_client_optimizer("sgd", config.client_lr), config.batch_size,
-                                  federation.max_count)
+    trainer = make_client_trainer(model, make_client_optimizer("sgd", config.client_lr), config.batch_size)
     data = FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y))
     root = jax.random.fold_in(jax.random.key(config.seed), TRAIN_STREAM)
     w = federation.weights("samples")

@@ -24,7 +24,7 @@ def setup():
     data = FederatedArrays(jnp.asarray(x), jnp.asarray(y))
     model = TinyNet()
     params = model.init(jax.random.key(0), jnp.zeros((1, 4, 4, 1)))
-    trainer = make_client_trainer(model.apply, optax.adam(1e-2), batch_size=4, max_count=16)
+    trainer = make_client_trainer(model.apply, optax.adam(1e-2), batch_size=4)
     # three ragged clients: 16, 10 and 7 samples
     views = [ClientView(jnp.int32(0), jnp.int32(16)), ClientView(jnp.int32(16), jnp.int32(10)),
              ClientView(jnp.int32(26), jnp.int32(7))]
@@ -36,15 +36,15 @@ def test_epoch_is_a_permutation_of_the_clients_own_samples():
     key = jax.random.key(3)
     seen = []
     for step in range(3):  # batch 4: batches of 4, 4, 2 (short, masked) make one epoch
-        idx, mask = minibatch_indices(key, jnp.int32(step), view, 4, 16)
+        idx, mask = minibatch_indices(key, jnp.int32(step), view, 4)
         seen += [int(i) for i, m in zip(idx, mask) if m]
     assert sorted(seen) == list(range(100, 110))
-    _, last_mask = minibatch_indices(key, jnp.int32(2), view, 4, 16)
+    _, last_mask = minibatch_indices(key, jnp.int32(2), view, 4)
     assert last_mask.tolist() == [1.0, 1.0, 0.0, 0.0]
     # the next epoch is a fresh permutation of the same samples
     second = []
     for step in range(3, 6):
-        idx, mask = minibatch_indices(key, jnp.int32(step), view, 4, 16)
+        idx, mask = minibatch_indices(key, jnp.int32(step), view, 4)
         second += [int(i) for i, m in zip(idx, mask) if m]
     assert sorted(second) == list(range(100, 110)) and second != seen
 
@@ -66,11 +66,11 @@ def test_masked_steps_have_no_effect(setup):
 def test_delta_is_start_minus_final(setup):
     data, params, _, views = setup
     model = TinyNet()
-    sgd_trainer = make_client_trainer(model.apply, optax.sgd(0.1), batch_size=4, max_count=16)
+    sgd_trainer = make_client_trainer(model.apply, optax.sgd(0.1), batch_size=4)
     key = jax.random.key(1)
     delta, _ = local_train(sgd_trainer, params, data, views[1], jnp.int32(1), key, max_steps=1)
     # one SGD step by hand on the same minibatch
-    idx, mask = minibatch_indices(jax.random.fold_in(key, 0), jnp.int32(0), views[1], 4, 16)
+    idx, mask = minibatch_indices(jax.random.fold_in(key, 0), jnp.int32(0), views[1], 4)
 
     def loss(p):
         logits = model.apply(p, data.x[idx].astype(jnp.float32) / 255.0)
@@ -102,11 +102,11 @@ def test_vmapped_training_equals_python_loop(setup):
 def test_nonfinite_loss_is_flagged(setup):
     data, params, _, views = setup
     model = TinyNet()
-    exploding = make_client_trainer(model.apply, optax.sgd(1e30), batch_size=4, max_count=16)
+    exploding = make_client_trainer(model.apply, optax.sgd(1e30), batch_size=4)
     _, metrics = local_train(exploding, params, data, views[0], jnp.int32(6), jax.random.key(0), max_steps=6)
     assert not bool(metrics["finite"])
 
 
 def test_bad_trainer_arguments():
     with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
-        make_client_trainer(lambda p, x: x, optax.sgd(0.1), batch_size=0, max_count=4)
+        make_client_trainer(lambda p, x: x, optax.sgd(0.1), batch_size=0)

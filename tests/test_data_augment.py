@@ -88,7 +88,7 @@ def _train(augment, steps=4):
     def apply_fn(params, x):
         return x.reshape((x.shape[0], -1)) @ params["w"] + params["b"]
 
-    trainer = make_client_trainer(apply_fn, optax.sgd(0.1), batch_size=8, max_count=64, augment=augment)
+    trainer = make_client_trainer(apply_fn, optax.sgd(0.1), batch_size=8, augment=augment)
     data = FederatedArrays(IMAGES, jnp.arange(64) % 4)
     return local_train(trainer, model_w, data, ClientView(jnp.int32(0), jnp.int32(64)), jnp.int32(steps),
                        jax.random.key(7), max_steps=steps)

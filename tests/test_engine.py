@@ -84,8 +84,8 @@ def test_fedasync_mixing_matches_hand_computed_reference(small_config):
                      jitter=0.0, max_updates=3, staleness="polynomial", staleness_alpha=0.6, staleness_a=0.5)
     result = run_experiment(config)
     config, dataset, federation, model, params = prepare(config)
-    trainer = make_client_trainer(model.apply, make_client_optimizer(config.client_optimizer, config.client_lr),
-                                  config.batch_size, federation.max_count)
+    trainer = make_client_trainer(model, make_client_optimizer(config.client_optimizer, config.client_lr),
+                                  config.batch_size)
     data = FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y))
     root = jax.random.fold_in(jax.random.key(config.seed), TRAIN_STREAM)
     versions = {0: params}

@@ -72,7 +72,7 @@ def tiny_setup():
     params = model.init(jax.random.key(0), jnp.zeros((1, 4)))
     rng = np.random.default_rng(1)
     data = FederatedArrays(jnp.asarray(rng.normal(size=(12, 4)), jnp.float32), jnp.asarray(rng.integers(0, 3, 12)))
-    trainer = make_client_trainer(model.apply, optax.sgd(0.1), batch_size=3, max_count=6, preprocess=lambda x: x)
+    trainer = make_client_trainer(model.apply, optax.sgd(0.1), batch_size=3, preprocess=lambda x: x)
     fresh = jax.tree.map(lambda p: p + 0.3, params)
     return params, fresh, data, trainer
 

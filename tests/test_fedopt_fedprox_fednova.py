@@ -24,8 +24,8 @@ def linear_setup():
 
 def test_prox_zero_is_exactly_no_prox():
     model, params, data, view = linear_setup()
-    plain = make_client_trainer(model.apply, optax.adam(0.1), batch_size=1, max_count=2, preprocess=lambda x: x)
-    zero = make_client_trainer(model.apply, optax.adam(0.1), batch_size=1, max_count=2, preprocess=lambda x: x,
+    plain = make_client_trainer(model.apply, optax.adam(0.1), batch_size=1, preprocess=lambda x: x)
+    zero = make_client_trainer(model.apply, optax.adam(0.1), batch_size=1, preprocess=lambda x: x,
                                prox_mu=0.0)
     assert zero.init(params, 3, jax.random.key(1)).anchor is None  # no anchor carried: the same kernel
     a, _ = local_train(plain, params, data, view, jnp.int32(5), jax.random.key(1), max_steps=5)
@@ -33,7 +33,7 @@ def test_prox_zero_is_exactly_no_prox():
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     with pytest.raises(ValueError, match="prox_mu"):
-        make_client_trainer(model.apply, optax.sgd(0.1), batch_size=1, max_count=2, prox_mu=-1.0)
+        make_client_trainer(model.apply, optax.sgd(0.1), batch_size=1, prox_mu=-1.0)
 
 
 def test_prox_one_step_by_hand():
@@ -41,7 +41,7 @@ def test_prox_one_step_by_hand():
     w1 = w0 − η (∇f(w0) + μ (w0 − a)),  ∇_W f = Xᵀ(softmax(XW + b) − Y)/2,  ∇_b f = mean(softmax − Y)."""
     model, params, data, view = linear_setup()
     eta, mu = 0.1, 0.5
-    trainer = make_client_trainer(model.apply, optax.sgd(eta), batch_size=2, max_count=2, preprocess=lambda x: x,
+    trainer = make_client_trainer(model.apply, optax.sgd(eta), batch_size=2, preprocess=lambda x: x,
                                   prox_mu=mu)
     anchor = jax.tree.map(lambda p: p + 1.0, params)
     state = trainer.init(params, 1, jax.random.key(2), anchor=anchor)
@@ -59,7 +59,7 @@ def test_prox_one_step_by_hand():
     np.testing.assert_allclose(np.asarray(state.params["params"]["bias"]), b - eta * grad_b, rtol=1e-5, atol=1e-6)
     # the default anchor is the start model: then the first step has no pull at all
     no_pull = trainer.step(trainer.init(params, 1, jax.random.key(2)), data, view)
-    plain = make_client_trainer(model.apply, optax.sgd(eta), batch_size=2, max_count=2, preprocess=lambda x: x)
+    plain = make_client_trainer(model.apply, optax.sgd(eta), batch_size=2, preprocess=lambda x: x)
     reference = plain.step(plain.init(params, 1, jax.random.key(2)), data, view)
     for x, y in zip(jax.tree.leaves(no_pull.params), jax.tree.leaves(reference.params)):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6)

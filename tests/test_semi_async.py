@@ -72,8 +72,7 @@ def test_fedat_tier_arithmetic_matches_hand_computation(small_config):
                      client_optimizer="sgd", client_lr=0.05, fedat_profiling="oracle")
     result = run_experiment(config)
     config, dataset, federation, model, params = prepare(config)
-    trainer = make_client_trainer(model.apply, make_client_optimizer("sgd", 0.05), config.batch_size,
-                                  federation.max_count)
+    trainer = make_client_trainer(model, make_client_optimizer("sgd", 0.05), config.batch_size)
     data = FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y))
     root = jax.random.fold_in(jax.random.key(config.seed), TRAIN_STREAM)
     p = federation.weights("samples")

@@ -25,7 +25,7 @@ def train_one_fedbuff_buffer(federation, model_name: str, steps: int = 2, lr: fl
     model = make_model(model_name, federation.num_classes)
     sample = jnp.zeros((1,) + federation.x.shape[1:], jnp.float32)
     params = model.init(jax.random.key(0), sample)
-    trainer = make_client_trainer(model.apply, optax.sgd(lr), batch_size=16, max_count=federation.max_count,
+    trainer = make_client_trainer(model.apply, optax.sgd(lr), batch_size=16,
                                   preprocess=(lambda x: x.astype(jnp.float32) / 255.0) if federation.x.dtype == np.uint8
                                   else (lambda x: x))
     data = FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y))

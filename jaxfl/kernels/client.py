@@ -13,6 +13,15 @@ client's own samples, batch ``b`` of that epoch takes positions ``[bB, bB + B)``
 batch of an epoch is short (masked), after which the next epoch starts. Steps at or beyond the
 client's ``num_steps`` leave parameters and optimiser state untouched, so clients with different
 step counts share one call.
+
+Models: either a plain ``apply(params, x) -> logits`` (stateless; ``params`` any pytree) or a
+:class:`~jaxfl.models.adapter.ModelAdapter`. With an adapter the model the kernel receives and
+returns is the dict ``{"params": trainable}`` plus ``{"state": buffers}`` when the model keeps
+non-trainable state (BatchNorm running statistics; :meth:`ModelAdapter.init_variables`). Training
+runs the model in train mode (batch statistics, dropout with a per-step key); only ``"params"``
+gets gradients, optimiser updates and the proximal term; the delta of ``"state"`` is zero, and the
+client's final buffers are in ``LocalState.params["state"]`` for the aggregator (FedCompass spec
+§2.6: buffers are not averaged as deltas but replaced by the plain mean of the aggregated clients').
 """
 from __future__ import annotations
 
@@ -22,12 +31,17 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxfl.kernels.permutation import permute
+from jaxfl.models.adapter import ModelAdapter
+
 PyTree = Any
 ApplyFn = Callable[[PyTree, jax.Array], jax.Array]
 
 # Sub-streams of a dispatch key, fixed so that results never depend on batching.
 _PERMUTATION_STREAM = 0
 _AUGMENT_STREAM = 1
+_DROPOUT_STREAM = 2
+BUFFERS = "state"  # key of the non-trainable state in an adapter model's variables
 
 
 class FederatedArrays(NamedTuple):
@@ -70,10 +84,12 @@ class ClientTrainer(NamedTuple):
     step: Callable[..., LocalState]
     finish: Callable[..., tuple[PyTree, dict]]
     batch_size: int
-    max_count: int
     # ``batch_loss(params, state, data, view) -> loss`` of ``params`` on the minibatch that
     # ``step(state)`` draws next (no proximal term); FedASMU's device-side hypergradient uses it.
     batch_loss: Callable[..., jax.Array] | None = None
+    # Built from a ModelAdapter: the model is {"params": ...} plus {"state": buffers} when it keeps
+    # non-trainable state, whose final values the aggregator reads from ``LocalState.params["state"]``.
+    adapter: bool = False
 
 
 def scale_uint8(x: jax.Array) -> jax.Array:
@@ -81,17 +97,18 @@ def scale_uint8(x: jax.Array) -> jax.Array:
     return x.astype(jnp.float32) / 255.0
 
 
-def minibatch_indices(key: jax.Array, step: jax.Array, view: ClientView, batch_size: int,
-                      max_count: int) -> tuple[jax.Array, jax.Array]:
+def minibatch_indices(key: jax.Array, step: jax.Array, view: ClientView,
+                      batch_size: int) -> tuple[jax.Array, jax.Array]:
     """Global sample indices ``(B,)`` and a float mask ``(B,)`` for one step of one client.
 
-    Sampling is without replacement within an epoch (a fresh permutation of the client's ``count``
-    samples per epoch, derived from ``key`` and the epoch number) and wraps to a new epoch; the last
-    batch of an epoch is short, its missing entries masked. ``max_count`` (static) bounds every
-    client's ``count`` so the permutation has a static shape.
+    Sampling is without replacement within an epoch (a fresh keyed permutation of the client's
+    ``count`` samples per epoch, derived from ``key`` and the epoch number) and wraps to a new epoch;
+    the last batch of an epoch is short, its missing entries masked. Only the ``B`` positions of
+    this step are permuted (:func:`jaxfl.kernels.permutation.permute`, a Feistel network), so a step
+    costs O(B) whatever the client's size — no array as long as the largest client.
 
     >>> idx, mask = minibatch_indices(jax.random.key(0), jnp.int32(0),
-    ...                               ClientView(jnp.int32(10), jnp.int32(5)), 4, 8)
+    ...                               ClientView(jnp.int32(10), jnp.int32(5)), 4)
     >>> idx.shape, float(mask.sum())
     ((4,), 4.0)
     """
@@ -99,26 +116,21 @@ def minibatch_indices(key: jax.Array, step: jax.Array, view: ClientView, batch_s
     batches_per_epoch = (count + batch_size - 1) // batch_size
     epoch = step // batches_per_epoch
     batch_in_epoch = step % batches_per_epoch
-    scores = jax.random.uniform(jax.random.fold_in(key, epoch), (max_count,))
-    # Positions beyond the client's own samples sort last, so the first `count` entries of the
-    # argsort are a uniform permutation of the client's samples.
-    scores = jnp.where(jnp.arange(max_count) < count, scores, 2.0)
-    permutation = jnp.argsort(scores)
-    positions = batch_in_epoch * batch_size + jnp.arange(batch_size)
+    positions = batch_in_epoch * batch_size + jnp.arange(batch_size, dtype=jnp.int32)
     valid = positions < count
-    local = permutation[jnp.minimum(positions, max_count - 1)]
-    local = jnp.where(valid, local, 0)
+    local = jnp.where(valid, permute(jax.random.fold_in(key, epoch), positions, count), 0)
     return view.offset + local, valid.astype(jnp.float32)
 
 
-def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformation, batch_size: int,
-                        max_count: int, preprocess: Callable[[jax.Array], jax.Array] = scale_uint8,
+def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.GradientTransformation, batch_size: int,
+                        preprocess: Callable[[jax.Array], jax.Array] = scale_uint8,
                         augment: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
                         prox_mu: float = 0.0) -> ClientTrainer:
     """Build the local-training kernel for one client (FedCompass Alg. 1, FEDCOMPASS-CLIENT).
 
-    ``apply_fn(params, x) -> logits``; the loss is softmax cross-entropy averaged over the valid
-    entries of the minibatch. The client optimiser (any optax transformation) is re-initialised at
+    ``model`` is ``apply(params, x) -> logits`` or a :class:`~jaxfl.models.adapter.ModelAdapter`
+    (then ``params`` is ``{"params": ..., "state": ...}``, see the module docstring); the loss is softmax cross-entropy averaged over the
+    valid entries of the minibatch. The client optimiser (any optax transformation) is re-initialised at
     every dispatch, as the seed papers' code does. ``augment(key, x_raw) -> x`` (e.g.
     :func:`jaxfl.data.augment.make_augment`), if given, replaces ``preprocess`` in training; its key
     is ``fold_in(fold_in(dispatch_key, 1), step)``, so it never depends on batching.
@@ -130,8 +142,7 @@ def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformati
     >>> import flax.linen as nn
     >>> model = nn.Dense(3)
     >>> params = model.init(jax.random.key(0), jnp.zeros((1, 4)))
-    >>> trainer = make_client_trainer(model.apply, optax.sgd(0.1), batch_size=2, max_count=4,
-    ...                               preprocess=lambda x: x)
+    >>> trainer = make_client_trainer(model.apply, optax.sgd(0.1), batch_size=2, preprocess=lambda x: x)
     >>> data = FederatedArrays(jnp.ones((4, 4)), jnp.array([0, 1, 2, 0]))
     >>> delta, metrics = local_train(trainer, params, data, ClientView(jnp.int32(0), jnp.int32(4)),
     ...                              jnp.int32(3), jax.random.key(1), max_steps=5)
@@ -140,40 +151,65 @@ def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformati
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if max_count < 1:
-        raise ValueError(f"max_count must be >= 1, got {max_count}")
     if not prox_mu >= 0:
         raise ValueError(f"prox_mu must be >= 0, got {prox_mu}")
 
     # With augmentation the batch arrives already transformed (augment ends with the preprocessing).
     transform = preprocess if augment is None else (lambda x: x)
+    adapter = model if isinstance(model, ModelAdapter) else None
 
-    def loss_fn(params, x, y, weights):
-        logits = apply_fn(params, transform(x))
+    def split(tree):
+        """(trainable, buffers or None) of the model the kernel carries."""
+        if adapter is None:
+            return tree, None
+        return tree["params"], tree.get(BUFFERS)
+
+    def merge(trainable, buffers):
+        if adapter is None:
+            return trainable
+        return {"params": trainable} if buffers is None else {"params": trainable, BUFFERS: buffers}
+
+    def forward(trainable, buffers, x, key):
+        """Training-mode logits and the updated buffers."""
+        if adapter is None:
+            return model(trainable, x), buffers
+        logits, new_buffers = adapter.apply(trainable, {} if buffers is None else buffers, x, train=True, key=key)
+        return logits, (None if buffers is None else new_buffers)
+
+    def loss_fn(trainable, buffers, x, y, weights, key):
+        logits, new_buffers = forward(trainable, buffers, transform(x), key)
         losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
-        return jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+        return jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0), new_buffers
 
-    grad_fn = jax.value_and_grad(loss_fn)
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def init(params, num_steps, key, lr_scale=1.0, anchor=None) -> LocalState:
-        return LocalState(params=params, opt_state=optimizer.init(params), key=key,
-                          step=jnp.zeros((), jnp.int32), num_steps=jnp.asarray(num_steps, jnp.int32),
-                          loss_sum=jnp.zeros((), jnp.float32), all_finite=jnp.ones((), bool),
-                          lr_scale=jnp.asarray(lr_scale, jnp.float32),
-                          anchor=(params if anchor is None else anchor) if prox_mu > 0 else None)
-
-    def step(state: LocalState, data: FederatedArrays, view: ClientView) -> LocalState:
+    def minibatch(state: LocalState, data: FederatedArrays, view: ClientView):
+        """The step's inputs, labels, sample weights and model key (all fixed by key and step)."""
         permutation_key = jax.random.fold_in(state.key, _PERMUTATION_STREAM)
-        indices, weights = minibatch_indices(permutation_key, state.step, view, batch_size, max_count)
+        indices, weights = minibatch_indices(permutation_key, state.step, view, batch_size)
         x = data.x[indices]
         if augment is not None:
             x = augment(jax.random.fold_in(jax.random.fold_in(state.key, _AUGMENT_STREAM), state.step), x)
-        loss, grads = grad_fn(state.params, x, data.y[indices], weights)
+        model_key = jax.random.fold_in(jax.random.fold_in(state.key, _DROPOUT_STREAM), state.step)
+        return x, data.y[indices], weights, model_key
+
+    def init(params, num_steps, key, lr_scale=1.0, anchor=None) -> LocalState:
+        trainable, _ = split(params)
+        return LocalState(params=params, opt_state=optimizer.init(trainable), key=key,
+                          step=jnp.zeros((), jnp.int32), num_steps=jnp.asarray(num_steps, jnp.int32),
+                          loss_sum=jnp.zeros((), jnp.float32), all_finite=jnp.ones((), bool),
+                          lr_scale=jnp.asarray(lr_scale, jnp.float32),
+                          anchor=(trainable if anchor is None else split(anchor)[0]) if prox_mu > 0 else None)
+
+    def step(state: LocalState, data: FederatedArrays, view: ClientView) -> LocalState:
+        x, y, weights, model_key = minibatch(state, data, view)
+        trainable, buffers = split(state.params)
+        (loss, new_buffers), grads = grad_fn(trainable, buffers, x, y, weights, model_key)
         if prox_mu > 0:  # FedProx: ∇ μ/2 ‖w − w_start‖²
-            grads = jax.tree.map(lambda g, w, a: g + prox_mu * (w - a), grads, state.params, state.anchor)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+            grads = jax.tree.map(lambda g, w, a: g + prox_mu * (w - a), grads, trainable, state.anchor)
+        updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
         updates = jax.tree.map(lambda u: u * state.lr_scale.astype(u.dtype), updates)
-        params = optax.apply_updates(state.params, updates)
+        params = merge(optax.apply_updates(trainable, updates), new_buffers)
         active = state.step < state.num_steps
         keep = lambda new, old: jnp.where(active, new, old)
         return LocalState(
@@ -189,10 +225,13 @@ def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformati
         )
 
     def finish(start_params, state: LocalState):
-        delta = jax.tree.map(lambda start, end: start - end, start_params, state.params)
+        (start, _), (end, buffers) = split(start_params), split(state.params)
+        # Buffers are not a delta: their update is zero and the aggregator reads the final values.
+        delta = merge(jax.tree.map(lambda a, b: a - b, start, end),
+                      None if buffers is None else jax.tree.map(jnp.zeros_like, buffers))
         steps = jnp.minimum(state.step, state.num_steps)
         delta_finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf))
-                                          for leaf in jax.tree.leaves(delta)]))
+                                          for leaf in jax.tree.leaves((delta, buffers))]))
         metrics = {
             "loss": state.loss_sum / jnp.maximum(steps, 1).astype(jnp.float32),
             "steps": steps,
@@ -201,15 +240,13 @@ def make_client_trainer(apply_fn: ApplyFn, optimizer: optax.GradientTransformati
         return delta, metrics
 
     def batch_loss(params, state: LocalState, data: FederatedArrays, view: ClientView):
-        permutation_key = jax.random.fold_in(state.key, _PERMUTATION_STREAM)
-        indices, weights = minibatch_indices(permutation_key, state.step, view, batch_size, max_count)
-        x = data.x[indices]
-        if augment is not None:
-            x = augment(jax.random.fold_in(jax.random.fold_in(state.key, _AUGMENT_STREAM), state.step), x)
-        return loss_fn(params, x, data.y[indices], weights)
+        x, y, weights, model_key = minibatch(state, data, view)
+        trainable, buffers = split(params)
+        return loss_fn(trainable, buffers, x, y, weights, model_key)[0]
 
     return ClientTrainer(init=init, step=step, finish=finish, batch_size=batch_size,
-                         max_count=max_count, batch_loss=batch_loss)
+                         batch_loss=batch_loss,
+                         adapter=adapter is not None)
 
 
 def local_train(trainer: ClientTrainer, params: PyTree, data: FederatedArrays, view: ClientView,

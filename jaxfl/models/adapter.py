@@ -80,6 +80,30 @@ class ModelAdapter:
         """
         return len(jax.tree_util.tree_leaves(state)) > 0
 
+    def init_variables(self, key: jax.Array, sample: jax.Array) -> dict:
+        """The model as jaxfl's kernels and engine carry it: ``{"params": params}``, plus
+        ``{"state": state}`` when the model keeps non-trainable state (BatchNorm statistics).
+
+        Example:
+            >>> import flax.linen as nn, jax, jax.numpy as jnp
+            >>> sorted(ModelAdapter.from_linen(nn.Dense(2)).init_variables(jax.random.key(0), jnp.zeros((1, 3))))
+            ['params']
+        """
+        params, state = self.init(key, sample)
+        return {"params": params, "state": state} if self.has_state(state) else {"params": params}
+
+    def predict(self, variables: dict, x: jax.Array) -> jax.Array:
+        """Evaluation-mode logits of :meth:`init_variables`-layout ``variables`` (running statistics,
+        no dropout).
+
+        Example:
+            >>> import flax.linen as nn, jax, jax.numpy as jnp
+            >>> a = ModelAdapter.from_linen(nn.Dense(2))
+            >>> a.predict(a.init_variables(jax.random.key(0), jnp.zeros((1, 3))), jnp.ones((5, 3))).shape
+            (5, 2)
+        """
+        return self.apply(variables["params"], variables.get("state", {}), x, train=False, key=None)[0]
+
     @classmethod
     def from_linen(cls, module, rng_streams: tuple[str, ...] = ("dropout",)) -> "ModelAdapter":
         """Wrap a ``flax.linen.Module``.

@@ -12,8 +12,9 @@
 - ``textcnn``: Kim-style TextCNN (FedASMU's IMDb model), token ids (L >= 5);
 - ``lstm``: embedding + one LSTM layer, token ids.
 
-Bring your own linen module with one call, ``register_model("mynet", MyNet)`` (``MyNet(num_classes=...)``
-must build it), then run it by name like the built-in ones.
+Bring your own Flax model with one call, ``register_model("mynet", MyNet)``, then run it by name like
+the built-in ones: a linen module class (``MyNet(num_classes=...)`` builds it) or an nnx module class
+(``MyNet(num_classes=..., rngs=...)``; it reaches the kernel through ``ModelAdapter.from_nnx``).
 """
 
 from __future__ import annotations
@@ -124,13 +125,26 @@ def make_model(name: str, num_classes: int, vocab_size: int | None = None):
     """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; expected one of {sorted(MODELS)}")
+    factory = MODELS[name]
+    options = {"num_classes": num_classes}
     if vocab_size is not None and name in TEXT_MODELS:
-        return MODELS[name](num_classes=num_classes, vocab_size=int(vocab_size))
-    return MODELS[name](num_classes=num_classes)
+        options["vocab_size"] = int(vocab_size)
+    if _is_nnx_class(factory):  # nnx modules are built with their RNGs: adapt the constructor
+        from jaxfl.models.adapter import ModelAdapter
+
+        return ModelAdapter.from_nnx(lambda rngs: factory(**options, rngs=rngs))
+    return factory(**options)
+
+
+def _is_nnx_class(factory) -> bool:
+    from flax import nnx
+
+    return isinstance(factory, type) and issubclass(factory, nnx.Module)
 
 
 def register_model(name: str, factory: Callable, inputs: InputSpec | None = None, overwrite: bool = False) -> None:
-    """Register ``factory(num_classes=...) -> flax.linen.Module`` under ``name`` for ``RunConfig.model``.
+    """Register a model under ``name`` for ``RunConfig.model``: ``factory(num_classes=...) -> flax.linen.Module``
+    (e.g. a linen module class), or an ``flax.nnx.Module`` class built as ``factory(num_classes=..., rngs=...)``.
 
     Also adds ``name`` to ``jaxfl.config.MODEL_NAMES`` so configs and ``jaxfl run --model`` accept
     it. ``inputs`` (default: anything) lets ``prepare`` reject data of the wrong shape early.
