@@ -151,10 +151,8 @@ def test_dirichlet_client_replay():
 # --------------------------------------------------------------------------- FedCompass class partition (Alg. 4)
 
 
-def reference_class_partition(labels, num_clients, rng):
-    """The authors' class_noniid_partition, transcribed with np.random.* -> rng.* (spec §5.2)."""
-    Cmin = {1: 10, 2: 7, 3: 6, 4: 5, 5: 5, 6: 4, 7: 4, "none": 3}
-    Cmax = {1: 10, 2: 8, 3: 8, 4: 7, 5: 6, 6: 6, 7: 5, "none": 5}
+def group_by_label(labels):
+    """The sorted label list and each label's sample indices, as both transcribed reference functions build them."""
     label_list, label_indices = [], {}
     for idx, label in enumerate(labels):
         label = int(label)
@@ -163,6 +161,14 @@ def reference_class_partition(labels, num_clients, rng):
             label_list.append(label)
         label_indices[label].append(idx)
     label_list.sort()
+    return label_list, label_indices
+
+
+def reference_class_partition(labels, num_clients, rng):
+    """The authors' class_noniid_partition, transcribed with np.random.* -> rng.* (spec §5.2)."""
+    Cmin = {1: 10, 2: 7, 3: 6, 4: 5, 5: 5, 6: 4, 7: 4, "none": 3}
+    Cmax = {1: 10, 2: 8, 3: 8, 4: 7, 5: 6, 6: 6, 7: 5, "none": 5}
+    label_list, label_indices = group_by_label(labels)
     while True:
         class_partition, client_classes = {}, {}
         for i in range(num_clients):
@@ -251,14 +257,7 @@ def test_class_partition_other_class_counts_scale_the_table():
 
 def reference_dual_dirichlet(labels, num_clients, rng, alpha1, alpha2=0.5):
     """The authors' dirichlet_noniid_partition, transcribed with np.random.* -> rng.* (spec §5.2)."""
-    label_list, label_indices = [], {}
-    for idx, label in enumerate(labels):
-        label = int(label)
-        if label not in label_indices:
-            label_indices[label] = []
-            label_list.append(label)
-        label_indices[label].append(idx)
-    label_list.sort()
+    label_list, label_indices = group_by_label(labels)
     for label in label_list:
         shuffled = np.array(label_indices[label])
         rng.shuffle(shuffled)
