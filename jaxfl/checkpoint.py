@@ -3,7 +3,7 @@
 Layout under ``RUN_DIR/checkpoints/``::
 
     ckpt-000012/device/     orbax: global model, server optimiser state, kept versions,
-                            trained-but-unaggregated updates, FedAT tier models
+                            trained-but-unaggregated updates, the algorithm's device-hook state
     ckpt-000012/state.pkl   the simulation (clock, event queue, dispatch records, the policy with
                             its groups/buffers/RNGs, client speeds and faults), the engine's
                             bookkeeping, the recorder, and the byte lengths of events.csv and
@@ -87,7 +87,7 @@ def load_device(folder: str, engine, meta: dict) -> dict:
     """The engine's device tree of a checkpoint folder, restored with the engine's shapes."""
     tree = _checkpointer().restore(os.path.join(folder, "device"), _nonempty(engine.checkpoint_target(meta)))
     tree.setdefault("batches", {})
-    tree.setdefault("tier_models", {})
+    tree.setdefault("hooks", {})
     return tree
 
 

@@ -17,38 +17,12 @@ import math
 import os
 from typing import Any
 
-ALGORITHM_NAMES = ("fedavg", "fedavgm", "fedasync", "fedbuff", "fedcompass", "fedcompass_m", "fedcompass_n",
-                   "fedat", "port", "ccfedavg", "fedasmu", "fedadam", "fedyogi", "fedadagrad")
-# FedOpt (Reddi et al. 2021) named algorithms: FedAvg + this server optimiser.
-FEDOPT_ALGORITHMS = {"fedadam": "adam", "fedyogi": "yogi", "fedadagrad": "adagrad"}
+from jaxfl import algorithms
+
 # server_lr when not set: FedAvg's 1 for sgd; for the adaptive optimisers the FedOpt paper's best
 # CIFAR-10 server rates as we read them (10^-2 Adam/Yogi, 10^-1 Adagrad; τ = eps = 1e-3) — verify.
 DEFAULT_SERVER_LR = {"sgd": 1.0, "adam": 1e-2, "yogi": 1e-2, "adagrad": 1e-1}
-PORT_SWITCHES = {  # field → allowed values, the paper's first (jaxfl.algorithms.port.PortOptions)
-    "port_cosine": ("own", "current"),
-    "port_bound_rule": ("strict", "exceeds"),
-    "port_replace": ("all", "step2"),
-}
-PORT_PRESETS = ("paper", "plato")
-CC_STRATEGIES = ("cc", "strategy1", "strategy2", "cc_c", "dropout", "fednova")
-CC_BUDGETS = ("levels", "two_group")
-CC_SCHEDULES = ("adhoc", "round_robin")
-CC_NOVA_STEPS = ("ceil", "floor")
-FEDASMU_SLOTS = ("first", "middle", "second_last", "adaptive")
-# Algorithms whose aggregations are pseudo-gradients Σ c_i Δ_i ("delta" mode): FedNova applies.
-DELTA_MODE_ALGORITHMS = ("fedavg", "fedavgm", "fedasync", "fedbuff", "fedcompass", "fedcompass_m", "ccfedavg",
-                         "fedadam", "fedyogi", "fedadagrad")
-COMPASS_SWITCHES = {  # field → allowed values, the paper's first (jaxfl.algorithms.fedcompass)
-    "compass_speed_estimate": ("latest", "ema"),
-    "compass_staleness_at": ("buffer", "aggregation"),
-    "compass_create_rule": ("t_a", "t_max"),
-    "compass_create_far_groups": ("clamp", "skip"),
-    "compass_fastest_over": ("pending", "all"),
-    "compass_empty_timer": ("apply", "skip"),
-}
-COMPASS_PRESETS = ("paper", "reference_code")
 NONFINITE_POLICIES = ("stop", "skip")
-FEDAT_PROFILING = ("round", "oracle")
 DATASET_NAMES = ("mnist10k", "fashion_mnist", "mnist", "digits", "npz", "array_record", "synthetic",
                  "synthetic_iid")  # jaxfl.data.load_dataset
 DATASET_PREFIXES = ("tfds:", "synthetic:")  # tfds:cifar10, synthetic:0.5,0.5
@@ -80,7 +54,10 @@ class ConfigError(ValueError):
 class RunConfig:
     """Everything that defines a run. Field names are also the CLI flags (``--local-steps``)."""
 
-    algorithm: str = "fedbuff"
+    algorithm: str = "fedbuff"  # a registered name (jaxfl.algorithms.names()) or module:Class
+    # The algorithm's own options: its Options dataclass, a mapping of its fields, or None for the
+    # defaults; validate() resolves it to the dataclass with the preset applied.
+    algorithm_options: Any = None
     dataset: str = "mnist10k"
     data_dir: str | None = None
     model: str = "cnn"
@@ -114,21 +91,6 @@ class RunConfig:
     server_momentum: float | None = None  # None: 0.9 for fedavgm, 0 otherwise
     clients_per_round: int | None = None  # synchronous methods; None: all clients
     buffer_size: int = 3  # FedBuff K
-    # FedCompass (spec fedcompass.md §2, §10): None = 0.2·Q_max and Q_max = local_steps (Table 9)
-    compass_q_min: int | None = None
-    compass_q_max: int | None = None
-    compass_lambda: float | None = None  # latest time factor λ: 1.2 (paper), 1.5 (legacy code)
-    compass_preset: str = "paper"  # defaults of the switches below: the paper or the reference code
-    compass_speed_estimate: str | None = None  # latest sample (paper) | ema (code: 0.9 on newest)
-    compass_staleness_at: str | None = None  # buffer time (paper) | aggregation time (new repo)
-    compass_create_rule: str | None = None  # CREATEGROUP lines up with T_a (paper) | T_max (code)
-    compass_create_far_groups: str | None = None  # clamp q to Q_max (paper) | skip groups (code)
-    compass_join_max_factor: float | None = None  # JOINGROUP accepts q ≤ factor·Q_max: 1 | 1.2 (legacy)
-    compass_fastest_over: str | None = None  # fastest client of a group: pending (paper) | all (code)
-    compass_lr_decay: bool | None = None  # legacy client lr × 0.995^floor(steps/Q_max)
-    compass_empty_timer: str | None = None  # timer on a group with no arrivals: apply (paper) | skip
-    fedat_tier_ratio: float = 2.0  # υ: clients within this speed ratio share a tier
-    fedat_profiling: str = "round"  # round: a FedAvg round measures speeds | oracle: true speeds
     rule: str = "fedcompass"  # update-rule form of FedAsync/FedBuff: authors' framework or original paper
     staleness: str = "polynomial"
     staleness_alpha: float = 0.9
@@ -136,50 +98,6 @@ class RunConfig:
     # PLATO's client-speed model (PORT spec §5.2): pareto/zipf idle time s_i per epoch
     speed_reference_time: float = 10.0  # t_i = μ(1 + s_i/ref): PLATO's avg_training_time per epoch (LeNet: 10 s)
     speed_legacy_seed: int | None = None  # idle times from NumPy's RandomState(seed) as PLATO (1: spec table)
-    # PORT (spec port.md §2, §8); the switches default to the preset's value (None)
-    port_min_clients: int | None = None  # K; None: ceil(P/4), the paper's K = 5 of 20 in flight (MNIST)
-    port_staleness_bound: float = 10.0  # Ω, the paper's sweet spot; inf: no bound
-    port_alpha: float = 3.0  # α, staleness weight (paper's tuned α:β = 3:1)
-    port_beta: float = 1.0  # β, interference (cosine) weight; 0 switches the cosine term off
-    port_clients_in_flight: int | None = None  # P; None: every client [ours; PLATO: 20 of 100]
-    port_preset: str = "paper"  # paper | plato: every PLATO-code behaviour below at once
-    port_cosine: str | None = None  # own: u_k = w_k − w_start (paper) | current: w_k − w_τ (PLATO)
-    port_cosine_skip_staleness: int | None = None  # cos forced to 1 when S ≤ this: -1, never (paper) | 1 (PLATO)
-    port_cosine_skip_rounds: int | None = None  # cos forced to 1 in the first aggregations: 1 (paper) | 2 (PLATO)
-    port_bound_rule: str | None = None  # strict: aggregated S < Ω (paper) | exceeds: wait while S > Ω (PLATO)
-    port_replace: str | None = None  # all: keep P in flight (paper) | step2: replace only the K (PLATO)
-    # CC-FedAvg (spec ccfedavg.md §2–§4)
-    cc_strategy: str = "cc"  # cc (Strategy 3) | strategy1 | strategy2 | cc_c | dropout | fednova
-    cc_budget: str = "levels"  # levels: p_i = (1/2)^floor(β i / N) | two_group: the (r, W) model
-    cc_budget_beta: int = 4  # β budget levels (4 in every main table of the paper)
-    cc_insufficient_fraction: float = 0.75  # r of two_group (β = 4 levels give r ≈ 0.75)
-    cc_window: int = 4  # W of two_group: an insufficient client's p = 1/W
-    cc_schedule: str = "adhoc"  # adhoc: Bernoulli(p_i) each round (paper default) | round_robin: t mod 1/p_i = 0
-    cc_switch_round: int = 100  # τ of CC-FedAvg(c): Strategy 3 before, Strategy 2 from this round
-    cc_total_rounds: int | None = None  # T of FedAvg(dropout)'s quota p_i·T; None: max_updates or 400 (paper)
-    cc_nova_steps: str = "ceil"  # fednova baseline steps: ceil(p_i K) (paper) | floor (code)
-    # FedASMU (spec fedasmu.md §2–§5); [ours] = not given by the paper
-    fedasmu_epochs: int = 5  # 𝓛 local "epochs" of local_steps/𝓛 steps each [ours]
-    fedasmu_slot: str = "middle"  # fetch after epoch: first | middle | second_last (H1–H3) | adaptive
-    fedasmu_staleness_bound: int = 99  # τ: uploads with s > τ are dropped
-    fedasmu_trigger_period: float = 5.0  # 𝒯 seconds between triggers (appendix: one device every 5 s)
-    fedasmu_trigger_batch: int = 1  # m' devices per trigger (appendix: 1; Table 5: 10)
-    fedasmu_max_concurrency: int | None = None  # devices training at once; None: ceil(0.1 m) (paper)
-    fedasmu_fetch: bool = True  # fetch and mix a fresh global model (False: FedASMU-FA)
-    fedasmu_dynamic: bool = True  # learn (λ, σ, ι) and (γ, ν) (False: FedASMU-DA, frozen)
-    fedasmu_mu_alpha: float = 1.0  # μ_α [ours]
-    fedasmu_mu_beta: float = 1.0  # μ_β [ours]
-    fedasmu_alpha_min: float = 0.01  # α clipped to [α_min, 1] [ours]
-    fedasmu_lr_lambda: float = 1e-4  # η_λ (Table 5, LeNet/FMNIST)
-    fedasmu_lr_sigma: float = 1e-4  # η_σ
-    fedasmu_lr_iota: float = 1e-4  # η_ι
-    fedasmu_lr_gamma: float = 1e-4  # η_γ
-    fedasmu_lr_nu: float = 1e-4  # η_ν
-    fedasmu_lambda0: float = 1.0  # initial λ [ours]
-    fedasmu_sigma0: float = 0.5  # initial σ [ours: FedAsync's polynomial a = 0.5]
-    fedasmu_iota0: float = 0.0  # initial ι [ours]
-    fedasmu_gamma0: float = 1.0  # initial γ [ours]
-    fedasmu_nu0: float = 0.0  # initial ν [ours]
     # options several seeds compare against
     prox_mu: float = 0.0  # FedProx μ: local objective + μ/2 ‖w − w_start‖² (0: off)
     fednova: bool = False  # FedNova: normalise delta-mode aggregations by local steps
@@ -214,16 +132,22 @@ class RunConfig:
 
     @property
     def momentum(self) -> float:
-        """The server momentum in force: 0.9 for FedAvgM (spec §5.4) unless set."""
+        """The server momentum in force: the algorithm's default (FedAvgM: 0.9, spec §5.4) unless set."""
         if self.server_momentum is not None:
             return self.server_momentum
-        return 0.9 if self.algorithm in ("fedavgm", "fedcompass_m") else 0.0
+        return algorithms.get(self.algorithm).server_momentum
 
 
 FIELDS = {field.name: field for field in dataclasses.fields(RunConfig)}
 
 
-def _fail(name: str, value: Any, allowed: str) -> None:
+def fail(name: str, value: Any, allowed: str) -> None:
+    """Raise :class:`ConfigError` naming the field, the bad value and what is allowed.
+
+    >>> fail("clients", 0, "an integer >= 1")
+    Traceback (most recent call last):
+    jaxfl.config.ConfigError: clients=0 is not allowed: an integer >= 1
+    """
     raise ConfigError(f"{name}={value!r} is not allowed: {allowed}")
 
 
@@ -235,12 +159,14 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _check_type(name: str, value: Any) -> None:
-    annotation = FIELDS[name].type
+def check_type(name: str, value: Any, annotation: str) -> None:
+    """Check ``value`` against a field's annotation (``int``, ``float``, ``bool``, ``str``, ``| None``)."""
+    if annotation.startswith("Any"):
+        return
     optional = "None" in annotation
     if value is None:
         if not optional:
-            _fail(name, value, "a value is required")
+            fail(name, value, "a value is required")
         return
     if annotation.startswith("bool"):
         ok = isinstance(value, bool)
@@ -255,216 +181,259 @@ def _check_type(name: str, value: Any) -> None:
         ok = isinstance(value, str)
         expected = "a string"
     if not ok:
-        _fail(name, value, f"expected {expected}{' or null' if optional else ''}")
+        fail(name, value, f"expected {expected}{' or null' if optional else ''}")
 
 
 def validate(config: RunConfig) -> RunConfig:
     """Check every field and combination; return the config with defaults resolved, or raise ConfigError."""
-    for name in FIELDS:
-        _check_type(name, getattr(config, name))
-    config = _resolve_server_optimizer(config)
+    for name, field in FIELDS.items():
+        check_type(name, getattr(config, name), field.type)
+    try:
+        algorithm = algorithms.get(config.algorithm)
+    except KeyError as error:
+        fail("algorithm", config.algorithm, f"one of {', '.join(algorithms.names())}, or module:Class of an "
+                                            f"Algorithm subclass ({error.args[0]})")
+    config = _resolve_server_optimizer(config, algorithm)
     if not (config.dataset in DATASET_NAMES or config.dataset.startswith(DATASET_PREFIXES)):
-        _fail("dataset", config.dataset, f"one of {', '.join(DATASET_NAMES)}, or tfds:NAME (e.g. tfds:cifar10) "
+        fail("dataset", config.dataset, f"one of {', '.join(DATASET_NAMES)}, or tfds:NAME (e.g. tfds:cifar10) "
                                          "or synthetic:ALPHA,BETA")
-    choices = {"algorithm": ALGORITHM_NAMES, "model": MODEL_NAMES, "client_sizes": CLIENT_SIZES,
+    choices = {"model": MODEL_NAMES, "client_sizes": CLIENT_SIZES,
                "partition": PARTITION_NAMES, "heterogeneity": HETEROGENEITY_NAMES,
                "client_weights": CLIENT_WEIGHTS, "client_optimizer": CLIENT_OPTIMIZERS,
                "server_optimizer": SERVER_OPTIMIZER_NAMES, "staleness": STALENESS_NAMES,
-               "rule": RULES, "negative_times": NEGATIVE_POLICIES, "compass_preset": COMPASS_PRESETS,
-               "fedat_profiling": FEDAT_PROFILING, "augment": AUGMENTATIONS}
-    for name, allowed in COMPASS_SWITCHES.items():
-        if getattr(config, name) is not None and getattr(config, name) not in allowed:
-            _fail(name, getattr(config, name), f"one of {', '.join(allowed)} (or null for the preset's)")
+               "rule": RULES, "negative_times": NEGATIVE_POLICIES, "augment": AUGMENTATIONS}
     for name, allowed in choices.items():
         if getattr(config, name) not in allowed:
-            _fail(name, getattr(config, name), f"one of {', '.join(allowed)}")
-    positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every", "compass_q_min",
-                     "compass_q_max",
-                     "max_updates", "clients_per_round", "clients_per_call", "steps_per_call", "shards_per_client")
+            fail(name, getattr(config, name), f"one of {', '.join(allowed)}")
+    positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every", "max_updates", "clients_per_round", "clients_per_call", "steps_per_call", "shards_per_client")
     for name in positive_ints:
         value = getattr(config, name)
         if value is not None and value < 1:
-            _fail(name, value, "an integer >= 1")
+            fail(name, value, "an integer >= 1")
     if config.seed < 0:
-        _fail("seed", config.seed, "an integer >= 0")
-    positive_finite = ("speed_mean", "client_lr", "server_lr", "dirichlet_alpha", "speed_cap", "size_skew")
+        fail("seed", config.seed, "an integer >= 0")
+    positive_finite = ("speed_mean", "client_lr", "server_lr", "dirichlet_alpha", "speed_cap", "size_skew",
+                       "speed_reference_time")
     for name in positive_finite:
         value = getattr(config, name)
         if not (value > 0 and math.isfinite(value)):
-            _fail(name, value, "a finite number > 0")
+            fail(name, value, "a finite number > 0")
     for name in ("jitter", "latency", "staleness_a"):
         value = getattr(config, name)
         if not (value >= 0 and math.isfinite(value)):
-            _fail(name, value, "a finite number >= 0")
+            fail(name, value, "a finite number >= 0")
     if not (config.staleness_alpha > 0 and math.isfinite(config.staleness_alpha)):
-        _fail("staleness_alpha", config.staleness_alpha, "a finite number > 0")
+        fail("staleness_alpha", config.staleness_alpha, "a finite number > 0")
     if not config.bandwidth > 0:
-        _fail("bandwidth", config.bandwidth, "a number > 0 bytes/s (inf for no bandwidth limit)")
+        fail("bandwidth", config.bandwidth, "a number > 0 bytes/s (inf for no bandwidth limit)")
     if not 0 <= config.gamma <= 1:
-        _fail("gamma", config.gamma, "an IID fraction in [0, 1]")
+        fail("gamma", config.gamma, "an IID fraction in [0, 1]")
     if not 0 <= config.speed_change_prob <= 1:
-        _fail("speed_change_prob", config.speed_change_prob, "a probability in [0, 1]")
+        fail("speed_change_prob", config.speed_change_prob, "a probability in [0, 1]")
     if config.target_accuracy is not None and not 0 <= config.target_accuracy <= 1:
-        _fail("target_accuracy", config.target_accuracy, "an accuracy in [0, 1]")
+        fail("target_accuracy", config.target_accuracy, "an accuracy in [0, 1]")
     if config.server_momentum is not None and not 0 <= config.server_momentum < 1:
-        _fail("server_momentum", config.server_momentum, "a number in [0, 1)")
+        fail("server_momentum", config.server_momentum, "a number in [0, 1)")
     if not config.max_time > 0:
-        _fail("max_time", config.max_time, "virtual seconds > 0 (inf for no time budget)")
+        fail("max_time", config.max_time, "virtual seconds > 0 (inf for no time budget)")
     if math.isinf(config.max_time) and config.max_updates is None and not config.stop_at_target:
-        _fail("max_time", config.max_time, "a finite time budget, or set max_updates or stop_at_target")
+        fail("max_time", config.max_time, "a finite time budget, or set max_updates or stop_at_target")
     if config.eval_interval is not None and not (config.eval_interval > 0 and math.isfinite(config.eval_interval)):
-        _fail("eval_interval", config.eval_interval, "a finite number of virtual seconds > 0, or null")
+        fail("eval_interval", config.eval_interval, "a finite number of virtual seconds > 0, or null")
     if config.clients_per_round is not None and config.clients_per_round > config.clients:
-        _fail("clients_per_round", config.clients_per_round,
+        fail("clients_per_round", config.clients_per_round,
               f"at most the number of clients ({config.clients})")
-    if config.buffer_size > config.clients and config.algorithm == "fedbuff":
-        _fail("buffer_size", config.buffer_size,
-              f"at most the number of clients ({config.clients}); a larger buffer never fills")
-    if config.algorithm == "fedavgm" and config.server_optimizer != "sgd":
-        _fail("server_optimizer", config.server_optimizer, "sgd for fedavgm (FedAvgM is SGD with momentum)")
-    q_max = config.compass_q_max or config.local_steps
-    if config.compass_q_min is not None and config.compass_q_min > q_max:
-        _fail("compass_q_min", config.compass_q_min, f"at most compass_q_max ({q_max})")
-    if config.compass_lambda is not None and not (config.compass_lambda >= 1 and math.isfinite(config.compass_lambda)):
-        _fail("compass_lambda", config.compass_lambda, "a finite latest-time factor >= 1")
-    if config.compass_join_max_factor is not None and not (
-            config.compass_join_max_factor >= 1 and math.isfinite(config.compass_join_max_factor)):
-        _fail("compass_join_max_factor", config.compass_join_max_factor, "a finite number >= 1")
     for name in ("crash_prob", "delay_prob", "dropout_prob"):
         if not 0 <= getattr(config, name) <= 1:
-            _fail(name, getattr(config, name), "a probability in [0, 1]")
+            fail(name, getattr(config, name), "a probability in [0, 1]")
     if config.crash_prob + config.delay_prob + config.dropout_prob > 1:
-        _fail("crash_prob", config.crash_prob, "crash_prob + delay_prob + dropout_prob at most 1")
+        fail("crash_prob", config.crash_prob, "crash_prob + delay_prob + dropout_prob at most 1")
     if not (config.delay_factor >= 1 and math.isfinite(config.delay_factor)):
-        _fail("delay_factor", config.delay_factor, "a finite factor >= 1")
+        fail("delay_factor", config.delay_factor, "a finite factor >= 1")
     if not (config.dropout_mean > 0 and math.isfinite(config.dropout_mean)):
-        _fail("dropout_mean", config.dropout_mean, "finite virtual seconds > 0")
+        fail("dropout_mean", config.dropout_mean, "finite virtual seconds > 0")
     if config.round_timeout is not None and not (config.round_timeout > 0 and math.isfinite(config.round_timeout)):
-        _fail("round_timeout", config.round_timeout, "finite virtual seconds > 0, or null")
-    if config.crash_prob > 0 and config.algorithm in ("fedavg", "fedavgm", "fedat") and config.round_timeout is None:
-        _fail("round_timeout", config.round_timeout,
-              f"a deadline in virtual seconds: {config.algorithm} waits for every client of a round, "
-              "and with crash_prob > 0 a crashed client would stall it forever")
+        fail("round_timeout", config.round_timeout, "finite virtual seconds > 0, or null")
+    if config.crash_prob > 0 and algorithm.waits_for_clients and config.round_timeout is None:
+        fail("round_timeout", config.round_timeout,
+             f"a deadline in virtual seconds: {config.algorithm} waits for {algorithm.waits_for_clients}, "
+             "and with crash_prob > 0 a crashed client would stall it forever")
     if config.on_nonfinite not in NONFINITE_POLICIES:
-        _fail("on_nonfinite", config.on_nonfinite, f"one of {', '.join(NONFINITE_POLICIES)}")
+        fail("on_nonfinite", config.on_nonfinite, f"one of {', '.join(NONFINITE_POLICIES)}")
     if config.checkpoint_every is not None and config.checkpoint_every < 1:
-        _fail("checkpoint_every", config.checkpoint_every, "an integer >= 1, or null for a checkpoint at the end only")
+        fail("checkpoint_every", config.checkpoint_every, "an integer >= 1, or null for a checkpoint at the end only")
     if config.memory_limit_mb is not None and not (config.memory_limit_mb > 0 and math.isfinite(config.memory_limit_mb)):
-        _fail("memory_limit_mb", config.memory_limit_mb, "finite MiB > 0, or null for the free memory")
-    if not (config.fedat_tier_ratio >= 1 and math.isfinite(config.fedat_tier_ratio)):
-        _fail("fedat_tier_ratio", config.fedat_tier_ratio, "a finite speed ratio >= 1")
-    _validate_issue6(config)
+        fail("memory_limit_mb", config.memory_limit_mb, "finite MiB > 0, or null for the free memory")
+    if config.speed_legacy_seed is not None and not 0 <= config.speed_legacy_seed < 2 ** 32:
+        fail("speed_legacy_seed", config.speed_legacy_seed, "an integer in [0, 2^32) (NumPy RandomState), or null")
+    if not (config.prox_mu >= 0 and math.isfinite(config.prox_mu)):
+        fail("prox_mu", config.prox_mu, "a finite number >= 0")
+    if config.fednova and not algorithm.supports_fednova(config):
+        fail("fednova", config.fednova, f"false for {config.algorithm}: FedNova normalises aggregations of "
+                                        f"pseudo-gradients ({', '.join(_fednova_algorithms(config))}); "
+                                        f"{config.algorithm} mixes models or is normalised already")
+    options = resolve_options(algorithm, config.algorithm_options)
+    options.validate(config)
+    algorithm.validate(config, options)
+    config = dataclasses.replace(config, algorithm_options=options)
     if config.run_name is not None and (not config.run_name or os.sep in config.run_name
                                         or config.run_name in (".", "..")):
-        _fail("run_name", config.run_name, "a plain folder name without path separators")
+        fail("run_name", config.run_name, "a plain folder name without path separators")
     if config.target_accuracy is None:
         config = dataclasses.replace(config, target_accuracy=DEFAULT_TARGETS.get(config.dataset,
                                                                                   DEFAULT_TARGET_OTHER))
     return config
 
 
-def _resolve_server_optimizer(config: RunConfig) -> RunConfig:
+def _resolve_server_optimizer(config: RunConfig, algorithm) -> RunConfig:
     """FedOpt names set the server optimiser; an unset server_lr takes the optimiser's default."""
-    optimizer = FEDOPT_ALGORITHMS.get(config.algorithm)
+    optimizer = algorithm.server_optimizer
     if optimizer is not None:
         if config.server_optimizer not in ("sgd", optimizer):  # sgd is the field's default
-            _fail("server_optimizer", config.server_optimizer, f"{optimizer} for {config.algorithm} (or leave it unset)")
+            fail("server_optimizer", config.server_optimizer, f"{optimizer} for {config.algorithm} (or leave it unset)")
         config = dataclasses.replace(config, server_optimizer=optimizer)
     if config.server_lr is None:
         config = dataclasses.replace(config, server_lr=DEFAULT_SERVER_LR.get(config.server_optimizer, 1.0))
     return config
 
 
-def _validate_issue6(config: RunConfig) -> None:
-    """PORT, CC-FedAvg, FedASMU, FedProx, FedNova and the PLATO speed model."""
-    for name, allowed in {**PORT_SWITCHES, "port_preset": PORT_PRESETS}.items():
-        value = getattr(config, name)
-        if value is not None and value not in allowed:
-            suffix = "" if name == "port_preset" else " (or null for the preset's)"
-            _fail(name, value, f"one of {', '.join(allowed)}{suffix}")
-    for name, allowed in (("cc_strategy", CC_STRATEGIES), ("cc_budget", CC_BUDGETS), ("cc_schedule", CC_SCHEDULES),
-                          ("cc_nova_steps", CC_NOVA_STEPS), ("fedasmu_slot", FEDASMU_SLOTS)):
-        if getattr(config, name) not in allowed:
-            _fail(name, getattr(config, name), f"one of {', '.join(allowed)}")
-    for name in ("port_min_clients", "port_clients_in_flight", "cc_budget_beta", "cc_window", "cc_total_rounds",
-                 "fedasmu_staleness_bound", "fedasmu_trigger_batch", "fedasmu_max_concurrency"):
-        value = getattr(config, name)
-        if value is not None and value < 1:
-            _fail(name, value, "an integer >= 1")
-    for name in ("port_min_clients", "port_clients_in_flight", "fedasmu_max_concurrency"):
-        value = getattr(config, name)
-        if value is not None and value > config.clients:
-            _fail(name, value, f"at most the number of clients ({config.clients})")
-    if config.port_min_clients is not None and config.port_min_clients > (config.port_clients_in_flight or config.clients):
-        _fail("port_min_clients", config.port_min_clients,
-              f"at most the clients in flight ({config.port_clients_in_flight or config.clients}); K never arrive")
-    if not config.port_staleness_bound > 0:
-        _fail("port_staleness_bound", config.port_staleness_bound, "a number of versions > 0 (inf for no bound)")
-    for name in ("port_alpha", "port_beta"):
-        if not (getattr(config, name) >= 0 and math.isfinite(getattr(config, name))):
-            _fail(name, getattr(config, name), "a finite weight >= 0")
-    if config.port_alpha + config.port_beta == 0:
-        _fail("port_alpha", config.port_alpha, "a weight > 0 when port_beta is 0 (the weights would all vanish)")
-    for name in ("port_cosine_skip_staleness", "port_cosine_skip_rounds"):
-        value = getattr(config, name)
-        if value is not None and value < -1:
-            _fail(name, value, "an integer >= -1, or null for the preset's")
-    if not 0 <= config.cc_insufficient_fraction <= 1:
-        _fail("cc_insufficient_fraction", config.cc_insufficient_fraction, "a fraction r in [0, 1]")
-    if config.cc_switch_round < 0:
-        _fail("cc_switch_round", config.cc_switch_round, "a round index >= 0")
-    if config.fedasmu_epochs < 2:
-        _fail("fedasmu_epochs", config.fedasmu_epochs, "an integer >= 2 (the fetch sits between two epochs)")
-    positive = ("fedasmu_trigger_period", "fedasmu_mu_alpha", "fedasmu_mu_beta", "speed_reference_time")
-    non_negative = ("fedasmu_lr_lambda", "fedasmu_lr_sigma", "fedasmu_lr_iota", "fedasmu_lr_gamma", "fedasmu_lr_nu",
-                    "fedasmu_lambda0", "fedasmu_iota0", "fedasmu_gamma0", "prox_mu")
-    for name in positive:
-        if not (getattr(config, name) > 0 and math.isfinite(getattr(config, name))):
-            _fail(name, getattr(config, name), "a finite number > 0")
-    for name in non_negative:
-        if not (getattr(config, name) >= 0 and math.isfinite(getattr(config, name))):
-            _fail(name, getattr(config, name), "a finite number >= 0")
-    for name in ("fedasmu_sigma0", "fedasmu_nu0"):
-        if not math.isfinite(getattr(config, name)):
-            _fail(name, getattr(config, name), "a finite number")
-    if not 0 < config.fedasmu_alpha_min <= 1:
-        _fail("fedasmu_alpha_min", config.fedasmu_alpha_min, "a number in (0, 1]")
-    if config.speed_legacy_seed is not None and not 0 <= config.speed_legacy_seed < 2 ** 32:
-        _fail("speed_legacy_seed", config.speed_legacy_seed, "an integer in [0, 2^32) (NumPy RandomState), or null")
-    if config.fednova and (config.algorithm not in DELTA_MODE_ALGORITHMS
-                           or (config.algorithm == "fedasync" and config.rule == "paper")):
-        note = "; fedcompass_n is already normalised" if config.algorithm == "fedcompass_n" else ""
-        _fail("fednova", config.fednova, f"false for {config.algorithm}: FedNova normalises delta-mode aggregations "
-                                         f"({', '.join(DELTA_MODE_ALGORITHMS)}; fedasync with rule fedcompass){note}")
-    if config.algorithm == "fedasmu" and config.server_optimizer != "sgd":
-        _fail("server_optimizer", config.server_optimizer, "sgd for fedasmu (its learned α mixes models directly)")
-    if config.algorithm in (*FEDOPT_ALGORITHMS, "port", "ccfedavg", "fedasmu") and config.crash_prob > 0 \
-            and config.round_timeout is None:
-        _fail("round_timeout", config.round_timeout,
-              f"a deadline in virtual seconds: {config.algorithm} waits for clients (rounds, K arrivals, stale "
-              "clients or concurrency slots), and with crash_prob > 0 a crashed client would stall it forever")
+def _fednova_algorithms(config: RunConfig) -> list[str]:
+    return [name for name in algorithms.names() if algorithms.get(name).supports_fednova(config)]
+
+
+def resolve_options(algorithm, options) -> Any:
+    """An algorithm's options as its validated :class:`~jaxfl.algorithms.Options` dataclass, preset
+    applied, from None (defaults), a mapping of its field names, or an instance.
+
+    >>> from jaxfl.algorithms import get
+    >>> resolve_options(get("port"), {"preset": "plato"}).cosine
+    'current'
+    """
+    cls = algorithm.Options
+    label = cls.namespace or algorithm.name
+    if options is None:
+        options = cls()
+    elif isinstance(options, dict):
+        known = {field.name for field in dataclasses.fields(cls)}
+        values = {}
+        for key, value in options.items():
+            name = getattr(cls, "aliases", {}).get(key, key).replace("-", "_")
+            name = getattr(cls, "aliases", {}).get(name, name)
+            if name not in known:
+                allowed = ", ".join(sorted(known)) or "none"
+                raise ConfigError(f"unknown option {key!r} of algorithm {algorithm.name!r}; allowed: {allowed}")
+            values[name] = _coerce(value, cls.__dataclass_fields__[name].type)
+        options = cls(**values)
+    elif not isinstance(options, cls):
+        fail("algorithm_options", options, f"a {cls.__name__} or a mapping of its fields for {algorithm.name}")
+    for field in dataclasses.fields(options):
+        check_type(f"{label}.{field.name}", getattr(options, field.name), field.type)
+    return options.resolved()
+
+
+def _coerce(value: Any, annotation: str) -> Any:
+    """JSON/TOML/CLI spellings: ints where floats are wanted, 'inf' strings."""
+    if annotation.startswith("float") and _is_int(value):
+        return float(value)
+    if isinstance(value, str) and annotation.startswith("float") and value in ("inf", "infinity"):
+        return math.inf
+    return value
+
+
+def _namespaces() -> dict[str, list[str]]:
+    """Options namespace (``port``, ``compass``, …) → the registered algorithms that read it."""
+    spaces: dict[str, list[str]] = {}
+    for name in algorithms.names():
+        cls = algorithms.get(name)
+        if dataclasses.fields(cls.Options):
+            spaces.setdefault(cls.Options.namespace or name, []).append(name)
+    return spaces
+
+
+def split_algorithm_options(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Separate run fields from algorithm options in a flat mapping.
+
+    Options may be spelled ``port.staleness_bound`` (a CLI/TOML namespace), ``port_staleness_bound``
+    (the flat names of jaxfl 0.1, kept as aliases), a ``{"port": {...}}`` table, or an
+    ``{"algorithm": {"name": "port", ...}}`` table. Returns ``(run fields, {namespace: options})``.
+
+    >>> split_algorithm_options({"clients": 4, "port.min-clients": 2, "compass_q_min": 3})
+    ({'clients': 4}, {'port': {'min_clients': 2}, 'compass': {'q_min': 3}})
+    """
+    spaces = _namespaces()
+    fields: dict[str, Any] = {}
+    options: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        name = key.replace("-", "_")
+        if name == "algorithm" and isinstance(value, dict):
+            table = dict(value)
+            if "name" in table:
+                fields["algorithm"] = table.pop("name")
+            fields.setdefault("algorithm_options", {}).update(table)
+            continue
+        if name in spaces and isinstance(value, dict):
+            options.setdefault(name, {}).update({k.replace("-", "_"): v for k, v in value.items()})
+            continue
+        space, dot, rest = name.partition(".")
+        if dot:
+            if space not in spaces:
+                raise ConfigError(f"unknown option namespace {space!r} in {key!r}; known: {', '.join(spaces)}")
+            options.setdefault(space, {})[rest] = value
+            continue
+        if name not in FIELDS:
+            prefix = next((p for p in spaces if name.startswith(p + "_")), None)
+            if prefix is not None:  # jaxfl 0.1's flat name, e.g. port_staleness_bound
+                options.setdefault(prefix, {})[name[len(prefix) + 1:]] = value
+                continue
+        fields[name] = value
+    return fields, options
 
 
 def config_from_mapping(values: dict[str, Any], base: RunConfig | None = None) -> RunConfig:
     """A validated RunConfig from a mapping of field names (e.g. a parsed JSON/TOML file).
 
+    Algorithm options may be given in any form :func:`split_algorithm_options` reads; those of another
+    algorithm than the chosen one are an error unless they equal that algorithm's defaults (a full
+    dump of an old config).
+
     >>> config_from_mapping({"algorithm": "fedasync", "local-steps": 20}).local_steps
     20
+    >>> config_from_mapping({"algorithm": "port", "port.staleness-bound": 5}).algorithm_options.staleness_bound
+    5.0
     """
     base = base or RunConfig()
+    fields, options = split_algorithm_options(values)
     normalised = {}
-    for key, value in values.items():
-        name = key.replace("-", "_")
+    for name, value in fields.items():
         if name not in FIELDS:
             close = [f for f in FIELDS if f.startswith(name[:4])]
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise ConfigError(f"unknown config field {key!r}{hint}; allowed: {', '.join(FIELDS)}")
-        if FIELDS[name].type.startswith("float") and _is_int(value):
-            value = float(value)
-        if isinstance(value, str) and FIELDS[name].type.startswith("float") and value in ("inf", "infinity"):
-            value = math.inf
+            raise ConfigError(f"unknown config field {name!r}{hint}; allowed: {', '.join(FIELDS)}")
+        if name != "algorithm_options":
+            value = _coerce(value, FIELDS[name].type)
         normalised[name] = value
-    return validate(dataclasses.replace(base, **normalised))
+    config = dataclasses.replace(base, **normalised)
+    try:
+        algorithm = algorithms.get(config.algorithm)
+    except KeyError:
+        return validate(config)  # names the bad algorithm
+    own = algorithm.Options.namespace or algorithm.name
+    chosen = config.algorithm_options
+    if own in options:
+        if isinstance(chosen, algorithm.Options):
+            chosen = dataclasses.asdict(chosen)
+        if chosen is None or isinstance(chosen, dict):
+            chosen = {**(chosen or {}), **options.pop(own)}
+    for space, given in options.items():
+        owners = _namespaces()[space]
+        other = algorithms.get(owners[0]).Options
+        defaults = {field.name: (field.default, field.type) for field in dataclasses.fields(other)}
+        for key, value in given.items():
+            name = getattr(other, "aliases", {}).get(key, key)
+            if name not in defaults or _coerce(value, defaults[name][1]) != defaults[name][0]:
+                raise ConfigError(f"option {space}.{key}={value!r} belongs to {', '.join(owners)}, not to "
+                                  f"algorithm {config.algorithm!r}")
+    return validate(dataclasses.replace(config, algorithm_options=chosen))
 
 
 def load_config_file(path: str) -> dict[str, Any]:

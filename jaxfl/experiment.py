@@ -31,7 +31,8 @@ import numpy as np
 import optax
 
 from jaxfl import checkpoint
-from jaxfl.algorithms import build_policy
+from jaxfl.algorithms import build
+from jaxfl.algorithms.wrappers import with_step_normalization
 from jaxfl.config import RunConfig, config_from_mapping, validate
 from jaxfl.data import build_federation, load_dataset
 from jaxfl.data.augment import AUGMENTED, NORMALIZATION, dataset_family, make_augment, make_preprocess
@@ -318,7 +319,11 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
                                   config.batch_size, preprocess=preprocess,
                                   augment=augment, prox_mu=config.prox_mu)
     server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, config.momentum)
-    policy = build_policy(config)
+    algorithm = build(config)
+    policy = algorithm.policy()
+    hooks = tuple(algorithm.hooks())
+    if config.fednova:
+        hooks = with_step_normalization(hooks)
     speeds, faults = _speeds_and_faults(config, params)
 
     saved = None
@@ -354,7 +359,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
                         batching=config.batching, on_version=recorder.on_version,
                         keep_start_versions=policy.needs_start_models,
                         memory_limit=None if config.memory_limit_mb is None else int(config.memory_limit_mb * 2**20),
-                        sample_bytes=int(np.prod(dataset.input_shape)), normalize_steps=config.fednova)
+                        sample_bytes=int(np.prod(dataset.input_shape)), hooks=hooks)
         recorder.stats = engine.stats
         checkpoints = _Checkpointer(config, run_dir, engine, recorder, events_file, metrics_file, saved)
         if saved is None:

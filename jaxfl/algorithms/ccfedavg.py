@@ -25,12 +25,13 @@ method or a baseline of §4, all under the same budgets and schedule:
 - ``"dropout"``: FedAvg(dropout), client i trains in every round while p_i·T ≥ t, then leaves for
   good; the mean runs over the active clients;
 - ``"fednova"``: every selected client trains every round with ⌈p_i K⌉ steps (paper; ⌊p_i K⌋ ≥ 1 in
-  the code) and the aggregate is FedNova-normalised (``weighting="fednova"``).
+  the code) and the aggregate is FedNova-normalised (the payload asks for
+  :class:`~jaxfl.algorithms.wrappers.StepNormalization`).
 
 FedAvg (full) is the ``fedavg`` algorithm (every p_i = 1 here gives the same parameters).
 A skipping client is not dispatched: it costs no training compute, its banked update is added on
-device (engine update banks, :mod:`jaxfl.kernels.ccfedavg`), and the round lasts as long as its
-slowest *training* client. A round in which nobody trains ends after one transfer time.
+device (the :class:`UpdateBanks` hook over :mod:`jaxfl.kernels.ccfedavg`), and the round lasts as
+long as its slowest *training* client. A round in which nobody trains ends after one transfer time.
 
 Faults (as :class:`~jaxfl.algorithms.fedavg.FedAvg`): with ``round_timeout`` a round closes at its
 deadline with the updates that arrived (a client that did not return counts as absent, not as a
@@ -39,12 +40,15 @@ closed round's dispatch is not selected.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, register
 from jaxfl.algorithms.fedavg import SELECTION_STREAM
+from jaxfl.algorithms.wrappers import StepNormalization
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 
 SCHEDULE_STREAM = 22  # SeedSequence([seed, SCHEDULE_STREAM]) draws the ad-hoc train/skip flags
@@ -52,6 +56,17 @@ STRATEGIES = ("cc", "strategy1", "strategy2", "cc_c", "dropout", "fednova")
 SCHEDULES = ("adhoc", "round_robin")
 BUDGETS = ("levels", "two_group")
 NOVA_STEPS = ("ceil", "floor")
+
+
+class BankedUpdates(NamedTuple):
+    """Payload of a CC-FedAvg round: banked updates of the skipping clients, (client, c) pairs, of
+    bank ``kind`` ("delta": c·D_i; "model": c·(w − x_i)); the banks this round's updates are written
+    to (``store``); and whether the aggregate is FedNova-normalised (the FedNova baseline)."""
+
+    bank: tuple[tuple[int, float], ...]
+    kind: str = "delta"
+    store: tuple[str, ...] = ()
+    normalize_steps: bool = False
 
 
 def level_budgets(num_clients: int, beta: int) -> list[float]:
@@ -204,10 +219,9 @@ class CCFedAvg(Policy):
         bank = [(i, weights[i] / total) for i in self.skipping]
         kind = "model" if self.strategy == "strategy2" or (self.strategy == "cc_c" and self.round >= self.switch_round) \
             else "delta"
-        store = {"cc": ("delta",), "strategy2": ("model",), "cc_c": ("delta", "model")}.get(self.strategy, ())
+        store = stored_banks(self.strategy)
         self.skipped += len(bank)
-        sim.aggregate(contributions, bank=bank, bank_kind=kind, bank_store=store,
-                      weighting="fednova" if self.strategy == "fednova" else None)
+        sim.aggregate(contributions, payload=BankedUpdates(tuple(bank), kind, store, self.strategy == "fednova"))
         for record in records:
             self.has_history[record.client] = True
         self._round, self._arrived, self._open = [], [], False
@@ -221,3 +235,124 @@ class CCFedAvg(Policy):
                 "trained_updates": dispatched, "banked_updates": self.skipped,
                 "gradient_steps_dispatched": self.gradient_steps,
                 "mean_budget": round(float(np.mean(self.budgets)), 6)}
+
+
+def stored_banks(strategy: str) -> tuple[str, ...]:
+    """The banks a strategy writes (and so keeps on device)."""
+    return {"cc": ("delta",), "strategy2": ("model",), "cc_c": ("delta", "model")}.get(strategy, ())
+
+
+class UpdateBanks(DeviceHook):
+    """CC-FedAvg's per-client banks on device: ``"delta"`` D_i (last trained update) and ``"model"``
+    x^i_last (last trained model), each a ``C``-stacked model. The skipping clients' banked term is
+    added to the pseudo-gradient; after the update the trained clients' rows are rewritten."""
+
+    name = "ccfedavg_banks"
+
+    def __init__(self, kinds: Sequence[str]):
+        self.kinds = tuple(kinds)
+
+    def init(self, params, num_clients):
+        from jaxfl.kernels.ccfedavg import init_bank
+
+        return {kind: init_bank(params, num_clients) for kind in self.kinds} or None
+
+    def extra_pseudo_gradient(self, ctx, aggregation, records):
+        payload = aggregation.payload
+        if not isinstance(payload, BankedUpdates) or not payload.bank:
+            return None
+        import jax.numpy as jnp
+
+        from jaxfl.kernels import ccfedavg as kernels
+
+        weights = np.zeros(ctx.num_clients, np.float32)
+        for client, coefficient in payload.bank:
+            weights[client] += coefficient
+        bank = ctx.state[self.name][payload.kind]
+        if payload.kind == "delta":
+            return ctx.jit("bank_delta_sum", kernels.bank_delta_sum)(bank, jnp.asarray(weights))
+        return ctx.jit("bank_model_sum", kernels.bank_model_sum)(bank, jnp.asarray(weights), ctx.params)
+
+    def after_update(self, ctx, aggregation, records):
+        payload = aggregation.payload
+        if not isinstance(payload, BankedUpdates) or not payload.store or not records:
+            return
+        import jax
+        import jax.numpy as jnp
+
+        from jaxfl.kernels import ccfedavg as kernels
+
+        newest = {record.client: record for record in sorted(records, key=lambda r: r.id)}
+        chosen = list(newest.values())
+        count = len(chosen)
+        padded = 1 << (count - 1).bit_length()
+        deltas = ctx.stack([ctx.delta(r) for r in chosen], padded)
+        clients = jnp.asarray(np.array([r.client for r in chosen] + [0] * (padded - count), np.int32))
+        valid = jnp.asarray(np.arange(padded) < count)
+        store = ctx.jit("bank_store", kernels.store, donate_argnums=0)
+        banks = dict(ctx.state[self.name])
+        for kind in payload.store:
+            values = deltas if kind == "delta" else jax.tree.map(
+                jnp.subtract, ctx.stack([ctx.start_model(r) for r in chosen], padded), deltas)
+            banks[kind] = store(banks[kind], clients, values, valid)
+        ctx.state[self.name] = banks
+
+
+@dataclasses.dataclass(frozen=True)
+class CCFedAvgConfig(Options):
+    """CC-FedAvg's options (spec ccfedavg.md §2–§4)."""
+
+    namespace = "cc"
+
+    strategy: str = "cc"  # cc (Strategy 3) | strategy1 | strategy2 | cc_c | dropout | fednova
+    budget: str = "levels"  # levels: p_i = (1/2)^floor(β i / N) | two_group: the (r, W) model
+    budget_beta: int = 4  # β budget levels (4 in every main table of the paper)
+    insufficient_fraction: float = 0.75  # r of two_group (β = 4 levels give r ≈ 0.75)
+    window: int = 4  # W of two_group: an insufficient client's p = 1/W
+    schedule: str = "adhoc"  # adhoc: Bernoulli(p_i) each round (paper default) | round_robin: t mod 1/p_i = 0
+    switch_round: int = 100  # τ of CC-FedAvg(c): Strategy 3 before, Strategy 2 from this round
+    total_rounds: int | None = None  # T of FedAvg(dropout)'s quota p_i·T; None: max_updates or 400 (paper)
+    nova_steps: str = "ceil"  # fednova baseline steps: ceil(p_i K) (paper) | floor (code)
+
+    def budgets(self, num_clients: int) -> list[float]:
+        """p_i: β levels (paper's main tables) or the two-group (r, W) model."""
+        if self.budget == "two_group":
+            return two_group_budgets(num_clients, self.insufficient_fraction, self.window)
+        return level_budgets(num_clients, self.budget_beta)
+
+    def validate(self, run) -> None:
+        from jaxfl.config import fail
+
+        for name, allowed in (("strategy", STRATEGIES), ("budget", BUDGETS), ("schedule", SCHEDULES),
+                              ("nova_steps", NOVA_STEPS)):
+            if getattr(self, name) not in allowed:
+                fail(f"cc.{name}", getattr(self, name), f"one of {', '.join(allowed)}")
+        for name in ("budget_beta", "window", "total_rounds"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                fail(f"cc.{name}", value, "an integer >= 1")
+        if not 0 <= self.insufficient_fraction <= 1:
+            fail("cc.insufficient_fraction", self.insufficient_fraction, "a fraction r in [0, 1]")
+        if self.switch_round < 0:
+            fail("cc.switch_round", self.switch_round, "a round index >= 0")
+
+
+@register
+class CCFedAvgAlgorithm(Algorithm):
+    """CC-FedAvg (Zhang et al. 2024): budgeted clients re-send their last update instead of training."""
+
+    name = "ccfedavg"
+    kind = "synchronous"
+    Options = CCFedAvgConfig
+    waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
+    summary = "synchronous: compute budgets, skipping clients re-send banked updates (Zhang et al. 2024)"
+
+    def policy(self) -> CCFedAvg:
+        o, run = self.options, self.run
+        return CCFedAvg(run.local_steps, o.budgets(run.clients), o.schedule, o.strategy, o.switch_round,
+                        o.total_rounds or run.max_updates or 400, run.clients_per_round, o.nova_steps,
+                        seed=run.seed, round_timeout=run.round_timeout)
+
+    def hooks(self):
+        hooks = (UpdateBanks(stored_banks(self.options.strategy)),)
+        return hooks + ((StepNormalization(),) if self.options.strategy == "fednova" else ())

@@ -18,9 +18,10 @@ aggregation index t, as Algorithm 1 loops t from 1); s = t − o + 1 is 1 for a 
         α = clip(μ_α ξ/(1+μ_α ξ), α_min, 1),  ξ = λ_i/(√t s^σ_i) + ι_i     # Formula 2 [recon]
         w ← (1 − α) w + α u ; t ← t + 1                     # Formula 1
 
-The numbers (α, β, both hypergradients with ``jax.grad``) are engine kernels
-(:mod:`jaxfl.kernels.fedasmu`: ``weighting="fedasmu"`` and fresh-model fetches); this policy only
-schedules. Readings taken where the spec is garbled or silent (§10), each a config switch:
+The numbers (α, β, both hypergradients with ``jax.grad``) are pure-JAX kernels
+(:mod:`jaxfl.kernels.fedasmu`) run by this file's device hooks: :class:`LearnedAlpha` replaces an
+upload's coefficient (payload :class:`Upload`), :class:`FreshModelMix` mixes the fetched model into
+a paused training call (the engine's generic pause at ``fetch_step``); this policy only schedules. Readings taken where the spec is garbled or silent (§10), each a config switch:
 
 - Formula 2: ξ = λ/(√t s^σ) + ι (the appendix's form, not the main text's √(t·s·σ));
 - t counted from 1 (no division by zero at the first aggregation);
@@ -50,9 +51,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import numpy as np
 
+from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, register
 from jaxfl.scheduler.simulation import IN_FLIGHT, DispatchRecord, Policy, Simulation
 
 TRIGGER_STREAM = 23  # SeedSequence([seed, TRIGGER_STREAM]) picks the idle devices a trigger starts
@@ -83,6 +86,15 @@ class DeviceOptions:
     lr_nu: float = 1e-4  # η_ν
     gamma0: float = 1.0  # initial (γ, ν): not given [ours]
     nu0: float = 0.0
+
+
+class Upload(NamedTuple):
+    """Payload of a FedASMU aggregation: the upload's client, 1-based t and s, and η_i·K (ĝ = Δ/η_i K)."""
+
+    client: int
+    t: int
+    s: int
+    step_size: float
 
 
 def initial_alpha(options: ServerOptions, t: int, s: int) -> float:
@@ -229,7 +241,7 @@ class FedASMU(Policy):
             record = sim.records[payload["fetch"]]
             if record.status == IN_FLIGHT:
                 self.stats["fetches"] += 1
-                sim.fetch(record, tuple(dataclasses.asdict(self.device).items()))
+                sim.fetch(record)
 
     def _trigger(self, sim: Simulation) -> None:
         count = min(self.trigger_batch, self.cap - len(self.running), len(self.idle))
@@ -275,10 +287,8 @@ class FedASMU(Policy):
             self.stats["dropped_stale"] += 1
             sim.drop(record, "staleness bound")
             return
-        options = tuple(dataclasses.asdict(self.server).items())
         sim.aggregate([(record.id, initial_alpha(self.server, t, s))], mode="mix", server_optimizer=False,
-                      weighting="fedasmu", weighting_args=[(client, t, s, self.client_lr * max(record.steps, 1))],
-                      weighting_options=options)
+                      payload=Upload(client, t, s, self.client_lr * max(record.steps, 1)))
         metrics_of = getattr(sim.backend, "client_metrics", None)
         metrics = metrics_of(record.id) if metrics_of is not None else None
         if metrics and "loss_before_mix" in metrics:
@@ -289,3 +299,200 @@ class FedASMU(Policy):
         """Run statistics for the run summary."""
         return {"max_concurrency": getattr(self, "cap", self.max_concurrency), "slot_rule": self.slot_rule,
                 **self.stats}
+
+
+class LearnedAlpha(DeviceHook):
+    """Server side (Formulas 1–3): the upload's α from the client's learned (λ, σ, ι), after their
+    hypergradient step. State: per-client coefficients ``(C, 3)``, the record (t_p, s_p, seen) of
+    each client's previous aggregation ``(C, 3)`` and its Δ_p (a ``C``-stacked model)."""
+
+    name = "fedasmu_server"
+
+    def __init__(self, options: ServerOptions):
+        self.options = options
+
+    def init(self, params, num_clients):
+        import jax.numpy as jnp
+
+        from jaxfl.kernels.ccfedavg import init_bank
+
+        o = self.options
+        initial = jnp.asarray([o.lambda0, o.sigma0, o.iota0], jnp.float32)
+        trainable = params["params"] if isinstance(params, dict) and "state" in params else params
+        return {"coefficients": jnp.tile(initial, (num_clients, 1)), "record": jnp.zeros((num_clients, 3), jnp.float32),
+                "previous_delta": init_bank(trainable, num_clients)}
+
+    def weigh(self, ctx, aggregation, records):
+        payload = aggregation.payload
+        if not isinstance(payload, Upload):
+            return None
+        if len(records) != 1:
+            raise ValueError(f"FedASMU mixes one upload at a time, got {len(records)}")
+        import jax
+        import jax.numpy as jnp
+
+        from jaxfl.kernels import fedasmu as kernels
+
+        def server_update(state, client, delta, start, current, t, s, step_size, learning_rates, mu_alpha, alpha_min):
+            row = lambda tree: jax.tree.map(lambda rows: rows[client], tree)
+            coefficients, alpha, record, previous_delta, gradient = kernels.server_update(
+                state["coefficients"][client], state["record"][client], row(state["previous_delta"]), delta, start,
+                current, t, s, step_size, learning_rates, mu_alpha, alpha_min)
+            state = {"coefficients": state["coefficients"].at[client].set(coefficients),
+                     "record": state["record"].at[client].set(record),
+                     "previous_delta": jax.tree.map(lambda rows, new: rows.at[client].set(new),
+                                                    state["previous_delta"], previous_delta)}
+            return state, alpha, gradient
+
+        (record,) = records
+        o = self.options
+        learning_rates = jnp.asarray([o.lr_lambda, o.lr_sigma, o.lr_iota], jnp.float32)
+        state, alpha, _ = ctx.jit("fedasmu_server", server_update, donate_argnums=0)(
+            ctx.state[self.name], jnp.int32(payload.client), ctx.trainable(ctx.delta(record)),
+            ctx.trainable(ctx.start_model(record)), ctx.trainable(ctx.params), jnp.float32(payload.t),
+            jnp.float32(payload.s), jnp.float32(payload.step_size), learning_rates, jnp.float32(o.mu_alpha),
+            jnp.float32(o.alpha_min))
+        ctx.state[self.name] = state
+        alpha = float(alpha)
+        ctx.set_client_metrics(record.id, {"alpha": alpha})
+        return [alpha]
+
+
+class FreshModelMix(DeviceHook):
+    """Device side (Formulas 7–9): in a paused training call, mix each pausing row's fetched global
+    into its local model with β from the client's (γ, ν), and step (γ, ν) on the next minibatch.
+    State: per-client (γ, ν) ``(C, 2)``."""
+
+    name = "fedasmu_device"
+
+    def __init__(self, options: DeviceOptions):
+        self.options = options
+
+    def init(self, params, num_clients):
+        import jax.numpy as jnp
+
+        initial = jnp.asarray([self.options.gamma0, self.options.nu0], jnp.float32)
+        return jnp.tile(initial, (num_clients, 1))
+
+    def on_pause(self, ctx, paused):
+        import jax
+        import jax.numpy as jnp
+
+        from jaxfl.kernels import fedasmu as kernels
+
+        trainer = ctx.trainer
+
+        def device_mix(states, fresh, coefficients, o, g, active, data, views, mu_beta, learning_rates):
+            def one(state, fresh_i, coefficients_i, o_i, g_i, active_i, view):
+                return kernels.device_mix(trainer.batch_loss, state, fresh_i, coefficients_i, o_i, g_i, active_i,
+                                          data, view, mu_beta, learning_rates)
+
+            return jax.vmap(one)(states, fresh, coefficients, o, g, active, views)
+
+        members, active = paused.records, paused.active
+        clients = np.array([r.client for r in members], np.int32)
+        if len(set(clients[active].tolist())) != int(active.sum()):
+            raise ValueError("two mixing dispatches of one client in one call: their (γ, ν) updates would collide")
+        o = np.array([r.version + 1 for r in members], np.float32)  # 1-based versions (kernels/fedasmu.py)
+        g = np.array([r.fetch_version + 1 if active[i] else r.version + 2 for i, r in enumerate(members)], np.float32)
+        table = ctx.state[self.name]
+        learning_rates = jnp.asarray([self.options.lr_gamma, self.options.lr_nu], jnp.float32)
+        states, coefficients, diagnostics = ctx.jit("device_mix", device_mix)(
+            paused.states, paused.fetched, table[jnp.asarray(clients)], jnp.asarray(o), jnp.asarray(g),
+            jnp.asarray(active), ctx.data, paused.views, jnp.float32(self.options.mu_beta), learning_rates)
+        rows = np.flatnonzero(active)
+        ctx.state[self.name] = table.at[jnp.asarray(clients[rows])].set(coefficients[jnp.asarray(rows)])
+        diagnostics = jax.device_get(diagnostics)
+        for index in rows:
+            ctx.set_client_metrics(members[index].id, {key: float(value[index]) for key, value in diagnostics.items()})
+        return states
+
+
+@dataclasses.dataclass(frozen=True)
+class FedASMUConfig(Options):
+    """FedASMU's options (spec fedasmu.md §2–§5); [ours] = not given by the paper."""
+
+    namespace = "fedasmu"
+
+    epochs: int = 5  # 𝓛 local "epochs" of local_steps/𝓛 steps each [ours]
+    slot: str = "middle"  # fetch after epoch: first | middle | second_last (H1–H3) | adaptive
+    staleness_bound: int = 99  # τ: uploads with s > τ are dropped
+    trigger_period: float = 5.0  # 𝒯 seconds between triggers (appendix: one device every 5 s)
+    trigger_batch: int = 1  # m' devices per trigger (appendix: 1; Table 5: 10)
+    max_concurrency: int | None = None  # devices training at once; None: ceil(0.1 m) (paper)
+    fetch: bool = True  # fetch and mix a fresh global model (False: FedASMU-FA)
+    dynamic: bool = True  # learn (λ, σ, ι) and (γ, ν) (False: FedASMU-DA, frozen)
+    mu_alpha: float = 1.0  # μ_α [ours]
+    mu_beta: float = 1.0  # μ_β [ours]
+    alpha_min: float = 0.01  # α clipped to [α_min, 1] [ours]
+    lr_lambda: float = 1e-4  # η_λ (Table 5, LeNet/FMNIST)
+    lr_sigma: float = 1e-4  # η_σ
+    lr_iota: float = 1e-4  # η_ι
+    lr_gamma: float = 1e-4  # η_γ
+    lr_nu: float = 1e-4  # η_ν
+    lambda0: float = 1.0  # initial λ [ours]
+    sigma0: float = 0.5  # initial σ [ours: FedAsync's polynomial a = 0.5]
+    iota0: float = 0.0  # initial ι [ours]
+    gamma0: float = 1.0  # initial γ [ours]
+    nu0: float = 0.0  # initial ν [ours]
+
+    def server_options(self) -> ServerOptions:
+        return ServerOptions(self.mu_alpha, self.alpha_min, self.lr_lambda, self.lr_sigma, self.lr_iota,
+                             self.lambda0, self.sigma0, self.iota0)
+
+    def device_options(self) -> DeviceOptions:
+        return DeviceOptions(self.mu_beta, self.lr_gamma, self.lr_nu, self.gamma0, self.nu0)
+
+    def validate(self, run) -> None:
+        from jaxfl.config import fail
+
+        if self.slot not in SLOT_RULES:
+            fail("fedasmu.slot", self.slot, f"one of {', '.join(SLOT_RULES)}")
+        if self.epochs < 2:
+            fail("fedasmu.epochs", self.epochs, "an integer >= 2 (the fetch sits between two epochs)")
+        for name in ("staleness_bound", "trigger_batch", "max_concurrency"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                fail(f"fedasmu.{name}", value, "an integer >= 1")
+        if self.max_concurrency is not None and self.max_concurrency > run.clients:
+            fail("fedasmu.max_concurrency", self.max_concurrency, f"at most the number of clients ({run.clients})")
+        for name in ("trigger_period", "mu_alpha", "mu_beta"):
+            if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
+                fail(f"fedasmu.{name}", getattr(self, name), "a finite number > 0")
+        for name in ("lr_lambda", "lr_sigma", "lr_iota", "lr_gamma", "lr_nu", "lambda0", "iota0", "gamma0"):
+            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
+                fail(f"fedasmu.{name}", getattr(self, name), "a finite number >= 0")
+        for name in ("sigma0", "nu0"):
+            if not math.isfinite(getattr(self, name)):
+                fail(f"fedasmu.{name}", getattr(self, name), "a finite number")
+        if not 0 < self.alpha_min <= 1:
+            fail("fedasmu.alpha_min", self.alpha_min, "a number in (0, 1]")
+
+
+@register
+class FedASMUAlgorithm(Algorithm):
+    """FedASMU (Liu et al. 2024): learned staleness-aware mixing on the server and on the devices."""
+
+    name = "fedasmu"
+    kind = "asynchronous"
+    Options = FedASMUConfig
+    waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
+    delta_updates = False  # Formula 1 mixes models
+    summary = "asynchronous: learned staleness-aware mixing, fresh-model fetch mid-training (Liu et al. 2024)"
+
+    @classmethod
+    def validate(cls, run, options) -> None:
+        from jaxfl.config import fail
+
+        if run.server_optimizer != "sgd":
+            fail("server_optimizer", run.server_optimizer, "sgd for fedasmu (its learned α mixes models directly)")
+
+    def policy(self) -> FedASMU:
+        o, run = self.options, self.run
+        return FedASMU(run.local_steps, run.client_lr, o.epochs, o.slot, o.staleness_bound, o.trigger_period,
+                       o.trigger_batch, o.max_concurrency, o.fetch, o.dynamic, o.server_options(),
+                       o.device_options(), seed=run.seed, round_timeout=run.round_timeout)
+
+    def hooks(self):
+        policy = self.policy()  # its options after FedASMU-DA's freezing
+        return (LearnedAlpha(policy.server), FreshModelMix(policy.device))

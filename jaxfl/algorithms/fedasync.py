@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from jaxfl.algorithms.base import Algorithm, register, staleness_function
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 
 RULES = ("fedcompass", "paper")
@@ -49,3 +50,19 @@ class FedAsync(Policy):
         else:
             sim.aggregate([(record.id, weight)], mode="mix", server_optimizer=False)
         sim.reply(record.client)
+
+
+@register
+class FedAsyncAlgorithm(Algorithm):
+    """FedAsync (Xie et al. 2019): one aggregation per arrival, staleness-weighted."""
+
+    name = "fedasync"
+    kind = "asynchronous"
+    summary = "asynchronous: every arrival is aggregated, weighted by staleness (Xie et al. 2019)"
+
+    @classmethod
+    def supports_fednova(cls, run) -> bool:
+        return run.rule != "paper"  # the paper's rule mixes models
+
+    def policy(self) -> FedAsync:
+        return FedAsync(self.run.local_steps, staleness_function(self.run), rule=self.run.rule)

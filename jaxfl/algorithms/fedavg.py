@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxfl.algorithms.base import Algorithm, register
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 
 SELECTION_STREAM = 3  # SeedSequence([seed, SELECTION_STREAM]) draws the clients of each round
@@ -88,3 +89,33 @@ class FedAvg(Policy):
             weights = sim.client_weights[[r.client for r in arrived]]
             sim.aggregate([(r.id, w / weights.sum()) for r, w in zip(arrived, weights)])
         self._start_round(sim)
+
+
+@register
+class FedAvgAlgorithm(Algorithm):
+    """FedAvg (McMahan et al. 2017): synchronous rounds, Σ p_i Δ_i through the server optimiser."""
+
+    name = "fedavg"
+    kind = "synchronous"
+    waits_for_clients = "every client of a round"
+    summary = "synchronous rounds of the selected clients (McMahan et al. 2017)"
+
+    def policy(self) -> FedAvg:
+        return FedAvg(self.run.local_steps, self.run.clients_per_round, seed=self.run.seed,
+                      round_timeout=self.run.round_timeout)
+
+
+@register
+class FedAvgM(FedAvgAlgorithm):
+    """FedAvgM (Hsu et al. 2019): FedAvg with server momentum 0.9 (spec fedcompass.md §5.4)."""
+
+    name = "fedavgm"
+    server_momentum = 0.9
+    summary = "FedAvg with server momentum (Hsu et al. 2019)"
+
+    @classmethod
+    def validate(cls, run, options) -> None:
+        from jaxfl.config import fail
+
+        if run.server_optimizer != "sgd":
+            fail("server_optimizer", run.server_optimizer, "sgd for fedavgm (FedAvgM is SGD with momentum)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from jaxfl.algorithms.base import Algorithm, register, staleness_function
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 
 RULES = ("fedcompass", "paper")
@@ -55,3 +56,23 @@ class FedBuff(Policy):
         if len(self.buffer) >= self.buffer_size:
             sim.aggregate(self.buffer)
             self.buffer = []
+
+
+@register
+class FedBuffAlgorithm(Algorithm):
+    """FedBuff (Nguyen et al. 2022): aggregate once K updates are buffered."""
+
+    name = "fedbuff"
+    kind = "asynchronous"
+    summary = "asynchronous: aggregate every K buffered updates (Nguyen et al. 2022)"
+
+    @classmethod
+    def validate(cls, run, options) -> None:
+        from jaxfl.config import fail
+
+        if run.buffer_size > run.clients:
+            fail("buffer_size", run.buffer_size, f"at most the number of clients ({run.clients}); "
+                                                 "a larger buffer never fills")
+
+    def policy(self) -> FedBuff:
+        return FedBuff(self.run.local_steps, self.run.buffer_size, staleness_function(self.run), rule=self.run.rule)

@@ -22,7 +22,9 @@ waits at most until T_max = creation + λ·(T_a − creation). Server loop (pape
 Aggregation variants (``aggregation``): ``"plain"`` (FedCompass: no renormalisation, server
 optimiser sgd(1)); ``"momentum"`` (+M: the engine's momentum server optimiser is applied at group
 aggregations only; single updates skip it); ``"normalized"`` (+N: each buffered update is divided
-by its Q_i and the aggregate multiplied by Q_eff = Σ p_i Q_i / Σ p_i over the aggregation).
+by its Q_i and the aggregate multiplied by Q_eff = Σ p_i Q_i / Σ p_i over the aggregation — FedNova
+with τ_eff weighted by p_i, which the shared :class:`~jaxfl.algorithms.wrappers.StepNormalization`
+hook applies on device from a :class:`~jaxfl.algorithms.wrappers.NormalizeSteps` payload).
 
 Where the authors' reference code differs from the paper, :class:`CompassOptions` names a switch;
 the default is the paper, :data:`REFERENCE_CODE` is the code's combination.
@@ -37,6 +39,8 @@ import dataclasses
 import math
 from typing import Callable
 
+from jaxfl.algorithms.base import Algorithm, Options, register, staleness_function
+from jaxfl.algorithms.wrappers import NormalizeSteps, StepNormalization
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 
 AGGREGATIONS = ("plain", "momentum", "normalized")
@@ -177,7 +181,11 @@ class FedCompass(Policy):
             # The paper applies the general buffer (and counts a version) even if nobody of the
             # group arrived; the code's "skip" leaves the general buffer for the next aggregation.
             records = group.buffer + self.general_buffer
-            sim.aggregate(self._contributions(sim, records), server_optimizer=True)
+            payload = None
+            if self.aggregation == "normalized" and records:  # an empty aggregation has no Q_eff
+                payload = NormalizeSteps(tuple(r.id for r in records),
+                                         tuple(float(sim.client_weights[r.client]) for r in records))
+            sim.aggregate(self._contributions(sim, records), server_optimizer=True, payload=payload)
             self.general_buffer = []
         # This group must not be a JOIN/CREATE candidate while its members are reassigned (§10.5).
         group.expected = group.latest = 0.0
@@ -192,11 +200,7 @@ class FedCompass(Policy):
     def _contributions(self, sim: Simulation, records: list[DispatchRecord]) -> list[tuple[int, float]]:
         weights = [self._buffered_weight.pop(r.id, None) for r in records]
         weights = [self._weight(sim, r) if w is None else w for r, w in zip(records, weights)]
-        if self.aggregation != "normalized" or not records:  # an empty aggregation has no Q_eff
-            return [(r.id, w) for r, w in zip(records, weights)]
-        p = [sim.client_weights[r.client] for r in records]
-        effective_steps = sum(pi * r.steps for pi, r in zip(p, records)) / sum(p)  # Q_eff
-        return [(r.id, effective_steps * w / r.steps) for r, w in zip(records, weights)]
+        return [(r.id, w) for r, w in zip(records, weights)]
 
     def _buffer(self, sim: Simulation, record: DispatchRecord) -> None:
         if self.options.staleness_at == "buffer":  # the paper: staleness when the update is buffered
@@ -291,3 +295,100 @@ class FedCompass(Policy):
         for client, state in enumerate(self.clients):
             if state.group is not None and state.group not in self.groups:
                 raise AssertionError(f"client {client} is assigned to deleted group {state.group}")
+
+
+SWITCH_CHOICES = {"speed_estimate": ("latest", "ema"), "staleness_at": ("buffer", "aggregation"),
+                  "create_rule": ("t_a", "t_max"), "create_far_groups": ("clamp", "skip"),
+                  "fastest_over": ("pending", "all"), "empty_timer": ("apply", "skip")}
+
+
+@dataclasses.dataclass(frozen=True)
+class FedCompassConfig(Options):
+    """FedCompass's options (spec fedcompass.md §2, §10); None: Q_max = local_steps, Q_min = 0.2·Q_max
+    (Table 9), and the preset's value for λ and every reference-code switch."""
+
+    presets = {"paper": {**dataclasses.asdict(PAPER), "latest_time_factor": 1.2},
+               "reference_code": {**dataclasses.asdict(REFERENCE_CODE),
+                                  "latest_time_factor": REFERENCE_CODE_LATEST_TIME_FACTOR}}
+    namespace = "compass"
+    aliases = {"lambda": "latest_time_factor"}
+
+    q_min: int | None = None
+    q_max: int | None = None
+    latest_time_factor: float | None = None  # λ: 1.2 (paper), 1.5 (legacy code)
+    preset: str = "paper"  # defaults of the switches below: the paper or the reference code
+    speed_estimate: str | None = None  # latest sample (paper) | ema (code: 0.9 on newest)
+    staleness_at: str | None = None  # buffer time (paper) | aggregation time (new repo)
+    create_rule: str | None = None  # CREATEGROUP lines up with T_a (paper) | T_max (code)
+    create_far_groups: str | None = None  # clamp q to Q_max (paper) | skip groups (code)
+    join_max_factor: float | None = None  # JOINGROUP accepts q ≤ factor·Q_max: 1 | 1.2 (legacy)
+    fastest_over: str | None = None  # fastest client of a group: pending (paper) | all (code)
+    lr_decay: bool | None = None  # legacy client lr × 0.995^floor(steps/Q_max)
+    empty_timer: str | None = None  # timer on a group with no arrivals: apply (paper) | skip
+
+    def step_range(self, local_steps: int) -> tuple[int, int]:
+        """(Q_min, Q_max): Q_max = the baselines' local steps, Q_min = 0.2·Q_max unless set (Table 9)."""
+        q_max = self.q_max or local_steps
+        return self.q_min or min(q_max, max(1, round(0.2 * q_max))), q_max
+
+    def switches(self) -> CompassOptions:
+        return CompassOptions(**{field.name: getattr(self, field.name) for field in dataclasses.fields(CompassOptions)})
+
+    def validate(self, run) -> None:
+        from jaxfl.config import fail
+
+        if self.preset not in self.presets:
+            fail("compass.preset", self.preset, f"one of {', '.join(self.presets)}")
+        for name, allowed in SWITCH_CHOICES.items():
+            if getattr(self, name) not in allowed:
+                fail(f"compass.{name}", getattr(self, name), f"one of {', '.join(allowed)}")
+        for name in ("q_min", "q_max"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                fail(f"compass.{name}", getattr(self, name), "an integer >= 1")
+        q_max = self.q_max or run.local_steps
+        if self.q_min is not None and self.q_min > q_max:
+            fail("compass.q_min", self.q_min, f"at most compass.q_max ({q_max})")
+        if not (self.latest_time_factor >= 1 and math.isfinite(self.latest_time_factor)):
+            fail("compass.latest_time_factor", self.latest_time_factor, "a finite latest-time factor λ >= 1")
+        if not (self.join_max_factor >= 1 and math.isfinite(self.join_max_factor)):
+            fail("compass.join_max_factor", self.join_max_factor, "a finite number >= 1")
+
+
+@register
+class FedCompassAlgorithm(Algorithm):
+    """FedCompass (Li et al. 2024): arrival groups that finish together (paper's plain aggregation)."""
+
+    name = "fedcompass"
+    kind = "semi-asynchronous"
+    Options = FedCompassConfig
+    aggregation = "plain"
+    summary = "semi-asynchronous: computing-power-aware arrival groups (Li et al. 2024)"
+
+    def policy(self) -> FedCompass:
+        q_min, q_max = self.options.step_range(self.run.local_steps)
+        return FedCompass(q_min, q_max, staleness_function(self.run),
+                          latest_time_factor=self.options.latest_time_factor, aggregation=self.aggregation,
+                          options=self.options.switches())
+
+
+@register
+class FedCompassM(FedCompassAlgorithm):
+    """FedCompass+M: server momentum (0.9) at group aggregations."""
+
+    name = "fedcompass_m"
+    aggregation = "momentum"
+    server_momentum = 0.9
+    summary = "FedCompass with server momentum at group aggregations"
+
+
+@register
+class FedCompassN(FedCompassAlgorithm):
+    """FedCompass+N: group aggregations normalised by local steps (FedNova with τ_eff weighted by p_i)."""
+
+    name = "fedcompass_n"
+    aggregation = "normalized"
+    delta_updates = False  # already normalised: the FedNova option would apply twice
+    summary = "FedCompass with step-normalised group aggregations"
+
+    def hooks(self):
+        return (StepNormalization(),)

@@ -18,9 +18,10 @@ Server loop (paper semantics; each PLATO-code difference is a switch, see :class
         w_{τ+1} ← Σ_A p_k w_k ;  τ ← τ + 1 ;  A ← ∅        # Eq. 4, a model average ("mix" mode)
         replace: uniformly sample clients that are not in flight until P are in flight (Step 5)
 
-The cosine θ_k needs the updates, so the engine computes it on device (``weighting="port"``,
-:mod:`jaxfl.kernels.port`); this policy hands it a_k = d_k s_k, b_k = d_k β and whether cos is forced
-to 1, and puts the cos = 1 weights in the contributions (what a numbers-free backend sees).
+The cosine θ_k needs the updates, so the device hook :class:`CosineWeights` computes it on device
+(:mod:`jaxfl.kernels.port`); this policy hands it a_k = d_k s_k, b_k = d_k β and whether cos is forced
+to 1 (a :class:`PortWeights` payload), and puts the cos = 1 weights in the contributions (what a
+numbers-free backend sees).
 With Ω = ∞ the staleness discount is α for every client. Stale clients are never dropped.
 
 Faults: with ``round_timeout`` a dispatch still out that long after it started is presumed lost
@@ -36,9 +37,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import numpy as np
 
+from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, register
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 
 REPLACEMENT_STREAM = 21  # SeedSequence([seed, REPLACEMENT_STREAM]) picks the clients that start training
@@ -68,6 +71,15 @@ class PortOptions:
 PAPER = PortOptions()
 PLATO = PortOptions(cosine="current", cosine_skip_staleness=1, cosine_skip_rounds=2, bound_rule="exceeds",
                     replace="step2")
+
+
+class PortWeights(NamedTuple):
+    """Payload of a PORT aggregation: Eq. (1)–(3)'s parts that need no parameters, per dispatch id."""
+
+    dispatch_ids: tuple[int, ...]
+    staleness_part: tuple[float, ...]  # a_k = d_k s_k
+    interference_scale: tuple[float, ...]  # b_k = d_k β
+    force_cosine_one: tuple[bool, ...]
 
 
 def staleness_discount(staleness: int, alpha: float, bound: float) -> float:
@@ -173,8 +185,9 @@ class PORT(Policy):
         raw = np.array([a + b for a, b, _ in rows])  # cos = 1; the engine puts in the real cosines
         self.aggregated_staleness.extend(sim.staleness(r) for r in records)
         step2 = [r.client for r in records[:self.K]]
-        sim.aggregate([(r.id, float(c)) for r, c in zip(records, raw / raw.sum())], mode="mix",
-                      weighting="port", weighting_args=rows, weighting_options=(("cosine", self.options.cosine),))
+        payload = PortWeights(tuple(r.id for r in records), tuple(a for a, _, _ in rows), tuple(b for _, b, _ in rows),
+                              tuple(force > 0 for _, _, force in rows))
+        sim.aggregate([(r.id, float(c)) for r, c in zip(records, raw / raw.sum())], mode="mix", payload=payload)
         self.buffer = []
         if self.options.replace == "all":
             count = self.P - len(self.in_flight) - len(self.lost)
@@ -201,3 +214,121 @@ class PORT(Policy):
         return {"min_clients": getattr(self, "K", self.min_clients), "clients_in_flight": getattr(self, "P", None),
                 "staleness_waits": self.waits, "max_aggregated_staleness": max(staleness) if staleness else None,
                 "mean_aggregated_staleness": round(float(np.mean(staleness)), 4) if staleness else None}
+
+
+class CosineWeights(DeviceHook):
+    """Replaces a PORT aggregation's coefficients by Eq. (3) with the cosines computed on device.
+
+    The cosine of each update with the last global step w_τ − w_{τ−1} is vmapped over the
+    aggregation's updates (padded to a power of two, so one compilation serves each size bucket).
+    """
+
+    name = "port"
+
+    def __init__(self, cosine_definition: str = "own"):
+        self.cosine_definition = cosine_definition
+
+    def weigh(self, ctx, aggregation, records):
+        payload = aggregation.payload
+        if not isinstance(payload, PortWeights):
+            return None
+        import jax
+        import jax.numpy as jnp
+
+        from jaxfl.kernels import port as kernels
+
+        def coefficients(deltas, starts, current, previous, staleness_part, interference_scale, force, valid,
+                         definition):
+            last_step = jax.tree.map(jnp.subtract, current, previous)
+            return kernels.port_coefficients(deltas, starts, current, last_step, staleness_part,
+                                             interference_scale, force, valid, definition)
+
+        position = {dispatch_id: index for index, dispatch_id in enumerate(payload.dispatch_ids)}
+        rows = [position[record.id] for record in records]
+        count = len(records)
+        padded = 1 << (count - 1).bit_length()
+
+        def column(values, dtype, fill):
+            values = np.asarray(values, dtype)[rows]
+            return jnp.asarray(np.concatenate([values, np.full(padded - count, fill, dtype)]))
+
+        deltas = ctx.trainable(ctx.stack([ctx.delta(r) for r in records], padded))
+        starts = ctx.trainable(ctx.stack([ctx.start_model(r) for r in records], padded)) \
+            if self.cosine_definition == "current" else deltas
+        weights, cosines = ctx.jit("port_weights", coefficients, static_argnames="definition")(
+            deltas, starts, ctx.trainable(ctx.params), ctx.trainable(ctx.previous_params),
+            column(payload.staleness_part, np.float32, 0.0), column(payload.interference_scale, np.float32, 0.0),
+            column(np.asarray(payload.force_cosine_one, np.float32) > 0, bool, True),
+            jnp.asarray(np.arange(padded) < count), definition=self.cosine_definition)
+        weights, cosines = jax.device_get((weights, cosines))
+        for record, value in zip(records, cosines[:count]):
+            ctx.set_client_metrics(record.id, {"port_cosine": float(value)})
+        return weights[:count].tolist()
+
+
+@dataclasses.dataclass(frozen=True)
+class PortConfig(Options):
+    """PORT's options (spec port.md §2, §8); the switches left None take the preset's value."""
+
+    presets = {"paper": dataclasses.asdict(PAPER), "plato": dataclasses.asdict(PLATO)}
+    namespace = "port"
+
+    min_clients: int | None = None  # K; None: ceil(P/4), the paper's K = 5 of 20 in flight (MNIST)
+    staleness_bound: float = 10.0  # Ω, the paper's sweet spot; inf: no bound
+    alpha: float = 3.0  # α, staleness weight (paper's tuned α:β = 3:1)
+    beta: float = 1.0  # β, interference (cosine) weight; 0 switches the cosine term off
+    clients_in_flight: int | None = None  # P; None: every client [ours; PLATO: 20 of 100]
+    preset: str = "paper"  # paper | plato: every PLATO-code behaviour below at once
+    cosine: str | None = None  # own: u_k = w_k − w_start (paper) | current: w_k − w_τ (PLATO)
+    cosine_skip_staleness: int | None = None  # cos forced to 1 when S ≤ this: -1, never (paper) | 1 (PLATO)
+    cosine_skip_rounds: int | None = None  # cos forced to 1 in the first aggregations: 1 (paper) | 2 (PLATO)
+    bound_rule: str | None = None  # strict: aggregated S < Ω (paper) | exceeds: wait while S > Ω (PLATO)
+    replace: str | None = None  # all: keep P in flight (paper) | step2: replace only the K (PLATO)
+
+    def switches(self) -> PortOptions:
+        return PortOptions(**{field.name: getattr(self, field.name) for field in dataclasses.fields(PortOptions)})
+
+    def validate(self, run) -> None:
+        from jaxfl.config import fail
+
+        for name, allowed in (("preset", PRESETS), ("cosine", COSINE_DEFINITIONS), ("bound_rule", BOUND_RULES),
+                              ("replace", REPLACE_RULES)):
+            if getattr(self, name) not in allowed:
+                fail(f"port.{name}", getattr(self, name), f"one of {', '.join(allowed)}")
+        for name in ("min_clients", "clients_in_flight"):
+            value = getattr(self, name)
+            if value is not None and not 1 <= value <= run.clients:
+                fail(f"port.{name}", value, f"an integer in [1, {run.clients}] (the number of clients)")
+        in_flight = self.clients_in_flight or run.clients
+        if self.min_clients is not None and self.min_clients > in_flight:
+            fail("port.min_clients", self.min_clients, f"at most the clients in flight ({in_flight}); K never arrive")
+        if not self.staleness_bound > 0:
+            fail("port.staleness_bound", self.staleness_bound, "a number of versions > 0 (inf for no bound)")
+        for name in ("alpha", "beta"):
+            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
+                fail(f"port.{name}", getattr(self, name), "a finite weight >= 0")
+        if self.alpha + self.beta == 0:
+            fail("port.alpha", self.alpha, "a weight > 0 when port.beta is 0 (the weights would all vanish)")
+        for name in ("cosine_skip_staleness", "cosine_skip_rounds"):
+            if getattr(self, name) < -1:
+                fail(f"port.{name}", getattr(self, name), "an integer >= -1")
+
+
+@register
+class Port(Algorithm):
+    """PORT (Su & Li 2022): K arrivals per aggregation, a staleness bound, cosine-aware weights."""
+
+    name = "port"
+    kind = "semi-asynchronous"
+    Options = PortConfig
+    waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
+    delta_updates = False  # Eq. 4 averages models
+    summary = "semi-asynchronous: K arrivals, staleness bound Ω, staleness and cosine weights (Su & Li 2022)"
+
+    def policy(self) -> PORT:
+        o, run = self.options, self.run
+        return PORT(run.local_steps, o.min_clients, o.staleness_bound, o.alpha, o.beta, o.clients_in_flight,
+                    o.switches(), seed=run.seed, round_timeout=run.round_timeout)
+
+    def hooks(self):
+        return (CosineWeights(self.options.cosine),)

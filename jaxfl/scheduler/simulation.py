@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from jaxfl.scheduler.faults import ClientFaults
 from jaxfl.scheduler.speeds import ClientSpeeds
 
 IN_FLIGHT, ARRIVED, AGGREGATED, DROPPED = "in_flight", "arrived", "aggregated", "dropped"
-AGGREGATION_MODES = ("delta", "mix", "tier")
+AGGREGATION_MODES = ("delta", "mix")
 NONFINITE_POLICIES = ("stop", "skip")
 # Simulator-internal events (the policy never sees a crash): after everything else at an instant.
 _INTERNAL_PRIORITIES = {"crash": 9}
@@ -84,16 +84,9 @@ class Aggregation:
     ``mode="mix"``: g = Σ c_i (w − w_i), w_i = start_i − Δ_i the client's final model, i.e.
     w ← (1 − Σc_i) w + Σ c_i w_i (FedAsync's original mixing).
     Then w ← server_optimizer(w, g) if ``server_optimizer`` else w ← w − g.
-    ``mode="tier"`` (FedAT): the contributions (summing to 1) average the clients' final models
-    into the model of ``tier``; then w ← Σ_k a_k · model_k over ``tier_weights`` ((k, a_k) pairs).
 
-    Extensions (engine docstring, "Extensions"): ``weighting`` names an engine kernel that replaces
-    the coefficients from the updates themselves (``"port"``, ``"fedasmu"``, ``"fednova"``), with
-    ``weighting_args`` (one tuple of floats per contribution) and ``weighting_options`` ((name,
-    value) pairs). ``bank`` adds banked updates of clients that did not train, (client, c) pairs:
-    ``bank_kind="delta"`` adds c·D_i (the client's last trained update), ``"model"`` adds
-    c·(w − x_i) (its last trained model). ``bank_store`` names the banks ("delta", "model") that
-    the aggregated updates are written to.
+    ``payload`` is the policy's typed message to its algorithm's device hooks (a NamedTuple the
+    hooks define, e.g. the parts of a weighting that need no parameters); the engine never reads it.
     """
 
     time: float
@@ -101,14 +94,7 @@ class Aggregation:
     contributions: tuple[tuple[int, float], ...]
     mode: str = "delta"
     server_optimizer: bool = True
-    tier: int | None = None
-    tier_weights: tuple[tuple[int, float], ...] = ()
-    weighting: str | None = None
-    weighting_args: tuple[tuple[float, ...], ...] = ()
-    weighting_options: tuple[tuple[str, object], ...] = ()
-    bank: tuple[tuple[int, float], ...] = ()
-    bank_kind: str = "delta"
-    bank_store: tuple[str, ...] = ()
+    payload: Any = None
 
 
 class Backend(Protocol):
@@ -246,21 +232,12 @@ class Simulation:
         self.queue.cancel(event)
 
     def aggregate(self, contributions: Iterable[tuple[int, float]], mode: str = "delta",
-                  server_optimizer: bool = True, tier: int | None = None,
-                  tier_weights: Iterable[tuple[int, float]] = (), weighting: str | None = None,
-                  weighting_args: Iterable[Iterable[float]] = (), weighting_options: Iterable = (),
-                  bank: Iterable[tuple[int, float]] = (), bank_kind: str = "delta",
-                  bank_store: Iterable[str] = ()) -> int:
+                  server_optimizer: bool = True, payload: Any = None) -> int:
         """Apply a global update from arrived dispatches; returns the new global version.
 
-        The extension arguments (``weighting*``, ``bank*``) are described on :class:`Aggregation`.
+        ``payload`` goes to the algorithm's device hooks unread (see :class:`Aggregation`).
         """
-        contributions = tuple((int(d), float(c)) for d, c in contributions)
-        weighting_args = tuple(weighting_args)
-        if weighting_args and len(weighting_args) != len(contributions):
-            raise ValueError(f"weighting_args has {len(weighting_args)} entries for {len(contributions)} contributions")
-        args_by_id = dict(zip((d for d, _ in contributions), weighting_args))
-        contributions = self._screen_nonfinite(contributions)
+        contributions = self._screen_nonfinite(tuple((int(d), float(c)) for d, c in contributions))
         if mode not in AGGREGATION_MODES:
             raise ValueError(f"aggregation mode {mode!r} not in {AGGREGATION_MODES}")
         seen = set()
@@ -274,20 +251,8 @@ class Simulation:
             if not math.isfinite(coefficient):
                 raise ValueError(f"aggregation coefficient for dispatch {dispatch_id} is {coefficient}")
             seen.add(dispatch_id)
-        tier_weights = tuple((int(k), float(a)) for k, a in tier_weights)
-        if mode == "tier" and (tier is None or tier not in dict(tier_weights)):
-            raise ValueError(f"a 'tier' aggregation needs its tier ({tier}) among tier_weights {tier_weights}")
-        weighting_args = tuple(tuple(float(x) for x in args_by_id[d]) for d, _ in contributions) if args_by_id else ()
-        bank = tuple((int(c), float(a)) for c, a in bank)
-        if bank_kind not in ("delta", "model") or not set(bank_store) <= {"delta", "model"}:
-            raise ValueError(f"bank_kind {bank_kind!r} / bank_store {tuple(bank_store)} must name 'delta' or 'model' banks")
-        for client, coefficient in bank:
-            if not 0 <= client < self.num_clients or not math.isfinite(coefficient):
-                raise ValueError(f"bank contribution ({client}, {coefficient}) needs a client in range and a finite c")
         self.version += 1
-        aggregation = Aggregation(self.now, self.version, contributions, mode, server_optimizer, tier,
-                                  tier_weights, weighting, weighting_args, tuple(weighting_options), bank,
-                                  bank_kind, tuple(bank_store))
+        aggregation = Aggregation(self.now, self.version, contributions, mode, server_optimizer, payload)
         records = [self.records[d] for d, _ in contributions]
         for record in records:
             record.status = AGGREGATED
@@ -315,12 +280,13 @@ class Simulation:
         dropped = {record.id for record in bad}
         return tuple((d, c) for d, c in contributions if d not in dropped)
 
-    def fetch(self, record: DispatchRecord, options: Iterable = ()) -> int | None:
-        """Answer an in-flight client's request for the newest global model (FedASMU), now.
+    def fetch(self, record: DispatchRecord) -> int | None:
+        """Answer an in-flight client's request for the newest global model, now.
 
-        The client gets the current version only if it is newer than the one it started from;
-        returns that version (None: no newer model, the client trains on unchanged). ``options``
-        ((name, value) pairs) go to the backend's device-side mixing kernel.
+        A dispatch made with ``fetch_step`` pauses its training there until this answer; the
+        client gets the current version only if it is newer than the one it started from, and the
+        algorithm's device hook (``on_pause``) uses it. Returns that version (None: no newer model,
+        the client trains on unchanged).
         """
         if record.status != IN_FLIGHT or record.fetched:
             raise ValueError(f"dispatch {record.id} is {record.status} (fetched={record.fetched}); "
@@ -329,7 +295,7 @@ class Simulation:
         record.fetch_version = self.version if self.version > record.version else None
         on_fetch = getattr(self.backend, "on_fetch", None)
         if on_fetch is not None:
-            on_fetch(record, tuple(options))
+            on_fetch(record)
         self._write("fetch", self.now, record.client, record.id, self.version, self.staleness(record),
                     record.fetch_step, "fresh model" if record.fetch_version is not None else "no newer model")
         return record.fetch_version

@@ -1,0 +1,228 @@
+"""The algorithm contract: what one file must hold to add an algorithm to jaxfl.
+
+An algorithm is three things, the way an optax transformation is ``(init, update)`` and a fedjax
+algorithm is ``(init, apply)``:
+
+1. its **options**: a frozen dataclass (:class:`Options`) with the paper's defaults, named
+   ``presets`` (e.g. ``paper`` / ``reference_code``) that fill the fields left ``None``, and
+   ``validate(run)`` that raises :class:`~jaxfl.config.ConfigError` naming the bad value;
+2. its **policy**: plain Python (:class:`~jaxfl.scheduler.simulation.Policy`) that decides on the
+   virtual clock who is dispatched with which model version and how many steps, and when an
+   aggregation happens with which coefficients — and, when the device must compute something, a
+   typed ``payload`` (a NamedTuple) for it;
+3. optional **device hooks** (:class:`DeviceHook`): host glue around pure-JAX kernels from
+   :mod:`jaxfl.kernels` that the engine calls at fixed points of an aggregation or of a paused
+   training call. Their state is one pytree per hook, created by ``init`` (so checkpoint shapes
+   come from ``jax.eval_shape`` of it) and kept by the engine.
+
+Registration makes the name known to the config, the CLI and the conformance suite
+(:func:`jaxfl.testing.check_algorithm`)::
+
+    from jaxfl.algorithms import Algorithm, register
+
+    @register
+    class MyAsync(Algorithm):
+        name = "my_async"
+        kind = "asynchronous"
+        def policy(self):
+            return MyAsyncPolicy(self.run.local_steps)
+
+A class defined outside the package can also be named as ``module:Class`` on the command line
+(``jaxfl run --algorithm my_module:MyAsync``); it is registered on first use. This module never
+imports jax: hooks import it when the engine builds them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, Policy
+from jaxfl.scheduler.staleness import make_staleness
+
+KINDS = ("synchronous", "asynchronous", "semi-asynchronous")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Base of an algorithm's own options. Subclasses are frozen dataclasses.
+
+    ``presets`` maps a preset name to values for the fields left ``None``; the ``preset`` field,
+    when a subclass declares one, picks it (else the first preset applies). ``namespace`` is the
+    prefix of the options on the command line and in TOML (``--port.staleness-bound``, and the
+    old flat flag ``--port-staleness-bound``).
+
+    >>> Options().resolved() == Options()
+    True
+    """
+
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    namespace: ClassVar[str | None] = None
+
+    def resolved(self) -> "Options":
+        """The options with the preset's value in every field left ``None``."""
+        if not self.presets:
+            return self
+        name = getattr(self, "preset", None) or next(iter(self.presets))
+        values = {key: value for key, value in self.presets[name].items() if getattr(self, key) is None}
+        return dataclasses.replace(self, **values)
+
+    def validate(self, run) -> None:
+        """Raise :class:`~jaxfl.config.ConfigError` for a bad value (types are checked before)."""
+
+
+class DeviceHook:
+    """Device-side part of an algorithm; every method is optional.
+
+    ``ctx`` is the engine (its hook API: ``params``, ``previous_params``, ``num_clients``,
+    ``trainable``, ``delta``, ``start_model``, ``stack``, ``jit``, ``state``, ``client_metrics``,
+    ``trainer``, ``data``, ``views``). A hook keeps its device state in ``ctx.state[self.name]``,
+    created by :meth:`init`. Methods run in this order for an aggregation: :meth:`weigh` (replace
+    the coefficients), then either :meth:`apply` (the whole update, returning the new global
+    model) or the engine's generic update Σ c_i Δ_i plus :meth:`extra_pseudo_gradient` through the
+    server optimiser, followed by :meth:`after_update`. :meth:`on_pause` runs inside a training
+    call for dispatches that pause at ``pause_step`` (e.g. to mix in a fresher global model).
+    """
+
+    name = "hook"
+
+    def init(self, params, num_clients: int):
+        """The hook's initial device state (a pytree; None for no state)."""
+        return None
+
+    def weigh(self, ctx, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> Sequence[float] | None:
+        """New coefficients, one per record (None: leave them)."""
+        return None
+
+    def apply(self, ctx, aggregation: Aggregation, records: Sequence[DispatchRecord]):
+        """The new global model if this hook makes the whole update (None: the generic update)."""
+        return None
+
+    def extra_pseudo_gradient(self, ctx, aggregation: Aggregation, records: Sequence[DispatchRecord]):
+        """A pytree added to Σ c_i Δ_i before the server optimiser (None: nothing)."""
+        return None
+
+    def after_update(self, ctx, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> None:
+        """Called after the generic update's pseudo-gradient is formed (before the server step)."""
+
+    def on_pause(self, ctx, paused) -> Any:
+        """Training states after a pause (``paused``: :class:`jaxfl.engine.PausedCall`)."""
+        return paused.states
+
+
+class Algorithm:
+    """One algorithm: its options, its policy and its device hooks (see the module docstring).
+
+    Built by the engine's runner as ``Algorithm(run, options)`` with the validated
+    :class:`~jaxfl.config.RunConfig` and this algorithm's resolved :class:`Options`.
+
+    Class attributes that the config reads:
+
+    - ``name``: the registry key (``--algorithm NAME``); ``kind``: one of :data:`KINDS`;
+    - ``Options``: the options dataclass (:class:`Options` for none);
+    - ``server_optimizer``: forces the server optimiser (FedOpt: ``"adam"``), None to leave it;
+    - ``server_momentum``: the default server momentum (FedAvgM: 0.9);
+    - ``waits_for_clients``: what it waits for (e.g. ``"every client of a round"``) when a crashed
+      client could stall it forever without a ``round_timeout``; None if it never waits;
+    - ``delta_updates``: True if its aggregations are pseudo-gradients Σ c_i Δ_i, so the FedNova
+      option can normalise them (see :meth:`supports_fednova`).
+    """
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = "asynchronous"
+    Options: ClassVar[type] = Options
+    server_optimizer: ClassVar[str | None] = None
+    server_momentum: ClassVar[float] = 0.0
+    waits_for_clients: ClassVar[str | None] = None
+    delta_updates: ClassVar[bool] = True
+    summary: ClassVar[str] = ""
+
+    def __init__(self, run, options: Options | None = None):
+        self.run = run
+        self.options = (options if options is not None else self.Options()).resolved()
+
+    def policy(self) -> Policy:
+        raise NotImplementedError(f"{type(self).__name__} must implement policy()")
+
+    def hooks(self) -> Sequence[DeviceHook]:
+        """The device hooks of this algorithm (none by default)."""
+        return ()
+
+    @classmethod
+    def supports_fednova(cls, run) -> bool:
+        return cls.delta_updates
+
+    @classmethod
+    def validate(cls, run, options: Options) -> None:
+        """Checks that need the run and the options together (options alone: ``Options.validate``)."""
+
+
+def staleness_function(run) -> Callable[[int], float]:
+    """The run's st(s) (``staleness``, ``staleness_alpha``, ``staleness_a``); constant uses α only.
+
+    >>> from types import SimpleNamespace
+    >>> staleness_function(SimpleNamespace(staleness="polynomial", staleness_alpha=0.9, staleness_a=0.5))(3)
+    0.45
+    """
+    params = {"alpha": run.staleness_alpha}
+    if run.staleness != "constant":
+        params["a"] = run.staleness_a
+    return make_staleness(run.staleness, **params)
+
+
+_REGISTRY: dict[str, type[Algorithm]] = {}
+
+
+def register(algorithm: type[Algorithm]) -> type[Algorithm]:
+    """Add an algorithm class to the registry (usable as a class decorator); returns it.
+
+    >>> class Demo(Algorithm):
+    ...     name = "demo_doc"
+    >>> register(Demo) is Demo and "demo_doc" in names()
+    True
+    >>> unregister("demo_doc")
+    """
+    if not (isinstance(algorithm, type) and issubclass(algorithm, Algorithm)):
+        raise TypeError(f"register() takes an Algorithm subclass, got {algorithm!r}")
+    if not algorithm.name or not isinstance(algorithm.name, str):
+        raise ValueError(f"{algorithm.__name__} needs a non-empty string name")
+    if algorithm.kind not in KINDS:
+        raise ValueError(f"{algorithm.__name__}.kind={algorithm.kind!r} is not one of {', '.join(KINDS)}")
+    if not (dataclasses.is_dataclass(algorithm.Options) and issubclass(algorithm.Options, Options)):
+        raise TypeError(f"{algorithm.__name__}.Options must be a dataclass subclass of jaxfl.algorithms.Options")
+    existing = _REGISTRY.get(algorithm.name)
+    if existing is not None and existing is not algorithm and \
+            (existing.__module__, existing.__qualname__) != (algorithm.__module__, algorithm.__qualname__):
+        raise ValueError(f"algorithm name {algorithm.name!r} is taken by {existing.__module__}.{existing.__qualname__}")
+    _REGISTRY[algorithm.name] = algorithm
+    return algorithm
+
+
+def unregister(name: str) -> None:
+    """Remove a registered name (tests and notebooks that redefine an algorithm)."""
+    _REGISTRY.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+    """Registered algorithm names, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def get(name: str) -> type[Algorithm]:
+    """The algorithm class registered as ``name``, or imported from a ``module:Class`` reference.
+
+    Raises ``KeyError`` naming the registered algorithms for an unknown name.
+    """
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if ":" in name:
+        module_name, _, attribute = name.partition(":")
+        try:
+            algorithm = getattr(importlib.import_module(module_name), attribute)
+        except (ImportError, AttributeError) as error:
+            raise KeyError(f"algorithm reference {name!r} could not be imported: {error}") from None
+        if not (isinstance(algorithm, type) and issubclass(algorithm, Algorithm)):
+            raise KeyError(f"algorithm reference {name!r} is {algorithm!r}, not an Algorithm subclass")
+        register(algorithm)
+        return algorithm
+    raise KeyError(f"unknown algorithm {name!r}; registered: {', '.join(_REGISTRY)} (or module:Class)")
