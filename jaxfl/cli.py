@@ -1,9 +1,11 @@
 """Command line: ``jaxfl run``.
 
-Every :class:`~jaxfl.config.RunConfig` field is a flag (``local_steps`` → ``--local-steps``);
-``--config FILE`` (JSON or TOML with the same names) sets a base that flags override. A
-comma-separated ``--algorithm`` runs each algorithm with the same seed (same speeds and partition)
-and prints a comparison table.
+Every :class:`~jaxfl.config.RunConfig` field is a flag (``local_steps`` → ``--local-steps``), and
+every registered algorithm's option is one in its namespace (``--port.staleness-bound``; jaxfl 0.1's
+``--port-staleness-bound`` still works); ``--config FILE`` (JSON or TOML with the same names,
+options under ``[port]`` or ``[algorithm]``) sets a base that flags override. A comma-separated
+``--algorithm`` runs each algorithm with the same seed (same speeds and partition) and prints a
+comparison table; ``--algorithm my_module:MyAlgorithm`` runs an algorithm defined outside jaxfl.
 
 Examples::
 
@@ -17,16 +19,20 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
+import inspect
 import math
+import re
 import os
 import sys
 
-from jaxfl.config import FIELDS, ConfigError, RunConfig, config_from_mapping, load_config_file
+from jaxfl import algorithms
+from jaxfl.config import (FIELDS, ConfigError, RunConfig, config_from_mapping, load_config_file,
+                          split_algorithm_options)
 from jaxfl.engine import NumericalError
 
 _HELP = {
-    "algorithm": "fedavg, fedavgm, fedasync, fedbuff, fedcompass, fedcompass_m, fedcompass_n, fedat, port, ccfedavg, "
-                 "fedasmu, fedadam, fedyogi or fedadagrad; a comma-separated list runs each and compares",
+    "algorithm": "a registered algorithm ({names}) or module:Class; a comma-separated list runs each and compares",
     "dataset": "mnist10k (embedded), fashion_mnist (Debian), mnist / npz / array_record (--data-dir), digits "
                "(scikit-learn), tfds:NAME (e.g. tfds:cifar10; --data-dir), synthetic, synthetic_iid, synthetic:A,B",
     "model": "cnn, mlp, logreg, lenet5, ccfedavg_cnn, ccfedavg_mlp, fedasmu_cnn, resnet18, resnet18_gn, textcnn, "
@@ -59,8 +65,8 @@ def _parse_value(annotation: str, text: str):
     return text
 
 
-def _value_parser(name: str):
-    annotation = FIELDS[name].type
+def _value_parser(name: str, annotation: str | None = None):
+    annotation = annotation or FIELDS[name].type
 
     def parse(text: str):
         try:
@@ -70,6 +76,46 @@ def _value_parser(name: str):
             raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')}={text!r} is not {kind}") from None
 
     return parse
+
+
+def _option_flags(run: argparse.ArgumentParser) -> None:
+    """One flag per option of every registered algorithm, in the options' namespace (dest ``space.field``)."""
+    done = set()
+    for name in algorithms.names():
+        cls = algorithms.get(name).Options
+        space = cls.namespace or name
+        if space in done or not dataclasses.fields(cls):
+            continue
+        done.add(space)
+        owners = [n for n in algorithms.names() if (algorithms.get(n).Options.namespace or n) == space]
+        group = run.add_argument_group(f"{', '.join(owners)} options")
+        aliases = {field: alias for alias, field in getattr(cls, "aliases", {}).items()}
+        comments = _field_comments(cls)
+        for field in dataclasses.fields(cls):
+            flag = field.name.replace("_", "-")
+            flags = [f"--{space}.{flag}", f"--{space}-{flag}"]
+            if field.name in aliases:
+                flags += [f"--{space}.{aliases[field.name]}", f"--{space}-{aliases[field.name]}"]
+            dest = f"{space}.{field.name}"
+            preset_fields = next(iter(cls.presets.values()), {})
+            default = "the preset's" if field.default is None and field.name in preset_fields else field.default
+            if field.type.startswith("bool"):
+                group.add_argument(*flags, dest=dest, action=argparse.BooleanOptionalAction, default=None,
+                                   help=f"{comments.get(field.name, '')} (default: {default})")
+            else:
+                group.add_argument(*flags, dest=dest, type=_value_parser(dest, field.type), default=None,
+                                   metavar=field.name.upper(),
+                                   help=f"{comments.get(field.name, '')} (default: {default})")
+
+
+def _field_comments(cls) -> dict[str, str]:
+    """The ``# comment`` after each field of a dataclass's source: its one-line help (empty if none)."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):  # defined interactively
+        return {}
+    found = re.findall(r"^\s+(\w+):[^#\n]*#\s*(.+)$", source, flags=re.MULTILINE)
+    return {name: text.strip().replace("%", "%%") for name, text in found}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,15 +128,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue the run in RUN_DIR from its newest checkpoint (other flags are ignored "
                           "except --progress/--no-progress)")
     for name, field in FIELDS.items():
+        if name == "algorithm_options":  # one flag per option instead (_option_flags)
+            continue
         flags = [f"--{name.replace('_', '-')}"] + _ALIASES.get(name, [])
         default_text = field.default
-        help_text = f"{_HELP.get(name, name.replace('_', ' '))} (default: {default_text})"
+        described = _HELP.get(name, name.replace('_', ' ')).replace("{names}", ", ".join(algorithms.names()))
+        help_text = f"{described} (default: {default_text})"
         if field.type.startswith("bool"):
             run.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
                              help=help_text)
         else:
             run.add_argument(*flags, dest=name, type=str if name == "algorithm" else _value_parser(name),
                              default=None, metavar=name.upper(), help=help_text)
+    _option_flags(run)
     timeline = commands.add_parser("timeline", help="Gantt chart of a finished run: busy/idle clients, aggregations")
     timeline.add_argument("run_dir", help="a run directory written by `jaxfl run`")
     timeline.add_argument("--out", help="PNG to write (default: RUN_DIR/timeline.png)")
@@ -161,16 +211,31 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _configs(args: argparse.Namespace) -> list[RunConfig]:
-    base = config_from_mapping(load_config_file(args.config)) if args.config else RunConfig()
-    overrides = {name: getattr(args, name) for name in FIELDS if getattr(args, name) is not None}
-    algorithms = [overrides.pop("algorithm", base.algorithm)]
-    if "," in algorithms[0]:
-        algorithms = [a.strip() for a in algorithms[0].split(",")]
-        if len(set(algorithms)) != len(algorithms) or "" in algorithms:
-            raise ConfigError(f"algorithm={','.join(algorithms)!r} is not allowed: "
-                              "a comma-separated list of distinct algorithm names")
+    """One validated config per algorithm of ``--algorithm``; each gets only its own options."""
+    values = {key: value for key, value in vars(args).items()
+              if value is not None and (key in FIELDS or "." in key)}
+    file_values = load_config_file(args.config) if args.config else {}
+    fields, options = split_algorithm_options({**file_values, **values})
+    names = str(fields.pop("algorithm", RunConfig.algorithm))
+    chosen = [a.strip() for a in names.split(",")]
+    if len(set(chosen)) != len(chosen) or "" in chosen:
+        raise ConfigError(f"algorithm={names!r} is not allowed: a comma-separated list of distinct algorithm names")
+    spaces = {}
+    for name in chosen:
+        try:
+            cls = algorithms.get(name)
+        except KeyError as error:
+            raise ConfigError(f"algorithm={name!r} is not allowed: {error.args[0]}") from None
+        spaces[name] = cls.Options.namespace or cls.name
+    for space in options:
+        if space not in spaces.values():
+            raise ConfigError(f"options --{space}.* are given but no chosen algorithm ({names}) reads them")
+    table = fields.pop("algorithm_options", None)
     # Validate every config before the first run starts: a typo in the third fails at once.
-    return [config_from_mapping({**overrides, "algorithm": a}, base) for a in algorithms]
+    return [config_from_mapping({**fields, "algorithm": name,
+                                 "algorithm_options": {**(table or {}), **options.get(spaces[name], {})}
+                                 if (table or spaces[name] in options) else None})
+            for name in chosen]
 
 
 def _print_comparison(results, output_dir: str) -> None:
@@ -201,7 +266,22 @@ def _print_comparison(results, output_dir: str) -> None:
         print("(install matplotlib for a plot of accuracy over virtual time)")
 
 
+def _import_named_algorithms(argv: list[str]) -> None:
+    """Register ``module:Class`` algorithms named on the command line first, so their options get flags."""
+    for index, token in enumerate(argv):
+        value = argv[index + 1] if token == "--algorithm" and index + 1 < len(argv) else \
+            token.partition("=")[2] if token.startswith("--algorithm=") else ""
+        for name in value.split(","):
+            if ":" in name:
+                try:
+                    algorithms.get(name.strip())
+                except KeyError:
+                    pass  # reported by validation with the registered names
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _import_named_algorithms(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "timeline":

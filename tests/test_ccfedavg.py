@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxfl.algorithms import CCFedAvg, cc_budgets
+from jaxfl.algorithms import CCFedAvg
 from jaxfl.algorithms.ccfedavg import level_budgets, two_group_budgets
 from jaxfl.config import ConfigError, RunConfig, validate
 from jaxfl.engine import TRAIN_STREAM
@@ -21,9 +21,10 @@ def test_budget_profiles():
     assert level_budgets(8, 4) == [1.0, 1.0, 0.5, 0.5, 0.25, 0.25, 0.125, 0.125]  # spec §3.1's N = 8 example
     assert level_budgets(30, 3) == [1.0] * 10 + [0.5] * 10 + [0.25] * 10  # the paper's β = 3 example
     assert two_group_budgets(8, 0.75, 4) == [1.0, 1.0] + [0.25] * 6
-    assert cc_budgets(validate(RunConfig(algorithm="ccfedavg", clients=4, cc_budget_beta=1))) == [1.0] * 4
-    with pytest.raises(ConfigError, match="cc_strategy='mifa'"):
-        validate(RunConfig(algorithm="ccfedavg", cc_strategy="mifa"))
+    config = validate(RunConfig(algorithm="ccfedavg", clients=4, algorithm_options={"budget_beta": 1}))
+    assert config.algorithm_options.budgets(config.clients) == [1.0] * 4
+    with pytest.raises(ConfigError, match="cc.strategy='mifa'"):
+        validate(RunConfig(algorithm="ccfedavg", algorithm_options={"strategy": "mifa"}))
 
 
 def test_bank_kernels_by_hand():
@@ -62,13 +63,13 @@ def test_round_robin_contributions_per_strategy(strategy, kind, stored):
     # round-robin phases aligned at 0: periods 1, 2, 4, 8 → round 0 all, round 1 {0}, round 2 {0, 1}
     assert [trained for _, _, trained in policy.history[:3]] == [[0, 1, 2, 3], [0], [0, 1]]
     first, second, third = backend.aggregations
-    assert [c for _, c in first.contributions] == [0.25] * 4 and first.bank == ()
-    assert second.bank_kind == kind and second.bank_store == stored
+    assert [c for _, c in first.contributions] == [0.25] * 4 and first.payload.bank == ()
+    assert second.payload.kind == kind and second.payload.store == stored
     if strategy == "strategy1":  # skippers dropped: the mean over who trained
-        assert [c for _, c in second.contributions] == [1.0] and second.bank == ()
+        assert [c for _, c in second.contributions] == [1.0] and second.payload.bank == ()
         assert [c for _, c in third.contributions] == [0.5, 0.5]
     else:  # the mean over all of S_t
-        assert [c for _, c in second.contributions] == [0.25] and second.bank == ((1, 0.25), (2, 0.25), (3, 0.25))
+        assert [c for _, c in second.contributions] == [0.25] and second.payload.bank == ((1, 0.25), (2, 0.25), (3, 0.25))
     # a round lasts as long as its slowest *training* client: 5 steps × (1 + c) s
     assert [a.time for a in backend.aggregations] == [20.0, 25.0, 35.0]
 
@@ -78,8 +79,8 @@ def test_cc_c_switches_estimator_and_dropout_quota():
                       switch_round=2)
     backend = RecordingBackend()
     Simulation(policy, ScriptedSpeeds(lambda c, r: 1.0, num_clients=4), [0.25] * 4, backend, max_updates=4).run()
-    assert [a.bank_kind for a in backend.aggregations] == ["delta", "delta", "model", "model"]
-    assert all(a.bank_store == ("delta", "model") for a in backend.aggregations)
+    assert [a.payload.kind for a in backend.aggregations] == ["delta", "delta", "model", "model"]
+    assert all(a.payload.store == ("delta", "model") for a in backend.aggregations)
     dropout = CCFedAvg(local_steps=5, budgets=[1.0, 0.5, 0.25, 0.125], strategy="dropout", total_rounds=8)
     Simulation(dropout, ScriptedSpeeds(lambda c, r: 1.0, num_clients=4), [0.25] * 4, RecordingBackend(),
                max_updates=6).run()
@@ -120,11 +121,12 @@ def reference(config):
 
 
 def test_trained_and_skipping_clients_match_hand_recomputation(small_config):
-    config = replace(small_config, algorithm="ccfedavg", cc_schedule="round_robin", clients=4, max_updates=2,
-                     client_optimizer="sgd", client_lr=0.05)
+    config = replace(small_config, algorithm="ccfedavg", clients=4, max_updates=2,
+                     client_optimizer="sgd", client_lr=0.05, algorithm_options={"schedule": "round_robin"})
     expected = reference(config)
     for strategy in ("cc", "strategy2", "strategy1"):
-        result = run_experiment(replace(config, cc_strategy=strategy, run_name=strategy))
+        result = run_experiment(replace(config, run_name=strategy,
+                                        algorithm_options={"schedule": "round_robin", "strategy": strategy}))
         assert result.simulation.policy.history[1][2] == [0]
         for a, b in zip(jax.tree.leaves(expected[strategy]), jax.tree.leaves(result.params)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
@@ -135,7 +137,8 @@ def test_trained_and_skipping_clients_match_hand_recomputation(small_config):
 def test_all_budgets_one_is_fedavg(small_config):
     common = dict(clients=4, heterogeneity="exp", max_updates=3, client_optimizer="sgd", client_lr=0.05)
     fedavg = run_experiment(replace(small_config, algorithm="fedavg", run_name="avg", **common))
-    cc = run_experiment(replace(small_config, algorithm="ccfedavg", cc_budget_beta=1, run_name="cc", **common))
+    cc = run_experiment(replace(small_config, algorithm="ccfedavg", run_name="cc", **common,
+                                algorithm_options={"budget_beta": 1}))
     for a, b in zip(jax.tree.leaves(fedavg.params), jax.tree.leaves(cc.params)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
     assert cc.summary["client_steps_aggregated"] == fedavg.summary["client_steps_aggregated"]
@@ -143,7 +146,7 @@ def test_all_budgets_one_is_fedavg(small_config):
 
 def test_gradient_steps_spent_are_the_trained_mask_times_k(small_config):
     result = run_experiment(replace(small_config, algorithm="ccfedavg", clients=4, max_updates=6, local_steps=4,
-                                    cc_schedule="adhoc", steps_per_call=4))
+                                    steps_per_call=4, algorithm_options={"schedule": "adhoc"}))
     policy = result.simulation.policy
     aggregated_rounds = policy.history[:6]  # the 7th round was dispatched but never needed
     masks = np.array([[c in trained for c in range(4)] for _, _, trained in aggregated_rounds])

@@ -8,7 +8,8 @@ import numpy as np
 import optax
 import pytest
 
-from jaxfl.algorithms.fedasmu import FedASMU, FixedSlot, QLearningSlot, ServerOptions, initial_alpha
+from jaxfl.algorithms.fedasmu import (DeviceOptions, FedASMU, FixedSlot, FreshModelMix, QLearningSlot, ServerOptions,
+                                     Upload, initial_alpha)
 from jaxfl.engine import TRAIN_STREAM, Engine, ExecutionPlan
 from jaxfl.experiment import run_experiment
 from jaxfl.kernels import ClientView, FederatedArrays, make_client_trainer, make_server_optimizer
@@ -103,8 +104,9 @@ def test_device_hypergradient_matches_finite_differences():
 
 def test_engine_trains_to_the_fetch_mixes_and_trains_on():
     params, fresh, data, trainer = tiny_setup()
+    hook = FreshModelMix(DeviceOptions(mu_beta=1.0, lr_gamma=0.5, lr_nu=0.5, gamma0=1.0, nu0=0.4))
     engine = Engine(trainer, params, data, np.array([0, 6]), np.array([6, 6]), make_server_optimizer("sgd"), seed=0,
-                    plan=ExecutionPlan(clients_per_call=2, steps_per_call=2), keep_start_versions=True)
+                    plan=ExecutionPlan(clients_per_call=2, steps_per_call=2), keep_start_versions=True, hooks=[hook])
     mixing = DispatchRecord(id=0, client=1, version=0, steps=5, client_round=0, start_time=0.0, arrival_time=9.0,
                             fetch_step=2)
     plain = DispatchRecord(id=1, client=0, version=0, steps=5, client_round=0, start_time=0.0, arrival_time=9.0)
@@ -114,8 +116,7 @@ def test_engine_trains_to_the_fetch_mixes_and_trains_on():
     assert 1 in engine._results and 0 not in engine._results  # the mixing dispatch waits for its fetch
     engine._versions[1], engine.version = fresh, 1  # a global update happened meanwhile
     mixing.fetched, mixing.fetch_version = True, 1
-    options = (("mu_beta", 1.0), ("lr_gamma", 0.5), ("lr_nu", 0.5), ("gamma0", 1.0), ("nu0", 0.4))
-    engine.on_fetch(mixing, options)
+    engine.on_fetch(mixing)
     engine.flush()
     # by hand: 2 steps from w_0, mix with β(γ0, ν0; g = 2, o = 1) (1-based versions), 3 more steps
     root = jax.random.fold_in(jax.random.key(0), TRAIN_STREAM)
@@ -128,10 +129,10 @@ def test_engine_trains_to_the_fetch_mixes_and_trains_on():
     for _ in range(3):
         state = trainer.step(state, data, view)
     expected = jax.tree.map(jnp.subtract, params, state.params)
-    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(engine._result_delta(mixing))):
+    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(engine.delta(mixing))):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(engine.extensions["fedasmu_device"][1]), np.asarray(coefficients), rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(engine.extensions["fedasmu_device"][0]), [1.0, 0.4])  # not mixed
+    np.testing.assert_allclose(np.asarray(engine.state["fedasmu_device"][1]), np.asarray(coefficients), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(engine.state["fedasmu_device"][0]), [1.0, 0.4])  # not mixed
     assert 0 < engine.client_metrics(0)["beta"] < 1
     assert engine.stats.useful_steps == 10
     assert 1 not in engine._version_users  # the fetched version is released once trained
@@ -168,8 +169,9 @@ def test_trigger_schedule_concurrency_fetch_times_and_staleness_bound():
         if fetch:
             assert fetch[0]["time"] == pytest.approx(record.start_time + 0.5 + 4 * step_time + 0.5)
         assert record.arrival_time - record.start_time == pytest.approx(10 * step_time + 2 * 0.5 + 1.0)
-    assert all(a.weighting == "fedasmu" and a.mode == "mix" and not a.server_optimizer for a in backend.aggregations)
-    client, t, s, step_size = backend.aggregations[0].weighting_args[0]
+    assert all(isinstance(a.payload, Upload) and a.mode == "mix" and not a.server_optimizer
+               for a in backend.aggregations)
+    client, t, s, step_size = backend.aggregations[0].payload
     assert (t, s, step_size) == (1.0, 1.0, 1.0)  # first upload: t = 1, fresh s = 1, η·K = 0.1 · 10
     bounded, *_ = scheduled(lambda c, r: [0.5, 1.0, 1.5, 2.0, 3.0, 4.0][c], staleness_bound=1, max_concurrency=3)
     assert bounded.accounting()["dropped_by_reason"].get("staleness bound", 0) > 0
@@ -187,10 +189,10 @@ def test_slot_selectors():
 
 
 def test_batched_equals_one_at_a_time_and_learns(small_config):
-    config = replace(small_config, algorithm="fedasmu", clients=6, local_steps=6, fedasmu_epochs=3,
-                     fedasmu_max_concurrency=4, fedasmu_trigger_period=0.3, fedasmu_trigger_batch=2, max_updates=10,
-                     client_optimizer="sgd", client_lr=0.05, heterogeneity="exp", fedasmu_lr_gamma=0.1,
-                     fedasmu_lr_nu=0.1, fedasmu_lr_lambda=0.01)
+    options = {"epochs": 3, "max_concurrency": 4, "trigger_period": 0.3, "trigger_batch": 2, "lr_gamma": 0.1,
+               "lr_nu": 0.1, "lr_lambda": 0.01}
+    config = replace(small_config, algorithm="fedasmu", clients=6, local_steps=6, max_updates=10,
+                     client_optimizer="sgd", client_lr=0.05, heterogeneity="exp", algorithm_options=options)
     single = run_experiment(replace(config, batching=False, run_name="single"))
     batched = run_experiment(replace(config, clients_per_call=2, run_name="batched"))
     with open(f"{single.run_dir}/events.csv") as a, open(f"{batched.run_dir}/events.csv") as b:

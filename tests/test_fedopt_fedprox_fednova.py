@@ -67,15 +67,20 @@ def test_prox_one_step_by_hand():
 
 def test_fednova_coefficients_by_hand():
     # c = (0.5, 0.3, 0.2), τ = (10, 20, 40): τ_eff = 5 + 6 + 8 = 19; c' = c τ_eff/τ = (0.95, 0.285, 0.095)
-    np.testing.assert_allclose(fednova_coefficients([0.5, 0.3, 0.2], [10, 20, 40]), [0.95, 0.285, 0.095])
-    assert fednova_coefficients([0.25, 0.75], [7, 7]) == [0.25, 0.75]  # equal steps: FedAvg
-    assert fednova_coefficients([], []) == []
+    np.testing.assert_allclose(fednova_coefficients([0.5, 0.3, 0.2], [10, 20, 40]), [0.95, 0.285, 0.095], rtol=1e-6)
+    np.testing.assert_array_equal(fednova_coefficients([0.25, 0.75], [7, 7]), [0.25, 0.75])  # equal steps: FedAvg
+    np.testing.assert_array_equal(fednova_coefficients([0.0, 0.0], [3, 9]), [0.0, 0.0])  # Σ c = 0: unchanged
+    # padding entries (c = 0) change nothing, and the kernel jits
+    padded = jax.jit(fednova_coefficients)(jnp.array([0.5, 0.3, 0.2, 0.0]), jnp.array([10, 20, 40, 1]))
+    np.testing.assert_allclose(padded, [0.95, 0.285, 0.095, 0.0], rtol=1e-6)
+    # τ_eff weighted by given weights (FedCompass+N: p_i): p = (1, 3), τ = (2, 6) → τ_eff = 5
+    np.testing.assert_allclose(fednova_coefficients([0.2, 0.4], [2, 6], [1.0, 3.0]), [0.5, 1 / 3], rtol=1e-6)
 
 
 def test_fednova_in_the_engine_and_the_cc_fednova_baseline(small_config):
     # CC-FedAvg's FedNova baseline: every client trains ceil(p_i K) steps, K = 4, p = (1, 1/2, 1/4, 1/8)
-    result = run_experiment(replace(small_config, algorithm="ccfedavg", cc_strategy="fednova", clients=4,
-                                    local_steps=4, max_updates=2))
+    result = run_experiment(replace(small_config, algorithm="ccfedavg", clients=4,
+                                    local_steps=4, max_updates=2, algorithm_options={"strategy": "fednova"}))
     records = [r for r in result.simulation.records if r.aggregated_in == 2]
     assert sorted((r.client, r.steps) for r in records) == [(0, 4), (1, 2), (2, 1), (3, 1)]
     # equal data shares 1/4: τ_eff = 2, c'_i = 0.25 · 2 / τ_i = (0.125, 0.25, 0.5, 0.5)

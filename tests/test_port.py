@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxfl.algorithms import FedAsync, port_options
-from jaxfl.algorithms.port import PAPER, PLATO, PORT, PortOptions, staleness_discount
+from jaxfl.algorithms import FedAsync
+from jaxfl.algorithms.port import PAPER, PLATO, PORT, PortOptions, PortWeights, staleness_discount
 from jaxfl.config import ConfigError, RunConfig, validate
 from jaxfl.experiment import run_experiment
 from jaxfl.kernels.port import cosine, port_coefficients, port_weights
@@ -61,11 +61,14 @@ def test_policy_hands_the_engine_staleness_and_data_shares():
     sim = Simulation(policy, speeds, [0.5, 0.25, 0.25], backend, max_updates=2)
     sim.run()
     first, second = backend.aggregations
-    assert first.weighting == "port" and first.mode == "mix"
+    assert isinstance(first.payload, PortWeights) and first.mode == "mix"
+    assert first.payload.dispatch_ids == tuple(d for d, _ in first.contributions)
     # version 0: no last global step, cos forced to 1; all fresh: a_k = 3 d_k, b_k = d_k
-    np.testing.assert_allclose(np.array(first.weighting_args), [[1.5, 0.5, 1.0], [0.75, 0.25, 1.0], [0.75, 0.25, 1.0]])
+    np.testing.assert_allclose(first.payload.staleness_part, [1.5, 0.75, 0.75])
+    np.testing.assert_allclose(first.payload.interference_scale, [0.5, 0.25, 0.25])
+    assert first.payload.force_cosine_one == (True, True, True)
     np.testing.assert_allclose([c for _, c in first.contributions], [0.5, 0.25, 0.25])
-    assert [a for _, _, a in second.weighting_args] == [0.0, 0.0, 0.0]  # the paper computes the cosine from round 2
+    assert second.payload.force_cosine_one == (False, False, False)  # the paper computes the cosine from round 2
 
 
 def run_port(time_per_step, bound, options=PAPER, K=1, max_updates=40):
@@ -110,8 +113,8 @@ def test_k_equal_one_aggregates_every_arrival_like_fedasync():
 def test_all_clients_no_bound_no_divergence_is_fedavg(small_config):
     common = dict(clients=4, heterogeneity="exp", jitter=0.0, max_updates=3, client_optimizer="sgd", client_lr=0.05)
     fedavg = run_experiment(replace(small_config, algorithm="fedavg", run_name="avg", **common))
-    port = run_experiment(replace(small_config, algorithm="port", port_min_clients=4, port_staleness_bound=math.inf,
-                                  port_beta=0.0, run_name="port", **common))
+    port = run_experiment(replace(small_config, algorithm="port", run_name="port", **common,
+                                  algorithm_options={"min_clients": 4, "staleness_bound": math.inf, "beta": 0.0}))
     for a, b in zip(jax.tree.leaves(fedavg.params), jax.tree.leaves(port.params)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
     times = lambda run: [(r.aggregated_in, r.arrival_time) for r in run.simulation.records if r.aggregated_in]
@@ -120,8 +123,8 @@ def test_all_clients_no_bound_no_divergence_is_fedavg(small_config):
 
 
 def test_engine_cosines_and_weights_in_a_bounded_run(small_config):
-    result = run_experiment(replace(small_config, algorithm="port", clients=4, port_min_clients=2,
-                                    port_staleness_bound=3.0, heterogeneity="exp", max_updates=6))
+    result = run_experiment(replace(small_config, algorithm="port", clients=4, heterogeneity="exp", max_updates=6,
+                                    algorithm_options={"min_clients": 2, "staleness_bound": 3.0}))
     engine = result.engine
     assert sum(engine.last_weights.values()) == pytest.approx(1.0, abs=1e-6)
     cosines = [m["port_cosine"] for m in engine._client_metrics.values() if "port_cosine" in m]
@@ -132,16 +135,19 @@ def test_engine_cosines_and_weights_in_a_bounded_run(small_config):
 
 
 def test_presets_and_validation():
-    assert port_options(validate(RunConfig(algorithm="port"))) == PAPER
-    assert port_options(validate(RunConfig(algorithm="port", port_preset="plato"))) == PLATO
-    mixed = port_options(validate(RunConfig(algorithm="port", port_preset="plato", port_cosine="own")))
+    def switches(**options):
+        return validate(RunConfig(algorithm="port", algorithm_options=options)).algorithm_options.switches()
+
+    assert switches() == PAPER
+    assert switches(preset="plato") == PLATO
+    mixed = switches(preset="plato", cosine="own")
     assert mixed.cosine == "own" and mixed.replace == "step2"  # an explicit switch wins over the preset
-    with pytest.raises(ConfigError, match="port_cosine='angle'"):
-        validate(RunConfig(algorithm="port", port_cosine="angle"))
-    with pytest.raises(ConfigError, match="port_min_clients=11"):
-        validate(RunConfig(algorithm="port", port_min_clients=11))
-    with pytest.raises(ConfigError, match="port_alpha=0.0"):
-        validate(RunConfig(algorithm="port", port_alpha=0.0, port_beta=0.0))
+    with pytest.raises(ConfigError, match="port.cosine='angle'"):
+        validate(RunConfig(algorithm="port", algorithm_options={"cosine": "angle"}))
+    with pytest.raises(ConfigError, match="port.min_clients=11"):
+        validate(RunConfig(algorithm="port", algorithm_options={"min_clients": 11}))
+    with pytest.raises(ConfigError, match="port.alpha=0.0"):
+        validate(RunConfig(algorithm="port", algorithm_options={"alpha": 0.0, "beta": 0.0}))
     with pytest.raises(ValueError, match="port_bound_rule"):
         PortOptions(bound_rule="loose").validate()
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jaxfl.algorithms import build_policy
-from jaxfl.config import ALGORITHM_NAMES, RunConfig
+from jaxfl.algorithms import build_policy, names
+from jaxfl.config import RunConfig, validate
 from jaxfl.engine import ResourceError
 from jaxfl.experiment import prepare, run_experiment
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
@@ -37,7 +37,7 @@ probabilities = st.sampled_from([0.0, 0.05, 0.2, 0.5])
 
 
 @settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(ALGORITHM_NAMES), st.integers(1, 6), st.sampled_from(["homo", "normal", "exp", "pareto"]),
+@given(st.sampled_from(names()), st.integers(1, 6), st.sampled_from(["homo", "normal", "exp", "pareto"]),
        st.integers(0, 2**16), probabilities, probabilities, probabilities)
 def test_accounting_holds_over_ten_thousand_generated_schedules(algorithm, clients, model, seed, crash, delay,
                                                                 dropout):
@@ -55,7 +55,7 @@ def test_accounting_holds_over_ten_thousand_generated_schedules(algorithm, clien
         assert all(r.status != "in_flight" or math.isinf(r.arrival_time) for r in sim.records)
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHM_NAMES)
+@pytest.mark.parametrize("algorithm", names())
 def test_no_algorithm_hangs_when_clients_crash(algorithm):
     """A third of the dispatches crash: every algorithm still makes progress (deadlines, timers,
     buffers) and counts the lost updates by reason."""

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import jaxfl.experiment as experiment
+from jaxfl.algorithms import names
 from jaxfl import checkpoint
-from jaxfl.config import ALGORITHM_NAMES
 from jaxfl.experiment import resume_experiment, run_experiment
 from tests.conftest import replace
 
@@ -39,7 +39,7 @@ def assert_same_run(a, b):
         {k: v for k, v in b.summary.items() if k not in ignore}
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHM_NAMES)
+@pytest.mark.parametrize("algorithm", names())
 def test_interrupt_at_a_random_event_and_resume(small_config, algorithm, monkeypatch):
     config = replace(small_config, algorithm=algorithm, clients=4, local_steps=6, max_updates=10,
                      checkpoint_every=2, heterogeneity="exp", stop_at_target=False)

@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 
 from jaxfl.algorithms import FedAT, FedCompass
-from jaxfl.algorithms.fedat import form_tiers
+from jaxfl.algorithms.fedat import TierUpdate, form_tiers
+from jaxfl.algorithms.wrappers import NormalizeSteps
 from jaxfl.cli import main
 from jaxfl.engine import TRAIN_STREAM
 from jaxfl.experiment import make_client_optimizer, prepare, run_experiment
 from jaxfl.kernels import ClientView, FederatedArrays, local_train, make_client_trainer
+from jaxfl.kernels.fednova import fednova_coefficients
 from jaxfl.plot import busy_intervals, read_events
 from jaxfl.scheduler.simulation import Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, ScriptedSpeeds, SpeedConfig
@@ -29,14 +31,23 @@ def test_fedcompass_n_normalises_by_local_steps():
     assert groups
     for aggregation in groups:
         records = [sim.records[d] for d, _ in aggregation.contributions]
-        p = np.array([weights[r.client] for r in records])
-        q_eff = float(np.sum(p * [r.steps for r in records]) / np.sum(p))
+        # the policy asks for FedNova with τ_eff weighted by p_i; its coefficients are st(s)·p_i
+        assert isinstance(aggregation.payload, NormalizeSteps)
+        assert dict(zip(aggregation.payload.dispatch_ids, aggregation.payload.step_weights)) == \
+            {r.id: weights[r.client] for r in records}
         for (d, coefficient), record in zip(aggregation.contributions, records):
-            staleness_weight = coefficient * record.steps / (q_eff * weights[record.client])
+            staleness_weight = coefficient / weights[record.client]
             assert 0 < staleness_weight <= 0.9 + 1e-12  # st(s) = 0.9 (s+1)^-0.5 at buffer time
+        # what the device hook makes of them: Q_eff · c_i / Q_i with Q_eff = Σ p_i Q_i / Σ p_i
+        p = np.array([weights[r.client] for r in records])
+        steps = np.array([r.steps for r in records])
+        c = np.array([c for _, c in aggregation.contributions])
+        q_eff = float(np.sum(p * steps) / np.sum(p))
+        np.testing.assert_allclose(np.asarray(fednova_coefficients(c, steps, p)), q_eff * c / steps, rtol=1e-6)
     singles = [a for a in backend.aggregations if not a.server_optimizer]
     for aggregation in singles:  # first responses are unnormalised: st(s)·p_i
         ((d, coefficient),) = aggregation.contributions
+        assert aggregation.payload is None
         staleness = aggregation.version - 1 - sim.records[d].version
         assert coefficient == pytest.approx(polynomial(staleness) * weights[sim.records[d].client])
 
@@ -59,17 +70,17 @@ def test_fedat_tiers_run_synchronously_inside_and_asynchronously_across():
     sim.run()
     assert policy.tiers == [[0, 1], [2, 3]]
     profiling, *tiered = backend.aggregations
-    assert profiling.time == pytest.approx(55.0) and profiling.mode == "delta"  # slowest: 10 × 5.5
-    fast = [a for a in tiered if a.tier == 0]
-    slow = [a for a in tiered if a.tier == 1]
+    assert profiling.time == pytest.approx(55.0) and profiling.payload is None  # a FedAvg round: 10 × 5.5
+    fast = [a for a in tiered if a.payload.tier == 0]
+    slow = [a for a in tiered if a.payload.tier == 1]
     assert [a.time for a in fast][:3] == pytest.approx([67.0, 79.0, 91.0])  # 55 + k·12 (tier waits for 1.2)
     assert slow[0].time == pytest.approx(110.0)  # 55 + 10 × 5.5
-    assert all(len(a.contributions) == 2 and a.mode == "tier" for a in tiered)
+    assert all(len(a.contributions) == 2 and isinstance(a.payload, TierUpdate) for a in tiered)
 
 
 def test_fedat_tier_arithmetic_matches_hand_computation(small_config):
     config = replace(small_config, algorithm="fedat", clients=3, heterogeneity="exp", max_updates=4,
-                     client_optimizer="sgd", client_lr=0.05, fedat_profiling="oracle")
+                     client_optimizer="sgd", client_lr=0.05, algorithm_options={"profiling": "oracle"})
     result = run_experiment(config)
     config, dataset, federation, model, params = prepare(config)
     trainer = make_client_trainer(model, make_client_optimizer("sgd", 0.05), config.batch_size)
