@@ -332,7 +332,9 @@ def resolve_options(algorithm, options) -> Any:
 
 
 def _coerce(value: Any, annotation: str) -> Any:
-    """JSON/TOML/CLI spellings: ints where floats are wanted, 'inf' strings."""
+    """JSON/TOML/CLI spellings: ints where floats are wanted, 'inf' strings, 'none' for null (TOML has none)."""
+    if isinstance(value, str) and value.lower() in ("none", "null") and "None" in annotation:
+        return None
     if annotation.startswith("float") and _is_int(value):
         return float(value)
     if isinstance(value, str) and annotation.startswith("float") and value in ("inf", "infinity"):
@@ -436,25 +438,62 @@ def config_from_mapping(values: dict[str, Any], base: RunConfig | None = None) -
     return validate(dataclasses.replace(config, algorithm_options=chosen))
 
 
+def to_toml(config: RunConfig) -> str:
+    """The config as TOML text that :func:`load_config_file` reads back (null values as ``"none"``).
+
+    >>> print(to_toml(validate(RunConfig(algorithm="fedat", clients=4))).splitlines()[0])
+    algorithm = "fedat"
+    """
+    def value(item: Any) -> str:
+        if item is None:
+            return '"none"'
+        if isinstance(item, bool):
+            return "true" if item else "false"
+        if isinstance(item, float):
+            return ("inf" if item > 0 else "-inf") if math.isinf(item) else repr(item)
+        if isinstance(item, int):
+            return str(item)
+        return json.dumps(str(item), ensure_ascii=False)
+
+    values = config.to_dict()
+    options = values.pop("algorithm_options")
+    lines = [f"{key} = {value(item)}" for key, item in values.items()]
+    if isinstance(options, dict) and options:
+        lines += ["", "[algorithm_options]"] + [f"{key} = {value(item)}" for key, item in options.items()]
+    return "\n".join(lines) + "\n"
+
+
+def load_config_text(text: str | bytes, suffix: str) -> dict[str, Any]:
+    """Parse JSON (``suffix`` ``.json``) or TOML (``.toml``) text into a mapping of field names."""
+    raw = text.encode() if isinstance(text, str) else text
+    try:
+        if suffix == ".toml":
+            import tomllib
+
+            values = tomllib.loads(raw.decode())
+        elif suffix == ".json":
+            values = json.loads(raw)
+        else:
+            raise ConfigError(f"config files must end in .json or .toml, not {suffix!r}")
+    except (ValueError, UnicodeDecodeError) as error:
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(f"config could not be parsed as {suffix[1:].upper()}: {error}") from error
+    if not isinstance(values, dict):
+        raise ConfigError("a config file must hold a mapping of field names to values")
+    return values
+
+
 def load_config_file(path: str) -> dict[str, Any]:
     """Read a JSON (``.json``) or TOML (``.toml``) config file into a mapping of field names."""
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path!r} does not exist")
+    suffix = os.path.splitext(path)[1]
+    if suffix not in (".json", ".toml"):
+        raise ConfigError(f"config file {path!r} must end in .json or .toml")
     with open(path, "rb") as handle:
         raw = handle.read()
     try:
-        if path.endswith(".toml"):
-            import tomllib
-
-            values = tomllib.loads(raw.decode())
-        elif path.endswith(".json"):
-            values = json.loads(raw)
-        else:
-            raise ConfigError(f"config file {path!r} must end in .json or .toml")
-    except (ValueError, UnicodeDecodeError) as error:
-        if isinstance(error, ConfigError):
-            raise
-        raise ConfigError(f"config file {path!r} could not be parsed: {error}") from error
-    if not isinstance(values, dict):
-        raise ConfigError(f"config file {path!r} must hold a mapping of field names to values")
-    return values
+        return load_config_text(raw, suffix)
+    except ConfigError as error:
+        raise ConfigError(f"config file {path!r}: {error}") from error

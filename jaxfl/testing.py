@@ -1,0 +1,203 @@
+"""The conformance suite every algorithm passes: the zoo's tests run it over the registry, and a
+user's algorithm can run it too.
+
+:func:`check_algorithm` runs a few seconds-long experiments on the embedded data and checks:
+
+- ``batched``: deferred, vmapped training equals one-at-a-time training (identical event log,
+  parameters within ``atol``: vmapped sums reassociate; SGD clients keep that at ~1e-8);
+- ``resume``: a run interrupted at a random event and resumed from its checkpoint is the
+  uninterrupted run (event log, metrics, summary and parameters bit for bit);
+- ``compilations``: every jitted function (training chunks, hooks' kernels) is traced at most once
+  per power-of-two bucket of clients, never once per call;
+- ``accounting``: every dispatch ends aggregated, dropped (with a reason), arrived or in flight;
+- ``toml``: the resolved config survives :func:`jaxfl.config.to_toml` and back;
+- ``no_jax``: the module defining the policy imports without jax (checked in a fresh interpreter
+  in which importing jax fails).
+
+>>> # from jaxfl.testing import check_algorithm
+>>> # check_algorithm("my_module:MyAlgorithm")          # raises AssertionError naming the failed check
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any, Iterable
+
+import jax
+import numpy as np
+
+from jaxfl import algorithms, checkpoint
+from jaxfl.config import RunConfig, config_from_mapping, load_config_text, to_toml, validate
+
+CHECKS = ("batched", "resume", "compilations", "accounting", "toml", "no_jax")
+SMALL = dict(dataset="mnist10k", model="mlp", clients=4, local_steps=6, batch_size=16, max_updates=5,
+             heterogeneity="exp", client_optimizer="sgd", client_lr=0.05, stop_at_target=False, progress=False,
+             checkpoint_every=2, clients_per_call=4)
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def conformance_config(algorithm: str | type, output_dir: str, **overrides: Any) -> RunConfig:
+    """The small config the suite runs (embedded MNIST, MLP, 4 clients, 6 SGD steps, 5 updates, up to 4
+    clients per vmapped call)."""
+    name = algorithm if isinstance(algorithm, str) else _reference(algorithm)
+    return config_from_mapping({**SMALL, "algorithm": name, "output_dir": output_dir, **overrides})
+
+
+def _reference(algorithm: type) -> str:
+    """The name under which ``algorithm`` is registered (registering it if needed)."""
+    algorithms.register(algorithm)
+    return algorithm.name
+
+
+def _read(path: str) -> str:
+    with open(path) as handle:
+        return handle.read()
+
+
+def _metrics_without_wall_time(run_dir: str) -> list[dict]:
+    with open(os.path.join(run_dir, "metrics.csv")) as handle:
+        return [{k: v for k, v in row.items() if k != "wall_time"} for row in csv.DictReader(handle)]
+
+
+@contextlib.contextmanager
+def _interrupt_after(events: int):
+    """Raise inside a run at the first event after ``events`` simulation events at which a checkpoint
+    exists (checkpoints are written between events), so the resume really starts mid-run."""
+    from jaxfl import experiment
+
+    original = experiment._Checkpointer.after_event
+    seen = {"events": 0}
+
+    def interrupting(self, simulation):
+        original(self, simulation)
+        seen["events"] += 1
+        if seen["events"] >= events and self.last_version > 0:
+            raise _Interrupted
+
+    experiment._Checkpointer.after_event = interrupting
+    try:
+        yield
+    finally:
+        experiment._Checkpointer.after_event = original
+
+
+def _same_params(a, b, atol: float, what: str) -> None:
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        x, y = np.asarray(x), np.asarray(y)
+        if atol == 0:
+            assert np.array_equal(x, y), f"{what}: parameters differ (max |Δ| {np.max(np.abs(x - y)):.3g})"
+        else:
+            assert np.allclose(x, y, rtol=0, atol=atol), f"{what}: parameters differ by {np.max(np.abs(x - y)):.3g}"
+
+
+def check_algorithm(algorithm: str | type, checks: Iterable[str] = CHECKS, output_dir: str | None = None,
+                    atol: float = 1e-6, **overrides: Any) -> dict:
+    """Run the conformance checks (module docstring) for a registered name, a ``module:Class``
+    reference or an :class:`~jaxfl.algorithms.Algorithm` subclass; ``overrides`` change the small
+    config (e.g. ``clients=6`` or ``algorithm_options={...}``). Returns what was measured;
+    raises ``AssertionError`` naming the first failed check.
+
+    >>> report = check_algorithm("fedbuff", checks=("toml", "accounting"))  # doctest: +SKIP
+    """
+    checks = tuple(checks)
+    unknown = set(checks) - set(CHECKS)
+    if unknown:
+        raise ValueError(f"unknown checks {sorted(unknown)}; allowed: {', '.join(CHECKS)}")
+    folder = output_dir or tempfile.mkdtemp(prefix="jaxfl-conformance-")
+    from jaxfl.experiment import resume_experiment, run_experiment
+
+    config = conformance_config(algorithm, folder, **overrides)
+    name = config.algorithm
+    report: dict = {"algorithm": name}
+    full = None
+    if {"batched", "resume", "compilations", "accounting"} & set(checks):
+        full = run_experiment(dataclasses.replace(config, run_name="full"))
+        report["global_updates"] = full.summary["global_updates"]
+    if "batched" in checks:
+        single = run_experiment(dataclasses.replace(config, batching=False, checkpoint_every=None,
+                                                    run_name="one-at-a-time"))
+        assert _read(os.path.join(full.run_dir, "events.csv")) == _read(os.path.join(single.run_dir, "events.csv")), \
+            f"{name}: batched and one-at-a-time runs have different event logs"
+        _same_params(full.params, single.params, atol, f"{name}: batched vs one-at-a-time")
+        report["mean_clients_per_batch"] = full.summary["mean_clients_per_batch"]
+    if "resume" in checks:
+        with open(os.path.join(full.run_dir, "events.csv")) as handle:
+            arrivals = sum(row["event"] == "arrival" for row in csv.DictReader(handle))
+        assert arrivals >= 3, f"{name}: too few arrivals ({arrivals}) in the conformance run to interrupt it"
+        kill_at = int(np.random.default_rng(sum(map(ord, name))).integers(arrivals // 3, arrivals - 1))
+        # (a run of 5 updates with a checkpoint every 2 is interrupted between its 2nd and 5th update)
+        with _interrupt_after(kill_at):
+            try:
+                run_experiment(dataclasses.replace(config, run_name="interrupted"))
+            except _Interrupted:
+                pass
+            else:
+                raise AssertionError(f"{name}: the run ended before event {kill_at}; nothing was interrupted")
+        assert checkpoint.latest(os.path.join(folder, "interrupted")) is not None, f"{name}: no checkpoint written"
+        resumed = resume_experiment(os.path.join(folder, "interrupted"), progress=False)
+        assert _read(os.path.join(full.run_dir, "events.csv")) == _read(os.path.join(resumed.run_dir, "events.csv")), \
+            f"{name}: the resumed run's event log differs from the uninterrupted run's"
+        assert _metrics_without_wall_time(full.run_dir) == _metrics_without_wall_time(resumed.run_dir), \
+            f"{name}: the resumed run's metrics differ"
+        ignore = {"wall_time_s", "resumes", "compilations"}  # per process: a resumed run compiles again
+        assert {k: v for k, v in full.summary.items() if k not in ignore} == \
+            {k: v for k, v in resumed.summary.items() if k not in ignore}, f"{name}: the resumed summary differs"
+        _same_params(full.params, resumed.params, 0, f"{name}: interrupted + resumed vs uninterrupted")
+        report["interrupted_at_event"] = kill_at
+    if "compilations" in checks:
+        buckets = int(math.log2(1 << (config.clients - 1).bit_length())) + 1
+        traces = full.summary["compilations"]
+        too_many = {fn: n for fn, n in traces.items() if n > buckets}
+        assert not too_many, f"{name}: traced more often than the {buckets} client buckets allow: {too_many}"
+        report["compilations"] = traces
+    if "accounting" in checks:
+        counts = full.simulation.accounting()  # raises if the four states do not add up
+        assert counts["aggregated"] >= 1, f"{name}: no update was aggregated in the conformance run"
+        assert all(reason for reason in counts["dropped_by_reason"]), f"{name}: a drop without a reason"
+        report["accounting"] = counts
+    if "toml" in checks:
+        resolved = validate(config)
+        again = config_from_mapping(load_config_text(to_toml(resolved), ".toml"))
+        assert again == resolved, f"{name}: the config changed through TOML: {resolved} → {again}"
+    if "no_jax" in checks:
+        module = type(algorithms.build(validate(config)).policy()).__module__
+        report["policy_module"] = module
+        _check_imports_without_jax(module)
+    return report
+
+
+_NO_JAX = r"""
+import importlib, importlib.util, os, sys, types
+# jaxfl/__init__ imports the engine (jax): load jaxfl's subpackages under a bare parent instead.
+origin = importlib.util.find_spec("jaxfl").origin
+stub = types.ModuleType("jaxfl")
+stub.__path__ = [os.path.dirname(origin)]
+sys.modules["jaxfl"] = stub
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("jax", "jaxlib", "flax", "optax"):
+            raise ImportError(f"{name} is blocked: a policy module must not import jax at import time")
+sys.meta_path.insert(0, Blocked())
+importlib.import_module(sys.argv[1])
+print("ok")
+"""
+
+
+def _check_imports_without_jax(module: str) -> None:
+    """Import ``module`` in a fresh interpreter where importing jax fails."""
+    if module == "__main__" or module.startswith("__"):
+        return  # defined in a script or notebook: nothing to import separately
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    result = subprocess.run([sys.executable, "-c", _NO_JAX, module], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), \
+        f"policy module {module} does not import without jax:\n{result.stderr[-2000:]}"
