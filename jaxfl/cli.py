@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = result.summary
             reached = "not reached" if summary["time_to_target"] is None else \
                 f"{summary['time_to_target']:.1f} virtual s"
-            print(f"{config.algorithm}: best accuracy {summary['best_accuracy']:.4f}, target "
+            print(f"{summary['algorithm']}: best accuracy {summary['best_accuracy']:.4f}, target "
                   f"{config.target_accuracy:.0%} {reached}, {summary['global_updates']} updates, "
                   f"stop: {summary['stop_reason']} → {result.run_dir}")
             results.append(result)

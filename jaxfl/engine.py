@@ -44,7 +44,7 @@ import optax
 
 from jaxfl.kernels.aggregation import apply_server_update, tree_add, tree_scale, weighted_sum
 from jaxfl.kernels.client import BUFFERS, ClientTrainer, ClientView, FederatedArrays
-from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, NumericalError  # noqa: F401 (re-export)
+from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, NumericalError  # noqa: F401 (re-exported)
 
 PyTree = Any
 TRAIN_STREAM = 11  # fold_in(root key, TRAIN_STREAM) → per-(client, client_round) training keys

@@ -32,6 +32,7 @@ import optax
 
 from jaxfl import checkpoint
 from jaxfl.algorithms import build
+from jaxfl.algorithms import get as get_algorithm
 from jaxfl.algorithms.wrappers import with_step_normalization
 from jaxfl.config import RunConfig, config_from_mapping, validate
 from jaxfl.data import build_federation, load_dataset
@@ -103,7 +104,8 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
 def _run_dir(config: RunConfig) -> str:
     # Dataset names may hold ':' and '/' (tfds:emnist/balanced): keep the run one flat folder.
     dataset = config.dataset.replace(":", "_").replace("/", "_")
-    name = config.run_name or (f"{config.algorithm}-{dataset}-{config.heterogeneity}"
+    algorithm = get_algorithm(config.algorithm).name  # a module:Class reference → its registered name
+    name = config.run_name or (f"{algorithm}-{dataset}-{config.heterogeneity}"
                                f"-c{config.clients}-s{config.seed}")
     path = os.path.join(config.output_dir, name)
     suffix = 2
@@ -345,7 +347,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
         from tqdm.auto import tqdm
 
         total = config.max_time if math.isfinite(config.max_time) else None
-        progress = tqdm(total=total, desc=config.algorithm, unit="vs", leave=True,
+        progress = tqdm(total=total, desc=algorithm.name, unit="vs", leave=True,
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} virtual s "
                                    "[{elapsed}<{remaining}{postfix}]" if total else None)
     events_file, metrics_file = _open_logs(run_dir, saved["offsets"] if saved else None)
@@ -395,7 +397,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
     accounting = simulation.accounting()
     accuracies = [row["accuracy"] for row in recorder.rows]
     summary = {
-        "algorithm": config.algorithm, "dataset": config.dataset, "clients": config.clients,
+        "algorithm": algorithm.name, "dataset": config.dataset, "clients": config.clients,
         "heterogeneity": config.heterogeneity, "seed": config.seed,
         "final_accuracy": accuracies[-1] if accuracies else None,
         "best_accuracy": max(accuracies) if accuracies else None,

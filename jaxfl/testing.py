@@ -196,7 +196,9 @@ def _check_imports_without_jax(module: str) -> None:
     """Import ``module`` in a fresh interpreter where importing jax fails."""
     if module == "__main__" or module.startswith("__"):
         return  # defined in a script or notebook: nothing to import separately
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    loaded = sys.modules.get(module)
+    folders = [os.path.dirname(loaded.__file__)] if getattr(loaded, "__file__", None) else []
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(folders + [p for p in sys.path if p]))
     result = subprocess.run([sys.executable, "-c", _NO_JAX, module], capture_output=True, text=True, env=env,
                             timeout=120)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), \

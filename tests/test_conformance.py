@@ -17,6 +17,8 @@ def test_registered_algorithm_conforms(tmp_path, algorithm):
     report = check_algorithm(algorithm, output_dir=str(tmp_path), **OVERRIDES.get(algorithm, {}))
     assert report["global_updates"] == 5
     assert report["policy_module"].startswith("jaxfl.algorithms.")
+    if algorithm in ("fedavg", "fedavgm", "fedasync", "fedbuff"):  # the batched engine really vmapped clients
+        assert report["mean_clients_per_batch"] > 1.5
 
 
 def test_unknown_check_is_refused():

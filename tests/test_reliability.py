@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jaxfl.algorithms import build_policy, names
-from jaxfl.config import RunConfig, validate
+from jaxfl.config import RunConfig
 from jaxfl.engine import ResourceError
 from jaxfl.experiment import prepare, run_experiment
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig

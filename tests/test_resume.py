@@ -1,4 +1,5 @@
-"""Kill a run at a random event, resume it, and get exactly the uninterrupted run."""
+"""Kill `jaxfl run` with SIGKILL, resume it, and get exactly the uninterrupted run. (Interrupt +
+resume at a random event for every algorithm is in the conformance suite, tests/test_conformance.py.)"""
 import csv
 import os
 import signal
@@ -10,59 +11,13 @@ import jax
 import numpy as np
 import pytest
 
-import jaxfl.experiment as experiment
-from jaxfl.algorithms import names
 from jaxfl import checkpoint
-from jaxfl.experiment import resume_experiment, run_experiment
-from tests.conftest import replace
-
-
-class Interrupted(Exception):
-    pass
 
 
 def without_wall_time(path):
     with open(path) as handle:
         rows = list(csv.DictReader(handle))
     return [{k: v for k, v in row.items() if k != "wall_time"} for row in rows]
-
-
-def assert_same_run(a, b):
-    with open(os.path.join(a.run_dir, "events.csv")) as x, open(os.path.join(b.run_dir, "events.csv")) as y:
-        assert x.read() == y.read()
-    assert without_wall_time(os.path.join(a.run_dir, "metrics.csv")) == \
-        without_wall_time(os.path.join(b.run_dir, "metrics.csv"))
-    for p, q in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
-        np.testing.assert_array_equal(np.asarray(p), np.asarray(q))
-    ignore = {"wall_time_s", "resumes", "compilations"}  # per process: a resumed run compiles again
-    assert {k: v for k, v in a.summary.items() if k not in ignore} == \
-        {k: v for k, v in b.summary.items() if k not in ignore}
-
-
-@pytest.mark.parametrize("algorithm", names())
-def test_interrupt_at_a_random_event_and_resume(small_config, algorithm, monkeypatch):
-    config = replace(small_config, algorithm=algorithm, clients=4, local_steps=6, max_updates=10,
-                     checkpoint_every=2, heterogeneity="exp", stop_at_target=False)
-    full = run_experiment(replace(config, run_name="full"))
-    with open(os.path.join(full.run_dir, "events.csv")) as handle:  # every arrival is a popped event
-        arrivals = sum(row["event"] == "arrival" for row in csv.DictReader(handle))
-    kill_at = int(np.random.default_rng(sum(map(ord, algorithm))).integers(arrivals // 3, arrivals - 1))
-    seen = {"events": 0}
-    original = experiment._Checkpointer.after_event
-
-    def crashing(self, simulation):
-        original(self, simulation)
-        seen["events"] += 1
-        if seen["events"] == kill_at:
-            raise Interrupted
-
-    monkeypatch.setattr(experiment._Checkpointer, "after_event", crashing)
-    with pytest.raises(Interrupted):
-        run_experiment(replace(config, run_name="killed"))
-    monkeypatch.setattr(experiment._Checkpointer, "after_event", original)
-    resumed = resume_experiment(os.path.join(config.output_dir, "killed"), progress=False)
-    assert resumed.summary["resumes"] == 1
-    assert_same_run(full, resumed)
 
 
 def run_cli(*args):

@@ -35,6 +35,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
+import os
+import sys
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, Policy
@@ -216,13 +219,39 @@ def get(name: str) -> type[Algorithm]:
     if name in _REGISTRY:
         return _REGISTRY[name]
     if ":" in name:
-        module_name, _, attribute = name.partition(":")
+        module_name, _, attribute = name.rpartition(":")
         try:
-            algorithm = getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as error:
+            algorithm = getattr(_import(module_name), attribute)
+        except (ImportError, AttributeError, OSError) as error:
             raise KeyError(f"algorithm reference {name!r} could not be imported: {error}") from None
         if not (isinstance(algorithm, type) and issubclass(algorithm, Algorithm)):
             raise KeyError(f"algorithm reference {name!r} is {algorithm!r}, not an Algorithm subclass")
         register(algorithm)
         return algorithm
-    raise KeyError(f"unknown algorithm {name!r}; registered: {', '.join(_REGISTRY)} (or module:Class)")
+    raise KeyError(f"unknown algorithm {name!r}; registered: {', '.join(_REGISTRY)} (or module:Class, "
+                   f"path/to/file.py:Class)")
+
+
+def _import(module_name: str):
+    """A module by dotted name (the working directory is searched too, as ``python -m`` does) or by
+    the path of a ``.py`` file (loaded once under its file name, so checkpoints can unpickle it)."""
+    if module_name.endswith(".py"):
+        path = os.path.abspath(module_name)
+        if not os.path.isfile(path):
+            raise ImportError(f"no file {module_name!r}")
+        stem = os.path.splitext(os.path.basename(path))[0]
+        loaded = sys.modules.get(stem)
+        if loaded is not None and os.path.abspath(getattr(loaded, "__file__", "") or "") == path:
+            return loaded
+        spec = importlib.util.spec_from_file_location(stem, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[stem] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[stem]
+            raise
+        return module
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    return importlib.import_module(module_name)
