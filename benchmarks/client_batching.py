@@ -12,6 +12,9 @@ sides alternate within one run so machine noise hits both alike, and the script 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import platform
 import statistics
 import time
 
@@ -58,7 +61,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="local steps per client")
     parser.add_argument("--steps-per-call", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", help="also write the table, machine, device, jax version and date here")
     args = parser.parse_args()
+    rows = []
     print(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), jax {jax.__version__}, "
           f"MNIST CNN, batch 64, {args.steps} local steps, median of {args.repeats}")
     print(f"{'K':>5} {'vmapped steps/s':>16} {'one-by-one steps/s':>19} {'ratio':>7}")
@@ -76,6 +81,14 @@ def main() -> None:
         single_rate = work / statistics.median(single_times)
         print(f"{num_clients:>5} {batched_rate:>16.1f} {single_rate:>19.1f} {batched_rate / single_rate:>7.2f}",
               flush=True)
+        rows.append({"clients": num_clients, "vmapped_client_steps_per_s": batched_rate,
+                     "one_by_one_client_steps_per_s": single_rate, "ratio": batched_rate / single_rate})
+        if args.json:  # after every row: a run cut short by a time limit keeps what it measured
+            with open(args.json, "w") as handle:
+                json.dump({"benchmark": "client_batching", "date": datetime.datetime.now(datetime.timezone.utc)
+                           .isoformat(timespec="seconds"), "machine": platform.node(),
+                           "backend": jax.default_backend(), "device": jax.devices()[0].device_kind,
+                           "jax": jax.__version__, "args": vars(args), "rows": rows}, handle, indent=2)
 
 
 if __name__ == "__main__":
