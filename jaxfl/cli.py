@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
             run.add_argument(*flags, dest=name, type=str if name == "algorithm" else _value_parser(name),
                              default=None, metavar=name.upper(), help=help_text)
     _option_flags(run)
+    listing = commands.add_parser("algorithms", help="the registered algorithms: name, kind, options")
+    listing.add_argument("--algorithm", action="append", default=[], metavar="MODULE:CLASS",
+                         help="also list an algorithm defined outside jaxfl")
     timeline = commands.add_parser("timeline", help="Gantt chart of a finished run: busy/idle clients, aggregations")
     timeline.add_argument("run_dir", help="a run directory written by `jaxfl run`")
     timeline.add_argument("--out", help="PNG to write (default: RUN_DIR/timeline.png)")
@@ -182,6 +185,24 @@ def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         print(f"class heatmap: {plot_class_heatmap(report, os.path.join(out, stem + '.png'))}")
     except ImportError:
         print("(install matplotlib for the class heatmap: pip install jaxfl[plot])")
+    return 0
+
+
+def _algorithms(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``jaxfl algorithms``: one line per registered algorithm, then its options' flags."""
+    for reference in args.algorithm:
+        try:
+            algorithms.get(reference)
+        except KeyError as error:
+            parser.exit(2, f"jaxfl: error: {error.args[0]}\n")
+    width = max(len(name) for name in algorithms.names())
+    for name in algorithms.names():
+        cls = algorithms.get(name)
+        space = cls.Options.namespace or name
+        options = " ".join(f"--{space}.{f.name.replace('_', '-')}" for f in dataclasses.fields(cls.Options))
+        print(f"{name:<{width}}  {cls.kind:<17}  {cls.summary}")
+        if options:
+            print(f"{'':<{width}}  {'':<17}  options: {options}")
     return 0
 
 
@@ -286,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "timeline":
         return _timeline(parser, args)
+    if args.command == "algorithms":
+        return _algorithms(parser, args)
     if args.command == "partition":
         return _partition(parser, args)
     if args.resume:

@@ -345,7 +345,7 @@ class CCFedAvgAlgorithm(Algorithm):
     kind = "synchronous"
     Options = CCFedAvgConfig
     waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
-    summary = "synchronous: compute budgets, skipping clients re-send banked updates (Zhang et al. 2024)"
+    summary = "compute budgets, skipping clients re-send banked updates (Zhang et al. 2024)"
 
     def policy(self) -> CCFedAvg:
         o, run = self.options, self.run

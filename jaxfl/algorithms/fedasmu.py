@@ -478,7 +478,7 @@ class FedASMUAlgorithm(Algorithm):
     Options = FedASMUConfig
     waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
     delta_updates = False  # Formula 1 mixes models
-    summary = "asynchronous: learned staleness-aware mixing, fresh-model fetch mid-training (Liu et al. 2024)"
+    summary = "learned staleness-aware mixing, fresh-model fetch mid-training (Liu et al. 2024)"
 
     @classmethod
     def validate(cls, run, options) -> None:

@@ -58,7 +58,7 @@ class FedAsyncAlgorithm(Algorithm):
 
     name = "fedasync"
     kind = "asynchronous"
-    summary = "asynchronous: every arrival is aggregated, weighted by staleness (Xie et al. 2019)"
+    summary = "every arrival is aggregated, weighted by staleness (Xie et al. 2019)"
 
     @classmethod
     def supports_fednova(cls, run) -> bool:

@@ -245,7 +245,7 @@ class FedATAlgorithm(Algorithm):
     Options = FedATConfig
     waits_for_clients = "every client of a round"
     delta_updates = False  # tier models are averaged as models
-    summary = "semi-asynchronous: synchronous inside speed tiers, weighted across tiers (Chai et al. 2021)"
+    summary = "synchronous inside speed tiers, weighted across tiers (Chai et al. 2021)"
 
     def policy(self) -> FedAT:
         return FedAT(self.run.local_steps, self.options.tier_ratio, self.options.profiling,

@@ -64,7 +64,7 @@ class FedBuffAlgorithm(Algorithm):
 
     name = "fedbuff"
     kind = "asynchronous"
-    summary = "asynchronous: aggregate every K buffered updates (Nguyen et al. 2022)"
+    summary = "aggregate every K buffered updates (Nguyen et al. 2022)"
 
     @classmethod
     def validate(cls, run, options) -> None:

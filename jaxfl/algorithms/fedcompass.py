@@ -362,7 +362,7 @@ class FedCompassAlgorithm(Algorithm):
     kind = "semi-asynchronous"
     Options = FedCompassConfig
     aggregation = "plain"
-    summary = "semi-asynchronous: computing-power-aware arrival groups (Li et al. 2024)"
+    summary = "computing-power-aware arrival groups (Li et al. 2024)"
 
     def policy(self) -> FedCompass:
         q_min, q_max = self.options.step_range(self.run.local_steps)

@@ -323,7 +323,7 @@ class Port(Algorithm):
     Options = PortConfig
     waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
     delta_updates = False  # Eq. 4 averages models
-    summary = "semi-asynchronous: K arrivals, staleness bound Ω, staleness and cosine weights (Su & Li 2022)"
+    summary = "K arrivals, staleness bound Ω, staleness and cosine weights (Su & Li 2022)"
 
     def policy(self) -> PORT:
         o, run = self.options, self.run
