@@ -42,7 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxfl.kernels.aggregation import apply_server_update, tree_add, tree_scale, weighted_sum
+from jaxfl.kernels.aggregation import apply_server_update, weighted_sum
+from jaxfl.kernels.tree import tree_add, tree_bytes, tree_scale
 from jaxfl.kernels.client import BUFFERS, ClientTrainer, ClientView, FederatedArrays
 from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, NumericalError  # noqa: F401 (re-exported)
 
@@ -53,17 +54,6 @@ TRAIN_STREAM = 11  # fold_in(root key, TRAIN_STREAM) → per-(client, client_rou
 # changes results.
 ACTIVATION_FACTOR = 64
 MEMORY_HEADROOM = 0.8  # use at most this fraction of the free memory for one call
-
-
-def tree_bytes(tree: PyTree) -> int:
-    """Bytes of every array (or ShapeDtypeStruct) leaf."""
-    def itemsize(dtype) -> int:
-        try:
-            return np.dtype(dtype).itemsize
-        except TypeError:  # extended dtypes such as PRNG keys
-            return 8
-
-    return int(sum(np.prod(leaf.shape) * itemsize(leaf.dtype) for leaf in jax.tree.leaves(tree)))
 
 
 def free_device_memory() -> int | None:

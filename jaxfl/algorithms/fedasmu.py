@@ -314,13 +314,13 @@ class LearnedAlpha(DeviceHook):
     def init(self, params, num_clients):
         import jax.numpy as jnp
 
-        from jaxfl.kernels.ccfedavg import init_bank
+        from jaxfl.kernels.tree import stacked_zeros
 
         o = self.options
         initial = jnp.asarray([o.lambda0, o.sigma0, o.iota0], jnp.float32)
         trainable = params["params"] if isinstance(params, dict) and "state" in params else params
         return {"coefficients": jnp.tile(initial, (num_clients, 1)), "record": jnp.zeros((num_clients, 3), jnp.float32),
-                "previous_delta": init_bank(trainable, num_clients)}
+                "previous_delta": stacked_zeros(trainable, num_clients)}
 
     def weigh(self, ctx, aggregation, records):
         payload = aggregation.payload

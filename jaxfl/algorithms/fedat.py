@@ -197,7 +197,7 @@ class TierModels(DeviceHook):
         import jax
         import jax.numpy as jnp
 
-        from jaxfl.kernels.aggregation import tree_add, tree_scale
+        from jaxfl.kernels.tree import tree_add, tree_scale
         from jaxfl.kernels.client import BUFFERS
 
         coefficients = dict(aggregation.contributions)

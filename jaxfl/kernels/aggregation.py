@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxfl.kernels.tree import tree_add, tree_scale  # noqa: F401 (their home is kernels/tree.py)
+
 from jaxfl.scheduler.staleness import (STALENESS_FUNCTIONS, constant, exponential, hinge,  # noqa: F401
                                        make_staleness, polynomial)
 
@@ -47,16 +49,6 @@ def weighted_mean(stacked: PyTree, weights: jax.Array) -> PyTree:
     """
     weights = jnp.asarray(weights)
     return weighted_sum(stacked, weights / jnp.sum(weights))
-
-
-def tree_scale(tree: PyTree, scale) -> PyTree:
-    """Every leaf times ``scale``."""
-    return jax.tree.map(lambda leaf: leaf * jnp.asarray(scale, leaf.dtype), tree)
-
-
-def tree_add(a: PyTree, b: PyTree) -> PyTree:
-    """Leafwise ``a + b``."""
-    return jax.tree.map(jnp.add, a, b)
 
 
 def make_server_optimizer(name: str = "sgd", learning_rate: float = 1.0, momentum: float = 0.0,

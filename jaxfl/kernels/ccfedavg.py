@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxfl.kernels.aggregation import weighted_sum
+from jaxfl.kernels.tree import stacked_zeros
 
 PyTree = Any
 BANK_KINDS = ("delta", "model")
@@ -35,7 +36,7 @@ BANK_KINDS = ("delta", "model")
 
 def init_bank(params: PyTree, num_clients: int) -> PyTree:
     """An empty bank: zeros of shape ``(C,) + leaf.shape`` for every leaf of ``params``."""
-    return jax.tree.map(lambda leaf: jnp.zeros((num_clients,) + leaf.shape, leaf.dtype), params)
+    return stacked_zeros(params, num_clients)
 
 
 def store(bank: PyTree, clients: jax.Array, values: PyTree, valid: jax.Array | None = None) -> PyTree:

@@ -40,7 +40,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from jaxfl.kernels.port import tree_vdot
+from jaxfl.kernels.tree import tree_vdot
 
 PyTree = Any
 

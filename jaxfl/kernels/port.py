@@ -33,15 +33,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxfl.kernels.tree import tree_vdot  # noqa: F401 (also exported here)
+
 PyTree = Any
 COSINE_DEFINITIONS = ("own", "current")
-
-
-def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
-    """⟨a, b⟩ over the whole flattened model (one vector, not per layer), in float32."""
-    parts = [jnp.vdot(x.astype(jnp.float32), y.astype(jnp.float32))
-             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))]
-    return jnp.sum(jnp.stack(parts)) if parts else jnp.zeros((), jnp.float32)
 
 
 def cosine(u: PyTree, g: PyTree) -> jax.Array:

@@ -1,0 +1,54 @@
+"""Pytree helpers shared by every kernel and hook (one place, pure JAX, jittable).
+
+>>> import jax.numpy as jnp
+>>> tree_add({"w": jnp.ones(2)}, tree_scale({"w": jnp.ones(2)}, 2.0))["w"].tolist()
+[3.0, 3.0]
+>>> float(tree_vdot({"w": jnp.array([1.0, 2.0])}, {"w": jnp.array([3.0, 4.0])}))
+11.0
+>>> stacked_zeros({"w": jnp.ones(2)}, 3)["w"].shape
+(3, 2)
+>>> tree_bytes({"w": jnp.ones((2, 3))})
+24
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PyTree = Any
+
+
+def tree_scale(tree: PyTree, scale) -> PyTree:
+    """Every leaf times ``scale``."""
+    return jax.tree.map(lambda leaf: leaf * jnp.asarray(scale, leaf.dtype), tree)
+
+
+def tree_add(a: PyTree, b: PyTree) -> PyTree:
+    """Leafwise ``a + b``."""
+    return jax.tree.map(jnp.add, a, b)
+
+
+def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
+    """⟨a, b⟩ over the whole flattened model (one vector, not per layer), in float32."""
+    parts = [jnp.vdot(x.astype(jnp.float32), y.astype(jnp.float32))
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))]
+    return jnp.sum(jnp.stack(parts)) if parts else jnp.zeros((), jnp.float32)
+
+
+def stacked_zeros(tree: PyTree, count: int) -> PyTree:
+    """Zeros of shape ``(count,) + leaf.shape`` for every leaf: a per-client table shaped like the model."""
+    return jax.tree.map(lambda leaf: jnp.zeros((count,) + leaf.shape, leaf.dtype), tree)
+
+
+def tree_bytes(tree: PyTree) -> int:
+    """Bytes of every array (or ShapeDtypeStruct) leaf."""
+    def itemsize(dtype) -> int:
+        try:
+            return np.dtype(dtype).itemsize
+        except TypeError:  # extended dtypes such as PRNG keys
+            return 8
+
+    return int(sum(np.prod(leaf.shape) * itemsize(leaf.dtype) for leaf in jax.tree.leaves(tree)))
