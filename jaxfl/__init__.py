@@ -12,8 +12,10 @@ plain-Python scheduler with one policy per algorithm (:mod:`jaxfl.scheduler`,
 >>> result.summary["global_updates"]
 3
 """
-from jaxfl.config import ConfigError, RunConfig, config_from_mapping, validate
+from jaxfl.config import (BudgetConfig, ClientConfig, ConfigError, DataConfig, EngineConfig, FaultsConfig, RunConfig,
+                          ServerConfig, SpeedsConfig, config_from_mapping, validate)
 from jaxfl.experiment import RunResult, run_experiment
 
-__version__ = "0.1.0"
-__all__ = ["ConfigError", "RunConfig", "RunResult", "config_from_mapping", "run_experiment", "validate"]
+__version__ = "0.2.0"
+__all__ = ["BudgetConfig", "ClientConfig", "ConfigError", "DataConfig", "EngineConfig", "FaultsConfig", "RunConfig",
+           "RunResult", "ServerConfig", "SpeedsConfig", "config_from_mapping", "run_experiment", "validate"]

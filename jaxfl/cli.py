@@ -27,8 +27,8 @@ import os
 import sys
 
 from jaxfl import algorithms
-from jaxfl.config import (FIELDS, ConfigError, RunConfig, config_from_mapping, load_config_file,
-                          split_algorithm_options)
+from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, ConfigError, RunConfig, config_from_mapping,
+                          load_config_file, split_algorithm_options)
 from jaxfl.engine import NumericalError
 
 _HELP = {
@@ -127,19 +127,24 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="RUN_DIR",
                      help="continue the run in RUN_DIR from its newest checkpoint (other flags are ignored "
                           "except --progress/--no-progress)")
+    groups = {section: run.add_argument_group(f"{section} ({cls.__doc__.splitlines()[0].rstrip('.')})")
+              for section, cls in SECTIONS.items()}
+    groups[None] = run.add_argument_group("run and output")
+    comments = {name: text for cls in (*SECTIONS.values(), RunConfig) for name, text in _field_comments(cls).items()}
     for name, field in FIELDS.items():
         if name == "algorithm_options":  # one flag per option instead (_option_flags)
             continue
         flags = [f"--{name.replace('_', '-')}"] + _ALIASES.get(name, [])
-        default_text = field.default
-        described = _HELP.get(name, name.replace('_', ' ')).replace("{names}", ", ".join(algorithms.names()))
-        help_text = f"{described} (default: {default_text})"
+        described = _HELP.get(name, comments.get(name, name.replace("_", " "))).replace(
+            "{names}", ", ".join(algorithms.names()))
+        help_text = f"{described} (default: {field.default})"
+        group = groups[SECTION_OF.get(name)]
         if field.type.startswith("bool"):
-            run.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
-                             help=help_text)
+            group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
+                               help=help_text)
         else:
-            run.add_argument(*flags, dest=name, type=str if name == "algorithm" else _value_parser(name),
-                             default=None, metavar=name.upper(), help=help_text)
+            group.add_argument(*flags, dest=name, type=str if name == "algorithm" else _value_parser(name),
+                               default=None, metavar=name.upper(), help=help_text)
     _option_flags(run)
     listing = commands.add_parser("algorithms", help="the registered algorithms: name, kind, options")
     listing.add_argument("--algorithm", action="append", default=[], metavar="MODULE:CLASS",

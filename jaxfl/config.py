@@ -51,81 +51,165 @@ class ConfigError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """Everything that defines a run. Field names are also the CLI flags (``--local-steps``)."""
+class DataConfig:
+    """The data set, the model and how the samples split over the clients."""
 
-    algorithm: str = "fedbuff"  # a registered name (jaxfl.algorithms.names()) or module:Class
-    # The algorithm's own options: its Options dataclass, a mapping of its fields, or None for the
-    # defaults; validate() resolves it to the dataclass with the preset applied.
-    algorithm_options: Any = None
-    dataset: str = "mnist10k"
-    data_dir: str | None = None
-    model: str = "cnn"
-    clients: int = 10
-    partition: str = "iid"
-    dirichlet_alpha: float = 0.5
+    dataset: str = "mnist10k"  # mnist10k (embedded), fashion_mnist, mnist, digits, npz, array_record, tfds:NAME, synthetic
+    data_dir: str | None = None  # folder of mnist / npz / array_record / tfds data
+    model: str = "cnn"  # a name from jaxfl.models (register_model adds more)
+    clients: int = 10  # number of clients m
+    partition: str = "iid"  # iid, dirichlet, dirichlet_client, class, dual_dirichlet, label_shards, gamma_mix, natural
+    dirichlet_alpha: float = 0.5  # concentration of the Dirichlet label split
     client_sizes: str = "equal"  # iid / dirichlet_client partition sizes: equal, lognormal or powerlaw
     size_skew: float = 1.0  # sigma (lognormal) or tail index (powerlaw) of those client sizes
     shards_per_client: int = 2  # label_shards (McMahan et al.)
     gamma: float = 0.1  # gamma_mix: the IID fraction (CC-FedAvg; 0.1 = "90% non-IID")
     client_weights: str = "samples"  # p_i: relative sample size (paper) or uniform 1/m
-    # client speeds (spec fedcompass.md §6)
-    heterogeneity: str = "exp"
-    speed_mean: float = 0.15  # μ seconds per local step (MNIST, batch 64)
-    jitter: float = 0.05  # per-round t_i^(k) ~ N(t_i, (jitter·t_i)^2)
-    speed_change_prob: float = 0.0
-    speed_cap: float = 30.0  # pareto/zipf idle-time cap (PORT)
-    negative_times: str = "redraw"
-    latency: float = 0.0  # seconds per model transfer
-    bandwidth: float = math.inf  # bytes per second
-    # local training
-    local_steps: int = 50  # Q
-    batch_size: int = 64
-    client_optimizer: str = "adam"
-    client_lr: float = 0.003
     augment: str = "auto"  # on-device training augmentation: auto (crop+flip for CIFAR) | none | crop_flip
     normalize: bool = False  # (x - mean) / std with the dataset's statistics (FedCompass MNIST: ToTensor only)
-    # server
-    server_optimizer: str = "sgd"
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedsConfig:
+    """Client speeds and communication on the virtual clock (spec fedcompass.md §6, port.md §5.2)."""
+
+    heterogeneity: str = "exp"  # time per step drawn once per client: homo, normal, exp, pareto or zipf
+    speed_mean: float = 0.15  # μ seconds per local step (MNIST, batch 64)
+    jitter: float = 0.05  # per-round t_i^(k) ~ N(t_i, (jitter·t_i)^2)
+    speed_change_prob: float = 0.0  # probability of re-drawing t_i each round
+    speed_cap: float = 30.0  # pareto/zipf idle-time cap (PORT)
+    negative_times: str = "redraw"  # negative normal draws: redraw, clip or error
+    latency: float = 0.0  # seconds per model transfer
+    bandwidth: float = math.inf  # bytes per second
+    speed_reference_time: float = 10.0  # t_i = μ(1 + s_i/ref): PLATO's avg_training_time per epoch (LeNet: 10 s)
+    speed_legacy_seed: int | None = None  # idle times from NumPy's RandomState(seed) as PLATO (1: spec table)
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultsConfig:
+    """Client faults and how the run reacts to them."""
+
+    crash_prob: float = 0.0  # per dispatch: the client crashes mid-round and never returns
+    delay_prob: float = 0.0  # per dispatch: the update returns delay_factor × later
+    delay_factor: float = 10.0  # how much later a delayed update returns
+    dropout_prob: float = 0.0  # per dispatch: the client goes offline for Exp(dropout_mean) s
+    dropout_mean: float = 60.0  # mean offline time of a dropout, virtual seconds
+    round_timeout: float | None = None  # rounds (FedAvg, FedAT tiers, CC-FedAvg) close after this; PORT, FedASMU: per dispatch
+    on_nonfinite: str = "stop"  # a NaN/Inf update stops the run, or is skipped and counted
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+    """Local training on each client."""
+
+    local_steps: int = 50  # Q local steps per dispatch
+    batch_size: int = 64  # B
+    client_optimizer: str = "adam"  # adam, sgd or adamw (re-initialised at every dispatch)
+    client_lr: float = 0.003  # client learning rate
+    prox_mu: float = 0.0  # FedProx μ: local objective + μ/2 ‖w − w_start‖² (0: off)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """Aggregation options shared by several algorithms and the server optimiser."""
+
+    server_optimizer: str = "sgd"  # optax on the aggregated update: sgd, adam, yogi, adagrad
     server_lr: float | None = None  # None: 1 for sgd (FedAvg), DEFAULT_SERVER_LR for adam/yogi/adagrad
-    server_momentum: float | None = None  # None: 0.9 for fedavgm, 0 otherwise
+    server_momentum: float | None = None  # None: the algorithm's (0.9 for fedavgm), 0 otherwise
     clients_per_round: int | None = None  # synchronous methods; None: all clients
     buffer_size: int = 3  # FedBuff K
     rule: str = "fedcompass"  # update-rule form of FedAsync/FedBuff: authors' framework or original paper
-    staleness: str = "polynomial"
-    staleness_alpha: float = 0.9
-    staleness_a: float = 0.5
-    # PLATO's client-speed model (PORT spec §5.2): pareto/zipf idle time s_i per epoch
-    speed_reference_time: float = 10.0  # t_i = μ(1 + s_i/ref): PLATO's avg_training_time per epoch (LeNet: 10 s)
-    speed_legacy_seed: int | None = None  # idle times from NumPy's RandomState(seed) as PLATO (1: spec table)
-    # options several seeds compare against
-    prox_mu: float = 0.0  # FedProx μ: local objective + μ/2 ‖w − w_start‖² (0: off)
-    fednova: bool = False  # FedNova: normalise delta-mode aggregations by local steps
-    # faults and robustness (issue 5)
-    crash_prob: float = 0.0  # per dispatch: the client crashes mid-round and never returns
-    delay_prob: float = 0.0  # per dispatch: the update returns delay_factor × later
-    delay_factor: float = 10.0
-    dropout_prob: float = 0.0  # per dispatch: the client goes offline for Exp(dropout_mean) s
-    dropout_mean: float = 60.0
-    round_timeout: float | None = None  # rounds (FedAvg, FedAT tiers, CC-FedAvg) close after this; PORT, FedASMU: per dispatch
-    on_nonfinite: str = "stop"  # a NaN/Inf update stops the run, or is skipped and counted
-    checkpoint_every: int | None = 25  # global updates between checkpoints (None: only at the end)
-    memory_limit_mb: float | None = None  # memory one training call may use (None: what is free)
-    # budget and evaluation
-    max_time: float = 3000.0  # virtual seconds
-    max_updates: int | None = None
+    staleness: str = "polynomial"  # st(s): constant, polynomial α(s+1)^-a, hinge, exponential
+    staleness_alpha: float = 0.9  # α of st(s)
+    staleness_a: float = 0.5  # a of st(s)
+    fednova: bool = False  # FedNova: normalise pseudo-gradient aggregations by local steps
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetConfig:
+    """When a run stops and how often it is evaluated."""
+
+    max_time: float = 3000.0  # virtual seconds (inf for none)
+    max_updates: int | None = None  # global updates
     target_accuracy: float | None = None  # None: DEFAULT_TARGETS[dataset]
-    stop_at_target: bool = True
+    stop_at_target: bool = True  # stop once the held-out accuracy reaches the target
     eval_every: int = 1  # evaluate every this many global updates ...
     eval_interval: float | None = None  # ... or on a grid of this many virtual seconds
-    seed: int = 0
-    # engine
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """How the engine shapes its training calls (results never depend on it)."""
+
     batching: bool = True  # defer dispatches and train the in-flight work together
     clients_per_call: int | None = None  # None: chosen per backend
     steps_per_call: int | None = None  # None: chosen per backend
-    output_dir: str = "runs"
-    run_name: str | None = None
-    progress: bool = True
+    memory_limit_mb: float | None = None  # memory one training call may use (None: what is free)
+
+
+SECTIONS = {"data": DataConfig, "speeds": SpeedsConfig, "faults": FaultsConfig, "client": ClientConfig,
+            "server": ServerConfig, "budget": BudgetConfig, "engine": EngineConfig}
+SECTION_OF = {field.name: section for section, cls in SECTIONS.items() for field in dataclasses.fields(cls)}
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class RunConfig:
+    """Everything that defines a run: the algorithm and its options, seven sections, and the output.
+
+    Sections: ``data``, ``speeds``, ``faults``, ``client``, ``server``, ``budget``, ``engine``
+    (:data:`SECTIONS`). Every field of a section is also a keyword and an attribute of the
+    RunConfig itself (``RunConfig(clients=5).clients`` is ``RunConfig(data=DataConfig(clients=5))
+    .data.clients``), and a CLI flag (``--local-steps``); field names are unique across sections.
+
+    >>> config = RunConfig(algorithm="fedavg", clients=5, client=ClientConfig(local_steps=20))
+    >>> config.data.clients, config.local_steps
+    (5, 20)
+    """
+
+    algorithm: str = "fedbuff"  # a registered name (jaxfl.algorithms.names()) or module:Class
+    # The algorithm's own options: its Options dataclass, a mapping of its fields, or None for the
+    # defaults; validate() resolves it to the dataclass with the preset applied.
+    algorithm_options: Any = None
+    data: DataConfig = DataConfig()
+    speeds: SpeedsConfig = SpeedsConfig()
+    faults: FaultsConfig = FaultsConfig()
+    client: ClientConfig = ClientConfig()
+    server: ServerConfig = ServerConfig()
+    budget: BudgetConfig = BudgetConfig()
+    engine: EngineConfig = EngineConfig()
+    seed: int = 0  # every random stream of the run derives from it
+    checkpoint_every: int | None = 25  # global updates between checkpoints (None: only at the end)
+    output_dir: str = "runs"  # folder that receives one run directory per run
+    run_name: str | None = None  # the run directory's name (None: from algorithm, data, speeds, seed)
+    progress: bool = True  # a progress bar in virtual time
+
+    def __init__(self, **values: Any):
+        changes: dict[str, dict[str, Any]] = {}
+        for name in list(values):
+            if name in SECTION_OF:
+                changes.setdefault(SECTION_OF[name], {})[name] = values.pop(name)
+        for field in dataclasses.fields(self):
+            value = values.pop(field.name, field.default)
+            if field.name in SECTIONS:
+                cls = SECTIONS[field.name]
+                if isinstance(value, dict):
+                    value = cls(**value)
+                elif not isinstance(value, cls):
+                    raise TypeError(f"RunConfig {field.name}= takes a {cls.__name__} or a mapping of its fields, "
+                                    f"got {value!r}")
+                if field.name in changes:
+                    value = dataclasses.replace(value, **changes[field.name])
+            object.__setattr__(self, field.name, value)
+        if values:
+            raise TypeError(f"RunConfig got unexpected keyword arguments {sorted(values)}; fields: "
+                            f"{', '.join(FIELDS)}")
+
+    def __getattr__(self, name: str) -> Any:
+        """A section's field read as the config's own (``config.local_steps``)."""
+        section = SECTION_OF.get(name)
+        if section is None:
+            raise AttributeError(f"RunConfig has no field {name!r}")
+        return getattr(object.__getattribute__(self, section), name)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -138,7 +222,10 @@ class RunConfig:
         return algorithms.get(self.algorithm).server_momentum
 
 
-FIELDS = {field.name: field for field in dataclasses.fields(RunConfig)}
+# Every leaf field by name (sections' fields and the top-level ones): the flat view the CLI, the
+# validation and jaxfl 0.1's flat config files use.
+FIELDS = {**{field.name: field for cls in SECTIONS.values() for field in dataclasses.fields(cls)},
+          **{field.name: field for field in dataclasses.fields(RunConfig) if field.name not in SECTIONS}}
 
 
 def fail(name: str, value: Any, allowed: str) -> None:
@@ -376,6 +463,14 @@ def split_algorithm_options(values: dict[str, Any]) -> tuple[dict[str, Any], dic
         if name in spaces and isinstance(value, dict):
             options.setdefault(name, {}).update({k.replace("-", "_"): v for k, v in value.items()})
             continue
+        if name in SECTIONS and isinstance(value, dict):  # a [client] table: its fields
+            for inner, item in value.items():
+                inner = inner.replace("-", "_")
+                if SECTION_OF.get(inner) != name:
+                    allowed = ", ".join(f.name for f in dataclasses.fields(SECTIONS[name]))
+                    raise ConfigError(f"unknown field {inner!r} in section [{name}]; allowed: {allowed}")
+                fields[inner] = item
+            continue
         space, dot, rest = name.partition(".")
         if dot:
             if space not in spaces:
@@ -441,8 +536,9 @@ def config_from_mapping(values: dict[str, Any], base: RunConfig | None = None) -
 def to_toml(config: RunConfig) -> str:
     """The config as TOML text that :func:`load_config_file` reads back (null values as ``"none"``).
 
-    >>> print(to_toml(validate(RunConfig(algorithm="fedat", clients=4))).splitlines()[0])
-    algorithm = "fedat"
+    >>> text = to_toml(validate(RunConfig(algorithm="fedat", clients=4)))
+    >>> text.splitlines()[0], "[data]" in text, "clients = 4" in text
+    ('algorithm = "fedat"', True, True)
     """
     def value(item: Any) -> str:
         if item is None:
@@ -456,10 +552,11 @@ def to_toml(config: RunConfig) -> str:
         return json.dumps(str(item), ensure_ascii=False)
 
     values = config.to_dict()
-    options = values.pop("algorithm_options")
+    tables = {name: values.pop(name) for name in (*SECTIONS, "algorithm_options")}
     lines = [f"{key} = {value(item)}" for key, item in values.items()]
-    if isinstance(options, dict) and options:
-        lines += ["", "[algorithm_options]"] + [f"{key} = {value(item)}" for key, item in options.items()]
+    for name, table in tables.items():
+        if isinstance(table, dict) and table:
+            lines += ["", f"[{name}]"] + [f"{key} = {value(item)}" for key, item in table.items()]
     return "\n".join(lines) + "\n"
 
 

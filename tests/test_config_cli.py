@@ -90,7 +90,7 @@ def test_cli_runs_config_file_and_writes_run_directory(tmp_path, capsys):
     assert "comparison.csv" in runs
     run_dir = out / "fedbuff-mnist10k-exp-c3-s2"
     saved = json.loads((run_dir / "config.json").read_text())["config"]
-    assert saved["local_steps"] == 3 and saved["seed"] == 2 and saved["target_accuracy"] == 0.9
+    assert saved["client"]["local_steps"] == 3 and saved["seed"] == 2 and saved["budget"]["target_accuracy"] == 0.9
     with open(run_dir / "events.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert {"dispatch", "arrival", "aggregate"} <= {row["event"] for row in rows}
