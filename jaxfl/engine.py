@@ -42,6 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxfl.execution import (ACTIVATION_FACTOR, MEMORY_HEADROOM, EngineStats, ExecutionPlan,  # noqa: F401
+                             ResourceError, free_device_memory)
 from jaxfl.kernels.aggregation import apply_server_update, weighted_sum
 from jaxfl.kernels.tree import tree_add, tree_bytes, tree_scale
 from jaxfl.kernels.client import BUFFERS, ClientTrainer, ClientView, FederatedArrays
@@ -49,60 +51,6 @@ from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, NumericalErr
 
 PyTree = Any
 TRAIN_STREAM = 11  # fold_in(root key, TRAIN_STREAM) → per-(client, client_round) training keys
-# Activations of one training step, per sample, as a multiple of the sample's float32 size: a
-# deliberately generous estimate (the MNIST CNN needs ~20×); the guard splits calls, it never
-# changes results.
-ACTIVATION_FACTOR = 64
-MEMORY_HEADROOM = 0.8  # use at most this fraction of the free memory for one call
-
-
-def free_device_memory() -> int | None:
-    """Bytes free on the default device: the accelerator's allocator limit, or MemAvailable on CPU."""
-    device = jax.devices()[0]
-    try:
-        stats = device.memory_stats()
-    except Exception:  # some backends do not implement memory_stats
-        stats = None
-    if stats and "bytes_limit" in stats:
-        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-class ResourceError(MemoryError):
-    """One client's training does not fit in memory; the message names the setting to lower."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ExecutionPlan:
-    """How the engine shapes its calls on this backend (chosen from measurements, DESIGN.md)."""
-
-    clients_per_call: int
-    steps_per_call: int
-
-    @staticmethod
-    def for_backend(backend: str, clients_per_call: int | None = None,
-                    steps_per_call: int | None = None) -> "ExecutionPlan":
-        """Defaults per backend.
-
-        CPU (2-core dev machine, MNIST CNN, batch 64; ``benchmarks/client_batching.py``): one
-        client per call and 5 unrolled steps per call — XLA:CPU runs convolutions inside a rolled
-        loop ~15× slower, and a vmapped batch of clients (a grouped convolution) costs ~1.5× more
-        per client than one client. GPU/TPU: vmap up to 256 clients per call, 10 steps per call.
-        """
-        if backend == "cpu":
-            default_clients, default_steps = 1, 5
-        else:
-            default_clients, default_steps = 256, 10
-        return ExecutionPlan(clients_per_call or default_clients, steps_per_call or default_steps)
-
-
 @dataclasses.dataclass
 class _TrainedBatch:
     deltas: PyTree  # stacked on the padded client axis K
@@ -124,26 +72,6 @@ class PausedCall(NamedTuple):
     active: np.ndarray
     fetched: Any
     views: ClientView
-
-
-@dataclasses.dataclass
-class EngineStats:
-    train_calls: int = 0  # jitted step-chunk calls
-    batches: int = 0  # trainings of a set of pending dispatches (one per chunk of clients)
-    clients_trained: int = 0
-    useful_steps: int = 0  # Σ requested local steps of trained dispatches
-    aggregated_steps: int = 0  # Σ local steps of the updates aggregated so far
-    executed_steps: int = 0  # steps computed, padding (masked steps, padded clients) included
-    traces: dict = dataclasses.field(default_factory=dict)  # function name → times jit traced it
-
-    @property
-    def padding_waste(self) -> float:
-        """Masked-out steps ÷ executed steps."""
-        return 0.0 if self.executed_steps == 0 else 1.0 - self.useful_steps / self.executed_steps
-
-    @property
-    def mean_clients_per_batch(self) -> float:
-        return 0.0 if self.batches == 0 else self.clients_trained / self.batches
 
 
 def _next_power_of_two(n: int) -> int:
@@ -565,7 +493,8 @@ class Engine:
                 "versions": {str(v): p for v, p in self._versions.items()},
                 "batches": {k: b.deltas for k, b in batches.items()},
                 "batch_buffers": {k: b.buffers for k, b in batches.items() if b.buffers is not None},
-                "hooks": {name: state for name, state in self.state.items() if state is not None},
+                "hooks": {name: state for name, state in self.state.items()
+                          if state is not None and not (isinstance(state, dict) and not state)},
                 "previous_params": self.previous_params}
         meta = {"fetches": dict(self._fetches), "version": self.version, "version_users": dict(self._version_users),
                 "version_keys": [str(v) for v in self._versions],
@@ -578,8 +507,8 @@ class Engine:
     def checkpoint_target(self, meta: dict) -> dict:
         """Shapes and dtypes of :meth:`checkpoint_state`'s tree, for restoring it with orbax.
 
-        A hook's state has the shapes recorded when it was saved (its ``init`` gives them for fixed-
-        shape state; a hook whose state grows, such as a dict of tier models, is restored as saved)."""
+        A hook's state has the shapes of ``jax.eval_shape`` of its ``init``; a hook whose state grows
+        (``fixed_state_shape = False``, e.g. a dict of tier models) is restored as it was saved."""
         params = _shapes(self.params)
         stacked = lambda size: jax.tree.map(lambda leaf: jax.ShapeDtypeStruct((size,) + leaf.shape, leaf.dtype), params)
         return {"params": params, "server_state": _shapes(self.server_state),
@@ -587,7 +516,19 @@ class Engine:
                 "batches": {k: stacked(size) for k, size in meta["batch_sizes"].items()},
                 "batch_buffers": {k: stacked(size)[BUFFERS] for k, size in meta["batch_sizes"].items()}
                 if self.stateful else {},
-                "hooks": dict(meta.get("hook_shapes", {})), "previous_params": params}
+                "hooks": self._hook_targets(meta), "previous_params": params}
+
+    def _hook_targets(self, meta: dict) -> dict:
+        saved = meta.get("hook_shapes", {})
+        targets = {}
+        for hook in self.hooks:
+            if hook.name not in saved:
+                continue
+            if hook.fixed_state_shape:
+                targets[hook.name] = jax.eval_shape(lambda p, hook=hook: hook.init(p, self.num_clients), self.params)
+            else:
+                targets[hook.name] = saved[hook.name]
+        return targets
 
     def restore(self, tree: dict, meta: dict, records: Sequence[DispatchRecord]) -> None:
         """Continue from a checkpoint written by :meth:`checkpoint_state` (``records`` = the

@@ -88,6 +88,9 @@ class DeviceHook:
     """
 
     name = "hook"
+    # True when the state's shapes are those of ``init`` for the whole run (checkpoints restore to
+    # ``jax.eval_shape`` of it); False for state that grows (e.g. a dict of tier models).
+    fixed_state_shape = True
 
     def init(self, params, num_clients: int):
         """The hook's initial device state (a pytree; None for no state)."""

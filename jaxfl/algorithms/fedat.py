@@ -186,6 +186,7 @@ class TierModels(DeviceHook):
     A tier without a model yet contributes the global model the tiers were formed from."""
 
     name = "fedat_tiers"
+    fixed_state_shape = False  # a model per tier, added as tiers get their first update
 
     def init(self, params, num_clients):
         return {}
