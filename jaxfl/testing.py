@@ -122,6 +122,7 @@ def check_algorithm(algorithm: str | type, checks: Iterable[str] = CHECKS, outpu
     if {"batched", "resume", "compilations", "accounting"} & set(checks):
         full = run_experiment(dataclasses.replace(config, run_name="full"))
         report["global_updates"] = full.summary["global_updates"]
+        report["run_dir"] = full.run_dir
     if "batched" in checks:
         single = run_experiment(dataclasses.replace(config, batching=False, checkpoint_every=None,
                                                     run_name="one-at-a-time"))
