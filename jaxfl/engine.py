@@ -19,7 +19,7 @@ training path: the call trains every row to its pause step, the hooks act, the c
 Hook state lives in ``state[hook.name]`` (one pytree per hook, created by the hook's ``init``) and
 is checkpointed with the rest; ``previous_params`` is the global model before the last update.
 The methods a hook may call form the hook API: ``params``, ``previous_params``, ``num_clients``,
-``trainable``, ``delta``, ``start_model``, ``stack``, ``results_sum``, ``mean_buffers``, ``jit``,
+``trainable``, ``delta``, ``start_model``, ``stack``, ``combine``, ``results_sum``, ``mean_buffers``, ``jit``,
 ``client_metrics``/``set_client_metrics``, ``trainer``, ``data``, ``views``, ``compiled_steps``.
 
 Non-trainable model state (BatchNorm running statistics; a trainer built from a ``ModelAdapter``

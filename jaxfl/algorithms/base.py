@@ -78,13 +78,15 @@ class DeviceHook:
     """Device-side part of an algorithm; every method is optional.
 
     ``ctx`` is the engine (its hook API: ``params``, ``previous_params``, ``num_clients``,
-    ``trainable``, ``delta``, ``start_model``, ``stack``, ``jit``, ``state``, ``client_metrics``,
-    ``trainer``, ``data``, ``views``). A hook keeps its device state in ``ctx.state[self.name]``,
+    ``trainable``, ``delta``, ``start_model``, ``stack``, ``combine``, ``results_sum``,
+    ``mean_buffers``, ``jit``, ``state``, ``client_metrics``/``set_client_metrics``, ``trainer``,
+    ``data``, ``views``; :mod:`jaxfl.engine`). A hook keeps its device state in ``ctx.state[self.name]``,
     created by :meth:`init`. Methods run in this order for an aggregation: :meth:`weigh` (replace
     the coefficients), then either :meth:`apply` (the whole update, returning the new global
     model) or the engine's generic update Σ c_i Δ_i plus :meth:`extra_pseudo_gradient` through the
     server optimiser, followed by :meth:`after_update`. :meth:`on_pause` runs inside a training
-    call for dispatches that pause at ``pause_step`` (e.g. to mix in a fresher global model).
+    call for dispatches made with ``fetch_step``, once the simulation answered their fetch (e.g. to
+mix in a fresher global model; FedASMU).
     """
 
     name = "hook"
