@@ -86,7 +86,7 @@ class DeviceHook:
     model) or the engine's generic update Σ c_i Δ_i plus :meth:`extra_pseudo_gradient` through the
     server optimiser, followed by :meth:`after_update`. :meth:`on_pause` runs inside a training
     call for dispatches made with ``fetch_step``, once the simulation answered their fetch (e.g. to
-mix in a fresher global model; FedASMU).
+    mix in a fresher global model; FedASMU).
     """
 
     name = "hook"
