@@ -31,9 +31,7 @@ import numpy as np
 import optax
 
 from jaxfl import checkpoint
-from jaxfl.algorithms import build
-from jaxfl.algorithms import get as get_algorithm
-from jaxfl.algorithms.wrappers import with_step_normalization
+from jaxfl.algorithms import build, device_hooks
 from jaxfl.config import RunConfig, config_from_mapping, validate
 from jaxfl.data import build_federation, load_dataset
 from jaxfl.data.augment import AUGMENTED, NORMALIZATION, dataset_family, make_augment, make_preprocess
@@ -101,10 +99,10 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
     return evaluate
 
 
-def _run_dir(config: RunConfig) -> str:
+def _run_dir(config: RunConfig, algorithm: str) -> str:
+    """A new folder under ``output_dir``; ``algorithm`` is the registered name (not a module:Class reference)."""
     # Dataset names may hold ':' and '/' (tfds:emnist/balanced): keep the run one flat folder.
     dataset = config.dataset.replace(":", "_").replace("/", "_")
-    algorithm = get_algorithm(config.algorithm).name  # a module:Class reference → its registered name
     name = config.run_name or (f"{algorithm}-{dataset}-{config.heterogeneity}"
                                f"-c{config.clients}-s{config.seed}")
     path = os.path.join(config.output_dir, name)
@@ -323,14 +321,12 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
     server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, config.momentum)
     algorithm = build(config)
     policy = algorithm.policy()
-    hooks = tuple(algorithm.hooks())
-    if config.fednova:
-        hooks = with_step_normalization(hooks)
+    hooks = device_hooks(algorithm)
     speeds, faults = _speeds_and_faults(config, params)
 
     saved = None
     if resume_dir is None:
-        run_dir = _run_dir(config)
+        run_dir = _run_dir(config, algorithm.name)
         os.makedirs(run_dir)
         _write_json(os.path.join(run_dir, "config.json"), {
             "config": config.to_dict(), "execution_plan": dataclasses.asdict(plan),

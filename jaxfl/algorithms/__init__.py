@@ -41,10 +41,10 @@ def build_policy(config) -> Policy:
     return build(config).policy()
 
 
-def device_hooks(config) -> tuple[DeviceHook, ...]:
-    """The algorithm's device hooks, with FedNova composed on when the run sets ``fednova``."""
-    hooks = tuple(build(config).hooks())
-    return with_step_normalization(hooks) if config.fednova else hooks
+def device_hooks(algorithm: Algorithm) -> tuple[DeviceHook, ...]:
+    """A built algorithm's device hooks, with FedNova composed on when its run sets ``fednova``."""
+    hooks = tuple(algorithm.hooks())
+    return with_step_normalization(hooks) if algorithm.run.fednova else hooks
 
 
 __all__ = ["KINDS", "PORT", "Algorithm", "CCFedAvg", "CCFedAvgAlgorithm", "CCFedAvgConfig", "CompassOptions",
