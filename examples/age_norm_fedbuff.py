@@ -95,8 +95,10 @@ class NormAwareWeights(DeviceHook):
             return None
         import jax
 
+        from jaxfl.execution import bucket_size
+
         count = len(records)
-        padded = 1 << (count - 1).bit_length()  # power-of-two buckets: one compilation per bucket
+        padded = bucket_size(count)  # power-of-two buckets: one compilation per bucket
         deltas = ctx.trainable(ctx.stack([ctx.delta(record) for record in records], padded))
         norms = np.asarray(ctx.jit("update_norms", jax.vmap(update_norm))(deltas))[:count].astype(np.float64)
         factors = norm_factors(norms, aggregation.payload.clip_factor)

@@ -43,7 +43,7 @@ import numpy as np
 import optax
 
 from jaxfl.execution import (ACTIVATION_FACTOR, MEMORY_HEADROOM, EngineStats, ExecutionPlan,  # noqa: F401
-                             ResourceError, free_device_memory)
+                             ResourceError, bucket_size, free_device_memory)
 from jaxfl.kernels.aggregation import apply_server_update, weighted_sum
 from jaxfl.kernels.tree import tree_add, tree_bytes, tree_scale
 from jaxfl.kernels.client import BUFFERS, ClientTrainer, ClientView, FederatedArrays
@@ -72,10 +72,6 @@ class PausedCall(NamedTuple):
     active: np.ndarray
     fetched: Any
     views: ClientView
-
-
-def _next_power_of_two(n: int) -> int:
-    return 1 << (max(n, 1) - 1).bit_length()
 
 
 class Engine:
@@ -254,7 +250,7 @@ class Engine:
         """How many clients one call may hold: the bucket for ``wanted``, halved while XLA's memory
         figure for it exceeds the budget (measured: 128 vmapped MNIST-CNN clients need > 24 GB on
         XLA:CPU, far beyond any per-client estimate, because of grouped-convolution temporaries)."""
-        padded = min(_next_power_of_two(wanted), _next_power_of_two(self.plan.clients_per_call))
+        padded = min(bucket_size(wanted), bucket_size(self.plan.clients_per_call))
         free = self.memory_limit if self.memory_limit is not None else free_device_memory()
         if free is None:
             return padded
@@ -303,7 +299,7 @@ class Engine:
         A paused row's local state (optimiser state, key, step counter) carries across the pause,
         so it draws the minibatches it would draw without one, and no result depends on batching."""
         count = len(records)
-        padded = max(min(_next_power_of_two(count), _next_power_of_two(self.plan.clients_per_call)), count)
+        padded = max(min(bucket_size(count), bucket_size(self.plan.clients_per_call)), count)
         members = records + [records[0]] * (padded - count)
         steps = np.array([r.steps for r in records] + [0] * (padded - count), dtype=np.int32)
         pausing = np.array([index < count and r.id in self._fetches for index, r in enumerate(members)])

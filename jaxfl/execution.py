@@ -5,12 +5,20 @@ the memory figures its guard reads, and the statistics a run reports.
 ExecutionPlan(clients_per_call=1, steps_per_call=5)
 >>> EngineStats(useful_steps=6, executed_steps=8).padding_waste
 0.25
+>>> [bucket_size(n) for n in (0, 1, 3, 4, 5)]
+[1, 1, 4, 4, 8]
 """
 from __future__ import annotations
 
 import dataclasses
 
 import jax
+
+def bucket_size(count: int) -> int:
+    """The power of two a stack of ``count`` clients or updates is padded to, so that jit compiles
+    once per bucket rather than once per size (at least 1)."""
+    return 1 << (max(count, 1) - 1).bit_length()
+
 
 # Activations of one training step, per sample, as a multiple of the sample's float32 size: a
 # deliberately generous estimate (the MNIST CNN needs ~20×); the guard splits calls, it never

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import math
 import os
 import subprocess
 import sys
@@ -34,6 +33,7 @@ import numpy as np
 
 from jaxfl import algorithms, checkpoint
 from jaxfl.config import RunConfig, config_from_mapping, load_config_text, to_toml, validate
+from jaxfl.execution import bucket_size
 
 CHECKS = ("batched", "resume", "compilations", "accounting", "toml", "no_jax")
 SMALL = dict(dataset="mnist10k", model="mlp", clients=4, local_steps=6, batch_size=16, max_updates=5,
@@ -155,7 +155,7 @@ def check_algorithm(algorithm: str | type, checks: Iterable[str] = CHECKS, outpu
         _same_params(full.params, resumed.params, 0, f"{name}: interrupted + resumed vs uninterrupted")
         report["interrupted_at_event"] = kill_at
     if "compilations" in checks:
-        buckets = int(math.log2(1 << (config.clients - 1).bit_length())) + 1
+        buckets = bucket_size(config.clients).bit_length()  # the buckets 1, 2, 4, … up to the clients
         traces = full.summary["compilations"]
         too_many = {fn: n for fn, n in traces.items() if n > buckets}
         assert not too_many, f"{name}: traced more often than the {buckets} client buckets allow: {too_many}"

@@ -280,12 +280,13 @@ class UpdateBanks(DeviceHook):
         import jax
         import jax.numpy as jnp
 
+        from jaxfl.execution import bucket_size
         from jaxfl.kernels import ccfedavg as kernels
 
         newest = {record.client: record for record in sorted(records, key=lambda r: r.id)}
         chosen = list(newest.values())
         count = len(chosen)
-        padded = 1 << (count - 1).bit_length()
+        padded = bucket_size(count)
         deltas = ctx.stack([ctx.delta(r) for r in chosen], padded)
         clients = jnp.asarray(np.array([r.client for r in chosen] + [0] * (padded - count), np.int32))
         valid = jnp.asarray(np.arange(padded) < count)

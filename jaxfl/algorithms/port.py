@@ -235,6 +235,7 @@ class CosineWeights(DeviceHook):
         import jax
         import jax.numpy as jnp
 
+        from jaxfl.execution import bucket_size
         from jaxfl.kernels import port as kernels
 
         def coefficients(deltas, starts, current, previous, staleness_part, interference_scale, force, valid,
@@ -246,7 +247,7 @@ class CosineWeights(DeviceHook):
         position = {dispatch_id: index for index, dispatch_id in enumerate(payload.dispatch_ids)}
         rows = [position[record.id] for record in records]
         count = len(records)
-        padded = 1 << (count - 1).bit_length()
+        padded = bucket_size(count)
 
         def column(values, dtype, fill):
             values = np.asarray(values, dtype)[rows]

@@ -44,11 +44,12 @@ class StepNormalization(DeviceHook):
         import jax
         import jax.numpy as jnp
 
+        from jaxfl.execution import bucket_size
         from jaxfl.kernels.fednova import fednova_coefficients
 
         coefficients = dict(aggregation.contributions)
         count = len(records)
-        padded = 1 << (count - 1).bit_length()
+        padded = bucket_size(count)
         pad = lambda values: jnp.asarray(np.concatenate([np.asarray(values, np.float32),
                                                          np.zeros(padded - count, np.float32)]))
         c = pad([coefficients[r.id] for r in records])
