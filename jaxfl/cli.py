@@ -83,13 +83,13 @@ def _option_flags(run: argparse.ArgumentParser) -> None:
     done = set()
     for name in algorithms.names():
         cls = algorithms.get(name).Options
-        space = cls.namespace or name
+        space = algorithms.get(name).option_namespace()
         if space in done or not dataclasses.fields(cls):
             continue
         done.add(space)
-        owners = [n for n in algorithms.names() if (algorithms.get(n).Options.namespace or n) == space]
+        owners = [n for n in algorithms.names() if algorithms.get(n).option_namespace() == space]
         group = run.add_argument_group(f"{', '.join(owners)} options")
-        aliases = {field: alias for alias, field in getattr(cls, "aliases", {}).items()}
+        aliases = {field: alias for alias, field in cls.aliases.items()}
         comments = _field_comments(cls)
         for field in dataclasses.fields(cls):
             flag = field.name.replace("_", "-")
@@ -203,7 +203,7 @@ def _algorithms(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     width = max(len(name) for name in algorithms.names())
     for name in algorithms.names():
         cls = algorithms.get(name)
-        space = cls.Options.namespace or name
+        space = cls.option_namespace()
         options = " ".join(f"--{space}.{f.name.replace('_', '-')}" for f in dataclasses.fields(cls.Options))
         print(f"{name:<{width}}  {cls.kind:<17}  {cls.summary}")
         if options:
@@ -252,7 +252,7 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
             cls = algorithms.get(name)
         except KeyError as error:
             raise ConfigError(f"algorithm={name!r} is not allowed: {error.args[0]}") from None
-        spaces[name] = cls.Options.namespace or cls.name
+        spaces[name] = cls.option_namespace()
     for space in options:
         if space not in spaces.values():
             raise ConfigError(f"options --{space}.* are given but no chosen algorithm ({names}) reads them")

@@ -397,15 +397,14 @@ def resolve_options(algorithm, options) -> Any:
     'current'
     """
     cls = algorithm.Options
-    label = cls.namespace or algorithm.name
+    label = algorithm.option_namespace()
     if options is None:
         options = cls()
     elif isinstance(options, dict):
         known = {field.name for field in dataclasses.fields(cls)}
         values = {}
         for key, value in options.items():
-            name = getattr(cls, "aliases", {}).get(key, key).replace("-", "_")
-            name = getattr(cls, "aliases", {}).get(name, name)
+            name = cls.field_name(key)
             if name not in known:
                 allowed = ", ".join(sorted(known)) or "none"
                 raise ConfigError(f"unknown option {key!r} of algorithm {algorithm.name!r}; allowed: {allowed}")
@@ -435,7 +434,7 @@ def _namespaces() -> dict[str, list[str]]:
     for name in algorithms.names():
         cls = algorithms.get(name)
         if dataclasses.fields(cls.Options):
-            spaces.setdefault(cls.Options.namespace or name, []).append(name)
+            spaces.setdefault(cls.option_namespace(), []).append(name)
     return spaces
 
 
@@ -514,7 +513,7 @@ def config_from_mapping(values: dict[str, Any], base: RunConfig | None = None) -
         algorithm = algorithms.get(config.algorithm)
     except KeyError:
         return validate(config)  # names the bad algorithm
-    own = algorithm.Options.namespace or algorithm.name
+    own = algorithm.option_namespace()
     chosen = config.algorithm_options
     if own in options:
         if isinstance(chosen, algorithm.Options):
@@ -526,7 +525,7 @@ def config_from_mapping(values: dict[str, Any], base: RunConfig | None = None) -
         other = algorithms.get(owners[0]).Options
         defaults = {field.name: (field.default, field.type) for field in dataclasses.fields(other)}
         for key, value in given.items():
-            name = getattr(other, "aliases", {}).get(key, key)
+            name = other.field_name(key)
             if name not in defaults or _coerce(value, defaults[name][1]) != defaults[name][0]:
                 raise ConfigError(f"option {space}.{key}={value!r} belongs to {', '.join(owners)}, not to "
                                   f"algorithm {config.algorithm!r}")

@@ -61,6 +61,17 @@ class Options:
 
     presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     namespace: ClassVar[str | None] = None
+    aliases: ClassVar[Mapping[str, str]] = {}  # other spellings of a field name (e.g. "lambda")
+
+    @classmethod
+    def field_name(cls, key: str) -> str:
+        """The field a key names: dashes read as underscores, aliases resolved.
+
+        >>> Options.field_name("q-min")
+        'q_min'
+        """
+        name = key.replace("-", "_")
+        return cls.aliases.get(name, name)
 
     def resolved(self) -> "Options":
         """The options with the preset's value in every field left ``None``."""
@@ -155,6 +166,11 @@ class Algorithm:
     def hooks(self) -> Sequence[DeviceHook]:
         """The device hooks of this algorithm (none by default)."""
         return ()
+
+    @classmethod
+    def option_namespace(cls) -> str:
+        """The prefix of this algorithm's options on the command line and in TOML (its name if unset)."""
+        return cls.Options.namespace or cls.name
 
     @classmethod
     def supports_fednova(cls, run) -> bool:
