@@ -97,6 +97,20 @@ class Upload(NamedTuple):
     step_size: float
 
 
+def options_in_force(server: ServerOptions, device: DeviceOptions, dynamic: bool) -> tuple[ServerOptions,
+                                                                                         DeviceOptions]:
+    """The options the run uses: FedASMU-DA (``dynamic=False``) keeps every coefficient at its
+    initial value, i.e. all five hypergradient learning rates are 0.
+
+    >>> options_in_force(ServerOptions(), DeviceOptions(), dynamic=False)[1].lr_gamma
+    0.0
+    """
+    if dynamic:
+        return server, device
+    return (dataclasses.replace(server, lr_lambda=0.0, lr_sigma=0.0, lr_iota=0.0),
+            dataclasses.replace(device, lr_gamma=0.0, lr_nu=0.0))
+
+
 def initial_alpha(options: ServerOptions, t: int, s: int) -> float:
     """α with the initial (λ, σ, ι), t and s 1-based (what a numbers-free backend is told).
 
@@ -209,11 +223,7 @@ class FedASMU(Policy):
         self.max_concurrency = max_concurrency
         self.fetch = fetch
         self.dynamic = dynamic
-        if not dynamic:  # FedASMU-DA: the coefficients stay at their initial values
-            server = dataclasses.replace(server, lr_lambda=0.0, lr_sigma=0.0, lr_iota=0.0)
-            device = dataclasses.replace(device, lr_gamma=0.0, lr_nu=0.0)
-        self.server = server
-        self.device = device
+        self.server, self.device = options_in_force(server, device, dynamic)
         self.seed = seed
         self._rng = np.random.default_rng(np.random.SeedSequence([seed, TRIGGER_STREAM]))
         self.selector: SlotSelector | None = None
@@ -494,5 +504,6 @@ class FedASMUAlgorithm(Algorithm):
                        o.device_options(), seed=run.seed, round_timeout=run.round_timeout)
 
     def hooks(self):
-        policy = self.policy()  # its options after FedASMU-DA's freezing
-        return (LearnedAlpha(policy.server), FreshModelMix(policy.device))
+        o = self.options
+        server, device = options_in_force(o.server_options(), o.device_options(), o.dynamic)
+        return (LearnedAlpha(server), FreshModelMix(device))
