@@ -19,15 +19,17 @@ training path: the call trains every row to its pause step, the hooks act, the c
 Hook state lives in ``state[hook.name]`` (one pytree per hook, created by the hook's ``init``) and
 is checkpointed with the rest; ``previous_params`` is the global model before the last update.
 The methods a hook may call form the hook API: ``params``, ``previous_params``, ``num_clients``,
-``trainable``, ``delta``, ``start_model``, ``stack``, ``combine``, ``results_sum``, ``mean_buffers``, ``jit``,
-``client_metrics``/``set_client_metrics``, ``trainer``, ``data``, ``views``, ``compiled_steps``.
+``trainable``, ``delta``, ``start_model``, ``stack``, ``combine``, ``results_sum``,
+``mean_buffers``, ``jit``, ``client_metrics``/``set_client_metrics``, ``trainer``, ``data``,
+``views``, ``compiled_steps``.
 
 Non-trainable model state (BatchNorm running statistics; a trainer built from a ``ModelAdapter``
 whose model is ``{"params", "state"}``) never goes through the Δ/staleness arithmetic: the kernel's
 delta for it is zero, and every aggregation sets the global ``"state"`` to the plain unweighted mean
-of the aggregated clients' final buffers (spec §2.6 of the semi-asynchronous
-paper: a single update copies the client's, a group aggregation averages them). Hooks that make the whole update do the same with
-:meth:`Engine.mean_buffers`; weighting hooks see the trainable parameters only (:meth:`Engine.trainable`).
+of the aggregated clients' final buffers (spec §2.6 of the semi-asynchronous paper: a single update copies the
+client's, a group aggregation averages them). Hooks that make the whole update do the same with
+:meth:`Engine.mean_buffers`; weighting hooks see the trainable parameters only
+(:meth:`Engine.trainable`).
 
 >>> # see jaxfl.experiment.run_experiment for the full wiring
 """
@@ -377,8 +379,8 @@ class Engine:
         return tree["params"] if self.stateful else tree
 
     def combine(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> PyTree:
-        """The pseudo-gradient of a ``delta`` aggregation Σ c_i Δ_i (zeros when empty), or of a
-        ``mix`` one Σ c_i (w − w_i); without the hooks' extra terms."""
+        """Σ c_i Δ_i over the aggregated updates (zeros when there are none). The update adds the
+        hooks' extra terms and, in ``mix`` mode, the drift Σ c_i (w − start_i) to it (``_combine``)."""
         coefficients = dict(aggregation.contributions)
         total = jax.tree.map(jnp.zeros_like, self.params)  # an empty aggregation moves nothing
         summed = self.results_sum(records, coefficients)
@@ -387,6 +389,7 @@ class Engine:
         return total
 
     def _combine(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> PyTree:
+        """The generic update's pseudo-gradient: :meth:`combine`, the hooks' extra terms, the mix drift."""
         total = self.combine(aggregation, records)
         for hook in self.hooks:
             extra = hook.extra_pseudo_gradient(self, aggregation, records)
