@@ -63,9 +63,22 @@ def _read(path: str) -> str:
         return handle.read()
 
 
-def _metrics_without_wall_time(run_dir: str) -> list[dict]:
+def metrics_without_wall_time(run_dir: str) -> list[dict]:
+    """A run directory's metrics rows without the wall-clock column (the one that differs between runs)."""
     with open(os.path.join(run_dir, "metrics.csv")) as handle:
         return [{k: v for k, v in row.items() if k != "wall_time"} for row in csv.DictReader(handle)]
+
+
+def assert_same_run(a, b, what: str = "runs") -> None:
+    """Two :class:`~jaxfl.experiment.RunResult` are the same run: event log, metrics (but wall time),
+    summary (but wall time, resumes and per-process compilations) and parameters bit for bit."""
+    assert _read(os.path.join(a.run_dir, "events.csv")) == _read(os.path.join(b.run_dir, "events.csv")), \
+        f"{what}: the event logs differ"
+    assert metrics_without_wall_time(a.run_dir) == metrics_without_wall_time(b.run_dir), f"{what}: the metrics differ"
+    ignore = {"wall_time_s", "resumes", "compilations"}  # per process: a resumed run compiles again
+    assert {k: v for k, v in a.summary.items() if k not in ignore} == \
+        {k: v for k, v in b.summary.items() if k not in ignore}, f"{what}: the summaries differ"
+    _same_params(a.params, b.params, 0, what)
 
 
 @contextlib.contextmanager
@@ -145,14 +158,7 @@ def check_algorithm(algorithm: str | type, checks: Iterable[str] = CHECKS, outpu
                 raise AssertionError(f"{name}: the run ended before event {kill_at}; nothing was interrupted")
         assert checkpoint.latest(os.path.join(folder, "interrupted")) is not None, f"{name}: no checkpoint written"
         resumed = resume_experiment(os.path.join(folder, "interrupted"), progress=False)
-        assert _read(os.path.join(full.run_dir, "events.csv")) == _read(os.path.join(resumed.run_dir, "events.csv")), \
-            f"{name}: the resumed run's event log differs from the uninterrupted run's"
-        assert _metrics_without_wall_time(full.run_dir) == _metrics_without_wall_time(resumed.run_dir), \
-            f"{name}: the resumed run's metrics differ"
-        ignore = {"wall_time_s", "resumes", "compilations"}  # per process: a resumed run compiles again
-        assert {k: v for k, v in full.summary.items() if k not in ignore} == \
-            {k: v for k, v in resumed.summary.items() if k not in ignore}, f"{name}: the resumed summary differs"
-        _same_params(full.params, resumed.params, 0, f"{name}: interrupted + resumed vs uninterrupted")
+        assert_same_run(full, resumed, f"{name}: interrupted + resumed vs uninterrupted")
         report["interrupted_at_event"] = kill_at
     if "compilations" in checks:
         buckets = bucket_size(config.clients).bit_length()  # the buckets 1, 2, 4, … up to the clients

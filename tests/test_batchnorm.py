@@ -16,7 +16,8 @@ from jaxfl.experiment import make_client_optimizer, make_transforms, prepare, re
 from jaxfl.kernels import ClientView, FederatedArrays, make_client_trainer
 from jaxfl.models import MODEL_INPUTS, MODELS, register_model
 from jaxfl.models.adapter import ModelAdapter
-from tests.conftest import Interrupted, assert_same_run, replace
+from jaxfl.testing import assert_same_run
+from tests.conftest import Interrupted, replace
 
 
 class TinyBN(nn.Module):

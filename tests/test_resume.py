@@ -1,6 +1,5 @@
 """Kill `jaxfl run` with SIGKILL, resume it, and get exactly the uninterrupted run. (Interrupt +
 resume at a random event for every algorithm is in the conformance suite, tests/test_conformance.py.)"""
-import csv
 import os
 import signal
 import subprocess
@@ -12,12 +11,7 @@ import numpy as np
 import pytest
 
 from jaxfl import checkpoint
-
-
-def without_wall_time(path):
-    with open(path) as handle:
-        rows = list(csv.DictReader(handle))
-    return [{k: v for k, v in row.items() if k != "wall_time"} for row in rows]
+from jaxfl.testing import metrics_without_wall_time
 
 
 def run_cli(*args):
@@ -50,7 +44,7 @@ def test_sigkill_and_resume_from_the_command_line(tmp_path, algorithm, checkpoin
     assert resumed.wait(timeout=600) == 0, resumed.stderr.read()
     a, b = tmp_path / "full", tmp_path / "killed"
     assert (a / "events.csv").read_text() == (b / "events.csv").read_text()
-    assert without_wall_time(a / "metrics.csv") == without_wall_time(b / "metrics.csv")
+    assert metrics_without_wall_time(a) == metrics_without_wall_time(b)
     import json
 
     from jaxfl.experiment import prepare
