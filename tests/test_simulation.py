@@ -73,3 +73,27 @@ def test_bad_arguments_fail_clearly():
         FedBuff(10, 2, polynomial, rule="x")
     with pytest.raises(ValueError, match="buffer_size must be >= 1"):
         FedBuff(10, 0, polynomial)
+
+
+def test_inconsistent_payloads_are_refused_before_the_update():
+    """A payload's own check runs in Simulation.aggregate, before the version moves."""
+    from jaxfl.algorithms.ccfedavg import BankedUpdates
+    from jaxfl.algorithms.fedat import TierUpdate
+    from jaxfl.algorithms.port import PortWeights
+    from jaxfl.algorithms.wrappers import NormalizeSteps
+
+    speeds = ClientSpeeds(SpeedConfig(model="homo", mean=1.0, jitter=0.0), 2, seed=0)
+    sim = Simulation(FedAvg(10), speeds, [0.5, 0.5], RecordingBackend(), max_time=15.0)
+    sim.run()  # round 1 aggregated at t = 10; round 2 in flight
+    contributions = [(0, 0.5)]
+    bad = [(PortWeights((0, 1), (0.5,), (0.1, 0.1), (False, False)), "PortWeights.staleness_part has 1 entries"),
+           (NormalizeSteps((1,), (0.5,)), "NormalizeSteps has no entries for the contributed dispatches \\[0\\]"),
+           (BankedUpdates(((5, 0.5),)), "bank contribution \\(5, 0.5\\) needs a client in range"),
+           (BankedUpdates(((1, float("nan")),)), "needs a client in range and a finite c"),
+           (BankedUpdates((), kind="models"), "bank kind 'models'"),
+           (BankedUpdates((), store=("delta", "x")), "must name delta or model banks"),
+           (TierUpdate(2, ((0, 0.5), (1, 0.5))), "its tier \\(2\\) among tier_weights")]
+    for payload, message in bad:
+        with pytest.raises(ValueError, match=message):
+            sim.aggregate(contributions, payload=payload)
+    assert sim.version == 1

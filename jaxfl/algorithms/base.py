@@ -194,6 +194,28 @@ def staleness_function(run) -> Callable[[int], float]:
     return make_staleness(run.staleness, **params)
 
 
+def check_per_dispatch(payload, contributions, *columns: str) -> None:
+    """For a payload of per-dispatch columns keyed by ``payload.dispatch_ids``: every column as long
+    as the ids, and every contributed dispatch among them (else ``ValueError``).
+
+    >>> from typing import NamedTuple
+    >>> class Weights(NamedTuple):
+    ...     dispatch_ids: tuple
+    ...     weight: tuple
+    >>> check_per_dispatch(Weights((3, 4), (0.5,)), ((3, 1.0),), "weight")
+    Traceback (most recent call last):
+    ValueError: Weights.weight has 1 entries for 2 dispatch ids
+    """
+    name = type(payload).__name__
+    for column in columns:
+        if len(getattr(payload, column)) != len(payload.dispatch_ids):
+            raise ValueError(f"{name}.{column} has {len(getattr(payload, column))} entries for "
+                             f"{len(payload.dispatch_ids)} dispatch ids")
+    missing = [d for d, _ in contributions if d not in set(payload.dispatch_ids)]
+    if missing:
+        raise ValueError(f"{name} has no entries for the contributed dispatches {missing}")
+
+
 _REGISTRY: dict[str, type[Algorithm]] = {}
 
 

@@ -56,6 +56,7 @@ STRATEGIES = ("cc", "strategy1", "strategy2", "cc_c", "dropout", "fednova")
 SCHEDULES = ("adhoc", "round_robin")
 BUDGETS = ("levels", "two_group")
 NOVA_STEPS = ("ceil", "floor")
+BANK_KINDS = ("delta", "model")  # D_i, the last trained update; x_i, the last trained model
 
 
 class BankedUpdates(NamedTuple):
@@ -67,6 +68,13 @@ class BankedUpdates(NamedTuple):
     kind: str = "delta"
     store: tuple[str, ...] = ()
     normalize_steps: bool = False
+
+    def check(self, sim, contributions) -> None:
+        if self.kind not in BANK_KINDS or not set(self.store) <= set(BANK_KINDS):
+            raise ValueError(f"bank kind {self.kind!r} / store {self.store} must name {' or '.join(BANK_KINDS)} banks")
+        for client, coefficient in self.bank:
+            if not 0 <= client < sim.num_clients or not math.isfinite(coefficient):
+                raise ValueError(f"bank contribution ({client}, {coefficient}) needs a client in range and a finite c")
 
 
 def level_budgets(num_clients: int, beta: int) -> list[float]:

@@ -47,6 +47,10 @@ class TierUpdate(NamedTuple):
     tier: int
     tier_weights: tuple[tuple[int, float], ...]
 
+    def check(self, sim, contributions) -> None:
+        if self.tier not in dict(self.tier_weights):
+            raise ValueError(f"a tier update needs its tier ({self.tier}) among tier_weights {self.tier_weights}")
+
 
 def form_tiers(time_per_step, ratio: float) -> list[list[int]]:
     """Group clients into tiers, fastest first: a tier holds every client within ``ratio`` of its first.

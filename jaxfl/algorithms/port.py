@@ -41,7 +41,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, register
+from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, check_per_dispatch, register
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 
 REPLACEMENT_STREAM = 21  # SeedSequence([seed, REPLACEMENT_STREAM]) picks the clients that start training
@@ -80,6 +80,9 @@ class PortWeights(NamedTuple):
     staleness_part: tuple[float, ...]  # a_k = d_k s_k
     interference_scale: tuple[float, ...]  # b_k = d_k β
     force_cosine_one: tuple[bool, ...]
+
+    def check(self, sim, contributions) -> None:
+        check_per_dispatch(self, contributions, "staleness_part", "interference_scale", "force_cosine_one")
 
 
 def staleness_discount(staleness: int, alpha: float, bound: float) -> float:

@@ -17,7 +17,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from jaxfl.algorithms.base import DeviceHook
+from jaxfl.algorithms.base import DeviceHook, check_per_dispatch
 
 
 class NormalizeSteps(NamedTuple):
@@ -26,6 +26,9 @@ class NormalizeSteps(NamedTuple):
     dispatch_ids: tuple[int, ...]
     step_weights: tuple[float, ...]
     normalize_steps: bool = True
+
+    def check(self, sim, contributions) -> None:
+        check_per_dispatch(self, contributions, "step_weights")
 
 
 class StepNormalization(DeviceHook):

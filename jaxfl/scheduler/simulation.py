@@ -87,6 +87,7 @@ class Aggregation:
 
     ``payload`` is the policy's typed message to its algorithm's device hooks (a NamedTuple the
     hooks define, e.g. the parts of a weighting that need no parameters); the engine never reads it.
+    The simulation calls its ``check(sim, contributions)``, if it has one, before the update.
     """
 
     time: float
@@ -235,9 +236,14 @@ class Simulation:
                   server_optimizer: bool = True, payload: Any = None) -> int:
         """Apply a global update from arrived dispatches; returns the new global version.
 
-        ``payload`` goes to the algorithm's device hooks unread (see :class:`Aggregation`).
+        ``payload`` goes to the algorithm's device hooks unread (see :class:`Aggregation`); a payload
+        with a ``check(sim, contributions)`` method has it called first, to refuse an inconsistent one.
         """
-        contributions = self._screen_nonfinite(tuple((int(d), float(c)) for d, c in contributions))
+        contributions = tuple((int(d), float(c)) for d, c in contributions)
+        check = getattr(payload, "check", None)
+        if check is not None:
+            check(self, contributions)
+        contributions = self._screen_nonfinite(contributions)
         if mode not in AGGREGATION_MODES:
             raise ValueError(f"aggregation mode {mode!r} not in {AGGREGATION_MODES}")
         seen = set()
