@@ -84,6 +84,11 @@ class Options:
     def validate(self, run) -> None:
         """Raise :class:`~jaxfl.config.ConfigError` for a bad value (types are checked before)."""
 
+    def pick(self, cls: type):
+        """A ``cls`` dataclass built from these options' fields of the same names (e.g. the switches
+        a policy takes)."""
+        return cls(**{field.name: getattr(self, field.name) for field in dataclasses.fields(cls)})
+
 
 class DeviceHook:
     """Device-side part of an algorithm; every method is optional.

@@ -332,7 +332,7 @@ class FedCompassConfig(Options):
         return self.q_min or min(q_max, max(1, round(0.2 * q_max))), q_max
 
     def switches(self) -> CompassOptions:
-        return CompassOptions(**{field.name: getattr(self, field.name) for field in dataclasses.fields(CompassOptions)})
+        return self.pick(CompassOptions)
 
     def validate(self, run) -> None:
         from jaxfl.config import fail

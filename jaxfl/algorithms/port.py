@@ -290,7 +290,7 @@ class PortConfig(Options):
     replace: str | None = None  # all: keep P in flight (paper) | step2: replace only the K (PLATO)
 
     def switches(self) -> PortOptions:
-        return PortOptions(**{field.name: getattr(self, field.name) for field in dataclasses.fields(PortOptions)})
+        return self.pick(PortOptions)
 
     def validate(self, run) -> None:
         from jaxfl.config import fail
