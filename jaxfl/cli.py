@@ -28,7 +28,7 @@ import sys
 
 from jaxfl import algorithms
 from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, ConfigError, RunConfig, config_from_mapping,
-                          load_config_file, split_algorithm_options)
+                          load_config_file, option_namespaces, split_algorithm_options)
 from jaxfl.engine import NumericalError
 
 _HELP = {
@@ -78,16 +78,19 @@ def _value_parser(name: str, annotation: str | None = None):
     return parse
 
 
+def _add_flag(group, flags: list[str], dest: str, annotation: str, help_text: str, parse=None) -> None:
+    """One flag: ``--x/--no-x`` for a bool field, else a value parsed by the field's annotation."""
+    if annotation.startswith("bool"):
+        group.add_argument(*flags, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+    else:
+        group.add_argument(*flags, dest=dest, type=parse or _value_parser(dest, annotation), default=None,
+                           metavar=dest.rpartition(".")[2].upper(), help=help_text)
+
+
 def _option_flags(run: argparse.ArgumentParser) -> None:
     """One flag per option of every registered algorithm, in the options' namespace (dest ``space.field``)."""
-    done = set()
-    for name in algorithms.names():
-        cls = algorithms.get(name).Options
-        space = algorithms.get(name).option_namespace()
-        if space in done or not dataclasses.fields(cls):
-            continue
-        done.add(space)
-        owners = [n for n in algorithms.names() if algorithms.get(n).option_namespace() == space]
+    for space, owners in option_namespaces().items():
+        cls = algorithms.get(owners[0]).Options
         group = run.add_argument_group(f"{', '.join(owners)} options")
         aliases = {field: alias for alias, field in cls.aliases.items()}
         comments = _field_comments(cls)
@@ -99,13 +102,7 @@ def _option_flags(run: argparse.ArgumentParser) -> None:
             dest = f"{space}.{field.name}"
             preset_fields = next(iter(cls.presets.values()), {})
             default = "the preset's" if field.default is None and field.name in preset_fields else field.default
-            if field.type.startswith("bool"):
-                group.add_argument(*flags, dest=dest, action=argparse.BooleanOptionalAction, default=None,
-                                   help=f"{comments.get(field.name, '')} (default: {default})")
-            else:
-                group.add_argument(*flags, dest=dest, type=_value_parser(dest, field.type), default=None,
-                                   metavar=field.name.upper(),
-                                   help=f"{comments.get(field.name, '')} (default: {default})")
+            _add_flag(group, flags, dest, field.type, f"{comments.get(field.name, '')} (default: {default})")
 
 
 def _field_comments(cls) -> dict[str, str]:
@@ -138,13 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
         described = _HELP.get(name, comments.get(name, name.replace("_", " "))).replace(
             "{names}", ", ".join(algorithms.names()))
         help_text = f"{described} (default: {field.default})"
-        group = groups[SECTION_OF.get(name)]
-        if field.type.startswith("bool"):
-            group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
-                               help=help_text)
-        else:
-            group.add_argument(*flags, dest=name, type=str if name == "algorithm" else _value_parser(name),
-                               default=None, metavar=name.upper(), help=help_text)
+        _add_flag(groups[SECTION_OF.get(name)], flags, name, field.type, help_text,
+                  parse=str if name == "algorithm" else None)
     _option_flags(run)
     listing = commands.add_parser("algorithms", help="the registered algorithms: name, kind, options")
     listing.add_argument("--algorithm", action="append", default=[], metavar="MODULE:CLASS",

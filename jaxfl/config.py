@@ -428,7 +428,7 @@ def _coerce(value: Any, annotation: str) -> Any:
     return value
 
 
-def _namespaces() -> dict[str, list[str]]:
+def option_namespaces() -> dict[str, list[str]]:
     """Options namespace (``port``, ``compass``, …) → the registered algorithms that read it."""
     spaces: dict[str, list[str]] = {}
     for name in algorithms.names():
@@ -448,7 +448,7 @@ def split_algorithm_options(values: dict[str, Any]) -> tuple[dict[str, Any], dic
     >>> split_algorithm_options({"clients": 4, "port.min-clients": 2, "compass_q_min": 3})
     ({'clients': 4}, {'port': {'min_clients': 2}, 'compass': {'q_min': 3}})
     """
-    spaces = _namespaces()
+    spaces = option_namespaces()
     fields: dict[str, Any] = {}
     options: dict[str, dict[str, Any]] = {}
     for key, value in values.items():
@@ -521,7 +521,7 @@ def config_from_mapping(values: dict[str, Any], base: RunConfig | None = None) -
         if chosen is None or isinstance(chosen, dict):
             chosen = {**(chosen or {}), **options.pop(own)}
     for space, given in options.items():
-        owners = _namespaces()[space]
+        owners = option_namespaces()[space]
         other = algorithms.get(owners[0]).Options
         defaults = {field.name: (field.default, field.type) for field in dataclasses.fields(other)}
         for key, value in given.items():
