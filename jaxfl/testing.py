@@ -178,7 +178,7 @@ def check_algorithm(algorithm: str | type, checks: Iterable[str] = CHECKS, outpu
     if "no_jax" in checks:
         module = type(algorithms.build(validate(config)).policy()).__module__
         report["policy_module"] = module
-        _check_imports_without_jax(module)
+        check_imports_without_jax(module)
     return report
 
 
@@ -194,19 +194,24 @@ class Blocked:
         if name.split(".")[0] in ("jax", "jaxlib", "flax", "optax"):
             raise ImportError(f"{name} is blocked: a policy module must not import jax at import time")
 sys.meta_path.insert(0, Blocked())
-importlib.import_module(sys.argv[1])
+module = importlib.import_module(sys.argv[1])
+if sys.argv[2:] == ["walk"] and hasattr(module, "__path__"):  # a package: every module below it too
+    import pkgutil
+    for info in pkgutil.walk_packages(module.__path__, prefix=module.__name__ + "."):
+        importlib.import_module(info.name)
 print("ok")
 """
 
 
-def _check_imports_without_jax(module: str) -> None:
-    """Import ``module`` in a fresh interpreter where importing jax fails."""
+def check_imports_without_jax(module: str, walk: bool = False) -> None:
+    """Import ``module`` (with ``walk``, every module of the package too) in a fresh interpreter where
+    importing jax, jaxlib, flax or optax fails; ``AssertionError`` with the traceback otherwise."""
     if module == "__main__" or module.startswith("__"):
         return  # defined in a script or notebook: nothing to import separately
     loaded = sys.modules.get(module)
     folders = [os.path.dirname(loaded.__file__)] if getattr(loaded, "__file__", None) else []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(folders + [p for p in sys.path if p]))
-    result = subprocess.run([sys.executable, "-c", _NO_JAX, module], capture_output=True, text=True, env=env,
-                            timeout=120)
+    result = subprocess.run([sys.executable, "-c", _NO_JAX, module] + (["walk"] if walk else []),
+                            capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), \
-        f"policy module {module} does not import without jax:\n{result.stderr[-2000:]}"
+        f"{module} does not import without jax:\n{result.stderr[-2000:]}"
