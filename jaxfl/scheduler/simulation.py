@@ -40,6 +40,9 @@ from jaxfl.scheduler.speeds import ClientSpeeds
 IN_FLIGHT, ARRIVED, AGGREGATED, DROPPED = "in_flight", "arrived", "aggregated", "dropped"
 AGGREGATION_MODES = ("delta", "mix")
 NONFINITE_POLICIES = ("stop", "skip")
+# Finished (aggregated or dropped) dispatch records kept for inspection after a run; beyond this the
+# oldest are let go so that memory follows what is in flight, not how long the run is.
+KEEP_FINISHED_RECORDS = 100_000
 # Simulator-internal events (the policy never sees a crash): after everything else at an instant.
 _INTERNAL_PRIORITIES = {"crash": 9}
 
@@ -74,6 +77,71 @@ class DispatchRecord:
     fetch_step: int | None = None
     fetch_version: int | None = None
     fetched: bool = False
+
+
+class DispatchRecords:
+    """The simulation's dispatch records by id: every unfinished one (in flight or arrived), and
+    finished ones (aggregated or dropped) up to ``keep_finished``, the oldest forgotten first.
+
+    Memory so stays bounded by what is in flight however long a run goes (10^5 clients × 100
+    synchronous rounds are 10^7 dispatches); the event log keeps every dispatch. Iteration yields
+    the kept records in dispatch order; ``len`` counts every dispatch ever made.
+
+    >>> records = DispatchRecords(keep_finished=1)
+    >>> for i in range(3):
+    ...     records.add(DispatchRecord(i, client=i, version=0, steps=1, client_round=0, start_time=0.0, arrival_time=1.0))
+    >>> records.finish(records[0]); records.finish(records[1])
+    >>> [r.id for r in records], len(records), 1 in records, 0 in records
+    ([1, 2], 3, True, False)
+    """
+
+    def __init__(self, keep_finished: int | None = None):
+        if keep_finished is not None and keep_finished < 0:
+            raise ValueError(f"keep_finished={keep_finished} is not allowed: >= 0, or None to keep every record")
+        self.keep_finished = keep_finished
+        self.live: dict[int, DispatchRecord] = {}
+        self.finished: dict[int, DispatchRecord] = {}  # in order of finishing
+        self.count = 0
+        self.forgotten = 0
+
+    def add(self, record: DispatchRecord) -> None:
+        if record.id != self.count:
+            raise ValueError(f"dispatch ids must be consecutive: expected {self.count}, got {record.id}")
+        self.live[record.id] = record
+        self.count += 1
+
+    def finish(self, record: DispatchRecord) -> None:
+        """Move an aggregated or dropped record out of the live set."""
+        if self.live.pop(record.id, None) is None:
+            return
+        if self.keep_finished == 0:
+            self.forgotten += 1
+            return
+        self.finished[record.id] = record
+        if self.keep_finished is not None and len(self.finished) > self.keep_finished:
+            del self.finished[next(iter(self.finished))]
+            self.forgotten += 1
+
+    def __getitem__(self, dispatch_id: int) -> DispatchRecord:
+        record = self.live.get(dispatch_id)
+        if record is None:
+            record = self.finished.get(dispatch_id)
+        if record is None:
+            if 0 <= dispatch_id < self.count:
+                raise KeyError(f"dispatch {dispatch_id} finished long ago and its record was let go "
+                               f"(the simulation keeps the last {self.keep_finished} finished records; "
+                               "the event log has every dispatch)")
+            raise KeyError(f"no dispatch {dispatch_id}: {self.count} dispatches so far")
+        return record
+
+    def __contains__(self, dispatch_id: int) -> bool:
+        return dispatch_id in self.live or dispatch_id in self.finished
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        return iter(sorted([*self.live.values(), *self.finished.values()], key=lambda r: r.id))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +215,8 @@ class Simulation:
     def __init__(self, policy: Policy, speeds: ClientSpeeds, client_weights: Sequence[float],
                  backend: Backend, max_time: float = math.inf, max_updates: int | None = None,
                  log: Callable[[dict], None] | None = None, faults: ClientFaults | None = None,
-                 on_nonfinite: str = "stop", after_event: Callable[["Simulation"], None] | None = None):
+                 on_nonfinite: str = "stop", after_event: Callable[["Simulation"], None] | None = None,
+                 keep_finished_records: int | None = KEEP_FINISHED_RECORDS):
         weights = np.asarray(client_weights, dtype=np.float64)
         if weights.ndim != 1 or len(weights) < 1:
             raise ValueError(f"client_weights must be a non-empty 1-D sequence, got shape {weights.shape}")
@@ -170,7 +239,15 @@ class Simulation:
         self.after_event = after_event  # called between events (never inside one): checkpoints
         self._started = False
         self.version = 0
-        self.records: list[DispatchRecord] = []
+        self.records = DispatchRecords(keep_finished_records)
+        # Kept as counters, not recounted from the records (which forget finished dispatches).
+        self._counts = {IN_FLIGHT: 0, ARRIVED: 0, AGGREGATED: 0, DROPPED: 0}
+        self._drop_reasons: dict[str, int] = {}
+        # The timeline's statistics, gathered as it runs (the event log may be too big to re-read):
+        # seconds each client spent on dispatches that ended, and the staleness of aggregated updates.
+        self.busy_time = np.zeros(self.num_clients)
+        self.staleness_counts: dict[int, int] = {}
+        self.events_processed = 0
         self.client_rounds = np.zeros(self.num_clients, dtype=np.int64)
         self.stop_reason: str | None = None
         self._log = log or (lambda row: None)
@@ -203,13 +280,14 @@ class Simulation:
         fault = self.faults.draw(client, duration) if self.faults is not None else None
         if fault is not None and fault.kind in ("delay", "dropout"):
             duration += fault.extra_time
-        record = DispatchRecord(id=len(self.records), client=client, version=self.version,
+        record = DispatchRecord(id=self.records.count, client=client, version=self.version,
                                 steps=int(steps), client_round=int(self.client_rounds[client]),
                                 start_time=self.now, arrival_time=self.now + duration,
                                 lr_scale=float(lr_scale),
                                 fetch_step=None if fetch_step is None else int(fetch_step))
         self.client_rounds[client] += 1
-        self.records.append(record)
+        self.records.add(record)
+        self._counts[IN_FLIGHT] += 1
         if fault is not None and fault.kind == "crash":
             record.arrival_time = math.inf
             self.queue.push(self.now + fault.fraction * duration, "crash", client, record.id)
@@ -260,13 +338,20 @@ class Simulation:
         self.version += 1
         aggregation = Aggregation(self.now, self.version, contributions, mode, server_optimizer, payload)
         records = [self.records[d] for d, _ in contributions]
+        counts = self.staleness_counts
         for record in records:
+            staleness = self.version - 1 - record.version
+            counts[staleness] = counts.get(staleness, 0) + 1
             record.status = AGGREGATED
             record.aggregated_in = self.version
+            self._counts[ARRIVED] -= 1
+            self._counts[AGGREGATED] += 1
         self._write("aggregate", self.now, -1, None, self.version, None, None,
                     f"{len(contributions)} updates")
         if self.backend.on_aggregate(aggregation, records):
             self._stop_requested = True
+        for record in records:
+            self.records.finish(record)
         return self.version
 
     def _screen_nonfinite(self, contributions: tuple[tuple[int, float], ...]) -> tuple[tuple[int, float], ...]:
@@ -310,11 +395,18 @@ class Simulation:
         """Discard an arrived update (counted by reason in the accounting)."""
         if record.status != ARRIVED:
             raise ValueError(f"dispatch {record.id} is {record.status}, only arrived updates can be dropped")
-        record.status = DROPPED
-        record.drop_reason = reason
+        self._mark_dropped(record, reason, ARRIVED)
         self.backend.on_drop(record)
         self._write("drop", self.now, record.client, record.id, record.version, self.staleness(record),
                     record.steps, reason)
+        self.records.finish(record)
+
+    def _mark_dropped(self, record: DispatchRecord, reason: str, was: str) -> None:
+        record.status = DROPPED
+        record.drop_reason = reason
+        self._counts[was] -= 1
+        self._counts[DROPPED] += 1
+        self._drop_reasons[reason] = self._drop_reasons.get(reason, 0) + 1
 
     # ----------------------------------------------------------------- the loop
     def run(self) -> str:
@@ -340,6 +432,7 @@ class Simulation:
                 self.stop_reason = "time budget"
                 break
             self.queue.pop()
+            self.events_processed += 1
             self._handle(event)
             if self.after_event is not None:
                 self.after_event(self)
@@ -363,6 +456,9 @@ class Simulation:
         if event.kind == "arrival":
             record = self.records[event.payload]
             record.status = ARRIVED
+            self.busy_time[record.client] += record.arrival_time - record.start_time
+            self._counts[IN_FLIGHT] -= 1
+            self._counts[ARRIVED] += 1
             self._write("arrival", event.time, record.client, record.id, record.version,
                         self.staleness(record), record.steps)
             self.policy.on_arrival(self, record)
@@ -373,34 +469,56 @@ class Simulation:
             self.policy.on_timer(self, event.payload)
         elif event.kind == "crash":  # the client stops for good; the policy is not told
             record = self.records[event.payload]
-            record.status = DROPPED
-            record.drop_reason = "client crashed"
+            self._mark_dropped(record, "client crashed", IN_FLIGHT)
+            self.busy_time[record.client] += event.time - record.start_time
             self._write("crash", event.time, record.client, record.id, record.version, None, record.steps)
             self.backend.on_drop(record)
+            self.records.finish(record)
         else:
             raise ValueError(f"unknown event kind {event.kind!r}")
 
     # ----------------------------------------------------------------- accounting and logs
     def accounting(self) -> dict:
-        """Every dispatch is aggregated, dropped (by reason), arrived-but-unused or in flight."""
-        counts = {"dispatched": len(self.records), "aggregated": 0, "dropped": 0,
-                  "arrived_unaggregated": 0, "in_flight": 0, "dropped_by_reason": {}}
-        for record in self.records:
-            if record.status == AGGREGATED:
-                counts["aggregated"] += 1
-            elif record.status == DROPPED:
-                counts["dropped"] += 1
-                reasons = counts["dropped_by_reason"]
-                reasons[record.drop_reason] = reasons.get(record.drop_reason, 0) + 1
-            elif record.status == ARRIVED:
-                counts["arrived_unaggregated"] += 1
-            else:
-                counts["in_flight"] += 1
+        """Every dispatch is aggregated, dropped (by reason), arrived-but-unused or in flight.
+
+        Kept as running counters (O(1), whatever the number of dispatches), checked against the
+        records still live."""
+        counts = {"dispatched": self.records.count, "aggregated": self._counts[AGGREGATED],
+                  "dropped": self._counts[DROPPED], "arrived_unaggregated": self._counts[ARRIVED],
+                  "in_flight": self._counts[IN_FLIGHT], "dropped_by_reason": dict(self._drop_reasons)}
         total = (counts["aggregated"] + counts["dropped"] + counts["arrived_unaggregated"]
                  + counts["in_flight"])
-        if total != counts["dispatched"]:
-            raise RuntimeError(f"accounting invariant violated: {counts}")
+        live = len(self.records.live)
+        if total != counts["dispatched"] or live != counts["arrived_unaggregated"] + counts["in_flight"]:
+            raise RuntimeError(f"accounting invariant violated: {counts} with {live} live records")
         return counts
+
+    def timeline(self, end_time: float | None = None) -> dict:
+        """How the federation spent its time up to ``end_time`` (default: now), for the run summary.
+
+        - ``staleness_histogram``: aggregated updates per staleness τ_g − τ_i at aggregation;
+        - ``utilisation``: the fraction of the time clients spent training or transferring (mean over
+          clients; min, median and max of the per-client fractions);
+        - ``idle_client_seconds``: the time clients were not on a dispatch, summed over clients;
+        - ``aggregations_per_virtual_hour``: global updates per 3,600 virtual seconds;
+        - ``events``: events processed from the queue.
+
+        A dispatch still in flight counts as busy up to ``end_time``.
+        """
+        end = self.now if end_time is None else float(end_time)
+        busy = self.busy_time.copy()
+        for record in self.records.live.values():
+            if record.status == IN_FLIGHT and record.start_time < end:
+                busy[record.client] += min(record.arrival_time, end) - record.start_time
+        fraction = busy / end if end > 0 else np.zeros_like(busy)
+        return {
+            "staleness_histogram": {str(s): n for s, n in sorted(self.staleness_counts.items())},
+            "utilisation": {"mean": round(float(fraction.mean()), 6), "min": round(float(fraction.min()), 6),
+                            "median": round(float(np.median(fraction)), 6), "max": round(float(fraction.max()), 6)},
+            "idle_client_seconds": round(float(max(end * self.num_clients - busy.sum(), 0.0)), 3),
+            "aggregations_per_virtual_hour": round(self.version * 3600.0 / end, 3) if end > 0 else None,
+            "events": self.events_processed,
+        }
 
     def _write(self, event, time, client, dispatch, version, staleness, steps, detail=None):
         self._log({"time": time, "event": event, "client": client, "dispatch": dispatch,
