@@ -48,7 +48,9 @@ _HELP = {
     "max_updates": "budget in global updates",
     "target_accuracy": "held-out accuracy whose first crossing is reported as time to target",
     "stop_at_target": "stop a run once it reaches the target accuracy",
-    "rule": "fedcompass (update rules of the FedCompass authors' framework) or paper (original papers)",
+    "rule": "paper (the original papers; FedBuff's default) or fedcompass (the FedCompass authors' framework, "
+            "p_i-weighted; FedAsync's default)",
+    "concurrency": "clients in flight for FedAsync/FedBuff (default: --clients-per-round, else min(clients, 1000))",
     "batching": "defer dispatches and train the in-flight work together (--no-batching: one at a time)",
     "output_dir": "folder that receives one run directory per run",
 }
@@ -320,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
         for config in configs:
             result = run_experiment(config)
             summary = result.summary
+            if config.timing_only:
+                print(_timing_line(summary, result.run_dir))
+                results.append(result)
+                continue
             reached = "not reached" if summary["time_to_target"] is None else \
                 f"{summary['time_to_target']:.1f} virtual s"
             print(f"{summary['algorithm']}: best accuracy {summary['best_accuracy']:.4f}, target "
@@ -330,9 +336,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"jaxfl: error: {error}\n")
     except NumericalError as error:  # the run directory keeps everything logged until then
         parser.exit(1, f"jaxfl: run stopped: {error}\n")
-    if len(results) > 1:
+    if len(results) > 1 and not configs[0].timing_only:
         _print_comparison(results, configs[0].output_dir)
     return 0
+
+
+def _timing_line(summary: dict, run_dir: str) -> str:
+    """One line on a timing-only run: its schedule's shape and how fast it was simulated."""
+    timeline = summary["timeline"]
+    histogram = {int(s): n for s, n in timeline["staleness_histogram"].items()}
+    total = sum(histogram.values())
+    mean_staleness = sum(s * n for s, n in histogram.items()) / total if total else 0.0
+    return (f"{summary['algorithm']} (timing only): {summary['global_updates']} updates in "
+            f"{summary['virtual_time']:.1f} virtual s ({timeline['aggregations_per_virtual_hour']:.0f}/virtual h), "
+            f"mean staleness {mean_staleness:.2f}, utilisation {timeline['utilisation']['mean']:.1%}, "
+            f"{timeline['events']} events at {summary['events_per_second']:,.0f} events/s, "
+            f"stop: {summary['stop_reason']} → {run_dir}")
 
 
 if __name__ == "__main__":

@@ -116,9 +116,10 @@ class ServerConfig:
     server_optimizer: str = "sgd"  # optax on the aggregated update: sgd, adam, yogi, adagrad
     server_lr: float | None = None  # None: 1 for sgd (FedAvg), DEFAULT_SERVER_LR for adam/yogi/adagrad
     server_momentum: float | None = None  # None: the algorithm's (0.9 for fedavgm), 0 otherwise
-    clients_per_round: int | None = None  # synchronous methods; None: all clients
+    clients_per_round: int | None = None  # synchronous methods; None: all clients (async: the concurrency)
+    concurrency: int | None = None  # asynchronous methods: clients in flight; None: clients_per_round or min(clients, 1000)
     buffer_size: int = 3  # FedBuff K
-    rule: str = "fedcompass"  # update-rule form of FedAsync/FedBuff: authors' framework or original paper
+    rule: str | None = None  # FedAsync/FedBuff update rule: paper or fedcompass (authors' framework); None: each's default
     staleness: str = "polynomial"  # st(s): constant, polynomial α(s+1)^-a, hinge, exponential
     staleness_alpha: float = 0.9  # α of st(s)
     staleness_a: float = 0.5  # a of st(s)
@@ -145,6 +146,7 @@ class EngineConfig:
     clients_per_call: int | None = None  # None: chosen per backend
     steps_per_call: int | None = None  # None: chosen per backend
     memory_limit_mb: float | None = None  # memory one training call may use (None: what is free)
+    timing_only: bool = False  # the schedule only: no training, no model on device (staleness, idle time, events/s)
 
 
 SECTIONS = {"data": DataConfig, "speeds": SpeedsConfig, "faults": FaultsConfig, "client": ClientConfig,
@@ -288,11 +290,11 @@ def validate(config: RunConfig) -> RunConfig:
                "partition": PARTITION_NAMES, "heterogeneity": HETEROGENEITY_NAMES,
                "client_weights": CLIENT_WEIGHTS, "client_optimizer": CLIENT_OPTIMIZERS,
                "server_optimizer": SERVER_OPTIMIZER_NAMES, "staleness": STALENESS_NAMES,
-               "rule": RULES, "negative_times": NEGATIVE_POLICIES, "augment": AUGMENTATIONS}
+               "rule": RULES + (None,), "negative_times": NEGATIVE_POLICIES, "augment": AUGMENTATIONS}
     for name, allowed in choices.items():
         if getattr(config, name) not in allowed:
             fail(name, getattr(config, name), f"one of {', '.join(allowed)}")
-    positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every", "max_updates", "clients_per_round", "clients_per_call", "steps_per_call", "shards_per_client")
+    positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every", "max_updates", "clients_per_round", "concurrency", "clients_per_call", "steps_per_call", "shards_per_client")
     for name in positive_ints:
         value = getattr(config, name)
         if value is not None and value < 1:
@@ -327,9 +329,9 @@ def validate(config: RunConfig) -> RunConfig:
         fail("max_time", config.max_time, "a finite time budget, or set max_updates or stop_at_target")
     if config.eval_interval is not None and not (config.eval_interval > 0 and math.isfinite(config.eval_interval)):
         fail("eval_interval", config.eval_interval, "a finite number of virtual seconds > 0, or null")
-    if config.clients_per_round is not None and config.clients_per_round > config.clients:
-        fail("clients_per_round", config.clients_per_round,
-              f"at most the number of clients ({config.clients})")
+    for name in ("clients_per_round", "concurrency"):
+        if getattr(config, name) is not None and getattr(config, name) > config.clients:
+            fail(name, getattr(config, name), f"at most the number of clients ({config.clients})")
     for name in ("crash_prob", "delay_prob", "dropout_prob"):
         if not 0 <= getattr(config, name) <= 1:
             fail(name, getattr(config, name), "a probability in [0, 1]")
@@ -362,6 +364,14 @@ def validate(config: RunConfig) -> RunConfig:
     options = resolve_options(algorithm, config.algorithm_options)
     options.validate(config)
     algorithm.validate(config, options)
+    if config.timing_only:
+        depends = algorithm.schedule_depends_on_model(config, options)
+        if depends is not None:
+            fail("timing_only", True, f"false for this {config.algorithm} run: its schedule depends on model "
+                                      f"values ({depends})")
+        if math.isinf(config.max_time) and config.max_updates is None:
+            fail("max_time", config.max_time, "a finite time budget, or max_updates, for a timing-only run "
+                                              "(it has no accuracy to stop at)")
     config = dataclasses.replace(config, algorithm_options=options)
     if config.run_name is not None and (not config.run_name or os.sep in config.run_name
                                         or config.run_name in (".", "..")):

@@ -1,5 +1,8 @@
 """FedAsync (Xie et al. 2019): every arrival is one global update.
 
+``concurrency`` clients train at once (default ``min(clients, 1000)``); each client that reports
+is answered and a replacement drawn uniformly from the idle clients.
+
 Two update rules, chosen by ``rule``:
 
 ``"fedcompass"`` (default; the form the FedCompass authors benchmarked, spec fedcompass.md §4)::
@@ -21,27 +24,33 @@ from __future__ import annotations
 from typing import Callable
 
 from jaxfl.algorithms.base import Algorithm, register, staleness_function
+from jaxfl.scheduler.pool import InFlightLimit
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 
 RULES = ("fedcompass", "paper")
 
 
-class FedAsync(Policy):
+class FedAsync(InFlightLimit, Policy):
     """Asynchronous FedAsync; see the module docstring for the two rules."""
 
     name = "fedasync"
 
-    def __init__(self, local_steps: int, staleness: Callable[[int], float], rule: str = "fedcompass"):
+    def __init__(self, local_steps: int, staleness: Callable[[int], float], rule: str = "fedcompass",
+                 concurrency: int | None = None, seed: int = 0):
         if rule not in RULES:
             raise ValueError(f"unknown FedAsync rule {rule!r}; allowed: {', '.join(RULES)}")
         self.local_steps = local_steps
         self.staleness = staleness
         self.rule = rule
         self.needs_start_models = rule == "paper"
+        self.concurrency = concurrency
+        self.seed = seed
 
     def start(self, sim: Simulation) -> None:
-        for client in range(sim.num_clients):
-            sim.dispatch(client, self.local_steps)
+        self.start_in_flight(sim)
+
+    def summary(self) -> dict:
+        return {"concurrency": self.concurrency, "rule": self.rule}
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
         weight = float(self.staleness(sim.staleness(record)))
@@ -65,4 +74,6 @@ class FedAsyncAlgorithm(Algorithm):
         return run.rule != "paper"  # the paper's rule mixes models
 
     def policy(self) -> FedAsync:
-        return FedAsync(self.run.local_steps, staleness_function(self.run), rule=self.run.rule)
+        run = self.run
+        return FedAsync(run.local_steps, staleness_function(run), rule=run.rule or "fedcompass",
+                        concurrency=run.concurrency or run.clients_per_round, seed=run.seed)

@@ -1,36 +1,43 @@
 """FedBuff (Nguyen et al. 2022): buffered asynchronous aggregation.
 
-``rule="fedcompass"`` (default; the FedCompass authors' framework, spec fedcompass.md §4)::
+``concurrency`` clients train at once (default ``min(clients, 1000)``, the paper's 1,000 in flight);
+each client that reports is answered and a replacement drawn uniformly from the idle clients.
+
+``rule="paper"`` (default, the original FedBuff)::
+
+        b ← b + st(τ_g − τ_i) · Δ_i ;  once K are in: w ← w − η_g · b / K
+
+with η_g the server learning rate (the engine's server optimiser, sgd(η_g)). The step does not
+shrink as the federation grows, so FedBuff behaves the same at 10 and at 10^6 clients.
+
+``rule="fedcompass"`` (the FedCompass authors' framework, spec fedcompass.md §4; APPFL's form)::
 
     on arrival of Δ_i trained from version τ_i:
         b ← b + st(τ_g − τ_i) · p_i · Δ_i      # staleness taken when the update is buffered
         reply to client i with the current w
         if K updates are buffered: w ← w − b ; τ_g ← τ_g + 1 ; b ← 0   # no 1/K, no server lr
 
-``rule="paper"`` (the original FedBuff)::
-
-        b ← b + st(τ_g − τ_i) · Δ_i ;  once K are in: w ← w − η_g · b / K
-
-with η_g the server learning rate (the engine's server optimiser, sgd(η_g)). A buffer may hold two
-updates from the same client.
+With p_i ≈ 1/C that step vanishes in large federations (at 10^4 clients the model does not move).
+A buffer may hold two updates from the same client.
 """
 from __future__ import annotations
 
 from typing import Callable
 
 from jaxfl.algorithms.base import Algorithm, register, staleness_function
+from jaxfl.scheduler.pool import InFlightLimit
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 
-RULES = ("fedcompass", "paper")
+RULES = ("paper", "fedcompass")
 
 
-class FedBuff(Policy):
+class FedBuff(InFlightLimit, Policy):
     """Buffered asynchronous aggregation; see the module docstring for the two rules."""
 
     name = "fedbuff"
 
     def __init__(self, local_steps: int, buffer_size: int, staleness: Callable[[int], float],
-                 rule: str = "fedcompass"):
+                 rule: str = "paper", concurrency: int | None = None, seed: int = 0):
         if rule not in RULES:
             raise ValueError(f"unknown FedBuff rule {rule!r}; allowed: {', '.join(RULES)}")
         if buffer_size < 1:
@@ -39,11 +46,15 @@ class FedBuff(Policy):
         self.buffer_size = buffer_size
         self.staleness = staleness
         self.rule = rule
+        self.concurrency = concurrency
+        self.seed = seed
         self.buffer: list[tuple[int, float]] = []
 
     def start(self, sim: Simulation) -> None:
-        for client in range(sim.num_clients):
-            sim.dispatch(client, self.local_steps)
+        self.start_in_flight(sim)
+
+    def summary(self) -> dict:
+        return {"concurrency": self.concurrency, "rule": self.rule}
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
         weight = float(self.staleness(sim.staleness(record)))
@@ -75,4 +86,6 @@ class FedBuffAlgorithm(Algorithm):
                                                  "a larger buffer never fills")
 
     def policy(self) -> FedBuff:
-        return FedBuff(self.run.local_steps, self.run.buffer_size, staleness_function(self.run), rule=self.run.rule)
+        run = self.run
+        return FedBuff(run.local_steps, run.buffer_size, staleness_function(run), rule=run.rule or "paper",
+                       concurrency=run.concurrency or run.clients_per_round, seed=run.seed)
