@@ -109,7 +109,7 @@ class Engine:
         self.version = 0
         self._versions: dict[int, PyTree] = {0: init_params}
         self._version_users: dict[int, int] = {}  # dispatches still needing a version's params
-        self._pending: list[DispatchRecord] = []
+        self._pending: dict[int, DispatchRecord] = {}  # dispatch id → record, in dispatch order
         self._results: dict[int, tuple[_TrainedBatch, int]] = {}
         self._client_metrics: dict[int, dict] = {}
         self._train_root = jax.random.fold_in(jax.random.key(seed), TRAIN_STREAM)
@@ -174,13 +174,12 @@ class Engine:
     # ----------------------------------------------------------------- Backend API
     def on_dispatch(self, record: DispatchRecord) -> None:
         self._version_users[record.version] = self._version_users.get(record.version, 0) + 1
-        self._pending.append(record)
+        self._pending[record.id] = record
         if not self.batching:
             self._train_pending()
 
     def on_aggregate(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> bool:
-        if any(record.id not in self._results for record in records):
-            self._train_pending()
+        self._train_needed(records)
         self.stats.aggregated_steps += sum(record.steps for record in records)
         aggregation = self._weigh(aggregation, records)
         replaced = None
@@ -212,15 +211,14 @@ class Engine:
 
     def nonfinite(self, records: Sequence[DispatchRecord]) -> list[DispatchRecord]:
         """The records whose loss or update is NaN/Inf (training pending work first)."""
-        if any(record.id not in self._results for record in records):
-            self._train_pending()
+        self._train_needed(records)
         return [record for record in records if not self._client_metrics[record.id]["finite"]]
 
     def on_drop(self, record: DispatchRecord) -> None:
         if record.id in self._results:
             self._release(record)
         else:
-            self._pending.remove(record)
+            del self._pending[record.id]
             self._version_users[record.version] -= 1
         if record.id in self._fetches:  # a fetched model pinned for training that will not happen
             self._version_users[self._fetches.pop(record.id)] -= 1
@@ -235,18 +233,33 @@ class Engine:
         """Train every pending dispatch now (used by tests and to account work at the end)."""
         self._train_pending()
 
-    def _train_pending(self) -> None:
-        pending, self._pending = self._pending, []
+    def _train_needed(self, records: Sequence[DispatchRecord]) -> None:
+        """Train what ``records`` need, and with them the pending dispatches that arrive next, up to
+        full calls: the work that will be needed soonest, never the whole backlog. With a thousand
+        clients in flight the backlog is a thousand dispatches of which a handful arrive before the
+        next aggregation; training it all would execute far more client-steps than the run uses."""
+        needed = [record for record in records if record.id not in self._results]
+        if needed:
+            self._train_pending(needed)
+
+    def _train_pending(self, needed: Sequence[DispatchRecord] | None = None) -> None:
+        """Train the pending dispatches (``needed`` given: those and the next arrivals, in full calls)."""
         # A dispatch that pauses for a fetch waits (untrained) until the simulation answers it.
-        self._pending = [r for r in pending if r.fetch_step is not None and not r.fetched]
-        if self._pending:
-            waiting = {r.id for r in self._pending}
-            pending = [r for r in pending if r.id not in waiting]
+        ready = [r for r in self._pending.values() if r.fetch_step is None or r.fetched]
+        if needed is not None and ready:
+            size = self._clients_that_fit(min(self.plan.clients_per_call, len(ready)))
+            wanted = {record.id for record in needed}
+            # Earliest arrivals first: they are what the next aggregations will ask for.
+            by_arrival = sorted(ready, key=lambda r: (r.id not in wanted, r.arrival_time, r.id))
+            chosen = len(wanted) + (-len(wanted)) % size  # the needed ones, topped up to full calls
+            ready = by_arrival[:chosen]
+        for record in ready:
+            del self._pending[record.id]
         # Similar step counts share a call, so masked padding steps stay few (pausing dispatches last).
-        pending.sort(key=lambda r: (r.id in self._fetches, r.steps, r.id))
-        size = self._clients_that_fit(min(self.plan.clients_per_call, max(len(pending), 1))) if pending else 1
-        for start in range(0, len(pending), size):
-            self._train_batch(pending[start:start + size])
+        ready.sort(key=lambda r: (r.id in self._fetches, r.steps, r.id))
+        size = self._clients_that_fit(min(self.plan.clients_per_call, max(len(ready), 1))) if ready else 1
+        for start in range(0, len(ready), size):
+            self._train_batch(ready[start:start + size])
 
     def _clients_that_fit(self, wanted: int) -> int:
         """How many clients one call may hold: the bucket for ``wanted``, halved while XLA's memory
@@ -498,7 +511,7 @@ class Engine:
         meta = {"fetches": dict(self._fetches), "version": self.version, "version_users": dict(self._version_users),
                 "version_keys": [str(v) for v in self._versions],
                 "batch_sizes": {k: b.size for k, b in batches.items()}, "placement": placement,
-                "client_metrics": dict(self._client_metrics), "pending": [r.id for r in self._pending],
+                "client_metrics": dict(self._client_metrics), "pending": list(self._pending),
                 "stats": dataclasses.asdict(self.stats), "split_calls": self.split_calls,
                 "hook_shapes": {name: _shapes(state) for name, state in tree["hooks"].items()}}
         return tree, meta
@@ -541,7 +554,7 @@ class Engine:
                    for k, size in meta["batch_sizes"].items()}
         self._results = {int(d): (batches[k], i) for d, (k, i) in meta["placement"].items()}
         self._client_metrics = {int(d): m for d, m in meta["client_metrics"].items()}
-        self._pending = [records[d] for d in meta["pending"]]
+        self._pending = {d: records[d] for d in meta["pending"]}
         self.stats = EngineStats(**meta["stats"])
         self.state.update(tree.get("hooks", {}))
         self.previous_params = tree.get("previous_params", self.params)
