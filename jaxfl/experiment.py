@@ -224,7 +224,8 @@ def prepare(config: RunConfig):
 
     Returns ``(config, dataset, federation, model, variables)``: ``model`` a
     :class:`~jaxfl.models.adapter.ModelAdapter`, ``variables`` its initial
-    ``{"params": ...[, "state": ...]}`` (:meth:`ModelAdapter.init_variables`).
+    ``{"params": ...[, "state": ...]}`` (:meth:`ModelAdapter.init_variables`); for a timing-only
+    run their shapes only (``jax.ShapeDtypeStruct``), so that no model reaches a device.
     """
     config = validate(config)
     dataset, federation = build_data(config)
@@ -242,6 +243,8 @@ def prepare(config: RunConfig):
     if width != dataset.num_classes:
         raise ValueError(f"model {config.model!r} outputs {width} logits but dataset "
                          f"{config.dataset!r} has {dataset.num_classes} classes")
+    if config.timing_only:
+        return config, dataset, federation, model, abstract
     return config, dataset, federation, model, model.init_variables(key, sample)
 
 
@@ -274,7 +277,7 @@ def make_transforms(config: RunConfig, dataset):
 
 
 def _speeds_and_faults(config: RunConfig, params) -> tuple[ClientSpeeds, ClientFaults | None]:
-    model_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(params))
+    model_bytes = sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in jax.tree.leaves(params))
     speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter,
                                       speed_change_prob=config.speed_change_prob, cap=config.speed_cap,
                                       negative=config.negative_times, latency=config.latency,
@@ -312,6 +315,10 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
     one saved in the run directory); the finished run is identical to an uninterrupted one.
     """
     config, dataset, federation, model, params = prepare(config)
+    if config.timing_only:
+        if resume_dir is not None:
+            raise ValueError("a timing-only run writes no checkpoints to resume from: run it again (it takes seconds)")
+        return _run_timing_only(config, federation, params)
     wall_start = time.perf_counter()
     plan = ExecutionPlan.for_backend(jax.default_backend(), config.clients_per_call, config.steps_per_call)
     preprocess, augment = make_transforms(config, dataset)
@@ -418,6 +425,80 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
     if error is not None:
         raise error
     return RunResult(run_dir, summary, recorder.rows, engine.params, simulation, engine)
+
+
+class _TimingBackend:
+    """The simulation's backend in a timing-only run: nothing is trained and no model exists, so
+    every update is taken as finite and aggregations only count the client-steps they use."""
+
+    def __init__(self):
+        self.aggregated_steps = 0
+
+    def on_dispatch(self, record) -> None:
+        pass
+
+    def on_aggregate(self, aggregation, records) -> bool:
+        self.aggregated_steps += sum(record.steps for record in records)
+        return False
+
+    def on_drop(self, record) -> None:
+        pass
+
+    def nonfinite(self, records) -> list:
+        return []
+
+
+def _peak_host_memory_mb() -> float:
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
+
+
+def _run_timing_only(config: RunConfig, federation, params) -> RunResult:
+    """The schedule alone: the scheduler, speed models, faults and the algorithm's policy on the
+    virtual clock with no training and no model on a device. The event log is the one the training
+    run of the same config and seed writes (for an algorithm whose schedule does not depend on model
+    values, see :meth:`~jaxfl.algorithms.Algorithm.schedule_depends_on_model`), provided no update
+    of that run is NaN/Inf and it does not stop at its target accuracy."""
+    wall_start = time.perf_counter()
+    algorithm = build(config)
+    policy = algorithm.policy()
+    speeds, faults = _speeds_and_faults(config, params)
+    run_dir = _run_dir(config, algorithm.name)
+    os.makedirs(run_dir)
+    _write_json(os.path.join(run_dir, "config.json"), {
+        "config": config.to_dict(), "execution_plan": None, "backend": None, "timing_only": True,
+        "versions": {"jax": jax.__version__, "python": platform.python_version()},
+        "model_parameters": count_params(params["params"]),
+        "model_state_values": count_params(params.get("state", {})), "client_samples": federation.counts.tolist()})
+    backend = _TimingBackend()
+    events_file, metrics_file = _open_logs(run_dir, None)
+    with events_file, metrics_file:
+        events = csv.DictWriter(events_file, EVENT_LOG_FIELDS)
+        simulation = Simulation(policy, speeds, federation.weights(config.client_weights), backend,
+                                max_time=config.max_time, max_updates=config.max_updates, log=events.writerow,
+                                faults=faults, on_nonfinite=config.on_nonfinite)
+        scheduler_start = time.perf_counter()
+        reason = simulation.run()
+        scheduler_seconds = time.perf_counter() - scheduler_start
+    end_time = simulation.now if reason != "time budget" else config.max_time
+    summary = {
+        "algorithm": algorithm.name, "dataset": config.dataset, "clients": config.clients,
+        "heterogeneity": config.heterogeneity, "seed": config.seed, "timing_only": True,
+        "global_updates": simulation.version, "virtual_time": end_time, "stop_reason": reason,
+        "client_steps_aggregated": backend.aggregated_steps,
+        "negative_speed_draws": simulation.speeds.negative_draws,
+        "faults": dict(simulation.faults.counts) if simulation.faults is not None else {},
+        "accounting": simulation.accounting(),
+        "policy": simulation.policy.summary() if hasattr(simulation.policy, "summary") else {},
+        "timeline": simulation.timeline(end_time),
+        "scheduler_seconds": round(scheduler_seconds, 3),
+        "events_per_second": round(simulation.events_processed / max(scheduler_seconds, 1e-9), 1),
+        "peak_host_memory_mb": _peak_host_memory_mb(),
+        "wall_time_s": round(time.perf_counter() - wall_start, 3),
+    }
+    _write_json(os.path.join(run_dir, "summary.json"), summary)
+    return RunResult(run_dir, summary, [], None, simulation, None)
 
 
 def resume_experiment(run_dir: str, progress: bool | None = None) -> RunResult:

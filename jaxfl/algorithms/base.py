@@ -185,6 +185,12 @@ class Algorithm:
     def validate(cls, run, options: Options) -> None:
         """Checks that need the run and the options together (options alone: ``Options.validate``)."""
 
+    @classmethod
+    def schedule_depends_on_model(cls, run, options: Options) -> str | None:
+        """What in this algorithm's schedule depends on model values (None: nothing), e.g. a slot
+        choice learned from losses. A timing-only run (``timing_only=True``) refuses it, naming this."""
+        return None
+
 
 def staleness_function(run) -> Callable[[int], float]:
     """The run's st(s) (``staleness``, ``staleness_alpha``, ``staleness_a``); constant uses α only.

@@ -497,6 +497,13 @@ class FedASMUAlgorithm(Algorithm):
         if run.server_optimizer != "sgd":
             fail("server_optimizer", run.server_optimizer, "sgd for fedasmu (its learned α mixes models directly)")
 
+    @classmethod
+    def schedule_depends_on_model(cls, run, options) -> str | None:
+        if options.slot == "adaptive":
+            return ("fedasmu.slot='adaptive' picks each device's fetch slot by Q-learning on the loss "
+                    "before and after the mix; use a fixed slot (first, middle, second_last)")
+        return None
+
     def policy(self) -> FedASMU:
         o, run = self.options, self.run
         return FedASMU(run.local_steps, run.client_lr, o.epochs, o.slot, o.staleness_bound, o.trigger_period,

@@ -1,0 +1,55 @@
+"""Timing-only runs (``timing_only=True``): the schedule without training or a model on a device.
+
+Every golden config (tests/golden, event logs of real training runs) is replayed timing-only and
+must give the golden event log byte for byte: for every algorithm whose schedule does not depend on
+model values, the timeline equals the training run's."""
+import json
+import os
+
+import jax
+import pytest
+
+from jaxfl.config import ConfigError, config_from_mapping
+from jaxfl.experiment import run_experiment
+from tests.test_golden_runs import BASE, CONFIGS, GOLDEN
+
+MODEL_DEPENDENT = {"fedasmu_adaptive"}  # the Q-learned fetch slot reads losses
+
+
+def timing_config(name, output_dir, **changes):
+    return config_from_mapping({**BASE, **CONFIGS[name], "output_dir": str(output_dir), "run_name": name,
+                                "timing_only": True, **changes})
+
+
+@pytest.mark.parametrize("name", sorted(set(CONFIGS) - MODEL_DEPENDENT))
+def test_timing_only_event_log_equals_the_training_runs(tmp_path, name):
+    live = len(jax.live_arrays())
+    result = run_experiment(timing_config(name, tmp_path))
+    with open(os.path.join(result.run_dir, "events.csv")) as new, open(os.path.join(GOLDEN, f"{name}.csv")) as old:
+        assert new.read() == old.read()
+    assert result.engine is None and result.params is None
+    assert len(jax.live_arrays()) == live  # no model, no data reached a device
+    summary = json.load(open(os.path.join(result.run_dir, "summary.json")))
+    assert summary["timing_only"] and summary["global_updates"] == CONFIGS[name].get("max_updates", 5)
+    histogram = summary["timeline"]["staleness_histogram"]
+    assert sum(histogram.values()) == summary["accounting"]["aggregated"]
+
+
+def test_a_schedule_that_reads_the_model_is_refused_by_name(tmp_path):
+    with pytest.raises(ConfigError, match="timing_only=True.*Q-learning on the loss"):
+        timing_config("fedasmu_adaptive", tmp_path)
+
+
+def test_a_timing_only_run_needs_a_budget_it_can_reach(tmp_path):
+    with pytest.raises(ConfigError, match="max_time=inf.*timing-only"):
+        timing_config("fedbuff", tmp_path, max_updates=None, max_time=float("inf"), stop_at_target=True)
+
+
+def test_timeline_statistics_add_up(tmp_path):
+    result = run_experiment(timing_config("fedavg", tmp_path, max_updates=None, max_time=60.0))
+    timeline = result.summary["timeline"]
+    clients, end = result.summary["clients"], result.summary["virtual_time"]
+    busy = timeline["utilisation"]["mean"] * clients * end
+    assert busy + timeline["idle_client_seconds"] == pytest.approx(clients * end, rel=1e-4)
+    assert 0 < timeline["utilisation"]["min"] <= timeline["utilisation"]["median"] <= timeline["utilisation"]["max"] <= 1
+    assert timeline["aggregations_per_virtual_hour"] == pytest.approx(result.summary["global_updates"] * 3600 / end, rel=1e-3)
