@@ -444,6 +444,32 @@ class Engine:
         for version in list(self._versions):
             if version != self.version and version not in self._version_users:
                 del self._versions[version]
+        stats = self.stats
+        stats.peak_versions_kept = max(stats.peak_versions_kept, len(self._versions))
+        stats.peak_updates_held = max(stats.peak_updates_held, sum(batch.size for batch in self._held_batches()))
+
+    def _held_batches(self) -> list:
+        return list({id(batch): batch for batch, _ in self._results.values()}.values())
+
+    def memory(self) -> dict:
+        """Device bytes by what holds them, from the engine's own accounting (not the allocator's):
+        the federation's samples, the global model, the kept versions, the trained updates waiting
+        for aggregation (their padded batches), the hooks' state, and the peaks of the model state.
+
+        The model state is what grows with the work in flight; nothing here grows with the number
+        of clients except the samples and a hook's per-client state.
+
+        >>> # engine.memory()["peak_model_state_bytes"]
+        """
+        model = tree_bytes(self.params)
+        held = sum(batch.size for batch in self._held_batches())
+        hooks = sum(tree_bytes(state) for state in self.state.values() if state is not None)
+        fixed = tree_bytes(self.server_state) + tree_bytes(self.previous_params) + hooks
+        return {"model_bytes": model, "data_bytes": tree_bytes(self.data),
+                "versions_kept": len(self._versions), "updates_held": held, "hook_state_bytes": hooks,
+                "model_state_bytes": fixed + (len(self._versions) + held) * model,
+                "peak_versions_kept": self.stats.peak_versions_kept, "peak_updates_held": self.stats.peak_updates_held,
+                "peak_model_state_bytes": fixed + (self.stats.peak_versions_kept + self.stats.peak_updates_held) * model}
 
     # ----------------------------------------------------------------- hook API
     @property

@@ -84,6 +84,8 @@ class EngineStats:
     useful_steps: int = 0  # Σ requested local steps of trained dispatches
     aggregated_steps: int = 0  # Σ local steps of the updates aggregated so far
     executed_steps: int = 0  # steps computed, padding (masked steps, padded clients) included
+    peak_versions_kept: int = 0  # global models held at once (the current one and those in-flight work started from)
+    peak_updates_held: int = 0  # trained updates held at once, waiting for their aggregation
     traces: dict = dataclasses.field(default_factory=dict)  # function name → times jit traced it
 
     @property

@@ -139,6 +139,7 @@ class _Recorder:
         self.stats = None  # the engine's EngineStats, set once the engine exists
         self._previous_params = params  # the model in force between versions
         self._next_grid = 0.0
+        self.first_update_wall: float | None = None  # wall seconds from the start to global version 1
 
     def record(self, virtual_time: float, version: int, params) -> bool:
         stats = self.evaluate(params)
@@ -154,12 +155,14 @@ class _Recorder:
 
     def state_dict(self) -> dict:
         return {"rows": list(self.rows), "time_to_target": self.time_to_target, "next_grid": self._next_grid,
+                "first_update_wall": self.first_update_wall,
                 "previous_params": jax.device_get(self._previous_params)}
 
     def load_state_dict(self, state: dict) -> None:
         self.rows = list(state["rows"])
         self.time_to_target = state["time_to_target"]
         self._next_grid = state["next_grid"]
+        self.first_update_wall = state.get("first_update_wall")
         self._previous_params = state["previous_params"]
 
     def _write(self, row: dict) -> None:
@@ -169,6 +172,8 @@ class _Recorder:
             handle.flush()
 
     def on_version(self, virtual_time: float, version: int, params) -> bool:
+        if self.first_update_wall is None:
+            self.first_update_wall = round(time.perf_counter() - self.wall_start, 3)
         if self.progress is not None:
             self.progress.update(max(0.0, min(virtual_time, self.progress.total) - self.progress.n))
         if self.config.eval_interval is None:
@@ -408,6 +413,10 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
         "global_updates": simulation.version, "virtual_time": end_time, "stop_reason": reason,
         "client_steps_aggregated": engine.stats.aggregated_steps,
         "client_steps_executed": engine.stats.useful_steps,
+        # ≈ 1: the engine trains what aggregations use, not the backlog in flight (> 1: work trained
+        # for updates the budget cut off; < 1 cannot happen)
+        "executed_per_aggregated": round(engine.stats.useful_steps / engine.stats.aggregated_steps, 4)
+        if engine.stats.aggregated_steps else None,
         "steps_computed_with_padding": engine.stats.executed_steps,
         "padding_waste": round(engine.stats.padding_waste, 6),
         "train_calls": engine.stats.train_calls,
@@ -419,6 +428,10 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
         "accounting": accounting,
         "policy": simulation.policy.summary() if hasattr(simulation.policy, "summary") else {},
         "resumes": checkpoints.resumes,
+        "timeline": simulation.timeline(end_time),
+        "device_memory": {**engine.memory(), "backend_peak_bytes": _backend_peak_bytes()},
+        "peak_host_memory_mb": _peak_host_memory_mb(),
+        "first_update_wall_s": recorder.first_update_wall,
         "wall_time_s": round(checkpoints.wall_before + time.perf_counter() - wall_start, 3),
     }
     _write_json(os.path.join(run_dir, "summary.json"), summary)
@@ -446,6 +459,15 @@ class _TimingBackend:
 
     def nonfinite(self, records) -> list:
         return []
+
+
+def _backend_peak_bytes() -> int | None:
+    """The allocator's peak on the default device where the backend reports one (GPU, TPU)."""
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # backends without memory statistics
+        return None
+    return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
 
 
 def _peak_host_memory_mb() -> float:
