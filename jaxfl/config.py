@@ -364,6 +364,10 @@ def validate(config: RunConfig) -> RunConfig:
     options = resolve_options(algorithm, config.algorithm_options)
     options.validate(config)
     algorithm.validate(config, options)
+    if config.concurrency is not None and not algorithm.uses_concurrency:
+        users = ", ".join(name for name in algorithms.names() if algorithms.get(name).uses_concurrency)
+        fail("concurrency", config.concurrency, f"null for {config.algorithm}: it does not keep a fixed number of "
+                                                f"clients in flight (concurrency is read by {users})")
     if config.timing_only:
         depends = algorithm.schedule_depends_on_model(config, options)
         if depends is not None:

@@ -113,3 +113,13 @@ def test_a_hundred_thousand_client_federation_trains_in_ci_time(tmp_path):
     assert result.summary["global_updates"] == 3
     assert result.summary["executed_per_aggregated"] == 1.0
     assert 999 <= result.summary["accounting"]["in_flight"] <= 1000
+
+
+def test_concurrency_is_refused_where_it_would_be_ignored():
+    from jaxfl.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match="concurrency=5 is not allowed: null for fedcompass.*fedbuff"):
+        validate(RunConfig(algorithm="fedcompass", concurrency=5))
+    with pytest.raises(ConfigError, match="concurrency=50 is not allowed: at most the number of clients"):
+        validate(RunConfig(algorithm="fedbuff", clients=10, concurrency=50))
+    assert validate(RunConfig(algorithm="fedasmu", clients=10, concurrency=3)).concurrency == 3

@@ -149,7 +149,9 @@ class Algorithm:
     - ``waits_for_clients``: what it waits for (e.g. ``"every client of a round"``) when a crashed
       client could stall it forever without a ``round_timeout``; None if it never waits;
     - ``delta_updates``: True if its aggregations are pseudo-gradients Σ c_i Δ_i, so the FedNova
-      option can normalise them (see :meth:`supports_fednova`).
+      option can normalise them (see :meth:`supports_fednova`);
+    - ``uses_concurrency``: True if it keeps the run's ``concurrency`` clients in flight (a
+      ``concurrency`` given to any other algorithm is refused rather than ignored).
     """
 
     name: ClassVar[str] = ""
@@ -159,6 +161,7 @@ class Algorithm:
     server_momentum: ClassVar[float] = 0.0
     waits_for_clients: ClassVar[str | None] = None
     delta_updates: ClassVar[bool] = True
+    uses_concurrency: ClassVar[bool] = False  # it reads the run's ``concurrency`` (clients in flight)
     summary: ClassVar[str] = ""
 
     def __init__(self, run, options: Options | None = None):

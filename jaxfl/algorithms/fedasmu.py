@@ -488,6 +488,7 @@ class FedASMUAlgorithm(Algorithm):
     Options = FedASMUConfig
     waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
     delta_updates = False  # Formula 1 mixes models
+    uses_concurrency = True  # fedasmu.max_concurrency, else the run's concurrency, else ceil(0.1 m)
     summary = "learned staleness-aware mixing, fresh-model fetch mid-training (Liu et al. 2024)"
 
     @classmethod
@@ -507,7 +508,7 @@ class FedASMUAlgorithm(Algorithm):
     def policy(self) -> FedASMU:
         o, run = self.options, self.run
         return FedASMU(run.local_steps, run.client_lr, o.epochs, o.slot, o.staleness_bound, o.trigger_period,
-                       o.trigger_batch, o.max_concurrency, o.fetch, o.dynamic, o.server_options(),
+                       o.trigger_batch, o.max_concurrency or run.concurrency, o.fetch, o.dynamic, o.server_options(),
                        o.device_options(), seed=run.seed, round_timeout=run.round_timeout)
 
     def hooks(self):

@@ -67,6 +67,7 @@ class FedAsyncAlgorithm(Algorithm):
 
     name = "fedasync"
     kind = "asynchronous"
+    uses_concurrency = True
     summary = "every arrival is aggregated, weighted by staleness (Xie et al. 2019)"
 
     @classmethod

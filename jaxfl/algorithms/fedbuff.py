@@ -75,6 +75,7 @@ class FedBuffAlgorithm(Algorithm):
 
     name = "fedbuff"
     kind = "asynchronous"
+    uses_concurrency = True
     summary = "aggregate every K buffered updates (Nguyen et al. 2022)"
 
     @classmethod

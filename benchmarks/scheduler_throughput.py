@@ -1,0 +1,110 @@
+"""Scheduler throughput: events per second of timing-only runs against the number of clients.
+
+For each algorithm and federation size, the scheduler, the speed model and the algorithm's policy
+run on the virtual clock with no training (``timing_only``), writing the event log as a run does.
+It reports queue events/s, event-log rows/s, the wall seconds, the seconds per 10^5 aggregations
+and the growth of peak host memory, so that anything costing O(clients) per event shows up as a
+falling rate along a row. FedAsync and FedBuff keep ``--concurrency`` clients in flight (default
+1,000, the FedBuff paper's); FedCompass dispatches every client, as its paper does.
+
+    python benchmarks/scheduler_throughput.py                   # 10^3 … 10^6 clients, 20,000 updates
+    python benchmarks/scheduler_throughput.py --quick           # seconds: 10^3 and 10^4 clients
+    python benchmarks/scheduler_throughput.py --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from jaxfl import algorithms  # noqa: E402
+from jaxfl.config import RunConfig, validate  # noqa: E402
+from jaxfl.experiment import _TimingBackend  # noqa: E402
+from jaxfl.runlog import EventLog  # noqa: E402
+from jaxfl.scheduler.simulation import Simulation  # noqa: E402
+from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(algorithm: str, clients: int, updates: int, concurrency: int | None, folder: str) -> dict:
+    config = validate(RunConfig(algorithm=algorithm, clients=clients, max_updates=updates, timing_only=True,
+                                concurrency=None if algorithm == "fedcompass" else min(concurrency, clients),
+                                local_steps=20, buffer_size=10, progress=False))
+    rss_before = peak_rss_mb()
+    start = time.perf_counter()
+    policy = algorithms.build(config).policy()
+    speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter),
+                          clients, seed=config.seed)
+    run_dir = tempfile.mkdtemp(dir=folder)
+    rows = 0
+    with EventLog(run_dir) as log:
+        def write(row):
+            nonlocal rows
+            rows += 1
+            log.write(row)
+
+        simulation = Simulation(policy, speeds, np.full(clients, 1.0 / clients), _TimingBackend(),
+                                max_updates=updates, log=write)
+        setup = time.perf_counter() - start
+        run_start = time.perf_counter()
+        simulation.run()
+        run_seconds = time.perf_counter() - run_start
+    return {"algorithm": algorithm, "clients": clients, "updates": simulation.version,
+            "in_flight": simulation.accounting()["in_flight"], "events": simulation.events_processed,
+            "log_rows": rows, "setup_s": round(setup, 3), "run_s": round(run_seconds, 3),
+            "events_per_s": round(simulation.events_processed / run_seconds),
+            "rows_per_s": round(rows / run_seconds),
+            "s_per_1e5_updates": round(run_seconds * 1e5 / max(simulation.version, 1), 2),
+            "peak_rss_growth_mb": round(peak_rss_mb() - rss_before, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algorithms", nargs="+", default=["fedasync", "fedbuff", "fedcompass"])
+    parser.add_argument("--clients", type=int, nargs="+", default=[10**3, 10**4, 10**5, 10**6])
+    parser.add_argument("--updates", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=1000)
+    parser.add_argument("--quick", action="store_true", help="10^3 and 10^4 clients, 2,000 updates (a smoke run)")
+    parser.add_argument("--json", help="also write the table here")
+    args = parser.parse_args()
+    if args.quick:
+        args.clients, args.updates = [10**3, 10**4], 2_000
+    results = []
+    print(f"{'algorithm':<11} {'clients':>9} {'updates':>8} {'events':>9} {'events/s':>9} {'rows/s':>9} "
+          f"{'s/1e5 upd':>9} {'setup s':>8} {'+RSS MB':>8}")
+    with tempfile.TemporaryDirectory() as folder:
+        for algorithm in args.algorithms:
+            for clients in args.clients:
+                row = measure(algorithm, clients, args.updates, args.concurrency, folder)
+                results.append(row)
+                print(f"{row['algorithm']:<11} {row['clients']:>9} {row['updates']:>8} {row['events']:>9} "
+                      f"{row['events_per_s']:>9} {row['rows_per_s']:>9} {row['s_per_1e5_updates']:>9} "
+                      f"{row['setup_s']:>8} {row['peak_rss_growth_mb']:>8}", flush=True)
+    if args.json:
+        import jax
+
+        payload = {"benchmark": "scheduler_throughput", "date": datetime.date.today().isoformat(),
+                   "machine": platform.node(), "processor": platform.processor() or platform.machine(),
+                   "cpus": os.cpu_count(), "python": platform.python_version(), "jax": jax.__version__,
+                   "device": "CPU (the scheduler never uses a device)", "updates": args.updates,
+                   "concurrency": args.concurrency, "results": results}
+        with open(args.json, "w") as handle:
+            json.dump(payload, handle, indent=2)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
