@@ -73,6 +73,14 @@ def test_faults_are_paired_across_algorithms():
     assert first == [k for c in (0, 1, 2, 3) for k in second[c]]
 
 
+def test_draw_rejects_a_client_out_of_range():
+    # Client streams live in one table, where -1 would silently be the last client's row.
+    faults = ClientFaults(FaultConfig(crash_prob=0.5), 3, seed=0)
+    for client in (-1, 3):
+        with pytest.raises(ValueError, match=f"client={client} out of range"):
+            faults.draw(client)
+
+
 def test_crash_without_deadline_is_rejected_for_synchronous_methods(tmp_path):
     from jaxfl.config import ConfigError, config_from_mapping
 

@@ -6,8 +6,9 @@ Per dispatch, each client independently may:
 - ``delay``: return, but ``delay_factor`` times later than its round would take;
 - ``dropout``: go offline for Exp(``dropout_mean``) virtual seconds during the round, then finish.
 
-Draws come from one stream per client (``SeedSequence([seed, FAULT_STREAM, client])``), so a
-client's k-th dispatch meets the same fault whatever the algorithm.
+Draws come from one stream per client (``SeedSequence([seed, FAULT_STREAM, client])``, kept as
+arrays by :class:`~jaxfl.scheduler.speeds.ClientStreams`), so a client's k-th dispatch meets the
+same fault whatever the algorithm.
 
 >>> faults = ClientFaults(FaultConfig(crash_prob=1.0), num_clients=2, seed=0)
 >>> faults.draw(0).kind
@@ -17,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 
-import numpy as np
+from jaxfl.scheduler.speeds import ClientStreams
 
 FAULT_STREAM = 0x5EED0003
 
@@ -64,18 +66,34 @@ class Fault:
 
 
 class ClientFaults:
-    """Draws one :class:`Fault` per dispatch from each client's own stream."""
+    """Draws one :class:`Fault` per dispatch from each client's own stream.
+
+    Example:
+        >>> faults = ClientFaults(FaultConfig(delay_prob=1.0, delay_factor=3.0), num_clients=10**6, seed=1)
+        >>> faults.draw(999_999, duration=2.0)
+        Fault(kind='delay', fraction=1.0, extra_time=4.0)
+    """
 
     def __init__(self, config: FaultConfig, num_clients: int, seed: int):
+        num_clients = operator.index(num_clients)
+        if num_clients < 1:
+            raise ValueError(f"num_clients={num_clients}; must be >= 1")
         self.config = config
-        self._rngs = [np.random.default_rng(np.random.SeedSequence([seed, FAULT_STREAM, client]))
-                      for client in range(num_clients)]
+        self.num_clients = num_clients
+        self._streams = ClientStreams(seed, FAULT_STREAM, num_clients)
         self.counts = {"crash": 0, "delay": 0, "dropout": 0}
 
     def draw(self, client: int, duration: float = 1.0) -> Fault:
         """The fault of ``client``'s next dispatch whose fault-free round lasts ``duration``."""
-        rng = self._rngs[client]
-        u, fraction, offline = rng.random(), rng.random(), rng.exponential(self.config.dropout_mean)
+        client = operator.index(client)
+        if not 0 <= client < self.num_clients:
+            raise ValueError(f"client={client} out of range [0, {self.num_clients})")
+        streams = self._streams
+        rng = streams.load(client)
+        try:
+            u, fraction, offline = rng.random(), rng.random(), rng.exponential(self.config.dropout_mean)
+        finally:
+            streams.save(client)
         config = self.config
         if u < config.crash_prob:
             kind, fault = "crash", Fault("crash", fraction=fraction)
