@@ -290,10 +290,12 @@ def validate(config: RunConfig) -> RunConfig:
                "partition": PARTITION_NAMES, "heterogeneity": HETEROGENEITY_NAMES,
                "client_weights": CLIENT_WEIGHTS, "client_optimizer": CLIENT_OPTIMIZERS,
                "server_optimizer": SERVER_OPTIMIZER_NAMES, "staleness": STALENESS_NAMES,
-               "rule": RULES + (None,), "negative_times": NEGATIVE_POLICIES, "augment": AUGMENTATIONS}
+               "negative_times": NEGATIVE_POLICIES, "augment": AUGMENTATIONS}
     for name, allowed in choices.items():
         if getattr(config, name) not in allowed:
             fail(name, getattr(config, name), f"one of {', '.join(allowed)}")
+    if config.rule is not None and config.rule not in RULES:
+        fail("rule", config.rule, f"one of {', '.join(RULES)}, or null for each algorithm's default")
     positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every", "max_updates", "clients_per_round", "concurrency", "clients_per_call", "steps_per_call", "shards_per_client")
     for name in positive_ints:
         value = getattr(config, name)
