@@ -8,15 +8,31 @@ import csv
 import json
 import os
 
+import numpy as np
+
+from jaxfl import runlog
+
+GANTT_MAX_CLIENTS = 60  # above this many clients one row per client is unreadable: aggregated views
+
 
 def read_metrics(run_dir: str) -> list[dict]:
-    """The rows of a run's ``metrics.csv`` with numbers parsed."""
+    """The rows of a run's ``metrics.csv`` with numbers parsed (columns: :func:`jaxfl.runlog.read_metrics`).
+
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> _ = open(f"{run_dir}/metrics.csv", "w").write("time,accuracy\\n0.0,0.1\\n")
+    >>> read_metrics(run_dir)
+    [{'time': 0.0, 'accuracy': 0.1}]
+    """
     with open(os.path.join(run_dir, "metrics.csv"), newline="") as handle:
         return [{key: float(value) for key, value in row.items()} for row in csv.DictReader(handle)]
 
 
 def plot_accuracy(run_dirs: list[str], path: str) -> str:
-    """Held-out accuracy against virtual time, one line per run, with the target as a dashed line."""
+    """Held-out accuracy against virtual time, one line per run, with the target as a dashed line.
+
+    >>> # plot_accuracy(["runs/fedavg-mnist10k-exp-c10-s0", "runs/fedbuff-mnist10k-exp-c10-s0"], "accuracy.png")
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -45,22 +61,38 @@ def plot_accuracy(run_dirs: list[str], path: str) -> str:
     return path
 
 
-def read_events(run_dir: str) -> list[dict]:
-    """The rows of a run's ``events.csv`` (strings, as written)."""
-    with open(os.path.join(run_dir, "events.csv"), newline="") as handle:
-        return list(csv.DictReader(handle))
+def read_events(run_dir: str) -> dict[str, np.ndarray]:
+    """A run's event log as numpy columns, from ``events.csv`` or Parquet ``events/`` (see
+    :func:`jaxfl.runlog.read_events`: missing integers are -1, missing strings None).
+
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> with runlog.EventLog(run_dir) as log:
+    ...     log.write({"time": 0.0, "event": "dispatch", "client": 2, "dispatch": 0, "version": 0,
+    ...                "staleness": None, "steps": 5, "detail": None})
+    >>> read_events(run_dir)["client"]
+    array([2])
+    """
+    return runlog.read_events(run_dir)
 
 
-def busy_intervals(events: list[dict]) -> dict[int, list[tuple[float, float, str]]]:
-    """Per client: (start, end, label) of every dispatch that arrived, from an event log.
+def busy_intervals(events) -> dict[int, list[tuple[float, float, str]]]:
+    """Per client: (start, end, label) of every dispatch that arrived, from an event log — a list
+    of row dicts (as ``csv.DictReader`` gives them) or the columns of :func:`read_events`.
 
     The label is the dispatch's ``detail`` (FedCompass group, FedAT tier) or empty. Dispatches
-    still in flight at the end of the run are left out.
+    still in flight at the end of the run, and crashed ones, are left out.
 
     >>> busy_intervals([{"event": "dispatch", "dispatch": "0", "client": "2", "time": "0.0", "detail": ""},
     ...                 {"event": "arrival", "dispatch": "0", "client": "2", "time": "1.5", "detail": ""}])
     {2: [(0.0, 1.5, '')]}
+    >>> busy_intervals({"time": np.array([0.0, 1.5]), "event": np.array(["dispatch", "arrival"], object),
+    ...                 "client": np.array([2, 2]), "dispatch": np.array([0, 0]),
+    ...                 "detail": np.array(["group 1", None], object)})
+    {2: [(0.0, 1.5, 'group 1')]}
     """
+    if isinstance(events, dict):
+        return _busy_intervals_columns(events)
     starts: dict[str, tuple[float, str]] = {}
     intervals: dict[int, list[tuple[float, float, str]]] = {}
     for row in events:
@@ -72,12 +104,117 @@ def busy_intervals(events: list[dict]) -> dict[int, list[tuple[float, float, str
     return intervals
 
 
-def plot_timeline(run_dir: str, path: str, max_time: float | None = None) -> str:
-    """Gantt chart of a run: each client's busy (training) intervals over virtual time, idle gaps
-    between them, and the global aggregations as vertical lines. Bars are coloured by FedCompass
-    group / FedAT tier when the log names them.
+def _busy_intervals_columns(events: dict[str, np.ndarray]) -> dict[int, list[tuple[float, float, str]]]:
+    spans = runlog.dispatch_intervals(events)
+    arrived = spans["arrived"]
+    client, start, end, label = (spans[key][arrived] for key in ("client", "start", "end", "label"))
+    order = np.lexsort((start, client))  # arrival order per client, like the row-by-row reader
+    intervals: dict[int, list[tuple[float, float, str]]] = {}
+    for c, a, b, text in zip(client[order].tolist(), start[order].tolist(), end[order].tolist(), label[order]):
+        intervals.setdefault(c, []).append((a, b, text or ""))
+    return intervals
+
+
+def _run_title(run_dir: str) -> tuple[str, int | None]:
+    """``(algorithm name, configured number of clients)`` from summary.json, else config.json."""
+    algorithm, clients = os.path.basename(os.path.normpath(run_dir)), None
+    path = os.path.join(run_dir, "config.json")
+    if os.path.isfile(path):
+        with open(path) as handle:
+            config = json.load(handle).get("config", {})
+        algorithm = config.get("algorithm", algorithm)
+        # sections (config["data"]["clients"]) since jaxfl 0.2, flat before
+        clients = config.get("clients", config.get("data", {}).get("clients"))
+    path = os.path.join(run_dir, "summary.json")
+    if os.path.isfile(path):
+        with open(path) as handle:
+            summary = json.load(handle)
+        algorithm, clients = summary.get("algorithm", algorithm), summary.get("clients", clients)
+    return algorithm, clients
+
+
+def busy_profile(events: dict[str, np.ndarray], edges: np.ndarray, _kinds=None) -> dict[str, np.ndarray]:
+    """Clients in flight over virtual time, per bin of ``edges``: the time-weighted ``mean`` and
+    the ``min`` and ``max`` the count takes in the bin (a dispatch is in flight from its start to
+    its arrival or crash; one still in flight counts until the last edge).
+
+    >>> events = {"time": np.array([0.0, 0.0, 1.0, 3.0]),
+    ...           "event": np.array(["dispatch", "dispatch", "arrival", "arrival"], object),
+    ...           "client": np.array([0, 1, 0, 1]), "dispatch": np.array([0, 1, 0, 1]),
+    ...           "detail": np.full(4, None, object)}
+    >>> profile = busy_profile(events, np.array([0.0, 2.0, 4.0]))
+    >>> profile["mean"].tolist(), profile["min"].tolist(), profile["max"].tolist()
+    ([1.5, 0.5], [1.0, 0.0], [2.0, 1.0])
+    """
+    spans = runlog.dispatch_intervals(events, horizon=float(edges[-1]), labels=False, _kinds=_kinds)
+    starts, ends = np.sort(spans["start"]), np.sort(spans["end"])
+    times = np.sort(np.concatenate([starts, ends]))
+    times = times[np.append(times[1:] != times[:-1], True)] if len(times) else times
+    # the count after every change at an instant (an arrival and the reply's dispatch at once
+    # leave no spurious peak or dip)
+    level = (np.searchsorted(starts, times, side="right") - np.searchsorted(ends, times, side="right")).astype(float)
+    # the mean: the exact integral of the step function between edges
+    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(times))]) if len(times) else np.zeros(0)
+
+    def integral(at):
+        index = np.searchsorted(times, at, side="right") - 1
+        inside = index >= 0
+        value = np.zeros(len(at))
+        value[inside] = area[index[inside]] + level[index[inside]] * (at[inside] - times[index[inside]])
+        return value
+
+    mean = np.diff(integral(edges)) / np.diff(edges)
+    entry = np.searchsorted(times, edges[:-1], side="right") - 1
+    entering = np.where(entry >= 0, level[np.maximum(entry, 0)] if len(level) else 0.0, 0.0)
+    low, high = entering.copy(), entering.copy()
+    inside = (times > edges[0]) & (times < edges[-1])
+    bins = np.searchsorted(edges, times[inside], side="left") - 1  # a change at an edge opens the next bin
+    np.minimum.at(low, bins, level[inside])
+    np.maximum.at(high, bins, level[inside])
+    return {"mean": mean, "min": low, "max": high}
+
+
+def binned_quantiles(times: np.ndarray, values: np.ndarray, edges: np.ndarray,
+                     quantiles=(0.1, 0.5, 0.9)) -> np.ndarray:
+    """Quantiles of ``values`` per time bin (rows: quantiles, columns: bins; NaN for an empty bin),
+    in one sort instead of a loop over bins.
+
+    >>> binned_quantiles(np.array([0.5, 0.6, 0.7, 1.5]), np.array([1, 2, 3, 7]), np.array([0.0, 1.0, 2.0, 3.0]),
+    ...                  quantiles=(0.5,))
+    array([[ 2.,  7., nan]])
+    """
+    keep = (times >= edges[0]) & (times <= edges[-1])
+    bins = np.clip(np.searchsorted(edges, times[keep], side="right") - 1, 0, len(edges) - 2)
+    values = values[keep]
+    if np.issubdtype(values.dtype, np.integer) and len(values) and values.min() >= 0 \
+            and (int(values.max()) + 1) * len(edges) < 2**62:
+        # staleness: sort one integer key (bin, value), several times faster than a lexsort
+        span = int(values.max()) + 1
+        ordered = (np.sort(bins * span + values) % span).astype(np.float64)
+    else:
+        ordered = values[np.lexsort((values, bins))].astype(np.float64)
+    counts = np.bincount(bins, minlength=len(edges) - 1)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    result = np.full((len(quantiles), len(counts)), np.nan)
+    filled = counts > 0
+    for row, q in enumerate(quantiles):  # nearest rank below, as np.quantile(method="lower")
+        result[row, filled] = ordered[first[filled] + np.floor(q * (counts[filled] - 1)).astype(np.int64)]
+    return result
+
+
+def plot_timeline(run_dir: str, path: str, max_time: float | None = None, max_clients: int = GANTT_MAX_CLIENTS,
+                  bins: int = 400) -> str:
+    """A run's schedule over virtual time, from its event log (CSV or Parquet).
+
+    Up to ``max_clients`` clients: a Gantt chart of each client's busy (training) intervals, idle
+    gaps between them, and the global aggregations as vertical lines; bars are coloured by
+    FedCompass group / FedAT tier when the log names them. More clients: aggregated views over
+    ``bins`` time bins — clients in flight (time-weighted mean per bin, with the bin's min–max),
+    aggregations per bin, and the staleness of arriving updates (median and 10–90 % band).
 
     From the command line: ``jaxfl timeline RUN_DIR``.
+
+    >>> # plot_timeline("runs/fedbuff-mnist10k-exp-c10-s0", "timeline.png")
     """
     import matplotlib
 
@@ -85,10 +222,24 @@ def plot_timeline(run_dir: str, path: str, max_time: float | None = None) -> str
     import matplotlib.pyplot as plt
 
     events = read_events(run_dir)
+    algorithm, configured = _run_title(run_dir)
+    kinds = runlog._Kinds(events)  # each event kind's mask computed once for every panel
+    clients = configured or len(np.unique(events["client"][kinds("dispatch")]))
+    if clients > max_clients:
+        figure = _plot_aggregated(plt, events, kinds, algorithm, clients, max_time, bins)
+    else:
+        figure = _plot_gantt(plt, events, algorithm, max_time)
+    figure.savefig(path + ".tmp.png", dpi=120)
+    plt.close(figure)
+    os.replace(path + ".tmp.png", path)
+    return path
+
+
+def _plot_gantt(plt, events: dict[str, np.ndarray], algorithm: str, max_time: float | None):
     intervals = busy_intervals(events)
-    aggregations = [float(r["time"]) for r in events if r["event"] == "aggregate"]
-    end = max_time if max_time is not None else max([b for spans in intervals.values() for _, b, _ in spans]
-                                                       + aggregations + [1.0])
+    aggregations = events["time"][events["event"] == "aggregate"]
+    ends = [b for spans in intervals.values() for _, b, _ in spans]
+    end = max_time if max_time is not None else max(ends + aggregations.tolist() + [1.0])
     labels = sorted({label for spans in intervals.values() for _, _, label in spans})
     palette = plt.get_cmap("tab20")
     colours = {label: palette(i % 20) for i, label in enumerate(labels)}
@@ -98,16 +249,53 @@ def plot_timeline(run_dir: str, path: str, max_time: float | None = None) -> str
         spans = [(a, b - a, label) for a, b, label in intervals[client] if a < end]
         axes.broken_barh([(a, width) for a, width, _ in spans], (row - 0.4, 0.8),
                          facecolors=[colours[label] for _, _, label in spans], edgecolor="white", linewidth=0.3)
-    for time in aggregations:
-        if time <= end:
-            axes.axvline(time, color="black", linewidth=0.5, alpha=0.4)
+    for time in aggregations[aggregations <= end]:
+        axes.axvline(time, color="black", linewidth=0.5, alpha=0.4)
     axes.set_yticks(range(len(clients)), [f"client {c}" for c in clients])
     axes.set_xlim(0, end)
     axes.set_xlabel("virtual time (s); white = idle, lines = global aggregations")
-    with open(os.path.join(run_dir, "summary.json")) as handle:
-        axes.set_title(f"{json.load(handle)['algorithm']}: client activity")
+    axes.set_title(f"{algorithm}: client activity")
     figure.tight_layout()
-    figure.savefig(path + ".tmp.png", dpi=120)
-    plt.close(figure)
-    os.replace(path + ".tmp.png", path)
-    return path
+    return figure
+
+
+def _plot_aggregated(plt, events: dict[str, np.ndarray], kinds, algorithm: str, clients: int,
+                     max_time: float | None, bins: int):
+    time = events["time"]
+    end = max_time if max_time is not None else max(float(time.max()) if len(time) else 0.0, 1e-9)
+    edges = np.linspace(0.0, end, bins + 1)
+    centres = (edges[:-1] + edges[1:]) / 2
+    width = edges[1] - edges[0]
+    profile = busy_profile(events, edges, _kinds=kinds)
+    aggregations = np.histogram(time[kinds("aggregate")], edges)[0]
+    arrivals = kinds("arrival") & (events["staleness"] >= 0)
+    low, median, high = binned_quantiles(time[arrivals], events["staleness"][arrivals], edges)
+    stats = runlog.timeline_stats(events, num_clients=clients, horizon=end, _kinds=kinds)
+
+    figure, (busy, rate, stale) = plt.subplots(3, 1, figsize=(10, 8), sharex=True,
+                                               gridspec_kw={"height_ratios": [3, 1.2, 2]})
+    busy.fill_between(centres, profile["min"], profile["max"], step="mid", alpha=0.25, color="tab:blue",
+                      linewidth=0, label="min–max in bin")
+    busy.plot(centres, profile["mean"], drawstyle="steps-mid", color="tab:blue", linewidth=1,
+              label="time-weighted mean in bin")
+    busy.axhline(clients, color="grey", linestyle="--", linewidth=1, label=f"all {clients} clients")
+    busy.set_ylabel("clients in flight")
+    busy.set_ylim(0, clients * 1.05)
+    busy.legend(loc="lower right", fontsize=8)
+    utilisation = stats["utilisation_mean"]
+    busy.set_title(f"{algorithm}: {clients} clients\nmean utilisation "
+                   f"{'n/a' if utilisation is None else f'{utilisation:.1%}'}, "
+                   f"{stats['idle_client_s_total']:.3g} idle client-s, "
+                   f"{stats['aggregations']} aggregations"
+                   + (f" ({stats['aggregations_per_hour']:.3g}/virtual h)" if stats["aggregations_per_hour"] else ""))
+    rate.bar(centres, aggregations, width=width, color="black", alpha=0.6)
+    rate.set_ylabel(f"aggregations\nper {width:.3g} s")
+    stale.fill_between(centres, low, high, step="mid", alpha=0.3, color="tab:orange", linewidth=0,
+                       label="10–90 % of arrivals")
+    stale.plot(centres, median, drawstyle="steps-mid", color="tab:orange", linewidth=1, label="median")
+    stale.set_ylabel("staleness at arrival\n(global updates)")
+    stale.legend(loc="upper left", fontsize=8)
+    stale.set_xlim(0, end)
+    stale.set_xlabel(f"virtual time (s), in {bins} bins of {width:.3g} s")
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,945 @@
+"""A run's event log at any scale, and readers for a whole run directory.
+
+Small runs keep today's ``events.csv`` byte for byte; a run with millions of clients writes
+10^7 rows, which CSV holds badly (slow to write and parse, ~5x the size), so the log switches
+itself to Parquet parts under ``events/`` once it passes ``switch_rows`` rows:
+
+    RUN_DIR/events.csv                  format "csv" (and "auto" while small)
+    RUN_DIR/events/part-00000.parquet   format "parquet" (and "auto" once large), one part per
+    RUN_DIR/events/part-00001.parquet   ``part_rows`` rows (the last may be shorter)
+
+Parquet columns: ``time`` float64, ``event`` string (dictionary), ``client`` int64, ``dispatch``,
+``version``, ``staleness``, ``steps`` nullable int64, ``detail`` nullable string (dictionary).
+Each part records in its metadata the global rows it holds (``jaxfl.first_row``, ``jaxfl.rows``),
+so a reader can tell a complete log from one left half-rewritten by a crash.
+
+Readers return columns as numpy arrays. **Missing values:** integer columns hold ``-1`` where the
+log has no value (the server's rows already use client ``-1``; dispatch, version, staleness and
+steps are never negative otherwise); string columns are object arrays with ``None``. CSV cannot
+tell an empty ``detail`` from a missing one: both read back as ``None``.
+
+Parquet needs ``pyarrow`` (``pip install pyarrow``); without it "auto" stays CSV and readers
+parse CSV with the standard library (slower, same columns).
+
+>>> import tempfile
+>>> run_dir = tempfile.mkdtemp()
+>>> with EventLog(run_dir) as log:
+...     log.write({"time": 0.0, "event": "dispatch", "client": 3, "dispatch": 0, "version": 0,
+...                "staleness": None, "steps": 5, "detail": None})
+>>> open(f"{run_dir}/events.csv").read().splitlines()
+['time,event,client,dispatch,version,staleness,steps,detail', '0.0,dispatch,3,0,0,,5,']
+>>> read_events(run_dir)["staleness"]
+array([-1])
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import re
+import shutil
+from time import monotonic
+from typing import Any
+
+import numpy as np
+
+from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS
+
+FORMATS = ("auto", "csv", "parquet")
+CSV_NAME = "events.csv"
+PARQUET_DIR = "events"
+METRICS_NAME = "metrics.csv"
+MISSING = -1  # integer columns: no value in the log
+INT_FIELDS = ("client", "dispatch", "version", "staleness", "steps")
+STRING_FIELDS = ("event", "detail")
+_PART = re.compile(r"^part-(\d{5,})\.parquet$")
+_CONVERTING = ".events.converting"  # the csv→parquet switch builds its parts here, then renames
+_FIRST_ROW, _ROWS = b"jaxfl.first_row", b"jaxfl.rows"
+_INSTALL = "pip install pyarrow"
+
+
+def _pyarrow():
+    """``(pyarrow, pyarrow.parquet)`` or None: Parquet is optional."""
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        return None
+    return pyarrow, pyarrow.parquet
+
+
+def _require_pyarrow(why: str):
+    modules = _pyarrow()
+    if modules is None:
+        raise ImportError(f"{why} needs pyarrow, which is not installed: {_INSTALL}")
+    return modules
+
+
+def _arrow_type(pa, field: str):
+    if field == "time":
+        return pa.float64()
+    if field in INT_FIELDS:
+        return pa.int64()
+    return pa.dictionary(pa.int32(), pa.string())  # event, detail and any extra field: few distinct values
+
+
+def arrow_schema(fields=EVENT_LOG_FIELDS):
+    """The Parquet parts' schema (pyarrow).
+
+    >>> str(arrow_schema().field("staleness").type)
+    'int64'
+    """
+    pa, _ = _require_pyarrow("arrow_schema")
+    return pa.schema([pa.field(name, _arrow_type(pa, name)) for name in fields])
+
+
+def event_log_format(run_dir: str) -> str | None:
+    """Which event log ``run_dir`` holds: ``"parquet"``, ``"csv"`` or None (none yet).
+
+    A Parquet directory wins over a CSV file: both exist only for an instant after the switch,
+    when the parts already hold every row of the CSV.
+
+    >>> import tempfile
+    >>> event_log_format(tempfile.mkdtemp()) is None
+    True
+    """
+    if os.path.isdir(os.path.join(run_dir, PARQUET_DIR)):
+        return "parquet"
+    if os.path.isfile(os.path.join(run_dir, CSV_NAME)):
+        return "csv"
+    return None
+
+
+@dataclasses.dataclass
+class _Part:
+    number: int
+    first_row: int
+    rows: int
+
+    @property
+    def end(self) -> int:
+        return self.first_row + self.rows
+
+
+def _part_name(number: int) -> str:
+    return f"part-{number:05d}.parquet"
+
+
+def _scan_parts(folder: str) -> tuple[list[_Part], list[_Part]]:
+    """``(parts that make up the log in row order, redundant parts)``.
+
+    A part wholly inside an earlier-starting one is the leftover of a merge interrupted between
+    writing the merged part and deleting what it replaced: redundant, never counted twice.
+    """
+    _, pq = _require_pyarrow(f"reading the Parquet event log in {folder!r}")
+    parts = []
+    for name in os.listdir(folder):
+        match = _PART.match(name)
+        if match is None:
+            continue
+        metadata = pq.read_schema(os.path.join(folder, name)).metadata or {}
+        if _FIRST_ROW not in metadata or _ROWS not in metadata:
+            raise ValueError(f"{os.path.join(folder, name)!r} is not a jaxfl event-log part "
+                             "(no row range in its metadata)")
+        parts.append(_Part(int(match.group(1)), int(metadata[_FIRST_ROW]), int(metadata[_ROWS])))
+    parts.sort(key=lambda part: (part.first_row, -part.rows, part.number))
+    kept, redundant, covered = [], [], 0
+    for part in parts:
+        if part.rows == 0 or part.end <= covered:
+            redundant.append(part)
+        elif part.first_row == covered:
+            kept.append(part)
+            covered = part.end
+        else:
+            raise ValueError(f"the event log in {folder!r} is inconsistent: {_part_name(part.number)} holds rows "
+                             f"{part.first_row}..{part.end - 1} but the parts before it end at row {covered - 1}")
+    return kept, redundant
+
+
+class EventLog:
+    """Writer of a run's event log (``Simulation(log=event_log.write)``).
+
+    ``format``: ``"csv"`` writes ``events.csv`` exactly as ``csv.DictWriter(handle, fields)`` with
+    its header would; ``"parquet"`` writes parts under ``events/``; ``"auto"`` writes CSV until the
+    log passes ``switch_rows`` rows, then converts it to Parquet parts, deletes ``events.csv`` and
+    goes on in Parquet (it stays CSV if pyarrow is missing).
+
+    ``resume``: a :meth:`position` saved in a checkpoint (or, from older checkpoints, the byte
+    length of ``events.csv``); the log is cut back to it, so rows written after the checkpoint —
+    which the resumed run writes again — are neither lost nor doubled, even if the log switched
+    to Parquet after that checkpoint.
+
+    Rows are buffered column-wise and written ``buffer_rows`` at a time; :meth:`flush` (also
+    done by :meth:`position` and :meth:`close`) puts every row written so far on disk (Parquet:
+    at most every ``flush_seconds`` unless forced). A Parquet
+    part is written under a temporary name and renamed into place, so no reader ever sees half
+    a part. Frequent flushes write small parts that are merged as they come (each row is rewritten
+    O(log) times at most) and into one part per ``part_rows`` rows.
+
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> log = EventLog(run_dir, format="parquet")
+    >>> log.write({"time": 1.5, "event": "arrival", "client": 2, "dispatch": 7, "version": 0,
+    ...            "staleness": 1, "steps": 5, "detail": None})
+    >>> log.position()
+    {'format': 'parquet', 'rows': 1}
+    >>> log.close()
+    >>> sorted(os.listdir(f"{run_dir}/events"))
+    ['part-00000.parquet']
+    """
+
+    def __init__(self, run_dir: str, fields=EVENT_LOG_FIELDS, format: str = "auto", switch_rows: int = 200_000,
+                 resume: dict | int | None = None, *, part_rows: int = 1 << 20, buffer_rows: int = 1 << 16,
+                 flush_seconds: float = 5.0):
+        if format not in FORMATS:
+            raise ValueError(f"format={format!r} is not allowed: one of {', '.join(FORMATS)}")
+        if not os.path.isdir(run_dir):
+            raise FileNotFoundError(f"run directory {run_dir!r} does not exist")
+        for name, value in (("switch_rows", switch_rows), ("part_rows", part_rows), ("buffer_rows", buffer_rows)):
+            if not (isinstance(value, (int, np.integer)) and value >= 1):
+                raise ValueError(f"{name}={value!r} is not allowed: an integer >= 1")
+        if not flush_seconds >= 0:
+            raise ValueError(f"flush_seconds={flush_seconds!r} is not allowed: seconds >= 0")
+        self.run_dir = run_dir
+        self.fields = tuple(fields)
+        self.requested = format
+        self.switch_rows = int(switch_rows)
+        self.part_rows = int(part_rows)
+        self.buffer_rows = int(buffer_rows)
+        self.flush_seconds = float(flush_seconds)
+        self._last_write = monotonic()
+        self._csv_path = os.path.join(run_dir, CSV_NAME)
+        self._folder = os.path.join(run_dir, PARQUET_DIR)
+        self._columns = [[] for _ in self.fields]
+        self._first = self._columns[0]
+        self._appenders = tuple(zip((column.append for column in self._columns), self.fields))
+        self._width = len(self.fields)
+        self._limit = self.buffer_rows
+        self._rows = 0  # rows handed to the file (csv) or converted to arrow (parquet)
+        self._handle = None
+        self._writer = None
+        self._closed = False
+        # parquet: the current chunk of part_rows rows is kept in memory until complete, so small
+        # parts from flushes can be merged without reading anything back
+        self._chunk_start = 0
+        self._tail: list = []  # arrow tables holding rows [chunk_start, tail_end)
+        self._tail_end = 0
+        self._written_end = 0  # rows [0, written_end) are in parts on disk
+        self._stack: list[_Part] = []  # this chunk's parts on disk, in row order
+        self._next_part = 0
+        if self.requested == "parquet":
+            _require_pyarrow("EventLog(format='parquet')")
+        self._format = "parquet" if self.requested == "parquet" else "csv"
+        if resume is None:
+            self._start_fresh()
+        else:
+            self._resume(resume)
+
+    # ----------------------------------------------------------------- writing
+    def write(self, row: dict) -> None:
+        """Append one row (a dict keyed by ``fields``; missing keys are empty, unknown keys an error).
+
+        >>> import tempfile
+        >>> with EventLog(tempfile.mkdtemp(), fields=("time", "event")) as log:
+        ...     log.write({"time": 0.5, "event": "timer"})
+        """
+        if len(row) != self._width:
+            row = self._complete(row)
+        try:
+            for append, field in self._appenders:
+                append(row[field])
+        except KeyError:  # same size, other keys: undo the half-appended row before complaining
+            for column in self._columns[:-1]:
+                if len(column) > len(self._columns[-1]):
+                    column.pop()
+            self._complete(row)
+            raise
+        if len(self._first) >= self._limit:
+            self._spill()
+
+    def flush(self, force: bool = False) -> None:
+        """Put every row written so far on disk, where :func:`read_events` sees it.
+
+        A Parquet log writes a file per flush, so unless ``force`` it writes at most once every
+        ``flush_seconds`` (or when ``buffer_rows`` rows wait): a run that flushes after every
+        evaluation would otherwise spend its time on tiny parts. :meth:`position` and
+        :meth:`close` always write everything.
+
+        >>> import tempfile
+        >>> run_dir = tempfile.mkdtemp()
+        >>> with EventLog(run_dir, fields=("time", "event")) as log:
+        ...     log.write({"time": 0.5, "event": "timer"}); log.flush()
+        ...     len(read_events(run_dir)["time"])
+        1
+        """
+        self._check_open()
+        if self._format == "parquet" and not force and len(self._first) < self.buffer_rows \
+                and monotonic() - self._last_write < self.flush_seconds:
+            return
+        self._spill()
+        if self._format == "csv":
+            self._handle.flush()
+        else:
+            self._write_tail(merge_all=False)
+
+    def position(self) -> dict:
+        """Flush and return a JSON-able marker of the log's end, for ``EventLog(..., resume=marker)``.
+
+        ``{"format": "csv", "rows": n, "bytes": b}`` or ``{"format": "parquet", "rows": n}``.
+
+        >>> import tempfile
+        >>> with EventLog(tempfile.mkdtemp(), fields=("time",)) as log:
+        ...     log.position()
+        {'format': 'csv', 'rows': 0, 'bytes': 6}
+        """
+        self.flush(force=True)
+        if self._format == "csv":
+            return {"format": "csv", "rows": self._rows, "bytes": self._handle.tell()}
+        return {"format": "parquet", "rows": self._rows}
+
+    @property
+    def format(self) -> str:
+        """The format being written now (``"auto"`` resolves to ``"csv"`` or ``"parquet"``).
+
+        >>> import tempfile
+        >>> with EventLog(tempfile.mkdtemp(), format="auto") as log:
+        ...     log.format
+        'csv'
+        """
+        return self._format
+
+    @property
+    def rows(self) -> int:
+        """Rows written so far (buffered ones included).
+
+        >>> import tempfile
+        >>> with EventLog(tempfile.mkdtemp(), fields=("time",)) as log:
+        ...     log.write({"time": 1.0}); log.rows
+        1
+        """
+        return self._rows + len(self._first)
+
+    def close(self) -> None:
+        """Flush and close (again: nothing). A Parquet log merges its last chunk into one part.
+
+        >>> import tempfile
+        >>> log = EventLog(tempfile.mkdtemp()); log.close(); log.close()
+        """
+        if self._closed:
+            return
+        try:
+            self._spill()
+            if self._format == "parquet":
+                self._write_tail(merge_all=True)
+        finally:
+            self._closed = True
+            self._limit = 0  # any later write reaches _spill, which refuses it
+            if self._handle is not None:
+                self._handle.close()
+
+    def __enter__(self) -> "EventLog":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()  # also after an error: the rows up to it are what explains it
+
+    def __repr__(self) -> str:
+        return f"EventLog({self.run_dir!r}, format={self._format!r}, rows={self.rows})"
+
+    # ----------------------------------------------------------------- internals
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"the event log of {self.run_dir!r} is closed")
+
+    def _complete(self, row: dict) -> dict:
+        """csv.DictWriter's rules: unknown keys are an error, missing ones are empty (None)."""
+        unknown = [key for key in row if key not in self.fields]
+        if unknown:
+            raise ValueError(f"dict contains fields not in fieldnames: {', '.join(map(repr, unknown))}")
+        return {field: row.get(field) for field in self.fields}
+
+    def _clear_buffer(self) -> None:
+        for column in self._columns:
+            column.clear()  # in place: the bound appenders stay valid
+
+    def _spill(self) -> None:
+        self._check_open()
+        count = len(self._first)
+        if not count:
+            return
+        if self._format == "csv":
+            # the same objects through the same csv writer as DictWriter.writerow: the same bytes
+            self._writer.writerows(zip(*self._columns))
+            self._clear_buffer()
+            self._rows += count
+            if self.requested == "auto" and self._rows > self.switch_rows and _pyarrow() is not None:
+                self._switch_to_parquet()
+        else:
+            table = _to_arrow(self._columns, self.fields)  # copies: the lists can be reused
+            self._clear_buffer()
+            self._rows += count
+            self._add_to_tail(table)
+
+    def _open_csv(self, truncate_to: int | None) -> None:
+        if truncate_to is None:
+            self._handle = open(self._csv_path, "w", newline="", encoding="utf-8")
+            self._writer = csv.writer(self._handle)
+            self._writer.writerow(self.fields)  # DictWriter.writeheader
+        else:
+            self._handle = open(self._csv_path, "r+", newline="", encoding="utf-8")
+            self._handle.truncate(truncate_to)
+            self._handle.seek(truncate_to)
+            self._writer = csv.writer(self._handle)
+
+    def _start_fresh(self) -> None:
+        _remove_tree(os.path.join(self.run_dir, _CONVERTING))
+        _remove_tree(self._folder)
+        if self._format == "csv":
+            self._open_csv(None)
+        else:
+            if os.path.exists(self._csv_path):
+                os.remove(self._csv_path)
+            os.makedirs(self._folder)
+
+    # .................................................................... parquet parts
+    def _write_part(self, folder: str, number: int, table, first_row: int) -> None:
+        _, pq = _require_pyarrow("writing Parquet parts")
+        table = table.replace_schema_metadata({_FIRST_ROW: str(first_row).encode(),
+                                               _ROWS: str(table.num_rows).encode()})
+        temporary = os.path.join(folder, f".{_part_name(number)}.tmp")
+        pq.write_table(table, temporary, compression="zstd")
+        os.replace(temporary, os.path.join(folder, _part_name(number)))
+
+    def _add_to_tail(self, table) -> None:
+        while table.num_rows:
+            room = self._chunk_start + self.part_rows - self._tail_end
+            head, table = table.slice(0, room), table.slice(room)
+            self._tail.append(head)
+            self._tail_end += head.num_rows
+            if self._tail_end == self._chunk_start + self.part_rows:
+                self._write_tail(merge_all=True)
+                self._chunk_start, self._tail, self._stack = self._tail_end, [], []
+
+    def _write_tail(self, merge_all: bool) -> None:
+        """Write the chunk's rows not yet on disk as a part, merged with the chunk's earlier parts
+        while those are no larger than it (all of them with ``merge_all``): a binary-counter rule,
+        so k flushes leave O(log k) parts and rewrite each row O(log k) times."""
+        end = self._tail_end
+        start = self._written_end
+        if end == start and not (merge_all and len(self._stack) > 1):
+            return
+        popped = []
+        while self._stack and (merge_all or self._stack[-1].rows <= end - start):
+            popped.append(self._stack.pop())
+            start = popped[-1].first_row
+        number = popped[-1].number if popped else self._next_part
+        pa, _ = _pyarrow()
+        data = pa.concat_tables(self._tail).slice(start - self._chunk_start, end - start)
+        self._write_part(self._folder, number, data, start)
+        self._last_write = monotonic()
+        # only after the merged part is in place: a crash in between leaves redundant parts, not holes
+        for part in popped:
+            if part.number != number:
+                os.remove(os.path.join(self._folder, _part_name(part.number)))
+        self._stack.append(_Part(number, start, end - start))
+        self._next_part = number + 1
+        self._written_end = end
+        if len(self._tail) > 1:
+            self._tail = [pa.concat_tables(self._tail)]
+
+    def _switch_to_parquet(self) -> None:
+        """CSV → Parquet: parts built in a hidden folder, renamed to ``events/`` in one step, then
+        ``events.csv`` deleted; a crash at any point leaves one complete log for readers."""
+        self._handle.close()
+        self._handle = self._writer = None
+        table = _read_csv_arrow(self._csv_path, self.fields)
+        if table.num_rows != self._rows:
+            raise RuntimeError(f"{self._csv_path!r} reads back as {table.num_rows} rows but {self._rows} were written")
+        staging = os.path.join(self.run_dir, _CONVERTING)
+        _remove_tree(staging)
+        os.makedirs(staging)
+        self._format = "parquet"
+        self._load_parts_from_table(staging, table)
+        _remove_tree(self._folder)
+        os.replace(staging, self._folder)
+        os.remove(self._csv_path)
+
+    def _load_parts_from_table(self, folder: str, table) -> None:
+        """Write ``table`` (the whole log) as parts in ``folder``; keep its unfinished chunk in memory."""
+        total = table.num_rows
+        self._rows = self._written_end = self._tail_end = total
+        self._chunk_start = total - total % self.part_rows
+        number = 0
+        for first in range(0, total, self.part_rows):
+            self._write_part(folder, number, table.slice(first, self.part_rows), first)
+            number += 1
+        self._next_part = number
+        if self._chunk_start < total:
+            self._tail = [table.slice(self._chunk_start)]
+            self._stack = [_Part(number - 1, self._chunk_start, total - self._chunk_start)]
+        else:
+            self._tail, self._stack = [], []
+
+    # .................................................................... resume
+    def _resume(self, position: dict | int) -> None:
+        if isinstance(position, (int, np.integer)):  # checkpoints from before this module: a byte length
+            position = {"format": "csv", "rows": None, "bytes": int(position)}
+        if not isinstance(position, dict) or "rows" not in position or position.get("format") not in ("csv", "parquet"):
+            raise ValueError(f"resume={position!r} is not an EventLog.position() marker")
+        _remove_tree(os.path.join(self.run_dir, _CONVERTING))
+        on_disk = event_log_format(self.run_dir)
+        if on_disk is None:
+            raise FileNotFoundError(f"cannot resume the event log of {self.run_dir!r}: it has neither "
+                                    f"{CSV_NAME} nor {PARQUET_DIR}/")
+        if on_disk == "parquet":
+            if position["rows"] is None:
+                raise ValueError(f"the event log of {self.run_dir!r} is Parquet; a CSV byte offset cannot cut it")
+            if self.requested == "csv":
+                raise ValueError(f"format='csv' cannot continue the Parquet event log in {self._folder!r}")
+            if os.path.exists(self._csv_path):  # the switch finished all but deleting the CSV
+                os.remove(self._csv_path)
+            self._format = "parquet"
+            self._cut_parquet(int(position["rows"]))
+            return
+        if position["format"] == "parquet":
+            raise FileNotFoundError(f"cannot resume the Parquet event log of {self.run_dir!r}: {self._folder!r} "
+                                    "does not exist")
+        size = os.path.getsize(self._csv_path)
+        offset = int(position["bytes"])
+        if offset > size:
+            raise ValueError(f"{self._csv_path!r} holds {size} bytes, fewer than the checkpoint's {offset}")
+        self._format = "csv"
+        self._open_csv(offset)
+        self._rows = position["rows"] if position["rows"] is not None else _count_csv_rows(self._csv_path)
+        if self.requested == "parquet":
+            _require_pyarrow("EventLog(format='parquet')")
+            self._switch_to_parquet()
+
+    def _cut_parquet(self, rows: int) -> None:
+        _, pq = _require_pyarrow(f"resuming the Parquet event log in {self._folder!r}")
+        for name in os.listdir(self._folder):
+            if name.startswith(".") and name.endswith(".tmp"):
+                os.remove(os.path.join(self._folder, name))
+        parts, redundant = _scan_parts(self._folder)
+        for part in redundant:
+            os.remove(os.path.join(self._folder, _part_name(part.number)))
+        total = parts[-1].end if parts else 0
+        if total < rows:
+            raise ValueError(f"the event log in {self._folder!r} holds {total} rows, fewer than the "
+                             f"checkpoint's {rows}")
+        for part in sorted(parts, key=lambda p: -p.first_row):  # from the end: what remains is always a prefix
+            if part.first_row >= rows:
+                os.remove(os.path.join(self._folder, _part_name(part.number)))
+            elif part.end > rows:
+                path = os.path.join(self._folder, _part_name(part.number))
+                self._write_part(self._folder, part.number, pq.read_table(path).slice(0, rows - part.first_row),
+                                 part.first_row)
+        parts = [p for p in parts if p.first_row < rows]
+        for part in parts:
+            part.rows = min(part.end, rows) - part.first_row
+        self._rows = self._written_end = self._tail_end = rows
+        self._next_part = max((p.number for p in parts), default=-1) + 1
+        # the unfinished chunk: the trailing parts that together hold fewer than part_rows rows
+        # (whatever part_rows the log was written with), back in memory to be merged further
+        self._stack = []
+        for part in reversed(parts):
+            if sum(p.rows for p in self._stack) + part.rows >= self.part_rows:
+                break
+            self._stack.insert(0, part)
+        self._chunk_start = self._stack[0].first_row if self._stack else rows
+        self._tail = [pq.read_table(os.path.join(self._folder, _part_name(p.number))).replace_schema_metadata()
+                      for p in self._stack]
+
+
+# --------------------------------------------------------------------------- conversions
+def _to_arrow(columns: list[list], fields):
+    """Buffered Python values → an arrow table of the fixed schema (values of other types coerced)."""
+    pa, _ = _pyarrow()
+    arrays = []
+    for values, field in zip(columns, fields):
+        kind = _arrow_type(pa, field)
+        try:
+            arrays.append(pa.array(values, kind))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            arrays.append(pa.array(_coerce(values, field), kind))
+    return pa.Table.from_arrays(arrays, schema=arrow_schema(fields))
+
+
+def _coerce(values: list, field: str) -> list:
+    if field == "time":
+        return [None if v is None else float(v) for v in values]
+    if field in INT_FIELDS:
+        return [None if v is None or v == "" else int(v) for v in values]
+    return [None if v is None else str(v) for v in values]
+
+
+def _read_csv_arrow(path: str, fields):
+    """``events.csv`` → an arrow table of the Parquet schema (empty cells → null)."""
+    pa, _ = _pyarrow()
+    import pyarrow.csv as pacsv
+
+    schema = arrow_schema(fields)
+    if os.path.getsize(path) == 0:
+        return schema.empty_table()
+    table = pacsv.read_csv(
+        path,
+        parse_options=pacsv.ParseOptions(newlines_in_values=True),  # a quoted detail may hold a newline
+        convert_options=pacsv.ConvertOptions(column_types={f.name: f.type for f in schema}, null_values=[""],
+                                             strings_can_be_null=True, include_columns=list(fields)))
+    return table.select(list(fields)).cast(schema)
+
+
+def _count_csv_rows(path: str) -> int:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return max(sum(1 for _ in csv.reader(handle)) - 1, 0)
+
+
+def _remove_tree(path: str) -> None:
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+
+
+def _columns_from_arrow(table) -> dict[str, np.ndarray]:
+    pa, _ = _pyarrow()
+    columns = {}
+    for name in table.column_names:
+        chunked = table.column(name)
+        if pa.types.is_dictionary(chunked.type):
+            # a few distinct strings: index one object array of them (None last, for nulls), never
+            # build 10^7 str objects
+            chunks = chunked.unify_dictionaries().chunks
+            words = np.array((chunks[0].dictionary.to_pylist() if chunks else []) + [None], dtype=object)
+            codes = [chunk.indices.fill_null(len(words) - 1).to_numpy() for chunk in chunks]
+            columns[name] = words[np.concatenate(codes)] if codes else np.empty(0, dtype=object)
+        elif pa.types.is_integer(chunked.type):
+            columns[name] = chunked.fill_null(MISSING).to_numpy().astype(np.int64, copy=False)
+        elif pa.types.is_floating(chunked.type):
+            columns[name] = chunked.fill_null(np.nan).to_numpy()
+        else:
+            columns[name] = np.asarray(chunked.to_pylist(), dtype=object)
+    return columns
+
+
+def _read_csv_python(path: str) -> dict[str, np.ndarray]:
+    """The standard-library reader (no pyarrow): same columns, slower."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None:
+            return {field: _empty_column(field) for field in EVENT_LOG_FIELDS}
+        rows = list(reader)
+    raw = list(zip(*rows)) if rows else [()] * len(header)
+    columns = {}
+    for name, values in zip(header, raw):
+        if name == "time":
+            columns[name] = np.array([float(v) if v else np.nan for v in values], dtype=np.float64)
+        elif name in INT_FIELDS:
+            columns[name] = np.array([int(v) if v else MISSING for v in values], dtype=np.int64)
+        else:
+            columns[name] = np.array([v or None for v in values], dtype=object)
+    return columns
+
+
+def _empty_column(field: str) -> np.ndarray:
+    if field == "time":
+        return np.empty(0, np.float64)
+    return np.empty(0, np.int64) if field in INT_FIELDS else np.empty(0, object)
+
+
+# --------------------------------------------------------------------------- readers
+def read_events(run_dir: str) -> dict[str, np.ndarray]:
+    """A run's event log as columns, from ``events/`` (Parquet) or ``events.csv``.
+
+    ``time`` float64; ``client``, ``dispatch``, ``version``, ``staleness``, ``steps`` int64 with
+    ``-1`` for a missing value; ``event``, ``detail`` object arrays with ``None`` for missing.
+
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> with EventLog(run_dir, format="parquet") as log:
+    ...     log.write({"time": 2.0, "event": "aggregate", "client": -1, "dispatch": None,
+    ...                "version": 1, "staleness": None, "steps": None, "detail": "1 updates"})
+    >>> columns = read_events(run_dir)
+    >>> columns["event"], columns["dispatch"], columns["detail"]
+    (array(['aggregate'], dtype=object), array([-1]), array(['1 updates'], dtype=object))
+    """
+    kind = event_log_format(run_dir)
+    if kind is None:
+        if not os.path.isdir(run_dir):
+            raise FileNotFoundError(f"{run_dir!r} is not a run directory: it does not exist")
+        raise FileNotFoundError(f"{run_dir!r} is not a run directory: it has neither {CSV_NAME} nor {PARQUET_DIR}/")
+    if kind == "parquet":
+        folder = os.path.join(run_dir, PARQUET_DIR)
+        pa, pq = _require_pyarrow(f"reading the Parquet event log in {folder!r}")
+        parts, _ = _scan_parts(folder)
+        if not parts:
+            return {field: _empty_column(field) for field in EVENT_LOG_FIELDS}
+        # one dataset read decodes the parts in parallel (3-4x faster than one read_table per part)
+        table = pq.ParquetDataset([os.path.join(folder, _part_name(p.number)) for p in parts]).read()
+        return _columns_from_arrow(table)
+    path = os.path.join(run_dir, CSV_NAME)
+    if _pyarrow() is None:
+        return _read_csv_python(path)
+    with open(path, newline="", encoding="utf-8") as handle:
+        header = next(csv.reader(handle), None)
+    if header is None:
+        return {field: _empty_column(field) for field in EVENT_LOG_FIELDS}
+    return _columns_from_arrow(_read_csv_arrow(path, header))
+
+
+def read_metrics(run_dir: str) -> dict[str, np.ndarray]:
+    """A run's ``metrics.csv`` as columns (``version`` and ``client_steps`` int64, the rest float64).
+
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> _ = open(f"{run_dir}/metrics.csv", "w").write("time,version,accuracy\\n0.0,0,0.1\\n")
+    >>> read_metrics(run_dir)["version"]
+    array([0])
+    """
+    path = os.path.join(run_dir, METRICS_NAME)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{run_dir!r} is not a run directory: it has no {METRICS_NAME}")
+    with open(path, newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None) or []
+        rows = list(reader)
+    columns = {}
+    for index, name in enumerate(header):
+        values = np.array([float(row[index]) if row[index] != "" else np.nan for row in rows], dtype=np.float64)
+        columns[name] = values.astype(np.int64) if name in ("version", "client_steps") else values
+    return columns
+
+
+@dataclasses.dataclass
+class Run:
+    """A finished (or running) run directory, loaded: see :func:`load_run`.
+
+    ``summary`` is empty while the run has not finished. ``metrics`` and ``events`` are columns
+    (see :func:`read_metrics`, :func:`read_events`).
+
+    >>> run = Run("r", {}, {}, {"time": np.zeros(2)}, {"time": np.zeros(3)})
+    >>> run.num_events
+    3
+    """
+
+    run_dir: str
+    config: dict
+    summary: dict
+    metrics: dict[str, np.ndarray]
+    events: dict[str, np.ndarray]
+
+    @property
+    def num_events(self) -> int:
+        return len(next(iter(self.events.values()), ()))
+
+    def to_pandas(self, table: str = "events"):
+        """``table`` (``"events"`` or ``"metrics"``) as a pandas DataFrame; missing integers of the
+        event log become ``<NA>`` (nullable ``Int64``). pandas is imported only here.
+
+        >>> run = Run("r", {}, {}, {"time": np.zeros(2)}, {"time": np.zeros(3)})
+        >>> try:
+        ...     frame = run.to_pandas("metrics")
+        ... except ImportError as error:
+        ...     assert "pip install pandas" in str(error)
+        """
+        if table not in ("events", "metrics"):
+            raise ValueError(f"table={table!r} is not allowed: 'events' or 'metrics'")
+        try:
+            import pandas
+        except ImportError as error:
+            raise ImportError("Run.to_pandas() needs pandas, which is not installed: pip install pandas") from error
+        if table == "metrics":
+            return pandas.DataFrame(self.metrics)
+        columns: dict[str, Any] = {}
+        for name, values in self.events.items():
+            if name in INT_FIELDS and name != "client":  # client -1 is the server, a real value
+                columns[name] = pandas.arrays.IntegerArray(values.astype(np.int64), values == MISSING)
+            else:
+                columns[name] = values
+        return pandas.DataFrame(columns)
+
+
+def load_run(run_dir: str) -> Run:
+    """Load ``config.json``, ``summary.json`` (if the run finished), ``metrics.csv`` and the event log.
+
+    >>> import jaxfl, tempfile
+    >>> result = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedavg", clients=4, local_steps=2,
+    ...     max_updates=1, progress=False, output_dir=tempfile.mkdtemp()))
+    >>> run = load_run(result.run_dir)
+    >>> run.summary["global_updates"], int(np.sum(run.events["event"] == "aggregate"))
+    (1, 1)
+    """
+    if not os.path.isdir(run_dir):
+        raise FileNotFoundError(f"{run_dir!r} is not a run directory: it does not exist")
+    config_path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(config_path):
+        raise FileNotFoundError(f"{run_dir!r} is not a run directory: it has no config.json")
+    with open(config_path) as handle:
+        config = json.load(handle)
+    summary_path = os.path.join(run_dir, "summary.json")
+    summary = {}
+    if os.path.isfile(summary_path):
+        with open(summary_path) as handle:
+            summary = json.load(handle)
+    return Run(run_dir, config, summary, read_metrics(run_dir), read_events(run_dir))
+
+
+# --------------------------------------------------------------------------- derived views
+class _Kinds:
+    """What several views of one log share, computed once: each event kind's row mask (``==`` on
+    10^7 strings takes ~0.2 s) and the dispatch intervals for a horizon."""
+
+    def __init__(self, events: dict[str, np.ndarray]):
+        self.event, self.masks, self.spans = events["event"], {}, {}
+
+    def __call__(self, kind: str) -> np.ndarray:
+        if kind not in self.masks:
+            self.masks[kind] = self.event == kind
+        return self.masks[kind]
+
+
+def dispatch_intervals(events: dict[str, np.ndarray], horizon: float | None = None, labels: bool = True,
+                       _kinds: _Kinds | None = None) -> dict[str, np.ndarray]:
+    """Every dispatch, in log order, as columns: ``client``, ``start``, ``end``, ``arrived`` and
+    ``crashed`` (bool: how it ended; neither: still in flight, ending at ``horizon``, by default
+    the log's last time) and, with ``labels``, ``label`` (its detail, None if none).
+
+    >>> spans = dispatch_intervals({"time": np.array([0.0, 2.0]), "client": np.array([4, 4]),
+    ...                             "event": np.array(["dispatch", "arrival"], object),
+    ...                             "dispatch": np.array([0, 0]), "detail": np.array([None, None], object)})
+    >>> spans["end"], spans["arrived"]
+    (array([2.]), array([ True]))
+    """
+    kinds = _kinds or _Kinds(events)
+    time, dispatch = events["time"], events["dispatch"]
+    if horizon is None:
+        horizon = float(time.max()) if len(time) else 0.0
+    is_dispatch = kinds("dispatch") & (dispatch >= 0)
+    spans = kinds.spans.get(float(horizon))
+    if spans is None:
+        ids = dispatch[is_dispatch]
+        size = int(ids.max()) + 1 if len(ids) else 0
+        end = np.full(size, float(horizon))
+        how = np.zeros(size, np.int8)
+        for code, kind in ((2, "crash"), (1, "arrival")):
+            rows = kinds(kind) & (dispatch >= 0) & (dispatch < size)
+            end[dispatch[rows]] = time[rows]
+            how[dispatch[rows]] = code
+        how = how[ids]
+        spans = kinds.spans[float(horizon)] = {"client": events["client"][is_dispatch], "start": time[is_dispatch],
+                                               "end": end[ids], "arrived": how == 1, "crashed": how == 2}
+    if labels:
+        detail = events.get("detail")
+        return {**spans, "label": detail[is_dispatch] if detail is not None else np.full(len(spans["start"]), None)}
+    return dict(spans)
+
+
+def _client_order(client: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Indices sorting dispatches by client, then start. A log is in time order, so sorting one
+    integer key (client, position in the log) does it: 2x faster than a stable sort by client and
+    4x faster than a two-key lexsort of 10^7 rows."""
+    count = len(client)
+    if count and np.all(start[1:] >= start[:-1]) and client.min() >= 0 and (int(client.max()) + 1) * count < 2**62:
+        return np.argsort(client * count + np.arange(count))
+    return np.lexsort((start, client))
+
+
+def _union_per_client(client: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(clients, busy seconds of each)`` from intervals sorted by client then start: the union of
+    each client's intervals, so overlapping dispatches of one client are not counted twice."""
+    if not len(client):
+        return np.zeros(0, np.int64), np.zeros(0)
+    first = np.flatnonzero(np.concatenate([[True], client[1:] != client[:-1]]))
+    group = np.cumsum(np.concatenate([[False], client[1:] != client[:-1]]))
+    # one running maximum of ends for all clients at once: each client's intervals are lifted
+    # past every earlier client's, so no client's reach spills into the next one's
+    lift = group * (float(end.max() - start.min()) + 1.0)
+    reach = np.maximum.accumulate(end + lift) - lift
+    previous = np.concatenate([[-np.inf], reach[:-1]])
+    previous[first] = -np.inf
+    busy = np.clip(end - np.maximum(start, previous), 0.0, None)
+    return client[first], np.add.reduceat(busy, first)
+
+
+def _staleness_histogram(staleness: np.ndarray, max_bins: int = 64) -> dict[str, int]:
+    """Counts per staleness value; with more than ``max_bins`` distinct values, per power-of-two
+    range (``"4-7"``), so a 10^6-client run keeps a small summary."""
+    if not len(staleness):
+        return {}
+    counts = np.bincount(staleness)  # staleness <= global updates: a short array
+    values = np.flatnonzero(counts)
+    if len(values) <= max_bins:
+        return {str(int(v)): int(counts[v]) for v in values}
+    level = np.zeros(len(counts), np.int64)  # 0 for staleness 0, k for [2^(k-1), 2^k - 1]
+    level[1:] = np.floor(np.log2(np.arange(1, len(counts)))).astype(np.int64) + 1
+    histogram = {}
+    for lvl, count in enumerate(np.bincount(level, weights=counts).astype(np.int64)):
+        if count:
+            low, high = (0, 0) if lvl == 0 else (2 ** (lvl - 1), 2 ** lvl - 1)
+            histogram[str(low) if low == high else f"{low}-{high}"] = int(count)
+    return histogram
+
+
+def timeline_stats(events: dict[str, np.ndarray], num_clients: int | None = None,
+                   horizon: float | None = None, _kinds: _Kinds | None = None) -> dict:
+    """Summary numbers of a run's schedule, from its event-log columns (JSON-able).
+
+    - ``staleness_histogram``: arrivals per staleness at arrival (string keys; power-of-two
+      ranges such as ``"8-15"`` once there are more than 64 distinct values), with mean and max;
+    - ``utilisation_mean``: the clients' mean fraction of ``[0, horizon]`` spent training (a
+      dispatch counts from its start to its arrival or crash, or to the horizon if in flight);
+    - ``idle_s_per_client_mean`` and ``idle_client_s_total``: idle client-seconds;
+    - ``idle_gap_mean_s``: mean wait between a client's arrival and its next dispatch;
+    - ``aggregations`` and ``aggregations_per_hour`` (virtual hours).
+
+    ``num_clients`` (default: the clients the log dispatched) counts never-dispatched clients as
+    idle throughout; ``horizon`` defaults to the log's last time.
+
+    >>> events = {"time": np.array([0.0, 0.0, 1.0, 1.0, 2.0]),
+    ...           "event": np.array(["dispatch", "dispatch", "arrival", "aggregate", "arrival"], object),
+    ...           "client": np.array([0, 1, 0, -1, 1]), "dispatch": np.array([0, 1, 0, -1, 1]),
+    ...           "staleness": np.array([-1, -1, 0, -1, 1]), "detail": np.full(5, None, object)}
+    >>> stats = timeline_stats(events)
+    >>> stats["staleness_histogram"], stats["utilisation_mean"], stats["idle_client_s_total"]
+    ({'0': 1, '1': 1}, 0.75, 1.0)
+    >>> stats["aggregations_per_hour"]
+    1800.0
+    """
+    time = events["time"]
+    kinds = _kinds or _Kinds(events)
+    if horizon is None:
+        horizon = float(time.max()) if len(time) else 0.0
+    arrivals = kinds("arrival")
+    staleness = events["staleness"][arrivals]
+    staleness = staleness[staleness >= 0]
+    spans = dispatch_intervals(events, horizon, labels=False, _kinds=kinds)
+    order = _client_order(spans["client"], spans["start"])
+    client, start = spans["client"][order], spans["start"][order]
+    end, arrived = np.minimum(spans["end"][order], horizon), spans["arrived"][order]
+    clients, busy = _union_per_client(client, start, end)
+    count = max(int(num_clients) if num_clients is not None else 0, len(clients))
+    total_busy = float(busy.sum())
+    idle_total = count * horizon - total_busy
+    # waits between one dispatch's arrival and the same client's next dispatch
+    follows = (client[1:] == client[:-1]) & arrived[:-1]
+    gaps = np.clip(start[1:][follows] - end[:-1][follows], 0.0, None)
+    aggregations = int(np.sum(kinds("aggregate")))
+    return {
+        "horizon_s": float(horizon),
+        "clients": count,
+        "dispatches": int(len(start)),
+        "arrivals": int(np.sum(arrivals)),
+        "staleness_histogram": _staleness_histogram(staleness),
+        "staleness_mean": float(staleness.mean()) if len(staleness) else None,
+        "staleness_max": int(staleness.max()) if len(staleness) else None,
+        "utilisation_mean": total_busy / (count * horizon) if count and horizon > 0 else None,
+        "idle_s_per_client_mean": idle_total / count if count else None,
+        "idle_client_s_total": float(idle_total),
+        "idle_gap_mean_s": float(gaps.mean()) if len(gaps) else None,
+        "aggregations": aggregations,
+        "aggregations_per_hour": aggregations * 3600.0 / horizon if horizon > 0 else None,
+    }
+
+
+__all__ = ["EVENT_LOG_FIELDS", "FORMATS", "MISSING", "EventLog", "Run", "arrow_schema", "dispatch_intervals",
+           "event_log_format", "load_run", "read_events", "read_metrics", "timeline_stats"]

@@ -1,0 +1,81 @@
+"""Timeline plots from either event-log format, and the aggregated views for many clients."""
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+
+from jaxfl import plot
+from jaxfl.runlog import EventLog, dispatch_intervals, read_events
+from test_runlog import rows_of, synthetic_events
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("pyarrow")
+
+
+def make_run(folder, clients: int, rounds: int, format: str = "auto", **options) -> str:
+    """A run directory holding only what plot_timeline reads: config.json and the event log."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as handle:
+        json.dump({"config": {"algorithm": "fedbuff", "data": {"clients": clients}}}, handle)
+    columns = synthetic_events(clients=clients, rounds=rounds)
+    with EventLog(str(folder), format=format, **options) as log:
+        for row in rows_of(columns):
+            log.write(row)
+    return str(folder)
+
+
+def test_many_clients_plot_aggregated_views_from_parquet(tmp_path):
+    run_dir = make_run(tmp_path / "run", clients=500, rounds=20, switch_rows=2000)
+    assert os.path.isdir(os.path.join(run_dir, "events"))
+    out = plot.plot_timeline(run_dir, str(tmp_path / "timeline.png"), bins=100)
+    assert open(out, "rb").read(4) == b"\x89PNG" and os.path.getsize(out) > 20_000
+
+
+def test_few_clients_keep_the_gantt_chart_from_either_format(tmp_path):
+    for format in ("csv", "parquet"):
+        run_dir = make_run(tmp_path / format, clients=6, rounds=5, format=format)
+        out = plot.plot_timeline(run_dir, str(tmp_path / f"{format}.png"))
+        assert os.path.getsize(out) > 10_000
+    # the threshold decides: the same small run drawn aggregated
+    plot.plot_timeline(str(tmp_path / "csv"), str(tmp_path / "agg.png"), max_clients=3)
+    assert os.path.getsize(tmp_path / "agg.png") > 10_000
+
+
+def test_busy_intervals_from_columns_match_the_row_reader(tmp_path):
+    run_dir = make_run(tmp_path, clients=5, rounds=6, format="csv")
+    with open(os.path.join(run_dir, "events.csv"), newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert plot.busy_intervals(read_events(run_dir)) == plot.busy_intervals(rows)
+
+
+def test_busy_profile_matches_a_brute_force_count():
+    columns = synthetic_events(clients=40, rounds=8)
+    end = float(columns["time"].max())
+    edges = np.linspace(0.0, end, 33)
+    profile = plot.busy_profile(columns, edges)
+    spans = dispatch_intervals(columns, horizon=end)
+    grid = np.linspace(0.0, end, 200_001)[:-1] + end / 400_000  # midpoints of a fine grid
+    busy = np.zeros(len(grid))
+    for start, stop in zip(spans["start"], spans["end"]):
+        busy += (grid >= start) & (grid < stop)
+    which = np.searchsorted(edges, grid, side="right") - 1
+    for b in range(len(edges) - 1):
+        inside = busy[which == b]
+        assert profile["mean"][b] == pytest.approx(inside.mean(), abs=0.05)
+        assert profile["min"][b] <= inside.min() and profile["max"][b] >= inside.max()
+    assert profile["max"].max() <= 40
+
+
+def test_binned_quantiles_match_numpy_per_bin():
+    rng = np.random.default_rng(1)
+    times, values = rng.uniform(0, 10, 5000), rng.integers(0, 100, 5000)
+    edges = np.linspace(0, 12, 13)  # the last two bins are empty
+    result = plot.binned_quantiles(times, values, edges)
+    for b in range(12):
+        inside = values[(times >= edges[b]) & (times < edges[b + 1])]
+        if len(inside):
+            assert result[:, b].tolist() == np.quantile(inside, [0.1, 0.5, 0.9], method="lower").tolist()
+        else:
+            assert np.isnan(result[:, b]).all()
