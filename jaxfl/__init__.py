@@ -15,7 +15,9 @@ plain-Python scheduler with one policy per algorithm (:mod:`jaxfl.scheduler`,
 from jaxfl.config import (BudgetConfig, ClientConfig, ConfigError, DataConfig, EngineConfig, FaultsConfig, RunConfig,
                           ServerConfig, SpeedsConfig, config_from_mapping, validate)
 from jaxfl.experiment import RunResult, run_experiment
+from jaxfl.runlog import Run, load_run
 
 __version__ = "0.2.0"
 __all__ = ["BudgetConfig", "ClientConfig", "ConfigError", "DataConfig", "EngineConfig", "FaultsConfig", "RunConfig",
-           "RunResult", "ServerConfig", "SpeedsConfig", "config_from_mapping", "run_experiment", "validate"]
+           "Run", "RunResult", "ServerConfig", "SpeedsConfig", "config_from_mapping", "load_run", "run_experiment",
+           "validate"]

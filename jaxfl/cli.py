@@ -206,8 +206,10 @@ def _algorithms(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
 
 
 def _timeline(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    if not os.path.isfile(os.path.join(args.run_dir, "events.csv")):
-        parser.exit(2, f"jaxfl: error: run_dir={args.run_dir!r} holds no events.csv (not a run directory)\n")
+    from jaxfl.runlog import event_log_format
+
+    if event_log_format(args.run_dir) is None:
+        parser.exit(2, f"jaxfl: error: run_dir={args.run_dir!r} holds no event log (not a run directory)\n")
     if args.max_time is not None and not args.max_time > 0:
         parser.exit(2, f"jaxfl: error: --max-time={args.max_time} is not allowed: virtual seconds > 0\n")
     from jaxfl.plot import plot_timeline

@@ -2,8 +2,9 @@
 
 A run directory holds:
 - ``config.json``: the resolved config, the engine's execution plan and library versions;
-- ``events.csv``: one row per event (virtual time, event, client, dispatch, model version,
-  staleness, steps, detail);
+- the event log, one row per event (virtual time, event, client, dispatch, model version,
+  staleness, steps, detail): ``events.csv``, or Parquet parts under ``events/`` once it passes
+  200,000 rows (:mod:`jaxfl.runlog`; ``jaxfl.load_run`` reads either);
 - ``metrics.csv``: held-out accuracy and loss of the global model over virtual time;
 - ``summary.json``: final/best accuracy, time to target, updates, client steps executed and
   padded, dispatch accounting, wall time, stop reason.
@@ -40,6 +41,7 @@ from jaxfl.kernels.aggregation import make_server_optimizer
 from jaxfl.kernels.client import FederatedArrays, make_client_trainer, scale_uint8
 from jaxfl.models import check_model_input, count_params, make_model
 from jaxfl.models.adapter import as_adapter
+from jaxfl.runlog import EventLog
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
@@ -297,20 +299,19 @@ def _speeds_and_faults(config: RunConfig, params) -> tuple[ClientSpeeds, ClientF
 
 
 def _open_logs(run_dir: str, offsets: dict | None):
-    """events.csv and metrics.csv for appending; on resume, cut back to the checkpoint's lengths so
-    rows written after it (and re-created by the resumed run) are neither lost nor doubled."""
-    files = []
-    for name, fields in (("events.csv", EVENT_LOG_FIELDS), ("metrics.csv", METRIC_FIELDS)):
-        path = os.path.join(run_dir, name)
-        if offsets is None:
-            handle = open(path, "w", newline="")
-            csv.DictWriter(handle, fields).writeheader()
-        else:
-            handle = open(path, "r+", newline="")
-            handle.truncate(offsets[name])
-            handle.seek(offsets[name])
-        files.append(handle)
-    return files
+    """The event log (:class:`~jaxfl.runlog.EventLog`: CSV, Parquet parts once large) and
+    metrics.csv for appending; on resume, cut back to the checkpoint's positions so rows written
+    after it (and re-created by the resumed run) are neither lost nor doubled."""
+    events = EventLog(run_dir, EVENT_LOG_FIELDS, resume=None if offsets is None else offsets["events"])
+    path = os.path.join(run_dir, "metrics.csv")
+    if offsets is None:
+        handle = open(path, "w", newline="")
+        csv.DictWriter(handle, METRIC_FIELDS).writeheader()
+    else:
+        handle = open(path, "r+", newline="")
+        handle.truncate(offsets["metrics.csv"])
+        handle.seek(offsets["metrics.csv"])
+    return events, handle
 
 
 def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResult:
@@ -360,7 +361,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
                                    "[{elapsed}<{remaining}{postfix}]" if total else None)
     events_file, metrics_file = _open_logs(run_dir, saved["offsets"] if saved else None)
     with events_file, metrics_file:
-        events = csv.DictWriter(events_file, EVENT_LOG_FIELDS)
+        events = events_file
         recorder = _Recorder(config, make_evaluator(model.predict, dataset.test_x, dataset.test_y,
                                                     preprocess=preprocess),
                              metrics_file, progress, wall_start, params, flush_also=(events_file,))
@@ -375,12 +376,12 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
         if saved is None:
             simulation = Simulation(policy, speeds, federation.weights(config.client_weights), engine,
                                     max_time=config.max_time, max_updates=config.max_updates,
-                                    log=events.writerow, faults=faults, on_nonfinite=config.on_nonfinite,
+                                    log=events.write, faults=faults, on_nonfinite=config.on_nonfinite,
                                     after_event=checkpoints.after_event)
             stop = recorder.record(0.0, 0, params) if config.eval_interval is None else \
                 recorder.evaluate_grid_until(0.0, 0, inclusive=True)
         else:
-            simulation = saved["simulation"].attach(engine, events.writerow, checkpoints.after_event)
+            simulation = saved["simulation"].attach(engine, events.write, checkpoints.after_event)
             engine.restore(checkpoint.load_device(checkpoints.folder, engine, saved["engine"]), saved["engine"],
                            simulation.records)
             recorder.stats = engine.stats
@@ -494,11 +495,10 @@ def _run_timing_only(config: RunConfig, federation, params) -> RunResult:
         "model_parameters": count_params(params["params"]),
         "model_state_values": count_params(params.get("state", {})), "client_samples": federation.counts.tolist()})
     backend = _TimingBackend()
-    events_file, metrics_file = _open_logs(run_dir, None)
-    with events_file, metrics_file:
-        events = csv.DictWriter(events_file, EVENT_LOG_FIELDS)
+    events, metrics_file = _open_logs(run_dir, None)
+    with events, metrics_file:
         simulation = Simulation(policy, speeds, federation.weights(config.client_weights), backend,
-                                max_time=config.max_time, max_updates=config.max_updates, log=events.writerow,
+                                max_time=config.max_time, max_updates=config.max_updates, log=events.write,
                                 faults=faults, on_nonfinite=config.on_nonfinite)
         scheduler_start = time.perf_counter()
         reason = simulation.run()
@@ -543,7 +543,7 @@ class _Checkpointer:
 
     def __init__(self, config, run_dir, engine, recorder, events_file, metrics_file, saved):
         self.config, self.run_dir, self.engine, self.recorder = config, run_dir, engine, recorder
-        self.files = {"events.csv": events_file, "metrics.csv": metrics_file}
+        self.events, self.metrics = events_file, metrics_file
         self.folder = checkpoint.latest(run_dir) if saved is not None else None
         self.last_version = saved["simulation"].version if saved else 0
         self.resumes = saved["resumes"] + 1 if saved else 0
@@ -556,9 +556,8 @@ class _Checkpointer:
             self.save(simulation)
 
     def save(self, simulation: Simulation) -> None:
-        for handle in self.files.values():
-            handle.flush()
-        offsets = {name: handle.tell() for name, handle in self.files.items()}
+        self.metrics.flush()
+        offsets = {"events": self.events.position(), "metrics.csv": self.metrics.tell()}
         extra = {"recorder": self.recorder.state_dict(), "offsets": offsets, "resumes": self.resumes,
                  "wall_time": self.wall_before + time.perf_counter() - self._started}
         checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra)
