@@ -318,8 +318,9 @@ def main(argv: list[str] | None = None) -> int:
         configs = _configs(args)
         from jaxfl.experiment import prepare, run_experiment
 
-        for config in configs:  # data, partition and model checks before any run writes a file
-            prepare(config)
+        if len(configs) > 1:  # data, partition and model checks before any run writes a file
+            for config in configs:  # (one run checks them itself before writing, without building twice)
+                prepare(config)
         results = []
         for config in configs:
             result = run_experiment(config)
