@@ -53,3 +53,19 @@ def test_timeline_statistics_add_up(tmp_path):
     assert busy + timeline["idle_client_seconds"] == pytest.approx(clients * end, rel=1e-4)
     assert 0 < timeline["utilisation"]["min"] <= timeline["utilisation"]["median"] <= timeline["utilisation"]["max"] <= 1
     assert timeline["aggregations_per_virtual_hour"] == pytest.approx(result.summary["global_updates"] * 3600 / end, rel=1e-3)
+
+
+def test_a_synthetic_timing_only_run_needs_the_client_sizes_only(tmp_path):
+    from jaxfl.experiment import _synthetic_sizes_only, build_data
+
+    for dataset in ("synthetic_iid", "synthetic:0.5,0.5"):
+        config = config_from_mapping({"dataset": dataset, "partition": "natural", "clients": 300, "model": "logreg",
+                                      "timing_only": True})
+        _, sizes_only = _synthetic_sizes_only(config)
+        _, built = build_data(config)
+        assert (sizes_only.counts == built.counts).all()
+        assert (sizes_only.weights("samples") == built.weights("samples")).all()
+    result = run_experiment(config_from_mapping({**BASE, "dataset": "synthetic_iid", "partition": "natural",
+                                                 "model": "logreg", "clients": 20_000, "algorithm": "fedbuff",
+                                                 "max_updates": 50, "timing_only": True, "output_dir": str(tmp_path)}))
+    assert result.summary["global_updates"] == 50 and result.summary["policy"]["concurrency"] == 1000
