@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from jaxfl.data import (
     CLASS_PARTITION_TABLE,
     PARTITIONS,
+    FlatPartition,
     client_sizes,
     make_partition,
     partition_class,
@@ -73,7 +74,8 @@ def test_registry_names():
        seed=st.integers(0, 2**31 - 1), name=st.sampled_from(["iid", "dirichlet_client", "label_shards", "gamma_mix"]))
 def test_always_feasible_partitioners_property(num_classes, per_class, num_clients, seed, name):
     labels = np.random.default_rng(seed).permutation(np.repeat(np.arange(num_classes), per_class))
-    num_clients = min(num_clients, len(labels) // (2 if name == "label_shards" else 1))
+    # label_shards: 2 shards per client; gamma_mix (gamma 0.5): the label-sorted pool holds >= N / 2.
+    num_clients = min(num_clients, len(labels) // (2 if name in ("label_shards", "gamma_mix") else 1))
     kwargs = {"dirichlet_client": {"alpha": 0.3}, "gamma_mix": {"gamma": 0.5}}.get(name, {})
     parts = make_partition(name, labels, num_clients, np.random.default_rng(seed), **kwargs)
     check_disjoint_cover(parts, len(labels), num_clients)
@@ -146,6 +148,47 @@ def test_dirichlet_client_replay():
             need -= take.sum()
     parts = partition_dirichlet_client(labels, 3, 0.5, np.random.default_rng(7))
     np.testing.assert_array_equal(histogram(parts, labels), counts)
+
+
+def reference_dirichlet_client(labels, num_clients, alpha, rng, sizes="equal", skew=1.0):
+    """The per-client loop partition_dirichlet_client replaced by bulk draws: same calls, one client at a time."""
+    classes = np.unique(labels)
+    members = [np.flatnonzero(labels == c) for c in classes]
+    class_sizes = np.array([len(m) for m in members])
+    wanted = client_sizes(len(labels), num_clients, sizes, rng, skew)
+    mixes = rng.dirichlet(alpha * len(classes) * class_sizes / class_sizes.sum(), size=num_clients)
+    remaining, counts = class_sizes.copy(), np.zeros((num_clients, len(classes)), np.int64)
+    for i in range(num_clients):
+        need = int(wanted[i])
+        while need > 0:
+            w = mixes[i] * (remaining > 0)
+            w = w if w.sum() > 0 else remaining.astype(np.float64)
+            take = np.minimum(rng.multinomial(need, w / w.sum()), remaining)
+            counts[i] += take
+            remaining -= take
+            need -= int(take.sum())
+    parts = [[] for _ in range(num_clients)]
+    for k, pool in enumerate(members):
+        for i, chunk in enumerate(np.split(rng.permutation(pool), np.cumsum(counts[:, k])[:-1])):
+            parts[i].append(chunk)
+    return [np.sort(np.concatenate(chunks)) for chunks in parts], rng.random()
+
+
+@pytest.mark.parametrize("num_classes, per_class, num_clients, alpha, sizes", [
+    (10, 300, 1500, 0.05, "equal"),  # 2 samples per client: classes run out all the way through
+    (10, 300, 700, 0.5, "lognormal"),
+    (3, 500, 1200, 0.1, "powerlaw"),
+    (37, 40, 1480, 0.3, "equal"),  # one sample per client
+    (5, 2000, 3000, 5.0, "lognormal"),  # long blocks before the first class runs out
+])
+@pytest.mark.parametrize("seed", [0, 11])
+def test_dirichlet_client_bulk_draws_replay_the_client_loop(num_classes, per_class, num_clients, alpha, sizes, seed):
+    labels = np.random.default_rng(seed).permutation(np.repeat(np.arange(num_classes), per_class))
+    rng = np.random.default_rng(seed)
+    got = partition_dirichlet_client(labels, num_clients, alpha, rng, sizes=sizes)
+    want, next_draw = reference_dirichlet_client(labels, num_clients, alpha, np.random.default_rng(seed), sizes)
+    assert [p.tolist() for p in got] == [p.tolist() for p in want]
+    assert rng.random() == next_draw, "the generator is left where the loop leaves it"
 
 
 # --------------------------------------------------------------------------- FedCompass class partition (Alg. 4)
@@ -379,6 +422,40 @@ def test_natural_split_by_writer_and_subset():
         partition_natural(labels, 2, np.random.default_rng(0))
 
 
+def test_natural_split_of_grouped_ids_equals_the_general_path():
+    # Sorted ids (the synthetic federation) take a sort-free path; it must agree with the general one.
+    groups = np.sort(np.random.default_rng(0).integers(10, 500, 3000))
+    labels = np.zeros(len(groups), np.int64)
+    shuffled = np.random.default_rng(1).permutation(len(groups))
+    for num_clients in (len(np.unique(groups)), 17):
+        fast = partition_natural(labels, num_clients, np.random.default_rng(2), groups=groups)
+        # Relabelling the samples by a permutation and mapping back gives the general path's answer.
+        general = partition_natural(labels, num_clients, np.random.default_rng(2), groups=groups[shuffled])
+        assert [p.tolist() for p in fast] == [np.sort(shuffled[p]).tolist() for p in general]
+        assert all(len(p) and np.all(groups[p] == groups[p[0]]) for p in fast)
+
+
+def test_flat_partition_is_a_read_only_sequence_of_client_views():
+    part = partition_iid(SHUFFLED, 7, np.random.default_rng(0))
+    assert isinstance(part, FlatPartition) and len(part) == part.num_clients == 7
+    listed = list(part)
+    assert [p.tolist() for p in listed] == [part[i].tolist() for i in range(7)] == [p.tolist() for p in part[:]]
+    assert part[-1].tolist() == listed[6].tolist() and part[2:4][1].tolist() == listed[3].tolist()
+    assert all(np.shares_memory(p, part.indices) for p in listed), "views, not copies"
+    np.testing.assert_array_equal(part.offsets, np.concatenate([[0], np.cumsum(part.counts)[:-1]]))
+    with pytest.raises(IndexError, match="client 7 out of range for 7 clients"):
+        part[7]
+    with pytest.raises(ValueError, match="read-only"):
+        part.indices[0] = 1
+    with pytest.raises(AttributeError, match="immutable"):
+        part.counts = np.ones(7)
+    with pytest.raises(ValueError, match="counts sum to 3 but there are 2 indices"):
+        FlatPartition(np.array([0, 1]), np.array([1, 2]))
+    rebuilt = FlatPartition.from_parts(listed)
+    np.testing.assert_array_equal(rebuilt.indices, part.indices)
+    assert FlatPartition.from_parts(part) is part
+
+
 # --------------------------------------------------------------------------- errors
 
 
@@ -393,6 +470,8 @@ def test_natural_split_by_writer_and_subset():
         (lambda r: partition_label_shards(LABELS, 600, r), r"600 clients x shards_per_client=2 = 1200 shards"),
         (lambda r: partition_label_shards(LABELS, 4, r, shards_per_client=0), "shards_per_client=0"),
         (lambda r: partition_gamma_mix(LABELS, 4, r, gamma=1.5), r"gamma=1.5 must be a fraction in \[0, 1\]"),
+        (lambda r: partition_gamma_mix(np.repeat(np.arange(2), 3), 5, r, gamma=0.5),
+         r"gamma=0.5 splits the 6 samples into 4 label-sorted and 2 IID; num_clients=5 .* use at most 4 clients"),
         (lambda r: partition_iid(LABELS, 4, r, sizes="zipf"), "sizes='zipf' is not allowed"),
         (lambda r: make_partition("shards", LABELS, 4, r), r"'shards'.*label_shards"),
     ],

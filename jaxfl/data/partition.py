@@ -1,8 +1,10 @@
 """Partitions of a labelled dataset over clients: pure functions of labels -> index arrays.
 
 Every partitioner takes labels ``(N,)``, a client count ``C`` and a ``np.random.Generator`` and
-returns ``C`` sorted int64 index arrays. All but ``natural`` (which may sample a subset of the
-writers) hold every index in ``range(N)`` exactly once. The generator is an argument (never a
+returns a :class:`FlatPartition`: a sequence of ``C`` sorted int64 index arrays stored as one flat
+``indices`` array plus ``counts``, so 10^6 clients cost two arrays, not 10^6 Python objects.
+All but ``natural`` (which may sample a subset of the writers) hold every index in ``range(N)``
+exactly once. The generator is an argument (never a
 global seed) so the caller decides which random stream partitioning uses; see
 ``federated.PARTITION_STREAM``. Where a seed paper's code uses numpy's legacy global RNG, the same
 calls are made, in the same order, on the generator, so a test can replay them.
@@ -23,6 +25,7 @@ Registered names (``PARTITIONS``), with their source:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Callable
 
 import numpy as np
@@ -30,6 +33,7 @@ import numpy as np
 __all__ = [
     "CLASS_PARTITION_TABLE",
     "DIRICHLET_MAX_TRIES",
+    "FlatPartition",
     "IID_SIZES",
     "PARTITIONS",
     "client_sizes",
@@ -71,7 +75,9 @@ def _check_common(labels: np.ndarray, num_clients: int) -> np.ndarray:
     if isinstance(num_clients, bool) or not isinstance(num_clients, (int, np.integer)):
         raise ValueError(f"num_clients must be an int, got {num_clients!r}")
     if not 1 <= num_clients <= len(labels):
-        raise ValueError(f"num_clients={num_clients} must be between 1 and the number of samples ({len(labels)})")
+        raise ValueError(f"num_clients={num_clients} must be between 1 and the number of samples ({len(labels)}): "
+                         f"every client needs >= 1 sample, so use at most {len(labels)} clients or a larger dataset "
+                         "(a synthetic dataset generates samples for any number of clients)")
     return labels
 
 
@@ -83,8 +89,128 @@ def _check_positive(name: str, value) -> float:
     return float(value)
 
 
-def _sorted_int64(parts) -> list[np.ndarray]:
-    return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
+class FlatPartition(Sequence):
+    """``C`` clients' sample indices, flat: client ``i`` holds ``indices[offsets[i]:offsets[i] + counts[i]]``.
+
+    A read-only sequence of per-client index views (``len``, ``[i]``, iteration), so code written
+    for a list of arrays keeps working, while :func:`~jaxfl.data.federated.build_federation` reads
+    ``indices`` and ``counts`` directly and never makes a per-client object.
+
+    Example:
+        >>> import numpy as np
+        >>> part = FlatPartition(np.array([4, 1, 0, 2, 3]), np.array([2, 0, 3]))
+        >>> len(part), part[0].tolist(), part[-1].tolist(), [len(p) for p in part]
+        (3, [4, 1], [0, 2, 3], [2, 0, 3])
+        >>> part.offsets.tolist()
+        [0, 2, 2]
+    """
+
+    __slots__ = ("indices", "counts", "offsets")
+
+    def __init__(self, indices: np.ndarray, counts: np.ndarray):
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+        if counts.size and counts.min() < 0:
+            raise ValueError(f"counts must be >= 0, got {int(counts.min())}")
+        if int(counts.sum()) != len(indices):
+            raise ValueError(f"counts sum to {int(counts.sum())} but there are {len(indices)} indices")
+        offsets = np.zeros(len(counts), dtype=np.int64)
+        np.cumsum(counts[:-1], out=offsets[1:])
+        for arr in (indices, counts, offsets):
+            arr.setflags(write=False)
+        object.__setattr__(self, "indices", indices)
+        object.__setattr__(self, "counts", counts)
+        object.__setattr__(self, "offsets", offsets)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("FlatPartition is immutable")
+
+    @classmethod
+    def from_parts(cls, parts: Sequence[np.ndarray]) -> "FlatPartition":
+        """One flat partition from a list of per-client index arrays (kept in the given order).
+
+        Example:
+            >>> FlatPartition.from_parts([np.array([3]), np.array([0, 1])]).indices.tolist()
+            [3, 0, 1]
+        """
+        if isinstance(parts, FlatPartition):
+            return parts
+        arrays = [np.asarray(p, dtype=np.int64).reshape(-1) for p in parts]
+        counts = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+        indices = np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+        return cls(indices, counts)
+
+    @property
+    def num_clients(self) -> int:
+        """Number of clients ``C`` (``len(self)``).
+
+        Example:
+            >>> FlatPartition(np.arange(3), np.array([1, 2])).num_clients
+            2
+        """
+        return len(self.counts)
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = int(i)
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"client {i} out of range for {len(self)} clients")
+        i %= len(self)
+        start = int(self.offsets[i])
+        return self.indices[start:start + int(self.counts[i])]
+
+    def __iter__(self):
+        # np.split makes the views in one call instead of C __getitem__ round trips.
+        return iter(np.split(self.indices, self.offsets[1:]) if len(self) else [])
+
+    def __repr__(self) -> str:
+        return f"FlatPartition(clients={len(self)}, samples={len(self.indices)})"
+
+
+def _grouped(client_of: np.ndarray, samples: np.ndarray, num_clients: int, num_samples: int) -> FlatPartition:
+    """Group ``samples`` by their client ``client_of`` (same length), each client's indices ascending.
+
+    One sort of ``client * N + sample`` keys orders by client, then by index, in O(S log S)
+    without a per-client loop; the keys fit int64 since ``C <= N``.
+    """
+    client_of = np.asarray(client_of, dtype=np.int64)
+    counts = np.bincount(client_of, minlength=num_clients).astype(np.int64, copy=False)
+    if num_clients * max(num_samples, 1) < 2**62:
+        keys = client_of * num_samples
+        keys += samples
+        keys.sort()
+        keys -= np.repeat(np.arange(num_clients, dtype=np.int64) * num_samples, counts)
+        return FlatPartition(keys, counts)
+    return FlatPartition(np.asarray(samples, np.int64)[np.lexsort((samples, client_of))], counts)
+
+
+def _owners(counts: np.ndarray) -> np.ndarray:
+    """``(sum(counts),)`` client id of each position when client ``i`` takes the next ``counts[i]``."""
+    return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])`` without the loop.
+
+    Example:
+        >>> _ranges(np.array([5, 0, 9]), np.array([2, 0, 3])).tolist()
+        [5, 6, 9, 10, 11]
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    shift = np.asarray(starts, dtype=np.int64) - (ends - lengths)
+    return np.repeat(shift, lengths) + np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
+
+
+def _equal_sizes(num_samples: int, num_clients: int) -> np.ndarray:
+    """The section sizes of ``np.array_split(range(num_samples), num_clients)``: the first ``N % C`` get one more."""
+    sizes = np.full(num_clients, num_samples // num_clients, dtype=np.int64)
+    sizes[:num_samples % num_clients] += 1
+    return sizes
 
 
 def _largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
@@ -97,12 +223,20 @@ def _largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
     return counts
 
 
+def _class_order(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(classes, order, class_sizes)``: distinct labels, indices sorted by label (dataset order
+    within a class) and each class's size, so class ``k`` is ``order[start_k : start_k + size_k]``."""
+    order = np.argsort(labels, kind="stable")
+    ordered = labels[order]
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]])) if len(ordered) else \
+        np.zeros(0, np.int64)
+    return ordered[starts], order, np.diff(np.append(starts, len(ordered))).astype(np.int64)
+
+
 def _class_members(labels: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     """Sorted distinct labels and, for each, its sample indices in dataset order."""
-    classes = np.unique(labels)
-    order = np.argsort(labels, kind="stable")
-    bounds = np.searchsorted(labels[order], classes, side="right")
-    return classes, np.split(order, bounds[:-1])
+    classes, order, class_sizes = _class_order(labels)
+    return classes, np.split(order, np.cumsum(class_sizes)[:-1])
 
 
 # --------------------------------------------------------------------------- IID
@@ -129,7 +263,7 @@ def client_sizes(num_samples: int, num_clients: int, kind: str, rng: np.random.G
     if min_samples * num_clients > num_samples:
         raise ValueError(f"{num_clients} clients x min_samples={min_samples} exceeds the {num_samples} samples")
     if kind == "equal":
-        return np.array([len(a) for a in np.array_split(np.arange(num_samples), num_clients)], dtype=np.int64)
+        return _equal_sizes(num_samples, num_clients)
     skew = _check_positive("skew", skew)
     weights = rng.lognormal(0.0, skew, num_clients) if kind == "lognormal" else rng.pareto(skew, num_clients) + 1.0
     spare = num_samples - min_samples * num_clients
@@ -137,7 +271,7 @@ def client_sizes(num_samples: int, num_clients: int, kind: str, rng: np.random.G
 
 
 def partition_iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator, sizes: str = "equal",
-                  skew: float = 1.0) -> list[np.ndarray]:
+                  skew: float = 1.0) -> FlatPartition:
     """Shuffle all indices and cut them into ``num_clients`` parts of the given sizes.
 
     ``sizes="equal"`` (default): sizes differ by at most 1. ``"lognormal"`` / ``"powerlaw"``:
@@ -151,10 +285,11 @@ def partition_iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator
         [4, 3, 3]
     """
     labels = _check_common(labels, num_clients)
-    if sizes == "equal":
-        return _sorted_int64(np.array_split(rng.permutation(len(labels)), num_clients))
-    counts = client_sizes(len(labels), num_clients, sizes, rng, skew)
-    return _sorted_int64(np.split(rng.permutation(len(labels)), np.cumsum(counts)[:-1]))
+    # Same draws as before the flat layout: sizes (if random) first, then one permutation, whose
+    # consecutive blocks are the clients (what array_split / split of it handed out).
+    counts = _equal_sizes(len(labels), num_clients) if sizes == "equal" else \
+        client_sizes(len(labels), num_clients, sizes, rng, skew)
+    return _grouped(_owners(counts), rng.permutation(len(labels)), num_clients, len(labels))
 
 
 # --------------------------------------------------------------------------- Dirichlet
@@ -167,7 +302,7 @@ def partition_dirichlet(
     rng: np.random.Generator,
     min_samples: int = 1,
     balance: bool = False,
-) -> list[np.ndarray]:
+) -> FlatPartition:
     """Label-skewed split: each class is spread over clients by proportions ~ Dir(alpha * 1_C).
 
     For each class (in increasing label order) draw ``p ~ Dir(alpha * 1_C)``, shuffle the class's
@@ -175,7 +310,9 @@ def partition_dirichlet(
     remainder). If any client ends with fewer than ``min_samples`` samples the whole draw is
     repeated, up to ``DIRICHLET_MAX_TRIES`` times, then ``ValueError``. Small alpha gives each
     client few classes; large alpha approaches IID. With ``C`` near ``N / 10`` some client is
-    almost surely empty; use ``dirichlet_client`` there.
+    almost surely empty; use ``dirichlet_client`` there. Whether a draw succeeds is only known by
+    drawing, so such a request fails after all the tries (a few seconds at ``C = 10^4``: each
+    try is O(K C) numpy work, clients are only materialised for the draw that succeeds).
 
     Which reading this is: FedASMU cites NIID-Bench (Li et al. 2021), whose ``noniid-labeldir``
     split is this per-class scheme (the paper gives no alpha). NIID-Bench's code also stops
@@ -201,13 +338,16 @@ def partition_dirichlet(
             f"min_samples={min_samples} is infeasible: {num_clients} clients x {min_samples} > {n} samples"
         )
 
-    classes = np.unique(labels)
-    class_members = [np.flatnonzero(labels == c) for c in classes]
+    _, members_of = _class_members(labels)  # ascending indices per class, as flatnonzero(labels == c)
     concentration = np.full(num_clients, float(alpha))
+    clients = np.arange(num_clients, dtype=np.int64)
+    short = None  # clients below min_samples in the last complete draw, for the error
     for _ in range(DIRICHLET_MAX_TRIES):
-        parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        # Per class: its shuffled members and how many go to each client; clients are assigned
+        # only once a draw succeeds, so a failed try costs O(C) per class, not C Python lists.
+        pools, class_counts = [], []
         sizes = np.zeros(num_clients, dtype=np.int64)
-        for members in class_members:
+        for members in members_of:
             members = rng.permutation(members)
             p = rng.dirichlet(concentration)
             if balance:
@@ -218,21 +358,28 @@ def partition_dirichlet(
                 # direction, so treat it as failed and redraw rather than divide by zero.
                 break
             cuts = (np.cumsum(p / total) * len(members)).astype(np.int64)[:-1]
-            for i, chunk in enumerate(np.split(members, cuts)):
-                parts[i].append(chunk)
-                sizes[i] += len(chunk)
+            # The chunk lengths np.split(members, cuts) would give: cuts never decrease, and a
+            # cut past the end (cumsum rounding) is clipped as a slice would be.
+            bounds = np.concatenate([[0], np.minimum(cuts, len(members)), [len(members)]])
+            took = np.diff(bounds)
+            pools.append(members)
+            class_counts.append(took)
+            sizes += took
         else:
             if sizes.min() >= min_samples:
-                return _sorted_int64(np.concatenate(chunks) for chunks in parts)
+                owners = np.concatenate([np.repeat(clients, took) for took in class_counts])
+                return _grouped(owners, np.concatenate(pools), num_clients, n)
+            short = int(np.count_nonzero(sizes < min_samples))
+    last = f"; the last draw left {short} of them short" if short is not None else ""
     raise ValueError(
         f"partition_dirichlet: no draw gave every one of {num_clients} clients >= {min_samples} samples "
-        f"in {DIRICHLET_MAX_TRIES} tries (alpha={alpha}, {n} samples); raise alpha or lower num_clients/min_samples, "
-        "or use 'dirichlet_client' (every client gets N / C samples)"
+        f"in {DIRICHLET_MAX_TRIES} tries (alpha={alpha}, {n} samples{last}); raise alpha or lower "
+        "num_clients/min_samples, or use 'dirichlet_client' (every client gets N / C samples)"
     )
 
 
 def partition_dirichlet_client(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator,
-                               sizes: str = "equal", skew: float = 1.0) -> list[np.ndarray]:
+                               sizes: str = "equal", skew: float = 1.0) -> FlatPartition:
     """Label skew drawn per client (Hsu et al. 2019): client ``i``'s class mix is ``q_i ~ Dir(alpha K p)``.
 
     ``p`` is the dataset's class frequencies and ``K`` the number of classes, so for balanced
@@ -258,32 +405,99 @@ def partition_dirichlet_client(labels: np.ndarray, num_clients: int, alpha: floa
     wanted = client_sizes(len(labels), num_clients, sizes, rng, skew)
     concentration = alpha * len(classes) * class_sizes / class_sizes.sum()
     mixes = rng.dirichlet(concentration, size=num_clients)  # (C, K)
-    remaining = class_sizes.copy()
-    counts = np.zeros((num_clients, len(classes)), dtype=np.int64)
-    for i in range(num_clients):
-        need = int(wanted[i])
-        while need > 0:
-            weights = mixes[i] * (remaining > 0)
-            if not weights.sum() > 0:
-                weights = remaining.astype(np.float64)
-            take = np.minimum(rng.multinomial(need, weights / weights.sum()), remaining)
-            counts[i] += take
-            remaining -= take
-            need -= int(take.sum())
-    return _assign_counts(members, counts, rng, shuffle=True)
+    counts = _fill_clients(mixes, wanted, class_sizes, rng)
+    return _assign_counts(members, counts, rng, shuffle=True, num_samples=len(labels))
+
+
+# Clients per bulk multinomial call in _fill_clients: large enough to amortise the call, small
+# enough that a block cut short by a class running out wastes little (it is redrawn).
+_FILL_BLOCK = (256, 1 << 16)
+
+
+def _fill_one(i: int, need: int, mixes: np.ndarray, remaining: np.ndarray, counts: np.ndarray,
+              rng: np.random.Generator) -> None:
+    """Client ``i``'s sequential fill (the reference algorithm), updating ``remaining`` and ``counts``."""
+    while need > 0:
+        weights = mixes[i] * (remaining > 0)
+        if not weights.sum() > 0:
+            weights = remaining.astype(np.float64)
+        take = np.minimum(rng.multinomial(need, weights / weights.sum()), remaining)
+        counts[i] += take
+        remaining -= take
+        need -= int(take.sum())
+
+
+def _fill_clients(mixes: np.ndarray, wanted: np.ndarray, class_sizes: np.ndarray,
+                  rng: np.random.Generator) -> np.ndarray:
+    """``(C, K)`` class counts of the per-client multinomial fill, the same draws as a loop over clients.
+
+    The reference is :func:`_fill_one` for ``i = 0, 1, ...``. While no class runs out, client
+    ``i`` makes exactly one call, ``rng.multinomial(wanted[i], mixes[i] * mask / sum)``, and
+    numpy draws ``multinomial(n_array, pvals_rows)`` row by row from the same stream as those
+    scalar calls. So a block of clients is drawn in one call; the block is valid up to the first
+    client whose draw would not fit in what is left, or that comes after a class has just run
+    out (its mask differs). From that client on, the generator state saved before the block is
+    restored, the valid prefix redrawn (the same values), and the client filled by the reference
+    loop. The result equals the reference bit for bit, in O(C K) numpy work.
+    """
+    num_clients = len(wanted)
+    remaining = class_sizes.astype(np.int64).copy()
+    counts = np.zeros(mixes.shape, dtype=np.int64)
+    # Rows of (block, K) temporaries are bounded to a few MB whatever K is.
+    low, high = _FILL_BLOCK[0], max(_FILL_BLOCK[0], min(_FILL_BLOCK[1], (1 << 20) // max(1, mixes.shape[1])))
+    block, i = low, 0
+    while i < num_clients:
+        stop = min(num_clients, i + block)
+        mask = remaining > 0
+        weights = mixes[i:stop] * mask
+        totals = weights.sum(axis=1)
+        usable = np.flatnonzero(~(totals > 0))  # a row with no mass left takes the reference branch
+        if usable.size:
+            stop = i + int(usable[0])
+        if stop == i:
+            _fill_one(i, int(wanted[i]), mixes, remaining, counts, rng)
+            i += 1
+            continue
+        state = rng.bit_generator.state
+        size = stop - i
+        draws = rng.multinomial(wanted[i:stop], weights[:size] / totals[:size, None])
+        used = np.cumsum(draws, axis=0)
+        fits = np.all(used <= remaining, axis=1)  # the draw is the client's take: its need is met in one call
+        keeps_mask = np.all((used < remaining) | ~mask, axis=1)  # no class ran out: the next mask is unchanged
+        valid = size if fits.all() else int(np.argmin(fits))
+        if not keeps_mask[:valid].all():
+            valid = min(valid, int(np.argmin(keeps_mask)) + 1)
+        if valid < size:
+            rng.bit_generator.state = state
+            draws = rng.multinomial(wanted[i:i + valid], weights[:valid] / totals[:valid, None])
+            block = max(low, block // 4)
+        else:
+            block = min(high, block * 2)
+        counts[i:i + valid] = draws[:valid]
+        remaining -= draws[:valid].sum(axis=0)
+        i += valid
+        if valid < size:  # client i (inside the block) is the one the bulk draw could not stand in for
+            _fill_one(i, int(wanted[i]), mixes, remaining, counts, rng)
+            i += 1
+    return counts
 
 
 def _assign_counts(members: list[np.ndarray], counts: np.ndarray, rng: np.random.Generator | None,
-                   shuffle: bool) -> list[np.ndarray]:
-    """Hand client ``i`` the next ``counts[i, k]`` samples of class ``k`` (clients in index order)."""
+                   shuffle: bool, num_samples: int) -> FlatPartition:
+    """Hand client ``i`` the next ``counts[i, k]`` samples of class ``k`` (clients in index order).
+
+    As ``np.split(pool, cumsum(counts[:, k])[:-1])`` did: the last client takes whatever is left.
+    """
     num_clients = counts.shape[0]
-    parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+    pools, owners = [], []
+    clients = np.arange(num_clients, dtype=np.int64)
     for k, pool in enumerate(members):
         if shuffle:
             pool = rng.permutation(pool)
-        for i, chunk in enumerate(np.split(pool, np.cumsum(counts[:, k])[:-1])):
-            parts[i].append(chunk)
-    return _sorted_int64(np.concatenate(chunks) for chunks in parts)
+        cuts = np.minimum(np.cumsum(counts[:-1, k]), len(pool))
+        pools.append(pool)
+        owners.append(np.repeat(clients, np.diff(np.concatenate([[0], cuts, [len(pool)]]))))
+    return _grouped(np.concatenate(owners), np.concatenate(pools), num_clients, num_samples)
 
 
 # --------------------------------------------------------------------------- FedCompass (spec §5.2)
@@ -309,7 +523,7 @@ def _classes_per_client(num_clients: int, num_classes: int, classes_per_client) 
 
 
 def partition_class(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
-                    classes_per_client: tuple[int, int] | None = None) -> list[np.ndarray]:
+                    classes_per_client: tuple[int, int] | None = None) -> FlatPartition:
     """FedCompass class partition (Algorithm 4, spec fedcompass.md §5.2), as the authors' code does it.
 
     1. Repeat until every class has a holder: for each client ``i`` in order, draw
@@ -329,44 +543,55 @@ def partition_class(labels: np.ndarray, num_clients: int, rng: np.random.Generat
         (500, True)
     """
     labels = _check_common(labels, num_clients)
-    classes, members = _class_members(labels)
+    classes, order, class_sizes = _class_order(labels)
     num_classes = len(classes)
     n_min, n_max = _classes_per_client(num_clients, num_classes, classes_per_client)
+    # The draws interleave a bounded integer and a shuffle per client, in client order; numpy
+    # offers no bulk call with the same stream, so this loop (RNG only) stays per client.
     for _ in range(CLASS_PARTITION_MAX_TRIES):
         client_classes = []
-        holders = np.zeros(num_classes, dtype=np.int64)
         for _client in range(num_clients):
             count = rng.integers(n_min, n_max + 1)
-            chosen = rng.permutation(num_classes)[:count]
-            client_classes.append(chosen)
-            holders[chosen] += 1
+            client_classes.append(rng.permutation(num_classes)[:count])
+        taken = np.fromiter((len(c) for c in client_classes), dtype=np.int64, count=num_clients)
+        chosen = np.concatenate(client_classes)  # (pairs,): client 0's classes in drawn order, then client 1's...
+        holders = np.bincount(chosen, minlength=num_classes)
         if holders.min() > 0:
             break
     else:
         raise ValueError(f"class partition: no draw in {CLASS_PARTITION_MAX_TRIES} covered all {num_classes} "
                          f"classes with m={num_clients} clients holding {n_min}..{n_max} classes each")
+    del client_classes
     endpoints = []
     for k in range(num_classes):
-        total = len(members[k])
+        total = int(class_sizes[k])
         lengths = np.abs(rng.normal(10, 3, size=holders[k]))
         lengths = lengths / np.sum(lengths) * total
         ends = np.cumsum(lengths).astype(np.int32)
         ends[-1] = total
         endpoints.append(ends)
-    pointer = np.zeros(num_classes, dtype=np.int64)
-    parts = []
-    for chosen in client_classes:
-        chunks = []
-        for k in chosen:
-            start = 0 if pointer[k] == 0 else endpoints[k][pointer[k] - 1]
-            chunks.append(members[k][start:endpoints[k][pointer[k]]])
-            pointer[k] += 1
-        parts.append(np.concatenate(chunks))
-    return _sorted_int64(parts)
+    # The j-th holder of class k (clients in index order) takes the class's samples from
+    # endpoint j-1 (0 for the first) to endpoint j: rank each (client, class) pair within its class.
+    by_class = np.argsort(chosen, kind="stable")
+    first_pair = np.concatenate([[0], np.cumsum(holders)[:-1]])
+    rank = np.empty(len(chosen), dtype=np.int64)
+    rank[by_class] = np.arange(len(chosen)) - np.repeat(first_pair, holders)
+    ends = np.concatenate(endpoints).astype(np.int64)
+    slot = first_pair[chosen] + rank
+    stop = ends[slot]
+    start = np.where(rank > 0, ends[slot - 1], 0)
+    # As the slice members[k][start:stop] would: clipped to the class, empty if stop < start.
+    size = class_sizes[chosen]
+    start, stop = np.minimum(start, size), np.minimum(stop, size)
+    lengths = np.maximum(stop - start, 0)
+    class_start = np.concatenate([[0], np.cumsum(class_sizes)[:-1]])
+    samples = order[_ranges(class_start[chosen] + start, lengths)]
+    owners = np.repeat(np.repeat(np.arange(num_clients, dtype=np.int64), taken), lengths)
+    return _grouped(owners, samples, num_clients, len(labels))
 
 
 def partition_dual_dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
-                             alpha1: float | None = None, alpha2: float = 0.5) -> list[np.ndarray]:
+                             alpha1: float | None = None, alpha2: float = 0.5) -> FlatPartition:
     """FedCompass dual-Dirichlet partition (Algorithm 5, spec §5.2): alpha1 = m, alpha2 = 0.5 (paper).
 
     1. Shuffle each class's indices (``rng.shuffle``, classes in label order).
@@ -404,14 +629,14 @@ def partition_dual_dirichlet(labels: np.ndarray, num_clients: int, rng: np.rando
     exact = class_sizes * (weights[:, None] * mixes / denominators)  # (m, K)
     counts = exact.astype(np.int64)
     counts[-1] = class_sizes - counts[:-1].sum(axis=0)
-    return _assign_counts(members, counts, None, shuffle=False)
+    return _assign_counts(members, counts, None, shuffle=False, num_samples=len(labels))
 
 
 # --------------------------------------------------------------------------- label-sorted
 
 
 def partition_label_shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
-                           shards_per_client: int = 2) -> list[np.ndarray]:
+                           shards_per_client: int = 2) -> FlatPartition:
     """McMahan et al.'s pathological split: sort by label, cut ``C * s`` shards, give each client ``s``.
 
     Indices are sorted by label (stable, so dataset order within a class), cut into ``C * s``
@@ -434,13 +659,18 @@ def partition_label_shards(labels: np.ndarray, num_clients: int, rng: np.random.
     if num_shards > len(labels):
         raise ValueError(f"{num_clients} clients x shards_per_client={shards_per_client} = {num_shards} shards "
                          f"exceeds the {len(labels)} samples")
-    shards = np.array_split(np.argsort(labels, kind="stable"), num_shards)
-    assignment = rng.permutation(num_shards).reshape(num_clients, int(shards_per_client))
-    return _sorted_int64(np.concatenate([shards[j] for j in row]) for row in assignment)
+    order = np.argsort(labels, kind="stable")
+    shard_sizes = _equal_sizes(len(labels), num_shards)  # np.array_split's sections of the label order
+    shard_starts = np.cumsum(shard_sizes) - shard_sizes
+    assignment = rng.permutation(num_shards)  # row-major (C, s): client i's shards are [i*s, (i+1)*s)
+    lengths = shard_sizes[assignment]
+    samples = order[_ranges(shard_starts[assignment], lengths)]
+    owners = np.repeat(np.repeat(np.arange(num_clients, dtype=np.int64), int(shards_per_client)), lengths)
+    return _grouped(owners, samples, num_clients, len(labels))
 
 
 def partition_gamma_mix(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
-                        gamma: float = 0.1) -> list[np.ndarray]:
+                        gamma: float = 0.1) -> FlatPartition:
     """CC-FedAvg's cross-silo split (after FedCos): a fraction ``gamma`` IID, the rest label-sorted.
 
     Sort by label (stable). From each class take its first ``floor(gamma * n_class)`` samples into
@@ -451,7 +681,8 @@ def partition_gamma_mix(labels: np.ndarray, num_clients: int, rng: np.random.Gen
     Departures from the authors' ``cifar_noniid`` (spec ccfedavg.md §5), equal to it on balanced
     data with ``C`` dividing the pools: the per-class IID share is ``floor(gamma n_class)`` rather
     than ``int(gamma N) // K`` (their class boundaries assume equal classes), and slices differ by
-    at most one sample instead of dropping the remainder.
+    at most one sample instead of dropping the remainder. Since both pools' larger slices go to the
+    first clients, ``C`` may be at most the larger pool's size (else ``ValueError``, before drawing).
 
     Example:
         >>> import numpy as np
@@ -467,17 +698,25 @@ def partition_gamma_mix(labels: np.ndarray, num_clients: int, rng: np.random.Gen
     shares = [int(math.floor(gamma * len(m))) for m in members]
     iid_pool = np.concatenate([m[:k] for m, k in zip(members, shares)])
     sorted_pool = np.concatenate([m[k:] for m, k in zip(members, shares)])
+    if num_clients > max(len(sorted_pool), len(iid_pool)):
+        # Both pools' slices give their extra samples to the first clients, so every client past
+        # the larger pool would be empty; known before any draw, so say so now.
+        raise ValueError(f"gamma_mix with gamma={gamma} splits the {len(labels)} samples into {len(sorted_pool)} "
+                         f"label-sorted and {len(iid_pool)} IID; num_clients={num_clients} would leave clients "
+                         f"{max(len(sorted_pool), len(iid_pool))}.. empty: use at most "
+                         f"{max(len(sorted_pool), len(iid_pool))} clients")
     rng.shuffle(iid_pool)
-    sorted_parts = np.array_split(sorted_pool, num_clients)
-    iid_parts = np.array_split(iid_pool, num_clients)
-    return _sorted_int64(np.concatenate([a, b]) for a, b in zip(sorted_parts, iid_parts))
+    # Client i: the i-th np.array_split section of each pool.
+    owners = np.concatenate([_owners(_equal_sizes(len(sorted_pool), num_clients)),
+                             _owners(_equal_sizes(len(iid_pool), num_clients))])
+    return _grouped(owners, np.concatenate([sorted_pool, iid_pool]), num_clients, len(labels))
 
 
 # --------------------------------------------------------------------------- natural
 
 
 def partition_natural(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
-                      groups: np.ndarray | None = None) -> list[np.ndarray]:
+                      groups: np.ndarray | None = None) -> FlatPartition:
     """One client per natural group (writer, device, hospital): ``groups`` is a per-sample id column.
 
     With ``C`` equal to the number of distinct ids, client ``i`` is the ``i``-th id in sorted
@@ -498,17 +737,28 @@ def partition_natural(labels: np.ndarray, num_clients: int, rng: np.random.Gener
     groups = np.asarray(groups)
     if groups.shape != labels.shape:
         raise ValueError(f"groups has shape {groups.shape} but labels have {labels.shape}")
-    ids, inverse = np.unique(groups, return_inverse=True)
-    if num_clients > len(ids):
-        raise ValueError(f"num_clients={num_clients} but the natural split has only {len(ids)} clients; "
-                         f"use at most {len(ids)}")
-    order = np.argsort(inverse, kind="stable")
-    blocks = np.split(order, np.cumsum(np.bincount(inverse, minlength=len(ids)))[:-1])
-    chosen = range(len(ids)) if num_clients == len(ids) else np.sort(rng.choice(len(ids), num_clients, replace=False))
-    return [blocks[g].astype(np.int64) for g in chosen]  # stable argsort: already sorted
+    if len(groups) > 1 and np.all(groups[1:] >= groups[:-1]):
+        # Already grouped (the synthetic federation): runs of equal ids, found in O(N) without a sort.
+        starts = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]]))
+        order, sizes = None, np.diff(np.append(starts, len(groups)))
+    else:
+        ids, inverse = np.unique(groups, return_inverse=True)
+        order = np.argsort(inverse.reshape(-1), kind="stable")  # each writer's indices ascending
+        sizes = np.bincount(inverse.reshape(-1), minlength=len(ids))
+        starts = np.cumsum(sizes) - sizes
+    num_ids = len(sizes)
+    if num_clients > num_ids:
+        raise ValueError(f"num_clients={num_clients} but the natural split has only {num_ids} clients; "
+                         f"use at most {num_ids}")
+    if num_clients == num_ids:
+        indices = np.arange(len(groups), dtype=np.int64) if order is None else order
+        return FlatPartition(indices, sizes)
+    chosen = np.sort(rng.choice(num_ids, num_clients, replace=False))
+    positions = _ranges(starts[chosen], sizes[chosen])
+    return FlatPartition(positions if order is None else order[positions], sizes[chosen])
 
 
-PARTITIONS: dict[str, Callable[..., list[np.ndarray]]] = {
+PARTITIONS: dict[str, Callable[..., FlatPartition]] = {
     "iid": partition_iid,
     "dirichlet": partition_dirichlet,
     "dirichlet_client": partition_dirichlet_client,
@@ -522,7 +772,7 @@ PARTITIONS: dict[str, Callable[..., list[np.ndarray]]] = {
 
 def make_partition(
     name: str, labels: np.ndarray, num_clients: int, rng: np.random.Generator, **kwargs
-) -> list[np.ndarray]:
+) -> FlatPartition:
     """Partition by name from ``PARTITIONS``; ``kwargs`` go to the partitioner (e.g. ``alpha``).
 
     Example:
