@@ -37,6 +37,7 @@ SYNTHETIC_DIM = 60  # D, FedProx
 SYNTHETIC_CLASSES = 10  # K, FedProx
 _CHUNK = 512  # clients per generation chunk: bounds the (samples, D, K) gather to ~25 MB
 _HELD_OUT = 0.2
+_MIN_SAMPLES = 2  # generate_synthetic's default, which load_synthetic (and so every run) uses
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +99,7 @@ def _client_sizes(num_clients: int, mean: float, sigma: float, min_samples: int,
 
 
 def generate_synthetic(num_clients: int, alpha: float = 1.0, beta: float = 1.0, iid: bool = False,
-                       samples_per_client: float = 20.0, size_sigma: float = 1.0, min_samples: int = 2,
+                       samples_per_client: float = 20.0, size_sigma: float = 1.0, min_samples: int = _MIN_SAMPLES,
                        seed: int = 0, keep_models: bool = False) -> SyntheticFederation:
     """Generate the synthetic(alpha, beta) federation (module docstring) with ``num_clients`` clients.
 
@@ -225,7 +226,7 @@ def load_synthetic(num_clients: int | None = None, alpha: float = 1.0, beta: flo
     if num_clients is None:
         raise ValueError("synthetic datasets need num_clients (the number of generated clients)")
     sizes, (x_train, x_held), (y_train, y_held), _, _ = _generate(
-        num_clients, alpha, beta, iid, samples_per_client, size_sigma, 2, seed, keep_models=False, split=True)
+        num_clients, alpha, beta, iid, samples_per_client, size_sigma, _MIN_SAMPLES, seed, keep_models=False, split=True)
     groups = np.repeat(np.arange(num_clients, dtype=np.int64), sizes - np.floor(_HELD_OUT * sizes).astype(np.int64))
     name = "synthetic_iid" if iid else f"synthetic:{alpha:g},{beta:g}"
     return dataset_from_arrays(name, x_train, y_train, x_held, y_held, num_classes=SYNTHETIC_CLASSES,
