@@ -246,8 +246,10 @@ class Engine:
         """Train the pending dispatches (``needed`` given: those and the next arrivals, in full calls)."""
         # A dispatch that pauses for a fetch waits (untrained) until the simulation answers it.
         ready = [r for r in self._pending.values() if r.fetch_step is None or r.fetched]
-        if needed is not None and ready:
-            size = self._clients_that_fit(min(self.plan.clients_per_call, len(ready)))
+        if not ready:
+            return
+        size = self._clients_that_fit(min(self.plan.clients_per_call, len(ready)))
+        if needed is not None:
             wanted = {record.id for record in needed}
             # Earliest arrivals first: they are what the next aggregations will ask for.
             by_arrival = sorted(ready, key=lambda r: (r.id not in wanted, r.arrival_time, r.id))
@@ -257,7 +259,6 @@ class Engine:
             del self._pending[record.id]
         # Similar step counts share a call, so masked padding steps stay few (pausing dispatches last).
         ready.sort(key=lambda r: (r.id in self._fetches, r.steps, r.id))
-        size = self._clients_that_fit(min(self.plan.clients_per_call, max(len(ready), 1))) if ready else 1
         for start in range(0, len(ready), size):
             self._train_batch(ready[start:start + size])
 
@@ -356,6 +357,9 @@ class Engine:
             if not self.keep_start_versions:  # trained: the start model is no longer needed
                 self._version_users[record.version] -= 1
         self._forget_unused_versions()
+        # Trained updates only accumulate here: the one place their peak can rise.
+        held = sum(batch.size for batch in self._held_batches())
+        self.stats.peak_updates_held = max(self.stats.peak_updates_held, held)
         self.stats.train_calls += calls
         self.stats.batches += 1
         self.stats.clients_trained += count
@@ -444,9 +448,7 @@ class Engine:
         for version in list(self._versions):
             if version != self.version and version not in self._version_users:
                 del self._versions[version]
-        stats = self.stats
-        stats.peak_versions_kept = max(stats.peak_versions_kept, len(self._versions))
-        stats.peak_updates_held = max(stats.peak_updates_held, sum(batch.size for batch in self._held_batches()))
+        self.stats.peak_versions_kept = max(self.stats.peak_versions_kept, len(self._versions))
 
     def _held_batches(self) -> list:
         return list({id(batch): batch for batch, _ in self._results.values()}.values())
