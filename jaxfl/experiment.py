@@ -371,11 +371,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
     if resume_dir is None:
         run_dir = _run_dir(config, algorithm.name)
         os.makedirs(run_dir)
-        _write_json(os.path.join(run_dir, "config.json"), {
-            "config": config.to_dict(), "execution_plan": dataclasses.asdict(plan),
-            "backend": jax.default_backend(), "versions": {"jax": jax.__version__, "python": platform.python_version()},
-            "model_parameters": count_params(params["params"]),
-            "model_state_values": count_params(params.get("state", {})), "client_samples": federation.counts.tolist()})
+        _write_run_config(run_dir, config, params, federation, plan)
     else:
         run_dir = resume_dir
         folder = checkpoint.latest(run_dir)
@@ -433,15 +429,12 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
         if progress is not None:
             progress.close()
 
-    accounting = simulation.accounting()
     accuracies = [row["accuracy"] for row in recorder.rows]
     summary = {
-        "algorithm": algorithm.name, "dataset": config.dataset, "clients": config.clients,
-        "heterogeneity": config.heterogeneity, "seed": config.seed,
+        **_schedule_summary(config, algorithm, simulation, end_time, reason),
         "final_accuracy": accuracies[-1] if accuracies else None,
         "best_accuracy": max(accuracies) if accuracies else None,
         "target_accuracy": config.target_accuracy, "time_to_target": recorder.time_to_target,
-        "global_updates": simulation.version, "virtual_time": end_time, "stop_reason": reason,
         "client_steps_aggregated": engine.stats.aggregated_steps,
         "client_steps_executed": engine.stats.useful_steps,
         # ≈ 1: the engine trains what aggregations use, not the backlog in flight (> 1: work trained
@@ -454,12 +447,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
         "mean_clients_per_batch": round(engine.stats.mean_clients_per_batch, 3),
         "calls_split_by_memory_guard": engine.split_calls,
         "compilations": dict(engine.stats.traces),
-        "negative_speed_draws": simulation.speeds.negative_draws,
-        "faults": dict(simulation.faults.counts) if simulation.faults is not None else {},
-        "accounting": accounting,
-        "policy": simulation.policy.summary() if hasattr(simulation.policy, "summary") else {},
         "resumes": checkpoints.resumes,
-        "timeline": simulation.timeline(end_time),
         "device_memory": {**engine.memory(), "backend_peak_bytes": _backend_peak_bytes()},
         "peak_host_memory_mb": _peak_host_memory_mb(),
         "first_update_wall_s": recorder.first_update_wall,
@@ -469,6 +457,29 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
     if error is not None:
         raise error
     return RunResult(run_dir, summary, recorder.rows, engine.params, simulation, engine)
+
+
+def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan: ExecutionPlan | None) -> None:
+    """config.json: the resolved config, how it runs (no plan and no backend: timing only), versions."""
+    _write_json(os.path.join(run_dir, "config.json"), {
+        "config": config.to_dict(), "execution_plan": None if plan is None else dataclasses.asdict(plan),
+        "backend": None if config.timing_only else jax.default_backend(),
+        **({"timing_only": True} if config.timing_only else {}),
+        "versions": {"jax": jax.__version__, "python": platform.python_version()},
+        "model_parameters": count_params(params["params"]),
+        "model_state_values": count_params(params.get("state", {})), "client_samples": federation.counts.tolist()})
+
+
+def _schedule_summary(config: RunConfig, algorithm, simulation: Simulation, end_time: float, reason: str) -> dict:
+    """What the summary of every run, trained or timing-only, says about the run and its schedule."""
+    return {"algorithm": algorithm.name, "dataset": config.dataset, "clients": config.clients,
+            "heterogeneity": config.heterogeneity, "seed": config.seed,
+            "global_updates": simulation.version, "virtual_time": end_time, "stop_reason": reason,
+            "negative_speed_draws": simulation.speeds.negative_draws,
+            "faults": dict(simulation.faults.counts) if simulation.faults is not None else {},
+            "accounting": simulation.accounting(),
+            "policy": simulation.policy.summary() if hasattr(simulation.policy, "summary") else {},
+            "timeline": simulation.timeline(end_time)}
 
 
 class _TimingBackend:
@@ -519,11 +530,7 @@ def _run_timing_only(config: RunConfig, federation, params) -> RunResult:
     speeds, faults = _speeds_and_faults(config, params)
     run_dir = _run_dir(config, algorithm.name)
     os.makedirs(run_dir)
-    _write_json(os.path.join(run_dir, "config.json"), {
-        "config": config.to_dict(), "execution_plan": None, "backend": None, "timing_only": True,
-        "versions": {"jax": jax.__version__, "python": platform.python_version()},
-        "model_parameters": count_params(params["params"]),
-        "model_state_values": count_params(params.get("state", {})), "client_samples": federation.counts.tolist()})
+    _write_run_config(run_dir, config, params, federation, plan=None)
     backend = _TimingBackend()
     events, metrics_file = _open_logs(run_dir, None)
     with events, metrics_file:
@@ -535,15 +542,8 @@ def _run_timing_only(config: RunConfig, federation, params) -> RunResult:
         scheduler_seconds = time.perf_counter() - scheduler_start
     end_time = simulation.now if reason != "time budget" else config.max_time
     summary = {
-        "algorithm": algorithm.name, "dataset": config.dataset, "clients": config.clients,
-        "heterogeneity": config.heterogeneity, "seed": config.seed, "timing_only": True,
-        "global_updates": simulation.version, "virtual_time": end_time, "stop_reason": reason,
+        **_schedule_summary(config, algorithm, simulation, end_time, reason), "timing_only": True,
         "client_steps_aggregated": backend.aggregated_steps,
-        "negative_speed_draws": simulation.speeds.negative_draws,
-        "faults": dict(simulation.faults.counts) if simulation.faults is not None else {},
-        "accounting": simulation.accounting(),
-        "policy": simulation.policy.summary() if hasattr(simulation.policy, "summary") else {},
-        "timeline": simulation.timeline(end_time),
         "scheduler_seconds": round(scheduler_seconds, 3),
         "events_per_second": round(simulation.events_processed / max(scheduler_seconds, 1e-9), 1),
         "peak_host_memory_mb": _peak_host_memory_mb(),
