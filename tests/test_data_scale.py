@@ -9,7 +9,6 @@ Asserts use counts and bytes, never timings; each test runs in a few seconds on 
 from __future__ import annotations
 
 import dataclasses
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from jaxfl.data import (
     load_dataset,
     partition_iid,
 )
+from tests.test_storage import stored_bytes_during
 
 
 def check_federation(fd: FederatedData, num_clients: int, num_samples: int) -> None:
@@ -45,17 +45,6 @@ def check_federation(fd: FederatedData, num_clients: int, num_samples: int) -> N
     assert set(vars(fd)) == {field.name for field in dataclasses.fields(fd)}, "no extra (per-client) attributes"
 
 
-def traced_peak(build):
-    """``(result, peak bytes allocated while build ran)``; numpy buffers are traced too."""
-    tracemalloc.start()
-    try:
-        result = build()
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return result, peak
-
-
 @pytest.fixture(scope="module")
 def synthetic_100k():
     # ~4 samples per client (min 2): 10^5 generated clients, ~0.35 M training samples.
@@ -64,7 +53,7 @@ def synthetic_100k():
 
 def test_hundred_thousand_client_synthetic_federation(synthetic_100k):
     dataset = synthetic_100k
-    fd, peak = traced_peak(lambda: build_federation(dataset, 100_000, "natural"))
+    fd, peak = stored_bytes_during(lambda: build_federation(dataset, 100_000, "natural"))
     check_federation(fd, 100_000, len(dataset.train_y))
     # Client i is generated client i, and the grouped natural split shares the dataset's arrays.
     np.testing.assert_array_equal(fd.counts, np.bincount(dataset.train_groups, minlength=100_000))
@@ -77,7 +66,7 @@ def test_iid_partition_of_a_hundred_thousand_clients(synthetic_100k):
     dataset = synthetic_100k
     num_samples = len(dataset.train_y)
     raw = dataset.train_x.nbytes + dataset.train_y.nbytes
-    fd, peak = traced_peak(lambda: build_federation(dataset, 100_000, "iid", seed=3))
+    fd, peak = stored_bytes_during(lambda: build_federation(dataset, 100_000, "iid", seed=3))
     check_federation(fd, 100_000, num_samples)
     assert fd.counts.max() - fd.counts.min() <= 1
     # One copy of the samples plus O(samples + clients) int64 index arrays; 10^5 per-client index
@@ -93,7 +82,7 @@ def test_iid_partition_of_a_hundred_thousand_clients(synthetic_100k):
 def test_million_client_iid_partition_is_flat():
     num_samples, num_clients = 2_500_000, 1_000_000
     labels = np.zeros(num_samples, np.int32)
-    part, peak = traced_peak(lambda: partition_iid(labels, num_clients, np.random.default_rng(0)))
+    part, peak = stored_bytes_during(lambda: partition_iid(labels, num_clients, np.random.default_rng(0)))
     assert isinstance(part, FlatPartition) and len(part) == num_clients
     assert part.counts.sum() == num_samples and set(np.unique(part.counts).tolist()) == {2, 3}
     # Every index exactly once, ascending within each client (keys client * N + index increase).

@@ -10,24 +10,7 @@ from jaxfl.experiment import run_experiment
 from jaxfl.scheduler.pool import IdlePool, default_concurrency
 from jaxfl.scheduler.simulation import IN_FLIGHT, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
-
-
-class CountingBackend:
-    def __init__(self):
-        self.aggregations = []
-
-    def on_dispatch(self, record):
-        pass
-
-    def on_aggregate(self, aggregation, records):
-        self.aggregations.append(aggregation)
-        return False
-
-    def on_drop(self, record):
-        pass
-
-    def nonfinite(self, records):
-        return []
+from tests.conftest import RecordingBackend
 
 
 @pytest.mark.parametrize("policy", [lambda: FedBuff(5, 10, lambda s: 1.0, concurrency=50, seed=3),
@@ -36,7 +19,7 @@ def test_a_fixed_number_of_clients_is_in_flight_and_replacements_are_drawn(polic
     clients = 10_000
     in_flight = []
     simulation = Simulation(policy(), ClientSpeeds(SpeedConfig(model="exp"), clients, seed=0),
-                            np.full(clients, 1 / clients), CountingBackend(), max_updates=400,
+                            np.full(clients, 1 / clients), RecordingBackend(), max_updates=400,
                             after_event=lambda sim: in_flight.append(sim.accounting()["in_flight"]))
     simulation.run()
     assert max(in_flight) == 50 and min(in_flight) >= 49  # one may be between its arrival and its reply
@@ -64,7 +47,7 @@ def test_the_idle_pool_draws_each_idle_client_alike():
 def test_finished_records_are_let_go_but_every_dispatch_is_accounted():
     clients = 200
     simulation = Simulation(FedBuff(5, 10, lambda s: 1.0, seed=0), ClientSpeeds(SpeedConfig(model="exp"), clients, 0),
-                            np.full(clients, 1 / clients), CountingBackend(), max_updates=300,
+                            np.full(clients, 1 / clients), RecordingBackend(), max_updates=300,
                             keep_finished_records=100)
     simulation.run()
     counts = simulation.accounting()
