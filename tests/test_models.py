@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxfl.models import MLP, MODELS, MnistCNN, count_params, make_model
+from jaxfl.models import MLP, MODELS, ExampleCNN, MnistCNN, count_params, make_model
 
 
 def _init(model, shape=(1, 28, 28, 1)):
@@ -16,6 +16,11 @@ def _init(model, shape=(1, 28, 28, 1)):
 def test_cnn_param_count_matches_paper():
     # FedCompass Table 8: 832 + 51,264 + 524,800 + 5,130.
     assert count_params(_init(MnistCNN(num_classes=10))) == 582_026
+
+
+def test_example_cnn_param_count_matches_pytorch_example():
+    # PyTorch's MNIST example without dropout: 320 + 18,496 + 1,179,776 + 1,290.
+    assert count_params(_init(ExampleCNN(num_classes=10))) == 1_199_882
 
 
 def test_count_params_on_abstract_shapes():

@@ -26,7 +26,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxfl.models.cnn import MLP, CCFedAvgCNN, CCFedAvgMLP, FedASMUCNN, LeNet5, LogReg, MnistCNN
+from jaxfl.models.cnn import MLP, CCFedAvgCNN, CCFedAvgMLP, ExampleCNN, FedASMUCNN, LeNet5, LogReg, MnistCNN
 from jaxfl.models.resnet import ResNet18, ResNet18GN
 from jaxfl.models.text import LSTMClassifier, TextCNN
 
@@ -86,6 +86,7 @@ class InputSpec:
 
 MODELS: dict[str, Callable] = {
     "cnn": MnistCNN,
+    "cnn_example": ExampleCNN,
     "mlp": MLP,
     "logreg": LogReg,
     "lenet5": LeNet5,
@@ -99,6 +100,7 @@ MODELS: dict[str, Callable] = {
 }
 MODEL_INPUTS: dict[str, InputSpec] = {
     "cnn": InputSpec("image", shape=(28, 28, 1)),
+    "cnn_example": InputSpec("image", shape=(28, 28, 1)),
     "mlp": InputSpec("any"),
     "logreg": InputSpec("any"),
     "lenet5": InputSpec("image", min_size=28),
