@@ -12,6 +12,10 @@ plain-Python scheduler with one policy per algorithm (:mod:`jaxfl.scheduler`,
 >>> result.summary["global_updates"]
 3
 """
+from jaxfl._devices import use_every_cpu_core
+
+use_every_cpu_core()  # before anything initialises jax's backends
+
 from jaxfl.config import (BudgetConfig, ClientConfig, ConfigError, DataConfig, EngineConfig, FaultsConfig, RunConfig,
                           ServerConfig, SpeedsConfig, config_from_mapping, validate)
 from jaxfl.experiment import RunResult, run_experiment

@@ -26,7 +26,7 @@ NONFINITE_POLICIES = ("stop", "skip")
 DATASET_NAMES = ("mnist10k", "fashion_mnist", "mnist", "digits", "npz", "array_record", "synthetic",
                  "synthetic_iid")  # jaxfl.data.load_dataset
 DATASET_PREFIXES = ("tfds:", "synthetic:")  # tfds:cifar10, synthetic:0.5,0.5
-MODEL_NAMES = ("cnn", "mlp", "logreg", "lenet5", "ccfedavg_cnn", "ccfedavg_mlp", "fedasmu_cnn", "resnet18",
+MODEL_NAMES = ("cnn", "cnn_example", "mlp", "logreg", "lenet5", "ccfedavg_cnn", "ccfedavg_mlp", "fedasmu_cnn", "resnet18",
                "resnet18_gn", "textcnn", "lstm")  # jaxfl.models.MODELS (register_model extends it)
 PARTITION_NAMES = ("iid", "dirichlet", "dirichlet_client", "class", "dual_dirichlet", "label_shards", "gamma_mix",
                    "natural")  # jaxfl.data.PARTITIONS
@@ -144,7 +144,8 @@ class EngineConfig:
 
     batching: bool = True  # defer dispatches and train the in-flight work together
     clients_per_call: int | None = None  # None: chosen per backend
-    steps_per_call: int | None = None  # None: chosen per backend
+    steps_per_call: int | None = None  # None: from local_steps (all of them, up to 10 unrolled)
+    devices: int | None = None  # local devices the client axis is sharded over (None: all; a CPU's cores are devices)
     memory_limit_mb: float | None = None  # memory one training call may use (None: what is free)
     timing_only: bool = False  # the schedule only: no training, no model on device (staleness, idle time, events/s)
 
@@ -296,7 +297,7 @@ def validate(config: RunConfig) -> RunConfig:
             fail(name, getattr(config, name), f"one of {', '.join(allowed)}")
     if config.rule is not None and config.rule not in RULES:
         fail("rule", config.rule, f"one of {', '.join(RULES)}, or null for each algorithm's default")
-    positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every", "max_updates", "clients_per_round", "concurrency", "clients_per_call", "steps_per_call", "shards_per_client")
+    positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every", "max_updates", "clients_per_round", "concurrency", "clients_per_call", "steps_per_call", "devices", "shards_per_client")
     for name in positive_ints:
         value = getattr(config, name)
         if value is not None and value < 1:

@@ -8,8 +8,16 @@ result depends only on (start model, its data, its step count, its key), so this
 each at dispatch (``batching=False``) up to floating-point reassociation.
 
 Calls are shaped so that jit compiles once per bucket: the clients of a call are padded to a power
-of two (padding entries take zero steps) and the step loop runs in chunks of ``steps_per_call``
-steps (a fully unrolled ``lax.scan``; steps past a client's count are masked). Padding is counted.
+of two per device (padding entries take zero steps) and the step loop runs in unrolled chunks of
+``steps_per_call`` steps, the remainder in power-of-two chunks (``step_chunks``), so a call whose
+clients share a step count computes no masked step. Padding is counted.
+
+Devices: the client axis of every training call is sharded over the plan's local devices (a 1-D
+``Mesh`` named ``clients``; ``shard_map`` runs each device's clients, vmapped, with the samples
+replicated). On a CPU every core is a device (:mod:`jaxfl._devices`) training one client. A
+client's arithmetic is the same on whichever device trains it, so on one backend results do not
+depend on the number of devices. Everything outside a training call (global versions, trained
+updates, aggregation, hooks) lives on the first device.
 
 Algorithms extend it through device hooks (:class:`jaxfl.algorithms.DeviceHook`), never by name:
 a hook may replace an aggregation's coefficients from the updates themselves, add a term to the
@@ -44,8 +52,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
 from jaxfl.execution import (ACTIVATION_FACTOR, MEMORY_HEADROOM, EngineStats, ExecutionPlan,  # noqa: F401
-                             ResourceError, bucket_size, free_device_memory)
+                             ResourceError, bucket_size, free_device_memory, step_chunks)
 from jaxfl.kernels.aggregation import apply_server_update, weighted_sum
 from jaxfl.kernels.tree import tree_add, tree_bytes, tree_scale
 from jaxfl.kernels.client import BUFFERS, ClientTrainer, ClientView, FederatedArrays
@@ -93,7 +103,14 @@ class Engine:
         self.trainer = trainer
         # BatchNorm-style buffers ride along in the model dict; see the module docstring.
         self.stateful = bool(trainer.adapter) and isinstance(init_params, dict) and BUFFERS in init_params
-        self.data = data
+        self.mesh = Mesh(np.array(jax.local_devices()[:plan.devices]), ("clients",))
+        self.home = self.mesh.devices.flat[0]  # where everything outside a training call lives
+        self._by_client = NamedSharding(self.mesh, PartitionSpec("clients"))
+        self._replicated = NamedSharding(self.mesh, PartitionSpec())
+        self.data = data  # for hooks and evaluation, on the first device
+        # Training calls read every client's samples on every device: a replicated copy (the same
+        # arrays where there is one device).
+        self._training_data = data if plan.devices == 1 else jax.device_put(data, self._replicated)
         self.offsets = np.asarray(offsets, dtype=np.int32)
         self.counts = np.asarray(counts, dtype=np.int32)
         self.server_optimizer = server_optimizer
@@ -104,6 +121,9 @@ class Engine:
         self.keep_start_versions = keep_start_versions
         self.on_version = on_version or (lambda t, v, p: False)
         self.stats = EngineStats()
+        # Committed to the first device, so that every jitted function sees its arguments placed the
+        # same way at every call (a mix of committed and uncommitted arrays compiles twice).
+        init_params = jax.device_put(init_params, self.home)
         self.params = init_params
         self.server_state = server_optimizer.init(init_params)
         self.version = 0
@@ -131,14 +151,14 @@ class Engine:
                                  + trainer.batch_size * max(sample_bytes, 1) * 4 * ACTIVATION_FACTOR)
         self.memory_limit = memory_limit
         self.split_calls = 0  # calls the guard split to fit
-        self._executables: dict[int, tuple] = {}  # padded clients per call → (executable, bytes)
+        self._executables: dict[tuple, tuple] = {}  # (padded clients, chunk steps) → (executable, bytes)
 
     # ----------------------------------------------------------------- jitted pieces
     def _count_trace(self, name: str) -> None:
         self.stats.traces[name] = self.stats.traces.get(name, 0) + 1
 
     def _build_functions(self) -> None:
-        trainer, steps_per_call = self.trainer, self.plan.steps_per_call
+        trainer = self.trainer
 
         def init(stacked_params, num_steps, clients, rounds, lr_scales):
             self._count_trace("init")
@@ -146,16 +166,20 @@ class Engine:
                 clients, rounds)
             return jax.vmap(trainer.init)(stacked_params, num_steps, keys, lr_scales)
 
-        def run_steps(states, data, views):
-            self._count_trace("run_steps")
+        def device_steps(states, data, views, length):
             batched_step = jax.vmap(trainer.step, in_axes=(0, None, 0))
-
-            def body(carry, _):
-                return batched_step(carry, data, views), None
-
-            # Fully unrolled: XLA:CPU's convolutions inside a rolled loop are ~15× slower.
-            states, _ = jax.lax.scan(body, states, None, length=steps_per_call, unroll=True)
+            # Unrolled in Python: XLA:CPU's convolutions inside a rolled loop are ~15× slower, and a
+            # one-step `lax.scan` stays a loop even with unroll=True (20× slower, measured).
+            for _ in range(length):
+                states = batched_step(states, data, views)
             return states
+
+        def run_steps(states, data, views, length):
+            self._count_trace("run_steps")
+            by_client = PartitionSpec("clients")
+            return jax.shard_map(lambda s, d, v: device_steps(s, d, v, length), mesh=self.mesh,
+                                 in_specs=(by_client, PartitionSpec(), by_client), out_specs=by_client)(
+                states, data, views)
 
         def finish(stacked_params, states):
             self._count_trace("finish")
@@ -165,8 +189,8 @@ class Engine:
             self._count_trace("server_step")
             return apply_server_update(self.server_optimizer, params, server_state, pseudo_gradient)
 
-        self._init = jax.jit(init)
-        self._run_steps = jax.jit(run_steps, donate_argnums=0)
+        self._init = jax.jit(init, out_shardings=self._by_client)
+        self._run_steps = jax.jit(run_steps, static_argnums=3, donate_argnums=0)
         self._finish = jax.jit(finish)
         self._server_step = jax.jit(server_step)
         self._weighted_sum = jax.jit(weighted_sum)
@@ -248,7 +272,7 @@ class Engine:
         ready = [r for r in self._pending.values() if r.fetch_step is None or r.fetched]
         if not ready:
             return
-        size = self._clients_that_fit(min(self.plan.clients_per_call, len(ready)))
+        size = self._clients_that_fit(len(ready))
         if needed is not None:
             wanted = {record.id for record in needed}
             # Earliest arrivals first: they are what the next aggregations will ask for.
@@ -263,51 +287,72 @@ class Engine:
             self._train_batch(ready[start:start + size])
 
     def _clients_that_fit(self, wanted: int) -> int:
-        """How many clients one call may hold: the bucket for ``wanted``, halved while XLA's memory
-        figure for it exceeds the budget (measured: 128 vmapped MNIST-CNN clients need > 24 GB on
-        XLA:CPU, far beyond any per-client estimate, because of grouped-convolution temporaries)."""
-        padded = min(bucket_size(wanted), bucket_size(self.plan.clients_per_call))
+        """How many clients one call may hold: the plan's call size for ``wanted``, halved per device
+        while XLA's memory figure for it exceeds the budget (measured: 128 vmapped MNIST-CNN clients
+        need > 24 GB on XLA:CPU, far beyond any per-client estimate, because of grouped-convolution
+        temporaries)."""
+        padded = self.plan.call_size(min(wanted, self.plan.clients_per_call))
         free = self.memory_limit if self.memory_limit is not None else free_device_memory()
         if free is None:
             return padded
         budget = int(free * MEMORY_HEADROOM)
+        devices = self.plan.devices
         while self.call_bytes(padded) > budget:
-            if padded == 1:
+            if padded == devices:
                 raise ResourceError(
-                    f"one client's training needs about {self.call_bytes(1) / 2**20:.1f} MiB but only "
+                    f"one client per device needs about {self.call_bytes(devices) / 2**20:.1f} MiB but only "
                     f"{budget / 2**20:.1f} MiB may be used; lower batch_size or use a smaller model")
-            padded //= 2
+            padded = max(devices, padded // 2 // devices * devices)
             self.split_calls += 1
         return padded
 
     def call_bytes(self, padded: int) -> int:
-        """Memory one training call of ``padded`` clients allocates: XLA's figure for the compiled
-        step chunk (temporaries and outputs) plus the stacked start models and deltas; the
-        per-client estimate where the backend reports no figure."""
-        _, measured = self.compiled_steps(padded)
+        """Memory one training call of ``padded`` clients allocates, where the budget is measured:
+        XLA's figure for the compiled step chunk (temporaries and outputs) plus the stacked start
+        models and deltas; the per-client estimate where the backend reports no figure. A CPU's
+        devices share the host's memory, so there the figure counts every device."""
+        _, measured = self.compiled_steps(padded, self.plan.steps_per_call)
         if measured is None:
             return padded * self.bytes_per_client
-        return measured + 2 * padded * tree_bytes(self.params)
+        on_host = self.home.platform == "cpu"
+        return measured * (self.plan.devices if on_host else 1) + 2 * padded * tree_bytes(self.params)
 
-    def compiled_steps(self, padded: int):
-        """(executable of one step chunk for ``padded`` clients, its XLA memory figure), compiled
-        once per bucket from shapes alone and then called directly (no second compilation)."""
-        if padded not in self._executables:
+    def compiled_steps(self, padded: int, length: int):
+        """(executable of one ``length``-step chunk for ``padded`` clients, its XLA memory figure
+        per device), compiled once per shape from abstract values and then called directly."""
+        shape = (padded, length)
+        if shape not in self._executables:
+            by_client, replicated = self._by_client, self._replicated
             stacked = lambda tree: jax.tree.map(
                 lambda leaf: jax.ShapeDtypeStruct((padded,) + leaf.shape, leaf.dtype), tree)
             vector = lambda dtype: jax.ShapeDtypeStruct((padded,), dtype)
             keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), padded))
             states = jax.eval_shape(jax.vmap(self.trainer.init), stacked(self.params), vector(jnp.int32), keys,
                                     vector(jnp.float32))
+            place = lambda tree, sharding: jax.tree.map(
+                lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), tree)
             views = ClientView(vector(jnp.int32), vector(jnp.int32))
-            compiled = self._run_steps.lower(states, self.data, views).compile()
+            compiled = self._run_steps.lower(place(states, by_client), place(self._training_data, replicated),
+                                             place(views, by_client), length).compile()
             try:
                 stats = compiled.memory_analysis()
                 measured = None if stats is None else int(stats.temp_size_in_bytes + 2 * stats.output_size_in_bytes)
             except Exception:  # a backend without memory analysis
                 measured = None
-            self._executables[padded] = (compiled, measured)
-        return self._executables[padded]
+            self._executables[shape] = (compiled, measured)
+        return self._executables[shape]
+
+    def _run_chunks(self, states, views, steps: int, padded: int):
+        """Run ``steps`` steps of a call in compiled chunks (:func:`step_chunks`); returns the states
+        and the chunk steps executed."""
+        for length in step_chunks(steps, self.plan.steps_per_call):
+            run_steps, _ = self.compiled_steps(padded, length)
+            states = run_steps(states, self._training_data, views)
+            self.stats.train_calls += 1
+        return states
+
+    def _on_home(self, tree: PyTree) -> PyTree:
+        return tree if self.plan.devices == 1 else jax.device_put(tree, self.home)
 
     def _train_batch(self, records: list[DispatchRecord]) -> None:
         """Train ``records`` in one padded, vmapped call: every row to its pause step (its whole
@@ -315,7 +360,7 @@ class Engine:
         A paused row's local state (optimiser state, key, step counter) carries across the pause,
         so it draws the minibatches it would draw without one, and no result depends on batching."""
         count = len(records)
-        padded = max(min(bucket_size(count), bucket_size(self.plan.clients_per_call)), count)
+        padded = self.plan.call_size(count)
         members = records + [records[0]] * (padded - count)
         steps = np.array([r.steps for r in records] + [0] * (padded - count), dtype=np.int32)
         pausing = np.array([index < count and r.id in self._fetches for index, r in enumerate(members)])
@@ -323,28 +368,27 @@ class Engine:
         clients = np.array([r.client for r in members], dtype=np.int32)
         rounds = np.array([r.client_round for r in members], dtype=np.int32)
         lr_scales = np.array([r.lr_scale for r in members], dtype=np.float32)
-        stacked = self.stack([self._versions[r.version] for r in members], padded)
-        views = self.views(clients)
-        states = self._init(stacked, jnp.asarray(first), jnp.asarray(clients), jnp.asarray(rounds),
-                            jnp.asarray(lr_scales))
-        per_call = self.plan.steps_per_call
-        run_steps, _ = self.compiled_steps(padded)
-        calls = math.ceil(int(first.max(initial=0)) / per_call)
-        for _ in range(calls):
-            states = run_steps(states, self.data, views)
+        by_client = lambda tree: jax.device_put(tree, self._by_client)
+        stacked = by_client(self.stack([self._versions[r.version] for r in members], padded))
+        views = by_client(self.views(clients))
+        states = self._init(stacked, *by_client((jnp.asarray(first), jnp.asarray(clients), jnp.asarray(rounds),
+                                                 jnp.asarray(lr_scales))))
+        executed = int(first.max(initial=0))
+        states = self._run_chunks(states, views, executed, padded)
         if pausing.any():
+            states = self._on_home(states)
             states = states._replace(step=jnp.minimum(states.step, states.num_steps), num_steps=jnp.asarray(steps))
             fetched = self.stack([self._versions[self._fetches[r.id]] if pausing[i] else self._versions[r.version]
                                   for i, r in enumerate(members)], padded)
-            paused = PausedCall(states, members, pausing, fetched, views)
+            paused = PausedCall(states, members, pausing, fetched, self._on_home(views))
             for hook in self.hooks:
                 states = hook.on_pause(self, paused)
                 paused = paused._replace(states=states)
-            done = np.minimum(first, calls * per_call)
-            more = math.ceil(int((steps - done).max(initial=0)) / per_call)
-            for _ in range(more):
-                states = run_steps(states, self.data, views)
-            calls += more
+            more = int((steps - first).max(initial=0))
+            states = self._run_chunks(by_client(states), views, more, padded)
+            executed += more
+        states = self._on_home(states)
+        stacked = self._on_home(stacked)
         deltas, metrics = self._finish(stacked, states)
         metrics = jax.device_get(metrics)
         batch = _TrainedBatch(deltas=deltas, size=padded, buffers=self._final_buffers(states))
@@ -360,11 +404,10 @@ class Engine:
         # Trained updates only accumulate here: the one place their peak can rise.
         held = sum(batch.size for batch in self._held_batches())
         self.stats.peak_updates_held = max(self.stats.peak_updates_held, held)
-        self.stats.train_calls += calls
         self.stats.batches += 1
         self.stats.clients_trained += count
         self.stats.useful_steps += int(steps.sum())
-        self.stats.executed_steps += calls * per_call * padded
+        self.stats.executed_steps += executed * padded
 
     # ----------------------------------------------------------------- aggregation
     def results_sum(self, records: Sequence[DispatchRecord], coefficients: dict, field: str = "deltas") -> PyTree:

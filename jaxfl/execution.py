@@ -1,8 +1,10 @@
 """How the engine shapes its training calls and what it counts: the execution plan per backend,
 the memory figures its guard reads, and the statistics a run reports.
 
->>> ExecutionPlan.for_backend("cpu")
-ExecutionPlan(clients_per_call=1, steps_per_call=5)
+>>> ExecutionPlan.for_backend("cpu", local_steps=6, devices=1)
+ExecutionPlan(clients_per_call=1, steps_per_call=6, devices=1)
+>>> step_chunks(13, 10)
+[10, 2, 1]
 >>> EngineStats(useful_steps=6, executed_steps=8).padding_waste
 0.25
 >>> [bucket_size(n) for n in (0, 1, 3, 4, 5)]
@@ -50,28 +52,96 @@ class ResourceError(MemoryError):
     """One client's training does not fit in memory; the message names the setting to lower."""
 
 
+# Longest step chunk unrolled into one call: longer chunks compile for longer and run no faster
+# (2-core CPU, the example CNN at batch 10: 17–19 ms per step from 2 to 12 unrolled steps).
+MAX_UNROLLED_STEPS = 10
+# Clients each device trains per call by default. CPU: one, the client axis sharded one client per
+# host device (a core): vmapping several clients turns their convolutions into a grouped one that
+# costs ~2× per client on XLA:CPU, while one client per core runs the cores in parallel (1.5–2×
+# on 2 cores; benchmarks/cpu_speed.py). GPU/TPU: 256, where vmapped small batches fill the device.
+CLIENTS_PER_DEVICE = {"cpu": 1}
+DEFAULT_CLIENTS_PER_DEVICE = 256
+
+
+def default_steps_per_call(local_steps: int | None) -> int:
+    """The step chunk for clients of ``local_steps`` steps: all of them if they fit in one unrolled
+    call, else the largest divisor of ``local_steps`` from half the cap to the cap (so that no call
+    runs a remainder), else the cap. Remainders run as power-of-two chunks (:func:`step_chunks`)."""
+    if local_steps is None:
+        return MAX_UNROLLED_STEPS
+    if local_steps <= MAX_UNROLLED_STEPS:
+        return local_steps
+    for chunk in range(MAX_UNROLLED_STEPS, MAX_UNROLLED_STEPS // 2 - 1, -1):
+        if local_steps % chunk == 0:
+            return chunk
+    return MAX_UNROLLED_STEPS
+
+
+def step_chunks(steps: int, per_call: int) -> list[int]:
+    """The chunk lengths that run exactly ``steps`` steps: full chunks of ``per_call``, then the
+    remainder as descending powers of two, so no masked step is computed for a call whose clients
+    share a step count and at most log2(per_call) extra chunk shapes are ever compiled."""
+    chunks = [per_call] * (steps // per_call)
+    remainder = steps % per_call
+    power = 1 << max(remainder.bit_length() - 1, 0)
+    while remainder:
+        if remainder >= power:
+            chunks.append(power)
+            remainder -= power
+        power //= 2
+    return chunks
+
+
+def available_devices(requested: int | None = None) -> int:
+    """How many local devices of the default backend a run uses: ``requested``, or all of them.
+
+    >>> available_devices(1)
+    1
+    """
+    count = jax.local_device_count()
+    if requested is None:
+        return count
+    if requested < 1 or requested > count:
+        raise ValueError(f"devices={requested} but this process has {count} {jax.default_backend()} "
+                         f"device{'s' if count != 1 else ''} ({', '.join(str(d) for d in jax.local_devices())}); "
+                         f"pass a number from 1 to {count}")
+    return requested
+
+
 @dataclasses.dataclass(frozen=True)
 class ExecutionPlan:
-    """How the engine shapes its calls on this backend (chosen from measurements, DESIGN.md)."""
+    """How the engine shapes its calls: clients per call (a multiple of ``devices``, over which the
+    client axis is sharded), steps per unrolled chunk, and the number of local devices used."""
 
     clients_per_call: int
     steps_per_call: int
+    devices: int = 1
+
+    def __post_init__(self):
+        if self.clients_per_call % self.devices:
+            raise ValueError(f"clients_per_call={self.clients_per_call} is not a multiple of devices={self.devices}: "
+                             f"every device trains the same number of clients in a call")
 
     @staticmethod
-    def for_backend(backend: str, clients_per_call: int | None = None,
-                    steps_per_call: int | None = None) -> "ExecutionPlan":
-        """Defaults per backend.
+    def for_backend(backend: str, clients_per_call: int | None = None, steps_per_call: int | None = None,
+                    devices: int | None = None, local_steps: int | None = None) -> "ExecutionPlan":
+        """The defaults for ``backend``, from measurements (see ``CLIENTS_PER_DEVICE``): every local
+        device, the backend's clients per device, and steps per call from ``local_steps``
+        (:func:`default_steps_per_call`). A given ``clients_per_call`` is rounded up to a multiple
+        of the devices."""
+        devices = available_devices(devices)
+        if clients_per_call is None:
+            clients_per_call = devices * CLIENTS_PER_DEVICE.get(backend, DEFAULT_CLIENTS_PER_DEVICE)
+        clients_per_call = -(-clients_per_call // devices) * devices
+        return ExecutionPlan(clients_per_call, steps_per_call or default_steps_per_call(local_steps), devices)
 
-        CPU (2-core dev machine, MNIST CNN, batch 64; ``benchmarks/client_batching.py``): one
-        client per call and 5 unrolled steps per call — XLA:CPU runs convolutions inside a rolled
-        loop ~15× slower, and a vmapped batch of clients (a grouped convolution) costs ~1.5× more
-        per client than one client. GPU/TPU: vmap up to 256 clients per call, 10 steps per call.
-        """
-        if backend == "cpu":
-            default_clients, default_steps = 1, 5
-        else:
-            default_clients, default_steps = 256, 10
-        return ExecutionPlan(clients_per_call or default_clients, steps_per_call or default_steps)
+    def call_size(self, count: int) -> int:
+        """Padded clients of a call holding ``count``: a power of two per device (so that jit
+        compiles once per bucket), times the devices, at most ``clients_per_call`` unless ``count``
+        is larger."""
+        per_device = bucket_size(-(-min(count, self.clients_per_call) // self.devices))
+        size = min(per_device * self.devices, self.clients_per_call)
+        return max(size, -(-count // self.devices) * self.devices)
 
 
 @dataclasses.dataclass

@@ -356,7 +356,8 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
             raise ValueError("a timing-only run writes no checkpoints to resume from: run it again (it takes seconds)")
         return _run_timing_only(config, federation, params)
     wall_start = time.perf_counter()
-    plan = ExecutionPlan.for_backend(jax.default_backend(), config.clients_per_call, config.steps_per_call)
+    plan = ExecutionPlan.for_backend(jax.default_backend(), config.clients_per_call, config.steps_per_call,
+                                     devices=config.devices, local_steps=config.local_steps)
     preprocess, augment = make_transforms(config, dataset)
     trainer = make_client_trainer(model, make_client_optimizer(config.client_optimizer, config.client_lr),
                                   config.batch_size, preprocess=preprocess,

@@ -1,8 +1,19 @@
 import dataclasses
+import os
+import tempfile
 
+import jax
 import pytest
 
 from jaxfl.config import RunConfig
+
+# Many tests build engines whose step chunks are the same XLA program (the same small model, batch
+# and step count); compiling each once per session instead of once per engine is most of the
+# suite's time. The persistent cache keys on the program, so results and trace counts are unchanged.
+jax.config.update("jax_compilation_cache_dir", os.environ.get(
+    "JAXFL_TEST_XLA_CACHE", os.path.join(tempfile.gettempdir(), f"jaxfl-test-xla-cache-{os.getuid()}")))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 @pytest.fixture

@@ -146,7 +146,7 @@ def test_all_budgets_one_is_fedavg(small_config):
 
 def test_gradient_steps_spent_are_the_trained_mask_times_k(small_config):
     result = run_experiment(replace(small_config, algorithm="ccfedavg", clients=4, max_updates=6, local_steps=4,
-                                    steps_per_call=4, algorithm_options={"schedule": "adhoc"}))
+                                    steps_per_call=4, devices=1, algorithm_options={"schedule": "adhoc"}))
     policy = result.simulation.policy
     aggregated_rounds = policy.history[:6]  # the 7th round was dispatched but never needed
     masks = np.array([[c in trained for c in range(4)] for _, _, trained in aggregated_rounds])
@@ -154,5 +154,5 @@ def test_gradient_steps_spent_are_the_trained_mask_times_k(small_config):
     expected = int(masks.sum()) * 4
     assert result.engine.stats.aggregated_steps == expected
     assert result.summary["client_steps_executed"] == expected  # skippers cost no training compute
-    assert result.summary["steps_computed_with_padding"] == expected  # CPU: one client per call, no padding
+    assert result.summary["steps_computed_with_padding"] == expected  # one CPU device: one client per call, no padding
     assert result.summary["policy"]["banked_updates"] == masks.size - masks.sum()
