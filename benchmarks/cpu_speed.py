@@ -1,0 +1,161 @@
+"""jaxfl with engine defaults against a plain sequential PyTorch loop of the same FedAvg work, side by
+side on this machine's CPU (issue 17, target 1).
+
+Workloads (Fashion-MNIST, PyTorch's MNIST example CNN of 1.2 M parameters, plain SGD at lr 0.1,
+server lr 1, the same as ``benchmarks/torch_loop.py``):
+
+- ``cross_device``: 1,000 clients × 60 images (IID), 50 clients per round, one epoch = 6 steps of
+  batch 10 (target: jaxfl ≥ 1.0× the loop's samples/s);
+- ``cross_silo``: 10 clients × 6,000 images, all 10 per round, 50 steps of batch 64 (target ≥ 0.6×).
+
+jaxfl runs ``jaxfl.run_experiment`` with no engine option set: the execution plan it chooses is
+printed. Its round time is the wall time between the evaluations at global versions R and 2R (the
+first R rounds warm up: compilation) less one evaluation, which is timed on its own. The PyTorch
+loop runs in a subprocess (``--torch-python``: a Python with torch, by default
+``benchmarks/.venv-torch/bin/python``; see torch_loop.py for installing it); the two sides
+alternate ``--repeats`` times, so that the shared machine's noise hits both, and the table gives
+each side's median and the ratio of the medians. Where no torch is found the jaxfl side still runs
+and the baseline column says why it is missing.
+
+    python benchmarks/cpu_speed.py                              # both workloads, full size
+    python benchmarks/cpu_speed.py --workloads cross_device --repeats 3 --json out.json
+    python benchmarks/cpu_speed.py --quick                      # seconds-long smoke size (CI)
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+
+from jaxfl import RunConfig, run_experiment
+from jaxfl.execution import ExecutionPlan
+from jaxfl.experiment import make_evaluator, prepare
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_TORCH_PYTHON = os.path.join(HERE, ".venv-torch", "bin", "python")
+WORKLOADS = {
+    "cross_device": dict(clients=1000, clients_per_round=50, local_steps=6, batch_size=10, rounds=5),
+    "cross_silo": dict(clients=10, clients_per_round=10, local_steps=50, batch_size=64, rounds=2),
+}
+QUICK = {
+    "cross_device": dict(clients=1000, clients_per_round=4, local_steps=6, batch_size=10, rounds=1),
+    "cross_silo": dict(clients=10, clients_per_round=10, local_steps=2, batch_size=64, rounds=1),
+}
+
+
+def workload_config(name: str, size: dict, output_dir: str, run_name: str) -> RunConfig:
+    rounds = size["rounds"]
+    return RunConfig(algorithm="fedavg", dataset="fashion_mnist", model="cnn_example", clients=size["clients"],
+                     partition="iid", clients_per_round=size["clients_per_round"], local_steps=size["local_steps"],
+                     batch_size=size["batch_size"], client_optimizer="sgd", client_lr=0.1, server_lr=1.0,
+                     heterogeneity="homo", max_updates=2 * rounds, eval_every=rounds,
+                     stop_at_target=False, max_time=float("inf"), progress=False, output_dir=output_dir,
+                     run_name=run_name)
+
+
+def time_jaxfl(name: str, size: dict, output_dir: str, repeat: int) -> dict:
+    config = workload_config(name, size, output_dir, f"{name}-{repeat}")
+    result = run_experiment(config)
+    rows = {row["version"]: row for row in result.metrics}
+    rounds = size["rounds"]
+    _, dataset, _, model, _ = prepare(config)
+    evaluate = make_evaluator(model.predict, dataset.test_x, dataset.test_y)
+    evaluate(result.params)
+    start = time.perf_counter()
+    evaluate(result.params)
+    evaluation = time.perf_counter() - start
+    seconds = (rows[2 * rounds]["wall_time"] - rows[rounds]["wall_time"] - evaluation) / rounds
+    samples = size["clients_per_round"] * size["local_steps"] * size["batch_size"]
+    stats = result.engine.stats
+    return {"seconds_per_round": seconds, "samples_per_second": samples / seconds,
+            "evaluation_seconds": evaluation, "accuracy": rows[2 * rounds]["accuracy"],
+            "padding_waste": result.summary["padding_waste"], "compilations": result.summary["compilations"],
+            "train_calls": stats.train_calls, "plan": dataclasses.asdict(result.engine.plan),
+            "run_wall_s": result.summary["wall_time_s"]}
+
+
+def time_torch(name: str, size: dict, torch_python: str | None, quick: bool) -> dict:
+    if torch_python is None:
+        return {"skipped": "no Python with torch: create benchmarks/.venv-torch (see torch_loop.py) or pass --torch-python"}
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "torch.json")
+        command = [torch_python, os.path.join(HERE, "torch_loop.py"), "--workload", name,
+                   "--rounds", str(size["rounds"]), "--json", out] + (["--quick"] if quick else [])
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            return {"skipped": f"torch_loop.py failed: {done.stderr.strip().splitlines()[-1:]}"}
+        with open(out) as handle:
+            return json.load(handle)
+
+
+def find_torch_python(requested: str | None) -> str | None:
+    for candidate in ([requested] if requested else [DEFAULT_TORCH_PYTHON, sys.executable]):
+        if candidate and os.path.exists(candidate) and subprocess.run(
+                [candidate, "-c", "import torch"], capture_output=True).returncode == 0:
+            return candidate
+    if requested:
+        raise SystemExit(f"--torch-python {requested!r} cannot import torch")
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=sorted(WORKLOADS))
+    parser.add_argument("--repeats", type=int, default=2, help="alternations of the two sides (medians are reported)")
+    parser.add_argument("--torch-python", help="a Python that can import torch (default: benchmarks/.venv-torch)")
+    parser.add_argument("--quick", action="store_true", help="seconds-long smoke size")
+    parser.add_argument("--json", help="write the rows, the machine and the date here")
+    args = parser.parse_args()
+    torch_python = find_torch_python(args.torch_python)
+    sizes = QUICK if args.quick else WORKLOADS
+    plan = ExecutionPlan.for_backend(jax.default_backend())
+    print(f"jax {jax.__version__} on {jax.default_backend()}: {plan.devices} device(s), {os.cpu_count()} cores; "
+          f"torch from {torch_python or 'nowhere (baseline skipped)'}")
+    rows = []
+    with tempfile.TemporaryDirectory() as output_dir:
+        for name in args.workloads:
+            size = sizes[name]
+            jaxfl_runs, torch_runs = [], []
+            for repeat in range(1 if args.quick else args.repeats):
+                jaxfl_runs.append(time_jaxfl(name, size, output_dir, repeat))
+                torch_runs.append(time_torch(name, size, torch_python, args.quick))
+            jaxfl_rate = statistics.median(run["samples_per_second"] for run in jaxfl_runs)
+            torch_rates = [run["samples_per_second"] for run in torch_runs if "samples_per_second" in run]
+            torch_rate = statistics.median(torch_rates) if torch_rates else None
+            row = {"workload": name, **{k: size[k] for k in ("clients", "clients_per_round", "local_steps",
+                                                             "batch_size", "rounds")},
+                   "jaxfl_samples_per_second": round(jaxfl_rate, 1),
+                   "torch_samples_per_second": None if torch_rate is None else round(torch_rate, 1),
+                   "ratio": None if torch_rate is None else round(jaxfl_rate / torch_rate, 3),
+                   "jaxfl_runs": jaxfl_runs, "torch_runs": torch_runs}
+            rows.append(row)
+            print(f"{name}: jaxfl {jaxfl_rate:,.0f} samples/s (plan {jaxfl_runs[0]['plan']}, padding "
+                  f"{jaxfl_runs[0]['padding_waste']:.0%}, compilations {jaxfl_runs[0]['compilations']}), "
+                  + (f"torch {torch_rate:,.0f} samples/s ({torch_runs[0].get('threads')} threads), "
+                     f"ratio {jaxfl_rate / torch_rate:.2f}×" if torch_rate else f"torch: {torch_runs[0]['skipped']}"))
+    print("\n| workload | jaxfl samples/s | PyTorch loop samples/s | ratio |\n|---|---:|---:|---:|")
+    for row in rows:
+        print(f"| {row['workload']} | {row['jaxfl_samples_per_second']:,} | "
+              f"{row['torch_samples_per_second'] if row['torch_samples_per_second'] is not None else '—'} | "
+              f"{row['ratio'] if row['ratio'] is not None else '—'} |")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"rows": rows, "machine": platform.node(), "processor": platform.processor(),
+                       "cores": os.cpu_count(), "device": str(jax.devices()[0].device_kind),
+                       "backend": jax.default_backend(), "jax": jax.__version__,
+                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       "command": " ".join(sys.argv)}, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()
