@@ -129,6 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
     groups = {section: run.add_argument_group(f"{section} ({cls.__doc__.splitlines()[0].rstrip('.')})")
               for section, cls in SECTIONS.items()}
     groups[None] = run.add_argument_group("run and output")
+    cluster = run.add_argument_group("cluster (a run over several processes or hosts: jaxfl.cluster)")
+    cluster.add_argument("--cluster", action="store_true",
+                         help="join a run of several processes described by the environment (SLURM's srun, "
+                              "Open MPI, JAX_COORDINATOR_ADDRESS...)")
+    cluster.add_argument("--coordinator-address", metavar="HOST:PORT",
+                         help="address of process 0's coordinator service, the same for every process")
+    cluster.add_argument("--num-processes", type=int, metavar="N", help="processes in the run")
+    cluster.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 to N-1")
     comments = {name: text for cls in (*SECTIONS.values(), RunConfig) for name, text in _field_comments(cls).items()}
     for name, field in FIELDS.items():
         if name == "algorithm_options":  # one flag per option instead (_option_flags)
@@ -312,6 +320,13 @@ def main(argv: list[str] | None = None) -> int:
         return _algorithms(parser, args)
     if args.command == "partition":
         return _partition(parser, args)
+    if args.cluster or args.coordinator_address or args.num_processes is not None or args.process_id is not None:
+        from jaxfl.cluster import init_cluster
+
+        try:
+            init_cluster(args.coordinator_address, args.num_processes, args.process_id)
+        except (ValueError, RuntimeError) as error:
+            parser.error(str(error))
     if args.resume:
         return _resume(parser, args)
     try:

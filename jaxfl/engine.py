@@ -44,7 +44,7 @@ client's, a group aggregation averages them). Hooks that make the whole update d
 from __future__ import annotations
 
 import dataclasses
-import math
+import time
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -103,14 +103,19 @@ class Engine:
         self.trainer = trainer
         # BatchNorm-style buffers ride along in the model dict; see the module docstring.
         self.stateful = bool(trainer.adapter) and isinstance(init_params, dict) and BUFFERS in init_params
-        self.mesh = Mesh(np.array(jax.local_devices()[:plan.devices]), ("clients",))
-        self.home = self.mesh.devices.flat[0]  # where everything outside a training call lives
+        # Several processes (jax.distributed, jaxfl.cluster): the mesh spans every process's devices
+        # and each process, running the same deterministic scheduler, keeps its own copy of
+        # everything outside the training calls on its first local device.
+        self.processes = jax.process_count()
+        devices = jax.devices() if self.processes > 1 else jax.local_devices()[:plan.devices]
+        self.mesh = Mesh(np.array(devices), ("clients",))
+        self.home = jax.local_devices()[0]  # where everything outside a training call lives
         self._by_client = NamedSharding(self.mesh, PartitionSpec("clients"))
         self._replicated = NamedSharding(self.mesh, PartitionSpec())
         self.data = data  # for hooks and evaluation, on the first device
         # Training calls read every client's samples on every device: a replicated copy (the same
         # arrays where there is one device).
-        self._training_data = data if plan.devices == 1 else jax.device_put(data, self._replicated)
+        self._training_data = data if self.mesh.size == 1 else self._to_mesh(data, self._replicated)
         self.offsets = np.asarray(offsets, dtype=np.int32)
         self.counts = np.asarray(counts, dtype=np.int32)
         self.server_optimizer = server_optimizer
@@ -332,8 +337,10 @@ class Engine:
             place = lambda tree, sharding: jax.tree.map(
                 lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), tree)
             views = ClientView(vector(jnp.int32), vector(jnp.int32))
+            started = time.perf_counter()
             compiled = self._run_steps.lower(place(states, by_client), place(self._training_data, replicated),
                                              place(views, by_client), length).compile()
+            self.stats.compile_seconds += time.perf_counter() - started
             try:
                 stats = compiled.memory_analysis()
                 measured = None if stats is None else int(stats.temp_size_in_bytes + 2 * stats.output_size_in_bytes)
@@ -351,14 +358,34 @@ class Engine:
             self.stats.train_calls += 1
         return states
 
+    def _to_mesh(self, tree: PyTree, sharding: NamedSharding) -> PyTree:
+        """Place a tree held on the home device on the mesh. With several processes every process
+        holds the same tree and contributes the slices of its own devices."""
+        if self.processes == 1:
+            return jax.device_put(tree, sharding)
+
+        def place(leaf):
+            slices = [jax.device_put(leaf[index], device)
+                      for device, index in sharding.addressable_devices_indices_map(leaf.shape).items()]
+            return jax.make_array_from_single_device_arrays(leaf.shape, sharding, slices)
+
+        return jax.tree.map(place, tree)
+
     def _on_home(self, tree: PyTree) -> PyTree:
-        return tree if self.plan.devices == 1 else jax.device_put(tree, self.home)
+        """Bring a training call's result back to the home device (from every process's devices)."""
+        if self.mesh.size == 1:
+            return tree
+        if self.processes > 1:  # gather the other processes' rows, then take this process's copy
+            tree = self.jit("gather", lambda t: t, out_shardings=self._replicated)(tree)
+            return jax.tree.map(lambda leaf: jax.device_put(leaf.addressable_data(0), self.home), tree)
+        return jax.device_put(tree, self.home)
 
     def _train_batch(self, records: list[DispatchRecord]) -> None:
         """Train ``records`` in one padded, vmapped call: every row to its pause step (its whole
         count if it does not pause), the hooks' ``on_pause`` for the pausing rows, then the rest.
         A paused row's local state (optimiser state, key, step counter) carries across the pause,
         so it draws the minibatches it would draw without one, and no result depends on batching."""
+        started = time.perf_counter()
         count = len(records)
         padded = self.plan.call_size(count)
         members = records + [records[0]] * (padded - count)
@@ -368,8 +395,9 @@ class Engine:
         clients = np.array([r.client for r in members], dtype=np.int32)
         rounds = np.array([r.client_round for r in members], dtype=np.int32)
         lr_scales = np.array([r.lr_scale for r in members], dtype=np.float32)
-        by_client = lambda tree: jax.device_put(tree, self._by_client)
-        stacked = by_client(self.stack([self._versions[r.version] for r in members], padded))
+        by_client = lambda tree: self._to_mesh(tree, self._by_client)
+        start_models = self.stack([self._versions[r.version] for r in members], padded)
+        stacked = by_client(start_models)
         views = by_client(self.views(clients))
         states = self._init(stacked, *by_client((jnp.asarray(first), jnp.asarray(clients), jnp.asarray(rounds),
                                                  jnp.asarray(lr_scales))))
@@ -388,8 +416,7 @@ class Engine:
             states = self._run_chunks(by_client(states), views, more, padded)
             executed += more
         states = self._on_home(states)
-        stacked = self._on_home(stacked)
-        deltas, metrics = self._finish(stacked, states)
+        deltas, metrics = self._finish(start_models, states)
         metrics = jax.device_get(metrics)
         batch = _TrainedBatch(deltas=deltas, size=padded, buffers=self._final_buffers(states))
         for index, record in enumerate(records):
@@ -404,6 +431,7 @@ class Engine:
         # Trained updates only accumulate here: the one place their peak can rise.
         held = sum(batch.size for batch in self._held_batches())
         self.stats.peak_updates_held = max(self.stats.peak_updates_held, held)
+        self.stats.train_seconds += time.perf_counter() - started  # the metrics' device_get waited for the call
         self.stats.batches += 1
         self.stats.clients_trained += count
         self.stats.useful_steps += int(steps.sum())

@@ -93,12 +93,19 @@ def step_chunks(steps: int, per_call: int) -> list[int]:
 
 
 def available_devices(requested: int | None = None) -> int:
-    """How many local devices of the default backend a run uses: ``requested``, or all of them.
+    """How many devices of the default backend a run uses: ``requested``, or all of them (every
+    process's, in a run of several processes, where only all of them may be asked for).
 
     >>> available_devices(1)
     1
     """
     count = jax.local_device_count()
+    if jax.process_count() > 1:
+        total = jax.device_count()
+        if requested not in (None, total):
+            raise ValueError(f"devices={requested} but a run of {jax.process_count()} processes uses all "
+                             f"{total} of their devices; leave devices unset")
+        return total
     if requested is None:
         return count
     if requested < 1 or requested > count:
@@ -157,6 +164,8 @@ class EngineStats:
     peak_versions_kept: int = 0  # global models held at once (the current one and those in-flight work started from)
     peak_updates_held: int = 0  # trained updates held at once, waiting for their aggregation
     traces: dict = dataclasses.field(default_factory=dict)  # function name → times jit traced it
+    train_seconds: float = 0.0  # wall time inside training calls (to their results), compilation included
+    compile_seconds: float = 0.0  # wall time compiling step chunks
 
     @property
     def padding_waste(self) -> float:

@@ -1,0 +1,60 @@
+"""Runs over several processes (hosts): ``jax.distributed`` with one scheduler per process.
+
+Every process runs the same deterministic scheduler on the same config and seed, so all of them
+make the same decisions without exchanging any; the engine's training calls span every process's
+devices (one global ``Mesh``), each process contributing its devices' clients, and each gathers
+the trained updates back to keep the same global model. Process 0 writes the run directory; the
+others write nothing that stays. Checkpoints are not written in such runs yet (orbax would need
+every process to take part); a run of several processes cannot be resumed.
+
+Start one process per host (or several on one machine) with the same command plus::
+
+    jaxfl run ... --coordinator-address HOST:PORT --num-processes N --process-id I
+
+or, from Python, call :func:`init_cluster` before anything else uses jax. With no arguments,
+``jax.distributed.initialize`` reads SLURM's (and other cluster managers') environment, so under
+``srun`` the flags are not needed. On CPUs the processes exchange updates with gloo.
+
+>>> import jaxfl.cluster
+>>> jaxfl.cluster.process_index(), jaxfl.cluster.process_count()
+(0, 1)
+"""
+from __future__ import annotations
+
+import jax
+
+__all__ = ["init_cluster", "process_count", "process_index"]
+
+
+def init_cluster(coordinator_address: str | None = None, num_processes: int | None = None,
+                 process_id: int | None = None) -> None:
+    """Join a run of several processes (``jax.distributed.initialize``); call it before any jax
+    computation. Arguments left out come from the environment (SLURM, Open MPI, JAX_COORDINATOR_ADDRESS...).
+
+    >>> # init_cluster("10.0.0.1:1234", num_processes=2, process_id=0)   # on the first host
+    """
+    try:
+        from jax._src.xla_bridge import backends_are_initialized
+    except ImportError:  # a jax without it: jax.distributed itself complains
+        backends_are_initialized = lambda: False  # noqa: E731
+    if backends_are_initialized():
+        raise RuntimeError("init_cluster must run before anything uses jax (its backends have started); "
+                           "call it first thing in the process")
+    for name, value in (("num_processes", num_processes), ("process_id", process_id)):
+        if value is not None and value < 0:
+            raise ValueError(f"{name}={value} must be 0 or more")
+    if num_processes is not None and process_id is not None and process_id >= num_processes:
+        raise ValueError(f"process_id={process_id} must be below num_processes={num_processes}")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU processes exchange with gloo
+    jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
+                               process_id=process_id)
+
+
+def process_index() -> int:
+    """This process's index (0 writes the run directory)."""
+    return jax.process_index()
+
+
+def process_count() -> int:
+    """Processes in the run (1 without :func:`init_cluster`)."""
+    return jax.process_count()
