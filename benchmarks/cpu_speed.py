@@ -81,7 +81,11 @@ def time_jaxfl(name: str, size: dict, output_dir: str, repeat: int) -> dict:
             "evaluation_seconds": evaluation, "accuracy": rows[2 * rounds]["accuracy"],
             "padding_waste": result.summary["padding_waste"], "compilations": result.summary["compilations"],
             "train_calls": stats.train_calls, "plan": dataclasses.asdict(result.engine.plan),
-            "run_wall_s": result.summary["wall_time_s"]}
+            "run_wall_s": result.summary["wall_time_s"], "compile_wall_s": result.summary["compile_wall_s"],
+            "training_wall_s": result.summary["training_wall_s"],
+            # the scheduler's and the host's share of the time that is neither compiling nor evaluating
+            "overhead_share": round(1 - result.summary["training_wall_s"] / (
+                result.summary["wall_time_s"] - result.summary["compile_wall_s"] - len(rows) * evaluation), 3)}
 
 
 def time_torch(name: str, size: dict, torch_python: str | None, quick: bool) -> dict:
@@ -140,7 +144,8 @@ def main() -> None:
                    "jaxfl_runs": jaxfl_runs, "torch_runs": torch_runs}
             rows.append(row)
             print(f"{name}: jaxfl {jaxfl_rate:,.0f} samples/s (plan {jaxfl_runs[0]['plan']}, padding "
-                  f"{jaxfl_runs[0]['padding_waste']:.0%}, compilations {jaxfl_runs[0]['compilations']}), "
+                  f"{jaxfl_runs[0]['padding_waste']:.0%}, compilations {jaxfl_runs[0]['compilations']}, "
+                  f"scheduler and host {jaxfl_runs[0]['overhead_share']:.1%} of the non-compile, non-eval time), "
                   + (f"torch {torch_rate:,.0f} samples/s ({torch_runs[0].get('threads')} threads), "
                      f"ratio {jaxfl_rate / torch_rate:.2f}×" if torch_rate else f"torch: {torch_runs[0]['skipped']}"))
     print("\n| workload | jaxfl samples/s | PyTorch loop samples/s | ratio |\n|---|---:|---:|---:|")
