@@ -43,19 +43,22 @@ def test_bucket_sizes_do_not_change_results(small_config):
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
-def test_one_compilation_per_bucket_and_padding_counted(small_config):
-    # 6 clients, 8 per call (one device): every round is one padded call of 8 whose 4 steps run as
-    # a 3-step and a 1-step chunk; 4 rounds compile each chunk shape once.
-    config = replace(small_config, algorithm="fedavg", clients=6, clients_per_call=8, steps_per_call=3,
+@pytest.mark.parametrize("model, loop, chunks", [("mlp", "rolled", 1), ("cnn", "unrolled", 2)])
+def test_one_compilation_per_bucket_and_padding_counted(small_config, model, loop, chunks):
+    # 6 clients, 8 per call (one device): every round is one padded call of 8. A dense model's 4
+    # steps run as one rolled loop; a CNN's (unrolled on CPU) as a 3-step and a 1-step chunk, each
+    # shape compiled once over the 4 rounds.
+    config = replace(small_config, algorithm="fedavg", model=model, clients=6, clients_per_call=8, steps_per_call=3,
                      local_steps=4, max_updates=4, devices=1)
     result = run_experiment(config)
-    assert result.summary["compilations"] == {"init": 1, "run_steps": 2, "finish": 1, "server_step": 1}
+    assert result.summary["step_loop"] == loop
+    assert result.summary["compilations"] == {"init": 1, "run_steps": chunks, "finish": 1, "server_step": 1}
     stats = result.engine.stats
-    # per round: 4 steps (3 + 1, no masked step) × 8 padded clients = 32 computed, 6 × 4 = 24 useful.
+    # per round: 4 steps (no masked step) × 8 padded clients = 32 computed, 6 × 4 = 24 useful.
     # The 5th round is dispatched but never needed, so the deferred engine never trains it.
     assert stats.executed_steps == 4 * 32
     assert stats.useful_steps == 4 * 24
-    assert stats.train_calls == 4 * 2
+    assert stats.train_calls == 4 * chunks
     assert result.summary["padding_waste"] == pytest.approx(0.25)
     assert result.summary["accounting"]["in_flight"] == 6
 
