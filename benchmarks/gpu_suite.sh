@@ -1,36 +1,74 @@
 #!/usr/bin/env bash
 # One button for a session that is lent a GPU: from the device tool,
-#     run(command="bash benchmarks/gpu_suite.sh", timeout_s=600)
-# runs the benchmarks at full size on the device machine (which has jax with CUDA, flax, optax and
+#     run(command="bash benchmarks/gpu_suite.sh", timeout_s=600, carry=["benchmarks/out/fashion-mnist"])
+# runs issue 17's GPU benchmarks on the device machine (which has jax with CUDA, flax, optax and
 # chex but no network: jaxfl is used from the working tree, not installed) and leaves the tables,
 # JSON and the device description in $OUT, which come back to this machine. Copy the figures into
-# benchmarks/README.md with the device, date and this command. Each step has its own time limit so
-# that one slow benchmark cannot eat the whole lease; a step cut short keeps the rows it finished.
+# benchmarks/README.md with the device, date and this command.
+#
+# Fashion-MNIST (the FedBuff end-to-end workload's data) is not on the device machine: before the
+# call, copy it into the git-ignored benchmarks/out/ here and carry it (31 MB of .gz files):
+#     mkdir -p benchmarks/out && cp -r /usr/share/datasets/fashion-mnist benchmarks/out/
+# Without it that workload runs on mnist10k and end_to_end.json says so.
+#
+# Each step has its own time limit, so that one slow benchmark cannot eat the whole lease (the
+# steps' limits add up to 550 s, inside the tool's 600 s); a step cut short keeps the rows it
+# finished, since every script rewrites its JSON after each row.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-benchmarks/out}"
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-QUICK="${QUICK:-}"  # QUICK=1: a seconds-long smoke run of this script (CPU is fine)
+export PYTHONUNBUFFERED=1
+QUICK="${QUICK:-}"  # QUICK=1: a smoke run of this script at the scripts' --quick sizes (CPU is fine)
+started=$SECONDS
 
 {
   date -u +%Y-%m-%dT%H:%M:%SZ
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 || echo "no nvidia-smi"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 || echo "no nvidia-smi"
   python -c "import jax; print('jax', jax.__version__, jax.default_backend(), jax.devices())"
 } > "$OUT/device.txt" 2>&1
 cat "$OUT/device.txt"
 
+fashion=()
+for dir in "${FASHION_MNIST_DIR:-}" benchmarks/out/fashion-mnist /usr/share/datasets/fashion-mnist; do
+  if [ -n "$dir" ] && [ -e "$dir/train-images-idx3-ubyte.gz" -o -e "$dir/train-images-idx3-ubyte" ]; then
+    fashion=(--fedbuff-data-dir "$dir"); break
+  fi
+done
+
 if [ -n "$QUICK" ]; then
-  clients=(1 2); steps=2; repeats=1; counts=(600); sample_repeats=3
+  cnn=(--quick); resnet=(--quick --clients 2); e2e=(--quick)
+  counts=(600); sample_repeats=3
 else
-  clients=(1 8 64 256 1024); steps=10; repeats=3; counts=(600 6000 60000); sample_repeats=50
+  # (a) the MNIST CNN at batch 64, 10 local steps in one call per client, K up to 1024 (the largest
+  # last: a step cut short keeps the smaller K); ResNet-18 at K 1 8 32, 4 steps in calls of 2 (an
+  # unrolled ResNet-18 chunk compiles slowly and one call's overhead is nothing beside its steps).
+  cnn=(--clients 1 8 64 256 1024 --steps 10 --steps-per-call 10 --repeats 3)
+  resnet=(--clients 1 8 32 --steps 4 --steps-per-call 2 --repeats 2)
+  # (b) both workloads, engine defaults vs one client per call, two alternating rounds (a second
+  # round starts only if it should end inside the step's limit)
+  e2e=(--repeats 2 --time-budget 150 ${fashion[@]+"${fashion[@]}"})
+  counts=(600 6000 60000); sample_repeats=50
 fi
 
-# Vectorised client training vs one client per call (the MNIST CNN, batch 64): the batching limit.
-timeout 330 python benchmarks/client_batching.py --clients "${clients[@]}" --steps "$steps" \
-  --steps-per-call "$steps" --repeats "$repeats" --json "$OUT/client_batching.json" \
-  2>&1 | tee "$OUT/client_batching.txt"
+step() {  # step NAME LIMIT_S COMMAND...: run one benchmark under its own limit, log to $OUT/NAME.txt
+  local name=$1 limit=$2; shift 2
+  echo "=== $name (limit ${limit} s, suite at $((SECONDS - started)) s)"
+  timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
+  local status=${PIPESTATUS[0]}
+  [ "$status" -eq 124 ] && echo "=== $name: cut at its ${limit} s limit (rows so far are in its JSON)"
+  [ "$status" -ne 0 ] && [ "$status" -ne 124 ] && echo "=== $name: exit status $status"
+  return 0
+}
+
+# (a) Vectorised client training vs one client per call vs the one-big-model limit, with MFU.
+step client_batching 200 python benchmarks/client_batching.py "${cnn[@]}" --json "$OUT/client_batching.json"
+step client_batching_resnet18 120 python benchmarks/client_batching.py --model resnet18 "${resnet[@]}" \
+  --json "$OUT/client_batching_resnet18.json"
+# (b) End to end: run_experiment with engine defaults vs one client per call (FedBuff, FedCompass).
+step end_to_end 170 python benchmarks/end_to_end.py "${e2e[@]}" --json "$OUT/end_to_end.json"
 # In-kernel minibatch sampling: O(B) Feistel permutation vs argsort of the client's samples.
-timeout 150 python benchmarks/minibatch_sampling.py --max-counts "${counts[@]}" --repeats "$sample_repeats" \
-  2>&1 | tee "$OUT/minibatch_sampling.txt"
-echo "results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
+step minibatch_sampling 60 python benchmarks/minibatch_sampling.py --max-counts "${counts[@]}" \
+  --repeats "$sample_repeats"
+echo "suite took $((SECONDS - started)) s; results in $OUT: $(ls "$OUT" | tr '\n' ' ')"

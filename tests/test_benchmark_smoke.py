@@ -34,3 +34,62 @@ def test_cpu_speed_quick_runs_jaxfl_with_defaults_and_no_padding(tmp_path):
     if 4 % run["plan"]["devices"] == 0:  # 4 clients per round fill every call
         assert run["padding_waste"] == 0.0
     assert row["torch_samples_per_second"] is not None or "skipped" in row["torch_runs"][0]
+
+
+import pytest  # noqa: E402 (the tests below were appended)
+
+
+def test_client_batching_quick_has_the_one_big_model_limit_and_flops(tmp_path):
+    out = tmp_path / "batching.json"
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "client_batching.py"), "--quick",
+                    "--peak-tflops", "1.0", "--json", str(out)], check=True, capture_output=True, text=True,
+                   timeout=600)
+    report = json.loads(out.read_text())
+    assert report["model"] == "cnn" and report["parameters"] == 582026
+    assert {"machine", "device", "jax", "date", "command"} <= set(report)
+    assert report["peak_tflops"] == 1.0 and report["client_step_flops"] > 0
+    rows = report["rows"]
+    assert [row["clients"] for row in rows] == [1, 2]
+    for row in rows:
+        assert row["vmapped_client_steps_per_s"] > 0 and row["one_by_one_client_steps_per_s"] > 0
+        assert row["limit_client_steps_per_s"] > 0 and row["vmapped_over_limit"] > 0
+        assert len(row["seconds"]["vmapped"]) == len(row["seconds"]["limit"]) == 1
+        # one step of the big model at batch K·B does K clients' work, give or take the optimiser
+        assert abs(row["limit_step_flops"] / (row["clients"] * report["client_step_flops"]) - 1) < 0.05
+        assert row["vmapped_mfu"] == row["vmapped_tflops"] > 0  # against a 1 TFLOP/s peak
+        assert row["vmapped_calls_split_by_memory_guard"] == 0
+
+
+@pytest.mark.slow
+def test_client_batching_quick_resnet18_with_batchnorm_state(tmp_path):
+    out = tmp_path / "resnet.json"
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "client_batching.py"), "--quick",
+                    "--model", "resnet18", "--clients", "1", "--steps", "1", "--steps-per-call", "1",
+                    "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
+    report = json.loads(out.read_text())
+    assert report["model"] == "resnet18" and report["parameters"] == 11173962
+    (row,) = report["rows"]
+    assert row["clients"] == 1 and row["steps"] == 1 and row["batch_size"] == 8
+    assert row["vmapped_client_steps_per_s"] > 0 and row["limit_client_steps_per_s"] > 0
+    assert row["vmapped_tflops"] > 0 and row["limit_tflops"] > 0
+
+
+def test_end_to_end_quick_runs_both_sides_of_both_workloads(tmp_path):
+    out = tmp_path / "e2e.json"
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "end_to_end.py"), "--quick", "--json", str(out)],
+                   check=True, capture_output=True, text=True, timeout=600)
+    report = json.loads(out.read_text())
+    assert {"machine", "device", "jax", "date", "command"} <= set(report)
+    assert [row["workload"] for row in report["rows"]] == ["fedbuff", "fedcompass"]
+    for row in report["rows"]:
+        assert row["repeats"] == 1 and row["ratio"] > 0 and row["dataset"] == "mnist10k"
+        assert abs(row["defaults_accuracy"] - row["one_per_call_accuracy"]) <= 0.01  # the same run, batched or not
+    for name, updates in (("fedbuff", 3), ("fedcompass", 2)):
+        defaults, = report["runs"][name]["defaults"]
+        single, = report["runs"][name]["one_per_call"]
+        assert single["plan"]["clients_per_call"] == 1 and single["plan"]["devices"] == 1
+        assert single["mean_clients_per_batch"] == 1.0
+        for run in (defaults, single):
+            assert run["global_updates"] == updates and run["stop_reason"] == "update budget"
+            assert run["samples"] == run["client_steps_executed"] * report["workloads"][name]["batch_size"]
+            assert run["client_steps_executed"] >= run["client_steps_aggregated"] > 0

@@ -1,0 +1,243 @@
+"""End to end: ``jaxfl.run_experiment`` with the engine's defaults against the same run trained one
+client per call (``clients_per_call=1, devices=1``: the way APPFL, FLSim and FedScale train), on
+the two workloads of issue 17's GPU target (b) (goal: ≥ 20×).
+
+- ``fedbuff``: cross-device FedBuff on Fashion-MNIST, 1,000 IID clients, 50 in flight
+  (``concurrency``), buffer 10, 5 local steps of batch 10, the MNIST CNN, SGD at 0.05;
+- ``fedcompass``: FedCompass on MNIST (the embedded mnist10k), 20 IID clients, exponential speeds,
+  Q_min 20 / Q_max 100 local steps of batch 64, Adam at 3e-3 (the FedCompass MNIST setting).
+
+Each side runs the same config (same seed, same schedule: the simulation's virtual clock does not
+depend on how the engine batches) with an update budget and no accuracy stop; evaluation only at
+versions 0 and the last. The sides alternate (``--repeats`` rounds of both sides of both
+workloads), each in a fresh engine, so compilation is part of every run and is reported apart:
+
+- ``wall``: the run's wall time (``summary["wall_time_s"]``), compilation included;
+- ``compile``: compiling the step chunks (``compile_wall_s``);
+- ``train``: inside training calls, less their compilation (``training_wall_s``);
+- samples/s: client-steps executed × batch size ÷ (wall − compile), and the ratio of the medians
+  (defaults ÷ one per call); the ratio of wall times and of training times are given too.
+  "wall − compile" still holds the two evaluations and the first calls' tracing and compiling of
+  the small jitted pieces (init, finish, server step, evaluator), the same on both sides, so it
+  understates the ratio a long run would see.
+
+Both sides must reach the same final accuracy (up to float reassociation): the table shows it.
+
+    python benchmarks/end_to_end.py                                  # both workloads, GPU size
+    python benchmarks/end_to_end.py --workloads fedbuff --repeats 1 --json out.json
+    python benchmarks/end_to_end.py --fedbuff-data-dir /path/to/fashion-mnist   # IDX files (.gz)
+    python benchmarks/end_to_end.py --quick                          # smoke size on mnist10k (CI)
+
+Fashion-MNIST comes from ``--fedbuff-data-dir`` or jaxfl's default folder (Debian's
+``dataset-fashion-mnist``); where neither has it, the FedBuff workload runs on mnist10k (8,000
+images: 8 per client, so every batch of 10 holds 8 valid samples; the compute is the same) and
+the JSON and table say so.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import jax
+
+from jaxfl import RunConfig, run_experiment
+from jaxfl.data import load_dataset
+
+COMMON = dict(partition="iid", heterogeneity="exp", stop_at_target=False, max_time=float("inf"),
+              progress=False, checkpoint_every=None, seed=0)
+WORKLOADS = {
+    "fedbuff": dict(algorithm="fedbuff", dataset="fashion_mnist", model="cnn", clients=1000, concurrency=50,
+                    buffer_size=10, local_steps=5, batch_size=10, client_optimizer="sgd", client_lr=0.05,
+                    max_updates=500),
+    "fedcompass": dict(algorithm="fedcompass", dataset="mnist10k", model="cnn", clients=20, local_steps=100,
+                       batch_size=64, client_optimizer="adam", client_lr=0.003,
+                       algorithm_options={"q_min": 20, "q_max": 100}, max_updates=100),
+}
+# --quick: the same shapes where they are cheap, tiny budgets and step counts, mnist10k only.
+QUICK = {
+    "fedbuff": dict(dataset="mnist10k", local_steps=2, max_updates=3),
+    "fedcompass": dict(local_steps=2, algorithm_options={"q_min": 1, "q_max": 2}, max_updates=2),
+}
+SIDES = {"defaults": {}, "one_per_call": {"clients_per_call": 1, "devices": 1}}
+
+
+def fedbuff_dataset(data_dir: str | None) -> tuple[str, str | None, str | None]:
+    """(dataset, data_dir, note): Fashion-MNIST where it can be read, else mnist10k and why."""
+    try:
+        load_dataset("fashion_mnist", data_dir)
+        return "fashion_mnist", data_dir, None
+    except (FileNotFoundError, OSError) as error:
+        return "mnist10k", None, f"fashion_mnist not found ({str(error).splitlines()[0][:160]}); ran on mnist10k"
+
+
+def workload_values(name: str, quick: bool, updates: dict, dataset: dict) -> dict:
+    """The workload's RunConfig fields (without the side's engine options)."""
+    values = {**WORKLOADS[name], **(QUICK[name] if quick else {})}
+    if name == "fedbuff" and not quick:
+        values.update(dataset)
+    if updates.get(name):
+        values["max_updates"] = updates[name]
+    return values
+
+
+def workload_config(name: str, quick: bool, side: str, output_dir: str, run_name: str, updates: dict,
+                    dataset: dict) -> RunConfig:
+    values = {**COMMON, **workload_values(name, quick, updates, dataset), **SIDES[side]}
+    values["eval_every"] = values["max_updates"]  # versions 0 and the last only
+    return RunConfig(**values, output_dir=output_dir, run_name=run_name)
+
+
+def run_once(config: RunConfig) -> dict:
+    start = time.perf_counter()
+    result = run_experiment(config)
+    outer = time.perf_counter() - start
+    summary = result.summary
+    wall, compile_s, train = summary["wall_time_s"], summary.get("compile_wall_s"), summary.get("training_wall_s")
+    samples = summary["client_steps_executed"] * config.batch_size
+    run_s = wall - (compile_s or 0.0)
+    return {"wall_s": wall, "outer_wall_s": round(outer, 3), "compile_wall_s": compile_s, "training_wall_s": train,
+            "wall_less_compile_s": round(run_s, 3), "samples": samples,
+            "samples_per_s": samples / run_s if run_s > 0 else None,
+            "training_samples_per_s": samples / train if train else None,
+            "global_updates": summary["global_updates"], "client_steps_executed": summary["client_steps_executed"],
+            "client_steps_aggregated": summary["client_steps_aggregated"],
+            "train_calls": summary["train_calls"], "mean_clients_per_batch": summary["mean_clients_per_batch"],
+            "padding_waste": summary["padding_waste"], "compilations": summary["compilations"],
+            "calls_split_by_memory_guard": summary["calls_split_by_memory_guard"],
+            "final_accuracy": summary["final_accuracy"], "stop_reason": summary["stop_reason"],
+            "plan": dataclasses.asdict(result.engine.plan),
+            # the engine's raw counters (training_wall_s is their difference; see the note in main)
+            "engine_train_seconds": getattr(result.engine.stats, "train_seconds", None),
+            "engine_compile_seconds": getattr(result.engine.stats, "compile_seconds", None)}
+
+
+def median(runs: list[dict], key: str) -> float | None:
+    values = [run[key] for run in runs if run.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def ratio(a: float | None, b: float | None, invert: bool = False) -> float | None:
+    if a is None or b is None or not a or not b:
+        return None
+    return b / a if invert else a / b
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=["fedbuff", "fedcompass"])
+    parser.add_argument("--repeats", type=int, help="rounds of both sides, medians reported (default 2; --quick: 1)")
+    parser.add_argument("--fedbuff-data-dir", help="folder of the Fashion-MNIST IDX files (default: jaxfl's)")
+    parser.add_argument("--fedbuff-updates", type=int, help=f"max_updates of the FedBuff runs "
+                        f"(default {WORKLOADS['fedbuff']['max_updates']}; --quick {QUICK['fedbuff']['max_updates']})")
+    parser.add_argument("--fedcompass-updates", type=int, help=f"max_updates of the FedCompass runs "
+                        f"(default {WORKLOADS['fedcompass']['max_updates']}; --quick {QUICK['fedcompass']['max_updates']})")
+    parser.add_argument("--time-budget", type=float, default=float("inf"),
+                        help="seconds: start no further round once the next would likely end past this")
+    parser.add_argument("--quick", action="store_true", help="smoke size on mnist10k, well under a minute on a CPU")
+    parser.add_argument("--json", help="write the runs, the table, machine, device, jax version, date and command here")
+    args = parser.parse_args()
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 2
+    started = time.perf_counter()
+    dataset_name, data_dir, note = ("mnist10k", None, "--quick: mnist10k") if args.quick else \
+        fedbuff_dataset(args.fedbuff_data_dir)
+    fedbuff_data = {"dataset": dataset_name, "data_dir": data_dir}
+    updates = {"fedbuff": args.fedbuff_updates, "fedcompass": args.fedcompass_updates}
+    device = jax.devices()[0]
+    header = {"benchmark": "end_to_end", "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "machine": platform.node(), "processor": platform.processor(), "cores": os.cpu_count(),
+              "backend": jax.default_backend(), "device": device.device_kind, "devices": jax.device_count(),
+              "jax": jax.__version__, "quick": args.quick, "fedbuff_dataset": dataset_name, "note": note,
+              "workloads": {name: workload_values(name, args.quick, updates, fedbuff_data) for name in args.workloads},
+              "sides": SIDES}
+    print(f"jax {jax.__version__} on {jax.default_backend()} ({device.device_kind}, {jax.device_count()} device(s)); "
+          f"fedbuff on {dataset_name}{f' ({note})' if note else ''}", flush=True)
+    runs: dict[str, dict[str, list]] = {name: {side: [] for side in SIDES} for name in args.workloads}
+    rows: list[dict] = []
+
+    def table() -> list[dict]:
+        out = []
+        for name in args.workloads:
+            fast, slow = runs[name]["defaults"], runs[name]["one_per_call"]
+            if not fast or not slow:
+                continue
+            config = workload_values(name, args.quick, updates, fedbuff_data)
+            out.append({
+                "workload": name, "dataset": config["dataset"],
+                "clients": config["clients"], "batch_size": config["batch_size"],
+                "max_updates": config["max_updates"], "repeats": min(len(fast), len(slow)),
+                "defaults_samples_per_s": median(fast, "samples_per_s"),
+                "one_per_call_samples_per_s": median(slow, "samples_per_s"),
+                "ratio": ratio(median(fast, "samples_per_s"), median(slow, "samples_per_s")),
+                "wall_ratio": ratio(median(fast, "wall_s"), median(slow, "wall_s"), invert=True),
+                "training_ratio": ratio(median(fast, "training_wall_s"), median(slow, "training_wall_s"), invert=True),
+                "defaults_wall_s": median(fast, "wall_s"), "one_per_call_wall_s": median(slow, "wall_s"),
+                "defaults_compile_s": median(fast, "compile_wall_s"),
+                "one_per_call_compile_s": median(slow, "compile_wall_s"),
+                "defaults_training_s": median(fast, "training_wall_s"),
+                "one_per_call_training_s": median(slow, "training_wall_s"),
+                "defaults_accuracy": fast[-1]["final_accuracy"], "one_per_call_accuracy": slow[-1]["final_accuracy"],
+            })
+        return out
+
+    def save() -> None:  # after every run: a step cut short by a time limit keeps what it measured
+        if args.json:
+            with open(args.json + ".tmp", "w") as handle:  # then renamed: a cut run leaves a whole file
+                json.dump({**header, "rows": rows, "runs": runs,
+                           "elapsed_s": round(time.perf_counter() - started, 1)}, handle, indent=2)
+            os.replace(args.json + ".tmp", args.json)
+
+    print(f"{'workload':<11} {'side':<13} {'wall s':>8} {'compile s':>9} {'train s':>8} {'samples/s':>11} "
+          f"{'calls':>6} {'clients/call':>12} {'updates':>7} {'accuracy':>8}", flush=True)
+    with tempfile.TemporaryDirectory() as output_dir:
+        round_seconds = 0.0
+        for repeat in range(args.repeats):
+            if repeat and time.perf_counter() - started + round_seconds > args.time_budget:
+                print(f"stopping after {repeat} round(s): another would pass --time-budget {args.time_budget:g} s")
+                break
+            round_start = time.perf_counter()
+            for name in args.workloads:
+                for side in SIDES:
+                    config = workload_config(name, args.quick, side, output_dir, f"{name}-{side}-{repeat}",
+                                             updates, fedbuff_data)
+                    run = run_once(config)
+                    runs[name][side].append(run)
+                    fmt = lambda value, spec: "—" if value is None else format(value, spec)
+                    print(f"{name:<11} {side:<13} {run['wall_s']:>8.2f} {fmt(run['compile_wall_s'], '>9.2f')} "
+                          f"{fmt(run['training_wall_s'], '>8.2f')} {fmt(run['samples_per_s'], '>11,.0f')} "
+                          f"{run['train_calls']:>6} {run['mean_clients_per_batch']:>12.1f} {run['global_updates']:>7} "
+                          f"{fmt(run['final_accuracy'], '>8.4f')}", flush=True)
+                    rows[:] = table()
+                    save()
+            round_seconds = time.perf_counter() - round_start
+    rows[:] = table()
+    save()
+    fmt = lambda value, spec: "—" if value is None else format(value, spec)
+    print("\n| workload | data | defaults samples/s | one per call samples/s | ratio (wall − compile) | wall ratio "
+          "| training ratio | compile s (defaults / one per call) | accuracy (defaults / one per call) |\n"
+          "|---|---|---:|---:|---:|---:|---:|---|---|")
+    for row in rows:
+        print(f"| {row['workload']} | {row['dataset']} | {fmt(row['defaults_samples_per_s'], ',.0f')} "
+              f"| {fmt(row['one_per_call_samples_per_s'], ',.0f')} | {fmt(row['ratio'], '.2f')} "
+              f"| {fmt(row['wall_ratio'], '.2f')} | {fmt(row['training_ratio'], '.2f')} "
+              f"| {fmt(row['defaults_compile_s'], '.1f')} / {fmt(row['one_per_call_compile_s'], '.1f')} "
+              f"| {fmt(row['defaults_accuracy'], '.4f')} / {fmt(row['one_per_call_accuracy'], '.4f')} |")
+    if any(run["training_wall_s"] is not None and run["training_wall_s"] < 0
+           for sides in runs.values() for side in sides.values() for run in side):
+        print("\nNote: training_wall_s < 0 above. The engine's compile_wall_s also counts the step chunks its "
+              "memory guard compiles before a call (Engine._clients_that_fit → compiled_steps), outside the "
+              "timed training calls, while training_wall_s subtracts all of it from the calls' time: it is "
+              "low by the guard's compilations. The ratio column uses wall − compile, which is consistent.")
+
+
+if __name__ == "__main__":
+    main()
