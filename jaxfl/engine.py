@@ -289,6 +289,13 @@ class Engine:
             self._train_pending(needed)
 
     def _train_pending(self, needed: Sequence[DispatchRecord] | None = None) -> None:
+        started = time.perf_counter()  # training time, compilation (the guard's too) included
+        try:
+            self._train_ready(needed)
+        finally:  # each call's metrics were fetched, so its computation is done
+            self.stats.train_seconds += time.perf_counter() - started
+
+    def _train_ready(self, needed: Sequence[DispatchRecord] | None) -> None:
         """Train the pending dispatches (``needed`` given: those and the next arrivals, in full calls)."""
         # A dispatch that pauses for a fetch waits (untrained) until the simulation answers it.
         ready = [r for r in self._pending.values() if r.fetch_step is None or r.fetched]
@@ -408,7 +415,6 @@ class Engine:
         count if it does not pause), the hooks' ``on_pause`` for the pausing rows, then the rest.
         A paused row's local state (optimiser state, key, step counter) carries across the pause,
         so it draws the minibatches it would draw without one, and no result depends on batching."""
-        started = time.perf_counter()
         count = len(records)
         padded = self.plan.call_size(count)
         members = records + [records[0]] * (padded - count)
@@ -454,7 +460,6 @@ class Engine:
         # Trained updates only accumulate here: the one place their peak can rise.
         held = sum(batch.size for batch in self._held_batches())
         self.stats.peak_updates_held = max(self.stats.peak_updates_held, held)
-        self.stats.train_seconds += time.perf_counter() - started  # the metrics' device_get waited for the call
         self.stats.batches += 1
         self.stats.clients_trained += count
         self.stats.useful_steps += int(steps.sum())

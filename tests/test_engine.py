@@ -61,6 +61,10 @@ def test_one_compilation_per_bucket_and_padding_counted(small_config, model, loo
     assert stats.train_calls == 4 * chunks
     assert result.summary["padding_waste"] == pytest.approx(0.25)
     assert result.summary["accounting"]["in_flight"] == 6
+    # where the time went: compilation (the memory guard's included) lies inside the training time
+    summary = result.summary
+    assert 0 < summary["compile_wall_s"] and 0 <= summary["training_wall_s"]
+    assert summary["compile_wall_s"] + summary["training_wall_s"] <= summary["wall_time_s"]
 
 
 def test_fedasync_mixing_matches_hand_computed_reference(small_config):
