@@ -145,6 +145,7 @@ class EngineConfig:
     batching: bool = True  # defer dispatches and train the in-flight work together
     clients_per_call: int | None = None  # None: chosen per backend
     steps_per_call: int | None = None  # None: from local_steps (all of them, up to 10 unrolled)
+    cpu_friendly_layers: bool = True  # on CPU: convolutions as im2col matmuls, tiling max-pools as reshapes (2–2.7x faster steps)
     devices: int | None = None  # local devices the client axis is sharded over (None: all; a CPU's cores are devices)
     memory_limit_mb: float | None = None  # memory one training call may use (None: what is free)
     timing_only: bool = False  # the schedule only: no training, no model on device (staleness, idle time, events/s)

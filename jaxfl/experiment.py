@@ -378,7 +378,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     preprocess, augment = make_transforms(config, dataset)
     trainer = make_client_trainer(model, make_client_optimizer(config.client_optimizer, config.client_lr),
                                   config.batch_size, preprocess=preprocess,
-                                  augment=augment, prox_mu=config.prox_mu)
+                                  augment=augment, prox_mu=config.prox_mu,
+                                  cpu_friendly_layers=config.cpu_friendly_layers and jax.default_backend() == "cpu")
     server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, config.momentum)
     algorithm = build(config)
     policy = algorithm.policy()

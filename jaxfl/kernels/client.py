@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxfl.kernels.cpu_ops import cpu_friendly
 from jaxfl.kernels.permutation import permute
 from jaxfl.models.adapter import ModelAdapter
 
@@ -125,7 +126,7 @@ def minibatch_indices(key: jax.Array, step: jax.Array, view: ClientView,
 def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.GradientTransformation, batch_size: int,
                         preprocess: Callable[[jax.Array], jax.Array] = scale_uint8,
                         augment: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
-                        prox_mu: float = 0.0) -> ClientTrainer:
+                        prox_mu: float = 0.0, cpu_friendly_layers: bool = False) -> ClientTrainer:
     """Build the local-training kernel for one client (FedCompass Alg. 1, FEDCOMPASS-CLIENT).
 
     ``model`` is ``apply(params, x) -> logits`` or a :class:`~jaxfl.models.adapter.ModelAdapter`
@@ -138,6 +139,9 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
     ``prox_mu`` = μ > 0 adds FedProx's proximal term μ/2 ‖w − w_start‖² to the local objective
     (its gradient μ (w − w_start) is added to every minibatch gradient; the reported loss stays the
     data loss). ``init(..., anchor=...)`` overrides w_start; μ = 0 builds exactly the kernel without it.
+
+    ``cpu_friendly_layers`` runs the model's convolutions and tiling max-pools in the forms XLA:CPU
+    computes 2–2.7× faster (:mod:`jaxfl.kernels.cpu_ops`; the engine's runs turn it on on CPUs).
 
     >>> import flax.linen as nn
     >>> model = nn.Dense(3)
@@ -175,6 +179,9 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
             return model(trainable, x), buffers
         logits, new_buffers = adapter.apply(trainable, {} if buffers is None else buffers, x, train=True, key=key)
         return logits, (None if buffers is None else new_buffers)
+
+    if cpu_friendly_layers:
+        forward = cpu_friendly(forward)
 
     def loss_fn(trainable, buffers, x, y, weights, key):
         logits, new_buffers = forward(trainable, buffers, transform(x), key)

@@ -1,0 +1,124 @@
+"""Faster forms of two layers on XLA:CPU, applied to any model by rewriting its jaxpr.
+
+Measured on the 2-core development CPU (jax 0.10.2), PyTorch's MNIST example CNN, one SGD step:
+XLA:CPU's convolution (forward and backward) and its max-pool gradient (``select_and_scatter``)
+are most of the step. The same functions written as
+
+- a convolution → its im2col form: the shifted input windows concatenated on the feature axis and
+  one matrix product with the reshaped kernel (vmapped clients then make a batched matmul rather
+  than a grouped convolution);
+- a max-pool whose windows tile the input (window = stride, no padding) → a reshape and a max
+
+run a training step 1.9× faster at batch 10 (12.1 → 6.4 ms) and 2.7× at batch 64 (127 → 46 ms).
+Values are the same up to float reassociation; the max-pool's gradient differs only where a
+window holds several equal maxima (the reshape splits the gradient among them, XLA's form gives
+it to the first), which after a ReLU only happens at zeros, whose gradient the ReLU stops anyway.
+
+:func:`cpu_friendly` wraps a function (the model's forward pass): every call traces it to a
+jaxpr and evaluates that with the two rewrites, so it applies to user models as well, including
+under ``vmap`` and ``grad``. Convolutions with groups, dilation, or a small contraction (at most
+``MIN_IM2COL_CONTRACTION`` inputs per output, e.g. a first layer on one channel, where XLA's own is
+faster) are left as they are, as is everything inside loops and custom derivative rules.
+
+>>> import jax, jax.numpy as jnp, flax.linen as nn
+>>> conv = nn.Conv(8, (3, 3), padding="VALID")
+>>> params = conv.init(jax.random.key(0), jnp.zeros((1, 6, 6, 4)))
+>>> x = jax.random.normal(jax.random.key(1), (2, 6, 6, 4))
+>>> bool(jnp.allclose(cpu_friendly(conv.apply)(params, x), conv.apply(params, x), atol=1e-5))
+True
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["MIN_IM2COL_CONTRACTION", "cpu_friendly"]
+
+# Contraction sizes (kernel height × width × input channels) from which the im2col form is faster:
+# measured, a 3×3 convolution on 1 channel (9) is faster as XLA's, on 32 channels (288) as im2col.
+MIN_IM2COL_CONTRACTION = 32
+
+
+def cpu_friendly(function: Callable) -> Callable:
+    """``function`` with its convolutions in im2col form and its tiling max-pools as reshapes (see
+    the module docstring); same arguments, same outputs."""
+
+    def rewritten(*args):
+        closed, out_shape = jax.make_jaxpr(function, return_shape=True)(*args)
+        outputs = _evaluate(closed.jaxpr, closed.consts, jax.tree.leaves(args))
+        return jax.tree.unflatten(jax.tree.structure(out_shape), outputs)
+
+    return rewritten
+
+
+def _evaluate(jaxpr, consts, args) -> list:
+    from jax.extend.core import Literal
+
+    env = {}
+    read = lambda var: var.val if isinstance(var, Literal) else env[var]  # noqa: E731
+    env.update(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    for eqn in jaxpr.eqns:
+        inputs = [read(var) for var in eqn.invars]
+        name = eqn.primitive.name
+        if name == "conv_general_dilated" and _im2col_applies(eqn):
+            outputs = [_im2col_convolution(*inputs, **eqn.params)]
+        elif name == "reduce_window_max" and _tiles(eqn):
+            outputs = [_tiled_max(inputs[0], eqn.params["window_dimensions"])]
+        elif name in ("pjit", "jit", "closed_call") and "jaxpr" in eqn.params:
+            inner = eqn.params["jaxpr"]
+            outputs = _evaluate(inner.jaxpr, inner.consts, inputs)
+        else:
+            with eqn.ctx.manager:
+                outputs = eqn.primitive.bind(*inputs, **eqn.primitive.get_bind_params(eqn.params))
+            if not eqn.primitive.multiple_results:
+                outputs = [outputs]
+        env.update(zip(eqn.outvars, outputs))
+    return [read(var) for var in jaxpr.outvars]
+
+
+def _im2col_applies(eqn) -> bool:
+    params = eqn.params
+    lhs, rhs = (var.aval for var in eqn.invars)
+    if lhs.ndim != 4 or params["feature_group_count"] != 1 or params["batch_group_count"] != 1:
+        return False
+    if any(d != 1 for d in params["lhs_dilation"]) or any(d != 1 for d in params["rhs_dilation"]):
+        return False
+    if any(low < 0 or high < 0 for low, high in params["padding"]):
+        return False
+    spec = params["dimension_numbers"].rhs_spec  # (out, in, spatial...)
+    contraction = rhs.shape[spec[1]] * rhs.shape[spec[2]] * rhs.shape[spec[3]]
+    return contraction >= MIN_IM2COL_CONTRACTION
+
+
+def _im2col_convolution(lhs, rhs, *, window_strides, padding, dimension_numbers, preferred_element_type=None,
+                        **unused):
+    lhs_spec, rhs_spec, out_spec = dimension_numbers.lhs_spec, dimension_numbers.rhs_spec, dimension_numbers.out_spec
+    x = jnp.transpose(lhs, (lhs_spec[0], lhs_spec[2], lhs_spec[3], lhs_spec[1]))  # (N, H, W, C)
+    kernel = jnp.transpose(rhs, (rhs_spec[2], rhs_spec[3], rhs_spec[1], rhs_spec[0]))  # (kh, kw, C, O)
+    x = jnp.pad(x, ((0, 0), tuple(padding[0]), tuple(padding[1]), (0, 0)))
+    kh, kw, channels, features = kernel.shape
+    (sh, sw), (height, width) = window_strides, x.shape[1:3]
+    out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
+    windows = [x[:, i:i + (out_h - 1) * sh + 1:sh, j:j + (out_w - 1) * sw + 1:sw, :]
+               for i in range(kh) for j in range(kw)]
+    out = jnp.matmul(jnp.concatenate(windows, axis=-1), kernel.reshape(kh * kw * channels, features),
+                     preferred_element_type=preferred_element_type)  # (N, H', W', O)
+    return jnp.transpose(out, np.argsort((out_spec[0], out_spec[2], out_spec[3], out_spec[1])))
+
+
+def _tiles(eqn) -> bool:
+    params = eqn.params
+    return (tuple(params["window_dimensions"]) == tuple(params["window_strides"])
+            and all(pad == (0, 0) for pad in map(tuple, params["padding"]))
+            and all(d == 1 for d in params["base_dilation"]) and all(d == 1 for d in params["window_dilation"]))
+
+
+def _tiled_max(x, window):
+    """VALID max-pool with stride = window: crop the remainder, split each axis into (blocks, window)."""
+    x = x[tuple(slice(0, size - size % w) for size, w in zip(x.shape, window))]
+    shape = [part for size, w in zip(x.shape, window) for part in (size // w, w)]
+    return jnp.max(x.reshape(shape), axis=tuple(range(1, 2 * x.ndim, 2)))
