@@ -26,6 +26,7 @@ import platform
 import shutil
 import tempfile
 import time
+import warnings
 from typing import Any
 
 import jax
@@ -603,6 +604,10 @@ class _Checkpointer:
         self.resumes = saved["resumes"] + 1 if saved else 0
         self.wall_before = saved["wall_time"] if saved else 0.0
         self._started = time.perf_counter()
+        if jax.process_count() > 1 and jax.process_index() == 0:
+            warnings.warn(f"this run spans {jax.process_count()} processes: no checkpoints are written "
+                          "(checkpoint_every and the final checkpoint are not supported there yet), so it "
+                          "cannot be resumed", stacklevel=2)
 
     def after_event(self, simulation: Simulation) -> None:
         every = self.config.checkpoint_every

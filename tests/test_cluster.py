@@ -52,7 +52,7 @@ def _run(folder, algorithm, processes):
     outputs = [process.communicate(timeout=600) for process in running]
     for process, (_, stderr) in zip(running, outputs):
         assert process.returncode == 0, stderr[-3000:]
-    return json.loads(outputs[0][0].strip().splitlines()[-1])
+    return {**json.loads(outputs[0][0].strip().splitlines()[-1]), "stderr": outputs[0][1]}
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedbuff"])
@@ -66,6 +66,8 @@ def test_two_processes_give_the_single_process_result(tmp_path, algorithm):
         for name in a.files:
             np.testing.assert_allclose(a[name], b[name], rtol=0, atol=1e-6)
     assert two["summary"]["global_updates"] == one["summary"]["global_updates"] == 3
+    # No checkpoint is written in such a run, and process 0 says so instead of dropping them silently.
+    assert "no checkpoints are written" in two["stderr"] and "no checkpoints" not in one["stderr"]
     # Only process 0 keeps a run directory; the other process's scratch folder is gone.
     assert sorted(os.listdir(tmp_path / "runs-2")) == [algorithm]
 
