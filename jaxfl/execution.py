@@ -56,9 +56,10 @@ class ResourceError(MemoryError):
 # (2-core CPU, the example CNN at batch 10: 17–19 ms per step from 2 to 12 unrolled steps).
 MAX_UNROLLED_STEPS = 10
 # Clients each device trains per call by default. CPU: one, the client axis sharded one client per
-# host device (a core): vmapping several clients turns their convolutions into a grouped one that
-# costs ~2× per client on XLA:CPU, while one client per core runs the cores in parallel (1.5–2×
-# on 2 cores; benchmarks/cpu_speed.py). GPU/TPU: 256, where vmapped small batches fill the device.
+# host device (a core). Measured on 2 cores, the cross-device benchmark (benchmarks/cpu_speed.py):
+# 2.3 s per round this way, 2.6 s with one device, 3.0–4.4 s with 8–50 clients vmapped per call
+# (without the CPU-friendly layers a vmapped batch is a grouped convolution at ~2× the cost per
+# client). GPU/TPU: 256, where vmapped small batches fill the device (not yet measured).
 CLIENTS_PER_DEVICE = {"cpu": 1}
 DEFAULT_CLIENTS_PER_DEVICE = 256
 
