@@ -14,7 +14,7 @@ import os
 
 import jax
 
-__all__ = ["use_every_cpu_core", "usable_cores"]
+__all__ = ["backends_started", "use_every_cpu_core", "usable_cores"]
 
 
 def usable_cores() -> int:
@@ -25,6 +25,15 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def backends_started() -> bool:
+    """Whether jax's backends are running (after which device settings no longer take effect)."""
+    try:
+        from jax._src.xla_bridge import backends_are_initialized
+    except ImportError:  # a jax without it: only the environment tells
+        return False
+    return backends_are_initialized()
+
+
 def use_every_cpu_core() -> int | None:
     """Ask jax for one CPU device per usable core; returns the number asked for, or None where it
     left the setting alone (see the module docstring for when).
@@ -33,14 +42,9 @@ def use_every_cpu_core() -> int | None:
     >>> len(jax.devices("cpu")) >= 1
     True
     """
-    try:
-        from jax._src.xla_bridge import backends_are_initialized
-    except ImportError:  # a jax without it: only the environment tells
-        backends_are_initialized = lambda: False  # noqa: E731
-
     wanted = os.environ.get("JAXFL_CPU_DEVICES")
     if ("JAX_NUM_CPU_DEVICES" in os.environ or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
-            or backends_are_initialized() or getattr(jax.config, "jax_num_cpu_devices", 0) != -1):
+            or backends_started() or getattr(jax.config, "jax_num_cpu_devices", 0) != -1):
         return None
     count = int(wanted) if wanted else usable_cores()
     jax.config.update("jax_num_cpu_devices", count)

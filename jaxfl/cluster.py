@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import jax
 
+from jaxfl._devices import backends_started
+
 __all__ = ["init_cluster", "process_count", "process_index"]
 
 
@@ -33,11 +35,7 @@ def init_cluster(coordinator_address: str | None = None, num_processes: int | No
 
     >>> # init_cluster("10.0.0.1:1234", num_processes=2, process_id=0)   # on the first host
     """
-    try:
-        from jax._src.xla_bridge import backends_are_initialized
-    except ImportError:  # a jax without it: jax.distributed itself complains
-        backends_are_initialized = lambda: False  # noqa: E731
-    if backends_are_initialized():
+    if backends_started():
         raise RuntimeError("init_cluster must run before anything uses jax (its backends have started); "
                            "call it first thing in the process")
     for name, value in (("num_processes", num_processes), ("process_id", process_id)):

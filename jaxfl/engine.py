@@ -59,6 +59,7 @@ from jaxfl.execution import (ACTIVATION_FACTOR, MEMORY_HEADROOM, EngineStats, Ex
 from jaxfl.kernels.aggregation import apply_server_update, weighted_sum
 from jaxfl.kernels.tree import tree_add, tree_bytes, tree_scale
 from jaxfl.kernels.client import BUFFERS, ClientTrainer, ClientView, FederatedArrays
+from jaxfl.kernels.cpu_ops import count_primitive
 from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, NumericalError  # noqa: F401 (re-exported)
 
 PyTree = Any
@@ -173,7 +174,7 @@ class Engine:
         state = jax.eval_shape(self.trainer.init, params, 0, jax.random.key(0))
         scalar = jax.ShapeDtypeStruct((), jnp.int32)
         step = jax.make_jaxpr(self.trainer.step)(state, data, ClientView(scalar, scalar))
-        return "unrolled" if _has_convolution(step.jaxpr) else "rolled"
+        return "unrolled" if count_primitive(step.jaxpr, "conv_general_dilated") else "rolled"
 
     def _build_functions(self) -> None:
         trainer = self.trainer
@@ -427,7 +428,8 @@ class Engine:
         by_client = lambda tree: self._to_mesh(tree, self._by_client)
         start_models = self.stack([self._versions[r.version] for r in members], padded)
         stacked = by_client(start_models)
-        views = by_client(self.views(clients))
+        home_views = self.views(clients)
+        views = by_client(home_views)
         states = self._init(stacked, *by_client((jnp.asarray(first), jnp.asarray(clients), jnp.asarray(rounds),
                                                  jnp.asarray(lr_scales))))
         executed = int(first.max(initial=0))
@@ -437,7 +439,7 @@ class Engine:
             states = states._replace(step=jnp.minimum(states.step, states.num_steps), num_steps=jnp.asarray(steps))
             fetched = self.stack([self._versions[self._fetches[r.id]] if pausing[i] else self._versions[r.version]
                                   for i, r in enumerate(members)], padded)
-            paused = PausedCall(states, members, pausing, fetched, self._on_home(views))
+            paused = PausedCall(states, members, pausing, fetched, home_views)
             for hook in self.hooks:
                 states = hook.on_pause(self, paused)
                 paused = paused._replace(states=states)
@@ -687,19 +689,6 @@ class Engine:
         self.previous_params = tree.get("previous_params", self.params)
         self._fetches = {int(d): v for d, v in meta.get("fetches", {}).items()}
         self.split_calls = meta["split_calls"]
-
-
-def _has_convolution(jaxpr) -> bool:
-    """Whether a jaxpr (or one nested in it: a jit, a scan, a cond branch) convolves."""
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "conv_general_dilated":
-            return True
-        for value in eqn.params.values():
-            for inner in value if isinstance(value, (tuple, list)) else (value,):
-                inner = getattr(inner, "jaxpr", inner)  # a ClosedJaxpr's jaxpr
-                if hasattr(inner, "eqns") and _has_convolution(inner):
-                    return True
-    return False
 
 
 def _shapes(tree: PyTree) -> PyTree:

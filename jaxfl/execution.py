@@ -100,13 +100,13 @@ def available_devices(requested: int | None = None) -> int:
     >>> available_devices(1)
     1
     """
-    count = jax.local_device_count()
     if jax.process_count() > 1:
         total = jax.device_count()
         if requested not in (None, total):
             raise ValueError(f"devices={requested} but a run of {jax.process_count()} processes uses all "
                              f"{total} of their devices; leave devices unset")
         return total
+    count = jax.local_device_count()
     if requested is None:
         return count
     if requested < 1 or requested > count:

@@ -604,7 +604,9 @@ class _Checkpointer:
         self.resumes = saved["resumes"] + 1 if saved else 0
         self.wall_before = saved["wall_time"] if saved else 0.0
         self._started = time.perf_counter()
-        if jax.process_count() > 1 and jax.process_index() == 0:
+        # not yet in runs of several processes: orbax would need every process to take part (jaxfl.cluster)
+        self.enabled = jax.process_count() == 1
+        if not self.enabled and jax.process_index() == 0:
             warnings.warn(f"this run spans {jax.process_count()} processes: no checkpoints are written "
                           "(checkpoint_every and the final checkpoint are not supported there yet), so it "
                           "cannot be resumed", stacklevel=2)
@@ -615,7 +617,7 @@ class _Checkpointer:
             self.save(simulation)
 
     def save(self, simulation: Simulation) -> None:
-        if jax.process_count() > 1:  # not yet: orbax would need every process to take part (jaxfl.cluster)
+        if not self.enabled:
             return
         self.metrics.flush()
         offsets = {"events": self.events.position(), "metrics.csv": self.metrics.tell()}

@@ -5,24 +5,12 @@ import numpy as np
 import pytest
 from jax import lax
 
-from jaxfl.kernels.cpu_ops import cpu_friendly
+from jaxfl.kernels.cpu_ops import count_primitive, cpu_friendly
 from jaxfl.models import make_model
 
 
 def _count(function, *args, primitive):
-    jaxpr = jax.make_jaxpr(function)(*args).jaxpr
-
-    def walk(jaxpr):
-        total = 0
-        for eqn in jaxpr.eqns:
-            total += eqn.primitive.name == primitive
-            for value in eqn.params.values():
-                inner = getattr(value, "jaxpr", value)
-                if hasattr(inner, "eqns"):
-                    total += walk(inner)
-        return total
-
-    return walk(jaxpr)
+    return count_primitive(jax.make_jaxpr(function)(*args).jaxpr, primitive)
 
 
 @pytest.mark.parametrize("name, shape", [("cnn_example", (3, 28, 28, 1)), ("cnn", (3, 28, 28, 1)),

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["MIN_IM2COL_CONTRACTION", "cpu_friendly"]
+__all__ = ["MIN_IM2COL_CONTRACTION", "count_primitive", "cpu_friendly"]
 
 # Contraction sizes (kernel height × width × input channels) from which the im2col form is faster:
 # measured, a 3×3 convolution on 1 channel (9) is faster as XLA's, on 32 channels (288) as im2col.
@@ -52,6 +52,24 @@ def cpu_friendly(function: Callable) -> Callable:
         return jax.tree.unflatten(jax.tree.structure(out_shape), outputs)
 
     return rewritten
+
+
+def count_primitive(jaxpr, name: str) -> int:
+    """How often primitive ``name`` occurs in a jaxpr and the jaxprs nested in it (a jit, a scan's
+    body, a cond's branches, a custom derivative's function).
+
+    >>> count_primitive(jax.make_jaxpr(lambda x: jnp.sin(jnp.sin(x)))(1.0).jaxpr, "sin")
+    2
+    """
+    total = 0
+    for eqn in jaxpr.eqns:
+        total += eqn.primitive.name == name
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(inner, "jaxpr", inner)  # a ClosedJaxpr's jaxpr
+                if hasattr(inner, "eqns"):
+                    total += count_primitive(inner, name)
+    return total
 
 
 def _evaluate(jaxpr, consts, args) -> list:
