@@ -596,7 +596,7 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     overrides = dict(overrides or {})
     progress = overrides.pop("progress", progress)
     resume.refuse_changes(config, overrides)
-    resume.candidates(run_dir, warn=False)  # none at all: say so before the data and the model are built
+    resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
     if progress is not None:
         config = dataclasses.replace(config, progress=progress)
     return run_experiment(config, resume_dir=run_dir)
@@ -630,7 +630,7 @@ class _Checkpointer:
         self.metrics.flush()
         offsets = {"events": self.events.position(), "metrics.csv": self.metrics.tell()}
         extra = {"recorder": self.recorder.state_dict(), "offsets": offsets, "resumes": self.resumes,
-                 "wall_time": self.wall_before + time.perf_counter() - self._started,
-                 **resume.checkpoint_config(self.config)}  # a resume refuses an edited config.json
-        checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra)
+                 "wall_time": self.wall_before + time.perf_counter() - self._started}
+        checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra,
+                        config=resume.checkpoint_config(self.config))  # a resume refuses an edited config.json
         self.last_version = simulation.version

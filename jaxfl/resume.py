@@ -1,7 +1,7 @@
 """Safe resume: continue a run only from what it really was, or say in one line why not.
 
-A checkpoint stores the run's resolved config (canonical JSON of every field that shapes the run)
-and its SHA-256. Resuming
+Each checkpoint stores the run's resolved config (every field that shapes the run) and the SHA-256
+of its canonical JSON, in its ``config.json``. Resuming
 
 - reads ``config.json`` (a missing, unparsable or foreign one is a :class:`ResumeError`);
 - refuses values given with the resume (flags, a config file, ``overrides=``) that would change the
@@ -10,7 +10,8 @@ and its SHA-256. Resuming
   data), warning with :class:`ResumeWarning` about each one skipped; none at all, or none readable,
   is a :class:`ResumeError` (never a silent restart);
 - refuses a checkpoint written under a config other than ``config.json`` (an edited file), naming
-  each field that differs with both values.
+  each field that differs with both values; this and a run without checkpoints are found before
+  the data is loaded.
 
 >>> record = config_record(RunConfig(algorithm="fedbuff", clients=4))
 >>> record["algorithm"], record["clients"], "progress" in record
@@ -33,6 +34,8 @@ from jaxfl.config import FIELDS, ConfigError, RunConfig, config_from_mapping, sp
 
 # Fields that do not change what a run computes or writes, so a resume may set them afresh.
 MAY_DIFFER = ("progress",)
+# What a checkpoint's state.pkl holds (jaxfl.experiment._Checkpointer.save): a pickle that loads but
+# lacks one of these is not a checkpoint this jaxfl can continue.
 _STATE_KEYS = ("simulation", "engine", "recorder", "offsets", "resumes", "wall_time")
 
 
@@ -79,14 +82,16 @@ def digest(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(record).encode()).hexdigest()
 
 
-def checkpoint_config(config: RunConfig) -> dict[str, str]:
-    """What each checkpoint's state stores about its config: the canonical JSON and its SHA-256.
+def checkpoint_config(config: RunConfig) -> dict[str, Any]:
+    """What each checkpoint stores about its config (``config.json`` in its folder): the record and
+    its SHA-256, which also tells a damaged file from an edited run config.
 
-    >>> sorted(checkpoint_config(RunConfig()))
-    ['config', 'config_sha256']
+    >>> stored = checkpoint_config(RunConfig(clients=4))
+    >>> stored["config"]["clients"], stored["config_sha256"] == digest(stored["config"])
+    (4, True)
     """
     record = config_record(config)
-    return {"config": canonical_json(record), "config_sha256": digest(record)}
+    return {"config": record, "config_sha256": digest(record)}
 
 
 def _show(value: Any) -> str:
@@ -99,11 +104,12 @@ def differences(stored: Mapping[str, Any], current: Mapping[str, Any], holder: s
     >>> differences({"clients": 4, "algorithm": "fedbuff"}, {"clients": 4, "algorithm": "fedasync"})
     ["algorithm: 'fedasync' (the checkpoint has 'fedbuff')"]
     """
-    missing = object()
-    names = sorted(set(stored) | set(current))
-    return [f"{name}: {_show(current.get(name, missing)) if name in current else '(absent)'} "
-            f"({holder} has {_show(stored[name]) if name in stored else 'no such field'})"
-            for name in names if stored.get(name, missing) != current.get(name, missing)]
+    def shown(values: Mapping[str, Any], name: str) -> str:
+        return _show(values[name]) if name in values else "no such field"
+
+    return [f"{name}: {shown(current, name)} ({holder} has {shown(stored, name)})"
+            for name in sorted(set(stored) | set(current))
+            if name not in stored or name not in current or stored[name] != current[name]]
 
 
 def read_run_config(run_dir: str) -> RunConfig:
@@ -216,19 +222,69 @@ def candidates(run_dir: str, warn: bool = True) -> list[str]:
     return [os.path.join(root, name) for name in folders]
 
 
+def _stored_config(folder: str) -> dict | None:
+    """A checkpoint's stored config record; None if it predates stored configs; ValueError if damaged."""
+    stored = checkpoint.load_config(folder)
+    if stored is None:
+        return None
+    if not isinstance(stored, dict) or not isinstance(stored.get("config"), dict) or \
+            stored.get("config_sha256") != digest(stored["config"]):
+        raise ValueError("config.json does not match its SHA-256")
+    return stored["config"]
+
+
+def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> None:
+    """Refuse a checkpoint written under another config than the run's config.json."""
+    name = os.path.basename(folder)
+    if stored is None:
+        warnings.warn(f"{run_dir}: {name} stores no config (an older jaxfl wrote it), so config.json is "
+                      f"trusted as it is", ResumeWarning, stacklevel=4)
+        return
+    if digest(stored) == digest(record):
+        return
+    found = differences(stored, record, holder=name)
+    raise ResumeError(f"cannot resume {run_dir!r}: config.json differs from the config {name} was written with: "
+                      f"{'; '.join(found)}; restore config.json (or start a new run to change them)")
+
+
+def check_config(run_dir: str, config: RunConfig) -> None:
+    """Before any work: :class:`ResumeError` if the run has no checkpoint, or if its newest checkpoint
+    with a readable stored config was written under another config than ``config``.
+
+    >>> check_config("/nonexistent-run", RunConfig())
+    Traceback (most recent call last):
+    jaxfl.resume.ResumeError: cannot resume '/nonexistent-run': it has no checkpoints/ folder (deleted, or the run was killed before its first checkpoint); nothing to resume from: start the run again
+    """
+    record = config_record(config)
+    for folder in candidates(run_dir, warn=False):
+        try:
+            stored = _stored_config(folder)
+        except (OSError, ValueError):  # damaged: load_checkpoint skips it, saying so
+            continue
+        if stored is not None:
+            _compare(run_dir, folder, stored, record)
+        return
+
+
 def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict, dict]:
     """``(folder, state, device tree)`` of the newest checkpoint of ``run_dir`` that reads back
     completely, after checking that it was written under ``config``.
 
-    Each unreadable checkpoint (corrupt or missing ``state.pkl`` or orbax data) is skipped with a
-    :class:`ResumeWarning`; none readable, or one written under another config, is a
-    :class:`ResumeError`. ``engine`` (a fresh :class:`~jaxfl.engine.Engine` of ``config``) gives the
-    shapes the device data is restored into.
+    Each unreadable checkpoint (a damaged ``config.json``, a corrupt or missing ``state.pkl`` or
+    orbax data) is skipped with a :class:`ResumeWarning`; none readable, or one written under
+    another config, is a :class:`ResumeError`. ``engine`` (a fresh :class:`~jaxfl.engine.Engine` of
+    ``config``) gives the shapes the device data is restored into.
     """
     record = config_record(config)
     failures = []
     for folder in candidates(run_dir):
         name = os.path.basename(folder)
+        try:
+            stored = _stored_config(folder)
+        except (OSError, ValueError) as error:
+            failures.append(f"{name}: config.json unreadable ({_first_line(error)})")
+            continue
+        _compare(run_dir, folder, stored, record)
         try:
             state = checkpoint.load_state(folder)
             if not isinstance(state, dict) or any(key not in state for key in _STATE_KEYS):
@@ -236,7 +292,6 @@ def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict,
         except Exception as error:  # pickle raises anything on corrupt bytes (ValueError, EOFError, ...)
             failures.append(f"{name}: state.pkl unreadable ({_first_line(error)})")
             continue
-        _check_config(run_dir, name, state, record)
         try:
             tree = checkpoint.load_device(folder, engine, state["engine"])
         except Exception as error:  # orbax/tensorstore raise many kinds on corrupt or missing data
@@ -247,17 +302,3 @@ def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict,
                           f"because {'; '.join(failures)}", ResumeWarning, stacklevel=3)
         return folder, state, tree
     raise ResumeError(f"cannot resume {run_dir!r}: no checkpoint reads back: {'; '.join(failures)}")
-
-
-def _check_config(run_dir: str, name: str, state: dict, record: dict) -> None:
-    """Refuse a checkpoint whose stored config differs from the run's config.json."""
-    stored = state.get("config")
-    if stored is None:  # written before checkpoints stored their config
-        warnings.warn(f"{run_dir}: {name} stores no config (an older jaxfl wrote it); config.json is trusted "
-                      f"as it is", ResumeWarning, stacklevel=4)
-        return
-    if state.get("config_sha256") == digest(record):
-        return
-    found = differences(json.loads(stored), record, holder=name)
-    raise ResumeError(f"cannot resume {run_dir!r}: config.json differs from the config {name} was written with: "
-                      f"{'; '.join(found) or 'the config hashes differ'}; restore config.json (or start a new run)")
