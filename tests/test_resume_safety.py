@@ -4,6 +4,7 @@ config.json, a corrupt state.pkl and corrupt orbax data each get a one-line mess
 to the previous checkpoint where one reads back), from Python and from ``jaxfl run --resume``."""
 import json
 import os
+import pathlib
 import shutil
 
 import pytest
@@ -34,7 +35,7 @@ def copy_run(finished, tmp_path, name="run") -> str:
 
 def logs(run_dir: str) -> dict:
     """The bytes of the files a resume would cut back and regrow."""
-    return {name: open(os.path.join(run_dir, name), "rb").read() for name in ("events.csv", "metrics.csv")}
+    return {name: pathlib.Path(run_dir, name).read_bytes() for name in ("events.csv", "metrics.csv")}
 
 
 @pytest.fixture
