@@ -8,6 +8,8 @@ Layout under ``RUN_DIR/checkpoints/``::
                             its groups/buffers/RNGs, client speeds and faults), the engine's
                             bookkeeping, the recorder, and the byte lengths of events.csv and
                             metrics.csv at that moment
+    ckpt-000012/config.json the resolved config the run was started with and its SHA-256
+                            (:mod:`jaxfl.resume` refuses to continue under another one)
     latest                  the name of the newest complete checkpoint
 
 A checkpoint is written into ``tmp-…`` and renamed into place only when complete, and ``latest``
@@ -18,6 +20,7 @@ The two newest checkpoints are kept. The pickle is tied to the jaxfl version tha
 """
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
@@ -40,8 +43,9 @@ def _nonempty(tree: dict) -> dict:
     return {k: v for k, v in tree.items() if not (isinstance(v, dict) and not v)}
 
 
-def save(run_dir: str, number: int, simulation, engine, extra: dict) -> str:
-    """Write checkpoint ``number`` of a run; returns its folder."""
+def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dict | None = None) -> str:
+    """Write checkpoint ``number`` of a run; returns its folder. ``config`` (JSON-able: the run's
+    resolved config and its hash, :func:`jaxfl.resume.checkpoint_config`) goes to ``config.json``."""
     root = _root(run_dir)
     os.makedirs(root, exist_ok=True)
     temporary = os.path.join(root, f"tmp-{number:06d}")
@@ -56,6 +60,10 @@ def save(run_dir: str, number: int, simulation, engine, extra: dict) -> str:
         pickle.dump({"simulation": simulation, "engine": meta, **extra}, handle, protocol=pickle.HIGHEST_PROTOCOL)
         handle.flush()
         os.fsync(handle.fileno())
+    if config is not None:
+        with open(os.path.join(temporary, "config.json"), "w") as handle:
+            json.dump(config, handle, indent=1, sort_keys=True)
+            handle.write("\n")
     shutil.rmtree(final, ignore_errors=True)
     os.rename(temporary, final)
     pointer = os.path.join(root, "latest")
@@ -81,6 +89,15 @@ def load_state(folder: str) -> dict:
     """The pickled scheduler state of a checkpoint folder."""
     with open(os.path.join(folder, "state.pkl"), "rb") as handle:
         return pickle.load(handle)
+
+
+def load_config(folder: str) -> dict | None:
+    """The ``config.json`` of a checkpoint folder as written by :func:`save`, or None if it has none."""
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as handle:
+        return json.load(handle)
 
 
 def load_device(folder: str, engine, meta: dict) -> dict:

@@ -124,8 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--config", help="JSON or TOML file of config fields (flags override it)")
     run.add_argument("--resume", metavar="RUN_DIR",
-                     help="continue the run in RUN_DIR from its newest checkpoint (other flags are ignored "
-                          "except --progress/--no-progress)")
+                     help="continue the run in RUN_DIR from its newest readable checkpoint; the run keeps its "
+                          "config: other flags (and --config) must equal the run's values, except "
+                          "--progress/--no-progress")
     groups = {section: run.add_argument_group(f"{section} ({cls.__doc__.splitlines()[0].rstrip('.')})")
               for section, cls in SECTIONS.items()}
     groups[None] = run.add_argument_group("run and output")
@@ -227,10 +228,35 @@ def _timeline(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``jaxfl run --resume RUN_DIR``: flags that would change the run are refused, not ignored."""
+    import warnings
+
+    from jaxfl import resume
     from jaxfl.experiment import resume_experiment
+    from jaxfl.resume import ResumeWarning
+
+    show = warnings.showwarning
+
+    def one_line(message, category, *where, **options):  # a skipped checkpoint: one line, no source
+        if issubclass(category, ResumeWarning):
+            print(f"jaxfl: warning: {message}", file=sys.stderr, flush=True)
+        else:
+            show(message, category, *where, **options)
+
+    flags = {key: value for key, value in vars(args).items()
+             if value is not None and (key in FIELDS or "." in key) and key != "progress"}
+
+    def spelling(name: str, value) -> str:  # as the user wrote it
+        if name in flags:
+            return f"--{name.replace('_', '-')} {value}"
+        return f"{name}={value!r} (in {args.config})"
 
     try:
-        result = resume_experiment(args.resume, progress=args.progress)
+        given = {**(load_config_file(args.config) if args.config else {}), **flags}
+        resume.refuse_changes(resume.read_run_config(args.resume), given, spelling)
+        with warnings.catch_warnings():
+            warnings.showwarning = one_line
+            result = resume_experiment(args.resume, progress=args.progress)
     except (ConfigError, ValueError, FileNotFoundError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
     except NumericalError as error:

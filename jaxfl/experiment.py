@@ -34,9 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxfl import checkpoint
+from jaxfl import checkpoint, resume
 from jaxfl.algorithms import build, device_hooks
-from jaxfl.config import RunConfig, config_from_mapping, validate
+from jaxfl.config import RunConfig, validate
 from jaxfl.data import build_federation, load_dataset
 from jaxfl.data.augment import AUGMENTED, NORMALIZATION, dataset_family, make_augment, make_preprocess
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
@@ -387,6 +387,15 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     hooks = device_hooks(algorithm)
     speeds, faults = _speeds_and_faults(config, params)
 
+    # Built before any file is touched: a resume restores its checkpoint into the engine's shapes
+    # and must know that checkpoint reads back before the logs are cut back to it. The recorder
+    # that receives each version is created once the logs are open.
+    engine = Engine(trainer, params, FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y)),
+                    federation.offsets, federation.counts, server_optimizer, seed=config.seed, plan=plan,
+                    batching=config.batching, on_version=lambda *version: recorder.on_version(*version),
+                    keep_start_versions=policy.needs_start_models,
+                    memory_limit=None if config.memory_limit_mb is None else int(config.memory_limit_mb * 2**20),
+                    sample_bytes=int(np.prod(dataset.input_shape)), hooks=hooks)
     saved = None
     if resume_dir is None:
         run_dir = _run_dir(config, algorithm.name)
@@ -394,8 +403,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         _write_run_config(run_dir, config, params, federation, plan)
     else:
         run_dir = resume_dir
-        folder = checkpoint.latest(run_dir)
-        saved = checkpoint.load_state(folder) if folder is not None else None
+        _, saved, device_tree = resume.load_checkpoint(run_dir, config, engine)
 
     progress = None
     if config.progress:
@@ -411,12 +419,6 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         recorder = _Recorder(config, make_evaluator(model.predict, dataset.test_x, dataset.test_y,
                                                     preprocess=preprocess),
                              metrics_file, progress, wall_start, params, flush_also=(events_file,))
-        engine = Engine(trainer, params, FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y)),
-                        federation.offsets, federation.counts, server_optimizer, seed=config.seed, plan=plan,
-                        batching=config.batching, on_version=recorder.on_version,
-                        keep_start_versions=policy.needs_start_models,
-                        memory_limit=None if config.memory_limit_mb is None else int(config.memory_limit_mb * 2**20),
-                        sample_bytes=int(np.prod(dataset.input_shape)), hooks=hooks)
         recorder.stats = engine.stats
         checkpoints = _Checkpointer(config, run_dir, engine, recorder, events_file, metrics_file, saved)
         if saved is None:
@@ -428,8 +430,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                 recorder.evaluate_grid_until(0.0, 0, inclusive=True)
         else:
             simulation = saved["simulation"].attach(engine, events.write, checkpoints.after_event)
-            engine.restore(checkpoint.load_device(checkpoints.folder, engine, saved["engine"]), saved["engine"],
-                           simulation.records)
+            engine.restore(device_tree, saved["engine"], simulation.records)
             recorder.stats = engine.stats
             recorder.load_state_dict(saved["recorder"])
             if progress is not None:
@@ -578,19 +579,27 @@ def _run_timing_only(config: RunConfig, federation, params) -> RunResult:
     return RunResult(run_dir, summary, [], None, simulation, None)
 
 
-def resume_experiment(run_dir: str, progress: bool | None = None) -> RunResult:
-    """Continue the run in ``run_dir`` from its newest checkpoint (``jaxfl run --resume RUN_DIR``).
+def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dict | None = None) -> RunResult:
+    """Continue the run in ``run_dir`` from its newest readable checkpoint (``jaxfl run --resume RUN_DIR``).
 
-    >>> # resume_experiment("runs/fedbuff-mnist10k-exp-c10-s0")
+    The run keeps the config it was started with: ``overrides`` (config-file names, as flags give
+    them) that would change it are refused, as is a ``config.json`` edited since the checkpoint was
+    written, a run without checkpoints, or one whose checkpoints all fail to read back — each with a
+    one-line :class:`jaxfl.resume.ResumeError`. A checkpoint that does not read back is skipped for
+    the one before it with a :class:`jaxfl.resume.ResumeWarning`.
+
+    >>> resume_experiment("/tmp/jaxfl-doc/no-such-run")
+    Traceback (most recent call last):
+    jaxfl.resume.ResumeError: cannot resume '/tmp/jaxfl-doc/no-such-run': no such directory
     """
-    path = os.path.join(run_dir, "config.json")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{run_dir!r} is not a run directory: it has no config.json")
-    with open(path) as handle:
-        values = json.load(handle)["config"]
+    config = resume.read_run_config(run_dir)
+    overrides = dict(overrides or {})
+    progress = overrides.pop("progress", progress)
+    resume.refuse_changes(config, overrides)
+    resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
     if progress is not None:
-        values["progress"] = progress
-    return run_experiment(config_from_mapping(values), resume_dir=run_dir)
+        config = dataclasses.replace(config, progress=progress)
+    return run_experiment(config, resume_dir=run_dir)
 
 
 class _Checkpointer:
@@ -599,7 +608,6 @@ class _Checkpointer:
     def __init__(self, config, run_dir, engine, recorder, events_file, metrics_file, saved):
         self.config, self.run_dir, self.engine, self.recorder = config, run_dir, engine, recorder
         self.events, self.metrics = events_file, metrics_file
-        self.folder = checkpoint.latest(run_dir) if saved is not None else None
         self.last_version = saved["simulation"].version if saved else 0
         self.resumes = saved["resumes"] + 1 if saved else 0
         self.wall_before = saved["wall_time"] if saved else 0.0
@@ -623,5 +631,6 @@ class _Checkpointer:
         offsets = {"events": self.events.position(), "metrics.csv": self.metrics.tell()}
         extra = {"recorder": self.recorder.state_dict(), "offsets": offsets, "resumes": self.resumes,
                  "wall_time": self.wall_before + time.perf_counter() - self._started}
-        checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra)
+        checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra,
+                        config=resume.checkpoint_config(self.config))  # a resume refuses an edited config.json
         self.last_version = simulation.version

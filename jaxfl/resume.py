@@ -1,0 +1,304 @@
+"""Safe resume: continue a run only from what it really was, or say in one line why not.
+
+Each checkpoint stores the run's resolved config (every field that shapes the run) and the SHA-256
+of its canonical JSON, in its ``config.json``. Resuming
+
+- reads ``config.json`` (a missing, unparsable or foreign one is a :class:`ResumeError`);
+- refuses values given with the resume (flags, a config file, ``overrides=``) that would change the
+  run, naming each with the run's value; only ``progress`` may differ, and identical values pass;
+- takes the newest checkpoint that reads back completely (its pickled state *and* its orbax device
+  data), warning with :class:`ResumeWarning` about each one skipped; none at all, or none readable,
+  is a :class:`ResumeError` (never a silent restart);
+- refuses a checkpoint written under a config other than ``config.json`` (an edited file), naming
+  each field that differs with both values; this and a run without checkpoints are found before
+  the data is loaded.
+
+>>> record = config_record(RunConfig(algorithm="fedbuff", clients=4))
+>>> record["algorithm"], record["clients"], "progress" in record
+('fedbuff', 4, False)
+>>> differences(record, {**record, "clients": 6})
+['clients: 6 (the checkpoint has 4)']
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import warnings
+from typing import Any, Mapping
+
+from jaxfl import algorithms, checkpoint
+from jaxfl.config import FIELDS, ConfigError, RunConfig, config_from_mapping, split_algorithm_options, validate
+
+# Fields that do not change what a run computes or writes, so a resume may set them afresh.
+MAY_DIFFER = ("progress",)
+# What a checkpoint's state.pkl holds (jaxfl.experiment._Checkpointer.save): a pickle that loads but
+# lacks one of these is not a checkpoint this jaxfl can continue.
+_STATE_KEYS = ("simulation", "engine", "recorder", "offsets", "resumes", "wall_time")
+
+
+class ResumeError(ValueError):
+    """A run cannot be resumed as asked; the message says why and what to do, in one line."""
+
+
+class ResumeWarning(UserWarning):
+    """A resume went on, but not from the newest checkpoint (the message names the one skipped and why)."""
+
+
+def config_record(config: RunConfig) -> dict[str, Any]:
+    """The values that define a run, flat (``clients``, ``port.staleness_bound``) and JSON-typed.
+
+    Every config field but :data:`MAY_DIFFER`, and the algorithm's resolved options under its
+    namespace; this is what a checkpoint stores and what a resume compares.
+
+    >>> config_record(RunConfig(algorithm="port"))["port.staleness_bound"]
+    10.0
+    """
+    config = validate(config)  # resolved: defaults filled in (server_lr, target_accuracy, the options)
+    values = {name: getattr(config, name) for name in FIELDS if name not in ("algorithm_options", *MAY_DIFFER)}
+    options = config.algorithm_options
+    space = algorithms.get(config.algorithm).option_namespace()
+    values.update({f"{space}.{field.name}": getattr(options, field.name) for field in dataclasses.fields(options)})
+    return json.loads(canonical_json(values))
+
+
+def canonical_json(record: Mapping[str, Any]) -> str:
+    """One text per config: sorted keys, no spaces, non-JSON values as their ``str``.
+
+    >>> canonical_json({"b": 1, "a": float("inf")})
+    '{"a":Infinity,"b":1}'
+    """
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def digest(record: Mapping[str, Any]) -> str:
+    """SHA-256 of :func:`canonical_json` of a config record.
+
+    >>> len(digest(config_record(RunConfig())))
+    64
+    """
+    return hashlib.sha256(canonical_json(record).encode()).hexdigest()
+
+
+def checkpoint_config(config: RunConfig) -> dict[str, Any]:
+    """What each checkpoint stores about its config (``config.json`` in its folder): the record and
+    its SHA-256, which also tells a damaged file from an edited run config.
+
+    >>> stored = checkpoint_config(RunConfig(clients=4))
+    >>> stored["config"]["clients"], stored["config_sha256"] == digest(stored["config"])
+    (4, True)
+    """
+    record = config_record(config)
+    return {"config": record, "config_sha256": digest(record)}
+
+
+def _show(value: Any) -> str:
+    return repr(value) if not (isinstance(value, float) and math.isinf(value)) else ("inf" if value > 0 else "-inf")
+
+
+def differences(stored: Mapping[str, Any], current: Mapping[str, Any], holder: str = "the checkpoint") -> list[str]:
+    """``name: current value (holder has stored value)`` for each field whose values differ.
+
+    >>> differences({"clients": 4, "algorithm": "fedbuff"}, {"clients": 4, "algorithm": "fedasync"})
+    ["algorithm: 'fedasync' (the checkpoint has 'fedbuff')"]
+    """
+    def shown(values: Mapping[str, Any], name: str) -> str:
+        return _show(values[name]) if name in values else "no such field"
+
+    return [f"{name}: {shown(current, name)} ({holder} has {shown(stored, name)})"
+            for name in sorted(set(stored) | set(current))
+            if name not in stored or name not in current or stored[name] != current[name]]
+
+
+def read_run_config(run_dir: str) -> RunConfig:
+    """The validated config of a run directory, from its ``config.json``; :class:`ResumeError` (one
+    line) if the folder or the file is missing, unparsable, or not written by ``jaxfl run``.
+
+    >>> read_run_config("/nonexistent")
+    Traceback (most recent call last):
+    jaxfl.resume.ResumeError: cannot resume '/nonexistent': no such directory
+    """
+    if not os.path.isdir(run_dir):
+        raise ResumeError(f"cannot resume {run_dir!r}: no such directory")
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(path):
+        raise ResumeError(f"cannot resume {run_dir!r}: it has no config.json, so it is not a run directory of jaxfl run")
+    try:
+        with open(path, "rb") as handle:
+            written = json.loads(handle.read())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ResumeError(f"cannot resume {run_dir!r}: config.json is not valid JSON ({_first_line(error)})") from None
+    values = written.get("config") if isinstance(written, dict) else None
+    if not isinstance(values, dict):
+        raise ResumeError(f"cannot resume {run_dir!r}: config.json was not written by jaxfl run (it has no "
+                          f"'config' mapping of the run's fields)")
+    try:
+        return config_from_mapping(values)
+    except (ConfigError, TypeError, ValueError) as error:
+        raise ResumeError(f"cannot resume {run_dir!r}: config.json does not hold a valid run config: "
+                          f"{_first_line(error)}") from None
+
+
+def refuse_changes(config: RunConfig, overrides: Mapping[str, Any],
+                   spelling=lambda name, value: f"{name}={_show(value)}") -> None:
+    """Raise :class:`ResumeError` naming every value in ``overrides`` that would change ``config``.
+
+    ``overrides`` uses config-file names (``clients``, ``client.local_steps`` tables, ``port.alpha``);
+    values equal to the run's and :data:`MAY_DIFFER` fields pass. ``spelling(name, value)`` writes a
+    refused value as the user gave it (the CLI: ``--local-steps 6``).
+
+    >>> refuse_changes(RunConfig(algorithm="fedbuff", clients=4), {"clients": 4})  # the same: accepted
+    >>> refuse_changes(RunConfig(algorithm="fedbuff", clients=4), {"clients": 6, "progress": False})
+    Traceback (most recent call last):
+    jaxfl.resume.ResumeError: a resumed run keeps the config it was started with (only progress may differ), but these would change it: clients=6 (the run has 4); start a new run to change them
+    """
+    fields, options = split_algorithm_options(dict(overrides))
+    table = fields.pop("algorithm_options", None) or {}
+    space = _namespace(fields.get("algorithm", config.algorithm))
+    flat = {**fields, **{f"{space}.{key}": value for key, value in table.items()},
+            **{f"{name}.{key}": value for name, given in options.items() for key, value in given.items()}}
+    record = config_record(config)
+    refused = []
+    for name, value in flat.items():
+        if name.replace("-", "_") in MAY_DIFFER:
+            continue
+        try:  # one value at a time, so each refusal names the value that changes the run
+            changed = config_record(config_from_mapping({name: value}, base=config)) != record
+        except ConfigError:  # invalid on top of the run's config: certainly not the run's value
+            changed = True
+        if changed:
+            key = name.replace("-", "_")
+            has = f" (the run has {_show(record[key])})" if key in record else ""
+            refused.append(f"{spelling(name, value)}{has}")
+    if refused:
+        raise ResumeError(f"a resumed run keeps the config it was started with (only {', '.join(MAY_DIFFER)} may "
+                          f"differ), but these would change it: {'; '.join(refused)}; start a new run to change them")
+
+
+def _namespace(algorithm: str) -> str:
+    try:
+        return algorithms.get(algorithm).option_namespace()
+    except KeyError:
+        return "algorithm_options"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    line = text[0] if text else ""
+    line = f"{type(error).__name__}: {line}" if line else type(error).__name__
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+def candidates(run_dir: str, warn: bool = True) -> list[str]:
+    """The complete checkpoint folders of a run, newest first; :class:`ResumeError` if there are none
+    (no ``checkpoints/`` folder, or a ``latest`` pointer to a deleted checkpoint and nothing else).
+
+    A folder is complete once renamed from ``tmp-…`` (:func:`jaxfl.checkpoint.save`), so one newer
+    than ``latest`` (a crash between the rename and the pointer's update) is taken too.
+    """
+    root = os.path.join(os.path.abspath(run_dir), "checkpoints")
+    if not os.path.isdir(root):
+        raise ResumeError(f"cannot resume {run_dir!r}: it has no checkpoints/ folder (deleted, or the run was "
+                          f"killed before its first checkpoint); nothing to resume from: start the run again")
+    folders = sorted((n for n in os.listdir(root) if n.startswith("ckpt-") and os.path.isdir(os.path.join(root, n))),
+                     reverse=True)
+    pointer = os.path.join(root, "latest")
+    named = None
+    if os.path.isfile(pointer):
+        with open(pointer) as handle:
+            named = handle.read().strip()
+    if named and named not in folders:
+        if not folders:
+            raise ResumeError(f"cannot resume {run_dir!r}: checkpoints/latest names {named}, which does not exist, "
+                              f"and no other checkpoint does; nothing to resume from: start the run again")
+        if warn:
+            warnings.warn(f"{run_dir}: checkpoints/latest names {named}, which does not exist; trying {folders[0]}",
+                          ResumeWarning, stacklevel=3)
+    if not folders:
+        raise ResumeError(f"cannot resume {run_dir!r}: checkpoints/ holds no checkpoint; nothing to resume from: "
+                          f"start the run again")
+    return [os.path.join(root, name) for name in folders]
+
+
+def _stored_config(folder: str) -> dict | None:
+    """A checkpoint's stored config record; None if it predates stored configs; ValueError if damaged."""
+    stored = checkpoint.load_config(folder)
+    if stored is None:
+        return None
+    if not isinstance(stored, dict) or not isinstance(stored.get("config"), dict) or \
+            stored.get("config_sha256") != digest(stored["config"]):
+        raise ValueError("config.json does not match its SHA-256")
+    return stored["config"]
+
+
+def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> None:
+    """Refuse a checkpoint written under another config than the run's config.json."""
+    name = os.path.basename(folder)
+    if stored is None:
+        warnings.warn(f"{run_dir}: {name} stores no config (an older jaxfl wrote it), so config.json is "
+                      f"trusted as it is", ResumeWarning, stacklevel=4)
+        return
+    if digest(stored) == digest(record):
+        return
+    found = differences(stored, record, holder=name)
+    raise ResumeError(f"cannot resume {run_dir!r}: config.json differs from the config {name} was written with: "
+                      f"{'; '.join(found)}; restore config.json (or start a new run to change them)")
+
+
+def check_config(run_dir: str, config: RunConfig) -> None:
+    """Before any work: :class:`ResumeError` if the run has no checkpoint, or if its newest checkpoint
+    with a readable stored config was written under another config than ``config``.
+
+    >>> check_config("/nonexistent-run", RunConfig())
+    Traceback (most recent call last):
+    jaxfl.resume.ResumeError: cannot resume '/nonexistent-run': it has no checkpoints/ folder (deleted, or the run was killed before its first checkpoint); nothing to resume from: start the run again
+    """
+    record = config_record(config)
+    for folder in candidates(run_dir, warn=False):
+        try:
+            stored = _stored_config(folder)
+        except (OSError, ValueError):  # damaged: load_checkpoint skips it, saying so
+            continue
+        if stored is not None:
+            _compare(run_dir, folder, stored, record)
+        return
+
+
+def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict, dict]:
+    """``(folder, state, device tree)`` of the newest checkpoint of ``run_dir`` that reads back
+    completely, after checking that it was written under ``config``.
+
+    Each unreadable checkpoint (a damaged ``config.json``, a corrupt or missing ``state.pkl`` or
+    orbax data) is skipped with a :class:`ResumeWarning`; none readable, or one written under
+    another config, is a :class:`ResumeError`. ``engine`` (a fresh :class:`~jaxfl.engine.Engine` of
+    ``config``) gives the shapes the device data is restored into.
+    """
+    record = config_record(config)
+    failures = []
+    for folder in candidates(run_dir):
+        name = os.path.basename(folder)
+        try:
+            stored = _stored_config(folder)
+        except (OSError, ValueError) as error:
+            failures.append(f"{name}: config.json unreadable ({_first_line(error)})")
+            continue
+        _compare(run_dir, folder, stored, record)
+        try:
+            state = checkpoint.load_state(folder)
+            if not isinstance(state, dict) or any(key not in state for key in _STATE_KEYS):
+                raise ValueError("not a jaxfl checkpoint state")
+        except Exception as error:  # pickle raises anything on corrupt bytes (ValueError, EOFError, ...)
+            failures.append(f"{name}: state.pkl unreadable ({_first_line(error)})")
+            continue
+        try:
+            tree = checkpoint.load_device(folder, engine, state["engine"])
+        except Exception as error:  # orbax/tensorstore raise many kinds on corrupt or missing data
+            failures.append(f"{name}: device data unreadable ({_first_line(error)})")
+            continue
+        if failures:
+            warnings.warn(f"{run_dir}: resuming from {name} (global update {state['simulation'].version}) "
+                          f"because {'; '.join(failures)}", ResumeWarning, stacklevel=3)
+        return folder, state, tree
+    raise ResumeError(f"cannot resume {run_dir!r}: no checkpoint reads back: {'; '.join(failures)}")

@@ -1,0 +1,187 @@
+"""Resume refuses what would not continue the same run, and survives damaged checkpoints: an edited
+config.json, flags that change the run, a dangling ``latest``, a deleted ``checkpoints/``, a foreign
+config.json, a corrupt state.pkl and corrupt orbax data each get a one-line message (and a fallback
+to the previous checkpoint where one reads back), from Python and from ``jaxfl run --resume``."""
+import json
+import os
+import pathlib
+import shutil
+
+import pytest
+
+from jaxfl import cli, experiment
+from jaxfl.config import RunConfig
+from jaxfl.experiment import resume_experiment, run_experiment
+from jaxfl.resume import ResumeError, ResumeWarning, candidates
+from jaxfl.testing import assert_same_run, metrics_without_wall_time
+
+FLAGS = dict(algorithm="fedbuff", dataset="mnist10k", model="mlp", clients=4, local_steps=2, batch_size=16,
+             buffer_size=2, max_updates=3, checkpoint_every=1, stop_at_target=False, progress=False)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """An uninterrupted run with checkpoints after updates 2 and 3 (the two kept)."""
+    output = tmp_path_factory.mktemp("runs")
+    result = run_experiment(RunConfig(**FLAGS, output_dir=str(output), run_name="full"))
+    assert sorted(n for n in os.listdir(os.path.join(result.run_dir, "checkpoints")) if n.startswith("ckpt-")) == \
+        ["ckpt-000002", "ckpt-000003"]
+    return result
+
+
+def copy_run(finished, tmp_path, name="run") -> str:
+    return shutil.copytree(finished.run_dir, str(tmp_path / name))
+
+
+def logs(run_dir: str) -> dict:
+    """The bytes of the files a resume would cut back and regrow."""
+    return {name: pathlib.Path(run_dir, name).read_bytes() for name in ("events.csv", "metrics.csv")}
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fail the test if the run's data and model are built: refusals come before any work."""
+    def prepare(config):
+        raise AssertionError("resume started work before refusing")
+
+    monkeypatch.setattr(experiment, "prepare", prepare)
+
+
+def cli_refusal(capsys, *args) -> str:
+    """``jaxfl run --resume ...`` exits 2 with one line on stderr (no traceback); returns that line."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["run", "--resume", *args])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxfl: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def edit_config(run_dir: str, **changes) -> None:
+    path = os.path.join(run_dir, "config.json")
+    with open(path) as handle:
+        written = json.load(handle)
+    for section, values in changes.items():
+        (written["config"][section] if section != "config" else written["config"]).update(values)
+    with open(path, "w") as handle:
+        json.dump(written, handle)
+
+
+def test_an_edited_config_json_is_refused_naming_each_field(finished, tmp_path, capsys, no_work):
+    run = copy_run(finished, tmp_path)
+    edit_config(run, config={"algorithm": "fedasync"}, data={"clients": 6}, client={"client_lr": 0.01})
+    before = logs(run)
+    with pytest.raises(ResumeError) as caught:
+        resume_experiment(run, progress=False)
+    message = str(caught.value)
+    assert "config.json differs from the config ckpt-000003 was written with" in message
+    for difference in ("algorithm: 'fedasync' (ckpt-000003 has 'fedbuff')", "clients: 6 (ckpt-000003 has 4)",
+                       "client_lr: 0.01 (ckpt-000003 has 0.003)"):
+        assert difference in message
+    assert message.count("(ckpt-000003 has") == 3  # the three fields, nothing else
+    assert "clients: 6" in cli_refusal(capsys, run)
+    assert logs(run) == before
+
+
+def test_flags_that_would_change_the_run_are_refused_and_equal_ones_accepted(finished, tmp_path, capsys, no_work):
+    run = copy_run(finished, tmp_path)
+    before = logs(run)
+    err = cli_refusal(capsys, run, "--clients", "6", "--local-steps", "2", "--client-lr", "0.01", "--no-progress")
+    assert "--clients 6 (the run has 4)" in err and "--client-lr 0.01 (the run has 0.003)" in err
+    assert "--local-steps" not in err  # the run's own value: accepted
+    err = cli_refusal(capsys, run, "--algorithm", "fedasync", "--port.alpha", "5")
+    assert "--algorithm fedasync (the run has 'fedbuff')" in err and "--port.alpha 5" in err
+    toml = tmp_path / "more.toml"
+    toml.write_text("[client]\nlocal_steps = 5\nbatch_size = 16\n")
+    err = cli_refusal(capsys, run, "--config", str(toml))
+    assert f"local_steps=5 (in {toml}) (the run has 2)" in err and "batch_size" not in err
+    with pytest.raises(ResumeError, match=r"only progress may differ.*: clients=6 \(the run has 4\); start a new run"):
+        resume_experiment(run, overrides={"progress": True, "clients": 6, "local_steps": 2})
+    assert logs(run) == before
+
+
+def test_a_dangling_latest_pointer_is_an_error_or_falls_back_to_an_existing_checkpoint(finished, tmp_path, capsys,
+                                                                                        no_work):
+    run = copy_run(finished, tmp_path)
+    root = os.path.join(run, "checkpoints")
+    shutil.rmtree(os.path.join(root, "ckpt-000003"))
+    with pytest.warns(ResumeWarning, match="latest names ckpt-000003, which does not exist; trying ckpt-000002"):
+        assert [os.path.basename(f) for f in candidates(run)] == ["ckpt-000002"]
+    shutil.rmtree(os.path.join(root, "ckpt-000002"))
+    before = logs(run)
+    with pytest.raises(ResumeError, match="latest names ckpt-000003, which does not exist, and no other checkpoint"):
+        resume_experiment(run, progress=False)
+    assert "nothing to resume from" in cli_refusal(capsys, run)
+    assert logs(run) == before and not os.path.exists(os.path.join(root, "ckpt-000004"))  # no silent restart
+
+
+def test_a_deleted_checkpoints_folder_is_an_error_not_a_restart(finished, tmp_path, capsys, no_work):
+    run = copy_run(finished, tmp_path)
+    shutil.rmtree(os.path.join(run, "checkpoints"))
+    before = logs(run)
+    with pytest.raises(ResumeError, match="it has no checkpoints/ folder"):
+        resume_experiment(run, progress=False)
+    assert "no checkpoints/ folder" in cli_refusal(capsys, run)
+    assert logs(run) == before and not os.path.exists(os.path.join(run, "checkpoints"))
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[1, 2', "config.json is not valid JSON"),
+    ('{"algorithm": "fedbuff", "clients": 4}', "config.json was not written by jaxfl run"),
+    ('{"config": {"clientz": 3}}', "does not hold a valid run config: ConfigError: unknown config field 'clientz'"),
+    (None, "it has no config.json"),
+])
+def test_a_foreign_config_json_is_a_one_line_error(finished, tmp_path, capsys, no_work, text, says):
+    run = copy_run(finished, tmp_path)
+    if text is None:
+        os.remove(os.path.join(run, "config.json"))
+    else:
+        (tmp_path / "run" / "config.json").write_text(text)
+    with pytest.raises(ResumeError, match=says):
+        resume_experiment(run, progress=False)
+    assert says in cli_refusal(capsys, run)
+
+
+def test_a_corrupt_state_pkl_falls_back_to_the_previous_checkpoint(finished, tmp_path, capsys):
+    run = copy_run(finished, tmp_path)
+    with open(os.path.join(run, "checkpoints", "ckpt-000003", "state.pkl"), "wb") as handle:
+        handle.write(b"garbage\n")
+    capsys.readouterr()
+    # flags equal to the run's are accepted with --resume
+    assert cli.main(["run", "--resume", run, "--clients", "4", "--algorithm", "fedbuff", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("jaxfl: warning: "), err
+    assert "resuming from ckpt-000002 (global update 2) because ckpt-000003: state.pkl unreadable" in err
+    assert logs(run)["events.csv"] == logs(finished.run_dir)["events.csv"]
+    assert metrics_without_wall_time(run) == metrics_without_wall_time(finished.run_dir)
+    with open(os.path.join(run, "summary.json")) as handle:
+        assert json.load(handle)["resumes"] == 1
+
+
+def test_corrupt_orbax_data_falls_back_and_the_run_equals_an_uninterrupted_one(finished, tmp_path):
+    run = copy_run(finished, tmp_path)
+    data = os.path.join(run, "checkpoints", "ckpt-000003", "device", "ocdbt.process_0", "d")
+    for name in os.listdir(data):
+        with open(os.path.join(data, name), "wb") as handle:
+            handle.write(b"not tensorstore data")
+    with pytest.warns(ResumeWarning, match=r"resuming from ckpt-000002 \(global update 2\) because "
+                                           r"ckpt-000003: device data unreadable"):
+        resumed = resume_experiment(run, progress=False)
+    assert resumed.summary["resumes"] == 1
+    assert_same_run(finished, resumed, "resumed past corrupt orbax data vs uninterrupted")
+
+
+def test_no_readable_checkpoint_is_a_one_line_error(finished, tmp_path, capsys):
+    run = copy_run(finished, tmp_path)
+    shutil.rmtree(os.path.join(run, "checkpoints", "ckpt-000003", "device"))
+    with open(os.path.join(run, "checkpoints", "ckpt-000002", "state.pkl"), "wb") as handle:
+        handle.write(b"x")
+    before = logs(run)
+    with pytest.raises(ResumeError) as caught:
+        resume_experiment(run, progress=False)
+    message = str(caught.value)
+    assert "no checkpoint reads back: ckpt-000003: device data unreadable" in message
+    assert "ckpt-000002: state.pkl unreadable" in message and "\n" not in message
+    assert "no checkpoint reads back" in cli_refusal(capsys, run)
+    assert logs(run) == before
