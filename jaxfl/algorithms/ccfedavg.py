@@ -320,7 +320,7 @@ class CCFedAvgConfig(Options):
     window: int = 4  # W of two_group: an insufficient client's p = 1/W
     schedule: str = "adhoc"  # adhoc: Bernoulli(p_i) each round (paper default) | round_robin: t mod 1/p_i = 0
     switch_round: int = 100  # τ of CC-FedAvg(c): Strategy 3 before, Strategy 2 from this round
-    total_rounds: int | None = None  # T of FedAvg(dropout)'s quota p_i·T; None: max_updates or 400 (paper)
+    total_rounds: int | None = None  # T of FedAvg(dropout)'s quota p_i·T; unset: max_updates or 400 (paper)
     nova_steps: str = "ceil"  # fednova baseline steps: ceil(p_i K) (paper) | floor (code)
 
     def budgets(self, num_clients: int) -> list[float]:
@@ -352,6 +352,7 @@ class CCFedAvgAlgorithm(Algorithm):
 
     name = "ccfedavg"
     kind = "synchronous"
+    reads = frozenset({"clients_per_round", "round_timeout"})
     Options = CCFedAvgConfig
     waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
     summary = "compute budgets, skipping clients re-send banked updates (Zhang et al. 2024)"

@@ -70,8 +70,8 @@ class ServerOptions:
     mu_alpha: float = 1.0  # μ_α: not given by the paper [ours]
     alpha_min: float = 0.01  # α ≥ α_min > 0 (the convergence proof's assumption) [ours]
     lr_lambda: float = 1e-4  # η_λ (Table 5)
-    lr_sigma: float = 1e-4  # η_σ
-    lr_iota: float = 1e-4  # η_ι
+    lr_sigma: float = 1e-4  # η_σ, learning rate of the staleness exponent σ
+    lr_iota: float = 1e-4  # η_ι, learning rate of the weight floor ι
     lambda0: float = 1.0  # initial (λ, σ, ι): not given [ours]
     sigma0: float = 0.5
     iota0: float = 0.0
@@ -83,7 +83,7 @@ class DeviceOptions:
 
     mu_beta: float = 1.0  # μ_β: not given [ours]
     lr_gamma: float = 1e-4  # η_γ (Table 5)
-    lr_nu: float = 1e-4  # η_ν
+    lr_nu: float = 1e-4  # η_ν, learning rate of the device's ν
     gamma0: float = 1.0  # initial (γ, ν): not given [ours]
     nu0: float = 0.0
 
@@ -429,22 +429,22 @@ class FedASMUConfig(Options):
     staleness_bound: int = 99  # τ: uploads with s > τ are dropped
     trigger_period: float = 5.0  # 𝒯 seconds between triggers (appendix: one device every 5 s)
     trigger_batch: int = 1  # m' devices per trigger (appendix: 1; Table 5: 10)
-    max_concurrency: int | None = None  # devices training at once; None: ceil(0.1 m) (paper)
+    max_concurrency: int | None = None  # devices training at once; unset: ceil(0.1 m) (paper)
     fetch: bool = True  # fetch and mix a fresh global model (False: FedASMU-FA)
     dynamic: bool = True  # learn (λ, σ, ι) and (γ, ν) (False: FedASMU-DA, frozen)
-    mu_alpha: float = 1.0  # μ_α [ours]
-    mu_beta: float = 1.0  # μ_β [ours]
+    mu_alpha: float = 1.0  # μ_α, scale of the server mixing weight α = μ_α ξ / (1 + μ_α ξ) [ours]
+    mu_beta: float = 1.0  # μ_β, scale of the fresh-model mixing weight β = μ_β φ / (1 + μ_β φ) [ours]
     alpha_min: float = 0.01  # α clipped to [α_min, 1] [ours]
-    lr_lambda: float = 1e-4  # η_λ (Table 5, LeNet/FMNIST)
-    lr_sigma: float = 1e-4  # η_σ
-    lr_iota: float = 1e-4  # η_ι
-    lr_gamma: float = 1e-4  # η_γ
-    lr_nu: float = 1e-4  # η_ν
-    lambda0: float = 1.0  # initial λ [ours]
+    lr_lambda: float = 1e-4  # η_λ, learning rate of λ (Table 5, LeNet/FMNIST)
+    lr_sigma: float = 1e-4  # η_σ, learning rate of the staleness exponent σ
+    lr_iota: float = 1e-4  # η_ι, learning rate of the weight floor ι
+    lr_gamma: float = 1e-4  # η_γ, learning rate of the device's γ
+    lr_nu: float = 1e-4  # η_ν, learning rate of the device's ν
+    lambda0: float = 1.0  # initial λ, the server weight's scale [ours]
     sigma0: float = 0.5  # initial σ [ours: FedAsync's polynomial a = 0.5]
-    iota0: float = 0.0  # initial ι [ours]
-    gamma0: float = 1.0  # initial γ [ours]
-    nu0: float = 0.0  # initial ν [ours]
+    iota0: float = 0.0  # initial ι, the server weight's additive floor [ours]
+    gamma0: float = 1.0  # initial γ, the fresh-model weight's scale [ours]
+    nu0: float = 0.0  # initial ν, the fresh-model weight's version-gap term [ours]
 
     def server_options(self) -> ServerOptions:
         return ServerOptions(self.mu_alpha, self.alpha_min, self.lr_lambda, self.lr_sigma, self.lr_iota,
@@ -485,6 +485,7 @@ class FedASMUAlgorithm(Algorithm):
 
     name = "fedasmu"
     kind = "asynchronous"
+    reads = frozenset({"round_timeout"})
     Options = FedASMUConfig
     waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
     delta_updates = False  # Formula 1 mixes models

@@ -67,6 +67,7 @@ class FedAsyncAlgorithm(Algorithm):
 
     name = "fedasync"
     kind = "asynchronous"
+    reads = frozenset({"clients_per_round", "rule", "staleness", "staleness_alpha", "staleness_a"})
     uses_concurrency = True
     summary = "every arrival is aggregated, weighted by staleness (Xie et al. 2019)"
 

@@ -247,6 +247,7 @@ class FedATAlgorithm(Algorithm):
 
     name = "fedat"
     kind = "semi-asynchronous"
+    reads = frozenset({"round_timeout"})
     Options = FedATConfig
     waits_for_clients = "every client of a round"
     delta_updates = False  # tier models are averaged as models

@@ -97,6 +97,7 @@ class FedAvgAlgorithm(Algorithm):
 
     name = "fedavg"
     kind = "synchronous"
+    reads = frozenset({"clients_per_round", "round_timeout"})
     waits_for_clients = "every client of a round"
     summary = "synchronous rounds of the selected clients (McMahan et al. 2017)"
 

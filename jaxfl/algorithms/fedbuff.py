@@ -75,6 +75,7 @@ class FedBuffAlgorithm(Algorithm):
 
     name = "fedbuff"
     kind = "asynchronous"
+    reads = frozenset({"clients_per_round", "buffer_size", "rule", "staleness", "staleness_alpha", "staleness_a"})
     uses_concurrency = True
     summary = "aggregate every K buffered updates (Nguyen et al. 2022)"
 

@@ -313,8 +313,8 @@ class FedCompassConfig(Options):
     namespace = "compass"
     aliases = {"lambda": "latest_time_factor"}
 
-    q_min: int | None = None
-    q_max: int | None = None
+    q_min: int | None = None  # Q_min, fewest local steps a client is assigned; unset: 0.2·Q_max (Table 9)
+    q_max: int | None = None  # Q_max, most local steps a client is assigned; unset: --local-steps
     latest_time_factor: float | None = None  # λ: 1.2 (paper), 1.5 (legacy code)
     preset: str = "paper"  # defaults of the switches below: the paper or the reference code
     speed_estimate: str | None = None  # latest sample (paper) | ema (code: 0.9 on newest)
@@ -360,6 +360,7 @@ class FedCompassAlgorithm(Algorithm):
 
     name = "fedcompass"
     kind = "semi-asynchronous"
+    reads = frozenset({"staleness", "staleness_alpha", "staleness_a"})
     Options = FedCompassConfig
     aggregation = "plain"
     summary = "computing-power-aware arrival groups (Li et al. 2024)"

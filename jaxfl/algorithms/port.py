@@ -277,11 +277,11 @@ class PortConfig(Options):
     presets = {"paper": dataclasses.asdict(PAPER), "plato": dataclasses.asdict(PLATO)}
     namespace = "port"
 
-    min_clients: int | None = None  # K; None: ceil(P/4), the paper's K = 5 of 20 in flight (MNIST)
+    min_clients: int | None = None  # K, arrivals that trigger an aggregation; unset: ceil(P/4), the paper's K = 5 of 20 in flight (MNIST)
     staleness_bound: float = 10.0  # Ω, the paper's sweet spot; inf: no bound
     alpha: float = 3.0  # α, staleness weight (paper's tuned α:β = 3:1)
     beta: float = 1.0  # β, interference (cosine) weight; 0 switches the cosine term off
-    clients_in_flight: int | None = None  # P; None: every client [ours; PLATO: 20 of 100]
+    clients_in_flight: int | None = None  # P, clients kept in flight; unset: every client [ours; PLATO: 20 of 100]
     preset: str = "paper"  # paper | plato: every PLATO-code behaviour below at once
     cosine: str | None = None  # own: u_k = w_k − w_start (paper) | current: w_k − w_τ (PLATO)
     cosine_skip_staleness: int | None = None  # cos forced to 1 when S ≤ this: -1, never (paper) | 1 (PLATO)
@@ -324,6 +324,7 @@ class Port(Algorithm):
 
     name = "port"
     kind = "semi-asynchronous"
+    reads = frozenset({"round_timeout"})
     Options = PortConfig
     waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
     delta_updates = False  # Eq. 4 averages models
