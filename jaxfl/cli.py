@@ -30,7 +30,7 @@ from jaxfl import algorithms
 from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, ConfigError, RunConfig, algorithms_reading,
                           config_from_mapping, fields_not_read_by, load_config_file, option_namespaces,
                           split_algorithm_options)
-from jaxfl.engine import NumericalError
+from jaxfl.engine import NumericalError, ResourceError
 
 _HELP = {
     "algorithm": "a registered algorithm ({names}) or module:Class; a comma-separated list runs each and compares",
@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{config.target_accuracy:.0%} {reached}, {summary['global_updates']} updates, "
                   f"stop: {summary['stop_reason']} → {result.run_dir}")
             results.append(result)
-    except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
+    except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
     except NumericalError as error:  # the run directory keeps everything logged until then
         parser.exit(1, f"jaxfl: run stopped: {error}\n")

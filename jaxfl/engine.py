@@ -331,10 +331,22 @@ class Engine:
             if padded == devices:
                 raise ResourceError(
                     f"one client per device needs about {self.call_bytes(devices) / 2**20:.1f} MiB but only "
-                    f"{budget / 2**20:.1f} MiB may be used; lower batch_size or use a smaller model")
+                    f"{budget / 2**20:.1f} MiB may be used ({MEMORY_HEADROOM:.0%} of "
+                    f"{'memory_limit_mb' if self.memory_limit is not None else 'the free device memory'}); "
+                    f"lower batch_size or use a smaller model"
+                    f"{', or raise memory_limit_mb' if self.memory_limit is not None else ''}")
             padded = max(devices, padded // 2 // devices * devices)
             self.split_calls += 1
         return padded
+
+    def check_memory(self) -> None:
+        """Raise :class:`ResourceError` now if not even one client per device fits the memory
+        budget, so that a run fails before it writes anything rather than at its first training
+        call. Checked where a budget is set (``memory_limit``) or the device is an accelerator; on
+        a CPU without a limit the guard checks the first call as before (compiling the smallest call
+        only to check it would cost every CPU run a compilation)."""
+        if self.memory_limit is not None or self.home.platform != "cpu":
+            self._clients_that_fit(self.plan.devices)
 
     def call_bytes(self, padded: int) -> int:
         """Memory one training call of ``padded`` clients allocates, where the budget is measured:

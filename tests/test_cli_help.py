@@ -4,6 +4,7 @@ silently ignored; the algorithms' `reads` declarations match what their schedule
 import argparse
 import dataclasses
 import json
+import os
 import re
 
 import numpy as np
@@ -162,3 +163,32 @@ def test_reads_declarations_match_what_the_schedule_depends_on(algorithm):
             assert all(outcome == baseline for outcome in outcomes), f"{algorithm} reads {name}"
         else:
             assert any(outcome != baseline for outcome in outcomes), f"{algorithm} ignores {name}"
+
+
+def test_a_run_that_cannot_fit_in_memory_fails_before_writing_anything(tmp_path, capsys):
+    out = tmp_path / "runs"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--algorithm", "fedavg", "--model", "mlp", "--clients", "2", "--local-steps", "1",
+              "--max-updates", "1", "--memory-limit-mb", "0.01", "--output-dir", str(out), "--no-progress"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "MiB may be used (80% of memory_limit_mb)" in error and "raise memory_limit_mb" in error
+    assert "Traceback" not in error and not out.exists()
+
+
+def test_run_names_tell_configs_apart_and_config_json_records_versions(tmp_path):
+    from jaxfl.experiment import run_experiment
+
+    base = RunConfig(algorithm="fedavg", model="mlp", clients=2, local_steps=1, batch_size=8, max_updates=1,
+                     timing_only=True, progress=False, output_dir=str(tmp_path))
+    first = run_experiment(base).run_dir
+    other = run_experiment(dataclasses.replace(base, client=dataclasses.replace(base.client, batch_size=16))).run_dir
+    again = run_experiment(base).run_dir
+    name = os.path.basename(first)
+    assert re.fullmatch(r"fedavg-mnist10k-mlp-iid-exp-c2-q1-lr0.003-s0-[0-9a-f]{6}", name)
+    # batch size is not in the readable part, but the config hash tells the runs apart
+    assert os.path.basename(other)[:-7] == name[:-7] and other != first and not other.endswith("-2")
+    assert again == first + "-2"  # the same config again
+    versions = json.loads(open(os.path.join(first, "config.json")).read())["versions"]
+    assert set(versions) == {"jaxfl", "jax", "jaxlib", "flax", "optax", "numpy", "python"}
+    assert all(isinstance(value, str) and value for value in versions.values())
