@@ -1,6 +1,6 @@
 """One validated configuration for a run (plain Python; no jax).
 
-Every field has a default chosen from the seed papers (the MNIST settings of FedCompass, Li et al.,
+Every field has a default chosen from the papers jaxfl reproduces (the MNIST settings of FedCompass, Li et al.,
 ICLR 2024: Appendix E and Tables 9, 12–13) scaled to the embedded data set. :func:`validate` checks types, ranges, names and combinations
 before any work is done and raises :class:`ConfigError` naming the field, the value and what is
 allowed.

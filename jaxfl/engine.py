@@ -1,7 +1,7 @@
 """The engine: joins the scheduler (which decides) and the kernels (which compute).
 
 It keeps the federation's samples and the global model versions on device and implements the
-simulation's :class:`~jaxfl.scheduler.simulation.Backend`. The central idea (DESIGN.md): a
+simulation's :class:`~jaxfl.scheduler.simulation.Backend`. The central idea: a
 dispatch is not trained when it is made. The engine keeps the *pending* dispatches and trains all
 of them in vmapped calls the first time an aggregation needs one of their results; a client's
 result depends only on (start model, its data, its step count, its key), so this equals training
@@ -34,7 +34,7 @@ The methods a hook may call form the hook API: ``params``, ``previous_params``, 
 Non-trainable model state (BatchNorm running statistics; a trainer built from a ``ModelAdapter``
 whose model is ``{"params", "state"}``) never goes through the Δ/staleness arithmetic: the kernel's
 delta for it is zero, and every aggregation sets the global ``"state"`` to the plain unweighted mean
-of the aggregated clients' final buffers (spec §2.6 of the semi-asynchronous paper: a single update copies the
+of the aggregated clients' final buffers (as the FedCompass authors' code does, Li et al., ICLR 2024: a single update copies the
 client's, a group aggregation averages them). Hooks that make the whole update do the same with
 :meth:`Engine.mean_buffers`; weighting hooks see the trainable parameters only
 (:meth:`Engine.trainable`).

@@ -1,7 +1,7 @@
 """CC-FedAvg (Zhang et al., IEEE IoT Journal 2024): computationally customised FedAvg.
 
-Spec: ``shared/specs/ccfedavg.md`` §2 (Algorithm 1), §3 (budgets and schedules), §4 (baselines),
-§8 (pitfalls). Every client i has a compute budget p_i, the fraction of rounds in which it trains;
+Paper: Sec. III-B and Algorithm 1 (the method), Sec. VI (budgets, schedules and baselines); the
+authors' code (benjiachong/ccfedavg) where the paper is silent. Every client i has a compute budget p_i, the fraction of rounds in which it trains;
 in the other rounds it re-sends its last trained update instead of training (Algorithm 1)::
 
     for t = 0, 1, ...:
@@ -309,7 +309,7 @@ class UpdateBanks(DeviceHook):
 
 @dataclasses.dataclass(frozen=True)
 class CCFedAvgConfig(Options):
-    """CC-FedAvg's options (spec ccfedavg.md §2–§4)."""
+    """CC-FedAvg's options (Zhang et al., IEEE IoT Journal 2024, Sec. III and VI)."""
 
     namespace = "cc"
 

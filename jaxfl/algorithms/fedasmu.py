@@ -1,6 +1,6 @@
 """FedASMU (Liu et al., AAAI 2024): asynchronous FL with dynamic staleness-aware model updates.
 
-Spec: ``shared/specs/fedasmu.md`` §1–§5, §10. Versions are counted from 1 in the formulas (the
+Paper: Formulas 1–9, Algorithms 1–2 and the appendix. Versions are counted from 1 in the formulas (the
 aggregation index t, as Algorithm 1 loops t from 1); s = t − o + 1 is 1 for a fresh upload::
 
     TRIGGER (every 𝒯 seconds, also at 0):
@@ -21,7 +21,7 @@ aggregation index t, as Algorithm 1 loops t from 1); s = t − o + 1 is 1 for a 
 The numbers (α, β, both hypergradients with ``jax.grad``) are pure-JAX kernels
 (:mod:`jaxfl.kernels.fedasmu`) run by this file's device hooks: :class:`LearnedAlpha` replaces an
 upload's coefficient (payload :class:`Upload`), :class:`FreshModelMix` mixes the fetched model into
-a paused training call (the engine's generic pause at ``fetch_step``); this policy only schedules. Readings taken where the spec is garbled or silent (§10), each a config switch:
+a paused training call (the engine's generic pause at ``fetch_step``); this policy only schedules. Readings taken where the paper is garbled or silent, each a config switch:
 
 - Formula 2: ξ = λ/(√t s^σ) + ι (the appendix's form, not the main text's √(t·s·σ));
 - t counted from 1 (no division by zero at the first aggregation);
@@ -65,7 +65,7 @@ SLOT_RULES = ("first", "middle", "second_last", "adaptive")
 
 @dataclasses.dataclass(frozen=True)
 class ServerOptions:
-    """Server-side hyperparameters (spec §2, Table 5 LeNet/FMNIST learning rates)."""
+    """Server-side hyperparameters (Formulas 1–3; Table 5's LeNet/FMNIST learning rates)."""
 
     mu_alpha: float = 1.0  # μ_α: not given by the paper [ours]
     alpha_min: float = 0.01  # α ≥ α_min > 0 (the convergence proof's assumption) [ours]
@@ -79,7 +79,7 @@ class ServerOptions:
 
 @dataclasses.dataclass(frozen=True)
 class DeviceOptions:
-    """Device-side hyperparameters (spec §3)."""
+    """Device-side hyperparameters (Formulas 7–9)."""
 
     mu_beta: float = 1.0  # μ_β: not given [ours]
     lr_gamma: float = 1e-4  # η_γ (Table 5)
@@ -152,7 +152,7 @@ class FixedSlot(SlotSelector):
 
 
 class QLearningSlot(SlotSelector):
-    """Per-device tabular Q-learning over the actions {−1, 0, +1} on the slot (spec §3.4, typos fixed).
+    """Per-device tabular Q-learning over the actions {−1, 0, +1} on the slot (the paper's RL time-slot selection, typos fixed).
 
     H[i, l, a] ← H[i, l, a] + φ (R + ψ max_a' H[i, l', a'] − H[i, l, a]) with l' the new slot;
     ε-greedy. φ, ψ and ε are not given by the paper [ours: 0.5, 0.5, 0.1]; the start slot is the
@@ -420,7 +420,7 @@ class FreshModelMix(DeviceHook):
 
 @dataclasses.dataclass(frozen=True)
 class FedASMUConfig(Options):
-    """FedASMU's options (spec fedasmu.md §2–§5); [ours] = not given by the paper."""
+    """FedASMU's options (Liu et al., AAAI 2024, Formulas 1–9 and the experimental setup); [ours] = not given by the paper."""
 
     namespace = "fedasmu"
 

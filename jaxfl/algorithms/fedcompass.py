@@ -1,7 +1,7 @@
 """FedCompass (Li et al., ICLR 2024): a computing-power-aware semi-asynchronous scheduler.
 
-Spec: ``shared/specs/fedcompass.md`` §2 (Algorithms 1–3), §3 (+M, +N), §10 (pitfalls). The
-server measures each client's time per step S_i and hands out Q_i ∈ [Q_min, Q_max] local steps so
+Paper: Algorithms 1–3 (Appendix A) and the +M, +N variants; the authors' code (APPFL) where it
+differs, as switches. The server measures each client's time per step S_i and hands out Q_i ∈ [Q_min, Q_max] local steps so
 that the clients of an *arrival group* finish together at the group's expected time T_a; a group
 waits at most until T_max = creation + λ·(T_a − creation). Server loop (paper)::
 
@@ -146,7 +146,7 @@ class FedCompass(Policy):
         self._record_speed(state, now, record.steps)
         state.total_steps += record.steps
         if state.group is None:  # first response: immediate single update
-            # +M skips momentum here and +N leaves it unnormalised (spec §3)
+            # +M skips momentum here and +N leaves it unnormalised (the authors' code)
             sim.aggregate([(record.id, self._weight(sim, record))], server_optimizer=False)
             self._assign(sim, client)
             self._dispatch(sim, client)
@@ -304,7 +304,7 @@ SWITCH_CHOICES = {"speed_estimate": ("latest", "ema"), "staleness_at": ("buffer"
 
 @dataclasses.dataclass(frozen=True)
 class FedCompassConfig(Options):
-    """FedCompass's options (spec fedcompass.md §2, §10); None: Q_max = local_steps, Q_min = 0.2·Q_max
+    """FedCompass's options (Algorithms 1–3 of Li et al., ICLR 2024); None: Q_max = local_steps, Q_min = 0.2·Q_max
     (Table 9), and the preset's value for λ and every reference-code switch."""
 
     presets = {"paper": {**dataclasses.asdict(PAPER), "latest_time_factor": 1.2},
