@@ -141,7 +141,7 @@ class BudgetConfig:
 
 @dataclasses.dataclass(frozen=True)
 class EngineConfig:
-    """How the engine shapes its training calls (results never depend on it)."""
+    """How the engine shapes its training calls (results agree up to float32 rounding)."""
 
     batching: bool = True  # defer dispatches and train the in-flight work together
     clients_per_call: int | None = None  # clients trained together in one call; unset: chosen from the backend

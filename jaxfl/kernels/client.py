@@ -38,7 +38,7 @@ from jaxfl.models.adapter import ModelAdapter
 PyTree = Any
 ApplyFn = Callable[[PyTree, jax.Array], jax.Array]
 
-# Sub-streams of a dispatch key, fixed so that results never depend on batching.
+# Sub-streams of a dispatch key, fixed so that random draws never depend on batching.
 _PERMUTATION_STREAM = 0
 _AUGMENT_STREAM = 1
 _DROPOUT_STREAM = 2
