@@ -217,11 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
     timeline.add_argument("--max-time", type=float, help="show virtual time up to this many seconds")
     split = commands.add_parser("partition", help="how a dataset splits over clients: table and class heatmap")
     for name in _PARTITION_FLAGS:
+        owner = SECTIONS.get(SECTION_OF.get(name), RunConfig)
         split.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_value_parser(name), default=None,
-                           metavar=name.upper(), help=f"{_HELP.get(name, name.replace('_', ' '))} "
-                                                      f"(default: {FIELDS[name].default})")
-    split.add_argument("--out", help="folder for the heatmap PNG (default: the run output folder, runs)")
-    split.add_argument("--max-rows", type=int, default=40, help="client rows printed (default: 40)")
+                           metavar=_metavar(name, FIELDS[name].type),
+                           help=_with_default(_HELP.get(name, field_help(owner, name)), FIELDS[name].default))
+    split.add_argument("--out", metavar="PATH", help="folder for the heatmap PNG (default: the run output folder, runs)")
+    split.add_argument("--max-rows", type=int, default=40, metavar="N", help="client rows printed (default: 40)")
     return parser
 
 

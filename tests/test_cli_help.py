@@ -51,6 +51,16 @@ def test_every_flag_has_real_help_and_belongs_to_a_named_group():
         assert any(title.startswith(section) for title in titles), (section, titles)
 
 
+def test_the_other_commands_have_real_help_too():
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name in ("partition", "timeline", "algorithms"):
+        for action in commands.choices[name]._actions:
+            if not isinstance(action, argparse._HelpAction):
+                text = re.sub(r"\s*\(default: [^)]*\)$", "", action.help or "")
+                assert len(text) >= 10 and text != action.dest.replace("_", " "), (name, action.option_strings)
+                assert "None" not in action.help, (name, action.help)
+
+
 def test_every_config_field_and_algorithm_option_has_a_help_text():
     """A field added without a trailing comment (or ``metadata={"help": ...}``) fails here."""
     for name in FIELDS:
