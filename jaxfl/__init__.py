@@ -1,6 +1,6 @@
 """jaxfl: a JAX-native vectorised federated-learning simulator on a virtual clock.
 
-Three rooms (see DESIGN.md): pure-JAX kernels written for one client (:mod:`jaxfl.kernels`), a
+Three rooms: pure-JAX kernels written for one client (:mod:`jaxfl.kernels`), a
 plain-Python scheduler with one policy per algorithm (:mod:`jaxfl.scheduler`,
 :mod:`jaxfl.algorithms`), and the engine that joins them and batches the in-flight work
 (:mod:`jaxfl.engine`).

@@ -12,7 +12,7 @@ Examples::
     jaxfl run --algorithm fedbuff --dataset fashion_mnist --clients 10 --heterogeneity exp
     jaxfl run --algorithm fedavg,fedavgm,fedasync,fedbuff
     jaxfl run --config experiment.toml --seed 3
-    jaxfl timeline runs/fedcompass-mnist10k-exp-c10-s0     # who trained when, and the aggregations
+    jaxfl timeline runs/RUN_DIR     # who trained when, and the aggregations
     jaxfl partition --dataset fashion_mnist --partition class --clients 10 --out plots  # the split
 """
 from __future__ import annotations
@@ -27,9 +27,10 @@ import os
 import sys
 
 from jaxfl import algorithms
-from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, ConfigError, RunConfig, config_from_mapping,
-                          load_config_file, option_namespaces, split_algorithm_options)
-from jaxfl.engine import NumericalError
+from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, ConfigError, RunConfig, algorithms_reading,
+                          config_from_mapping, fields_not_read_by, load_config_file, option_namespaces,
+                          split_algorithm_options)
+from jaxfl.engine import NumericalError, ResourceError
 
 _HELP = {
     "algorithm": "a registered algorithm ({names}) or module:Class; a comma-separated list runs each and compares",
@@ -45,16 +46,33 @@ _HELP = {
     "local_steps": "local steps Q per dispatch",
     "client_lr": "client learning rate",
     "max_time": "budget in virtual seconds (inf for none)",
-    "max_updates": "budget in global updates",
-    "target_accuracy": "held-out accuracy whose first crossing is reported as time to target",
     "stop_at_target": "stop a run once it reaches the target accuracy",
-    "rule": "paper (the original papers; FedBuff's default) or fedcompass (the FedCompass authors' framework, "
-            "p_i-weighted; FedAsync's default)",
-    "concurrency": "clients in flight for FedAsync/FedBuff (default: --clients-per-round, else min(clients, 1000))",
     "batching": "defer dispatches and train the in-flight work together (--no-batching: one at a time)",
     "output_dir": "folder that receives one run directory per run",
 }
 _ALIASES = {"client_lr": ["--lr"], "output_dir": ["--out"], "local_steps": ["--steps"]}
+
+# What ``jaxfl run --help`` prints above and below the flags (plain text: argparse shows it verbatim).
+_RUN_DESCRIPTION = """\
+Run one experiment, or several algorithms side by side with the same seed (a comma-separated
+--algorithm, which ends with a comparison table), and write one run directory per run under
+--output-dir.
+
+Every config field is a flag, grouped below by the config's sections. A JSON or TOML file given with
+--config sets a base that flags override (the same names; sections as tables such as [client]). An
+algorithm's own options are flags in its namespace (--port.staleness-bound 5); the groups at the end
+list them, one group per algorithm. A setting that the chosen algorithm, dataset, partition or speed
+model never reads is refused with its name, not silently ignored."""
+_RUN_EXAMPLES = """\
+examples:
+  jaxfl run --algorithm fedbuff --dataset fashion_mnist --clients 10 --heterogeneity exp
+  jaxfl run --algorithm fedavg,fedavgm,fedasync,fedbuff
+  jaxfl run --config experiment.toml --seed 3 --max-updates 50
+  jaxfl run --algorithm port --port.staleness-bound 5 --port.preset plato
+  jaxfl run --resume runs/RUN_DIR
+  jaxfl algorithms                                    (every algorithm and its options)
+  jaxfl timeline runs/RUN_DIR                         (who trained when, and the aggregations)
+  jaxfl partition --dataset fashion_mnist --partition class --clients 10"""
 
 
 def _parse_value(annotation: str, text: str):
@@ -80,56 +98,99 @@ def _value_parser(name: str, annotation: str | None = None):
     return parse
 
 
-def _add_flag(group, flags: list[str], dest: str, annotation: str, help_text: str, parse=None) -> None:
-    """One flag: ``--x/--no-x`` for a bool field, else a value parsed by the field's annotation."""
-    if annotation.startswith("bool"):
-        group.add_argument(*flags, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-    else:
-        group.add_argument(*flags, dest=dest, type=parse or _value_parser(dest, annotation), default=None,
-                           metavar=dest.rpartition(".")[2].upper(), help=help_text)
+def _add_flag(group, flags: list[str], dest: str, annotation: str, help_text: str, parse=None,
+              hidden: list[str] = ()) -> None:
+    """One flag: ``--x/--no-x`` for a bool field, else a value parsed by the field's annotation.
+    ``hidden`` spellings (jaxfl 0.1's) are accepted but not listed in ``--help``."""
+    for names, text in ((flags, help_text), (hidden, argparse.SUPPRESS)):
+        if not names:
+            continue
+        if annotation.startswith("bool"):
+            group.add_argument(*names, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            group.add_argument(*names, dest=dest, type=parse or _value_parser(dest, annotation), default=None,
+                               metavar=_metavar(dest, annotation), help=text)
+
+
+def _metavar(dest: str, annotation: str) -> str:
+    """A short placeholder by type: N (integer), X (number), PATH (a folder or file), NAME."""
+    if annotation.startswith("int"):
+        return "N"
+    if annotation.startswith("float"):
+        return "X"
+    return "PATH" if dest.endswith("_dir") else "NAME"
+
+
+def _with_default(text: str, default, unset: str = "unset") -> str:
+    """A help line ending in its default; a text that already says what "unset" means keeps it."""
+    if default is None:
+        return text if "unset" in text else f"{text} (default: {unset})"
+    return f"{text} (default: {default})"
 
 
 def _option_flags(run: argparse.ArgumentParser) -> None:
     """One flag per option of every registered algorithm, in the options' namespace (dest ``space.field``)."""
     for space, owners in option_namespaces().items():
         cls = algorithms.get(owners[0]).Options
-        group = run.add_argument_group(f"{', '.join(owners)} options")
+        summary = algorithms.get(owners[0]).summary
+        group = run.add_argument_group(f"{space} options ({', '.join(owners)})",
+                                       f"{summary[0].upper()}{summary[1:]}." if summary else None)
         aliases = {field: alias for alias, field in cls.aliases.items()}
-        comments = _field_comments(cls)
+        preset_fields = next(iter(cls.presets.values()), {})
         for field in dataclasses.fields(cls):
-            flag = field.name.replace("_", "-")
-            flags = [f"--{space}.{flag}", f"--{space}-{flag}"]
-            if field.name in aliases:
-                flags += [f"--{space}.{aliases[field.name]}", f"--{space}-{aliases[field.name]}"]
-            dest = f"{space}.{field.name}"
-            preset_fields = next(iter(cls.presets.values()), {})
-            default = "the preset's" if field.default is None and field.name in preset_fields else field.default
-            _add_flag(group, flags, dest, field.type, f"{comments.get(field.name, '')} (default: {default})")
+            spellings = [field.name.replace("_", "-")] + ([aliases[field.name]] if field.name in aliases else [])
+            unset = "the preset's" if field.name in preset_fields else "unset"
+            _add_flag(group, [f"--{space}.{name}" for name in spellings], f"{space}.{field.name}", field.type,
+                      _with_default(field_help(cls, field.name), field.default, unset),
+                      hidden=[f"--{space}-{name}" for name in spellings])
 
 
 def _field_comments(cls) -> dict[str, str]:
-    """The ``# comment`` after each field of a dataclass's source: its one-line help (empty if none)."""
+    """The ``# comment`` after each field of a dataclass's source (empty if none)."""
     try:
         source = inspect.getsource(cls)
     except (OSError, TypeError):  # defined interactively
         return {}
     found = re.findall(r"^\s+(\w+):[^#\n]*#\s*(.+)$", source, flags=re.MULTILINE)
-    return {name: text.strip().replace("%", "%%") for name, text in found}
+    return {name: text.strip() for name, text in found}
+
+
+def field_help(cls, name: str) -> str:
+    """The one-line help of a dataclass field (a config field or an algorithm option):
+    ``dataclasses.field(metadata={"help": ...})`` if given, else the ``# comment`` after the field
+    in its class's source; empty if neither (``tests/test_cli_help.py`` fails on such a field).
+
+    >>> from jaxfl.config import ClientConfig
+    >>> field_help(ClientConfig, "local_steps")
+    'Q local steps per dispatch'
+    """
+    for base in cls.__mro__:  # a field inherited from a base dataclass is described there
+        if name in getattr(base, "__dataclass_fields__", {}):
+            text = base.__dataclass_fields__[name].metadata.get("help") or _field_comments(base).get(name, "")
+            if text:
+                return text.replace("%", "%%")  # argparse formats help with %
+    return ""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxfl", description="JAX-native federated-learning simulator")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run one experiment (or several algorithms side by side)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("--config", help="JSON or TOML file of config fields (flags override it)")
-    run.add_argument("--resume", metavar="RUN_DIR",
-                     help="continue the run in RUN_DIR from its newest readable checkpoint; the run keeps its "
-                          "config: other flags (and --config) must equal the run's values, except "
-                          "--progress/--no-progress")
-    groups = {section: run.add_argument_group(f"{section} ({cls.__doc__.splitlines()[0].rstrip('.')})")
-              for section, cls in SECTIONS.items()}
-    groups[None] = run.add_argument_group("run and output")
+                              usage="jaxfl run [--config FILE] [--algorithm NAME[,NAME...]] [FLAG VALUE ...]",
+                              description=_RUN_DESCRIPTION, epilog=_RUN_EXAMPLES,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    groups = {"algorithm": run.add_argument_group(
+        "algorithm", "Which algorithm runs; its own options are in its group at the end.")}
+    for section, cls in SECTIONS.items():
+        summary = cls.__doc__.splitlines()[0]
+        groups[section] = run.add_argument_group(f"{section}: {summary[0].lower()}{summary[1:].rstrip('.')}")
+    groups[None] = run.add_argument_group("run and output: config file, seed, run directory, checkpoints, resume")
+    groups[None].add_argument("--config", metavar="FILE",
+                              help="JSON or TOML file of config fields and algorithm options (flags override it)")
+    groups[None].add_argument("--resume", metavar="RUN_DIR",
+                              help="continue the run in RUN_DIR from its newest readable checkpoint; the run "
+                                   "keeps its config: other flags (and --config) must equal the run's values, "
+                                   "except --progress/--no-progress")
     cluster = run.add_argument_group("cluster (a run over several processes or hosts: jaxfl.cluster)")
     cluster.add_argument("--cluster", action="store_true",
                          help="join a run of several processes described by the environment (SLURM's srun, "
@@ -138,15 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
                          help="address of process 0's coordinator service, the same for every process")
     cluster.add_argument("--num-processes", type=int, metavar="N", help="processes in the run")
     cluster.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 to N-1")
-    comments = {name: text for cls in (*SECTIONS.values(), RunConfig) for name, text in _field_comments(cls).items()}
     for name, field in FIELDS.items():
         if name == "algorithm_options":  # one flag per option instead (_option_flags)
             continue
         flags = [f"--{name.replace('_', '-')}"] + _ALIASES.get(name, [])
-        described = _HELP.get(name, comments.get(name, name.replace("_", " "))).replace(
-            "{names}", ", ".join(algorithms.names()))
-        help_text = f"{described} (default: {field.default})"
-        _add_flag(groups[SECTION_OF.get(name)], flags, name, field.type, help_text,
+        owner = SECTIONS.get(SECTION_OF.get(name), RunConfig)
+        described = _HELP.get(name, field_help(owner, name)).replace("{names}", ", ".join(algorithms.names()))
+        group = groups[SECTION_OF.get(name, "algorithm" if name == "algorithm" else None)]
+        _add_flag(group, flags, name, field.type, _with_default(described, field.default),
                   parse=str if name == "algorithm" else None)
     _option_flags(run)
     listing = commands.add_parser("algorithms", help="the registered algorithms: name, kind, options")
@@ -158,11 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
     timeline.add_argument("--max-time", type=float, help="show virtual time up to this many seconds")
     split = commands.add_parser("partition", help="how a dataset splits over clients: table and class heatmap")
     for name in _PARTITION_FLAGS:
+        owner = SECTIONS.get(SECTION_OF.get(name), RunConfig)
         split.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_value_parser(name), default=None,
-                           metavar=name.upper(), help=f"{_HELP.get(name, name.replace('_', ' '))} "
-                                                      f"(default: {FIELDS[name].default})")
-    split.add_argument("--out", help="folder for the heatmap PNG (default: the run output folder, runs)")
-    split.add_argument("--max-rows", type=int, default=40, help="client rows printed (default: 40)")
+                           metavar=_metavar(name, FIELDS[name].type),
+                           help=_with_default(_HELP.get(name, field_help(owner, name)), FIELDS[name].default))
+    split.add_argument("--out", metavar="PATH", help="folder for the heatmap PNG (default: the run output folder, runs)")
+    split.add_argument("--max-rows", type=int, default=40, metavar="N", help="client rows printed (default: 40)")
     return parser
 
 
@@ -287,11 +348,30 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
         if space not in spaces.values():
             raise ConfigError(f"options --{space}.* are given but no chosen algorithm ({names}) reads them")
     table = fields.pop("algorithm_options", None)
+    per_algorithm = _fields_read(fields, chosen)
     # Validate every config before the first run starts: a typo in the third fails at once.
-    return [config_from_mapping({**fields, "algorithm": name,
+    return [config_from_mapping({**per_algorithm[name], "algorithm": name,
                                  "algorithm_options": {**(table or {}), **options.get(spaces[name], {})}
                                  if (table or spaces[name] in options) else None})
             for name in chosen]
+
+
+def _fields_read(fields: dict, chosen: list[str]) -> dict[str, dict]:
+    """Each chosen algorithm's run fields: an algorithm-specific field (``--buffer-size``...) that an
+    algorithm never reads is refused for a single algorithm and, in a comparison, given only to the
+    algorithms that read it (an error if none does), so that no setting is silently ignored."""
+    unread = {name: fields_not_read_by(algorithms.get(name), fields) for name in chosen}
+    for field in sorted({field for names in unread.values() for field in names}):
+        readers = [name for name in chosen if field not in unread[name]]
+        if not readers:
+            anywhere = ", ".join(algorithms_reading(field))
+            raise ConfigError(f"{field}={fields[field]!r} is not allowed with algorithm {', '.join(chosen)}: "
+                              f"{'it never reads' if len(chosen) == 1 else 'none of them reads'} it (read only by {anywhere}); "
+                              f"leave it unset")
+        skipped = [name for name in chosen if name not in readers]
+        print(f"jaxfl: note: {field}={fields[field]!r} applies to {', '.join(readers)} only "
+              f"({', '.join(skipped)} {'does' if len(skipped) == 1 else 'do'} not read it)", file=sys.stderr)
+    return {name: {key: value for key, value in fields.items() if key not in unread[name]} for name in chosen}
 
 
 def _print_comparison(results, output_dir: str) -> None:
@@ -376,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{config.target_accuracy:.0%} {reached}, {summary['global_updates']} updates, "
                   f"stop: {summary['stop_reason']} → {result.run_dir}")
             results.append(result)
-    except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
+    except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
     except NumericalError as error:  # the run directory keeps everything logged until then
         parser.exit(1, f"jaxfl: run stopped: {error}\n")

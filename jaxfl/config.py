@@ -1,7 +1,7 @@
 """One validated configuration for a run (plain Python; no jax).
 
-Every field has a default chosen from the seed papers (FedCompass MNIST settings, spec §5.4, §6)
-scaled to the embedded data set. :func:`validate` checks types, ranges, names and combinations
+Every field has a default chosen from the papers jaxfl reproduces (the MNIST settings of FedCompass, Li et al.,
+ICLR 2024: Appendix E and Tables 9, 12–13) scaled to the embedded data set. :func:`validate` checks types, ranges, names and combinations
 before any work is done and raises :class:`ConfigError` naming the field, the value and what is
 allowed.
 
@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import os
+import warnings
 from typing import Any
 
 from jaxfl import algorithms
@@ -62,7 +63,7 @@ class DataConfig:
     dirichlet_alpha: float = 0.5  # concentration of the Dirichlet label split
     client_sizes: str = "equal"  # iid / dirichlet_client partition sizes: equal, lognormal or powerlaw
     size_skew: float = 1.0  # sigma (lognormal) or tail index (powerlaw) of those client sizes
-    shards_per_client: int = 2  # label_shards (McMahan et al.)
+    shards_per_client: int = 2  # label_shards: shards of label-sorted samples per client (McMahan et al.)
     gamma: float = 0.1  # gamma_mix: the IID fraction (CC-FedAvg; 0.1 = "90% non-IID")
     client_weights: str = "samples"  # p_i: relative sample size (paper) or uniform 1/m
     augment: str = "auto"  # on-device training augmentation: auto (crop+flip for CIFAR) | none | crop_flip
@@ -71,7 +72,7 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SpeedsConfig:
-    """Client speeds and communication on the virtual clock (spec fedcompass.md §6, port.md §5.2)."""
+    """Client speeds and communication on the virtual clock."""
 
     heterogeneity: str = "exp"  # time per step drawn once per client: homo, normal, exp, pareto or zipf
     speed_mean: float = 0.15  # μ seconds per local step (MNIST, batch 64)
@@ -79,10 +80,10 @@ class SpeedsConfig:
     speed_change_prob: float = 0.0  # probability of re-drawing t_i each round
     speed_cap: float = 30.0  # pareto/zipf idle-time cap (PORT)
     negative_times: str = "redraw"  # negative normal draws: redraw, clip or error
-    latency: float = 0.0  # seconds per model transfer
-    bandwidth: float = math.inf  # bytes per second
+    latency: float = 0.0  # virtual seconds of latency per model transfer
+    bandwidth: float = math.inf  # bytes per second of a model transfer (inf: no limit)
     speed_reference_time: float = 10.0  # t_i = μ(1 + s_i/ref): PLATO's avg_training_time per epoch (LeNet: 10 s)
-    speed_legacy_seed: int | None = None  # idle times from NumPy's RandomState(seed) as PLATO (1: spec table)
+    speed_legacy_seed: int | None = None  # pareto/zipf idle times from NumPy's RandomState(seed) as PLATO draws them (1: PORT's runs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +104,7 @@ class ClientConfig:
     """Local training on each client."""
 
     local_steps: int = 50  # Q local steps per dispatch
-    batch_size: int = 64  # B
+    batch_size: int = 64  # minibatch size B of a local step
     client_optimizer: str = "adam"  # adam, sgd or adamw (re-initialised at every dispatch)
     client_lr: float = 0.003  # client learning rate
     prox_mu: float = 0.0  # FedProx μ: local objective + μ/2 ‖w − w_start‖² (0: off)
@@ -114,15 +115,15 @@ class ServerConfig:
     """Aggregation options shared by several algorithms and the server optimiser."""
 
     server_optimizer: str = "sgd"  # optax on the aggregated update: sgd, adam, yogi, adagrad
-    server_lr: float | None = None  # None: 1 for sgd (FedAvg), DEFAULT_SERVER_LR for adam/yogi/adagrad
-    server_momentum: float | None = None  # None: the algorithm's (0.9 for fedavgm), 0 otherwise
-    clients_per_round: int | None = None  # synchronous methods; None: all clients (async: the concurrency)
-    concurrency: int | None = None  # asynchronous methods: clients in flight; None: clients_per_round or min(clients, 1000)
-    buffer_size: int = 3  # FedBuff K
-    rule: str | None = None  # FedAsync/FedBuff update rule: paper or fedcompass (authors' framework); None: each's default
+    server_lr: float | None = None  # server learning rate; unset: 1 for sgd (FedAvg), 0.01 adam/yogi, 0.1 adagrad
+    server_momentum: float | None = None  # server SGD momentum; unset: the algorithm's (0.9 for fedavgm), else 0
+    clients_per_round: int | None = None  # clients sampled per round (FedAvg, FedOpt, CC-FedAvg; unset: all); FedAsync/FedBuff: the concurrency
+    concurrency: int | None = None  # clients in flight (FedAsync, FedBuff, FedASMU); unset: clients_per_round, else min(clients, 1000)
+    buffer_size: int = 3  # FedBuff's K: buffered updates per aggregation
+    rule: str | None = None  # FedAsync/FedBuff update rule: paper or fedcompass (authors' framework); unset: each's default
     staleness: str = "polynomial"  # st(s): constant, polynomial α(s+1)^-a, hinge, exponential
-    staleness_alpha: float = 0.9  # α of st(s)
-    staleness_a: float = 0.5  # a of st(s)
+    staleness_alpha: float = 0.9  # α of the staleness function st(s)
+    staleness_a: float = 0.5  # a of the staleness function st(s) (not read by constant)
     fednova: bool = False  # FedNova: normalise pseudo-gradient aggregations by local steps
 
 
@@ -131,23 +132,23 @@ class BudgetConfig:
     """When a run stops and how often it is evaluated."""
 
     max_time: float = 3000.0  # virtual seconds (inf for none)
-    max_updates: int | None = None  # global updates
-    target_accuracy: float | None = None  # None: DEFAULT_TARGETS[dataset]
+    max_updates: int | None = None  # budget in global updates (unset: none)
+    target_accuracy: float | None = None  # held-out accuracy to reach; unset: 0.9 MNIST, 0.8 Fashion-MNIST, 0.6 CIFAR-10, else 0.7
     stop_at_target: bool = True  # stop once the held-out accuracy reaches the target
-    eval_every: int = 1  # evaluate every this many global updates ...
-    eval_interval: float | None = None  # ... or on a grid of this many virtual seconds
+    eval_every: int = 1  # evaluate the global model every this many global updates
+    eval_interval: float | None = None  # evaluate on a grid of this many virtual seconds instead of eval_every
 
 
 @dataclasses.dataclass(frozen=True)
 class EngineConfig:
-    """How the engine shapes its training calls (results never depend on it)."""
+    """How the engine shapes its training calls (results agree up to float32 rounding)."""
 
     batching: bool = True  # defer dispatches and train the in-flight work together
-    clients_per_call: int | None = None  # None: chosen per backend
-    steps_per_call: int | None = None  # None: from local_steps (all of them, up to 10 unrolled)
+    clients_per_call: int | None = None  # clients trained together in one call; unset: chosen from the backend
+    steps_per_call: int | None = None  # local steps unrolled per call; unset: from local_steps (at most 10)
     cpu_friendly_layers: bool = True  # on CPU: convolutions as im2col matmuls, tiling max-pools as reshapes (2–2.7x faster steps)
-    devices: int | None = None  # local devices the client axis is sharded over (None: all; a CPU's cores are devices)
-    memory_limit_mb: float | None = None  # memory one training call may use (None: what is free)
+    devices: int | None = None  # local devices the client axis is sharded over (unset: all; a CPU's cores are devices)
+    memory_limit_mb: float | None = None  # memory one training call may use, MiB (unset: what the device has free)
     timing_only: bool = False  # the schedule only: no training, no model on device (staleness, idle time, events/s)
 
 
@@ -182,9 +183,9 @@ class RunConfig:
     budget: BudgetConfig = BudgetConfig()
     engine: EngineConfig = EngineConfig()
     seed: int = 0  # every random stream of the run derives from it
-    checkpoint_every: int | None = 25  # global updates between checkpoints (None: only at the end)
+    checkpoint_every: int | None = 25  # global updates between checkpoints (none: only at the end)
     output_dir: str = "runs"  # folder that receives one run directory per run
-    run_name: str | None = None  # the run directory's name (None: from algorithm, data, speeds, seed)
+    run_name: str | None = None  # the run directory's name (unset: from the algorithm, data, model, key settings and a config hash)
     progress: bool = True  # a progress bar in virtual time
 
     def __init__(self, **values: Any):
@@ -220,7 +221,7 @@ class RunConfig:
 
     @property
     def momentum(self) -> float:
-        """The server momentum in force: the algorithm's default (FedAvgM: 0.9, spec §5.4) unless set."""
+        """The server momentum in force: the algorithm's default (FedAvgM: 0.9, as in FedCompass's baselines, Li et al., ICLR 2024, Table 12) unless set."""
         if self.server_momentum is not None:
             return self.server_momentum
         return algorithms.get(self.algorithm).server_momentum
@@ -380,6 +381,7 @@ def validate(config: RunConfig) -> RunConfig:
         if math.isinf(config.max_time) and config.max_updates is None:
             fail("max_time", config.max_time, "a finite time budget, or max_updates, for a timing-only run "
                                               "(it has no accuracy to stop at)")
+    _check_settings_are_read(config, algorithm)
     config = dataclasses.replace(config, algorithm_options=options)
     if config.run_name is not None and (not config.run_name or os.sep in config.run_name
                                         or config.run_name in (".", "..")):
@@ -388,6 +390,74 @@ def validate(config: RunConfig) -> RunConfig:
         config = dataclasses.replace(config, target_accuracy=DEFAULT_TARGETS.get(config.dataset,
                                                                                   DEFAULT_TARGET_OTHER))
     return config
+
+
+# Run fields that only some algorithms read: each built-in algorithm names those it reads in its
+# ``reads`` class attribute; a non-default value given to one that does not is reported.
+ALGORITHM_FIELDS = ("clients_per_round", "buffer_size", "rule", "staleness", "staleness_alpha", "staleness_a",
+                    "round_timeout")
+DATASETS_WITHOUT_FILES = ("mnist10k", "digits")  # and synthetic*: nothing is read from data_dir
+
+
+def _only_read_when(config: RunConfig) -> dict[str, tuple[bool, str]]:
+    """Fields read only in some settings: name → (read in this config?, what reads it)."""
+    partition = config.partition
+    return {
+        "data_dir": (not (config.dataset in DATASETS_WITHOUT_FILES or config.dataset.startswith("synthetic")),
+                     "datasets fashion_mnist, mnist, npz, array_record and tfds:NAME"),
+        "dirichlet_alpha": (partition in ("dirichlet", "dirichlet_client"), "partitions dirichlet and dirichlet_client"),
+        "client_sizes": (partition in ("iid", "dirichlet_client"), "partitions iid and dirichlet_client"),
+        "size_skew": (partition in ("iid", "dirichlet_client") and config.client_sizes != "equal",
+                      "client_sizes lognormal and powerlaw (partitions iid and dirichlet_client)"),
+        "shards_per_client": (partition == "label_shards", "partition label_shards"),
+        "gamma": (partition == "gamma_mix", "partition gamma_mix"),
+        "speed_cap": (config.heterogeneity in ("pareto", "zipf"), "heterogeneity pareto and zipf"),
+        "speed_reference_time": (config.heterogeneity in ("pareto", "zipf"), "heterogeneity pareto and zipf"),
+        "speed_legacy_seed": (config.heterogeneity in ("pareto", "zipf"), "heterogeneity pareto and zipf"),
+        "delay_factor": (config.delay_prob > 0, "delay_prob > 0"),
+        "dropout_mean": (config.dropout_prob > 0, "dropout_prob > 0"),
+        "eval_every": (config.eval_interval is None, "runs without eval_interval"),
+        "staleness_a": (config.staleness != "constant", "staleness functions other than constant"),
+    }
+
+
+def algorithms_reading(name: str) -> list[str]:
+    """The registered algorithms that read the run field ``name`` (one of :data:`ALGORITHM_FIELDS`).
+
+    >>> algorithms_reading("buffer_size")
+    ['fedbuff']
+    """
+    return [other for other in algorithms.names()
+            if algorithms.get(other).reads is None or name in algorithms.get(other).reads]
+
+
+def fields_not_read_by(algorithm, values: dict[str, Any]) -> list[str]:
+    """The names in ``values`` (run fields, e.g. flags given) that ``algorithm`` never reads although
+    they differ from the field's default: the fields of :data:`ALGORITHM_FIELDS` outside its ``reads``.
+
+    >>> fields_not_read_by(algorithms.get("fedavg"), {"buffer_size": 5, "clients_per_round": 2})
+    ['buffer_size']
+    """
+    if algorithm.reads is None:  # undeclared (an algorithm from outside jaxfl): assume it reads them
+        return []
+    return [name for name in ALGORITHM_FIELDS if name in values and name not in algorithm.reads
+            and _coerce(values[name], FIELDS[name].type) != FIELDS[name].default]
+
+
+def _check_settings_are_read(config: RunConfig, algorithm) -> None:
+    """Nothing set is silently ignored. A data, speed, fault or evaluation field set (to a non-default
+    value) where the run never reads it is an error. An algorithm-specific field (buffer_size, rule,
+    ...) the algorithm does not read is a warning here, because one base config reused for several
+    algorithms is the usual way to compare them in Python; ``jaxfl run`` refuses it for a single
+    algorithm and passes it only to the algorithms that read it in a comparison."""
+    for name, (read, readers) in _only_read_when(config).items():
+        value = getattr(config, name)
+        if not read and value != FIELDS[name].default:
+            keep = "unset" if FIELDS[name].default is None else f"at its default {FIELDS[name].default!r}"
+            fail(name, value, f"leave it {keep}, this run never reads it (read only with {readers})")
+    for name in fields_not_read_by(algorithm, {name: getattr(config, name) for name in ALGORITHM_FIELDS}):
+        warnings.warn(f"{name}={getattr(config, name)!r} is ignored: {config.algorithm} does not read it (read by "
+                      f"{', '.join(algorithms_reading(name))})", UserWarning, stacklevel=3)
 
 
 def _resolve_server_optimizer(config: RunConfig, algorithm) -> RunConfig:

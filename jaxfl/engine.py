@@ -1,7 +1,7 @@
 """The engine: joins the scheduler (which decides) and the kernels (which compute).
 
 It keeps the federation's samples and the global model versions on device and implements the
-simulation's :class:`~jaxfl.scheduler.simulation.Backend`. The central idea (DESIGN.md): a
+simulation's :class:`~jaxfl.scheduler.simulation.Backend`. The central idea: a
 dispatch is not trained when it is made. The engine keeps the *pending* dispatches and trains all
 of them in vmapped calls the first time an aggregation needs one of their results; a client's
 result depends only on (start model, its data, its step count, its key), so this equals training
@@ -34,7 +34,7 @@ The methods a hook may call form the hook API: ``params``, ``previous_params``, 
 Non-trainable model state (BatchNorm running statistics; a trainer built from a ``ModelAdapter``
 whose model is ``{"params", "state"}``) never goes through the Δ/staleness arithmetic: the kernel's
 delta for it is zero, and every aggregation sets the global ``"state"`` to the plain unweighted mean
-of the aggregated clients' final buffers (spec §2.6 of the semi-asynchronous paper: a single update copies the
+of the aggregated clients' final buffers (as the FedCompass authors' code does, Li et al., ICLR 2024: a single update copies the
 client's, a group aggregation averages them). Hooks that make the whole update do the same with
 :meth:`Engine.mean_buffers`; weighting hooks see the trainable parameters only
 (:meth:`Engine.trainable`).
@@ -331,10 +331,22 @@ class Engine:
             if padded == devices:
                 raise ResourceError(
                     f"one client per device needs about {self.call_bytes(devices) / 2**20:.1f} MiB but only "
-                    f"{budget / 2**20:.1f} MiB may be used; lower batch_size or use a smaller model")
+                    f"{budget / 2**20:.1f} MiB may be used ({MEMORY_HEADROOM:.0%} of "
+                    f"{'memory_limit_mb' if self.memory_limit is not None else 'the free device memory'}); "
+                    f"lower batch_size or use a smaller model"
+                    f"{', or raise memory_limit_mb' if self.memory_limit is not None else ''}")
             padded = max(devices, padded // 2 // devices * devices)
             self.split_calls += 1
         return padded
+
+    def check_memory(self) -> None:
+        """Raise :class:`ResourceError` now if not even one client per device fits the memory
+        budget, so that a run fails before it writes anything rather than at its first training
+        call. Checked where a budget is set (``memory_limit``) or the device is an accelerator; on
+        a CPU without a limit the guard checks the first call as before (compiling the smallest call
+        only to check it would cost every CPU run a compilation)."""
+        if self.memory_limit is not None or self.home.platform != "cpu":
+            self._clients_that_fit(self.plan.devices)
 
     def call_bytes(self, padded: int) -> int:
         """Memory one training call of ``padded`` clients allocates, where the budget is measured:

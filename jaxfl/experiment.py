@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -105,17 +106,46 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
 
 
 def _run_dir(config: RunConfig, algorithm: str) -> str:
-    """A new folder under ``output_dir``; ``algorithm`` is the registered name (not a module:Class reference)."""
-    # Dataset names may hold ':' and '/' (tfds:emnist/balanced): keep the run one flat folder.
-    dataset = config.dataset.replace(":", "_").replace("/", "_")
-    name = config.run_name or (f"{algorithm}-{dataset}-{config.heterogeneity}"
-                               f"-c{config.clients}-s{config.seed}")
+    """A new folder under ``output_dir`` named by :func:`run_name` (``-2``, ``-3``... when the same
+    config runs again); ``algorithm`` is the registered name (not a module:Class reference)."""
+    name = config.run_name or run_name(config, algorithm)
     path = os.path.join(config.output_dir, name)
     suffix = 2
     while os.path.exists(path):
         path = os.path.join(config.output_dir, f"{name}-{suffix}")
         suffix += 1
     return path
+
+
+def config_hash(config: RunConfig) -> str:
+    """Six hex digits of SHA-256 over the config's canonical JSON, leaving out where and how the run
+    is written (``output_dir``, ``run_name``, ``progress``): equal for the same experiment only.
+
+    >>> config_hash(RunConfig(output_dir="a")) == config_hash(RunConfig(output_dir="b", progress=False))
+    True
+    >>> config_hash(RunConfig(batch_size=32)) == config_hash(RunConfig())
+    False
+    """
+    values = {key: value for key, value in config.to_dict().items() if key not in ("output_dir", "run_name",
+                                                                                  "progress")}
+    canonical = json.dumps(values, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:6]
+
+
+def run_name(config: RunConfig, algorithm: str | None = None) -> str:
+    """The default run directory name: algorithm, dataset, model, partition (with its α for the
+    Dirichlet splits), speed model, clients, local steps, client learning rate, seed, and
+    :func:`config_hash`, so that two different configs never share a name.
+
+    >>> run_name(RunConfig(algorithm="fedbuff", partition="dirichlet", dirichlet_alpha=0.3))[:-7]
+    'fedbuff-mnist10k-cnn-dirichlet0.3-exp-c10-q50-lr0.003-s0'
+    """
+    partition = config.partition + (f"{config.dirichlet_alpha:g}" if config.partition.startswith("dirichlet") else "")
+    parts = [algorithm or config.algorithm, config.dataset, config.model, partition, config.heterogeneity,
+             f"c{config.clients}", f"q{config.local_steps}", f"lr{config.client_lr:g}", f"s{config.seed}",
+             config_hash(config)]
+    # Names may hold ':' and '/' (tfds:emnist/balanced, module:Class): keep the run one flat folder.
+    return "-".join(parts).replace(":", "_").replace("/", "_").replace(os.sep, "_")
 
 
 def _write_json(path: str, payload: dict) -> None:
@@ -387,15 +417,17 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     hooks = device_hooks(algorithm)
     speeds, faults = _speeds_and_faults(config, params)
 
-    # Built before any file is touched: a resume restores its checkpoint into the engine's shapes
-    # and must know that checkpoint reads back before the logs are cut back to it. The recorder
-    # that receives each version is created once the logs are open.
+    # Built before any file is touched: a run that cannot fit in memory fails before it writes
+    # anything, and a resume restores its checkpoint into the engine's shapes and must know that the
+    # checkpoint reads back before the logs are cut back to it. The recorder that receives each
+    # version is attached once the logs are open.
     engine = Engine(trainer, params, FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y)),
                     federation.offsets, federation.counts, server_optimizer, seed=config.seed, plan=plan,
-                    batching=config.batching, on_version=lambda *version: recorder.on_version(*version),
-                    keep_start_versions=policy.needs_start_models,
+                    batching=config.batching, keep_start_versions=policy.needs_start_models,
                     memory_limit=None if config.memory_limit_mb is None else int(config.memory_limit_mb * 2**20),
                     sample_bytes=int(np.prod(dataset.input_shape)), hooks=hooks)
+    engine.check_memory()
+
     saved = None
     if resume_dir is None:
         run_dir = _run_dir(config, algorithm.name)
@@ -419,6 +451,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         recorder = _Recorder(config, make_evaluator(model.predict, dataset.test_x, dataset.test_y,
                                                     preprocess=preprocess),
                              metrics_file, progress, wall_start, params, flush_also=(events_file,))
+        engine.on_version = recorder.on_version
         recorder.stats = engine.stats
         checkpoints = _Checkpointer(config, run_dir, engine, recorder, events_file, metrics_file, saved)
         if saved is None:
@@ -491,9 +524,30 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
         "config": config.to_dict(), "execution_plan": None if plan is None else dataclasses.asdict(plan),
         "backend": None if config.timing_only else jax.default_backend(),
         **({"timing_only": True} if config.timing_only else {}),
-        "versions": {"jax": jax.__version__, "python": platform.python_version()},
+        "versions": library_versions(),
         "model_parameters": count_params(params["params"]),
         "model_state_values": count_params(params.get("state", {})), "client_samples": federation.counts.tolist()})
+
+
+def library_versions() -> dict[str, str | None]:
+    """Versions of jaxfl and the libraries a run's numbers depend on, as recorded in config.json.
+
+    >>> sorted(library_versions())
+    ['flax', 'jax', 'jaxfl', 'jaxlib', 'numpy', 'optax', 'python']
+    """
+    from importlib import metadata
+
+    import jaxfl
+
+    def installed(package: str) -> str | None:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"jaxfl": jaxfl.__version__, "jax": jax.__version__, "jaxlib": installed("jaxlib"),
+            "flax": installed("flax"), "optax": optax.__version__, "numpy": np.__version__,
+            "python": platform.python_version()}
 
 
 def _schedule_summary(config: RunConfig, algorithm, simulation: Simulation, end_time: float, reason: str) -> dict:

@@ -88,7 +88,8 @@ def test_cli_runs_config_file_and_writes_run_directory(tmp_path, capsys):
                  "--no-progress", "--output-dir", str(out)]) == 0
     runs = sorted(os.listdir(out))
     assert "comparison.csv" in runs
-    run_dir = out / "fedbuff-mnist10k-exp-c3-s2"
+    [name] = [name for name in runs if name.startswith("fedbuff-mnist10k-mlp-iid-exp-c3-q3-lr0.003-s2-")]
+    run_dir = out / name
     saved = json.loads((run_dir / "config.json").read_text())["config"]
     assert saved["client"]["local_steps"] == 3 and saved["seed"] == 2 and saved["budget"]["target_accuracy"] == 0.9
     with open(run_dir / "events.csv") as handle:

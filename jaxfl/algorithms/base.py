@@ -151,7 +151,11 @@ class Algorithm:
     - ``delta_updates``: True if its aggregations are pseudo-gradients Σ c_i Δ_i, so the FedNova
       option can normalise them (see :meth:`supports_fednova`);
     - ``uses_concurrency``: True if it keeps the run's ``concurrency`` clients in flight (a
-      ``concurrency`` given to any other algorithm is refused rather than ignored).
+      ``concurrency`` given to any other algorithm is refused rather than ignored);
+    - ``reads``: the algorithm-specific run fields it reads, out of
+      :data:`jaxfl.config.ALGORITHM_FIELDS` (``buffer_size``, ``rule``, ``staleness``...); one of
+      them set for an algorithm that does not read it is reported, never silently ignored. None
+      (the default): undeclared, nothing is reported.
     """
 
     name: ClassVar[str] = ""
@@ -162,6 +166,7 @@ class Algorithm:
     waits_for_clients: ClassVar[str | None] = None
     delta_updates: ClassVar[bool] = True
     uses_concurrency: ClassVar[bool] = False  # it reads the run's ``concurrency`` (clients in flight)
+    reads: ClassVar[frozenset[str] | None] = None  # algorithm-specific run fields it reads
     summary: ClassVar[str] = ""
 
     def __init__(self, run, options: Options | None = None):

@@ -1,7 +1,7 @@
 """CC-FedAvg (Zhang et al., IEEE IoT Journal 2024): computationally customised FedAvg.
 
-Spec: ``shared/specs/ccfedavg.md`` §2 (Algorithm 1), §3 (budgets and schedules), §4 (baselines),
-§8 (pitfalls). Every client i has a compute budget p_i, the fraction of rounds in which it trains;
+Paper: Sec. III-B and Algorithm 1 (the method), Sec. VI (budgets, schedules and baselines); the
+authors' code (benjiachong/ccfedavg) where the paper is silent. Every client i has a compute budget p_i, the fraction of rounds in which it trains;
 in the other rounds it re-sends its last trained update instead of training (Algorithm 1)::
 
     for t = 0, 1, ...:
@@ -309,7 +309,7 @@ class UpdateBanks(DeviceHook):
 
 @dataclasses.dataclass(frozen=True)
 class CCFedAvgConfig(Options):
-    """CC-FedAvg's options (spec ccfedavg.md §2–§4)."""
+    """CC-FedAvg's options (Zhang et al., IEEE IoT Journal 2024, Sec. III and VI)."""
 
     namespace = "cc"
 
@@ -320,7 +320,7 @@ class CCFedAvgConfig(Options):
     window: int = 4  # W of two_group: an insufficient client's p = 1/W
     schedule: str = "adhoc"  # adhoc: Bernoulli(p_i) each round (paper default) | round_robin: t mod 1/p_i = 0
     switch_round: int = 100  # τ of CC-FedAvg(c): Strategy 3 before, Strategy 2 from this round
-    total_rounds: int | None = None  # T of FedAvg(dropout)'s quota p_i·T; None: max_updates or 400 (paper)
+    total_rounds: int | None = None  # T of FedAvg(dropout)'s quota p_i·T; unset: max_updates or 400 (paper)
     nova_steps: str = "ceil"  # fednova baseline steps: ceil(p_i K) (paper) | floor (code)
 
     def budgets(self, num_clients: int) -> list[float]:
@@ -352,6 +352,7 @@ class CCFedAvgAlgorithm(Algorithm):
 
     name = "ccfedavg"
     kind = "synchronous"
+    reads = frozenset({"clients_per_round", "round_timeout"})
     Options = CCFedAvgConfig
     waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
     summary = "compute budgets, skipping clients re-send banked updates (Zhang et al. 2024)"

@@ -1,6 +1,6 @@
 """FedASMU (Liu et al., AAAI 2024): asynchronous FL with dynamic staleness-aware model updates.
 
-Spec: ``shared/specs/fedasmu.md`` §1–§5, §10. Versions are counted from 1 in the formulas (the
+Paper: Formulas 1–9, Algorithms 1–2 and the appendix. Versions are counted from 1 in the formulas (the
 aggregation index t, as Algorithm 1 loops t from 1); s = t − o + 1 is 1 for a fresh upload::
 
     TRIGGER (every 𝒯 seconds, also at 0):
@@ -21,7 +21,7 @@ aggregation index t, as Algorithm 1 loops t from 1); s = t − o + 1 is 1 for a 
 The numbers (α, β, both hypergradients with ``jax.grad``) are pure-JAX kernels
 (:mod:`jaxfl.kernels.fedasmu`) run by this file's device hooks: :class:`LearnedAlpha` replaces an
 upload's coefficient (payload :class:`Upload`), :class:`FreshModelMix` mixes the fetched model into
-a paused training call (the engine's generic pause at ``fetch_step``); this policy only schedules. Readings taken where the spec is garbled or silent (§10), each a config switch:
+a paused training call (the engine's generic pause at ``fetch_step``); this policy only schedules. Readings taken where the paper is garbled or silent, each a config switch:
 
 - Formula 2: ξ = λ/(√t s^σ) + ι (the appendix's form, not the main text's √(t·s·σ));
 - t counted from 1 (no division by zero at the first aggregation);
@@ -65,13 +65,13 @@ SLOT_RULES = ("first", "middle", "second_last", "adaptive")
 
 @dataclasses.dataclass(frozen=True)
 class ServerOptions:
-    """Server-side hyperparameters (spec §2, Table 5 LeNet/FMNIST learning rates)."""
+    """Server-side hyperparameters (Formulas 1–3; Table 5's LeNet/FMNIST learning rates)."""
 
     mu_alpha: float = 1.0  # μ_α: not given by the paper [ours]
     alpha_min: float = 0.01  # α ≥ α_min > 0 (the convergence proof's assumption) [ours]
     lr_lambda: float = 1e-4  # η_λ (Table 5)
-    lr_sigma: float = 1e-4  # η_σ
-    lr_iota: float = 1e-4  # η_ι
+    lr_sigma: float = 1e-4  # η_σ, learning rate of the staleness exponent σ
+    lr_iota: float = 1e-4  # η_ι, learning rate of the weight floor ι
     lambda0: float = 1.0  # initial (λ, σ, ι): not given [ours]
     sigma0: float = 0.5
     iota0: float = 0.0
@@ -79,11 +79,11 @@ class ServerOptions:
 
 @dataclasses.dataclass(frozen=True)
 class DeviceOptions:
-    """Device-side hyperparameters (spec §3)."""
+    """Device-side hyperparameters (Formulas 7–9)."""
 
     mu_beta: float = 1.0  # μ_β: not given [ours]
     lr_gamma: float = 1e-4  # η_γ (Table 5)
-    lr_nu: float = 1e-4  # η_ν
+    lr_nu: float = 1e-4  # η_ν, learning rate of the device's ν
     gamma0: float = 1.0  # initial (γ, ν): not given [ours]
     nu0: float = 0.0
 
@@ -152,7 +152,7 @@ class FixedSlot(SlotSelector):
 
 
 class QLearningSlot(SlotSelector):
-    """Per-device tabular Q-learning over the actions {−1, 0, +1} on the slot (spec §3.4, typos fixed).
+    """Per-device tabular Q-learning over the actions {−1, 0, +1} on the slot (the paper's RL time-slot selection, typos fixed).
 
     H[i, l, a] ← H[i, l, a] + φ (R + ψ max_a' H[i, l', a'] − H[i, l, a]) with l' the new slot;
     ε-greedy. φ, ψ and ε are not given by the paper [ours: 0.5, 0.5, 0.1]; the start slot is the
@@ -420,7 +420,7 @@ class FreshModelMix(DeviceHook):
 
 @dataclasses.dataclass(frozen=True)
 class FedASMUConfig(Options):
-    """FedASMU's options (spec fedasmu.md §2–§5); [ours] = not given by the paper."""
+    """FedASMU's options (Liu et al., AAAI 2024, Formulas 1–9 and the experimental setup); [ours] = not given by the paper."""
 
     namespace = "fedasmu"
 
@@ -429,22 +429,22 @@ class FedASMUConfig(Options):
     staleness_bound: int = 99  # τ: uploads with s > τ are dropped
     trigger_period: float = 5.0  # 𝒯 seconds between triggers (appendix: one device every 5 s)
     trigger_batch: int = 1  # m' devices per trigger (appendix: 1; Table 5: 10)
-    max_concurrency: int | None = None  # devices training at once; None: ceil(0.1 m) (paper)
+    max_concurrency: int | None = None  # devices training at once; unset: ceil(0.1 m) (paper)
     fetch: bool = True  # fetch and mix a fresh global model (False: FedASMU-FA)
     dynamic: bool = True  # learn (λ, σ, ι) and (γ, ν) (False: FedASMU-DA, frozen)
-    mu_alpha: float = 1.0  # μ_α [ours]
-    mu_beta: float = 1.0  # μ_β [ours]
+    mu_alpha: float = 1.0  # μ_α, scale of the server mixing weight α = μ_α ξ / (1 + μ_α ξ) [ours]
+    mu_beta: float = 1.0  # μ_β, scale of the fresh-model mixing weight β = μ_β φ / (1 + μ_β φ) [ours]
     alpha_min: float = 0.01  # α clipped to [α_min, 1] [ours]
-    lr_lambda: float = 1e-4  # η_λ (Table 5, LeNet/FMNIST)
-    lr_sigma: float = 1e-4  # η_σ
-    lr_iota: float = 1e-4  # η_ι
-    lr_gamma: float = 1e-4  # η_γ
-    lr_nu: float = 1e-4  # η_ν
-    lambda0: float = 1.0  # initial λ [ours]
+    lr_lambda: float = 1e-4  # η_λ, learning rate of λ (Table 5, LeNet/FMNIST)
+    lr_sigma: float = 1e-4  # η_σ, learning rate of the staleness exponent σ
+    lr_iota: float = 1e-4  # η_ι, learning rate of the weight floor ι
+    lr_gamma: float = 1e-4  # η_γ, learning rate of the device's γ
+    lr_nu: float = 1e-4  # η_ν, learning rate of the device's ν
+    lambda0: float = 1.0  # initial λ, the server weight's scale [ours]
     sigma0: float = 0.5  # initial σ [ours: FedAsync's polynomial a = 0.5]
-    iota0: float = 0.0  # initial ι [ours]
-    gamma0: float = 1.0  # initial γ [ours]
-    nu0: float = 0.0  # initial ν [ours]
+    iota0: float = 0.0  # initial ι, the server weight's additive floor [ours]
+    gamma0: float = 1.0  # initial γ, the fresh-model weight's scale [ours]
+    nu0: float = 0.0  # initial ν, the fresh-model weight's version-gap term [ours]
 
     def server_options(self) -> ServerOptions:
         return ServerOptions(self.mu_alpha, self.alpha_min, self.lr_lambda, self.lr_sigma, self.lr_iota,
@@ -485,6 +485,7 @@ class FedASMUAlgorithm(Algorithm):
 
     name = "fedasmu"
     kind = "asynchronous"
+    reads = frozenset({"round_timeout"})
     Options = FedASMUConfig
     waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
     delta_updates = False  # Formula 1 mixes models

@@ -5,7 +5,7 @@ is answered and a replacement drawn uniformly from the idle clients.
 
 Two update rules, chosen by ``rule``:
 
-``"fedcompass"`` (default; the form the FedCompass authors benchmarked, spec fedcompass.md §4)::
+``"fedcompass"`` (default; the form the FedCompass authors benchmarked, Li et al., ICLR 2024)::
 
     on arrival of Δ_i trained from version τ_i:
         w ← w − st(τ_g − τ_i) · p_i · Δ_i ;  τ_g ← τ_g + 1
@@ -67,6 +67,7 @@ class FedAsyncAlgorithm(Algorithm):
 
     name = "fedasync"
     kind = "asynchronous"
+    reads = frozenset({"clients_per_round", "rule", "staleness", "staleness_alpha", "staleness_a"})
     uses_concurrency = True
     summary = "every arrival is aggregated, weighted by staleness (Xie et al. 2019)"
 

@@ -1,7 +1,7 @@
 """FedAT (Chai et al., SC 2021): synchronous inside speed tiers, asynchronous across tiers.
 
-The FedCompass spec (§4, §11) gives only the tier ratio υ = 2.0 and the cross-tier weighting
-"from the FedAT paper, to be verified"; everything else is left open by the seeds. What this
+FedCompass (Li et al., ICLR 2024), which benchmarks FedAT, gives only the tier ratio υ = 2.0 and the
+cross-tier weighting of the FedAT paper; everything else is left open. What this
 implementation chooses, each marked [choice]::
 
     profiling [choice]: round 0 is a synchronous FedAvg round of all clients (Q steps from w_0);
@@ -71,7 +71,7 @@ def form_tiers(time_per_step, ratio: float) -> list[list[int]]:
 
 
 class FedAT(Policy):
-    """FedAT; see the module docstring for the loop and the choices made where the seeds are silent."""
+    """FedAT; see the module docstring for the loop and the choices made where the papers are silent."""
 
     name = "fedat"
     needs_start_models = True  # a tier model averages its clients' final models
@@ -225,7 +225,7 @@ class TierModels(DeviceHook):
 
 @dataclasses.dataclass(frozen=True)
 class FedATConfig(Options):
-    """FedAT's options (the seeds give only υ; the rest is marked [choice] in the module docstring)."""
+    """FedAT's options (the papers give only υ; the rest is marked [choice] in the module docstring)."""
 
     namespace = "fedat"
 
@@ -247,6 +247,7 @@ class FedATAlgorithm(Algorithm):
 
     name = "fedat"
     kind = "semi-asynchronous"
+    reads = frozenset({"round_timeout"})
     Options = FedATConfig
     waits_for_clients = "every client of a round"
     delta_updates = False  # tier models are averaged as models

@@ -1,6 +1,6 @@
 """FedAvg (McMahan et al. 2017) and FedAvgM (Hsu et al. 2019): synchronous rounds.
 
-Server loop, as in the FedCompass authors' framework (spec fedcompass.md §4)::
+Server loop, as in the FedCompass authors' framework (APPFL; Li et al., ICLR 2024, Section 5)::
 
     every round r:
         S_r = all clients (or a seeded sample of ``clients_per_round``)
@@ -97,6 +97,7 @@ class FedAvgAlgorithm(Algorithm):
 
     name = "fedavg"
     kind = "synchronous"
+    reads = frozenset({"clients_per_round", "round_timeout"})
     waits_for_clients = "every client of a round"
     summary = "synchronous rounds of the selected clients (McMahan et al. 2017)"
 
@@ -107,7 +108,7 @@ class FedAvgAlgorithm(Algorithm):
 
 @register
 class FedAvgM(FedAvgAlgorithm):
-    """FedAvgM (Hsu et al. 2019): FedAvg with server momentum 0.9 (spec fedcompass.md §5.4)."""
+    """FedAvgM (Hsu et al. 2019): FedAvg with server momentum 0.9 (FedCompass's baselines, Li et al., ICLR 2024, Table 12)."""
 
     name = "fedavgm"
     server_momentum = 0.9

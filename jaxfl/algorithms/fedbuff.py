@@ -10,7 +10,7 @@ each client that reports is answered and a replacement drawn uniformly from the 
 with η_g the server learning rate (the engine's server optimiser, sgd(η_g)). The step does not
 shrink as the federation grows, so FedBuff behaves the same at 10 and at 10^6 clients.
 
-``rule="fedcompass"`` (the FedCompass authors' framework, spec fedcompass.md §4; APPFL's form)::
+``rule="fedcompass"`` (the FedCompass authors' framework, APPFL's form; Li et al., ICLR 2024)::
 
     on arrival of Δ_i trained from version τ_i:
         b ← b + st(τ_g − τ_i) · p_i · Δ_i      # staleness taken when the update is buffered
@@ -75,6 +75,7 @@ class FedBuffAlgorithm(Algorithm):
 
     name = "fedbuff"
     kind = "asynchronous"
+    reads = frozenset({"clients_per_round", "buffer_size", "rule", "staleness", "staleness_alpha", "staleness_a"})
     uses_concurrency = True
     summary = "aggregate every K buffered updates (Nguyen et al. 2022)"
 

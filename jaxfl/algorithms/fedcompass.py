@@ -1,7 +1,7 @@
 """FedCompass (Li et al., ICLR 2024): a computing-power-aware semi-asynchronous scheduler.
 
-Spec: ``shared/specs/fedcompass.md`` §2 (Algorithms 1–3), §3 (+M, +N), §10 (pitfalls). The
-server measures each client's time per step S_i and hands out Q_i ∈ [Q_min, Q_max] local steps so
+Paper: Algorithms 1–3 (Appendix A) and the +M, +N variants; the authors' code (APPFL) where it
+differs, as switches. The server measures each client's time per step S_i and hands out Q_i ∈ [Q_min, Q_max] local steps so
 that the clients of an *arrival group* finish together at the group's expected time T_a; a group
 waits at most until T_max = creation + λ·(T_a − creation). Server loop (paper)::
 
@@ -146,7 +146,7 @@ class FedCompass(Policy):
         self._record_speed(state, now, record.steps)
         state.total_steps += record.steps
         if state.group is None:  # first response: immediate single update
-            # +M skips momentum here and +N leaves it unnormalised (spec §3)
+            # +M skips momentum here and +N leaves it unnormalised (the authors' code)
             sim.aggregate([(record.id, self._weight(sim, record))], server_optimizer=False)
             self._assign(sim, client)
             self._dispatch(sim, client)
@@ -304,7 +304,7 @@ SWITCH_CHOICES = {"speed_estimate": ("latest", "ema"), "staleness_at": ("buffer"
 
 @dataclasses.dataclass(frozen=True)
 class FedCompassConfig(Options):
-    """FedCompass's options (spec fedcompass.md §2, §10); None: Q_max = local_steps, Q_min = 0.2·Q_max
+    """FedCompass's options (Algorithms 1–3 of Li et al., ICLR 2024); None: Q_max = local_steps, Q_min = 0.2·Q_max
     (Table 9), and the preset's value for λ and every reference-code switch."""
 
     presets = {"paper": {**dataclasses.asdict(PAPER), "latest_time_factor": 1.2},
@@ -313,8 +313,8 @@ class FedCompassConfig(Options):
     namespace = "compass"
     aliases = {"lambda": "latest_time_factor"}
 
-    q_min: int | None = None
-    q_max: int | None = None
+    q_min: int | None = None  # Q_min, fewest local steps a client is assigned; unset: 0.2·Q_max (Table 9)
+    q_max: int | None = None  # Q_max, most local steps a client is assigned; unset: --local-steps
     latest_time_factor: float | None = None  # λ: 1.2 (paper), 1.5 (legacy code)
     preset: str = "paper"  # defaults of the switches below: the paper or the reference code
     speed_estimate: str | None = None  # latest sample (paper) | ema (code: 0.9 on newest)
@@ -360,6 +360,7 @@ class FedCompassAlgorithm(Algorithm):
 
     name = "fedcompass"
     kind = "semi-asynchronous"
+    reads = frozenset({"staleness", "staleness_alpha", "staleness_a"})
     Options = FedCompassConfig
     aggregation = "plain"
     summary = "computing-power-aware arrival groups (Li et al. 2024)"

@@ -1,7 +1,7 @@
-"""PORT (Su & Li, "How Asynchronous can Federated Learning Be?", 2022): semi-asynchronous buffered FL.
+"""PORT (Su & Li, "How Asynchronous can Federated Learning Be?", IEEE IWQoS 2022): semi-asynchronous buffered FL.
 
-Spec: ``shared/specs/port.md`` §1–§2 (design space, Eq. 1–4, pseudocode), §8 (pitfalls). Three
-knobs span the space between FedAsync and FedAvg: the minimum number of clients per aggregation
+Paper: the design space (Section III), Eq. 1–4 and the server and client pseudocode; the PLATO code
+(TL-System/plato) where it differs. Three knobs span the space between FedAsync and FedAvg: the minimum number of clients per aggregation
 K (1 = fully asynchronous, all = synchronous), the staleness bound Ω (∞ = none) and the weighting.
 Server loop (paper semantics; each PLATO-code difference is a switch, see :class:`PortOptions`)::
 
@@ -31,7 +31,7 @@ buffer is aggregated as it is. Without a deadline (default) the loop is exactly 
 
 Not implemented: the urgent pull of a stale client after its current epoch (push-pull, Step 1).
 The paper's reproducible-mode experiments (Figs. 5–6) run without it and PLATO's stored code gains
-no time from it (spec §8 item 7); waiting for the stale client (Step 3) is implemented.
+no time from it; waiting for the stale client (Step 3) is implemented.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ PRESETS = ("paper", "plato")
 
 @dataclasses.dataclass(frozen=True)
 class PortOptions:
-    """The places where PLATO's code differs from the paper (spec §8); defaults = the paper."""
+    """The places where PLATO's code differs from the paper; defaults = the paper."""
 
     cosine: str = "own"  # u_k = w_k − w_start,k (paper's "weight update") | "current": w_k − w_τ (§8.1)
     cosine_skip_staleness: int = -1  # cos forced to 1 when S_k ≤ this: never (paper) | 1 (code, §8.2)
@@ -272,16 +272,16 @@ class CosineWeights(DeviceHook):
 
 @dataclasses.dataclass(frozen=True)
 class PortConfig(Options):
-    """PORT's options (spec port.md §2, §8); the switches left None take the preset's value."""
+    """PORT's options (Su & Li, IEEE IWQoS 2022, Eq. 1–4; PLATO's code as switches); the switches left None take the preset's value."""
 
     presets = {"paper": dataclasses.asdict(PAPER), "plato": dataclasses.asdict(PLATO)}
     namespace = "port"
 
-    min_clients: int | None = None  # K; None: ceil(P/4), the paper's K = 5 of 20 in flight (MNIST)
+    min_clients: int | None = None  # K, arrivals that trigger an aggregation; unset: ceil(P/4), the paper's K = 5 of 20 in flight (MNIST)
     staleness_bound: float = 10.0  # Ω, the paper's sweet spot; inf: no bound
     alpha: float = 3.0  # α, staleness weight (paper's tuned α:β = 3:1)
     beta: float = 1.0  # β, interference (cosine) weight; 0 switches the cosine term off
-    clients_in_flight: int | None = None  # P; None: every client [ours; PLATO: 20 of 100]
+    clients_in_flight: int | None = None  # P, clients kept in flight; unset: every client [ours; PLATO: 20 of 100]
     preset: str = "paper"  # paper | plato: every PLATO-code behaviour below at once
     cosine: str | None = None  # own: u_k = w_k − w_start (paper) | current: w_k − w_τ (PLATO)
     cosine_skip_staleness: int | None = None  # cos forced to 1 when S ≤ this: -1, never (paper) | 1 (PLATO)
@@ -324,6 +324,7 @@ class Port(Algorithm):
 
     name = "port"
     kind = "semi-asynchronous"
+    reads = frozenset({"round_timeout"})
     Options = PortConfig
     waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
     delta_updates = False  # Eq. 4 averages models

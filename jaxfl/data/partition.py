@@ -52,7 +52,7 @@ __all__ = [
 # draws the request is almost certainly infeasible (alpha tiny, C close to N), so we stop.
 DIRICHLET_MAX_TRIES = 1000
 
-# FedCompass Alg. 4 (spec fedcompass.md §5.2): (n_min, n_max) classes per client by client count m;
+# FedCompass Alg. 4 (Li et al., ICLR 2024, Appendix D.1): (n_min, n_max) classes per client by client count m;
 # any other m uses DEFAULT. Written for 10 classes.
 CLASS_PARTITION_TABLE: dict[int, tuple[int, int]] = {1: (10, 10), 2: (7, 8), 3: (6, 8), 4: (5, 7), 5: (5, 6),
                                                      6: (4, 6), 7: (4, 5)}
@@ -319,7 +319,7 @@ def partition_dirichlet(
     giving a class to a client that already holds ``N / C`` samples; that is offered as
     ``balance=True`` (its code also uses ``min_samples=10``). PORT's PLATO sampler is not a
     partition (clients draw overlapping, equal-size samples with replacement across clients);
-    a disjoint split is a deliberate deviation from it, see specs/port.md §10.
+    a disjoint split is a deliberate deviation from it (PORT, Su & Li, IEEE IWQoS 2022, used PLATO's sampler).
 
     Example:
         >>> import numpy as np
@@ -500,7 +500,7 @@ def _assign_counts(members: list[np.ndarray], counts: np.ndarray, rng: np.random
     return _grouped(np.concatenate(owners), np.concatenate(pools), num_clients, num_samples)
 
 
-# --------------------------------------------------------------------------- FedCompass (spec §5.2)
+# ------------------------------------------------- FedCompass (Li et al., ICLR 2024, Appendix D.1)
 
 
 def _classes_per_client(num_clients: int, num_classes: int, classes_per_client) -> tuple[int, int]:
@@ -524,7 +524,7 @@ def _classes_per_client(num_clients: int, num_classes: int, classes_per_client) 
 
 def partition_class(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
                     classes_per_client: tuple[int, int] | None = None) -> FlatPartition:
-    """FedCompass class partition (Algorithm 4, spec fedcompass.md §5.2), as the authors' code does it.
+    """FedCompass class partition (Algorithm 4, Li et al., ICLR 2024, Appendix D.1), as the authors' code does it.
 
     1. Repeat until every class has a holder: for each client ``i`` in order, draw
        ``n_i = rng.integers(n_min, n_max + 1)`` (inclusive) and take the first ``n_i`` entries of
@@ -592,7 +592,7 @@ def partition_class(labels: np.ndarray, num_clients: int, rng: np.random.Generat
 
 def partition_dual_dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
                              alpha1: float | None = None, alpha2: float = 0.5) -> FlatPartition:
-    """FedCompass dual-Dirichlet partition (Algorithm 5, spec §5.2): alpha1 = m, alpha2 = 0.5 (paper).
+    """FedCompass dual-Dirichlet partition (Algorithm 5, Li et al., ICLR 2024, Appendix D.1): alpha1 = m, alpha2 = 0.5 (paper).
 
     1. Shuffle each class's indices (``rng.shuffle``, classes in label order).
     2. ``w ~ Dir(alpha1 * 1/m)`` (client weights, ``(m,)``); ``Q ~ Dir(alpha2 * p)`` one row per
@@ -678,7 +678,7 @@ def partition_gamma_mix(labels: np.ndarray, num_clients: int, rng: np.random.Gen
     the ``i``-th contiguous slice of the sorted rest plus the ``i``-th slice of the IID pool.
     ``gamma = 0`` is "totally non-IID", ``1`` is IID, "90% non-IID" is ``gamma = 0.1``.
 
-    Departures from the authors' ``cifar_noniid`` (spec ccfedavg.md §5), equal to it on balanced
+    Departures from the authors' ``cifar_noniid`` (CC-FedAvg, Zhang et al., IEEE IoT Journal 2024), equal to it on balanced
     data with ``C`` dividing the pools: the per-class IID share is ``floor(gamma n_class)`` rather
     than ``int(gamma N) // K`` (their class boundaries assume equal classes), and slices differ by
     at most one sample instead of dropping the remainder. Since both pools' larger slices go to the

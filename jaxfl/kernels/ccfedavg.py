@@ -1,4 +1,4 @@
-"""CC-FedAvg's per-client update bank (Zhang et al. 2024, spec ``ccfedavg.md`` §2, §9): pure JAX.
+"""CC-FedAvg's per-client update bank (CC-FedAvg, Zhang et al., IEEE IoT Journal 2024, Sec. III-B and Algorithm 1): pure JAX.
 
 A bank is a pytree shaped like the model with a leading client axis ``C`` (one stored vector per
 client, on device). The engine keeps up to two banks and the scheduler names their use:

@@ -20,8 +20,8 @@ returns is the dict ``{"params": trainable}`` plus ``{"state": buffers}`` when t
 non-trainable state (BatchNorm running statistics; :meth:`ModelAdapter.init_variables`). Training
 runs the model in train mode (batch statistics, dropout with a per-step key); only ``"params"``
 gets gradients, optimiser updates and the proximal term; the delta of ``"state"`` is zero, and the
-client's final buffers are in ``LocalState.params["state"]`` for the aggregator (FedCompass spec
-§2.6: buffers are not averaged as deltas but replaced by the plain mean of the aggregated clients').
+client's final buffers are in ``LocalState.params["state"]`` for the aggregator (as in the FedCompass
+authors' code: buffers are not averaged as deltas but replaced by the plain mean of the aggregated clients').
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from jaxfl.models.adapter import ModelAdapter
 PyTree = Any
 ApplyFn = Callable[[PyTree, jax.Array], jax.Array]
 
-# Sub-streams of a dispatch key, fixed so that results never depend on batching.
+# Sub-streams of a dispatch key, fixed so that random draws never depend on batching.
 _PERMUTATION_STREAM = 0
 _AUGMENT_STREAM = 1
 _DROPOUT_STREAM = 2

@@ -1,10 +1,10 @@
-"""FedASMU's learned mixing weights and their hypergradients (Liu et al., AAAI 2024; spec ``fedasmu.md``).
+"""FedASMU's learned mixing weights and their hypergradients (FedASMU, Liu et al., AAAI 2024).
 
 Pure JAX, written for ONE client; the engine gathers the client's coefficients from its on-device
 arrays (``(C, 3)`` server and ``(C, 2)`` device coefficients) and vmaps the device-side kernel over
 the clients of a training call.
 
-Server side (Formulas 1–3, spec §2). Versions are counted from 1 as in Algorithm 1, i.e. ``t`` is
+Server side (Formulas 1–3 and Algorithm 1 of the paper). Versions are counted from 1 as in Algorithm 1, i.e. ``t`` is
 the 1-based index of the aggregation being made, ``s = t − o + 1`` the staleness (1 = fresh)::
 
     ξ(λ, σ, ι; t, s) = λ / (√t · s^σ) + ι                         # Formula 2 as the appendix implies [recon]
@@ -15,9 +15,9 @@ the 1-based index of the aggregation being made, ``s = t − o + 1`` the stalene
 
 (Δ_p = u_p − w_{t_p}: the client's previous upload minus the global model it was mixed into; the
 record ``(Δ_p, t_p, s_p)`` is kept per client. ĝ's sign is the gradient's, not the appendix's;
-``jax.grad`` replaces the appendix's hand derivatives, which have four defects: spec §2.3.)
+``jax.grad`` replaces the appendix's hand derivatives, which have four defects.)
 
-Device side (Formulas 7–9, spec §3)::
+Device side (Formulas 7–9 and Algorithm 2)::
 
     φ(γ, ν; g, o) = (γ / √g) · (1 − ν / √(g − o + 1))
     β = clip(μ_β φ / (1 + μ_β φ), 0, 1)
@@ -27,7 +27,7 @@ Device side (Formulas 7–9, spec §3)::
 Readings taken where the paper is silent or garbled [ours]: below zero the squash x/(1+x) is
 continued linearly (x), so it has no pole at μξ = −1; the clips to [α_min, 1] and [0, 1] pass the
 gradient straight through (a coefficient that reaches a clip can still come back); λ and ι are kept
-≥ 0 after each step (so ξ ≥ 0: "keep ξ > 0", spec §2.2).
+≥ 0 after each step (so ξ ≥ 0, as the convergence proof of the appendix needs).
 
 >>> import jax.numpy as jnp
 >>> round(float(server_alpha(jnp.array([1.0, 0.5, 0.0]), 4.0, 4.0, 1.0, 0.0)), 4)   # ξ = 1/(2·2) → 0.25/1.25
@@ -128,10 +128,10 @@ def device_mix(batch_loss: Callable, state, fresh: PyTree, coefficients: jax.Arr
 
     ``batch_loss(params, state, data, view)`` is the loss on the minibatch the client's next step
     draws (:class:`~jaxfl.kernels.client.ClientTrainer` ``batch_loss``), so the hypergradient reuses
-    that step's minibatch ζ (spec §3.3). ``active`` False leaves state and coefficients untouched
+    that step's minibatch ζ (Formula 9). ``active`` False leaves state and coefficients untouched
     (padding rows, clients without a newer global). Returns ``(state, coefficients, diagnostics)``
     with the β applied and the minibatch loss before and after the mix (the RL reward is their
-    difference, spec §3.4).
+    difference; the paper's RL time-slot selection).
     """
     def mixed_loss(c):
         return batch_loss(mix(state.params, fresh, device_beta(c, g, o, mu_beta)), state, data, view)

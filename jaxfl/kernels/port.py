@@ -1,4 +1,4 @@
-"""PORT's aggregation weights (Su & Li 2022, spec ``port.md`` §2.1): pure JAX, one client or a stack.
+"""PORT's aggregation weights (PORT, Su & Li, IEEE IWQoS 2022, Eq. 1–4): pure JAX, one client or a stack.
 
 For each client k of the aggregation set A of round τ::
 
@@ -13,7 +13,7 @@ and ``b_k = d_k β``, and whether the cosine is forced to 1 (first round; the PL
 forces it for fresh clients). The engine computes the cosines on device with :func:`cosine` vmapped
 over the aggregation's clients and combines them with :func:`port_weights`.
 
-``u_k``, the client's "weight update" in the cosine (spec §8 item 1):
+``u_k``, the client's "weight update" in the cosine (the paper says "weight update" without defining it):
 - ``"own"`` (paper reading, default): u_k = w_k − w_start,k, the client's own progress;
 - ``"current"`` (PLATO code): u_k = w_k − w_τ, the client's final model minus the *current* global
   model, which for a stale client also subtracts the global drift since it started.

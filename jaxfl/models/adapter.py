@@ -11,7 +11,7 @@ A :class:`ModelAdapter` is two pure functions:
 
 Both are jit/vmap/grad-friendly: the kernel can stack ``params`` and ``state`` on a client axis.
 Aggregating ``state`` is the caller's business (FedCompass: plain mean of running statistics,
-spec fedcompass.md §2.6); ``has_state`` tells whether there is any.
+as the FedCompass authors' code does); ``has_state`` tells whether there is any.
 
 >>> import flax.linen as nn, jax, jax.numpy as jnp
 >>> adapter = ModelAdapter.from_linen(nn.Dense(3))

@@ -169,8 +169,8 @@ class CCFedAvgCNN(nn.Module):
 class CCFedAvgMLP(nn.Module):
     """CC-FedAvg's FMNIST MLP as its code builds it (``--model mlp``): 784 -> 50 (dropout 0.5, ReLU) -> 10.
 
-    The paper says "3 fully connected layers"; the code's model has two Linear layers (spec
-    ccfedavg.md §5, §8.7). 39,760 parameters on 28x28x1.
+    The paper says "3 fully connected layers"; the code's model has two Linear layers (CC-FedAvg,
+    Zhang et al., IEEE IoT Journal 2024, Sec. VI, and the authors' code). 39,760 parameters on 28x28x1.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -194,7 +194,7 @@ class CCFedAvgMLP(nn.Module):
 class FedASMUCNN(nn.Module):
     """FedASMU's small CNN (its Table 3): Conv(64, 2x2) -> ReLU -> Conv(32, 2x2) -> ReLU -> Flatten -> Dense.
 
-    Stride 1, no padding and ReLU are our reading (spec fedasmu.md §6); the Dense has
+    Stride 1, no padding and ReLU are our reading of FedASMU's setup (Liu et al., AAAI 2024); the Dense has
     ``num_classes`` units (the table's 10 is CIFAR-10's).
 
     Example:

@@ -1,6 +1,6 @@
 """Small text classifiers over token ids ``(B, L)`` int32 (0 = padding): TextCNN and an LSTM.
 
-FedASMU trains a TextCNN on IMDb (spec fedasmu.md §6, no layer sizes given): we use Kim (2014)'s
+FedASMU trains a TextCNN on IMDb (Liu et al., AAAI 2024, experimental setup; no layer sizes given): we use Kim (2014)'s
 shape, embedding 128, filters of width 3/4/5 with 100 channels each, max-over-time pooling,
 dropout 0.5, one Dense. ``LSTMClassifier`` reads the sequence with one LSTM layer and classifies
 from the state at the last non-padding token.

@@ -58,7 +58,7 @@ class DispatchRecord:
     """One dispatch: ``client`` trains ``steps`` local steps from global ``version``.
 
     ``client_round`` counts this client's dispatches (0, 1, ...); with the run seed and client id
-    it fixes the training key, so a result never depends on how dispatches are batched.
+    it fixes the training key, so its random draws never depend on how dispatches are batched.
     """
 
     id: int

@@ -15,7 +15,7 @@ Two sources are covered:
   ``mean = avg_training_time / steps_per_epoch`` and ``jitter = 0`` (PLATO's reproducible mode
   has no jitter). PLATO draws with NumPy's legacy ``RandomState(1)``; our streams differ, so
   ``legacy_seed=1`` draws the idle times as PLATO does (client i gets the i-th draw of
-  ``RandomState(1).pareto(a, C)``, capped): the exact idle-time table of the PORT spec §5.2.
+  ``RandomState(1).pareto(a, C)``, capped): the exact idle times of PORT's PLATO runs (Su & Li, IEEE IWQoS 2022).
 
 Determinism: the base times come from one stream; each client's jitter and speed changes come
 from that client's own stream. Client ``i``'s ``k``-th round therefore depends only on

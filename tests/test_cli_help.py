@@ -1,0 +1,204 @@
+"""`jaxfl run --help` is grouped and every flag has real help; settings a run never reads are
+refused (or, for a base config reused across algorithms in Python, warned about) instead of being
+silently ignored; the algorithms' `reads` declarations match what their schedules depend on."""
+import argparse
+import dataclasses
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from jaxfl import algorithms
+from jaxfl.algorithms import build_policy
+from jaxfl.cli import _HELP, _configs, build_parser, field_help, main
+from jaxfl.config import (ALGORITHM_FIELDS, FIELDS, SECTION_OF, SECTIONS, ConfigError, RunConfig,
+                          fields_not_read_by, validate)
+from jaxfl.scheduler.simulation import Simulation
+from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
+from tests.conftest import RecordingBackend
+
+UNNAMED_GROUPS = ("options", "optional arguments", "positional arguments")
+
+
+def run_parser() -> argparse.ArgumentParser:
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices["run"]
+
+
+def test_every_flag_has_real_help_and_belongs_to_a_named_group():
+    parser = run_parser()
+    visible = {action.dest for action in parser._actions if action.help != argparse.SUPPRESS}
+    checked = 0
+    for group in parser._action_groups:
+        for action in group._group_actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            if action.help == argparse.SUPPRESS:  # jaxfl 0.1's spelling of a listed flag
+                assert action.dest in visible, f"{action.option_strings} is hidden and has no listed spelling"
+                continue
+            assert group.title not in UNNAMED_GROUPS, f"{action.option_strings} is in no named group"
+            text = re.sub(r"\s*\(default: [^)]*\)$", "", action.help)
+            generated = action.dest.rpartition(".")[2].replace("_", " ")
+            assert len(text) >= 10 and text != generated, f"{action.option_strings}: help {action.help!r}"
+            assert "None" not in action.help and "DEFAULT_" not in action.help, action.help
+            checked += 1
+    assert checked > 100  # every field and every algorithm's options
+    titles = [group.title for group in parser._action_groups]
+    for section in ("algorithm", *SECTIONS, "port options (port)", "compass options (fedcompass, fedcompass_m, "
+                                                                   "fedcompass_n)"):
+        assert any(title.startswith(section) for title in titles), (section, titles)
+
+
+def test_the_other_commands_have_real_help_too():
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name in ("partition", "timeline", "algorithms"):
+        for action in commands.choices[name]._actions:
+            if not isinstance(action, argparse._HelpAction):
+                text = re.sub(r"\s*\(default: [^)]*\)$", "", action.help or "")
+                assert len(text) >= 10 and text != action.dest.replace("_", " "), (name, action.option_strings)
+                assert "None" not in action.help, (name, action.help)
+
+
+def test_every_config_field_and_algorithm_option_has_a_help_text():
+    """A field added without a trailing comment (or ``metadata={"help": ...}``) fails here."""
+    for name in FIELDS:
+        if name != "algorithm_options":
+            owner = SECTIONS.get(SECTION_OF.get(name), RunConfig)
+            assert name in _HELP or field_help(owner, name), f"config field {name} has no help text"
+    for name in algorithms.names():
+        options = algorithms.get(name).Options
+        for field in dataclasses.fields(options):
+            assert field_help(options, field.name), f"option {name}.{field.name} has no help text"
+
+    @dataclasses.dataclass
+    class Example:
+        described: int = 1  # what this is
+        by_metadata: int = dataclasses.field(default=2, metadata={"help": "from metadata"})
+        bare: int = 3
+
+    assert field_help(Example, "described") == "what this is"
+    assert field_help(Example, "by_metadata") == "from metadata"
+    assert field_help(Example, "bare") == ""
+
+
+def test_help_is_plain_text_and_hides_old_spellings(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert "``" not in text and ":class:" not in text and "(default: None)" not in text
+    assert text.startswith("usage: jaxfl run [--config FILE]")
+    assert "--port.staleness-bound" in text and "--port-staleness-bound" not in text
+    # the old spelling still works
+    args = build_parser().parse_args(["run", "--port-staleness-bound", "5", "--no-compass-lr-decay"])
+    assert getattr(args, "port.staleness_bound") == 5.0 and getattr(args, "compass.lr_decay") is False
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--algorithm", "fedavg", "--buffer-size", "5"], r"buffer_size=5 is not allowed with algorithm fedavg.*fedbuff"),
+    (["--algorithm", "fedcompass", "--clients-per-round", "4"], r"clients_per_round=4 .*fedcompass"),
+    (["--algorithm", "fedbuff", "--round-timeout", "30"], r"round_timeout=30.0 .*fedbuff"),
+    (["--algorithm", "port", "--rule", "paper"], r"rule='paper' .*port"),
+    (["--algorithm", "fedavg,port", "--staleness", "constant"], r"staleness='constant' .*none of them"),
+    (["--data-dir", "/tmp"], r"data_dir='/tmp' is not allowed: leave it unset.*fashion_mnist"),
+    (["--partition", "class", "--dirichlet-alpha", "0.1"], r"dirichlet_alpha=0.1 .*partitions dirichlet"),
+    (["--heterogeneity", "exp", "--speed-cap", "60"], r"speed_cap=60.0 .*pareto"),
+    (["--delay-factor", "3"], r"delay_factor=3.0 .*delay_prob > 0"),
+    (["--eval-interval", "10", "--eval-every", "5"], r"eval_every=5 .*without eval_interval"),
+])
+def test_settings_the_run_never_reads_are_refused_before_anything_is_written(tmp_path, capsys, argv, message):
+    out = tmp_path / "runs"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", *argv, "--output-dir", str(out), "--no-progress"])
+    assert exit_info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not out.exists()
+
+
+def test_the_same_rule_holds_in_config_files(tmp_path, capsys):
+    path = tmp_path / "experiment.json"
+    path.write_text(json.dumps({"algorithm": "fedasync", "buffer_size": 4, "client": {"local_steps": 3}}))
+    with pytest.raises(SystemExit):
+        main(["run", "--config", str(path), "--output-dir", str(tmp_path / "runs")])
+    assert "buffer_size=4 is not allowed with algorithm fedasync" in capsys.readouterr().err
+    # a field at its default (a full dump of another run's config) is not a setting
+    path.write_text(json.dumps({"algorithm": "fedasync", "buffer_size": 3}))
+    assert validate(_configs(build_parser().parse_args(["run", "--config", str(path)]))[0]).buffer_size == 3
+
+
+def test_a_comparison_gives_a_field_to_the_algorithms_that_read_it(capsys):
+    fedavg, fedbuff = _configs(build_parser().parse_args(
+        ["run", "--algorithm", "fedavg,fedbuff", "--buffer-size", "5", "--clients-per-round", "4"]))
+    assert (fedavg.buffer_size, fedbuff.buffer_size) == (3, 5)
+    assert fedavg.clients_per_round == fedbuff.clients_per_round == 4  # both read it
+    assert "buffer_size=5 applies to fedbuff only (fedavg does not read it)" in capsys.readouterr().err
+
+
+def test_python_warns_for_an_algorithm_field_and_refuses_an_unread_data_field():
+    with pytest.warns(UserWarning, match=r"buffer_size=5 is ignored: fedavg does not read it \(read by fedbuff"):
+        validate(RunConfig(algorithm="fedavg", buffer_size=5))
+    with pytest.raises(ConfigError, match="shards_per_client=3 is not allowed"):
+        validate(RunConfig(partition="iid", shards_per_client=3))
+    assert validate(RunConfig(partition="label_shards", shards_per_client=3, clients=20)).shards_per_client == 3
+    assert fields_not_read_by(algorithms.get("fedbuff"), {"buffer_size": 5, "round_timeout": 9.0}) == ["round_timeout"]
+
+
+CHANGED = {"clients_per_round": [2], "buffer_size": [2], "rule": ["paper", "fedcompass"], "staleness": ["constant"],
+           "staleness_alpha": [0.4], "staleness_a": [2.0], "round_timeout": [0.5]}
+
+
+def schedule(algorithm: str, **changes) -> tuple:
+    """Events and aggregation coefficients of a short schedule (no training: the policy alone)."""
+    config = RunConfig(algorithm=algorithm, clients=4, local_steps=5, heterogeneity="exp", **changes)
+    events, backend = [], RecordingBackend()
+    speeds = ClientSpeeds(SpeedConfig(model="exp", mean=0.15), 4, seed=0)
+    Simulation(build_policy(config), speeds, np.full(4, 0.25), backend, max_time=200.0, max_updates=6,
+               log=events.append).run()
+    return events, [(a.time, a.mode, tuple((client, round(float(c), 12)) for client, c in a.contributions))
+                    for a in backend.aggregations]
+
+
+@pytest.mark.parametrize("algorithm", algorithms.names())
+def test_reads_declarations_match_what_the_schedule_depends_on(algorithm):
+    """A field an algorithm says it does not read leaves its schedule and coefficients unchanged
+    (refusing it loses nothing); each field it says it reads changes them in some setting."""
+    reads = algorithms.get(algorithm).reads
+    assert reads is not None and reads <= set(ALGORITHM_FIELDS)
+    baseline = schedule(algorithm)
+    for name, values in CHANGED.items():
+        outcomes = [schedule(algorithm, **{name: value}) for value in values]
+        if name not in reads:
+            assert all(outcome == baseline for outcome in outcomes), f"{algorithm} reads {name}"
+        else:
+            assert any(outcome != baseline for outcome in outcomes), f"{algorithm} ignores {name}"
+
+
+def test_a_run_that_cannot_fit_in_memory_fails_before_writing_anything(tmp_path, capsys):
+    out = tmp_path / "runs"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--algorithm", "fedavg", "--model", "mlp", "--clients", "2", "--local-steps", "1",
+              "--max-updates", "1", "--memory-limit-mb", "0.01", "--output-dir", str(out), "--no-progress"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "MiB may be used (80% of memory_limit_mb)" in error and "raise memory_limit_mb" in error
+    assert "Traceback" not in error and not out.exists()
+
+
+def test_run_names_tell_configs_apart_and_config_json_records_versions(tmp_path):
+    from jaxfl.experiment import run_experiment
+
+    base = RunConfig(algorithm="fedavg", model="mlp", clients=2, local_steps=1, batch_size=8, max_updates=1,
+                     timing_only=True, progress=False, output_dir=str(tmp_path))
+    first = run_experiment(base).run_dir
+    other = run_experiment(dataclasses.replace(base, client=dataclasses.replace(base.client, batch_size=16))).run_dir
+    again = run_experiment(base).run_dir
+    name = os.path.basename(first)
+    assert re.fullmatch(r"fedavg-mnist10k-mlp-iid-exp-c2-q1-lr0.003-s0-[0-9a-f]{6}", name)
+    # batch size is not in the readable part, but the config hash tells the runs apart
+    assert os.path.basename(other)[:-7] == name[:-7] and other != first and not other.endswith("-2")
+    assert again == first + "-2"  # the same config again
+    versions = json.loads(open(os.path.join(first, "config.json")).read())["versions"]
+    assert set(versions) == {"jaxfl", "jax", "jaxlib", "flax", "optax", "numpy", "python"}
+    assert all(isinstance(value, str) and value for value in versions.values())
