@@ -80,6 +80,8 @@ def _parse_value(annotation: str, text: str):
         return None
     if annotation.startswith("int"):
         return int(text)
+    if annotation.startswith("tuple[float"):  # one number per channel: 0.49,0.48,0.45
+        return tuple(float(part) for part in text.split(","))
     if annotation.startswith("float"):
         return math.inf if text.lower() in ("inf", "infinity") else float(text)
     return text
@@ -92,7 +94,8 @@ def _value_parser(name: str, annotation: str | None = None):
         try:
             return _parse_value(annotation, text)
         except ValueError:
-            kind = "an integer" if annotation.startswith("int") else "a number"
+            kind = "an integer" if annotation.startswith("int") else \
+                "a comma-separated list of numbers" if annotation.startswith("tuple") else "a number"
             raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')}={text!r} is not {kind}") from None
 
     return parse
@@ -379,7 +382,8 @@ def _print_comparison(results, output_dir: str) -> None:
                "client_steps_executed", "wall_time_s")
     rows = [{c: r.summary[c] for c in columns} | {"run_dir": r.run_dir} for r in results]
     target = results[0].summary["target_accuracy"]
-    print(f"\nTime to {target:.0%} held-out accuracy (virtual seconds; '-' = not reached):")
+    print(f"\nTime to {target:.0%} held-out accuracy (virtual seconds; '-' = not reached):" if target is not None
+          else "\nNo target accuracy for this dataset (set --target-accuracy for a time to target):")
     width = max(len("algorithm"), *(len(row["algorithm"]) for row in rows))
     print(f"{'algorithm':<{width}} {'to target':>10} {'best acc':>9} {'final acc':>9} {'updates':>8} "
           f"{'client steps':>12} {'wall s':>8}")
@@ -452,8 +456,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             reached = "not reached" if summary["time_to_target"] is None else \
                 f"{summary['time_to_target']:.1f} virtual s"
-            print(f"{summary['algorithm']}: best accuracy {summary['best_accuracy']:.4f}, target "
-                  f"{config.target_accuracy:.0%} {reached}, {summary['global_updates']} updates, "
+            target = "no target" if config.target_accuracy is None else f"target {config.target_accuracy:.0%} {reached}"
+            print(f"{summary['algorithm']}: best accuracy {summary['best_accuracy']:.4f}, "
+                  f"{target}, {summary['global_updates']} updates, "
                   f"stop: {summary['stop_reason']} → {result.run_dir}")
             results.append(result)
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError) as error:

@@ -39,10 +39,9 @@ SERVER_OPTIMIZER_NAMES = ("sgd", "adam", "yogi", "adagrad")
 STALENESS_NAMES = ("constant", "polynomial", "hinge", "exponential")
 RULES = ("fedcompass", "paper")
 # FedCompass's MNIST target is 90%; Fashion-MNIST is harder (a centrally trained CNN gets ~91%).
-# CIFAR-10: FedCompass's class-partition target. Other datasets: DEFAULT_TARGET_OTHER.
+# CIFAR-10: FedCompass's class-partition target. Other datasets have none unless target_accuracy is set.
 DEFAULT_TARGETS = {"mnist10k": 0.9, "mnist": 0.9, "fashion_mnist": 0.8, "digits": 0.9, "tfds:mnist": 0.9,
                    "tfds:fashion_mnist": 0.8, "tfds:cifar10": 0.6}
-DEFAULT_TARGET_OTHER = 0.7
 NEGATIVE_POLICIES = ("redraw", "clip", "error")
 AUGMENTATIONS = ("auto", "none", "crop_flip")  # auto: crop_flip for CIFAR-10/100 (jaxfl.data.augment.AUGMENTED)
 
@@ -67,7 +66,11 @@ class DataConfig:
     gamma: float = 0.1  # gamma_mix: the IID fraction (CC-FedAvg; 0.1 = "90% non-IID")
     client_weights: str = "samples"  # p_i: relative sample size (paper) or uniform 1/m
     augment: str = "auto"  # on-device training augmentation: auto (crop+flip for CIFAR) | none | crop_flip
-    normalize: bool = False  # (x - mean) / std with the dataset's statistics (FedCompass MNIST: ToTensor only)
+    normalize: bool = False  # (x - mean) / std per channel, by the training split's statistics (FedCompass MNIST: off)
+    normalize_mean: tuple[float, ...] | None = None  # normalize by this mean instead: a number or one per channel
+    normalize_std: tuple[float, ...] | None = None  # normalize by this std instead (given together with normalize_mean)
+    num_classes: int | None = None  # classes (logits of the model); unset: the dataset's (npz and arrays: largest label + 1)
+    data_fingerprint: str | None = None  # SHA-256 of the data; set by runs on data= or npz files, checked on resume
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +136,7 @@ class BudgetConfig:
 
     max_time: float = 3000.0  # virtual seconds (inf for none)
     max_updates: int | None = None  # budget in global updates (unset: none)
-    target_accuracy: float | None = None  # held-out accuracy to reach; unset: 0.9 MNIST, 0.8 Fashion-MNIST, 0.6 CIFAR-10, else 0.7
+    target_accuracy: float | None = None  # held-out accuracy to reach; unset: 0.9 MNIST, 0.8 Fashion-MNIST, 0.6 CIFAR-10, else no target
     stop_at_target: bool = True  # stop once the held-out accuracy reaches the target
     eval_every: int = 1  # evaluate the global model every this many global updates
     eval_interval: float | None = None  # evaluate on a grid of this many virtual seconds instead of eval_every
@@ -269,6 +272,10 @@ def check_type(name: str, value: Any, annotation: str) -> None:
     elif annotation.startswith("float"):
         ok = _is_number(value) and not math.isnan(value)
         expected = "a number"
+    elif annotation.startswith("tuple[float"):
+        values = value if isinstance(value, (list, tuple)) else [value]
+        ok = len(values) > 0 and all(_is_number(v) and math.isfinite(v) for v in values)
+        expected = "a finite number or a non-empty list of them"
     else:
         ok = isinstance(value, str)
         expected = "a string"
@@ -286,7 +293,9 @@ def validate(config: RunConfig) -> RunConfig:
         fail("algorithm", config.algorithm, f"one of {', '.join(algorithms.names())}, or module:Class of an "
                                             f"Algorithm subclass ({error.args[0]})")
     config = _resolve_server_optimizer(config, algorithm)
-    if not (config.dataset in DATASET_NAMES or config.dataset.startswith(DATASET_PREFIXES)):
+    # A data fingerprint marks data passed in Python (run_experiment(config, data=...)), named as the user wished.
+    user_data = config.data_fingerprint is not None and config.dataset.strip() != ""
+    if not (user_data or config.dataset in DATASET_NAMES or config.dataset.startswith(DATASET_PREFIXES)):
         fail("dataset", config.dataset, f"one of {', '.join(DATASET_NAMES)}, or tfds:NAME (e.g. tfds:cifar10) "
                                          "or synthetic:ALPHA,BETA")
     choices = {"model": MODEL_NAMES, "client_sizes": CLIENT_SIZES,
@@ -383,12 +392,15 @@ def validate(config: RunConfig) -> RunConfig:
                                               "(it has no accuracy to stop at)")
     _check_settings_are_read(config, algorithm)
     config = dataclasses.replace(config, algorithm_options=options)
+    config = _validate_data_fields(config)
     if config.run_name is not None and (not config.run_name or os.sep in config.run_name
                                         or config.run_name in (".", "..")):
         fail("run_name", config.run_name, "a plain folder name without path separators")
     if config.target_accuracy is None:
-        config = dataclasses.replace(config, target_accuracy=DEFAULT_TARGETS.get(config.dataset,
-                                                                                  DEFAULT_TARGET_OTHER))
+        config = dataclasses.replace(config, target_accuracy=DEFAULT_TARGETS.get(config.dataset))
+    if config.target_accuracy is None and math.isinf(config.max_time) and config.max_updates is None:
+        fail("max_time", config.max_time, f"a finite time budget, or max_updates: dataset {config.dataset!r} has "
+                                          "no default target accuracy to stop at (or set target_accuracy)")
     return config
 
 
@@ -460,6 +472,29 @@ def _check_settings_are_read(config: RunConfig, algorithm) -> None:
                       f"{', '.join(algorithms_reading(name))})", UserWarning, stacklevel=3)
 
 
+def _validate_data_fields(config: RunConfig) -> RunConfig:
+    """num_classes, the explicit normalisation statistics (as tuples) and the data fingerprint."""
+    if config.num_classes is not None and config.num_classes < 2:
+        fail("num_classes", config.num_classes, "an integer >= 2, or null for the dataset's")
+    stats = {}
+    for name in ("normalize_mean", "normalize_std"):
+        value = getattr(config, name)
+        if value is not None:
+            stats[name] = tuple(float(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+            if not config.normalize:
+                fail(name, value, "null unless normalize is true (set normalize=true to normalise by it)")
+    if len(stats) == 1:
+        given, missing = ("normalize_mean", "normalize_std") if "normalize_mean" in stats else \
+            ("normalize_std", "normalize_mean")
+        fail(missing, None, f"set together with {given} (or leave both null for the training split's statistics)")
+    if "normalize_std" in stats and min(stats["normalize_std"]) <= 0:
+        fail("normalize_std", config.normalize_std, "standard deviations > 0")
+    fingerprint = config.data_fingerprint
+    if fingerprint is not None and (len(fingerprint) != 64 or any(c not in "0123456789abcdef" for c in fingerprint)):
+        fail("data_fingerprint", fingerprint, "a SHA-256 as 64 lowercase hex digits (as a run records it), or null")
+    return dataclasses.replace(config, **stats) if stats else config
+
+
 def _resolve_server_optimizer(config: RunConfig, algorithm) -> RunConfig:
     """FedOpt names set the server optimiser; an unset server_lr takes the optimiser's default."""
     optimizer = algorithm.server_optimizer
@@ -509,6 +544,8 @@ def _coerce(value: Any, annotation: str) -> Any:
     """JSON/TOML/CLI spellings: ints where floats are wanted, 'inf' strings, 'none' for null (TOML has none)."""
     if isinstance(value, str) and value.lower() in ("none", "null") and "None" in annotation:
         return None
+    if annotation.startswith("tuple[float") and isinstance(value, list):
+        return tuple(value)
     if annotation.startswith("float") and _is_int(value):
         return float(value)
     if isinstance(value, str) and annotation.startswith("float") and value in ("inf", "infinity"):
@@ -636,6 +673,8 @@ def to_toml(config: RunConfig) -> str:
             return ("inf" if item > 0 else "-inf") if math.isinf(item) else repr(item)
         if isinstance(item, int):
             return str(item)
+        if isinstance(item, (list, tuple)):
+            return "[" + ", ".join(value(element) for element in item) + "]"
         return json.dumps(str(item), ensure_ascii=False)
 
     values = config.to_dict()

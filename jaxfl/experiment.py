@@ -37,9 +37,9 @@ import optax
 
 from jaxfl import checkpoint, resume
 from jaxfl.algorithms import build, device_hooks
-from jaxfl.config import RunConfig, validate
-from jaxfl.data import build_federation, load_dataset
-from jaxfl.data.augment import AUGMENTED, NORMALIZATION, dataset_family, make_augment, make_preprocess
+from jaxfl.config import ConfigError, DataConfig, RunConfig, fail, validate
+from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
+from jaxfl.data.augment import AUGMENTED, dataset_family, make_augment, make_preprocess
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
 from jaxfl.kernels.aggregation import make_server_optimizer
 from jaxfl.kernels.client import FederatedArrays, make_client_trainer, scale_uint8
@@ -182,11 +182,16 @@ class _Recorder:
                "loss": stats["loss"], "client_steps": self.stats.aggregated_steps,
                "wall_time": round(time.perf_counter() - self.wall_start, 3)}
         self._write(row)
-        if self.time_to_target is None and stats["accuracy"] >= self.config.target_accuracy:
+        if self._reaches_target(stats["accuracy"]):
             self.time_to_target = virtual_time
         if self.progress is not None:
             self.progress.set_postfix(version=version, acc=f"{stats['accuracy']:.4f}")
         return self.time_to_target is not None and self.config.stop_at_target
+
+    def _reaches_target(self, accuracy: float) -> bool:
+        """The first time the accuracy reaches the target (never where the run has no target)."""
+        target = self.config.target_accuracy
+        return self.time_to_target is None and target is not None and accuracy >= target
 
     def state_dict(self) -> dict:
         return {"rows": list(self.rows), "time_to_target": self.time_to_target, "next_grid": self._next_grid,
@@ -230,23 +235,57 @@ class _Recorder:
                    "loss": stats["loss"], "client_steps": self.stats.aggregated_steps,
                    "wall_time": round(time.perf_counter() - self.wall_start, 3)}
             self._write(row)
-            if self.time_to_target is None and stats["accuracy"] >= self.config.target_accuracy:
+            if self._reaches_target(stats["accuracy"]):
                 self.time_to_target = self._next_grid
                 stop = stop or self.config.stop_at_target
             self._next_grid += self.config.eval_interval
         return stop
 
 
-def build_data(config: RunConfig):
+def build_data(config: RunConfig, dataset: Dataset | None = None):
     """``(dataset, federation)`` of a validated config: dataset options and partition parameters by name.
+
+    ``dataset`` (your own, e.g. from :func:`jaxfl.data.as_dataset`) replaces loading ``config.dataset``.
 
     >>> from jaxfl.config import RunConfig
     >>> dataset, federation = build_data(RunConfig(partition="label_shards", clients=20))
     >>> federation.num_clients
     20
     """
+    if dataset is None:
+        dataset = load_data(config)
+    return dataset, partition_data(config, dataset)
+
+
+def load_data(config: RunConfig) -> Dataset:
+    """The dataset a validated config names, with ``num_classes`` applied where it is set.
+
+    >>> from jaxfl.config import RunConfig
+    >>> load_data(RunConfig(num_classes=12)).num_classes
+    12
+    """
     options = {"num_clients": config.clients} if config.dataset.startswith("synthetic") else {}
+    if config.dataset == "npz" and config.num_classes is not None:
+        options["num_classes"] = config.num_classes  # before the file's labels are checked against it
     dataset = load_dataset(config.dataset, config.data_dir, **options)
+    if config.num_classes is not None and config.num_classes != dataset.num_classes:
+        labels = [y for y in (dataset.train_y, dataset.test_y) if len(y)]
+        largest = max(int(y.max()) for y in labels)
+        if largest >= config.num_classes:
+            fail("num_classes", config.num_classes, f"at least {largest + 1}: dataset {config.dataset!r} has "
+                                                    f"label {largest}")
+        dataset = dataclasses.replace(dataset, num_classes=config.num_classes)
+    return dataset
+
+
+def partition_data(config: RunConfig, dataset: Dataset):
+    """The federation: ``dataset``'s training split over ``config.clients`` by ``config.partition``.
+
+    >>> from jaxfl.config import RunConfig
+    >>> from jaxfl.data import load_dataset
+    >>> partition_data(RunConfig(clients=4), load_dataset("mnist10k")).counts.tolist()
+    [2000, 2000, 2000, 2000]
+    """
     partition_kwargs = {
         "iid": {"sizes": config.client_sizes, "skew": config.size_skew},
         "dirichlet": {"alpha": config.dirichlet_alpha},
@@ -254,26 +293,43 @@ def build_data(config: RunConfig):
         "label_shards": {"shards_per_client": config.shards_per_client},
         "gamma_mix": {"gamma": config.gamma},
     }.get(config.partition, {})  # class, dual_dirichlet: the FedCompass paper's fixed parameters
-    federation = build_federation(dataset, config.clients, config.partition, seed=config.seed,
-                                  **partition_kwargs)
-    return dataset, federation
+    return build_federation(dataset, config.clients, config.partition, seed=config.seed, **partition_kwargs)
 
 
-def prepare(config: RunConfig):
+def prepare(config: RunConfig, *, data=None):
     """Everything a run needs, built and checked before any file is written.
 
-    Returns ``(config, dataset, federation, model, variables)``: ``model`` a
+    ``data``: your own data instead of ``config.dataset`` (see :func:`run_experiment`).
+    Returns ``(config, dataset, federation, model, variables)``: ``config`` validated, naming the
+    data and its fingerprint where recorded; ``model`` a
     :class:`~jaxfl.models.adapter.ModelAdapter`, ``variables`` its initial
     ``{"params": ...[, "state": ...]}`` (:meth:`ModelAdapter.init_variables`); for a timing-only
     run their shapes only (``jax.ShapeDtypeStruct``), so that no model reaches a device.
     """
+    dataset = None
+    if data is not None:
+        config, dataset = _user_data(config, data)
     config = validate(config)
-    if config.timing_only and config.dataset.startswith("synthetic") and config.partition == "natural":
+    if dataset is None and config.data_fingerprint is not None and not _loadable(config.dataset):
+        raise ConfigError(f"dataset {config.dataset!r} is data that was passed in Python (SHA-256 "
+                          f"{config.data_fingerprint[:12]}…), not a name to load: pass the same data again as "
+                          "data= (jaxfl.run_experiment(config, data=...), "
+                          "jaxfl.experiment.resume_experiment(run_dir, data=...))")
+    if config.timing_only and config.dataset.startswith("synthetic") and config.partition == "natural" \
+            and dataset is None:
         dataset, federation = _synthetic_sizes_only(config)
     else:
-        dataset, federation = build_data(config)
+        if dataset is None:
+            dataset = load_data(config)
+            if config.dataset == "npz" or config.data_fingerprint is not None:
+                config = _pin_fingerprint(config, dataset)
+        _check_classes_and_test_split(config, dataset)
+        federation = partition_data(config, dataset)
     check_model_input(config.model, dataset.input_shape, dataset.kind, config.dataset)
     _check_transforms(config, dataset)
+    if config.target_accuracy is None and not config.timing_only:
+        warnings.warn(f"dataset {config.dataset!r} has no default target accuracy, so this run has none: "
+                      "time_to_target stays null and it does not stop at a target (set target_accuracy for one)")
     model = as_adapter(make_model(config.model, dataset.num_classes, vocab_size=dataset.vocab_size))
     sample = jnp.zeros((1,) + dataset.input_shape, jnp.int32 if dataset.kind == "tokens" else jnp.float32)
     key = jax.random.fold_in(jax.random.key(config.seed), MODEL_STREAM)
@@ -318,14 +374,72 @@ def _synthetic_sizes_only(config: RunConfig):
     return dataset, _ClientSizes(synthetic_train_counts(config.clients))
 
 
+def _loadable(name: str) -> bool:
+    return name in DATASETS or name.startswith(DATASET_PREFIXES)
+
+
+def _user_data(config: RunConfig, data) -> tuple[RunConfig, Dataset]:
+    """``run_experiment(config, data=...)``: the checked Dataset, and the config naming it and its fingerprint."""
+    name = data.name if isinstance(data, Dataset) else "user"
+    if config.dataset not in (DataConfig.dataset, name):  # the default, or the name a run recorded
+        raise ConfigError(f"dataset={config.dataset!r} names a dataset to load, but data= was passed too: leave "
+                          f"dataset unset (the run records it as {name!r})")
+    if config.data_dir is not None:
+        raise ConfigError(f"data_dir={config.data_dir!r} is not read when data= is given: leave it unset")
+    dataset = as_dataset(data, config.num_classes, name)
+    return _pin_fingerprint(dataclasses.replace(config, dataset=name), dataset), dataset
+
+
+def _pin_fingerprint(config: RunConfig, dataset: Dataset) -> RunConfig:
+    """Record the data's fingerprint in the config, refusing other data than a recorded fingerprint names."""
+    recorded = config.data_fingerprint
+    if recorded is not None and recorded != dataset.fingerprint:
+        raise ConfigError(f"data_fingerprint={recorded[:12]}… (the data this config was run on) does not match the "
+                          f"data given ({dataset.fingerprint[:12]}…, dataset {config.dataset!r}): pass the same data, "
+                          "or clear data_fingerprint to start a new run on this data")
+    return dataclasses.replace(config, data_fingerprint=dataset.fingerprint)
+
+
+def _check_classes_and_test_split(config: RunConfig, dataset: Dataset) -> None:
+    if dataset.num_classes < 2:
+        raise ConfigError(f"dataset {config.dataset!r} has num_classes={dataset.num_classes}: a classifier needs "
+                          ">= 2 classes; set num_classes to the number of classes the model should tell apart")
+    if len(dataset.test_y) == 0 and not config.timing_only:
+        raise ConfigError(f"dataset {config.dataset!r} has an empty test split: a run evaluates the global model "
+                          "on held-out samples, so give at least one test sample")
+
+
 def _check_transforms(config: RunConfig, dataset) -> None:
-    """Augmentation needs images; normalisation needs the dataset's statistics."""
+    """Augmentation needs images; normalisation needs values (not token ids) and statistics that fit."""
     if config.augment == "crop_flip" and dataset.kind != "image":
         raise ValueError(f"augment='crop_flip' needs image samples but dataset {config.dataset!r} has "
                          f"{dataset.kind} samples; use augment='none' (or 'auto')")
-    if config.normalize and dataset.kind == "image" and dataset_family(dataset.name) not in NORMALIZATION:
-        raise ValueError(f"normalize=true has no statistics for dataset {config.dataset!r}; known: "
-                         f"{', '.join(sorted(NORMALIZATION))} (or normalize=false)")
+    if config.normalize and dataset.kind == "tokens":
+        raise ConfigError(f"normalize=True is not allowed: dataset {config.dataset!r} holds token ids, which have "
+                          "no mean and std (set normalize=false)")
+    channels = dataset.input_shape[-1]
+    for name in ("normalize_mean", "normalize_std"):
+        values = getattr(config, name)
+        if values is not None and len(values) not in (1, channels):
+            fail(name, list(values), f"one number or one per channel ({channels} for dataset {config.dataset!r}, "
+                                     f"samples of shape {dataset.input_shape})")
+
+
+def normalization_statistics(config: RunConfig, dataset) -> dict | None:
+    """What ``normalize`` divides by: ``{"mean", "std", "source"}`` (explicit values, or the training
+    split's per-channel statistics), or None when the run does not normalise.
+
+    >>> from jaxfl.config import RunConfig, validate
+    >>> from jaxfl.data import load_dataset
+    >>> normalization_statistics(validate(RunConfig(normalize=True)), load_dataset("mnist10k"))
+    {'mean': [0.132308], 'std': [0.310289], 'source': 'training split'}
+    """
+    if not config.normalize:
+        return None
+    if config.normalize_mean is not None:
+        return {"mean": list(config.normalize_mean), "std": list(config.normalize_std), "source": "config"}
+    mean, std = dataset.channel_statistics
+    return {"mean": list(mean), "std": list(std), "source": "training split"}
 
 
 def make_transforms(config: RunConfig, dataset):
@@ -338,12 +452,14 @@ def make_transforms(config: RunConfig, dataset):
     >>> augment is None
     True
     """
-    preprocess = make_preprocess(dataset, normalized=config.normalize)  # uint8 images: as scale_uint8
+    stats = normalization_statistics(config, dataset) or {"mean": None, "std": None}
+    preprocess = make_preprocess(dataset, normalized=config.normalize, mean=stats["mean"], std=stats["std"])
     wanted = config.augment == "crop_flip" or (config.augment == "auto" and dataset.kind == "image"
                                                and dataset_family(dataset.name) in AUGMENTED)
     if not wanted:
         return preprocess, None
-    return preprocess, make_augment(dataset, crop_padding=4, flip=True, normalized=config.normalize)
+    return preprocess, make_augment(dataset, crop_padding=4, flip=True, normalized=config.normalize,
+                                    mean=stats["mean"], std=stats["std"])
 
 
 def _speeds_and_faults(config: RunConfig, params) -> tuple[ClientSpeeds, ClientFaults | None]:
@@ -377,13 +493,31 @@ def _open_logs(run_dir: str, offsets: dict | None):
     return events, handle
 
 
-def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResult:
+def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
+                   data=None,
+                   ) -> RunResult:
     """Run ``config`` end to end and write its run directory (see the module docstring).
 
     With ``resume_dir``, continue that run from its newest checkpoint instead (the config is the
     one saved in the run directory); the finished run is identical to an uninterrupted one.
+
+    ``data``: your own data instead of ``config.dataset``: a :class:`jaxfl.data.Dataset`, a
+    ``(train_x, train_y, test_x, test_y)`` tuple, or a mapping of those names (see
+    :func:`jaxfl.data.as_dataset`), checked before any work. The run records the dataset as
+    ``"user"`` (or the Dataset's name) and the data's SHA-256 as ``data_fingerprint``; resuming
+    needs the same data again (``resume_experiment(run_dir, data=...)``).
+
+    >>> import numpy as np
+    >>> from jaxfl.config import RunConfig
+    >>> rng = np.random.default_rng(0)
+    >>> arrays = (rng.random((40, 8, 8), np.float32), np.arange(40) % 2, rng.random((10, 8, 8), np.float32),
+    ...           np.arange(10) % 2)
+    >>> result = run_experiment(RunConfig(algorithm="fedavg", model="logreg", clients=2, local_steps=2,
+    ...                                   max_updates=1, progress=False, output_dir="/tmp/jaxfl-doc"), data=arrays)
+    >>> result.summary["dataset"], result.summary["target_accuracy"]
+    ('user', None)
     """
-    config, dataset, federation, model, params = prepare(config)
+    config, dataset, federation, model, params = prepare(config, data=data)
     scratch = None
     if jax.process_count() > 1:  # jaxfl.cluster: process 0 writes the run; the others a scratch folder
         if resume_dir is not None:
@@ -432,7 +566,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     if resume_dir is None:
         run_dir = _run_dir(config, algorithm.name)
         os.makedirs(run_dir)
-        _write_run_config(run_dir, config, params, federation, plan)
+        _write_run_config(run_dir, config, params, federation, plan, dataset=dataset)
     else:
         run_dir = resume_dir
         _, saved, device_tree = resume.load_checkpoint(run_dir, config, engine)
@@ -518,15 +652,23 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     return RunResult(run_dir, summary, recorder.rows, engine.params, simulation, engine)
 
 
-def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan: ExecutionPlan | None) -> None:
-    """config.json: the resolved config, how it runs (no plan and no backend: timing only), versions."""
+def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan: ExecutionPlan | None,
+                      dataset: Dataset | None = None) -> None:
+    """config.json: the resolved config, how it runs (no plan and no backend: timing only), versions,
+    and what the data turned out to be (classes, sizes, the normalisation statistics used)."""
+    described = {} if dataset is None else {"dataset": {
+        "name": dataset.name, "kind": dataset.kind, "input_shape": list(dataset.input_shape),
+        "dtype": str(dataset.train_x.dtype), "num_classes": dataset.num_classes,
+        "train_samples": len(dataset.train_y), "test_samples": len(dataset.test_y),
+        "normalization": normalization_statistics(config, dataset)}}
     _write_json(os.path.join(run_dir, "config.json"), {
         "config": config.to_dict(), "execution_plan": None if plan is None else dataclasses.asdict(plan),
         "backend": None if config.timing_only else jax.default_backend(),
         **({"timing_only": True} if config.timing_only else {}),
         "versions": library_versions(),
         "model_parameters": count_params(params["params"]),
-        "model_state_values": count_params(params.get("state", {})), "client_samples": federation.counts.tolist()})
+        "model_state_values": count_params(params.get("state", {})), "client_samples": federation.counts.tolist(),
+        **described})
 
 
 def library_versions() -> dict[str, str | None]:
@@ -633,14 +775,16 @@ def _run_timing_only(config: RunConfig, federation, params) -> RunResult:
     return RunResult(run_dir, summary, [], None, simulation, None)
 
 
-def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dict | None = None) -> RunResult:
+def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dict | None = None, *,
+                      data=None) -> RunResult:
     """Continue the run in ``run_dir`` from its newest readable checkpoint (``jaxfl run --resume RUN_DIR``).
 
     The run keeps the config it was started with: ``overrides`` (config-file names, as flags give
     them) that would change it are refused, as is a ``config.json`` edited since the checkpoint was
     written, a run without checkpoints, or one whose checkpoints all fail to read back — each with a
     one-line :class:`jaxfl.resume.ResumeError`. A checkpoint that does not read back is skipped for
-    the one before it with a :class:`jaxfl.resume.ResumeWarning`.
+    the one before it with a :class:`jaxfl.resume.ResumeWarning`. A run on data passed in Python
+    needs that data again as ``data=`` (refused if its fingerprint differs from the one the run recorded).
 
     >>> resume_experiment("/tmp/jaxfl-doc/no-such-run")
     Traceback (most recent call last):
@@ -653,7 +797,7 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
     if progress is not None:
         config = dataclasses.replace(config, progress=progress)
-    return run_experiment(config, resume_dir=run_dir)
+    return run_experiment(config, resume_dir=run_dir, data=data)
 
 
 class _Checkpointer:

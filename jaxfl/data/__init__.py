@@ -11,6 +11,7 @@ Example:
 """
 
 from jaxfl.data.datasets import (
+    DATA_FORMS,
     DATASET_PREFIXES,
     DATASETS,
     DIGITS_NUM_TEST,
@@ -18,6 +19,7 @@ from jaxfl.data.datasets import (
     MNIST10K_NUM_TEST,
     MNIST10K_SPLIT_SEED,
     Dataset,
+    as_dataset,
     dataset_from_arrays,
     load_dataset,
 )
@@ -45,6 +47,7 @@ from jaxfl.data.synthetic import SyntheticFederation, generate_synthetic
 
 __all__ = [
     "CLASS_PARTITION_TABLE",
+    "DATA_FORMS",
     "DATASETS",
     "DATASET_PREFIXES",
     "DIGITS_NUM_TEST",
@@ -60,6 +63,7 @@ __all__ = [
     "FlatPartition",
     "PartitionReport",
     "SyntheticFederation",
+    "as_dataset",
     "build_federation",
     "client_sizes",
     "dataset_from_arrays",

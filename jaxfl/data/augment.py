@@ -1,8 +1,9 @@
 """On-device preprocessing: normalisation and augmentation as pure JAX functions (the one jax module in data/).
 
-Samples stay uint8 on the host and on device; these functions turn a gathered minibatch
-``(B, H, W, C)`` uint8 into float32 inside the jitted client kernel, so augmentation costs no host
-work and no transfer. Augmentations take an explicit key and treat every sample independently, so
+Pixels stay uint8 on the host and on device; these functions turn a gathered minibatch
+``(B, H, W, C)`` into float32 inside the jitted client kernel, so augmentation costs no host work
+and no transfer. Only integer pixels are divided by 255; float images and features are used as
+they are. Augmentations take an explicit key and treat every sample independently, so
 they vmap over clients and give the same result however clients are batched.
 
 - :func:`make_preprocess` ``(x) -> float`` for evaluation (and training without augmentation);
@@ -10,8 +11,11 @@ they vmap over clients and give the same result however clients are batched.
   horizontal flip for CIFAR (CC-FedAvg's code: ``RandomCrop(32, padding=4)``,
   ``RandomHorizontalFlip()``), then the same scaling/normalisation as :func:`make_preprocess`.
 
-``NORMALIZATION`` holds per-dataset (mean, std) on the [0, 1] scale. FedCompass trains MNIST with
-ToTensor only (no mean/std), which is why normalisation is off unless asked for.
+A run's ``normalize=True`` divides by the statistics of its own training split
+(:attr:`jaxfl.data.Dataset.channel_statistics`) unless ``normalize_mean``/``normalize_std`` are
+given. ``NORMALIZATION`` keeps the constants the seed papers' code uses, to pass explicitly where a
+paper's exact preprocessing matters. FedCompass trains MNIST with ToTensor only (no mean/std), which
+is why normalisation is off unless asked for.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ __all__ = ["NORMALIZATION", "AUGMENTED", "scale", "normalize", "random_crop", "r
 
 NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "mnist": ((0.1307,), (0.3081,)),  # the usual MNIST statistics (PORT/PLATO)
-    "fashion_mnist": ((0.5,), (0.5,)),  # CC-FedAvg's FMNIST code
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),  # CC-FedAvg's CIFAR code
     "cifar100": ((0.507, 0.487, 0.441), (0.267, 0.256, 0.276)),  # CC-FedAvg's CIFAR-100 code
 }
@@ -47,13 +50,16 @@ def dataset_family(name: str) -> str:
 
 
 def scale(x: jax.Array) -> jax.Array:
-    """uint8 pixels to float32 in [0, 1] (ToTensor); the same operations as ``kernels.client.scale_uint8``.
+    """Integer pixels to float32 in [0, 1] (ToTensor); floats unchanged (as float32). The same
+    operations as ``kernels.client.scale_uint8``.
 
     Example:
-        >>> scale(jnp.array([0, 255], jnp.uint8)).tolist()
-        [0.0, 1.0]
+        >>> scale(jnp.array([0, 255], jnp.uint8)).tolist(), scale(jnp.array([0.5, 2.0])).tolist()
+        ([0.0, 1.0], [0.5, 2.0])
     """
-    return x.astype(jnp.float32) / 255.0
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return x.astype(jnp.float32) / 255.0
+    return x.astype(jnp.float32)
 
 
 def normalize(x: jax.Array, mean, std) -> jax.Array:
@@ -99,30 +105,45 @@ def random_flip(key: jax.Array, x: jax.Array) -> jax.Array:
     return jnp.where(flip[:, None, None, None], x[:, :, ::-1, :], x)
 
 
-def _check_normalization(family: str, normalized: bool):
-    if normalized and family not in NORMALIZATION:
-        raise ValueError(f"no normalisation statistics for dataset {family!r}; known: {sorted(NORMALIZATION)}")
-    return NORMALIZATION[family] if normalized else None
+def _statistics(dataset, normalized: bool, mean, std):
+    """``(mean, std)`` to normalise by, or None: explicit values, else a Dataset's own training
+    statistics, else (a name) the published constants in ``NORMALIZATION``."""
+    if not normalized:
+        return None
+    if mean is not None and std is not None:
+        return tuple(mean), tuple(std)
+    if (mean is None) != (std is None):
+        raise ValueError("give normalisation mean and std together (or neither, for the training split's)")
+    if not isinstance(dataset, str):
+        return dataset.channel_statistics
+    family = dataset_family(dataset)
+    if family not in NORMALIZATION:
+        raise ValueError(f"no normalisation statistics for dataset {family!r}; known: {sorted(NORMALIZATION)} "
+                         "(pass the Dataset itself to use its training split's, or mean and std)")
+    return NORMALIZATION[family]
 
 
-def make_preprocess(dataset, normalized: bool = False) -> Callable[[jax.Array], jax.Array]:
+def make_preprocess(dataset, normalized: bool = False, mean=None, std=None) -> Callable[[jax.Array], jax.Array]:
     """``x -> model input`` for a :class:`~jaxfl.data.Dataset` (or a dataset name, taken as images).
 
-    Images: scaled to [0, 1], then ``(x - mean) / std`` if ``normalized``; float features: cast to
-    float32; token ids: passed through unchanged.
+    Images and features: integer pixels scaled to [0, 1], floats taken as they are (float32); then,
+    if ``normalized``, ``(x - mean) / std`` per channel (last axis) with the given ``mean``/``std``,
+    else a Dataset's own training statistics (:attr:`~jaxfl.data.Dataset.channel_statistics`),
+    else (a name) ``NORMALIZATION``. Token ids: passed through unchanged.
 
     Example:
         >>> f = make_preprocess("tfds:cifar10", normalized=True)
         >>> f(jnp.zeros((1, 2, 2, 3), jnp.uint8)).shape
         (1, 2, 2, 3)
+        >>> make_preprocess("mine", normalized=True, mean=(0.5,), std=(0.25,))(jnp.ones((1, 1))).tolist()
+        [[2.0]]
     """
-    name = dataset if isinstance(dataset, str) else dataset.name
     kind = "image" if isinstance(dataset, str) else dataset.kind
     if kind == "tokens":
+        if normalized:
+            raise ValueError(f"dataset {dataset.name!r} holds token ids, which cannot be normalised")
         return lambda x: x
-    if kind == "features":
-        return lambda x: x.astype(jnp.float32)
-    stats = _check_normalization(dataset_family(name), normalized)
+    stats = _statistics(dataset, normalized, mean, std)
     if stats is None:
         return scale
     mean, std = stats
@@ -130,7 +151,7 @@ def make_preprocess(dataset, normalized: bool = False) -> Callable[[jax.Array], 
 
 
 def make_augment(dataset, crop_padding: int | None = None, flip: bool | None = None,
-                 normalized: bool = False) -> Callable[[jax.Array, jax.Array], jax.Array]:
+                 normalized: bool = False, mean=None, std=None) -> Callable[[jax.Array, jax.Array], jax.Array]:
     """``(key, x_uint8 (B, H, W, C)) -> float32`` training transform for a dataset (or its name).
 
     Defaults per dataset: CIFAR-10/100 crop with 4-pixel padding and flip; others neither (the
@@ -148,7 +169,7 @@ def make_augment(dataset, crop_padding: int | None = None, flip: bool | None = N
     flip = (family in AUGMENTED) if flip is None else bool(flip)
     if crop_padding < 0:
         raise ValueError(f"crop_padding={crop_padding} must be >= 0")
-    preprocess = make_preprocess(dataset, normalized)
+    preprocess = make_preprocess(dataset, normalized, mean, std)
 
     def augment(key: jax.Array, x: jax.Array) -> jax.Array:
         crop_key, flip_key = jax.random.split(key)

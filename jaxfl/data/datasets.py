@@ -5,15 +5,18 @@ and the transfer are 4x smaller than float32 and every algorithm sees exactly th
 Nothing here imports jax or tensorflow; optional back-ends (TFDS, scikit-learn) are imported only
 inside the loader that needs them.
 
-Layouts (``Dataset.kind``): images ``(N, H, W, C)`` uint8; features ``(N, D)`` float32 (synthetic);
-tokens ``(N, L)`` int32 (text, 0 = padding). Labels ``(N,)`` int32.
+Layouts (``Dataset.kind``): images ``(N, H, W, C)`` uint8 pixels, or float32 values used as they are;
+features ``(N, D)`` float32 (synthetic); tokens ``(N, L)`` int32 (text, 0 = padding). Labels ``(N,)``
+int32. Your own arrays become a :class:`Dataset` with :func:`as_dataset` (what
+``run_experiment(config, data=...)`` calls).
 
 Names (``DATASETS``, plus the ``tfds:`` and ``synthetic:`` prefixes):
 
 - ``mnist10k`` (embedded), ``fashion_mnist`` (Debian), ``mnist`` (IDX folder in ``data_dir``);
 - ``digits``: scikit-learn's bundled 8x8 digits (``pip install jaxfl[sklearn]``);
 - ``npz``: a ``.npz`` file (``data_dir``) with ``x_train, y_train, x_test, y_test`` and optional
-  ``client_train`` (per-sample client id, for the natural split) and ``num_classes``;
+  ``client_train`` (per-sample client id, for the natural split) and ``num_classes``; re-read
+  whenever the file changes (the cache is keyed by path, modification time and size);
 - ``array_record``: a dataset folder written by TFDS (``data_dir`` = the version folder holding
   ``dataset_info.json``), read through ``tfds.data_source`` without TensorFlow;
 - ``tfds:<name>[/<config>]``: any TFDS image or text classification set, e.g. ``tfds:cifar10``,
@@ -27,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
+from collections.abc import Mapping
 import hashlib
 import importlib.resources
 import os
@@ -41,6 +45,8 @@ __all__ = [
     "DATASET_PREFIXES",
     "load_dataset",
     "dataset_from_arrays",
+    "as_dataset",
+    "DATA_FORMS",
     "FASHION_MNIST_DIR",
     "MNIST10K_SPLIT_SEED",
     "MNIST10K_NUM_TEST",
@@ -98,13 +104,14 @@ class Dataset:
 
     @property
     def kind(self) -> str:
-        """``"image"`` (uint8 ``(N, H, W, C)``), ``"tokens"`` (integer ``(N, L)``) or ``"features"`` (float).
+        """``"image"`` (``(N, H, W, C)``, uint8 or float), ``"tokens"`` (integer ``(N, L)``) or
+        ``"features"`` (float ``(N, D)``).
 
         Example:
             >>> load_dataset("mnist10k").kind
             'image'
         """
-        if self.train_x.dtype == np.uint8 and self.train_x.ndim == 4:
+        if self.train_x.ndim == 4 and (self.train_x.dtype == np.uint8 or np.issubdtype(self.train_x.dtype, np.floating)):
             return "image"
         if np.issubdtype(self.train_x.dtype, np.integer) and self.train_x.ndim == 2:
             return "tokens"
@@ -121,14 +128,76 @@ class Dataset:
         arrays = (self.train_x, self.train_y, self.test_x, self.test_y, self.train_groups)
         return int(sum(a.nbytes for a in arrays if a is not None))
 
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of the arrays' dtypes, shapes and bytes: equal content, equal fingerprint.
+
+        A run records it for data passed in Python and for ``npz`` files, so that a resumed run can
+        refuse other data.
+
+        Example:
+            >>> a = dataset_from_arrays("a", np.zeros((2, 3), np.float32), [0, 1], np.ones((1, 3)), [1])
+            >>> b = dataset_from_arrays("b", np.zeros((2, 3)), [0, 1], np.ones((1, 3)), [1])
+            >>> a.fingerprint == b.fingerprint, len(a.fingerprint)
+            (True, 64)
+        """
+        digest = hashlib.sha256()
+        for array in (self.train_x, self.train_y, self.test_x, self.test_y, self.train_groups):
+            if array is None:
+                digest.update(b"none;")
+                continue
+            digest.update(f"{array.dtype.str}{array.shape};".encode())
+            digest.update(np.ascontiguousarray(array).data)
+        return digest.hexdigest()
+
+    @functools.cached_property
+    def channel_statistics(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Per-channel ``(mean, std)`` of the training split as the model sees it.
+
+        Channels are the last axis (an image's colour channels; each feature of ``(N, D)`` features).
+        uint8 pixels are taken after scaling to [0, 1], float values as they are. The std is the
+        population one (ddof 0); a constant channel gets std 1, so normalising only centres it (as
+        scikit-learn's ``StandardScaler`` does with zero variance).
+
+        Example:
+            >>> x = np.array([[[[0]], [[255]]]], np.uint8)  # one 2x1 image: pixels 0 and 1 after scaling
+            >>> dataset_from_arrays("s", x, [0], x, [1]).channel_statistics
+            ((0.5,), (0.5,))
+        """
+        if self.kind == "tokens":
+            raise ValueError(f"dataset {self.name!r} holds token ids: they have no mean and std to normalise by")
+        channels = self.train_x.shape[-1]
+        flat = self.train_x.reshape(-1, channels)
+        total = np.zeros(channels)
+        squares = np.zeros(channels)
+        chunk = max(1, 2 ** 22 // channels)  # float64 copies of a few MB at a time, not of the whole split
+        for start in range(0, len(flat), chunk):
+            block = flat[start:start + chunk].astype(np.float64)
+            total += block.sum(axis=0)
+            squares += np.square(block).sum(axis=0)
+        count = len(flat)
+        mean = total / count
+        std = np.sqrt(np.maximum(squares / count - np.square(mean), 0.0))
+        if self.train_x.dtype == np.uint8:
+            mean, std = mean / 255.0, std / 255.0
+        std = np.where(std > 1e-12, std, 1.0)
+        return tuple(round(float(v), 6) for v in mean), tuple(round(float(v), 6) for v in std)
+
 
 def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes: int | None = None,
                         groups=None, vocab_size: int | None = None, source: str = "arrays") -> Dataset:
     """Check and normalise user arrays into a read-only :class:`Dataset`.
 
-    Images may be ``(N, H, W)`` (a channel axis is added) or ``(N, H, W, C)`` uint8; float arrays
-    become float32 features; other integer ``(N, L)`` arrays are token ids. Labels must be
-    integers in ``[0, num_classes)`` (``num_classes`` defaults to the largest label + 1).
+    - uint8 ``(N, H, W)`` or ``(N, H, W, C)``: image pixels (a channel axis is added to 3-D arrays),
+      scaled to [0, 1] on device; other integer 3-D/4-D arrays with values in 0..255 are taken as
+      the same pixels;
+    - float ``(N, H, W)`` or ``(N, H, W, C)``: images whose values the model sees as they are (no
+      division by 255), as float32; float ``(N, D)``: feature vectors;
+    - other integer ``(N, L)``: token ids.
+
+    Labels must be integers in ``[0, num_classes)``. ``num_classes`` defaults to the largest label
+    + 1; labels of a single class are refused unless ``num_classes`` is given (one logit would make
+    every prediction right). Messages name shapes and dtypes, never the values.
 
     Example:
         >>> import numpy as np
@@ -136,37 +205,36 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
         ...                          np.zeros((2, 2, 2), np.uint8), [1, 0])
         >>> ds.input_shape, ds.num_classes
         ((2, 2, 1), 2)
+        >>> dataset_from_arrays("f", np.zeros((4, 2, 2)), [0, 1, 0, 1], np.zeros((2, 2, 2)), [1, 0]).kind
+        'image'
     """
     arrays = []
     for split, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
-        x, y = np.asarray(x), np.asarray(y)
+        x, y = _as_array(x, f"x_{split}", source), _as_array(y, f"y_{split}", source)
         if x.ndim < 2 or len(x) != len(y) or y.ndim != 1:
             raise ValueError(f"{source}: x_{split} {x.shape} and y_{split} {y.shape} must hold the same number "
                              "of samples, labels 1-D")
         if not np.issubdtype(y.dtype, np.integer):
             raise ValueError(f"{source}: y_{split} must hold integer labels, got {y.dtype}")
-        if x.dtype == np.uint8 and x.ndim == 3:
-            x = x[..., None]
-        elif np.issubdtype(x.dtype, np.floating):
-            x = x.astype(np.float32, copy=False)
-        elif np.issubdtype(x.dtype, np.integer) and x.dtype != np.uint8:
-            if x.ndim != 2:
-                raise ValueError(f"{source}: integer x_{split} is read as token ids and must be (N, L), got {x.shape}")
-            x = x.astype(np.int32, copy=False)
-        elif x.dtype != np.uint8:
-            raise ValueError(f"{source}: x_{split} dtype {x.dtype} is not uint8 images, float features or int tokens")
-        arrays.append((np.ascontiguousarray(x), y.astype(np.int32, copy=False)))
+        arrays.append((np.ascontiguousarray(_as_samples(x, f"x_{split}", source)), y.astype(np.int32, copy=False)))
     (train_x, train_y), (test_x, test_y) = arrays
+    if train_x.dtype != test_x.dtype and np.uint8 in (train_x.dtype, test_x.dtype):
+        raise ValueError(f"{source}: x_train is {train_x.dtype} but x_test {test_x.dtype}: give both as uint8 "
+                         "pixels or both as floats, so that both are scaled the same way")
     if train_x.shape[1:] != test_x.shape[1:]:
         raise ValueError(f"{source}: train samples have shape {train_x.shape[1:]} but test samples {test_x.shape[1:]}")
     if len(train_y) == 0:
         raise ValueError(f"{source}: the training split is empty")
     largest = int(max(train_y.max(), test_y.max() if len(test_y) else 0))
+    if num_classes is None and largest < 1:
+        raise ValueError(f"{source}: every label is {largest}, a single class: set num_classes (the number of "
+                         "classes the model should tell apart, >= 2)")
     num_classes = largest + 1 if num_classes is None else int(num_classes)
     if min(train_y.min(), test_y.min() if len(test_y) else 0) < 0 or largest >= num_classes:
-        raise ValueError(f"{source}: labels must lie in [0, {num_classes}), got [{int(train_y.min())}, {largest}]")
+        raise ValueError(f"{source}: labels must lie in [0, {num_classes}), got "
+                         f"[{int(min(train_y.min(), test_y.min() if len(test_y) else 0))}, {largest}]")
     if groups is not None:
-        groups = np.asarray(groups)
+        groups = _as_array(groups, "client_train", source)
         if groups.shape != train_y.shape or not np.issubdtype(groups.dtype, np.integer):
             raise ValueError(f"{source}: client ids must be one integer per training sample {train_y.shape}, "
                              f"got {groups.shape} {groups.dtype}")
@@ -182,6 +250,100 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
     return Dataset(name, train_x, train_y, test_x, test_y, num_classes, groups, vocab_size)
 
 
+def _as_array(value, label: str, source: str) -> np.ndarray:
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as error:  # ragged nested lists and the like
+        raise ValueError(f"{source}: {label} is not an array ({type(value).__name__}: {error})") from None
+    if array.dtype == object or array.ndim == 0:
+        raise ValueError(f"{source}: {label} must be a numeric array, got a {type(value).__name__} of "
+                         f"shape {array.shape} and dtype {array.dtype}")
+    return array
+
+
+def _as_samples(x: np.ndarray, label: str, source: str) -> np.ndarray:
+    """Samples in one of the layouts of ``Dataset.kind``, or a one-line ValueError."""
+    if np.issubdtype(x.dtype, np.floating):
+        if x.ndim > 4:
+            raise ValueError(f"{source}: float {label} of shape {x.shape}: expected (N, D) features or "
+                             "(N, H, W[, C]) images")
+        if not np.isfinite(x).all():
+            raise ValueError(f"{source}: {label} holds NaN or infinite values")
+        x = x.astype(np.float32, copy=False)
+        return x[..., None] if x.ndim == 3 else x
+    if not np.issubdtype(x.dtype, np.integer):
+        raise ValueError(f"{source}: {label} dtype {x.dtype} is not uint8 images, float images or features, "
+                         "or integer token ids")
+    if x.ndim in (3, 4):
+        if x.dtype != np.uint8:
+            low, high = int(x.min(initial=0)), int(x.max(initial=0))
+            if low < 0 or high > 255:
+                raise ValueError(f"{source}: integer {label} of shape {x.shape} is read as image pixels and must "
+                                 f"lie in 0..255, got {low}..{high} (pass floats to use other values as they are)")
+            x = x.astype(np.uint8)
+        return x[..., None] if x.ndim == 3 else x
+    if x.dtype == np.uint8 and x.ndim == 2:
+        return x  # uint8 (N, L): token ids, as before
+    if x.ndim != 2:
+        raise ValueError(f"{source}: integer {label} of shape {x.shape}: expected (N, L) token ids or "
+                         "(N, H, W[, C]) image pixels")
+    return x.astype(np.int32, copy=False)
+
+
+DATA_FORMS = ("a jaxfl.data.Dataset, a (train_x, train_y, test_x, test_y) tuple, or a mapping with "
+              "train_x, train_y, test_x, test_y (or x_train, y_train, x_test, y_test) and optional "
+              "client_train, num_classes")
+
+
+def as_dataset(data, num_classes: int | None = None, name: str = "user") -> Dataset:
+    """Your own data as a checked, read-only :class:`Dataset` (what ``run_experiment(config, data=...)`` takes).
+
+    ``data`` is a :class:`Dataset` (checked again, keeping its name), a ``(train_x, train_y,
+    test_x, test_y)`` tuple, or a mapping of those names (``x_train`` etc. as in ``npz`` files and
+    Keras; ``np.load`` of an ``.npz`` works) with optional per-sample writer ids ``client_train``
+    (or ``train_groups``) and ``num_classes``. Layouts as in :func:`dataset_from_arrays`; an
+    explicit ``num_classes`` wins over the data's. Arrays and mappings are named ``name``.
+
+    Example:
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> ds = as_dataset((rng.random((20, 8, 8)), np.arange(20) % 3, rng.random((5, 8, 8)), np.arange(5) % 3))
+        >>> ds.name, ds.kind, ds.input_shape, ds.num_classes
+        ('user', 'image', (8, 8, 1), 3)
+    """
+    source = "data"
+    groups = vocab_size = None
+    if isinstance(data, Dataset):
+        name, source = data.name, f"data (Dataset {data.name!r})"
+        arrays = (data.train_x, data.train_y, data.test_x, data.test_y)
+        groups, vocab_size = data.train_groups, data.vocab_size
+        num_classes = data.num_classes if num_classes is None else num_classes
+    elif isinstance(data, Mapping):
+        spellings = {"train_x": "x_train", "train_y": "y_train", "test_x": "x_test", "test_y": "y_test",
+                     "train_groups": "client_train"}
+        keys = set(data.keys())
+        unknown = sorted(str(k) for k in keys - set(spellings) - set(spellings.values()) - {"num_classes"})
+        missing = [k for k in ("train_x", "train_y", "test_x", "test_y") if k not in keys and spellings[k] not in keys]
+        if unknown or missing:
+            raise ValueError(f"data: a mapping needs train_x, train_y, test_x, test_y (or x_train, ...); "
+                             f"missing {missing}, unknown {unknown}")
+        pick = {k: data[k] if k in keys else data.get(spellings[k]) for k in spellings}
+        arrays = tuple(pick[k] for k in ("train_x", "train_y", "test_x", "test_y"))
+        groups = pick["train_groups"]
+        if num_classes is None and "num_classes" in keys:
+            num_classes = int(np.asarray(data["num_classes"]))
+    elif isinstance(data, (tuple, list)) and len(data) == 4:
+        arrays = tuple(data)
+    else:
+        length = f" of length {len(data)}" if isinstance(data, (tuple, list)) else ""
+        raise TypeError(f"data= takes {DATA_FORMS}; got a {type(data).__name__}{length}")
+    if num_classes is not None and (isinstance(num_classes, bool) or int(num_classes) != num_classes
+                                    or num_classes < 2):
+        raise ValueError(f"num_classes={num_classes!r} is not allowed: an integer >= 2")
+    return dataset_from_arrays(name, *arrays, num_classes=num_classes, groups=groups, vocab_size=vocab_size,
+                               source=source)
+
+
 def load_dataset(name: str, data_dir: str | os.PathLike | None = None, **options) -> Dataset:
     """Load a dataset by name (see the module docstring); arrays are read-only, file sets cached.
 
@@ -193,7 +355,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, **options
     - ``"digits"``: scikit-learn's 1,797 8x8 digits as uint8 ``(8, 8, 1)`` images (0..16 scaled to
       0..255), 1,437 / 360 stratified with seed ``MNIST10K_SPLIT_SEED``.
     - ``"npz"``, ``"array_record"``, ``"tfds:<name>"``: files in ``data_dir`` (see the module doc);
-      ``tfds:`` text sets take ``max_len`` and ``vocab_size`` options.
+      ``npz`` takes a ``num_classes`` option (else the file's, else the largest label + 1),
+      ``tfds:`` text sets ``max_len`` and ``vocab_size``.
     - ``"synthetic"`` (alpha = beta = 1), ``"synthetic:A,B"``, ``"synthetic_iid"``: options
       ``num_clients`` (required) and those of :func:`jaxfl.data.synthetic.load_synthetic`.
 
@@ -220,17 +383,20 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, **options
                                  "(holding dataset_info.json and *.array_record-* files)")
             return load_array_record(_absolute(data_dir), **options)
         return load_tfds(name[len("tfds:"):], None if data_dir is None else _absolute(data_dir), **options)
+    if name == "npz":
+        if data_dir is None:
+            raise ValueError("dataset 'npz' needs data_dir: a .npz file (or a folder holding exactly one) with "
+                             "arrays x_train, y_train, x_test, y_test [, client_train, num_classes]")
+        unknown = sorted(set(options) - {"num_classes"})
+        if unknown:
+            raise ValueError(f"dataset 'npz' takes only the option num_classes, got {unknown}")
+        return _load_npz(_absolute(data_dir), options.get("num_classes"))
     if options:
         raise ValueError(f"dataset {name!r} takes no options, got {sorted(options)}")
     if name == "mnist10k":
         return _load_cached(name, None)
     if name == "digits":
         return _load_digits()
-    if name == "npz":
-        if data_dir is None:
-            raise ValueError("dataset 'npz' needs data_dir: a .npz file (or a folder holding exactly one) with "
-                             "arrays x_train, y_train, x_test, y_test [, client_train, num_classes]")
-        return _load_npz(_absolute(data_dir))
     if name == "mnist" and data_dir is None:
         raise ValueError(
             "dataset 'mnist' needs data_dir: a folder holding train-images-idx3-ubyte[.gz], "
@@ -246,8 +412,12 @@ def _absolute(path) -> str:
     return os.path.abspath(os.path.expanduser(os.fspath(path)))
 
 
-@functools.lru_cache(maxsize=None)
-def _load_npz(path: str) -> Dataset:
+# path -> ((mtime_ns, size, inode, num_classes), Dataset): a rewritten file is read again, and only
+# the newest version of each file stays in memory.
+_NPZ_CACHE: dict[str, tuple[tuple, Dataset]] = {}
+
+
+def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
     if os.path.isdir(path):
         found = sorted(f for f in os.listdir(path) if f.endswith(".npz"))
         if len(found) != 1:
@@ -256,15 +426,23 @@ def _load_npz(path: str) -> Dataset:
         path = os.path.join(path, found[0])
     if not os.path.isfile(path):
         raise FileNotFoundError(f"dataset 'npz': no file at {path}")
+    stat = os.stat(path)
+    stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino, num_classes)
+    cached = _NPZ_CACHE.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
     with np.load(path, allow_pickle=False) as archive:
         missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in archive.files]
         if missing:
             raise ValueError(f"{path}: missing arrays {missing}; found {archive.files}")
         arrays = {k: archive[k] for k in archive.files}
-    num_classes = int(arrays["num_classes"]) if "num_classes" in arrays else None
-    return dataset_from_arrays(os.path.basename(path), arrays["x_train"], arrays["y_train"], arrays["x_test"],
-                               arrays["y_test"], num_classes=num_classes, groups=arrays.get("client_train"),
-                               source=path)
+    if num_classes is None and "num_classes" in arrays:
+        num_classes = int(arrays["num_classes"])
+    dataset = dataset_from_arrays(os.path.basename(path), arrays["x_train"], arrays["y_train"], arrays["x_test"],
+                                  arrays["y_test"], num_classes=num_classes, groups=arrays.get("client_train"),
+                                  source=path)
+    _NPZ_CACHE[path] = (stamp, dataset)
+    return dataset
 
 
 @functools.lru_cache(maxsize=None)

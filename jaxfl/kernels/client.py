@@ -94,8 +94,15 @@ class ClientTrainer(NamedTuple):
 
 
 def scale_uint8(x: jax.Array) -> jax.Array:
-    """Default preprocessing: uint8 pixels to float32 in [0, 1] (FedCompass: ToTensor only)."""
-    return x.astype(jnp.float32) / 255.0
+    """Default preprocessing: integer (uint8) pixels to float32 in [0, 1] (FedCompass: ToTensor only);
+    float inputs are already model inputs and are only cast to float32, never divided by 255.
+
+    >>> scale_uint8(jnp.array([51], jnp.uint8)).tolist(), scale_uint8(jnp.array([0.2])).tolist()
+    ([0.20000000298023224], [0.20000000298023224])
+    """
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return x.astype(jnp.float32) / 255.0
+    return x.astype(jnp.float32)
 
 
 def minibatch_indices(key: jax.Array, step: jax.Array, view: ClientView,

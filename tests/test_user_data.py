@@ -1,0 +1,264 @@
+"""Bringing your own data: arrays, Datasets and mappings in run_experiment(data=...), checked before any
+work; the data's fingerprint on resume; npz files re-read when rewritten; explicit num_classes; float
+images used as they are; no invented target for unknown data; normalisation by the training split's
+statistics or explicit ones."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxfl.cli import main
+from jaxfl.config import ConfigError, RunConfig, config_from_mapping, load_config_text, to_toml, validate
+from jaxfl.data import FASHION_MNIST_DIR, as_dataset, load_dataset
+from jaxfl.experiment import make_transforms, normalization_statistics, prepare, resume_experiment, run_experiment
+from jaxfl.kernels import scale_uint8
+from jaxfl.testing import _Interrupted, _interrupt_after, assert_same_run
+
+
+def arrays(seed=0, train=200, test=50, classes=4, shape=(8, 8), dtype=np.float32):
+    """Random images whose class shifts their mean, so a model can learn something."""
+    rng = np.random.default_rng(seed)
+    y_train, y_test = np.arange(train) % classes, np.arange(test) % classes
+    if dtype == np.uint8:
+        return (rng.integers(0, 256, (train, *shape), dtype=np.uint8), y_train,
+                rng.integers(0, 256, (test, *shape), dtype=np.uint8), y_test)
+    x_train = rng.random((train, *shape)).astype(dtype) + y_train.reshape(-1, *[1] * len(shape)) * 0.5
+    x_test = rng.random((test, *shape)).astype(dtype) + y_test.reshape(-1, *[1] * len(shape)) * 0.5
+    return x_train, y_train, x_test, y_test
+
+
+def small(tmp_path, **changes):
+    return RunConfig(**{"algorithm": "fedavg", "model": "logreg", "clients": 3, "local_steps": 2, "batch_size": 16,
+                        "max_updates": 2, "client_optimizer": "sgd", "client_lr": 0.1, "progress": False,
+                        "checkpoint_every": None, "target_accuracy": 0.99, "output_dir": str(tmp_path / "runs"),
+                        **changes})
+
+
+def test_a_run_on_float_images_trains_a_cnn_and_records_the_data(tmp_path):
+    data = arrays()
+    with pytest.warns(UserWarning, match="dataset 'user' has no default target accuracy"):
+        result = run_experiment(small(tmp_path, model="fedasmu_cnn", target_accuracy=None), data=data)
+    summary = result.summary
+    assert summary["dataset"] == "user" and summary["global_updates"] == 2
+    # no invented target: nothing to reach, nothing to stop at
+    assert summary["target_accuracy"] is None and summary["time_to_target"] is None
+    assert summary["stop_reason"] == "update budget" and 0 <= summary["final_accuracy"] <= 1
+    saved = json.loads(open(os.path.join(result.run_dir, "config.json")).read())
+    assert saved["config"]["data"]["dataset"] == "user"
+    assert saved["config"]["data"]["data_fingerprint"] == as_dataset(data).fingerprint
+    assert saved["dataset"] == {"name": "user", "kind": "image", "input_shape": [8, 8, 1], "dtype": "float32",
+                                "num_classes": 4, "train_samples": 200, "test_samples": 50, "normalization": None}
+    assert os.path.basename(result.run_dir).startswith("fedavg-user-fedasmu_cnn-iid-exp-c3-")
+
+
+def test_tuples_mappings_and_datasets_are_the_same_data(tmp_path):
+    x_train, y_train, x_test, y_test = arrays(dtype=np.uint8)
+    forms = [(x_train, y_train, x_test, y_test),
+             {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test},
+             {"train_x": x_train.tolist(), "train_y": y_train, "test_x": x_test, "test_y": y_test},
+             as_dataset((x_train, y_train, x_test, y_test))]
+    prepared = [prepare(small(tmp_path), data=form) for form in forms]
+    assert len({config.data_fingerprint for config, *_ in prepared}) == 1
+    assert all(config.dataset == "user" and dataset.kind == "image" and dataset.input_shape == (8, 8, 1)
+               for config, dataset, *_ in prepared)
+    # a Dataset keeps its own name; an .npz read with np.load is a mapping too
+    named = load_dataset("mnist10k")
+    config, dataset, *_ = prepare(small(tmp_path, target_accuracy=None), data=named)
+    assert config.dataset == "mnist10k" and config.target_accuracy == 0.9 and dataset.num_classes == 10
+    np.savez(tmp_path / "d.npz", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, num_classes=6)
+    with np.load(tmp_path / "d.npz") as archive:
+        config, dataset, *_ = prepare(small(tmp_path), data=archive)
+    assert dataset.num_classes == 6 and config.data_fingerprint == prepared[0][0].data_fingerprint
+    assert not (tmp_path / "runs").exists()
+
+
+def _one_line(message: str) -> str:
+    assert "\n" not in message and len(message) < 400 and "array(" not in message and "[[" not in message, message
+    return message
+
+
+@pytest.mark.parametrize("data, changes, error, message", [
+    ("not data", {}, TypeError, r"data= takes a jaxfl.data.Dataset.*got a str$"),
+    (np.zeros((10, 4)), {}, TypeError, r"got a ndarray$"),
+    ("three", {}, TypeError, r"got a tuple of length 3$"),
+    ("short_labels", {}, ValueError, r"x_train \(200, 8, 8\) and y_train \(199,\) must hold the same number"),
+    ("nan", {}, ValueError, r"x_train holds NaN or infinite values"),
+    ("float_labels", {}, ValueError, r"y_train must hold integer labels, got float64"),
+    ("one_class", {}, ValueError, r"every label is 0, a single class: set num_classes"),
+    ("label_7", {"num_classes": 4}, ValueError, r"labels must lie in \[0, 4\), got \[0, 7\]"),
+    ("empty_test", {}, ConfigError, r"dataset 'user' has an empty test split"),
+    ("mixed_dtypes", {}, ValueError, r"x_train is float32 but x_test uint8"),
+    ("big_ints", {}, ValueError, r"must lie in 0..255, got 0..499 \(pass floats"),
+    ("ok", {"dataset": "fashion_mnist"}, ConfigError, r"dataset='fashion_mnist' names a dataset to load, but data="),
+    ("ok", {"data_dir": "/tmp"}, ConfigError, r"data_dir='/tmp' is not read when data= is given"),
+    ("ok", {"num_classes": 1}, ValueError, r"num_classes=1 is not allowed: an integer >= 2"),
+    ("mapping_typo", {}, ValueError, r"missing \['test_y'\], unknown \['ytest'\]"),
+])
+def test_bad_data_is_refused_before_any_work_in_one_line(tmp_path, data, changes, error, message):
+    x_train, y_train, x_test, y_test = arrays()
+    cases = {
+        "three": (x_train, y_train, x_test),
+        "short_labels": (x_train, y_train[:-1], x_test, y_test),
+        "nan": (np.where(np.arange(200)[:, None, None] == 5, np.nan, x_train), y_train, x_test, y_test),
+        "float_labels": (x_train, y_train.astype(float), x_test, y_test),
+        "one_class": (x_train, np.zeros(200, int), x_test, np.zeros(50, int)),
+        "label_7": (x_train, np.where(y_train == 3, 7, y_train), x_test, y_test),
+        "empty_test": (x_train, y_train, x_test[:0], y_test[:0]),
+        "mixed_dtypes": (x_train, y_train, (x_test * 50).astype(np.uint8), y_test),
+        "big_ints": ((x_train * 200).astype(np.int64), y_train, (x_test * 200).astype(np.int64), y_test),
+        "ok": (x_train, y_train, x_test, y_test),
+        "mapping_typo": {"x_train": x_train, "y_train": y_train, "x_test": x_test, "ytest": y_test},
+    }
+    with pytest.raises(error, match=message) as caught:
+        run_experiment(small(tmp_path, **changes), data=cases.get(data, data) if isinstance(data, str) else data)
+    _one_line(str(caught.value))
+    assert not (tmp_path / "runs").exists(), "nothing is written before the data is checked"
+
+
+def test_one_class_with_an_explicit_num_classes(tmp_path):
+    x_train, _, x_test, _ = arrays()
+    config, dataset, _, model, params = prepare(small(tmp_path, num_classes=3),
+                                                data=(x_train, np.zeros(200, int), x_test, np.zeros(50, int)))
+    assert dataset.num_classes == 3 and model.predict(params, jnp.zeros((1, 8, 8, 1))).shape == (1, 3)
+    # the same for a named dataset: more logits than labels is allowed, fewer is not
+    assert prepare(small(tmp_path, dataset="mnist10k", num_classes=12))[1].num_classes == 12
+    with pytest.raises(ConfigError, match=r"num_classes=5 is not allowed: at least 10: dataset 'mnist10k' has label 9"):
+        prepare(small(tmp_path, dataset="mnist10k", num_classes=5))
+    # an npz file of one class: refused unless num_classes is set
+    path = tmp_path / "one.npz"
+    np.savez(path, x_train=x_train, y_train=np.zeros(200, int), x_test=x_test, y_test=np.zeros(50, int))
+    with pytest.raises(ValueError, match="a single class: set num_classes"):
+        prepare(small(tmp_path, dataset="npz", data_dir=str(path)))
+    assert prepare(small(tmp_path, dataset="npz", data_dir=str(path), num_classes=2))[1].num_classes == 2
+
+
+def test_a_rewritten_npz_file_is_read_again_and_a_run_pins_its_content(tmp_path):
+    path = tmp_path / "mine.npz"
+    x_train, y_train, x_test, y_test = arrays(dtype=np.uint8)
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    first = load_dataset("npz", data_dir=path)
+    assert load_dataset("npz", data_dir=path) is first  # unchanged: cached
+    result = run_experiment(small(tmp_path, dataset="npz", data_dir=str(path), max_updates=1))
+    saved = json.loads(open(os.path.join(result.run_dir, "config.json")).read())["config"]
+    assert saved["data"]["data_fingerprint"] == first.fingerprint
+    np.savez(path, x_train=x_train[:100], y_train=(y_train[:100] + 1) % 4, x_test=x_test, y_test=y_test)
+    os.utime(path, ns=(1, 1))  # a rewrite within the clock's resolution still changes the size
+    second = load_dataset("npz", data_dir=path)
+    assert len(second.train_y) == 100 and second.fingerprint != first.fingerprint
+    # the finished run's config (what a resume reads) refuses the rewritten file
+    with pytest.raises(ConfigError, match=r"data_fingerprint=.* does not match the data given .*dataset 'npz'"):
+        prepare(config_from_mapping(saved))
+
+
+def test_resume_takes_the_same_data_again_and_refuses_other_data(tmp_path):
+    data = arrays(seed=1)
+    config = small(tmp_path, algorithm="fedbuff", buffer_size=2, max_updates=3, checkpoint_every=1, stop_at_target=False)
+    full = run_experiment(dataclasses.replace(config, run_name="full"), data=data)
+    with _interrupt_after(4):
+        with pytest.raises(_Interrupted):
+            run_experiment(dataclasses.replace(config, run_name="cut"), data=data)
+    cut = str(tmp_path / "runs" / "cut")
+    assert not os.path.exists(os.path.join(cut, "summary.json"))
+    with pytest.raises(ConfigError, match=r"dataset 'user' is data that was passed in Python .* pass the same data"):
+        resume_experiment(cut)
+    other = (data[0] + 0.1,) + data[1:]
+    with pytest.raises(ConfigError, match="does not match the data given"):
+        resume_experiment(cut, data=other)
+    resumed = resume_experiment(cut, data=data)
+    assert resumed.summary["resumes"] == 1
+    assert_same_run(full, resumed, "resumed on the same data")
+
+
+def test_resuming_a_user_data_run_from_the_command_line_says_what_to_do(tmp_path, capsys):
+    result = run_experiment(small(tmp_path, max_updates=1), data=arrays())
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--resume", result.run_dir])
+    assert exit_info.value.code == 2
+    assert "is data that was passed in Python" in _one_line(capsys.readouterr().err.strip())
+
+
+def test_float_inputs_are_never_divided_by_255():
+    x = jnp.array([[0.25, 2.0]], jnp.float32)
+    np.testing.assert_array_equal(scale_uint8(x), x)  # the kernel's default preprocessing
+    np.testing.assert_array_equal(scale_uint8(jnp.array([[255]], jnp.uint8)), [[1.0]])
+    data = arrays()
+    dataset = as_dataset(data)
+    preprocess, augment = make_transforms(validate(RunConfig()), dataset)
+    np.testing.assert_array_equal(preprocess(jnp.asarray(dataset.train_x[:3])), dataset.train_x[:3])
+    assert augment is None
+
+
+def test_a_dataset_without_a_known_target_has_none():
+    assert validate(RunConfig(dataset="synthetic")).target_accuracy is None
+    assert validate(RunConfig(dataset="synthetic", target_accuracy=0.5)).target_accuracy == 0.5
+    assert validate(RunConfig(dataset="fashion_mnist")).target_accuracy == 0.8
+    with pytest.raises(ConfigError, match="max_time=inf.*has no default target accuracy to stop at"):
+        validate(RunConfig(dataset="synthetic", max_time=float("inf")))
+
+
+# --------------------------------------------------------------------------- normalisation
+
+
+def test_normalize_uses_the_training_splits_statistics_and_records_them(tmp_path):
+    x_train, y_train, x_test, y_test = arrays(shape=(6, 6, 3), dtype=np.uint8)
+    x_test = np.full_like(x_test, 255)  # the held-out split must not leak into the statistics
+    data = (x_train, y_train, x_test, y_test)
+    config, dataset, *_ = prepare(small(tmp_path, normalize=True), data=data)
+    pixels = x_train.reshape(-1, 3) / 255.0
+    stats = normalization_statistics(config, dataset)
+    assert stats["source"] == "training split"
+    np.testing.assert_allclose(stats["mean"], pixels.mean(axis=0), atol=1e-6)
+    np.testing.assert_allclose(stats["std"], pixels.std(axis=0), atol=1e-6)
+    preprocess, _ = make_transforms(config, dataset)
+    normalised = np.asarray(preprocess(jnp.asarray(x_train))).reshape(-1, 3)
+    np.testing.assert_allclose(normalised.mean(axis=0), 0, atol=1e-4)
+    np.testing.assert_allclose(normalised.std(axis=0), 1, atol=1e-4)
+    result = run_experiment(small(tmp_path, normalize=True, max_updates=1), data=data)
+    recorded = json.loads(open(os.path.join(result.run_dir, "config.json")).read())["dataset"]["normalization"]
+    assert recorded == {**stats, "mean": list(stats["mean"]), "std": list(stats["std"])}
+
+
+def test_explicit_statistics_override_and_are_checked(tmp_path, capsys):
+    config = small(tmp_path, normalize=True, normalize_mean=[0.5, 0.5, 0.5], normalize_std=0.25)
+    resolved = validate(config)
+    assert resolved.normalize_mean == (0.5, 0.5, 0.5) and resolved.normalize_std == (0.25,)
+    data = arrays(shape=(6, 6, 3), dtype=np.uint8)
+    config, dataset, *_ = prepare(config, data=data)
+    preprocess, _ = make_transforms(config, dataset)
+    np.testing.assert_allclose(preprocess(jnp.asarray(data[0][:2])), (data[0][:2] / 255.0 - 0.5) / 0.25, atol=1e-5)
+    assert normalization_statistics(config, dataset)["source"] == "config"
+    # survives TOML
+    assert config_from_mapping(load_config_text(to_toml(resolved), ".toml")).normalize_mean == (0.5, 0.5, 0.5)
+    for changes, message in [
+        ({"normalize_mean": 0.5, "normalize_std": 0.2}, r"normalize_mean=0.5 is not allowed: null unless normalize"),
+        ({"normalize": True, "normalize_mean": 0.5}, r"normalize_std=None is not allowed: set together with"),
+        ({"normalize": True, "normalize_mean": 0.5, "normalize_std": [0.2, 0.0]}, r"standard deviations > 0"),
+        ({"normalize": True, "normalize_mean": [0.1, 0.2], "normalize_std": 0.3},
+         r"normalize_mean=\[0.1, 0.2\] is not allowed: one number or one per channel \(3 "),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            prepare(small(tmp_path, **changes), data=data)
+    tokens = (np.array([[3, 4, 0], [5, 1, 0], [2, 2, 0]]), [0, 1, 0], np.array([[6, 2, 0]]), [1])
+    with pytest.raises(ConfigError, match="normalize=True is not allowed: dataset 'user' holds token ids"):
+        prepare(small(tmp_path, normalize=True, model="lstm"), data=tokens)
+    # the command line takes one number per channel, comma-separated, and checks it before work
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--normalize", "--normalize-mean", "0.1,0.2", "--normalize-std", "0.3", "--model", "logreg",
+              "--max-updates", "1", "--no-progress", "--output-dir", str(tmp_path / "cli")])
+    assert exit_info.value.code == 2 and "one number or one per channel (1 for dataset 'mnist10k'" in \
+        _one_line(capsys.readouterr().err.strip())
+    assert not (tmp_path / "cli").exists()
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST_DIR), reason="Debian's dataset-fashion-mnist is not installed")
+def test_fashion_mnist_is_normalised_by_its_own_statistics():
+    config = validate(RunConfig(dataset="fashion_mnist", normalize=True))
+    stats = normalization_statistics(config, load_dataset("fashion_mnist"))
+    np.testing.assert_allclose(stats["mean"], [0.2860], atol=1e-4)
+    np.testing.assert_allclose(stats["std"], [0.3530], atol=1e-4)
