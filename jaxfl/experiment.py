@@ -42,12 +42,14 @@ from jaxfl.data.augment import AUGMENTED, NORMALIZATION, dataset_family, make_au
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
 from jaxfl.kernels.aggregation import make_server_optimizer
 from jaxfl.kernels.client import FederatedArrays, make_client_trainer, scale_uint8
-from jaxfl.models import check_model_input, count_params, make_model
+from jaxfl.models import (MODELS, build_model, check_model_input, check_model_object, count_params,
+                          is_model_reference, load_model_reference, make_model)
 from jaxfl.models.adapter import as_adapter
 from jaxfl.runlog import EventLog
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
+from jaxfl.user_inputs import UserInputs, match_init_params
 
 MODEL_STREAM = 12  # fold_in(key(seed), MODEL_STREAM) initialises the global model
 EVAL_BATCH = 1000
@@ -71,10 +73,21 @@ def make_client_optimizer(name: str, learning_rate: float) -> optax.GradientTran
     return {"adam": optax.adam, "sgd": optax.sgd, "adamw": optax.adamw}[name](learning_rate)
 
 
-def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVAL_BATCH, preprocess=scale_uint8):
-    """``evaluate(params) -> {"accuracy", "loss"}`` on a held-out set, in fixed-size batches.
+def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVAL_BATCH, preprocess=scale_uint8,
+                   loss=None, metrics=None):
+    """``evaluate(params) -> {"accuracy", "loss", ...}`` on a held-out set, in fixed-size batches.
 
-    ``apply_fn(params, x) -> logits`` in evaluation mode (e.g. ``ModelAdapter.predict``).
+    ``apply_fn(params, x) -> logits`` in evaluation mode (e.g. ``ModelAdapter.predict``). ``loss``
+    (per-example ``loss(logits, labels) -> (B,)``; default softmax cross-entropy) gives the ``loss``
+    entry; ``metrics(logits, labels) -> {name: (B,) values}`` adds each name's held-out mean.
+
+    >>> import flax.linen as nn
+    >>> model = nn.Dense(2)
+    >>> x, y = np.ones((3, 4), np.float32), np.array([0, 1, 1])
+    >>> evaluate = make_evaluator(model.apply, x, y, preprocess=lambda v: v,
+    ...                           metrics=lambda logits, labels: {"label_one": (labels == 1).astype(float)})
+    >>> round(evaluate(model.init(jax.random.key(0), x))["label_one"], 4)
+    0.6667
 
     Batches run from a Python loop (XLA:CPU convolutions inside a rolled loop are slow); the last
     batch is padded and masked so one compilation serves all.
@@ -88,18 +101,23 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
     batches = [(jnp.asarray(x[i:i + batch_size]), jnp.asarray(y[i:i + batch_size]),
                 jnp.asarray(mask[i:i + batch_size])) for i in range(0, padded, batch_size)]
 
+    per_example_loss = optax.softmax_cross_entropy_with_integer_labels if loss is None else loss
+
     @jax.jit
     def batch_stats(params, xb, yb, mb):
         logits = apply_fn(params, preprocess(xb))
-        losses = optax.softmax_cross_entropy_with_integer_labels(logits, yb)
+        losses = per_example_loss(logits, yb)
         correct = (jnp.argmax(logits, axis=-1) == yb) & mb
-        return jnp.sum(correct), jnp.sum(jnp.where(mb, losses, 0.0))
+        extra = {} if metrics is None else {name: jnp.sum(jnp.where(mb, values, 0.0))
+                                            for name, values in metrics(logits, yb).items()}
+        return jnp.sum(correct), jnp.sum(jnp.where(mb, losses, 0.0)), extra
 
     def evaluate(params) -> dict:
         totals = [batch_stats(params, xb, yb, mb) for xb, yb, mb in batches]
-        correct = sum(int(c) for c, _ in totals)
-        loss = sum(float(l) for _, l in totals)
-        return {"accuracy": correct / count, "loss": loss / count}
+        correct = sum(int(c) for c, _, _ in totals)
+        loss = sum(float(l) for _, l, _ in totals)
+        extra = {name: sum(float(e[name]) for _, _, e in totals) / count for name in totals[0][2]}
+        return {"accuracy": correct / count, "loss": loss / count, **extra}
 
     return evaluate
 
@@ -131,11 +149,12 @@ class _Recorder:
     """Evaluates global versions, tracks the target and streams metrics rows."""
 
     def __init__(self, config: RunConfig, evaluate, metrics_file, progress, wall_start: float, params,
-                 flush_also=()):
+                 flush_also=(), extra_metrics: tuple[str, ...] = ()):
         self.config = config
         self.evaluate = evaluate
         self.file = metrics_file
-        self.writer = csv.DictWriter(metrics_file, METRIC_FIELDS)  # the header is written on opening
+        self.extra_metrics = extra_metrics  # the user's metrics(logits, labels) names: more columns
+        self.writer = csv.DictWriter(metrics_file, METRIC_FIELDS + extra_metrics)  # the header is written on opening
         self.flush_also = flush_also  # the event log is flushed with each metrics row
         self.progress = progress
         self.wall_start = wall_start
@@ -151,7 +170,7 @@ class _Recorder:
         row = {"time": virtual_time, "version": version, "accuracy": stats["accuracy"],
                "loss": stats["loss"], "client_steps": self.stats.aggregated_steps,
                "wall_time": round(time.perf_counter() - self.wall_start, 3)}
-        self._write(row)
+        self._write(row, stats)
         if self.time_to_target is None and stats["accuracy"] >= self.config.target_accuracy:
             self.time_to_target = virtual_time
         if self.progress is not None:
@@ -170,7 +189,8 @@ class _Recorder:
         self.first_update_wall = state.get("first_update_wall")
         self._previous_params = state["previous_params"]
 
-    def _write(self, row: dict) -> None:
+    def _write(self, row: dict, stats: dict) -> None:
+        row.update({name: stats[name] for name in self.extra_metrics})
         self.rows.append(row)
         self.writer.writerow(row)
         for handle in (*self.flush_also, self.file):  # so a live or interrupted run shows its progress
@@ -199,7 +219,7 @@ class _Recorder:
             row = {"time": self._next_grid, "version": version, "accuracy": stats["accuracy"],
                    "loss": stats["loss"], "client_steps": self.stats.aggregated_steps,
                    "wall_time": round(time.perf_counter() - self.wall_start, 3)}
-            self._write(row)
+            self._write(row, stats)
             if self.time_to_target is None and stats["accuracy"] >= self.config.target_accuracy:
                 self.time_to_target = self._next_grid
                 stop = stop or self.config.stop_at_target
@@ -229,22 +249,35 @@ def build_data(config: RunConfig):
     return dataset, federation
 
 
-def prepare(config: RunConfig):
+def prepare(config: RunConfig, *, model=None, init_params=None):
     """Everything a run needs, built and checked before any file is written.
 
     Returns ``(config, dataset, federation, model, variables)``: ``model`` a
     :class:`~jaxfl.models.adapter.ModelAdapter`, ``variables`` its initial
     ``{"params": ...[, "state": ...]}`` (:meth:`ModelAdapter.init_variables`); for a timing-only
     run their shapes only (``jax.ShapeDtypeStruct``), so that no model reaches a device.
+
+    ``model`` (a model object, see :func:`jaxfl.models.build_model`) replaces ``config.model``;
+    a ``module:object`` ``config.model`` is imported. ``init_params`` replace the model's
+    initialisation as version 0 (:func:`jaxfl.user_inputs.match_init_params` checks them).
     """
     config = validate(config)
+    if model is None and config.model not in MODELS and is_model_reference(config.model):
+        model = load_model_reference(config.model)  # before the data: a bad reference costs nothing
+    if model is not None:
+        check_model_object(model, f"model {config.model!r}")
+    elif config.model not in MODELS:  # a <user: ...> name without its object
+        UserInputs().label(config)
     if config.timing_only and config.dataset.startswith("synthetic") and config.partition == "natural":
         dataset, federation = _synthetic_sizes_only(config)
     else:
         dataset, federation = build_data(config)
-    check_model_input(config.model, dataset.input_shape, dataset.kind, config.dataset)
     _check_transforms(config, dataset)
-    model = as_adapter(make_model(config.model, dataset.num_classes, vocab_size=dataset.vocab_size))
+    if model is None:
+        check_model_input(config.model, dataset.input_shape, dataset.kind, config.dataset)
+        model = as_adapter(make_model(config.model, dataset.num_classes, vocab_size=dataset.vocab_size))
+    else:  # the user's own model: its input shape is checked by tracing it below
+        model = build_model(model, dataset.num_classes, vocab_size=dataset.vocab_size, label=f"model {config.model!r}")
     sample = jnp.zeros((1,) + dataset.input_shape, jnp.int32 if dataset.kind == "tokens" else jnp.float32)
     key = jax.random.fold_in(jax.random.key(config.seed), MODEL_STREAM)
     try:  # abstract first: shape errors surface without allocating or compiling
@@ -256,9 +289,11 @@ def prepare(config: RunConfig):
     if width != dataset.num_classes:
         raise ValueError(f"model {config.model!r} outputs {width} logits but dataset "
                          f"{config.dataset!r} has {dataset.num_classes} classes")
+    given = None if init_params is None else match_init_params(init_params, abstract)
     if config.timing_only:
         return config, dataset, federation, model, abstract
-    return config, dataset, federation, model, model.init_variables(key, sample)
+    variables = model.init_variables(key, sample)
+    return config, dataset, federation, model, variables if given is None else {**variables, **given}
 
 
 class _ClientSizes:
@@ -316,14 +351,14 @@ def make_transforms(config: RunConfig, dataset):
     return preprocess, make_augment(dataset, crop_padding=4, flip=True, normalized=config.normalize)
 
 
-def _speeds_and_faults(config: RunConfig, params) -> tuple[ClientSpeeds, ClientFaults | None]:
+def _speeds_and_faults(config: RunConfig, params, time_per_step=None) -> tuple[ClientSpeeds, ClientFaults | None]:
     model_bytes = sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in jax.tree.leaves(params))
     speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter,
                                       speed_change_prob=config.speed_change_prob, cap=config.speed_cap,
                                       negative=config.negative_times, latency=config.latency,
                                       bandwidth=config.bandwidth, reference_time=config.speed_reference_time,
                                       legacy_seed=config.speed_legacy_seed),
-                          config.clients, seed=config.seed, model_bytes=int(model_bytes))
+                          config.clients, seed=config.seed, model_bytes=int(model_bytes), time_per_step=time_per_step)
     fault_config = FaultConfig(crash_prob=config.crash_prob, delay_prob=config.delay_prob,
                                delay_factor=config.delay_factor, dropout_prob=config.dropout_prob,
                                dropout_mean=config.dropout_mean)
@@ -331,7 +366,7 @@ def _speeds_and_faults(config: RunConfig, params) -> tuple[ClientSpeeds, ClientF
     return speeds, faults
 
 
-def _open_logs(run_dir: str, offsets: dict | None):
+def _open_logs(run_dir: str, offsets: dict | None, metric_fields: tuple[str, ...] = METRIC_FIELDS):
     """The event log (:class:`~jaxfl.runlog.EventLog`: CSV, Parquet parts once large) and
     metrics.csv for appending; on resume, cut back to the checkpoint's positions so rows written
     after it (and re-created by the resumed run) are neither lost nor doubled."""
@@ -339,7 +374,7 @@ def _open_logs(run_dir: str, offsets: dict | None):
     path = os.path.join(run_dir, "metrics.csv")
     if offsets is None:
         handle = open(path, "w", newline="")
-        csv.DictWriter(handle, METRIC_FIELDS).writeheader()
+        csv.DictWriter(handle, metric_fields).writeheader()
     else:
         handle = open(path, "r+", newline="")
         handle.truncate(offsets["metrics.csv"])
@@ -347,13 +382,44 @@ def _open_logs(run_dir: str, offsets: dict | None):
     return events, handle
 
 
-def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResult:
+def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
+                   model=None,
+                   client_optimizer=None,
+                   init_params=None,
+                   time_per_step=None,
+                   loss=None,
+                   metrics=None) -> RunResult:
     """Run ``config`` end to end and write its run directory (see the module docstring).
 
     With ``resume_dir``, continue that run from its newest checkpoint instead (the config is the
     one saved in the run directory); the finished run is identical to an uninterrupted one.
+
+    Your own pieces, each optional (:class:`jaxfl.user_inputs.UserInputs` says more):
+    ``model`` a Flax linen module, an nnx module class/instance or factory ``rngs -> Module``, or a
+    ``ModelAdapter``; ``client_optimizer`` any ``optax.GradientTransformation`` (schedules restart at
+    every dispatch, as the optimiser state does); ``init_params`` the version-0 parameters (checked
+    against the model, first differing leaf named); ``time_per_step`` (clients,) seconds per local
+    step replacing the drawn speeds (per-round ``jitter`` still applies: set it to 0 to replay the
+    times exactly); ``loss(logits, labels) -> (B,)`` for training and evaluation;
+    ``metrics(logits, labels) -> {name: (B,)}`` as extra ``metrics.csv`` columns. ``config.json``
+    records them as ``<user: ...>`` names and fingerprints, the speeds as ``client_time_per_step.npy``.
+
+    >>> import optax
+    >>> from jaxfl.config import RunConfig
+    >>> result = run_experiment(RunConfig(algorithm="fedavg", clients=3, local_steps=2, model="logreg",
+    ...                                   max_updates=1, progress=False, output_dir="/tmp/jaxfl-doc"),
+    ...                         client_optimizer=optax.sgd(0.1), time_per_step=[0.1, 0.2, 0.3])
+    >>> result.summary["global_updates"]
+    1
     """
-    config, dataset, federation, model, params = prepare(config)
+    user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
+                      time_per_step=time_per_step, loss=loss, metrics=metrics)
+    if resume_dir is not None:  # the objects the run was made with, again; its speeds from its folder
+        user = user.for_resume(resume_dir, _recorded_inputs(resume_dir), checkpoint.latest(resume_dir) is not None)
+    user = user.check(validate(config))
+    config = user.label(validate(config))
+    config, dataset, federation, model, params = prepare(config, model=user.model, init_params=user.init_params)
+    user = dataclasses.replace(user, metric_names=user.check_functions(dataset.num_classes))
     scratch = None
     if jax.process_count() > 1:  # jaxfl.cluster: process 0 writes the run; the others a scratch folder
         if resume_dir is not None:
@@ -362,38 +428,43 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None) -> RunResul
             scratch = tempfile.mkdtemp(prefix=f"jaxfl-process{jax.process_index()}-")
             config = dataclasses.replace(config, output_dir=scratch, progress=False)
     try:
-        return _run(config, dataset, federation, model, params, resume_dir)
+        return _run(config, dataset, federation, model, params, resume_dir, user)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str | None) -> RunResult:
+def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str | None,
+         user: UserInputs = UserInputs()) -> RunResult:
     if config.timing_only:
         if resume_dir is not None:
             raise ValueError("a timing-only run writes no checkpoints to resume from: run it again (it takes seconds)")
-        return _run_timing_only(config, federation, params)
+        return _run_timing_only(config, federation, params, user)
     wall_start = time.perf_counter()
     plan = ExecutionPlan.for_backend(jax.default_backend(), config.clients_per_call, config.steps_per_call,
                                      devices=config.devices, local_steps=config.local_steps)
     preprocess, augment = make_transforms(config, dataset)
-    trainer = make_client_trainer(model, make_client_optimizer(config.client_optimizer, config.client_lr),
+    trainer = make_client_trainer(model, user.client_optimizer or make_client_optimizer(config.client_optimizer,
+                                                                                         config.client_lr),
                                   config.batch_size, preprocess=preprocess,
                                   augment=augment, prox_mu=config.prox_mu,
-                                  cpu_friendly_layers=config.cpu_friendly_layers and jax.default_backend() == "cpu")
+                                  cpu_friendly_layers=config.cpu_friendly_layers and jax.default_backend() == "cpu",
+                                  loss=user.loss)
     server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, config.momentum)
     algorithm = build(config)
     policy = algorithm.policy()
     hooks = device_hooks(algorithm)
-    speeds, faults = _speeds_and_faults(config, params)
+    speeds, faults = _speeds_and_faults(config, params, user.time_per_step)
 
     saved = None
     if resume_dir is None:
         run_dir = _run_dir(config, algorithm.name)
         os.makedirs(run_dir)
-        _write_run_config(run_dir, config, params, federation, plan)
+        user.save(run_dir)
+        _write_run_config(run_dir, config, params, federation, plan, user.record(params))
     else:
         run_dir = resume_dir
+        user.check_resumed(run_dir, _recorded_inputs(run_dir), params)
         folder = checkpoint.latest(run_dir)
         saved = checkpoint.load_state(folder) if folder is not None else None
 
@@ -405,12 +476,14 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         progress = tqdm(total=total, desc=algorithm.name, unit="vs", leave=True,
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} virtual s "
                                    "[{elapsed}<{remaining}{postfix}]" if total else None)
-    events_file, metrics_file = _open_logs(run_dir, saved["offsets"] if saved else None)
+    events_file, metrics_file = _open_logs(run_dir, saved["offsets"] if saved else None,
+                                           METRIC_FIELDS + user.metric_names)
     with events_file, metrics_file:
         events = events_file
         recorder = _Recorder(config, make_evaluator(model.predict, dataset.test_x, dataset.test_y,
-                                                    preprocess=preprocess),
-                             metrics_file, progress, wall_start, params, flush_also=(events_file,))
+                                                    preprocess=preprocess, loss=user.loss, metrics=user.metrics),
+                             metrics_file, progress, wall_start, params, flush_also=(events_file,),
+                             extra_metrics=user.metric_names)
         engine = Engine(trainer, params, FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y)),
                         federation.offsets, federation.counts, server_optimizer, seed=config.seed, plan=plan,
                         batching=config.batching, on_version=recorder.on_version,
@@ -484,15 +557,18 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     return RunResult(run_dir, summary, recorder.rows, engine.params, simulation, engine)
 
 
-def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan: ExecutionPlan | None) -> None:
-    """config.json: the resolved config, how it runs (no plan and no backend: timing only), versions."""
+def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan: ExecutionPlan | None,
+                      user_inputs: dict | None = None) -> None:
+    """config.json: the resolved config, how it runs (no plan and no backend: timing only), versions,
+    and what the run took besides the config (``user_inputs``: names and fingerprints)."""
     _write_json(os.path.join(run_dir, "config.json"), {
         "config": config.to_dict(), "execution_plan": None if plan is None else dataclasses.asdict(plan),
         "backend": None if config.timing_only else jax.default_backend(),
         **({"timing_only": True} if config.timing_only else {}),
         "versions": {"jax": jax.__version__, "python": platform.python_version()},
         "model_parameters": count_params(params["params"]),
-        "model_state_values": count_params(params.get("state", {})), "client_samples": federation.counts.tolist()})
+        "model_state_values": count_params(params.get("state", {})), "client_samples": federation.counts.tolist(),
+        **({"user_inputs": user_inputs} if user_inputs else {})})
 
 
 def _schedule_summary(config: RunConfig, algorithm, simulation: Simulation, end_time: float, reason: str) -> dict:
@@ -543,7 +619,7 @@ def _peak_host_memory_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
 
 
-def _run_timing_only(config: RunConfig, federation, params) -> RunResult:
+def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = UserInputs()) -> RunResult:
     """The schedule alone: the scheduler, speed models, faults and the algorithm's policy on the
     virtual clock with no training and no model on a device. The event log is the one the training
     run of the same config and seed writes (for an algorithm whose schedule does not depend on model
@@ -552,10 +628,11 @@ def _run_timing_only(config: RunConfig, federation, params) -> RunResult:
     wall_start = time.perf_counter()
     algorithm = build(config)
     policy = algorithm.policy()
-    speeds, faults = _speeds_and_faults(config, params)
+    speeds, faults = _speeds_and_faults(config, params, user.time_per_step)
     run_dir = _run_dir(config, algorithm.name)
     os.makedirs(run_dir)
-    _write_run_config(run_dir, config, params, federation, plan=None)
+    user.save(run_dir)
+    _write_run_config(run_dir, config, params, federation, plan=None, user_inputs=user.record(params))
     backend = _TimingBackend()
     events, metrics_file = _open_logs(run_dir, None)
     with events, metrics_file:
@@ -578,10 +655,22 @@ def _run_timing_only(config: RunConfig, federation, params) -> RunResult:
     return RunResult(run_dir, summary, [], None, simulation, None)
 
 
-def resume_experiment(run_dir: str, progress: bool | None = None) -> RunResult:
+def resume_experiment(run_dir: str, progress: bool | None = None, *,
+                      model=None,
+                      client_optimizer=None,
+                      init_params=None,
+                      time_per_step=None,
+                      loss=None,
+                      metrics=None) -> RunResult:
     """Continue the run in ``run_dir`` from its newest checkpoint (``jaxfl run --resume RUN_DIR``).
 
-    >>> # resume_experiment("runs/fedbuff-mnist10k-exp-c10-s0")
+    A run made with Python objects (``run_experiment(model=..., client_optimizer=..., loss=...,
+    metrics=...)``) needs them again, and is refused with the list of what is missing; the speeds
+    array is read back from the run directory (``time_per_step``, if given, must equal it);
+    ``init_params`` are needed only when the run has no checkpoint yet (and, if given, must be the
+    run's).
+
+    >>> # resume_experiment("runs/fedbuff-mnist10k-exp-c10-s0", model=MyNet)
     """
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
@@ -590,7 +679,18 @@ def resume_experiment(run_dir: str, progress: bool | None = None) -> RunResult:
         values = json.load(handle)["config"]
     if progress is not None:
         values["progress"] = progress
-    return run_experiment(config_from_mapping(values), resume_dir=run_dir)
+    return run_experiment(config_from_mapping(values), resume_dir=run_dir,
+                          model=model, client_optimizer=client_optimizer, init_params=init_params,
+                          time_per_step=time_per_step, loss=loss, metrics=metrics)
+
+
+def _recorded_inputs(run_dir: str) -> dict:
+    """config.json's record of what a run took besides its config (empty for a run that took nothing)."""
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as handle:
+        return json.load(handle).get("user_inputs", {})
 
 
 class _Checkpointer:
