@@ -172,7 +172,10 @@ def _linen_fields(cls) -> dict[str, bool]:
 def _arguments(function) -> tuple[set[str], list[str]] | None:
     """``(names it accepts, names it requires)`` of a callable's signature; None when it has none to read."""
     try:
-        parameters = inspect.signature(function).parameters.values()
+        if isinstance(function, type):  # nnx's metaclass hides the constructor's own signature
+            parameters = list(inspect.signature(function.__init__).parameters.values())[1:]
+        else:
+            parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
         return None
     accepted, required = set(), []
