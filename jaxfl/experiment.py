@@ -8,6 +8,8 @@ A run directory holds:
 - ``metrics.csv``: held-out accuracy and loss of the global model over virtual time;
 - ``summary.json``: final/best accuracy, time to target, updates, client steps executed and
   padded, dispatch accounting, wall time, stop reason.
+- ``client_time_per_step.npy``: the clients' seconds per step, when the run was given them
+  (``run_experiment(config, time_per_step=...)``).
 
 >>> from jaxfl.config import RunConfig
 >>> result = run_experiment(RunConfig(algorithm="fedavg", clients=4, local_steps=5,

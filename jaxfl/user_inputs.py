@@ -200,6 +200,9 @@ class UserInputs:
         from jaxfl.models import check_model_object
         from jaxfl.scheduler.speeds import check_time_per_step
 
+        if isinstance(self.model, str):
+            raise ValueError(f"model={self.model!r} is a name: set it in the config (RunConfig(model={self.model!r})); "
+                             "model= takes a model object")
         if self.model is not None:
             check_model_object(self.model)
         if self.client_optimizer is not None and not isinstance(self.client_optimizer, optax.GradientTransformation):

@@ -111,6 +111,7 @@ def test_bad_inputs_fail_in_one_line_before_any_work(tiny):
     cases = [
         (dict(model=lambda key: NnxNoClasses(rngs=nnx.Rngs(key))), r"<lambda>\(key\) has the wrong signature"),
         (dict(model=42), r"model=42 is not a model; expected"),
+        (dict(model="mlp"), r"model='mlp' is a name: set it in the config"),
         (dict(model=dict), r"is a class but not a Flax module"),
         (dict(model=lambda: 3), r"returned 3, not a Flax module"),
         (dict(client_optimizer=optax.linear_schedule(0.1, 0.0, 10)), r"is not an optax.GradientTransformation"),
