@@ -37,7 +37,8 @@ _HELP = {
     "dataset": "mnist10k (embedded), fashion_mnist (Debian), mnist / npz / array_record (--data-dir), digits "
                "(scikit-learn), tfds:NAME (e.g. tfds:cifar10; --data-dir), synthetic, synthetic_iid, synthetic:A,B",
     "model": "cnn, mlp, logreg, lenet5, ccfedavg_cnn, ccfedavg_mlp, fedasmu_cnn, resnet18, resnet18_gn, textcnn, "
-             "lstm, or a name added with jaxfl.models.register_model",
+             "lstm, or module:object (also path/to/file.py:object) naming your own: a Flax linen or nnx module "
+             "class, an nnx factory rngs -> Module, or a factory (num_classes=...) -> Module",
     "clients": "number of clients m",
     "partition": "iid, dirichlet_client (--client-sizes), dirichlet (--dirichlet-alpha), class, dual_dirichlet "
                  "(FedCompass), label_shards (--shards-per-client), gamma_mix (--gamma, CC-FedAvg), natural",
@@ -211,6 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
         group = groups[SECTION_OF.get(name, "algorithm" if name == "algorithm" else None)]
         _add_flag(group, flags, name, field.type, _with_default(described, field.default),
                   parse=str if name == "algorithm" else None)
+    groups["speeds"].add_argument(
+        "--time-per-step", metavar="FILE", default=None,
+        help="each client's seconds per local step from a .npy or .csv file (one number per client: measured "
+             "devices, another simulator's profile) instead of drawing them from --heterogeneity; --jitter still "
+             "applies (0 replays the times exactly); saved in the run directory as client_time_per_step.npy")
     _option_flags(run)
     listing = commands.add_parser("algorithms", help="the registered algorithms: name, kind, options")
     listing.add_argument("--algorithm", action="append", default=[], metavar="MODULE:CLASS",
@@ -316,11 +322,15 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return f"{name}={value!r} (in {args.config})"
 
     try:
+        from jaxfl.user_inputs import load_time_per_step
+
         given = {**(load_config_file(args.config) if args.config else {}), **flags}
         resume.refuse_changes(resume.read_run_config(args.resume), given, spelling)
+        times = None if args.time_per_step is None else load_time_per_step(args.time_per_step)
         with warnings.catch_warnings():
             warnings.showwarning = one_line
-            result = resume_experiment(args.resume, progress=args.progress)
+            # --time-per-step is checked against the array the run saved
+            result = resume_experiment(args.resume, progress=args.progress, time_per_step=times)
     except (ConfigError, ValueError, FileNotFoundError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
     except NumericalError as error:
@@ -442,13 +452,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         configs = _configs(args)
         from jaxfl.experiment import prepare, run_experiment
+        from jaxfl.user_inputs import UserInputs, load_time_per_step
 
+        times = None
+        if args.time_per_step is not None:
+            times = load_time_per_step(args.time_per_step)
+            for config in configs:
+                UserInputs(time_per_step=times).check(config)
         if len(configs) > 1:  # data, partition and model checks before any run writes a file
             for config in configs:  # (one run checks them itself before writing, without building twice)
                 prepare(config)
         results = []
         for config in configs:
-            result = run_experiment(config)
+            result = run_experiment(config, time_per_step=times)
             summary = result.summary
             if config.timing_only:
                 print(_timing_line(summary, result.run_dir))

@@ -44,6 +44,9 @@ DEFAULT_TARGETS = {"mnist10k": 0.9, "mnist": 0.9, "fashion_mnist": 0.8, "digits"
                    "tfds:fashion_mnist": 0.8, "tfds:cifar10": 0.6}
 NEGATIVE_POLICIES = ("redraw", "clip", "error")
 AUGMENTATIONS = ("auto", "none", "crop_flip")  # auto: crop_flip for CIFAR-10/100 (jaxfl.data.augment.AUGMENTED)
+# config.json's name for a model or optimiser given to run_experiment as a Python object
+# (``<user: module.Name>``): the run records it honestly and resuming it needs the object again.
+USER_PREFIX = "<user: "
 
 
 class ConfigError(ValueError):
@@ -56,7 +59,7 @@ class DataConfig:
 
     dataset: str = "mnist10k"  # mnist10k (embedded), fashion_mnist, mnist, digits, npz, array_record, tfds:NAME, synthetic
     data_dir: str | None = None  # folder of mnist / npz / array_record / tfds data
-    model: str = "cnn"  # a name from jaxfl.models (register_model adds more)
+    model: str = "cnn"  # a name from jaxfl.models (register_model adds more), or module:object to import
     clients: int = 10  # number of clients m
     partition: str = "iid"  # iid, dirichlet, dirichlet_client, class, dual_dirichlet, label_shards, gamma_mix, natural
     dirichlet_alpha: float = 0.5  # concentration of the Dirichlet label split
@@ -108,7 +111,7 @@ class ClientConfig:
 
     local_steps: int = 50  # Q local steps per dispatch
     batch_size: int = 64  # minibatch size B of a local step
-    client_optimizer: str = "adam"  # adam, sgd or adamw (re-initialised at every dispatch)
+    client_optimizer: str = "adam"  # adam, sgd or adamw (re-initialised at every dispatch); any optax one from Python
     client_lr: float = 0.003  # client learning rate
     prox_mu: float = 0.0  # FedProx μ: local objective + μ/2 ‖w − w_start‖² (0: off)
 
@@ -246,6 +249,12 @@ def fail(name: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"{name}={value!r} is not allowed: {allowed}")
 
 
+def _is_object_reference(name: str) -> bool:
+    """``module:object`` or ``path/to/file.py:object`` (imported when the run is prepared)."""
+    module, colon, attribute = name.rpartition(":")
+    return bool(colon and module and attribute.isidentifier())
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -298,12 +307,17 @@ def validate(config: RunConfig) -> RunConfig:
     if not (user_data or config.dataset in DATASET_NAMES or config.dataset.startswith(DATASET_PREFIXES)):
         fail("dataset", config.dataset, f"one of {', '.join(DATASET_NAMES)}, or tfds:NAME (e.g. tfds:cifar10) "
                                          "or synthetic:ALPHA,BETA")
-    choices = {"model": MODEL_NAMES, "client_sizes": CLIENT_SIZES,
+    if not (config.model in MODEL_NAMES or _is_object_reference(config.model) or config.model.startswith(USER_PREFIX)):
+        fail("model", config.model, f"one of {', '.join(MODEL_NAMES)}, or module:object naming a Flax module class, "
+                                     "an nnx factory (rngs -> Module) or a factory (num_classes=...) -> Module")
+    choices = {"client_sizes": CLIENT_SIZES,
                "partition": PARTITION_NAMES, "heterogeneity": HETEROGENEITY_NAMES,
                "client_weights": CLIENT_WEIGHTS, "client_optimizer": CLIENT_OPTIMIZERS,
                "server_optimizer": SERVER_OPTIMIZER_NAMES, "staleness": STALENESS_NAMES,
                "negative_times": NEGATIVE_POLICIES, "augment": AUGMENTATIONS}
     for name, allowed in choices.items():
+        if name == "client_optimizer" and config.client_optimizer.startswith(USER_PREFIX):
+            continue  # an optax object given to run_experiment(client_optimizer=...)
         if getattr(config, name) not in allowed:
             fail(name, getattr(config, name), f"one of {', '.join(allowed)}")
     if config.rule is not None and config.rule not in RULES:

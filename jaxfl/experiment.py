@@ -8,6 +8,8 @@ A run directory holds:
 - ``metrics.csv``: held-out accuracy and loss of the global model over virtual time;
 - ``summary.json``: final/best accuracy, time to target, updates, client steps executed and
   padded, dispatch accounting, wall time, stop reason.
+- ``client_time_per_step.npy``: the clients' seconds per step, when the run was given them
+  (``run_experiment(config, time_per_step=...)``).
 
 >>> from jaxfl.config import RunConfig
 >>> result = run_experiment(RunConfig(algorithm="fedavg", clients=4, local_steps=5,
@@ -43,12 +45,14 @@ from jaxfl.data.augment import AUGMENTED, dataset_family, make_augment, make_pre
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
 from jaxfl.kernels.aggregation import make_server_optimizer
 from jaxfl.kernels.client import FederatedArrays, make_client_trainer, scale_uint8
-from jaxfl.models import check_model_input, count_params, make_model
+from jaxfl.models import (MODELS, build_model, check_model_input, check_model_object, count_params,
+                          is_model_reference, load_model_reference, make_model)
 from jaxfl.models.adapter import as_adapter
 from jaxfl.runlog import EventLog
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
+from jaxfl.user_inputs import UserInputs, match_init_params
 
 MODEL_STREAM = 12  # fold_in(key(seed), MODEL_STREAM) initialises the global model
 EVAL_BATCH = 1000
@@ -72,10 +76,21 @@ def make_client_optimizer(name: str, learning_rate: float) -> optax.GradientTran
     return {"adam": optax.adam, "sgd": optax.sgd, "adamw": optax.adamw}[name](learning_rate)
 
 
-def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVAL_BATCH, preprocess=scale_uint8):
-    """``evaluate(params) -> {"accuracy", "loss"}`` on a held-out set, in fixed-size batches.
+def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVAL_BATCH, preprocess=scale_uint8,
+                   loss=None, metrics=None):
+    """``evaluate(params) -> {"accuracy", "loss", ...}`` on a held-out set, in fixed-size batches.
 
-    ``apply_fn(params, x) -> logits`` in evaluation mode (e.g. ``ModelAdapter.predict``).
+    ``apply_fn(params, x) -> logits`` in evaluation mode (e.g. ``ModelAdapter.predict``). ``loss``
+    (per-example ``loss(logits, labels) -> (B,)``; default softmax cross-entropy) gives the ``loss``
+    entry; ``metrics(logits, labels) -> {name: (B,) values}`` adds each name's held-out mean.
+
+    >>> import flax.linen as nn
+    >>> model = nn.Dense(2)
+    >>> x, y = np.ones((3, 4), np.float32), np.array([0, 1, 1])
+    >>> evaluate = make_evaluator(model.apply, x, y, preprocess=lambda v: v,
+    ...                           metrics=lambda logits, labels: {"label_one": (labels == 1).astype(float)})
+    >>> round(evaluate(model.init(jax.random.key(0), x))["label_one"], 4)
+    0.6667
 
     Batches run from a Python loop (XLA:CPU convolutions inside a rolled loop are slow); the last
     batch is padded and masked so one compilation serves all.
@@ -89,18 +104,23 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
     batches = [(jnp.asarray(x[i:i + batch_size]), jnp.asarray(y[i:i + batch_size]),
                 jnp.asarray(mask[i:i + batch_size])) for i in range(0, padded, batch_size)]
 
+    per_example_loss = optax.softmax_cross_entropy_with_integer_labels if loss is None else loss
+
     @jax.jit
     def batch_stats(params, xb, yb, mb):
         logits = apply_fn(params, preprocess(xb))
-        losses = optax.softmax_cross_entropy_with_integer_labels(logits, yb)
+        losses = per_example_loss(logits, yb)
         correct = (jnp.argmax(logits, axis=-1) == yb) & mb
-        return jnp.sum(correct), jnp.sum(jnp.where(mb, losses, 0.0))
+        extra = {} if metrics is None else {name: jnp.sum(jnp.where(mb, values, 0.0))
+                                            for name, values in metrics(logits, yb).items()}
+        return jnp.sum(correct), jnp.sum(jnp.where(mb, losses, 0.0)), extra
 
     def evaluate(params) -> dict:
         totals = [batch_stats(params, xb, yb, mb) for xb, yb, mb in batches]
-        correct = sum(int(c) for c, _ in totals)
-        loss = sum(float(l) for _, l in totals)
-        return {"accuracy": correct / count, "loss": loss / count}
+        correct = sum(int(c) for c, _, _ in totals)
+        loss = sum(float(l) for _, l, _ in totals)
+        extra = {name: sum(float(e[name]) for _, _, e in totals) / count for name in totals[0][2]}
+        return {"accuracy": correct / count, "loss": loss / count, **extra}
 
     return evaluate
 
@@ -161,11 +181,12 @@ class _Recorder:
     """Evaluates global versions, tracks the target and streams metrics rows."""
 
     def __init__(self, config: RunConfig, evaluate, metrics_file, progress, wall_start: float, params,
-                 flush_also=()):
+                 flush_also=(), extra_metrics: tuple[str, ...] = ()):
         self.config = config
         self.evaluate = evaluate
         self.file = metrics_file
-        self.writer = csv.DictWriter(metrics_file, METRIC_FIELDS)  # the header is written on opening
+        self.extra_metrics = extra_metrics  # the user's metrics(logits, labels) names: more columns
+        self.writer = csv.DictWriter(metrics_file, METRIC_FIELDS + extra_metrics)  # the header is written on opening
         self.flush_also = flush_also  # the event log is flushed with each metrics row
         self.progress = progress
         self.wall_start = wall_start
@@ -181,7 +202,7 @@ class _Recorder:
         row = {"time": virtual_time, "version": version, "accuracy": stats["accuracy"],
                "loss": stats["loss"], "client_steps": self.stats.aggregated_steps,
                "wall_time": round(time.perf_counter() - self.wall_start, 3)}
-        self._write(row)
+        self._write(row, stats)
         if self._reaches_target(stats["accuracy"]):
             self.time_to_target = virtual_time
         if self.progress is not None:
@@ -205,7 +226,8 @@ class _Recorder:
         self.first_update_wall = state.get("first_update_wall")
         self._previous_params = state["previous_params"]
 
-    def _write(self, row: dict) -> None:
+    def _write(self, row: dict, stats: dict) -> None:
+        row.update({name: stats[name] for name in self.extra_metrics})
         self.rows.append(row)
         self.writer.writerow(row)
         for handle in (*self.flush_also, self.file):  # so a live or interrupted run shows its progress
@@ -234,7 +256,7 @@ class _Recorder:
             row = {"time": self._next_grid, "version": version, "accuracy": stats["accuracy"],
                    "loss": stats["loss"], "client_steps": self.stats.aggregated_steps,
                    "wall_time": round(time.perf_counter() - self.wall_start, 3)}
-            self._write(row)
+            self._write(row, stats)
             if self._reaches_target(stats["accuracy"]):
                 self.time_to_target = self._next_grid
                 stop = stop or self.config.stop_at_target
@@ -296,7 +318,7 @@ def partition_data(config: RunConfig, dataset: Dataset):
     return build_federation(dataset, config.clients, config.partition, seed=config.seed, **partition_kwargs)
 
 
-def prepare(config: RunConfig, *, data=None):
+def prepare(config: RunConfig, *, data=None, model=None, init_params=None):
     """Everything a run needs, built and checked before any file is written.
 
     ``data``: your own data instead of ``config.dataset`` (see :func:`run_experiment`).
@@ -305,11 +327,21 @@ def prepare(config: RunConfig, *, data=None):
     :class:`~jaxfl.models.adapter.ModelAdapter`, ``variables`` its initial
     ``{"params": ...[, "state": ...]}`` (:meth:`ModelAdapter.init_variables`); for a timing-only
     run their shapes only (``jax.ShapeDtypeStruct``), so that no model reaches a device.
+
+    ``model`` (a model object, see :func:`jaxfl.models.build_model`) replaces ``config.model``;
+    a ``module:object`` ``config.model`` is imported. ``init_params`` replace the model's
+    initialisation as version 0 (:func:`jaxfl.user_inputs.match_init_params` checks them).
     """
     dataset = None
     if data is not None:
         config, dataset = _user_data(config, data)
     config = validate(config)
+    if model is None and config.model not in MODELS and is_model_reference(config.model):
+        model = load_model_reference(config.model)  # before the data: a bad reference costs nothing
+    if model is not None:
+        check_model_object(model, f"model {config.model!r}")
+    elif config.model not in MODELS:  # a <user: ...> name without its object
+        UserInputs().label(config)
     if dataset is None and config.data_fingerprint is not None and not _loadable(config.dataset):
         raise ConfigError(f"dataset {config.dataset!r} is data that was passed in Python (SHA-256 "
                           f"{config.data_fingerprint[:12]}…), not a name to load: pass the same data again as "
@@ -325,12 +357,15 @@ def prepare(config: RunConfig, *, data=None):
                 config = _pin_fingerprint(config, dataset)
         _check_classes_and_test_split(config, dataset)
         federation = partition_data(config, dataset)
-    check_model_input(config.model, dataset.input_shape, dataset.kind, config.dataset)
     _check_transforms(config, dataset)
     if config.target_accuracy is None and not config.timing_only:
         warnings.warn(f"dataset {config.dataset!r} has no default target accuracy, so this run has none: "
                       "time_to_target stays null and it does not stop at a target (set target_accuracy for one)")
-    model = as_adapter(make_model(config.model, dataset.num_classes, vocab_size=dataset.vocab_size))
+    if model is None:
+        check_model_input(config.model, dataset.input_shape, dataset.kind, config.dataset)
+        model = as_adapter(make_model(config.model, dataset.num_classes, vocab_size=dataset.vocab_size))
+    else:  # the user's own model: its input shape is checked by tracing it below
+        model = build_model(model, dataset.num_classes, vocab_size=dataset.vocab_size, label=f"model {config.model!r}")
     sample = jnp.zeros((1,) + dataset.input_shape, jnp.int32 if dataset.kind == "tokens" else jnp.float32)
     key = jax.random.fold_in(jax.random.key(config.seed), MODEL_STREAM)
     try:  # abstract first: shape errors surface without allocating or compiling
@@ -342,9 +377,11 @@ def prepare(config: RunConfig, *, data=None):
     if width != dataset.num_classes:
         raise ValueError(f"model {config.model!r} outputs {width} logits but dataset "
                          f"{config.dataset!r} has {dataset.num_classes} classes")
+    given = None if init_params is None else match_init_params(init_params, abstract)
     if config.timing_only:
         return config, dataset, federation, model, abstract
-    return config, dataset, federation, model, model.init_variables(key, sample)
+    variables = model.init_variables(key, sample)
+    return config, dataset, federation, model, variables if given is None else {**variables, **given}
 
 
 class _ClientSizes:
@@ -462,14 +499,14 @@ def make_transforms(config: RunConfig, dataset):
                                     mean=stats["mean"], std=stats["std"])
 
 
-def _speeds_and_faults(config: RunConfig, params) -> tuple[ClientSpeeds, ClientFaults | None]:
+def _speeds_and_faults(config: RunConfig, params, time_per_step=None) -> tuple[ClientSpeeds, ClientFaults | None]:
     model_bytes = sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in jax.tree.leaves(params))
     speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter,
                                       speed_change_prob=config.speed_change_prob, cap=config.speed_cap,
                                       negative=config.negative_times, latency=config.latency,
                                       bandwidth=config.bandwidth, reference_time=config.speed_reference_time,
                                       legacy_seed=config.speed_legacy_seed),
-                          config.clients, seed=config.seed, model_bytes=int(model_bytes))
+                          config.clients, seed=config.seed, model_bytes=int(model_bytes), time_per_step=time_per_step)
     fault_config = FaultConfig(crash_prob=config.crash_prob, delay_prob=config.delay_prob,
                                delay_factor=config.delay_factor, dropout_prob=config.dropout_prob,
                                dropout_mean=config.dropout_mean)
@@ -477,7 +514,7 @@ def _speeds_and_faults(config: RunConfig, params) -> tuple[ClientSpeeds, ClientF
     return speeds, faults
 
 
-def _open_logs(run_dir: str, offsets: dict | None):
+def _open_logs(run_dir: str, offsets: dict | None, metric_fields: tuple[str, ...] = METRIC_FIELDS):
     """The event log (:class:`~jaxfl.runlog.EventLog`: CSV, Parquet parts once large) and
     metrics.csv for appending; on resume, cut back to the checkpoint's positions so rows written
     after it (and re-created by the resumed run) are neither lost nor doubled."""
@@ -485,7 +522,7 @@ def _open_logs(run_dir: str, offsets: dict | None):
     path = os.path.join(run_dir, "metrics.csv")
     if offsets is None:
         handle = open(path, "w", newline="")
-        csv.DictWriter(handle, METRIC_FIELDS).writeheader()
+        csv.DictWriter(handle, metric_fields).writeheader()
     else:
         handle = open(path, "r+", newline="")
         handle.truncate(offsets["metrics.csv"])
@@ -495,7 +532,12 @@ def _open_logs(run_dir: str, offsets: dict | None):
 
 def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
                    data=None,
-                   ) -> RunResult:
+                   model=None,
+                   client_optimizer=None,
+                   init_params=None,
+                   time_per_step=None,
+                   loss=None,
+                   metrics=None) -> RunResult:
     """Run ``config`` end to end and write its run directory (see the module docstring).
 
     With ``resume_dir``, continue that run from its newest checkpoint instead (the config is the
@@ -516,8 +558,33 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     ...                                   max_updates=1, progress=False, output_dir="/tmp/jaxfl-doc"), data=arrays)
     >>> result.summary["dataset"], result.summary["target_accuracy"]
     ('user', None)
+
+    Your own pieces, each optional (:class:`jaxfl.user_inputs.UserInputs` says more):
+    ``model`` a Flax linen module, an nnx module class/instance or factory ``rngs -> Module``, or a
+    ``ModelAdapter``; ``client_optimizer`` any ``optax.GradientTransformation`` (schedules restart at
+    every dispatch, as the optimiser state does); ``init_params`` the version-0 parameters (checked
+    against the model, first differing leaf named); ``time_per_step`` (clients,) seconds per local
+    step replacing the drawn speeds (per-round ``jitter`` still applies: set it to 0 to replay the
+    times exactly); ``loss(logits, labels) -> (B,)`` for training and evaluation;
+    ``metrics(logits, labels) -> {name: (B,)}`` as extra ``metrics.csv`` columns. ``config.json``
+    records them as ``<user: ...>`` names and fingerprints, the speeds as ``client_time_per_step.npy``.
+
+    >>> import optax
+    >>> from jaxfl.config import RunConfig
+    >>> result = run_experiment(RunConfig(algorithm="fedavg", clients=3, local_steps=2, model="logreg",
+    ...                                   max_updates=1, progress=False, output_dir="/tmp/jaxfl-doc"),
+    ...                         client_optimizer=optax.sgd(0.1), time_per_step=[0.1, 0.2, 0.3])
+    >>> result.summary["global_updates"]
+    1
     """
-    config, dataset, federation, model, params = prepare(config, data=data)
+    user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
+                      time_per_step=time_per_step, loss=loss, metrics=metrics)
+    if resume_dir is not None:  # the objects the run was made with, again; its speeds from its folder
+        user = user.for_resume(resume_dir, _recorded_inputs(resume_dir), checkpoint.latest(resume_dir) is not None)
+    user = user.check(validate(config))
+    config = user.label(config)  # unvalidated: prepare() resolves the defaults for the data it is given
+    config, dataset, federation, model, params = prepare(config, data=data, model=user.model, init_params=user.init_params)
+    user = dataclasses.replace(user, metric_names=user.check_functions(dataset.num_classes))
     scratch = None
     if jax.process_count() > 1:  # jaxfl.cluster: process 0 writes the run; the others a scratch folder
         if resume_dir is not None:
@@ -526,30 +593,33 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
             scratch = tempfile.mkdtemp(prefix=f"jaxfl-process{jax.process_index()}-")
             config = dataclasses.replace(config, output_dir=scratch, progress=False)
     try:
-        return _run(config, dataset, federation, model, params, resume_dir)
+        return _run(config, dataset, federation, model, params, resume_dir, user)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str | None) -> RunResult:
+def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str | None,
+         user: UserInputs = UserInputs()) -> RunResult:
     if config.timing_only:
         if resume_dir is not None:
             raise ValueError("a timing-only run writes no checkpoints to resume from: run it again (it takes seconds)")
-        return _run_timing_only(config, federation, params)
+        return _run_timing_only(config, federation, params, user)
     wall_start = time.perf_counter()
     plan = ExecutionPlan.for_backend(jax.default_backend(), config.clients_per_call, config.steps_per_call,
                                      devices=config.devices, local_steps=config.local_steps)
     preprocess, augment = make_transforms(config, dataset)
-    trainer = make_client_trainer(model, make_client_optimizer(config.client_optimizer, config.client_lr),
+    trainer = make_client_trainer(model, user.client_optimizer or make_client_optimizer(config.client_optimizer,
+                                                                                         config.client_lr),
                                   config.batch_size, preprocess=preprocess,
                                   augment=augment, prox_mu=config.prox_mu,
-                                  cpu_friendly_layers=config.cpu_friendly_layers and jax.default_backend() == "cpu")
+                                  cpu_friendly_layers=config.cpu_friendly_layers and jax.default_backend() == "cpu",
+                                  loss=user.loss)
     server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, config.momentum)
     algorithm = build(config)
     policy = algorithm.policy()
     hooks = device_hooks(algorithm)
-    speeds, faults = _speeds_and_faults(config, params)
+    speeds, faults = _speeds_and_faults(config, params, user.time_per_step)
 
     # Built before any file is touched: a run that cannot fit in memory fails before it writes
     # anything, and a resume restores its checkpoint into the engine's shapes and must know that the
@@ -566,9 +636,12 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     if resume_dir is None:
         run_dir = _run_dir(config, algorithm.name)
         os.makedirs(run_dir)
-        _write_run_config(run_dir, config, params, federation, plan, dataset=dataset)
+        user.save(run_dir)
+        _write_run_config(run_dir, config, params, federation, plan, dataset=dataset,
+                          user_inputs=user.record(params))
     else:
         run_dir = resume_dir
+        user.check_resumed(run_dir, _recorded_inputs(run_dir), params)
         _, saved, device_tree = resume.load_checkpoint(run_dir, config, engine)
 
     progress = None
@@ -579,12 +652,14 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         progress = tqdm(total=total, desc=algorithm.name, unit="vs", leave=True,
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} virtual s "
                                    "[{elapsed}<{remaining}{postfix}]" if total else None)
-    events_file, metrics_file = _open_logs(run_dir, saved["offsets"] if saved else None)
+    events_file, metrics_file = _open_logs(run_dir, saved["offsets"] if saved else None,
+                                           METRIC_FIELDS + user.metric_names)
     with events_file, metrics_file:
         events = events_file
         recorder = _Recorder(config, make_evaluator(model.predict, dataset.test_x, dataset.test_y,
-                                                    preprocess=preprocess),
-                             metrics_file, progress, wall_start, params, flush_also=(events_file,))
+                                                    preprocess=preprocess, loss=user.loss, metrics=user.metrics),
+                             metrics_file, progress, wall_start, params, flush_also=(events_file,),
+                             extra_metrics=user.metric_names)
         engine.on_version = recorder.on_version
         recorder.stats = engine.stats
         checkpoints = _Checkpointer(config, run_dir, engine, recorder, events_file, metrics_file, saved)
@@ -653,9 +728,10 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
 
 
 def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan: ExecutionPlan | None,
-                      dataset: Dataset | None = None) -> None:
+                      dataset: Dataset | None = None, user_inputs: dict | None = None) -> None:
     """config.json: the resolved config, how it runs (no plan and no backend: timing only), versions,
-    and what the data turned out to be (classes, sizes, the normalisation statistics used)."""
+    and what the data turned out to be (classes, sizes, the normalisation statistics used),
+    and what the run took besides the config (``user_inputs``: names and fingerprints)."""
     described = {} if dataset is None else {"dataset": {
         "name": dataset.name, "kind": dataset.kind, "input_shape": list(dataset.input_shape),
         "dtype": str(dataset.train_x.dtype), "num_classes": dataset.num_classes,
@@ -668,7 +744,7 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
         "versions": library_versions(),
         "model_parameters": count_params(params["params"]),
         "model_state_values": count_params(params.get("state", {})), "client_samples": federation.counts.tolist(),
-        **described})
+        **described, **({"user_inputs": user_inputs} if user_inputs else {})})
 
 
 def library_versions() -> dict[str, str | None]:
@@ -740,7 +816,7 @@ def _peak_host_memory_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
 
 
-def _run_timing_only(config: RunConfig, federation, params) -> RunResult:
+def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = UserInputs()) -> RunResult:
     """The schedule alone: the scheduler, speed models, faults and the algorithm's policy on the
     virtual clock with no training and no model on a device. The event log is the one the training
     run of the same config and seed writes (for an algorithm whose schedule does not depend on model
@@ -749,10 +825,11 @@ def _run_timing_only(config: RunConfig, federation, params) -> RunResult:
     wall_start = time.perf_counter()
     algorithm = build(config)
     policy = algorithm.policy()
-    speeds, faults = _speeds_and_faults(config, params)
+    speeds, faults = _speeds_and_faults(config, params, user.time_per_step)
     run_dir = _run_dir(config, algorithm.name)
     os.makedirs(run_dir)
-    _write_run_config(run_dir, config, params, federation, plan=None)
+    user.save(run_dir)
+    _write_run_config(run_dir, config, params, federation, plan=None, user_inputs=user.record(params))
     backend = _TimingBackend()
     events, metrics_file = _open_logs(run_dir, None)
     with events, metrics_file:
@@ -776,7 +853,13 @@ def _run_timing_only(config: RunConfig, federation, params) -> RunResult:
 
 
 def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dict | None = None, *,
-                      data=None) -> RunResult:
+                      data=None,
+                      model=None,
+                      client_optimizer=None,
+                      init_params=None,
+                      time_per_step=None,
+                      loss=None,
+                      metrics=None) -> RunResult:
     """Continue the run in ``run_dir`` from its newest readable checkpoint (``jaxfl run --resume RUN_DIR``).
 
     The run keeps the config it was started with: ``overrides`` (config-file names, as flags give
@@ -785,6 +868,12 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     one-line :class:`jaxfl.resume.ResumeError`. A checkpoint that does not read back is skipped for
     the one before it with a :class:`jaxfl.resume.ResumeWarning`. A run on data passed in Python
     needs that data again as ``data=`` (refused if its fingerprint differs from the one the run recorded).
+
+    A run made with Python objects (``run_experiment(model=..., client_optimizer=..., loss=...,
+    metrics=...)``) needs them again, and is refused with the list of what is missing; the speeds
+    array is read back from the run directory (``time_per_step``, if given, must equal it);
+    ``init_params`` are needed only when the run has no checkpoint yet (and, if given, must be the
+    run's).
 
     >>> resume_experiment("/tmp/jaxfl-doc/no-such-run")
     Traceback (most recent call last):
@@ -797,7 +886,18 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
     if progress is not None:
         config = dataclasses.replace(config, progress=progress)
-    return run_experiment(config, resume_dir=run_dir, data=data)
+    return run_experiment(config, resume_dir=run_dir, data=data,
+                          model=model, client_optimizer=client_optimizer, init_params=init_params,
+                          time_per_step=time_per_step, loss=loss, metrics=metrics)
+
+
+def _recorded_inputs(run_dir: str) -> dict:
+    """config.json's record of what a run took besides its config (empty for a run that took nothing)."""
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as handle:
+        return json.load(handle).get("user_inputs", {})
 
 
 class _Checkpointer:

@@ -133,12 +133,14 @@ def minibatch_indices(key: jax.Array, step: jax.Array, view: ClientView,
 def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.GradientTransformation, batch_size: int,
                         preprocess: Callable[[jax.Array], jax.Array] = scale_uint8,
                         augment: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
-                        prox_mu: float = 0.0, cpu_friendly_layers: bool = False) -> ClientTrainer:
+                        prox_mu: float = 0.0, cpu_friendly_layers: bool = False,
+                        loss: Callable[[jax.Array, jax.Array], jax.Array] | None = None) -> ClientTrainer:
     """Build the local-training kernel for one client (FedCompass Alg. 1, FEDCOMPASS-CLIENT).
 
     ``model`` is ``apply(params, x) -> logits`` or a :class:`~jaxfl.models.adapter.ModelAdapter`
-    (then ``params`` is ``{"params": ..., "state": ...}``, see the module docstring); the loss is softmax cross-entropy averaged over the
-    valid entries of the minibatch. The client optimiser (any optax transformation) is re-initialised at
+    (then ``params`` is ``{"params": ..., "state": ...}``, see the module docstring). The objective is
+    ``loss(logits, labels) -> (B,)`` per example (default: softmax cross-entropy with integer labels)
+    averaged over the valid entries of the minibatch. The client optimiser (any optax transformation) is re-initialised at
     every dispatch, as the seed papers' code does. ``augment(key, x_raw) -> x`` (e.g.
     :func:`jaxfl.data.augment.make_augment`), if given, replaces ``preprocess`` in training; its key
     is ``fold_in(fold_in(dispatch_key, 1), step)``, so it never depends on batching.
@@ -165,6 +167,7 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
     if not prox_mu >= 0:
         raise ValueError(f"prox_mu must be >= 0, got {prox_mu}")
 
+    per_example_loss = optax.softmax_cross_entropy_with_integer_labels if loss is None else loss
     # With augmentation the batch arrives already transformed (augment ends with the preprocessing).
     transform = preprocess if augment is None else (lambda x: x)
     adapter = model if isinstance(model, ModelAdapter) else None
@@ -192,7 +195,7 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
 
     def loss_fn(trainable, buffers, x, y, weights, key):
         logits, new_buffers = forward(trainable, buffers, transform(x), key)
-        losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+        losses = per_example_loss(logits, y)
         return jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0), new_buffers
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)

@@ -44,6 +44,7 @@ __all__ = [
     "SpeedConfig",
     "ClientSpeeds",
     "ClientStreams",
+    "check_time_per_step",
 ]
 
 SPEED_MODELS = ("homo", "normal", "exp", "pareto", "zipf")
@@ -409,6 +410,31 @@ class ClientStreams:
         self._live = _live_state(self._bit_generator)
 
 
+def check_time_per_step(time_per_step, num_clients: int) -> np.ndarray:
+    """``time_per_step`` as a fresh (C,) float64 array, or ValueError naming the first bad entry.
+
+    Example:
+        >>> check_time_per_step([0.1, 0.2], 2)
+        array([0.1, 0.2])
+        >>> check_time_per_step([0.1, -1.0], 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: time_per_step[1]=-1.0 is not allowed: seconds per step must be finite and > 0
+    """
+    try:
+        times = np.array(time_per_step, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"time_per_step must be an array of seconds per step, one per client; got "
+                         f"{type(time_per_step).__name__}") from None
+    if times.shape != (num_clients,):
+        raise ValueError(f"time_per_step has shape {times.shape}; expected ({num_clients},): one time per client")
+    bad = np.flatnonzero(~(np.isfinite(times) & (times > 0)))
+    if bad.size:
+        raise ValueError(f"time_per_step[{bad[0]}]={float(times[bad[0]])!r} is not allowed: seconds per step must be "
+                         "finite and > 0")
+    return times
+
+
 class ClientSpeeds:
     """Per-client virtual durations of local rounds, reproducible per (seed, client, round).
 
@@ -417,6 +443,11 @@ class ClientSpeeds:
         num_clients: C, the number of clients (ids 0..C-1).
         seed: non-negative run seed; streams are derived from it by purpose.
         model_bytes: size of one model transfer, for the bandwidth term.
+        time_per_step: optional (C,) positive finite seconds per step, one per client (measured
+            devices, another simulator's profile): the base times ``t_i`` themselves instead of
+            draws from ``config.model``. Per-round jitter and communication still apply as
+            configured (``jitter=0`` replays the array exactly); speed changes, which would re-draw
+            ``t_i`` from ``config.model``, and ``legacy_seed`` are refused with it.
 
     Attributes:
         base_time_per_step: (C,) float64, read-only view of the current ``t_i``.
@@ -429,9 +460,13 @@ class ClientSpeeds:
         >>> speeds = ClientSpeeds(SpeedConfig(model="homo", jitter=0.0), num_clients=3, seed=0)
         >>> speeds.round_duration(client=1, num_steps=10)
         1.5
+        >>> measured = ClientSpeeds(SpeedConfig(jitter=0.0), 3, seed=0, time_per_step=[0.1, 0.2, 0.4])
+        >>> measured.round_duration(client=2, num_steps=10)
+        4.0
     """
 
-    def __init__(self, config: SpeedConfig, num_clients: int, seed: int, model_bytes: int = 0):
+    def __init__(self, config: SpeedConfig, num_clients: int, seed: int, model_bytes: int = 0,
+                 time_per_step=None):
         config.validate()
         num_clients = operator.index(num_clients)
         seed = operator.index(seed)
@@ -450,6 +485,16 @@ class ClientSpeeds:
         self.speed_changes = 0
         self._rounds_done = np.zeros(num_clients, dtype=np.int64)
         self._streams = ClientStreams(seed, STREAM_CLIENT_ROUNDS, num_clients)
+        if time_per_step is not None:
+            self._base = check_time_per_step(time_per_step, num_clients)
+            if config.speed_change_prob > 0:
+                raise ValueError(f"speed_change_prob={config.speed_change_prob} is not allowed with time_per_step: a "
+                                 f"speed change re-draws t_i from the {config.model!r} model the given times replace "
+                                 "(set it to 0)")
+            if config.legacy_seed is not None:
+                raise ValueError(f"speed_legacy_seed={config.legacy_seed} is not allowed with time_per_step: it "
+                                 "seeds drawn idle times, and the times are given (set it to None)")
+            return
         base_rng = np.random.default_rng(np.random.SeedSequence([seed, STREAM_BASE_TIMES]))
         legacy = config.legacy_seed is not None and config.model in ("pareto", "zipf")  # PLATO's RandomState
         base = self._draw_base(np.random.RandomState(config.legacy_seed) if legacy else base_rng, num_clients)

@@ -1,0 +1,368 @@
+"""What a run takes besides its :class:`~jaxfl.config.RunConfig`: your own model, client optimiser,
+initial parameters, client speeds, loss and extra metrics (``run_experiment``'s keyword arguments).
+
+None of these fits in ``config.json`` (they are Python objects and arrays), so a run records each
+honestly instead: ``config.model`` / ``config.client_optimizer`` become ``<user: module.Name>``,
+``config.json``'s ``user_inputs`` holds the names and SHA-256 fingerprints, and the speeds array is
+saved as ``client_time_per_step.npy`` in the run directory. ``resume_experiment(run_dir, model=...)``
+takes the objects again and refuses a run whose recorded inputs are missing or differ.
+
+Every check here runs before any work, with a one-line ``ValueError`` naming the bad value.
+
+>>> import optax
+>>> inputs = UserInputs(client_optimizer=optax.sgd(0.1), time_per_step=[0.1, 0.2, 0.3])
+>>> from jaxfl.config import RunConfig
+>>> inputs.label(RunConfig(clients=3)).client_optimizer
+'<user: optax.GradientTransformation>'
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+from jaxfl.config import USER_PREFIX, ClientConfig, DataConfig, RunConfig
+
+__all__ = ["TIME_PER_STEP_FILE", "UserInputs", "load_time_per_step", "match_init_params", "tree_fingerprint"]
+
+TIME_PER_STEP_FILE = "client_time_per_step.npy"
+OPTIMIZER_LABEL = USER_PREFIX + "optax.GradientTransformation>"
+_OBJECTS = ("model", "client_optimizer", "loss", "metrics")  # Python objects: given again on resume
+
+
+def _short(obj) -> str:
+    text = repr(obj)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def tree_fingerprint(tree, values: bool = True) -> str:
+    """SHA-256 of a pytree's leaf paths, shapes and dtypes (and its values unless ``values=False``).
+
+    Example:
+        >>> import numpy as np
+        >>> a = tree_fingerprint({"w": np.zeros(3, np.float32)})
+        >>> a == tree_fingerprint({"w": np.zeros(3, np.float32)}), a == tree_fingerprint({"w": np.ones(3, np.float32)})
+        (True, False)
+    """
+    import jax
+
+    digest = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        digest.update(f"{jax.tree_util.keystr(path)}|{tuple(leaf.shape)}|{np.dtype(leaf.dtype).str};".encode())
+        if values:
+            digest.update(np.ascontiguousarray(np.asarray(leaf)).tobytes())
+    return digest.hexdigest()
+
+
+def match_init_params(init_params, abstract: dict) -> dict:
+    """``init_params`` in the layout the engine carries (``{"params": ...}`` plus ``{"state": ...}``
+    when given), checked against the model's abstract variables ``abstract``
+    (:meth:`~jaxfl.models.adapter.ModelAdapter.init_variables` under ``jax.eval_shape``).
+
+    Accepted: the trainable params alone (what ``ModelAdapter.init`` returns; the caller keeps the
+    model's own initial state), ``{"params": ..., "state": ...}``, a linen variables dict ``{"params": ...,
+    "batch_stats": ...}``, or an ``nnx.State``. A mismatch raises ``ValueError`` naming the first
+    leaf path that differs, with both shapes and dtypes.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> abstract = {"params": {"w": jax.ShapeDtypeStruct((2, 3), jnp.float32)}}
+        >>> sorted(match_init_params({"w": jnp.ones((2, 3))}, abstract)["params"])
+        ['w']
+        >>> match_init_params({"w": jnp.ones((3, 2))}, abstract)
+        Traceback (most recent call last):
+        ...
+        ValueError: init_params['w'] has shape (3, 2) float32 but the model's is (2, 3) float32
+    """
+    try:
+        from flax import nnx
+
+        if isinstance(init_params, nnx.State):
+            init_params = nnx.to_pure_dict(init_params)
+    except ImportError:  # pragma: no cover - flax is a dependency
+        pass
+    expected_params = abstract["params"]
+    given = {"params": init_params}
+    root = "init_params"
+    if isinstance(init_params, dict) and "params" in init_params and not (
+            isinstance(expected_params, dict) and "params" in expected_params):
+        rest = {key: value for key, value in init_params.items() if key != "params"}
+        given = {"params": init_params["params"]}
+        if rest:
+            given["state"] = rest["state"] if set(rest) == {"state"} else rest
+        root = None  # paths then start at the layout's own keys
+    chosen = {key: abstract[key] for key in given if key in abstract}
+    for key in given:
+        if key not in abstract:
+            raise ValueError(f"init_params[{key!r}] is given but the model keeps no non-trainable state")
+    return {key: _same_tree(given[key], expected, root if root is not None else f"init_params[{key!r}]")
+            for key, expected in chosen.items()}
+
+
+def _same_tree(given, expected, label: str):
+    """``given`` rebuilt with ``expected``'s structure, or ValueError at the first differing leaf."""
+    import jax
+    import jax.numpy as jnp
+
+    def by_path(tree):
+        return {jax.tree_util.keystr(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+    def describe(leaf):
+        return f"{tuple(leaf.shape)} {np.dtype(leaf.dtype).name}"
+
+    try:
+        given_leaves = {path: jnp.asarray(leaf) for path, leaf in by_path(given).items()}
+    except TypeError as error:
+        raise ValueError(f"{label} holds a leaf that is not an array: {error}") from None
+    expected_flat, treedef = jax.tree_util.tree_flatten_with_path(expected)
+    for path, leaf in expected_flat:
+        key = jax.tree_util.keystr(path)
+        if key not in given_leaves:
+            raise ValueError(f"{label}{key} is missing: the model has a leaf of {describe(leaf)} there")
+        mine = given_leaves[key]
+        if mine.shape != leaf.shape or mine.dtype != leaf.dtype:
+            raise ValueError(f"{label}{key} has shape {describe(mine)} but the model's is {describe(leaf)}")
+    known = {jax.tree_util.keystr(path) for path, _ in expected_flat}
+    extra = [key for key in given_leaves if key not in known]
+    if extra:
+        raise ValueError(f"{label}{extra[0]} is not a leaf of the model")
+    return jax.tree_util.tree_unflatten(treedef, [given_leaves[jax.tree_util.keystr(path)]
+                                                  for path, _ in expected_flat])
+
+
+def load_time_per_step(path: str):
+    """Seconds per step per client from a ``.npy`` file or a ``.csv``/``.txt`` file of numbers
+    (one per line or comma-separated; a non-numeric header line is skipped).
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "speeds.csv")
+        >>> _ = open(path, "w").write("seconds\\n0.1\\n0.25\\n")
+        >>> load_time_per_step(path)
+        array([0.1 , 0.25])
+    """
+    if not os.path.isfile(path):
+        raise ValueError(f"time_per_step file {path!r} does not exist")
+    suffix = os.path.splitext(path)[1].lower()
+    try:
+        if suffix == ".npy":
+            return np.load(path, allow_pickle=False)
+        if suffix in (".csv", ".txt"):
+            with open(path) as handle:
+                lines = [line.strip() for line in handle if line.strip()]
+            try:
+                float(lines[0].split(",")[0])
+            except (ValueError, IndexError):
+                lines = lines[1:]  # a header
+            return np.array([float(item) for line in lines for item in line.split(",") if item.strip()])
+    except ValueError as error:
+        raise ValueError(f"time_per_step file {path!r} could not be read as numbers: {error}") from None
+    raise ValueError(f"time_per_step file {path!r} must end in .npy, .csv or .txt")
+
+
+@dataclasses.dataclass(frozen=True)
+class UserInputs:
+    """``run_experiment``'s keyword arguments beyond the config (all optional).
+
+    - ``model``: a Flax linen module, an nnx module class/instance or factory ``rngs -> Module``, a
+      factory ``(num_classes=...) -> Module``, or a :class:`~jaxfl.models.ModelAdapter`;
+    - ``client_optimizer``: any ``optax.GradientTransformation`` (schedules included), re-initialised at
+      every dispatch as the built-in ones are, so a schedule's step count restarts at each dispatch;
+    - ``init_params``: the global model's version 0 (see :func:`match_init_params`);
+    - ``time_per_step``: (clients,) seconds per step, the clients' base speeds instead of draws;
+    - ``loss``: per-example ``loss(logits, labels) -> (B,)`` for training and evaluation;
+    - ``metrics``: ``metrics(logits, labels) -> {name: (B,) values}``, held-out means as extra
+      ``metrics.csv`` columns.
+
+    Example:
+        >>> UserInputs(loss=42).check(RunConfig())
+        Traceback (most recent call last):
+        ...
+        ValueError: loss=42 is not callable: expected loss(logits, labels) -> per-example losses (B,)
+    """
+
+    model: Any = None
+    client_optimizer: Any = None
+    init_params: Any = None
+    time_per_step: Any = None
+    loss: Callable | None = None
+    metrics: Callable | None = None
+    metric_names: tuple[str, ...] = ()  # what ``metrics`` returns, known once traced (check_functions)
+
+    def check(self, config: RunConfig) -> "UserInputs":
+        """The checks that need no data (types, signatures, the speeds array); ``time_per_step`` comes
+        back as a float64 array. ``config`` must be validated."""
+        import optax
+
+        from jaxfl.models import check_model_object
+        from jaxfl.scheduler.speeds import check_time_per_step
+
+        if isinstance(self.model, str):
+            raise ValueError(f"model={self.model!r} is a name: set it in the config (RunConfig(model={self.model!r})); "
+                             "model= takes a model object")
+        if self.model is not None:
+            check_model_object(self.model)
+        if self.client_optimizer is not None and not isinstance(self.client_optimizer, optax.GradientTransformation):
+            raise ValueError(f"client_optimizer={_short(self.client_optimizer)} is not an optax.GradientTransformation "
+                             "(e.g. optax.sgd(optax.cosine_decay_schedule(0.1, 1000)))")
+        if self.loss is not None and not callable(self.loss):
+            raise ValueError(f"loss={_short(self.loss)} is not callable: expected loss(logits, labels) -> "
+                             "per-example losses (B,)")
+        if self.metrics is not None and not callable(self.metrics):
+            raise ValueError(f"metrics={_short(self.metrics)} is not callable: expected metrics(logits, labels) -> "
+                             "{name: per-example values (B,)}")
+        times = self.time_per_step
+        if times is not None:
+            times = check_time_per_step(times, config.clients)
+            if config.speed_change_prob > 0:
+                raise ValueError(f"speed_change_prob={config.speed_change_prob} is not allowed with time_per_step: a "
+                                 f"speed change re-draws t_i from heterogeneity={config.heterogeneity!r}, which the "
+                                 "given times replace (set it to 0)")
+            if config.speed_legacy_seed is not None:
+                raise ValueError(f"speed_legacy_seed={config.speed_legacy_seed} is not allowed with time_per_step: "
+                                 "the times are given, not drawn (set it to None)")
+        return dataclasses.replace(self, time_per_step=times)
+
+    def label(self, config: RunConfig) -> RunConfig:
+        """``config`` with ``model`` / ``client_optimizer`` naming the given objects (``<user: ...>``).
+
+        A config field set to something else as well is refused (one of the two would be ignored).
+        """
+        from jaxfl.models import user_label
+
+        changes = {}
+        if self.model is not None:
+            label = user_label(self.model)
+            if config.model not in (DataConfig.model, label):
+                raise ValueError(f"model={label!r} is given and config.model={config.model!r} too: leave "
+                                 f"config.model at its default ({DataConfig.model!r}); the run records {label!r}")
+            changes["model"] = label
+        elif config.model.startswith(USER_PREFIX):
+            raise ValueError(f"model={config.model!r} was a Python object given to run_experiment(model=...): pass "
+                             f"it again (resume_experiment(run_dir, model=...))")
+        if self.client_optimizer is not None:
+            if config.client_optimizer not in (ClientConfig.client_optimizer, OPTIMIZER_LABEL):
+                raise ValueError(f"client_optimizer= is an optax object and config.client_optimizer="
+                                 f"{config.client_optimizer!r} too: leave the config's at its default")
+            if config.client_lr != ClientConfig.client_lr:
+                raise ValueError(f"client_lr={config.client_lr} is not read when client_optimizer= is an optax "
+                                 "object: put the learning rate (or schedule) in it")
+            changes["client_optimizer"] = OPTIMIZER_LABEL
+        elif config.client_optimizer.startswith(USER_PREFIX):
+            raise ValueError(f"client_optimizer={config.client_optimizer!r} was an optax object given to "
+                             "run_experiment(client_optimizer=...): pass it again")
+        return dataclasses.replace(config, **changes) if changes else config
+
+    def check_functions(self, num_classes: int) -> tuple[str, ...]:
+        """Trace ``loss`` and ``metrics`` on abstract logits ``(2, num_classes)`` and int32 labels;
+        returns the extra metric names, or ValueError naming what the function returned."""
+        import jax
+        import jax.numpy as jnp
+
+        logits = jax.ShapeDtypeStruct((2, num_classes), jnp.float32)
+        labels = jax.ShapeDtypeStruct((2,), jnp.int32)
+        what = f"logits (2, {num_classes}) float32 and labels (2,) int32"
+        if self.loss is not None:
+            try:
+                out = jax.eval_shape(self.loss, logits, labels)
+            except Exception as error:  # the user's function: any failure is reported in one line
+                raise ValueError(f"loss={_short(self.loss)} failed on {what}: {type(error).__name__}: "
+                                 f"{str(error).splitlines()[0] if str(error) else ''}") from error
+            if not (hasattr(out, "shape") and out.shape == (2,) and jnp.issubdtype(out.dtype, jnp.floating)):
+                raise ValueError(f"loss={_short(self.loss)} returned {_short(out)} on {what}; expected per-example "
+                                 "float losses of shape (2,)")
+        if self.metrics is None:
+            return ()
+        from jaxfl.experiment import METRIC_FIELDS
+
+        try:
+            out = jax.eval_shape(self.metrics, logits, labels)
+        except Exception as error:
+            raise ValueError(f"metrics={_short(self.metrics)} failed on {what}: {type(error).__name__}: "
+                             f"{str(error).splitlines()[0] if str(error) else ''}") from error
+        if not isinstance(out, dict) or not out:
+            raise ValueError(f"metrics={_short(self.metrics)} returned {_short(out)}; expected a non-empty dict "
+                             "{name: per-example values (B,)}")
+        for name, value in out.items():
+            if not (isinstance(name, str) and name and name.replace("_", "").isalnum()) or name in METRIC_FIELDS:
+                raise ValueError(f"metrics name {name!r} is not allowed: letters, digits and _, other than "
+                                 f"{', '.join(METRIC_FIELDS)}")
+            if not (hasattr(value, "shape") and value.shape == (2,)):
+                raise ValueError(f"metrics[{name!r}] has shape {getattr(value, 'shape', type(value).__name__)} on "
+                                 f"{what}; expected per-example values of shape (2,)")
+        return tuple(out)
+
+    def record(self, variables) -> dict:
+        """What ``config.json``'s ``user_inputs`` says about the given inputs (names, fingerprints)."""
+        import jax
+
+        from jaxfl.models import user_label
+
+        record: dict[str, Any] = {}
+        if self.model is not None:
+            record["model"] = user_label(self.model)
+            record["model_structure_sha256"] = tree_fingerprint(variables, values=False)
+        if self.client_optimizer is not None:
+            record["client_optimizer"] = OPTIMIZER_LABEL
+        if self.init_params is not None:  # a timing-only run has shapes only: no values to fingerprint
+            concrete = not any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(variables))
+            record["init_params_sha256"] = tree_fingerprint(variables) if concrete else None
+        if self.time_per_step is not None:
+            record["time_per_step"] = {"file": TIME_PER_STEP_FILE,
+                                       "sha256": hashlib.sha256(self.time_per_step.tobytes()).hexdigest()}
+        for name in ("loss", "metrics"):
+            if getattr(self, name) is not None:
+                record[name] = user_label(getattr(self, name))
+        return record
+
+    def save(self, run_dir: str) -> None:
+        """Write the arrays the run directory keeps (the speeds) next to ``config.json``."""
+        if self.time_per_step is not None:
+            np.save(os.path.join(run_dir, TIME_PER_STEP_FILE), self.time_per_step, allow_pickle=False)
+
+    def for_resume(self, run_dir: str, recorded: dict, has_checkpoint: bool) -> "UserInputs":
+        """These inputs checked against what the run in ``run_dir`` recorded; the speeds come from its
+        ``client_time_per_step.npy`` when not given. One ``ValueError`` lists everything missing."""
+        from jaxfl.models import user_label
+
+        missing = [name for name in _OBJECTS if name in recorded and getattr(self, name) is None]
+        if "init_params_sha256" in recorded and self.init_params is None and not has_checkpoint:
+            missing.append("init_params")  # without a checkpoint the run restarts from version 0
+        if missing:
+            raise ValueError(f"run {run_dir!r} was made with {', '.join(missing)} given as Python objects: pass "
+                             f"{', '.join(f'{name}=...' for name in missing)} to resume_experiment")
+        for name in ("model", "loss", "metrics"):
+            given = getattr(self, name)
+            if given is not None and name not in recorded:
+                raise ValueError(f"run {run_dir!r} was made without a user {name}: resume it without {name}=")
+            if given is not None and user_label(given) != recorded[name]:
+                raise ValueError(f"run {run_dir!r} was made with {name} {recorded[name]}, not {user_label(given)}")
+        if self.client_optimizer is not None and "client_optimizer" not in recorded:
+            raise ValueError(f"run {run_dir!r} was made without a user client_optimizer: resume it without it")
+        if self.init_params is not None and "init_params_sha256" not in recorded:
+            raise ValueError(f"run {run_dir!r} was made without init_params: resume it without them")
+        times = self.time_per_step
+        if "time_per_step" in recorded:
+            path = os.path.join(run_dir, recorded["time_per_step"]["file"])
+            if not os.path.isfile(path):
+                raise ValueError(f"run {run_dir!r} was made with time_per_step but {path!r} is missing")
+            saved = np.load(path, allow_pickle=False)
+            if hashlib.sha256(saved.tobytes()).hexdigest() != recorded["time_per_step"]["sha256"]:
+                raise ValueError(f"{path!r} does not match the fingerprint in config.json (was it edited?)")
+            if times is not None and not np.array_equal(np.asarray(times, np.float64), saved):
+                raise ValueError(f"time_per_step differs from the run's {path!r}")
+            times = saved
+        elif times is not None:
+            raise ValueError(f"run {run_dir!r} was made without time_per_step: resume it without it")
+        return dataclasses.replace(self, time_per_step=times)
+
+    def check_resumed(self, run_dir: str, recorded: dict, variables) -> None:
+        """After the model is built: its structure and any init_params are the recorded ones."""
+        if "model_structure_sha256" in recorded and \
+                tree_fingerprint(variables, values=False) != recorded["model_structure_sha256"]:
+            raise ValueError(f"model= has other parameter shapes than the model run {run_dir!r} was made with")
+        if self.init_params is not None and tree_fingerprint(variables) != recorded["init_params_sha256"]:
+            raise ValueError(f"init_params differ from those run {run_dir!r} was made with")

@@ -1,0 +1,284 @@
+"""Bring your own model, client optimiser, initial parameters, client speeds, loss and metrics.
+
+Each test would have caught one of the issue's failures: an nnx factory lambda raising a raw
+TypeError, the CLI unable to use a user model (and --resume of one in a new process), the loss fixed
+to softmax cross-entropy, and speeds / initial parameters only as distributions and seeds."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+import jaxfl
+from jaxfl.config import RunConfig
+from jaxfl.experiment import make_evaluator, prepare, resume_experiment, run_experiment
+from jaxfl.models import MODEL_INPUTS, MODELS, ModelAdapter, build_model, register_model
+from jaxfl.testing import metrics_without_wall_time
+
+replace = dataclasses.replace
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class LinenLogReg(nn.Module):
+    num_classes: int = 10
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.num_classes)(x.reshape((x.shape[0], -1)))
+
+
+class NnxLogReg(nnx.Module):
+    def __init__(self, num_classes: int, rngs: nnx.Rngs):
+        self.out = nnx.Linear(784, num_classes, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(x.reshape((x.shape[0], -1)))
+
+
+class NnxNoClasses(nnx.Module):  # a user's model with the class count built in
+    def __init__(self, rngs: nnx.Rngs):
+        self.out = nnx.Linear(784, 10, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(x.reshape((x.shape[0], -1)))
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """Three clients, two local steps, one FedAvg round on the embedded MNIST-10k."""
+    return RunConfig(algorithm="fedavg", dataset="mnist10k", clients=3, local_steps=2, batch_size=16,
+                     max_updates=1, progress=False, checkpoint_every=None, output_dir=str(tmp_path / "runs"))
+
+
+def _leaves_equal(a, b) -> bool:
+    return jax.tree.structure(a) == jax.tree.structure(b) and all(
+        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+@pytest.mark.parametrize("form", ["linen_instance", "linen_class", "nnx_class", "nnx_factory", "nnx_instance",
+                                  "adapter", "num_classes_factory"])
+def test_every_model_form_builds_to_the_same_kind_of_adapter(form):
+    model = {"linen_instance": LinenLogReg(num_classes=10), "linen_class": LinenLogReg, "nnx_class": NnxLogReg,
+             "nnx_factory": lambda rngs: NnxNoClasses(rngs=rngs), "nnx_instance": NnxNoClasses(nnx.Rngs(3)),
+             "adapter": ModelAdapter.from_linen(LinenLogReg()),
+             "num_classes_factory": lambda num_classes: LinenLogReg(num_classes=num_classes)}[form]
+    adapter = build_model(model, num_classes=10)
+    variables = adapter.init_variables(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
+    assert adapter.predict(variables, jnp.ones((5, 28, 28, 1))).shape == (5, 10)
+    assert sum(leaf.size for leaf in jax.tree.leaves(variables)) == 7850
+
+
+def test_nnx_factory_lambda_registered_by_name_runs(tiny, monkeypatch):
+    monkeypatch.setattr(jaxfl.config, "MODEL_NAMES", jaxfl.config.MODEL_NAMES)
+    try:  # the issue's raw TypeError: make_model called the lambda with num_classes=
+        register_model("byo_nnx_lambda", lambda rngs: NnxNoClasses(rngs=rngs))
+        result = run_experiment(replace(tiny, model="byo_nnx_lambda"))
+    finally:
+        MODELS.pop("byo_nnx_lambda", None)
+        MODEL_INPUTS.pop("byo_nnx_lambda", None)
+    assert result.summary["global_updates"] == 1
+    assert set(result.params["params"]) == {"out"}
+
+
+@pytest.mark.parametrize("model", [LinenLogReg, lambda rngs: NnxLogReg(10, rngs=rngs)], ids=["linen", "nnx"])
+def test_model_objects_run_and_are_recorded_honestly(tiny, model):
+    result = run_experiment(tiny, model=model)
+    assert result.summary["global_updates"] == 1 and result.summary["client_steps_aggregated"] == 6
+    stored = json.load(open(os.path.join(result.run_dir, "config.json")))
+    label = stored["config"]["data"]["model"]
+    assert label.startswith("<user: ") and label == stored["user_inputs"]["model"]
+    assert (label == "<user: test_byo_model.LinenLogReg>") == (model is LinenLogReg)
+    assert stored["model_parameters"] == 7850
+    # the same config and seed give the same run (the seed initialises the model)
+    again = run_experiment(replace(tiny, run_name="again"), model=model)
+    assert _leaves_equal(result.params, again.params)
+
+
+def test_bad_inputs_fail_in_one_line_before_any_work(tiny):
+    output = tiny.output_dir
+    cases = [
+        (dict(model=lambda key: NnxNoClasses(rngs=nnx.Rngs(key))), r"<lambda>\(key\) has the wrong signature"),
+        (dict(model=42), r"model=42 is not a model; expected"),
+        (dict(model="mlp"), r"model='mlp' is a name: set it in the config"),
+        (dict(model=dict), r"is a class but not a Flax module"),
+        (dict(model=lambda: 3), r"returned 3, not a Flax module"),
+        (dict(client_optimizer=optax.linear_schedule(0.1, 0.0, 10)), r"is not an optax.GradientTransformation"),
+        (dict(client_optimizer=optax.sgd(0.1), config=dict(client_lr=0.5)), r"client_lr=0.5 is not read"),
+        (dict(loss="mse"), r"loss='mse' is not callable"),
+        (dict(loss=lambda logits, labels: jnp.mean(logits)), r"returned .* expected per-example float losses"),
+        (dict(metrics=lambda logits, labels: {"loss": labels * 1.0}), r"metrics name 'loss' is not allowed"),
+        (dict(metrics=lambda logits, labels: {"m": jnp.mean(logits)}), r"metrics\['m'\] has shape \(\)"),
+        (dict(time_per_step=[0.1, 0.2]), r"time_per_step has shape \(2,\); expected \(3,\)"),
+        (dict(time_per_step=[0.1, float("nan"), 0.2]), r"time_per_step\[1\]=nan is not allowed"),
+        (dict(time_per_step=[0.1, 0.2, 0.3], config=dict(speed_change_prob=0.1)), r"speed_change_prob=0.1 is not allowed"),
+        (dict(model=LinenLogReg, config=dict(model="mlp")), r"config.model='mlp' too"),
+        (dict(config=dict(model="<user: my.Net>")), r"was a Python object given to run_experiment\(model=...\)"),
+        (dict(config=dict(model="no_such_module_xyz:Net")), r"model='no_such_module_xyz:Net' could not be imported"),
+    ]
+    for arguments, message in cases:
+        changes = arguments.pop("config", {})
+        with pytest.raises(ValueError, match=message) as caught:
+            run_experiment(replace(tiny, **changes), **arguments)
+        assert "\n" not in str(caught.value), str(caught.value)
+        assert not os.path.exists(output), f"{arguments}: a run directory was written"
+
+
+def test_init_params_are_the_runs_version_zero(tiny):
+    config, dataset, _, model, seeded = prepare(replace(tiny, model="logreg"))
+    noise = jax.random.normal(jax.random.key(5), seeded["params"]["Dense_0"]["kernel"].shape)
+    pretrained = {"Dense_0": {"bias": seeded["params"]["Dense_0"]["bias"],  # a "peer's" init
+                              "kernel": seeded["params"]["Dense_0"]["kernel"] + 0.05 * noise}}
+    # SGD with rate 0: every client update is zero, so the final model is version 0 itself
+    result = run_experiment(config, init_params=pretrained, client_optimizer=optax.sgd(0.0))
+    assert _leaves_equal(result.params["params"], pretrained)
+    evaluate = make_evaluator(model.predict, dataset.test_x, dataset.test_y)
+    assert result.metrics[0]["version"] == 0
+    assert result.metrics[0]["loss"] == evaluate({"params": pretrained})["loss"]
+    assert result.metrics[0]["loss"] != evaluate(seeded)["loss"]
+    stored = json.load(open(os.path.join(result.run_dir, "config.json")))
+    assert stored["user_inputs"]["init_params_sha256"] == jaxfl.user_inputs.tree_fingerprint({"params": pretrained})
+    # the layout init_variables returns, and a linen variables dict, are the same version 0
+    other = run_experiment(replace(config, run_name="layout"), init_params={"params": pretrained},
+                           client_optimizer=optax.sgd(0.0))
+    assert _leaves_equal(other.params["params"], pretrained)
+
+
+def test_init_params_mismatch_names_the_first_leaf(tiny):
+    config = replace(tiny, model="logreg")
+    params = prepare(config)[4]["params"]  # {"Dense_0": {"bias": (10,), "kernel": (784, 10)}}
+    bad = [
+        ({"Dense_0": {"bias": params["Dense_0"]["bias"], "kernel": jnp.zeros((784, 11))}},
+         r"init_params\['Dense_0'\]\['kernel'\] has shape \(784, 11\) float32 but the model's is \(784, 10\) float32"),
+        ({"Dense_0": {"bias": params["Dense_0"]["bias"].astype(jnp.bfloat16), "kernel": params["Dense_0"]["kernel"]}},
+         r"init_params\['Dense_0'\]\['bias'\] has shape \(10,\) bfloat16 but the model's is \(10,\) float32"),
+        ({"Dense_0": {"kernel": params["Dense_0"]["kernel"]}}, r"init_params\['Dense_0'\]\['bias'\] is missing"),
+        ({"Dense_0": {**params["Dense_0"], "scale": jnp.ones(3)}}, r"init_params\['Dense_0'\]\['scale'\] is not a leaf"),
+    ]
+    for init_params, message in bad:
+        with pytest.raises(ValueError, match=message):
+            run_experiment(config, init_params=init_params)
+    assert not os.path.exists(config.output_dir)
+
+
+def test_time_per_step_sets_the_virtual_timeline_exactly(tiny):
+    times = np.array([0.125, 0.5, 0.25])  # exact in binary: sums of them are exact too
+    config = replace(tiny, algorithm="fedasync", model="logreg", jitter=0.0,
+                     max_updates=6, heterogeneity="normal")
+    result = run_experiment(config, time_per_step=times)
+    run = jaxfl.load_run(result.run_dir)
+    events = run.events
+    dispatched = {}
+    arrivals = 0
+    for time, event, client, dispatch, steps in zip(events["time"], events["event"], events["client"],
+                                                    events["dispatch"], events["steps"]):
+        if event == "dispatch":
+            dispatched[int(dispatch)] = time
+        elif event == "arrival":
+            assert time - dispatched[int(dispatch)] == steps * times[int(client)]
+            arrivals += 1
+    assert arrivals >= 6
+    np.testing.assert_array_equal(np.load(os.path.join(result.run_dir, "client_time_per_step.npy")), times)
+    # the drawn speeds give another timeline: the array, not heterogeneity="normal", was used
+    drawn = run_experiment(replace(config, run_name="drawn"))
+    assert list(jaxfl.load_run(drawn.run_dir).events["time"]) != list(events["time"])
+
+
+def test_loss_hook_trains_and_evaluates_and_metrics_are_columns(tiny):
+    config = replace(tiny, model="logreg", max_updates=2)
+
+    def squared_error(logits, labels):  # Brier score on the softmax: a real alternative objective
+        return jnp.sum((jax.nn.softmax(logits) - jax.nn.one_hot(labels, logits.shape[-1])) ** 2, axis=-1)
+
+    def top3(logits, labels):
+        return {"top3_accuracy": jnp.any(jax.lax.top_k(logits, 3)[1] == labels[:, None], axis=-1).astype(jnp.float32)}
+
+    default = run_experiment(config)
+    explicit = run_experiment(replace(config, run_name="ce"),
+                              loss=optax.softmax_cross_entropy_with_integer_labels)
+    assert _leaves_equal(default.params, explicit.params)  # the hook is the kernel's loss, nothing else
+    custom = run_experiment(replace(config, run_name="brier"), loss=squared_error,
+                            metrics=top3)
+    assert not _leaves_equal(default.params, custom.params)
+    _, dataset, _, model, _ = prepare(config)
+    brier = make_evaluator(model.predict, dataset.test_x, dataset.test_y, loss=squared_error, metrics=top3)(custom.params)
+    last = custom.metrics[-1]
+    assert last["loss"] == pytest.approx(brier["loss"], rel=1e-6) and 0 < last["loss"] < 2
+    assert last["top3_accuracy"] == pytest.approx(brier["top3_accuracy"]) and last["top3_accuracy"] >= last["accuracy"]
+    with open(os.path.join(custom.run_dir, "metrics.csv")) as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 3 and float(rows[-1]["top3_accuracy"]) == pytest.approx(last["top3_accuracy"])
+    assert json.load(open(os.path.join(custom.run_dir, "config.json")))["user_inputs"]["loss"] == \
+        "<user: test_byo_model.test_loss_hook_trains_and_evaluates_and_metrics_are_columns.<locals>.squared_error>"
+
+
+def test_resume_needs_the_objects_again(tiny):
+    config = replace(tiny, algorithm="fedbuff", buffer_size=2, max_updates=2,
+                     checkpoint_every=1, jitter=0.0)
+    times = [0.125, 0.25, 0.5]
+    result = run_experiment(config, model=LinenLogReg, client_optimizer=optax.sgd(0.05), time_per_step=times)
+    with pytest.raises(ValueError, match=r"made with model, client_optimizer given as Python objects: pass "
+                                         r"model=..., client_optimizer=..."):
+        resume_experiment(result.run_dir)
+    with pytest.raises(ValueError, match=r"made with model <user: test_byo_model.LinenLogReg>, not "):
+        resume_experiment(result.run_dir, model=NnxNoClasses, client_optimizer=optax.sgd(0.05))
+    with pytest.raises(ValueError, match=r"time_per_step differs from the run's"):
+        resume_experiment(result.run_dir, model=LinenLogReg, client_optimizer=optax.sgd(0.05),
+                          time_per_step=[0.125, 0.25, 0.75])
+    with pytest.raises(ValueError, match=r"made without a user loss"):
+        resume_experiment(result.run_dir, model=LinenLogReg, client_optimizer=optax.sgd(0.05),
+                          loss=optax.softmax_cross_entropy_with_integer_labels)
+    resumed = resume_experiment(result.run_dir, model=LinenLogReg, client_optimizer=optax.sgd(0.05))
+    assert resumed.summary["resumes"] == 1 and resumed.summary["global_updates"] == 2
+
+
+@pytest.mark.slow
+def test_cli_module_object_model_and_resume_in_a_fresh_process(tmp_path, monkeypatch):
+    (tmp_path / "byo_cli_models.py").write_text(
+        "from flax import nnx\n\n"
+        "class Net(nnx.Module):\n"
+        "    def __init__(self, num_classes, rngs):\n"
+        "        self.out = nnx.Linear(784, num_classes, rngs=rngs)\n\n"
+        "    def __call__(self, x):\n"
+        "        return self.out(x.reshape((x.shape[0], -1)))\n\n"
+        "def make_model(rngs):\n"
+        "    return Net(10, rngs=rngs)\n")
+    (tmp_path / "speeds.csv").write_text("seconds\n0.125\n0.25\n0.5\n")
+    monkeypatch.chdir(tmp_path)  # the CLI imports module:object from the working directory, as python -m does
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "byo_cli_models", raising=False)
+    from jaxfl.cli import main
+
+    assert main(["run", "--algorithm", "fedbuff", "--model", "byo_cli_models:make_model", "--clients", "3",
+                 "--local-steps", "2", "--batch-size", "16", "--buffer-size", "2", "--max-updates", "3",
+                 "--checkpoint-every", "1", "--time-per-step", "speeds.csv", "--jitter", "0", "--no-progress",
+                 "--output-dir", "runs", "--run-name", "full"]) == 0
+    sys.modules.pop("byo_cli_models", None)
+    run_dir = tmp_path / "runs" / "full"
+    stored = json.loads((run_dir / "config.json").read_text())
+    assert stored["config"]["data"]["model"] == "byo_cli_models:make_model"
+    np.testing.assert_array_equal(np.load(run_dir / "client_time_per_step.npy"), [0.125, 0.25, 0.5])
+    events, metrics = (run_dir / "events.csv").read_text(), metrics_without_wall_time(run_dir)
+    # rewind to the checkpoint of update 2 and resume in a new process: the model is re-imported
+    checkpoints = run_dir / "checkpoints"
+    shutil.rmtree(checkpoints / "ckpt-000003")
+    (checkpoints / "latest").write_text("ckpt-000002\n")
+    os.remove(run_dir / "summary.json")
+    resumed = subprocess.run([sys.executable, "-m", "jaxfl", "run", "--resume", str(run_dir), "--no-progress"],
+                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (run_dir / "events.csv").read_text() == events
+    assert metrics_without_wall_time(run_dir) == metrics
+    assert json.loads((run_dir / "summary.json").read_text())["resumes"] == 1
