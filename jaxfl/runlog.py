@@ -9,7 +9,8 @@ itself to Parquet parts under ``events/`` once it passes ``switch_rows`` rows:
     RUN_DIR/events/part-00001.parquet   ``part_rows`` rows (the last may be shorter)
 
 Parquet columns: ``time`` float64, ``event`` string (dictionary), ``client`` int64, ``dispatch``,
-``version``, ``staleness``, ``steps`` nullable int64, ``detail`` nullable string (dictionary).
+``version``, ``staleness``, ``steps`` nullable int64, ``detail`` nullable string (dictionary),
+``wall_time`` nullable float64 (wall-clock seconds since the run started, on aggregation rows).
 Each part records in its metadata the global rows it holds (``jaxfl.first_row``, ``jaxfl.rows``),
 so a reader can tell a complete log from one left half-rewritten by a crash.
 
@@ -27,7 +28,7 @@ parse CSV with the standard library (slower, same columns).
 ...     log.write({"time": 0.0, "event": "dispatch", "client": 3, "dispatch": 0, "version": 0,
 ...                "staleness": None, "steps": 5, "detail": None})
 >>> open(f"{run_dir}/events.csv").read().splitlines()
-['time,event,client,dispatch,version,staleness,steps,detail', '0.0,dispatch,3,0,0,,5,']
+['time,event,client,dispatch,version,staleness,steps,detail,wall_time', '0.0,dispatch,3,0,0,,5,,']
 >>> read_events(run_dir)["staleness"]
 array([-1])
 """
@@ -52,6 +53,7 @@ PARQUET_DIR = "events"
 METRICS_NAME = "metrics.csv"
 MISSING = -1  # integer columns: no value in the log
 INT_FIELDS = ("client", "dispatch", "version", "staleness", "steps")
+FLOAT_FIELDS = ("time", "wall_time")  # wall_time: on aggregation rows only (NaN elsewhere)
 STRING_FIELDS = ("event", "detail")
 _PART = re.compile(r"^part-(\d{5,})\.parquet$")
 _CONVERTING = ".events.converting"  # the csv→parquet switch builds its parts here, then renames
@@ -77,7 +79,7 @@ def _require_pyarrow(why: str):
 
 
 def _arrow_type(pa, field: str):
-    if field == "time":
+    if field in FLOAT_FIELDS:
         return pa.float64()
     if field in INT_FIELDS:
         return pa.int64()
@@ -567,8 +569,8 @@ def _to_arrow(columns: list[list], fields):
 
 
 def _coerce(values: list, field: str) -> list:
-    if field == "time":
-        return [None if v is None else float(v) for v in values]
+    if field in FLOAT_FIELDS:
+        return [None if v is None or v == "" else float(v) for v in values]
     if field in INT_FIELDS:
         return [None if v is None or v == "" else int(v) for v in values]
     return [None if v is None else str(v) for v in values]
@@ -632,7 +634,7 @@ def _read_csv_python(path: str) -> dict[str, np.ndarray]:
     raw = list(zip(*rows)) if rows else [()] * len(header)
     columns = {}
     for name, values in zip(header, raw):
-        if name == "time":
+        if name in FLOAT_FIELDS:
             columns[name] = np.array([float(v) if v else np.nan for v in values], dtype=np.float64)
         elif name in INT_FIELDS:
             columns[name] = np.array([int(v) if v else MISSING for v in values], dtype=np.int64)
@@ -642,7 +644,7 @@ def _read_csv_python(path: str) -> dict[str, np.ndarray]:
 
 
 def _empty_column(field: str) -> np.ndarray:
-    if field == "time":
+    if field in FLOAT_FIELDS:
         return np.empty(0, np.float64)
     return np.empty(0, np.int64) if field in INT_FIELDS else np.empty(0, object)
 
