@@ -117,6 +117,15 @@ def _field_comments(cls) -> dict[str, str]:
     return {name: text.strip().replace("%", "%%") for name, text in found}
 
 
+def _log_to(text: str) -> list[str]:
+    from jaxfl.loggers import parse_log_to
+
+    try:
+        return parse_log_to(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxfl", description="JAX-native federated-learning simulator")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -129,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     groups = {section: run.add_argument_group(f"{section} ({cls.__doc__.splitlines()[0].rstrip('.')})")
               for section, cls in SECTIONS.items()}
     groups[None] = run.add_argument_group("run and output")
+    groups[None].add_argument("--log-to", metavar="NAMES", type=_log_to,
+                              help="also hand every metrics row to these loggers, comma-separated: tensorboard "
+                                   "(RUN_DIR/tensorboard/), csv (RUN_DIR/log.csv), wandb (jaxfl.loggers)")
     cluster = run.add_argument_group("cluster (a run over several processes or hosts: jaxfl.cluster)")
     cluster.add_argument("--cluster", action="store_true",
                          help="join a run of several processes described by the environment (SLURM's srun, "
@@ -230,8 +242,8 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from jaxfl.experiment import resume_experiment
 
     try:
-        result = resume_experiment(args.resume, progress=args.progress)
-    except (ConfigError, ValueError, FileNotFoundError) as error:
+        result = resume_experiment(args.resume, progress=args.progress, loggers=args.log_to)
+    except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
     except NumericalError as error:
         parser.exit(1, f"jaxfl: run stopped: {error}\n")
@@ -338,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
                 prepare(config)
         results = []
         for config in configs:
-            result = run_experiment(config)
+            result = run_experiment(config, loggers=args.log_to)
             summary = result.summary
             if config.timing_only:
                 print(_timing_line(summary, result.run_dir))
