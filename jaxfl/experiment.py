@@ -3,11 +3,13 @@
 A run directory holds:
 - ``config.json``: the resolved config, the engine's execution plan and library versions;
 - the event log, one row per event (virtual time, event, client, dispatch, model version,
-  staleness, steps, detail): ``events.csv``, or Parquet parts under ``events/`` once it passes
-  200,000 rows (:mod:`jaxfl.runlog`; ``jaxfl.load_run`` reads either);
-- ``metrics.csv``: held-out accuracy and loss of the global model over virtual time;
+  staleness, steps, detail, and on aggregation rows the wall time since the start): ``events.csv``,
+  or Parquet parts under ``events/`` once it passes 200,000 rows (:mod:`jaxfl.runlog`;
+  ``jaxfl.load_run`` reads either);
+- ``metrics.csv``: held-out accuracy and loss of the global model over virtual time (also handed
+  to the run's :mod:`jaxfl.loggers`);
 - ``summary.json``: final/best accuracy, time to target, updates, client steps executed and
-  padded, dispatch accounting, wall time, stop reason.
+  padded, dispatch accounting, wall time and where it went, stop reason.
 
 >>> from jaxfl.config import RunConfig
 >>> result = run_experiment(RunConfig(algorithm="fedavg", clients=4, local_steps=5,
