@@ -47,7 +47,7 @@ from jaxfl.kernels.aggregation import make_server_optimizer
 from jaxfl.kernels.client import FederatedArrays, make_client_trainer, scale_uint8
 from jaxfl.models import check_model_input, count_params, make_model
 from jaxfl.models.adapter import as_adapter
-from jaxfl.runlog import EventLog
+from jaxfl.runlog import EventLog, existing_fields
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
@@ -399,7 +399,11 @@ def _open_logs(run_dir: str, offsets: dict | None):
     """The event log (:class:`~jaxfl.runlog.EventLog`: CSV, Parquet parts once large) and
     metrics.csv for appending; on resume, cut back to the checkpoint's positions so rows written
     after it (and re-created by the resumed run) are neither lost nor doubled."""
-    events = EventLog(run_dir, EVENT_LOG_FIELDS, resume=None if offsets is None else offsets["events"])
+    fields = EVENT_LOG_FIELDS
+    if offsets is not None:  # a log begun by an older jaxfl (no wall_time column) keeps its columns
+        fields = existing_fields(run_dir) or EVENT_LOG_FIELDS
+    events = EventLog(run_dir, fields, resume=None if offsets is None else offsets["events"],
+                      ignore=("wall_time",))
     path = os.path.join(run_dir, "metrics.csv")
     if offsets is None:
         handle = open(path, "w", newline="")
@@ -422,6 +426,9 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     that receive every metrics row as it is written; they do not change the run.
     """
     loggers = check_loggers(loggers)
+    if loggers and config.timing_only:
+        raise ValueError("loggers receive metrics rows, and a timing-only run evaluates nothing: drop the "
+                         "loggers (--log-to) or run without timing_only")
     config, dataset, federation, model, params = prepare(config)
     scratch = None
     if jax.process_count() > 1:  # jaxfl.cluster: process 0 writes the run; the others a scratch folder
@@ -442,9 +449,6 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     if config.timing_only:
         if resume_dir is not None:
             raise ValueError("a timing-only run writes no checkpoints to resume from: run it again (it takes seconds)")
-        if loggers:
-            raise ValueError("loggers receive metrics rows, and a timing-only run evaluates nothing: drop them "
-                             "(or --log-to) or run without timing_only")
         return _run_timing_only(config, federation, params)
     wall_start = time.perf_counter()
     plan = ExecutionPlan.for_backend(jax.default_backend(), config.clients_per_call, config.steps_per_call,

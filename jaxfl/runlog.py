@@ -113,6 +113,29 @@ def event_log_format(run_dir: str) -> str | None:
     return None
 
 
+def existing_fields(run_dir: str) -> tuple[str, ...] | None:
+    """The columns of the event log already in ``run_dir`` (None: none yet): a run resumed by a
+    newer jaxfl goes on writing the columns its log started with.
+
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> EventLog(run_dir, fields=("time", "event")).close()
+    >>> existing_fields(run_dir)
+    ('time', 'event')
+    """
+    kind = event_log_format(run_dir)
+    if kind == "csv":
+        with open(os.path.join(run_dir, CSV_NAME), newline="", encoding="utf-8") as handle:
+            header = next(csv.reader(handle), None)
+        return tuple(header) if header else None
+    if kind == "parquet":
+        _, pq = _require_pyarrow("reading the Parquet event log")
+        folder = os.path.join(run_dir, PARQUET_DIR)
+        parts = sorted(name for name in os.listdir(folder) if _PART.match(name))
+        return tuple(pq.read_schema(os.path.join(folder, parts[0])).names) if parts else None
+    return None
+
+
 @dataclasses.dataclass
 class _Part:
     number: int
@@ -193,7 +216,7 @@ class EventLog:
 
     def __init__(self, run_dir: str, fields=EVENT_LOG_FIELDS, format: str = "auto", switch_rows: int = 200_000,
                  resume: dict | int | None = None, *, part_rows: int = 1 << 20, buffer_rows: int = 1 << 16,
-                 flush_seconds: float = 5.0):
+                 flush_seconds: float = 5.0, ignore: tuple = ()):
         if format not in FORMATS:
             raise ValueError(f"format={format!r} is not allowed: one of {', '.join(FORMATS)}")
         if not os.path.isdir(run_dir):
@@ -205,6 +228,7 @@ class EventLog:
             raise ValueError(f"flush_seconds={flush_seconds!r} is not allowed: seconds >= 0")
         self.run_dir = run_dir
         self.fields = tuple(fields)
+        self.ignore = frozenset(ignore) - set(self.fields)  # keys rows may carry that this log does not keep
         self.requested = format
         self.switch_rows = int(switch_rows)
         self.part_rows = int(part_rows)
@@ -356,7 +380,7 @@ class EventLog:
 
     def _complete(self, row: dict) -> dict:
         """csv.DictWriter's rules: unknown keys are an error, missing ones are empty (None)."""
-        unknown = [key for key in row if key not in self.fields]
+        unknown = [key for key in row if key not in self.fields and key not in self.ignore]
         if unknown:
             raise ValueError(f"dict contains fields not in fieldnames: {', '.join(map(repr, unknown))}")
         return {field: row.get(field) for field in self.fields}
@@ -944,4 +968,4 @@ def timeline_stats(events: dict[str, np.ndarray], num_clients: int | None = None
 
 
 __all__ = ["EVENT_LOG_FIELDS", "FORMATS", "MISSING", "EventLog", "Run", "arrow_schema", "dispatch_intervals",
-           "event_log_format", "load_run", "read_events", "read_metrics", "timeline_stats"]
+           "event_log_format", "existing_fields", "load_run", "read_events", "read_metrics", "timeline_stats"]

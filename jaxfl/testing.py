@@ -4,7 +4,8 @@ user's algorithm can run it too.
 :func:`check_algorithm` runs a few seconds-long experiments on the embedded data and checks:
 
 - ``batched``: deferred, vmapped training equals one-at-a-time training (identical event log,
-  parameters within ``atol``: vmapped sums reassociate; SGD clients keep that at ~1e-8);
+  parameters within ``atol``: vmapped sums reassociate; SGD clients keep that at ~1e-8), and
+  one-at-a-time training executes exactly the client-steps the run aggregates;
 - ``resume``: a run interrupted at a random event and resumed from its checkpoint is the
   uninterrupted run (event log, metrics, summary and parameters bit for bit);
 - ``compilations``: every jitted function (training chunks, hooks' kernels) is traced at most once
@@ -167,6 +168,9 @@ def check_algorithm(algorithm: str | type, checks: Iterable[str] = CHECKS, outpu
         assert events_without_wall_time(full.run_dir) == events_without_wall_time(single.run_dir), \
             f"{name}: batched and one-at-a-time runs have different event logs"
         _same_params(full.params, single.params, atol, f"{name}: batched vs one-at-a-time")
+        stats = single.engine.stats  # one at a time, nothing is trained that no aggregation uses
+        assert stats.useful_steps == stats.aggregated_steps, \
+            f"{name}: one-at-a-time training executed {stats.useful_steps} client-steps for {stats.aggregated_steps} aggregated"
         report["mean_clients_per_batch"] = full.summary["mean_clients_per_batch"]
     if "resume" in checks:
         with open(os.path.join(full.run_dir, "events.csv")) as handle:

@@ -241,6 +241,8 @@ def test_bad_loggers_are_refused_before_any_work(tmp_path, capsys):
         run_experiment(tiny(tmp_path), loggers=[print])
     with pytest.raises(ValueError, match="a list of logger objects"):
         run_experiment(tiny(tmp_path), loggers="csv")
+    with pytest.raises(ValueError, match="timing-only run evaluates nothing"):
+        run_experiment(tiny(tmp_path, timing_only=True, max_updates=1), loggers=["csv"])
     with pytest.raises(SystemExit):
         main(["run", "--log-to", "csv,excel", "--output-dir", str(tmp_path)])
     assert "--log-to='csv,excel' is not allowed" in capsys.readouterr().err
@@ -286,3 +288,21 @@ def test_load_run_gives_numpy_columns_and_data_frames(tmp_path):
     assert frame["dispatch"].isna().sum() == np.sum(run.events["dispatch"] == -1)
     metrics = run.to_pandas("metrics")
     assert metrics["accuracy"].tolist() == [row["accuracy"] for row in result.metrics]
+
+
+def test_a_log_begun_without_the_wall_time_column_is_resumed_in_its_own_columns(tmp_path, monkeypatch):
+    """A run checkpointed by a jaxfl whose event log had no wall_time column, resumed by this one,
+    goes on writing the columns its log started with (not rows one field longer than its header)."""
+    from jaxfl import experiment, testing
+    from jaxfl.experiment import resume_experiment
+    from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS
+
+    full = run_experiment(tiny(tmp_path, max_updates=3, run_name="full"))
+    monkeypatch.setattr(experiment, "EVENT_LOG_FIELDS", tuple(f for f in EVENT_LOG_FIELDS if f != "wall_time"))
+    with testing._interrupt_after(4), pytest.raises(testing._Interrupted):
+        run_experiment(tiny(tmp_path, max_updates=3, checkpoint_every=1, run_name="old"))
+    monkeypatch.undo()
+    resumed = resume_experiment(str(tmp_path / "old"), progress=False)
+    rows = events(resumed.run_dir)
+    assert "wall_time" not in rows[0] and all(None not in row for row in rows)  # no row longer than the header
+    assert testing.events_without_wall_time(resumed.run_dir) == testing.events_without_wall_time(full.run_dir)
