@@ -176,6 +176,15 @@ def field_help(cls, name: str) -> str:
     return ""
 
 
+def _log_to(text: str) -> list[str]:
+    from jaxfl.loggers import parse_log_to
+
+    try:
+        return parse_log_to(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxfl", description="JAX-native federated-learning simulator")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -195,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
                               help="continue the run in RUN_DIR from its newest readable checkpoint; the run "
                                    "keeps its config: other flags (and --config) must equal the run's values, "
                                    "except --progress/--no-progress")
+    groups[None].add_argument("--log-to", metavar="NAMES", type=_log_to,
+                              help="also hand every metrics row to these loggers, comma-separated: tensorboard "
+                                   "(RUN_DIR/tensorboard/), csv (RUN_DIR/log.csv), wandb (jaxfl.loggers)")
     cluster = run.add_argument_group("cluster (a run over several processes or hosts: jaxfl.cluster)")
     cluster.add_argument("--cluster", action="store_true",
                          help="join a run of several processes described by the environment (SLURM's srun, "
@@ -330,8 +342,9 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = one_line
             # --time-per-step is checked against the array the run saved
-            result = resume_experiment(args.resume, progress=args.progress, time_per_step=times)
-    except (ConfigError, ValueError, FileNotFoundError) as error:
+            result = resume_experiment(args.resume, progress=args.progress, time_per_step=times,
+                                       loggers=args.log_to)
+    except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
     except NumericalError as error:
         parser.exit(1, f"jaxfl: run stopped: {error}\n")
@@ -464,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
                 prepare(config)
         results = []
         for config in configs:
-            result = run_experiment(config, time_per_step=times)
+            result = run_experiment(config, time_per_step=times, loggers=args.log_to)
             summary = result.summary
             if config.timing_only:
                 print(_timing_line(summary, result.run_dir))

@@ -138,11 +138,14 @@ class BudgetConfig:
     """When a run stops and how often it is evaluated."""
 
     max_time: float = 3000.0  # virtual seconds (inf for none)
-    max_updates: int | None = None  # budget in global updates (unset: none)
+    max_updates: int | None = None  # budget in global updates (model versions; unset: none)
+    max_client_updates: int | None = None  # client updates aggregated (FedBuff's budget); stops at the aggregation reaching it
+    max_client_steps: int | None = None  # local steps in aggregated updates; stops at the aggregation reaching it
     target_accuracy: float | None = None  # held-out accuracy to reach; unset: 0.9 MNIST, 0.8 Fashion-MNIST, 0.6 CIFAR-10, else no target
     stop_at_target: bool = True  # stop once the held-out accuracy reaches the target
     eval_every: int = 1  # evaluate the global model every this many global updates
     eval_interval: float | None = None  # evaluate on a grid of this many virtual seconds instead of eval_every
+    eval_at_start: bool = True  # evaluate the initial model (version 0) before training
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +193,7 @@ class RunConfig:
     engine: EngineConfig = EngineConfig()
     seed: int = 0  # every random stream of the run derives from it
     checkpoint_every: int | None = 25  # global updates between checkpoints (none: only at the end)
+    final_checkpoint: bool = True  # checkpoint the final state (the final model, resumable); off: none at the end
     output_dir: str = "runs"  # folder that receives one run directory per run
     run_name: str | None = None  # the run directory's name (unset: from the algorithm, data, model, key settings and a config hash)
     progress: bool = True  # a progress bar in virtual time
@@ -322,7 +326,7 @@ def validate(config: RunConfig) -> RunConfig:
             fail(name, getattr(config, name), f"one of {', '.join(allowed)}")
     if config.rule is not None and config.rule not in RULES:
         fail("rule", config.rule, f"one of {', '.join(RULES)}, or null for each algorithm's default")
-    positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every", "max_updates", "clients_per_round", "concurrency", "clients_per_call", "steps_per_call", "devices", "shards_per_client")
+    positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every", "max_updates", "max_client_updates", "max_client_steps", "clients_per_round", "concurrency", "clients_per_call", "steps_per_call", "devices", "shards_per_client")
     for name in positive_ints:
         value = getattr(config, name)
         if value is not None and value < 1:
@@ -353,8 +357,9 @@ def validate(config: RunConfig) -> RunConfig:
         fail("server_momentum", config.server_momentum, "a number in [0, 1)")
     if not config.max_time > 0:
         fail("max_time", config.max_time, "virtual seconds > 0 (inf for no time budget)")
-    if math.isinf(config.max_time) and config.max_updates is None and not config.stop_at_target:
-        fail("max_time", config.max_time, "a finite time budget, or set max_updates or stop_at_target")
+    if math.isinf(config.max_time) and not _count_budgets(config) and not config.stop_at_target:
+        fail("max_time", config.max_time, "a finite time budget, or set max_updates, max_client_updates, "
+                                          "max_client_steps or stop_at_target")
     if config.eval_interval is not None and not (config.eval_interval > 0 and math.isfinite(config.eval_interval)):
         fail("eval_interval", config.eval_interval, "a finite number of virtual seconds > 0, or null")
     for name in ("clients_per_round", "concurrency"):
@@ -401,9 +406,9 @@ def validate(config: RunConfig) -> RunConfig:
         if depends is not None:
             fail("timing_only", True, f"false for this {config.algorithm} run: its schedule depends on model "
                                       f"values ({depends})")
-        if math.isinf(config.max_time) and config.max_updates is None:
-            fail("max_time", config.max_time, "a finite time budget, or max_updates, for a timing-only run "
-                                              "(it has no accuracy to stop at)")
+        if math.isinf(config.max_time) and not _count_budgets(config):
+            fail("max_time", config.max_time, "a finite time budget, or max_updates, max_client_updates or "
+                                              "max_client_steps, for a timing-only run (it has no accuracy to stop at)")
     _check_settings_are_read(config, algorithm)
     config = dataclasses.replace(config, algorithm_options=options)
     config = _validate_data_fields(config)
@@ -507,6 +512,12 @@ def _validate_data_fields(config: RunConfig) -> RunConfig:
     if fingerprint is not None and (len(fingerprint) != 64 or any(c not in "0123456789abcdef" for c in fingerprint)):
         fail("data_fingerprint", fingerprint, "a SHA-256 as 64 lowercase hex digits (as a run records it), or null")
     return dataclasses.replace(config, **stats) if stats else config
+
+
+def _count_budgets(config: RunConfig) -> list[str]:
+    """The budgets counted in aggregations that ``config`` sets (versions, client updates, client-steps)."""
+    return [name for name in ("max_updates", "max_client_updates", "max_client_steps")
+            if getattr(config, name) is not None]
 
 
 def _resolve_server_optimizer(config: RunConfig, algorithm) -> RunConfig:

@@ -5,7 +5,8 @@ simulation's :class:`~jaxfl.scheduler.simulation.Backend`. The central idea: a
 dispatch is not trained when it is made. The engine keeps the *pending* dispatches and trains all
 of them in vmapped calls the first time an aggregation needs one of their results; a client's
 result depends only on (start model, its data, its step count, its key), so this equals training
-each at dispatch (``batching=False``) up to floating-point reassociation.
+each on its own (``batching=False``: one call per dispatch, made when an aggregation needs it) up
+to floating-point reassociation.
 
 Calls are shaped so that jit compiles once per bucket: the clients of a call are padded to a power
 of two per device (padding entries take zero steps) and the step loop runs in unrolled chunks of
@@ -220,10 +221,10 @@ class Engine:
 
     # ----------------------------------------------------------------- Backend API
     def on_dispatch(self, record: DispatchRecord) -> None:
+        # Never trained here, batching or not: a dispatch whose update the run never aggregates
+        # (cut off by a budget, dropped, still in flight at the end) costs no computation.
         self._version_users[record.version] = self._version_users.get(record.version, 0) + 1
         self._pending[record.id] = record
-        if not self.batching:
-            self._train_pending()
 
     def on_aggregate(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> bool:
         self._train_needed(records)
@@ -254,7 +255,7 @@ class Engine:
         self.version = aggregation.version
         self._versions[self.version] = self.params
         self._forget_unused_versions()
-        return bool(self.on_version(aggregation.time, self.version, self.params))
+        return self.on_version(aggregation.time, self.version, self.params) or None
 
     def nonfinite(self, records: Sequence[DispatchRecord]) -> list[DispatchRecord]:
         """The records whose loss or update is NaN/Inf (training pending work first)."""
@@ -286,8 +287,13 @@ class Engine:
         clients in flight the backlog is a thousand dispatches of which a handful arrive before the
         next aggregation; training it all would execute far more client-steps than the run uses."""
         needed = [record for record in records if record.id not in self._results]
-        if needed:
+        if not needed:
+            return
+        if self.batching:
             self._train_pending(needed)
+        else:  # one call per dispatch, and only the dispatches asked for
+            for record in needed:
+                self._train_pending([record])
 
     def _train_pending(self, needed: Sequence[DispatchRecord] | None = None) -> None:
         started = time.perf_counter()  # training time, compilation (the guard's too) included
@@ -302,7 +308,9 @@ class Engine:
         ready = [r for r in self._pending.values() if r.fetch_step is None or r.fetched]
         if not ready:
             return
-        size = self._clients_that_fit(len(ready))
+        size = self._clients_that_fit(len(ready) if self.batching else 1)  # the memory guard checks either way
+        if not self.batching:
+            size = 1
         if needed is not None:
             wanted = {record.id for record in needed}
             # Earliest arrivals first: they are what the next aggregations will ask for.
@@ -629,8 +637,6 @@ class Engine:
         if record.fetch_version is not None:
             self._version_users[record.fetch_version] = self._version_users.get(record.fetch_version, 0) + 1
             self._fetches[record.id] = record.fetch_version
-        if not self.batching:
-            self._train_pending()
 
     # ----------------------------------------------------------------- checkpoints
     def checkpoint_state(self) -> tuple[dict, dict]:

@@ -3,11 +3,13 @@
 A run directory holds:
 - ``config.json``: the resolved config, the engine's execution plan and library versions;
 - the event log, one row per event (virtual time, event, client, dispatch, model version,
-  staleness, steps, detail): ``events.csv``, or Parquet parts under ``events/`` once it passes
-  200,000 rows (:mod:`jaxfl.runlog`; ``jaxfl.load_run`` reads either);
-- ``metrics.csv``: held-out accuracy and loss of the global model over virtual time;
+  staleness, steps, detail, and on aggregation rows the wall time since the start): ``events.csv``,
+  or Parquet parts under ``events/`` once it passes 200,000 rows (:mod:`jaxfl.runlog`;
+  ``jaxfl.load_run`` reads either);
+- ``metrics.csv``: held-out accuracy and loss of the global model over virtual time (also handed
+  to the run's :mod:`jaxfl.loggers`);
 - ``summary.json``: final/best accuracy, time to target, updates, client steps executed and
-  padded, dispatch accounting, wall time, stop reason.
+  padded, dispatch accounting, wall time and where it went, stop reason.
 - ``client_time_per_step.npy``: the clients' seconds per step, when the run was given them
   (``run_experiment(config, time_per_step=...)``).
 
@@ -38,6 +40,7 @@ import numpy as np
 import optax
 
 from jaxfl import checkpoint, resume
+from jaxfl.loggers import check_loggers, open_loggers
 from jaxfl.algorithms import build, device_hooks
 from jaxfl.config import ConfigError, DataConfig, RunConfig, fail, validate
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
@@ -48,7 +51,7 @@ from jaxfl.kernels.client import FederatedArrays, make_client_trainer, scale_uin
 from jaxfl.models import (MODELS, build_model, check_model_input, check_model_object, count_params,
                           is_model_reference, load_model_reference, make_model)
 from jaxfl.models.adapter import as_adapter
-from jaxfl.runlog import EventLog
+from jaxfl.runlog import EventLog, existing_fields
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
@@ -181,9 +184,12 @@ class _Recorder:
     """Evaluates global versions, tracks the target and streams metrics rows."""
 
     def __init__(self, config: RunConfig, evaluate, metrics_file, progress, wall_start: float, params,
-                 flush_also=(), extra_metrics: tuple[str, ...] = ()):
+                 flush_also=(), extra_metrics: tuple[str, ...] = (), loggers=()):
         self.config = config
-        self.evaluate = evaluate
+        self._evaluate = evaluate
+        self.evaluation_seconds = 0.0
+        self.loggers = list(loggers)  # jaxfl.loggers.MetricsLogger: each metrics row, as it is written
+        self.simulation = None  # set once the simulation exists: the client-update count, the progress
         self.file = metrics_file
         self.extra_metrics = extra_metrics  # the user's metrics(logits, labels) names: more columns
         self.writer = csv.DictWriter(metrics_file, METRIC_FIELDS + extra_metrics)  # the header is written on opening
@@ -197,17 +203,27 @@ class _Recorder:
         self._next_grid = 0.0
         self.first_update_wall: float | None = None  # wall seconds from the start to global version 1
 
-    def record(self, virtual_time: float, version: int, params) -> bool:
+    def evaluate(self, params) -> dict:
+        started = time.perf_counter()
+        try:
+            return self._evaluate(params)
+        finally:
+            self.evaluation_seconds += time.perf_counter() - started
+
+    def record(self, virtual_time: float, version: int, params) -> str | None:
+        """Evaluate ``params`` as version ``version``; returns why the run should stop, or None."""
         stats = self.evaluate(params)
         row = {"time": virtual_time, "version": version, "accuracy": stats["accuracy"],
                "loss": stats["loss"], "client_steps": self.stats.aggregated_steps,
                "wall_time": round(time.perf_counter() - self.wall_start, 3)}
-        self._write(row, stats)
+        stop = self._write(row, stats)
         if self._reaches_target(stats["accuracy"]):
             self.time_to_target = virtual_time
         if self.progress is not None:
             self.progress.set_postfix(version=version, acc=f"{stats['accuracy']:.4f}")
-        return self.time_to_target is not None and self.config.stop_at_target
+        if self.time_to_target is not None and self.config.stop_at_target:
+            return "target reached"
+        return stop
 
     def _reaches_target(self, accuracy: float) -> bool:
         """The first time the accuracy reaches the target (never where the run has no target)."""
@@ -226,29 +242,53 @@ class _Recorder:
         self.first_update_wall = state.get("first_update_wall")
         self._previous_params = state["previous_params"]
 
-    def _write(self, row: dict, stats: dict) -> None:
+    def _write(self, row: dict, stats: dict) -> str | None:
+        """Write a metrics row and hand it to the loggers; the first logger that asks to stop names the reason."""
         row.update({name: stats[name] for name in self.extra_metrics})
         self.rows.append(row)
         self.writer.writerow(row)
         for handle in (*self.flush_also, self.file):  # so a live or interrupted run shows its progress
             handle.flush()
+        stop = None
+        if self.loggers:
+            logged = {**row, "client_updates": self.simulation.client_updates_aggregated if self.simulation else 0}
+            for logger in self.loggers:
+                if logger.log(dict(logged), step=row["version"]) and stop is None:
+                    stop = f"stopped by {logger_name(logger)}"
+        return stop
 
-    def on_version(self, virtual_time: float, version: int, params) -> bool:
+    def update_progress(self, virtual_time: float) -> None:
+        """Move the bar to the fraction of the budget closest to being spent (:func:`budget_fraction`)."""
+        if self.progress is None or self.simulation is None:
+            return
+        if self.progress.total is None:
+            self.progress.update(self.simulation.version - self.progress.n)
+            return
+        sim = self.simulation
+        done = 100.0 * budget_fraction(self.config, virtual_time, sim.version, sim.client_updates_aggregated,
+                                       sim.aggregated_steps or 0)
+        self.progress.update(max(0.0, done - self.progress.n))
+
+    def on_version(self, virtual_time: float, version: int, params) -> str | None:
         if self.first_update_wall is None:
             self.first_update_wall = round(time.perf_counter() - self.wall_start, 3)
-        if self.progress is not None:
-            self.progress.update(max(0.0, min(virtual_time, self.progress.total) - self.progress.n))
+        self.update_progress(virtual_time)
         if self.config.eval_interval is None:
             if version % self.config.eval_every == 0:
                 return self.record(virtual_time, version, params)
-            return False
+            return None
         stop = self.evaluate_grid_until(virtual_time, version - 1)
         self._previous_params = params
         return stop
 
-    def evaluate_grid_until(self, virtual_time: float, version: int, inclusive: bool = False) -> bool:
+    def skip_grid_point(self, virtual_time: float) -> None:
+        """No evaluation at ``virtual_time`` (``eval_at_start=False``): the grid starts one interval later."""
+        if self.config.eval_interval is not None:
+            self._next_grid = virtual_time + self.config.eval_interval
+
+    def evaluate_grid_until(self, virtual_time: float, version: int, inclusive: bool = False) -> str | None:
         """Evaluate the model in force at each grid point before ``virtual_time`` (once per model)."""
-        stop = False
+        stop = None
         stats = None
         while self._next_grid < virtual_time or (inclusive and self._next_grid <= virtual_time):
             if stats is None:
@@ -256,12 +296,36 @@ class _Recorder:
             row = {"time": self._next_grid, "version": version, "accuracy": stats["accuracy"],
                    "loss": stats["loss"], "client_steps": self.stats.aggregated_steps,
                    "wall_time": round(time.perf_counter() - self.wall_start, 3)}
-            self._write(row, stats)
+            stop = stop or self._write(row, stats)
             if self._reaches_target(stats["accuracy"]):
                 self.time_to_target = self._next_grid
-                stop = stop or self.config.stop_at_target
+                if self.config.stop_at_target:
+                    stop = "target reached"
             self._next_grid += self.config.eval_interval
         return stop
+
+
+def budget_fraction(config: RunConfig, virtual_time: float, version: int, client_updates: int,
+                    client_steps: int) -> float:
+    """The fraction of the run's budget spent: the largest over the budgets it sets (virtual time,
+    global updates, client updates, client-steps), since the one nearest its end stops the run.
+    The progress bar shows it. 0 when no budget is set (a run that only stops at its target).
+
+    >>> from jaxfl.config import RunConfig
+    >>> budget_fraction(RunConfig(max_time=3000.0, max_updates=4), 25.0, 3, 9, 90)
+    0.75
+    """
+    fractions = [virtual_time / config.max_time if math.isfinite(config.max_time) else 0.0]
+    for budget, spent in ((config.max_updates, version), (config.max_client_updates, client_updates),
+                          (config.max_client_steps, client_steps)):
+        if budget is not None:
+            fractions.append(spent / budget)
+    return min(1.0, max(fractions))
+
+
+def logger_name(logger) -> str:
+    """How a stop reason names a metrics logger: its ``name`` attribute, else its class name."""
+    return getattr(logger, "name", None) or type(logger).__name__
 
 
 def build_data(config: RunConfig, dataset: Dataset | None = None):
@@ -518,7 +582,11 @@ def _open_logs(run_dir: str, offsets: dict | None, metric_fields: tuple[str, ...
     """The event log (:class:`~jaxfl.runlog.EventLog`: CSV, Parquet parts once large) and
     metrics.csv for appending; on resume, cut back to the checkpoint's positions so rows written
     after it (and re-created by the resumed run) are neither lost nor doubled."""
-    events = EventLog(run_dir, EVENT_LOG_FIELDS, resume=None if offsets is None else offsets["events"])
+    fields = EVENT_LOG_FIELDS
+    if offsets is not None:  # a log begun by an older jaxfl (no wall_time column) keeps its columns
+        fields = existing_fields(run_dir) or EVENT_LOG_FIELDS
+    events = EventLog(run_dir, fields, resume=None if offsets is None else offsets["events"],
+                      ignore=("wall_time",))
     path = os.path.join(run_dir, "metrics.csv")
     if offsets is None:
         handle = open(path, "w", newline="")
@@ -537,7 +605,8 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
                    init_params=None,
                    time_per_step=None,
                    loss=None,
-                   metrics=None) -> RunResult:
+                   metrics=None,
+                   loggers=None) -> RunResult:
     """Run ``config`` end to end and write its run directory (see the module docstring).
 
     With ``resume_dir``, continue that run from its newest checkpoint instead (the config is the
@@ -576,7 +645,14 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     ...                         client_optimizer=optax.sgd(0.1), time_per_step=[0.1, 0.2, 0.3])
     >>> result.summary["global_updates"]
     1
+
+    ``loggers``: :mod:`jaxfl.loggers` objects or names (``"tensorboard"``, ``"csv"``, ``"wandb"``)
+    that receive every metrics row as it is written; they do not change the run.
     """
+    loggers = check_loggers(loggers)
+    if loggers and config.timing_only:
+        raise ValueError("loggers receive metrics rows, and a timing-only run evaluates nothing: drop the "
+                         "loggers (--log-to) or run without timing_only")
     user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
                       time_per_step=time_per_step, loss=loss, metrics=metrics)
     if resume_dir is not None:  # the objects the run was made with, again; its speeds from its folder
@@ -592,15 +668,16 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
         if jax.process_index() != 0:
             scratch = tempfile.mkdtemp(prefix=f"jaxfl-process{jax.process_index()}-")
             config = dataclasses.replace(config, output_dir=scratch, progress=False)
+            loggers = []  # process 0 logs the run
     try:
-        return _run(config, dataset, federation, model, params, resume_dir, user)
+        return _run(config, dataset, federation, model, params, resume_dir, user, loggers)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str | None,
-         user: UserInputs = UserInputs()) -> RunResult:
+         user: UserInputs = UserInputs(), loggers=()) -> RunResult:
     if config.timing_only:
         if resume_dir is not None:
             raise ValueError("a timing-only run writes no checkpoints to resume from: run it again (it takes seconds)")
@@ -644,52 +721,59 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         user.check_resumed(run_dir, _recorded_inputs(run_dir), params)
         _, saved, device_tree = resume.load_checkpoint(run_dir, config, engine)
 
-    progress = None
-    if config.progress:
-        from tqdm.auto import tqdm
-
-        total = config.max_time if math.isfinite(config.max_time) else None
-        progress = tqdm(total=total, desc=algorithm.name, unit="vs", leave=True,
-                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} virtual s "
-                                   "[{elapsed}<{remaining}{postfix}]" if total else None)
+    progress = _progress_bar(config, algorithm.name)
     events_file, metrics_file = _open_logs(run_dir, saved["offsets"] if saved else None,
                                            METRIC_FIELDS + user.metric_names)
-    with events_file, metrics_file:
+    loggers = open_loggers(loggers, run_dir, config.to_dict(), resumed=saved is not None)
+    with events_file, metrics_file, _closing(loggers):
         events = events_file
         recorder = _Recorder(config, make_evaluator(model.predict, dataset.test_x, dataset.test_y,
                                                     preprocess=preprocess, loss=user.loss, metrics=user.metrics),
                              metrics_file, progress, wall_start, params, flush_also=(events_file,),
-                             extra_metrics=user.metric_names)
+                             extra_metrics=user.metric_names, loggers=loggers)
         engine.on_version = recorder.on_version
         recorder.stats = engine.stats
         checkpoints = _Checkpointer(config, run_dir, engine, recorder, events_file, metrics_file, saved)
+        wall_clock = lambda: checkpoints.wall_before + time.perf_counter() - wall_start  # noqa: E731
         if saved is None:
             simulation = Simulation(policy, speeds, federation.weights(config.client_weights), engine,
                                     max_time=config.max_time, max_updates=config.max_updates,
                                     log=events.write, faults=faults, on_nonfinite=config.on_nonfinite,
-                                    after_event=checkpoints.after_event)
-            stop = recorder.record(0.0, 0, params) if config.eval_interval is None else \
-                recorder.evaluate_grid_until(0.0, 0, inclusive=True)
+                                    after_event=checkpoints.after_event,
+                                    max_client_updates=config.max_client_updates,
+                                    max_client_steps=config.max_client_steps, wall_clock=wall_clock)
+            recorder.simulation = simulation
+            if not config.eval_at_start:
+                stop = None
+                recorder.skip_grid_point(0.0)
+            elif config.eval_interval is None:
+                stop = recorder.record(0.0, 0, params)
+            else:
+                stop = recorder.evaluate_grid_until(0.0, 0, inclusive=True)
         else:
-            simulation = saved["simulation"].attach(engine, events.write, checkpoints.after_event)
+            simulation = saved["simulation"].attach(engine, events.write, checkpoints.after_event, wall_clock)
             engine.restore(device_tree, saved["engine"], simulation.records)
             recorder.stats = engine.stats
             recorder.load_state_dict(saved["recorder"])
-            if progress is not None:
-                progress.update(min(simulation.now, progress.total or simulation.now))
-            stop = False
+            recorder.simulation = simulation
+            recorder.update_progress(simulation.now)
+            stop = None
         error = None
         try:
-            reason = "target reached" if stop else simulation.run()
+            reason = stop or simulation.run()
         except NumericalError as caught:
             error, reason = caught, f"numerical error: {caught}"
         end_time = simulation.now if reason != "time budget" else config.max_time
         if config.eval_interval is not None and error is None and reason in ("time budget", "update budget",
+                                                                             "client-update budget",
+                                                                             "client-step budget",
                                                                              "no events left"):
             recorder.evaluate_grid_until(end_time, simulation.version, inclusive=True)
-        if error is None:
+        if error is None and config.final_checkpoint:
             checkpoints.save(simulation)  # the final state: the run's model and a resumable point
         if progress is not None:
+            if error is None:
+                recorder.update_progress(end_time)
             progress.close()
 
     accuracies = [row["accuracy"] for row in recorder.rows]
@@ -715,6 +799,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         # (the rest is the scheduler, aggregation, evaluation and writing)
         "compile_wall_s": round(engine.stats.compile_seconds, 3),
         "training_wall_s": round(engine.stats.train_seconds - engine.stats.compile_seconds, 3),
+        "evaluation_wall_s": round(recorder.evaluation_seconds, 3),
+        "checkpoint_wall_s": round(checkpoints.seconds, 3),
         "resumes": checkpoints.resumes,
         "device_memory": {**engine.memory(), "backend_peak_bytes": _backend_peak_bytes()},
         "peak_host_memory_mb": _peak_host_memory_mb(),
@@ -725,6 +811,34 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     if error is not None:
         raise error
     return RunResult(run_dir, summary, recorder.rows, engine.params, simulation, engine)
+
+
+def _progress_bar(config: RunConfig, name: str):
+    """A tqdm bar over the budget (:func:`budget_fraction`, in percent), or None with ``progress`` off.
+    A run bounded only by its target counts global updates instead."""
+    if not config.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    if math.isinf(config.max_time) and config.max_updates is None and config.max_client_updates is None \
+            and config.max_client_steps is None:
+        return tqdm(desc=name, unit="updates", leave=True)
+    return tqdm(total=100, desc=name, leave=True,
+                bar_format="{desc}: {percentage:3.0f}% of the budget|{bar}| [{elapsed}<{remaining}{postfix}]")
+
+
+class _closing:
+    """Close every logger at the end of the run, also after an error (each one's ``close`` is tried)."""
+
+    def __init__(self, loggers):
+        self.loggers = loggers
+
+    def __enter__(self):
+        return self.loggers
+
+    def __exit__(self, *exc_info) -> None:
+        for logger in self.loggers:
+            logger.close()
 
 
 def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan: ExecutionPlan | None,
@@ -835,7 +949,10 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
     with events, metrics_file:
         simulation = Simulation(policy, speeds, federation.weights(config.client_weights), backend,
                                 max_time=config.max_time, max_updates=config.max_updates, log=events.write,
-                                faults=faults, on_nonfinite=config.on_nonfinite)
+                                faults=faults, on_nonfinite=config.on_nonfinite,
+                                max_client_updates=config.max_client_updates,
+                                max_client_steps=config.max_client_steps,
+                                wall_clock=lambda: time.perf_counter() - wall_start)
         scheduler_start = time.perf_counter()
         reason = simulation.run()
         scheduler_seconds = time.perf_counter() - scheduler_start
@@ -859,7 +976,8 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
                       init_params=None,
                       time_per_step=None,
                       loss=None,
-                      metrics=None) -> RunResult:
+                      metrics=None,
+                      loggers=None) -> RunResult:
     """Continue the run in ``run_dir`` from its newest readable checkpoint (``jaxfl run --resume RUN_DIR``).
 
     The run keeps the config it was started with: ``overrides`` (config-file names, as flags give
@@ -873,7 +991,7 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     metrics=...)``) needs them again, and is refused with the list of what is missing; the speeds
     array is read back from the run directory (``time_per_step``, if given, must equal it);
     ``init_params`` are needed only when the run has no checkpoint yet (and, if given, must be the
-    run's).
+    run's). ``loggers`` as in :func:`run_experiment` (they see the rows from the checkpoint on).
 
     >>> resume_experiment("/tmp/jaxfl-doc/no-such-run")
     Traceback (most recent call last):
@@ -888,7 +1006,7 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
         config = dataclasses.replace(config, progress=progress)
     return run_experiment(config, resume_dir=run_dir, data=data,
                           model=model, client_optimizer=client_optimizer, init_params=init_params,
-                          time_per_step=time_per_step, loss=loss, metrics=metrics)
+                          time_per_step=time_per_step, loss=loss, metrics=metrics, loggers=loggers)
 
 
 def _recorded_inputs(run_dir: str) -> dict:
@@ -909,6 +1027,7 @@ class _Checkpointer:
         self.last_version = saved["simulation"].version if saved else 0
         self.resumes = saved["resumes"] + 1 if saved else 0
         self.wall_before = saved["wall_time"] if saved else 0.0
+        self.seconds = 0.0  # wall seconds spent writing checkpoints in this process
         self._started = time.perf_counter()
         # not yet in runs of several processes: orbax would need every process to take part (jaxfl.cluster)
         self.enabled = jax.process_count() == 1
@@ -925,6 +1044,7 @@ class _Checkpointer:
     def save(self, simulation: Simulation) -> None:
         if not self.enabled:
             return
+        started = time.perf_counter()
         self.metrics.flush()
         offsets = {"events": self.events.position(), "metrics.csv": self.metrics.tell()}
         extra = {"recorder": self.recorder.state_dict(), "offsets": offsets, "resumes": self.resumes,
@@ -932,3 +1052,4 @@ class _Checkpointer:
         checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra,
                         config=resume.checkpoint_config(self.config))  # a resume refuses an edited config.json
         self.last_version = simulation.version
+        self.seconds += time.perf_counter() - started

@@ -9,7 +9,8 @@ itself to Parquet parts under ``events/`` once it passes ``switch_rows`` rows:
     RUN_DIR/events/part-00001.parquet   ``part_rows`` rows (the last may be shorter)
 
 Parquet columns: ``time`` float64, ``event`` string (dictionary), ``client`` int64, ``dispatch``,
-``version``, ``staleness``, ``steps`` nullable int64, ``detail`` nullable string (dictionary).
+``version``, ``staleness``, ``steps`` nullable int64, ``detail`` nullable string (dictionary),
+``wall_time`` nullable float64 (wall-clock seconds since the run started, on aggregation rows).
 Each part records in its metadata the global rows it holds (``jaxfl.first_row``, ``jaxfl.rows``),
 so a reader can tell a complete log from one left half-rewritten by a crash.
 
@@ -27,7 +28,7 @@ parse CSV with the standard library (slower, same columns).
 ...     log.write({"time": 0.0, "event": "dispatch", "client": 3, "dispatch": 0, "version": 0,
 ...                "staleness": None, "steps": 5, "detail": None})
 >>> open(f"{run_dir}/events.csv").read().splitlines()
-['time,event,client,dispatch,version,staleness,steps,detail', '0.0,dispatch,3,0,0,,5,']
+['time,event,client,dispatch,version,staleness,steps,detail,wall_time', '0.0,dispatch,3,0,0,,5,,']
 >>> read_events(run_dir)["staleness"]
 array([-1])
 """
@@ -52,6 +53,7 @@ PARQUET_DIR = "events"
 METRICS_NAME = "metrics.csv"
 MISSING = -1  # integer columns: no value in the log
 INT_FIELDS = ("client", "dispatch", "version", "staleness", "steps")
+FLOAT_FIELDS = ("time", "wall_time")  # wall_time: on aggregation rows only (NaN elsewhere)
 STRING_FIELDS = ("event", "detail")
 _PART = re.compile(r"^part-(\d{5,})\.parquet$")
 _CONVERTING = ".events.converting"  # the csv→parquet switch builds its parts here, then renames
@@ -77,7 +79,7 @@ def _require_pyarrow(why: str):
 
 
 def _arrow_type(pa, field: str):
-    if field == "time":
+    if field in FLOAT_FIELDS:
         return pa.float64()
     if field in INT_FIELDS:
         return pa.int64()
@@ -108,6 +110,29 @@ def event_log_format(run_dir: str) -> str | None:
         return "parquet"
     if os.path.isfile(os.path.join(run_dir, CSV_NAME)):
         return "csv"
+    return None
+
+
+def existing_fields(run_dir: str) -> tuple[str, ...] | None:
+    """The columns of the event log already in ``run_dir`` (None: none yet): a run resumed by a
+    newer jaxfl goes on writing the columns its log started with.
+
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> EventLog(run_dir, fields=("time", "event")).close()
+    >>> existing_fields(run_dir)
+    ('time', 'event')
+    """
+    kind = event_log_format(run_dir)
+    if kind == "csv":
+        with open(os.path.join(run_dir, CSV_NAME), newline="", encoding="utf-8") as handle:
+            header = next(csv.reader(handle), None)
+        return tuple(header) if header else None
+    if kind == "parquet":
+        _, pq = _require_pyarrow("reading the Parquet event log")
+        folder = os.path.join(run_dir, PARQUET_DIR)
+        parts = sorted(name for name in os.listdir(folder) if _PART.match(name))
+        return tuple(pq.read_schema(os.path.join(folder, parts[0])).names) if parts else None
     return None
 
 
@@ -191,7 +216,7 @@ class EventLog:
 
     def __init__(self, run_dir: str, fields=EVENT_LOG_FIELDS, format: str = "auto", switch_rows: int = 200_000,
                  resume: dict | int | None = None, *, part_rows: int = 1 << 20, buffer_rows: int = 1 << 16,
-                 flush_seconds: float = 5.0):
+                 flush_seconds: float = 5.0, ignore: tuple = ()):
         if format not in FORMATS:
             raise ValueError(f"format={format!r} is not allowed: one of {', '.join(FORMATS)}")
         if not os.path.isdir(run_dir):
@@ -203,6 +228,7 @@ class EventLog:
             raise ValueError(f"flush_seconds={flush_seconds!r} is not allowed: seconds >= 0")
         self.run_dir = run_dir
         self.fields = tuple(fields)
+        self.ignore = frozenset(ignore) - set(self.fields)  # keys rows may carry that this log does not keep
         self.requested = format
         self.switch_rows = int(switch_rows)
         self.part_rows = int(part_rows)
@@ -354,7 +380,7 @@ class EventLog:
 
     def _complete(self, row: dict) -> dict:
         """csv.DictWriter's rules: unknown keys are an error, missing ones are empty (None)."""
-        unknown = [key for key in row if key not in self.fields]
+        unknown = [key for key in row if key not in self.fields and key not in self.ignore]
         if unknown:
             raise ValueError(f"dict contains fields not in fieldnames: {', '.join(map(repr, unknown))}")
         return {field: row.get(field) for field in self.fields}
@@ -567,8 +593,8 @@ def _to_arrow(columns: list[list], fields):
 
 
 def _coerce(values: list, field: str) -> list:
-    if field == "time":
-        return [None if v is None else float(v) for v in values]
+    if field in FLOAT_FIELDS:
+        return [None if v is None or v == "" else float(v) for v in values]
     if field in INT_FIELDS:
         return [None if v is None or v == "" else int(v) for v in values]
     return [None if v is None else str(v) for v in values]
@@ -632,7 +658,7 @@ def _read_csv_python(path: str) -> dict[str, np.ndarray]:
     raw = list(zip(*rows)) if rows else [()] * len(header)
     columns = {}
     for name, values in zip(header, raw):
-        if name == "time":
+        if name in FLOAT_FIELDS:
             columns[name] = np.array([float(v) if v else np.nan for v in values], dtype=np.float64)
         elif name in INT_FIELDS:
             columns[name] = np.array([int(v) if v else MISSING for v in values], dtype=np.int64)
@@ -642,7 +668,7 @@ def _read_csv_python(path: str) -> dict[str, np.ndarray]:
 
 
 def _empty_column(field: str) -> np.ndarray:
-    if field == "time":
+    if field in FLOAT_FIELDS:
         return np.empty(0, np.float64)
     return np.empty(0, np.int64) if field in INT_FIELDS else np.empty(0, object)
 
@@ -942,4 +968,4 @@ def timeline_stats(events: dict[str, np.ndarray], num_clients: int | None = None
 
 
 __all__ = ["EVENT_LOG_FIELDS", "FORMATS", "MISSING", "EventLog", "Run", "arrow_schema", "dispatch_intervals",
-           "event_log_format", "load_run", "read_events", "read_metrics", "timeline_stats"]
+           "event_log_format", "existing_fields", "load_run", "read_events", "read_metrics", "timeline_stats"]

@@ -4,7 +4,8 @@ user's algorithm can run it too.
 :func:`check_algorithm` runs a few seconds-long experiments on the embedded data and checks:
 
 - ``batched``: deferred, vmapped training equals one-at-a-time training (identical event log,
-  parameters within ``atol``: vmapped sums reassociate; SGD clients keep that at ~1e-8);
+  parameters within ``atol``: vmapped sums reassociate; SGD clients keep that at ~1e-8), and
+  one-at-a-time training executes exactly the client-steps the run aggregates;
 - ``resume``: a run interrupted at a random event and resumed from its checkpoint is the
   uninterrupted run (event log, metrics, summary and parameters bit for bit);
 - ``compilations``: every jitted function (training chunks, hooks' kernels) is traced at most once
@@ -63,6 +64,29 @@ def _read(path: str) -> str:
         return handle.read()
 
 
+def events_without_wall_time(run_dir: str) -> str:
+    """A run directory's ``events.csv`` as text without its wall-clock column (the one that differs
+    between two runs of the same config and seed), as ``open(path).read()`` reads the other columns
+    (universal newlines), so that it compares with older logs and the golden files.
+
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> _ = open(f"{run_dir}/events.csv", "w", newline="").write("time,event,wall_time\\r\\n1.0,aggregate,0.25\\r\\n")
+    >>> events_without_wall_time(run_dir)
+    'time,event\\n1.0,aggregate\\n'
+    """
+    import io
+
+    with open(os.path.join(run_dir, "events.csv"), newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    if not rows or "wall_time" not in rows[0]:
+        return _read(os.path.join(run_dir, "events.csv"))
+    column = rows[0].index("wall_time")
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows([row[:column] + row[column + 1:] for row in rows])
+    return text.getvalue()
+
+
 def metrics_without_wall_time(run_dir: str) -> list[dict]:
     """A run directory's metrics rows without the wall-clock column (the one that differs between runs)."""
     with open(os.path.join(run_dir, "metrics.csv")) as handle:
@@ -72,12 +96,12 @@ def metrics_without_wall_time(run_dir: str) -> list[dict]:
 def assert_same_run(a, b, what: str = "runs") -> None:
     """Two :class:`~jaxfl.experiment.RunResult` are the same run: event log, metrics (but wall time),
     summary (but wall and compile times, resumes, per-process compilations and memory peaks) and parameters bit for bit."""
-    assert _read(os.path.join(a.run_dir, "events.csv")) == _read(os.path.join(b.run_dir, "events.csv")), \
-        f"{what}: the event logs differ"
+    assert events_without_wall_time(a.run_dir) == events_without_wall_time(b.run_dir), f"{what}: the event logs differ"
     assert metrics_without_wall_time(a.run_dir) == metrics_without_wall_time(b.run_dir), f"{what}: the metrics differ"
     # per process: a resumed run compiles again, starts its clocks and its memory peaks afresh
     ignore = {"wall_time_s", "resumes", "compilations", "first_update_wall_s", "peak_host_memory_mb",
-              "scheduler_seconds", "events_per_second", "compile_wall_s", "training_wall_s"}
+              "scheduler_seconds", "events_per_second", "compile_wall_s", "training_wall_s", "evaluation_wall_s",
+              "checkpoint_wall_s"}
     assert {k: v for k, v in a.summary.items() if k not in ignore} == \
         {k: v for k, v in b.summary.items() if k not in ignore}, f"{what}: the summaries differ"
     _same_params(a.params, b.params, 0, what)
@@ -141,9 +165,12 @@ def check_algorithm(algorithm: str | type, checks: Iterable[str] = CHECKS, outpu
     if "batched" in checks:
         single = run_experiment(dataclasses.replace(config, batching=False, checkpoint_every=None,
                                                     run_name="one-at-a-time"))
-        assert _read(os.path.join(full.run_dir, "events.csv")) == _read(os.path.join(single.run_dir, "events.csv")), \
+        assert events_without_wall_time(full.run_dir) == events_without_wall_time(single.run_dir), \
             f"{name}: batched and one-at-a-time runs have different event logs"
         _same_params(full.params, single.params, atol, f"{name}: batched vs one-at-a-time")
+        stats = single.engine.stats  # one at a time, nothing is trained that no aggregation uses
+        assert stats.useful_steps == stats.aggregated_steps, \
+            f"{name}: one-at-a-time training executed {stats.useful_steps} client-steps for {stats.aggregated_steps} aggregated"
         report["mean_clients_per_batch"] = full.summary["mean_clients_per_batch"]
     if "resume" in checks:
         with open(os.path.join(full.run_dir, "events.csv")) as handle:

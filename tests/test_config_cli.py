@@ -95,7 +95,9 @@ def test_cli_runs_config_file_and_writes_run_directory(tmp_path, capsys):
     with open(run_dir / "events.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert {"dispatch", "arrival", "aggregate"} <= {row["event"] for row in rows}
-    assert list(rows[0]) == ["time", "event", "client", "dispatch", "version", "staleness", "steps", "detail"]
+    assert list(rows[0]) == ["time", "event", "client", "dispatch", "version", "staleness", "steps", "detail",
+                             "wall_time"]
+    assert all((row["wall_time"] != "") == (row["event"] == "aggregate") for row in rows)
     with open(run_dir / "metrics.csv") as handle:
         metrics = list(csv.DictReader(handle))
     assert [int(m["version"]) for m in metrics] == [0, 1, 2, 3]

@@ -23,6 +23,7 @@ SCRIPT = textwrap.dedent("""
     import jax, numpy as np
     import jaxfl
     from jaxfl import RunConfig, run_experiment
+    from jaxfl.testing import events_without_wall_time
 
     base = RunConfig(algorithm=sys.argv[2], dataset="mnist10k", model="cnn", clients=8, local_steps=3,
                      batch_size=8, max_updates=3, buffer_size=4, client_optimizer="sgd", client_lr=0.05,
@@ -34,7 +35,7 @@ SCRIPT = textwrap.dedent("""
         leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(result.params)]
         np.savez(f"{sys.argv[1]}/{name}.npz", *leaves)
         out[name] = {"params": f"{sys.argv[1]}/{name}.npz",
-                     "events": open(result.run_dir + "/events.csv").read(),
+                     "events": events_without_wall_time(result.run_dir),
                      "accuracy": [row["accuracy"] for row in result.metrics],
                      "compilations": result.summary["compilations"],
                      "executed": result.engine.stats.executed_steps, "useful": result.engine.stats.useful_steps,

@@ -14,6 +14,7 @@ import pytest
 from jaxfl.algorithms import names
 from jaxfl.config import config_from_mapping
 from jaxfl.experiment import run_experiment
+from jaxfl.testing import events_without_wall_time
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
 BASE = {"dataset": "mnist10k", "model": "mlp", "clients": 4, "local_steps": 6, "batch_size": 16, "max_updates": 5,
@@ -35,8 +36,8 @@ VARIANTS = sorted(name for name in CONFIGS if name not in names())
 @pytest.mark.parametrize("name", VARIANTS)
 def test_event_log_matches_the_golden_file(tmp_path, name):
     result = run(name, tmp_path)
-    with open(os.path.join(result.run_dir, "events.csv")) as new, open(os.path.join(GOLDEN, f"{name}.csv")) as old:
-        assert new.read() == old.read()
+    with open(os.path.join(GOLDEN, f"{name}.csv")) as old:  # the goldens predate the wall-clock column
+        assert events_without_wall_time(result.run_dir) == old.read()
 
 
 if __name__ == "__main__" and "--record" in sys.argv:

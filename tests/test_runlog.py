@@ -73,6 +73,7 @@ def synthetic_events(clients: int, rounds: int, buffer_size: int = 10, seed: int
         "steps": np.concatenate([np.full(2 * n, 5), np.full(a, -1)]),
         "detail": np.concatenate([np.where(client % 7 == 0, "group 1", None).astype(object),
                                   np.full(n, None, object), np.full(a, f"{buffer_size} updates", object)]),
+        "wall_time": np.concatenate([np.full(2 * n, np.nan), np.round(0.5 + 0.01 * np.arange(a), 3)]),
     }
     return {key: value[order] for key, value in columns.items()}
 
@@ -80,7 +81,7 @@ def synthetic_events(clients: int, rounds: int, buffer_size: int = 10, seed: int
 def rows_of(columns):
     """The columns as Simulation._write's dicts (None for -1), generated lazily."""
     names = list(columns)
-    lists = [[None if (v == -1 and name not in ("client", "time")) else v for v in columns[name].tolist()]
+    lists = [[None if (v == -1 and name not in ("client", "time")) or v != v else v for v in columns[name].tolist()]
              for name in names]
     for values in zip(*lists):
         yield dict(zip(names, values))
@@ -89,7 +90,7 @@ def rows_of(columns):
 def assert_same_columns(got, want):
     assert set(got) == set(want)
     for name in want:
-        assert got[name].dtype == want[name].dtype and np.array_equal(got[name], want[name]), name
+        assert got[name].dtype == want[name].dtype and np.array_equal(got[name], want[name], equal_nan=got[name].dtype == np.float64), name
 
 
 # --------------------------------------------------------------------------- CSV byte for byte
@@ -157,7 +158,7 @@ def test_a_real_run_keeps_its_event_log_readable(tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()
     typed = [dict(zip(EVENT_LOG_FIELDS, values)) for values in zip(*(
-        [None if (v == -1 and k not in ("client", "time")) else v for v in run.events[k].tolist()]
+        [None if (v == -1 and k not in ("client", "time")) or v != v else v for v in run.events[k].tolist()]
         for k in EVENT_LOG_FIELDS))]
     with EventLog(str(copy), format="csv") as log:
         for row in typed:

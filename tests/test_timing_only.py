@@ -11,6 +11,7 @@ import pytest
 
 from jaxfl.config import ConfigError, config_from_mapping
 from jaxfl.experiment import run_experiment
+from jaxfl.testing import events_without_wall_time
 from tests.test_golden_runs import BASE, CONFIGS, GOLDEN
 
 MODEL_DEPENDENT = {"fedasmu_adaptive"}  # the Q-learned fetch slot reads losses
@@ -25,8 +26,8 @@ def timing_config(name, output_dir, **changes):
 def test_timing_only_event_log_equals_the_training_runs(tmp_path, name):
     live = len(jax.live_arrays())
     result = run_experiment(timing_config(name, tmp_path))
-    with open(os.path.join(result.run_dir, "events.csv")) as new, open(os.path.join(GOLDEN, f"{name}.csv")) as old:
-        assert new.read() == old.read()
+    with open(os.path.join(GOLDEN, f"{name}.csv")) as old:
+        assert events_without_wall_time(result.run_dir) == old.read()
     assert result.engine is None and result.params is None
     assert len(jax.live_arrays()) == live  # no model, no data reached a device
     summary = json.load(open(os.path.join(result.run_dir, "summary.json")))

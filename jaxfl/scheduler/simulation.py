@@ -50,7 +50,13 @@ _INTERNAL_PRIORITIES = {"crash": 9}
 
 class NumericalError(RuntimeError):
     """A client produced a NaN/Inf loss or update (the message names time, client and version)."""
-EVENT_LOG_FIELDS = ("time", "event", "client", "dispatch", "version", "staleness", "steps", "detail")
+# wall_time: wall-clock seconds since the run started, on aggregation rows only (empty elsewhere);
+# the one column that differs between two runs of the same config and seed.
+EVENT_LOG_FIELDS = ("time", "event", "client", "dispatch", "version", "staleness", "steps", "detail", "wall_time")
+# Why a run stopped (Simulation.stop_reason); a stop asked for by the backend (the target accuracy, a
+# metrics callback) is the string the backend returned.
+STOP_REASONS = {"max_time": "time budget", "max_updates": "update budget",
+                "max_client_updates": "client-update budget", "max_client_steps": "client-step budget"}
 
 
 @dataclasses.dataclass(slots=True)  # slots: a third less memory and faster access per record
@@ -174,8 +180,9 @@ class Backend(Protocol):
 
     def on_dispatch(self, record: DispatchRecord) -> None: ...
 
-    def on_aggregate(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> bool:
-        """Apply the aggregation; return True to stop the run (e.g. target accuracy reached)."""
+    def on_aggregate(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> str | bool | None:
+        """Apply the aggregation; return a reason (``"target reached"``, ``"stopped by CALLBACK"``)
+        to stop the run after this event, or a false value to go on (True: ``"stopped by the backend"``)."""
 
     def on_drop(self, record: DispatchRecord) -> None: ...
 
@@ -209,24 +216,41 @@ class Policy:
 
 
 class Simulation:
-    """Run a policy on the virtual clock until the time or update budget is spent.
+    """Run a policy on the virtual clock until a budget is spent or the backend asks to stop.
 
-    ``client_weights`` are the p_i (sum 1). ``max_time`` is in virtual seconds; events after it
-    are left in flight. ``log`` receives one dict per event-log row (fields ``EVENT_LOG_FIELDS``).
+    ``client_weights`` are the p_i (sum 1). Budgets, in the units papers report (any may be None):
+
+    - ``max_time``: virtual seconds; events after it are left in flight;
+    - ``max_updates``: global updates (model versions);
+    - ``max_client_updates``: client updates aggregated (FedBuff's and APPFL's budget);
+    - ``max_client_steps``: local steps in the aggregated client updates (the metrics'
+      ``client_steps``).
+
+    The budgets in versions, client updates and client-steps are checked after every event, so the
+    run stops right after the aggregation that reaches or first passes one: it never runs another
+    event, and it overshoots a client budget by less than that one aggregation's contribution
+    (FedAvg with 10 clients and ``max_client_updates=15`` stops after 2 rounds, 20 updates).
+    ``stop_reason`` names what stopped the run (:data:`STOP_REASONS`, ``"no events left"``, or the
+    reason the backend gave). ``log`` receives one dict per event-log row (fields
+    ``EVENT_LOG_FIELDS``); ``wall_clock() -> seconds`` fills the aggregation rows' ``wall_time``.
     """
 
     def __init__(self, policy: Policy, speeds: ClientSpeeds, client_weights: Sequence[float],
                  backend: Backend, max_time: float = math.inf, max_updates: int | None = None,
                  log: Callable[[dict], None] | None = None, faults: ClientFaults | None = None,
                  on_nonfinite: str = "stop", after_event: Callable[["Simulation"], None] | None = None,
-                 keep_finished_records: int | None = KEEP_FINISHED_RECORDS):
+                 keep_finished_records: int | None = KEEP_FINISHED_RECORDS,
+                 max_client_updates: int | None = None, max_client_steps: int | None = None,
+                 wall_clock: Callable[[], float] | None = None):
         weights = np.asarray(client_weights, dtype=np.float64)
         if weights.ndim != 1 or len(weights) < 1:
             raise ValueError(f"client_weights must be a non-empty 1-D sequence, got shape {weights.shape}")
         if not (max_time > 0):
             raise ValueError(f"max_time must be > 0 virtual seconds, got {max_time}")
-        if max_updates is not None and max_updates < 1:
-            raise ValueError(f"max_updates must be >= 1 or None, got {max_updates}")
+        for name, value in (("max_updates", max_updates), ("max_client_updates", max_client_updates),
+                            ("max_client_steps", max_client_steps)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
         if on_nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"on_nonfinite={on_nonfinite!r} is not allowed: one of {', '.join(NONFINITE_POLICIES)}")
         self.policy = policy
@@ -236,6 +260,8 @@ class Simulation:
         self.backend = backend
         self.max_time = float(max_time)
         self.max_updates = max_updates
+        self.max_client_updates = max_client_updates
+        self.max_client_steps = max_client_steps
         self.queue = EventQueue({**_INTERNAL_PRIORITIES, **policy.priorities})
         self.faults = faults
         self.on_nonfinite = on_nonfinite
@@ -254,7 +280,25 @@ class Simulation:
         self.client_rounds = np.zeros(self.num_clients, dtype=np.int64)
         self.stop_reason: str | None = None
         self._log = log or (lambda row: None)
-        self._stop_requested = False
+        self.wall_clock = wall_clock
+        self._stop_requested: str | None = None  # the backend's reason
+        self.aggregated_steps = 0  # local steps in aggregated updates (the client-step budget's unit)
+
+    def __setstate__(self, state: dict) -> None:
+        """Checkpoints written before the client budgets existed restore with those off."""
+        state.setdefault("max_client_updates", None)
+        state.setdefault("max_client_steps", None)
+        state.setdefault("wall_clock", None)
+        if "aggregated_steps" not in state:  # the records that count them may be forgotten: rebuilt lazily
+            state["aggregated_steps"] = None
+        if state.get("_stop_requested") is False:
+            state["_stop_requested"] = None
+        self.__dict__.update(state)
+
+    @property
+    def client_updates_aggregated(self) -> int:
+        """Client updates aggregated so far (the client-update budget's unit)."""
+        return self._counts[AGGREGATED]
 
     # ----------------------------------------------------------------- policy-facing API
     @property
@@ -349,10 +393,15 @@ class Simulation:
             record.aggregated_in = self.version
             self._counts[ARRIVED] -= 1
             self._counts[AGGREGATED] += 1
+        if self.aggregated_steps is not None:
+            self.aggregated_steps += sum(record.steps for record in records)
+        stop = self.backend.on_aggregate(aggregation, records)
+        if stop:
+            self._stop_requested = stop if isinstance(stop, str) else "stopped by the backend"
+        # written after the update, so that the wall time includes training and applying it
         self._write("aggregate", self.now, -1, None, self.version, None, None,
-                    f"{len(contributions)} updates")
-        if self.backend.on_aggregate(aggregation, records):
-            self._stop_requested = True
+                    f"{len(contributions)} updates",
+                    wall_time=None if self.wall_clock is None else round(self.wall_clock(), 3))
         for record in records:
             self.records.finish(record)
         return self.version
@@ -422,10 +471,11 @@ class Simulation:
             self.policy.start(self)
         while True:
             if self._stop_requested:
-                self.stop_reason = "target reached"
+                self.stop_reason = self._stop_requested
                 break
-            if self.max_updates is not None and self.version >= self.max_updates:
-                self.stop_reason = "update budget"
+            spent = self.budget_spent()
+            if spent is not None:
+                self.stop_reason = STOP_REASONS[spent]
                 break
             event = self.queue.peek()
             if event is None:
@@ -441,18 +491,31 @@ class Simulation:
                 self.after_event(self)
         return self.stop_reason
 
+    def budget_spent(self) -> str | None:
+        """The first of ``max_updates``, ``max_client_updates``, ``max_client_steps`` that is spent, or None."""
+        if self.max_updates is not None and self.version >= self.max_updates:
+            return "max_updates"
+        if self.max_client_updates is not None and self.client_updates_aggregated >= self.max_client_updates:
+            return "max_client_updates"
+        if self.max_client_steps is not None and self.aggregated_steps is not None \
+                and self.aggregated_steps >= self.max_client_steps:
+            return "max_client_steps"
+        return None
+
     def __getstate__(self) -> dict:
         """Everything but the backend and the log writer: clock, queue, records, policy (groups,
         buffers, RNGs), speeds and faults — one pickle keeps their shared references."""
         state = dict(self.__dict__)
-        for transient in ("backend", "_log", "after_event"):
+        for transient in ("backend", "_log", "after_event", "wall_clock"):
             state[transient] = None
         return state
 
     def attach(self, backend: Backend, log: Callable[[dict], None] | None = None,
-               after_event: Callable[["Simulation"], None] | None = None) -> "Simulation":
-        """Reconnect a restored simulation to a backend and a log writer."""
+               after_event: Callable[["Simulation"], None] | None = None,
+               wall_clock: Callable[[], float] | None = None) -> "Simulation":
+        """Reconnect a restored simulation to a backend, a log writer and a wall clock."""
         self.backend, self._log, self.after_event = backend, log or (lambda row: None), after_event
+        self.wall_clock = wall_clock
         return self
 
     def _handle(self, event: Event) -> None:
@@ -523,6 +586,7 @@ class Simulation:
             "events": self.events_processed,
         }
 
-    def _write(self, event, time, client, dispatch, version, staleness, steps, detail=None):
+    def _write(self, event, time, client, dispatch, version, staleness, steps, detail=None, wall_time=None):
         self._log({"time": time, "event": event, "client": client, "dispatch": dispatch,
-                   "version": version, "staleness": staleness, "steps": steps, "detail": detail})
+                   "version": version, "staleness": staleness, "steps": steps, "detail": detail,
+                   "wall_time": wall_time})

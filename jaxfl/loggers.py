@@ -1,0 +1,256 @@
+"""Metrics loggers: each evaluation of a run handed, as it happens, to TensorBoard, a CSV file,
+Weights & Biases or your own code (the callbacks of Apple's pfl, "pfl: simulation framework for
+accelerating research in private federated learning", 2024, play the same part).
+
+A logger is any object with ``log(row, step)`` and ``close()`` (:class:`MetricsLogger`); give a list
+to ``run_experiment(config, loggers=[...])``, or names on the command line (``jaxfl run --log-to
+tensorboard,csv``; names are built into the run directory: ``RUN_DIR/tensorboard/``,
+``RUN_DIR/log.csv``, W&B's run under ``RUN_DIR``). ``row`` is the metrics row just written to
+``metrics.csv`` (``time`` in virtual seconds, ``version``, ``accuracy``, ``loss``, ``client_steps``,
+``wall_time``) plus ``client_updates`` (client updates aggregated so far); ``step`` is the global
+version. A ``log`` that returns True stops the run after the current event, with stop reason
+``"stopped by NAME"`` (the logger's ``name`` attribute, else its class name): early stopping on
+any rule. A logger may also have ``start(run_dir, config)``, called once the run directory exists
+(``config`` is the resolved config as a dict).
+
+>>> import jaxfl, tempfile
+>>> class StopAtLoss:
+...     name = "loss rule"
+...     def log(self, row, step):
+...         return row["loss"] < 10.0  # any loss stops it: a demonstration
+...     def close(self):
+...         pass
+>>> result = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedavg", clients=3, model="logreg",
+...     local_steps=2, max_updates=3, eval_at_start=False, progress=False, output_dir=tempfile.mkdtemp()),
+...     loggers=[StopAtLoss()])
+>>> result.summary["stop_reason"], result.summary["global_updates"]
+('stopped by loss rule', 1)
+"""
+from __future__ import annotations
+
+import csv
+import importlib
+import importlib.util
+import math
+import numbers
+import os
+from typing import Any, Protocol, runtime_checkable
+
+LOGGER_NAMES = ("tensorboard", "csv", "wandb")
+# TensorBoard event writers, lightest first; torch's needs the tensorboard package as well.
+_TENSORBOARD_WRITERS = (("tensorboardX", "SummaryWriter"), ("torch.utils.tensorboard", "SummaryWriter"))
+_TENSORBOARD_INSTALL = "pip install tensorboardX (or pip install 'jaxfl[tensorboard]')"
+
+
+@runtime_checkable
+class MetricsLogger(Protocol):
+    """What a run hands its metrics to: ``log(row, step)`` for each evaluation (return True to stop
+    the run), ``close()`` at the end (also after an error).
+
+    >>> isinstance(CSVLogger("/tmp/jaxfl-doc-log.csv"), MetricsLogger)
+    True
+    """
+
+    def log(self, row: dict, step: int) -> bool | None: ...
+
+    def close(self) -> None: ...
+
+
+class CSVLogger:
+    """Rows as CSV at ``path``, one per evaluation, flushed as they come; the header is the first
+    row's keys (later rows with other keys are refused rather than written misaligned).
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "log.csv")
+    >>> logger = CSVLogger(path)
+    >>> logger.log({"version": 1, "accuracy": 0.5}, step=1); logger.close()
+    >>> open(path).read().splitlines()
+    ['version,accuracy', '1,0.5']
+    """
+
+    name = "csv"
+
+    def __init__(self, path: str, append: bool = False):
+        self.path = path
+        self.append = append and os.path.isfile(path) and os.path.getsize(path) > 0
+        self._handle = None
+        self._writer = None
+
+    def log(self, row: dict, step: int) -> None:
+        if self._writer is None:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            self._handle = open(self.path, "a" if self.append else "w", newline="")
+            self._writer = csv.DictWriter(self._handle, list(row))
+            if not self.append:
+                self._writer.writeheader()
+        self._writer.writerow(row)
+        self._handle.flush()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = self._writer = None
+
+
+def tensorboard_writer_class():
+    """The installed TensorBoard ``SummaryWriter`` (tensorboardX's, else torch's), or ImportError
+    saying what to install.
+
+    >>> try:
+    ...     writer = tensorboard_writer_class()
+    ... except ImportError as error:
+    ...     assert "tensorboardX" in str(error)
+    """
+    for module_name, attribute in _TENSORBOARD_WRITERS:
+        try:
+            return getattr(importlib.import_module(module_name), attribute)
+        except ImportError:  # torch.utils.tensorboard raises it when tensorboard is missing
+            continue
+    raise ImportError(f"TensorBoardLogger needs a TensorBoard event writer and none is installed: "
+                      f"{_TENSORBOARD_INSTALL}")
+
+
+class TensorBoardLogger:
+    """Every numeric value of each row as a TensorBoard scalar (tag = the column name) at
+    ``step`` = the global version, in event files under ``log_dir``; ``tensorboard --logdir``
+    shows them. Writes with tensorboardX (or torch's writer); which is installed is checked here,
+    before the run starts.
+
+    >>> try:
+    ...     import tempfile
+    ...     logger = TensorBoardLogger(tempfile.mkdtemp())
+    ...     logger.log({"accuracy": 0.5, "time": 12.0}, step=1); logger.close()
+    ... except ImportError as error:  # no event writer installed
+    ...     assert "pip install tensorboardX" in str(error)
+    """
+
+    name = "tensorboard"
+
+    def __init__(self, log_dir: str):
+        self.log_dir = log_dir
+        self._writer_class = tensorboard_writer_class()
+        self._writer = None
+
+    def log(self, row: dict, step: int) -> None:
+        if self._writer is None:
+            self._writer = self._writer_class(self.log_dir)
+        for key, value in row.items():
+            if key != "version" and isinstance(value, numbers.Real) and not isinstance(value, bool) \
+                    and math.isfinite(value):
+                self._writer.add_scalar(key, float(value), step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+class WandbLogger:
+    """Rows to a Weights & Biases run (``wandb.init(**init_options)``, started when the run
+    directory exists, with the run's config and ``dir`` = the run directory unless given).
+
+    >>> try:
+    ...     import wandb
+    ... except ImportError:
+    ...     try:
+    ...         WandbLogger(project="jaxfl")
+    ...     except ImportError as error:
+    ...         assert "pip install wandb" in str(error)
+    """
+
+    name = "wandb"
+
+    def __init__(self, **init_options: Any):
+        try:
+            import wandb
+        except ImportError as error:
+            raise ImportError("WandbLogger needs the wandb package, which is not installed: pip install wandb") \
+                from error
+        self._wandb = wandb
+        self.init_options = init_options
+        self._run = None
+
+    def start(self, run_dir: str, config: dict) -> None:
+        options = {"dir": run_dir, "name": os.path.basename(run_dir), "config": config, **self.init_options}
+        self._run = self._wandb.init(**options)
+
+    def log(self, row: dict, step: int) -> None:
+        if self._run is None:
+            self._run = self._wandb.init(**self.init_options)
+        self._run.log(row, step=step)
+
+    def close(self) -> None:
+        if self._run is not None:
+            self._run.finish()
+            self._run = None
+
+
+def check_loggers(loggers) -> list:
+    """The loggers of ``run_experiment(loggers=...)`` checked before any work: each a name of
+    :data:`LOGGER_NAMES` (whose package must be installed) or an object with ``log`` and ``close``.
+
+    >>> check_loggers(["csv"])
+    ['csv']
+    >>> check_loggers(["excel"])
+    Traceback (most recent call last):
+    ValueError: loggers=['excel'] is not allowed: each a logger object (with log(row, step) and close()) or one of tensorboard, csv, wandb
+    """
+    if loggers is None:
+        return []
+    if isinstance(loggers, str) or not isinstance(loggers, (list, tuple)):
+        raise ValueError(f"loggers={loggers!r} is not allowed: a list of logger objects or names "
+                         f"({', '.join(LOGGER_NAMES)})")
+    for logger in loggers:
+        if isinstance(logger, str):
+            if logger not in LOGGER_NAMES:
+                raise ValueError(f"loggers={list(loggers)!r} is not allowed: each a logger object (with log(row, "
+                                 f"step) and close()) or one of {', '.join(LOGGER_NAMES)}")
+            if logger == "tensorboard":
+                tensorboard_writer_class()
+            elif logger == "wandb" and importlib.util.find_spec("wandb") is None:
+                raise ImportError("--log-to wandb needs the wandb package, which is not installed: pip install wandb")
+        elif not (callable(getattr(logger, "log", None)) and callable(getattr(logger, "close", None))):
+            raise ValueError(f"logger {logger!r} is not allowed: it needs log(row, step) and close() methods "
+                             "(jaxfl.loggers.MetricsLogger)")
+    return list(loggers)
+
+
+def parse_log_to(text: str) -> list[str]:
+    """``--log-to tensorboard,csv`` → ``["tensorboard", "csv"]``, each name checked.
+
+    >>> parse_log_to("tensorboard, csv")
+    ['tensorboard', 'csv']
+    """
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in LOGGER_NAMES]
+    if unknown or not names or len(set(names)) != len(names):
+        raise ValueError(f"--log-to={text!r} is not allowed: a comma-separated list of distinct names from "
+                         f"{', '.join(LOGGER_NAMES)}")
+    return names
+
+
+def open_loggers(loggers, run_dir: str, config: dict, resumed: bool = False) -> list:
+    """Build the named loggers in ``run_dir`` and call each logger's ``start(run_dir, config)``.
+
+    >>> import tempfile
+    >>> [type(logger).__name__ for logger in open_loggers(["csv"], tempfile.mkdtemp(), {})]
+    ['CSVLogger']
+    """
+    built = []
+    for logger in loggers:
+        if logger == "csv":
+            logger = CSVLogger(os.path.join(run_dir, "log.csv"), append=resumed)
+        elif logger == "tensorboard":
+            logger = TensorBoardLogger(os.path.join(run_dir, "tensorboard"))
+        elif logger == "wandb":
+            logger = WandbLogger()
+        start = getattr(logger, "start", None)
+        if callable(start):
+            start(run_dir, config)
+        built.append(logger)
+    return built
+
+
+__all__ = ["LOGGER_NAMES", "CSVLogger", "MetricsLogger", "TensorBoardLogger", "WandbLogger", "check_loggers",
+           "open_loggers", "parse_log_to", "tensorboard_writer_class"]
