@@ -353,9 +353,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if len(configs) > 1:  # data, partition and model checks before any run writes a file
             if not configs[0].timing_only:
-                from jaxfl.comparison import check_plotting
+                from jaxfl.comparison import check_plotting, share_compilations_until_exit
 
                 check_plotting()
+                share_compilations_until_exit()  # the runs train the same programs: compile them once
             for config in configs:  # (one run checks them itself before writing, without building twice)
                 prepare(config)
         results = []

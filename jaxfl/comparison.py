@@ -14,9 +14,13 @@
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import csv
 import dataclasses
 import os
+import shutil
+import tempfile
 
 COLUMNS = ("algorithm", "time_to_target", "best_accuracy", "final_accuracy", "global_updates",
            "client_steps_executed", "wall_time_s")  # from each run's summary.json
@@ -52,6 +56,55 @@ def check_plotting() -> None:
     except ImportError as error:
         raise ImportError(f"a comparison writes an accuracy plot and needs matplotlib ({error}); "
                           "reinstall jaxfl (pip install -e .) or pip install matplotlib") from None
+
+
+@contextlib.contextmanager
+def shared_compilations():
+    """Within the block, a run reuses the XLA programs an earlier run compiled (the runs of a
+    comparison train the same model with the same step shapes): a persistent compilation cache in a
+    temporary folder, removed afterwards. Results are unchanged (the cache keys on the program); it
+    saves about a quarter of the quickstart's CPU time. A cache the user configured
+    (``jax_compilation_cache_dir``) is used as it is.
+
+    >>> import jax
+    >>> before = jax.config.jax_compilation_cache_dir
+    >>> with shared_compilations() as folder:
+    ...     inside = jax.config.jax_compilation_cache_dir == folder
+    >>> inside, jax.config.jax_compilation_cache_dir == before
+    (True, True)
+    """
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    if jax.config.jax_compilation_cache_dir:
+        yield jax.config.jax_compilation_cache_dir
+        return
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes")
+    before = {name: getattr(jax.config, name) for name in names}
+    folder = tempfile.mkdtemp(prefix="jaxfl-xla-cache-")
+    try:
+        # the step programs of a small model compile in well under jax's default 1 s threshold
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        jax.config.update("jax_compilation_cache_dir", folder)
+        compilation_cache.reset_cache()  # jax decides once whether to use a cache: ask again
+        yield folder
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def share_compilations_until_exit() -> None:
+    """:func:`shared_compilations` for the rest of the process (the command line's comparisons).
+
+    >>> # share_compilations_until_exit(); then run the configs one after another
+    """
+    block = shared_compilations()
+    block.__enter__()
+    atexit.register(block.__exit__, None, None, None)
 
 
 def comparison_rows(results) -> list[dict]:
@@ -131,4 +184,6 @@ def compare(configs) -> Comparison:
     check_plotting()
     for config in configs:
         prepare(config)
-    return write_comparison([run_experiment(config) for config in configs], configs[0].output_dir)
+    with shared_compilations():
+        results = [run_experiment(config) for config in configs]
+    return write_comparison(results, configs[0].output_dir)

@@ -18,7 +18,7 @@ def test_quickstart_is_a_valid_non_iid_heterogeneous_comparison_of_its_algorithm
     # what the demo is for: a label-skewed split and heterogeneous client speeds, a real target
     for config in configs:
         assert config.dataset == "mnist10k" and config.partition == "dirichlet"
-        assert config.heterogeneity == "exp" and config.target_accuracy == 0.85 and config.stop_at_target
+        assert config.heterogeneity == "pareto" and config.target_accuracy == 0.85 and config.stop_at_target
     # a paired comparison: the runs differ in the algorithm only (same seed, split, speeds)
     settings = [{**config.to_dict(), "algorithm": None, "algorithm_options": None} for config in configs]
     assert all(setting == settings[0] for setting in settings)
