@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_flag(groups[SECTION_OF.get(name)], flags, name, field.type, help_text,
                   parse=str if name == "algorithm" else None)
     _option_flags(run)
-    commands.add_parser("demo", help="the quickstart: sync, async and semi-async algorithms on MNIST, non-IID, "
+    commands.add_parser("demo", usage="jaxfl demo [jaxfl run flags]", help="the quickstart: sync, async and semi-async algorithms on MNIST, non-IID, "
                                      "heterogeneous speeds (under a minute on a CPU)",
                         description=_DEMO_DESCRIPTION + "\n\n" + _demo_command([]),
                         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -169,9 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_DEMO_DESCRIPTION = ("Runs the quickstart experiment (jaxfl/presets/quickstart.toml) as the `jaxfl run` command "
-                     "below, which it prints first; flags after `jaxfl demo` are added to it and override its "
-                     "settings (jaxfl demo --seed 1).")
+_DEMO_DESCRIPTION = ("Runs the quickstart experiment (jaxfl/presets/quickstart.toml) as the `jaxfl run` command\n"
+                     "below, which it prints first. Flags after `jaxfl demo` are `jaxfl run` flags: they are added\n"
+                     "to the command and override its settings (jaxfl demo --seed 1).")
 
 
 def _demo_command(extra: list[str]) -> str:
