@@ -18,12 +18,12 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import inspect
 import math
 import re
 import os
+import shlex
 import sys
 
 from jaxfl import algorithms
@@ -230,6 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
              "devices, another simulator's profile) instead of drawing them from --heterogeneity; --jitter still "
              "applies (0 replays the times exactly); saved in the run directory as client_time_per_step.npy")
     _option_flags(run)
+    commands.add_parser("demo", usage="jaxfl demo [jaxfl run flags]", help="the quickstart: sync, async and semi-async algorithms on MNIST, non-IID, "
+                                     "heterogeneous speeds (under a minute on a CPU)",
+                        description=_DEMO_DESCRIPTION + "\n\n" + _demo_command([]),
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     listing = commands.add_parser("algorithms", help="the registered algorithms: name, kind, options")
     listing.add_argument("--algorithm", action="append", default=[], metavar="MODULE:CLASS",
                          help="also list an algorithm defined outside jaxfl")
@@ -246,6 +250,38 @@ def build_parser() -> argparse.ArgumentParser:
     split.add_argument("--out", metavar="PATH", help="folder for the heatmap PNG (default: the run output folder, runs)")
     split.add_argument("--max-rows", type=int, default=40, metavar="N", help="client rows printed (default: 40)")
     return parser
+
+
+_DEMO_DESCRIPTION = ("Runs the quickstart experiment (jaxfl/presets/quickstart.toml) as the `jaxfl run` command\n"
+                     "below, which it prints first. Flags after `jaxfl demo` are `jaxfl run` flags: they are added\n"
+                     "to the command and override its settings (jaxfl demo --seed 1).")
+
+
+def _demo_command(extra: list[str]) -> str:
+    """The `jaxfl run` command that `jaxfl demo` runs, wrapped as a shell would take it."""
+    from jaxfl.presets import preset_argv
+
+    flags = [*preset_argv("quickstart"), *extra]
+    words, index = [], 0
+    while index < len(flags):  # a flag and its value stay on one line
+        takes_value = flags[index].startswith("--") and index + 1 < len(flags) and not flags[index + 1].startswith("--")
+        words.append(shlex.join(flags[index:index + 1 + takes_value]))
+        index += 1 + takes_value
+    lines, line = [], "jaxfl run"
+    for word in words:
+        if len(line) + 1 + len(word) > 96:
+            lines.append(line + " \\")
+            line = "   "
+        line += " " + word
+    return "\n".join(lines + [line])
+
+
+def _demo(extra: list[str]) -> int:
+    """``jaxfl demo``: print the quickstart's full `jaxfl run` command, then run it."""
+    from jaxfl.presets import preset_argv
+
+    print(f"jaxfl demo runs:\n{_demo_command(extra)}\n", flush=True)
+    return main(["run", *preset_argv("quickstart"), *extra])
 
 
 _PARTITION_FLAGS = ("dataset", "data_dir", "partition", "clients", "seed", "dirichlet_alpha", "client_sizes",
@@ -270,11 +306,8 @@ def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     out = args.out or config.output_dir
     stem = f"partition-{config.dataset}-{config.partition}-c{config.clients}-s{config.seed}"
     stem = "".join(c if c.isalnum() or c in "-_.," else "_" for c in stem)
-    try:
-        os.makedirs(out, exist_ok=True)
-        print(f"class heatmap: {plot_class_heatmap(report, os.path.join(out, stem + '.png'))}")
-    except ImportError:
-        print("(install matplotlib for the class heatmap: pip install jaxfl[plot])")
+    os.makedirs(out, exist_ok=True)
+    print(f"class heatmap: {plot_class_heatmap(report, os.path.join(out, stem + '.png'))}")
     return 0
 
 
@@ -401,32 +434,14 @@ def _fields_read(fields: dict, chosen: list[str]) -> dict[str, dict]:
 
 
 def _print_comparison(results, output_dir: str) -> None:
-    columns = ("algorithm", "time_to_target", "best_accuracy", "final_accuracy", "global_updates",
-               "client_steps_executed", "wall_time_s")
-    rows = [{c: r.summary[c] for c in columns} | {"run_dir": r.run_dir} for r in results]
-    target = results[0].summary["target_accuracy"]
-    print(f"\nTime to {target:.0%} held-out accuracy (virtual seconds; '-' = not reached):" if target is not None
-          else "\nNo target accuracy for this dataset (set --target-accuracy for a time to target):")
-    width = max(len("algorithm"), *(len(row["algorithm"]) for row in rows))
-    print(f"{'algorithm':<{width}} {'to target':>10} {'best acc':>9} {'final acc':>9} {'updates':>8} "
-          f"{'client steps':>12} {'wall s':>8}")
-    for row in rows:
-        reached = "-" if row["time_to_target"] is None else f"{row['time_to_target']:.1f}"
-        print(f"{row['algorithm']:<{width}} {reached:>10} {row['best_accuracy']:>9.4f} {row['final_accuracy']:>9.4f} "
-              f"{row['global_updates']:>8} {row['client_steps_executed']:>12} {row['wall_time_s']:>8.1f}")
-    path = os.path.join(output_dir, "comparison.csv")
-    with open(path + ".tmp", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, list(columns) + ["run_dir"])
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(path + ".tmp", path)
-    print(f"comparison table: {path}")
-    try:
-        from jaxfl.plot import plot_accuracy
+    """The comparison table, then where the table, the plot and the run directories are."""
+    from jaxfl.comparison import format_table, write_comparison
 
-        print(f"accuracy over virtual time: {plot_accuracy([r.run_dir for r in results], os.path.join(output_dir, 'comparison.png'))}")
-    except ImportError:
-        print("(install matplotlib for a plot of accuracy over virtual time)")
+    comparison = write_comparison(results, output_dir)
+    print("\n" + format_table(comparison.rows, results[0].summary["target_accuracy"]))
+    print(f"table (CSV): {comparison.table}")
+    print(f"plot of accuracy over virtual time: {comparison.plot}")
+    print("run directories:\n" + "\n".join(f"  {run_dir}" for run_dir in comparison.run_dirs))
 
 
 def _import_named_algorithms(argv: list[str]) -> None:
@@ -445,6 +460,8 @@ def _import_named_algorithms(argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _import_named_algorithms(argv)
+    if argv[:1] == ["demo"] and not {"-h", "--help"} & set(argv[1:]):
+        return _demo(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "timeline":
@@ -473,6 +490,11 @@ def main(argv: list[str] | None = None) -> int:
             for config in configs:
                 UserInputs(time_per_step=times).check(config)
         if len(configs) > 1:  # data, partition and model checks before any run writes a file
+            if not configs[0].timing_only:
+                from jaxfl.comparison import check_plotting, share_compilations_until_exit
+
+                check_plotting()
+                share_compilations_until_exit()  # the runs train the same programs: compile them once
             for config in configs:  # (one run checks them itself before writing, without building twice)
                 prepare(config)
         results = []

@@ -716,7 +716,10 @@ def load_config_text(text: str | bytes, suffix: str) -> dict[str, Any]:
     raw = text.encode() if isinstance(text, str) else text
     try:
         if suffix == ".toml":
-            import tomllib
+            try:
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (a dependency there)
+                import tomli as tomllib
 
             values = tomllib.loads(raw.decode())
         elif suffix == ".json":

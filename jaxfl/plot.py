@@ -1,4 +1,4 @@
-"""Plots of finished runs (matplotlib, an optional dependency: ``pip install jaxfl[plot]``).
+"""Plots of finished runs (matplotlib).
 
 >>> # plot_accuracy(["runs/fedavg-...", "runs/fedbuff-..."], "accuracy.png")
 """
@@ -29,7 +29,8 @@ def read_metrics(run_dir: str) -> list[dict]:
 
 
 def plot_accuracy(run_dirs: list[str], path: str) -> str:
-    """Held-out accuracy against virtual time, one line per run, with the target as a dashed line.
+    """Held-out accuracy against virtual time, one line per run, the target as a dashed line and a
+    dot where each run first reached it (its time to target, also in the legend).
 
     >>> # plot_accuracy(["runs/fedavg-mnist10k-exp-c10-s0", "runs/fedbuff-mnist10k-exp-c10-s0"], "accuracy.png")
     """
@@ -44,21 +45,43 @@ def plot_accuracy(run_dirs: list[str], path: str) -> str:
         rows = read_metrics(run_dir)
         with open(os.path.join(run_dir, "summary.json")) as handle:
             summary = json.load(handle)
-        target = summary["target_accuracy"]
+        target, reached = summary["target_accuracy"], summary.get("time_to_target")
+        label = summary["algorithm"] + (f" ({reached:.1f} s)" if reached is not None else " (not reached)")
         # the global model is constant between versions: draw steps, not interpolation
-        axes.plot([r["time"] for r in rows], [r["accuracy"] for r in rows], drawstyle="steps-post",
-                  label=summary["algorithm"])
+        line, = axes.plot([r["time"] for r in rows], [r["accuracy"] for r in rows], drawstyle="steps-post",
+                          label=label)
+        if reached is not None:
+            axes.plot([reached], [target], marker="o", color=line.get_color(), zorder=3)
     if target is not None:
         axes.axhline(target, linestyle="--", color="grey", linewidth=1, label=f"target {target:.0%}")
+    if run_dirs:
+        axes.set_title(_setting(run_dirs[0]), fontsize=9)
     axes.set_xlabel("virtual time (s)")
     axes.set_ylabel("held-out accuracy")
-    axes.legend()
+    axes.legend(title="algorithm (time to target)" if target is not None else None)
     axes.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(path + ".tmp.png", dpi=120)
     plt.close(figure)
     os.replace(path + ".tmp.png", path)
     return path
+
+
+def _setting(run_dir: str) -> str:
+    """The data, model, split and speeds a comparison shares, from a run's config.json (one line)."""
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(path):
+        return ""
+    with open(path) as handle:
+        config = json.load(handle).get("config", {})
+    flat = {key: value for section in config.values() if isinstance(section, dict) for key, value in section.items()}
+    flat.update({key: value for key, value in config.items() if not isinstance(value, dict)})
+    partition = flat.get("partition", "?")
+    if partition in ("dirichlet", "dirichlet_client"):
+        partition += f" α={flat.get('dirichlet_alpha')}"
+    return (f"{flat.get('dataset', '?')}, {flat.get('model', '?')}, {flat.get('clients', '?')} clients, "
+            f"{partition} split, {flat.get('heterogeneity', '?')} speeds, {flat.get('local_steps', '?')} local steps, "
+            f"seed {flat.get('seed', '?')}")
 
 
 def read_events(run_dir: str) -> dict[str, np.ndarray]:

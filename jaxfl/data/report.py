@@ -1,8 +1,7 @@
 """What a split looks like: per-client sample counts and class histograms, as a table and a heatmap.
 
 ``jaxfl partition --dataset ... --partition ... --clients ...`` prints :meth:`PartitionReport.table`
-and saves :func:`plot_class_heatmap`'s PNG. matplotlib is optional (``pip install jaxfl[plot]``)
-and imported only when plotting.
+and saves :func:`plot_class_heatmap`'s PNG (matplotlib, imported only when plotting).
 """
 
 from __future__ import annotations
@@ -122,17 +121,14 @@ def plot_class_heatmap(report: PartitionReport, path: str | os.PathLike, max_cli
     """Save a heatmap of class counts per client (rows: clients, columns: classes) as a PNG.
 
     With more than ``max_clients`` clients, an evenly spaced subset of rows is drawn (the title
-    says so). Returns the path. Needs matplotlib (``pip install jaxfl[plot]``).
+    says so). Returns the path.
 
     Example:
         >>> plot_class_heatmap(partition_report(fd), "/tmp/split.png")  # doctest: +SKIP
         '/tmp/split.png'
     """
-    try:
-        # A bare Figure renders with Agg without touching pyplot's global backend (notebooks keep theirs).
-        from matplotlib.figure import Figure
-    except ImportError as error:
-        raise ImportError("the partition heatmap needs matplotlib: pip install jaxfl[plot]") from error
+    # A bare Figure renders with Agg without touching pyplot's global backend (notebooks keep theirs).
+    from matplotlib.figure import Figure
     hist = report.histogram
     rows = np.arange(len(hist))
     if len(hist) > max_clients:
