@@ -216,14 +216,7 @@ class UserInputs:
                              "{name: per-example values (B,)}")
         times = self.time_per_step
         if times is not None:
-            times = check_time_per_step(times, config.clients)
-            if config.speed_change_prob > 0:
-                raise ValueError(f"speed_change_prob={config.speed_change_prob} is not allowed with time_per_step: a "
-                                 f"speed change re-draws t_i from heterogeneity={config.heterogeneity!r}, which the "
-                                 "given times replace (set it to 0)")
-            if config.speed_legacy_seed is not None:
-                raise ValueError(f"speed_legacy_seed={config.speed_legacy_seed} is not allowed with time_per_step: "
-                                 "the times are given, not drawn (set it to None)")
+            times = check_time_per_step(times, config.clients, config.speed_change_prob, config.speed_legacy_seed)
         return dataclasses.replace(self, time_per_step=times)
 
     def label(self, config: RunConfig) -> RunConfig:

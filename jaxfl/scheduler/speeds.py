@@ -410,8 +410,11 @@ class ClientStreams:
         self._live = _live_state(self._bit_generator)
 
 
-def check_time_per_step(time_per_step, num_clients: int) -> np.ndarray:
-    """``time_per_step`` as a fresh (C,) float64 array, or ValueError naming the first bad entry.
+def check_time_per_step(time_per_step, num_clients: int, speed_change_prob: float = 0.0,
+                        legacy_seed: int | None = None) -> np.ndarray:
+    """``time_per_step`` as a fresh (C,) float64 array, or ValueError naming the first bad entry;
+    also refused with the settings that would re-draw the given times (``speed_change_prob > 0``,
+    a ``speed_legacy_seed``).
 
     Example:
         >>> check_time_per_step([0.1, 0.2], 2)
@@ -432,6 +435,12 @@ def check_time_per_step(time_per_step, num_clients: int) -> np.ndarray:
     if bad.size:
         raise ValueError(f"time_per_step[{bad[0]}]={float(times[bad[0]])!r} is not allowed: seconds per step must be "
                          "finite and > 0")
+    if speed_change_prob > 0:
+        raise ValueError(f"speed_change_prob={speed_change_prob} is not allowed with time_per_step: a speed change "
+                         "re-draws t_i from the heterogeneity model, which the given times replace (set it to 0)")
+    if legacy_seed is not None:
+        raise ValueError(f"speed_legacy_seed={legacy_seed} is not allowed with time_per_step: it seeds drawn idle "
+                         "times, and the times are given, not drawn (set it to None)")
     return times
 
 
@@ -486,14 +495,8 @@ class ClientSpeeds:
         self._rounds_done = np.zeros(num_clients, dtype=np.int64)
         self._streams = ClientStreams(seed, STREAM_CLIENT_ROUNDS, num_clients)
         if time_per_step is not None:
-            self._base = check_time_per_step(time_per_step, num_clients)
-            if config.speed_change_prob > 0:
-                raise ValueError(f"speed_change_prob={config.speed_change_prob} is not allowed with time_per_step: a "
-                                 f"speed change re-draws t_i from the {config.model!r} model the given times replace "
-                                 "(set it to 0)")
-            if config.legacy_seed is not None:
-                raise ValueError(f"speed_legacy_seed={config.legacy_seed} is not allowed with time_per_step: it "
-                                 "seeds drawn idle times, and the times are given (set it to None)")
+            self._base = check_time_per_step(time_per_step, num_clients, config.speed_change_prob,
+                                             config.legacy_seed)
             return
         base_rng = np.random.default_rng(np.random.SeedSequence([seed, STREAM_BASE_TIMES]))
         legacy = config.legacy_seed is not None and config.model in ("pareto", "zipf")  # PLATO's RandomState
