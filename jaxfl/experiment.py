@@ -151,8 +151,7 @@ def config_hash(config: RunConfig) -> str:
     """
     values = {key: value for key, value in config.to_dict().items() if key not in ("output_dir", "run_name",
                                                                                   "progress")}
-    canonical = json.dumps(values, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:6]
+    return hashlib.sha256(resume.canonical_json(values).encode()).hexdigest()[:6]
 
 
 def run_name(config: RunConfig, algorithm: str | None = None) -> str:
@@ -1029,6 +1028,9 @@ class _Checkpointer:
         self.wall_before = saved["wall_time"] if saved else 0.0
         self.seconds = 0.0  # wall seconds spent writing checkpoints in this process
         self._started = time.perf_counter()
+        # what every checkpoint stores of the config (a resume refuses an edited config.json): the
+        # config does not change during a run, so it is resolved and hashed once
+        self.stored_config = resume.checkpoint_config(config)
         # not yet in runs of several processes: orbax would need every process to take part (jaxfl.cluster)
         self.enabled = jax.process_count() == 1
         if not self.enabled and jax.process_index() == 0:
@@ -1049,7 +1051,6 @@ class _Checkpointer:
         offsets = {"events": self.events.position(), "metrics.csv": self.metrics.tell()}
         extra = {"recorder": self.recorder.state_dict(), "offsets": offsets, "resumes": self.resumes,
                  "wall_time": self.wall_before + time.perf_counter() - self._started}
-        checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra,
-                        config=resume.checkpoint_config(self.config))  # a resume refuses an edited config.json
+        checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra, config=self.stored_config)
         self.last_version = simulation.version
         self.seconds += time.perf_counter() - started
