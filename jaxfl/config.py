@@ -114,6 +114,10 @@ class ClientConfig:
     client_optimizer: str = "adam"  # adam, sgd or adamw (re-initialised at every dispatch); any optax one from Python
     client_lr: float = 0.003  # client learning rate
     prox_mu: float = 0.0  # FedProx μ: local objective + μ/2 ‖w − w_start‖² (0: off)
+    client_momentum: float = 0.0  # sgd momentum ρ in [0, 1), PyTorch's (buffer reset at every dispatch)
+    client_weight_decay: float = 0.0  # sgd/adam: L2 λw added to the gradient (PyTorch's); adamw: decoupled decay
+    client_lr_decay: float = 1.0  # in (0, 1]: a client's k-th dispatch (k = 0, 1, ...) trains with lr · decay^k
+    local_epochs: float | None = None  # instead of local_steps: client i takes ceil(local_epochs · n_i / batch_size) steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +134,7 @@ class ServerConfig:
     staleness: str = "polynomial"  # st(s): constant, polynomial α(s+1)^-a, hinge, exponential
     staleness_alpha: float = 0.9  # α of the staleness function st(s)
     staleness_a: float = 0.5  # a of the staleness function st(s) (not read by constant)
-    fednova: bool = False  # FedNova: normalise pseudo-gradient aggregations by local steps
+    fednova: bool = False  # FedNova: normalise pseudo-gradient aggregations by local steps (momentum-corrected for sgd)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -390,6 +394,7 @@ def validate(config: RunConfig) -> RunConfig:
         fail("speed_legacy_seed", config.speed_legacy_seed, "an integer in [0, 2^32) (NumPy RandomState), or null")
     if not (config.prox_mu >= 0 and math.isfinite(config.prox_mu)):
         fail("prox_mu", config.prox_mu, "a finite number >= 0")
+    _validate_client_training(config, algorithm)
     if config.fednova and not algorithm.supports_fednova(config):
         fail("fednova", config.fednova, f"false for {config.algorithm}: FedNova normalises aggregations of "
                                         f"pseudo-gradients ({', '.join(_fednova_algorithms(config))}); "
@@ -530,6 +535,46 @@ def _resolve_server_optimizer(config: RunConfig, algorithm) -> RunConfig:
     if config.server_lr is None:
         config = dataclasses.replace(config, server_lr=DEFAULT_SERVER_LR.get(config.server_optimizer, 1.0))
     return config
+
+
+def _validate_client_training(config: RunConfig, algorithm) -> None:
+    """The client optimiser's momentum, weight decay and per-dispatch decay, local epochs, and which
+    client optimisers FedNova has a normaliser for."""
+    if not (0 <= config.client_momentum < 1):
+        fail("client_momentum", config.client_momentum, "a number in [0, 1)")
+    if not (config.client_weight_decay >= 0 and math.isfinite(config.client_weight_decay)):
+        fail("client_weight_decay", config.client_weight_decay, "a finite number >= 0")
+    if not 0 < config.client_lr_decay <= 1:
+        fail("client_lr_decay", config.client_lr_decay, "a factor in (0, 1] (1: no decay)")
+    optimizer = config.client_optimizer
+    if config.client_momentum and optimizer != "sgd":
+        fail("client_momentum", config.client_momentum,
+             f"0 with client_optimizer {optimizer}: momentum is SGD's (adam and adamw have their own β1; an "
+             "optax object given in Python carries its own)")
+    if config.client_weight_decay and optimizer.startswith(USER_PREFIX):
+        fail("client_weight_decay", config.client_weight_decay,
+             f"0 with client_optimizer {optimizer}: put the decay in the optax object (optax.add_decayed_weights)")
+    if config.local_epochs is not None:
+        if not (config.local_epochs > 0 and math.isfinite(config.local_epochs)):
+            fail("local_epochs", config.local_epochs, "a finite number of epochs > 0, or null for local_steps")
+        if config.local_steps != FIELDS["local_steps"].default:
+            fail("local_steps", config.local_steps, f"leave it at its default {FIELDS['local_steps'].default} with "
+                                                    f"local_epochs={config.local_epochs:g}, which sets each client's "
+                                                    "steps (ceil(local_epochs · n_i / batch_size)); set one of them")
+        if not algorithm.per_client_steps:
+            readers = ", ".join(name for name in algorithms.names() if algorithms.get(name).per_client_steps)
+            fail("local_epochs", config.local_epochs,
+                 f"null for {config.algorithm}: it decides its clients' local steps itself (local_epochs is read "
+                 f"by {readers})")
+    if config.fednova and optimizer != "sgd":
+        fail("fednova", config.fednova,
+             f"false with client_optimizer {optimizer}: FedNova (Wang et al., NeurIPS 2020) gives normalisers "
+             "for SGD with momentum and proximal terms only; use client_optimizer sgd")
+    if config.fednova and config.client_lr * (config.prox_mu + config.client_weight_decay) >= 1:
+        fail("fednova", config.fednova,
+             f"false with client_lr · (prox_mu + client_weight_decay) = "
+             f"{config.client_lr * (config.prox_mu + config.client_weight_decay):g} >= 1: each step would "
+             "overshoot the proximal pull and FedNova's normaliser is not positive")
 
 
 def _fednova_algorithms(config: RunConfig) -> list[str]:

@@ -243,6 +243,11 @@ class UserInputs:
             if config.client_lr != ClientConfig.client_lr:
                 raise ValueError(f"client_lr={config.client_lr} is not read when client_optimizer= is an optax "
                                  "object: put the learning rate (or schedule) in it")
+            for name in ("client_momentum", "client_weight_decay"):
+                if getattr(config, name) != getattr(ClientConfig, name):
+                    raise ValueError(f"{name}={getattr(config, name)} is not read when client_optimizer= is an "
+                                     "optax object: put it in the object (optax.sgd(lr, momentum=...), "
+                                     "optax.add_decayed_weights)")
             changes["client_optimizer"] = OPTIMIZER_LABEL
         elif config.client_optimizer.startswith(USER_PREFIX):
             raise ValueError(f"client_optimizer={config.client_optimizer!r} was an optax object given to "

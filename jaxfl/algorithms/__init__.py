@@ -27,13 +27,18 @@ from jaxfl.algorithms.port import PORT, Port, PortConfig, PortOptions
 from jaxfl.algorithms.ccfedavg import CCFedAvg, CCFedAvgAlgorithm, CCFedAvgConfig
 from jaxfl.algorithms.fedasmu import FedASMU, FedASMUAlgorithm, FedASMUConfig
 from jaxfl.algorithms.fedopt import FedAdagrad, FedAdam, FedYogi
-from jaxfl.algorithms.wrappers import StepNormalization, with_step_normalization
+from jaxfl.algorithms.wrappers import ClientSGD, StepNormalization, with_client_sgd, with_step_normalization
 from jaxfl.scheduler.simulation import Policy
 
 
-def build(config) -> Algorithm:
-    """The algorithm of a validated config, built with its resolved options."""
-    return get(config.algorithm)(config, config.algorithm_options)
+def build(config, client_samples=None) -> Algorithm:
+    """The algorithm of a validated config, built with its resolved options; ``client_samples``
+    (each client's sample count n_i) fixes the per-client local steps of a ``local_epochs`` run
+    (:meth:`Algorithm.local_steps`)."""
+    algorithm = get(config.algorithm)(config, config.algorithm_options)
+    if client_samples is not None:
+        algorithm.client_samples = client_samples
+    return algorithm
 
 
 def build_policy(config) -> Policy:
@@ -42,9 +47,11 @@ def build_policy(config) -> Policy:
 
 
 def device_hooks(algorithm: Algorithm) -> tuple[DeviceHook, ...]:
-    """A built algorithm's device hooks, with FedNova composed on when its run sets ``fednova``."""
-    hooks = tuple(algorithm.hooks())
-    return with_step_normalization(hooks) if algorithm.run.fednova else hooks
+    """A built algorithm's device hooks, with FedNova composed on when its run sets ``fednova``; every
+    FedNova normalisation uses the run's client SGD (:class:`~jaxfl.algorithms.wrappers.ClientSGD`)."""
+    sgd = ClientSGD.of_run(algorithm.run)
+    hooks = with_client_sgd(algorithm.hooks(), sgd)
+    return with_step_normalization(hooks, sgd) if algorithm.run.fednova else hooks
 
 
 __all__ = ["KINDS", "PORT", "Algorithm", "CCFedAvg", "CCFedAvgAlgorithm", "CCFedAvgConfig", "CompassOptions",

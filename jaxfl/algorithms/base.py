@@ -36,11 +36,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import math
 import os
 import sys
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, Policy
+from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, Policy, local_steps_of  # noqa: F401
 from jaxfl.scheduler.staleness import make_staleness
 
 KINDS = ("synchronous", "asynchronous", "semi-asynchronous")
@@ -152,6 +153,10 @@ class Algorithm:
       option can normalise them (see :meth:`supports_fednova`);
     - ``uses_concurrency``: True if it keeps the run's ``concurrency`` clients in flight (a
       ``concurrency`` given to any other algorithm is refused rather than ignored);
+    - ``per_client_steps``: True if its policy dispatches each client :meth:`local_steps` steps
+      (``local_steps_of(self.local_steps, client)``), so that a run's ``local_epochs`` gives every
+      client its own count; False (the default) refuses ``local_epochs`` — an algorithm that
+      decides the steps itself (FedCompass) or reads ``run.local_steps`` would ignore it;
     - ``reads``: the algorithm-specific run fields it reads, out of
       :data:`jaxfl.config.ALGORITHM_FIELDS` (``buffer_size``, ``rule``, ``staleness``...); one of
       them set for an algorithm that does not read it is reported, never silently ignored. None
@@ -166,12 +171,33 @@ class Algorithm:
     waits_for_clients: ClassVar[str | None] = None
     delta_updates: ClassVar[bool] = True
     uses_concurrency: ClassVar[bool] = False  # it reads the run's ``concurrency`` (clients in flight)
+    per_client_steps: ClassVar[bool] = False  # its policy takes :meth:`local_steps` (local_epochs allowed)
     reads: ClassVar[frozenset[str] | None] = None  # algorithm-specific run fields it reads
     summary: ClassVar[str] = ""
 
     def __init__(self, run, options: Options | None = None):
         self.run = run
         self.options = (options if options is not None else self.Options()).resolved()
+        self.client_samples = None  # n_i per client, set by jaxfl.algorithms.build for local_epochs
+
+    @property
+    def local_steps(self):
+        """Local steps per dispatch: the run's ``local_steps``, or with ``local_epochs`` E one count per
+        client, ⌈E · n_i / B⌉ (:func:`epoch_steps`), as a tuple indexed by client.
+
+        >>> from types import SimpleNamespace
+        >>> algorithm = Algorithm(SimpleNamespace(local_steps=50, local_epochs=2.0, batch_size=32))
+        >>> algorithm.client_samples = [100, 16]
+        >>> algorithm.local_steps
+        (7, 1)
+        """
+        epochs = getattr(self.run, "local_epochs", None)
+        if epochs is None:
+            return self.run.local_steps
+        if self.client_samples is None:
+            raise ValueError("a local_epochs run needs the clients' sample counts: "
+                             "jaxfl.algorithms.build(config, client_samples=federation.counts)")
+        return epoch_steps(epochs, self.client_samples, self.run.batch_size)
 
     def policy(self) -> Policy:
         raise NotImplementedError(f"{type(self).__name__} must implement policy()")
@@ -198,6 +224,18 @@ class Algorithm:
         """What in this algorithm's schedule depends on model values (None: nothing), e.g. a slot
         choice learned from losses. A timing-only run (``timing_only=True``) refuses it, naming this."""
         return None
+
+
+def epoch_steps(epochs: float, client_samples, batch_size: int) -> tuple[int, ...]:
+    """Local steps that make ``epochs`` passes over each client's data: ⌈epochs · n_i / B⌉, at least 1
+    (FedNova, Wang et al., NeurIPS 2020, §6: "E local epochs", so clients with more data take more
+    steps). A final short batch counts as a step, as a PyTorch ``DataLoader`` makes it.
+
+    >>> epoch_steps(1.5, [640, 100, 1], batch_size=64)
+    (15, 3, 1)
+    """
+    # less 1e-9: 0.1 · 640 / 64 is 1.0000000000000002 in floating point, one epoch and not two steps
+    return tuple(max(1, math.ceil(epochs * int(n) / batch_size - 1e-9)) for n in client_samples)
 
 
 def staleness_function(run) -> Callable[[int], float]:

@@ -49,7 +49,7 @@ import numpy as np
 from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, register
 from jaxfl.algorithms.fedavg import SELECTION_STREAM
 from jaxfl.algorithms.wrappers import StepNormalization
-from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
+from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, local_steps_of
 
 SCHEDULE_STREAM = 22  # SeedSequence([seed, SCHEDULE_STREAM]) draws the ad-hoc train/skip flags
 STRATEGIES = ("cc", "strategy1", "strategy2", "cc_c", "dropout", "fednova")
@@ -154,9 +154,10 @@ class CCFedAvg(Policy):
         return t % periods == 0  # phases aligned at t = 0, as in the code
 
     def steps_for(self, client: int) -> int:
+        local_steps = local_steps_of(self.local_steps, client)
         if self.strategy != "fednova":
-            return self.local_steps
-        steps = self.budgets[client] * self.local_steps
+            return local_steps
+        steps = self.budgets[client] * local_steps
         return max(1, math.ceil(steps - 1e-9) if self.nova_steps == "ceil" else math.floor(steps + 1e-9))
 
     # ------------------------------------------------------------------ server loop
@@ -355,11 +356,12 @@ class CCFedAvgAlgorithm(Algorithm):
     reads = frozenset({"clients_per_round", "round_timeout"})
     Options = CCFedAvgConfig
     waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
+    per_client_steps = True
     summary = "compute budgets, skipping clients re-send banked updates (Zhang et al. 2024)"
 
     def policy(self) -> CCFedAvg:
         o, run = self.options, self.run
-        return CCFedAvg(run.local_steps, o.budgets(run.clients), o.schedule, o.strategy, o.switch_round,
+        return CCFedAvg(self.local_steps, o.budgets(run.clients), o.schedule, o.strategy, o.switch_round,
                         o.total_rounds or run.max_updates or 400, run.clients_per_round, o.nova_steps,
                         seed=run.seed, round_timeout=run.round_timeout)
 

@@ -56,7 +56,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, register
-from jaxfl.scheduler.simulation import IN_FLIGHT, DispatchRecord, Policy, Simulation
+from jaxfl.scheduler.simulation import IN_FLIGHT, DispatchRecord, Policy, Simulation, local_steps_of
 
 TRIGGER_STREAM = 23  # SeedSequence([seed, TRIGGER_STREAM]) picks the idle devices a trigger starts
 EXPLORATION_STREAM = 24  # SeedSequence([seed, EXPLORATION_STREAM]): ε-greedy slot exploration
@@ -262,7 +262,7 @@ class FedASMU(Policy):
         sim.set_timer(sim.now + self.trigger_period, "trigger")
 
     def _dispatch(self, sim: Simulation, client: int) -> None:
-        steps = self.local_steps
+        steps = local_steps_of(self.local_steps, client)
         slot = self.selector.choose(client, self.epochs)
         fetch_step = round(slot * steps / self.epochs) if self.fetch else None
         if fetch_step is not None and not 0 < fetch_step < steps:
@@ -490,6 +490,7 @@ class FedASMUAlgorithm(Algorithm):
     waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
     delta_updates = False  # Formula 1 mixes models
     uses_concurrency = True  # fedasmu.max_concurrency, else the run's concurrency, else ceil(0.1 m)
+    per_client_steps = True
     summary = "learned staleness-aware mixing, fresh-model fetch mid-training (Liu et al. 2024)"
 
     @classmethod
@@ -508,7 +509,7 @@ class FedASMUAlgorithm(Algorithm):
 
     def policy(self) -> FedASMU:
         o, run = self.options, self.run
-        return FedASMU(run.local_steps, run.client_lr, o.epochs, o.slot, o.staleness_bound, o.trigger_period,
+        return FedASMU(self.local_steps, run.client_lr, o.epochs, o.slot, o.staleness_bound, o.trigger_period,
                        o.trigger_batch, o.max_concurrency or run.concurrency, o.fetch, o.dynamic, o.server_options(),
                        o.device_options(), seed=run.seed, round_timeout=run.round_timeout)
 

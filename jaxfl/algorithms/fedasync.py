@@ -69,6 +69,7 @@ class FedAsyncAlgorithm(Algorithm):
     kind = "asynchronous"
     reads = frozenset({"clients_per_round", "rule", "staleness", "staleness_alpha", "staleness_a"})
     uses_concurrency = True
+    per_client_steps = True
     summary = "every arrival is aggregated, weighted by staleness (Xie et al. 2019)"
 
     @classmethod
@@ -77,5 +78,5 @@ class FedAsyncAlgorithm(Algorithm):
 
     def policy(self) -> FedAsync:
         run = self.run
-        return FedAsync(run.local_steps, staleness_function(run), rule=run.rule or "fedcompass",
+        return FedAsync(self.local_steps, staleness_function(run), rule=run.rule or "fedcompass",
                         concurrency=run.concurrency or run.clients_per_round, seed=run.seed)

@@ -35,7 +35,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, register
-from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
+from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, local_steps_of
 
 PROFILING = ("round", "oracle")
 
@@ -108,7 +108,7 @@ class FedAT(Policy):
     def _start_round(self, sim: Simulation, tier: int, clients) -> None:
         detail = "profiling" if tier == -1 else f"tier {tier}"
         idle = [int(c) for c in clients if c not in self._busy]
-        self._round[tier] = [sim.dispatch(c, self.local_steps, detail=detail) for c in idle]
+        self._round[tier] = [sim.dispatch(c, local_steps_of(self.local_steps, c), detail=detail) for c in idle]
         self._busy.update(idle)
         self._arrived[tier] = 0
         self._round_ids[tier] = self._round_ids.get(tier, 0) + 1
@@ -250,11 +250,12 @@ class FedATAlgorithm(Algorithm):
     reads = frozenset({"round_timeout"})
     Options = FedATConfig
     waits_for_clients = "every client of a round"
+    per_client_steps = True
     delta_updates = False  # tier models are averaged as models
     summary = "synchronous inside speed tiers, weighted across tiers (Chai et al. 2021)"
 
     def policy(self) -> FedAT:
-        return FedAT(self.run.local_steps, self.options.tier_ratio, self.options.profiling,
+        return FedAT(self.local_steps, self.options.tier_ratio, self.options.profiling,
                      round_timeout=self.run.round_timeout)
 
     def hooks(self):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxfl.algorithms.base import Algorithm, register
-from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
+from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, local_steps_of
 
 SELECTION_STREAM = 3  # SeedSequence([seed, SELECTION_STREAM]) draws the clients of each round
 
@@ -56,7 +56,7 @@ class FedAvg(Policy):
             return  # everyone is still busy with a closed round: start when one comes back
         cohort = self.clients_per_round or sim.num_clients
         selected = idle if cohort >= len(idle) else np.sort(self._rng.choice(idle, size=cohort, replace=False))
-        records = [sim.dispatch(int(client), self.local_steps) for client in selected]
+        records = [sim.dispatch(int(client), local_steps_of(self.local_steps, int(client))) for client in selected]
         self._round = {r.id: r for r in records}
         self._busy.update(r.client for r in records)
         self._arrived = []
@@ -99,10 +99,11 @@ class FedAvgAlgorithm(Algorithm):
     kind = "synchronous"
     reads = frozenset({"clients_per_round", "round_timeout"})
     waits_for_clients = "every client of a round"
+    per_client_steps = True
     summary = "synchronous rounds of the selected clients (McMahan et al. 2017)"
 
     def policy(self) -> FedAvg:
-        return FedAvg(self.run.local_steps, self.run.clients_per_round, seed=self.run.seed,
+        return FedAvg(self.local_steps, self.run.clients_per_round, seed=self.run.seed,
                       round_timeout=self.run.round_timeout)
 
 

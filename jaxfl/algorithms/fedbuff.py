@@ -77,6 +77,7 @@ class FedBuffAlgorithm(Algorithm):
     kind = "asynchronous"
     reads = frozenset({"clients_per_round", "buffer_size", "rule", "staleness", "staleness_alpha", "staleness_a"})
     uses_concurrency = True
+    per_client_steps = True
     summary = "aggregate every K buffered updates (Nguyen et al. 2022)"
 
     @classmethod
@@ -89,5 +90,5 @@ class FedBuffAlgorithm(Algorithm):
 
     def policy(self) -> FedBuff:
         run = self.run
-        return FedBuff(run.local_steps, run.buffer_size, staleness_function(run), rule=run.rule or "paper",
+        return FedBuff(self.local_steps, run.buffer_size, staleness_function(run), rule=run.rule or "paper",
                        concurrency=run.concurrency or run.clients_per_round, seed=run.seed)

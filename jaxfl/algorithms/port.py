@@ -42,7 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, check_per_dispatch, register
-from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
+from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, local_steps_of
 
 REPLACEMENT_STREAM = 21  # SeedSequence([seed, REPLACEMENT_STREAM]) picks the clients that start training
 COSINE_DEFINITIONS = ("own", "current")
@@ -206,7 +206,7 @@ class PORT(Policy):
         else:
             chosen = sorted(int(c) for c in self._rng.choice(idle, size=count, replace=False))
         for client in chosen:
-            record = sim.dispatch(client, self.local_steps)
+            record = sim.dispatch(client, local_steps_of(self.local_steps, client))
             self.in_flight[record.id] = client
             if self.round_timeout is not None:
                 sim.set_timer(sim.now + self.round_timeout, {"deadline": record.id})
@@ -327,12 +327,13 @@ class Port(Algorithm):
     reads = frozenset({"round_timeout"})
     Options = PortConfig
     waits_for_clients = "clients (rounds, K arrivals, stale clients or concurrency slots)"
+    per_client_steps = True
     delta_updates = False  # Eq. 4 averages models
     summary = "K arrivals, staleness bound Ω, staleness and cosine weights (Su & Li 2022)"
 
     def policy(self) -> PORT:
         o, run = self.options, self.run
-        return PORT(run.local_steps, o.min_clients, o.staleness_bound, o.alpha, o.beta, o.clients_in_flight,
+        return PORT(self.local_steps, o.min_clients, o.staleness_bound, o.alpha, o.beta, o.clients_in_flight,
                     o.switches(), seed=run.seed, round_timeout=run.round_timeout)
 
     def hooks(self):

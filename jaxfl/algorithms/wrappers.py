@@ -1,6 +1,7 @@
 """Options that compose with many algorithms, as device hooks (the way optax transforms chain).
 
-- :class:`StepNormalization` — FedNova (Wang et al. 2020): each update counts per local step. It
+- :class:`StepNormalization` — FedNova (Wang et al. 2020): each update counts per local step (per
+  unit of ‖a_i‖₁ for momentum/proximal SGD clients). It
   applies to every ``delta`` aggregation when the run sets ``fednova=True`` (an option of any
   algorithm whose updates are pseudo-gradients), and to any aggregation whose payload asks for it
   (``payload.normalize_steps``: CC-FedAvg's FedNova baseline, FedCompass+N with ``step_weights``).
@@ -31,13 +32,45 @@ class NormalizeSteps(NamedTuple):
         check_per_dispatch(self, contributions, "step_weights")
 
 
+class ClientSGD(NamedTuple):
+    """The clients' SGD as FedNova's normaliser needs it: momentum ρ, base learning rate η (times each
+    dispatch's ``lr_scale``) and the pull α = prox_mu + weight decay."""
+
+    momentum: float = 0.0
+    learning_rate: float = 0.0
+    pull: float = 0.0
+
+    @classmethod
+    def of_run(cls, run) -> "ClientSGD | None":
+        """The run's client SGD, or None for clients that train with another optimiser (Adam, AdamW, an
+        optax object), whose updates are normalised by their step counts τ_i."""
+        if getattr(run, "client_optimizer", "sgd") != "sgd":
+            return None
+        return cls(float(getattr(run, "client_momentum", 0.0)), float(getattr(run, "client_lr", 0.0)),
+                   float(getattr(run, "prox_mu", 0.0)) + float(getattr(run, "client_weight_decay", 0.0)))
+
+
 class StepNormalization(DeviceHook):
-    """FedNova: c_i ← c_i · τ_eff / τ_i (:func:`jaxfl.kernels.fednova.fednova_coefficients`) on device."""
+    """FedNova: c_i ← c_i · τ_eff / ‖a_i‖₁ (:func:`jaxfl.kernels.fednova.fednova_coefficients`) on
+    device, ‖a_i‖₁ from :func:`jaxfl.kernels.fednova.fednova_normalizer` for ``sgd`` clients (τ_i for
+    plain SGD) and τ_i for any other optimiser (FedCompass+N and CC-FedAvg's baseline, as their
+    authors ran them with Adam)."""
 
     name = "fednova"
 
-    def __init__(self, always: bool = False):
+    def __init__(self, always: bool = False, sgd: ClientSGD | None = None):
         self.always = always
+        self.sgd = sgd
+
+    def effective_steps(self, records) -> np.ndarray:
+        """‖a_i‖₁ of each record's local update (τ_i unless the clients' SGD sets otherwise)."""
+        from jaxfl.kernels.fednova import fednova_normalizer
+
+        steps = np.array([r.steps for r in records], np.int64)
+        if self.sgd is None:
+            return steps.astype(np.float64)
+        rates = self.sgd.learning_rate * np.array([r.lr_scale for r in records], np.float64)
+        return fednova_normalizer(steps, self.sgd.momentum, rates, self.sgd.pull)
 
     def weigh(self, ctx, aggregation, records):
         payload = aggregation.payload
@@ -56,7 +89,7 @@ class StepNormalization(DeviceHook):
         pad = lambda values: jnp.asarray(np.concatenate([np.asarray(values, np.float32),
                                                          np.zeros(padded - count, np.float32)]))
         c = pad([coefficients[r.id] for r in records])
-        steps = pad([r.steps for r in records])
+        steps = pad(self.effective_steps(records))
         if isinstance(payload, NormalizeSteps):
             position = dict(zip(payload.dispatch_ids, payload.step_weights))
             weights = pad([position[r.id] for r in records])
@@ -66,7 +99,17 @@ class StepNormalization(DeviceHook):
         return jax.device_get(normalized)[:count].tolist()
 
 
-def with_step_normalization(hooks: Sequence[DeviceHook]) -> tuple[DeviceHook, ...]:
+def with_step_normalization(hooks: Sequence[DeviceHook], sgd: ClientSGD | None = None) -> tuple[DeviceHook, ...]:
     """``hooks`` with FedNova applied to every delta aggregation (one FedNova hook, placed last)."""
     others = tuple(hook for hook in hooks if not isinstance(hook, StepNormalization))
-    return others + (StepNormalization(always=True),)
+    return others + (StepNormalization(always=True, sgd=sgd),)
+
+
+def with_client_sgd(hooks: Sequence[DeviceHook], sgd: ClientSGD | None) -> tuple[DeviceHook, ...]:
+    """``hooks`` with every FedNova hook normalising by the clients' SGD (momentum, decayed rates, pull).
+
+    >>> [hook.sgd.momentum for hook in with_client_sgd((StepNormalization(),), ClientSGD(0.9, 0.1))]
+    [0.9]
+    """
+    return tuple(StepNormalization(hook.always, sgd) if isinstance(hook, StepNormalization) else hook
+                 for hook in hooks)

@@ -13,11 +13,18 @@ entries with c_i = w_i = 0 (padding) change nothing.
 >>> import jax.numpy as jnp
 >>> [round(float(c), 6) for c in fednova_coefficients(jnp.array([0.5, 0.5]), jnp.array([10, 40]))]   # τ_eff = 25
 [1.25, 0.3125]
+
+τ_i is the plain-SGD case of FedNova's normaliser ‖a_i‖₁ (Wang et al., §4 and Appendix): the local
+update is Δ_i = η Σ_k a_{i,k} g_{i,k}, and dividing by Σ_k a_{i,k} turns it into an average gradient.
+With momentum or a proximal pull the later gradients count more or less than once, and
+:func:`fednova_normalizer` gives Σ_k a_{i,k}, which goes into :func:`fednova_coefficients` in place
+of τ_i.
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def fednova_coefficients(coefficients: jax.Array, steps: jax.Array, step_weights: jax.Array | None = None) -> jax.Array:
@@ -29,3 +36,43 @@ def fednova_coefficients(coefficients: jax.Array, steps: jax.Array, step_weights
     total = jnp.sum(weights, axis=0)
     tau_eff = jnp.sum(weights * tau, axis=0) / jnp.where(total == 0, 1.0, total)
     return jnp.where(total == 0, c, c * tau_eff / tau)
+
+
+def fednova_normalizer(steps, momentum: float = 0.0, learning_rate=0.0, pull: float = 0.0) -> np.ndarray:
+    """FedNova's ‖a_i‖₁ for clients that ran ``steps`` = τ_i steps of SGD (host-side numpy, per client).
+
+    SGD with PyTorch momentum ρ (buffer v ← ρv + g, w ← w − ηv, v₀ = 0): gradient k counts
+    1 + ρ + … + ρ^(τ−1−k) times, so (Wang et al., NeurIPS 2020, §4, "momentum SGD")::
+
+        ‖a‖₁ = [τ − ρ(1 − ρ^τ)/(1 − ρ)] / (1 − ρ)
+
+    A pull α towards a fixed point — FedProx's μ(w − w_start), or weight decay λw, whose λw_start part
+    counts as gradient — with step ``learning_rate`` η shrinks older gradients by (1 − ηα) per
+    step (§4, "proximal updates")::
+
+        ‖a‖₁ = [1 − (1 − ηα)^τ] / (ηα)
+
+    With both, the linear recursion they come from is run exactly (u counts the gradients' total
+    weight in −(w_τ − w_0)/η, v the momentum buffer's): v ← ρv + 1 − ηα·u, u ← u + v. Plain SGD
+    gives τ. ``learning_rate`` may differ per client (a decayed rate); ``pull`` = α = μ + λ.
+
+    >>> [round(float(a), 6) for a in fednova_normalizer([1, 2, 4], momentum=0.5)]   # 1; 1 + 1.5; 1 + 1.5 + 1.75 + 1.875
+    [1.0, 2.5, 6.125]
+    >>> round(float(fednova_normalizer([3], learning_rate=0.1, pull=1.0)[0]), 6)   # 1 + 0.9 + 0.81
+    2.71
+    """
+    tau = np.maximum(np.asarray(steps, np.int64), 0)
+    eta_pull = np.broadcast_to(np.asarray(learning_rate, np.float64) * float(pull), tau.shape)
+    rho = float(momentum)
+    if not eta_pull.any():
+        if rho == 0.0:
+            return tau.astype(np.float64)
+        return (tau - rho * (1.0 - rho ** tau) / (1.0 - rho)) / (1.0 - rho)
+    u = np.zeros(tau.shape, np.float64)
+    v = np.zeros(tau.shape, np.float64)
+    for k in range(int(tau.max(initial=0))):
+        active = k < tau
+        v_next = rho * v + 1.0 - eta_pull * u
+        u = np.where(active, u + v_next, u)
+        v = np.where(active, v_next, v)
+    return u

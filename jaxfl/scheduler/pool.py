@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxfl.scheduler.simulation import local_steps_of
+
 SELECTION_STREAM = 0x5E1EC7  # SeedSequence([seed, SELECTION_STREAM, salt]) draws the clients
 DEFAULT_CONCURRENCY = 1000  # FedBuff's paper: 1,000 clients in flight (of millions)
 
@@ -102,14 +104,15 @@ class InFlightLimit:
         self.concurrency = default_concurrency(sim.num_clients, self.concurrency)
         if self.concurrency >= sim.num_clients:
             for client in range(sim.num_clients):
-                sim.dispatch(client, self.local_steps)
+                sim.dispatch(client, local_steps_of(self.local_steps, client))
             return
         self.pool = IdlePool(sim.num_clients, self.seed)
         for _ in range(self.concurrency):
-            sim.dispatch(self.pool.take(), self.local_steps)
+            client = self.pool.take()
+            sim.dispatch(client, local_steps_of(self.local_steps, client))
 
     def on_reply(self, sim, client: int, payload) -> None:
         if self.pool is not None:
             self.pool.give_back(client)
             client = self.pool.take()
-        sim.dispatch(client, self.local_steps)
+        sim.dispatch(client, local_steps_of(self.local_steps, client))

@@ -190,11 +190,22 @@ class Backend(Protocol):
         """The records whose update or loss is NaN/Inf (training them first if needed)."""
 
 
+def local_steps_of(local_steps, client: int) -> int:
+    """A client's local steps from a policy's ``local_steps``: one count for all clients, or one per
+    client (a sequence indexed by client, from ``local_epochs``).
+
+    >>> local_steps_of(5, 3), local_steps_of((7, 1), 1)
+    (5, 1)
+    """
+    return int(local_steps) if isinstance(local_steps, (int, np.integer)) else int(local_steps[client])
+
+
 class Policy:
     """Base class of a scheduling policy (one algorithm's server logic).
 
     Subclasses override :meth:`start` and :meth:`on_arrival`, and :meth:`on_timer` if they set
-    timers. The default :meth:`on_reply` re-dispatches the client with ``self.local_steps``.
+    timers. The default :meth:`on_reply` re-dispatches the client with ``self.local_steps`` (one
+    count, or one per client: :func:`local_steps_of`).
     """
 
     name = "policy"
@@ -209,7 +220,7 @@ class Policy:
         raise NotImplementedError(f"{type(self).__name__} must implement on_arrival()")
 
     def on_reply(self, sim: "Simulation", client: int, payload) -> None:
-        sim.dispatch(client, self.local_steps)
+        sim.dispatch(client, local_steps_of(self.local_steps, client))
 
     def on_timer(self, sim: "Simulation", payload) -> None:
         raise ValueError(f"{type(self).__name__} received a timer but defines no on_timer()")
@@ -233,6 +244,12 @@ class Simulation:
     ``stop_reason`` names what stopped the run (:data:`STOP_REASONS`, ``"no events left"``, or the
     reason the backend gave). ``log`` receives one dict per event-log row (fields
     ``EVENT_LOG_FIELDS``); ``wall_clock() -> seconds`` fills the aggregation rows' ``wall_time``.
+
+    ``client_lr_decay`` = d scales the learning rate of a client's k-th dispatch (k = 0, 1, ... its
+    ``client_round``) by d^k, on top of the policy's ``lr_scale``: each device decays its own
+    learning rate over its own local rounds, so in a synchronous run with every client in every
+    round it is the usual per-round decay, and in an asynchronous one a client's rate does not fall
+    because other clients were fast.
     """
 
     def __init__(self, policy: Policy, speeds: ClientSpeeds, client_weights: Sequence[float],
@@ -241,7 +258,7 @@ class Simulation:
                  on_nonfinite: str = "stop", after_event: Callable[["Simulation"], None] | None = None,
                  keep_finished_records: int | None = KEEP_FINISHED_RECORDS,
                  max_client_updates: int | None = None, max_client_steps: int | None = None,
-                 wall_clock: Callable[[], float] | None = None):
+                 wall_clock: Callable[[], float] | None = None, client_lr_decay: float = 1.0):
         weights = np.asarray(client_weights, dtype=np.float64)
         if weights.ndim != 1 or len(weights) < 1:
             raise ValueError(f"client_weights must be a non-empty 1-D sequence, got shape {weights.shape}")
@@ -253,8 +270,11 @@ class Simulation:
                 raise ValueError(f"{name} must be >= 1 or None, got {value}")
         if on_nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"on_nonfinite={on_nonfinite!r} is not allowed: one of {', '.join(NONFINITE_POLICIES)}")
+        if not 0 < client_lr_decay <= 1:
+            raise ValueError(f"client_lr_decay={client_lr_decay!r} is not allowed: a factor in (0, 1]")
         self.policy = policy
         self.speeds = speeds
+        self.client_lr_decay = float(client_lr_decay)
         self.client_weights = weights
         self.num_clients = len(weights)
         self.backend = backend
@@ -289,6 +309,7 @@ class Simulation:
         state.setdefault("max_client_updates", None)
         state.setdefault("max_client_steps", None)
         state.setdefault("wall_clock", None)
+        state.setdefault("client_lr_decay", 1.0)
         if "aggregated_steps" not in state:  # the records that count them may be forgotten: rebuilt lazily
             state["aggregated_steps"] = None
         if state.get("_stop_requested") is False:
@@ -315,7 +336,8 @@ class Simulation:
 
         ``detail`` is written to the event log (e.g. FedCompass's ``group 3``, FedAT's ``tier 1``).
         ``extra_time`` lengthens the round (FedASMU's extra fetch of a fresh model); ``fetch_step``
-        marks a dispatch that mixes in a fresh global at that step (see :meth:`fetch`).
+        marks a dispatch that mixes in a fresh global at that step (see :meth:`fetch`). The record's
+        ``lr_scale`` is ``lr_scale`` times ``client_lr_decay`` to the client's round.
         """
         if not 0 <= client < self.num_clients:
             raise ValueError(f"client {client} out of range [0, {self.num_clients})")
@@ -330,7 +352,7 @@ class Simulation:
         record = DispatchRecord(id=self.records.count, client=client, version=self.version,
                                 steps=int(steps), client_round=int(self.client_rounds[client]),
                                 start_time=self.now, arrival_time=self.now + duration,
-                                lr_scale=float(lr_scale),
+                                lr_scale=float(lr_scale) * self.client_lr_decay ** int(self.client_rounds[client]),
                                 fetch_step=None if fetch_step is None else int(fetch_step))
         self.client_rounds[client] += 1
         self.records.add(record)
