@@ -79,8 +79,10 @@ def _setting(run_dir: str) -> str:
     partition = flat.get("partition", "?")
     if partition in ("dirichlet", "dirichlet_client"):
         partition += f" α={flat.get('dirichlet_alpha')}"
+    local = (f"{flat.get('local_steps', '?')} local steps" if flat.get("local_epochs") is None
+             else f"{flat['local_epochs']:g} local epochs")
     return (f"{flat.get('dataset', '?')}, {flat.get('model', '?')}, {flat.get('clients', '?')} clients, "
-            f"{partition} split, {flat.get('heterogeneity', '?')} speeds, {flat.get('local_steps', '?')} local steps, "
+            f"{partition} split, {flat.get('heterogeneity', '?')} speeds, {local}, "
             f"seed {flat.get('seed', '?')}")
 
 
