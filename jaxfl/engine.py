@@ -638,6 +638,20 @@ class Engine:
             self._version_users[record.fetch_version] = self._version_users.get(record.fetch_version, 0) + 1
             self._fetches[record.id] = record.fetch_version
 
+    def on_recall(self, record: DispatchRecord) -> None:
+        """The simulation cut ``record.steps`` (an urgent pull): an update already trained to the
+        planned count is discarded and the dispatch trained again, to its new count, when needed."""
+        if record.id not in self._results:
+            return  # still pending: it will be trained to the new count
+        if not self.keep_start_versions and record.version not in self._versions:
+            raise RuntimeError(f"dispatch {record.id} was recalled after its start model (version "
+                               f"{record.version}) was let go; a recalling policy must set needs_start_models")
+        self._results.pop(record.id)
+        self._client_metrics.pop(record.id, None)
+        if not self.keep_start_versions:  # pinned again until it is re-trained
+            self._version_users[record.version] = self._version_users.get(record.version, 0) + 1
+        self._pending[record.id] = record
+
     # ----------------------------------------------------------------- checkpoints
     def checkpoint_state(self) -> tuple[dict, dict]:
         """(device tree for orbax, plain metadata) holding everything needed to continue exactly:

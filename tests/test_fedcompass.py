@@ -241,3 +241,28 @@ def test_equal_q_min_and_q_max_gives_fedasync_for_a_whole_run():
     assert math.isinf(first_join) and len(compass) == 40
     assert all(len(contributions) == 1 for _, contributions in compass)
     assert compass == fedasync
+
+
+def test_reference_code_warm_up_trains_q_max_and_divides_the_first_time_by_it():
+    from jaxfl.algorithms.fedcompass import PAPER, REFERENCE_CODE
+    from jaxfl.config import ConfigError, RunConfig, validate
+
+    assert PAPER.warmup == "q_min" and REFERENCE_CODE.warmup == "q_max"
+    sim, policy, _, _ = run_compass(lambda c, r: PAPER_SPEEDS[c], max_time=1.0,
+                                    options=CompassOptions(warmup="q_max"))
+    assert dispatches(sim, 0.0) == {c: 100 for c in range(5)}  # every first dispatch plans Q_max
+    sim, policy, _, _ = run_compass(lambda c, r: PAPER_SPEEDS[c], max_time=600.0,
+                                    options=CompassOptions(warmup="q_max"))
+    # client 0 (6 s per step) arrives at 600 s after 100 steps: its first estimate is 600 / Q_max = 6
+    assert sim.records[0].steps == 100 and sim.records[0].arrival_time == 600.0
+    assert policy.clients[0].speed == 6.0
+    paper_sim, _, _, _ = run_compass(lambda c, r: PAPER_SPEEDS[c], max_time=1.0)
+    assert dispatches(paper_sim, 0.0) == {c: 20 for c in range(5)}  # the paper: Q_min
+
+    def warmup(**options):
+        return validate(RunConfig(algorithm="fedcompass", algorithm_options=options)).algorithm_options.warmup
+
+    assert warmup() == "q_min" and warmup(preset="reference_code") == "q_max"
+    assert warmup(preset="reference_code", warmup="q_min") == "q_min"
+    with pytest.raises(ConfigError, match="compass.warmup='q_mid' is not allowed"):
+        warmup(warmup="q_mid")

@@ -1,5 +1,6 @@
 """PORT: hand-computed weights, the staleness bound, the design-space corners (K = all → FedAvg,
 K = 1 → an aggregation per arrival as FedAsync), the PLATO preset and PLATO's idle-time table."""
+import dataclasses
 import math
 
 import jax
@@ -163,3 +164,113 @@ def test_plato_idle_time_table():
     other_seed = ClientSpeeds(SpeedConfig(model="pareto", mean=1.0, reference_time=1.0, jitter=0.0, legacy_seed=1),
                               100, seed=7)
     np.testing.assert_array_equal(other_seed.base_time_per_step, speeds.base_time_per_step)  # PLATO ignores our seed
+
+
+# Urgent pull, by hand (latency 0.5 s per transfer; K = 2, Ω = 3, strict rule: pull when S + 1 ≥ 3):
+#   clients 0, 1: 10 steps × 1 s + 1 s transfers = 11 s rounds → aggregations at 11 (v1) and 22 (v2);
+#   client 2: 3.5 s per step, planned arrival 0.5 + 35 + 0.5 = 36. After v2 (t = 22) its S = 2: pulled.
+#   It trains from 0.5, so at 22 it is in step ⌈21.5 / 3.5⌉ = 7; it uploads at 0.5 + 7·3.5 + 0.5 = 25.5.
+#   With the pull, v3 comes at 33 (client 0's arrival, with client 2's 7 steps); without it the
+#   server waits for client 2's full 10 steps until 36.
+PULL_TIMES = [1.0, 1.0, 3.5]
+
+
+def run_pull_scenario(urgent_pull, pull_steps=1):
+    policy = PORT(local_steps=10, min_clients=2, staleness_bound=3.0, pull_steps=pull_steps,
+                  options=dataclasses.replace(PAPER, urgent_pull=urgent_pull))
+    rows, backend = [], RecordingBackend()
+    sim = Simulation(policy, ScriptedSpeeds(lambda c, r: PULL_TIMES[c], 3, latency=0.5), [1 / 3] * 3, backend,
+                     max_updates=3, log=rows.append)
+    sim.run()
+    return sim, policy, backend, rows
+
+
+def test_urgent_pull_brings_a_stale_client_early_with_the_steps_it_trained():
+    sim, policy, backend, rows = run_pull_scenario(urgent_pull=True)
+    pulled = sim.records[2]
+    assert (pulled.client, pulled.steps, pulled.planned_steps, pulled.arrival_time) == (2, 7, 10, 25.5)
+    assert [a.time for a in backend.aggregations] == [11.0, 22.0, 33.0]
+    third = backend.aggregations[2]
+    assert [sim.records[d].client for d, _ in third.contributions] == [2, 0]  # aggregated like any other
+    assert third.payload.staleness_part[0] == pytest.approx(0.5 * staleness_discount(2, 3.0, 3.0))
+    assert policy.waits == 0 and policy.pulls == 1 and policy.summary()["urgent_pulls"] == 1
+    pull_rows = [r for r in rows if r["event"] == "pull"]
+    assert pull_rows == [{"time": 22.0, "event": "pull", "client": 2, "dispatch": 2, "version": 0, "staleness": 2,
+                          "steps": 7, "detail": "urgent pull: 7 of 10 steps, uploads at 25.5", "wall_time": None}]
+    arrival = next(r for r in rows if r["event"] == "arrival" and r["dispatch"] == 2)
+    assert (arrival["time"], arrival["steps"], arrival["detail"]) == (25.5, 7, "pulled: 7 of 10 steps")
+    assert sim.busy_time[2] >= 25.5  # its busy time ends at the upload
+    # blocks of 4 steps (an "epoch"): at 22 it is in its second block, so it uploads 8 steps at 29
+    sim4, _, _, _ = run_pull_scenario(urgent_pull=True, pull_steps=4)
+    assert (sim4.records[2].steps, sim4.records[2].arrival_time) == (8, 29.0)
+
+
+def test_without_the_pull_the_server_waits_for_the_whole_local_training():
+    sim, policy, backend, rows = run_pull_scenario(urgent_pull=False)
+    assert (sim.records[2].steps, sim.records[2].planned_steps, sim.records[2].arrival_time) == (10, None, 36.0)
+    assert [a.time for a in backend.aggregations] == [11.0, 22.0, 36.0]
+    assert policy.waits == 1 and policy.pulls == 0
+    assert not [r for r in rows if r["event"] == "pull"]
+    assert PLATO.urgent_pull is False and PAPER.urgent_pull is True
+
+
+def test_pulled_updates_train_their_steps_and_resume_bit_identical(small_config, monkeypatch):
+    """The engine trains a pulled dispatch to its cut step count, also when it had trained it in full
+    already (batched with earlier arrivals); a run interrupted with a pull in flight resumes exactly."""
+    import os
+
+    import jaxfl.experiment as experiment
+    from jaxfl.experiment import resume_experiment
+    from jaxfl.testing import assert_same_run
+    from tests.conftest import Interrupted
+
+    config = replace(small_config, algorithm="port", model="logreg", clients=3, local_steps=10, jitter=0.0,
+                     latency=0.5, max_updates=3, checkpoint_every=1, stop_at_target=False,
+                     algorithm_options={"min_clients": 2, "staleness_bound": 3.0})
+    single = run_experiment(replace(config, batching=False, run_name="single"), time_per_step=PULL_TIMES)
+    batched = run_experiment(replace(config, clients_per_call=4, run_name="batched"), time_per_step=PULL_TIMES)
+    record = batched.simulation.records[2]
+    assert (record.steps, record.planned_steps) == (7, 10)
+    assert batched.engine.client_metrics(2)["steps"] == 7
+    for a, b in zip(jax.tree.leaves(single.params), jax.tree.leaves(batched.params)):  # up to reassociation
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-4)
+    assert batched.summary["policy"]["urgent_pulls"] == 1
+    original, seen = experiment._Checkpointer.save, {"saves": 0}
+
+    def crashing(self, simulation):
+        original(self, simulation)
+        seen["saves"] += 1
+        if seen["saves"] == 2:  # after v2: client 2's pull is in flight
+            assert 2 in simulation.policy.pulled
+            raise Interrupted
+
+    monkeypatch.setattr(experiment._Checkpointer, "save", crashing)
+    with pytest.raises(Interrupted):
+        run_experiment(replace(config, clients_per_call=4, run_name="killed"), time_per_step=PULL_TIMES)
+    monkeypatch.setattr(experiment._Checkpointer, "save", original)
+    resumed = resume_experiment(os.path.join(config.output_dir, "killed"), progress=False)
+    assert_same_run(batched, resumed)
+
+
+def test_urgent_pull_options_from_python_and_the_command_line():
+    def resolved(**options):
+        return validate(RunConfig(algorithm="port", algorithm_options=options)).algorithm_options
+
+    assert resolved().urgent_pull is True and resolved(preset="plato").urgent_pull is False
+    assert resolved(preset="plato", urgent_pull=True).switches().urgent_pull is True
+    assert resolved(pull_steps=5).pull_steps == 5
+    with pytest.raises(ConfigError, match="port.pull_steps=0 is not allowed"):
+        validate(RunConfig(algorithm="port", algorithm_options={"pull_steps": 0}))
+    with pytest.raises(ValueError, match="port_pull_steps=0"):
+        PORT(local_steps=5, pull_steps=0)
+    from jaxfl.cli import _configs, build_parser
+
+    parser = build_parser()
+
+    def from_cli(*argv):
+        (config,) = _configs(parser.parse_args(["run", "--algorithm", "port", *argv]))
+        return validate(config).algorithm_options
+
+    assert from_cli("--no-port.urgent-pull").urgent_pull is False
+    assert from_cli("--port.preset", "plato", "--port.urgent-pull").switches().urgent_pull is True
+    assert from_cli("--port.pull-steps", "3").pull_steps == 3

@@ -5,7 +5,7 @@ differs, as switches. The server measures each client's time per step S_i and ha
 that the clients of an *arrival group* finish together at the group's expected time T_a; a group
 waits at most until T_max = creation + λ·(T_a − creation). Server loop (paper)::
 
-    warm-up: every client trains Q_min steps from w_0
+    warm-up: every client trains Q_min steps from w_0           # switch: Q_max (code)
     on ARRIVAL of Δ_i (time now):
         S_i ← (now − T_start_i) / Q_i                       # speed estimate (switch: EMA 0.9)
         if i has no group (first response):                # single update, FedAsync-like
@@ -44,6 +44,7 @@ from jaxfl.algorithms.wrappers import NormalizeSteps, StepNormalization
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 
 AGGREGATIONS = ("plain", "momentum", "normalized")
+WARMUPS = ("q_min", "q_max")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,11 +59,13 @@ class CompassOptions:
     fastest_over: str = "pending"  # "all": fastest client of a group over CL ∪ ACL (§10 9d)
     lr_decay: bool = False  # True: client lr × 0.995^floor(total steps / Q_max) (legacy, §10 9e)
     empty_timer: str = "apply"  # "skip": a timer on a group with no arrivals does nothing (§10 9g)
+    warmup: str = "q_min"  # "q_max": the warm-up round trains Q_max steps (code; first S_i = time / Q_max)
 
     def validate(self) -> None:
         choices = {"speed_estimate": ("latest", "ema"), "staleness_at": ("buffer", "aggregation"),
                    "create_rule": ("t_a", "t_max"), "create_far_groups": ("clamp", "skip"),
-                   "fastest_over": ("pending", "all"), "empty_timer": ("apply", "skip")}
+                   "fastest_over": ("pending", "all"), "empty_timer": ("apply", "skip"),
+                   "warmup": WARMUPS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"compass_{name}={getattr(self, name)!r} is not allowed: one of {', '.join(allowed)}")
@@ -74,7 +77,7 @@ PAPER = CompassOptions()
 # Every code-only behaviour at once (with λ = 1.5, the legacy MPI runner's default, §10 9f).
 REFERENCE_CODE = CompassOptions(speed_estimate="ema", staleness_at="aggregation", create_rule="t_max",
                                 create_far_groups="skip", join_max_factor=1.2, fastest_over="all",
-                                lr_decay=True, empty_timer="skip")
+                                lr_decay=True, empty_timer="skip", warmup="q_max")
 REFERENCE_CODE_LATEST_TIME_FACTOR = 1.5
 
 
@@ -136,8 +139,9 @@ class FedCompass(Policy):
     # ------------------------------------------------------------------ server loop (Alg. 1)
     def start(self, sim: Simulation) -> None:
         self.clients = [ClientState() for _ in range(sim.num_clients)]
-        for client in range(sim.num_clients):  # warm-up: everybody gets Q_min
-            self.clients[client].steps = self.q_min
+        warmup_steps = self.q_max if self.options.warmup == "q_max" else self.q_min
+        for client in range(sim.num_clients):  # warm-up: everybody gets Q_min (paper) or Q_max (code)
+            self.clients[client].steps = warmup_steps
             self._dispatch(sim, client)
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
@@ -299,7 +303,7 @@ class FedCompass(Policy):
 
 SWITCH_CHOICES = {"speed_estimate": ("latest", "ema"), "staleness_at": ("buffer", "aggregation"),
                   "create_rule": ("t_a", "t_max"), "create_far_groups": ("clamp", "skip"),
-                  "fastest_over": ("pending", "all"), "empty_timer": ("apply", "skip")}
+                  "fastest_over": ("pending", "all"), "empty_timer": ("apply", "skip"), "warmup": WARMUPS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,6 +329,7 @@ class FedCompassConfig(Options):
     fastest_over: str | None = None  # fastest client of a group: pending (paper) | all (code)
     lr_decay: bool | None = None  # legacy client lr × 0.995^floor(steps/Q_max)
     empty_timer: str | None = None  # timer on a group with no arrivals: apply (paper) | skip
+    warmup: str | None = None  # steps of the warm-up round: q_min (paper) | q_max (code; first speed = time/Q_max)
 
     def step_range(self, local_steps: int) -> tuple[int, int]:
         """(Q_min, Q_max): Q_max = the baselines' local steps, Q_min = 0.2·Q_max unless set (Table 9)."""

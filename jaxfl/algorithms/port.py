@@ -17,6 +17,9 @@ Server loop (paper semantics; each PLATO-code difference is a switch, see :class
             p_k = d_k (s_k + θ_k) / Σ_A d_j (s_j + θ_j)
         w_{τ+1} ← Σ_A p_k w_k ;  τ ← τ + 1 ;  A ← ∅        # Eq. 4, a model average ("mix" mode)
         replace: uniformly sample clients that are not in flight until P are in flight (Step 5)
+        urgent pull (Step 1, push-pull): every in-flight client now too stale (the Step-3 test) is
+            asked to stop after the block of ``pull_steps`` local steps it is training and upload
+            that partial update at once; Step 3 then waits for it only until that upload
 
 The cosine θ_k needs the updates, so the device hook :class:`CosineWeights` computes it on device
 (:mod:`jaxfl.kernels.port`); this policy hands it a_k = d_k s_k, b_k = d_k β and whether cos is forced
@@ -29,9 +32,16 @@ Faults: with ``round_timeout`` a dispatch still out that long after it started i
 arrives later ("arrived after round deadline"); while fewer than K clients can still arrive, the
 buffer is aggregated as it is. Without a deadline (default) the loop is exactly the paper's.
 
-Not implemented: the urgent pull of a stale client after its current epoch (push-pull, Step 1).
-The paper's reproducible-mode experiments (Figs. 5–6) run without it and PLATO's stored code gains
-no time from it; waiting for the stale client (Step 3) is implemented.
+Urgent pull (§IV-B push-pull, Fig. 7; ``urgent_pull``, on in the paper preset): right after the
+aggregation that makes an in-flight client too stale, the server asks it for its model
+(:meth:`~jaxfl.scheduler.simulation.Simulation.recall`). It finishes the block of ``pull_steps``
+local steps it is in (the paper's unit is an epoch, ⌈n_k/B⌉ steps; ours defaults to one step, the
+unit a dispatch is counted in) and uploads: its arrival moves to the end of that block plus the
+upload, its update has the steps it trained (``steps`` in the event log; the arrival's detail says
+``pulled: 3 of 10 steps``), and it is weighted like any other update (its staleness, its data
+share). A pull is a ``pull`` row in the event log. Without the pull (PLATO preset) Step 3 waits for
+the whole local training: the paper's reproducible-mode experiments (Figs. 5–6) run so, and PLATO's
+stored pull keeps a pulled client's full finish time (only its model changes), so it saves no time.
 """
 from __future__ import annotations
 
@@ -60,6 +70,7 @@ class PortOptions:
     cosine_skip_rounds: int = 1  # cos forced to 1 in the first aggregations: 1 (no w_{τ−1}) | 2 (code)
     bound_rule: str = "strict"  # wait while S+1 ≥ Ω, so aggregated S < Ω (paper) | "exceeds": S > Ω (§8.4)
     replace: str = "all"  # keep P in flight (paper's intent) | "step2": replace only the K Step-2 clients (§8.6)
+    urgent_pull: bool = True  # pull a too-stale client's partial update (paper, §IV-B) | False: wait for all of it
 
     def validate(self) -> None:
         for name, allowed in (("cosine", COSINE_DEFINITIONS), ("bound_rule", BOUND_RULES),
@@ -70,7 +81,7 @@ class PortOptions:
 
 PAPER = PortOptions()
 PLATO = PortOptions(cosine="current", cosine_skip_staleness=1, cosine_skip_rounds=2, bound_rule="exceeds",
-                    replace="step2")
+                    replace="step2", urgent_pull=False)
 
 
 class PortWeights(NamedTuple):
@@ -104,7 +115,8 @@ class PORT(Policy):
 
     def __init__(self, local_steps: int, min_clients: int | None = None, staleness_bound: float = 10.0,
                  alpha: float = 3.0, beta: float = 1.0, clients_in_flight: int | None = None,
-                 options: PortOptions = PAPER, seed: int = 0, round_timeout: float | None = None):
+                 options: PortOptions = PAPER, seed: int = 0, round_timeout: float | None = None,
+                 pull_steps: int = 1):
         if min_clients is not None and min_clients < 1:
             raise ValueError(f"port_min_clients={min_clients} is not allowed: an integer >= 1")
         if not staleness_bound > 0:
@@ -112,6 +124,9 @@ class PORT(Policy):
         if not (alpha >= 0 and beta >= 0 and alpha + beta > 0 and math.isfinite(alpha + beta)):
             raise ValueError(f"port_alpha={alpha}, port_beta={beta} are not allowed: finite, >= 0, not both 0")
         options.validate()
+        if not (isinstance(pull_steps, int) and pull_steps >= 1):
+            raise ValueError(f"port_pull_steps={pull_steps!r} is not allowed: an integer >= 1")
+        self.pull_steps = pull_steps
         if round_timeout is not None and not round_timeout > 0:
             raise ValueError(f"round_timeout={round_timeout!r} is not allowed: virtual seconds > 0, or None")
         self.round_timeout = round_timeout
@@ -126,6 +141,8 @@ class PORT(Policy):
         self.buffer: list[int] = []  # A: arrived dispatch ids, in arrival order
         self.lost: dict[int, int] = {}  # dispatch id → client: out past the deadline, no longer waited for
         self.waits = 0  # times Step 3 held an aggregation back for a stale client
+        self.pulled: set[int] = set()  # dispatch ids asked for an urgent upload, not yet arrived
+        self.pulls = 0  # urgent pulls that shortened a dispatch
         self.aggregated_staleness: list[int] = []
 
     # ------------------------------------------------------------------ server loop
@@ -145,6 +162,7 @@ class PORT(Policy):
                 self._select(sim, self.P - len(self.lost))
             return
         del self.in_flight[record.id]
+        self.pulled.discard(record.id)
         self.buffer.append(record.id)
         self._try_aggregate(sim)
 
@@ -152,6 +170,7 @@ class PORT(Policy):
         dispatch_id = payload["deadline"]
         if dispatch_id in self.in_flight:
             self.lost[dispatch_id] = self.in_flight.pop(dispatch_id)
+            self.pulled.discard(dispatch_id)
             self._try_aggregate(sim)
 
     def _try_aggregate(self, sim: Simulation) -> None:
@@ -197,6 +216,20 @@ class PORT(Policy):
         else:  # PLATO: only the K Step-2 clients are replaced; an empty pool is refilled to P
             count = len(step2) if self.in_flight else self.P
         self._select(sim, count)
+        if self.options.urgent_pull:
+            self._pull_stale(sim)
+
+    def _pull_stale(self, sim: Simulation) -> None:
+        """Step 1 (push-pull): ask every in-flight client that is now too stale for its partial update."""
+        for dispatch_id in list(self.in_flight):
+            record = sim.records[dispatch_id]
+            if dispatch_id in self.pulled or not self._too_stale(sim, record):
+                continue
+            self.pulled.add(dispatch_id)
+            before = record.steps
+            uploaded = sim.recall(record, self.pull_steps)
+            if uploaded is not None and uploaded < before:
+                self.pulls += 1
 
     def _select(self, sim: Simulation, count: int) -> None:
         busy = set(self.in_flight.values()) | set(self.lost.values())
@@ -215,7 +248,7 @@ class PORT(Policy):
         """Run statistics for the run summary."""
         staleness = self.aggregated_staleness
         return {"min_clients": getattr(self, "K", self.min_clients), "clients_in_flight": getattr(self, "P", None),
-                "staleness_waits": self.waits, "max_aggregated_staleness": max(staleness) if staleness else None,
+                "staleness_waits": self.waits, "urgent_pulls": getattr(self, "pulls", 0), "max_aggregated_staleness": max(staleness) if staleness else None,
                 "mean_aggregated_staleness": round(float(np.mean(staleness)), 4) if staleness else None}
 
 
@@ -288,6 +321,8 @@ class PortConfig(Options):
     cosine_skip_rounds: int | None = None  # cos forced to 1 in the first aggregations: 1 (paper) | 2 (PLATO)
     bound_rule: str | None = None  # strict: aggregated S < Ω (paper) | exceeds: wait while S > Ω (PLATO)
     replace: str | None = None  # all: keep P in flight (paper) | step2: replace only the K (PLATO)
+    urgent_pull: bool | None = None  # ask a too-stale client for its partial update (paper) | wait for all of it (PLATO)
+    pull_steps: int = 1  # a pulled client uploads after the block of this many local steps it is in (1: the step; an epoch: ceil(n/B))
 
     def switches(self) -> PortOptions:
         return self.pick(PortOptions)
@@ -313,6 +348,8 @@ class PortConfig(Options):
                 fail(f"port.{name}", getattr(self, name), "a finite weight >= 0")
         if self.alpha + self.beta == 0:
             fail("port.alpha", self.alpha, "a weight > 0 when port.beta is 0 (the weights would all vanish)")
+        if self.pull_steps < 1:
+            fail("port.pull_steps", self.pull_steps, "an integer >= 1 (local steps per block a pulled client finishes)")
         for name in ("cosine_skip_staleness", "cosine_skip_rounds"):
             if getattr(self, name) < -1:
                 fail(f"port.{name}", getattr(self, name), "an integer >= -1")
@@ -334,7 +371,7 @@ class Port(Algorithm):
     def policy(self) -> PORT:
         o, run = self.options, self.run
         return PORT(self.local_steps, o.min_clients, o.staleness_bound, o.alpha, o.beta, o.clients_in_flight,
-                    o.switches(), seed=run.seed, round_timeout=run.round_timeout)
+                    o.switches(), seed=run.seed, round_timeout=run.round_timeout, pull_steps=o.pull_steps)
 
     def hooks(self):
         return (CosineWeights(self.options.cosine),)

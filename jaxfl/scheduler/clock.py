@@ -216,6 +216,22 @@ class EventQueue:
             self._heap = [(*e.key(), e) for e in self._pending.values()]
             heapq.heapify(self._heap)
 
+    def find(self, kind: str, payload: Any) -> Event | None:
+        """The pending event of ``kind`` whose payload equals ``payload`` (the first pushed), or None.
+
+        A scan of the pending events, for the rare moves of one event (a dispatch recalled early).
+
+        Example:
+            >>> q = EventQueue()
+            >>> _ = q.push(4.0, "arrival", client=2, payload=7)
+            >>> q.find("arrival", 7).time, q.find("arrival", 8)
+            (4.0, None)
+        """
+        for event in self._pending.values():
+            if event.kind == kind and event.payload == payload:
+                return event
+        return None
+
     def __len__(self) -> int:
         return len(self._pending)
 

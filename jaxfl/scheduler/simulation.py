@@ -15,6 +15,9 @@ Event semantics (documented because they decide results at equal times):
   probability zero and this equals replying at once; with exactly equal times (no jitter) it makes
   FedBuff with a full buffer behave exactly like FedAvg.
 - ``timer``: a policy's own deadline (FedCompass's ``T_max``), processed first at its instant.
+- ``pull``: the server asks an in-flight client to stop early and upload what it has
+  (:meth:`Simulation.recall`, PORT's urgent pull); its arrival moves to the end of the block of
+  steps it is training, and the arrival row says ``pulled: STEPS of PLANNED steps``.
 
 Example (a policy that trains each client once and aggregates each arrival)::
 
@@ -84,6 +87,10 @@ class DispatchRecord:
     fetch_step: int | None = None
     fetch_version: int | None = None
     fetched: bool = False
+    # Seconds per local step in this round (None: no steps), so that a recall can tell how far the
+    # client got; ``planned_steps`` is the count asked for at dispatch once a recall cut ``steps``.
+    step_time: float | None = None
+    planned_steps: int | None = None
 
 
 class DispatchRecords:
@@ -176,7 +183,10 @@ class Aggregation:
 
 
 class Backend(Protocol):
-    """The numerical side, implemented by :class:`jaxfl.engine.Engine`."""
+    """The numerical side, implemented by :class:`jaxfl.engine.Engine`.
+
+    Optional: ``on_fetch(record)`` (a pausing dispatch got its fresh model) and
+    ``on_recall(record)`` (a dispatch was recalled: it now trains fewer ``record.steps``)."""
 
     def on_dispatch(self, record: DispatchRecord) -> None: ...
 
@@ -345,7 +355,9 @@ class Simulation:
             raise ValueError(f"steps must be >= 0, got {steps}")
         if not extra_time >= 0:
             raise ValueError(f"extra_time must be >= 0, got {extra_time}")
-        duration = self.speeds.round_duration(client, int(steps)) + float(extra_time)
+        speed_duration = self.speeds.round_duration(client, int(steps))
+        step_time = (speed_duration - self.speeds.comm_time()) / steps if steps > 0 else None
+        duration = speed_duration + float(extra_time)
         fault = self.faults.draw(client, duration) if self.faults is not None else None
         if fault is not None and fault.kind in ("delay", "dropout"):
             duration += fault.extra_time
@@ -353,7 +365,8 @@ class Simulation:
                                 steps=int(steps), client_round=int(self.client_rounds[client]),
                                 start_time=self.now, arrival_time=self.now + duration,
                                 lr_scale=float(lr_scale) * self.client_lr_decay ** int(self.client_rounds[client]),
-                                fetch_step=None if fetch_step is None else int(fetch_step))
+                                fetch_step=None if fetch_step is None else int(fetch_step),
+                                step_time=step_time)
         self.client_rounds[client] += 1
         self.records.add(record)
         self._counts[IN_FLIGHT] += 1
@@ -367,6 +380,57 @@ class Simulation:
         self._write("dispatch", record.start_time, client, record.id, record.version, None, record.steps, detail)
         self.backend.on_dispatch(record)
         return record
+
+    def recall(self, record: DispatchRecord, block_steps: int = 1, reason: str = "urgent pull") -> int | None:
+        """Ask an in-flight dispatch to stop after the block of ``block_steps`` local steps it is
+        training now and upload that partial update; returns the steps it will upload (None: it
+        does not answer, because it crashes during this dispatch).
+
+        The client trains on to the end of its current block (the first one if it is still
+        downloading the model), then uploads: its arrival moves to ``start + download + done ·
+        step time + the rest of its round after training`` (upload, any fault delay). A dispatch in
+        its last block already arrives when planned. The backend's ``on_recall(record)``, if it has
+        one, learns that ``record.steps`` shrank (the engine re-trains an update it trained early).
+        PORT's urgent pull (Su & Li, IEEE IWQoS 2022, §IV-B push-pull).
+
+        Example (one client at 2 s per step, 10 steps, recalled at 5 s, after its third step)::
+
+            sim.recall(record)  # at now = 5.0 → 3; record.steps == 3, record.arrival_time == 6.0
+        """
+        if record.status != IN_FLIGHT:
+            raise ValueError(f"dispatch {record.id} is {record.status}; only an in-flight dispatch can be recalled")
+        if record.fetch_step is not None and not record.fetched:
+            raise ValueError(f"dispatch {record.id} pauses for a fetch at step {record.fetch_step}; "
+                             "it cannot be recalled before the fetch")
+        if not (isinstance(block_steps, int) and block_steps >= 1):
+            raise ValueError(f"block_steps={block_steps!r} is not allowed: an integer >= 1")
+        event = self.queue.find("arrival", record.id)
+        if event is None:  # a crash is scheduled instead of the arrival
+            self._write("pull", self.now, record.client, record.id, record.version, self.staleness(record),
+                        None, f"{reason}: no answer")
+            return None
+        planned = record.steps
+        step_time = getattr(record, "step_time", None)
+        done = planned
+        if step_time is not None and step_time > 0:
+            training_start = record.start_time + self.speeds.comm_time() / 2
+            blocks = max(1, math.ceil((self.now - training_start) / (block_steps * step_time)))
+            done = min(planned, blocks * block_steps)
+        if done >= planned:
+            self._write("pull", self.now, record.client, record.id, record.version, self.staleness(record),
+                        planned, f"{reason}: in its last block, uploads at {record.arrival_time:.6g}")
+            return planned
+        after_training = record.arrival_time - (training_start + planned * step_time)
+        arrival = max(self.now, training_start + done * step_time + after_training)
+        self.queue.cancel(event)
+        self.queue.push(arrival, "arrival", record.client, record.id)
+        record.planned_steps, record.steps, record.arrival_time = planned, done, arrival
+        on_recall = getattr(self.backend, "on_recall", None)
+        if on_recall is not None:
+            on_recall(record)
+        self._write("pull", self.now, record.client, record.id, record.version, self.staleness(record), done,
+                    f"{reason}: {done} of {planned} steps, uploads at {arrival:.6g}")
+        return done
 
     def reply(self, client: int, payload=None) -> None:
         """Schedule a reply to ``client`` at this instant, after every arrival of the instant."""
@@ -547,8 +611,10 @@ class Simulation:
             self.busy_time[record.client] += record.arrival_time - record.start_time
             self._counts[IN_FLIGHT] -= 1
             self._counts[ARRIVED] += 1
+            planned = getattr(record, "planned_steps", None)
             self._write("arrival", event.time, record.client, record.id, record.version,
-                        self.staleness(record), record.steps)
+                        self.staleness(record), record.steps,
+                        None if planned is None else f"pulled: {record.steps} of {planned} steps")
             self.policy.on_arrival(self, record)
         elif event.kind == "reply":
             self.policy.on_reply(self, event.client, event.payload)
