@@ -691,7 +691,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                                   augment=augment, prox_mu=config.prox_mu,
                                   cpu_friendly_layers=config.cpu_friendly_layers and jax.default_backend() == "cpu",
                                   loss=user.loss)
-    server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, config.momentum)
+    server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, config.momentum,
+                                             b1=config.server_beta1, b2=config.server_beta2, tau=config.server_tau)
     algorithm = build(config)
     policy = algorithm.policy()
     hooks = device_hooks(algorithm)
