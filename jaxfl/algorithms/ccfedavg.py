@@ -33,6 +33,9 @@ A skipping client is not dispatched: it costs no training compute, its banked up
 device (the :class:`UpdateBanks` hook over :mod:`jaxfl.kernels.ccfedavg`), and the round lasts as
 long as its slowest *training* client. A round in which nobody trains ends after one transfer time.
 
+``diagnostic=True`` adds :class:`EstimateDiagnostic`: the estimating clients are also trained, on
+the side, to log how far each estimate is from the update it replaces (the paper's Fig. 2).
+
 Faults (as :class:`~jaxfl.algorithms.fedavg.FedAvg`): with ``round_timeout`` a round closes at its
 deadline with the updates that arrived (a client that did not return counts as absent, not as a
 skipper); a later arrival is dropped ("arrived after round deadline"); a client still out with a
