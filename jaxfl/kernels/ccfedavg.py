@@ -84,8 +84,9 @@ def estimation_error(estimates: PyTree, truths: PyTree) -> dict[str, jax.Array]:
     estimate_norm = jnp.sqrt(per_row(lambda e: e * e, estimates))
     error = jnp.sqrt(per_row(lambda e, t: (e - t) ** 2, estimates, truths))
     dot = per_row(lambda e, t: e * t, estimates, truths)
-    nan = jnp.float32(jnp.nan)
-    return {"relative_error": jnp.where(true_norm > 0, error / jnp.where(true_norm > 0, true_norm, 1), nan),
-            "cosine": jnp.where(true_norm * estimate_norm > 0,
-                                dot / jnp.where(true_norm * estimate_norm > 0, true_norm * estimate_norm, 1), nan),
+    def ratio(numerator, denominator):  # NaN, not a division warning, where the denominator is 0
+        positive = denominator > 0
+        return jnp.where(positive, numerator / jnp.where(positive, denominator, 1), jnp.float32(jnp.nan))
+
+    return {"relative_error": ratio(error, true_norm), "cosine": ratio(dot, true_norm * estimate_norm),
             "true_norm": true_norm, "estimate_norm": estimate_norm}

@@ -77,7 +77,8 @@ def fedadam(learning_rate: float, b1: float = 0.9, b2: float = 0.99, tau: float 
     return _fedopt(learning_rate, b1, tau, lambda v, g2: b2 * v + (1 - b2) * g2)
 
 
-def fedyogi(learning_rate: float, b1: float = 0.9, b2: float = 0.99, tau: float = 1e-3) -> optax.GradientTransformation:
+def fedyogi(learning_rate: float, b1: float = 0.9, b2: float = 0.99,
+            tau: float = 1e-3) -> optax.GradientTransformation:
     """FedYogi (Reddi et al., ICLR 2021, Algorithm 2): v_t = v_{t−1} − (1 − β2) Δ_t² sign(v_{t−1} − Δ_t²).
 
     >>> opt = fedyogi(1.0, b1=0.0, b2=0.5, tau=1.0)   # v: 1 − 0.5 · 4 · sign(1 − 4) = 3
