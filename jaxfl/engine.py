@@ -30,7 +30,7 @@ is checkpointed with the rest; ``previous_params`` is the global model before th
 The methods a hook may call form the hook API: ``params``, ``previous_params``, ``num_clients``,
 ``trainable``, ``delta``, ``start_model``, ``stack``, ``combine``, ``results_sum``,
 ``mean_buffers``, ``jit``, ``client_metrics``/``set_client_metrics``, ``trainer``, ``data``,
-``views``, ``compiled_steps``.
+``views``, ``compiled_steps``, ``train_detached``, ``record_row``.
 
 Non-trainable model state (BatchNorm running statistics; a trainer built from a ``ModelAdapter``
 whose model is ``{"params", "state"}``) never goes through the Δ/staleness arithmetic: the kernel's
@@ -149,6 +149,8 @@ class Engine:
         self.last_weights: dict[int, float] = {}
         self._fetches: dict[int, int] = {}  # dispatch id → fetched version (pinned until trained)
         self._jitted: dict[str, Callable] = {}
+        # Rows of per-aggregation figures hooks compute (record_row); written as RUN_DIR/NAME.csv.
+        self.tables: dict[str, list[dict]] = {}
         self.step_loop = self._choose_step_loop(init_params, data)
         self._build_functions()
         self.state: dict[str, PyTree] = {hook.name: hook.init(init_params, self.num_clients) for hook in self.hooks}
@@ -628,6 +630,40 @@ class Engine:
         """The data views of a stack of clients."""
         return ClientView(jnp.asarray(self.offsets[clients]), jnp.asarray(self.counts[clients]))
 
+    def record_row(self, table: str, row: dict) -> None:
+        """Add a row of figures a hook computed (e.g. per aggregation) to ``table``: checkpointed with
+        the run and written as ``RUN_DIR/TABLE.csv`` when it ends."""
+        self.tables.setdefault(table, []).append(dict(row))
+
+    def train_detached(self, params: PyTree, clients: Sequence[int], client_rounds: Sequence[int],
+                       steps: Sequence[int], lr_scales: Sequence[float] | None = None) -> PyTree:
+        """The updates Δ = params − final that ``clients`` would compute from ``params`` as dispatches
+        (client, client_round) with those steps (the same keys, minibatches and kernels as a real
+        dispatch), stacked on a leading axis of ``len(clients)``. Trained outside the run: nothing is
+        kept, aggregated or counted as its work (the step-chunk calls count in ``train_calls``), so a
+        diagnostic may ask for updates that the run never computes (CC-FedAvg's estimating clients)."""
+        count = len(clients)
+        lr_scales = [1.0] * count if lr_scales is None else list(lr_scales)
+        size = self._clients_that_fit(count)
+        parts = []
+        for start in range(0, count, size):
+            chunk = slice(start, start + size)
+            members = len(clients[chunk])
+            padded = self.plan.call_size(members)
+            pad = lambda values, fill, dtype: jnp.asarray(np.array(list(values[chunk]) + [fill] * (padded - members),
+                                                                   dtype=dtype))
+            client_ids = np.array(list(clients[chunk]) + [clients[start]] * (padded - members), dtype=np.int32)
+            counts = pad(steps, 0, np.int32)
+            by_client = lambda tree: self._to_mesh(tree, self._by_client)
+            start_models = self.stack([params] * padded, padded)
+            states = self._init(by_client(start_models), *by_client((counts, jnp.asarray(client_ids),
+                                                                     pad(client_rounds, 0, np.int32),
+                                                                     pad(lr_scales, 1.0, np.float32))))
+            states = self._run_chunks(states, by_client(self.views(client_ids)), int(counts.max()), padded)
+            deltas, _ = self._finish(start_models, self._on_home(states))
+            parts.append(jax.tree.map(lambda leaf: leaf[:members], deltas))
+        return parts[0] if len(parts) == 1 else jax.tree.map(lambda *leaves: jnp.concatenate(leaves), *parts)
+
     def set_client_metrics(self, dispatch_id: int, values: dict) -> None:
         """Add diagnostics of a dispatch (e.g. a weight a hook computed) to its client metrics."""
         self._client_metrics.setdefault(dispatch_id, {}).update(values)
@@ -673,6 +709,7 @@ class Engine:
                 "version_keys": [str(v) for v in self._versions],
                 "batch_sizes": {k: b.size for k, b in batches.items()}, "placement": placement,
                 "client_metrics": dict(self._client_metrics), "pending": list(self._pending),
+                "tables": {name: list(rows) for name, rows in self.tables.items()},
                 "stats": dataclasses.asdict(self.stats), "split_calls": self.split_calls,
                 "hook_shapes": {name: _shapes(state) for name, state in tree["hooks"].items()}}
         return tree, meta
@@ -715,6 +752,7 @@ class Engine:
                    for k, size in meta["batch_sizes"].items()}
         self._results = {int(d): (batches[k], i) for d, (k, i) in meta["placement"].items()}
         self._client_metrics = {int(d): m for d, m in meta["client_metrics"].items()}
+        self.tables = {name: list(rows) for name, rows in meta.get("tables", {}).items()}
         self._pending = {d: records[d] for d in meta["pending"]}
         self.stats = EngineStats(**meta["stats"])
         self.state.update(tree.get("hooks", {}))

@@ -718,7 +718,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                                   augment=augment, prox_mu=config.prox_mu,
                                   cpu_friendly_layers=config.cpu_friendly_layers and jax.default_backend() == "cpu",
                                   loss=user.loss)
-    server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, config.momentum)
+    server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, config.momentum,
+                                             b1=config.server_beta1, b2=config.server_beta2, tau=config.server_tau)
     policy = algorithm.policy()
     hooks = device_hooks(algorithm)
     speeds, faults = _speeds_and_faults(config, params, user.time_per_step)
@@ -802,6 +803,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                 recorder.update_progress(end_time)
             progress.close()
 
+    _write_tables(run_dir, engine.tables)
     accuracies = [row["accuracy"] for row in recorder.rows]
     summary = {
         **_schedule_summary(config, algorithm, simulation, end_time, reason),
@@ -837,6 +839,16 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     if error is not None:
         raise error
     return RunResult(run_dir, summary, recorder.rows, engine.params, simulation, engine)
+
+
+def _write_tables(run_dir: str, tables: dict[str, list[dict]]) -> None:
+    """The hooks' tables of figures (:meth:`jaxfl.engine.Engine.record_row`) as ``RUN_DIR/NAME.csv``."""
+    for name, rows in tables.items():
+        fields = list(dict.fromkeys(key for row in rows for key in row))
+        with open(os.path.join(run_dir, f"{name}.csv"), "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fields)
+            writer.writeheader()
+            writer.writerows(rows)
 
 
 def _progress_bar(config: RunConfig, name: str):

@@ -91,8 +91,9 @@ def test_fednova_in_the_engine_and_the_cc_fednova_baseline(small_config):
 
 
 def test_fedadam_first_step_by_hand_and_fednova_option_with_equal_steps_is_fedavg(small_config):
-    """FedAdam's first server step: m̂ = g, v̂ = g², so w1 = w0 − η g/(|g| + τ) with η = 10⁻², τ = 10⁻³
-    (optax adam's eps outside the root), g = FedAvg's pseudo-gradient w0 − w1_FedAvg."""
+    """FedAdam's first server step (Reddi et al., Algorithm 2, no bias correction): m = (1 − β1) g,
+    v = β2 τ² + (1 − β2) g², w1 = w0 − η m/(√v + τ) with η = 10⁻², β1 = 0.9, β2 = 0.99, τ = 10⁻³ and
+    g = FedAvg's pseudo-gradient w0 − w1_FedAvg."""
     common = dict(clients=4, max_updates=1, client_optimizer="sgd", client_lr=0.05)
     fedavg = run_experiment(replace(small_config, algorithm="fedavg", run_name="avg", **common))
     fedadam = run_experiment(replace(small_config, algorithm="fedadam", run_name="adam", **common))
@@ -101,8 +102,8 @@ def test_fedadam_first_step_by_hand_and_fednova_option_with_equal_steps_is_fedav
     for start, avg, adam, normalised in zip(*(jax.tree.leaves(t) for t in (w0, fedavg.params, fedadam.params,
                                                                             nova.params))):
         g = np.asarray(start, np.float64) - np.asarray(avg, np.float64)
-        np.testing.assert_allclose(np.asarray(adam), np.asarray(start) - 1e-2 * g / (np.abs(g) + 1e-3),
-                                   rtol=1e-4, atol=1e-6)
+        expected = np.asarray(start) - 1e-2 * 0.1 * g / (np.sqrt(0.99e-6 + 0.01 * g * g) + 1e-3)
+        np.testing.assert_allclose(np.asarray(adam), expected, rtol=1e-4, atol=1e-7)
         np.testing.assert_allclose(np.asarray(normalised), np.asarray(avg), rtol=0, atol=1e-7)
 
 

@@ -97,7 +97,7 @@ class DeviceHook:
     ``ctx`` is the engine (its hook API: ``params``, ``previous_params``, ``num_clients``,
     ``trainable``, ``delta``, ``start_model``, ``stack``, ``combine``, ``results_sum``,
     ``mean_buffers``, ``jit``, ``state``, ``client_metrics``/``set_client_metrics``, ``trainer``,
-    ``data``, ``views``; :mod:`jaxfl.engine`). A hook keeps its device state in ``ctx.state[self.name]``,
+    ``data``, ``views``, ``train_detached``, ``record_row``; :mod:`jaxfl.engine`). A hook keeps its device state in ``ctx.state[self.name]``,
     created by :meth:`init`. Methods run in this order for an aggregation: :meth:`weigh` (replace
     the coefficients), then either :meth:`apply` (the whole update, returning the new global
     model) or the engine's generic update Σ c_i Δ_i plus :meth:`extra_pseudo_gradient` through the

@@ -33,6 +33,9 @@ A skipping client is not dispatched: it costs no training compute, its banked up
 device (the :class:`UpdateBanks` hook over :mod:`jaxfl.kernels.ccfedavg`), and the round lasts as
 long as its slowest *training* client. A round in which nobody trains ends after one transfer time.
 
+``diagnostic=True`` adds :class:`EstimateDiagnostic`: the estimating clients are also trained, on
+the side, to log how far each estimate is from the update it replaces (the paper's Fig. 2).
+
 Faults (as :class:`~jaxfl.algorithms.fedavg.FedAvg`): with ``round_timeout`` a round closes at its
 deadline with the updates that arrived (a client that did not return counts as absent, not as a
 skipper); a later arrival is dropped ("arrived after round deadline"); a client still out with a
@@ -57,17 +60,21 @@ SCHEDULES = ("adhoc", "round_robin")
 BUDGETS = ("levels", "two_group")
 NOVA_STEPS = ("ceil", "floor")
 BANK_KINDS = ("delta", "model")  # D_i, the last trained update; x_i, the last trained model
+ESTIMATING_STRATEGIES = ("cc", "strategy2", "cc_c")  # skipping clients send an estimate, not nothing
 
 
 class BankedUpdates(NamedTuple):
     """Payload of a CC-FedAvg round: banked updates of the skipping clients, (client, c) pairs, of
     bank ``kind`` ("delta": c·D_i; "model": c·(w − x_i)); the banks this round's updates are written
-    to (``store``); and whether the aggregate is FedNova-normalised (the FedNova baseline)."""
+    to (``store``); whether the aggregate is FedNova-normalised (the FedNova baseline); and, with the
+    estimate diagnostic on, the (client, client_round, steps) of the skipping clients to train anyway
+    (``diagnose``; their next dispatch's round, so the minibatches they would draw now)."""
 
     bank: tuple[tuple[int, float], ...]
     kind: str = "delta"
     store: tuple[str, ...] = ()
     normalize_steps: bool = False
+    diagnose: tuple[tuple[int, int, int], ...] = ()
 
     def check(self, sim, contributions) -> None:
         if self.kind not in BANK_KINDS or not set(self.store) <= set(BANK_KINDS):
@@ -75,6 +82,11 @@ class BankedUpdates(NamedTuple):
         for client, coefficient in self.bank:
             if not 0 <= client < sim.num_clients or not math.isfinite(coefficient):
                 raise ValueError(f"bank contribution ({client}, {coefficient}) needs a client in range and a finite c")
+        banked = {client for client, _ in self.bank}
+        for client, client_round, steps in self.diagnose:
+            if client not in banked or client_round < 0 or steps < 1:
+                raise ValueError(f"diagnosed client ({client}, round {client_round}, {steps} steps) must be a banked "
+                                 "client with a round >= 0 and steps >= 1")
 
 
 def level_budgets(num_clients: int, beta: int) -> list[float]:
@@ -107,7 +119,8 @@ class CCFedAvg(Policy):
 
     def __init__(self, local_steps: int, budgets: Sequence[float], schedule: str = "adhoc", strategy: str = "cc",
                  switch_round: int = 100, total_rounds: int = 400, clients_per_round: int | None = None,
-                 nova_steps: str = "ceil", seed: int = 0, round_timeout: float | None = None):
+                 nova_steps: str = "ceil", seed: int = 0, round_timeout: float | None = None,
+                 diagnostic: bool = False):
         if round_timeout is not None and not round_timeout > 0:
             raise ValueError(f"round_timeout={round_timeout!r} is not allowed: virtual seconds > 0, or None")
         for name, value, allowed in (("cc_schedule", schedule, SCHEDULES), ("cc_strategy", strategy, STRATEGIES),
@@ -126,6 +139,7 @@ class CCFedAvg(Policy):
         self.clients_per_round = clients_per_round
         self.nova_steps = nova_steps
         self.round_timeout = round_timeout
+        self.diagnostic = diagnostic  # ask the device for the skipping clients' true updates (EstimateDiagnostic)
         # Strategy 2 needs the clients' last models (start − Δ), hence their start versions.
         self.needs_start_models = strategy in ("strategy2", "cc_c")
         self._selection = np.random.default_rng(np.random.SeedSequence([seed, SELECTION_STREAM]))
@@ -230,7 +244,10 @@ class CCFedAvg(Policy):
             else "delta"
         store = stored_banks(self.strategy)
         self.skipped += len(bank)
-        sim.aggregate(contributions, payload=BankedUpdates(tuple(bank), kind, store, self.strategy == "fednova"))
+        diagnose = tuple((i, int(sim.client_rounds[i]), self.steps_for(i)) for i in self.skipping) \
+            if self.diagnostic else ()
+        sim.aggregate(contributions, payload=BankedUpdates(tuple(bank), kind, store, self.strategy == "fednova",
+                                                           diagnose))
         for record in records:
             self.has_history[record.client] = True
         self._round, self._arrived, self._open = [], [], False
@@ -308,6 +325,43 @@ class UpdateBanks(DeviceHook):
         ctx.state[self.name] = banks
 
 
+class EstimateDiagnostic(DeviceHook):
+    """How good the skipping clients' estimates are (CC-FedAvg, Zhang et al., IEEE IoT Journal 2024,
+    Fig. 2): in each round, the clients that estimate (Strategy 3's D_i, Strategy 2's stale model)
+    are also trained from the current model x_t as their next dispatch would be
+    (:meth:`~jaxfl.engine.Engine.train_detached`), and the estimate is compared with that true update:
+    one row per round and estimating client in ``ccfedavg_estimates.csv`` (version, time, client,
+    estimate kind, relative L2 error ‖Δ̂ − Δ‖/‖Δ‖, cosine, both norms; trainable parameters only).
+    The true updates are computed and dropped: the run's trajectory is unchanged, and its cost is the
+    training that Strategy 3 saves."""
+
+    name = "ccfedavg_diagnostic"
+    table = "ccfedavg_estimates"
+
+    def extra_pseudo_gradient(self, ctx, aggregation, records):
+        payload = aggregation.payload
+        if not isinstance(payload, BankedUpdates) or not payload.diagnose:
+            return None
+        import jax
+        import jax.numpy as jnp
+
+        from jaxfl.kernels import ccfedavg as kernels
+
+        clients, client_rounds, steps = (list(column) for column in zip(*payload.diagnose))
+        truths = ctx.train_detached(ctx.params, clients, client_rounds, steps)
+        rows = jax.tree.map(lambda leaf: leaf[jnp.asarray(clients)], ctx.state[UpdateBanks.name][payload.kind])
+        # engine sign (start − final): Strategy 3's estimate is D_i, Strategy 2's is x_t − x^i_last
+        estimates = rows if payload.kind == "delta" else jax.tree.map(lambda w, m: w[None] - m, ctx.params, rows)
+        figures = jax.device_get(ctx.jit("estimation_error", kernels.estimation_error)(
+            ctx.trainable(estimates), ctx.trainable(truths)))
+        for index, client in enumerate(clients):
+            ctx.record_row(self.table, {
+                "version": aggregation.version, "time": aggregation.time, "client": client,
+                "client_round": client_rounds[index], "estimate": payload.kind,
+                **{name: float(values[index]) for name, values in figures.items()}})
+        return None
+
+
 @dataclasses.dataclass(frozen=True)
 class CCFedAvgConfig(Options):
     """CC-FedAvg's options (Zhang et al., IEEE IoT Journal 2024, Sec. III and VI)."""
@@ -323,6 +377,7 @@ class CCFedAvgConfig(Options):
     switch_round: int = 100  # τ of CC-FedAvg(c): Strategy 3 before, Strategy 2 from this round
     total_rounds: int | None = None  # T of FedAvg(dropout)'s quota p_i·T; unset: max_updates or 400 (paper)
     nova_steps: str = "ceil"  # fednova baseline steps: ceil(p_i K) (paper) | floor (code)
+    diagnostic: bool = False  # also train the estimating clients and log each estimate's relative error and cosine per round (ccfedavg_estimates.csv; costs that training)
 
     def budgets(self, num_clients: int) -> list[float]:
         """p_i: β levels (paper's main tables) or the two-group (r, W) model."""
@@ -345,6 +400,11 @@ class CCFedAvgConfig(Options):
             fail("cc.insufficient_fraction", self.insufficient_fraction, "a fraction r in [0, 1]")
         if self.switch_round < 0:
             fail("cc.switch_round", self.switch_round, "a round index >= 0")
+        if self.diagnostic and self.strategy not in ESTIMATING_STRATEGIES:
+            fail("cc.diagnostic", True, f"false for strategy {self.strategy!r}: no client estimates its update there "
+                                        f"(strategies {', '.join(ESTIMATING_STRATEGIES)} estimate)")
+        if self.diagnostic and run.timing_only:
+            fail("cc.diagnostic", True, "false in a timing-only run (it trains nothing to compare with)")
 
 
 @register
@@ -363,8 +423,10 @@ class CCFedAvgAlgorithm(Algorithm):
         o, run = self.options, self.run
         return CCFedAvg(self.local_steps, o.budgets(run.clients), o.schedule, o.strategy, o.switch_round,
                         o.total_rounds or run.max_updates or 400, run.clients_per_round, o.nova_steps,
-                        seed=run.seed, round_timeout=run.round_timeout)
+                        seed=run.seed, round_timeout=run.round_timeout, diagnostic=o.diagnostic)
 
     def hooks(self):
         hooks = (UpdateBanks(stored_banks(self.options.strategy)),)
+        if self.options.diagnostic:
+            hooks += (EstimateDiagnostic(),)
         return hooks + ((StepNormalization(),) if self.options.strategy == "fednova" else ())

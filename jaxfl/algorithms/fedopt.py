@@ -1,8 +1,9 @@
-"""FedOpt (Reddi et al., ICLR 2021): FedAvg rounds with an adaptive server optimiser.
+"""FedOpt (Reddi et al., "Adaptive Federated Optimization", ICLR 2021): FedAvg rounds with an adaptive server optimiser.
 
-The server treats g = Σ p_i Δ_i as a pseudo-gradient and applies Adam, Yogi or Adagrad to it
-(optax; τ = eps = 1e-3). Unset ``server_lr`` takes the paper's best CIFAR-10 rates as we read them
-(10⁻² Adam/Yogi, 10⁻¹ Adagrad; :data:`jaxfl.config.DEFAULT_SERVER_LR`) — to verify.
+The server treats the average update Δ = Σ p_i Δ_i as a pseudo-gradient and applies Algorithm 2's
+FedAdam, FedYogi or FedAdagrad to it (:mod:`jaxfl.kernels.fedopt`: τ = 10⁻³ outside the root, v
+starting at τ², β1 = 0.9, β2 = 0.99, no bias correction). Unset ``server_lr`` takes the paper's best
+CIFAR-10 rates (10⁻² Adam/Yogi, 10⁻¹ Adagrad; :data:`jaxfl.config.DEFAULT_SERVER_LR`).
 """
 from __future__ import annotations
 

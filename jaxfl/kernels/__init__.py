@@ -2,7 +2,7 @@
 
 Import them into other JAX code; the engine vmaps the client kernel in one place.
 """
-from jaxfl.kernels import ccfedavg, fedasmu, port  # the algorithms' device maths, as modules
+from jaxfl.kernels import ccfedavg, fedasmu, fedopt, port  # the algorithms' device maths, as modules
 from jaxfl.kernels.aggregation import (SERVER_OPTIMIZERS, apply_server_update, make_server_optimizer, weighted_mean,
                                        weighted_sum)
 from jaxfl.kernels.client import (ClientTrainer, ClientView, FederatedArrays, LocalState, local_train,
@@ -15,7 +15,7 @@ from jaxfl.scheduler.staleness import (STALENESS_FUNCTIONS, constant, exponentia
 
 __all__ = [
     "SERVER_OPTIMIZERS", "STALENESS_FUNCTIONS", "ClientTrainer", "ClientView", "FederatedArrays",
-    "LocalState", "apply_server_update", "ccfedavg", "constant", "exponential", "fedasmu", "fednova_coefficients",
+    "LocalState", "apply_server_update", "ccfedavg", "constant", "exponential", "fedasmu", "fednova_coefficients", "fedopt",
     "hinge", "local_train", "make_client_trainer", "make_server_optimizer", "make_staleness", "minibatch_indices",
     "permute", "polynomial", "port", "scale_uint8", "stacked_zeros", "tree_add", "tree_bytes", "tree_scale",
     "tree_vdot", "weighted_mean", "weighted_sum",

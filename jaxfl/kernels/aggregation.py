@@ -1,9 +1,10 @@
 """Aggregation kernels: weighted sums over a stacked client axis and the server optimiser.
 
 A stacked pytree has a leading client axis ``K`` on every leaf. The server treats the aggregated
-client update as a pseudo-gradient and hands it to an optax transformation (FedOpt, Reddi et al.
-2021): plain FedAvg is ``optax.sgd(1.0)`` (w ← w − Σ p_i Δ_i); FedAvgM (Hsu et al. 2019) is
-``optax.sgd(1.0, momentum=β)`` (v ← βv + Σ p_i Δ_i; w ← w − v).
+client update as a pseudo-gradient and hands it to an optax transformation (FedOpt, Reddi et al.,
+ICLR 2021; its adaptive ones in :mod:`jaxfl.kernels.fedopt`): plain FedAvg is ``optax.sgd(1.0)``
+(w ← w − Σ p_i Δ_i); FedAvgM (Hsu et al. 2019) is ``optax.sgd(1.0, momentum=β)`` (v ← βv + Σ p_i Δ_i;
+w ← w − v).
 
 >>> import jax.numpy as jnp
 >>> stacked = {"w": jnp.array([[1.0, 2.0], [3.0, 4.0]])}        # K = 2 clients
@@ -18,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxfl.kernels import fedopt
 from jaxfl.kernels.tree import tree_add, tree_scale  # noqa: F401 (their home is kernels/tree.py)
 
 from jaxfl.scheduler.staleness import (STALENESS_FUNCTIONS, constant, exponential, hinge,  # noqa: F401
@@ -25,7 +27,7 @@ from jaxfl.scheduler.staleness import (STALENESS_FUNCTIONS, constant, exponentia
 
 PyTree = Any
 
-SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad")
+SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad", "optax_adam", "optax_yogi", "optax_adagrad")
 
 
 def weighted_sum(stacked: PyTree, weights: jax.Array) -> PyTree:
@@ -52,13 +54,15 @@ def weighted_mean(stacked: PyTree, weights: jax.Array) -> PyTree:
 
 
 def make_server_optimizer(name: str = "sgd", learning_rate: float = 1.0, momentum: float = 0.0,
-                          b1: float = 0.9, b2: float = 0.99, eps: float = 1e-3
+                          b1: float = 0.9, b2: float = 0.99, tau: float = 1e-3
                           ) -> optax.GradientTransformation:
     """The server optimiser applied to the aggregated update (pseudo-gradient).
 
     ``sgd`` with ``learning_rate=1`` and ``momentum=0`` is FedAvg's w ← w − Δ; ``momentum=β`` is
-    FedAvgM. ``adam``/``yogi``/``adagrad`` are FedAdam/FedYogi/FedAdagrad (Reddi et al. 2021, whose
-    τ = ``eps`` defaults to 1e-3).
+    FedAvgM. ``adam``/``yogi``/``adagrad`` are FedAdam/FedYogi/FedAdagrad exactly as Reddi et al.,
+    ICLR 2021, Algorithm 2 (:mod:`jaxfl.kernels.fedopt`: τ outside the root, v₀ = τ², no bias
+    correction, β1 momentum in all three); ``optax_adam``/``optax_yogi``/``optax_adagrad`` are optax's
+    optimisers of those names with ``eps`` = τ, for comparison (optax's Adagrad takes no β's).
 
     >>> opt = make_server_optimizer("sgd", 1.0, momentum=0.9)
     >>> params = {"w": jnp.zeros(2)}
@@ -69,11 +73,17 @@ def make_server_optimizer(name: str = "sgd", learning_rate: float = 1.0, momentu
     if name == "sgd":
         return optax.sgd(learning_rate, momentum=momentum if momentum > 0 else None)
     if name == "adam":
-        return optax.adam(learning_rate, b1=b1, b2=b2, eps=eps)
+        return fedopt.fedadam(learning_rate, b1=b1, b2=b2, tau=tau)
     if name == "yogi":
-        return optax.yogi(learning_rate, b1=b1, b2=b2, eps=eps)
+        return fedopt.fedyogi(learning_rate, b1=b1, b2=b2, tau=tau)
     if name == "adagrad":
-        return optax.adagrad(learning_rate, eps=eps)
+        return fedopt.fedadagrad(learning_rate, b1=b1, tau=tau)
+    if name == "optax_adam":
+        return optax.adam(learning_rate, b1=b1, b2=b2, eps=tau)
+    if name == "optax_yogi":
+        return optax.yogi(learning_rate, b1=b1, b2=b2, eps=tau)
+    if name == "optax_adagrad":
+        return optax.adagrad(learning_rate, eps=tau)
     raise ValueError(f"unknown server optimizer {name!r}; allowed: {', '.join(SERVER_OPTIMIZERS)}")
 
 

@@ -61,3 +61,32 @@ def bank_model_sum(models: PyTree, weights: jax.Array, current: PyTree) -> PyTre
     total = jnp.sum(weights)
     stale = weighted_sum(models, weights)
     return jax.tree.map(lambda w, m: total.astype(w.dtype) * w - m, current, stale)
+
+
+def estimation_error(estimates: PyTree, truths: PyTree) -> dict[str, jax.Array]:
+    """How well each estimate Δ̂_k matches the true update Δ_k (stacked on a leading axis ``K``; all
+    leaves taken as one vector): ``relative_error`` ‖Δ̂ − Δ‖/‖Δ‖, ``cosine`` ⟨Δ̂, Δ⟩/(‖Δ̂‖ ‖Δ‖), and
+    both norms (NaN where a norm is 0). CC-FedAvg (Zhang et al., IEEE IoT Journal 2024, Fig. 2)
+    motivates Strategy 3 by this closeness of a client's last update to its current one.
+
+    >>> truth = {"w": jnp.array([[3.0, 4.0], [1.0, 0.0]])}
+    >>> out = estimation_error({"w": jnp.array([[3.0, 4.0], [0.0, 2.0]])}, truth)
+    >>> out["relative_error"].tolist(), out["cosine"].tolist()    # equal; orthogonal: ‖(−1, 2)‖/1
+    ([0.0, 2.2360680103302], [1.0, 0.0])
+    """
+    def per_row(function, *trees):
+        return sum(jnp.sum(function(*leaves).reshape(leaves[0].shape[0], -1), axis=1)
+                   for leaves in zip(*(jax.tree.leaves(tree) for tree in trees)))
+
+    f32 = lambda tree: jax.tree.map(lambda leaf: leaf.astype(jnp.float32), tree)
+    estimates, truths = f32(estimates), f32(truths)
+    true_norm = jnp.sqrt(per_row(lambda t: t * t, truths))
+    estimate_norm = jnp.sqrt(per_row(lambda e: e * e, estimates))
+    error = jnp.sqrt(per_row(lambda e, t: (e - t) ** 2, estimates, truths))
+    dot = per_row(lambda e, t: e * t, estimates, truths)
+    def ratio(numerator, denominator):  # NaN, not a division warning, where the denominator is 0
+        positive = denominator > 0
+        return jnp.where(positive, numerator / jnp.where(positive, denominator, 1), jnp.float32(jnp.nan))
+
+    return {"relative_error": ratio(error, true_norm), "cosine": ratio(dot, true_norm * estimate_norm),
+            "true_norm": true_norm, "estimate_norm": estimate_norm}
