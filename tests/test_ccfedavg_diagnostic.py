@@ -42,7 +42,8 @@ def frozen(small_config, **changes):
 
 
 def test_diagnostic_leaves_the_run_unchanged_and_trains_what_the_client_would(small_config):
-    config = frozen(small_config, max_updates=4)
+    # a per-dispatch learning-rate decay: the side training must use the scale the client's next dispatch gets
+    config = frozen(small_config, max_updates=4, client_lr_decay=0.5)
     plain = run_experiment(replace(config, run_name="plain", algorithm_options={"schedule": "round_robin"}))
     diagnosed = run_experiment(replace(config, run_name="diagnosed",
                                        algorithm_options={"schedule": "round_robin", "diagnostic": True}))

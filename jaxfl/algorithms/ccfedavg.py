@@ -67,14 +67,15 @@ class BankedUpdates(NamedTuple):
     """Payload of a CC-FedAvg round: banked updates of the skipping clients, (client, c) pairs, of
     bank ``kind`` ("delta": c·D_i; "model": c·(w − x_i)); the banks this round's updates are written
     to (``store``); whether the aggregate is FedNova-normalised (the FedNova baseline); and, with the
-    estimate diagnostic on, the (client, client_round, steps) of the skipping clients to train anyway
-    (``diagnose``; their next dispatch's round, so the minibatches they would draw now)."""
+    estimate diagnostic on, the (client, client_round, steps, lr_scale) of the skipping clients to train
+    anyway (``diagnose``; their next dispatch's round and learning-rate scale, so the minibatches and
+    step sizes they would use now)."""
 
     bank: tuple[tuple[int, float], ...]
     kind: str = "delta"
     store: tuple[str, ...] = ()
     normalize_steps: bool = False
-    diagnose: tuple[tuple[int, int, int], ...] = ()
+    diagnose: tuple[tuple[int, int, int, float], ...] = ()
 
     def check(self, sim, contributions) -> None:
         if self.kind not in BANK_KINDS or not set(self.store) <= set(BANK_KINDS):
@@ -83,10 +84,10 @@ class BankedUpdates(NamedTuple):
             if not 0 <= client < sim.num_clients or not math.isfinite(coefficient):
                 raise ValueError(f"bank contribution ({client}, {coefficient}) needs a client in range and a finite c")
         banked = {client for client, _ in self.bank}
-        for client, client_round, steps in self.diagnose:
-            if client not in banked or client_round < 0 or steps < 1:
+        for client, client_round, steps, lr_scale in self.diagnose:
+            if client not in banked or client_round < 0 or steps < 1 or not lr_scale > 0:
                 raise ValueError(f"diagnosed client ({client}, round {client_round}, {steps} steps) must be a banked "
-                                 "client with a round >= 0 and steps >= 1")
+                                 "client with a round >= 0, steps >= 1 and a positive learning-rate scale")
 
 
 def level_budgets(num_clients: int, beta: int) -> list[float]:
@@ -244,7 +245,9 @@ class CCFedAvg(Policy):
             else "delta"
         store = stored_banks(self.strategy)
         self.skipped += len(bank)
-        diagnose = tuple((i, int(sim.client_rounds[i]), self.steps_for(i)) for i in self.skipping) \
+        # the learning-rate scale its next dispatch gets (Simulation.dispatch: client_lr_decay ** its round)
+        diagnose = tuple((i, int(sim.client_rounds[i]), self.steps_for(i),
+                          sim.client_lr_decay ** int(sim.client_rounds[i])) for i in self.skipping) \
             if self.diagnostic else ()
         sim.aggregate(contributions, payload=BankedUpdates(tuple(bank), kind, store, self.strategy == "fednova",
                                                            diagnose))
@@ -347,8 +350,8 @@ class EstimateDiagnostic(DeviceHook):
 
         from jaxfl.kernels import ccfedavg as kernels
 
-        clients, client_rounds, steps = (list(column) for column in zip(*payload.diagnose))
-        truths = ctx.train_detached(ctx.params, clients, client_rounds, steps)
+        clients, client_rounds, steps, lr_scales = (list(column) for column in zip(*payload.diagnose))
+        truths = ctx.train_detached(ctx.params, clients, client_rounds, steps, lr_scales)
         rows = jax.tree.map(lambda leaf: leaf[jnp.asarray(clients)], ctx.state[UpdateBanks.name][payload.kind])
         # engine sign (start − final): Strategy 3's estimate is D_i, Strategy 2's is x_t − x^i_last
         estimates = rows if payload.kind == "delta" else jax.tree.map(lambda w, m: w[None] - m, ctx.params, rows)
