@@ -38,8 +38,8 @@ import os
 import shutil
 
 from jaxfl import algorithms
-from jaxfl.config import (FIELDS, ConfigError, RunConfig, _only_read_when,
-                          config_from_mapping, fields_not_read_by, load_config_file, option_namespaces,
+from jaxfl.config import (ALGORITHM_FIELDS, FIELDS, ConfigError, RunConfig, _only_read_when,
+                          config_from_mapping, load_config_file, option_namespaces,
                           split_algorithm_options)
 
 # Where and how each run is written belongs to the sweep, not to a cell.
@@ -169,7 +169,8 @@ def _unread(values: dict) -> list[str]:
         cls = algorithms.get(fields.get("algorithm", RunConfig.algorithm))
     except KeyError:
         return []  # validation names the bad algorithm
-    unread = [name for name in fields_not_read_by(cls, fields)]
+    # an algorithm field at its default is still not read: leaving it out makes such cells equal
+    unread = [] if cls.reads is None else [name for name in ALGORITHM_FIELDS if name in fields and name not in cls.reads]
     # unvalidated: only reads the partition, dataset and speed/fault names to decide what is read
     settings = RunConfig(**{name: value for name, value in fields.items() if name in FIELDS})
     unread += [name for name, (read, _) in _only_read_when(settings).items() if not read and name in fields]
