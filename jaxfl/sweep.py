@@ -206,7 +206,7 @@ def expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[str
         unread = set(_unread(values))
         dropped |= unread
         for name in values.keys() - unread:  # under which settings each field is read, for the notes
-            deciding = ("algorithm", *_DECIDING.get(name, ()))
+            deciding = _DECIDING.get(name, ("algorithm",))  # data/speed settings, else the algorithm
             applies.setdefault(name, set()).add(" ".join(f"{axis}={swept[axis]}" for axis in axes if axis in deciding))
         kept = {name: value for name, value in values.items() if name not in unread}
         key = json.dumps(kept, sort_keys=True, default=str)

@@ -134,8 +134,7 @@ def test_cells_leave_out_fields_they_do_not_read_and_equal_cells_run_once():
     assert [cell.config.buffer_size for cell in cells[3:6]] == [2, 2, 2]
     assert len({cell.run_dir for cell in cells}) == 9
     assert notes == ["buffer_size applies only to the cells that read it (algorithm=fedbuff)",
-                     "dirichlet_alpha applies only to the cells that read it (algorithm=fedavg partition=dirichlet; "
-                     "algorithm=fedbuff partition=dirichlet)"]
+                     "dirichlet_alpha applies only to the cells that read it (partition=dirichlet)"]
 
 
 def test_sweep_file_sizes_and_flags_over_it(tmp_path):
@@ -210,3 +209,15 @@ def test_report_writes_the_figures(sweep, tmp_path, capsys):
             with open(os.path.join(out, name), "rb") as handle:
                 assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
     assert len(read_results(sweep.sweep_dir)) == 4
+
+
+def test_the_example_sweep_file_expands_at_both_sizes():
+    from jaxfl.sweep import load_sweep_file
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                        "sweep_quickstart.toml")
+    full, notes = expand(*load_sweep_file(path), "sweeps/full")
+    quick, _ = expand(*load_sweep_file(path, "quick"), "sweeps/quick")
+    assert (len(full), len(quick)) == (4 * 2 * 4, 3 * 1 * 2)
+    assert "speed_reference_time applies only to the cells that read it (heterogeneity=pareto)" in notes
+    assert {cell.config.target_accuracy for cell in full} == {0.85}
