@@ -388,6 +388,8 @@ def plot_staleness(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: 
     """
     import json
 
+    from matplotlib.ticker import MaxNLocator
+
     columns = min(3, len(runs_by_method))
     count = math.ceil(len(runs_by_method) / columns)
     figure, axes = plt.subplots(count, columns, figsize=(4 * columns, 2.8 * count), squeeze=False)
@@ -405,6 +407,7 @@ def plot_staleness(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: 
             panel.set_title(f"{name}: {len(runs)} runs, mean {mean:.2f}", fontsize=9)
         else:
             panel.set_title(f"{name}: no aggregated updates", fontsize=9)
+        panel.xaxis.set_major_locator(MaxNLocator(integer=True))  # staleness counts versions
         panel.set_xlabel("staleness (global updates)", fontsize=8)
         panel.set_ylabel("updates", fontsize=8)
     for panel in list(axes.flat)[len(runs_by_method):]:
