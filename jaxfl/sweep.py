@@ -13,7 +13,8 @@ folder::
 
 Calling it again with the same sweep skips finished cells (their run directory has a
 ``summary.json``), continues an interrupted one from its newest checkpoint, and restarts one that
-was interrupted before its first checkpoint. ``jaxfl sweep`` is the command line;
+was interrupted before its first checkpoint. A run directory is named by its settings, so a grid
+extended in the same folder (another seed, another algorithm) reuses the cells already finished. ``jaxfl sweep`` is the command line;
 :func:`jaxfl.report.make_report` turns the folder into the papers' tables and figures.
 
 A field that a cell never reads (``buffer_size`` for FedAvg, ``dirichlet_alpha`` with the ``iid``
@@ -364,8 +365,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     continue a sweep started there with the same arguments.
 
     ``base``: a mapping of config fields (flat names, section tables or ``[port]`` option tables, as
-    in a config file) or a :class:`~jaxfl.config.RunConfig` (its fields that differ from the
-    defaults); ``grid``: field → list of values; ``size``: the name recorded in ``sweep.json`` (see
+    in a config file) or a :class:`~jaxfl.config.RunConfig` (:func:`base_mapping`); ``grid``: field → list of values; ``size``: the name recorded in ``sweep.json`` (see
     :func:`load_sweep_file`); ``progress``: one bar for the grid (cells done of all, the current
     cell); ``echo``: a function receiving one line per finished cell (the command line prints them).
 
@@ -380,7 +380,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     from jaxfl.resume import ResumeError
 
     if isinstance(base, RunConfig):
-        base = _changed_fields(base)
+        base = base_mapping(base)
     cells, notes = expand(dict(base), grid, sweep_dir)
     base = _flat(dict(base), "sweep base") if base else {}
     grid = _check_grid(grid)
@@ -438,9 +438,20 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
                        done["finished"], notes)
 
 
-def _changed_fields(config: RunConfig) -> dict:
-    """A RunConfig as the flat mapping of its fields that differ from the defaults (and its options)."""
+def base_mapping(config: RunConfig) -> dict:
+    """A RunConfig as a sweep's base: the flat mapping of its fields that differ from the defaults
+    and its algorithm's options (as ``space.option``). Where the runs are written belongs to the
+    sweep: an ``output_dir`` or ``run_name`` of its own is refused; ``progress`` is left out
+    (:func:`run_sweep` has one bar for the grid).
+
+    >>> base_mapping(RunConfig(algorithm="port", clients=5, algorithm_options={"staleness_bound": 5}))
+    {'clients': 5, 'algorithm': 'port', 'port.staleness_bound': 5}
+    """
     default = RunConfig()
+    for name in ("output_dir", "run_name"):
+        if getattr(config, name) != getattr(default, name):
+            raise ConfigError(f"{name}={getattr(config, name)!r} is not allowed in a sweep's base config: the runs go "
+                              "to SWEEP_DIR/runs/, named by their settings; leave it at its default")
     values = {name: getattr(config, name) for name in FIELDS
               if name not in ("algorithm_options", *SWEEP_OWNED) and getattr(config, name) != getattr(default, name)}
     options = config.algorithm_options
