@@ -53,7 +53,7 @@ def test_every_flag_has_real_help_and_belongs_to_a_named_group():
 
 def test_the_other_commands_have_real_help_too():
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    for name in ("partition", "timeline", "algorithms"):
+    for name in ("partition", "timeline", "algorithms", "sweep", "report"):
         for action in commands.choices[name]._actions:
             if not isinstance(action, argparse._HelpAction):
                 text = re.sub(r"\s*\(default: [^)]*\)$", "", action.help or "")

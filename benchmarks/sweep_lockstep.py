@@ -1,0 +1,74 @@
+"""Would a sweep gain from training several cells in lockstep? One engine flush of 2K queued
+dispatches (two simulations' in-flight clients trained together) against two flushes of K (each
+simulation on its own, as ``jaxfl sweep`` runs its cells), with the engine's own execution plan for
+this machine. Alternating, medians of ``--repeats``, compilation excluded (one warm-up each).
+
+A speed-up near 1 means lockstep does not pay here: on a CPU the plan trains one client per core
+per call, so 2K clients are simply twice as many calls and the only saving is one flush's overhead.
+
+    python benchmarks/sweep_lockstep.py                      # mlp K 4 and 16, cnn K 4
+    python benchmarks/sweep_lockstep.py --quick              # seconds-long smoke size
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import jax
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from client_batching import MODELS, Setup, time_flush  # noqa: E402  (the same engine set-up and timer)
+
+from jaxfl.engine import Engine  # noqa: E402
+from jaxfl.execution import ExecutionPlan  # noqa: E402
+from jaxfl.kernels import make_client_trainer, make_server_optimizer  # noqa: E402
+
+MODELS.setdefault("mlp", {"shape": (28, 28, 1), "data": "random MNIST-shaped"})  # timing does not read the pixels
+
+
+def measure(model: str, clients: int, steps: int, batch_size: int, repeats: int) -> dict:
+    setup = Setup(model, 2 * clients, batch_size, "adam", 0.003)
+    plan = ExecutionPlan.for_backend(jax.default_backend(), None, None, local_steps=steps)
+    engine = Engine(make_client_trainer(setup.model, setup.optimizer, batch_size), setup.params, setup.data,
+                    setup.offsets, setup.counts, make_server_optimizer(), seed=0, plan=plan,
+                    sample_bytes=setup.sample_bytes)
+
+    def separate(index):
+        return time_flush(engine, clients, steps, 2 * index) + time_flush(engine, clients, steps, 2 * index + 1)
+
+    def together(index):
+        return time_flush(engine, 2 * clients, steps, index)
+
+    separate(10_000), together(10_001)  # compile both shapes
+    apart, joint = [], []
+    for index in range(repeats):
+        apart.append(separate(2 * index))
+        joint.append(together(2 * index + 1))
+    row = {"model": model, "K": clients, "steps": steps, "batch": batch_size, "plan": repr(plan),
+           "two_flushes_of_K_s": round(statistics.median(apart), 4),
+           "one_flush_of_2K_s": round(statistics.median(joint), 4)}
+    row["lockstep_speedup"] = round(row["two_flushes_of_K_s"] / row["one_flush_of_2K_s"], 3)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="mlp, K 2, 2 steps, 1 repeat")
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args()
+    cases = [("mlp", 2, 2, 16)] if args.quick else [("mlp", 4, 10, 16), ("mlp", 16, 10, 16), ("cnn", 4, 10, 64)]
+    rows = []
+    for model, clients, steps, batch in cases:
+        rows.append(measure(model, clients, steps, batch, 1 if args.quick else args.repeats))
+        print(json.dumps(rows[-1]), flush=True)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"rows": rows, "backend": jax.default_backend(), "jax": jax.__version__}, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

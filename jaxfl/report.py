@@ -1,0 +1,423 @@
+"""The papers' tables and figures from a sweep folder (``jaxfl report SWEEP_DIR``).
+
+From the sweep's ``results.csv`` (:mod:`jaxfl.sweep`), grouped by the settings the sweep varied
+other than the algorithm and the seed (clients, heterogeneity, partition...):
+
+- **time to first reach the target accuracy, relative to a reference algorithm** (FedAvg unless
+  chosen), as in FedCompass (Li et al., ICLR 2024, Table 2): each method's mean virtual time to
+  target over the seeds that reached it, divided by the reference's; "–" where a method missed the
+  target in at least half of its runs, "n/a" where the reference did;
+- **best held-out accuracy**, mean ± std over the seeds (numpy's std, ddof 0).
+
+Both are printed and written to ``report.md`` (markdown) and ``report.csv`` (one row per group and
+method, with the absolute times), beside the figures (PNG): accuracy against virtual time per method
+with its min–max band over the seeds (one figure per group), time-to-target bars, staleness
+histograms per method, and one run's client timeline per method.
+
+A method is an algorithm, or an algorithm with the values of its own swept settings
+(``fedbuff buffer_size=5``) where the sweep varies one of them.
+
+>>> rows = [{"algorithm": "fedavg", "clients": 10, "seed": 0, "time_to_target": 100.0, "best_accuracy": 0.90},
+...         {"algorithm": "fedbuff", "clients": 10, "seed": 0, "time_to_target": 25.0, "best_accuracy": 0.92}]
+>>> [(line["method"], line["relative_time"]) for line in summarise(rows)]
+[('fedavg', 1.0), ('fedbuff', 0.25)]
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import os
+import warnings
+
+import numpy as np
+
+from jaxfl.config import ALGORITHM_FIELDS
+from jaxfl.sweep import SUMMARY_COLUMNS
+
+MISSING = "–"
+NOT_SETTINGS = ("cell", "run_dir", "algorithm", "seed", *SUMMARY_COLUMNS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """What :func:`make_report` wrote: the markdown text and its path, the CSV table's path and its
+    rows (:func:`summarise`), and the figures' paths."""
+
+    markdown: str
+    markdown_path: str
+    table: str
+    rows: list
+    figures: list
+
+
+def _number(text: str):
+    """A results.csv cell as Python: '' → None, integers, floats, 'True'/'False', else the text."""
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def read_results(sweep_dir: str) -> list[dict]:
+    """The rows of ``SWEEP_DIR/results.csv``, numbers parsed, empty cells as None.
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = open(f"{folder}/results.csv", "w").write("algorithm,seed,time_to_target\\nfedavg,0,\\n")
+    >>> read_results(folder)
+    [{'algorithm': 'fedavg', 'seed': 0, 'time_to_target': None}]
+    """
+    path = os.path.join(sweep_dir, "results.csv")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"sweep_dir={sweep_dir!r} holds no results.csv (not a folder written by jaxfl sweep)")
+    with open(path, newline="") as handle:
+        return [{key: _number(value) for key, value in row.items()} for row in csv.DictReader(handle)]
+
+
+def _method_columns(rows: list[dict]) -> list[str]:
+    """Swept settings that belong to algorithms (an option ``space.name`` or a field such as
+    buffer_size): they name a method variant rather than a group."""
+    return [name for name in rows[0] if name not in NOT_SETTINGS and ("." in name or name in ALGORITHM_FIELDS)
+            and len({row.get(name) for row in rows}) > 1]
+
+
+def group_columns(rows: list[dict]) -> list[str]:
+    """The settings the rows vary other than the algorithm, its own settings and the seed (the
+    groups of the tables), in the table's column order.
+
+    >>> group_columns([{"algorithm": "a", "clients": 5, "seed": 0, "partition": "iid"},
+    ...                {"algorithm": "a", "clients": 10, "seed": 0, "partition": "iid"}])
+    ['clients']
+    """
+    method = set(_method_columns(rows))
+    return [name for name in rows[0] if name not in NOT_SETTINGS and name not in method
+            and len({str(row.get(name)) for row in rows}) > 1]
+
+
+def method_name(row: dict, method_columns: list[str]) -> str:
+    """The algorithm, with the values of its own swept settings where it reads them.
+
+    >>> method_name({"algorithm": "fedbuff", "buffer_size": 5}, ["buffer_size"])
+    'fedbuff buffer_size=5'
+    """
+    own = [f"{name}={row[name]}" for name in method_columns if row.get(name) is not None]
+    return " ".join([str(row["algorithm"]), *own])
+
+
+def _group_label(key: tuple, columns: list[str]) -> str:
+    return ", ".join(f"{name}={value if value is not None else MISSING}" for name, value in zip(columns, key)) or "all"
+
+
+def summarise(rows: list[dict], reference: str = "fedavg") -> list[dict]:
+    """One row per group and method: runs, runs that reached the target, the mean (and std) virtual
+    time to target over those (None: missed in at least half of the runs), that mean relative to the
+    reference method's in the same group (None where either is None), and the best accuracy's
+    mean and std over the runs. Groups: :func:`group_columns`; methods in order of appearance.
+
+    >>> rows = [{"algorithm": "fedavg", "seed": s, "time_to_target": t, "best_accuracy": 0.9}
+    ...         for s, t in [(0, 100.0), (1, 60.0)]]
+    >>> rows += [{"algorithm": "fedbuff", "seed": s, "time_to_target": t, "best_accuracy": a}
+    ...          for s, t, a in [(0, 20.0, 0.91), (1, None, 0.85)]]  # missed in half its runs: "–"
+    >>> [(r["method"], r["runs"], r["reached"], r["time_to_target_mean"], r["relative_time"]) for r in summarise(rows)]
+    [('fedavg', 2, 2, 80.0, 1.0), ('fedbuff', 2, 1, None, None)]
+    """
+    if not rows:
+        raise ValueError("the results table has no rows")
+    groups, methods = group_columns(rows), _method_columns(rows)
+    names = list(dict.fromkeys(method_name(row, methods) for row in rows))
+    if reference not in names:
+        raise ValueError(f"reference={reference!r} is not allowed: one of the sweep's methods ({', '.join(names)})")
+    cells: dict[tuple, dict[str, list[dict]]] = {}
+    for row in rows:
+        key = tuple(row.get(name) for name in groups)
+        cells.setdefault(key, {}).setdefault(method_name(row, methods), []).append(row)
+    lines = []
+    for key, by_method in cells.items():
+        times = {}
+        for name, runs in by_method.items():
+            reached = [run["time_to_target"] for run in runs if run.get("time_to_target") is not None]
+            # the papers' rule: a method that misses the target in at least half its runs has no time
+            times[name] = (float(np.mean(reached)), float(np.std(reached)), len(reached)) \
+                if 2 * len(reached) > len(runs) else (None, None, len(reached))
+        base = times.get(reference, (None,))[0]
+        for name, runs in by_method.items():
+            mean, spread, reached = times[name]
+            best = [run["best_accuracy"] for run in runs if run.get("best_accuracy") is not None]
+            lines.append({**dict(zip(groups, key)), "method": name, "algorithm": runs[0]["algorithm"],
+                          "runs": len(runs), "reached": reached, "time_to_target_mean": mean,
+                          "time_to_target_std": spread,
+                          "relative_time": None if mean is None or not base else mean / base,
+                          "best_accuracy_mean": float(np.mean(best)) if best else None,
+                          "best_accuracy_std": float(np.std(best)) if best else None,
+                          "reference_reached": base is not None})
+    return lines
+
+
+def format_markdown(lines: list[dict], groups: list[str], reference: str, target: str) -> str:
+    """The two paper-style tables as markdown: methods down, groups across.
+
+    >>> print(format_markdown([{"method": "fedavg", "runs": 2, "reached": 2, "time_to_target_mean": 80.0,
+    ...                         "relative_time": 1.0, "best_accuracy_mean": 0.9, "best_accuracy_std": 0.0,
+    ...                         "reference_reached": True}], [], "fedavg", "90%"))
+    ## Time to first reach 90% held-out accuracy, relative to fedavg
+    <BLANKLINE>
+    | method | all |
+    |---|---|
+    | fedavg | 1.00 (80.0 s) |
+    <BLANKLINE>
+    Mean virtual time over the seeds that reached the target, divided by fedavg's (absolute mean in brackets); – = missed the target in at least half of its runs; n/a = fedavg did.
+    <BLANKLINE>
+    ## Best held-out accuracy, mean ± std over seeds
+    <BLANKLINE>
+    | method | all |
+    |---|---|
+    | fedavg | 0.9000 ± 0.0000 |
+    """
+    keys = list(dict.fromkeys(tuple(line.get(name) for name in groups) for line in lines))
+    methods = list(dict.fromkeys(line["method"] for line in lines))
+    found = {(tuple(line.get(name) for name in groups), line["method"]): line for line in lines}
+    header = "| method | " + " | ".join(_group_label(key, groups) for key in keys) + " |"
+    rule = "|---|" + "---|" * len(keys)
+
+    def relative(line):
+        if line is None:
+            return ""
+        if line["time_to_target_mean"] is None:
+            return MISSING
+        shown = "n/a" if line["relative_time"] is None else f"{line['relative_time']:.2f}"
+        return f"{shown} ({line['time_to_target_mean']:.1f} s)"
+
+    def accuracy(line):
+        if line is None or line["best_accuracy_mean"] is None:
+            return ""
+        return f"{line['best_accuracy_mean']:.4f} ± {line['best_accuracy_std']:.4f}"
+
+    def table(cell) -> list[str]:
+        return [header, rule] + [f"| {method} | " + " | ".join(cell(found.get((key, method))) for key in keys) + " |"
+                                 for method in methods]
+
+    return "\n".join([f"## Time to first reach {target} held-out accuracy, relative to {reference}", "",
+                      *table(relative), "",
+                      f"Mean virtual time over the seeds that reached the target, divided by {reference}'s "
+                      f"(absolute mean in brackets); {MISSING} = missed the target in at least half of its runs; "
+                      f"n/a = {reference} did.", "",
+                      "## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy)])
+
+
+def _target_text(rows: list[dict]) -> str:
+    targets = sorted({row.get("target_accuracy") for row in rows if row.get("target_accuracy") is not None})
+    return "the target" if len(targets) != 1 else f"{targets[0]:.0%}"
+
+
+def _write_csv(lines: list[dict], path: str) -> str:
+    columns = list(dict.fromkeys(name for line in lines for name in line))
+    with open(path + ".tmp", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, columns)
+        writer.writeheader()
+        writer.writerows(lines)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def make_report(sweep_dir: str, reference: str = "fedavg", out: str | None = None, figures: bool = True) -> Report:
+    """Write ``report.md``, ``report.csv`` and (with ``figures``) the PNG figures of the sweep in
+    ``sweep_dir`` into ``out`` (default ``SWEEP_DIR/report``); see the module docstring.
+
+    >>> # make_report("sweeps/x").markdown  (jaxfl report sweeps/x prints it)
+    """
+    rows = read_results(sweep_dir)
+    lines = summarise(rows, reference)  # a bad reference fails before anything is written
+    out = out or os.path.join(sweep_dir, "report")
+    os.makedirs(out, exist_ok=True)
+    groups = group_columns(rows)
+    markdown = format_markdown(lines, groups, reference, _target_text(rows))
+    markdown_path = os.path.join(out, "report.md")
+    with open(markdown_path + ".tmp", "w") as handle:
+        handle.write(markdown + "\n")
+    os.replace(markdown_path + ".tmp", markdown_path)
+    table = _write_csv(lines, os.path.join(out, "report.csv"))
+    drawn = _figures(rows, lines, sweep_dir, out) if figures else []
+    return Report(markdown, markdown_path, table, lines, drawn)
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.," else "_" for c in text.replace(", ", "_").replace("=", ""))
+
+
+def _run_dir(sweep_dir: str, row: dict) -> str:
+    path = os.path.join(sweep_dir, str(row["run_dir"]))
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"run directory {path!r} of cell {row.get('cell')} is missing: the figures need the "
+                                "runs (make_report(..., figures=False) writes the tables alone)")
+    return path
+
+
+def _figures(rows: list[dict], lines: list[dict], sweep_dir: str, out: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups, methods = group_columns(rows), _method_columns(rows)
+    for row in rows:
+        _run_dir(sweep_dir, row)  # all there, or one line before any figure
+    by_group: dict[tuple, dict[str, list[dict]]] = {}
+    for row in rows:
+        by_group.setdefault(tuple(row.get(name) for name in groups), {}).setdefault(
+            method_name(row, methods), []).append(row)
+    paths = [plot_accuracy_bands(runs_by_method, sweep_dir, os.path.join(
+                 out, "accuracy.png" if len(by_group) == 1 else f"accuracy-{_slug(_group_label(key, groups))}.png"),
+                 title=_group_label(key, groups), plt=plt)
+             for key, runs_by_method in by_group.items()]
+    paths.append(plot_time_to_target(lines, groups, os.path.join(out, "time_to_target.png"), plt=plt))
+    by_method: dict[str, list[dict]] = {}
+    for row in rows:
+        by_method.setdefault(method_name(row, methods), []).append(row)
+    paths.append(plot_staleness(by_method, sweep_dir, os.path.join(out, "staleness.png"), plt=plt))
+    from jaxfl.plot import plot_timeline
+
+    first_group = next(iter(by_group.values()))
+    for name, runs in first_group.items():  # one run per method: the first group's lowest seed
+        run = min(runs, key=lambda row: (row.get("seed") or 0, row.get("cell") or 0))
+        paths.append(plot_timeline(_run_dir(sweep_dir, run), os.path.join(out, f"timeline-{_slug(name)}.png")))
+    return paths
+
+
+def _accuracy_curve(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
+    from jaxfl.plot import read_metrics
+
+    metrics = read_metrics(run_dir)
+    return np.array([row["time"] for row in metrics]), np.array([row["accuracy"] for row in metrics])
+
+
+def accuracy_band(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Mean, min and max over runs of step-function accuracy curves ``(times, accuracies)``, on the
+    union of their evaluation times; a run counts from its first evaluation to its last (NaN where
+    no run does).
+
+    >>> grid, mean, low, high = accuracy_band([(np.array([0.0, 2.0]), np.array([0.1, 0.5])),
+    ...                                        (np.array([0.0, 1.0, 3.0]), np.array([0.1, 0.3, 0.7]))])
+    >>> grid.tolist(), mean.tolist(), low.tolist(), high.tolist()
+    ([0.0, 1.0, 2.0, 3.0], [0.1, 0.2, 0.4, 0.7], [0.1, 0.1, 0.3, 0.7], [0.1, 0.3, 0.5, 0.7])
+    """
+    grid = np.unique(np.concatenate([times for times, _ in curves]))
+    values = np.full((len(curves), len(grid)), np.nan)
+    for row, (times, accuracy) in enumerate(curves):
+        index = np.searchsorted(times, grid, side="right") - 1
+        inside = (index >= 0) & (grid <= times[-1])
+        values[row, inside] = accuracy[index[inside]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns stay NaN, without a warning
+        return grid, np.nanmean(values, axis=0), np.nanmin(values, axis=0), np.nanmax(values, axis=0)
+
+
+def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: str, title: str = "",
+                        plt=None) -> str:
+    """Held-out accuracy against virtual time: per method, the mean over its seeds and the min–max
+    band, the target dashed.
+
+    >>> # plot_accuracy_bands({"fedavg": rows_of_fedavg, ...}, "sweeps/x", "accuracy.png")
+    """
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    target = None
+    for name, runs in runs_by_method.items():
+        curves = [_accuracy_curve(_run_dir(sweep_dir, run)) for run in runs]
+        curves = [curve for curve in curves if len(curve[0])]
+        if not curves:
+            continue
+        grid, mean, low, high = accuracy_band(curves)
+        line, = axes.plot(grid, mean, drawstyle="steps-post", label=f"{name} ({len(curves)} seed"
+                                                                    f"{'s' if len(curves) > 1 else ''})")
+        if len(curves) > 1:
+            axes.fill_between(grid, low, high, step="post", alpha=0.2, color=line.get_color(), linewidth=0)
+        target = runs[0].get("target_accuracy", target)
+    if target is not None:
+        axes.axhline(target, linestyle="--", color="grey", linewidth=1, label=f"target {target:.0%}")
+    axes.set_title(f"{title}: mean over seeds, band = min–max" if title else "mean over seeds, band = min–max",
+                   fontsize=9)
+    axes.set_xlabel("virtual time (s)")
+    axes.set_ylabel("held-out accuracy")
+    axes.legend(fontsize=8)
+    axes.grid(alpha=0.3)
+    return _save(figure, path, plt)
+
+
+def plot_time_to_target(lines: list[dict], groups: list[str], path: str, plt=None) -> str:
+    """Bars of the mean virtual time to target (std over the seeds that reached it as error bars),
+    one cluster per group, one bar per method; "–" where a method missed in at least half its runs.
+
+    >>> # plot_time_to_target(summarise(rows), group_columns(rows), "time_to_target.png")
+    """
+    keys = list(dict.fromkeys(tuple(line.get(name) for name in groups) for line in lines))
+    methods = list(dict.fromkeys(line["method"] for line in lines))
+    found = {(tuple(line.get(name) for name in groups), line["method"]): line for line in lines}
+    width = 0.8 / len(methods)
+    figure, axes = plt.subplots(figsize=(max(6.0, 1.2 * len(keys) * len(methods) * 0.6 + 2), 4.5))
+    for number, method in enumerate(methods):
+        label = method  # the first bar of each method names it in the legend
+        for position, key in enumerate(keys):
+            line = found.get((key, method))
+            x = position + (number - (len(methods) - 1) / 2) * width
+            if line is None:
+                continue
+            if line["time_to_target_mean"] is None:
+                axes.text(x, 0, MISSING, ha="center", va="bottom", fontsize=9)
+                continue
+            axes.bar(x, line["time_to_target_mean"], width, yerr=line["time_to_target_std"] or None, capsize=3,
+                     color=plt.get_cmap("tab10")(number % 10), label=label)
+            label = None
+    axes.legend(fontsize=8)
+    axes.set_xticks(range(len(keys)), [_group_label(key, groups) for key in keys], fontsize=8)
+    axes.set_ylabel("virtual time to target (s)")
+    axes.set_title(f"time to target: mean over the seeds that reached it ({MISSING} = missed in ≥ half)", fontsize=9)
+    axes.grid(alpha=0.3, axis="y")
+    return _save(figure, path, plt)
+
+
+def plot_staleness(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: str, plt=None) -> str:
+    """Staleness of the aggregated updates per method (summary.json's histogram), summed over its runs.
+
+    >>> # plot_staleness({"fedbuff": rows_of_fedbuff}, "sweeps/x", "staleness.png")
+    """
+    import json
+
+    from matplotlib.ticker import MaxNLocator
+
+    columns = min(3, len(runs_by_method))
+    count = math.ceil(len(runs_by_method) / columns)
+    figure, axes = plt.subplots(count, columns, figsize=(4 * columns, 2.8 * count), squeeze=False)
+    for panel, (name, runs) in zip(axes.flat, runs_by_method.items()):
+        histogram: dict[int, int] = {}
+        for run in runs:
+            with open(os.path.join(_run_dir(sweep_dir, run), "summary.json")) as handle:
+                stale = json.load(handle).get("timeline", {}).get("staleness_histogram") or {}
+            for staleness, number in stale.items():
+                histogram[int(staleness)] = histogram.get(int(staleness), 0) + number
+        total = sum(histogram.values())
+        if total:
+            panel.bar(list(histogram), list(histogram.values()), width=0.8)
+            mean = sum(s * n for s, n in histogram.items()) / total
+            panel.set_title(f"{name}: {len(runs)} runs, mean {mean:.2f}", fontsize=9)
+        else:
+            panel.set_title(f"{name}: no aggregated updates", fontsize=9)
+        panel.xaxis.set_major_locator(MaxNLocator(integer=True))  # staleness counts versions
+        panel.set_xlabel("staleness (global updates)", fontsize=8)
+        panel.set_ylabel("updates", fontsize=8)
+    for panel in list(axes.flat)[len(runs_by_method):]:
+        panel.axis("off")
+    return _save(figure, path, plt)
+
+
+def _save(figure, path: str, plt) -> str:
+    figure.tight_layout()
+    figure.savefig(path + ".tmp.png", dpi=120)
+    plt.close(figure)
+    os.replace(path + ".tmp.png", path)
+    return path

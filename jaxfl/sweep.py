@@ -1,0 +1,465 @@
+"""Grids of runs: every combination of a few settings over seeds, resumable, in one tidy table.
+
+A sweep is a base config (any fields) and a grid: field → list of values (algorithms, clients,
+heterogeneity, partition, seeds, an algorithm's option such as ``port.staleness_bound``...). Every
+combination is one *cell*, one run. :func:`run_sweep` validates every cell before the first run,
+runs them one after another (compiling the programs they share once), and writes into the sweep
+folder::
+
+    sweep.json        the sweep: base, grid, size, and each cell's swept values and run directory
+    runs/NAME/        one run directory per cell (named as jaxfl run names it: settings + config hash)
+    results.csv       one row per cell: its swept and key settings and its summary figures
+    results.parquet   the same table (pyarrow)
+
+Calling it again with the same sweep skips finished cells (their run directory has a
+``summary.json``), continues an interrupted one from its newest checkpoint, and restarts one that
+was interrupted before its first checkpoint. A run directory is named by its settings, so a grid
+extended in the same folder (another seed, another algorithm) reuses the cells already finished. ``jaxfl sweep`` is the command line;
+:func:`jaxfl.report.make_report` turns the folder into the papers' tables and figures.
+
+A field that a cell never reads (``buffer_size`` for FedAvg, ``dirichlet_alpha`` with the ``iid``
+partition, an option of another algorithm) is left out of that cell, and cells that become equal
+are run once; a field that no cell reads is an error, as ``jaxfl run`` refuses it.
+
+>>> import tempfile
+>>> base = {"model": "logreg", "local_steps": 2, "batch_size": 16, "max_updates": 1}
+>>> result = run_sweep(base, {"algorithm": ["fedavg", "fedbuff"], "clients": [3]}, tempfile.mkdtemp(),
+...                    progress=False)
+>>> [(row["algorithm"], row["clients"], row["global_updates"]) for row in result.rows]
+[('fedavg', 3, 1), ('fedbuff', 3, 1)]
+>>> len(result.ran), len(result.skipped)
+(2, 0)
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import shutil
+
+from jaxfl import algorithms
+from jaxfl.config import (ALGORITHM_FIELDS, FIELDS, ConfigError, RunConfig, _only_read_when,
+                          config_from_mapping, load_config_file, option_namespaces,
+                          split_algorithm_options)
+
+# Where and how each run is written belongs to the sweep, not to a cell.
+SWEEP_OWNED = ("output_dir", "run_name", "progress")
+# Settings every results row carries, swept or not (the papers' tables are keyed by them).
+KEY_SETTINGS = ("algorithm", "dataset", "model", "partition", "clients", "heterogeneity", "local_steps", "seed")
+# The summary figures of each row (summary.json; client_updates = updates aggregated, FedBuff's unit).
+SUMMARY_COLUMNS = ("target_accuracy", "time_to_target", "best_accuracy", "final_accuracy", "global_updates",
+                   "client_updates", "client_steps_executed", "virtual_time", "client_utilisation",
+                   "mean_staleness", "stop_reason", "wall_time_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One run of the grid: its position, the swept values it reads, its validated config and the
+    run directory that holds (or will hold) it."""
+
+    index: int
+    values: dict
+    config: RunConfig
+    run_dir: str
+
+    def label(self) -> str:
+        """The swept values as ``name=value`` pairs (how progress lines and errors name the cell).
+
+        >>> Cell(0, {"algorithm": "fedavg", "seed": 1}, RunConfig(), "runs/x").label()
+        'algorithm=fedavg seed=1'
+        """
+        return " ".join(f"{name}={value}" for name, value in self.values.items()) or "(the base config)"
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    """What :func:`run_sweep` did and wrote: the cells, the results rows (one per cell, in cell order),
+    the table paths, and the cell indices it ran fresh, resumed from a checkpoint, restarted (an
+    interrupted run without a checkpoint) or skipped as finished."""
+
+    sweep_dir: str
+    cells: list
+    rows: list
+    table: str
+    parquet: str
+    ran: list
+    resumed: list
+    restarted: list
+    skipped: list
+    notes: list
+
+
+def _flat(values: dict, where: str) -> dict:
+    """A config-file mapping as flat names: section tables merged, algorithm options as ``space.option``."""
+    values = dict(values)
+    if "algorithm" in values and isinstance(values["algorithm"], dict) or "algorithm_options" in values:
+        raise ConfigError(f"{where}: an [algorithm] table or algorithm_options does not fit a sweep (each cell's "
+                          "algorithm differs); give options in their namespace, as [port] or port.staleness_bound")
+    fields, options = split_algorithm_options(values)
+    for name in fields:
+        if name not in FIELDS:
+            raise ConfigError(f"{where}: unknown config field {name!r}; allowed: {', '.join(FIELDS)}")
+        if name in SWEEP_OWNED:
+            raise ConfigError(f"{where}: {name} is set by the sweep (runs go to SWEEP_DIR/runs/, progress is one bar "
+                              "for the whole grid); leave it out")
+    return {**fields, **{f"{space}.{key}": value for space, given in options.items() for key, value in given.items()}}
+
+
+def load_sweep_file(path: str, size: str | None = None) -> tuple[dict, dict]:
+    """Read a TOML (or JSON) sweep file into ``(base, grid)``: the file's settings as in a ``--config``
+    file (sections as tables, options under ``[port]``...), its ``[grid]`` table of lists, and, with
+    ``size``, the ``[sizes.NAME]`` table's settings over the base and its ``[sizes.NAME.grid]`` lists
+    over the grid's (a ``quick`` and a ``full`` size of one study, say).
+
+    >>> import tempfile
+    >>> path = tempfile.mktemp(suffix=".toml")
+    >>> _ = open(path, "w").write('''
+    ... [client]
+    ... local_steps = 5
+    ... [grid]
+    ... algorithm = ["fedavg", "fedbuff"]
+    ... seed = [0, 1, 2]
+    ... [sizes.quick]
+    ... max_updates = 3
+    ... [sizes.quick.grid]
+    ... seed = [0]
+    ... ''')
+    >>> load_sweep_file(path, size="quick")
+    ({'local_steps': 5, 'max_updates': 3}, {'algorithm': ['fedavg', 'fedbuff'], 'seed': [0]})
+    """
+    values = load_config_file(path)
+    grid = values.pop("grid", {})
+    sizes = values.pop("sizes", {})
+    if not isinstance(grid, dict) or not isinstance(sizes, dict):
+        raise ConfigError(f"sweep file {path!r}: [grid] and [sizes.NAME] must be tables")
+    base = _flat(values, f"sweep file {path!r}")
+    if size is not None:
+        if size not in sizes:
+            allowed = ", ".join(sizes) if sizes else "none: the file has no [sizes.NAME] tables"
+            raise ConfigError(f"size={size!r} is not allowed: sizes in {path!r}: {allowed}")
+        chosen = dict(sizes[size])
+        size_grid = chosen.pop("grid", {})
+        base.update(_flat(chosen, f"sweep file {path!r} [sizes.{size}]"))
+        grid = {**grid, **size_grid}
+    return base, grid
+
+
+def _check_grid(grid: dict) -> dict:
+    """The grid with flat names, each axis a non-empty list of distinct values."""
+    checked = {}
+    for key, values in grid.items():
+        name = key.replace("-", "_")
+        if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+            raise ConfigError(f"grid {name}={values!r} is not allowed: a list of values (for one value, set it in "
+                              "the base settings)")
+        if not values:
+            raise ConfigError(f"grid {name}=[] is not allowed: at least one value")
+        if len({json.dumps(value, sort_keys=True, default=str) for value in values}) != len(values):
+            raise ConfigError(f"grid {name}={list(values)!r} is not allowed: a value appears twice")
+        flat = _flat({name: values[0]}, f"grid {name}")
+        checked[next(iter(flat))] = list(values)
+    return checked
+
+
+def _unread(values: dict) -> list[str]:
+    """The names in a cell's flat mapping that its run never reads: another algorithm's options and
+    fields, and data/speed/fault settings its partition, dataset or speed model ignores."""
+    fields, options = split_algorithm_options(values)
+    try:
+        cls = algorithms.get(fields.get("algorithm", RunConfig.algorithm))
+    except KeyError:
+        return []  # validation names the bad algorithm
+    # an algorithm field at its default is still not read: leaving it out makes such cells equal
+    unread = [] if cls.reads is None else [name for name in ALGORITHM_FIELDS if name in fields and name not in cls.reads]
+    # unvalidated: only reads the partition, dataset and speed/fault names to decide what is read
+    settings = RunConfig(**{name: value for name, value in fields.items() if name in FIELDS})
+    unread += [name for name, (read, _) in _only_read_when(settings).items() if not read and name in fields]
+    own = cls.option_namespace()
+    unread += [f"{space}.{key}" for space, given in options.items() if space != own for key in given]
+    return unread
+
+
+def expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[str]]:
+    """Every combination of the grid over the base, validated, as :class:`Cell` s (in the grid's order,
+    the last axis fastest), and notes on fields left out of the cells that do not read them.
+
+    A bad value fails here, before any run, naming the cell and the field.
+
+    >>> cells, notes = expand({"model": "logreg", "buffer_size": 5},
+    ...                       {"algorithm": ["fedavg", "fedbuff"], "seed": [0, 1]}, "sweeps/x")
+    >>> [cell.label() for cell in cells], cells[3].config.buffer_size
+    (['algorithm=fedavg seed=0', 'algorithm=fedavg seed=1', 'algorithm=fedbuff seed=0', 'algorithm=fedbuff seed=1'], 5)
+    >>> notes
+    ['buffer_size applies only to the cells that read it (algorithm=fedbuff)']
+    """
+    base = _flat(base, "sweep base") if base else {}
+    grid = _check_grid(grid)
+    for name in grid:
+        base.pop(name, None)  # an axis replaces the base's value
+    axes = list(grid)
+    cells, seen, dropped, applies = [], set(), set(), {}
+    from jaxfl.experiment import run_name
+
+    for combination in itertools.product(*(grid[name] for name in axes)):
+        swept = dict(zip(axes, combination))
+        values = {**base, **swept}
+        unread = set(_unread(values))
+        dropped |= unread
+        for name in values.keys() - unread:  # under which settings each field is read, for the notes
+            deciding = _DECIDING.get(name, ("algorithm",))  # data/speed settings, else the algorithm
+            applies.setdefault(name, set()).add(" ".join(f"{axis}={swept[axis]}" for axis in axes if axis in deciding))
+        kept = {name: value for name, value in values.items() if name not in unread}
+        key = json.dumps(kept, sort_keys=True, default=str)
+        if key in seen:  # equal once the unread fields are left out: one run
+            continue
+        seen.add(key)
+        shown = {name: value for name, value in swept.items() if name not in unread}
+        try:
+            config = config_from_mapping({**kept, "progress": False})
+        except ConfigError as error:
+            where = " ".join(f"{name}={value}" for name, value in swept.items()) or "(the base config)"
+            raise ConfigError(f"sweep cell {len(cells)} ({where}): {error}") from None
+        config = dataclasses.replace(config, output_dir=os.path.join(sweep_dir, "runs"), run_name=run_name(config))
+        cells.append(Cell(len(cells), shown, config, os.path.join(sweep_dir, "runs", config.run_name)))
+    never = sorted(dropped - applies.keys())
+    if never:
+        given = {**base, **grid}
+        raise ConfigError(f"{', '.join(f'{name}={given[name]!r}' for name in never)} is not allowed: no cell of "
+                          f"this sweep reads {'it' if len(never) == 1 else 'them'} (jaxfl run --help says which "
+                          "algorithm, dataset, partition or speed model does); leave it out")
+    notes = [f"{name} applies only to the cells that read it ({'; '.join(sorted(applies[name]))})"
+             for name in sorted(dropped)]
+    return cells, notes
+
+
+# The settings that decide whether a data/speed/fault field is read (for the notes only).
+_DECIDING = {"dirichlet_alpha": ("partition",), "client_sizes": ("partition",), "size_skew": ("partition", "client_sizes"),
+             "shards_per_client": ("partition",), "gamma": ("partition",), "data_dir": ("dataset",),
+             "speed_cap": ("heterogeneity",), "speed_reference_time": ("heterogeneity",),
+             "speed_legacy_seed": ("heterogeneity",), "delay_factor": ("delay_prob",), "dropout_mean": ("dropout_prob",),
+             "eval_every": ("eval_interval",), "staleness_a": ("staleness",)}
+
+
+
+def cell_state(run_dir: str) -> str:
+    """Where a cell stands: ``finished`` (its run directory has a ``summary.json``, written when a
+    run ends, also by a numerical error), ``resumable`` (interrupted after a checkpoint),
+    ``restart`` (interrupted before its first checkpoint: it starts again) or ``new``.
+
+    >>> cell_state("/no/such/run")
+    'new'
+    """
+    from jaxfl import checkpoint
+
+    if not os.path.isdir(run_dir):
+        return "new"
+    if os.path.isfile(os.path.join(run_dir, "summary.json")):
+        return "finished"
+    return "resumable" if checkpoint.latest(run_dir) is not None else "restart"
+
+
+def _prepare_all(cells: list[Cell]) -> None:
+    """Build every distinct data set, split and model once, before the first run: what only the
+    data can tell (a model that does not fit its images, too few samples for the clients) fails
+    here, not after hours of other cells."""
+    from jaxfl.experiment import prepare
+
+    done = set()
+    for cell in cells:
+        config = cell.config
+        key = json.dumps([dataclasses.asdict(config.data), config.seed, config.timing_only], default=str)
+        if key in done:
+            continue
+        done.add(key)
+        try:
+            prepare(config)
+        except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
+            raise type(error)(f"sweep cell {cell.index} ({cell.label()}): {error}") from None
+
+
+def _mean_staleness(summary: dict) -> float | None:
+    histogram = summary.get("timeline", {}).get("staleness_histogram") or {}
+    total = sum(histogram.values())
+    return sum(int(s) * n for s, n in histogram.items()) / total if total else None
+
+
+def _cell_value(value):
+    """A config value as a table cell: tuples and other containers as JSON text."""
+    return value if value is None or isinstance(value, (bool, int, float, str)) else json.dumps(value, default=str)
+
+
+def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
+    """One results row: the cell index, :data:`KEY_SETTINGS`, the other swept settings (empty where
+    the cell does not read them), :data:`SUMMARY_COLUMNS` from its summary.json and its run directory
+    relative to the sweep folder."""
+    with open(os.path.join(cell.run_dir, "summary.json")) as handle:
+        summary = json.load(handle)
+    row = {"cell": cell.index}
+    for name in (*KEY_SETTINGS, *(axis for axis in grid_axes if axis not in KEY_SETTINGS)):
+        if name in grid_axes and name not in cell.values:
+            row[name] = None  # swept, but this cell's run does not read it
+        elif name in FIELDS:
+            row[name] = _cell_value(getattr(cell.config, name))
+        else:  # an algorithm option, space.option
+            row[name] = _cell_value(cell.values[name])
+    row.update({
+        "target_accuracy": summary.get("target_accuracy"), "time_to_target": summary.get("time_to_target"),
+        "best_accuracy": summary.get("best_accuracy"), "final_accuracy": summary.get("final_accuracy"),
+        "global_updates": summary.get("global_updates"),
+        "client_updates": summary.get("accounting", {}).get("aggregated"),
+        "client_steps_executed": summary.get("client_steps_executed", summary.get("client_steps_aggregated")),
+        "virtual_time": summary.get("virtual_time"),
+        "client_utilisation": summary.get("timeline", {}).get("utilisation", {}).get("mean"),
+        "mean_staleness": _mean_staleness(summary), "stop_reason": summary.get("stop_reason"),
+        "wall_time_s": summary.get("wall_time_s"),
+        "run_dir": os.path.relpath(cell.run_dir, sweep_dir),
+    })
+    return row
+
+
+def write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str]:
+    """Write the rows as ``results.csv`` and ``results.parquet`` (each atomically); returns their paths."""
+    import csv
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = os.path.join(sweep_dir, "results.csv")
+    columns = list(rows[0]) if rows else ["cell"]
+    with open(table + ".tmp", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(table + ".tmp", table)
+    parquet = os.path.join(sweep_dir, "results.parquet")
+    arrays = {}
+    for name in columns:
+        values = [row[name] for row in rows]
+        kinds = {type(value) for value in values if value is not None}
+        if kinds == {int, float}:  # a swept number given as 1 and 0.5: one float column
+            values = [None if value is None else float(value) for value in values]
+        elif len(kinds) > 1:
+            values = [None if value is None else str(value) for value in values]
+        arrays[name] = pa.array(values)
+    pq.write_table(pa.table(arrays), parquet + ".tmp")
+    os.replace(parquet + ".tmp", parquet)
+    return table, parquet
+
+
+def _write_definition(sweep_dir: str, base: dict, grid: dict, size: str | None, cells: list[Cell]) -> None:
+    from jaxfl.experiment import _write_json
+
+    _write_json(os.path.join(sweep_dir, "sweep.json"), {
+        "base": {name: _cell_value(value) for name, value in base.items()},
+        "grid": {name: [_cell_value(value) for value in values] for name, values in grid.items()},
+        "size": size,
+        "cells": [{"cell": cell.index, "values": {n: _cell_value(v) for n, v in cell.values.items()},
+                   "run_dir": os.path.relpath(cell.run_dir, sweep_dir)} for cell in cells],
+    })
+
+
+def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, progress: bool = True,
+              echo=None) -> SweepResult:
+    """Run every cell of ``grid`` over ``base`` into ``sweep_dir`` (see the module docstring), or
+    continue a sweep started there with the same arguments.
+
+    ``base``: a mapping of config fields (flat names, section tables or ``[port]`` option tables, as
+    in a config file) or a :class:`~jaxfl.config.RunConfig` (:func:`base_mapping`); ``grid``: field → list of values; ``size``: the name recorded in ``sweep.json`` (see
+    :func:`load_sweep_file`); ``progress``: one bar for the grid (cells done of all, the current
+    cell); ``echo``: a function receiving one line per finished cell (the command line prints them).
+
+    Every cell is validated, and every distinct data set and model built once, before the first run
+    writes a file; a bad value raises :class:`~jaxfl.config.ConfigError` naming the cell. The runs
+    share their compiled programs (:func:`jaxfl.comparison.shared_compilations`). A run stopped by a
+    numerical error is a finished cell (its ``stop_reason`` says so). Example: the module docstring.
+    """
+    from jaxfl.comparison import shared_compilations
+    from jaxfl.engine import NumericalError
+    from jaxfl.experiment import resume_experiment, run_experiment
+    from jaxfl.resume import ResumeError
+
+    if isinstance(base, RunConfig):
+        base = base_mapping(base)
+    cells, notes = expand(dict(base), grid, sweep_dir)
+    base = _flat(dict(base), "sweep base") if base else {}
+    grid = _check_grid(grid)
+    states = {cell.index: cell_state(cell.run_dir) for cell in cells}
+    if any(state != "finished" for state in states.values()):
+        _prepare_all([cell for cell in cells if states[cell.index] != "finished"])
+    os.makedirs(os.path.join(sweep_dir, "runs"), exist_ok=True)
+    _write_definition(sweep_dir, base, grid, size, cells)
+    done = {"new": [], "resumable": [], "restart": [], "finished": []}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(cells), initial=sum(state == "finished" for state in states.values()),
+                   desc="sweep", unit="cell", leave=True)
+    say = echo or (bar.write if bar is not None else (lambda line: None))
+    try:
+        with shared_compilations():
+            for cell in cells:
+                state = states[cell.index]
+                done[state].append(cell.index)
+                if state == "finished":
+                    continue
+                if bar is not None:
+                    bar.set_postfix_str(f"cell {cell.index}: {cell.label()}")
+                try:
+                    if state == "resumable":
+                        try:
+                            summary = resume_experiment(cell.run_dir, progress=False).summary
+                        except ResumeError as error:  # no checkpoint reads back: the cell starts again
+                            say(f"cell {cell.index}: {error}; starting it again")
+                            done["resumable"].remove(cell.index)
+                            done["restart"].append(cell.index)
+                            state = "restart"
+                    if state == "restart":
+                        shutil.rmtree(cell.run_dir)
+                    if state in ("new", "restart"):
+                        summary = run_experiment(cell.config).summary
+                except NumericalError:  # its summary.json says so; the other cells go on
+                    with open(os.path.join(cell.run_dir, "summary.json")) as handle:
+                        summary = json.load(handle)
+                reached = summary.get("time_to_target")
+                say(f"cell {cell.index} ({cell.label()}): best accuracy {summary.get('best_accuracy') or 0:.4f}, "
+                    f"{'target not reached' if reached is None else f'target at {reached:.1f} virtual s'}, "
+                    f"stop: {summary['stop_reason']}" + ("" if state == "new" else f" [{state.replace('resumable', 'resumed')}]"))
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    axes = list(grid)
+    rows = [result_row(cell, axes, sweep_dir) for cell in cells]
+    table, parquet = write_results(rows, sweep_dir)
+    return SweepResult(sweep_dir, cells, rows, table, parquet, done["new"], done["resumable"], done["restart"],
+                       done["finished"], notes)
+
+
+def base_mapping(config: RunConfig) -> dict:
+    """A RunConfig as a sweep's base: the flat mapping of its fields that differ from the defaults
+    and its algorithm's options (as ``space.option``). Where the runs are written belongs to the
+    sweep: an ``output_dir`` or ``run_name`` of its own is refused; ``progress`` is left out
+    (:func:`run_sweep` has one bar for the grid).
+
+    >>> base_mapping(RunConfig(algorithm="port", clients=5, algorithm_options={"staleness_bound": 5}))
+    {'clients': 5, 'algorithm': 'port', 'port.staleness_bound': 5}
+    """
+    default = RunConfig()
+    for name in ("output_dir", "run_name"):
+        if getattr(config, name) != getattr(default, name):
+            raise ConfigError(f"{name}={getattr(config, name)!r} is not allowed in a sweep's base config: the runs go "
+                              "to SWEEP_DIR/runs/, named by their settings; leave it at its default")
+    values = {name: getattr(config, name) for name in FIELDS
+              if name not in ("algorithm_options", *SWEEP_OWNED) and getattr(config, name) != getattr(default, name)}
+    options = config.algorithm_options
+    if options is not None:
+        space = algorithms.get(config.algorithm).option_namespace()
+        cls = algorithms.get(config.algorithm).Options
+        given = options if isinstance(options, dict) else {
+            field.name: getattr(options, field.name) for field in dataclasses.fields(cls)
+            if getattr(options, field.name) != field.default}
+        values.update({f"{space}.{key}": value for key, value in given.items()})
+    return values

@@ -1,0 +1,223 @@
+"""jaxfl sweep and jaxfl report: a 2×2 grid of tiny runs, resumed and reported; the report's
+arithmetic on a hand-made results table."""
+import csv
+import json
+import math
+import os
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from jaxfl import cli
+from jaxfl.config import ConfigError
+from jaxfl.report import make_report, read_results
+from jaxfl.sweep import KEY_SETTINGS, SUMMARY_COLUMNS, cell_state, expand, run_sweep
+
+# Every cell: MLP on the embedded MNIST, 3 clients, 2 local steps, 2 global updates (a time to the
+# low target, no stop there), a checkpoint after each update (so that a cell can be cut back to the
+# middle of its run).
+BASE = {"dataset": "mnist10k", "model": "mlp", "clients": 3, "local_steps": 2, "batch_size": 16,
+        "max_updates": 2, "target_accuracy": 0.3, "stop_at_target": False, "checkpoint_every": 1, "buffer_size": 2}
+GRID = {"algorithm": ["fedavg", "fedbuff"], "seed": [0, 1]}
+FLAGS = ["--algorithm", "fedavg,fedbuff", "--seed", "0,1", "--dataset", "mnist10k", "--model", "mlp",
+         "--clients", "3", "--local-steps", "2", "--batch-size", "16", "--max-updates", "2",
+         "--target-accuracy", "0.3", "--no-stop-at-target", "--checkpoint-every", "1", "--buffer-size", "2", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("sweep"))
+    return run_sweep(BASE, GRID, folder, progress=False)
+
+
+def _run_dirs(folder):
+    return sorted(os.listdir(os.path.join(folder, "runs")))
+
+
+def test_one_row_per_cell_with_swept_key_and_summary_columns(sweep):
+    assert sweep.ran == [0, 1, 2, 3] and sweep.skipped == sweep.resumed == sweep.restarted == []
+    assert [(row["algorithm"], row["seed"]) for row in sweep.rows] == [
+        ("fedavg", 0), ("fedavg", 1), ("fedbuff", 0), ("fedbuff", 1)]
+    with open(sweep.table, newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert list(table[0]) == ["cell", *KEY_SETTINGS, *SUMMARY_COLUMNS, "run_dir"]
+    assert len(table) == 4 and [row["cell"] for row in table] == ["0", "1", "2", "3"]
+    parquet = pq.read_table(sweep.parquet)
+    assert parquet.num_rows == 4 and parquet.column_names == list(table[0])
+    assert parquet.column("global_updates").to_pylist() == [2, 2, 2, 2]
+    for row in sweep.rows:
+        with open(os.path.join(sweep.sweep_dir, row["run_dir"], "summary.json")) as handle:
+            summary = json.load(handle)
+        assert row["best_accuracy"] == summary["best_accuracy"]
+        assert row["client_updates"] == summary["accounting"]["aggregated"]
+        assert row["stop_reason"] == "update budget"
+    assert len(_run_dirs(sweep.sweep_dir)) == 4
+    with open(os.path.join(sweep.sweep_dir, "sweep.json")) as handle:
+        definition = json.load(handle)
+    assert definition["grid"] == GRID and len(definition["cells"]) == 4
+    assert sweep.notes == ["buffer_size applies only to the cells that read it (algorithm=fedbuff)"]
+
+
+def test_rerunning_skips_finished_cells_and_the_cli_names_the_same_cells(sweep, capsys):
+    again = run_sweep(BASE, GRID, sweep.sweep_dir, progress=False)
+    assert again.ran == [] and again.skipped == [0, 1, 2, 3]
+    assert again.rows == sweep.rows
+    # the command line's flags make the same four cells (the same run directories): nothing runs
+    assert cli.main(["sweep", *FLAGS, "--out", sweep.sweep_dir]) == 0
+    assert "4 cells: 0 run, 0 resumed, 0 restarted, 4 already finished" in capsys.readouterr().out
+    assert len(_run_dirs(sweep.sweep_dir)) == 4
+
+
+def test_an_interrupted_cell_resumes_and_one_without_checkpoint_restarts(sweep, tmp_path):
+    folder = str(tmp_path / "copy")
+    shutil.copytree(sweep.sweep_dir, folder)
+    interrupted = os.path.join(folder, sweep.rows[2]["run_dir"])  # fedbuff seed 0
+    # cut it back to its checkpoint after the first update: no summary, newest checkpoint at version 1
+    os.remove(os.path.join(interrupted, "summary.json"))
+    checkpoints = os.path.join(interrupted, "checkpoints")
+    kept = sorted(name for name in os.listdir(checkpoints) if name.startswith("ckpt-"))
+    assert kept == ["ckpt-000001", "ckpt-000002"]
+    shutil.rmtree(os.path.join(checkpoints, "ckpt-000002"))
+    with open(os.path.join(checkpoints, "latest"), "w") as handle:
+        handle.write("ckpt-000001\n")
+    assert cell_state(interrupted) == "resumable"
+    early = os.path.join(folder, sweep.rows[1]["run_dir"])  # fedavg seed 1: killed before any checkpoint
+    os.remove(os.path.join(early, "summary.json"))
+    shutil.rmtree(os.path.join(early, "checkpoints"))
+    assert cell_state(early) == "restart"
+
+    again = run_sweep(BASE, GRID, folder, progress=False)
+    assert (again.ran, again.resumed, again.restarted, again.skipped) == ([], [2], [1], [0, 3])
+    assert _run_dirs(folder) == _run_dirs(sweep.sweep_dir)  # no second directory for either cell
+    with open(os.path.join(interrupted, "summary.json")) as handle:
+        assert json.load(handle)["resumes"] == 1
+    for before, after in zip(sweep.rows, again.rows):  # the same runs as uninterrupted ones
+        for column in ("global_updates", "client_updates", "best_accuracy", "final_accuracy", "time_to_target",
+                       "stop_reason", "run_dir"):
+            assert after[column] == before[column], column
+
+
+def test_bad_grid_values_fail_before_any_run(tmp_path, capsys):
+    folder = str(tmp_path / "bad")
+    with pytest.raises(ConfigError, match=r"sweep cell 1 \(algorithm=fedavg clients=0\): .*clients"):
+        run_sweep(BASE, {"algorithm": ["fedavg"], "clients": [3, 0]}, folder, progress=False)
+    with pytest.raises(ConfigError, match="grid seed=0 is not allowed: a list of values"):
+        run_sweep(BASE, {"seed": 0}, folder, progress=False)
+    with pytest.raises(ConfigError, match="unknown config field 'client'"):
+        run_sweep(BASE, {"client": [3, 4]}, folder, progress=False)
+    with pytest.raises(ConfigError, match=r"buffer_size=2 is not allowed: no cell of this sweep reads it"):
+        run_sweep(BASE, {"algorithm": ["fedavg", "fedavgm"]}, folder, progress=False)
+    with pytest.raises(ConfigError, match="output_dir is set by the sweep"):
+        run_sweep({**BASE, "output_dir": "elsewhere"}, GRID, folder, progress=False)
+    assert not os.path.exists(folder)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["sweep", "--clients", "3,x", "--out", folder])
+    assert exit_.value.code == 2 and "--clients='x' is not an integer" in capsys.readouterr().err
+    assert not os.path.exists(folder)
+
+
+def test_cells_leave_out_fields_they_do_not_read_and_equal_cells_run_once():
+    cells, notes = expand({"model": "mlp", "partition": "iid"},
+                          {"algorithm": ["fedavg", "fedbuff"], "buffer_size": [2, 3],
+                           "partition": ["iid", "dirichlet"], "dirichlet_alpha": [0.1, 1.0]}, "sweeps/x")
+    labels = [cell.label() for cell in cells]
+    assert labels == ["algorithm=fedavg partition=iid",
+                      "algorithm=fedavg partition=dirichlet dirichlet_alpha=0.1",
+                      "algorithm=fedavg partition=dirichlet dirichlet_alpha=1.0",
+                      "algorithm=fedbuff buffer_size=2 partition=iid",
+                      "algorithm=fedbuff buffer_size=2 partition=dirichlet dirichlet_alpha=0.1",
+                      "algorithm=fedbuff buffer_size=2 partition=dirichlet dirichlet_alpha=1.0",
+                      "algorithm=fedbuff buffer_size=3 partition=iid",
+                      "algorithm=fedbuff buffer_size=3 partition=dirichlet dirichlet_alpha=0.1",
+                      "algorithm=fedbuff buffer_size=3 partition=dirichlet dirichlet_alpha=1.0"]
+    assert [cell.config.buffer_size for cell in cells[3:6]] == [2, 2, 2]
+    assert len({cell.run_dir for cell in cells}) == 9
+    assert notes == ["buffer_size applies only to the cells that read it (algorithm=fedbuff)",
+                     "dirichlet_alpha applies only to the cells that read it (partition=dirichlet)"]
+
+
+def test_sweep_file_sizes_and_flags_over_it(tmp_path):
+    path = tmp_path / "study.toml"
+    path.write_text('model = "mlp"\n[client]\nlocal_steps = 5\n[grid]\nalgorithm = ["fedavg", "fedbuff"]\n'
+                    'seed = [0, 1, 2]\n[sizes.quick]\nmax_updates = 3\n[sizes.quick.grid]\nseed = [0]\n')
+    args = cli.build_parser().parse_args(["sweep", str(path), "--size", "quick", "--out", "x", "--clients", "4,8"])
+    base, grid = cli._sweep_values(args)
+    assert base == {"model": "mlp", "local_steps": 5, "max_updates": 3}
+    assert grid == {"algorithm": ["fedavg", "fedbuff"], "seed": [0], "clients": [4, 8]}
+    args = cli.build_parser().parse_args(["sweep", str(path), "--size", "full", "--out", "x"])
+    with pytest.raises(ConfigError, match="size='full' is not allowed: sizes in .*: quick"):
+        cli._sweep_values(args)
+
+
+def _write_results(folder, rows):
+    columns = ["cell", "algorithm", "clients", "seed", "target_accuracy", "time_to_target", "best_accuracy", "run_dir"]
+    with open(os.path.join(folder, "results.csv"), "w", newline="") as handle:
+        writer = csv.DictWriter(handle, columns)
+        writer.writeheader()
+        for index, row in enumerate(rows):
+            writer.writerow({"cell": index, "target_accuracy": 0.8, "run_dir": f"runs/{index}", **row})
+
+
+def test_report_relative_times_and_dash_rules_by_hand(tmp_path):
+    # clients=5: fedavg reaches in every seed (mean 100 s); fedbuff in 2 of 3 (mean 40 s: 0.40);
+    # fedasync in 1 of 3 (missed in at least half: "–"). clients=10: the reference misses in 2 of
+    # 3 ("–", so fedbuff's mean 60 s has no ratio: "n/a"), fedasync never reaches.
+    times = {(5, "fedavg"): [100, 80, 120], (5, "fedbuff"): [30, 50, None], (5, "fedasync"): [10, None, None],
+             (10, "fedavg"): [200, None, None], (10, "fedbuff"): [50, 70, 60], (10, "fedasync"): [None] * 3}
+    best = {"fedavg": [0.90, 0.92, 0.94], "fedbuff": [0.85, 0.85, 0.88], "fedasync": [0.70, 0.80, 0.90]}
+    rows = [{"algorithm": algorithm, "clients": clients, "seed": seed, "time_to_target": spread[seed],
+             "best_accuracy": best[algorithm][seed]}
+            for (clients, algorithm), spread in times.items() for seed in range(3)]
+    _write_results(str(tmp_path), rows)
+    report = make_report(str(tmp_path), figures=False)
+    found = {(line["clients"], line["method"]): line for line in report.rows}
+    assert found[5, "fedbuff"]["relative_time"] == pytest.approx(0.4)
+    assert found[5, "fedbuff"]["time_to_target_mean"] == 40.0 and found[5, "fedbuff"]["reached"] == 2
+    assert found[5, "fedasync"]["time_to_target_mean"] is None and found[5, "fedasync"]["relative_time"] is None
+    assert found[10, "fedavg"]["time_to_target_mean"] is None
+    assert found[10, "fedbuff"]["time_to_target_mean"] == 60.0 and found[10, "fedbuff"]["relative_time"] is None
+    assert found[5, "fedavg"]["best_accuracy_mean"] == pytest.approx(0.92)
+    assert found[5, "fedavg"]["best_accuracy_std"] == pytest.approx(math.sqrt(0.0008 / 3))
+    lines = report.markdown.splitlines()
+    assert "| method | clients=5 | clients=10 |" in lines
+    assert "| fedavg | 1.00 (100.0 s) | – |" in lines
+    assert "| fedbuff | 0.40 (40.0 s) | n/a (60.0 s) |" in lines
+    assert "| fedasync | – | – |" in lines
+    assert "| fedavg | 0.9200 ± 0.0163 | 0.9200 ± 0.0163 |" in lines
+    assert "Time to first reach 80% held-out accuracy, relative to fedavg" in report.markdown
+    with open(report.table, newline="") as handle:
+        assert len(list(csv.DictReader(handle))) == 6
+    relative = make_report(str(tmp_path), reference="fedbuff", out=str(tmp_path / "vs-fedbuff"), figures=False)
+    assert "| fedavg | 2.50 (100.0 s) | – |" in relative.markdown.splitlines()
+    with pytest.raises(ValueError, match=r"reference='fedprox' is not allowed: one of the sweep's methods "
+                                         r"\(fedavg, fedbuff, fedasync\)"):
+        make_report(str(tmp_path), reference="fedprox", out=str(tmp_path / "never"))
+    assert not os.path.exists(tmp_path / "never")
+
+
+def test_report_writes_the_figures(sweep, tmp_path, capsys):
+    out = str(tmp_path / "report")
+    assert cli.main(["report", sweep.sweep_dir, "--out", out]) == 0
+    printed = capsys.readouterr().out
+    assert "| fedbuff |" in printed and "figures:" in printed
+    names = sorted(os.listdir(out))
+    assert names == ["accuracy.png", "report.csv", "report.md", "staleness.png", "time_to_target.png",
+                     "timeline-fedavg.png", "timeline-fedbuff.png"]
+    for name in names:
+        if name.endswith(".png"):
+            with open(os.path.join(out, name), "rb") as handle:
+                assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert len(read_results(sweep.sweep_dir)) == 4
+
+
+def test_the_example_sweep_file_expands_at_both_sizes():
+    from jaxfl.sweep import load_sweep_file
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                        "sweep_quickstart.toml")
+    full, notes = expand(*load_sweep_file(path), "sweeps/full")
+    quick, _ = expand(*load_sweep_file(path, "quick"), "sweeps/quick")
+    assert (len(full), len(quick)) == (4 * 2 * 4, 3 * 1 * 2)
+    assert "speed_reference_time applies only to the cells that read it (heterogeneity=pareto)" in notes
+    assert {cell.config.target_accuracy for cell in full} == {0.85}
