@@ -42,7 +42,7 @@ _HELP = {
     "clients": "number of clients m",
     "partition": "iid, dirichlet_client (--client-sizes), dirichlet (--dirichlet-alpha), class, dual_dirichlet "
                  "(FedCompass), label_shards (--shards-per-client), gamma_mix (--gamma, CC-FedAvg), natural",
-    "heterogeneity": "client speed model: homo, normal, exp, pareto or zipf",
+    "heterogeneity": "client speed model: homo, normal, exp, pareto, zipf or uniform (--speed-ratio)",
     "speed_mean": "mean time per local step μ in virtual seconds",
     "local_steps": "local steps Q per dispatch",
     "client_lr": "client learning rate",
