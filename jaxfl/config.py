@@ -89,7 +89,7 @@ class SpeedsConfig:
     latency: float = 0.0  # virtual seconds of latency per model transfer
     bandwidth: float = math.inf  # bytes per second of a model transfer (inf: no limit)
     speed_reference_time: float = 10.0  # t_i = μ(1 + s_i/ref): PLATO's avg_training_time per epoch (LeNet: 10 s)
-    speed_ratio: float = 5.0  # uniform: slowest/fastest time per step R, t_i ~ U[a, R·a] of mean μ (FedASMU: 5; 110–440)
+    speed_ratio: float = 5.0  # uniform: slowest/fastest time per step R, t_i ~ U[a, R·a] spanning it, mean μ (FedASMU: 5; 110–440)
     speed_legacy_seed: int | None = None  # pareto/zipf idle times from NumPy's RandomState(seed) as PLATO draws them (1: PORT's runs)
 
 

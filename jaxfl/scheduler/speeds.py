@@ -19,8 +19,11 @@ Three sources are covered:
 - FedASMU (Liu et al., AAAI 2024, experimental setup): "the training time of the slowest device is
   5× the fastest; each device's training time is independently and randomly sampled within this
   range", and 110×–440× in its severe-heterogeneity study. ``uniform`` draws ``t_i`` once per
-  client from U[a, R·a] with R = ``ratio``. The paper names neither the distribution (uniform is
-  its plain reading), nor a base time, nor a communication spread. [ours]: ``a = 2μ/(1 + R)``, so
+  client from U[a, R·a] with R = ``ratio``, stretched so that the fastest client takes exactly
+  ``a`` and the slowest ``R·a`` (the paper states the gap between its devices; the others stay
+  uniform in between); a speed change re-draws from U[a, R·a]. The paper names neither the
+  distribution (uniform is its plain reading), nor a base time, nor a communication spread.
+  [ours]: ``a = 2μ/(1 + R)``, so
   that the mean time per step is μ as in ``normal`` and ``exp`` (changing R alone spreads the
   clients without slowing the federation down); communication (``latency``, ``bandwidth``) stays
   the same for every device, the paper stating heterogeneity for training time only (its
@@ -83,8 +86,9 @@ class SpeedConfig:
             PORT §V uses Pareto a=1 with cap 30; PORT Fig. 2 uses Zipf 1.7 with cap 60 (set
             ``cap=60.0`` yourself: one ``cap`` field serves both models).
         reference_time: pareto/zipf map t_i = μ·(1 + s_i / reference_time).
-        ratio: ``uniform`` draws t_i ~ U[a, ratio·a] with a = 2μ/(1 + ratio) (mean μ): the
-            slowest-to-fastest ratio R (FedASMU: 5, and 110 to 440 in its severe study).
+        ratio: ``uniform`` draws t_i ~ U[a, ratio·a] with a = 2μ/(1 + ratio) (mean μ), the fastest
+            client at a and the slowest at ratio·a: the slowest-to-fastest ratio R (FedASMU: 5,
+            and 110 to 440 in its severe study).
         legacy_seed: pareto/zipf idle times from ``np.random.RandomState(legacy_seed)`` as PLATO
             draws them (None: the run's own stream); later speed changes use the client streams.
         speed_change_prob: per-round probability of re-drawing t_i (FedCompass App. G.2: 0.1).
@@ -514,6 +518,8 @@ class ClientSpeeds:
         base_rng = np.random.default_rng(np.random.SeedSequence([seed, STREAM_BASE_TIMES]))
         legacy = config.legacy_seed is not None and config.model in ("pareto", "zipf")  # PLATO's RandomState
         base = self._draw_base(np.random.RandomState(config.legacy_seed) if legacy else base_rng, num_clients)
+        if config.model == "uniform" and num_clients > 1 and base.max() > base.min():
+            base = self._span_ratio(base)
         for client in np.flatnonzero(base <= self._floor()):
             base[client] = self._fix_nonpositive(
                 float(base[client]), int(client), lambda: float(self._draw_base(base_rng, 1)[0])
@@ -693,6 +699,17 @@ class ClientSpeeds:
             idle = rng.zipf(config.zipf_s, size).astype(np.float64)
         idle = np.minimum(idle, config.cap)
         return mean * (1.0 + idle / config.reference_time)
+
+    def _span_ratio(self, draws: np.ndarray) -> np.ndarray:
+        """``uniform``'s draws stretched so that the fastest client takes exactly ``a`` and the slowest
+        exactly ``R·a``: FedASMU states the gap between its fastest and slowest device (5×, and
+        110×–440×), which plain draws reach only for very many clients (100 draws on [a, 440a] span
+        about 140×). Given its two extremes, the other draws are independent and uniform between them,
+        so the affine map leaves them independent and uniform on [a, R·a], "sampled at random in between"."""
+        fastest = 2.0 * self.config.mean / (1.0 + self.config.ratio)
+        low, high = draws.min(), draws.max()
+        spread = (draws - low) / (high - low)
+        return fastest + spread * (self.config.ratio - 1.0) * fastest
 
     def _floor(self) -> float:
         """Smallest value that may pass through :meth:`_fix_nonpositive` unchanged."""
