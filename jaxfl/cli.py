@@ -45,7 +45,7 @@ _HELP = {
     "clients": "number of clients m",
     "partition": "iid, dirichlet_client (--client-sizes), dirichlet (--dirichlet-alpha), class, dual_dirichlet "
                  "(FedCompass), label_shards (--shards-per-client), gamma_mix (--gamma, CC-FedAvg), natural",
-    "heterogeneity": "client speed model: homo, normal, exp, pareto or zipf",
+    "heterogeneity": "client speed model: homo, normal, exp, pareto, zipf or uniform (--speed-ratio)",
     "speed_mean": "mean time per local step μ in virtual seconds",
     "local_steps": "local steps Q per dispatch",
     "client_lr": "client learning rate",
@@ -72,6 +72,7 @@ examples:
   jaxfl run --algorithm fedbuff --dataset fashion_mnist --clients 10 --heterogeneity exp
   jaxfl run --algorithm fedavg,fedavgm,fedasync,fedbuff
   jaxfl run --config experiment.toml --seed 3 --max-updates 50
+  jaxfl run --preset port-mnist                       (PORT's MNIST experiment; --algorithm fedbuff: a baseline)
   jaxfl run --algorithm port --port.staleness-bound 5 --port.preset plato
   jaxfl run --resume runs/RUN_DIR
   jaxfl algorithms                                    (every algorithm and its options)
@@ -194,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxfl", description="JAX-native federated-learning simulator")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run one experiment (or several algorithms side by side)",
-                              usage="jaxfl run [--config FILE] [--algorithm NAME[,NAME...]] [FLAG VALUE ...]",
+                              usage="jaxfl run [--config FILE] [--preset NAME] [--algorithm NAME[,NAME...]] [FLAG VALUE ...]",
                               description=_RUN_DESCRIPTION, epilog=_RUN_EXAMPLES,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     groups = {"algorithm": run.add_argument_group(
@@ -205,6 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
     groups[None] = run.add_argument_group("run and output: config file, seed, run directory, checkpoints, resume")
     groups[None].add_argument("--config", metavar="FILE",
                               help="JSON or TOML file of config fields and algorithm options (flags override it)")
+    groups[None].add_argument("--preset", metavar="NAME",
+                              help="a shipped experiment (jaxfl/presets): a seed paper's setting, "
+                                   "<paper>-<dataset> (port-mnist, fedcompass-cifar10, ...), or quickstart; "
+                                   "--config and flags override it, and --algorithm runs the paper's baselines "
+                                   "in its setting")
     groups[None].add_argument("--resume", metavar="RUN_DIR",
                               help="continue the run in RUN_DIR from its newest readable checkpoint; the run "
                                    "keeps its config: other flags (and --config) must equal the run's values, "
@@ -525,7 +531,12 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
               if value is not None and (key in FIELDS or "." in key)}
     file_values = load_config_file(args.config) if args.config else {}
     fields, options = split_algorithm_options({**file_values, **values})
-    names = str(fields.pop("algorithm", RunConfig.algorithm))
+    preset = getattr(args, "preset", None)
+    if preset is not None:
+        from jaxfl.presets import preset_values
+
+        default_algorithm = preset_values(preset)["algorithm"]  # names the presets if unknown
+    names = str(fields.pop("algorithm", default_algorithm if preset is not None else RunConfig.algorithm))
     chosen = [a.strip() for a in names.split(",")]
     if len(set(chosen)) != len(chosen) or "" in chosen:
         raise ConfigError(f"algorithm={names!r} is not allowed: a comma-separated list of distinct algorithm names")
@@ -541,11 +552,24 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
             raise ConfigError(f"options --{space}.* are given but no chosen algorithm ({names}) reads them")
     table = fields.pop("algorithm_options", None)
     per_algorithm = _fields_read(fields, chosen)
+    base = {name: ({}, {}) for name in chosen}  # the preset's fields and options table, per algorithm
+    if preset is not None:
+        from jaxfl.presets import preset_for_algorithm
+
+        for name in chosen:
+            preset_fields, preset_options, left_out = preset_for_algorithm(preset, name)
+            base[name] = preset_fields, preset_options
+            if left_out:  # the paper's baselines' settings when its method runs, and the reverse
+                print(f"jaxfl: note: preset {preset}: {', '.join(left_out)} not read by {name}, left out",
+                      file=sys.stderr)
     # Validate every config before the first run starts: a typo in the third fails at once.
-    return [config_from_mapping({**per_algorithm[name], "algorithm": name,
-                                 "algorithm_options": {**(table or {}), **options.get(spaces[name], {})}
-                                 if (table or spaces[name] in options) else None})
-            for name in chosen]
+    configs = []
+    for name in chosen:
+        preset_fields, preset_options = base[name]
+        given = {**preset_options, **(table or {}), **options.get(spaces[name], {})}
+        configs.append(config_from_mapping({**preset_fields, **per_algorithm[name], "algorithm": name,
+                                            "algorithm_options": given or None}))
+    return configs
 
 
 def _fields_read(fields: dict, chosen: list[str]) -> dict[str, dict]:
@@ -615,6 +639,9 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, RuntimeError) as error:
             parser.error(str(error))
     if args.resume:
+        if args.preset is not None:
+            parser.exit(2, f"jaxfl: error: --preset {args.preset} is not allowed with --resume: the run keeps "
+                           "the config it was started with\n")
         return _resume(parser, args)
     try:
         configs = _configs(args)

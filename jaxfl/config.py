@@ -36,7 +36,7 @@ MODEL_NAMES = ("cnn", "cnn_example", "mlp", "logreg", "lenet5", "ccfedavg_cnn", 
 PARTITION_NAMES = ("iid", "dirichlet", "dirichlet_client", "class", "dual_dirichlet", "label_shards", "gamma_mix",
                    "natural")  # jaxfl.data.PARTITIONS
 CLIENT_SIZES = ("equal", "lognormal", "powerlaw")
-HETEROGENEITY_NAMES = ("homo", "normal", "exp", "pareto", "zipf")
+HETEROGENEITY_NAMES = ("homo", "normal", "exp", "pareto", "zipf", "uniform")
 CLIENT_WEIGHTS = ("samples", "uniform")
 CLIENT_OPTIMIZERS = ("adam", "sgd", "adamw")
 SERVER_OPTIMIZER_NAMES = ("sgd", "adam", "yogi", "adagrad", "optax_adam", "optax_yogi", "optax_adagrad")
@@ -84,7 +84,7 @@ class DataConfig:
 class SpeedsConfig:
     """Client speeds and communication on the virtual clock."""
 
-    heterogeneity: str = "exp"  # time per step drawn once per client: homo, normal, exp, pareto or zipf
+    heterogeneity: str = "exp"  # time per step drawn once per client: homo, normal, exp, pareto, zipf or uniform
     speed_mean: float = 0.15  # μ seconds per local step (MNIST, batch 64)
     jitter: float = 0.05  # per-round t_i^(k) ~ N(t_i, (jitter·t_i)^2)
     speed_change_prob: float = 0.0  # probability of re-drawing t_i each round
@@ -93,6 +93,7 @@ class SpeedsConfig:
     latency: float = 0.0  # virtual seconds of latency per model transfer
     bandwidth: float = math.inf  # bytes per second of a model transfer (inf: no limit)
     speed_reference_time: float = 10.0  # t_i = μ(1 + s_i/ref): PLATO's avg_training_time per epoch (LeNet: 10 s)
+    speed_ratio: float = 5.0  # uniform: slowest/fastest time per step R, t_i ~ U[a, R·a] spanning it, mean μ (FedASMU: 5; 110–440)
     speed_legacy_seed: int | None = None  # pareto/zipf idle times from NumPy's RandomState(seed) as PLATO draws them (1: PORT's runs)
 
 
@@ -354,6 +355,8 @@ def validate(config: RunConfig) -> RunConfig:
         value = getattr(config, name)
         if not (value >= 0 and math.isfinite(value)):
             fail(name, value, "a finite number >= 0")
+    if not (config.speed_ratio >= 1 and math.isfinite(config.speed_ratio)):
+        fail("speed_ratio", config.speed_ratio, "a finite slowest/fastest ratio >= 1")
     if not (config.staleness_alpha > 0 and math.isfinite(config.staleness_alpha)):
         fail("staleness_alpha", config.staleness_alpha, "a finite number > 0")
     if not config.bandwidth > 0:
@@ -462,6 +465,7 @@ def _only_read_when(config: RunConfig) -> dict[str, tuple[bool, str]]:
         "speed_cap": (config.heterogeneity in ("pareto", "zipf"), "heterogeneity pareto and zipf"),
         "speed_reference_time": (config.heterogeneity in ("pareto", "zipf"), "heterogeneity pareto and zipf"),
         "speed_legacy_seed": (config.heterogeneity in ("pareto", "zipf"), "heterogeneity pareto and zipf"),
+        "speed_ratio": (config.heterogeneity == "uniform", "heterogeneity uniform"),
         "delay_factor": (config.delay_prob > 0, "delay_prob > 0"),
         "dropout_mean": (config.dropout_prob > 0, "dropout_prob > 0"),
         "eval_every": (config.eval_interval is None, "runs without eval_interval"),

@@ -593,6 +593,7 @@ def _speeds_and_faults(config: RunConfig, params, time_per_step=None) -> tuple[C
                                       speed_change_prob=config.speed_change_prob, cap=config.speed_cap,
                                       negative=config.negative_times, latency=config.latency,
                                       bandwidth=config.bandwidth, reference_time=config.speed_reference_time,
+                                      ratio=config.speed_ratio,
                                       legacy_seed=config.speed_legacy_seed),
                           config.clients, seed=config.seed, model_bytes=int(model_bytes), time_per_step=time_per_step)
     fault_config = FaultConfig(crash_prob=config.crash_prob, delay_prob=config.delay_prob,

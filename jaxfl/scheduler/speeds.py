@@ -1,6 +1,6 @@
 """Client-speed models: how long each client's local round takes in virtual seconds.
 
-Two sources are covered:
+Three sources are covered:
 
 - FedCompass §5.1 / App. E.1 / G.2: a base time per step ``t_i`` drawn once per run from
   ``homo`` (all μ), ``normal`` N(μ, (0.3μ)²) or ``exp`` (mean μ); each round multiplies the step
@@ -16,6 +16,18 @@ Two sources are covered:
   has no jitter). PLATO draws with NumPy's legacy ``RandomState(1)``; our streams differ, so
   ``legacy_seed=1`` draws the idle times as PLATO does (client i gets the i-th draw of
   ``RandomState(1).pareto(a, C)``, capped): the exact idle times of PORT's PLATO runs (Su & Li, IEEE IWQoS 2022).
+- FedASMU (Liu et al., AAAI 2024, experimental setup): "the training time of the slowest device is
+  5× the fastest; each device's training time is independently and randomly sampled within this
+  range", and 110×–440× in its severe-heterogeneity study. ``uniform`` draws ``t_i`` once per
+  client from U[a, R·a] with R = ``ratio``, stretched so that the fastest client takes exactly
+  ``a`` and the slowest ``R·a`` (the paper states the gap between its devices; the others stay
+  uniform in between); a speed change re-draws from U[a, R·a]. The paper names neither the
+  distribution (uniform is its plain reading), nor a base time, nor a communication spread.
+  [ours]: ``a = 2μ/(1 + R)``, so
+  that the mean time per step is μ as in ``normal`` and ``exp`` (changing R alone spreads the
+  clients without slowing the federation down); communication (``latency``, ``bandwidth``) stays
+  the same for every device, the paper stating heterogeneity for training time only (its
+  50×/100× lower-bandwidth runs are ``bandwidth`` settings).
 
 Determinism: the base times come from one stream; each client's jitter and speed changes come
 from that client's own stream. Client ``i``'s ``k``-th round therefore depends only on
@@ -47,7 +59,7 @@ __all__ = [
     "check_time_per_step",
 ]
 
-SPEED_MODELS = ("homo", "normal", "exp", "pareto", "zipf")
+SPEED_MODELS = ("homo", "normal", "exp", "pareto", "zipf", "uniform")
 NEGATIVE_POLICIES = ("redraw", "clip", "error")
 
 # Stream ids mixed into SeedSequence([seed, stream, ...]). Large, module-specific values so that
@@ -74,6 +86,9 @@ class SpeedConfig:
             PORT §V uses Pareto a=1 with cap 30; PORT Fig. 2 uses Zipf 1.7 with cap 60 (set
             ``cap=60.0`` yourself: one ``cap`` field serves both models).
         reference_time: pareto/zipf map t_i = μ·(1 + s_i / reference_time).
+        ratio: ``uniform`` draws t_i ~ U[a, ratio·a] with a = 2μ/(1 + ratio) (mean μ), the fastest
+            client at a and the slowest at ratio·a: the slowest-to-fastest ratio R (FedASMU: 5,
+            and 110 to 440 in its severe study).
         legacy_seed: pareto/zipf idle times from ``np.random.RandomState(legacy_seed)`` as PLATO
             draws them (None: the run's own stream); later speed changes use the client streams.
         speed_change_prob: per-round probability of re-drawing t_i (FedCompass App. G.2: 0.1).
@@ -97,6 +112,7 @@ class SpeedConfig:
     zipf_s: float = 1.7
     cap: float = 30.0
     reference_time: float = 10.0
+    ratio: float = 5.0
     speed_change_prob: float = 0.0
     negative: str = "redraw"
     min_time_ratio: float = 0.01
@@ -125,6 +141,7 @@ class SpeedConfig:
         _check(self, "zipf_s", lambda v: math.isfinite(v) and v > 1, "a finite number > 1")
         _check(self, "cap", lambda v: v > 0, "a number > 0 (inf means no cap)")
         _check(self, "reference_time", lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+        _check(self, "ratio", lambda v: math.isfinite(v) and v >= 1, "a finite slowest/fastest ratio >= 1")
         if self.legacy_seed is not None and not (isinstance(self.legacy_seed, (int, np.integer))
                                                  and 0 <= self.legacy_seed < 2**32):
             raise ValueError(f"SpeedConfig.legacy_seed={self.legacy_seed!r}; must be None or an integer in [0, 2^32)")
@@ -501,6 +518,8 @@ class ClientSpeeds:
         base_rng = np.random.default_rng(np.random.SeedSequence([seed, STREAM_BASE_TIMES]))
         legacy = config.legacy_seed is not None and config.model in ("pareto", "zipf")  # PLATO's RandomState
         base = self._draw_base(np.random.RandomState(config.legacy_seed) if legacy else base_rng, num_clients)
+        if config.model == "uniform" and num_clients > 1 and base.max() > base.min():
+            base = self._span_ratio(base)
         for client in np.flatnonzero(base <= self._floor()):
             base[client] = self._fix_nonpositive(
                 float(base[client]), int(client), lambda: float(self._draw_base(base_rng, 1)[0])
@@ -636,6 +655,8 @@ class ClientSpeeds:
             "seed": self.seed,
             "model_bytes": self.model_bytes,
         }
+        # a checkpoint written before a SpeedConfig field existed holds that field's default
+        state = {**state, "config": {**dataclasses.asdict(SpeedConfig()), **state["config"]}}
         for key, value in expected.items():
             if state[key] != value:
                 raise ValueError(
@@ -669,12 +690,26 @@ class ClientSpeeds:
             return rng.normal(mean, config.normal_std_ratio * mean, size).astype(np.float64)
         if config.model == "exp":
             return rng.exponential(mean, size).astype(np.float64)
+        if config.model == "uniform":
+            fastest = 2.0 * mean / (1.0 + config.ratio)
+            return rng.uniform(fastest, config.ratio * fastest, size).astype(np.float64)
         if config.model == "pareto":
             idle = rng.pareto(config.pareto_shape, size)
         else:  # zipf
             idle = rng.zipf(config.zipf_s, size).astype(np.float64)
         idle = np.minimum(idle, config.cap)
         return mean * (1.0 + idle / config.reference_time)
+
+    def _span_ratio(self, draws: np.ndarray) -> np.ndarray:
+        """``uniform``'s draws stretched so that the fastest client takes exactly ``a`` and the slowest
+        exactly ``R·a``: FedASMU states the gap between its fastest and slowest device (5×, and
+        110×–440×), which plain draws reach only for very many clients (100 draws on [a, 440a] span
+        about 140×). Given its two extremes, the other draws are independent and uniform between them,
+        so the affine map leaves them independent and uniform on [a, R·a], "sampled at random in between"."""
+        fastest = 2.0 * self.config.mean / (1.0 + self.config.ratio)
+        low, high = draws.min(), draws.max()
+        spread = (draws - low) / (high - low)
+        return fastest + spread * (self.config.ratio - 1.0) * fastest
 
     def _floor(self) -> float:
         """Smallest value that may pass through :meth:`_fix_nonpositive` unchanged."""
