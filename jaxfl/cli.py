@@ -30,7 +30,7 @@ import shlex
 import sys
 
 from jaxfl import algorithms
-from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, ConfigError, RunConfig, algorithms_reading,
+from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, ConfigError, RunConfig, algorithms_reading, annotation_text,
                           config_from_mapping, fields_not_read_by, load_config_file, option_namespaces,
                           split_algorithm_options)
 from jaxfl.engine import NumericalError, ResourceError
@@ -110,6 +110,7 @@ def _add_flag(group, flags: list[str], dest: str, annotation: str, help_text: st
               hidden: list[str] = ()) -> None:
     """One flag: ``--x/--no-x`` for a bool field, else a value parsed by the field's annotation.
     ``hidden`` spellings (jaxfl 0.1's) are accepted but not listed in ``--help``."""
+    annotation = annotation_text(annotation)
     for names, text in ((flags, help_text), (hidden, argparse.SUPPRESS)):
         if not names:
             continue

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import warnings
+import typing
 from typing import Any
 
 from jaxfl import algorithms
@@ -279,8 +280,36 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def annotation_text(annotation: Any) -> str:
+    """A field's annotation as the text the checks read: as written where the module has
+    ``from __future__ import annotations`` (every jaxfl module), else spelled from the type object
+    (an algorithm's ``Options`` defined in a notebook or a script without that import).
+
+    >>> annotation_text(int), annotation_text(float | None), annotation_text(typing.Optional[int])
+    ('int', 'float | None', 'int | None')
+    >>> annotation_text(tuple[float, ...]), annotation_text("str | None")
+    ('tuple[float, ...]', 'str | None')
+    """
+    if isinstance(annotation, str):
+        return annotation
+    arguments = typing.get_args(annotation)
+    if type(None) in arguments:  # Optional[X] and X | None
+        return " | ".join(annotation_text(a) for a in arguments if a is not type(None)) + " | None"
+    if isinstance(annotation, type) and not arguments:
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
 def check_type(name: str, value: Any, annotation: str) -> None:
-    """Check ``value`` against a field's annotation (``int``, ``float``, ``bool``, ``str``, ``| None``)."""
+    """Check ``value`` against a field's annotation (``int``, ``float``, ``bool``, ``str``, ``| None``;
+    text or a type object, see :func:`annotation_text`).
+
+    >>> check_type("cutoff.max_staleness", 4, int)
+    >>> check_type("cutoff.max_staleness", "4", int)
+    Traceback (most recent call last):
+    jaxfl.config.ConfigError: cutoff.max_staleness='4' is not allowed: expected an integer
+    """
+    annotation = annotation_text(annotation)
     if annotation.startswith("Any"):
         return
     optional = "None" in annotation
@@ -634,6 +663,7 @@ def resolve_options(algorithm, options) -> Any:
 
 def _coerce(value: Any, annotation: str) -> Any:
     """JSON/TOML/CLI spellings: ints where floats are wanted, 'inf' strings, 'none' for null (TOML has none)."""
+    annotation = annotation_text(annotation)
     if isinstance(value, str) and value.lower() in ("none", "null") and "None" in annotation:
         return None
     if annotation.startswith("tuple[float") and isinstance(value, list):

@@ -1,5 +1,9 @@
 """Plots of finished runs (matplotlib).
 
+Every figure is drawn on a :class:`matplotlib.figure.Figure` and written to a file, never through
+pyplot: a comparison run in a Jupyter notebook leaves the notebook's backend and its inline
+figures as they were.
+
 >>> # plot_accuracy(["runs/fedavg-...", "runs/fedbuff-..."], "accuracy.png")
 """
 from __future__ import annotations
@@ -29,17 +33,27 @@ def read_metrics(run_dir: str) -> list[dict]:
 
 
 def plot_accuracy(run_dirs: list[str], path: str) -> str:
-    """Held-out accuracy against virtual time, one line per run, the target as a dashed line and a
-    dot where each run first reached it (its time to target, also in the legend).
+    """Write :func:`accuracy_figure` of the runs to ``path`` (PNG) and return the path.
 
     >>> # plot_accuracy(["runs/fedavg-mnist10k-exp-c10-s0", "runs/fedbuff-mnist10k-exp-c10-s0"], "accuracy.png")
     """
-    import matplotlib
+    figure = accuracy_figure(run_dirs)
+    figure.savefig(path + ".tmp.png", dpi=120)
+    os.replace(path + ".tmp.png", path)
+    return path
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)):
+    """Held-out accuracy against virtual time, one line per run, the target as a dashed line and a
+    dot where each run first reached it (its time to target, also in the legend), as a
+    :class:`matplotlib.figure.Figure` (a notebook shows it inline; ``.savefig`` writes it).
+
+    >>> # accuracy_figure(comparison.run_dirs)          # the last line of a notebook cell
+    """
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=figsize)
+    axes = figure.subplots()
     target = None
     for run_dir in run_dirs:
         rows = read_metrics(run_dir)
@@ -61,10 +75,7 @@ def plot_accuracy(run_dirs: list[str], path: str) -> str:
     axes.legend(title="algorithm (time to target)" if target is not None else None)
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    figure.savefig(path + ".tmp.png", dpi=120)
-    plt.close(figure)
-    os.replace(path + ".tmp.png", path)
-    return path
+    return figure
 
 
 def _setting(run_dir: str) -> str:
@@ -229,7 +240,22 @@ def binned_quantiles(times: np.ndarray, values: np.ndarray, edges: np.ndarray,
 
 def plot_timeline(run_dir: str, path: str, max_time: float | None = None, max_clients: int = GANTT_MAX_CLIENTS,
                   bins: int = 400) -> str:
-    """A run's schedule over virtual time, from its event log (CSV or Parquet).
+    """Write :func:`timeline_figure` of a run to ``path`` (PNG) and return the path.
+
+    From the command line: ``jaxfl timeline RUN_DIR``.
+
+    >>> # plot_timeline("runs/fedbuff-mnist10k-exp-c10-s0", "timeline.png")
+    """
+    figure = timeline_figure(run_dir, max_time, max_clients, bins)
+    figure.savefig(path + ".tmp.png", dpi=120)
+    os.replace(path + ".tmp.png", path)
+    return path
+
+
+def timeline_figure(run_dir: str, max_time: float | None = None, max_clients: int = GANTT_MAX_CLIENTS,
+                    bins: int = 400):
+    """A run's schedule over virtual time, from its event log (CSV or Parquet), as a
+    :class:`matplotlib.figure.Figure` (a notebook shows it inline; ``.savefig`` writes it).
 
     Up to ``max_clients`` clients: a Gantt chart of each client's busy (training) intervals, idle
     gaps between them, and the global aggregations as vertical lines; bars are coloured by
@@ -237,39 +263,31 @@ def plot_timeline(run_dir: str, path: str, max_time: float | None = None, max_cl
     ``bins`` time bins — clients in flight (time-weighted mean per bin, with the bin's min–max),
     aggregations per bin, and the staleness of arriving updates (median and 10–90 % band).
 
-    From the command line: ``jaxfl timeline RUN_DIR``.
-
-    >>> # plot_timeline("runs/fedbuff-mnist10k-exp-c10-s0", "timeline.png")
+    >>> # timeline_figure(result.run_dir, max_time=60)   # the last line of a notebook cell
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     events = read_events(run_dir)
     algorithm, configured = _run_title(run_dir)
     kinds = runlog._Kinds(events)  # each event kind's mask computed once for every panel
     clients = configured or len(np.unique(events["client"][kinds("dispatch")]))
     if clients > max_clients:
-        figure = _plot_aggregated(plt, events, kinds, algorithm, clients, max_time, bins)
-    else:
-        figure = _plot_gantt(plt, events, algorithm, max_time)
-    figure.savefig(path + ".tmp.png", dpi=120)
-    plt.close(figure)
-    os.replace(path + ".tmp.png", path)
-    return path
+        return _plot_aggregated(events, kinds, algorithm, clients, max_time, bins)
+    return _plot_gantt(events, algorithm, max_time)
 
 
-def _plot_gantt(plt, events: dict[str, np.ndarray], algorithm: str, max_time: float | None):
+def _plot_gantt(events: dict[str, np.ndarray], algorithm: str, max_time: float | None):
+    import matplotlib
+    from matplotlib.figure import Figure
+
     intervals = busy_intervals(events)
     aggregations = events["time"][events["event"] == "aggregate"]
     ends = [b for spans in intervals.values() for _, b, _ in spans]
     end = max_time if max_time is not None else max(ends + aggregations.tolist() + [1.0])
     labels = sorted({label for spans in intervals.values() for _, _, label in spans})
-    palette = plt.get_cmap("tab20")
+    palette = matplotlib.colormaps["tab20"]
     colours = {label: palette(i % 20) for i, label in enumerate(labels)}
     clients = sorted(intervals)
-    figure, axes = plt.subplots(figsize=(10, 0.35 * max(len(clients), 4) + 1.5))
+    figure = Figure(figsize=(10, 0.35 * max(len(clients), 4) + 1.5))
+    axes = figure.subplots()
     for row, client in enumerate(clients):
         spans = [(a, b - a, label) for a, b, label in intervals[client] if a < end]
         axes.broken_barh([(a, width) for a, width, _ in spans], (row - 0.4, 0.8),
@@ -284,8 +302,10 @@ def _plot_gantt(plt, events: dict[str, np.ndarray], algorithm: str, max_time: fl
     return figure
 
 
-def _plot_aggregated(plt, events: dict[str, np.ndarray], kinds, algorithm: str, clients: int,
+def _plot_aggregated(events: dict[str, np.ndarray], kinds, algorithm: str, clients: int,
                      max_time: float | None, bins: int):
+    from matplotlib.figure import Figure
+
     time = events["time"]
     end = max_time if max_time is not None else max(float(time.max()) if len(time) else 0.0, 1e-9)
     edges = np.linspace(0.0, end, bins + 1)
@@ -297,8 +317,8 @@ def _plot_aggregated(plt, events: dict[str, np.ndarray], kinds, algorithm: str, 
     low, median, high = binned_quantiles(time[arrivals], events["staleness"][arrivals], edges)
     stats = runlog.timeline_stats(events, num_clients=clients, horizon=end, _kinds=kinds)
 
-    figure, (busy, rate, stale) = plt.subplots(3, 1, figsize=(10, 8), sharex=True,
-                                               gridspec_kw={"height_ratios": [3, 1.2, 2]})
+    figure = Figure(figsize=(10, 8))
+    busy, rate, stale = figure.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1.2, 2]})
     busy.fill_between(centres, profile["min"], profile["max"], step="mid", alpha=0.25, color="tab:blue",
                       linewidth=0, label="min–max in bin")
     busy.plot(centres, profile["mean"], drawstyle="steps-mid", color="tab:blue", linewidth=1,

@@ -1,0 +1,87 @@
+"""What the notebooks need from the library: an algorithm's options written where annotations are
+type objects (a notebook cell, a script without ``from __future__ import annotations``) are checked
+and parsed like the built-ins'; plots are matplotlib Figures that never switch the user's backend.
+
+No ``from __future__ import annotations`` in this file, on purpose: the options below are typed as a
+notebook types them.
+"""
+import dataclasses
+from typing import Optional
+
+import matplotlib
+import pytest
+from matplotlib.figure import Figure
+
+import jaxfl
+from jaxfl import algorithms
+from jaxfl.algorithms import Algorithm, Options
+from jaxfl.cli import _configs, build_parser
+from jaxfl.plot import accuracy_figure, plot_accuracy, plot_timeline, timeline_figure
+
+
+@dataclasses.dataclass(frozen=True)
+class NotebookOptions(Options):
+    namespace = "nbopt"
+    max_staleness: int = 4  # updates staler than this are dropped
+    scale: float = 1.0  # a number
+    limit: Optional[int] = None  # an optional integer
+
+
+class NotebookAlgorithm(Algorithm):
+    name = "notebook_options_test"
+    kind = "asynchronous"
+    Options = NotebookOptions
+
+    def policy(self):
+        return algorithms.get("fedasync")(self.run).policy()
+
+
+@pytest.fixture
+def registered():
+    algorithms.register(NotebookAlgorithm)
+    yield NotebookAlgorithm
+    algorithms.unregister(NotebookAlgorithm.name)
+
+
+def test_options_typed_with_type_objects_are_checked_and_parsed(registered):
+    assert NotebookOptions.__dataclass_fields__["max_staleness"].type is int  # not the text "int"
+    config = jaxfl.validate(jaxfl.RunConfig(algorithm=registered.name,
+                                            algorithm_options={"max_staleness": 2, "scale": 3, "limit": None}))
+    assert config.algorithm_options == NotebookOptions(max_staleness=2, scale=3.0, limit=None)
+    assert isinstance(config.algorithm_options.scale, float)  # an int where a float is wanted is converted
+    for options, message in (({"max_staleness": "2"}, "nbopt.max_staleness='2' is not allowed: expected an integer"),
+                             ({"limit": 1.5}, "nbopt.limit=1.5 is not allowed: expected an integer or null")):
+        with pytest.raises(jaxfl.ConfigError, match=message):
+            jaxfl.validate(jaxfl.RunConfig(algorithm=registered.name, algorithm_options=options))
+    parsed, = _configs(build_parser().parse_args(["run", "--algorithm", registered.name, "--nbopt.max-staleness",
+                                                  "7", "--nbopt.scale", "0.5", "--nbopt.limit", "none"]))
+    assert parsed.algorithm_options == NotebookOptions(max_staleness=7, scale=0.5, limit=None)
+    with pytest.raises(SystemExit):  # argparse names the flag and the bad value
+        build_parser().parse_args(["run", "--algorithm", registered.name, "--nbopt.max-staleness", "two"])
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    config = jaxfl.RunConfig(algorithm="fedbuff", model="logreg", clients=3, local_steps=2, batch_size=16,
+                             buffer_size=2, max_updates=2, progress=False, checkpoint_every=None,
+                             output_dir=str(tmp_path_factory.mktemp("runs")))
+    return jaxfl.run_experiment(config)
+
+
+def test_figures_for_notebooks_and_files_leave_the_backend_alone(finished_run, tmp_path):
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")  # a backend of the user's that is not the one the library would pick
+    try:
+        accuracy = accuracy_figure([finished_run.run_dir], figsize=(5, 3))
+        assert isinstance(accuracy, Figure) and tuple(accuracy.get_size_inches()) == (5, 3)
+        axes, = accuracy.axes
+        assert [line.get_label() for line in axes.get_lines()][0] == "fedbuff (not reached)"
+        assert len(axes.get_lines()[0].get_xdata()) == 3  # the initial model and two updates
+        timeline = timeline_figure(finished_run.run_dir)
+        assert isinstance(timeline, Figure) and timeline.axes[0].get_title() == "fedbuff: client activity"
+        written = [plot_accuracy([finished_run.run_dir], str(tmp_path / "a.png")),
+                   plot_timeline(finished_run.run_dir, str(tmp_path / "t.png"))]
+        assert all(open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n" for path in written)
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(before)
