@@ -260,11 +260,6 @@ def _run_dir(sweep_dir: str, row: dict) -> str:
 
 
 def _figures(rows: list[dict], lines: list[dict], sweep_dir: str, out: str) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     groups, methods = group_columns(rows), _method_columns(rows)
     for row in rows:
         _run_dir(sweep_dir, row)  # all there, or one line before any figure
@@ -274,13 +269,13 @@ def _figures(rows: list[dict], lines: list[dict], sweep_dir: str, out: str) -> l
             method_name(row, methods), []).append(row)
     paths = [plot_accuracy_bands(runs_by_method, sweep_dir, os.path.join(
                  out, "accuracy.png" if len(by_group) == 1 else f"accuracy-{_slug(_group_label(key, groups))}.png"),
-                 title=_group_label(key, groups), plt=plt)
+                 title=_group_label(key, groups))
              for key, runs_by_method in by_group.items()]
-    paths.append(plot_time_to_target(lines, groups, os.path.join(out, "time_to_target.png"), plt=plt))
+    paths.append(plot_time_to_target(lines, groups, os.path.join(out, "time_to_target.png")))
     by_method: dict[str, list[dict]] = {}
     for row in rows:
         by_method.setdefault(method_name(row, methods), []).append(row)
-    paths.append(plot_staleness(by_method, sweep_dir, os.path.join(out, "staleness.png"), plt=plt))
+    paths.append(plot_staleness(by_method, sweep_dir, os.path.join(out, "staleness.png")))
     from jaxfl.plot import plot_timeline
 
     first_group = next(iter(by_group.values()))
@@ -318,14 +313,14 @@ def accuracy_band(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarr
         return grid, np.nanmean(values, axis=0), np.nanmin(values, axis=0), np.nanmax(values, axis=0)
 
 
-def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: str, title: str = "",
-                        plt=None) -> str:
+def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: str, title: str = "") -> str:
     """Held-out accuracy against virtual time: per method, the mean over its seeds and the min–max
     band, the target dashed.
 
     >>> # plot_accuracy_bands({"fedavg": rows_of_fedavg, ...}, "sweeps/x", "accuracy.png")
     """
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+    figure = _figure((7, 4.5))
+    axes = figure.subplots()
     target = None
     for name, runs in runs_by_method.items():
         curves = [_accuracy_curve(_run_dir(sweep_dir, run)) for run in runs]
@@ -346,10 +341,10 @@ def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, p
     axes.set_ylabel("held-out accuracy")
     axes.legend(fontsize=8)
     axes.grid(alpha=0.3)
-    return _save(figure, path, plt)
+    return _save(figure, path)
 
 
-def plot_time_to_target(lines: list[dict], groups: list[str], path: str, plt=None) -> str:
+def plot_time_to_target(lines: list[dict], groups: list[str], path: str) -> str:
     """Bars of the mean virtual time to target (std over the seeds that reached it as error bars),
     one cluster per group, one bar per method; "–" where a method missed in at least half its runs.
 
@@ -359,7 +354,10 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, plt=Non
     methods = list(dict.fromkeys(line["method"] for line in lines))
     found = {(tuple(line.get(name) for name in groups), line["method"]): line for line in lines}
     width = 0.8 / len(methods)
-    figure, axes = plt.subplots(figsize=(max(6.0, 1.2 * len(keys) * len(methods) * 0.6 + 2), 4.5))
+    import matplotlib
+
+    figure = _figure((max(6.0, 1.2 * len(keys) * len(methods) * 0.6 + 2), 4.5))
+    axes = figure.subplots()
     for number, method in enumerate(methods):
         label = method  # the first bar of each method names it in the legend
         for position, key in enumerate(keys):
@@ -371,17 +369,17 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, plt=Non
                 axes.text(x, 0, MISSING, ha="center", va="bottom", fontsize=9)
                 continue
             axes.bar(x, line["time_to_target_mean"], width, yerr=line["time_to_target_std"] or None, capsize=3,
-                     color=plt.get_cmap("tab10")(number % 10), label=label)
+                     color=matplotlib.colormaps["tab10"](number % 10), label=label)
             label = None
     axes.legend(fontsize=8)
     axes.set_xticks(range(len(keys)), [_group_label(key, groups) for key in keys], fontsize=8)
     axes.set_ylabel("virtual time to target (s)")
     axes.set_title(f"time to target: mean over the seeds that reached it ({MISSING} = missed in ≥ half)", fontsize=9)
     axes.grid(alpha=0.3, axis="y")
-    return _save(figure, path, plt)
+    return _save(figure, path)
 
 
-def plot_staleness(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: str, plt=None) -> str:
+def plot_staleness(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: str) -> str:
     """Staleness of the aggregated updates per method (summary.json's histogram), summed over its runs.
 
     >>> # plot_staleness({"fedbuff": rows_of_fedbuff}, "sweeps/x", "staleness.png")
@@ -392,7 +390,8 @@ def plot_staleness(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: 
 
     columns = min(3, len(runs_by_method))
     count = math.ceil(len(runs_by_method) / columns)
-    figure, axes = plt.subplots(count, columns, figsize=(4 * columns, 2.8 * count), squeeze=False)
+    figure = _figure((4 * columns, 2.8 * count))
+    axes = figure.subplots(count, columns, squeeze=False)
     for panel, (name, runs) in zip(axes.flat, runs_by_method.items()):
         histogram: dict[int, int] = {}
         for run in runs:
@@ -412,12 +411,19 @@ def plot_staleness(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: 
         panel.set_ylabel("updates", fontsize=8)
     for panel in list(axes.flat)[len(runs_by_method):]:
         panel.axis("off")
-    return _save(figure, path, plt)
+    return _save(figure, path)
 
 
-def _save(figure, path: str, plt) -> str:
+def _figure(size: tuple[float, float]):
+    """A figure drawn without pyplot, so a report made in a notebook leaves its backend and its
+    inline figures alone (as :mod:`jaxfl.plot` does)."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=size)
+
+
+def _save(figure, path: str) -> str:
     figure.tight_layout()
     figure.savefig(path + ".tmp.png", dpi=120)
-    plt.close(figure)
     os.replace(path + ".tmp.png", path)
     return path

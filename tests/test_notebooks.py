@@ -32,6 +32,8 @@ TINY = {
     "03_your_own_algorithm.ipynb": dict(clients=4, local_steps=2, target_accuracy=0.99, max_updates=4,
                                         max_staleness=0, conformance_checks=["accounting", "toml"]),
     "04_kernels_in_your_jax_code.ipynb": dict(clients=4, rounds=2, local_steps=5, batch_size=16),
+    "05_sweep_and_report.ipynb": dict(clients=4, local_steps=2, target_accuracy=0.99, max_updates=2,
+                                      algorithms=["fedavg", "fedbuff"], speed_models=["pareto"], seeds=[0, 1]),
 }
 # What each notebook's last cell reports (an expression over the notebook's variables), and the figures it draws.
 KEY_RESULTS = {
@@ -43,9 +45,11 @@ KEY_RESULTS = {
     "03_your_own_algorithm.ipynb": """{r.summary["algorithm"]: r.summary["accounting"]["dropped_by_reason"]
                                       for r in comparison.results}""",
     "04_kernels_in_your_jax_code.ipynb": "history",
+    "05_sweep_and_report.ipynb": """{"cells": [(row["algorithm"], row["seed"], row["global_updates"]) for row in result.rows],
+                                  "rerun": [len(again.ran), len(again.skipped)], "markdown": report.markdown}""",
 }
 FIGURES = {"01_quickstart.ipynb": 2, "02_async_vs_sync.ipynb": 5, "03_your_own_algorithm.ipynb": 1,
-           "04_kernels_in_your_jax_code.ipynb": 1}
+           "04_kernels_in_your_jax_code.ipynb": 1, "05_sweep_and_report.ipynb": 3}
 
 
 def test_every_numbered_notebook_is_tested():
@@ -105,6 +109,11 @@ def test_notebook_runs_at_tiny_size(name, tmp_path, monkeypatch):
         assert result["fedavg"] == {} and result["fedasync"] == {}
         assert result["fedasync_cutoff"]["staler than max_staleness"] > 0  # max_staleness 0 drops every stale one
         assert "cutoff.max_staleness=-1 is not allowed" in "".join(text_of(cell) for cell in notebook.cells)
+    elif name.startswith("05"):
+        assert result["cells"] == [["fedavg", 0, 2], ["fedavg", 1, 2], ["fedbuff", 0, 2], ["fedbuff", 1, 2]]
+        assert result["rerun"] == [0, 4]  # the second call finds every cell finished
+        assert "| fedbuff | – |" in result["markdown"]  # nobody reaches 99% in 2 updates: "–"
+        assert (tmp_path / "sweeps" / "05_sweep" / "results.parquet").is_file()
     else:
         assert set(result) == {"FedAvg", "stale, weights p_i", "stale, weights st(s) p_i / Σ"}
         assert all(len(curve) == TINY[name]["rounds"] + 1 for curve in result.values())
