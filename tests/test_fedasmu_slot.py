@@ -35,8 +35,8 @@ def test_reinforce_moves_the_meta_model_toward_the_rewarded_slot():
         slots.append(slot)
         selector.feedback(client, slot, 1.0 if slot == 3 else 0.0)
     assert selector.meta_choices == 200 and selector.meta_updates == 200  # one forward, one step per device
-    assert slots[:100].count(3) < 30 and slots[100:].count(3) > 60  # seed 0: 13 and 78 of 100
-    assert initial < 0.2 and selector.slot_probabilities(CONTEXT)[2] > 0.9
+    assert slots[:50].count(3) < 20 and slots[100:].count(3) > 80  # seed 0: 10 of the first 50, 95 of the last 100
+    assert initial < 0.2 and selector.slot_probabilities(CONTEXT)[2] > 0.9  # seed 0: 0.12 → 0.98
     # the same seed gives the same samples and the same model
     again = LearnedSlot(num_clients=200, epochs=5, seed=0, learning_rate=0.5, baseline_rate=0.1)
     assert [again.choose(c, 5, CONTEXT) for c in range(3)] == slots[:3]

@@ -40,12 +40,22 @@ Faults: with ``round_timeout`` a device still out that long after its start is p
 frees its concurrency slot (the server cannot tell a crash from a straggler); if it uploads later,
 the upload is dropped ("arrived after round deadline") and the device is idle again.
 
-Slot selection: the paper's LSTM meta-model + per-device Q-learning is under-specified (LSTM size,
-inputs and pre-training data, ε, ρ, the Q learning rate and discount are not given; the printed
-Q-update has typos). Implemented: fixed slots H1/H2/H3 (``first``, ``middle``, ``second_last``) and
-``adaptive``, a per-device tabular Q-learning over {l*−1, l*, l*+1} started from the middle slot
-(the meta-model replaced by H2), with the reward R = loss before − loss after the mix on the
-minibatch ζ. A learned selector plugs in as a :class:`SlotSelector` (``choose``/``feedback``).
+Slot selection (the paper's "intelligent time slot selection", Formulas 5–6), ``slot``:
+
+- ``learned`` (default, the paper's method): at a device's first participation the server's LSTM
+  meta-model (:mod:`jaxfl.kernels.fedasmu_slot`, flax + optax) samples the slot, one binary
+  "request after epoch l" decision per epoch, and is trained by REINFORCE with a moving-average
+  baseline (Formula 5); afterwards the device's tabular Q-learning moves the slot by −1/0/+1
+  (Formula 6). The reward is R = loss before − loss after the mix on the minibatch ζ. The paper
+  does not give the LSTM's inputs, size or pre-training data, ε, ρ, the Q learning rate or discount,
+  and its printed Q-update has typos: our readings are in :class:`LearnedSlot` and
+  :class:`QLearningSlot`. Its state (LSTM parameters, optimiser state, baseline, Q-tables, pending
+  contexts, RNGs) lives in the pickled policy, so a resumed run continues it bit for bit.
+- ``first``, ``middle``, ``second_last``: the paper's fixed heuristics H1–H3 of its ablation.
+- ``adaptive``: the Q-learning alone, started from the middle slot (H2) instead of the meta-model.
+
+Because ``learned`` and ``adaptive`` read losses, they cannot run timing-only (refused, naming a
+fixed slot). Another selector plugs in as a :class:`SlotSelector` (``choose``/``feedback``).
 """
 from __future__ import annotations
 
@@ -60,7 +70,7 @@ from jaxfl.scheduler.simulation import IN_FLIGHT, DispatchRecord, Policy, Simula
 
 TRIGGER_STREAM = 23  # SeedSequence([seed, TRIGGER_STREAM]) picks the idle devices a trigger starts
 EXPLORATION_STREAM = 24  # SeedSequence([seed, EXPLORATION_STREAM]): ε-greedy slot exploration
-META_STREAM = 25  # SeedSequence([seed, META_STREAM]): the slot meta-model's initialisation and samples
+META_STREAM = 0x5107  # SeedSequence([seed, META_STREAM]): the slot meta-model's initialisation and samples
 SLOT_RULES = ("learned", "first", "middle", "second_last", "adaptive")
 
 
