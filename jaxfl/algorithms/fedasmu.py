@@ -254,13 +254,22 @@ class LearnedSlot(QLearningSlot):
         return make_slot_meta_model(self.epochs, self.features, self.hidden, self.meta_learning_rate)
 
     def context_features(self, context: SlotContext | None) -> np.ndarray:
-        """The meta-model's input for one dispatch (see the class docstring)."""
+        """The meta-model's input for one dispatch (see the class docstring).
+
+        >>> LearnedSlot(3, 5, seed=0).context_features(SlotContext(0, 1, 2, 1.0)).tolist()
+        [0.0, 0.5, 1.0, 0.0, 0.0, 0.0]
+        """
         context = context or SlotContext(0, 0, 1, 1.0)
         return np.array([math.log1p(context.version) / 10, context.in_flight / max(context.capacity, 1),
                          context.relative_weight, self.baseline, *self.previous_meta], np.float32)
 
     def slot_probabilities(self, context: SlotContext | None = None) -> np.ndarray:
-        """The meta-model's P(l* = k), k = 1 … 𝓛−1, for a dispatch in ``context``."""
+        """The meta-model's P(l* = k), k = 1 … 𝓛−1, for a dispatch in ``context``.
+
+        >>> probabilities = LearnedSlot(3, 5, seed=0).slot_probabilities()   # slots 1, 2, 3, 4
+        >>> len(probabilities), round(float(probabilities.sum()), 5)
+        (4, 1.0)
+        """
         return self._model().slot_probabilities(self.params, self.context_features(context))
 
     def choose(self, client: int, epochs: int, context: SlotContext | None = None) -> int:
