@@ -140,7 +140,7 @@ def test_engine_trains_to_the_fetch_mixes_and_trains_on():
 
 
 def scheduled(time_per_step, **kwargs):
-    options = dict(local_steps=10, client_lr=0.1, epochs=5, trigger_period=5.0, max_concurrency=2)
+    options = dict(local_steps=10, client_lr=0.1, epochs=5, trigger_period=5.0, max_concurrency=2, slot="middle")
     options.update(kwargs)
     policy = FedASMU(**options)
     backend = RecordingBackend()

@@ -40,12 +40,22 @@ Faults: with ``round_timeout`` a device still out that long after its start is p
 frees its concurrency slot (the server cannot tell a crash from a straggler); if it uploads later,
 the upload is dropped ("arrived after round deadline") and the device is idle again.
 
-Slot selection: the paper's LSTM meta-model + per-device Q-learning is under-specified (LSTM size,
-inputs and pre-training data, ε, ρ, the Q learning rate and discount are not given; the printed
-Q-update has typos). Implemented: fixed slots H1/H2/H3 (``first``, ``middle``, ``second_last``) and
-``adaptive``, a per-device tabular Q-learning over {l*−1, l*, l*+1} started from the middle slot
-(the meta-model replaced by H2), with the reward R = loss before − loss after the mix on the
-minibatch ζ. A learned selector plugs in as a :class:`SlotSelector` (``choose``/``feedback``).
+Slot selection (the paper's "intelligent time slot selection", Formulas 5–6), ``slot``:
+
+- ``learned`` (default, the paper's method): at a device's first participation the server's LSTM
+  meta-model (:mod:`jaxfl.kernels.fedasmu_slot`, flax + optax) samples the slot, one binary
+  "request after epoch l" decision per epoch, and is trained by REINFORCE with a moving-average
+  baseline (Formula 5); afterwards the device's tabular Q-learning moves the slot by −1/0/+1
+  (Formula 6). The reward is R = loss before − loss after the mix on the minibatch ζ. The paper
+  does not give the LSTM's inputs, size or pre-training data, ε, ρ, the Q learning rate or discount,
+  and its printed Q-update has typos: our readings are in :class:`LearnedSlot` and
+  :class:`QLearningSlot`. Its state (LSTM parameters, optimiser state, baseline, Q-tables, pending
+  contexts, RNGs) lives in the pickled policy, so a resumed run continues it bit for bit.
+- ``first``, ``middle``, ``second_last``: the paper's fixed heuristics H1–H3 of its ablation.
+- ``adaptive``: the Q-learning alone, started from the middle slot (H2) instead of the meta-model.
+
+Because ``learned`` and ``adaptive`` read losses, they cannot run timing-only (refused, naming a
+fixed slot). Another selector plugs in as a :class:`SlotSelector` (``choose``/``feedback``).
 """
 from __future__ import annotations
 
@@ -60,7 +70,8 @@ from jaxfl.scheduler.simulation import IN_FLIGHT, DispatchRecord, Policy, Simula
 
 TRIGGER_STREAM = 23  # SeedSequence([seed, TRIGGER_STREAM]) picks the idle devices a trigger starts
 EXPLORATION_STREAM = 24  # SeedSequence([seed, EXPLORATION_STREAM]): ε-greedy slot exploration
-SLOT_RULES = ("first", "middle", "second_last", "adaptive")
+META_STREAM = 0x5107  # SeedSequence([seed, META_STREAM]): the slot meta-model's initialisation and samples
+SLOT_RULES = ("learned", "first", "middle", "second_last", "adaptive")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,15 +134,25 @@ def initial_alpha(options: ServerOptions, t: int, s: int) -> float:
     return float(min(max(alpha, options.alpha_min), 1.0))
 
 
+class SlotContext(NamedTuple):
+    """What the server knows when it dispatches a device: the global version, the devices already
+    training and the concurrency cap, and the device's p_i · m (1 for equal data sizes)."""
+
+    version: int
+    in_flight: int
+    capacity: int
+    relative_weight: float
+
+
 class SlotSelector:
     """Chooses the local epoch l* ∈ [1, 𝓛 − 1] after which a device fetches the fresh global.
 
-    The hook for a learned selector (the paper's LSTM meta-model + Q-learning): ``choose`` is called
-    at each dispatch, ``feedback`` after each upload whose mix happened, with the reward
-    R = loss before − loss after the mix. Keep state in plain Python/NumPy (checkpoints pickle it).
+    ``choose`` is called at each dispatch (with the :class:`SlotContext` of the dispatch),
+    ``feedback`` after each upload whose mix happened, with the reward R = loss before − loss after
+    the mix. Keep state in plain Python/NumPy (checkpoints pickle it, so a resumed run continues it).
     """
 
-    def choose(self, client: int, epochs: int) -> int:
+    def choose(self, client: int, epochs: int, context: SlotContext | None = None) -> int:
         raise NotImplementedError
 
     def feedback(self, client: int, slot: int, reward: float) -> None:
@@ -146,7 +167,7 @@ class FixedSlot(SlotSelector):
             raise ValueError(f"fixed slot rule {rule!r} is not one of first, middle, second_last")
         self.rule = rule
 
-    def choose(self, client: int, epochs: int) -> int:
+    def choose(self, client: int, epochs: int, context: SlotContext | None = None) -> int:
         slot = {"first": 1, "middle": epochs // 2, "second_last": epochs - 1}[self.rule]
         return int(min(max(slot, 1), max(epochs - 1, 1)))
 
@@ -171,7 +192,7 @@ class QLearningSlot(SlotSelector):
     def _clamp(self, slot: int) -> int:
         return int(min(max(slot, 1), max(self.epochs - 1, 1)))
 
-    def choose(self, client: int, epochs: int) -> int:
+    def choose(self, client: int, epochs: int, context: SlotContext | None = None) -> int:
         current = int(self.slot[client])
         if self.last[client, 0] < 0:  # first participation: the meta-model's (here: H2's) slot
             self.last[client] = (current, 1)
@@ -193,21 +214,115 @@ class QLearningSlot(SlotSelector):
         self.table[client, previous, action] += self.learning_rate * (target - self.table[client, previous, action])
 
 
+class LearnedSlot(QLearningSlot):
+    """The paper's intelligent slot selection: the server's LSTM meta-model picks a device's slot at
+    its first participation and learns by REINFORCE with a moving-average baseline (Formula 5); from
+    then on the device's Q-learning moves the slot by −1, 0 or +1 (Formula 6, :class:`QLearningSlot`).
+
+    Reward R = loss before − loss after the mix (on the minibatch ζ), for every mix; the baseline
+    b ← (1 − ρ) b + ρ R follows every reward, and the advantage is R − b with b before that reward.
+    As in the paper's Algorithm 2 a first participation's reward trains the meta-model and a later
+    one the Q-table. Readings [ours] where the paper is silent: the meta-model's context (one vector,
+    read at every decision epoch) is log(1 + t)/10 for the global version t, the fraction of the
+    concurrency cap already training, p_i · m, the baseline b, and the server's previous meta-model
+    slot that was rewarded (÷ 𝓛) and its reward; 16 LSTM units; no pre-training; the meta-model
+    samples its decisions (no extra ε); a first participation whose fetch brings no newer model
+    gives no update. The model and its random draws are seeded (stream ``META_STREAM``).
+
+    >>> selector = LearnedSlot(num_clients=3, epochs=5, seed=0)
+    >>> slot = selector.choose(0, 5, SlotContext(version=0, in_flight=0, capacity=1, relative_weight=1.0))
+    >>> 1 <= slot <= 4, selector.meta_choices
+    (True, 1)
+    """
+
+    features = 6
+
+    def __init__(self, num_clients: int, epochs: int, seed: int, learning_rate: float = 1e-3,
+                 baseline_rate: float = 0.1, hidden: int = 16):
+        super().__init__(num_clients, epochs, seed)
+        self.meta_learning_rate, self.baseline_rate, self.hidden = float(learning_rate), float(baseline_rate), hidden
+        self._meta_rng = np.random.default_rng(np.random.SeedSequence([seed, META_STREAM]))
+        self.params, self.opt_state = self._model().init(int(self._meta_rng.integers(2**31)))
+        self.baseline = 0.0
+        self.previous_meta = (0.0, 0.0)  # the server's last rewarded meta-model slot ÷ 𝓛 and its reward
+        self.pending: dict[int, np.ndarray] = {}  # client → context of its meta-model slot, until rewarded
+        self.meta_choices = self.meta_updates = 0
+
+    def _model(self):
+        from jaxfl.kernels.fedasmu_slot import make_slot_meta_model
+
+        return make_slot_meta_model(self.epochs, self.features, self.hidden, self.meta_learning_rate)
+
+    def context_features(self, context: SlotContext | None) -> np.ndarray:
+        """The meta-model's input for one dispatch (see the class docstring).
+
+        >>> LearnedSlot(3, 5, seed=0).context_features(SlotContext(0, 1, 2, 1.0)).tolist()
+        [0.0, 0.5, 1.0, 0.0, 0.0, 0.0]
+        """
+        context = context or SlotContext(0, 0, 1, 1.0)
+        return np.array([math.log1p(context.version) / 10, context.in_flight / max(context.capacity, 1),
+                         context.relative_weight, self.baseline, *self.previous_meta], np.float32)
+
+    def slot_probabilities(self, context: SlotContext | None = None) -> np.ndarray:
+        """The meta-model's P(l* = k), k = 1 … 𝓛−1, for a dispatch in ``context``.
+
+        >>> probabilities = LearnedSlot(3, 5, seed=0).slot_probabilities()   # slots 1, 2, 3, 4
+        >>> len(probabilities), round(float(probabilities.sum()), 5)
+        (4, 1.0)
+        """
+        return self._model().slot_probabilities(self.params, self.context_features(context))
+
+    def choose(self, client: int, epochs: int, context: SlotContext | None = None) -> int:
+        self.pending.pop(client, None)  # its previous run brought no reward: nothing to learn from
+        if self.last[client, 0] >= 0:
+            return super().choose(client, epochs, context)
+        features = self.context_features(context)
+        fire = self._meta_rng.random(self.epochs - 2) < self._model().decision_probabilities(self.params, features)
+        slot = int(np.argmax(fire)) + 1 if fire.any() else self.epochs - 1  # the first f_l = 1, else 𝓛 − 1
+        self.slot[client], self.last[client] = slot, (slot, 1)
+        self.pending[client] = features
+        self.meta_choices += 1
+        return slot
+
+    def feedback(self, client: int, slot: int, reward: float) -> None:
+        if not math.isfinite(reward):
+            return
+        advantage = reward - self.baseline
+        self.baseline = (1 - self.baseline_rate) * self.baseline + self.baseline_rate * reward
+        features = self.pending.pop(client, None)
+        if features is None:
+            super().feedback(client, slot, reward)
+            return
+        self.params, self.opt_state = self._model().reinforce(self.params, self.opt_state, features, slot, advantage)
+        self.previous_meta = (slot / self.epochs, float(reward))
+        self.meta_updates += 1
+
+    def stats(self) -> dict:
+        """Counts for the run summary: meta-model slots chosen and REINFORCE steps, and the baseline."""
+        return {"meta_choices": self.meta_choices, "meta_updates": self.meta_updates,
+                "reward_baseline": float(self.baseline)}
+
+
 class FedASMU(Policy):
     """FedASMU's trigger scheduler and upload handler; see the module docstring."""
 
     name = "fedasmu"
     needs_start_models = True  # Formula 1 mixes models ("mix" mode)
 
-    def __init__(self, local_steps: int, client_lr: float, epochs: int = 5, slot: str = "middle",
+    def __init__(self, local_steps: int, client_lr: float, epochs: int = 5, slot: str = "learned",
                  staleness_bound: int = 99, trigger_period: float = 5.0, trigger_batch: int = 1,
                  max_concurrency: int | None = None, fetch: bool = True, dynamic: bool = True,
                  server: ServerOptions = ServerOptions(), device: DeviceOptions = DeviceOptions(), seed: int = 0,
-                 round_timeout: float | None = None):
+                 round_timeout: float | None = None, rl_lr: float = 1e-3, rl_baseline_rate: float = 0.1,
+                 rl_hidden: int = 16):
         if slot not in SLOT_RULES:
             raise ValueError(f"fedasmu_slot={slot!r} is not allowed: one of {', '.join(SLOT_RULES)}")
         if epochs < 2:
             raise ValueError(f"fedasmu_epochs={epochs} is not allowed: an integer >= 2 (the fetch sits between epochs)")
+        if slot == "learned" and epochs < 3:
+            raise ValueError(f"fedasmu_epochs={epochs} is not allowed with slot 'learned': an integer >= 3 "
+                             "(with 2 epochs the only slot is 1)")
+        self.rl_options = {"learning_rate": rl_lr, "baseline_rate": rl_baseline_rate, "hidden": rl_hidden}
         if not (trigger_period > 0 and math.isfinite(trigger_period)):
             raise ValueError(f"fedasmu_trigger_period={trigger_period} is not allowed: finite seconds > 0")
         if round_timeout is not None and not round_timeout > 0:
@@ -237,8 +352,12 @@ class FedASMU(Policy):
         self.cap = self.max_concurrency or max(1, math.ceil(0.1 * sim.num_clients))
         self.idle = list(range(sim.num_clients))
         if self.selector is None:
-            self.selector = (QLearningSlot(sim.num_clients, self.epochs, self.seed) if self.slot_rule == "adaptive"
-                             else FixedSlot(self.slot_rule))
+            if self.slot_rule == "learned":
+                self.selector = LearnedSlot(sim.num_clients, self.epochs, self.seed, **self.rl_options)
+            elif self.slot_rule == "adaptive":
+                self.selector = QLearningSlot(sim.num_clients, self.epochs, self.seed)
+            else:
+                self.selector = FixedSlot(self.slot_rule)
         self._trigger(sim)
 
     def on_timer(self, sim: Simulation, payload) -> None:
@@ -263,7 +382,9 @@ class FedASMU(Policy):
 
     def _dispatch(self, sim: Simulation, client: int) -> None:
         steps = local_steps_of(self.local_steps, client)
-        slot = self.selector.choose(client, self.epochs)
+        context = SlotContext(sim.version, len(self.running), self.cap,
+                              float(sim.client_weights[client] * sim.num_clients))
+        slot = self.selector.choose(client, self.epochs, context)
         fetch_step = round(slot * steps / self.epochs) if self.fetch else None
         if fetch_step is not None and not 0 < fetch_step < steps:
             fetch_step = None  # too few steps to fetch between two of them
@@ -307,8 +428,9 @@ class FedASMU(Policy):
 
     def summary(self) -> dict:
         """Run statistics for the run summary."""
+        selector_stats = getattr(self.selector, "stats", None)
         return {"max_concurrency": getattr(self, "cap", self.max_concurrency), "slot_rule": self.slot_rule,
-                **self.stats}
+                **self.stats, **(selector_stats() if callable(selector_stats) else {})}
 
 
 class LearnedAlpha(DeviceHook):
@@ -425,7 +547,7 @@ class FedASMUConfig(Options):
     namespace = "fedasmu"
 
     epochs: int = 5  # 𝓛 local "epochs" of local_steps/𝓛 steps each [ours]
-    slot: str = "middle"  # fetch after epoch: first | middle | second_last (H1–H3) | adaptive
+    slot: str = "learned"  # learned (paper: meta-model + Q-learning) | first | middle | second_last (H1–H3) | adaptive
     staleness_bound: int = 99  # τ: uploads with s > τ are dropped
     trigger_period: float = 5.0  # 𝒯 seconds between triggers (appendix: one device every 5 s)
     trigger_batch: int = 1  # m' devices per trigger (appendix: 1; Table 5: 10)
@@ -445,6 +567,9 @@ class FedASMUConfig(Options):
     iota0: float = 0.0  # initial ι, the server weight's additive floor [ours]
     gamma0: float = 1.0  # initial γ, the fresh-model weight's scale [ours]
     nu0: float = 0.0  # initial ν, the fresh-model weight's version-gap term [ours]
+    rl_lr: float = 1e-3  # η_RL, REINFORCE learning rate of the slot meta-model (Table 5; slot learned)
+    rl_baseline_rate: float = 0.1  # ρ, reward baseline b ← (1−ρ) b + ρ R (slot learned) [ours]
+    rl_hidden: int = 16  # LSTM units of the slot meta-model (slot learned) [ours]
 
     def server_options(self) -> ServerOptions:
         return ServerOptions(self.mu_alpha, self.alpha_min, self.lr_lambda, self.lr_sigma, self.lr_iota,
@@ -477,6 +602,21 @@ class FedASMUConfig(Options):
                 fail(f"fedasmu.{name}", getattr(self, name), "a finite number")
         if not 0 < self.alpha_min <= 1:
             fail("fedasmu.alpha_min", self.alpha_min, "a number in (0, 1]")
+        if self.slot == "learned":
+            if self.epochs < 3:
+                fail("fedasmu.epochs", self.epochs,
+                     "an integer >= 3 with fedasmu.slot='learned' (2 epochs have one slot)")
+            if not (self.rl_lr > 0 and math.isfinite(self.rl_lr)):
+                fail("fedasmu.rl_lr", self.rl_lr, "a finite number > 0")
+            if not 0 < self.rl_baseline_rate <= 1:
+                fail("fedasmu.rl_baseline_rate", self.rl_baseline_rate, "a number in (0, 1]")
+            if self.rl_hidden < 1:
+                fail("fedasmu.rl_hidden", self.rl_hidden, "an integer >= 1")
+        else:
+            for name in ("rl_lr", "rl_baseline_rate", "rl_hidden"):
+                if getattr(self, name) != getattr(FedASMUConfig, name):
+                    fail(f"fedasmu.{name}", getattr(self, name),
+                         f"only with fedasmu.slot='learned' (the slot meta-model); this run's slot is {self.slot!r}")
 
 
 @register
@@ -505,13 +645,18 @@ class FedASMUAlgorithm(Algorithm):
         if options.slot == "adaptive":
             return ("fedasmu.slot='adaptive' picks each device's fetch slot by Q-learning on the loss "
                     "before and after the mix; use a fixed slot (first, middle, second_last)")
+        if options.slot == "learned":
+            return ("fedasmu.slot='learned' (the default) picks each device's fetch slot with a meta-model and "
+                    "Q-learning trained on the loss before and after the mix; use a fixed slot (first, middle, "
+                    "second_last)")
         return None
 
     def policy(self) -> FedASMU:
         o, run = self.options, self.run
         return FedASMU(self.local_steps, run.client_lr, o.epochs, o.slot, o.staleness_bound, o.trigger_period,
                        o.trigger_batch, o.max_concurrency or run.concurrency, o.fetch, o.dynamic, o.server_options(),
-                       o.device_options(), seed=run.seed, round_timeout=run.round_timeout)
+                       o.device_options(), seed=run.seed, round_timeout=run.round_timeout, rl_lr=o.rl_lr,
+                       rl_baseline_rate=o.rl_baseline_rate, rl_hidden=o.rl_hidden)
 
     def hooks(self):
         o = self.options
