@@ -6,8 +6,9 @@ A run directory holds:
   staleness, steps, detail, and on aggregation rows the wall time since the start): ``events.csv``,
   or Parquet parts under ``events/`` once it passes 200,000 rows (:mod:`jaxfl.runlog`;
   ``jaxfl.load_run`` reads either);
-- ``metrics.csv``: held-out accuracy and loss of the global model over virtual time (also handed
-  to the run's :mod:`jaxfl.loggers`);
+- ``metrics.csv``: held-out accuracy, balanced accuracy and loss of the global model over virtual
+  time (also handed to the run's :mod:`jaxfl.loggers`);
+- ``class_accuracy.csv``: each class's held-out accuracy (recall), one row per evaluation;
 - ``summary.json``: final/best accuracy, time to target, updates, client steps executed and
   padded, dispatch accounting, wall time and where it went, stop reason.
 - ``client_time_per_step.npy``: the clients' seconds per step, when the run was given them
@@ -147,7 +148,7 @@ def class_recall(hits: np.ndarray, counts: np.ndarray) -> np.ndarray:
     class k, NaN where a class has no samples.
 
     >>> class_recall(np.array([1, 0, 3]), np.array([2, 0, 4]))
-    array([0.5 , nan, 0.75])
+    array([0.5 ,  nan, 0.75])
     """
     hits, counts = np.asarray(hits, np.float64), np.asarray(counts, np.float64)
     return np.divide(hits, counts, out=np.full(counts.shape, np.nan), where=counts > 0)
