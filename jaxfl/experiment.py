@@ -108,6 +108,7 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
     batch is padded and masked so one compilation serves all.
     """
     count = len(y)
+    batch_size = min(batch_size, count)  # a small held-out set is not padded to a full batch of model work
     padded = math.ceil(count / batch_size) * batch_size
     pad = padded - count
     x = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)])

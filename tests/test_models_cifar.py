@@ -92,7 +92,7 @@ def test_input_checks_name_the_shapes(name, too_small):
 def test_one_vmapped_training_step_with_cpu_friendly_layers(name):
     """Two clients trained together (vmap) for one SGD step on 32x32x3 pixels, as the engine does on
     a CPU: the loss is finite, every layer of each client moves, and BatchNorm statistics update
-    (about 10 CPU-seconds of compilation per model, hence three of the four)."""
+    (about 15 CPU-seconds of compilation each, hence three of the four)."""
     adapter = as_adapter(make_model(name, 10))
     variables = jax.jit(adapter.init_variables)(jax.random.key(0), jnp.zeros((1,) + CIFAR))
     trainer = make_client_trainer(adapter, optax.sgd(0.01), batch_size=2, cpu_friendly_layers=True)

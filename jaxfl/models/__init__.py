@@ -14,9 +14,9 @@ from jaxfl.models.zoo import (MODEL_INPUTS, MODELS, TEXT_MODELS, InputSpec, buil
                               models_for, register_model, user_label)
 
 __all__ = [
-    "AlexNet", "MLP", "MODELS", "MODEL_INPUTS", "TEXT_MODELS", "BasicBlock", "CCFedAvgCNN", "CCFedAvgMLP", "ExampleCNN",
-    "FedASMUCNN", "InputSpec", "LSTMClassifier", "LeNet5", "LogReg", "MnistCNN", "ModelAdapter", "ResNet18", "ResNet18GN",
-    "ResNet20", "TextCNN", "VGG", "VGG11", "VGG16", "as_adapter", "build_model", "check_model_input", "check_model_object",
-    "count_params", "is_model_reference", "load_model_reference", "make_model", "models_for", "register_model",
-    "user_label",
+    "AlexNet", "MLP", "MODELS", "MODEL_INPUTS", "TEXT_MODELS", "BasicBlock", "CCFedAvgCNN", "CCFedAvgMLP",
+    "ExampleCNN", "FedASMUCNN", "InputSpec", "LSTMClassifier", "LeNet5", "LogReg", "MnistCNN", "ModelAdapter",
+    "ResNet18", "ResNet18GN", "ResNet20", "TextCNN", "VGG", "VGG11", "VGG16", "as_adapter", "build_model",
+    "check_model_input", "check_model_object", "count_params", "is_model_reference", "load_model_reference",
+    "make_model", "models_for", "register_model", "user_label",
 ]

@@ -102,8 +102,9 @@ class VGG(nn.Module):
     Example:
         >>> import jax, jax.numpy as jnp
         >>> model = VGG(layers=(8, "M", 16, "M"), num_classes=3)
-        >>> variables = model.init(jax.random.key(0), jnp.zeros((1, 8, 8, 3)))
-        >>> model.apply(variables, jnp.zeros((2, 8, 8, 3))).shape
+        >>> x = jnp.zeros((2, 8, 8, 3))
+        >>> variables = jax.eval_shape(model.init, jax.random.key(0), x)  # shapes only: nothing computed
+        >>> jax.eval_shape(model.apply, variables, x).shape
         (2, 3)
     """
 
@@ -160,10 +161,11 @@ class AlexNet(nn.Module):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> model = AlexNet(num_classes=10)
-        >>> variables = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)))
-        >>> model.apply(variables, jnp.zeros((2, 32, 32, 3))).shape
-        (2, 10)
+        >>> from jaxfl.models import count_params
+        >>> model, x = AlexNet(num_classes=10), jnp.zeros((2, 32, 32, 3))
+        >>> variables = jax.eval_shape(model.init, jax.random.key(0), x)  # shapes only: nothing computed
+        >>> jax.eval_shape(model.apply, variables, x).shape, count_params(variables)
+        ((2, 10), 2472266)
     """
 
     num_classes: int = 10
