@@ -88,12 +88,11 @@ def test_input_checks_name_the_shapes(name, too_small):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["resnet20", "vgg11", "alexnet"])  # vgg16: vgg11's module, more layers
-def test_one_vmapped_training_step_with_cpu_friendly_layers(name):
+def test_resnet20_trains_one_vmapped_step_with_cpu_friendly_layers():
     """Two clients trained together (vmap) for one SGD step on 32x32x3 pixels, as the engine does on
-    a CPU: the loss is finite, every layer of each client moves, and BatchNorm statistics update
-    (about 15 CPU-seconds of compilation each, hence three of the four)."""
-    adapter = as_adapter(make_model(name, 10))
+    a CPU: the loss is finite, every layer of each client moves, and the BatchNorm statistics update.
+    (One model: each such step compiles for 10-15 CPU-seconds; VGG and AlexNet are checked below.)"""
+    adapter = as_adapter(make_model("resnet20", 10))
     variables = jax.jit(adapter.init_variables)(jax.random.key(0), jnp.zeros((1,) + CIFAR))
     trainer = make_client_trainer(adapter, optax.sgd(0.01), batch_size=2, cpu_friendly_layers=True)
     pixels = np.random.default_rng(0).integers(0, 256, (8,) + CIFAR, dtype=np.uint8)
@@ -107,10 +106,38 @@ def test_one_vmapped_training_step_with_cpu_friendly_layers(name):
     moved = jax.tree.map(lambda a, b: np.abs(np.asarray(a) - np.asarray(b)).max(axis=tuple(range(1, a.ndim))),
                          state.params["params"], stacked["params"])
     assert all(np.all(change > 0) for change in jax.tree.leaves(moved))  # every layer, both clients
-    if "state" in variables:  # the clients' batch statistics differ, as their batches do
-        means = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(state.params["state"])
-                 if "mean" in jax.tree_util.keystr(path)]
-        assert not np.allclose(means[0][0], means[0][1])
+    means = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(state.params["state"])
+             if "mean" in jax.tree_util.keystr(path)]
+    assert len(means) == 19 and not np.allclose(means[0][0], means[0][1])  # the clients' batches differ
+
+
+# VGG's first convolution (3x3 on 3 channels: 27 inputs per output) is below MIN_IM2COL_CONTRACTION
+# and stays XLA's, where it is faster; AlexNet's first (11x11x3 = 363) becomes a matrix product
+@pytest.mark.parametrize("name, convolutions, kept", [("vgg11", 8, 1), ("vgg16", 13, 1), ("alexnet", 5, 0)])
+def test_the_vmapped_training_step_traces_with_cpu_friendly_layers(name, convolutions, kept):
+    """The same vmapped client step as above, traced to its shapes only (compiling each would cost
+    10-15 CPU-seconds): it fits these models, and the CPU rewrite turns the convolutions (AlexNet's
+    11x11 stride-4 one included) into matrix products and every max-pool into a reshape."""
+    from jaxfl.kernels.cpu_ops import count_primitive, cpu_friendly
+
+    adapter = as_adapter(make_model(name, 10))
+    variables = jax.eval_shape(adapter.init_variables, jax.random.key(0), jnp.zeros((1,) + CIFAR))
+    trainer = make_client_trainer(adapter, optax.sgd(0.01), batch_size=2, cpu_friendly_layers=True)
+    data = FederatedArrays(jax.ShapeDtypeStruct((8,) + CIFAR, jnp.uint8), jax.ShapeDtypeStruct((8,), jnp.int32))
+    views = ClientView(jnp.array([0, 4], jnp.int32), jnp.array([4, 4], jnp.int32))
+    stacked = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct((2,) + leaf.shape, leaf.dtype), variables)
+    start = jax.eval_shape(jax.vmap(lambda params, key: trainer.init(params, jnp.int32(1), key)),
+                           stacked, jax.random.split(jax.random.key(1), 2))
+    state = jax.eval_shape(jax.vmap(trainer.step, in_axes=(0, None, 0)), start, data, views)
+    assert jax.tree.map(lambda leaf: leaf.shape, state.params) == jax.tree.map(lambda leaf: leaf.shape, stacked)
+
+    def forward(params, x):
+        return adapter.apply(params["params"], params.get("state", {}), x, train=True, key=jax.random.key(2))[0]
+
+    x = jnp.zeros((2,) + CIFAR)
+    plain, fast = (jax.make_jaxpr(f)(variables, x).jaxpr for f in (forward, cpu_friendly(forward)))
+    assert count_primitive(plain, "conv_general_dilated") == convolutions
+    assert count_primitive(fast, "conv_general_dilated") == kept and count_primitive(fast, "reduce_window_max") == 0
 
 
 def test_the_cli_knows_the_models_and_refuses_data_they_are_not_built_for(tmp_path, capsys):
