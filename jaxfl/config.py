@@ -33,7 +33,8 @@ DATASET_NAMES = ("mnist10k", "fashion_mnist", "mnist", "digits", "npz", "array_r
                  "synthetic_iid")  # jaxfl.data.load_dataset
 DATASET_PREFIXES = ("tfds:", "synthetic:")  # tfds:cifar10, synthetic:0.5,0.5
 MODEL_NAMES = ("cnn", "cnn_example", "mlp", "logreg", "lenet5", "ccfedavg_cnn", "ccfedavg_mlp", "fedasmu_cnn", "resnet18",
-               "resnet18_gn", "textcnn", "lstm")  # jaxfl.models.MODELS (register_model extends it)
+               "resnet18_gn", "resnet20", "vgg11", "vgg16", "alexnet", "textcnn",
+               "lstm")  # jaxfl.models.MODELS (register_model extends it)
 PARTITION_NAMES = ("iid", "dirichlet", "dirichlet_client", "class", "dual_dirichlet", "label_shards", "gamma_mix",
                    "natural")  # jaxfl.data.PARTITIONS
 CLIENT_SIZES = ("equal", "lognormal", "powerlaw")

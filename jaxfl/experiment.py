@@ -6,8 +6,9 @@ A run directory holds:
   staleness, steps, detail, and on aggregation rows the wall time since the start): ``events.csv``,
   or Parquet parts under ``events/`` once it passes 200,000 rows (:mod:`jaxfl.runlog`;
   ``jaxfl.load_run`` reads either);
-- ``metrics.csv``: held-out accuracy and loss of the global model over virtual time (also handed
-  to the run's :mod:`jaxfl.loggers`);
+- ``metrics.csv``: held-out accuracy, balanced accuracy and loss of the global model over virtual
+  time (also handed to the run's :mod:`jaxfl.loggers`);
+- ``class_accuracy.csv``: each class's held-out accuracy (recall), one row per evaluation;
 - ``summary.json``: final/best accuracy, time to target, updates, client steps executed and
   padded, dispatch accounting, wall time and where it went, stop reason.
 - ``client_time_per_step.npy``: the clients' seconds per step, when the run was given them
@@ -21,6 +22,7 @@ A run directory holds:
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import hashlib
@@ -59,7 +61,8 @@ from jaxfl.user_inputs import UserInputs, match_init_params
 
 MODEL_STREAM = 12  # fold_in(key(seed), MODEL_STREAM) initialises the global model
 EVAL_BATCH = 1000
-METRIC_FIELDS = ("time", "version", "accuracy", "loss", "client_steps", "wall_time")
+METRIC_FIELDS = ("time", "version", "accuracy", "balanced_accuracy", "loss", "client_steps", "wall_time")
+CLASS_ACCURACY_NAME = "class_accuracy.csv"  # per evaluation: time, version, class_0 ... class_{K-1} (recall)
 
 
 @dataclasses.dataclass
@@ -103,25 +106,32 @@ def make_client_optimizer(name: str, learning_rate: float, momentum: float = 0.0
 
 
 def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVAL_BATCH, preprocess=scale_uint8,
-                   loss=None, metrics=None):
-    """``evaluate(params) -> {"accuracy", "loss", ...}`` on a held-out set, in fixed-size batches.
+                   loss=None, metrics=None, num_classes: int | None = None):
+    """``evaluate(params) -> {"accuracy", "balanced_accuracy", "loss", "class_accuracy", ...}`` on a
+    held-out set, in fixed-size batches.
 
     ``apply_fn(params, x) -> logits`` in evaluation mode (e.g. ``ModelAdapter.predict``). ``loss``
     (per-example ``loss(logits, labels) -> (B,)``; default softmax cross-entropy) gives the ``loss``
     entry; ``metrics(logits, labels) -> {name: (B,) values}`` adds each name's held-out mean.
+    ``class_accuracy`` is each class's recall (the share of its held-out samples predicted as it;
+    NaN for a class with none), counted on the device per batch, one entry per class (``num_classes``,
+    default the logits' width); ``balanced_accuracy`` is their mean over the classes present
+    (as ``sklearn.metrics.balanced_accuracy_score``).
 
     >>> import flax.linen as nn
     >>> model = nn.Dense(2)
     >>> x, y = np.ones((3, 4), np.float32), np.array([0, 1, 1])
     >>> evaluate = make_evaluator(model.apply, x, y, preprocess=lambda v: v,
     ...                           metrics=lambda logits, labels: {"label_one": (labels == 1).astype(float)})
-    >>> round(evaluate(model.init(jax.random.key(0), x))["label_one"], 4)
-    0.6667
+    >>> stats = evaluate(model.init(jax.random.key(0), x))
+    >>> round(stats["label_one"], 4), stats["balanced_accuracy"], len(stats["class_accuracy"])
+    (0.6667, 0.5, 2)
 
     Batches run from a Python loop (XLA:CPU convolutions inside a rolled loop are slow); the last
     batch is padded and masked so one compilation serves all.
     """
     count = len(y)
+    batch_size = min(batch_size, count)  # a small held-out set is not padded to a full batch of model work
     padded = math.ceil(count / batch_size) * batch_size
     pad = padded - count
     x = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)])
@@ -137,18 +147,47 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
         logits = apply_fn(params, preprocess(xb))
         losses = per_example_loss(logits, yb)
         correct = (jnp.argmax(logits, axis=-1) == yb) & mb
+        classes = logits.shape[-1] if num_classes is None else num_classes
+        # the diagonal and row sums of the confusion matrix: all that per-class recall needs
+        class_hits = jnp.zeros(classes, jnp.int32).at[yb].add(correct.astype(jnp.int32))
+        class_counts = jnp.zeros(classes, jnp.int32).at[yb].add(mb.astype(jnp.int32))
         extra = {} if metrics is None else {name: jnp.sum(jnp.where(mb, values, 0.0))
                                             for name, values in metrics(logits, yb).items()}
-        return jnp.sum(correct), jnp.sum(jnp.where(mb, losses, 0.0)), extra
+        return jnp.sum(correct), jnp.sum(jnp.where(mb, losses, 0.0)), class_hits, class_counts, extra
 
     def evaluate(params) -> dict:
-        totals = [batch_stats(params, xb, yb, mb) for xb, yb, mb in batches]
-        correct = sum(int(c) for c, _, _ in totals)
-        loss = sum(float(l) for _, l, _ in totals)
-        extra = {name: sum(float(e[name]) for _, _, e in totals) / count for name in totals[0][2]}
-        return {"accuracy": correct / count, "loss": loss / count, **extra}
+        totals = jax.device_get([batch_stats(params, xb, yb, mb) for xb, yb, mb in batches])
+        correct = sum(int(t[0]) for t in totals)
+        loss = sum(float(t[1]) for t in totals)
+        recall = class_recall(sum(t[2] for t in totals), sum(t[3] for t in totals))
+        extra = {name: sum(float(t[4][name]) for t in totals) / count for name in totals[0][4]}
+        return {"accuracy": correct / count, "balanced_accuracy": balanced_accuracy(recall), "loss": loss / count,
+                "class_accuracy": recall, **extra}
 
     return evaluate
+
+
+def class_recall(hits: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Per-class accuracy (recall): ``hits[k] / counts[k]`` correct predictions over samples of
+    class k, NaN where a class has no samples.
+
+    >>> class_recall(np.array([1, 0, 3]), np.array([2, 0, 4]))
+    array([0.5 ,  nan, 0.75])
+    """
+    hits, counts = np.asarray(hits, np.float64), np.asarray(counts, np.float64)
+    return np.divide(hits, counts, out=np.full(counts.shape, np.nan), where=counts > 0)
+
+
+def balanced_accuracy(recall: np.ndarray) -> float:
+    """Balanced accuracy: the mean per-class recall over the classes that have samples (NaN
+    entries left out), as ``sklearn.metrics.balanced_accuracy_score`` (Brodersen et al., "The
+    balanced accuracy and its posterior distribution", ICPR 2010).
+
+    >>> balanced_accuracy(np.array([0.5, np.nan, 0.75]))
+    0.625
+    """
+    present = np.asarray(recall)[~np.isnan(recall)]
+    return float(np.mean(present)) if present.size else float("nan")
 
 
 def _run_dir(config: RunConfig, algorithm: str) -> str:
@@ -208,7 +247,8 @@ class _Recorder:
     """Evaluates global versions, tracks the target and streams metrics rows."""
 
     def __init__(self, config: RunConfig, evaluate, metrics_file, progress, wall_start: float, params,
-                 flush_also=(), extra_metrics: tuple[str, ...] = (), loggers=()):
+                 flush_also=(), extra_metrics: tuple[str, ...] = (), loggers=(), class_file=None,
+                 metric_fields: tuple[str, ...] | None = None):
         self.config = config
         self._evaluate = evaluate
         self.evaluation_seconds = 0.0
@@ -216,7 +256,11 @@ class _Recorder:
         self.simulation = None  # set once the simulation exists: the client-update count, the progress
         self.file = metrics_file
         self.extra_metrics = extra_metrics  # the user's metrics(logits, labels) names: more columns
-        self.writer = csv.DictWriter(metrics_file, METRIC_FIELDS + extra_metrics)  # the header is written on opening
+        # the header is written on opening; a resumed run keeps the columns its metrics.csv began with
+        self.writer = csv.DictWriter(metrics_file, metric_fields or METRIC_FIELDS + extra_metrics,
+                                     extrasaction="ignore")
+        self.class_file = class_file  # class_accuracy.csv (None: a run begun before jaxfl wrote one)
+        self.class_writer = None if class_file is None else csv.writer(class_file)
         self.flush_also = flush_also  # the event log is flushed with each metrics row
         self.progress = progress
         self.wall_start = wall_start
@@ -237,10 +281,7 @@ class _Recorder:
     def record(self, virtual_time: float, version: int, params) -> str | None:
         """Evaluate ``params`` as version ``version``; returns why the run should stop, or None."""
         stats = self.evaluate(params)
-        row = {"time": virtual_time, "version": version, "accuracy": stats["accuracy"],
-               "loss": stats["loss"], "client_steps": self.stats.aggregated_steps,
-               "wall_time": round(time.perf_counter() - self.wall_start, 3)}
-        stop = self._write(row, stats)
+        stop = self._write(virtual_time, version, stats)
         if self._reaches_target(stats["accuracy"]):
             self.time_to_target = virtual_time
         if self.progress is not None:
@@ -266,12 +307,20 @@ class _Recorder:
         self.first_update_wall = state.get("first_update_wall")
         self._previous_params = state["previous_params"]
 
-    def _write(self, row: dict, stats: dict) -> str | None:
-        """Write a metrics row and hand it to the loggers; the first logger that asks to stop names the reason."""
-        row.update({name: stats[name] for name in self.extra_metrics})
+    def _write(self, virtual_time: float, version: int, stats: dict) -> str | None:
+        """Write a metrics row (and the per-class accuracies) and hand it to the loggers; the first
+        logger that asks to stop names the reason."""
+        row = {"time": virtual_time, "version": version, "accuracy": stats["accuracy"],
+               "balanced_accuracy": stats["balanced_accuracy"], "loss": stats["loss"],
+               "client_steps": self.stats.aggregated_steps,
+               "wall_time": round(time.perf_counter() - self.wall_start, 3),
+               **{name: stats[name] for name in self.extra_metrics}}
         self.rows.append(row)
         self.writer.writerow(row)
-        for handle in (*self.flush_also, self.file):  # so a live or interrupted run shows its progress
+        if self.class_writer is not None:  # NaN (a class without held-out samples) as an empty cell
+            self.class_writer.writerow([virtual_time, version] + ["" if math.isnan(value) else repr(float(value))
+                                                                  for value in stats["class_accuracy"]])
+        for handle in (*self.flush_also, self.file, *([self.class_file] if self.class_file else [])):
             handle.flush()
         stop = None
         if self.loggers:
@@ -317,10 +366,7 @@ class _Recorder:
         while self._next_grid < virtual_time or (inclusive and self._next_grid <= virtual_time):
             if stats is None:
                 stats = self.evaluate(self._previous_params)
-            row = {"time": self._next_grid, "version": version, "accuracy": stats["accuracy"],
-                   "loss": stats["loss"], "client_steps": self.stats.aggregated_steps,
-                   "wall_time": round(time.perf_counter() - self.wall_start, 3)}
-            stop = stop or self._write(row, stats)
+            stop = stop or self._write(self._next_grid, version, stats)
             if self._reaches_target(stats["accuracy"]):
                 self.time_to_target = self._next_grid
                 if self.config.stop_at_target:
@@ -603,24 +649,46 @@ def _speeds_and_faults(config: RunConfig, params, time_per_step=None) -> tuple[C
     return speeds, faults
 
 
-def _open_logs(run_dir: str, offsets: dict | None, metric_fields: tuple[str, ...] = METRIC_FIELDS):
-    """The event log (:class:`~jaxfl.runlog.EventLog`: CSV, Parquet parts once large) and
-    metrics.csv for appending; on resume, cut back to the checkpoint's positions so rows written
-    after it (and re-created by the resumed run) are neither lost nor doubled."""
+def _open_logs(run_dir: str, offsets: dict | None, metric_fields: tuple[str, ...] = METRIC_FIELDS,
+               num_classes: int | None = None):
+    """The event log (:class:`~jaxfl.runlog.EventLog`: CSV, Parquet parts once large),
+    metrics.csv and, given ``num_classes``, class_accuracy.csv, for appending; on resume, cut back to
+    the checkpoint's positions so rows written after it (and re-created by the resumed run) are
+    neither lost nor doubled. The class file is None on resuming a run whose checkpoint has no
+    position for it (begun by an older jaxfl)."""
     fields = EVENT_LOG_FIELDS
     if offsets is not None:  # a log begun by an older jaxfl (no wall_time column) keeps its columns
         fields = existing_fields(run_dir) or EVENT_LOG_FIELDS
     events = EventLog(run_dir, fields, resume=None if offsets is None else offsets["events"],
                       ignore=("wall_time",))
-    path = os.path.join(run_dir, "metrics.csv")
-    if offsets is None:
+    handle = _open_table(os.path.join(run_dir, "metrics.csv"), metric_fields,
+                         None if offsets is None else offsets["metrics.csv"])
+    classes = None
+    if num_classes is not None and (offsets is None or CLASS_ACCURACY_NAME in offsets):
+        classes = _open_table(os.path.join(run_dir, CLASS_ACCURACY_NAME),
+                              ("time", "version", *(f"class_{k}" for k in range(num_classes))),
+                              None if offsets is None else offsets[CLASS_ACCURACY_NAME])
+    return events, handle, classes
+
+
+def _csv_header(path: str) -> tuple[str, ...] | None:
+    """The column names of a CSV file's first line (None for a missing or empty file)."""
+    if not os.path.isfile(path):
+        return None
+    with open(path, newline="") as handle:
+        return tuple(next(csv.reader(handle), ())) or None
+
+
+def _open_table(path: str, fields, offset: int | None):
+    """A CSV file for appending rows: new with its header, or cut back to ``offset`` bytes."""
+    if offset is None:
         handle = open(path, "w", newline="")
-        csv.DictWriter(handle, metric_fields).writeheader()
+        csv.writer(handle).writerow(fields)
     else:
         handle = open(path, "r+", newline="")
-        handle.truncate(offsets["metrics.csv"])
-        handle.seek(offsets["metrics.csv"])
-    return events, handle
+        handle.truncate(offset)
+        handle.seek(offset)
+    return handle
 
 
 def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
@@ -749,18 +817,25 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         _, saved, device_tree = resume.load_checkpoint(run_dir, config, engine)
 
     progress = _progress_bar(config, algorithm.name)
-    events_file, metrics_file = _open_logs(run_dir, saved["offsets"] if saved else None,
-                                           METRIC_FIELDS + user.metric_names)
+    metric_fields = METRIC_FIELDS + user.metric_names
+    if saved is not None:  # a run begun by an older jaxfl (no balanced_accuracy column) keeps its columns
+        metric_fields = _csv_header(os.path.join(run_dir, "metrics.csv")) or metric_fields
+    events_file, metrics_file, class_file = _open_logs(run_dir, saved["offsets"] if saved else None,
+                                                       metric_fields, dataset.num_classes)
     loggers = open_loggers(loggers, run_dir, config.to_dict(), resumed=saved is not None)
-    with events_file, metrics_file, _closing(loggers):
+    with events_file, metrics_file, contextlib.nullcontext() if class_file is None else class_file, \
+            _closing(loggers):
         events = events_file
         recorder = _Recorder(config, make_evaluator(model.predict, dataset.test_x, dataset.test_y,
-                                                    preprocess=preprocess, loss=user.loss, metrics=user.metrics),
+                                                    preprocess=preprocess, loss=user.loss, metrics=user.metrics,
+                                                    num_classes=dataset.num_classes),
                              metrics_file, progress, wall_start, params, flush_also=(events_file,),
-                             extra_metrics=user.metric_names, loggers=loggers)
+                             extra_metrics=user.metric_names, loggers=loggers, class_file=class_file,
+                             metric_fields=metric_fields)
         engine.on_version = recorder.on_version
         recorder.stats = engine.stats
-        checkpoints = _Checkpointer(config, run_dir, engine, recorder, events_file, metrics_file, saved)
+        checkpoints = _Checkpointer(config, run_dir, engine, recorder, events_file, metrics_file, saved,
+                                    class_file)
         wall_clock = lambda: checkpoints.wall_before + time.perf_counter() - wall_start  # noqa: E731
         if saved is None:
             simulation = Simulation(policy, speeds, federation.weights(config.client_weights), engine,
@@ -810,6 +885,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         **_schedule_summary(config, algorithm, simulation, end_time, reason),
         "final_accuracy": accuracies[-1] if accuracies else None,
         "best_accuracy": max(accuracies) if accuracies else None,
+        "final_balanced_accuracy": recorder.rows[-1].get("balanced_accuracy") if recorder.rows else None,
         "target_accuracy": config.target_accuracy, "time_to_target": recorder.time_to_target,
         "client_steps_aggregated": engine.stats.aggregated_steps,
         "client_steps_executed": engine.stats.useful_steps,
@@ -984,7 +1060,7 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
     user.save(run_dir)
     _write_run_config(run_dir, config, params, federation, plan=None, user_inputs=user.record(params))
     backend = _TimingBackend()
-    events, metrics_file = _open_logs(run_dir, None)
+    events, metrics_file, _ = _open_logs(run_dir, None)  # no evaluations: no class_accuracy.csv
     with events, metrics_file:
         simulation = Simulation(policy, speeds, federation.weights(config.client_weights), backend,
                                 max_time=config.max_time, max_updates=config.max_updates, log=events.write,
@@ -1061,9 +1137,9 @@ def _recorded_inputs(run_dir: str) -> dict:
 class _Checkpointer:
     """Saves a checkpoint between events every ``checkpoint_every`` global updates."""
 
-    def __init__(self, config, run_dir, engine, recorder, events_file, metrics_file, saved):
+    def __init__(self, config, run_dir, engine, recorder, events_file, metrics_file, saved, class_file=None):
         self.config, self.run_dir, self.engine, self.recorder = config, run_dir, engine, recorder
-        self.events, self.metrics = events_file, metrics_file
+        self.events, self.metrics, self.classes = events_file, metrics_file, class_file
         self.last_version = saved["simulation"].version if saved else 0
         self.resumes = saved["resumes"] + 1 if saved else 0
         self.wall_before = saved["wall_time"] if saved else 0.0
@@ -1090,6 +1166,9 @@ class _Checkpointer:
         started = time.perf_counter()
         self.metrics.flush()
         offsets = {"events": self.events.position(), "metrics.csv": self.metrics.tell()}
+        if self.classes is not None:
+            self.classes.flush()
+            offsets[CLASS_ACCURACY_NAME] = self.classes.tell()
         extra = {"recorder": self.recorder.state_dict(), "offsets": offsets, "resumes": self.resumes,
                  "wall_time": self.wall_before + time.perf_counter() - self._started}
         checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra, config=self.stored_config)

@@ -6,8 +6,8 @@ A logger is any object with ``log(row, step)`` and ``close()`` (:class:`MetricsL
 to ``run_experiment(config, loggers=[...])``, or names on the command line (``jaxfl run --log-to
 tensorboard,csv``; names are built into the run directory: ``RUN_DIR/tensorboard/``,
 ``RUN_DIR/log.csv``, W&B's run under ``RUN_DIR``). ``row`` is the metrics row just written to
-``metrics.csv`` (``time`` in virtual seconds, ``version``, ``accuracy``, ``loss``, ``client_steps``,
-``wall_time``) plus ``client_updates`` (client updates aggregated so far); ``step`` is the global
+``metrics.csv`` (``time`` in virtual seconds, ``version``, ``accuracy``, ``balanced_accuracy``, ``loss``,
+``client_steps``, ``wall_time``) plus ``client_updates`` (client updates aggregated so far); ``step`` is the global
 version. A ``log`` that returns True stops the run after the current event, with stop reason
 ``"stopped by NAME"`` (the logger's ``name`` attribute, else its class name): early stopping on
 any rule. A logger may also have ``start(run_dir, config)``, called once the run directory exists

@@ -51,6 +51,7 @@ FORMATS = ("auto", "csv", "parquet")
 CSV_NAME = "events.csv"
 PARQUET_DIR = "events"
 METRICS_NAME = "metrics.csv"
+CLASS_ACCURACY_NAME = "class_accuracy.csv"
 MISSING = -1  # integer columns: no value in the log
 INT_FIELDS = ("client", "dispatch", "version", "staleness", "steps")
 FLOAT_FIELDS = ("time", "wall_time")  # wall_time: on aggregation rows only (NaN elsewhere)
@@ -736,12 +737,37 @@ def read_metrics(run_dir: str) -> dict[str, np.ndarray]:
     return columns
 
 
+def read_class_accuracy(run_dir: str) -> dict[str, np.ndarray] | None:
+    """A run's ``class_accuracy.csv``: ``time`` and ``version`` of each evaluation (the rows of
+    ``metrics.csv``), and ``accuracy``, an (evaluations, classes) float64 array of each class's
+    held-out recall (NaN for a class without held-out samples). None for a run that has no such
+    file (timing-only runs, runs of older jaxfl versions).
+
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> _ = open(f"{run_dir}/class_accuracy.csv", "w").write("time,version,class_0,class_1\\n0.0,0,0.5,\\n")
+    >>> read_class_accuracy(run_dir)["accuracy"]
+    array([[0.5, nan]])
+    """
+    path = os.path.join(run_dir, CLASS_ACCURACY_NAME)
+    if not os.path.isfile(path):
+        return None
+    with open(path, newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None) or ["time", "version"]
+        rows = [[float(value) if value != "" else np.nan for value in row] for row in reader]
+    table = np.array(rows, dtype=np.float64).reshape(len(rows), len(header))
+    return {"time": table[:, 0], "version": table[:, 1].astype(np.int64), "accuracy": table[:, 2:]}
+
+
 @dataclasses.dataclass
 class Run:
     """A finished (or running) run directory, loaded: see :func:`load_run`.
 
     ``summary`` is empty while the run has not finished. ``metrics`` and ``events`` are columns
-    (see :func:`read_metrics`, :func:`read_events`).
+    (see :func:`read_metrics`, :func:`read_events`). ``class_accuracy`` is the per-class held-out
+    accuracy (recall), an (evaluations, classes) array whose rows are ``metrics``' rows (None where
+    the run wrote none: timing-only runs and runs of older versions).
 
     >>> run = Run("r", {}, {}, {"time": np.zeros(2)}, {"time": np.zeros(3)})
     >>> run.num_events
@@ -753,14 +779,16 @@ class Run:
     summary: dict
     metrics: dict[str, np.ndarray]
     events: dict[str, np.ndarray]
+    class_accuracy: np.ndarray | None = None
 
     @property
     def num_events(self) -> int:
         return len(next(iter(self.events.values()), ()))
 
     def to_pandas(self, table: str = "events"):
-        """``table`` (``"events"`` or ``"metrics"``) as a pandas DataFrame; missing integers of the
-        event log become ``<NA>`` (nullable ``Int64``). pandas is imported only here.
+        """``table`` (``"events"``, ``"metrics"`` or ``"class_accuracy"``: ``time``, ``version`` and a
+        column ``class_K`` per class) as a pandas DataFrame; missing integers of the event log become
+        ``<NA>`` (nullable ``Int64``). pandas is imported only here.
 
         >>> run = Run("r", {}, {}, {"time": np.zeros(2)}, {"time": np.zeros(3)})
         >>> try:
@@ -768,14 +796,21 @@ class Run:
         ... except ImportError as error:
         ...     assert "pip install pandas" in str(error)
         """
-        if table not in ("events", "metrics"):
-            raise ValueError(f"table={table!r} is not allowed: 'events' or 'metrics'")
+        if table not in ("events", "metrics", "class_accuracy"):
+            raise ValueError(f"table={table!r} is not allowed: 'events', 'metrics' or 'class_accuracy'")
+        if table == "class_accuracy" and self.class_accuracy is None:
+            raise ValueError(f"run {self.run_dir!r} has no per-class accuracy ({CLASS_ACCURACY_NAME}): a timing-only "
+                             "run or one written by an older jaxfl")
         try:
             import pandas
         except ImportError as error:
             raise ImportError("Run.to_pandas() needs pandas, which is not installed: pip install pandas") from error
         if table == "metrics":
             return pandas.DataFrame(self.metrics)
+        if table == "class_accuracy":  # its rows are metrics.csv's (a live run's may be one behind)
+            rows = len(self.class_accuracy)
+            return pandas.DataFrame({"time": self.metrics["time"][:rows], "version": self.metrics["version"][:rows],
+                                     **{f"class_{k}": column for k, column in enumerate(self.class_accuracy.T)}})
         columns: dict[str, Any] = {}
         for name, values in self.events.items():
             if name in INT_FIELDS and name != "client":  # client -1 is the server, a real value
@@ -786,7 +821,8 @@ class Run:
 
 
 def load_run(run_dir: str) -> Run:
-    """Load ``config.json``, ``summary.json`` (if the run finished), ``metrics.csv`` and the event log.
+    """Load ``config.json``, ``summary.json`` (if the run finished), ``metrics.csv``,
+    ``class_accuracy.csv`` (``Run.class_accuracy``) and the event log.
 
     >>> import jaxfl, tempfile
     >>> result = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedavg", clients=4, local_steps=2,
@@ -807,7 +843,9 @@ def load_run(run_dir: str) -> Run:
     if os.path.isfile(summary_path):
         with open(summary_path) as handle:
             summary = json.load(handle)
-    return Run(run_dir, config, summary, read_metrics(run_dir), read_events(run_dir))
+    classes = read_class_accuracy(run_dir)
+    return Run(run_dir, config, summary, read_metrics(run_dir), read_events(run_dir),
+               None if classes is None else classes["accuracy"])
 
 
 # --------------------------------------------------------------------------- derived views
@@ -968,4 +1006,5 @@ def timeline_stats(events: dict[str, np.ndarray], num_clients: int | None = None
 
 
 __all__ = ["EVENT_LOG_FIELDS", "FORMATS", "MISSING", "EventLog", "Run", "arrow_schema", "dispatch_intervals",
-           "event_log_format", "existing_fields", "load_run", "read_events", "read_metrics", "timeline_stats"]
+           "event_log_format", "existing_fields", "load_run", "read_class_accuracy", "read_events", "read_metrics",
+           "timeline_stats"]

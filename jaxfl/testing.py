@@ -93,11 +93,18 @@ def metrics_without_wall_time(run_dir: str) -> list[dict]:
         return [{k: v for k, v in row.items() if k != "wall_time"} for row in csv.DictReader(handle)]
 
 
+def _text_or_none(run_dir: str, name: str) -> str | None:
+    path = os.path.join(run_dir, name)
+    return _read(path) if os.path.isfile(path) else None
+
+
 def assert_same_run(a, b, what: str = "runs") -> None:
     """Two :class:`~jaxfl.experiment.RunResult` are the same run: event log, metrics (but wall time),
     summary (but wall and compile times, resumes, per-process compilations and memory peaks) and parameters bit for bit."""
     assert events_without_wall_time(a.run_dir) == events_without_wall_time(b.run_dir), f"{what}: the event logs differ"
     assert metrics_without_wall_time(a.run_dir) == metrics_without_wall_time(b.run_dir), f"{what}: the metrics differ"
+    assert _text_or_none(a.run_dir, "class_accuracy.csv") == _text_or_none(b.run_dir, "class_accuracy.csv"), \
+        f"{what}: the per-class accuracies differ"
     # per process: a resumed run compiles again, starts its clocks and its memory peaks afresh
     ignore = {"wall_time_s", "resumes", "compilations", "first_update_wall_s", "peak_host_memory_mb",
               "scheduler_seconds", "events_per_second", "compile_wall_s", "training_wall_s", "evaluation_wall_s",

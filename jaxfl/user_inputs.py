@@ -285,9 +285,10 @@ class UserInputs:
             raise ValueError(f"metrics={_short(self.metrics)} returned {_short(out)}; expected a non-empty dict "
                              "{name: per-example values (B,)}")
         for name, value in out.items():
-            if not (isinstance(name, str) and name and name.replace("_", "").isalnum()) or name in METRIC_FIELDS:
+            reserved = METRIC_FIELDS + ("class_accuracy",)
+            if not (isinstance(name, str) and name and name.replace("_", "").isalnum()) or name in reserved:
                 raise ValueError(f"metrics name {name!r} is not allowed: letters, digits and _, other than "
-                                 f"{', '.join(METRIC_FIELDS)}")
+                                 f"{', '.join(reserved)}")
             if not (hasattr(value, "shape") and value.shape == (2,)):
                 raise ValueError(f"metrics[{name!r}] has shape {getattr(value, 'shape', type(value).__name__)} on "
                                  f"{what}; expected per-example values of shape (2,)")

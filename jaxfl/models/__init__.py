@@ -5,6 +5,7 @@ Example: ``make_model("cnn", 10)``; ``register_model("mynet", MyNet)``; ``ModelA
 """
 
 from jaxfl.models.adapter import ModelAdapter, as_adapter
+from jaxfl.models.cifar import VGG, VGG11, VGG16, AlexNet, ResNet20
 from jaxfl.models.cnn import MLP, CCFedAvgCNN, CCFedAvgMLP, ExampleCNN, FedASMUCNN, LeNet5, LogReg, MnistCNN
 from jaxfl.models.resnet import BasicBlock, ResNet18, ResNet18GN
 from jaxfl.models.text import LSTMClassifier, TextCNN
@@ -13,8 +14,9 @@ from jaxfl.models.zoo import (MODEL_INPUTS, MODELS, TEXT_MODELS, InputSpec, buil
                               models_for, register_model, user_label)
 
 __all__ = [
-    "MLP", "MODELS", "MODEL_INPUTS", "TEXT_MODELS", "BasicBlock", "CCFedAvgCNN", "CCFedAvgMLP", "ExampleCNN", "FedASMUCNN",
-    "InputSpec", "LSTMClassifier", "LeNet5", "LogReg", "MnistCNN", "ModelAdapter", "ResNet18", "ResNet18GN",
-    "TextCNN", "as_adapter", "build_model", "check_model_input", "check_model_object", "count_params",
-    "is_model_reference", "load_model_reference", "make_model", "models_for", "register_model", "user_label",
+    "AlexNet", "MLP", "MODELS", "MODEL_INPUTS", "TEXT_MODELS", "BasicBlock", "CCFedAvgCNN", "CCFedAvgMLP",
+    "ExampleCNN", "FedASMUCNN", "InputSpec", "LSTMClassifier", "LeNet5", "LogReg", "MnistCNN", "ModelAdapter",
+    "ResNet18", "ResNet18GN", "ResNet20", "TextCNN", "VGG", "VGG11", "VGG16", "as_adapter", "build_model",
+    "check_model_input", "check_model_object", "count_params", "is_model_reference", "load_model_reference",
+    "make_model", "models_for", "register_model", "user_label",
 ]

@@ -9,6 +9,9 @@
 - ``fedasmu_cnn``: FedASMU's small CNN (its Table 3), images >= 3x3;
 - ``resnet18``: CIFAR ResNet-18 with BatchNorm (11,173,962 params), images >= 8x8;
 - ``resnet18_gn``: CIFAR ResNet-18 with GroupNorm (CC-FedAvg), images >= 8x8;
+- ``resnet20``: CIFAR ResNet-20, option-A shortcuts, BatchNorm (269,722 params; FedASMU), images >= 8x8;
+- ``vgg11``, ``vgg16``: CIFAR VGG with BatchNorm, one Dense 512 -> classes (FedASMU; PORT), images >= 32x32;
+- ``alexnet``: CIFAR AlexNet (2,472,266 params; FedASMU), images >= 29x29;
 - ``textcnn``: Kim-style TextCNN (FedASMU's IMDb model), token ids (L >= 5);
 - ``lstm``: embedding + one LSTM layer, token ids.
 
@@ -32,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxfl.config import USER_PREFIX
+from jaxfl.models.cifar import VGG11, VGG16, AlexNet, ResNet20
 from jaxfl.models.cnn import MLP, CCFedAvgCNN, CCFedAvgMLP, ExampleCNN, FedASMUCNN, LeNet5, LogReg, MnistCNN
 from jaxfl.models.resnet import ResNet18, ResNet18GN
 from jaxfl.models.text import LSTMClassifier, TextCNN
@@ -102,6 +106,10 @@ MODELS: dict[str, Callable] = {
     "fedasmu_cnn": FedASMUCNN,
     "resnet18": ResNet18,
     "resnet18_gn": ResNet18GN,
+    "resnet20": ResNet20,
+    "vgg11": VGG11,
+    "vgg16": VGG16,
+    "alexnet": AlexNet,
     "textcnn": TextCNN,
     "lstm": LSTMClassifier,
 }
@@ -116,6 +124,10 @@ MODEL_INPUTS: dict[str, InputSpec] = {
     "fedasmu_cnn": InputSpec("image", min_size=3),
     "resnet18": InputSpec("image", min_size=8),
     "resnet18_gn": InputSpec("image", min_size=8),
+    "resnet20": InputSpec("image", min_size=8),
+    "vgg11": InputSpec("image", min_size=32),  # five 2x2 max-pools
+    "vgg16": InputSpec("image", min_size=32),
+    "alexnet": InputSpec("image", min_size=29),  # stride 4, then three 2x2 max-pools
     "textcnn": InputSpec("tokens", min_size=5),
     "lstm": InputSpec("tokens"),
 }
