@@ -3,6 +3,7 @@
 Every golden config (tests/golden, event logs of real training runs) is replayed timing-only and
 must give the golden event log byte for byte: for every algorithm whose schedule does not depend on
 model values, the timeline equals the training run's."""
+import gc
 import json
 import os
 
@@ -24,12 +25,14 @@ def timing_config(name, output_dir, **changes):
 
 @pytest.mark.parametrize("name", sorted(set(CONFIGS) - MODEL_DEPENDENT))
 def test_timing_only_event_log_equals_the_training_runs(tmp_path, name):
+    gc.collect()  # arrays earlier tests left for the collector must not count as this run's
     live = len(jax.live_arrays())
     result = run_experiment(timing_config(name, tmp_path))
     with open(os.path.join(GOLDEN, f"{name}.csv")) as old:
         assert events_without_wall_time(result.run_dir) == old.read()
     assert result.engine is None and result.params is None
-    assert len(jax.live_arrays()) == live  # no model, no data reached a device
+    gc.collect()
+    assert len(jax.live_arrays()) <= live  # no model, no data reached a device
     summary = json.load(open(os.path.join(result.run_dir, "summary.json")))
     assert summary["timing_only"] and summary["global_updates"] == CONFIGS[name].get("max_updates", 5)
     histogram = summary["timeline"]["staleness_histogram"]

@@ -384,7 +384,7 @@ class Simulation:
     def recall(self, record: DispatchRecord, block_steps: int = 1, reason: str = "urgent pull") -> int | None:
         """Ask an in-flight dispatch to stop after the block of ``block_steps`` local steps it is
         training now and upload that partial update; returns the steps it will upload (None: it
-        does not answer, because it crashes during this dispatch).
+        does not answer, because it crashes or has crashed during this dispatch).
 
         The client trains on to the end of its current block (the first one if it is still
         downloading the model), then uploads: its arrival moves to ``start + download + done ·
@@ -397,8 +397,13 @@ class Simulation:
 
             sim.recall(record)  # at now = 5.0 → 3; record.steps == 3, record.arrival_time == 6.0
         """
+        if record.status == DROPPED:  # it crashed already; the server cannot tell and asks in vain
+            self._write("pull", self.now, record.client, record.id, record.version, self.staleness(record),
+                        None, f"{reason}: no answer")
+            return None
         if record.status != IN_FLIGHT:
-            raise ValueError(f"dispatch {record.id} is {record.status}; only an in-flight dispatch can be recalled")
+            raise ValueError(f"dispatch {record.id} is {record.status}; only an in-flight (or crashed) dispatch "
+                             "can be recalled")
         if record.fetch_step is not None and not record.fetched:
             raise ValueError(f"dispatch {record.id} pauses for a fetch at step {record.fetch_step}; "
                              "it cannot be recalled before the fetch")
