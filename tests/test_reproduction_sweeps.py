@@ -51,9 +51,9 @@ def test_the_grids_hold_each_papers_methods():
     assert {cell.config.buffer_size for cell in m20 if cell.config.algorithm == "fedbuff"} == {5}
 
     cells, methods = _methods("port.toml", "full")
-    # K and Ω reach only the PORT cells: 3 baselines + 5 × 4 PORT points, per speed model and seed
-    assert len(methods) == 3 + 5 * 4 and len(cells) == 23 * 2 * 3
-    assert "port port.min_clients=20 port.staleness_bound=inf" in methods
+    # K, Ω and the urgent pull reach only the PORT cells: 3 baselines + 5 × 4 × 2 PORT points
+    assert len(methods) == 3 + 5 * 4 * 2 and len(cells) == 43 * 2 * 3
+    assert "port port.min_clients=20 port.staleness_bound=inf port.urgent_pull=False" in methods
     assert {cell.config.heterogeneity for cell in cells} == {"pareto", "zipf"}
 
     cells, methods = _methods("ccfedavg.toml", "full")
