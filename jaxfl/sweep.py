@@ -228,8 +228,10 @@ def expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[str
         raise ConfigError(f"{', '.join(f'{name}={given[name]!r}' for name in never)} is not allowed: no cell of "
                           f"this sweep reads {'it' if len(never) == 1 else 'them'} (jaxfl run --help says which "
                           "algorithm, dataset, partition or speed model does); leave it out")
-    notes = [f"{name} applies only to the cells that read it ({'; '.join(sorted(applies[name]))})"
-             for name in sorted(dropped)]
+    notes = []
+    for name in sorted(dropped):
+        where = "; ".join(sorted(label for label in applies[name] if label))  # "": decided by no swept axis
+        notes.append(f"{name} applies only to the cells that read it" + (f" ({where})" if where else ""))
     return cells, notes
 
 
@@ -238,7 +240,7 @@ _DECIDING = {"dirichlet_alpha": ("partition",), "client_sizes": ("partition",), 
              "shards_per_client": ("partition",), "gamma": ("partition",), "data_dir": ("dataset",),
              "speed_cap": ("heterogeneity",), "speed_reference_time": ("heterogeneity",),
              "speed_legacy_seed": ("heterogeneity",), "delay_factor": ("delay_prob",), "dropout_mean": ("dropout_prob",),
-             "eval_every": ("eval_interval",), "staleness_a": ("staleness",)}
+             "eval_every": ("eval_interval",), "staleness_a": ("staleness", "algorithm")}
 
 
 

@@ -135,6 +135,9 @@ def test_cells_leave_out_fields_they_do_not_read_and_equal_cells_run_once():
     assert len({cell.run_dir for cell in cells}) == 9
     assert notes == ["buffer_size applies only to the cells that read it (algorithm=fedbuff)",
                      "dirichlet_alpha applies only to the cells that read it (partition=dirichlet)"]
+    # a field decided by the algorithm and a setting: the note names the swept axis that decides it
+    _, notes = expand({"model": "mlp", "staleness_a": 0.3}, {"algorithm": ["fedavg", "fedasync"]}, "sweeps/x")
+    assert notes == ["staleness_a applies only to the cells that read it (algorithm=fedasync)"]
 
 
 def test_sweep_file_sizes_and_flags_over_it(tmp_path):
