@@ -433,9 +433,11 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     finally:
         if bar is not None:
             bar.close()
-    axes = list(grid)
-    rows = [result_row(cell, axes, sweep_dir) for cell in cells]
-    table, parquet = write_results(rows, sweep_dir)
+        # also when interrupted: the table holds every finished cell, so a sweep cut short (Ctrl-C, a
+        # time limit) can be reported on, and the same call again fills in the rest
+        axes = list(grid)
+        rows = [result_row(cell, axes, sweep_dir) for cell in cells if cell_state(cell.run_dir) == "finished"]
+        table, parquet = write_results(rows, sweep_dir)
     return SweepResult(sweep_dir, cells, rows, table, parquet, done["new"], done["resumable"], done["restart"],
                        done["finished"], notes)
 

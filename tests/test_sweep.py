@@ -98,6 +98,23 @@ def test_an_interrupted_cell_resumes_and_one_without_checkpoint_restarts(sweep, 
             assert after[column] == before[column], column
 
 
+def test_a_sweep_cut_short_keeps_the_table_of_its_finished_cells(sweep, tmp_path):
+    folder = str(tmp_path / "cut")
+    shutil.copytree(sweep.sweep_dir, folder)
+    for row in sweep.rows[2:]:  # fedbuff's two cells never ran
+        shutil.rmtree(os.path.join(folder, row["run_dir"]))
+
+    def interrupt(line):  # Ctrl-C (or a time limit) right after the first cell of this call finishes
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(BASE, GRID, folder, progress=False, echo=interrupt)
+    assert [row["cell"] for row in read_results(folder)] == [0, 1, 2]  # the finished ones, reportable
+    again = run_sweep(BASE, GRID, folder, progress=False)
+    assert (again.ran, again.skipped) == ([3], [0, 1, 2])
+    assert [row["run_dir"] for row in read_results(folder)] == [row["run_dir"] for row in sweep.rows]
+
+
 def test_bad_grid_values_fail_before_any_run(tmp_path, capsys):
     folder = str(tmp_path / "bad")
     with pytest.raises(ConfigError, match=r"sweep cell 1 \(algorithm=fedavg clients=0\): .*clients"):
