@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jaxfl.config import USER_PREFIX, ClientConfig, DataConfig, RunConfig
+from jaxfl.config import USER_PREFIX, ClientConfig, DataConfig, RunConfig, SpeedsConfig
 
 __all__ = ["TIME_PER_STEP_FILE", "UserInputs", "load_time_per_step", "match_init_params", "tree_fingerprint"]
 
@@ -163,6 +163,18 @@ def load_time_per_step(path: str):
     raise ValueError(f"time_per_step file {path!r} must end in .npy, .csv or .txt")
 
 
+
+def drawing_settings(config: RunConfig) -> tuple[str, ...]:
+    """The speed settings that only shape drawn times per step, so that times given to the run
+    (``time_per_step``) leave them unread: the model and its ratio, and μ unless negative jittered
+    times are clipped at a fraction of it (the pareto/zipf settings are refused without pareto/zipf).
+
+    >>> drawing_settings(RunConfig())
+    ('heterogeneity', 'speed_ratio', 'speed_mean')
+    """
+    clipped = config.negative_times == "clip" and config.jitter > 0
+    return ("heterogeneity", "speed_ratio") + (() if clipped else ("speed_mean",))
+
 @dataclasses.dataclass(frozen=True)
 class UserInputs:
     """``run_experiment``'s keyword arguments beyond the config (all optional).
@@ -217,6 +229,11 @@ class UserInputs:
         times = self.time_per_step
         if times is not None:
             times = check_time_per_step(times, config.clients, config.speed_change_prob, config.speed_legacy_seed)
+            for name in drawing_settings(config):  # read only to draw the times that the given ones replace
+                default = getattr(SpeedsConfig, name)
+                if getattr(config, name) != default:
+                    raise ValueError(f"{name}={getattr(config, name)!r} is not allowed with time_per_step: it only "
+                                     f"shapes drawn times, and the times are given (leave it at its default {default!r})")
         return dataclasses.replace(self, time_per_step=times)
 
     def label(self, config: RunConfig) -> RunConfig:

@@ -123,6 +123,9 @@ def test_bad_inputs_fail_in_one_line_before_any_work(tiny):
         (dict(time_per_step=[0.1, 0.2]), r"time_per_step has shape \(2,\); expected \(3,\)"),
         (dict(time_per_step=[0.1, float("nan"), 0.2]), r"time_per_step\[1\]=nan is not allowed"),
         (dict(time_per_step=[0.1, 0.2, 0.3], config=dict(speed_change_prob=0.1)), r"speed_change_prob=0.1 is not allowed"),
+        (dict(time_per_step=[0.1, 0.2, 0.3], config=dict(heterogeneity="normal")),
+         r"heterogeneity='normal' is not allowed with time_per_step"),
+        (dict(time_per_step=[0.1, 0.2, 0.3], config=dict(speed_mean=0.5)), r"speed_mean=0.5 is not allowed with time_per_step"),
         (dict(model=LinenLogReg, config=dict(model="mlp")), r"config.model='mlp' too"),
         (dict(config=dict(model="<user: my.Net>")), r"was a Python object given to run_experiment\(model=...\)"),
         (dict(config=dict(model="no_such_module_xyz:Net")), r"model='no_such_module_xyz:Net' could not be imported"),
@@ -174,8 +177,7 @@ def test_init_params_mismatch_names_the_first_leaf(tiny):
 
 def test_time_per_step_sets_the_virtual_timeline_exactly(tiny):
     times = np.array([0.125, 0.5, 0.25])  # exact in binary: sums of them are exact too
-    config = replace(tiny, algorithm="fedasync", model="logreg", jitter=0.0,
-                     max_updates=6, heterogeneity="normal")
+    config = replace(tiny, algorithm="fedasync", model="logreg", jitter=0.0, max_updates=6)
     result = run_experiment(config, time_per_step=times)
     run = jaxfl.load_run(result.run_dir)
     events = run.events
@@ -190,8 +192,8 @@ def test_time_per_step_sets_the_virtual_timeline_exactly(tiny):
             arrivals += 1
     assert arrivals >= 6
     np.testing.assert_array_equal(np.load(os.path.join(result.run_dir, "client_time_per_step.npy")), times)
-    # the drawn speeds give another timeline: the array, not heterogeneity="normal", was used
-    drawn = run_experiment(replace(config, run_name="drawn"))
+    # the drawn speeds give another timeline: the array was used; a speed model set with it is refused
+    drawn = run_experiment(replace(config, run_name="drawn", heterogeneity="normal"))
     assert list(jaxfl.load_run(drawn.run_dir).events["time"]) != list(events["time"])
 
 
