@@ -30,9 +30,9 @@ import shlex
 import sys
 
 from jaxfl import algorithms
-from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, ConfigError, RunConfig, algorithms_reading, annotation_text,
-                          config_from_mapping, fields_not_read_by, load_config_file, option_namespaces,
-                          split_algorithm_options)
+from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, ConfigError, RunConfig,
+                          _server_readers_text, algorithms_reading, annotation_text, config_from_mapping,
+                          fields_not_read_by, load_config_file, option_namespaces, split_algorithm_options)
 from jaxfl.engine import NumericalError, ResourceError
 
 _HELP = {
@@ -581,7 +581,8 @@ def _fields_read(fields: dict, chosen: list[str]) -> dict[str, dict]:
     for field in sorted({field for names in unread.values() for field in names}):
         readers = [name for name in chosen if field not in unread[name]]
         if not readers:
-            anywhere = ", ".join(algorithms_reading(field))
+            anywhere = ", ".join(algorithms_reading(field)) + (
+                f", or any algorithm run with {_server_readers_text(field)}" if field in SERVER_FIELDS_READ_BY else "")
             raise ConfigError(f"{field}={fields[field]!r} is not allowed with algorithm {', '.join(chosen)}: "
                               f"{'it never reads' if len(chosen) == 1 else 'none of them reads'} it (read only by {anywhere}); "
                               f"leave it unset")

@@ -500,36 +500,63 @@ def _only_read_when(config: RunConfig) -> dict[str, tuple[bool, str]]:
         "dropout_mean": (config.dropout_prob > 0, "dropout_prob > 0"),
         "eval_every": (config.eval_interval is None, "runs without eval_interval"),
         "staleness_a": (config.staleness != "constant", "staleness functions other than constant"),
-        "server_momentum": (config.server_optimizer == "sgd", "server_optimizer sgd"),
-        "server_tau": (config.server_optimizer != "sgd", "the adaptive server optimizers"),
-        "server_beta1": (config.server_optimizer not in ("sgd", "optax_adagrad"),
-                         "server optimizers adam, yogi, adagrad, optax_adam and optax_yogi"),
-        "server_beta2": (config.server_optimizer not in ("sgd", "adagrad", "optax_adagrad"),
-                         "server optimizers adam, yogi, optax_adam and optax_yogi"),
+        **{name: (config.server_optimizer in readers, _server_readers_text(name))
+           for name, readers in SERVER_FIELDS_READ_BY.items()},
     }
 
 
+# Server-optimiser fields → the server optimisers that read them. Which optimiser a run uses is the
+# algorithm's own where it has one (FedAdam: adam), else server_optimizer, so in a comparison these
+# fields go only to the algorithms whose optimiser reads them (fields_not_read_by).
+SERVER_FIELDS_READ_BY = {
+    "server_momentum": ("sgd",),
+    "server_tau": ("adam", "yogi", "adagrad", "optax_adam", "optax_yogi", "optax_adagrad"),
+    "server_beta1": ("adam", "yogi", "adagrad", "optax_adam", "optax_yogi"),
+    "server_beta2": ("adam", "yogi", "optax_adam", "optax_yogi"),
+}
+
+
+def _server_readers_text(name: str) -> str:
+    readers = SERVER_FIELDS_READ_BY[name]
+    return f"server_optimizer {readers[0]}" if len(readers) == 1 else \
+        f"server optimizers {', '.join(readers[:-1])} and {readers[-1]}"
+
+
 def algorithms_reading(name: str) -> list[str]:
-    """The registered algorithms that read the run field ``name`` (one of :data:`ALGORITHM_FIELDS`).
+    """The registered algorithms that read the run field ``name`` (one of :data:`ALGORITHM_FIELDS`, or
+    of :data:`SERVER_FIELDS_READ_BY`: those whose own server optimiser reads it, or sgd's by default).
 
     >>> "fedbuff" in algorithms_reading("buffer_size"), "fedavg" in algorithms_reading("buffer_size")
     (True, False)
+    >>> "fedadam" in algorithms_reading("server_tau"), "fedavg" in algorithms_reading("server_tau")
+    (True, False)
     """
+    if name in SERVER_FIELDS_READ_BY:
+        return [other for other in algorithms.names()
+                if (algorithms.get(other).server_optimizer or ServerConfig.server_optimizer) in SERVER_FIELDS_READ_BY[name]]
     return [other for other in algorithms.names()
             if algorithms.get(other).reads is None or name in algorithms.get(other).reads]
 
 
 def fields_not_read_by(algorithm, values: dict[str, Any]) -> list[str]:
     """The names in ``values`` (run fields, e.g. flags given) that ``algorithm`` never reads although
-    they differ from the field's default: the fields of :data:`ALGORITHM_FIELDS` outside its ``reads``.
+    they differ from the field's default: the fields of :data:`ALGORITHM_FIELDS` outside its ``reads``,
+    and the server-optimiser fields its server optimiser (its own, else ``values``' server_optimizer)
+    does not read.
 
     >>> fields_not_read_by(algorithms.get("fedavg"), {"buffer_size": 5, "clients_per_round": 2})
     ['buffer_size']
+    >>> [fields_not_read_by(algorithms.get(name), {"server_tau": 0.01}) for name in ("fedavg", "fedadam")]
+    [['server_tau'], []]
     """
+    def given(name: str) -> bool:
+        return name in values and _coerce(values[name], FIELDS[name].type) != FIELDS[name].default
+
+    optimizer = algorithm.server_optimizer or values.get("server_optimizer") or ServerConfig.server_optimizer
+    server = [name for name, readers in SERVER_FIELDS_READ_BY.items() if given(name) and optimizer not in readers]
     if algorithm.reads is None:  # undeclared (an algorithm from outside jaxfl): assume it reads them
-        return []
-    return [name for name in ALGORITHM_FIELDS if name in values and name not in algorithm.reads
-            and _coerce(values[name], FIELDS[name].type) != FIELDS[name].default]
+        return server
+    return [name for name in ALGORITHM_FIELDS if given(name) and name not in algorithm.reads] + server
 
 
 def _check_settings_are_read(config: RunConfig, algorithm) -> None:

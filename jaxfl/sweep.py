@@ -174,6 +174,8 @@ def _unread(values: dict) -> list[str]:
     unread = [] if cls.reads is None else [name for name in ALGORITHM_FIELDS if name in fields and name not in cls.reads]
     # unvalidated: only reads the partition, dataset and speed/fault names to decide what is read
     settings = RunConfig(**{name: value for name, value in fields.items() if name in FIELDS})
+    if cls.server_optimizer is not None:  # FedAdam's adam: what validate() will set, and what reads server_tau
+        settings = dataclasses.replace(settings, server_optimizer=cls.server_optimizer)
     unread += [name for name, (read, _) in _only_read_when(settings).items() if not read and name in fields]
     own = cls.option_namespace()
     unread += [f"{space}.{key}" for space, given in options.items() if space != own for key in given]

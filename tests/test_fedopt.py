@@ -110,3 +110,21 @@ def test_server_fields_validated_and_refused_where_unread():
         validate(RunConfig(algorithm="fedadam", server_momentum=0.5))
     with pytest.raises(ConfigError, match="server_optimizer='lamb'"):
         validate(RunConfig(server_optimizer="lamb"))
+
+
+def test_a_comparison_gives_server_fields_to_the_algorithms_whose_optimizer_reads_them(tmp_path, capsys):
+    from jaxfl import cli
+    from jaxfl.sweep import expand
+
+    argv = ["--algorithm", "fedavg,fedadam", "--server-tau", "0.01", "--server-momentum", "0.5"]
+    configs = cli._configs(cli.build_parser().parse_args(["run", *argv]))
+    assert [(c.algorithm, c.server_tau, c.server_momentum) for c in configs] == \
+        [("fedavg", 1e-3, 0.5), ("fedadam", 0.01, None)]
+    err = capsys.readouterr().err
+    assert "server_tau=0.01 applies to fedadam only" in err and "server_momentum=0.5 applies to fedavg only" in err
+    with pytest.raises(ConfigError, match=r"server_tau=0.01 is not allowed with algorithm fedavg.*fedadam"):
+        cli._configs(cli.build_parser().parse_args(["run", "--algorithm", "fedavg", "--server-tau", "0.01"]))
+    # a sweep keeps the field in the cells whose optimiser reads it (FedAdam's own adam)
+    cells, notes = expand({"model": "logreg", "server_tau": 0.01}, {"algorithm": ["fedavg", "fedadam"]}, str(tmp_path))
+    assert [(cell.config.algorithm, cell.config.server_tau) for cell in cells] == [("fedavg", 1e-3), ("fedadam", 0.01)]
+    assert notes == ["server_tau applies only to the cells that read it (algorithm=fedadam)"]
