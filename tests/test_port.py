@@ -259,6 +259,14 @@ def test_urgent_pull_options_from_python_and_the_command_line():
     assert resolved().urgent_pull is True and resolved(preset="plato").urgent_pull is False
     assert resolved(preset="plato", urgent_pull=True).switches().urgent_pull is True
     assert resolved(pull_steps=5).pull_steps == 5
+    # unset: one step, or with local epochs the paper's unit, an epoch of ceil(n_k / B) steps per client
+    from jaxfl.algorithms import build
+
+    assert build(validate(RunConfig(algorithm="port", clients=3))).policy().pull_steps == 1
+    epochs = validate(RunConfig(algorithm="port", clients=3, local_epochs=2.0, batch_size=32))
+    policy = build(epochs, client_samples=[100, 32, 5]).policy()
+    assert policy.local_steps == (7, 2, 1) and policy.pull_steps == (4, 1, 1)
+    assert build(validate(replace(epochs, algorithm_options={"pull_steps": 2})), client_samples=[100, 32, 5]).policy().pull_steps == 2
     with pytest.raises(ConfigError, match="port.pull_steps=0 is not allowed"):
         validate(RunConfig(algorithm="port", algorithm_options={"pull_steps": 0}))
     with pytest.raises(ValueError, match="port_pull_steps=0"):

@@ -35,8 +35,8 @@ buffer is aggregated as it is. Without a deadline (default) the loop is exactly 
 Urgent pull (§IV-B push-pull, Fig. 7; ``urgent_pull``, on in the paper preset): right after the
 aggregation that makes an in-flight client too stale, the server asks it for its model
 (:meth:`~jaxfl.scheduler.simulation.Simulation.recall`). It finishes the block of ``pull_steps``
-local steps it is in (the paper's unit is an epoch, ⌈n_k/B⌉ steps; ours defaults to one step, the
-unit a dispatch is counted in) and uploads: its arrival moves to the end of that block plus the
+local steps it is in (the paper's unit, an epoch of ⌈n_k/B⌉ steps, when the run counts local work in
+``local_epochs``; otherwise one step, the unit a dispatch is counted in) and uploads: its arrival moves to the end of that block plus the
 upload, its update has the steps it trained (``steps`` in the event log; the arrival's detail says
 ``pulled: 3 of 10 steps``), and it is weighted like any other update (its staleness, its data
 share). A pull is a ``pull`` row in the event log. Without the pull (PLATO preset) Step 3 waits for
@@ -51,7 +51,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, check_per_dispatch, register
+from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, check_per_dispatch, epoch_steps, register
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, local_steps_of
 
 REPLACEMENT_STREAM = 21  # SeedSequence([seed, REPLACEMENT_STREAM]) picks the clients that start training
@@ -116,7 +116,7 @@ class PORT(Policy):
     def __init__(self, local_steps: int, min_clients: int | None = None, staleness_bound: float = 10.0,
                  alpha: float = 3.0, beta: float = 1.0, clients_in_flight: int | None = None,
                  options: PortOptions = PAPER, seed: int = 0, round_timeout: float | None = None,
-                 pull_steps: int = 1):
+                 pull_steps: int | tuple[int, ...] = 1):
         if min_clients is not None and min_clients < 1:
             raise ValueError(f"port_min_clients={min_clients} is not allowed: an integer >= 1")
         if not staleness_bound > 0:
@@ -124,9 +124,10 @@ class PORT(Policy):
         if not (alpha >= 0 and beta >= 0 and alpha + beta > 0 and math.isfinite(alpha + beta)):
             raise ValueError(f"port_alpha={alpha}, port_beta={beta} are not allowed: finite, >= 0, not both 0")
         options.validate()
-        if not (isinstance(pull_steps, int) and pull_steps >= 1):
-            raise ValueError(f"port_pull_steps={pull_steps!r} is not allowed: an integer >= 1")
-        self.pull_steps = pull_steps
+        blocks = (pull_steps,) if isinstance(pull_steps, int) else tuple(pull_steps)
+        if not blocks or not all(isinstance(block, (int, np.integer)) and block >= 1 for block in blocks):
+            raise ValueError(f"port_pull_steps={pull_steps!r} is not allowed: an integer >= 1, or one per client")
+        self.pull_steps = pull_steps  # one block for every client, or one per client (an epoch each)
         if round_timeout is not None and not round_timeout > 0:
             raise ValueError(f"round_timeout={round_timeout!r} is not allowed: virtual seconds > 0, or None")
         self.round_timeout = round_timeout
@@ -227,7 +228,8 @@ class PORT(Policy):
                 continue
             self.pulled.add(dispatch_id)
             before = record.steps
-            uploaded = sim.recall(record, self.pull_steps)
+            block = self.pull_steps if isinstance(self.pull_steps, int) else int(self.pull_steps[record.client])
+            uploaded = sim.recall(record, block)
             if uploaded is not None and uploaded < before:
                 self.pulls += 1
 
@@ -322,7 +324,7 @@ class PortConfig(Options):
     bound_rule: str | None = None  # strict: aggregated S < Ω (paper) | exceeds: wait while S > Ω (PLATO)
     replace: str | None = None  # all: keep P in flight (paper) | step2: replace only the K (PLATO)
     urgent_pull: bool | None = None  # ask a too-stale client for its partial update (paper) | wait for all of it (PLATO)
-    pull_steps: int = 1  # a pulled client uploads after the block of this many local steps it is in (1: the step; an epoch: ceil(n/B))
+    pull_steps: int | None = None  # a pulled client uploads after the block of this many local steps it is in; unset: its epoch ceil(n/B) with local_epochs (the paper), else 1 step
 
     def switches(self) -> PortOptions:
         return self.pick(PortOptions)
@@ -348,7 +350,7 @@ class PortConfig(Options):
                 fail(f"port.{name}", getattr(self, name), "a finite weight >= 0")
         if self.alpha + self.beta == 0:
             fail("port.alpha", self.alpha, "a weight > 0 when port.beta is 0 (the weights would all vanish)")
-        if self.pull_steps < 1:
+        if self.pull_steps is not None and self.pull_steps < 1:
             fail("port.pull_steps", self.pull_steps, "an integer >= 1 (local steps per block a pulled client finishes)")
         for name in ("cosine_skip_staleness", "cosine_skip_rounds"):
             if getattr(self, name) < -1:
@@ -370,8 +372,12 @@ class Port(Algorithm):
 
     def policy(self) -> PORT:
         o, run = self.options, self.run
+        pull_steps = o.pull_steps
+        if pull_steps is None:  # the paper's unit: the epoch the client is in, when local work is counted in epochs
+            pull_steps = epoch_steps(1.0, self.client_samples, run.batch_size) \
+                if getattr(run, "local_epochs", None) is not None else 1
         return PORT(self.local_steps, o.min_clients, o.staleness_bound, o.alpha, o.beta, o.clients_in_flight,
-                    o.switches(), seed=run.seed, round_timeout=run.round_timeout, pull_steps=o.pull_steps)
+                    o.switches(), seed=run.seed, round_timeout=run.round_timeout, pull_steps=pull_steps)
 
     def hooks(self):
         return (CosineWeights(self.options.cosine),)
