@@ -11,10 +11,9 @@ import os
 import re
 
 import jax
+import nbclient  # the dev extras install them: a missing one must fail here, not skip the notebooks
+import nbformat
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK_DIR = os.path.join(ROOT, "notebooks")
