@@ -53,7 +53,7 @@ from jaxfl.kernels.client import FederatedArrays, make_client_trainer, scale_uin
 from jaxfl.models import (MODELS, build_model, check_model_input, check_model_object, count_params,
                           is_model_reference, load_model_reference, make_model)
 from jaxfl.models.adapter import as_adapter
-from jaxfl.runlog import EventLog, existing_fields
+from jaxfl.runlog import CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
@@ -62,7 +62,6 @@ from jaxfl.user_inputs import UserInputs, match_init_params
 MODEL_STREAM = 12  # fold_in(key(seed), MODEL_STREAM) initialises the global model
 EVAL_BATCH = 1000
 METRIC_FIELDS = ("time", "version", "accuracy", "balanced_accuracy", "loss", "client_steps", "wall_time")
-CLASS_ACCURACY_NAME = "class_accuracy.csv"  # per evaluation: time, version, class_0 ... class_{K-1} (recall)
 
 
 @dataclasses.dataclass
@@ -661,22 +660,14 @@ def _open_logs(run_dir: str, offsets: dict | None, metric_fields: tuple[str, ...
         fields = existing_fields(run_dir) or EVENT_LOG_FIELDS
     events = EventLog(run_dir, fields, resume=None if offsets is None else offsets["events"],
                       ignore=("wall_time",))
-    handle = _open_table(os.path.join(run_dir, "metrics.csv"), metric_fields,
-                         None if offsets is None else offsets["metrics.csv"])
+    handle = _open_table(os.path.join(run_dir, METRICS_NAME), metric_fields,
+                         None if offsets is None else offsets[METRICS_NAME])
     classes = None
     if num_classes is not None and (offsets is None or CLASS_ACCURACY_NAME in offsets):
         classes = _open_table(os.path.join(run_dir, CLASS_ACCURACY_NAME),
                               ("time", "version", *(f"class_{k}" for k in range(num_classes))),
                               None if offsets is None else offsets[CLASS_ACCURACY_NAME])
     return events, handle, classes
-
-
-def _csv_header(path: str) -> tuple[str, ...] | None:
-    """The column names of a CSV file's first line (None for a missing or empty file)."""
-    if not os.path.isfile(path):
-        return None
-    with open(path, newline="") as handle:
-        return tuple(next(csv.reader(handle), ())) or None
 
 
 def _open_table(path: str, fields, offset: int | None):
@@ -819,12 +810,16 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     progress = _progress_bar(config, algorithm.name)
     metric_fields = METRIC_FIELDS + user.metric_names
     if saved is not None:  # a run begun by an older jaxfl (no balanced_accuracy column) keeps its columns
-        metric_fields = _csv_header(os.path.join(run_dir, "metrics.csv")) or metric_fields
+        metric_fields = csv_header(os.path.join(run_dir, METRICS_NAME)) or metric_fields
     events_file, metrics_file, class_file = _open_logs(run_dir, saved["offsets"] if saved else None,
                                                        metric_fields, dataset.num_classes)
     loggers = open_loggers(loggers, run_dir, config.to_dict(), resumed=saved is not None)
-    with events_file, metrics_file, contextlib.nullcontext() if class_file is None else class_file, \
-            _closing(loggers):
+    with contextlib.ExitStack() as closing:  # every file and logger is closed, also after an error
+        for file in (events_file, metrics_file, class_file):
+            if file is not None:
+                closing.enter_context(file)
+        for logger in loggers:
+            closing.callback(logger.close)
         events = events_file
         recorder = _Recorder(config, make_evaluator(model.predict, dataset.test_x, dataset.test_y,
                                                     preprocess=preprocess, loss=user.loss, metrics=user.metrics,
@@ -940,20 +935,6 @@ def _progress_bar(config: RunConfig, name: str):
         return tqdm(desc=name, unit="updates", leave=True)
     return tqdm(total=100, desc=name, leave=True,
                 bar_format="{desc}: {percentage:3.0f}% of the budget|{bar}| [{elapsed}<{remaining}{postfix}]")
-
-
-class _closing:
-    """Close every logger at the end of the run, also after an error (each one's ``close`` is tried)."""
-
-    def __init__(self, loggers):
-        self.loggers = loggers
-
-    def __enter__(self):
-        return self.loggers
-
-    def __exit__(self, *exc_info) -> None:
-        for logger in self.loggers:
-            logger.close()
 
 
 def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan: ExecutionPlan | None,
@@ -1165,7 +1146,7 @@ class _Checkpointer:
             return
         started = time.perf_counter()
         self.metrics.flush()
-        offsets = {"events": self.events.position(), "metrics.csv": self.metrics.tell()}
+        offsets = {"events": self.events.position(), METRICS_NAME: self.metrics.tell()}
         if self.classes is not None:
             self.classes.flush()
             offsets[CLASS_ACCURACY_NAME] = self.classes.tell()

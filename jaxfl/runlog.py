@@ -114,6 +114,19 @@ def event_log_format(run_dir: str) -> str | None:
     return None
 
 
+
+def csv_header(path: str) -> tuple[str, ...] | None:
+    """The column names on a CSV file's first line (None for a missing or empty file): a run
+    resumed by a newer jaxfl goes on writing the columns its tables started with.
+
+    >>> csv_header("/no/such/file.csv") is None
+    True
+    """
+    if not os.path.isfile(path):
+        return None
+    with open(path, newline="", encoding="utf-8") as handle:
+        return tuple(next(csv.reader(handle), ())) or None
+
 def existing_fields(run_dir: str) -> tuple[str, ...] | None:
     """The columns of the event log already in ``run_dir`` (None: none yet): a run resumed by a
     newer jaxfl goes on writing the columns its log started with.
@@ -126,9 +139,7 @@ def existing_fields(run_dir: str) -> tuple[str, ...] | None:
     """
     kind = event_log_format(run_dir)
     if kind == "csv":
-        with open(os.path.join(run_dir, CSV_NAME), newline="", encoding="utf-8") as handle:
-            header = next(csv.reader(handle), None)
-        return tuple(header) if header else None
+        return csv_header(os.path.join(run_dir, CSV_NAME))
     if kind == "parquet":
         _, pq = _require_pyarrow("reading the Parquet event log")
         folder = os.path.join(run_dir, PARQUET_DIR)

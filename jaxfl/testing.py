@@ -35,6 +35,7 @@ import numpy as np
 from jaxfl import algorithms, checkpoint
 from jaxfl.config import RunConfig, config_from_mapping, load_config_text, to_toml, validate
 from jaxfl.execution import bucket_size
+from jaxfl.runlog import CLASS_ACCURACY_NAME, METRICS_NAME
 
 CHECKS = ("batched", "resume", "compilations", "accounting", "toml", "no_jax")
 SMALL = dict(dataset="mnist10k", model="mlp", clients=4, local_steps=6, batch_size=16, max_updates=5,
@@ -89,7 +90,7 @@ def events_without_wall_time(run_dir: str) -> str:
 
 def metrics_without_wall_time(run_dir: str) -> list[dict]:
     """A run directory's metrics rows without the wall-clock column (the one that differs between runs)."""
-    with open(os.path.join(run_dir, "metrics.csv")) as handle:
+    with open(os.path.join(run_dir, METRICS_NAME)) as handle:
         return [{k: v for k, v in row.items() if k != "wall_time"} for row in csv.DictReader(handle)]
 
 
@@ -103,7 +104,7 @@ def assert_same_run(a, b, what: str = "runs") -> None:
     summary (but wall and compile times, resumes, per-process compilations and memory peaks) and parameters bit for bit."""
     assert events_without_wall_time(a.run_dir) == events_without_wall_time(b.run_dir), f"{what}: the event logs differ"
     assert metrics_without_wall_time(a.run_dir) == metrics_without_wall_time(b.run_dir), f"{what}: the metrics differ"
-    assert _text_or_none(a.run_dir, "class_accuracy.csv") == _text_or_none(b.run_dir, "class_accuracy.csv"), \
+    assert _text_or_none(a.run_dir, CLASS_ACCURACY_NAME) == _text_or_none(b.run_dir, CLASS_ACCURACY_NAME), \
         f"{what}: the per-class accuracies differ"
     # per process: a resumed run compiles again, starts its clocks and its memory peaks afresh
     ignore = {"wall_time_s", "resumes", "compilations", "first_update_wall_s", "peak_host_memory_mb",
