@@ -289,13 +289,8 @@ class Engine:
         clients in flight the backlog is a thousand dispatches of which a handful arrive before the
         next aggregation; training it all would execute far more client-steps than the run uses."""
         needed = [record for record in records if record.id not in self._results]
-        if not needed:
-            return
-        if self.batching:
+        if needed:  # without batching, _train_ready trains exactly these, one call each
             self._train_pending(needed)
-        else:  # one call per dispatch, and only the dispatches asked for
-            for record in needed:
-                self._train_pending([record])
 
     def _train_pending(self, needed: Sequence[DispatchRecord] | None = None) -> None:
         started = time.perf_counter()  # training time, compilation (the guard's too) included

@@ -245,9 +245,8 @@ class CCFedAvg(Policy):
             else "delta"
         store = stored_banks(self.strategy)
         self.skipped += len(bank)
-        # the learning-rate scale its next dispatch gets (Simulation.dispatch: client_lr_decay ** its round)
-        diagnose = tuple((i, int(sim.client_rounds[i]), self.steps_for(i),
-                          sim.client_lr_decay ** int(sim.client_rounds[i])) for i in self.skipping) \
+        diagnose = tuple((i, int(sim.client_rounds[i]), self.steps_for(i), sim.next_lr_scale(i))
+                         for i in self.skipping) \
             if self.diagnostic else ()
         sim.aggregate(contributions, payload=BankedUpdates(tuple(bank), kind, store, self.strategy == "fednova",
                                                            diagnose))

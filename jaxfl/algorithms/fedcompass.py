@@ -62,11 +62,7 @@ class CompassOptions:
     warmup: str = "q_min"  # "q_max": the warm-up round trains Q_max steps (code; first S_i = time / Q_max)
 
     def validate(self) -> None:
-        choices = {"speed_estimate": ("latest", "ema"), "staleness_at": ("buffer", "aggregation"),
-                   "create_rule": ("t_a", "t_max"), "create_far_groups": ("clamp", "skip"),
-                   "fastest_over": ("pending", "all"), "empty_timer": ("apply", "skip"),
-                   "warmup": WARMUPS}
-        for name, allowed in choices.items():
+        for name, allowed in SWITCH_CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"compass_{name}={getattr(self, name)!r} is not allowed: one of {', '.join(allowed)}")
         if not self.join_max_factor >= 1.0:

@@ -228,8 +228,7 @@ class PORT(Policy):
                 continue
             self.pulled.add(dispatch_id)
             before = record.steps
-            block = self.pull_steps if isinstance(self.pull_steps, int) else int(self.pull_steps[record.client])
-            uploaded = sim.recall(record, block)
+            uploaded = sim.recall(record, local_steps_of(self.pull_steps, record.client))
             if uploaded is not None and uploaded < before:
                 self.pulls += 1
 

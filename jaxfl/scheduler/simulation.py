@@ -364,7 +364,7 @@ class Simulation:
         record = DispatchRecord(id=self.records.count, client=client, version=self.version,
                                 steps=int(steps), client_round=int(self.client_rounds[client]),
                                 start_time=self.now, arrival_time=self.now + duration,
-                                lr_scale=float(lr_scale) * self.client_lr_decay ** int(self.client_rounds[client]),
+                                lr_scale=self.next_lr_scale(client, lr_scale),
                                 fetch_step=None if fetch_step is None else int(fetch_step),
                                 step_time=step_time)
         self.client_rounds[client] += 1
@@ -380,6 +380,16 @@ class Simulation:
         self._write("dispatch", record.start_time, client, record.id, record.version, None, record.steps, detail)
         self.backend.on_dispatch(record)
         return record
+
+    def next_lr_scale(self, client: int, lr_scale: float = 1.0) -> float:
+        """The learning-rate scale of ``client``'s next dispatch: ``lr_scale`` times ``client_lr_decay``
+        to the client's round (its k-th dispatch trains at lr · decay^k).
+
+        Example (decay 0.5, a client that has trained twice)::
+
+            sim.next_lr_scale(client)  # → 0.25
+        """
+        return float(lr_scale) * self.client_lr_decay ** int(self.client_rounds[client])
 
     def recall(self, record: DispatchRecord, block_steps: int = 1, reason: str = "urgent pull") -> int | None:
         """Ask an in-flight dispatch to stop after the block of ``block_steps`` local steps it is
