@@ -338,7 +338,7 @@ def _sweep_values(args: argparse.Namespace) -> tuple[dict, dict]:
             continue
         if "." in name:
             space, _, option = name.partition(".")
-            annotation = algorithms.get(spaces[space][0]).Options.__dataclass_fields__[option].type
+            annotation = annotation_text(algorithms.get(spaces[space][0]).Options.__dataclass_fields__[option].type)
         else:
             annotation = FIELDS[name].type
         if isinstance(text, bool):
@@ -359,7 +359,6 @@ def _sweep_values(args: argparse.Namespace) -> tuple[dict, dict]:
 
 def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``jaxfl sweep``: validate every cell, run (or continue) the grid, print where the table is."""
-    from jaxfl.engine import ResourceError
     from jaxfl.sweep import run_sweep
 
     try:

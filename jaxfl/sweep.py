@@ -39,7 +39,7 @@ import os
 import shutil
 
 from jaxfl import algorithms
-from jaxfl.config import (ALGORITHM_FIELDS, FIELDS, ConfigError, RunConfig, _only_read_when,
+from jaxfl.config import (ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, ConfigError, RunConfig, _only_read_when,
                           config_from_mapping, load_config_file, option_namespaces,
                           split_algorithm_options)
 
@@ -241,8 +241,10 @@ def expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[str
 _DECIDING = {"dirichlet_alpha": ("partition",), "client_sizes": ("partition",), "size_skew": ("partition", "client_sizes"),
              "shards_per_client": ("partition",), "gamma": ("partition",), "data_dir": ("dataset",),
              "speed_cap": ("heterogeneity",), "speed_reference_time": ("heterogeneity",),
-             "speed_legacy_seed": ("heterogeneity",), "delay_factor": ("delay_prob",), "dropout_mean": ("dropout_prob",),
-             "eval_every": ("eval_interval",), "staleness_a": ("staleness", "algorithm")}
+             "speed_ratio": ("heterogeneity",), "speed_legacy_seed": ("heterogeneity",), "delay_factor": ("delay_prob",),
+             "dropout_mean": ("dropout_prob",), "eval_every": ("eval_interval",),
+             "staleness_a": ("staleness", "algorithm"),
+             **{name: ("algorithm", "server_optimizer") for name in SERVER_FIELDS_READ_BY}}
 
 
 
