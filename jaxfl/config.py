@@ -267,8 +267,12 @@ def fail(name: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"{name}={value!r} is not allowed: {allowed}")
 
 
-def _is_object_reference(name: str) -> bool:
-    """``module:object`` or ``path/to/file.py:object`` (imported when the run is prepared)."""
+def is_object_reference(name: str) -> bool:
+    """``module:object`` or ``path/to/file.py:object`` (imported when the run is prepared).
+
+    >>> is_object_reference("my_models:MyNet"), is_object_reference("cnn")
+    (True, False)
+    """
     module, colon, attribute = name.rpartition(":")
     return bool(colon and module and attribute.isidentifier())
 
@@ -353,7 +357,7 @@ def validate(config: RunConfig) -> RunConfig:
     if not (user_data or config.dataset in DATASET_NAMES or config.dataset.startswith(DATASET_PREFIXES)):
         fail("dataset", config.dataset, f"one of {', '.join(DATASET_NAMES)}, or tfds:NAME (e.g. tfds:cifar10) "
                                          "or synthetic:ALPHA,BETA")
-    if not (config.model in MODEL_NAMES or _is_object_reference(config.model) or config.model.startswith(USER_PREFIX)):
+    if not (config.model in MODEL_NAMES or is_object_reference(config.model) or config.model.startswith(USER_PREFIX)):
         fail("model", config.model, f"one of {', '.join(MODEL_NAMES)}, or module:object naming a Flax module class, "
                                      "an nnx factory (rngs -> Module) or a factory (num_classes=...) -> Module")
     choices = {"client_sizes": CLIENT_SIZES,

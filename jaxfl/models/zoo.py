@@ -34,7 +34,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from jaxfl.config import USER_PREFIX
+from jaxfl.config import USER_PREFIX, is_object_reference
 from jaxfl.models.cifar import VGG11, VGG16, AlexNet, ResNet20
 from jaxfl.models.cnn import MLP, CCFedAvgCNN, CCFedAvgMLP, ExampleCNN, FedASMUCNN, LeNet5, LogReg, MnistCNN
 from jaxfl.models.resnet import ResNet18, ResNet18GN
@@ -357,8 +357,7 @@ def is_model_reference(name: str) -> bool:
         >>> is_model_reference("my_models:MyNet"), is_model_reference("cnn")
         (True, False)
     """
-    module, colon, attribute = name.rpartition(":")
-    return bool(colon and module and attribute.isidentifier()) and not name.startswith(USER_PREFIX)
+    return is_object_reference(name) and not name.startswith(USER_PREFIX)
 
 
 def load_model_reference(reference: str) -> Any:
