@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import csv
 import dataclasses
 import os
 import shutil
 import tempfile
+
+from jaxfl.runlog import write_csv
 
 COLUMNS = ("algorithm", "time_to_target", "best_accuracy", "final_accuracy", "global_updates",
            "client_steps_executed", "wall_time_s")  # from each run's summary.json
@@ -159,12 +160,7 @@ def write_comparison(results, output_dir: str) -> Comparison:
     from jaxfl.plot import plot_accuracy
 
     rows = comparison_rows(results)
-    table = os.path.join(output_dir, "comparison.csv")
-    with open(table + ".tmp", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, [*COLUMNS, UTILISATION, "run_dir"])
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(table + ".tmp", table)
+    table = write_csv(os.path.join(output_dir, "comparison.csv"), rows, [*COLUMNS, UTILISATION, "run_dir"])
     plot = plot_accuracy([result.run_dir for result in results], os.path.join(output_dir, "comparison.png"))
     return Comparison(rows, table, plot, list(results))
 

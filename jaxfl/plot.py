@@ -32,15 +32,22 @@ def read_metrics(run_dir: str) -> list[dict]:
         return [{key: float(value) for key, value in row.items()} for row in csv.DictReader(handle)]
 
 
+
+def save_figure(figure, path: str) -> str:
+    """Write ``figure`` to ``path`` as a PNG at 120 dpi, atomically, and return the path.
+
+    >>> # save_figure(accuracy_figure(run_dirs), "accuracy.png")
+    """
+    figure.savefig(path + ".tmp.png", dpi=120)
+    os.replace(path + ".tmp.png", path)
+    return path
+
 def plot_accuracy(run_dirs: list[str], path: str) -> str:
     """Write :func:`accuracy_figure` of the runs to ``path`` (PNG) and return the path.
 
     >>> # plot_accuracy(["runs/fedavg-mnist10k-exp-c10-s0", "runs/fedbuff-mnist10k-exp-c10-s0"], "accuracy.png")
     """
-    figure = accuracy_figure(run_dirs)
-    figure.savefig(path + ".tmp.png", dpi=120)
-    os.replace(path + ".tmp.png", path)
-    return path
+    return save_figure(accuracy_figure(run_dirs), path)
 
 
 def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)):
@@ -246,10 +253,7 @@ def plot_timeline(run_dir: str, path: str, max_time: float | None = None, max_cl
 
     >>> # plot_timeline("runs/fedbuff-mnist10k-exp-c10-s0", "timeline.png")
     """
-    figure = timeline_figure(run_dir, max_time, max_clients, bins)
-    figure.savefig(path + ".tmp.png", dpi=120)
-    os.replace(path + ".tmp.png", path)
-    return path
+    return save_figure(timeline_figure(run_dir, max_time, max_clients, bins), path)
 
 
 def timeline_figure(run_dir: str, max_time: float | None = None, max_clients: int = GANTT_MAX_CLIENTS,

@@ -33,6 +33,8 @@ import warnings
 import numpy as np
 
 from jaxfl.config import ALGORITHM_FIELDS
+from jaxfl.plot import save_figure
+from jaxfl.runlog import write_csv
 from jaxfl.sweep import SUMMARY_COLUMNS
 
 MISSING = "–"
@@ -217,13 +219,7 @@ def _target_text(rows: list[dict]) -> str:
 
 
 def _write_csv(lines: list[dict], path: str) -> str:
-    columns = list(dict.fromkeys(name for line in lines for name in line))
-    with open(path + ".tmp", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, columns)
-        writer.writeheader()
-        writer.writerows(lines)
-    os.replace(path + ".tmp", path)
-    return path
+    return write_csv(path, lines, dict.fromkeys(name for line in lines for name in line))
 
 
 def make_report(sweep_dir: str, reference: str = "fedavg", out: str | None = None, figures: bool = True) -> Report:
@@ -424,6 +420,5 @@ def _figure(size: tuple[float, float]):
 
 def _save(figure, path: str) -> str:
     figure.tight_layout()
-    figure.savefig(path + ".tmp.png", dpi=120)
-    os.replace(path + ".tmp.png", path)
+    save_figure(figure, path)
     return path

@@ -127,6 +127,23 @@ def csv_header(path: str) -> tuple[str, ...] | None:
     with open(path, newline="", encoding="utf-8") as handle:
         return tuple(next(csv.reader(handle), ())) or None
 
+
+def write_csv(path: str, rows: list[dict], columns) -> str:
+    """Write ``rows`` (dicts) under the header ``columns`` to ``path`` atomically (a reader never
+    sees half a table) and return the path.
+
+    >>> import tempfile
+    >>> path = write_csv(os.path.join(tempfile.mkdtemp(), "t.csv"), [{"a": 1, "b": 2}], ["a", "b"])
+    >>> open(path).read().split()
+    ['a,b', '1,2']
+    """
+    with open(path + ".tmp", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, list(columns))
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(path + ".tmp", path)
+    return path
+
 def existing_fields(run_dir: str) -> tuple[str, ...] | None:
     """The columns of the event log already in ``run_dir`` (None: none yet): a run resumed by a
     newer jaxfl goes on writing the columns its log started with.

@@ -326,18 +326,13 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
 
 def write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str]:
     """Write the rows as ``results.csv`` and ``results.parquet`` (each atomically); returns their paths."""
-    import csv
-
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = os.path.join(sweep_dir, "results.csv")
     columns = list(rows[0]) if rows else ["cell"]
-    with open(table + ".tmp", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, columns)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(table + ".tmp", table)
+    from jaxfl.runlog import write_csv
+
+    table = write_csv(os.path.join(sweep_dir, "results.csv"), rows, columns)
     parquet = os.path.join(sweep_dir, "results.parquet")
     arrays = {}
     for name in columns:
