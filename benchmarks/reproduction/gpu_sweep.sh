@@ -7,13 +7,20 @@
 # (e.g. `--seed 0`). The device machine has jax with CUDA, flax, optax and chex but no network:
 # jaxfl runs from the working tree.
 #
-# A full size is more than one 600 s call: the sweep folder lives in the git-ignored
-# benchmarks/out/reproduction/, which the warm device machine keeps between calls, and a sweep
-# resumes (finished cells are skipped, an interrupted one continues from its checkpoint), so the
-# same call again goes on where the last one stopped. Each call stops its sweep at a limit safely
-# inside the tool's 600 s, writes the report of what is finished, and copies results and report
-# into $OUT, which comes back: copy the tables into benchmarks/reproduction/README.md with the
-# device, date and command.
+# A full size is more than one 600 s call. A sweep resumes (finished cells are skipped, an
+# interrupted one continues from its checkpoint), so the same call again goes on where the last
+# one stopped. The sweep folder lives in the git-ignored benchmarks/out/reproduction/; a warm
+# device machine keeps it between calls, but one that went idle (30 s) comes back bare. So each
+# call also returns the whole folder as $OUT/PAPER-SIZE.tar.gz (run directories without the
+# checkpoints of finished cells; without any checkpoint if it would pass the tool's 16 MiB a
+# file), and a call that finds no folder but a carried archive starts from it:
+#     mkdir -p benchmarks/out/carry && cp FILES_AT/port-full.tar.gz benchmarks/out/carry/
+#     run(command="bash benchmarks/reproduction/gpu_sweep.sh port full --seed 0", timeout_s=600,
+#         carry=["benchmarks/out/fashion-mnist", "benchmarks/out/carry"])
+# Each call stops its sweep at a limit safely inside the tool's 600 s and writes the report of
+# what is finished; results.csv and report.md come back beside the archive (the figures are in
+# the archive's report/, or `jaxfl report` on the unpacked folder here). Copy the tables into
+# benchmarks/reproduction/README.md with the device, date and command.
 #
 # Fashion-MNIST (CC-FedAvg's and FedASMU's data) is not on the device machine: before the first
 # call, `mkdir -p benchmarks/out && cp -r /usr/share/datasets/fashion-mnist benchmarks/out/` here
@@ -30,6 +37,7 @@ if [ ! -f "$file" ]; then
   exit 2
 fi
 OUT="${OUT:-benchmarks/out}"
+mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)"  # absolute: the archive is written from the sweep's parent
 LIMIT="${LIMIT:-540}"  # seconds of sweeping per call; the report and the copy take the rest
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -40,6 +48,12 @@ if [ -e benchmarks/out/fashion-mnist/train-images-idx3-ubyte.gz ]; then
 fi
 if grep -q '^dataset = "mnist10k"' "$file"; then
   data=()  # the embedded data: nothing to read from a folder
+fi
+archive="$paper-$size.tar.gz"
+if [ ! -d "$sweep_dir" ] && [ -f "benchmarks/out/carry/$archive" ]; then
+  mkdir -p "$(dirname "$sweep_dir")"
+  tar -xzf "benchmarks/out/carry/$archive" -C "$(dirname "$sweep_dir")" \
+    && echo "=== went on from the carried benchmarks/out/carry/$archive"
 fi
 mkdir -p "$OUT" "$sweep_dir"
 {
@@ -55,6 +69,40 @@ status=$?
 if [ -f "$sweep_dir/results.csv" ]; then
   python -m jaxfl report "$sweep_dir" --reference fedavg || echo "=== no report yet"
   cp "$sweep_dir/results.csv" "$OUT/" 2>/dev/null
-  cp -r "$sweep_dir/report" "$OUT/" 2>/dev/null
+  cp "$sweep_dir/report/report.md" "$OUT/" 2>/dev/null
 fi
+# the folder for the next call (see the top): a finished cell needs no checkpoint to be skipped,
+# an interrupted one only its newest
+python - "$sweep_dir" "$OUT/$archive" <<'PYTHON'
+import os, sys, tarfile
+from jaxfl import checkpoint
+
+sweep_dir, archive = sys.argv[1], sys.argv[2]
+runs = os.path.join(sweep_dir, "runs")
+keep = set()
+for name in os.listdir(runs) if os.path.isdir(runs) else []:
+    run_dir = os.path.join(runs, name)
+    newest = None if os.path.isfile(os.path.join(run_dir, "summary.json")) else checkpoint.latest(run_dir)
+    if newest is not None:
+        keep.update({os.path.abspath(newest), os.path.abspath(os.path.join(run_dir, "checkpoints", "latest"))})
+
+def archive_folder(with_checkpoints):
+    def only_needed(member):
+        parts = member.name.split("/")
+        if "checkpoints" in parts[:-1] or parts[-1] == "checkpoints":
+            where = parts.index("checkpoints")
+            if where + 1 >= len(parts):
+                return member if with_checkpoints else None
+            path = os.path.abspath(os.path.join(os.path.dirname(sweep_dir), *parts[:where + 2]))
+            return member if with_checkpoints and path in keep else None
+        return member
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(sweep_dir, arcname=os.path.basename(sweep_dir), filter=only_needed)
+
+archive_folder(with_checkpoints=True)
+if os.path.getsize(archive) > 16 * 1024 * 1024:
+    archive_folder(with_checkpoints=False)
+    print(f"=== {os.path.basename(archive)} holds no checkpoint (over 16 MiB with them): an interrupted cell restarts")
+PYTHON
+echo "=== returned: $(ls "$OUT" | tr '\n' ' ')"
 exit 0
