@@ -44,7 +44,7 @@ import optax
 from jaxfl import checkpoint, resume
 from jaxfl.loggers import check_loggers, open_loggers
 from jaxfl.algorithms import build, device_hooks
-from jaxfl.config import ConfigError, DataConfig, RunConfig, fail, validate
+from jaxfl.config import ConfigError, DataConfig, RunConfig, _count_budgets, fail, validate
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
 from jaxfl.data.augment import AUGMENTED, dataset_family, make_augment, make_preprocess
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
@@ -930,8 +930,7 @@ def _progress_bar(config: RunConfig, name: str):
         return None
     from tqdm.auto import tqdm
 
-    if math.isinf(config.max_time) and config.max_updates is None and config.max_client_updates is None \
-            and config.max_client_steps is None:
+    if math.isinf(config.max_time) and not _count_budgets(config):
         return tqdm(desc=name, unit="updates", leave=True)
     return tqdm(total=100, desc=name, leave=True,
                 bar_format="{desc}: {percentage:3.0f}% of the budget|{bar}| [{elapsed}<{remaining}{postfix}]")

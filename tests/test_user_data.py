@@ -199,6 +199,8 @@ def test_a_dataset_without_a_known_target_has_none():
     assert validate(RunConfig(dataset="fashion_mnist")).target_accuracy == 0.8
     with pytest.raises(ConfigError, match="max_time=inf.*has no default target accuracy to stop at"):
         validate(RunConfig(dataset="synthetic", max_time=float("inf")))
+    for budget in ("max_updates", "max_client_updates", "max_client_steps"):  # any count budget ends the run
+        assert validate(RunConfig(dataset="synthetic", max_time=float("inf"), **{budget: 3})).target_accuracy is None
 
 
 # --------------------------------------------------------------------------- normalisation
