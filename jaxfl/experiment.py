@@ -465,10 +465,27 @@ def prepare(config: RunConfig, *, data=None, model=None, init_params=None):
     a ``module:object`` ``config.model`` is imported. ``init_params`` replace the model's
     initialisation as version 0 (:func:`jaxfl.user_inputs.match_init_params` checks them).
     """
-    dataset = None
-    if data is not None:
-        config, dataset = _user_data(config, data)
-    config = validate(config)
+    config, dataset = _user_data(config, data)
+    return _prepare(validate(config), dataset, model, init_params)
+
+
+def check_buildable(config: RunConfig) -> None:
+    """:func:`prepare` as a check before any of several runs starts (a comparison, a sweep): raises what
+    ``config``'s run would raise while building its data and model. Its warnings are left to the run
+    itself, which gives each once.
+
+    >>> from jaxfl.config import RunConfig
+    >>> check_buildable(RunConfig(model="no_such_model"))
+    Traceback (most recent call last):
+    jaxfl.config.ConfigError: model='no_such_model' is not allowed: one of ...
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prepare(config)
+
+
+def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params=None):
+    """:func:`prepare` of a validated ``config`` that names its data (``dataset``: the user's, or None to load it)."""
     if model is None and config.model not in MODELS and is_model_reference(config.model):
         model = load_model_reference(config.model)  # before the data: a bad reference costs nothing
     if model is not None:
@@ -548,8 +565,11 @@ def _loadable(name: str) -> bool:
     return name in DATASETS or name.startswith(DATASET_PREFIXES)
 
 
-def _user_data(config: RunConfig, data) -> tuple[RunConfig, Dataset]:
-    """``run_experiment(config, data=...)``: the checked Dataset, and the config naming it and its fingerprint."""
+def _user_data(config: RunConfig, data) -> tuple[RunConfig, Dataset | None]:
+    """``run_experiment(config, data=...)``: the checked Dataset, and the config naming it and its fingerprint
+    (unchanged and None without ``data``). The data's name decides defaults, so it comes before validation."""
+    if data is None:
+        return config, None
     name = data.name if isinstance(data, Dataset) else "user"
     if config.dataset not in (DataConfig.dataset, name):  # the default, or the name a run recorded
         raise ConfigError(f"dataset={config.dataset!r} names a dataset to load, but data= was passed too: leave "
@@ -734,16 +754,32 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     that receive every metrics row as it is written; they do not change the run.
     """
     loggers = check_loggers(loggers)
+    user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
+                      time_per_step=time_per_step, loss=loss, metrics=metrics)
+    config, dataset, user = _with_inputs(config, data, user, resume_dir)
+    # The one validation of the run (its warnings are given once): of the config naming the user's
+    # data and objects, whose names decide defaults and which settings are read.
+    return _experiment(validate(config), dataset, user, resume_dir, loggers)
+
+
+def _with_inputs(config: RunConfig, data, user: UserInputs,
+                 resume_dir: str | None) -> tuple[RunConfig, Dataset | None, UserInputs]:
+    """``config`` naming the user's data and objects (``<user: ...>``), the user's data checked (or None),
+    and, for a resume, ``user`` checked against what the run recorded (its speeds read back)."""
+    if resume_dir is not None:  # the objects the run was made with, again; its speeds from its folder
+        user = user.for_resume(resume_dir, _recorded_inputs(resume_dir), checkpoint.latest(resume_dir) is not None)
+    config, dataset = _user_data(config, data)
+    return user.label(config), dataset, user
+
+
+def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, resume_dir: str | None,
+                loggers: list) -> RunResult:
+    """:func:`run_experiment` of a validated ``config`` naming its data and ``user``'s objects."""
     if loggers and config.timing_only:
         raise ValueError("loggers receive metrics rows, and a timing-only run evaluates nothing: drop the "
                          "loggers (--log-to) or run without timing_only")
-    user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
-                      time_per_step=time_per_step, loss=loss, metrics=metrics)
-    if resume_dir is not None:  # the objects the run was made with, again; its speeds from its folder
-        user = user.for_resume(resume_dir, _recorded_inputs(resume_dir), checkpoint.latest(resume_dir) is not None)
-    user = user.check(validate(config))
-    config = user.label(config)  # unvalidated: prepare() resolves the defaults for the data it is given
-    config, dataset, federation, model, params = prepare(config, data=data, model=user.model, init_params=user.init_params)
+    user = user.check(config)
+    config, dataset, federation, model, params = _prepare(config, dataset, user.model, user.init_params)
     user = dataclasses.replace(user, metric_names=user.check_functions(dataset.num_classes))
     scratch = None
     if jax.process_count() > 1:  # jaxfl.cluster: process 0 writes the run; the others a scratch folder
@@ -1073,7 +1109,8 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
                       time_per_step=None,
                       loss=None,
                       metrics=None,
-                      loggers=None) -> RunResult:
+                      loggers=None,
+                      spelling=None) -> RunResult:
     """Continue the run in ``run_dir`` from its newest readable checkpoint (``jaxfl run --resume RUN_DIR``).
 
     The run keeps the config it was started with: ``overrides`` (config-file names, as flags give
@@ -1088,21 +1125,24 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     array is read back from the run directory (``time_per_step``, if given, must equal it);
     ``init_params`` are needed only when the run has no checkpoint yet (and, if given, must be the
     run's). ``loggers`` as in :func:`run_experiment` (they see the rows from the checkpoint on).
+    ``spelling(name, value)`` writes a refused override as the user gave it (``jaxfl run --resume``:
+    as its flag).
 
     >>> resume_experiment("/tmp/jaxfl-doc/no-such-run")
     Traceback (most recent call last):
     jaxfl.resume.ResumeError: cannot resume '/tmp/jaxfl-doc/no-such-run': no such directory
     """
-    config = resume.read_run_config(run_dir)
     overrides = dict(overrides or {})
-    progress = overrides.pop("progress", progress)
-    resume.refuse_changes(config, overrides)
+    config = resume.read_run_config(run_dir, progress=overrides.pop("progress", progress))  # validated once, here
+    resume.refuse_changes(config, overrides, spelling)
     resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
-    if progress is not None:
-        config = dataclasses.replace(config, progress=progress)
-    return run_experiment(config, resume_dir=run_dir, data=data,
-                          model=model, client_optimizer=client_optimizer, init_params=init_params,
-                          time_per_step=time_per_step, loss=loss, metrics=metrics, loggers=loggers)
+    loggers = check_loggers(loggers)
+    user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
+                      time_per_step=time_per_step, loss=loss, metrics=metrics)
+    # the run's config names its data and objects as the recorded run did (for_resume checks the
+    # objects' names against the record): it stays as validated
+    config, dataset, user = _with_inputs(config, data, user, run_dir)
+    return _experiment(config, dataset, user, run_dir, loggers)
 
 
 def _recorded_inputs(run_dir: str) -> dict:

@@ -269,7 +269,7 @@ def _prepare_all(cells: list[Cell]) -> None:
     """Build every distinct data set, split and model once, before the first run: what only the
     data can tell (a model that does not fit its images, too few samples for the clients) fails
     here, not after hours of other cells."""
-    from jaxfl.experiment import prepare
+    from jaxfl.experiment import check_buildable
 
     done = set()
     for cell in cells:
@@ -279,7 +279,7 @@ def _prepare_all(cells: list[Cell]) -> None:
             continue
         done.add(key)
         try:
-            prepare(config)
+            check_buildable(config)
         except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
             raise type(error)(f"sweep cell {cell.index} ({cell.label()}): {error}") from None
 

@@ -41,10 +41,10 @@ def logs(run_dir: str) -> dict:
 @pytest.fixture
 def no_work(monkeypatch):
     """Fail the test if the run's data and model are built: refusals come before any work."""
-    def prepare(config):
+    def prepare(*args, **kwargs):
         raise AssertionError("resume started work before refusing")
 
-    monkeypatch.setattr(experiment, "prepare", prepare)
+    monkeypatch.setattr(experiment, "_prepare", prepare)
 
 
 def cli_refusal(capsys, *args) -> str:
