@@ -756,30 +756,34 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     loggers = check_loggers(loggers)
     user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
                       time_per_step=time_per_step, loss=loss, metrics=metrics)
-    config, dataset, user = _with_inputs(config, data, user, resume_dir)
+    recorded = None if resume_dir is None else _recorded_inputs(resume_dir)
+    config, dataset, user = _with_inputs(config, data, user, resume_dir, recorded)
     # The one validation of the run (its warnings are given once): of the config naming the user's
     # data and objects, whose names decide defaults and which settings are read.
-    return _experiment(validate(config), dataset, user, resume_dir, loggers)
+    return _experiment(validate(config), dataset, user, resume_dir, loggers, recorded)
 
 
-def _with_inputs(config: RunConfig, data, user: UserInputs,
-                 resume_dir: str | None) -> tuple[RunConfig, Dataset | None, UserInputs]:
+def _with_inputs(config: RunConfig, data, user: UserInputs, resume_dir: str | None,
+                 recorded: dict | None) -> tuple[RunConfig, Dataset | None, UserInputs]:
     """``config`` naming the user's data and objects (``<user: ...>``), the user's data checked (or None),
-    and, for a resume, ``user`` checked against what the run recorded (its speeds read back)."""
+    and, for a resume, ``user`` checked against what the run ``recorded`` (its speeds read back)."""
     if resume_dir is not None:  # the objects the run was made with, again; its speeds from its folder
-        user = user.for_resume(resume_dir, _recorded_inputs(resume_dir), checkpoint.latest(resume_dir) is not None)
+        user = user.for_resume(resume_dir, recorded, checkpoint.latest(resume_dir) is not None)
     config, dataset = _user_data(config, data)
     return user.label(config), dataset, user
 
 
 def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, resume_dir: str | None,
-                loggers: list) -> RunResult:
-    """:func:`run_experiment` of a validated ``config`` naming its data and ``user``'s objects."""
+                loggers: list, recorded: dict | None) -> RunResult:
+    """:func:`run_experiment` of a validated ``config`` naming its data and ``user``'s objects
+    (``recorded``: a resumed run's record of them, read with its config)."""
     if loggers and config.timing_only:
         raise ValueError("loggers receive metrics rows, and a timing-only run evaluates nothing: drop the "
                          "loggers (--log-to) or run without timing_only")
     user = user.check(config)
     config, dataset, federation, model, params = _prepare(config, dataset, user.model, user.init_params)
+    if resume_dir is not None:
+        user.check_resumed(resume_dir, recorded, params)
     user = dataclasses.replace(user, metric_names=user.check_functions(dataset.num_classes))
     scratch = None
     if jax.process_count() > 1:  # jaxfl.cluster: process 0 writes the run; the others a scratch folder
@@ -840,7 +844,6 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                           user_inputs=user.record(params))
     else:
         run_dir = resume_dir
-        user.check_resumed(run_dir, _recorded_inputs(run_dir), params)
         _, saved, device_tree = resume.load_checkpoint(run_dir, config, engine)
 
     progress = _progress_bar(config, algorithm.name)
@@ -1133,7 +1136,8 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     jaxfl.resume.ResumeError: cannot resume '/tmp/jaxfl-doc/no-such-run': no such directory
     """
     overrides = dict(overrides or {})
-    config = resume.read_run_config(run_dir, progress=overrides.pop("progress", progress))  # validated once, here
+    # config.json read once and the config validated once, here
+    config, recorded = resume.read_run(run_dir, progress=overrides.pop("progress", progress))
     resume.refuse_changes(config, overrides, spelling)
     resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
     loggers = check_loggers(loggers)
@@ -1141,8 +1145,8 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
                       time_per_step=time_per_step, loss=loss, metrics=metrics)
     # the run's config names its data and objects as the recorded run did (for_resume checks the
     # objects' names against the record): it stays as validated
-    config, dataset, user = _with_inputs(config, data, user, run_dir)
-    return _experiment(config, dataset, user, run_dir, loggers)
+    config, dataset, user = _with_inputs(config, data, user, run_dir, recorded)
+    return _experiment(config, dataset, user, run_dir, loggers, recorded)
 
 
 def _recorded_inputs(run_dir: str) -> dict:

@@ -116,12 +116,14 @@ def differences(stored: Mapping[str, Any], current: Mapping[str, Any], holder: s
             if name not in stored or name not in current or stored[name] != current[name]]
 
 
-def read_run_config(run_dir: str, progress: bool | None = None) -> RunConfig:
-    """The validated config of a run directory, from its ``config.json``; :class:`ResumeError` (one
-    line) if the folder or the file is missing, unparsable, or not written by ``jaxfl run``.
-    ``progress`` (not None) replaces the recorded one (:data:`MAY_DIFFER`) before the validation.
+def read_run(run_dir: str, progress: bool | None = None) -> tuple[RunConfig, dict]:
+    """``(config, user_inputs)`` of a run directory from one read of its ``config.json``: the validated
+    config, and the record of what the run took besides it (:mod:`jaxfl.user_inputs`; empty if
+    nothing). :class:`ResumeError` (one line) if the folder or the file is missing, unparsable, or
+    not written by ``jaxfl run``. ``progress`` (not None) replaces the recorded one
+    (:data:`MAY_DIFFER`) before the validation.
 
-    >>> read_run_config("/nonexistent")
+    >>> read_run("/nonexistent")
     Traceback (most recent call last):
     jaxfl.resume.ResumeError: cannot resume '/nonexistent': no such directory
     """
@@ -142,7 +144,7 @@ def read_run_config(run_dir: str, progress: bool | None = None) -> RunConfig:
     if progress is not None:
         values = {**values, "progress": progress}
     try:
-        return config_from_mapping(values)
+        return config_from_mapping(values), written.get("user_inputs", {})
     except (ConfigError, TypeError, ValueError) as error:
         raise ResumeError(f"cannot resume {run_dir!r}: config.json does not hold a valid run config: "
                           f"{_first_line(error)}") from None

@@ -2,6 +2,7 @@
 config.json, flags that change the run, a dangling ``latest``, a deleted ``checkpoints/``, a foreign
 config.json, a corrupt state.pkl and corrupt orbax data each get a one-line message (and a fallback
 to the previous checkpoint where one reads back), from Python and from ``jaxfl run --resume``."""
+import builtins
 import json
 import os
 import pathlib
@@ -185,3 +186,17 @@ def test_no_readable_checkpoint_is_a_one_line_error(finished, tmp_path, capsys):
     assert "ckpt-000002: state.pkl unreadable" in message and "\n" not in message
     assert "no checkpoint reads back" in cli_refusal(capsys, run)
     assert logs(run) == before
+
+
+def test_a_resume_reads_the_runs_config_json_once(finished, tmp_path, monkeypatch):
+    run = copy_run(finished, tmp_path)
+    path, opened, real_open = os.path.abspath(os.path.join(run, "config.json")), [], builtins.open
+
+    def counting_open(file, *args, **kwargs):  # the real open, counting the opens of config.json
+        if isinstance(file, (str, os.PathLike)) and os.path.abspath(file) == path:
+            opened.append(file)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    assert resume_experiment(run, progress=False).summary["resumes"] == 1
+    assert len(opened) == 1
