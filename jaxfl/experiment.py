@@ -756,7 +756,10 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     loggers = check_loggers(loggers)
     user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
                       time_per_step=time_per_step, loss=loss, metrics=metrics)
-    recorded = None if resume_dir is None else _recorded_inputs(resume_dir)
+    recorded = None
+    if resume_dir is not None:  # it continues from a checkpoint: with none to continue from it is refused here
+        resume.candidates(resume_dir, warn=False)
+        recorded = _recorded_inputs(resume_dir)
     config, dataset, user = _with_inputs(config, data, user, resume_dir, recorded)
     # The one validation of the run (its warnings are given once): of the config naming the user's
     # data and objects, whose names decide defaults and which settings are read.
@@ -768,7 +771,7 @@ def _with_inputs(config: RunConfig, data, user: UserInputs, resume_dir: str | No
     """``config`` naming the user's data and objects (``<user: ...>``), the user's data checked (or None),
     and, for a resume, ``user`` checked against what the run ``recorded`` (its speeds read back)."""
     if resume_dir is not None:  # the objects the run was made with, again; its speeds from its folder
-        user = user.for_resume(resume_dir, recorded, checkpoint.latest(resume_dir) is not None)
+        user = user.for_resume(resume_dir, recorded)
     config, dataset = _user_data(config, data)
     return user.label(config), dataset, user
 
@@ -1126,8 +1129,7 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     A run made with Python objects (``run_experiment(model=..., client_optimizer=..., loss=...,
     metrics=...)``) needs them again, and is refused with the list of what is missing; the speeds
     array is read back from the run directory (``time_per_step``, if given, must equal it);
-    ``init_params`` are needed only when the run has no checkpoint yet (and, if given, must be the
-    run's). ``loggers`` as in :func:`run_experiment` (they see the rows from the checkpoint on).
+    ``init_params`` are not needed (the checkpoint holds the model) and, if given, must be the run's. ``loggers`` as in :func:`run_experiment` (they see the rows from the checkpoint on).
     ``spelling(name, value)`` writes a refused override as the user gave it (``jaxfl run --resume``:
     as its flag).
 
