@@ -34,6 +34,7 @@ _OBJECTS = ("model", "client_optimizer", "loss", "metrics")  # Python objects: g
 
 
 def _short(obj) -> str:
+    """``repr(obj)`` cut to 60 characters, for one-line errors about a user's object."""
     text = repr(obj)
     return text if len(text) <= 60 else text[:57] + "..."
 
