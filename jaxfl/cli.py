@@ -535,7 +535,8 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
     if preset is not None:
         from jaxfl.presets import preset_values
 
-        default_algorithm = preset_values(preset)["algorithm"]  # names the presets if unknown
+        in_preset = preset_values(preset)  # names the presets if unknown
+        default_algorithm = in_preset["algorithm"]
     names = str(fields.pop("algorithm", default_algorithm if preset is not None else RunConfig.algorithm))
     chosen = [a.strip() for a in names.split(",")]
     if len(set(chosen)) != len(chosen) or "" in chosen:
@@ -557,7 +558,7 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
         from jaxfl.presets import preset_for_algorithm
 
         for name in chosen:
-            preset_fields, preset_options, left_out = preset_for_algorithm(preset, name)
+            preset_fields, preset_options, left_out = preset_for_algorithm(preset, name, in_preset)
             base[name] = preset_fields, preset_options
             if left_out:  # the paper's baselines' settings when its method runs, and the reverse
                 print(f"jaxfl: note: preset {preset}: {', '.join(left_out)} not read by {name}, left out",
