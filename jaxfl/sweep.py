@@ -195,10 +195,12 @@ def expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[str
     >>> notes
     ['buffer_size applies only to the cells that read it (algorithm=fedbuff)']
     """
-    base = _flat(base, "sweep base") if base else {}
-    grid = _check_grid(grid)
-    for name in grid:
-        base.pop(name, None)  # an axis replaces the base's value
+    return _expand(_flat(base, "sweep base") if base else {}, _check_grid(grid), sweep_dir)
+
+
+def _expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[str]]:
+    """:func:`expand` of a flat ``base`` (:func:`_flat`) and a checked ``grid`` (:func:`_check_grid`)."""
+    base = {name: value for name, value in base.items() if name not in grid}  # an axis replaces the base's value
     axes = list(grid)
     cells, seen, dropped, applies = [], set(), set(), {}
     from jaxfl.experiment import run_name
@@ -382,9 +384,9 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
 
     if isinstance(base, RunConfig):
         base = base_mapping(base)
-    cells, notes = expand(dict(base), grid, sweep_dir)
     base = _flat(dict(base), "sweep base") if base else {}
     grid = _check_grid(grid)
+    cells, notes = _expand(base, grid, sweep_dir)
     states = {cell.index: cell_state(cell.run_dir) for cell in cells}
     if any(state != "finished" for state in states.values()):
         _prepare_all([cell for cell in cells if states[cell.index] != "finished"])
