@@ -661,6 +661,11 @@ class Engine:
             parts.append(jax.tree.map(lambda leaf: leaf[:members], deltas))
         return parts[0] if len(parts) == 1 else jax.tree.map(lambda *leaves: jnp.concatenate(leaves), *parts)
 
+    @property
+    def aggregated_steps(self) -> int:
+        """Local steps in the updates aggregated so far: the simulation's client-step budget reads it."""
+        return self.stats.aggregated_steps
+
     def set_client_metrics(self, dispatch_id: int, values: dict) -> None:
         """Add diagnostics of a dispatch (e.g. a weight a hook computed) to its client metrics."""
         self._client_metrics.setdefault(dispatch_id, {}).update(values)

@@ -338,7 +338,7 @@ class _Recorder:
             return
         sim = self.simulation
         done = 100.0 * budget_fraction(self.config, virtual_time, sim.version, sim.client_updates_aggregated,
-                                       sim.aggregated_steps or 0)
+                                       sim.aggregated_steps)
         self.progress.update(max(0.0, done - self.progress.n))
 
     def on_version(self, virtual_time: float, version: int, params) -> str | None:

@@ -6,6 +6,7 @@ import builtins
 import json
 import os
 import pathlib
+import pickle
 import shutil
 
 import pytest
@@ -200,3 +201,22 @@ def test_a_resume_reads_the_runs_config_json_once(finished, tmp_path, monkeypatc
     monkeypatch.setattr(builtins, "open", counting_open)
     assert resume_experiment(run, progress=False).summary["resumes"] == 1
     assert len(opened) == 1
+
+
+def test_a_checkpoint_without_the_simulations_step_count_resumes_to_the_same_run(tmp_path):
+    """Older checkpoints' simulations hold no client-step count (it is the engine's): the client-step
+    budget still stops the resumed run where the uninterrupted one stopped."""
+    config = RunConfig(**{**FLAGS, "max_updates": 6, "max_client_steps": 12}, output_dir=str(tmp_path))
+    full = run_experiment(config)
+    assert full.summary["stop_reason"] == "client-step budget" and full.summary["global_updates"] == 3
+    run = shutil.copytree(full.run_dir, str(tmp_path / "old"))
+    shutil.rmtree(os.path.join(run, "checkpoints", "ckpt-000003"))  # resume from update 2
+    state_path = os.path.join(run, "checkpoints", "ckpt-000002", "state.pkl")
+    with open(state_path, "rb") as handle:
+        state = pickle.load(handle)
+    state["simulation"].__dict__.pop("aggregated_steps", None)  # as a checkpoint from before the budgets
+    with open(state_path, "wb") as handle:
+        pickle.dump(state, handle)
+    with pytest.warns(ResumeWarning, match="trying ckpt-000002"):
+        resumed = resume_experiment(run, progress=False)
+    assert_same_run(full, resumed, "resumed from a checkpoint without the simulation's step count")
