@@ -485,7 +485,6 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``jaxfl run --resume RUN_DIR``: flags that would change the run are refused, not ignored."""
     import warnings
 
-    from jaxfl import resume
     from jaxfl.experiment import resume_experiment
     from jaxfl.resume import ResumeWarning
 
@@ -509,12 +508,13 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from jaxfl.user_inputs import load_time_per_step
 
         given = {**(load_config_file(args.config) if args.config else {}), **flags}
-        resume.refuse_changes(resume.read_run_config(args.resume), given, spelling)
+        in_file = given.pop("progress", None)
         times = None if args.time_per_step is None else load_time_per_step(args.time_per_step)
         with warnings.catch_warnings():
             warnings.showwarning = one_line
             # --time-per-step is checked against the array the run saved
-            result = resume_experiment(args.resume, progress=args.progress, time_per_step=times,
+            result = resume_experiment(args.resume, progress=in_file if args.progress is None else args.progress,
+                                       overrides=given, spelling=spelling, time_per_step=times,
                                        loggers=args.log_to)
     except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
@@ -535,7 +535,8 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
     if preset is not None:
         from jaxfl.presets import preset_values
 
-        default_algorithm = preset_values(preset)["algorithm"]  # names the presets if unknown
+        in_preset = preset_values(preset)  # names the presets if unknown
+        default_algorithm = in_preset["algorithm"]
     names = str(fields.pop("algorithm", default_algorithm if preset is not None else RunConfig.algorithm))
     chosen = [a.strip() for a in names.split(",")]
     if len(set(chosen)) != len(chosen) or "" in chosen:
@@ -557,7 +558,7 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
         from jaxfl.presets import preset_for_algorithm
 
         for name in chosen:
-            preset_fields, preset_options, left_out = preset_for_algorithm(preset, name)
+            preset_fields, preset_options, left_out = preset_for_algorithm(preset, name, in_preset)
             base[name] = preset_fields, preset_options
             if left_out:  # the paper's baselines' settings when its method runs, and the reverse
                 print(f"jaxfl: note: preset {preset}: {', '.join(left_out)} not read by {name}, left out",
@@ -646,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         return _resume(parser, args)
     try:
         configs = _configs(args)
-        from jaxfl.experiment import prepare, run_experiment
+        from jaxfl.experiment import check_buildable, run_experiment
         from jaxfl.user_inputs import UserInputs, load_time_per_step
 
         times = None
@@ -661,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
                 check_plotting()
                 share_compilations_until_exit()  # the runs train the same programs: compile them once
             for config in configs:  # (one run checks them itself before writing, without building twice)
-                prepare(config)
+                check_buildable(config)
         results = []
         for config in configs:
             result = run_experiment(config, time_per_step=times, loggers=args.log_to)

@@ -471,9 +471,10 @@ def validate(config: RunConfig) -> RunConfig:
         fail("run_name", config.run_name, "a plain folder name without path separators")
     if config.target_accuracy is None:
         config = dataclasses.replace(config, target_accuracy=DEFAULT_TARGETS.get(config.dataset))
-    if config.target_accuracy is None and math.isinf(config.max_time) and config.max_updates is None:
-        fail("max_time", config.max_time, f"a finite time budget, or max_updates: dataset {config.dataset!r} has "
-                                          "no default target accuracy to stop at (or set target_accuracy)")
+    if config.target_accuracy is None and math.isinf(config.max_time) and not _count_budgets(config):
+        fail("max_time", config.max_time, f"a finite time budget, or max_updates, max_client_updates or "
+                                          f"max_client_steps: dataset {config.dataset!r} has no default target "
+                                          "accuracy to stop at (or set target_accuracy)")
     return config
 
 

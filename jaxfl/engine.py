@@ -442,15 +442,10 @@ class Engine:
         clients = np.array([r.client for r in members], dtype=np.int32)
         rounds = np.array([r.client_round for r in members], dtype=np.int32)
         lr_scales = np.array([r.lr_scale for r in members], dtype=np.float32)
-        by_client = lambda tree: self._to_mesh(tree, self._by_client)
         start_models = self.stack([self._versions[r.version] for r in members], padded)
-        stacked = by_client(start_models)
         home_views = self.views(clients)
-        views = by_client(home_views)
-        states = self._init(stacked, *by_client((jnp.asarray(first), jnp.asarray(clients), jnp.asarray(rounds),
-                                                 jnp.asarray(lr_scales))))
+        states, views = self._start_call(start_models, home_views, clients, rounds, lr_scales, first)
         executed = int(first.max(initial=0))
-        states = self._run_chunks(states, views, executed, padded)
         if pausing.any():
             states = self._on_home(states)
             states = states._replace(step=jnp.minimum(states.step, states.num_steps), num_steps=jnp.asarray(steps))
@@ -461,7 +456,7 @@ class Engine:
                 states = hook.on_pause(self, paused)
                 paused = paused._replace(states=states)
             more = int((steps - first).max(initial=0))
-            states = self._run_chunks(by_client(states), views, more, padded)
+            states = self._run_chunks(self._to_mesh(states, self._by_client), views, more, padded)
             executed += more
         states = self._on_home(states)
         deltas, metrics = self._finish(start_models, states)
@@ -483,6 +478,17 @@ class Engine:
         self.stats.clients_trained += count
         self.stats.useful_steps += int(steps.sum())
         self.stats.executed_steps += executed * padded
+
+    def _start_call(self, start_models: PyTree, home_views: ClientView, clients: np.ndarray, rounds: np.ndarray,
+                    lr_scales: np.ndarray, steps: np.ndarray) -> tuple[Any, ClientView]:
+        """Begin a padded training call: each row's local state from its stacked start model, placed by
+        client, run for its ``steps`` (the rows' int32 clients, rounds and steps, float32 lr scales).
+        Returns the states, still placed by client, and the rows' placed data views."""
+        by_client = lambda tree: self._to_mesh(tree, self._by_client)
+        views = by_client(home_views)
+        states = self._init(by_client(start_models), *by_client((jnp.asarray(steps), jnp.asarray(clients),
+                                                                 jnp.asarray(rounds), jnp.asarray(lr_scales))))
+        return self._run_chunks(states, views, int(steps.max(initial=0)), len(clients)), views
 
     # ----------------------------------------------------------------- aggregation
     def results_sum(self, records: Sequence[DispatchRecord], coefficients: dict, field: str = "deltas") -> PyTree:
@@ -645,19 +651,20 @@ class Engine:
             chunk = slice(start, start + size)
             members = len(clients[chunk])
             padded = self.plan.call_size(members)
-            pad = lambda values, fill, dtype: jnp.asarray(np.array(list(values[chunk]) + [fill] * (padded - members),
-                                                                   dtype=dtype))
-            client_ids = np.array(list(clients[chunk]) + [clients[start]] * (padded - members), dtype=np.int32)
-            counts = pad(steps, 0, np.int32)
-            by_client = lambda tree: self._to_mesh(tree, self._by_client)
+            pad = lambda values, fill, dtype: np.array(list(values[chunk]) + [fill] * (padded - members), dtype=dtype)
+            client_ids = pad(clients, clients[start], np.int32)
             start_models = self.stack([params] * padded, padded)
-            states = self._init(by_client(start_models), *by_client((counts, jnp.asarray(client_ids),
-                                                                     pad(client_rounds, 0, np.int32),
-                                                                     pad(lr_scales, 1.0, np.float32))))
-            states = self._run_chunks(states, by_client(self.views(client_ids)), int(counts.max()), padded)
+            states, _ = self._start_call(start_models, self.views(client_ids), client_ids,
+                                         pad(client_rounds, 0, np.int32), pad(lr_scales, 1.0, np.float32),
+                                         pad(steps, 0, np.int32))
             deltas, _ = self._finish(start_models, self._on_home(states))
             parts.append(jax.tree.map(lambda leaf: leaf[:members], deltas))
         return parts[0] if len(parts) == 1 else jax.tree.map(lambda *leaves: jnp.concatenate(leaves), *parts)
+
+    @property
+    def aggregated_steps(self) -> int:
+        """Local steps in the updates aggregated so far: the simulation's client-step budget reads it."""
+        return self.stats.aggregated_steps
 
     def set_client_metrics(self, dispatch_id: int, values: dict) -> None:
         """Add diagnostics of a dispatch (e.g. a weight a hook computed) to its client metrics."""

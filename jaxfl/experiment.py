@@ -44,7 +44,7 @@ import optax
 from jaxfl import checkpoint, resume
 from jaxfl.loggers import check_loggers, open_loggers
 from jaxfl.algorithms import build, device_hooks
-from jaxfl.config import ConfigError, DataConfig, RunConfig, fail, validate
+from jaxfl.config import ConfigError, DataConfig, RunConfig, _count_budgets, fail, validate
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
 from jaxfl.data.augment import AUGMENTED, dataset_family, make_augment, make_preprocess
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
@@ -338,7 +338,7 @@ class _Recorder:
             return
         sim = self.simulation
         done = 100.0 * budget_fraction(self.config, virtual_time, sim.version, sim.client_updates_aggregated,
-                                       sim.aggregated_steps or 0)
+                                       sim.aggregated_steps)
         self.progress.update(max(0.0, done - self.progress.n))
 
     def on_version(self, virtual_time: float, version: int, params) -> str | None:
@@ -465,10 +465,27 @@ def prepare(config: RunConfig, *, data=None, model=None, init_params=None):
     a ``module:object`` ``config.model`` is imported. ``init_params`` replace the model's
     initialisation as version 0 (:func:`jaxfl.user_inputs.match_init_params` checks them).
     """
-    dataset = None
-    if data is not None:
-        config, dataset = _user_data(config, data)
-    config = validate(config)
+    config, dataset = _user_data(config, data)
+    return _prepare(validate(config), dataset, model, init_params)
+
+
+def check_buildable(config: RunConfig) -> None:
+    """:func:`prepare` as a check before any of several runs starts (a comparison, a sweep): raises what
+    ``config``'s run would raise while building its data and model. Its warnings are left to the run
+    itself, which gives each once.
+
+    >>> from jaxfl.config import RunConfig
+    >>> check_buildable(RunConfig(model="no_such_model"))
+    Traceback (most recent call last):
+    jaxfl.config.ConfigError: model='no_such_model' is not allowed: one of ...
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prepare(config)
+
+
+def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params=None):
+    """:func:`prepare` of a validated ``config`` that names its data (``dataset``: the user's, or None to load it)."""
     if model is None and config.model not in MODELS and is_model_reference(config.model):
         model = load_model_reference(config.model)  # before the data: a bad reference costs nothing
     if model is not None:
@@ -548,8 +565,11 @@ def _loadable(name: str) -> bool:
     return name in DATASETS or name.startswith(DATASET_PREFIXES)
 
 
-def _user_data(config: RunConfig, data) -> tuple[RunConfig, Dataset]:
-    """``run_experiment(config, data=...)``: the checked Dataset, and the config naming it and its fingerprint."""
+def _user_data(config: RunConfig, data) -> tuple[RunConfig, Dataset | None]:
+    """``run_experiment(config, data=...)``: the checked Dataset, and the config naming it and its fingerprint
+    (unchanged and None without ``data``). The data's name decides defaults, so it comes before validation."""
+    if data is None:
+        return config, None
     name = data.name if isinstance(data, Dataset) else "user"
     if config.dataset not in (DataConfig.dataset, name):  # the default, or the name a run recorded
         raise ConfigError(f"dataset={config.dataset!r} names a dataset to load, but data= was passed too: leave "
@@ -734,16 +754,39 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     that receive every metrics row as it is written; they do not change the run.
     """
     loggers = check_loggers(loggers)
+    user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
+                      time_per_step=time_per_step, loss=loss, metrics=metrics)
+    recorded = None
+    if resume_dir is not None:  # it continues from a checkpoint: with none to continue from it is refused here
+        resume.candidates(resume_dir, warn=False)
+        recorded = _recorded_inputs(resume_dir)
+    config, dataset, user = _with_inputs(config, data, user, resume_dir, recorded)
+    # The one validation of the run (its warnings are given once): of the config naming the user's
+    # data and objects, whose names decide defaults and which settings are read.
+    return _experiment(validate(config), dataset, user, resume_dir, loggers, recorded)
+
+
+def _with_inputs(config: RunConfig, data, user: UserInputs, resume_dir: str | None,
+                 recorded: dict | None) -> tuple[RunConfig, Dataset | None, UserInputs]:
+    """``config`` naming the user's data and objects (``<user: ...>``), the user's data checked (or None),
+    and, for a resume, ``user`` checked against what the run ``recorded`` (its speeds read back)."""
+    if resume_dir is not None:  # the objects the run was made with, again; its speeds from its folder
+        user = user.for_resume(resume_dir, recorded)
+    config, dataset = _user_data(config, data)
+    return user.label(config), dataset, user
+
+
+def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, resume_dir: str | None,
+                loggers: list, recorded: dict | None) -> RunResult:
+    """:func:`run_experiment` of a validated ``config`` naming its data and ``user``'s objects
+    (``recorded``: a resumed run's record of them, read with its config)."""
     if loggers and config.timing_only:
         raise ValueError("loggers receive metrics rows, and a timing-only run evaluates nothing: drop the "
                          "loggers (--log-to) or run without timing_only")
-    user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
-                      time_per_step=time_per_step, loss=loss, metrics=metrics)
-    if resume_dir is not None:  # the objects the run was made with, again; its speeds from its folder
-        user = user.for_resume(resume_dir, _recorded_inputs(resume_dir), checkpoint.latest(resume_dir) is not None)
-    user = user.check(validate(config))
-    config = user.label(config)  # unvalidated: prepare() resolves the defaults for the data it is given
-    config, dataset, federation, model, params = prepare(config, data=data, model=user.model, init_params=user.init_params)
+    user = user.check(config)
+    config, dataset, federation, model, params = _prepare(config, dataset, user.model, user.init_params)
+    if resume_dir is not None:
+        user.check_resumed(resume_dir, recorded, params)
     user = dataclasses.replace(user, metric_names=user.check_functions(dataset.num_classes))
     scratch = None
     if jax.process_count() > 1:  # jaxfl.cluster: process 0 writes the run; the others a scratch folder
@@ -804,7 +847,6 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                           user_inputs=user.record(params))
     else:
         run_dir = resume_dir
-        user.check_resumed(run_dir, _recorded_inputs(run_dir), params)
         _, saved, device_tree = resume.load_checkpoint(run_dir, config, engine)
 
     progress = _progress_bar(config, algorithm.name)
@@ -930,8 +972,7 @@ def _progress_bar(config: RunConfig, name: str):
         return None
     from tqdm.auto import tqdm
 
-    if math.isinf(config.max_time) and config.max_updates is None and config.max_client_updates is None \
-            and config.max_client_steps is None:
+    if math.isinf(config.max_time) and not _count_budgets(config):
         return tqdm(desc=name, unit="updates", leave=True)
     return tqdm(total=100, desc=name, leave=True,
                 bar_format="{desc}: {percentage:3.0f}% of the budget|{bar}| [{elapsed}<{remaining}{postfix}]")
@@ -1074,7 +1115,8 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
                       time_per_step=None,
                       loss=None,
                       metrics=None,
-                      loggers=None) -> RunResult:
+                      loggers=None,
+                      spelling=None) -> RunResult:
     """Continue the run in ``run_dir`` from its newest readable checkpoint (``jaxfl run --resume RUN_DIR``).
 
     The run keeps the config it was started with: ``overrides`` (config-file names, as flags give
@@ -1087,23 +1129,26 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     A run made with Python objects (``run_experiment(model=..., client_optimizer=..., loss=...,
     metrics=...)``) needs them again, and is refused with the list of what is missing; the speeds
     array is read back from the run directory (``time_per_step``, if given, must equal it);
-    ``init_params`` are needed only when the run has no checkpoint yet (and, if given, must be the
-    run's). ``loggers`` as in :func:`run_experiment` (they see the rows from the checkpoint on).
+    ``init_params`` are not needed (the checkpoint holds the model) and, if given, must be the run's. ``loggers`` as in :func:`run_experiment` (they see the rows from the checkpoint on).
+    ``spelling(name, value)`` writes a refused override as the user gave it (``jaxfl run --resume``:
+    as its flag).
 
     >>> resume_experiment("/tmp/jaxfl-doc/no-such-run")
     Traceback (most recent call last):
     jaxfl.resume.ResumeError: cannot resume '/tmp/jaxfl-doc/no-such-run': no such directory
     """
-    config = resume.read_run_config(run_dir)
     overrides = dict(overrides or {})
-    progress = overrides.pop("progress", progress)
-    resume.refuse_changes(config, overrides)
+    # config.json read once and the config validated once, here
+    config, recorded = resume.read_run(run_dir, progress=overrides.pop("progress", progress))
+    resume.refuse_changes(config, overrides, spelling)
     resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
-    if progress is not None:
-        config = dataclasses.replace(config, progress=progress)
-    return run_experiment(config, resume_dir=run_dir, data=data,
-                          model=model, client_optimizer=client_optimizer, init_params=init_params,
-                          time_per_step=time_per_step, loss=loss, metrics=metrics, loggers=loggers)
+    loggers = check_loggers(loggers)
+    user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
+                      time_per_step=time_per_step, loss=loss, metrics=metrics)
+    # the run's config names its data and objects as the recorded run did (for_resume checks the
+    # objects' names against the record): it stays as validated
+    config, dataset, user = _with_inputs(config, data, user, run_dir, recorded)
+    return _experiment(config, dataset, user, run_dir, loggers, recorded)
 
 
 def _recorded_inputs(run_dir: str) -> dict:

@@ -113,6 +113,40 @@ def method_name(row: dict, method_columns: list[str]) -> str:
     return " ".join([str(row["algorithm"]), *own])
 
 
+@dataclasses.dataclass(frozen=True)
+class _Grouping:
+    """The results rows grouped once for the tables and the figures: ``cells[group values][method]``
+    the runs, groups and methods in order of appearance."""
+
+    columns: list[str]  # group_columns(rows): what a group's values are of
+    methods: list[str]
+    cells: dict[tuple, dict[str, list[dict]]]
+
+    def runs_by_method(self) -> dict[str, list[dict]]:
+        """Every group's runs of each method together."""
+        return {name: [run for cell in self.cells.values() for run in cell.get(name, [])] for name in self.methods}
+
+
+def _grouping(rows: list[dict]) -> _Grouping:
+    if not rows:
+        raise ValueError("the results table has no rows")
+    columns, method_columns = group_columns(rows), _method_columns(rows)
+    cells: dict[tuple, dict[str, list[dict]]] = {}
+    methods: dict[str, None] = {}
+    for row in rows:
+        name = method_name(row, method_columns)
+        methods[name] = None
+        cells.setdefault(tuple(row.get(column) for column in columns), {}).setdefault(name, []).append(row)
+    return _Grouping(columns, list(methods), cells)
+
+
+def _line_cells(lines: list[dict], groups: list[str]) -> tuple[list[tuple], list[str], dict[tuple, dict]]:
+    """The summary lines as table cells: the groups' values and the methods, in order of appearance,
+    and each ``(group values, method)``'s line."""
+    found = {(tuple(line.get(name) for name in groups), line["method"]): line for line in lines}
+    return list(dict.fromkeys(key for key, _ in found)), list(dict.fromkeys(method for _, method in found)), found
+
+
 def _group_label(key: tuple, columns: list[str]) -> str:
     return ", ".join(f"{name}={value if value is not None else MISSING}" for name, value in zip(columns, key)) or "all"
 
@@ -130,18 +164,16 @@ def summarise(rows: list[dict], reference: str = "fedavg") -> list[dict]:
     >>> [(r["method"], r["runs"], r["reached"], r["time_to_target_mean"], r["relative_time"]) for r in summarise(rows)]
     [('fedavg', 2, 2, 80.0, 1.0), ('fedbuff', 2, 1, None, None)]
     """
-    if not rows:
-        raise ValueError("the results table has no rows")
-    groups, methods = group_columns(rows), _method_columns(rows)
-    names = list(dict.fromkeys(method_name(row, methods) for row in rows))
-    if reference not in names:
-        raise ValueError(f"reference={reference!r} is not allowed: one of the sweep's methods ({', '.join(names)})")
-    cells: dict[tuple, dict[str, list[dict]]] = {}
-    for row in rows:
-        key = tuple(row.get(name) for name in groups)
-        cells.setdefault(key, {}).setdefault(method_name(row, methods), []).append(row)
+    return _summarise(_grouping(rows), reference)
+
+
+def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
+    if reference not in grouping.methods:
+        raise ValueError(f"reference={reference!r} is not allowed: one of the sweep's methods "
+                         f"({', '.join(grouping.methods)})")
+    groups = grouping.columns
     lines = []
-    for key, by_method in cells.items():
+    for key, by_method in grouping.cells.items():
         times = {}
         for name, runs in by_method.items():
             reached = [run["time_to_target"] for run in runs if run.get("time_to_target") is not None]
@@ -182,9 +214,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
     |---|---|
     | fedavg | 0.9000 ± 0.0000 |
     """
-    keys = list(dict.fromkeys(tuple(line.get(name) for name in groups) for line in lines))
-    methods = list(dict.fromkeys(line["method"] for line in lines))
-    found = {(tuple(line.get(name) for name in groups), line["method"]): line for line in lines}
+    keys, methods, found = _line_cells(lines, groups)
     header = "| method | " + " | ".join(_group_label(key, groups) for key in keys) + " |"
     rule = "|---|" + "---|" * len(keys)
 
@@ -229,17 +259,17 @@ def make_report(sweep_dir: str, reference: str = "fedavg", out: str | None = Non
     >>> # make_report("sweeps/x").markdown  (jaxfl report sweeps/x prints it)
     """
     rows = read_results(sweep_dir)
-    lines = summarise(rows, reference)  # a bad reference fails before anything is written
+    grouping = _grouping(rows)
+    lines = _summarise(grouping, reference)  # a bad reference fails before anything is written
     out = out or os.path.join(sweep_dir, "report")
     os.makedirs(out, exist_ok=True)
-    groups = group_columns(rows)
-    markdown = format_markdown(lines, groups, reference, _target_text(rows))
+    markdown = format_markdown(lines, grouping.columns, reference, _target_text(rows))
     markdown_path = os.path.join(out, "report.md")
     with open(markdown_path + ".tmp", "w") as handle:
         handle.write(markdown + "\n")
     os.replace(markdown_path + ".tmp", markdown_path)
     table = _write_csv(lines, os.path.join(out, "report.csv"))
-    drawn = _figures(rows, lines, sweep_dir, out) if figures else []
+    drawn = _figures(grouping, lines, sweep_dir, out) if figures else []
     return Report(markdown, markdown_path, table, lines, drawn)
 
 
@@ -255,22 +285,16 @@ def _run_dir(sweep_dir: str, row: dict) -> str:
     return path
 
 
-def _figures(rows: list[dict], lines: list[dict], sweep_dir: str, out: str) -> list[str]:
-    groups, methods = group_columns(rows), _method_columns(rows)
-    for row in rows:
-        _run_dir(sweep_dir, row)  # all there, or one line before any figure
-    by_group: dict[tuple, dict[str, list[dict]]] = {}
-    for row in rows:
-        by_group.setdefault(tuple(row.get(name) for name in groups), {}).setdefault(
-            method_name(row, methods), []).append(row)
+def _figures(grouping: _Grouping, lines: list[dict], sweep_dir: str, out: str) -> list[str]:
+    groups, by_group, by_method = grouping.columns, grouping.cells, grouping.runs_by_method()
+    for runs in by_method.values():
+        for row in runs:
+            _run_dir(sweep_dir, row)  # all there, or one line before any figure
     paths = [plot_accuracy_bands(runs_by_method, sweep_dir, os.path.join(
                  out, "accuracy.png" if len(by_group) == 1 else f"accuracy-{_slug(_group_label(key, groups))}.png"),
                  title=_group_label(key, groups))
              for key, runs_by_method in by_group.items()]
     paths.append(plot_time_to_target(lines, groups, os.path.join(out, "time_to_target.png")))
-    by_method: dict[str, list[dict]] = {}
-    for row in rows:
-        by_method.setdefault(method_name(row, methods), []).append(row)
     paths.append(plot_staleness(by_method, sweep_dir, os.path.join(out, "staleness.png")))
     from jaxfl.plot import plot_timeline
 
@@ -346,9 +370,7 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str) -> str:
 
     >>> # plot_time_to_target(summarise(rows), group_columns(rows), "time_to_target.png")
     """
-    keys = list(dict.fromkeys(tuple(line.get(name) for name in groups) for line in lines))
-    methods = list(dict.fromkeys(line["method"] for line in lines))
-    found = {(tuple(line.get(name) for name in groups), line["method"]): line for line in lines}
+    keys, methods, found = _line_cells(lines, groups)
     width = 0.8 / len(methods)
     import matplotlib
 

@@ -13,7 +13,7 @@ of its canonical JSON, in its ``config.json``. Resuming
   each field that differs with both values; this and a run without checkpoints are found before
   the data is loaded.
 
->>> record = config_record(RunConfig(algorithm="fedbuff", clients=4))
+>>> record = config_record(validate(RunConfig(algorithm="fedbuff", clients=4)))
 >>> record["algorithm"], record["clients"], "progress" in record
 ('fedbuff', 4, False)
 >>> differences(record, {**record, "clients": 6})
@@ -51,12 +51,16 @@ def config_record(config: RunConfig) -> dict[str, Any]:
     """The values that define a run, flat (``clients``, ``port.staleness_bound``) and JSON-typed.
 
     Every config field but :data:`MAY_DIFFER`, and the algorithm's resolved options under its
-    namespace; this is what a checkpoint stores and what a resume compares.
+    namespace; this is what a checkpoint stores and what a resume compares. ``config`` is validated
+    (:func:`~jaxfl.config.validate` resolves the defaults recorded: server_lr, target_accuracy, the
+    options), as a run holds it: validating it again here would repeat its warnings.
 
-    >>> config_record(RunConfig(algorithm="port"))["port.staleness_bound"]
+    >>> config_record(validate(RunConfig(algorithm="port")))["port.staleness_bound"]
     10.0
     """
-    config = validate(config)  # resolved: defaults filled in (server_lr, target_accuracy, the options)
+    if not dataclasses.is_dataclass(config.algorithm_options):
+        raise TypeError("config_record takes a validated config (jaxfl.config.validate(config)): this one's "
+                        f"algorithm options are unresolved ({config.algorithm_options!r})")
     values = {name: getattr(config, name) for name in FIELDS if name not in ("algorithm_options", *MAY_DIFFER)}
     options = config.algorithm_options
     space = algorithms.get(config.algorithm).option_namespace()
@@ -76,7 +80,7 @@ def canonical_json(record: Mapping[str, Any]) -> str:
 def digest(record: Mapping[str, Any]) -> str:
     """SHA-256 of :func:`canonical_json` of a config record.
 
-    >>> len(digest(config_record(RunConfig())))
+    >>> len(digest(config_record(validate(RunConfig()))))
     64
     """
     return hashlib.sha256(canonical_json(record).encode()).hexdigest()
@@ -84,9 +88,9 @@ def digest(record: Mapping[str, Any]) -> str:
 
 def checkpoint_config(config: RunConfig) -> dict[str, Any]:
     """What each checkpoint stores about its config (``config.json`` in its folder): the record and
-    its SHA-256, which also tells a damaged file from an edited run config.
+    its SHA-256, which also tells a damaged file from an edited run config. ``config`` is validated.
 
-    >>> stored = checkpoint_config(RunConfig(clients=4))
+    >>> stored = checkpoint_config(validate(RunConfig(clients=4)))
     >>> stored["config"]["clients"], stored["config_sha256"] == digest(stored["config"])
     (4, True)
     """
@@ -112,11 +116,14 @@ def differences(stored: Mapping[str, Any], current: Mapping[str, Any], holder: s
             if name not in stored or name not in current or stored[name] != current[name]]
 
 
-def read_run_config(run_dir: str) -> RunConfig:
-    """The validated config of a run directory, from its ``config.json``; :class:`ResumeError` (one
-    line) if the folder or the file is missing, unparsable, or not written by ``jaxfl run``.
+def read_run(run_dir: str, progress: bool | None = None) -> tuple[RunConfig, dict]:
+    """``(config, user_inputs)`` of a run directory from one read of its ``config.json``: the validated
+    config, and the record of what the run took besides it (:mod:`jaxfl.user_inputs`; empty if
+    nothing). :class:`ResumeError` (one line) if the folder or the file is missing, unparsable, or
+    not written by ``jaxfl run``. ``progress`` (not None) replaces the recorded one
+    (:data:`MAY_DIFFER`) before the validation.
 
-    >>> read_run_config("/nonexistent")
+    >>> read_run("/nonexistent")
     Traceback (most recent call last):
     jaxfl.resume.ResumeError: cannot resume '/nonexistent': no such directory
     """
@@ -134,26 +141,29 @@ def read_run_config(run_dir: str) -> RunConfig:
     if not isinstance(values, dict):
         raise ResumeError(f"cannot resume {run_dir!r}: config.json was not written by jaxfl run (it has no "
                           f"'config' mapping of the run's fields)")
+    if progress is not None:
+        values = {**values, "progress": progress}
     try:
-        return config_from_mapping(values)
+        return config_from_mapping(values), written.get("user_inputs", {})
     except (ConfigError, TypeError, ValueError) as error:
         raise ResumeError(f"cannot resume {run_dir!r}: config.json does not hold a valid run config: "
                           f"{_first_line(error)}") from None
 
 
-def refuse_changes(config: RunConfig, overrides: Mapping[str, Any],
-                   spelling=lambda name, value: f"{name}={_show(value)}") -> None:
-    """Raise :class:`ResumeError` naming every value in ``overrides`` that would change ``config``.
+def refuse_changes(config: RunConfig, overrides: Mapping[str, Any], spelling=None) -> None:
+    """Raise :class:`ResumeError` naming every value in ``overrides`` that would change ``config`` (validated).
 
     ``overrides`` uses config-file names (``clients``, ``client.local_steps`` tables, ``port.alpha``);
     values equal to the run's and :data:`MAY_DIFFER` fields pass. ``spelling(name, value)`` writes a
-    refused value as the user gave it (the CLI: ``--local-steps 6``).
+    refused value as the user gave it (the CLI: ``--local-steps 6``; by default ``local_steps=6``).
 
-    >>> refuse_changes(RunConfig(algorithm="fedbuff", clients=4), {"clients": 4})  # the same: accepted
-    >>> refuse_changes(RunConfig(algorithm="fedbuff", clients=4), {"clients": 6, "progress": False})
+    >>> run = validate(RunConfig(algorithm="fedbuff", clients=4))
+    >>> refuse_changes(run, {"clients": 4})  # the same: accepted
+    >>> refuse_changes(run, {"clients": 6, "progress": False})
     Traceback (most recent call last):
     jaxfl.resume.ResumeError: a resumed run keeps the config it was started with (only progress may differ), but these would change it: clients=6 (the run has 4); start a new run to change them
     """
+    spelling = spelling or (lambda name, value: f"{name}={_show(value)}")
     fields, options = split_algorithm_options(dict(overrides))
     table = fields.pop("algorithm_options", None) or {}
     space = _namespace(fields.get("algorithm", config.algorithm))
@@ -165,7 +175,9 @@ def refuse_changes(config: RunConfig, overrides: Mapping[str, Any],
         if name.replace("-", "_") in MAY_DIFFER:
             continue
         try:  # one value at a time, so each refusal names the value that changes the run
-            changed = config_record(config_from_mapping({name: value}, base=config)) != record
+            with warnings.catch_warnings():  # the run's own warnings, given when its config was validated
+                warnings.simplefilter("ignore")
+                changed = config_record(config_from_mapping({name: value}, base=config)) != record
         except ConfigError:  # invalid on top of the run's config: certainly not the run's value
             changed = True
         if changed:
@@ -249,9 +261,9 @@ def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> No
 
 def check_config(run_dir: str, config: RunConfig) -> None:
     """Before any work: :class:`ResumeError` if the run has no checkpoint, or if its newest checkpoint
-    with a readable stored config was written under another config than ``config``.
+    with a readable stored config was written under another config than ``config`` (validated).
 
-    >>> check_config("/nonexistent-run", RunConfig())
+    >>> check_config("/nonexistent-run", validate(RunConfig()))
     Traceback (most recent call last):
     jaxfl.resume.ResumeError: cannot resume '/nonexistent-run': it has no checkpoints/ folder (deleted, or the run was killed before its first checkpoint); nothing to resume from: start the run again
     """
@@ -268,7 +280,7 @@ def check_config(run_dir: str, config: RunConfig) -> None:
 
 def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict, dict]:
     """``(folder, state, device tree)`` of the newest checkpoint of ``run_dir`` that reads back
-    completely, after checking that it was written under ``config``.
+    completely, after checking that it was written under ``config`` (validated).
 
     Each unreadable checkpoint (a damaged ``config.json``, a corrupt or missing ``state.pkl`` or
     orbax data) is skipped with a :class:`ResumeWarning`; none readable, or one written under

@@ -195,10 +195,12 @@ def expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[str
     >>> notes
     ['buffer_size applies only to the cells that read it (algorithm=fedbuff)']
     """
-    base = _flat(base, "sweep base") if base else {}
-    grid = _check_grid(grid)
-    for name in grid:
-        base.pop(name, None)  # an axis replaces the base's value
+    return _expand(_flat(base, "sweep base") if base else {}, _check_grid(grid), sweep_dir)
+
+
+def _expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[str]]:
+    """:func:`expand` of a flat ``base`` (:func:`_flat`) and a checked ``grid`` (:func:`_check_grid`)."""
+    base = {name: value for name, value in base.items() if name not in grid}  # an axis replaces the base's value
     axes = list(grid)
     cells, seen, dropped, applies = [], set(), set(), {}
     from jaxfl.experiment import run_name
@@ -269,7 +271,7 @@ def _prepare_all(cells: list[Cell]) -> None:
     """Build every distinct data set, split and model once, before the first run: what only the
     data can tell (a model that does not fit its images, too few samples for the clients) fails
     here, not after hours of other cells."""
-    from jaxfl.experiment import prepare
+    from jaxfl.experiment import check_buildable
 
     done = set()
     for cell in cells:
@@ -279,7 +281,7 @@ def _prepare_all(cells: list[Cell]) -> None:
             continue
         done.add(key)
         try:
-            prepare(config)
+            check_buildable(config)
         except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
             raise type(error)(f"sweep cell {cell.index} ({cell.label()}): {error}") from None
 
@@ -382,9 +384,9 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
 
     if isinstance(base, RunConfig):
         base = base_mapping(base)
-    cells, notes = expand(dict(base), grid, sweep_dir)
     base = _flat(dict(base), "sweep base") if base else {}
     grid = _check_grid(grid)
+    cells, notes = _expand(base, grid, sweep_dir)
     states = {cell.index: cell_state(cell.run_dir) for cell in cells}
     if any(state != "finished" for state in states.values()):
         _prepare_all([cell for cell in cells if states[cell.index] != "finished"])

@@ -34,6 +34,7 @@ _OBJECTS = ("model", "client_optimizer", "loss", "metrics")  # Python objects: g
 
 
 def _short(obj) -> str:
+    """``repr(obj)`` cut to 60 characters, for one-line errors about a user's object."""
     text = repr(obj)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -339,14 +340,14 @@ class UserInputs:
         if self.time_per_step is not None:
             np.save(os.path.join(run_dir, TIME_PER_STEP_FILE), self.time_per_step, allow_pickle=False)
 
-    def for_resume(self, run_dir: str, recorded: dict, has_checkpoint: bool) -> "UserInputs":
+    def for_resume(self, run_dir: str, recorded: dict) -> "UserInputs":
         """These inputs checked against what the run in ``run_dir`` recorded; the speeds come from its
-        ``client_time_per_step.npy`` when not given. One ``ValueError`` lists everything missing."""
+        ``client_time_per_step.npy`` when not given. One ``ValueError`` lists everything missing.
+        ``init_params`` are never missing: a resume continues from a checkpoint, which holds the model
+        (a run without one is refused, :mod:`jaxfl.resume`); given, they must be the run's."""
         from jaxfl.models import user_label
 
         missing = [name for name in _OBJECTS if name in recorded and getattr(self, name) is None]
-        if "init_params_sha256" in recorded and self.init_params is None and not has_checkpoint:
-            missing.append("init_params")  # without a checkpoint the run restarts from version 0
         if missing:
             raise ValueError(f"run {run_dir!r} was made with {', '.join(missing)} given as Python objects: pass "
                              f"{', '.join(f'{name}=...' for name in missing)} to resume_experiment")

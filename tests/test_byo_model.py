@@ -245,6 +245,27 @@ def test_resume_needs_the_objects_again(tiny):
     assert resumed.summary["resumes"] == 1 and resumed.summary["global_updates"] == 2
 
 
+def test_a_resume_of_a_run_given_init_params_follows_the_checkpoint_it_can_use(tiny):
+    """The checkpoint holds the model, so a resume needs no init_params, also when checkpoints/latest
+    names a deleted checkpoint and an older one is used; with none left it is refused as having none."""
+    from jaxfl.resume import ResumeError, ResumeWarning
+
+    config = replace(tiny, model="logreg", max_updates=2, checkpoint_every=1)
+    result = run_experiment(config, init_params=prepare(config)[4])
+    root = os.path.join(result.run_dir, "checkpoints")
+    shutil.rmtree(os.path.join(root, "ckpt-000002"))  # latest dangles; ckpt-000001 reads back
+    with pytest.warns(ResumeWarning, match="latest names ckpt-000002, which does not exist; trying ckpt-000001"):
+        resumed = resume_experiment(result.run_dir)
+    assert resumed.summary["resumes"] == 1 and resumed.summary["global_updates"] == 2
+    for name in os.listdir(root):
+        if name.startswith("ckpt-"):
+            shutil.rmtree(os.path.join(root, name))  # latest dangles and nothing else is left
+    for resume in (lambda: resume_experiment(result.run_dir),
+                   lambda: run_experiment(config, resume_dir=result.run_dir)):
+        with pytest.raises(ResumeError, match="nothing to resume from"):
+            resume()
+
+
 @pytest.mark.slow
 def test_cli_module_object_model_and_resume_in_a_fresh_process(tmp_path, monkeypatch):
     (tmp_path / "byo_cli_models.py").write_text(

@@ -2,9 +2,11 @@
 config.json, flags that change the run, a dangling ``latest``, a deleted ``checkpoints/``, a foreign
 config.json, a corrupt state.pkl and corrupt orbax data each get a one-line message (and a fallback
 to the previous checkpoint where one reads back), from Python and from ``jaxfl run --resume``."""
+import builtins
 import json
 import os
 import pathlib
+import pickle
 import shutil
 
 import pytest
@@ -41,10 +43,10 @@ def logs(run_dir: str) -> dict:
 @pytest.fixture
 def no_work(monkeypatch):
     """Fail the test if the run's data and model are built: refusals come before any work."""
-    def prepare(config):
+    def prepare(*args, **kwargs):
         raise AssertionError("resume started work before refusing")
 
-    monkeypatch.setattr(experiment, "prepare", prepare)
+    monkeypatch.setattr(experiment, "_prepare", prepare)
 
 
 def cli_refusal(capsys, *args) -> str:
@@ -185,3 +187,36 @@ def test_no_readable_checkpoint_is_a_one_line_error(finished, tmp_path, capsys):
     assert "ckpt-000002: state.pkl unreadable" in message and "\n" not in message
     assert "no checkpoint reads back" in cli_refusal(capsys, run)
     assert logs(run) == before
+
+
+def test_a_resume_reads_the_runs_config_json_once(finished, tmp_path, monkeypatch):
+    run = copy_run(finished, tmp_path)
+    path, opened, real_open = os.path.abspath(os.path.join(run, "config.json")), [], builtins.open
+
+    def counting_open(file, *args, **kwargs):  # the real open, counting the opens of config.json
+        if isinstance(file, (str, os.PathLike)) and os.path.abspath(file) == path:
+            opened.append(file)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    assert resume_experiment(run, progress=False).summary["resumes"] == 1
+    assert len(opened) == 1
+
+
+def test_a_checkpoint_without_the_simulations_step_count_resumes_to_the_same_run(tmp_path):
+    """Older checkpoints' simulations hold no client-step count (it is the engine's): the client-step
+    budget still stops the resumed run where the uninterrupted one stopped."""
+    config = RunConfig(**{**FLAGS, "max_updates": 6, "max_client_steps": 12}, output_dir=str(tmp_path))
+    full = run_experiment(config)
+    assert full.summary["stop_reason"] == "client-step budget" and full.summary["global_updates"] == 3
+    run = shutil.copytree(full.run_dir, str(tmp_path / "old"))
+    shutil.rmtree(os.path.join(run, "checkpoints", "ckpt-000003"))  # resume from update 2
+    state_path = os.path.join(run, "checkpoints", "ckpt-000002", "state.pkl")
+    with open(state_path, "rb") as handle:
+        state = pickle.load(handle)
+    state["simulation"].__dict__.pop("aggregated_steps", None)  # as a checkpoint from before the budgets
+    with open(state_path, "wb") as handle:
+        pickle.dump(state, handle)
+    with pytest.warns(ResumeWarning, match="trying ckpt-000002"):
+        resumed = resume_experiment(run, progress=False)
+    assert_same_run(full, resumed, "resumed from a checkpoint without the simulation's step count")

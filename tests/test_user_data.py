@@ -95,7 +95,7 @@ def _one_line(message: str) -> str:
     ("mixed_dtypes", {}, ValueError, r"x_train is float32 but x_test uint8"),
     ("big_ints", {}, ValueError, r"must lie in 0..255, got 0..499 \(pass floats"),
     ("ok", {"dataset": "fashion_mnist"}, ConfigError, r"dataset='fashion_mnist' names a dataset to load, but data="),
-    ("ok", {"data_dir": "/tmp"}, ConfigError, r"data_dir='/tmp' is not allowed: leave it unset"),
+    ("ok", {"data_dir": "/tmp"}, ConfigError, r"data_dir='/tmp' is not read when data= is given: leave it unset"),
     ("ok", {"num_classes": 1}, ValueError, r"num_classes=1 is not allowed: an integer >= 2"),
     ("mapping_typo", {}, ValueError, r"missing \['test_y'\], unknown \['ytest'\]"),
 ])
@@ -199,6 +199,8 @@ def test_a_dataset_without_a_known_target_has_none():
     assert validate(RunConfig(dataset="fashion_mnist")).target_accuracy == 0.8
     with pytest.raises(ConfigError, match="max_time=inf.*has no default target accuracy to stop at"):
         validate(RunConfig(dataset="synthetic", max_time=float("inf")))
+    for budget in ("max_updates", "max_client_updates", "max_client_steps"):  # any count budget ends the run
+        assert validate(RunConfig(dataset="synthetic", max_time=float("inf"), **{budget: 3})).target_accuracy is None
 
 
 # --------------------------------------------------------------------------- normalisation

@@ -37,6 +37,10 @@ def _shortcut_a(x: jax.Array, features: int, strides: int) -> jax.Array:
 
 
 class _ResNet20Block(nn.Module):
+    """:class:`~jaxfl.models.resnet.BasicBlock`'s main path with the option-A shortcut
+    (:func:`_shortcut_a`, no parameters) where BasicBlock projects (1x1 conv + norm): ResNet-20's
+    parameter count depends on it, so the two blocks stay apart."""
+
     features: int
     strides: int = 1
 

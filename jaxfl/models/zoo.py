@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxfl.config import USER_PREFIX, is_object_reference
+from jaxfl.user_inputs import _short
 from jaxfl.models.cifar import VGG11, VGG16, AlexNet, ResNet20
 from jaxfl.models.cnn import MLP, CCFedAvgCNN, CCFedAvgMLP, ExampleCNN, FedASMUCNN, LeNet5, LogReg, MnistCNN
 from jaxfl.models.resnet import ResNet18, ResNet18GN
@@ -203,11 +204,6 @@ def _arguments(function) -> tuple[set[str], list[str]] | None:
 
 def _name(obj) -> str:
     return getattr(obj, "__qualname__", None) or type(obj).__name__
-
-
-def _short(obj) -> str:
-    text = repr(obj)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_model_object(model: Any, label: str = "model") -> str:

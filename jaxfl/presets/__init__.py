@@ -89,10 +89,11 @@ def preset_argv(name: str) -> list[str]:
     return argv
 
 
-def preset_for_algorithm(name: str, algorithm: str) -> tuple[dict, dict, list[str]]:
+def preset_for_algorithm(name: str, algorithm: str, values: dict | None = None) -> tuple[dict, dict, list[str]]:
     """``(fields, options, left_out)``: preset ``name``'s run fields and ``algorithm``'s options table
     as they apply to ``algorithm``, and the preset settings left out because ``algorithm`` never
     reads them (the paper's baselines' settings when the method runs, and the reverse).
+    ``values``: the preset's :func:`preset_values`, if already read (one read for several algorithms).
 
     >>> fields, options, left_out = preset_for_algorithm("port-mnist", "fedbuff")
     >>> fields["buffer_size"], options, left_out
@@ -102,15 +103,13 @@ def preset_for_algorithm(name: str, algorithm: str) -> tuple[dict, dict, list[st
     """
     from jaxfl import algorithms as registry
 
-    fields, options = split_algorithm_options(preset_values(name))
+    fields, options = split_algorithm_options(preset_values(name) if values is None else values)
     fields.pop("algorithm", None)
     try:
         cls = registry.get(algorithm)
     except KeyError as error:
         raise ConfigError(f"algorithm={algorithm!r} is not allowed: {error.args[0]}") from None
     left_out = fields_not_read_by(cls, fields)
-    if fields.get("concurrency") is not None and not cls.uses_concurrency:
-        left_out.append("concurrency")
     own = options.pop(cls.option_namespace(), {})
     left_out += [f"[{space}] options" for space in options]
     return {key: value for key, value in fields.items() if key not in left_out}, own, left_out

@@ -186,7 +186,9 @@ class Backend(Protocol):
     """The numerical side, implemented by :class:`jaxfl.engine.Engine`.
 
     Optional: ``on_fetch(record)`` (a pausing dispatch got its fresh model) and
-    ``on_recall(record)`` (a dispatch was recalled: it now trains fewer ``record.steps``)."""
+    ``on_recall(record)`` (a dispatch was recalled: it now trains fewer ``record.steps``).
+    Read only when a run sets ``max_client_steps``: ``aggregated_steps``, the local steps of the
+    updates aggregated so far (the backend counts them anyway, as its record of the work)."""
 
     def on_dispatch(self, record: DispatchRecord) -> None: ...
 
@@ -312,7 +314,6 @@ class Simulation:
         self._log = log or (lambda row: None)
         self.wall_clock = wall_clock
         self._stop_requested: str | None = None  # the backend's reason
-        self.aggregated_steps = 0  # local steps in aggregated updates (the client-step budget's unit)
 
     def __setstate__(self, state: dict) -> None:
         """Checkpoints written before the client budgets existed restore with those off."""
@@ -320,11 +321,15 @@ class Simulation:
         state.setdefault("max_client_steps", None)
         state.setdefault("wall_clock", None)
         state.setdefault("client_lr_decay", 1.0)
-        if "aggregated_steps" not in state:  # the records that count them may be forgotten: rebuilt lazily
-            state["aggregated_steps"] = None
+        state.pop("aggregated_steps", None)  # a copy of the backend's count that earlier checkpoints kept
         if state.get("_stop_requested") is False:
             state["_stop_requested"] = None
         self.__dict__.update(state)
+
+    @property
+    def aggregated_steps(self) -> int:
+        """Local steps in the aggregated updates (the client-step budget's unit), as the backend counts them."""
+        return self.backend.aggregated_steps
 
     @property
     def client_updates_aggregated(self) -> int:
@@ -494,8 +499,6 @@ class Simulation:
             record.aggregated_in = self.version
             self._counts[ARRIVED] -= 1
             self._counts[AGGREGATED] += 1
-        if self.aggregated_steps is not None:
-            self.aggregated_steps += sum(record.steps for record in records)
         stop = self.backend.on_aggregate(aggregation, records)
         if stop:
             self._stop_requested = stop if isinstance(stop, str) else "stopped by the backend"
@@ -598,8 +601,7 @@ class Simulation:
             return "max_updates"
         if self.max_client_updates is not None and self.client_updates_aggregated >= self.max_client_updates:
             return "max_client_updates"
-        if self.max_client_steps is not None and self.aggregated_steps is not None \
-                and self.aggregated_steps >= self.max_client_steps:
+        if self.max_client_steps is not None and self.aggregated_steps >= self.max_client_steps:
             return "max_client_steps"
         return None
 
