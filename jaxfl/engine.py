@@ -727,7 +727,8 @@ class Engine:
                 "previous_params": self.previous_params}
         if self.client_state.placement == "device" and self.client_state.keys:
             tree["client_state"] = self.client_state.arrays()
-        meta = {"client_state_placement": self.client_state.placement if self.client_state.keys else None,"fetches": dict(self._fetches), "version": self.version, "version_users": dict(self._version_users),
+        meta = {"client_state_placement": self.client_state.placement if self.client_state.keys else None,
+                "peak_client_rows_bytes": self.client_state.peak_rows_bytes,"fetches": dict(self._fetches), "version": self.version, "version_users": dict(self._version_users),
                 "version_keys": [str(v) for v in self._versions],
                 "batch_sizes": {k: b.size for k, b in batches.items()}, "placement": placement,
                 "client_metrics": dict(self._client_metrics), "pending": list(self._pending),
@@ -794,6 +795,7 @@ class Engine:
         self.state.update(tree.get("hooks", {}))
         if self.client_state.keys:  # saved in any placement, restored into this run's
             self.client_state.load(tree["client_state"])
+        self.client_state.peak_rows_bytes = meta.get("peak_client_rows_bytes", 0)
         self.previous_params = tree.get("previous_params", self.params)
         self._fetches = {int(d): v for d, v in meta.get("fetches", {}).items()}
         self.split_calls = meta["split_calls"]
