@@ -31,7 +31,7 @@ import logging
 import os
 import tempfile
 import warnings
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -84,6 +84,13 @@ def choose_placement(table_bytes: int, device_free: int | None, host_available: 
     return "memmap", f"{too_big} and > {HOST_FRACTION:.0%} of {host_available} bytes of available RAM"
 
 
+# Shared by every ClientState, so that engines built one after another (a comparison, a sweep) trace
+# and compile the gather and the scatter once per table shape and bucket.
+_gather = jax.jit(lambda tables, index: [table[index] for table in tables])
+_scatter = jax.jit(lambda tables, index, new: [table.at[index].set(value.astype(table.dtype), mode="drop")
+                                               for table, value in zip(tables, new)], donate_argnums=0)
+
+
 def _leaf_shapes(row: PyTree, num_clients: int) -> list[jax.ShapeDtypeStruct]:
     return [jax.ShapeDtypeStruct((num_clients,) + tuple(np.shape(leaf)), np.dtype(leaf.dtype))
             for leaf in jax.tree.leaves(row)]
@@ -96,14 +103,13 @@ class ClientState:
     ``placement`` is one of :data:`PLACEMENTS` (``"auto"`` chooses by :func:`choose_placement`);
     ``directory`` holds the memmap files (set later by :meth:`attach` when the run directory is
     made after the engine; a temporary folder if rows are touched before); ``device`` is where rows
-    go (the engine's home device); ``on_trace(name)`` counts compilations of the device gathers.
+    go (the engine's home device).
     """
 
     def __init__(self, rows: dict[str, dict[str, PyTree]], num_clients: int, placement: str = "auto",
-                 device=None, directory: str | None = None, on_trace: Callable[[str], None] | None = None):
+                 device=None, directory: str | None = None):
         self.num_clients = num_clients
         self.device = device or jax.local_devices()[0]
-        self._on_trace = on_trace or (lambda name: None)
         self._initial = {(hook, table): row for hook, tables in rows.items() for table, row in (tables or {}).items()}
         self._treedefs = {key: jax.tree.structure(row) for key, row in self._initial.items()}
         self.shapes = {key: _leaf_shapes(row, num_clients) for key, row in self._initial.items()}
@@ -118,7 +124,6 @@ class ClientState:
         self._tables: dict[tuple[str, str], list] | None = None
         self._directory = directory
         self._temporary = None
-        self._jitted: dict[str, Callable] = {}
         if self._initial:
             message = f"per-client state of {self.nbytes / 2**20:.1f} MiB placed on {placement} ({self.reason})"
             log.info(message)
@@ -168,12 +173,12 @@ class ClientState:
                 if self.placement == "device":
                     leaves.append(jax.device_put(jnp.broadcast_to(jnp.asarray(initial), shape.shape), self.device))
                     continue
-                if self.placement == "host":
-                    table = np.empty(shape.shape, shape.dtype)
-                else:
+                if self.placement == "host":  # zeros: pages the operating system gives only when written
+                    table = np.zeros(shape.shape, shape.dtype)
+                else:  # a new memmap reads as zeros too
                     table = np.lib.format.open_memmap(self._file(key, index), mode="w+", dtype=shape.dtype,
                                                       shape=shape.shape)
-                if self.placement == "host" or initial.any():  # a new memmap reads as zeros already
+                if initial.any():
                     for start, stop in self._chunks(shape):
                         table[start:stop] = initial
                 leaves.append(table)
@@ -198,8 +203,7 @@ class ClientState:
         if self.placement == "device":
             padded = np.zeros(bucket_size(len(clients)), np.int32)  # one compilation per bucket
             padded[:len(clients)] = clients
-            gathered = self._jit("client_rows", lambda tables, index: [t[index] for t in tables])(
-                leaves, jnp.asarray(padded))
+            gathered = _gather(leaves, jnp.asarray(padded))
             rows = [leaf[:len(clients)] for leaf in gathered] if len(padded) != len(clients) else gathered
         else:
             rows = [jax.device_put(np.take(leaf, clients, axis=0), self.device) for leaf in leaves]
@@ -221,22 +225,11 @@ class ClientState:
             if size != len(clients):
                 values = [jnp.concatenate([v, jnp.zeros((size - len(clients),) + v.shape[1:], v.dtype)])
                           for v in values]
-            store = self._jit("set_client_rows", lambda tables, index, new: [
-                t.at[index].set(v.astype(t.dtype), mode="drop") for t, v in zip(tables, new)], donate_argnums=0)
-            self._storage()[key] = store(leaves, jnp.asarray(index), values)
+            self._storage()[key] = _scatter(leaves, jnp.asarray(index), values)
             return
         values = jax.device_get(values)
         for leaf, value in zip(leaves, values):
             leaf[clients[valid]] = np.asarray(value)[valid].astype(leaf.dtype, copy=False)
-
-    def _jit(self, name: str, function: Callable, **options) -> Callable:
-        if name not in self._jitted:
-            def counted(*args):
-                self._on_trace(name)
-                return function(*args)
-
-            self._jitted[name] = jax.jit(counted, **options)
-        return self._jitted[name]
 
     # ------------------------------------------------------------------ checkpoints
     def arrays(self) -> dict[str, dict[str, PyTree]]:

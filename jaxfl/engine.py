@@ -161,7 +161,7 @@ class Engine:
         self.state: dict[str, PyTree] = {hook.name: hook.init(init_params, self.num_clients) for hook in self.hooks}
         # Per-client tables (``client_state``: auto, device, host or memmap), placed once for the run.
         self.client_state = ClientState({hook.name: hook.init_per_client(init_params) for hook in self.hooks},
-                                        self.num_clients, client_state, device=self.home, on_trace=self._count_trace)
+                                        self.num_clients, client_state, device=self.home)
         # Resource guard: bytes one client of a call needs (its start model, training state,
         # gradients and delta, plus activations), and the budget a call may use.
         state = jax.eval_shape(trainer.init, init_params, 0, jax.random.key(0))
