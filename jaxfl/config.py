@@ -174,7 +174,7 @@ class EngineConfig:
     devices: int | None = None  # local devices the client axis is sharded over (unset: all; a CPU's cores are devices)
     memory_limit_mb: float | None = None  # memory one training call may use, MiB (unset: what the device has free)
     timing_only: bool = False  # the schedule only: no training, no model on device (staleness, idle time, events/s)
-    client_state: str = "auto"  # where per-client algorithm state (CC-FedAvg's banks, FedASMU's tables) lives: auto (device while it fits 25% of the free device memory, else host RAM while it fits 50% of the available RAM, else a memmap under RUN_DIR/client_state) | device | host | memmap
+    client_state: str = "auto"  # per-client algorithm state (CC-FedAvg's banks): auto (device if it fits 25% of its free memory, else host RAM, else a memmap in the run dir) | device | host | memmap
 
 
 SECTIONS = {"data": DataConfig, "speeds": SpeedsConfig, "faults": FaultsConfig, "client": ClientConfig,

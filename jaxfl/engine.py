@@ -29,7 +29,8 @@ Hook state lives in ``state[hook.name]`` (one pytree per hook, created by the ho
 is checkpointed with the rest. State with a row per client (the hook's ``init_per_client``) lives in
 one :class:`~jaxfl.client_state.ClientState`, on the device while it fits and otherwise in host RAM
 or a memmap under ``RUN_DIR/client_state/`` (``client_state``); hooks gather and scatter only the
-rows of the clients at hand (``client_rows``/``set_client_rows``). ``previous_params`` is the global model before the last update.
+rows of the clients at hand (``client_rows``/``set_client_rows``). ``previous_params`` is the
+global model before the last update.
 The methods a hook may call form the hook API: ``params``, ``previous_params``, ``num_clients``,
 ``trainable``, ``delta``, ``start_model``, ``stack``, ``combine``, ``results_sum``,
 ``mean_buffers``, ``jit``, ``client_metrics``/``set_client_metrics``, ``trainer``, ``data``,
@@ -712,7 +713,8 @@ class Engine:
     def checkpoint_state(self) -> tuple[dict, dict]:
         """(device tree for orbax, plain metadata) holding everything needed to continue exactly:
         the global model and server state, kept versions, trained-but-unaggregated results, the
-        hooks' state, pending dispatch ids and counters."""
+        hooks' state (per-client tables too while on the device; on the host they are written as
+        files, :meth:`save_client_state_files`), pending dispatch ids and counters."""
         batches, placement = {}, {}
         for dispatch_id, (batch, index) in self._results.items():
             key = str(id(batch))
@@ -727,8 +729,9 @@ class Engine:
                 "previous_params": self.previous_params}
         if self.client_state.placement == "device" and self.client_state.keys:
             tree["client_state"] = self.client_state.arrays()
-        meta = {"client_state_placement": self.client_state.placement if self.client_state.keys else None,
-                "peak_client_rows_bytes": self.client_state.peak_rows_bytes,"fetches": dict(self._fetches), "version": self.version, "version_users": dict(self._version_users),
+        meta = {"fetches": dict(self._fetches), "version": self.version, "version_users": dict(self._version_users),
+                "client_state_placement": self.client_state.placement if self.client_state.keys else None,
+                "peak_client_rows_bytes": self.client_state.peak_rows_bytes,
                 "version_keys": [str(v) for v in self._versions],
                 "batch_sizes": {k: b.size for k, b in batches.items()}, "placement": placement,
                 "client_metrics": dict(self._client_metrics), "pending": list(self._pending),

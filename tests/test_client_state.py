@@ -50,16 +50,20 @@ def test_device_bytes_do_not_grow_with_the_federation_on_the_host(tmp_path):
     assert abs(peaks[500] - peaks[50]) < 10 * memory["model_bytes"]  # far less than the 450 models of the bank
 
 
-def test_memmap_placement_writes_under_the_run_dir_and_resumes_bit_identically(tmp_path, monkeypatch):
-    changes = dict(client_state="memmap", max_updates=6, checkpoint_every=2)
+@pytest.mark.parametrize("placement", ["host", "memmap"])
+def test_host_placements_checkpoint_the_tables_and_resume_bit_identically(tmp_path, monkeypatch, placement):
+    changes = dict(client_state=placement, max_updates=6, checkpoint_every=2)
     whole = cc_run(tmp_path, "whole", **changes)
-    files = sorted(os.listdir(os.path.join(whole.run_dir, "client_state")))
-    assert files and all(name.startswith("ccfedavg_banks.") and name.endswith(".npy") for name in files)
     saved = os.path.join(whole.run_dir, "checkpoints", "ckpt-000006", "client_state")
-    assert sorted(os.listdir(saved)) == files  # the checkpoint holds its own copy of the tables
-    for name in files:  # the final checkpoint equals the live tables at the end
-        np.testing.assert_array_equal(np.load(os.path.join(saved, name)),
-                                      np.load(os.path.join(whole.run_dir, "client_state", name)))
+    files = sorted(os.listdir(saved))  # the checkpoint holds its own copy of the tables
+    assert {tuple(name.split(".")[:2]) for name in files} == {("ccfedavg_banks", "delta"), ("ccfedavg_banks", "model")}
+    if placement == "memmap":  # the live tables are files under the run dir, equal to the final checkpoint's
+        assert sorted(os.listdir(os.path.join(whole.run_dir, "client_state"))) == files
+        for name in files:
+            np.testing.assert_array_equal(np.load(os.path.join(saved, name)),
+                                          np.load(os.path.join(whole.run_dir, "client_state", name)))
+    else:
+        assert not os.path.exists(os.path.join(whole.run_dir, "client_state"))
 
     import jaxfl.experiment as experiment
     original, seen = experiment._Checkpointer.save, {"saves": 0}
