@@ -173,12 +173,16 @@ class ClientState:
                 if self.placement == "device":
                     leaves.append(jax.device_put(jnp.broadcast_to(jnp.asarray(initial), shape.shape), self.device))
                     continue
-                if self.placement == "host":  # zeros: pages the operating system gives only when written
-                    table = np.zeros(shape.shape, shape.dtype)
-                else:  # a new memmap reads as zeros too
+                if self.placement == "host":
+                    # Written in full now, not left as lazily paged zeros: the memory is committed
+                    # before the run starts, and rows first touched mid-run would each pay a page
+                    # fault (measured on the 2-core VM: 32 rows of 0.8 MB gathered and scattered in
+                    # 90 ms on fresh zero pages, 6.5 ms on written ones; writing 1.5 GB took 0.25-1 s).
+                    table = np.empty(shape.shape, shape.dtype)
+                else:  # a new memmap reads as zeros; it may exceed RAM, so it is not written in full
                     table = np.lib.format.open_memmap(self._file(key, index), mode="w+", dtype=shape.dtype,
                                                       shape=shape.shape)
-                if initial.any():
+                if self.placement == "host" or initial.any():
                     for start, stop in self._chunks(shape):
                         table[start:stop] = initial
                 leaves.append(table)
