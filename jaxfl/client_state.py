@@ -110,6 +110,7 @@ class ClientState:
                  device=None, directory: str | None = None):
         self.num_clients = num_clients
         self.device = device or jax.local_devices()[0]
+        requested = placement
         self._initial = {(hook, table): row for hook, tables in rows.items() for table, row in (tables or {}).items()}
         self._treedefs = {key: jax.tree.structure(row) for key, row in self._initial.items()}
         self.shapes = {key: _leaf_shapes(row, num_clients) for key, row in self._initial.items()}
@@ -127,9 +128,9 @@ class ClientState:
         if self._initial:
             message = f"per-client state of {self.nbytes / 2**20:.1f} MiB placed on {placement} ({self.reason})"
             log.info(message)
-            if placement in ("host", "memmap") and not self.reason.endswith("asked for"):
+            if placement in ("host", "memmap") and requested == "auto":
                 warnings.warn(message, ClientStatePlacementWarning, stacklevel=3)
-        if placement != "memmap":
+        if placement != "memmap" or directory is not None:
             self._tables = self._allocate()
 
     # ------------------------------------------------------------------ placement
@@ -156,7 +157,7 @@ class ClientState:
             self._tables = self._allocate()
 
     def _storage(self) -> dict:
-        if self._tables is None:  # an engine used without a run directory
+        if self._tables is None:  # a memmap of an engine used without a run directory
             self._temporary = tempfile.TemporaryDirectory(prefix="jaxfl-client-state-")
             self._directory = self._temporary.name
             self._tables = self._allocate()
