@@ -797,6 +797,9 @@ class Engine:
         self.stats = EngineStats(**meta["stats"])
         self.state.update(tree.get("hooks", {}))
         if self.client_state.keys:  # saved in any placement, restored into this run's
+            if "client_state" not in tree:
+                raise ValueError("the checkpoint holds no per-client state for hooks "
+                                 f"{sorted({hook for hook, _ in self.client_state.keys})} (written by an older jaxfl?)")
             self.client_state.load(tree["client_state"])
         self.client_state.peak_rows_bytes = meta.get("peak_client_rows_bytes", 0)
         self.previous_params = tree.get("previous_params", self.params)
