@@ -4,6 +4,9 @@ Layout under ``RUN_DIR/checkpoints/``::
 
     ckpt-000012/device/     orbax: global model, server optimiser state, kept versions,
                             trained-but-unaggregated updates, the algorithm's device-hook state
+    ckpt-000012/client_state/
+                            per-client tables of the hooks as ``.npy`` files, when they live in host
+                            RAM or a memmap (on the device they go into the orbax tree)
     ckpt-000012/state.pkl   the simulation (clock, event queue, dispatch records, the policy with
                             its groups/buffers/RNGs, client speeds and faults), the engine's
                             bookkeeping, the recorder, and the byte lengths of events.csv and
@@ -56,6 +59,7 @@ def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dic
     checkpointer = _checkpointer()
     checkpointer.save(os.path.join(temporary, "device"), _nonempty(tree))
     checkpointer.wait_until_finished()
+    engine.save_client_state_files(os.path.join(temporary, "client_state"))
     with open(os.path.join(temporary, "state.pkl"), "wb") as handle:
         pickle.dump({"simulation": simulation, "engine": meta, **extra}, handle, protocol=pickle.HIGHEST_PROTOCOL)
         handle.flush()
@@ -101,10 +105,14 @@ def load_config(folder: str) -> dict | None:
 
 
 def load_device(folder: str, engine, meta: dict) -> dict:
-    """The engine's device tree of a checkpoint folder, restored with the engine's shapes."""
+    """The engine's device tree of a checkpoint folder, restored with the engine's shapes (with the
+    per-client tables the folder holds as files, memory-mapped)."""
     tree = _checkpointer().restore(os.path.join(folder, "device"), _nonempty(engine.checkpoint_target(meta)))
     tree.setdefault("batches", {})
     tree.setdefault("hooks", {})
+    files = engine.read_client_state_files(os.path.join(folder, "client_state"), meta)
+    if files is not None:
+        tree["client_state"] = files
     return tree
 
 

@@ -50,6 +50,7 @@ DEFAULT_TARGETS = {"mnist10k": 0.9, "mnist": 0.9, "fashion_mnist": 0.8, "digits"
                    "tfds:fashion_mnist": 0.8, "tfds:cifar10": 0.6}
 NEGATIVE_POLICIES = ("redraw", "clip", "error")
 AUGMENTATIONS = ("auto", "none", "crop_flip")  # auto: crop_flip for CIFAR-10/100 (jaxfl.data.augment.AUGMENTED)
+CLIENT_STATE_PLACEMENTS = ("auto", "device", "host", "memmap")  # jaxfl.client_state
 # config.json's name for a model or optimiser given to run_experiment as a Python object
 # (``<user: module.Name>``): the run records it honestly and resuming it needs the object again.
 USER_PREFIX = "<user: "
@@ -173,6 +174,7 @@ class EngineConfig:
     devices: int | None = None  # local devices the client axis is sharded over (unset: all; a CPU's cores are devices)
     memory_limit_mb: float | None = None  # memory one training call may use, MiB (unset: what the device has free)
     timing_only: bool = False  # the schedule only: no training, no model on device (staleness, idle time, events/s)
+    client_state: str = "auto"  # per-client algorithm state (CC-FedAvg's banks): auto (device if it fits 25% of its free memory, else host RAM, else a memmap in the run dir) | device | host | memmap
 
 
 SECTIONS = {"data": DataConfig, "speeds": SpeedsConfig, "faults": FaultsConfig, "client": ClientConfig,
@@ -364,7 +366,8 @@ def validate(config: RunConfig) -> RunConfig:
                "partition": PARTITION_NAMES, "heterogeneity": HETEROGENEITY_NAMES,
                "client_weights": CLIENT_WEIGHTS, "client_optimizer": CLIENT_OPTIMIZERS,
                "server_optimizer": SERVER_OPTIMIZER_NAMES, "staleness": STALENESS_NAMES,
-               "negative_times": NEGATIVE_POLICIES, "augment": AUGMENTATIONS}
+               "negative_times": NEGATIVE_POLICIES, "augment": AUGMENTATIONS,
+               "client_state": CLIENT_STATE_PLACEMENTS}
     for name, allowed in choices.items():
         if name == "client_optimizer" and config.client_optimizer.startswith(USER_PREFIX):
             continue  # an optax object given to run_experiment(client_optimizer=...)
@@ -465,6 +468,7 @@ def validate(config: RunConfig) -> RunConfig:
                                               "max_client_steps, for a timing-only run (it has no accuracy to stop at)")
     _check_settings_are_read(config, algorithm)
     config = dataclasses.replace(config, algorithm_options=options)
+    _check_client_state_is_read(config, algorithm)
     config = _validate_data_fields(config)
     if config.run_name is not None and (not config.run_name or os.sep in config.run_name
                                         or config.run_name in (".", "..")):
@@ -578,6 +582,19 @@ def _check_settings_are_read(config: RunConfig, algorithm) -> None:
     for name in fields_not_read_by(algorithm, {name: getattr(config, name) for name in ALGORITHM_FIELDS}):
         warnings.warn(f"{name}={getattr(config, name)!r} is ignored: {config.algorithm} does not read it (read by "
                       f"{', '.join(algorithms_reading(name))})", UserWarning, stacklevel=3)
+
+
+def _check_client_state_is_read(config: RunConfig, algorithm) -> None:
+    """A ``client_state`` placement is refused where no per-client state exists to place."""
+    if config.client_state == "auto":
+        return
+    if config.timing_only:
+        fail("client_state", config.client_state, "auto in a timing-only run (it keeps no model state)")
+    hooks = algorithms.device_hooks(algorithm(config, config.algorithm_options))
+    if not any(hook.keeps_per_client_state() for hook in hooks):
+        keeping = "CC-FedAvg's strategies cc, strategy2 and cc_c, and FedASMU"
+        fail("client_state", config.client_state, f"auto: this {config.algorithm} run keeps no per-client state "
+                                                  f"(kept by {keeping})")
 
 
 def _validate_data_fields(config: RunConfig) -> RunConfig:

@@ -26,11 +26,16 @@ pseudo-gradient, make the whole update, act after it, or change the training sta
 that pause at ``fetch_step`` until the simulation answers their fetch (a generic pause inside one
 training path: the call trains every row to its pause step, the hooks act, the call trains on).
 Hook state lives in ``state[hook.name]`` (one pytree per hook, created by the hook's ``init``) and
-is checkpointed with the rest; ``previous_params`` is the global model before the last update.
+is checkpointed with the rest. State with a row per client (the hook's ``init_per_client``) lives in
+one :class:`~jaxfl.client_state.ClientState`, on the device while it fits and otherwise in host RAM
+or a memmap under ``RUN_DIR/client_state/`` (``client_state``); hooks gather and scatter only the
+rows of the clients at hand (``client_rows``/``set_client_rows``). ``previous_params`` is the
+global model before the last update.
 The methods a hook may call form the hook API: ``params``, ``previous_params``, ``num_clients``,
 ``trainable``, ``delta``, ``start_model``, ``stack``, ``combine``, ``results_sum``,
 ``mean_buffers``, ``jit``, ``client_metrics``/``set_client_metrics``, ``trainer``, ``data``,
-``views``, ``compiled_steps``, ``train_detached``, ``record_row``.
+``views``, ``compiled_steps``, ``train_detached``, ``record_row``, ``client_rows``,
+``set_client_rows``.
 
 Non-trainable model state (BatchNorm running statistics; a trainer built from a ``ModelAdapter``
 whose model is ``{"params", "state"}``) never goes through the Δ/staleness arithmetic: the kernel's
@@ -55,6 +60,7 @@ import optax
 
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxfl.client_state import ClientState
 from jaxfl.execution import (ACTIVATION_FACTOR, MEMORY_HEADROOM, EngineStats, ExecutionPlan,  # noqa: F401
                              ResourceError, bucket_size, free_device_memory, step_chunks)
 from jaxfl.kernels.aggregation import apply_server_update, weighted_sum
@@ -101,7 +107,7 @@ class Engine:
                  seed: int, plan: ExecutionPlan, batching: bool = True,
                  on_version: Callable[[float, int, PyTree], bool] | None = None,
                  keep_start_versions: bool = False, memory_limit: int | None = None,
-                 sample_bytes: int = 0, hooks: Sequence = ()):
+                 sample_bytes: int = 0, hooks: Sequence = (), client_state: str = "auto"):
         self.trainer = trainer
         # BatchNorm-style buffers ride along in the model dict; see the module docstring.
         self.stateful = bool(trainer.adapter) and isinstance(init_params, dict) and BUFFERS in init_params
@@ -154,6 +160,9 @@ class Engine:
         self.step_loop = self._choose_step_loop(init_params, data)
         self._build_functions()
         self.state: dict[str, PyTree] = {hook.name: hook.init(init_params, self.num_clients) for hook in self.hooks}
+        # Per-client tables (``client_state``: auto, device, host or memmap), placed once for the run.
+        self.client_state = ClientState({hook.name: hook.init_per_client(init_params) for hook in self.hooks},
+                                        self.num_clients, client_state, device=self.home)
         # Resource guard: bytes one client of a call needs (its start model, training state,
         # gradients and delta, plus activations), and the budget a call may use.
         state = jax.eval_shape(trainer.init, init_params, 0, jax.random.key(0))
@@ -583,16 +592,23 @@ class Engine:
         for aggregation (their padded batches), the hooks' state, and the peaks of the model state.
 
         The model state is what grows with the work in flight; nothing here grows with the number
-        of clients except the samples and a hook's per-client state.
+        of clients except the samples, a hook's own state and the per-client tables while they are
+        placed on the device (``hook_state_bytes`` counts them then; ``client_state_bytes`` is their
+        size wherever they are, ``client_state_placement`` where, ``peak_client_rows_bytes`` the
+        most bytes of their rows one gather put on the device).
 
         >>> # engine.memory()["peak_model_state_bytes"]
         """
         model = tree_bytes(self.params)
         held = sum(batch.size for batch in self._held_batches())
-        hooks = sum(tree_bytes(state) for state in self.state.values() if state is not None)
+        hooks = sum(tree_bytes(state) for state in self.state.values() if state is not None) \
+            + self.client_state.device_bytes
         fixed = tree_bytes(self.server_state) + tree_bytes(self.previous_params) + hooks
         return {"model_bytes": model, "data_bytes": tree_bytes(self.data),
                 "versions_kept": len(self._versions), "updates_held": held, "hook_state_bytes": hooks,
+                "client_state_placement": self.client_state.placement if self.client_state.keys else None,
+                "client_state_bytes": self.client_state.nbytes,
+                "peak_client_rows_bytes": self.client_state.peak_rows_bytes,
                 "model_state_bytes": fixed + (len(self._versions) + held) * model,
                 "peak_versions_kept": self.stats.peak_versions_kept, "peak_updates_held": self.stats.peak_updates_held,
                 "peak_model_state_bytes": fixed + (self.stats.peak_versions_kept + self.stats.peak_updates_held) * model}
@@ -630,6 +646,16 @@ class Engine:
     def views(self, clients: np.ndarray) -> ClientView:
         """The data views of a stack of clients."""
         return ClientView(jnp.asarray(self.offsets[clients]), jnp.asarray(self.counts[clients]))
+
+    def client_rows(self, hook: str, table: str, clients) -> PyTree:
+        """The rows of ``clients`` of a hook's per-client ``table`` (``init_per_client``), stacked on
+        a leading axis on the device, wherever the table is placed."""
+        return self.client_state.rows(hook, table, clients)
+
+    def set_client_rows(self, hook: str, table: str, clients, values: PyTree, valid=None) -> None:
+        """Write stacked ``values`` into the rows of ``clients`` of a hook's per-client ``table``
+        (rows where ``valid`` is False are skipped; valid clients must not repeat)."""
+        self.client_state.set_rows(hook, table, clients, values, valid)
 
     def record_row(self, table: str, row: dict) -> None:
         """Add a row of figures a hook computed (e.g. per aggregation) to ``table``: checkpointed with
@@ -694,7 +720,8 @@ class Engine:
     def checkpoint_state(self) -> tuple[dict, dict]:
         """(device tree for orbax, plain metadata) holding everything needed to continue exactly:
         the global model and server state, kept versions, trained-but-unaggregated results, the
-        hooks' state, pending dispatch ids and counters."""
+        hooks' state (per-client tables too while on the device; on the host they are written as
+        files, :meth:`save_client_state_files`), pending dispatch ids and counters."""
         batches, placement = {}, {}
         for dispatch_id, (batch, index) in self._results.items():
             key = str(id(batch))
@@ -707,7 +734,11 @@ class Engine:
                 "hooks": {name: state for name, state in self.state.items()
                           if state is not None and not (isinstance(state, dict) and not state)},
                 "previous_params": self.previous_params}
+        if self.client_state.placement == "device" and self.client_state.keys:
+            tree["client_state"] = self.client_state.arrays()
         meta = {"fetches": dict(self._fetches), "version": self.version, "version_users": dict(self._version_users),
+                "client_state_placement": self.client_state.placement if self.client_state.keys else None,
+                "peak_client_rows_bytes": self.client_state.peak_rows_bytes,
                 "version_keys": [str(v) for v in self._versions],
                 "batch_sizes": {k: b.size for k, b in batches.items()}, "placement": placement,
                 "client_metrics": dict(self._client_metrics), "pending": list(self._pending),
@@ -728,7 +759,21 @@ class Engine:
                 "batches": {k: stacked(size) for k, size in meta["batch_sizes"].items()},
                 "batch_buffers": {k: stacked(size)[BUFFERS] for k, size in meta["batch_sizes"].items()}
                 if self.stateful else {},
-                "hooks": self._hook_targets(meta), "previous_params": params}
+                "hooks": self._hook_targets(meta), "previous_params": params,
+                **({"client_state": self.client_state.targets()}
+                   if meta.get("client_state_placement") == "device" else {})}
+
+    def save_client_state_files(self, folder: str) -> None:
+        """Write the per-client tables into a checkpoint ``folder`` as ``.npy`` files when they live
+        on the host (a device placement goes into the orbax tree instead)."""
+        if self.client_state.keys and self.client_state.placement != "device":
+            self.client_state.save_files(folder)
+
+    def read_client_state_files(self, folder: str, meta: dict) -> dict | None:
+        """The per-client tables a checkpoint holds as files (memory-mapped), or None."""
+        if meta.get("client_state_placement") in (None, "device"):
+            return None
+        return ClientState.read_files(folder, self.client_state.targets())
 
     def _hook_targets(self, meta: dict) -> dict:
         saved = meta.get("hook_shapes", {})
@@ -758,6 +803,12 @@ class Engine:
         self._pending = {d: records[d] for d in meta["pending"]}
         self.stats = EngineStats(**meta["stats"])
         self.state.update(tree.get("hooks", {}))
+        if self.client_state.keys:  # saved in any placement, restored into this run's
+            if "client_state" not in tree:
+                raise ValueError("the checkpoint holds no per-client state for hooks "
+                                 f"{sorted({hook for hook, _ in self.client_state.keys})} (written by an older jaxfl?)")
+            self.client_state.load(tree["client_state"])
+        self.client_state.peak_rows_bytes = meta.get("peak_client_rows_bytes", 0)
         self.previous_params = tree.get("previous_params", self.params)
         self._fetches = {int(d): v for d, v in meta.get("fetches", {}).items()}
         self.split_calls = meta["split_calls"]

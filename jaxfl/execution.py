@@ -38,6 +38,15 @@ def free_device_memory() -> int | None:
         stats = None
     if stats and "bytes_limit" in stats:
         return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    return available_host_memory()
+
+
+def available_host_memory() -> int | None:
+    """Bytes of RAM available to new allocations (Linux's MemAvailable; None where unknown).
+
+    >>> available_host_memory() is None or available_host_memory() > 0
+    True
+    """
     try:
         with open("/proc/meminfo") as handle:
             for line in handle:

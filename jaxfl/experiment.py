@@ -835,7 +835,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                     federation.offsets, federation.counts, server_optimizer, seed=config.seed, plan=plan,
                     batching=config.batching, keep_start_versions=policy.needs_start_models,
                     memory_limit=None if config.memory_limit_mb is None else int(config.memory_limit_mb * 2**20),
-                    sample_bytes=int(np.prod(dataset.input_shape)), hooks=hooks)
+                    sample_bytes=int(np.prod(dataset.input_shape)), hooks=hooks, client_state=config.client_state)
     engine.check_memory()
 
     saved = None
@@ -848,6 +848,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     else:
         run_dir = resume_dir
         _, saved, device_tree = resume.load_checkpoint(run_dir, config, engine)
+    engine.client_state.attach(os.path.join(run_dir, "client_state"))  # a memmap placement's files
 
     progress = _progress_bar(config, algorithm.name)
     metric_fields = METRIC_FIELDS + user.metric_names

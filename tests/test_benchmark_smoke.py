@@ -93,3 +93,15 @@ def test_end_to_end_quick_runs_both_sides_of_both_workloads(tmp_path):
             assert run["global_updates"] == updates and run["stop_reason"] == "update budget"
             assert run["samples"] == run["client_steps_executed"] * report["workloads"][name]["batch_size"]
             assert run["client_steps_executed"] >= run["client_steps_aggregated"] > 0
+
+
+def test_client_state_quick_places_the_bank_three_ways_with_one_result(tmp_path):
+    out = tmp_path / "client_state.json"
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "client_state.py"), "--quick",
+                    "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
+    rows = {row["placement"]: row for row in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"device", "host", "memmap"}
+    assert all(row["bit_identical_to_device"] and row["client_state_bytes"] == 40 * row["model_bytes"]
+               for row in rows.values())
+    assert rows["device"]["hook_state_bytes"] == 40 * rows["device"]["model_bytes"]
+    assert rows["host"]["hook_state_bytes"] == rows["memmap"]["hook_state_bytes"] == 0

@@ -97,8 +97,11 @@ class DeviceHook:
     ``ctx`` is the engine (its hook API: ``params``, ``previous_params``, ``num_clients``,
     ``trainable``, ``delta``, ``start_model``, ``stack``, ``combine``, ``results_sum``,
     ``mean_buffers``, ``jit``, ``state``, ``client_metrics``/``set_client_metrics``, ``trainer``,
-    ``data``, ``views``, ``train_detached``, ``record_row``; :mod:`jaxfl.engine`). A hook keeps its device state in ``ctx.state[self.name]``,
-    created by :meth:`init`. Methods run in this order for an aggregation: :meth:`weigh` (replace
+    ``data``, ``views``, ``train_detached``, ``record_row``, ``client_rows``/``set_client_rows``;
+    :mod:`jaxfl.engine`). A hook keeps its device state in ``ctx.state[self.name]``, created by
+    :meth:`init`, and state with one row per client in tables declared by :meth:`init_per_client`,
+    which the engine places on the device, in host RAM or in a memmap (:mod:`jaxfl.client_state`)
+    and of which a hook reads and writes only the rows of the clients at hand. Methods run in this order for an aggregation: :meth:`weigh` (replace
     the coefficients), then either :meth:`apply` (the whole update, returning the new global
     model) or the engine's generic update Σ c_i Δ_i plus :meth:`extra_pseudo_gradient` through the
     server optimiser, followed by :meth:`after_update`. :meth:`on_pause` runs inside a training
@@ -114,6 +117,23 @@ class DeviceHook:
     def init(self, params, num_clients: int):
         """The hook's initial device state (a pytree; None for no state)."""
         return None
+
+    def init_per_client(self, params) -> dict | None:
+        """State the hook keeps for every client: table name → the initial row of every client (a
+        pytree of arrays), or None. The engine holds a table of ``num_clients`` such rows wherever it
+        fits (:mod:`jaxfl.client_state`); the hook reads rows with ``ctx.client_rows(self.name,
+        table, clients)`` and writes them with ``ctx.set_client_rows(...)``, so state that grows with
+        the federation never has to fit on the device.
+
+        >>> DeviceHook().init_per_client({"w": None}) is None
+        True
+        """
+        return None
+
+    def keeps_per_client_state(self) -> bool:
+        """Whether :meth:`init_per_client` declares tables (known without building them, so that a
+        ``client_state`` placement given to a run without any is refused before any work)."""
+        return type(self).init_per_client is not DeviceHook.init_per_client
 
     def weigh(self, ctx, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> Sequence[float] | None:
         """New coefficients, one per record (None: leave them)."""

@@ -30,7 +30,9 @@ method or a baseline of §4, all under the same budgets and schedule:
 
 FedAvg (full) is the ``fedavg`` algorithm (every p_i = 1 here gives the same parameters).
 A skipping client is not dispatched: it costs no training compute, its banked update is added on
-device (the :class:`UpdateBanks` hook over :mod:`jaxfl.kernels.ccfedavg`), and the round lasts as
+device (the :class:`UpdateBanks` hook over :mod:`jaxfl.kernels.ccfedavg`; the banks are per-client
+tables that the engine keeps on the device, in host RAM or in a memmap, :mod:`jaxfl.client_state`),
+and the round lasts as
 long as its slowest *training* client. A round in which nobody trains ends after one transfer time.
 
 ``diagnostic=True`` adds :class:`EstimateDiagnostic`: the estimating clients are also trained, on
@@ -266,24 +268,31 @@ class CCFedAvg(Policy):
 
 
 def stored_banks(strategy: str) -> tuple[str, ...]:
-    """The banks a strategy writes (and so keeps on device)."""
+    """The banks a strategy writes (and so keeps, one row per client)."""
     return {"cc": ("delta",), "strategy2": ("model",), "cc_c": ("delta", "model")}.get(strategy, ())
 
 
 class UpdateBanks(DeviceHook):
-    """CC-FedAvg's per-client banks on device: ``"delta"`` D_i (last trained update) and ``"model"``
-    x^i_last (last trained model), each a ``C``-stacked model. The skipping clients' banked term is
-    added to the pseudo-gradient; after the update the trained clients' rows are rewritten."""
+    """CC-FedAvg's per-client banks: ``"delta"`` D_i (last trained update) and ``"model"`` x^i_last
+    (last trained model), each a per-client table of model-shaped rows (``init_per_client``: on the
+    device while they fit, else in host RAM or a memmap). The skipping clients' banked term is added
+    to the pseudo-gradient from their rows alone; after the update the trained clients' rows are
+    rewritten. Only the rows of one round's clients are ever on the device, padded to a power of two
+    (zero weight) so one compilation serves every round of a bucket."""
 
     name = "ccfedavg_banks"
 
     def __init__(self, kinds: Sequence[str]):
         self.kinds = tuple(kinds)
 
-    def init(self, params, num_clients):
-        from jaxfl.kernels.ccfedavg import init_bank
+    def init_per_client(self, params):
+        import jax
+        import jax.numpy as jnp
 
-        return {kind: init_bank(params, num_clients) for kind in self.kinds} or None
+        return {kind: jax.tree.map(jnp.zeros_like, params) for kind in self.kinds} or None
+
+    def keeps_per_client_state(self) -> bool:
+        return bool(self.kinds)
 
     def extra_pseudo_gradient(self, ctx, aggregation, records):
         payload = aggregation.payload
@@ -291,15 +300,20 @@ class UpdateBanks(DeviceHook):
             return None
         import jax.numpy as jnp
 
+        from jaxfl.execution import bucket_size
         from jaxfl.kernels import ccfedavg as kernels
 
-        weights = np.zeros(ctx.num_clients, np.float32)
+        weights = {}
         for client, coefficient in payload.bank:
-            weights[client] += coefficient
-        bank = ctx.state[self.name][payload.kind]
+            weights[client] = weights.get(client, 0.0) + coefficient
+        clients = sorted(weights)  # ascending, as the full bank's weighted sum ran over them
+        padded = bucket_size(len(clients))
+        rows = ctx.client_rows(self.name, payload.kind, clients + [clients[0]] * (padded - len(clients)))
+        row_weights = jnp.asarray(np.array([weights[c] for c in clients] + [0.0] * (padded - len(clients)),
+                                           np.float32))
         if payload.kind == "delta":
-            return ctx.jit("bank_delta_sum", kernels.bank_delta_sum)(bank, jnp.asarray(weights))
-        return ctx.jit("bank_model_sum", kernels.bank_model_sum)(bank, jnp.asarray(weights), ctx.params)
+            return ctx.jit("bank_delta_sum", kernels.bank_delta_sum)(rows, row_weights)
+        return ctx.jit("bank_model_sum", kernels.bank_model_sum)(rows, row_weights, ctx.params)
 
     def after_update(self, ctx, aggregation, records):
         payload = aggregation.payload
@@ -309,22 +323,18 @@ class UpdateBanks(DeviceHook):
         import jax.numpy as jnp
 
         from jaxfl.execution import bucket_size
-        from jaxfl.kernels import ccfedavg as kernels
 
         newest = {record.client: record for record in sorted(records, key=lambda r: r.id)}
         chosen = list(newest.values())
         count = len(chosen)
         padded = bucket_size(count)
         deltas = ctx.stack([ctx.delta(r) for r in chosen], padded)
-        clients = jnp.asarray(np.array([r.client for r in chosen] + [0] * (padded - count), np.int32))
-        valid = jnp.asarray(np.arange(padded) < count)
-        store = ctx.jit("bank_store", kernels.store, donate_argnums=0)
-        banks = dict(ctx.state[self.name])
+        clients = np.array([r.client for r in chosen] + [0] * (padded - count), np.int32)
+        valid = np.arange(padded) < count
         for kind in payload.store:
             values = deltas if kind == "delta" else jax.tree.map(
                 jnp.subtract, ctx.stack([ctx.start_model(r) for r in chosen], padded), deltas)
-            banks[kind] = store(banks[kind], clients, values, valid)
-        ctx.state[self.name] = banks
+            ctx.set_client_rows(self.name, kind, clients, values, valid)
 
 
 class EstimateDiagnostic(DeviceHook):
@@ -345,13 +355,12 @@ class EstimateDiagnostic(DeviceHook):
         if not isinstance(payload, BankedUpdates) or not payload.diagnose:
             return None
         import jax
-        import jax.numpy as jnp
 
         from jaxfl.kernels import ccfedavg as kernels
 
         clients, client_rounds, steps, lr_scales = (list(column) for column in zip(*payload.diagnose))
         truths = ctx.train_detached(ctx.params, clients, client_rounds, steps, lr_scales)
-        rows = jax.tree.map(lambda leaf: leaf[jnp.asarray(clients)], ctx.state[UpdateBanks.name][payload.kind])
+        rows = ctx.client_rows(UpdateBanks.name, payload.kind, clients)
         # engine sign (start − final): Strategy 3's estimate is D_i, Strategy 2's is x_t − x^i_last
         estimates = rows if payload.kind == "delta" else jax.tree.map(lambda w, m: w[None] - m, ctx.params, rows)
         figures = jax.device_get(ctx.jit("estimation_error", kernels.estimation_error)(

@@ -435,24 +435,25 @@ class FedASMU(Policy):
 
 class LearnedAlpha(DeviceHook):
     """Server side (Formulas 1–3): the upload's α from the client's learned (λ, σ, ι), after their
-    hypergradient step. State: per-client coefficients ``(C, 3)``, the record (t_p, s_p, seen) of
-    each client's previous aggregation ``(C, 3)`` and its Δ_p (a ``C``-stacked model)."""
+    hypergradient step. Per-client state (``init_per_client``, one table ``"server"``; on the device
+    while it fits, else in host RAM or a memmap): the coefficients ``(3,)``, the record (t_p, s_p,
+    seen) of the client's previous aggregation ``(3,)`` and its Δ_p (model-shaped). An upload reads
+    and writes its client's row only."""
 
     name = "fedasmu_server"
 
     def __init__(self, options: ServerOptions):
         self.options = options
 
-    def init(self, params, num_clients):
+    def init_per_client(self, params):
+        import jax
         import jax.numpy as jnp
 
-        from jaxfl.kernels.tree import stacked_zeros
-
         o = self.options
-        initial = jnp.asarray([o.lambda0, o.sigma0, o.iota0], jnp.float32)
         trainable = params["params"] if isinstance(params, dict) and "state" in params else params
-        return {"coefficients": jnp.tile(initial, (num_clients, 1)), "record": jnp.zeros((num_clients, 3), jnp.float32),
-                "previous_delta": stacked_zeros(trainable, num_clients)}
+        return {"server": {"coefficients": jnp.asarray([o.lambda0, o.sigma0, o.iota0], jnp.float32),
+                           "record": jnp.zeros(3, jnp.float32),
+                           "previous_delta": jax.tree.map(jnp.zeros_like, trainable)}}
 
     def weigh(self, ctx, aggregation, records):
         payload = aggregation.payload
@@ -465,26 +466,24 @@ class LearnedAlpha(DeviceHook):
 
         from jaxfl.kernels import fedasmu as kernels
 
-        def server_update(state, client, delta, start, current, t, s, step_size, learning_rates, mu_alpha, alpha_min):
-            row = lambda tree: jax.tree.map(lambda rows: rows[client], tree)
+        def server_update(rows, delta, start, current, t, s, step_size, learning_rates, mu_alpha, alpha_min):
+            row = jax.tree.map(lambda leaf: leaf[0], rows)  # the uploading client's row
             coefficients, alpha, record, previous_delta, gradient = kernels.server_update(
-                state["coefficients"][client], state["record"][client], row(state["previous_delta"]), delta, start,
-                current, t, s, step_size, learning_rates, mu_alpha, alpha_min)
-            state = {"coefficients": state["coefficients"].at[client].set(coefficients),
-                     "record": state["record"].at[client].set(record),
-                     "previous_delta": jax.tree.map(lambda rows, new: rows.at[client].set(new),
-                                                    state["previous_delta"], previous_delta)}
-            return state, alpha, gradient
+                row["coefficients"], row["record"], row["previous_delta"], delta, start, current, t, s, step_size,
+                learning_rates, mu_alpha, alpha_min)
+            row = {"coefficients": coefficients, "record": record, "previous_delta": previous_delta}
+            return jax.tree.map(lambda leaf: leaf[None], row), alpha, gradient
 
         (record,) = records
         o = self.options
         learning_rates = jnp.asarray([o.lr_lambda, o.lr_sigma, o.lr_iota], jnp.float32)
-        state, alpha, _ = ctx.jit("fedasmu_server", server_update, donate_argnums=0)(
-            ctx.state[self.name], jnp.int32(payload.client), ctx.trainable(ctx.delta(record)),
+        client = [payload.client]
+        rows, alpha, _ = ctx.jit("fedasmu_server", server_update)(
+            ctx.client_rows(self.name, "server", client), ctx.trainable(ctx.delta(record)),
             ctx.trainable(ctx.start_model(record)), ctx.trainable(ctx.params), jnp.float32(payload.t),
             jnp.float32(payload.s), jnp.float32(payload.step_size), learning_rates, jnp.float32(o.mu_alpha),
             jnp.float32(o.alpha_min))
-        ctx.state[self.name] = state
+        ctx.set_client_rows(self.name, "server", client, rows)
         alpha = float(alpha)
         ctx.set_client_metrics(record.id, {"alpha": alpha})
         return [alpha]
