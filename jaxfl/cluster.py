@@ -22,10 +22,11 @@ or, from Python, call :func:`init_cluster` before anything else uses jax. With n
 from __future__ import annotations
 
 import jax
+import numpy as np
 
 from jaxfl._devices import backends_started
 
-__all__ = ["init_cluster", "process_count", "process_index"]
+__all__ = ["all_processes", "broadcast_text", "init_cluster", "process_count", "process_index"]
 
 
 def init_cluster(coordinator_address: str | None = None, num_processes: int | None = None,
@@ -56,3 +57,33 @@ def process_index() -> int:
 def process_count() -> int:
     """Processes in the run (1 without :func:`init_cluster`)."""
     return jax.process_count()
+
+
+def broadcast_text(text: str) -> str:
+    """Process 0's ``text`` on every process (collective: every process calls it at the same point).
+
+    >>> broadcast_text("fedbuff-mnist10k-exp-c10")  # one process: the text itself
+    'fedbuff-mnist10k-exp-c10'
+    """
+    if jax.process_count() == 1:
+        return text
+    from jax.experimental.multihost_utils import broadcast_one_to_all
+
+    data = np.frombuffer(text.encode(), np.uint8).astype(np.int32)
+    length = int(broadcast_one_to_all(np.int32(len(data))))  # the other processes' texts may be longer or shorter
+    padded = np.zeros(length, np.int32)
+    padded[:min(length, len(data))] = data[:length]
+    return bytes(broadcast_one_to_all(padded).astype(np.uint8).tolist()).decode()
+
+
+def all_processes(flag: bool) -> list[bool]:
+    """``flag`` of every process, in process order (collective, like :func:`broadcast_text`).
+
+    >>> all_processes(True)
+    [True]
+    """
+    if jax.process_count() == 1:
+        return [bool(flag)]
+    from jax.experimental.multihost_utils import process_allgather
+
+    return [bool(value) for value in np.asarray(process_allgather(np.int32(flag))).reshape(-1)]

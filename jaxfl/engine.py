@@ -707,21 +707,28 @@ class Engine:
                 "tables": {name: list(rows) for name, rows in self.tables.items()},
                 "stats": dataclasses.asdict(self.stats), "split_calls": self.split_calls,
                 "hook_shapes": {name: _shapes(state) for name, state in tree["hooks"].items()}}
+        if self.processes > 1:  # orbax saves global arrays only: every process's copy as one replicated array
+            tree = self._to_mesh(tree, self._replicated)
         return tree, meta
 
     def checkpoint_target(self, meta: dict) -> dict:
         """Shapes and dtypes of :meth:`checkpoint_state`'s tree, for restoring it with orbax.
 
         A hook's state has the shapes of ``jax.eval_shape`` of its ``init``; a hook whose state grows
-        (``fixed_state_shape = False``, e.g. a dict of tier models) is restored as it was saved."""
+        (``fixed_state_shape = False``, e.g. a dict of tier models) is restored as it was saved.
+        With several processes each array is restored whole on every process (replicated on the mesh)."""
         params = _shapes(self.params)
         stacked = lambda size: jax.tree.map(lambda leaf: jax.ShapeDtypeStruct((size,) + leaf.shape, leaf.dtype), params)
-        return {"params": params, "server_state": _shapes(self.server_state),
-                "versions": {k: params for k in meta["version_keys"]},
-                "batches": {k: stacked(size) for k, size in meta["batch_sizes"].items()},
-                "batch_buffers": {k: stacked(size)[BUFFERS] for k, size in meta["batch_sizes"].items()}
-                if self.stateful else {},
-                "hooks": self._hook_targets(meta), "previous_params": params}
+        target = {"params": params, "server_state": _shapes(self.server_state),
+                  "versions": {k: params for k in meta["version_keys"]},
+                  "batches": {k: stacked(size) for k, size in meta["batch_sizes"].items()},
+                  "batch_buffers": {k: stacked(size)[BUFFERS] for k, size in meta["batch_sizes"].items()}
+                  if self.stateful else {},
+                  "hooks": self._hook_targets(meta), "previous_params": params}
+        if self.processes > 1:
+            target = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=self._replicated),
+                                  target)
+        return target
 
     def _hook_targets(self, meta: dict) -> dict:
         saved = meta.get("hook_shapes", {})
@@ -738,6 +745,8 @@ class Engine:
     def restore(self, tree: dict, meta: dict, records: Sequence[DispatchRecord]) -> None:
         """Continue from a checkpoint written by :meth:`checkpoint_state` (``records`` = the
         restored simulation's records)."""
+        if self.processes > 1:  # each process keeps its own copy on its home device again
+            tree = jax.tree.map(lambda leaf: jax.device_put(leaf.addressable_data(0), self.home), tree)
         self.params, self.server_state = tree["params"], tree["server_state"]
         self.version = meta["version"]
         self._versions = {int(v): p for v, p in tree["versions"].items()}
