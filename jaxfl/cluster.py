@@ -4,8 +4,14 @@ Every process runs the same deterministic scheduler on the same config and seed,
 make the same decisions without exchanging any; the engine's training calls span every process's
 devices (one global ``Mesh``), each process contributing its devices' clients, and each gathers
 the trained updates back to keep the same global model. Process 0 writes the run directory; the
-others write nothing that stays. Checkpoints are not written in such runs yet (orbax would need
-every process to take part); a run of several processes cannot be resumed.
+others write nothing that stays (their logs go to a scratch folder), except their part of each
+checkpoint: every process takes part in orbax's save of the device state into process 0's run
+directory, which must therefore be on a filesystem every host sees at the same ``output_dir``
+(:mod:`jaxfl.checkpoint`). Process 0 alone writes the scheduler's pickled state, the same on every
+process. Such a run resumes with the same command plus ``--resume RUN_DIR``: every process
+restores the same checkpoint, process 0's newest one that reads back on all of them
+(:func:`jaxfl.resume.load_checkpoint`), and the run goes on as if never stopped. (A checkpoint
+reads back whatever number of processes wrote it: one process can resume a cluster run too.)
 
 Start one process per host (or several on one machine) with the same command plus::
 

@@ -716,7 +716,9 @@ class Engine:
 
         A hook's state has the shapes of ``jax.eval_shape`` of its ``init``; a hook whose state grows
         (``fixed_state_shape = False``, e.g. a dict of tier models) is restored as it was saved.
-        With several processes each array is restored whole on every process (replicated on the mesh)."""
+        Each array is restored whole on this process's first device, or with several processes on
+        every process (replicated on the mesh): a checkpoint reads back whatever number of processes
+        wrote it."""
         params = _shapes(self.params)
         stacked = lambda size: jax.tree.map(lambda leaf: jax.ShapeDtypeStruct((size,) + leaf.shape, leaf.dtype), params)
         target = {"params": params, "server_state": _shapes(self.server_state),
@@ -725,10 +727,8 @@ class Engine:
                   "batch_buffers": {k: stacked(size)[BUFFERS] for k, size in meta["batch_sizes"].items()}
                   if self.stateful else {},
                   "hooks": self._hook_targets(meta), "previous_params": params}
-        if self.processes > 1:
-            target = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=self._replicated),
-                                  target)
-        return target
+        placement = self._replicated if self.processes > 1 else jax.sharding.SingleDeviceSharding(self.home)
+        return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=placement), target)
 
     def _hook_targets(self, meta: dict) -> dict:
         saved = meta.get("hook_shapes", {})
