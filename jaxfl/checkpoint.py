@@ -18,7 +18,7 @@ The two newest checkpoints are kept. The pickle is tied to the jaxfl version tha
 
 In a run of several processes (:mod:`jaxfl.cluster`) ``run_dir`` is process 0's run directory on
 every process, on a filesystem they all see: every process takes part in orbax's save and restore
-(orbax synchronises them, and writes each array once, from the process holding its first replica),
+(orbax synchronises them, and writes each array once, its slices shared out among the processes),
 and process 0 alone writes the other files, since every process holds the same scheduler state.
 
 >>> # save(run_dir, 12, simulation, engine, {"recorder": ...}); load(run_dir, engine)

@@ -86,6 +86,14 @@ def _summary(run_dir) -> dict:
         return json.load(handle)
 
 
+def _array_bytes(run_dir) -> int:
+    """Bytes of array data in a run's last checkpoint (orbax's per-process data folders)."""
+    device = os.path.join(checkpoint.latest(str(run_dir)), "device")
+    return sum(os.path.getsize(os.path.join(folder, name))
+               for part in os.listdir(device) if part.startswith("ocdbt.process_")
+               for folder, _, names in os.walk(os.path.join(device, part)) for name in names)
+
+
 @pytest.mark.parametrize("algorithm, interrupted", [("fedavg", False), ("fedbuff", True)])
 def test_two_processes_give_the_single_process_result(tmp_path, algorithm, interrupted):
     run_dir = str(tmp_path / "runs-2" / algorithm)
@@ -110,6 +118,8 @@ def test_two_processes_give_the_single_process_result(tmp_path, algorithm, inter
         root = os.path.join(folder, "checkpoints")
         assert sorted(n for n in os.listdir(root) if n.startswith("ckpt-")) == ["ckpt-000002", "ckpt-000003"]
         assert checkpoint.latest(folder).endswith("ckpt-000003")
+    # the two processes hold the same arrays, and orbax writes them once between them, not twice
+    assert _array_bytes(run_dir) < 1.05 * _array_bytes(one["run_dir"])
     template = prepare(read_run_config(run_dir))[4]
     two_params = [np.asarray(leaf) for leaf in jax.tree.leaves(checkpoint.final_params(run_dir, template))]
     with np.load(tmp_path / f"{algorithm}-1.npz") as saved:
