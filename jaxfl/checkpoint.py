@@ -19,6 +19,11 @@ A checkpoint is written into ``tmp-…`` and renamed into place only when comple
 is replaced atomically after that, so a crash at any moment leaves the previous checkpoint intact.
 The two newest checkpoints are kept. The pickle is tied to the jaxfl version that wrote it.
 
+In a run of several processes (:mod:`jaxfl.cluster`) ``run_dir`` is process 0's run directory on
+every process, on a filesystem they all see: every process takes part in orbax's save and restore
+(orbax synchronises them, and writes each array once, its slices shared out among the processes),
+and process 0 alone writes the other files, since every process holds the same scheduler state.
+
 >>> # save(run_dir, 12, simulation, engine, {"recorder": ...}); load(run_dir, engine)
 """
 from __future__ import annotations
@@ -48,17 +53,24 @@ def _nonempty(tree: dict) -> dict:
 
 def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dict | None = None) -> str:
     """Write checkpoint ``number`` of a run; returns its folder. ``config`` (JSON-able: the run's
-    resolved config and its hash, :func:`jaxfl.resume.checkpoint_config`) goes to ``config.json``."""
+    resolved config and its hash, :func:`jaxfl.resume.checkpoint_config`) goes to ``config.json``.
+    With several processes every process calls it, with the same ``run_dir`` and ``number``."""
+    import jax
+
     root = _root(run_dir)
-    os.makedirs(root, exist_ok=True)
     temporary = os.path.join(root, f"tmp-{number:06d}")
     final = os.path.join(root, f"ckpt-{number:06d}")
-    shutil.rmtree(temporary, ignore_errors=True)
-    os.makedirs(temporary)
+    writes_files = jax.process_index() == 0
+    if writes_files:  # before orbax's first barrier, which the other processes wait at
+        os.makedirs(root, exist_ok=True)
+        shutil.rmtree(temporary, ignore_errors=True)
+        os.makedirs(temporary)
     tree, meta = engine.checkpoint_state()
     checkpointer = _checkpointer()
     checkpointer.save(os.path.join(temporary, "device"), _nonempty(tree))
     checkpointer.wait_until_finished()
+    if not writes_files:
+        return final
     engine.save_client_state_files(os.path.join(temporary, "client_state"))
     with open(os.path.join(temporary, "state.pkl"), "wb") as handle:
         pickle.dump({"simulation": simulation, "engine": meta, **extra}, handle, protocol=pickle.HIGHEST_PROTOCOL)
@@ -117,16 +129,21 @@ def load_device(folder: str, engine, meta: dict) -> dict:
 
 
 def final_params(run_dir: str, template):
-    """The global model at the end of a run (its last checkpoint), shaped like ``template``.
+    """The global model at the end of a run (its last checkpoint), shaped like ``template``, on this
+    process's first device (also for a run of several processes, whose arrays span devices this
+    process does not have).
 
     >>> # params = final_params("runs/fedbuff-mnist10k-exp-c10-s0", model_params_template)
     """
     import jax
+    import orbax.checkpoint as ocp
 
     folder = latest(run_dir)
     if folder is None:
         raise FileNotFoundError(f"run directory {run_dir!r} has no checkpoint")
-    restored = _checkpointer().restore(os.path.join(folder, "device"))
+    here = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    restored = ocp.Checkpointer(ocp.StandardCheckpointHandler()).restore(
+        os.path.join(folder, "device"), args=ocp.args.StandardRestore(fallback_sharding=here))
     # Restored without a target the tree holds plain containers: give it the template's structure.
     return jax.tree.map(lambda _, leaf: jax.numpy.asarray(leaf), template, restored["params"])
 

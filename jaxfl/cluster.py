@@ -4,8 +4,14 @@ Every process runs the same deterministic scheduler on the same config and seed,
 make the same decisions without exchanging any; the engine's training calls span every process's
 devices (one global ``Mesh``), each process contributing its devices' clients, and each gathers
 the trained updates back to keep the same global model. Process 0 writes the run directory; the
-others write nothing that stays. Checkpoints are not written in such runs yet (orbax would need
-every process to take part); a run of several processes cannot be resumed.
+others write nothing that stays (their logs go to a scratch folder), except their part of each
+checkpoint: every process takes part in orbax's save of the device state into process 0's run
+directory, which must therefore be on a filesystem every host sees at the same ``output_dir``
+(:mod:`jaxfl.checkpoint`). Process 0 alone writes the scheduler's pickled state, the same on every
+process. Such a run resumes with the same command plus ``--resume RUN_DIR``: every process
+restores the same checkpoint, process 0's newest one that reads back on all of them
+(:func:`jaxfl.resume.load_checkpoint`), and the run goes on as if never stopped. (A checkpoint
+reads back whatever number of processes wrote it: one process can resume a cluster run too.)
 
 Start one process per host (or several on one machine) with the same command plus::
 
@@ -22,10 +28,11 @@ or, from Python, call :func:`init_cluster` before anything else uses jax. With n
 from __future__ import annotations
 
 import jax
+import numpy as np
 
 from jaxfl._devices import backends_started
 
-__all__ = ["init_cluster", "process_count", "process_index"]
+__all__ = ["all_processes", "broadcast_text", "init_cluster", "process_count", "process_index"]
 
 
 def init_cluster(coordinator_address: str | None = None, num_processes: int | None = None,
@@ -56,3 +63,33 @@ def process_index() -> int:
 def process_count() -> int:
     """Processes in the run (1 without :func:`init_cluster`)."""
     return jax.process_count()
+
+
+def broadcast_text(text: str) -> str:
+    """Process 0's ``text`` on every process (collective: every process calls it at the same point).
+
+    >>> broadcast_text("fedbuff-mnist10k-exp-c10")  # one process: the text itself
+    'fedbuff-mnist10k-exp-c10'
+    """
+    if jax.process_count() == 1:
+        return text
+    from jax.experimental.multihost_utils import broadcast_one_to_all
+
+    data = np.frombuffer(text.encode(), np.uint8).astype(np.int32)
+    length = int(broadcast_one_to_all(np.int32(len(data))))  # the other processes' texts may be longer or shorter
+    padded = np.zeros(length, np.int32)
+    padded[:min(length, len(data))] = data[:length]
+    return bytes(broadcast_one_to_all(padded).astype(np.uint8).tolist()).decode()
+
+
+def all_processes(flag: bool) -> list[bool]:
+    """``flag`` of every process, in process order (collective, like :func:`broadcast_text`).
+
+    >>> all_processes(True)
+    [True]
+    """
+    if jax.process_count() == 1:
+        return [bool(flag)]
+    from jax.experimental.multihost_utils import process_allgather
+
+    return [bool(value) for value in np.asarray(process_allgather(np.int32(flag))).reshape(-1)]

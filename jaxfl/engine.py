@@ -120,6 +120,11 @@ class Engine:
         self.home = jax.local_devices()[0]  # where everything outside a training call lives
         self._by_client = NamedSharding(self.mesh, PartitionSpec("clients"))
         self._replicated = NamedSharding(self.mesh, PartitionSpec())
+        # Checkpoints of several processes: one array made of every process's copy on its home device
+        # (orbax saves global arrays only, and writes a replicated one once).
+        self._homes = None if self.processes == 1 else NamedSharding(
+            Mesh(np.array([jax.local_devices(process_index=index)[0] for index in range(self.processes)]),
+                 ("processes",)), PartitionSpec())
         self.data = data  # for hooks and evaluation, on the first device
         # Training calls read every client's samples on every device: a replicated copy (the same
         # arrays where there is one device).
@@ -745,23 +750,30 @@ class Engine:
                 "tables": {name: list(rows) for name, rows in self.tables.items()},
                 "stats": dataclasses.asdict(self.stats), "split_calls": self.split_calls,
                 "hook_shapes": {name: _shapes(state) for name, state in tree["hooks"].items()}}
+        if self.processes > 1:  # no copy: each process's own arrays are its part of the global one
+            tree = jax.tree.map(lambda leaf: jax.make_array_from_single_device_arrays(
+                np.shape(leaf), self._homes, [jax.device_put(leaf, self.home)]), tree)
         return tree, meta
 
     def checkpoint_target(self, meta: dict) -> dict:
         """Shapes and dtypes of :meth:`checkpoint_state`'s tree, for restoring it with orbax.
 
         A hook's state has the shapes of ``jax.eval_shape`` of its ``init``; a hook whose state grows
-        (``fixed_state_shape = False``, e.g. a dict of tier models) is restored as it was saved."""
+        (``fixed_state_shape = False``, e.g. a dict of tier models) is restored as it was saved.
+        Each array is restored whole on this process's first device (with several processes, on
+        each one's): a checkpoint reads back whatever number of processes wrote it."""
         params = _shapes(self.params)
         stacked = lambda size: jax.tree.map(lambda leaf: jax.ShapeDtypeStruct((size,) + leaf.shape, leaf.dtype), params)
-        return {"params": params, "server_state": _shapes(self.server_state),
-                "versions": {k: params for k in meta["version_keys"]},
-                "batches": {k: stacked(size) for k, size in meta["batch_sizes"].items()},
-                "batch_buffers": {k: stacked(size)[BUFFERS] for k, size in meta["batch_sizes"].items()}
-                if self.stateful else {},
-                "hooks": self._hook_targets(meta), "previous_params": params,
-                **({"client_state": self.client_state.targets()}
-                   if meta.get("client_state_placement") == "device" else {})}
+        target = {"params": params, "server_state": _shapes(self.server_state),
+                  "versions": {k: params for k in meta["version_keys"]},
+                  "batches": {k: stacked(size) for k, size in meta["batch_sizes"].items()},
+                  "batch_buffers": {k: stacked(size)[BUFFERS] for k, size in meta["batch_sizes"].items()}
+                  if self.stateful else {},
+                  "hooks": self._hook_targets(meta), "previous_params": params,
+                  **({"client_state": self.client_state.targets()}
+                     if meta.get("client_state_placement") == "device" else {})}
+        placement = self._homes if self.processes > 1 else jax.sharding.SingleDeviceSharding(self.home)
+        return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=placement), target)
 
     def save_client_state_files(self, folder: str) -> None:
         """Write the per-client tables into a checkpoint ``folder`` as ``.npy`` files when they live
@@ -790,6 +802,8 @@ class Engine:
     def restore(self, tree: dict, meta: dict, records: Sequence[DispatchRecord]) -> None:
         """Continue from a checkpoint written by :meth:`checkpoint_state` (``records`` = the
         restored simulation's records)."""
+        if self.processes > 1:  # each process's part is its own copy, on its home device
+            tree = jax.tree.map(lambda leaf: leaf.addressable_data(0), tree)
         self.params, self.server_state = tree["params"], tree["server_state"]
         self.version = meta["version"]
         self._versions = {int(v): p for v, p in tree["versions"].items()}

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxfl import checkpoint, resume
+from jaxfl import checkpoint, cluster, resume
 from jaxfl.loggers import check_loggers, open_loggers
 from jaxfl.algorithms import build, device_hooks
 from jaxfl.config import ConfigError, DataConfig, RunConfig, _count_budgets, fail, validate
@@ -789,22 +789,20 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
         user.check_resumed(resume_dir, recorded, params)
     user = dataclasses.replace(user, metric_names=user.check_functions(dataset.num_classes))
     scratch = None
-    if jax.process_count() > 1:  # jaxfl.cluster: process 0 writes the run; the others a scratch folder
-        if resume_dir is not None:
-            raise ValueError("a run of several processes writes no checkpoints yet, so it cannot be resumed")
-        if jax.process_index() != 0:
-            scratch = tempfile.mkdtemp(prefix=f"jaxfl-process{jax.process_index()}-")
-            config = dataclasses.replace(config, output_dir=scratch, progress=False)
-            loggers = []  # process 0 logs the run
+    output_dir = config.output_dir  # process 0's run directory goes there (the checkpoints of all processes)
+    if jax.process_index() != 0:  # jaxfl.cluster: process 0 writes the run; the others a scratch folder
+        scratch = tempfile.mkdtemp(prefix=f"jaxfl-process{jax.process_index()}-")
+        config = dataclasses.replace(config, output_dir=scratch, progress=False)
+        loggers = []  # process 0 logs the run
     try:
-        return _run(config, dataset, federation, model, params, resume_dir, user, loggers)
+        return _run(config, dataset, federation, model, params, resume_dir, user, loggers, output_dir)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str | None,
-         user: UserInputs = UserInputs(), loggers=()) -> RunResult:
+         user: UserInputs = UserInputs(), loggers=(), shared_output_dir: str | None = None) -> RunResult:
     if config.timing_only:
         if resume_dir is not None:
             raise ValueError("a timing-only run writes no checkpoints to resume from: run it again (it takes seconds)")
@@ -838,6 +836,9 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                     sample_bytes=int(np.prod(dataset.input_shape)), hooks=hooks, client_state=config.client_state)
     engine.check_memory()
 
+    # run_dir: where this process writes; shared_dir: the run's directory, where every process takes
+    # part in writing and reading checkpoints (the same folder unless this is a process other than 0
+    # of a run of several, which writes to a scratch folder)
     saved = None
     if resume_dir is None:
         run_dir = _run_dir(config, algorithm.name)
@@ -845,17 +846,27 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         user.save(run_dir)
         _write_run_config(run_dir, config, params, federation, plan, dataset=dataset,
                           user_inputs=user.record(params))
+        shared_dir = run_dir
+        if jax.process_count() > 1:  # process 0's folder name: it may end in -2, -3... (see _run_dir)
+            shared_dir = os.path.join(shared_output_dir or config.output_dir,
+                                      cluster.broadcast_text(os.path.basename(run_dir)))
     else:
-        run_dir = resume_dir
-        _, saved, device_tree = resume.load_checkpoint(run_dir, config, engine)
+        shared_dir = resume_dir
+        run_dir = resume_dir if jax.process_index() == 0 else _run_dir(config, algorithm.name)
+        # (checked against the run's config: a process other than 0 has its scratch folder in output_dir)
+        shared_config = dataclasses.replace(config, output_dir=shared_output_dir or config.output_dir)
+        _, saved, device_tree = resume.load_checkpoint(shared_dir, shared_config, engine)
+        if run_dir != shared_dir:
+            os.makedirs(run_dir)
     engine.client_state.attach(os.path.join(run_dir, "client_state"))  # a memmap placement's files
 
     progress = _progress_bar(config, algorithm.name)
     metric_fields = METRIC_FIELDS + user.metric_names
     if saved is not None:  # a run begun by an older jaxfl (no balanced_accuracy column) keeps its columns
-        metric_fields = csv_header(os.path.join(run_dir, METRICS_NAME)) or metric_fields
-    events_file, metrics_file, class_file = _open_logs(run_dir, saved["offsets"] if saved else None,
-                                                       metric_fields, dataset.num_classes)
+        metric_fields = csv_header(os.path.join(shared_dir, METRICS_NAME)) or metric_fields
+    # a process other than 0 starts its scratch logs afresh (process 0 keeps the run's, cut back)
+    events_file, metrics_file, class_file = _open_logs(run_dir, saved["offsets"] if saved and run_dir == shared_dir
+                                                       else None, metric_fields, dataset.num_classes)
     loggers = open_loggers(loggers, run_dir, config.to_dict(), resumed=saved is not None)
     with contextlib.ExitStack() as closing:  # every file and logger is closed, also after an error
         for file in (events_file, metrics_file, class_file):
@@ -872,7 +883,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                              metric_fields=metric_fields)
         engine.on_version = recorder.on_version
         recorder.stats = engine.stats
-        checkpoints = _Checkpointer(config, run_dir, engine, recorder, events_file, metrics_file, saved,
+        checkpoints = _Checkpointer(config, shared_dir, engine, recorder, events_file, metrics_file, saved,
                                     class_file)
         wall_clock = lambda: checkpoints.wall_before + time.perf_counter() - wall_start  # noqa: E731
         if saved is None:
@@ -1175,12 +1186,6 @@ class _Checkpointer:
         # what every checkpoint stores of the config (a resume refuses an edited config.json): the
         # config does not change during a run, so it is resolved and hashed once
         self.stored_config = resume.checkpoint_config(config)
-        # not yet in runs of several processes: orbax would need every process to take part (jaxfl.cluster)
-        self.enabled = jax.process_count() == 1
-        if not self.enabled and jax.process_index() == 0:
-            warnings.warn(f"this run spans {jax.process_count()} processes: no checkpoints are written "
-                          "(checkpoint_every and the final checkpoint are not supported there yet), so it "
-                          "cannot be resumed", stacklevel=2)
 
     def after_event(self, simulation: Simulation) -> None:
         every = self.config.checkpoint_every
@@ -1188,8 +1193,6 @@ class _Checkpointer:
             self.save(simulation)
 
     def save(self, simulation: Simulation) -> None:
-        if not self.enabled:
-            return
         started = time.perf_counter()
         self.metrics.flush()
         offsets = {"events": self.events.position(), METRICS_NAME: self.metrics.tell()}

@@ -278,6 +278,17 @@ def check_config(run_dir: str, config: RunConfig) -> None:
         return
 
 
+def _agreed(name: str, failure: str | None) -> str | None:
+    """This process's failure to read checkpoint ``name``, or where every process read it but
+    another, that one's: with several processes all take a checkpoint or all skip it."""
+    from jaxfl import cluster
+
+    read_back = cluster.all_processes(failure is None)
+    if failure is None and not all(read_back):
+        failure = f"{name}: unreadable on process {read_back.index(False)}"
+    return failure
+
+
 def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict, dict]:
     """``(folder, state, device tree)`` of the newest checkpoint of ``run_dir`` that reads back
     completely, after checking that it was written under ``config`` (validated).
@@ -286,28 +297,47 @@ def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict,
     orbax data) is skipped with a :class:`ResumeWarning`; none readable, or one written under
     another config, is a :class:`ResumeError`. ``engine`` (a fresh :class:`~jaxfl.engine.Engine` of
     ``config``) gives the shapes the device data is restored into.
+
+    In a run of several processes (:mod:`jaxfl.cluster`) every process calls it and all restore the
+    same checkpoint: they try process 0's list of candidates in its order, and a checkpoint is taken
+    only if it read back on every process (each one reads it whole from the shared run directory).
     """
+    from jaxfl import cluster
+
     record = config_record(config)
     failures = []
-    for folder in candidates(run_dir):
+    folders = candidates(run_dir)
+    if cluster.process_count() > 1:  # the same candidates, in the same order, on every process
+        root = os.path.dirname(folders[0])
+        folders = [os.path.join(root, name) for name in
+                   cluster.broadcast_text("\n".join(os.path.basename(folder) for folder in folders)).split("\n")]
+    for folder in folders:
         name = os.path.basename(folder)
         try:
             stored = _stored_config(folder)
         except (OSError, ValueError) as error:
-            failures.append(f"{name}: config.json unreadable ({_first_line(error)})")
-            continue
-        _compare(run_dir, folder, stored, record)
-        try:
-            state = checkpoint.load_state(folder)
-            if not isinstance(state, dict) or any(key not in state for key in _STATE_KEYS):
-                raise ValueError("not a jaxfl checkpoint state")
-        except Exception as error:  # pickle raises anything on corrupt bytes (ValueError, EOFError, ...)
-            failures.append(f"{name}: state.pkl unreadable ({_first_line(error)})")
-            continue
-        try:
-            tree = checkpoint.load_device(folder, engine, state["engine"])
-        except Exception as error:  # orbax/tensorstore raise many kinds on corrupt or missing data
-            failures.append(f"{name}: device data unreadable ({_first_line(error)})")
+            failure = f"{name}: config.json unreadable ({_first_line(error)})"
+        else:
+            _compare(run_dir, folder, stored, record)
+            failure = None
+        state = tree = None
+        if failure is None:
+            try:
+                state = checkpoint.load_state(folder)
+                if not isinstance(state, dict) or any(key not in state for key in _STATE_KEYS):
+                    raise ValueError("not a jaxfl checkpoint state")
+            except Exception as error:  # pickle raises anything on corrupt bytes (ValueError, EOFError, ...)
+                failure = f"{name}: state.pkl unreadable ({_first_line(error)})"
+        # orbax's restore is collective: every process goes on to it for this folder, or none does
+        failure = _agreed(name, failure)
+        if failure is None:
+            try:
+                tree = checkpoint.load_device(folder, engine, state["engine"])
+            except Exception as error:  # orbax/tensorstore raise many kinds on corrupt or missing data
+                failure = f"{name}: device data unreadable ({_first_line(error)})"
+            failure = _agreed(name, failure)
+        if failure is not None:
+            failures.append(failure)
             continue
         if failures:
             warnings.warn(f"{run_dir}: resuming from {name} (global update {state['simulation'].version}) "

@@ -1,5 +1,7 @@
 """A run over two processes (jax.distributed on one machine, CPU collectives through gloo) gives the
-single-process result on as many devices: the same event log and the same model.
+single-process result on as many devices: the same event log and the same model, also when it is
+cut short after a checkpoint and resumed by two processes (``jaxfl run --resume`` with the cluster
+flags), and its checkpoints read back in one process.
 
 Each process runs the same scheduler; the client axis of every training call spans both processes'
 devices, and each process gathers the trained updates. Parameters are compared to 1e-6 (SGD
@@ -8,33 +10,51 @@ gather through gloo.
 """
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import textwrap
 
+import jax
 import numpy as np
 import pytest
 
+from jaxfl import checkpoint
+from jaxfl.experiment import prepare, resume_experiment
+from jaxfl.resume import read_run_config
 from jaxfl.testing import events_without_wall_time
 
 SCRIPT = textwrap.dedent("""
     import json, sys
-    folder, algorithm, process, processes, port = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    folder, algorithm, process, processes, port, mode = sys.argv[1:3] + [int(a) for a in sys.argv[3:5]] + sys.argv[5:]
+    run_dir = f"{folder}/runs-{processes}/{algorithm}"
+    if mode == "resume":  # from the command line, with the cluster flags
+        from jaxfl import cli
+        sys.exit(cli.main(["run", "--resume", run_dir, "--no-progress", "--coordinator-address", f"127.0.0.1:{port}",
+                           "--num-processes", str(processes), "--process-id", str(process)]))
     import jaxfl
     from jaxfl.cluster import init_cluster
     if processes > 1:
         init_cluster(f"127.0.0.1:{port}", num_processes=processes, process_id=process)
     import jax, numpy as np
     from jaxfl import RunConfig, run_experiment
+    from jaxfl.testing import _interrupt_after, _Interrupted
     config = RunConfig(algorithm=algorithm, dataset="mnist10k", model="cnn", clients=6, local_steps=3, batch_size=8,
                        max_updates=3, buffer_size=2, client_optimizer="sgd", client_lr=0.05, progress=False,
-                       output_dir=f"{folder}/runs-{processes}", run_name=algorithm)
+                       checkpoint_every=1, output_dir=f"{folder}/runs-{processes}", run_name=algorithm)
+    if mode == "interrupted":  # every process stops at the same event, the first after checkpoint 1
+        with _interrupt_after(1):
+            try:
+                run_experiment(config)
+            except _Interrupted:
+                sys.exit(0)
+        sys.exit("the run was not interrupted")
     result = run_experiment(config)
     if process == 0:
         np.savez(f"{folder}/{algorithm}-{processes}.npz", *[np.asarray(leaf) for leaf in jax.tree.leaves(result.params)])
-        print(json.dumps({"run_dir": result.run_dir, "mesh": int(result.engine.mesh.size),
-                          "processes": jax.process_count(), "summary": result.summary}))
+        print("RESULT", json.dumps({"run_dir": result.run_dir, "mesh": int(result.engine.mesh.size),
+                                    "processes": jax.process_count()}))
 """)
 
 
@@ -44,31 +64,77 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _run(folder, algorithm, processes):
+def _run(folder, algorithm, processes, mode="run") -> dict:
+    """Run the script in ``processes`` processes (2 CPU devices in all): process 0's stdout, stderr and
+    result (its ``RESULT`` line; gloo writes to stdout too)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": str(2 // processes)}
     port = str(_free_port())
-    commands = [[sys.executable, "-c", SCRIPT, str(folder), algorithm, str(index), str(processes), port]
+    commands = [[sys.executable, "-c", SCRIPT, str(folder), algorithm, str(index), str(processes), port, mode]
                 for index in range(processes)]
     running = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for command in commands]
     outputs = [process.communicate(timeout=600) for process in running]
     for process, (_, stderr) in zip(running, outputs):
         assert process.returncode == 0, stderr[-3000:]
-    return {**json.loads(outputs[0][0].strip().splitlines()[-1]), "stderr": outputs[0][1]}
+    stdout, stderr = outputs[0]
+    results = [json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT ")]
+    return {**(results[-1] if results else {}), "stdout": stdout, "stderr": stderr}
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedbuff"])
-def test_two_processes_give_the_single_process_result(tmp_path, algorithm):
-    two = _run(tmp_path, algorithm, processes=2)
+def _summary(run_dir) -> dict:
+    with open(os.path.join(run_dir, "summary.json")) as handle:
+        return json.load(handle)
+
+
+def _array_bytes(run_dir) -> int:
+    """Bytes of array data in a run's last checkpoint (orbax's per-process data folders)."""
+    device = os.path.join(checkpoint.latest(str(run_dir)), "device")
+    return sum(os.path.getsize(os.path.join(folder, name))
+               for part in os.listdir(device) if part.startswith("ocdbt.process_")
+               for folder, _, names in os.walk(os.path.join(device, part)) for name in names)
+
+
+@pytest.mark.parametrize("algorithm, interrupted", [("fedavg", False), ("fedbuff", True)])
+def test_two_processes_give_the_single_process_result(tmp_path, algorithm, interrupted):
+    run_dir = str(tmp_path / "runs-2" / algorithm)
+    if interrupted:  # two processes cut short after their first checkpoint, then resumed by two processes
+        _run(tmp_path, algorithm, processes=2, mode="interrupted")
+        assert not os.path.exists(os.path.join(run_dir, "summary.json"))
+        assert checkpoint.latest(run_dir).endswith("ckpt-000001")
+        alone = shutil.copytree(run_dir, tmp_path / "resumed-alone")
+        two = _run(tmp_path, algorithm, processes=2, mode="resume")
+        assert f"{algorithm}: resumed, 3 updates, stop: update budget → {run_dir}" in two["stdout"]
+    else:
+        two = _run(tmp_path, algorithm, processes=2)
+        assert two["run_dir"] == run_dir and two["processes"] == 2 and two["mesh"] == 2
     one = _run(tmp_path, algorithm, processes=1)
-    assert two["processes"] == 2 and two["mesh"] == 2 and one["processes"] == 1 and one["mesh"] == 2
-    assert events_without_wall_time(two["run_dir"]) == events_without_wall_time(one["run_dir"])
-    with np.load(tmp_path / f"{algorithm}-2.npz") as a, np.load(tmp_path / f"{algorithm}-1.npz") as b:
-        for name in a.files:
-            np.testing.assert_allclose(a[name], b[name], rtol=0, atol=1e-6)
-    assert two["summary"]["global_updates"] == one["summary"]["global_updates"] == 3
-    # No checkpoint is written in such a run, and process 0 says so instead of dropping them silently.
-    assert "no checkpoints are written" in two["stderr"] and "no checkpoints" not in one["stderr"]
+    assert one["processes"] == 1 and one["mesh"] == 2
+    assert _summary(run_dir)["resumes"] == int(interrupted) and _summary(one["run_dir"])["resumes"] == 0
+    assert _summary(run_dir)["global_updates"] == _summary(one["run_dir"])["global_updates"] == 3
+    assert events_without_wall_time(run_dir) == events_without_wall_time(one["run_dir"])
+    # Checkpoints are written as in one process (the two newest kept), and the final one, written by
+    # both processes through orbax, reads back in this single process as the run's model.
+    for folder in (run_dir, one["run_dir"]):
+        root = os.path.join(folder, "checkpoints")
+        assert sorted(n for n in os.listdir(root) if n.startswith("ckpt-")) == ["ckpt-000002", "ckpt-000003"]
+        assert checkpoint.latest(folder).endswith("ckpt-000003")
+    # the two processes hold the same arrays, and orbax writes them once between them, not twice
+    assert _array_bytes(run_dir) < 1.05 * _array_bytes(one["run_dir"])
+    template = prepare(read_run_config(run_dir))[4]
+    two_params = [np.asarray(leaf) for leaf in jax.tree.leaves(checkpoint.final_params(run_dir, template))]
+    with np.load(tmp_path / f"{algorithm}-1.npz") as saved:
+        one_params = [saved[name] for name in saved.files]
+    for x, y in zip(two_params, one_params, strict=True):
+        np.testing.assert_allclose(x, y, rtol=0, atol=1e-6)
+    if not interrupted:  # the checkpoint holds process 0's model bit for bit
+        with np.load(tmp_path / f"{algorithm}-2.npz") as saved:
+            assert all(np.array_equal(x, saved[name]) for x, name in zip(two_params, saved.files, strict=True))
+    assert "checkpoint" not in two["stderr"].lower(), two["stderr"][-2000:]
+    if interrupted:  # the checkpoint of two processes also resumes in one (this one)
+        resumed = resume_experiment(str(alone), progress=False)
+        assert events_without_wall_time(resumed.run_dir) == events_without_wall_time(one["run_dir"])
+        for x, y in zip(jax.tree.leaves(resumed.params), one_params, strict=True):
+            np.testing.assert_allclose(np.asarray(x), y, rtol=0, atol=1e-6)
     # Only process 0 keeps a run directory; the other process's scratch folder is gone.
     assert sorted(os.listdir(tmp_path / "runs-2")) == [algorithm]
 
