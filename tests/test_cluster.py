@@ -22,7 +22,7 @@ import pytest
 
 from jaxfl import checkpoint
 from jaxfl.experiment import prepare, resume_experiment
-from jaxfl.resume import read_run_config
+from jaxfl.resume import read_run
 from jaxfl.testing import events_without_wall_time
 
 SCRIPT = textwrap.dedent("""
@@ -120,7 +120,7 @@ def test_two_processes_give_the_single_process_result(tmp_path, algorithm, inter
         assert checkpoint.latest(folder).endswith("ckpt-000003")
     # the two processes hold the same arrays, and orbax writes them once between them, not twice
     assert _array_bytes(run_dir) < 1.05 * _array_bytes(one["run_dir"])
-    template = prepare(read_run_config(run_dir))[4]
+    template = prepare(read_run(run_dir)[0])[4]
     two_params = [np.asarray(leaf) for leaf in jax.tree.leaves(checkpoint.final_params(run_dir, template))]
     with np.load(tmp_path / f"{algorithm}-1.npz") as saved:
         one_params = [saved[name] for name in saved.files]
