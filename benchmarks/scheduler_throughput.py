@@ -40,28 +40,26 @@ def peak_rss_mb() -> float:
 
 
 def measure(algorithm: str, clients: int, updates: int, concurrency: int | None, folder: str) -> dict:
+    # buffer_size only where the algorithm reads it (elsewhere it is refused with a warning)
+    buffer = {"buffer_size": 10} if algorithm == "fedbuff" else {}
     config = validate(RunConfig(algorithm=algorithm, clients=clients, max_updates=updates, timing_only=True,
                                 concurrency=None if algorithm == "fedcompass" else min(concurrency, clients),
-                                local_steps=20, buffer_size=10, progress=False))
+                                local_steps=20, progress=False, **buffer))
     rss_before = peak_rss_mb()
     start = time.perf_counter()
     policy = algorithms.build(config).policy()
     speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter),
                           clients, seed=config.seed)
     run_dir = tempfile.mkdtemp(dir=folder)
-    rows = 0
     with EventLog(run_dir) as log:
-        def write(row):
-            nonlocal rows
-            rows += 1
-            log.write(row)
-
+        # log.write itself, as a run passes it: the simulation then hands it rows as tuples
         simulation = Simulation(policy, speeds, np.full(clients, 1.0 / clients), _TimingBackend(),
-                                max_updates=updates, log=write)
+                                max_updates=updates, log=log.write)
         setup = time.perf_counter() - start
         run_start = time.perf_counter()
         simulation.run()
         run_seconds = time.perf_counter() - run_start
+        rows = log.rows
     return {"algorithm": algorithm, "clients": clients, "updates": simulation.version,
             "in_flight": simulation.accounting()["in_flight"], "events": simulation.events_processed,
             "log_rows": rows, "setup_s": round(setup, 3), "run_s": round(run_seconds, 3),
