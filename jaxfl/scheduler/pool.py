@@ -97,6 +97,32 @@ class IdlePool:
         position[first_busy], position[client] = at, idle
         self.idle = idle + 1
 
+    def exchange(self, client: int) -> int:
+        """:meth:`give_back` ``client``, then :meth:`take` one (the same draw), in one call.
+
+        >>> pool = IdlePool(3, seed=0)
+        >>> busy = pool.take()
+        >>> pool.exchange(busy) in (0, 1, 2), pool.idle
+        (True, 2)
+        """
+        clients, position, idle = self.clients, self.position, self.idle
+        at = position[client]
+        if at < idle:
+            raise ValueError(f"client {client} is already idle")
+        first_busy = clients[idle]
+        clients[at], clients[idle] = first_busy, client
+        position[first_busy], position[client] = at, idle
+        # take(), with the idle count back up by one; never empty (client was just given back)
+        uniforms = self._uniforms
+        if not uniforms:
+            uniforms[:] = self._rng.random(UNIFORM_BLOCK).tolist()[::-1]
+        index = int(uniforms.pop() * (idle + 1))
+        taken = clients[index]
+        moved = clients[idle]
+        clients[index], clients[idle] = moved, taken
+        position[moved], position[taken] = index, idle
+        return taken
+
     def __setstate__(self, state: dict) -> None:
         """Pools pickled before the arrays were ``array.array`` (numpy) and before the drawn-ahead
         uniforms existed restore into the current layout, drawing on from their generator's state."""
@@ -141,6 +167,5 @@ class InFlightLimit:
 
     def on_reply(self, sim, client: int, payload) -> None:
         if self.pool is not None:
-            self.pool.give_back(client)
-            client = self.pool.take()
+            client = self.pool.exchange(client)
         sim.dispatch(client, local_steps_of(self.local_steps, client))

@@ -215,6 +215,8 @@ def local_steps_of(local_steps, client: int) -> int:
     >>> local_steps_of(5, 3), local_steps_of((7, 1), 1)
     (5, 1)
     """
+    if type(local_steps) is int:
+        return local_steps
     return int(local_steps) if isinstance(local_steps, (int, np.integer)) else int(local_steps[client])
 
 
@@ -372,14 +374,15 @@ class Simulation:
         fault = self.faults.draw(client, duration) if self.faults is not None else None
         if fault is not None and fault.kind in ("delay", "dropout"):
             duration += fault.extra_time
-        now = self.queue.now
+        now = self.queue._now  # the clock's own field: the property costs a call per dispatch
         records = self.records
         client_round = int(self.client_rounds[client])
         record = DispatchRecord(records.count, client, self.version, steps, client_round, now, now + duration,
                                 IN_FLIGHT, None, None, self.next_lr_scale(client, lr_scale, client_round),
                                 None if fetch_step is None else int(fetch_step), None, False, step_time)
         self.client_rounds[client] = client_round + 1
-        records.add(record)
+        records.live[record.id] = record  # records.add without its check: the id is records.count
+        records.count += 1
         self._counts[IN_FLIGHT] += 1
         if fault is not None and fault.kind == "crash":
             record.arrival_time = math.inf
@@ -463,7 +466,8 @@ class Simulation:
 
     def reply(self, client: int, payload=None) -> None:
         """Schedule a reply to ``client`` at this instant, after every arrival of the instant."""
-        self.queue.push(self.now, "reply", client, payload)
+        queue = self.queue
+        queue.push(queue._now, "reply", client, payload)
 
     def set_timer(self, time: float, payload=None) -> Event:
         """Schedule a policy timer (``payload`` must be JSON-able)."""
@@ -662,7 +666,7 @@ class Simulation:
     def _handle(self, event: Event) -> None:
         kind = event.kind
         if kind == "arrival":
-            record = self.records[event.payload]
+            record = self.records.live.get(event.payload) or self.records[event.payload]
             record.status = ARRIVED
             self.busy_time[record.client] += record.arrival_time - record.start_time
             counts = self._counts
