@@ -224,12 +224,14 @@ class FedCompass(Policy):
     def _join(self, client: int, now: float) -> bool:
         speed = self.clients[client].speed
         upper = math.floor(self.options.join_max_factor * self.q_max)
+        q_min, floor = self.q_min, math.floor
         best_group, best_q = None, -1
         for group_id, group in self.groups.items():  # creation order: ties go to the later group
-            if group.aggregated:
+            expected = group.expected
+            if expected == 0.0 and group.latest == 0.0:  # group.aggregated, without a property call per group
                 continue
-            q = math.floor((group.expected - now) / speed)
-            if self.q_min <= q <= upper and q >= best_q:
+            q = floor((expected - now) / speed)
+            if q_min <= q <= upper and q >= best_q:
                 best_group, best_q = group_id, q
         if best_group is None:
             return False

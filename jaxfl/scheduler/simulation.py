@@ -345,7 +345,8 @@ class Simulation:
     # ----------------------------------------------------------------- policy-facing API
     @property
     def now(self) -> float:
-        return self.queue.now
+        """The virtual clock (the time of the event being handled)."""
+        return self.queue._now  # the queue's field rather than its property: policies read it often
 
     def staleness(self, record: DispatchRecord) -> int:
         """τ_g − τ_i: global updates since the record's model version."""
