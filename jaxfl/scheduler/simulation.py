@@ -53,8 +53,8 @@ KEEP_FINISHED_RECORDS = 100_000
 _INTERNAL_PRIORITIES = {"crash": 9}
 # Allocations between young-generation garbage collections while the simulation runs (Python's
 # default is 700). Every dispatch leaves long-lived objects (its record, its queued event), so at the
-# default the collector rescans them over and over: a third of a 10^5-client timeline's time. The
-# simulation makes no reference cycles; the threshold goes back to what it was when run() returns.
+# default the collector rescans them over and over: a third of a 10^5-client timeline's time. Only
+# how often the collector runs changes, not what it frees; the threshold is restored when run() returns.
 _RUN_GC_THRESHOLD = 50_000
 
 
