@@ -484,7 +484,7 @@ class Simulation:
         ``payload`` goes to the algorithm's device hooks unread (see :class:`Aggregation`); a payload
         with a ``check(sim, contributions)`` method has it called first, to refuse an inconsistent one.
         """
-        contributions = tuple((int(d), float(c)) for d, c in contributions)
+        contributions = tuple([(int(d), float(c)) for d, c in contributions])
         check = getattr(payload, "check", None)
         if check is not None:
             check(self, contributions)
@@ -516,17 +516,17 @@ class Simulation:
         self._counts[ARRIVED] -= len(records)
         self._counts[AGGREGATED] += len(records)
         if self.aggregated_steps is not None:
-            self.aggregated_steps += sum(record.steps for record in records)
+            self.aggregated_steps += sum([record.steps for record in records])
         stop = self.backend.on_aggregate(aggregation, records)
         if stop:
             self._stop_requested = stop if isinstance(stop, str) else "stopped by the backend"
         # written after the update, so that the wall time includes training and applying it
-        self._write("aggregate", self.now, -1, None, self.version, None, None,
-                    f"{len(contributions)} updates",
-                    wall_time=None if self.wall_clock is None else round(self.wall_clock(), 3))
+        self._emit((aggregation.time, "aggregate", -1, None, version, None, None, f"{len(contributions)} updates",
+                    None if self.wall_clock is None else round(self.wall_clock(), 3)))
+        finish = self.records.finish
         for record in records:
-            self.records.finish(record)
-        return self.version
+            finish(record)
+        return version
 
     def _screen_nonfinite(self, contributions: tuple[tuple[int, float], ...]) -> tuple[tuple[int, float], ...]:
         """Stop on a NaN/Inf update, naming it, or (``on_nonfinite="skip"``) drop it and go on."""
