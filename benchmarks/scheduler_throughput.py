@@ -13,12 +13,14 @@ than wall seconds: on a shared machine it moves less with the other processes' l
     python benchmarks/scheduler_throughput.py                   # 10^3 … 10^6 clients, 20,000 updates
     python benchmarks/scheduler_throughput.py --quick           # seconds: 10^3 and 10^4 clients
     python benchmarks/scheduler_throughput.py --json out.json
+    python benchmarks/scheduler_throughput.py --breakdown --clients 10000   # µs per event, and where they go
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import resource
@@ -86,6 +88,63 @@ def measure(algorithm: str, clients: int, updates: int, concurrency: int | None,
             "peak_rss_growth_mb": round(peak_rss_mb() - rss_before, 1)}
 
 
+def cpu_per_event(algorithm: str, clients: int, updates: int, concurrency: int, folder: str, log: bool) -> float:
+    """CPU µs per queue event of one timing-only run, with or without the event log."""
+    buffer = {"buffer_size": 10} if algorithm == "fedbuff" else {}
+    config = validate(RunConfig(algorithm=algorithm, clients=clients, max_updates=updates, timing_only=True,
+                                concurrency=min(concurrency, clients), local_steps=20, progress=False, **buffer))
+    speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter),
+                          clients, seed=config.seed)
+    with EventLog(tempfile.mkdtemp(dir=folder)) as events:
+        simulation = Simulation(algorithms.build(config).policy(), speeds, np.full(clients, 1.0 / clients),
+                                _TimingBackend(), max_updates=updates, log=events.write if log else None)
+        began = time.process_time()
+        simulation.run()
+        events.flush()
+        return (time.process_time() - began) * 1e6 / simulation.events_processed
+
+
+def breakdown(clients: int, updates: int, concurrency: int, folder: str) -> dict:
+    """Where a FedBuff event's CPU microseconds go: the whole event with and without the event log,
+    and the parts of the path timed alone (µs per call, the scheduler's own objects)."""
+    import timeit
+
+    from jaxfl.scheduler.clock import EventQueue
+    from jaxfl.scheduler.pool import IdlePool
+    from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, DispatchRecord
+
+    def per_call(statement, number=20_000) -> float:
+        return round(min(timeit.repeat(statement, number=number, repeat=3)) * 1e6 / number, 3)
+
+    speeds = ClientSpeeds(SpeedConfig(model="exp"), clients, seed=0)
+    draw_clients = iter(np.random.default_rng(0).integers(clients, size=200_000).tolist())
+    queue = EventQueue()
+    for client in range(concurrency):
+        queue.push(float(client), "arrival", client, client)
+    pool = IdlePool(clients, seed=0)
+    busy = [pool.take() for _ in range(concurrency)]
+    log = EventLog(tempfile.mkdtemp(dir=folder), format="csv")
+    write = log.row_writer(EVENT_LOG_FIELDS)
+    row = (1234.5678901234, "dispatch", 4321, 98765, 4567, None, 20, None, None)
+
+    def queue_round():  # one arrival popped and pushed again later, as each dispatch does
+        event = queue.pop_due(math.inf)
+        queue.push(event.time + 1000.0, "arrival", event.client, event.payload)
+
+    parts = {
+        "event, with the event log": round(cpu_per_event("fedbuff", clients, updates, concurrency, folder, True), 3),
+        "event, without a log": round(cpu_per_event("fedbuff", clients, updates, concurrency, folder, False), 3),
+        "log row (tuple + csv.writer)": per_call(lambda: write(row), number=100_000),
+        "speed draw (ClientSpeeds.round_duration)": per_call(lambda: speeds.round_duration(next(draw_clients), 20)),
+        "queue push + pop (1,000 pending)": per_call(queue_round),
+        "idle-pool exchange": per_call(lambda: busy.append(pool.exchange(busy.pop(0)))),
+        "dispatch record": per_call(lambda: DispatchRecord(7, 3, 2, 20, 1, 1.5, 2.5, "in_flight", None, None, 1.0,
+                                                           None, None, False, 0.1)),
+    }
+    log.close()
+    return parts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithms", nargs="+", default=["fedasync", "fedbuff", "fedcompass"])
@@ -94,9 +153,17 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1000)
     parser.add_argument("--quick", action="store_true", help="10^3 and 10^4 clients, 2,000 updates (a smoke run)")
     parser.add_argument("--json", help="also write the table here")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="CPU µs per FedBuff event at the first --clients, and per part of its path")
     args = parser.parse_args()
     if args.quick:
         args.clients, args.updates = [10**3, 10**4], 2_000
+    if args.breakdown:
+        with tempfile.TemporaryDirectory() as folder:
+            parts = breakdown(args.clients[0], min(args.updates, 10_000), args.concurrency, folder)
+        for name, micros in parts.items():
+            print(f"{name:<45} {micros:>8.3f} µs")
+        return
     results = []
     print(f"{'algorithm':<11} {'clients':>9} {'updates':>8} {'events':>9} {'events/s':>9} {'cpu ev/s':>9} "
           f"{'rows/s':>9} {'s/1e5 upd':>9} {'start s':>8} {'ev/s after':>10} {'setup s':>8} {'+RSS MB':>8}")

@@ -225,7 +225,7 @@ class EventLog:
     which the resumed run writes again — are neither lost nor doubled, even if the log switched
     to Parquet after that checkpoint.
 
-    Rows are buffered column-wise and written ``buffer_rows`` at a time; :meth:`flush` (also
+    Rows are buffered as tuples and written ``buffer_rows`` at a time; :meth:`flush` (also
     done by :meth:`position` and :meth:`close`) puts every row written so far on disk (Parquet:
     at most every ``flush_seconds`` unless forced). A Parquet
     part is written under a temporary name and renamed into place, so no reader ever sees half
