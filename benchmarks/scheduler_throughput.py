@@ -136,7 +136,7 @@ def breakdown(clients: int, updates: int, concurrency: int, folder: str) -> dict
         "event, without a log": round(cpu_per_event("fedbuff", clients, updates, concurrency, folder, False), 3),
         "log row (tuple + csv.writer)": per_call(lambda: write(row), number=100_000),
         "speed draw (ClientSpeeds.round_duration)": per_call(lambda: speeds.round_duration(next(draw_clients), 20)),
-        "queue push + pop (1,000 pending)": per_call(queue_round),
+        f"queue push + pop ({concurrency:,} pending)": per_call(queue_round),
         "idle-pool exchange": per_call(lambda: busy.append(pool.exchange(busy.pop(0)))),
         "dispatch record": per_call(lambda: DispatchRecord(7, 3, 2, 20, 1, 1.5, 2.5, "in_flight", None, None, 1.0,
                                                            None, None, False, 0.1)),

@@ -22,6 +22,17 @@ def test_scheduler_throughput_quick(tmp_path):
     assert all(r["in_flight"] <= 1000 for r in results if r["algorithm"] != "fedcompass")
 
 
+def test_scheduler_throughput_breakdown_names_the_parts_of_an_event():
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scheduler_throughput.py"), "--breakdown",
+                           "--clients", "1000", "--updates", "300", "--concurrency", "100"], check=True,
+                          capture_output=True, text=True, timeout=600)
+    micros = {line.rsplit(None, 2)[0]: float(line.split()[-2]) for line in done.stdout.splitlines()}
+    assert set(micros) == {"event, with the event log", "event, without a log", "log row (tuple + csv.writer)",
+                           "speed draw (ClientSpeeds.round_duration)", "queue push + pop (100 pending)",
+                           "idle-pool exchange", "dispatch record"}
+    assert all(value > 0 for value in micros.values())
+
+
 def test_cpu_speed_quick_runs_jaxfl_with_defaults_and_no_padding(tmp_path):
     # The PyTorch side runs where benchmarks/.venv-torch exists and is reported as skipped elsewhere.
     out = tmp_path / "cpu.json"
