@@ -2,6 +2,7 @@
 the (kind, payload) index of EventQueue.find, the EventLog row writer, the idle pool's drawn-ahead
 uniforms and its exchange, FedCompass's heap of fastest members, and the GC threshold of a run."""
 import csv
+import dataclasses
 import gc
 import io
 import pickle
@@ -213,3 +214,17 @@ def test_a_run_raises_the_gc_threshold_and_puts_it_back():
     seen = []
     fedbuff_simulation(after_event=lambda sim: seen.append(gc.get_threshold()[0])).run()
     assert gc.get_threshold() == before and min(seen) >= 50_000
+
+
+def test_dispatch_fills_every_field_of_its_record():
+    simulation = Simulation(FedBuff(5, 4, make_staleness("constant", alpha=1.0)),
+                            ClientSpeeds(SpeedConfig(jitter=0.0, latency=0.5), 3, seed=0), np.full(3, 1 / 3),
+                            RecordingBackend(), client_lr_decay=0.5)
+    simulation.client_rounds[2] = 2
+    record = simulation.dispatch(2, 4, lr_scale=0.8, fetch_step=3)
+    assert dataclasses.asdict(record) == {
+        "id": 0, "client": 2, "version": 0, "steps": 4, "client_round": 2, "start_time": 0.0,
+        "arrival_time": 4 * 0.15 + 1.0, "status": "in_flight", "aggregated_in": None, "drop_reason": None,
+        "lr_scale": 0.8 * 0.25, "fetch_step": 3, "fetch_version": None, "fetched": False,
+        "step_time": (4 * 0.15 + 1.0 - 1.0) / 4, "planned_steps": None}
+    assert simulation.client_rounds[2] == 3 and len(simulation.records) == 1 and simulation.records[0] is record
