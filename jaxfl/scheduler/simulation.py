@@ -640,7 +640,7 @@ class Simulation:
         state = dict(self.__dict__)
         for transient in ("backend", "_log", "after_event", "wall_clock"):
             state[transient] = None
-        del state["_emit"]
+        state.pop("_emit", None)  # rebound by attach()
         return state
 
     def attach(self, backend: Backend, log: Callable[[dict], None] | None = None,
@@ -658,7 +658,8 @@ class Simulation:
         self._log = log
         owner = getattr(log, "__self__", None)
         kind = type(owner)
-        if getattr(kind, "row_writer", None) is not None and getattr(log, "__func__", None) is kind.write:
+        is_event_log_write = getattr(log, "__func__", None) is getattr(kind, "write", None) is not None
+        if is_event_log_write and getattr(kind, "row_writer", None) is not None:
             self._emit = owner.row_writer(EVENT_LOG_FIELDS)
         elif log is None:
             self._emit = _ignore_row
