@@ -5,17 +5,22 @@ run on the virtual clock with no training (``timing_only``), writing the event l
 It reports queue events/s, event-log rows/s, the wall seconds, the seconds per 10^5 aggregations
 and the growth of peak host memory, so that anything costing O(clients) per event shows up as a
 falling rate along a row. FedAsync and FedBuff keep ``--concurrency`` clients in flight (default
-1,000, the FedBuff paper's); FedCompass dispatches every client, as its paper does.
+1,000, the FedBuff paper's); FedCompass dispatches every client, as its paper does, so its run
+begins with one dispatch per client before the first event: ``start s`` is that warm-up, and
+``ev/s after`` the event rate after it. ``cpu ev/s`` divides by the process's CPU seconds rather
+than wall seconds: on a shared machine it moves less with the other processes' load.
 
     python benchmarks/scheduler_throughput.py                   # 10^3 … 10^6 clients, 20,000 updates
     python benchmarks/scheduler_throughput.py --quick           # seconds: 10^3 and 10^4 clients
     python benchmarks/scheduler_throughput.py --json out.json
+    python benchmarks/scheduler_throughput.py --breakdown --clients 10000   # µs per event, and where they go
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import resource
@@ -40,35 +45,104 @@ def peak_rss_mb() -> float:
 
 
 def measure(algorithm: str, clients: int, updates: int, concurrency: int | None, folder: str) -> dict:
+    # buffer_size only where the algorithm reads it (elsewhere it is refused with a warning)
+    buffer = {"buffer_size": 10} if algorithm == "fedbuff" else {}
     config = validate(RunConfig(algorithm=algorithm, clients=clients, max_updates=updates, timing_only=True,
                                 concurrency=None if algorithm == "fedcompass" else min(concurrency, clients),
-                                local_steps=20, buffer_size=10, progress=False))
+                                local_steps=20, progress=False, **buffer))
     rss_before = peak_rss_mb()
     start = time.perf_counter()
     policy = algorithms.build(config).policy()
+    start_seconds = 0.0
+    policy_start = policy.start
+
+    def timed_start(sim):  # the policy's first dispatches, timed apart from the events
+        nonlocal start_seconds
+        began = time.perf_counter()
+        policy_start(sim)
+        start_seconds = time.perf_counter() - began
+
+    policy.start = timed_start
     speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter),
                           clients, seed=config.seed)
     run_dir = tempfile.mkdtemp(dir=folder)
-    rows = 0
     with EventLog(run_dir) as log:
-        def write(row):
-            nonlocal rows
-            rows += 1
-            log.write(row)
-
+        # log.write itself, as a run passes it: the simulation then hands it rows as tuples
         simulation = Simulation(policy, speeds, np.full(clients, 1.0 / clients), _TimingBackend(),
-                                max_updates=updates, log=write)
+                                max_updates=updates, log=log.write)
         setup = time.perf_counter() - start
-        run_start = time.perf_counter()
+        run_start, cpu_start = time.perf_counter(), time.process_time()
         simulation.run()
-        run_seconds = time.perf_counter() - run_start
+        log.flush()
+        run_seconds, cpu_seconds = time.perf_counter() - run_start, time.process_time() - cpu_start
+        rows = log.rows
     return {"algorithm": algorithm, "clients": clients, "updates": simulation.version,
             "in_flight": simulation.accounting()["in_flight"], "events": simulation.events_processed,
             "log_rows": rows, "setup_s": round(setup, 3), "run_s": round(run_seconds, 3),
+            "start_s": round(start_seconds, 3), "cpu_s": round(cpu_seconds, 3),
             "events_per_s": round(simulation.events_processed / run_seconds),
+            "events_per_s_after_start": round(simulation.events_processed / max(run_seconds - start_seconds, 1e-9)),
+            "events_per_cpu_s": round(simulation.events_processed / max(cpu_seconds, 1e-9)),
             "rows_per_s": round(rows / run_seconds),
             "s_per_1e5_updates": round(run_seconds * 1e5 / max(simulation.version, 1), 2),
             "peak_rss_growth_mb": round(peak_rss_mb() - rss_before, 1)}
+
+
+def cpu_per_event(algorithm: str, clients: int, updates: int, concurrency: int, folder: str, log: bool) -> float:
+    """CPU µs per queue event of one timing-only run, with or without the event log."""
+    buffer = {"buffer_size": 10} if algorithm == "fedbuff" else {}
+    config = validate(RunConfig(algorithm=algorithm, clients=clients, max_updates=updates, timing_only=True,
+                                concurrency=min(concurrency, clients), local_steps=20, progress=False, **buffer))
+    speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter),
+                          clients, seed=config.seed)
+    with EventLog(tempfile.mkdtemp(dir=folder)) as events:
+        simulation = Simulation(algorithms.build(config).policy(), speeds, np.full(clients, 1.0 / clients),
+                                _TimingBackend(), max_updates=updates, log=events.write if log else None)
+        began = time.process_time()
+        simulation.run()
+        events.flush()
+        return (time.process_time() - began) * 1e6 / simulation.events_processed
+
+
+def breakdown(clients: int, updates: int, concurrency: int, folder: str) -> dict:
+    """Where a FedBuff event's CPU microseconds go: the whole event with and without the event log,
+    and the parts of the path timed alone (µs per call, the scheduler's own objects)."""
+    import timeit
+
+    from jaxfl.scheduler.clock import EventQueue
+    from jaxfl.scheduler.pool import IdlePool
+    from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, DispatchRecord
+
+    def per_call(statement, number=20_000) -> float:
+        return round(min(timeit.repeat(statement, number=number, repeat=3)) * 1e6 / number, 3)
+
+    speeds = ClientSpeeds(SpeedConfig(model="exp"), clients, seed=0)
+    draw_clients = iter(np.random.default_rng(0).integers(clients, size=200_000).tolist())
+    queue = EventQueue()
+    for client in range(concurrency):
+        queue.push(float(client), "arrival", client, client)
+    pool = IdlePool(clients, seed=0)
+    busy = [pool.take() for _ in range(concurrency)]
+    log = EventLog(tempfile.mkdtemp(dir=folder), format="csv")
+    write = log.row_writer(EVENT_LOG_FIELDS)
+    row = (1234.5678901234, "dispatch", 4321, 98765, 4567, None, 20, None, None)
+
+    def queue_round():  # one arrival popped and pushed again later, as each dispatch does
+        event = queue.pop_due(math.inf)
+        queue.push(event.time + 1000.0, "arrival", event.client, event.payload)
+
+    parts = {
+        "event, with the event log": round(cpu_per_event("fedbuff", clients, updates, concurrency, folder, True), 3),
+        "event, without a log": round(cpu_per_event("fedbuff", clients, updates, concurrency, folder, False), 3),
+        "log row (tuple + csv.writer)": per_call(lambda: write(row), number=100_000),
+        "speed draw (ClientSpeeds.round_duration)": per_call(lambda: speeds.round_duration(next(draw_clients), 20)),
+        f"queue push + pop ({concurrency:,} pending)": per_call(queue_round),
+        "idle-pool exchange": per_call(lambda: busy.append(pool.exchange(busy.pop(0)))),
+        "dispatch record": per_call(lambda: DispatchRecord(7, 3, 2, 20, 1, 1.5, 2.5, "in_flight", None, None, 1.0,
+                                                           None, None, False, 0.1)),
+    }
+    log.close()
+    return parts
 
 
 def main() -> None:
@@ -79,19 +153,28 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1000)
     parser.add_argument("--quick", action="store_true", help="10^3 and 10^4 clients, 2,000 updates (a smoke run)")
     parser.add_argument("--json", help="also write the table here")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="CPU µs per FedBuff event at the first --clients, and per part of its path")
     args = parser.parse_args()
     if args.quick:
         args.clients, args.updates = [10**3, 10**4], 2_000
+    if args.breakdown:
+        with tempfile.TemporaryDirectory() as folder:
+            parts = breakdown(args.clients[0], min(args.updates, 10_000), args.concurrency, folder)
+        for name, micros in parts.items():
+            print(f"{name:<45} {micros:>8.3f} µs")
+        return
     results = []
-    print(f"{'algorithm':<11} {'clients':>9} {'updates':>8} {'events':>9} {'events/s':>9} {'rows/s':>9} "
-          f"{'s/1e5 upd':>9} {'setup s':>8} {'+RSS MB':>8}")
+    print(f"{'algorithm':<11} {'clients':>9} {'updates':>8} {'events':>9} {'events/s':>9} {'cpu ev/s':>9} "
+          f"{'rows/s':>9} {'s/1e5 upd':>9} {'start s':>8} {'ev/s after':>10} {'setup s':>8} {'+RSS MB':>8}")
     with tempfile.TemporaryDirectory() as folder:
         for algorithm in args.algorithms:
             for clients in args.clients:
                 row = measure(algorithm, clients, args.updates, args.concurrency, folder)
                 results.append(row)
                 print(f"{row['algorithm']:<11} {row['clients']:>9} {row['updates']:>8} {row['events']:>9} "
-                      f"{row['events_per_s']:>9} {row['rows_per_s']:>9} {row['s_per_1e5_updates']:>9} "
+                      f"{row['events_per_s']:>9} {row['events_per_cpu_s']:>9} {row['rows_per_s']:>9} "
+                      f"{row['s_per_1e5_updates']:>9} {row['start_s']:>8} {row['events_per_s_after_start']:>10} "
                       f"{row['setup_s']:>8} {row['peak_rss_growth_mb']:>8}", flush=True)
     if args.json:
         import jax

@@ -37,11 +37,12 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import operator
 import os
 import re
 import shutil
 from time import monotonic
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -224,7 +225,7 @@ class EventLog:
     which the resumed run writes again — are neither lost nor doubled, even if the log switched
     to Parquet after that checkpoint.
 
-    Rows are buffered column-wise and written ``buffer_rows`` at a time; :meth:`flush` (also
+    Rows are buffered as tuples and written ``buffer_rows`` at a time; :meth:`flush` (also
     done by :meth:`position` and :meth:`close`) puts every row written so far on disk (Parquet:
     at most every ``flush_seconds`` unless forced). A Parquet
     part is written under a temporary name and renamed into place, so no reader ever sees half
@@ -266,9 +267,10 @@ class EventLog:
         self._last_write = monotonic()
         self._csv_path = os.path.join(run_dir, CSV_NAME)
         self._folder = os.path.join(run_dir, PARQUET_DIR)
-        self._columns = [[] for _ in self.fields]
-        self._first = self._columns[0]
-        self._appenders = tuple(zip((column.append for column in self._columns), self.fields))
+        # Rows wait as tuples in field order: one allocation per row, and the csv writer takes
+        # them as they are (a Parquet spill transposes them into columns in one step).
+        self._buffer: list[tuple] = []
+        self._pick = operator.itemgetter(*self.fields) if len(self.fields) > 1 else None
         self._width = len(self.fields)
         self._limit = self.buffer_rows
         self._rows = 0  # rows handed to the file (csv) or converted to arrow (parquet)
@@ -302,16 +304,43 @@ class EventLog:
         if len(row) != self._width:
             row = self._complete(row)
         try:
-            for append, field in self._appenders:
-                append(row[field])
-        except KeyError:  # same size, other keys: undo the half-appended row before complaining
-            for column in self._columns[:-1]:
-                if len(column) > len(self._columns[-1]):
-                    column.pop()
+            values = self._pick(row) if self._pick is not None else (row[self.fields[0]],)
+        except KeyError:  # same size, other keys
             self._complete(row)
             raise
-        if len(self._first) >= self._limit:
+        self._buffer.append(values)
+        if len(self._buffer) >= self._limit:
             self._spill()
+
+    def row_writer(self, fields) -> Callable[[tuple], None]:
+        """A function that appends one row given as a tuple of values in the order of ``fields``
+        (which must include every field of this log): what :class:`~jaxfl.scheduler.simulation.Simulation`
+        writes through, without building a dict per row. Same rows, same bytes as :meth:`write`.
+
+        >>> import tempfile
+        >>> run_dir = tempfile.mkdtemp()
+        >>> with EventLog(run_dir, fields=("time", "event")) as log:
+        ...     log.row_writer(("event", "time", "client"))(("timer", 0.5, -1))
+        >>> open(f"{run_dir}/events.csv").read().splitlines()
+        ['time,event', '0.5,timer']
+        """
+        fields = tuple(fields)
+        missing = [field for field in self.fields if field not in fields]
+        if missing:
+            raise ValueError(f"row_writer fields {fields} lack this log's field(s) {', '.join(missing)}")
+        buffer = self._buffer
+        pick = None
+        if fields != self.fields:
+            positions = [fields.index(field) for field in self.fields]
+            pick = operator.itemgetter(*positions) if len(positions) > 1 else \
+                (lambda values, at=positions[0]: (values[at],))
+
+        def write_values(values: tuple) -> None:
+            buffer.append(values if pick is None else pick(values))
+            if len(buffer) >= self._limit:
+                self._spill()
+
+        return write_values
 
     def flush(self, force: bool = False) -> None:
         """Put every row written so far on disk, where :func:`read_events` sees it.
@@ -329,7 +358,7 @@ class EventLog:
         1
         """
         self._check_open()
-        if self._format == "parquet" and not force and len(self._first) < self.buffer_rows \
+        if self._format == "parquet" and not force and len(self._buffer) < self.buffer_rows \
                 and monotonic() - self._last_write < self.flush_seconds:
             return
         self._spill()
@@ -373,7 +402,7 @@ class EventLog:
         ...     log.write({"time": 1.0}); log.rows
         1
         """
-        return self._rows + len(self._first)
+        return self._rows + len(self._buffer)
 
     def close(self) -> None:
         """Flush and close (again: nothing). A Parquet log merges its last chunk into one part.
@@ -414,25 +443,21 @@ class EventLog:
             raise ValueError(f"dict contains fields not in fieldnames: {', '.join(map(repr, unknown))}")
         return {field: row.get(field) for field in self.fields}
 
-    def _clear_buffer(self) -> None:
-        for column in self._columns:
-            column.clear()  # in place: the bound appenders stay valid
-
     def _spill(self) -> None:
         self._check_open()
-        count = len(self._first)
+        count = len(self._buffer)
         if not count:
             return
         if self._format == "csv":
             # the same objects through the same csv writer as DictWriter.writerow: the same bytes
-            self._writer.writerows(zip(*self._columns))
-            self._clear_buffer()
+            self._writer.writerows(self._buffer)
+            self._buffer.clear()  # in place: row writers hold this list
             self._rows += count
             if self.requested == "auto" and self._rows > self.switch_rows and _pyarrow() is not None:
                 self._switch_to_parquet()
         else:
-            table = _to_arrow(self._columns, self.fields)  # copies: the lists can be reused
-            self._clear_buffer()
+            table = _to_arrow([list(column) for column in zip(*self._buffer)], self.fields)
+            self._buffer.clear()
             self._rows += count
             self._add_to_tail(table)
 

@@ -10,14 +10,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_scheduler_throughput_quick(tmp_path):
     out = tmp_path / "sched.json"
-    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scheduler_throughput.py"), "--quick",
-                    "--algorithms", "fedasync", "fedbuff", "fedcompass", "--json", str(out)], check=True,
-                   capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scheduler_throughput.py"), "--quick",
+                           "--algorithms", "fedasync", "fedbuff", "fedcompass", "--json", str(out)], check=True,
+                          capture_output=True, text=True, timeout=600)
+    assert "is ignored" not in done.stderr  # each algorithm gets only the options it reads
     results = json.loads(out.read_text())["results"]
+    assert all(0 <= r["start_s"] <= r["run_s"] and r["events_per_cpu_s"] > 0 for r in results)
     assert {(r["algorithm"], r["clients"]) for r in results} == {(a, c) for a in ("fedasync", "fedbuff", "fedcompass")
                                                                  for c in (1000, 10000)}
     assert all(r["updates"] == 2000 and r["events"] > 0 for r in results)
     assert all(r["in_flight"] <= 1000 for r in results if r["algorithm"] != "fedcompass")
+
+
+def test_scheduler_throughput_breakdown_names_the_parts_of_an_event():
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scheduler_throughput.py"), "--breakdown",
+                           "--clients", "1000", "--updates", "300", "--concurrency", "100"], check=True,
+                          capture_output=True, text=True, timeout=600)
+    micros = {line.rsplit(None, 2)[0]: float(line.split()[-2]) for line in done.stdout.splitlines()}
+    assert set(micros) == {"event, with the event log", "event, without a log", "log row (tuple + csv.writer)",
+                           "speed draw (ClientSpeeds.round_duration)", "queue push + pop (100 pending)",
+                           "idle-pool exchange", "dispatch record"}
+    assert all(value > 0 for value in micros.values())
 
 
 def test_cpu_speed_quick_runs_jaxfl_with_defaults_and_no_padding(tmp_path):

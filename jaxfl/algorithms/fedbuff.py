@@ -57,7 +57,7 @@ class FedBuff(InFlightLimit, Policy):
         return {"concurrency": self.concurrency, "rule": self.rule}
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
-        weight = float(self.staleness(sim.staleness(record)))
+        weight = float(self.staleness(sim.version - record.version))  # st(τ_g − τ_i)
         if self.rule == "fedcompass":
             weight *= sim.client_weights[record.client]
         else:

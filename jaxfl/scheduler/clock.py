@@ -38,8 +38,12 @@ class Event:
     __slots__ = ("time", "priority", "client", "seq", "kind", "payload")
 
     def __init__(self, time: float, priority: int, client: int, seq: int, kind: str, payload: Any = None):
-        self.time, self.priority, self.client, self.seq = time, priority, client, seq
-        self.kind, self.payload = kind, payload
+        self.time = time
+        self.priority = priority
+        self.client = client
+        self.seq = seq
+        self.kind = kind
+        self.payload = payload
 
     def key(self) -> tuple:
         """``(time, priority, client, seq)``: what orders events."""
@@ -109,6 +113,11 @@ class EventQueue:
         self._next_seq = 0
         self._now = 0.0
 
+    # (kind, payload) -> seqs of the pending events with that kind and payload, in push order; built
+    # by the first find() (most runs never call it) and kept up to date from then on. A class default,
+    # so that queues pickled before the index existed restore without one.
+    _index: dict[tuple, list[int]] | None = None
+
     @property
     def now(self) -> float:
         """Time of the last popped event (0.0 before the first pop).
@@ -140,7 +149,8 @@ class EventQueue:
             >>> q.push(1.5, "arrival", client=4, payload={"version": 2}).time
             1.5
         """
-        time = float(time)
+        if type(time) is not float:
+            time = float(time)
         if not -math.inf < time < math.inf:
             raise ValueError(f"event time must be finite; got time={time!r} for kind={kind!r}")
         if time < self._now:
@@ -162,6 +172,8 @@ class EventQueue:
         self._next_seq = seq + 1
         heapq.heappush(self._heap, (time, priority, client, seq, event))
         self._pending[seq] = event
+        if self._index is not None:
+            self._add_to_index(event)
         return event
 
     def pop(self) -> Event:
@@ -176,8 +188,35 @@ class EventQueue:
         self._drop_cancelled_top()
         if not self._heap:
             raise IndexError(f"pop from an empty EventQueue (now={self._now!r})")
+        return self._take_top()
+
+    def pop_due(self, until: float) -> Event | None:
+        """:meth:`pop` if the earliest pending event is at ``until`` or before, else None (also when
+        the queue is empty): the simulation's loop in one call instead of :meth:`peek` and :meth:`pop`.
+
+        Example:
+            >>> q = EventQueue()
+            >>> _ = q.push(3.0, "arrival", client=0)
+            >>> q.pop_due(2.0), q.pop_due(3.0).time
+            (None, 3.0)
+        """
+        heap, pending = self._heap, self._pending
+        while heap and heap[0][3] not in pending:
+            heapq.heappop(heap)
+        if not heap or heap[0][0] > until:
+            return None
+        event = heapq.heappop(heap)[-1]  # _take_top, inlined on the simulation's hot path
+        del pending[event.seq]
+        if self._index is not None:
+            self._remove_from_index(event)
+        self._now = event.time
+        return event
+
+    def _take_top(self) -> Event:
         event = heapq.heappop(self._heap)[-1]
         del self._pending[event.seq]
+        if self._index is not None:
+            self._remove_from_index(event)
         self._now = event.time
         return event
 
@@ -209,17 +248,21 @@ class EventQueue:
         if self._pending.get(event.seq) != event:
             raise ValueError(f"cannot cancel {event!r}: it is not pending in this queue")
         del self._pending[event.seq]
+        if self._index is not None:
+            self._remove_from_index(event)
         # Lazy deletion keeps cancel O(1); compact only when dead entries dominate.
         if len(self._heap) > _COMPACT_MIN_HEAP and len(self._heap) > _COMPACT_FACTOR * (
             len(self._pending) + 1
         ):
-            self._heap = [(*e.key(), e) for e in self._pending.values()]
+            self._heap[:] = [(*e.key(), e) for e in self._pending.values()]  # in place: pop_due holds it
             heapq.heapify(self._heap)
 
     def find(self, kind: str, payload: Any) -> Event | None:
         """The pending event of ``kind`` whose payload equals ``payload`` (the first pushed), or None.
 
-        A scan of the pending events, for the rare moves of one event (a dispatch recalled early).
+        O(1) through an index of the pending events by ``(kind, payload)``, built by the first call
+        (PORT's urgent pull finds the arrival of every dispatch it recalls). Payloads that cannot be
+        hashed (JSON dicts and lists) are looked up by a scan of the pending events.
 
         Example:
             >>> q = EventQueue()
@@ -227,10 +270,37 @@ class EventQueue:
             >>> q.find("arrival", 7).time, q.find("arrival", 8)
             (4.0, None)
         """
-        for event in self._pending.values():
-            if event.kind == kind and event.payload == payload:
-                return event
-        return None
+        try:
+            key = (kind, payload)
+            hash(key)
+        except TypeError:
+            for event in self._pending.values():
+                if event.kind == kind and event.payload == payload:
+                    return event
+            return None
+        if self._index is None:
+            self._index = {}
+            for event in sorted(self._pending.values(), key=lambda event: event.seq):  # push order
+                self._add_to_index(event)
+        seqs = self._index.get(key)
+        return self._pending[seqs[0]] if seqs else None
+
+    def _add_to_index(self, event: Event) -> None:
+        try:
+            self._index.setdefault((event.kind, event.payload), []).append(event.seq)
+        except TypeError:  # an unhashable payload: find() scans for those
+            pass
+
+    def _remove_from_index(self, event: Event) -> None:
+        try:
+            key = (event.kind, event.payload)
+            seqs = self._index.get(key)
+        except TypeError:
+            return
+        if seqs is not None:
+            seqs.remove(event.seq)
+            if not seqs:
+                del self._index[key]
 
     def __len__(self) -> int:
         return len(self._pending)

@@ -15,11 +15,16 @@ timeline costs no more per event than a 10-client one.
 """
 from __future__ import annotations
 
+import array
+
 import numpy as np
 
 from jaxfl.scheduler.simulation import local_steps_of
 
 SELECTION_STREAM = 0x5E1EC7  # SeedSequence([seed, SELECTION_STREAM, salt]) draws the clients
+# Uniforms drawn per call to the generator: Generator.random(n) yields exactly the next n values
+# that n calls of random() would, at a fraction of the per-call cost.
+UNIFORM_BLOCK = 256
 DEFAULT_CONCURRENCY = 1000  # FedBuff's paper: 1,000 clients in flight (of millions)
 
 
@@ -45,7 +50,8 @@ class IdlePool:
 
     The pool is an array of client ids whose first ``idle`` entries are idle, with each client's
     position in it, so taking (swap with the last idle entry) and giving back are O(1).
-    Draws come from ``SeedSequence([seed, SELECTION_STREAM, salt])`` only.
+    Draws come from ``SeedSequence([seed, SELECTION_STREAM, salt])`` only. Both arrays are
+    ``array.array`` of int64: as compact as numpy's, and a tenth of its cost per scalar access.
 
     >>> pool = IdlePool(3, seed=1)
     >>> sorted(pool.take() for _ in range(3)), pool.idle
@@ -55,35 +61,83 @@ class IdlePool:
     def __init__(self, num_clients: int, seed: int, salt: int = 0):
         if num_clients < 1:
             raise ValueError(f"num_clients={num_clients} is not allowed: at least 1")
-        self.clients = np.arange(num_clients, dtype=np.int64)
-        self.position = np.arange(num_clients, dtype=np.int64)
+        self.clients = _int64_range(num_clients)
+        self.position = _int64_range(num_clients)
         self.idle = num_clients
         self._rng = np.random.default_rng(np.random.SeedSequence([seed, SELECTION_STREAM, salt]))
+        self._uniforms: list[float] = []  # drawn ahead from _rng, used from the end
 
     def take(self) -> int:
         """Draw one idle client uniformly and mark it busy."""
         if self.idle == 0:
             raise ValueError("no idle client to take: every client is in flight")
+        uniforms = self._uniforms
+        if not uniforms:
+            uniforms[:] = self._rng.random(UNIFORM_BLOCK).tolist()[::-1]
         # random() * n rather than integers(n): a tenth of the cost per scalar draw, with a bias
         # below 2^-40 at a million clients.
-        index = int(self._rng.random() * self.idle)
+        index = int(uniforms.pop() * self.idle)
+        clients, position = self.clients, self.position
         last = self.idle - 1
-        client = int(self.clients[index])
-        moved = int(self.clients[last])
-        self.clients[index], self.clients[last] = moved, client
-        self.position[moved], self.position[client] = index, last
+        client = clients[index]
+        moved = clients[last]
+        clients[index], clients[last] = moved, client
+        position[moved], position[client] = index, last
         self.idle = last
         return client
 
     def give_back(self, client: int) -> None:
         """Mark a busy client idle again."""
-        at = int(self.position[client])
-        if at < self.idle:
+        clients, position, idle = self.clients, self.position, self.idle
+        at = position[client]
+        if at < idle:
             raise ValueError(f"client {client} is already idle")
-        first_busy = int(self.clients[self.idle])
-        self.clients[at], self.clients[self.idle] = first_busy, client
-        self.position[first_busy], self.position[client] = at, self.idle
-        self.idle += 1
+        first_busy = clients[idle]
+        clients[at], clients[idle] = first_busy, client
+        position[first_busy], position[client] = at, idle
+        self.idle = idle + 1
+
+    def exchange(self, client: int) -> int:
+        """:meth:`give_back` ``client``, then :meth:`take` one (the same draw), in one call.
+
+        >>> pool = IdlePool(3, seed=0)
+        >>> busy = pool.take()
+        >>> pool.exchange(busy) in (0, 1, 2), pool.idle
+        (True, 2)
+        """
+        clients, position, idle = self.clients, self.position, self.idle
+        at = position[client]
+        if at < idle:
+            raise ValueError(f"client {client} is already idle")
+        first_busy = clients[idle]
+        clients[at], clients[idle] = first_busy, client
+        position[first_busy], position[client] = at, idle
+        # take(), with the idle count back up by one; never empty (client was just given back)
+        uniforms = self._uniforms
+        if not uniforms:
+            uniforms[:] = self._rng.random(UNIFORM_BLOCK).tolist()[::-1]
+        index = int(uniforms.pop() * (idle + 1))
+        taken = clients[index]
+        moved = clients[idle]
+        clients[index], clients[idle] = moved, taken
+        position[moved], position[taken] = index, idle
+        return taken
+
+    def __setstate__(self, state: dict) -> None:
+        """Pools pickled before the arrays were ``array.array`` (numpy) and before the drawn-ahead
+        uniforms existed restore into the current layout, drawing on from their generator's state."""
+        state.setdefault("_uniforms", [])
+        for name in ("clients", "position"):
+            if isinstance(state[name], np.ndarray):
+                state[name] = array.array("q", state[name].astype(np.int64).tobytes())
+        self.__dict__.update(state)
+
+
+def _int64_range(size: int) -> array.array:
+    """``array.array('q', range(size))``, built through numpy (ten times faster at 10^6)."""
+    values = array.array("q")
+    values.frombytes(np.arange(size, dtype=np.int64).tobytes())
+    return values
 
 
 class InFlightLimit:
@@ -113,6 +167,5 @@ class InFlightLimit:
 
     def on_reply(self, sim, client: int, payload) -> None:
         if self.pool is not None:
-            self.pool.give_back(client)
-            client = self.pool.take()
+            client = self.pool.exchange(client)
         sim.dispatch(client, local_steps_of(self.local_steps, client))

@@ -31,7 +31,9 @@ Example (a policy that trains each client once and aggregates each arrival)::
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import gc
 import math
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
@@ -49,6 +51,11 @@ NONFINITE_POLICIES = ("stop", "skip")
 KEEP_FINISHED_RECORDS = 100_000
 # Simulator-internal events (the policy never sees a crash): after everything else at an instant.
 _INTERNAL_PRIORITIES = {"crash": 9}
+# Allocations between young-generation garbage collections while the simulation runs (Python's
+# default is 700). Every dispatch leaves long-lived objects (its record, its queued event), so at the
+# default the collector rescans them over and over: a third of a 10^5-client timeline's time. Only
+# how often the collector runs changes, not what it frees; the threshold is restored when run() returns.
+_RUN_GC_THRESHOLD = 50_000
 
 
 class NumericalError(RuntimeError):
@@ -139,8 +146,9 @@ class DispatchRecords:
             self.forgotten += 1
 
     def __getitem__(self, dispatch_id: int) -> DispatchRecord:
-        record = self.live.get(dispatch_id)
-        if record is None:
+        try:
+            return self.live[dispatch_id]
+        except KeyError:
             record = self.finished.get(dispatch_id)
         if record is None:
             if 0 <= dispatch_id < self.count:
@@ -209,6 +217,8 @@ def local_steps_of(local_steps, client: int) -> int:
     >>> local_steps_of(5, 3), local_steps_of((7, 1), 1)
     (5, 1)
     """
+    if type(local_steps) is int:
+        return local_steps
     return int(local_steps) if isinstance(local_steps, (int, np.integer)) else int(local_steps[client])
 
 
@@ -311,7 +321,7 @@ class Simulation:
         self.events_processed = 0
         self.client_rounds = np.zeros(self.num_clients, dtype=np.int64)
         self.stop_reason: str | None = None
-        self._log = log or (lambda row: None)
+        self._bind_log(log)
         self.wall_clock = wall_clock
         self._stop_requested: str | None = None  # the backend's reason
 
@@ -325,6 +335,7 @@ class Simulation:
         if state.get("_stop_requested") is False:
             state["_stop_requested"] = None
         self.__dict__.update(state)
+        self._bind_log(self._log)  # attach() binds the run's log
 
     @property
     def aggregated_steps(self) -> int:
@@ -339,7 +350,8 @@ class Simulation:
     # ----------------------------------------------------------------- policy-facing API
     @property
     def now(self) -> float:
-        return self.queue.now
+        """The virtual clock (the time of the event being handled)."""
+        return self.queue._now  # the queue's field rather than its property: policies read it often
 
     def staleness(self, record: DispatchRecord) -> int:
         """τ_g − τ_i: global updates since the record's model version."""
@@ -360,41 +372,48 @@ class Simulation:
             raise ValueError(f"steps must be >= 0, got {steps}")
         if not extra_time >= 0:
             raise ValueError(f"extra_time must be >= 0, got {extra_time}")
-        speed_duration = self.speeds.round_duration(client, int(steps))
-        step_time = (speed_duration - self.speeds.comm_time()) / steps if steps > 0 else None
+        steps = int(steps)
+        speeds = self.speeds
+        speed_duration = speeds.round_duration(client, steps)
+        step_time = (speed_duration - speeds.comm_time()) / steps if steps > 0 else None
         duration = speed_duration + float(extra_time)
         fault = self.faults.draw(client, duration) if self.faults is not None else None
         if fault is not None and fault.kind in ("delay", "dropout"):
             duration += fault.extra_time
-        record = DispatchRecord(id=self.records.count, client=client, version=self.version,
-                                steps=int(steps), client_round=int(self.client_rounds[client]),
-                                start_time=self.now, arrival_time=self.now + duration,
-                                lr_scale=self.next_lr_scale(client, lr_scale),
-                                fetch_step=None if fetch_step is None else int(fetch_step),
-                                step_time=step_time)
-        self.client_rounds[client] += 1
-        self.records.add(record)
+        now = self.queue._now  # the clock's own field: the property costs a call per dispatch
+        records = self.records
+        client_round = int(self.client_rounds[client])
+        # positional, in DispatchRecord's field order: keywords cost a third of a dispatch's Python
+        record = DispatchRecord(records.count, client, self.version, steps, client_round, now, now + duration,
+                                IN_FLIGHT, None, None, self.next_lr_scale(client, lr_scale, client_round),
+                                None if fetch_step is None else int(fetch_step), None, False, step_time)
+        self.client_rounds[client] = client_round + 1
+        records.live[record.id] = record  # records.add without its check: the id is records.count
+        records.count += 1
         self._counts[IN_FLIGHT] += 1
         if fault is not None and fault.kind == "crash":
             record.arrival_time = math.inf
-            self.queue.push(self.now + fault.fraction * duration, "crash", client, record.id)
+            self.queue.push(now + fault.fraction * duration, "crash", client, record.id)
         else:
             self.queue.push(record.arrival_time, "arrival", client, record.id)
         if fault is not None and fault.kind is not None:
             detail = f"{detail}; {fault.kind}" if detail else fault.kind
-        self._write("dispatch", record.start_time, client, record.id, record.version, None, record.steps, detail)
+        self._emit((now, "dispatch", client, record.id, record.version, None, steps, detail, None))
         self.backend.on_dispatch(record)
         return record
 
-    def next_lr_scale(self, client: int, lr_scale: float = 1.0) -> float:
+    def next_lr_scale(self, client: int, lr_scale: float = 1.0, client_round: int | None = None) -> float:
         """The learning-rate scale of ``client``'s next dispatch: ``lr_scale`` times ``client_lr_decay``
-        to the client's round (its k-th dispatch trains at lr · decay^k).
+        to the client's round (its k-th dispatch trains at lr · decay^k; ``client_round``: k when
+        the caller has it already).
 
         Example (decay 0.5, a client that has trained twice)::
 
             sim.next_lr_scale(client)  # → 0.25
         """
-        return float(lr_scale) * self.client_lr_decay ** int(self.client_rounds[client])
+        if client_round is None:
+            client_round = int(self.client_rounds[client])
+        return float(lr_scale) * self.client_lr_decay ** client_round
 
     def recall(self, record: DispatchRecord, block_steps: int = 1, reason: str = "urgent pull") -> int | None:
         """Ask an in-flight dispatch to stop after the block of ``block_steps`` local steps it is
@@ -454,7 +473,8 @@ class Simulation:
 
     def reply(self, client: int, payload=None) -> None:
         """Schedule a reply to ``client`` at this instant, after every arrival of the instant."""
-        self.queue.push(self.now, "reply", client, payload)
+        queue = self.queue
+        queue.push(queue._now, "reply", client, payload)
 
     def set_timer(self, time: float, payload=None) -> Event:
         """Schedule a policy timer (``payload`` must be JSON-able)."""
@@ -470,7 +490,7 @@ class Simulation:
         ``payload`` goes to the algorithm's device hooks unread (see :class:`Aggregation`); a payload
         with a ``check(sim, contributions)`` method has it called first, to refuse an inconsistent one.
         """
-        contributions = tuple((int(d), float(c)) for d, c in contributions)
+        contributions = tuple([(int(d), float(c)) for d, c in contributions])
         check = getattr(payload, "check", None)
         if check is not None:
             check(self, contributions)
@@ -478,8 +498,11 @@ class Simulation:
         if mode not in AGGREGATION_MODES:
             raise ValueError(f"aggregation mode {mode!r} not in {AGGREGATION_MODES}")
         seen = set()
+        lookup = self.records.__getitem__
+        records = []
         for dispatch_id, coefficient in contributions:
-            record = self.records[dispatch_id]
+            record = lookup(dispatch_id)
+            records.append(record)
             if record.status != ARRIVED:
                 raise ValueError(f"dispatch {dispatch_id} (client {record.client}) is {record.status}, "
                                  "only arrived updates can be aggregated")
@@ -488,31 +511,31 @@ class Simulation:
             if not math.isfinite(coefficient):
                 raise ValueError(f"aggregation coefficient for dispatch {dispatch_id} is {coefficient}")
             seen.add(dispatch_id)
-        self.version += 1
-        aggregation = Aggregation(self.now, self.version, contributions, mode, server_optimizer, payload)
-        records = [self.records[d] for d, _ in contributions]
+        self.version = version = self.version + 1
+        aggregation = Aggregation(self.queue.now, version, contributions, mode, server_optimizer, payload)
         counts = self.staleness_counts
         for record in records:
-            staleness = self.version - 1 - record.version
+            staleness = version - 1 - record.version
             counts[staleness] = counts.get(staleness, 0) + 1
             record.status = AGGREGATED
-            record.aggregated_in = self.version
-            self._counts[ARRIVED] -= 1
-            self._counts[AGGREGATED] += 1
+            record.aggregated_in = version
+        self._counts[ARRIVED] -= len(records)
+        self._counts[AGGREGATED] += len(records)
         stop = self.backend.on_aggregate(aggregation, records)
         if stop:
             self._stop_requested = stop if isinstance(stop, str) else "stopped by the backend"
         # written after the update, so that the wall time includes training and applying it
-        self._write("aggregate", self.now, -1, None, self.version, None, None,
-                    f"{len(contributions)} updates",
-                    wall_time=None if self.wall_clock is None else round(self.wall_clock(), 3))
+        self._emit((aggregation.time, "aggregate", -1, None, version, None, None, f"{len(contributions)} updates",
+                    None if self.wall_clock is None else round(self.wall_clock(), 3)))
+        finish = self.records.finish
         for record in records:
-            self.records.finish(record)
-        return self.version
+            finish(record)
+        return version
 
     def _screen_nonfinite(self, contributions: tuple[tuple[int, float], ...]) -> tuple[tuple[int, float], ...]:
         """Stop on a NaN/Inf update, naming it, or (``on_nonfinite="skip"``) drop it and go on."""
-        records = [self.records[d] for d, _ in contributions if self.records[d].status == ARRIVED]
+        records = [record for record in map(self.records.__getitem__, (d for d, _ in contributions))
+                   if record.status == ARRIVED]
         bad = self.backend.nonfinite(records) if records else []
         if not bad:
             return contributions
@@ -570,27 +593,35 @@ class Simulation:
 
         A simulation restored from a checkpoint (see :meth:`__getstate__`) continues where it was.
         """
+        with _fewer_collections():
+            return self._run()
+
+    def _run(self) -> str:
         if not self._started:
             self._started = True
             self.policy.start(self)
+        queue, max_time, budget_spent, handle = self.queue, self.max_time, self.budget_spent, self._handle
+        # Most runs have a version budget alone: checked here rather than through budget_spent().
+        max_updates = self.max_updates if self.max_updates is not None else math.inf
+        versions_only = self.max_client_updates is None and self.max_client_steps is None
         while True:
             if self._stop_requested:
                 self.stop_reason = self._stop_requested
                 break
-            spent = self.budget_spent()
-            if spent is not None:
-                self.stop_reason = STOP_REASONS[spent]
+            if self.version >= max_updates:
+                self.stop_reason = STOP_REASONS["max_updates"]
                 break
-            event = self.queue.peek()
+            if not versions_only:
+                spent = budget_spent()
+                if spent is not None:
+                    self.stop_reason = STOP_REASONS[spent]
+                    break
+            event = queue.pop_due(max_time)
             if event is None:
-                self.stop_reason = "no events left"
+                self.stop_reason = "time budget" if queue else "no events left"
                 break
-            if event.time > self.max_time:
-                self.stop_reason = "time budget"
-                break
-            self.queue.pop()
             self.events_processed += 1
-            self._handle(event)
+            handle(event)
             if self.after_event is not None:
                 self.after_event(self)
         return self.stop_reason
@@ -599,7 +630,7 @@ class Simulation:
         """The first of ``max_updates``, ``max_client_updates``, ``max_client_steps`` that is spent, or None."""
         if self.max_updates is not None and self.version >= self.max_updates:
             return "max_updates"
-        if self.max_client_updates is not None and self.client_updates_aggregated >= self.max_client_updates:
+        if self.max_client_updates is not None and self._counts[AGGREGATED] >= self.max_client_updates:
             return "max_client_updates"
         if self.max_client_steps is not None and self.aggregated_steps >= self.max_client_steps:
             return "max_client_steps"
@@ -611,34 +642,52 @@ class Simulation:
         state = dict(self.__dict__)
         for transient in ("backend", "_log", "after_event", "wall_clock"):
             state[transient] = None
+        state.pop("_emit", None)  # rebound by attach()
         return state
 
     def attach(self, backend: Backend, log: Callable[[dict], None] | None = None,
                after_event: Callable[["Simulation"], None] | None = None,
                wall_clock: Callable[[], float] | None = None) -> "Simulation":
         """Reconnect a restored simulation to a backend, a log writer and a wall clock."""
-        self.backend, self._log, self.after_event = backend, log or (lambda row: None), after_event
+        self.backend, self.after_event = backend, after_event
+        self._bind_log(log)
         self.wall_clock = wall_clock
         return self
 
+    def _bind_log(self, log) -> None:
+        """``log`` takes one dict per row; the row writer of an :class:`~jaxfl.runlog.EventLog`'s
+        ``write`` takes the same row as a tuple (no dict per row: a third of a timing-only event's cost)."""
+        self._log = log
+        owner = getattr(log, "__self__", None)
+        kind = type(owner)
+        is_event_log_write = getattr(log, "__func__", None) is getattr(kind, "write", None) is not None
+        if is_event_log_write and getattr(kind, "row_writer", None) is not None:
+            self._emit = owner.row_writer(EVENT_LOG_FIELDS)
+        elif log is None:
+            self._emit = _ignore_row
+        else:
+            self._emit = lambda values: log(dict(zip(EVENT_LOG_FIELDS, values)))
+
     def _handle(self, event: Event) -> None:
-        if event.kind == "arrival":
-            record = self.records[event.payload]
+        kind = event.kind
+        if kind == "arrival":
+            record = self.records.live.get(event.payload) or self.records[event.payload]
             record.status = ARRIVED
             self.busy_time[record.client] += record.arrival_time - record.start_time
-            self._counts[IN_FLIGHT] -= 1
-            self._counts[ARRIVED] += 1
+            counts = self._counts
+            counts[IN_FLIGHT] -= 1
+            counts[ARRIVED] += 1
             planned = getattr(record, "planned_steps", None)
-            self._write("arrival", event.time, record.client, record.id, record.version,
-                        self.staleness(record), record.steps,
-                        None if planned is None else f"pulled: {record.steps} of {planned} steps")
+            self._emit((event.time, "arrival", record.client, record.id, record.version, self.version - record.version,
+                        record.steps, None if planned is None else f"pulled: {record.steps} of {planned} steps",
+                        None))
             self.policy.on_arrival(self, record)
-        elif event.kind == "reply":
+        elif kind == "reply":
             self.policy.on_reply(self, event.client, event.payload)
-        elif event.kind == "timer":
+        elif kind == "timer":
             self._write("timer", event.time, -1, None, self.version, None, None, None)
             self.policy.on_timer(self, event.payload)
-        elif event.kind == "crash":  # the client stops for good; the policy is not told
+        elif kind == "crash":  # the client stops for good; the policy is not told
             record = self.records[event.payload]
             self._mark_dropped(record, "client crashed", IN_FLIGHT)
             self.busy_time[record.client] += event.time - record.start_time
@@ -692,6 +741,19 @@ class Simulation:
         }
 
     def _write(self, event, time, client, dispatch, version, staleness, steps, detail=None, wall_time=None):
-        self._log({"time": time, "event": event, "client": client, "dispatch": dispatch,
-                   "version": version, "staleness": staleness, "steps": steps, "detail": detail,
-                   "wall_time": wall_time})
+        self._emit((time, event, client, dispatch, version, staleness, steps, detail, wall_time))
+
+
+@contextlib.contextmanager
+def _fewer_collections():
+    """Raise the young generation's collection threshold to :data:`_RUN_GC_THRESHOLD` for the block."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], _RUN_GC_THRESHOLD), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def _ignore_row(values: tuple) -> None:
+    """The log of a simulation given none."""
