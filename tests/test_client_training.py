@@ -61,7 +61,7 @@ def test_refusals_name_the_value_before_any_work(tmp_path, capsys):
         with pytest.raises(ConfigError, match=message):
             validate(replace(base, **changes))
     # an optax object carries its own momentum and decay: those fields would be ignored
-    with pytest.raises(ConfigError, match="client_momentum=0.9.*optax object"):
+    with pytest.raises(ValueError, match="client_momentum=0.9 is not read when client_optimizer= is an optax object"):
         run_experiment(replace(base, client_optimizer="adam", client_momentum=0.9), client_optimizer=optax.sgd(0.1))
     with pytest.raises(ValueError, match="client_weight_decay=0.0001 is not read"):
         run_experiment(replace(base, client_optimizer="adam", client_weight_decay=1e-4),
