@@ -135,10 +135,12 @@ class Engine:
         self.server_state = server_optimizer.init(init_params)
         self.version = 0
         self._versions: dict[int, PyTree] = {0: init_params}
+        self._replicas: dict[int, tuple] = {}  # version → (its params, their copy replicated on the mesh)
         self._version_users: dict[int, int] = {}  # dispatches still needing a version's params
         self._pending: dict[int, DispatchRecord] = {}  # dispatch id → record, in dispatch order
         self._results: dict[int, tuple[_TrainedBatch, int]] = {}
-        self._client_metrics: dict[int, dict] = {}
+        self._fetched_metrics: dict[int, dict] = {}  # dispatch id → metrics (see _client_metrics)
+        self._unfetched: list[tuple[list[int], dict]] = []  # (dispatch ids, their metrics still on device)
         self._train_root = jax.random.fold_in(jax.random.key(seed), TRAIN_STREAM)
         # Device hooks (module docstring): their state, the model before the last update, fetches.
         self.hooks = tuple(hooks)
@@ -182,11 +184,21 @@ class Engine:
     def _build_functions(self) -> None:
         trainer = self.trainer
 
-        def init(stacked_params, num_steps, clients, rounds, lr_scales):
-            self._count_trace("init")
+        by_client, whole = PartitionSpec("clients"), PartitionSpec()
+
+        def starts(versions, which):
+            """Row i's start model, versions[which[i]] (the versions replicated on every device)."""
+            return jax.tree.map(lambda *leaves: jnp.stack(leaves)[which], *versions)
+
+        def local_init(versions, which, num_steps, clients, rounds, lr_scales):
             keys = jax.vmap(lambda c, r: jax.random.fold_in(jax.random.fold_in(self._train_root, c), r))(
                 clients, rounds)
-            return jax.vmap(trainer.init)(stacked_params, num_steps, keys, lr_scales)
+            return jax.vmap(trainer.init)(starts(versions, which), num_steps, keys, lr_scales)
+
+        def init(versions, which, num_steps, clients, rounds, lr_scales):
+            self._count_trace("init")
+            return jax.shard_map(local_init, mesh=self.mesh, in_specs=(whole,) + (by_client,) * 5,
+                                 out_specs=by_client)(versions, which, num_steps, clients, rounds, lr_scales)
 
         def device_steps(states, data, views, count, length):
             batched_step = jax.vmap(trainer.step, in_axes=(0, None, 0))
@@ -202,24 +214,33 @@ class Engine:
 
         def run_steps(states, data, views, count, length):
             self._count_trace("run_steps")
-            by_client = PartitionSpec("clients")
             return jax.shard_map(lambda s, d, v, n: device_steps(s, d, v, n, length), mesh=self.mesh,
-                                 in_specs=(by_client, PartitionSpec(), by_client, PartitionSpec()),
+                                 in_specs=(by_client, whole, by_client, whole),
                                  out_specs=by_client)(states, data, views, count)
 
-        def finish(stacked_params, states):
+        def local_finish(versions, which, states):
+            deltas, metrics = jax.vmap(trainer.finish)(starts(versions, which), states)
+            return deltas, metrics, self._final_buffers(states)
+
+        def finish(versions, which, states):
             self._count_trace("finish")
-            return jax.vmap(trainer.finish)(stacked_params, states)
+            return jax.shard_map(local_finish, mesh=self.mesh, in_specs=(whole, by_client, by_client),
+                                 out_specs=by_client)(versions, which, states)
 
         def server_step(params, server_state, pseudo_gradient):
             self._count_trace("server_step")
             return apply_server_update(self.server_optimizer, params, server_state, pseudo_gradient)
 
-        self._init = jax.jit(init, out_shardings=self._by_client)
+        self._init = jax.jit(init)
         self._run_steps = jax.jit(run_steps, static_argnums=4, donate_argnums=0)
-        self._finish = jax.jit(finish)
+        # Replicated outputs: XLA gathers the rows onto every device inside the call, and the home
+        # device's copy is taken without a host round trip (``_home_copy``).
+        self._finish = jax.jit(finish, out_shardings=self._replicated)
+        self._gather = jax.jit(lambda tree: tree, out_shardings=self._replicated)
         self._server_step = jax.jit(server_step)
         self._weighted_sum = jax.jit(weighted_sum)
+        self._add_weighted_sum = jax.jit(lambda total, stacked, weights: tree_add(total, weighted_sum(stacked, weights)),
+                                         donate_argnums=0)
 
     # ----------------------------------------------------------------- Backend API
     def on_dispatch(self, record: DispatchRecord) -> None:
@@ -275,6 +296,23 @@ class Engine:
         self._forget_unused_versions()
 
     # ----------------------------------------------------------------- training
+    @property
+    def _client_metrics(self) -> dict[int, dict]:
+        """Trained dispatches' metrics by id. A training call leaves its metrics on the device and
+        they are fetched together when first read (the aggregation's finiteness check), so that the
+        calls of a round queue back to back instead of each waiting for the previous one's metrics.
+        The wait counts as training time."""
+        if self._unfetched:
+            started = time.perf_counter()
+            unfetched, self._unfetched = self._unfetched, []
+            values = jax.device_get([metrics for _, metrics in unfetched])
+            for (ids, _), metrics in zip(unfetched, values):
+                for index, dispatch_id in enumerate(ids):
+                    self._fetched_metrics.setdefault(dispatch_id, {}).update(
+                        {key: value[index].item() for key, value in metrics.items()})
+            self.stats.train_seconds += time.perf_counter() - started
+        return self._fetched_metrics
+
     def client_metrics(self, dispatch_id: int) -> dict | None:
         """Loss, steps and finiteness of a trained dispatch (None if not trained)."""
         return self._client_metrics.get(dispatch_id)
@@ -296,7 +334,7 @@ class Engine:
         started = time.perf_counter()  # training time, compilation (the guard's too) included
         try:
             self._train_ready(needed)
-        finally:  # each call's metrics were fetched, so its computation is done
+        finally:  # the calls are queued; waiting for them counts when their metrics are read
             self.stats.train_seconds += time.perf_counter() - started
 
     def _train_ready(self, needed: Sequence[DispatchRecord] | None) -> None:
@@ -421,12 +459,38 @@ class Engine:
 
     def _on_home(self, tree: PyTree) -> PyTree:
         """Bring a training call's result back to the home device (from every process's devices)."""
+        return tree if self.mesh.size == 1 else self._home_copy(self._gather(tree))
+
+    def _home_copy(self, tree: PyTree) -> PyTree:
+        """The home device's copy of a tree replicated on the mesh, taken without waiting for it to be
+        computed (``addressable_data`` waits) and without a host round trip (``jax.device_put`` of a
+        sharded array to one device fetches it to host memory first)."""
         if self.mesh.size == 1:
             return tree
-        if self.processes > 1:  # gather the other processes' rows, then take this process's copy
-            tree = self.jit("gather", lambda t: t, out_shardings=self._replicated)(tree)
-            return jax.tree.map(lambda leaf: jax.device_put(leaf.addressable_data(0), self.home), tree)
-        return jax.device_put(tree, self.home)
+        leaves, structure = jax.tree.flatten(tree)
+        if not leaves:
+            return tree
+        index = next(i for i, shard in enumerate(leaves[0].addressable_shards) if shard.device == self.home)
+        return jax.tree.unflatten(structure, [leaf.addressable_shards[index].data for leaf in leaves])
+
+    def _mesh_versions(self, versions: Sequence[int]) -> tuple:
+        """The given global versions replicated on every device of the mesh, copied there once per
+        version (not once per call) and dropped with the version."""
+        if self.mesh.size == 1:
+            return tuple(self._versions[v] for v in versions)
+        for version in versions:
+            params = self._versions[version]
+            if self._replicas.get(version, (None,))[0] is not params:  # new, or replaced since copied
+                self._replicas[version] = (params, self._to_mesh(params, self._replicated))
+        return tuple(self._replicas[v][1] for v in versions)
+
+    def _start_rows(self, versions: Sequence[int]) -> tuple[tuple, np.ndarray]:
+        """(the distinct versions on the mesh, padded to a power of two, and each row's index among
+        them): the start models of a call, gathered on the devices instead of stacked and sent."""
+        distinct = list(dict.fromkeys(versions))
+        which = np.array([distinct.index(v) for v in versions], dtype=np.int32)
+        distinct += [distinct[0]] * (bucket_size(len(distinct)) - len(distinct))
+        return self._mesh_versions(distinct), which
 
     def _train_batch(self, records: list[DispatchRecord]) -> None:
         """Train ``records`` in one padded, vmapped call: every row to its pause step (its whole
@@ -443,12 +507,12 @@ class Engine:
         rounds = np.array([r.client_round for r in members], dtype=np.int32)
         lr_scales = np.array([r.lr_scale for r in members], dtype=np.float32)
         by_client = lambda tree: self._to_mesh(tree, self._by_client)
-        start_models = self.stack([self._versions[r.version] for r in members], padded)
-        stacked = by_client(start_models)
-        home_views = self.views(clients)
-        views = by_client(home_views)
-        states = self._init(stacked, *by_client((jnp.asarray(first), jnp.asarray(clients), jnp.asarray(rounds),
-                                                 jnp.asarray(lr_scales))))
+        versions, which = self._start_rows([r.version for r in members])
+        # The call's per-row numbers go to the devices in one transfer, straight from host memory.
+        which, first_steps, client_ids, client_rounds, scales, offsets, counts = by_client(
+            (which, first, clients, rounds, lr_scales, self.offsets[clients], self.counts[clients]))
+        views = ClientView(offsets, counts)
+        states = self._init(versions, which, first_steps, client_ids, client_rounds, scales)
         executed = int(first.max(initial=0))
         states = self._run_chunks(states, views, executed, padded)
         if pausing.any():
@@ -456,21 +520,18 @@ class Engine:
             states = states._replace(step=jnp.minimum(states.step, states.num_steps), num_steps=jnp.asarray(steps))
             fetched = self.stack([self._versions[self._fetches[r.id]] if pausing[i] else self._versions[r.version]
                                   for i, r in enumerate(members)], padded)
-            paused = PausedCall(states, members, pausing, fetched, home_views)
+            paused = PausedCall(states, members, pausing, fetched, self.views(clients))
             for hook in self.hooks:
                 states = hook.on_pause(self, paused)
                 paused = paused._replace(states=states)
             more = int((steps - first).max(initial=0))
             states = self._run_chunks(by_client(states), views, more, padded)
             executed += more
-        states = self._on_home(states)
-        deltas, metrics = self._finish(start_models, states)
-        metrics = jax.device_get(metrics)
-        batch = _TrainedBatch(deltas=deltas, size=padded, buffers=self._final_buffers(states))
+        deltas, metrics, buffers = self._home_copy(self._finish(versions, which, states))
+        self._unfetched.append(([record.id for record in records], metrics))
+        batch = _TrainedBatch(deltas=deltas, size=padded, buffers=buffers)
         for index, record in enumerate(records):
             self._results[record.id] = (batch, index)
-            self._client_metrics.setdefault(record.id, {}).update(
-                {key: value[index].item() for key, value in metrics.items()})
             if pausing[index]:
                 self._version_users[self._fetches.pop(record.id)] -= 1
             if not self.keep_start_versions:  # trained: the start model is no longer needed
@@ -495,9 +556,10 @@ class Engine:
             entry = by_batch.setdefault(id(batch), (batch, np.zeros(batch.size, np.float32)))
             entry[1][index] += coefficients[record.id]
         total = None
-        for batch, weights in by_batch.values():
-            part = self._weighted_sum(getattr(batch, field), jnp.asarray(weights))
-            total = part if total is None else tree_add(total, part)
+        for batch, weights in by_batch.values():  # one dispatch per batch, the running sum updated in place
+            stacked = getattr(batch, field)
+            total = self._weighted_sum(stacked, weights) if total is None else \
+                self._add_weighted_sum(total, stacked, weights)
         return total
 
     def _final_buffers(self, states) -> PyTree:
@@ -516,12 +578,9 @@ class Engine:
     def combine(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> PyTree:
         """Σ c_i Δ_i over the aggregated updates (zeros when there are none). The update adds the
         hooks' extra terms and, in ``mix`` mode, the drift Σ c_i (w − start_i) to it (``_combine``)."""
-        coefficients = dict(aggregation.contributions)
-        total = jax.tree.map(jnp.zeros_like, self.params)  # an empty aggregation moves nothing
-        summed = self.results_sum(records, coefficients)
-        if summed is not None:
-            total = tree_add(total, summed)
-        return total
+        summed = self.results_sum(records, dict(aggregation.contributions))
+        # an empty aggregation moves nothing
+        return jax.tree.map(jnp.zeros_like, self.params) if summed is None else summed
 
     def _combine(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> PyTree:
         """The generic update's pseudo-gradient: :meth:`combine`, the hooks' extra terms, the mix drift."""
@@ -566,6 +625,7 @@ class Engine:
         for version in list(self._versions):
             if version != self.version and version not in self._version_users:
                 del self._versions[version]
+                self._replicas.pop(version, None)
         self.stats.peak_versions_kept = max(self.stats.peak_versions_kept, len(self._versions))
 
     def _held_batches(self) -> list:
@@ -645,17 +705,17 @@ class Engine:
             chunk = slice(start, start + size)
             members = len(clients[chunk])
             padded = self.plan.call_size(members)
-            pad = lambda values, fill, dtype: jnp.asarray(np.array(list(values[chunk]) + [fill] * (padded - members),
-                                                                   dtype=dtype))
+            pad = lambda values, fill, dtype: np.array(list(values[chunk]) + [fill] * (padded - members), dtype=dtype)
             client_ids = np.array(list(clients[chunk]) + [clients[start]] * (padded - members), dtype=np.int32)
             counts = pad(steps, 0, np.int32)
-            by_client = lambda tree: self._to_mesh(tree, self._by_client)
-            start_models = self.stack([params] * padded, padded)
-            states = self._init(by_client(start_models), *by_client((counts, jnp.asarray(client_ids),
-                                                                     pad(client_rounds, 0, np.int32),
-                                                                     pad(lr_scales, 1.0, np.float32))))
-            states = self._run_chunks(states, by_client(self.views(client_ids)), int(counts.max()), padded)
-            deltas, _ = self._finish(start_models, self._on_home(states))
+            row_numbers = self._to_mesh((np.zeros(padded, np.int32), counts, client_ids, pad(client_rounds, 0, np.int32),
+                                         pad(lr_scales, 1.0, np.float32), self.offsets[client_ids],
+                                         self.counts[client_ids]), self._by_client)
+            versions = (params if self.mesh.size == 1 else self._to_mesh(params, self._replicated),)
+            which = row_numbers[0]
+            states = self._init(versions, *row_numbers[:5])
+            states = self._run_chunks(states, ClientView(*row_numbers[5:]), int(counts.max()), padded)
+            deltas, _, _ = self._home_copy(self._finish(versions, which, states))
             parts.append(jax.tree.map(lambda leaf: leaf[:members], deltas))
         return parts[0] if len(parts) == 1 else jax.tree.map(lambda *leaves: jnp.concatenate(leaves), *parts)
 
@@ -741,12 +801,13 @@ class Engine:
         self.params, self.server_state = tree["params"], tree["server_state"]
         self.version = meta["version"]
         self._versions = {int(v): p for v, p in tree["versions"].items()}
+        self._replicas = {}
         self._version_users = {int(v): n for v, n in meta["version_users"].items()}
         buffers = tree.get("batch_buffers", {})
         batches = {k: _TrainedBatch(deltas=tree["batches"][k], size=size, buffers=buffers.get(k))
                    for k, size in meta["batch_sizes"].items()}
         self._results = {int(d): (batches[k], i) for d, (k, i) in meta["placement"].items()}
-        self._client_metrics = {int(d): m for d, m in meta["client_metrics"].items()}
+        self._fetched_metrics, self._unfetched = {int(d): m for d, m in meta["client_metrics"].items()}, []
         self.tables = {name: list(rows) for name, rows in meta.get("tables", {}).items()}
         self._pending = {d: records[d] for d in meta["pending"]}
         self.stats = EngineStats(**meta["stats"])
