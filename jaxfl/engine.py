@@ -233,10 +233,9 @@ class Engine:
 
         self._init = jax.jit(init)
         self._run_steps = jax.jit(run_steps, static_argnums=4, donate_argnums=0)
-        # Replicated outputs: XLA gathers the rows onto every device inside the call, and the home
-        # device's copy is taken without a host round trip (``_home_copy``).
-        self._finish = jax.jit(finish, out_shardings=self._replicated)
-        self._gather = jax.jit(lambda tree: tree, out_shardings=self._replicated)
+        self._finish = jax.jit(finish)
+        self._gather = jax.jit(lambda tree: tree, out_shardings=self._replicated)  # several processes
+        self._concatenate = jax.jit(lambda pieces: jax.tree.map(lambda *rows: jnp.concatenate(rows), *pieces))
         self._server_step = jax.jit(server_step)
         self._weighted_sum = jax.jit(weighted_sum)
         self._add_weighted_sum = jax.jit(lambda total, stacked, weights: tree_add(total, weighted_sum(stacked, weights)),
@@ -305,6 +304,7 @@ class Engine:
         if self._unfetched:
             started = time.perf_counter()
             unfetched, self._unfetched = self._unfetched, []
+            self.stats.metric_fetches += 1
             values = jax.device_get([metrics for _, metrics in unfetched])
             for (ids, _), metrics in zip(unfetched, values):
                 for index, dispatch_id in enumerate(ids):
@@ -458,20 +458,28 @@ class Engine:
         return jax.tree.map(place, tree)
 
     def _on_home(self, tree: PyTree) -> PyTree:
-        """Bring a training call's result back to the home device (from every process's devices)."""
-        return tree if self.mesh.size == 1 else self._home_copy(self._gather(tree))
+        """Bring a training call's result, sharded by client, to the home device.
 
-    def _home_copy(self, tree: PyTree) -> PyTree:
-        """The home device's copy of a tree replicated on the mesh, taken without waiting for it to be
-        computed (``addressable_data`` waits) and without a host round trip (``jax.device_put`` of a
-        sharded array to one device fetches it to host memory first)."""
+        One process: each device's rows are copied to the home device and concatenated there, all
+        queued without waiting for the call (``jax.device_put`` of the sharded array would fetch it
+        to host memory first, a blocking round trip per call) and without a collective (XLA:CPU's
+        collectives wait for every device at a rendezvous, which can stall while many calls are
+        queued). Several processes: the rows of the others' devices are gathered with a collective
+        and this process takes its copy, waiting for it."""
         if self.mesh.size == 1:
             return tree
+        if self.processes > 1:
+            return jax.tree.map(lambda leaf: jax.device_put(leaf.addressable_data(0), self.home), self._gather(tree))
         leaves, structure = jax.tree.flatten(tree)
         if not leaves:
             return tree
-        index = next(i for i, shard in enumerate(leaves[0].addressable_shards) if shard.device == self.home)
-        return jax.tree.unflatten(structure, [leaf.addressable_shards[index].data for leaf in leaves])
+        first_row = lambda shard: shard.index[0].start or 0
+        shards = [sorted(leaf.addressable_shards, key=first_row) for leaf in leaves]
+        pieces = []
+        for position, shard in enumerate(shards[0]):  # each device's rows, in row order
+            piece = [leaf_shards[position].data for leaf_shards in shards]
+            pieces.append(piece if shard.device == self.home else jax.device_put(piece, self.home))
+        return jax.tree.unflatten(structure, self._concatenate(pieces))
 
     def _mesh_versions(self, versions: Sequence[int]) -> tuple:
         """The given global versions replicated on every device of the mesh, copied there once per
@@ -482,6 +490,7 @@ class Engine:
             params = self._versions[version]
             if self._replicas.get(version, (None,))[0] is not params:  # new, or replaced since copied
                 self._replicas[version] = (params, self._to_mesh(params, self._replicated))
+                self.stats.versions_placed += 1
         return tuple(self._replicas[v][1] for v in versions)
 
     def _start_rows(self, versions: Sequence[int]) -> tuple[tuple, np.ndarray]:
@@ -527,7 +536,7 @@ class Engine:
             more = int((steps - first).max(initial=0))
             states = self._run_chunks(by_client(states), views, more, padded)
             executed += more
-        deltas, metrics, buffers = self._home_copy(self._finish(versions, which, states))
+        deltas, metrics, buffers = self._on_home(self._finish(versions, which, states))
         self._unfetched.append(([record.id for record in records], metrics))
         batch = _TrainedBatch(deltas=deltas, size=padded, buffers=buffers)
         for index, record in enumerate(records):
@@ -715,7 +724,7 @@ class Engine:
             which = row_numbers[0]
             states = self._init(versions, *row_numbers[:5])
             states = self._run_chunks(states, ClientView(*row_numbers[5:]), int(counts.max()), padded)
-            deltas, _, _ = self._home_copy(self._finish(versions, which, states))
+            deltas, _, _ = self._on_home(self._finish(versions, which, states))
             parts.append(jax.tree.map(lambda leaf: leaf[:members], deltas))
         return parts[0] if len(parts) == 1 else jax.tree.map(lambda *leaves: jnp.concatenate(leaves), *parts)
 
