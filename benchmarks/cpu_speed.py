@@ -125,13 +125,14 @@ def time_jaxfl(name: str, size: dict, output_dir: str, repeat: int) -> dict:
             "load_average": round(os.getloadavg()[0], 2)}
 
 
-def time_torch(name: str, size: dict, torch_python: str | None, quick: bool) -> dict:
+def time_torch(name: str, size: dict, torch_python: str | None, quick: bool, threads: int | None = None) -> dict:
     if torch_python is None:
         return {"skipped": "no Python with torch: create benchmarks/.venv-torch (see torch_loop.py) or pass --torch-python"}
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "torch.json")
         command = [torch_python, os.path.join(HERE, "torch_loop.py"), "--workload", name,
-                   "--rounds", str(size["rounds"]), "--json", out] + (["--quick"] if quick else [])
+                   "--rounds", str(size["rounds"]), "--json", out] + (["--quick"] if quick else []) \
+            + ([] if threads is None else ["--threads", str(threads)])
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             return {"skipped": f"torch_loop.py failed: {done.stderr.strip().splitlines()[-1:]}"}
@@ -154,6 +155,8 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=sorted(WORKLOADS))
     parser.add_argument("--repeats", type=int, default=2, help="alternations of the two sides (medians are reported)")
     parser.add_argument("--torch-python", help="a Python that can import torch (default: benchmarks/.venv-torch)")
+    parser.add_argument("--torch-threads", type=int, help="the PyTorch loop's threads (default: torch_loop.py's, "
+                        "every core); 1 on a loaded machine, where torch's threads busy-wait for each other")
     parser.add_argument("--quick", action="store_true", help="seconds-long smoke size")
     parser.add_argument("--json", help="write the rows, the machine and the date here")
     args = parser.parse_args()
@@ -169,7 +172,7 @@ def main() -> None:
             jaxfl_runs, torch_runs = [], []
             for repeat in range(1 if args.quick else args.repeats):
                 jaxfl_runs.append(time_jaxfl(name, size, output_dir, repeat))
-                torch_runs.append(time_torch(name, size, torch_python, args.quick))
+                torch_runs.append(time_torch(name, size, torch_python, args.quick, args.torch_threads))
             jaxfl_rate = statistics.median(run["samples_per_second"] for run in jaxfl_runs)
             torch_rates = [run["samples_per_second"] for run in torch_runs if "samples_per_second" in run]
             torch_rate = statistics.median(torch_rates) if torch_rates else None

@@ -18,7 +18,10 @@ Devices: the client axis of every training call is sharded over the plan's local
 replicated). On a CPU every core is a device (:mod:`jaxfl._devices`) training one client. A
 client's arithmetic is the same on whichever device trains it, so on one backend results do not
 depend on the number of devices. Everything outside a training call (global versions, trained
-updates, aggregation, hooks) lives on the first device.
+updates, aggregation, hooks) lives on the first device. A call does not wait for the one before:
+its start models are gathered on the devices from the global versions (each copied to the mesh
+once), its rows come back to the first device by device-to-device copies, and its metrics are
+fetched, with the other calls', when the aggregation first reads them.
 
 Algorithms extend it through device hooks (:class:`jaxfl.algorithms.DeviceHook`), never by name:
 a hook may replace an aggregation's coefficients from the updates themselves, add a term to the
