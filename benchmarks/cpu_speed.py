@@ -10,7 +10,10 @@ server lr 1, the same as ``benchmarks/torch_loop.py``):
 
 jaxfl runs ``jaxfl.run_experiment`` with no engine option set: the execution plan it chooses is
 printed. Its round time is the wall time between the evaluations at global versions R and 2R (the
-first R rounds warm up: compilation) less one evaluation, which is timed on its own. The PyTorch
+first R rounds warm up: compilation) less one evaluation, which is timed on its own. Over the same
+rounds it prints the host's share: the main Python thread's CPU time (the scheduler, the engine's
+bookkeeping, its dispatches and transfers) over the wall time (target ≤ 5 %), and the load average
+beside it (the machines are shared: other jobs slow both sides). The PyTorch
 loop runs in a subprocess (``--torch-python``: a Python with torch, by default
 ``benchmarks/.venv-torch/bin/python``; see torch_loop.py for installing it); the two sides
 alternate ``--repeats`` times, so that the shared machine's noise hits both, and the table gives
@@ -63,38 +66,73 @@ def workload_config(name: str, size: dict, output_dir: str, run_name: str) -> Ru
                      run_name=run_name)
 
 
+def _process_time() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+class _Clocks:
+    """A metrics logger that notes, at each evaluated version, the wall clock, the main Python
+    thread's CPU time (the scheduler, the engine's bookkeeping and its dispatching: the host's work)
+    and the whole process's CPU time (the devices' work as well)."""
+
+    def __init__(self):
+        self.at: dict[int, tuple[float, float, float]] = {}
+
+    def log(self, row: dict, step: int | None = None) -> None:
+        self.at[row["version"]] = (time.perf_counter(), time.thread_time(), _process_time())
+
+    def close(self) -> None:
+        pass
+
+
 def time_jaxfl(name: str, size: dict, output_dir: str, repeat: int) -> dict:
     config = workload_config(name, size, output_dir, f"{name}-{repeat}")
-    result = run_experiment(config)
+    clocks = _Clocks()
+    result = run_experiment(config, loggers=[clocks])
     rows = {row["version"]: row for row in result.metrics}
     rounds = size["rounds"]
     _, dataset, _, model, _ = prepare(config)
     evaluate = make_evaluator(model.predict, dataset.test_x, dataset.test_y)
     evaluate(result.params)
-    start = time.perf_counter()
+    start, start_host, start_process = time.perf_counter(), time.thread_time(), _process_time()
     evaluate(result.params)
     evaluation = time.perf_counter() - start
+    evaluation_host, evaluation_process = time.thread_time() - start_host, _process_time() - start_process
     seconds = (rows[2 * rounds]["wall_time"] - rows[rounds]["wall_time"] - evaluation) / rounds
+    # The measured rounds (versions R to 2R, one evaluation less): how busy the host thread was and
+    # how busy the cores were.
+    (wall_0, host_0, process_0), (wall_1, host_1, process_1) = clocks.at[rounds], clocks.at[2 * rounds]
+    window = wall_1 - wall_0 - evaluation
     samples = size["clients_per_round"] * size["local_steps"] * size["batch_size"]
     stats = result.engine.stats
+    summary = result.summary
     return {"seconds_per_round": seconds, "samples_per_second": samples / seconds,
             "evaluation_seconds": evaluation, "accuracy": rows[2 * rounds]["accuracy"],
-            "padding_waste": result.summary["padding_waste"], "compilations": result.summary["compilations"],
+            "padding_waste": summary["padding_waste"], "compilations": summary["compilations"],
             "train_calls": stats.train_calls, "plan": dataclasses.asdict(result.engine.plan),
-            "run_wall_s": result.summary["wall_time_s"], "compile_wall_s": result.summary["compile_wall_s"],
-            "training_wall_s": result.summary["training_wall_s"],
-            # the scheduler's and the host's share of the time that is neither compiling nor evaluating
-            "overhead_share": round(1 - result.summary["training_wall_s"] / (
-                result.summary["wall_time_s"] - result.summary["compile_wall_s"] - len(rows) * evaluation), 3)}
+            "run_wall_s": summary["wall_time_s"], "compile_wall_s": summary["compile_wall_s"],
+            "training_wall_s": summary["training_wall_s"],
+            # the host's share: the main Python thread's CPU time (the scheduler, the engine's
+            # bookkeeping, dispatching and transfers) over the wall time of the measured rounds
+            "host_share": round((host_1 - host_0 - evaluation_host) / window, 4),
+            # cores kept busy by the process in the measured rounds (other jobs on a shared machine lower it)
+            "cores_busy": round((process_1 - process_0 - evaluation_process) / window / (os.cpu_count() or 1), 3),
+            # the whole run's wall time outside training calls (to their results), compiling and
+            # evaluating: the scheduler, the aggregations, writing the logs and setting the run up
+            "outside_training_share": round(1 - summary["training_wall_s"] / (
+                summary["wall_time_s"] - summary["compile_wall_s"] - summary["evaluation_wall_s"]), 3),
+            "load_average": round(os.getloadavg()[0], 2)}
 
 
-def time_torch(name: str, size: dict, torch_python: str | None, quick: bool) -> dict:
+def time_torch(name: str, size: dict, torch_python: str | None, quick: bool, threads: int | None = None) -> dict:
     if torch_python is None:
         return {"skipped": "no Python with torch: create benchmarks/.venv-torch (see torch_loop.py) or pass --torch-python"}
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "torch.json")
         command = [torch_python, os.path.join(HERE, "torch_loop.py"), "--workload", name,
-                   "--rounds", str(size["rounds"]), "--json", out] + (["--quick"] if quick else [])
+                   "--rounds", str(size["rounds"]), "--json", out] + (["--quick"] if quick else []) \
+            + ([] if threads is None else ["--threads", str(threads)])
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             return {"skipped": f"torch_loop.py failed: {done.stderr.strip().splitlines()[-1:]}"}
@@ -117,6 +155,8 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=sorted(WORKLOADS))
     parser.add_argument("--repeats", type=int, default=2, help="alternations of the two sides (medians are reported)")
     parser.add_argument("--torch-python", help="a Python that can import torch (default: benchmarks/.venv-torch)")
+    parser.add_argument("--torch-threads", type=int, help="the PyTorch loop's threads (default: torch_loop.py's, "
+                        "every core); 1 on a loaded machine, where torch's threads busy-wait for each other")
     parser.add_argument("--quick", action="store_true", help="seconds-long smoke size")
     parser.add_argument("--json", help="write the rows, the machine and the date here")
     args = parser.parse_args()
@@ -132,7 +172,7 @@ def main() -> None:
             jaxfl_runs, torch_runs = [], []
             for repeat in range(1 if args.quick else args.repeats):
                 jaxfl_runs.append(time_jaxfl(name, size, output_dir, repeat))
-                torch_runs.append(time_torch(name, size, torch_python, args.quick))
+                torch_runs.append(time_torch(name, size, torch_python, args.quick, args.torch_threads))
             jaxfl_rate = statistics.median(run["samples_per_second"] for run in jaxfl_runs)
             torch_rates = [run["samples_per_second"] for run in torch_runs if "samples_per_second" in run]
             torch_rate = statistics.median(torch_rates) if torch_rates else None
@@ -141,18 +181,25 @@ def main() -> None:
                    "jaxfl_samples_per_second": round(jaxfl_rate, 1),
                    "torch_samples_per_second": None if torch_rate is None else round(torch_rate, 1),
                    "ratio": None if torch_rate is None else round(jaxfl_rate / torch_rate, 3),
+                   "host_share": statistics.median(run["host_share"] for run in jaxfl_runs),
+                   "load_average": [run["load_average"] for run in jaxfl_runs],
                    "jaxfl_runs": jaxfl_runs, "torch_runs": torch_runs}
             rows.append(row)
             print(f"{name}: jaxfl {jaxfl_rate:,.0f} samples/s (plan {jaxfl_runs[0]['plan']}, padding "
                   f"{jaxfl_runs[0]['padding_waste']:.0%}, compilations {jaxfl_runs[0]['compilations']}, "
-                  f"scheduler and host {jaxfl_runs[0]['overhead_share']:.1%} of the non-compile, non-eval time), "
+                  f"host thread busy {statistics.median(run['host_share'] for run in jaxfl_runs):.1%} and cores busy "
+                  f"{statistics.median(run['cores_busy'] for run in jaxfl_runs):.0%} of the measured rounds, "
+                  f"outside training calls {statistics.median(run['outside_training_share'] for run in jaxfl_runs):.1%} "
+                  f"of the run less compiling and evaluating; load average {os.getloadavg()[0]:.1f}), "
                   + (f"torch {torch_rate:,.0f} samples/s ({torch_runs[0].get('threads')} threads), "
                      f"ratio {jaxfl_rate / torch_rate:.2f}×" if torch_rate else f"torch: {torch_runs[0]['skipped']}"))
-    print("\n| workload | jaxfl samples/s | PyTorch loop samples/s | ratio |\n|---|---:|---:|---:|")
+    print("\n| workload | jaxfl samples/s | PyTorch loop samples/s | ratio | host share | load average |\n"
+          "|---|---:|---:|---:|---:|---|")
     for row in rows:
         print(f"| {row['workload']} | {row['jaxfl_samples_per_second']:,} | "
               f"{row['torch_samples_per_second'] if row['torch_samples_per_second'] is not None else '—'} | "
-              f"{row['ratio'] if row['ratio'] is not None else '—'} |")
+              f"{row['ratio'] if row['ratio'] is not None else '—'} | {row['host_share']:.1%} | "
+              f"{', '.join(f'{load:.1f}' for load in row['load_average'])} |")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"rows": rows, "machine": platform.node(), "processor": platform.processor(),

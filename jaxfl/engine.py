@@ -18,7 +18,10 @@ Devices: the client axis of every training call is sharded over the plan's local
 replicated). On a CPU every core is a device (:mod:`jaxfl._devices`) training one client. A
 client's arithmetic is the same on whichever device trains it, so on one backend results do not
 depend on the number of devices. Everything outside a training call (global versions, trained
-updates, aggregation, hooks) lives on the first device.
+updates, aggregation, hooks) lives on the first device. A call does not wait for the one before:
+its start models are gathered on the devices from the global versions (each copied to the mesh
+once), its rows come back to the first device by device-to-device copies, and its metrics are
+fetched, with the other calls', when the aggregation first reads them.
 
 Algorithms extend it through device hooks (:class:`jaxfl.algorithms.DeviceHook`), never by name:
 a hook may replace an aggregation's coefficients from the updates themselves, add a term to the
@@ -146,10 +149,12 @@ class Engine:
         self.server_state = server_optimizer.init(init_params)
         self.version = 0
         self._versions: dict[int, PyTree] = {0: init_params}
+        self._replicas: dict[int, tuple] = {}  # version → (its params, their copy replicated on the mesh)
         self._version_users: dict[int, int] = {}  # dispatches still needing a version's params
         self._pending: dict[int, DispatchRecord] = {}  # dispatch id → record, in dispatch order
         self._results: dict[int, tuple[_TrainedBatch, int]] = {}
-        self._client_metrics: dict[int, dict] = {}
+        self._fetched_metrics: dict[int, dict] = {}  # dispatch id → metrics (see _client_metrics)
+        self._unfetched: list[tuple[list[int], dict]] = []  # (dispatch ids, their metrics still on device)
         self._train_root = jax.random.fold_in(jax.random.key(seed), TRAIN_STREAM)
         # Device hooks (module docstring): their state, the model before the last update, fetches.
         self.hooks = tuple(hooks)
@@ -196,11 +201,21 @@ class Engine:
     def _build_functions(self) -> None:
         trainer = self.trainer
 
-        def init(stacked_params, num_steps, clients, rounds, lr_scales):
-            self._count_trace("init")
+        by_client, whole = PartitionSpec("clients"), PartitionSpec()
+
+        def starts(versions, which):
+            """Row i's start model, versions[which[i]] (the versions replicated on every device)."""
+            return jax.tree.map(lambda *leaves: jnp.stack(leaves)[which], *versions)
+
+        def local_init(versions, which, num_steps, clients, rounds, lr_scales):
             keys = jax.vmap(lambda c, r: jax.random.fold_in(jax.random.fold_in(self._train_root, c), r))(
                 clients, rounds)
-            return jax.vmap(trainer.init)(stacked_params, num_steps, keys, lr_scales)
+            return jax.vmap(trainer.init)(starts(versions, which), num_steps, keys, lr_scales)
+
+        def init(versions, which, num_steps, clients, rounds, lr_scales):
+            self._count_trace("init")
+            return jax.shard_map(local_init, mesh=self.mesh, in_specs=(whole,) + (by_client,) * 5,
+                                 out_specs=by_client)(versions, which, num_steps, clients, rounds, lr_scales)
 
         def device_steps(states, data, views, count, length):
             batched_step = jax.vmap(trainer.step, in_axes=(0, None, 0))
@@ -216,24 +231,32 @@ class Engine:
 
         def run_steps(states, data, views, count, length):
             self._count_trace("run_steps")
-            by_client = PartitionSpec("clients")
             return jax.shard_map(lambda s, d, v, n: device_steps(s, d, v, n, length), mesh=self.mesh,
-                                 in_specs=(by_client, PartitionSpec(), by_client, PartitionSpec()),
+                                 in_specs=(by_client, whole, by_client, whole),
                                  out_specs=by_client)(states, data, views, count)
 
-        def finish(stacked_params, states):
+        def local_finish(versions, which, states):
+            deltas, metrics = jax.vmap(trainer.finish)(starts(versions, which), states)
+            return deltas, metrics, self._final_buffers(states)
+
+        def finish(versions, which, states):
             self._count_trace("finish")
-            return jax.vmap(trainer.finish)(stacked_params, states)
+            return jax.shard_map(local_finish, mesh=self.mesh, in_specs=(whole, by_client, by_client),
+                                 out_specs=by_client)(versions, which, states)
 
         def server_step(params, server_state, pseudo_gradient):
             self._count_trace("server_step")
             return apply_server_update(self.server_optimizer, params, server_state, pseudo_gradient)
 
-        self._init = jax.jit(init, out_shardings=self._by_client)
+        self._init = jax.jit(init)
         self._run_steps = jax.jit(run_steps, static_argnums=4, donate_argnums=0)
         self._finish = jax.jit(finish)
+        self._gather = jax.jit(lambda tree: tree, out_shardings=self._replicated)  # several processes
+        self._concatenate = jax.jit(lambda pieces: jax.tree.map(lambda *rows: jnp.concatenate(rows), *pieces))
         self._server_step = jax.jit(server_step)
         self._weighted_sum = jax.jit(weighted_sum)
+        self._add_weighted_sum = jax.jit(lambda total, stacked, weights: tree_add(total, weighted_sum(stacked, weights)),
+                                         donate_argnums=0)
 
     # ----------------------------------------------------------------- Backend API
     def on_dispatch(self, record: DispatchRecord) -> None:
@@ -289,6 +312,24 @@ class Engine:
         self._forget_unused_versions()
 
     # ----------------------------------------------------------------- training
+    @property
+    def _client_metrics(self) -> dict[int, dict]:
+        """Trained dispatches' metrics by id. A training call leaves its metrics on the device and
+        they are fetched together when first read (the aggregation's finiteness check), so that the
+        calls of a round queue back to back instead of each waiting for the previous one's metrics.
+        The wait counts as training time."""
+        if self._unfetched:
+            started = time.perf_counter()
+            unfetched, self._unfetched = self._unfetched, []
+            self.stats.metric_fetches += 1
+            values = jax.device_get([metrics for _, metrics in unfetched])
+            for (ids, _), metrics in zip(unfetched, values):
+                for index, dispatch_id in enumerate(ids):
+                    self._fetched_metrics.setdefault(dispatch_id, {}).update(
+                        {key: value[index].item() for key, value in metrics.items()})
+            self.stats.train_seconds += time.perf_counter() - started
+        return self._fetched_metrics
+
     def client_metrics(self, dispatch_id: int) -> dict | None:
         """Loss, steps and finiteness of a trained dispatch (None if not trained)."""
         return self._client_metrics.get(dispatch_id)
@@ -310,7 +351,7 @@ class Engine:
         started = time.perf_counter()  # training time, compilation (the guard's too) included
         try:
             self._train_ready(needed)
-        finally:  # each call's metrics were fetched, so its computation is done
+        finally:  # the calls are queued; waiting for them counts when their metrics are read
             self.stats.train_seconds += time.perf_counter() - started
 
     def _train_ready(self, needed: Sequence[DispatchRecord] | None) -> None:
@@ -434,13 +475,48 @@ class Engine:
         return jax.tree.map(place, tree)
 
     def _on_home(self, tree: PyTree) -> PyTree:
-        """Bring a training call's result back to the home device (from every process's devices)."""
+        """Bring a training call's result, sharded by client, to the home device.
+
+        One process: each device's rows are copied to the home device and concatenated there, all
+        queued without waiting for the call (``jax.device_put`` of the sharded array would fetch it
+        to host memory first, a blocking round trip per call) and without a collective (XLA:CPU's
+        collectives wait for every device at a rendezvous, which can stall while many calls are
+        queued). Several processes: the rows of the others' devices are gathered with a collective
+        and this process takes its copy, waiting for it."""
         if self.mesh.size == 1:
             return tree
-        if self.processes > 1:  # gather the other processes' rows, then take this process's copy
-            tree = self.jit("gather", lambda t: t, out_shardings=self._replicated)(tree)
-            return jax.tree.map(lambda leaf: jax.device_put(leaf.addressable_data(0), self.home), tree)
-        return jax.device_put(tree, self.home)
+        if self.processes > 1:
+            return jax.tree.map(lambda leaf: jax.device_put(leaf.addressable_data(0), self.home), self._gather(tree))
+        leaves, structure = jax.tree.flatten(tree)
+        if not leaves:
+            return tree
+        first_row = lambda shard: shard.index[0].start or 0
+        shards = [sorted(leaf.addressable_shards, key=first_row) for leaf in leaves]
+        pieces = []
+        for position, shard in enumerate(shards[0]):  # each device's rows, in row order
+            piece = [leaf_shards[position].data for leaf_shards in shards]
+            pieces.append(piece if shard.device == self.home else jax.device_put(piece, self.home))
+        return jax.tree.unflatten(structure, self._concatenate(pieces))
+
+    def _mesh_versions(self, versions: Sequence[int]) -> tuple:
+        """The given global versions replicated on every device of the mesh, copied there once per
+        version (not once per call) and dropped with the version."""
+        if self.mesh.size == 1:
+            return tuple(self._versions[v] for v in versions)
+        for version in versions:
+            params = self._versions[version]
+            if self._replicas.get(version, (None,))[0] is not params:  # new, or replaced since copied
+                self._replicas[version] = (params, self._to_mesh(params, self._replicated))
+                self.stats.versions_placed += 1
+        return tuple(self._replicas[v][1] for v in versions)
+
+    def _start_rows(self, versions: Sequence[int]) -> tuple[tuple, np.ndarray]:
+        """(the distinct versions on the mesh, padded to a power of two, and each row's index among
+        them): the start models of a call, gathered on the devices instead of stacked and sent."""
+        distinct = list(dict.fromkeys(versions))
+        which = np.array([distinct.index(v) for v in versions], dtype=np.int32)
+        distinct += [distinct[0]] * (bucket_size(len(distinct)) - len(distinct))
+        return self._mesh_versions(distinct), which
 
     def _train_batch(self, records: list[DispatchRecord]) -> None:
         """Train ``records`` in one padded, vmapped call: every row to its pause step (its whole
@@ -456,30 +532,26 @@ class Engine:
         clients = np.array([r.client for r in members], dtype=np.int32)
         rounds = np.array([r.client_round for r in members], dtype=np.int32)
         lr_scales = np.array([r.lr_scale for r in members], dtype=np.float32)
-        start_models = self.stack([self._versions[r.version] for r in members], padded)
-        home_views = self.views(clients)
-        states, views = self._start_call(start_models, home_views, clients, rounds, lr_scales, first)
+        versions, which = self._start_rows([r.version for r in members])
+        states, views, which = self._start_call(versions, which, first, clients, rounds, lr_scales)
         executed = int(first.max(initial=0))
         if pausing.any():
             states = self._on_home(states)
             states = states._replace(step=jnp.minimum(states.step, states.num_steps), num_steps=jnp.asarray(steps))
             fetched = self.stack([self._versions[self._fetches[r.id]] if pausing[i] else self._versions[r.version]
                                   for i, r in enumerate(members)], padded)
-            paused = PausedCall(states, members, pausing, fetched, home_views)
+            paused = PausedCall(states, members, pausing, fetched, self.views(clients))
             for hook in self.hooks:
                 states = hook.on_pause(self, paused)
                 paused = paused._replace(states=states)
             more = int((steps - first).max(initial=0))
             states = self._run_chunks(self._to_mesh(states, self._by_client), views, more, padded)
             executed += more
-        states = self._on_home(states)
-        deltas, metrics = self._finish(start_models, states)
-        metrics = jax.device_get(metrics)
-        batch = _TrainedBatch(deltas=deltas, size=padded, buffers=self._final_buffers(states))
+        deltas, metrics, buffers = self._on_home(self._finish(versions, which, states))
+        self._unfetched.append(([record.id for record in records], metrics))
+        batch = _TrainedBatch(deltas=deltas, size=padded, buffers=buffers)
         for index, record in enumerate(records):
             self._results[record.id] = (batch, index)
-            self._client_metrics.setdefault(record.id, {}).update(
-                {key: value[index].item() for key, value in metrics.items()})
             if pausing[index]:
                 self._version_users[self._fetches.pop(record.id)] -= 1
             if not self.keep_start_versions:  # trained: the start model is no longer needed
@@ -493,16 +565,18 @@ class Engine:
         self.stats.useful_steps += int(steps.sum())
         self.stats.executed_steps += executed * padded
 
-    def _start_call(self, start_models: PyTree, home_views: ClientView, clients: np.ndarray, rounds: np.ndarray,
-                    lr_scales: np.ndarray, steps: np.ndarray) -> tuple[Any, ClientView]:
-        """Begin a padded training call: each row's local state from its stacked start model, placed by
-        client, run for its ``steps`` (the rows' int32 clients, rounds and steps, float32 lr scales).
-        Returns the states, still placed by client, and the rows' placed data views."""
-        by_client = lambda tree: self._to_mesh(tree, self._by_client)
-        views = by_client(home_views)
-        states = self._init(by_client(start_models), *by_client((jnp.asarray(steps), jnp.asarray(clients),
-                                                                 jnp.asarray(rounds), jnp.asarray(lr_scales))))
-        return self._run_chunks(states, views, int(steps.max(initial=0)), len(clients)), views
+    def _start_call(self, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
+                    rounds: np.ndarray, lr_scales: np.ndarray) -> tuple[Any, ClientView, jax.Array]:
+        """Begin a padded training call: each row's local state from its start model
+        (``versions[which[row]]``, already on the devices), run for its ``steps``. The rows' numbers
+        (int32 version index, steps, client, round; float32 lr scale; data offsets and counts) go to
+        the devices in one transfer, placed by client. Returns the states, still placed by client,
+        the rows' placed data views and their placed version indices (for ``_finish``)."""
+        which, steps_placed, client_ids, client_rounds, scales, offsets, counts = self._to_mesh(
+            (which, steps, clients, rounds, lr_scales, self.offsets[clients], self.counts[clients]), self._by_client)
+        views = ClientView(offsets, counts)
+        states = self._init(versions, which, steps_placed, client_ids, client_rounds, scales)
+        return self._run_chunks(states, views, int(steps.max(initial=0)), len(clients)), views, which
 
     # ----------------------------------------------------------------- aggregation
     def results_sum(self, records: Sequence[DispatchRecord], coefficients: dict, field: str = "deltas") -> PyTree:
@@ -515,9 +589,10 @@ class Engine:
             entry = by_batch.setdefault(id(batch), (batch, np.zeros(batch.size, np.float32)))
             entry[1][index] += coefficients[record.id]
         total = None
-        for batch, weights in by_batch.values():
-            part = self._weighted_sum(getattr(batch, field), jnp.asarray(weights))
-            total = part if total is None else tree_add(total, part)
+        for batch, weights in by_batch.values():  # one dispatch per batch, the running sum updated in place
+            stacked = getattr(batch, field)
+            total = self._weighted_sum(stacked, weights) if total is None else \
+                self._add_weighted_sum(total, stacked, weights)
         return total
 
     def _final_buffers(self, states) -> PyTree:
@@ -536,12 +611,9 @@ class Engine:
     def combine(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> PyTree:
         """Σ c_i Δ_i over the aggregated updates (zeros when there are none). The update adds the
         hooks' extra terms and, in ``mix`` mode, the drift Σ c_i (w − start_i) to it (``_combine``)."""
-        coefficients = dict(aggregation.contributions)
-        total = jax.tree.map(jnp.zeros_like, self.params)  # an empty aggregation moves nothing
-        summed = self.results_sum(records, coefficients)
-        if summed is not None:
-            total = tree_add(total, summed)
-        return total
+        summed = self.results_sum(records, dict(aggregation.contributions))
+        # an empty aggregation moves nothing
+        return jax.tree.map(jnp.zeros_like, self.params) if summed is None else summed
 
     def _combine(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> PyTree:
         """The generic update's pseudo-gradient: :meth:`combine`, the hooks' extra terms, the mix drift."""
@@ -586,6 +658,7 @@ class Engine:
         for version in list(self._versions):
             if version != self.version and version not in self._version_users:
                 del self._versions[version]
+                self._replicas.pop(version, None)
         self.stats.peak_versions_kept = max(self.stats.peak_versions_kept, len(self._versions))
 
     def _held_batches(self) -> list:
@@ -684,11 +757,11 @@ class Engine:
             padded = self.plan.call_size(members)
             pad = lambda values, fill, dtype: np.array(list(values[chunk]) + [fill] * (padded - members), dtype=dtype)
             client_ids = pad(clients, clients[start], np.int32)
-            start_models = self.stack([params] * padded, padded)
-            states, _ = self._start_call(start_models, self.views(client_ids), client_ids,
-                                         pad(client_rounds, 0, np.int32), pad(lr_scales, 1.0, np.float32),
-                                         pad(steps, 0, np.int32))
-            deltas, _ = self._finish(start_models, self._on_home(states))
+            versions = (params if self.mesh.size == 1 else self._to_mesh(params, self._replicated),)
+            states, _, which = self._start_call(versions, np.zeros(padded, np.int32), pad(steps, 0, np.int32),
+                                                client_ids, pad(client_rounds, 0, np.int32),
+                                                pad(lr_scales, 1.0, np.float32))
+            deltas, _, _ = self._on_home(self._finish(versions, which, states))
             parts.append(jax.tree.map(lambda leaf: leaf[:members], deltas))
         return parts[0] if len(parts) == 1 else jax.tree.map(lambda *leaves: jnp.concatenate(leaves), *parts)
 
@@ -807,12 +880,13 @@ class Engine:
         self.params, self.server_state = tree["params"], tree["server_state"]
         self.version = meta["version"]
         self._versions = {int(v): p for v, p in tree["versions"].items()}
+        self._replicas = {}
         self._version_users = {int(v): n for v, n in meta["version_users"].items()}
         buffers = tree.get("batch_buffers", {})
         batches = {k: _TrainedBatch(deltas=tree["batches"][k], size=size, buffers=buffers.get(k))
                    for k, size in meta["batch_sizes"].items()}
         self._results = {int(d): (batches[k], i) for d, (k, i) in meta["placement"].items()}
-        self._client_metrics = {int(d): m for d, m in meta["client_metrics"].items()}
+        self._fetched_metrics, self._unfetched = {int(d): m for d, m in meta["client_metrics"].items()}, []
         self.tables = {name: list(rows) for name, rows in meta.get("tables", {}).items()}
         self._pending = {d: records[d] for d in meta["pending"]}
         self.stats = EngineStats(**meta["stats"])

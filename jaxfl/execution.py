@@ -174,6 +174,8 @@ class EngineStats:
     peak_versions_kept: int = 0  # global models held at once (the current one and those in-flight work started from)
     peak_updates_held: int = 0  # trained updates held at once, waiting for their aggregation
     traces: dict = dataclasses.field(default_factory=dict)  # function name → times jit traced it
+    metric_fetches: int = 0  # times the host waited for training calls (fetching their metrics together)
+    versions_placed: int = 0  # global versions copied to the devices of a mesh (once per version used)
     train_seconds: float = 0.0  # wall time inside training calls (to their results), compilation included
     compile_seconds: float = 0.0  # wall time compiling step chunks
 

@@ -39,6 +39,9 @@ SCRIPT = textwrap.dedent("""
                      "accuracy": [row["accuracy"] for row in result.metrics],
                      "compilations": result.summary["compilations"],
                      "executed": result.engine.stats.executed_steps, "useful": result.engine.stats.useful_steps,
+                     "train_calls": result.engine.stats.train_calls,
+                     "metric_fetches": result.engine.stats.metric_fetches,
+                     "versions_placed": result.engine.stats.versions_placed,
                      "mesh": len(result.engine.mesh.devices.flat)}
     print(json.dumps(out))
 """)
@@ -86,6 +89,16 @@ def test_sharded_calls_compile_once_per_shape_and_pad_nothing(four_device_runs):
     # 8 clients of 3 steps: two calls of 4 (one per device) per round, one 3-step chunk shape.
     assert four["compilations"] == {"init": 1, "run_steps": 1, "finish": 1, "server_step": 1}
     assert four["executed"] == four["useful"] == 3 * 8 * 3
+
+
+def test_a_rounds_calls_queue_without_waiting_and_each_version_is_placed_once(four_device_runs):
+    """Per round of 8 clients on 4 devices: two calls, queued back to back (the host waits once, at
+    the aggregation, for both calls' metrics), and the round's global version copied to the devices
+    once, not once per call."""
+    four, pairs = four_device_runs["four"], four_device_runs["four_pairs"]
+    assert four["train_calls"] == 6 and four["metric_fetches"] == 3 and four["versions_placed"] == 3
+    assert pairs["train_calls"] == 3 and pairs["metric_fetches"] == 3 and pairs["versions_placed"] == 3
+    assert four_device_runs["one"]["versions_placed"] == 0  # one device: the versions are already there
 
 
 def test_devices_beyond_the_machine_are_refused_by_count():
