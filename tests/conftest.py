@@ -50,3 +50,36 @@ class RecordingBackend:
 
 class Interrupted(Exception):
     """Raised inside a run to interrupt it (tests of resume)."""
+
+
+@pytest.fixture
+def crash_after_saves(monkeypatch):
+    """``crash_after_saves(n, before=None)``: the next runs raise :class:`Interrupted` right after
+    writing their n-th checkpoint (``before(checkpointer, simulation)`` runs first, e.g. to write
+    something a resume must cut back); returns a function that stops the crashing. In a test::
+
+        disarm = crash_after_saves(2)
+        with pytest.raises(Interrupted):
+            run_experiment(config)
+        disarm()
+        resumed = resume_experiment(run_dir)
+    """
+    import jaxfl.experiment as experiment
+
+    original = experiment._Checkpointer.save
+
+    def arm(saves: int, before=None):
+        written = {"saves": 0}
+
+        def crashing(self, simulation):
+            original(self, simulation)
+            written["saves"] += 1
+            if written["saves"] == saves:
+                if before is not None:
+                    before(self, simulation)
+                raise Interrupted
+
+        monkeypatch.setattr(experiment._Checkpointer, "save", crashing)
+        return lambda: monkeypatch.setattr(experiment._Checkpointer, "save", original)
+
+    return arm

@@ -17,7 +17,7 @@ from jaxfl.kernels import ClientView, FederatedArrays, make_client_trainer
 from jaxfl.models import MODEL_INPUTS, MODELS, register_model
 from jaxfl.models.adapter import ModelAdapter
 from jaxfl.testing import assert_same_run
-from tests.conftest import Interrupted, replace
+from conftest import Interrupted, replace
 
 
 class TinyBN(nn.Module):
@@ -125,7 +125,7 @@ def test_single_update_copies_the_clients_buffers(bn_config):
 
 
 @pytest.mark.parametrize("algorithm", ["fedbuff", "fedcompass", "fedat", "port"])
-def test_batched_equals_one_at_a_time_and_resume_with_buffers(bn_config, algorithm, monkeypatch):
+def test_batched_equals_one_at_a_time_and_resume_with_buffers(bn_config, algorithm, crash_after_saves):
     config = replace(bn_config, algorithm=algorithm, max_updates=6, checkpoint_every=2, stop_at_target=False)
     single = run_experiment(replace(config, batching=False, run_name="single"))
     batched = run_experiment(replace(config, clients_per_call=4, run_name="batched"))
@@ -133,19 +133,10 @@ def test_batched_equals_one_at_a_time_and_resume_with_buffers(bn_config, algorit
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
     assert single.summary["global_updates"] == 6
     # interrupted after the second checkpoint, resumed: the very same run, buffers included
-    import jaxfl.experiment as experiment
-    original, seen = experiment._Checkpointer.save, {"saves": 0}
-
-    def crashing(self, simulation):
-        original(self, simulation)
-        seen["saves"] += 1
-        if seen["saves"] == 2:
-            raise Interrupted
-
-    monkeypatch.setattr(experiment._Checkpointer, "save", crashing)
+    disarm = crash_after_saves(2)
     with pytest.raises(Interrupted):
         run_experiment(replace(config, clients_per_call=4, run_name="killed"))
-    monkeypatch.setattr(experiment._Checkpointer, "save", original)
+    disarm()
     resumed = resume_experiment(os.path.join(config.output_dir, "killed"), progress=False)
     assert_same_run(batched, resumed)
 

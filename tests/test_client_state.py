@@ -51,7 +51,7 @@ def test_device_bytes_do_not_grow_with_the_federation_on_the_host(tmp_path):
 
 
 @pytest.mark.parametrize("placement", ["host", "memmap"])
-def test_host_placements_checkpoint_the_tables_and_resume_bit_identically(tmp_path, monkeypatch, placement):
+def test_host_placements_checkpoint_the_tables_and_resume_bit_identically(tmp_path, crash_after_saves, placement):
     changes = dict(client_state=placement, max_updates=6, checkpoint_every=2)
     whole = cc_run(tmp_path, "whole", **changes)
     saved = os.path.join(whole.run_dir, "checkpoints", "ckpt-000006", "client_state")
@@ -65,19 +65,10 @@ def test_host_placements_checkpoint_the_tables_and_resume_bit_identically(tmp_pa
     else:
         assert not os.path.exists(os.path.join(whole.run_dir, "client_state"))
 
-    import jaxfl.experiment as experiment
-    original, seen = experiment._Checkpointer.save, {"saves": 0}
-
-    def crashing(self, simulation):
-        original(self, simulation)
-        seen["saves"] += 1
-        if seen["saves"] == 2:
-            raise Interrupted
-
-    monkeypatch.setattr(experiment._Checkpointer, "save", crashing)
+    disarm = crash_after_saves(2)
     with pytest.raises(Interrupted):
         cc_run(tmp_path, "killed", **changes)
-    monkeypatch.setattr(experiment._Checkpointer, "save", original)
+    disarm()
     resumed = resume_experiment(os.path.join(tmp_path, "killed"), progress=False)
     assert_same_run(whole, resumed)
     for a, b in zip(jax.tree.leaves(whole.params), jax.tree.leaves(resumed.params)):

@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 from sklearn.metrics import balanced_accuracy_score
 
-from jaxfl import experiment
 from jaxfl.experiment import METRIC_FIELDS, make_evaluator, prepare, resume_experiment, run_experiment
 from jaxfl.kernels.client import scale_uint8
 from jaxfl.runlog import load_run
 from jaxfl.testing import assert_same_run
-from tests.conftest import Interrupted, replace
+from conftest import Interrupted, replace
 
 
 def logits_predicting(predictions, num_classes):
@@ -103,23 +102,16 @@ def test_user_loss_and_metrics_hooks_beside_the_new_columns(small_config, tmp_pa
         assert not output.exists()  # refused before any work
 
 
-def test_resume_cuts_back_and_regrows_class_accuracy(small_config, monkeypatch):
+def test_resume_cuts_back_and_regrows_class_accuracy(small_config, crash_after_saves):
     config = replace(small_config, max_updates=4, checkpoint_every=1)
     straight = run_experiment(replace(config, run_name="straight"))
-    original = experiment._Checkpointer.save
-    saves = {"count": 0}
+    def garbage_after_the_checkpoint(checkpointer, simulation):
+        checkpointer.recorder.class_writer.writerow(["garbage written after the checkpoint"])
 
-    def crashing(self, simulation):
-        original(self, simulation)
-        saves["count"] += 1
-        if saves["count"] == 2:
-            self.recorder.class_writer.writerow(["garbage written after the checkpoint"])
-            raise Interrupted
-
-    monkeypatch.setattr(experiment._Checkpointer, "save", crashing)
+    disarm = crash_after_saves(2, before=garbage_after_the_checkpoint)
     with pytest.raises(Interrupted):
         run_experiment(replace(config, run_name="killed"))
-    monkeypatch.setattr(experiment._Checkpointer, "save", original)
+    disarm()
     resumed = resume_experiment(os.path.join(config.output_dir, "killed"), progress=False)
     assert_same_run(straight, resumed)  # class_accuracy.csv included, byte for byte
     assert load_run(resumed.run_dir).class_accuracy.shape == (5, 10)

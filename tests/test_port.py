@@ -214,15 +214,14 @@ def test_without_the_pull_the_server_waits_for_the_whole_local_training():
     assert PLATO.urgent_pull is False and PAPER.urgent_pull is True
 
 
-def test_pulled_updates_train_their_steps_and_resume_bit_identical(small_config, monkeypatch):
+def test_pulled_updates_train_their_steps_and_resume_bit_identical(small_config, crash_after_saves):
     """The engine trains a pulled dispatch to its cut step count, also when it had trained it in full
     already (batched with earlier arrivals); a run interrupted with a pull in flight resumes exactly."""
     import os
 
-    import jaxfl.experiment as experiment
     from jaxfl.experiment import resume_experiment
     from jaxfl.testing import assert_same_run
-    from tests.conftest import Interrupted
+    from conftest import Interrupted
 
     config = replace(small_config, algorithm="port", model="logreg", clients=3, local_steps=10, jitter=0.0,
                      latency=0.5, max_updates=3, checkpoint_every=1, stop_at_target=False,
@@ -235,19 +234,13 @@ def test_pulled_updates_train_their_steps_and_resume_bit_identical(small_config,
     for a, b in zip(jax.tree.leaves(single.params), jax.tree.leaves(batched.params)):  # up to reassociation
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-4)
     assert batched.summary["policy"]["urgent_pulls"] == 1
-    original, seen = experiment._Checkpointer.save, {"saves": 0}
+    def pull_in_flight(checkpointer, simulation):  # after v2: client 2's pull is in flight
+        assert 2 in simulation.policy.pulled
 
-    def crashing(self, simulation):
-        original(self, simulation)
-        seen["saves"] += 1
-        if seen["saves"] == 2:  # after v2: client 2's pull is in flight
-            assert 2 in simulation.policy.pulled
-            raise Interrupted
-
-    monkeypatch.setattr(experiment._Checkpointer, "save", crashing)
+    disarm = crash_after_saves(2, before=pull_in_flight)
     with pytest.raises(Interrupted):
         run_experiment(replace(config, clients_per_call=4, run_name="killed"), time_per_step=PULL_TIMES)
-    monkeypatch.setattr(experiment._Checkpointer, "save", original)
+    disarm()
     resumed = resume_experiment(os.path.join(config.output_dir, "killed"), progress=False)
     assert_same_run(batched, resumed)
 
