@@ -105,23 +105,8 @@ class IdlePool:
         >>> pool.exchange(busy) in (0, 1, 2), pool.idle
         (True, 2)
         """
-        clients, position, idle = self.clients, self.position, self.idle
-        at = position[client]
-        if at < idle:
-            raise ValueError(f"client {client} is already idle")
-        first_busy = clients[idle]
-        clients[at], clients[idle] = first_busy, client
-        position[first_busy], position[client] = at, idle
-        # take(), with the idle count back up by one; never empty (client was just given back)
-        uniforms = self._uniforms
-        if not uniforms:
-            uniforms[:] = self._rng.random(UNIFORM_BLOCK).tolist()[::-1]
-        index = int(uniforms.pop() * (idle + 1))
-        taken = clients[index]
-        moved = clients[idle]
-        clients[index], clients[idle] = moved, taken
-        position[moved], position[taken] = index, idle
-        return taken
+        self.give_back(client)
+        return self.take()
 
     def __setstate__(self, state: dict) -> None:
         """Pools pickled before the arrays were ``array.array`` (numpy) and before the drawn-ahead
