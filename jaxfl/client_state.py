@@ -91,6 +91,11 @@ _scatter = jax.jit(lambda tables, index, new: [table.at[index].set(value.astype(
                                                for table, value in zip(tables, new)], donate_argnums=0)
 
 
+def _file_name(key: tuple[str, str], index: int) -> str:
+    """The ``.npy`` file of leaf ``index`` of table ``key`` = (hook, table), in a memmap folder or a checkpoint."""
+    return f"{key[0]}.{key[1]}.{index}.npy"
+
+
 def _leaf_shapes(row: PyTree, num_clients: int) -> list[jax.ShapeDtypeStruct]:
     return [jax.ShapeDtypeStruct((num_clients,) + tuple(np.shape(leaf)), np.dtype(leaf.dtype))
             for leaf in jax.tree.leaves(row)]
@@ -191,7 +196,7 @@ class ClientState:
         return tables
 
     def _file(self, key: tuple[str, str], index: int) -> str:
-        return os.path.join(self._directory, f"{key[0]}.{key[1]}.{index}.npy")
+        return os.path.join(self._directory, _file_name(key, index))
 
     def _chunks(self, shape: jax.ShapeDtypeStruct):
         row_bytes = max(1, int(np.prod(shape.shape[1:])) * shape.dtype.itemsize)
@@ -239,17 +244,17 @@ class ClientState:
     # ------------------------------------------------------------------ checkpoints
     def arrays(self) -> dict[str, dict[str, PyTree]]:
         """hook → table → its whole table (device arrays, NumPy arrays or memmaps, as placed)."""
-        tables = self._storage()
-        nested: dict[str, dict[str, PyTree]] = {}
-        for key in self._initial:
-            nested.setdefault(key[0], {})[key[1]] = jax.tree.unflatten(self._treedefs[key], tables[key])
-        return nested
+        return self._nested(self._storage())
 
     def targets(self) -> dict[str, dict[str, PyTree]]:
         """Shapes and dtypes of :meth:`arrays` (for restoring a device copy with orbax)."""
+        return self._nested(self.shapes)
+
+    def _nested(self, leaves_by_key: dict) -> dict[str, dict[str, PyTree]]:
+        """hook → table → the pytree of that table's ``leaves_by_key[(hook, table)]``."""
         nested: dict[str, dict[str, PyTree]] = {}
         for key in self._initial:
-            nested.setdefault(key[0], {})[key[1]] = jax.tree.unflatten(self._treedefs[key], self.shapes[key])
+            nested.setdefault(key[0], {})[key[1]] = jax.tree.unflatten(self._treedefs[key], leaves_by_key[key])
         return nested
 
     def save_files(self, folder: str) -> list[str]:
@@ -258,7 +263,7 @@ class ClientState:
         names = []
         for key, leaves in self._storage().items():
             for index, leaf in enumerate(leaves):
-                name = f"{key[0]}.{key[1]}.{index}.npy"
+                name = _file_name(key, index)
                 saved = np.lib.format.open_memmap(os.path.join(folder, name), mode="w+", dtype=leaf.dtype,
                                                   shape=leaf.shape)
                 for start, stop in self._chunks(self.shapes[key][index]):
@@ -278,7 +283,7 @@ class ClientState:
                 leaves, treedef = jax.tree.flatten(target)
                 read = []
                 for index, shape in enumerate(leaves):
-                    array = np.load(os.path.join(folder, f"{hook}.{table}.{index}.npy"), mmap_mode="r")
+                    array = np.load(os.path.join(folder, _file_name((hook, table), index)), mmap_mode="r")
                     if array.shape != shape.shape or array.dtype != shape.dtype:
                         raise ValueError(f"client state {hook}.{table} leaf {index} is {array.dtype}{array.shape}, "
                                          f"expected {shape.dtype}{shape.shape}")
