@@ -388,8 +388,7 @@ class Simulation:
                                 IN_FLIGHT, None, None, self.next_lr_scale(client, lr_scale, client_round),
                                 None if fetch_step is None else int(fetch_step), None, False, step_time)
         self.client_rounds[client] = client_round + 1
-        records.live[record.id] = record  # records.add without its check: the id is records.count
-        records.count += 1
+        records.add(record)
         self._counts[IN_FLIGHT] += 1
         if fault is not None and fault.kind == "crash":
             record.arrival_time = math.inf
