@@ -67,9 +67,9 @@ def measure(algorithm: str, clients: int, updates: int, concurrency: int | None,
                           clients, seed=config.seed)
     run_dir = tempfile.mkdtemp(dir=folder)
     with EventLog(run_dir) as log:
-        # log.write itself, as a run passes it: the simulation then hands it rows as tuples
+        # the EventLog itself, as a run passes it: the simulation then hands it rows as tuples
         simulation = Simulation(policy, speeds, np.full(clients, 1.0 / clients), _TimingBackend(),
-                                max_updates=updates, log=log.write)
+                                max_updates=updates, log=log)
         setup = time.perf_counter() - start
         run_start, cpu_start = time.perf_counter(), time.process_time()
         simulation.run()
@@ -97,7 +97,7 @@ def cpu_per_event(algorithm: str, clients: int, updates: int, concurrency: int, 
                           clients, seed=config.seed)
     with EventLog(tempfile.mkdtemp(dir=folder)) as events:
         simulation = Simulation(algorithms.build(config).policy(), speeds, np.full(clients, 1.0 / clients),
-                                _TimingBackend(), max_updates=updates, log=events.write if log else None)
+                                _TimingBackend(), max_updates=updates, log=events if log else None)
         began = time.process_time()
         simulation.run()
         events.flush()

@@ -889,7 +889,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         if saved is None:
             simulation = Simulation(policy, speeds, federation.weights(config.client_weights), engine,
                                     max_time=config.max_time, max_updates=config.max_updates,
-                                    log=events.write, faults=faults, on_nonfinite=config.on_nonfinite,
+                                    log=events, faults=faults, on_nonfinite=config.on_nonfinite,
                                     after_event=checkpoints.after_event,
                                     max_client_updates=config.max_client_updates,
                                     max_client_steps=config.max_client_steps, wall_clock=wall_clock,
@@ -903,7 +903,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
             else:
                 stop = recorder.evaluate_grid_until(0.0, 0, inclusive=True)
         else:
-            simulation = saved["simulation"].attach(engine, events.write, checkpoints.after_event, wall_clock)
+            simulation = saved["simulation"].attach(engine, events, checkpoints.after_event, wall_clock)
             engine.restore(device_tree, saved["engine"], simulation.records)
             recorder.stats = engine.stats
             recorder.load_state_dict(saved["recorder"])
@@ -1097,7 +1097,7 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
     events, metrics_file, _ = _open_logs(run_dir, None)  # no evaluations: no class_accuracy.csv
     with events, metrics_file:
         simulation = Simulation(policy, speeds, federation.weights(config.client_weights), backend,
-                                max_time=config.max_time, max_updates=config.max_updates, log=events.write,
+                                max_time=config.max_time, max_updates=config.max_updates, log=events,
                                 faults=faults, on_nonfinite=config.on_nonfinite,
                                 max_client_updates=config.max_client_updates,
                                 max_client_steps=config.max_client_steps,

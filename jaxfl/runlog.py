@@ -213,7 +213,7 @@ def _scan_parts(folder: str) -> tuple[list[_Part], list[_Part]]:
 
 
 class EventLog:
-    """Writer of a run's event log (``Simulation(log=event_log.write)``).
+    """Writer of a run's event log (``Simulation(log=event_log)``).
 
     ``format``: ``"csv"`` writes ``events.csv`` exactly as ``csv.DictWriter(handle, fields)`` with
     its header would; ``"parquet"`` writes parts under ``events/``; ``"auto"`` writes CSV until the

@@ -87,8 +87,7 @@ def test_rows_through_the_row_writer_are_the_rows_a_dict_writer_writes(tmp_path,
     writer.writerows(rows)
     # a small buffer, so that rows are spilled many times on the way
     with EventLog(str(tmp_path), format=format, buffer_rows=7) as log:
-        simulation = fedbuff_simulation(log=log.write, wall_clock=lambda: 1.25)
-        assert simulation._emit is not None and simulation._log == log.write
+        simulation = fedbuff_simulation(log=log, wall_clock=lambda: 1.25)  # rows as tuples, through its row_writer
         simulation.run()
         assert log.rows == len(rows) > 500
     if format == "csv":
@@ -108,6 +107,24 @@ def test_a_row_writer_for_other_fields_projects_onto_the_logs_columns(tmp_path):
         with pytest.raises(ValueError, match="lack this log's field"):
             log.row_writer(("time",))
     assert (tmp_path / "events.csv").read_text().splitlines() == ["time,event", "0.5,timer"]
+
+
+def test_a_log_with_a_row_writer_gets_tuples_and_anything_else_is_refused_before_the_run():
+    class TupleLog:  # any object with EventLog's row_writer: the simulation writes through it
+        def __init__(self):
+            self.fields, self.rows = None, []
+
+        def row_writer(self, fields):
+            self.fields = fields
+            return self.rows.append
+
+    dicts, tuples = [], TupleLog()
+    fedbuff_simulation(log=dicts.append).run()
+    fedbuff_simulation(log=tuples).run()
+    assert tuples.fields == EVENT_LOG_FIELDS
+    assert [dict(zip(EVENT_LOG_FIELDS, values)) for values in tuples.rows] == dicts
+    with pytest.raises(TypeError, match="log='events.csv' is not allowed: a function taking one dict per row"):
+        fedbuff_simulation(log="events.csv")
 
 
 def test_a_simulation_pickled_mid_run_goes_on_exactly_as_the_uninterrupted_one(tmp_path):

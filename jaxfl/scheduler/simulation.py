@@ -35,13 +35,16 @@ import contextlib
 import dataclasses
 import gc
 import math
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
 from jaxfl.scheduler.clock import DEFAULT_PRIORITIES, Event, EventQueue
 from jaxfl.scheduler.faults import ClientFaults
 from jaxfl.scheduler.speeds import ClientSpeeds
+
+if TYPE_CHECKING:  # runlog imports this module
+    from jaxfl.runlog import EventLog
 
 IN_FLIGHT, ARRIVED, AGGREGATED, DROPPED = "in_flight", "arrived", "aggregated", "dropped"
 AGGREGATION_MODES = ("delta", "mix")
@@ -264,8 +267,9 @@ class Simulation:
     event, and it overshoots a client budget by less than that one aggregation's contribution
     (FedAvg with 10 clients and ``max_client_updates=15`` stops after 2 rounds, 20 updates).
     ``stop_reason`` names what stopped the run (:data:`STOP_REASONS`, ``"no events left"``, or the
-    reason the backend gave). ``log`` receives one dict per event-log row (fields
-    ``EVENT_LOG_FIELDS``); ``wall_clock() -> seconds`` fills the aggregation rows' ``wall_time``.
+    reason the backend gave). ``log`` receives the event-log rows (fields ``EVENT_LOG_FIELDS``): an
+    :class:`~jaxfl.runlog.EventLog` (or any object with its ``row_writer``), or a function taking
+    one dict per row; ``wall_clock() -> seconds`` fills the aggregation rows' ``wall_time``.
 
     ``client_lr_decay`` = d scales the learning rate of a client's k-th dispatch (k = 0, 1, ... its
     ``client_round``) by d^k, on top of the policy's ``lr_scale``: each device decays its own
@@ -276,7 +280,7 @@ class Simulation:
 
     def __init__(self, policy: Policy, speeds: ClientSpeeds, client_weights: Sequence[float],
                  backend: Backend, max_time: float = math.inf, max_updates: int | None = None,
-                 log: Callable[[dict], None] | None = None, faults: ClientFaults | None = None,
+                 log: EventLog | Callable[[dict], None] | None = None, faults: ClientFaults | None = None,
                  on_nonfinite: str = "stop", after_event: Callable[["Simulation"], None] | None = None,
                  keep_finished_records: int | None = KEEP_FINISHED_RECORDS,
                  max_client_updates: int | None = None, max_client_steps: int | None = None,
@@ -644,7 +648,7 @@ class Simulation:
         state.pop("_emit", None)  # rebound by attach()
         return state
 
-    def attach(self, backend: Backend, log: Callable[[dict], None] | None = None,
+    def attach(self, backend: Backend, log: EventLog | Callable[[dict], None] | None = None,
                after_event: Callable[["Simulation"], None] | None = None,
                wall_clock: Callable[[], float] | None = None) -> "Simulation":
         """Reconnect a restored simulation to a backend, a log writer and a wall clock."""
@@ -654,18 +658,19 @@ class Simulation:
         return self
 
     def _bind_log(self, log) -> None:
-        """``log`` takes one dict per row; the row writer of an :class:`~jaxfl.runlog.EventLog`'s
-        ``write`` takes the same row as a tuple (no dict per row: a third of a timing-only event's cost)."""
+        """``log``: an object with ``row_writer(fields)`` (an :class:`~jaxfl.runlog.EventLog`), which
+        takes each row as a tuple (no dict per row: a third of a timing-only event's cost); a
+        function taking one dict per row; or None."""
         self._log = log
-        owner = getattr(log, "__self__", None)
-        kind = type(owner)
-        is_event_log_write = getattr(log, "__func__", None) is getattr(kind, "write", None) is not None
-        if is_event_log_write and getattr(kind, "row_writer", None) is not None:
-            self._emit = owner.row_writer(EVENT_LOG_FIELDS)
-        elif log is None:
+        if log is None:
             self._emit = _ignore_row
-        else:
+        elif callable(getattr(log, "row_writer", None)):
+            self._emit = log.row_writer(EVENT_LOG_FIELDS)
+        elif callable(log):
             self._emit = lambda values: log(dict(zip(EVENT_LOG_FIELDS, values)))
+        else:
+            raise TypeError(f"log={log!r} is not allowed: a function taking one dict per row, an object with "
+                            "row_writer(fields) (jaxfl.runlog.EventLog), or None")
 
     def _handle(self, event: Event) -> None:
         kind = event.kind
