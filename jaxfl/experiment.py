@@ -759,7 +759,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     recorded = None
     if resume_dir is not None:  # it continues from a checkpoint: with none to continue from it is refused here
         resume.candidates(resume_dir, warn=False)
-        recorded = _recorded_inputs(resume_dir)
+        recorded = resume.read_record(resume_dir).get("user_inputs", {})  # the config is the one given
     config, dataset, user = _with_inputs(config, data, user, resume_dir, recorded)
     # The one validation of the run (its warnings are given once): of the config naming the user's
     # data and objects, whose names decide defaults and which settings are read.
@@ -1161,15 +1161,6 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     # objects' names against the record): it stays as validated
     config, dataset, user = _with_inputs(config, data, user, run_dir, recorded)
     return _experiment(config, dataset, user, run_dir, loggers, recorded)
-
-
-def _recorded_inputs(run_dir: str) -> dict:
-    """config.json's record of what a run took besides its config (empty for a run that took nothing)."""
-    path = os.path.join(run_dir, "config.json")
-    if not os.path.isfile(path):
-        return {}
-    with open(path) as handle:
-        return json.load(handle).get("user_inputs", {})
 
 
 class _Checkpointer:

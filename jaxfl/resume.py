@@ -116,14 +116,12 @@ def differences(stored: Mapping[str, Any], current: Mapping[str, Any], holder: s
             if name not in stored or name not in current or stored[name] != current[name]]
 
 
-def read_run(run_dir: str, progress: bool | None = None) -> tuple[RunConfig, dict]:
-    """``(config, user_inputs)`` of a run directory from one read of its ``config.json``: the validated
-    config, and the record of what the run took besides it (:mod:`jaxfl.user_inputs`; empty if
-    nothing). :class:`ResumeError` (one line) if the folder or the file is missing, unparsable, or
-    not written by ``jaxfl run``. ``progress`` (not None) replaces the recorded one
-    (:data:`MAY_DIFFER`) before the validation.
+def read_record(run_dir: str) -> dict:
+    """A run directory's ``config.json`` as written (``config``, ``user_inputs``, ``versions``...),
+    unvalidated: :class:`ResumeError` (one line) if the folder or the file is missing, unparsable,
+    or not written by ``jaxfl run``.
 
-    >>> read_run("/nonexistent")
+    >>> read_record("/nonexistent")
     Traceback (most recent call last):
     jaxfl.resume.ResumeError: cannot resume '/nonexistent': no such directory
     """
@@ -137,10 +135,24 @@ def read_run(run_dir: str, progress: bool | None = None) -> tuple[RunConfig, dic
             written = json.loads(handle.read())
     except (ValueError, UnicodeDecodeError) as error:
         raise ResumeError(f"cannot resume {run_dir!r}: config.json is not valid JSON ({_first_line(error)})") from None
-    values = written.get("config") if isinstance(written, dict) else None
-    if not isinstance(values, dict):
+    if not isinstance(written, dict) or not isinstance(written.get("config"), dict):
         raise ResumeError(f"cannot resume {run_dir!r}: config.json was not written by jaxfl run (it has no "
                           f"'config' mapping of the run's fields)")
+    return written
+
+
+def read_run(run_dir: str, progress: bool | None = None) -> tuple[RunConfig, dict]:
+    """``(config, user_inputs)`` of a run directory from one read of its ``config.json``
+    (:func:`read_record`): the validated config, and the record of what the run took besides it
+    (:mod:`jaxfl.user_inputs`; empty if nothing). ``progress`` (not None) replaces the recorded one
+    (:data:`MAY_DIFFER`) before the validation.
+
+    >>> read_run("/nonexistent")
+    Traceback (most recent call last):
+    jaxfl.resume.ResumeError: cannot resume '/nonexistent': no such directory
+    """
+    written = read_record(run_dir)
+    values = written["config"]
     if progress is not None:
         values = {**values, "progress": progress}
     try:
