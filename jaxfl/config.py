@@ -258,6 +258,14 @@ class RunConfig:
 FIELDS = {**{field.name: field for cls in SECTIONS.values() for field in dataclasses.fields(cls)},
           **{field.name: field for field in dataclasses.fields(RunConfig) if field.name not in SECTIONS}}
 
+# Fields added since run names and checkpoint records took their present form (a config field, or an
+# algorithm's option as ``namespace.option``), each with the value that does what runs did before it
+# existed. A config holding that value is named (jaxfl.experiment.config_hash) and resumed
+# (jaxfl.resume) as the configs that predate the field. The value is frozen when the field is added:
+# if its default changes later, this entry keeps the old value and configs at the new default get
+# names of their own. A new field goes here with its default, unless it never changes results.
+FIELDS_ADDED: dict[str, Any] = {"client_state": "auto"}
+
 
 def fail(name: str, value: Any, allowed: str) -> None:
     """Raise :class:`ConfigError` naming the field, the bad value and what is allowed.

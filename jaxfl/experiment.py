@@ -43,8 +43,9 @@ import optax
 
 from jaxfl import checkpoint, cluster, resume
 from jaxfl.loggers import check_loggers, open_loggers
-from jaxfl.algorithms import build, device_hooks
-from jaxfl.config import ConfigError, DataConfig, RunConfig, _count_budgets, fail, validate
+from jaxfl.algorithms import build, device_hooks, get as get_algorithm
+from jaxfl.config import (FIELDS_ADDED, SECTION_OF, ConfigError, DataConfig, RunConfig, _count_budgets, fail,
+                          validate)
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
 from jaxfl.data.augment import AUGMENTED, dataset_family, make_augment, make_preprocess
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
@@ -201,18 +202,61 @@ def _run_dir(config: RunConfig, algorithm: str) -> str:
     return path
 
 
+# Left out of a run's name: where and how the run is written, and where per-client tables live
+# (client_state moves rows between the device, host RAM and a memmap and never changes a value:
+# tests/test_client_state.py). Every other field changes what a run computes or writes: the engine's
+# call shapes (batching, clients_per_call, steps_per_call, devices, memory_limit_mb,
+# cpu_friendly_layers) the order of float32 sums, checkpoint_every and final_checkpoint the
+# checkpoints a run leaves, timing_only everything.
+NAME_LEFT_OUT = ("output_dir", "run_name", "progress", "client_state")
+
+
 def config_hash(config: RunConfig) -> str:
-    """Six hex digits of SHA-256 over the config's canonical JSON, leaving out where and how the run
-    is written (``output_dir``, ``run_name``, ``progress``): equal for the same experiment only.
+    """Six hex digits of SHA-256 over the config's canonical JSON (nested as ``config.json`` holds
+    it): equal for the same experiment only, and the same in every jaxfl version, so that a sweep
+    folder or a run directory name made by an older version is found again.
+
+    - Fields that never change results are left out (:data:`NAME_LEFT_OUT`).
+    - A field added to jaxfl since (:data:`jaxfl.config.FIELDS_ADDED`) is left out while it holds the
+      value that does what runs did before it existed, and hashed at any other value. Those values
+      are frozen when a field is added, never moved with a later change of its default: configs at
+      a new default are hashed with it. So two configs hash alike only if every field they hold is
+      equal, a left-out added field holding its frozen value in both, and no config of an older
+      jaxfl changes its name by the adding of a field.
 
     >>> config_hash(RunConfig(output_dir="a")) == config_hash(RunConfig(output_dir="b", progress=False))
+    True
+    >>> config_hash(RunConfig(client_state="host")) == config_hash(RunConfig())
     True
     >>> config_hash(RunConfig(batch_size=32)) == config_hash(RunConfig())
     False
     """
-    values = {key: value for key, value in config.to_dict().items() if key not in ("output_dir", "run_name",
-                                                                                  "progress")}
+    values = config.to_dict()
+    options = values.get("algorithm_options")
+    for name in NAME_LEFT_OUT:
+        _leave_out(values, name)
+    for name, before in FIELDS_ADDED.items():
+        space, _, option = name.rpartition(".")
+        if not space:
+            if getattr(config, name) == before:
+                _leave_out(values, name)
+        elif isinstance(options, dict) and options.get(option, before) == before and _namespace(config) == space:
+            options.pop(option, None)
     return hashlib.sha256(resume.canonical_json(values).encode()).hexdigest()[:6]
+
+
+def _leave_out(values: dict, name: str) -> None:
+    """Remove config field ``name`` from a nested ``RunConfig.to_dict()``."""
+    section = SECTION_OF.get(name)
+    (values[section] if section else values).pop(name, None)
+
+
+def _namespace(config: RunConfig) -> str | None:
+    """The namespace of the config's algorithm's options (None for an algorithm not registered)."""
+    try:
+        return get_algorithm(config.algorithm).option_namespace()
+    except KeyError:
+        return None
 
 
 def run_name(config: RunConfig, algorithm: str | None = None) -> str:
