@@ -860,13 +860,33 @@ class Engine:
             return None
         return ClientState.read_files(folder, self.client_state.targets())
 
+    def _tables_in_hook_state(self, meta: dict) -> list:
+        """The hooks whose per-client tables a checkpoint holds in their device state, as jaxfl did
+        before :mod:`jaxfl.client_state` (a hook with tables now has no device state of its own)."""
+        saved = meta.get("hook_shapes", {})
+        return [hook for hook in self.hooks if hook.keeps_per_client_state() and hook.name in saved]
+
+    def move_tables_from_hook_state(self, tree: dict, meta: dict) -> None:
+        """Move the per-client tables of a restored checkpoint ``tree`` written before
+        :mod:`jaxfl.client_state` from the hooks' state into ``tree["client_state"]`` (each hook's
+        ``tables_from_state``), checked against the tables' shapes; ``ValueError`` naming the hook
+        if one cannot say where its old state goes."""
+        targets = self.client_state.targets()
+        for hook in self._tables_in_hook_state(meta):
+            tables = hook.tables_from_state(tree["hooks"].pop(hook.name))
+            if tables is None or not _same_shapes(tables, targets[hook.name]):
+                raise ValueError(f"keeps hook {hook.name!r}'s per-client tables in the hook's state, as jaxfl did "
+                                 "before jaxfl.client_state, in a layout this jaxfl cannot move into that store")
+            tree.setdefault("client_state", {})[hook.name] = tables
+
     def _hook_targets(self, meta: dict) -> dict:
         saved = meta.get("hook_shapes", {})
+        old_layout = self._tables_in_hook_state(meta)
         targets = {}
         for hook in self.hooks:
             if hook.name not in saved:
                 continue
-            if hook.fixed_state_shape:
+            if hook.fixed_state_shape and hook not in old_layout:
                 targets[hook.name] = jax.eval_shape(lambda p, hook=hook: hook.init(p, self.num_clients), self.params)
             else:
                 targets[hook.name] = saved[hook.name]
@@ -904,3 +924,12 @@ class Engine:
 
 def _shapes(tree: PyTree) -> PyTree:
     return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), tree)
+
+
+def _same_shapes(tree: PyTree, target: PyTree) -> bool:
+    """Whether ``tree`` has ``target``'s structure, shapes and dtypes."""
+    leaves, structure = jax.tree.flatten(tree)
+    wanted, wanted_structure = jax.tree.flatten(target)
+    return structure == wanted_structure and all(
+        tuple(leaf.shape) == tuple(want.shape) and np.dtype(leaf.dtype) == np.dtype(want.dtype)
+        for leaf, want in zip(leaves, wanted))

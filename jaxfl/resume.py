@@ -30,7 +30,7 @@ import warnings
 from typing import Any, Mapping
 
 from jaxfl import algorithms, checkpoint
-from jaxfl.config import FIELDS, ConfigError, RunConfig, config_from_mapping, split_algorithm_options, validate
+from jaxfl.config import FIELDS, FIELDS_ADDED, ConfigError, RunConfig, config_from_mapping, split_algorithm_options, validate
 
 # Fields that do not change what a run computes or writes, so a resume may set them afresh.
 MAY_DIFFER = ("progress",)
@@ -264,6 +264,8 @@ def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> No
         warnings.warn(f"{run_dir}: {name} stores no config (an older jaxfl wrote it), so config.json is "
                       f"trusted as it is", ResumeWarning, stacklevel=4)
         return
+    # a field added since the checkpoint was written: it ran as the field's value before it existed
+    stored = {**{field: value for field, value in FIELDS_ADDED.items() if field in record}, **stored}
     if digest(stored) == digest(record):
         return
     found = differences(stored, record, holder=name)
@@ -351,6 +353,11 @@ def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict,
         if failure is not None:
             failures.append(failure)
             continue
+        try:  # a checkpoint of a jaxfl older than the per-client state store: its tables move there
+            engine.move_tables_from_hook_state(tree, state["engine"])
+        except ValueError as error:
+            raise ResumeError(f"cannot resume {run_dir!r}: {name} {error}: start the run again, or resume it with "
+                              "the jaxfl version that wrote it") from None
         if failures:
             warnings.warn(f"{run_dir}: resuming from {name} (global update {state['simulation'].version}) "
                           f"because {'; '.join(failures)}", ResumeWarning, stacklevel=3)

@@ -135,6 +135,16 @@ class DeviceHook:
         ``client_state`` placement given to a run without any is refused before any work)."""
         return type(self).init_per_client is not DeviceHook.init_per_client
 
+    def tables_from_state(self, state) -> dict | None:
+        """This hook's per-client tables (:meth:`init_per_client`'s names → each table, stacked over
+        the clients) from its device state as a checkpoint of an older jaxfl holds it, one that kept
+        them there; None if the hook never kept them so (resuming such a checkpoint is then refused).
+
+        >>> DeviceHook().tables_from_state({"bank": None}) is None
+        True
+        """
+        return None
+
     def weigh(self, ctx, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> Sequence[float] | None:
         """New coefficients, one per record (None: leave them)."""
         return None

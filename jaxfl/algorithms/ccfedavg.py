@@ -294,6 +294,10 @@ class UpdateBanks(DeviceHook):
     def keeps_per_client_state(self) -> bool:
         return bool(self.kinds)
 
+    def tables_from_state(self, state):
+        # jaxfl before jaxfl.client_state kept the banks as this hook's state: {kind: C-stacked model}
+        return dict(state)
+
     def extra_pseudo_gradient(self, ctx, aggregation, records):
         payload = aggregation.payload
         if not isinstance(payload, BankedUpdates) or not payload.bank:

@@ -455,6 +455,11 @@ class LearnedAlpha(DeviceHook):
                            "record": jnp.zeros(3, jnp.float32),
                            "previous_delta": jax.tree.map(jnp.zeros_like, trainable)}}
 
+    def tables_from_state(self, state):
+        # jaxfl before jaxfl.client_state kept this hook's state as the one table's columns, stacked
+        # over the clients: coefficients (C, 3), record (C, 3), previous_delta (a C-stacked model)
+        return {"server": dict(state)}
+
     def weigh(self, ctx, aggregation, records):
         payload = aggregation.payload
         if not isinstance(payload, Upload):

@@ -1,0 +1,52 @@
+"""Checkpoints written before the per-client state store (jaxfl.client_state) resume: CC-FedAvg's
+banks and FedASMU's server tables, then device arrays in the hooks' state, are moved into the store
+on loading, and the resumed run ends as the old code's uninterrupted run did, bit for bit.
+
+``tests/data/checkpoints_before_client_state/NAME`` was made by jaxfl at commit 95f2631, the last
+before the store: the run of :data:`CONFIG` ran to its end (4 updates, checkpoints every 2), its
+final parameters were saved as ``final_params.npz``, then its last checkpoint and ``summary.json``
+were deleted and ``checkpoints/latest`` pointed at ``ckpt-000002``, as if it had been killed there.
+"""
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from jaxfl.algorithms.base import DeviceHook
+from jaxfl.algorithms.ccfedavg import UpdateBanks
+from jaxfl.experiment import resume_experiment
+from jaxfl.resume import ResumeError, read_record
+from jaxfl.testing import events_without_wall_time
+
+OLD_RUNS = os.path.join(os.path.dirname(__file__), "data", "checkpoints_before_client_state")
+CONFIG = dict(dataset="digits", model="logreg", clients=4, local_steps=2, batch_size=16, max_updates=4,
+              checkpoint_every=2, client_optimizer="sgd", client_lr=0.05, stop_at_target=False)
+
+
+@pytest.mark.parametrize("name", ["ccfedavg_cc_c", "fedasmu"])  # cc_c: both banks, delta and model
+def test_a_checkpoint_from_before_the_client_state_store_resumes_to_the_old_runs_end(tmp_path, name):
+    run_dir = str(shutil.copytree(os.path.join(OLD_RUNS, name), tmp_path / name))
+    assert "client_state" not in read_record(run_dir)["config"]["engine"]
+    uninterrupted_events = events_without_wall_time(run_dir)  # the old run's whole log, past the checkpoint
+    resumed = resume_experiment(run_dir, progress=False)
+    assert resumed.summary["global_updates"] == 4 and resumed.summary["resumes"] == 1
+    assert events_without_wall_time(run_dir) == uninterrupted_events
+    with np.load(os.path.join(run_dir, "final_params.npz")) as saved:
+        old_final = [saved[key] for key in saved.files]
+    for leaf, old in zip(jax.tree.leaves(resumed.params), old_final, strict=True):
+        assert np.array_equal(np.asarray(leaf), old)
+
+
+def test_a_hook_that_cannot_move_its_old_state_is_refused_in_one_line_before_any_work(tmp_path, monkeypatch):
+    run_dir = str(shutil.copytree(os.path.join(OLD_RUNS, "ccfedavg_cc_c"), tmp_path / "cc"))
+    logs = {name: open(os.path.join(run_dir, name), "rb").read() for name in ("events.csv", "metrics.csv")}
+    monkeypatch.setattr(UpdateBanks, "tables_from_state", DeviceHook.tables_from_state)
+    with pytest.raises(ResumeError) as refused:
+        resume_experiment(run_dir, progress=False)
+    message = str(refused.value)
+    assert "\n" not in message and "ckpt-000002" in message and "before jaxfl.client_state" in message
+    assert "start the run again, or resume it with the jaxfl version that wrote it" in message
+    assert {name: open(os.path.join(run_dir, name), "rb").read() for name in logs} == logs
+    assert not os.path.exists(os.path.join(run_dir, "summary.json"))
