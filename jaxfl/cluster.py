@@ -1,7 +1,9 @@
 """Runs over several processes (hosts): ``jax.distributed`` with one scheduler per process.
 
 Every process runs the same deterministic scheduler on the same config and seed, so all of them
-make the same decisions without exchanging any; the engine's training calls span every process's
+make the same decisions without exchanging any, but whether to stop after an evaluation: process
+0's loggers and accuracy decide that, and :func:`broadcast_text` hands the decision to the others
+(:mod:`jaxfl.experiment`). The engine's training calls span every process's
 devices (one global ``Mesh``), each process contributing its devices' clients, and each gathers
 the trained updates back to keep the same global model. Process 0 writes the run directory; the
 others write nothing that stays (their logs go to a scratch folder), except their part of each

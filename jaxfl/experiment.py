@@ -330,8 +330,8 @@ class _Recorder:
         if self.progress is not None:
             self.progress.set_postfix(version=version, acc=f"{stats['accuracy']:.4f}")
         if self.time_to_target is not None and self.config.stop_at_target:
-            return "target reached"
-        return stop
+            stop = "target reached"
+        return _decided_on_process_zero(stop)
 
     def _reaches_target(self, accuracy: float) -> bool:
         """The first time the accuracy reaches the target (never where the run has no target)."""
@@ -415,7 +415,17 @@ class _Recorder:
                 if self.config.stop_at_target:
                     stop = "target reached"
             self._next_grid += self.config.eval_interval
+        return stop if stats is None else _decided_on_process_zero(stop)
+
+
+def _decided_on_process_zero(stop: str | None) -> str | None:
+    """Process 0's decision to stop after an evaluation, on every process of a run of several
+    (:mod:`jaxfl.cluster`; collective: every process evaluates the same versions): only process 0
+    has the loggers that may ask to stop, and its accuracy decides the target, so all processes stop
+    at the same event, as one process would."""
+    if cluster.process_count() == 1:
         return stop
+    return cluster.broadcast_text(stop or "") or None
 
 
 def budget_fraction(config: RunConfig, virtual_time: float, version: int, client_updates: int,

@@ -10,7 +10,8 @@ tensorboard,csv``; names are built into the run directory: ``RUN_DIR/tensorboard
 ``client_steps``, ``wall_time``) plus ``client_updates`` (client updates aggregated so far); ``step`` is the global
 version. A ``log`` that returns True stops the run after the current event, with stop reason
 ``"stopped by NAME"`` (the logger's ``name`` attribute, else its class name): early stopping on
-any rule. A logger may also have ``start(run_dir, config)``, called once the run directory exists
+any rule (in a run of several processes, :mod:`jaxfl.cluster`, the loggers run on process 0 and
+its request stops every process at the same event). A logger may also have ``start(run_dir, config)``, called once the run directory exists
 (``config`` is the resolved config as a dict).
 
 >>> import jaxfl, tempfile

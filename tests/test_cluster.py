@@ -1,7 +1,8 @@
 """A run over two processes (jax.distributed on one machine, CPU collectives through gloo) gives the
 single-process result on as many devices: the same event log and the same model, also when it is
 cut short after a checkpoint and resumed by two processes (``jaxfl run --resume`` with the cluster
-flags), and its checkpoints read back in one process.
+flags), and its checkpoints read back in one process; a metrics logger that stops the run (it runs
+on process 0) stops both processes at the event where it stops one.
 
 Each process runs the same scheduler; the client axis of every training call spans both processes'
 devices, and each process gathers the trained updates. Parameters are compared to 1e-6 (SGD
@@ -37,7 +38,7 @@ SCRIPT = textwrap.dedent("""
     from jaxfl.cluster import init_cluster
     if processes > 1:
         init_cluster(f"127.0.0.1:{port}", num_processes=processes, process_id=process)
-    import jax, numpy as np
+    import dataclasses, jax, numpy as np
     from jaxfl import RunConfig, run_experiment
     from jaxfl.testing import _interrupt_after, _Interrupted
     config = RunConfig(algorithm=algorithm, dataset="mnist10k", model="cnn", clients=6, local_steps=3, batch_size=8,
@@ -50,7 +51,17 @@ SCRIPT = textwrap.dedent("""
             except _Interrupted:
                 sys.exit(0)
         sys.exit("the run was not interrupted")
-    result = run_experiment(config)
+    loggers = []
+    if mode == "logger":  # every process is given it; process 0's stops the run after version 2
+        config = dataclasses.replace(config, data=dataclasses.replace(config.data, model="logreg"))
+        class StopAtVersion:
+            name = "version rule"
+            def log(self, row, step):
+                return step >= 2
+            def close(self):
+                pass
+        loggers = [StopAtVersion()]
+    result = run_experiment(config, loggers=loggers)
     if process == 0:
         np.savez(f"{folder}/{algorithm}-{processes}.npz", *[np.asarray(leaf) for leaf in jax.tree.leaves(result.params)])
         print("RESULT", json.dumps({"run_dir": result.run_dir, "mesh": int(result.engine.mesh.size),
@@ -64,16 +75,22 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _run(folder, algorithm, processes, mode="run") -> dict:
+def _run(folder, algorithm, processes, mode="run", timeout=600) -> dict:
     """Run the script in ``processes`` processes (2 CPU devices in all): process 0's stdout, stderr and
-    result (its ``RESULT`` line; gloo writes to stdout too)."""
+    result (its ``RESULT`` line; gloo writes to stdout too). Processes that have not ended after
+    ``timeout`` seconds (waiting for each other) are killed and the test fails."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": str(2 // processes)}
     port = str(_free_port())
     commands = [[sys.executable, "-c", SCRIPT, str(folder), algorithm, str(index), str(processes), port, mode]
                 for index in range(processes)]
     running = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for command in commands]
-    outputs = [process.communicate(timeout=600) for process in running]
+    try:
+        outputs = [process.communicate(timeout=timeout) for process in running]
+    except subprocess.TimeoutExpired:
+        for process in running:
+            process.kill()
+        pytest.fail(f"the {processes} processes did not end within {timeout} s (one waits for the others)")
     for process, (_, stderr) in zip(running, outputs):
         assert process.returncode == 0, stderr[-3000:]
     stdout, stderr = outputs[0]
@@ -137,6 +154,18 @@ def test_two_processes_give_the_single_process_result(tmp_path, algorithm, inter
             np.testing.assert_allclose(np.asarray(x), y, rtol=0, atol=1e-6)
     # Only process 0 keeps a run directory; the other process's scratch folder is gone.
     assert sorted(os.listdir(tmp_path / "runs-2")) == [algorithm]
+
+
+def test_a_logger_that_stops_the_run_stops_every_process_at_the_same_event(tmp_path):
+    two = _run(tmp_path, "fedavg", processes=2, mode="logger", timeout=180)
+    one = _run(tmp_path, "fedavg", processes=1, mode="logger")
+    for run_dir in (two["run_dir"], one["run_dir"]):
+        summary = _summary(run_dir)
+        assert (summary["stop_reason"], summary["global_updates"]) == ("stopped by version rule", 2)
+    assert events_without_wall_time(two["run_dir"]) == events_without_wall_time(one["run_dir"])
+    with np.load(tmp_path / "fedavg-2.npz") as two_params, np.load(tmp_path / "fedavg-1.npz") as one_params:
+        for name in one_params.files:
+            np.testing.assert_allclose(two_params[name], one_params[name], rtol=0, atol=1e-6)
 
 
 def test_cluster_arguments_are_checked_before_joining():
