@@ -1,7 +1,8 @@
 """A run over two processes (jax.distributed on one machine, CPU collectives through gloo) gives the
 single-process result on as many devices: the same event log and the same model, also when it is
 cut short after a checkpoint and resumed by two processes (``jaxfl run --resume`` with the cluster
-flags), and its checkpoints read back in one process; a metrics logger that stops the run (it runs
+flags), also past a corrupt newest checkpoint, which every process skips alike, and its
+checkpoints read back in one process; a metrics logger that stops the run (it runs
 on process 0) stops both processes at the event where it stops one.
 
 Each process runs the same scheduler; the client axis of every training call spans both processes'
@@ -44,16 +45,18 @@ SCRIPT = textwrap.dedent("""
     config = RunConfig(algorithm=algorithm, dataset="mnist10k", model="cnn", clients=6, local_steps=3, batch_size=8,
                        max_updates=3, buffer_size=2, client_optimizer="sgd", client_lr=0.05, progress=False,
                        checkpoint_every=1, output_dir=f"{folder}/runs-{processes}", run_name=algorithm)
-    if mode == "interrupted":  # every process stops at the same event, the first after checkpoint 1
-        with _interrupt_after(1):
+    if mode.startswith("small"):  # a logistic regression: quicker to compile
+        config = dataclasses.replace(config, data=dataclasses.replace(config.data, model="logreg"))
+    if mode in ("interrupted", "small-interrupted"):  # every process stops at the same event: the first
+        # after checkpoint 1, or (small) after checkpoint 2
+        with _interrupt_after(1 if mode == "interrupted" else 8):
             try:
                 run_experiment(config)
             except _Interrupted:
                 sys.exit(0)
         sys.exit("the run was not interrupted")
     loggers = []
-    if mode == "logger":  # every process is given it; process 0's stops the run after version 2
-        config = dataclasses.replace(config, data=dataclasses.replace(config.data, model="logreg"))
+    if mode == "small-logger":  # every process is given it; process 0's stops the run after version 2
         class StopAtVersion:
             name = "version rule"
             def log(self, row, step):
@@ -95,7 +98,8 @@ def _run(folder, algorithm, processes, mode="run", timeout=600) -> dict:
         assert process.returncode == 0, stderr[-3000:]
     stdout, stderr = outputs[0]
     results = [json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT ")]
-    return {**(results[-1] if results else {}), "stdout": stdout, "stderr": stderr}
+    return {**(results[-1] if results else {}), "stdout": stdout, "stderr": stderr,
+            "stderrs": [error for _, error in outputs]}
 
 
 def _summary(run_dir) -> dict:
@@ -156,9 +160,36 @@ def test_two_processes_give_the_single_process_result(tmp_path, algorithm, inter
     assert sorted(os.listdir(tmp_path / "runs-2")) == [algorithm]
 
 
+def test_two_processes_skip_a_corrupt_newest_checkpoint_alike_and_end_as_one_process(tmp_path):
+    run_dir = str(tmp_path / "runs-2" / "fedbuff")
+    _run(tmp_path, "fedbuff", processes=2, mode="small-interrupted")
+    newest = checkpoint.latest(run_dir)
+    assert newest.endswith("ckpt-000002")
+    damaged = 0
+    for folder, _, names in os.walk(os.path.join(newest, "device")):  # the arrays' data, as a bad disk would leave it
+        if os.path.basename(folder) == "d":
+            for name in names:
+                path = os.path.join(folder, name)
+                with open(path, "r+b") as handle:
+                    handle.write(b"\xff" * os.path.getsize(path))
+                damaged += 1
+    assert damaged
+    two = _run(tmp_path, "fedbuff", processes=2, mode="resume", timeout=180)
+    for stderr in two["stderrs"]:  # every process skipped it, for the same one
+        assert "resuming from ckpt-000001 (global update 1) because ckpt-000002: device data unreadable" in stderr
+    one = _run(tmp_path, "fedbuff", processes=1, mode="small")
+    assert _summary(run_dir)["resumes"] == 1 and _summary(run_dir)["global_updates"] == 3
+    assert events_without_wall_time(run_dir) == events_without_wall_time(one["run_dir"])
+    template = prepare(read_run(run_dir)[0])[4]
+    two_params = [np.asarray(leaf) for leaf in jax.tree.leaves(checkpoint.final_params(run_dir, template))]
+    with np.load(tmp_path / "fedbuff-1.npz") as saved:
+        for x, name in zip(two_params, saved.files, strict=True):
+            np.testing.assert_allclose(x, saved[name], rtol=0, atol=1e-6)
+
+
 def test_a_logger_that_stops_the_run_stops_every_process_at_the_same_event(tmp_path):
-    two = _run(tmp_path, "fedavg", processes=2, mode="logger", timeout=180)
-    one = _run(tmp_path, "fedavg", processes=1, mode="logger")
+    two = _run(tmp_path, "fedavg", processes=2, mode="small-logger", timeout=180)
+    one = _run(tmp_path, "fedavg", processes=1, mode="small-logger")
     for run_dir in (two["run_dir"], one["run_dir"]):
         summary = _summary(run_dir)
         assert (summary["stop_reason"], summary["global_updates"]) == ("stopped by version rule", 2)
