@@ -88,11 +88,13 @@ def measure(algorithm: str, clients: int, updates: int, concurrency: int | None,
             "peak_rss_growth_mb": round(peak_rss_mb() - rss_before, 1)}
 
 
-def cpu_per_event(algorithm: str, clients: int, updates: int, concurrency: int, folder: str, log: bool) -> float:
-    """CPU µs per queue event of one timing-only run, with or without the event log."""
+def cpu_per_event(algorithm: str, clients: int, updates: int, concurrency: int, folder: str, log: bool) -> dict:
+    """CPU µs per queue event of one timing-only run, with or without the event log, and the run's
+    counts per event (log rows, dispatches, aggregations)."""
     buffer = {"buffer_size": 10} if algorithm == "fedbuff" else {}
     config = validate(RunConfig(algorithm=algorithm, clients=clients, max_updates=updates, timing_only=True,
-                                concurrency=min(concurrency, clients), local_steps=20, progress=False, **buffer))
+                                concurrency=None if algorithm == "fedcompass" else min(concurrency, clients),
+                                local_steps=20, progress=False, **buffer))
     speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter),
                           clients, seed=config.seed)
     with EventLog(tempfile.mkdtemp(dir=folder)) as events:
@@ -101,12 +103,62 @@ def cpu_per_event(algorithm: str, clients: int, updates: int, concurrency: int, 
         began = time.process_time()
         simulation.run()
         events.flush()
-        return (time.process_time() - began) * 1e6 / simulation.events_processed
+        seconds = time.process_time() - began
+        count = simulation.events_processed
+        return {"us": seconds * 1e6 / count, "rows": events.rows / count,
+                "dispatches": len(simulation.records) / count, "aggregations": simulation.version / count}
 
 
-def breakdown(clients: int, updates: int, concurrency: int, folder: str) -> dict:
-    """Where a FedBuff event's CPU microseconds go: the whole event with and without the event log,
-    and the parts of the path timed alone (µs per call, the scheduler's own objects)."""
+def aggregation_cost(clients: int, repeats: int = 20_000) -> float:
+    """CPU µs of one FedAsync aggregation of one arrived update (``Simulation.aggregate`` with the
+    timing-only backend, no log row), timed over ``repeats`` records made arrived beforehand."""
+    from jaxfl.scheduler.simulation import ARRIVED, IN_FLIGHT, Policy
+
+    simulation = Simulation(Policy(), ClientSpeeds(SpeedConfig(model="exp"), clients, seed=0),
+                            np.full(clients, 1.0 / clients), _TimingBackend())
+    records = [simulation.dispatch(client % clients, 20) for client in range(repeats)]
+    for record in records:
+        record.status = ARRIVED
+    simulation._counts[IN_FLIGHT] -= repeats
+    simulation._counts[ARRIVED] += repeats
+    aggregate = simulation.aggregate
+    began = time.process_time()
+    for record in records:
+        aggregate([(record.id, 0.5)])
+    return (time.process_time() - began) * 1e6 / repeats
+
+
+def compass_group_costs(clients: int, groups: int, repeats: int = 2_000) -> dict:
+    """CPU µs of FedCompass's JOINGROUP (a scan of the open groups, here one that finds none) and of
+    CREATEGROUP with its timer (a scan too, then the group deleted again), with ``groups`` groups
+    open, on the policy's own objects."""
+    from jaxfl.algorithms.fedcompass import ClientState, FedCompass
+    from jaxfl.scheduler.staleness import make_staleness
+
+    policy = FedCompass(4, 20, make_staleness("constant", alpha=1.0))
+    simulation = Simulation(policy, ClientSpeeds(SpeedConfig(model="exp"), clients, seed=0),
+                            np.full(clients, 1.0 / clients), _TimingBackend())
+    policy.clients = [ClientState(speed=0.1 + (client % 97) / 1000) for client in range(clients)]
+    groups = min(groups, clients - 2)  # one client creates groups beyond them, one scans
+    for client in range(groups):
+        policy._create(simulation, client)
+    policy.clients[-1].speed = 1e-9  # q far above Q_max for every group: a full scan that joins none
+    began = time.process_time()
+    for _ in range(repeats):
+        policy._join(clients - 1, 0.0)
+    join = (time.process_time() - began) * 1e6 / repeats
+    began = time.process_time()
+    for _ in range(repeats // 10):  # each new group deleted again (its timer cancelled): `groups` open throughout
+        policy._create(simulation, groups)
+        policy._delete(simulation, policy._next_group - 1)
+    create = (time.process_time() - began) * 1e6 / (repeats // 10)
+    return {"join": join, "create": create}
+
+
+def breakdown(clients: int, updates: int, concurrency: int, folder: str, algorithms_: list[str]) -> dict:
+    """Where an event's CPU microseconds go, per algorithm: the whole event with and without the
+    event log and the run's counts per event; then the parts of the paths timed alone (µs per call,
+    the scheduler's own objects)."""
     import timeit
 
     from jaxfl.scheduler.clock import EventQueue
@@ -131,16 +183,29 @@ def breakdown(clients: int, updates: int, concurrency: int, folder: str) -> dict
         event = queue.pop_due(math.inf)
         queue.push(event.time + 1000.0, "arrival", event.client, event.payload)
 
-    parts = {
-        "event, with the event log": round(cpu_per_event("fedbuff", clients, updates, concurrency, folder, True), 3),
-        "event, without a log": round(cpu_per_event("fedbuff", clients, updates, concurrency, folder, False), 3),
+    parts = {}
+    for algorithm in algorithms_:
+        logged = cpu_per_event(algorithm, clients, updates, concurrency, folder, True)
+        unlogged = cpu_per_event(algorithm, clients, updates, concurrency, folder, False)
+        parts[f"{algorithm} event, with the event log"] = round(logged["us"], 3)
+        parts[f"{algorithm} event, without a log"] = round(unlogged["us"], 3)
+        for count in ("rows", "dispatches", "aggregations"):
+            parts[f"{algorithm}   {count} per event (count)"] = round(logged[count], 3)
+    parts.update({
         "log row (tuple + csv.writer)": per_call(lambda: write(row), number=100_000),
         "speed draw (ClientSpeeds.round_duration)": per_call(lambda: speeds.round_duration(next(draw_clients), 20)),
         f"queue push + pop ({concurrency:,} pending)": per_call(queue_round),
         "idle-pool exchange": per_call(lambda: busy.append(pool.exchange(busy.pop(0)))),
         "dispatch record": per_call(lambda: DispatchRecord(7, 3, 2, 20, 1, 1.5, 2.5, "in_flight", None, None, 1.0,
                                                            None, None, False, 0.1)),
-    }
+    })
+    if "fedasync" in algorithms_:
+        parts["aggregation of one update (Simulation.aggregate, no log row)"] = round(aggregation_cost(clients), 3)
+    if "fedcompass" in algorithms_:
+        for groups in sorted({min(10, clients - 2), min(1000, clients - 2)}):
+            costs = compass_group_costs(clients, groups)
+            parts[f"FedCompass JOINGROUP, {groups} groups open"] = round(costs["join"], 3)
+            parts[f"FedCompass CREATEGROUP + timer, {groups} groups open"] = round(costs["create"], 3)
     log.close()
     return parts
 
@@ -154,15 +219,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="10^3 and 10^4 clients, 2,000 updates (a smoke run)")
     parser.add_argument("--json", help="also write the table here")
     parser.add_argument("--breakdown", action="store_true",
-                        help="CPU µs per FedBuff event at the first --clients, and per part of its path")
+                        help="CPU µs per event of each --algorithms at the first --clients, and per part of the paths")
     args = parser.parse_args()
     if args.quick:
         args.clients, args.updates = [10**3, 10**4], 2_000
     if args.breakdown:
         with tempfile.TemporaryDirectory() as folder:
-            parts = breakdown(args.clients[0], min(args.updates, 10_000), args.concurrency, folder)
-        for name, micros in parts.items():
-            print(f"{name:<45} {micros:>8.3f} µs")
+            parts = breakdown(args.clients[0], min(args.updates, 10_000), args.concurrency, folder, args.algorithms)
+        for name, value in parts.items():
+            print(f"{name:<62} {value:>8.3f}{'' if '(count)' in name else ' µs'}")
         return
     results = []
     print(f"{'algorithm':<11} {'clients':>9} {'updates':>8} {'events':>9} {'events/s':>9} {'cpu ev/s':>9} "

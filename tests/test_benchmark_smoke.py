@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -26,11 +28,22 @@ def test_scheduler_throughput_breakdown_names_the_parts_of_an_event():
     done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scheduler_throughput.py"), "--breakdown",
                            "--clients", "1000", "--updates", "300", "--concurrency", "100"], check=True,
                           capture_output=True, text=True, timeout=600)
-    micros = {line.rsplit(None, 2)[0]: float(line.split()[-2]) for line in done.stdout.splitlines()}
-    assert set(micros) == {"event, with the event log", "event, without a log", "log row (tuple + csv.writer)",
-                           "speed draw (ClientSpeeds.round_duration)", "queue push + pop (100 pending)",
-                           "idle-pool exchange", "dispatch record"}
+    lines = done.stdout.splitlines()
+    micros = {line.rsplit(None, 2)[0]: float(line.split()[-2]) for line in lines if line.endswith("µs")}
+    counts = {line.rsplit(None, 1)[0]: float(line.split()[-1]) for line in lines if not line.endswith("µs")}
+    per_algorithm = {f"{algorithm} event, {log}" for algorithm in ("fedasync", "fedbuff", "fedcompass")
+                     for log in ("with the event log", "without a log")}
+    assert set(micros) == per_algorithm | {
+        "log row (tuple + csv.writer)", "speed draw (ClientSpeeds.round_duration)", "queue push + pop (100 pending)",
+        "idle-pool exchange", "dispatch record", "aggregation of one update (Simulation.aggregate, no log row)",
+        "FedCompass JOINGROUP, 10 groups open", "FedCompass CREATEGROUP + timer, 10 groups open",
+        "FedCompass JOINGROUP, 998 groups open", "FedCompass CREATEGROUP + timer, 998 groups open"}
     assert all(value > 0 for value in micros.values())
+    assert set(counts) == {f"{algorithm}   {count} per event (count)" for algorithm in ("fedasync", "fedbuff", "fedcompass")
+                           for count in ("rows", "dispatches", "aggregations")}
+    # one aggregation per arrival, an arrival and a reply per update
+    assert counts["fedasync   aggregations per event (count)"] == pytest.approx(0.5, abs=0.002)
+    assert counts["fedcompass   dispatches per event (count)"] > 1  # the warm-up dispatches every client
 
 
 def test_cpu_speed_quick_runs_jaxfl_with_defaults_and_no_padding(tmp_path):

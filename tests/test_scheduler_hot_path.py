@@ -1,6 +1,7 @@
 """The scheduler's fast paths give exactly what the plain ones gave (issue 13: scheduler throughput):
 the (kind, payload) index of EventQueue.find, the EventLog row writer, the idle pool's drawn-ahead
 uniforms and its exchange, FedCompass's heap of fastest members, and the GC threshold of a run."""
+import array
 import csv
 import dataclasses
 import gc
@@ -11,6 +12,7 @@ import random
 import numpy as np
 import pytest
 
+from jaxfl.algorithms.fedasync import FedAsync
 from jaxfl.algorithms.fedbuff import FedBuff
 from jaxfl.algorithms.fedcompass import REFERENCE_CODE, FedCompass
 from jaxfl.runlog import EventLog, read_events
@@ -245,3 +247,54 @@ def test_dispatch_fills_every_field_of_its_record():
         "lr_scale": 0.8 * 0.25, "fetch_step": 3, "fetch_version": None, "fetched": False,
         "step_time": (4 * 0.15 + 1.0 - 1.0) / 4, "planned_steps": None}
     assert simulation.client_rounds[2] == 3 and len(simulation.records) == 1 and simulation.records[0] is record
+
+
+def fedasync_simulation(log):
+    clients = 200
+    return Simulation(FedAsync(5, make_staleness("polynomial", alpha=0.9, a=0.5), concurrency=30, seed=2),
+                      ClientSpeeds(SpeedConfig(model="exp"), clients, seed=5), np.full(clients, 1 / clients),
+                      RecordingBackend(), max_updates=120, log=log)
+
+
+def test_a_fedasync_simulation_pickled_before_the_array_columns_and_the_staleness_memo_goes_on_exactly():
+    whole = []
+    fedasync_simulation(whole.append).run()
+    first = []
+    simulation = fedasync_simulation(first.append)
+    simulation.max_updates = 50
+    simulation.run()
+    assert simulation.policy._staleness_weights  # st(s) memoised by s
+    state = pickle.loads(pickle.dumps(simulation)).__dict__
+    # the layout of earlier checkpoints: numpy columns, no memo
+    state["busy_time"] = np.array(state["busy_time"])
+    state["client_rounds"] = np.array(state["client_rounds"], dtype=np.int64)
+    state["speeds"]._rounds_done = np.array(state["speeds"]._rounds_done, dtype=np.int64)
+    del state["policy"].__dict__["_staleness_weights"]
+    old = Simulation.__new__(Simulation)
+    old.__dict__.update(state)
+    restored = pickle.loads(pickle.dumps(old))
+    assert type(restored.busy_time) is array.array and type(restored.client_rounds) is array.array
+    assert type(restored.speeds._rounds_done) is array.array and restored.policy._staleness_weights == {}
+    second = []
+    restored.attach(RecordingBackend(), second.append)
+    restored.max_updates = 120
+    restored.run()
+    assert first + second == whole
+
+
+def test_fedasync_weights_each_update_by_st_of_its_staleness_times_its_client_weight():
+    simulation = fedasync_simulation(None)
+    staleness = make_staleness("polynomial", alpha=0.9, a=0.5)
+    seen = []
+    aggregate = simulation.aggregate
+
+    def checked(contributions, **options):
+        (dispatch, coefficient), = contributions
+        record = simulation.records[dispatch]
+        assert coefficient == float(staleness(simulation.version - record.version)) * (1 / 200)
+        seen.append(simulation.version - record.version)
+        return aggregate(contributions, **options)
+
+    simulation.aggregate = checked
+    simulation.run()
+    assert len(seen) == 120 and len(set(seen)) > 3  # several staleness values, each from the memo after its first

@@ -62,7 +62,7 @@ class IdlePool:
         if num_clients < 1:
             raise ValueError(f"num_clients={num_clients} is not allowed: at least 1")
         self.clients = _int64_range(num_clients)
-        self.position = _int64_range(num_clients)
+        self.position = self.clients[:]  # a copy: one range built, not two (tens of ms at 10^6 clients)
         self.idle = num_clients
         self._rng = np.random.default_rng(np.random.SeedSequence([seed, SELECTION_STREAM, salt]))
         self._uniforms: list[float] = []  # drawn ahead from _rng, used from the end
@@ -121,7 +121,7 @@ class IdlePool:
 def _int64_range(size: int) -> array.array:
     """``array.array('q', range(size))``, built through numpy (ten times faster at 10^6)."""
     values = array.array("q")
-    values.frombytes(np.arange(size, dtype=np.int64).tobytes())
+    values.frombytes(memoryview(np.arange(size, dtype=np.int64)).cast("B"))  # no intermediate bytes
     return values
 
 

@@ -30,6 +30,7 @@ Example (a policy that trains each client once and aggregates each arrival)::
 """
 from __future__ import annotations
 
+import array
 import collections
 import contextlib
 import dataclasses
@@ -171,7 +172,7 @@ class DispatchRecords:
         return iter(sorted([*self.live.values(), *self.finished.values()], key=lambda r: r.id))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)  # not frozen: a frozen dataclass costs 4x to build, once per update
 class Aggregation:
     """A global update producing ``version`` at ``time``.
 
@@ -183,6 +184,7 @@ class Aggregation:
     ``payload`` is the policy's typed message to its algorithm's device hooks (a NamedTuple the
     hooks define, e.g. the parts of a weighting that need no parameters); the engine never reads it.
     The simulation calls its ``check(sim, contributions)``, if it has one, before the update.
+    Read-only by convention: a hook that needs another one makes a copy (``dataclasses.replace``).
     """
 
     time: float
@@ -320,10 +322,11 @@ class Simulation:
         self._drop_reasons: dict[str, int] = {}
         # The timeline's statistics, gathered as it runs (the event log may be too big to re-read):
         # seconds each client spent on dispatches that ended, and the staleness of aggregated updates.
-        self.busy_time = np.zeros(self.num_clients)
+        # Per-client columns are array.array: as compact as numpy's, a fraction of its cost per scalar.
+        self.busy_time = array.array("d", [0.0]) * self.num_clients
         self.staleness_counts: dict[int, int] = {}
         self.events_processed = 0
-        self.client_rounds = np.zeros(self.num_clients, dtype=np.int64)
+        self.client_rounds = array.array("q", [0]) * self.num_clients
         self.stop_reason: str | None = None
         self._bind_log(log)
         self.wall_clock = wall_clock
@@ -338,6 +341,9 @@ class Simulation:
         state.pop("aggregated_steps", None)  # a copy of the backend's count that earlier checkpoints kept
         if state.get("_stop_requested") is False:
             state["_stop_requested"] = None
+        for name, code, dtype in (("busy_time", "d", np.float64), ("client_rounds", "q", np.int64)):
+            if isinstance(state.get(name), np.ndarray):  # checkpoints from before the array.array columns
+                state[name] = array.array(code, state[name].astype(dtype).tobytes())
         self.__dict__.update(state)
         self._bind_log(self._log)  # attach() binds the run's log
 
@@ -386,10 +392,12 @@ class Simulation:
             duration += fault.extra_time
         now = self.queue._now  # the clock's own field: the property costs a call per dispatch
         records = self.records
-        client_round = int(self.client_rounds[client])
+        client_round = self.client_rounds[client]
+        decay = self.client_lr_decay  # next_lr_scale, inline: x · 1.0^k is x, so no power without a decay
+        lr_scale = float(lr_scale) if decay == 1.0 else float(lr_scale) * decay ** client_round
         # positional, in DispatchRecord's field order: keywords cost a third of a dispatch's Python
         record = DispatchRecord(records.count, client, self.version, steps, client_round, now, now + duration,
-                                IN_FLIGHT, None, None, self.next_lr_scale(client, lr_scale, client_round),
+                                IN_FLIGHT, None, None, lr_scale,
                                 None if fetch_step is None else int(fetch_step), None, False, step_time)
         self.client_rounds[client] = client_round + 1
         records.add(record)
@@ -497,25 +505,28 @@ class Simulation:
         check = getattr(payload, "check", None)
         if check is not None:
             check(self, contributions)
-        contributions = self._screen_nonfinite(contributions)
         if mode not in AGGREGATION_MODES:
             raise ValueError(f"aggregation mode {mode!r} not in {AGGREGATION_MODES}")
-        seen = set()
-        lookup = self.records.__getitem__
-        records = []
-        for dispatch_id, coefficient in contributions:
-            record = lookup(dispatch_id)
-            records.append(record)
+        # Each record looked up once, for the checks, the screen and the bookkeeping below.
+        live, lookup = self.records.live, self.records.__getitem__
+        records = [live.get(dispatch_id) or lookup(dispatch_id) for dispatch_id, _ in contributions]
+        for record, (dispatch_id, coefficient) in zip(records, contributions):
             if record.status != ARRIVED:
                 raise ValueError(f"dispatch {dispatch_id} (client {record.client}) is {record.status}, "
                                  "only arrived updates can be aggregated")
-            if dispatch_id in seen:
-                raise ValueError(f"dispatch {dispatch_id} appears twice in one aggregation")
             if not math.isfinite(coefficient):
                 raise ValueError(f"aggregation coefficient for dispatch {dispatch_id} is {coefficient}")
-            seen.add(dispatch_id)
+        if len(records) > 1 and len({record.id for record in records}) < len(records):
+            seen = set()
+            for dispatch_id, _ in contributions:
+                if dispatch_id in seen:
+                    raise ValueError(f"dispatch {dispatch_id} appears twice in one aggregation")
+                seen.add(dispatch_id)
+        bad = self.backend.nonfinite(records) if records else None
+        if bad:
+            contributions, records = self._screen_nonfinite(bad, contributions, records)
         self.version = version = self.version + 1
-        aggregation = Aggregation(self.queue.now, version, contributions, mode, server_optimizer, payload)
+        aggregation = Aggregation(self.queue._now, version, contributions, mode, server_optimizer, payload)
         counts = self.staleness_counts
         for record in records:
             staleness = version - 1 - record.version
@@ -535,13 +546,10 @@ class Simulation:
             finish(record)
         return version
 
-    def _screen_nonfinite(self, contributions: tuple[tuple[int, float], ...]) -> tuple[tuple[int, float], ...]:
-        """Stop on a NaN/Inf update, naming it, or (``on_nonfinite="skip"``) drop it and go on."""
-        records = [record for record in map(self.records.__getitem__, (d for d, _ in contributions))
-                   if record.status == ARRIVED]
-        bad = self.backend.nonfinite(records) if records else []
-        if not bad:
-            return contributions
+    def _screen_nonfinite(self, bad: list[DispatchRecord], contributions: tuple[tuple[int, float], ...],
+                          records: list[DispatchRecord]) -> tuple[tuple, list]:
+        """Stop on a NaN/Inf update, naming it, or (``on_nonfinite="skip"``) drop it and go on
+        with the other contributions and their records."""
         if self.on_nonfinite == "stop":
             first = bad[0]
             raise NumericalError(
@@ -551,7 +559,8 @@ class Simulation:
         for record in bad:
             self.drop(record, "non-finite update")
         dropped = {record.id for record in bad}
-        return tuple((d, c) for d, c in contributions if d not in dropped)
+        kept = [index for index, (dispatch_id, _) in enumerate(contributions) if dispatch_id not in dropped]
+        return tuple(contributions[i] for i in kept), [records[i] for i in kept]
 
     def fetch(self, record: DispatchRecord) -> int | None:
         """Answer an in-flight client's request for the newest global model, now.
@@ -730,7 +739,7 @@ class Simulation:
         A dispatch still in flight counts as busy up to ``end_time``.
         """
         end = self.now if end_time is None else float(end_time)
-        busy = self.busy_time.copy()
+        busy = np.array(self.busy_time, dtype=np.float64)
         for record in self.records.live.values():
             if record.status == IN_FLIGHT and record.start_time < end:
                 busy[record.client] += min(record.arrival_time, end) - record.start_time
