@@ -829,7 +829,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     # anything, and a resume restores its checkpoint into the engine's shapes and must know that the
     # checkpoint reads back before the logs are cut back to it. The recorder that receives each
     # version is attached once the logs are open.
-    engine = Engine(trainer, params, FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y)),
+    engine = Engine(trainer, params, FederatedArrays(federation.x, federation.y),  # the engine places them
                     federation.offsets, federation.counts, server_optimizer, seed=config.seed, plan=plan,
                     batching=config.batching, keep_start_versions=policy.needs_start_models,
                     memory_limit=None if config.memory_limit_mb is None else int(config.memory_limit_mb * 2**20),
