@@ -34,6 +34,7 @@ started=$SECONDS
   date -u +%Y-%m-%dT%H:%M:%SZ
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 || echo "no nvidia-smi"
   python -c "import jax; print('jax', jax.__version__, jax.default_backend(), jax.devices())"
+  python -c "import importlib.util as u; print('packages:', {m: bool(u.find_spec(m)) for m in ('orbax.checkpoint', 'pyarrow', 'tqdm')})"
   nproc; free -g | head -2
 } > "$OUT/device.txt" 2>&1
 cat "$OUT/device.txt"
