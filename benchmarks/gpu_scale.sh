@@ -43,7 +43,7 @@ if [ -n "$QUICK" ]; then
   million=(--quick); state=(--quick)
 else
   # Budgets from the 2-core CPU's figures (benchmarks/README.md): building the federation took
-  # ~50 s there (one core: the normal draws), and the run itself stops at its first evaluation
+  # ~60 s there (one core: the normal draws), and the run itself stops at its first evaluation
   # past --time-budget, so each step ends with its summary; the step limits leave 20-25 s over.
   million=(--clients 1000000 --concurrency 1000 --buffer-size 10 --updates 3000 --eval-every 250)
   state=(--model cnn --clients 2000 --per-round 200 --rounds 10 --repeats 2)
