@@ -66,6 +66,46 @@ def main() -> None:
     seconds = {placement: [] for placement in PLACEMENTS}
     outside = {placement: [] for placement in PLACEMENTS}
     memory, params = {}, {}
+
+    def table(echo: bool) -> list[dict]:
+        """The rows of the placements measured so far (the device placement is the reference)."""
+        if not seconds["device"]:
+            return []
+        load = os.getloadavg()
+        model_bytes = memory["device"]["model_bytes"]
+        if echo:
+            print(f"CC-FedAvg, {args.clients} clients, {args.per_round} per round, {args.model} "
+                  f"({model_bytes / 2**20:.2f} MiB), {args.steps} steps, {args.rounds} rounds, {args.repeats} repeats; "
+                  f"bank {memory['device']['client_state_bytes'] / 2**20:.1f} MiB; {jax.devices()[0].device_kind}, "
+                  f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+            print(f"{'placement':<10}{'hook MiB':>10}{'peak model-state MiB':>22}{'peak rows MiB':>15}"
+                  f"{'s/round':>10}{'vs device':>11}{'outside training':>18}  params")
+        base = statistics.median(seconds["device"])
+        rows = []
+        for placement in PLACEMENTS:
+            if not seconds[placement]:
+                continue
+            m, median = memory[placement], statistics.median(seconds[placement])
+            same = all(np.array_equal(a, b) for a, b in zip(params["device"], params[placement]))
+            rows.append({"placement": placement, **m, "seconds_per_round": seconds[placement], "median": median,
+                         "outside_training_per_round": outside[placement],
+                         "ratio_to_device": median / base, "bit_identical_to_device": same})
+            if echo:
+                print(f"{placement:<10}{m['hook_state_bytes'] / 2**20:>10.1f}"
+                      f"{m['peak_model_state_bytes'] / 2**20:>22.1f}{m['peak_client_rows_bytes'] / 2**20:>15.2f}"
+                      f"{median:>10.3f}{median / base:>11.2f}{statistics.median(outside[placement]):>18.3f}  "
+                      f"{'bit-identical' if same else 'DIFFER'}")
+        return rows
+
+    def save() -> None:  # after every run: a run cut short by a time limit keeps what it measured
+        if args.json:
+            with open(args.json + ".tmp", "w") as handle:
+                json.dump({"date": datetime.date.today().isoformat(), "machine": platform.node(),
+                           "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+                           "load_average": os.getloadavg(), "args": vars(args), "rows": table(echo=False)},
+                          handle, indent=1)
+            os.replace(args.json + ".tmp", args.json)
+
     with tempfile.TemporaryDirectory() as output_dir:
         run("device", args, output_dir, "warm-up")  # compiles what every side then reuses, unmeasured
         for repeat in range(args.repeats):
@@ -77,31 +117,10 @@ def main() -> None:
                 memory[placement] = result.summary["device_memory"]
                 params[placement] = [np.asarray(leaf) for leaf in jax.tree.leaves(result.params)]
                 assert result.summary["device_memory"]["client_state_placement"] == placement
-    load = os.getloadavg()
-    model_bytes = memory["device"]["model_bytes"]
-    print(f"CC-FedAvg, {args.clients} clients, {args.per_round} per round, {args.model} "
-          f"({model_bytes / 2**20:.2f} MiB), {args.steps} steps, {args.rounds} rounds, {args.repeats} repeats; "
-          f"bank {memory['device']['client_state_bytes'] / 2**20:.1f} MiB; {jax.devices()[0].device_kind}, "
-          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(f"{'placement':<10}{'hook MiB':>10}{'peak model-state MiB':>22}{'peak rows MiB':>15}"
-          f"{'s/round':>10}{'vs device':>11}{'outside training':>18}  params")
-    base = statistics.median(seconds["device"])
-    rows = []
-    for placement in PLACEMENTS:
-        m, median = memory[placement], statistics.median(seconds[placement])
-        same = all(np.array_equal(a, b) for a, b in zip(params["device"], params[placement]))
-        rows.append({"placement": placement, **m, "seconds_per_round": seconds[placement], "median": median,
-                     "outside_training_per_round": outside[placement],
-                     "ratio_to_device": median / base, "bit_identical_to_device": same})
-        print(f"{placement:<10}{m['hook_state_bytes'] / 2**20:>10.1f}{m['peak_model_state_bytes'] / 2**20:>22.1f}"
-              f"{m['peak_client_rows_bytes'] / 2**20:>15.2f}{median:>10.3f}{median / base:>11.2f}"
-              f"{statistics.median(outside[placement]):>18.3f}  "
-              f"{'bit-identical' if same else 'DIFFER'}")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"date": datetime.date.today().isoformat(), "machine": platform.node(),
-                       "device": jax.devices()[0].device_kind, "load_average": load, "args": vars(args),
-                       "rows": rows}, handle, indent=1)
+                del result
+                save()
+                print(f"  {placement} (repeat {repeat}): {per_round:.3f} s/round", flush=True)
+    table(echo=True)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,13 @@ from __future__ import annotations
 import os
 
 import jax
+import numpy as np
 
-__all__ = ["backends_started", "use_every_cpu_core", "usable_cores"]
+__all__ = ["aligned_empty", "backends_started", "place_read_only", "use_every_cpu_core", "usable_cores"]
+
+# XLA:CPU uses a host array's own memory for a device buffer when it is C-contiguous and aligned to
+# this many bytes (and jax is told it may alias it); otherwise it copies.
+_CPU_ALIGNMENT = 64
 
 
 def usable_cores() -> int:
@@ -49,3 +54,41 @@ def use_every_cpu_core() -> int | None:
     count = int(wanted) if wanted else usable_cores()
     jax.config.update("jax_num_cpu_devices", count)
     return count
+
+
+def place_read_only(array, devices) -> list[jax.Array]:
+    """``array`` (never written to afterwards) on each of ``devices``, one ``jax.Array`` per device.
+
+    CPU devices share the host's memory: a NumPy array there is not copied per device but aliased,
+    every device's buffer being the same host memory (one aligned copy first where the array is not
+    64-byte aligned and C-contiguous). A million-client federation's 4 GB of samples then costs
+    4 GB, not 4 GB more per device. Accelerators, and arrays that are already jax arrays, get
+    ``jax.device_put``'s copies.
+
+    >>> import jax, numpy as np
+    >>> host = np.arange(6, dtype=np.float32)
+    >>> placed = place_read_only(host, jax.devices("cpu"))
+    >>> [float(p[5]) for p in placed] == [5.0] * len(jax.devices("cpu"))
+    True
+    """
+    if not isinstance(array, np.ndarray) or any(device.platform != "cpu" for device in devices):
+        return [jax.device_put(array, device) for device in devices]
+    if not (array.flags.c_contiguous and array.ctypes.data % _CPU_ALIGNMENT == 0):
+        aligned = aligned_empty(array.shape, array.dtype)
+        aligned[...] = array
+        array = aligned
+    return [jax.device_put(array, device, may_alias=True) for device in devices]
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """``np.empty(shape, dtype)`` at an address that CPU devices can alias (:func:`place_read_only`):
+    data built into it (a synthetic federation's samples) reaches every CPU device without a copy.
+
+    >>> aligned_empty((3, 5), np.float32).ctypes.data % 64
+    0
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + _CPU_ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % _CPU_ALIGNMENT
+    return raw[start:start + nbytes].view(dtype).reshape(shape)

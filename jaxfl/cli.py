@@ -371,7 +371,8 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"jaxfl: note: {note}", file=sys.stderr)
     print(f"{len(result.cells)} cells: {len(result.ran)} run, {len(result.resumed)} resumed, "
           f"{len(result.restarted)} restarted, {len(result.skipped)} already finished")
-    print(f"results: {result.table} (and {os.path.basename(result.parquet)}); "
+    print(f"results: {result.table}"
+          f"{'' if result.parquet is None else f' (and {os.path.basename(result.parquet)})'}; "
           f"tables and figures: jaxfl report {shlex.quote(args.sweep_dir)}")
     return 0
 

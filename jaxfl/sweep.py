@@ -9,7 +9,7 @@ folder::
     sweep.json        the sweep: base, grid, size, and each cell's swept values and run directory
     runs/NAME/        one run directory per cell (named as jaxfl run names it: settings + config hash)
     results.csv       one row per cell: its swept and key settings and its summary figures
-    results.parquet   the same table (pyarrow)
+    results.parquet   the same table (where pyarrow is installed)
 
 Calling it again with the same sweep skips finished cells (their run directory has a
 ``summary.json``), continues an interrupted one from its newest checkpoint, and restarts one that
@@ -82,7 +82,7 @@ class SweepResult:
     cells: list
     rows: list
     table: str
-    parquet: str
+    parquet: str | None  # None where pyarrow is not installed
     ran: list
     resumed: list
     restarted: list
@@ -326,15 +326,18 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
     return row
 
 
-def write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str]:
-    """Write the rows as ``results.csv`` and ``results.parquet`` (each atomically); returns their paths."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str | None]:
+    """Write the rows as ``results.csv`` and, where pyarrow is installed, ``results.parquet`` (each
+    atomically); returns their paths (None: no Parquet). Without pyarrow a sweep still ends with its
+    table instead of losing it to an ImportError at the end (a GPU lease with a bare Python)."""
+    from jaxfl.runlog import _pyarrow, write_csv
 
     columns = list(rows[0]) if rows else ["cell"]
-    from jaxfl.runlog import write_csv
-
     table = write_csv(os.path.join(sweep_dir, "results.csv"), rows, columns)
+    modules = _pyarrow()
+    if modules is None:
+        return table, None
+    pa, pq = modules
     parquet = os.path.join(sweep_dir, "results.parquet")
     arrays = {}
     for name in columns:

@@ -131,3 +131,29 @@ def test_client_state_quick_places_the_bank_three_ways_with_one_result(tmp_path)
                for row in rows.values())
     assert rows["device"]["hook_state_bytes"] == 40 * rows["device"]["model_bytes"]
     assert rows["host"]["hook_state_bytes"] == rows["memmap"]["hook_state_bytes"] == 0
+
+
+def test_million_clients_quick_trains_fedbuff_with_what_is_in_flight(tmp_path):
+    out = tmp_path / "million.json"
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "million_clients.py"), "--quick",
+                    "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
+    report = json.loads(out.read_text())
+    assert {"machine", "device", "jax", "date", "command", "load_average_before"} <= set(report)
+    (row,) = report["rows"]
+    assert row["model"] == "logreg" and row["clients"] == 2000 and row["concurrency"] == 100
+    assert row["aggregations"] == 3 and row["stop_reason"] == "update budget"
+    assert row["client_steps_executed"] == row["client_steps_aggregated"] == 3 * 10 * 5  # K = 10, 5 steps
+    assert row["executed_per_aggregated"] == 1.0
+    assert row["final_loss"] < row["start_loss"] and row["evaluations"] == 4  # versions 0 to 3
+    assert row["build_s"] > 0 and 0 < row["first_update_s"] <= row["run_s"] and row["peak_host_mb"] > 0
+
+
+def test_the_gpu_buttons_steps_fit_the_device_tools_call():
+    """Each GPU script's steps run under their own limits, which must add up to at most 550 s of the
+    device tool's 600 s call (the rest: starting, device.txt, copying results back)."""
+    import re
+
+    for script in ("gpu_suite.sh", "gpu_scale.sh"):
+        with open(os.path.join(ROOT, "benchmarks", script)) as handle:
+            limits = [int(limit) for limit in re.findall(r"^step \w+ (\d+) ", handle.read(), re.MULTILINE)]
+        assert len(limits) >= 3 and sum(limits) <= 550, (script, limits)

@@ -42,7 +42,13 @@ SCRIPT = textwrap.dedent("""
                      "train_calls": result.engine.stats.train_calls,
                      "metric_fetches": result.engine.stats.metric_fetches,
                      "versions_placed": result.engine.stats.versions_placed,
-                     "mesh": len(result.engine.mesh.devices.flat)}
+                     "mesh": len(result.engine.mesh.devices.flat),
+                     # where each device's copy of the training samples lives
+                     "sample_buffers": [shard.data.unsafe_buffer_pointer()
+                                        for shard in result.engine._training_data.x.addressable_shards],
+                     "home_samples": result.engine.data.x.unsafe_buffer_pointer(),
+                     "samples_on_devices": sorted(str(shard.device)
+                                                  for shard in result.engine._training_data.x.addressable_shards)}
     print(json.dumps(out))
 """)
 
@@ -99,6 +105,30 @@ def test_a_rounds_calls_queue_without_waiting_and_each_version_is_placed_once(fo
     assert four["train_calls"] == 6 and four["metric_fetches"] == 3 and four["versions_placed"] == 3
     assert pairs["train_calls"] == 3 and pairs["metric_fetches"] == 3 and pairs["versions_placed"] == 3
     assert four_device_runs["one"]["versions_placed"] == 0  # one device: the versions are already there
+
+
+def test_cpu_devices_share_one_host_copy_of_the_samples(four_device_runs):
+    """CPU devices share the host's memory: the four devices' training samples and the home device's
+    are one buffer (a million-client federation's 4 GB once, not once per device)."""
+    four = four_device_runs["four"]
+    assert len(four["samples_on_devices"]) == len(set(four["samples_on_devices"])) == 4
+    assert set(four["sample_buffers"]) == {four["home_samples"]}
+
+
+def test_place_read_only_aliases_aligned_host_arrays_and_aligns_others_once():
+    import jax
+    from jaxfl._devices import aligned_empty, place_read_only
+
+    devices = jax.devices("cpu")
+    aligned = aligned_empty((50, 3), np.float32)
+    aligned[...] = np.arange(150, dtype=np.float32).reshape(50, 3)
+    placed = place_read_only(aligned, devices)
+    assert {array.unsafe_buffer_pointer() for array in placed} == {aligned.ctypes.data}  # no copy
+    unaligned = np.frombuffer(bytes(4) + aligned.tobytes(), np.uint8)[4:].view(np.float32).reshape(50, 3)
+    assert unaligned.ctypes.data % 64 != 0
+    placed = place_read_only(unaligned, devices)
+    assert len({array.unsafe_buffer_pointer() for array in placed}) == 1  # one aligned copy for every device
+    assert all(np.array_equal(np.asarray(array), aligned) for array in placed)
 
 
 def test_devices_beyond_the_machine_are_refused_by_count():

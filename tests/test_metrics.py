@@ -42,6 +42,18 @@ def test_balanced_and_per_class_accuracy_by_hand():
         assert stats["balanced_accuracy"] == pytest.approx(balanced_accuracy_score(labels, predictions))
 
 
+@pytest.mark.parametrize("batch_size", [4, 5])  # three full batches; two and a padded third
+def test_batches_placed_once_give_the_one_batch_figures(batch_size):
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 3, 12).astype(np.int32)
+    logits = rng.normal(size=(12, 3)).astype(np.float32)
+    whole = make_evaluator(lambda params, x: x, logits, labels, batch_size=12, preprocess=lambda v: v)(None)
+    stats = make_evaluator(lambda params, x: x, logits, labels, batch_size=batch_size, preprocess=lambda v: v)(None)
+    assert stats["accuracy"] == whole["accuracy"] == np.mean(logits.argmax(1) == labels)
+    assert stats["loss"] == pytest.approx(whole["loss"], rel=1e-6)
+    np.testing.assert_array_equal(stats["class_accuracy"], whole["class_accuracy"])
+
+
 def test_a_class_without_samples_is_nan_and_left_out_of_the_balanced_mean():
     labels = np.array([1, 1, 1, 1], np.int32)  # one class only: balanced accuracy = its recall
     stats = make_evaluator(lambda params, x: x, logits_predicting(np.array([1, 1, 0, 1]), 3), labels,

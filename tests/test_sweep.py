@@ -241,3 +241,17 @@ def test_the_example_sweep_file_expands_at_both_sizes():
     assert (len(full), len(quick)) == (4 * 2 * 4, 3 * 1 * 2)
     assert "speed_reference_time applies only to the cells that read it (heterogeneity=pareto)" in notes
     assert {cell.config.target_accuracy for cell in full} == {0.85}
+
+
+def test_without_pyarrow_the_results_are_csv_alone(tmp_path, monkeypatch):
+    import jaxfl.runlog
+    from jaxfl.sweep import write_results
+
+    rows = [{"cell": 0, "algorithm": "fedavg", "best_accuracy": 0.5}, {"cell": 1, "algorithm": "fedbuff",
+                                                                        "best_accuracy": None}]
+    monkeypatch.setattr(jaxfl.runlog, "_pyarrow", lambda: None)  # a Python without pyarrow (a bare GPU machine)
+    table, parquet = write_results(rows, str(tmp_path))
+    assert parquet is None and not (tmp_path / "results.parquet").exists()
+    assert [row["algorithm"] for row in read_results(str(tmp_path))] == ["fedavg", "fedbuff"]
+    monkeypatch.undo()
+    assert write_results(rows, str(tmp_path))[1] == str(tmp_path / "results.parquet")

@@ -30,6 +30,8 @@ import math
 
 import numpy as np
 
+from jaxfl._devices import aligned_empty
+
 __all__ = ["SyntheticFederation", "generate_synthetic", "load_synthetic", "parse_synthetic_name",
            "SYNTHETIC_DIM", "SYNTHETIC_CLASSES"]
 
@@ -147,8 +149,8 @@ def _generate(num_clients, alpha, beta, iid, samples_per_client, size_sigma, min
     sizes = _client_sizes(num_clients, samples_per_client, size_sigma, min_samples, rng)
     scale = np.arange(1, SYNTHETIC_DIM + 1, dtype=np.float64) ** (-1.2 / 2)  # sqrt(Sigma_jj)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
-    def buffers(total):
-        return np.empty((int(total), SYNTHETIC_DIM), np.float32), np.empty(int(total), np.int32)
+    def buffers(total):  # aligned so that CPU devices use them without a copy (jaxfl._devices)
+        return aligned_empty((int(total), SYNTHETIC_DIM), np.float32), aligned_empty(int(total), np.int32)
 
     if split:
         held = np.floor(_HELD_OUT * sizes).astype(np.int64)

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Issue 13's button for a session that is lent a GPU: from the device tool,
+#     run(command="bash benchmarks/gpu_scale.sh", timeout_s=600)
+# runs, each step under its own time limit (535 s in all, inside the tool's 600 s), in order of
+# value per device minute:
+#   1. million_logreg: the 10^6-client FedBuff training run (FedProx's synthetic_iid federation,
+#      1,000 in flight, K = 10, logreg, 5 SGD steps of batch 10), up to 3,000 aggregations;
+#   2. client_state: CC-FedAvg's per-client bank on the device, in host RAM and in a memmap, at a
+#      size where the host-to-device row copies matter (the MNIST CNN, 2,000 clients, 200 a round:
+#      a 4.4 GB bank, 440 MB of rows each way a round);
+#   3. million_mlp: the same 10^6-client run with the MLP (54,410 parameters), up to 3,000 aggregations.
+# Tables, JSON (rewritten after every run: a step cut short keeps its finished runs) and the
+# device's description (device.txt) come back in $OUT. Copy the figures into benchmarks/README.md
+# ("On a lent GPU") with the device, date and this command.
+#
+# Nothing needs carrying: the data are generated (synthetic) or embedded (mnist10k), and jaxfl runs
+# from the working tree with PYTHONPATH. Its imports beyond jax, flax, optax, chex and numpy are lazy
+# and these steps reach none of them except orbax-checkpoint (checkpoints; flax depends on it);
+# pyarrow would be needed only past 200,000 event-log rows (~9,500 aggregations here). Should the
+# device lack a package (`python3 -m pip show NAME` there), carry wheels as
+# /work/.library/device/README.md says (.whl, installed with --target /tmp/site, PYTHONPATH).
+#
+# QUICK=1 bash benchmarks/gpu_scale.sh is a smoke run at the scripts' --quick sizes (CPU is fine).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-benchmarks/out}"
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+QUICK="${QUICK:-}"
+started=$SECONDS
+
+{
+  date -u +%Y-%m-%dT%H:%M:%SZ
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 || echo "no nvidia-smi"
+  python -c "import jax; print('jax', jax.__version__, jax.default_backend(), jax.devices())"
+  python -c "import importlib.util as u; print('packages:', {m: bool(u.find_spec(m)) for m in ('orbax.checkpoint', 'pyarrow', 'tqdm')})"
+  nproc; free -g | head -2
+} > "$OUT/device.txt" 2>&1
+cat "$OUT/device.txt"
+
+if [ -n "$QUICK" ]; then
+  million=(--quick); state=(--quick)
+else
+  # Budgets from the 2-core CPU's figures (benchmarks/README.md): building the federation took
+  # ~60 s there (one core: the normal draws), and the run itself stops at its first evaluation
+  # past --time-budget, so each step ends with its summary; the step limits leave 20-25 s over.
+  million=(--clients 1000000 --concurrency 1000 --buffer-size 10 --updates 3000 --eval-every 250)
+  state=(--model cnn --clients 2000 --per-round 200 --rounds 10 --repeats 2)
+fi
+
+step() {  # step NAME LIMIT_S COMMAND...: run one benchmark under its own limit, log to $OUT/NAME.txt
+  local name=$1 limit=$2; shift 2
+  echo "=== $name (limit ${limit} s, suite at $((SECONDS - started)) s)"
+  timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
+  local status=${PIPESTATUS[0]}
+  [ "$status" -eq 124 ] && echo "=== $name: cut at its ${limit} s limit (finished runs are in its JSON)"
+  [ "$status" -ne 0 ] && [ "$status" -ne 124 ] && echo "=== $name: exit status $status"
+  return 0
+}
+
+budget() {  # budget LIMIT_S: the run's own budget inside a step's limit (QUICK: none)
+  [ -n "$QUICK" ] || echo "--time-budget $(( $1 - 25 ))"
+}
+
+step million_logreg 220 python benchmarks/million_clients.py "${million[@]}" --models logreg $(budget 220) \
+  --json "$OUT/million_logreg.json"
+step client_state 160 python benchmarks/client_state.py "${state[@]}" --json "$OUT/client_state.json"
+step million_mlp 155 python benchmarks/million_clients.py "${million[@]}" --models mlp $(budget 155) \
+  --json "$OUT/million_mlp.json"
+echo "suite took $((SECONDS - started)) s; results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
