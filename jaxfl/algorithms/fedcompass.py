@@ -43,7 +43,7 @@ from typing import Callable
 
 from jaxfl.algorithms.base import Algorithm, Options, register, staleness_function
 from jaxfl.algorithms.wrappers import NormalizeSteps, StepNormalization
-from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
+from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, collections_paused
 
 AGGREGATIONS = ("plain", "momentum", "normalized")
 WARMUPS = ("q_min", "q_max")
@@ -150,11 +150,13 @@ class FedCompass(Policy):
 
     # ------------------------------------------------------------------ server loop (Alg. 1)
     def start(self, sim: Simulation) -> None:
-        self.clients = [ClientState() for _ in range(sim.num_clients)]
         warmup_steps = self.q_max if self.options.warmup == "q_max" else self.q_min
-        for client in range(sim.num_clients):  # warm-up: everybody gets Q_min (paper) or Q_max (code)
-            self.clients[client].steps = warmup_steps
-            self._dispatch(sim, client)
+        # warm-up: everybody gets Q_min (paper) or Q_max (code), no group, T_start = now, and the
+        # lr scale 0.995^0 = 1 of the legacy decay: _dispatch for each client, in one bulk call
+        now = sim.now
+        with collections_paused():  # 2 long-lived objects per client and no cycle
+            self.clients = [ClientState(None, warmup_steps, None, now) for _ in range(sim.num_clients)]
+            sim.dispatch_many(range(sim.num_clients), warmup_steps)
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
         client, now = record.client, sim.now
