@@ -54,3 +54,19 @@ def test_dispatch_many_refuses_a_bad_client_like_dispatch():
         sim.dispatch_many([0, 3], 2)
     with pytest.raises(ValueError, match="steps must be >= 0, got -1"):
         sim.dispatch_many([0], -1)
+
+
+def test_fedcompass_warm_up_leaves_nothing_frozen_after_the_run():
+    import gc
+
+    from jaxfl.algorithms import FedCompass
+    from jaxfl.scheduler.staleness import polynomial
+
+    assert gc.get_freeze_count() == 0
+    speeds = ClientSpeeds(SpeedConfig(model="exp"), 50, seed=0)
+    frozen = []
+    sim = Simulation(FedCompass(2, 10, polynomial), speeds, np.full(50, 0.02), RecordingBackend(), max_updates=5,
+                     after_event=lambda sim: frozen.append(gc.get_freeze_count()))
+    sim.run()
+    assert frozen[0] > 0  # the warm-up's objects were kept out of the collections while it ran
+    assert gc.get_freeze_count() == 0 and gc.isenabled()

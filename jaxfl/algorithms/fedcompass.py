@@ -154,7 +154,7 @@ class FedCompass(Policy):
         # warm-up: everybody gets Q_min (paper) or Q_max (code), no group, T_start = now, and the
         # lr scale 0.995^0 = 1 of the legacy decay: _dispatch for each client, in one bulk call
         now = sim.now
-        with collections_paused():  # 2 long-lived objects per client and no cycle
+        with collections_paused(freeze=True):  # long-lived objects (4 per client), no cycle
             self.clients = [ClientState(None, warmup_steps, None, now) for _ in range(sim.num_clients)]
             sim.dispatch_many(range(sim.num_clients), warmup_steps)
 

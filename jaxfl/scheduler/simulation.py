@@ -820,11 +820,14 @@ class Simulation:
 
 
 @contextlib.contextmanager
-def collections_paused():
+def collections_paused(freeze: bool = False):
     """No garbage collection in the block: for building many long-lived objects at once (10^6
     dispatch records at a warm-up), which holds no cycle for the collector to find, and which it
     would otherwise rescan at every young-generation collection (four fifths of the time it takes
-    to build them).
+    to build them). ``freeze``: then ``gc.freeze()``, so that later collections skip them too
+    (otherwise the first collections after the block rescan them all: the events after a 10^6-client
+    warm-up ran at 16,700/s instead of 23,000/s). Inside :meth:`Simulation.run` the objects frozen
+    are unfrozen when it returns (they are only kept out of the collections while it runs).
 
     >>> with collections_paused():
     ...     records = [[] for _ in range(3)]
@@ -834,19 +837,25 @@ def collections_paused():
     try:
         yield
     finally:
+        if freeze:
+            gc.freeze()
         if enabled:
             gc.enable()
 
 
 @contextlib.contextmanager
 def _fewer_collections():
-    """Raise the young generation's collection threshold to :data:`_RUN_GC_THRESHOLD` for the block."""
+    """Raise the young generation's collection threshold to :data:`_RUN_GC_THRESHOLD` for the block,
+    and unfreeze what :func:`collections_paused` froze in it (when nothing was frozen before)."""
     thresholds = gc.get_threshold()
+    frozen_before = gc.get_freeze_count()
     gc.set_threshold(max(thresholds[0], _RUN_GC_THRESHOLD), *thresholds[1:])
     try:
         yield
     finally:
         gc.set_threshold(*thresholds)
+        if frozen_before == 0 and gc.get_freeze_count():
+            gc.unfreeze()
 
 
 def _ignore_row(values: tuple) -> None:
