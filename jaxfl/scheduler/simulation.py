@@ -564,20 +564,23 @@ class Simulation:
         with a ``check(sim, contributions)`` method has it called first, to refuse an inconsistent one.
         """
         contributions = tuple([(int(d), float(c)) for d, c in contributions])
-        check = getattr(payload, "check", None)
-        if check is not None:
-            check(self, contributions)
+        if payload is not None:
+            check = getattr(payload, "check", None)
+            if check is not None:
+                check(self, contributions)
         if mode not in AGGREGATION_MODES:
             raise ValueError(f"aggregation mode {mode!r} not in {AGGREGATION_MODES}")
         # Each record looked up once, for the checks, the screen and the bookkeeping below.
         live, lookup = self.records.live, self.records.__getitem__
-        records = [live.get(dispatch_id) or lookup(dispatch_id) for dispatch_id, _ in contributions]
-        for record, (dispatch_id, coefficient) in zip(records, contributions):
-            if record.status != ARRIVED:
-                raise ValueError(f"dispatch {dispatch_id} (client {record.client}) is {record.status}, "
-                                 "only arrived updates can be aggregated")
-            if not math.isfinite(coefficient):
-                raise ValueError(f"aggregation coefficient for dispatch {dispatch_id} is {coefficient}")
+        if len(contributions) == 1:  # FedAsync's every arrival: the checks below without their loops
+            ((dispatch_id, coefficient),) = contributions
+            record = live.get(dispatch_id) or lookup(dispatch_id)
+            records = [record]
+            if record.status != ARRIVED or not math.isfinite(coefficient):
+                self._check_contributions(records, contributions)
+        else:
+            records = [live.get(dispatch_id) or lookup(dispatch_id) for dispatch_id, _ in contributions]
+            self._check_contributions(records, contributions)
         if len(records) > 1 and len({record.id for record in records}) < len(records):
             seen = set()
             for dispatch_id, _ in contributions:
@@ -607,6 +610,16 @@ class Simulation:
         for record in records:
             finish(record)
         return version
+
+    @staticmethod
+    def _check_contributions(records: list[DispatchRecord], contributions: tuple[tuple[int, float], ...]) -> None:
+        """Refuse an update that has not arrived (or was aggregated or dropped) and a coefficient that is not finite."""
+        for record, (dispatch_id, coefficient) in zip(records, contributions):
+            if record.status != ARRIVED:
+                raise ValueError(f"dispatch {dispatch_id} (client {record.client}) is {record.status}, "
+                                 "only arrived updates can be aggregated")
+            if not math.isfinite(coefficient):
+                raise ValueError(f"aggregation coefficient for dispatch {dispatch_id} is {coefficient}")
 
     def _screen_nonfinite(self, bad: list[DispatchRecord], contributions: tuple[tuple[int, float], ...],
                           records: list[DispatchRecord]) -> tuple[tuple, list]:
