@@ -37,7 +37,9 @@ def test_scheduler_throughput_breakdown_names_the_parts_of_an_event():
         "log row (tuple + csv.writer)", "speed draw (ClientSpeeds.round_duration)", "queue push + pop (100 pending)",
         "idle-pool exchange", "dispatch record", "aggregation of one update (Simulation.aggregate, no log row)",
         "FedCompass JOINGROUP, 10 groups open", "FedCompass CREATEGROUP + timer, 10 groups open",
-        "FedCompass JOINGROUP, 998 groups open", "FedCompass CREATEGROUP + timer, 998 groups open"}
+        "FedCompass JOINGROUP, 998 groups open", "FedCompass CREATEGROUP + timer, 998 groups open",
+        "FedCompass JOINGROUP by the paper's scan, 10 groups open",
+        "FedCompass JOINGROUP by the paper's scan, 998 groups open"}
     assert all(value > 0 for value in micros.values())
     assert set(counts) == {f"{algorithm}   {count} per event (count)" for algorithm in ("fedasync", "fedbuff", "fedcompass")
                            for count in ("rows", "dispatches", "aggregations")}

@@ -35,6 +35,7 @@ time (the paper marks a client late only if now > T_max). Dispatches leave at on
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
 import math
@@ -42,7 +43,7 @@ from typing import Callable
 
 from jaxfl.algorithms.base import Algorithm, Options, register, staleness_function
 from jaxfl.algorithms.wrappers import NormalizeSteps, StepNormalization
-from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
+from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, collections_paused
 
 AGGREGATIONS = ("plain", "momentum", "normalized")
 WARMUPS = ("q_min", "q_max")
@@ -136,14 +137,28 @@ class FedCompass(Policy):
         self.general_buffer: list[DispatchRecord] = []
         self._next_group = 0
         self._buffered_weight: dict[int, float] = {}  # dispatch id → st·p_i fixed at buffer time
+        # (T_a, group id) of every group not yet aggregated, sorted: JOINGROUP bisects it instead of
+        # scanning every open group (see _join_choice).
+        self._by_expected: list[tuple[float, int]] = []
+        self._staleness_weights: dict[int, float] = {}  # st(s) by s
+
+    def __setstate__(self, state: dict) -> None:
+        """Policies pickled before the T_a index and the st(s) memo rebuild them."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_staleness_weights", {})
+        if "_by_expected" not in state:
+            self._by_expected = sorted((group.expected, group_id) for group_id, group in self.groups.items()
+                                       if not group.aggregated)
 
     # ------------------------------------------------------------------ server loop (Alg. 1)
     def start(self, sim: Simulation) -> None:
-        self.clients = [ClientState() for _ in range(sim.num_clients)]
         warmup_steps = self.q_max if self.options.warmup == "q_max" else self.q_min
-        for client in range(sim.num_clients):  # warm-up: everybody gets Q_min (paper) or Q_max (code)
-            self.clients[client].steps = warmup_steps
-            self._dispatch(sim, client)
+        # warm-up: everybody gets Q_min (paper) or Q_max (code), no group, T_start = now, and the
+        # lr scale 0.995^0 = 1 of the legacy decay: _dispatch for each client, in one bulk call
+        now = sim.now
+        with collections_paused(freeze=True):  # long-lived objects (4 per client), no cycle
+            self.clients = [ClientState(None, warmup_steps, None, now) for _ in range(sim.num_clients)]
+            sim.dispatch_many(range(sim.num_clients), warmup_steps)
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
         client, now = record.client, sim.now
@@ -195,6 +210,7 @@ class FedCompass(Policy):
             sim.aggregate(self._contributions(sim, records), server_optimizer=True, payload=payload)
             self.general_buffer = []
         # This group must not be a JOIN/CREATE candidate while its members are reassigned (§10.5).
+        self._unindex(group_id, group)
         group.expected = group.latest = 0.0
         arrived, group.arrived, group.buffer = group.arrived, [], []
         for client in sorted(arrived, key=lambda c: (self.clients[c].speed, c)):  # fastest first
@@ -214,7 +230,11 @@ class FedCompass(Policy):
             self._buffered_weight[record.id] = self._weight(sim, record)
 
     def _weight(self, sim: Simulation, record: DispatchRecord) -> float:
-        return float(self.staleness(sim.staleness(record))) * float(sim.client_weights[record.client])
+        staleness = sim.version - record.version
+        weight = self._staleness_weights.get(staleness)
+        if weight is None:  # st(τ_g − τ_i) once per staleness value: a lookup costs a fifth of a call
+            weight = self._staleness_weights[staleness] = float(self.staleness(staleness))
+        return weight * float(sim.client_weights[record.client])
 
     # ------------------------------------------------------------------ ASSIGNGROUP (Alg. 2)
     def _assign(self, sim: Simulation, client: int) -> None:
@@ -222,6 +242,49 @@ class FedCompass(Policy):
             self._create(sim, client)
 
     def _join(self, client: int, now: float) -> bool:
+        """JOINGROUP: put the client in the group :meth:`_join_choice` picks; False if there is none."""
+        choice = self._join_choice(client, now)
+        if choice is None:
+            return False
+        self._enter(client, *choice, self.clients[client].speed)
+        return True
+
+    def _join_choice(self, client: int, now: float) -> tuple[int, int] | None:
+        """(group, q) for JOINGROUP: the open group giving the client the most steps
+        q = floor((T_a − now) / S_i)
+        within [Q_min, ⌊factor·Q_max⌋], ties to the latest-created group — found by bisecting the
+        groups sorted by T_a (q never falls as T_a grows), O(log groups) rather than a scan.
+
+        Exactly the scan's choice (:meth:`_join_choice_scan`, kept as the reference and for speeds that are
+        not finite and positive): the scan goes through the groups in creation order and keeps the
+        last one with the largest q; here that is the largest group id among the entries with the
+        largest q ≤ the bound, which sit side by side just below the first entry past it."""
+        speed = self.clients[client].speed
+        if not 0.0 < speed < math.inf:
+            return self._join_choice_scan(client, now)
+        upper = math.floor(self.options.join_max_factor * self.q_max)
+        index, floor = self._by_expected, math.floor
+        size = len(index)
+        # The first entry with q > upper: start from where exact arithmetic puts it, then step to
+        # where the rounded q puts it (a step or none).
+        end = bisect.bisect_left(index, (now + (upper + 1) * speed,))
+        while end < size and floor((index[end][0] - now) / speed) <= upper:
+            end += 1
+        while end > 0 and floor((index[end - 1][0] - now) / speed) > upper:
+            end -= 1
+        if end == 0:
+            return None
+        best_q = floor((index[end - 1][0] - now) / speed)
+        if best_q < self.q_min:
+            return None
+        best_group, position = index[end - 1][1], end - 2
+        while position >= 0 and floor((index[position][0] - now) / speed) == best_q:
+            best_group = max(best_group, index[position][1])
+            position -= 1
+        return best_group, best_q
+
+    def _join_choice_scan(self, client: int, now: float) -> tuple[int, int] | None:
+        """JOINGROUP's choice by the paper's scan over every open group (what :meth:`_join_choice` equals)."""
         speed = self.clients[client].speed
         upper = math.floor(self.options.join_max_factor * self.q_max)
         q_min, floor = self.q_min, math.floor
@@ -233,14 +296,14 @@ class FedCompass(Policy):
             q = floor((expected - now) / speed)
             if q_min <= q <= upper and q >= best_q:
                 best_group, best_q = group_id, q
-        if best_group is None:
-            return False
-        self.clients[client].group, self.clients[client].steps = best_group, best_q
-        group = self.groups[best_group]
+        return None if best_group is None else (best_group, best_q)
+
+    def _enter(self, client: int, group_id: int, steps: int, speed: float) -> None:
+        self.clients[client].group, self.clients[client].steps = group_id, steps
+        group = self.groups[group_id]
         group.pending.add(client)
         if group.speeds is not None:
             heapq.heappush(group.speeds, (speed, client))
-        return True
 
     def _create(self, sim: Simulation, client: int) -> None:
         now, speed = sim.now, self.clients[client].speed
@@ -263,9 +326,11 @@ class FedCompass(Policy):
             q = self.q_max
         group_id, self._next_group = self._next_group, self._next_group + 1
         latest = now + self.latest_time_factor * q * speed
-        self.groups[group_id] = GroupState(pending={client}, arrived=[], buffer=[], expected=now + q * speed,
-                                           latest=latest, timer=sim.set_timer(latest, group_id),
-                                           speeds=[(speed, client)])
+        group = self.groups[group_id] = GroupState(pending={client}, arrived=[], buffer=[], expected=now + q * speed,
+                                                   latest=latest, timer=sim.set_timer(latest, group_id),
+                                                   speeds=[(speed, client)])
+        if not group.aggregated:
+            bisect.insort(self._by_expected, (group.expected, group_id))
         self.clients[client].group, self.clients[client].steps = group_id, q
 
     def _fastest(self, group_id: int, group: GroupState) -> float:
@@ -295,8 +360,8 @@ class FedCompass(Policy):
         lr_scale = 1.0
         if self.options.lr_decay:
             lr_scale = 0.995 ** math.floor(state.total_steps / self.q_max)
-        sim.dispatch(client, state.steps, lr_scale=lr_scale,
-                     detail=None if state.group is None else f"group {state.group}")
+        sim.dispatch(client, state.steps, lr_scale,  # positional: keywords cost a tenth of the call
+                     None if state.group is None else f"group {state.group}")
 
     def _record_speed(self, state: ClientState, now: float, steps: int) -> None:
         sample = (now - state.start) / steps  # T_start = dispatch time: idle waiting not counted
@@ -305,8 +370,18 @@ class FedCompass(Policy):
         else:
             state.speed = 0.1 * state.speed + 0.9 * sample
 
+    def _unindex(self, group_id: int, group: GroupState) -> None:
+        """Take a group out of the T_a index (it is being aggregated or deleted)."""
+        if group.aggregated:
+            return
+        index = self._by_expected
+        position = bisect.bisect_left(index, (group.expected, group_id))
+        if position < len(index) and index[position] == (group.expected, group_id):
+            del index[position]
+
     def _delete(self, sim: Simulation, group_id: int) -> None:
         group = self.groups.pop(group_id)
+        self._unindex(group_id, group)
         if group.timer is not None:
             sim.cancel(group.timer)
 
