@@ -22,22 +22,7 @@
 #
 # QUICK=1 bash benchmarks/gpu_scale.sh is a smoke run at the scripts' --quick sizes (CPU is fine).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT="${OUT:-benchmarks/out}"
-mkdir -p "$OUT"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-QUICK="${QUICK:-}"
-started=$SECONDS
-
-{
-  date -u +%Y-%m-%dT%H:%M:%SZ
-  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 || echo "no nvidia-smi"
-  python -c "import jax; print('jax', jax.__version__, jax.default_backend(), jax.devices())"
-  python -c "import importlib.util as u; print('packages:', {m: bool(u.find_spec(m)) for m in ('orbax.checkpoint', 'pyarrow', 'tqdm')})"
-  nproc; free -g | head -2
-} > "$OUT/device.txt" 2>&1
-cat "$OUT/device.txt"
+source "$(dirname "$0")/gpu_common.sh"  # cd to the root, $OUT, device.txt, step()
 
 if [ -n "$QUICK" ]; then
   million=(--quick); state=(--quick)
@@ -48,16 +33,6 @@ else
   million=(--clients 1000000 --concurrency 1000 --buffer-size 10 --updates 3000 --eval-every 250)
   state=(--model cnn --clients 2000 --per-round 200 --rounds 10 --repeats 2)
 fi
-
-step() {  # step NAME LIMIT_S COMMAND...: run one benchmark under its own limit, log to $OUT/NAME.txt
-  local name=$1 limit=$2; shift 2
-  echo "=== $name (limit ${limit} s, suite at $((SECONDS - started)) s)"
-  timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
-  local status=${PIPESTATUS[0]}
-  [ "$status" -eq 124 ] && echo "=== $name: cut at its ${limit} s limit (finished runs are in its JSON)"
-  [ "$status" -ne 0 ] && [ "$status" -ne 124 ] && echo "=== $name: exit status $status"
-  return 0
-}
 
 budget() {  # budget LIMIT_S: the run's own budget inside a step's limit (QUICK: none)
   [ -n "$QUICK" ] || echo "--time-budget $(( $1 - 25 ))"

@@ -15,20 +15,7 @@
 # steps' limits add up to 550 s, inside the tool's 600 s); a step cut short keeps the rows it
 # finished, since every script rewrites its JSON after each row.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT="${OUT:-benchmarks/out}"
-mkdir -p "$OUT"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-QUICK="${QUICK:-}"  # QUICK=1: a smoke run of this script at the scripts' --quick sizes (CPU is fine)
-started=$SECONDS
-
-{
-  date -u +%Y-%m-%dT%H:%M:%SZ
-  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 || echo "no nvidia-smi"
-  python -c "import jax; print('jax', jax.__version__, jax.default_backend(), jax.devices())"
-} > "$OUT/device.txt" 2>&1
-cat "$OUT/device.txt"
+source "$(dirname "$0")/gpu_common.sh"  # cd to the root, $OUT, device.txt, step()
 
 fashion=()
 for dir in "${FASHION_MNIST_DIR:-}" benchmarks/out/fashion-mnist /usr/share/datasets/fashion-mnist; do
@@ -51,16 +38,6 @@ else
   e2e=(--repeats 2 --time-budget 150 ${fashion[@]+"${fashion[@]}"})
   counts=(600 6000 60000); sample_repeats=50
 fi
-
-step() {  # step NAME LIMIT_S COMMAND...: run one benchmark under its own limit, log to $OUT/NAME.txt
-  local name=$1 limit=$2; shift 2
-  echo "=== $name (limit ${limit} s, suite at $((SECONDS - started)) s)"
-  timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
-  local status=${PIPESTATUS[0]}
-  [ "$status" -eq 124 ] && echo "=== $name: cut at its ${limit} s limit (rows so far are in its JSON)"
-  [ "$status" -ne 0 ] && [ "$status" -ne 124 ] && echo "=== $name: exit status $status"
-  return 0
-}
 
 # (a) Vectorised client training vs one client per call vs the one-big-model limit, with MFU.
 step client_batching 200 python benchmarks/client_batching.py "${cnn[@]}" --json "$OUT/client_batching.json"
