@@ -14,11 +14,12 @@ And a dense layer's matrix product ``x @ W`` (``W`` of shape (in, out), contract
 axis, as ``flax.linen.Dense`` does) → the same product with its own gradient rule, which computes
 the kernel's gradient as ``xᵀ g`` laid out (in, out) like ``W``. JAX's rule computes ``gᵀ x`` of
 shape (out, in) and transposes it, and XLA:CPU folds that transpose into the optimiser's update of
-``W``, a strided pass over the whole kernel: for the example CNN's 9216 × 128 layer at batch 10 the
-product and the update took 2.2 ms of a 10.8 ms step on one core, 0.7 ms in this form
-(``benchmarks/cpu_step.py``).
-Values are the same up to float reassociation (the dense gradient's sums run over the same terms); the max-pool's gradient differs only where a
-window holds several equal maxima (the reshape splits the gradient among them, XLA's form gives
+``W``, a strided pass over the whole kernel. For the example CNN's 9216 × 128 layer at batch 10
+that product and update were 19 % of the step's traced operations on one core, 8 % in this form,
+and a step costs 9 % less CPU time (``benchmarks/cpu_step.py``, figures in benchmarks/README.md).
+Values are the same up to float reassociation (the dense gradient sums the same terms; on the
+development CPU it is bit-identical); the max-pool's gradient differs only where a window holds
+several equal maxima (the reshape splits the gradient among them, XLA's form gives
 it to the first), which after a ReLU only happens at zeros, whose gradient the ReLU stops anyway.
 
 :func:`cpu_friendly` wraps a function (the model's forward pass): every call traces it to a
