@@ -34,8 +34,9 @@ and one jax CPU device, i.e. one engine device.
 
     python benchmarks/cpu_step.py                                   # every formulation, ~3 min
     python benchmarks/cpu_step.py --variants default no_dense xla --repeats 7
-    python benchmarks/cpu_step.py --flags "" "--xla_cpu_use_xnnpack=false" --repeats 2
+    python benchmarks/cpu_step.py --flags none xla_cpu_use_xnnpack=false --repeats 2   # flags without "--"
     python benchmarks/cpu_step.py --profile no_dense                # the 20 costliest operations
+    CPU_STEP_BATCH=64 python benchmarks/cpu_step.py --variants default no_dense   # cross_silo's batch
 """
 from __future__ import annotations
 
@@ -166,7 +167,7 @@ def compile_variant(variant: str):
 
     model = make_model("cnn_example", 10)
     apply = _hand_written(variant) if variant in HAND_WRITTEN else model.apply
-    trainer = make_client_trainer(apply, optax.sgd(0.1), batch_size=10,
+    trainer = make_client_trainer(apply, optax.sgd(0.1), batch_size=int(os.environ.get("CPU_STEP_BATCH", 10)),
                                   cpu_friendly_layers=variant in ("default", "no_dense", "xla_conv"))
     params = model.init(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
     rng = np.random.default_rng(0)
@@ -254,8 +255,9 @@ def profile(variant: str, calls: int, top: int = 20) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    parser.add_argument("--flags", nargs="+", metavar="XLA_FLAGS", help="time `default` under each of these "
-                        "XLA_FLAGS settings (each in its own process) instead of the formulations")
+    parser.add_argument("--flags", nargs="+", metavar="FLAG", help="time `default` under each of these XLA "
+                        "flags, written without their leading -- (`none`: no flag; `a=1,b=2`: two at once), each "
+                        "in its own process, instead of the formulations")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--calls", type=int, default=5, help="6-step calls per timing")
     parser.add_argument("--core", type=int, help="the core to pin to (default: the last one allowed)")
@@ -265,9 +267,11 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.flags:
-        rows = {flags: [] for flags in args.flags}
+        settings = [" ".join(f"--{flag}" for flag in setting.split(",")) if setting != "none" else ""
+                    for setting in args.flags]
+        rows = {flags: [] for flags in settings}
         for _ in range(args.repeats):
-            for flags in args.flags:
+            for flags in settings:
                 command = [sys.executable, __file__, "--child", "--variants", "default", "--repeats", "1",
                            "--calls", str(args.calls)] + ([] if args.core is None else ["--core", str(args.core)])
                 environment = dict(os.environ, XLA_FLAGS=f"{ONE_CORE_FLAGS} {flags}".strip(), JAXFL_CPU_DEVICES="1")

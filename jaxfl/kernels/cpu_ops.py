@@ -16,7 +16,7 @@ the kernel's gradient as ``xᵀ g`` laid out (in, out) like ``W``. JAX's rule co
 shape (out, in) and transposes it, and XLA:CPU folds that transpose into the optimiser's update of
 ``W``, a strided pass over the whole kernel. For the example CNN's 9216 × 128 layer at batch 10
 that product and update were 19 % of the step's traced operations on one core, 8 % in this form,
-and a step costs 9 % less CPU time (``benchmarks/cpu_step.py``, figures in benchmarks/README.md).
+and a step costs 7–9 % less CPU time (``benchmarks/cpu_step.py``, figures in benchmarks/README.md).
 Values are the same up to float reassociation (the dense gradient sums the same terms; on the
 development CPU it is bit-identical); the max-pool's gradient differs only where a window holds
 several equal maxima (the reshape splits the gradient among them, XLA's form gives
