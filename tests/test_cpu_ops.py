@@ -58,3 +58,86 @@ def test_vmapped_clients_and_left_alone_forms():
     grouped = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID", rhs_dilation=(2, 2),  # noqa: E731
                                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
     assert _count(cpu_friendly(grouped), x[0], w[0], primitive="conv_general_dilated") == 1
+
+
+def _transposed_shapes(jaxpr) -> list:
+    """The output shapes of the transposes in a jaxpr and the jaxprs nested in it."""
+    shapes = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "transpose":
+            shapes.append(eqn.outvars[0].aval.shape)
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(inner, "jaxpr", inner)
+                if hasattr(inner, "eqns"):
+                    shapes += _transposed_shapes(inner)
+    return shapes
+
+
+def test_dense_products_are_rewritten_and_their_kernel_gradients_need_no_transpose():
+    # JAX's rule transposes each kernel gradient (gᵀx, out × in); the rewritten rule computes xᵀg in
+    # the kernel's (in, out) layout directly
+    for name, kernels in (("mlp", [(784, 200), (200, 200), (200, 10)]), ("cnn_example", [(9216, 128), (128, 10)])):
+        model = make_model(name, 10)
+        x = jax.random.uniform(jax.random.key(1), (3, 28, 28, 1))
+        params = model.init(jax.random.key(0), x[:1])
+        assert _count(cpu_friendly(model.apply), params, x, primitive="custom_vjp_call") == len(kernels)
+        plain, fast = (_transposed_shapes(jax.make_jaxpr(jax.grad(lambda p: jnp.sum(apply(p, x))))(params).jaxpr)
+                       for apply in (model.apply, cpu_friendly(model.apply)))
+        assert sorted(shape for shape in plain if shape in kernels) == sorted(kernels)
+        assert not [shape for shape in fast if shape in kernels]
+
+
+@pytest.mark.parametrize("x_shape", [(4, 5), (2, 3, 5), (5,)])
+def test_dense_product_matches_xla_values_and_gradients(x_shape):
+    # the same float32 sums over the same terms, maybe in another order: a reassociation tolerance
+    # (on the development CPU they are bit-identical)
+    from jaxfl.kernels.cpu_ops import dense_product
+
+    x = jax.random.normal(jax.random.key(0), x_shape)
+    w = jax.random.normal(jax.random.key(1), (5, 7))
+    np.testing.assert_array_equal(dense_product(x, w), x @ w)
+    weights = jax.random.normal(jax.random.key(2), x_shape[:-1] + (7,))
+    loss = lambda product: lambda x, w: jnp.sum(jnp.tanh(product(x, w)) * weights)  # noqa: E731
+    fast = jax.grad(loss(dense_product), argnums=(0, 1))(x, w)
+    exact = jax.grad(loss(jnp.matmul), argnums=(0, 1))(x, w)
+    for a, b in zip(fast, exact):
+        assert a.dtype == jnp.float32 and a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    # vmapped clients (the engine's client axis) differentiate through it as well
+    per_client = jax.vmap(jax.grad(loss(dense_product), argnums=1), in_axes=(None, 0))(x, jnp.stack([w, 2 * w]))
+    np.testing.assert_allclose(per_client[1], jax.grad(loss(jnp.matmul), argnums=1)(x, 2 * w), rtol=1e-6, atol=1e-6)
+
+
+def test_other_products_are_left_as_they_are():
+    x, w = jnp.ones((2, 3, 4)), jnp.ones((2, 4, 5))
+    batched = lambda x, w: jnp.einsum("bij,bjk->bik", x, w)  # noqa: E731  (batch axes)
+    highest = lambda x, w: jnp.dot(x, w[0], precision=lax.Precision.HIGHEST)  # noqa: E731
+    integer = lambda x, w: x.astype(jnp.int32) @ w[0].astype(jnp.int32)  # noqa: E731
+    transposed = lambda x, w: lax.dot_general(x, w[0], (((2,), (1,)), ((), ())))  # noqa: E731  (contracts W's last axis)
+    for function in (batched, highest, integer):
+        assert _count(cpu_friendly(function), x, w, primitive="custom_vjp_call") == 0
+    assert _count(cpu_friendly(transposed), x, jnp.ones((2, 5, 4)), primitive="custom_vjp_call") == 0
+
+
+def test_runs_on_a_cpu_train_with_the_rewritten_layers_unless_switched_off(small_config):
+    """The engine's choice: on the CPU backend a run's client step has the rewritten forms (here the
+    MLP's three dense kernel gradients without their transposes); cpu_friendly_layers=False keeps XLA's."""
+    import dataclasses
+
+    from jaxfl import run_experiment
+    from jaxfl.kernels.client import ClientView
+
+    assert jax.default_backend() == "cpu"
+    transposes = {}
+    for switch in (True, False):
+        config = dataclasses.replace(small_config, max_updates=1, local_steps=1, cpu_friendly_layers=switch,
+                                     run_name=f"layers-{switch}")
+        engine = run_experiment(config).engine
+        state = jax.eval_shape(engine.trainer.init, engine.params, 0, jax.random.key(0))
+        scalar = jax.ShapeDtypeStruct((), jnp.int32)
+        step = jax.make_jaxpr(engine.trainer.step)(state, engine.data, ClientView(scalar, scalar))
+        transposes[switch] = _transposed_shapes(step.jaxpr)
+    kernels = [(784, 200), (200, 200), (200, 10)]
+    assert sorted(s for s in transposes[False] if s in kernels) == sorted(kernels)
+    assert not [s for s in transposes[True] if s in kernels]

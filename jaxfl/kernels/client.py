@@ -149,8 +149,8 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
     (its gradient μ (w − w_start) is added to every minibatch gradient; the reported loss stays the
     data loss). ``init(..., anchor=...)`` overrides w_start; μ = 0 builds exactly the kernel without it.
 
-    ``cpu_friendly_layers`` runs the model's convolutions and tiling max-pools in the forms XLA:CPU
-    computes 2–2.7× faster (:mod:`jaxfl.kernels.cpu_ops`; the engine's runs turn it on on CPUs).
+    ``cpu_friendly_layers`` runs the model's convolutions, tiling max-pools and dense products in the
+    forms XLA:CPU computes faster (:mod:`jaxfl.kernels.cpu_ops`; the engine's runs turn it on on CPUs).
 
     >>> import flax.linen as nn
     >>> model = nn.Dense(3)

@@ -1,0 +1,323 @@
+"""One client's training step of the cross-device CNN on one CPU core, in several formulations side by side
+(issue 17, target 1: what makes the XLA:CPU step cheaper).
+
+The program timed is the one the engine compiles for each CPU device on the ``cross_device`` workload
+of ``cpu_speed.py``: PyTorch's MNIST example CNN (``cnn_example``, 1.2 M parameters), plain SGD at
+lr 0.1, one vmapped client, 6 unrolled steps of batch 10 drawn from its 60 samples, the step count a
+runtime value (the masked steps of the engine). Each formulation is compiled once, then the
+formulations take turns (``--repeats`` rounds of ``--calls`` calls each, so that a shared machine's
+load hits all of them) and the table gives the median milliseconds per step, wall and CPU (the
+process's CPU time: steadier than wall time when other jobs share the cores), with the load average.
+
+Formulations (the same parameter pytree, the same float32 arithmetic up to reassociation):
+
+- ``xla``: the model as flax writes it (XLA's convolutions and ``reduce_window`` max-pool);
+- ``default``: what the engine runs on a CPU (``cpu_friendly``: im2col convolution, reshape max-pool,
+  dense products with a transpose-free kernel gradient);
+- ``no_dense``: ``default`` without the dense rewrite (the engine's CPU default before it);
+- ``xla_conv``: ``default`` but the wide convolution left to XLA (only the pool and dense rewrites);
+- hand-written models on the same parameters: ``nchw`` (the wide convolution in NCHW/OIHW layout),
+  ``patches`` (im2col by ``lax.conv_general_dilated_patches``), ``rows`` (im2col per kernel row: three
+  matrix products of a third of the size), ``pairwise_pool`` (the pool as a tree of ``maximum``),
+  ``select_pool`` (the pool with a gradient rule that routes ``g`` to every window maximum) — each
+  with the dense rewrite, so that they compare with ``default``.
+
+``--profile VARIANT`` prints where one formulation's step goes instead: XLA:CPU's own trace of
+each operation (``--xla_cpu_enable_xprof_traceme``), summed per step by the operation's kind, shape
+and source, the largest first (the timings include the tracing's overhead).
+
+``--flags`` times ``default`` once per XLA_FLAGS setting instead, each in its own process (flags are
+read when jax starts its backend), the settings taking turns ``--repeats`` times.
+
+Pinning: every process runs on one core (``--core``, default the last) with Eigen single-threaded
+and one jax CPU device, i.e. one engine device.
+
+    python benchmarks/cpu_step.py                                   # every formulation, ~3 min
+    python benchmarks/cpu_step.py --variants default no_dense xla --repeats 7
+    python benchmarks/cpu_step.py --flags none xla_cpu_use_xnnpack=false --repeats 2   # flags without "--"
+    python benchmarks/cpu_step.py --profile no_dense                # the 20 costliest operations
+    CPU_STEP_BATCH=64 python benchmarks/cpu_step.py --variants default no_dense   # cross_silo's batch
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import glob
+import gzip
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ONE_CORE_FLAGS = "--xla_cpu_multi_thread_eigen=false"
+STEPS = 6
+
+
+def _pin(core: int | None) -> None:
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[-1] if core is None else core})
+
+
+# ------------------------------------------------------------------ hand-written formulations
+def _hand_written(variant: str):
+    """apply(variables, x) of the example CNN for a hand-written variant (same parameter pytree)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from jaxfl.kernels.cpu_ops import dense_product
+
+    nhwc = ("NHWC", "HWIO", "NHWC")
+
+    def conv_xla(x, kernel):
+        return lax.conv_general_dilated(x, kernel, (1, 1), "VALID", dimension_numbers=nhwc)
+
+    def windows(x, kh, kw, rows=None):
+        out_h, out_w = x.shape[1] - kh + 1, x.shape[2] - kw + 1
+        return [x[:, i:i + out_h, j:j + out_w, :] for i in (range(kh) if rows is None else rows) for j in range(kw)]
+
+    def conv_im2col(x, kernel):
+        kh, kw, c, o = kernel.shape
+        return jnp.concatenate(windows(x, kh, kw), axis=-1) @ kernel.reshape(kh * kw * c, o)
+
+    def conv_nchw(x, kernel):
+        y = lax.conv_general_dilated(jnp.transpose(x, (0, 3, 1, 2)), jnp.transpose(kernel, (3, 2, 0, 1)), (1, 1),
+                                     "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return jnp.transpose(y, (0, 2, 3, 1))
+
+    def conv_patches(x, kernel):
+        kh, kw, c, o = kernel.shape
+        patches = lax.conv_general_dilated_patches(x, (kh, kw), (1, 1), "VALID", dimension_numbers=nhwc)
+        return patches @ jnp.transpose(kernel, (2, 0, 1, 3)).reshape(c * kh * kw, o)  # channel-major patches
+
+    def conv_rows(x, kernel):
+        kh, kw, c, o = kernel.shape
+        return sum(jnp.concatenate(windows(x, kh, kw, rows=[i]), axis=-1) @ kernel[i].reshape(kw * c, o)
+                   for i in range(kh))
+
+    def pool_reshape(x):
+        n, h, w, c = x.shape
+        return x.reshape(n, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
+
+    def pool_pairwise(x):
+        n, h, w, c = x.shape
+        y = x.reshape(n, h // 2, 2, w // 2, 2, c)
+        return jnp.maximum(jnp.maximum(y[:, :, 0, :, 0], y[:, :, 0, :, 1]), jnp.maximum(y[:, :, 1, :, 0], y[:, :, 1, :, 1]))
+
+    @jax.custom_vjp
+    def pool_select(x):
+        return pool_reshape(x)
+
+    def _upsample(a, shape):
+        n, h, w, c = shape
+        return jnp.broadcast_to(a[:, :, None, :, None, :], (n, h // 2, 2, w // 2, 2, c)).reshape(shape)
+
+    pool_select.defvjp(lambda x: (pool_reshape(x), (x, pool_reshape(x))),
+                       lambda res, g: (jnp.where(res[0] == _upsample(res[1], res[0].shape), _upsample(g, res[0].shape), 0.0),))
+
+    conv, pool = {"nchw": (conv_nchw, pool_reshape), "patches": (conv_patches, pool_reshape),
+                  "rows": (conv_rows, pool_reshape), "pairwise_pool": (conv_im2col, pool_pairwise),
+                  "select_pool": (conv_im2col, pool_select)}[variant]
+
+    def apply(variables, x):
+        p = variables["params"]
+        x = jax.nn.relu(conv_xla(x, p["Conv_0"]["kernel"]) + p["Conv_0"]["bias"])  # 1 channel: XLA's (as cpu_friendly)
+        x = jax.nn.relu(conv(x, p["Conv_1"]["kernel"]) + p["Conv_1"]["bias"])
+        x = pool(x).reshape(x.shape[0], -1)
+        x = jax.nn.relu(dense_product(x, p["Dense_0"]["kernel"]) + p["Dense_0"]["bias"])
+        return dense_product(x, p["Dense_1"]["kernel"]) + p["Dense_1"]["bias"]
+
+    return apply
+
+
+HAND_WRITTEN = ("nchw", "patches", "rows", "pairwise_pool", "select_pool")
+VARIANTS = ("default", "no_dense", "xla_conv", "xla") + HAND_WRITTEN
+
+
+@contextlib.contextmanager
+def _rewrites(dense: bool = True, im2col: bool = True):
+    """Switch cpu_friendly's dense or im2col rewrite off while the step is traced (benchmark only)."""
+    from jaxfl.kernels import cpu_ops
+
+    saved = cpu_ops._is_dense, cpu_ops._im2col_applies
+    if not dense:
+        cpu_ops._is_dense = lambda eqn: False
+    if not im2col:
+        cpu_ops._im2col_applies = lambda eqn: False
+    try:
+        yield
+    finally:
+        cpu_ops._is_dense, cpu_ops._im2col_applies = saved
+
+
+def compile_variant(variant: str):
+    """(the compiled 6-step call of one vmapped client, its arguments) for a formulation."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    from jaxfl.kernels.client import ClientView, FederatedArrays, make_client_trainer
+    from jaxfl.models import make_model
+
+    model = make_model("cnn_example", 10)
+    apply = _hand_written(variant) if variant in HAND_WRITTEN else model.apply
+    trainer = make_client_trainer(apply, optax.sgd(0.1), batch_size=int(os.environ.get("CPU_STEP_BATCH", 10)),
+                                  cpu_friendly_layers=variant in ("default", "no_dense", "xla_conv"))
+    params = model.init(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
+    rng = np.random.default_rng(0)
+    data = FederatedArrays(jnp.asarray(rng.integers(0, 256, (6000, 28, 28, 1), dtype=np.uint8)),
+                           jnp.asarray(rng.integers(0, 10, 6000), dtype=jnp.int32))
+    view = ClientView(jnp.array([120], jnp.int32), jnp.array([60], jnp.int32))
+    batched_step = jax.vmap(trainer.step, in_axes=(0, None, 0))
+
+    def call(params, num_steps, key):
+        states = jax.vmap(trainer.init)(jax.tree.map(lambda leaf: leaf[None], params), num_steps, key[None])
+        states, _ = jax.lax.scan(lambda carry, _: (batched_step(carry, data, view), None), states, None,
+                                 length=STEPS, unroll=True)
+        return jax.tree.map(lambda leaf: leaf[0], states.params)
+
+    arguments = (params, jnp.array([STEPS], jnp.int32), jax.random.key(1))
+    with _rewrites(dense=variant != "no_dense", im2col=variant != "xla_conv"):
+        compiled = jax.jit(call).lower(*arguments).compile()
+    return compiled, arguments
+
+
+def time_variants(variants, repeats: int, calls: int) -> dict:
+    import jax
+
+    compiled = {}
+    for variant in variants:
+        started = time.perf_counter()
+        compiled[variant] = compile_variant(variant)
+        function, arguments = compiled[variant]
+        jax.block_until_ready(function(*arguments))
+        print(f"  {variant}: compiled and run once in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    wall = {variant: [] for variant in variants}
+    cpu = {variant: [] for variant in variants}
+    loads = []
+    for _ in range(repeats):
+        for variant in variants:
+            function, (params, num_steps, key) = compiled[variant]
+            wall_0, cpu_0 = time.perf_counter(), time.process_time()
+            for _ in range(calls):
+                params = function(params, num_steps, key)
+            jax.block_until_ready(params)
+            wall[variant].append((time.perf_counter() - wall_0) / calls / STEPS * 1e3)
+            cpu[variant].append((time.process_time() - cpu_0) / calls / STEPS * 1e3)
+        loads.append(os.getloadavg()[0])
+    return {variant: {"wall_ms": statistics.median(wall[variant]), "cpu_ms": statistics.median(cpu[variant]),
+                      "cpu_ms_min": min(cpu[variant])} for variant in variants} | {"load": (min(loads), max(loads))}
+
+
+def profile(variant: str, calls: int, top: int = 20) -> None:
+    """Print the costliest operations of one formulation's step from XLA:CPU's trace."""
+    import jax
+
+    function, arguments = compile_variant(variant)
+    text = function.as_text()
+    described = {}  # HLO instruction name → "opcode shape source"
+    for line in text[text.index("\nENTRY"):].splitlines():
+        match = re.match(r"\s*%?([\w.\-]+) = (\S+) ([\w\-]+)\(", line)
+        if match:
+            source = re.search(r'op_name="([^"]+)"', line)
+            described[match.group(1)] = (f"{match.group(3)} {match.group(2).split('{')[0]} "
+                                         f"{source.group(1).split('/')[-1] if source else ''}").strip()
+    params, num_steps, key = arguments
+    for _ in range(2):
+        params = function(params, num_steps, key)
+    jax.block_until_ready(params)
+    with tempfile.TemporaryDirectory() as folder:
+        with jax.profiler.trace(folder, create_perfetto_trace=True):
+            for _ in range(calls):
+                params = function(params, num_steps, key)
+            jax.block_until_ready(params)
+        with gzip.open(glob.glob(os.path.join(folder, "**", "*.trace.json.gz"), recursive=True)[0]) as handle:
+            events = json.load(handle)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    microseconds, count = collections.Counter(), collections.Counter()
+    for event in events:
+        if event.get("ph") == "X" and event.get("name") in described:
+            microseconds[described[event["name"]]] += event.get("dur", 0)
+            count[described[event["name"]]] += 1
+    per_step = lambda total: total / 1e3 / calls / STEPS  # noqa: E731
+    print(f"{variant}: {per_step(sum(microseconds.values())):.2f} ms per step in XLA's operations, load average "
+          f"{os.getloadavg()[0]:.1f}\n| ms/step | per step | operation (kind, shape, source) |\n|---:|---:|---|")
+    for operation, total in microseconds.most_common(top):
+        print(f"| {per_step(total):.3f} | {count[operation] / calls / STEPS:.1f} | {operation} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--flags", nargs="+", metavar="FLAG", help="time `default` under each of these XLA "
+                        "flags, written without their leading -- (`none`: no flag; `a=1,b=2`: two at once), each "
+                        "in its own process, instead of the formulations")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=5, help="6-step calls per timing")
+    parser.add_argument("--core", type=int, help="the core to pin to (default: the last one allowed)")
+    parser.add_argument("--profile", choices=VARIANTS, metavar="VARIANT", help="print where this formulation's "
+                        "step goes (XLA:CPU's trace per operation) instead of timing the formulations")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.flags:
+        settings = [" ".join(f"--{flag}" for flag in setting.split(",")) if setting != "none" else ""
+                    for setting in args.flags]
+        rows = {flags: [] for flags in settings}
+        for _ in range(args.repeats):
+            for flags in settings:
+                command = [sys.executable, __file__, "--child", "--variants", "default", "--repeats", "1",
+                           "--calls", str(args.calls)] + ([] if args.core is None else ["--core", str(args.core)])
+                environment = dict(os.environ, XLA_FLAGS=f"{ONE_CORE_FLAGS} {flags}".strip(), JAXFL_CPU_DEVICES="1")
+                done = subprocess.run(command, capture_output=True, text=True, env=environment)
+                if done.returncode != 0:
+                    rows[flags].append(None)
+                    print(f"  [{flags}] failed: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+                    continue
+                wall_ms, cpu_ms, load = map(float, done.stdout.split()[-3:])
+                rows[flags].append((wall_ms, cpu_ms, load))
+        print("| XLA_FLAGS (besides " + ONE_CORE_FLAGS + ") | wall ms/step | CPU ms/step | load average |\n|---|---:|---:|---|")
+        for flags, runs in rows.items():
+            done_runs = [run for run in runs if run]
+            if not done_runs:
+                print(f"| `{flags or '(none)'}` | failed | failed | |")
+                continue
+            print(f"| `{flags or '(none)'}` | {statistics.median(r[0] for r in done_runs):.2f} | "
+                  f"{statistics.median(r[1] for r in done_runs):.2f} | "
+                  f"{min(r[2] for r in done_runs):.1f}–{max(r[2] for r in done_runs):.1f} |")
+        return
+
+    os.environ.setdefault("JAXFL_CPU_DEVICES", "1")
+    if ONE_CORE_FLAGS not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = f"{ONE_CORE_FLAGS} {os.environ.get('XLA_FLAGS', '')}".strip()
+    if args.profile:
+        os.environ["XLA_FLAGS"] += " --xla_cpu_enable_xprof_traceme=true"
+    _pin(args.core)
+    import jax
+
+    if args.profile:
+        profile(args.profile, args.calls)
+        return
+
+    results = time_variants(args.variants, args.repeats, args.calls)
+    low, high = results.pop("load")
+    if args.child:
+        only = results["default"]
+        print(f"{only['wall_ms']:.3f} {only['cpu_ms']:.3f} {high:.2f}")
+        return
+    print(f"jax {jax.__version__}, one core, XLA_FLAGS={os.environ['XLA_FLAGS']!r}, load average {low:.1f}–{high:.1f}")
+    print("| formulation | wall ms/step | CPU ms/step | CPU ms/step, best | CPU vs default |\n|---|---:|---:|---:|---:|")
+    reference = results.get("default", next(iter(results.values())))["cpu_ms"]
+    for variant, row in results.items():
+        print(f"| {variant} | {row['wall_ms']:.2f} | {row['cpu_ms']:.2f} | {row['cpu_ms_min']:.2f} | "
+              f"{row['cpu_ms'] / reference:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
