@@ -127,3 +127,31 @@ def test_resume_cuts_back_and_regrows_class_accuracy(small_config, crash_after_s
     resumed = resume_experiment(os.path.join(config.output_dir, "killed"), progress=False)
     assert_same_run(straight, resumed)  # class_accuracy.csv included, byte for byte
     assert load_run(resumed.run_dir).class_accuracy.shape == (5, 10)
+
+
+@pytest.mark.parametrize("count, batches_per_call, dispatches", [(100, 1, 15), (100, 4, 5), (98, 4, 4), (100, 256, 2)])
+def test_batches_grouped_per_call_give_the_one_batch_per_call_figures_bit_for_bit(count, batches_per_call, dispatches):
+    """Several held-out batches per device call (a lax.map), the last call overlapping the one before
+    it, and the padded last batch: the sums are those of one call per batch, exactly, in fewer calls."""
+    import flax.linen as nn
+    import jax
+
+    rng = np.random.default_rng(1)
+    x, labels = rng.normal(size=(count, 5)).astype(np.float32), rng.integers(0, 3, count).astype(np.int32)
+    model = nn.Dense(3)
+    params = model.init(jax.random.key(0), x)
+    squares = lambda logits, labels: {"max_logit": jnp.max(logits, axis=-1)}
+    one = make_evaluator(model.apply, x, labels, batch_size=7, preprocess=lambda v: v, metrics=squares,
+                         batches_per_call=1)
+    grouped = make_evaluator(model.apply, x, labels, batch_size=7, preprocess=lambda v: v, metrics=squares,
+                             batches_per_call=batches_per_call)
+    expected, stats = one(params), grouped(params)
+    assert grouped.dispatches == dispatches and one.dispatches == -(-count // 7)
+    for name in ("accuracy", "balanced_accuracy", "loss", "max_logit"):
+        assert stats[name] == expected[name], name
+    np.testing.assert_array_equal(stats["class_accuracy"], expected["class_accuracy"])
+    logits = np.asarray(model.apply(params, x))
+    assert stats["accuracy"] == np.mean(logits.argmax(1) == labels)
+    assert stats["max_logit"] == pytest.approx(float(np.mean(logits.max(1))), rel=1e-5)
+    with pytest.raises(ValueError, match="batches_per_call must be at least 1, got 0"):
+        make_evaluator(model.apply, x, labels, batches_per_call=0)
