@@ -2,6 +2,8 @@
 
 A run directory holds:
 - ``config.json``: the resolved config, the engine's execution plan and library versions;
+- ``client_samples.npy``: every client's training-sample count (``config.json`` holds its digest;
+  ``jaxfl.runlog.read_client_samples`` reads it);
 - the event log, one row per event (virtual time, event, client, dispatch, model version,
   staleness, steps, detail, and on aggregation rows the wall time since the start): ``events.csv``,
   or Parquet parts under ``events/`` once it passes 200,000 rows (:mod:`jaxfl.runlog`;
@@ -55,7 +57,7 @@ from jaxfl.kernels.client import FederatedArrays, make_client_trainer, scale_uin
 from jaxfl.models import (MODELS, build_model, check_model_input, check_model_object, count_params,
                           is_model_reference, load_model_reference, make_model)
 from jaxfl.models.adapter import as_adapter
-from jaxfl.runlog import CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields
+from jaxfl.runlog import CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields, write_client_samples
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
@@ -1099,7 +1101,7 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
         **({"timing_only": True} if config.timing_only else {}),
         "versions": library_versions(),
         "model_parameters": count_params(params["params"]),
-        "model_state_values": count_params(params.get("state", {})), "client_samples": federation.counts.tolist(),
+        "model_state_values": count_params(params.get("state", {})), "client_samples": write_client_samples(run_dir, federation.counts),
         **described, **({"user_inputs": user_inputs} if user_inputs else {})})
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import json
 import operator
 import os
@@ -813,6 +814,54 @@ def read_class_accuracy(run_dir: str) -> dict[str, np.ndarray] | None:
     return {"time": table[:, 0], "version": table[:, 1].astype(np.int64), "accuracy": table[:, 2:]}
 
 
+CLIENT_SAMPLES_FILE = "client_samples.npy"
+
+
+def write_client_samples(run_dir: str, counts) -> dict:
+    """Write every client's training-sample count as ``client_samples.npy`` (int64) in ``run_dir``;
+    returns what ``config.json`` records of them instead of the list: the file's name, the number
+    of clients, the total and a SHA-256 of the counts (a million-client list was 3.5 MB of JSON).
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> record = write_client_samples(folder, [20, 5, 11])
+    >>> record["clients"], record["total"], read_client_samples(folder, {"client_samples": record}).tolist()
+    (3, 36, [20, 5, 11])
+    """
+    counts = np.ascontiguousarray(counts, dtype="<i8")
+    temporary = os.path.join(run_dir, CLIENT_SAMPLES_FILE + ".tmp")
+    with open(temporary, "wb") as handle:
+        np.save(handle, counts)
+    os.replace(temporary, os.path.join(run_dir, CLIENT_SAMPLES_FILE))
+    return {"file": CLIENT_SAMPLES_FILE, "clients": len(counts), "total": int(counts.sum()),
+            "sha256": hashlib.sha256(counts.tobytes()).hexdigest()}
+
+
+def read_client_samples(run_dir: str, config: dict | None = None) -> np.ndarray | None:
+    """Every client's training-sample count of a run directory (int64), from ``client_samples.npy``
+    as :func:`write_client_samples` recorded it, or from the list ``config.json`` held before that
+    (older runs); None if the run records none. ``config`` is the run's ``config.json`` if already
+    read. A file that does not match its record is a ``ValueError``.
+
+    >>> import tempfile
+    >>> read_client_samples(tempfile.mkdtemp(), {"client_samples": [3, 4]}).tolist()
+    [3, 4]
+    """
+    if config is None:
+        with open(os.path.join(run_dir, "config.json")) as handle:
+            config = json.load(handle)
+    record = config.get("client_samples")
+    if record is None or isinstance(record, list):
+        return None if record is None else np.asarray(record, dtype=np.int64)
+    path = os.path.join(run_dir, record["file"])
+    counts = np.load(path)
+    if len(counts) != record["clients"] or hashlib.sha256(np.ascontiguousarray(counts, "<i8").tobytes()).hexdigest() \
+            != record["sha256"]:
+        raise ValueError(f"{path} does not match config.json's client_samples record (clients {record['clients']}, "
+                         f"sha256 {record['sha256'][:12]}...): it was changed after the run wrote it")
+    return counts
+
+
 @dataclasses.dataclass
 class Run:
     """A finished (or running) run directory, loaded: see :func:`load_run`.
@@ -837,6 +886,11 @@ class Run:
     @property
     def num_events(self) -> int:
         return len(next(iter(self.events.values()), ()))
+
+    @property
+    def client_samples(self) -> np.ndarray | None:
+        """Every client's training-sample count (:func:`read_client_samples`), read when asked for."""
+        return read_client_samples(self.run_dir, self.config)
 
     def to_pandas(self, table: str = "events"):
         """``table`` (``"events"``, ``"metrics"`` or ``"class_accuracy"``: ``time``, ``version`` and a

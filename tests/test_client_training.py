@@ -163,10 +163,9 @@ def test_local_epochs_give_each_client_its_steps_and_fednova_reweights_the_round
 
 
 def _client_samples(run_dir):
-    import json
+    from jaxfl.runlog import load_run
 
-    with open(os.path.join(run_dir, "config.json")) as handle:
-        return json.load(handle)["client_samples"]
+    return load_run(run_dir).client_samples
 
 
 def test_client_training_options_resume_bit_identically_with_one_program(tmp_path):
