@@ -3,7 +3,11 @@
 Layout under ``RUN_DIR/checkpoints/``::
 
     ckpt-000012/device/     orbax: global model, server optimiser state, kept versions,
-                            trained-but-unaggregated updates, the algorithm's device-hook state
+                            trained-but-unaggregated updates, the algorithm's device-hook state;
+                            its small arrays stacked by shape and dtype (``packing.json`` says how)
+    ckpt-000012/packing.json
+                            the order in which the small arrays were stacked (absent: one orbax
+                            array per leaf, as older checkpoints and runs of several processes hold)
     ckpt-000012/client_state/
                             per-client tables of the hooks as ``.npy`` files, when they live in host
                             RAM or a memmap (on the device they go into the orbax tree)
@@ -51,6 +55,73 @@ def _nonempty(tree: dict) -> dict:
     return {k: v for k, v in tree.items() if not (isinstance(v, dict) and not v)}
 
 
+PACKING = "packing.json"
+PACK_BELOW_BYTES = 1 << 20  # leaves this small are stacked with the others of their shape and dtype
+
+
+def _pack(tree: dict, packing: dict | None = None) -> tuple[dict, dict]:
+    """``tree`` (arrays, or a restore target's ``jax.ShapeDtypeStruct``) as orbax saves it: its
+    leaves under ``PACK_BELOW_BYTES`` stacked into one array per shape and dtype, the larger ones
+    kept whole, and the record of that order. Orbax's cost grows with the number of arrays, not their
+    bytes (FedBuff with 1,000 clients in flight keeps ~200 model versions: 0.4 s a checkpoint for
+    kilobytes). A target is packed as ``packing`` (the record of the save) says, checked against it.
+
+    >>> import numpy as np
+    >>> packed, packing = _pack({"a": np.zeros(3), "b": {"c": np.ones(3), "d": np.ones(2)}})
+    >>> {name: value.shape for name, value in packed["packed"].items()}, packing["groups"]
+    ({'0': (2, 3), '1': (1, 2)}, [[0, 1], [2]])
+    >>> _unpack(packed, {"a": 0, "b": {"c": 0, "d": 0}}, packing)["b"]["c"].tolist()
+    [1.0, 1.0, 1.0]
+    """
+    import jax
+    import numpy as np
+
+    kept = {"params": tree["params"]} if "params" in tree else {}  # whole: final_params reads them alone
+    leaves = jax.tree.leaves({name: part for name, part in tree.items() if name != "params"})
+    signatures = [[list(leaf.shape), np.dtype(leaf.dtype).name] for leaf in leaves]
+    if packing is None:
+        groups, whole = {}, []
+        for index, leaf in enumerate(leaves):
+            if np.prod(leaf.shape, dtype=np.int64) * np.dtype(leaf.dtype).itemsize < PACK_BELOW_BYTES:
+                groups.setdefault((tuple(leaf.shape), np.dtype(leaf.dtype).name), []).append(index)
+            else:
+                whole.append(index)
+        packing = {"format": 1, "leaves": signatures, "groups": list(groups.values()), "whole": whole}
+    elif packing.get("format") != 1 or packing["leaves"] != signatures:
+        raise ValueError("the checkpoint's packing.json does not describe the arrays this run restores "
+                         f"({len(packing.get('leaves', []))} leaves recorded, {len(leaves)} expected)")
+    if leaves and not isinstance(leaves[0], jax.ShapeDtypeStruct):  # the arrays of a save: stacked on the host
+        host = jax.device_get(leaves)
+        stack = lambda indices: np.stack([host[i] for i in indices])
+        single = lambda index: leaves[index]
+    else:
+        stack = lambda indices: jax.ShapeDtypeStruct((len(indices),) + tuple(leaves[indices[0]].shape),
+                                                     leaves[indices[0]].dtype, sharding=leaves[indices[0]].sharding)
+        single = lambda index: leaves[index]
+    packed = {"packed": {str(g): stack(indices) for g, indices in enumerate(packing["groups"])},
+              "whole": {str(index): single(index) for index in packing["whole"]}}
+    return {**kept, **{name: part for name, part in packed.items() if part}}, packing
+
+
+def _unpack(packed: dict, target, packing: dict):
+    """The tree of :func:`_pack`'s ``packed`` arrays, shaped like ``target``: each leaf placed as the
+    target's leaf asks (its ``sharding``, where it has one)."""
+    import jax
+
+    targets, structure = jax.tree.flatten({name: part for name, part in target.items() if name != "params"})
+    leaves = [None] * len(targets)
+    for g, indices in enumerate(packing["groups"]):
+        stacked = packed["packed"][str(g)]
+        for row, index in enumerate(indices):
+            leaves[index] = stacked[row]
+    for index in packing["whole"]:
+        leaves[index] = packed["whole"][str(index)]
+    placed = [jax.device_put(leaf, target.sharding) if getattr(target, "sharding", None) is not None else leaf
+              for leaf, target in zip(leaves, targets)]
+    tree = jax.tree.unflatten(structure, placed)
+    return {**({"params": packed["params"]} if "params" in target else {}), **tree}
+
+
 def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dict | None = None) -> str:
     """Write checkpoint ``number`` of a run; returns its folder. ``config`` (JSON-able: the run's
     resolved config and its hash, :func:`jaxfl.resume.checkpoint_config`) goes to ``config.json``.
@@ -66,11 +137,17 @@ def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dic
         shutil.rmtree(temporary, ignore_errors=True)
         os.makedirs(temporary)
     tree, meta = engine.checkpoint_state()
+    tree, packing = _nonempty(tree), None
+    if jax.process_count() == 1:  # several processes write each array's slices: left one array per leaf
+        tree, packing = _pack(tree)
     checkpointer = _checkpointer()
-    checkpointer.save(os.path.join(temporary, "device"), _nonempty(tree))
+    checkpointer.save(os.path.join(temporary, "device"), tree)
     checkpointer.wait_until_finished()
     if not writes_files:
         return final
+    if packing is not None:
+        with open(os.path.join(temporary, PACKING), "w") as handle:
+            json.dump(packing, handle)
     engine.save_client_state_files(os.path.join(temporary, "client_state"))
     with open(os.path.join(temporary, "state.pkl"), "wb") as handle:
         pickle.dump({"simulation": simulation, "engine": meta, **extra}, handle, protocol=pickle.HIGHEST_PROTOCOL)
@@ -119,7 +196,15 @@ def load_config(folder: str) -> dict | None:
 def load_device(folder: str, engine, meta: dict) -> dict:
     """The engine's device tree of a checkpoint folder, restored with the engine's shapes (with the
     per-client tables the folder holds as files, memory-mapped)."""
-    tree = _checkpointer().restore(os.path.join(folder, "device"), _nonempty(engine.checkpoint_target(meta)))
+    target = _nonempty(engine.checkpoint_target(meta))
+    packing_path = os.path.join(folder, PACKING)
+    if os.path.isfile(packing_path):
+        with open(packing_path) as handle:
+            packing = json.load(handle)
+        packed_target, _ = _pack(target, packing)
+        tree = _unpack(_checkpointer().restore(os.path.join(folder, "device"), packed_target), target, packing)
+    else:
+        tree = _checkpointer().restore(os.path.join(folder, "device"), target)
     tree.setdefault("batches", {})
     tree.setdefault("hooks", {})
     files = engine.read_client_state_files(os.path.join(folder, "client_state"), meta)
