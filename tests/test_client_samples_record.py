@@ -29,6 +29,7 @@ def test_counts_are_a_file_and_a_digest_and_an_old_list_still_reads_and_resumes(
     record = _config_json(run_dir)["client_samples"]
     assert record["clients"] == 6 and record["total"] == int(expected.sum()) and record["file"] == CLIENT_SAMPLES_FILE
     assert len(json.dumps(record)) < 200
+    assert os.path.getsize(os.path.join(run_dir, CLIENT_SAMPLES_FILE)) <= 128 + 6 * 2  # header, then uint16 counts
     np.testing.assert_array_equal(load_run(run_dir).client_samples, expected)
     assert len(set(expected.tolist())) > 1  # lognormal sizes: the order of the counts is checked
 
