@@ -78,12 +78,14 @@ def _pack(tree: dict, packing: dict | None = None) -> tuple[dict, dict]:
 
     kept = {"params": tree["params"]} if "params" in tree else {}  # whole: final_params reads them alone
     leaves = jax.tree.leaves({name: part for name, part in tree.items() if name != "params"})
-    signatures = [[list(leaf.shape), np.dtype(leaf.dtype).name] for leaf in leaves]
+    signatures = [[list(leaf.shape), str(leaf.dtype)] for leaf in leaves]
     if packing is None:
         groups, whole = {}, []
         for index, leaf in enumerate(leaves):
-            if np.prod(leaf.shape, dtype=np.int64) * np.dtype(leaf.dtype).itemsize < PACK_BELOW_BYTES:
-                groups.setdefault((tuple(leaf.shape), np.dtype(leaf.dtype).name), []).append(index)
+            # typed PRNG keys (an extended dtype) have no host form to stack: kept whole
+            if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.extended) and \
+                    np.prod(leaf.shape, dtype=np.int64) * np.dtype(leaf.dtype).itemsize < PACK_BELOW_BYTES:
+                groups.setdefault((tuple(leaf.shape), str(leaf.dtype)), []).append(index)
             else:
                 whole.append(index)
         packing = {"format": 1, "leaves": signatures, "groups": list(groups.values()), "whole": whole}
