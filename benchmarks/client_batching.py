@@ -38,13 +38,8 @@ augmentation). The samples are tiled until every client holds at least B of its 
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
-import json
-import os
-import platform
 import statistics
-import sys
 import time
 
 import jax
@@ -60,6 +55,7 @@ from jaxfl.kernels.client import ClientView
 from jaxfl.models import count_params, make_model
 from jaxfl.models.adapter import as_adapter
 from jaxfl.scheduler.simulation import DispatchRecord
+from _report import run_header, write_json  # benchmarks/_report.py
 
 MODELS = {"cnn": {"shape": (28, 28, 1), "data": "mnist10k"},
           "resnet18": {"shape": (32, 32, 3), "data": "random CIFAR-shaped"}}
@@ -227,20 +223,13 @@ def main() -> None:
     device = jax.devices()[0]
     peaks = device_peaks(device.device_kind)
     peak = args.peak_tflops if args.peak_tflops is not None else (peaks or {}).get("bf16")
-    header = {"benchmark": "client_batching", "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "machine": platform.node(), "processor": platform.processor(), "cores": os.cpu_count(),
-              "backend": jax.default_backend(), "device": device.device_kind, "jax": jax.__version__,
-              "model": args.model, "data": MODELS[args.model]["data"], "peak_tflops": peak,
-              "peak_basis": "--peak-tflops" if args.peak_tflops is not None else ("dense bf16" if peak else None),
-              "device_peaks_tflops": peaks, "args": vars(args)}
+    header = run_header("client_batching", model=args.model, data=MODELS[args.model]["data"], peak_tflops=peak,
+                        peak_basis="--peak-tflops" if args.peak_tflops is not None else ("dense bf16" if peak else None),
+                        device_peaks_tflops=peaks, args=vars(args))
     rows: list[dict] = []
 
     def save() -> None:  # after every row: a run cut short by a time limit keeps what it measured
-        if args.json:
-            with open(args.json + ".tmp", "w") as handle:  # then renamed: a cut run leaves a whole file
-                json.dump({**header, "rows": rows}, handle, indent=2)
-            os.replace(args.json + ".tmp", args.json)
+        write_json(args.json, {**header, "rows": rows})
 
     first = Setup(args.model, 1, args.batch_size, args.optimizer, args.lr)
     header["parameters"] = count_params(first.params["params"])

@@ -20,11 +20,8 @@ CC-FedAvg run in each placement, alternating (medians of ``--repeats``), and pri
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
-import json
 import os
-import platform
 import statistics
 import tempfile
 
@@ -32,6 +29,7 @@ import jax
 import numpy as np
 
 from jaxfl import RunConfig, run_experiment
+from _report import run_header, write_json  # benchmarks/_report.py
 
 PLACEMENTS = ("device", "host", "memmap")
 
@@ -98,13 +96,8 @@ def main() -> None:
         return rows
 
     def save() -> None:  # after every run: a run cut short by a time limit keeps what it measured
-        if args.json:
-            with open(args.json + ".tmp", "w") as handle:
-                json.dump({"date": datetime.date.today().isoformat(), "machine": platform.node(),
-                           "device": jax.devices()[0].device_kind, "jax": jax.__version__,
-                           "load_average": os.getloadavg(), "args": vars(args), "rows": table(echo=False)},
-                          handle, indent=1)
-            os.replace(args.json + ".tmp", args.json)
+        write_json(args.json, {**run_header("client_state", load_average=os.getloadavg(), args=vars(args)),
+                               "rows": table(echo=False)}, indent=1)
 
     with tempfile.TemporaryDirectory() as output_dir:
         run("device", args, output_dir, "warm-up")  # compiles what every side then reuses, unmeasured

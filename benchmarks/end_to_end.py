@@ -37,12 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import json
-import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 
@@ -50,6 +45,7 @@ import jax
 
 from jaxfl import RunConfig, run_experiment
 from jaxfl.data import load_dataset
+from _report import run_header, write_json  # benchmarks/_report.py
 
 COMMON = dict(partition="iid", heterogeneity="exp", stop_at_target=False, max_time=float("inf"),
               progress=False, checkpoint_every=None, seed=0)
@@ -152,13 +148,10 @@ def main() -> None:
     fedbuff_data = {"dataset": dataset_name, "data_dir": data_dir}
     updates = {"fedbuff": args.fedbuff_updates, "fedcompass": args.fedcompass_updates}
     device = jax.devices()[0]
-    header = {"benchmark": "end_to_end", "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "machine": platform.node(), "processor": platform.processor(), "cores": os.cpu_count(),
-              "backend": jax.default_backend(), "device": device.device_kind, "devices": jax.device_count(),
-              "jax": jax.__version__, "quick": args.quick, "fedbuff_dataset": dataset_name, "note": note,
-              "workloads": {name: workload_values(name, args.quick, updates, fedbuff_data) for name in args.workloads},
-              "sides": SIDES}
+    header = run_header("end_to_end", quick=args.quick, fedbuff_dataset=dataset_name, note=note,
+                        workloads={name: workload_values(name, args.quick, updates, fedbuff_data)
+                                   for name in args.workloads},
+                        sides=SIDES)
     print(f"jax {jax.__version__} on {jax.default_backend()} ({device.device_kind}, {jax.device_count()} device(s)); "
           f"fedbuff on {dataset_name}{f' ({note})' if note else ''}", flush=True)
     runs: dict[str, dict[str, list]] = {name: {side: [] for side in SIDES} for name in args.workloads}
@@ -190,11 +183,7 @@ def main() -> None:
         return out
 
     def save() -> None:  # after every run: a step cut short by a time limit keeps what it measured
-        if args.json:
-            with open(args.json + ".tmp", "w") as handle:  # then renamed: a cut run leaves a whole file
-                json.dump({**header, "rows": rows, "runs": runs,
-                           "elapsed_s": round(time.perf_counter() - started, 1)}, handle, indent=2)
-            os.replace(args.json + ".tmp", args.json)
+        write_json(args.json, {**header, "rows": rows, "runs": runs, "elapsed_s": round(time.perf_counter() - started, 1)})
 
     print(f"{'workload':<11} {'side':<13} {'wall s':>8} {'compile s':>9} {'train s':>8} {'samples/s':>11} "
           f"{'calls':>6} {'clients/call':>12} {'updates':>7} {'accuracy':>8}", flush=True)

@@ -31,11 +31,7 @@ at its first evaluation past that many seconds, with its figures.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
-import sys
 import tempfile
 import time
 import warnings
@@ -43,6 +39,7 @@ import warnings
 import jax
 
 from jaxfl import RunConfig, run_experiment
+from _report import run_header, write_json  # benchmarks/_report.py
 
 
 def config_for(args, model: str, output_dir: str) -> RunConfig:
@@ -142,12 +139,9 @@ def main() -> None:
     if args.eval_every is None:
         args.eval_every = max(1, args.updates // 6)
     device = jax.devices()[0]
-    header = {"benchmark": "million_clients", "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "machine": platform.node(), "processor": platform.processor(), "cores": os.cpu_count(),
-              "backend": jax.default_backend(), "device": device.device_kind, "devices": jax.device_count(),
-              "jax": jax.__version__, "quick": args.quick, "load_average_before": [round(v, 2) for v in os.getloadavg()],
-              "settings": {key: value for key, value in vars(args).items() if key not in ("json", "quick")}}
+    header = run_header("million_clients", quick=args.quick,
+                        load_average_before=[round(v, 2) for v in os.getloadavg()],
+                        settings={key: value for key, value in vars(args).items() if key not in ("json", "quick")})
     print(f"FedBuff, {args.clients:,} clients of {args.dataset}, {args.concurrency:,} in flight, K = "
           f"{args.buffer_size}, {args.local_steps} steps of batch {args.batch_size}, {args.updates} aggregations; "
           f"jax {jax.__version__} on {jax.default_backend()} ({device.device_kind}, {jax.device_count()} device(s)); "
@@ -160,10 +154,7 @@ def main() -> None:
             row = measure(args, model, output_dir)
             rows.append(row)
             print("  ".join(fmt.format(row[key]) for key, _, fmt in COLUMNS), flush=True)
-            if args.json:
-                with open(args.json + ".tmp", "w") as handle:  # then renamed: a cut run leaves a whole file
-                    json.dump({**header, "rows": rows}, handle, indent=2)
-                os.replace(args.json + ".tmp", args.json)
+            write_json(args.json, {**header, "rows": rows})
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
