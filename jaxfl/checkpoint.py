@@ -76,6 +76,8 @@ def _pack(tree: dict, packing: dict | None = None) -> tuple[dict, dict]:
     import jax
     import numpy as np
 
+    from jaxfl.kernels.tree import tree_bytes
+
     kept = {"params": tree["params"]} if "params" in tree else {}  # whole: final_params reads them alone
     leaves = jax.tree.leaves({name: part for name, part in tree.items() if name != "params"})
     signatures = [[list(leaf.shape), str(leaf.dtype)] for leaf in leaves]
@@ -84,7 +86,7 @@ def _pack(tree: dict, packing: dict | None = None) -> tuple[dict, dict]:
         for index, leaf in enumerate(leaves):
             # typed PRNG keys (an extended dtype) have no host form to stack: kept whole
             if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.extended) and \
-                    np.prod(leaf.shape, dtype=np.int64) * np.dtype(leaf.dtype).itemsize < PACK_BELOW_BYTES:
+                    tree_bytes(leaf) < PACK_BELOW_BYTES:
                 groups.setdefault((tuple(leaf.shape), str(leaf.dtype)), []).append(index)
             else:
                 whole.append(index)
@@ -92,16 +94,17 @@ def _pack(tree: dict, packing: dict | None = None) -> tuple[dict, dict]:
     elif packing.get("format") != 1 or packing["leaves"] != signatures:
         raise ValueError("the checkpoint's packing.json does not describe the arrays this run restores "
                          f"({len(packing.get('leaves', []))} leaves recorded, {len(leaves)} expected)")
-    if leaves and not isinstance(leaves[0], jax.ShapeDtypeStruct):  # the arrays of a save: stacked on the host
-        host = jax.device_get(leaves)
+    if leaves and not isinstance(leaves[0], jax.ShapeDtypeStruct):
+        # the arrays of a save: the small ones stacked on the host (only those fetched: orbax reads
+        # the whole ones from their devices itself)
+        grouped = [index for indices in packing["groups"] for index in indices]
+        host = dict(zip(grouped, jax.device_get([leaves[index] for index in grouped])))
         stack = lambda indices: np.stack([host[i] for i in indices])
-        single = lambda index: leaves[index]
     else:
         stack = lambda indices: jax.ShapeDtypeStruct((len(indices),) + tuple(leaves[indices[0]].shape),
                                                      leaves[indices[0]].dtype, sharding=leaves[indices[0]].sharding)
-        single = lambda index: leaves[index]
     packed = {"packed": {str(g): stack(indices) for g, indices in enumerate(packing["groups"])},
-              "whole": {str(index): single(index) for index in packing["whole"]}}
+              "whole": {str(index): leaves[index] for index in packing["whole"]}}
     return {**kept, **{name: part for name, part in packed.items() if part}}, packing
 
 
