@@ -766,13 +766,13 @@ class Engine:
         lr_scales = [1.0] * count if lr_scales is None else list(lr_scales)
         size = self._clients_that_fit(count)
         parts = []
+        versions = (params if self.mesh.size == 1 else self._to_mesh(params, self._replicated),)  # once, not per chunk
         for start in range(0, count, size):
             chunk = slice(start, start + size)
             members = len(clients[chunk])
             padded = self.plan.call_size(members)
             pad = lambda values, fill, dtype: np.array(list(values[chunk]) + [fill] * (padded - members), dtype=dtype)
             client_ids = pad(clients, clients[start], np.int32)
-            versions = (params if self.mesh.size == 1 else self._to_mesh(params, self._replicated),)
             states, _, which = self._start_call(versions, np.zeros(padded, np.int32), pad(steps, 0, np.int32),
                                                 client_ids, pad(client_rounds, 0, np.int32),
                                                 pad(lr_scales, 1.0, np.float32))
