@@ -39,6 +39,7 @@ import numpy as np
 
 from jaxfl.config import CLIENT_STATE_PLACEMENTS as PLACEMENTS
 from jaxfl.execution import available_host_memory, bucket_size, free_device_memory
+from jaxfl.kernels.tree import set_rows, tree_bytes
 
 PyTree = Any
 # Per-client tables are a standing allocation; a training call is sized at run time from what is
@@ -87,8 +88,7 @@ def choose_placement(table_bytes: int, device_free: int | None, host_available: 
 # Shared by every ClientState, so that engines built one after another (a comparison, a sweep) trace
 # and compile the gather and the scatter once per table shape and bucket.
 _gather = jax.jit(lambda tables, index: [table[index] for table in tables])
-_scatter = jax.jit(lambda tables, index, new: [table.at[index].set(value.astype(table.dtype), mode="drop")
-                                               for table, value in zip(tables, new)], donate_argnums=0)
+_scatter = jax.jit(set_rows, donate_argnums=0)
 
 
 def _file_name(key: tuple[str, str], index: int) -> str:
@@ -119,7 +119,7 @@ class ClientState:
         self._initial = {(hook, table): row for hook, tables in rows.items() for table, row in (tables or {}).items()}
         self._treedefs = {key: jax.tree.structure(row) for key, row in self._initial.items()}
         self.shapes = {key: _leaf_shapes(row, num_clients) for key, row in self._initial.items()}
-        self.nbytes = int(sum(np.prod(s.shape) * s.dtype.itemsize for shapes in self.shapes.values() for s in shapes))
+        self.nbytes = tree_bytes(self.shapes)
         if not self._initial:
             placement, self.reason = "device", "no per-client state"
         else:
@@ -217,7 +217,7 @@ class ClientState:
             rows = [leaf[:len(clients)] for leaf in gathered] if len(padded) != len(clients) else gathered
         else:
             rows = [jax.device_put(np.take(leaf, clients, axis=0), self.device) for leaf in leaves]
-        self.peak_rows_bytes = max(self.peak_rows_bytes, sum(int(leaf.nbytes) for leaf in rows))
+        self.peak_rows_bytes = max(self.peak_rows_bytes, tree_bytes(rows))
         return jax.tree.unflatten(self._treedefs[key], rows)
 
     def set_rows(self, hook: str, table: str, clients, values: PyTree, valid=None) -> None:
@@ -230,12 +230,12 @@ class ClientState:
         values = jax.tree.leaves(values)
         if self.placement == "device":
             size = bucket_size(len(clients))
-            index = np.full(size, self.num_clients, np.int32)  # out of range: dropped
-            index[:len(clients)] = np.where(valid, clients, self.num_clients)
+            index, written = np.zeros(size, np.int32), np.zeros(size, bool)  # padding: not written
+            index[:len(clients)], written[:len(clients)] = clients, valid
             if size != len(clients):
                 values = [jnp.concatenate([v, jnp.zeros((size - len(clients),) + v.shape[1:], v.dtype)])
                           for v in values]
-            self._storage()[key] = _scatter(leaves, jnp.asarray(index), values)
+            self._storage()[key] = _scatter(leaves, jnp.asarray(index), values, jnp.asarray(written))
             return
         values = jax.device_get(values)
         for leaf, value in zip(leaves, values):

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxfl.kernels.aggregation import weighted_sum
-from jaxfl.kernels.tree import stacked_zeros
+from jaxfl.kernels.tree import set_rows, stacked_zeros
 
 PyTree = Any
 BANK_KINDS = ("delta", "model")
@@ -40,15 +40,11 @@ def init_bank(params: PyTree, num_clients: int) -> PyTree:
 
 
 def store(bank: PyTree, clients: jax.Array, values: PyTree, valid: jax.Array | None = None) -> PyTree:
-    """Write ``values[k]`` (stacked on a leading ``K``) into row ``clients[k]`` of the bank.
-
-    Rows with ``valid[k]`` False (padding) are not written. ``clients`` must not repeat among the
-    valid rows (the engine keeps the newest dispatch of a client).
+    """Write ``values[k]`` (stacked on a leading ``K``) into row ``clients[k]`` of the bank
+    (:func:`jaxfl.kernels.tree.set_rows`). Rows with ``valid[k]`` False (padding) are not written.
+    ``clients`` must not repeat among the valid rows (the engine keeps the newest dispatch of a client).
     """
-    num_clients = jax.tree.leaves(bank)[0].shape[0]
-    if valid is not None:
-        clients = jnp.where(valid, clients, num_clients)  # out of range: dropped below
-    return jax.tree.map(lambda rows, new: rows.at[clients].set(new.astype(rows.dtype), mode="drop"), bank, values)
+    return set_rows(bank, clients, values, valid)
 
 
 def bank_delta_sum(bank: PyTree, weights: jax.Array) -> PyTree:

@@ -52,3 +52,17 @@ def tree_bytes(tree: PyTree) -> int:
             return 8
 
     return int(sum(np.prod(leaf.shape) * itemsize(leaf.dtype) for leaf in jax.tree.leaves(tree)))
+
+
+def set_rows(tables: PyTree, rows: jax.Array, values: PyTree, valid: jax.Array | None = None) -> PyTree:
+    """Write ``values[k]`` (stacked on a leading ``K``) into row ``rows[k]`` of every leaf of ``tables``
+    (stacked on a leading axis of rows). Entries with ``valid[k]`` False (padding) are not written;
+    ``rows`` must not repeat among the valid entries.
+
+    >>> set_rows(jnp.zeros((3, 2)), jnp.array([2, 0]), jnp.ones((2, 2)), jnp.array([True, False])).tolist()
+    [[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
+    """
+    num_rows = jax.tree.leaves(tables)[0].shape[0]
+    if valid is not None:
+        rows = jnp.where(valid, rows, num_rows)  # out of range: dropped below
+    return jax.tree.map(lambda table, new: table.at[rows].set(new.astype(table.dtype), mode="drop"), tables, values)
