@@ -831,11 +831,16 @@ def write_client_samples(run_dir: str, counts) -> dict:
     counts = np.ascontiguousarray(counts, dtype="<i8")
     temporary = os.path.join(run_dir, CLIENT_SAMPLES_FILE + ".tmp")
     with open(temporary, "wb") as handle:  # in the narrowest type that holds them (1 MB at 10^6 clients of < 256)
-        np.save(handle, counts.astype(np.min_scalar_type(max(int(counts.max(initial=0)), 0)), copy=False)
+        np.save(handle, counts.astype(np.min_scalar_type(int(counts.max(initial=0))), copy=False)
                 if counts.min(initial=0) >= 0 else counts)
     os.replace(temporary, os.path.join(run_dir, CLIENT_SAMPLES_FILE))
     return {"file": CLIENT_SAMPLES_FILE, "clients": len(counts), "total": int(counts.sum()),
-            "sha256": hashlib.sha256(counts.tobytes()).hexdigest()}
+            "sha256": _counts_sha256(counts)}
+
+
+def _counts_sha256(counts: np.ndarray) -> str:
+    """The SHA-256 of sample counts as little-endian int64, as ``config.json`` records it."""
+    return hashlib.sha256(np.ascontiguousarray(counts, "<i8").tobytes()).hexdigest()
 
 
 def read_client_samples(run_dir: str, config: dict | None = None) -> np.ndarray | None:
@@ -856,8 +861,7 @@ def read_client_samples(run_dir: str, config: dict | None = None) -> np.ndarray 
         return None if record is None else np.asarray(record, dtype=np.int64)
     path = os.path.join(run_dir, record["file"])
     counts = np.load(path).astype(np.int64)
-    if len(counts) != record["clients"] or hashlib.sha256(np.ascontiguousarray(counts, "<i8").tobytes()).hexdigest() \
-            != record["sha256"]:
+    if len(counts) != record["clients"] or _counts_sha256(counts) != record["sha256"]:
         raise ValueError(f"{path} does not match config.json's client_samples record (clients {record['clients']}, "
                          f"sha256 {record['sha256'][:12]}...): it was changed after the run wrote it")
     return counts
