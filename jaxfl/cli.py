@@ -83,6 +83,11 @@ examples:
 def _parse_value(annotation: str, text: str):
     if text.lower() in ("none", "null") and "None" in annotation:
         return None
+    if annotation.startswith("bool"):  # an algorithm option swept from the command line: --port.urgent-pull true,false
+        flag = {"true": True, "false": False}.get(text.lower())
+        if flag is None:
+            raise ValueError(text)
+        return flag
     if annotation.startswith("int"):
         return int(text)
     if annotation.startswith("tuple[float"):  # one number per channel: 0.49,0.48,0.45
@@ -99,7 +104,8 @@ def _value_parser(name: str, annotation: str | None = None):
         try:
             return _parse_value(annotation, text)
         except ValueError:
-            kind = "an integer" if annotation.startswith("int") else \
+            kind = "true or false" if annotation.startswith("bool") else \
+                "an integer" if annotation.startswith("int") else \
                 "a comma-separated list of numbers" if annotation.startswith("tuple") else "a number"
             raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')}={text!r} is not {kind}") from None
 

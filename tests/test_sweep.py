@@ -1,5 +1,6 @@
 """jaxfl sweep and jaxfl report: a 2×2 grid of tiny runs, resumed and reported; the report's
 arithmetic on a hand-made results table."""
+import argparse
 import csv
 import json
 import math
@@ -167,6 +168,18 @@ def test_sweep_file_sizes_and_flags_over_it(tmp_path):
     assert grid == {"algorithm": ["fedavg", "fedbuff"], "seed": [0], "clients": [4, 8]}
     args = cli.build_parser().parse_args(["sweep", str(path), "--size", "full", "--out", "x"])
     with pytest.raises(ConfigError, match="size='full' is not allowed: sizes in .*: quick"):
+        cli._sweep_values(args)
+
+
+def test_sweep_flag_of_a_boolean_algorithm_option_is_a_bool_axis(capsys):
+    args = cli.build_parser().parse_args(["sweep", "--out", "x", "--algorithm", "port",
+                                          "--port.urgent-pull", "true,False"])
+    base, grid = cli._sweep_values(args)
+    assert grid["port.urgent_pull"] == [True, False]
+    args = cli.build_parser().parse_args(["sweep", "--out", "x", "--port.urgent-pull", "false"])
+    assert cli._sweep_values(args)[0]["port.urgent_pull"] is False
+    args = cli.build_parser().parse_args(["sweep", "--out", "x", "--port.urgent-pull", "yes"])
+    with pytest.raises(argparse.ArgumentTypeError, match="--port.urgent-pull='yes' is not true or false"):
         cli._sweep_values(args)
 
 
