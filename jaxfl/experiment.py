@@ -153,11 +153,11 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
 
     x_full, y_full = blocks(x), blocks(y)
     whole = jax.device_put(np.ones(batch_size, bool), device)
-    per_call = min(batches_per_call, full)
+    per_call = min(batches_per_call, full)  # ≥ 1: batch_size ≤ count makes full ≥ 1
     # every call maps over per_call batches (one compilation); the last call starts earlier so that it
     # ends at the last full batch, and the batches it repeats are dropped on the host
-    starts = list(range(0, full - per_call + 1, per_call)) if per_call else []
-    if per_call and starts[-1] + per_call < full:
+    starts = list(range(0, full - per_call + 1, per_call))
+    if starts[-1] + per_call < full:
         starts.append(full - per_call)
     # the batches a call repeats from the call before it lead its rows
     first_new_rows = [max(0, previous + per_call - start) for previous, start in zip([-per_call] + starts, starts)]
