@@ -18,6 +18,7 @@ from jaxfl.data.synthetic import (
     SYNTHETIC_CLASSES,
     SYNTHETIC_DIM,
     _exact_labels,
+    _generate,
     _labels,
     generate_synthetic,
     load_synthetic,
@@ -74,3 +75,42 @@ def test_near_ties_are_labelled_by_the_exact_computation(shared):
                            for c in range(len(sizes))])
     assert (fast != expected).sum() > 50  # the case this test is about does occur
     np.testing.assert_array_equal(_labels(xs, sizes, w, b), expected)
+
+
+# --------------------------------------------------------------------------- the parallel variant
+
+
+def test_the_parallel_variant_is_one_sample_whatever_the_number_of_threads():
+    # 9,000 clients: three blocks of 4,096 clients, each from its own stream
+    arrays = [_generate(9000, 0.5, 0.5, False, 4.0, 1.0, 2, 7, True, True, parallel=True, workers=workers)
+              for workers in (1, 3)]
+    (sizes, (x, held_x), (y, held_y), w, b), again = arrays
+    assert digest(x, held_x, y, held_y, w, b) == digest(*again[1], *again[2], again[3], again[4])
+    reference = _generate(9000, 0.5, 0.5, False, 4.0, 1.0, 2, 7, True, True)
+    np.testing.assert_array_equal(sizes, reference[0])  # the same clients' sizes (drawn first, from one stream)
+    assert x.shape == reference[1][0].shape and not np.array_equal(x, reference[1][0])  # another sample
+
+
+def test_the_parallel_variant_labels_by_each_clients_model_and_keeps_the_shared_one():
+    fed = generate_synthetic(5000, alpha=1.0, beta=1.0, samples_per_client=3, seed=1, keep_models=True,
+                             parallel=True)
+    np.testing.assert_array_equal(fed.true_logits().argmax(axis=1), fed.y)
+    iid = generate_synthetic(5000, iid=True, samples_per_client=3, seed=1, keep_models=True, parallel=True)
+    reference = generate_synthetic(5000, iid=True, samples_per_client=3, seed=1, keep_models=True)
+    np.testing.assert_array_equal(iid.weights[0], reference.weights[0])  # the same global optimum
+    np.testing.assert_array_equal(iid.true_logits().argmax(axis=1), iid.y)
+    assert np.bincount(iid.y, minlength=SYNTHETIC_CLASSES).tolist() != np.bincount(
+        reference.y, minlength=SYNTHETIC_CLASSES).tolist()
+
+
+def test_the_parallel_variant_by_name_in_a_run_config():
+    from jaxfl.config import RunConfig
+    from jaxfl.experiment import build_data
+
+    dataset, federation = build_data(RunConfig(dataset="synthetic:iid+parallel", partition="natural", clients=50,
+                                               model="logreg"))
+    assert dataset.name == "synthetic:iid+parallel" and federation.num_clients == 50
+    # the clients' sizes of synthetic_iid (what a timing-only run of this name reads without generating)
+    np.testing.assert_array_equal(federation.counts, np.bincount(load_synthetic(num_clients=50, iid=True).train_groups))
+    with pytest.raises(ValueError, match=r"'synthetic:1\+parallel': expected"):
+        build_data(RunConfig(dataset="synthetic:1+parallel", partition="natural", clients=5, model="logreg"))

@@ -17,10 +17,19 @@ Our simplification for scale: client sizes are ``max(min_samples, round(LogNorma
 clients); each client's last ``floor(0.2 n_k)`` samples are held out (FedProx: 80/20 per device).
 Clients are generated in chunks of 512, and :func:`load_synthetic` writes the training and
 held-out samples straight into their own arrays, so memory stays at the size of the samples
-themselves (~3.9 GB of float32 for 10^6 clients x 20 samples). Time is the normal draws: 600
-per client (``W_k``) and 60 per sample, ~1.8e9 for 10^6 clients x 20 samples, tens of seconds
-on one core however the rest is arranged; the draws are fixed by the seed, so a federation is
-the same whichever version of this code generated it.
+themselves (~3.9 GB of float32 for 10^6 clients x 20 samples). The labels come from BLAS
+products, rows whose two largest logits lie within rounding relabelled by the exact einsum, so
+they are those of the exact computation. Time is then mostly the normal draws from the one
+stream: 60 per sample (and 600 per client ``W_k`` unless IID), 1.2e9 for 10^6 IID clients x 20
+samples, ~12 ns each on the development CPU, one core; the draws are fixed by the seed, so a
+federation is the same whichever version of this code generated it.
+
+The parallel variant (names ending in ``+parallel``: ``synthetic:iid+parallel``,
+``synthetic:A,B+parallel``; ``parallel=True``) draws the same client sizes (and the IID variant's
+shared model) from that stream, then each block of 4,096 clients from its own stream
+(``SeedSequence`` children of the seed), the blocks on every usable core: another sample of the same
+distribution, not the arrays of the name without ``+parallel``, and the same arrays for a seed
+whatever the number of cores.
 """
 
 from __future__ import annotations
@@ -74,25 +83,37 @@ class SyntheticFederation:
 
 
 def parse_synthetic_name(name: str) -> dict:
-    """``"synthetic"`` -> alpha = beta = 1; ``"synthetic:A,B"``; ``"synthetic_iid"``.
+    """``"synthetic"`` -> alpha = beta = 1; ``"synthetic:A,B"``; ``"synthetic_iid"``; with ``+parallel``
+    (``"synthetic:A,B+parallel"``, ``"synthetic:iid+parallel"``), the parallel variant (module docstring).
 
     Example:
         >>> parse_synthetic_name("synthetic:0.5,0")
         {'alpha': 0.5, 'beta': 0.0, 'iid': False}
+        >>> parse_synthetic_name("synthetic:iid+parallel")
+        {'alpha': 0.0, 'beta': 0.0, 'iid': True, 'parallel': True}
     """
     if name == "synthetic":
         return {"alpha": 1.0, "beta": 1.0, "iid": False}
     if name == "synthetic_iid":
         return {"alpha": 0.0, "beta": 0.0, "iid": True}
     body = name[len("synthetic:"):] if name.startswith("synthetic:") else None
+    parallel = body is not None and body.endswith(_PARALLEL)
+    if parallel:
+        body = body[:-len(_PARALLEL)]
+        if body == "iid":
+            return {"alpha": 0.0, "beta": 0.0, "iid": True, "parallel": True}
     try:
         alpha, beta = (float(v) for v in body.split(","))
     except (AttributeError, ValueError):
         raise ValueError(f"dataset {name!r}: expected 'synthetic', 'synthetic_iid' or 'synthetic:ALPHA,BETA' "
-                         "with two numbers >= 0, e.g. 'synthetic:0.5,0.5'") from None
+                         "with two numbers >= 0, e.g. 'synthetic:0.5,0.5' (or 'synthetic:ALPHA,BETA+parallel', "
+                         "'synthetic:iid+parallel')") from None
     if not (alpha >= 0 and beta >= 0 and math.isfinite(alpha) and math.isfinite(beta)):
         raise ValueError(f"dataset {name!r}: alpha={alpha} and beta={beta} must be finite numbers >= 0")
-    return {"alpha": alpha, "beta": beta, "iid": False}
+    return {"alpha": alpha, "beta": beta, "iid": False, **({"parallel": True} if parallel else {})}
+
+
+_PARALLEL = "+parallel"
 
 
 def _client_sizes(num_clients: int, mean: float, sigma: float, min_samples: int,
@@ -103,8 +124,9 @@ def _client_sizes(num_clients: int, mean: float, sigma: float, min_samples: int,
 
 def generate_synthetic(num_clients: int, alpha: float = 1.0, beta: float = 1.0, iid: bool = False,
                        samples_per_client: float = 20.0, size_sigma: float = 1.0, min_samples: int = _MIN_SAMPLES,
-                       seed: int = 0, keep_models: bool = False) -> SyntheticFederation:
-    """Generate the synthetic(alpha, beta) federation (module docstring) with ``num_clients`` clients.
+                       seed: int = 0, keep_models: bool = False, parallel: bool = False) -> SyntheticFederation:
+    """Generate the synthetic(alpha, beta) federation (module docstring) with ``num_clients`` clients
+    (``parallel``: the parallel variant, another sample of the same distribution).
 
     Example:
         >>> fed = generate_synthetic(100_000, samples_per_client=3, seed=0)  # doctest: +SKIP
@@ -112,7 +134,7 @@ def generate_synthetic(num_clients: int, alpha: float = 1.0, beta: float = 1.0, 
         70.5...
     """
     sizes, x, y, kept_w, kept_b = _generate(num_clients, alpha, beta, iid, samples_per_client, size_sigma,
-                                            min_samples, seed, keep_models, split=False)
+                                            min_samples, seed, keep_models, split=False, parallel=parallel)
     client = np.repeat(np.arange(num_clients, dtype=np.int64), sizes)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     position = np.arange(len(client)) - offsets[client]
@@ -129,7 +151,7 @@ _TIE_TOLERANCE = 1e-12
 
 
 def _generate(num_clients, alpha, beta, iid, samples_per_client, size_sigma, min_samples, seed, keep_models,
-              split):
+              split, parallel=False, workers=None):
     """``(sizes, x, y, W, b)``; with ``split``, ``x``/``y`` are ``((x_train, x_held), (y_train, y_held))``.
 
     The draws (one generator, chunk by chunk) and the float64 arithmetic are those of the original
@@ -137,43 +159,71 @@ def _generate(num_clients, alpha, beta, iid, samples_per_client, size_sigma, min
     differs. ``split`` writes each client's first ``n_k - floor(0.2 n_k)`` samples straight into
     the training arrays and the rest into the pooled held-out arrays, so no full-size array is
     made and then copied through a mask (at 10^6 clients that copy is gigabytes).
+
+    ``parallel``: the sizes (and the IID variant's shared model) as above, then each block of
+    ``_BLOCK`` clients from its own stream, the blocks on ``workers`` threads (default: every usable
+    core); the same arrays whatever the number of threads.
     """
     _check_generation(num_clients, alpha, beta, samples_per_client, size_sigma, min_samples)
     rng = _stream(seed)
     sizes = _client_sizes(num_clients, samples_per_client, size_sigma, min_samples, rng)
-    scale = np.arange(1, SYNTHETIC_DIM + 1, dtype=np.float64) ** (-1.2 / 2)  # sqrt(Sigma_jj)
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
     held = np.floor(_HELD_OUT * sizes).astype(np.int64) if split else np.zeros_like(sizes)
     out = _Outputs(sizes, held, split, num_clients if keep_models else 0)
+    shared = None
     if iid:
-        shared_w = rng.normal(0.0, 1.0, (SYNTHETIC_DIM, SYNTHETIC_CLASSES))
-        shared_b = rng.normal(0.0, 1.0, SYNTHETIC_CLASSES)
-    for first in range(0, num_clients, _CHUNK):
-        last = min(first + _CHUNK, num_clients)
-        count = last - first
-        if iid:
-            w, b = shared_w, shared_b
-        else:
-            u = rng.normal(0.0, alpha, count)
-            big_b = rng.normal(0.0, beta, count)
-            # normal(loc, 1.0) is loc + 1.0 * z with z standard normal, drawn in C order: the same
-            # values as standard_normal + loc, without numpy's per-element broadcasting (3x slower).
-            w = rng.standard_normal((count, SYNTHETIC_DIM, SYNTHETIC_CLASSES))
-            w += u[:, None, None]
-            b = rng.standard_normal((count, SYNTHETIC_CLASSES))
-            b += u[:, None]
-            v = rng.standard_normal((count, SYNTHETIC_DIM))
-            v += big_b[:, None]
-        xs = rng.standard_normal((offsets[last] - offsets[first], SYNTHETIC_DIM))
-        xs *= scale
-        if not iid:
-            xs += np.repeat(v, sizes[first:last], axis=0)  # = v[owner] + z * scale (addition commutes exactly)
-        labels = _labels(xs, sizes[first:last], w, b)
-        # The IID inputs are z * scale + 0 (v = 0): adding the zero keeps a drawn -0.0 a +0.0, as before.
-        out.write(first, last, xs, labels, 0.0 if iid else None)
-        if keep_models:
-            out.keep_models(first, last, w, b)
+        shared = (rng.normal(0.0, 1.0, (SYNTHETIC_DIM, SYNTHETIC_CLASSES)), rng.normal(0.0, 1.0, SYNTHETIC_CLASSES))
+
+    def clients(stream, first, last):
+        for start in range(first, last, _CHUNK):
+            _generate_chunk(stream, start, min(start + _CHUNK, last), alpha, beta, shared, out)
+
+    if not parallel:
+        clients(rng, 0, num_clients)
+        return out.result()
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jaxfl._devices import usable_cores
+
+    def block(index):  # numpy releases the GIL while it draws and computes: the blocks run side by side
+        stream = np.random.default_rng(np.random.SeedSequence([seed, _STREAM_WORD], spawn_key=(index,)))
+        clients(stream, index * _BLOCK, min((index + 1) * _BLOCK, num_clients))
+
+    with ThreadPoolExecutor(max_workers=workers or usable_cores()) as pool:
+        list(pool.map(block, range(-(-num_clients // _BLOCK))))
     return out.result()
+
+
+_SCALE = np.arange(1, SYNTHETIC_DIM + 1, dtype=np.float64) ** (-1.2 / 2)  # sqrt(Sigma_jj)
+_BLOCK = 4096  # clients per stream of the parallel variant (fixed: it defines the sample)
+
+
+def _generate_chunk(rng: np.random.Generator, first: int, last: int, alpha: float, beta: float,
+                    shared: tuple | None, out: "_Outputs") -> None:
+    """Clients ``first..last-1`` (at most ``_CHUNK``) drawn from ``rng`` and written into ``out``."""
+    count = last - first
+    sizes = out.sizes[first:last]
+    if shared is not None:
+        w, b = shared
+    else:
+        u = rng.normal(0.0, alpha, count)
+        big_b = rng.normal(0.0, beta, count)
+        # normal(loc, 1.0) is loc + 1.0 * z with z standard normal, drawn in C order: the same
+        # values as standard_normal + loc, without numpy's per-element broadcasting (3x slower).
+        w = rng.standard_normal((count, SYNTHETIC_DIM, SYNTHETIC_CLASSES))
+        w += u[:, None, None]
+        b = rng.standard_normal((count, SYNTHETIC_CLASSES))
+        b += u[:, None]
+        v = rng.standard_normal((count, SYNTHETIC_DIM))
+        v += big_b[:, None]
+    xs = rng.standard_normal((int(sizes.sum()), SYNTHETIC_DIM))
+    xs *= _SCALE
+    if shared is None:
+        xs += np.repeat(v, sizes, axis=0)  # = v[owner] + z * scale (addition commutes exactly)
+    labels = _labels(xs, sizes, w, b)
+    # The IID inputs are z * scale + 0 (v = 0): adding the zero keeps a drawn -0.0 a +0.0, as before.
+    out.write(first, last, xs, labels, 0.0 if shared is not None else None)
+    if out.weights is not None:
+        out.keep_models(first, last, w, b)
 
 
 def _check_generation(num_clients, alpha, beta, samples_per_client, size_sigma, min_samples) -> None:
@@ -307,18 +357,23 @@ def _exact_labels(xs: np.ndarray, owner: np.ndarray, w: np.ndarray, b: np.ndarra
     return logits.argmax(axis=1)
 
 
-def synthetic_name(alpha: float, beta: float, iid: bool) -> str:
+def synthetic_name(alpha: float, beta: float, iid: bool, parallel: bool = False) -> str:
     """The dataset name of a synthetic federation (the inverse of :func:`parse_synthetic_name`).
 
-    >>> synthetic_name(0.5, 0.5, False), synthetic_name(1.0, 1.0, True)
-    ('synthetic:0.5,0.5', 'synthetic_iid')
+    >>> synthetic_name(0.5, 0.5, False), synthetic_name(1.0, 1.0, True), synthetic_name(0, 0, True, parallel=True)
+    ('synthetic:0.5,0.5', 'synthetic_iid', 'synthetic:iid+parallel')
     """
+    if parallel:
+        return "synthetic:" + ("iid" if iid else f"{alpha:g},{beta:g}") + _PARALLEL
     return "synthetic_iid" if iid else f"synthetic:{alpha:g},{beta:g}"
+
+
+_STREAM_WORD = 0x5E7
 
 
 def _stream(seed: int) -> np.random.Generator:
     """The generator's one stream: client sizes first, then the clients' models and samples."""
-    return np.random.default_rng(np.random.SeedSequence([seed, 0x5E7]))
+    return np.random.default_rng(np.random.SeedSequence([seed, _STREAM_WORD]))
 
 
 def _train_counts(sizes: np.ndarray) -> np.ndarray:
@@ -341,11 +396,12 @@ def synthetic_train_counts(num_clients: int, samples_per_client: float = 20.0, s
 
 
 def load_synthetic(num_clients: int | None = None, alpha: float = 1.0, beta: float = 1.0, iid: bool = False,
-                   samples_per_client: float = 20.0, size_sigma: float = 1.0, seed: int = 0):
+                   samples_per_client: float = 20.0, size_sigma: float = 1.0, seed: int = 0, parallel: bool = False):
     """The synthetic federation as a :class:`~jaxfl.data.datasets.Dataset` with ``train_groups``.
 
     Train: every client's first ``n_k - floor(0.2 n_k)`` samples; held out: the rest, pooled.
     Use ``partition="natural"`` with ``num_clients`` clients to keep the generated clients.
+    ``parallel``: the parallel variant (module docstring; the dataset names ending in ``+parallel``).
 
     Example:
         >>> ds = load_synthetic(num_clients=5, seed=0)
@@ -357,8 +413,9 @@ def load_synthetic(num_clients: int | None = None, alpha: float = 1.0, beta: flo
     if num_clients is None:
         raise ValueError("synthetic datasets need num_clients (the number of generated clients)")
     sizes, (x_train, x_held), (y_train, y_held), _, _ = _generate(
-        num_clients, alpha, beta, iid, samples_per_client, size_sigma, _MIN_SAMPLES, seed, keep_models=False, split=True)
+        num_clients, alpha, beta, iid, samples_per_client, size_sigma, _MIN_SAMPLES, seed, keep_models=False, split=True,
+        parallel=parallel)
     groups = np.repeat(np.arange(num_clients, dtype=np.int64), _train_counts(sizes))
-    name = synthetic_name(alpha, beta, iid)
+    name = synthetic_name(alpha, beta, iid, parallel)
     return dataset_from_arrays(name, x_train, y_train, x_held, y_held, num_classes=SYNTHETIC_CLASSES,
                                groups=groups, source=name)
