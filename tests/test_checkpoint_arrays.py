@@ -8,6 +8,7 @@ import array
 import io
 import json
 import os
+import pathlib
 import shutil
 
 import numpy as np
@@ -63,17 +64,18 @@ def test_unchanged_columns_are_referenced_and_changed_elements_stored_as_a_delta
     assert same_bits(load(str(tmp_path), fourth)["busy"], busy)
 
 
-FLAGS = dict(algorithm="fedbuff", dataset="synthetic_iid", partition="natural", model="logreg", clients=200, concurrency=4,
-             local_steps=2, batch_size=10, buffer_size=2, max_updates=4, checkpoint_every=1, target_accuracy=0.99,
-             stop_at_target=False, progress=False)
+FLAGS = {"algorithm": "fedbuff", "dataset": "synthetic_iid", "partition": "natural", "model": "logreg",
+         "clients": 200, "concurrency": 4, "local_steps": 2, "batch_size": 10, "buffer_size": 2, "max_updates": 4,
+         "checkpoint_every": 1, "target_accuracy": 0.99, "stop_at_target": False, "progress": False}
 
 
-@pytest.fixture()
-def finished(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
     """A run whose per-client columns (200 clients, 4 in flight) all go to arrays/: checkpoints after updates 3
-    and 4, the second mostly deltas of the first."""
-    monkeypatch.setattr(checkpoint, "EXTERNAL_ARRAY_BYTES", 1)
-    return run_experiment(RunConfig(**FLAGS, output_dir=str(tmp_path), run_name="full"))
+    and 4, the second mostly deltas of the first (the resumed runs below store theirs so too)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(checkpoint, "EXTERNAL_ARRAY_BYTES", 1)
+        yield run_experiment(RunConfig(**FLAGS, output_dir=str(tmp_path_factory.mktemp("runs")), run_name="full"))
 
 
 def referenced(run_dir: str, name: str) -> list:
@@ -99,14 +101,14 @@ def test_a_run_stores_each_column_once_and_resumes_bit_identically(finished, tmp
 @pytest.mark.parametrize("damage, says", [("delete", "is missing"), ("corrupt", "is corrupt")])
 def test_a_missing_or_corrupt_column_file_is_named(finished, tmp_path, damage, says):
     run = shutil.copytree(finished.run_dir, str(tmp_path / "damaged"))
-    shared = sorted(set(referenced(run, "ckpt-000003")) & set(referenced(run, "ckpt-000004")))[0]
-    path = os.path.join(run, "checkpoints", "arrays", f"{shared}.npy")
+    shared = min(set(referenced(run, "ckpt-000003")) & set(referenced(run, "ckpt-000004")))
+    path = pathlib.Path(run, "checkpoints", "arrays", f"{shared}.npy")
     if damage == "delete":
-        os.remove(path)
+        path.unlink()
     else:
-        data = bytearray(open(path, "rb").read())
+        data = bytearray(path.read_bytes())
         data[-1] ^= 0xFF
-        open(path, "wb").write(bytes(data))
+        path.write_bytes(bytes(data))
     with pytest.raises(ResumeError) as caught:
         resume_experiment(run, progress=False)
     message = str(caught.value)

@@ -198,7 +198,7 @@ _BLOCK = 4096  # clients per stream of the parallel variant (fixed: it defines t
 
 
 def _generate_chunk(rng: np.random.Generator, first: int, last: int, alpha: float, beta: float,
-                    shared: tuple | None, out: "_Outputs") -> None:
+                    shared: tuple | None, out: _Outputs) -> None:
     """Clients ``first..last-1`` (at most ``_CHUNK``) drawn from ``rng`` and written into ``out``."""
     count = last - first
     sizes = out.sizes[first:last]
