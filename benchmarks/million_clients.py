@@ -16,7 +16,9 @@ client speeds. Each run is one ``jaxfl.run_experiment`` with no engine option se
 - peak host RSS (``peak_host_memory_mb``) and the engine's device accounting: the samples on the
   device, the peak of model state (global versions in-flight clients started from, trained
   updates), and the backend's own peak where it reports one (GPUs);
-- the held-out loss and accuracy of the initial and the final model (the model moves).
+- the held-out loss and accuracy of the initial and the final model (the model moves);
+- checkpoints: the newest state.pkl's bytes, the bytes of ``checkpoints/`` at the end (the two kept
+  checkpoints and the per-client columns they share under ``arrays/``), and seconds per save.
 
     python benchmarks/million_clients.py                          # 10^6 clients, 300 aggregations
     python benchmarks/million_clients.py --clients 100000 --concurrency 100 --updates 300
@@ -48,7 +50,8 @@ def config_for(args, model: str, output_dir: str) -> RunConfig:
                      local_steps=args.local_steps, batch_size=args.batch_size, client_optimizer="sgd",
                      client_lr=args.client_lr, max_updates=args.updates, max_time=float("inf"),
                      eval_every=args.eval_every, stop_at_target=False, progress=False,
-                     seed=args.seed, output_dir=output_dir, run_name=f"{model}-{args.clients}")
+                     checkpoint_every=args.checkpoint_every, seed=args.seed, output_dir=output_dir,
+                     run_name=f"{model}-{args.clients}")
 
 
 class WallClockBudget:
@@ -65,6 +68,21 @@ class WallClockBudget:
 
     def close(self) -> None:
         pass
+
+
+def folder_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names)
+
+
+def checkpoint_figures(run_dir: str, summary: dict, args) -> dict:
+    """Bytes of the newest state.pkl and of ``checkpoints/`` at the end, and seconds per save."""
+    root = os.path.join(run_dir, "checkpoints")
+    with open(os.path.join(root, "latest")) as handle:
+        newest = os.path.join(root, handle.read().strip())
+    saves = summary["global_updates"] // args.checkpoint_every + 1  # every checkpoint_every updates, and the end
+    return {"state_pkl_mb": round(os.path.getsize(os.path.join(newest, "state.pkl")) / 2**20, 2),
+            "checkpoints_mb": round(folder_bytes(root) / 2**20, 1), "saves": saves,
+            "save_s": round(summary["checkpoint_wall_s"] / saves, 3)}
 
 
 def measure(args, model: str, output_dir: str) -> dict:
@@ -101,6 +119,7 @@ def measure(args, model: str, output_dir: str) -> dict:
                                            "clients_per_call": result.engine.plan.clients_per_call,
                                            "steps_per_call": result.engine.plan.steps_per_call,
                                            "step_loop": summary["step_loop"]},
+        **checkpoint_figures(result.run_dir, summary, args),
         "load_average_after": [round(value, 2) for value in os.getloadavg()],
     }
 
@@ -112,7 +131,9 @@ COLUMNS = (("model", "model", "{:<7}"), ("clients", "clients", "{:>9,}"), ("buil
            ("events_per_s", "events/s", "{:>8,.0f}"), ("peak_host_mb", "host MB", "{:>7,.0f}"),
            ("device_data_mb", "data MB", "{:>7,.0f}"), ("device_peak_model_state_mb", "state MB", "{:>8.2f}"),
            ("start_loss", "loss 0", "{:>6.3f}"), ("final_loss", "loss", "{:>6.3f}"),
-           ("start_accuracy", "acc 0", "{:>6.3f}"), ("final_accuracy", "acc", "{:>6.3f}"))
+           ("start_accuracy", "acc 0", "{:>6.3f}"), ("final_accuracy", "acc", "{:>6.3f}"),
+           ("state_pkl_mb", "pkl MB", "{:>6.2f}"), ("checkpoints_mb", "ckpts MB", "{:>8.1f}"),
+           ("save_s", "save s", "{:>6.2f}"))
 
 
 def main() -> None:
@@ -127,6 +148,7 @@ def main() -> None:
     parser.add_argument("--local-steps", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--client-lr", type=float, default=0.05)
+    parser.add_argument("--checkpoint-every", type=int, default=25, help="aggregations between checkpoints")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-budget", type=float, help="seconds a run may take, building included: it stops at "
                         "its first evaluation past them (stop_reason 'stopped by time_budget')")

@@ -15,13 +15,25 @@ Layout under ``RUN_DIR/checkpoints/``::
                             its groups/buffers/RNGs, client speeds and faults), the engine's
                             bookkeeping, the recorder, and the byte lengths of events.csv and
                             metrics.csv at that moment
+    ckpt-000012/arrays.json the large arrays of state.pkl kept outside it (see below)
     ckpt-000012/config.json the resolved config the run was started with and its SHA-256
                             (:mod:`jaxfl.resume` refuses to continue under another one)
+    arrays/SHA256.npy       those arrays, each written once per run directory under its digest
     latest                  the name of the newest complete checkpoint
 
 A checkpoint is written into ``tmp-…`` and renamed into place only when complete, and ``latest``
 is replaced atomically after that, so a crash at any moment leaves the previous checkpoint intact.
 The two newest checkpoints are kept. The pickle is tied to the jaxfl version that wrote it.
+
+The scheduler's per-client columns (at 10^6 clients ~56 MB: client weights and base speeds that
+never change, busy time, rounds, the idle pool, which change for the few clients that ran) are not
+pickled into every state.pkl. Each numpy or ``array.array`` column of one row per client and at
+least ``EXTERNAL_ARRAY_BYTES`` is compared with the same column (its position in the pickle) of the
+previous checkpoint: the same bytes are referenced, a few changed elements are stored in state.pkl
+as (indices, values) on top of that column's file, and anything else is written as a new
+``arrays/SHA256.npy`` (content-addressed, so written once). Reading checks each file's SHA-256: a missing or corrupt one makes that checkpoint
+unreadable with a message naming the file (resume then falls back to the previous checkpoint).
+Files no kept checkpoint refers to are deleted.
 
 In a run of several processes (:mod:`jaxfl.cluster`) ``run_dir`` is process 0's run directory on
 every process, on a filesystem they all see: every process takes part in orbax's save and restore
@@ -32,10 +44,14 @@ and process 0 alone writes the other files, since every process holds the same s
 """
 from __future__ import annotations
 
+import array
+import hashlib
 import json
 import os
 import pickle
 import shutil
+
+import numpy as np
 
 KEEP = 2
 
@@ -154,10 +170,15 @@ def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dic
         with open(os.path.join(temporary, PACKING), "w") as handle:
             json.dump(packing, handle)
     engine.save_client_state_files(os.path.join(temporary, "client_state"))
+    arrays = _ArrayStore(root, _previous_slots(run_dir))
     with open(os.path.join(temporary, "state.pkl"), "wb") as handle:
-        pickle.dump({"simulation": simulation, "engine": meta, **extra}, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        _StatePickler(handle, arrays, getattr(simulation, "num_clients", None)).dump(
+            {"simulation": simulation, "engine": meta, **extra})
         handle.flush()
         os.fsync(handle.fileno())
+    if arrays.slots:
+        with open(os.path.join(temporary, ARRAYS), "w") as handle:
+            json.dump({"format": 1, "slots": arrays.slots}, handle)
     if config is not None:
         with open(os.path.join(temporary, "config.json"), "w") as handle:
             json.dump(config, handle, indent=1, sort_keys=True)
@@ -170,6 +191,7 @@ def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dic
     os.replace(pointer + ".tmp", pointer)
     for name in sorted(n for n in os.listdir(root) if n.startswith("ckpt-"))[:-KEEP]:
         shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    _delete_unreferenced_arrays(root)
     return final
 
 
@@ -184,9 +206,10 @@ def latest(run_dir: str) -> str | None:
 
 
 def load_state(folder: str) -> dict:
-    """The pickled scheduler state of a checkpoint folder."""
+    """The pickled scheduler state of a checkpoint folder (with its arrays kept outside it, checked
+    against their SHA-256)."""
     with open(os.path.join(folder, "state.pkl"), "rb") as handle:
-        return pickle.load(handle)
+        return _StateUnpickler(handle, os.path.join(os.path.dirname(os.path.abspath(folder)), "arrays")).load()
 
 
 def load_config(folder: str) -> dict | None:
@@ -237,3 +260,192 @@ def final_params(run_dir: str, template):
     # Restored without a target the tree holds plain containers: give it the template's structure.
     return jax.tree.map(lambda _, leaf: jax.numpy.asarray(leaf), template, restored["params"])
 
+
+
+# --------------------------------------------------------------------------- arrays outside state.pkl
+
+ARRAYS = "arrays.json"
+EXTERNAL_ARRAY_BYTES = 1 << 18  # smaller arrays stay in state.pkl (below ~32,000 clients, every array)
+_DELTA_SHARE = 4  # a changed array is stored as (indices, values) while that takes under 1/4 of its bytes
+_ARRAY_CODES = frozenset("bBhHiIlLqQfd")  # array.array type codes that are numpy dtype codes too
+_PERSISTENT = "jaxfl-array"
+_VERIFIED: set = set()  # (path, size, mtime) of array files whose digest this process has checked
+
+
+def _digest(values: np.ndarray) -> str:
+    return hashlib.sha256(memoryview(np.ascontiguousarray(values)).cast("B")).hexdigest()
+
+
+def _as_bits(values: np.ndarray) -> np.ndarray | None:
+    """``values`` as unsigned integers of the same width (so -0.0 differs from 0.0 and NaN equals
+    itself), or None for widths without one."""
+    width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(values.dtype.itemsize)
+    return None if width is None else values.reshape(-1).view(width)
+
+
+def _previous_slots(run_dir: str) -> list:
+    """The array slots of the newest checkpoint (what this save compares with), or none."""
+    folder = latest(run_dir)
+    path = None if folder is None else os.path.join(folder, ARRAYS)
+    if path is None or not os.path.isfile(path):
+        return []
+    try:
+        with open(path) as handle:
+            return json.load(handle)["slots"]
+    except (OSError, ValueError, KeyError):
+        return []  # unreadable: this save writes its arrays in full
+
+
+def _read_array(directory: str, digest: str, dtype: str, shape: tuple) -> np.ndarray:
+    """The array file ``digest``, checked against its digest, dtype and shape (ValueError naming it)."""
+    path = os.path.join(directory, f"{digest}.npy")
+    label = f"array file {os.path.join('arrays', digest[:16])}….npy ({dtype}, shape {tuple(shape)})"
+    try:
+        values = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise ValueError(f"{label} is missing") from None
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{label} is unreadable: {error}") from None
+    if str(values.dtype) != dtype or values.shape != tuple(shape) or _digest(values) != digest:
+        raise ValueError(f"{label} is corrupt: its contents do not match its SHA-256")
+    return values
+
+
+class _ArrayStore:
+    """The large arrays of one save: each compared with the previous checkpoint's array in the same
+    slot (its order in the pickle), and referenced, stored as a delta, or written in full."""
+
+    def __init__(self, root: str, previous: list):
+        self.directory = os.path.join(root, "arrays")
+        self.previous = previous
+        self.slots: list[dict] = []
+
+    def reference(self, values: np.ndarray) -> tuple:
+        """``(digest, indices, changed values)`` of ``values`` against the file ``digest`` (the last two
+        None, or the bytes of uint32 or int64 flat indices and of the values there)."""
+        slot = len(self.slots)
+        dtype, shape = str(values.dtype), list(values.shape)
+        base = self._base(slot, dtype, shape)
+        indices = changed = None
+        if base is not None:
+            bits, base_bits = _as_bits(values), _as_bits(base)
+            differ = np.flatnonzero(bits != base_bits)
+            index_type = np.uint32 if values.size < 2**32 else np.int64
+            if differ.size * (np.dtype(index_type).itemsize + values.dtype.itemsize) * _DELTA_SHARE < values.nbytes:
+                digest = self.previous[slot]["digest"]
+                if differ.size:  # as bytes: arrays inside the reference would be offered to the store again
+                    indices, changed = differ.astype(index_type).tobytes(), values.reshape(-1)[differ].tobytes()
+            else:
+                base = None
+        if base is None:
+            digest = self._write(values)
+        self.slots.append({"digest": digest, "dtype": dtype, "shape": shape})
+        return digest, indices, changed
+
+    def _base(self, slot: int, dtype: str, shape: list) -> np.ndarray | None:
+        if slot >= len(self.previous):
+            return None
+        entry = self.previous[slot]
+        if entry.get("dtype") != dtype or entry.get("shape") != shape or _as_bits(np.empty(0, dtype)) is None:
+            return None
+        path = os.path.join(self.directory, f"{entry['digest']}.npy")
+        try:
+            status = os.stat(path)
+            key = (path, status.st_size, status.st_mtime_ns)
+            if key in _VERIFIED:
+                return np.load(path, mmap_mode="r", allow_pickle=False)
+            values = _read_array(self.directory, entry["digest"], dtype, shape)
+        except (OSError, ValueError):
+            return None  # a missing or damaged base is not built upon: this save writes the array in full
+        _VERIFIED.add(key)
+        return values
+
+    def _write(self, values: np.ndarray) -> str:
+        digest = _digest(values)
+        path = os.path.join(self.directory, f"{digest}.npy")
+        if not os.path.isfile(path):  # content-addressed: an existing file holds these bytes (read checks it)
+            os.makedirs(self.directory, exist_ok=True)
+            with open(path + ".tmp", "wb") as handle:
+                np.save(handle, values, allow_pickle=False)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(path + ".tmp", path)
+        return digest
+
+
+class _StatePickler(pickle.Pickler):
+    """state.pkl's pickler: the per-client columns (numpy arrays and ``array.array`` of ``clients`` rows
+    and at least ``EXTERNAL_ARRAY_BYTES``) go to the :class:`_ArrayStore`, the pickle keeping their
+    reference (and changed elements). Other arrays (the recorder's model, which changes at every
+    checkpoint) stay in the pickle."""
+
+    def __init__(self, handle, arrays: _ArrayStore, clients: int | None):
+        super().__init__(handle, protocol=pickle.HIGHEST_PROTOCOL)
+        self._arrays = arrays
+        self._clients = clients
+        self._seen: dict[int, tuple] = {}  # id -> (object, slot): an array pickled twice is one array
+
+    def persistent_id(self, obj):
+        kind = type(obj)
+        if kind is np.ndarray:
+            if obj.nbytes < EXTERNAL_ARRAY_BYTES or not obj.shape or obj.shape[0] != self._clients \
+                    or obj.dtype.kind not in "biuf" or not obj.dtype.isnative or not obj.flags.c_contiguous:
+                return None
+            values, code = obj, None
+        elif kind is array.array:
+            if obj.itemsize * len(obj) < EXTERNAL_ARRAY_BYTES or len(obj) != self._clients \
+                    or obj.typecode not in _ARRAY_CODES:
+                return None
+            values, code = np.frombuffer(obj, dtype=obj.typecode), obj.typecode
+        else:
+            return None
+        seen = self._seen.get(id(obj))
+        if seen is not None:
+            return (_PERSISTENT, "again", seen[1])
+        slot = len(self._arrays.slots)
+        digest, indices, changed = self._arrays.reference(values)
+        self._seen[id(obj)] = (obj, slot)
+        return (_PERSISTENT, 1, slot, code, str(values.dtype), tuple(values.shape), digest, indices, changed)
+
+
+class _StateUnpickler(pickle.Unpickler):
+    def __init__(self, handle, directory: str):
+        super().__init__(handle)
+        self._directory = directory
+        self._loaded: dict[int, object] = {}
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and pid and pid[0] == _PERSISTENT):
+            raise pickle.UnpicklingError(f"unknown persistent id {str(pid)[:80]}")
+        if pid[1] == "again":
+            return self._loaded[pid[2]]
+        _, _, slot, code, dtype, shape, digest, indices, changed = pid
+        values = _read_array(self._directory, digest, dtype, shape)
+        if indices is not None:
+            index_type = np.uint32 if values.size < 2**32 else np.int64
+            values.reshape(-1)[np.frombuffer(indices, index_type)] = np.frombuffer(changed, values.dtype)
+        restored = values if code is None else array.array(code, values.tobytes())
+        self._loaded[slot] = restored
+        return restored
+
+
+def _delete_unreferenced_arrays(root: str) -> None:
+    """Delete the array files that no checkpoint under ``root`` (kept or being written) refers to."""
+    directory = os.path.join(root, "arrays")
+    if not os.path.isdir(directory):
+        return
+    referenced = set()
+    for name in os.listdir(root):
+        path = os.path.join(root, name, ARRAYS)
+        if os.path.isfile(path):
+            try:
+                with open(path) as handle:
+                    referenced.update(slot["digest"] for slot in json.load(handle)["slots"])
+            except (OSError, ValueError, KeyError):
+                return  # a manifest that cannot be read: keep every file rather than guess
+    for name in os.listdir(directory):
+        if name.removesuffix(".npy") not in referenced:
+            try:
+                os.remove(os.path.join(directory, name))
+            except OSError:
+                pass

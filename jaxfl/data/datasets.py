@@ -22,7 +22,8 @@ Names (``DATASETS``, plus the ``tfds:`` and ``synthetic:`` prefixes):
 - ``tfds:<name>[/<config>]``: any TFDS image or text classification set, e.g. ``tfds:cifar10``,
   ``tfds:emnist/balanced``, ``tfds:imdb_reviews``, from ``data_dir`` (never downloaded);
 - ``synthetic``, ``synthetic_iid``, ``synthetic:A,B``: FedProx's synthetic(alpha, beta) federation
-  (see ``jaxfl.data.synthetic``); needs ``num_clients``.
+  (see ``jaxfl.data.synthetic``); needs ``num_clients``. ``synthetic:iid+parallel`` and
+  ``synthetic:A,B+parallel``: another sample of the same, generated on every core.
 """
 
 from __future__ import annotations
@@ -359,7 +360,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, **options
     - ``"npz"``, ``"array_record"``, ``"tfds:<name>"``: files in ``data_dir`` (see the module doc);
       ``npz`` takes a ``num_classes`` option (else the file's, else the largest label + 1),
       ``tfds:`` text sets ``max_len`` and ``vocab_size``.
-    - ``"synthetic"`` (alpha = beta = 1), ``"synthetic:A,B"``, ``"synthetic_iid"``: options
+    - ``"synthetic"`` (alpha = beta = 1), ``"synthetic:A,B"``, ``"synthetic_iid"`` (and with
+      ``+parallel``: ``"synthetic:iid+parallel"``, ``"synthetic:A,B+parallel"``): options
       ``num_clients`` (required) and those of :func:`jaxfl.data.synthetic.load_synthetic`.
 
     Example:
