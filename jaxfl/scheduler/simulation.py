@@ -563,7 +563,11 @@ class Simulation:
         ``payload`` goes to the algorithm's device hooks unread (see :class:`Aggregation`); a payload
         with a ``check(sim, contributions)`` method has it called first, to refuse an inconsistent one.
         """
-        contributions = tuple([(int(d), float(c)) for d, c in contributions])
+        if type(contributions) is list and len(contributions) == 1:  # FedAsync's: no comprehension's frame
+            ((dispatch_id, coefficient),) = contributions
+            contributions = ((int(dispatch_id), float(coefficient)),)
+        else:
+            contributions = tuple([(int(d), float(c)) for d, c in contributions])
         if payload is not None:
             check = getattr(payload, "check", None)
             if check is not None:
