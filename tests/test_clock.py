@@ -245,3 +245,22 @@ def test_property_batch_pushes_pop_in_key_order(pushes):
     queue = EventQueue()
     events = [queue.push(t, kind, client=c) for t, kind, c in pushes]
     assert [_key(e) for e in _drain(queue)] == sorted(_key(e) for e in events)
+
+
+def test_push_many_equals_repeated_pushes():
+    pushes = [(3.0, "arrival", 2, 7), (1.0, "timer", -1, "g"), (1.0, "arrival", 0, 8), (0.0, "reply", 4, None),
+              (3.0, "arrival", 2, 9)]
+    one_by_one, bulk = EventQueue(), EventQueue()
+    for queue in (one_by_one, bulk):
+        queue.push(0.5, "arrival", client=1, payload=6)
+        assert queue.find("arrival", 6) is not None  # an index, kept up to date by both
+    pushed = [one_by_one.push(*push) for push in pushes]
+    bulk_pushed = bulk.push_many(iter(pushes))
+    assert [(_key(e), e.kind, e.payload) for e in bulk_pushed] == [(_key(e), e.kind, e.payload) for e in pushed]
+    assert bulk.find("arrival", 9) is bulk_pushed[-1]
+    assert [(_key(e), e.payload) for e in _drain(bulk)] == [(_key(e), e.payload) for e in _drain(one_by_one)]
+    # a refused event: push's own error, the events before it pending as after the pushes that succeeded
+    queue = EventQueue()
+    with pytest.raises(ValueError, match="unknown event kind 'trigger'"):
+        queue.push_many([(2.0, "arrival", 0, None), (1.0, "trigger", 0, None), (3.0, "arrival", 1, None)])
+    assert len(queue) == 1 and queue.pop().time == 2.0

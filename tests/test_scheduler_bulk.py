@@ -70,3 +70,11 @@ def test_fedcompass_warm_up_leaves_nothing_frozen_after_the_run():
     sim.run()
     assert frozen[0] > 0  # the warm-up's objects were kept out of the collections while it ran
     assert gc.get_freeze_count() == 0 and gc.isenabled()
+
+
+def test_dispatch_many_keeps_an_indexed_queue_up_to_date():
+    speeds = ClientSpeeds(SpeedConfig(model="exp"), 5, seed=0)
+    sim = Simulation(StartAll(True), speeds, np.full(5, 0.2), RecordingBackend(), max_updates=1)
+    assert sim.queue.find("arrival", 0) is None  # builds the (kind, payload) index PORT's pull uses
+    sim.dispatch_many(range(5), 2)
+    assert [sim.queue.find("arrival", record.id).client for record in sim.records] == [0, 1, 2, 3, 4]

@@ -35,7 +35,6 @@ import collections
 import contextlib
 import dataclasses
 import gc
-import heapq
 import math
 import operator
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
@@ -392,6 +391,23 @@ class Simulation:
         fault = self.faults.draw(client, duration) if self.faults is not None else None
         if fault is not None and fault.kind in ("delay", "dropout"):
             duration += fault.extra_time
+        record = self._add_record(client, steps, duration, step_time, lr_scale, fetch_step)
+        now = record.start_time
+        if fault is not None and fault.kind == "crash":
+            record.arrival_time = math.inf
+            self.queue.push(now + fault.fraction * duration, "crash", client, record.id)
+        else:
+            self.queue.push(record.arrival_time, "arrival", client, record.id)
+        if fault is not None and fault.kind is not None:
+            detail = f"{detail}; {fault.kind}" if detail else fault.kind
+        self._emit((now, "dispatch", client, record.id, record.version, None, steps, detail, None))
+        self.backend.on_dispatch(record)
+        return record
+
+    def _add_record(self, client: int, steps: int, duration: float, step_time: float | None, lr_scale: float,
+                    fetch_step: int | None = None) -> DispatchRecord:
+        """The in-flight record of ``client``'s next round, from now for ``duration`` seconds, added to
+        the records and counts (:meth:`dispatch` and :meth:`dispatch_many`)."""
         now = self.queue._now  # the clock's own field: the property costs a call per dispatch
         records = self.records
         client_round = self.client_rounds[client]
@@ -404,15 +420,6 @@ class Simulation:
         self.client_rounds[client] = client_round + 1
         records.add(record)
         self._counts[IN_FLIGHT] += 1
-        if fault is not None and fault.kind == "crash":
-            record.arrival_time = math.inf
-            self.queue.push(now + fault.fraction * duration, "crash", client, record.id)
-        else:
-            self.queue.push(record.arrival_time, "arrival", client, record.id)
-        if fault is not None and fault.kind is not None:
-            detail = f"{detail}; {fault.kind}" if detail else fault.kind
-        self._emit((now, "dispatch", client, record.id, record.version, None, steps, detail, None))
-        self.backend.on_dispatch(record)
         return record
 
     def dispatch_many(self, clients: Iterable[int], steps: int, lr_scale: float = 1.0,
@@ -421,8 +428,8 @@ class Simulation:
         records, speed and fault draws, events and log rows in the same order — in one loop: a
         policy that starts every client at once (FedCompass's warm-up, 10^6 dispatches at 10^6
         clients) spends half the time. The arrival events go on the queue with one ``heapify``
-        (the order they pop in is fixed by their keys, not by how the heap was built). Call it
-        inside :func:`collections_paused` where many clients start at once.
+        (:meth:`EventQueue.push_many`). Call it inside :func:`collections_paused` where many clients
+        start at once.
 
         Example (every client of a simulation trains 5 steps)::
 
@@ -430,17 +437,14 @@ class Simulation:
         """
         if steps < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
-        if self.faults is not None or self.queue._index is not None:  # the general path
+        if self.faults is not None:  # a fault may put a crash on the queue instead of the arrival
             for client in clients:
                 self.dispatch(client, steps, lr_scale, detail)
             return
         steps = int(steps)
-        speeds, queue, records, rounds = self.speeds, self.queue, self.records, self.client_rounds
-        round_duration, comm_seconds = speeds.round_duration, speeds.comm_time()
-        now, version, live, num_clients = queue._now, self.version, records.live, self.num_clients
-        decay, base_scale = self.client_lr_decay, float(lr_scale)
-        emit, on_dispatch = self._emit, self.backend.on_dispatch
-        priority, pending, entries = queue._priorities["arrival"], queue._pending, []
+        round_duration, comm_seconds = self.speeds.round_duration, self.speeds.comm_time()
+        add_record, emit, on_dispatch = self._add_record, self._emit, self.backend.on_dispatch
+        now, num_clients, arrivals = self.queue._now, self.num_clients, []
         try:
             for client in clients:
                 if type(client) is not int:
@@ -449,31 +453,12 @@ class Simulation:
                     raise ValueError(f"client {client} out of range [0, {num_clients})")
                 duration = round_duration(client, steps)
                 step_time = (duration - comm_seconds) / steps if steps > 0 else None
-                duration = duration + 0.0  # as dispatch() adds its extra_time
-                client_round = rounds[client]
-                scale = base_scale if decay == 1.0 else base_scale * decay ** client_round
-                dispatch_id, arrival = records.count, now + duration
-                record = DispatchRecord(dispatch_id, client, version, steps, client_round, now, arrival,
-                                        IN_FLIGHT, None, None, scale, None, None, False, step_time)
-                rounds[client] = client_round + 1
-                live[dispatch_id] = record
-                records.count = dispatch_id + 1
-                self._counts[IN_FLIGHT] += 1
-                # EventQueue.push without the heap push (the entries are heapified below)
-                time = arrival if type(arrival) is float else float(arrival)
-                if not now <= time < math.inf:
-                    queue.push(time, "arrival", client, dispatch_id)  # raises push's own error
-                seq = queue._next_seq
-                event = Event(time, priority, client, seq, "arrival", dispatch_id)
-                queue._next_seq = seq + 1
-                entries.append((time, priority, client, seq, event))
-                pending[seq] = event
-                emit((now, "dispatch", client, dispatch_id, version, None, steps, detail, None))
+                record = add_record(client, steps, duration + 0.0, step_time, lr_scale)  # + 0.0: dispatch's extra_time
+                arrivals.append((record.arrival_time, "arrival", client, record.id))
+                emit((now, "dispatch", client, record.id, record.version, None, steps, detail, None))
                 on_dispatch(record)
         finally:
-            heap = queue._heap  # extended in place: the queue's loop may hold the list
-            heap.extend(entries)
-            heapq.heapify(heap)
+            self.queue.push_many(arrivals)
 
     def next_lr_scale(self, client: int, lr_scale: float = 1.0, client_round: int | None = None) -> float:
         """The learning-rate scale of ``client``'s next dispatch: ``lr_scale`` times ``client_lr_decay``
