@@ -43,7 +43,7 @@ from typing import Callable
 
 from jaxfl.algorithms.base import Algorithm, Options, register, staleness_function
 from jaxfl.algorithms.wrappers import NormalizeSteps, StepNormalization
-from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, collections_paused
+from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 from jaxfl.scheduler.staleness import StalenessWeights
 
 AGGREGATIONS = ("plain", "momentum", "normalized")
@@ -157,9 +157,8 @@ class FedCompass(Policy):
         # warm-up: everybody gets Q_min (paper) or Q_max (code), no group, T_start = now, and the
         # lr scale 0.995^0 = 1 of the legacy decay: _dispatch for each client, in one bulk call
         now = sim.now
-        with collections_paused(freeze=True):  # long-lived objects (4 per client), no cycle
-            self.clients = [ClientState(None, warmup_steps, None, now) for _ in range(sim.num_clients)]
-            sim.dispatch_many(range(sim.num_clients), warmup_steps)
+        self.clients = [ClientState(None, warmup_steps, None, now) for _ in range(sim.num_clients)]
+        sim.dispatch_many(range(sim.num_clients), warmup_steps)
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
         client, now = record.client, sim.now

@@ -428,8 +428,8 @@ class Simulation:
         records, speed and fault draws, events and log rows in the same order — in one loop: a
         policy that starts every client at once (FedCompass's warm-up, 10^6 dispatches at 10^6
         clients) spends half the time. The arrival events go on the queue with one ``heapify``
-        (:meth:`EventQueue.push_many`). Call it inside :func:`collections_paused` where many clients
-        start at once.
+        (:meth:`EventQueue.push_many`). A policy's start runs with collections paused (see
+        :meth:`run`), where many clients start at once.
 
         Example (every client of a simulation trains 5 steps)::
 
@@ -670,12 +670,16 @@ class Simulation:
         A simulation restored from a checkpoint (see :meth:`__getstate__`) continues where it was.
         """
         with _fewer_collections():
+            if not self._started:
+                self._started = True
+                # A start may build long-lived objects for every client (FedCompass's warm-up: 10^6
+                # records, events and client states), none in a cycle: collected as they are made,
+                # and rescanned by every collection after, they cost more than building them.
+                with collections_paused(freeze=True):
+                    self.policy.start(self)
             return self._run()
 
     def _run(self) -> str:
-        if not self._started:
-            self._started = True
-            self.policy.start(self)
         queue, max_time, budget_spent, handle = self.queue, self.max_time, self.budget_spent, self._handle
         # Most runs have a version budget alone: checked here rather than through budget_spent().
         max_updates = self.max_updates if self.max_updates is not None else math.inf
@@ -826,10 +830,12 @@ def collections_paused(freeze: bool = False):
     """No garbage collection in the block: for building many long-lived objects at once (10^6
     dispatch records at a warm-up), which holds no cycle for the collector to find, and which it
     would otherwise rescan at every young-generation collection (four fifths of the time it takes
-    to build them). ``freeze``: then ``gc.freeze()``, so that later collections skip them too
-    (otherwise the first collections after the block rescan them all: the events after a 10^6-client
-    warm-up ran at 16,700/s instead of 23,000/s). Inside :meth:`Simulation.run` the objects frozen
-    are unfrozen when it returns (they are only kept out of the collections while it runs).
+    to build them). ``freeze``: then ``gc.freeze()`` (every object alive, not only the block's), so
+    that later collections skip them too (otherwise the first collections after the block rescan
+    them all: the events after a 10^6-client warm-up ran at 16,700/s instead of 23,000/s) — unless
+    objects are frozen already, by a ``gc.freeze()`` of the user's, which a ``gc.unfreeze()`` could
+    not tell from these. :meth:`Simulation.run` pauses its policy's start so, and unfreezes when it
+    returns what was frozen in it (the objects are only kept out of the collections while it runs).
 
     >>> with collections_paused():
     ...     records = [[] for _ in range(3)]
@@ -839,7 +845,7 @@ def collections_paused(freeze: bool = False):
     try:
         yield
     finally:
-        if freeze:
+        if freeze and gc.get_freeze_count() == 0:
             gc.freeze()
         if enabled:
             gc.enable()
@@ -848,7 +854,7 @@ def collections_paused(freeze: bool = False):
 @contextlib.contextmanager
 def _fewer_collections():
     """Raise the young generation's collection threshold to :data:`_RUN_GC_THRESHOLD` for the block,
-    and unfreeze what :func:`collections_paused` froze in it (when nothing was frozen before)."""
+    and unfreeze what :func:`collections_paused` froze in it (it freezes only when nothing is frozen)."""
     thresholds = gc.get_threshold()
     frozen_before = gc.get_freeze_count()
     gc.set_threshold(max(thresholds[0], _RUN_GC_THRESHOLD), *thresholds[1:])
