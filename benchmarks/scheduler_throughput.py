@@ -170,8 +170,8 @@ def breakdown(clients: int, updates: int, concurrency: int, folder: str, algorit
     from jaxfl.scheduler.pool import IdlePool
     from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, DispatchRecord
 
-    def per_call(statement, number=20_000) -> float:
-        return round(min(timeit.repeat(statement, number=number, repeat=3)) * 1e6 / number, 3)
+    def per_call(statement, number=20_000) -> float:  # CPU time, as the events are timed: steadier on a shared machine
+        return round(min(timeit.repeat(statement, number=number, repeat=3, timer=time.process_time)) * 1e6 / number, 3)
 
     speeds = ClientSpeeds(SpeedConfig(model="exp"), clients, seed=0)
     draw_clients = iter(np.random.default_rng(0).integers(clients, size=200_000).tolist())
@@ -188,6 +188,10 @@ def breakdown(clients: int, updates: int, concurrency: int, folder: str, algorit
         event = queue.pop_due(math.inf)
         queue.push(event.time + 1000.0, "arrival", event.client, event.payload)
 
+    def reply_round():  # a reply pushed at the instant and popped (before the arrivals in flight)
+        queue.push(queue.now, "reply", 0)
+        queue.pop_due(math.inf)
+
     parts = {}
     for algorithm in algorithms_:
         logged = cpu_per_event(algorithm, clients, updates, concurrency, folder, True)
@@ -200,6 +204,7 @@ def breakdown(clients: int, updates: int, concurrency: int, folder: str, algorit
         "log row (tuple + csv.writer)": per_call(lambda: write(row), number=100_000),
         "speed draw (ClientSpeeds.round_duration)": per_call(lambda: speeds.round_duration(next(draw_clients), 20)),
         f"queue push + pop ({concurrency:,} pending)": per_call(queue_round),
+        f"reply push + pop (due now, {concurrency:,} pending)": per_call(reply_round),
         "idle-pool exchange": per_call(lambda: busy.append(pool.exchange(busy.pop(0)))),
         "dispatch record": per_call(lambda: DispatchRecord(7, 3, 2, 20, 1, 1.5, 2.5, "in_flight", None, None, 1.0,
                                                            None, None, False, 0.1)),

@@ -35,6 +35,7 @@ def test_scheduler_throughput_breakdown_names_the_parts_of_an_event():
                      for log in ("with the event log", "without a log")}
     assert set(micros) == per_algorithm | {
         "log row (tuple + csv.writer)", "speed draw (ClientSpeeds.round_duration)", "queue push + pop (100 pending)",
+        "reply push + pop (due now, 100 pending)",
         "idle-pool exchange", "dispatch record", "aggregation of one update (Simulation.aggregate, no log row)",
         "FedCompass JOINGROUP, 10 groups open", "FedCompass CREATEGROUP + timer, 10 groups open",
         "FedCompass JOINGROUP, 998 groups open", "FedCompass CREATEGROUP + timer, 998 groups open",

@@ -2,6 +2,7 @@
 
 import json
 import math
+import pickle
 
 import pytest
 from hypothesis import given, settings
@@ -102,6 +103,39 @@ def test_many_cancellations_compact_the_heap():
     assert len(queue) == 1
     assert len(queue._heap) < 200  # compaction kept dead entries bounded
     assert queue.pop() is events[-1]
+
+
+def test_events_pushed_at_the_current_instant_pop_in_key_order_with_the_rest():
+    """Events due now (a reply to the client that reported) wait in a small heap of their own; every
+    way of taking events merges the two heaps by key, and cancelling, compacting and pickling see both."""
+    queue = EventQueue()
+    for client in range(40):
+        queue.push(1.0 + client // 2, "arrival", client=client, payload=client)
+    first = queue.pop_due(math.inf)
+    assert (first.time, first.client) == (1.0, 0)
+    reply = queue.push(queue.now, "reply", client=0)
+    timer = queue.push(queue.now, "timer")
+    late_arrival = queue.push(queue.now, "arrival", client=5)
+    dropped = queue.push(queue.now, "reply", client=3)
+    assert len(queue._due_now) == 4 and len(queue._heap) == 39  # kept apart from the 39 in flight
+    queue.cancel(dropped)
+    assert queue.peek() is timer
+    restored = pickle.loads(pickle.dumps(queue))
+    state = dict(queue.__dict__)
+    del state["_due_now"]  # a queue pickled before the same-instant heap existed
+    old = EventQueue.__new__(EventQueue)
+    old.__setstate__(state)
+    assert old._due_now == [] and old.peek().client == 1  # its events were all on the one heap
+    # client 1's arrival, on the main heap since the start, pops between the timer and client 5's (1 < 5)
+    expected = [(1.0, "timer", -1), (1.0, "arrival", 1), (1.0, "arrival", 5), (1.0, "reply", 0), (2.0, "arrival", 2)]
+    assert [(e.time, e.kind, e.client) for e in (queue.pop_due(2.0) for _ in range(5))] == expected
+    assert [(e.time, e.kind, e.client) for e in (restored.pop() for _ in range(5))] == expected
+    assert reply.seq not in queue._pending and late_arrival.seq not in queue._pending
+    # a compaction (many cancelled timers) folds what waits for the instant into the main heap
+    timers = [queue.push(queue.now, "timer", payload=i) for i in range(200)]
+    for event in timers[1:]:
+        queue.cancel(event)
+    assert queue._due_now == [] and queue.pop() is timers[0]
 
 
 def test_push_equal_to_now_is_allowed_but_earlier_is_rejected():
@@ -211,3 +245,22 @@ def test_property_batch_pushes_pop_in_key_order(pushes):
     queue = EventQueue()
     events = [queue.push(t, kind, client=c) for t, kind, c in pushes]
     assert [_key(e) for e in _drain(queue)] == sorted(_key(e) for e in events)
+
+
+def test_push_many_equals_repeated_pushes():
+    pushes = [(3.0, "arrival", 2, 7), (1.0, "timer", -1, "g"), (1.0, "arrival", 0, 8), (0.0, "reply", 4, None),
+              (3.0, "arrival", 2, 9)]
+    one_by_one, bulk = EventQueue(), EventQueue()
+    for queue in (one_by_one, bulk):
+        queue.push(0.5, "arrival", client=1, payload=6)
+        assert queue.find("arrival", 6) is not None  # an index, kept up to date by both
+    pushed = [one_by_one.push(*push) for push in pushes]
+    bulk_pushed = bulk.push_many(iter(pushes))
+    assert [(_key(e), e.kind, e.payload) for e in bulk_pushed] == [(_key(e), e.kind, e.payload) for e in pushed]
+    assert bulk.find("arrival", 9) is bulk_pushed[-1]
+    assert [(_key(e), e.payload) for e in _drain(bulk)] == [(_key(e), e.payload) for e in _drain(one_by_one)]
+    # a refused event: push's own error, the events before it pending as after the pushes that succeeded
+    queue = EventQueue()
+    with pytest.raises(ValueError, match="unknown event kind 'trigger'"):
+        queue.push_many([(2.0, "arrival", 0, None), (1.0, "trigger", 0, None), (3.0, "arrival", 1, None)])
+    assert len(queue) == 1 and queue.pop().time == 2.0

@@ -36,3 +36,12 @@ def test_aggregate_refuses_in_flight_aggregated_and_non_finite_alike(contributio
         sim.aggregate([(0, 0.5)])
     with pytest.raises(KeyError, match="no dispatch 7"):
         sim.aggregate([(7, 0.5)])
+
+
+@pytest.mark.parametrize("given", [list, tuple, iter], ids=["list", "tuple", "iterator"])
+def test_one_update_is_recorded_as_python_numbers_however_it_is_given(given):
+    sim, (record,) = simulation_with_records(1)
+    arrive(sim, record)
+    sim.aggregate(given([(np.int64(record.id), np.float64(0.25))]))
+    ((dispatch_id, coefficient),) = sim.backend.aggregations[0].contributions
+    assert (type(dispatch_id), type(coefficient), dispatch_id, coefficient) == (int, float, record.id, 0.25)

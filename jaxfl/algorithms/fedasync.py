@@ -26,6 +26,7 @@ from typing import Callable
 from jaxfl.algorithms.base import Algorithm, register, staleness_function
 from jaxfl.scheduler.pool import InFlightLimit
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
+from jaxfl.scheduler.staleness import StalenessWeights
 
 RULES = ("fedcompass", "paper")
 
@@ -45,11 +46,11 @@ class FedAsync(InFlightLimit, Policy):
         self.needs_start_models = rule == "paper"
         self.concurrency = concurrency
         self.seed = seed
-        # st(s) by s, computed once per staleness value: a lookup costs a fifth of calling st
-        self._staleness_weights: dict[int, float] = {}
+        self._staleness_weights = StalenessWeights(staleness)
 
     def __setstate__(self, state: dict) -> None:
-        state.setdefault("_staleness_weights", {})  # checkpoints from before the memo
+        # a fresh memo: a pickle keeps none of its values, and older checkpoints have no memo
+        state["_staleness_weights"] = StalenessWeights(state["staleness"])
         self.__dict__.update(state)
 
     def start(self, sim: Simulation) -> None:
@@ -59,10 +60,7 @@ class FedAsync(InFlightLimit, Policy):
         return {"concurrency": self.concurrency, "rule": self.rule}
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
-        staleness = sim.version - record.version
-        weight = self._staleness_weights.get(staleness)
-        if weight is None:
-            weight = self._staleness_weights[staleness] = float(self.staleness(staleness))  # st(τ_g − τ_i)
+        weight = self._staleness_weights[sim.version - record.version]  # st(τ_g − τ_i)
         if self.rule == "fedcompass":
             sim.aggregate([(record.id, weight * sim.client_weights[record.client])])
         else:

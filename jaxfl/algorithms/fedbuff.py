@@ -27,6 +27,7 @@ from typing import Callable
 from jaxfl.algorithms.base import Algorithm, register, staleness_function
 from jaxfl.scheduler.pool import InFlightLimit
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
+from jaxfl.scheduler.staleness import StalenessWeights
 
 RULES = ("paper", "fedcompass")
 
@@ -49,6 +50,12 @@ class FedBuff(InFlightLimit, Policy):
         self.concurrency = concurrency
         self.seed = seed
         self.buffer: list[tuple[int, float]] = []
+        self._staleness_weights = StalenessWeights(staleness)
+
+    def __setstate__(self, state: dict) -> None:
+        # a fresh memo: a pickle keeps none of its values, and older checkpoints have no memo
+        state["_staleness_weights"] = StalenessWeights(state["staleness"])
+        self.__dict__.update(state)
 
     def start(self, sim: Simulation) -> None:
         self.start_in_flight(sim)
@@ -57,7 +64,7 @@ class FedBuff(InFlightLimit, Policy):
         return {"concurrency": self.concurrency, "rule": self.rule}
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
-        weight = float(self.staleness(sim.version - record.version))  # st(τ_g − τ_i)
+        weight = self._staleness_weights[sim.version - record.version]  # st(τ_g − τ_i)
         if self.rule == "fedcompass":
             weight *= sim.client_weights[record.client]
         else:

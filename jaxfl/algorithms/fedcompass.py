@@ -43,7 +43,8 @@ from typing import Callable
 
 from jaxfl.algorithms.base import Algorithm, Options, register, staleness_function
 from jaxfl.algorithms.wrappers import NormalizeSteps, StepNormalization
-from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, collections_paused
+from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
+from jaxfl.scheduler.staleness import StalenessWeights
 
 AGGREGATIONS = ("plain", "momentum", "normalized")
 WARMUPS = ("q_min", "q_max")
@@ -140,12 +141,12 @@ class FedCompass(Policy):
         # (T_a, group id) of every group not yet aggregated, sorted: JOINGROUP bisects it instead of
         # scanning every open group (see _join_choice).
         self._by_expected: list[tuple[float, int]] = []
-        self._staleness_weights: dict[int, float] = {}  # st(s) by s
+        self._staleness_weights = StalenessWeights(staleness)
 
     def __setstate__(self, state: dict) -> None:
         """Policies pickled before the T_a index and the st(s) memo rebuild them."""
         self.__dict__.update(state)
-        self.__dict__.setdefault("_staleness_weights", {})
+        self._staleness_weights = StalenessWeights(self.staleness)
         if "_by_expected" not in state:
             self._by_expected = sorted((group.expected, group_id) for group_id, group in self.groups.items()
                                        if not group.aggregated)
@@ -156,9 +157,8 @@ class FedCompass(Policy):
         # warm-up: everybody gets Q_min (paper) or Q_max (code), no group, T_start = now, and the
         # lr scale 0.995^0 = 1 of the legacy decay: _dispatch for each client, in one bulk call
         now = sim.now
-        with collections_paused(freeze=True):  # long-lived objects (4 per client), no cycle
-            self.clients = [ClientState(None, warmup_steps, None, now) for _ in range(sim.num_clients)]
-            sim.dispatch_many(range(sim.num_clients), warmup_steps)
+        self.clients = [ClientState(None, warmup_steps, None, now) for _ in range(sim.num_clients)]
+        sim.dispatch_many(range(sim.num_clients), warmup_steps)
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
         client, now = record.client, sim.now
@@ -230,10 +230,7 @@ class FedCompass(Policy):
             self._buffered_weight[record.id] = self._weight(sim, record)
 
     def _weight(self, sim: Simulation, record: DispatchRecord) -> float:
-        staleness = sim.version - record.version
-        weight = self._staleness_weights.get(staleness)
-        if weight is None:  # st(τ_g − τ_i) once per staleness value: a lookup costs a fifth of a call
-            weight = self._staleness_weights[staleness] = float(self.staleness(staleness))
+        weight = self._staleness_weights[sim.version - record.version]  # st(τ_g − τ_i)
         return weight * float(sim.client_weights[record.client])
 
     # ------------------------------------------------------------------ ASSIGNGROUP (Alg. 2)

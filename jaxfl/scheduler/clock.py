@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 import operator
-from typing import Any
+from typing import Any, Iterable
 
 __all__ = ["Event", "EventQueue", "DEFAULT_PRIORITIES"]
 
@@ -107,7 +107,12 @@ class EventQueue:
         # Entries are (time, priority, client, seq, event): tuples compare in C, and the unique
         # seq ends every comparison before it reaches the event.
         self._heap: list[tuple] = []
-        # seq -> event for every event that may still be popped; the heap may also hold
+        # Events pushed for the current instant (a reply to the client that just reported) wait in a
+        # heap of their own: pushed onto the main heap, where everything in flight waits, each would
+        # sift up its whole depth and down again when popped, though it is due before all of them.
+        # Popping takes the smaller of the two tops, so the order is the one a single heap gives.
+        self._due_now: list[tuple] = []
+        # seq -> event for every event that may still be popped; the heaps may also hold
         # cancelled entries, which are skipped when they surface.
         self._pending: dict[int, Event] = {}
         self._next_seq = 0
@@ -149,6 +154,33 @@ class EventQueue:
             >>> q.push(1.5, "arrival", client=4, payload={"version": 2}).time
             1.5
         """
+        entry = self._entry(time, kind, client, payload)
+        heapq.heappush(self._due_now if entry[0] == self._now else self._heap, entry)
+        return entry[-1]
+
+    def push_many(self, events: Iterable[tuple[float, str, int, Any]]) -> list[Event]:
+        """:meth:`push` of each ``(time, kind, client, payload)`` in turn, with one ``heapify`` instead of a
+        heap push each (for many events at once): the same events, seqs and pop order (a dispatch of every client at once,
+        FedCompass's warm-up). A refused event raises push's error, with the events before it pending.
+
+        Example:
+            >>> q = EventQueue()
+            >>> [e.seq for e in q.push_many([(2.0, "arrival", 0, "a"), (1.0, "arrival", 1, "b")])]
+            [0, 1]
+            >>> q.pop().payload
+            'b'
+        """
+        entries = []
+        try:
+            for time, kind, client, payload in events:
+                entries.append(self._entry(time, kind, client, payload))
+        finally:
+            self._heap.extend(entries)
+            heapq.heapify(self._heap)
+        return [entry[-1] for entry in entries]
+
+    def _entry(self, time: float, kind: str, client: int, payload: Any) -> tuple:
+        """A new pending event's heap entry ``(time, priority, client, seq, event)``, its arguments checked."""
         if type(time) is not float:
             time = float(time)
         if not -math.inf < time < math.inf:
@@ -170,11 +202,10 @@ class EventQueue:
         seq = self._next_seq
         event = Event(time, priority, client, seq, kind, payload)
         self._next_seq = seq + 1
-        heapq.heappush(self._heap, (time, priority, client, seq, event))
         self._pending[seq] = event
         if self._index is not None:
             self._add_to_index(event)
-        return event
+        return (time, priority, client, seq, event)
 
     def pop(self) -> Event:
         """Remove and return the earliest pending event, advancing ``now`` to its time.
@@ -185,10 +216,10 @@ class EventQueue:
             >>> q.pop().time, q.now
             (3.0, 3.0)
         """
-        self._drop_cancelled_top()
-        if not self._heap:
+        heap = self._top_heap()
+        if heap is None:
             raise IndexError(f"pop from an empty EventQueue (now={self._now!r})")
-        return self._take_top()
+        return self._take_top(heap)
 
     def pop_due(self, until: float) -> Event | None:
         """:meth:`pop` if the earliest pending event is at ``until`` or before, else None (also when
@@ -200,9 +231,14 @@ class EventQueue:
             >>> q.pop_due(2.0), q.pop_due(3.0).time
             (None, 3.0)
         """
-        heap, pending = self._heap, self._pending
+        heap, due_now, pending = self._heap, self._due_now, self._pending  # _top_heap, inlined
         while heap and heap[0][3] not in pending:
             heapq.heappop(heap)
+        if due_now:
+            while due_now and due_now[0][3] not in pending:
+                heapq.heappop(due_now)
+            if due_now and (not heap or due_now[0] < heap[0]):
+                heap = due_now
         if not heap or heap[0][0] > until:
             return None
         event = heapq.heappop(heap)[-1]  # _take_top, inlined on the simulation's hot path
@@ -212,8 +248,8 @@ class EventQueue:
         self._now = event.time
         return event
 
-    def _take_top(self) -> Event:
-        event = heapq.heappop(self._heap)[-1]
+    def _take_top(self, heap: list[tuple]) -> Event:
+        event = heapq.heappop(heap)[-1]
         del self._pending[event.seq]
         if self._index is not None:
             self._remove_from_index(event)
@@ -228,8 +264,8 @@ class EventQueue:
             >>> q.peek() is None
             True
         """
-        self._drop_cancelled_top()
-        return self._heap[0][-1] if self._heap else None
+        heap = self._top_heap()
+        return None if heap is None else heap[0][-1]
 
     def cancel(self, event: Event) -> None:
         """Withdraw a pending event; it will never be popped and no longer counts in ``len``.
@@ -251,10 +287,11 @@ class EventQueue:
         if self._index is not None:
             self._remove_from_index(event)
         # Lazy deletion keeps cancel O(1); compact only when dead entries dominate.
-        if len(self._heap) > _COMPACT_MIN_HEAP and len(self._heap) > _COMPACT_FACTOR * (
-            len(self._pending) + 1
-        ):
-            self._heap[:] = [(*e.key(), e) for e in self._pending.values()]  # in place: pop_due holds it
+        entries = len(self._heap) + len(self._due_now)
+        if entries > _COMPACT_MIN_HEAP and entries > _COMPACT_FACTOR * (len(self._pending) + 1):
+            # in place, both lists keeping their identity
+            self._heap[:] = [(*e.key(), e) for e in self._pending.values()]
+            self._due_now.clear()
             heapq.heapify(self._heap)
 
     def find(self, kind: str, payload: Any) -> Event | None:
@@ -371,7 +408,19 @@ class EventQueue:
         heapq.heapify(queue._heap)
         return queue
 
-    def _drop_cancelled_top(self) -> None:
-        heap = self._heap
-        while heap and heap[0][3] not in self._pending:
-            heapq.heappop(heap)
+    def _top_heap(self) -> list[tuple] | None:
+        """The heap whose top is the earliest pending event (cancelled entries dropped from both
+        tops on the way), or None when nothing is pending."""
+        pending = self._pending
+        for heap in (self._heap, self._due_now):
+            while heap and heap[0][3] not in pending:
+                heapq.heappop(heap)
+        heap, due_now = self._heap, self._due_now
+        if due_now and (not heap or due_now[0] < heap[0]):
+            return due_now
+        return heap or None
+
+    def __setstate__(self, state: dict) -> None:
+        """Queues pickled before the same-instant heap existed restore with an empty one."""
+        state.setdefault("_due_now", [])
+        self.__dict__.update(state)

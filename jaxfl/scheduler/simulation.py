@@ -35,7 +35,6 @@ import collections
 import contextlib
 import dataclasses
 import gc
-import heapq
 import math
 import operator
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
@@ -392,6 +391,23 @@ class Simulation:
         fault = self.faults.draw(client, duration) if self.faults is not None else None
         if fault is not None and fault.kind in ("delay", "dropout"):
             duration += fault.extra_time
+        record = self._add_record(client, steps, duration, step_time, lr_scale, fetch_step)
+        now = record.start_time
+        if fault is not None and fault.kind == "crash":
+            record.arrival_time = math.inf
+            self.queue.push(now + fault.fraction * duration, "crash", client, record.id)
+        else:
+            self.queue.push(record.arrival_time, "arrival", client, record.id)
+        if fault is not None and fault.kind is not None:
+            detail = f"{detail}; {fault.kind}" if detail else fault.kind
+        self._emit((now, "dispatch", client, record.id, record.version, None, steps, detail, None))
+        self.backend.on_dispatch(record)
+        return record
+
+    def _add_record(self, client: int, steps: int, duration: float, step_time: float | None, lr_scale: float,
+                    fetch_step: int | None = None) -> DispatchRecord:
+        """The in-flight record of ``client``'s next round, from now for ``duration`` seconds, added to
+        the records and counts (:meth:`dispatch` and :meth:`dispatch_many`)."""
         now = self.queue._now  # the clock's own field: the property costs a call per dispatch
         records = self.records
         client_round = self.client_rounds[client]
@@ -404,15 +420,6 @@ class Simulation:
         self.client_rounds[client] = client_round + 1
         records.add(record)
         self._counts[IN_FLIGHT] += 1
-        if fault is not None and fault.kind == "crash":
-            record.arrival_time = math.inf
-            self.queue.push(now + fault.fraction * duration, "crash", client, record.id)
-        else:
-            self.queue.push(record.arrival_time, "arrival", client, record.id)
-        if fault is not None and fault.kind is not None:
-            detail = f"{detail}; {fault.kind}" if detail else fault.kind
-        self._emit((now, "dispatch", client, record.id, record.version, None, steps, detail, None))
-        self.backend.on_dispatch(record)
         return record
 
     def dispatch_many(self, clients: Iterable[int], steps: int, lr_scale: float = 1.0,
@@ -421,8 +428,8 @@ class Simulation:
         records, speed and fault draws, events and log rows in the same order — in one loop: a
         policy that starts every client at once (FedCompass's warm-up, 10^6 dispatches at 10^6
         clients) spends half the time. The arrival events go on the queue with one ``heapify``
-        (the order they pop in is fixed by their keys, not by how the heap was built). Call it
-        inside :func:`collections_paused` where many clients start at once.
+        (:meth:`EventQueue.push_many`). A policy's start runs with collections paused (see
+        :meth:`run`), where many clients start at once.
 
         Example (every client of a simulation trains 5 steps)::
 
@@ -430,17 +437,14 @@ class Simulation:
         """
         if steps < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
-        if self.faults is not None or self.queue._index is not None:  # the general path
+        if self.faults is not None:  # a fault may put a crash on the queue instead of the arrival
             for client in clients:
                 self.dispatch(client, steps, lr_scale, detail)
             return
         steps = int(steps)
-        speeds, queue, records, rounds = self.speeds, self.queue, self.records, self.client_rounds
-        round_duration, comm_seconds = speeds.round_duration, speeds.comm_time()
-        now, version, live, num_clients = queue._now, self.version, records.live, self.num_clients
-        decay, base_scale = self.client_lr_decay, float(lr_scale)
-        emit, on_dispatch = self._emit, self.backend.on_dispatch
-        priority, pending, entries = queue._priorities["arrival"], queue._pending, []
+        round_duration, comm_seconds = self.speeds.round_duration, self.speeds.comm_time()
+        add_record, emit, on_dispatch = self._add_record, self._emit, self.backend.on_dispatch
+        now, num_clients, arrivals = self.queue._now, self.num_clients, []
         try:
             for client in clients:
                 if type(client) is not int:
@@ -449,31 +453,12 @@ class Simulation:
                     raise ValueError(f"client {client} out of range [0, {num_clients})")
                 duration = round_duration(client, steps)
                 step_time = (duration - comm_seconds) / steps if steps > 0 else None
-                duration = duration + 0.0  # as dispatch() adds its extra_time
-                client_round = rounds[client]
-                scale = base_scale if decay == 1.0 else base_scale * decay ** client_round
-                dispatch_id, arrival = records.count, now + duration
-                record = DispatchRecord(dispatch_id, client, version, steps, client_round, now, arrival,
-                                        IN_FLIGHT, None, None, scale, None, None, False, step_time)
-                rounds[client] = client_round + 1
-                live[dispatch_id] = record
-                records.count = dispatch_id + 1
-                self._counts[IN_FLIGHT] += 1
-                # EventQueue.push without the heap push (the entries are heapified below)
-                time = arrival if type(arrival) is float else float(arrival)
-                if not now <= time < math.inf:
-                    queue.push(time, "arrival", client, dispatch_id)  # raises push's own error
-                seq = queue._next_seq
-                event = Event(time, priority, client, seq, "arrival", dispatch_id)
-                queue._next_seq = seq + 1
-                entries.append((time, priority, client, seq, event))
-                pending[seq] = event
-                emit((now, "dispatch", client, dispatch_id, version, None, steps, detail, None))
+                record = add_record(client, steps, duration + 0.0, step_time, lr_scale)  # + 0.0: dispatch's extra_time
+                arrivals.append((record.arrival_time, "arrival", client, record.id))
+                emit((now, "dispatch", client, record.id, record.version, None, steps, detail, None))
                 on_dispatch(record)
         finally:
-            heap = queue._heap  # extended in place: the queue's loop may hold the list
-            heap.extend(entries)
-            heapq.heapify(heap)
+            self.queue.push_many(arrivals)
 
     def next_lr_scale(self, client: int, lr_scale: float = 1.0, client_round: int | None = None) -> float:
         """The learning-rate scale of ``client``'s next dispatch: ``lr_scale`` times ``client_lr_decay``
@@ -563,7 +548,11 @@ class Simulation:
         ``payload`` goes to the algorithm's device hooks unread (see :class:`Aggregation`); a payload
         with a ``check(sim, contributions)`` method has it called first, to refuse an inconsistent one.
         """
-        contributions = tuple([(int(d), float(c)) for d, c in contributions])
+        if type(contributions) is list and len(contributions) == 1:  # FedAsync's: no comprehension's frame
+            ((dispatch_id, coefficient),) = contributions
+            contributions = ((int(dispatch_id), float(coefficient)),)
+        else:
+            contributions = tuple([(int(d), float(c)) for d, c in contributions])
         if payload is not None:
             check = getattr(payload, "check", None)
             if check is not None:
@@ -681,12 +670,16 @@ class Simulation:
         A simulation restored from a checkpoint (see :meth:`__getstate__`) continues where it was.
         """
         with _fewer_collections():
+            if not self._started:
+                self._started = True
+                # A start may build long-lived objects for every client (FedCompass's warm-up: 10^6
+                # records, events and client states), none in a cycle: collected as they are made,
+                # and rescanned by every collection after, they cost more than building them.
+                with collections_paused(freeze=True):
+                    self.policy.start(self)
             return self._run()
 
     def _run(self) -> str:
-        if not self._started:
-            self._started = True
-            self.policy.start(self)
         queue, max_time, budget_spent, handle = self.queue, self.max_time, self.budget_spent, self._handle
         # Most runs have a version budget alone: checked here rather than through budget_spent().
         max_updates = self.max_updates if self.max_updates is not None else math.inf
@@ -837,10 +830,12 @@ def collections_paused(freeze: bool = False):
     """No garbage collection in the block: for building many long-lived objects at once (10^6
     dispatch records at a warm-up), which holds no cycle for the collector to find, and which it
     would otherwise rescan at every young-generation collection (four fifths of the time it takes
-    to build them). ``freeze``: then ``gc.freeze()``, so that later collections skip them too
-    (otherwise the first collections after the block rescan them all: the events after a 10^6-client
-    warm-up ran at 16,700/s instead of 23,000/s). Inside :meth:`Simulation.run` the objects frozen
-    are unfrozen when it returns (they are only kept out of the collections while it runs).
+    to build them). ``freeze``: then ``gc.freeze()`` (every object alive, not only the block's), so
+    that later collections skip them too (otherwise the first collections after the block rescan
+    them all: the events after a 10^6-client warm-up ran at 16,700/s instead of 23,000/s) — unless
+    objects are frozen already, by a ``gc.freeze()`` of the user's, which a ``gc.unfreeze()`` could
+    not tell from these. :meth:`Simulation.run` pauses its policy's start so, and unfreezes when it
+    returns what was frozen in it (the objects are only kept out of the collections while it runs).
 
     >>> with collections_paused():
     ...     records = [[] for _ in range(3)]
@@ -850,7 +845,7 @@ def collections_paused(freeze: bool = False):
     try:
         yield
     finally:
-        if freeze:
+        if freeze and gc.get_freeze_count() == 0:
             gc.freeze()
         if enabled:
             gc.enable()
@@ -859,7 +854,7 @@ def collections_paused(freeze: bool = False):
 @contextlib.contextmanager
 def _fewer_collections():
     """Raise the young generation's collection threshold to :data:`_RUN_GC_THRESHOLD` for the block,
-    and unfreeze what :func:`collections_paused` froze in it (when nothing was frozen before)."""
+    and unfreeze what :func:`collections_paused` froze in it (it freezes only when nothing is frozen)."""
     thresholds = gc.get_threshold()
     frozen_before = gc.get_freeze_count()
     gc.set_threshold(max(thresholds[0], _RUN_GC_THRESHOLD), *thresholds[1:])

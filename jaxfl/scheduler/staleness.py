@@ -74,3 +74,32 @@ def make_staleness(name: str, **params):
     if name != "constant" and params.get("a", 1.0) < 0:
         raise ValueError(f"staleness exponent a must be >= 0, got {params['a']}")
     return functools.partial(_FUNCTIONS[name], **params)  # picklable, for checkpoints
+
+
+class StalenessWeights(dict):
+    """st(s) by staleness s, each computed once (as a float) and looked up after: ``weights[s]``.
+
+    The asynchronous policies (FedAsync, FedBuff, FedCompass) weigh every arrival by st(τ_g − τ_i),
+    and the staleness takes few distinct values: a lookup costs a fifth of calling st. A pickle
+    keeps only the function (the values are recomputed as they are needed).
+
+    >>> weights = StalenessWeights(make_staleness("polynomial", alpha=0.9, a=0.5))
+    >>> weights[3], weights[0], sorted(weights)
+    (0.45, 0.9, [0, 3])
+    """
+
+    __slots__ = ("staleness",)
+
+    def __init__(self, staleness):
+        super().__init__()
+        self.staleness = staleness
+
+    def __missing__(self, s: int) -> float:
+        weight = self[s] = float(self.staleness(s))
+        return weight
+
+    def __reduce__(self):
+        return type(self), (self.staleness,)
+
+    def __repr__(self) -> str:
+        return f"StalenessWeights({self.staleness!r}, {dict(self)!r})"
