@@ -146,7 +146,7 @@ def compass_group_costs(clients: int, groups: int, repeats: int = 2_000) -> dict
     policy.clients[-1].speed = 1e-9  # q far above Q_max for every group: a full scan that joins none
     began = time.process_time()
     for _ in range(repeats):
-        policy._join(clients - 1, 0.0)
+        policy._join_choice(clients - 1, 0.0)
     join = (time.process_time() - began) * 1e6 / repeats
     began = time.process_time()
     for _ in range(repeats):
