@@ -166,3 +166,20 @@ def test_policy_pickled_without_the_create_index_rebuilds_it():
     assert restored._create_choice(0, now) == restored._create_choice_scan(0, now)
     assert restored._create_keys == {g: t for t, g in restored._create_index}
     assert not restored._create_dirty
+
+
+def test_client_and_group_states_pickled_before_slots_and_details_restore():
+    sim, _ = checked_simulation(PAPER, ClientSpeeds(SpeedConfig(model="exp", jitter=0.05), 40, seed=1), 40, 50)
+    sim.run()
+    policy = sim.policy
+    old_client = ClientState.__new__(ClientState)  # what a pickle of the class with a __dict__ holds
+    old_client.__setstate__({"group": 3, "steps": 7, "speed": 0.5, "start": 1.5, "total_steps": 20})
+    assert old_client == ClientState(3, 7, 0.5, 1.5, 20)
+    assert pickle.loads(pickle.dumps(old_client)) == old_client
+    state = dict(policy.__dict__)
+    state.pop("_join_choice")  # the test's wrapper
+    for group in policy.groups.values():
+        del group.detail  # as a group pickled before the field: the class default ""
+    restored = FedCompass.__new__(FedCompass)
+    restored.__setstate__(pickle.loads(pickle.dumps(state)))
+    assert restored.groups and all(group.detail == f"group {group_id}" for group_id, group in restored.groups.items())

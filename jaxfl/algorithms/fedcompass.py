@@ -79,7 +79,7 @@ REFERENCE_CODE = CompassOptions(speed_estimate="ema", staleness_at="aggregation"
 REFERENCE_CODE_LATEST_TIME_FACTOR = 1.5
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)  # one per client: at 10^6 clients, half the memory and a fifth less time to build
 class ClientState:
     """C[i] of the paper's Table 4 (τ_i is the version of the client's current dispatch)."""
 
@@ -88,6 +88,13 @@ class ClientState:
     speed: float | None = None  # S_i, estimated seconds per step
     start: float = 0.0  # T_start of the current round
     total_steps: int = 0  # steps of all finished rounds (for the legacy lr decay)
+
+    def __setstate__(self, state) -> None:
+        """A pickle's (None, slots) state, or the ``__dict__`` of a ClientState pickled before the slots."""
+        if isinstance(state, tuple):
+            state = {**(state[0] or {}), **state[1]}
+        for name, value in state.items():
+            setattr(self, name, value)
 
 
 @dataclasses.dataclass
@@ -104,6 +111,7 @@ class GroupState:
     # stale entries (members gone, speeds re-measured) dropped when they surface; None in groups
     # restored from checkpoints older than it (rebuilt on first use).
     speeds: list | None = None
+    detail: str = ""  # "group N", its dispatches' log detail (built once, not once per dispatch)
 
     @property
     def aggregated(self) -> bool:
@@ -170,6 +178,9 @@ class FedCompass(Policy):
                                        if not group.aggregated)
         if "_create_index" not in state:  # every group re-entered at the next CREATEGROUP
             self._create_index, self._create_keys, self._create_dirty = [], {}, set(self.groups)
+        for group_id, group in self.groups.items():
+            if not group.detail:  # a group pickled before the field
+                group.detail = f"group {group_id}"
         self._read_switches()
 
     # ------------------------------------------------------------------ server loop (Alg. 1)
@@ -263,7 +274,7 @@ class FedCompass(Policy):
         state = self.clients[client]
         choice = self._join_choice(client, now)
         if choice is None:
-            self._create(sim, client)
+            group = self._create(sim, client)
         else:  # JOINGROUP
             group_id, state.steps = choice
             state.group = group_id
@@ -275,7 +286,7 @@ class FedCompass(Policy):
         state.start = now
         # the legacy lr decay, 0.995^floor(total steps / Q_max); positional: keywords cost a tenth of the call
         lr_scale = 0.995 ** math.floor(state.total_steps / self.q_max) if self.options.lr_decay else 1.0
-        sim.dispatch(client, state.steps, lr_scale, f"group {state.group}")
+        sim.dispatch(client, state.steps, lr_scale, group.detail)
 
     def _join_choice(self, client: int, now: float) -> tuple[int, int] | None:
         """(group, q) for JOINGROUP: the open group giving the client the most steps
@@ -318,7 +329,7 @@ class FedCompass(Policy):
                 best_group, best_q = group_id, q
         return None if best_group is None else (best_group, best_q)
 
-    def _create(self, sim: Simulation, client: int) -> None:
+    def _create(self, sim: Simulation, client: int) -> GroupState:
         """CREATEGROUP: a new group for the client, with the q of :meth:`_create_choice` clamped to [Q_min, Q_max]."""
         now, speed = sim.now, self.clients[client].speed
         q = self._create_choice(client, now)
@@ -330,11 +341,12 @@ class FedCompass(Policy):
         latest = now + self.latest_time_factor * q * speed
         group = self.groups[group_id] = GroupState(pending={client}, arrived=[], buffer=[], expected=now + q * speed,
                                                    latest=latest, timer=sim.set_timer(latest, group_id),
-                                                   speeds=[(speed, client)])
+                                                   speeds=[(speed, client)], detail=f"group {group_id}")
         if not group.aggregated:
             bisect.insort(self._by_expected, (group.expected, group_id))
         self._create_dirty.add(group_id)
         self.clients[client].group, self.clients[client].steps = group_id, q
+        return group
 
     def _create_choice(self, client: int, now: float) -> int:
         """CREATEGROUP's q before clamping, −1 if no group counts: the largest
