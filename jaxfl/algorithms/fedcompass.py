@@ -250,9 +250,12 @@ class FedCompass(Policy):
         # otherwise the group lives on until its late clients arrive (they go to the general buffer)
 
     def _contributions(self, sim: Simulation, records: list[DispatchRecord]) -> list[tuple[int, float]]:
-        weights = [self._buffered_weight.pop(r.id, None) for r in records]
-        weights = [self._weight(sim, r) if w is None else w for r, w in zip(records, weights)]
-        return [(r.id, w) for r, w in zip(records, weights)]
+        """(dispatch id, st·p_i) of each record: the weight fixed when it was buffered, or else now."""
+        buffered, contributions = self._buffered_weight, []
+        for record in records:
+            weight = buffered.pop(record.id, None)
+            contributions.append((record.id, self._weight(sim, record) if weight is None else weight))
+        return contributions
 
     def _weight(self, sim: Simulation, record: DispatchRecord) -> float:
         staleness = sim.version - record.version
@@ -332,9 +335,11 @@ class FedCompass(Policy):
             q = self.q_max
         group_id, self._next_group = self._next_group, self._next_group + 1
         latest = now + self.latest_time_factor * q * speed
-        group = self.groups[group_id] = GroupState(pending={client}, arrived=[], buffer=[], expected=now + q * speed,
-                                                   latest=latest, timer=sim.set_timer(latest, group_id),
-                                                   speeds=[(speed, client)], detail=f"group {group_id}")
+        # positional, in GroupState's field order (pending, arrived, T_a, T_max, buffer, timer, speeds, detail):
+        # one group per CREATEGROUP, nearly one per event in the first wave of a large federation
+        group = self.groups[group_id] = GroupState({client}, [], now + q * speed, latest, [],
+                                                   sim.set_timer(latest, group_id), [(speed, client)],
+                                                   f"group {group_id}")
         if not group.aggregated:
             bisect.insort(self._by_expected, (group.expected, group_id))
         self._create_dirty.add(group_id)
