@@ -207,7 +207,6 @@ class FedCompass(Policy):
             self._buffered_weight[record.id] = self._weight(sim, record)
         if now > group.latest:  # late: its group was aggregated at T_max without it
             self.general_buffer.append(record)
-            self._create_dirty.add(group_id)
             self._reassign(sim, client, now)
             if not group.pending:
                 self._delete(sim, group_id)
