@@ -131,8 +131,8 @@ def aggregation_cost(clients: int, repeats: int = 20_000) -> float:
 def compass_group_costs(clients: int, groups: int, repeats: int = 2_000) -> dict:
     """CPU µs of FedCompass's JOINGROUP (a bisection of the open groups by T_a, here one that finds
     none), of the paper's scan it replaces (``_join_choice_scan``, the same choice) and of CREATEGROUP
-    with its timer (a scan of the open groups, then the group deleted again), with ``groups`` groups
-    open, on the policy's own objects."""
+    with its timer (the index of the open groups by T_exp, then the group deleted again), with
+    ``groups`` groups open, on the policy's own objects."""
     from jaxfl.algorithms.fedcompass import ClientState, FedCompass
     from jaxfl.scheduler.staleness import make_staleness
 
@@ -146,7 +146,7 @@ def compass_group_costs(clients: int, groups: int, repeats: int = 2_000) -> dict
     policy.clients[-1].speed = 1e-9  # q far above Q_max for every group: a full scan that joins none
     began = time.process_time()
     for _ in range(repeats):
-        policy._join(clients - 1, 0.0)
+        policy._join_choice(clients - 1, 0.0)
     join = (time.process_time() - began) * 1e6 / repeats
     began = time.process_time()
     for _ in range(repeats):
@@ -158,6 +158,103 @@ def compass_group_costs(clients: int, groups: int, repeats: int = 2_000) -> dict
         policy._delete(simulation, policy._next_group - 1)
     create = (time.process_time() - began) * 1e6 / (repeats // 10)
     return {"join": join, "join_scan": join_scan, "create": create}
+
+
+class _RecordedCalls:
+    """A policy's calls on its simulation, recorded per handler (None ends a handler's calls), for
+    :class:`_Replay`: what the policy asked for, without how it decided."""
+
+    def __init__(self, simulation: Simulation):
+        self.calls, self._timers = [], {}
+        for name in ("dispatch", "dispatch_many", "aggregate", "set_timer", "cancel"):
+            setattr(self, f"_{name}", getattr(simulation, name))
+            setattr(simulation, name, getattr(self, name))
+
+    def dispatch(self, client, steps, lr_scale=1.0, detail=None):
+        self.calls.append(("dispatch", client, steps, lr_scale, detail))
+        return self._dispatch(client, steps, lr_scale, detail)
+
+    def dispatch_many(self, clients, steps):
+        self.calls.append(("dispatch_many", list(clients), steps))
+        return self._dispatch_many(clients, steps)
+
+    def aggregate(self, contributions, mode="delta", server_optimizer=True, payload=None):
+        self.calls.append(("aggregate", list(contributions), server_optimizer))
+        return self._aggregate(contributions, mode, server_optimizer, payload)
+
+    def set_timer(self, time_, payload=None):
+        event = self._set_timer(time_, payload)
+        self._timers[event.seq] = len(self._timers)
+        self.calls.append(("set_timer", time_, payload))
+        return event
+
+    def cancel(self, event):
+        self.calls.append(("cancel", self._timers[event.seq]))
+        return self._cancel(event)
+
+
+class _Replay:
+    """A policy that makes the recorded calls again, handler by handler: the same events, dispatches,
+    aggregations and log rows as the recorded policy, with none of its own work."""
+
+    def __init__(self, recorded: list, priorities: dict):
+        self.recorded, self.position, self.timers, self.priorities = recorded, 0, [], priorities
+
+    def _replay(self, sim, *_):
+        from jaxfl.scheduler.simulation import collections_paused
+
+        recorded, position = self.recorded, self.position
+        while (call := recorded[position]) is not None:
+            position += 1
+            if call[0] == "dispatch":
+                sim.dispatch(*call[1:])
+            elif call[0] == "aggregate":
+                sim.aggregate(call[1], server_optimizer=call[2])
+            elif call[0] == "set_timer":
+                self.timers.append(sim.set_timer(*call[1:]))
+            elif call[0] == "cancel":
+                sim.cancel(self.timers[call[1]])
+            else:
+                with collections_paused(freeze=True):  # as FedCompass.start
+                    sim.dispatch_many(*call[1:])
+        self.position = position + 1
+
+    start = on_arrival = on_timer = _replay
+
+
+def compass_own_cost(clients: int, updates: int, folder: str, repeats: int = 2) -> dict:
+    """CPU µs per event of a FedCompass timing-only run with its event log, and of a replay of the
+    same run's simulation calls (:class:`_Replay`: the scheduler, the speed draws, the queue and the
+    log alone); the difference is FedCompass's own work. Best of ``repeats`` of each, alternating."""
+    config = validate(RunConfig(algorithm="fedcompass", clients=clients, max_updates=updates, timing_only=True,
+                                local_steps=20, progress=False))
+
+    def run(policy=None, record=False):
+        speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter),
+                              clients, seed=config.seed)
+        policy = policy or algorithms.build(config).policy()
+        with EventLog(tempfile.mkdtemp(dir=folder)) as events:
+            simulation = Simulation(policy, speeds, np.full(clients, 1.0 / clients), _TimingBackend(),
+                                    max_updates=updates, log=events)
+            recorder = None
+            if record:
+                recorder = _RecordedCalls(simulation)
+                for name in ("start", "on_arrival", "on_timer"):
+                    handler = getattr(policy, name)
+                    setattr(policy, name, lambda *args, _handler=handler: (_handler(*args), recorder.calls.append(None)))
+            began = time.process_time()
+            simulation.run()
+            events.flush()
+            return (time.process_time() - began) * 1e6 / simulation.events_processed, simulation, recorder
+
+    _, recorded_run, recorder = run(record=True)
+    compass, replay = [], []
+    for _ in range(repeats):
+        compass.append(run()[0])
+        us, replayed, _ = run(_Replay(recorder.calls, recorded_run.policy.priorities))
+        assert (replayed.events_processed, replayed.version) == (recorded_run.events_processed, recorded_run.version)
+        replay.append(us)
+    return {"compass": min(compass), "replay": min(replay)}
 
 
 def breakdown(clients: int, updates: int, concurrency: int, folder: str, algorithms_: list[str]) -> dict:
@@ -212,6 +309,10 @@ def breakdown(clients: int, updates: int, concurrency: int, folder: str, algorit
     if "fedasync" in algorithms_:
         parts["aggregation of one update (Simulation.aggregate, no log row)"] = round(aggregation_cost(clients), 3)
     if "fedcompass" in algorithms_:
+        own = compass_own_cost(clients, updates, folder)
+        parts["fedcompass event with the log, best of 2"] = round(own["compass"], 3)
+        parts["fedcompass event replayed: its simulation calls alone"] = round(own["replay"], 3)
+        parts["fedcompass event: FedCompass's own work (the difference)"] = round(own["compass"] - own["replay"], 3)
         for groups in sorted({min(10, clients - 2), min(1000, clients - 2)}):
             costs = compass_group_costs(clients, groups)
             parts[f"FedCompass JOINGROUP, {groups} groups open"] = round(costs["join"], 3)

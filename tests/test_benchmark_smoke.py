@@ -40,8 +40,10 @@ def test_scheduler_throughput_breakdown_names_the_parts_of_an_event():
         "FedCompass JOINGROUP, 10 groups open", "FedCompass CREATEGROUP + timer, 10 groups open",
         "FedCompass JOINGROUP, 998 groups open", "FedCompass CREATEGROUP + timer, 998 groups open",
         "FedCompass JOINGROUP by the paper's scan, 10 groups open",
-        "FedCompass JOINGROUP by the paper's scan, 998 groups open"}
-    assert all(value > 0 for value in micros.values())
+        "FedCompass JOINGROUP by the paper's scan, 998 groups open",
+        "fedcompass event with the log, best of 2", "fedcompass event replayed: its simulation calls alone",
+        "fedcompass event: FedCompass's own work (the difference)"}
+    assert all(value > 0 for name, value in micros.items() if "difference" not in name)  # a difference of noisy times
     assert set(counts) == {f"{algorithm}   {count} per event (count)" for algorithm in ("fedasync", "fedbuff", "fedcompass")
                            for count in ("rows", "dispatches", "aggregations")}
     # one aggregation per arrival, an arrival and a reply per update

@@ -204,15 +204,15 @@ def compare_with_fedasync(m, model, seed, q, updates):
 
     compass_policy = FedCompass(q, q, polynomial, latest_time_factor=10.0)
     joins = []
-    join = compass_policy._join
+    join_choice = compass_policy._join_choice
 
     def recorded_join(client, now):
-        joined = join(client, now)
-        if joined:
+        choice = join_choice(client, now)
+        if choice is not None:
             joins.append(now)
-        return joined
+        return choice
 
-    compass_policy._join = recorded_join
+    compass_policy._join_choice = recorded_join
     compass, _ = aggregations(compass_policy)
     fedasync, _ = aggregations(FedAsync(q, polynomial))
     return compass, fedasync, (joins[0] if joins else math.inf)

@@ -105,6 +105,7 @@ class GroupState:
     # stale entries (members gone, speeds re-measured) dropped when they surface; None in groups
     # restored from checkpoints older than it (rebuilt on first use).
     speeds: list | None = None
+    detail: str = ""  # "group N", its dispatches' log detail (built once, not once per dispatch)
 
     @property
     def aggregated(self) -> bool:
@@ -141,15 +142,40 @@ class FedCompass(Policy):
         # (T_a, group id) of every group not yet aggregated, sorted: JOINGROUP bisects it instead of
         # scanning every open group (see _join_choice).
         self._by_expected: list[tuple[float, int]] = []
+        # (T_exp, group id) for CREATEGROUP, sorted: T_exp = T_ref + S_fastest·Q_max of every open group
+        # with members, as of the last CREATEGROUP; the groups changed since (a member joined or
+        # arrived, or the group is new) are in _create_dirty and re-entered by the next one (see
+        # _create_choice). _create_keys: each indexed group's T_exp.
+        self._create_index: list[tuple[float, int]] = []
+        self._create_keys: dict[int, float] = {}
+        self._create_dirty: set[int] = set()
         self._staleness_weights = StalenessWeights(staleness)
+        self._read_switches()
+
+    def _read_switches(self) -> None:
+        """The switches the event handlers test, read once (not an attribute chain and a string
+        comparison per arrival)."""
+        options = self.options
+        self._ema = options.speed_estimate == "ema"
+        self._weigh_at_buffer = options.staleness_at == "buffer"
+        self._fastest_over_all = options.fastest_over == "all"
+        self._create_at_t_max = options.create_rule == "t_max"
+        self._skip_far_groups = options.create_far_groups == "skip"
+        self._join_upper = math.floor(options.join_max_factor * self.q_max)
 
     def __setstate__(self, state: dict) -> None:
-        """Policies pickled before the T_a index and the st(s) memo rebuild them."""
+        """Policies pickled before the T_a and T_exp indexes and the st(s) memo rebuild them."""
         self.__dict__.update(state)
         self._staleness_weights = StalenessWeights(self.staleness)
         if "_by_expected" not in state:
             self._by_expected = sorted((group.expected, group_id) for group_id, group in self.groups.items()
                                        if not group.aggregated)
+        if "_create_index" not in state:  # every group re-entered at the next CREATEGROUP
+            self._create_index, self._create_keys, self._create_dirty = [], {}, set(self.groups)
+        for group_id, group in self.groups.items():
+            if not group.detail:  # a group pickled before the field
+                group.detail = f"group {group_id}"
+        self._read_switches()
 
     # ------------------------------------------------------------------ server loop (Alg. 1)
     def start(self, sim: Simulation) -> None:
@@ -161,32 +187,34 @@ class FedCompass(Policy):
         sim.dispatch_many(range(sim.num_clients), warmup_steps)
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
-        client, now = record.client, sim.now
+        client, now, steps = record.client, sim.now, record.steps
         state = self.clients[client]
-        self._record_speed(state, now, record.steps)
-        state.total_steps += record.steps
-        if state.group is None:  # first response: immediate single update
+        sample = (now - state.start) / steps  # S_i; T_start = dispatch time: idle waiting not counted
+        state.speed = sample if state.speed is None or not self._ema else 0.1 * state.speed + 0.9 * sample
+        state.total_steps += steps
+        group_id = state.group
+        if group_id is None:  # first response: immediate single update
             # +M skips momentum here and +N leaves it unnormalised (the authors' code)
             sim.aggregate([(record.id, self._weight(sim, record))], server_optimizer=False)
-            self._assign(sim, client)
-            self._dispatch(sim, client)
+            self._reassign(sim, client, now)
             return
-        group_id = state.group
         group = self.groups[group_id]
         group.pending.remove(client)
         group.arrived.append(client)
-        if self.options.fastest_over == "all" and group.speeds is not None:  # still a member, re-measured
+        if self._fastest_over_all and group.speeds is not None:  # still a member, re-measured
             heapq.heappush(group.speeds, (state.speed, client))
-        self._buffer(sim, record)
+        if self._weigh_at_buffer:  # the paper: staleness when the update is buffered
+            self._buffered_weight[record.id] = self._weight(sim, record)
         if now > group.latest:  # late: its group was aggregated at T_max without it
             self.general_buffer.append(record)
-            self._assign(sim, client)
-            self._dispatch(sim, client)
+            self._reassign(sim, client, now)
             if not group.pending:
                 self._delete(sim, group_id)
         else:
             group.buffer.append(record)
-            if not group.pending:
+            if group.pending:
+                self._create_dirty.add(group_id)  # its members, or its fastest one's speed, changed
+            else:
                 self._group_aggregate(sim, group_id)
 
     def on_timer(self, sim: Simulation, payload) -> None:
@@ -213,38 +241,44 @@ class FedCompass(Policy):
         self._unindex(group_id, group)
         group.expected = group.latest = 0.0
         arrived, group.arrived, group.buffer = group.arrived, [], []
-        for client in sorted(arrived, key=lambda c: (self.clients[c].speed, c)):  # fastest first
-            self._assign(sim, client)
-            self._dispatch(sim, client)
+        clients, reassign, now = self.clients, self._reassign, sim.now
+        for _, client in sorted([(clients[c].speed, c) for c in arrived]):  # fastest first
+            reassign(sim, client, now)
         if not group.pending:
             self._delete(sim, group_id)
         # otherwise the group lives on until its late clients arrive (they go to the general buffer)
 
     def _contributions(self, sim: Simulation, records: list[DispatchRecord]) -> list[tuple[int, float]]:
-        weights = [self._buffered_weight.pop(r.id, None) for r in records]
-        weights = [self._weight(sim, r) if w is None else w for r, w in zip(records, weights)]
-        return [(r.id, w) for r, w in zip(records, weights)]
-
-    def _buffer(self, sim: Simulation, record: DispatchRecord) -> None:
-        if self.options.staleness_at == "buffer":  # the paper: staleness when the update is buffered
-            self._buffered_weight[record.id] = self._weight(sim, record)
+        """(dispatch id, st·p_i) of each record: the weight fixed when it was buffered, or else now."""
+        buffered, contributions = self._buffered_weight, []
+        for record in records:
+            weight = buffered.pop(record.id, None)
+            contributions.append((record.id, self._weight(sim, record) if weight is None else weight))
+        return contributions
 
     def _weight(self, sim: Simulation, record: DispatchRecord) -> float:
         weight = self._staleness_weights[sim.version - record.version]  # st(τ_g − τ_i)
         return weight * float(sim.client_weights[record.client])
 
     # ------------------------------------------------------------------ ASSIGNGROUP (Alg. 2)
-    def _assign(self, sim: Simulation, client: int) -> None:
-        if not self._join(client, sim.now):
-            self._create(sim, client)
-
-    def _join(self, client: int, now: float) -> bool:
-        """JOINGROUP: put the client in the group :meth:`_join_choice` picks; False if there is none."""
+    def _reassign(self, sim: Simulation, client: int, now: float) -> None:
+        """ASSIGNGROUP(i) — JOINGROUP, or else CREATEGROUP — then dispatch(i): Q_i steps, T_start = now."""
+        state = self.clients[client]
         choice = self._join_choice(client, now)
         if choice is None:
-            return False
-        self._enter(client, *choice, self.clients[client].speed)
-        return True
+            group = self._create(sim, client)
+        else:  # JOINGROUP
+            group_id, state.steps = choice
+            state.group = group_id
+            group = self.groups[group_id]
+            group.pending.add(client)
+            if group.speeds is not None:
+                heapq.heappush(group.speeds, (state.speed, client))
+            self._create_dirty.add(group_id)
+        state.start = now
+        # the legacy lr decay, 0.995^floor(total steps / Q_max); positional: keywords cost a tenth of the call
+        lr_scale = 0.995 ** math.floor(state.total_steps / self.q_max) if self.options.lr_decay else 1.0
+        sim.dispatch(client, state.steps, lr_scale, group.detail)
 
     def _join_choice(self, client: int, now: float) -> tuple[int, int] | None:
         """(group, q) for JOINGROUP: the open group giving the client the most steps
@@ -259,16 +293,8 @@ class FedCompass(Policy):
         speed = self.clients[client].speed
         if not 0.0 < speed < math.inf:
             return self._join_choice_scan(client, now)
-        upper = math.floor(self.options.join_max_factor * self.q_max)
         index, floor = self._by_expected, math.floor
-        size = len(index)
-        # The first entry with q > upper: start from where exact arithmetic puts it, then step to
-        # where the rounded q puts it (a step or none).
-        end = bisect.bisect_left(index, (now + (upper + 1) * speed,))
-        while end < size and floor((index[end][0] - now) / speed) <= upper:
-            end += 1
-        while end > 0 and floor((index[end - 1][0] - now) / speed) > upper:
-            end -= 1
+        end = _first_beyond(index, now, speed, self._join_upper)
         if end == 0:
             return None
         best_q = floor((index[end - 1][0] - now) / speed)
@@ -295,15 +321,59 @@ class FedCompass(Policy):
                 best_group, best_q = group_id, q
         return None if best_group is None else (best_group, best_q)
 
-    def _enter(self, client: int, group_id: int, steps: int, speed: float) -> None:
-        self.clients[client].group, self.clients[client].steps = group_id, steps
-        group = self.groups[group_id]
-        group.pending.add(client)
-        if group.speeds is not None:
-            heapq.heappush(group.speeds, (speed, client))
-
-    def _create(self, sim: Simulation, client: int) -> None:
+    def _create(self, sim: Simulation, client: int) -> GroupState:
+        """CREATEGROUP: a new group for the client, with the q of :meth:`_create_choice` clamped to [Q_min, Q_max]."""
         now, speed = sim.now, self.clients[client].speed
+        q = self._create_choice(client, now)
+        if 0 <= q < self.q_min:
+            q = self.q_min
+        elif q < 0 or q > self.q_max:
+            q = self.q_max
+        group_id, self._next_group = self._next_group, self._next_group + 1
+        latest = now + self.latest_time_factor * q * speed
+        # positional, in GroupState's field order (pending, arrived, T_a, T_max, buffer, timer, speeds, detail):
+        # one group per CREATEGROUP, nearly one per event in the first wave of a large federation
+        group = self.groups[group_id] = GroupState({client}, [], now + q * speed, latest, [],
+                                                   sim.set_timer(latest, group_id), [(speed, client)],
+                                                   f"group {group_id}")
+        if not group.aggregated:
+            bisect.insort(self._by_expected, (group.expected, group_id))
+        self._create_dirty.add(group_id)
+        self.clients[client].group, self.clients[client].steps = group_id, q
+        return group
+
+    def _create_choice(self, client: int, now: float) -> int:
+        """CREATEGROUP's q before clamping, −1 if no group counts: the largest
+        q = floor((T_exp − now) / S_i),  T_exp = T_ref + S_fastest·Q_max,
+        over the open groups with members and now < T_ref (T_ref = T_a, or T_max with
+        ``create_rule="t_max"``), skipping those with q > Q_max if ``create_far_groups="skip"``.
+
+        Exactly the scan's q (:meth:`_create_choice_scan`, kept as the reference and for speeds that
+        are not finite and positive): q never falls as T_exp grows, so it is the q of the largest T_exp
+        (with "skip", the largest below the first entry past Q_max) in the index of the groups sorted
+        by T_exp. S_fastest moves with every join and arrival, so the index is brought up to date
+        here, for the groups changed since the last call only (amortised O(log groups) per change,
+        not O(groups) per call); a group whose T_ref has passed leaves it for good (the clock only
+        moves on), when the walk down from the top meets it."""
+        speed = self.clients[client].speed
+        if not 0.0 < speed < math.inf:
+            return self._create_choice_scan(client, now)
+        if self._create_dirty:
+            self._reindex_changed_groups(now)
+        index, keys, groups, at_t_max = self._create_index, self._create_keys, self.groups, self._create_at_t_max
+        position = (_first_beyond(index, now, speed, self.q_max) if self._skip_far_groups else len(index)) - 1
+        while position >= 0:
+            expected_next, group_id = index[position]
+            group = groups[group_id]
+            if now < (group.latest if at_t_max else group.expected):
+                return math.floor((expected_next - now) / speed)
+            del index[position], keys[group_id]
+            position -= 1
+        return -1
+
+    def _create_choice_scan(self, client: int, now: float) -> int:
+        """CREATEGROUP's q by the paper's scan over every open group (what :meth:`_create_choice` equals)."""
+        speed = self.clients[client].speed
         q = -1
         for group_id, group in self.groups.items():
             reference = group.expected if self.options.create_rule == "t_a" else group.latest
@@ -317,18 +387,27 @@ class FedCompass(Policy):
             if self.options.create_far_groups == "skip" and candidate > self.q_max:
                 continue
             q = max(q, candidate)
-        if 0 <= q < self.q_min:
-            q = self.q_min
-        elif q < 0 or q > self.q_max:
-            q = self.q_max
-        group_id, self._next_group = self._next_group, self._next_group + 1
-        latest = now + self.latest_time_factor * q * speed
-        group = self.groups[group_id] = GroupState(pending={client}, arrived=[], buffer=[], expected=now + q * speed,
-                                                   latest=latest, timer=sim.set_timer(latest, group_id),
-                                                   speeds=[(speed, client)])
-        if not group.aggregated:
-            bisect.insort(self._by_expected, (group.expected, group_id))
-        self.clients[client].group, self.clients[client].steps = group_id, q
+        return q
+
+    def _reindex_changed_groups(self, now: float) -> None:
+        """Re-enter the groups changed since the last CREATEGROUP in the T_exp index, with their T_exp
+        now; those aggregated, deleted, past T_ref or without members leave it (a group that gains a
+        member is changed again)."""
+        index, keys, groups, at_t_max = self._create_index, self._create_keys, self.groups, self._create_at_t_max
+        pending_only = not self._fastest_over_all
+        for group_id in self._create_dirty:
+            old = keys.pop(group_id, None)
+            if old is not None:
+                _remove_sorted(index, (old, group_id))
+            group = groups.get(group_id)
+            if group is None or group.aggregated:
+                continue
+            reference = group.latest if at_t_max else group.expected
+            if not now < reference or (not group.pending and (pending_only or not group.arrived)):
+                continue
+            expected_next = keys[group_id] = reference + self._fastest(group_id, group) * self.q_max
+            bisect.insort(index, (expected_next, group_id))
+        self._create_dirty.clear()
 
     def _fastest(self, group_id: int, group: GroupState) -> float:
         """The smallest S_i over a group's members (its pending clients, or with ``fastest_over="all"``
@@ -351,30 +430,13 @@ class FedCompass(Policy):
             heapq.heappop(heap)
 
     # ------------------------------------------------------------------ helpers
-    def _dispatch(self, sim: Simulation, client: int) -> None:
-        state = self.clients[client]
-        state.start = sim.now
-        lr_scale = 1.0
-        if self.options.lr_decay:
-            lr_scale = 0.995 ** math.floor(state.total_steps / self.q_max)
-        sim.dispatch(client, state.steps, lr_scale,  # positional: keywords cost a tenth of the call
-                     None if state.group is None else f"group {state.group}")
-
-    def _record_speed(self, state: ClientState, now: float, steps: int) -> None:
-        sample = (now - state.start) / steps  # T_start = dispatch time: idle waiting not counted
-        if state.speed is None or self.options.speed_estimate == "latest":
-            state.speed = sample
-        else:
-            state.speed = 0.1 * state.speed + 0.9 * sample
-
     def _unindex(self, group_id: int, group: GroupState) -> None:
-        """Take a group out of the T_a index (it is being aggregated or deleted)."""
-        if group.aggregated:
-            return
-        index = self._by_expected
-        position = bisect.bisect_left(index, (group.expected, group_id))
-        if position < len(index) and index[position] == (group.expected, group_id):
-            del index[position]
+        """Take a group out of the T_a and T_exp indexes (it is being aggregated or deleted)."""
+        expected_next = self._create_keys.pop(group_id, None)
+        if expected_next is not None:
+            _remove_sorted(self._create_index, (expected_next, group_id))
+        if not group.aggregated:
+            _remove_sorted(self._by_expected, (group.expected, group_id))
 
     def _delete(self, sim: Simulation, group_id: int) -> None:
         group = self.groups.pop(group_id)
@@ -398,6 +460,33 @@ class FedCompass(Policy):
         for client, state in enumerate(self.clients):
             if state.group is not None and state.group not in self.groups:
                 raise AssertionError(f"client {client} is assigned to deleted group {state.group}")
+
+
+def _first_beyond(index: list[tuple[float, int]], now: float, speed: float, upper: int) -> int:
+    """The position of the first entry (t, id) of the sorted ``index`` with floor((t − now) / speed) > upper:
+    bisected where exact arithmetic puts it, then stepped to where the rounded q puts it (a step or none).
+
+    >>> _first_beyond([(1.0, 0), (2.0, 1), (3.0, 2)], now=0.0, speed=1.0, upper=2)
+    2
+    """
+    floor, size = math.floor, len(index)
+    end = bisect.bisect_left(index, (now + (upper + 1) * speed,))
+    while end < size and floor((index[end][0] - now) / speed) <= upper:
+        end += 1
+    while end > 0 and floor((index[end - 1][0] - now) / speed) > upper:
+        end -= 1
+    return end
+
+
+def _remove_sorted(index: list, entry: tuple) -> None:
+    """Remove ``entry`` from the sorted list ``index`` if it is there (a bisection, not a scan).
+
+    >>> index = [(1.0, 3), (2.0, 1)]; _remove_sorted(index, (2.0, 1)); index
+    [(1.0, 3)]
+    """
+    position = bisect.bisect_left(index, entry)
+    if position < len(index) and index[position] == entry:
+        del index[position]
 
 
 SWITCH_CHOICES = {"speed_estimate": ("latest", "ema"), "staleness_at": ("buffer", "aggregation"),
