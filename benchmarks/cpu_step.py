@@ -70,7 +70,7 @@ def _hand_written(variant: str):
     import jax.numpy as jnp
     from jax import lax
 
-    from jaxfl.kernels.cpu_ops import dense_product
+    from jaxfl.kernels.cpu_ops import _patches, dense_product
 
     nhwc = ("NHWC", "HWIO", "NHWC")
 
@@ -81,9 +81,42 @@ def _hand_written(variant: str):
         out_h, out_w = x.shape[1] - kh + 1, x.shape[2] - kw + 1
         return [x[:, i:i + out_h, j:j + out_w, :] for i in (range(kh) if rows is None else rows) for j in range(kw)]
 
+    def patches(x, kh, kw):  # cpu_friendly's (one fused loop)
+        return _patches(x, kh, kw, 1, 1, x.shape[1] - kh + 1, x.shape[2] - kw + 1)
+
     def conv_im2col(x, kernel):
         kh, kw, c, o = kernel.shape
-        return jnp.concatenate(windows(x, kh, kw), axis=-1) @ kernel.reshape(kh * kw * c, o)
+        return patches(x, kh, kw) @ kernel.reshape(kh * kw * c, o)
+
+    def conv_im2col_dense(x, kernel):
+        kh, kw, c, o = kernel.shape
+        return dense_product(patches(x, kh, kw), kernel.reshape(kh * kw * c, o))
+
+    @jax.custom_vjp
+    def conv_custom(x, kernel):
+        return conv_im2col(x, kernel)
+
+    def _conv_custom_forward(x, kernel):
+        kh, kw, c, o = kernel.shape
+        columns = patches(x, kh, kw)
+        return columns @ kernel.reshape(kh * kw * c, o), (columns, kernel)
+
+    def _conv_custom_backward(residuals, g):
+        columns, kernel = residuals
+        kh, kw, c, o = kernel.shape
+        kernel_grad = jax.lax.dot_general(columns, g, (((0, 1, 2), (0, 1, 2)), ((), ()))).reshape(kernel.shape)
+        # the input's gradient as XLA's transposed convolution of g with the flipped kernel
+        x_grad = lax.conv_general_dilated(g, jnp.flip(kernel, (0, 1)).swapaxes(2, 3), (1, 1),
+                                          ((kh - 1, kh - 1), (kw - 1, kw - 1)), dimension_numbers=nhwc)
+        return x_grad, kernel_grad
+
+    conv_custom.defvjp(_conv_custom_forward, _conv_custom_backward)
+
+    def conv_padsum(x, kernel):
+        kh, kw, c, o = kernel.shape
+        parts = windows(x, kh, kw)
+        columns = sum(jnp.pad(w, ((0, 0), (0, 0), (0, 0), (k * c, (kh * kw - 1 - k) * c))) for k, w in enumerate(parts))
+        return columns @ kernel.reshape(kh * kw * c, o)
 
     def conv_nchw(x, kernel):
         y = lax.conv_general_dilated(jnp.transpose(x, (0, 3, 1, 2)), jnp.transpose(kernel, (3, 2, 0, 1)), (1, 1),
@@ -92,8 +125,8 @@ def _hand_written(variant: str):
 
     def conv_patches(x, kernel):
         kh, kw, c, o = kernel.shape
-        patches = lax.conv_general_dilated_patches(x, (kh, kw), (1, 1), "VALID", dimension_numbers=nhwc)
-        return patches @ jnp.transpose(kernel, (2, 0, 1, 3)).reshape(c * kh * kw, o)  # channel-major patches
+        columns = lax.conv_general_dilated_patches(x, (kh, kw), (1, 1), "VALID", dimension_numbers=nhwc)
+        return columns @ jnp.transpose(kernel, (2, 0, 1, 3)).reshape(c * kh * kw, o)  # channel-major patches
 
     def conv_rows(x, kernel):
         kh, kw, c, o = kernel.shape
@@ -122,7 +155,9 @@ def _hand_written(variant: str):
 
     conv, pool = {"nchw": (conv_nchw, pool_reshape), "patches": (conv_patches, pool_reshape),
                   "rows": (conv_rows, pool_reshape), "pairwise_pool": (conv_im2col, pool_pairwise),
-                  "select_pool": (conv_im2col, pool_select)}[variant]
+                  "select_pool": (conv_im2col, pool_select),
+                  "conv_dense": (conv_im2col_dense, pool_reshape),
+                  "conv_custom": (conv_custom, pool_reshape), "padsum": (conv_padsum, pool_reshape)}[variant]
 
     def apply(variables, x):
         p = variables["params"]
@@ -135,24 +170,36 @@ def _hand_written(variant: str):
     return apply
 
 
-HAND_WRITTEN = ("nchw", "patches", "rows", "pairwise_pool", "select_pool")
-VARIANTS = ("default", "no_dense", "xla_conv", "xla") + HAND_WRITTEN
+HAND_WRITTEN = ("nchw", "patches", "rows", "pairwise_pool", "select_pool", "conv_dense", "conv_custom", "padsum")
+CPU_FRIENDLY = ("default", "minor_concat", "no_dense", "xla_conv")
+VARIANTS = CPU_FRIENDLY + ("xla",) + HAND_WRITTEN
+
+
+def _minor_axis_patches(x, kh, kw, sh, sw, out_h, out_w):
+    """The im2col patches as cpu_friendly built them before: kh·kw windows concatenated on the channel axis."""
+    import jax.numpy as jnp
+
+    return jnp.concatenate([x[:, i:i + (out_h - 1) * sh + 1:sh, j:j + (out_w - 1) * sw + 1:sw, :]
+                            for i in range(kh) for j in range(kw)], axis=-1)
 
 
 @contextlib.contextmanager
-def _rewrites(dense: bool = True, im2col: bool = True):
-    """Switch cpu_friendly's dense or im2col rewrite off while the step is traced (benchmark only)."""
+def _rewrites(dense: bool = True, im2col: bool = True, fused_patches: bool = True):
+    """Switch cpu_friendly's dense or im2col rewrite off, or its patches back to the minor-axis
+    concatenation, while the step is traced (benchmark only)."""
     from jaxfl.kernels import cpu_ops
 
-    saved = cpu_ops._is_dense, cpu_ops._im2col_applies
+    saved = cpu_ops._is_dense, cpu_ops._im2col_applies, cpu_ops._patches
     if not dense:
         cpu_ops._is_dense = lambda eqn: False
     if not im2col:
         cpu_ops._im2col_applies = lambda eqn: False
+    if not fused_patches:
+        cpu_ops._patches = _minor_axis_patches
     try:
         yield
     finally:
-        cpu_ops._is_dense, cpu_ops._im2col_applies = saved
+        cpu_ops._is_dense, cpu_ops._im2col_applies, cpu_ops._patches = saved
 
 
 def compile_variant(variant: str):
@@ -168,7 +215,7 @@ def compile_variant(variant: str):
     model = make_model("cnn_example", 10)
     apply = _hand_written(variant) if variant in HAND_WRITTEN else model.apply
     trainer = make_client_trainer(apply, optax.sgd(0.1), batch_size=int(os.environ.get("CPU_STEP_BATCH", 10)),
-                                  cpu_friendly_layers=variant in ("default", "no_dense", "xla_conv"))
+                                  cpu_friendly_layers=variant in CPU_FRIENDLY)
     params = model.init(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
     rng = np.random.default_rng(0)
     data = FederatedArrays(jnp.asarray(rng.integers(0, 256, (6000, 28, 28, 1), dtype=np.uint8)),
@@ -183,7 +230,7 @@ def compile_variant(variant: str):
         return jax.tree.map(lambda leaf: leaf[0], states.params)
 
     arguments = (params, jnp.array([STEPS], jnp.int32), jax.random.key(1))
-    with _rewrites(dense=variant != "no_dense", im2col=variant != "xla_conv"):
+    with _rewrites(dense=variant != "no_dense", im2col=variant != "xla_conv", fused_patches=variant != "minor_concat"):
         compiled = jax.jit(call).lower(*arguments).compile()
     return compiled, arguments
 
