@@ -4,9 +4,9 @@ Measured on the 2-core development CPU (jax 0.10.2), PyTorch's MNIST example CNN
 XLA:CPU's convolution (forward and backward) and its max-pool gradient (``select_and_scatter``)
 are most of the step. The same functions written as
 
-- a convolution → its im2col form: the shifted input windows concatenated on the feature axis and
-  one matrix product with the reshaped kernel (vmapped clients then make a batched matmul rather
-  than a grouped convolution);
+- a convolution → its im2col form: the shifted input windows side by side on the feature axis
+  (built in one fused loop, :func:`_patches`) and one matrix product with the reshaped kernel
+  (vmapped clients then make a batched matmul rather than a grouped convolution);
 - a max-pool whose windows tile the input (window = stride, no padding) → a reshape and a max
 
 run a training step 1.9× faster at batch 10 (12.1 → 6.4 ms) and 2.7× at batch 64 (127 → 46 ms).
