@@ -12,15 +12,21 @@ process's CPU time: steadier than wall time when other jobs share the cores), wi
 Formulations (the same parameter pytree, the same float32 arithmetic up to reassociation):
 
 - ``xla``: the model as flax writes it (XLA's convolutions and ``reduce_window`` max-pool);
-- ``default``: what the engine runs on a CPU (``cpu_friendly``: im2col convolution, reshape max-pool,
-  dense products with a transpose-free kernel gradient);
-- ``no_dense``: ``default`` without the dense rewrite (the engine's CPU default before it);
+- ``default``: what the engine runs on a CPU (``cpu_friendly``: im2col convolution whose patches are
+  built in one fused loop, reshape max-pool, dense products with a transpose-free kernel gradient);
+- ``minor_concat``: ``default`` with the patches as 9 windows concatenated on the channel axis (the
+  engine's CPU default before: XLA:CPU writes out each window, then copies them all again);
+- ``no_dense``: ``default`` without the dense rewrite;
 - ``xla_conv``: ``default`` but the wide convolution left to XLA (only the pool and dense rewrites);
 - hand-written models on the same parameters: ``nchw`` (the wide convolution in NCHW/OIHW layout),
   ``patches`` (im2col by ``lax.conv_general_dilated_patches``), ``rows`` (im2col per kernel row: three
   matrix products of a third of the size), ``pairwise_pool`` (the pool as a tree of ``maximum``),
-  ``select_pool`` (the pool with a gradient rule that routes ``g`` to every window maximum) — each
-  with the dense rewrite, so that they compare with ``default``.
+  ``select_pool`` (the pool with a gradient rule that routes ``g`` to every window maximum),
+  ``conv_dense`` (the im2col product with the dense rule: its kernel gradient Pᵀg in the kernel's
+  layout), ``conv_custom`` (a gradient rule giving the input's gradient as XLA's transposed
+  convolution), ``padsum`` (the patches as the sum of the 9 windows each padded to 288 channels) —
+  each with the dense rewrite and, but for ``rows`` and ``padsum``, the fused patches, so that they
+  compare with ``default``.
 
 ``--profile VARIANT`` prints where one formulation's step goes instead: XLA:CPU's own trace of
 each operation (``--xla_cpu_enable_xprof_traceme``), summed per step by the operation's kind, shape
@@ -30,13 +36,16 @@ and source, the largest first (the timings include the tracing's overhead).
 read when jax starts its backend), the settings taking turns ``--repeats`` times.
 
 Pinning: every process runs on one core (``--core``, default the last) with Eigen single-threaded
-and one jax CPU device, i.e. one engine device.
+and one jax CPU device, i.e. one engine device. ``--devices N`` runs the program on N jax CPU devices
+at once instead (one client each, dispatched from one Python thread without waiting, as the engine
+does; not pinned), which with ``--flags`` compares thread settings of the devices.
 
     python benchmarks/cpu_step.py                                   # every formulation, ~3 min
     python benchmarks/cpu_step.py --variants default no_dense xla --repeats 7
     python benchmarks/cpu_step.py --flags none xla_cpu_use_xnnpack=false --repeats 2   # flags without "--"
     python benchmarks/cpu_step.py --profile no_dense                # the 20 costliest operations
     CPU_STEP_BATCH=64 python benchmarks/cpu_step.py --variants default no_dense   # cross_silo's batch
+    python benchmarks/cpu_step.py --devices 2 --flags xla_cpu_multi_thread_eigen=true xla_cpu_multi_thread_eigen=false
 """
 from __future__ import annotations
 
@@ -70,7 +79,7 @@ def _hand_written(variant: str):
     import jax.numpy as jnp
     from jax import lax
 
-    from jaxfl.kernels.cpu_ops import dense_product
+    from jaxfl.kernels.cpu_ops import _patches, dense_product
 
     nhwc = ("NHWC", "HWIO", "NHWC")
 
@@ -81,9 +90,42 @@ def _hand_written(variant: str):
         out_h, out_w = x.shape[1] - kh + 1, x.shape[2] - kw + 1
         return [x[:, i:i + out_h, j:j + out_w, :] for i in (range(kh) if rows is None else rows) for j in range(kw)]
 
+    def patches(x, kh, kw):  # cpu_friendly's (one fused loop)
+        return _patches(x, kh, kw, 1, 1, x.shape[1] - kh + 1, x.shape[2] - kw + 1)
+
     def conv_im2col(x, kernel):
         kh, kw, c, o = kernel.shape
-        return jnp.concatenate(windows(x, kh, kw), axis=-1) @ kernel.reshape(kh * kw * c, o)
+        return patches(x, kh, kw) @ kernel.reshape(kh * kw * c, o)
+
+    def conv_im2col_dense(x, kernel):
+        kh, kw, c, o = kernel.shape
+        return dense_product(patches(x, kh, kw), kernel.reshape(kh * kw * c, o))
+
+    @jax.custom_vjp
+    def conv_custom(x, kernel):
+        return conv_im2col(x, kernel)
+
+    def _conv_custom_forward(x, kernel):
+        kh, kw, c, o = kernel.shape
+        columns = patches(x, kh, kw)
+        return columns @ kernel.reshape(kh * kw * c, o), (columns, kernel)
+
+    def _conv_custom_backward(residuals, g):
+        columns, kernel = residuals
+        kh, kw, c, o = kernel.shape
+        kernel_grad = jax.lax.dot_general(columns, g, (((0, 1, 2), (0, 1, 2)), ((), ()))).reshape(kernel.shape)
+        # the input's gradient as XLA's transposed convolution of g with the flipped kernel
+        x_grad = lax.conv_general_dilated(g, jnp.flip(kernel, (0, 1)).swapaxes(2, 3), (1, 1),
+                                          ((kh - 1, kh - 1), (kw - 1, kw - 1)), dimension_numbers=nhwc)
+        return x_grad, kernel_grad
+
+    conv_custom.defvjp(_conv_custom_forward, _conv_custom_backward)
+
+    def conv_padsum(x, kernel):
+        kh, kw, c, o = kernel.shape
+        parts = windows(x, kh, kw)
+        columns = sum(jnp.pad(w, ((0, 0), (0, 0), (0, 0), (k * c, (kh * kw - 1 - k) * c))) for k, w in enumerate(parts))
+        return columns @ kernel.reshape(kh * kw * c, o)
 
     def conv_nchw(x, kernel):
         y = lax.conv_general_dilated(jnp.transpose(x, (0, 3, 1, 2)), jnp.transpose(kernel, (3, 2, 0, 1)), (1, 1),
@@ -92,8 +134,8 @@ def _hand_written(variant: str):
 
     def conv_patches(x, kernel):
         kh, kw, c, o = kernel.shape
-        patches = lax.conv_general_dilated_patches(x, (kh, kw), (1, 1), "VALID", dimension_numbers=nhwc)
-        return patches @ jnp.transpose(kernel, (2, 0, 1, 3)).reshape(c * kh * kw, o)  # channel-major patches
+        columns = lax.conv_general_dilated_patches(x, (kh, kw), (1, 1), "VALID", dimension_numbers=nhwc)
+        return columns @ jnp.transpose(kernel, (2, 0, 1, 3)).reshape(c * kh * kw, o)  # channel-major patches
 
     def conv_rows(x, kernel):
         kh, kw, c, o = kernel.shape
@@ -122,7 +164,9 @@ def _hand_written(variant: str):
 
     conv, pool = {"nchw": (conv_nchw, pool_reshape), "patches": (conv_patches, pool_reshape),
                   "rows": (conv_rows, pool_reshape), "pairwise_pool": (conv_im2col, pool_pairwise),
-                  "select_pool": (conv_im2col, pool_select)}[variant]
+                  "select_pool": (conv_im2col, pool_select),
+                  "conv_dense": (conv_im2col_dense, pool_reshape),
+                  "conv_custom": (conv_custom, pool_reshape), "padsum": (conv_padsum, pool_reshape)}[variant]
 
     def apply(variables, x):
         p = variables["params"]
@@ -135,28 +179,41 @@ def _hand_written(variant: str):
     return apply
 
 
-HAND_WRITTEN = ("nchw", "patches", "rows", "pairwise_pool", "select_pool")
-VARIANTS = ("default", "no_dense", "xla_conv", "xla") + HAND_WRITTEN
+HAND_WRITTEN = ("nchw", "patches", "rows", "pairwise_pool", "select_pool", "conv_dense", "conv_custom", "padsum")
+CPU_FRIENDLY = ("default", "minor_concat", "no_dense", "xla_conv")
+VARIANTS = CPU_FRIENDLY + ("xla",) + HAND_WRITTEN
+
+
+def _minor_axis_patches(x, kh, kw, sh, sw, out_h, out_w):
+    """The im2col patches as cpu_friendly built them before: kh·kw windows concatenated on the channel axis."""
+    import jax.numpy as jnp
+
+    return jnp.concatenate([x[:, i:i + (out_h - 1) * sh + 1:sh, j:j + (out_w - 1) * sw + 1:sw, :]
+                            for i in range(kh) for j in range(kw)], axis=-1)
 
 
 @contextlib.contextmanager
-def _rewrites(dense: bool = True, im2col: bool = True):
-    """Switch cpu_friendly's dense or im2col rewrite off while the step is traced (benchmark only)."""
+def _rewrites(dense: bool = True, im2col: bool = True, fused_patches: bool = True):
+    """Switch cpu_friendly's dense or im2col rewrite off, or its patches back to the minor-axis
+    concatenation, while the step is traced (benchmark only)."""
     from jaxfl.kernels import cpu_ops
 
-    saved = cpu_ops._is_dense, cpu_ops._im2col_applies
+    saved = cpu_ops._is_dense, cpu_ops._im2col_applies, cpu_ops._patches
     if not dense:
         cpu_ops._is_dense = lambda eqn: False
     if not im2col:
         cpu_ops._im2col_applies = lambda eqn: False
+    if not fused_patches:
+        cpu_ops._patches = _minor_axis_patches
     try:
         yield
     finally:
-        cpu_ops._is_dense, cpu_ops._im2col_applies = saved
+        cpu_ops._is_dense, cpu_ops._im2col_applies, cpu_ops._patches = saved
 
 
-def compile_variant(variant: str):
-    """(the compiled 6-step call of one vmapped client, its arguments) for a formulation."""
+def compile_variant(variant: str, device=None):
+    """(the compiled 6-step call of one vmapped client, its arguments) for a formulation, on ``device``
+    (default: the first)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -168,7 +225,7 @@ def compile_variant(variant: str):
     model = make_model("cnn_example", 10)
     apply = _hand_written(variant) if variant in HAND_WRITTEN else model.apply
     trainer = make_client_trainer(apply, optax.sgd(0.1), batch_size=int(os.environ.get("CPU_STEP_BATCH", 10)),
-                                  cpu_friendly_layers=variant in ("default", "no_dense", "xla_conv"))
+                                  cpu_friendly_layers=variant in CPU_FRIENDLY)
     params = model.init(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
     rng = np.random.default_rng(0)
     data = FederatedArrays(jnp.asarray(rng.integers(0, 256, (6000, 28, 28, 1), dtype=np.uint8)),
@@ -182,34 +239,38 @@ def compile_variant(variant: str):
                                  length=STEPS, unroll=True)
         return jax.tree.map(lambda leaf: leaf[0], states.params)
 
-    arguments = (params, jnp.array([STEPS], jnp.int32), jax.random.key(1))
-    with _rewrites(dense=variant != "no_dense", im2col=variant != "xla_conv"):
+    arguments = jax.device_put((params, jnp.array([STEPS], jnp.int32), jax.random.key(1)), device or jax.devices()[0])
+    with _rewrites(dense=variant != "no_dense", im2col=variant != "xla_conv", fused_patches=variant != "minor_concat"):
         compiled = jax.jit(call).lower(*arguments).compile()
     return compiled, arguments
 
 
 def time_variants(variants, repeats: int, calls: int) -> dict:
+    """Median wall and CPU ms per step of each formulation, on every jax device at once (one client
+    per device, one Python thread dispatching to all of them without waiting, as the engine does);
+    wall ms per step is the wall time over the steps of all devices."""
     import jax
 
     compiled = {}
     for variant in variants:
         started = time.perf_counter()
-        compiled[variant] = compile_variant(variant)
-        function, arguments = compiled[variant]
-        jax.block_until_ready(function(*arguments))
+        compiled[variant] = [compile_variant(variant, device) for device in jax.devices()]
+        jax.block_until_ready([function(*arguments) for function, arguments in compiled[variant]])
         print(f"  {variant}: compiled and run once in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     wall = {variant: [] for variant in variants}
     cpu = {variant: [] for variant in variants}
     loads = []
     for _ in range(repeats):
         for variant in variants:
-            function, (params, num_steps, key) = compiled[variant]
+            states = [arguments[0] for _, arguments in compiled[variant]]
             wall_0, cpu_0 = time.perf_counter(), time.process_time()
             for _ in range(calls):
-                params = function(params, num_steps, key)
-            jax.block_until_ready(params)
-            wall[variant].append((time.perf_counter() - wall_0) / calls / STEPS * 1e3)
-            cpu[variant].append((time.process_time() - cpu_0) / calls / STEPS * 1e3)
+                states = [function(state, num_steps, key)
+                          for (function, (_, num_steps, key)), state in zip(compiled[variant], states)]
+            jax.block_until_ready(states)
+            steps = calls * STEPS * len(states)
+            wall[variant].append((time.perf_counter() - wall_0) / steps * 1e3)
+            cpu[variant].append((time.process_time() - cpu_0) / steps * 1e3)
         loads.append(os.getloadavg()[0])
     return {variant: {"wall_ms": statistics.median(wall[variant]), "cpu_ms": statistics.median(cpu[variant]),
                       "cpu_ms_min": min(cpu[variant])} for variant in variants} | {"load": (min(loads), max(loads))}
@@ -261,6 +322,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--calls", type=int, default=5, help="6-step calls per timing")
     parser.add_argument("--core", type=int, help="the core to pin to (default: the last one allowed)")
+    parser.add_argument("--devices", type=int, default=1, help="run on this many jax CPU devices at once, one "
+                        "client each, as the engine does (no pinning; XLA_FLAGS as given, or as jaxfl sets them)")
     parser.add_argument("--profile", choices=VARIANTS, metavar="VARIANT", help="print where this formulation's "
                         "step goes (XLA:CPU's trace per operation) instead of timing the formulations")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -273,8 +336,10 @@ def main() -> None:
         for _ in range(args.repeats):
             for flags in settings:
                 command = [sys.executable, __file__, "--child", "--variants", "default", "--repeats", "1",
-                           "--calls", str(args.calls)] + ([] if args.core is None else ["--core", str(args.core)])
-                environment = dict(os.environ, XLA_FLAGS=f"{ONE_CORE_FLAGS} {flags}".strip(), JAXFL_CPU_DEVICES="1")
+                           "--calls", str(args.calls), "--devices", str(args.devices)] \
+                    + ([] if args.core is None else ["--core", str(args.core)])
+                base = ONE_CORE_FLAGS if args.devices == 1 else ""
+                environment = dict(os.environ, XLA_FLAGS=f"{base} {flags}".strip(), JAXFL_CPU_DEVICES=str(args.devices))
                 done = subprocess.run(command, capture_output=True, text=True, env=environment)
                 if done.returncode != 0:
                     rows[flags].append(None)
@@ -282,7 +347,8 @@ def main() -> None:
                     continue
                 wall_ms, cpu_ms, load = map(float, done.stdout.split()[-3:])
                 rows[flags].append((wall_ms, cpu_ms, load))
-        print("| XLA_FLAGS (besides " + ONE_CORE_FLAGS + ") | wall ms/step | CPU ms/step | load average |\n|---|---:|---:|---|")
+        print(("| XLA_FLAGS (besides " + ONE_CORE_FLAGS + ")" if args.devices == 1 else
+               f"| XLA_FLAGS ({args.devices} devices)") + " | wall ms/step | CPU ms/step | load average |\n|---|---:|---:|---|")
         for flags, runs in rows.items():
             done_runs = [run for run in runs if run]
             if not done_runs:
@@ -293,13 +359,16 @@ def main() -> None:
                   f"{min(r[2] for r in done_runs):.1f}–{max(r[2] for r in done_runs):.1f} |")
         return
 
-    os.environ.setdefault("JAXFL_CPU_DEVICES", "1")
-    if ONE_CORE_FLAGS not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["JAXFL_CPU_DEVICES"] = str(args.devices)
+    if args.devices == 1 and ONE_CORE_FLAGS not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = f"{ONE_CORE_FLAGS} {os.environ.get('XLA_FLAGS', '')}".strip()
     if args.profile:
-        os.environ["XLA_FLAGS"] += " --xla_cpu_enable_xprof_traceme=true"
-    _pin(args.core)
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_enable_xprof_traceme=true".strip()
+    if args.devices == 1:
+        _pin(args.core)
     import jax
+
+    import jaxfl  # noqa: F401  (its device settings, before jax's backends start)
 
     if args.profile:
         profile(args.profile, args.calls)
@@ -311,7 +380,8 @@ def main() -> None:
         only = results["default"]
         print(f"{only['wall_ms']:.3f} {only['cpu_ms']:.3f} {high:.2f}")
         return
-    print(f"jax {jax.__version__}, one core, XLA_FLAGS={os.environ['XLA_FLAGS']!r}, load average {low:.1f}–{high:.1f}")
+    where = "one core" if args.devices == 1 else f"{len(jax.devices())} devices at once"
+    print(f"jax {jax.__version__}, {where}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, load average {low:.1f}–{high:.1f}")
     print("| formulation | wall ms/step | CPU ms/step | CPU ms/step, best | CPU vs default |\n|---|---:|---:|---:|---:|")
     reference = results.get("default", next(iter(results.values())))["cpu_ms"]
     for variant, row in results.items():

@@ -60,11 +60,21 @@ def test_cpu_speed_quick_runs_jaxfl_with_defaults_and_no_padding(tmp_path):
     (row,) = json.loads(out.read_text())["rows"]
     (run,) = row["jaxfl_runs"]
     assert row["workload"] == "cross_device" and row["jaxfl_samples_per_second"] > 0
+    assert run["samples_per_cpu_second"] > 0
     assert run["plan"]["steps_per_call"] == 6  # one call per client's 6 local steps
     assert run["compilations"]["run_steps"] == 1
     if 4 % run["plan"]["devices"] == 0:  # 4 clients per round fill every call
         assert run["padding_waste"] == 0.0
     assert row["torch_samples_per_second"] is not None or "skipped" in row["torch_runs"][0]
+
+
+def test_cpu_step_times_a_formulation():
+    # one formulation, one call: the one that swaps cpu_friendly's patches back to the former form
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "cpu_step.py"), "--variants",
+                           "minor_concat", "--repeats", "1", "--calls", "1"], check=True, capture_output=True,
+                          text=True, timeout=600)
+    rows = [line.split("|")[1].strip() for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert rows == ["formulation", "minor_concat"]
 
 
 import pytest  # noqa: E402 (the tests below were appended)

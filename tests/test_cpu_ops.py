@@ -141,3 +141,29 @@ def test_runs_on_a_cpu_train_with_the_rewritten_layers_unless_switched_off(small
     kernels = [(784, 200), (200, 200), (200, 10)]
     assert sorted(s for s in transposes[False] if s in kernels) == sorted(kernels)
     assert not [s for s in transposes[True] if s in kernels]
+
+
+@pytest.mark.parametrize("strides", [(1, 1), (2, 1)])
+def test_im2col_patches_are_the_windows_concatenated_on_the_channel_axis(strides):
+    # the fused form only moves the same values elsewhere: exactly the windows side by side
+    from jaxfl.kernels.cpu_ops import _patches
+
+    x = jax.random.normal(jax.random.key(0), (2, 9, 8, 5))
+    (sh, sw), kh, kw = strides, 3, 2
+    out_h, out_w = (9 - kh) // sh + 1, (8 - kw) // sw + 1
+    windows = [x[:, i:i + (out_h - 1) * sh + 1:sh, j:j + (out_w - 1) * sw + 1:sw, :] for i in range(kh) for j in range(kw)]
+    np.testing.assert_array_equal(_patches(x, kh, kw, sh, sw, out_h, out_w), jnp.concatenate(windows, axis=-1))
+
+
+def test_the_wide_convolutions_patches_are_built_in_one_fused_loop():
+    # XLA:CPU leaves a concatenation on the minor axis unfused (each window written out, then copied
+    # again); the patches of the example CNN's 32-channel convolution, forward and backward, must not
+    # need a concatenate of their own in the compiled step
+    model = make_model("cnn_example", 10)
+    x = jax.random.uniform(jax.random.key(1), (2, 28, 28, 1))
+    params = model.init(jax.random.key(0), x[:1])
+    loss = lambda p: jnp.sum(cpu_friendly(model.apply)(p, x))  # noqa: E731
+    text = jax.jit(jax.grad(loss)).lower(params).compile().as_text()
+    entry = text[text.index("\nENTRY"):]
+    assert " concatenate(" not in entry
+    assert "concatenate(" in text  # inside a fusion

@@ -4,9 +4,9 @@ Measured on the 2-core development CPU (jax 0.10.2), PyTorch's MNIST example CNN
 XLA:CPU's convolution (forward and backward) and its max-pool gradient (``select_and_scatter``)
 are most of the step. The same functions written as
 
-- a convolution → its im2col form: the shifted input windows concatenated on the feature axis and
-  one matrix product with the reshaped kernel (vmapped clients then make a batched matmul rather
-  than a grouped convolution);
+- a convolution → its im2col form: the shifted input windows side by side on the feature axis
+  (built in one fused loop, :func:`_patches`) and one matrix product with the reshaped kernel
+  (vmapped clients then make a batched matmul rather than a grouped convolution);
 - a max-pool whose windows tile the input (window = stride, no padding) → a reshape and a max
 
 run a training step 1.9× faster at batch 10 (12.1 → 6.4 ms) and 2.7× at batch 64 (127 → 46 ms).
@@ -132,11 +132,22 @@ def _im2col_convolution(lhs, rhs, *, window_strides, padding, dimension_numbers,
     kh, kw, channels, features = kernel.shape
     (sh, sw), (height, width) = window_strides, x.shape[1:3]
     out_h, out_w = (height - kh) // sh + 1, (width - kw) // sw + 1
-    windows = [x[:, i:i + (out_h - 1) * sh + 1:sh, j:j + (out_w - 1) * sw + 1:sw, :]
-               for i in range(kh) for j in range(kw)]
-    out = jnp.matmul(jnp.concatenate(windows, axis=-1), kernel.reshape(kh * kw * channels, features),
+    out = jnp.matmul(_patches(x, kh, kw, sh, sw, out_h, out_w), kernel.reshape(kh * kw * channels, features),
                      preferred_element_type=preferred_element_type)  # (N, H', W', O)
     return jnp.transpose(out, np.argsort((out_spec[0], out_spec[2], out_spec[3], out_spec[1])))
+
+
+def _patches(x, kh, kw, sh, sw, out_h, out_w):
+    """The im2col patches (N, H', W', kh·kw·C) of ``x`` (N, H, W, C), window (i, j) at features
+    ``(i·kw + j)·C …``. XLA:CPU never fuses a concatenation on the minor axis (nor one of more than 8
+    operands): the kh·kw windows concatenated on the channel axis were each written out and then
+    copied again. Stacked instead on two new axes before the channels — the kernel columns, then the
+    kernel rows, two different axes so that XLA does not merge the two concatenations into one —
+    and reshaped (free: the same row-major bytes), they are built in one fused pass."""
+    rows = [jnp.concatenate([x[:, i:i + (out_h - 1) * sh + 1:sh, j:j + (out_w - 1) * sw + 1:sw, None, None, :]
+                             for j in range(kw)], axis=4) for i in range(kh)]  # each (N, H', W', 1, kw, C)
+    n, channels = x.shape[0], x.shape[3]
+    return jnp.concatenate(rows, axis=3).reshape(n, out_h, out_w, kh * kw * channels)
 
 
 def _tiles(eqn) -> bool:
