@@ -52,12 +52,18 @@ def test_join_by_index_equals_the_scan_on_ties(options):
     assert calls["joined"] > 50
 
 
-def test_policy_pickled_without_the_index_rebuilds_it():
+def state_after_a_run(make_simulation, wrapper: str):
+    """A 40-client FedCompass run's policy state, without the test's ``wrapper`` of a choice."""
     speeds = ClientSpeeds(SpeedConfig(model="exp", jitter=0.05), 40, seed=1)
-    sim, _ = checked_simulation(PAPER, speeds, 40, max_updates=50)
+    sim, _ = make_simulation(PAPER, speeds, 40, max_updates=50)
     sim.run()
     state = dict(sim.policy.__dict__)
-    state.pop("_join_choice")  # the test's wrapper
+    state.pop(wrapper)
+    return sim, state
+
+
+def test_policy_pickled_without_the_index_rebuilds_it():
+    _, state = state_after_a_run(checked_simulation, "_join_choice")
     index = state.pop("_by_expected")
     assert index
     restored = pickle.loads(pickle.dumps(FedCompass(2, 10, polynomial)))
@@ -152,11 +158,7 @@ def test_create_reenters_only_the_groups_changed_since_the_last_call():
 
 
 def test_policy_pickled_without_the_create_index_rebuilds_it():
-    speeds = ClientSpeeds(SpeedConfig(model="exp", jitter=0.05), 40, seed=1)
-    sim, _ = create_checked_simulation(PAPER, speeds, 40, max_updates=50)
-    sim.run()
-    state = dict(sim.policy.__dict__)
-    state.pop("_create_choice")  # the test's wrapper
+    sim, state = state_after_a_run(create_checked_simulation, "_create_choice")
     for name in ("_create_index", "_create_keys", "_create_dirty"):
         state.pop(name)
     restored = pickle.loads(pickle.dumps(FedCompass(2, 10, polynomial)))
