@@ -72,6 +72,22 @@ def test_a_start_is_frozen_while_the_run_goes_and_nothing_after(algorithm):
     assert gc.get_freeze_count() == 0 and gc.isenabled()
 
 
+def test_a_run_counts_the_frozen_objects_once_at_most(monkeypatch):
+    # gc.get_freeze_count() walks every frozen object (after a freeze: every object of the process),
+    # which in a process of many small runs (a hypothesis test, a sweep) cost more than the runs
+    from jaxfl.algorithms import FedAsync
+    from jaxfl.scheduler.staleness import polynomial
+
+    counts = []
+    monkeypatch.setattr(gc, "get_freeze_count", lambda real=gc.get_freeze_count: counts.append(1) or real())
+    sim = Simulation(FedAsync(10, polynomial, concurrency=20), ClientSpeeds(SpeedConfig(model="exp"), 50, seed=0),
+                     np.full(50, 0.02), RecordingBackend(), max_updates=5)
+    sim.run()
+    assert len(counts) == 1
+    monkeypatch.undo()
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+
+
 def test_objects_a_user_froze_stay_frozen_and_none_are_added():
     from jaxfl.algorithms import FedCompass
     from jaxfl.scheduler.staleness import polynomial

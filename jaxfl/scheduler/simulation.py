@@ -669,15 +669,21 @@ class Simulation:
 
         A simulation restored from a checkpoint (see :meth:`__getstate__`) continues where it was.
         """
+        froze = False
         with _fewer_collections():
-            if not self._started:
-                self._started = True
-                # A start may build long-lived objects for every client (FedCompass's warm-up: 10^6
-                # records, events and client states), none in a cycle: collected as they are made,
-                # and rescanned by every collection after, they cost more than building them.
-                with collections_paused(freeze=True):
-                    self.policy.start(self)
-            return self._run()
+            try:
+                if not self._started:
+                    self._started = True
+                    # A start may build long-lived objects for every client (FedCompass's warm-up: 10^6
+                    # records, events and client states), none in a cycle: collected as they are made,
+                    # and rescanned by every collection after, they cost more than building them.
+                    with collections_paused(freeze=True) as pause:
+                        self.policy.start(self)
+                    froze = pause.froze
+                return self._run()
+            finally:
+                if froze:  # not gc.get_freeze_count(), which walks every frozen object
+                    gc.unfreeze()
 
     def _run(self) -> str:
         queue, max_time, budget_spent, handle = self.queue, self.max_time, self.budget_spent, self._handle
@@ -835,35 +841,40 @@ def collections_paused(freeze: bool = False):
     them all: the events after a 10^6-client warm-up ran at 16,700/s instead of 23,000/s) — unless
     objects are frozen already, by a ``gc.freeze()`` of the user's, which a ``gc.unfreeze()`` could
     not tell from these. :meth:`Simulation.run` pauses its policy's start so, and unfreezes when it
-    returns what was frozen in it (the objects are only kept out of the collections while it runs).
+    returns if the start froze (the objects are only kept out of the collections while it runs).
+    The block gets an object whose ``froze`` says whether it froze.
 
     >>> with collections_paused():
     ...     records = [[] for _ in range(3)]
     """
     enabled = gc.isenabled()
     gc.disable()
+    pause = _Pause()
     try:
-        yield
+        yield pause
     finally:
         if freeze and gc.get_freeze_count() == 0:
             gc.freeze()
+            pause.froze = True
         if enabled:
             gc.enable()
 
 
+class _Pause:
+    """What :func:`collections_paused` did: ``froze`` is whether it called ``gc.freeze()``."""
+
+    froze = False
+
+
 @contextlib.contextmanager
 def _fewer_collections():
-    """Raise the young generation's collection threshold to :data:`_RUN_GC_THRESHOLD` for the block,
-    and unfreeze what :func:`collections_paused` froze in it (it freezes only when nothing is frozen)."""
+    """Raise the young generation's collection threshold to :data:`_RUN_GC_THRESHOLD` for the block."""
     thresholds = gc.get_threshold()
-    frozen_before = gc.get_freeze_count()
     gc.set_threshold(max(thresholds[0], _RUN_GC_THRESHOLD), *thresholds[1:])
     try:
         yield
     finally:
         gc.set_threshold(*thresholds)
-        if frozen_before == 0 and gc.get_freeze_count():
-            gc.unfreeze()
 
 
 def _ignore_row(values: tuple) -> None:
