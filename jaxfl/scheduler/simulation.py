@@ -52,8 +52,10 @@ IN_FLIGHT, ARRIVED, AGGREGATED, DROPPED = "in_flight", "arrived", "aggregated", 
 AGGREGATION_MODES = ("delta", "mix")
 NONFINITE_POLICIES = ("stop", "skip")
 # Finished (aggregated or dropped) dispatch records kept for inspection after a run; beyond this the
-# oldest are let go so that memory follows what is in flight, not how long the run is.
-KEEP_FINISHED_RECORDS = 100_000
+# oldest are let go so that memory follows what is in flight, not how long the run is. 100,000 kept
+# cost FedAsync a sixth of its events/s on long runs (every full collection walks them all): 97k
+# against 113k at 10^4 clients and 10^6 updates, timing-only.
+KEEP_FINISHED_RECORDS = 10_000
 # Simulator-internal events (the policy never sees a crash): after everything else at an instant.
 _INTERNAL_PRIORITIES = {"crash": 9}
 # Allocations between young-generation garbage collections while the simulation runs (Python's
