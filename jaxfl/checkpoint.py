@@ -90,7 +90,6 @@ def _pack(tree: dict, packing: dict | None = None) -> tuple[dict, dict]:
     [1.0, 1.0, 1.0]
     """
     import jax
-    import numpy as np
 
     from jaxfl.kernels.tree import tree_bytes
 
@@ -276,6 +275,11 @@ def _digest(values: np.ndarray) -> str:
     return hashlib.sha256(memoryview(np.ascontiguousarray(values)).cast("B")).hexdigest()
 
 
+def _delta_index_type(size: int) -> type:
+    """The type of a delta's flat indices into an array of ``size`` elements (written and read alike)."""
+    return np.uint32 if size < 2**32 else np.int64
+
+
 def _as_bits(values: np.ndarray) -> np.ndarray | None:
     """``values`` as unsigned integers of the same width (so -0.0 differs from 0.0 and NaN equals
     itself), or None for widths without one."""
@@ -330,7 +334,7 @@ class _ArrayStore:
         if base is not None:
             bits, base_bits = _as_bits(values), _as_bits(base)
             differ = np.flatnonzero(bits != base_bits)
-            index_type = np.uint32 if values.size < 2**32 else np.int64
+            index_type = _delta_index_type(values.size)
             if differ.size * (np.dtype(index_type).itemsize + values.dtype.itemsize) * _DELTA_SHARE < values.nbytes:
                 digest = self.previous[slot]["digest"]
                 if differ.size:  # as bytes: arrays inside the reference would be offered to the store again
@@ -422,8 +426,7 @@ class _StateUnpickler(pickle.Unpickler):
         _, _, slot, code, dtype, shape, digest, indices, changed = pid
         values = _read_array(self._directory, digest, dtype, shape)
         if indices is not None:
-            index_type = np.uint32 if values.size < 2**32 else np.int64
-            values.reshape(-1)[np.frombuffer(indices, index_type)] = np.frombuffer(changed, values.dtype)
+            values.reshape(-1)[np.frombuffer(indices, _delta_index_type(values.size))] = np.frombuffer(changed, values.dtype)
         restored = values if code is None else array.array(code, values.tobytes())
         self._loaded[slot] = restored
         return restored
