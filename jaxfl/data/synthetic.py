@@ -339,9 +339,11 @@ def _labels(xs: np.ndarray, sizes: np.ndarray, w: np.ndarray, b: np.ndarray) -> 
     # One bound for the chunk on every row's sum of |x_d w_dk| + |b_k| (two reductions, no |xs| copy)
     bound = SYNTHETIC_DIM * max(xs.max(), -xs.min()) * max(w.max(), -w.min()) + max(b.max(), -b.min())
     close = np.flatnonzero(top_two[:, 1] - top_two[:, 0] <= _TIE_TOLERANCE * bound)
-    for block in np.unique(close // _ROWS):
-        rows = slice(block * _ROWS, min((block + 1) * _ROWS, len(xs)))
-        labels[rows] = _exact_labels(xs[rows], np.repeat(np.arange(len(sizes)), sizes)[rows], w, b)
+    if close.size:
+        owner = np.repeat(np.arange(len(sizes)), sizes)  # once for the chunk, not per block relabelled
+        for block in np.unique(close // _ROWS):
+            rows = slice(block * _ROWS, min((block + 1) * _ROWS, len(xs)))
+            labels[rows] = _exact_labels(xs[rows], owner[rows], w, b)
     return labels
 
 
