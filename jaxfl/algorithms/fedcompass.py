@@ -162,6 +162,7 @@ class FedCompass(Policy):
         self._create_at_t_max = options.create_rule == "t_max"
         self._skip_far_groups = options.create_far_groups == "skip"
         self._join_upper = math.floor(options.join_max_factor * self.q_max)
+        self._lr_decay = options.lr_decay
 
     def __setstate__(self, state: dict) -> None:
         """Policies pickled before the T_a and T_exp indexes and the st(s) memo rebuild them."""
@@ -277,7 +278,7 @@ class FedCompass(Policy):
             self._create_dirty.add(group_id)
         state.start = now
         # the legacy lr decay, 0.995^floor(total steps / Q_max); positional: keywords cost a tenth of the call
-        lr_scale = 0.995 ** math.floor(state.total_steps / self.q_max) if self.options.lr_decay else 1.0
+        lr_scale = 0.995 ** math.floor(state.total_steps / self.q_max) if self._lr_decay else 1.0
         sim.dispatch(client, state.steps, lr_scale, group.detail)
 
     def _join_choice(self, client: int, now: float) -> tuple[int, int] | None:
