@@ -201,8 +201,6 @@ class _Replay:
         self.recorded, self.position, self.timers, self.priorities = recorded, 0, [], priorities
 
     def _replay(self, sim, *_):
-        from jaxfl.scheduler.simulation import collections_paused
-
         recorded, position = self.recorded, self.position
         while (call := recorded[position]) is not None:
             position += 1
@@ -214,9 +212,8 @@ class _Replay:
                 self.timers.append(sim.set_timer(*call[1:]))
             elif call[0] == "cancel":
                 sim.cancel(self.timers[call[1]])
-            else:
-                with collections_paused(freeze=True):  # as FedCompass.start
-                    sim.dispatch_many(*call[1:])
+            else:  # the start: Simulation.run pauses collections around it, as for FedCompass's
+                sim.dispatch_many(*call[1:])
         self.position = position + 1
 
     start = on_arrival = on_timer = _replay
