@@ -88,6 +88,21 @@ def test_a_run_counts_the_frozen_objects_once_at_most(monkeypatch):
     assert gc.get_freeze_count() == 0 and gc.isenabled()
 
 
+def test_a_pause_inside_a_start_leaves_nothing_frozen_after_the_run():
+    from jaxfl.algorithms import FedAsync
+    from jaxfl.scheduler.staleness import polynomial
+
+    class PausingStart(FedAsync):
+        def start(self, sim):
+            with collections_paused(freeze=True):  # a policy's own pause, inside the run's
+                super().start(sim)
+
+    sim = Simulation(PausingStart(10, polynomial, concurrency=20), ClientSpeeds(SpeedConfig(model="exp"), 50, seed=0),
+                     np.full(50, 0.02), RecordingBackend(), max_updates=5)
+    sim.run()
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+
+
 def test_objects_a_user_froze_stay_frozen_and_none_are_added():
     from jaxfl.algorithms import FedCompass
     from jaxfl.scheduler.staleness import polynomial

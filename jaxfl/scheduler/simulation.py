@@ -855,7 +855,10 @@ def collections_paused(freeze: bool = False):
     try:
         yield pause
     finally:
-        if freeze and gc.get_freeze_count() == 0:
+        # only the outermost pause freezes (collections were on when it began): a pause nested in
+        # another (a policy's own, inside the start's) would freeze first, and the outer one, finding
+        # objects frozen, would take them for a user's and never unfreeze them
+        if freeze and enabled and gc.get_freeze_count() == 0:
             gc.freeze()
             pause.froze = True
         if enabled:
