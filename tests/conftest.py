@@ -1,5 +1,7 @@
+import atexit
 import dataclasses
 import os
+import shutil
 import tempfile
 
 import jax
@@ -10,8 +12,17 @@ from jaxfl.config import RunConfig
 # Many tests build engines whose step chunks are the same XLA program (the same small model, batch
 # and step count); compiling each once per session instead of once per engine is most of the
 # suite's time. The persistent cache keys on the program, so results and trace counts are unchanged.
-jax.config.update("jax_compilation_cache_dir", os.environ.get(
-    "JAXFL_TEST_XLA_CACHE", os.path.join(tempfile.gettempdir(), f"jaxfl-test-xla-cache-{os.getuid()}")))
+# One cache per test process: jax writes an entry in place (no rename, no lock unless its cache has a
+# size limit), so an xdist worker could read an entry another worker was still writing and crash
+# loading the truncated program (a segfault in jax's compilation_cache, twice in four fresh-clone
+# runs that shared /tmp/jaxfl-test-xla-cache-0). JAXFL_TEST_XLA_CACHE keeps caches across runs, one
+# folder per worker in it.
+if os.environ.get("JAXFL_TEST_XLA_CACHE"):
+    _xla_cache = os.path.join(os.environ["JAXFL_TEST_XLA_CACHE"], os.environ.get("PYTEST_XDIST_WORKER", "main"))
+else:
+    _xla_cache = tempfile.mkdtemp(prefix="jaxfl-test-xla-cache-")
+    atexit.register(shutil.rmtree, _xla_cache, True)
+jax.config.update("jax_compilation_cache_dir", _xla_cache)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
