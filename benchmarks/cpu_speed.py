@@ -120,6 +120,9 @@ def time_jaxfl(name: str, size: dict, output_dir: str, repeat: int) -> dict:
             "cores_busy": round((process_1 - process_0 - evaluation_process) / window / (os.cpu_count() or 1), 3),
             # the rate least moved by other jobs: samples trained per second of the process's CPU time
             "samples_per_cpu_second": round(samples * rounds / (process_1 - process_0 - evaluation_process), 1),
+            # the same as the CPU time of one client step (one batch), in milliseconds
+            "cpu_ms_per_step": round((process_1 - process_0 - evaluation_process) * 1e3 / (
+                size["clients_per_round"] * size["local_steps"] * rounds), 4),
             # the whole run's wall time outside training calls (to their results), compiling and
             # evaluating: the scheduler, the aggregations, writing the logs and setting the run up
             "outside_training_share": round(1 - summary["training_wall_s"] / (
@@ -189,7 +192,8 @@ def main() -> None:
             rows.append(row)
             print(f"{name}: jaxfl {jaxfl_rate:,.0f} samples/s (plan {jaxfl_runs[0]['plan']}, padding "
                   f"{jaxfl_runs[0]['padding_waste']:.0%}, compilations {jaxfl_runs[0]['compilations']}, "
-                  f"{statistics.median(run['samples_per_cpu_second'] for run in jaxfl_runs):,.0f} per CPU-second, "
+                  f"{statistics.median(run['samples_per_cpu_second'] for run in jaxfl_runs):,.0f} per CPU-second "
+                  f"({statistics.median(run['cpu_ms_per_step'] for run in jaxfl_runs):.2f} CPU-ms per client step), "
                   f"host thread busy {statistics.median(run['host_share'] for run in jaxfl_runs):.1%} and cores busy "
                   f"{statistics.median(run['cores_busy'] for run in jaxfl_runs):.0%} of the measured rounds, "
                   f"outside training calls {statistics.median(run['outside_training_share'] for run in jaxfl_runs):.1%} "

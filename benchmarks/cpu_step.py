@@ -13,7 +13,10 @@ Formulations (the same parameter pytree, the same float32 arithmetic up to reass
 
 - ``xla``: the model as flax writes it (XLA's convolutions and ``reduce_window`` max-pool);
 - ``default``: what the engine runs on a CPU (``cpu_friendly``: im2col convolution whose patches are
-  built in one fused loop, reshape max-pool, dense products with a transpose-free kernel gradient);
+  built in one fused loop, reshape max-pool with XLA's first-maximum gradient in one fused loop,
+  dense products with a transpose-free kernel gradient);
+- ``reshape_pool``: ``default`` with the pool's gradient as JAX's rule for a max over the reshaped
+  axes (the engine's CPU default before: a mask, its count and a division, tied maxima sharing);
 - ``minor_concat``: ``default`` with the patches as 9 windows concatenated on the channel axis (the
   engine's CPU default before: XLA:CPU writes out each window, then copies them all again);
 - ``no_dense``: ``default`` without the dense rewrite;
@@ -28,9 +31,11 @@ Formulations (the same parameter pytree, the same float32 arithmetic up to reass
   each with the dense rewrite and, but for ``rows`` and ``padsum``, the fused patches, so that they
   compare with ``default``.
 
-``--profile VARIANT`` prints where one formulation's step goes instead: XLA:CPU's own trace of
-each operation (``--xla_cpu_enable_xprof_traceme``), summed per step by the operation's kind, shape
-and source, the largest first (the timings include the tracing's overhead).
+``--profile VARIANT …`` prints where the formulations' steps go instead, side by side: XLA:CPU's own
+trace of each operation (``--xla_cpu_enable_xprof_traceme``), summed per step by the operation's
+kind, shape and source, the formulations traced in turn ``--repeats`` times (medians), the first
+one's costliest operations first, then those of the others that it lacks (the timings include the
+tracing's overhead).
 
 ``--flags`` times ``default`` once per XLA_FLAGS setting instead, each in its own process (flags are
 read when jax starts its backend), the settings taking turns ``--repeats`` times.
@@ -43,7 +48,7 @@ does; not pinned), which with ``--flags`` compares thread settings of the device
     python benchmarks/cpu_step.py                                   # every formulation, ~3 min
     python benchmarks/cpu_step.py --variants default no_dense xla --repeats 7
     python benchmarks/cpu_step.py --flags none xla_cpu_use_xnnpack=false --repeats 2   # flags without "--"
-    python benchmarks/cpu_step.py --profile no_dense                # the 20 costliest operations
+    python benchmarks/cpu_step.py --profile default reshape_pool --repeats 3   # the 20 costliest operations
     CPU_STEP_BATCH=64 python benchmarks/cpu_step.py --variants default no_dense   # cross_silo's batch
     python benchmarks/cpu_step.py --devices 2 --flags xla_cpu_multi_thread_eigen=true xla_cpu_multi_thread_eigen=false
 """
@@ -180,7 +185,7 @@ def _hand_written(variant: str):
 
 
 HAND_WRITTEN = ("nchw", "patches", "rows", "pairwise_pool", "select_pool", "conv_dense", "conv_custom", "padsum")
-CPU_FRIENDLY = ("default", "minor_concat", "no_dense", "xla_conv")
+CPU_FRIENDLY = ("default", "reshape_pool", "minor_concat", "no_dense", "xla_conv")
 VARIANTS = CPU_FRIENDLY + ("xla",) + HAND_WRITTEN
 
 
@@ -192,13 +197,26 @@ def _minor_axis_patches(x, kh, kw, sh, sw, out_h, out_w):
                             for i in range(kh) for j in range(kw)], axis=-1)
 
 
+def _reshape_max(x, window):
+    """The tiling max-pool as cpu_friendly wrote it before: a max over the reshaped axes with JAX's
+    gradient rule (the cotangent split among tied maxima: an equality mask, its count, a division)."""
+    import jax.numpy as jnp
+
+    x = x[tuple(slice(0, size - size % w) for size, w in zip(x.shape, window))]
+    shape = [part for size, w in zip(x.shape, window) for part in (size // w, w)]
+    return jnp.max(x.reshape(shape), axis=tuple(range(1, 2 * x.ndim, 2)))
+
+
 @contextlib.contextmanager
-def _rewrites(dense: bool = True, im2col: bool = True, fused_patches: bool = True):
-    """Switch cpu_friendly's dense or im2col rewrite off, or its patches back to the minor-axis
-    concatenation, while the step is traced (benchmark only)."""
+def _rewrites(dense: bool = True, im2col: bool = True, fused_patches: bool = True, pool_rule: bool = True):
+    """Switch cpu_friendly's dense or im2col rewrite off, its patches back to the minor-axis
+    concatenation, or its max-pool's gradient rule back to JAX's for a max over the reshaped
+    axes, while the step is traced (benchmark only)."""
     from jaxfl.kernels import cpu_ops
 
-    saved = cpu_ops._is_dense, cpu_ops._im2col_applies, cpu_ops._patches
+    saved = cpu_ops._is_dense, cpu_ops._im2col_applies, cpu_ops._patches, cpu_ops._tiled_max
+    if not pool_rule:
+        cpu_ops._tiled_max = _reshape_max
     if not dense:
         cpu_ops._is_dense = lambda eqn: False
     if not im2col:
@@ -208,7 +226,7 @@ def _rewrites(dense: bool = True, im2col: bool = True, fused_patches: bool = Tru
     try:
         yield
     finally:
-        cpu_ops._is_dense, cpu_ops._im2col_applies, cpu_ops._patches = saved
+        cpu_ops._is_dense, cpu_ops._im2col_applies, cpu_ops._patches, cpu_ops._tiled_max = saved
 
 
 def compile_variant(variant: str, device=None):
@@ -240,7 +258,8 @@ def compile_variant(variant: str, device=None):
         return jax.tree.map(lambda leaf: leaf[0], states.params)
 
     arguments = jax.device_put((params, jnp.array([STEPS], jnp.int32), jax.random.key(1)), device or jax.devices()[0])
-    with _rewrites(dense=variant != "no_dense", im2col=variant != "xla_conv", fused_patches=variant != "minor_concat"):
+    with _rewrites(dense=variant != "no_dense", im2col=variant != "xla_conv", fused_patches=variant != "minor_concat",
+                   pool_rule=variant != "reshape_pool"):
         compiled = jax.jit(call).lower(*arguments).compile()
     return compiled, arguments
 
@@ -276,23 +295,11 @@ def time_variants(variants, repeats: int, calls: int) -> dict:
                       "cpu_ms_min": min(cpu[variant])} for variant in variants} | {"load": (min(loads), max(loads))}
 
 
-def profile(variant: str, calls: int, top: int = 20) -> None:
-    """Print the costliest operations of one formulation's step from XLA:CPU's trace."""
+def _trace_per_step(function, arguments, described: dict, calls: int) -> collections.Counter:
+    """Microseconds per step of each described operation in XLA:CPU's trace of ``calls`` calls."""
     import jax
 
-    function, arguments = compile_variant(variant)
-    text = function.as_text()
-    described = {}  # HLO instruction name → "opcode shape source"
-    for line in text[text.index("\nENTRY"):].splitlines():
-        match = re.match(r"\s*%?([\w.\-]+) = (\S+) ([\w\-]+)\(", line)
-        if match:
-            source = re.search(r'op_name="([^"]+)"', line)
-            described[match.group(1)] = (f"{match.group(3)} {match.group(2).split('{')[0]} "
-                                         f"{source.group(1).split('/')[-1] if source else ''}").strip()
     params, num_steps, key = arguments
-    for _ in range(2):
-        params = function(params, num_steps, key)
-    jax.block_until_ready(params)
     with tempfile.TemporaryDirectory() as folder:
         with jax.profiler.trace(folder, create_perfetto_trace=True):
             for _ in range(calls):
@@ -301,16 +308,60 @@ def profile(variant: str, calls: int, top: int = 20) -> None:
         with gzip.open(glob.glob(os.path.join(folder, "**", "*.trace.json.gz"), recursive=True)[0]) as handle:
             events = json.load(handle)
     events = events["traceEvents"] if isinstance(events, dict) else events
-    microseconds, count = collections.Counter(), collections.Counter()
+    microseconds = collections.Counter()
     for event in events:
         if event.get("ph") == "X" and event.get("name") in described:
-            microseconds[described[event["name"]]] += event.get("dur", 0)
-            count[described[event["name"]]] += 1
-    per_step = lambda total: total / 1e3 / calls / STEPS  # noqa: E731
-    print(f"{variant}: {per_step(sum(microseconds.values())):.2f} ms per step in XLA's operations, load average "
-          f"{os.getloadavg()[0]:.1f}\n| ms/step | per step | operation (kind, shape, source) |\n|---:|---:|---|")
-    for operation, total in microseconds.most_common(top):
-        print(f"| {per_step(total):.3f} | {count[operation] / calls / STEPS:.1f} | {operation} |")
+            microseconds[described[event["name"]]] += event.get("dur", 0) / calls / STEPS
+    return microseconds
+
+
+def _describe(function) -> tuple[dict, collections.Counter]:
+    """HLO instruction name → "opcode shape source" of a compiled call's entry computation, and how
+    often each description occurs per step."""
+    text = function.as_text()
+    described = {}
+    for line in text[text.index("\nENTRY"):].splitlines():
+        match = re.match(r"\s*%?([\w.\-]+) = (\S+) ([\w\-]+)\(", line)
+        if match:
+            source = re.search(r'op_name="([^"]+)"', line)
+            described[match.group(1)] = (f"{match.group(3)} {match.group(2).split('{')[0]} "
+                                         f"{source.group(1).split('/')[-1] if source else ''}").strip()
+    return described, collections.Counter(described.values())
+
+
+def profile(variants, calls: int, repeats: int = 1, top: int = 20) -> None:
+    """Print the costliest operations of each formulation's step from XLA:CPU's trace, side by side
+    (the formulations traced in turn ``repeats`` times; medians)."""
+    import jax
+
+    compiled = {}
+    for variant in variants:
+        function, arguments = compile_variant(variant)
+        for _ in range(2):
+            arguments = (function(*arguments),) + arguments[1:]
+        jax.block_until_ready(arguments)
+        compiled[variant] = (function, arguments, *_describe(function))
+    traced = {variant: [] for variant in variants}
+    loads = []
+    for _ in range(repeats):
+        for variant, (function, arguments, described, _) in compiled.items():
+            traced[variant].append(_trace_per_step(function, arguments, described, calls))
+        loads.append(os.getloadavg()[0])
+    median = {variant: collections.Counter({operation: statistics.median(run[operation] for run in runs)
+                                            for operation in set().union(*runs)})
+              for variant, runs in traced.items()}
+    print(f"ms per step in XLA's operations, load average {min(loads):.1f}–{max(loads):.1f}: "
+          + ", ".join(f"{variant} {sum(costs.values()) / 1e3:.2f}" for variant, costs in median.items()))
+    first = median[variants[0]]
+    rows = [operation for operation, _ in first.most_common(top)]
+    for costs in list(median.values())[1:]:  # the others' costliest operations that the first lacks
+        rows += [operation for operation, _ in costs.most_common(top) if operation not in rows][:top // 2]
+    print("| " + " | ".join(f"{variant} ms/step" for variant in variants) + " | per step | operation (kind, shape, "
+          "source) |\n|" + "---:|" * (len(variants) + 1) + "---|")
+    for operation in rows:
+        count = max(compiled[variant][3][operation] for variant in variants) / STEPS
+        print("| " + " | ".join(f"{median[variant][operation] / 1e3:.3f}" if operation in median[variant] else ""
+                                for variant in variants) + f" | {count:.1f} | {operation} |")
 
 
 def main() -> None:
@@ -324,8 +375,9 @@ def main() -> None:
     parser.add_argument("--core", type=int, help="the core to pin to (default: the last one allowed)")
     parser.add_argument("--devices", type=int, default=1, help="run on this many jax CPU devices at once, one "
                         "client each, as the engine does (no pinning; XLA_FLAGS as given, or as jaxfl sets them)")
-    parser.add_argument("--profile", choices=VARIANTS, metavar="VARIANT", help="print where this formulation's "
-                        "step goes (XLA:CPU's trace per operation) instead of timing the formulations")
+    parser.add_argument("--profile", nargs="+", choices=VARIANTS, metavar="VARIANT", help="print where these "
+                        "formulations' steps go (XLA:CPU's trace per operation, side by side, traced in turn "
+                        "--repeats times) instead of timing them")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -371,7 +423,7 @@ def main() -> None:
     import jaxfl  # noqa: F401  (its device settings, before jax's backends start)
 
     if args.profile:
-        profile(args.profile, args.calls)
+        profile(args.profile, args.calls, args.repeats)
         return
 
     results = time_variants(args.variants, args.repeats, args.calls)

@@ -81,7 +81,8 @@ def test_dense_products_are_rewritten_and_their_kernel_gradients_need_no_transpo
         model = make_model(name, 10)
         x = jax.random.uniform(jax.random.key(1), (3, 28, 28, 1))
         params = model.init(jax.random.key(0), x[:1])
-        assert _count(cpu_friendly(model.apply), params, x, primitive="custom_vjp_call") == len(kernels)
+        pools = name == "cnn_example"  # its max-pool has a gradient rule of its own as well
+        assert _count(cpu_friendly(model.apply), params, x, primitive="custom_vjp_call") == len(kernels) + pools
         plain, fast = (_transposed_shapes(jax.make_jaxpr(jax.grad(lambda p: jnp.sum(apply(p, x))))(params).jaxpr)
                        for apply in (model.apply, cpu_friendly(model.apply)))
         assert sorted(shape for shape in plain if shape in kernels) == sorted(kernels)
@@ -167,3 +168,55 @@ def test_the_wide_convolutions_patches_are_built_in_one_fused_loop():
     entry = text[text.index("\nENTRY"):]
     assert " concatenate(" not in entry
     assert "concatenate(" in text  # inside a fusion
+
+
+def _bits(array):
+    return np.asarray(array).view(np.uint32)
+
+
+_NAN, _INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("inputs", ["random", "relu", "rounded", "zeros", "signed_zeros", "nan_inf"])
+@pytest.mark.parametrize("window", [(1, 2, 2, 1), (1, 3, 3, 1), (2, 1, 2, 3)])
+def test_tiled_max_pool_gives_xla_s_gradient_bit_for_bit_ties_included(inputs, window):
+    # XLA's gradient of reduce_window max hands each window's cotangent to one element: the first
+    # maximum in row-major order at ties (zeros after a ReLU, rounded values), the element after a
+    # NaN; the rule must choose the very same one, with the same bits (signed zeros included), and
+    # the forward must be XLA's max bit for bit; shapes that leave a remainder drop it in both
+    from jaxfl.kernels.cpu_ops import tiled_max_pool
+
+    shape = (4, 13, 12, 6)
+    x = jax.random.normal(jax.random.key(0), shape)
+    x = {"random": x, "relu": jax.nn.relu(x), "rounded": jnp.round(x), "zeros": jnp.zeros(shape),
+         "signed_zeros": jnp.where(x > 0, 0.0, -0.0),
+         "nan_inf": jnp.where(x > 1.2, _NAN, jnp.where(x < -1.2, -_INF, jnp.where(jnp.abs(x) < 0.1, _INF, jnp.round(x))))
+         }[inputs]
+    xla = lambda x: lax.reduce_window(x, -jnp.inf, lax.max, window, window, "VALID")  # noqa: E731
+    np.testing.assert_array_equal(_bits(tiled_max_pool(x, window)), _bits(xla(x)))
+    weights = jax.random.normal(jax.random.key(1), xla(x).shape)
+    weights = weights.at[0].set(-0.0)  # XLA's form adds a cotangent to 0: a -0 comes out +0
+    gradients = [jax.grad(lambda x: jnp.sum(pool(x) * weights))(x) for pool in (xla, lambda x: tiled_max_pool(x, window))]
+    np.testing.assert_array_equal(_bits(gradients[1]), _bits(gradients[0]))
+    if inputs == "zeros":  # every window tied: all of the cotangent on its first element
+        assert int(jnp.count_nonzero(gradients[1])) == int(jnp.count_nonzero(weights))
+
+
+def test_the_example_cnn_s_gradient_is_bit_identical_to_xla_s_pool():
+    # the whole model: cpu_friendly with only its pool rewritten gives the flax model's gradient bit
+    # for bit (after the ReLU many windows tie at zero), so that rewrite changes no training run
+    from jaxfl.kernels import cpu_ops
+
+    model = make_model("cnn_example", 10)
+    x = jax.random.uniform(jax.random.key(1), (3, 28, 28, 1)) - 0.5
+    params = model.init(jax.random.key(0), x[:1])
+    loss = lambda p, apply: jnp.sum(jax.nn.log_softmax(apply(p, x))[:, 0])  # noqa: E731
+    saved = cpu_ops._is_dense, cpu_ops._im2col_applies
+    cpu_ops._is_dense = cpu_ops._im2col_applies = lambda eqn: False
+    try:
+        pool_only = jax.jit(jax.grad(lambda p: loss(p, cpu_friendly(model.apply))))(params)
+    finally:
+        cpu_ops._is_dense, cpu_ops._im2col_applies = saved
+    exact = jax.jit(jax.grad(lambda p: loss(p, model.apply)))(params)
+    for a, b in zip(jax.tree.leaves(pool_only), jax.tree.leaves(exact)):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
