@@ -763,10 +763,26 @@ def _speeds_and_faults(config: RunConfig, params, time_per_step=None) -> tuple[C
     return speeds, faults
 
 
+def _expected_event_rows(config: RunConfig, policy=None) -> int | None:
+    """The event-log rows a timing-only run writes if it reaches ``max_updates``: at least 2k + 1
+    per global update, k the updates each aggregation takes (the policy's ``buffer_size``, FedBuff's;
+    else 1): its aggregation row, and the dispatch and the arrival of each update in it. A run
+    expecting more than the log's switch starts it in Parquet (:class:`~jaxfl.runlog.EventLog`'s
+    ``expected_rows``). None for a training run (its log starts as CSV) or without that budget.
+
+    >>> _expected_event_rows(RunConfig(timing_only=True, max_updates=100_000))
+    300000
+    """
+    if not config.timing_only or config.max_updates is None:
+        return None
+    return (2 * getattr(policy, "buffer_size", 1) + 1) * config.max_updates
+
+
 def _open_logs(run_dir: str, offsets: dict | None, metric_fields: tuple[str, ...] = METRIC_FIELDS,
-               num_classes: int | None = None):
-    """The event log (:class:`~jaxfl.runlog.EventLog`: CSV, Parquet parts once large),
-    metrics.csv and, given ``num_classes``, class_accuracy.csv, for appending; on resume, cut back to
+               num_classes: int | None = None, expected_rows: int | None = None):
+    """The event log (:class:`~jaxfl.runlog.EventLog`: CSV, Parquet parts once large or, given
+    ``expected_rows`` beyond the switch, from the start), metrics.csv and, given ``num_classes``,
+    class_accuracy.csv, for appending; on resume, cut back to
     the checkpoint's positions so rows written after it (and re-created by the resumed run) are
     neither lost nor doubled. The class file is None on resuming a run whose checkpoint has no
     position for it (begun by an older jaxfl)."""
@@ -774,7 +790,7 @@ def _open_logs(run_dir: str, offsets: dict | None, metric_fields: tuple[str, ...
     if offsets is not None:  # a log begun by an older jaxfl (no wall_time column) keeps its columns
         fields = existing_fields(run_dir) or EVENT_LOG_FIELDS
     events = EventLog(run_dir, fields, resume=None if offsets is None else offsets["events"],
-                      ignore=("wall_time",))
+                      ignore=("wall_time",), expected_rows=expected_rows)
     handle = _open_table(os.path.join(run_dir, METRICS_NAME), metric_fields,
                          None if offsets is None else offsets[METRICS_NAME])
     classes = None
@@ -1192,7 +1208,8 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
     user.save(run_dir)
     _write_run_config(run_dir, config, params, federation, plan=None, user_inputs=user.record(params))
     backend = _TimingBackend()
-    events, metrics_file, _ = _open_logs(run_dir, None)  # no evaluations: no class_accuracy.csv
+    # no evaluations: no class_accuracy.csv
+    events, metrics_file, _ = _open_logs(run_dir, None, expected_rows=_expected_event_rows(config, policy))
     with events, metrics_file:
         simulation = Simulation(policy, speeds, federation.weights(config.client_weights), backend,
                                 max_time=config.max_time, max_updates=config.max_updates, log=events,

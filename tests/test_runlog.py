@@ -1,6 +1,7 @@
 """The event log at scale (jaxfl.runlog): CSV byte for byte as before, the automatic switch to
 Parquet, resume cut-back in each format, readers, and the schedule statistics."""
 import csv
+import dataclasses
 import io
 import os
 import shutil
@@ -234,6 +235,59 @@ def test_explicit_formats(tmp_path):
         assert_same_columns(read_events(str(folder)), columns)
     with pytest.raises(ValueError, match="format='json' is not allowed"):
         EventLog(str(tmp_path), format="json")
+
+
+def _parquet_table(run_dir):
+    import pyarrow.parquet as pq
+
+    folder = os.path.join(run_dir, "events")
+    parts = sorted(os.listdir(folder))
+    return parts, pq.ParquetDataset([os.path.join(folder, name) for name in parts]).read()
+
+
+def test_expected_rows_beyond_the_switch_start_in_parquet_with_the_parts_a_switch_writes(tmp_path):
+    columns = synthetic_events(clients=30, rounds=30)
+    total = len(columns["time"])
+    options = dict(switch_rows=500, part_rows=400, buffer_rows=64)
+    for name, expected in (("switched", None), ("told", 501), ("small", 500)):
+        (tmp_path / name).mkdir()
+        with EventLog(str(tmp_path / name), expected_rows=expected, **options) as log:
+            assert log.format == ("parquet" if name == "told" else "csv")  # "small": not more than the switch
+            assert os.path.exists(tmp_path / name / "events.csv") == (name != "told")
+            for row in rows_of(columns):
+                log.write(row)
+        assert event_log_format(str(tmp_path / name)) == "parquet" and not (tmp_path / name / "events.csv").exists()
+    switched_parts, switched = _parquet_table(str(tmp_path / "switched"))
+    told_parts, told = _parquet_table(str(tmp_path / "told"))
+    assert told_parts == switched_parts == [f"part-{i:05d}.parquet" for i in range(-(-total // 400))]
+    assert told.schema.equals(switched.schema, check_metadata=False)
+    for name in told.column_names:  # the same values (dictionaries may be ordered otherwise)
+        assert told[name].to_pylist() == switched[name].to_pylist(), name
+    assert_same_columns(read_events(str(tmp_path / "told")), columns)
+    (tmp_path / "bad").mkdir()
+    with pytest.raises(ValueError, match="expected_rows=-1 is not allowed"):
+        EventLog(str(tmp_path / "bad"), expected_rows=-1)
+    assert os.listdir(tmp_path / "bad") == []  # refused before any file
+
+
+def test_a_large_timing_only_run_writes_its_log_in_parquet_from_the_start(tmp_path):
+    """(2 x buffer_size + 1) x max_updates = 21 x 10,000 rows expected: past the 200,000-row switch."""
+    from jaxfl.algorithms import build
+    from jaxfl.config import validate
+    from jaxfl.experiment import _expected_event_rows
+
+    config = jaxfl.RunConfig(algorithm="fedbuff", dataset="synthetic_iid", partition="natural", model="logreg",
+                             clients=100, concurrency=20, buffer_size=10, max_updates=10_000, max_time=float("inf"),
+                             timing_only=True, progress=False, output_dir=str(tmp_path))
+    result = jaxfl.run_experiment(config)
+    assert event_log_format(result.run_dir) == "parquet"
+    assert sorted(os.listdir(result.run_dir + "/events")) == ["part-00000.parquet"]  # never a CSV to convert
+    run = load_run(result.run_dir)
+    kinds = dict(zip(*np.unique(run.events["event"], return_counts=True)))
+    assert kinds["aggregate"] == run.summary["global_updates"] == 10_000
+    assert kinds["arrival"] >= 10 * 10_000 and kinds["dispatch"] >= kinds["arrival"]
+    assert run.num_events >= _expected_event_rows(config, build(validate(config)).policy()) == 210_000
+    assert _expected_event_rows(dataclasses.replace(config, timing_only=False)) is None  # a training run: CSV first
 
 
 def test_frequent_flushes_leave_few_parts(tmp_path):
