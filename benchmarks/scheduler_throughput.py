@@ -14,6 +14,12 @@ than wall seconds: on a shared machine it moves less with the other processes' l
     python benchmarks/scheduler_throughput.py --quick           # seconds: 10^3 and 10^4 clients
     python benchmarks/scheduler_throughput.py --json out.json
     python benchmarks/scheduler_throughput.py --breakdown --clients 10000   # µs per event, and where they go
+    python benchmarks/scheduler_throughput.py --log-format csv   # the event log forced to one format
+    python benchmarks/scheduler_throughput.py --log-rows 10000000   # write and read a 10^7-row event log
+
+The event log is opened as a timing-only run opens it (``--log-format run``: "auto", starting in
+Parquet when the run's update budget promises more rows than the switch), or forced to ``auto``
+(CSV, converted to Parquet past 200,000 rows), ``csv`` or ``parquet``.
 """
 from __future__ import annotations
 
@@ -32,16 +38,27 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxfl import algorithms  # noqa: E402
 from jaxfl.config import RunConfig, validate  # noqa: E402
-from jaxfl.experiment import _TimingBackend  # noqa: E402
-from jaxfl.runlog import EventLog  # noqa: E402
+from jaxfl.experiment import _expected_event_rows, _TimingBackend  # noqa: E402
+from jaxfl.runlog import EVENT_LOG_FIELDS, EventLog, read_events  # noqa: E402
 from jaxfl.scheduler.simulation import Simulation  # noqa: E402
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 
+LOG_FORMATS = ("run", "auto", "csv", "parquet")
+log_format = "run"  # --log-format
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def open_event_log(run_dir: str, config: RunConfig, policy) -> EventLog:
+    """The event log as a timing-only run of ``config`` opens it, or forced to ``--log-format``."""
+    if log_format == "run":
+        return EventLog(run_dir, expected_rows=_expected_event_rows(config, policy))
+    return EventLog(run_dir, format=log_format)
 
 
 def measure(algorithm: str, clients: int, updates: int, concurrency: int | None, folder: str) -> dict:
@@ -66,7 +83,7 @@ def measure(algorithm: str, clients: int, updates: int, concurrency: int | None,
     speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter),
                           clients, seed=config.seed)
     run_dir = tempfile.mkdtemp(dir=folder)
-    with EventLog(run_dir) as log:
+    with open_event_log(run_dir, config, policy) as log:
         # the EventLog itself, as a run passes it: the simulation then hands it rows as tuples
         simulation = Simulation(policy, speeds, np.full(clients, 1.0 / clients), _TimingBackend(),
                                 max_updates=updates, log=log)
@@ -97,8 +114,9 @@ def cpu_per_event(algorithm: str, clients: int, updates: int, concurrency: int, 
                                 local_steps=20, progress=False, **buffer))
     speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter),
                           clients, seed=config.seed)
-    with EventLog(tempfile.mkdtemp(dir=folder)) as events:
-        simulation = Simulation(algorithms.build(config).policy(), speeds, np.full(clients, 1.0 / clients),
+    policy = algorithms.build(config).policy()
+    with open_event_log(tempfile.mkdtemp(dir=folder), config, policy) as events:
+        simulation = Simulation(policy, speeds, np.full(clients, 1.0 / clients),
                                 _TimingBackend(), max_updates=updates, log=events if log else None)
         began = time.process_time()
         simulation.run()
@@ -158,6 +176,23 @@ def compass_group_costs(clients: int, groups: int, repeats: int = 2_000) -> dict
         policy._delete(simulation, policy._next_group - 1)
     create = (time.process_time() - began) * 1e6 / (repeats // 10)
     return {"join": join, "join_scan": join_scan, "create": create}
+
+
+def first_wave_draws(clients: int = 1 << 16) -> dict:
+    """CPU µs per client of a first wave's speed draws (every client's first round, as FedCompass's
+    warm-up draws them): one ``round_duration`` per client, and ``round_durations`` of them all (its
+    ziggurat tables measured beforehand, once per process), on two ClientSpeeds of ``clients`` clients."""
+    from jaxfl.scheduler.speeds import _ziggurat_tables
+
+    _ziggurat_tables()
+    alone, bulk = (ClientSpeeds(SpeedConfig(model="exp"), clients, seed=1) for _ in range(2))
+    began = time.process_time()
+    for client in range(clients):
+        alone.round_duration(client, 20)
+    alone_us = (time.process_time() - began) * 1e6 / clients
+    began = time.process_time()
+    bulk.round_durations(range(clients), 20)
+    return {"alone": alone_us, "bulk": (time.process_time() - began) * 1e6 / clients}
 
 
 class _RecordedCalls:
@@ -230,7 +265,7 @@ def compass_own_cost(clients: int, updates: int, folder: str, repeats: int = 2) 
         speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter),
                               clients, seed=config.seed)
         policy = policy or algorithms.build(config).policy()
-        with EventLog(tempfile.mkdtemp(dir=folder)) as events:
+        with open_event_log(tempfile.mkdtemp(dir=folder), config, policy) as events:
             simulation = Simulation(policy, speeds, np.full(clients, 1.0 / clients), _TimingBackend(),
                                     max_updates=updates, log=events)
             recorder = None
@@ -262,7 +297,7 @@ def breakdown(clients: int, updates: int, concurrency: int, folder: str, algorit
 
     from jaxfl.scheduler.clock import EventQueue
     from jaxfl.scheduler.pool import IdlePool
-    from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, DispatchRecord
+    from jaxfl.scheduler.simulation import DispatchRecord
 
     def per_call(statement, number=20_000) -> float:  # CPU time, as the events are timed: steadier on a shared machine
         return round(min(timeit.repeat(statement, number=number, repeat=3, timer=time.process_time)) * 1e6 / number, 3)
@@ -306,6 +341,9 @@ def breakdown(clients: int, updates: int, concurrency: int, folder: str, algorit
     if "fedasync" in algorithms_:
         parts["aggregation of one update (Simulation.aggregate, no log row)"] = round(aggregation_cost(clients), 3)
     if "fedcompass" in algorithms_:
+        wave = first_wave_draws()
+        parts["first-wave speed draw, one at a time (a fresh stream each)"] = round(wave["alone"], 3)
+        parts["first-wave speed draws in bulk (ClientSpeeds.round_durations), per client"] = round(wave["bulk"], 3)
         own = compass_own_cost(clients, updates, folder)
         parts["fedcompass event with the log, best of 2"] = round(own["compass"], 3)
         parts["fedcompass event replayed: its simulation calls alone"] = round(own["replay"], 3)
@@ -319,6 +357,51 @@ def breakdown(clients: int, updates: int, concurrency: int, folder: str, algorit
     return parts
 
 
+def synthetic_rows(first: int, count: int, clients: int = 10**6) -> list[tuple]:
+    """Rows ``first`` .. ``first + count - 1`` of a FedAsync-like log, as the simulation hands them
+    to the log: at each instant an update's arrival, its aggregation and the next dispatch, 1,000
+    in flight."""
+    rng = np.random.default_rng(first)
+    instants = range(first // 3, (first + count + 2) // 3)
+    times = (np.cumsum(rng.exponential(0.0027, len(instants))) + first // 3 * 0.0027).tolist()
+    picked = rng.integers(clients, size=(len(instants), 2)).tolist()
+    rows = []
+    for k, now, (arriving, leaving) in zip(instants, times, picked):
+        rows += [(now, "arrival", arriving, k, max(k - 1000, 0), min(k, 1000), 20, None, None),
+                 (now, "aggregate", -1, None, k + 1, None, None, "1 updates", None),
+                 (now, "dispatch", leaving, k + 1000, k + 1, None, 20, None, None)]
+    skip = first - instants[0] * 3 if len(instants) else 0
+    return rows[skip:skip + count]
+
+
+def log_rows(rows: int, format: str, folder: str, block: int = 1 << 17) -> dict:
+    """CPU and wall seconds to write ``rows`` rows through ``EventLog.row_writer`` (``format``
+    "run": "auto" told the rows to expect, as a timing-only run is) and to read them back with
+    ``read_events``, and the log's size on disk. The rows are made in blocks outside the timing."""
+    run_dir = tempfile.mkdtemp(dir=folder)
+    log = EventLog(run_dir, **({"expected_rows": rows} if format == "run" else {"format": format}))
+    write = log.row_writer(EVENT_LOG_FIELDS)
+    cpu = wall = 0.0
+    for first in range(0, rows, block):
+        batch = synthetic_rows(first, min(block, rows - first))
+        began, cpu_began = time.perf_counter(), time.process_time()
+        for row in batch:
+            write(row)
+        wall, cpu = wall + time.perf_counter() - began, cpu + time.process_time() - cpu_began
+    del batch
+    began, cpu_began = time.perf_counter(), time.process_time()
+    log.close()
+    wall, cpu = wall + time.perf_counter() - began, cpu + time.process_time() - cpu_began
+    size = sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(run_dir) for name in names)
+    began, cpu_began = time.perf_counter(), time.process_time()
+    columns = read_events(run_dir)
+    read_wall, read_cpu = time.perf_counter() - began, time.process_time() - cpu_began
+    assert len(columns["time"]) == rows and columns["event"][rows - 1] == synthetic_rows(rows - 1, 1)[0][1]
+    return {"format": format, "written_as": log.format, "rows": rows, "write_s": round(wall, 2),
+            "write_cpu_s": round(cpu, 2), "write_us_per_row": round(cpu * 1e6 / rows, 3),
+            "read_s": round(read_wall, 2), "read_cpu_s": round(read_cpu, 2), "mb": round(size / 1e6, 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithms", nargs="+", default=["fedasync", "fedbuff", "fedcompass"])
@@ -329,7 +412,28 @@ def main() -> None:
     parser.add_argument("--json", help="also write the table here")
     parser.add_argument("--breakdown", action="store_true",
                         help="CPU µs per event of each --algorithms at the first --clients, and per part of the paths")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="run",
+                        help="the event log: as a timing-only run opens it (run), or forced to one format")
+    parser.add_argument("--log-rows", type=int, metavar="N",
+                        help="only write N event-log rows and read them back, in each of --log-formats")
+    parser.add_argument("--log-formats", nargs="+", choices=LOG_FORMATS, default=["run", "csv"],
+                        help="the formats --log-rows writes (default: run csv)")
     args = parser.parse_args()
+    global log_format
+    log_format = args.log_format
+    if args.log_rows is not None:
+        if args.log_rows < 1:
+            parser.error(f"--log-rows {args.log_rows} is not allowed: a number of rows >= 1")
+        print(f"{'format':<8} {'written as':>10} {'rows':>10} {'write s':>8} {'write cpu s':>11} {'µs/row':>7} "
+              f"{'read s':>7} {'read cpu s':>10} {'MB':>7}")
+        with tempfile.TemporaryDirectory() as folder:
+            log_rows(min(args.log_rows, 300_000), "parquet", folder)  # pyarrow warmed up outside the figures
+            for format in args.log_formats:
+                row = log_rows(args.log_rows, format, folder)
+                print(f"{row['format']:<8} {row['written_as']:>10} {row['rows']:>10} {row['write_s']:>8} "
+                      f"{row['write_cpu_s']:>11} {row['write_us_per_row']:>7} {row['read_s']:>7} "
+                      f"{row['read_cpu_s']:>10} {row['mb']:>7}", flush=True)
+        return
     if args.quick:
         args.clients, args.updates = [10**3, 10**4], 2_000
     if args.breakdown:

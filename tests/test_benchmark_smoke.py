@@ -24,6 +24,17 @@ def test_scheduler_throughput_quick(tmp_path):
     assert all(r["in_flight"] <= 1000 for r in results if r["algorithm"] != "fedcompass")
 
 
+def test_scheduler_throughput_writes_and_reads_an_event_log_of_n_rows():
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scheduler_throughput.py"), "--log-rows",
+                           "3001", "--log-formats", "run", "auto", "csv", "parquet"], check=True,
+                          capture_output=True, text=True, timeout=600)
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    # (format, written as, rows): told 3,001 rows, "run" stays CSV below the 200,000-row switch
+    assert [row[:3] for row in rows] == [["run", "csv", "3001"], ["auto", "csv", "3001"], ["csv", "csv", "3001"],
+                                         ["parquet", "parquet", "3001"]]
+    assert all(float(row[5]) > 0 for row in rows)  # CPU µs per row written
+
+
 def test_scheduler_throughput_breakdown_names_the_parts_of_an_event():
     done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scheduler_throughput.py"), "--breakdown",
                            "--clients", "1000", "--updates", "300", "--concurrency", "100"], check=True,
@@ -42,7 +53,9 @@ def test_scheduler_throughput_breakdown_names_the_parts_of_an_event():
         "FedCompass JOINGROUP by the paper's scan, 10 groups open",
         "FedCompass JOINGROUP by the paper's scan, 998 groups open",
         "fedcompass event with the log, best of 2", "fedcompass event replayed: its simulation calls alone",
-        "fedcompass event: FedCompass's own work (the difference)"}
+        "fedcompass event: FedCompass's own work (the difference)",
+        "first-wave speed draw, one at a time (a fresh stream each)",
+        "first-wave speed draws in bulk (ClientSpeeds.round_durations), per client"}
     assert all(value > 0 for name, value in micros.items() if "difference" not in name)  # a difference of noisy times
     assert set(counts) == {f"{algorithm}   {count} per event (count)" for algorithm in ("fedasync", "fedbuff", "fedcompass")
                            for count in ("rows", "dispatches", "aggregations")}
@@ -61,6 +74,8 @@ def test_cpu_speed_quick_runs_jaxfl_with_defaults_and_no_padding(tmp_path):
     (run,) = row["jaxfl_runs"]
     assert row["workload"] == "cross_device" and row["jaxfl_samples_per_second"] > 0
     assert run["samples_per_cpu_second"] > 0
+    # CPU-ms per client step is the same CPU time per (batch of 10) samples
+    assert run["cpu_ms_per_step"] == pytest.approx(10e3 / run["samples_per_cpu_second"], rel=0.001)
     assert run["plan"]["steps_per_call"] == 6  # one call per client's 6 local steps
     assert run["compilations"]["run_steps"] == 1
     if 4 % run["plan"]["devices"] == 0:  # 4 clients per round fill every call
@@ -75,6 +90,19 @@ def test_cpu_step_times_a_formulation():
                           text=True, timeout=600)
     rows = [line.split("|")[1].strip() for line in done.stdout.splitlines() if line.startswith("| ")]
     assert rows == ["formulation", "minor_concat"]
+
+
+def test_cpu_step_profiles_formulations_side_by_side():
+    # the pool's gradient as JAX's rule for a reshaped max needs a division (its tie count) that
+    # cpu_friendly's rule, XLA's first-maximum choice, does not: one column has it, the other not
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "cpu_step.py"), "--profile", "default",
+                           "reshape_pool", "--repeats", "1", "--calls", "1"], check=True, capture_output=True,
+                          text=True, timeout=600)
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in done.stdout.splitlines()
+            if line.startswith("| ")]
+    assert rows[0][:2] == ["default ms/step", "reshape_pool ms/step"]
+    (division,) = [row for row in rows if row[3].startswith("fusion") and row[3].split()[2:3] == ["div"]]
+    assert division[0] == "" and float(division[1]) > 0
 
 
 import pytest  # noqa: E402 (the tests below were appended)
