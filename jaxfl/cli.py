@@ -328,6 +328,9 @@ def _sweep_parser(commands) -> None:
     report.add_argument("--reference", default="fedavg", help="the method times are relative to (default: fedavg)")
     report.add_argument("--out", metavar="DIR", help="where to write (default: SWEEP_DIR/report)")
     report.add_argument("--no-figures", dest="figures", action="store_false", help="the tables only")
+    report.add_argument("--panels", metavar="SETTING",
+                        help="a swept setting of a method (e.g. port.min_clients): one figure panel per value of it, "
+                             "the methods that do not read it in every panel")
 
 
 def _sweep_values(args: argparse.Namespace) -> tuple[dict, dict]:
@@ -388,7 +391,7 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from jaxfl.report import make_report
 
     try:
-        report = make_report(args.sweep_dir, args.reference, args.out, figures=args.figures)
+        report = make_report(args.sweep_dir, args.reference, args.out, figures=args.figures, panels=args.panels)
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
     print(report.markdown)

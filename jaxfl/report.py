@@ -15,7 +15,10 @@ with its min–max band over the seeds (one figure per group), time-to-target ba
 histograms per method, and one run's client timeline per method.
 
 A method is an algorithm, or an algorithm with the values of its own swept settings
-(``fedbuff buffer_size=5``) where the sweep varies one of them.
+(``fedbuff buffer_size=5``) where the sweep varies one of them. A design-space sweep (PORT's K × Ω,
+40 methods) draws unreadable figures of one panel; ``panels="port.min_clients"`` splits the accuracy
+and time-to-target figures into one panel per value of that setting, the methods that do not read
+it (FedAvg, FedBuff...) drawn in every panel for reference.
 
 >>> rows = [{"algorithm": "fedavg", "clients": 10, "seed": 0, "time_to_target": 100.0, "best_accuracy": 0.90},
 ...         {"algorithm": "fedbuff", "clients": 10, "seed": 0, "time_to_target": 25.0, "best_accuracy": 0.92}]
@@ -121,6 +124,7 @@ class _Grouping:
     columns: list[str]  # group_columns(rows): what a group's values are of
     methods: list[str]
     cells: dict[tuple, dict[str, list[dict]]]
+    method_columns: list[str]  # the swept settings that name a method variant
 
     def runs_by_method(self) -> dict[str, list[dict]]:
         """Every group's runs of each method together."""
@@ -137,7 +141,7 @@ def _grouping(rows: list[dict]) -> _Grouping:
         name = method_name(row, method_columns)
         methods[name] = None
         cells.setdefault(tuple(row.get(column) for column in columns), {}).setdefault(name, []).append(row)
-    return _Grouping(columns, list(methods), cells)
+    return _Grouping(columns, list(methods), cells, method_columns)
 
 
 def _line_cells(lines: list[dict], groups: list[str]) -> tuple[list[tuple], list[str], dict[tuple, dict]]:
@@ -252,15 +256,22 @@ def _write_csv(lines: list[dict], path: str) -> str:
     return write_csv(path, lines, dict.fromkeys(name for line in lines for name in line))
 
 
-def make_report(sweep_dir: str, reference: str = "fedavg", out: str | None = None, figures: bool = True) -> Report:
+def make_report(sweep_dir: str, reference: str = "fedavg", out: str | None = None, figures: bool = True,
+                panels: str | None = None) -> Report:
     """Write ``report.md``, ``report.csv`` and (with ``figures``) the PNG figures of the sweep in
     ``sweep_dir`` into ``out`` (default ``SWEEP_DIR/report``); see the module docstring.
+    ``panels``: a swept setting of a method (``"port.min_clients"``) whose values split the accuracy
+    and time-to-target figures into panels.
 
     >>> # make_report("sweeps/x").markdown  (jaxfl report sweeps/x prints it)
+    >>> # make_report("sweeps/port-full", panels="port.min_clients")  (one panel per K)
     """
     rows = read_results(sweep_dir)
     grouping = _grouping(rows)
     lines = _summarise(grouping, reference)  # a bad reference fails before anything is written
+    if panels is not None and panels not in grouping.method_columns:
+        allowed = ", ".join(grouping.method_columns) or "none: this sweep varies no setting of a method"
+        raise ValueError(f"panels={panels!r} is not allowed: one of the swept settings of a method ({allowed})")
     out = out or os.path.join(sweep_dir, "report")
     os.makedirs(out, exist_ok=True)
     markdown = format_markdown(lines, grouping.columns, reference, _target_text(rows))
@@ -269,7 +280,7 @@ def make_report(sweep_dir: str, reference: str = "fedavg", out: str | None = Non
         handle.write(markdown + "\n")
     os.replace(markdown_path + ".tmp", markdown_path)
     table = _write_csv(lines, os.path.join(out, "report.csv"))
-    drawn = _figures(grouping, lines, sweep_dir, out) if figures else []
+    drawn = _figures(grouping, lines, sweep_dir, out, panels) if figures else []
     return Report(markdown, markdown_path, table, lines, drawn)
 
 
@@ -285,16 +296,19 @@ def _run_dir(sweep_dir: str, row: dict) -> str:
     return path
 
 
-def _figures(grouping: _Grouping, lines: list[dict], sweep_dir: str, out: str) -> list[str]:
+def _figures(grouping: _Grouping, lines: list[dict], sweep_dir: str, out: str, panels: str | None = None) -> list[str]:
     groups, by_group, by_method = grouping.columns, grouping.cells, grouping.runs_by_method()
     for runs in by_method.values():
         for row in runs:
             _run_dir(sweep_dir, row)  # all there, or one line before any figure
     paths = [plot_accuracy_bands(runs_by_method, sweep_dir, os.path.join(
                  out, "accuracy.png" if len(by_group) == 1 else f"accuracy-{_slug(_group_label(key, groups))}.png"),
-                 title=_group_label(key, groups))
+                 title=_group_label(key, groups), panels=panels)
              for key, runs_by_method in by_group.items()]
-    paths.append(plot_time_to_target(lines, groups, os.path.join(out, "time_to_target.png")))
+    paths.append(plot_time_to_target(lines, groups, os.path.join(out, "time_to_target.png"),
+                                     panels=None if panels is None else
+                                     {name: runs[0].get(panels) for name, runs in by_method.items()},
+                                     panel_column=panels))
     paths.append(plot_staleness(by_method, sweep_dir, os.path.join(out, "staleness.png")))
     from jaxfl.plot import plot_timeline
 
@@ -303,6 +317,34 @@ def _figures(grouping: _Grouping, lines: list[dict], sweep_dir: str, out: str) -
         run = min(runs, key=lambda row: (row.get("seed") or 0, row.get("cell") or 0))
         paths.append(plot_timeline(_run_dir(sweep_dir, run), os.path.join(out, f"timeline-{_slug(name)}.png")))
     return paths
+
+
+def split_into_panels(value_of: dict[str, object], column: str) -> dict[object, dict[str, str]]:
+    """The panels of a figure split by a method's setting ``column``: for each of its values (in order
+    of appearance), the methods drawn there, each with its label less ``column=value``; methods that
+    do not read ``column`` (value None) are in every panel, under their own name.
+
+    >>> split_into_panels({"fedavg": None, "port port.k=1 port.b=3": 1, "port port.k=5 port.b=3": 5}, "port.k")
+    {1: {'fedavg': 'fedavg', 'port port.k=1 port.b=3': 'port port.b=3'}, 5: {'fedavg': 'fedavg', 'port port.k=5 port.b=3': 'port port.b=3'}}
+    """
+    shared = {name: name for name, value in value_of.items() if value is None}
+    panels: dict[object, dict[str, str]] = {}
+    for name, value in value_of.items():
+        if value is not None:
+            own = " ".join(token for token in name.split(" ") if token != f"{column}={value}")
+            panels.setdefault(value, dict(shared))[name] = own
+    return panels
+
+
+def _panel_grid(count: int, size: tuple[float, float]):
+    """A figure of ``count`` panels, at most 3 across; the unused ones switched off."""
+    across = min(3, count)
+    down = math.ceil(count / across)
+    figure = _figure((size[0] * across, size[1] * down))
+    axes = figure.subplots(down, across, squeeze=False)
+    for panel in list(axes.flat)[count:]:
+        panel.axis("off")
+    return figure, list(axes.flat)[:count]
 
 
 def _accuracy_curve(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
@@ -333,67 +375,103 @@ def accuracy_band(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarr
         return grid, np.nanmean(values, axis=0), np.nanmin(values, axis=0), np.nanmax(values, axis=0)
 
 
-def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: str, title: str = "") -> str:
+def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: str, title: str = "",
+                        panels: str | None = None) -> str:
     """Held-out accuracy against virtual time: per method, the mean over its seeds and the min–max
-    band, the target dashed.
+    band, the target dashed; with ``panels`` (a method's swept setting) one panel per value of it
+    (:func:`split_into_panels`).
 
     >>> # plot_accuracy_bands({"fedavg": rows_of_fedavg, ...}, "sweeps/x", "accuracy.png")
     """
-    figure = _figure((7, 4.5))
-    axes = figure.subplots()
-    target = None
-    for name, runs in runs_by_method.items():
-        curves = [_accuracy_curve(_run_dir(sweep_dir, run)) for run in runs]
-        curves = [curve for curve in curves if len(curve[0])]
-        if not curves:
-            continue
-        grid, mean, low, high = accuracy_band(curves)
-        line, = axes.plot(grid, mean, drawstyle="steps-post", label=f"{name} ({len(curves)} seed"
-                                                                    f"{'s' if len(curves) > 1 else ''})")
-        if len(curves) > 1:
-            axes.fill_between(grid, low, high, step="post", alpha=0.2, color=line.get_color(), linewidth=0)
-        target = runs[0].get("target_accuracy", target)
-    if target is not None:
-        axes.axhline(target, linestyle="--", color="grey", linewidth=1, label=f"target {target:.0%}")
-    axes.set_title(f"{title}: mean over seeds, band = min–max" if title else "mean over seeds, band = min–max",
-                   fontsize=9)
-    axes.set_xlabel("virtual time (s)")
-    axes.set_ylabel("held-out accuracy")
-    axes.legend(fontsize=8)
-    axes.grid(alpha=0.3)
+    heading = f"{title}: mean over seeds, band = min–max" if title else "mean over seeds, band = min–max"
+    curves = {name: [curve for curve in (_accuracy_curve(_run_dir(sweep_dir, run)) for run in runs) if len(curve[0])]
+              for name, runs in runs_by_method.items()}
+    target = next((runs[0].get("target_accuracy") for runs in runs_by_method.values()
+                   if runs[0].get("target_accuracy") is not None), None)
+    if panels is None:
+        figure = _figure((7, 4.5))
+        layout = [(figure.subplots(), heading, {name: name for name in runs_by_method})]
+    else:
+        split = split_into_panels({name: runs[0].get(panels) for name, runs in runs_by_method.items()}, panels)
+        figure, axes = _panel_grid(len(split), (6, 4))
+        layout = [(panel, f"{panels}={value}", labels) for panel, (value, labels) in zip(axes, split.items())]
+        figure.suptitle(heading, fontsize=10)
+    shared = [name for name, runs in runs_by_method.items() if panels is not None and runs[0].get(panels) is None]
+    for axes, panel_title, labels in layout:
+        own = 0
+        for name, label in labels.items():
+            if not curves[name]:
+                continue
+            grid, mean, low, high = accuracy_band(curves[name])
+            count = len(curves[name])
+            if panels is not None and runs_by_method[name][0].get(panels) is None:
+                # the same reference lines in every panel: greys, told apart by their dashes
+                number = shared.index(name)
+                style = {"color": str(0.15 + 0.2 * (number % 4)), "linestyle": (":", "-.", "--", (0, (1, 3)))[number % 4]}
+            else:
+                style = {"color": _colour(own)} if panels is not None else {}
+                own += 1
+            line, = axes.plot(grid, mean, drawstyle="steps-post", label=f"{label} ({count} seed{'s' if count > 1 else ''})",
+                              **style)
+            if count > 1:
+                axes.fill_between(grid, low, high, step="post", alpha=0.2, color=line.get_color(), linewidth=0)
+        if target is not None:
+            axes.axhline(target, linestyle="--", color="grey", linewidth=1, label=f"target {target:.0%}")
+        axes.set_title(panel_title, fontsize=9)
+        axes.set_xlabel("virtual time (s)")
+        axes.set_ylabel("held-out accuracy")
+        axes.legend(fontsize=7 if panels else 8)
+        axes.grid(alpha=0.3)
     return _save(figure, path)
 
 
-def plot_time_to_target(lines: list[dict], groups: list[str], path: str) -> str:
+def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels: dict[str, object] | None = None,
+                        panel_column: str = "") -> str:
     """Bars of the mean virtual time to target (std over the seeds that reached it as error bars),
     one cluster per group, one bar per method; "–" where a method missed in at least half its runs.
+    ``panels``: each method's value of the setting ``panel_column``, one panel per value
+    (:func:`split_into_panels`).
 
     >>> # plot_time_to_target(summarise(rows), group_columns(rows), "time_to_target.png")
     """
     keys, methods, found = _line_cells(lines, groups)
-    width = 0.8 / len(methods)
-    import matplotlib
-
-    figure = _figure((max(6.0, 1.2 * len(keys) * len(methods) * 0.6 + 2), 4.5))
-    axes = figure.subplots()
-    for number, method in enumerate(methods):
-        label = method  # the first bar of each method names it in the legend
-        for position, key in enumerate(keys):
-            line = found.get((key, method))
-            x = position + (number - (len(methods) - 1) / 2) * width
-            if line is None:
-                continue
-            if line["time_to_target_mean"] is None:
-                axes.text(x, 0, MISSING, ha="center", va="bottom", fontsize=9)
-                continue
-            axes.bar(x, line["time_to_target_mean"], width, yerr=line["time_to_target_std"] or None, capsize=3,
-                     color=matplotlib.colormaps["tab10"](number % 10), label=label)
-            label = None
-    axes.legend(fontsize=8)
-    axes.set_xticks(range(len(keys)), [_group_label(key, groups) for key in keys], fontsize=8)
-    axes.set_ylabel("virtual time to target (s)")
-    axes.set_title(f"time to target: mean over the seeds that reached it ({MISSING} = missed in ≥ half)", fontsize=9)
-    axes.grid(alpha=0.3, axis="y")
+    heading = f"time to target: mean over the seeds that reached it ({MISSING} = missed in ≥ half)"
+    if panels is None:
+        figure = _figure((max(6.0, 1.2 * len(keys) * len(methods) * 0.6 + 2), 4.5))
+        layout = [(figure.subplots(), heading, {method: method for method in methods})]
+    else:
+        split = split_into_panels({method: panels.get(method) for method in methods}, panel_column)
+        widest = max(len(labels) for labels in split.values())
+        figure, axes = _panel_grid(len(split), (max(5.0, 0.45 * len(keys) * widest + 2), 4))
+        layout = [(panel, f"{panel_column}={value}", labels) for panel, (value, labels) in zip(axes, split.items())]
+        figure.suptitle(heading, fontsize=10)
+    colours = {method: _colour(number) for number, method in enumerate(methods)}
+    for axes, panel_title, labels in layout:
+        width = 0.8 / len(labels)
+        own = 0
+        for number, (method, label) in enumerate(labels.items()):
+            if panels is None:
+                colour = colours[method]
+            elif panels.get(method) is None:  # a reference method, in every panel
+                colour = str(0.25 + 0.2 * (number % 3))
+            else:
+                colour, own = _colour(own), own + 1
+            for position, key in enumerate(keys):
+                line = found.get((key, method))
+                x = position + (number - (len(labels) - 1) / 2) * width
+                if line is None:
+                    continue
+                if line["time_to_target_mean"] is None:
+                    axes.text(x, 0, MISSING, ha="center", va="bottom", fontsize=9)
+                    continue
+                axes.bar(x, line["time_to_target_mean"], width, yerr=line["time_to_target_std"] or None, capsize=3,
+                         color=colour, label=label)
+                label = None  # the first bar of each method names it in the legend
+        axes.legend(fontsize=7 if panels else 8)
+        axes.set_xticks(range(len(keys)), [_group_label(key, groups) for key in keys], fontsize=8)
+        axes.set_ylabel("virtual time to target (s)")
+        axes.set_title(panel_title, fontsize=9)
+        axes.grid(alpha=0.3, axis="y")
     return _save(figure, path)
 
 
@@ -430,6 +508,13 @@ def plot_staleness(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: 
     for panel in list(axes.flat)[len(runs_by_method):]:
         panel.axis("off")
     return _save(figure, path)
+
+
+def _colour(number: int):
+    """tab10 without its grey, which the reference methods of a panelled figure use."""
+    import matplotlib
+
+    return matplotlib.colormaps["tab10"]((0, 1, 2, 3, 4, 5, 6, 8, 9)[number % 9])
 
 
 def _figure(size: tuple[float, float]):

@@ -365,6 +365,33 @@ def _write_definition(sweep_dir: str, base: dict, grid: dict, size: str | None, 
     })
 
 
+def _earlier_runs_left_out(sweep_dir: str, base: dict, grid: dict, cells: list[Cell]) -> str | None:
+    """A note when the folder holds finished runs of an earlier sweep (its ``sweep.json``) that are
+    not cells of this grid: this sweep's table will not list them (their runs stay), and the note
+    names the settings in which the two sweeps differ, so that one grid over both takes them in."""
+    path = os.path.join(sweep_dir, "sweep.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        before = json.load(handle)
+    current = {os.path.abspath(cell.run_dir) for cell in cells}
+    left = [entry for entry in before.get("cells", [])
+            if os.path.abspath(os.path.join(sweep_dir, entry["run_dir"])) not in current
+            and cell_state(os.path.join(sweep_dir, entry["run_dir"])) == "finished"]
+    if not left:
+        return None
+    old_base, new_base = before.get("base", {}), {name: _cell_value(value) for name, value in base.items()}
+    differ = [name for name in dict.fromkeys([*old_base, *new_base])
+              if name not in grid and name not in before.get("grid", {}) and old_base.get(name) != new_base.get(name)]
+    hint = "; ".join(f"{name}: {old_base.get(name)!r} there, {new_base.get(name)!r} here" for name in differ)
+    example = "" if not differ else (f" (e.g. --{differ[0].replace('_', '-')} "
+                                     f"{old_base.get(differ[0])},{new_base.get(differ[0])})")
+    return (f"{len(left)} finished run(s) of the sweep this folder held before are not cells of this grid, so this "
+            f"sweep's results table leaves them out (their runs stay in {os.path.join(sweep_dir, 'runs')})"
+            + (f"; the two sweeps differ in {hint}" if hint else "")
+            + f"; one grid over the values of both{example} reports them together")
+
+
 def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, progress: bool = True,
               echo=None) -> SweepResult:
     """Run every cell of ``grid`` over ``base`` into ``sweep_dir`` (see the module docstring), or
@@ -390,6 +417,9 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     base = _flat(dict(base), "sweep base") if base else {}
     grid = _check_grid(grid)
     cells, notes = _expand(base, grid, sweep_dir)
+    earlier = _earlier_runs_left_out(sweep_dir, base, grid, cells)
+    if earlier:
+        notes.append(earlier)
     states = {cell.index: cell_state(cell.run_dir) for cell in cells}
     if any(state != "finished" for state in states.values()):
         _prepare_all([cell for cell in cells if states[cell.index] != "finished"])
@@ -403,6 +433,8 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
         bar = tqdm(total=len(cells), initial=sum(state == "finished" for state in states.values()),
                    desc="sweep", unit="cell", leave=True)
     say = echo or (bar.write if bar is not None else (lambda line: None))
+    if earlier:  # now, not only with the notes at the end: the sweep may run for hours
+        say(f"note: {earlier}")
     try:
         with shared_compilations():
             for cell in cells:

@@ -268,3 +268,43 @@ def test_without_pyarrow_the_results_are_csv_alone(tmp_path, monkeypatch):
     assert [row["algorithm"] for row in read_results(str(tmp_path))] == ["fedavg", "fedbuff"]
     monkeypatch.undo()
     assert write_results(rows, str(tmp_path))[1] == str(tmp_path / "results.parquet")
+
+
+def test_report_panels_split_the_figures_by_a_method_setting(tmp_path, capsys):
+    # fedbuff at two buffer sizes beside fedavg (which reads no buffer): one panel per buffer size,
+    # fedavg in both
+    folder = str(tmp_path / "sweep")
+    run_sweep({**BASE, "checkpoint_every": None}, {"algorithm": ["fedavg", "fedbuff"], "buffer_size": [1, 2]}, folder,
+              progress=False)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["report", folder, "--panels", "port.min_clients", "--out", str(tmp_path / "never")])
+    assert exited.value.code == 2
+    assert "panels='port.min_clients' is not allowed: one of the swept settings of a method (buffer_size)" \
+        in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "never")
+    plain = make_report(folder, out=str(tmp_path / "plain"))
+    split = make_report(folder, out=str(tmp_path / "split"), panels="buffer_size")
+    import matplotlib.image
+
+    for name in ("accuracy.png", "time_to_target.png"):
+        one = matplotlib.image.imread(os.path.join(tmp_path / "plain", name))
+        two = matplotlib.image.imread(os.path.join(tmp_path / "split", name))
+        assert two.shape[1] > 1.5 * one.shape[1]  # two panels across instead of one
+    assert len(split.figures) == len(plain.figures)
+
+
+def test_a_sweep_over_other_values_in_the_same_folder_names_the_runs_its_table_leaves_out(tmp_path):
+    folder = str(tmp_path / "sweep")
+    base = {**{name: value for name, value in BASE.items() if name != "buffer_size"}, "checkpoint_every": None,
+            "algorithm": "fedavg"}
+    run_sweep({**base, "seed": 0}, {"clients": [2, 3]}, folder, progress=False)
+    said = []
+    other = run_sweep({**base, "seed": 1}, {"clients": [2, 3]}, folder, progress=False, echo=said.append)
+    note = ("2 finished run(s) of the sweep this folder held before are not cells of this grid, so this sweep's "
+            "results table leaves them out")
+    assert any(note in line and "the two sweeps differ in seed: 0 there, 1 here" in line and "--seed 0,1" in line
+               for line in said)
+    assert any(note in text for text in other.notes) and len(other.rows) == 2
+    both = run_sweep(base, {"seed": [0, 1], "clients": [2, 3]}, folder, progress=False, echo=said.append)
+    assert len(both.skipped) == 4 and not both.ran and not any("finished run(s)" in text for text in both.notes)
+    assert sorted((row["seed"], row["clients"]) for row in read_results(folder)) == [(0, 2), (0, 3), (1, 2), (1, 3)]
