@@ -120,9 +120,16 @@ def make_slot_meta_model(epochs: int, num_features: int, hidden: int, learning_r
         updates, opt_state = optimizer.update(jax.grad(negative_objective)(params), opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
+    # jitted: run eagerly, the LSTM's scan compiled a new program at every call and jax kept each
+    # (one per FedASMU run: 36 memory maps each, which 10,000 runs in one process took past the
+    # kernel's 65,530 and crashed XLA's next compilation)
+    @jax.jit
+    def initial_state(key):
+        params = network.init(key, jnp.zeros((epochs - 2, epochs - 2 + num_features), jnp.float32))
+        return params, optimizer.init(params)
+
     def init(seed: int):
-        params = network.init(jax.random.key(seed), jnp.zeros((epochs - 2, epochs - 2 + num_features), jnp.float32))
-        return jax.device_get(params), jax.device_get(optimizer.init(params))
+        return jax.device_get(initial_state(jax.random.key(seed)))
 
     return SlotMetaModel(
         init=init,
