@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import gc
 import hashlib
 import json
 import math
@@ -36,6 +37,7 @@ import shutil
 import tempfile
 import time
 import warnings
+import weakref
 from typing import Any
 
 import jax
@@ -67,6 +69,23 @@ MODEL_STREAM = 12  # fold_in(key(seed), MODEL_STREAM) initialises the global mod
 EVAL_BATCH = 1000
 EVAL_BATCHES_PER_CALL = 256  # full held-out batches evaluated per device call
 METRIC_FIELDS = ("time", "version", "accuracy", "balanced_accuracy", "loss", "client_steps", "wall_time")
+
+# The engines of earlier runs in this process. An engine sits in reference cycles (its jitted
+# closures refer back to it), so it is freed by the cycle collector, not when its run's result is
+# dropped; the collector sees only Python objects, not the compiled programs and device buffers the
+# engine holds, and runs its full collection too seldom for them: a loop of runs (a sweep, a
+# comparison, a notebook cell) kept every earlier run's programs, 60 MB and 570 memory maps a run of
+# the PORT quick sweep, until XLA could map no more code (the kernel allows 65,530 maps) and failed
+# or crashed in its next compilation.
+_EARLIER_ENGINES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _release_earlier_runs() -> None:
+    """Free what earlier runs of this process left for the cycle collector (see ``_EARLIER_ENGINES``),
+    before a run builds its own: one full collection (a tenth of a second or so), only when an
+    earlier engine is still there (held by its result, or garbage the collector has not reached)."""
+    if len(_EARLIER_ENGINES):
+        gc.collect()
 
 
 @dataclasses.dataclass
@@ -895,6 +914,7 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
         raise ValueError("loggers receive metrics rows, and a timing-only run evaluates nothing: drop the "
                          "loggers (--log-to) or run without timing_only")
     user = user.check(config)
+    _release_earlier_runs()
     config, dataset, federation, model, params = _prepare(config, dataset, user.model, user.init_params)
     if resume_dir is not None:
         user.check_resumed(resume_dir, recorded, params)
@@ -945,6 +965,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                     batching=config.batching, keep_start_versions=policy.needs_start_models,
                     memory_limit=None if config.memory_limit_mb is None else int(config.memory_limit_mb * 2**20),
                     sample_bytes=int(np.prod(dataset.input_shape)), hooks=hooks, client_state=config.client_state)
+    _EARLIER_ENGINES.add(engine)
     engine.check_memory()
 
     # run_dir: where this process writes; shared_dir: the run's directory, where every process takes

@@ -306,3 +306,24 @@ def test_a_log_begun_without_the_wall_time_column_is_resumed_in_its_own_columns(
     rows = events(resumed.run_dir)
     assert "wall_time" not in rows[0] and all(None not in row for row in rows)  # no row longer than the header
     assert testing.events_without_wall_time(resumed.run_dir) == testing.events_without_wall_time(full.run_dir)
+
+
+# ----------------------------------------------------------------------------- a loop of runs
+def test_a_dropped_run_s_engine_is_freed_before_the_next_run_builds_its_own(tmp_path):
+    # An engine sits in reference cycles; left to Python's collector, a loop of runs (a sweep, a
+    # notebook) kept every earlier run's compiled programs until XLA ran out of memory maps
+    import gc
+    import weakref
+
+    from jaxfl import experiment
+
+    collecting = gc.isenabled()
+    gc.disable()  # only the runs' own collection can free anything here
+    try:
+        first = weakref.ref(run_experiment(tiny(tmp_path, max_updates=1)).engine)
+        second = run_experiment(tiny(tmp_path, max_updates=1, seed=1))
+        assert first() is None
+        assert list(experiment._EARLIER_ENGINES) == [second.engine]  # the one still held
+    finally:
+        if collecting:
+            gc.enable()
