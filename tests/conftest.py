@@ -1,5 +1,6 @@
 import atexit
 import dataclasses
+import gc
 import os
 import shutil
 import tempfile
@@ -13,10 +14,8 @@ from jaxfl.config import RunConfig
 # and step count); compiling each once per session instead of once per engine is most of the
 # suite's time. The persistent cache keys on the program, so results and trace counts are unchanged.
 # One cache per test process: jax writes an entry in place (no rename, no lock unless its cache has a
-# size limit), so an xdist worker could read an entry another worker was still writing and crash
-# loading the truncated program (a segfault in jax's compilation_cache, twice in four fresh-clone
-# runs that shared /tmp/jaxfl-test-xla-cache-0). JAXFL_TEST_XLA_CACHE keeps caches across runs, one
-# folder per worker in it.
+# size limit), so an xdist worker could read an entry another worker was still writing (jax then warns
+# and compiles again). JAXFL_TEST_XLA_CACHE keeps caches across runs, one folder per worker in it.
 if os.environ.get("JAXFL_TEST_XLA_CACHE"):
     _xla_cache = os.path.join(os.environ["JAXFL_TEST_XLA_CACHE"], os.environ.get("PYTEST_XDIST_WORKER", "main"))
 else:
@@ -25,6 +24,16 @@ else:
 jax.config.update("jax_compilation_cache_dir", _xla_cache)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_the_module_s_engines():
+    """Engines sit in reference cycles and hold compiled programs, whose code pages count against the
+    kernel's limit of 65,530 memory maps a process; a worker that reached it crashed in XLA's next
+    compilation (and xdist then hung). Runs free earlier runs' engines themselves; this frees those a
+    test module built directly, before the next module starts."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture
