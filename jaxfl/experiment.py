@@ -846,6 +846,10 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     With ``resume_dir``, continue that run from its newest checkpoint instead (the config is the
     one saved in the run directory); the finished run is identical to an uninterrupted one.
 
+    Runs in a loop (a sweep, a notebook) do not accumulate: a run first frees the engines of earlier
+    runs whose results are no longer held (their compiled programs and device buffers); keeping a
+    ``RunResult`` keeps its engine.
+
     ``data``: your own data instead of ``config.dataset``: a :class:`jaxfl.data.Dataset`, a
     ``(train_x, train_y, test_x, test_y)`` tuple, or a mapping of those names (see
     :func:`jaxfl.data.as_dataset`), checked before any work. The run records the dataset as
