@@ -1,8 +1,6 @@
-import atexit
 import dataclasses
 import gc
 import os
-import shutil
 import tempfile
 
 import jax
@@ -13,15 +11,11 @@ from jaxfl.config import RunConfig
 # Many tests build engines whose step chunks are the same XLA program (the same small model, batch
 # and step count); compiling each once per session instead of once per engine is most of the
 # suite's time. The persistent cache keys on the program, so results and trace counts are unchanged.
-# One cache per test process: jax writes an entry in place (no rename, no lock unless its cache has a
-# size limit), so an xdist worker could read an entry another worker was still writing (jax then warns
-# and compiles again). JAXFL_TEST_XLA_CACHE keeps caches across runs, one folder per worker in it.
-if os.environ.get("JAXFL_TEST_XLA_CACHE"):
-    _xla_cache = os.path.join(os.environ["JAXFL_TEST_XLA_CACHE"], os.environ.get("PYTEST_XDIST_WORKER", "main"))
-else:
-    _xla_cache = tempfile.mkdtemp(prefix="jaxfl-test-xla-cache-")
-    atexit.register(shutil.rmtree, _xla_cache, True)
-jax.config.update("jax_compilation_cache_dir", _xla_cache)
+# One cache for every worker (and, locally, across runs): jax writes an entry in place, so a worker
+# may read one another is still writing; that entry is then a truncated zlib stream, which jax reports
+# as a warning and compiles again (it is not what crashed a worker: see _free_the_module_s_engines).
+jax.config.update("jax_compilation_cache_dir", os.environ.get(
+    "JAXFL_TEST_XLA_CACHE", os.path.join(tempfile.gettempdir(), f"jaxfl-test-xla-cache-{os.getuid()}")))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 

@@ -101,8 +101,11 @@ def test_cpu_step_profiles_formulations_side_by_side():
     rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in done.stdout.splitlines()
             if line.startswith("| ")]
     assert rows[0][:2] == ["default ms/step", "reshape_pool ms/step"]
-    (division,) = [row for row in rows if row[3].startswith("fusion") and row[3].split()[2:3] == ["div"]]
-    assert division[0] == "" and float(division[1]) > 0
+    # of the pool's shape (batch 10, 12 x 12 x 64): the profile may also show other divisions, and
+    # XLA may split one into several fusions
+    divisions = [row for row in rows if row[3].startswith("fusion") and row[3].split()[2:3] == ["div"]
+                 and "10,12,12,64]" in row[3]]
+    assert divisions and all(row[0] == "" for row in divisions) and max(float(row[1] or 0) for row in divisions) > 0
 
 
 import pytest  # noqa: E402 (the tests below were appended)
