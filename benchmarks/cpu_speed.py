@@ -95,10 +95,14 @@ def time_jaxfl(name: str, size: dict, output_dir: str, repeat: int) -> dict:
     _, dataset, _, model, _ = prepare(config)
     evaluate = make_evaluator(model.predict, dataset.test_x, dataset.test_y)
     evaluate(result.params)
-    start, start_host, start_process = time.perf_counter(), time.thread_time(), _process_time()
-    evaluate(result.params)
-    evaluation = time.perf_counter() - start
-    evaluation_host, evaluation_process = time.thread_time() - start_host, _process_time() - start_process
+    # the least of three: one slow call on a busy machine took more than the measured window
+    # (a negative rate, once, with the test suite beside it)
+    timings = []
+    for _ in range(3):
+        start, start_host, start_process = time.perf_counter(), time.thread_time(), _process_time()
+        evaluate(result.params)
+        timings.append((time.perf_counter() - start, time.thread_time() - start_host, _process_time() - start_process))
+    evaluation, evaluation_host, evaluation_process = min(timings)
     seconds = (rows[2 * rounds]["wall_time"] - rows[rounds]["wall_time"] - evaluation) / rounds
     # The measured rounds (versions R to 2R, one evaluation less): how busy the host thread was and
     # how busy the cores were.
