@@ -3,6 +3,7 @@ hand, REINFORCE on a synthetic bandit, the hand-over to Q-learning, and full run
 resumed bit for bit, from the CLI); bad settings refused before any work."""
 import os
 
+import jax
 import numpy as np
 import pytest
 
@@ -25,12 +26,9 @@ def test_slot_distribution_is_the_first_decision_that_fires():
     np.testing.assert_allclose(model.slot_probabilities(params, context), by_hand, rtol=1e-5)
 
 
-
 def test_a_second_meta_model_of_the_same_shape_compiles_nothing():
     # Every FedASMU run builds one; compiled anew each time, jax kept every program (memory maps
     # that 10,000 runs in one process took past the kernel's limit: XLA then crashed)
-    import jax
-
     model = make_slot_meta_model(epochs=5, num_features=2, hidden=4, learning_rate=1e-3)
     first = model.init(1)
     lowered = []
@@ -48,6 +46,7 @@ def test_a_second_meta_model_of_the_same_shape_compiles_nothing():
     assert lowered == []
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(again)))
     assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(second)))
+
 
 def test_reinforce_moves_the_meta_model_toward_the_rewarded_slot():
     # a bandit: every client's first participation is rewarded 1 if its slot is 3, else 0
