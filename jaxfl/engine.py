@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import weakref
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -199,6 +200,11 @@ class Engine:
         return "unrolled" if count_primitive(step.jaxpr, "conv_general_dilated") else "rolled"
 
     def _build_functions(self) -> None:
+        # The traced functions reach the engine through a weak proxy: a closure over ``self`` kept
+        # behind ``self._init`` etc. would put every engine in a reference cycle, which only
+        # Python's full collection frees, so a dropped run would keep its compiled programs and
+        # device buffers until then (a loop of runs exhausted the process's memory maps).
+        engine = weakref.proxy(self)
         trainer = self.trainer
 
         by_client, whole = PartitionSpec("clients"), PartitionSpec()
@@ -208,13 +214,13 @@ class Engine:
             return jax.tree.map(lambda *leaves: jnp.stack(leaves)[which], *versions)
 
         def local_init(versions, which, num_steps, clients, rounds, lr_scales):
-            keys = jax.vmap(lambda c, r: jax.random.fold_in(jax.random.fold_in(self._train_root, c), r))(
+            keys = jax.vmap(lambda c, r: jax.random.fold_in(jax.random.fold_in(engine._train_root, c), r))(
                 clients, rounds)
             return jax.vmap(trainer.init)(starts(versions, which), num_steps, keys, lr_scales)
 
         def init(versions, which, num_steps, clients, rounds, lr_scales):
-            self._count_trace("init")
-            return jax.shard_map(local_init, mesh=self.mesh, in_specs=(whole,) + (by_client,) * 5,
+            engine._count_trace("init")
+            return jax.shard_map(local_init, mesh=engine.mesh, in_specs=(whole,) + (by_client,) * 5,
                                  out_specs=by_client)(versions, which, num_steps, clients, rounds, lr_scales)
 
         def device_steps(states, data, views, count, length):
@@ -230,23 +236,23 @@ class Engine:
             return states
 
         def run_steps(states, data, views, count, length):
-            self._count_trace("run_steps")
-            return jax.shard_map(lambda s, d, v, n: device_steps(s, d, v, n, length), mesh=self.mesh,
+            engine._count_trace("run_steps")
+            return jax.shard_map(lambda s, d, v, n: device_steps(s, d, v, n, length), mesh=engine.mesh,
                                  in_specs=(by_client, whole, by_client, whole),
                                  out_specs=by_client)(states, data, views, count)
 
         def local_finish(versions, which, states):
             deltas, metrics = jax.vmap(trainer.finish)(starts(versions, which), states)
-            return deltas, metrics, self._final_buffers(states)
+            return deltas, metrics, engine._final_buffers(states)
 
         def finish(versions, which, states):
-            self._count_trace("finish")
-            return jax.shard_map(local_finish, mesh=self.mesh, in_specs=(whole, by_client, by_client),
+            engine._count_trace("finish")
+            return jax.shard_map(local_finish, mesh=engine.mesh, in_specs=(whole, by_client, by_client),
                                  out_specs=by_client)(versions, which, states)
 
         def server_step(params, server_state, pseudo_gradient):
-            self._count_trace("server_step")
-            return apply_server_update(self.server_optimizer, params, server_state, pseudo_gradient)
+            engine._count_trace("server_step")
+            return apply_server_update(engine.server_optimizer, params, server_state, pseudo_gradient)
 
         self._init = jax.jit(init)
         self._run_steps = jax.jit(run_steps, static_argnums=4, donate_argnums=0)
@@ -714,8 +720,10 @@ class Engine:
     def jit(self, name: str, function: Callable, **jit_options) -> Callable:
         """``jax.jit(function)`` built once per name; its traces are counted under ``name``."""
         if name not in self._jitted:
+            engine = weakref.proxy(self)  # no cycle through the cache (see _build_functions)
+
             def counted(*args, **kwargs):
-                self._count_trace(name)
+                engine._count_trace(name)
                 return function(*args, **kwargs)
 
             self._jitted[name] = jax.jit(counted, **jit_options)

@@ -70,21 +70,21 @@ EVAL_BATCH = 1000
 EVAL_BATCHES_PER_CALL = 256  # full held-out batches evaluated per device call
 METRIC_FIELDS = ("time", "version", "accuracy", "balanced_accuracy", "loss", "client_steps", "wall_time")
 
-# The engines of earlier runs in this process. An engine sits in reference cycles (its jitted
-# closures refer back to it), so it is freed by the cycle collector, not when its run's result is
-# dropped; the collector sees only Python objects, not the compiled programs and device buffers the
-# engine holds, and runs its full collection too seldom for them: a loop of runs (a sweep, a
-# comparison, a notebook cell) kept every earlier run's programs, 60 MB and 570 memory maps a run of
-# the PORT quick sweep, until XLA could map no more code (the kernel allows 65,530 maps) and failed
-# or crashed in its next compilation.
-_EARLIER_ENGINES: weakref.WeakSet = weakref.WeakSet()
+# The engines of runs that did not finish (an exception left them wired to their callbacks). A
+# finished run cuts its callbacks (:func:`_disconnect`), so its engine holds no reference cycle and
+# is freed, compiled programs and device buffers with it, as soon as its result is dropped. A run
+# that raised did not: its engine, simulation and recorder stay in cycles, which Python's full
+# collection alone frees, and runs too seldom for what the engine holds (before the cut, a loop of
+# runs kept every earlier run's programs, 60 MB and 570 memory maps a run of the PORT quick sweep,
+# until XLA could map no more code: the kernel allows 65,530 maps).
+_UNFINISHED_ENGINES: weakref.WeakSet = weakref.WeakSet()
 
 
 def _release_earlier_runs() -> None:
-    """Free what earlier runs of this process left for the cycle collector (see ``_EARLIER_ENGINES``),
-    before a run builds its own: one full collection (a tenth of a second or so), only when an
-    earlier engine is still there (held by its result, or garbage the collector has not reached)."""
-    if len(_EARLIER_ENGINES):
+    """Free what runs of this process that raised left for the cycle collector (see
+    ``_UNFINISHED_ENGINES``), before a run builds its own engine: one full collection (a tenth of a
+    second or so), only when such an engine is still there."""
+    if len(_UNFINISHED_ENGINES):
         gc.collect()
 
 
@@ -846,9 +846,9 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     With ``resume_dir``, continue that run from its newest checkpoint instead (the config is the
     one saved in the run directory); the finished run is identical to an uninterrupted one.
 
-    Runs in a loop (a sweep, a notebook) do not accumulate: a run first frees the engines of earlier
-    runs whose results are no longer held (their compiled programs and device buffers); keeping a
-    ``RunResult`` keeps its engine.
+    Runs in a loop (a sweep, a notebook) do not accumulate: a finished run's engine (its compiled
+    programs and device buffers) is freed as soon as its ``RunResult`` is dropped; keeping the
+    result keeps its engine.
 
     ``data``: your own data instead of ``config.dataset``: a :class:`jaxfl.data.Dataset`, a
     ``(train_x, train_y, test_x, test_y)`` tuple, or a mapping of those names (see
@@ -969,7 +969,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                     batching=config.batching, keep_start_versions=policy.needs_start_models,
                     memory_limit=None if config.memory_limit_mb is None else int(config.memory_limit_mb * 2**20),
                     sample_bytes=int(np.prod(dataset.input_shape)), hooks=hooks, client_state=config.client_state)
-    _EARLIER_ENGINES.add(engine)
+    _UNFINISHED_ENGINES.add(engine)  # until _disconnect
     engine.check_memory()
 
     # run_dir: where this process writes; shared_dir: the run's directory, where every process takes
@@ -1064,6 +1064,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                 recorder.update_progress(end_time)
             progress.close()
 
+    _disconnect(engine, simulation, recorder)
     _write_tables(run_dir, engine.tables)
     accuracies = [row["accuracy"] for row in recorder.rows]
     summary = {
@@ -1101,6 +1102,22 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     if error is not None:
         raise error
     return RunResult(run_dir, summary, recorder.rows, engine.params, simulation, engine)
+
+
+def _disconnect(engine: Engine, simulation: Simulation, recorder: "_Recorder") -> None:
+    """Cut a finished run's callbacks (the recorder's, the checkpointer's, the wall clock: they write
+    to logs that are closed now). They tie the engine, the simulation and the recorder into reference
+    cycles, which only Python's full collection frees; cut, a dropped :class:`RunResult` frees the
+    engine's compiled programs and device buffers at once."""
+    engine.on_version = _keep_going
+    simulation.attach(engine)  # no log, no after_event, no wall clock
+    recorder.simulation = None
+    _UNFINISHED_ENGINES.discard(engine)
+
+
+def _keep_going(virtual_time: float, version: int, params) -> bool:
+    """An engine's ``on_version`` once its run is over: never asks to stop."""
+    return False
 
 
 def _write_tables(run_dir: str, tables: dict[str, list[dict]]) -> None:

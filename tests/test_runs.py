@@ -309,21 +309,53 @@ def test_a_log_begun_without_the_wall_time_column_is_resumed_in_its_own_columns(
 
 
 # ----------------------------------------------------------------------------- a loop of runs
-def test_a_dropped_run_s_engine_is_freed_before_the_next_run_builds_its_own(tmp_path):
-    # An engine sits in reference cycles; left to Python's collector, a loop of runs (a sweep, a
-    # notebook) kept every earlier run's compiled programs until XLA ran out of memory maps
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedbuff", "fedcompass_n", "port", "ccfedavg", "fedasmu", "fedat"])
+def test_a_dropped_run_frees_its_engine_at_once_without_the_cycle_collector(tmp_path, algorithm):
+    # A finished run cuts its callbacks, so nothing of it sits in a reference cycle: its compiled
+    # programs and device buffers go with its result, not at Python's next full collection (before,
+    # a loop of runs kept every earlier run's programs until XLA ran out of memory maps)
     import gc
     import weakref
 
     from jaxfl import experiment
 
     collecting = gc.isenabled()
+    gc.disable()
+    try:
+        result = run_experiment(tiny(tmp_path, algorithm=algorithm, max_updates=2, checkpoint_every=1))
+        engine, simulation = weakref.ref(result.engine), weakref.ref(result.simulation)
+        assert len(experiment._UNFINISHED_ENGINES) == 0
+        del result
+        assert engine() is None and simulation() is None
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def test_a_run_that_raised_leaves_its_engine_to_the_next_run_s_collection(tmp_path):
+    # An exception leaves the run wired to its callbacks (in cycles): the next run collects them first
+    import gc
+    import weakref
+
+    from jaxfl import experiment
+
+    class Failing:
+        def log(self, row, step):
+            raise RuntimeError("logger failed")
+
+        def close(self):
+            pass
+
+    collecting = gc.isenabled()
     gc.disable()  # only the runs' own collection can free anything here
     try:
-        first = weakref.ref(run_experiment(tiny(tmp_path, max_updates=1)).engine)
+        with pytest.raises(RuntimeError, match="logger failed"):
+            run_experiment(tiny(tmp_path, max_updates=1), loggers=[Failing()])
+        (failed,) = [weakref.ref(engine) for engine in experiment._UNFINISHED_ENGINES]
+        assert failed() is not None  # garbage in a cycle, not freed yet
         second = run_experiment(tiny(tmp_path, max_updates=1, seed=1))
-        assert first() is None
-        assert list(experiment._EARLIER_ENGINES) == [second.engine]  # the one still held
+        assert failed() is None
+        assert len(experiment._UNFINISHED_ENGINES) == 0 and second.engine is not None
     finally:
         if collecting:
             gc.enable()
