@@ -32,6 +32,7 @@ import dataclasses
 import math
 import os
 import warnings
+from typing import Callable
 
 import numpy as np
 
@@ -336,15 +337,71 @@ def split_into_panels(value_of: dict[str, object], column: str) -> dict[object, 
     return panels
 
 
-def _panel_grid(count: int, size: tuple[float, float]):
-    """A figure of ``count`` panels, at most 3 across; the unused ones switched off."""
-    across = min(3, count)
+def _legend_label(method: str) -> str:
+    """A method's name for a figure: its settings without its own algorithm's namespace.
+
+    >>> _legend_label("port port.min_clients=5 port.urgent_pull=False")
+    'port min_clients=5 urgent_pull=False'
+    """
+    algorithm, *settings = method.split(" ")
+    prefix = f"{algorithm}."
+    return " ".join([algorithm, *(setting[len(prefix):] if setting.startswith(prefix) else setting
+                                  for setting in settings)])
+
+
+def _split_for_figure(value_of: dict[str, object], column: str) -> dict[object, dict[str, str]]:
+    """:func:`split_into_panels` with figure labels (:func:`_legend_label`)."""
+    return {value: {name: _legend_label(label) for name, label in labels.items()}
+            for value, labels in split_into_panels(value_of, column).items()}
+
+
+def _panel_grid(count: int, size: tuple[float, float], max_width: float = 16.0):
+    """A figure of ``count`` panels of ``size`` inches, at most 3 across and as many as fit in
+    ``max_width`` inches (a wide panel goes two or one across rather than making a figure too wide to
+    read), the unused ones switched off; laid out for a legend shared below the panels (:func:`_shared_legend`)."""
+    across = max(1, min(3, count, int(max_width // size[0])))
     down = math.ceil(count / across)
-    figure = _figure((size[0] * across, size[1] * down))
+    figure = _figure((size[0] * across, size[1] * down + 0.6), layout="constrained")
     axes = figure.subplots(down, across, squeeze=False)
     for panel in list(axes.flat)[count:]:
         panel.axis("off")
     return figure, list(axes.flat)[:count]
+
+
+def _panel_colours(split: dict[object, dict[str, str]], is_reference: Callable[[str], bool]) -> dict[str, object]:
+    """One colour per label of a panelled figure, the same in every panel (its legend is shared):
+    the reference methods (drawn in every panel) in greys, the others in the palette, in order of
+    first appearance.
+
+    >>> colours = _panel_colours({1: {"fedavg": "fedavg", "port k=1 b=3": "port b=3"}}, lambda name: name == "fedavg")
+    >>> colours["fedavg"], len(colours)
+    ('0.25', 2)
+    """
+    colours: dict[str, object] = {}
+    references = own = 0
+    for labels in split.values():
+        for name, label in labels.items():
+            if label in colours:
+                continue
+            if is_reference(name):
+                colours[label], references = str(0.25 + 0.2 * (references % 3)), references + 1
+            else:
+                colours[label], own = _colour(own), own + 1
+    return colours
+
+
+def _shared_legend(figure, axes: list) -> None:
+    """One legend below the panels for every label drawn in any of them (each once), instead of a
+    legend per panel covering its bars and lines."""
+    handles: dict[str, object] = {}
+    for panel in axes:
+        for handle, label in zip(*panel.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    if handles:
+        # as many columns as the longest label lets fit across (~7 px a character at 8 pt and 120 dpi)
+        fit = int(figure.get_figwidth() * 120 // (7 * max(map(len, handles)) + 40))
+        figure.legend(list(handles.values()), list(handles), loc="outside lower center",
+                      ncol=max(1, min(4, fit, len(handles))), fontsize=8, frameon=False)
 
 
 def _accuracy_curve(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
@@ -390,27 +447,23 @@ def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, p
                    if runs[0].get("target_accuracy") is not None), None)
     if panels is None:
         figure = _figure((7, 4.5))
-        layout = [(figure.subplots(), heading, {name: name for name in runs_by_method})]
+        layout = [(figure.subplots(), heading, {name: _legend_label(name) for name in runs_by_method})]
     else:
-        split = split_into_panels({name: runs[0].get(panels) for name, runs in runs_by_method.items()}, panels)
+        split = _split_for_figure({name: runs[0].get(panels) for name, runs in runs_by_method.items()}, panels)
         figure, axes = _panel_grid(len(split), (6, 4))
         layout = [(panel, f"{panels}={value}", labels) for panel, (value, labels) in zip(axes, split.items())]
         figure.suptitle(heading, fontsize=10)
     shared = [name for name, runs in runs_by_method.items() if panels is not None and runs[0].get(panels) is None]
+    colours = {} if panels is None else _panel_colours(split, lambda name: name in shared)
     for axes, panel_title, labels in layout:
-        own = 0
         for name, label in labels.items():
             if not curves[name]:
                 continue
             grid, mean, low, high = accuracy_band(curves[name])
             count = len(curves[name])
-            if panels is not None and runs_by_method[name][0].get(panels) is None:
-                # the same reference lines in every panel: greys, told apart by their dashes
-                number = shared.index(name)
-                style = {"color": str(0.15 + 0.2 * (number % 4)), "linestyle": (":", "-.", "--", (0, (1, 3)))[number % 4]}
-            else:
-                style = {"color": _colour(own)} if panels is not None else {}
-                own += 1
+            style = {} if panels is None else {"color": colours[label]}
+            if name in shared:  # the same reference lines in every panel: greys, told apart by their dashes
+                style["linestyle"] = (":", "-.", "--", (0, (1, 3)))[shared.index(name) % 4]
             line, = axes.plot(grid, mean, drawstyle="steps-post", label=f"{label} ({count} seed{'s' if count > 1 else ''})",
                               **style)
             if count > 1:
@@ -420,8 +473,11 @@ def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, p
         axes.set_title(panel_title, fontsize=9)
         axes.set_xlabel("virtual time (s)")
         axes.set_ylabel("held-out accuracy")
-        axes.legend(fontsize=7 if panels else 8)
         axes.grid(alpha=0.3)
+        if panels is None:
+            axes.legend(fontsize=8)
+    if panels is not None:
+        _shared_legend(figure, [axes for axes, _, _ in layout])
     return _save(figure, path)
 
 
@@ -438,40 +494,39 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
     heading = f"time to target: mean over the seeds that reached it ({MISSING} = missed in ≥ half)"
     if panels is None:
         figure = _figure((max(6.0, 1.2 * len(keys) * len(methods) * 0.6 + 2), 4.5))
-        layout = [(figure.subplots(), heading, {method: method for method in methods})]
+        layout = [(figure.subplots(), heading, {method: _legend_label(method) for method in methods})]
     else:
-        split = split_into_panels({method: panels.get(method) for method in methods}, panel_column)
+        split = _split_for_figure({method: panels.get(method) for method in methods}, panel_column)
         widest = max(len(labels) for labels in split.values())
-        figure, axes = _panel_grid(len(split), (max(5.0, 0.45 * len(keys) * widest + 2), 4))
+        figure, axes = _panel_grid(len(split), (max(4.5, 0.22 * len(keys) * widest + 1.2), 3.6))
         layout = [(panel, f"{panel_column}={value}", labels) for panel, (value, labels) in zip(axes, split.items())]
         figure.suptitle(heading, fontsize=10)
-    colours = {method: _colour(number) for number, method in enumerate(methods)}
+    colours = ({method: _colour(number) for number, method in enumerate(methods)} if panels is None else
+               _panel_colours(split, lambda method: panels.get(method) is None))
     for axes, panel_title, labels in layout:
         width = 0.8 / len(labels)
-        own = 0
         for number, (method, label) in enumerate(labels.items()):
-            if panels is None:
-                colour = colours[method]
-            elif panels.get(method) is None:  # a reference method, in every panel
-                colour = str(0.25 + 0.2 * (number % 3))
-            else:
-                colour, own = _colour(own), own + 1
+            colour = colours[method if panels is None else label]
+            # an empty bar names every method in the legend, also one that missed everywhere
+            axes.bar(0, 0, width, color=colour, label=label)
             for position, key in enumerate(keys):
                 line = found.get((key, method))
                 x = position + (number - (len(labels) - 1) / 2) * width
                 if line is None:
                     continue
                 if line["time_to_target_mean"] is None:
-                    axes.text(x, 0, MISSING, ha="center", va="bottom", fontsize=9)
+                    axes.text(x, 0, MISSING, ha="center", va="bottom", fontsize=9, color=colour, fontweight="bold")
                     continue
                 axes.bar(x, line["time_to_target_mean"], width, yerr=line["time_to_target_std"] or None, capsize=3,
-                         color=colour, label=label)
-                label = None  # the first bar of each method names it in the legend
-        axes.legend(fontsize=7 if panels else 8)
+                         color=colour)
         axes.set_xticks(range(len(keys)), [_group_label(key, groups) for key in keys], fontsize=8)
         axes.set_ylabel("virtual time to target (s)")
         axes.set_title(panel_title, fontsize=9)
         axes.grid(alpha=0.3, axis="y")
+        if panels is None:
+            axes.legend(fontsize=8)
+    if panels is not None:
+        _shared_legend(figure, [axes for axes, _, _ in layout])
     return _save(figure, path)
 
 
@@ -517,15 +572,17 @@ def _colour(number: int):
     return matplotlib.colormaps["tab10"]((0, 1, 2, 3, 4, 5, 6, 8, 9)[number % 9])
 
 
-def _figure(size: tuple[float, float]):
+def _figure(size: tuple[float, float], layout: str | None = None):
     """A figure drawn without pyplot, so a report made in a notebook leaves its backend and its
-    inline figures alone (as :mod:`jaxfl.plot` does)."""
+    inline figures alone (as :mod:`jaxfl.plot` does); ``layout``: matplotlib's layout engine
+    (``"constrained"`` for a legend outside the panels), else laid out tightly on saving."""
     from matplotlib.figure import Figure
 
-    return Figure(figsize=size)
+    return Figure(figsize=size, layout=layout)
 
 
 def _save(figure, path: str) -> str:
-    figure.tight_layout()
+    if figure.get_layout_engine() is None:
+        figure.tight_layout()
     save_figure(figure, path)
     return path
