@@ -10,6 +10,12 @@ begins with one dispatch per client before the first event: ``start s`` is that 
 ``ev/s after`` the event rate after it. ``cpu ev/s`` divides by the process's CPU seconds rather
 than wall seconds: on a shared machine it moves less with the other processes' load.
 
+``cpu rnd/s`` counts client rounds (dispatches that came back) per CPU second: the work the
+algorithms have in common. A queue event is not the same unit for each: a FedAsync or FedBuff
+round is two events (the arrival, then the server's reply that dispatches the client again),
+a FedCompass round one (its arrival; the group's reassignments are dispatched inside it), with
+a timer event per group besides.
+
     python benchmarks/scheduler_throughput.py                   # 10^3 … 10^6 clients, 20,000 updates
     python benchmarks/scheduler_throughput.py --quick           # seconds: 10^3 and 10^4 clients
     python benchmarks/scheduler_throughput.py --json out.json
@@ -39,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from jaxfl import algorithms  # noqa: E402
 from jaxfl.config import RunConfig, validate  # noqa: E402
 from jaxfl.experiment import _expected_event_rows, _TimingBackend  # noqa: E402
-from jaxfl.runlog import EVENT_LOG_FIELDS, EventLog, read_events  # noqa: E402
+from jaxfl.runlog import EVENT_LOG_FIELDS, EventLog, _pyarrow, read_events  # noqa: E402
 from jaxfl.scheduler.simulation import Simulation  # noqa: E402
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig  # noqa: E402
 
@@ -93,6 +99,8 @@ def measure(algorithm: str, clients: int, updates: int, concurrency: int | None,
         log.flush()
         run_seconds, cpu_seconds = time.perf_counter() - run_start, time.process_time() - cpu_start
         rows = log.rows
+    counts = simulation.accounting()
+    rounds = counts["dispatched"] - counts["in_flight"]  # client rounds that came back (no faults here)
     return {"algorithm": algorithm, "clients": clients, "updates": simulation.version,
             "in_flight": simulation.accounting()["in_flight"], "events": simulation.events_processed,
             "log_rows": rows, "setup_s": round(setup, 3), "run_s": round(run_seconds, 3),
@@ -100,6 +108,7 @@ def measure(algorithm: str, clients: int, updates: int, concurrency: int | None,
             "events_per_s": round(simulation.events_processed / run_seconds),
             "events_per_s_after_start": round(simulation.events_processed / max(run_seconds - start_seconds, 1e-9)),
             "events_per_cpu_s": round(simulation.events_processed / max(cpu_seconds, 1e-9)),
+            "client_rounds": rounds, "rounds_per_cpu_s": round(rounds / max(cpu_seconds, 1e-9)),
             "rows_per_s": round(rows / run_seconds),
             "s_per_1e5_updates": round(run_seconds * 1e5 / max(simulation.version, 1), 2),
             "peak_rss_growth_mb": round(peak_rss_mb() - rss_before, 1)}
@@ -443,15 +452,16 @@ def main() -> None:
             print(f"{name:<62} {value:>8.3f}{'' if '(count)' in name else ' µs'}")
         return
     results = []
+    _pyarrow()  # imported outside the figures (0.2-0.4 s, once a process): the first cell's log may load it
     print(f"{'algorithm':<11} {'clients':>9} {'updates':>8} {'events':>9} {'events/s':>9} {'cpu ev/s':>9} "
-          f"{'rows/s':>9} {'s/1e5 upd':>9} {'start s':>8} {'ev/s after':>10} {'setup s':>8} {'+RSS MB':>8}")
+          f"{'cpu rnd/s':>9} {'rows/s':>9} {'s/1e5 upd':>9} {'start s':>8} {'ev/s after':>10} {'setup s':>8} {'+RSS MB':>8}")
     with tempfile.TemporaryDirectory() as folder:
         for algorithm in args.algorithms:
             for clients in args.clients:
                 row = measure(algorithm, clients, args.updates, args.concurrency, folder)
                 results.append(row)
                 print(f"{row['algorithm']:<11} {row['clients']:>9} {row['updates']:>8} {row['events']:>9} "
-                      f"{row['events_per_s']:>9} {row['events_per_cpu_s']:>9} {row['rows_per_s']:>9} "
+                      f"{row['events_per_s']:>9} {row['events_per_cpu_s']:>9} {row['rounds_per_cpu_s']:>9} {row['rows_per_s']:>9} "
                       f"{row['s_per_1e5_updates']:>9} {row['start_s']:>8} {row['events_per_s_after_start']:>10} "
                       f"{row['setup_s']:>8} {row['peak_rss_growth_mb']:>8}", flush=True)
     if args.json:
