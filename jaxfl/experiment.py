@@ -90,7 +90,9 @@ def _release_earlier_runs() -> None:
 
 @dataclasses.dataclass
 class RunResult:
-    """What a run returns in Python: its directory, summary, metrics rows and final parameters."""
+    """What a run returns in Python: its directory, summary, metrics rows and final parameters, and
+    its finished simulation (schedule, records, accounting) and engine, disconnected from the run's
+    logs and evaluation; dropping the result frees the engine's programs and device buffers."""
 
     run_dir: str
     summary: dict
