@@ -32,7 +32,7 @@ import dataclasses
 import math
 import os
 import warnings
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -85,6 +85,47 @@ def read_results(sweep_dir: str) -> list[dict]:
         raise FileNotFoundError(f"sweep_dir={sweep_dir!r} holds no results.csv (not a folder written by jaxfl sweep)")
     with open(path, newline="") as handle:
         return [{key: _number(value) for key, value in row.items()} for row in csv.DictReader(handle)]
+
+
+def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
+    """The rows of several sweep folders' ``results.csv`` as one table: the same grid split over
+    machines or sessions (seeds on a GPU, the rest on a CPU), or a grid extended into a folder of its
+    own. Each row's ``run_dir`` becomes the path of its run (so figures find it in its own folder); a
+    column one folder lacks is empty in its rows; a run found in two folders (the same settings and
+    seed) is an error naming both, as is a folder given twice.
+
+    >>> import tempfile
+    >>> first, second = tempfile.mkdtemp(), tempfile.mkdtemp()
+    >>> _ = open(f"{first}/results.csv", "w").write("cell,algorithm,seed,run_dir,best_accuracy\\n0,fedavg,0,runs/a,0.5\\n")
+    >>> _ = open(f"{second}/results.csv", "w").write("cell,algorithm,seed,run_dir,best_accuracy\\n0,fedavg,1,runs/a,0.6\\n")
+    >>> [(row["seed"], row["best_accuracy"]) for row in read_results_of([first, second])]
+    [(0, 0.5), (1, 0.6)]
+    """
+    folders = [os.path.normpath(folder) for folder in sweep_dirs]
+    if not folders:
+        raise ValueError("sweep_dirs=[] is not allowed: at least one folder written by jaxfl sweep")
+    repeated = sorted({folder for folder in folders if folders.count(folder) > 1})
+    if repeated:
+        raise ValueError(f"sweep_dirs names {repeated[0]!r} more than once: give each folder once")
+    found = []  # (row, its folder)
+    for folder in folders:
+        for row in read_results(folder):
+            if row.get("run_dir") is not None:  # absolute: os.path.join(any folder, it) is it
+                row["run_dir"] = os.path.join(os.path.abspath(folder), str(row["run_dir"]))
+            found.append((row, folder))
+    columns = list(dict.fromkeys(name for row, _ in found for name in row))
+    settings = [name for name in columns if name not in ("cell", "run_dir", *SUMMARY_COLUMNS)]
+    rows, origin = [], {}
+    for row, folder in found:
+        row = {name: row.get(name) for name in columns}
+        key = tuple(row[name] for name in settings)
+        if key in origin and origin[key] != folder:
+            named = ", ".join(f"{name}={value}" for name, value in zip(settings, key) if value is not None)
+            raise ValueError(f"the run {named} is in both {origin[key]!r} and {folder!r}: give each run once "
+                             "(each part of a grid in a folder of its own)")
+        origin[key] = folder
+        rows.append(row)
+    return rows
 
 
 def _method_columns(rows: list[dict]) -> list[str]:
@@ -257,17 +298,22 @@ def _write_csv(lines: list[dict], path: str) -> str:
     return write_csv(path, lines, dict.fromkeys(name for line in lines for name in line))
 
 
-def make_report(sweep_dir: str, reference: str = "fedavg", out: str | None = None, figures: bool = True,
-                panels: str | None = None) -> Report:
+def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: str | None = None,
+                figures: bool = True, panels: str | None = None) -> Report:
     """Write ``report.md``, ``report.csv`` and (with ``figures``) the PNG figures of the sweep in
     ``sweep_dir`` into ``out`` (default ``SWEEP_DIR/report``); see the module docstring.
+    ``sweep_dir`` may be a list of folders: their results as one table (:func:`read_results_of`),
+    written by default into the first folder's ``report``.
     ``panels``: a swept setting of a method (``"port.min_clients"``) whose values split the accuracy
     and time-to-target figures into panels.
 
     >>> # make_report("sweeps/x").markdown  (jaxfl report sweeps/x prints it)
     >>> # make_report("sweeps/port-full", panels="port.min_clients")  (one panel per K)
+    >>> # make_report(["sweeps/port-seed0", "sweeps/port-seeds1-2"])  (one table of both folders)
     """
-    rows = read_results(sweep_dir)
+    folders = [sweep_dir] if isinstance(sweep_dir, (str, os.PathLike)) else list(sweep_dir)
+    rows = read_results_of(folders)
+    sweep_dir = folders[0]
     grouping = _grouping(rows)
     lines = _summarise(grouping, reference)  # a bad reference fails before anything is written
     if panels is not None and panels not in grouping.method_columns:

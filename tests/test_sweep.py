@@ -270,6 +270,34 @@ def test_without_pyarrow_the_results_are_csv_alone(tmp_path, monkeypatch):
     assert write_results(rows, str(tmp_path))[1] == str(tmp_path / "results.parquet")
 
 
+def test_a_report_of_several_folders_is_one_table_with_every_run_s_figures(sweep, tmp_path, capsys):
+    # seeds 2 and 3 run apart (another machine, another session) into a folder of their own: one
+    # report of both folders has four seeds a method, and its figures find each run in its folder
+    more = str(tmp_path / "more")
+    run_sweep({**BASE, "checkpoint_every": None}, {"algorithm": ["fedavg", "fedbuff"], "seed": [2, 3]}, more,
+              progress=False)
+    out = str(tmp_path / "both")
+    assert cli.main(["report", sweep.sweep_dir, more, "--out", out]) == 0
+    with open(os.path.join(out, "report.csv"), newline="") as handle:
+        lines = list(csv.DictReader(handle))
+    assert [(line["method"], line["runs"]) for line in lines] == [("fedavg", "4"), ("fedbuff", "4")]
+    alone = make_report(sweep.sweep_dir, out=str(tmp_path / "alone"), figures=False)
+    assert [line["runs"] for line in alone.rows] == [2, 2]
+    assert "timeline-fedbuff.png" in os.listdir(out) and "figures:" in capsys.readouterr().out
+    # the same runs twice (a folder copied, or given twice) would count them twice: refused, naming both
+    copy = str(tmp_path / "copy")
+    shutil.copytree(more, copy)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["report", sweep.sweep_dir, more, copy, "--out", str(tmp_path / "never")])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "the run algorithm=fedavg" in error and "seed=2" in error
+    assert f"is in both {more!r} and {copy!r}: give each run once" in error
+    with pytest.raises(ValueError, match="names .* more than once: give each folder once"):
+        make_report([more, more + "/"], out=str(tmp_path / "never"))
+    assert not os.path.exists(tmp_path / "never")
+
+
 def test_report_panels_split_the_figures_by_a_method_setting(tmp_path, capsys):
     # fedbuff at two buffer sizes beside fedavg (which reads no buffer): one panel per buffer size,
     # fedavg in both
