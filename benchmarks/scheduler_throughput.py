@@ -102,7 +102,7 @@ def measure(algorithm: str, clients: int, updates: int, concurrency: int | None,
     counts = simulation.accounting()
     rounds = counts["dispatched"] - counts["in_flight"]  # client rounds that came back (no faults here)
     return {"algorithm": algorithm, "clients": clients, "updates": simulation.version,
-            "in_flight": simulation.accounting()["in_flight"], "events": simulation.events_processed,
+            "in_flight": counts["in_flight"], "events": simulation.events_processed,
             "log_rows": rows, "setup_s": round(setup, 3), "run_s": round(run_seconds, 3),
             "start_s": round(start_seconds, 3), "cpu_s": round(cpu_seconds, 3),
             "events_per_s": round(simulation.events_processed / run_seconds),

@@ -22,10 +22,11 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 @pytest.fixture(autouse=True, scope="module")
 def _free_the_module_s_engines():
-    """Engines sit in reference cycles and hold compiled programs, whose code pages count against the
-    kernel's limit of 65,530 memory maps a process; a worker that reached it crashed in XLA's next
-    compilation (and xdist then hung). Runs free earlier runs' engines themselves; this frees those a
-    test module built directly, before the next module starts."""
+    """Engines hold compiled programs, whose code pages count against the kernel's limit of 65,530
+    memory maps a process; a worker that reached it crashed in XLA's next compilation (and xdist then
+    hung). A finished run's engine is freed with its result, and a run frees the engines of earlier
+    runs that raised; this collects whatever a test module still left in reference cycles (a run
+    that raised in its last test, objects a test wired together), before the next module starts."""
     yield
     gc.collect()
 
