@@ -7,7 +7,14 @@ other than the algorithm and the seed (clients, heterogeneity, partition...):
   chosen), as in FedCompass (Li et al., ICLR 2024, Table 2): each method's mean virtual time to
   target over the seeds that reached it, divided by the reference's; "–" where a method missed the
   target in at least half of its runs, "n/a" where the reference did;
-- **best held-out accuracy**, mean ± std over the seeds (numpy's std, ddof 0).
+- **best held-out accuracy**, mean ± std over the seeds (numpy's std, ddof 0);
+- **final held-out accuracy** (at the end of the budget, as CC-FedAvg's Table II and FedASMU's
+  report it), mean ± std, with the **computation** spent (client gradient steps executed) relative
+  to the reference's.
+
+A setting that only some algorithms read (FedBuff's buffer_size, PORT's ``port.min_clients``) names a
+method variant; a setting every algorithm of the sweep reads (clients_per_round of FedAvg and
+CC-FedAvg) is a group like the clients or the heterogeneity, so each group has its reference.
 
 Both are printed and written to ``report.md`` (markdown) and ``report.csv`` (one row per group and
 method, with the absolute times), beside the figures (PNG): accuracy against virtual time per method
@@ -130,9 +137,20 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
 
 def _method_columns(rows: list[dict]) -> list[str]:
     """Swept settings that belong to algorithms (an option ``space.name`` or a field such as
-    buffer_size): they name a method variant rather than a group."""
+    buffer_size) and name a method variant rather than a group: those some of the sweep's algorithms
+    do not read (empty in their rows). A setting every run reads in a sweep of several algorithms
+    (clients_per_round of FedAvg against CC-FedAvg: the papers' participation columns) is a group, so
+    that every group holds the reference algorithm.
+
+    >>> rows = [{"algorithm": a, "clients_per_round": m, "buffer_size": b}
+    ...         for a, b in [("fedavg", None), ("fedbuff", 5), ("fedbuff", 10)] for m in (10, 20)]
+    >>> _method_columns(rows)
+    ['buffer_size']
+    """
+    several_algorithms = len({row.get("algorithm") for row in rows}) > 1
     return [name for name in rows[0] if name not in NOT_SETTINGS and ("." in name or name in ALGORITHM_FIELDS)
-            and len({row.get(name) for row in rows}) > 1]
+            and len({row.get(name) for row in rows}) > 1
+            and not (several_algorithms and all(row.get(name) is not None for row in rows))]
 
 
 def group_columns(rows: list[dict]) -> list[str]:
@@ -227,21 +245,33 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
             times[name] = (float(np.mean(reached)), float(np.std(reached)), len(reached)) \
                 if 2 * len(reached) > len(runs) else (None, None, len(reached))
         base = times.get(reference, (None,))[0]
+        steps = {name: _mean_of(runs, "client_steps_executed")[0] for name, runs in by_method.items()}
+        base_steps = steps.get(reference)
         for name, runs in by_method.items():
             mean, spread, reached = times[name]
-            best = [run["best_accuracy"] for run in runs if run.get("best_accuracy") is not None]
+            best, final = _mean_of(runs, "best_accuracy"), _mean_of(runs, "final_accuracy")
             lines.append({**dict(zip(groups, key)), "method": name, "algorithm": runs[0]["algorithm"],
                           "runs": len(runs), "reached": reached, "time_to_target_mean": mean,
                           "time_to_target_std": spread,
                           "relative_time": None if mean is None or not base else mean / base,
-                          "best_accuracy_mean": float(np.mean(best)) if best else None,
-                          "best_accuracy_std": float(np.std(best)) if best else None,
+                          "best_accuracy_mean": best[0], "best_accuracy_std": best[1],
+                          "final_accuracy_mean": final[0], "final_accuracy_std": final[1],
+                          "client_steps_mean": steps[name],
+                          "relative_steps": None if steps[name] is None or not base_steps else steps[name] / base_steps,
                           "reference_reached": base is not None})
     return lines
 
 
+def _mean_of(runs: list[dict], column: str) -> tuple[float | None, float | None]:
+    """The mean and std (ddof 0) of a summary column over the runs that have it; (None, None) if none."""
+    values = [run[column] for run in runs if run.get(column) is not None]
+    return (float(np.mean(values)), float(np.std(values))) if values else (None, None)
+
+
 def format_markdown(lines: list[dict], groups: list[str], reference: str, target: str) -> str:
-    """The two paper-style tables as markdown: methods down, groups across.
+    """The paper-style tables as markdown, methods down, groups across: time to target relative to the
+    reference, best accuracy, and (where the lines have it) the final accuracy with the computation
+    spent relative to the reference's.
 
     >>> print(format_markdown([{"method": "fedavg", "runs": 2, "reached": 2, "time_to_target_mean": 80.0,
     ...                         "relative_time": 1.0, "best_accuracy_mean": 0.9, "best_accuracy_std": 0.0,
@@ -277,16 +307,29 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
             return ""
         return f"{line['best_accuracy_mean']:.4f} ± {line['best_accuracy_std']:.4f}"
 
+    def final_and_computation(line):
+        if line is None or line.get("final_accuracy_mean") is None:
+            return ""
+        shown = f"{line['final_accuracy_mean']:.4f} ± {line['final_accuracy_std']:.4f}"
+        return shown if line.get("relative_steps") is None else f"{shown} ({line['relative_steps']:.2f}×)"
+
     def table(cell) -> list[str]:
         return [header, rule] + [f"| {method} | " + " | ".join(cell(found.get((key, method))) for key in keys) + " |"
                                  for method in methods]
 
-    return "\n".join([f"## Time to first reach {target} held-out accuracy, relative to {reference}", "",
-                      *table(relative), "",
-                      f"Mean virtual time over the seeds that reached the target, divided by {reference}'s "
-                      f"(absolute mean in brackets); {MISSING} = missed the target in at least half of its runs; "
-                      f"n/a = {reference} did.", "",
-                      "## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy)])
+    parts = [f"## Time to first reach {target} held-out accuracy, relative to {reference}", "",
+             *table(relative), "",
+             f"Mean virtual time over the seeds that reached the target, divided by {reference}'s "
+             f"(absolute mean in brackets); {MISSING} = missed the target in at least half of its runs; "
+             f"n/a = {reference} did.", "",
+             "## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy)]
+    if any(line.get("final_accuracy_mean") is not None for line in lines):
+        # CC-FedAvg's and FedASMU's tables: the accuracy at the end of the budget and what it cost
+        parts += ["", f"## Final held-out accuracy, mean ± std over seeds, and computation relative to {reference}",
+                  "", *table(final_and_computation), "",
+                  f"In brackets: the client gradient steps executed (mean over seeds) divided by {reference}'s; "
+                  "a stored update sent again costs none."]
+    return "\n".join(parts)
 
 
 def _target_text(rows: list[dict]) -> str:

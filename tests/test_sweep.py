@@ -12,7 +12,7 @@ import pytest
 
 from jaxfl import cli
 from jaxfl.config import ConfigError
-from jaxfl.report import make_report, read_results
+from jaxfl.report import group_columns, make_report, read_results, summarise
 from jaxfl.sweep import KEY_SETTINGS, SUMMARY_COLUMNS, cell_state, expand, run_sweep
 
 # Every cell: MLP on the embedded MNIST, 3 clients, 2 local steps, 2 global updates (a time to the
@@ -227,6 +227,49 @@ def test_report_relative_times_and_dash_rules_by_hand(tmp_path):
                                          r"\(fedavg, fedbuff, fedasync\)"):
         make_report(str(tmp_path), reference="fedprox", out=str(tmp_path / "never"))
     assert not os.path.exists(tmp_path / "never")
+
+
+def test_a_setting_every_algorithm_reads_is_a_group_with_its_reference(tmp_path):
+    # CC-FedAvg's Table II: participation (clients_per_round, read by FedAvg and CC-FedAvg alike) is a
+    # column, the strategies (cc.strategy, CC-FedAvg's own) are methods; each participation has its
+    # FedAvg reference, and the final accuracy comes with the computation spent relative to it
+    columns = ["cell", "algorithm", "seed", "cc.strategy", "clients_per_round", "target_accuracy", "time_to_target",
+               "best_accuracy", "final_accuracy", "client_steps_executed", "run_dir"]
+    runs = [("fedavg", None, 10, [100, 120], [0.80, 0.82], 800), ("fedavg", None, 20, [50, 70], [0.83, 0.83], 1600),
+            ("ccfedavg", "cc", 10, [110, 130], [0.78, 0.80], 380), ("ccfedavg", "cc", 20, [90, None], [0.81, 0.83], 760),
+            ("ccfedavg", "strategy1", 10, [None, None], [0.40, 0.50], 380),
+            ("ccfedavg", "strategy1", 20, [300, 330], [0.79, 0.77], 760)]
+    with open(tmp_path / "results.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, columns)
+        writer.writeheader()
+        for algorithm, strategy, per_round, times, finals, steps in runs:
+            for seed in (0, 1):
+                writer.writerow({"cell": 0, "algorithm": algorithm, "seed": seed, "cc.strategy": strategy,
+                                 "clients_per_round": per_round, "target_accuracy": 0.75,
+                                 "time_to_target": times[seed], "best_accuracy": finals[seed] + 0.01,
+                                 "final_accuracy": finals[seed], "client_steps_executed": steps + seed * 20,
+                                 "run_dir": "runs/x"})
+    rows = read_results(str(tmp_path))
+    assert group_columns(rows) == ["clients_per_round"]
+    report = make_report(str(tmp_path), figures=False)
+    found = {(line["clients_per_round"], line["method"]): line for line in report.rows}
+    assert sorted(found) == sorted((m, name) for m in (10, 20) for name in
+                                   ("fedavg", "ccfedavg cc.strategy=cc", "ccfedavg cc.strategy=strategy1"))
+    assert found[10, "ccfedavg cc.strategy=cc"]["relative_time"] == pytest.approx(120 / 110)
+    assert found[20, "ccfedavg cc.strategy=strategy1"]["relative_time"] == pytest.approx(315 / 60)
+    assert found[20, "ccfedavg cc.strategy=cc"]["relative_steps"] == pytest.approx(770 / 1610)
+    assert found[10, "fedavg"]["final_accuracy_mean"] == pytest.approx(0.81)
+    lines = report.markdown.splitlines()
+    assert "| method | clients_per_round=10 | clients_per_round=20 |" in lines
+    assert "| ccfedavg cc.strategy=strategy1 | – | 5.25 (315.0 s) |" in lines
+    assert "## Final held-out accuracy, mean ± std over seeds, and computation relative to fedavg" in lines
+    assert "| fedavg | 0.8100 ± 0.0100 (1.00×) | 0.8300 ± 0.0000 (1.00×) |" in lines
+    assert "| ccfedavg cc.strategy=strategy1 | 0.4500 ± 0.0500 (0.48×) | 0.7800 ± 0.0100 (0.48×) |" in lines
+    # a single algorithm's sweep over the same setting compares its variants: one method each
+    alone = [row for row in rows if row["algorithm"] == "fedavg"]
+    assert group_columns(alone) == []
+    assert [line["method"] for line in summarise(alone, reference="fedavg clients_per_round=10")] == [
+        "fedavg clients_per_round=10", "fedavg clients_per_round=20"]
 
 
 def test_report_writes_the_figures(sweep, tmp_path, capsys):
