@@ -18,8 +18,9 @@ CC-FedAvg) is a group like the clients or the heterogeneity, so each group has i
 
 Both are printed and written to ``report.md`` (markdown) and ``report.csv`` (one row per group and
 method, with the absolute times), beside the figures (PNG): accuracy against virtual time per method
-with its min–max band over the seeds (one figure per group), time-to-target bars, staleness
-histograms per method, and one run's client timeline per method.
+with its min–max band over the seeds (one figure per group) and the same against the computation
+spent (``accuracy_vs_steps``: the local steps of the updates delivered), time-to-target bars,
+staleness histograms per method, and one run's client timeline per method.
 
 A method is an algorithm, or an algorithm with the values of its own swept settings
 (``fedbuff buffer_size=5``) where the sweep varies one of them. A design-space sweep (PORT's K × Ω,
@@ -45,7 +46,7 @@ import numpy as np
 
 from jaxfl.config import ALGORITHM_FIELDS
 from jaxfl.plot import save_figure
-from jaxfl.runlog import write_csv
+from jaxfl.runlog import read_events, write_csv
 from jaxfl.sweep import SUMMARY_COLUMNS
 
 MISSING = "–"
@@ -392,9 +393,10 @@ def _figures(grouping: _Grouping, lines: list[dict], sweep_dir: str, out: str, p
         for row in runs:
             _run_dir(sweep_dir, row)  # all there, or one line before any figure
     paths = [plot_accuracy_bands(runs_by_method, sweep_dir, os.path.join(
-                 out, "accuracy.png" if len(by_group) == 1 else f"accuracy-{_slug(_group_label(key, groups))}.png"),
-                 title=_group_label(key, groups), panels=panels)
-             for key, runs_by_method in by_group.items()]
+                 out, f"{name}.png" if len(by_group) == 1 else f"{name}-{_slug(_group_label(key, groups))}.png"),
+                 title=_group_label(key, groups), panels=panels, x=x)
+             for key, runs_by_method in by_group.items()
+             for name, x in (("accuracy", "time"), ("accuracy_vs_steps", "steps"))]
     paths.append(plot_time_to_target(lines, groups, os.path.join(out, "time_to_target.png"),
                                      panels=None if panels is None else
                                      {name: runs[0].get(panels) for name, runs in by_method.items()},
@@ -500,6 +502,23 @@ def _accuracy_curve(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
     return np.array([row["time"] for row in metrics]), np.array([row["accuracy"] for row in metrics])
 
 
+def computation_curve(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
+    """A run's held-out accuracy against the computation spent by each evaluation: the local steps
+    of every update that had reached the server by then (aggregated or not: a stale update dropped
+    was still computed), from the event log's arrivals on the virtual clock — not the engine's
+    count, which runs ahead when it trains in-flight clients early.
+
+    >>> # steps, accuracy = computation_curve("runs/ccfedavg-...")
+    """
+    times, accuracy = _accuracy_curve(run_dir)
+    events = read_events(run_dir)
+    arrived = events["event"] == "arrival"
+    order = np.argsort(events["time"][arrived], kind="stable")
+    arrival_times = events["time"][arrived][order]
+    spent = np.concatenate([[0], np.cumsum(np.maximum(events["steps"][arrived][order], 0))])
+    return spent[np.searchsorted(arrival_times, times, side="right")].astype(np.float64), accuracy
+
+
 def accuracy_band(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Mean, min and max over runs of step-function accuracy curves ``(times, accuracies)``, on the
     union of their evaluation times; a run counts from its first evaluation to its last (NaN where
@@ -521,16 +540,24 @@ def accuracy_band(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarr
         return grid, np.nanmean(values, axis=0), np.nanmin(values, axis=0), np.nanmax(values, axis=0)
 
 
+X_AXES = {"time": (_accuracy_curve, "virtual time (s)"),
+          "steps": (computation_curve, "client steps computed (local steps of the updates delivered)")}
+
+
 def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: str, title: str = "",
-                        panels: str | None = None) -> str:
-    """Held-out accuracy against virtual time: per method, the mean over its seeds and the min–max
-    band, the target dashed; with ``panels`` (a method's swept setting) one panel per value of it
-    (:func:`split_into_panels`).
+                        panels: str | None = None, x: str = "time") -> str:
+    """Held-out accuracy against virtual time (``x="time"``) or against the computation spent
+    (``x="steps"``, :func:`computation_curve`: CC-FedAvg's accuracy for its cost): per method, the
+    mean over its seeds and the min–max band, the target dashed; with ``panels`` (a method's swept
+    setting) one panel per value of it (:func:`split_into_panels`).
 
     >>> # plot_accuracy_bands({"fedavg": rows_of_fedavg, ...}, "sweeps/x", "accuracy.png")
     """
+    if x not in X_AXES:
+        raise ValueError(f"x={x!r} is not allowed: one of {', '.join(X_AXES)}")
+    curve_of, x_label = X_AXES[x]
     heading = f"{title}: mean over seeds, band = min–max" if title else "mean over seeds, band = min–max"
-    curves = {name: [curve for curve in (_accuracy_curve(_run_dir(sweep_dir, run)) for run in runs) if len(curve[0])]
+    curves = {name: [curve for curve in (curve_of(_run_dir(sweep_dir, run)) for run in runs) if len(curve[0])]
               for name, runs in runs_by_method.items()}
     target = next((runs[0].get("target_accuracy") for runs in runs_by_method.values()
                    if runs[0].get("target_accuracy") is not None), None)
@@ -560,7 +587,7 @@ def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, p
         if target is not None:
             axes.axhline(target, linestyle="--", color="grey", linewidth=1, label=f"target {target:.0%}")
         axes.set_title(panel_title, fontsize=9)
-        axes.set_xlabel("virtual time (s)")
+        axes.set_xlabel(x_label)
         axes.set_ylabel("held-out accuracy")
         axes.grid(alpha=0.3)
         if panels is None:

@@ -7,12 +7,13 @@ import math
 import os
 import shutil
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from jaxfl import cli
 from jaxfl.config import ConfigError
-from jaxfl.report import group_columns, make_report, read_results, summarise
+from jaxfl.report import computation_curve, group_columns, make_report, read_results, summarise
 from jaxfl.sweep import KEY_SETTINGS, SUMMARY_COLUMNS, cell_state, expand, run_sweep
 
 # Every cell: MLP on the embedded MNIST, 3 clients, 2 local steps, 2 global updates (a time to the
@@ -278,13 +279,34 @@ def test_report_writes_the_figures(sweep, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| fedbuff |" in printed and "figures:" in printed
     names = sorted(os.listdir(out))
-    assert names == ["accuracy.png", "report.csv", "report.md", "staleness.png", "time_to_target.png",
-                     "timeline-fedavg.png", "timeline-fedbuff.png"]
+    assert names == ["accuracy.png", "accuracy_vs_steps.png", "report.csv", "report.md", "staleness.png",
+                     "time_to_target.png", "timeline-fedavg.png", "timeline-fedbuff.png"]
     for name in names:
         if name.endswith(".png"):
             with open(os.path.join(out, name), "rb") as handle:
                 assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
     assert len(read_results(sweep.sweep_dir)) == 4
+
+
+def test_the_computation_curve_counts_the_steps_delivered_by_each_evaluation(sweep, tmp_path):
+    # by hand: two arrivals by t = 10 (5 + 3 steps, one of them later dropped as stale: still
+    # computed), a dispatch (not computation yet), a pulled partial update of 2 steps at t = 12
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.csv").write_text("time,version,accuracy\n0.0,0,0.1\n10.0,1,0.4\n11.0,1,0.4\n12.0,2,0.6\n")
+    (run_dir / "events.csv").write_text(
+        "time,event,client,dispatch,version,staleness,steps,detail,wall_time\n"
+        "0.0,dispatch,0,0,0,,5,,\n0.0,dispatch,1,1,0,,3,,\n4.0,arrival,1,1,0,0,3,,\n"
+        "10.0,arrival,0,0,0,0,5,,\n10.0,drop,0,0,0,1,5,staler than max_staleness,\n"
+        "10.0,dispatch,1,2,1,,5,,\n12.0,arrival,1,2,1,1,2,pulled: 2 of 5 steps,\n")
+    steps, accuracy = computation_curve(str(run_dir))
+    assert steps.tolist() == [0.0, 8.0, 8.0, 10.0] and accuracy.tolist() == [0.1, 0.4, 0.4, 0.6]
+    # real runs: never decreasing; a synchronous run's last evaluation has every executed step
+    for row in sweep.rows:
+        steps, _ = computation_curve(os.path.join(sweep.sweep_dir, row["run_dir"]))
+        assert steps[0] == 0 and (np.diff(steps) >= 0).all()
+        if row["algorithm"] == "fedavg":
+            assert steps[-1] == row["client_steps_executed"] == 3 * 2 * 2
 
 
 def test_the_example_sweep_file_expands_at_both_sizes():
