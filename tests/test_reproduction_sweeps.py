@@ -58,6 +58,8 @@ def test_the_grids_hold_each_papers_methods():
 
     cells, methods = _methods("ccfedavg.toml", "full")
     assert "fedavg" in methods and len(methods) == 1 + 5 * 2
+    # Table II's six participations, five seeds
+    assert {cell.config.clients_per_round for cell in cells} == {10, 20, 30, 40, 60, 80} and len(cells) == 11 * 6 * 5
     assert {cell.config.algorithm_options.strategy for cell in cells if cell.config.algorithm == "ccfedavg"} == {
         "cc", "cc_c", "strategy1", "strategy2", "dropout"}
 
