@@ -258,6 +258,7 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           "best_accuracy_mean": best[0], "best_accuracy_std": best[1],
                           "final_accuracy_mean": final[0], "final_accuracy_std": final[1],
                           "client_steps_mean": steps[name],
+                          "stopped_at_target": sum(run.get("stop_reason") == "target reached" for run in runs),
                           "relative_steps": None if steps[name] is None or not base_steps else steps[name] / base_steps,
                           "reference_reached": base is not None})
     return lines
@@ -329,7 +330,10 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
         parts += ["", f"## Final held-out accuracy, mean ± std over seeds, and computation relative to {reference}",
                   "", *table(final_and_computation), "",
                   f"In brackets: the client gradient steps executed (mean over seeds) divided by {reference}'s; "
-                  "a stored update sent again costs none."]
+                  "a stored update sent again costs none."
+                  + (" Runs that stopped at the target end there: their final accuracy is the one that reached it, "
+                     "their computation what reaching it cost." if any(line.get("stopped_at_target") for line in lines)
+                     else "")]
     return "\n".join(parts)
 
 

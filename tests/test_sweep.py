@@ -13,7 +13,7 @@ import pytest
 
 from jaxfl import cli
 from jaxfl.config import ConfigError
-from jaxfl.report import computation_curve, group_columns, make_report, read_results, summarise
+from jaxfl.report import computation_curve, format_markdown, group_columns, make_report, read_results, summarise
 from jaxfl.sweep import KEY_SETTINGS, SUMMARY_COLUMNS, cell_state, expand, run_sweep
 
 # Every cell: MLP on the embedded MNIST, 3 clients, 2 local steps, 2 global updates (a time to the
@@ -266,6 +266,10 @@ def test_a_setting_every_algorithm_reads_is_a_group_with_its_reference(tmp_path)
     assert "## Final held-out accuracy, mean ± std over seeds, and computation relative to fedavg" in lines
     assert "| fedavg | 0.8100 ± 0.0100 (1.00×) | 0.8300 ± 0.0000 (1.00×) |" in lines
     assert "| ccfedavg cc.strategy=strategy1 | 0.4500 ± 0.0500 (0.48×) | 0.7800 ± 0.0100 (0.48×) |" in lines
+    assert "stopped at the target" not in report.markdown  # these ran their whole budget
+    stopped = [{**row, "stop_reason": "target reached"} for row in rows]
+    assert "Runs that stopped at the target end there: their final accuracy is the one that reached it" in \
+        format_markdown(summarise(stopped), ["clients_per_round"], "fedavg", "75%")
     # a single algorithm's sweep over the same setting compares its variants: one method each
     alone = [row for row in rows if row["algorithm"] == "fedavg"]
     assert group_columns(alone) == []
