@@ -50,6 +50,18 @@ def test_the_grids_hold_each_papers_methods():
     assert {(cell.config.clients, cell.config.local_steps) for cell in m20} == {(20, 100)}
     assert {cell.config.buffer_size for cell in m20 if cell.config.algorithm == "fedbuff"} == {5}
 
+    # the CPU sizes: the full grids with the MLP in place of the paper's CNN / LeNet-5 (no GPU)
+    for name, seeds in (("fedcompass.toml", 3), ("fedasmu.toml", 3)):
+        full, full_methods = _methods(name, "full")
+        cpu, cpu_methods = _methods(name, "cpu")
+        assert cpu_methods == full_methods and {cell.config.model for cell in cpu} == {"mlp"}
+        assert len({cell.config.seed for cell in cpu}) == seeds
+        def setting(cell):  # everything but the model and the seed
+            return (tuple((k, v) for k, v in cell.values.items() if k != "seed"), cell.config.local_steps,
+                    cell.config.local_epochs, cell.config.target_accuracy, cell.config.max_time,
+                    cell.config.max_client_updates, cell.config.algorithm_options)
+        assert {setting(cell) for cell in cpu} == {setting(cell) for cell in full}
+
     cells, methods = _methods("port.toml", "full")
     # K, Ω and the urgent pull reach only the PORT cells: 3 baselines + 5 × 4 × 2 PORT points
     assert len(methods) == 3 + 5 * 4 * 2 and len(cells) == 43 * 2 * 3
