@@ -400,7 +400,8 @@ def _figures(grouping: _Grouping, lines: list[dict], sweep_dir: str, out: str, p
                  out, f"{name}.png" if len(by_group) == 1 else f"{name}-{_slug(_group_label(key, groups))}.png"),
                  title=_group_label(key, groups), panels=panels, x=x)
              for key, runs_by_method in by_group.items()
-             for name, x in (("accuracy", "time"), ("accuracy_vs_steps", "steps"))]
+             if any(run.get("best_accuracy") is not None for runs in runs_by_method.values() for run in runs)
+             for name, x in (("accuracy", "time"), ("accuracy_vs_steps", "steps"))]  # timing-only runs: none
     paths.append(plot_time_to_target(lines, groups, os.path.join(out, "time_to_target.png"),
                                      panels=None if panels is None else
                                      {name: runs[0].get(panels) for name, runs in by_method.items()},

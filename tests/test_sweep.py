@@ -313,6 +313,15 @@ def test_the_computation_curve_counts_the_steps_delivered_by_each_evaluation(swe
             assert steps[-1] == row["client_steps_executed"] == 3 * 2 * 2
 
 
+def test_a_timing_only_sweep_s_report_draws_no_empty_accuracy_figures(tmp_path):
+    result = run_sweep({"timing_only": True, "clients": 50, "max_updates": 20, "buffer_size": 3},
+                       {"algorithm": ["fedavg", "fedbuff"]}, str(tmp_path / "sweep"), progress=False)
+    assert [row["best_accuracy"] for row in result.rows] == [None, None]
+    report = make_report(result.sweep_dir)
+    assert sorted(os.path.basename(path) for path in report.figures) == [
+        "staleness.png", "time_to_target.png", "timeline-fedavg.png", "timeline-fedbuff.png"]
+
+
 def test_the_example_sweep_file_expands_at_both_sizes():
     from jaxfl.sweep import load_sweep_file
 
