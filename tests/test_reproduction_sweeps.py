@@ -51,11 +51,11 @@ def test_the_grids_hold_each_papers_methods():
     assert {cell.config.buffer_size for cell in m20 if cell.config.algorithm == "fedbuff"} == {5}
 
     # the CPU sizes: the full grids with the MLP in place of the paper's CNN / LeNet-5 (no GPU)
-    for name, seeds in (("fedcompass.toml", 3), ("fedasmu.toml", 3)):
+    for name in ("fedcompass.toml", "fedasmu.toml"):
         full, full_methods = _methods(name, "full")
         cpu, cpu_methods = _methods(name, "cpu")
         assert cpu_methods == full_methods and {cell.config.model for cell in cpu} == {"mlp"}
-        assert len({cell.config.seed for cell in cpu}) == seeds
+        assert {cell.config.seed for cell in cpu} == {0, 1, 2}
         def setting(cell):  # everything but the model and the seed
             return (tuple((k, v) for k, v in cell.values.items() if k != "seed"), cell.config.local_steps,
                     cell.config.local_epochs, cell.config.target_accuracy, cell.config.max_time,

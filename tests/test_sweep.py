@@ -185,7 +185,9 @@ def test_sweep_flag_of_a_boolean_algorithm_option_is_a_bool_axis(capsys):
 
 
 def _write_results(folder, rows):
-    columns = ["cell", "algorithm", "clients", "seed", "target_accuracy", "time_to_target", "best_accuracy", "run_dir"]
+    """A results.csv of hand-made rows: their columns in order, with a cell index, a target of 80%
+    and a run directory unless a row gives its own."""
+    columns = list(dict.fromkeys(["cell", *(name for row in rows for name in row), "target_accuracy", "run_dir"]))
     with open(os.path.join(folder, "results.csv"), "w", newline="") as handle:
         writer = csv.DictWriter(handle, columns)
         writer.writeheader()
@@ -234,22 +236,15 @@ def test_a_setting_every_algorithm_reads_is_a_group_with_its_reference(tmp_path)
     # CC-FedAvg's Table II: participation (clients_per_round, read by FedAvg and CC-FedAvg alike) is a
     # column, the strategies (cc.strategy, CC-FedAvg's own) are methods; each participation has its
     # FedAvg reference, and the final accuracy comes with the computation spent relative to it
-    columns = ["cell", "algorithm", "seed", "cc.strategy", "clients_per_round", "target_accuracy", "time_to_target",
-               "best_accuracy", "final_accuracy", "client_steps_executed", "run_dir"]
     runs = [("fedavg", None, 10, [100, 120], [0.80, 0.82], 800), ("fedavg", None, 20, [50, 70], [0.83, 0.83], 1600),
             ("ccfedavg", "cc", 10, [110, 130], [0.78, 0.80], 380), ("ccfedavg", "cc", 20, [90, None], [0.81, 0.83], 760),
             ("ccfedavg", "strategy1", 10, [None, None], [0.40, 0.50], 380),
             ("ccfedavg", "strategy1", 20, [300, 330], [0.79, 0.77], 760)]
-    with open(tmp_path / "results.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, columns)
-        writer.writeheader()
-        for algorithm, strategy, per_round, times, finals, steps in runs:
-            for seed in (0, 1):
-                writer.writerow({"cell": 0, "algorithm": algorithm, "seed": seed, "cc.strategy": strategy,
-                                 "clients_per_round": per_round, "target_accuracy": 0.75,
-                                 "time_to_target": times[seed], "best_accuracy": finals[seed] + 0.01,
-                                 "final_accuracy": finals[seed], "client_steps_executed": steps + seed * 20,
-                                 "run_dir": "runs/x"})
+    _write_results(str(tmp_path), [
+        {"algorithm": algorithm, "seed": seed, "cc.strategy": strategy, "clients_per_round": per_round,
+         "target_accuracy": 0.75, "time_to_target": times[seed], "best_accuracy": finals[seed] + 0.01,
+         "final_accuracy": finals[seed], "client_steps_executed": steps + seed * 20}
+        for algorithm, strategy, per_round, times, finals, steps in runs for seed in (0, 1)])
     rows = read_results(str(tmp_path))
     assert group_columns(rows) == ["clients_per_round"]
     report = make_report(str(tmp_path), figures=False)
