@@ -330,7 +330,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
         parts += ["", f"## Final held-out accuracy, mean ± std over seeds, and computation relative to {reference}",
                   "", *table(final_and_computation), "",
                   f"In brackets: the client gradient steps executed (mean over seeds) divided by {reference}'s; "
-                  "a stored update sent again costs none."
+                  "work a client skips (an update it sends again from a store) counts none."
                   + (" Runs that stopped at the target end there: their final accuracy is the one that reached it, "
                      "their computation what reaching it cost." if any(line.get("stopped_at_target") for line in lines)
                      else "")]
