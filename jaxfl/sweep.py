@@ -182,6 +182,24 @@ def _unread(values: dict) -> list[str]:
     return unread
 
 
+def read_by_no_cell(base: dict, grid: dict) -> list[str]:
+    """The settings of ``base`` (flat names, :func:`_flat`) that no cell of ``grid`` reads, sorted: what
+    :func:`expand` refuses. The command line uses it to leave out a sweep file's settings that its
+    own grid reads but a flag's narrower grid does not (``--algorithm fedavg`` on a file that sets
+    FedBuff's ``buffer_size``).
+
+    >>> read_by_no_cell({"model": "mlp", "buffer_size": 5}, {"algorithm": ["fedavg", "fedavgm"]})
+    ['buffer_size']
+    """
+    grid = _check_grid(grid)
+    base = {name: value for name, value in base.items() if name not in grid}
+    read = set()
+    for combination in itertools.product(*grid.values()):
+        values = {**base, **dict(zip(grid, combination))}
+        read |= values.keys() - set(_unread(values))
+    return sorted(base.keys() - read)
+
+
 def expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[str]]:
     """Every combination of the grid over the base, validated, as :class:`Cell` s (in the grid's order,
     the last axis fastest), and notes on fields left out of the cells that do not read them.

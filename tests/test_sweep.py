@@ -172,6 +172,35 @@ def test_sweep_file_sizes_and_flags_over_it(tmp_path):
         cli._sweep_values(args)
 
 
+def test_cutting_a_sweep_file_s_algorithms_leaves_out_the_settings_only_the_others_read(tmp_path, capsys):
+    path = tmp_path / "study.toml"
+    path.write_text('model = "mlp"\nbuffer_size = 3\n[compass]\nlatest_time_factor = 1.5\n'
+                    '[grid]\nalgorithm = ["fedavg", "fedbuff", "fedcompass"]\n')
+
+    def values(*flags):
+        return cli._sweep_values(cli.build_parser().parse_args(["sweep", str(path), "--out", "x", *flags]))
+
+    assert values() == ({"model": "mlp", "buffer_size": 3, "compass.latest_time_factor": 1.5},
+                        {"algorithm": ["fedavg", "fedbuff", "fedcompass"]})
+    assert capsys.readouterr().err == ""
+    base, grid = values("--algorithm", "fedcompass")
+    assert (base, grid) == ({"model": "mlp", "compass.latest_time_factor": 1.5, "algorithm": "fedcompass"}, {})
+    assert "buffer_size from the sweep file: no cell of the grid the flags left reads it; left out" in capsys.readouterr().err
+    # the cell is the one the whole file's grid runs, so a cut sweep reuses the whole one's runs
+    whole, _ = expand(*values(), "sweeps/x")
+    cut, _ = expand(base, grid, "sweeps/x")
+    assert cut[0].run_dir == whole[2].run_dir and cut[0].config == whole[2].config
+    base, grid = values("--algorithm", "fedavg,fedavgm")
+    assert (base, grid) == ({"model": "mlp"}, {"algorithm": ["fedavg", "fedavgm"]})
+    assert "buffer_size, compass.latest_time_factor from the sweep file" in capsys.readouterr().err
+    # a setting the user typed, or one the file's own grid never reads, is still a mistake
+    with pytest.raises(ConfigError, match=r"buffer_size=4 is not allowed: no cell of this sweep reads it"):
+        expand(*values("--algorithm", "fedavg", "--buffer-size", "4"), "sweeps/x")
+    path.write_text('model = "mlp"\nbuffer_size = 3\n[grid]\nalgorithm = ["fedavg", "fedavgm"]\n')
+    with pytest.raises(ConfigError, match=r"buffer_size=3 is not allowed: no cell of this sweep reads it"):
+        expand(*values("--algorithm", "fedavg"), "sweeps/x")
+
+
 def test_sweep_flag_of_a_boolean_algorithm_option_is_a_bool_axis(capsys):
     args = cli.build_parser().parse_args(["sweep", "--out", "x", "--algorithm", "port",
                                           "--port.urgent-pull", "true,False"])
