@@ -602,6 +602,10 @@ def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, p
     return _save(figure, path)
 
 
+# About how many bars one row of the time-to-target figure holds before its groups wrap (0.3 in each).
+TARGET_BARS_PER_ROW = 24
+
+
 def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels: dict[str, object] | None = None,
                         panel_column: str = "") -> str:
     """Bars of the mean virtual time to target (std over the seeds that reached it as error bars),
@@ -614,23 +618,29 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
     keys, methods, found = _line_cells(lines, groups)
     heading = f"time to target: mean over the seeds that reached it ({MISSING} = missed in ≥ half)"
     if panels is None:
-        figure = _figure((max(6.0, 1.2 * len(keys) * len(methods) * 0.6 + 2), 4.5))
-        layout = [(figure.subplots(), heading, {method: _legend_label(method) for method in methods})]
+        # a row holds about TARGET_BARS_PER_ROW bars; more groups wrap into further rows
+        # (FedCompass's twelve settings × eight methods as one row was a figure 70 inches wide)
+        per_row = max(1, TARGET_BARS_PER_ROW // len(methods))
+        rows = [keys[start:start + per_row] for start in range(0, len(keys), per_row)]
+        labels = {method: _legend_label(method) for method in methods}
+        figure, axes = _panel_grid(len(rows), (max(6.0, 0.3 * len(rows[0]) * len(methods) + 1.5), 3.6), max_width=12.0)
+        layout = [(panel, "", labels, row) for panel, row in zip(axes, rows)]
     else:
         split = _split_for_figure({method: panels.get(method) for method in methods}, panel_column)
         widest = max(len(labels) for labels in split.values())
         figure, axes = _panel_grid(len(split), (max(4.5, 0.22 * len(keys) * widest + 1.2), 3.6))
-        layout = [(panel, f"{panel_column}={value}", labels) for panel, (value, labels) in zip(axes, split.items())]
-        figure.suptitle(heading, fontsize=10)
+        layout = [(panel, f"{panel_column}={value}", labels, keys)
+                  for panel, (value, labels) in zip(axes, split.items())]
+    figure.suptitle(heading, fontsize=10)
     colours = ({method: _colour(number) for number, method in enumerate(methods)} if panels is None else
                _panel_colours(split, lambda method: panels.get(method) is None))
-    for axes, panel_title, labels in layout:
+    for axes, panel_title, labels, shown in layout:
         width = 0.8 / len(labels)
         for number, (method, label) in enumerate(labels.items()):
             colour = colours[method if panels is None else label]
             # an empty bar names every method in the legend, also one that missed everywhere
             axes.bar(0, 0, width, color=colour, label=label)
-            for position, key in enumerate(keys):
+            for position, key in enumerate(shown):
                 line = found.get((key, method))
                 x = position + (number - (len(labels) - 1) / 2) * width
                 if line is None:
@@ -640,14 +650,11 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
                     continue
                 axes.bar(x, line["time_to_target_mean"], width, yerr=line["time_to_target_std"] or None, capsize=3,
                          color=colour)
-        axes.set_xticks(range(len(keys)), [_group_label(key, groups) for key in keys], fontsize=8)
+        axes.set_xticks(range(len(shown)), [_group_label(key, groups).replace(", ", "\n") for key in shown], fontsize=8)
         axes.set_ylabel("virtual time to target (s)")
         axes.set_title(panel_title, fontsize=9)
         axes.grid(alpha=0.3, axis="y")
-        if panels is None:
-            axes.legend(fontsize=8)
-    if panels is not None:
-        _shared_legend(figure, [axes for axes, _, _ in layout])
+    _shared_legend(figure, [axes for axes, *_ in layout])
     return _save(figure, path)
 
 

@@ -452,6 +452,36 @@ def test_panelled_figures_stay_readable_width_and_share_one_legend(tmp_path):
     assert [text.get_text() for text in legend.get_texts()] == ["fedavg", "fedasync"] + [f"port b={b}" for b in range(7)]
 
 
+def test_many_groups_of_time_to_target_bars_wrap_into_rows_with_every_group_once(tmp_path):
+    # FedCompass's cpu grid: twelve settings (m × speeds × partition) of eight methods made one row of
+    # 96 bars, a figure 70 inches wide
+    from jaxfl import report
+
+    saved = []
+    methods = ["fedavg", "fedavgm", "fedasync", "fedbuff", "fedat", "fedcompass", "fedcompass_m", "fedcompass_n"]
+    settings = [(m, speeds, partition) for m in (5, 10) for speeds in ("homo", "normal", "exp")
+                for partition in ("class", "dual_dirichlet")]
+    lines = [{"clients": m, "heterogeneity": speeds, "partition": partition, "method": method,
+              "time_to_target_mean": None if method == "fedasync" else 100.0 * number, "time_to_target_std": None}
+             for number, (m, speeds, partition) in enumerate(settings, 1) for method in methods]
+    original = report._save
+    report._save = lambda figure, path: saved.append(figure) or original(figure, path)
+    try:
+        report.plot_time_to_target(lines, ["clients", "heterogeneity", "partition"], str(tmp_path / "t.png"))
+    finally:
+        report._save = original
+    (figure,) = saved
+    rows = [axes for axes in figure.axes if axes.axison]
+    assert len(rows) == 4 and figure.get_figwidth() <= 12.0  # 24 bars a row: three settings of eight methods
+    ticks = [tick.get_text() for axes in rows for tick in axes.get_xticklabels()]
+    assert ticks == [f"clients={m}\nheterogeneity={speeds}\npartition={partition}" for m, speeds, partition in settings]
+    heights = sorted(round(patch.get_height()) for axes in rows for patch in axes.patches if patch.get_height() > 0)
+    assert heights == sorted(100 * number for number in range(1, 13) for _ in range(7))  # fedasync missed: no bar
+    assert sum(text.get_text() == "–" for axes in rows for text in axes.texts) == 12
+    (legend,) = figure.legends
+    assert [text.get_text() for text in legend.get_texts()] == methods
+
+
 def test_a_sweep_over_other_values_in_the_same_folder_names_the_runs_its_table_leaves_out(tmp_path):
     folder = str(tmp_path / "sweep")
     base = {**{name: value for name, value in BASE.items() if name != "buffer_size"}, "checkpoint_every": None,
