@@ -423,7 +423,19 @@ def test_report_panels_split_the_figures_by_a_method_setting(tmp_path, capsys):
     assert len(split.figures) == len(plain.figures)
 
 
-def test_panelled_figures_stay_readable_width_and_share_one_legend(tmp_path):
+def _drawn_figure(monkeypatch, draw):
+    """The one matplotlib figure ``draw()`` saves through the report's ``_save`` (still written to disk)."""
+    from jaxfl import report
+
+    saved = []
+    original = report._save
+    monkeypatch.setattr(report, "_save", lambda figure, path: saved.append(figure) or original(figure, path))
+    draw()
+    (figure,) = saved
+    return figure
+
+
+def test_panelled_figures_stay_readable_width_and_share_one_legend(tmp_path, monkeypatch):
     # PORT's full grid: five panels (K) of nine methods over two speed models. The figure was 36
     # inches wide with a legend in each panel over its bars, and the methods that missed the target
     # everywhere were in no legend
@@ -431,7 +443,6 @@ def test_panelled_figures_stay_readable_width_and_share_one_legend(tmp_path):
 
     from jaxfl import report
 
-    saved = []
     lines, methods = [], ["fedavg", "fedasync"] + [f"port k={k} b={b}" for k in (1, 5, 10, 15, 20) for b in range(7)]
     for speeds in ("pareto", "zipf"):
         for method in methods:
@@ -439,38 +450,27 @@ def test_panelled_figures_stay_readable_width_and_share_one_legend(tmp_path):
             lines.append({"heterogeneity": speeds, "method": method, "time_to_target_mean": reached,
                           "time_to_target_std": None})
     panels = {method: (None if not method.startswith("port") else int(method.split()[1][2:])) for method in methods}
-    original = report._save
-    report._save = lambda figure, path: saved.append(figure) or original(figure, path)
-    try:
-        report.plot_time_to_target(lines, ["heterogeneity"], str(tmp_path / "t.png"), panels=panels, panel_column="k")
-    finally:
-        report._save = original
-    (figure,) = saved
+    figure = _drawn_figure(monkeypatch, lambda: report.plot_time_to_target(
+        lines, ["heterogeneity"], str(tmp_path / "t.png"), panels=panels, panel_column="k"))
     assert isinstance(figure, Figure) and figure.get_figwidth() <= 16.0
     assert [axes.get_legend() for axes in figure.axes] == [None] * len(figure.axes)  # none inside a panel
     (legend,) = figure.legends
     assert [text.get_text() for text in legend.get_texts()] == ["fedavg", "fedasync"] + [f"port b={b}" for b in range(7)]
 
 
-def test_many_groups_of_time_to_target_bars_wrap_into_rows_with_every_group_once(tmp_path):
+def test_many_groups_of_time_to_target_bars_wrap_into_rows_with_every_group_once(tmp_path, monkeypatch):
     # FedCompass's cpu grid: twelve settings (m × speeds × partition) of eight methods made one row of
     # 96 bars, a figure 70 inches wide
     from jaxfl import report
 
-    saved = []
     methods = ["fedavg", "fedavgm", "fedasync", "fedbuff", "fedat", "fedcompass", "fedcompass_m", "fedcompass_n"]
     settings = [(m, speeds, partition) for m in (5, 10) for speeds in ("homo", "normal", "exp")
                 for partition in ("class", "dual_dirichlet")]
     lines = [{"clients": m, "heterogeneity": speeds, "partition": partition, "method": method,
               "time_to_target_mean": None if method == "fedasync" else 100.0 * number, "time_to_target_std": None}
              for number, (m, speeds, partition) in enumerate(settings, 1) for method in methods]
-    original = report._save
-    report._save = lambda figure, path: saved.append(figure) or original(figure, path)
-    try:
-        report.plot_time_to_target(lines, ["clients", "heterogeneity", "partition"], str(tmp_path / "t.png"))
-    finally:
-        report._save = original
-    (figure,) = saved
+    figure = _drawn_figure(monkeypatch, lambda: report.plot_time_to_target(
+        lines, ["clients", "heterogeneity", "partition"], str(tmp_path / "t.png")))
     rows = [axes for axes in figure.axes if axes.axison]
     assert len(rows) == 4 and figure.get_figwidth() <= 12.0  # 24 bars a row: three settings of eight methods
     ticks = [tick.get_text() for axes in rows for tick in axes.get_xticklabels()]
