@@ -343,6 +343,7 @@ def _sweep_values(args: argparse.Namespace) -> tuple[dict, dict]:
         raise ConfigError(f"--size {args.size} is not allowed without a sweep file: sizes are [sizes.NAME] tables in it")
     base, grid = load_sweep_file(args.sweep_file, args.size) if args.sweep_file else ({}, {})
     file_base, file_grid = dict(base), dict(grid)
+    flagged = set()
     spaces = option_namespaces()
     for name, text in vars(args).items():
         if text is None or not (name in FIELDS or "." in name) or name == "progress":  # progress: the grid's bar
@@ -358,30 +359,34 @@ def _sweep_values(args: argparse.Namespace) -> tuple[dict, dict]:
             parts = [text] if annotation.startswith("tuple") else text.split(",")
             values = [_value_parser(name, annotation)(part.strip()) for part in parts]
         base.pop(name, None)
+        flagged.add(name)
         if len(values) > 1:
             grid[name] = values  # a file's axis keeps its place in the grid's order
         else:
             grid.pop(name, None)
             base[name] = values[0]
     if (base, grid) != (file_base, file_grid):
-        _leave_out_file_settings_the_flags_made_unread(base, grid, file_base, file_grid)
+        _leave_out_file_settings_the_flags_made_unread(base, grid, file_base, file_grid, flagged)
     # new axes: the seed outermost, the algorithm innermost (a setting's comparison is complete early)
     return base, dict(sorted(grid.items(), key=lambda item: 0 if item[0] in file_grid
                              else {"seed": 1, "algorithm": 3}.get(item[0], 2)))
 
 
-def _leave_out_file_settings_the_flags_made_unread(base: dict, grid: dict, file_base: dict, file_grid: dict) -> None:
+def _leave_out_file_settings_the_flags_made_unread(base: dict, grid: dict, file_base: dict, file_grid: dict,
+                                                   flagged: set) -> None:
     """Cutting a sweep file's grid from the command line (``--algorithm fedcompass`` on FedCompass's
-    eight-method comparison) leaves some of the file's settings to no cell (FedBuff's buffer size):
-    they are left out of ``base`` with a note. A setting the file's own grid does not read either, or
-    one a flag gave, stays and fails in the sweep as a mistake."""
+    eight-method comparison) leaves some of the file's settings and axes to no cell (FedBuff's buffer
+    size, FedASMU's ``fedasmu.fetch`` axis): they are left out of ``base`` and ``grid`` with a note.
+    A setting the file's own grid does not read either, or one a flag gave (``flagged``), stays and
+    fails in the sweep as a mistake."""
     from jaxfl.sweep import read_by_no_cell
 
     unread_now = set(read_by_no_cell(base, grid))
-    made_unread = [name for name in sorted(unread_now - set(read_by_no_cell(file_base, file_grid)))
-                   if name in file_base and base.get(name) == file_base[name]]
+    made_unread = [name for name in sorted(unread_now - set(read_by_no_cell(file_base, file_grid)) - flagged)
+                   if name in file_base or name in file_grid]
     for name in made_unread:
-        base.pop(name)
+        base.pop(name, None)
+        grid.pop(name, None)
     if made_unread:
         print(f"jaxfl: note: {', '.join(made_unread)} from the sweep file: no cell of the grid the flags left reads "
               f"{'it' if len(made_unread) == 1 else 'them'}; left out", file=sys.stderr)

@@ -183,13 +183,15 @@ def _unread(values: dict) -> list[str]:
 
 
 def read_by_no_cell(base: dict, grid: dict) -> list[str]:
-    """The settings of ``base`` (flat names, :func:`_flat`) that no cell of ``grid`` reads, sorted: what
-    :func:`expand` refuses. The command line uses it to leave out a sweep file's settings that its
-    own grid reads but a flag's narrower grid does not (``--algorithm fedavg`` on a file that sets
-    FedBuff's ``buffer_size``).
+    """The settings of ``base`` and the axes of ``grid`` (flat names, :func:`_flat`) that no cell of
+    the grid reads, sorted: what :func:`expand` refuses. The command line uses it to leave out a
+    sweep file's settings and axes that its own grid reads but a flag's narrower grid does not
+    (``--algorithm fedavg`` on a file that sets FedBuff's ``buffer_size`` or sweeps FedASMU's
+    ``fedasmu.fetch``).
 
-    >>> read_by_no_cell({"model": "mlp", "buffer_size": 5}, {"algorithm": ["fedavg", "fedavgm"]})
-    ['buffer_size']
+    >>> read_by_no_cell({"model": "mlp", "buffer_size": 5},
+    ...                 {"algorithm": ["fedavg", "fedavgm"], "fedasmu.fetch": [True, False]})
+    ['buffer_size', 'fedasmu.fetch']
     """
     grid = _check_grid(grid)
     base = {name: value for name, value in base.items() if name not in grid}
@@ -197,7 +199,7 @@ def read_by_no_cell(base: dict, grid: dict) -> list[str]:
     for combination in itertools.product(*grid.values()):
         values = {**base, **dict(zip(grid, combination))}
         read |= values.keys() - set(_unread(values))
-    return sorted(base.keys() - read)
+    return sorted((base.keys() | grid.keys()) - read)
 
 
 def expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[str]]:

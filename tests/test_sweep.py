@@ -199,6 +199,18 @@ def test_cutting_a_sweep_file_s_algorithms_leaves_out_the_settings_only_the_othe
     path.write_text('model = "mlp"\nbuffer_size = 3\n[grid]\nalgorithm = ["fedavg", "fedavgm"]\n')
     with pytest.raises(ConfigError, match=r"buffer_size=3 is not allowed: no cell of this sweep reads it"):
         expand(*values("--algorithm", "fedavg"), "sweeps/x")
+    # so is an axis of the file's grid that only the cut-away methods read (FedASMU's ablations)
+    path.write_text('model = "mlp"\n[grid]\nalgorithm = ["fedavg", "fedasmu"]\n"fedasmu.fetch" = [true, false]\n')
+    whole, _ = expand(*values(), "sweeps/x")
+    base, grid = values("--algorithm", "fedavg")
+    assert (base, grid) == ({"model": "mlp", "algorithm": "fedavg"}, {})
+    assert "fedasmu.fetch from the sweep file: no cell of the grid the flags left reads it" in capsys.readouterr().err
+    cut, _ = expand(base, grid, "sweeps/x")
+    assert [cell.run_dir for cell in cut] == [whole[0].run_dir]
+    assert values("--algorithm", "fedavg,fedasmu")[1] == {"fedasmu.fetch": [True, False],
+                                                         "algorithm": ["fedavg", "fedasmu"]}
+    with pytest.raises(ConfigError, match=r"fedasmu.fetch=\[True, False\] is not allowed: no cell of this sweep"):
+        expand(*values("--algorithm", "fedavg", "--fedasmu.fetch", "true,false"), "sweeps/x")
 
 
 def test_sweep_flag_of_a_boolean_algorithm_option_is_a_bool_axis(capsys):
