@@ -32,9 +32,10 @@ a paused training call (the engine's generic pause at ``fetch_step``); this poli
   it is always charged one request latency plus one model download, even without a newer model;
 - scheduling: the appendix reading (one device every 5 s, at most ⌈0.1 m⌉ running) by default; the
   Table 5 reading is ``trigger_batch=10, trigger_period=10``;
-- μ_α, μ_β and the initial coefficients are not given by the paper: μ_α = μ_β = 1, (λ, σ, ι) =
-  (1, 0.5, 0), (γ, ν) = (1, 0) (so the server starts as FedAsync's polynomial rule, a = 0.5, with an
-  extra 1/√t decay and the squash).
+- μ_α, μ_β and the initial coefficients are not given by the paper: (λ, σ, ι) = (1, 0.5, 0),
+  (γ, ν) = (1, 0), μ_β = 1 and μ_α = 16 (so the server starts as FedAsync's polynomial rule, a = 0.5,
+  scaled by 16, with an extra 1/√t decay and the squash; μ_α = 1, the untuned start, leaves α near
+  α_min after a few thousand versions and was 6–9× slower to a target).
 
 Faults: with ``round_timeout`` a device still out that long after its start is presumed lost and
 frees its concurrency slot (the server cannot tell a crash from a straggler); if it uploads later,
@@ -78,7 +79,7 @@ SLOT_RULES = ("learned", "first", "middle", "second_last", "adaptive")
 class ServerOptions:
     """Server-side hyperparameters (Formulas 1–3; Table 5's LeNet/FMNIST learning rates)."""
 
-    mu_alpha: float = 1.0  # μ_α: not given by the paper [ours]
+    mu_alpha: float = 16.0  # μ_α: not given by the paper [ours: tuned, see FedASMUOptions]
     alpha_min: float = 0.01  # α ≥ α_min > 0 (the convergence proof's assumption) [ours]
     lr_lambda: float = 1e-4  # η_λ (Table 5)
     lr_sigma: float = 1e-4  # η_σ, learning rate of the staleness exponent σ
@@ -125,8 +126,10 @@ def options_in_force(server: ServerOptions, device: DeviceOptions, dynamic: bool
 def initial_alpha(options: ServerOptions, t: int, s: int) -> float:
     """α with the initial (λ, σ, ι), t and s 1-based (what a numbers-free backend is told).
 
-    >>> initial_alpha(ServerOptions(), t=4, s=4)   # ξ = 1/(√4 · 4^0.5) = 0.25 → 0.25/1.25
+    >>> initial_alpha(ServerOptions(mu_alpha=1.0), t=4, s=4)   # ξ = 1/(√4 · 4^0.5) = 0.25 → 0.25/1.25
     0.2
+    >>> initial_alpha(ServerOptions(), t=100, s=1)   # μ_α = 16: 16 · 1/√100 = 1.6 → 1.6/2.6
+    0.6153846153846154
     """
     xi = options.lambda0 / (math.sqrt(t) * s ** options.sigma0) + options.iota0
     x = options.mu_alpha * xi
@@ -558,7 +561,11 @@ class FedASMUConfig(Options):
     max_concurrency: int | None = None  # devices training at once; unset: ceil(0.1 m) (paper)
     fetch: bool = True  # fetch and mix a fresh global model (False: FedASMU-FA)
     dynamic: bool = True  # learn (λ, σ, ι) and (γ, ν) (False: FedASMU-DA, frozen)
-    mu_alpha: float = 1.0  # μ_α, scale of the server mixing weight α = μ_α ξ / (1 + μ_α ξ) [ours]
+    # μ_α, scale of the server mixing weight α = μ_α ξ / (1 + μ_α ξ) [ours: not in the paper]. 16, not 1:
+    # with ξ = 1/(√t s^0.5) at the start, μ_α = 1 leaves α ≈ 0.09 after 100 versions and at α_min past
+    # a few thousand, and FedASMU then reached 80% on Fashion-MNIST 6-9x later than with 16 (1, 4, 16,
+    # 64 tried; 16 and 64 tie; benchmarks/reproduction/README.md, "FedASMU's μ_α").
+    mu_alpha: float = 16.0
     mu_beta: float = 1.0  # μ_β, scale of the fresh-model mixing weight β = μ_β φ / (1 + μ_β φ) [ours]
     alpha_min: float = 0.01  # α clipped to [α_min, 1] [ours]
     lr_lambda: float = 1e-4  # η_λ, learning rate of λ (Table 5, LeNet/FMNIST)
