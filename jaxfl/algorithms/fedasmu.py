@@ -79,7 +79,7 @@ SLOT_RULES = ("learned", "first", "middle", "second_last", "adaptive")
 class ServerOptions:
     """Server-side hyperparameters (Formulas 1–3; Table 5's LeNet/FMNIST learning rates)."""
 
-    mu_alpha: float = 16.0  # μ_α: not given by the paper [ours: tuned, see FedASMUOptions]
+    mu_alpha: float = 16.0  # μ_α: not given by the paper [ours: tuned, see FedASMUConfig]
     alpha_min: float = 0.01  # α ≥ α_min > 0 (the convergence proof's assumption) [ours]
     lr_lambda: float = 1e-4  # η_λ (Table 5)
     lr_sigma: float = 1e-4  # η_σ, learning rate of the staleness exponent σ
@@ -561,11 +561,10 @@ class FedASMUConfig(Options):
     max_concurrency: int | None = None  # devices training at once; unset: ceil(0.1 m) (paper)
     fetch: bool = True  # fetch and mix a fresh global model (False: FedASMU-FA)
     dynamic: bool = True  # learn (λ, σ, ι) and (γ, ν) (False: FedASMU-DA, frozen)
-    # μ_α, scale of the server mixing weight α = μ_α ξ / (1 + μ_α ξ) [ours: not in the paper]. 16, not 1:
-    # with ξ = 1/(√t s^0.5) at the start, μ_α = 1 leaves α ≈ 0.09 after 100 versions and at α_min past
-    # a few thousand, and FedASMU then reached 80% on Fashion-MNIST 6-9x later than with 16 (1, 4, 16,
-    # 64 tried; 16 and 64 tie; benchmarks/reproduction/README.md, "FedASMU's μ_α").
-    mu_alpha: float = 16.0
+    # 16, not 1: with ξ = 1/(√t s^0.5) at the start, μ_α = 1 leaves α ≈ 0.09 after 100 versions and at
+    # α_min past a few thousand, and FedASMU then reached 80% on Fashion-MNIST 6-9x later than with 16
+    # (1, 4, 16, 64 tried; 16 and 64 tie; benchmarks/reproduction/README.md, "FedASMU's μ_α").
+    mu_alpha: float = 16.0  # μ_α, scale of the server mixing weight α = μ_α ξ / (1 + μ_α ξ) [ours: tuned]
     mu_beta: float = 1.0  # μ_β, scale of the fresh-model mixing weight β = μ_β φ / (1 + μ_β φ) [ours]
     alpha_min: float = 0.01  # α clipped to [α_min, 1] [ours]
     lr_lambda: float = 1e-4  # η_λ, learning rate of λ (Table 5, LeNet/FMNIST)
