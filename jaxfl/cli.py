@@ -381,9 +381,8 @@ def _leave_out_file_settings_the_flags_made_unread(base: dict, grid: dict, file_
     fails in the sweep as a mistake."""
     from jaxfl.sweep import read_by_no_cell
 
-    unread_now = set(read_by_no_cell(base, grid))
-    made_unread = [name for name in sorted(unread_now - set(read_by_no_cell(file_base, file_grid)) - flagged)
-                   if name in file_base or name in file_grid]
+    # what no flag gave came from the file
+    made_unread = sorted(set(read_by_no_cell(base, grid)) - set(read_by_no_cell(file_base, file_grid)) - flagged)
     for name in made_unread:
         base.pop(name, None)
         grid.pop(name, None)
