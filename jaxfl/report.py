@@ -7,6 +7,10 @@ other than the algorithm and the seed (clients, heterogeneity, partition...):
   chosen), as in FedCompass (Li et al., ICLR 2024, Table 2): each method's mean virtual time to
   target over the seeds that reached it, divided by the reference's; "–" where a method missed the
   target in at least half of its runs, "n/a" where the reference did;
+- the same **seed by seed** where the sweep ran several seeds: each seed's time over the reference's
+  in that seed (the reference's row: its own times), since where seeds differ more than methods
+  (a split that is near IID in one seed and skewed in the next) a ratio of means hides what holds
+  in every seed; in ``report.csv`` a ``relative_time_seed{S}`` column per seed;
 - **best held-out accuracy**, mean ± std over the seeds (numpy's std, ddof 0);
 - **final held-out accuracy** (at the end of the budget, as CC-FedAvg's Table II and FedASMU's
   report it), mean ± std, with the **computation** spent (client gradient steps executed) relative
@@ -246,6 +250,10 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
             times[name] = (float(np.mean(reached)), float(np.std(reached)), len(reached)) \
                 if 2 * len(reached) > len(runs) else (None, None, len(reached))
         base = times.get(reference, (None,))[0]
+        # each seed's own time, for the seed-by-seed table: where seeds differ more than methods,
+        # a ratio of means hides what holds in every seed
+        seeds = sorted({run.get("seed") for runs in by_method.values() for run in runs}, key=_seed_order)
+        reference_time = {run.get("seed"): run.get("time_to_target") for run in by_method.get(reference, [])}
         steps = {name: _mean_of(runs, "client_steps_executed")[0] for name, runs in by_method.items()}
         base_steps = steps.get(reference)
         for name, runs in by_method.items():
@@ -260,8 +268,20 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           "client_steps_mean": steps[name],
                           "stopped_at_target": sum(run.get("stop_reason") == "target reached" for run in runs),
                           "relative_steps": None if steps[name] is None or not base_steps else steps[name] / base_steps,
-                          "reference_reached": base is not None})
+                          "reference_reached": base is not None,
+                          "_by_seed": _times_by_seed(runs, seeds, reference_time) if len(seeds) > 1 else None})
     return lines
+
+
+def _seed_order(seed) -> tuple:
+    return (seed is None, seed if isinstance(seed, (int, float)) else str(seed))
+
+
+def _times_by_seed(runs: list[dict], seeds: list, reference_time: dict) -> list[tuple]:
+    """``(seed, time to target, the reference's in that seed)`` for each seed of the group, in order;
+    time ``...`` where the method has no run of that seed."""
+    own = {run.get("seed"): run.get("time_to_target") for run in runs}
+    return [(seed, own.get(seed, ...), reference_time.get(seed)) for seed in seeds]
 
 
 def _mean_of(runs: list[dict], column: str) -> tuple[float | None, float | None]:
@@ -319,12 +339,37 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
         return [header, rule] + [f"| {method} | " + " | ".join(cell(found.get((key, method))) for key in keys) + " |"
                                  for method in methods]
 
+    seed_lists = {tuple(seed for seed, _, _ in line["_by_seed"]) for line in lines if line.get("_by_seed")}
+    named = len(seed_lists) == 1  # every group ran the same seeds: the heading names them once
+
+    def by_seed(line):
+        if line is None or line.get("_by_seed") is None:
+            return ""
+        cells = []
+        for seed, time, reference_time in line["_by_seed"]:
+            if time is ...:
+                shown = "·"
+            elif time is None:
+                shown = MISSING
+            elif line["method"] == reference:
+                shown = f"{time:.0f} s"
+            else:
+                shown = "n/a" if reference_time is None else f"{time / reference_time:.2f}"
+            cells.append(shown if named else f"{seed}: {shown}")
+        return " / ".join(cells)
+
     parts = [f"## Time to first reach {target} held-out accuracy, relative to {reference}", "",
              *table(relative), "",
              f"Mean virtual time over the seeds that reached the target, divided by {reference}'s "
              f"(absolute mean in brackets); {MISSING} = missed the target in at least half of its runs; "
-             f"n/a = {reference} did.", "",
-             "## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy)]
+             f"n/a = {reference} did.", ""]
+    if seed_lists:
+        order = f" (seed {' / '.join(str(seed) for seed in next(iter(seed_lists)))})" if named else ""
+        parts += [f"## Time to first reach {target} held-out accuracy, seed by seed{order}", "",
+                  *table(by_seed), "",
+                  f"Each seed's time divided by {reference}'s in the same seed ({reference}'s row: its own "
+                  f"times); {MISSING} = missed the target; n/a = {reference} did; · = no run of that seed.", ""]
+    parts += ["## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy)]
     if any(line.get("final_accuracy_mean") is not None for line in lines):
         # CC-FedAvg's and FedASMU's tables: the accuracy at the end of the budget and what it cost
         parts += ["", f"## Final held-out accuracy, mean ± std over seeds, and computation relative to {reference}",
@@ -343,7 +388,15 @@ def _target_text(rows: list[dict]) -> str:
 
 
 def _write_csv(lines: list[dict], path: str) -> str:
-    return write_csv(path, lines, dict.fromkeys(name for line in lines for name in line))
+    """One row per line; the seed-by-seed times become a ``relative_time_seed{S}`` column per seed."""
+    rows = []
+    for line in lines:
+        row = {name: value for name, value in line.items() if name != "_by_seed"}
+        for seed, time, reference_time in line.get("_by_seed") or ():
+            row[f"relative_time_seed{seed}"] = (time / reference_time if time not in (None, ...) and reference_time
+                                                else None)
+        rows.append(row)
+    return write_csv(path, rows, dict.fromkeys(name for row in rows for name in row))
 
 
 def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: str | None = None,

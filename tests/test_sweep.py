@@ -263,14 +263,39 @@ def test_report_relative_times_and_dash_rules_by_hand(tmp_path):
     assert "| fedasync | – | – |" in lines
     assert "| fedavg | 0.9200 ± 0.0163 | 0.9200 ± 0.0163 |" in lines
     assert "Time to first reach 80% held-out accuracy, relative to fedavg" in report.markdown
+    # seed by seed: each seed's time over the reference's in that seed, the reference's own times
+    assert "## Time to first reach 80% held-out accuracy, seed by seed (seed 0 / 1 / 2)" in lines
+    assert "| fedavg | 100 s / 80 s / 120 s | 200 s / – / – |" in lines
+    assert "| fedbuff | 0.30 / 0.62 / – | 0.25 / n/a / n/a |" in lines
+    assert "| fedasync | 0.10 / – / – | – / – / – |" in lines
     with open(report.table, newline="") as handle:
-        assert len(list(csv.DictReader(handle))) == 6
+        table = list(csv.DictReader(handle))
+    assert len(table) == 6
+    assert [(row["relative_time_seed0"], row["relative_time_seed1"], row["relative_time_seed2"])
+            for row in table if row["method"] == "fedbuff"] == [("0.3", "0.625", ""), ("0.25", "", "")]
     relative = make_report(str(tmp_path), reference="fedbuff", out=str(tmp_path / "vs-fedbuff"), figures=False)
     assert "| fedavg | 2.50 (100.0 s) | – |" in relative.markdown.splitlines()
     with pytest.raises(ValueError, match=r"reference='fedprox' is not allowed: one of the sweep's methods "
                                          r"\(fedavg, fedbuff, fedasync\)"):
         make_report(str(tmp_path), reference="fedprox", out=str(tmp_path / "never"))
     assert not os.path.exists(tmp_path / "never")
+
+
+def test_the_seed_by_seed_table_names_each_seed_where_groups_ran_different_ones(tmp_path):
+    # clients=5 ran seeds 0 and 1 (fedbuff only seed 1: "·" for seed 0), clients=10 seeds 1 and 2;
+    # a sweep of one seed has no such table
+    runs = [(5, "fedavg", 0, 100.0), (5, "fedavg", 1, 50.0), (5, "fedbuff", 1, 25.0),
+            (10, "fedavg", 1, 80.0), (10, "fedavg", 2, 40.0), (10, "fedbuff", 1, 20.0), (10, "fedbuff", 2, None)]
+    rows = [{"algorithm": algorithm, "clients": clients, "seed": seed, "time_to_target": time, "best_accuracy": 0.9}
+            for clients, algorithm, seed, time in runs]
+    _write_results(str(tmp_path), rows)
+    lines = make_report(str(tmp_path), figures=False).markdown.splitlines()
+    assert "## Time to first reach 80% held-out accuracy, seed by seed" in lines
+    assert "| fedavg | 0: 100 s / 1: 50 s | 1: 80 s / 2: 40 s |" in lines
+    assert "| fedbuff | 0: · / 1: 0.50 | 1: 0.25 / 2: – |" in lines
+    os.makedirs(tmp_path / "one-seed")
+    _write_results(str(tmp_path / "one-seed"), [row for row in rows if row["seed"] == 1])
+    assert "seed by seed" not in make_report(str(tmp_path / "one-seed"), figures=False).markdown
 
 
 def test_a_setting_every_algorithm_reads_is_a_group_with_its_reference(tmp_path):
