@@ -8,6 +8,7 @@ per call, so 2K clients are simply twice as many calls and the only saving is on
 
     python benchmarks/sweep_lockstep.py                      # mlp K 4 and 16, cnn K 4
     python benchmarks/sweep_lockstep.py --quick              # seconds-long smoke size
+    python benchmarks/sweep_lockstep.py --clients 16 64      # mlp and cnn at each K (a GPU's sizes: gpu_scale.sh)
 """
 from __future__ import annotations
 
@@ -58,16 +59,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="mlp, K 2, 2 steps, 1 repeat")
+    parser.add_argument("--clients", type=int, nargs="+", metavar="K",
+                        help="K of each simulation: the mlp (batch 16) and the cnn (batch 64) at each "
+                             "(default: mlp 4 and 16, cnn 4)")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
-    cases = [("mlp", 2, 2, 16)] if args.quick else [("mlp", 4, 10, 16), ("mlp", 16, 10, 16), ("cnn", 4, 10, 64)]
+    if args.clients and min(args.clients) < 1:
+        parser.error(f"--clients {args.clients}: every K must be >= 1")
+    if args.quick:
+        cases = [("mlp", 2, 2, 16)]
+    elif args.clients:
+        cases = [(model, clients, 10, batch) for model, batch in (("mlp", 16), ("cnn", 64)) for clients in args.clients]
+    else:
+        cases = [("mlp", 4, 10, 16), ("mlp", 16, 10, 16), ("cnn", 4, 10, 64)]
     rows = []
     for model, clients, steps, batch in cases:
         rows.append(measure(model, clients, steps, batch, 1 if args.quick else args.repeats))
         print(json.dumps(rows[-1]), flush=True)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"rows": rows, "backend": jax.default_backend(), "jax": jax.__version__}, handle, indent=1)
+        if args.json:  # after each row: a run cut at a time limit keeps the rows it finished
+            with open(args.json, "w") as handle:
+                json.dump({"rows": rows, "backend": jax.default_backend(), "jax": jax.__version__}, handle, indent=1)
 
 
 if __name__ == "__main__":

@@ -203,3 +203,13 @@ def test_the_gpu_buttons_steps_fit_the_device_tools_call():
         with open(os.path.join(ROOT, "benchmarks", script)) as handle:
             limits = [int(limit) for limit in re.findall(r"^step \w+ (\d+) ", handle.read(), re.MULTILINE)]
         assert len(limits) >= 3 and sum(limits) <= 550, (script, limits)
+
+
+def test_sweep_lockstep_quick_times_one_flush_of_2k_against_two_of_k(tmp_path):
+    out = tmp_path / "lockstep.json"
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "sweep_lockstep.py"), "--quick",
+                    "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
+    (row,) = json.loads(out.read_text())["rows"]
+    assert (row["model"], row["K"], row["steps"]) == ("mlp", 2, 2)
+    assert row["two_flushes_of_K_s"] > 0 and row["one_flush_of_2K_s"] > 0
+    assert row["lockstep_speedup"] == pytest.approx(row["two_flushes_of_K_s"] / row["one_flush_of_2K_s"], rel=0.01)
