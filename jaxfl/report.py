@@ -224,7 +224,9 @@ def summarise(rows: list[dict], reference: str = "fedavg") -> list[dict]:
     """One row per group and method: runs, runs that reached the target, the mean (and std) virtual
     time to target over those (None: missed in at least half of the runs), that mean relative to the
     reference method's in the same group (None where either is None), and the best accuracy's
-    mean and std over the runs. Groups: :func:`group_columns`; methods in order of appearance.
+    mean and std over the runs; with several seeds in a group, ``times_by_seed``: ``(seed, time,
+    the reference's time in that seed)`` per seed (time ``...``: no run of that seed), else None.
+    Groups: :func:`group_columns`; methods in order of appearance.
 
     >>> rows = [{"algorithm": "fedavg", "seed": s, "time_to_target": t, "best_accuracy": 0.9}
     ...         for s, t in [(0, 100.0), (1, 60.0)]]
@@ -269,7 +271,7 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           "stopped_at_target": sum(run.get("stop_reason") == "target reached" for run in runs),
                           "relative_steps": None if steps[name] is None or not base_steps else steps[name] / base_steps,
                           "reference_reached": base is not None,
-                          "_by_seed": _times_by_seed(runs, seeds, reference_time) if len(seeds) > 1 else None})
+                          "times_by_seed": _times_by_seed(runs, seeds, reference_time) if len(seeds) > 1 else None})
     return lines
 
 
@@ -339,14 +341,14 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
         return [header, rule] + [f"| {method} | " + " | ".join(cell(found.get((key, method))) for key in keys) + " |"
                                  for method in methods]
 
-    seed_lists = {tuple(seed for seed, _, _ in line["_by_seed"]) for line in lines if line.get("_by_seed")}
+    seed_lists = {tuple(seed for seed, _, _ in line["times_by_seed"]) for line in lines if line.get("times_by_seed")}
     named = len(seed_lists) == 1  # every group ran the same seeds: the heading names them once
 
     def by_seed(line):
-        if line is None or line.get("_by_seed") is None:
+        if line is None or line.get("times_by_seed") is None:
             return ""
         cells = []
-        for seed, time, reference_time in line["_by_seed"]:
+        for seed, time, reference_time in line["times_by_seed"]:
             if time is ...:
                 shown = "·"
             elif time is None:
@@ -391,8 +393,8 @@ def _write_csv(lines: list[dict], path: str) -> str:
     """One row per line; the seed-by-seed times become a ``relative_time_seed{S}`` column per seed."""
     rows = []
     for line in lines:
-        row = {name: value for name, value in line.items() if name != "_by_seed"}
-        for seed, time, reference_time in line.get("_by_seed") or ():
+        row = {name: value for name, value in line.items() if name != "times_by_seed"}
+        for seed, time, reference_time in line.get("times_by_seed") or ():
             row[f"relative_time_seed{seed}"] = (time / reference_time if time not in (None, ...) and reference_time
                                                 else None)
         rows.append(row)
