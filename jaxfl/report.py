@@ -225,7 +225,8 @@ def summarise(rows: list[dict], reference: str = "fedavg") -> list[dict]:
     time to target over those (None: missed in at least half of the runs), that mean relative to the
     reference method's in the same group (None where either is None), and the best accuracy's
     mean and std over the runs; with several seeds in a group, ``times_by_seed``: ``(seed, time,
-    the reference's time in that seed)`` per seed (time ``...``: no run of that seed), else None.
+    time relative to the reference's in that seed)`` per seed (time ``...``: no run of that seed;
+    relative None where either missed), else None.
     Groups: :func:`group_columns`; methods in order of appearance.
 
     >>> rows = [{"algorithm": "fedavg", "seed": s, "time_to_target": t, "best_accuracy": 0.9}
@@ -252,8 +253,6 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
             times[name] = (float(np.mean(reached)), float(np.std(reached)), len(reached)) \
                 if 2 * len(reached) > len(runs) else (None, None, len(reached))
         base = times.get(reference, (None,))[0]
-        # each seed's own time, for the seed-by-seed table: where seeds differ more than methods,
-        # a ratio of means hides what holds in every seed
         seeds = sorted({run.get("seed") for runs in by_method.values() for run in runs}, key=_seed_order)
         reference_time = {run.get("seed"): run.get("time_to_target") for run in by_method.get(reference, [])}
         steps = {name: _mean_of(runs, "client_steps_executed")[0] for name, runs in by_method.items()}
@@ -280,10 +279,15 @@ def _seed_order(seed) -> tuple:
 
 
 def _times_by_seed(runs: list[dict], seeds: list, reference_time: dict) -> list[tuple]:
-    """``(seed, time to target, the reference's in that seed)`` for each seed of the group, in order;
-    time ``...`` where the method has no run of that seed."""
+    """``(seed, time to target, that time over the reference's in the same seed)`` for each seed of
+    the group, in order; time ``...`` where the method has no run of that seed, relative None where
+    either time is missing."""
     own = {run.get("seed"): run.get("time_to_target") for run in runs}
-    return [(seed, own.get(seed, ...), reference_time.get(seed)) for seed in seeds]
+    rows = []
+    for seed in seeds:
+        time, base = own.get(seed, ...), reference_time.get(seed)
+        rows.append((seed, time, time / base if time not in (None, ...) and base else None))
+    return rows
 
 
 def _mean_of(runs: list[dict], column: str) -> tuple[float | None, float | None]:
@@ -348,7 +352,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
         if line is None or line.get("times_by_seed") is None:
             return ""
         cells = []
-        for seed, time, reference_time in line["times_by_seed"]:
+        for seed, time, relative in line["times_by_seed"]:
             if time is ...:
                 shown = "·"
             elif time is None:
@@ -356,7 +360,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
             elif line["method"] == reference:
                 shown = f"{time:.0f} s"
             else:
-                shown = "n/a" if reference_time is None else f"{time / reference_time:.2f}"
+                shown = "n/a" if relative is None else f"{relative:.2f}"
             cells.append(shown if named else f"{seed}: {shown}")
         return " / ".join(cells)
 
@@ -394,9 +398,8 @@ def _write_csv(lines: list[dict], path: str) -> str:
     rows = []
     for line in lines:
         row = {name: value for name, value in line.items() if name != "times_by_seed"}
-        for seed, time, reference_time in line.get("times_by_seed") or ():
-            row[f"relative_time_seed{seed}"] = (time / reference_time if time not in (None, ...) and reference_time
-                                                else None)
+        for seed, _, relative in line.get("times_by_seed") or ():
+            row[f"relative_time_seed{seed}"] = relative
         rows.append(row)
     return write_csv(path, rows, dict.fromkeys(name for row in rows for name in row))
 
