@@ -1,7 +1,8 @@
-# Sourced by the GPU buttons (gpu_suite.sh, gpu_scale.sh): the shared set-up — the repository root
+# Sourced by the GPU buttons (gpu_suite.sh, gpu_extra.sh): the shared set-up — the repository root
 # as the working directory and on PYTHONPATH, $OUT, the device's description in $OUT/device.txt —
-# and step(), which runs one benchmark under its own time limit so that one slow step cannot eat
-# the device tool's whole 600 s call.
+# preflight(), which stops the button within a minute where jaxfl cannot run on the device, and
+# step(), which runs one benchmark under its own time limit so that one slow step cannot eat the
+# device tool's whole 600 s call.
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT="${OUT:-benchmarks/out}"
 mkdir -p "$OUT"
@@ -13,18 +14,54 @@ started=$SECONDS
 {
   date -u +%Y-%m-%dT%H:%M:%SZ
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 || echo "no nvidia-smi"
-  python -c "import jax; print('jax', jax.__version__, jax.default_backend(), jax.devices())"
-  python -c "import importlib.util as u; print('packages:', {m: bool(u.find_spec(m)) for m in ('orbax.checkpoint', 'pyarrow', 'tqdm')})"
+  python3 -c "import jax; print('jax', jax.__version__, jax.default_backend(), jax.devices())"
+  python3 -c "import importlib.util as u; print('packages:', {m: bool(u.find_spec(m)) for m in ('orbax.checkpoint', 'pyarrow', 'tqdm')})"
   nproc; free -g | head -2
 } > "$OUT/device.txt" 2>&1
 cat "$OUT/device.txt"
 
-step() {  # step NAME LIMIT_S COMMAND...: run one benchmark under its own limit, log to $OUT/NAME.txt
+step() {  # step NAME LIMIT_S COMMAND...: run one benchmark under its own limit, its output added to $OUT/log.txt
+  # (one log for all steps: the device tool brings back at most 8 files from $OUT)
   local name=$1 limit=$2; shift 2
-  echo "=== $name (limit ${limit} s, suite at $((SECONDS - started)) s)"
-  timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
+  echo "=== $name (limit ${limit} s, suite at $((SECONDS - started)) s)" | tee -a "$OUT/log.txt"
+  timeout "$limit" "$@" 2>&1 | tee -a "$OUT/log.txt"
   local status=${PIPESTATUS[0]}
-  [ "$status" -eq 124 ] && echo "=== $name: cut at its ${limit} s limit (what it finished is in its JSON)"
-  [ "$status" -ne 0 ] && [ "$status" -ne 124 ] && echo "=== $name: exit status $status"
+  [ "$status" -eq 124 ] && echo "=== $name: cut at its ${limit} s limit (what it finished is in its JSON)" | tee -a "$OUT/log.txt"
+  [ "$status" -ne 0 ] && [ "$status" -ne 124 ] && echo "=== $name: exit status $status" | tee -a "$OUT/log.txt"
   return 0
+}
+
+preflight() {  # preflight LIMIT_S: a 2-update jaxfl run on the device, or stop the button here
+  # The device machine's jax is not the one CI tests (0.11.x there in 2026-11, 0.10.2 here), and
+  # a jax whose CUDA plugin fails falls back to the CPU with a warning: either would spend the whole
+  # lease on failures or on CPU figures. One small run of the engine, an evaluation and a checkpoint
+  # (the pieces every step uses) finds both in seconds, and the session keeps its time to mend and
+  # rerun. QUICK=1 allows the CPU.
+  local limit=$1
+  echo "=== preflight (limit ${limit} s)" | tee -a "$OUT/log.txt"
+  timeout "$limit" python3 - "$QUICK" <<'PYTHON' 2>&1 | tee -a "$OUT/log.txt"
+import sys
+import tempfile
+
+import jax
+
+from jaxfl import RunConfig, run_experiment
+
+backend = jax.default_backend()
+if backend == "cpu" and not sys.argv[1]:
+    sys.exit(f"preflight: jax {jax.__version__} runs on the CPU ({jax.devices()}), not a GPU: "
+             "the GPU figures would be CPU figures")
+result = run_experiment(RunConfig(algorithm="fedbuff", dataset="mnist10k", model="cnn", clients=20, concurrency=10,
+                                  buffer_size=5, local_steps=2, max_updates=2, progress=False,
+                                  output_dir=tempfile.mkdtemp()))
+summary = result.summary
+assert summary["global_updates"] == 2 and summary["final_accuracy"] is not None, summary
+print(f"preflight: jax {jax.__version__} on {backend} ({jax.devices()[0].device_kind}): 2 FedBuff updates, "
+      f"accuracy {summary['final_accuracy']:.4f}, {summary['wall_time_s']:.1f} s, checkpoint written")
+PYTHON
+  local status=${PIPESTATUS[0]}
+  if [ "$status" -ne 0 ]; then
+    echo "=== preflight failed (exit status $status): stopping before the benchmarks" | tee -a "$OUT/log.txt"
+    exit 1
+  fi
 }

@@ -8,7 +8,7 @@ per call, so 2K clients are simply twice as many calls and the only saving is on
 
     python benchmarks/sweep_lockstep.py                      # mlp K 4 and 16, cnn K 4
     python benchmarks/sweep_lockstep.py --quick              # seconds-long smoke size
-    python benchmarks/sweep_lockstep.py --clients 16 64      # mlp and cnn at each K (a GPU's sizes: gpu_scale.sh)
+    python benchmarks/sweep_lockstep.py --clients 16 64      # mlp and cnn at each K (a GPU's sizes: gpu_extra.sh)
 """
 from __future__ import annotations
 

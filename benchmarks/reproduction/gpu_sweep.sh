@@ -59,26 +59,26 @@ mkdir -p "$OUT" "$sweep_dir"
 {
   date -u +%Y-%m-%dT%H:%M:%SZ
   nvidia-smi --query-gpu=name,memory.total --format=csv 2>&1 || echo "no nvidia-smi"
-  python -c "import jax; print('jax', jax.__version__, jax.default_backend(), jax.devices())"
-  python -c "import importlib.util as u; print('optional packages:', {m: bool(u.find_spec(m)) for m in ('tqdm', 'pyarrow', 'matplotlib')})"
+  python3 -c "import jax; print('jax', jax.__version__, jax.default_backend(), jax.devices())"
+  python3 -c "import importlib.util as u; print('optional packages:', {m: bool(u.find_spec(m)) for m in ('tqdm', 'pyarrow', 'matplotlib')})"
   echo "command: jaxfl sweep $file --size $size ${data[*]} --no-progress $* --out $sweep_dir"
 } | tee "$OUT/device.txt"
 # SIGINT lets the running cell checkpoint-free stop; the next call restarts or resumes it.
 # --no-progress: one line per finished cell in the log instead of a bar (and no need of tqdm); without
 # pyarrow the sweep writes results.csv alone, and without matplotlib the report has no figures
-timeout -s INT "$LIMIT" python -m jaxfl sweep "$file" --size "$size" ${data[@]+"${data[@]}"} --no-progress "$@" \
+timeout -s INT "$LIMIT" python3 -m jaxfl sweep "$file" --size "$size" ${data[@]+"${data[@]}"} --no-progress "$@" \
   --out "$sweep_dir"
 status=$?
 [ "$status" -eq 124 ] && echo "=== the sweep reached this call's ${LIMIT} s: call again to go on"
 if [ -f "$sweep_dir/results.csv" ]; then
-  figures=$(python -c "import importlib.util as u; print('' if u.find_spec('matplotlib') else '--no-figures')")
-  python -m jaxfl report "$sweep_dir" --reference fedavg $figures || echo "=== no report yet"
+  figures=$(python3 -c "import importlib.util as u; print('' if u.find_spec('matplotlib') else '--no-figures')")
+  python3 -m jaxfl report "$sweep_dir" --reference fedavg $figures || echo "=== no report yet"
   cp "$sweep_dir/results.csv" "$OUT/" 2>/dev/null
   cp "$sweep_dir/report/report.md" "$OUT/" 2>/dev/null
 fi
 # the folder for the next call (see the top): a finished cell needs no checkpoint to be skipped,
 # an interrupted one only its newest
-python - "$sweep_dir" "$OUT/$archive" <<'PYTHON'
+python3 - "$sweep_dir" "$OUT/$archive" <<'PYTHON'
 import os, sys, tarfile
 from jaxfl import checkpoint
 
