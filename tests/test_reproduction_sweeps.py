@@ -51,7 +51,7 @@ def test_the_grids_hold_each_papers_methods():
     assert {cell.config.buffer_size for cell in m20 if cell.config.algorithm == "fedbuff"} == {5}
 
     # the CPU sizes: the full grids with the MLP in place of the paper's CNN / LeNet-5 (no GPU)
-    for name in ("fedcompass.toml", "fedasmu.toml"):
+    for name in ("fedcompass.toml", "fedasmu.toml", "fedcompass_qratio.toml"):
         full, full_methods = _methods(name, "full")
         cpu, cpu_methods = _methods(name, "cpu")
         assert cpu_methods == full_methods and {cell.config.model for cell in cpu} == {"mlp"}
