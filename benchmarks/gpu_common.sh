@@ -40,6 +40,7 @@ preflight() {  # preflight LIMIT_S: a 2-update jaxfl run on the device, or stop 
   local limit=$1
   echo "=== preflight (limit ${limit} s)" | tee -a "$OUT/log.txt"
   timeout "$limit" python3 - "$QUICK" <<'PYTHON' 2>&1 | tee -a "$OUT/log.txt"
+import os
 import sys
 import tempfile
 
@@ -56,6 +57,7 @@ result = run_experiment(RunConfig(algorithm="fedbuff", dataset="mnist10k", model
                                   output_dir=tempfile.mkdtemp()))
 summary = result.summary
 assert summary["global_updates"] == 2 and summary["final_accuracy"] is not None, summary
+assert os.listdir(os.path.join(result.run_dir, "checkpoints")), "no checkpoint written"
 print(f"preflight: jax {jax.__version__} on {backend} ({jax.devices()[0].device_kind}): 2 FedBuff updates, "
       f"accuracy {summary['final_accuracy']:.4f}, {summary['wall_time_s']:.1f} s, checkpoint written")
 PYTHON
