@@ -20,14 +20,18 @@ started=$SECONDS
 } > "$OUT/device.txt" 2>&1
 cat "$OUT/device.txt"
 
+say() {  # say TEXT: print a line and add it to $OUT/log.txt
+  echo "$*" | tee -a "$OUT/log.txt"
+}
+
 step() {  # step NAME LIMIT_S COMMAND...: run one benchmark under its own limit, its output added to $OUT/log.txt
   # (one log for all steps: the device tool brings back at most 8 files from $OUT)
   local name=$1 limit=$2; shift 2
-  echo "=== $name (limit ${limit} s, suite at $((SECONDS - started)) s)" | tee -a "$OUT/log.txt"
+  say "=== $name (limit ${limit} s, suite at $((SECONDS - started)) s)"
   timeout "$limit" "$@" 2>&1 | tee -a "$OUT/log.txt"
   local status=${PIPESTATUS[0]}
-  [ "$status" -eq 124 ] && echo "=== $name: cut at its ${limit} s limit (what it finished is in its JSON)" | tee -a "$OUT/log.txt"
-  [ "$status" -ne 0 ] && [ "$status" -ne 124 ] && echo "=== $name: exit status $status" | tee -a "$OUT/log.txt"
+  [ "$status" -eq 124 ] && say "=== $name: cut at its ${limit} s limit (what it finished is in its JSON)"
+  [ "$status" -ne 0 ] && [ "$status" -ne 124 ] && say "=== $name: exit status $status"
   return 0
 }
 
@@ -38,7 +42,7 @@ preflight() {  # preflight LIMIT_S: a 2-update jaxfl run on the device, or stop 
   # (the pieces every step uses) finds both in seconds, and the session keeps its time to mend and
   # rerun. QUICK=1 allows the CPU.
   local limit=$1
-  echo "=== preflight (limit ${limit} s)" | tee -a "$OUT/log.txt"
+  say "=== preflight (limit ${limit} s)"
   timeout "$limit" python3 - "$QUICK" <<'PYTHON' 2>&1 | tee -a "$OUT/log.txt"
 import os
 import sys
@@ -63,7 +67,7 @@ print(f"preflight: jax {jax.__version__} on {backend} ({jax.devices()[0].device_
 PYTHON
   local status=${PIPESTATUS[0]}
   if [ "$status" -ne 0 ]; then
-    echo "=== preflight failed (exit status $status): stopping before the benchmarks" | tee -a "$OUT/log.txt"
+    say "=== preflight failed (exit status $status): stopping before the benchmarks"
     exit 1
   fi
 }
