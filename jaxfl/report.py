@@ -5,8 +5,10 @@ other than the algorithm and the seed (clients, heterogeneity, partition...):
 
 - **time to first reach the target accuracy, relative to a reference algorithm** (FedAvg unless
   chosen), as in FedCompass (Li et al., ICLR 2024, Table 2): each method's mean virtual time to
-  target over the seeds that reached it, divided by the reference's; "–" where a method missed the
-  target in at least half of its runs, "n/a" where the reference did;
+  target over the seeds that reached it, and its ratio to the reference's, both means taken over
+  the seeds where both reached it (a method that is 2× slower in every seed it reaches does not look
+  faster for having missed the seed where everyone is slow); "–" where a method missed the target
+  in at least half of its runs, "n/a" where the reference did;
 - the same **seed by seed** where the sweep ran several seeds: each seed's time over the reference's
   in that seed (the reference's row: its own times), since where seeds differ more than methods
   (a split that is near IID in one seed and skewed in the next) a ratio of means hides what holds
@@ -222,8 +224,9 @@ def _group_label(key: tuple, columns: list[str]) -> str:
 
 def summarise(rows: list[dict], reference: str = "fedavg") -> list[dict]:
     """One row per group and method: runs, runs that reached the target, the mean (and std) virtual
-    time to target over those (None: missed in at least half of the runs), that mean relative to the
-    reference method's in the same group (None where either is None), and the best accuracy's
+    time to target over those (None: missed in at least half of the runs), the mean relative to the
+    reference method's in the same group, both over the seeds where both reached the target (None
+    where either mean is None), and the best accuracy's
     mean and std over the runs; with several seeds in a group, ``times_by_seed``: ``(seed, time,
     time relative to the reference's in that seed)`` per seed (time ``...``: no run of that seed;
     relative None where either missed), else None.
@@ -260,10 +263,11 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
         for name, runs in by_method.items():
             mean, spread, reached = times[name]
             best, final = _mean_of(runs, "best_accuracy"), _mean_of(runs, "final_accuracy")
+            relative = None if mean is None or not base else _paired_ratio(runs, by_method[reference], mean / base)
             lines.append({**dict(zip(groups, key)), "method": name, "algorithm": runs[0]["algorithm"],
                           "runs": len(runs), "reached": reached, "time_to_target_mean": mean,
                           "time_to_target_std": spread,
-                          "relative_time": None if mean is None or not base else mean / base,
+                          "relative_time": relative,
                           "best_accuracy_mean": best[0], "best_accuracy_std": best[1],
                           "final_accuracy_mean": final[0], "final_accuracy_std": final[1],
                           "client_steps_mean": steps[name],
@@ -272,6 +276,26 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           "reference_reached": base is not None,
                           "times_by_seed": _times_by_seed(runs, seeds, reference_time) if len(seeds) > 1 else None})
     return lines
+
+
+def _paired_ratio(runs: list[dict], reference_runs: list[dict], unpaired: float) -> float | None:
+    """Mean time to target of ``runs`` over the reference's, both over the seeds where both reached it
+    (None if there is no such seed); ``unpaired`` (the ratio of each one's own mean) where a seed
+    does not name one run of each.
+
+    >>> method = [{"seed": 0, "time_to_target": 60.0}, {"seed": 1, "time_to_target": None},
+    ...           {"seed": 2, "time_to_target": 20.0}]
+    >>> reference = [{"seed": s, "time_to_target": t} for s, t in [(0, 30.0), (1, 90.0), (2, 10.0)]]
+    >>> _paired_ratio(method, reference, unpaired=40.0 / 43.3)  # seeds 0 and 2: 80 s against 40 s, not 0.92
+    2.0
+    """
+    own, base = ({run.get("seed"): run.get("time_to_target") for run in group} for group in (runs, reference_runs))
+    if len(own) != len(runs) or len(base) != len(reference_runs):
+        return unpaired
+    common = [seed for seed, time in own.items() if time is not None and base.get(seed) is not None]
+    if not common:
+        return None
+    return sum(own[seed] for seed in common) / sum(base[seed] for seed in common)
 
 
 def _seed_order(seed) -> tuple:
@@ -310,7 +334,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
     |---|---|
     | fedavg | 1.00 (80.0 s) |
     <BLANKLINE>
-    Mean virtual time over the seeds that reached the target, divided by fedavg's (absolute mean in brackets); – = missed the target in at least half of its runs; n/a = fedavg did.
+    Mean virtual time to the target over the seeds where both the method and fedavg reached it, divided by fedavg's over the same seeds (in brackets: the method's mean over every seed that reached it); – = missed the target in at least half of its runs; n/a = fedavg did.
     <BLANKLINE>
     ## Best held-out accuracy, mean ± std over seeds
     <BLANKLINE>
@@ -366,8 +390,9 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
 
     parts = [f"## Time to first reach {target} held-out accuracy, relative to {reference}", "",
              *table(relative), "",
-             f"Mean virtual time over the seeds that reached the target, divided by {reference}'s "
-             f"(absolute mean in brackets); {MISSING} = missed the target in at least half of its runs; "
+             f"Mean virtual time to the target over the seeds where both the method and {reference} reached "
+             f"it, divided by {reference}'s over the same seeds (in brackets: the method's mean over every "
+             f"seed that reached it); {MISSING} = missed the target in at least half of its runs; "
              f"n/a = {reference} did.", ""]
     if seed_lists:
         order = f" (seed {' / '.join(str(seed) for seed in next(iter(seed_lists)))})" if named else ""
