@@ -59,7 +59,8 @@ from jaxfl.kernels.client import FederatedArrays, make_client_trainer, scale_uin
 from jaxfl.models import (MODELS, build_model, check_model_input, check_model_object, count_params,
                           is_model_reference, load_model_reference, make_model)
 from jaxfl.models.adapter import as_adapter
-from jaxfl.runlog import CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields, write_client_samples
+from jaxfl.runlog import (CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields, last_tenth_mean,
+                          write_client_samples)
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
@@ -1072,6 +1073,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     summary = {
         **_schedule_summary(config, algorithm, simulation, end_time, reason),
         "final_accuracy": accuracies[-1] if accuracies else None,
+        # the end of the budget less one evaluation's swing (runlog.last_tenth_mean)
+        "last_tenth_accuracy": last_tenth_mean(accuracies),
         "best_accuracy": max(accuracies) if accuracies else None,
         "final_balanced_accuracy": recorder.rows[-1].get("balanced_accuracy") if recorder.rows else None,
         "target_accuracy": config.target_accuracy, "time_to_target": recorder.time_to_target,

@@ -16,7 +16,10 @@ other than the algorithm and the seed (clients, heterogeneity, partition...):
 - **best held-out accuracy**, mean ± std over the seeds (numpy's std, ddof 0);
 - **final held-out accuracy** (at the end of the budget, as CC-FedAvg's Table II and FedASMU's
   report it), mean ± std, with the **computation** spent (client gradient steps executed) relative
-  to the reference's.
+  to the reference's;
+- **accuracy over the last tenth of the evaluations** (the mean of each run's last 40 of 401
+  evaluations, then mean ± std over the seeds), where the results have it: the end of the budget
+  without one evaluation's swing, to tell a method that ends lower from one that ended on a dip.
 
 A setting that only some algorithms read (FedBuff's buffer_size, PORT's ``port.min_clients``) names a
 method variant; a setting every algorithm of the sweep reads (clients_per_round of FedAvg and
@@ -52,7 +55,7 @@ import numpy as np
 
 from jaxfl.config import ALGORITHM_FIELDS
 from jaxfl.plot import save_figure
-from jaxfl.runlog import read_events, write_csv
+from jaxfl.runlog import METRICS_NAME, last_tenth_mean, read_events, read_metrics, write_csv
 from jaxfl.sweep import SUMMARY_COLUMNS
 
 MISSING = "–"
@@ -105,7 +108,8 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
     """The rows of several sweep folders' ``results.csv`` as one table: the same grid split over
     machines or sessions (seeds on a GPU, the rest on a CPU), or a grid extended into a folder of its
     own. Each row's ``run_dir`` becomes the path of its run (so figures find it in its own folder); a
-    column one folder lacks is empty in its rows; a run found in two folders (the same settings and
+    row written before ``last_tenth_accuracy`` was a column gets it from its run's ``metrics.csv``
+    where the run folder is there; a column one folder lacks is empty in its rows; a run found in two folders (the same settings and
     seed) is an error naming both, as is a folder given twice.
 
     >>> import tempfile
@@ -126,6 +130,8 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
         for row in read_results(folder):
             if row.get("run_dir") is not None:  # absolute: os.path.join(any folder, it) is it
                 row["run_dir"] = os.path.join(os.path.abspath(folder), str(row["run_dir"]))
+                if row.get("last_tenth_accuracy") is None and os.path.isfile(os.path.join(row["run_dir"], METRICS_NAME)):
+                    row["last_tenth_accuracy"] = last_tenth_mean(read_metrics(row["run_dir"]).get("accuracy", ()))
             found.append((row, folder))
     columns = list(dict.fromkeys(name for row, _ in found for name in row))
     settings = [name for name in columns if name not in ("cell", "run_dir", *SUMMARY_COLUMNS)]
@@ -263,6 +269,7 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
         for name, runs in by_method.items():
             mean, spread, reached = times[name]
             best, final = _mean_of(runs, "best_accuracy"), _mean_of(runs, "final_accuracy")
+            tail = _mean_of(runs, "last_tenth_accuracy")
             relative = None if mean is None or not base else _paired_ratio(runs, by_method[reference], mean / base)
             lines.append({**dict(zip(groups, key)), "method": name, "algorithm": runs[0]["algorithm"],
                           "runs": len(runs), "reached": reached, "time_to_target_mean": mean,
@@ -270,6 +277,9 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           "relative_time": relative,
                           "best_accuracy_mean": best[0], "best_accuracy_std": best[1],
                           "final_accuracy_mean": final[0], "final_accuracy_std": final[1],
+                          # over the runs that have it (sweeps before it was a column have not)
+                          "last_tenth_accuracy_mean": tail[0], "last_tenth_accuracy_std": tail[1],
+                          "last_tenth_accuracy_runs": sum(run.get("last_tenth_accuracy") is not None for run in runs),
                           "client_steps_mean": steps[name],
                           "stopped_at_target": sum(run.get("stop_reason") == "target reached" for run in runs),
                           "relative_steps": None if steps[name] is None or not base_steps else steps[name] / base_steps,
@@ -365,6 +375,13 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
         shown = f"{line['final_accuracy_mean']:.4f} ± {line['final_accuracy_std']:.4f}"
         return shown if line.get("relative_steps") is None else f"{shown} ({line['relative_steps']:.2f}×)"
 
+    def last_tenth(line):
+        if line is None or line.get("last_tenth_accuracy_mean") is None:
+            return ""
+        shown = f"{line['last_tenth_accuracy_mean']:.4f} ± {line['last_tenth_accuracy_std']:.4f}"
+        counted = line.get("last_tenth_accuracy_runs")
+        return shown if counted in (None, line["runs"]) else f"{shown} ({counted} of {line['runs']} runs)"
+
     def table(cell) -> list[str]:
         return [header, rule] + [f"| {method} | " + " | ".join(cell(found.get((key, method))) for key in keys) + " |"
                                  for method in methods]
@@ -410,6 +427,13 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                   + (" Runs that stopped at the target end there: their final accuracy is the one that reached it, "
                      "their computation what reaching it cost." if any(line.get("stopped_at_target") for line in lines)
                      else "")]
+    if any(line.get("last_tenth_accuracy_mean") is not None for line in lines):
+        parts += ["", "## Held-out accuracy over the last tenth of the evaluations, mean ± std over seeds", "",
+                  *table(last_tenth), "",
+                  "Each run's mean accuracy over its last tenth of evaluations (the last 40 of 401), then the "
+                  "mean over its seeds: the end of the budget without the swing of one evaluation. In brackets: "
+                  "the runs that have it, where some do not (results written before it was a column, "
+                  "with no run folder to compute it from)."]
     return "\n".join(parts)
 
 

@@ -806,6 +806,23 @@ def read_metrics(run_dir: str) -> dict[str, np.ndarray]:
     return columns
 
 
+def last_tenth_mean(accuracies) -> float | None:
+    """The mean of the last tenth of a run's evaluations (at least the last one; None if there are
+    none): its accuracy at the end of the budget, less the swing of one evaluation. 401 evaluations
+    (version 0 and 400 rounds) average the last 40.
+
+    >>> last_tenth_mean([0.5] * 18 + [0.7, 0.9])  # 20 evaluations: the last 2
+    0.8
+    >>> last_tenth_mean([0.3, 0.6]), last_tenth_mean([])
+    (0.6, None)
+    """
+    values = [float(value) for value in accuracies]
+    if not values:
+        return None
+    tail = values[-max(1, len(values) // 10):]
+    return round(sum(tail) / len(tail), 6)
+
+
 def read_class_accuracy(run_dir: str) -> dict[str, np.ndarray] | None:
     """A run's ``class_accuracy.csv``: ``time`` and ``version`` of each evaluation (the rows of
     ``metrics.csv``), and ``accuracy``, an (evaluations, classes) float64 array of each class's

@@ -48,7 +48,8 @@ SWEEP_OWNED = ("output_dir", "run_name", "progress")
 # Settings every results row carries, swept or not (the papers' tables are keyed by them).
 KEY_SETTINGS = ("algorithm", "dataset", "model", "partition", "clients", "heterogeneity", "local_steps", "seed")
 # The summary figures of each row (summary.json; client_updates = updates aggregated, FedBuff's unit).
-SUMMARY_COLUMNS = ("target_accuracy", "time_to_target", "best_accuracy", "final_accuracy", "global_updates",
+SUMMARY_COLUMNS = ("target_accuracy", "time_to_target", "best_accuracy", "final_accuracy", "last_tenth_accuracy",
+                   "global_updates",
                    "client_updates", "client_steps_executed", "virtual_time", "client_utilisation",
                    "mean_staleness", "stop_reason", "wall_time_s")
 
@@ -334,6 +335,7 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
     row.update({
         "target_accuracy": summary.get("target_accuracy"), "time_to_target": summary.get("time_to_target"),
         "best_accuracy": summary.get("best_accuracy"), "final_accuracy": summary.get("final_accuracy"),
+        "last_tenth_accuracy": _last_tenth_accuracy(summary, cell.run_dir),
         "global_updates": summary.get("global_updates"),
         "client_updates": summary.get("accounting", {}).get("aggregated"),
         "client_steps_executed": summary.get("client_steps_executed", summary.get("client_steps_aggregated")),
@@ -344,6 +346,20 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
         "run_dir": os.path.relpath(cell.run_dir, sweep_dir),
     })
     return row
+
+
+def _last_tenth_accuracy(summary: dict, run_dir: str) -> float | None:
+    """The summary's ``last_tenth_accuracy``, or, for a run finished before summaries had it, the
+    same figure from its ``metrics.csv`` (so the same sweep call again fills the column in)."""
+    if "last_tenth_accuracy" in summary:
+        return summary["last_tenth_accuracy"]
+    from jaxfl.runlog import last_tenth_mean, read_metrics
+
+    try:
+        metrics = read_metrics(run_dir)
+    except FileNotFoundError:
+        return None
+    return last_tenth_mean(metrics["accuracy"]) if "accuracy" in metrics else None
 
 
 def write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str | None]:

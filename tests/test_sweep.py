@@ -52,6 +52,8 @@ def test_one_row_per_cell_with_swept_key_and_summary_columns(sweep):
         with open(os.path.join(sweep.sweep_dir, row["run_dir"], "summary.json")) as handle:
             summary = json.load(handle)
         assert row["best_accuracy"] == summary["best_accuracy"]
+        # 2 updates: 3 evaluations, whose last tenth is the last one
+        assert row["last_tenth_accuracy"] == summary["last_tenth_accuracy"] == pytest.approx(summary["final_accuracy"])
         assert row["client_updates"] == summary["accounting"]["aggregated"]
         assert row["stop_reason"] == "update budget"
     assert len(_run_dirs(sweep.sweep_dir)) == 4
@@ -352,6 +354,54 @@ def test_a_setting_every_algorithm_reads_is_a_group_with_its_reference(tmp_path)
     assert group_columns(alone) == []
     assert [line["method"] for line in summarise(alone, reference="fedavg clients_per_round=10")] == [
         "fedavg clients_per_round=10", "fedavg clients_per_round=20"]
+
+
+def _strip_last_tenth_accuracy(folder):
+    """The results.csv of ``folder`` as a sweep wrote it before last_tenth_accuracy was a column."""
+    path = os.path.join(folder, "results.csv")
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, [name for name in rows[0] if name != "last_tenth_accuracy"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_the_last_tenth_accuracy_comes_from_the_metrics_of_runs_from_before_it_was_a_column(sweep, tmp_path):
+    old = str(tmp_path / "old")
+    shutil.copytree(sweep.sweep_dir, old)
+    for row in sweep.rows:
+        path = os.path.join(old, row["run_dir"], "summary.json")
+        with open(path) as handle:
+            summary = json.load(handle)
+        del summary["last_tenth_accuracy"]
+        with open(path, "w") as handle:
+            json.dump(summary, handle)
+    _strip_last_tenth_accuracy(old)
+    # fedavg seed 0 evaluated 20 times: its last tenth is the last two, 0.7 and 0.9
+    with open(os.path.join(old, sweep.rows[0]["run_dir"], "metrics.csv"), "w") as handle:
+        handle.write("time,version,accuracy\n" + "".join(f"{t}.0,{t},{a}\n" for t, a in enumerate([0.5] * 18 + [0.7, 0.9])))
+    finals = {(row["algorithm"], row["seed"]): row["final_accuracy"] for row in sweep.rows}
+
+    report = make_report(old, figures=False)
+    found = {line["method"]: line for line in report.rows}
+    assert found["fedavg"]["last_tenth_accuracy_mean"] == pytest.approx((0.8 + finals["fedavg", 1]) / 2)
+    assert found["fedbuff"]["last_tenth_accuracy_mean"] == pytest.approx((finals["fedbuff", 0] + finals["fedbuff", 1]) / 2)
+    assert "## Held-out accuracy over the last tenth of the evaluations, mean ± std over seeds" in report.markdown
+
+    # the same sweep call again trains nothing and writes the column from the runs' metrics
+    again = run_sweep(BASE, GRID, old, progress=False)
+    assert again.ran == [] and again.skipped == [0, 1, 2, 3]
+    assert read_results(old)[0]["last_tenth_accuracy"] == pytest.approx(0.8)
+
+    # a row with neither the column nor its run folder: left out of the mean, and the table says so
+    _strip_last_tenth_accuracy(old)
+    shutil.rmtree(os.path.join(old, sweep.rows[3]["run_dir"]))
+    lines = make_report(old, out=str(tmp_path / "partial"), figures=False).markdown.splitlines()
+    header = next(line for line in lines if line.startswith("## Held-out accuracy over the last tenth"))
+    table = lines[lines.index(header):]
+    assert f"| fedbuff | {finals['fedbuff', 0]:.4f} ± 0.0000 (1 of 2 runs) |" in table
+    assert any(line.startswith("| fedavg | 0.") and "runs)" not in line for line in table)
 
 
 def test_report_writes_the_figures(sweep, tmp_path, capsys):
