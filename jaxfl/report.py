@@ -17,8 +17,8 @@ other than the algorithm and the seed (clients, heterogeneity, partition...):
 - **final held-out accuracy** (at the end of the budget, as CC-FedAvg's Table II and FedASMU's
   report it), mean ± std, with the **computation** spent (client gradient steps executed) relative
   to the reference's;
-- **accuracy over the last tenth of the evaluations** (the mean of each run's last 40 of 401
-  evaluations, then mean ± std over the seeds), where the results have it: the end of the budget
+- **accuracy over the last tenth of the evaluations** (the mean of each run's last tenth of
+  evaluations, e.g. its last 40 of 401, then mean ± std over the seeds), where the results have it: the end of the budget
   without one evaluation's swing, to tell a method that ends lower from one that ended on a dip.
 
 A setting that only some algorithms read (FedBuff's buffer_size, PORT's ``port.min_clients``) names a
@@ -430,7 +430,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
     if any(line.get("last_tenth_accuracy_mean") is not None for line in lines):
         parts += ["", "## Held-out accuracy over the last tenth of the evaluations, mean ± std over seeds", "",
                   *table(last_tenth), "",
-                  "Each run's mean accuracy over its last tenth of evaluations (the last 40 of 401), then the "
+                  "Each run's mean accuracy over its last tenth of evaluations (of 401 evaluations, the last 40), then the "
                   "mean over its seeds: the end of the budget without the swing of one evaluation. In brackets: "
                   "the runs that have it, where some do not (results written before it was a column, "
                   "with no run folder to compute it from)."]
