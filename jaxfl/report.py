@@ -16,10 +16,11 @@ other than the algorithm and the seed (clients, heterogeneity, partition...):
 - **best held-out accuracy**, mean ± std over the seeds (numpy's std, ddof 0);
 - **final held-out accuracy** (at the end of the budget, as CC-FedAvg's Table II and FedASMU's
   report it), mean ± std, with the **computation** spent (client gradient steps executed) relative
-  to the reference's;
+  to the reference's, and seed by seed its difference to the reference's in the same seed;
 - **accuracy over the last tenth of the evaluations** (the mean of each run's last tenth of
   evaluations, e.g. its last 40 of 401, then mean ± std over the seeds), where the results have it: the end of the budget
-  without one evaluation's swing, to tell a method that ends lower from one that ended on a dip.
+  without one evaluation's swing, to tell a method that ends lower from one that ended on a dip;
+  seed by seed as the final accuracy.
 
 A setting that only some algorithms read (FedBuff's buffer_size, PORT's ``port.min_clients``) names a
 method variant; a setting every algorithm of the sweep reads (clients_per_round of FedAvg and
@@ -72,6 +73,10 @@ class Report:
     table: str
     rows: list
     figures: list
+
+
+# The accuracies whose seed-by-seed differences to the reference the report tables (several seeds).
+SEED_BY_SEED_ACCURACIES = ("final_accuracy", "last_tenth_accuracy")
 
 
 def _number(text: str):
@@ -264,6 +269,8 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
         base = times.get(reference, (None,))[0]
         seeds = sorted({run.get("seed") for runs in by_method.values() for run in runs}, key=_seed_order)
         reference_time = {run.get("seed"): run.get("time_to_target") for run in by_method.get(reference, [])}
+        reference_accuracy = {column: {run.get("seed"): run.get(column) for run in by_method.get(reference, [])}
+                              for column in SEED_BY_SEED_ACCURACIES}
         steps = {name: _mean_of(runs, "client_steps_executed")[0] for name, runs in by_method.items()}
         base_steps = steps.get(reference)
         for name, runs in by_method.items():
@@ -284,7 +291,9 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           "stopped_at_target": sum(run.get("stop_reason") == "target reached" for run in runs),
                           "relative_steps": None if steps[name] is None or not base_steps else steps[name] / base_steps,
                           "reference_reached": base is not None,
-                          "times_by_seed": _times_by_seed(runs, seeds, reference_time) if len(seeds) > 1 else None})
+                          "times_by_seed": _times_by_seed(runs, seeds, reference_time) if len(seeds) > 1 else None,
+                          **{f"{column}_by_seed": _accuracy_by_seed(runs, seeds, reference_accuracy[column], column)
+                             if len(seeds) > 1 else None for column in SEED_BY_SEED_ACCURACIES}})
     return lines
 
 
@@ -321,6 +330,23 @@ def _times_by_seed(runs: list[dict], seeds: list, reference_time: dict) -> list[
     for seed in seeds:
         time, base = own.get(seed, ...), reference_time.get(seed)
         rows.append((seed, time, time / base if time not in (None, ...) and base else None))
+    return rows
+
+
+def _accuracy_by_seed(runs: list[dict], seeds: list, reference_value: dict, column: str) -> list[tuple]:
+    """``(seed, the run's column, that minus the reference's in the same seed)`` for each seed of the
+    group; value ``...`` where the method has no run of that seed, the difference None where either
+    value is missing.
+
+    >>> _accuracy_by_seed([{"seed": 0, "final_accuracy": 0.70}, {"seed": 1, "final_accuracy": 0.80}], [0, 1, 2],
+    ...                   {0: 0.75, 1: None}, "final_accuracy")
+    [(0, 0.7, -0.05), (1, 0.8, None), (2, Ellipsis, None)]
+    """
+    own = {run.get("seed"): run.get(column) for run in runs}
+    rows = []
+    for seed in seeds:
+        value, base = own.get(seed, ...), reference_value.get(seed)
+        rows.append((seed, value, round(value - base, 6) if value not in (None, ...) and base is not None else None))
     return rows
 
 
@@ -417,6 +443,32 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                   *table(by_seed), "",
                   f"Each seed's time divided by {reference}'s in the same seed ({reference}'s row: its own "
                   f"times); {MISSING} = missed the target; n/a = {reference} did; · = no run of that seed.", ""]
+    def accuracy_by_seed(column):
+        def cell(line):
+            if line is None or line.get(f"{column}_by_seed") is None:
+                return ""
+            cells = []
+            for seed, value, difference in line[f"{column}_by_seed"]:
+                if value is ...:
+                    shown = "·"
+                elif line["method"] == reference:
+                    shown = "n/a" if value is None else f"{value:.4f}"
+                else:
+                    shown = "n/a" if difference is None else f"{difference:+.3f}"
+                cells.append(shown if named else f"{seed}: {shown}")
+            return " / ".join(cells)
+        return cell
+
+    def seed_by_seed(column, what) -> list[str]:
+        if not seed_lists or not any(line.get(f"{column}_mean") is not None for line in lines):
+            return []
+        order = f" (seed {' / '.join(str(seed) for seed in next(iter(seed_lists)))})" if named else ""
+        return ["", f"## {what}, seed by seed: difference to {reference}{order}", "",
+                *table(accuracy_by_seed(column)), "",
+                f"Each seed's value minus {reference}'s in the same seed ({reference}'s row: its own values); "
+                "n/a = not in the results (a run, or the reference's, from before the column); "
+                "· = no run of that seed."]
+
     parts += ["## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy)]
     if any(line.get("final_accuracy_mean") is not None for line in lines):
         # CC-FedAvg's and FedASMU's tables: the accuracy at the end of the budget and what it cost
@@ -427,6 +479,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                   + (" Runs that stopped at the target end there: their final accuracy is the one that reached it, "
                      "their computation what reaching it cost." if any(line.get("stopped_at_target") for line in lines)
                      else "")]
+        parts += seed_by_seed("final_accuracy", "Final held-out accuracy")
     if any(line.get("last_tenth_accuracy_mean") is not None for line in lines):
         parts += ["", "## Held-out accuracy over the last tenth of the evaluations, mean ± std over seeds", "",
                   *table(last_tenth), "",
@@ -434,6 +487,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                   "mean over its seeds: the end of the budget without the swing of one evaluation. In brackets: "
                   "the runs that have it, where some do not (results written before it was a column, "
                   "with no run folder to compute it from)."]
+        parts += seed_by_seed("last_tenth_accuracy", "Held-out accuracy over the last tenth of the evaluations")
     return "\n".join(parts)
 
 
@@ -443,12 +497,16 @@ def _target_text(rows: list[dict]) -> str:
 
 
 def _write_csv(lines: list[dict], path: str) -> str:
-    """One row per line; the seed-by-seed times become a ``relative_time_seed{S}`` column per seed."""
+    """One row per line; the seed-by-seed times become a ``relative_time_seed{S}`` column per seed, and
+    the seed-by-seed accuracies a ``final_accuracy_seed{S}`` and ``last_tenth_accuracy_seed{S}`` each."""
     rows = []
     for line in lines:
-        row = {name: value for name, value in line.items() if name != "times_by_seed"}
+        row = {name: value for name, value in line.items() if not name.endswith("_by_seed")}
         for seed, _, relative in line.get("times_by_seed") or ():
             row[f"relative_time_seed{seed}"] = relative
+        for column in SEED_BY_SEED_ACCURACIES:
+            for seed, value, _ in line.get(f"{column}_by_seed") or ():
+                row[f"{column}_seed{seed}"] = None if value is ... else value
         rows.append(row)
     return write_csv(path, rows, dict.fromkeys(name for row in rows for name in row))
 

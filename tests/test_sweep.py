@@ -346,6 +346,14 @@ def test_a_setting_every_algorithm_reads_is_a_group_with_its_reference(tmp_path)
     assert "| fedavg | 0.8100 ± 0.0100 (1.00×) | 0.8300 ± 0.0000 (1.00×) |" in lines
     assert "| ccfedavg cc.strategy=strategy1 | 0.4500 ± 0.0500 (0.48×) | 0.7800 ± 0.0100 (0.48×) |" in lines
     assert "stopped at the target" not in report.markdown  # these ran their whole budget
+    # the final accuracy seed by seed, as a difference to FedAvg's in the same seed
+    assert "## Final held-out accuracy, seed by seed: difference to fedavg (seed 0 / 1)" in lines
+    assert "| fedavg | 0.8000 / 0.8200 | 0.8300 / 0.8300 |" in lines
+    assert "| ccfedavg cc.strategy=strategy1 | -0.400 / -0.320 | -0.040 / -0.060 |" in lines
+    with open(report.table, newline="") as handle:
+        table = {(row["clients_per_round"], row["method"]): row for row in csv.DictReader(handle)}
+    assert float(table["20", "ccfedavg cc.strategy=strategy1"]["final_accuracy_seed1"]) == pytest.approx(0.77)
+    assert "last tenth" not in report.markdown  # no run has it, and there are no run folders to compute it from
     stopped = [{**row, "stop_reason": "target reached"} for row in rows]
     assert "Runs that stopped at the target end there: their final accuracy is the one that reached it" in \
         format_markdown(summarise(stopped), ["clients_per_round"], "fedavg", "75%")
@@ -388,6 +396,9 @@ def test_the_last_tenth_accuracy_comes_from_the_metrics_of_runs_from_before_it_w
     assert found["fedavg"]["last_tenth_accuracy_mean"] == pytest.approx((0.8 + finals["fedavg", 1]) / 2)
     assert found["fedbuff"]["last_tenth_accuracy_mean"] == pytest.approx((finals["fedbuff", 0] + finals["fedbuff", 1]) / 2)
     assert "## Held-out accuracy over the last tenth of the evaluations, mean ± std over seeds" in report.markdown
+    assert "## Held-out accuracy over the last tenth of the evaluations, seed by seed: difference to fedavg (seed 0 / 1)" \
+        in report.markdown
+    assert f"| fedavg | 0.8000 / {finals['fedavg', 1]:.4f} |" in report.markdown.splitlines()
 
     # the same sweep call again trains nothing and writes the column from the runs' metrics
     again = run_sweep(BASE, GRID, old, progress=False)
