@@ -18,9 +18,9 @@ other than the algorithm and the seed (clients, heterogeneity, partition...):
   report it), mean ± std, with the **computation** spent (client gradient steps executed) relative
   to the reference's, and seed by seed its difference to the reference's in the same seed;
 - **accuracy over the last tenth of the evaluations** (the mean of each run's last tenth of
-  evaluations, e.g. its last 40 of 401, then mean ± std over the seeds), where the results have it: the end of the budget
-  without one evaluation's swing, to tell a method that ends lower from one that ended on a dip;
-  seed by seed as the final accuracy.
+  evaluations, e.g. its last 40 of 401, then mean ± std over the seeds), where the results have
+  it: the end of the budget without one evaluation's swing, to tell a method that ends lower from
+  one that ended on a dip; seed by seed as the final accuracy.
 
 A setting that only some algorithms read (FedBuff's buffer_size, PORT's ``port.min_clients``) names a
 method variant; a setting every algorithm of the sweep reads (clients_per_round of FedAvg and
@@ -114,8 +114,8 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
     machines or sessions (seeds on a GPU, the rest on a CPU), or a grid extended into a folder of its
     own. Each row's ``run_dir`` becomes the path of its run (so figures find it in its own folder); a
     row written before ``last_tenth_accuracy`` was a column gets it from its run's ``metrics.csv``
-    where the run folder is there; a column one folder lacks is empty in its rows; a run found in two folders (the same settings and
-    seed) is an error naming both, as is a folder given twice.
+    where the run folder is there; a column one folder lacks is empty in its rows; a run found in two
+    folders (the same settings and seed) is an error naming both, as is a folder given twice.
 
     >>> import tempfile
     >>> first, second = tempfile.mkdtemp(), tempfile.mkdtemp()
@@ -135,7 +135,8 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
         for row in read_results(folder):
             if row.get("run_dir") is not None:  # absolute: os.path.join(any folder, it) is it
                 row["run_dir"] = os.path.join(os.path.abspath(folder), str(row["run_dir"]))
-                if row.get("last_tenth_accuracy") is None and os.path.isfile(os.path.join(row["run_dir"], METRICS_NAME)):
+                metrics = os.path.join(row["run_dir"], METRICS_NAME)
+                if row.get("last_tenth_accuracy") is None and os.path.isfile(metrics):
                     row["last_tenth_accuracy"] = last_tenth_mean(read_metrics(row["run_dir"]).get("accuracy", ()))
             found.append((row, folder))
     columns = list(dict.fromkeys(name for row, _ in found for name in row))
@@ -443,6 +444,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                   *table(by_seed), "",
                   f"Each seed's time divided by {reference}'s in the same seed ({reference}'s row: its own "
                   f"times); {MISSING} = missed the target; n/a = {reference} did; · = no run of that seed.", ""]
+
     def accuracy_by_seed(column):
         def cell(line):
             if line is None or line.get(f"{column}_by_seed") is None:
@@ -483,9 +485,9 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
     if any(line.get("last_tenth_accuracy_mean") is not None for line in lines):
         parts += ["", "## Held-out accuracy over the last tenth of the evaluations, mean ± std over seeds", "",
                   *table(last_tenth), "",
-                  "Each run's mean accuracy over its last tenth of evaluations (of 401 evaluations, the last 40), then the "
-                  "mean over its seeds: the end of the budget without the swing of one evaluation. In brackets: "
-                  "the runs that have it, where some do not (results written before it was a column, "
+                  "Each run's mean accuracy over its last tenth of evaluations (of 401 evaluations, the last 40), "
+                  "then the mean over its seeds: the end of the budget without the swing of one evaluation. "
+                  "In brackets: the runs that have it, where some do not (results written before it was a column, "
                   "with no run folder to compute it from)."]
         parts += seed_by_seed("last_tenth_accuracy", "Held-out accuracy over the last tenth of the evaluations")
     return "\n".join(parts)
