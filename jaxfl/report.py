@@ -56,7 +56,7 @@ import numpy as np
 
 from jaxfl.config import ALGORITHM_FIELDS
 from jaxfl.plot import save_figure
-from jaxfl.runlog import METRICS_NAME, last_tenth_mean, read_events, read_metrics, write_csv
+from jaxfl.runlog import read_events, run_last_tenth_accuracy, write_csv
 from jaxfl.sweep import SUMMARY_COLUMNS
 
 MISSING = "–"
@@ -135,9 +135,8 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
         for row in read_results(folder):
             if row.get("run_dir") is not None:  # absolute: os.path.join(any folder, it) is it
                 row["run_dir"] = os.path.join(os.path.abspath(folder), str(row["run_dir"]))
-                metrics = os.path.join(row["run_dir"], METRICS_NAME)
-                if row.get("last_tenth_accuracy") is None and os.path.isfile(metrics):
-                    row["last_tenth_accuracy"] = last_tenth_mean(read_metrics(row["run_dir"]).get("accuracy", ()))
+                if row.get("last_tenth_accuracy") is None:
+                    row["last_tenth_accuracy"] = run_last_tenth_accuracy(row["run_dir"])
             found.append((row, folder))
     columns = list(dict.fromkeys(name for row, _ in found for name in row))
     settings = [name for name in columns if name not in ("cell", "run_dir", *SUMMARY_COLUMNS)]

@@ -823,6 +823,22 @@ def last_tenth_mean(accuracies) -> float | None:
     return round(sum(tail) / len(tail), 6)
 
 
+def run_last_tenth_accuracy(run_dir: str) -> float | None:
+    """:func:`last_tenth_mean` of a run folder's ``metrics.csv`` accuracies (None: no metrics.csv, or no
+    accuracy): for runs whose summary predates ``last_tenth_accuracy``.
+
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> _ = open(f"{run_dir}/metrics.csv", "w").write("time,version,accuracy\\n0.0,0,0.1\\n1.0,1,0.4\\n")
+    >>> run_last_tenth_accuracy(run_dir), run_last_tenth_accuracy(tempfile.mkdtemp())
+    (0.4, None)
+    """
+    if not os.path.isfile(os.path.join(run_dir, METRICS_NAME)):
+        return None
+    accuracy = read_metrics(run_dir).get("accuracy")
+    return None if accuracy is None else last_tenth_mean(accuracy)
+
+
 def read_class_accuracy(run_dir: str) -> dict[str, np.ndarray] | None:
     """A run's ``class_accuracy.csv``: ``time`` and ``version`` of each evaluation (the rows of
     ``metrics.csv``), and ``accuracy``, an (evaluations, classes) float64 array of each class's

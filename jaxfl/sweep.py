@@ -353,13 +353,9 @@ def _last_tenth_accuracy(summary: dict, run_dir: str) -> float | None:
     same figure from its ``metrics.csv`` (so the same sweep call again fills the column in)."""
     if "last_tenth_accuracy" in summary:
         return summary["last_tenth_accuracy"]
-    from jaxfl.runlog import last_tenth_mean, read_metrics
+    from jaxfl.runlog import run_last_tenth_accuracy
 
-    try:
-        metrics = read_metrics(run_dir)
-    except FileNotFoundError:
-        return None
-    return last_tenth_mean(metrics["accuracy"]) if "accuracy" in metrics else None
+    return run_last_tenth_accuracy(run_dir)
 
 
 def write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str | None]:
