@@ -268,9 +268,8 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                 if 2 * len(reached) > len(runs) else (None, None, len(reached))
         base = times.get(reference, (None,))[0]
         seeds = sorted({run.get("seed") for runs in by_method.values() for run in runs}, key=_seed_order)
-        reference_time = {run.get("seed"): run.get("time_to_target") for run in by_method.get(reference, [])}
-        reference_accuracy = {column: {run.get("seed"): run.get(column) for run in by_method.get(reference, [])}
-                              for column in SEED_BY_SEED_ACCURACIES}
+        reference_value = {column: {run.get("seed"): run.get(column) for run in by_method.get(reference, [])}
+                           for column in ("time_to_target", *SEED_BY_SEED_ACCURACIES)}
         steps = {name: _mean_of(runs, "client_steps_executed")[0] for name, runs in by_method.items()}
         base_steps = steps.get(reference)
         for name, runs in by_method.items():
@@ -291,8 +290,9 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           "stopped_at_target": sum(run.get("stop_reason") == "target reached" for run in runs),
                           "relative_steps": None if steps[name] is None or not base_steps else steps[name] / base_steps,
                           "reference_reached": base is not None,
-                          "times_by_seed": _times_by_seed(runs, seeds, reference_time) if len(seeds) > 1 else None,
-                          **{f"{column}_by_seed": _accuracy_by_seed(runs, seeds, reference_accuracy[column], column)
+                          "times_by_seed": _by_seed(runs, seeds, reference_value["time_to_target"], "time_to_target",
+                                                    _ratio) if len(seeds) > 1 else None,
+                          **{f"{column}_by_seed": _by_seed(runs, seeds, reference_value[column], column, _difference)
                              if len(seeds) > 1 else None for column in SEED_BY_SEED_ACCURACIES}})
     return lines
 
@@ -321,33 +321,30 @@ def _seed_order(seed) -> tuple:
     return (seed is None, seed if isinstance(seed, (int, float)) else str(seed))
 
 
-def _times_by_seed(runs: list[dict], seeds: list, reference_time: dict) -> list[tuple]:
-    """``(seed, time to target, that time over the reference's in the same seed)`` for each seed of
-    the group, in order; time ``...`` where the method has no run of that seed, relative None where
-    either time is missing."""
-    own = {run.get("seed"): run.get("time_to_target") for run in runs}
-    rows = []
-    for seed in seeds:
-        time, base = own.get(seed, ...), reference_time.get(seed)
-        rows.append((seed, time, time / base if time not in (None, ...) and base else None))
-    return rows
+def _by_seed(runs: list[dict], seeds: list, reference_value: dict, column: str,
+             compare: Callable[[float, float], float | None]) -> list[tuple]:
+    """``(seed, the run's column, compare(it, the reference's in the same seed))`` for each seed of the
+    group, in order; value ``...`` where the method has no run of that seed, the comparison None where
+    either value is missing. Times compare as a ratio, accuracies as a difference.
 
-
-def _accuracy_by_seed(runs: list[dict], seeds: list, reference_value: dict, column: str) -> list[tuple]:
-    """``(seed, the run's column, that minus the reference's in the same seed)`` for each seed of the
-    group; value ``...`` where the method has no run of that seed, the difference None where either
-    value is missing.
-
-    >>> _accuracy_by_seed([{"seed": 0, "final_accuracy": 0.70}, {"seed": 1, "final_accuracy": 0.80}], [0, 1, 2],
-    ...                   {0: 0.75, 1: None}, "final_accuracy")
+    >>> _by_seed([{"seed": 0, "final_accuracy": 0.70}, {"seed": 1, "final_accuracy": 0.80}], [0, 1, 2],
+    ...          {0: 0.75, 1: None}, "final_accuracy", _difference)
     [(0, 0.7, -0.05), (1, 0.8, None), (2, Ellipsis, None)]
     """
     own = {run.get("seed"): run.get(column) for run in runs}
     rows = []
     for seed in seeds:
         value, base = own.get(seed, ...), reference_value.get(seed)
-        rows.append((seed, value, round(value - base, 6) if value not in (None, ...) and base is not None else None))
+        rows.append((seed, value, compare(value, base) if value not in (None, ...) and base is not None else None))
     return rows
+
+
+def _ratio(time: float, base: float) -> float | None:
+    return time / base if base else None
+
+
+def _difference(value: float, base: float) -> float:
+    return round(value - base, 6)
 
 
 def _mean_of(runs: list[dict], column: str) -> tuple[float | None, float | None]:
