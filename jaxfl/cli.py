@@ -325,10 +325,13 @@ def _sweep_parser(commands) -> None:
                                              "and figures (accuracy bands over virtual time, time-to-target bars, "
                                              "staleness histograms, client timelines) of a jaxfl sweep folder.")
     report.add_argument("sweep_dir", metavar="SWEEP_DIR", nargs="+",
-                        help="a folder written by jaxfl sweep; several: their results as one table (the parts of "
-                             "a grid run apart, e.g. seeds on another machine), the report in the first")
+                        help="a folder written by jaxfl sweep, or a results CSV file (its results.csv kept apart: "
+                             "tables only, with --no-figures, where its runs are gone); several: their results as "
+                             "one table (the parts of a grid run apart, e.g. seeds on another machine), the report "
+                             "in the first")
     report.add_argument("--reference", default="fedavg", help="the method times are relative to (default: fedavg)")
-    report.add_argument("--out", metavar="DIR", help="where to write (default: the first SWEEP_DIR/report)")
+    report.add_argument("--out", metavar="DIR", help="where to write (default: the first SWEEP_DIR/report; "
+                                                      "for a file x/NAME.csv, x/NAME-report)")
     report.add_argument("--no-figures", dest="figures", action="store_false", help="the tables only")
     report.add_argument("--panels", metavar="SETTING",
                         help="a swept setting of a method (e.g. port.min_clients): one figure panel per value of it, "

@@ -93,8 +93,39 @@ def _number(text: str):
     return text
 
 
+def results_path(source: str) -> str:
+    """The results table a report source names: ``SOURCE/results.csv`` for a sweep folder, or
+    ``SOURCE`` itself for a CSV file (a sweep's ``results.csv`` kept apart from its folder, e.g. the
+    tables committed under ``benchmarks/reproduction/results/``).
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = open(f"{folder}/results.csv", "w").write("algorithm,seed\\nfedavg,0\\n")
+    >>> results_path(folder) == results_path(f"{folder}/results.csv") == f"{folder}/results.csv"
+    True
+    """
+    if os.path.isdir(source):
+        path = os.path.join(source, "results.csv")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"sweep_dir={source!r} holds no results.csv (not a folder written by jaxfl sweep)")
+        return path
+    if not os.path.isfile(source):
+        raise FileNotFoundError(f"sweep_dir={source!r} does not exist: a folder written by jaxfl sweep, or its "
+                                "results.csv (a CSV file)")
+    if not source.lower().endswith(".csv"):
+        raise ValueError(f"sweep_dir={source!r} is not allowed: a folder written by jaxfl sweep, or a results "
+                         "table ending in .csv")
+    return source
+
+
+def _base_folder(source: str) -> str:
+    """The folder a source's ``run_dir`` column is relative to: the sweep folder, or the CSV's own."""
+    return source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
+
+
 def read_results(sweep_dir: str) -> list[dict]:
-    """The rows of ``SWEEP_DIR/results.csv``, numbers parsed, empty cells as None.
+    """The rows of ``SWEEP_DIR/results.csv`` (or of a results CSV file: :func:`results_path`),
+    numbers parsed, empty cells as None.
 
     >>> import tempfile
     >>> folder = tempfile.mkdtemp()
@@ -102,17 +133,15 @@ def read_results(sweep_dir: str) -> list[dict]:
     >>> read_results(folder)
     [{'algorithm': 'fedavg', 'seed': 0, 'time_to_target': None}]
     """
-    path = os.path.join(sweep_dir, "results.csv")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"sweep_dir={sweep_dir!r} holds no results.csv (not a folder written by jaxfl sweep)")
-    with open(path, newline="") as handle:
+    with open(results_path(sweep_dir), newline="") as handle:
         return [{key: _number(value) for key, value in row.items()} for row in csv.DictReader(handle)]
 
 
 def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
-    """The rows of several sweep folders' ``results.csv`` as one table: the same grid split over
-    machines or sessions (seeds on a GPU, the rest on a CPU), or a grid extended into a folder of its
-    own. Each row's ``run_dir`` becomes the path of its run (so figures find it in its own folder); a
+    """The rows of several sweep folders' ``results.csv`` (or results CSV files) as one table: the
+    same grid split over machines or sessions (seeds on a GPU, the rest on a CPU), or a grid extended
+    into a folder of its own. Each row's ``run_dir`` becomes the path of its run (so figures find it
+    in its own folder); a
     row written before ``last_tenth_accuracy`` was a column gets it from its run's ``metrics.csv``
     where the run folder is there; a column one folder lacks is empty in its rows; a run found in two
     folders (the same settings and seed) is an error naming both, as is a folder given twice.
@@ -127,14 +156,17 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
     folders = [os.path.normpath(folder) for folder in sweep_dirs]
     if not folders:
         raise ValueError("sweep_dirs=[] is not allowed: at least one folder written by jaxfl sweep")
-    repeated = sorted({folder for folder in folders if folders.count(folder) > 1})
+    tables = [os.path.abspath(results_path(folder)) for folder in folders]  # each checked before any is read
+    repeated = sorted({folder for folder, table in zip(folders, tables) if tables.count(table) > 1})
     if repeated:
-        raise ValueError(f"sweep_dirs names {repeated[0]!r} more than once: give each folder once")
+        raise ValueError(f"sweep_dirs names the results of {repeated[0]!r} more than once: give each folder "
+                         "(or its results.csv) once")
     found = []  # (row, its folder)
     for folder in folders:
+        base = os.path.abspath(_base_folder(folder))
         for row in read_results(folder):
             if row.get("run_dir") is not None:  # absolute: os.path.join(any folder, it) is it
-                row["run_dir"] = os.path.join(os.path.abspath(folder), str(row["run_dir"]))
+                row["run_dir"] = os.path.join(base, str(row["run_dir"]))
                 if row.get("last_tenth_accuracy") is None:
                     row["last_tenth_accuracy"] = run_last_tenth_accuracy(row["run_dir"])
             found.append((row, folder))
@@ -514,7 +546,10 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
     """Write ``report.md``, ``report.csv`` and (with ``figures``) the PNG figures of the sweep in
     ``sweep_dir`` into ``out`` (default ``SWEEP_DIR/report``); see the module docstring.
     ``sweep_dir`` may be a list of folders: their results as one table (:func:`read_results_of`),
-    written by default into the first folder's ``report``.
+    written by default into the first folder's ``report``. A results CSV file may stand for a
+    folder (its runs then relative to the file's folder); the default ``out`` for a first source
+    ``x/NAME.csv`` is ``x/NAME-report`` (``x/report`` for ``x/results.csv``). The figures need the
+    run folders; from results tables alone, ``figures=False``.
     ``panels``: a swept setting of a method (``"port.min_clients"``) whose values split the accuracy
     and time-to-target figures into panels.
 
@@ -524,13 +559,16 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
     """
     folders = [sweep_dir] if isinstance(sweep_dir, (str, os.PathLike)) else list(sweep_dir)
     rows = read_results_of(folders)
-    sweep_dir = folders[0]
+    sweep_dir = _base_folder(folders[0])
     grouping = _grouping(rows)
     lines = _summarise(grouping, reference)  # a bad reference fails before anything is written
     if panels is not None and panels not in grouping.method_columns:
         allowed = ", ".join(grouping.method_columns) or "none: this sweep varies no setting of a method"
         raise ValueError(f"panels={panels!r} is not allowed: one of the swept settings of a method ({allowed})")
-    out = out or os.path.join(sweep_dir, "report")
+    if figures:  # every run folder there, or one error before anything is written
+        for row in rows:
+            _run_dir(sweep_dir, row)
+    out = out or _default_out(folders[0])
     os.makedirs(out, exist_ok=True)
     markdown = format_markdown(lines, grouping.columns, reference, _target_text(rows))
     markdown_path = os.path.join(out, "report.md")
@@ -542,6 +580,19 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
     return Report(markdown, markdown_path, table, lines, drawn)
 
 
+def _default_out(source: str) -> str:
+    """``SWEEP_DIR/report``; for a CSV file ``x/NAME.csv``, ``x/NAME-report`` (``x/report`` for results.csv).
+
+    >>> _default_out("results/ccfedavg-full-seed0.csv")
+    'results/ccfedavg-full-seed0-report'
+    """
+    if os.path.isdir(source) or not source.lower().endswith(".csv"):
+        return os.path.join(source, "report")
+    folder, name = os.path.split(source)
+    stem = os.path.splitext(name)[0]
+    return os.path.join(folder, "report" if stem == "results" else f"{stem}-report")
+
+
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.," else "_" for c in text.replace(", ", "_").replace("=", ""))
 
@@ -550,15 +601,13 @@ def _run_dir(sweep_dir: str, row: dict) -> str:
     path = os.path.join(sweep_dir, str(row["run_dir"]))
     if not os.path.isdir(path):
         raise FileNotFoundError(f"run directory {path!r} of cell {row.get('cell')} is missing: the figures need the "
-                                "runs (make_report(..., figures=False) writes the tables alone)")
+                                "runs (jaxfl report --no-figures, or make_report(..., figures=False), writes the "
+                                "tables alone)")
     return path
 
 
 def _figures(grouping: _Grouping, lines: list[dict], sweep_dir: str, out: str, panels: str | None = None) -> list[str]:
     groups, by_group, by_method = grouping.columns, grouping.cells, grouping.runs_by_method()
-    for runs in by_method.values():
-        for row in runs:
-            _run_dir(sweep_dir, row)  # all there, or one line before any figure
     paths = [plot_accuracy_bands(runs_by_method, sweep_dir, os.path.join(
                  out, f"{name}.png" if len(by_group) == 1 else f"{name}-{_slug(_group_label(key, groups))}.png"),
                  title=_group_label(key, groups), panels=panels, x=x)

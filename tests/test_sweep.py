@@ -509,8 +509,41 @@ def test_a_report_of_several_folders_is_one_table_with_every_run_s_figures(sweep
     error = capsys.readouterr().err
     assert "the run algorithm=fedavg" in error and "seed=2" in error
     assert f"is in both {more!r} and {copy!r}: give each run once" in error
-    with pytest.raises(ValueError, match="names .* more than once: give each folder once"):
+    with pytest.raises(ValueError, match=r"names the results of .* more than once: give each folder \(or its results.csv\) once"):
         make_report([more, more + "/"], out=str(tmp_path / "never"))
+    with pytest.raises(ValueError, match="more than once"):  # a folder and its own results.csv: the same runs
+        make_report([more, os.path.join(more, "results.csv")], out=str(tmp_path / "never"))
+    assert not os.path.exists(tmp_path / "never")
+
+
+def test_a_results_csv_file_stands_for_its_sweep_folder(sweep, tmp_path, capsys):
+    # a results table kept apart from its runs (committed, mailed): the tables from it alone
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    table = str(kept / "seeds01.csv")
+    shutil.copy(os.path.join(sweep.sweep_dir, "results.csv"), table)
+    from_folder = make_report(sweep.sweep_dir, out=str(tmp_path / "from-folder"), figures=False)
+    assert cli.main(["report", table, "--no-figures"]) == 0  # default out: beside the file, named after it
+    assert "| fedbuff |" in capsys.readouterr().out
+    with open(kept / "seeds01-report" / "report.md") as handle:
+        assert handle.read() == from_folder.markdown + "\n"
+    # its runs are not beside it: the figures are refused before anything is written, naming the way out
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["report", table, "--out", str(tmp_path / "never")])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "is missing: the figures need the runs (jaxfl report --no-figures" in error
+    assert not os.path.exists(tmp_path / "never")
+    # the results.csv in its sweep folder finds the runs there: figures too, default out SWEEP_DIR/report
+    figures = make_report(os.path.join(sweep.sweep_dir, "results.csv"), out=str(tmp_path / "beside")).figures
+    assert os.path.basename(figures[-1]) == "timeline-fedbuff.png"
+    # what is neither a sweep folder nor a CSV file: named, with what is allowed
+    (kept / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"notes.txt' is not allowed: a folder written by jaxfl sweep, or a results "
+                                         r"table ending in .csv"):
+        make_report(str(kept / "notes.txt"), figures=False)
+    with pytest.raises(FileNotFoundError, match=r"gone.csv' does not exist"):
+        make_report([sweep.sweep_dir, str(kept / "gone.csv")], out=str(tmp_path / "never"), figures=False)
     assert not os.path.exists(tmp_path / "never")
 
 
