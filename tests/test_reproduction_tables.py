@@ -1,0 +1,57 @@
+"""The reproduction README's report tables are what `jaxfl report` makes of the committed results
+CSVs today: a change to the report, or a CSV re-committed, that would leave a published table
+stale fails here, not in a reader's hands."""
+import pathlib
+
+import pytest
+
+from jaxfl.report import make_report
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+REPRODUCTION = ROOT / "benchmarks" / "reproduction"
+
+# (the section's heading, its results CSVs, the report's reference, the least number of its tables
+# that must be the report's: the rest are tables written by hand, each with a header of its own)
+SECTIONS = [
+    ("### FedCompass Q_min/Q_max ablation, cpu size",
+     ["fedcompass-qratio-cpu-seeds01.csv", "fedcompass-qratio-cpu-seed2-homo-normal.csv"],
+     "fedcompass compass.q_min=40", 3),
+    ("### FedCompass cpu size", ["fedcompass-cpu-seeds01.csv", "fedcompass-cpu-seed2-homo-normal.csv"],
+     "fedcompass", 3),
+    ("### CC-FedAvg full size", [f"ccfedavg-full-seed{seed}.csv" for seed in range(5)], "fedavg", 7),
+    ("### FedASMU cpu size", ["fedasmu-cpu-seeds012.csv"], "fedavg", 3),
+]
+
+
+def _section(lines: list[str], heading: str) -> list[str]:
+    starts = [number for number, line in enumerate(lines) if line.startswith(heading)]
+    assert len(starts) == 1, f"{heading!r} should head one section of benchmarks/reproduction/README.md"
+    end = next((number for number in range(starts[0] + 1, len(lines))
+                if lines[number].startswith(("## ", "### "))), len(lines))
+    return lines[starts[0]:end]
+
+
+def _tables(lines: list[str]) -> list[list[str]]:
+    tables, table = [], []
+    for line in [*lines, ""]:
+        if line.startswith("|"):
+            table.append(line)
+        elif table:
+            tables.append(table)
+            table = []
+    return tables
+
+
+@pytest.mark.parametrize("heading, csvs, reference, least", SECTIONS, ids=[s[0][4:30] for s in SECTIONS])
+def test_the_readme_tables_are_the_report_of_the_committed_csvs(heading, csvs, reference, least, tmp_path):
+    section = _section((REPRODUCTION / "README.md").read_text().splitlines(), heading)
+    report = make_report([str(REPRODUCTION / "results" / name) for name in csvs], reference, str(tmp_path),
+                         figures=False).markdown
+    report_lines = report.splitlines()
+    theirs = [table for table in _tables(section) if table[0] in report_lines]  # the header: a report's table
+    assert len(theirs) >= least, f"{heading}: {len(theirs)} of the report's tables found, expected {least} or more"
+    for table in theirs:
+        assert "\n".join(table) in report, (
+            f"{heading}: the table under {table[0][:80]!r} is not what jaxfl report makes of "
+            f"{', '.join(csvs)} now; regenerate it with jaxfl report {' '.join('results/' + c for c in csvs)} "
+            f"--reference {reference!r} --no-figures")
