@@ -25,6 +25,8 @@ other than the algorithm and the seed (clients, heterogeneity, partition...):
 A setting that only some algorithms read (FedBuff's buffer_size, PORT's ``port.min_clients``) names a
 method variant; a setting every algorithm of the sweep reads (clients_per_round of FedAvg and
 CC-FedAvg) is a group like the clients or the heterogeneity, so each group has its reference.
+Groups come in the grid's order, each setting's numbers ascending (:func:`group_order`), also where
+the grid was run in parts.
 
 Both are printed and written to ``report.md`` (markdown) and ``report.csv`` (one row per group and
 method, with the absolute times), beside the figures (PNG): accuracy against virtual time per method
@@ -251,7 +253,34 @@ def _grouping(rows: list[dict]) -> _Grouping:
         name = method_name(row, method_columns)
         methods[name] = None
         cells.setdefault(tuple(row.get(column) for column in columns), {}).setdefault(name, []).append(row)
+    cells = {key: cells[key] for key in group_order(list(cells))}
     return _Grouping(columns, list(methods), cells, method_columns)
+
+
+def group_order(keys: list[tuple]) -> list[tuple]:
+    """The groups (tuples of the group columns' values, in order of appearance) in the order of the
+    grid they came from, each column's numbers ascending: a grid run in parts (participations 10, 20,
+    40, 80 first, then 30 and 60 into a folder of their own) reads as one. The column whose value
+    changes least often from one group to the next in order of appearance sorts first (a grid's
+    outermost axis), the one that changes most often last; text keeps its order of appearance.
+
+    >>> group_order([(30,), (60,), (10,), (20,)])
+    [(10,), (20,), (30,), (60,)]
+    >>> group_order([("class", 5, "homo"), ("dual", 5, "homo"), ("class", 5, "exp"), ("dual", 5, "exp"),
+    ...              ("class", 2, "homo"), ("dual", 2, "homo")])[:3]  # clients outermost, then speeds
+    [('class', 2, 'homo'), ('dual', 2, 'homo'), ('class', 5, 'homo')]
+    """
+    if len(keys) < 2 or not keys[0]:
+        return list(keys)
+    width = len(keys[0])
+    ranks = []
+    for column in range(width):
+        values = list(dict.fromkeys(key[column] for key in keys))
+        numeric = all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values)
+        ranks.append({value: rank for rank, value in enumerate(sorted(values) if numeric else values)})
+    changes = [sum(before[column] != after[column] for before, after in zip(keys, keys[1:])) for column in range(width)]
+    outermost_first = sorted(range(width), key=lambda column: changes[column])  # stable: ties in column order
+    return sorted(keys, key=lambda key: tuple(ranks[column][key[column]] for column in outermost_first))
 
 
 def _line_cells(lines: list[dict], groups: list[str]) -> tuple[list[tuple], list[str], dict[tuple, dict]]:

@@ -516,6 +516,25 @@ def test_a_report_of_several_folders_is_one_table_with_every_run_s_figures(sweep
     assert not os.path.exists(tmp_path / "never")
 
 
+def test_a_grid_run_in_parts_reports_its_groups_in_the_grid_s_order(tmp_path):
+    # CC-FedAvg's participations 10, 20 in one folder, then 30 and 60 in another (given first):
+    # the columns ascend, and the partition (the axis that changes fastest) stays innermost
+    def part(folder, participations):
+        os.makedirs(folder)
+        _write_results(folder, [{"algorithm": algorithm, "clients_per_round": m, "partition": partition, "seed": 0,
+                                 "time_to_target": 10.0, "best_accuracy": 0.9}
+                                for m in participations for partition in ("shards", "iid")
+                                for algorithm in ("fedavg", "ccfedavg")])
+    part(str(tmp_path / "more"), [30, 60])
+    part(str(tmp_path / "main"), [10, 20])
+    report = make_report([str(tmp_path / "more"), str(tmp_path / "main")], out=str(tmp_path / "out"), figures=False)
+    assert list(dict.fromkeys((line["clients_per_round"], line["partition"]) for line in report.rows)) == [
+        (10, "shards"), (10, "iid"), (20, "shards"), (20, "iid"), (30, "shards"), (30, "iid"), (60, "shards"),
+        (60, "iid")]
+    header = report.markdown.splitlines()[[line.startswith("| method") for line in report.markdown.splitlines()].index(True)]
+    assert header.startswith("| method | clients_per_round=10, partition=shards | clients_per_round=10, partition=iid |")
+
+
 def test_a_results_csv_file_stands_for_its_sweep_folder(sweep, tmp_path, capsys):
     # a results table kept apart from its runs (committed, mailed): the tables from it alone
     kept = tmp_path / "kept"
