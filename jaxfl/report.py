@@ -460,8 +460,10 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
         return shown if line.get("relative_steps") is None else f"{shown} ({line['relative_steps']:.2f}×)"
 
     def last_tenth(line):
-        if line is None or line.get("last_tenth_accuracy_mean") is None:
+        if line is None:
             return ""
+        if line.get("last_tenth_accuracy_mean") is None:
+            return "n/a"
         shown = f"{line['last_tenth_accuracy_mean']:.4f} ± {line['last_tenth_accuracy_std']:.4f}"
         counted = line.get("last_tenth_accuracy_runs")
         return shown if counted in (None, line["runs"]) else f"{shown} ({counted} of {line['runs']} runs)"
@@ -542,10 +544,10 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
     if any(line.get("last_tenth_accuracy_mean") is not None for line in lines):
         parts += ["", "## Held-out accuracy over the last tenth of the evaluations, mean ± std over seeds", "",
                   *table(last_tenth), "",
-                  "Each run's mean accuracy over its last tenth of evaluations (of 401 evaluations, the last 40), "
-                  "then the mean over its seeds: the end of the budget without the swing of one evaluation. "
-                  "In brackets: the runs that have it, where some do not (results written before it was a column, "
-                  "with no run folder to compute it from)."]
+                  "Each run's mean accuracy over its last tenth of evaluations (a run of 401 evaluations: its last "
+                  "40), then the mean over its seeds: the end of the budget without the swing of one evaluation. "
+                  "In brackets: the runs that have it, where some do not; n/a: none does (results written before it "
+                  "was a column, with no run folder to compute it from)."]
         parts += seed_by_seed("last_tenth_accuracy", "Held-out accuracy over the last tenth of the evaluations")
     return "\n".join(parts)
 

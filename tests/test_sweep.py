@@ -413,6 +413,11 @@ def test_the_last_tenth_accuracy_comes_from_the_metrics_of_runs_from_before_it_w
     table = lines[lines.index(header):]
     assert f"| fedbuff | {finals['fedbuff', 0]:.4f} ± 0.0000 (1 of 2 runs) |" in table
     assert any(line.startswith("| fedavg | 0.") and "runs)" not in line for line in table)
+    # neither fedbuff run has it: "n/a", not an empty cell
+    shutil.rmtree(os.path.join(old, sweep.rows[2]["run_dir"]))
+    lines = make_report(old, out=str(tmp_path / "none"), figures=False).markdown.splitlines()
+    table = lines[lines.index(header):]
+    assert "| fedbuff | n/a |" in table and "n/a: none does" in "\n".join(table)
 
 
 def test_report_writes_the_figures(sweep, tmp_path, capsys):
