@@ -143,10 +143,10 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
     """The rows of several sweep folders' ``results.csv`` (or results CSV files) as one table: the
     same grid split over machines or sessions (seeds on a GPU, the rest on a CPU), or a grid extended
     into a folder of its own. Each row's ``run_dir`` becomes the path of its run (so figures find it
-    in its own folder); a
-    row written before ``last_tenth_accuracy`` was a column gets it from its run's ``metrics.csv``
-    where the run folder is there; a column one folder lacks is empty in its rows; a run found in two
-    folders (the same settings and seed) is an error naming both, as is a folder given twice.
+    in its own folder); a row written before ``last_tenth_accuracy`` was a column gets it from its
+    run's ``metrics.csv`` where the run folder is there; a column one folder lacks is empty in its
+    rows; a run found in two folders (the same settings and seed) is an error naming both, as is a
+    folder given twice.
 
     >>> import tempfile
     >>> first, second = tempfile.mkdtemp(), tempfile.mkdtemp()
@@ -617,7 +617,7 @@ def _default_out(source: str) -> str:
     >>> _default_out("results/ccfedavg-full-seed0.csv")
     'results/ccfedavg-full-seed0-report'
     """
-    if os.path.isdir(source) or not source.lower().endswith(".csv"):
+    if os.path.isdir(source):
         return os.path.join(source, "report")
     folder, name = os.path.split(source)
     stem = os.path.splitext(name)[0]
