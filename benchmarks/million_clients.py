@@ -50,7 +50,8 @@ def config_for(args, model: str, output_dir: str) -> RunConfig:
                      local_steps=args.local_steps, batch_size=args.batch_size, client_optimizer="sgd",
                      client_lr=args.client_lr, max_updates=args.updates, max_time=float("inf"),
                      eval_every=args.eval_every, stop_at_target=False, progress=False,
-                     checkpoint_every=args.checkpoint_every, seed=args.seed, output_dir=output_dir,
+                     # a save's cost is measured at a fixed cadence: no wall-time spacing
+                     checkpoint_every=args.checkpoint_every, checkpoint_min_interval_s=0, seed=args.seed, output_dir=output_dir,
                      run_name=f"{model}-{args.clients}")
 
 
@@ -79,7 +80,7 @@ def checkpoint_figures(run_dir: str, summary: dict, args) -> dict:
     root = os.path.join(run_dir, "checkpoints")
     with open(os.path.join(root, "latest")) as handle:
         newest = os.path.join(root, handle.read().strip())
-    saves = summary["global_updates"] // args.checkpoint_every + 1  # every checkpoint_every updates, and the end
+    saves = summary["checkpoints_written"]  # every --checkpoint-every updates exactly, and the end
     return {"state_pkl_mb": round(os.path.getsize(os.path.join(newest, "state.pkl")) / 2**20, 2),
             "checkpoints_mb": round(folder_bytes(root) / 2**20, 1), "saves": saves,
             "save_s": round(summary["checkpoint_wall_s"] / saves, 3)}

@@ -49,8 +49,8 @@ from jaxfl import checkpoint, cluster, resume
 from jaxfl._devices import place_read_only
 from jaxfl.loggers import check_loggers, open_loggers
 from jaxfl.algorithms import build, device_hooks, get as get_algorithm
-from jaxfl.config import (FIELDS_ADDED, SECTION_OF, ConfigError, DataConfig, RunConfig, _count_budgets, fail,
-                          validate)
+from jaxfl.config import (FIELDS_ADDED, SECTION_OF, ConfigError, DataConfig, RunConfig, _count_budgets,
+                          checkpoint_min_interval, fail, validate)
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
 from jaxfl.data.augment import AUGMENTED, dataset_family, make_augment, make_preprocess
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
@@ -270,8 +270,9 @@ def _run_dir(config: RunConfig, algorithm: str) -> str:
 # tests/test_client_state.py). Every other field changes what a run computes or writes: the engine's
 # call shapes (batching, clients_per_call, steps_per_call, devices, memory_limit_mb,
 # cpu_friendly_layers) the order of float32 sums, checkpoint_every and final_checkpoint the
-# checkpoints a run leaves, timing_only everything.
-NAME_LEFT_OUT = ("output_dir", "run_name", "progress", "client_state")
+# checkpoints a run leaves, timing_only everything. checkpoint_min_interval_s is left out: it
+# spaces the checkpoints by wall time, which no two runs share.
+NAME_LEFT_OUT = ("output_dir", "run_name", "progress", "client_state", "checkpoint_min_interval_s")
 
 
 def config_hash(config: RunConfig) -> str:
@@ -1097,6 +1098,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         "training_wall_s": round(engine.stats.train_seconds - engine.stats.compile_seconds, 3),
         "evaluation_wall_s": round(recorder.evaluation_seconds, 3),
         "checkpoint_wall_s": round(checkpoints.seconds, 3),
+        "checkpoints_written": checkpoints.saves,  # by this process, since its start or resume
         "resumes": checkpoints.resumes,
         "device_memory": {**engine.memory(), "backend_peak_bytes": _backend_peak_bytes()},
         "peak_host_memory_mb": _peak_host_memory_mb(),
@@ -1312,8 +1314,10 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     jaxfl.resume.ResumeError: cannot resume '/tmp/jaxfl-doc/no-such-run': no such directory
     """
     overrides = dict(overrides or {})
-    # config.json read once and the config validated once, here
-    config, recorded = resume.read_run(run_dir, progress=overrides.pop("progress", progress))
+    # config.json read once and the config validated once, here; what may differ is taken from overrides
+    may_differ = {name.replace("-", "_"): overrides.pop(name) for name in list(overrides)
+                  if name.replace("-", "_") in resume.MAY_DIFFER and name.replace("-", "_") != "progress"}
+    config, recorded = resume.read_run(run_dir, progress=overrides.pop("progress", progress), may_differ=may_differ)
     resume.refuse_changes(config, overrides, spelling)
     resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
     loggers = check_loggers(loggers)
@@ -1326,7 +1330,8 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
 
 
 class _Checkpointer:
-    """Saves a checkpoint between events every ``checkpoint_every`` global updates."""
+    """Saves a checkpoint between events every ``checkpoint_every`` global updates, once at least
+    ``checkpoint_min_interval_s`` wall seconds have passed since the last one (or the run's start)."""
 
     def __init__(self, config, run_dir, engine, recorder, events_file, metrics_file, saved, class_file=None):
         self.config, self.run_dir, self.engine, self.recorder = config, run_dir, engine, recorder
@@ -1335,14 +1340,17 @@ class _Checkpointer:
         self.resumes = saved["resumes"] + 1 if saved else 0
         self.wall_before = saved["wall_time"] if saved else 0.0
         self.seconds = 0.0  # wall seconds spent writing checkpoints in this process
-        self._started = time.perf_counter()
+        self.saves = 0  # checkpoints written by this process
+        self.min_interval = checkpoint_min_interval(config)
+        self._started = self._last_save = time.perf_counter()
         # what every checkpoint stores of the config (a resume refuses an edited config.json): the
         # config does not change during a run, so it is resolved and hashed once
         self.stored_config = resume.checkpoint_config(config)
 
     def after_event(self, simulation: Simulation) -> None:
         every = self.config.checkpoint_every
-        if every is not None and simulation.version >= self.last_version + every:
+        if every is not None and simulation.version >= self.last_version + every and \
+                time.perf_counter() - self._last_save >= self.min_interval:
             self.save(simulation)
 
     def save(self, simulation: Simulation) -> None:
@@ -1356,4 +1364,6 @@ class _Checkpointer:
                  "wall_time": self.wall_before + time.perf_counter() - self._started}
         checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra, config=self.stored_config)
         self.last_version = simulation.version
-        self.seconds += time.perf_counter() - started
+        self.saves += 1
+        self._last_save = time.perf_counter()
+        self.seconds += self._last_save - started

@@ -5,7 +5,8 @@ of its canonical JSON, in its ``config.json``. Resuming
 
 - reads ``config.json`` (a missing, unparsable or foreign one is a :class:`ResumeError`);
 - refuses values given with the resume (flags, a config file, ``overrides=``) that would change the
-  run, naming each with the run's value; only ``progress`` may differ, and identical values pass;
+  run, naming each with the run's value; only ``progress`` and ``checkpoint_min_interval_s`` may
+  differ, and identical values pass;
 - takes the newest checkpoint that reads back completely (its pickled state *and* its orbax device
   data), warning with :class:`ResumeWarning` about each one skipped; none at all, or none readable,
   is a :class:`ResumeError` (never a silent restart);
@@ -33,7 +34,7 @@ from jaxfl import algorithms, checkpoint
 from jaxfl.config import FIELDS, FIELDS_ADDED, ConfigError, RunConfig, config_from_mapping, split_algorithm_options, validate
 
 # Fields that do not change what a run computes or writes, so a resume may set them afresh.
-MAY_DIFFER = ("progress",)
+MAY_DIFFER = ("progress", "checkpoint_min_interval_s")
 # What a checkpoint's state.pkl holds (jaxfl.experiment._Checkpointer.save): a pickle that loads but
 # lacks one of these is not a checkpoint this jaxfl can continue.
 _STATE_KEYS = ("simulation", "engine", "recorder", "offsets", "resumes", "wall_time")
@@ -141,20 +142,24 @@ def read_record(run_dir: str) -> dict:
     return written
 
 
-def read_run(run_dir: str, progress: bool | None = None) -> tuple[RunConfig, dict]:
+def read_run(run_dir: str, progress: bool | None = None, may_differ: Mapping[str, Any] | None = None
+             ) -> tuple[RunConfig, dict]:
     """``(config, user_inputs)`` of a run directory from one read of its ``config.json``
     (:func:`read_record`): the validated config, and the record of what the run took besides it
-    (:mod:`jaxfl.user_inputs`; empty if nothing). ``progress`` (not None) replaces the recorded one
-    (:data:`MAY_DIFFER`) before the validation.
+    (:mod:`jaxfl.user_inputs`; empty if nothing). ``progress`` (not None) and ``may_differ``'s values
+    (:data:`MAY_DIFFER` fields only) replace the recorded ones before the validation.
 
     >>> read_run("/nonexistent")
     Traceback (most recent call last):
     jaxfl.resume.ResumeError: cannot resume '/nonexistent': no such directory
     """
     written = read_record(run_dir)
-    values = written["config"]
+    values = {**written["config"], **(may_differ or {})}
     if progress is not None:
-        values = {**values, "progress": progress}
+        values["progress"] = progress
+    other = sorted(set(may_differ or {}) - set(MAY_DIFFER))
+    if other:
+        raise ValueError(f"read_run: may_differ={other} names fields a resume keeps; only {', '.join(MAY_DIFFER)}")
     try:
         return config_from_mapping(values), written.get("user_inputs", {})
     except (ConfigError, TypeError, ValueError) as error:
@@ -173,7 +178,7 @@ def refuse_changes(config: RunConfig, overrides: Mapping[str, Any], spelling=Non
     >>> refuse_changes(run, {"clients": 4})  # the same: accepted
     >>> refuse_changes(run, {"clients": 6, "progress": False})
     Traceback (most recent call last):
-    jaxfl.resume.ResumeError: a resumed run keeps the config it was started with (only progress may differ), but these would change it: clients=6 (the run has 4); start a new run to change them
+    jaxfl.resume.ResumeError: a resumed run keeps the config it was started with (only progress, checkpoint_min_interval_s may differ), but these would change it: clients=6 (the run has 4); start a new run to change them
     """
     spelling = spelling or (lambda name, value: f"{name}={_show(value)}")
     fields, options = split_algorithm_options(dict(overrides))
