@@ -235,3 +235,14 @@ def test_sweep_lockstep_quick_times_one_flush_of_2k_against_two_of_k(tmp_path):
     assert (row["model"], row["K"], row["steps"]) == ("mlp", 2, 2)
     assert row["two_flushes_of_K_s"] > 0 and row["one_flush_of_2K_s"] > 0
     assert row["lockstep_speedup"] == pytest.approx(row["two_flushes_of_K_s"] / row["one_flush_of_2K_s"], rel=0.01)
+
+
+def test_checkpoint_overhead_runs_the_three_cadences_to_the_same_model(tmp_path):
+    out = tmp_path / "checkpoints.json"
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "checkpoint_overhead.py"), "--repeats", "1",
+                    "--updates", "25", "--model", "logreg", "--json", str(out)],
+                   check=True, capture_output=True, text=True, timeout=600)
+    report = json.loads(out.read_text())
+    saves = {row["side"]: row["saves"] for row in report["table"]}
+    assert saves == {"none": 1, "every 25": 2, "default": 1}  # the end; 25 and the end; 60 s not yet passed
+    assert len({accuracy for row in report["table"] for accuracy in row["final_accuracy"]}) == 1

@@ -1,0 +1,82 @@
+"""What the default checkpoints cost a run: the same run without periodic checkpoints, with one
+exactly every 25 global updates (jaxfl's default before 2026-11-28), and with the default (every 25
+updates, at least ``checkpoint_min_interval_s`` = 60 wall seconds apart).
+
+The workload is the cheapest per update, so the one checkpoints weigh on most: FedAsync (one client
+update per aggregation) on the embedded mnist10k, 20 IID clients, the MLP, 50 local steps of batch
+64 (jaxfl's defaults otherwise), 500 updates, five evaluations. The three sides alternate
+(``--repeats`` rounds), each a fresh run in one process; the table gives medians:
+
+- ``wall``: the run's wall time (``summary["wall_time_s"]``);
+- ``checkpoint``: the seconds spent writing checkpoints (``checkpoint_wall_s``), and per save
+  (``checkpoints_written``: the final one included);
+- ``overhead``: wall ÷ the wall of the run without periodic checkpoints, less 1.
+
+Every side ends with the same model (the table's final accuracy).
+
+    python benchmarks/checkpoint_overhead.py                 # 3 rounds
+    python benchmarks/checkpoint_overhead.py --repeats 1 --updates 100 --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+
+SIDES = {"none": dict(checkpoint_every=None), "every 25": dict(checkpoint_min_interval_s=0),
+         "default": dict()}
+
+
+def run_side(side: str, args, output_dir: str) -> dict:
+    from jaxfl.config import RunConfig
+    from jaxfl.experiment import run_experiment
+
+    config = RunConfig(algorithm="fedasync", dataset="mnist10k", model=args.model, clients=20,
+                       max_updates=args.updates, eval_every=max(1, args.updates // 5), stop_at_target=False,
+                       max_time=float("inf"), progress=False, output_dir=output_dir, seed=0, **SIDES[side])
+    summary = run_experiment(config).summary
+    return {"side": side, "wall_s": summary["wall_time_s"], "checkpoint_s": summary["checkpoint_wall_s"],
+            "saves": summary["checkpoints_written"], "final_accuracy": summary["final_accuracy"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--updates", type=int, default=500)
+    parser.add_argument("--model", default="mlp")
+    parser.add_argument("--json", default=None, help="write the runs and the table's figures here")
+    args = parser.parse_args()
+    if args.updates < 25 or args.repeats < 1:
+        parser.error(f"--updates {args.updates} / --repeats {args.repeats}: at least 25 updates and 1 repeat")
+    runs = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for round_ in range(args.repeats):
+            for side in SIDES:
+                started = time.perf_counter()
+                runs.append(run_side(side, args, os.path.join(scratch, f"{side}-{round_}")))
+                print(f"round {round_ + 1} {side:>8}: wall {runs[-1]['wall_s']:.2f} s "
+                      f"({time.perf_counter() - started:.1f} s with set-up), "
+                      f"checkpoints {runs[-1]['checkpoint_s']:.2f} s", flush=True)
+    median = lambda side, key: statistics.median(r[key] for r in runs if r["side"] == side)  # noqa: E731
+    base = median("none", "wall_s")
+    rows = [{"side": side, "wall_s": median(side, "wall_s"), "checkpoint_s": median(side, "checkpoint_s"),
+             "saves": median(side, "saves"), "per_save_s": median(side, "checkpoint_s") / median(side, "saves"),
+             "overhead": median(side, "wall_s") / base - 1,
+             "final_accuracy": sorted({r["final_accuracy"] for r in runs if r["side"] == side})} for side in SIDES]
+    print(f"\nFedAsync, mnist10k, {args.model}, 20 clients, {args.updates} updates; medians of {args.repeats}\n")
+    print("| periodic checkpoints | wall s | saves | checkpoint s (per save) | overhead | final accuracy |")
+    print("|---|---:|---:|---:|---:|---|")
+    for row in rows:
+        print(f"| {row['side']} | {row['wall_s']:.2f} | {row['saves']:g} | {row['checkpoint_s']:.2f} ({row['per_save_s']:.3f}) | "
+              f"{100 * row['overhead']:+.1f}% | {', '.join(f'{a:.4f}' for a in row['final_accuracy'])} |")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": runs, "table": rows,
+                       "load_average": os.getloadavg()}, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
