@@ -19,7 +19,9 @@ SECTIONS = [
     ("### FedCompass cpu size", ["fedcompass-cpu-seeds01.csv", "fedcompass-cpu-seed2-homo-normal.csv"],
      "fedcompass", 3),
     ("### CC-FedAvg full size, seeds 0–4", [f"ccfedavg-full-seed{seed}.csv" for seed in range(5)], "fedavg", 7),
-    ("### CC-FedAvg full size, Table II's 30% and 60%", ["ccfedavg-full-seed0.csv", "ccfedavg-full-3060-seed0.csv"],
+    ("### CC-FedAvg full size, Table II's 30% and 60%, seed 0", ["ccfedavg-full-seed0.csv", "ccfedavg-full-3060-seed0.csv"],
+     "fedavg", 4),
+    ("### CC-FedAvg full size, Table II's 30% and 60%, seed 1", ["ccfedavg-full-seed1.csv", "ccfedavg-full-3060-seed1.csv"],
      "fedavg", 4),
     ("### FedASMU cpu size", ["fedasmu-cpu-seeds012.csv"], "fedavg", 3),
 ]
