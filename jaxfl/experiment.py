@@ -1314,10 +1314,11 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     jaxfl.resume.ResumeError: cannot resume '/tmp/jaxfl-doc/no-such-run': no such directory
     """
     overrides = dict(overrides or {})
-    # config.json read once and the config validated once, here; what may differ is taken from overrides
-    may_differ = {name.replace("-", "_"): overrides.pop(name) for name in list(overrides)
-                  if name.replace("-", "_") in resume.MAY_DIFFER and name.replace("-", "_") != "progress"}
-    config, recorded = resume.read_run(run_dir, progress=overrides.pop("progress", progress), may_differ=may_differ)
+    # config.json read once and the config validated once, here, with what a resume may set afresh
+    may_differ = {} if progress is None else {"progress": progress}
+    for name in [name for name in overrides if name.replace("-", "_") in resume.MAY_DIFFER]:
+        may_differ[name.replace("-", "_")] = overrides.pop(name)
+    config, recorded = resume.read_run(run_dir, may_differ)
     resume.refuse_changes(config, overrides, spelling)
     resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
     loggers = check_loggers(loggers)

@@ -142,12 +142,11 @@ def read_record(run_dir: str) -> dict:
     return written
 
 
-def read_run(run_dir: str, progress: bool | None = None, may_differ: Mapping[str, Any] | None = None
-             ) -> tuple[RunConfig, dict]:
+def read_run(run_dir: str, may_differ: Mapping[str, Any] | None = None) -> tuple[RunConfig, dict]:
     """``(config, user_inputs)`` of a run directory from one read of its ``config.json``
     (:func:`read_record`): the validated config, and the record of what the run took besides it
-    (:mod:`jaxfl.user_inputs`; empty if nothing). ``progress`` (not None) and ``may_differ``'s values
-    (:data:`MAY_DIFFER` fields only) replace the recorded ones before the validation.
+    (:mod:`jaxfl.user_inputs`; empty if nothing). ``may_differ``'s values (:data:`MAY_DIFFER`
+    fields only, e.g. ``{"progress": False}``) replace the recorded ones before the validation.
 
     >>> read_run("/nonexistent")
     Traceback (most recent call last):
@@ -155,8 +154,6 @@ def read_run(run_dir: str, progress: bool | None = None, may_differ: Mapping[str
     """
     written = read_record(run_dir)
     values = {**written["config"], **(may_differ or {})}
-    if progress is not None:
-        values["progress"] = progress
     other = sorted(set(may_differ or {}) - set(MAY_DIFFER))
     if other:
         raise ValueError(f"read_run: may_differ={other} names fields a resume keeps; only {', '.join(MAY_DIFFER)}")
