@@ -164,9 +164,9 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
         raise ValueError(f"sweep_dirs names the results of {repeated[0]!r} more than once: give each folder "
                          "(or its results.csv) once")
     found = []  # (row, its folder)
-    for folder in folders:
+    for folder, table in zip(folders, tables):
         base = os.path.abspath(_base_folder(folder))
-        for row in read_results(folder):
+        for row in read_results(table):
             if row.get("run_dir") is not None:  # absolute: os.path.join(any folder, it) is it
                 row["run_dir"] = os.path.join(base, str(row["run_dir"]))
                 if row.get("last_tenth_accuracy") is None:
