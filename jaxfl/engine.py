@@ -243,7 +243,10 @@ class Engine:
 
         def local_finish(versions, which, states):
             deltas, metrics = jax.vmap(trainer.finish)(starts(versions, which), states)
-            return deltas, metrics, engine._final_buffers(states)
+            # A non-finite update is kept as zeros (the run stops on it or drops it): the weighted
+            # sums of its batch-mates give it a zero weight, and 0 · NaN would be NaN.
+            finite = lambda leaf: jnp.where(metrics["finite"].reshape((-1,) + (1,) * (leaf.ndim - 1)), leaf, 0)
+            return jax.tree.map(finite, deltas), metrics, jax.tree.map(finite, engine._final_buffers(states))
 
         def finish(versions, which, states):
             engine._count_trace("finish")

@@ -109,6 +109,26 @@ def test_nan_updates_can_be_skipped_and_are_counted(small_config):
     assert all(np.all(np.isfinite(np.asarray(leaf))) for leaf in jax.tree.leaves(result.params))
 
 
+def test_a_skipped_nan_update_does_not_reach_the_updates_trained_beside_it(tmp_path):
+    # Client 0's features overflow its update; clients 1-3 train in the same calls and are aggregated
+    # from the same stacked batch, where the dropped row gets a zero weight (and 0 · NaN is NaN).
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 20)).astype(np.float32)
+    owner = np.repeat(np.arange(4), 100)
+    x[owner == 0] = 3e38
+    data = {"x_train": x, "y_train": rng.integers(0, 3, 400), "client_train": owner,
+            "x_test": rng.normal(size=(50, 20)).astype(np.float32), "y_test": rng.integers(0, 3, 50)}
+    config = RunConfig(algorithm="fedbuff", model="mlp", num_classes=3, clients=4, partition="natural",
+                       local_steps=3, batch_size=8, max_updates=6, buffer_size=2, clients_per_call=4,
+                       target_accuracy=0.99, on_nonfinite="skip", progress=False, output_dir=str(tmp_path / "runs"))
+    result = run_experiment(config, data=data)
+    counts = result.summary["accounting"]
+    assert counts["dropped_by_reason"]["non-finite update"] >= 1 and counts["aggregated"] >= 10
+    assert result.summary["mean_clients_per_batch"] > 1  # the bad update shared its calls
+    assert all(np.all(np.isfinite(np.asarray(leaf))) for leaf in jax.tree.leaves(result.params))
+    assert all(math.isfinite(row["loss"]) for row in result.metrics)
+
+
 def test_memory_guard_splits_calls_without_changing_results(small_config):
     config = replace(small_config, algorithm="fedavg", clients=8, clients_per_call=8, max_updates=2,
                      client_optimizer="sgd", client_lr=0.05)
