@@ -10,7 +10,8 @@ update per aggregation) on the embedded mnist10k, 20 IID clients, the MLP, 50 lo
 - ``wall``: the run's wall time (``summary["wall_time_s"]``);
 - ``checkpoint``: the seconds spent writing checkpoints (``checkpoint_wall_s``), and per save
   (``checkpoints_written``: the final one included);
-- ``overhead``: wall ÷ the wall of the run without periodic checkpoints, less 1.
+- ``overhead``: wall ÷ the wall of the run without periodic checkpoints, less 1;
+- ``MB``: the bytes of the run's last checkpoint (its folder, orbax's device arrays and the rest).
 
 Every side ends with the same model (the table's final accuracy).
 
@@ -31,14 +32,17 @@ SIDES = {"none": dict(checkpoint_every=None), "every 25": dict(checkpoint_min_in
 
 
 def run_side(side: str, args, output_dir: str) -> dict:
+    from jaxfl import checkpoint
     from jaxfl.config import RunConfig
     from jaxfl.experiment import run_experiment
 
     config = RunConfig(algorithm="fedasync", dataset="mnist10k", model=args.model, clients=20,
                        max_updates=args.updates, eval_every=max(1, args.updates // 5), stop_at_target=False,
                        max_time=float("inf"), progress=False, output_dir=output_dir, seed=0, **SIDES[side])
-    summary = run_experiment(config).summary
-    return {"side": side, "wall_s": summary["wall_time_s"], "checkpoint_s": summary["checkpoint_wall_s"],
+    result = run_experiment(config)
+    summary, folder = result.summary, checkpoint.latest(result.run_dir)  # every side writes a final one
+    size = sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(folder) for name in names)
+    return {"side": side, "checkpoint_mb": size / 1e6, "wall_s": summary["wall_time_s"], "checkpoint_s": summary["checkpoint_wall_s"],
             "saves": summary["checkpoints_written"], "final_accuracy": summary["final_accuracy"]}
 
 
@@ -63,14 +67,14 @@ def main() -> None:
     median = lambda side, key: statistics.median(r[key] for r in runs if r["side"] == side)  # noqa: E731
     base = median("none", "wall_s")
     rows = [{"side": side, "wall_s": median(side, "wall_s"), "checkpoint_s": median(side, "checkpoint_s"),
-             "saves": median(side, "saves"), "per_save_s": median(side, "checkpoint_s") / median(side, "saves"),
+             "saves": median(side, "saves"), "checkpoint_mb": median(side, "checkpoint_mb"), "per_save_s": median(side, "checkpoint_s") / median(side, "saves"),
              "overhead": median(side, "wall_s") / base - 1,
              "final_accuracy": sorted({r["final_accuracy"] for r in runs if r["side"] == side})} for side in SIDES]
     print(f"\nFedAsync, mnist10k, {args.model}, 20 clients, {args.updates} updates; medians of {args.repeats}\n")
-    print("| periodic checkpoints | wall s | saves | checkpoint s (per save) | overhead | final accuracy |")
-    print("|---|---:|---:|---:|---:|---|")
+    print("| periodic checkpoints | wall s | saves | checkpoint s (per save) | MB | overhead | final accuracy |")
+    print("|---|---:|---:|---:|---:|---:|---|")
     for row in rows:
-        print(f"| {row['side']} | {row['wall_s']:.2f} | {row['saves']:g} | {row['checkpoint_s']:.2f} ({row['per_save_s']:.3f}) | "
+        print(f"| {row['side']} | {row['wall_s']:.2f} | {row['saves']:g} | {row['checkpoint_s']:.2f} ({row['per_save_s']:.3f}) | {row['checkpoint_mb']:.1f} | "
               f"{100 * row['overhead']:+.1f}% | {', '.join(f'{a:.4f}' for a in row['final_accuracy'])} |")
     if args.json:
         with open(args.json, "w") as handle:

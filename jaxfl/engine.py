@@ -826,15 +826,24 @@ class Engine:
         the global model and server state, kept versions, trained-but-unaggregated results, the
         hooks' state (per-client tables too while on the device; on the host they are written as
         files, :meth:`save_client_state_files`), pending dispatch ids and counters."""
-        batches, placement = {}, {}
+        batches, placement, live = {}, {}, {}
         for dispatch_id, (batch, index) in self._results.items():
             key = str(id(batch))
             batches.setdefault(key, batch)
             placement[dispatch_id] = (key, index)
+            live.setdefault(key, set()).add(index)
+        # Only the rows still waiting for aggregation are stored (in FedAsync about half a batch's
+        # rows are consumed before it is freed); a restore puts them back at their rows of a batch of
+        # zeros, whose zero weights then add exact zeros, as the consumed rows did.
+        rows = {k: sorted(indices) for k, indices in live.items()}
+        # (picked on the host, where orbax copies them anyway: a gather on the device would compile
+        # once per shape and number of rows)
+        kept = lambda tree, k: tree if len(rows[k]) == batches[k].size else \
+            jax.tree.map(lambda leaf: np.asarray(leaf)[rows[k]], tree)
         tree = {"params": self.params, "server_state": self.server_state,
                 "versions": {str(v): p for v, p in self._versions.items()},
-                "batches": {k: b.deltas for k, b in batches.items()},
-                "batch_buffers": {k: b.buffers for k, b in batches.items() if b.buffers is not None},
+                "batches": {k: kept(b.deltas, k) for k, b in batches.items()},
+                "batch_buffers": {k: kept(b.buffers, k) for k, b in batches.items() if b.buffers is not None},
                 "hooks": {name: state for name, state in self.state.items()
                           if state is not None and not (isinstance(state, dict) and not state)},
                 "previous_params": self.previous_params}
@@ -844,7 +853,7 @@ class Engine:
                 "client_state_placement": self.client_state.placement if self.client_state.keys else None,
                 "peak_client_rows_bytes": self.client_state.peak_rows_bytes,
                 "version_keys": [str(v) for v in self._versions],
-                "batch_sizes": {k: b.size for k, b in batches.items()}, "placement": placement,
+                "batch_sizes": {k: b.size for k, b in batches.items()}, "batch_rows": rows, "placement": placement,
                 "client_metrics": dict(self._client_metrics), "pending": list(self._pending),
                 "tables": {name: list(rows) for name, rows in self.tables.items()},
                 "stats": dataclasses.asdict(self.stats), "split_calls": self.split_calls,
@@ -863,10 +872,12 @@ class Engine:
         each one's): a checkpoint reads back whatever number of processes wrote it."""
         params = _shapes(self.params)
         stacked = lambda size: jax.tree.map(lambda leaf: jax.ShapeDtypeStruct((size,) + leaf.shape, leaf.dtype), params)
+        stored = {k: len(meta["batch_rows"][k]) if "batch_rows" in meta else size  # older checkpoints: whole
+                  for k, size in meta["batch_sizes"].items()}
         target = {"params": params, "server_state": _shapes(self.server_state),
                   "versions": {k: params for k in meta["version_keys"]},
-                  "batches": {k: stacked(size) for k, size in meta["batch_sizes"].items()},
-                  "batch_buffers": {k: stacked(size)[BUFFERS] for k, size in meta["batch_sizes"].items()}
+                  "batches": {k: stacked(size) for k, size in stored.items()},
+                  "batch_buffers": {k: stacked(size)[BUFFERS] for k, size in stored.items()}
                   if self.stateful else {},
                   "hooks": self._hook_targets(meta), "previous_params": params,
                   **({"client_state": self.client_state.targets()}
@@ -929,7 +940,16 @@ class Engine:
         self._replicas = {}
         self._version_users = {int(v): n for v, n in meta["version_users"].items()}
         buffers = tree.get("batch_buffers", {})
-        batches = {k: _TrainedBatch(deltas=tree["batches"][k], size=size, buffers=buffers.get(k))
+
+        def whole(stored, k, size):  # the stored rows back at their places in a batch of zeros
+            rows = meta.get("batch_rows", {}).get(k)
+            if stored is None or rows is None or len(rows) == size:
+                return stored
+            return jax.tree.map(lambda leaf: jnp.zeros((size,) + leaf.shape[1:], leaf.dtype).at[np.asarray(rows)].set(leaf),
+                                stored)
+
+        batches = {k: _TrainedBatch(deltas=whole(tree["batches"][k], k, size), size=size,
+                                    buffers=whole(buffers.get(k), k, size))
                    for k, size in meta["batch_sizes"].items()}
         self._results = {int(d): (batches[k], i) for d, (k, i) in meta["placement"].items()}
         self._fetched_metrics, self._unfetched = {int(d): m for d, m in meta["client_metrics"].items()}, []
