@@ -3,7 +3,8 @@
 Layout under ``RUN_DIR/checkpoints/``::
 
     ckpt-000012/device/     orbax: global model, server optimiser state, kept versions,
-                            trained-but-unaggregated updates, the algorithm's device-hook state;
+                            trained-but-unaggregated updates (the rows of their batches still
+                            waiting, not the rows aggregated), the algorithm's device-hook state;
                             its small arrays stacked by shape and dtype (``packing.json`` says how)
     ckpt-000012/packing.json
                             the order in which the small arrays were stacked (absent: one orbax
