@@ -23,6 +23,8 @@ SECTIONS = [
      "fedavg", 4),
     ("### CC-FedAvg full size, Table II's 30% and 60%, seed 1", ["ccfedavg-full-seed1.csv", "ccfedavg-full-3060-seed1.csv"],
      "fedavg", 4),
+    ("### CC-FedAvg full size, Table II's 30% and 60%, seed 2", ["ccfedavg-full-seed2.csv", "ccfedavg-full-3060-seed2.csv"],
+     "fedavg", 4),
     ("### FedASMU cpu size", ["fedasmu-cpu-seeds012.csv"], "fedavg", 3),
 ]
 
