@@ -42,8 +42,9 @@ def run_side(side: str, args, output_dir: str) -> dict:
     result = run_experiment(config)
     summary, folder = result.summary, checkpoint.latest(result.run_dir)  # every side writes a final one
     size = sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(folder) for name in names)
-    return {"side": side, "checkpoint_mb": size / 1e6, "wall_s": summary["wall_time_s"], "checkpoint_s": summary["checkpoint_wall_s"],
-            "saves": summary["checkpoints_written"], "final_accuracy": summary["final_accuracy"]}
+    return {"side": side, "wall_s": summary["wall_time_s"], "checkpoint_s": summary["checkpoint_wall_s"],
+            "saves": summary["checkpoints_written"], "checkpoint_mb": size / 1e6,
+            "final_accuracy": summary["final_accuracy"]}
 
 
 def main() -> None:
@@ -67,15 +68,16 @@ def main() -> None:
     median = lambda side, key: statistics.median(r[key] for r in runs if r["side"] == side)  # noqa: E731
     base = median("none", "wall_s")
     rows = [{"side": side, "wall_s": median(side, "wall_s"), "checkpoint_s": median(side, "checkpoint_s"),
-             "saves": median(side, "saves"), "checkpoint_mb": median(side, "checkpoint_mb"), "per_save_s": median(side, "checkpoint_s") / median(side, "saves"),
+             "saves": median(side, "saves"), "checkpoint_mb": median(side, "checkpoint_mb"),
+             "per_save_s": median(side, "checkpoint_s") / median(side, "saves"),
              "overhead": median(side, "wall_s") / base - 1,
              "final_accuracy": sorted({r["final_accuracy"] for r in runs if r["side"] == side})} for side in SIDES]
     print(f"\nFedAsync, mnist10k, {args.model}, 20 clients, {args.updates} updates; medians of {args.repeats}\n")
     print("| periodic checkpoints | wall s | saves | checkpoint s (per save) | MB | overhead | final accuracy |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for row in rows:
-        print(f"| {row['side']} | {row['wall_s']:.2f} | {row['saves']:g} | {row['checkpoint_s']:.2f} ({row['per_save_s']:.3f}) | {row['checkpoint_mb']:.1f} | "
-              f"{100 * row['overhead']:+.1f}% | {', '.join(f'{a:.4f}' for a in row['final_accuracy'])} |")
+        print(f"| {row['side']} | {row['wall_s']:.2f} | {row['saves']:g} | {row['checkpoint_s']:.2f} ({row['per_save_s']:.3f}) | "
+              f"{row['checkpoint_mb']:.1f} | {100 * row['overhead']:+.1f}% | {', '.join(f'{a:.4f}' for a in row['final_accuracy'])} |")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": runs, "table": rows,

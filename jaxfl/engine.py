@@ -834,7 +834,8 @@ class Engine:
             live.setdefault(key, set()).add(index)
         # Only the rows still waiting for aggregation are stored (in FedAsync about half a batch's
         # rows are consumed before it is freed); a restore puts them back at their rows of a batch of
-        # zeros, whose zero weights then add exact zeros, as the consumed rows did.
+        # zeros, which the later weighted sums give zero weights: they add zeros there, as the
+        # consumed rows did (of another sign at most, which shows only in a sum of zeros).
         rows = {k: sorted(indices) for k, indices in live.items()}
         # (picked on the host, where orbax copies them anyway: a gather on the device would compile
         # once per shape and number of rows)
@@ -945,8 +946,8 @@ class Engine:
             rows = meta.get("batch_rows", {}).get(k)
             if stored is None or rows is None or len(rows) == size:
                 return stored
-            return jax.tree.map(lambda leaf: jnp.zeros((size,) + leaf.shape[1:], leaf.dtype).at[np.asarray(rows)].set(leaf),
-                                stored)
+            at_rows = lambda leaf: jnp.zeros((size,) + leaf.shape[1:], leaf.dtype).at[np.asarray(rows)].set(leaf)
+            return jax.tree.map(at_rows, stored)
 
         batches = {k: _TrainedBatch(deltas=whole(tree["batches"][k], k, size), size=size,
                                     buffers=whole(buffers.get(k), k, size))
