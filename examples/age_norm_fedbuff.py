@@ -63,6 +63,10 @@ class AgeNormPolicy(Policy):
         self.buffer.append((record.id, age_weight))
         sim.reply(record.client)
         if len(self.buffer) >= self.buffer_size:
+            finite = {r.id for r in sim.screen([sim.records[d] for d, _ in self.buffer])}
+            if len(finite) < len(self.buffer):  # a NaN/Inf update dropped (--on-nonfinite skip): wait for more
+                self.buffer = [(d, w) for d, w in self.buffer if d in finite]
+                return
             sim.aggregate(self.buffer, payload=ClipToMedian(self.clip_factor))
             self.buffer = []
 

@@ -156,3 +156,52 @@ def test_changing_only_the_algorithm_keeps_speeds_and_partition_paired(small_con
                      for rec in r.simulation.records if rec.steps == 4} for a, r in runs.items()}
     common = set(durations["fedavg"]) & set(durations["fedasync"])
     assert common and all(math.isclose(durations["fedavg"][k], durations["fedasync"][k]) for k in common)
+
+
+def _poisoned_client_zero(seed: int = 0) -> dict:
+    """Four clients of 100 rows each; client 0's features overflow every update it trains."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(400, 20)).astype(np.float32)
+    owner = np.repeat(np.arange(4), 100)
+    x[owner == 0] = 3e38
+    return {"x_train": x, "y_train": rng.integers(0, 3, 400), "client_train": owner,
+            "x_test": rng.normal(size=(50, 20)).astype(np.float32), "y_test": rng.integers(0, 3, 50)}
+
+
+@pytest.mark.parametrize("algorithm, options", [
+    ("fedavg", {"clients_per_round": 4}), ("fedat", {}), ("ccfedavg", {"clients_per_round": 4}),
+    ("port", {}), ("fedbuff", {"buffer_size": 2}), ("fedasync", {}),
+    ("fedcompass", {}), ("fedasmu", {})])
+def test_a_skipped_nan_update_is_weighed_as_if_it_had_never_arrived(algorithm, options, tmp_path, monkeypatch):
+    # Averaging rules renormalise over the finite updates (a tier model or FedAvg's step keeps its
+    # scale), FedBuff's buffer waits for K finite ones, and one-update rules make no empty version.
+    from jaxfl.scheduler import simulation
+
+    aggregations, aggregate = [], simulation.Simulation.aggregate
+
+    def recording(sim, contributions, *args, **kwargs):
+        contributions = list(contributions)
+        aggregations.append((contributions, kwargs.get("payload")))
+        return aggregate(sim, contributions, *args, **kwargs)
+
+    monkeypatch.setattr(simulation.Simulation, "aggregate", recording)
+    config = RunConfig(algorithm=algorithm, model="mlp", num_classes=3, clients=4, partition="natural",
+                       local_steps=3, batch_size=8, max_updates=8, target_accuracy=0.99, on_nonfinite="skip",
+                       progress=False, output_dir=str(tmp_path / "runs"), **options)
+    result = run_experiment(config, data=_poisoned_client_zero())
+    records = list(result.simulation.records)
+    dropped = {r.id for r in records if r.drop_reason == "non-finite update"}
+    assert dropped and {r.client for r in records if r.id in dropped} == {0}
+    assert aggregations
+    if algorithm != "fedcompass":  # whose group without arrivals still applies the (empty) general buffer
+        assert all(contributions or getattr(payload, "bank", ()) for contributions, payload in aggregations)
+    assert not dropped & {d for contributions, _ in aggregations for d, _ in contributions}
+    for contributions, payload in aggregations:
+        total = sum(c for _, c in contributions) + sum(c for _, c in getattr(payload, "bank", ()))
+        if algorithm in ("fedavg", "fedat", "ccfedavg", "port"):
+            assert total == pytest.approx(1.0), contributions
+        if algorithm == "fedbuff":
+            assert len(contributions) == 2
+    assert all(np.all(np.isfinite(np.asarray(leaf))) for leaf in jax.tree.leaves(result.params))
+    if algorithm == "port":  # a dropped update's slot went to a new client: four always in flight or arrived
+        assert result.simulation.policy.P == 4 and len(result.simulation.policy.in_flight) >= 1

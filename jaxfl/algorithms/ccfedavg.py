@@ -237,7 +237,7 @@ class CCFedAvg(Policy):
             self._aggregate(sim)
 
     def _aggregate(self, sim: Simulation) -> None:
-        records = [sim.records[d] for d in sorted(self._arrived)]
+        records = sim.screen([sim.records[d] for d in sorted(self._arrived)])  # p_i over the finite updates
         weights = sim.client_weights
         members = [r.client for r in records] + self.skipping  # the denominator's clients
         total = float(sum(weights[i] for i in members)) or 1.0

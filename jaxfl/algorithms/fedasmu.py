@@ -421,6 +421,8 @@ class FedASMU(Policy):
             self.stats["dropped_stale"] += 1
             sim.drop(record, "staleness bound")
             return
+        if not sim.screen([record]):  # a NaN/Inf update dropped: no new version, no reward
+            return
         sim.aggregate([(record.id, initial_alpha(self.server, t, s))], mode="mix", server_optimizer=False,
                       payload=Upload(client, t, s, self.client_lr * max(record.steps, 1)))
         metrics_of = getattr(sim.backend, "client_metrics", None)

@@ -61,6 +61,9 @@ class FedAsync(InFlightLimit, Policy):
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
         weight = self._staleness_weights[sim.version - record.version]  # st(τ_g − τ_i)
+        if not sim.screen([record]):  # a NaN/Inf update dropped (on_nonfinite="skip"): no new version
+            sim.reply(record.client)
+            return
         if self.rule == "fedcompass":
             sim.aggregate([(record.id, weight * sim.client_weights[record.client])])
         else:

@@ -168,6 +168,7 @@ class FedAT(Policy):
 
     def _finish_round(self, sim: Simulation, tier: int, members: list[DispatchRecord]) -> None:
         self._round[tier] = []
+        members = sim.screen(members)  # the tier model averages the finite updates only
         if not members:  # nobody made the deadline: no update, try again with whoever is idle
             self._start_round(sim, tier, range(sim.num_clients) if tier == -1 else self.tiers[tier])
             return

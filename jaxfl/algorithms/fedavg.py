@@ -83,7 +83,7 @@ class FedAvg(Policy):
             self._finish_round(sim)
 
     def _finish_round(self, sim: Simulation) -> None:
-        arrived = sorted(self._arrived, key=lambda r: r.id)
+        arrived = sim.screen(sorted(self._arrived, key=lambda r: r.id))  # p_i over the finite updates
         self._round, self._arrived, self._timer = {}, [], None
         if arrived:
             weights = sim.client_weights[[r.client for r in arrived]]

@@ -72,6 +72,10 @@ class FedBuff(InFlightLimit, Policy):
         self.buffer.append((record.id, weight))
         sim.reply(record.client)
         if len(self.buffer) >= self.buffer_size:
+            kept = {r.id for r in sim.screen([sim.records[d] for d, _ in self.buffer])}
+            if len(kept) < len(self.buffer):  # a NaN/Inf update dropped: the buffer waits for K finite ones
+                self.buffer = [(d, w) for d, w in self.buffer if d in kept]
+                return
             sim.aggregate(self.buffer)
             self.buffer = []
 

@@ -196,7 +196,8 @@ class FedCompass(Policy):
         group_id = state.group
         if group_id is None:  # first response: immediate single update
             # +M skips momentum here and +N leaves it unnormalised (the authors' code)
-            sim.aggregate([(record.id, self._weight(sim, record))], server_optimizer=False)
+            if sim.screen([record]):  # a NaN/Inf update dropped: no version
+                sim.aggregate([(record.id, self._weight(sim, record))], server_optimizer=False)
             self._reassign(sim, client, now)
             return
         group = self.groups[group_id]
@@ -229,6 +230,8 @@ class FedCompass(Policy):
         if group is None or group.aggregated:
             return
         if group.buffer or self.options.empty_timer == "apply":
+            self._screen_buffers(sim, group)  # a group whose arrivals were all NaN is a group without arrivals
+        if group.buffer or self.options.empty_timer == "apply":
             # The paper applies the general buffer (and counts a version) even if nobody of the
             # group arrived; the code's "skip" leaves the general buffer for the next aggregation.
             records = group.buffer + self.general_buffer
@@ -248,6 +251,18 @@ class FedCompass(Policy):
         if not group.pending:
             self._delete(sim, group_id)
         # otherwise the group lives on until its late clients arrive (they go to the general buffer)
+
+    def _screen_buffers(self, sim: Simulation, group: GroupState) -> None:
+        """Leave the finite updates in the group's and the general buffer (a NaN/Inf one is dropped
+        under on_nonfinite="skip"), so that the aggregation weighs them as if no other had arrived."""
+        buffered = group.buffer + self.general_buffer
+        kept = {record.id for record in sim.screen(buffered)}
+        if len(kept) < len(buffered):
+            for record in buffered:
+                if record.id not in kept:
+                    self._buffered_weight.pop(record.id, None)
+            group.buffer = [r for r in group.buffer if r.id in kept]
+            self.general_buffer = [r for r in self.general_buffer if r.id in kept]
 
     def _contributions(self, sim: Simulation, records: list[DispatchRecord]) -> list[tuple[int, float]]:
         """(dispatch id, st·p_i) of each record: the weight fixed when it was buffered, or else now."""

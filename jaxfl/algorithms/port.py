@@ -181,6 +181,13 @@ class PORT(Policy):
         if any(self._too_stale(sim, sim.records[d]) for d in self.in_flight):
             self.waits += 1
             return  # Step 3: wait for the stale clients (and take everything that arrives first)
+        kept = {r.id for r in sim.screen([sim.records[d] for d in self.buffer])}
+        if len(kept) < len(self.buffer):  # NaN/Inf updates dropped: their slots go to new clients
+            dropped = len(self.buffer) - len(kept)
+            self.buffer = [d for d in self.buffer if d in kept]
+            self._select(sim, dropped)
+            self._try_aggregate(sim)
+            return
         self._aggregate(sim)
 
     def _too_stale(self, sim: Simulation, record: DispatchRecord) -> bool:

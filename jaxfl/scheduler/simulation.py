@@ -610,12 +610,34 @@ class Simulation:
     def cancel(self, event: Event) -> None:
         self.queue.cancel(event)
 
+    def screen(self, records: Sequence[DispatchRecord]) -> list[DispatchRecord]:
+        """The arrived ``records`` whose updates are finite, in order, before a policy weighs them.
+
+        A NaN/Inf update stops the run (``on_nonfinite="stop"``, :class:`NumericalError` naming it)
+        or is dropped as "non-finite update" (``"skip"``); a policy that screens before it computes
+        its coefficients weighs the rest as if the dropped update had never arrived (FedAvg's p_i
+        renormalised over the others, FedBuff's buffer waiting for one more). Training pending work
+        first, as the aggregation would. :meth:`aggregate` screens too, as a last resort: there a
+        dropped update's term is left out and the others keep their coefficients.
+
+        >>> kept = sim.screen(arrived)  # doctest: +SKIP
+        >>> sim.aggregate([(r.id, w / total(kept)) for r in kept])  # doctest: +SKIP
+        """
+        bad = self.backend.nonfinite(records) if records else None
+        if not bad:
+            return records if type(records) is list else list(records)
+        self._stop_or_drop(bad)
+        dropped = {record.id for record in bad}
+        return [record for record in records if record.id not in dropped]
+
     def aggregate(self, contributions: Iterable[tuple[int, float]], mode: str = "delta",
                   server_optimizer: bool = True, payload: Any = None) -> int:
         """Apply a global update from arrived dispatches; returns the new global version.
 
         ``payload`` goes to the algorithm's device hooks unread (see :class:`Aggregation`); a payload
         with a ``check(sim, contributions)`` method has it called first, to refuse an inconsistent one.
+        Screen the records first (:meth:`screen`) where a dropped NaN/Inf update should change the
+        others' weights.
         """
         if type(contributions) is list and len(contributions) == 1:  # FedAsync's: no comprehension's frame
             ((dispatch_id, coefficient),) = contributions
@@ -677,10 +699,8 @@ class Simulation:
             if not math.isfinite(coefficient):
                 raise ValueError(f"aggregation coefficient for dispatch {dispatch_id} is {coefficient}")
 
-    def _screen_nonfinite(self, bad: list[DispatchRecord], contributions: tuple[tuple[int, float], ...],
-                          records: list[DispatchRecord]) -> tuple[tuple, list]:
-        """Stop on a NaN/Inf update, naming it, or (``on_nonfinite="skip"``) drop it and go on
-        with the other contributions and their records."""
+    def _stop_or_drop(self, bad: list[DispatchRecord]) -> None:
+        """Stop on a NaN/Inf update, naming it, or (``on_nonfinite="skip"``) drop each."""
         if self.on_nonfinite == "stop":
             first = bad[0]
             raise NumericalError(
@@ -689,6 +709,11 @@ class Simulation:
                 f"version {self.version}); lower client_lr, check the data, or set on_nonfinite='skip'")
         for record in bad:
             self.drop(record, "non-finite update")
+
+    def _screen_nonfinite(self, bad: list[DispatchRecord], contributions: tuple[tuple[int, float], ...],
+                          records: list[DispatchRecord]) -> tuple[tuple, list]:
+        """Stop on a NaN/Inf update, or drop it and go on with the other contributions and their records."""
+        self._stop_or_drop(bad)
         dropped = {record.id for record in bad}
         kept = [index for index, (dispatch_id, _) in enumerate(contributions) if dispatch_id not in dropped]
         return tuple(contributions[i] for i in kept), [records[i] for i in kept]
