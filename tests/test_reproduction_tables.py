@@ -25,6 +25,8 @@ SECTIONS = [
      "fedavg", 4),
     ("### CC-FedAvg full size, Table II's 30% and 60%, seed 2", ["ccfedavg-full-seed2.csv", "ccfedavg-full-3060-seed2.csv"],
      "fedavg", 4),
+    ("### CC-FedAvg full size, Table II's 30% and 60%, seed 3", ["ccfedavg-full-seed3.csv", "ccfedavg-full-3060-seed3.csv"],
+     "fedavg", 4),
     ("### FedASMU cpu size", ["fedasmu-cpu-seeds012.csv"], "fedavg", 3),
     ("### PORT full size, seed 1", ["port-full-seed1.csv"], "fedavg", 1),
 ]
