@@ -110,7 +110,7 @@ class FaultsConfig:
     dropout_prob: float = 0.0  # per dispatch: the client goes offline for Exp(dropout_mean) s
     dropout_mean: float = 60.0  # mean offline time of a dropout, virtual seconds
     round_timeout: float | None = None  # rounds (FedAvg, FedAT tiers, CC-FedAvg) close after this; PORT, FedASMU: per dispatch
-    on_nonfinite: str = "stop"  # a NaN/Inf update stops the run, or is skipped and counted
+    on_nonfinite: str = "stop"  # a NaN/Inf update stops the run, or is skipped (the rest weighed as if it never arrived) and counted
 
 
 @dataclasses.dataclass(frozen=True)
