@@ -109,15 +109,20 @@ def test_nan_updates_can_be_skipped_and_are_counted(small_config):
     assert all(np.all(np.isfinite(np.asarray(leaf))) for leaf in jax.tree.leaves(result.params))
 
 
-def test_a_skipped_nan_update_does_not_reach_the_updates_trained_beside_it(tmp_path):
-    # Client 0's features overflow its update; clients 1-3 train in the same calls and are aggregated
-    # from the same stacked batch, where the dropped row gets a zero weight (and 0 · NaN is NaN).
-    rng = np.random.default_rng(0)
+def _poisoned_client_zero(seed: int = 0) -> dict:
+    """Four clients of 100 rows each; client 0's features overflow every update it trains."""
+    rng = np.random.default_rng(seed)
     x = rng.normal(size=(400, 20)).astype(np.float32)
     owner = np.repeat(np.arange(4), 100)
     x[owner == 0] = 3e38
-    data = {"x_train": x, "y_train": rng.integers(0, 3, 400), "client_train": owner,
+    return {"x_train": x, "y_train": rng.integers(0, 3, 400), "client_train": owner,
             "x_test": rng.normal(size=(50, 20)).astype(np.float32), "y_test": rng.integers(0, 3, 50)}
+
+
+def test_a_skipped_nan_update_does_not_reach_the_updates_trained_beside_it(tmp_path):
+    # Client 0's features overflow its update; clients 1-3 train in the same calls and are aggregated
+    # from the same stacked batch, where the dropped row gets a zero weight (and 0 · NaN is NaN).
+    data = _poisoned_client_zero()
     config = RunConfig(algorithm="fedbuff", model="mlp", num_classes=3, clients=4, partition="natural",
                        local_steps=3, batch_size=8, max_updates=6, buffer_size=2, clients_per_call=4,
                        target_accuracy=0.99, on_nonfinite="skip", progress=False, output_dir=str(tmp_path / "runs"))
@@ -156,16 +161,6 @@ def test_changing_only_the_algorithm_keeps_speeds_and_partition_paired(small_con
                      for rec in r.simulation.records if rec.steps == 4} for a, r in runs.items()}
     common = set(durations["fedavg"]) & set(durations["fedasync"])
     assert common and all(math.isclose(durations["fedavg"][k], durations["fedasync"][k]) for k in common)
-
-
-def _poisoned_client_zero(seed: int = 0) -> dict:
-    """Four clients of 100 rows each; client 0's features overflow every update it trains."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(400, 20)).astype(np.float32)
-    owner = np.repeat(np.arange(4), 100)
-    x[owner == 0] = 3e38
-    return {"x_train": x, "y_train": rng.integers(0, 3, 400), "client_train": owner,
-            "x_test": rng.normal(size=(50, 20)).astype(np.float32), "y_test": rng.integers(0, 3, 50)}
 
 
 @pytest.mark.parametrize("algorithm, options", [
