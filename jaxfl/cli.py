@@ -336,6 +336,10 @@ def _sweep_parser(commands) -> None:
     report.add_argument("--panels", metavar="SETTING",
                         help="a swept setting of a method (e.g. port.min_clients): one figure panel per value of it, "
                              "the methods that do not read it in every panel")
+    report.add_argument("--grid", metavar="ROWS,COLUMNS", type=lambda text: text.split(","),
+                        help="two swept settings of a method (e.g. port.min_clients,port.staleness_bound): the "
+                             "times to target relative to the reference also as a ROWS × COLUMNS table per group, "
+                             "and a heat map of it (a design-space sweep, as PORT's K × Ω)")
 
 
 def _sweep_values(args: argparse.Namespace) -> tuple[dict, dict]:
@@ -419,7 +423,8 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from jaxfl.report import make_report
 
     try:
-        report = make_report(args.sweep_dir, args.reference, args.out, figures=args.figures, panels=args.panels)
+        report = make_report(args.sweep_dir, args.reference, args.out, figures=args.figures, panels=args.panels,
+                             grid=args.grid)
     except (ValueError, FileNotFoundError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
     print(report.markdown)

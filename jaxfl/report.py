@@ -38,7 +38,9 @@ A method is an algorithm, or an algorithm with the values of its own swept setti
 (``fedbuff buffer_size=5``) where the sweep varies one of them. A design-space sweep (PORT's K × Ω,
 40 methods) draws unreadable figures of one panel; ``panels="port.min_clients"`` splits the accuracy
 and time-to-target figures into one panel per value of that setting, the methods that do not read
-it (FedAvg, FedBuff...) drawn in every panel for reference.
+it (FedAvg, FedBuff...) drawn in every panel for reference; ``grid=("port.min_clients",
+"port.staleness_bound")`` adds the relative times as a K × Ω table per group (:func:`design_grid`)
+and its heat maps.
 
 >>> rows = [{"algorithm": "fedavg", "clients": 10, "seed": 0, "time_to_target": 100.0, "best_accuracy": 0.90},
 ...         {"algorithm": "fedbuff", "clients": 10, "seed": 0, "time_to_target": 25.0, "best_accuracy": 0.92}]
@@ -62,6 +64,7 @@ from jaxfl.runlog import read_events, run_last_tenth_accuracy, write_csv
 from jaxfl.sweep import SUMMARY_COLUMNS
 
 MISSING = "–"
+_ABSENT = "·"  # a design grid's cell of a method the sweep did not run
 NOT_SETTINGS = ("cell", "run_dir", "algorithm", "seed", *SUMMARY_COLUMNS)
 
 
@@ -275,9 +278,7 @@ def group_order(keys: list[tuple]) -> list[tuple]:
     width = len(keys[0])
     ranks = []
     for column in range(width):
-        values = list(dict.fromkeys(key[column] for key in keys))
-        numeric = all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values)
-        ranks.append({value: rank for rank, value in enumerate(sorted(values) if numeric else values)})
+        ranks.append({value: rank for rank, value in enumerate(_ordered([key[column] for key in keys]))})
     changes = [sum(before[column] != after[column] for before, after in zip(keys, keys[1:])) for column in range(width)]
     outermost_first = sorted(range(width), key=lambda column: changes[column])  # stable: ties in column order
     return sorted(keys, key=lambda key: tuple(ranks[column][key[column]] for column in outermost_first))
@@ -557,6 +558,116 @@ def _target_text(rows: list[dict]) -> str:
     return "the target" if len(targets) != 1 else f"{targets[0]:.0%}"
 
 
+@dataclasses.dataclass(frozen=True)
+class DesignGrid:
+    """The relative times to target of a design-space sweep laid out as a grid: ``rows`` × ``columns``
+    (two swept settings of one algorithm, e.g. PORT's K × Ω), one grid per group, and in each cell
+    one ratio per ``variant`` (the values of the method's other swept settings, e.g. urgent pull off
+    and on). ``cells[group][(row, column)]`` holds those ratios in the variants' order: a float, None
+    where the method missed the target in at least half of its runs, ``...`` where the reference did
+    (n/a), or "·" where the sweep has no such method."""
+
+    rows_setting: str
+    columns_setting: str
+    rows: list
+    columns: list
+    variants: list[str]
+    groups: list[tuple]
+    cells: dict[tuple, dict[tuple, list]]
+
+
+def _ordered(values: list) -> list:
+    """Numbers ascending (inf last), anything else in order of appearance."""
+    values = list(dict.fromkeys(values))
+    numeric = all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values)
+    return sorted(values) if numeric else values
+
+
+def design_grid(lines: list[dict], grouping: _Grouping, rows_setting: str, columns_setting: str) -> DesignGrid:
+    """:class:`DesignGrid` of the summary ``lines`` (:func:`summarise`) for two of the sweep's
+    swept method settings, over the methods that read both (PORT's Fig. 2 and 6: time to target
+    over K and Ω).
+
+    >>> rows = [{"algorithm": "fedavg", "port.k": None, "port.b": None, "seed": 0, "time_to_target": 100.0,
+    ...          "best_accuracy": 0.9}]
+    >>> rows += [{"algorithm": "port", "port.k": k, "port.b": b, "seed": 0, "time_to_target": t, "best_accuracy": 0.9}
+    ...          for k, b, t in [(1, 3, 50.0), (1, float("inf"), None), (5, 3, 40.0), (5, float("inf"), 60.0)]]
+    >>> grid = design_grid(summarise(rows), _grouping(rows), "port.k", "port.b")
+    >>> grid.rows, grid.columns, grid.cells[()][(1, 3)], grid.cells[()][(1, float("inf"))]
+    ([1, 5], [3, inf], [0.5], [None])
+    """
+    settings = {name: runs[0] for name, runs in grouping.runs_by_method().items()}
+    in_grid = [name for name in grouping.methods
+               if settings[name].get(rows_setting) is not None and settings[name].get(columns_setting) is not None]
+    others = [column for column in grouping.method_columns if column not in (rows_setting, columns_setting)]
+    several_algorithms = len({settings[name]["algorithm"] for name in in_grid}) > 1
+
+    def variant(name):
+        own = [f"{column}={settings[name][column]}" for column in others if settings[name].get(column) is not None]
+        return " ".join(([str(settings[name]["algorithm"])] if several_algorithms else []) + own) or "all"
+
+    variants = list(dict.fromkeys(variant(name) for name in in_grid))
+    cells: dict[tuple, dict[tuple, list]] = {}
+    for line in lines:
+        if line["method"] not in in_grid:
+            continue
+        group = tuple(line.get(column) for column in grouping.columns)
+        setting = settings[line["method"]]
+        ratios = cells.setdefault(group, {}).setdefault((setting[rows_setting], setting[columns_setting]),
+                                                         [_ABSENT] * len(variants))
+        ratios[variants.index(variant(line["method"]))] = (
+            None if line["time_to_target_mean"] is None else ... if line["relative_time"] is None
+            else line["relative_time"])
+    return DesignGrid(rows_setting, columns_setting,
+                      _ordered([settings[name][rows_setting] for name in in_grid]),
+                      _ordered([settings[name][columns_setting] for name in in_grid]),
+                      variants, list(cells), cells)
+
+
+
+def format_grid_markdown(grid: DesignGrid, groups: list[str], reference: str, target: str) -> str:
+    """The :class:`DesignGrid` as markdown tables, one per group: a row per value of
+    ``grid.rows_setting``, a column per value of ``grid.columns_setting``, in each cell the variants'
+    ratios joined by " / ".
+
+    >>> grid = DesignGrid("port.k", "port.b", [1, 5], [3], ["port.pull=False", "port.pull=True"], [()],
+    ...                   {(): {(1, 3): [0.5, None], (5, 3): [0.4, 0.45]}})
+    >>> print(format_grid_markdown(grid, [], "fedavg", "90%"))
+    ## Time to first reach 90% held-out accuracy relative to fedavg: port.k × port.b
+    <BLANKLINE>
+    | port.k \\ port.b | 3 |
+    |---:|---|
+    | 1 | 0.50 / – |
+    | 5 | 0.40 / 0.45 |
+    <BLANKLINE>
+    Each cell: port.pull=False / port.pull=True. The ratios of the first table (mean time over the seeds where both reached the target, divided by fedavg's); – = missed the target in at least half of its runs; n/a = fedavg did; · = not in the sweep.
+    """
+    def shown(ratio):
+        if ratio is None:
+            return MISSING
+        if ratio is ...:
+            return "n/a"
+        return ratio if ratio == _ABSENT else f"{ratio:.2f}"
+
+    parts = []
+    for group in grid.groups:
+        label = _group_label(group, groups)
+        heading = f"## Time to first reach {target} held-out accuracy relative to {reference}: " \
+                  f"{grid.rows_setting} × {grid.columns_setting}" + (f" ({label})" if groups else "")
+        table = [f"| {grid.rows_setting} \\ {grid.columns_setting} | " + " | ".join(map(str, grid.columns)) + " |",
+                 "|---:|" + "---|" * len(grid.columns)]
+        for row in grid.rows:
+            table.append(f"| {row} | " + " | ".join(
+                " / ".join(map(shown, grid.cells[group].get((row, column), [_ABSENT] * len(grid.variants))))
+                for column in grid.columns) + " |")
+        parts += [heading, "", *table, ""]
+    each = f"Each cell: {' / '.join(grid.variants)}. " if len(grid.variants) > 1 else ""
+    parts.append(f"{each}The ratios of the first table (mean time over the seeds where both reached the target, "
+                 f"divided by {reference}'s); {MISSING} = missed the target in at least half of its runs; "
+                 f"n/a = {reference} did; {_ABSENT} = not in the sweep.")
+    return "\n".join(parts)
+
+
 def _write_csv(lines: list[dict], path: str) -> str:
     """One row per line; the seed-by-seed times become a ``relative_time_seed{S}`` column per seed, and
     the seed-by-seed accuracies a ``final_accuracy_seed{S}`` and ``last_tenth_accuracy_seed{S}`` each."""
@@ -573,7 +684,7 @@ def _write_csv(lines: list[dict], path: str) -> str:
 
 
 def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: str | None = None,
-                figures: bool = True, panels: str | None = None) -> Report:
+                figures: bool = True, panels: str | None = None, grid: Sequence[str] | None = None) -> Report:
     """Write ``report.md``, ``report.csv`` and (with ``figures``) the PNG figures of the sweep in
     ``sweep_dir`` into ``out`` (default ``SWEEP_DIR/report``); see the module docstring.
     ``sweep_dir`` may be a list of folders: their results as one table (:func:`read_results_of`),
@@ -582,11 +693,14 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
     ``x/NAME.csv`` is ``x/NAME-report`` (``x/report`` for ``x/results.csv``). The figures need the
     run folders; from results tables alone, ``figures=False``.
     ``panels``: a swept setting of a method (``"port.min_clients"``) whose values split the accuracy
-    and time-to-target figures into panels.
+    and time-to-target figures into panels. ``grid``: two swept settings of a method (``("port.min_clients",
+    "port.staleness_bound")``): the time-to-target ratios also as a rows × columns table per group
+    (:func:`design_grid`) and, with ``figures``, heat maps (``time_to_target_grid.png``).
 
     >>> # make_report("sweeps/x").markdown  (jaxfl report sweeps/x prints it)
     >>> # make_report("sweeps/port-full", panels="port.min_clients")  (one panel per K)
     >>> # make_report(["sweeps/port-seed0", "sweeps/port-seeds1-2"])  (one table of both folders)
+    >>> # make_report("sweeps/port-full", grid=("port.min_clients", "port.staleness_bound"))  (K × Ω)
     """
     folders = [sweep_dir] if isinstance(sweep_dir, (str, os.PathLike)) else list(sweep_dir)
     rows = read_results_of(folders)
@@ -596,19 +710,40 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
     if panels is not None and panels not in grouping.method_columns:
         allowed = ", ".join(grouping.method_columns) or "none: this sweep varies no setting of a method"
         raise ValueError(f"panels={panels!r} is not allowed: one of the swept settings of a method ({allowed})")
+    if grid is not None:
+        _check_grid(list(grid), grouping)
     if figures:  # every run folder there, or one error before anything is written
         for row in rows:
             _run_dir(sweep_dir, row)
     out = out or _default_out(folders[0])
     os.makedirs(out, exist_ok=True)
     markdown = format_markdown(lines, grouping.columns, reference, _target_text(rows))
+    if grid is not None:
+        design = design_grid(lines, grouping, *grid)
+        markdown += "\n\n" + format_grid_markdown(design, grouping.columns, reference, _target_text(rows))
     markdown_path = os.path.join(out, "report.md")
     with open(markdown_path + ".tmp", "w") as handle:
         handle.write(markdown + "\n")
     os.replace(markdown_path + ".tmp", markdown_path)
     table = _write_csv(lines, os.path.join(out, "report.csv"))
     drawn = _figures(grouping, lines, sweep_dir, out, panels) if figures else []
+    if figures and grid is not None:
+        drawn.append(plot_design_grid(design, grouping.columns, reference, os.path.join(out, "time_to_target_grid.png")))
     return Report(markdown, markdown_path, table, lines, drawn)
+
+
+def _check_grid(grid: list[str], grouping: _Grouping) -> None:
+    """A ``grid`` names two different swept settings of a method that some method reads together."""
+    allowed = ", ".join(grouping.method_columns) or "none: this sweep varies no setting of a method"
+    if len(grid) != 2 or grid[0] == grid[1]:
+        raise ValueError(f"grid={','.join(map(str, grid))!r} is not allowed: two different swept settings of a "
+                         f"method, rows first, e.g. port.min_clients,port.staleness_bound (this sweep's: {allowed})")
+    for setting in grid:
+        if setting not in grouping.method_columns:
+            raise ValueError(f"grid setting {setting!r} is not allowed: one of the swept settings of a method ({allowed})")
+    runs = grouping.runs_by_method().values()
+    if not any(group[0].get(grid[0]) is not None and group[0].get(grid[1]) is not None for group in runs):
+        raise ValueError(f"grid={','.join(grid)!r} is not allowed: no method of this sweep reads both settings")
 
 
 def _default_out(source: str) -> str:
@@ -898,6 +1033,51 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
         axes.set_title(panel_title, fontsize=9)
         axes.grid(alpha=0.3, axis="y")
     _shared_legend(figure, [axes for axes, *_ in layout])
+    return _save(figure, path)
+
+
+def plot_design_grid(grid: DesignGrid, groups: list[str], reference: str, path: str) -> str:
+    """The :class:`DesignGrid` as heat maps, one panel per group and variant: rows × columns coloured
+    by the time to target relative to the reference (green sooner, red later, yellow equal, on a log
+    scale even about 1), each cell
+    labelled with its ratio; "–" where the method missed the target in at least half its runs.
+
+    >>> # plot_design_grid(design_grid(lines, grouping, "port.min_clients", "port.staleness_bound"), ...)
+    """
+    from matplotlib import colormaps
+    from matplotlib.colors import LogNorm
+
+    panels = [(group, number) for group in grid.groups for number in range(len(grid.variants))]
+    found = [ratio for cells in grid.cells.values() for ratios in cells.values() for ratio in ratios
+             if isinstance(ratio, float) and ratio > 0]
+    # a log scale even about 1: half the reference's time is as green as twice it is red
+    widest = max([1.01, *found, *(1 / ratio for ratio in found)])
+    norm = LogNorm(vmin=1 / widest, vmax=widest)
+    colours = colormaps["RdYlGn_r"].with_extremes(bad="0.85")  # missed: grey
+    figure, axes = _panel_grid(len(panels), (0.75 * len(grid.columns) + 2.2, 0.45 * len(grid.rows) + 1.6))
+    image = None
+    for panel, (group, number) in zip(axes, panels):
+        values = np.full((len(grid.rows), len(grid.columns)), np.nan)
+        for (row, column), ratios in grid.cells[group].items():
+            if isinstance(ratios[number], float):
+                values[grid.rows.index(row), grid.columns.index(column)] = ratios[number]
+        image = panel.imshow(values, cmap=colours, norm=norm, aspect="auto")
+        for (row, column), ratios in grid.cells[group].items():
+            ratio = ratios[number]
+            text = f"{ratio:.2f}" if isinstance(ratio, float) else MISSING if ratio is None else \
+                "n/a" if ratio is ... else ratio
+            panel.text(grid.columns.index(column), grid.rows.index(row), text, ha="center", va="center", fontsize=8)
+        panel.set_xticks(range(len(grid.columns)), [str(column) for column in grid.columns], fontsize=8)
+        panel.set_yticks(range(len(grid.rows)), [str(row) for row in grid.rows], fontsize=8)
+        panel.set_xlabel(grid.columns_setting, fontsize=8)
+        panel.set_ylabel(grid.rows_setting, fontsize=8)
+        title = [_group_label(group, groups) if groups else "", grid.variants[number] if len(grid.variants) > 1 else ""]
+        panel.set_title("\n".join(part for part in title if part), fontsize=8)
+    bar = figure.colorbar(image, ax=axes, shrink=0.8, label=f"time to target ÷ {reference}'s")
+    ticks = [tick for tick in (0.1, 0.25, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0, 10.0) if 1 / widest <= tick <= widest]
+    bar.ax.minorticks_off()
+    bar.set_ticks(ticks, labels=[f"{tick:g}" for tick in ticks])
+    figure.suptitle(f"time to target relative to {reference} ({MISSING} = missed in ≥ half the runs)", fontsize=10)
     return _save(figure, path)
 
 

@@ -11,7 +11,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 REPRODUCTION = ROOT / "benchmarks" / "reproduction"
 
 # (the section's heading, its results CSVs, the report's reference, the least number of its tables
-# that must be the report's: the rest are tables written by hand, each with a header of its own)
+# that must be the report's: the rest are tables written by hand, each with a header of its own;
+# and the report's design grid, where it has one)
 SECTIONS = [
     ("### FedCompass Q_min/Q_max ablation, cpu size",
      ["fedcompass-qratio-cpu-seeds01.csv", "fedcompass-qratio-cpu-seed2-homo-normal.csv"],
@@ -22,7 +23,7 @@ SECTIONS = [
      [f"ccfedavg-full-seed{seed}.csv" for seed in range(5)] + [f"ccfedavg-full-3060-seed{seed}.csv" for seed in range(5)],
      "fedavg", 7),
     ("### FedASMU cpu size", ["fedasmu-cpu-seeds012.csv"], "fedavg", 3),
-    ("### PORT full size, seed 1", ["port-full-seed1.csv"], "fedavg", 1),
+    ("### PORT full size, seed 1", ["port-full-seed1.csv"], "fedavg", 3, ("port.min_clients", "port.staleness_bound")),
 ]
 
 
@@ -45,11 +46,12 @@ def _tables(lines: list[str]) -> list[list[str]]:
     return tables
 
 
-@pytest.mark.parametrize("heading, csvs, reference, least", SECTIONS, ids=[s[0][4:30] for s in SECTIONS])
-def test_the_readme_tables_are_the_report_of_the_committed_csvs(heading, csvs, reference, least, tmp_path):
+@pytest.mark.parametrize("heading, csvs, reference, least, grid", [(*s, None)[:5] for s in SECTIONS],
+                         ids=[s[0][4:30] for s in SECTIONS])
+def test_the_readme_tables_are_the_report_of_the_committed_csvs(heading, csvs, reference, least, grid, tmp_path):
     section = _section((REPRODUCTION / "README.md").read_text().splitlines(), heading)
     report = make_report([str(REPRODUCTION / "results" / name) for name in csvs], reference, str(tmp_path),
-                         figures=False).markdown
+                         figures=False, grid=grid).markdown
     report_lines = report.splitlines()
     theirs = [table for table in _tables(section) if table[0] in report_lines]  # the header: a report's table
     assert len(theirs) >= least, f"{heading}: {len(theirs)} of the report's tables found, expected {least} or more"
@@ -57,4 +59,4 @@ def test_the_readme_tables_are_the_report_of_the_committed_csvs(heading, csvs, r
         assert "\n".join(table) in report, (
             f"{heading}: the table under {table[0][:80]!r} is not what jaxfl report makes of "
             f"{', '.join(csvs)} now; regenerate it with jaxfl report {' '.join('results/' + c for c in csvs)} "
-            f"--reference {reference!r} --no-figures")
+            f"--reference {reference!r} --no-figures{' --grid ' + ','.join(grid) if grid else ''}")

@@ -668,3 +668,59 @@ def test_a_sweep_over_other_values_in_the_same_folder_names_the_runs_its_table_l
     both = run_sweep(base, {"seed": [0, 1], "clients": [2, 3]}, folder, progress=False, echo=said.append)
     assert len(both.skipped) == 4 and not both.ran and not any("finished run(s)" in text for text in both.notes)
     assert sorted((row["seed"], row["clients"]) for row in read_results(folder)) == [(0, 2), (0, 3), (1, 2), (1, 3)]
+
+
+def test_report_grid_lays_a_design_space_out_as_rows_by_columns_by_hand(tmp_path):
+    # PORT-like: k × b, urgent pull off and on, two speed models, two seeds; fedavg's times 100 and
+    # 300 s in the two seeds, so a ratio is paired by seed (k=1, b=3, off: (50 + 90) / 400)
+    fedavg = {"pareto": [100.0, 300.0], "zipf": [100.0, 100.0]}
+    port = {(1, 3.0, False): [50.0, 90.0], (1, 3.0, True): [None, None], (1, math.inf, False): [100.0, None],
+            (5, 3.0, False): [40.0, 120.0], (5, math.inf, False): [100.0, 300.0], (5, math.inf, True): [20.0, 60.0]}
+    rows = []
+    for speeds in ("pareto", "zipf"):
+        rows += [{"algorithm": "fedavg", "heterogeneity": speeds, "port.k": None, "port.b": None, "port.pull": None,
+                  "seed": seed, "time_to_target": fedavg[speeds][seed], "best_accuracy": 0.9} for seed in (0, 1)]
+        rows += [{"algorithm": "port", "heterogeneity": speeds, "port.k": k, "port.b": b, "port.pull": pull,
+                  "seed": seed, "time_to_target": times[seed], "best_accuracy": 0.9}
+                 for (k, b, pull), times in port.items() for seed in (0, 1)]
+    _write_results(str(tmp_path), rows)
+    report = make_report(str(tmp_path), figures=False, grid=("port.k", "port.b"))
+    pareto = report.markdown.split("## Time to first reach 80% held-out accuracy relative to fedavg: "
+                                   "port.k × port.b (heterogeneity=pareto)\n\n")[1].split("\n\n")[0]
+    assert pareto.splitlines() == [
+        "| port.k \\ port.b | 3.0 | inf |",
+        "|---:|---|---|",
+        "| 1 | 0.35 / – | – / · |",  # (50 + 90) / 400; missed in one of two seeds: "–"; pull on not run: "·"
+        "| 5 | 0.40 / · | 1.00 / 0.20 |"]
+    assert "| 1 | 0.70 / – | – / · |" in report.markdown.split("(heterogeneity=zipf)")[1]  # its own reference
+    assert "Each cell: port.pull=False / port.pull=True." in report.markdown
+    # every number of the grids is the method's ratio of the first table
+    lines = {(line["heterogeneity"], line["method"]): line["relative_time"] for line in report.rows}
+    assert lines["pareto", "port port.k=5 port.b=inf port.pull=True"] == pytest.approx(0.2)
+    assert lines["zipf", "port port.k=1 port.b=3.0 port.pull=False"] == pytest.approx(140 / 200)
+
+
+def test_report_grid_of_a_real_port_sweep_and_its_bad_settings(tmp_path, capsys):
+    folder = str(tmp_path / "sweep")
+    base = {name: value for name, value in BASE.items() if name != "buffer_size"}
+    run_sweep({**base, "checkpoint_every": None},
+              {"algorithm": ["fedavg", "port"], "port.min_clients": [1, 2], "port.staleness_bound": [1, "inf"]},
+              folder, progress=False)
+    for grid, message in [("port.min_clients", "grid='port.min_clients' is not allowed: two different swept settings"),
+                          ("port.min_clients,clients", "grid setting 'clients' is not allowed: one of the swept "
+                                                       "settings of a method (port.min_clients, port.staleness_bound)")]:
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["report", folder, "--grid", grid, "--out", str(tmp_path / "never")])
+        assert exited.value.code == 2 and message in capsys.readouterr().err
+        assert not os.path.exists(tmp_path / "never")  # refused before anything is written
+    assert cli.main(["report", folder, "--grid", "port.min_clients,port.staleness_bound",
+                     "--out", str(tmp_path / "report")]) == 0
+    printed = capsys.readouterr().out
+    table = printed.split("port.min_clients × port.staleness_bound\n\n")[1].split("\n\n")[0].splitlines()
+    assert table[0] == "| port.min_clients \\ port.staleness_bound | 1 | inf |"
+    assert [row.split(" | ")[0] for row in table[2:]] == ["| 1", "| 2"]
+    assert "time_to_target_grid.png" in printed
+    import matplotlib.image
+
+    image = matplotlib.image.imread(os.path.join(tmp_path / "report", "time_to_target_grid.png"))
+    assert image.shape[0] > 200 and image.shape[1] > 200
