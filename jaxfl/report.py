@@ -71,13 +71,16 @@ NOT_SETTINGS = ("cell", "run_dir", "algorithm", "seed", *SUMMARY_COLUMNS)
 @dataclasses.dataclass(frozen=True)
 class Report:
     """What :func:`make_report` wrote: the markdown text and its path, the CSV table's path and its
-    rows (:func:`summarise`), and the figures' paths."""
+    rows (:func:`summarise`), the figures' paths, and with ``grid`` the :class:`DesignGrid` and its
+    tables' markdown (also at the end of ``markdown``)."""
 
     markdown: str
     markdown_path: str
     table: str
     rows: list
     figures: list
+    grid: DesignGrid | None = None
+    grid_markdown: str | None = None
 
 
 # The accuracies whose seed-by-seed differences to the reference the report tables (several seeds).
@@ -718,9 +721,11 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
     out = out or _default_out(folders[0])
     os.makedirs(out, exist_ok=True)
     markdown = format_markdown(lines, grouping.columns, reference, _target_text(rows))
+    design = grid_markdown = None
     if grid is not None:
         design = design_grid(lines, grouping, *grid)
-        markdown += "\n\n" + format_grid_markdown(design, grouping.columns, reference, _target_text(rows))
+        grid_markdown = format_grid_markdown(design, grouping.columns, reference, _target_text(rows))
+        markdown += "\n\n" + grid_markdown
     markdown_path = os.path.join(out, "report.md")
     with open(markdown_path + ".tmp", "w") as handle:
         handle.write(markdown + "\n")
@@ -729,7 +734,7 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
     drawn = _figures(grouping, lines, sweep_dir, out, panels) if figures else []
     if figures and grid is not None:
         drawn.append(plot_design_grid(design, grouping.columns, reference, os.path.join(out, "time_to_target_grid.png")))
-    return Report(markdown, markdown_path, table, lines, drawn)
+    return Report(markdown, markdown_path, table, lines, drawn, design, grid_markdown)
 
 
 def _check_grid(grid: list[str], grouping: _Grouping) -> None:
@@ -1054,7 +1059,7 @@ def plot_design_grid(grid: DesignGrid, groups: list[str], reference: str, path: 
     widest = max([1.01, *found, *(1 / ratio for ratio in found)])
     norm = LogNorm(vmin=1 / widest, vmax=widest)
     colours = colormaps["RdYlGn_r"].with_extremes(bad="0.85")  # missed: grey
-    figure, axes = _panel_grid(len(panels), (0.75 * len(grid.columns) + 2.2, 0.45 * len(grid.rows) + 1.6))
+    figure, axes = _panel_grid(len(panels), (max(4.0, 0.75 * len(grid.columns) + 2.2), 0.45 * len(grid.rows) + 1.8))
     image = None
     for panel, (group, number) in zip(axes, panels):
         values = np.full((len(grid.rows), len(grid.columns)), np.nan)
@@ -1077,7 +1082,7 @@ def plot_design_grid(grid: DesignGrid, groups: list[str], reference: str, path: 
     ticks = [tick for tick in (0.1, 0.25, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0, 10.0) if 1 / widest <= tick <= widest]
     bar.ax.minorticks_off()
     bar.set_ticks(ticks, labels=[f"{tick:g}" for tick in ticks])
-    figure.suptitle(f"time to target relative to {reference} ({MISSING} = missed in ≥ half the runs)", fontsize=10)
+    figure.suptitle(f"time to target relative to {reference}\n({MISSING} = missed in ≥ half the runs)", fontsize=10)
     return _save(figure, path)
 
 

@@ -45,10 +45,13 @@ KEY_RESULTS = {
                                       for r in comparison.results}""",
     "04_kernels_in_your_jax_code.ipynb": "history",
     "05_sweep_and_report.ipynb": """{"cells": [(row["algorithm"], row["seed"], row["global_updates"]) for row in result.rows],
-                                  "rerun": [len(again.ran), len(again.skipped)], "markdown": report.markdown}""",
+                                  "rerun": [len(again.ran), len(again.skipped)], "markdown": report.markdown,
+                                  "space": [(row["algorithm"], row["port.min_clients"], row["port.staleness_bound"])
+                                            for row in space.rows if row["seed"] == 0],
+                                  "grid": space_report.grid_markdown}""",
 }
 FIGURES = {"01_quickstart.ipynb": 2, "02_async_vs_sync.ipynb": 5, "03_your_own_algorithm.ipynb": 1,
-           "04_kernels_in_your_jax_code.ipynb": 1, "05_sweep_and_report.ipynb": 3}
+           "04_kernels_in_your_jax_code.ipynb": 1, "05_sweep_and_report.ipynb": 4}
 
 
 def test_every_numbered_notebook_is_tested():
@@ -113,6 +116,11 @@ def test_notebook_runs_at_tiny_size(name, tmp_path, monkeypatch):
         assert result["rerun"] == [0, 4]  # the second call finds every cell finished
         assert "| fedbuff | – |" in result["markdown"]  # nobody reaches 99% in 2 updates: "–"
         assert (tmp_path / "sweeps" / "05_sweep" / "results.parquet").is_file()
+        # the design space: FedAvg once, PORT at each K × Ω; nobody reaches 99%: every grid cell "–"
+        assert result["space"] == [["fedavg", None, None], ["port", 1, 3], ["port", 1, "inf"], ["port", 3, 3],
+                                   ["port", 3, "inf"]]
+        assert "| port.min_clients \\ port.staleness_bound | 3 | inf |" in result["grid"]
+        assert "| 1 | – | – |" in result["grid"] and "| 3 | – | – |" in result["grid"]
     else:
         assert set(result) == {"FedAvg", "stale, weights p_i", "stale, weights st(s) p_i / Σ"}
         assert all(len(curve) == TINY[name]["rounds"] + 1 for curve in result.values())

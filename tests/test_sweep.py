@@ -694,6 +694,8 @@ def test_report_grid_lays_a_design_space_out_as_rows_by_columns_by_hand(tmp_path
         "| 5 | 0.40 / · | 1.00 / 0.20 |"]
     assert "| 1 | 0.70 / – | – / · |" in report.markdown.split("(heterogeneity=zipf)")[1]  # its own reference
     assert "Each cell: port.pull=False / port.pull=True." in report.markdown
+    assert report.markdown.endswith(report.grid_markdown) and report.grid.rows == [1, 5]
+    assert report.grid.columns == [3.0, math.inf] and report.grid.variants == ["port.pull=False", "port.pull=True"]
     # every number of the grids is the method's ratio of the first table
     lines = {(line["heterogeneity"], line["method"]): line["relative_time"] for line in report.rows}
     assert lines["pareto", "port port.k=5 port.b=inf port.pull=True"] == pytest.approx(0.2)
