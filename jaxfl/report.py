@@ -627,6 +627,14 @@ def design_grid(lines: list[dict], grouping: _Grouping, rows_setting: str, colum
                       variants, list(cells), cells)
 
 
+def _grid_cell_text(ratio) -> str:
+    """One ratio of a :class:`DesignGrid` as the tables and heat maps show it."""
+    if ratio is None:
+        return MISSING
+    if ratio is ...:
+        return "n/a"
+    return ratio if ratio == _ABSENT else f"{ratio:.2f}"
+
 
 def format_grid_markdown(grid: DesignGrid, groups: list[str], reference: str, target: str) -> str:
     """The :class:`DesignGrid` as markdown tables, one per group: a row per value of
@@ -645,13 +653,6 @@ def format_grid_markdown(grid: DesignGrid, groups: list[str], reference: str, ta
     <BLANKLINE>
     Each cell: port.pull=False / port.pull=True. The ratios of the first table (mean time over the seeds where both reached the target, divided by fedavg's); – = missed the target in at least half of its runs; n/a = fedavg did; · = not in the sweep.
     """
-    def shown(ratio):
-        if ratio is None:
-            return MISSING
-        if ratio is ...:
-            return "n/a"
-        return ratio if ratio == _ABSENT else f"{ratio:.2f}"
-
     parts = []
     for group in grid.groups:
         label = _group_label(group, groups)
@@ -661,7 +662,7 @@ def format_grid_markdown(grid: DesignGrid, groups: list[str], reference: str, ta
                  "|---:|" + "---|" * len(grid.columns)]
         for row in grid.rows:
             table.append(f"| {row} | " + " | ".join(
-                " / ".join(map(shown, grid.cells[group].get((row, column), [_ABSENT] * len(grid.variants))))
+                " / ".join(map(_grid_cell_text, grid.cells[group].get((row, column), [_ABSENT] * len(grid.variants))))
                 for column in grid.columns) + " |")
         parts += [heading, "", *table, ""]
     each = f"Each cell: {' / '.join(grid.variants)}. " if len(grid.variants) > 1 else ""
@@ -1044,8 +1045,8 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
 def plot_design_grid(grid: DesignGrid, groups: list[str], reference: str, path: str) -> str:
     """The :class:`DesignGrid` as heat maps, one panel per group and variant: rows × columns coloured
     by the time to target relative to the reference (green sooner, red later, yellow equal, on a log
-    scale even about 1), each cell
-    labelled with its ratio; "–" where the method missed the target in at least half its runs.
+    scale even about 1), each cell labelled with its ratio; "–" where the method missed the target in
+    at least half its runs.
 
     >>> # plot_design_grid(design_grid(lines, grouping, "port.min_clients", "port.staleness_bound"), ...)
     """
@@ -1068,10 +1069,8 @@ def plot_design_grid(grid: DesignGrid, groups: list[str], reference: str, path: 
                 values[grid.rows.index(row), grid.columns.index(column)] = ratios[number]
         image = panel.imshow(values, cmap=colours, norm=norm, aspect="auto")
         for (row, column), ratios in grid.cells[group].items():
-            ratio = ratios[number]
-            text = f"{ratio:.2f}" if isinstance(ratio, float) else MISSING if ratio is None else \
-                "n/a" if ratio is ... else ratio
-            panel.text(grid.columns.index(column), grid.rows.index(row), text, ha="center", va="center", fontsize=8)
+            panel.text(grid.columns.index(column), grid.rows.index(row), _grid_cell_text(ratios[number]),
+                       ha="center", va="center", fontsize=8)
         panel.set_xticks(range(len(grid.columns)), [str(column) for column in grid.columns], fontsize=8)
         panel.set_yticks(range(len(grid.rows)), [str(row) for row in grid.rows], fontsize=8)
         panel.set_xlabel(grid.columns_setting, fontsize=8)
