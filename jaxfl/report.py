@@ -712,8 +712,8 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
     grouping = _grouping(rows)
     lines = _summarise(grouping, reference)  # a bad reference fails before anything is written
     if panels is not None and panels not in grouping.method_columns:
-        allowed = ", ".join(grouping.method_columns) or "none: this sweep varies no setting of a method"
-        raise ValueError(f"panels={panels!r} is not allowed: one of the swept settings of a method ({allowed})")
+        raise ValueError(f"panels={panels!r} is not allowed: one of the swept settings of a method "
+                         f"({_method_settings_text(grouping)})")
     if grid is not None:
         _check_grid(list(grid), grouping)
     if figures:  # every run folder there, or one error before anything is written
@@ -721,11 +721,12 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
             _run_dir(sweep_dir, row)
     out = out or _default_out(folders[0])
     os.makedirs(out, exist_ok=True)
-    markdown = format_markdown(lines, grouping.columns, reference, _target_text(rows))
+    target = _target_text(rows)
+    markdown = format_markdown(lines, grouping.columns, reference, target)
     design = grid_markdown = None
     if grid is not None:
         design = design_grid(lines, grouping, *grid)
-        grid_markdown = format_grid_markdown(design, grouping.columns, reference, _target_text(rows))
+        grid_markdown = format_grid_markdown(design, grouping.columns, reference, target)
         markdown += "\n\n" + grid_markdown
     markdown_path = os.path.join(out, "report.md")
     with open(markdown_path + ".tmp", "w") as handle:
@@ -738,9 +739,14 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
     return Report(markdown, markdown_path, table, lines, drawn, design, grid_markdown)
 
 
+def _method_settings_text(grouping: _Grouping) -> str:
+    """The sweep's swept method settings, as a refusal of ``panels`` or ``grid`` names what is allowed."""
+    return ", ".join(grouping.method_columns) or "none: this sweep varies no setting of a method"
+
+
 def _check_grid(grid: list[str], grouping: _Grouping) -> None:
     """A ``grid`` names two different swept settings of a method that some method reads together."""
-    allowed = ", ".join(grouping.method_columns) or "none: this sweep varies no setting of a method"
+    allowed = _method_settings_text(grouping)
     if len(grid) != 2 or grid[0] == grid[1]:
         raise ValueError(f"grid={','.join(map(str, grid))!r} is not allowed: two different swept settings of a "
                          f"method, rows first, e.g. port.min_clients,port.staleness_bound (this sweep's: {allowed})")
