@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One button for the papers' full-size sweeps on a lent GPU, from the device tool:
-#     run(command="bash benchmarks/reproduction/gpu_sweep.sh port", timeout_s=600,
+#     run(command="bash benchmarks/reproduction/gpu_sweep.sh fedasmu", timeout_s=600,
 #         carry=["benchmarks/out/fashion-mnist"])
 # Arguments: PAPER (a file here without .toml: fedcompass, fedcompass_qratio, port, ccfedavg,
 # fedasmu), then optionally SIZE (default full) and any `jaxfl sweep` flags that cut the grid
@@ -14,8 +14,8 @@
 # call also returns the whole folder as $OUT/PAPER-SIZE.tar.gz (run directories without the
 # checkpoints of finished cells; without any checkpoint if it would pass the tool's 16 MiB a
 # file), and a call that finds no folder but a carried archive starts from it:
-#     mkdir -p benchmarks/out/carry && cp FILES_AT/port-full.tar.gz benchmarks/out/carry/
-#     run(command="bash benchmarks/reproduction/gpu_sweep.sh port full --seed 0", timeout_s=600,
+#     mkdir -p benchmarks/out/carry && cp FILES_AT/fedasmu-full.tar.gz benchmarks/out/carry/
+#     run(command="bash benchmarks/reproduction/gpu_sweep.sh fedasmu full --seed 0", timeout_s=600,
 #         carry=["benchmarks/out/fashion-mnist", "benchmarks/out/carry"])
 # Each call stops its sweep at a limit safely inside the tool's 600 s and writes the report of
 # what is finished; results.csv and report.md come back beside the archive (the figures are in
