@@ -326,13 +326,17 @@ def _sweep_parser(commands) -> None:
                                              "staleness histograms, client timelines) of a jaxfl sweep folder.")
     report.add_argument("sweep_dir", metavar="SWEEP_DIR", nargs="+",
                         help="a folder written by jaxfl sweep, or a results CSV file (its results.csv kept apart: "
-                             "tables only, with --no-figures, where its runs are gone); several: their results as "
+                             "tables only, with --no-figures or --table-figures, where its runs are gone); several: their results as "
                              "one table (the parts of a grid run apart, e.g. seeds on another machine), the report "
                              "in the first")
     report.add_argument("--reference", default="fedavg", help="the method times are relative to (default: fedavg)")
     report.add_argument("--out", metavar="DIR", help="where to write (default: the first SWEEP_DIR/report; "
                                                       "for a file x/NAME.csv, x/NAME-report)")
-    report.add_argument("--no-figures", dest="figures", action="store_false", help="the tables only")
+    figures = report.add_mutually_exclusive_group()
+    figures.add_argument("--no-figures", dest="figures", action="store_false", help="the tables only")
+    figures.add_argument("--table-figures", dest="figures", action="store_const", const="table",
+                         help="the tables and the figures the results table alone makes (time-to-target bars; "
+                              "with --grid, the heat maps): for results CSVs whose runs are gone")
     report.add_argument("--panels", metavar="SETTING",
                         help="a swept setting of a method (e.g. port.min_clients): one figure panel per value of it, "
                              "the methods that do not read it in every panel")

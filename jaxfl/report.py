@@ -32,7 +32,9 @@ Both are printed and written to ``report.md`` (markdown) and ``report.csv`` (one
 method, with the absolute times), beside the figures (PNG): accuracy against virtual time per method
 with its min–max band over the seeds (one figure per group) and the same against the computation
 spent (``accuracy_vs_steps``: the local steps of the updates delivered), time-to-target bars,
-staleness histograms per method, and one run's client timeline per method.
+staleness histograms per method, and one run's client timeline per method. From results tables
+whose runs are gone (seeds run on other machines, committed CSVs), ``figures="table"`` draws the
+figures the table alone makes: the time-to-target bars and, with ``grid``, the heat maps.
 
 A method is an algorithm, or an algorithm with the values of its own swept settings
 (``fedbuff buffer_size=5``) where the sweep varies one of them. A design-space sweep (PORT's K × Ω,
@@ -687,15 +689,20 @@ def _write_csv(lines: list[dict], path: str) -> str:
     return write_csv(path, rows, dict.fromkeys(name for row in rows for name in row))
 
 
+FIGURE_CHOICES = (True, False, "table")
+
+
 def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: str | None = None,
-                figures: bool = True, panels: str | None = None, grid: Sequence[str] | None = None) -> Report:
+                figures: bool | str = True, panels: str | None = None, grid: Sequence[str] | None = None) -> Report:
     """Write ``report.md``, ``report.csv`` and (with ``figures``) the PNG figures of the sweep in
     ``sweep_dir`` into ``out`` (default ``SWEEP_DIR/report``); see the module docstring.
     ``sweep_dir`` may be a list of folders: their results as one table (:func:`read_results_of`),
     written by default into the first folder's ``report``. A results CSV file may stand for a
     folder (its runs then relative to the file's folder); the default ``out`` for a first source
     ``x/NAME.csv`` is ``x/NAME-report`` (``x/report`` for ``x/results.csv``). The figures need the
-    run folders; from results tables alone, ``figures=False``.
+    run folders; from results tables alone, ``figures=False`` (the tables) or ``figures="table"`` (the
+    tables and the figures the table alone makes: the time-to-target bars and, with ``grid``, the
+    heat maps; for results CSVs whose runs are gone, e.g. seeds run on other machines).
     ``panels``: a swept setting of a method (``"port.min_clients"``) whose values split the accuracy
     and time-to-target figures into panels. ``grid``: two swept settings of a method (``("port.min_clients",
     "port.staleness_bound")``): the time-to-target ratios also as a rows × columns table per group
@@ -706,6 +713,9 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
     >>> # make_report(["sweeps/port-seed0", "sweeps/port-seeds1-2"])  (one table of both folders)
     >>> # make_report("sweeps/port-full", grid=("port.min_clients", "port.staleness_bound"))  (K × Ω)
     """
+    if not any(figures is choice for choice in FIGURE_CHOICES):
+        raise ValueError(f"figures={figures!r} is not allowed: True (every figure), False (none) or 'table' "
+                         "(those the results table alone makes)")
     folders = [sweep_dir] if isinstance(sweep_dir, (str, os.PathLike)) else list(sweep_dir)
     rows = read_results_of(folders)
     sweep_dir = _base_folder(folders[0])
@@ -716,7 +726,7 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
                          f"({_method_settings_text(grouping)})")
     if grid is not None:
         _check_grid(list(grid), grouping)
-    if figures:  # every run folder there, or one error before anything is written
+    if figures is True:  # every run folder there, or one error before anything is written
         for row in rows:
             _run_dir(sweep_dir, row)
     out = out or _default_out(folders[0])
@@ -733,7 +743,8 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
         handle.write(markdown + "\n")
     os.replace(markdown_path + ".tmp", markdown_path)
     table = _write_csv(lines, os.path.join(out, "report.csv"))
-    drawn = _figures(grouping, lines, sweep_dir, out, panels) if figures else []
+    drawn = (_figures(grouping, lines, sweep_dir, out, panels) if figures is True
+             else [_time_to_target_figure(grouping, lines, out, panels)] if figures == "table" else [])
     if figures and grid is not None:
         drawn.append(plot_design_grid(design, grouping.columns, reference, os.path.join(out, "time_to_target_grid.png")))
     return Report(markdown, markdown_path, table, lines, drawn, design, grid_markdown)
@@ -792,10 +803,7 @@ def _figures(grouping: _Grouping, lines: list[dict], sweep_dir: str, out: str, p
              for key, runs_by_method in by_group.items()
              if any(run.get("best_accuracy") is not None for runs in runs_by_method.values() for run in runs)
              for name, x in (("accuracy", "time"), ("accuracy_vs_steps", "steps"))]  # timing-only runs: none
-    paths.append(plot_time_to_target(lines, groups, os.path.join(out, "time_to_target.png"),
-                                     panels=None if panels is None else
-                                     {name: runs[0].get(panels) for name, runs in by_method.items()},
-                                     panel_column=panels))
+    paths.append(_time_to_target_figure(grouping, lines, out, panels))
     paths.append(plot_staleness(by_method, sweep_dir, os.path.join(out, "staleness.png")))
     from jaxfl.plot import plot_timeline
 
@@ -804,6 +812,14 @@ def _figures(grouping: _Grouping, lines: list[dict], sweep_dir: str, out: str, p
         run = min(runs, key=lambda row: (row.get("seed") or 0, row.get("cell") or 0))
         paths.append(plot_timeline(_run_dir(sweep_dir, run), os.path.join(out, f"timeline-{_slug(name)}.png")))
     return paths
+
+
+def _time_to_target_figure(grouping: _Grouping, lines: list[dict], out: str, panels: str | None) -> str:
+    """The time-to-target bars: drawn from the report's lines alone, so also without the run folders."""
+    return plot_time_to_target(lines, grouping.columns, os.path.join(out, "time_to_target.png"),
+                               panels=None if panels is None else
+                               {name: runs[0].get(panels) for name, runs in grouping.runs_by_method().items()},
+                               panel_column=panels)
 
 
 def split_into_panels(value_of: dict[str, object], column: str) -> dict[object, dict[str, str]]:

@@ -558,6 +558,19 @@ def test_a_results_csv_file_stands_for_its_sweep_folder(sweep, tmp_path, capsys)
     error = capsys.readouterr().err
     assert "is missing: the figures need the runs (jaxfl report --no-figures" in error
     assert not os.path.exists(tmp_path / "never")
+    # --table-figures: the tables and the one figure the table alone makes, the bars of time to target
+    assert cli.main(["report", table, "--table-figures", "--out", str(tmp_path / "bars")]) == 0
+    assert "figures:\n  " + str(tmp_path / "bars" / "time_to_target.png") in capsys.readouterr().out
+    assert sorted(os.listdir(tmp_path / "bars")) == ["report.csv", "report.md", "time_to_target.png"]
+    with open(tmp_path / "bars" / "report.md") as handle:
+        assert handle.read() == from_folder.markdown + "\n"
+    with pytest.raises(ValueError, match=r"figures='tables' is not allowed: True \(every figure\), False \(none\) "
+                                         r"or 'table'"):
+        make_report(table, out=str(tmp_path / "never"), figures="tables")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["report", table, "--no-figures", "--table-figures"])
+    assert exited.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "never")
     # the results.csv in its sweep folder finds the runs there: figures too, default out SWEEP_DIR/report
     figures = make_report(os.path.join(sweep.sweep_dir, "results.csv"), out=str(tmp_path / "beside")).figures
     assert os.path.basename(figures[-1]) == "timeline-fedbuff.png"
@@ -726,3 +739,10 @@ def test_report_grid_of_a_real_port_sweep_and_its_bad_settings(tmp_path, capsys)
 
     image = matplotlib.image.imread(os.path.join(tmp_path / "report", "time_to_target_grid.png"))
     assert image.shape[0] > 200 and image.shape[1] > 200
+    # the heat map from the results table alone, its runs gone (seeds run on other machines)
+    table = str(tmp_path / "port.csv")
+    shutil.copy(os.path.join(folder, "results.csv"), table)
+    from_table = make_report(table, out=str(tmp_path / "from-table"), figures="table",
+                             grid=("port.min_clients", "port.staleness_bound"))
+    assert [os.path.basename(path) for path in from_table.figures] == ["time_to_target.png", "time_to_target_grid.png"]
+    assert from_table.markdown == open(tmp_path / "report" / "report.md").read().rstrip("\n")
