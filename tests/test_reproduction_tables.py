@@ -26,6 +26,9 @@ SECTIONS = [
     ("### PORT full size, seed 1", ["port-full-seed1.csv"], "fedavg", 3, ("port.min_clients", "port.staleness_bound")),
     ("### PORT full size, seed 2", ["port-full-seed2-pareto.csv", "port-full-seed2-zipf.csv"], "fedavg", 2,
      ("port.min_clients", "port.staleness_bound")),
+    ("### PORT full size, seeds 0–2",
+     ["port-full-seed0-pareto.csv", "port-full-seed0-zipf.csv", "port-full-seed1.csv", "port-full-seed2-pareto.csv",
+      "port-full-seed2-zipf.csv"], "fedavg", 2, ("port.min_clients", "port.staleness_bound")),
 ]
 
 
