@@ -326,9 +326,9 @@ def _sweep_parser(commands) -> None:
                                              "staleness histograms, client timelines) of a jaxfl sweep folder.")
     report.add_argument("sweep_dir", metavar="SWEEP_DIR", nargs="+",
                         help="a folder written by jaxfl sweep, or a results CSV file (its results.csv kept apart: "
-                             "tables only, with --no-figures or --table-figures, where its runs are gone); several: their results as "
-                             "one table (the parts of a grid run apart, e.g. seeds on another machine), the report "
-                             "in the first")
+                             "tables only, with --no-figures or --table-figures, where its runs are gone); several: "
+                             "their results as one table (the parts of a grid run apart, e.g. seeds on another "
+                             "machine), the report in the first")
     report.add_argument("--reference", default="fedavg", help="the method times are relative to (default: fedavg)")
     report.add_argument("--out", metavar="DIR", help="where to write (default: the first SWEEP_DIR/report; "
                                                       "for a file x/NAME.csv, x/NAME-report)")

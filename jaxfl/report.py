@@ -791,7 +791,8 @@ def _run_dir(sweep_dir: str, row: dict) -> str:
     if not os.path.isdir(path):
         raise FileNotFoundError(f"run directory {path!r} of cell {row.get('cell')} is missing: the figures need the "
                                 "runs (jaxfl report --no-figures, or make_report(..., figures=False), writes the "
-                                "tables alone)")
+                                "tables alone; --table-figures, figures='table', adds the figures the table alone "
+                                "makes)")
     return path
 
 
