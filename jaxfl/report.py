@@ -55,6 +55,7 @@ import csv
 import dataclasses
 import math
 import os
+import textwrap
 import warnings
 from typing import Callable, Sequence
 
@@ -1132,10 +1133,15 @@ def plot_staleness(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: 
         if total:
             panel.bar(list(histogram), list(histogram.values()), width=0.8)
             mean = sum(s * n for s, n in histogram.items()) / total
-            panel.set_title(f"{name}: {len(runs)} runs, mean {mean:.2f}", fontsize=9)
+            what = f"{len(runs)} run{'s' if len(runs) > 1 else ''}, mean {mean:.2f}"
         else:
-            panel.set_title(f"{name}: no aggregated updates", fontsize=9)
+            what = "no aggregated updates"
+        # a design-space sweep's names (PORT's) are longer than a panel is wide: wrapped, not overlapping
+        panel.set_title(textwrap.fill(f"{_legend_label(name)}: {what}", 48), fontsize=9)
         panel.xaxis.set_major_locator(MaxNLocator(integer=True))  # staleness counts versions
+        # a synchronous method's one bar at 0 leaves a single integer in view, where the locator falls
+        # back to fractions of an update (-0.4 … 0.4): keep 0 and 1 in view
+        panel.set_xlim(-0.6, max([1, *histogram]) + 0.6)
         panel.set_xlabel("staleness (global updates)", fontsize=8)
         panel.set_ylabel("updates", fontsize=8)
     for panel in list(axes.flat)[len(runs_by_method):]:

@@ -666,6 +666,37 @@ def test_many_groups_of_time_to_target_bars_wrap_into_rows_with_every_group_once
     assert [text.get_text() for text in legend.get_texts()] == methods
 
 
+def test_staleness_panels_of_a_design_space_keep_whole_updates_and_readable_titles(tmp_path, monkeypatch):
+    # PORT's full grid: a synchronous cell's one bar at 0 was drawn on ticks -0.4 ... 0.4, and 43
+    # names like "port port.min_clients=10 port.staleness_bound=inf port.urgent_pull=True: 3 runs,
+    # mean 1.02" ran into the neighbouring panels' titles
+    from jaxfl import report
+
+    histograms = {"fedavg": {"0": 40}, "fedasync": {"3": 5, "17": 30, "40": 2},
+                  "port port.min_clients=10 port.staleness_bound=inf port.urgent_pull=True": {"0": 9, "1": 20, "4": 1},
+                  "port port.min_clients=20 port.staleness_bound=1 port.urgent_pull=False": {}}
+    runs_by_method = {}
+    for number, (method, histogram) in enumerate(histograms.items()):
+        os.makedirs(tmp_path / "runs" / str(number))
+        with open(tmp_path / "runs" / str(number) / "summary.json", "w") as handle:
+            json.dump({"timeline": {"staleness_histogram": histogram}}, handle)
+        runs_by_method[method] = [{"cell": number, "run_dir": f"runs/{number}"}]
+    figure = _drawn_figure(monkeypatch, lambda: report.plot_staleness(
+        runs_by_method, str(tmp_path), str(tmp_path / "staleness.png")))
+    panels = [axes for axes in figure.axes if axes.axison]
+    titles = [axes.get_title() for axes in panels]
+    assert titles[:2] == ["fedavg: 1 run, mean 0.00", "fedasync: 1 run, mean 16.35"]  # (3·5 + 17·30 + 40·2) / 37
+    assert titles[2] == "port min_clients=10 staleness_bound=inf\nurgent_pull=True: 1 run, mean 0.80"  # (20 + 4) / 30
+    assert titles[3].replace("\n", " ") == "port min_clients=20 staleness_bound=1 urgent_pull=False: no aggregated updates"
+    assert all(len(line) <= 48 for title in titles for line in title.splitlines())
+    for axes, histogram in zip(panels, histograms.values()):
+        ticks = [tick for tick in axes.get_xticks() if axes.get_xlim()[0] <= tick <= axes.get_xlim()[1]]
+        assert ticks == [round(tick) for tick in ticks] and ticks[0] == 0 and len(ticks) >= 2  # whole updates only
+        assert axes.get_xlim()[1] >= max([1, *map(int, histogram)])
+        assert sorted((round(bar.get_x() + bar.get_width() / 2), round(bar.get_height())) for bar in axes.patches) == \
+            sorted((int(staleness), number) for staleness, number in histogram.items())
+
+
 def test_a_sweep_over_other_values_in_the_same_folder_names_the_runs_its_table_leaves_out(tmp_path):
     folder = str(tmp_path / "sweep")
     base = {**{name: value for name, value in BASE.items() if name != "buffer_size"}, "checkpoint_every": None,
