@@ -412,6 +412,15 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                            echo=None if args.progress else print)
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError, argparse.ArgumentTypeError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
+    except KeyboardInterrupt:  # Ctrl-C, or a time limit's SIGINT: what is kept and how to go on, not a traceback
+        from jaxfl.report import read_results
+
+        table = os.path.join(args.sweep_dir, "results.csv")
+        finished = len(read_results(args.sweep_dir)) if os.path.isfile(table) else 0
+        print(f"jaxfl: interrupted: {finished} finished cell{'' if finished == 1 else 's'} in {table}; the same "
+              "command goes on (finished cells are skipped, the interrupted one resumes from its newest checkpoint)",
+              file=sys.stderr)
+        return 130  # the shells' status for a command stopped by SIGINT
     for note in result.notes:
         print(f"jaxfl: note: {note}", file=sys.stderr)
     print(f"{len(result.cells)} cells: {len(result.ran)} run, {len(result.resumed)} resumed, "

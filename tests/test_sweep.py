@@ -119,6 +119,38 @@ def test_a_sweep_cut_short_keeps_the_table_of_its_finished_cells(sweep, tmp_path
     assert [row["run_dir"] for row in read_results(folder)] == [row["run_dir"] for row in sweep.rows]
 
 
+def test_ctrl_c_on_jaxfl_sweep_says_what_is_kept_and_the_same_command_goes_on(tmp_path):
+    # it printed an 80-line KeyboardInterrupt traceback through jax's dispatch
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path / "cut"
+    flags = [*FLAGS, "--algorithm", "fedbuff", "--max-updates", "150", "--out", str(folder)]  # the later flags win
+    command = [sys.executable, "-m", "jaxfl.cli", "sweep", *flags]
+    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=os.path.dirname(os.path.dirname(__file__)))
+    deadline = time.time() + 300
+    while time.time() < deadline and running.poll() is None:  # mid-run: after the first cell's first checkpoint
+        if any(os.path.isfile(os.path.join(path, "checkpoints", "latest"))
+               for path in (folder / "runs").glob("*")):
+            break
+        time.sleep(0.02)
+    running.send_signal(signal.SIGINT)
+    out, err = running.communicate(timeout=300)
+    assert running.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert (f"jaxfl: interrupted: 0 finished cells in {folder / 'results.csv'}; the same command goes on "
+            "(finished cells are skipped, the interrupted one resumes from its newest checkpoint)") in err
+    assert "cells:" not in out  # no closing line claiming the sweep ran
+    again = subprocess.run(command, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)),
+                           timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "2 cells: 1 run, 1 resumed, 0 restarted, 0 already finished" in again.stdout
+    assert [row["global_updates"] for row in read_results(str(folder))] == [150, 150]
+
+
 def test_bad_grid_values_fail_before_any_run(tmp_path, capsys):
     folder = str(tmp_path / "bad")
     with pytest.raises(ConfigError, match=r"sweep cell 1 \(algorithm=fedavg clients=0\): .*clients"):
