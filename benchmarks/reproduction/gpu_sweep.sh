@@ -63,13 +63,19 @@ mkdir -p "$OUT" "$sweep_dir"
   python3 -c "import importlib.util as u; print('optional packages:', {m: bool(u.find_spec(m)) for m in ('tqdm', 'pyarrow', 'matplotlib')})"
   echo "command: jaxfl sweep $file --size $size ${data[*]} --no-progress $* --out $sweep_dir"
 } | tee "$OUT/device.txt"
-# SIGINT lets the running cell checkpoint-free stop; the next call restarts or resumes it.
+# SIGINT lets the running cell checkpoint-free stop; the next call restarts or resumes it. Python
+# acts on it only between bytecodes, so a long XLA compilation or device call holds it off: 15 s
+# later SIGKILL, which costs the running cell's steps since its last checkpoint, never the call's
+# report and archive below.
 # --no-progress: one line per finished cell in the log instead of a bar (and no need of tqdm); without
 # pyarrow the sweep writes results.csv alone, and without matplotlib the report has no figures
-timeout -s INT "$LIMIT" python3 -m jaxfl sweep "$file" --size "$size" ${data[@]+"${data[@]}"} --no-progress "$@" \
+timeout -s INT -k 15 "$LIMIT" python3 -m jaxfl sweep "$file" --size "$size" ${data[@]+"${data[@]}"} --no-progress "$@" \
   --out "$sweep_dir"
 status=$?
-[ "$status" -eq 124 ] && echo "=== the sweep reached this call's ${LIMIT} s: call again to go on"
+case "$status" in
+  124) echo "=== the sweep reached this call's ${LIMIT} s: call again to go on" ;;
+  137) echo "=== the sweep reached this call's ${LIMIT} s and did not stop within 15 s of SIGINT, so it was killed: call again to go on" ;;
+esac
 if [ -f "$sweep_dir/results.csv" ]; then
   figures=$(python3 -c "import importlib.util as u; print('' if u.find_spec('matplotlib') else '--no-figures')")
   python3 -m jaxfl report "$sweep_dir" --reference fedavg $figures || echo "=== no report yet"
