@@ -18,11 +18,11 @@ use_every_cpu_core()  # before anything initialises jax's backends
 
 from jaxfl.config import (BudgetConfig, ClientConfig, ConfigError, DataConfig, EngineConfig, FaultsConfig, RunConfig,
                           ServerConfig, SpeedsConfig, config_from_mapping, validate)
-from jaxfl.experiment import RunResult, resume_experiment, run_experiment
+from jaxfl.experiment import RunInterrupted, RunResult, resume_experiment, run_experiment
 from jaxfl.resume import ResumeError
 from jaxfl.runlog import Run, load_run
 
 __version__ = "0.2.0"
 __all__ = ["BudgetConfig", "ClientConfig", "ConfigError", "DataConfig", "EngineConfig", "FaultsConfig", "RunConfig",
-           "ResumeError", "Run", "RunResult", "ServerConfig", "SpeedsConfig", "config_from_mapping", "load_run",
-           "resume_experiment", "run_experiment", "validate"]
+           "ResumeError", "Run", "RunInterrupted", "RunResult", "ServerConfig", "SpeedsConfig", "config_from_mapping",
+           "load_run", "resume_experiment", "run_experiment", "validate"]

@@ -673,6 +673,19 @@ def _import_named_algorithms(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``jaxfl`` command; returns its exit status. Ctrl-C ends with one line saying what was kept
+    and how to go on, and status 130 (a shell's status for a command stopped by SIGINT)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as interrupt:
+        from jaxfl.experiment import RunInterrupted
+
+        print(f"jaxfl: interrupted{f': {interrupt}' if isinstance(interrupt, RunInterrupted) else ''}",
+              file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _import_named_algorithms(argv)
     if argv[:1] == ["demo"] and not {"-h", "--help"} & set(argv[1:]):

@@ -89,6 +89,36 @@ def _release_earlier_runs() -> None:
         gc.collect()
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or a time limit's SIGINT) during a run: a ``KeyboardInterrupt`` that says which run
+    folder it left and whether a resume goes on from it.
+
+    ``run_dir``: the run's folder (its logs are closed, so they hold every row written until the
+    interrupt); ``checkpoint``: the newest complete checkpoint folder, which
+    ``resume_experiment(run_dir)`` (``jaxfl run --resume RUN_DIR``) goes on from, cutting the logs
+    back to it; None when the run wrote none (a timing-only run writes none).
+
+    >>> print(RunInterrupted("runs/fedbuff-1", "runs/fedbuff-1/checkpoints/ckpt-000040"))
+    runs/fedbuff-1 keeps its logs and checkpoints up to update 40: jaxfl run --resume runs/fedbuff-1 \
+(resume_experiment) goes on from there
+    """
+
+    def __init__(self, run_dir: str, checkpoint: str | None, timing_only: bool = False):
+        super().__init__(run_dir, checkpoint, timing_only)
+        self.run_dir, self.checkpoint, self.timing_only = run_dir, checkpoint, timing_only
+
+    def __str__(self) -> str:
+        if self.timing_only:
+            return (f"{self.run_dir} holds the schedule logged until the interrupt; a timing-only run keeps no "
+                    f"checkpoints: run it again to have all of it")
+        if self.checkpoint is None:
+            return (f"{self.run_dir} holds the logs until the interrupt but no checkpoint yet (checkpoint_every, "
+                    f"checkpoint_min_interval_s): nothing to resume from; start the run again")
+        update = int(os.path.basename(self.checkpoint).rpartition("-")[2])
+        return (f"{self.run_dir} keeps its logs and checkpoints up to update {update}: jaxfl run --resume "
+                f"{self.run_dir} (resume_experiment) goes on from there")
+
+
 @dataclasses.dataclass
 class RunResult:
     """What a run returns in Python: its directory, summary, metrics rows and final parameters, and
@@ -933,19 +963,37 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
         scratch = tempfile.mkdtemp(prefix=f"jaxfl-process{jax.process_index()}-")
         config = dataclasses.replace(config, output_dir=scratch, progress=False)
         loggers = []  # process 0 logs the run
+    located: dict = {}  # the run's folder, once it has one
     try:
-        return _run(config, dataset, federation, model, params, resume_dir, user, loggers, output_dir)
+        return _run(config, dataset, federation, model, params, resume_dir, user, loggers, output_dir, located)
+    except KeyboardInterrupt as interrupt:
+        if isinstance(interrupt, RunInterrupted) or "run_dir" not in located:
+            raise
+        raise RunInterrupted(located["run_dir"], None if config.timing_only else _newest_checkpoint(located["run_dir"]),
+                             config.timing_only) from None
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _newest_checkpoint(run_dir: str) -> str | None:
+    """The checkpoint folder a resume of ``run_dir`` would start from, or None."""
+    try:
+        return resume.candidates(run_dir, warn=False)[0]
+    except resume.ResumeError:
+        return None
+
+
 def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str | None,
-         user: UserInputs = UserInputs(), loggers=(), shared_output_dir: str | None = None) -> RunResult:
+         user: UserInputs = UserInputs(), loggers=(), shared_output_dir: str | None = None,
+         located: dict | None = None) -> RunResult:
+    """Train ``config``'s run (or resume ``resume_dir``); ``located["run_dir"]`` is set to the run's
+    folder as soon as it is chosen (what an interrupt names)."""
+    located = {} if located is None else located
     if config.timing_only:
         if resume_dir is not None:
             raise ValueError("a timing-only run writes no checkpoints to resume from: run it again (it takes seconds)")
-        return _run_timing_only(config, federation, params, user)
+        return _run_timing_only(config, federation, params, user, located)
     wall_start = time.perf_counter()
     algorithm = build(config, client_samples=federation.counts)
     plan = ExecutionPlan.for_backend(jax.default_backend(), config.clients_per_call, config.steps_per_call,
@@ -983,6 +1031,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     if resume_dir is None:
         run_dir = _run_dir(config, algorithm.name)
         os.makedirs(run_dir)
+        located["run_dir"] = run_dir
         user.save(run_dir)
         _write_run_config(run_dir, config, params, federation, plan, dataset=dataset,
                           user_inputs=user.record(params))
@@ -990,8 +1039,9 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         if jax.process_count() > 1:  # process 0's folder name: it may end in -2, -3... (see _run_dir)
             shared_dir = os.path.join(shared_output_dir or config.output_dir,
                                       cluster.broadcast_text(os.path.basename(run_dir)))
+        located["run_dir"] = shared_dir
     else:
-        shared_dir = resume_dir
+        shared_dir = located["run_dir"] = resume_dir
         run_dir = resume_dir if jax.process_index() == 0 else _run_dir(config, algorithm.name)
         # (checked against the run's config: a process other than 0 has its scratch folder in output_dir)
         shared_config = dataclasses.replace(config, output_dir=shared_output_dir or config.output_dir)
@@ -1242,7 +1292,8 @@ def _peak_host_memory_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
 
 
-def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = UserInputs()) -> RunResult:
+def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = UserInputs(),
+                     located: dict | None = None) -> RunResult:
     """The schedule alone: the scheduler, speed models, faults and the algorithm's policy on the
     virtual clock with no training and no model on a device. The event log is the one the training
     run of the same config and seed writes (for an algorithm whose schedule does not depend on model
@@ -1254,6 +1305,8 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
     speeds, faults = _speeds_and_faults(config, params, user.time_per_step)
     run_dir = _run_dir(config, algorithm.name)
     os.makedirs(run_dir)
+    if located is not None:
+        located["run_dir"] = run_dir
     user.save(run_dir)
     _write_run_config(run_dir, config, params, federation, plan=None, user_inputs=user.record(params))
     backend = _TimingBackend()
