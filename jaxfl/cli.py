@@ -412,14 +412,19 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                            echo=None if args.progress else print)
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError, argparse.ArgumentTypeError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
-    except KeyboardInterrupt:  # Ctrl-C, or a time limit's SIGINT: what is kept and how to go on, not a traceback
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, or a time limit's SIGINT: what is kept and how to go on
+        from jaxfl.experiment import RunInterrupted
         from jaxfl.report import read_results
 
         table = os.path.join(args.sweep_dir, "results.csv")
         finished = len(read_results(args.sweep_dir)) if os.path.isfile(table) else 0
+        cut = "the interrupted one resumes from its newest checkpoint"
+        if isinstance(interrupt, RunInterrupted) and not interrupt.timing_only:
+            cut = (f"the interrupted one, {interrupt.run_dir}, " +
+                   ("starts again: it had no checkpoint yet" if interrupt.checkpoint is None else
+                    f"resumes from its checkpoint of update {interrupt.update}"))
         print(f"jaxfl: interrupted: {finished} finished cell{'' if finished == 1 else 's'} in {table}; the same "
-              "command goes on (finished cells are skipped, the interrupted one resumes from its newest checkpoint)",
-              file=sys.stderr)
+              f"command goes on (finished cells are skipped, {cut})", file=sys.stderr)
         return 130  # the shells' status for a command stopped by SIGINT
     for note in result.notes:
         print(f"jaxfl: note: {note}", file=sys.stderr)

@@ -114,9 +114,13 @@ class RunInterrupted(KeyboardInterrupt):
         if self.checkpoint is None:
             return (f"{self.run_dir} holds the logs until the interrupt but no checkpoint yet (checkpoint_every, "
                     f"checkpoint_min_interval_s): nothing to resume from; start the run again")
-        update = int(os.path.basename(self.checkpoint).rpartition("-")[2])
-        return (f"{self.run_dir} keeps its logs and checkpoints up to update {update}: jaxfl run --resume "
+        return (f"{self.run_dir} keeps its logs and checkpoints up to update {self.update}: jaxfl run --resume "
                 f"{self.run_dir} (resume_experiment) goes on from there")
+
+    @property
+    def update(self) -> int | None:
+        """The global update of :attr:`checkpoint` (None without one)."""
+        return None if self.checkpoint is None else int(os.path.basename(self.checkpoint).rpartition("-")[2])
 
 
 @dataclasses.dataclass

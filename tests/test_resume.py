@@ -109,12 +109,13 @@ def test_an_interrupted_run_says_whether_there_is_anything_to_resume(tmp_path):
                              checkpoint_every=1, progress=False, output_dir=str(tmp_path))
     with pytest.raises(jaxfl.RunInterrupted) as before:  # at the evaluation of version 0: no checkpoint yet
         jaxfl.run_experiment(config, loggers=[CtrlC(1)])
-    assert before.value.checkpoint is None and os.path.isdir(before.value.run_dir)
+    assert before.value.checkpoint is None and before.value.update is None and os.path.isdir(before.value.run_dir)
     assert "no checkpoint yet" in str(before.value) and "start the run again" in str(before.value)
     with pytest.raises(jaxfl.RunInterrupted) as later:  # at version 3's: versions 1 and 2 were checkpointed
         jaxfl.run_experiment(config, loggers=[CtrlC(4)])
     assert later.value.checkpoint == checkpoint.latest(later.value.run_dir)
-    assert later.value.checkpoint.endswith("ckpt-000002") and "up to update 2" in str(later.value)
+    assert later.value.checkpoint.endswith("ckpt-000002") and later.value.update == 2
+    assert "up to update 2" in str(later.value)
     resumed = jaxfl.resume_experiment(later.value.run_dir)
     assert resumed.summary["global_updates"] == 6 and resumed.summary["resumes"] == 1
 

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from jaxfl import cli
+from jaxfl import checkpoint, cli
 from jaxfl.config import ConfigError
 from jaxfl.report import computation_curve, format_markdown, group_columns, make_report, read_results, summarise
 from jaxfl.sweep import KEY_SETTINGS, SUMMARY_COLUMNS, cell_state, expand, run_sweep
@@ -141,8 +141,11 @@ def test_ctrl_c_on_jaxfl_sweep_says_what_is_kept_and_the_same_command_goes_on(tm
     out, err = running.communicate(timeout=300)
     assert running.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    cell = next((folder / "runs").glob("*"))
+    newest = checkpoint.latest(str(cell))
     assert (f"jaxfl: interrupted: 0 finished cells in {folder / 'results.csv'}; the same command goes on "
-            "(finished cells are skipped, the interrupted one resumes from its newest checkpoint)") in err
+            f"(finished cells are skipped, the interrupted one, {cell}, resumes from its checkpoint of update "
+            f"{int(newest[-6:])})") in err
     assert "cells:" not in out  # no closing line claiming the sweep ran
     again = subprocess.run(command, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)),
                            timeout=600)
