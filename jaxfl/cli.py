@@ -302,6 +302,11 @@ def _sweep_parser(commands) -> None:
     sweep.add_argument("--size", metavar="NAME", help="apply the sweep file's [sizes.NAME] table (quick, full...)")
     sweep.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                        help="one progress bar for the grid (default: on)")
+    sweep.add_argument("--jobs", type=int, default=1, metavar="N",
+                       help="cells run at once on a CPU, each in its own process on an equal share of the cores "
+                            "(default: 1). Pays where a run trains one client per call (FedCompass or FedAsync "
+                            "with one very fast client) and so leaves cores idle; results equal --jobs 1's to "
+                            "float32 reassociation, not bit for bit")
     fields = sweep.add_argument_group("config fields: a comma-separated list sweeps the field over its values")
     for name, field in FIELDS.items():
         if name in ("algorithm_options", *SWEEP_OWNED):
@@ -404,21 +409,25 @@ def _leave_out_file_settings_the_flags_made_unread(base: dict, grid: dict, file_
 
 def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``jaxfl sweep``: validate every cell, run (or continue) the grid, print where the table is."""
-    from jaxfl.sweep import run_sweep
+    from jaxfl.sweep import CellFailed, run_sweep
 
     try:
         base, grid = _sweep_values(args)
         result = run_sweep(base, grid, args.sweep_dir, size=args.size, progress=args.progress,
-                           echo=None if args.progress else print)
+                           echo=None if args.progress else print, jobs=args.jobs)
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError, argparse.ArgumentTypeError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
+    except CellFailed as error:  # a cell of a parallel sweep (--jobs): its error and output, no traceback of ours
+        print(f"jaxfl: error: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or a time limit's SIGINT: what is kept and how to go on
         from jaxfl.experiment import RunInterrupted
         from jaxfl.report import read_results
 
         table = os.path.join(args.sweep_dir, "results.csv")
         finished = len(read_results(args.sweep_dir)) if os.path.isfile(table) else 0
-        cut = "the interrupted one resumes from its newest checkpoint"
+        cut = "the interrupted one resumes from its newest checkpoint" if args.jobs == 1 else \
+            "the interrupted ones resume from their newest checkpoints"
         if isinstance(interrupt, RunInterrupted) and not interrupt.timing_only:
             cut = (f"the interrupted one, {interrupt.run_dir}, " +
                    ("starts again: it had no checkpoint yet" if interrupt.checkpoint is None else

@@ -89,6 +89,8 @@ class SweepResult:
     restarted: list
     skipped: list
     notes: list
+    jobs: int = 1  # cells run at once (``jobs``), each in a process of its own where more than 1
+    peak_running: int = 0  # the most cells that ran at once in this call
 
 
 def _flat(values: dict, where: str) -> dict:
@@ -385,16 +387,64 @@ def write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str | None]:
     return table, parquet
 
 
-def _write_definition(sweep_dir: str, base: dict, grid: dict, size: str | None, cells: list[Cell]) -> None:
+def _write_definition(sweep_dir: str, base: dict, grid: dict, size: str | None, cells: list[Cell],
+                      jobs: int = 1) -> None:
     from jaxfl.experiment import _write_json
 
     _write_json(os.path.join(sweep_dir, "sweep.json"), {
         "base": {name: _cell_value(value) for name, value in base.items()},
         "grid": {name: [_cell_value(value) for value in values] for name, values in grid.items()},
         "size": size,
+        "jobs": jobs,
         "cells": [{"cell": cell.index, "values": {n: _cell_value(v) for n, v in cell.values.items()},
                    "run_dir": os.path.relpath(cell.run_dir, sweep_dir)} for cell in cells],
     })
+
+
+def job_cores(jobs) -> list[list[int]]:
+    """The cores of each of ``jobs`` cells run at once: this process's usable cores split into
+    ``jobs`` equal shares (each cell's device count, and so its arithmetic, is the same whichever
+    share it gets; a remainder core is left idle). One share of every core for ``jobs=1``.
+
+    >>> len(job_cores(1))
+    1
+    """
+    from jaxfl._devices import usable_cores
+
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError(f"jobs={jobs!r} is not allowed: an integer >= 1 (cells run at once)")
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux: no pinning, only the device count
+        cores = list(range(usable_cores()))
+    if jobs > len(cores):
+        raise ConfigError(f"jobs={jobs} is not allowed: this process may use {len(cores)} core(s), so at most "
+                          f"{len(cores)} cells can run at once (each on a core of its own)")
+    share = len(cores) // jobs
+    return [cores[job * share:(job + 1) * share] for job in range(jobs)]
+
+
+def _check_jobs(jobs: int, sweep_dir: str, cells: list[Cell], states: dict) -> list[list[int]]:
+    """:func:`job_cores`, after checking that ``jobs`` > 1 runs on a CPU backend, and that no
+    interrupted cell would go on with another share of the cores than it began with (its arithmetic
+    would change mid-run)."""
+    shares = job_cores(jobs)
+    if jobs > 1:
+        import jax
+
+        if jax.default_backend() != "cpu":
+            raise ConfigError(f"jobs={jobs} is not allowed on the {jax.default_backend()} backend: --jobs shares "
+                              f"out CPU cores; on accelerators run one sweep per device (e.g. CUDA_VISIBLE_DEVICES)")
+    path = os.path.join(sweep_dir, "sweep.json")
+    resumable = [cell for cell in cells if states[cell.index] == "resumable"]
+    if resumable and os.path.exists(path):
+        with open(path) as handle:
+            before = json.load(handle).get("jobs", 1)
+        if before != jobs:
+            raise ConfigError(f"jobs={jobs} is not allowed here: cell {resumable[0].index} ({resumable[0].label()}) "
+                              f"was interrupted while the sweep ran with jobs={before}, and a run goes on with the "
+                              f"devices it began with; continue with --jobs {before} (then change it)")
+    return shares
 
 
 def _earlier_runs_left_out(sweep_dir: str, base: dict, grid: dict, cells: list[Cell]) -> str | None:
@@ -425,7 +475,7 @@ def _earlier_runs_left_out(sweep_dir: str, base: dict, grid: dict, cells: list[C
 
 
 def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, progress: bool = True,
-              echo=None) -> SweepResult:
+              echo=None, jobs: int = 1) -> SweepResult:
     """Run every cell of ``grid`` over ``base`` into ``sweep_dir`` (see the module docstring), or
     continue a sweep started there with the same arguments.
 
@@ -433,6 +483,15 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     in a config file) or a :class:`~jaxfl.config.RunConfig` (:func:`base_mapping`); ``grid``: field → list of values; ``size``: the name recorded in ``sweep.json`` (see
     :func:`load_sweep_file`); ``progress``: one bar for the grid (cells done of all, the current
     cell); ``echo``: a function receiving one line per finished cell (the command line prints them).
+
+    ``jobs``: cells run at once, each in a process of its own pinned to an equal share of the CPU
+    cores (:func:`job_cores`), with one XLA device per core of its share. It pays where a run
+    cannot keep every core busy itself: calls of one client (FedCompass or FedAsync with one client
+    much faster than the rest), whose call a two-device process pads with an idle client (measured
+    on 2 cores: two such cells side by side each ran as fast as one alone). A cell's arithmetic
+    depends on its device count, so its results equal a ``jobs=1`` run's to float32 reassociation,
+    not bit for bit, and an interrupted cell must go on with the ``jobs`` it began with (refused
+    otherwise). Algorithms must be importable by name (built in, ``module:Class``, ``file.py:Class``).
 
     Every cell is validated, and every distinct data set and model built once, before the first run
     writes a file; a bad value raises :class:`~jaxfl.config.ConfigError` naming the cell. The runs
@@ -453,10 +512,11 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     if earlier:
         notes.append(earlier)
     states = {cell.index: cell_state(cell.run_dir) for cell in cells}
+    shares = _check_jobs(jobs, sweep_dir, cells, states)
     if any(state != "finished" for state in states.values()):
         _prepare_all([cell for cell in cells if states[cell.index] != "finished"])
     os.makedirs(os.path.join(sweep_dir, "runs"), exist_ok=True)
-    _write_definition(sweep_dir, base, grid, size, cells)
+    _write_definition(sweep_dir, base, grid, size, cells, jobs)
     done = {"new": [], "resumable": [], "restart": [], "finished": []}
     bar = None
     if progress:
@@ -467,13 +527,17 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     say = echo or (bar.write if bar is not None else (lambda line: None))
     if earlier:  # now, not only with the notes at the end: the sweep may run for hours
         say(f"note: {earlier}")
+    peak = [0]
     try:
-        with shared_compilations():
-            for cell in cells:
+        with shared_compilations() as cache:
+            if jobs > 1:
+                _run_parallel(sweep_dir, cells, states, shares, cache, done, say, bar, peak)
+            for cell in cells if jobs == 1 else ():
                 state = states[cell.index]
                 done[state].append(cell.index)
                 if state == "finished":
                     continue
+                peak[0] = 1
                 if bar is not None:
                     bar.set_postfix_str(f"cell {cell.index}: {cell.label()}")
                 try:
@@ -492,10 +556,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
                 except NumericalError:  # its summary.json says so; the other cells go on
                     with open(os.path.join(cell.run_dir, "summary.json")) as handle:
                         summary = json.load(handle)
-                reached = summary.get("time_to_target")
-                say(f"cell {cell.index} ({cell.label()}): best accuracy {summary.get('best_accuracy') or 0:.4f}, "
-                    f"{'target not reached' if reached is None else f'target at {reached:.1f} virtual s'}, "
-                    f"stop: {summary['stop_reason']}" + ("" if state == "new" else f" [{state.replace('resumable', 'resumed')}]"))
+                say(_finished_line(cell, summary, state))
                 if bar is not None:
                     bar.update(1)
     finally:
@@ -507,7 +568,118 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
         rows = [result_row(cell, axes, sweep_dir) for cell in cells if cell_state(cell.run_dir) == "finished"]
         table, parquet = write_results(rows, sweep_dir)
     return SweepResult(sweep_dir, cells, rows, table, parquet, done["new"], done["resumable"], done["restart"],
-                       done["finished"], notes)
+                       done["finished"], notes, jobs, peak[0])
+
+
+class CellFailed(RuntimeError):
+    """A cell of a parallel sweep ended with an error in its own process (the message ends with the
+    tail of its output; the whole of it is in ``SWEEP_DIR/logs/cell-N.log``)."""
+
+
+def _finished_line(cell: Cell, summary: dict, state: str) -> str:
+    """The line a sweep prints for a finished cell."""
+    reached = summary.get("time_to_target")
+    return (f"cell {cell.index} ({cell.label()}): best accuracy {summary.get('best_accuracy') or 0:.4f}, "
+            f"{'target not reached' if reached is None else f'target at {reached:.1f} virtual s'}, "
+            f"stop: {summary['stop_reason']}" + ("" if state == "new" else f" [{state.replace('resumable', 'resumed')}]"))
+
+
+def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[list[int]], cache: str, done: dict,
+                  say, bar, peak: list) -> None:
+    """:func:`run_sweep`'s cells, ``len(shares)`` at a time, each in a ``jaxfl._sweep_worker`` process
+    pinned to one share of the cores, in cell order as shares come free. Each worker's output goes to
+    ``SWEEP_DIR/logs/cell-N.log`` (kept where the cell failed). A failed cell stops the sweep: the
+    others are interrupted (they resume later) and the error names the cell and ends with its log.
+    Interrupted (Ctrl-C, SIGINT), the workers are interrupted too and waited for."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from jaxfl._sweep_worker import NOTE
+
+    env = dict(os.environ, JAX_NUM_CPU_DEVICES=str(len(shares[0])), JAX_COMPILATION_CACHE_DIR=cache,
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.2", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    env.pop("JAXFL_CPU_DEVICES", None)
+    if "xla_force_host_platform_device_count" in env.get("XLA_FLAGS", ""):  # the share decides the devices
+        env["XLA_FLAGS"] = " ".join(flag for flag in env["XLA_FLAGS"].split()
+                                    if "xla_force_host_platform_device_count" not in flag)
+    waiting = [cell for cell in cells if states[cell.index] != "finished"]
+    for cell in cells:
+        if states[cell.index] == "finished":
+            done["finished"].append(cell.index)
+    logs = os.path.join(sweep_dir, "logs")
+    free = list(range(len(shares)))
+    running: dict = {}  # process → (cell, state, share, log path)
+
+    def stop_all() -> None:
+        # a Ctrl-C at a terminal reached the workers too (one process group): a moment to end on
+        # their own, so that none gets a second interrupt while it closes its logs
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and any(process.poll() is None for process in running):
+            time.sleep(0.05)
+        for process in running:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 120
+        for process in running:
+            try:
+                process.wait(timeout=max(deadline - time.monotonic(), 1))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    try:
+        while waiting or running:
+            while waiting and free:
+                cell = waiting.pop(0)
+                state, share = states[cell.index], free.pop(0)
+                if state == "restart":
+                    shutil.rmtree(cell.run_dir)
+                os.makedirs(logs, exist_ok=True)
+                log = os.path.join(logs, f"cell-{cell.index}.log")
+                with open(log, "w") as handle:
+                    process = subprocess.Popen(
+                        [sys.executable, "-m", "jaxfl._sweep_worker", ",".join(map(str, shares[share])),
+                         "resumable" if state == "resumable" else "new", cell.run_dir,
+                         json.dumps(cell.config.to_dict())],
+                        stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                running[process] = (cell, state, share, log)
+                peak[0] = max(peak[0], len(running))
+                if bar is not None:
+                    names = ", ".join(str(entry[0].index) for entry in running.values())
+                    bar.set_postfix_str(f"{len(running)} running: cells {names}")
+            time.sleep(0.05)
+            for process in [process for process in running if process.poll() is not None]:
+                cell, state, share, log = running.pop(process)
+                free.append(share)
+                free.sort()
+                with open(log) as handle:
+                    output = handle.read()
+                if process.returncode == 130:
+                    raise KeyboardInterrupt
+                if process.returncode != 0 or not os.path.isfile(os.path.join(cell.run_dir, "summary.json")):
+                    tail = "\n".join(output.strip().splitlines()[-15:])
+                    raise CellFailed(f"sweep cell {cell.index} ({cell.label()}) failed (exit status "
+                                       f"{process.returncode}; its output in {log}):\n{tail}")
+                for line in output.splitlines():
+                    if line.startswith(NOTE):
+                        say(f"cell {cell.index}: {line[len(NOTE):]}")
+                        state = "restart"
+                done[state].append(cell.index)
+                os.remove(log)
+                with open(os.path.join(cell.run_dir, "summary.json")) as handle:
+                    say(_finished_line(cell, json.load(handle), state))
+                if bar is not None:
+                    bar.update(1)
+    except BaseException:
+        stop_all()
+        raise
+    finally:
+        for indices in done.values():  # in cell order, as a sweep of one job at a time lists them
+            indices.sort()
+    if os.path.isdir(logs) and not os.listdir(logs):
+        os.rmdir(logs)
 
 
 def base_mapping(config: RunConfig) -> dict:

@@ -154,6 +154,91 @@ def test_ctrl_c_on_jaxfl_sweep_says_what_is_kept_and_the_same_command_goes_on(tm
     assert [row["global_updates"] for row in read_results(str(folder))] == [150, 150]
 
 
+def test_jobs_values_are_checked_before_any_run(tmp_path):
+    from jaxfl._devices import usable_cores
+
+    folder = str(tmp_path / "jobs")
+    for jobs, allowed in ((0, "an integer >= 1"), (True, "an integer >= 1"), (1.5, "an integer >= 1"),
+                          (usable_cores() + 1, f"at most {usable_cores()} cells can run at once")):
+        with pytest.raises(ConfigError, match=rf"jobs={jobs!r} is not allowed: .*{allowed}"):
+            run_sweep(BASE, GRID, folder, progress=False, jobs=jobs)
+    assert not os.path.exists(os.path.join(folder, "runs"))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two cells at once need two cores")
+def test_a_parallel_sweep_runs_its_cells_at_once_each_on_its_share_of_the_cores(sweep, tmp_path):
+    from jaxfl.testing import events_without_wall_time
+
+    folder = str(tmp_path / "parallel")
+    result = run_sweep(BASE, GRID, folder, progress=False, jobs=2)
+    assert result.ran == [0, 1, 2, 3] and result.jobs == 2 and result.peak_running == 2
+    assert not os.path.exists(os.path.join(folder, "logs"))  # kept only for a cell that failed
+    cores = len(os.sched_getaffinity(0)) // 2
+    for row, serial in zip(result.rows, sweep.rows):
+        assert row["run_dir"] == serial["run_dir"]  # the same cells, named by their settings
+        with open(os.path.join(folder, row["run_dir"], "config.json")) as handle:
+            assert json.load(handle)["execution_plan"]["devices"] == cores  # one device per core of its share
+        # the schedule does not read the model: the same event log; the arithmetic of another device
+        # count: the same accuracy up to float32 reassociation
+        assert events_without_wall_time(os.path.join(folder, row["run_dir"])) == \
+            events_without_wall_time(os.path.join(sweep.sweep_dir, serial["run_dir"]))
+        assert row["global_updates"] == serial["global_updates"] and row["stop_reason"] == serial["stop_reason"]
+        assert row["best_accuracy"] == pytest.approx(serial["best_accuracy"], abs=0.01)
+    with open(os.path.join(folder, "sweep.json")) as handle:
+        assert json.load(handle)["jobs"] == 2
+    again = run_sweep(BASE, GRID, folder, progress=False, jobs=1)  # finished cells: any jobs goes on
+    assert again.skipped == [0, 1, 2, 3] and again.peak_running == 0
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two cells at once need two cores")
+def test_a_cell_failing_in_a_parallel_sweep_names_itself_and_keeps_its_output(tmp_path):
+    from jaxfl.sweep import CellFailed
+
+    folder = str(tmp_path / "failing")
+    base = {**BASE, "memory_limit_mb": 0.01}  # found only when the engine is built, inside the cell's process
+    # cells 0 and 1 start together and both fail: the sweep names the first it sees end
+    with pytest.raises(CellFailed, match=r"sweep cell ([01]) \(algorithm=fedavg seed=\1\) failed \(exit status 2; its "
+                                         r"output in .*cell-\1.log\):\njaxfl: error: one client per device needs") as failed:
+        run_sweep(base, GRID, folder, progress=False, jobs=2)
+    assert os.path.isfile(str(failed.value).split("its output in ")[1].split("):")[0])
+    assert read_results(folder) == []  # no finished cell
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two cells at once need two cores")
+def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path / "cut"
+    flags = [*FLAGS, "--max-updates", "60", "--jobs", "2", "--out", str(folder)]  # the later flags win
+    root = os.path.dirname(os.path.dirname(__file__))
+    command = [sys.executable, "-m", "jaxfl.cli", "sweep", *flags]
+    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
+    deadline = time.time() + 300
+    while time.time() < deadline and running.poll() is None:  # mid-run: after both first cells checkpointed
+        if sum(os.path.isfile(os.path.join(path, "checkpoints", "latest")) for path in (folder / "runs").glob("*")) >= 2:
+            break
+        time.sleep(0.02)
+    running.send_signal(signal.SIGINT)  # to the sweep alone, as a time limit sends it: it stops its workers
+    out, err = running.communicate(timeout=300)
+    assert running.returncode == 130, err
+    assert "Traceback" not in err
+    assert ("the same command goes on (finished cells are skipped, the interrupted ones resume from their newest "
+            "checkpoints)") in err
+    workers = subprocess.run(["pgrep", "-f", f"_sweep_worker.*{folder}"], capture_output=True, text=True)
+    assert workers.stdout == ""  # none left running
+    other_jobs = subprocess.run([*command[:-4], "--jobs", "1", "--out", str(folder)], capture_output=True, text=True,
+                                cwd=root, timeout=300)
+    assert other_jobs.returncode == 2 and "jobs=1 is not allowed here" in other_jobs.stderr
+    assert "continue with --jobs 2" in other_jobs.stderr
+    again = subprocess.run(command, capture_output=True, text=True, cwd=root, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert [row["global_updates"] for row in read_results(str(folder))] == [60, 60, 60, 60]
+    assert "resumed" in again.stdout
+
+
 def test_bad_grid_values_fail_before_any_run(tmp_path, capsys):
     folder = str(tmp_path / "bad")
     with pytest.raises(ConfigError, match=r"sweep cell 1 \(algorithm=fedavg clients=0\): .*clients"):

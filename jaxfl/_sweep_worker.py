@@ -1,0 +1,55 @@
+"""One cell of a parallel sweep (``jaxfl sweep --jobs N``, :func:`jaxfl.sweep.run_sweep`) in a process
+of its own, pinned to its share of the cores before jax starts its backend:
+
+    python -m jaxfl._sweep_worker CORES STATE RUN_DIR CONFIG_JSON
+
+``CORES``: comma-separated core numbers (empty: leave the affinity alone); ``STATE``: the cell's
+:func:`~jaxfl.sweep.cell_state` (``new`` or ``resumable``; the sweep removes a ``restart`` cell's
+folder first); ``CONFIG_JSON``: the cell's config (``RunConfig.to_dict()``). Exit status 0 when the
+run ended (a numerical error too: its ``summary.json`` says so), 130 when interrupted, 2 on a
+bad setting or resource (one line, as ``jaxfl run`` gives it), 1 on any other error (its traceback). A line starting with :data:`NOTE` on stdout is for the sweep to
+repeat (a checkpoint that did not read back, so the cell started again).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+NOTE = "jaxfl-sweep-note: "
+
+
+def main(argv: list[str]) -> int:
+    """Run (or resume) the cell; returns the exit status (see the module docstring)."""
+    cores, state, run_dir, config_json = argv
+    if cores and hasattr(os, "sched_setaffinity"):  # before any jax computation starts XLA's threads
+        os.sched_setaffinity(0, {int(core) for core in cores.split(",")})
+    from jaxfl.config import ConfigError, config_from_mapping
+    from jaxfl.engine import NumericalError
+    from jaxfl.execution import ResourceError
+    from jaxfl.experiment import resume_experiment, run_experiment
+    from jaxfl.resume import ResumeError
+
+    config = config_from_mapping(json.loads(config_json))
+    try:
+        if state == "resumable":
+            try:
+                resume_experiment(run_dir, progress=False)
+                return 0
+            except ResumeError as error:  # no checkpoint reads back: the cell starts again
+                print(f"{NOTE}{error}; starting it again", flush=True)
+                shutil.rmtree(run_dir)
+        run_experiment(config)
+    except NumericalError:  # its summary.json says so; the sweep goes on
+        pass
+    except KeyboardInterrupt:
+        return 130
+    except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError) as error:  # as jaxfl run says it
+        print(f"jaxfl: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
