@@ -23,6 +23,8 @@ NOTE = "jaxfl-sweep-note: "
 def main(argv: list[str]) -> int:
     """Run (or resume) the cell; returns the exit status (see the module docstring)."""
     cores, state, run_dir, config_json = argv
+    if _end_with_the_sweep():
+        return 130
     if cores and hasattr(os, "sched_setaffinity"):  # before any jax computation starts XLA's threads
         os.sched_setaffinity(0, {int(core) for core in cores.split(",")})
     from jaxfl.config import ConfigError, config_from_mapping
@@ -49,6 +51,22 @@ def main(argv: list[str]) -> int:
         print(f"jaxfl: error: {error}", file=sys.stderr)
         return 2
     return 0
+
+
+def _end_with_the_sweep() -> bool:
+    """Ask Linux for a SIGINT when the sweep's process ends, even killed with SIGKILL, so that no cell
+    goes on writing its run folder unwatched (a later sweep would start it a second time); True if
+    the sweep has ended already."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGINT))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return False
+    return os.getppid() == 1  # adopted by init: the sweep died before the request
 
 
 if __name__ == "__main__":

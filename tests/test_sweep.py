@@ -233,6 +233,23 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
                                 cwd=root, timeout=300)
     assert other_jobs.returncode == 2 and "jobs=1 is not allowed here" in other_jobs.stderr
     assert "continue with --jobs 2" in other_jobs.stderr
+    killed = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root)
+    deadline = time.time() + 300
+    while time.time() < deadline and not subprocess.run(["pgrep", "-f", f"_sweep_worker.*{folder}"],
+                                                        capture_output=True, text=True).stdout:
+        time.sleep(0.05)
+    killed.kill()  # SIGKILL: the sweep cannot stop its workers; Linux tells them (PR_SET_PDEATHSIG)
+    killed.wait()
+    deadline = time.time() + 120
+    while time.time() < deadline and subprocess.run(["pgrep", "-f", f"_sweep_worker.*{folder}"],
+                                                    capture_output=True, text=True).stdout:
+        time.sleep(0.1)
+    assert subprocess.run(["pgrep", "-f", f"_sweep_worker.*{folder}"], capture_output=True, text=True).stdout == ""
+    time.sleep(5)
+    recorded = {os.path.basename(row["run_dir"]) for row in read_results(str(folder))}
+    unwatched = [path.name for path in (folder / "runs").glob("*")
+                 if (path / "summary.json").exists() and path.name not in recorded]
+    assert unwatched == []  # they stopped with the sweep, not by going on to finish their cells alone
     again = subprocess.run(command, capture_output=True, text=True, cwd=root, timeout=600)
     assert again.returncode == 0, again.stderr
     assert [row["global_updates"] for row in read_results(str(folder))] == [60, 60, 60, 60]
