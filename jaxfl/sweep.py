@@ -661,7 +661,7 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
                 if process.returncode != 0 or not os.path.isfile(os.path.join(cell.run_dir, "summary.json")):
                     tail = "\n".join(output.strip().splitlines()[-15:])
                     raise CellFailed(f"sweep cell {cell.index} ({cell.label()}) failed (exit status "
-                                       f"{process.returncode}; its output in {log}):\n{tail}")
+                                     f"{process.returncode}; its output in {log}):\n{tail}")
                 for line in output.splitlines():
                     if line.startswith(NOTE):
                         say(f"cell {cell.index}: {line[len(NOTE):]}")
