@@ -283,6 +283,7 @@ _SWEEP_EXAMPLES = """\
 examples:
   jaxfl sweep --algorithm fedavg,fedbuff --clients 5,10 --seed 0,1,2 --out sweeps/x
   jaxfl sweep study.toml --size quick --out sweeps/quick
+  jaxfl sweep study.toml --heterogeneity exp --jobs 2 --out sweeps/exp   # two cells at once, a core each
   jaxfl report sweeps/x --reference fedavg"""
 
 
