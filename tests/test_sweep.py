@@ -204,6 +204,20 @@ def test_a_cell_failing_in_a_parallel_sweep_names_itself_and_keeps_its_output(tm
     assert read_results(folder) == []  # no finished cell
 
 
+def _workers_of(folder) -> list[int]:
+    """Process ids of the sweep workers running cells of ``folder`` (read from /proc, which any Linux has)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                words = handle.read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if b"jaxfl._sweep_worker" in words and any(str(folder).encode() in word for word in words):
+            found.append(int(entry))
+    return found
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two cells at once need two cores")
 def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp_path):
     import signal
@@ -227,24 +241,21 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     assert "Traceback" not in err
     assert ("the same command goes on (finished cells are skipped, the interrupted ones resume from their newest "
             "checkpoints)") in err
-    workers = subprocess.run(["pgrep", "-f", f"_sweep_worker.*{folder}"], capture_output=True, text=True)
-    assert workers.stdout == ""  # none left running
+    assert _workers_of(folder) == []  # none left running
     other_jobs = subprocess.run([*command[:-4], "--jobs", "1", "--out", str(folder)], capture_output=True, text=True,
                                 cwd=root, timeout=300)
     assert other_jobs.returncode == 2 and "jobs=1 is not allowed here" in other_jobs.stderr
     assert "continue with --jobs 2" in other_jobs.stderr
     killed = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root)
     deadline = time.time() + 300
-    while time.time() < deadline and not subprocess.run(["pgrep", "-f", f"_sweep_worker.*{folder}"],
-                                                        capture_output=True, text=True).stdout:
+    while time.time() < deadline and not _workers_of(folder):
         time.sleep(0.05)
     killed.kill()  # SIGKILL: the sweep cannot stop its workers; Linux tells them (PR_SET_PDEATHSIG)
     killed.wait()
     deadline = time.time() + 120
-    while time.time() < deadline and subprocess.run(["pgrep", "-f", f"_sweep_worker.*{folder}"],
-                                                    capture_output=True, text=True).stdout:
+    while time.time() < deadline and _workers_of(folder):
         time.sleep(0.1)
-    assert subprocess.run(["pgrep", "-f", f"_sweep_worker.*{folder}"], capture_output=True, text=True).stdout == ""
+    assert _workers_of(folder) == []
     time.sleep(5)
     recorded = {os.path.basename(row["run_dir"]) for row in read_results(str(folder))}
     unwatched = [path.name for path in (folder / "runs").glob("*")
