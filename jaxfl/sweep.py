@@ -612,6 +612,12 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
     free = list(range(len(shares)))
     running: dict = {}  # process → (cell, state, share, log path)
 
+    def show_running() -> None:
+        if bar is not None:
+            names = ", ".join(str(entry[0].index) for entry in running.values())
+            bar.set_postfix_str(f"{len(running)} running: cell{'s' if len(running) > 1 else ''} {names}"
+                                if running else "")
+
     def stop_all() -> None:
         # a Ctrl-C at a terminal reached the workers too (one process group): a moment to end on
         # their own, so that none gets a second interrupt while it closes its logs
@@ -646,9 +652,7 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
                         stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
                 running[process] = (cell, state, share, log)
                 peak[0] = max(peak[0], len(running))
-                if bar is not None:
-                    names = ", ".join(str(entry[0].index) for entry in running.values())
-                    bar.set_postfix_str(f"{len(running)} running: cells {names}")
+                show_running()
             time.sleep(0.05)
             for process in [process for process in running if process.poll() is not None]:
                 cell, state, share, log = running.pop(process)
@@ -670,6 +674,7 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
                 os.remove(log)
                 with open(os.path.join(cell.run_dir, "summary.json")) as handle:
                     say(_finished_line(cell, json.load(handle), state))
+                show_running()
                 if bar is not None:
                     bar.update(1)
     except BaseException:
