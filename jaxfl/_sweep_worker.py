@@ -4,17 +4,17 @@ of its own, pinned to its share of the cores before jax starts its backend:
     python -m jaxfl._sweep_worker CORES STATE RUN_DIR CONFIG_JSON
 
 ``CORES``: comma-separated core numbers (empty: leave the affinity alone); ``STATE``: the cell's
-:func:`~jaxfl.sweep.cell_state` (``new`` or ``resumable``; the sweep removes a ``restart`` cell's
-folder first); ``CONFIG_JSON``: the cell's config (``RunConfig.to_dict()``). Exit status 0 when the
-run ended (a numerical error too: its ``summary.json`` says so), 130 when interrupted, 2 on a
-bad setting or resource (one line, as ``jaxfl run`` gives it), 1 on any other error (its traceback). A line starting with :data:`NOTE` on stdout is for the sweep to
-repeat (a checkpoint that did not read back, so the cell started again).
+:func:`~jaxfl.sweep.cell_state` (``new``, ``restart`` or ``resumable``, as
+:func:`~jaxfl.sweep.run_cell` takes it); ``CONFIG_JSON``: the cell's config (``RunConfig.to_dict()``).
+Exit status 0 when the run ended (a numerical error too: its ``summary.json`` says so), 130 when
+interrupted, 2 on a bad setting or resource (one line, as ``jaxfl run`` gives it), 1 on any other
+error (its traceback). A line starting with :data:`NOTE` on stdout is for the sweep to repeat (a
+checkpoint that did not read back, so the cell started again).
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 
 NOTE = "jaxfl-sweep-note: "
@@ -28,23 +28,12 @@ def main(argv: list[str]) -> int:
     if cores and hasattr(os, "sched_setaffinity"):  # before any jax computation starts XLA's threads
         os.sched_setaffinity(0, {int(core) for core in cores.split(",")})
     from jaxfl.config import ConfigError, config_from_mapping
-    from jaxfl.engine import NumericalError
     from jaxfl.execution import ResourceError
-    from jaxfl.experiment import resume_experiment, run_experiment
-    from jaxfl.resume import ResumeError
+    from jaxfl.sweep import run_cell
 
-    config = config_from_mapping(json.loads(config_json))
     try:
-        if state == "resumable":
-            try:
-                resume_experiment(run_dir, progress=False)
-                return 0
-            except ResumeError as error:  # no checkpoint reads back: the cell starts again
-                print(f"{NOTE}{error}; starting it again", flush=True)
-                shutil.rmtree(run_dir)
-        run_experiment(config)
-    except NumericalError:  # its summary.json says so; the sweep goes on
-        pass
+        run_cell(config_from_mapping(json.loads(config_json)), run_dir, state,
+                 lambda line: print(f"{NOTE}{line}", flush=True))
     except KeyboardInterrupt:
         return 130
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError) as error:  # as jaxfl run says it

@@ -499,9 +499,6 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     numerical error is a finished cell (its ``stop_reason`` says so). Example: the module docstring.
     """
     from jaxfl.comparison import shared_compilations
-    from jaxfl.engine import NumericalError
-    from jaxfl.experiment import resume_experiment, run_experiment
-    from jaxfl.resume import ResumeError
 
     if isinstance(base, RunConfig):
         base = base_mapping(base)
@@ -540,23 +537,12 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
                 peak[0] = 1
                 if bar is not None:
                     bar.set_postfix_str(f"cell {cell.index}: {cell.label()}")
-                try:
-                    if state == "resumable":
-                        try:
-                            summary = resume_experiment(cell.run_dir, progress=False).summary
-                        except ResumeError as error:  # no checkpoint reads back: the cell starts again
-                            say(f"cell {cell.index}: {error}; starting it again")
-                            done["resumable"].remove(cell.index)
-                            done["restart"].append(cell.index)
-                            state = "restart"
-                    if state == "restart":
-                        shutil.rmtree(cell.run_dir)
-                    if state in ("new", "restart"):
-                        summary = run_experiment(cell.config).summary
-                except NumericalError:  # its summary.json says so; the other cells go on
-                    with open(os.path.join(cell.run_dir, "summary.json")) as handle:
-                        summary = json.load(handle)
-                say(_finished_line(cell, summary, state))
+                summary, ended = run_cell(cell.config, cell.run_dir, state,
+                                          lambda line, index=cell.index: say(f"cell {index}: {line}"))
+                if ended != state:
+                    done[state].remove(cell.index)
+                    done[ended].append(cell.index)
+                say(_finished_line(cell, summary, ended))
                 if bar is not None:
                     bar.update(1)
     finally:
@@ -569,6 +555,31 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
         table, parquet = write_results(rows, sweep_dir)
     return SweepResult(sweep_dir, cells, rows, table, parquet, done["new"], done["resumable"], done["restart"],
                        done["finished"], notes, jobs, peak[0])
+
+
+def run_cell(config: RunConfig, run_dir: str, state: str, say) -> tuple[dict, str]:
+    """Run one cell in this process as its :func:`cell_state` says: ``new``, ``restart`` (its folder
+    removed first) or ``resumable`` (from its newest checkpoint; where none reads back, ``say`` is told
+    and it starts again). Returns its summary (also of a run a numerical error stopped: its
+    ``summary.json`` says so) and the state it ran as. What :func:`run_sweep` runs for each cell, in
+    its own process or in a worker's (``jobs`` > 1, :mod:`jaxfl._sweep_worker`)."""
+    from jaxfl.engine import NumericalError
+    from jaxfl.experiment import resume_experiment, run_experiment
+    from jaxfl.resume import ResumeError
+
+    try:
+        if state == "resumable":
+            try:
+                return resume_experiment(run_dir, progress=False).summary, state
+            except ResumeError as error:  # no checkpoint reads back: the cell starts again
+                say(f"{error}; starting it again")
+                state = "restart"
+        if state == "restart":
+            shutil.rmtree(run_dir)
+        return run_experiment(config).summary, state
+    except NumericalError:  # the other cells go on
+        with open(os.path.join(run_dir, "summary.json")) as handle:
+            return json.load(handle), state
 
 
 class CellFailed(RuntimeError):
@@ -640,15 +651,12 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
             while waiting and free:
                 cell = waiting.pop(0)
                 state, share = states[cell.index], free.pop(0)
-                if state == "restart":
-                    shutil.rmtree(cell.run_dir)
                 os.makedirs(logs, exist_ok=True)
                 log = os.path.join(logs, f"cell-{cell.index}.log")
                 with open(log, "w") as handle:
                     process = subprocess.Popen(
-                        [sys.executable, "-m", "jaxfl._sweep_worker", ",".join(map(str, shares[share])),
-                         "resumable" if state == "resumable" else "new", cell.run_dir,
-                         json.dumps(cell.config.to_dict())],
+                        [sys.executable, "-m", "jaxfl._sweep_worker", ",".join(map(str, shares[share])), state,
+                         cell.run_dir, json.dumps(cell.config.to_dict())],
                         stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
                 running[process] = (cell, state, share, log)
                 peak[0] = max(peak[0], len(running))
