@@ -188,6 +188,14 @@ def test_a_parallel_sweep_runs_its_cells_at_once_each_on_its_share_of_the_cores(
         assert json.load(handle)["jobs"] == 2
     again = run_sweep(BASE, GRID, folder, progress=False, jobs=1)  # finished cells: any jobs goes on
     assert again.skipped == [0, 1, 2, 3] and again.peak_running == 0
+    # the same jobs, the same share of the cores: the same run, bit for bit
+    from jaxfl.testing import metrics_without_wall_time
+
+    repeat = run_sweep(BASE, {"algorithm": ["fedbuff"], "seed": [1]}, str(tmp_path / "repeat"), progress=False, jobs=2)
+    first = next(row for row in result.rows if row["algorithm"] == "fedbuff" and row["seed"] == 1)
+    assert repeat.rows[0]["run_dir"] == first["run_dir"]
+    for same in (events_without_wall_time, metrics_without_wall_time):
+        assert same(os.path.join(repeat.sweep_dir, first["run_dir"])) == same(os.path.join(folder, first["run_dir"]))
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two cells at once need two cores")
