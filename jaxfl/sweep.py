@@ -595,6 +595,31 @@ def _finished_line(cell: Cell, summary: dict, state: str) -> str:
             f"stop: {summary['stop_reason']}" + ("" if state == "new" else f" [{state.replace('resumable', 'resumed')}]"))
 
 
+def _worker_environment(devices: int, cache: str) -> dict:
+    """The environment of a ``--jobs`` worker: ``devices`` XLA CPU devices (one per core of its share,
+    whatever device count the sweep's own environment asks for), and the sweep's compilation cache
+    ``cache`` on the sweep's terms — the thresholds :func:`~jaxfl.comparison.shared_compilations` set,
+    or those of a cache the user configured.
+
+    >>> import jax
+    >>> from jaxfl.comparison import shared_compilations
+    >>> with shared_compilations() as cache:
+    ...     env = _worker_environment(1, cache)
+    >>> env["JAX_NUM_CPU_DEVICES"], env["JAX_COMPILATION_CACHE_DIR"] == cache
+    ('1', True)
+    """
+    import jax
+
+    env = dict(os.environ, JAX_NUM_CPU_DEVICES=str(devices), JAX_COMPILATION_CACHE_DIR=cache,
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=str(jax.config.jax_persistent_cache_min_compile_time_secs),
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=str(jax.config.jax_persistent_cache_min_entry_size_bytes))
+    env.pop("JAXFL_CPU_DEVICES", None)
+    if "xla_force_host_platform_device_count" in env.get("XLA_FLAGS", ""):  # the share decides the devices
+        env["XLA_FLAGS"] = " ".join(flag for flag in env["XLA_FLAGS"].split()
+                                    if "xla_force_host_platform_device_count" not in flag)
+    return env
+
+
 def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[list[int]], cache: str, done: dict,
                   say, bar, peak: list) -> None:
     """:func:`run_sweep`'s cells, ``len(shares)`` at a time, each in a ``jaxfl._sweep_worker`` process
@@ -609,12 +634,7 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
 
     from jaxfl._sweep_worker import NOTE
 
-    env = dict(os.environ, JAX_NUM_CPU_DEVICES=str(len(shares[0])), JAX_COMPILATION_CACHE_DIR=cache,
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.2", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-    env.pop("JAXFL_CPU_DEVICES", None)
-    if "xla_force_host_platform_device_count" in env.get("XLA_FLAGS", ""):  # the share decides the devices
-        env["XLA_FLAGS"] = " ".join(flag for flag in env["XLA_FLAGS"].split()
-                                    if "xla_force_host_platform_device_count" not in flag)
+    env = _worker_environment(len(shares[0]), cache)
     waiting = [cell for cell in cells if states[cell.index] != "finished"]
     for cell in cells:
         if states[cell.index] == "finished":

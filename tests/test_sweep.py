@@ -933,3 +933,33 @@ def test_report_grid_of_a_real_port_sweep_and_its_bad_settings(tmp_path, capsys)
                              grid=("port.min_clients", "port.staleness_bound"))
     assert [os.path.basename(path) for path in from_table.figures] == ["time_to_target.png", "time_to_target_grid.png"]
     assert from_table.markdown == open(tmp_path / "report" / "report.md").read().rstrip("\n")
+
+
+def test_parallel_workers_share_the_sweeps_compilation_cache_on_its_terms(tmp_path, monkeypatch):
+    import jax
+
+    from jaxfl.comparison import shared_compilations
+    from jaxfl.sweep import _worker_environment
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_cpu_enable_fast_math=false")
+    monkeypatch.setenv("JAXFL_CPU_DEVICES", "8")
+    with shared_compilations() as cache:  # jaxfl's own cache: small programs are worth caching
+        env = _worker_environment(2, cache)
+    assert (env["JAX_COMPILATION_CACHE_DIR"], env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"],
+            env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]) == (cache, "0.2", "0")
+    assert env["JAX_NUM_CPU_DEVICES"] == "2" and "JAXFL_CPU_DEVICES" not in env  # the share decides
+    assert env["XLA_FLAGS"] == "--xla_cpu_enable_fast_math=false"  # other flags kept
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes")
+    before = {name: getattr(jax.config, name) for name in names}
+    try:  # a cache the user configured is used on the user's terms
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 3.5)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 4096)
+        with shared_compilations() as cache:
+            env = _worker_environment(1, cache)
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
+    assert (env["JAX_COMPILATION_CACHE_DIR"], env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"],
+            env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]) == (str(tmp_path), "3.5", "4096")
