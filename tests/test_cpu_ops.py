@@ -36,6 +36,19 @@ def test_the_example_cnn_loses_its_wide_convolution_and_its_pool():
     assert _count(cpu_friendly(model.apply), params, x, primitive="reduce_window_max") == 0
 
 
+def test_lenet5_keeps_no_xla_convolution_and_the_mnist_cnn_its_wide_first_layer():
+    # LeNet-5's first layer (5x5 on 1 channel: contraction 25) is narrow (6 features): in im2col
+    # form like the others, so that no XLA convolution keeps the step in unrolled chunks (the engine's
+    # choice: tests/test_engine.py); the MNIST CNN's first layer (the same contraction, 32 features)
+    # stays XLA's
+    x = jnp.zeros((2, 28, 28, 1))
+    for name, kept in (("lenet5", 0), ("cnn", 1)):
+        model = make_model(name, 10)
+        params = model.init(jax.random.key(0), x)
+        assert _count(model.apply, params, x, primitive="conv_general_dilated") in (2, 3)
+        assert _count(cpu_friendly(model.apply), params, x, primitive="conv_general_dilated") == kept
+
+
 def test_strides_padding_layouts_and_odd_pools_match_xla():
     x = jax.random.normal(jax.random.key(0), (2, 5, 11, 9))  # NCHW
     w = jax.random.normal(jax.random.key(1), (7, 5, 3, 2))  # OIHW

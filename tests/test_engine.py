@@ -38,11 +38,12 @@ def test_bucket_sizes_do_not_change_results(small_config):
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("model, loop, chunks", [("mlp", "rolled", 1), ("cnn", "unrolled", 2)])
+@pytest.mark.parametrize("model, loop, chunks", [("mlp", "rolled", 1), ("cnn", "unrolled", 2), ("lenet5", "rolled", 1)])
 def test_one_compilation_per_bucket_and_padding_counted(small_config, model, loop, chunks):
     # 6 clients, 8 per call (one device): every round is one padded call of 8. A dense model's 4
     # steps run as one rolled loop; a CNN's (unrolled on CPU) as a 3-step and a 1-step chunk, each
-    # shape compiled once over the 4 rounds.
+    # shape compiled once over the 4 rounds; LeNet-5's (every convolution a matrix product on CPU) as
+    # one rolled loop too.
     config = replace(small_config, algorithm="fedavg", model=model, clients=6, clients_per_call=8, steps_per_call=3,
                      local_steps=4, max_updates=4, devices=1)
     result = run_experiment(config)
