@@ -13,6 +13,12 @@ reference where ``--torch PYTHON`` names an interpreter that has torch (LeNet-5 
 
     python benchmarks/narrow_convolutions.py                          # lenet5, cnn, fedasmu_cnn at batch 10 and 32
     python benchmarks/narrow_convolutions.py --models lenet5 --batch-sizes 32 --torch benchmarks/.venv-torch/bin/python
+    python benchmarks/narrow_convolutions.py --evaluation --models lenet5 ccfedavg_cnn cnn cnn_example
+
+``--evaluation`` times the held-out evaluation instead (``make_evaluator`` as the engine builds it,
+10,000 random images, every device of the process): the model's forward pass in XLA's forms, with
+the whole rewrite (``cpu_friendly``) and with narrow convolutions only (``inference=True``: what an
+evaluation on a CPU uses), seconds per evaluation, best of ``--repeats``.
 """
 from __future__ import annotations
 
@@ -24,7 +30,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("JAX_NUM_CPU_DEVICES", "1")
+if "--evaluation" not in sys.argv:  # the step: one core, one device; an evaluation: as the engine runs it
+    os.environ.setdefault("JAX_NUM_CPU_DEVICES", "1")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -94,6 +101,33 @@ def compile_call(name: str, batch: int, clients: int, steps: int):
     return call, states, loop
 
 
+def time_evaluations(models: list[str], repeats: int) -> None:
+    from jaxfl.experiment import make_evaluator
+
+    print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, jax {jax.__version__}, "
+          f"{jax.device_count()} devices; seconds per evaluation of 10,000 images, best of {repeats}")
+    print("| model | XLA's forms | whole rewrite | narrow convolutions only (inference=True) |\n|---|---:|---:|---:|")
+    rng = np.random.default_rng(0)
+    for name in models:
+        shape = input_shape(name)
+        adapter = as_adapter(make_model(name, 10))
+        variables = adapter.init_variables(jax.random.key(0), jnp.zeros((1,) + shape))
+        x = rng.integers(0, 256, (10_000,) + shape, dtype=np.uint8)
+        y = rng.integers(0, 10, 10_000).astype(np.int32)
+        forms = (adapter.predict, cpu_ops.cpu_friendly(adapter.predict),
+                 cpu_ops.cpu_friendly(adapter.predict, inference=True))
+        evaluators = [make_evaluator(form, x, y) for form in forms]
+        best = [float("inf")] * len(forms)
+        for evaluate in evaluators:
+            evaluate(variables)  # compiled
+        for _ in range(repeats):
+            for index, evaluate in enumerate(evaluators):
+                start = time.perf_counter()
+                evaluate(variables)
+                best[index] = min(best[index], time.perf_counter() - start)
+        print(f"| {name} | " + " | ".join(f"{seconds:.3f}" for seconds in best) + " |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["lenet5", "cnn", "fedasmu_cnn"])
@@ -103,9 +137,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--core", type=int, help="the core to pin to (default: the last one allowed)")
     parser.add_argument("--torch", metavar="PYTHON", help="an interpreter with torch: LeNet-5's step in PyTorch too")
+    parser.add_argument("--evaluation", action="store_true", help="time the held-out evaluation's forms instead")
     args = parser.parse_args()
     for name in args.models:
         make_model(name, 10)  # an unknown name fails here, before anything is timed
+    if args.evaluation:
+        return time_evaluations(args.models, args.repeats)
     if hasattr(os, "sched_setaffinity"):
         core = args.core if args.core is not None else max(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {core})

@@ -56,6 +56,7 @@ from jaxfl.data.augment import AUGMENTED, dataset_family, make_augment, make_pre
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
 from jaxfl.kernels.aggregation import make_server_optimizer
 from jaxfl.kernels.client import FederatedArrays, make_client_trainer, scale_uint8
+from jaxfl.kernels.cpu_ops import cpu_friendly
 from jaxfl.models import (MODELS, build_model, check_model_input, check_model_object, count_params,
                           is_model_reference, load_model_reference, make_model)
 from jaxfl.models.adapter import as_adapter
@@ -1003,13 +1004,13 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     plan = ExecutionPlan.for_backend(jax.default_backend(), config.clients_per_call, config.steps_per_call,
                                      devices=config.devices, local_steps=int(np.max(algorithm.local_steps)))
     preprocess, augment = make_transforms(config, dataset)
+    cpu_layers = config.cpu_friendly_layers and jax.default_backend() == "cpu"
     trainer = make_client_trainer(model, user.client_optimizer or make_client_optimizer(
                                       config.client_optimizer, config.client_lr, config.client_momentum,
                                       config.client_weight_decay),
                                   config.batch_size, preprocess=preprocess,
                                   augment=augment, prox_mu=config.prox_mu,
-                                  cpu_friendly_layers=config.cpu_friendly_layers and jax.default_backend() == "cpu",
-                                  loss=user.loss)
+                                  cpu_friendly_layers=cpu_layers, loss=user.loss)
     server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, config.momentum,
                                              b1=config.server_beta1, b2=config.server_beta2, tau=config.server_tau)
     policy = algorithm.policy()
@@ -1069,7 +1070,9 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         for logger in loggers:
             closing.callback(logger.close)
         events = events_file
-        recorder = _Recorder(config, make_evaluator(model.predict, dataset.test_x, dataset.test_y,
+        # on a CPU the held-out forward pass takes the im2col form for narrow convolutions only
+        predict = cpu_friendly(model.predict, inference=True) if cpu_layers else model.predict
+        recorder = _Recorder(config, make_evaluator(predict, dataset.test_x, dataset.test_y,
                                                     preprocess=preprocess, loss=user.loss, metrics=user.metrics,
                                                     num_classes=dataset.num_classes),
                              metrics_file, progress, wall_start, params, flush_also=(events_file,),

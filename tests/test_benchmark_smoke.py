@@ -246,3 +246,17 @@ def test_checkpoint_overhead_runs_the_three_cadences_to_the_same_model(tmp_path)
     saves = {row["side"]: row["saves"] for row in report["table"]}
     assert saves == {"none": 1, "every 25": 2, "default": 1}  # the end; 25 and the end; 60 s not yet passed
     assert len({accuracy for row in report["table"] for accuracy in row["final_accuracy"]}) == 1
+
+
+def test_narrow_convolutions_times_lenet5_both_ways_and_an_evaluation():
+    # LeNet-5: unrolled before (its first layer left to XLA), one rolled loop now; the evaluation's three forms
+    script = os.path.join(ROOT, "benchmarks", "narrow_convolutions.py")
+    done = subprocess.run([sys.executable, script, "--models", "lenet5", "--batch-sizes", "2", "--clients", "2",
+                           "--steps", "2", "--repeats", "1"], capture_output=True, text=True, timeout=600, check=True)
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| lenet5 |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[:3] == ["lenet5", "2", "unrolled"] and cells[4] == "rolled" and float(cells[3]) > 0 < float(cells[5])
+    done = subprocess.run([sys.executable, script, "--evaluation", "--models", "lenet5", "--repeats", "1"],
+                          capture_output=True, text=True, timeout=600, check=True)
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| lenet5 |"))
+    assert len([float(cell) for cell in row.strip("|").split("|")[1:]]) == 3

@@ -49,6 +49,23 @@ def test_lenet5_keeps_no_xla_convolution_and_the_mnist_cnn_its_wide_first_layer(
         assert _count(cpu_friendly(model.apply), params, x, primitive="conv_general_dilated") == kept
 
 
+def test_an_evaluation_rewrites_only_narrow_convolutions():
+    # inference=True (the held-out forward pass): LeNet-5's 6- and 16-feature layers take the im2col
+    # form, its 120-feature one, its pools and dense layers stay XLA's, as do the MNIST CNN's wide
+    # convolutions (XLA's forward is faster there); the logits are the model's up to float rounding
+    x = jax.random.uniform(jax.random.key(1), (3, 28, 28, 1))
+    for name, convolutions, kept in (("lenet5", 3, 1), ("cnn", 2, 2)):
+        model = make_model(name, 10)
+        params = model.init(jax.random.key(0), x[:1])
+        inference = cpu_friendly(model.apply, inference=True)
+        assert _count(model.apply, params, x, primitive="conv_general_dilated") == convolutions
+        assert _count(inference, params, x, primitive="conv_general_dilated") == kept
+        assert _count(inference, params, x, primitive="reduce_window_max") == \
+            _count(model.apply, params, x, primitive="reduce_window_max")
+        assert _count(inference, params, x, primitive="custom_vjp_call") == 0  # no gradient rules
+        np.testing.assert_allclose(inference(params, x), model.apply(params, x), rtol=1e-5, atol=1e-5)
+
+
 def test_strides_padding_layouts_and_odd_pools_match_xla():
     x = jax.random.normal(jax.random.key(0), (2, 5, 11, 9))  # NCHW
     w = jax.random.normal(jax.random.key(1), (7, 5, 3, 2))  # OIHW
@@ -225,7 +242,7 @@ def test_the_example_cnn_s_gradient_is_bit_identical_to_xla_s_pool():
     params = model.init(jax.random.key(0), x[:1])
     loss = lambda p, apply: jnp.sum(jax.nn.log_softmax(apply(p, x))[:, 0])  # noqa: E731
     saved = cpu_ops._is_dense, cpu_ops._im2col_applies
-    cpu_ops._is_dense = cpu_ops._im2col_applies = lambda eqn: False
+    cpu_ops._is_dense = cpu_ops._im2col_applies = lambda eqn, *inference: False
     try:
         pool_only = jax.jit(jax.grad(lambda p: loss(p, cpu_friendly(model.apply))))(params)
     finally:
