@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from jaxfl.kernels import ClientView, FederatedArrays, cpu_ops, make_client_trainer  # noqa: E402
-from jaxfl.kernels.cpu_ops import count_primitive  # noqa: E402
+from jaxfl.engine import choose_step_loop  # noqa: E402
 from jaxfl.models import as_adapter, make_model  # noqa: E402
 
 # the zoo's CIFAR models take 32x32x3 images; the others MNIST-shaped ones
@@ -85,9 +85,7 @@ def compile_call(name: str, batch: int, clients: int, steps: int):
     stacked = jax.tree.map(lambda leaf: jnp.stack([leaf] * clients), variables)
     keys = jax.random.split(jax.random.key(1), clients)
     states = jax.vmap(lambda params, key: trainer.init(params, jnp.int32(10 ** 6), key))(stacked, keys)
-    step_jaxpr = jax.make_jaxpr(trainer.step)(jax.tree.map(lambda leaf: leaf[0], states), data,
-                                              ClientView(views.offset[0], views.count[0]))
-    loop = "unrolled" if count_primitive(step_jaxpr.jaxpr, "conv_general_dilated") else "rolled"
+    loop = choose_step_loop(trainer, variables, data, "cpu")
     batched = jax.vmap(trainer.step, in_axes=(0, None, 0))
 
     @jax.jit
