@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 NOTE = "jaxfl-sweep-note: "
@@ -23,6 +24,9 @@ NOTE = "jaxfl-sweep-note: "
 def main(argv: list[str]) -> int:
     """Run (or resume) the cell; returns the exit status (see the module docstring)."""
     cores, state, run_dir, config_json = argv
+    # The sweep stops its workers with SIGINT (and Linux sends one when the sweep dies): a sweep
+    # started as a shell script's background job has SIGINT ignored, and would hand that on.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if _end_with_the_sweep():
         return 130
     if cores and hasattr(os, "sched_setaffinity"):  # before any jax computation starts XLA's threads
@@ -49,7 +53,6 @@ def _end_with_the_sweep() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     import ctypes
-    import signal
 
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGINT))  # PR_SET_PDEATHSIG

@@ -254,13 +254,17 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
                                 cwd=root, timeout=300)
     assert other_jobs.returncode == 2 and "jobs=1 is not allowed here" in other_jobs.stderr
     assert "continue with --jobs 2" in other_jobs.stderr
-    killed = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root)
-    deadline = time.time() + 300
-    while time.time() < deadline and not _workers_of(folder):
+    # launched as a shell script's background job (`jaxfl sweep ... &`), which starts with SIGINT
+    # ignored and hands that on to its workers: they must still stop with their sweep
+    killed = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    written = lambda: sum(path.stat().st_size for path in (folder / "runs").rglob("*") if path.is_file())  # noqa: E731
+    before, deadline = written(), time.time() + 300
+    while time.time() < deadline and not (_workers_of(folder) and written() > before):  # the workers are training
         time.sleep(0.05)
     killed.kill()  # SIGKILL: the sweep cannot stop its workers; Linux tells them (PR_SET_PDEATHSIG)
     killed.wait()
-    deadline = time.time() + 120
+    deadline = time.time() + 30
     while time.time() < deadline and _workers_of(folder):
         time.sleep(0.1)
     assert _workers_of(folder) == []
