@@ -27,9 +27,7 @@ import math
 import re
 import os
 import shlex
-import signal
 import sys
-import threading
 
 from jaxfl import algorithms
 from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, ConfigError, RunConfig,
@@ -423,7 +421,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except CellFailed as error:  # a cell of a parallel sweep (--jobs): its error and output, no traceback of ours
         print(f"jaxfl: error: {error}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt as interrupt:  # Ctrl-C, a time limit's SIGINT or SIGTERM: what is kept and how to go on
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, or a time limit's SIGINT: what is kept and how to go on
         from jaxfl.experiment import RunInterrupted
         from jaxfl.report import read_results
 
@@ -437,7 +435,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                     f"resumes from its checkpoint of update {interrupt.update}"))
         print(f"jaxfl: interrupted: {finished} finished cell{'' if finished == 1 else 's'} in {table}; the same "
               f"command goes on (finished cells are skipped, {cut})", file=sys.stderr)
-        return _interrupted_status()  # the shells' status for a command stopped by a signal: 130 for SIGINT
+        return 130  # the shells' status for a command stopped by SIGINT
     for note in result.notes:
         print(f"jaxfl: note: {note}", file=sys.stderr)
     print(f"{len(result.cells)} cells: {len(result.ran)} run, {len(result.resumed)} resumed, "
@@ -689,27 +687,9 @@ def _import_named_algorithms(argv: list[str]) -> None:
                     pass  # reported by validation with the registered names
 
 
-_stopped_by = signal.SIGINT  # the signal that interrupted the command: its exit status is 128 + it
-
-
-def _interrupt_on_sigterm(signum, frame):
-    global _stopped_by
-    _stopped_by = signal.Signals(signum)
-    raise KeyboardInterrupt
-
-
-def _interrupted_status() -> int:
-    return 128 + int(_stopped_by)
-
-
 def main(argv: list[str] | None = None) -> int:
     """The ``jaxfl`` command; returns its exit status. Ctrl-C ends with one line saying what was kept
-    and how to go on, and status 130 (a shell's status for a command stopped by SIGINT); SIGTERM (a
-    cluster's time limit, ``kill``) the same way, with status 143."""
-    global _stopped_by
-    _stopped_by = signal.SIGINT
-    handling = threading.current_thread() is threading.main_thread()  # signal handlers live in the main thread
-    previous = signal.signal(signal.SIGTERM, _interrupt_on_sigterm) if handling else None
+    and how to go on, and status 130 (a shell's status for a command stopped by SIGINT)."""
     try:
         return _main(argv)
     except KeyboardInterrupt as interrupt:
@@ -717,10 +697,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"jaxfl: interrupted{f': {interrupt}' if isinstance(interrupt, RunInterrupted) else ''}",
               file=sys.stderr)
-        return _interrupted_status()
-    finally:
-        if handling:
-            signal.signal(signal.SIGTERM, previous)
+        return 130
 
 
 def _main(argv: list[str] | None) -> int:

@@ -90,30 +90,6 @@ def test_ctrl_c_on_jaxfl_run_names_the_run_folder_and_its_resume(tmp_path):
     assert metrics_without_wall_time(tmp_path / "full") == metrics_without_wall_time(cut)
 
 
-def test_sigterm_on_jaxfl_run_stops_it_as_ctrl_c_does_with_status_143(tmp_path):
-    # a cluster's time limit (SLURM) or `kill` sends SIGTERM: the same one line and checkpoints
-    # as Ctrl-C, no traceback, and the shells' status for SIGTERM
-    flags = ["--algorithm", "fedbuff", "--model", "mlp", "--clients", "5", "--local-steps", "6", "--batch-size", "16",
-             "--max-updates", "400", "--checkpoint-every", "1", "--no-progress", "--no-stop-at-target",
-             "--output-dir", str(tmp_path), "--run-name", "cut"]
-    cut = tmp_path / "cut"
-    running = subprocess.Popen([sys.executable, "-m", "jaxfl", "run", *flags], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
-    deadline = time.time() + 600
-    while time.time() < deadline and running.poll() is None:
-        newest = checkpoint.latest(str(cut)) if (cut / "checkpoints").exists() else None
-        if newest and int(newest[-6:]) >= 2:
-            break
-        time.sleep(0.02)
-    running.send_signal(signal.SIGTERM)
-    out, err = running.communicate(timeout=300)
-    assert running.returncode == 143, err
-    assert "Traceback" not in err and not (cut / "summary.json").exists()
-    assert err.strip().splitlines()[-1] == (
-        f"jaxfl: interrupted: {cut} keeps its logs and checkpoints up to update "
-        f"{int(checkpoint.latest(str(cut))[-6:])}: jaxfl run --resume {cut} (resume_experiment) goes on from there")
-
-
 def test_an_interrupted_run_says_whether_there_is_anything_to_resume(tmp_path):
     import jaxfl
 
