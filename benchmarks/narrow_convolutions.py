@@ -147,7 +147,8 @@ def main() -> None:
     print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, jax {jax.__version__}, one core, "
           f"{args.clients} vmapped clients, {args.steps} SGD steps a call, best of {args.repeats}; "
           f"ms per client step")
-    print("| model | batch | before: loop | before ms | now: loop | now ms | before ÷ now | PyTorch NCHW / channels_last ms |")
+    print("| model | batch | before: loop | before ms | now: loop | now ms | before ÷ now "
+          "| PyTorch NCHW / channels_last ms |")
     print("|---|---:|---|---:|---|---:|---:|---|")
     default = cpu_ops.MIN_XLA_FEATURES
     for name in args.models:
