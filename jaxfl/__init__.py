@@ -21,8 +21,9 @@ from jaxfl.config import (BudgetConfig, ClientConfig, ConfigError, DataConfig, E
 from jaxfl.experiment import RunInterrupted, RunResult, resume_experiment, run_experiment
 from jaxfl.resume import ResumeError
 from jaxfl.runlog import Run, load_run
+from jaxfl.stopping import request_stop
 
 __version__ = "0.2.0"
 __all__ = ["BudgetConfig", "ClientConfig", "ConfigError", "DataConfig", "EngineConfig", "FaultsConfig", "RunConfig",
            "ResumeError", "Run", "RunInterrupted", "RunResult", "ServerConfig", "SpeedsConfig", "config_from_mapping",
-           "load_run", "resume_experiment", "run_experiment", "validate"]
+           "load_run", "request_stop", "resume_experiment", "run_experiment", "validate"]

@@ -7,7 +7,7 @@ of its own, pinned to its share of the cores before jax starts its backend:
 :func:`~jaxfl.sweep.cell_state` (``new``, ``restart`` or ``resumable``, as
 :func:`~jaxfl.sweep.run_cell` takes it); ``CONFIG_JSON``: the cell's config (``RunConfig.to_dict()``).
 Exit status 0 when the run ended (a numerical error too: its ``summary.json`` says so), 130 when
-interrupted, 2 on a bad setting or resource (one line, as ``jaxfl run`` gives it), 1 on any other
+interrupted, 143 when stopped by SIGTERM (at an event boundary, with a checkpoint there), 2 on a bad setting or resource (one line, as ``jaxfl run`` gives it), 1 on any other
 error (its traceback). A line starting with :data:`NOTE` on stdout is for the sweep to repeat (a
 checkpoint that did not read back, so the cell started again).
 """
@@ -31,15 +31,17 @@ def main(argv: list[str]) -> int:
         return 130
     if cores and hasattr(os, "sched_setaffinity"):  # before any jax computation starts XLA's threads
         os.sched_setaffinity(0, {int(core) for core in cores.split(",")})
+    from jaxfl import stopping
     from jaxfl.config import ConfigError, config_from_mapping
     from jaxfl.execution import ResourceError
     from jaxfl.sweep import run_cell
 
     try:
-        run_cell(config_from_mapping(json.loads(config_json)), run_dir, state,
-                 lambda line: print(f"{NOTE}{line}", flush=True))
-    except KeyboardInterrupt:
-        return 130
+        with stopping.stop_on_sigterm():  # the sweep asks its workers to stop with SIGTERM
+            run_cell(config_from_mapping(json.loads(config_json)), run_dir, state,
+                     lambda line: print(f"{NOTE}{line}", flush=True))
+    except KeyboardInterrupt as interrupt:
+        return stopping.SIGTERM_STATUS if getattr(interrupt, "reason", None) == "SIGTERM" else 130
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError) as error:  # as jaxfl run says it
         print(f"jaxfl: error: {error}", file=sys.stderr)
         return 2

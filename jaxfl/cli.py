@@ -421,7 +421,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except CellFailed as error:  # a cell of a parallel sweep (--jobs): its error and output, no traceback of ours
         print(f"jaxfl: error: {error}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt as interrupt:  # Ctrl-C, or a time limit's SIGINT: what is kept and how to go on
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, a time limit's SIGINT or SIGTERM: what is kept and how to go on
         from jaxfl.experiment import RunInterrupted
         from jaxfl.report import read_results
 
@@ -433,9 +433,11 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             cut = (f"the interrupted one, {interrupt.run_dir}, " +
                    ("starts again: it had no checkpoint yet" if interrupt.checkpoint is None else
                     f"resumes from its checkpoint of update {interrupt.update}"))
-        print(f"jaxfl: interrupted: {finished} finished cell{'' if finished == 1 else 's'} in {table}; the same "
-              f"command goes on (finished cells are skipped, {cut})", file=sys.stderr)
-        return 130  # the shells' status for a command stopped by SIGINT
+        reason = getattr(interrupt, "reason", None)
+        print(f"jaxfl: {'interrupted' if reason is None else f'stopped by {reason}'}: {finished} finished "
+              f"cell{'' if finished == 1 else 's'} in {table}; the same command goes on (finished cells are "
+              f"skipped, {cut})", file=sys.stderr)
+        return _interrupted_status(interrupt)
     for note in result.notes:
         print(f"jaxfl: note: {note}", file=sys.stderr)
     print(f"{len(result.cells)} cells: {len(result.ran)} run, {len(result.resumed)} resumed, "
@@ -689,15 +691,28 @@ def _import_named_algorithms(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The ``jaxfl`` command; returns its exit status. Ctrl-C ends with one line saying what was kept
-    and how to go on, and status 130 (a shell's status for a command stopped by SIGINT)."""
+    and how to go on, and status 130 (a shell's status for a command stopped by SIGINT). SIGTERM (a
+    cluster's time limit, ``kill``) stops a run at its next event boundary with a checkpoint there
+    (:mod:`jaxfl.stopping`), with such a line too, and status 143."""
+    from jaxfl import stopping
+
     try:
-        return _main(argv)
+        with stopping.stop_on_sigterm():
+            return _main(argv)
     except KeyboardInterrupt as interrupt:
         from jaxfl.experiment import RunInterrupted
 
-        print(f"jaxfl: interrupted{f': {interrupt}' if isinstance(interrupt, RunInterrupted) else ''}",
-              file=sys.stderr)
-        return 130
+        reason = getattr(interrupt, "reason", None)
+        said = f": {interrupt}" if isinstance(interrupt, RunInterrupted) else ""
+        print(f"jaxfl: {'interrupted' if reason is None else f'stopped by {reason}'}{said}", file=sys.stderr)
+        return _interrupted_status(interrupt)
+
+
+def _interrupted_status(interrupt: KeyboardInterrupt) -> int:
+    """A shell's status for a command ended by the signal behind ``interrupt``: 143 for SIGTERM, else 130."""
+    from jaxfl.stopping import SIGTERM_STATUS
+
+    return SIGTERM_STATUS if getattr(interrupt, "reason", None) == "SIGTERM" else 130
 
 
 def _main(argv: list[str] | None) -> int:

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxfl import checkpoint, cluster, resume
+from jaxfl import checkpoint, cluster, resume, stopping
 from jaxfl._devices import place_read_only
 from jaxfl.loggers import check_loggers, open_loggers
 from jaxfl.algorithms import build, device_hooks, get as get_algorithm
@@ -91,22 +91,25 @@ def _release_earlier_runs() -> None:
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C (or a time limit's SIGINT) during a run: a ``KeyboardInterrupt`` that says which run
-    folder it left and whether a resume goes on from it.
+    """Ctrl-C (or a time limit's SIGINT) during a run, or a stop it was asked for
+    (:func:`jaxfl.stopping.request_stop`, SIGTERM under ``jaxfl run``): a ``KeyboardInterrupt`` that
+    says which run folder it left and whether a resume goes on from it.
 
     ``run_dir``: the run's folder (its logs are closed, so they hold every row written until the
     interrupt); ``checkpoint``: the newest complete checkpoint folder, which
     ``resume_experiment(run_dir)`` (``jaxfl run --resume RUN_DIR``) goes on from, cutting the logs
-    back to it; None when the run wrote none (a timing-only run writes none).
+    back to it; None when the run wrote none (a timing-only run writes none). ``reason``: who asked
+    for a requested stop (``"SIGTERM"``; the run stopped between two events and its checkpoint is
+    of that point), None for Ctrl-C.
 
     >>> print(RunInterrupted("runs/fedbuff-1", "runs/fedbuff-1/checkpoints/ckpt-000040"))
     runs/fedbuff-1 keeps its logs and checkpoints up to update 40: jaxfl run --resume runs/fedbuff-1 \
 (resume_experiment) goes on from there
     """
 
-    def __init__(self, run_dir: str, checkpoint: str | None, timing_only: bool = False):
-        super().__init__(run_dir, checkpoint, timing_only)
-        self.run_dir, self.checkpoint, self.timing_only = run_dir, checkpoint, timing_only
+    def __init__(self, run_dir: str, checkpoint: str | None, timing_only: bool = False, reason: str | None = None):
+        super().__init__(run_dir, checkpoint, timing_only, reason)
+        self.run_dir, self.checkpoint, self.timing_only, self.reason = run_dir, checkpoint, timing_only, reason
 
     def __str__(self) -> str:
         if self.timing_only:
@@ -1108,8 +1111,12 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
             recorder.update_progress(simulation.now)
             stop = None
         error = None
+        # one process alone can stop between any two events; several would have to agree on the event
+        stoppable = contextlib.nullcontext() if jax.process_count() > 1 else stopping.accepting_stop_requests()
+        checkpoints.stoppable = jax.process_count() == 1
         try:
-            reason = stop or simulation.run()
+            with stoppable:
+                reason = stop or simulation.run()
         except NumericalError as caught:
             error, reason = caught, f"numerical error: {caught}"
         end_time = simulation.now if reason != "time budget" else config.max_time
@@ -1407,8 +1414,23 @@ class _Checkpointer:
         # what every checkpoint stores of the config (a resume refuses an edited config.json): the
         # config does not change during a run, so it is resolved and hashed once
         self.stored_config = resume.checkpoint_config(config)
+        self.stoppable = False  # True while a stop may be requested between events (one process alone)
+        self._saved_after_event = -1  # simulation.events_processed at the newest checkpoint of this process
+
+    def stop_here(self, simulation: Simulation) -> None:
+        """The stop :func:`jaxfl.stopping.request_stop` asked for: a checkpoint of this point between
+        two events (unless the run keeps none: ``checkpoint_every`` and ``final_checkpoint`` off),
+        then :class:`RunInterrupted`, naming it."""
+        reason = stopping.stop_requested()
+        keeps_checkpoints = self.config.checkpoint_every is not None or self.config.final_checkpoint
+        if keeps_checkpoints and self._saved_after_event != simulation.events_processed:
+            self.save(simulation)
+        stopping._clear()  # the stop is done; the next run starts afresh
+        raise RunInterrupted(self.run_dir, _newest_checkpoint(self.run_dir), reason=reason)
 
     def after_event(self, simulation: Simulation) -> None:
+        if self.stoppable and stopping.stop_requested() is not None:
+            self.stop_here(simulation)
         every = self.config.checkpoint_every
         if every is not None and simulation.version >= self.last_version + every and \
                 time.perf_counter() - self._last_save >= self.min_interval:
@@ -1425,6 +1447,7 @@ class _Checkpointer:
                  "wall_time": self.wall_before + time.perf_counter() - self._started}
         checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra, config=self.stored_config)
         self.last_version = simulation.version
+        self._saved_after_event = simulation.events_processed
         self.saves += 1
         self._last_save = time.perf_counter()
         self.seconds += self._last_save - started

@@ -626,12 +626,16 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
     pinned to one share of the cores, in cell order as shares come free. Each worker's output goes to
     ``SWEEP_DIR/logs/cell-N.log`` (kept where the cell failed). A failed cell stops the sweep: the
     others are interrupted (they resume later) and the error names the cell and ends with its log.
-    Interrupted (Ctrl-C, SIGINT), the workers are interrupted too and waited for."""
+    Interrupted (Ctrl-C, SIGINT), the workers are interrupted too and waited for; asked to stop
+    (SIGTERM, :func:`jaxfl.stopping.request_stop`), the workers are asked too (each writes a
+    checkpoint at its next event boundary) and waited for, and it raises
+    :class:`jaxfl.stopping.StopRequested`."""
     import signal
     import subprocess
     import sys
     import time
 
+    from jaxfl import stopping
     from jaxfl._sweep_worker import NOTE
 
     env = _worker_environment(len(shares[0]), cache)
@@ -649,15 +653,16 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
             bar.set_postfix_str(f"{len(running)} running: cell{'s' if len(running) > 1 else ''} {names}"
                                 if running else "")
 
-    def stop_all() -> None:
-        # a Ctrl-C at a terminal reached the workers too (one process group): a moment to end on
-        # their own, so that none gets a second interrupt while it closes its logs
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline and any(process.poll() is None for process in running):
-            time.sleep(0.05)
-        for process in running:
+    def stop_all(asked: bool) -> None:
+        if not asked:
+            # a Ctrl-C at a terminal reached the workers too (one process group): a moment to end on
+            # their own, so that none gets a second interrupt while it closes its logs
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline and any(process.poll() is None for process in running):
+                time.sleep(0.05)
+        for process in running:  # asked: each stops at its next event boundary with a checkpoint (twice is harmless)
             if process.poll() is None:
-                process.send_signal(signal.SIGINT)
+                process.send_signal(signal.SIGTERM if asked else signal.SIGINT)
         deadline = time.monotonic() + 120
         for process in running:
             try:
@@ -666,7 +671,7 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
                 process.kill()
                 process.wait()
 
-    try:
+    def start_and_collect() -> None:
         while waiting or running:
             while waiting and free:
                 cell = waiting.pop(0)
@@ -682,6 +687,10 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
                 peak[0] = max(peak[0], len(running))
                 show_running()
             time.sleep(0.05)
+            if stopping.stop_requested() is not None:
+                reason = stopping.stop_requested()
+                stopping._clear()
+                raise stopping.StopRequested(reason)
             for process in [process for process in running if process.poll() is not None]:
                 cell, state, share, log = running.pop(process)
                 free.append(share)
@@ -690,6 +699,8 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
                     output = handle.read()
                 if process.returncode == 130:
                     raise KeyboardInterrupt
+                if process.returncode == stopping.SIGTERM_STATUS:  # a worker ended by SIGTERM alone: all stop so
+                    raise stopping.StopRequested("SIGTERM")
                 if process.returncode != 0 or not os.path.isfile(os.path.join(cell.run_dir, "summary.json")):
                     tail = "\n".join(output.strip().splitlines()[-15:])
                     raise CellFailed(f"sweep cell {cell.index} ({cell.label()}) failed (exit status "
@@ -705,8 +716,12 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
                 show_running()
                 if bar is not None:
                     bar.update(1)
-    except BaseException:
-        stop_all()
+
+    try:
+        with stopping.accepting_stop_requests():
+            start_and_collect()
+    except BaseException as error:
+        stop_all(asked=isinstance(error, stopping.StopRequested))
         raise
     finally:
         for indices in done.values():  # in cell order, as a sweep of one job at a time lists them

@@ -1,0 +1,120 @@
+"""Stopping a run between two events, with a checkpoint there: what a cluster's time limit asks for.
+
+SLURM at a job's time limit, Kubernetes, ``timeout`` and a plain ``kill`` send SIGTERM, then SIGKILL
+a while later (SLURM's ``KillWait``, 30 s by default). ``jaxfl run`` and ``jaxfl sweep`` take SIGTERM
+as a request (:func:`stop_on_sigterm`): the run in progress stops at the next event boundary, writes
+a checkpoint there, and the command ends with one line saying how to resume and status 143 (a
+shell's status for a command ended by SIGTERM). Nothing trained before the signal is lost, and
+``jaxfl run --resume RUN_DIR`` (or the same ``jaxfl sweep`` command) goes on bit-identically.
+
+Where no run can stop at an event boundary (loading data, between the cells of a sweep, a timing-only
+run, a run over several processes, which would have to agree on the event), SIGTERM ends the
+process at once, as it would without jaxfl's handler: nothing is lost there that a resume needs.
+
+Code that calls :func:`jaxfl.run_experiment` itself can ask for the same stop with
+:func:`request_stop` (from a logger, another thread or its own signal handler).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+
+__all__ = ["StopRequested", "request_stop", "stop_requested", "stop_on_sigterm"]
+
+SIGTERM_STATUS = 128 + signal.SIGTERM  # 143: a shell's status for a command ended by SIGTERM
+
+
+class StopRequested(KeyboardInterrupt):
+    """A stop asked for by :func:`request_stop` (or SIGTERM under :func:`stop_on_sigterm`) that
+    ended something other than a single run (a parallel sweep); ``reason`` says who asked.
+
+    >>> str(StopRequested("SIGTERM"))
+    'stopped by SIGTERM'
+    """
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"stopped by {self.reason}"
+
+
+class _State:
+    requested: str | None = None  # why a stop was asked for, until the stop is done
+    accepting = 0  # loops of this process that check for a request between their steps
+
+
+_state = _State()
+_lock = threading.Lock()
+
+
+def request_stop(reason: str = "request_stop()") -> None:
+    """Ask the run in progress in this process (:func:`jaxfl.run_experiment`, a sweep's cell) to stop
+    at its next event boundary: it writes a checkpoint there (unless the run keeps none) and raises
+    :class:`jaxfl.experiment.RunInterrupted`, whose ``reason`` is ``reason`` and which
+    :func:`jaxfl.resume_experiment` goes on from. A request made while no run is in progress is kept
+    for the next one, which then stops at its first event.
+
+    >>> request_stop("my time limit"); stop_requested()
+    'my time limit'
+    >>> _clear()
+    """
+    with _lock:
+        _state.requested = reason
+
+
+def stop_requested() -> str | None:
+    """The reason of the stop asked for and not yet done, or None."""
+    return _state.requested
+
+
+def _clear() -> None:
+    """Forget the request: the stop it asked for is done."""
+    with _lock:
+        _state.requested = None
+
+
+@contextlib.contextmanager
+def accepting_stop_requests():
+    """Inside it a loop checks :func:`stop_requested` between its steps, so SIGTERM under
+    :func:`stop_on_sigterm` becomes a request instead of ending the process at once."""
+    with _lock:
+        _state.accepting += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _state.accepting -= 1
+
+
+def _on_sigterm(signum, frame) -> None:
+    if _state.accepting:
+        request_stop("SIGTERM")  # a second SIGTERM (a whole job's processes, then the sweep's forward) asks again
+        return
+    # no loop would see the request: end the process as SIGTERM's default action does
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stop_on_sigterm():
+    """Inside it, SIGTERM stops the run in progress at its next event boundary with a checkpoint
+    (:func:`request_stop`); where no run is in progress, SIGTERM ends the process at once. The
+    handler before it comes back at the end. Only the main thread can install a handler: elsewhere
+    it changes nothing.
+
+    >>> with stop_on_sigterm():
+    ...     signal.getsignal(signal.SIGTERM) is _on_sigterm
+    True
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,161 @@
+"""A stop asked for (SIGTERM, a cluster's time limit; ``jaxfl.request_stop``) ends a run between two
+events with a checkpoint of that point, and the resume gives the uninterrupted run exactly: through
+the API, ``jaxfl run`` and a parallel ``jaxfl sweep``. Where no run can stop at an event, SIGTERM
+ends the process at once, as without jaxfl."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax
+import numpy as np
+import pytest
+
+import jaxfl
+from jaxfl import checkpoint, stopping
+from jaxfl.testing import events_without_wall_time, metrics_without_wall_time
+
+ROOT = os.path.dirname(os.path.dirname(__file__))
+
+
+@pytest.fixture(autouse=True)
+def no_request_left():
+    yield
+    assert stopping.stop_requested() is None, "a test left a stop request for the runs after it"
+
+
+class StopAt:
+    """A logger that asks for a stop at its n-th metrics row (from inside an event: the run stops
+    after that event)."""
+
+    def __init__(self, at):
+        self.at, self.seen = at, 0
+
+    def log(self, row, step):
+        self.seen += 1
+        if self.seen == self.at:
+            jaxfl.request_stop("the test's time limit")
+
+    def close(self):
+        pass
+
+
+def test_a_requested_stop_checkpoints_between_events_and_the_resume_is_the_whole_run(tmp_path):
+    # no periodic checkpoint before the stop: the one the resume starts from is the stop's own
+    config = jaxfl.RunConfig(algorithm="fedbuff", model="logreg", clients=5, local_steps=3, buffer_size=2,
+                             max_updates=8, checkpoint_every=100, stop_at_target=False, progress=False,
+                             output_dir=str(tmp_path))
+    whole = jaxfl.run_experiment(config)
+    with pytest.raises(jaxfl.RunInterrupted) as stopped:
+        jaxfl.run_experiment(config, loggers=[StopAt(4)])  # at version 3's evaluation
+    assert stopped.value.reason == "the test's time limit"
+    assert stopped.value.update == 3 and stopped.value.checkpoint == checkpoint.latest(stopped.value.run_dir)
+    assert not os.path.exists(os.path.join(stopped.value.run_dir, "summary.json"))  # cut mid-run
+    assert stopping.stop_requested() is None  # done: the next run is not stopped by it
+    resumed = jaxfl.resume_experiment(stopped.value.run_dir)
+    assert resumed.summary["global_updates"] == 8 and resumed.summary["resumes"] == 1
+    assert events_without_wall_time(whole.run_dir) == events_without_wall_time(resumed.run_dir)
+    assert metrics_without_wall_time(whole.run_dir) == metrics_without_wall_time(resumed.run_dir)
+    for a, b in zip(jax.tree.leaves(whole.params), jax.tree.leaves(resumed.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_run_that_keeps_no_checkpoints_stops_and_says_so(tmp_path):
+    config = jaxfl.RunConfig(algorithm="fedavg", model="logreg", clients=3, local_steps=2, max_updates=6,
+                             checkpoint_every=None, final_checkpoint=False, progress=False, output_dir=str(tmp_path))
+    with pytest.raises(jaxfl.RunInterrupted) as stopped:
+        jaxfl.run_experiment(config, loggers=[StopAt(2)])
+    assert stopped.value.checkpoint is None and "nothing to resume from" in str(stopped.value)
+    assert not os.path.exists(os.path.join(stopped.value.run_dir, "checkpoints"))
+
+
+SIGNALLED = textwrap.dedent("""
+    import os, signal, sys
+    from jaxfl import stopping
+    with stopping.stop_on_sigterm():
+        if sys.argv[1] == "accepting":
+            with stopping.accepting_stop_requests():
+                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), signal.SIGTERM)  # a second one (the job's, then the sweep's) asks again
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
+    print("requested:", stopping.stop_requested())
+""")
+
+
+@pytest.mark.parametrize("loop", ["accepting", "none"])
+def test_sigterm_is_a_request_only_where_a_run_checks_for_one(loop):
+    done = subprocess.run([sys.executable, "-c", SIGNALLED, loop], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    if loop == "accepting":
+        assert done.returncode == 0 and done.stdout.strip() == "requested: SIGTERM", done.stderr
+    else:  # nothing would see the request: the process ends as SIGTERM's default action ends it
+        assert done.returncode == -signal.SIGTERM and done.stdout == ""
+
+
+FLAGS = ["--algorithm", "fedbuff", "--model", "mlp", "--clients", "5", "--local-steps", "6", "--batch-size", "16",
+         "--buffer-size", "2", "--max-updates", "40", "--checkpoint-every", "1000", "--no-progress",
+         "--no-stop-at-target"]
+
+
+def _metrics_rows(run_dir) -> int:
+    path = os.path.join(run_dir, "metrics.csv")
+    return max(0, sum(1 for _ in open(path)) - 1) if os.path.isfile(path) else 0
+
+
+def test_sigterm_on_jaxfl_run_checkpoints_where_it_stops_and_the_resume_is_the_whole_run(tmp_path):
+    flags = [*FLAGS, "--output-dir", str(tmp_path)]
+    whole = subprocess.run([sys.executable, "-m", "jaxfl", "run", *flags, "--run-name", "whole"], capture_output=True,
+                           text=True, cwd=ROOT, timeout=600)
+    assert whole.returncode == 0, whole.stderr
+    cut = tmp_path / "cut"
+    running = subprocess.Popen([sys.executable, "-m", "jaxfl", "run", *flags, "--run-name", "cut"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.time() + 300
+    while time.time() < deadline and running.poll() is None and _metrics_rows(cut) < 4:  # mid-run
+        time.sleep(0.02)
+    running.send_signal(signal.SIGTERM)
+    out, err = running.communicate(timeout=300)
+    assert running.returncode == 143, err
+    assert "Traceback" not in err
+    assert not (cut / "summary.json").exists()  # stopped mid-run, not after it
+    newest = checkpoint.latest(str(cut))  # checkpoint_every 1000: the stop's own checkpoint
+    assert newest is not None and int(newest[-6:]) >= 3
+    assert err.strip().splitlines()[-1] == (
+        f"jaxfl: stopped by SIGTERM: {cut} keeps its logs and checkpoints up to update {int(newest[-6:])}: "
+        f"jaxfl run --resume {cut} (resume_experiment) goes on from there")
+    resumed = subprocess.run([sys.executable, "-m", "jaxfl", "run", "--resume", str(cut), "--no-progress"],
+                             capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert events_without_wall_time(tmp_path / "whole") == events_without_wall_time(cut)
+    assert metrics_without_wall_time(tmp_path / "whole") == metrics_without_wall_time(cut)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two cells at once need two cores")
+def test_sigterm_on_a_parallel_sweep_checkpoints_every_running_cell_and_the_sweep_goes_on(tmp_path):
+    from jaxfl.report import read_results
+
+    folder = tmp_path / "sweep"
+    command = [sys.executable, "-m", "jaxfl", "sweep", *FLAGS, "--algorithm", "fedavg,fedbuff", "--model", "logreg",
+               "--max-updates", "60", "--jobs", "2", "--out", str(folder)]  # the later flags win
+    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.time() + 300
+    while time.time() < deadline and running.poll() is None:  # both cells mid-run
+        runs = list((folder / "runs").glob("*")) if (folder / "runs").is_dir() else []
+        if len(runs) == 2 and all(_metrics_rows(run) >= 3 for run in runs):
+            break
+        time.sleep(0.02)
+    running.send_signal(signal.SIGTERM)  # to the sweep alone, as `kill` sends it: it asks its workers
+    out, err = running.communicate(timeout=300)
+    assert running.returncode == 143, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("jaxfl: stopped by SIGTERM: 0 finished cells in ")
+    runs = sorted((folder / "runs").glob("*"))
+    assert len(runs) == 2 and not any((run / "summary.json").exists() for run in runs)
+    assert all(checkpoint.latest(str(run)) is not None for run in runs)  # each worker's stop checkpoint
+    again = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "2 resumed" in again.stdout
+    assert [row["global_updates"] for row in read_results(str(folder))] == [60, 60]
