@@ -17,8 +17,10 @@ reference where ``--torch PYTHON`` names an interpreter that has torch (LeNet-5 
 
 ``--evaluation`` times the held-out evaluation instead (``make_evaluator`` as the engine builds it,
 10,000 random images, every device of the process): the model's forward pass in XLA's forms, with
-the whole rewrite (``cpu_friendly``) and with narrow convolutions only (``inference=True``: what an
-evaluation on a CPU uses), seconds per evaluation, best of ``--repeats``.
+the whole rewrite (``cpu_friendly``) and with narrow convolutions only (``inference=True``), all
+at 1,000 images a batch, and narrow convolutions only at the batch ``evaluation_batch_size`` picks
+(what an evaluation on a CPU uses since 2026-11-29: patches within ``EVAL_PATCH_BYTES``), seconds per
+evaluation, best of ``--repeats``, the forms taking turns.
 """
 from __future__ import annotations
 
@@ -100,11 +102,12 @@ def compile_call(name: str, batch: int, clients: int, steps: int):
 
 
 def time_evaluations(models: list[str], repeats: int) -> None:
-    from jaxfl.experiment import make_evaluator
+    from jaxfl.experiment import EVAL_BATCH, evaluation_batch_size, make_evaluator
 
     print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, jax {jax.__version__}, "
           f"{jax.device_count()} devices; seconds per evaluation of 10,000 images, best of {repeats}")
-    print("| model | XLA's forms | whole rewrite | narrow convolutions only (inference=True) |\n|---|---:|---:|---:|")
+    print("| model | XLA's forms | whole rewrite | narrow convolutions only (inference=True) | the same at the "
+          "cache-sized batch | batch |\n|---|---:|---:|---:|---:|---:|")
     rng = np.random.default_rng(0)
     for name in models:
         shape = input_shape(name)
@@ -112,9 +115,11 @@ def time_evaluations(models: list[str], repeats: int) -> None:
         variables = adapter.init_variables(jax.random.key(0), jnp.zeros((1,) + shape))
         x = rng.integers(0, 256, (10_000,) + shape, dtype=np.uint8)
         y = rng.integers(0, 10, 10_000).astype(np.int32)
-        forms = (adapter.predict, cpu_ops.cpu_friendly(adapter.predict),
-                 cpu_ops.cpu_friendly(adapter.predict, inference=True))
-        evaluators = [make_evaluator(form, x, y) for form in forms]
+        narrow = cpu_ops.cpu_friendly(adapter.predict, inference=True)
+        batch = evaluation_batch_size(adapter.predict, variables, shape, cpu_layers=True)
+        forms = ((adapter.predict, EVAL_BATCH), (cpu_ops.cpu_friendly(adapter.predict), EVAL_BATCH),
+                 (narrow, EVAL_BATCH), (narrow, batch))
+        evaluators = [make_evaluator(form, x, y, size) for form, size in forms]
         best = [float("inf")] * len(forms)
         for evaluate in evaluators:
             evaluate(variables)  # compiled
@@ -123,7 +128,7 @@ def time_evaluations(models: list[str], repeats: int) -> None:
                 start = time.perf_counter()
                 evaluate(variables)
                 best[index] = min(best[index], time.perf_counter() - start)
-        print(f"| {name} | " + " | ".join(f"{seconds:.3f}" for seconds in best) + " |", flush=True)
+        print(f"| {name} | " + " | ".join(f"{seconds:.3f}" for seconds in best) + f" | {batch} |", flush=True)
 
 
 def main() -> None:

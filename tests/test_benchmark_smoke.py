@@ -249,7 +249,7 @@ def test_checkpoint_overhead_runs_the_three_cadences_to_the_same_model(tmp_path)
 
 
 def test_narrow_convolutions_times_lenet5_both_ways_and_an_evaluation():
-    # LeNet-5: unrolled before (its first layer left to XLA), one rolled loop now; the evaluation's three forms
+    # LeNet-5: unrolled before (its first layer left to XLA), one rolled loop now; the evaluation's four forms
     script = os.path.join(ROOT, "benchmarks", "narrow_convolutions.py")
     done = subprocess.run([sys.executable, script, "--models", "lenet5", "--batch-sizes", "2", "--clients", "2",
                            "--steps", "2", "--repeats", "1"], capture_output=True, text=True, timeout=600, check=True)
@@ -259,4 +259,5 @@ def test_narrow_convolutions_times_lenet5_both_ways_and_an_evaluation():
     done = subprocess.run([sys.executable, script, "--evaluation", "--models", "lenet5", "--repeats", "1"],
                           capture_output=True, text=True, timeout=600, check=True)
     row = next(line for line in done.stdout.splitlines() if line.startswith("| lenet5 |"))
-    assert len([float(cell) for cell in row.strip("|").split("|")[1:]]) == 3
+    cells = row.strip("|").split("|")[1:]
+    assert len([float(cell) for cell in cells[:4]]) == 4 and cells[4].strip() == "106"  # the cache-sized batch

@@ -250,3 +250,42 @@ def test_the_example_cnn_s_gradient_is_bit_identical_to_xla_s_pool():
     exact = jax.jit(jax.grad(lambda p: loss(p, model.apply)))(params)
     for a, b in zip(jax.tree.leaves(pool_only), jax.tree.leaves(exact)):
         np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+@pytest.mark.parametrize("name, shape, batch", [
+    ("lenet5", (28, 28, 1), 106),  # 28·28 windows of 5·5 floats: 78,400 bytes an image
+    ("ccfedavg_cnn", (32, 32, 3), 50),  # 28·28·75 floats (235 kB): 35 images, at least EVAL_MIN_BATCH
+    ("cnn", (28, 28, 1), 1000),  # wide convolutions stay XLA's: no patches
+    ("mlp", (28, 28, 1), 1000)])
+def test_the_held_out_batch_keeps_a_cpu_evaluation_s_patches_in_the_cache(name, shape, batch):
+    from jaxfl.experiment import EVAL_BATCH, evaluation_batch_size, make_evaluator
+    from jaxfl.kernels.cpu_ops import largest_patches_bytes
+    from jaxfl.models.adapter import as_adapter
+
+    model = as_adapter(make_model(name, 10))
+    variables = model.init_variables(jax.random.key(0), jnp.zeros((1,) + shape))
+    assert evaluation_batch_size(model.predict, variables, shape, cpu_layers=True) == batch
+    assert evaluation_batch_size(model.predict, variables, shape, cpu_layers=False) == EVAL_BATCH
+    if batch < EVAL_BATCH:
+        patches = largest_patches_bytes(model.predict, variables, jnp.zeros((batch,) + shape), inference=True)
+        assert patches <= 8 * 2**20 or batch == 50
+        # the figures do not depend on the batch: the same counts, the loss summed in another order
+        rng = np.random.default_rng(0)
+        x, y = rng.integers(0, 256, (600,) + shape, dtype=np.uint8), rng.integers(0, 10, 600).astype(np.int32)
+        predict = cpu_friendly(model.predict, inference=True)
+        small, large = (make_evaluator(predict, x, y, size)(variables) for size in (batch, EVAL_BATCH))
+        assert small["accuracy"] == large["accuracy"]
+        np.testing.assert_array_equal(small["class_accuracy"], large["class_accuracy"])
+        assert small["loss"] == pytest.approx(large["loss"], rel=1e-6)
+
+
+def test_a_cpu_run_of_lenet5_evaluates_in_batches_that_fit_the_cache(small_config):
+    import dataclasses
+
+    from jaxfl import run_experiment
+
+    config = dataclasses.replace(small_config, max_updates=1, local_steps=1, run_name="lenet5")
+    config = dataclasses.replace(config, data=dataclasses.replace(config.data, model="lenet5"))
+    assert run_experiment(config).summary["evaluation_batch"] == 106
+    off = dataclasses.replace(config, cpu_friendly_layers=False, run_name="lenet5-xla")
+    assert run_experiment(off).summary["evaluation_batch"] == 1000

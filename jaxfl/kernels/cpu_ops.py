@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["MIN_IM2COL_CONTRACTION", "MIN_XLA_FEATURES", "count_primitive", "cpu_friendly", "dense_product",
-           "tiled_max_pool"]
+           "largest_patches_bytes", "tiled_max_pool"]
 
 # Contraction sizes (kernel height × width × input channels) from which the im2col form is faster:
 # measured, a 3×3 convolution on 1 channel (9) is faster as XLA's, on 32 channels (288) as im2col.
@@ -106,6 +106,37 @@ def count_primitive(jaxpr, name: str) -> int:
                 if hasattr(inner, "eqns"):
                     total += count_primitive(inner, name)
     return total
+
+
+def largest_patches_bytes(function: Callable, *args, inference: bool = False) -> int:
+    """Bytes of the largest im2col patch matrix that ``cpu_friendly(function, inference=inference)``
+    builds when called with ``args`` (0: it builds none). The patches are the largest array of such a
+    forward pass, several times its input (LeNet-5's first layer: 25 values per output pixel, 78 kB an
+    image), so they decide how large a batch still runs in the CPU's cache (see
+    :func:`jaxfl.experiment.evaluation_batch_size`).
+
+    >>> import flax.linen as nn
+    >>> conv = nn.Conv(6, (5, 5), padding="VALID")  # on (2, 8, 8, 1): 2·4·4 windows of 5·5·1 float32
+    >>> params = conv.init(jax.random.key(0), jnp.zeros((1, 8, 8, 1)))
+    >>> largest_patches_bytes(conv.apply, params, jnp.zeros((2, 8, 8, 1)), inference=True)
+    3200
+    """
+    closed = jax.make_jaxpr(function)(*args)
+    return _largest_patches(closed.jaxpr, inference)
+
+
+def _largest_patches(jaxpr, inference: bool) -> int:
+    largest = 0
+    for eqn in jaxpr.eqns:  # the equations _evaluate rewrites: the top level and the jits in it
+        if eqn.primitive.name == "conv_general_dilated" and _im2col_applies(eqn, inference):
+            spec = eqn.params["dimension_numbers"]
+            rhs, out = eqn.invars[1].aval, eqn.outvars[0].aval
+            window = np.prod([rhs.shape[axis] for axis in spec.rhs_spec[1:]])  # C·kh·kw
+            positions = np.prod([out.shape[axis] for axis in (spec.out_spec[0], *spec.out_spec[2:])])  # N·H'·W'
+            largest = max(largest, int(window * positions) * np.dtype(eqn.invars[0].aval.dtype).itemsize)
+        elif eqn.primitive.name in ("pjit", "jit", "closed_call") and "jaxpr" in eqn.params:
+            largest = max(largest, _largest_patches(eqn.params["jaxpr"].jaxpr, inference))
+    return largest
 
 
 def _evaluate(jaxpr, consts, args, inference: bool = False) -> list:
