@@ -159,3 +159,31 @@ def test_sigterm_on_a_parallel_sweep_checkpoints_every_running_cell_and_the_swee
     assert again.returncode == 0, again.stderr
     assert "2 resumed" in again.stdout
     assert [row["global_updates"] for row in read_results(str(folder))] == [60, 60]
+
+
+def test_sigterm_on_a_sweep_of_one_job_stops_its_cell_with_a_checkpoint_and_names_it(tmp_path):
+    from jaxfl.report import read_results
+
+    folder = tmp_path / "sweep"
+    command = [sys.executable, "-m", "jaxfl", "sweep", *FLAGS, "--algorithm", "fedavg,fedbuff", "--model", "logreg",
+               "--max-updates", "60", "--out", str(folder)]
+    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.time() + 300
+    while time.time() < deadline and running.poll() is None:  # the first cell mid-run
+        runs = list((folder / "runs").glob("*")) if (folder / "runs").is_dir() else []
+        if runs and _metrics_rows(runs[0]) >= 3:
+            break
+        time.sleep(0.02)
+    running.send_signal(signal.SIGTERM)
+    out, err = running.communicate(timeout=300)
+    assert running.returncode == 143, err
+    (run,) = (folder / "runs").glob("*")
+    newest = checkpoint.latest(str(run))
+    assert newest is not None and not (run / "summary.json").exists()
+    assert err.strip().splitlines()[-1] == (
+        f"jaxfl: stopped by SIGTERM: 0 finished cells in {folder / 'results.csv'}; the same command goes on (finished "
+        f"cells are skipped, the interrupted one, {run}, resumes from its checkpoint of update {int(newest[-6:])})")
+    again = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "1 run, 1 resumed" in again.stdout
+    assert [row["global_updates"] for row in read_results(str(folder))] == [60, 60]
