@@ -1005,7 +1005,9 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
         loggers = []  # process 0 logs the run
     located: dict = {}  # the run's folder, once it has one
     try:
-        return _run(config, dataset, federation, model, params, resume_dir, user, loggers, output_dir, located)
+        with contextlib.ExitStack() as accepting:  # _run enters it at the first event; it ends with the run
+            return _run(config, dataset, federation, model, params, resume_dir, user, loggers, output_dir, located,
+                        accepting)
     except KeyboardInterrupt as interrupt:
         if isinstance(interrupt, RunInterrupted) or "run_dir" not in located:
             raise
@@ -1026,9 +1028,12 @@ def _newest_checkpoint(run_dir: str) -> str | None:
 
 def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str | None,
          user: UserInputs = UserInputs(), loggers=(), shared_output_dir: str | None = None,
-         located: dict | None = None) -> RunResult:
+         located: dict | None = None, accepting: contextlib.ExitStack | None = None) -> RunResult:
     """Train ``config``'s run (or resume ``resume_dir``); ``located["run_dir"]`` is set to the run's
-    folder as soon as it is chosen (what an interrupt names)."""
+    folder as soon as it is chosen (what an interrupt names). From the first event on, a stop request
+    (SIGTERM, :mod:`jaxfl.stopping`) is taken at the next event boundary, and after the last event the
+    run finishes its final checkpoint and summary first: ``accepting`` (closed by the caller when
+    the run has ended) holds :func:`jaxfl.stopping.accepting_stop_requests` until then."""
     located = {} if located is None else located
     if config.timing_only:
         if resume_dir is not None:
@@ -1145,11 +1150,11 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
             stop = None
         error = None
         # one process alone can stop between any two events; several would have to agree on the event
-        stoppable = contextlib.nullcontext() if jax.process_count() > 1 else stopping.accepting_stop_requests()
         checkpoints.stoppable = jax.process_count() == 1
+        if checkpoints.stoppable and accepting is not None:
+            accepting.enter_context(stopping.accepting_stop_requests())
         try:
-            with stoppable:
-                reason = stop or simulation.run()
+            reason = stop or simulation.run()
         except NumericalError as caught:
             error, reason = caught, f"numerical error: {caught}"
         end_time = simulation.now if reason != "time budget" else config.max_time

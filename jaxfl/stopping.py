@@ -5,7 +5,10 @@ a while later (SLURM's ``KillWait``, 30 s by default). ``jaxfl run`` and ``jaxfl
 as a request (:func:`stop_on_sigterm`): the run in progress stops at the next event boundary, writes
 a checkpoint there, and the command ends with one line saying how to resume and status 143 (a
 shell's status for a command ended by SIGTERM). Nothing trained before the signal is lost, and
-``jaxfl run --resume RUN_DIR`` (or the same ``jaxfl sweep`` command) goes on bit-identically.
+``jaxfl run --resume RUN_DIR`` (or the same ``jaxfl sweep`` command) goes on bit-identically. A
+signal that comes after the run's last event lets it finish (its final checkpoint and summary, a
+matter of seconds): the run is whole, and a next run of the same process (a comparison's, a sweep's
+next cell) stops at its first event instead.
 
 Where no run can stop at an event boundary (loading data, between the cells of a sweep, a timing-only
 run, a run over several processes, which would have to agree on the event), SIGTERM ends the
