@@ -8,8 +8,9 @@ of its own, pinned to its share of the cores before jax starts its backend:
 :func:`~jaxfl.sweep.run_cell` takes it); ``CONFIG_JSON``: the cell's config (``RunConfig.to_dict()``).
 Exit status 0 when the run ended (a numerical error too: its ``summary.json`` says so), 130 when
 interrupted, 143 when stopped by SIGTERM (at an event boundary, with a checkpoint there), 2 on a
-bad setting or resource (one line, as ``jaxfl run`` gives it), 1 on any other error (its traceback). A line starting with :data:`NOTE` on stdout is for the sweep to repeat (a
-checkpoint that did not read back, so the cell started again).
+bad setting or resource (one line, as ``jaxfl run`` gives it), 1 on any other error (its traceback).
+A line starting with :data:`NOTE` on stdout is for the sweep to repeat (a checkpoint that did not
+read back, so the cell started again).
 """
 from __future__ import annotations
 
