@@ -433,8 +433,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             cut = (f"the interrupted one, {interrupt.run_dir}, " +
                    ("starts again: it had no checkpoint yet" if interrupt.checkpoint is None else
                     f"resumes from its checkpoint of update {interrupt.update}"))
-        reason = getattr(interrupt, "reason", None)
-        print(f"jaxfl: {'interrupted' if reason is None else f'stopped by {reason}'}: {finished} finished "
+        print(f"jaxfl: {_interrupted_how(interrupt)}: {finished} finished "
               f"cell{'' if finished == 1 else 's'} in {table}; the same command goes on (finished cells are "
               f"skipped, {cut})", file=sys.stderr)
         return _interrupted_status(interrupt)
@@ -702,10 +701,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:
         from jaxfl.experiment import RunInterrupted
 
-        reason = getattr(interrupt, "reason", None)
         said = f": {interrupt}" if isinstance(interrupt, RunInterrupted) else ""
-        print(f"jaxfl: {'interrupted' if reason is None else f'stopped by {reason}'}{said}", file=sys.stderr)
+        print(f"jaxfl: {_interrupted_how(interrupt)}{said}", file=sys.stderr)
         return _interrupted_status(interrupt)
+
+
+def _interrupted_how(interrupt: KeyboardInterrupt) -> str:
+    """``interrupted`` (Ctrl-C, SIGINT) or ``stopped by REASON`` (a requested stop: SIGTERM...)."""
+    reason = getattr(interrupt, "reason", None)
+    return "interrupted" if reason is None else f"stopped by {reason}"
 
 
 def _interrupted_status(interrupt: KeyboardInterrupt) -> int:

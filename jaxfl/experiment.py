@@ -1460,11 +1460,10 @@ class _Checkpointer:
         """The stop :func:`jaxfl.stopping.request_stop` asked for: a checkpoint of this point between
         two events (unless the run keeps none: ``checkpoint_every`` and ``final_checkpoint`` off),
         then :class:`RunInterrupted`, naming it."""
-        reason = stopping.stop_requested()
+        reason = stopping.take_stop_request()
         keeps_checkpoints = self.config.checkpoint_every is not None or self.config.final_checkpoint
         if keeps_checkpoints and self._saved_after_event != simulation.events_processed:
             self.save(simulation)
-        stopping._clear()  # the stop is done; the next run starts afresh
         raise RunInterrupted(self.run_dir, _newest_checkpoint(self.run_dir), reason=reason)
 
     def after_event(self, simulation: Simulation) -> None:

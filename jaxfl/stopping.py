@@ -24,7 +24,7 @@ import os
 import signal
 import threading
 
-__all__ = ["StopRequested", "request_stop", "stop_requested", "stop_on_sigterm"]
+__all__ = ["StopRequested", "request_stop", "stop_on_sigterm", "stop_requested", "take_stop_request"]
 
 SIGTERM_STATUS = 128 + signal.SIGTERM  # 143: a shell's status for a command ended by SIGTERM
 
@@ -63,7 +63,8 @@ def request_stop(reason: str = "request_stop()") -> None:
 
     >>> request_stop("my time limit"); stop_requested()
     'my time limit'
-    >>> _clear()
+    >>> take_stop_request(), stop_requested()
+    ('my time limit', None)
     """
     with _lock:
         _state.requested = reason
@@ -74,10 +75,12 @@ def stop_requested() -> str | None:
     return _state.requested
 
 
-def _clear() -> None:
-    """Forget the request: the stop it asked for is done."""
+def take_stop_request() -> str | None:
+    """The reason of the stop asked for, forgotten as it is taken (the loop that takes it does the
+    stop; the next run starts afresh), or None."""
     with _lock:
-        _state.requested = None
+        reason, _state.requested = _state.requested, None
+    return reason
 
 
 @contextlib.contextmanager

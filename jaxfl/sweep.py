@@ -687,9 +687,8 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
                 peak[0] = max(peak[0], len(running))
                 show_running()
             time.sleep(0.05)
-            if stopping.stop_requested() is not None:
-                reason = stopping.stop_requested()
-                stopping._clear()
+            reason = stopping.take_stop_request()
+            if reason is not None:
                 raise stopping.StopRequested(reason)
             for process in [process for process in running if process.poll() is not None]:
                 cell, state, share, log = running.pop(process)
