@@ -273,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 _SWEEP_DESCRIPTION = """\
 Run a grid of experiments: every combination of the values given, one run each, into --out (run
-directories under OUT/runs/, the tidy table OUT/results.csv and .parquet, the definition OUT/sweep.json).
+directories under OUT/runs/, the tidy table OUT/results.csv and .parquet, rewritten as each cell finishes,
+the definition OUT/sweep.json).
 Settings come from a TOML sweep file (config fields as in --config, a [grid] table of lists, and
 [sizes.NAME] tables of overrides chosen by --size) and from flags: every jaxfl run flag takes a
 comma-separated list here, whose values become an axis of the grid (one value: a base setting; flags
@@ -329,7 +330,9 @@ def _sweep_parser(commands) -> None:
                                  description="Tables (time to target relative to a reference algorithm, best "
                                              "accuracy mean ± std over seeds; printed, and saved as markdown and CSV) "
                                              "and figures (accuracy bands over virtual time, time-to-target bars, "
-                                             "staleness histograms, client timelines) of a jaxfl sweep folder.")
+                                             "staleness histograms, client timelines) of a jaxfl sweep folder, "
+                                             "also of one still running: over its cells finished so far, as the "
+                                             "report's first line says.")
     report.add_argument("sweep_dir", metavar="SWEEP_DIR", nargs="+",
                         help="a folder written by jaxfl sweep, or a results CSV file (its results.csv kept apart: "
                              "tables only, with --no-figures or --table-figures, where its runs are gone); several: "

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import math
 import os
 import textwrap
@@ -118,6 +119,10 @@ def results_path(source: str) -> str:
     if os.path.isdir(source):
         path = os.path.join(source, "results.csv")
         if not os.path.isfile(path):
+            if os.path.isfile(os.path.join(source, "sweep.json")):  # begun by a jaxfl that wrote it only at the end
+                raise FileNotFoundError(f"sweep_dir={source!r} holds no results.csv yet: its sweep has not written "
+                                        "one; the same jaxfl sweep command again writes it (finished cells are not "
+                                        "rerun) and goes on with the rest")
             raise FileNotFoundError(f"sweep_dir={source!r} holds no results.csv (not a folder written by jaxfl sweep)")
         return path
     if not os.path.isfile(source):
@@ -127,6 +132,33 @@ def results_path(source: str) -> str:
         raise ValueError(f"sweep_dir={source!r} is not allowed: a folder written by jaxfl sweep, or a results "
                          "table ending in .csv")
     return source
+
+
+def coverage_note(sources: Sequence[str], rows_per_source: Sequence[int]) -> str | None:
+    """A line for a report over fewer runs than its sweeps have cells (a sweep still running, or
+    stopped), naming each such folder with its finished and total cells from ``sweep.json``; None
+    where every source is complete, or is a results CSV (no grid to compare with).
+
+    >>> import json, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = open(f"{folder}/sweep.json", "w").write(json.dumps({"cells": [{"cell": i} for i in range(72)]}))
+    >>> coverage_note([folder], [25]).startswith(f"This report covers 25 of the 72 cells of {folder}")
+    True
+    """
+    partial = []
+    for source, rows in zip(sources, rows_per_source):
+        definition = os.path.join(source, "sweep.json") if os.path.isdir(source) else None
+        if definition is None or not os.path.isfile(definition):
+            continue
+        with open(definition) as handle:
+            cells = len(json.load(handle).get("cells", ()))
+        if rows < cells:
+            partial.append(f"{rows} of the {cells} cells of {source}")
+    if not partial:
+        return None
+    return (f"This report covers {', and '.join(partial)}: the others have not finished (the sweep is still "
+            "running, or was stopped; the same jaxfl sweep command goes on with them). Means, ratios and "
+            "figures are over the finished runs only.")
 
 
 def _base_folder(source: str) -> str:
@@ -719,6 +751,10 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
                          "(those the results table alone makes)")
     folders = [sweep_dir] if isinstance(sweep_dir, (str, os.PathLike)) else list(sweep_dir)
     rows = read_results_of(folders)
+    if not rows:
+        raise ValueError(f"sweep_dir={' '.join(map(str, folders))!r} holds no finished run yet: nothing to report "
+                         "(a sweep adds each cell to its results.csv as the cell finishes)")
+    coverage = coverage_note(folders, [len(read_results(folder)) for folder in folders])
     sweep_dir = _base_folder(folders[0])
     grouping = _grouping(rows)
     lines = _summarise(grouping, reference)  # a bad reference fails before anything is written
@@ -734,6 +770,8 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
     os.makedirs(out, exist_ok=True)
     target = _target_text(rows)
     markdown = format_markdown(lines, grouping.columns, reference, target)
+    if coverage:
+        markdown = f"{coverage}\n\n{markdown}"
     design = grid_markdown = None
     if grid is not None:
         design = design_grid(lines, grouping, *grid)

@@ -8,8 +8,11 @@ folder::
 
     sweep.json        the sweep: base, grid, size, and each cell's swept values and run directory
     runs/NAME/        one run directory per cell (named as jaxfl run names it: settings + config hash)
-    results.csv       one row per cell: its swept and key settings and its summary figures
+    results.csv       one row per finished cell: its swept and key settings and its summary figures
     results.parquet   the same table (where pyarrow is installed)
+
+The table is written again after every cell that finishes, so ``jaxfl report SWEEP_DIR`` reports on a
+sweep still running, or on one killed outright (SIGKILL, a lost machine), over the cells finished so far.
 
 Calling it again with the same sweep skips finished cells (their run directory has a
 ``summary.json``), continues an interrupted one from its newest checkpoint, and restarts one that
@@ -525,10 +528,20 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     if earlier:  # now, not only with the notes at the end: the sweep may run for hours
         say(f"note: {earlier}")
     peak = [0]
+    axes, finished_rows = list(grid), {}
+
+    def write_table() -> tuple[str, str | None]:
+        # rows of cells finished before are read once: a long grid rewrites its table after every cell
+        for cell in cells:
+            if cell.index not in finished_rows and cell_state(cell.run_dir) == "finished":
+                finished_rows[cell.index] = result_row(cell, axes, sweep_dir)
+        return write_results([finished_rows[index] for index in sorted(finished_rows)], sweep_dir)
+
     try:
+        write_table()  # a continued sweep's table holds its finished cells from the start
         with shared_compilations() as cache:
             if jobs > 1:
-                _run_parallel(sweep_dir, cells, states, shares, cache, done, say, bar, peak)
+                _run_parallel(sweep_dir, cells, states, shares, cache, done, say, bar, peak, write_table)
             for cell in cells if jobs == 1 else ():
                 state = states[cell.index]
                 done[state].append(cell.index)
@@ -542,6 +555,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
                 if ended != state:
                     done[state].remove(cell.index)
                     done[ended].append(cell.index)
+                write_table()  # first: a cell announced finished is in the table
                 say(_finished_line(cell, summary, ended))
                 if bar is not None:
                     bar.update(1)
@@ -550,9 +564,8 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
             bar.close()
         # also when interrupted: the table holds every finished cell, so a sweep cut short (Ctrl-C, a
         # time limit) can be reported on, and the same call again fills in the rest
-        axes = list(grid)
-        rows = [result_row(cell, axes, sweep_dir) for cell in cells if cell_state(cell.run_dir) == "finished"]
-        table, parquet = write_results(rows, sweep_dir)
+        table, parquet = write_table()
+        rows = [finished_rows[index] for index in sorted(finished_rows)]
     return SweepResult(sweep_dir, cells, rows, table, parquet, done["new"], done["resumable"], done["restart"],
                        done["finished"], notes, jobs, peak[0])
 
@@ -621,9 +634,10 @@ def _worker_environment(devices: int, cache: str) -> dict:
 
 
 def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[list[int]], cache: str, done: dict,
-                  say, bar, peak: list) -> None:
+                  say, bar, peak: list, cell_finished=lambda: None) -> None:
     """:func:`run_sweep`'s cells, ``len(shares)`` at a time, each in a ``jaxfl._sweep_worker`` process
-    pinned to one share of the cores, in cell order as shares come free. Each worker's output goes to
+    pinned to one share of the cores, in cell order as shares come free, calling ``cell_finished``
+    after each cell that finishes (:func:`run_sweep` rewrites its table). Each worker's output goes to
     ``SWEEP_DIR/logs/cell-N.log`` (kept where the cell failed). A failed cell stops the sweep: the
     others are interrupted (they resume later) and the error names the cell and ends with its log.
     Interrupted (Ctrl-C, SIGINT), the workers are interrupted too and waited for; asked to stop
@@ -710,6 +724,7 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
                         state = "restart"
                 done[state].append(cell.index)
                 os.remove(log)
+                cell_finished()  # first: a cell announced finished is in the table
                 with open(os.path.join(cell.run_dir, "summary.json")) as handle:
                     say(_finished_line(cell, json.load(handle), state))
                 show_running()

@@ -119,6 +119,53 @@ def test_a_sweep_cut_short_keeps_the_table_of_its_finished_cells(sweep, tmp_path
     assert [row["run_dir"] for row in read_results(folder)] == [row["run_dir"] for row in sweep.rows]
 
 
+def _tables_as_announced(folder):
+    """An echo for run_sweep and the cells of the results table on disk each time it announced a
+    finished cell: what a `jaxfl report` in another shell, or after a SIGKILL, would have read."""
+    seen = []
+
+    def echo(line):
+        if "best accuracy" in line:
+            seen.append((int(line.split()[1]), [row["cell"] for row in read_results(folder)]))
+
+    return echo, seen
+
+
+def test_the_table_holds_every_cell_announced_finished_while_the_sweep_runs(sweep, tmp_path):
+    # it was written only when the sweep ended: a sweep killed outright (SIGKILL, a lost machine) after
+    # hours of cells left no table, and a report on a sweep still running had nothing to read
+    folder = str(tmp_path / "running")
+    shutil.copytree(sweep.sweep_dir, folder)
+    os.remove(os.path.join(folder, "results.csv"))
+    for row in sweep.rows[2:]:
+        shutil.rmtree(os.path.join(folder, row["run_dir"]))
+    echo, seen = _tables_as_announced(folder)
+    run_sweep(BASE, GRID, folder, progress=False, echo=echo)
+    assert seen == [(2, [0, 1, 2]), (3, [0, 1, 2, 3])]
+
+
+def test_a_report_of_a_sweep_not_finished_says_which_cells_it_covers(sweep, tmp_path):
+    folder = str(tmp_path / "partial")
+    shutil.copytree(sweep.sweep_dir, folder)
+    complete = make_report(folder, figures=False, out=str(tmp_path / "complete"))
+    assert "This report covers" not in complete.markdown
+    _write_results(folder, sweep.rows[:3])  # the table as it stood while the fourth cell ran
+    report = make_report(folder, figures=False, out=str(tmp_path / "report"))
+    note = (f"This report covers 3 of the 4 cells of {folder}: the others have not finished (the sweep is still "
+            "running, or was stopped; the same jaxfl sweep command goes on with them). Means, ratios and figures "
+            "are over the finished runs only.")
+    assert report.markdown.startswith(note + "\n\n## Time to first reach")
+    with open(report.markdown_path) as handle:
+        assert handle.read().startswith(note)
+    _write_results(folder, [])
+    with pytest.raises(ValueError, match=r"holds no finished run yet: nothing to report"):
+        make_report(folder, figures=False, out=str(tmp_path / "none"))
+    os.remove(os.path.join(folder, "results.csv"))  # a sweep begun by a jaxfl that wrote it only at its end
+    with pytest.raises(FileNotFoundError, match=r"holds no results.csv yet: .*the same jaxfl sweep command again"):
+        make_report(folder, figures=False, out=str(tmp_path / "none"))
+    assert not os.path.exists(tmp_path / "none")
+
+
 def test_ctrl_c_on_jaxfl_sweep_says_what_is_kept_and_the_same_command_goes_on(tmp_path):
     # it printed an 80-line KeyboardInterrupt traceback through jax's dispatch
     import signal
@@ -170,8 +217,12 @@ def test_a_parallel_sweep_runs_its_cells_at_once_each_on_its_share_of_the_cores(
     from jaxfl.testing import events_without_wall_time
 
     folder = str(tmp_path / "parallel")
-    result = run_sweep(BASE, GRID, folder, progress=False, jobs=2)
+    echo, seen = _tables_as_announced(folder)
+    result = run_sweep(BASE, GRID, folder, progress=False, jobs=2, echo=echo)
     assert result.ran == [0, 1, 2, 3] and result.jobs == 2 and result.peak_running == 2
+    # each cell is in the table when it is announced (in the order the cells finish)
+    assert sorted(cell for cell, _ in seen) == [0, 1, 2, 3] and seen[-1][1] == [0, 1, 2, 3]
+    assert all(cell in table for cell, table in seen)
     assert not os.path.exists(os.path.join(folder, "logs"))  # kept only for a cell that failed
     cores = len(os.sched_getaffinity(0)) // 2
     for row, serial in zip(result.rows, sweep.rows):
