@@ -1476,10 +1476,14 @@ class _Checkpointer:
 
     def save(self, simulation: Simulation) -> None:
         started = time.perf_counter()
+        # the logs on the disk up to the offsets the checkpoint records (which fsyncs itself): else a
+        # machine's crash could keep the checkpoint and lose the logs' ends (resume skips it then)
         self.metrics.flush()
-        offsets = {"events": self.events.position(), METRICS_NAME: self.metrics.tell()}
+        os.fsync(self.metrics.fileno())
+        offsets = {"events": self.events.position(sync=True), METRICS_NAME: self.metrics.tell()}
         if self.classes is not None:
             self.classes.flush()
+            os.fsync(self.classes.fileno())
             offsets[CLASS_ACCURACY_NAME] = self.classes.tell()
         extra = {"recorder": self.recorder.state_dict(), "offsets": offsets, "resumes": self.resumes,
                  "wall_time": self.wall_before + time.perf_counter() - self._started}

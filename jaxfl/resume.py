@@ -305,13 +305,63 @@ def _agreed(name: str, failure: str | None) -> str | None:
     return failure
 
 
+def _logs_reach(run_dir: str, name: str, offsets: dict) -> str | None:
+    """Why checkpoint ``name`` cannot continue the run's logs (None: it can): a CSV table or a CSV
+    event log missing, or shorter than when the checkpoint was written. The logs are only flushed
+    between checkpoints (synced when one is written), so a crash of the machine can take their ends
+    and leave a newer checkpoint than they reach; cutting a file back to an offset past its end would
+    pad it with zero bytes. A Parquet event log is checked when it is opened (its rows)."""
+    from jaxfl.runlog import CSV_NAME, event_log_format
+
+    events = offsets.get("events") or {}
+    if isinstance(events, int):  # a checkpoint from before EventLog.position(): the CSV's byte length
+        events = {"format": "csv", "bytes": events}
+    sizes = {file: offset for file, offset in offsets.items() if file != "events"}
+    if events.get("format") == "csv" and event_log_format(run_dir) != "parquet":  # switched since: rows
+        sizes[CSV_NAME] = events["bytes"]
+    for file, offset in sizes.items():
+        path = os.path.join(run_dir, file)
+        if not os.path.isfile(path):
+            return f"{name}: {file} is missing"
+        size = os.path.getsize(path)
+        if size < offset:
+            return f"{name}: {file} holds {size} bytes, fewer than the {offset} it had when {name} was written"
+    return None
+
+
+def _set_aside(run_dir: str, skipped: list[str], taken: str) -> str:
+    """Move the checkpoints newer than ``taken`` that could not be read (or that the logs do not
+    reach) into ``checkpoints/skipped/``, and point ``latest`` at ``taken``: left in place, the newest
+    name would be one the run cannot continue from (named by the next interrupt, warned about at
+    every resume, and counted among the checkpoints a run keeps, so that a good one was pruned
+    instead). The resumed run writes those updates' checkpoints again. Returns the folder."""
+    root = os.path.dirname(taken)
+    aside = os.path.join(root, "skipped")
+    os.makedirs(aside, exist_ok=True)
+    for folder in skipped:
+        if os.path.basename(folder) > os.path.basename(taken) and os.path.isdir(folder):
+            target = os.path.join(aside, os.path.basename(folder))
+            if os.path.exists(target):  # skipped at an earlier resume too: the newer copy is kept
+                import shutil
+
+                shutil.rmtree(target)
+            os.rename(folder, target)
+    pointer = os.path.join(root, "latest")
+    with open(pointer + ".tmp", "w") as handle:
+        handle.write(os.path.basename(taken) + "\n")
+    os.replace(pointer + ".tmp", pointer)
+    return aside
+
+
 def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict, dict]:
     """``(folder, state, device tree)`` of the newest checkpoint of ``run_dir`` that reads back
     completely, after checking that it was written under ``config`` (validated).
 
     Each unreadable checkpoint (a damaged ``config.json``, a corrupt or missing ``state.pkl`` or
-    orbax data) is skipped with a :class:`ResumeWarning`; none readable, or one written under
-    another config, is a :class:`ResumeError`. ``engine`` (a fresh :class:`~jaxfl.engine.Engine` of
+    orbax data), and each that the run's logs no longer reach (a log missing, or shorter than when
+    the checkpoint was written: a machine's crash can take the logs' unsynced ends), is skipped with
+    a :class:`ResumeWarning` and, where newer than the one taken, moved into ``checkpoints/skipped/``;
+    none readable, or one written under another config, is a :class:`ResumeError`. ``engine`` (a fresh :class:`~jaxfl.engine.Engine` of
     ``config``) gives the shapes the device data is restored into.
 
     In a run of several processes (:mod:`jaxfl.cluster`) every process calls it and all restore the
@@ -321,7 +371,7 @@ def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict,
     from jaxfl import cluster
 
     record = config_record(config)
-    failures = []
+    failures, skipped = [], []
     folders = candidates(run_dir)
     if cluster.process_count() > 1:  # the same candidates, in the same order, on every process
         root = os.path.dirname(folders[0])
@@ -344,6 +394,8 @@ def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict,
                     raise ValueError("not a jaxfl checkpoint state")
             except Exception as error:  # pickle raises anything on corrupt bytes (ValueError, EOFError, ...)
                 failure = f"{name}: state.pkl unreadable ({_first_line(error)})"
+            else:
+                failure = _logs_reach(run_dir, name, state["offsets"])
         # orbax's restore is collective: every process goes on to it for this folder, or none does
         failure = _agreed(name, failure)
         if failure is None:
@@ -354,6 +406,7 @@ def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict,
             failure = _agreed(name, failure)
         if failure is not None:
             failures.append(failure)
+            skipped.append(folder)
             continue
         try:  # a checkpoint of a jaxfl older than the per-client state store: its tables move there
             engine.move_tables_from_hook_state(tree, state["engine"])
@@ -361,7 +414,10 @@ def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict,
             raise ResumeError(f"cannot resume {run_dir!r}: {name} {error}: start the run again, or resume it with "
                               "the jaxfl version that wrote it") from None
         if failures:
+            aside = ""
+            if cluster.process_index() == 0 and any(os.path.basename(old) > name for old in skipped):
+                aside = f"; moved into {_set_aside(run_dir, skipped, folder)}"
             warnings.warn(f"{run_dir}: resuming from {name} (global update {state['simulation'].version}) "
-                          f"because {'; '.join(failures)}", ResumeWarning, stacklevel=3)
+                          f"because {'; '.join(failures)}{aside}", ResumeWarning, stacklevel=3)
         return folder, state, tree
     raise ResumeError(f"cannot resume {run_dir!r}: no checkpoint reads back: {'; '.join(failures)}")

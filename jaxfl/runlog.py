@@ -378,8 +378,10 @@ class EventLog:
         else:
             self._write_tail(merge_all=False)
 
-    def position(self) -> dict:
-        """Flush and return a JSON-able marker of the log's end, for ``EventLog(..., resume=marker)``.
+    def position(self, sync: bool = False) -> dict:
+        """Flush and return a JSON-able marker of the log's end, for ``EventLog(..., resume=marker)``;
+        with ``sync``, a CSV log is also put on the disk itself (``os.fsync``), as a checkpoint that
+        records the marker needs: a machine's crash then cannot leave the log shorter than it.
 
         ``{"format": "csv", "rows": n, "bytes": b}`` or ``{"format": "parquet", "rows": n}``.
 
@@ -390,6 +392,8 @@ class EventLog:
         """
         self.flush(force=True)
         if self._format == "csv":
+            if sync:
+                os.fsync(self._handle.fileno())
             return {"format": "csv", "rows": self._rows, "bytes": self._handle.tell()}
         return {"format": "parquet", "rows": self._rows}
 

@@ -220,3 +220,65 @@ def test_a_checkpoint_without_the_simulations_step_count_resumes_to_the_same_run
     with pytest.warns(ResumeWarning, match="trying ckpt-000002"):
         resumed = resume_experiment(run, progress=False)
     assert_same_run(full, resumed, "resumed from a checkpoint without the simulation's step count")
+
+
+def _checkpoint_names(run_dir: str) -> list[str]:
+    return sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
+
+
+def test_logs_shorter_than_the_newest_checkpoint_fall_back_to_one_they_reach(finished, tmp_path):
+    # the logs are flushed, not synced, between checkpoints: a machine's crash can keep a checkpoint and
+    # lose the end of metrics.csv. Cutting the file back to the checkpoint's offset then padded it with
+    # zero bytes (a corrupt table that load_run could not read) instead of resuming from a checkpoint
+    # the logs reach
+    run = copy_run(finished, tmp_path)
+    path = os.path.join(run, "metrics.csv")
+    size = os.path.getsize(path)
+    with open(path, "r+b") as handle:
+        handle.truncate(size - 5)
+    with pytest.warns(ResumeWarning, match=rf"resuming from ckpt-000002 \(global update 2\) because ckpt-000003: "
+                                           rf"metrics.csv holds {size - 5} bytes, fewer than the \d+ it had when "
+                                           rf"ckpt-000003 was written; moved into .*checkpoints/skipped"):
+        resumed = resume_experiment(run, progress=False)
+    assert_same_run(finished, resumed, "resumed from the checkpoint the logs reach vs uninterrupted")
+    assert b"\0" not in pathlib.Path(path).read_bytes()
+    assert _checkpoint_names(run) == ["ckpt-000002", "ckpt-000003", "latest", "skipped"]
+    assert os.listdir(os.path.join(run, "checkpoints", "skipped")) == ["ckpt-000003"]
+
+
+def test_a_missing_log_is_a_one_line_error_that_cuts_no_other_log(finished, tmp_path, capsys):
+    run = copy_run(finished, tmp_path)
+    os.remove(os.path.join(run, "metrics.csv"))
+    events = pathlib.Path(run, "events.csv").read_bytes()
+    with pytest.raises(ResumeError) as caught:
+        resume_experiment(run, progress=False)
+    assert str(caught.value).endswith("no checkpoint reads back: ckpt-000003: metrics.csv is missing; "
+                                      "ckpt-000002: metrics.csv is missing")
+    assert "metrics.csv is missing" in cli_refusal(capsys, run)
+    assert pathlib.Path(run, "events.csv").read_bytes() == events  # not cut back
+    assert _checkpoint_names(run) == ["ckpt-000002", "ckpt-000003", "latest"]
+
+
+def test_a_checkpoint_skipped_as_unreadable_is_set_aside_not_named_by_the_next_interrupt(finished, tmp_path):
+    # it stayed the newest: the next interrupt named it as the run's checkpoint, every resume warned
+    # about it again, and it counted among the two checkpoints a run keeps, so a good one was pruned
+    import jaxfl
+
+    run = copy_run(finished, tmp_path)
+    with open(os.path.join(run, "checkpoints", "ckpt-000003", "state.pkl"), "wb") as handle:
+        handle.write(b"garbage\n")
+
+    jaxfl.request_stop("a test")  # taken at the resumed run's first event: before update 3
+    with pytest.warns(ResumeWarning, match=r"ckpt-000003: state.pkl unreadable .*; moved into"):
+        with pytest.raises(jaxfl.RunInterrupted) as caught:
+            resume_experiment(run, progress=False)
+    assert os.path.basename(caught.value.checkpoint) == "ckpt-000002"
+    assert candidates(run, warn=False) == [caught.value.checkpoint]
+    with open(os.path.join(run, "checkpoints", "skipped", "ckpt-000003", "state.pkl"), "rb") as handle:
+        assert handle.read() == b"garbage\n"  # kept for a look, out of the resume's way
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResumeWarning)
+        resumed = resume_experiment(run, progress=False)
+    assert_same_run(finished, resumed, "resumed twice past a corrupt checkpoint vs uninterrupted")
