@@ -33,6 +33,8 @@ import json
 import math
 import os
 import platform
+import re
+import shlex
 import shutil
 import tempfile
 import time
@@ -49,8 +51,8 @@ from jaxfl import checkpoint, cluster, resume, stopping
 from jaxfl._devices import place_read_only
 from jaxfl.loggers import check_loggers, open_loggers
 from jaxfl.algorithms import build, device_hooks, get as get_algorithm
-from jaxfl.config import (FIELDS_ADDED, SECTION_OF, ConfigError, DataConfig, RunConfig, _count_budgets,
-                          checkpoint_min_interval, fail, validate)
+from jaxfl.config import (FIELDS_ADDED, SECTION_OF, USER_PREFIX, ConfigError, DataConfig, RunConfig,
+                          _count_budgets, checkpoint_min_interval, fail, validate)
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
 from jaxfl.data.augment import AUGMENTED, dataset_family, make_augment, make_preprocess
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
@@ -108,16 +110,20 @@ class RunInterrupted(KeyboardInterrupt):
     ``resume_experiment(run_dir)`` (``jaxfl run --resume RUN_DIR``) goes on from, cutting the logs
     back to it; None when the run wrote none (a timing-only run writes none). ``reason``: who asked
     for a requested stop (``"SIGTERM"``; the run stopped between two events and its checkpoint is
-    of that point), None for Ctrl-C.
+    of that point), None for Ctrl-C. ``given_again``: what the run took as Python objects
+    (``"data"``, ``"model"``...), which its resume must be given again (the message says so instead
+    of a command line).
 
     >>> print(RunInterrupted("runs/fedbuff-1", "runs/fedbuff-1/checkpoints/ckpt-000040"))
     runs/fedbuff-1 keeps its logs and checkpoints up to update 40: jaxfl run --resume runs/fedbuff-1 \
 (resume_experiment) goes on from there
     """
 
-    def __init__(self, run_dir: str, checkpoint: str | None, timing_only: bool = False, reason: str | None = None):
+    def __init__(self, run_dir: str, checkpoint: str | None, timing_only: bool = False, reason: str | None = None,
+                 given_again: tuple[str, ...] = ()):
         super().__init__(run_dir, checkpoint, timing_only, reason)
         self.run_dir, self.checkpoint, self.timing_only, self.reason = run_dir, checkpoint, timing_only, reason
+        self.given_again = given_again  # what the run took as Python objects: a resume needs them again
 
     def __str__(self) -> str:
         if self.timing_only:
@@ -126,8 +132,12 @@ class RunInterrupted(KeyboardInterrupt):
         if self.checkpoint is None:
             return (f"{self.run_dir} holds the logs until the interrupt but no checkpoint yet (checkpoint_every, "
                     f"checkpoint_min_interval_s): nothing to resume from; start the run again")
+        if self.given_again:  # objects no command line can pass: only Python goes on
+            return (f"{self.run_dir} keeps its logs and checkpoints up to update {self.update}: "
+                    f"resume_experiment({self.run_dir!r}, {', '.join(f'{name}=...' for name in self.given_again)}) "
+                    f"goes on from there, given the same objects again")
         return (f"{self.run_dir} keeps its logs and checkpoints up to update {self.update}: jaxfl run --resume "
-                f"{self.run_dir} (resume_experiment) goes on from there")
+                f"{shlex.quote(self.run_dir)} (resume_experiment) goes on from there")
 
     @property
     def update(self) -> int | None:
@@ -405,10 +415,13 @@ def run_name(config: RunConfig, algorithm: str | None = None) -> str:
     parts = [algorithm or config.algorithm, config.dataset, config.model, partition, config.heterogeneity,
              f"c{config.clients}",
              f"q{config.local_steps}" if config.local_epochs is None else f"e{config.local_epochs:g}",
-             f"lr{config.client_lr:g}", f"s{config.seed}",
+             # an optax object's learning rate is its own, not client_lr's
+             "user_optimizer" if config.client_optimizer.startswith(USER_PREFIX) else f"lr{config.client_lr:g}",
+             f"s{config.seed}",
              config_hash(config)]
-    # Names may hold ':' and '/' (tfds:emnist/balanced, module:Class): keep the run one flat folder.
-    return "-".join(parts).replace(":", "_").replace("/", "_").replace(os.sep, "_")
+    # Names may hold ':' and '/' (tfds:emnist/balanced, module:Class), and a Python object's label
+    # '<user: module.Name>' spaces and brackets: keep the run one flat folder a shell takes unquoted.
+    return re.sub(r"[^\w.,=+-]", "_", "-".join(parts).replace(USER_PREFIX, "user_").replace(">", ""))
 
 
 def _write_json(path: str, payload: dict) -> None:
@@ -992,6 +1005,8 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
         raise ValueError("loggers receive metrics rows, and a timing-only run evaluates nothing: drop the "
                          "loggers (--log-to) or run without timing_only")
     user = user.check(config)
+    given_again = (("data",) if dataset is not None else ()) + tuple(  # what an interrupt asks a resume for
+        name for name in ("model", "client_optimizer", "loss", "metrics") if getattr(user, name) is not None)
     _release_earlier_runs()
     config, dataset, federation, model, params = _prepare(config, dataset, user.model, user.init_params)
     if resume_dir is not None:
@@ -1009,10 +1024,12 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
             return _run(config, dataset, federation, model, params, resume_dir, user, loggers, output_dir, located,
                         accepting)
     except KeyboardInterrupt as interrupt:
+        if isinstance(interrupt, RunInterrupted):
+            interrupt.given_again = given_again
         if isinstance(interrupt, RunInterrupted) or "run_dir" not in located:
             raise
         raise RunInterrupted(located["run_dir"], None if config.timing_only else _newest_checkpoint(located["run_dir"]),
-                             config.timing_only) from None
+                             config.timing_only, given_again=given_again) from None
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)

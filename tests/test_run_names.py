@@ -68,3 +68,37 @@ def test_an_added_field_is_hashed_only_away_from_the_value_runs_had_before_it(mo
     assert config_hash(port) == hashlib.sha256(canonical_json(values).encode()).hexdigest()[:6]
     assert config_hash(validate(RunConfig(algorithm="port", algorithm_options={"staleness_bound": 5}))) != \
         config_hash(port)
+
+
+def test_names_of_python_object_runs_are_one_folder_a_shell_takes_unquoted(tmp_path):
+    # '<user: common.make_model>' put '<', '>' and a space in the folder's name (a pasted resume command
+    # broke in bash), and 'lr0.003' named a learning rate the user's optax optimiser does not use
+    import re
+
+    import flax.linen as nn
+    import optax
+
+    import jaxfl
+    from jaxfl.experiment import RunInterrupted, resume_experiment, run_experiment
+
+    class Small(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(10)(x.reshape((x.shape[0], -1)))
+
+    named = run_name(validate(RunConfig(model="my_models:make_model", dataset="synthetic:0.5,0.5")))
+    assert named.startswith("fedbuff-synthetic_0.5,0.5-my_models_make_model-iid-")  # as before
+    config = RunConfig(algorithm="fedbuff", clients=3, local_steps=2, batch_size=16, buffer_size=2, max_updates=2,
+                       checkpoint_every=1, stop_at_target=False, progress=False, output_dir=str(tmp_path))
+    jaxfl.request_stop("a test")  # taken at the first event: the run stops with its first checkpoint
+    try:
+        run_experiment(config, model=Small(), client_optimizer=optax.sgd(0.05))
+    except RunInterrupted as interrupt:
+        stopped = interrupt
+    name = os.path.basename(stopped.run_dir)
+    assert re.fullmatch(r"fedbuff-mnist10k-user_[\w.]+\.Small-iid-exp-c3-q2-user_optimizer-s0-[0-9a-f]{6}", name), name
+    # no command line can pass the objects: the message says what resume_experiment needs again
+    assert str(stopped).endswith(f"resume_experiment({stopped.run_dir!r}, model=..., client_optimizer=...) goes on "
+                                 "from there, given the same objects again")
+    resumed = resume_experiment(stopped.run_dir, model=Small(), client_optimizer=optax.sgd(0.05), progress=False)
+    assert resumed.summary["global_updates"] == 2
