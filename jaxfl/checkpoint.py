@@ -242,23 +242,122 @@ def load_device(folder: str, engine, meta: dict) -> dict:
 
 
 def final_params(run_dir: str, template):
-    """The global model at the end of a run (its last checkpoint), shaped like ``template``, on this
-    process's first device (also for a run of several processes, whose arrays span devices this
-    process does not have).
+    """The global model of a run's newest checkpoint, shaped like ``template``, on this process's first
+    device (also for a run of several processes, whose arrays span devices this process does not have).
 
-    >>> # params = final_params("runs/fedbuff-mnist10k-exp-c10-s0", model_params_template)
+    ``template`` is the run's variables as ``RunResult.params`` holds them (``{"params": ...}``, plus
+    ``"state"`` for a model with BatchNorm statistics) or their ``"params"`` part (the layout
+    ``init_params=`` takes); the same layout comes back. Arrays or ``jax.ShapeDtypeStruct`` leaves
+    both do. That checkpoint is the run's final model when the run finished with ``final_checkpoint``
+    on; otherwise (``final_checkpoint=False``, a run interrupted or still going) a ``UserWarning``
+    names the update it holds and how the run stands.
+
+    Example:
+        >>> import jaxfl, tempfile
+        >>> result = jaxfl.run_experiment(jaxfl.RunConfig(
+        ...     algorithm="fedavg", model="logreg", clients=3, local_steps=2, max_updates=2,
+        ...     eval_interval=None, progress=False, output_dir=tempfile.mkdtemp()))
+        >>> inner = final_params(result.run_dir, result.params["params"])
+        >>> kernel = result.params["params"]["Dense_0"]["kernel"]
+        >>> sorted(inner), bool((inner["Dense_0"]["kernel"] == kernel).all())
+        (['Dense_0'], True)
+        >>> sorted(final_params(result.run_dir, result.params))
+        ['params']
+        >>> final_params(result.run_dir, {"w": 0})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: template does not match the model in ...: expected the run's variables ... or their 'params' part...
     """
+    import warnings
+
     import jax
     import orbax.checkpoint as ocp
 
+    if not os.path.isdir(run_dir):
+        raise FileNotFoundError(f"run directory {run_dir!r} does not exist")
     folder = latest(run_dir)
     if folder is None:
-        raise FileNotFoundError(f"run directory {run_dir!r} has no checkpoint")
+        raise FileNotFoundError(f"run directory {run_dir!r} has no checkpoint (none is kept with checkpoint_every=None "
+                                f"and final_checkpoint off, nor before a run's first one)")
+    if not jax.tree.leaves(template):
+        raise ValueError(f"template={_short_repr(template)} holds no arrays: expected the run's variables "
+                         f"(RunResult.params) or their 'params' part")
     here = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     restored = ocp.Checkpointer(ocp.StandardCheckpointHandler()).restore(
         os.path.join(folder, "device"), args=ocp.args.StandardRestore(fallback_sharding=here))
-    # Restored without a target the tree holds plain containers: give it the template's structure.
-    return jax.tree.map(lambda _, leaf: jax.numpy.asarray(leaf), template, restored["params"])
+    params = _shaped_like(template, restored["params"], folder)
+    stale = _not_the_end(run_dir, folder)
+    if stale is not None:
+        warnings.warn(stale, UserWarning, stacklevel=2)
+    return params
+
+
+def _short_repr(obj) -> str:
+    text = repr(obj)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _shaped_like(template, variables: dict, folder: str):
+    """``variables`` (restored without a target: plain dicts), or their ``"params"`` part, rebuilt with
+    ``template``'s structure, whichever layout ``template`` has; ValueError naming both otherwise."""
+    import jax
+
+    def by_path(tree) -> dict:
+        return {jax.tree_util.keystr(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+    # paths, not tree structures: a FrozenDict or nnx pure-dict template lays out the same keys
+    # as the plain dicts orbax restores, though its node type differs
+    wanted, structure = jax.tree_util.tree_flatten_with_path(template)
+    paths = [jax.tree_util.keystr(path) for path, _ in wanted]
+    inner = variables.get("params") if isinstance(variables, dict) else None
+    for layout in (variables, inner):
+        if layout is None:
+            continue
+        saved = by_path(layout)
+        if sorted(saved) != sorted(paths):
+            continue
+        for path, (_, leaf) in zip(paths, wanted):
+            shape = getattr(leaf, "shape", None)
+            if shape is not None and tuple(shape) != tuple(saved[path].shape):
+                raise ValueError(f"template{path} has shape {tuple(shape)} but the model in {folder} has "
+                                 f"{tuple(saved[path].shape)} there: the template is of another model")
+        return jax.tree_util.tree_unflatten(structure, [jax.numpy.asarray(saved[path]) for path in paths])
+
+    def keys(tree) -> str:
+        return repr(sorted(tree)) if isinstance(tree, dict) or hasattr(tree, "keys") else type(tree).__name__
+
+    raise ValueError(f"template does not match the model in {folder}: expected the run's variables "
+                     f"(RunResult.params: keys {keys(variables)}, {len(by_path(variables))} arrays) or their "
+                     f"'params' part (as init_params= takes: keys {keys(inner or {})}, {len(by_path(inner or {}))} "
+                     f"arrays); the template has keys {keys(template)}, {len(paths)} arrays")
+
+
+def _not_the_end(run_dir: str, folder: str) -> str | None:
+    """Why checkpoint ``folder`` does not hold ``run_dir``'s final model, or None if it does.
+
+    A finished run has a ``summary.json`` with its last update (``global_updates``), and a checkpoint
+    folder is named after the update it holds (:func:`save`); the global model changes only at an
+    update, so a checkpoint of the last update holds the final model."""
+    name = os.path.basename(folder)
+    try:
+        update = int(name.removeprefix("ckpt-"))
+    except ValueError:
+        return f"{run_dir}: cannot tell whether checkpoint {name} holds the run's final model (not a ckpt-NNNNNN name)"
+    summary = os.path.join(run_dir, "summary.json")
+    if not os.path.isfile(summary):
+        return (f"{run_dir} has no summary.json: the run has not finished (interrupted, or still running); its newest "
+                f"checkpoint {name} holds the model after update {update}, not a final one (resume the run for that)")
+    try:
+        with open(summary) as handle:
+            last = int(json.load(handle)["global_updates"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return (f"{run_dir}: cannot tell whether checkpoint {name} (update {update}) holds the run's final model: "
+                f"summary.json does not say its global_updates ({type(error).__name__}: {error})")
+    if update != last:
+        return (f"{run_dir}: the newest checkpoint {name} holds the model after update {update}, but the run ended "
+                f"at update {last} (run with final_checkpoint=False, or it stopped on an error): this is not its "
+                f"final model")
+    return None
 
 
 

@@ -135,33 +135,87 @@ def _same_tree(given, expected, label: str):
 
 
 def load_time_per_step(path: str):
-    """Seconds per step per client from a ``.npy`` file or a ``.csv``/``.txt`` file of numbers
-    (one per line or comma-separated; a non-numeric header line is skipped).
+    """Seconds per step per client from a ``.npy`` file or a ``.csv``/``.txt`` file of numbers: one
+    number per line, or one row of numbers separated by commas, spaces or tabs; a first line with no
+    number in it is a header and is skipped. A table of several columns on several rows is refused (which
+    column holds the times is not guessed), as are an empty file and a suffix other than these.
 
     Example:
         >>> import tempfile, os
-        >>> path = os.path.join(tempfile.mkdtemp(), "speeds.csv")
+        >>> folder = tempfile.mkdtemp()
+        >>> path = os.path.join(folder, "speeds.csv")
         >>> _ = open(path, "w").write("seconds\\n0.1\\n0.25\\n")
         >>> load_time_per_step(path)
         array([0.1 , 0.25])
+        >>> _ = open(path, "w").write("0.1 0.2\\t0.3, 0.4\\n")
+        >>> load_time_per_step(path)
+        array([0.1, 0.2, 0.3, 0.4])
+        >>> _ = open(path, "w").write("device,seconds_per_step\\n1,0.12\\n2,0.25\\n")
+        >>> load_time_per_step(path)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: time_per_step file ... holds a table (2 rows of 2 columns): ...; keep only the seconds-per-step column
     """
+    suffix = os.path.splitext(os.fspath(path))[1].lower()
+    if suffix not in (".npy", ".csv", ".txt"):
+        raise ValueError(f"time_per_step file {path!r} must end in .npy, .csv or .txt")
     if not os.path.isfile(path):
         raise ValueError(f"time_per_step file {path!r} does not exist")
-    suffix = os.path.splitext(path)[1].lower()
-    try:
-        if suffix == ".npy":
+    if suffix == ".npy":
+        try:
             return np.load(path, allow_pickle=False)
-        if suffix in (".csv", ".txt"):
-            with open(path) as handle:
-                lines = [line.strip() for line in handle if line.strip()]
-            try:
-                float(lines[0].split(",")[0])
-            except (ValueError, IndexError):
-                lines = lines[1:]  # a header
-            return np.array([float(item) for line in lines for item in line.split(",") if item.strip()])
-    except ValueError as error:
-        raise ValueError(f"time_per_step file {path!r} could not be read as numbers: {error}") from None
-    raise ValueError(f"time_per_step file {path!r} must end in .npy, .csv or .txt")
+        except ValueError as error:
+            raise ValueError(f"time_per_step file {path!r} could not be read as numbers: {error}") from None
+    return _time_per_step_from_text(path)
+
+
+_ALLOWED_TEXT = "one number per line (an optional header line first), or one row of numbers separated by commas, " \
+                "spaces or tabs"
+
+
+def _time_per_step_from_text(path: str) -> np.ndarray:
+    """The numbers of a ``.csv``/``.txt`` time_per_step file, or ValueError naming what it holds."""
+    import re
+
+    # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") would make the first number look like a
+    # header and silently drop the first client
+    with open(path, encoding="utf-8-sig") as handle:
+        lines = [(number, line.strip()) for number, line in enumerate(handle, 1) if line.strip()]
+    if not lines:
+        raise ValueError(f"time_per_step file {path!r} is empty: expected {_ALLOWED_TEXT}")
+
+    def fields(line: str) -> list[str]:
+        # a trailing comma is what some exporters write after every row; a comma with nothing
+        # between it and the next one is a missing value, and dropping it would shift every client
+        return re.split(r"\s*,\s*|\s+", line.rstrip(", \t"))
+
+    def is_number(text: str) -> bool:
+        try:
+            float(text)
+        except ValueError:
+            return False
+        return True
+
+    rows = [(number, fields(line)) for number, line in lines]
+    # a header names columns and holds no number; a first line like "phone-a 0.12" is a table's row
+    if not any(is_number(field) for field in rows[0][1]):
+        rows = rows[1:]  # only the first line may be a header
+        if not rows:
+            raise ValueError(f"time_per_step file {path!r} holds a header line and no numbers: "
+                             f"expected {_ALLOWED_TEXT}")
+    # the shape first: a table with a column of device names is a table, not a bad number
+    widths = sorted({len(row) for _, row in rows})
+    if len(rows) > 1 and widths != [1]:
+        columns = f"{widths[0]} columns" if len(widths) == 1 else f"{widths[0]} to {widths[-1]} columns"
+        raise ValueError(f"time_per_step file {path!r} holds a table ({len(rows)} rows of {columns}): expected "
+                         f"{_ALLOWED_TEXT}; keep only the seconds-per-step column")
+    for number, row in rows:
+        for field in row:
+            if not is_number(field):
+                shown = "an empty field" if field == "" else f"{field!r}"
+                raise ValueError(f"time_per_step file {path!r} line {number}: {shown} is not a number "
+                                 f"(expected {_ALLOWED_TEXT})")
+    return np.array([float(field) for _, row in rows for field in row])
 
 
 

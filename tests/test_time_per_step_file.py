@@ -1,0 +1,111 @@
+"""``load_time_per_step`` (``jaxfl run --time-per-step FILE``): one column or one row of numbers is
+read as the clients' seconds per step; anything else is refused in one line naming the file, what it
+holds and what is allowed. A two-column CSV (device ids, then times) was read as ids and times
+interleaved, and a run with twice as many clients went on with those as its speeds."""
+import numpy as np
+import pytest
+
+from jaxfl.cli import main
+from jaxfl.user_inputs import load_time_per_step
+
+TIMES = [0.12, 0.25, 0.31, 0.47]
+
+
+@pytest.mark.parametrize("text", [
+    "0.12\n0.25\n0.31\n0.47\n",                       # one number per line
+    "seconds_per_step\n0.12\n0.25\n0.31\n0.47\n",     # ... after a header
+    "\n0.12\n\n0.25\r\n0.31\n0.47",                  # blank lines, CRLF, no final newline
+    "0.12,0.25,0.31,0.47\n",                         # one row, commas
+    "0.12 0.25 0.31 0.47\n",                         # one row, spaces (was taken for a header: [])
+    "0.12\t0.25\t0.31\t0.47\n",                      # one row, tabs
+    "0.12, 0.25 ,0.31,\t0.47,\n",                    # mixed separators, a trailing comma
+    "c0\tc1\tc2\tc3\n0.12\t0.25\t0.31\t0.47\n",      # one row under a header naming the clients
+    "\ufeffseconds\n0.12\n0.25\n0.31\n0.47\n",       # Excel's byte-order mark before a header
+])
+def test_one_column_or_one_row_is_read_as_the_times(tmp_path, text):
+    path = tmp_path / "speeds.csv"
+    path.write_text(text, encoding="utf-8")
+    times = load_time_per_step(str(path))
+    assert times.dtype == np.float64
+    np.testing.assert_array_equal(times, TIMES)
+
+
+def test_a_byte_order_mark_does_not_drop_the_first_client(tmp_path):
+    # without a header, the mark made the first number look like one and the first client vanished
+    path = tmp_path / "speeds.txt"
+    path.write_text("\ufeff0.12\n0.25\n0.31\n0.47\n", encoding="utf-8")
+    np.testing.assert_array_equal(load_time_per_step(path), TIMES)
+
+
+def test_npy_files_are_read_as_before(tmp_path):
+    path = tmp_path / "speeds.npy"
+    np.save(path, np.array(TIMES))
+    np.testing.assert_array_equal(load_time_per_step(str(path)), TIMES)
+
+
+@pytest.mark.parametrize("text, found", [
+    ("device,seconds_per_step\n1,0.12\n2,0.25\n3,0.31\n4,0.47\n", "(4 rows of 2 columns)"),
+    ("1,0.12\n2,0.25\n3,0.31\n", "(3 rows of 2 columns)"),
+    ("0.1\t0.2\t0.3\n0.4\t0.5\t0.6\n", "(2 rows of 3 columns)"),
+    ("phone-a 0.12\nphone-b 0.25\n", "(2 rows of 2 columns)"),  # a table, not a 'bad number'
+    ("0.1\n0.2,0.3\n", "(2 rows of 1 to 2 columns)"),
+])
+def test_a_table_of_several_columns_is_refused_naming_its_shape(tmp_path, text, found):
+    path = tmp_path / "speeds.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError) as refused:
+        load_time_per_step(str(path))
+    message = str(refused.value)
+    assert "\n" not in message
+    assert repr(str(path)) in message and found in message
+    assert "one number per line" in message and "one row of numbers" in message
+    assert message.endswith("keep only the seconds-per-step column")
+
+
+@pytest.mark.parametrize("text, said", [
+    ("", "is empty"),
+    ("\n  \n\t\n", "is empty"),
+    ("seconds_per_step\n", "holds a header line and no numbers"),
+    ("seconds\n0.1\nfast\n0.3\n", "line 3: 'fast' is not a number"),
+    ("0.1,,0.3\n", "line 1: an empty field is not a number"),  # a missing value would shift the clients
+])
+def test_empty_or_non_numeric_files_are_refused_in_one_line(tmp_path, text, said):
+    path = tmp_path / "speeds.txt"
+    path.write_text(text)
+    with pytest.raises(ValueError) as refused:
+        load_time_per_step(str(path))
+    message = str(refused.value)
+    assert "\n" not in message and repr(str(path)) in message and said in message
+    assert "one number per line" in message
+
+
+def test_a_missing_file_or_another_suffix_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"speeds\.csv' does not exist"):
+        load_time_per_step(str(tmp_path / "speeds.csv"))
+    other = tmp_path / "speeds.json"
+    other.write_text("[0.1, 0.2]")
+    with pytest.raises(ValueError, match=r"speeds\.json' must end in \.npy, \.csv or \.txt"):
+        load_time_per_step(str(other))
+
+
+def test_the_cli_refuses_a_two_column_csv_before_any_work(tmp_path, capsys):
+    # 8 clients: the 8 interleaved ids and times used to pass the length check and the run went on
+    path = tmp_path / "speeds.csv"
+    path.write_text("device,seconds_per_step\n1,0.12\n2,0.25\n3,0.31\n4,0.47\n")
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--algorithm", "fedavg", "--model", "logreg", "--clients", "8", "--local-steps", "2",
+              "--max-updates", "2", "--time-per-step", str(path), "--no-progress",
+              "--output-dir", str(tmp_path / "runs")])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(4 rows of 2 columns)" in err and "seconds-per-step column" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_cli_runs_with_a_whitespace_separated_row(tmp_path):
+    (tmp_path / "speeds.txt").write_text("0.5 0.25 0.125\n")
+    assert main(["run", "--algorithm", "fedavg", "--model", "logreg", "--clients", "3", "--local-steps", "2",
+                 "--max-updates", "2", "--time-per-step", str(tmp_path / "speeds.txt"), "--jitter", "0",
+                 "--no-progress", "--output-dir", str(tmp_path / "runs"), "--run-name", "row"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "runs" / "row" / "client_time_per_step.npy"),
+                                  [0.5, 0.25, 0.125])
