@@ -1012,6 +1012,8 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
     if resume_dir is not None:
         user.check_resumed(resume_dir, recorded, params)
     user = dataclasses.replace(user, metric_names=user.check_functions(dataset.num_classes))
+    if resume_dir is not None:
+        user.check_resumed_metrics(resume_dir, recorded)
     scratch = None
     output_dir = config.output_dir  # process 0's run directory goes there (the checkpoints of all processes)
     if jax.process_index() != 0:  # jaxfl.cluster: process 0 writes the run; the others a scratch folder

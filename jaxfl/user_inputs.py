@@ -26,7 +26,8 @@ import numpy as np
 
 from jaxfl.config import USER_PREFIX, ClientConfig, DataConfig, RunConfig, SpeedsConfig
 
-__all__ = ["TIME_PER_STEP_FILE", "UserInputs", "load_time_per_step", "match_init_params", "tree_fingerprint"]
+__all__ = ["TIME_PER_STEP_FILE", "UserInputs", "load_time_per_step", "match_init_params", "optimizer_fingerprint",
+           "tree_fingerprint"]
 
 TIME_PER_STEP_FILE = "client_time_per_step.npy"
 OPTIMIZER_LABEL = USER_PREFIX + "optax.GradientTransformation>"
@@ -132,6 +133,51 @@ def _same_tree(given, expected, label: str):
         raise ValueError(f"{label}{extra[0]} is not a leaf of the model")
     return jax.tree_util.tree_unflatten(treedef, [given_leaves[jax.tree_util.keystr(path)]
                                                   for path, _ in expected_flat])
+
+
+def optimizer_fingerprint(optimizer, variables) -> dict:
+    """What can be told of an optax object from outside, to recognise it on resume: the SHA-256 of
+    its state's structure on ``variables``' trainable part (their ``"params"``), and the mean absolute
+    value of each leaf of its first two updates from the same fixed gradient (its learning rate,
+    momentum, decay or schedule move them), unless ``variables`` are shapes only (a timing-only run).
+
+    Example:
+        >>> import optax
+        >>> variables = {"params": {"w": np.ones((2, 3), np.float32)}}
+        >>> sgd, adam = (optimizer_fingerprint(o, variables) for o in (optax.sgd(0.1), optax.adam(0.1)))
+        >>> sgd["client_optimizer_state_sha256"] == adam["client_optimizer_state_sha256"]
+        False
+        >>> np.round(sgd["client_optimizer_probe"], 6).tolist()  # 0.1 × the gradient 0.01, twice
+        [0.001, 0.001]
+    """
+    import jax
+    import jax.numpy as jnp
+
+    trainable = variables["params"] if isinstance(variables, dict) and "params" in variables else variables
+    state = jax.eval_shape(optimizer.init, trainable)
+    digest = hashlib.sha256(str(jax.tree.structure(state)).encode())
+    for leaf in jax.tree.leaves(state):
+        digest.update(f"{tuple(leaf.shape)}|{np.dtype(leaf.dtype).str};".encode())
+    record: dict[str, Any] = {"client_optimizer_state_sha256": digest.hexdigest()}
+    if any(isinstance(leaf, jax.ShapeDtypeStruct) or not getattr(leaf, "is_fully_addressable", True)
+           for leaf in jax.tree.leaves(trainable)):  # shapes only, or arrays spanning other processes
+        return record
+
+    @jax.jit
+    def first_updates(params):
+        gradient = jax.tree.map(lambda leaf: jnp.full(jnp.shape(leaf), 0.01, jnp.result_type(leaf)), params)
+        opt_state = optimizer.init(params)
+        first, opt_state = optimizer.update(gradient, opt_state, params)
+        second, _ = optimizer.update(gradient, opt_state, params)
+        return [jnp.mean(jnp.abs(update)) for update in jax.tree.leaves(first) + jax.tree.leaves(second)]
+
+    try:
+        with jax.default_device(jax.devices("cpu")[0]):  # a few numbers: no device program for them
+            record["client_optimizer_probe"] = [float(value) for value in first_updates(
+                jax.tree.map(lambda leaf: np.asarray(leaf), trainable))]
+    except Exception:  # an update that needs more than (gradient, state, params): the structure alone
+        pass
+    return record
 
 
 def load_time_per_step(path: str):
@@ -375,9 +421,11 @@ class UserInputs:
         record: dict[str, Any] = {}
         if self.model is not None:
             record["model"] = user_label(self.model)
-            record["model_structure_sha256"] = tree_fingerprint(variables, values=False)
+        # a named model too: its code (or what is registered under its name) may change before a resume
+        record["model_structure_sha256"] = tree_fingerprint(variables, values=False)
         if self.client_optimizer is not None:
             record["client_optimizer"] = OPTIMIZER_LABEL
+            record.update(optimizer_fingerprint(self.client_optimizer, variables))
         if self.init_params is not None:  # a timing-only run has shapes only: no values to fingerprint
             concrete = not any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(variables))
             record["init_params_sha256"] = tree_fingerprint(variables) if concrete else None
@@ -387,6 +435,8 @@ class UserInputs:
         for name in ("loss", "metrics"):
             if getattr(self, name) is not None:
                 record[name] = user_label(getattr(self, name))
+        if self.metrics is not None:
+            record["metric_names"] = list(self.metric_names)
         return record
 
     def save(self, run_dir: str) -> None:
@@ -431,9 +481,33 @@ class UserInputs:
         return dataclasses.replace(self, time_per_step=times)
 
     def check_resumed(self, run_dir: str, recorded: dict, variables) -> None:
-        """After the model is built: its structure and any init_params are the recorded ones."""
+        """After the model is built: its structure, the client optimiser's and any init_params are the
+        recorded ones."""
         if "model_structure_sha256" in recorded and \
                 tree_fingerprint(variables, values=False) != recorded["model_structure_sha256"]:
-            raise ValueError(f"model= has other parameter shapes than the model run {run_dir!r} was made with")
+            if self.model is not None:
+                raise ValueError(f"model= has other parameter shapes than the model run {run_dir!r} was made with")
+            raise ValueError(f"the model named in run {run_dir!r}'s config has other parameter shapes now than when "
+                             "the run was made (its code, or the model registered under its name, changed since): "
+                             "resume with the model the run was made with")
+        if self.client_optimizer is not None and "client_optimizer_state_sha256" in recorded:
+            now = optimizer_fingerprint(self.client_optimizer, variables)
+            if now["client_optimizer_state_sha256"] != recorded["client_optimizer_state_sha256"]:
+                raise ValueError(f"client_optimizer= is not the optimiser run {run_dir!r} was made with: its state "
+                                 "has another structure (another kind of optimiser, e.g. Adam's moments where the "
+                                 "run's had none)")
+            probe, then = now.get("client_optimizer_probe"), recorded.get("client_optimizer_probe")
+            if probe is not None and then is not None and not np.allclose(probe, then, rtol=1e-4, atol=0):
+                raise ValueError(f"client_optimizer= is not the optimiser run {run_dir!r} was made with: its first "
+                                 "updates from the same gradient differ (another learning rate, momentum, decay or "
+                                 "schedule)")
         if self.init_params is not None and tree_fingerprint(variables) != recorded["init_params_sha256"]:
             raise ValueError(f"init_params differ from those run {run_dir!r} was made with")
+
+    def check_resumed_metrics(self, run_dir: str, recorded: dict) -> None:
+        """After ``metrics`` is traced (:meth:`check_functions`): it returns the names the run's
+        ``metrics.csv`` has columns for (another name would be an empty column from the resume on)."""
+        names = recorded.get("metric_names")
+        if self.metrics is not None and names is not None and list(self.metric_names) != list(names):
+            raise ValueError(f"metrics= returns {list(self.metric_names)}, and run {run_dir!r} was made with "
+                             f"metrics returning {names}: its metrics.csv has columns for those")

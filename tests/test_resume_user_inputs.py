@@ -1,0 +1,76 @@
+"""A resume is refused, in one line before any training, when what the run took besides its config
+differs from what it was made with, though the objects' names look the same: another client optimiser
+(Adam for SGD, or SGD at another learning rate: both labelled ``<user: optax.GradientTransformation>``),
+metrics returning other names (their metrics.csv columns), a named model whose code changed since.
+Each was resumed without a word before, and the run went on as another run."""
+import flax.linen as nn
+import jax.numpy as jnp
+import optax
+import pytest
+
+import jaxfl
+from jaxfl.config import RunConfig
+from jaxfl.experiment import RunInterrupted, resume_experiment, run_experiment
+from jaxfl.models import register_model
+
+CONFIG = dict(algorithm="fedbuff", model="logreg", clients=3, local_steps=2, batch_size=16, buffer_size=2,
+              max_updates=2, checkpoint_every=1, stop_at_target=False, progress=False)
+
+
+def interrupted(tmp_path, **inputs) -> str:
+    """A run stopped at its first event, with its first checkpoint (jaxfl.request_stop before it starts)."""
+    jaxfl.request_stop("a test")
+    with pytest.raises(RunInterrupted) as caught:
+        run_experiment(RunConfig(**{**CONFIG, **inputs.pop("config", {})}, output_dir=str(tmp_path)), **inputs)
+    return caught.value.run_dir
+
+
+def test_another_client_optimiser_is_refused_and_the_same_one_resumes(tmp_path):
+    run = interrupted(tmp_path, client_optimizer=optax.sgd(0.05))
+    with pytest.raises(ValueError, match=r"client_optimizer= is not the optimiser run .* its state has another "
+                                         r"structure"):
+        resume_experiment(run, client_optimizer=optax.adam(0.05), progress=False)
+    with pytest.raises(ValueError, match=r"client_optimizer= is not the optimiser run .* its first updates from "
+                                         r"the same gradient differ \(another learning rate"):
+        resume_experiment(run, client_optimizer=optax.sgd(0.5), progress=False)
+    with pytest.raises(ValueError, match=r"its state has another structure"):  # momentum's trace
+        resume_experiment(run, client_optimizer=optax.sgd(0.05, momentum=0.9), progress=False)
+    resumed = resume_experiment(run, client_optimizer=optax.sgd(0.05), progress=False)
+    assert resumed.summary["global_updates"] == 2
+
+
+def test_metrics_returning_other_names_are_refused(tmp_path):
+    top = lambda logits, labels: {"top3": jnp.zeros(labels.shape)}  # noqa: E731
+    run = interrupted(tmp_path, metrics=top)
+    other = lambda logits, labels: {"top5": jnp.zeros(labels.shape)}  # noqa: E731
+    with pytest.raises(ValueError, match=r"metrics= returns \['top5'\], and run .* was made with metrics returning "
+                                         r"\['top3'\]"):
+        resume_experiment(run, metrics=other, progress=False)
+    assert "top3" in resume_experiment(run, metrics=top, progress=False).metrics[-1]
+
+
+def test_a_named_model_whose_code_changed_is_refused_as_such(tmp_path):
+    # it failed deep in the checkpoint's restore as "device data unreadable (... 16 leaves recorded,
+    # 16 expected)": a corrupt checkpoint, not a changed model
+    def narrow(num_classes=10):
+        class Net(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return nn.Dense(num_classes)(nn.relu(nn.Dense(8)(x.reshape((x.shape[0], -1)))))
+        return Net()
+
+    def wide(num_classes=10):
+        class Net(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return nn.Dense(num_classes)(nn.relu(nn.Dense(16)(x.reshape((x.shape[0], -1)))))
+        return Net()
+
+    register_model("resume_probe_net", narrow, overwrite=True)
+    run = interrupted(tmp_path, config={"model": "resume_probe_net"})
+    register_model("resume_probe_net", wide, overwrite=True)
+    with pytest.raises(ValueError, match=r"the model named in run .*'s config has other parameter shapes now than "
+                                         r"when the run was made"):
+        resume_experiment(run, progress=False)
+    register_model("resume_probe_net", narrow, overwrite=True)
+    assert resume_experiment(run, progress=False).summary["global_updates"] == 2
