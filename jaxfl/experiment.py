@@ -1289,7 +1289,9 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
         "versions": library_versions(),
         "model_parameters": count_params(params["params"]),
         "model_state_values": count_params(params.get("state", {})), "client_samples": write_client_samples(run_dir, federation.counts),
-        **described, **({"user_inputs": user_inputs} if user_inputs else {})})
+        **described, **({"user_inputs": user_inputs} if user_inputs else {}),
+        # what the config's relative paths (data_dir, file.py:Class) are relative to (resume checks it)
+        "working_directory": os.getcwd()})
 
 
 def library_versions() -> dict[str, str | None]:

@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import shlex
 import warnings
 from typing import Any, Mapping
 
@@ -157,11 +158,48 @@ def read_run(run_dir: str, may_differ: Mapping[str, Any] | None = None) -> tuple
     other = sorted(set(may_differ or {}) - set(MAY_DIFFER))
     if other:
         raise ValueError(f"read_run: may_differ={other} names fields a resume keeps; only {', '.join(MAY_DIFFER)}")
+    elsewhere = _started_elsewhere(written)
+    relative = _relative_paths(written["config"])
+    if elsewhere and relative:  # the same relative path here may name another file, or none
+        raise ResumeError(f"cannot resume {run_dir!r} from here: it was started in {elsewhere!r} and its config "
+                          f"names {', '.join(relative)} relative to that folder; resume it from there "
+                          f"(cd {shlex.quote(elsewhere)})")
     try:
         return config_from_mapping(values), written.get("user_inputs", {})
     except (ConfigError, TypeError, ValueError) as error:
+        text = str(error).strip().splitlines()  # whole: a reference's cause comes after the list of names
+        where = (f" (it was started in {elsewhere!r}: a module it names may be importable from there alone)"
+                 if elsewhere else "")
         raise ResumeError(f"cannot resume {run_dir!r}: config.json does not hold a valid run config: "
-                          f"{_first_line(error)}") from None
+                          f"{type(error).__name__}: {text[0] if text else ''}{where}") from None
+
+
+def _started_elsewhere(written: dict) -> str | None:
+    """The folder a run was started in (``config.json``'s ``working_directory``) where that is not
+    this process's working directory; None where it is, or was not recorded (an older jaxfl)."""
+    started = written.get("working_directory")
+    if not isinstance(started, str) or os.path.realpath(started) == os.path.realpath(os.getcwd()):
+        return None
+    return started
+
+
+def _relative_paths(config: dict) -> list[str]:
+    """The settings of a config record that name files by relative paths (``data_dir``, a
+    ``file.py:Class`` algorithm or model), as ``name='value'``.
+
+    >>> _relative_paths({"algorithm": "examples/x.py:C", "data": {"data_dir": "/abs/d.npz", "model": "m:f"}})
+    ["algorithm='examples/x.py:C'"]
+    """
+    found = []
+    for section in (config, *(value for value in config.values() if isinstance(value, dict))):
+        for name in ("data_dir", "algorithm", "model"):
+            value = section.get(name)
+            if not isinstance(value, str) or not value:
+                continue
+            path = value if name == "data_dir" else value.rpartition(":")[0] if ".py:" in value else None
+            if path and not os.path.isabs(path):
+                found.append(f"{name}={value!r}")
+    return found
 
 
 def refuse_changes(config: RunConfig, overrides: Mapping[str, Any], spelling=None) -> None:

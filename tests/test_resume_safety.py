@@ -282,3 +282,32 @@ def test_a_checkpoint_skipped_as_unreadable_is_set_aside_not_named_by_the_next_i
         warnings.simplefilter("error", ResumeWarning)
         resumed = resume_experiment(run, progress=False)
     assert_same_run(finished, resumed, "resumed twice past a corrupt checkpoint vs uninterrupted")
+
+
+def test_a_run_naming_relative_paths_resumes_only_from_the_folder_it_was_started_in(tmp_path, monkeypatch, capsys):
+    # from elsewhere the same relative path names another file or none: an algorithm file was reported
+    # as "algorithm=... is not allowed: one of fedavg, ..." with its cause cut off at 200 characters
+    import numpy as np
+
+    started, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    started.mkdir()
+    elsewhere.mkdir()
+    rng = np.random.default_rng(0)
+    np.savez(started / "d.npz", x_train=rng.random((40, 6), np.float32), y_train=np.arange(40) % 2,
+             x_test=rng.random((10, 6), np.float32), y_test=np.arange(10) % 2)
+    monkeypatch.chdir(started)
+    import jaxfl
+
+    jaxfl.request_stop("a test")  # stopped at its first event, with a checkpoint
+    with pytest.raises(experiment.RunInterrupted) as caught:
+        run_experiment(RunConfig(**{**FLAGS, "dataset": "npz", "model": "logreg"}, data_dir="d.npz",
+                                 output_dir=str(tmp_path / "runs")))
+    run = caught.value.run_dir
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(ResumeError, match=rf"cannot resume .* from here: it was started in '{started}' and its "
+                                          rf"config names data_dir='d.npz' relative to that folder; resume it from "
+                                          rf"there \(cd {started}\)"):
+        resume_experiment(run, progress=False)
+    assert "it was started in" in cli_refusal(capsys, run)
+    monkeypatch.chdir(started)
+    assert resume_experiment(run, progress=False).summary["global_updates"] == FLAGS["max_updates"]
