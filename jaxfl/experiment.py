@@ -1446,6 +1446,9 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     for name in [name for name in overrides if name.replace("-", "_") in resume.MAY_DIFFER]:
         may_differ[name.replace("-", "_")] = overrides.pop(name)
     config, recorded = resume.read_run(run_dir, may_differ)
+    if data is not None and config.data_fingerprint is None:
+        raise resume.ResumeError(f"cannot resume {run_dir!r} with data=: it was made on dataset {config.dataset!r}, "
+                                 "loaded by name, not on data passed in Python; resume it without data=")
     resume.refuse_changes(config, overrides, spelling)
     resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
     loggers = check_loggers(loggers)

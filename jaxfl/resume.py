@@ -230,7 +230,10 @@ def refuse_changes(config: RunConfig, overrides: Mapping[str, Any], spelling=Non
             with warnings.catch_warnings():  # the run's own warnings, given when its config was validated
                 warnings.simplefilter("ignore")
                 changed = config_record(config_from_mapping({name: value}, base=config)) != record
-        except ConfigError:  # invalid on top of the run's config: certainly not the run's value
+        except ConfigError as error:  # invalid on top of the run's config: certainly not the run's value
+            if str(error).startswith("unknown "):  # a misspelt name: it would change nothing, it is no field
+                raise ResumeError(f"cannot resume with {spelling(name, value)}: {_first_line(error).partition(': ')[2]}") \
+                    from None
             changed = True
         if changed:
             key = name.replace("-", "_")

@@ -311,3 +311,19 @@ def test_a_run_naming_relative_paths_resumes_only_from_the_folder_it_was_started
     assert "it was started in" in cli_refusal(capsys, run)
     monkeypatch.chdir(started)
     assert resume_experiment(run, progress=False).summary["global_updates"] == FLAGS["max_updates"]
+
+
+def test_a_misspelt_override_or_data_for_a_named_dataset_is_refused_as_such(finished, tmp_path, no_work):
+    # they were refused as changes ("these would change it: max_updatez=20") and as an edited
+    # config.json ("config.json differs ... data_fingerprint ... restore config.json")
+    import numpy as np
+
+    run = copy_run(finished, tmp_path)
+    with pytest.raises(ResumeError, match=r"cannot resume with max_updatez=20: unknown config field 'max_updatez' "
+                                          r"\(did you mean .*max_updates"):
+        resume_experiment(run, overrides={"max_updatez": 20})
+    arrays = (np.zeros((8, 28, 28), np.float32), np.zeros(8, np.int32), np.zeros((2, 28, 28), np.float32),
+              np.zeros(2, np.int32))
+    with pytest.raises(ResumeError, match=r"with data=: it was made on dataset 'mnist10k', loaded by name, not on "
+                                          r"data passed in Python; resume it without data="):
+        resume_experiment(run, data=arrays)
