@@ -24,6 +24,7 @@ import contextlib
 import csv
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -151,7 +152,9 @@ def check_algorithm(algorithm: str | type, checks: Iterable[str] = CHECKS, outpu
     """Run the conformance checks (module docstring) for a registered name, a ``module:Class``
     reference or an :class:`~jaxfl.algorithms.Algorithm` subclass; ``overrides`` change the small
     config (e.g. ``clients=6`` or ``algorithm_options={...}``). Returns what was measured;
-    raises ``AssertionError`` naming the first failed check.
+    raises ``AssertionError`` naming the first failed check. The runs go into ``output_dir``, or a
+    temporary folder that is deleted when every check passed (kept, and named in the error, when one
+    failed; ``report["run_dir"]`` only with ``output_dir``).
 
     >>> report = check_algorithm("fedbuff", checks=("toml", "accounting"))  # doctest: +SKIP
     """
@@ -160,6 +163,21 @@ def check_algorithm(algorithm: str | type, checks: Iterable[str] = CHECKS, outpu
     if unknown:
         raise ValueError(f"unknown checks {sorted(unknown)}; allowed: {', '.join(CHECKS)}")
     folder = output_dir or tempfile.mkdtemp(prefix="jaxfl-conformance-")
+    try:
+        report = _check_algorithm(algorithm, checks, folder, atol, overrides)
+    except AssertionError as failure:
+        raise AssertionError(f"{failure} (the runs: {folder})") from None
+    except BaseException:
+        if output_dir is None:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    if output_dir is None:  # each call wrote tens of MB of runs no one could find
+        shutil.rmtree(folder, ignore_errors=True)
+        report.pop("run_dir", None)
+    return report
+
+
+def _check_algorithm(algorithm, checks: tuple[str, ...], folder: str, atol: float, overrides: dict) -> dict:
     from jaxfl.experiment import resume_experiment, run_experiment
 
     config = conformance_config(algorithm, folder, **overrides)

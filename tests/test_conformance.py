@@ -28,3 +28,17 @@ def test_registered_algorithm_conforms_and_reproduces_its_golden_event_log(tmp_p
 def test_unknown_check_is_refused():
     with pytest.raises(ValueError, match="unknown checks.*allowed: " + ", ".join(CHECKS)):
         check_algorithm("fedavg", checks=("speed",))
+
+
+def test_without_an_output_dir_the_runs_are_deleted_unless_a_check_fails(tmp_path, monkeypatch):
+    # each call left a 23 MB jaxfl-conformance-* folder in /tmp that no one could find
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    report = check_algorithm("fedbuff", checks=("accounting",), model="logreg", max_updates=2)
+    assert report["accounting"]["aggregated"] >= 1 and "run_dir" not in report
+    assert not [name for name in os.listdir(tmp_path) if name.startswith("jaxfl-conformance-")]
+    with pytest.raises(AssertionError, match=r"too few arrivals .* \(the runs: .*jaxfl-conformance-"):
+        check_algorithm("fedasync", checks=("resume",), model="logreg", max_updates=1)
+    kept = [name for name in os.listdir(tmp_path) if name.startswith("jaxfl-conformance-")]
+    assert len(kept) == 1
