@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="also list an algorithm defined outside jaxfl")
     timeline = commands.add_parser("timeline", help="Gantt chart of a finished run: busy/idle clients, aggregations")
     timeline.add_argument("run_dir", help="a run directory written by `jaxfl run`")
-    timeline.add_argument("--out", help="PNG to write (default: RUN_DIR/timeline.png)")
+    timeline.add_argument("--out", help="PNG to write (default: RUN_DIR/timeline.png); a missing folder is made")
     timeline.add_argument("--max-time", type=float, help="show virtual time up to this many seconds")
     _sweep_parser(commands)
     split = commands.add_parser("partition", help="how a dataset splits over clients: table and class heatmap")
@@ -275,11 +275,16 @@ _SWEEP_DESCRIPTION = """\
 Run a grid of experiments: every combination of the values given, one run each, into --out (run
 directories under OUT/runs/, the tidy table OUT/results.csv and .parquet, rewritten as each cell finishes,
 the definition OUT/sweep.json).
-Settings come from a TOML sweep file (config fields as in --config, a [grid] table of lists, and
-[sizes.NAME] tables of overrides chosen by --size) and from flags: every jaxfl run flag takes a
-comma-separated list here, whose values become an axis of the grid (one value: a base setting; flags
-override the file). Every cell is checked before the first run. Running the same command again skips
-finished cells, continues an interrupted one from its last checkpoint, and restarts one that had none."""
+Settings come from a TOML sweep file, in place of jaxfl run's --config (config fields as in a --config
+file, a [grid] table of lists, and [sizes.NAME] tables of overrides chosen by --size), and from flags:
+every jaxfl run flag of a config field or algorithm option takes a comma-separated list here, whose
+values become an axis of the grid (one value: a base setting; flags override the file). An on/off
+field flag (--batching/--no-batching) takes no list: sweep it in the file's [grid]. In --dataset, a
+synthetic:A,B value keeps its comma (--dataset synthetic:0.5,0.5,synthetic:1,1 is two values). Not
+here: --config (the sweep file), --preset, --resume (the same command again continues),
+--time-per-step, --log-to, --output-dir and --run-name (--out is the sweep folder) and the cluster
+flags. Every cell is checked before the first run. Running the same command again skips finished
+cells, continues an interrupted one from its last checkpoint, and restarts one that had none."""
 _SWEEP_EXAMPLES = """\
 examples:
   jaxfl sweep --algorithm fedavg,fedbuff --clients 5,10 --seed 0,1,2 --out sweeps/x
@@ -315,12 +320,14 @@ def _sweep_parser(commands) -> None:
             continue
         owner = SECTIONS.get(SECTION_OF.get(name), RunConfig)
         text = _HELP.get(name, field_help(owner, name)).replace("{names}", ", ".join(algorithms.names()))
+        if name == "dataset":
+            text += "; in a list a synthetic:A,B keeps its comma (synthetic:0.5,0.5,synthetic:1,1: two values)"
+        flags = [f"--{name.replace('_', '-')}", *_ALIASES.get(name, [])]  # --lr, --steps as in jaxfl run
         if field.type.startswith("bool"):
-            fields.add_argument(f"--{name.replace('_', '-')}", dest=name, action=argparse.BooleanOptionalAction,
-                                default=None, help=text)
+            fields.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None,
+                                help=f"{text} (on or off: a list of both in the sweep file's [grid])")
         else:
-            fields.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar="V[,V...]",
-                                help=text)
+            fields.add_argument(*flags, dest=name, default=None, metavar="V[,V...]", help=text)
     options = sweep.add_argument_group("algorithm options: --SPACE.OPTION V[,V...] (jaxfl algorithms lists them)")
     for space, owners in option_namespaces().items():
         for field in dataclasses.fields(algorithms.get(owners[0]).Options):
@@ -338,7 +345,10 @@ def _sweep_parser(commands) -> None:
                              "tables only, with --no-figures or --table-figures, where its runs are gone); several: "
                              "their results as one table (the parts of a grid run apart, e.g. seeds on another "
                              "machine), the report in the first")
-    report.add_argument("--reference", default="fedavg", help="the method times are relative to (default: fedavg)")
+    report.add_argument("--reference", default=None,
+                        help="the method times to target are relative to (default: fedavg; timing-only runs have "
+                             "no such times: their report is a table of virtual time, updates, utilisation and "
+                             "staleness)")
     report.add_argument("--out", metavar="DIR", help="where to write (default: the first SWEEP_DIR/report; "
                                                       "for a file x/NAME.csv, x/NAME-report)")
     figures = report.add_mutually_exclusive_group()
@@ -376,7 +386,7 @@ def _sweep_values(args: argparse.Namespace) -> tuple[dict, dict]:
         if isinstance(text, bool):
             values = [text]
         else:  # a tuple field's own commas (0.49,0.48,0.45) are its value: sweep those in a file
-            parts = [text] if annotation.startswith("tuple") else text.split(",")
+            parts = [text] if annotation.startswith("tuple") else _comma_list(name, text)
             values = [_value_parser(name, annotation)(part.strip()) for part in parts]
         base.pop(name, None)
         flagged.add(name)
@@ -390,6 +400,28 @@ def _sweep_values(args: argparse.Namespace) -> tuple[dict, dict]:
     # new axes: the seed outermost, the algorithm innermost (a setting's comparison is complete early)
     return base, dict(sorted(grid.items(), key=lambda item: 0 if item[0] in file_grid
                              else {"seed": 1, "algorithm": 3}.get(item[0], 2)))
+
+
+def _comma_list(name: str, text: str) -> list[str]:
+    """A sweep flag's comma-separated values; in ``--dataset`` the comma of a ``synthetic:A,B`` value
+    is its own (a ``synthetic:`` value with one number takes the next part as its second).
+
+    >>> _comma_list("dataset", "synthetic:0.5,0.5,mnist10k,synthetic:1,1+parallel,synthetic:iid+parallel")
+    ['synthetic:0.5,0.5', 'mnist10k', 'synthetic:1,1+parallel', 'synthetic:iid+parallel']
+    >>> _comma_list("clients", "5,10")
+    ['5', '10']
+    """
+    parts = text.split(",")
+    if name != "dataset":
+        return parts
+    values: list[str] = []
+    for part in parts:
+        body = values[-1].strip().partition("synthetic:")[2] if values and values[-1].strip().startswith("synthetic:") else None
+        if body is not None and "," not in body and not body.startswith("iid"):
+            values[-1] += "," + part  # synthetic:A then B
+        else:
+            values.append(part)
+    return values
 
 
 def _leave_out_file_settings_the_flags_made_unread(base: dict, grid: dict, file_base: dict, file_grid: dict,
@@ -416,6 +448,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from jaxfl.sweep import CellFailed, run_sweep
 
     try:
+        check_folder("--out", args.sweep_dir)
         base, grid = _sweep_values(args)
         result = run_sweep(base, grid, args.sweep_dir, size=args.size, progress=args.progress,
                            echo=None if args.progress else print, jobs=args.jobs)
@@ -455,9 +488,14 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from jaxfl.report import make_report
 
     try:
+        if args.out is not None:
+            check_folder("--out", args.out)
+        if args.panels is not None and args.figures is False:
+            raise ValueError(f"--panels {args.panels} is not allowed with --no-figures: it splits the figures' "
+                             "panels; leave out one of the two")
         report = make_report(args.sweep_dir, args.reference, args.out, figures=args.figures, panels=args.panels,
                              grid=args.grid)
-    except (ValueError, FileNotFoundError) as error:
+    except (ConfigError, ValueError, FileNotFoundError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
     print(report.markdown)
     print(f"\ntables: {report.markdown_path}, {report.table}")
@@ -508,6 +546,7 @@ def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     try:
         # The split does not depend on the algorithm; fedavg has no buffer to check against the clients.
         config = config_from_mapping({**values, "algorithm": "fedavg"})
+        check_folder("--out" if args.out else "output_dir", args.out or config.output_dir)
         from jaxfl.data.report import partition_report, plot_class_heatmap
         from jaxfl.experiment import build_data
 
@@ -550,9 +589,23 @@ def _timeline(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.exit(2, f"jaxfl: error: run_dir={args.run_dir!r} holds no event log (not a run directory)\n")
     if args.max_time is not None and not args.max_time > 0:
         parser.exit(2, f"jaxfl: error: --max-time={args.max_time} is not allowed: virtual seconds > 0\n")
+    out = args.out or os.path.join(args.run_dir, "timeline.png")
+    if args.out is not None:
+        problem = None
+        if not args.out.lower().endswith(".png"):
+            problem = "a PNG file's path, ending in .png"
+        elif os.path.isdir(args.out):
+            problem = "it is a folder: give the PNG file's path in it (e.g. DIR/timeline.png)"
+        if problem:
+            parser.exit(2, f"jaxfl: error: --out={args.out!r} is not allowed: {problem}\n")
+        try:
+            check_folder("--out", os.path.dirname(args.out) or ".", given=args.out)
+        except ConfigError as error:
+            parser.exit(2, f"jaxfl: error: {error}\n")
     from jaxfl.plot import plot_timeline
 
-    print(plot_timeline(args.run_dir, args.out or os.path.join(args.run_dir, "timeline.png"), args.max_time))
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)  # as run and sweep make their folders
+    print(plot_timeline(args.run_dir, out, args.max_time))
     return 0
 
 
@@ -582,7 +635,7 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         from jaxfl.user_inputs import load_time_per_step
 
-        given = {**(load_config_file(args.config) if args.config else {}), **flags}
+        given = {**(_file_settings(args.config) if args.config else {}), **flags}
         in_file = given.pop("progress", None)
         times = None if args.time_per_step is None else load_time_per_step(args.time_per_step)
         with warnings.catch_warnings():
@@ -600,11 +653,81 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return 0
 
 
+def check_folder(flag: str, path: str, given: str | None = None) -> None:
+    """Refuse (ConfigError) an output folder that cannot be made: ``path``, or the nearest of its
+    parents that exists, is a file, or a folder that cannot be written; said before any work, so a
+    run or a sweep does not fail on it after building its data (a missing folder is made later).
+    ``given``: the flag's value where ``path`` is its folder (a file's path).
+
+    >>> import tempfile
+    >>> afile = tempfile.mkstemp()[1]
+    >>> check_folder("--out", afile + "/sub")
+    Traceback (most recent call last):
+    ...
+    jaxfl.config.ConfigError: --out=...sub' is not allowed: ... is a file, not a folder; give a folder (one that does not exist yet is made)
+    """
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    shown = repr(probe if os.path.isabs(path) else os.path.relpath(probe))
+    if not os.path.isdir(probe):
+        what = "a file" if os.path.isfile(probe) else "not a folder"
+        raise ConfigError(f"{flag}={given or path!r} is not allowed: {shown} is {what}, not a folder; give "
+                          f"{'a path in ' if given else ''}a folder (one that does not exist yet is made)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag}={given or path!r} is not allowed: the folder {shown} cannot be written "
+                          "(permissions); give a folder you can write")
+
+
+def _file_settings(path: str) -> dict:
+    """A ``--config`` file's settings, each under one flat name (:func:`flat_settings`)."""
+    return flat_settings(load_config_file(path), f"config file {path!r}")
+
+
+def flat_settings(values: dict, where: str) -> dict:
+    """A config file's mapping with each setting under one flat name however the file spelled it
+    (``clients`` or a ``[data]`` table's ``clients``; ``port.staleness_bound``, a ``[port]`` table's
+    entry, an alias or jaxfl 0.1's ``port_staleness_bound``), so that a flag given over the file
+    replaces the setting wherever the file put it. A setting the file gives twice with different
+    values is refused naming both spellings; an ``[algorithm]`` table stays ``algorithm`` and
+    ``algorithm_options``.
+
+    >>> flat_settings({"seed": 1, "data": {"clients": 5}, "port": {"staleness-bound": 3}}, "x.toml")
+    {'seed': 1, 'clients': 5, 'port.staleness_bound': 3}
+    >>> flat_settings({"clients": 4, "data": {"clients": 5}}, "config file 'x.toml'")
+    Traceback (most recent call last):
+    ...
+    jaxfl.config.ConfigError: config file 'x.toml' gives clients twice: clients = 4 and [data] clients = 5; give it once
+    """
+    spaces = option_namespaces()
+    flat, spelled = {}, {}
+    for key, value in values.items():
+        name = key.replace("-", "_")
+        if isinstance(value, dict) and (name in SECTIONS or name in spaces):
+            entries = [(f"[{key}] {inner}", {key: {inner: item}}) for inner, item in value.items()]
+        else:
+            entries = [(f"[{key}]" if isinstance(value, dict) else key, {key: value})]
+        for spelling, entry in entries:
+            fields, options = split_algorithm_options(entry)
+            for space, given in options.items():
+                cls = algorithms.get(spaces[space][0]).Options
+                fields.update({f"{space}.{cls.field_name(option)}": item for option, item in given.items()})
+            for setting, item in fields.items():
+                if setting in flat and flat[setting] != item:
+                    raise ConfigError(f"{where} gives {setting} twice: {spelled[setting]} = {flat[setting]!r} and "
+                                      f"{spelling} = {item!r}; give it once")
+                flat[setting] = item
+                spelled.setdefault(setting, spelling)
+    return flat
+
+
 def _configs(args: argparse.Namespace) -> list[RunConfig]:
-    """One validated config per algorithm of ``--algorithm``; each gets only its own options."""
+    """One validated config per algorithm of ``--algorithm``; each gets only its own options. The
+    flags replace the ``--config`` file's settings however the file spelled them (a ``[data]``
+    table's ``clients`` as well as a flat one)."""
     values = {key: value for key, value in vars(args).items()
               if value is not None and (key in FIELDS or "." in key)}
-    file_values = load_config_file(args.config) if args.config else {}
+    file_values = _file_settings(args.config) if args.config else {}
     fields, options = split_algorithm_options({**file_values, **values})
     preset = getattr(args, "preset", None)
     if preset is not None:
@@ -753,6 +876,8 @@ def _main(argv: list[str] | None) -> int:
         return _resume(parser, args)
     try:
         configs = _configs(args)
+        for folder in dict.fromkeys(config.output_dir for config in configs):
+            check_folder("--output-dir" if args.output_dir is not None else "output_dir", folder)
         from jaxfl.experiment import check_buildable, run_experiment
         from jaxfl.user_inputs import UserInputs, load_time_per_step
 

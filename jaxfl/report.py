@@ -35,6 +35,10 @@ spent (``accuracy_vs_steps``: the local steps of the updates delivered), time-to
 staleness histograms per method, and one run's client timeline per method. From results tables
 whose runs are gone (seeds run on other machines, committed CSVs), ``figures="table"`` draws the
 figures the table alone makes: the time-to-target bars and, with ``grid``, the heat maps.
+Timing-only runs (``timing_only``: the schedule without training) evaluate no model: their rows get
+a table of the schedule's figures instead (virtual time, updates, utilisation, mean staleness...,
+mean ± std over seeds: :func:`summarise_timing`), and of the figures the staleness histograms and
+the client timelines.
 
 A method is an algorithm, or an algorithm with the values of its own swept settings
 (``fedbuff buffer_size=5``) where the sweep varies one of them. A design-space sweep (PORT's K × Ω,
@@ -75,7 +79,7 @@ NOT_SETTINGS = ("cell", "run_dir", "algorithm", "seed", *SUMMARY_COLUMNS)
 @dataclasses.dataclass(frozen=True)
 class Report:
     """What :func:`make_report` wrote: the markdown text and its path, the CSV table's path and its
-    rows (:func:`summarise`), the figures' paths, and with ``grid`` the :class:`DesignGrid` and its
+    rows (:func:`summarise`, then :func:`summarise_timing`'s of timing-only runs), the figures' paths, and with ``grid`` the :class:`DesignGrid` and its
     tables' markdown (also at the end of ``markdown``)."""
 
     markdown: str
@@ -725,10 +729,15 @@ def _write_csv(lines: list[dict], path: str) -> str:
 FIGURE_CHOICES = (True, False, "table")
 
 
-def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: str | None = None,
+def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, out: str | None = None,
                 figures: bool | str = True, panels: str | None = None, grid: Sequence[str] | None = None) -> Report:
     """Write ``report.md``, ``report.csv`` and (with ``figures``) the PNG figures of the sweep in
-    ``sweep_dir`` into ``out`` (default ``SWEEP_DIR/report``); see the module docstring.
+    ``sweep_dir`` into ``out`` (default ``SWEEP_DIR/report``); see the module docstring. ``reference``:
+    the method times to target are relative to (None: fedavg; a report of timing-only runs alone
+    has no such times, and uses it for nothing). Rows of timing-only runs (:func:`is_timing_only`)
+    get a table of their timing figures instead (:func:`summarise_timing`: virtual time, updates,
+    utilisation, staleness..., mean ± std over seeds; also in ``report.csv``, marked ``timing_only``)
+    and of the figures only the staleness histograms and the client timelines.
     ``sweep_dir`` may be a list of folders: their results as one table (:func:`read_results_of`),
     written by default into the first folder's ``report``. A results CSV file may stand for a
     folder (its runs then relative to the file's folder); the default ``out`` for a first source
@@ -750,6 +759,8 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
         raise ValueError(f"figures={figures!r} is not allowed: True (every figure), False (none) or 'table' "
                          "(those the results table alone makes)")
     folders = [sweep_dir] if isinstance(sweep_dir, (str, os.PathLike)) else list(sweep_dir)
+    for folder in folders:  # a CSV that is not a jaxfl results table: its missing columns, not a KeyError
+        _check_columns(results_path(folder), figures is True)
     rows = read_results_of(folders)
     if not rows:
         raise ValueError(f"sweep_dir={' '.join(map(str, folders))!r} holds no finished run yet: nothing to report "
@@ -757,36 +768,189 @@ def make_report(sweep_dir: str | Sequence[str], reference: str = "fedavg", out: 
     coverage = coverage_note(folders, [len(read_results(folder)) for folder in folders])
     sweep_dir = _base_folder(folders[0])
     grouping = _grouping(rows)
-    lines = _summarise(grouping, reference)  # a bad reference fails before anything is written
-    if panels is not None and panels not in grouping.method_columns:
-        raise ValueError(f"panels={panels!r} is not allowed: one of the swept settings of a method "
-                         f"({_method_settings_text(grouping)})")
+    timed = [is_timing_only(row) for row in rows]
+    timing_rows = [row for row, timing in zip(rows, timed) if timing]
+    trained_rows = [row for row, timing in zip(rows, timed) if not timing]
+    # the accuracy tables and figures are of the runs that evaluated a model (timing-only runs did not)
+    trained = _grouping(trained_rows) if trained_rows else None
+    chosen = "fedavg" if reference is None else reference
+    if trained is not None:
+        lines = _summarise(trained, chosen)  # a bad reference fails before anything is written
+    else:
+        lines = []
+        if reference is not None and reference not in grouping.methods:
+            raise ValueError(f"reference={reference!r} is not allowed: one of the sweep's methods "
+                             f"({', '.join(grouping.methods)})")
+    only_timing = "the runs are timing-only (they evaluate no model): there is no accuracy or time to target to"
+    if panels is not None:
+        if trained is None:
+            raise ValueError(f"panels={panels!r} is not allowed: {only_timing} split into panels")
+        if panels not in trained.method_columns:
+            raise ValueError(f"panels={panels!r} is not allowed: one of the swept settings of a method "
+                             f"({_method_settings_text(trained)})")
     if grid is not None:
-        _check_grid(list(grid), grouping)
+        if trained is None:
+            raise ValueError(f"grid={','.join(map(str, grid))!r} is not allowed: {only_timing} lay out as a grid")
+        _check_grid(list(grid), trained)
     if figures is True:  # every run folder there, or one error before anything is written
         for row in rows:
             _run_dir(sweep_dir, row)
     out = out or _default_out(folders[0])
-    os.makedirs(out, exist_ok=True)
-    target = _target_text(rows)
-    markdown = format_markdown(lines, grouping.columns, reference, target)
-    if coverage:
-        markdown = f"{coverage}\n\n{markdown}"
+    try:
+        os.makedirs(out, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ValueError(f"out={out!r} is not allowed: it, or a folder above it, is a file; give a folder (one "
+                         "that does not exist yet is made)") from None
+    parts = []
     design = grid_markdown = None
-    if grid is not None:
-        design = design_grid(lines, grouping, *grid)
-        grid_markdown = format_grid_markdown(design, grouping.columns, reference, target)
-        markdown += "\n\n" + grid_markdown
+    if trained is not None:
+        target = _target_text(trained_rows)
+        parts.append(format_markdown(lines, trained.columns, chosen, target))
+        if grid is not None:
+            design = design_grid(lines, trained, *grid)
+            grid_markdown = format_grid_markdown(design, trained.columns, chosen, target)
+            parts.append(grid_markdown)
+    timing_lines = []
+    if timing_rows:
+        timing = _grouping(timing_rows)
+        timing_lines = summarise_timing(timing)
+        parts.append(format_timing_markdown(timing_lines, timing.columns, mixed=trained is not None))
+    markdown = "\n\n".join(([coverage] if coverage else []) + parts)
     markdown_path = os.path.join(out, "report.md")
     with open(markdown_path + ".tmp", "w") as handle:
         handle.write(markdown + "\n")
     os.replace(markdown_path + ".tmp", markdown_path)
-    table = _write_csv(lines, os.path.join(out, "report.csv"))
-    drawn = (_figures(grouping, lines, sweep_dir, out, panels) if figures is True
-             else [_time_to_target_figure(grouping, lines, out, panels)] if figures == "table" else [])
+    table = _write_csv(lines + timing_lines, os.path.join(out, "report.csv"))
+    drawn = (_figures(grouping, trained, lines, sweep_dir, out, panels) if figures is True
+             else [_time_to_target_figure(trained, lines, out, panels)] if figures == "table" and trained is not None
+             else [])
     if figures and grid is not None:
-        drawn.append(plot_design_grid(design, grouping.columns, reference, os.path.join(out, "time_to_target_grid.png")))
-    return Report(markdown, markdown_path, table, lines, drawn, design, grid_markdown)
+        drawn.append(plot_design_grid(design, trained.columns, chosen, os.path.join(out, "time_to_target_grid.png")))
+    return Report(markdown, markdown_path, table, lines + timing_lines, drawn, design, grid_markdown)
+
+
+# The columns a results table needs for the report's tables (jaxfl sweep's results.csv has them all).
+REPORT_COLUMNS = ("algorithm", "time_to_target", "best_accuracy")
+
+
+def _check_columns(table: str, figures: bool) -> None:
+    """Refuse a CSV file without the columns of a jaxfl results table (naming those it lacks), and,
+    where the figures are drawn, one without the ``run_dir`` column that finds the runs."""
+    with open(table, newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, [])
+        if next(reader, None) is None:  # no runs yet (a sweep's table before its first cell): said later
+            return
+    missing = [name for name in REPORT_COLUMNS if name not in header]
+    if missing:
+        raise ValueError(f"{table!r} is not allowed: a results table of jaxfl sweep (results.csv), with the columns "
+                         f"{', '.join(REPORT_COLUMNS)}; it has no {', '.join(missing)} column"
+                         f"{'s' if len(missing) > 1 else ''} (its columns: {', '.join(header) or 'none'})")
+    if figures and "run_dir" not in header:
+        raise ValueError(f"{table!r} has no run_dir column: the figures need the runs (jaxfl report --no-figures, "
+                         "or make_report(..., figures=False), writes the tables alone; --table-figures, "
+                         "figures='table', adds the figures the table alone makes)")
+
+
+def is_timing_only(row: dict) -> bool:
+    """Whether a results row is of a timing-only run (``timing_only=True``: the schedule without
+    training, so no accuracy): its ``timing_only`` column where the sweep swept it, else its run's
+    summary.json where the run folder is there (``row["run_dir"]`` as :func:`read_results_of` gives
+    it), else a row without any accuracy (results.csv has no column that says so).
+
+    >>> is_timing_only({"algorithm": "fedavg", "best_accuracy": None, "final_accuracy": None, "time_to_target": None})
+    True
+    >>> is_timing_only({"algorithm": "fedavg", "best_accuracy": 0.9, "time_to_target": None})
+    False
+    """
+    if row.get("timing_only") is not None:
+        return bool(row["timing_only"])
+    if row.get("run_dir") is not None:
+        summary = os.path.join(str(row["run_dir"]), "summary.json")
+        if os.path.isfile(summary):
+            with open(summary) as handle:
+                return bool(json.load(handle).get("timing_only"))
+    return all(row.get(name) is None for name in ("best_accuracy", "final_accuracy", "last_tenth_accuracy",
+                                                  "time_to_target"))
+
+
+# The figures of a timing-only run's results row (jaxfl.sweep.SUMMARY_COLUMNS), as the timing table names
+# and shows them: what the schedule did, the simulator's own seconds last.
+TIMING_COLUMNS = {"virtual_time": ("virtual time (s)", lambda x: f"{x:.1f}"),
+                  "global_updates": ("global updates", lambda x: f"{x:.1f}".removesuffix(".0")),
+                  "client_updates": ("client updates", lambda x: f"{x:.1f}".removesuffix(".0")),
+                  "client_steps_executed": ("client steps", lambda x: f"{x:.1f}".removesuffix(".0")),
+                  "client_utilisation": ("client utilisation", lambda x: f"{x:.1%}"),
+                  "mean_staleness": ("mean staleness", lambda x: f"{x:.2f}"),
+                  "wall_time_s": ("wall time (s)", lambda x: f"{x:.3f}")}
+
+
+def summarise_timing(grouping: _Grouping) -> list[dict]:
+    """One line per group and method of timing-only runs: the runs, the mean and std (ddof 0) over
+    them of each of :data:`TIMING_COLUMNS` they have, and their stop reasons.
+
+    >>> rows = [{"algorithm": "fedbuff", "seed": s, "virtual_time": t, "global_updates": 5, "stop_reason": "update budget"}
+    ...         for s, t in [(0, 10.0), (1, 20.0)]]
+    >>> line = summarise_timing(_grouping(rows))[0]
+    >>> line["method"], line["runs"], line["virtual_time_mean"], line["virtual_time_std"], line["stop_reasons"]
+    ('fedbuff', 2, 15.0, 5.0, 'update budget')
+    """
+    lines = []
+    for key, by_method in grouping.cells.items():
+        for name, runs in by_method.items():
+            line = {**dict(zip(grouping.columns, key)), "method": name, "algorithm": runs[0]["algorithm"],
+                    "runs": len(runs), "timing_only": True}
+            for column in TIMING_COLUMNS:
+                line[f"{column}_mean"], line[f"{column}_std"] = _mean_of(runs, column)
+            line["stop_reasons"] = ", ".join(dict.fromkeys(str(run["stop_reason"]) for run in runs
+                                                           if run.get("stop_reason") is not None))
+            lines.append(line)
+    return lines
+
+
+def format_timing_markdown(lines: list[dict], groups: list[str], mixed: bool = False) -> str:
+    """The timing-only runs' table as markdown (:func:`summarise_timing`'s lines): methods down, the
+    timing figures the results have across, mean ± std over seeds; one table per group.
+
+    >>> print(format_timing_markdown([{"method": "fedbuff", "runs": 2, "virtual_time_mean": 15.0, "virtual_time_std": 5.0,
+    ...                                "stop_reasons": "update budget"}], []))
+    ## Timing-only runs: the schedule, mean ± std over seeds
+    <BLANKLINE>
+    | method | runs | virtual time (s) | stop |
+    |---|---|---|---|
+    | fedbuff | 2 | 15.0 ± 5.0 | update budget |
+    <BLANKLINE>
+    Timing-only runs simulate the schedule without training (timing_only): they evaluate no model, so they have no accuracy, no time to target and no comparison with a reference method. Virtual time: the simulated seconds the run lasted; utilisation: the mean fraction of the time clients trained; staleness: global updates between a client's dispatch and the aggregation of its update; wall time: the simulator's own seconds.
+    """
+    shown = [column for column in TIMING_COLUMNS if any(line.get(f"{column}_mean") is not None for line in lines)]
+    keys, methods, found = _line_cells(lines, groups)
+    header = ["| method | runs | " + " | ".join(TIMING_COLUMNS[column][0] for column in shown) + " | stop |",
+              "|---|---|" + "---|" * len(shown) + "---|"]
+
+    def cell(line, column):
+        mean, spread = line.get(f"{column}_mean"), line.get(f"{column}_std")
+        if mean is None:
+            return ""
+        show = TIMING_COLUMNS[column][1]
+        return f"{show(mean)} ± {show(spread)}"
+
+    heading = "## Timing-only runs: the schedule, mean ± std over seeds"
+    if mixed:
+        heading += " (the tables above are of the other runs)"
+    parts = [heading, ""]
+    for key in keys:
+        if groups:
+            parts += [f"### {_group_label(key, groups)}", ""]
+        parts += header + [f"| {method} | {found[key, method]['runs']} | "
+                           + " | ".join(cell(found[key, method], column) for column in shown)
+                           + f" | {found[key, method].get('stop_reasons', '')} |"
+                           for method in methods if (key, method) in found] + [""]
+    parts.append("Timing-only runs simulate the schedule without training (timing_only): they evaluate no model, so "
+                 "they have no accuracy, no time to target and no comparison with a reference method. Virtual time: "
+                 "the simulated seconds the run lasted; utilisation: the mean fraction of the time clients trained; "
+                 "staleness: global updates between a client's dispatch and the aggregation of its update; wall "
+                 "time: the simulator's own seconds.")
+    return "\n".join(parts)
 
 
 def _method_settings_text(grouping: _Grouping) -> str:
@@ -835,15 +999,21 @@ def _run_dir(sweep_dir: str, row: dict) -> str:
     return path
 
 
-def _figures(grouping: _Grouping, lines: list[dict], sweep_dir: str, out: str, panels: str | None = None) -> list[str]:
-    groups, by_group, by_method = grouping.columns, grouping.cells, grouping.runs_by_method()
-    paths = [plot_accuracy_bands(runs_by_method, sweep_dir, os.path.join(
-                 out, f"{name}.png" if len(by_group) == 1 else f"{name}-{_slug(_group_label(key, groups))}.png"),
-                 title=_group_label(key, groups), panels=panels, x=x)
-             for key, runs_by_method in by_group.items()
-             if any(run.get("best_accuracy") is not None for runs in runs_by_method.values() for run in runs)
-             for name, x in (("accuracy", "time"), ("accuracy_vs_steps", "steps"))]  # timing-only runs: none
-    paths.append(_time_to_target_figure(grouping, lines, out, panels))
+def _figures(grouping: _Grouping, trained: _Grouping | None, lines: list[dict], sweep_dir: str, out: str,
+             panels: str | None = None) -> list[str]:
+    """Every figure: the accuracy bands and time-to-target bars of the runs that evaluated a model
+    (``trained``; None where every run is timing-only), the staleness histograms and timelines of all."""
+    paths = []
+    if trained is not None:
+        groups, by_group = trained.columns, trained.cells
+        paths += [plot_accuracy_bands(runs_by_method, sweep_dir, os.path.join(
+                      out, f"{name}.png" if len(by_group) == 1 else f"{name}-{_slug(_group_label(key, groups))}.png"),
+                      title=_group_label(key, groups), panels=panels, x=x)
+                  for key, runs_by_method in by_group.items()
+                  if any(run.get("best_accuracy") is not None for runs in runs_by_method.values() for run in runs)
+                  for name, x in (("accuracy", "time"), ("accuracy_vs_steps", "steps"))]
+        paths.append(_time_to_target_figure(trained, lines, out, panels))
+    by_group, by_method = grouping.cells, grouping.runs_by_method()
     paths.append(plot_staleness(by_method, sweep_dir, os.path.join(out, "staleness.png")))
     from jaxfl.plot import plot_timeline
 

@@ -139,14 +139,36 @@ def load_sweep_file(path: str, size: str | None = None) -> tuple[dict, dict]:
     sizes = values.pop("sizes", {})
     if not isinstance(grid, dict) or not isinstance(sizes, dict):
         raise ConfigError(f"sweep file {path!r}: [grid] and [sizes.NAME] must be tables")
-    base = _flat(values, f"sweep file {path!r}")
+    for name, table in sizes.items():  # [sizes] quick = 3 is not a size
+        if not isinstance(table, dict) or not isinstance(table.get("grid", {}), dict):
+            entry = f"[sizes] {name} = {table!r}" if not isinstance(table, dict) else \
+                f"[sizes.{name}] grid = {table['grid']!r}"
+            raise ConfigError(f"sweep file {path!r}: {entry} is not allowed: each size is a table of overrides, "
+                              f"[sizes.{name}] with settings under it (max_updates = 3) and its own "
+                              f"[sizes.{name}.grid] table of lists")
+
+    def once(table: dict, where: str) -> dict:  # _flat, refusing a setting spelled twice (clients and [data] clients)
+        flat, spelled = {}, {}
+        for key, value in table.items():
+            entries = [(f"[{key}] {inner}", {key: {inner: item}}) for inner, item in value.items()] \
+                if isinstance(value, dict) else [(key, {key: value})]
+            for spelling, entry in entries:
+                for name, item in _flat(entry, where).items():
+                    if name in flat and flat[name] != item:
+                        raise ConfigError(f"{where} gives {name} twice: {spelled[name]} = {flat[name]!r} and "
+                                          f"{spelling} = {item!r}; give it once")
+                    flat[name] = item
+                    spelled.setdefault(name, spelling)
+        return flat
+
+    base = once(values, f"sweep file {path!r}")
     if size is not None:
         if size not in sizes:
             allowed = ", ".join(sizes) if sizes else "none: the file has no [sizes.NAME] tables"
             raise ConfigError(f"size={size!r} is not allowed: sizes in {path!r}: {allowed}")
         chosen = dict(sizes[size])
         size_grid = chosen.pop("grid", {})
-        base.update(_flat(chosen, f"sweep file {path!r} [sizes.{size}]"))
+        base.update(once(chosen, f"sweep file {path!r} [sizes.{size}]"))
         grid = {**grid, **size_grid}
     return base, grid
 
@@ -601,10 +623,23 @@ class CellFailed(RuntimeError):
 
 
 def _finished_line(cell: Cell, summary: dict, state: str) -> str:
-    """The line a sweep prints for a finished cell."""
-    reached = summary.get("time_to_target")
-    return (f"cell {cell.index} ({cell.label()}): best accuracy {summary.get('best_accuracy') or 0:.4f}, "
-            f"{'target not reached' if reached is None else f'target at {reached:.1f} virtual s'}, "
+    """The line a sweep prints for a finished cell; for a timing-only run (which evaluates nothing)
+    its schedule's figures instead of an accuracy.
+
+    >>> cell = Cell(0, {"algorithm": "fedbuff"}, RunConfig(), "runs/x")
+    >>> _finished_line(cell, {"timing_only": True, "global_updates": 5, "virtual_time": 12.34, "stop_reason":
+    ...                       "update budget", "timeline": {"staleness_histogram": {"0": 3, "1": 1}}}, "new")
+    'cell 0 (algorithm=fedbuff): timing only: 5 updates in 12.3 virtual s, mean staleness 0.25, stop: update budget'
+    """
+    if summary.get("timing_only"):
+        staleness = _mean_staleness(summary)
+        result = (f"timing only: {summary.get('global_updates')} updates in {summary.get('virtual_time') or 0:.1f} "
+                  f"virtual s, mean staleness {'n/a' if staleness is None else f'{staleness:.2f}'}")
+    else:
+        reached = summary.get("time_to_target")
+        result = (f"best accuracy {summary.get('best_accuracy') or 0:.4f}, "
+                  f"{'target not reached' if reached is None else f'target at {reached:.1f} virtual s'}")
+    return (f"cell {cell.index} ({cell.label()}): {result}, "
             f"stop: {summary['stop_reason']}" + ("" if state == "new" else f" [{state.replace('resumable', 'resumed')}]"))
 
 
