@@ -501,7 +501,7 @@ def validate(config: RunConfig) -> RunConfig:
         if math.isinf(config.max_time) and not _count_budgets(config):
             fail("max_time", config.max_time, "a finite time budget, or max_updates, max_client_updates or "
                                               "max_client_steps, for a timing-only run (it has no accuracy to stop at)")
-    _check_settings_are_read(config, algorithm)
+    _check_settings_are_read(config, algorithm, options)
     config = dataclasses.replace(config, algorithm_options=options)
     _check_client_state_is_read(config, algorithm)
     config = _validate_data_fields(config)
@@ -524,9 +524,13 @@ ALGORITHM_FIELDS = ("clients_per_round", "buffer_size", "rule", "staleness", "st
 DATASETS_WITHOUT_FILES = ("mnist10k", "digits")  # and synthetic*: nothing is read from data_dir
 
 
-def _only_read_when(config: RunConfig) -> dict[str, tuple[bool, str]]:
-    """Fields read only in some settings: name → (read in this config?, what reads it)."""
+def _only_read_when(config: RunConfig, options: Any = None) -> dict[str, tuple[bool, str]]:
+    """Fields read only in some settings: name → (read in this config?, what reads it). ``options``: the
+    algorithm's resolved options (None: the config's own, or the defaults)."""
     partition = config.partition
+    variant = _variant_unread(config, options)
+    mixing = "server_optimizer" in variant  # no server optimiser: none of its fields is read
+    timing = config.timing_only
     return {
         "data_dir": (not (config.dataset in DATASETS_WITHOUT_FILES or config.dataset.startswith("synthetic")),
                      "datasets fashion_mnist, mnist, npz, array_record and tfds:NAME"),
@@ -542,11 +546,50 @@ def _only_read_when(config: RunConfig) -> dict[str, tuple[bool, str]]:
         "speed_ratio": (config.heterogeneity == "uniform", "heterogeneity uniform"),
         "delay_factor": (config.delay_prob > 0, "delay_prob > 0"),
         "dropout_mean": (config.dropout_prob > 0, "dropout_prob > 0"),
-        "eval_every": (config.eval_interval is None, "runs without eval_interval"),
+        "eval_every": (config.eval_interval is None and not timing,
+                       TIMING_ONLY_READERS if timing else "runs without eval_interval"),
         "staleness_a": (config.staleness != "constant", "staleness functions other than constant"),
-        **{name: (config.server_optimizer in readers, _server_readers_text(name))
+        **{name: (name not in variant, variant[name][1] if name in variant else "") for name in VARIANT_FIELDS},
+        **{name: (config.server_optimizer in readers and not mixing and name not in variant,
+                  variant[name][1] if name in variant else
+                  variant["server_optimizer"][1] if mixing else _server_readers_text(name))
            for name, readers in SERVER_FIELDS_READ_BY.items()},
+        # a timing-only run trains, evaluates and checkpoints nothing; checkpoint_every none (no
+        # periodic checkpoint) agrees with it: training configs replayed timing-only set it
+        **{name: (not timing, TIMING_ONLY_READERS) for name in TIMING_ONLY_UNREAD},
+        "checkpoint_every": (not timing or config.checkpoint_every is None, TIMING_ONLY_READERS),
     }
+
+
+# Fields a timing-only run never reads (besides eval_every and checkpoint_every, above): given, it is
+# refused, and a sweep leaves them out of its timing-only cells. Training settings (client_lr, the
+# optimisers, target_accuracy...) are kept: they describe the training run whose schedule a
+# timing-only run replays (the same config with timing_only added, as `jaxfl demo --timing-only`).
+TIMING_ONLY_UNREAD = ("eval_interval", "eval_at_start", "checkpoint_min_interval_s", "final_checkpoint")
+TIMING_ONLY_READERS = "runs that train; a timing-only run has no training, no evaluation, no checkpoints"
+
+# Shared fields that an algorithm reads or not by its own settings (its rule, its options):
+# Algorithm.unread_settings names those it does not read.
+VARIANT_FIELDS = ("client_weights", "server_optimizer", "server_lr", "server_momentum")
+
+
+def _variant_unread(config, options: Any = None) -> dict[str, tuple[str | None, str]]:
+    """The algorithm's :meth:`~jaxfl.algorithms.Algorithm.unread_settings` for ``config`` (unvalidated
+    in a sweep: an unknown algorithm or options that do not build give none)."""
+    try:
+        cls = algorithms.get(config.algorithm)
+    except KeyError:
+        return {}
+    if options is None:
+        options = config.algorithm_options
+    if isinstance(options, dict):
+        try:
+            options = cls.Options(**{cls.Options.field_name(key): value for key, value in options.items()})
+        except TypeError:
+            options = None
+    if options is not None and not isinstance(options, cls.Options):
+        options = None
+    return cls.unread_settings(config, options)
 
 
 # Server-optimiser fields → the server optimisers that read them. Which optimiser a run uses is the
@@ -575,9 +618,26 @@ def algorithms_reading(name: str) -> list[str]:
     >>> "fedadam" in algorithms_reading("server_tau"), "fedavg" in algorithms_reading("server_tau")
     (True, False)
     """
-    if name in SERVER_FIELDS_READ_BY:
-        return [other for other in algorithms.names()
-                if (algorithms.get(other).server_optimizer or ServerConfig.server_optimizer) in SERVER_FIELDS_READ_BY[name]]
+    if name in SERVER_FIELDS_READ_BY or name in VARIANT_FIELDS:
+        readers = []
+        for other in algorithms.names():
+            cls = algorithms.get(other)
+            if name in SERVER_FIELDS_READ_BY and \
+                    (cls.server_optimizer or ServerConfig.server_optimizer) not in SERVER_FIELDS_READ_BY[name]:
+                continue
+            conditions, read_always = [], True
+            for rule in (None, *RULES):  # the variants a run field selects (options: their defaults)
+                unread = cls.unread_settings(RunConfig(algorithm=other, rule=rule))
+                key = "server_optimizer" if name in SERVER_FIELDS_READ_BY and "server_optimizer" in unread else name
+                if key in unread:
+                    read_always = False
+                    if unread[key][0] is not None and unread[key][0] not in conditions:
+                        conditions.append(unread[key][0])
+            if read_always:
+                readers.append(other)
+            elif conditions:
+                readers.append(f"{other} with {' or '.join(conditions)}")
+        return readers
     return [other for other in algorithms.names()
             if algorithms.get(other).reads is None or name in algorithms.get(other).reads]
 
@@ -597,21 +657,32 @@ def fields_not_read_by(algorithm, values: dict[str, Any]) -> list[str]:
         return name in values and _coerce(values[name], FIELDS[name].type) != FIELDS[name].default
 
     optimizer = algorithm.server_optimizer or values.get("server_optimizer") or ServerConfig.server_optimizer
-    server = [name for name, readers in SERVER_FIELDS_READ_BY.items() if given(name) and optimizer not in readers]
+    # the shared fields this algorithm's variant (its rule, from values) does not read
+    run = RunConfig(**{name: _coerce(value, FIELDS[name].type) for name, value in values.items()
+                       if name in FIELDS and name not in ("algorithm", "algorithm_options")})
+    variant = algorithm.unread_settings(run)
+    server = [name for name, readers in SERVER_FIELDS_READ_BY.items()
+              if given(name) and (optimizer not in readers or name in variant or "server_optimizer" in variant)]
+    server += [name for name in VARIANT_FIELDS if name in variant and given(name) and name not in server]
     if algorithm.reads is None:  # undeclared (an algorithm from outside jaxfl): assume it reads them
         return server
     return [name for name in ALGORITHM_FIELDS if given(name) and name not in algorithm.reads] + server
 
 
-def _check_settings_are_read(config: RunConfig, algorithm) -> None:
-    """Nothing set is silently ignored. A data, speed, fault or evaluation field set (to a non-default
-    value) where the run never reads it is an error. An algorithm-specific field (buffer_size, rule,
-    ...) the algorithm does not read is a warning here, because one base config reused for several
-    algorithms is the usual way to compare them in Python; ``jaxfl run`` refuses it for a single
-    algorithm and passes it only to the algorithms that read it in a comparison."""
-    for name, (read, readers) in _only_read_when(config).items():
+def _check_settings_are_read(config: RunConfig, algorithm, options: Any = None) -> None:
+    """Nothing set is silently ignored. A data, speed, fault, evaluation or checkpoint field, or a
+    shared field the algorithm's variant does not read (client_weights, the server optimiser's;
+    :data:`VARIANT_FIELDS`), set (to a non-default value) where the run never reads it is an error.
+    An algorithm-specific field (buffer_size, rule, ...) the algorithm does not read is a warning
+    here, because one base config reused for several algorithms is the usual way to compare them in
+    Python; ``jaxfl run`` refuses it for a single algorithm and passes it only to the algorithms that
+    read it in a comparison."""
+    for name, (read, readers) in _only_read_when(config, options).items():
         value = getattr(config, name)
-        if not read and value != FIELDS[name].default:
+        # server_lr is resolved (its optimiser's default) before this check
+        at_default = value == FIELDS[name].default or \
+            (name == "server_lr" and value == DEFAULT_SERVER_LR.get(config.server_optimizer, 1.0))
+        if not read and not at_default:
             keep = "unset" if FIELDS[name].default is None else f"at its default {FIELDS[name].default!r}"
             fail(name, value, f"leave it {keep}, this run never reads it (read only with {readers})")
     for name in fields_not_read_by(algorithm, {name: getattr(config, name) for name in ALGORITHM_FIELDS}):

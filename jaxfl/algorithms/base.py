@@ -79,6 +79,10 @@ class Options:
         if not self.presets:
             return self
         name = getattr(self, "preset", None) or next(iter(self.presets))
+        if name not in self.presets:
+            from jaxfl.config import fail
+
+            fail(f"{self.namespace or 'options'}.preset", name, f"one of {', '.join(self.presets)}")
         values = {key: value for key, value in self.presets[name].items() if getattr(self, key) is None}
         return dataclasses.replace(self, **values)
 
@@ -248,6 +252,21 @@ class Algorithm:
     @classmethod
     def validate(cls, run, options: Options) -> None:
         """Checks that need the run and the options together (options alone: ``Options.validate``)."""
+
+    @classmethod
+    def unread_settings(cls, run, options: Options | None = None) -> dict[str, tuple[str | None, str]]:
+        """The shared run fields (:data:`jaxfl.config.VARIANT_FIELDS`: ``client_weights``, the server
+        optimiser's ``server_optimizer``, ``server_lr``, ``server_momentum``) that this algorithm never
+        reads under ``run``'s settings (e.g. its ``rule``) and ``options`` (None: not resolved yet, take
+        the defaults): name → (the setting of this algorithm under which it is read, None if under
+        none; the end of the refusal "read only with ..."). A value given to a run that does not read
+        it is refused, and left out of the sweep cells and comparison runs that do not read it.
+
+        >>> from types import SimpleNamespace
+        >>> Algorithm.unread_settings(SimpleNamespace(rule=None))
+        {}
+        """
+        return {}
 
     @classmethod
     def schedule_depends_on_model(cls, run, options: Options) -> str | None:

@@ -377,6 +377,18 @@ class EstimateDiagnostic(DeviceHook):
         return None
 
 
+# The options read under one strategy or budget only: what reads each (CCFedAvgConfig.validate refuses
+# a value given where it is never read).
+CC_OPTION_READERS = {"switch_round": "cc.strategy='cc_c' (CC-FedAvg(c)'s switch to Strategy 2)",
+                     "total_rounds": "cc.strategy='dropout' (FedAvg(dropout)'s quota p_i·T)",
+                     "nova_steps": "cc.strategy='fednova' (the FedNova baseline's ⌈p_i K⌉ or ⌊p_i K⌋ steps)",
+                     "schedule": "cc.strategy cc, strategy1, strategy2 and cc_c (dropout and fednova train "
+                                 "every selected client)",
+                     "budget_beta": "cc.budget='levels' (β budget levels)",
+                     "insufficient_fraction": "cc.budget='two_group' (the (r, W) model's r)",
+                     "window": "cc.budget='two_group' (the (r, W) model's W)"}
+
+
 @dataclasses.dataclass(frozen=True)
 class CCFedAvgConfig(Options):
     """CC-FedAvg's options (Zhang et al., IEEE IoT Journal 2024, Sec. III and VI)."""
@@ -415,6 +427,16 @@ class CCFedAvgConfig(Options):
             fail("cc.insufficient_fraction", self.insufficient_fraction, "a fraction r in [0, 1]")
         if self.switch_round < 0:
             fail("cc.switch_round", self.switch_round, "a round index >= 0")
+        for name, read, where in (("switch_round", self.strategy == "cc_c", f"strategy is {self.strategy!r}"),
+                                  ("total_rounds", self.strategy == "dropout", f"strategy is {self.strategy!r}"),
+                                  ("nova_steps", self.strategy == "fednova", f"strategy is {self.strategy!r}"),
+                                  ("schedule", self.strategy not in ("dropout", "fednova"),
+                                   f"strategy is {self.strategy!r}"),
+                                  ("budget_beta", self.budget == "levels", f"budget is {self.budget!r}"),
+                                  ("insufficient_fraction", self.budget == "two_group", f"budget is {self.budget!r}"),
+                                  ("window", self.budget == "two_group", f"budget is {self.budget!r}")):
+            if not read and getattr(self, name) != getattr(CCFedAvgConfig, name):
+                fail(f"cc.{name}", getattr(self, name), f"only with {CC_OPTION_READERS[name]}; this run's {where}")
         if self.diagnostic and self.strategy not in ESTIMATING_STRATEGIES:
             fail("cc.diagnostic", True, f"false for strategy {self.strategy!r}: no client estimates its update there "
                                         f"(strategies {', '.join(ESTIMATING_STRATEGIES)} estimate)")

@@ -653,6 +653,23 @@ class FedASMUAlgorithm(Algorithm):
             fail("server_optimizer", run.server_optimizer, "sgd for fedasmu (its learned α mixes models directly)")
 
     @classmethod
+    def unread_settings(cls, run, options=None) -> dict[str, tuple[str | None, str]]:
+        """Formula 1 mixes models with the learned α (no server optimiser); the data share p_i is a
+        feature of the learned slot selector only.
+
+        >>> sorted(FedASMUAlgorithm.unread_settings(None, FedASMUConfig(slot="first")))
+        ['client_weights', 'server_lr', 'server_momentum', 'server_optimizer']
+        """
+        server = (None, "algorithms that apply a server optimiser: fedasmu mixes models with its learned α, "
+                        "without one")
+        unread = {"server_optimizer": server, "server_lr": server, "server_momentum": server}
+        slot = getattr(options, "slot", None) or FedASMUConfig.slot
+        if slot != "learned":
+            unread["client_weights"] = ("fedasmu.slot='learned'", f"fedasmu.slot='learned', a feature of its slot "
+                                                                  f"meta-model; this run's slot is {slot!r}")
+        return unread
+
+    @classmethod
     def schedule_depends_on_model(cls, run, options) -> str | None:
         if options.slot == "adaptive":
             return ("fedasmu.slot='adaptive' picks each device's fetch slot by Q-learning on the loss "

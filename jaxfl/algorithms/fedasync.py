@@ -86,6 +86,21 @@ class FedAsyncAlgorithm(Algorithm):
     def supports_fednova(cls, run) -> bool:
         return run.rule != "paper"  # the paper's rule mixes models
 
+    @classmethod
+    def unread_settings(cls, run, options=None) -> dict[str, tuple[str | None, str]]:
+        """Under ``rule="paper"`` an arrival is mixed, w ← (1 − α_t) w + α_t w_i: no p_i, no server optimiser.
+
+        >>> from types import SimpleNamespace
+        >>> sorted(FedAsyncAlgorithm.unread_settings(SimpleNamespace(rule="paper")))
+        ['client_weights', 'server_lr', 'server_momentum', 'server_optimizer']
+        """
+        if (run.rule or "fedcompass") != "paper":
+            return {}
+        weights = ("rule fedcompass", "fedasync's rule fedcompass: rule paper mixes w ← (1 − α_t) w + α_t w_i, "
+                                      "weighted by staleness alone")
+        server = ("rule fedcompass", "fedasync's rule fedcompass: rule paper mixes models without a server optimiser")
+        return {"client_weights": weights, "server_optimizer": server, "server_lr": server, "server_momentum": server}
+
     def policy(self) -> FedAsync:
         run = self.run
         return FedAsync(self.local_steps, staleness_function(run), rule=run.rule or "fedcompass",

@@ -92,6 +92,19 @@ class FedBuffAlgorithm(Algorithm):
     summary = "aggregate every K buffered updates (Nguyen et al. 2022)"
 
     @classmethod
+    def unread_settings(cls, run, options=None) -> dict[str, tuple[str | None, str]]:
+        """Under ``rule="paper"`` (the default) an update is weighed st(s)/K: no p_i.
+
+        >>> from types import SimpleNamespace
+        >>> FedBuffAlgorithm.unread_settings(SimpleNamespace(rule=None))["client_weights"][0]
+        'rule fedcompass'
+        """
+        if (run.rule or "paper") != "paper":
+            return {}
+        return {"client_weights": ("rule fedcompass", "fedbuff's rule fedcompass: rule paper, fedbuff's default, "
+                                                      "weighs each update by staleness and 1/buffer_size alone")}
+
+    @classmethod
     def validate(cls, run, options) -> None:
         from jaxfl.config import fail
 
