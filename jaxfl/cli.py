@@ -32,7 +32,8 @@ import sys
 from jaxfl import algorithms
 from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, ConfigError, RunConfig,
                           _server_readers_text, algorithms_reading, annotation_text, config_from_mapping,
-                          fields_not_read_by, load_config_file, option_namespaces, split_algorithm_options)
+                          fields_not_read_by, flat_once, load_config_file, option_namespaces,
+                          split_algorithm_options)
 from jaxfl.engine import NumericalError, ResourceError
 
 _HELP = {
@@ -700,25 +701,17 @@ def flat_settings(values: dict, where: str) -> dict:
     jaxfl.config.ConfigError: config file 'x.toml' gives clients twice: clients = 4 and [data] clients = 5; give it once
     """
     spaces = option_namespaces()
-    flat, spelled = {}, {}
-    for key, value in values.items():
-        name = key.replace("-", "_")
-        if isinstance(value, dict) and (name in SECTIONS or name in spaces):
-            entries = [(f"[{key}] {inner}", {key: {inner: item}}) for inner, item in value.items()]
-        else:
-            entries = [(f"[{key}]" if isinstance(value, dict) else key, {key: value})]
-        for spelling, entry in entries:
-            fields, options = split_algorithm_options(entry)
-            for space, given in options.items():
-                cls = algorithms.get(spaces[space][0]).Options
-                fields.update({f"{space}.{cls.field_name(option)}": item for option, item in given.items()})
-            for setting, item in fields.items():
-                if setting in flat and flat[setting] != item:
-                    raise ConfigError(f"{where} gives {setting} twice: {spelled[setting]} = {flat[setting]!r} and "
-                                      f"{spelling} = {item!r}; give it once")
-                flat[setting] = item
-                spelled.setdefault(setting, spelling)
-    return flat
+
+    def flatten(entry: dict) -> dict:
+        fields, options = split_algorithm_options(entry)
+        for space, given in options.items():
+            cls = algorithms.get(spaces[space][0]).Options
+            fields.update({f"{space}.{cls.field_name(option)}": item for option, item in given.items()})
+        return fields
+
+    # an [algorithm] table stays whole (its name and options go together)
+    return flat_once(values, where, flatten, lambda key, value: isinstance(value, dict) and
+                     (key.replace("-", "_") in SECTIONS or key.replace("-", "_") in spaces))
 
 
 def _configs(args: argparse.Namespace) -> list[RunConfig]:

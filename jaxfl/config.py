@@ -17,7 +17,7 @@ import math
 import os
 import warnings
 import typing
-from typing import Any
+from typing import Any, Callable
 
 from jaxfl import algorithms
 
@@ -839,6 +839,38 @@ def option_namespaces() -> dict[str, list[str]]:
         if dataclasses.fields(cls.Options):
             spaces.setdefault(cls.option_namespace(), []).append(name)
     return spaces
+
+
+def flat_once(table: dict, where: str, flatten: Callable[[dict], dict],
+              splits: Callable[[str, Any], bool] = lambda key, value: isinstance(value, dict)) -> dict:
+    """A config file's ``table`` flattened entry by entry with ``flatten`` (an entry: ``{key: value}``,
+    or, where ``splits(key, value)``, one entry ``{key: {inner: item}}`` of a section table), refusing a
+    setting the file gives twice with different values (``clients = 4`` and ``[data] clients = 5``),
+    naming both spellings: which one a run took would depend on the order of the merge.
+
+    >>> flat = lambda entry: {name: item for value in entry.values() for name, item in
+    ...                       (value.items() if isinstance(value, dict) else [(next(iter(entry)), value)])}
+    >>> flat_once({"seed": 1, "data": {"clients": 5}}, "x.toml", flat)
+    {'seed': 1, 'clients': 5}
+    >>> flat_once({"clients": 4, "data": {"clients": 5}}, "config file 'x.toml'", flat)
+    Traceback (most recent call last):
+    ...
+    jaxfl.config.ConfigError: config file 'x.toml' gives clients twice: clients = 4 and [data] clients = 5; give it once
+    """
+    flat, spelled = {}, {}
+    for key, value in table.items():
+        if splits(key, value):
+            entries = [(f"[{key}] {inner}", {key: {inner: item}}) for inner, item in value.items()]
+        else:
+            entries = [(f"[{key}]" if isinstance(value, dict) else key, {key: value})]
+        for spelling, entry in entries:
+            for setting, item in flatten(entry).items():
+                if setting in flat and flat[setting] != item:
+                    raise ConfigError(f"{where} gives {setting} twice: {spelled[setting]} = {flat[setting]!r} and "
+                                      f"{spelling} = {item!r}; give it once")
+                flat[setting] = item
+                spelled.setdefault(setting, spelling)
+    return flat
 
 
 def split_algorithm_options(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:

@@ -43,7 +43,7 @@ import shutil
 
 from jaxfl import algorithms
 from jaxfl.config import (ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, ConfigError, RunConfig, _only_read_when,
-                          config_from_mapping, load_config_file, option_namespaces,
+                          config_from_mapping, flat_once, load_config_file, option_namespaces,
                           split_algorithm_options)
 
 # Where and how each run is written belongs to the sweep, not to a cell.
@@ -148,18 +148,7 @@ def load_sweep_file(path: str, size: str | None = None) -> tuple[dict, dict]:
                               f"[sizes.{name}.grid] table of lists")
 
     def once(table: dict, where: str) -> dict:  # _flat, refusing a setting spelled twice (clients and [data] clients)
-        flat, spelled = {}, {}
-        for key, value in table.items():
-            entries = [(f"[{key}] {inner}", {key: {inner: item}}) for inner, item in value.items()] \
-                if isinstance(value, dict) else [(key, {key: value})]
-            for spelling, entry in entries:
-                for name, item in _flat(entry, where).items():
-                    if name in flat and flat[name] != item:
-                        raise ConfigError(f"{where} gives {name} twice: {spelled[name]} = {flat[name]!r} and "
-                                          f"{spelling} = {item!r}; give it once")
-                    flat[name] = item
-                    spelled.setdefault(name, spelling)
-        return flat
+        return flat_once(table, where, lambda entry: _flat(entry, where))
 
     base = once(values, f"sweep file {path!r}")
     if size is not None:

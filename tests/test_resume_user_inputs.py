@@ -52,19 +52,16 @@ def test_metrics_returning_other_names_are_refused(tmp_path):
 def test_a_named_model_whose_code_changed_is_refused_as_such(tmp_path):
     # it failed deep in the checkpoint's restore as "device data unreadable (... 16 leaves recorded,
     # 16 expected)": a corrupt checkpoint, not a changed model
-    def narrow(num_classes=10):
-        class Net(nn.Module):
-            @nn.compact
-            def __call__(self, x):
-                return nn.Dense(num_classes)(nn.relu(nn.Dense(8)(x.reshape((x.shape[0], -1)))))
-        return Net()
+    def hidden(width):  # a model factory whose hidden layer is `width` wide
+        def factory(num_classes=10):
+            class Net(nn.Module):
+                @nn.compact
+                def __call__(self, x):
+                    return nn.Dense(num_classes)(nn.relu(nn.Dense(width)(x.reshape((x.shape[0], -1)))))
+            return Net()
+        return factory
 
-    def wide(num_classes=10):
-        class Net(nn.Module):
-            @nn.compact
-            def __call__(self, x):
-                return nn.Dense(num_classes)(nn.relu(nn.Dense(16)(x.reshape((x.shape[0], -1)))))
-        return Net()
+    narrow, wide = hidden(8), hidden(16)
 
     register_model("resume_probe_net", narrow, overwrite=True)
     run = interrupted(tmp_path, config={"model": "resume_probe_net"})
