@@ -908,6 +908,9 @@ def _main(argv: list[str] | None) -> int:
         parser.exit(1, f"jaxfl: run stopped: {error}\n")
     if len(results) > 1 and not configs[0].timing_only:
         _print_comparison(results, configs[0].output_dir)
+    elif len(results) > 1:  # said, not silently skipped: the README's comparison writes a table
+        print("timing-only runs evaluate no model: no comparison.csv or accuracy plot; their schedules side by "
+              "side, mean ± std over seeds: jaxfl sweep --timing-only ... then jaxfl report SWEEP_DIR")
     return 0
 
 

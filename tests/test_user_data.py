@@ -264,3 +264,24 @@ def test_fashion_mnist_is_normalised_by_its_own_statistics():
     stats = normalization_statistics(config, load_dataset("fashion_mnist"))
     np.testing.assert_allclose(stats["mean"], [0.2860], atol=1e-4)
     np.testing.assert_allclose(stats["std"], [0.3530], atol=1e-4)
+
+
+def test_integer_features_for_a_feature_model_are_refused_with_the_cast_that_fixes_them(tmp_path):
+    # integer (N, D) arrays are read as token ids, and the refusal did not say how to pass features
+    x_train, y_train, x_test, y_test = arrays(shape=(6,))
+    integers = (np.rint(x_train * 4).astype(np.int64), y_train, np.rint(x_test * 4).astype(np.int64), y_test)
+    with pytest.raises(ValueError, match=r"has token-id samples of shape \(6,\).*integer arrays of shape \(N, L\) "
+                                         r"are read as token ids: for feature vectors pass floats "
+                                         r"\(x.astype\(np.float32\)\)"):
+        run_experiment(small(tmp_path, model="mlp"), data=integers)
+    assert not os.path.exists(tmp_path / "runs")
+    floats = tuple(a.astype(np.float32) if a.ndim == 2 else a for a in integers)
+    assert run_experiment(small(tmp_path, model="mlp"), data=floats).summary["global_updates"] == 2
+
+
+def test_a_comparison_of_timing_only_runs_says_why_it_writes_no_table(tmp_path, capsys):
+    assert main(["run", "--timing-only", "--algorithm", "fedavg,fedbuff", "--clients", "4", "--max-updates", "2",
+                 "--model", "logreg", "--output-dir", str(tmp_path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "timing-only runs evaluate no model: no comparison.csv or accuracy plot" in out
+    assert not os.path.exists(tmp_path / "comparison.csv")

@@ -429,8 +429,11 @@ def check_model_input(name: str, input_shape: tuple, kind: str, dataset: str = "
         return
     fits = models_for(input_shape, kind)
     what = {"image": "image", "tokens": "token-id", "features": "feature"}.get(kind, kind)
+    # integer (N, L) arrays are read as token ids: feature vectors stored as integers land here
+    cast = ("; integer arrays of shape (N, L) are read as token ids: for feature vectors pass floats "
+            "(x.astype(np.float32))" if kind == "tokens" and spec.kind != "tokens" else "")
     raise ValueError(f"model {name!r} is built for {spec.describe()} but dataset {dataset!r} has {what} samples of "
-                     f"shape {tuple(input_shape)}; models for this data: {', '.join(fits) or 'none registered'}")
+                     f"shape {tuple(input_shape)}; models for this data: {', '.join(fits) or 'none registered'}{cast}")
 
 
 def count_params(params) -> int:
