@@ -37,6 +37,17 @@ def test_a_byte_order_mark_does_not_drop_the_first_client(tmp_path):
     np.testing.assert_array_equal(load_time_per_step(path), TIMES)
 
 
+def refusal(path, text: str) -> str:
+    """The one-line ValueError that load_time_per_step gives for a file holding ``text``, checked to
+    name the file and the layouts allowed."""
+    path.write_text(text)
+    with pytest.raises(ValueError) as refused:
+        load_time_per_step(str(path))
+    message = str(refused.value)
+    assert "\n" not in message and repr(str(path)) in message and "one number per line" in message
+    return message
+
+
 def test_npy_files_are_read_as_before(tmp_path):
     path = tmp_path / "speeds.npy"
     np.save(path, np.array(TIMES))
@@ -51,14 +62,8 @@ def test_npy_files_are_read_as_before(tmp_path):
     ("0.1\n0.2,0.3\n", "(2 rows of 1 to 2 columns)"),
 ])
 def test_a_table_of_several_columns_is_refused_naming_its_shape(tmp_path, text, found):
-    path = tmp_path / "speeds.csv"
-    path.write_text(text)
-    with pytest.raises(ValueError) as refused:
-        load_time_per_step(str(path))
-    message = str(refused.value)
-    assert "\n" not in message
-    assert repr(str(path)) in message and found in message
-    assert "one number per line" in message and "one row of numbers" in message
+    message = refusal(tmp_path / "speeds.csv", text)
+    assert found in message and "one row of numbers" in message
     assert message.endswith("keep only the seconds-per-step column")
 
 
@@ -70,13 +75,7 @@ def test_a_table_of_several_columns_is_refused_naming_its_shape(tmp_path, text, 
     ("0.1,,0.3\n", "line 1: an empty field is not a number"),  # a missing value would shift the clients
 ])
 def test_empty_or_non_numeric_files_are_refused_in_one_line(tmp_path, text, said):
-    path = tmp_path / "speeds.txt"
-    path.write_text(text)
-    with pytest.raises(ValueError) as refused:
-        load_time_per_step(str(path))
-    message = str(refused.value)
-    assert "\n" not in message and repr(str(path)) in message and said in message
-    assert "one number per line" in message
+    assert said in refusal(tmp_path / "speeds.txt", text)
 
 
 def test_a_missing_file_or_another_suffix_is_refused(tmp_path):
