@@ -1005,8 +1005,7 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
         raise ValueError("loggers receive metrics rows, and a timing-only run evaluates nothing: drop the "
                          "loggers (--log-to) or run without timing_only")
     user = user.check(config)
-    given_again = (("data",) if dataset is not None else ()) + tuple(  # what an interrupt asks a resume for
-        name for name in ("model", "client_optimizer", "loss", "metrics") if getattr(user, name) is not None)
+    given_again = (("data",) if dataset is not None else ()) + user.given_again()  # what an interrupt asks for
     _release_earlier_runs()
     config, dataset, federation, model, params = _prepare(config, dataset, user.model, user.init_params)
     if resume_dir is not None:

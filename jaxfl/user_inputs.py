@@ -305,6 +305,15 @@ class UserInputs:
     metrics: Callable | None = None
     metric_names: tuple[str, ...] = ()  # what ``metrics`` returns, known once traced (check_functions)
 
+    def given_again(self) -> tuple[str, ...]:
+        """The Python objects given (of ``model``, ``client_optimizer``, ``loss``, ``metrics``), which a
+        resume of the run must be given again.
+
+        >>> UserInputs(loss=lambda logits, labels: logits[:, 0]).given_again()
+        ('loss',)
+        """
+        return tuple(name for name in _OBJECTS if getattr(self, name) is not None)
+
     def check(self, config: RunConfig) -> "UserInputs":
         """The checks that need no data (types, signatures, the speeds array); ``time_per_step`` comes
         back as a float64 array. ``config`` must be validated."""
