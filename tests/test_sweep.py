@@ -263,6 +263,19 @@ def test_a_cell_failing_in_a_parallel_sweep_names_itself_and_keeps_its_output(tm
     assert read_results(folder) == []  # no finished cell
 
 
+def _bytes_under(folder) -> int:
+    """The bytes of the files under ``folder`` now. A worker renames a checkpoint's temporary folder
+    while this walks the tree (rglob raised FileNotFoundError on one): what vanished counts none."""
+    total = 0
+    for root, _, files in os.walk(folder):  # os.walk skips a folder that vanished
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
 def _workers_of(folder) -> list[int]:
     """Process ids of the sweep workers running cells of ``folder`` (read from /proc, which any Linux has)."""
     found = []
@@ -309,7 +322,7 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     # ignored and hands that on to its workers: they must still stop with their sweep
     killed = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root,
                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    written = lambda: sum(path.stat().st_size for path in (folder / "runs").rglob("*") if path.is_file())  # noqa: E731
+    written = lambda: _bytes_under(folder / "runs")  # noqa: E731
     before, deadline = written(), time.time() + 300
     while time.time() < deadline and not (_workers_of(folder) and written() > before):  # the workers are training
         time.sleep(0.05)
