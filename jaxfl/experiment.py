@@ -772,6 +772,11 @@ def _user_data(config: RunConfig, data) -> tuple[RunConfig, Dataset | None]:
     if data is None:
         return config, None
     name = data.name if isinstance(data, Dataset) else "user"
+    if config.data_fingerprint is not None and config.dataset != name:  # a recorded run's config
+        given = f"a Dataset named {name!r}" if isinstance(data, Dataset) else "arrays, which are named 'user'"
+        recorded = ("arrays (named 'user')" if config.dataset == "user" else f"a Dataset named {config.dataset!r}")
+        raise ConfigError(f"this run was made on {recorded}, and data= gives {given}: pass the run's data "
+                          f"as it was passed then (the name is part of the run's record)")
     if config.dataset not in (DataConfig.dataset, name):  # the default, or the name a run recorded
         raise ConfigError(f"dataset={config.dataset!r} names a dataset to load, but data= was passed too: leave "
                           f"dataset unset (the run records it as {name!r})")

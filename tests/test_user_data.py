@@ -169,6 +169,11 @@ def test_resume_takes_the_same_data_again_and_refuses_other_data(tmp_path):
     other = (data[0] + 0.1,) + data[1:]
     with pytest.raises(ConfigError, match="does not match the data given"):
         resume_experiment(cut, data=other)
+    # the same arrays under another name: the message names both, not "dataset='user' names a dataset to load"
+    with pytest.raises(ConfigError, match=r"made on arrays \(named 'user'\), and data= gives a Dataset named 'mine'"
+                       r": pass the run's data as it was passed then") as caught:
+        resume_experiment(cut, data=as_dataset(data, name="mine"))
+    _one_line(str(caught.value))
     resumed = resume_experiment(cut, data=data)
     assert resumed.summary["resumes"] == 1
     assert_same_run(full, resumed, "resumed on the same data")
