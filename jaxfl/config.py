@@ -43,7 +43,7 @@ CLIENT_WEIGHTS = ("samples", "uniform")
 CLIENT_OPTIMIZERS = ("adam", "sgd", "adamw")
 SERVER_OPTIMIZER_NAMES = ("sgd", "adam", "yogi", "adagrad", "optax_adam", "optax_yogi", "optax_adagrad")
 STALENESS_NAMES = ("constant", "polynomial", "hinge", "exponential")
-RULES = ("fedcompass", "paper")
+RULES = ("fedcompass", "paper", "plato")
 # FedCompass's MNIST target is 90%; Fashion-MNIST is harder (a centrally trained CNN gets ~91%).
 # CIFAR-10: FedCompass's class-partition target. Other datasets have none unless target_accuracy is set.
 DEFAULT_TARGETS = {"mnist10k": 0.9, "mnist": 0.9, "fashion_mnist": 0.8, "digits": 0.9, "tfds:mnist": 0.9,
@@ -141,7 +141,7 @@ class ServerConfig:
     clients_per_round: int | None = None  # clients sampled per round (FedAvg, FedOpt, CC-FedAvg; unset: all); FedAsync/FedBuff: the concurrency
     concurrency: int | None = None  # clients in flight (FedAsync, FedBuff, FedASMU); unset: clients_per_round, else min(clients, 1000)
     buffer_size: int = 3  # FedBuff's K: buffered updates per aggregation
-    rule: str | None = None  # FedAsync/FedBuff update rule: paper or fedcompass (authors' framework); unset: each's default
+    rule: str | None = None  # FedAsync/FedBuff update rule: paper, fedcompass (its authors' framework) or plato (PORT's); unset: each's default
     staleness: str = "polynomial"  # st(s): constant, polynomial α(s+1)^-a, hinge, exponential
     staleness_alpha: float = 0.9  # α of the staleness function st(s)
     staleness_a: float = 0.5  # a of the staleness function st(s) (not read by constant)
@@ -548,8 +548,10 @@ def _only_read_when(config: RunConfig, options: Any = None) -> dict[str, tuple[b
         "dropout_mean": (config.dropout_prob > 0, "dropout_prob > 0"),
         "eval_every": (config.eval_interval is None and not timing,
                        TIMING_ONLY_READERS if timing else "runs without eval_interval"),
-        "staleness_a": (config.staleness != "constant", "staleness functions other than constant"),
         **{name: (name not in variant, variant[name][1] if name in variant else "") for name in VARIANT_FIELDS},
+        "staleness_a": (config.staleness != "constant" and "staleness_a" not in variant,
+                        variant["staleness_a"][1] if "staleness_a" in variant else
+                        "staleness functions other than constant"),
         **{name: (config.server_optimizer in readers and not mixing and name not in variant,
                   variant[name][1] if name in variant else
                   variant["server_optimizer"][1] if mixing else _server_readers_text(name))
@@ -570,7 +572,8 @@ TIMING_ONLY_READERS = "runs that train; a timing-only run has no training, no ev
 
 # Shared fields that an algorithm reads or not by its own settings (its rule, its options):
 # Algorithm.unread_settings names those it does not read.
-VARIANT_FIELDS = ("client_weights", "server_optimizer", "server_lr", "server_momentum")
+VARIANT_FIELDS = ("client_weights", "server_optimizer", "server_lr", "server_momentum", "staleness", "staleness_alpha",
+                  "staleness_a")
 
 
 def _variant_unread(config, options: Any = None) -> dict[str, tuple[str | None, str]]:
@@ -625,6 +628,8 @@ def algorithms_reading(name: str) -> list[str]:
             if name in SERVER_FIELDS_READ_BY and \
                     (cls.server_optimizer or ServerConfig.server_optimizer) not in SERVER_FIELDS_READ_BY[name]:
                 continue
+            if name in ALGORITHM_FIELDS and cls.reads is not None and name not in cls.reads:
+                continue  # the staleness fields: read by the asynchronous algorithms alone
             conditions, read_always = [], True
             for rule in (None, *RULES):  # the variants a run field selects (options: their defaults)
                 unread = cls.unread_settings(RunConfig(algorithm=other, rule=rule))

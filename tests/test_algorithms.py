@@ -65,6 +65,15 @@ def test_fedbuff_aggregates_every_k_arrivals(small_config):
     assert arrivals_between == [3, 3, 3, 3]
 
 
+def test_fedasync_rule_plato_is_its_paper_rule(small_config):
+    """PLATO's FedAsync server (rule plato, PORT's baselines) mixes as the FedAsync paper does: the same run."""
+    paper = run_experiment(replace(small_config, algorithm="fedasync", rule="paper", run_name="paper"))
+    plato = run_experiment(replace(small_config, algorithm="fedasync", rule="plato", run_name="plato"))
+    assert events(paper.run_dir) == events(plato.run_dir)
+    for a, b in zip(jax.tree.leaves(paper.params), jax.tree.leaves(plato.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_rules_give_different_updates(small_config):
     authors = run_experiment(replace(small_config, algorithm="fedbuff", rule="fedcompass", run_name="a"))
     paper = run_experiment(replace(small_config, algorithm="fedbuff", rule="paper", run_name="p"))

@@ -89,3 +89,32 @@ def test_fedasync_mixing_matches_hand_computed_reference(small_config):
     assert any(r.aggregated_in - 1 - r.version > 0 for r in result.simulation.records if r.aggregated_in)
     for a, b in zip(leaves(w), leaves(result.params)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_fedbuff_plato_averages_the_buffered_models_as_the_port_paper_ran_it(small_config):
+    """FedBuff's rule plato (PORT's baseline, PLATO): once K models are in, w ← (1/K)·Σ w_i, each w_i
+    trained from the version it was sent; no staleness weight, no server learning rate."""
+    # SGD: Adam's step turns float rounding in a near-zero gradient into a step of the learning rate
+    config = replace(small_config, algorithm="fedbuff", rule="plato", buffer_size=2, clients=3,
+                     heterogeneity="exp", max_updates=4, client_optimizer="sgd", client_lr=0.05)
+    result = run_experiment(config)
+    config, dataset, federation, model, params = prepare(config)
+    trainer = make_client_trainer(model, make_client_optimizer(config.client_optimizer, config.client_lr),
+                                  config.batch_size)
+    data = FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y))
+    root = jax.random.fold_in(jax.random.key(config.seed), TRAIN_STREAM)
+    versions = {0: params}
+    aggregated = [r for r in result.simulation.records if r.status == "aggregated"]
+    for version in range(1, 5):
+        models = []
+        for record in sorted((r for r in aggregated if r.aggregated_in == version), key=lambda r: r.id):
+            key = jax.random.fold_in(jax.random.fold_in(root, record.client), record.client_round)
+            view = ClientView(jnp.int32(federation.offsets[record.client]), jnp.int32(federation.counts[record.client]))
+            start = versions[record.version]
+            delta, _ = local_train(trainer, start, data, view, jnp.int32(record.steps), key, max_steps=record.steps)
+            models.append(jax.tree.map(jnp.subtract, start, delta))
+        assert len(models) == 2
+        versions[version] = jax.tree.map(lambda a, b: (a + b) / 2, *models)
+    assert any(r.aggregated_in - 1 - r.version > 0 for r in aggregated), "a stale model was averaged"
+    for a, b in zip(leaves(versions[4]), leaves(result.params)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)

@@ -256,7 +256,8 @@ class Algorithm:
     @classmethod
     def unread_settings(cls, run, options: Options | None = None) -> dict[str, tuple[str | None, str]]:
         """The shared run fields (:data:`jaxfl.config.VARIANT_FIELDS`: ``client_weights``, the server
-        optimiser's ``server_optimizer``, ``server_lr``, ``server_momentum``) that this algorithm never
+        optimiser's ``server_optimizer``, ``server_lr``, ``server_momentum``, the staleness function's
+        ``staleness``, ``staleness_alpha``, ``staleness_a``) that this algorithm never
         reads under ``run``'s settings (e.g. its ``rule``) and ``options`` (None: not resolved yet, take
         the defaults): name → (the setting of this algorithm under which it is read, None if under
         none; the end of the refusal "read only with ..."). A value given to a run that does not read

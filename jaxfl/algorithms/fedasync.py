@@ -16,6 +16,8 @@ Two update rules, chosen by ``rule``:
     α_t = st(τ_g − τ_i)            # st includes the mixing weight α: α·(s+1)^(−a)
     w ← (1 − α_t) w + α_t w_i      # w_i is the client's final model, trained from the stale w_{τ_i}
 
+``"plato"`` (FedAsync as the PORT paper ran it, in PLATO): the paper's mixing, the same update.
+
 The FedCompass authors' form takes steps about m times smaller (p_i ≈ 1/m); FedCompass with
 Q_min = Q_max equals FedAsync only in that form.
 """
@@ -28,7 +30,8 @@ from jaxfl.scheduler.pool import InFlightLimit
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 from jaxfl.scheduler.staleness import StalenessWeights
 
-RULES = ("fedcompass", "paper")
+RULES = ("fedcompass", "paper", "plato")
+MIXING_RULES = ("paper", "plato")
 
 
 class FedAsync(InFlightLimit, Policy):
@@ -43,7 +46,7 @@ class FedAsync(InFlightLimit, Policy):
         self.local_steps = local_steps
         self.staleness = staleness
         self.rule = rule
-        self.needs_start_models = rule == "paper"
+        self.needs_start_models = rule in MIXING_RULES
         self.concurrency = concurrency
         self.seed = seed
         self._staleness_weights = StalenessWeights(staleness)
@@ -88,17 +91,18 @@ class FedAsyncAlgorithm(Algorithm):
 
     @classmethod
     def unread_settings(cls, run, options=None) -> dict[str, tuple[str | None, str]]:
-        """Under ``rule="paper"`` an arrival is mixed, w ← (1 − α_t) w + α_t w_i: no p_i, no server optimiser.
+        """Under ``rule="paper"`` (and ``"plato"``, the same) an arrival is mixed, w ← (1 − α_t) w + α_t w_i: no p_i, no server optimiser.
 
         >>> from types import SimpleNamespace
         >>> sorted(FedAsyncAlgorithm.unread_settings(SimpleNamespace(rule="paper")))
         ['client_weights', 'server_lr', 'server_momentum', 'server_optimizer']
         """
-        if (run.rule or "fedcompass") != "paper":
+        if (run.rule or "fedcompass") not in MIXING_RULES:
             return {}
-        weights = ("rule fedcompass", "fedasync's rule fedcompass: rule paper mixes w ← (1 − α_t) w + α_t w_i, "
+        rule = run.rule
+        weights = ("rule fedcompass", f"fedasync's rule fedcompass: rule {rule} mixes w ← (1 − α_t) w + α_t w_i, "
                                       "weighted by staleness alone")
-        server = ("rule fedcompass", "fedasync's rule fedcompass: rule paper mixes models without a server optimiser")
+        server = ("rule fedcompass", f"fedasync's rule fedcompass: rule {rule} mixes models without a server optimiser")
         return {"client_weights": weights, "server_optimizer": server, "server_lr": server, "server_momentum": server}
 
     def policy(self) -> FedAsync:

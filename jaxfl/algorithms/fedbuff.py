@@ -18,6 +18,18 @@ shrink as the federation grows, so FedBuff behaves the same at 10 and at 10^6 cl
         if K updates are buffered: w ← w − b ; τ_g ← τ_g + 1 ; b ← 0   # no 1/K, no server lr
 
 With p_i ≈ 1/C that step vanishes in large federations (at 10^4 clients the model does not move).
+
+``rule="plato"`` (FedBuff as the PORT paper ran it, in PLATO; Su & Li, IWQoS 2022, Section V)::
+
+    once K models w_i are in:  w ← (1/K) · Σ w_i      # equal weights, no staleness, no server lr
+
+a plain average of the clients' final models, each trained from the version it was sent. It is
+not the original's delta step: w − (1/K)·Σ Δ_i adds a stale client's progress to the current
+model, where the average pulls the model back towards the stale one.
+
+The default staleness function st(s) = α·(s+1)^(−a) has α = 0.9 (FedCompass App. E.2, for every
+asynchronous method), so under ``rule="paper"`` a fresh update weighs 0.9/K, not the original's
+1/K: ``staleness_alpha=1`` gives the original FedBuff's optional 1/√(1+s) scaling exactly.
 A buffer may hold two updates from the same client.
 """
 from __future__ import annotations
@@ -29,7 +41,7 @@ from jaxfl.scheduler.pool import InFlightLimit
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 from jaxfl.scheduler.staleness import StalenessWeights
 
-RULES = ("paper", "fedcompass")
+RULES = ("paper", "fedcompass", "plato")
 
 
 class FedBuff(InFlightLimit, Policy):
@@ -50,6 +62,7 @@ class FedBuff(InFlightLimit, Policy):
         self.concurrency = concurrency
         self.seed = seed
         self.buffer: list[tuple[int, float]] = []
+        self.needs_start_models = rule == "plato"  # a model average ("mix" mode)
         self._staleness_weights = StalenessWeights(staleness)
 
     def __setstate__(self, state: dict) -> None:
@@ -64,11 +77,14 @@ class FedBuff(InFlightLimit, Policy):
         return {"concurrency": self.concurrency, "rule": self.rule}
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
-        weight = self._staleness_weights[sim.version - record.version]  # st(τ_g − τ_i)
-        if self.rule == "fedcompass":
-            weight *= sim.client_weights[record.client]
+        if self.rule == "plato":
+            weight = 1.0 / self.buffer_size
         else:
-            weight /= self.buffer_size
+            weight = self._staleness_weights[sim.version - record.version]  # st(τ_g − τ_i)
+            if self.rule == "fedcompass":
+                weight *= sim.client_weights[record.client]
+            else:
+                weight /= self.buffer_size
         self.buffer.append((record.id, weight))
         sim.reply(record.client)
         if len(self.buffer) >= self.buffer_size:
@@ -76,7 +92,10 @@ class FedBuff(InFlightLimit, Policy):
             if len(kept) < len(self.buffer):  # a NaN/Inf update dropped: the buffer waits for K finite ones
                 self.buffer = [(d, w) for d, w in self.buffer if d in kept]
                 return
-            sim.aggregate(self.buffer)
+            if self.rule == "plato":
+                sim.aggregate(self.buffer, mode="mix", server_optimizer=False)
+            else:
+                sim.aggregate(self.buffer)
             self.buffer = []
 
 
@@ -93,16 +112,29 @@ class FedBuffAlgorithm(Algorithm):
 
     @classmethod
     def unread_settings(cls, run, options=None) -> dict[str, tuple[str | None, str]]:
-        """Under ``rule="paper"`` (the default) an update is weighed st(s)/K: no p_i.
+        """Under ``rule="paper"`` (the default) an update is weighed st(s)/K: no p_i. Under ``"plato"``
+        the K models are averaged with equal weights: no p_i, no staleness function, no server optimiser.
 
         >>> from types import SimpleNamespace
         >>> FedBuffAlgorithm.unread_settings(SimpleNamespace(rule=None))["client_weights"][0]
         'rule fedcompass'
+        >>> sorted(FedBuffAlgorithm.unread_settings(SimpleNamespace(rule="plato")))[:3]
+        ['client_weights', 'server_lr', 'server_momentum']
         """
-        if (run.rule or "paper") != "paper":
+        rule = run.rule or "paper"
+        if rule == "fedcompass":
             return {}
-        return {"client_weights": ("rule fedcompass", "fedbuff's rule fedcompass: rule paper, fedbuff's default, "
-                                                      "weighs each update by staleness and 1/buffer_size alone")}
+        if rule == "paper":
+            return {"client_weights": ("rule fedcompass", "fedbuff's rule fedcompass: rule paper, fedbuff's default, "
+                                                          "weighs each update by staleness and 1/buffer_size alone")}
+        average = "fedbuff's rule plato averages the K models with equal weights 1/K"
+        server = ("rule paper or fedcompass", f"fedbuff's rules paper and fedcompass: {average}, without a server "
+                                              "optimiser")
+        staleness = ("rule paper or fedcompass", f"fedbuff's rules paper and fedcompass: {average}, whatever "
+                                                 "their staleness")
+        return {"client_weights": ("rule fedcompass", f"fedbuff's rule fedcompass: {average}"),
+                "server_optimizer": server, "server_lr": server, "server_momentum": server,
+                "staleness": staleness, "staleness_alpha": staleness, "staleness_a": staleness}
 
     @classmethod
     def validate(cls, run, options) -> None:
