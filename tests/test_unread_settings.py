@@ -84,6 +84,38 @@ def test_server_settings_are_refused_by_fedasmu(values, shown):
     refused({"algorithm": "fedasmu", **values}, shown, "fedasmu mixes models with its learned α")
 
 
+@pytest.mark.parametrize("values, shown", [({"server_optimizer": "adam"}, "server_optimizer='adam'"),
+                                           ({"server_lr": 0.1}, "server_lr=0.1"),
+                                           ({"server_momentum": 0.9}, "server_momentum=0.9")])
+def test_server_settings_are_refused_by_fedat(values, shown):
+    """FedAT's tier aggregation sets the model to its tiers' weighted average (its profiling round too)."""
+    refused({"algorithm": "fedat", **values}, shown, "never reads it", "fedat sets the model to its tiers' weighted")
+    assert "fedat" not in " ".join(algorithms_reading(next(iter(values))))
+
+
+@pytest.mark.parametrize("values, shown", [({"server_optimizer": "adam"}, "server_optimizer='adam'"),
+                                           ({"server_lr": 0.1}, "server_lr=0.1"),
+                                           ({"server_momentum": 0.9}, "server_momentum=0.9"),
+                                           ({"staleness": "hinge"}, "staleness='hinge'"),
+                                           ({"staleness_alpha": 0.5}, "staleness_alpha=0.5"),
+                                           ({"client_weights": "uniform"}, "client_weights='uniform'")])
+def test_fedbuff_s_rule_plato_refuses_what_a_plain_model_average_does_not_read(values, shown):
+    refused({"algorithm": "fedbuff", "rule": "plato", **values}, shown, "never reads it",
+            "fedbuff's rule plato averages the K models with equal weights 1/K")
+
+
+def test_a_port_comparison_gives_the_staleness_settings_to_fedasync_alone(tmp_path):
+    cells, notes = expand({"clients": 4, "rule": "plato", "staleness_alpha": 0.9, "staleness_a": 2.0},
+                          {"algorithm": ["fedasync", "fedbuff"]}, str(tmp_path))
+    assert [(cell.config.staleness_a, cell.config.rule) for cell in cells] == [(2.0, "plato"), (0.5, "plato")]
+    assert "staleness_a applies only to the cells that read it (algorithm=fedasync)" in notes
+
+
+def test_fedcompass_m_refuses_another_server_optimizer():
+    refused({"algorithm": "fedcompass_m", "server_optimizer": "adam"}, "server_optimizer='adam'",
+            "sgd for fedcompass_m (FedCompass+M is SGD with momentum)")
+
+
 def test_adam_s_settings_go_with_the_refused_optimizer(capsys):
     refused({"algorithm": "fedasync", "rule": "paper", "server_tau": 0.01}, "server_tau=0.01", "rule fedcompass")
     fedavg, fedasync = cli_configs("--algorithm", "fedavg,fedasync", "--rule", "paper", "--server-optimizer", "adam",

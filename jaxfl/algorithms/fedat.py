@@ -175,7 +175,8 @@ class FedAT(Policy):
         weights = np.array([sim.client_weights[r.client] for r in members])
         contributions = [(r.id, w / weights.sum()) for r, w in zip(members, weights)]
         if tier == -1:  # the profiling round is a FedAvg round; then tiers form from the measured S_i
-            sim.aggregate(contributions)
+            # w ← w − Σ c_i Δ_i, as the tier aggregations after it: FedAT has no server optimiser
+            sim.aggregate(contributions, server_optimizer=False)
             measured = sorted(self._speed)
             tiers = form_tiers([self._speed[c] for c in measured], self.tier_ratio)
             self._form_tiers(sim, None, [[measured[i] for i in tier_] for tier_ in tiers])
@@ -254,6 +255,17 @@ class FedATAlgorithm(Algorithm):
     per_client_steps = True
     delta_updates = False  # tier models are averaged as models
     summary = "synchronous inside speed tiers, weighted across tiers (Chai et al. 2021)"
+
+    @classmethod
+    def unread_settings(cls, run, options=None) -> dict[str, tuple[str | None, str]]:
+        """A tier aggregation sets the model to the tiers' weighted average: no server optimiser.
+
+        >>> from types import SimpleNamespace
+        >>> sorted(FedATAlgorithm.unread_settings(SimpleNamespace(rule=None)))
+        ['server_lr', 'server_momentum', 'server_optimizer']
+        """
+        server = (None, "algorithms with a server optimiser: fedat sets the model to its tiers' weighted average")
+        return {"server_optimizer": server, "server_lr": server, "server_momentum": server}
 
     def policy(self) -> FedAT:
         return FedAT(self.local_steps, self.options.tier_ratio, self.options.profiling,

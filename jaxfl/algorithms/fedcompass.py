@@ -590,6 +590,14 @@ class FedCompassM(FedCompassAlgorithm):
     server_momentum = 0.9
     summary = "FedCompass with server momentum at group aggregations"
 
+    @classmethod
+    def validate(cls, run, options) -> None:
+        from jaxfl.config import fail
+
+        super().validate(run, options)
+        if run.server_optimizer != "sgd":  # another optimiser would drop the momentum that makes it +M
+            fail("server_optimizer", run.server_optimizer, "sgd for fedcompass_m (FedCompass+M is SGD with momentum)")
+
 
 @register
 class FedCompassN(FedCompassAlgorithm):
