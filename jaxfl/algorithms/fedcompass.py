@@ -21,7 +21,10 @@ waits at most until T_max = creation + λ·(T_a − creation). Server loop (pape
 
 Aggregation variants (``aggregation``): ``"plain"`` (FedCompass: no renormalisation, server
 optimiser sgd(1)); ``"momentum"`` (+M: the engine's momentum server optimiser is applied at group
-aggregations only; single updates skip it); ``"normalized"`` (+N: each buffered update is divided
+aggregations only; single updates skip it); a server optimiser or learning rate a user sets
+(``server_optimizer``, ``server_lr``) likewise applies to group aggregations only: a first
+response's single update is w − st·p_i·Δ_i as written above, whatever the server's settings;
+``"normalized"`` (+N: each buffered update is divided
 by its Q_i and the aggregate multiplied by Q_eff = Σ p_i Q_i / Σ p_i over the aggregation — FedNova
 with τ_eff weighted by p_i, which the shared :class:`~jaxfl.algorithms.wrappers.StepNormalization`
 hook applies on device from a :class:`~jaxfl.algorithms.wrappers.NormalizeSteps` payload).
