@@ -264,8 +264,10 @@ def timeline_figure(run_dir: str, max_time: float | None = None, max_clients: in
     Up to ``max_clients`` clients: a Gantt chart of each client's busy (training) intervals, idle
     gaps between them, and the global aggregations as vertical lines; bars are coloured by
     FedCompass group / FedAT tier when the log names them. More clients: aggregated views over
-    ``bins`` time bins — clients in flight (time-weighted mean per bin, with the bin's min–max),
-    aggregations per bin, and the staleness of arriving updates (median and 10–90 % band).
+    ``bins`` time bins — clients in flight (time-weighted mean per bin, with the bin's min–max; the
+    axis runs to the peak in flight, or to the federation's size where the peak reaches half of it:
+    :func:`in_flight_axis_top`), aggregations per bin, and the staleness of arriving updates (median
+    and 10–90 % band).
 
     >>> # timeline_figure(result.run_dir, max_time=60)   # the last line of a notebook cell
     """
@@ -306,6 +308,26 @@ def _plot_gantt(events: dict[str, np.ndarray], algorithm: str, max_time: float |
     return figure
 
 
+# Up to this fraction of the federation in flight at the peak, the clients-in-flight axis runs to the
+# peak; from it on, to the whole federation (a synchronous round or a concurrency near the federation's
+# size reads against all clients).
+FULL_AXIS_FRACTION = 0.5
+
+
+def in_flight_axis_top(peak: int, clients: int) -> float:
+    """The top of the timeline's clients-in-flight axis: 5 % above the federation's size where the peak
+    in flight reaches :data:`FULL_AXIS_FRACTION` of it, else 10 % above the peak. At 10^5–10^6 clients
+    with a concurrency of 1,000, an axis to the federation's size draws the count as a flat line at 0
+    (0.1 % of the axis); the title and axis label name the federation's size instead.
+
+    >>> in_flight_axis_top(100, 100), in_flight_axis_top(1_000, 1_000_000), in_flight_axis_top(0, 500)
+    (105.0, 1100.0, 1.1)
+    """
+    if peak >= FULL_AXIS_FRACTION * clients:
+        return clients * 105 / 100
+    return max(peak, 1) * 11 / 10
+
+
 def _plot_aggregated(events: dict[str, np.ndarray], kinds, algorithm: str, clients: int,
                      max_time: float | None, bins: int):
     from matplotlib.figure import Figure
@@ -327,12 +349,16 @@ def _plot_aggregated(events: dict[str, np.ndarray], kinds, algorithm: str, clien
                       linewidth=0, label="min–max in bin")
     busy.plot(centres, profile["mean"], drawstyle="steps-mid", color="tab:blue", linewidth=1,
               label="time-weighted mean in bin")
-    busy.axhline(clients, color="grey", linestyle="--", linewidth=1, label=f"all {clients} clients")
-    busy.set_ylabel("clients in flight")
-    busy.set_ylim(0, clients * 1.05)
+    peak = int(profile["max"].max()) if len(profile["max"]) else 0
+    top = in_flight_axis_top(peak, clients)
+    if top > clients:  # the federation's size is in view: drawn as a line, as for a small federation
+        busy.axhline(clients, color="grey", linestyle="--", linewidth=1, label=f"all {clients:,} clients")
+    busy.set_ylabel(f"clients in flight\n(of {clients:,})")
+    busy.set_ylim(0, top)
     busy.legend(loc="lower right", fontsize=8)
     utilisation = stats["utilisation_mean"]
-    busy.set_title(f"{algorithm}: {clients} clients\nmean utilisation "
+    busy.set_title(f"{algorithm}: {clients:,} clients, at most {peak:,} in flight ({100 * peak / clients:.3g}%)\n"
+                   f"mean utilisation "
                    f"{'n/a' if utilisation is None else f'{utilisation:.1%}'}, "
                    f"{stats['idle_client_s_total']:.3g} idle client-s, "
                    f"{stats['aggregations']} aggregations"

@@ -14,11 +14,13 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("pyarrow")
 
 
-def make_run(folder, clients: int, rounds: int, format: str = "auto", **options) -> str:
-    """A run directory holding only what plot_timeline reads: config.json and the event log."""
+def make_run(folder, clients: int, rounds: int, format: str = "auto", federation: int | None = None,
+             **options) -> str:
+    """A run directory holding only what plot_timeline reads: config.json and the event log.
+    ``federation``: the configured number of clients, where only ``clients`` of them take part."""
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as handle:
-        json.dump({"config": {"algorithm": "fedbuff", "data": {"clients": clients}}}, handle)
+        json.dump({"config": {"algorithm": "fedbuff", "data": {"clients": federation or clients}}}, handle)
     columns = synthetic_events(clients=clients, rounds=rounds)
     with EventLog(str(folder), format=format, **options) as log:
         for row in rows_of(columns):
@@ -79,3 +81,24 @@ def test_binned_quantiles_match_numpy_per_bin():
             assert result[:, b].tolist() == np.quantile(inside, [0.1, 0.5, 0.9], method="lower").tolist()
         else:
             assert np.isnan(result[:, b]).all()
+
+
+def test_in_flight_axis_runs_to_the_peak_in_a_large_federation(tmp_path):
+    # 200 clients in flight out of 10^6: on an axis to 10^6 they were a flat line at 0
+    run_dir = make_run(tmp_path / "run", clients=200, rounds=5, format="csv", federation=1_000_000)
+    figure = plot.timeline_figure(run_dir, bins=50)
+    busy = figure.axes[0]
+    assert busy.get_ylim() == (0.0, 220.0)  # 10 % above the peak of 200
+    assert "1,000,000" in busy.get_ylabel() and "1,000,000 clients" in busy.get_title()
+    assert "at most 200 in flight" in busy.get_title()
+    # no line at the federation's size, which is far out of view
+    assert [text.get_text() for text in busy.get_legend().get_texts()] == ["min–max in bin",
+                                                                          "time-weighted mean in bin"]
+
+
+def test_in_flight_axis_keeps_the_federation_where_most_clients_train(tmp_path):
+    run_dir = make_run(tmp_path / "run", clients=100, rounds=5, format="csv")  # every client always busy
+    busy = plot.timeline_figure(run_dir, bins=50).axes[0]
+    assert busy.get_ylim() == (0.0, 105.0)
+    assert "all 100 clients" in [text.get_text() for text in busy.get_legend().get_texts()]
+    assert len(busy.get_lines()) == 2  # the mean and the federation's dashed line
