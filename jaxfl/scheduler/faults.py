@@ -1,8 +1,9 @@
 """Client faults on the virtual clock (plain Python + numpy).
 
 Per dispatch, each client independently may:
-- ``crash``: stop mid-round and never return (its update is dropped, reason "client crashed";
-  the server is not told — a policy that waits for it needs a deadline);
+- ``crash``: stop mid-round and never return (its update is dropped, reason "client crashed").
+  The policy's ``on_crash`` hook hears of it: FedBuff and FedAsync dispatch a replacement from
+  their idle clients; the others do nothing, so a policy that waits for the client needs a deadline;
 - ``delay``: return, but ``delay_factor`` times later than its round would take;
 - ``dropout``: go offline for Exp(``dropout_mean``) virtual seconds during the round, then finish.
 

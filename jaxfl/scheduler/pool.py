@@ -133,6 +133,10 @@ class InFlightLimit:
     re-dispatched itself when answered, with no draw at all. The policy sets ``concurrency``,
     ``seed`` and ``local_steps``, calls :meth:`start_in_flight` from ``start`` and
     ``sim.reply(client)`` when it answers a client.
+
+    A client that crashes (faults) is replaced at once by one drawn from the idle clients
+    (:meth:`on_crash`), so ``concurrency`` clients stay in flight while any client is idle; the
+    crashed client is never given back to the pool, so it is never drawn again.
     """
 
     concurrency: int | None = None
@@ -153,4 +157,25 @@ class InFlightLimit:
     def on_reply(self, sim, client: int, payload) -> None:
         if self.pool is not None:
             client = self.pool.exchange(client)
+        sim.dispatch(client, local_steps_of(self.local_steps, client))
+
+    def on_crash(self, sim, record) -> None:
+        """Refill the crashed client's slot with a client drawn from the idle ones (none: every
+        client is in flight or crashed, and the run goes on with fewer). The crashed client stays
+        out of the pool: busy in its books for good, it is never drawn again. Without a pool (every
+        client in flight from the start) no client is idle and nothing is dispatched.
+
+        >>> from types import SimpleNamespace
+        >>> policy = InFlightLimit()
+        >>> policy.local_steps, policy.pool = 5, IdlePool(3, seed=0)
+        >>> crashed = policy.pool.take()
+        >>> sent = []
+        >>> policy.on_crash(SimpleNamespace(dispatch=lambda client, steps: sent.append(client)), None)
+        >>> sent[0] != crashed, policy.pool.idle
+        (True, 1)
+        """
+        pool = self.pool
+        if pool is None or pool.idle == 0:
+            return
+        client = pool.take()
         sim.dispatch(client, local_steps_of(self.local_steps, client))

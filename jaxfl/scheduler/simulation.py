@@ -271,6 +271,20 @@ class Policy:
     def on_timer(self, sim: "Simulation", payload) -> None:
         raise ValueError(f"{type(self).__name__} received a timer but defines no on_timer()")
 
+    def on_crash(self, sim: "Simulation", record: DispatchRecord) -> None:
+        """``record``'s client crashed at ``sim.now`` and is gone for good (its update was dropped as
+        "client crashed"). The default does nothing: a policy that waits for its clients stops
+        waiting at its own deadline (``round_timeout``, T_max), as before the hook existed. A policy
+        that keeps a number of clients in flight (:class:`~jaxfl.scheduler.pool.InFlightLimit`,
+        FedBuff's and FedAsync's) dispatches a replacement here, as their servers do when a
+        connection drops, so that crashes do not drain its concurrency.
+
+        Example (refill the slot with the next client that never trained)::
+
+            def on_crash(self, sim, record):
+                sim.dispatch(self.fresh.pop(), self.local_steps)
+        """
+
 
 class Simulation:
     """Run a policy on the virtual clock until a budget is spent or the backend asks to stop.
@@ -866,13 +880,15 @@ class Simulation:
         elif kind == "timer":
             self._write("timer", event.time, -1, None, self.version, None, None, None)
             self.policy.on_timer(self, event.payload)
-        elif kind == "crash":  # the client stops for good; the policy is not told
+        elif kind == "crash":  # the client stops for good
             record = self.records[event.payload]
             self._mark_dropped(record, "client crashed", IN_FLIGHT)
             self.busy_time[record.client] += event.time - record.start_time
             self._write("crash", event.time, record.client, record.id, record.version, None, record.steps)
             self.backend.on_drop(record)
             self.records.finish(record)
+            # told after the crash is booked, so that a replacement's dispatch row follows the crash row
+            self.policy.on_crash(self, record)
         else:
             raise ValueError(f"unknown event kind {event.kind!r}")
 
