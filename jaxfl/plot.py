@@ -246,18 +246,18 @@ def binned_quantiles(times: np.ndarray, values: np.ndarray, edges: np.ndarray,
 
 
 def plot_timeline(run_dir: str, path: str, max_time: float | None = None, max_clients: int = GANTT_MAX_CLIENTS,
-                  bins: int = 400) -> str:
+                  bins: int = 400, title: str | None = None) -> str:
     """Write :func:`timeline_figure` of a run to ``path`` (PNG) and return the path.
 
     From the command line: ``jaxfl timeline RUN_DIR``.
 
     >>> # plot_timeline("runs/fedbuff-mnist10k-exp-c10-s0", "timeline.png")
     """
-    return save_figure(timeline_figure(run_dir, max_time, max_clients, bins), path)
+    return save_figure(timeline_figure(run_dir, max_time, max_clients, bins, title), path)
 
 
 def timeline_figure(run_dir: str, max_time: float | None = None, max_clients: int = GANTT_MAX_CLIENTS,
-                    bins: int = 400):
+                    bins: int = 400, title: str | None = None):
     """A run's schedule over virtual time, from its event log (CSV or Parquet), as a
     :class:`matplotlib.figure.Figure` (a notebook shows it inline; ``.savefig`` writes it).
 
@@ -269,10 +269,15 @@ def timeline_figure(run_dir: str, max_time: float | None = None, max_clients: in
     :func:`in_flight_axis_top`), aggregations per bin, and the staleness of arriving updates (median
     and 10–90 % band).
 
+    ``title``: what the heading calls the run (default: its algorithm), e.g. the group and seed of
+    the one run a sweep's report draws for several.
+
     >>> # timeline_figure(result.run_dir, max_time=60)   # the last line of a notebook cell
+    >>> # timeline_figure(run_dir, title="fedbuff, concurrency=100, seed 0 (1 of 2 runs)")
     """
     events = read_events(run_dir)
     algorithm, configured = _run_title(run_dir)
+    algorithm = algorithm if title is None else title
     kinds = runlog._Kinds(events)  # each event kind's mask computed once for every panel
     clients = configured or len(np.unique(events["client"][kinds("dispatch")]))
     if clients > max_clients:

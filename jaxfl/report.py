@@ -32,7 +32,9 @@ Both are printed and written to ``report.md`` (markdown) and ``report.csv`` (one
 method, with the absolute times), beside the figures (PNG): accuracy against virtual time per method
 with its min–max band over the seeds (one figure per group) and the same against the computation
 spent (``accuracy_vs_steps``: the local steps of the updates delivered), time-to-target bars,
-staleness histograms per method, and one run's client timeline per method. From results tables
+staleness histograms per group and method (one figure, a row of panels a group), and the client
+timeline of one run per group and method (its lowest seed, named in the title;
+``timeline-METHOD-GROUP.png``, ``timeline-METHOD.png`` for a report of one group). From results tables
 whose runs are gone (seeds run on other machines, committed CSVs), ``figures="table"`` draws the
 figures the table alone makes: the time-to-target bars and, with ``grid``, the heat maps.
 Timing-only runs (``timing_only``: the schedule without training) evaluate no model: their rows get
@@ -811,8 +813,8 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
             grid_markdown = format_grid_markdown(design, trained.columns, chosen, target)
             parts.append(grid_markdown)
     timing_lines = []
-    if timing_rows:
-        timing = _grouping(timing_rows)
+    timing = _grouping(timing_rows) if timing_rows else None
+    if timing is not None:
         timing_lines = summarise_timing(timing)
         parts.append(format_timing_markdown(timing_lines, timing.columns, mixed=trained is not None))
     markdown = "\n\n".join(([coverage] if coverage else []) + parts)
@@ -821,7 +823,7 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
         handle.write(markdown + "\n")
     os.replace(markdown_path + ".tmp", markdown_path)
     table = _write_csv(lines + timing_lines, os.path.join(out, "report.csv"))
-    drawn = (_figures(grouping, trained, lines, sweep_dir, out, panels) if figures is True
+    drawn = (_figures(trained, timing, lines, sweep_dir, out, panels) if figures is True
              else [_time_to_target_figure(trained, lines, out, panels)] if figures == "table" and trained is not None
              else [])
     if figures and grid is not None:
@@ -999,10 +1001,11 @@ def _run_dir(sweep_dir: str, row: dict) -> str:
     return path
 
 
-def _figures(grouping: _Grouping, trained: _Grouping | None, lines: list[dict], sweep_dir: str, out: str,
+def _figures(trained: _Grouping | None, timing: _Grouping | None, lines: list[dict], sweep_dir: str, out: str,
              panels: str | None = None) -> list[str]:
     """Every figure: the accuracy bands and time-to-target bars of the runs that evaluated a model
-    (``trained``; None where every run is timing-only), the staleness histograms and timelines of all."""
+    (``trained``; None where every run is timing-only), the staleness histograms and timelines of all,
+    in the groups of the tables (:func:`figure_groups`; ``timing``: the timing-only runs' grouping)."""
     paths = []
     if trained is not None:
         groups, by_group = trained.columns, trained.cells
@@ -1013,15 +1016,46 @@ def _figures(grouping: _Grouping, trained: _Grouping | None, lines: list[dict], 
                   if any(run.get("best_accuracy") is not None for runs in runs_by_method.values() for run in runs)
                   for name, x in (("accuracy", "time"), ("accuracy_vs_steps", "steps"))]
         paths.append(_time_to_target_figure(trained, lines, out, panels))
-    by_group, by_method = grouping.cells, grouping.runs_by_method()
-    paths.append(plot_staleness(by_method, sweep_dir, os.path.join(out, "staleness.png")))
+    groups = figure_groups(trained, timing)
+    paths.append(plot_staleness_by_group(groups, sweep_dir, os.path.join(out, "staleness.png")))
     from jaxfl.plot import plot_timeline
 
-    first_group = next(iter(by_group.values()))
-    for name, runs in first_group.items():  # one run per method: the first group's lowest seed
-        run = min(runs, key=lambda row: (row.get("seed") or 0, row.get("cell") or 0))
-        paths.append(plot_timeline(_run_dir(sweep_dir, run), os.path.join(out, f"timeline-{_slug(name)}.png")))
+    for label, runs_by_method in groups.items():
+        for name, runs in runs_by_method.items():
+            # one run per group and method, its lowest seed (a timeline of every run would be a
+            # figure a cell, where the seeds differ by their draws only); the title names the run drawn
+            run = min(runs, key=lambda row: (row.get("seed") or 0, row.get("cell") or 0))
+            seed = f", seed {run['seed']}" if run.get("seed") is not None else ""
+            title = ", ".join([_legend_label(name), *([label] if label else [])]) + seed + \
+                (f" (1 of {len(runs)} runs)" if len(runs) > 1 else "")
+            file = f"timeline-{_slug(name)}" + (f"-{_slug(label)}" if label else "") + ".png"
+            paths.append(plot_timeline(_run_dir(sweep_dir, run), os.path.join(out, file), title=title))
     return paths
+
+
+def figure_groups(trained: _Grouping | None, timing: _Grouping | None) -> dict[str, dict[str, list[dict]]]:
+    """The groups the staleness histograms and the timelines are drawn in: those of the tables, the
+    trained runs' (:func:`summarise`) then the timing-only runs' (:func:`summarise_timing`), each as
+    its label (the group's settings, "trained" or "timing-only" first where a report has both kinds;
+    "" for a report of one group) and its runs by method. A figure of several groups' runs together
+    (a FedBuff staleness of concurrency 100 and 1,000 as one histogram) matched no table.
+
+    >>> rows = [{"algorithm": "fedbuff", "concurrency": c, "seed": s} for c in (100, 1000) for s in (0, 1)]
+    >>> {label: {name: len(runs) for name, runs in by_method.items()}
+    ...  for label, by_method in figure_groups(None, _grouping(rows)).items()}
+    {'concurrency=100': {'fedbuff': 2}, 'concurrency=1000': {'fedbuff': 2}}
+    >>> list(figure_groups(None, _grouping(rows[:2])))
+    ['']
+    """
+    kinds = [(kind, grouping) for kind, grouping in (("trained", trained), ("timing-only", timing))
+             if grouping is not None]
+    single = len(kinds) == 1 and len(kinds[0][1].cells) == 1
+    groups: dict[str, dict[str, list[dict]]] = {}
+    for kind, grouping in kinds:
+        for key, runs_by_method in grouping.cells.items():
+            parts = ([kind] if len(kinds) > 1 else []) + ([_group_label(key, grouping.columns)] if grouping.columns else [])
+            groups["" if single else ", ".join(parts)] = runs_by_method
+    return groups
 
 
 def _time_to_target_figure(grouping: _Grouping, lines: list[dict], out: str, panels: str | None) -> str:
@@ -1318,25 +1352,47 @@ def plot_design_grid(grid: DesignGrid, groups: list[str], reference: str, path: 
 
 
 def plot_staleness(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: str) -> str:
-    """Staleness of the aggregated updates per method (summary.json's histogram), summed over its runs.
+    """Staleness of the aggregated updates per method (summary.json's histogram), summed over its runs
+    (one group: :func:`plot_staleness_by_group` for several).
 
     >>> # plot_staleness({"fedbuff": rows_of_fedbuff}, "sweeps/x", "staleness.png")
+    """
+    return plot_staleness_by_group({"": runs_by_method}, sweep_dir, path)
+
+
+def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir: str, path: str) -> str:
+    """Staleness of the aggregated updates (summary.json's histogram), one panel per group and method
+    summed over that group's runs of the method (its seeds): each group starts a row of panels, and
+    a panel's title names the group (its label, :func:`figure_groups`; none for the label "") and the
+    method, with its runs and mean staleness, the figures of the tables' rows.
+
+    >>> # plot_staleness_by_group({"concurrency=100": {"fedbuff": runs}, "concurrency=1000": {...}}, "sweeps/x", "staleness.png")
     """
     import json
 
     from matplotlib.ticker import MaxNLocator
 
-    columns = min(3, len(runs_by_method))
-    count = math.ceil(len(runs_by_method) / columns)
-    figure = _figure((4 * columns, 2.8 * count))
+    columns = min(3, max(len(runs_by_method) for runs_by_method in groups.values()))
+    # each group a block of rows of its own, so a row holds one group's methods
+    layout, count = [], 0  # (panel number, group label, method, runs); rows so far
+    for label, runs_by_method in groups.items():
+        layout += [(count * columns + number, label, name, runs)
+                   for number, (name, runs) in enumerate(runs_by_method.items())]
+        count += math.ceil(len(runs_by_method) / columns)
+    # the lines a group's label takes above each of its panels' own
+    label_lines = max(len(textwrap.wrap(label, 48)) for label in groups)
+    figure = _figure((4 * columns, (2.8 + 0.2 * label_lines) * count))
     axes = figure.subplots(count, columns, squeeze=False)
-    for panel, (name, runs) in zip(axes.flat, runs_by_method.items()):
+    used = set()
+    for number, label, name, runs in layout:
+        panel = axes.flat[number]
+        used.add(number)
         histogram: dict[int, int] = {}
         for run in runs:
             with open(os.path.join(_run_dir(sweep_dir, run), "summary.json")) as handle:
                 stale = json.load(handle).get("timeline", {}).get("staleness_histogram") or {}
-            for staleness, number in stale.items():
-                histogram[int(staleness)] = histogram.get(int(staleness), 0) + number
+            for staleness, updates in stale.items():
+                histogram[int(staleness)] = histogram.get(int(staleness), 0) + updates
         total = sum(histogram.values())
         if total:
             panel.bar(list(histogram), list(histogram.values()), width=0.8)
@@ -1345,15 +1401,17 @@ def plot_staleness(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: 
         else:
             what = "no aggregated updates"
         # a design-space sweep's names (PORT's) are longer than a panel is wide: wrapped, not overlapping
-        panel.set_title(textwrap.fill(f"{_legend_label(name)}: {what}", 48), fontsize=9)
+        title = textwrap.fill(f"{_legend_label(name)}: {what}", 48)
+        panel.set_title(f"{textwrap.fill(label, 48)}\n{title}" if label else title, fontsize=9)
         panel.xaxis.set_major_locator(MaxNLocator(integer=True))  # staleness counts versions
         # a synchronous method's one bar at 0 leaves a single integer in view, where the locator falls
         # back to fractions of an update (-0.4 … 0.4): keep 0 and 1 in view
         panel.set_xlim(-0.6, max([1, *histogram]) + 0.6)
         panel.set_xlabel("staleness (global updates)", fontsize=8)
         panel.set_ylabel("updates", fontsize=8)
-    for panel in list(axes.flat)[len(runs_by_method):]:
-        panel.axis("off")
+    for number, panel in enumerate(axes.flat):
+        if number not in used:
+            panel.axis("off")
     return _save(figure, path)
 
 
