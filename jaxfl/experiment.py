@@ -1012,6 +1012,9 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
     user = user.check(config)
     given_again = (("data",) if dataset is not None else ()) + user.given_again()  # what an interrupt asks for
     _release_earlier_runs()
+    # the peak host memory from here on is this run's (its data and federation included), not that of
+    # a larger run before it in this process (a sweep's cells, `jaxfl run --algorithm a,b`)
+    _reset_peak_host_memory()
     config, dataset, federation, model, params = _prepare(config, dataset, user.model, user.init_params)
     if resume_dir is not None:
         user.check_resumed(resume_dir, recorded, params)
@@ -1227,7 +1230,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         "checkpoints_written": checkpoints.saves,  # by this process, since its start or resume
         "resumes": checkpoints.resumes,
         "device_memory": {**engine.memory(), "backend_peak_bytes": _backend_peak_bytes()},
-        "peak_host_memory_mb": _peak_host_memory_mb(),
+        **_peak_host_memory_fields(),  # the run's peak where Linux can reset it at its start, with its scope
         "first_update_wall_s": recorder.first_update_wall,
         "wall_time_s": round(checkpoints.wall_before + time.perf_counter() - wall_start, 3),
     }
@@ -1364,10 +1367,88 @@ def _backend_peak_bytes() -> int | None:
     return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
 
 
-def _peak_host_memory_mb() -> float:
-    import resource
+# What peak_host_memory_mb covers: "run" once _reset_peak_host_memory has started the peak afresh for
+# the run in progress, "process" where it could not (the process's peak since its start, which a
+# run after a larger one in the same process, a sweep's cells or `jaxfl run --algorithm a,b`, reports
+# as its own). Set at each run's start: runs in threads of one process at once would reset each other's
+# peak (jaxfl runs one run at a time in a process; a parallel sweep's cells are processes of their own).
+_peak_scope = {"scope": "process"}
 
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
+# How far VmHWM may sit above VmRSS right after a reset (other threads allocating between the two
+# reads of /proc/self/status) for the reset still to count as done.
+_RESET_SLACK_KB = 16 * 1024
+
+
+def _memory_status() -> dict[str, int]:
+    """VmHWM and VmRSS (KiB) from /proc/self/status; {} where there is none (not Linux)."""
+    try:
+        with open("/proc/self/status") as handle:
+            return {line.split(":")[0]: int(line.split()[1]) for line in handle if line.startswith(("VmHWM", "VmRSS"))}
+    except (OSError, ValueError, IndexError):
+        return {}
+
+
+def _reset_peak_host_memory() -> str:
+    """Start the process's peak resident memory afresh at a run's start, so that the run's
+    ``peak_host_memory_mb`` is its own and not the largest of the runs before it in the same process;
+    returns the scope the figure will have (``"run"``, or ``"process"`` where it cannot be reset),
+    also recorded for :func:`_peak_host_memory_mb`.
+
+    Linux resets the high-water mark (VmHWM) when "5" is written to /proc/self/clear_refs (Linux 4.0
+    and later); the reset counts as done when VmHWM then sits at the resident size (VmRSS), or where
+    nothing above it was there to forget. Elsewhere (macOS, /proc not writable, an older kernel) the
+    figure stays the process's peak.
+
+    >>> _reset_peak_host_memory() in ("run", "process") and _peak_scope["scope"] == _reset_peak_host_memory()
+    True
+    """
+    before = _memory_status()
+    scope = "process"
+    if before:
+        try:
+            with open("/proc/self/clear_refs", "w") as handle:
+                handle.write("5")
+        except OSError:
+            pass
+        else:
+            after = _memory_status()
+            floor = max(before["VmRSS"], after["VmRSS"]) + _RESET_SLACK_KB
+            # forgotten, or there was no peak above the resident size to forget
+            scope = "run" if after["VmHWM"] <= floor or before["VmHWM"] <= floor else "process"
+    _peak_scope["scope"] = scope
+    return scope
+
+
+def _peak_host_memory_mb() -> float:
+    """The peak resident memory (MB) of the run in progress since :func:`_reset_peak_host_memory`
+    at its start, or of the process where that could not reset it (:func:`_peak_host_memory_fields`
+    says which): VmHWM on Linux, ``ru_maxrss`` elsewhere.
+
+    >>> _ = _reset_peak_host_memory()
+    >>> 0 < _peak_host_memory_mb() < 1e7
+    True
+    """
+    status = _memory_status()
+    if "VmHWM" in status:  # the high-water mark clear_refs resets, read as the kernel keeps it
+        return round(status["VmHWM"] / 1024, 1)
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / 1024 / (1024 if sys.platform == "darwin" else 1), 1)  # bytes on macOS, KiB on Linux
+
+
+def _peak_host_memory_fields() -> dict:
+    """The summary's host-memory figures: ``peak_host_memory_mb`` (:func:`_peak_host_memory_mb`) and
+    ``peak_host_memory_scope``, what it covers: ``"run"`` (since the run started, or since its resume
+    in this process; what the process held already at that start is in it, as resident memory is the
+    process's) or ``"process"`` (since the process started: the largest of every run it made so far).
+
+    >>> _ = _reset_peak_host_memory()
+    >>> sorted(_peak_host_memory_fields())
+    ['peak_host_memory_mb', 'peak_host_memory_scope']
+    """
+    return {"peak_host_memory_mb": _peak_host_memory_mb(), "peak_host_memory_scope": _peak_scope["scope"]}
 
 
 def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = UserInputs(),
@@ -1407,7 +1488,7 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
         "client_steps_aggregated": backend.aggregated_steps,
         "scheduler_seconds": round(scheduler_seconds, 3),
         "events_per_second": round(simulation.events_processed / max(scheduler_seconds, 1e-9), 1),
-        "peak_host_memory_mb": _peak_host_memory_mb(),
+        **_peak_host_memory_fields(),
         "wall_time_s": round(time.perf_counter() - wall_start, 3),
     }
     _write_json(os.path.join(run_dir, "summary.json"), summary)
