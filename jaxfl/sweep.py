@@ -49,7 +49,9 @@ from jaxfl.config import (ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, Confi
 # Where and how each run is written belongs to the sweep, not to a cell.
 SWEEP_OWNED = ("output_dir", "run_name", "progress")
 # Settings every results row carries, swept or not (the papers' tables are keyed by them).
-KEY_SETTINGS = ("algorithm", "dataset", "model", "partition", "clients", "heterogeneity", "local_steps", "seed")
+# A run that trains by epochs has local_epochs and no local_steps: its steps differ from client to client.
+KEY_SETTINGS = ("algorithm", "dataset", "model", "partition", "clients", "heterogeneity", "local_steps", "local_epochs",
+                "seed")
 # The summary figures of each row (summary.json; client_updates = updates aggregated, FedBuff's unit).
 SUMMARY_COLUMNS = ("target_accuracy", "time_to_target", "best_accuracy", "final_accuracy", "last_tenth_accuracy",
                    "global_updates",
@@ -344,6 +346,8 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
     for name in (*KEY_SETTINGS, *(axis for axis in grid_axes if axis not in KEY_SETTINGS)):
         if name in grid_axes and name not in cell.values:
             row[name] = None  # swept, but this cell's run does not read it
+        elif name == "local_steps" and cell.config.local_epochs is not None:
+            row[name] = None  # not read: local_epochs decides each client's steps
         elif name in FIELDS:
             row[name] = _cell_value(getattr(cell.config, name))
         else:  # an algorithm option, space.option

@@ -1031,3 +1031,18 @@ def test_parallel_workers_share_the_sweeps_compilation_cache_on_its_terms(tmp_pa
             jax.config.update(name, value)
     assert (env["JAX_COMPILATION_CACHE_DIR"], env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"],
             env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]) == (str(tmp_path), "3.5", "4096")
+
+
+def test_a_row_of_a_run_by_epochs_has_its_epochs_and_no_step_count(tmp_path):
+    """local_steps is not read when local_epochs is set (each client's steps follow its data): the
+    row says so instead of showing the unused default."""
+    from jaxfl.sweep import result_row
+
+    cells, _ = expand({"model": "mlp", "clients": 3}, {"local_epochs": [None, 2.0]}, str(tmp_path))
+    rows = []
+    for cell in cells:
+        os.makedirs(cell.run_dir)
+        with open(os.path.join(cell.run_dir, "summary.json"), "w") as handle:
+            json.dump({"last_tenth_accuracy": None}, handle)
+        rows.append(result_row(cell, ["local_epochs"], str(tmp_path)))
+    assert [(row["local_steps"], row["local_epochs"]) for row in rows] == [(50, None), (None, 2.0)]
