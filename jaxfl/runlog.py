@@ -48,6 +48,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jaxfl.scheduler.faults import split_fault_seconds
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS
 
 FORMATS = ("auto", "csv", "parquet")
@@ -1019,6 +1020,7 @@ class _Kinds:
 
     def __init__(self, events: dict[str, np.ndarray]):
         self.event, self.masks, self.spans = events["event"], {}, {}
+        self.faults: tuple[np.ndarray, np.ndarray] | None = None  # _fault_seconds' answer
 
     def __call__(self, kind: str) -> np.ndarray:
         if kind not in self.masks:
@@ -1030,13 +1032,19 @@ def dispatch_intervals(events: dict[str, np.ndarray], horizon: float | None = No
                        _kinds: _Kinds | None = None) -> dict[str, np.ndarray]:
     """Every dispatch, in log order, as columns: ``client``, ``start``, ``end``, ``arrived`` and
     ``crashed`` (bool: how it ended; neither: still in flight, ending at ``horizon``, by default
-    the log's last time) and, with ``labels``, ``label`` (its detail, None if none).
+    the log's last time) and, with ``labels``, ``label`` (its detail without a fault's seconds, None
+    if none) and ``offline`` (those seconds: offline for a dropout, late for a delay; 0 without).
 
-    >>> spans = dispatch_intervals({"time": np.array([0.0, 2.0]), "client": np.array([4, 4]),
-    ...                             "event": np.array(["dispatch", "arrival"], object),
-    ...                             "dispatch": np.array([0, 0]), "detail": np.array([None, None], object)})
-    >>> spans["end"], spans["arrived"]
-    (array([2.]), array([ True]))
+    ``[start, end]`` is the time the dispatch was in flight — sent and not yet back, offline time
+    included, what a "clients in flight" count shows; the client trained (or transferred) over
+    ``[start + offline, end]`` only, what the utilisation counts (:func:`timeline_stats`).
+
+    >>> spans = dispatch_intervals({"time": np.array([0.0, 0.0, 2.0, 9.0]), "client": np.array([4, 5, 4, 5]),
+    ...                             "event": np.array(["dispatch", "dispatch", "arrival", "arrival"], object),
+    ...                             "dispatch": np.array([0, 1, 0, 1]),
+    ...                             "detail": np.array([None, "dropout 6.5 s", None, None], object)})
+    >>> spans["end"], spans["arrived"], spans["offline"], spans["label"]
+    (array([2., 9.]), array([ True,  True]), array([0. , 6.5]), array([None, 'dropout'], dtype=object))
     """
     kinds = _kinds or _Kinds(events)
     time, dispatch = events["time"], events["dispatch"]
@@ -1057,9 +1065,40 @@ def dispatch_intervals(events: dict[str, np.ndarray], horizon: float | None = No
         spans = kinds.spans[float(horizon)] = {"client": events["client"][is_dispatch], "start": time[is_dispatch],
                                                "end": end[ids], "arrived": how == 1, "crashed": how == 2}
     if labels:
-        detail = events.get("detail")
-        return {**spans, "label": detail[is_dispatch] if detail is not None else np.full(len(spans["start"]), None)}
+        label, offline = _fault_seconds(events, is_dispatch, kinds)
+        return {**spans, "label": label, "offline": offline}
     return dict(spans)
+
+
+def _fault_seconds(events: dict[str, np.ndarray], is_dispatch: np.ndarray,
+                   kinds: _Kinds) -> tuple[np.ndarray, np.ndarray]:
+    """``(label, offline)`` of the dispatches (``is_dispatch`` rows): each one's detail without a
+    fault's seconds, and those seconds (:func:`~jaxfl.scheduler.faults.split_fault_seconds`; 0 in
+    logs from before they were written). Computed once per log: the distinct details are parsed
+    (a few, or one per faulty dispatch), and only a log with faults is walked row by row."""
+    if kinds.faults is None:
+        detail = events.get("detail")
+        count = int(np.count_nonzero(is_dispatch))
+        offline = np.zeros(count)
+        if detail is None:
+            kinds.faults = np.full(count, None), offline
+            return kinds.faults
+        label = detail[is_dispatch]
+        texts = label.tolist()
+        parts = {}
+        for text in set(texts):
+            if type(text) is str and text.endswith(" s"):
+                stripped, seconds = split_fault_seconds(text)
+                if stripped != text:
+                    parts[text] = (stripped, seconds)
+        if parts:
+            label = label.copy()
+            for row, text in enumerate(texts):
+                found = parts.get(text)
+                if found is not None:
+                    label[row], offline[row] = found
+        kinds.faults = label, offline
+    return kinds.faults
 
 
 def _client_order(client: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -1115,8 +1154,10 @@ def timeline_stats(events: dict[str, np.ndarray], num_clients: int | None = None
     - ``staleness_histogram``: arrivals per staleness at arrival (string keys; power-of-two
       ranges such as ``"8-15"`` once there are more than 64 distinct values), with mean and max;
     - ``utilisation_mean``: the clients' mean fraction of ``[0, horizon]`` spent training (a
-      dispatch counts from its start to its arrival or crash, or to the horizon if in flight);
-    - ``idle_s_per_client_mean`` and ``idle_client_s_total``: idle client-seconds;
+      dispatch counts from its start to its arrival or crash, or to the horizon if in flight,
+      less a delay's or dropout's seconds, counted as its first: :func:`dispatch_intervals`'s
+      ``offline``), as the run's summary counts it (``timeline.utilisation``);
+    - ``idle_s_per_client_mean`` and ``idle_client_s_total``: client-seconds not training;
     - ``idle_gap_mean_s``: mean wait between a client's arrival and its next dispatch;
     - ``aggregations`` and ``aggregations_per_hour`` (virtual hours).
 
@@ -1144,7 +1185,14 @@ def timeline_stats(events: dict[str, np.ndarray], num_clients: int | None = None
     order = _client_order(spans["client"], spans["start"])
     client, start = spans["client"][order], spans["start"][order]
     end, arrived = np.minimum(spans["end"][order], horizon), spans["arrived"][order]
-    clients, busy = _union_per_client(client, start, end)
+    _, offline = _fault_seconds(events, kinds("dispatch") & (events["dispatch"] >= 0), kinds)
+    if offline.any():  # training starts after a fault's seconds: the union over those later starts
+        trains_from = spans["start"] + offline
+        by_start = np.lexsort((trains_from, spans["client"]))
+        clients, busy = _union_per_client(spans["client"][by_start], trains_from[by_start],
+                                           np.minimum(spans["end"][by_start], horizon))
+    else:
+        clients, busy = _union_per_client(client, start, end)
     count = max(int(num_clients) if num_clients is not None else 0, len(clients))
     total_busy = float(busy.sum())
     idle_total = count * horizon - total_busy

@@ -7,6 +7,12 @@ Per dispatch, each client independently may:
 - ``delay``: return, but ``delay_factor`` times later than its round would take;
 - ``dropout``: go offline for Exp(``dropout_mean``) virtual seconds during the round, then finish.
 
+A delay's or a dropout's added seconds are not training: the event log's dispatch row names them
+(:func:`fault_detail`, ``"dropout 61.5 s"``), and the utilisation, live
+(:meth:`~jaxfl.scheduler.simulation.Simulation.timeline`) or from the log
+(:func:`jaxfl.runlog.timeline_stats`), leaves them out, placed at the round's start. The dispatch
+still counts as in flight over them (the server has sent it and has not heard back).
+
 Draws come from one stream per client (``SeedSequence([seed, FAULT_STREAM, client])``, kept as
 arrays by :class:`~jaxfl.scheduler.speeds.ClientStreams`), so a client's k-th dispatch meets the
 same fault whatever the algorithm.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import re
 
 from jaxfl.scheduler.speeds import ClientStreams
 
@@ -106,3 +113,36 @@ class ClientFaults:
             return Fault(None)
         self.counts[kind] += 1
         return fault
+
+
+# "delay 13.2 s" / "dropout 61.5 s" at the end of a dispatch's detail, after a policy's own ("group 3; ")
+_FAULT_SECONDS = re.compile(r"(?:^|; )(?:delay|dropout)( (\S+) s)$")
+
+
+def fault_detail(kind: str, seconds: float = 0.0) -> str:
+    """A dispatch's fault as its event-log row says it: ``crash``, or ``delay``/``dropout`` with the
+    seconds it added (offline, or late), in full precision so that the log gives the live figures.
+
+    >>> fault_detail("dropout", 61.5), fault_detail("crash")
+    ('dropout 61.5 s', 'crash')
+    """
+    return kind if kind == "crash" else f"{kind} {float(seconds)!r} s"
+
+
+def split_fault_seconds(detail: str | None) -> tuple[str | None, float]:
+    """``(detail without a fault's seconds, those seconds)`` of a dispatch row; 0.0 where none are
+    named, as in logs written before they were (a delay or dropout there reads as training time).
+
+    >>> split_fault_seconds("group 2; dropout 61.5 s"), split_fault_seconds("delay")
+    (('group 2; dropout', 61.5), ('delay', 0.0))
+    """
+    if type(detail) is not str:
+        return detail, 0.0
+    match = _FAULT_SECONDS.search(detail)
+    if match is None:
+        return detail, 0.0
+    try:
+        seconds = float(match.group(2))
+    except ValueError:
+        return detail, 0.0
+    return detail[:match.start(1)], seconds
