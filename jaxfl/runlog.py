@@ -1162,7 +1162,9 @@ def timeline_stats(events: dict[str, np.ndarray], num_clients: int | None = None
     - ``aggregations`` and ``aggregations_per_hour`` (virtual hours).
 
     ``num_clients`` (default: the clients the log dispatched) counts never-dispatched clients as
-    idle throughout; ``horizon`` defaults to the log's last time.
+    idle throughout; ``horizon`` defaults to the log's last time. An earlier ``horizon`` is a
+    window: every figure counts only what happened by then (aggregations, arrivals, dispatches),
+    a dispatch not back by then as in flight.
 
     >>> events = {"time": np.array([0.0, 0.0, 1.0, 1.0, 2.0]),
     ...           "event": np.array(["dispatch", "dispatch", "arrival", "aggregate", "arrival"], object),
@@ -1173,24 +1175,37 @@ def timeline_stats(events: dict[str, np.ndarray], num_clients: int | None = None
     ({'0': 1, '1': 1}, 0.75, 1.0)
     >>> stats["aggregations_per_hour"]
     1800.0
+    >>> window = timeline_stats(events, horizon=1.5)  # the one aggregation by 1.5 s, the one arrival
+    >>> window["aggregations"], window["aggregations_per_hour"], window["arrivals"]
+    (1, 2400.0, 1)
     """
     time = events["time"]
     kinds = _kinds or _Kinds(events)
+    last = float(time.max()) if len(time) else 0.0
     if horizon is None:
-        horizon = float(time.max()) if len(time) else 0.0
-    arrivals = kinds("arrival")
+        horizon = last
+    # A horizon before the log's end (`jaxfl timeline --max-time`) is a window: the log as it stood
+    # then. Counting the later aggregations too over the shorter time inflated the rate.
+    window = time <= horizon if horizon < last else None
+    arrivals = kinds("arrival") if window is None else kinds("arrival") & window
     staleness = events["staleness"][arrivals]
     staleness = staleness[staleness >= 0]
     spans = dispatch_intervals(events, horizon, labels=False, _kinds=kinds)
-    order = _client_order(spans["client"], spans["start"])
-    client, start = spans["client"][order], spans["start"][order]
-    end, arrived = np.minimum(spans["end"][order], horizon), spans["arrived"][order]
     _, offline = _fault_seconds(events, kinds("dispatch") & (events["dispatch"] >= 0), kinds)
+    every_client, every_start, every_end, every_arrived = (spans[key] for key in ("client", "start", "end", "arrived"))
+    if window is not None:  # dispatches made by the horizon; back by then only if they arrived by then
+        inside = every_start <= horizon
+        every_arrived = every_arrived & (every_end <= horizon)
+        every_client, every_start, every_end, every_arrived, offline = (
+            column[inside] for column in (every_client, every_start, every_end, every_arrived, offline))
+    order = _client_order(every_client, every_start)
+    client, start = every_client[order], every_start[order]
+    end, arrived = np.minimum(every_end[order], horizon), every_arrived[order]
     if offline.any():  # training starts after a fault's seconds: the union over those later starts
-        trains_from = spans["start"] + offline
-        by_start = np.lexsort((trains_from, spans["client"]))
-        clients, busy = _union_per_client(spans["client"][by_start], trains_from[by_start],
-                                           np.minimum(spans["end"][by_start], horizon))
+        trains_from = every_start + offline
+        by_start = np.lexsort((trains_from, every_client))
+        clients, busy = _union_per_client(every_client[by_start], trains_from[by_start],
+                                           np.minimum(every_end[by_start], horizon))
     else:
         clients, busy = _union_per_client(client, start, end)
     count = max(int(num_clients) if num_clients is not None else 0, len(clients))
@@ -1199,7 +1214,7 @@ def timeline_stats(events: dict[str, np.ndarray], num_clients: int | None = None
     # waits between one dispatch's arrival and the same client's next dispatch
     follows = (client[1:] == client[:-1]) & arrived[:-1]
     gaps = np.clip(start[1:][follows] - end[:-1][follows], 0.0, None)
-    aggregations = int(np.sum(kinds("aggregate")))
+    aggregations = int(np.count_nonzero(kinds("aggregate") if window is None else kinds("aggregate") & window))
     return {
         "horizon_s": float(horizon),
         "clients": count,

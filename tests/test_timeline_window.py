@@ -148,3 +148,50 @@ def test_a_dropout_runs_summary_and_log_give_one_utilisation(tmp_path):
     assert summary["timeline"]["utilisation"]["mean"] == pytest.approx(
         trained.sum() / (200 * summary["virtual_time"]), rel=1e-4)
     assert summary["timeline"]["utilisation"]["mean"] < in_flight.sum() / (200 * summary["virtual_time"]) / 5
+
+
+def fedbuff_log(clients=60, max_updates=80, **faults):
+    rows = []
+    config = RunConfig(algorithm="fedbuff", clients=clients, concurrency=20, buffer_size=4, local_steps=5, seed=1,
+                       heterogeneity="exp")
+    fault_model = ClientFaults(FaultConfig(**faults), clients, seed=1) if faults else None
+    sim = Simulation(build_policy(config), ClientSpeeds(SpeedConfig(model="exp", mean=0.15), clients, seed=1),
+                     np.full(clients, 1 / clients), RecordingBackend(), max_updates=max_updates, log=rows.append,
+                     faults=fault_model)
+    sim.run()
+    return sim, columns(rows)
+
+
+@pytest.mark.parametrize("faults", [{}, {"dropout_prob": 0.2, "delay_prob": 0.1, "crash_prob": 0.05}])
+def test_a_window_counts_only_its_own_aggregations_arrivals_and_dispatches(faults):
+    sim, events = fedbuff_log(**faults)
+    end = float(events["time"].max())
+    for horizon in (end / 7, end / 2, 0.9 * end):
+        stats = runlog.timeline_stats(events, num_clients=60, horizon=horizon)
+        inside = events["time"] <= horizon
+        aggregations = int(np.count_nonzero(inside & (events["event"] == "aggregate")))
+        assert 0 < aggregations < sim.version
+        assert stats["aggregations"] == aggregations
+        assert stats["aggregations_per_hour"] == pytest.approx(aggregations * 3600 / horizon)
+        assert stats["arrivals"] == int(np.count_nonzero(inside & (events["event"] == "arrival")))
+        assert stats["dispatches"] == int(np.count_nonzero(inside & (events["event"] == "dispatch")))
+        # the same as the log as it stood at the horizon
+        cut = {name: values[inside] for name, values in events.items()}
+        assert stats == runlog.timeline_stats(cut, num_clients=60, horizon=horizon)
+    whole = runlog.timeline_stats(events, num_clients=60)
+    assert whole == runlog.timeline_stats(events, num_clients=60, horizon=end)
+    assert whole["aggregations"] == sim.version  # the whole log: every aggregation, as before
+
+
+def test_jaxfl_timeline_max_time_titles_the_windows_aggregations(tmp_path):
+    pytest.importorskip("matplotlib")
+    from jaxfl import plot
+
+    result = run_experiment(config_from_mapping({**TIMING, "algorithm": "fedbuff", "clients": 300, "concurrency": 50,
+                                                 "buffer_size": 5, "max_updates": 200, "output_dir": str(tmp_path)}))
+    events = runlog.read_events(result.run_dir)
+    horizon = result.summary["virtual_time"] / 4
+    inside = int(np.count_nonzero((events["time"] <= horizon) & (events["event"] == "aggregate")))
+    assert 0 < inside < 200
+    title = plot.timeline_figure(result.run_dir, max_time=horizon, bins=20).axes[0].get_title()
+    assert f"{inside} aggregations ({inside * 3600 / horizon:.3g}/virtual h)" in title
