@@ -458,6 +458,7 @@ class _Recorder:
         self.time_to_target: float | None = None
         self.stats = None  # the engine's EngineStats, set once the engine exists
         self._previous_params = params  # the model in force between versions
+        self._previous_stats = None  # its evaluation, once made (a grid evaluates each model once)
         self._next_grid = 0.0
         self.first_update_wall: float | None = None  # wall seconds from the start to global version 1
 
@@ -496,6 +497,7 @@ class _Recorder:
         self._next_grid = state["next_grid"]
         self.first_update_wall = state.get("first_update_wall")
         self._previous_params = state["previous_params"]
+        self._previous_stats = None
 
     def _write(self, virtual_time: float, version: int, stats: dict) -> str | None:
         """Write a metrics row (and the per-class accuracies) and hand it to the loggers; the first
@@ -542,6 +544,7 @@ class _Recorder:
             return None
         stop = self.evaluate_grid_until(virtual_time, version - 1)
         self._previous_params = params
+        self._previous_stats = None
         return stop
 
     def skip_grid_point(self, virtual_time: float) -> None:
@@ -555,7 +558,7 @@ class _Recorder:
         stats = None
         while self._next_grid < virtual_time or (inclusive and self._next_grid <= virtual_time):
             if stats is None:
-                stats = self.evaluate(self._previous_params)
+                stats = self._stats_in_force()
             stop = stop or self._write(self._next_grid, version, stats)
             if self._reaches_target(stats["accuracy"]):
                 self.time_to_target = self._next_grid
@@ -563,6 +566,51 @@ class _Recorder:
                     stop = "target reached"
             self._next_grid += self.config.eval_interval
         return stop if stats is None else _decided_on_process_zero(stop)
+
+    def _stats_in_force(self) -> dict:
+        """The evaluation of the model in force between versions, made once however often it is asked for."""
+        if self._previous_stats is None:
+            self._previous_stats = self.evaluate(self._previous_params)
+        return self._previous_stats
+
+    def stop_at_grid_target(self, simulation) -> None:
+        """Between two events of a run on an evaluation grid that stops at its target: evaluate the
+        grid point the clock passes before the next event, and stop the simulation there once it
+        reaches the target.
+
+        Grid points are otherwise written when the next version arrives (:meth:`on_version`), when
+        its aggregation has already been applied and counted; a run that reached its target at the
+        grid point before it would then train, count and report one aggregation more than reaching
+        the target cost. Only the decision is taken here: a grid point short of the target is
+        written at the next version, as before, from the same evaluation (made once a model), so
+        such rows and every run that does not stop at the target are unchanged. Called before a
+        checkpoint can be written between the events, so that a resumed run makes the same decision.
+
+        >>> from jaxfl.config import RunConfig
+        >>> recorder = _Recorder.__new__(_Recorder)
+        >>> recorder.config, recorder.time_to_target = RunConfig(eval_interval=5.0), None
+        >>> recorder.stop_at_grid_target(None)  # no target: nothing to decide, the simulation is not read
+        """
+        config = self.config
+        if config.eval_interval is None or config.target_accuracy is None or not config.stop_at_target \
+                or self.time_to_target is not None or simulation._stop_requested:
+            return
+        if simulation.budget_spent() is not None:  # the loop stops before the next event: no grid point passes
+            return
+        upcoming = simulation.queue.peek()
+        if upcoming is None or upcoming.time > config.max_time or not self._next_grid < upcoming.time:
+            return  # as Simulation.run, which pops no event past max_time; the end evaluates the rest
+        accuracy = self._stats_in_force()["accuracy"]
+        # every process evaluates the same grid points; process 0's accuracy decides for all of them
+        if not _decided_on_process_zero("target reached" if self._reaches_target(accuracy) else None):
+            return
+        grid_point = self._next_grid
+        self._write(grid_point, simulation.version, self._stats_in_force())  # the target outranks a logger's stop
+        self.time_to_target = grid_point
+        self._next_grid += config.eval_interval
+        if self.progress is not None:
+            self.progress.set_postfix(version=simulation.version, acc=f"{accuracy:.4f}")
+        simulation._stop_requested = "target reached"  # as a backend's stop: checked before the next event
 
 
 def _decided_on_process_zero(stop: str | None) -> str | None:
@@ -1184,6 +1232,9 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         except NumericalError as caught:
             error, reason = caught, f"numerical error: {caught}"
         end_time = simulation.now if reason != "time budget" else config.max_time
+        if reason == "target reached" and config.eval_interval is not None:
+            # the grid point at which it was reached lies between the last event and the next one
+            end_time = max(end_time, recorder.time_to_target)
         if config.eval_interval is not None and error is None and reason in ("time budget", "update budget",
                                                                              "client-update budget",
                                                                              "client-step budget",
@@ -1576,6 +1627,8 @@ class _Checkpointer:
         raise RunInterrupted(self.run_dir, _newest_checkpoint(self.run_dir), reason=reason)
 
     def after_event(self, simulation: Simulation) -> None:
+        # first: a checkpoint written here holds the grid's decision, which a resumed run does not retake
+        self.recorder.stop_at_grid_target(simulation)
         if self.stoppable and stopping.stop_requested() is not None:
             self.stop_here(simulation)
         every = self.config.checkpoint_every
