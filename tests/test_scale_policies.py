@@ -1,0 +1,186 @@
+"""FedASMU's idle-client draws cost O(log n), not O(clients), and choose exactly what the
+O(clients) code before them chose: the same random draws in the same order, the same clients, the
+same event log. The reference below is that old code, kept here. Costs are counted (entries
+touched), not timed."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+from jaxfl.algorithms import fedasmu
+from jaxfl.algorithms.fedasmu import FedASMU, IdleClients
+from jaxfl.scheduler.faults import ClientFaults, FaultConfig
+from jaxfl.scheduler.simulation import Simulation
+from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
+from tests.conftest import RecordingBackend
+
+class ListIdle:
+    """FedASMU's idle clients before IdleClients: a list, sorted and scanned at every draw."""
+
+    def __init__(self, num_clients, busy=()):
+        busy = set(busy)
+        self.clients = [c for c in range(num_clients) if c not in busy]
+        self.touched = 0  # list entries a draw or a removal reads
+
+    def __len__(self):
+        return len(self.clients)
+
+    def add(self, client):
+        self.clients.append(client)
+
+    def remove(self, client):
+        self.touched += len(self.clients)
+        self.clients.remove(client)
+
+    def sample(self, rng, count):
+        self.touched += len(self.clients)
+        chosen = rng.choice(sorted(self.clients), size=count, replace=False)
+        return sorted(int(c) for c in chosen)
+
+
+class CountingTree(list):
+    """A Fenwick tree that counts the entries read and written."""
+
+    touched = 0
+
+    def __getitem__(self, index):
+        self.touched += 1
+        return super().__getitem__(index)
+
+    def __setitem__(self, index, value):
+        self.touched += 1
+        super().__setitem__(index, value)
+
+
+class CountingIdleClients(IdleClients):
+    def __init__(self, num_clients, busy=()):
+        super().__init__(num_clients, busy)
+        self._tree = CountingTree(self._tree)
+
+
+def simulate(policy, num_clients, max_updates, crash_prob=0.0, seed=3):
+    rows, backend = [], RecordingBackend()
+    speeds = ClientSpeeds(SpeedConfig(model="exp", jitter=0.1), num_clients, seed=seed)
+    faults = ClientFaults(FaultConfig(crash_prob=crash_prob, delay_prob=0.1, delay_factor=4.0), num_clients,
+                          seed=seed) if crash_prob else None
+    sim = Simulation(policy, speeds, [1.0 / num_clients] * num_clients, backend, max_updates=max_updates,
+                     log=rows.append, faults=faults)
+    sim.run()
+    return sim, rows, [(a.version, a.contributions) for a in backend.aggregations]
+
+
+def resumed_from_old_layout(policy, num_clients, stop_at, max_updates, to_old_layout):
+    """The log of a run pickled at ``stop_at`` updates with its policy put back in the layout of
+    checkpoints written before this change (``to_old_layout``), then unpickled and run on."""
+    rows, backend = [], RecordingBackend()
+    speeds = ClientSpeeds(SpeedConfig(model="exp", jitter=0.1), num_clients, seed=3)
+    sim = Simulation(policy, speeds, [1.0 / num_clients] * num_clients, backend, max_updates=stop_at,
+                     log=rows.append)
+    sim.run()
+    to_old_layout(sim.policy)
+    sim = pickle.loads(pickle.dumps(sim))
+    sim.max_updates = max_updates
+    sim.attach(backend, rows.append)
+    sim.run()
+    return rows
+
+
+# ---------------------------------------------------------------------------------------- IdleClients
+
+@pytest.mark.parametrize("num_clients, count", [(7, 3), (300, 5), (20_000, 1), (20_000, 1_000)])
+def test_idle_clients_draw_what_a_sorted_list_draws(num_clients, count):
+    # 20,000 and 1,000: numpy's choice shuffles a whole range (not Floyd's sampling) when it draws
+    # over 1/50 of more than 10,000: both paths must see the same population size
+    rng, reference_rng, order = (np.random.default_rng(s) for s in (5, 5, 6))
+    idle, reference = IdleClients(num_clients), ListIdle(num_clients)
+    busy: list[int] = []
+    for _ in range(40):
+        take = min(count, len(reference))
+        if take:
+            chosen = idle.sample(rng, take)
+            assert chosen == reference.sample(reference_rng, take)
+            for client in chosen:
+                idle.remove(client)
+                reference.remove(client)
+            busy += chosen
+        for client in order.permutation(busy)[:max(1, len(busy) // 3)].tolist():
+            idle.add(client)
+            reference.add(client)
+            busy.remove(client)
+        assert len(idle) == len(reference) and idle.in_order() == sorted(reference.clients)
+    assert rng.random() == reference_rng.random()  # the same number of draws
+
+
+def test_idle_clients_refuse_a_double_add_or_remove_and_an_out_of_range_rank():
+    idle = IdleClients(4, busy=[2])
+    with pytest.raises(ValueError, match="client 1 is already idle"):
+        idle.add(1)
+    with pytest.raises(ValueError, match="client 2 is not idle"):
+        idle.remove(2)
+    with pytest.raises(IndexError):
+        idle.nth(3)
+    assert [idle.nth(k) for k in range(3)] == [0, 1, 3] and 2 not in idle
+
+
+def test_a_draw_among_a_million_clients_touches_a_few_dozen_entries():
+    num_clients = 10**6
+    idle = CountingIdleClients(num_clients, busy=range(0, num_clients, 3))
+    chosen = idle.sample(np.random.default_rng(0), 10)
+    for client in chosen:
+        idle.remove(client)
+    idle.add(chosen[0])
+    depth = num_clients.bit_length()  # 20
+    assert idle._tree.touched <= 10 * depth + 11 * 2 * depth  # 10 ranks read, 11 counts read and written
+    assert len(idle) == num_clients - len(range(0, num_clients, 3)) - 9
+
+
+def test_idle_clients_pickle_their_columns_one_entry_per_client():
+    idle = IdleClients(10**5, busy=[0, 99_999])
+    restored = pickle.loads(pickle.dumps(idle))
+    assert len(restored) == 10**5 - 2 and restored.nth(0) == 1 and restored.nth(len(restored) - 1) == 99_998
+    # one entry per client: checkpoints store such columns outside state.pkl, only changed entries
+    assert len(restored._tree) == len(restored._idle) == 10**5
+
+
+# ---------------------------------------------------------------------------------------- FedASMU
+
+def fedasmu_policy(**options):
+    settings = dict(local_steps=10, client_lr=0.1, slot="middle", trigger_period=0.5, trigger_batch=3,
+                    max_concurrency=25, staleness_bound=6)
+    settings.update(options)
+    return FedASMU(**settings)
+
+
+@pytest.mark.parametrize("options, faults", [({}, {}), ({"trigger_batch": 40, "max_concurrency": 150}, {}),
+                                             ({"round_timeout": 8.0}, {"crash_prob": 0.1})])
+def test_fedasmu_runs_as_with_the_sorted_list(monkeypatch, options, faults):
+    new_sim, new_rows, new_aggregations = simulate(fedasmu_policy(**options), 200, 120, **faults)
+    with monkeypatch.context() as patch:
+        patch.setattr(fedasmu, "IdleClients", ListIdle)
+        old_sim, old_rows, old_aggregations = simulate(fedasmu_policy(**options), 200, 120, **faults)
+    assert new_rows == old_rows and new_aggregations == old_aggregations
+    assert new_sim.policy.stats == old_sim.policy.stats and new_sim.policy.stats["triggered"] > 100
+    if faults:
+        assert any(row["detail"] == "arrived after round deadline" for row in new_rows)
+    assert new_sim.policy.idle.in_order() == sorted(old_sim.policy.idle.clients)
+
+
+def test_fedasmu_touches_a_logarithmic_share_of_the_clients_per_trigger(monkeypatch):
+    num_clients = 50_000
+    monkeypatch.setattr(fedasmu, "IdleClients", CountingIdleClients)
+    sim, _, _ = simulate(fedasmu_policy(max_concurrency=None), num_clients, 60)
+    policy = sim.policy
+    # per dispatch a rank (log n reads), its removal and at most one return (2 log n each)
+    assert policy.idle._tree.touched <= 5 * policy.stats["triggered"] * num_clients.bit_length()
+    monkeypatch.setattr(fedasmu, "IdleClients", ListIdle)
+    old, _, _ = simulate(fedasmu_policy(max_concurrency=None), num_clients, 60)
+    assert old.policy.idle.touched > 100 * policy.idle._tree.touched  # the list scanned ~n per trigger
+
+
+def test_fedasmu_resumes_a_checkpoint_that_kept_its_idle_clients_in_a_list():
+    def old_layout(policy):
+        policy.idle = policy.idle.in_order()[::-1]  # in no particular order, as the list was
+
+    _, uninterrupted, _ = simulate(fedasmu_policy(), 200, 80)
+    assert resumed_from_old_layout(fedasmu_policy(), 200, 30, 80, old_layout) == uninterrupted
