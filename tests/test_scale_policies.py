@@ -1,6 +1,6 @@
-"""FedASMU's idle-client draws cost O(log n), not O(clients), and choose exactly what the
+"""FedASMU's and PORT's idle-client draws cost O(log n), not O(clients), and choose exactly what the
 O(clients) code before them chose: the same random draws in the same order, the same clients, the
-same event log. The reference below is that old code, kept here. Costs are counted (entries
+same event log. Each reference below is that old code, kept here. Costs are counted (entries
 touched), not timed."""
 
 import pickle
@@ -8,8 +8,9 @@ import pickle
 import numpy as np
 import pytest
 
-from jaxfl.algorithms import fedasmu
+from jaxfl.algorithms import fedasmu, port
 from jaxfl.algorithms.fedasmu import FedASMU, IdleClients
+from jaxfl.algorithms.port import PAPER, PLATO, PORT
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
@@ -184,3 +185,76 @@ def test_fedasmu_resumes_a_checkpoint_that_kept_its_idle_clients_in_a_list():
 
     _, uninterrupted, _ = simulate(fedasmu_policy(), 200, 80)
     assert resumed_from_old_layout(fedasmu_policy(), 200, 30, 80, old_layout) == uninterrupted
+
+
+# ---------------------------------------------------------------------------------------- PORT
+
+class NoIdleBooks:
+    def add(self, client):
+        pass
+
+
+class ReferencePORT(PORT):
+    """PORT's selection before IdleClients: the idle clients listed from every client at each draw."""
+
+    touched = 0
+
+    def _idle_clients(self, sim):
+        return NoIdleBooks()
+
+    def _select(self, sim, count):
+        busy = set(self.in_flight.values()) | set(self.lost.values())
+        idle = [c for c in range(sim.num_clients) if c not in busy]
+        self.touched += sim.num_clients
+        if count >= len(idle):
+            chosen = idle
+        else:
+            chosen = sorted(int(c) for c in self._rng.choice(idle, size=count, replace=False))
+        for client in chosen:
+            record = sim.dispatch(client, port.local_steps_of(self.local_steps, client))
+            self.in_flight[record.id] = client
+            if self.round_timeout is not None:
+                sim.set_timer(sim.now + self.round_timeout, {"deadline": record.id})
+
+
+@pytest.mark.parametrize("options, settings, faults", [
+    (PAPER, {"clients_in_flight": 30, "min_clients": 5, "staleness_bound": 4.0}, {}),
+    (PLATO, {"clients_in_flight": 30, "min_clients": 5, "staleness_bound": 3.0}, {}),
+    (PAPER, {"clients_in_flight": 60, "min_clients": 8, "round_timeout": 8.0}, {"crash_prob": 0.1}),
+    (PAPER, {}, {}),  # every client in flight: each selection takes all the idle ones, without a draw
+])
+def test_port_selects_as_with_the_idle_list(options, settings, faults):
+    def policy(cls):
+        return cls(local_steps=10, options=options, seed=1, pull_steps=3, **settings)
+
+    new_sim, new_rows, new_aggregations = simulate(policy(PORT), 120, 60, **faults)
+    old_sim, old_rows, old_aggregations = simulate(policy(ReferencePORT), 120, 60, **faults)
+    assert new_rows == old_rows and new_aggregations == old_aggregations
+    assert new_sim.version == 60 and new_sim.policy.waits == old_sim.policy.waits
+    if faults:
+        assert any(row["detail"] == "arrived after round deadline" for row in new_rows)
+    busy = set(new_sim.policy.in_flight.values()) | set(new_sim.policy.lost.values())
+    assert new_sim.policy.idle.in_order() == [c for c in range(120) if c not in busy]
+
+
+def test_port_touches_a_logarithmic_share_of_the_clients_per_aggregation(monkeypatch):
+    num_clients = 50_000
+    monkeypatch.setattr(port, "IdleClients", CountingIdleClients)
+
+    def policy(cls):
+        return cls(local_steps=10, clients_in_flight=100, min_clients=10, seed=1)
+
+    sim, _, _ = simulate(policy(PORT), num_clients, 40)
+    dispatches = len(sim.records)
+    assert sim.policy.idle._tree.touched <= 5 * dispatches * num_clients.bit_length()
+    old, _, _ = simulate(policy(ReferencePORT), num_clients, 40)
+    # K = 10 replacements per aggregation: ~10 · 5 log n entries against the n clients listed before
+    assert old.policy.touched > 20 * sim.policy.idle._tree.touched
+
+
+def test_port_resumes_a_checkpoint_from_before_its_idle_clients():
+    def policy():
+        return PORT(local_steps=10, clients_in_flight=30, min_clients=5, seed=1)
+
+    _, uninterrupted, _ = simulate(policy(), 120, 50)
+    assert resumed_from_old_layout(policy(), 120, 20, 50, lambda p: p.__dict__.pop("idle")) == uninterrupted

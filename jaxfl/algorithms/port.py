@@ -52,6 +52,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, check_per_dispatch, epoch_steps, register
+from jaxfl.algorithms.fedasmu import IdleClients
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, local_steps_of
 
 REPLACEMENT_STREAM = 21  # SeedSequence([seed, REPLACEMENT_STREAM]) picks the clients that start training
@@ -145,6 +146,16 @@ class PORT(Policy):
         self.pulled: set[int] = set()  # dispatch ids asked for an urgent upload, not yet arrived
         self.pulls = 0  # urgent pulls that shortened a dispatch
         self.aggregated_staleness: list[int] = []
+        self.idle: IdleClients | None = None  # neither in flight nor lost (those arrived in the buffer too)
+
+    def __setstate__(self, state: dict) -> None:
+        state.setdefault("idle", None)  # checkpoints from before IdleClients: rebuilt by _idle_clients
+        self.__dict__.update(state)
+
+    def _idle_clients(self, sim: Simulation) -> IdleClients:
+        if self.idle is None:
+            self.idle = IdleClients(sim.num_clients, [*self.in_flight.values(), *self.lost.values()])
+        return self.idle
 
     # ------------------------------------------------------------------ server loop
     def start(self, sim: Simulation) -> None:
@@ -156,13 +167,14 @@ class PORT(Policy):
         self._select(sim, self.P)
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
+        idle = self._idle_clients(sim)  # before the client leaves in_flight or lost, which it is built from
         if record.id in self.lost:  # presumed lost at its deadline: too late now
-            del self.lost[record.id]
+            idle.add(self.lost.pop(record.id))
             sim.drop(record, "arrived after round deadline")
             if not self.in_flight and not self.buffer:
                 self._select(sim, self.P - len(self.lost))
             return
-        del self.in_flight[record.id]
+        idle.add(self.in_flight.pop(record.id))
         self.pulled.discard(record.id)
         self.buffer.append(record.id)
         self._try_aggregate(sim)
@@ -240,14 +252,14 @@ class PORT(Policy):
                 self.pulls += 1
 
     def _select(self, sim: Simulation, count: int) -> None:
-        busy = set(self.in_flight.values()) | set(self.lost.values())
-        idle = [c for c in range(sim.num_clients) if c not in busy]
+        idle = self._idle_clients(sim)
         if count >= len(idle):
-            chosen = idle
+            chosen = idle.in_order()
         else:
-            chosen = sorted(int(c) for c in self._rng.choice(idle, size=count, replace=False))
+            chosen = idle.sample(self._rng, count)
         for client in chosen:
             record = sim.dispatch(client, local_steps_of(self.local_steps, client))
+            idle.remove(client)
             self.in_flight[record.id] = client
             if self.round_timeout is not None:
                 sim.set_timer(sim.now + self.round_timeout, {"deadline": record.id})
