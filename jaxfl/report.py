@@ -193,7 +193,9 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
     in its own folder); a row written before ``last_tenth_accuracy`` was a column gets it from its
     run's ``metrics.csv`` where the run folder is there; a column one folder lacks is empty in its
     rows; a run found in two folders (the same settings and seed) is an error naming both, as is a
-    folder given twice.
+    folder given twice, and so are folders whose runs differ in a setting the rows do not carry (a
+    base setting of ``sweep.json`` such as the learning rate, or the rows' target accuracy:
+    :func:`_check_same_settings`), which one table would count as seeds of one method.
 
     >>> import tempfile
     >>> first, second = tempfile.mkdtemp(), tempfile.mkdtemp()
@@ -219,6 +221,8 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
                 if row.get("last_tenth_accuracy") is None:
                     row["last_tenth_accuracy"] = run_last_tenth_accuracy(row["run_dir"])
             found.append((row, folder))
+    if len(folders) > 1:
+        _check_same_settings(folders, found)
     columns = list(dict.fromkeys(name for row, _ in found for name in row))
     settings = [name for name in columns if name not in ("cell", "run_dir", *SUMMARY_COLUMNS)]
     rows, origin = [], {}
@@ -232,6 +236,68 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
         origin[key] = folder
         rows.append(row)
     return rows
+
+
+# Settings of how a run is executed or stored, not of what it computes: the same grid's seeds run on
+# a GPU (with --data-dir, other devices) and on a CPU differ in these and are still one table.
+EXECUTION_SETTINGS = ("data_dir", "devices", "memory_limit_mb", "batching", "clients_per_call", "steps_per_call",
+                      "cpu_friendly_layers", "checkpoint_every", "checkpoint_min_interval_s", "final_checkpoint",
+                      "output_dir", "run_name", "progress")
+
+
+def _fixed_settings(folder: str, rows: list[dict]) -> dict[str, object]:
+    """The settings a folder's runs share that its rows do not tell apart, for comparing folders
+    before their rows become one table: the base settings of its ``sweep.json`` (not in its grid:
+    set by the sweep file or a flag) that its results table has no column for, less
+    :data:`EXECUTION_SETTINGS`, and the target accuracy of its rows (a summary column, so not among
+    the settings a run is keyed by; one value, or a tuple of a folder's several). A results CSV has
+    no ``sweep.json``: its target accuracy alone. A setting a folder's base leaves out is not known
+    for it (it may be the default, or one its algorithms do not read), so it is compared between the
+    folders that set it.
+
+    >>> import json, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = open(f"{folder}/sweep.json", "w").write(json.dumps({"base": {"client_lr": 0.01, "seed": 1}}))
+    >>> _fixed_settings(folder, [{"algorithm": "fedavg", "seed": 1, "target_accuracy": 0.8}])  # the rows carry the seed
+    {'client_lr': 0.01, 'target_accuracy': 0.8}
+    """
+    found: dict[str, object] = {}
+    definition = os.path.join(folder, "sweep.json") if os.path.isdir(folder) else None
+    if definition is not None and os.path.isfile(definition):
+        with open(definition) as handle:
+            swept = json.load(handle)
+        carried = {name for row in rows for name in row}
+        grid = swept.get("grid", {})
+        for name, value in swept.get("base", {}).items():  # a sweep.json without base: its rows alone
+            if name not in carried and name not in grid and name not in NOT_SETTINGS \
+                    and name not in EXECUTION_SETTINGS:
+                found[name] = value
+    targets = sorted({row["target_accuracy"] for row in rows if row.get("target_accuracy") is not None})
+    if targets:
+        found["target_accuracy"] = targets[0] if len(targets) == 1 else tuple(targets)
+    return found
+
+
+def _check_same_settings(folders: list[str], found: list[tuple[dict, str]]) -> None:
+    """Refuse folders whose runs differ in a setting their rows do not carry (:func:`_fixed_settings`):
+    one table of them would make a run at learning rate 0.01 another seed of the same method at
+    0.003, and average a time to 80% with a time to 85%. Parts of one grid (seeds on another
+    machine, further values of an axis) share every such setting."""
+    rows_of: dict[str, list[dict]] = {folder: [] for folder in folders}
+    for row, folder in found:
+        rows_of[folder].append(row)
+    fixed = {folder: _fixed_settings(folder, rows) for folder, rows in rows_of.items()}
+    names = dict.fromkeys(name for settings in fixed.values() for name in settings)
+    differ = []
+    for name in names:
+        known = {folder: settings[name] for folder, settings in fixed.items() if name in settings}
+        if len({json.dumps(value, default=str) for value in known.values()}) > 1:
+            differ.append(f"{name} " + ", ".join(f"{value} in {folder}" for folder, value in known.items()))
+    if differ:
+        raise ValueError(f"the folders' runs differ in settings their rows do not tell apart: {'; '.join(differ)}; "
+                         "one table would count them as seeds of one method and average their times: report each "
+                         "on its own (jaxfl report FOLDER), or rerun one with the other's settings (a setting "
+                         "to compare belongs in one sweep's grid)")
 
 
 def _method_columns(rows: list[dict]) -> list[str]:
