@@ -1,7 +1,7 @@
-"""FedASMU's and PORT's idle-client draws cost O(log n), not O(clients), and choose exactly what the
-O(clients) code before them chose: the same random draws in the same order, the same clients, the
-same event log. Each reference below is that old code, kept here. Costs are counted (entries
-touched), not timed."""
+"""FedASMU's and PORT's idle-client draws and FedAT's round membership cost O(log n) or O(1) per event,
+not O(clients), and choose exactly what the O(clients) code before them chose: the same random
+draws in the same order, the same clients, the same event log. Each reference below is that old
+code, kept here. Costs are counted (entries touched, comparisons made), not timed."""
 
 import pickle
 
@@ -10,11 +10,13 @@ import pytest
 
 from jaxfl.algorithms import fedasmu, port
 from jaxfl.algorithms.fedasmu import FedASMU, IdleClients
+from jaxfl.algorithms.fedat import FedAT
 from jaxfl.algorithms.port import PAPER, PLATO, PORT
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
-from jaxfl.scheduler.simulation import Simulation
+from jaxfl.scheduler.simulation import DispatchRecord, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
 from tests.conftest import RecordingBackend
+
 
 class ListIdle:
     """FedASMU's idle clients before IdleClients: a list, sorted and scanned at every draw."""
@@ -258,3 +260,66 @@ def test_port_resumes_a_checkpoint_from_before_its_idle_clients():
 
     _, uninterrupted, _ = simulate(policy(), 120, 50)
     assert resumed_from_old_layout(policy(), 120, 20, 50, lambda p: p.__dict__.pop("idle")) == uninterrupted
+
+
+# ---------------------------------------------------------------------------------------- FedAT
+
+class ReferenceFedAT(FedAT):
+    """FedAT's arrival before the dispatch-id sets: membership by scanning the tier's records."""
+
+    def on_arrival(self, sim, record):
+        self._speed[record.client] = (sim.now - record.start_time) / max(record.steps, 1)
+        self._busy.discard(record.client)
+        tier = -1 if self.tiers is None else self._tier_of.get(record.client)
+        if tier is None or record not in self._round.get(tier, ()):  # its round closed at the deadline
+            sim.drop(record, "arrived after round deadline")
+            if self.tiers is None:  # profiling still open or closed empty: profile whoever is idle
+                if not self._round.get(-1):
+                    self._start_round(sim, -1, range(sim.num_clients))
+                return
+            if record.client not in self._tier_of:
+                self._place_late_client(record.client)
+            tier = self._tier_of[record.client]
+            if not self._round.get(tier):
+                self._start_round(sim, tier, self.tiers[tier])
+            return
+        self._arrived[tier] += 1
+        if self._arrived[tier] < len(self._round[tier]):
+            return  # synchronous inside the tier: wait for its slowest member
+        if tier in self._timers:
+            sim.cancel(self._timers.pop(tier))
+        self._finish_round(sim, tier, self._round[tier])
+
+
+@pytest.mark.parametrize("settings, faults", [({}, {}), ({"profiling": "oracle"}, {}),
+                                              ({"round_timeout": 4.0}, {"crash_prob": 0.05})])
+def test_fedat_runs_as_with_the_record_lists(settings, faults):
+    new_sim, new_rows, new_aggregations = simulate(FedAT(10, **settings), 150, 40, **faults)
+    old_sim, old_rows, old_aggregations = simulate(ReferenceFedAT(10, **settings), 150, 40, **faults)
+    assert new_rows == old_rows and new_aggregations == old_aggregations and new_sim.version == 40
+    assert new_sim.policy.tiers == old_sim.policy.tiers and len(new_sim.policy.tiers) > 1
+    if faults:
+        assert any(row["detail"] == "arrived after round deadline" for row in new_rows)
+
+
+def test_fedat_arrivals_compare_no_records(monkeypatch):
+    comparisons = 0
+    equal = DispatchRecord.__eq__
+
+    def counted(self, other):
+        nonlocal comparisons
+        comparisons += 1
+        return equal(self, other)
+
+    monkeypatch.setattr(DispatchRecord, "__eq__", counted)
+    simulate(FedAT(10), 300, 10)
+    assert comparisons == 0
+    simulate(ReferenceFedAT(10), 300, 10)
+    assert comparisons > 300 * 300 // 4  # the list scan: ~tier size comparisons per arrival
+
+
+def test_fedat_resumes_a_checkpoint_from_before_the_dispatch_id_sets():
+    _, uninterrupted, _ = simulate(FedAT(10, round_timeout=30.0), 150, 30)
+    rows = resumed_from_old_layout(FedAT(10, round_timeout=30.0), 150, 10, 30,
+                                   lambda p: p.__dict__.pop("_round_dispatch_ids"))
+    assert rows == uninterrupted

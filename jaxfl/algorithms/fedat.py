@@ -95,8 +95,16 @@ class FedAT(Policy):
         self.counts: list[int] = []
         self._speed: dict[int, float] = {}
         self._round: dict[int, list[DispatchRecord]] = {}  # tier (or -1 while profiling) → dispatches
+        # the same rounds' dispatch ids: an arrival asks whether it belongs to its tier's open round,
+        # which a list answers by comparing the record with each member (O(tier) per arrival)
+        self._round_dispatch_ids: dict[int, set[int]] = {}
         self._arrived: dict[int, int] = {}
         self._tier_of: dict[int, int] = {}
+
+    def __setstate__(self, state: dict) -> None:
+        if "_round_dispatch_ids" not in state:  # checkpoints from before the id sets
+            state["_round_dispatch_ids"] = {tier: {r.id for r in members} for tier, members in state["_round"].items()}
+        self.__dict__.update(state)
 
     def start(self, sim: Simulation) -> None:
         if self.profiling == "oracle":
@@ -109,6 +117,7 @@ class FedAT(Policy):
         detail = "profiling" if tier == -1 else f"tier {tier}"
         idle = [int(c) for c in clients if c not in self._busy]
         self._round[tier] = [sim.dispatch(c, local_steps_of(self.local_steps, c), detail=detail) for c in idle]
+        self._round_dispatch_ids[tier] = {record.id for record in self._round[tier]}
         self._busy.update(idle)
         self._arrived[tier] = 0
         self._round_ids[tier] = self._round_ids.get(tier, 0) + 1
@@ -132,7 +141,7 @@ class FedAT(Policy):
         self._speed[record.client] = (sim.now - record.start_time) / max(record.steps, 1)
         self._busy.discard(record.client)
         tier = -1 if self.tiers is None else self._tier_of.get(record.client)
-        if tier is None or record not in self._round.get(tier, ()):  # its round closed at the deadline
+        if tier is None or record.id not in self._round_dispatch_ids.get(tier, ()):  # its round closed at the deadline
             sim.drop(record, "arrived after round deadline")
             if self.tiers is None:  # profiling still open or closed empty: profile whoever is idle
                 if not self._round.get(-1):
@@ -168,6 +177,7 @@ class FedAT(Policy):
 
     def _finish_round(self, sim: Simulation, tier: int, members: list[DispatchRecord]) -> None:
         self._round[tier] = []
+        self._round_dispatch_ids[tier] = set()
         members = sim.screen(members)  # the tier model averages the finite updates only
         if not members:  # nobody made the deadline: no update, try again with whoever is idle
             self._start_round(sim, tier, range(sim.num_clients) if tier == -1 else self.tiers[tier])
