@@ -12,6 +12,7 @@ from jaxfl.algorithms import fedasmu, port
 from jaxfl.algorithms.fedasmu import FedASMU, IdleClients
 from jaxfl.algorithms.fedat import FedAT
 from jaxfl.algorithms.port import PAPER, PLATO, PORT
+from jaxfl.config import ConfigError, RunConfig, validate
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import DispatchRecord, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
@@ -187,6 +188,22 @@ def test_fedasmu_resumes_a_checkpoint_that_kept_its_idle_clients_in_a_list():
 
     _, uninterrupted, _ = simulate(fedasmu_policy(), 200, 80)
     assert resumed_from_old_layout(fedasmu_policy(), 200, 30, 80, old_layout) == uninterrupted
+
+
+def test_fedasmu_refuses_concurrency_together_with_its_own_cap():
+    run = RunConfig(algorithm="fedasmu", clients=1000, concurrency=1000,
+                    algorithm_options={"slot": "first", "max_concurrency": 50})
+    with pytest.raises(ConfigError) as refused:
+        validate(run)
+    message = str(refused.value)
+    assert "\n" not in message and "fedasmu.max_concurrency=50" in message and "concurrency=1000" in message
+    assert "give only one of them" in message
+    # either alone is read
+    assert validate(RunConfig(algorithm="fedasmu", clients=1000, concurrency=40,
+                              algorithm_options={"slot": "first"})).concurrency == 40
+    alone = validate(RunConfig(algorithm="fedasmu", clients=1000, algorithm_options={"slot": "first",
+                                                                                    "max_concurrency": 50}))
+    assert alone.algorithm_options.max_concurrency == 50
 
 
 # ---------------------------------------------------------------------------------------- PORT

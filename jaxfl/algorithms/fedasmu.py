@@ -758,6 +758,12 @@ class FedASMUAlgorithm(Algorithm):
 
         if run.server_optimizer != "sgd":
             fail("server_optimizer", run.server_optimizer, "sgd for fedasmu (its learned α mixes models directly)")
+        # both cap the devices training at once and the policy reads fedasmu.max_concurrency first:
+        # the run's concurrency would be dropped without a word
+        if options.max_concurrency is not None and run.concurrency is not None:
+            fail("fedasmu.max_concurrency", options.max_concurrency,
+                 f"unset when concurrency={run.concurrency} is given too: both set how many devices train at "
+                 f"once; give only one of them")
 
     @classmethod
     def unread_settings(cls, run, options=None) -> dict[str, tuple[str | None, str]]:
