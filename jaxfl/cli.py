@@ -28,6 +28,7 @@ import re
 import os
 import shlex
 import sys
+import typing
 
 from jaxfl import algorithms
 from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, ConfigError, RunConfig,
@@ -783,6 +784,20 @@ def _fields_read(fields: dict, chosen: list[str]) -> dict[str, dict]:
     return {name: {key: value for key, value in fields.items() if key not in unread[name]} for name in chosen}
 
 
+class _FinishedRun(typing.NamedTuple):
+    """What ``jaxfl run --algorithm a,b`` keeps of each finished run for the comparison
+    (:func:`jaxfl.comparison.write_comparison` reads these two): not the whole
+    :class:`~jaxfl.experiment.RunResult`, whose model and engine would stay in memory through the
+    runs after it.
+
+    >>> _FinishedRun("runs/fedavg-s0", {"algorithm": "fedavg"}).summary["algorithm"]
+    'fedavg'
+    """
+
+    run_dir: str
+    summary: dict
+
+
 def _print_comparison(results, output_dir: str) -> None:
     """The comparison table, then where the table, the plot and the run directories are."""
     from jaxfl.comparison import format_table, write_comparison
@@ -890,6 +905,10 @@ def _main(argv: list[str] | None) -> int:
         results = []
         for config in configs:
             result = run_experiment(config, time_per_step=times, loggers=args.log_to)
+            # what the comparison reads of a run, kept alone: the result's model, engine and
+            # simulation go now, not once every run is over, so that the next run's memory (and its
+            # peak_host_memory_mb) is its own
+            result = _FinishedRun(result.run_dir, result.summary)
             summary = result.summary
             if config.timing_only:
                 print(_timing_line(summary, result.run_dir))
