@@ -6,7 +6,8 @@ combination is one *cell*, one run. :func:`run_sweep` validates every cell befor
 runs them one after another (compiling the programs they share once), and writes into the sweep
 folder::
 
-    sweep.json        the sweep: base, grid, size, and each cell's swept values and run directory
+    sweep.json        the sweep: base, grid, size, each cell's swept values and run directory, and the
+                      --jobs each run began under (an interrupted cell goes on with its own)
     runs/NAME/        one run directory per cell (named as jaxfl run names it: settings + config hash)
     results.csv       one row per finished cell: its swept and key settings and its summary figures
     results.parquet   the same table (where pyarrow is installed)
@@ -406,17 +407,47 @@ def write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str | None]:
 
 
 def _write_definition(sweep_dir: str, base: dict, grid: dict, size: str | None, cells: list[Cell],
-                      jobs: int = 1) -> None:
+                      jobs: int = 1, states: dict | None = None) -> None:
+    """``sweep.json``: the sweep's arguments, its cells, and ``run_jobs``, the ``jobs`` each run
+    folder of the sweep's folder began under (:func:`_run_jobs`): a cell this call starts
+    (``states``: new or restart) under ``jobs``; every other run keeps what it began under, also
+    the runs of an earlier, wider grid that this one leaves out."""
     from jaxfl.experiment import _write_json
 
+    run_jobs = _run_jobs(sweep_dir)
+    for cell in cells:
+        if states is None or states[cell.index] in ("new", "restart"):
+            run_jobs[os.path.relpath(cell.run_dir, sweep_dir)] = jobs
     _write_json(os.path.join(sweep_dir, "sweep.json"), {
         "base": {name: _cell_value(value) for name, value in base.items()},
         "grid": {name: [_cell_value(value) for value in values] for name, values in grid.items()},
         "size": size,
-        "jobs": jobs,
+        "jobs": jobs,  # this call's: what each run began under is run_jobs
         "cells": [{"cell": cell.index, "values": {n: _cell_value(v) for n, v in cell.values.items()},
-                   "run_dir": os.path.relpath(cell.run_dir, sweep_dir)} for cell in cells],
+                   "run_dir": os.path.relpath(cell.run_dir, sweep_dir), "jobs": run_jobs.get(
+                       os.path.relpath(cell.run_dir, sweep_dir), jobs)} for cell in cells],
+        "run_jobs": dict(sorted(run_jobs.items())),
     })
+
+
+def _run_jobs(sweep_dir: str) -> dict[str, int]:
+    """The ``jobs`` each run folder of a sweep began under (its share of the cores, so its device
+    count and arithmetic), by its path relative to ``sweep_dir``, from ``sweep.json``. Every call of
+    a sweep may run another grid over the same folder with other ``jobs``, so this is kept by run,
+    not by call. A sweep written before it was kept gives each of its cells the ``jobs`` of its
+    last call, as far as it can tell.
+
+    >>> _run_jobs("/no/such/sweep")
+    {}
+    """
+    path = os.path.join(sweep_dir, "sweep.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as handle:
+        definition = json.load(handle)
+    if "run_jobs" in definition:
+        return {run: int(jobs) for run, jobs in definition["run_jobs"].items()}
+    return {cell["run_dir"]: definition.get("jobs", 1) for cell in definition.get("cells", [])}
 
 
 def job_cores(jobs) -> list[list[int]]:
@@ -453,15 +484,15 @@ def _check_jobs(jobs: int, sweep_dir: str, cells: list[Cell], states: dict) -> l
         if jax.default_backend() != "cpu":
             raise ConfigError(f"jobs={jobs} is not allowed on the {jax.default_backend()} backend: --jobs shares "
                               f"out CPU cores; on accelerators run one sweep per device (e.g. CUDA_VISIBLE_DEVICES)")
-    path = os.path.join(sweep_dir, "sweep.json")
-    resumable = [cell for cell in cells if states[cell.index] == "resumable"]
-    if resumable and os.path.exists(path):
-        with open(path) as handle:
-            before = json.load(handle).get("jobs", 1)
-        if before != jobs:
-            raise ConfigError(f"jobs={jobs} is not allowed here: cell {resumable[0].index} ({resumable[0].label()}) "
-                              f"was interrupted while the sweep ran with jobs={before}, and a run goes on with the "
-                              f"devices it began with; continue with --jobs {before} (then change it)")
+    # each interrupted cell against the jobs its own run began under: another grid over the same
+    # folder may have run since with other jobs
+    run_jobs = _run_jobs(sweep_dir)
+    for cell in cells:
+        before = run_jobs.get(os.path.relpath(cell.run_dir, sweep_dir), 1)
+        if states[cell.index] == "resumable" and before != jobs:
+            raise ConfigError(f"jobs={jobs} is not allowed here: cell {cell.index} ({cell.label()}) was "
+                              f"interrupted while it ran with jobs={before}, and a run goes on with the devices it "
+                              f"began with; continue with --jobs {before} (then change it)")
     return shares
 
 
@@ -531,7 +562,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     if any(state != "finished" for state in states.values()):
         _prepare_all([cell for cell in cells if states[cell.index] != "finished"])
     os.makedirs(os.path.join(sweep_dir, "runs"), exist_ok=True)
-    _write_definition(sweep_dir, base, grid, size, cells, jobs)
+    _write_definition(sweep_dir, base, grid, size, cells, jobs, states)
     done = {"new": [], "resumable": [], "restart": [], "finished": []}
     bar = None
     if progress:
