@@ -30,7 +30,8 @@ the grid was run in parts.
 
 Both are printed and written to ``report.md`` (markdown) and ``report.csv`` (one row per group and
 method, with the absolute times), beside the figures (PNG): accuracy against virtual time per method
-with its min–max band over the seeds (one figure per group) and the same against the computation
+with its min–max band over the seeds (one figure per group; a run that ended, at its target or
+its budget, counts with its last accuracy to the figure's end) and the same against the computation
 spent (``accuracy_vs_steps``: the local steps of the updates delivered), time-to-target bars,
 staleness histograms per group and method (one figure, a row of panels a group), and the client
 timeline of one run per group and method (its lowest seed, named in the title;
@@ -1075,9 +1076,10 @@ def _figures(trained: _Grouping | None, timing: _Grouping | None, lines: list[di
     paths = []
     if trained is not None:
         groups, by_group = trained.columns, trained.cells
+        styles = method_styles(trained.methods)  # a method's colour and dashes the same in every figure
         paths += [plot_accuracy_bands(runs_by_method, sweep_dir, os.path.join(
                       out, f"{name}.png" if len(by_group) == 1 else f"{name}-{_slug(_group_label(key, groups))}.png"),
-                      title=_group_label(key, groups), panels=panels, x=x)
+                      title=_group_label(key, groups), panels=panels, x=x, styles=styles)
                   for key, runs_by_method in by_group.items()
                   if any(run.get("best_accuracy") is not None for runs in runs_by_method.values() for run in runs)
                   for name, x in (("accuracy", "time"), ("accuracy_vs_steps", "steps"))]
@@ -1129,7 +1131,7 @@ def _time_to_target_figure(grouping: _Grouping, lines: list[dict], out: str, pan
     return plot_time_to_target(lines, grouping.columns, os.path.join(out, "time_to_target.png"),
                                panels=None if panels is None else
                                {name: runs[0].get(panels) for name, runs in grouping.runs_by_method().items()},
-                               panel_column=panels)
+                               panel_column=panels, styles=method_styles(grouping.methods))
 
 
 def split_into_panels(value_of: dict[str, object], column: str) -> dict[object, dict[str, str]]:
@@ -1202,6 +1204,36 @@ def _panel_colours(split: dict[object, dict[str, str]], is_reference: Callable[[
     return colours
 
 
+def _panel_styles(split: dict[object, dict[str, str]], is_reference: Callable[[str], bool]) -> dict[str, dict]:
+    """:func:`_panel_colours` with a line style and a hatch per label: the references' dashes (a
+    grey each, :func:`_shared_dash`), the others :func:`method_style`'s, so a tenth label is not
+    the first one's colour and line again.
+
+    >>> styles = _panel_styles({1: {"fedavg": "fedavg", **{f"port k=1 b={b}": f"port b={b}" for b in range(10)}}},
+    ...                        lambda name: name == "fedavg")
+    >>> styles["fedavg"]["color"], styles["port b=0"]["linestyle"], styles["port b=9"]["linestyle"]
+    ('0.25', '-', '--')
+    """
+    colours = _panel_colours(split, is_reference)
+    styles, references, own = {}, 0, 0
+    for labels in split.values():
+        for name, label in labels.items():
+            if label in styles:
+                continue
+            if is_reference(name):
+                styles[label] = {"color": colours[label], "linestyle": _shared_dash(references), "hatch": ""}
+                references += 1
+            else:
+                styles[label] = {**method_style(own), "color": colours[label]}
+                own += 1
+    return styles
+
+
+def _shared_dash(number: int):
+    """The dashes of the reference methods drawn in every panel (greys, told apart by their dashes)."""
+    return (":", "-.", "--", (0, (1, 3)))[number % 4]
+
+
 def _shared_legend(figure, axes: list) -> None:
     """One legend below the panels for every label drawn in any of them (each once), instead of a
     legend per panel covering its bars and lines."""
@@ -1242,23 +1274,30 @@ def computation_curve(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
 
 def accuracy_band(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Mean, min and max over runs of step-function accuracy curves ``(times, accuracies)``, on the
-    union of their evaluation times; a run counts from its first evaluation to its last (NaN where
-    no run does).
+    union of their evaluation times; a run counts from its first evaluation (NaN where no run has
+    begun) and, once it has ended, with its last accuracy to the band's end: a run that stopped at
+    its target (or its budget) keeps the model it ended with, and a mean over the seeds still running
+    would jump at each run's end (two seeds' 0.775 falling to the slower seed's 0.6 as the faster one
+    stops at 80%) under a label that counts both.
 
     >>> grid, mean, low, high = accuracy_band([(np.array([0.0, 2.0]), np.array([0.1, 0.5])),
     ...                                        (np.array([0.0, 1.0, 3.0]), np.array([0.1, 0.3, 0.7]))])
-    >>> grid.tolist(), mean.tolist(), low.tolist(), high.tolist()
-    ([0.0, 1.0, 2.0, 3.0], [0.1, 0.2, 0.4, 0.7], [0.1, 0.1, 0.3, 0.7], [0.1, 0.3, 0.5, 0.7])
+    >>> grid.tolist(), mean.tolist(), low.tolist(), high.tolist()  # the first run keeps 0.5 at 3 s
+    ([0.0, 1.0, 2.0, 3.0], [0.1, 0.2, 0.4, 0.6], [0.1, 0.1, 0.3, 0.5], [0.1, 0.3, 0.5, 0.7])
     """
     grid = np.unique(np.concatenate([times for times, _ in curves]))
     values = np.full((len(curves), len(grid)), np.nan)
     for row, (times, accuracy) in enumerate(curves):
         index = np.searchsorted(times, grid, side="right") - 1
-        inside = (index >= 0) & (grid <= times[-1])
-        values[row, inside] = accuracy[index[inside]]
+        begun = index >= 0  # after its last evaluation index stays there: its last accuracy carried forward
+        values[row, begun] = accuracy[index[begun]]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns stay NaN, without a warning
         return grid, np.nanmean(values, axis=0), np.nanmin(values, axis=0), np.nanmax(values, axis=0)
+
+
+# What the accuracy figures' mean and band are over, in their titles: every seed to the end (:func:`accuracy_band`).
+BAND_CAPTION = "mean over seeds, band = min–max; a run that ended keeps its last accuracy"
 
 
 X_AXES = {"time": (_accuracy_curve, "virtual time (s)"),
@@ -1266,18 +1305,22 @@ X_AXES = {"time": (_accuracy_curve, "virtual time (s)"),
 
 
 def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: str, title: str = "",
-                        panels: str | None = None, x: str = "time") -> str:
+                        panels: str | None = None, x: str = "time", styles: dict[str, dict] | None = None) -> str:
     """Held-out accuracy against virtual time (``x="time"``) or against the computation spent
     (``x="steps"``, :func:`computation_curve`: CC-FedAvg's accuracy for its cost): per method, the
-    mean over its seeds and the min–max band, the target dashed; with ``panels`` (a method's swept
-    setting) one panel per value of it (:func:`split_into_panels`).
+    mean over its seeds and the min–max band (:func:`accuracy_band`: a run that ended counts with its
+    last accuracy), the target dashed; with ``panels`` (a method's swept setting) one panel per value
+    of it (:func:`split_into_panels`). ``styles``: each method's colour and line style
+    (:func:`method_styles` of the report's methods, so that a method looks the same in every group's
+    figure); None: by its place in ``runs_by_method``.
 
     >>> # plot_accuracy_bands({"fedavg": rows_of_fedavg, ...}, "sweeps/x", "accuracy.png")
     """
     if x not in X_AXES:
         raise ValueError(f"x={x!r} is not allowed: one of {', '.join(X_AXES)}")
     curve_of, x_label = X_AXES[x]
-    heading = f"{title}: mean over seeds, band = min–max" if title else "mean over seeds, band = min–max"
+    # wrapped: a group's settings and the caption overrun a 7-inch figure's title on one line
+    heading = textwrap.fill(f"{title}: {BAND_CAPTION}" if title else BAND_CAPTION, 90)
     curves = {name: [curve for curve in (curve_of(_run_dir(sweep_dir, run)) for run in runs) if len(curve[0])]
               for name, runs in runs_by_method.items()}
     target = next((runs[0].get("target_accuracy") for runs in runs_by_method.values()
@@ -1291,16 +1334,18 @@ def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, p
         layout = [(panel, f"{panels}={value}", labels) for panel, (value, labels) in zip(axes, split.items())]
         figure.suptitle(heading, fontsize=10)
     shared = [name for name, runs in runs_by_method.items() if panels is not None and runs[0].get(panels) is None]
-    colours = {} if panels is None else _panel_colours(split, lambda name: name in shared)
+    if panels is None:
+        styles = styles or method_styles(list(runs_by_method))
+    else:  # by label: a legend shared by the panels names each label once
+        styles = _panel_styles(split, lambda name: name in shared)
     for axes, panel_title, labels in layout:
         for name, label in labels.items():
             if not curves[name]:
                 continue
             grid, mean, low, high = accuracy_band(curves[name])
             count = len(curves[name])
-            style = {} if panels is None else {"color": colours[label]}
-            if name in shared:  # the same reference lines in every panel: greys, told apart by their dashes
-                style["linestyle"] = (":", "-.", "--", (0, (1, 3)))[shared.index(name) % 4]
+            chosen = styles[name if panels is None else label]
+            style = {"color": chosen["color"], "linestyle": chosen["linestyle"]}
             line, = axes.plot(grid, mean, drawstyle="steps-post", label=f"{label} ({count} seed{'s' if count > 1 else ''})",
                               **style)
             if count > 1:
@@ -1323,11 +1368,12 @@ TARGET_BARS_PER_ROW = 24
 
 
 def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels: dict[str, object] | None = None,
-                        panel_column: str = "") -> str:
+                        panel_column: str = "", styles: dict[str, dict] | None = None) -> str:
     """Bars of the mean virtual time to target (std over the seeds that reached it as error bars),
-    one cluster per group, one bar per method; "–" where a method missed in at least half its runs.
-    ``panels``: each method's value of the setting ``panel_column``, one panel per value
-    (:func:`split_into_panels`).
+    one cluster per group, one bar per method; "–" where a method missed in at least half its runs,
+    inside the frame. ``panels``: each method's value of the setting ``panel_column``, one panel per
+    value (:func:`split_into_panels`). ``styles``: each method's colour and hatch
+    (:func:`method_styles`, as in the accuracy figures); None: by its place among the lines.
 
     >>> # plot_time_to_target(summarise(rows), group_columns(rows), "time_to_target.png")
     """
@@ -1348,14 +1394,17 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
         layout = [(panel, f"{panel_column}={value}", labels, keys)
                   for panel, (value, labels) in zip(axes, split.items())]
     figure.suptitle(heading, fontsize=10)
-    colours = ({method: _colour(number) for number, method in enumerate(methods)} if panels is None else
-               _panel_colours(split, lambda method: panels.get(method) is None))
+    styles = ((styles or method_styles(methods)) if panels is None else
+              _panel_styles(split, lambda method: panels.get(method) is None))
     for axes, panel_title, labels, shown in layout:
         width = 0.8 / len(labels)
         for number, (method, label) in enumerate(labels.items()):
-            colour = colours[method if panels is None else label]
+            style = styles[method if panels is None else label]
+            colour = style["color"]
+            # the hatch tells apart methods whose colours came round again; drawn in white over the colour
+            look = {"color": colour, "hatch": style["hatch"] or None, "edgecolor": "white", "linewidth": 0}
             # an empty bar names every method in the legend, also one that missed everywhere
-            axes.bar(0, 0, width, color=colour, label=label)
+            axes.bar(0, 0, width, label=label, **look)
             for position, key in enumerate(shown):
                 line = found.get((key, method))
                 x = position + (number - (len(labels) - 1) / 2) * width
@@ -1365,7 +1414,11 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
                     axes.text(x, 0, MISSING, ha="center", va="bottom", fontsize=9, color=colour, fontweight="bold")
                     continue
                 axes.bar(x, line["time_to_target_mean"], width, yerr=line["time_to_target_std"] or None, capsize=3,
-                         color=colour)
+                         **look)
+        # the bars alone set the x-limits: a "–" of the first or last method in its cluster (text,
+        # which autoscaling ignores) fell outside the frame; every slot of every cluster inside
+        axes.set_xlim(-0.5, len(shown) - 0.5)
+        axes.set_ylim(bottom=0)
         axes.set_xticks(range(len(shown)), [_group_label(key, groups).replace(", ", "\n") for key in shown], fontsize=8)
         axes.set_ylabel("virtual time to target (s)")
         axes.set_title(panel_title, fontsize=9)
@@ -1486,6 +1539,36 @@ def _colour(number: int):
     import matplotlib
 
     return matplotlib.colormaps["tab10"]((0, 1, 2, 3, 4, 5, 6, 8, 9)[number % 9])
+
+
+# After the nine colours come round again, the next nine methods are told apart by their dashes
+# (lines) and hatches (bars): 45 distinct styles, PORT's full design space (40 methods) included.
+LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
+HATCHES = ("", "//", "..", "xx", "\\\\")
+
+
+def method_style(number: int) -> dict:
+    """The colour, line style and bar hatch of a figure's ``number``-th method (from 0): the nine
+    colours of :func:`_colour` solid, then dashed, dotted...; a method with its own style in every
+    figure of a report (:func:`method_styles`).
+
+    >>> first, tenth = method_style(0), method_style(9)
+    >>> first["color"] == tenth["color"], first["linestyle"], tenth["linestyle"], tenth["hatch"]
+    (True, '-', '--', '//')
+    """
+    return {"color": _colour(number), "linestyle": LINESTYLES[(number // 9) % len(LINESTYLES)],
+            "hatch": HATCHES[(number // 9) % len(HATCHES)]}
+
+
+def method_styles(methods: Sequence[str]) -> dict[str, dict]:
+    """Each method's :func:`method_style` by its place among ``methods`` (all of a report's, in
+    order): FedAsync the same orange in the accuracy figure of every group and in the bars.
+
+    >>> styles = method_styles(["fedavg", "fedasync"] + [f"port k={k}" for k in range(9)])
+    >>> len({(str(style["color"]), str(style["linestyle"])) for style in styles.values()})
+    11
+    """
+    return {method: method_style(number) for number, method in enumerate(methods)}
 
 
 def _figure(size: tuple[float, float], layout: str | None = None):

@@ -1,0 +1,72 @@
+"""The report's figures: a method's own colour and line style in every figure (also past the ninth
+method), a mean over seeds that keeps a finished run's last accuracy, "–" markers inside the frame,
+and no stale figures of an earlier report left beside a report that draws none."""
+import numpy as np
+import pytest
+
+from jaxfl import report
+
+
+def _drawn_figures(monkeypatch, draw):
+    """The matplotlib figures ``draw()`` saves through the report's ``_save`` (still written to disk)."""
+    saved = []
+    original = report._save
+    monkeypatch.setattr(report, "_save", lambda figure, path: saved.append(figure) or original(figure, path))
+    draw()
+    return saved
+
+
+def _run(folder, times, accuracies):
+    folder.mkdir(parents=True)
+    (folder / "metrics.csv").write_text("time,accuracy\n" + "".join(f"{t},{a}\n" for t, a in zip(times, accuracies)))
+    return {"run_dir": str(folder), "target_accuracy": 0.8}
+
+
+def test_a_finished_seed_keeps_its_last_accuracy_in_the_mean():
+    # seed 1 stops at its target at 8 s; seed 0 runs to 20 s: the mean of both seeds to the end
+    fast = (np.array([0.0, 4.0, 8.0]), np.array([0.1, 0.5, 0.85]))
+    slow = (np.array([0.0, 4.0, 8.0, 12.0, 16.0, 20.0]), np.array([0.1, 0.4, 0.7, 0.72, 0.75, 0.82]))
+    grid, mean, low, high = report.accuracy_band([fast, slow])
+    assert grid.tolist() == [0.0, 4.0, 8.0, 12.0, 16.0, 20.0]
+    assert np.allclose(mean, [0.1, 0.45, 0.775, 0.785, 0.80, 0.835])  # never back to the slower seed's alone
+    assert np.allclose(low, [0.1, 0.4, 0.7, 0.72, 0.75, 0.82]) and np.allclose(high[2:], 0.85)
+
+
+def test_eleven_methods_have_eleven_styles_the_same_in_every_figure(tmp_path, monkeypatch):
+    methods = ["fedavg", "fedasync"] + [f"port port.k={k}" for k in range(9)]
+    runs = {name: [_run(tmp_path / name.replace(" ", "_") / str(seed), [0.0, 5.0, 10.0],
+                        [0.1, 0.5 + 0.01 * number, 0.6]) for seed in (0, 1)]
+            for number, name in enumerate(methods)}
+    styles = report.method_styles(methods)
+    (figure,) = _drawn_figures(monkeypatch, lambda: report.plot_accuracy_bands(
+        runs, str(tmp_path), str(tmp_path / "accuracy.png"), title="clients=5", styles=styles))
+    (axes,) = figure.axes
+    lines = [line for line in axes.get_lines() if not line.get_label().startswith("target")]
+    assert len(lines) == 11
+    looks = [(tuple(np.round(line.get_color(), 3)), str(line.get_linestyle())) for line in lines]
+    assert len(set(looks)) == 11  # K=20's orange was FedAsync's
+    assert looks[2 + 8] != looks[1] and looks[9][0] == looks[0][0]  # same colour, other dashes
+    assert "a run that ended keeps its last accuracy" in axes.get_title()
+    # the bars: each method's colour as in the accuracy figure, the tenth and eleventh hatched
+    lines_of_table = [{"clients": 5, "method": name, "time_to_target_mean": 10.0 + number, "time_to_target_std": None}
+                      for number, name in enumerate(methods)]
+    (bars,) = _drawn_figures(monkeypatch, lambda: report.plot_time_to_target(
+        lines_of_table, ["clients"], str(tmp_path / "t.png"), styles=styles))
+    drawn = [patch for patch in bars.axes[0].patches if patch.get_height() > 0]
+    assert [tuple(np.round(patch.get_facecolor()[:3], 3)) for patch in drawn] == [look[0][:3] for look in looks]
+    assert [patch.get_hatch() for patch in drawn] == [None] * 9 + ["//"] * 2
+
+
+def test_missed_markers_are_inside_the_frame(tmp_path, monkeypatch):
+    methods = ["fedavg", "fedbuff", "fedasync"]
+    lines = [{"clients": m, "method": name, "time_to_target_mean": None if name != "fedbuff" else 50.0,
+              "time_to_target_std": None} for m in (5, 10) for name in methods]
+    (figure,) = _drawn_figures(monkeypatch, lambda: report.plot_time_to_target(lines, ["clients"], str(tmp_path / "t.png")))
+    axes = figure.axes[0]
+    markers = [text for text in axes.texts if text.get_text() == "–"]
+    assert len(markers) == 4
+    left, right = axes.get_xlim()
+    bottom, top = axes.get_ylim()
+    for marker in markers:
+        x, y = marker.get_position()
+        assert left < x < right and bottom <= y < top
