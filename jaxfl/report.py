@@ -817,7 +817,9 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
     ``panels``: a swept setting of a method (``"port.min_clients"``) whose values split the accuracy
     and time-to-target figures into panels. ``grid``: two swept settings of a method (``("port.min_clients",
     "port.staleness_bound")``): the time-to-target ratios also as a rows × columns table per group
-    (:func:`design_grid`) and, with ``figures``, heat maps (``time_to_target_grid.png``).
+    (:func:`design_grid`) and, with ``figures``, heat maps (``time_to_target_grid.png``). A figure
+    an earlier report left in ``out`` under a name this report writes (:func:`figure_files`) and
+    this one does not draw (``figures=False``, ``"table"``) is removed, not left beside the new tables.
 
     >>> # make_report("sweeps/x").markdown  (jaxfl report sweeps/x prints it)
     >>> # make_report("sweeps/port-full", panels="port.min_clients")  (one panel per K)
@@ -895,6 +897,9 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
              else [])
     if figures and grid is not None:
         drawn.append(plot_design_grid(design, trained.columns, chosen, os.path.join(out, "time_to_target_grid.png")))
+    # an earlier report's figures in the same folder (a report with figures, then --no-figures) would
+    # be read as this one's: those of the names this report writes go; any other file stays
+    _remove_undrawn_figures(out, figure_files(trained, timing), drawn)
     return Report(markdown, markdown_path, table, lines + timing_lines, drawn, design, grid_markdown)
 
 
@@ -1077,8 +1082,7 @@ def _figures(trained: _Grouping | None, timing: _Grouping | None, lines: list[di
     if trained is not None:
         groups, by_group = trained.columns, trained.cells
         styles = method_styles(trained.methods)  # a method's colour and dashes the same in every figure
-        paths += [plot_accuracy_bands(runs_by_method, sweep_dir, os.path.join(
-                      out, f"{name}.png" if len(by_group) == 1 else f"{name}-{_slug(_group_label(key, groups))}.png"),
+        paths += [plot_accuracy_bands(runs_by_method, sweep_dir, os.path.join(out, _band_file(name, key, trained)),
                       title=_group_label(key, groups), panels=panels, x=x, styles=styles)
                   for key, runs_by_method in by_group.items()
                   if any(run.get("best_accuracy") is not None for runs in runs_by_method.values() for run in runs)
@@ -1096,9 +1100,65 @@ def _figures(trained: _Grouping | None, timing: _Grouping | None, lines: list[di
             seed = f", seed {run['seed']}" if run.get("seed") is not None else ""
             title = ", ".join([_legend_label(name), *([label] if label else [])]) + seed + \
                 (f" (1 of {len(runs)} runs)" if len(runs) > 1 else "")
-            file = f"timeline-{_slug(name)}" + (f"-{_slug(label)}" if label else "") + ".png"
-            paths.append(plot_timeline(_run_dir(sweep_dir, run), os.path.join(out, file), title=title))
+            paths.append(plot_timeline(_run_dir(sweep_dir, run), os.path.join(out, _timeline_file(name, label)),
+                                       title=title))
     return paths
+
+
+BAND_FIGURES = ("accuracy", "accuracy_vs_steps")
+
+
+def _band_file(name: str, key: tuple, grouping: _Grouping) -> str:
+    """An accuracy figure's file: ``accuracy.png``, or ``accuracy-GROUP.png`` in a report of several groups."""
+    return f"{name}.png" if len(grouping.cells) == 1 else f"{name}-{_slug(_group_label(key, grouping.columns))}.png"
+
+
+def _timeline_file(method: str, label: str) -> str:
+    """A timeline's file: ``timeline-METHOD.png``, or ``timeline-METHOD-GROUP.png`` (:func:`figure_groups`)."""
+    return f"timeline-{_slug(method)}" + (f"-{_slug(label)}" if label else "") + ".png"
+
+
+def figure_files(trained: _Grouping | None, timing: _Grouping | None) -> list[str]:
+    """The file names of every figure a report of these runs can write (:func:`_figures`, and the
+    grid's heat maps), drawn or not: those a report that draws fewer removes from its folder, so that
+    ``report.md`` is not read beside an earlier report's figures (other runs, other settings).
+
+    >>> rows = [{"algorithm": "fedavg", "clients": m, "seed": 0, "best_accuracy": 0.9} for m in (5, 10)]
+    >>> figure_files(_grouping(rows), None)[:3]
+    ['accuracy-clients5.png', 'accuracy_vs_steps-clients5.png', 'accuracy-clients10.png']
+    """
+    files = []
+    if trained is not None:
+        files += [_band_file(name, key, trained) for key in trained.cells for name in BAND_FIGURES]
+        files.append("time_to_target.png")
+    files += ["time_to_target_grid.png", "staleness.png"]
+    files += [_timeline_file(name, label) for label, runs_by_method in figure_groups(trained, timing).items()
+              for name in runs_by_method]
+    return files
+
+
+def _remove_undrawn_figures(out: str, files: list[str], drawn: list[str]) -> list[str]:
+    """Remove from ``out`` the figures of ``files`` this report did not draw (an earlier report's,
+    left by ``--no-figures`` or ``--table-figures``), and return their names; a file of another name
+    (one this report never writes) stays.
+
+    >>> import tempfile
+    >>> out = tempfile.mkdtemp()
+    >>> for name in ("accuracy.png", "time_to_target.png", "mine.png"):
+    ...     _ = open(os.path.join(out, name), "w").write("")
+    >>> _remove_undrawn_figures(out, ["accuracy.png", "time_to_target.png"], [os.path.join(out, "time_to_target.png")])
+    ['accuracy.png']
+    >>> sorted(os.listdir(out))
+    ['mine.png', 'time_to_target.png']
+    """
+    kept = {os.path.abspath(path) for path in drawn}
+    removed = []
+    for name in files:
+        path = os.path.join(out, name)
+        if os.path.abspath(path) not in kept and os.path.isfile(path):
+            os.remove(path)
+            removed.append(name)
+    return removed
 
 
 def figure_groups(trained: _Grouping | None, timing: _Grouping | None) -> dict[str, dict[str, list[dict]]]:

@@ -70,3 +70,17 @@ def test_missed_markers_are_inside_the_frame(tmp_path, monkeypatch):
     for marker in markers:
         x, y = marker.get_position()
         assert left < x < right and bottom <= y < top
+
+
+def test_a_report_without_figures_removes_the_earlier_report_s_figures_only(tmp_path):
+    (tmp_path / "results.csv").write_text(
+        "cell,algorithm,clients,seed,target_accuracy,time_to_target,best_accuracy\n"
+        "0,fedavg,5,0,0.8,100.0,0.9\n1,fedbuff,5,0,0.8,,0.7\n")
+    out = tmp_path / "report"
+    first = report.make_report(str(tmp_path), figures="table", out=str(out))
+    assert [path.rsplit("/", 1)[1] for path in first.figures] == ["time_to_target.png"]
+    (out / "accuracy.png").write_text("an earlier full report's")
+    (out / "notes.png").write_text("the user's own")
+    again = report.make_report(str(tmp_path), figures=False, out=str(out))
+    assert again.figures == []
+    assert sorted(path.name for path in out.iterdir()) == ["notes.png", "report.csv", "report.md"]
