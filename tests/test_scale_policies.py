@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from jaxfl.algorithms import fedasmu, port
-from jaxfl.algorithms.fedasmu import FedASMU, IdleClients
+from jaxfl.algorithms.fedasmu import FedASMU
+from jaxfl.scheduler.pool import IdleClients
 from jaxfl.algorithms.fedat import FedAT
 from jaxfl.algorithms.port import PAPER, PLATO, PORT
 from jaxfl.config import ConfigError, RunConfig, validate

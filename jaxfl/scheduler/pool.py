@@ -179,3 +179,101 @@ class InFlightLimit:
             return
         client = pool.take()
         sim.dispatch(client, local_steps_of(self.local_steps, client))
+
+
+class IdleClients:
+    """The idle clients of ``range(num_clients)`` in id order, with the k-th one found in O(log n).
+
+    FedASMU and PORT draw replacements as ``rng.choice(sorted(idle), count, replace=False)``: an
+    index into the sorted idle clients. A Fenwick tree of idle counts (one per client) answers
+    "which client is the k-th idle one" and marks a client busy or idle in O(log n), so a draw no
+    longer sorts and scans every idle client, and :meth:`sample` makes the very same random draws.
+    Both columns are ``array.array`` with one entry per client, which checkpoints store outside
+    state.pkl, only the entries that changed since the last one.
+
+    >>> idle = IdleClients(6)
+    >>> idle.remove(1); idle.remove(4)
+    >>> len(idle), idle.in_order(), idle.nth(1), 4 in idle
+    (4, [0, 2, 3, 5], 2, False)
+    >>> rng, same = np.random.default_rng(0), np.random.default_rng(0)
+    >>> idle.sample(rng, 2) == sorted(int(c) for c in same.choice([0, 2, 3, 5], size=2, replace=False))
+    True
+    """
+
+    def __init__(self, num_clients: int, busy=()):
+        if num_clients < 1:
+            raise ValueError(f"num_clients={num_clients} is not allowed: at least 1")
+        self.num_clients = num_clients
+        member = np.ones(num_clients, np.int8)
+        busy = np.asarray(list(busy), np.int64)
+        member[busy] = 0
+        # entry i (1-based) of a Fenwick tree holds the idle count of clients (i - lowbit(i), i]:
+        # lowbit(i) itself when every client is idle (a run's start, a tenth of the general build)
+        one_based = np.arange(1, num_clients + 1, dtype=np.int64)
+        counts = one_based & -one_based
+        if len(busy):
+            before = np.concatenate([[0], np.cumsum(member, dtype=np.int64)])
+            counts = before[one_based] - before[one_based - counts]
+        self._tree = array.array("q")
+        self._tree.frombytes(memoryview(counts).cast("B"))
+        self._idle = array.array("b")
+        self._idle.frombytes(memoryview(member).cast("B"))
+        self._size = int(member.sum(dtype=np.int64))
+        self._top = 1 << (num_clients.bit_length() - 1)  # the largest power of two <= num_clients
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __contains__(self, client: int) -> bool:
+        return bool(self._idle[client])
+
+    def add(self, client: int) -> None:
+        """Mark a busy client idle."""
+        if self._idle[client]:
+            raise ValueError(f"client {client} is already idle")
+        self._idle[client] = 1
+        self._size += 1
+        self._count(client, 1)
+
+    def remove(self, client: int) -> None:
+        """Mark an idle client busy."""
+        if not self._idle[client]:
+            raise ValueError(f"client {client} is not idle")
+        self._idle[client] = 0
+        self._size -= 1
+        self._count(client, -1)
+
+    def _count(self, client: int, change: int) -> None:
+        tree, index, size = self._tree, client + 1, self.num_clients
+        while index <= size:
+            tree[index - 1] += change
+            index += index & -index
+
+    def nth(self, k: int) -> int:
+        """The idle client with k idle clients of smaller id (0-based rank in id order)."""
+        if not 0 <= k < self._size:
+            raise IndexError(f"idle client {k} of {self._size}")
+        tree, size, position, step = self._tree, self.num_clients, 0, self._top
+        while step:  # descend: the longest prefix of clients holding at most k idle ones
+            ahead = position + step
+            if ahead <= size:
+                count = tree[ahead - 1]
+                if count <= k:
+                    position = ahead
+                    k -= count
+            step >>= 1
+        return position
+
+    def in_order(self) -> list[int]:
+        """Every idle client, in id order: by rank (log n each) when few are idle, else by one pass
+        over the flags (n), whichever is cheaper."""
+        if self._size * self.num_clients.bit_length() < self.num_clients:
+            return [self.nth(k) for k in range(self._size)]
+        return np.flatnonzero(np.frombuffer(self._idle, np.int8)).tolist()
+
+    def sample(self, rng: np.random.Generator, count: int) -> list[int]:
+        """``count`` idle clients drawn uniformly without replacement, in id order: the draws and the
+        clients of ``rng.choice(sorted(idle), size=count, replace=False)`` (an integer population makes
+        the same draws as a list of that length; its indices map to clients in the same order)."""
+        ranks = rng.choice(self._size, size=count, replace=False)
+        return [self.nth(int(k)) for k in sorted(ranks)]
