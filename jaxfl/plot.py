@@ -136,11 +136,14 @@ def busy_intervals(events) -> dict[int, list[tuple[float, float, str]]]:
     """
     if isinstance(events, dict):
         return _busy_intervals_columns(events)
+    from jaxfl.scheduler.faults import split_fault_seconds
+
     starts: dict[str, tuple[float, str]] = {}
     intervals: dict[int, list[tuple[float, float, str]]] = {}
     for row in events:
         if row["event"] == "dispatch":
-            starts[row["dispatch"]] = (float(row["time"]), row.get("detail") or "")
+            # "dropout 61.5 s" labels the interval "dropout", as the columns' reader does
+            starts[row["dispatch"]] = (float(row["time"]), split_fault_seconds(row.get("detail") or "")[0])
         elif row["event"] == "arrival" and row["dispatch"] in starts:
             start, label = starts.pop(row["dispatch"])
             intervals.setdefault(int(row["client"]), []).append((start, float(row["time"]), label))
@@ -290,6 +293,10 @@ def _plot_gantt(events: dict[str, np.ndarray], algorithm: str, max_time: float |
     from matplotlib.figure import Figure
 
     intervals = busy_intervals(events)
+    spans_ = runlog.dispatch_intervals(events)
+    offline = spans_["offline"][spans_["arrived"]]
+    offline_spans = [(int(c), float(a), float(o)) for c, a, o in
+                     zip(spans_["client"][spans_["arrived"]], spans_["start"][spans_["arrived"]], offline) if o > 0]
     aggregations = events["time"][events["event"] == "aggregate"]
     ends = [b for spans in intervals.values() for _, b, _ in spans]
     end = max_time if max_time is not None else max(ends + aggregations.tolist() + [1.0])
@@ -303,11 +310,17 @@ def _plot_gantt(events: dict[str, np.ndarray], algorithm: str, max_time: float |
         spans = [(a, b - a, label) for a, b, label in intervals[client] if a < end]
         axes.broken_barh([(a, width) for a, width, _ in spans], (row - 0.4, 0.8),
                          facecolors=[colours[label] for _, _, label in spans], edgecolor="white", linewidth=0.3)
+    rows = {client: row for row, client in enumerate(clients)}
+    for client, start, seconds in offline_spans:  # a fault's offline or late seconds: sent, not training
+        if start < end and client in rows:
+            axes.broken_barh([(start, seconds)], (rows[client] - 0.4, 0.8), facecolors="0.85", edgecolor="0.5",
+                             hatch="///", linewidth=0.3)
     for time in aggregations[aggregations <= end]:
         axes.axvline(time, color="black", linewidth=0.5, alpha=0.4)
     axes.set_yticks(range(len(clients)), [f"client {c}" for c in clients])
     axes.set_xlim(0, end)
-    axes.set_xlabel("virtual time (s); white = idle, lines = global aggregations")
+    axes.set_xlabel("virtual time (s); white = idle, lines = global aggregations" +
+                    ("; hatched grey = a fault's offline or late seconds" if offline_spans else ""))
     axes.set_title(f"{algorithm}: client activity")
     figure.tight_layout()
     return figure
@@ -363,7 +376,7 @@ def _plot_aggregated(events: dict[str, np.ndarray], kinds, algorithm: str, clien
     busy.legend(loc="lower right", fontsize=8)
     utilisation = stats["utilisation_mean"]
     busy.set_title(f"{algorithm}: {clients:,} clients, at most {peak:,} in flight ({100 * peak / clients:.3g}%)\n"
-                   f"mean utilisation "
+                   f"mean training utilisation "
                    f"{'n/a' if utilisation is None else f'{utilisation:.1%}'}, "
                    f"{stats['idle_client_s_total']:.3g} idle client-s, "
                    f"{stats['aggregations']} aggregations"

@@ -1,6 +1,7 @@
 """The timeline's figures: utilisation counts training (and transfer) time only, not a fault's
 offline or late seconds, the same live (Simulation.timeline) and from the event log
 (runlog.timeline_stats); and a window of the log counts only what happened in it."""
+import os
 import pickle
 
 import numpy as np
@@ -195,3 +196,28 @@ def test_jaxfl_timeline_max_time_titles_the_windows_aggregations(tmp_path):
     assert 0 < inside < 200
     title = plot.timeline_figure(result.run_dir, max_time=horizon, bins=20).axes[0].get_title()
     assert f"{inside} aggregations ({inside * 3600 / horizon:.3g}/virtual h)" in title
+
+
+def test_the_gantt_chart_shows_a_fault_s_offline_seconds_apart_and_labels_without_them(tmp_path):
+    """The coloured bars are training; a dropout's offline seconds are hatched grey, and a row-dict
+    reader labels the interval "dropout", not "dropout 61.5 s"."""
+    import csv
+
+    from jaxfl.config import RunConfig
+    from jaxfl.experiment import run_experiment
+    from jaxfl.plot import busy_intervals, timeline_figure
+
+    result = run_experiment(RunConfig(algorithm="fedbuff", clients=8, model="logreg", local_steps=3, buffer_size=2,
+                                      max_updates=10, timing_only=True, dropout_prob=0.3, dropout_mean=20.0,
+                                      progress=False, output_dir=str(tmp_path)))
+    with open(os.path.join(result.run_dir, "events.csv")) as handle:
+        rows = list(csv.DictReader(handle))
+    dropouts = sum(1 for row in rows if row["event"] == "dispatch" and "dropout" in (row["detail"] or ""))
+    arrived = {row["dispatch"] for row in rows if row["event"] == "arrival"}
+    arrived_dropouts = sum(1 for row in rows if row["event"] == "dispatch" and row["dispatch"] in arrived
+                           and "dropout" in (row["detail"] or ""))
+    assert dropouts and arrived_dropouts
+    axes = timeline_figure(result.run_dir).axes[0]
+    assert len([bars for bars in axes.collections if bars.get_hatch()]) == arrived_dropouts
+    assert "hatched grey" in axes.get_xlabel()
+    assert {label for spans in busy_intervals(rows).values() for _, _, label in spans} <= {"", "dropout"}
