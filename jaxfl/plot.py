@@ -59,18 +59,21 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
     """
     from matplotlib.figure import Figure
 
+    from jaxfl.report import method_style  # a report's styles: distinct past ten runs, as its figures
+
     figure = Figure(figsize=figsize)
     axes = figure.subplots()
     target = None
-    for run_dir in run_dirs:
+    for number, run_dir in enumerate(run_dirs):
         rows = read_metrics(run_dir)
         with open(os.path.join(run_dir, "summary.json")) as handle:
             summary = json.load(handle)
         target, reached = summary["target_accuracy"], summary.get("time_to_target")
         label = summary["algorithm"] + (f" ({reached:.1f} s)" if reached is not None else " (not reached)")
         # the global model is constant between versions: draw steps, not interpolation
+        style = method_style(number)
         line, = axes.plot([r["time"] for r in rows], [r["accuracy"] for r in rows], drawstyle="steps-post",
-                          label=label)
+                          label=label, color=style["color"], linestyle=style["linestyle"])
         if reached is not None:
             axes.plot([reached], [target], marker="o", color=line.get_color(), zorder=3)
     if target is not None:

@@ -85,3 +85,11 @@ def test_figures_for_notebooks_and_files_leave_the_backend_alone(finished_run, t
         assert matplotlib.get_backend() == "svg"
     finally:
         matplotlib.use(before)
+
+
+def test_the_accuracy_figure_tells_eleven_runs_apart(finished_run):
+    """Past matplotlib's ten colours the runs keep distinct styles (a report's method styles)."""
+    axes, = accuracy_figure([finished_run.run_dir] * 11).axes
+    runs = [line for line in axes.get_lines() if line.get_label().startswith("fedbuff")]
+    assert len(runs) == 11
+    assert len({(line.get_color(), str(line.get_linestyle())) for line in runs}) == 11
