@@ -63,25 +63,37 @@ def test_one_compilation_per_bucket_and_padding_counted(small_config, model, loo
     assert summary["compile_wall_s"] + summary["training_wall_s"] <= summary["wall_time_s"]
 
 
+def _trainer_by_hand(config):
+    """(train(record, start) -> the record's Δ recomputed with local_train, the initial params): a
+    dispatch's local training as the engine does it, for hand-computed aggregation references."""
+    config, dataset, federation, model, params = prepare(config)
+    trainer = make_client_trainer(model, make_client_optimizer(config.client_optimizer, config.client_lr),
+                                  config.batch_size)
+    data = FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y))
+    root = jax.random.fold_in(jax.random.key(config.seed), TRAIN_STREAM)
+
+    def train(record, start):
+        key = jax.random.fold_in(jax.random.fold_in(root, record.client), record.client_round)
+        view = ClientView(jnp.int32(federation.offsets[record.client]), jnp.int32(federation.counts[record.client]))
+        delta, _ = local_train(trainer, start, data, view, jnp.int32(record.steps), key, max_steps=record.steps)
+        return delta
+
+    return train, params
+
+
 def test_fedasync_mixing_matches_hand_computed_reference(small_config):
     """Two clients, homogeneous speeds without jitter but different speed draws are not needed:
     client order is fixed by the event log. Recompute every update with local_train directly."""
     config = replace(small_config, algorithm="fedasync", rule="paper", clients=2, heterogeneity="normal",
                      jitter=0.0, max_updates=3, staleness="polynomial", staleness_alpha=0.6, staleness_a=0.5)
     result = run_experiment(config)
-    config, dataset, federation, model, params = prepare(config)
-    trainer = make_client_trainer(model, make_client_optimizer(config.client_optimizer, config.client_lr),
-                                  config.batch_size)
-    data = FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y))
-    root = jax.random.fold_in(jax.random.key(config.seed), TRAIN_STREAM)
+    train, params = _trainer_by_hand(config)
     versions = {0: params}
     w = params
     for record in sorted((r for r in result.simulation.records if r.status == "aggregated"),
                          key=lambda r: r.aggregated_in):
-        key = jax.random.fold_in(jax.random.fold_in(root, record.client), record.client_round)
-        view = ClientView(jnp.int32(federation.offsets[record.client]), jnp.int32(federation.counts[record.client]))
         start = versions[record.version]
-        delta, _ = local_train(trainer, start, data, view, jnp.int32(record.steps), key, max_steps=record.steps)
+        delta = train(record, start)
         staleness = record.aggregated_in - 1 - record.version
         alpha_t = 0.6 * (staleness + 1) ** -0.5
         w = jax.tree.map(lambda w_, s_, d_: (1 - alpha_t) * w_ + alpha_t * (s_ - d_), w, start, delta)
@@ -98,20 +110,14 @@ def test_fedbuff_plato_averages_the_buffered_models_as_the_port_paper_ran_it(sma
     config = replace(small_config, algorithm="fedbuff", rule="plato", buffer_size=2, clients=3,
                      heterogeneity="exp", max_updates=4, client_optimizer="sgd", client_lr=0.05)
     result = run_experiment(config)
-    config, dataset, federation, model, params = prepare(config)
-    trainer = make_client_trainer(model, make_client_optimizer(config.client_optimizer, config.client_lr),
-                                  config.batch_size)
-    data = FederatedArrays(jnp.asarray(federation.x), jnp.asarray(federation.y))
-    root = jax.random.fold_in(jax.random.key(config.seed), TRAIN_STREAM)
+    train, params = _trainer_by_hand(config)
     versions = {0: params}
     aggregated = [r for r in result.simulation.records if r.status == "aggregated"]
     for version in range(1, 5):
         models = []
         for record in sorted((r for r in aggregated if r.aggregated_in == version), key=lambda r: r.id):
-            key = jax.random.fold_in(jax.random.fold_in(root, record.client), record.client_round)
-            view = ClientView(jnp.int32(federation.offsets[record.client]), jnp.int32(federation.counts[record.client]))
             start = versions[record.version]
-            delta, _ = local_train(trainer, start, data, view, jnp.int32(record.steps), key, max_steps=record.steps)
+            delta = train(record, start)
             models.append(jax.tree.map(jnp.subtract, start, delta))
         assert len(models) == 2
         versions[version] = jax.tree.map(lambda a, b: (a + b) / 2, *models)
