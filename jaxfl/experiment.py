@@ -459,6 +459,7 @@ class _Recorder:
         self.stats = None  # the engine's EngineStats, set once the engine exists
         self._previous_params = params  # the model in force between versions
         self._previous_stats = None  # its evaluation, once made (a grid evaluates each model once)
+        self._previous_steps: int | None = 0  # the client steps aggregated into it (None: unknown, see load_state_dict)
         self._next_grid = 0.0
         self.first_update_wall: float | None = None  # wall seconds from the start to global version 1
 
@@ -489,7 +490,7 @@ class _Recorder:
     def state_dict(self) -> dict:
         return {"rows": list(self.rows), "time_to_target": self.time_to_target, "next_grid": self._next_grid,
                 "first_update_wall": self.first_update_wall,
-                "previous_params": jax.device_get(self._previous_params)}
+                "previous_params": jax.device_get(self._previous_params), "previous_steps": self._previous_steps}
 
     def load_state_dict(self, state: dict) -> None:
         self.rows = list(state["rows"])
@@ -497,14 +498,17 @@ class _Recorder:
         self._next_grid = state["next_grid"]
         self.first_update_wall = state.get("first_update_wall")
         self._previous_params = state["previous_params"]
+        # a checkpoint from before the count was kept: its grid rows go on with the running count, as it began
+        self._previous_steps = state.get("previous_steps")
         self._previous_stats = None
 
-    def _write(self, virtual_time: float, version: int, stats: dict) -> str | None:
+    def _write(self, virtual_time: float, version: int, stats: dict, client_steps: int | None = None) -> str | None:
         """Write a metrics row (and the per-class accuracies) and hand it to the loggers; the first
-        logger that asks to stop names the reason."""
+        logger that asks to stop names the reason. ``client_steps``: those aggregated into the
+        evaluated model (None: all aggregated so far, the current model's)."""
         row = {"time": virtual_time, "version": version, "accuracy": stats["accuracy"],
                "balanced_accuracy": stats["balanced_accuracy"], "loss": stats["loss"],
-               "client_steps": self.stats.aggregated_steps,
+               "client_steps": self.stats.aggregated_steps if client_steps is None else client_steps,
                "wall_time": round(time.perf_counter() - self.wall_start, 3),
                **{name: stats[name] for name in self.extra_metrics}}
         self.rows.append(row)
@@ -545,6 +549,7 @@ class _Recorder:
         stop = self.evaluate_grid_until(virtual_time, version - 1)
         self._previous_params = params
         self._previous_stats = None
+        self._previous_steps = self.stats.aggregated_steps
         return stop
 
     def skip_grid_point(self, virtual_time: float) -> None:
@@ -559,7 +564,8 @@ class _Recorder:
         while self._next_grid < virtual_time or (inclusive and self._next_grid <= virtual_time):
             if stats is None:
                 stats = self._stats_in_force()
-            stop = stop or self._write(self._next_grid, version, stats)
+            # the steps of the model in force, not of the version whose arrival writes the row
+            stop = stop or self._write(self._next_grid, version, stats, self._previous_steps)
             if self._reaches_target(stats["accuracy"]):
                 self.time_to_target = self._next_grid
                 if self.config.stop_at_target:

@@ -95,3 +95,14 @@ def test_a_resumed_run_stops_at_the_same_grid_point(runs, tmp_path, monkeypatch,
         monkeypatch.undo()
     resumed = resume_experiment(os.path.join(config.output_dir, how), progress=False)
     testing.assert_same_run(resumed, stopped, f"resumed after a {how}")
+
+
+def test_a_grid_row_counts_the_steps_of_the_model_it_evaluated(runs):
+    """A grid point's row is written when the next version arrives; its client_steps are those
+    aggregated into the version in force at the grid point, not that next version's too."""
+    _, through, _ = runs
+    rows = through.metrics
+    assert any(row["version"] < next_row["version"] for row, next_row in zip(rows, rows[1:]))
+    for row in rows:
+        expected = sum(int(r["steps"]) for r in _dispatches(through.run_dir, row["version"])) if row["version"] else 0
+        assert row["client_steps"] == expected, row
