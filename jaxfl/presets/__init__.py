@@ -95,9 +95,9 @@ def preset_for_algorithm(name: str, algorithm: str, values: dict | None = None) 
     reads them (the paper's baselines' settings when the method runs, and the reverse).
     ``values``: the preset's :func:`preset_values`, if already read (one read for several algorithms).
 
-    >>> fields, options, left_out = preset_for_algorithm("port-mnist", "fedbuff")
+    >>> fields, options, left_out = preset_for_algorithm("port-mnist", "fedbuff")  # FedAsync's staleness exponent
     >>> fields["buffer_size"], options, left_out
-    (5, {}, ['[port] options'])
+    (5, {}, ['staleness_a', '[port] options'])
     >>> preset_for_algorithm("port-mnist", "port")[1]["min_clients"]
     5
     """
