@@ -235,7 +235,8 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
             key=state.key,
             step=state.step + 1,
             num_steps=state.num_steps,
-            loss_sum=state.loss_sum + jnp.where(active, loss, 0.0),
+            # float32 whatever the model's dtype (a float64 model under jax_enable_x64 has a float64 loss)
+            loss_sum=state.loss_sum + jnp.where(active, loss, 0.0).astype(jnp.float32),
             all_finite=state.all_finite & (~active | jnp.isfinite(loss)),
             lr_scale=state.lr_scale,
             anchor=state.anchor,

@@ -1,0 +1,35 @@
+"""Problems a user of the public kernels and the plug-in API met, each pinned by a test."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxfl.kernels import ClientView, FederatedArrays, local_train, make_client_trainer, minibatch_indices
+
+
+def _apply(params, x):
+    return jnp.tanh(x @ params["w1"]) @ params["w2"]
+
+
+def _params(dtype):
+    rng = np.random.default_rng(0)
+    return {"w1": jnp.asarray(rng.normal(size=(7, 5)), dtype), "w2": jnp.asarray(rng.normal(size=(5, 3)), dtype)}
+
+
+def _data(n=23):
+    rng = np.random.default_rng(1)
+    return FederatedArrays(jnp.asarray(rng.normal(size=(n, 7)), jnp.float32),
+                           jnp.asarray(rng.integers(0, 3, n), jnp.int32))
+
+
+def test_float64_model_trains_under_x64():
+    """With jax_enable_x64 a float64 model's loss is float64; the scan carry's float32 loss sum refused it."""
+    with jax.enable_x64(True):
+        trainer = make_client_trainer(_apply, optax.sgd(0.1), 4, preprocess=lambda x: x)
+        params = _params(jnp.float64)
+        delta, metrics = local_train(trainer, params, _data(), ClientView(jnp.int32(3), jnp.int32(11)),
+                                     jnp.int32(5), jax.random.key(0), max_steps=6)
+        assert {leaf.dtype for leaf in jax.tree.leaves(delta)} == {jnp.dtype(jnp.float64)}
+        assert metrics["loss"].dtype == jnp.float32 and int(metrics["steps"]) == 5
+        assert bool(metrics["finite"])
