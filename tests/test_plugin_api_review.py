@@ -33,3 +33,15 @@ def test_float64_model_trains_under_x64():
         assert {leaf.dtype for leaf in jax.tree.leaves(delta)} == {jnp.dtype(jnp.float64)}
         assert metrics["loss"].dtype == jnp.float32 and int(metrics["steps"]) == 5
         assert bool(metrics["finite"])
+
+
+def test_client_without_samples_draws_no_sample_of_another_client():
+    """A ClientView with count 0 drew (and trained on) the sample at its offset, another client's."""
+    view = ClientView(jnp.int32(5), jnp.int32(0))
+    _, mask = minibatch_indices(jax.random.key(0), jnp.int32(0), view, 4)
+    assert mask.tolist() == [0.0, 0.0, 0.0, 0.0]
+    trainer = make_client_trainer(_apply, optax.sgd(0.1), 4, preprocess=lambda x: x)
+    delta, metrics = local_train(trainer, _params(jnp.float32), _data(), view, jnp.int32(3), jax.random.key(0),
+                                 max_steps=3)
+    assert all(float(jnp.abs(leaf).max()) == 0.0 for leaf in jax.tree.leaves(delta))
+    assert float(metrics["loss"]) == 0.0

@@ -111,7 +111,8 @@ def minibatch_indices(key: jax.Array, step: jax.Array, view: ClientView,
 
     Sampling is without replacement within an epoch (a fresh keyed permutation of the client's
     ``count`` samples per epoch, derived from ``key`` and the epoch number) and wraps to a new epoch;
-    the last batch of an epoch is short, its missing entries masked. Only the ``B`` positions of
+    the last batch of an epoch is short, its missing entries masked; a client with ``count`` 0 gets an
+    all-masked batch (no other client's sample). Only the ``B`` positions of
     this step are permuted (:func:`jaxfl.kernels.permutation.permute`, a Feistel network), so a step
     costs O(B) whatever the client's size — no array as long as the largest client.
 
@@ -125,7 +126,7 @@ def minibatch_indices(key: jax.Array, step: jax.Array, view: ClientView,
     epoch = step // batches_per_epoch
     batch_in_epoch = step % batches_per_epoch
     positions = batch_in_epoch * batch_size + jnp.arange(batch_size, dtype=jnp.int32)
-    valid = positions < count
+    valid = positions < view.count  # not ``count``: an empty client must not read the sample at its offset
     local = jnp.where(valid, permute(jax.random.fold_in(key, epoch), positions, count), 0)
     return view.offset + local, valid.astype(jnp.float32)
 
