@@ -279,11 +279,74 @@ def _fixed_settings(folder: str, rows: list[dict]) -> dict[str, object]:
     return found
 
 
+def _run_settings(run_dir: str) -> dict[str, object] | None:
+    """What a run computed with, from its ``config.json``: its fields and options as a sweep names
+    them (options as ``space.option``), less those it never reads (another algorithm's fields, a
+    speed model's setting under another speed model: :func:`jaxfl.sweep._unread`); every field,
+    those left at their defaults too. None where the run folder or its config is gone or unreadable,
+    or was written by a jaxfl whose fields this one does not know.
+
+    >>> import tempfile
+    >>> from jaxfl.config import RunConfig
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = open(f"{folder}/config.json", "w").write(json.dumps({"config": RunConfig(algorithm="fedavg").to_dict()}))
+    >>> settings = _run_settings(folder)  # FedAvg reads no buffer size, and no other algorithm's options
+    >>> settings["client_lr"], "buffer_size" in settings, "compass.q_min" in settings
+    (0.003, False, False)
+    """
+    from jaxfl import algorithms
+    from jaxfl.config import split_algorithm_options
+    from jaxfl.sweep import _unread
+
+    try:
+        with open(os.path.join(run_dir, "config.json")) as handle:
+            written = json.load(handle)["config"]
+        fields, _ = split_algorithm_options(written)
+        options = fields.pop("algorithm_options", None) or {}
+        space = algorithms.get(fields["algorithm"]).option_namespace()
+        flat = {**fields, **{f"{space}.{name}": value for name, value in options.items()}}
+        unread = set(_unread(flat))
+    except (OSError, ValueError, KeyError, TypeError):  # ConfigError is a ValueError
+        return None
+    return {name: value for name, value in flat.items() if name not in unread}
+
+
+def _runs_differ(folders: list[str], found: list[tuple[dict, str]], already: set[str]) -> list[str]:
+    """The settings in which the folders' runs of one algorithm differ, read from each folder's
+    first run of that algorithm whose folder is there (:func:`_run_settings`): every setting, so
+    that one left at its default in one sweep and set in another's base is caught too, less those
+    the rows carry (they tell the runs apart), :data:`EXECUTION_SETTINGS` and ``already`` (found by
+    :func:`_fixed_settings`). A setting one run's jaxfl did not have is compared where both have it."""
+    carried = {name for row, _ in found for name in row}
+    first: dict[tuple[str, str], dict] = {}  # (algorithm, folder) -> settings
+    for row, folder in found:
+        key = (str(row.get("algorithm")), folder)
+        if key not in first and row.get("run_dir") is not None:
+            settings = _run_settings(str(row["run_dir"]))
+            if settings is not None:
+                first[key] = settings
+    differ = []
+    for algorithm in dict.fromkeys(algorithm for algorithm, _ in first):
+        runs = {folder: settings for (name, folder), settings in first.items() if name == algorithm}
+        if len(runs) < 2:
+            continue
+        names = dict.fromkeys(name for settings in runs.values() for name in settings)
+        for name in names:
+            if name in carried or name in already or name in EXECUTION_SETTINGS or name in NOT_SETTINGS:
+                continue
+            known = {folder: settings[name] for folder, settings in runs.items() if name in settings}
+            if len({json.dumps(value, default=str) for value in known.values()}) > 1:
+                differ.append(f"{name} of the {algorithm} runs " +
+                              ", ".join(f"{value} in {folder}" for folder, value in known.items()))
+    return differ
+
+
 def _check_same_settings(folders: list[str], found: list[tuple[dict, str]]) -> None:
-    """Refuse folders whose runs differ in a setting their rows do not carry (:func:`_fixed_settings`):
-    one table of them would make a run at learning rate 0.01 another seed of the same method at
-    0.003, and average a time to 80% with a time to 85%. Parts of one grid (seeds on another
-    machine, further values of an axis) share every such setting."""
+    """Refuse folders whose runs differ in a setting their rows do not carry (:func:`_fixed_settings`,
+    then the runs' own configs where their folders are there: :func:`_runs_differ`): one table of
+    them would make a run at learning rate 0.01 another seed of the same method at 0.003, and
+    average a time to 80% with a time to 85%. Parts of one grid (seeds on another machine, further
+    values of an axis) share every such setting."""
     rows_of: dict[str, list[dict]] = {folder: [] for folder in folders}
     for row, folder in found:
         rows_of[folder].append(row)
@@ -294,6 +357,7 @@ def _check_same_settings(folders: list[str], found: list[tuple[dict, str]]) -> N
         known = {folder: settings[name] for folder, settings in fixed.items() if name in settings}
         if len({json.dumps(value, default=str) for value in known.values()}) > 1:
             differ.append(f"{name} " + ", ".join(f"{value} in {folder}" for folder, value in known.items()))
+    differ += _runs_differ(folders, found, {text.split(" ", 1)[0] for text in differ})
     if differ:
         raise ValueError(f"the folders' runs differ in settings their rows do not tell apart: {'; '.join(differ)}; "
                          "one table would count them as seeds of one method and average their times: report each "

@@ -2,6 +2,7 @@
 not carry (a base learning rate, the target accuracy) are refused rather than merged into seeds of
 one method; parts of one grid (other seeds, execution settings such as --data-dir) still merge."""
 import json
+import os
 
 import pytest
 
@@ -48,3 +49,41 @@ def test_parts_of_one_grid_still_merge(tmp_path):
     assert found["fedcompass compass.q_min=4"]["runs"] == 2
     assert found["fedcompass compass.q_min=4"]["time_to_target_mean"] == 60.0
     assert found["fedcompass compass.q_min=2"]["relative_time"] == 2.0
+
+
+def _runs(folder, seed, **settings):
+    """config.json for the folder's two runs (runs/a: q_min 4, runs/b: q_min 2), as jaxfl run writes it."""
+    from jaxfl.config import RunConfig
+
+    for name, q_min in (("a", 4), ("b", 2)):
+        run = f"{folder}/runs/{name}"
+        os.makedirs(run)
+        config = RunConfig(algorithm="fedcompass", seed=seed, output_dir=f"{folder}/runs", run_name=name,
+                           algorithm_options={"q_min": q_min}, **settings)
+        with open(f"{run}/config.json", "w") as handle:
+            json.dump({"config": config.to_dict()}, handle)
+
+
+def test_a_setting_one_sweep_left_at_its_default_and_another_set_is_refused(tmp_path):
+    # sweep.json of A does not name client_lr (its runs took the default), B's base sets it: only the
+    # runs' own configs tell them apart
+    first = _folder(tmp_path / "A", 0, {})
+    second = _folder(tmp_path / "B", 1, {"client_lr": 0.01})
+    _runs(first, 0)
+    _runs(second, 1, client_lr=0.01, clients_per_round=5)
+    with pytest.raises(ValueError) as error:
+        read_results_of([first, second])
+    message = str(error.value)
+    assert f"client_lr of the fedcompass runs 0.003 in {first}, 0.01 in {second}" in message
+    assert "report each on its own" in message
+    for carried_or_execution in ("seed of", "run_name of", "output_dir of", "q_min of"):
+        assert carried_or_execution not in message
+
+
+def test_parts_of_one_grid_with_their_run_folders_still_merge(tmp_path):
+    first = _folder(tmp_path / "A", 0, {"client_lr": 0.01})
+    second = _folder(tmp_path / "B", 1, {"client_lr": 0.01, "data_dir": "/data"})
+    _runs(first, 0, client_lr=0.01)
+    _runs(second, 1, client_lr=0.01, data_dir="/data", checkpoint_every=5)  # execution settings may differ
+    rows = read_results_of([first, second])
+    assert sorted((row["seed"], row["compass.q_min"]) for row in rows) == [(0, 2), (0, 4), (1, 2), (1, 4)]
