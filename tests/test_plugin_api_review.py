@@ -45,3 +45,37 @@ def test_client_without_samples_draws_no_sample_of_another_client():
                                  max_steps=3)
     assert all(float(jnp.abs(leaf).max()) == 0.0 for leaf in jax.tree.leaves(delta))
     assert float(metrics["loss"]) == 0.0
+
+
+def test_weighted_sum_of_integer_leaves_is_not_truncated():
+    """weighted_mean of integer leaves cast the weights to int (0.5 -> 0) and returned zeros."""
+    from jaxfl.kernels import tree_scale, weighted_mean, weighted_sum
+
+    stacked = {"count": jnp.array([[2], [4]], jnp.int32), "w": jnp.array([[1.0], [3.0]])}
+    mean = weighted_mean(stacked, jnp.array([0.5, 0.5]))
+    assert mean["count"].dtype == jnp.int32 and mean["count"].tolist() == [3]
+    assert mean["w"].tolist() == [2.0]
+    assert weighted_sum(stacked, [0.25, 1.0])["count"].tolist() == [4]   # 0.5 + 4 = 4.5, rounded half to even
+    assert tree_scale({"n": jnp.array([4, 7], jnp.int32)}, 0.5)["n"].tolist() == [2, 4]
+
+
+def test_weighted_sum_bfloat16_accumulates_in_float32():
+    """bfloat16 leaves: the weights were rounded to bfloat16 first, so 0.3 · 100 − 0.29 · 100 gave 1.0703."""
+    from jaxfl.kernels import weighted_sum
+
+    total = weighted_sum({"w": jnp.full((2, 3), 100.0, jnp.bfloat16)}, jnp.array([0.3, -0.29]))["w"]
+    assert total.dtype == jnp.bfloat16 and total.tolist() == [1.0] * 3
+
+
+@pytest.mark.parametrize("weights, message", [
+    (jnp.ones(4), r"4 weights for a stack of 3 clients \(leaf \['w'\] has shape \(3, 2\)\)"),
+    (jnp.ones((3, 1)), r"weights must have shape \(K,\), one per client; got shape \(3, 1\)"),
+])
+def test_weighted_sum_refuses_weights_that_do_not_match_the_client_axis(weights, message):
+    """(3, 1) weights silently returned a (1, 2) leaf; 4 weights for 3 clients a dot_general shape error."""
+    from jaxfl.kernels import weighted_mean, weighted_sum
+
+    for function in (weighted_sum, weighted_mean):
+        with pytest.raises(ValueError, match=message):
+            function({"w": jnp.ones((3, 2))}, weights)
+

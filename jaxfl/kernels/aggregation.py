@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxfl.kernels import fedopt
-from jaxfl.kernels.tree import tree_add, tree_scale  # noqa: F401 (their home is kernels/tree.py)
+from jaxfl.kernels.tree import accumulation_dtype, to_leaf_dtype, tree_add, tree_scale  # noqa: F401 (tree.py)
 
 from jaxfl.scheduler.staleness import (STALENESS_FUNCTIONS, constant, exponential, hinge,  # noqa: F401
                                        make_staleness, polynomial)
@@ -30,15 +30,35 @@ PyTree = Any
 SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad", "optax_adam", "optax_yogi", "optax_adagrad")
 
 
+def _check_weights(stacked: PyTree, weights: jax.Array) -> None:
+    """``weights`` of shape ``(K,)`` with ``K`` the leading axis of every leaf (shapes are static: no cost)."""
+    if weights.ndim != 1:
+        raise ValueError(f"weights must have shape (K,), one per client; got shape {tuple(weights.shape)}")
+    for path, leaf in jax.tree_util.tree_leaves_with_path(stacked):
+        shape = tuple(jnp.shape(leaf))
+        if not shape or shape[0] != weights.shape[0]:
+            raise ValueError(f"{weights.shape[0]} weights for a stack of {shape[0] if shape else 'no'} clients "
+                             f"(leaf {jax.tree_util.keystr(path)} has shape {shape}); every leaf needs the "
+                             f"leading client axis K = len(weights)")
+
+
 def weighted_sum(stacked: PyTree, weights: jax.Array) -> PyTree:
-    """Σ_k weights[k] · stacked[k] over the leading client axis ``K`` of every leaf.
+    """Σ_k weights[k] · stacked[k] over the leading client axis ``K`` of every leaf; ``weights`` has
+    shape ``(K,)``. Computed in float32 for bfloat16/float16 and integer leaves (then cast back,
+    integers rounded), in the leaf's dtype for float32/float64.
 
     No renormalisation: the FedCompass/FedBuff rules of the authors' framework sum st·p_i·Δ_i.
+
+    >>> weighted_sum({"w": jnp.array([[1.0, 2.0], [3.0, 4.0]])}, jnp.array([1.0, -1.0]))["w"].tolist()
+    [-2.0, -2.0]
     """
     weights = jnp.asarray(weights)
+    _check_weights(stacked, weights)
 
     def reduce(leaf):
-        return jnp.tensordot(weights.astype(leaf.dtype), leaf, axes=([0], [0]))
+        dtype = accumulation_dtype(leaf.dtype)
+        total = jnp.tensordot(weights.astype(dtype), jnp.asarray(leaf).astype(dtype), axes=([0], [0]))
+        return to_leaf_dtype(total, leaf.dtype)
 
     return jax.tree.map(reduce, stacked)
 
@@ -50,6 +70,7 @@ def weighted_mean(stacked: PyTree, weights: jax.Array) -> PyTree:
     3.5
     """
     weights = jnp.asarray(weights)
+    _check_weights(stacked, weights)
     return weighted_sum(stacked, weights / jnp.sum(weights))
 
 

@@ -21,9 +21,43 @@ import numpy as np
 PyTree = Any
 
 
+def accumulation_dtype(dtype) -> jnp.dtype:
+    """The dtype in which weighted sums and scalings of ``dtype`` leaves are computed: the leaf's own for
+    float32, float64 and complex, float32 for narrower floats (bfloat16, float16) and for integers, so
+    that a weight is never rounded to the leaf's dtype (0.5 to 0 for an integer leaf).
+
+    >>> [str(accumulation_dtype(d)) for d in (jnp.float32, jnp.bfloat16, jnp.int32)]
+    ['float32', 'float32', 'float32']
+    """
+    dtype = jnp.dtype(dtype)
+    if jnp.issubdtype(dtype, jnp.inexact) and dtype.itemsize >= 4:
+        return dtype
+    return jnp.dtype(jnp.float32)
+
+
+def to_leaf_dtype(value: jax.Array, dtype) -> jax.Array:
+    """``value`` (computed in :func:`accumulation_dtype`) back in the leaf's ``dtype``; integers are rounded
+    to the nearest (half to even), not truncated."""
+    dtype = jnp.dtype(dtype)
+    if value.dtype == dtype:
+        return value
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        value = jnp.round(value)
+    return value.astype(dtype)
+
+
 def tree_scale(tree: PyTree, scale) -> PyTree:
-    """Every leaf times ``scale``."""
-    return jax.tree.map(lambda leaf: leaf * jnp.asarray(scale, leaf.dtype), tree)
+    """Every leaf times ``scale`` (computed in :func:`accumulation_dtype`, returned in the leaf's dtype).
+
+    >>> tree_scale({"w": jnp.array([1.0, -2.0]), "n": jnp.array([3])}, 0.5)
+    {'n': Array([2], dtype=int32), 'w': Array([ 0.5, -1. ], dtype=float32)}
+    """
+    def scale_leaf(leaf):
+        leaf = jnp.asarray(leaf)
+        dtype = accumulation_dtype(leaf.dtype)
+        return to_leaf_dtype(leaf.astype(dtype) * jnp.asarray(scale, dtype), leaf.dtype)
+
+    return jax.tree.map(scale_leaf, tree)
 
 
 def tree_add(a: PyTree, b: PyTree) -> PyTree:
