@@ -79,3 +79,30 @@ def test_weighted_sum_refuses_weights_that_do_not_match_the_client_axis(weights,
         with pytest.raises(ValueError, match=message):
             function({"w": jnp.ones((3, 2))}, weights)
 
+
+def test_notebook_03_says_which_attribute_the_default_reply_reads():
+    """The default on_reply re-dispatches with the policy's ``self.local_steps`` (class default 1): a
+    policy that keeps its count as ``self.steps`` trains every re-dispatch for one step, and notebook 03
+    said only "for `local_steps` steps"."""
+    import json
+    import os
+
+    from jaxfl.scheduler.simulation import Policy
+
+    class StepsElsewhere(Policy):
+        def __init__(self, steps):
+            self.steps = steps
+
+    dispatched = []
+
+    class FakeSim:
+        def dispatch(self, client, steps):
+            dispatched.append((client, steps))
+
+    StepsElsewhere(10).on_reply(FakeSim(), 3, None)
+    assert dispatched == [(3, 1)]  # the behaviour the notebook must warn about
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks",
+                        "03_your_own_algorithm.ipynb")
+    text = " ".join("".join(cell["source"]) for cell in json.load(open(path))["cells"]
+                    if cell["cell_type"] == "markdown").replace("\n", " ")
+    assert "**`self.local_steps`**" in text and "class default is 1" in text and "override `on_reply" in text
