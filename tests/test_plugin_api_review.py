@@ -106,3 +106,21 @@ def test_notebook_03_says_which_attribute_the_default_reply_reads():
     text = " ".join("".join(cell["source"]) for cell in json.load(open(path))["cells"]
                     if cell["cell_type"] == "markdown").replace("\n", " ")
     assert "**`self.local_steps`**" in text and "class default is 1" in text and "override `on_reply" in text
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(name="sgd", momentum=-0.5), r"momentum=-0.5 is not allowed: a number in \[0, 1\)"),
+    (dict(name="sgd", momentum=1.5), r"momentum=1.5 is not allowed"),
+    (dict(name="sgd", learning_rate=float("nan")), r"learning_rate=nan is not allowed: a finite number > 0"),
+    (dict(name="adam", learning_rate=0.0), r"learning_rate=0.0 is not allowed"),
+    (dict(name="adam", b1=1.2), r"b1=1.2 is not allowed: a number in \[0, 1\)"),
+    (dict(name="yogi", b2=-0.1), r"b2=-0.1 is not allowed: a number in \[0, 1\)"),
+    (dict(name="adagrad", tau=-1e-3), r"tau=-0.001 is not allowed: a finite number >= 0"),
+])
+def test_make_server_optimizer_refuses_bad_hyperparameters(kwargs, message):
+    """momentum=-0.5 silently built plain SGD; no other hyperparameter was checked."""
+    from jaxfl.kernels import make_server_optimizer
+
+    with pytest.raises(ValueError, match=message):
+        make_server_optimizer(**kwargs)
+

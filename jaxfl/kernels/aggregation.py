@@ -13,6 +13,8 @@ w ← w − v).
 """
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 import jax
@@ -90,7 +92,21 @@ def make_server_optimizer(name: str = "sgd", learning_rate: float = 1.0, momentu
     >>> params, state = apply_server_update(opt, params, opt.init(params), {"w": jnp.ones(2)})
     >>> params["w"].tolist()
     [-1.0, -1.0]
+
+    Bad values are refused, naming them: ``learning_rate`` a finite number > 0 (or, for the optax
+    optimisers, an optax schedule), ``momentum``, ``b1`` and ``b2`` in [0, 1), ``tau`` a finite number >= 0.
     """
+    def refuse(field, value, allowed):
+        raise ValueError(f"make_server_optimizer({name!r}): {field}={value!r} is not allowed: {allowed}")
+
+    if not callable(learning_rate) and not (isinstance(learning_rate, numbers.Real) and math.isfinite(learning_rate)
+                                            and learning_rate > 0):
+        refuse("learning_rate", learning_rate, "a finite number > 0")
+    for field, value in (("momentum", momentum), ("b1", b1), ("b2", b2)):
+        if not (isinstance(value, numbers.Real) and 0 <= value < 1):
+            refuse(field, value, "a number in [0, 1)")
+    if not (isinstance(tau, numbers.Real) and math.isfinite(tau) and tau >= 0):
+        refuse("tau", tau, "a finite number >= 0")
     if name == "sgd":
         return optax.sgd(learning_rate, momentum=momentum if momentum > 0 else None)
     if name == "adam":
