@@ -124,3 +124,17 @@ def test_make_server_optimizer_refuses_bad_hyperparameters(kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_server_optimizer(**kwargs)
 
+
+
+@pytest.mark.parametrize("b, message", [
+    ({"a": jnp.ones(2)}, r"tree_vdot: the trees have 2 and 1 leaves"),
+    ({"a": jnp.ones((3, 2)), "b": jnp.ones(3)}, r"tree_vdot: leaf \['a'\] has shape \(2, 3\) in a and \(3, 2\) in b"),
+])
+def test_tree_vdot_refuses_trees_that_do_not_match(b, message):
+    """Mismatched trees gave a partial dot (2.0 here), mismatched shapes a dot of the flattened leaves."""
+    from jaxfl.kernels import tree_vdot
+
+    a = {"a": jnp.ones((2, 3)) if b["a"].ndim == 2 else jnp.ones(2), "b": jnp.ones(3)}
+    with pytest.raises(ValueError, match=message):
+        tree_vdot(a, b)
+    assert float(tree_vdot(a, a)) == float(sum(leaf.size for leaf in jax.tree.leaves(a)))

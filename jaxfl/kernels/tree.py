@@ -66,9 +66,23 @@ def tree_add(a: PyTree, b: PyTree) -> PyTree:
 
 
 def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
-    """⟨a, b⟩ over the whole flattened model (one vector, not per layer), in float32."""
-    parts = [jnp.vdot(x.astype(jnp.float32), y.astype(jnp.float32))
-             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))]
+    """⟨a, b⟩ over the whole flattened model (one vector, not per layer), in float32. ``a`` and ``b``
+    must have as many leaves, of equal shapes, in the same order (else ``ValueError``: a partial or
+    reshaped dot would be silently wrong).
+
+    >>> float(tree_vdot({"w": jnp.array([1.0, 2.0]), "b": jnp.array(3.0)}, {"w": jnp.ones(2), "b": jnp.array(2.0)}))
+    9.0
+    """
+    paths_a, leaves_b = jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b)
+    if len(paths_a) != len(leaves_b):
+        raise ValueError(f"tree_vdot: the trees have {len(paths_a)} and {len(leaves_b)} leaves "
+                         f"({jax.tree.structure(a)} and {jax.tree.structure(b)})")
+    for (path, x), y in zip(paths_a, leaves_b):
+        if jnp.shape(x) != jnp.shape(y):
+            raise ValueError(f"tree_vdot: leaf {jax.tree_util.keystr(path)} has shape {tuple(jnp.shape(x))} in a "
+                             f"and {tuple(jnp.shape(y))} in b")
+    parts = [jnp.vdot(jnp.asarray(x).astype(jnp.float32), jnp.asarray(y).astype(jnp.float32))
+             for (_, x), y in zip(paths_a, leaves_b)]
     return jnp.sum(jnp.stack(parts)) if parts else jnp.zeros((), jnp.float32)
 
 
