@@ -108,5 +108,5 @@ def test_nonfinite_loss_is_flagged(setup):
 
 
 def test_bad_trainer_arguments():
-    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
         make_client_trainer(lambda p, x: x, optax.sgd(0.1), batch_size=0)

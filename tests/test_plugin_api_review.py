@@ -138,3 +138,9 @@ def test_tree_vdot_refuses_trees_that_do_not_match(b, message):
     with pytest.raises(ValueError, match=message):
         tree_vdot(a, b)
     assert float(tree_vdot(a, a)) == float(sum(leaf.size for leaf in jax.tree.leaves(a)))
+
+
+def test_make_client_trainer_refuses_a_fractional_batch_size():
+    """batch_size=4.5 built a kernel drawing 5-sample batches of float positions."""
+    with pytest.raises(ValueError, match=r"batch_size must be an integer >= 1, got 4.5"):
+        make_client_trainer(_apply, optax.sgd(0.1), 4.5)

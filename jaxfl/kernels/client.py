@@ -25,6 +25,7 @@ authors' code: buffers are not averaged as deltas but replaced by the plain mean
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -163,8 +164,8 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
     >>> int(metrics["steps"])
     3
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not (isinstance(batch_size, numbers.Integral) and not isinstance(batch_size, bool) and batch_size >= 1):
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     if not prox_mu >= 0:
         raise ValueError(f"prox_mu must be >= 0, got {prox_mu}")
 
