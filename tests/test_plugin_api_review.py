@@ -144,3 +144,13 @@ def test_make_client_trainer_refuses_a_fractional_batch_size():
     """batch_size=4.5 built a kernel drawing 5-sample batches of float positions."""
     with pytest.raises(ValueError, match=r"batch_size must be an integer >= 1, got 4.5"):
         make_client_trainer(_apply, optax.sgd(0.1), 4.5)
+
+
+def test_fednova_coefficients_refuse_mismatched_shapes():
+    """Steps of shape (K, 1) with coefficients (K,) broadcast to a (K, K) result instead of an error."""
+    from jaxfl.kernels import fednova_coefficients
+
+    with pytest.raises(ValueError, match=r"steps has shape \(2, 1\) but coefficients \(2,\)"):
+        fednova_coefficients(jnp.array([0.5, 0.5]), jnp.array([[10], [40]]))
+    with pytest.raises(ValueError, match=r"step_weights has shape \(3,\) but coefficients \(2,\)"):
+        fednova_coefficients(jnp.array([0.5, 0.5]), jnp.array([10, 40]), jnp.ones(3))

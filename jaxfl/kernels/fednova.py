@@ -29,8 +29,17 @@ import numpy as np
 
 def fednova_coefficients(coefficients: jax.Array, steps: jax.Array, step_weights: jax.Array | None = None) -> jax.Array:
     """c_i · τ_eff / τ_i over axis 0 (see the module docstring); τ_i < 1 counts as 1, and Σ w_i = 0
-    returns the coefficients unchanged."""
+    returns the coefficients unchanged. ``steps`` and ``step_weights`` (default: the coefficients) have
+    the coefficients' shape, ``(K,)`` (else ``ValueError``, not a broadcast).
+
+    >>> fednova_coefficients(jnp.array([0.5, 0.5]), jnp.array([10, 40]), step_weights=jnp.array([1.0, 0.0])).tolist()
+    [0.5, 0.125]
+    """
     c = jnp.asarray(coefficients, jnp.float32)
+    for name, value in (("steps", steps), ("step_weights", step_weights)):
+        if value is not None and jnp.shape(value) != c.shape:
+            raise ValueError(f"fednova_coefficients: {name} has shape {tuple(jnp.shape(value))} but coefficients "
+                             f"{tuple(c.shape)}; one entry per update")
     tau = jnp.maximum(jnp.asarray(steps, jnp.float32), 1.0)
     weights = c if step_weights is None else jnp.asarray(step_weights, jnp.float32)
     total = jnp.sum(weights, axis=0)
