@@ -144,12 +144,34 @@ class SpeedConfig:
         _check(self, "reference_time", lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
         _check(self, "ratio", lambda v: math.isfinite(v) and v >= 1, "a finite slowest/fastest ratio >= 1")
         if self.legacy_seed is not None and not (isinstance(self.legacy_seed, (int, np.integer))
+                                                 and not isinstance(self.legacy_seed, bool)
                                                  and 0 <= self.legacy_seed < 2**32):
             raise ValueError(f"SpeedConfig.legacy_seed={self.legacy_seed!r}; must be None or an integer in [0, 2^32)")
+        # A model-specific field set away from its default for a model that never reads it is a
+        # mistake (legacy_seed=1 with model="exp" would silently draw the run's own stream instead).
+        for field, models in _MODEL_FIELDS.items():
+            if self.model not in models and getattr(self, field) != _FIELD_DEFAULTS[field]:
+                raise ValueError(
+                    f"SpeedConfig.{field}={getattr(self, field)!r} is not allowed with model={self.model!r}: read only "
+                    f"by model {' or '.join(models)}; leave it at its default {_FIELD_DEFAULTS[field]!r}")
         _check(self, "speed_change_prob", lambda v: 0 <= v <= 1, "a probability in [0, 1]")
         _check(self, "min_time_ratio", lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
         _check(self, "latency", lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
         _check(self, "bandwidth", lambda v: v > 0, "a number > 0 in bytes/s (inf means free)")
+
+
+# The fields only some models read (the others apply to every model: mean, jitter, speed changes,
+# the negative-time policy, communication).
+_MODEL_FIELDS = {
+    "normal_std_ratio": ("normal",),
+    "pareto_shape": ("pareto",),
+    "zipf_s": ("zipf",),
+    "cap": ("pareto", "zipf"),
+    "reference_time": ("pareto", "zipf"),
+    "legacy_seed": ("pareto", "zipf"),
+    "ratio": ("uniform",),
+}
+_FIELD_DEFAULTS = {field.name: field.default for field in dataclasses.fields(SpeedConfig)}
 
 
 def _check(config: SpeedConfig, field: str, ok, allowed: str) -> None:
