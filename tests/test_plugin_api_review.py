@@ -154,3 +154,11 @@ def test_fednova_coefficients_refuse_mismatched_shapes():
         fednova_coefficients(jnp.array([0.5, 0.5]), jnp.array([[10], [40]]))
     with pytest.raises(ValueError, match=r"step_weights has shape \(3,\) but coefficients \(2,\)"):
         fednova_coefficients(jnp.array([0.5, 0.5]), jnp.array([10, 40]), jnp.ones(3))
+
+
+def test_fedasmu_mix_takes_a_python_float():
+    """mix(local, fresh, 0.25) raised AttributeError: 'float' object has no attribute 'astype'."""
+    from jaxfl.kernels import fedasmu
+
+    mixed = fedasmu.mix({"w": jnp.array([0.0, 4.0], jnp.bfloat16)}, {"w": jnp.array([2.0, 0.0], jnp.bfloat16)}, 0.25)
+    assert mixed["w"].dtype == jnp.bfloat16 and mixed["w"].tolist() == [0.5, 3.0]

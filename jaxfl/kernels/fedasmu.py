@@ -46,7 +46,12 @@ PyTree = Any
 
 
 def squash(x: jax.Array) -> jax.Array:
-    """x / (1 + x) for x ≥ 0, continued linearly (x) below 0 (same value and slope at 0, no pole)."""
+    """x / (1 + x) for x ≥ 0 (FedASMU, Liu et al., AAAI 2024, Formula 2's squash), continued linearly (x) below 0 (same value and
+    slope at 0, no pole) [ours].
+
+    >>> squash(jnp.array([1.0, -0.5])).tolist()
+    [0.5, -0.5]
+    """
     return jnp.where(x >= 0, x / (1.0 + jnp.abs(x)), x)
 
 
@@ -56,13 +61,17 @@ def _clip_straight_through(x: jax.Array, low, high) -> jax.Array:
 
 
 def server_xi(coefficients: jax.Array, t, s) -> jax.Array:
-    """ξ = λ / (√t · s^σ) + ι with ``coefficients = (λ, σ, ι)``."""
+    """ξ = λ / (√t · s^σ) + ι with ``coefficients = (λ, σ, ι)`` (FedASMU, Liu et al., AAAI 2024, Formula 2).
+
+    >>> float(server_xi(jnp.array([1.0, 0.5, 0.25]), 4.0, 4.0))     # 1 / (2 · 2) + 0.25
+    0.5
+    """
     lam, sigma, iota = coefficients[0], coefficients[1], coefficients[2]
     return lam / (jnp.sqrt(t) * jnp.power(s, sigma)) + iota
 
 
 def server_alpha(coefficients: jax.Array, t, s, mu_alpha, alpha_min) -> jax.Array:
-    """α = clip(μ_α ξ / (1 + μ_α ξ), α_min, 1) (straight-through clip)."""
+    """α = clip(μ_α ξ / (1 + μ_α ξ), α_min, 1) (straight-through clip; FedASMU, Liu et al., AAAI 2024, Formulas 1–2). Example: the module docstring."""
     return _clip_straight_through(squash(mu_alpha * server_xi(coefficients, t, s)), alpha_min, 1.0)
 
 
@@ -107,18 +116,31 @@ def server_update(coefficients: jax.Array, record: jax.Array, previous_delta: Py
 
 
 def device_phi(coefficients: jax.Array, g, o) -> jax.Array:
-    """φ = (γ/√g)(1 − ν/√(g − o + 1)) with ``coefficients = (γ, ν)`` (1-based versions, g > o)."""
+    """φ = (γ/√g)(1 − ν/√(g − o + 1)) with ``coefficients = (γ, ν)`` (1-based versions, g > o; FedASMU, Liu et al., AAAI 2024, Formula 8).
+
+    >>> float(device_phi(jnp.array([2.0, 1.0]), 4.0, 1.0))     # (2/2)(1 − 1/2)
+    0.5
+    """
     gamma, nu = coefficients[0], coefficients[1]
     return (gamma / jnp.sqrt(g)) * (1.0 - nu / jnp.sqrt(g - o + 1.0))
 
 
 def device_beta(coefficients: jax.Array, g, o, mu_beta) -> jax.Array:
-    """β = clip(μ_β φ / (1 + μ_β φ), 0, 1) (straight-through clip)."""
+    """β = clip(μ_β φ / (1 + μ_β φ), 0, 1) (straight-through clip; FedASMU, Liu et al., AAAI 2024, Formulas 7–8).
+
+    >>> float(device_beta(jnp.array([2.0, 1.0]), 4.0, 1.0, 2.0))     # φ = 0.5: 1 / (1 + 1)
+    0.5
+    """
     return _clip_straight_through(squash(mu_beta * device_phi(coefficients, g, o)), 0.0, 1.0)
 
 
 def mix(local: PyTree, fresh: PyTree, beta) -> PyTree:
-    """(1 − β) w^b + β w_g."""
+    """(1 − β) w^b + β w_g (FedASMU, Liu et al., AAAI 2024, Formula 9).
+
+    >>> mix({"w": jnp.array([0.0, 4.0])}, {"w": jnp.array([2.0, 0.0])}, 0.25)["w"].tolist()
+    [0.5, 3.0]
+    """
+    beta = jnp.asarray(beta)  # a Python float too (it has no .astype)
     return jax.tree.map(lambda b, g: (1.0 - beta).astype(b.dtype) * b + beta.astype(b.dtype) * g, local, fresh)
 
 
