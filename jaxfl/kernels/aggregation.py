@@ -129,7 +129,14 @@ def apply_server_update(optimizer: optax.GradientTransformation, params: PyTree,
     """One server step: ``params ← params + optimizer(pseudo_gradient)``.
 
     The pseudo-gradient is the aggregated client update Σ c_i Δ_i (a descent direction is
-    *subtracted*, so it plays the role of a gradient).
+    *subtracted*, so it plays the role of a gradient). Reddi et al., "Adaptive Federated Optimization",
+    ICLR 2021, Algorithm 2 (FedOpt), with ``optimizer`` from :func:`make_server_optimizer`.
+
+    >>> opt = make_server_optimizer("sgd", 0.5)
+    >>> params = {"w": jnp.array([1.0, 1.0])}
+    >>> params, state = apply_server_update(opt, params, opt.init(params), {"w": jnp.array([2.0, -2.0])})
+    >>> params["w"].tolist()
+    [0.0, 2.0]
     """
     updates, opt_state = optimizer.update(pseudo_gradient, opt_state, params)
     return optax.apply_updates(params, updates), opt_state

@@ -35,7 +35,8 @@ BANK_KINDS = ("delta", "model")
 
 
 def init_bank(params: PyTree, num_clients: int) -> PyTree:
-    """An empty bank: zeros of shape ``(C,) + leaf.shape`` for every leaf of ``params``."""
+    """An empty bank: zeros of shape ``(C,) + leaf.shape`` for every leaf of ``params`` (CC-FedAvg, Zhang et al., IEEE IoT Journal 2024, Algorithm 1).
+    Example: the module docstring."""
     return stacked_zeros(params, num_clients)
 
 
@@ -43,17 +44,20 @@ def store(bank: PyTree, clients: jax.Array, values: PyTree, valid: jax.Array | N
     """Write ``values[k]`` (stacked on a leading ``K``) into row ``clients[k]`` of the bank
     (:func:`jaxfl.kernels.tree.set_rows`). Rows with ``valid[k]`` False (padding) are not written.
     ``clients`` must not repeat among the valid rows (the engine keeps the newest dispatch of a client).
+    CC-FedAvg, Zhang et al., IEEE IoT Journal 2024, Algorithm 1. Example: the module docstring.
     """
     return set_rows(bank, clients, values, valid)
 
 
 def bank_delta_sum(bank: PyTree, weights: jax.Array) -> PyTree:
-    """Σ_i weights[i] · D_i over the client axis (``weights`` has shape ``(C,)``, 0 for absent clients)."""
+    """Σ_i weights[i] · D_i over the client axis (``weights`` has shape ``(C,)``, 0 for absent clients):
+    Strategy 3 of CC-FedAvg, Zhang et al., IEEE IoT Journal 2024, Sec. III-B. Example: the module docstring."""
     return weighted_sum(bank, weights)
 
 
 def bank_model_sum(models: PyTree, weights: jax.Array, current: PyTree) -> PyTree:
-    """Σ_i weights[i] · (current − x^i_last): Strategy 2's stale models as a pseudo-gradient."""
+    """Σ_i weights[i] · (current − x^i_last): Strategy 2's stale models as a pseudo-gradient (CC-FedAvg, Zhang et al., IEEE IoT Journal 2024,
+    Sec. III-B). Example: the module docstring."""
     total = jnp.sum(weights)
     stale = weighted_sum(models, weights)
     return jax.tree.map(lambda w, m: total.astype(w.dtype) * w - m, current, stale)

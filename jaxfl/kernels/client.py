@@ -47,21 +47,40 @@ BUFFERS = "state"  # key of the non-trainable state in an adapter model's variab
 
 
 class FederatedArrays(NamedTuple):
-    """All clients' samples on device, stored once: ``x`` (N, ...) and integer labels ``y`` (N,)."""
+    """All clients' samples on device, stored once: ``x`` (N, ...) and integer labels ``y`` (N,), client
+    after client (:func:`jaxfl.data.build_federation` builds them; any arrays of that layout will do).
+
+    >>> data = FederatedArrays(jnp.zeros((5, 28, 28, 1), jnp.uint8), jnp.array([0, 1, 2, 3, 4]))
+    >>> data.x.shape, data.y.shape
+    ((5, 28, 28, 1), (5,))
+    """
 
     x: jax.Array
     y: jax.Array
 
 
 class ClientView(NamedTuple):
-    """One client's slice of :class:`FederatedArrays`: int32 scalars ``offset`` and ``count``."""
+    """One client's slice of :class:`FederatedArrays`: int32 scalars ``offset`` and ``count`` (samples
+    ``offset .. offset + count - 1``). Stacked, each field is a ``(C,)`` array, one row per client, ready
+    for ``jax.vmap``; a client with ``count`` 0 trains on nothing.
+
+    >>> views = ClientView(jnp.array([0, 3], jnp.int32), jnp.array([3, 2], jnp.int32))   # clients of 3 and 2
+    >>> jax.tree.map(lambda field: field[1], views)
+    ClientView(offset=Array(3, dtype=int32), count=Array(2, dtype=int32))
+    """
 
     offset: jax.Array
     count: jax.Array
 
 
 class LocalState(NamedTuple):
-    """The carry of local training for one client."""
+    """The carry of local training for one client (:meth:`ClientTrainer.init` builds it; ``step`` advances it).
+
+    >>> trainer = make_client_trainer(lambda p, x: x @ p, optax.sgd(0.1), batch_size=2, preprocess=lambda x: x)
+    >>> state = trainer.init(jnp.zeros((4, 3)), num_steps=5, key=jax.random.key(0))
+    >>> int(state.step), int(state.num_steps), float(state.lr_scale), state.anchor is None
+    (0, 5, 1.0, True)
+    """
 
     params: PyTree
     opt_state: PyTree
@@ -80,6 +99,18 @@ class ClientTrainer(NamedTuple):
     ``init(params, num_steps, key, lr_scale=1.0) -> LocalState``;
     ``step(state, data, view) -> LocalState`` (one masked step);
     ``finish(start_params, state) -> (delta, metrics)`` with ``delta = start - final``.
+
+    Drive the steps yourself (here two steps of a linear model, as :func:`local_train` does in a scan):
+
+    >>> trainer = make_client_trainer(lambda p, x: x @ p, optax.sgd(0.1), batch_size=2, preprocess=lambda x: x)
+    >>> data = FederatedArrays(jnp.ones((4, 4)), jnp.array([0, 1, 2, 0]))
+    >>> view, params = ClientView(jnp.int32(0), jnp.int32(4)), jnp.zeros((4, 3))
+    >>> state = trainer.init(params, 2, jax.random.key(0))
+    >>> for _ in range(2):
+    ...     state = trainer.step(state, data, view)
+    >>> delta, metrics = trainer.finish(params, state)
+    >>> delta.shape, int(metrics["steps"]), bool(metrics["finite"])
+    ((4, 3), 2, True)
     """
 
     init: Callable[..., LocalState]
@@ -273,7 +304,18 @@ def local_train(trainer: ClientTrainer, params: PyTree, data: FederatedArrays, v
                 num_steps: jax.Array, key: jax.Array, max_steps: int, unroll: int | bool = 1):
     """Reference driver: ``num_steps`` (≤ ``max_steps``, static) masked steps in one ``lax.scan``.
 
-    Returns ``(delta, metrics)``. See :func:`make_client_trainer` for an example.
+    Returns ``(delta, metrics)``: ``delta`` shaped like ``params`` (start − final), ``metrics`` the
+    float32 mean ``loss`` over the active steps, the int32 ``steps`` taken (at most ``max_steps``) and
+    ``finite``. ``jax.vmap`` it over clients (params, view, num_steps and key; ``data`` shared):
+
+    >>> trainer = make_client_trainer(lambda p, x: x @ p, optax.sgd(0.1), batch_size=2, preprocess=lambda x: x)
+    >>> data = FederatedArrays(jnp.ones((6, 4)), jnp.array([0, 1, 2, 0, 1, 2]))
+    >>> views = ClientView(jnp.array([0, 4], jnp.int32), jnp.array([4, 2], jnp.int32))
+    >>> train = jax.jit(jax.vmap(lambda view, n, key: local_train(trainer, jnp.zeros((4, 3)), data, view, n, key,
+    ...                                                          max_steps=3)))
+    >>> deltas, metrics = train(views, jnp.array([3, 1]), jax.random.split(jax.random.key(0), 2))
+    >>> deltas.shape, metrics["steps"].tolist()
+    ((2, 4, 3), [3, 1])
     """
     state = trainer.init(params, num_steps, key)
 

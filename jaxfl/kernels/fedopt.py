@@ -37,7 +37,12 @@ PyTree = Any
 
 
 class FedOptState(NamedTuple):
-    """The server optimiser's state: m (first moment, of the pseudo-gradient) and v (second moment)."""
+    """The server optimiser's state: m (first moment, of the pseudo-gradient) and v (second moment; v₀ = τ²,
+    Reddi et al., ICLR 2021, Algorithm 2).
+
+    >>> fedadam(0.1, tau=0.01).init({"w": jnp.zeros(2)}).second_moment["w"].tolist()
+    [9.999999747378752e-05, 9.999999747378752e-05]
+    """
 
     momentum: PyTree
     second_moment: PyTree

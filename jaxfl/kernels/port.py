@@ -40,7 +40,8 @@ COSINE_DEFINITIONS = ("own", "current")
 
 
 def cosine(u: PyTree, g: PyTree) -> jax.Array:
-    """cos(u, g) over the whole flattened model; 1 when either vector is zero (no direction to disagree with)."""
+    """cos(u, g) over the whole flattened model (PORT, Su & Li, IEEE IWQoS 2022, Eq. 2); 1 when either vector is zero (no
+    direction to disagree with). Example: the module docstring."""
     dot = tree_vdot(u, g)
     norms = jnp.sqrt(tree_vdot(u, u) * tree_vdot(g, g))
     safe = norms > 0
@@ -48,7 +49,11 @@ def cosine(u: PyTree, g: PyTree) -> jax.Array:
 
 
 def update_direction(delta: PyTree, start: PyTree, current: PyTree, definition: str) -> PyTree:
-    """u_k for the cosine, from the engine's Δ_k = start_k − final_k (see the module docstring)."""
+    """u_k for the cosine of PORT, Su & Li, IEEE IWQoS 2022, Eq. 2, from the engine's Δ_k = start_k − final_k (see the module docstring).
+
+    >>> update_direction({"w": jnp.array([1.0])}, {"w": jnp.array([5.0])}, {"w": jnp.array([3.0])}, "current")["w"].tolist()
+    [1.0]
+    """
     if definition == "own":
         return jax.tree.map(jnp.negative, delta)
     if definition == "current":
@@ -60,7 +65,8 @@ def port_weights(cosines: jax.Array, staleness_part: jax.Array, interference_sca
                  force: jax.Array, valid: jax.Array | None = None) -> jax.Array:
     """Normalised p_k from cosines ``(K,)``, ``a_k = d_k s_k``, ``b_k = d_k β`` and the force-to-1 mask.
 
-    ``valid`` masks padding entries (weight 0). The weights sum to 1 over the valid entries.
+    ``valid`` masks padding entries (weight 0). The weights sum to 1 over the valid entries (PORT, Su & Li, IEEE IWQoS 2022,
+    Eq. 3). Example: the module docstring.
     """
     theta = jnp.where(force, 1.0, (cosines + 1.0) / 2.0)
     raw = staleness_part + interference_scale * theta
@@ -75,7 +81,13 @@ def port_coefficients(deltas: PyTree, starts: PyTree, current: PyTree, last_step
     """``(p, cos)`` for a stacked aggregation set: every leaf of ``deltas``/``starts`` has a leading ``K``.
 
     ``last_step`` = w_τ − w_{τ−1}, the last global step; ``current`` = w_τ. This is the kernel the
-    engine jits (``definition`` static).
+    engine jits (``definition`` static). PORT, Su & Li, IEEE IWQoS 2022, Eq. 1–3.
+
+    >>> p, cos = port_coefficients({"w": jnp.array([[-1.0, 0.0], [0.0, -1.0]])}, {"w": jnp.zeros((2, 2))},
+    ...                            {"w": jnp.zeros(2)}, {"w": jnp.array([1.0, 0.0])}, jnp.zeros(2), jnp.ones(2),
+    ...                            jnp.array([False, False]), jnp.array([True, True]))
+    >>> cos.tolist(), [round(float(x), 4) for x in p]          # θ = 1 and 0.5
+    ([1.0, 0.0], [0.6667, 0.3333])
     """
     directions = jax.vmap(update_direction, in_axes=(0, 0, None, None))(deltas, starts, current, definition)
     cosines = jax.vmap(cosine, in_axes=(0, None))(directions, last_step)

@@ -61,7 +61,11 @@ def tree_scale(tree: PyTree, scale) -> PyTree:
 
 
 def tree_add(a: PyTree, b: PyTree) -> PyTree:
-    """Leafwise ``a + b``."""
+    """Leafwise ``a + b``.
+
+    >>> tree_add({"w": jnp.array([1.0])}, {"w": jnp.array([2.0])})["w"].tolist()
+    [3.0]
+    """
     return jax.tree.map(jnp.add, a, b)
 
 
@@ -87,12 +91,20 @@ def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
 
 
 def stacked_zeros(tree: PyTree, count: int) -> PyTree:
-    """Zeros of shape ``(count,) + leaf.shape`` for every leaf: a per-client table shaped like the model."""
+    """Zeros of shape ``(count,) + leaf.shape`` for every leaf: a per-client table shaped like the model.
+
+    >>> jax.tree.map(lambda leaf: (leaf.shape, str(leaf.dtype)), stacked_zeros({"w": jnp.ones((2, 3), jnp.bfloat16)}, 4))
+    {'w': ((4, 2, 3), 'bfloat16')}
+    """
     return jax.tree.map(lambda leaf: jnp.zeros((count,) + leaf.shape, leaf.dtype), tree)
 
 
 def tree_bytes(tree: PyTree) -> int:
-    """Bytes of every array (or ShapeDtypeStruct) leaf."""
+    """Bytes of every array (or ShapeDtypeStruct) leaf.
+
+    >>> tree_bytes({"w": jax.ShapeDtypeStruct((10, 10), jnp.bfloat16), "b": jnp.zeros(10)})
+    240
+    """
     def itemsize(dtype) -> int:
         try:
             return np.dtype(dtype).itemsize
