@@ -77,7 +77,8 @@ def server_alpha(coefficients: jax.Array, t, s, mu_alpha, alpha_min) -> jax.Arra
 
 def server_hypergradient(coefficients: jax.Array, previous_delta: PyTree, t_p, s_p, pseudo_gradient: PyTree,
                          mu_alpha, alpha_min) -> jax.Array:
-    """∂/∂(λ, σ, ι) of ⟨stop_grad(ĝ), w_{t_p} + α(λ, σ, ι; t_p, s_p) · Δ_p⟩ (w_{t_p} drops out).
+    """∂/∂(λ, σ, ι) of ⟨stop_grad(ĝ), w_{t_p} + α(λ, σ, ι; t_p, s_p) · Δ_p⟩ (w_{t_p} drops out;
+    FedASMU, Liu et al., AAAI 2024, Formula 3).
 
     ``pseudo_gradient`` is ĝ ≈ ∇F(w_o), ``previous_delta`` is Δ_p.
     """
@@ -97,7 +98,8 @@ def _project(coefficients: jax.Array) -> jax.Array:
 def server_update(coefficients: jax.Array, record: jax.Array, previous_delta: PyTree, delta: PyTree,
                   start: PyTree, current: PyTree, t, s, step_size, learning_rates: jax.Array,
                   mu_alpha, alpha_min):
-    """One upload of one client: hypergradient step, then this aggregation's α.
+    """One upload of one client: hypergradient step, then this aggregation's α (FedASMU, Liu et al.,
+    AAAI 2024, Algorithm 1 with Formulas 1–3).
 
     ``record = (t_p, s_p, has_record)`` describes the client's previous aggregation; ``delta`` is
     the engine's Δ = w_o − u of this upload trained from ``start`` = w_o; ``current`` is the global
@@ -146,7 +148,8 @@ def mix(local: PyTree, fresh: PyTree, beta) -> PyTree:
 
 def device_mix(batch_loss: Callable, state, fresh: PyTree, coefficients: jax.Array, o, g, active,
                data, view, mu_beta, learning_rates: jax.Array):
-    """Mix the fresh global into one client's local training state and take its (γ, ν) step.
+    """Mix the fresh global into one client's local training state and take its (γ, ν) step (FedASMU,
+    Liu et al., AAAI 2024, Algorithm 2 with Formulas 7–9).
 
     ``batch_loss(params, state, data, view)`` is the loss on the minibatch the client's next step
     draws (:class:`~jaxfl.kernels.client.ClientTrainer` ``batch_loss``), so the hypergradient reuses
