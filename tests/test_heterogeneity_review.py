@@ -1,7 +1,11 @@
 """Review of the client heterogeneity and fault models: bad settings are refused up front, naming the
 value and what is allowed, instead of being silently ignored or failing later with a TypeError."""
+import re
+
+import numpy as np
 import pytest
 
+from jaxfl.scheduler.faults import FaultConfig
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
 
 
@@ -35,3 +39,14 @@ def test_defaults_of_unread_settings_are_accepted_for_every_model():
 def test_a_bool_legacy_seed_is_refused():
     with pytest.raises(ValueError, match=r"legacy_seed=True"):
         SpeedConfig(model="pareto", legacy_seed=True)
+
+
+@pytest.mark.parametrize("field, value", [("crash_prob", "0.1"), ("delay_prob", None), ("dropout_prob", True),
+                                          ("delay_factor", "3"), ("dropout_mean", None), ("crash_prob", [0.1])])
+def test_a_fault_setting_that_is_not_a_number_is_refused_naming_it(field, value):
+    with pytest.raises(ValueError, match=re.escape(f"{field}={value!r} is not allowed: a number")):
+        FaultConfig(**{field: value})
+
+
+def test_numpy_fault_settings_are_numbers():
+    assert FaultConfig(crash_prob=np.float64(0.25), delay_factor=np.int64(3)).active

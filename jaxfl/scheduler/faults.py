@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import operator
 import re
 
@@ -44,6 +45,12 @@ class FaultConfig:
     dropout_mean: float = 60.0
 
     def __post_init__(self):
+        for name in ("crash_prob", "delay_prob", "dropout_prob", "delay_factor", "dropout_mean"):
+            value = getattr(self, name)
+            # a string or None failed the comparisons below with a TypeError naming neither; a bool
+            # passed as 0 or 1
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"{name}={value!r} is not allowed: a number")
         for name in ("crash_prob", "delay_prob", "dropout_prob"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
