@@ -162,3 +162,29 @@ def test_fedasmu_mix_takes_a_python_float():
 
     mixed = fedasmu.mix({"w": jnp.array([0.0, 4.0], jnp.bfloat16)}, {"w": jnp.array([2.0, 0.0], jnp.bfloat16)}, 0.25)
     assert mixed["w"].dtype == jnp.bfloat16 and mixed["w"].tolist() == [0.5, 3.0]
+
+
+def test_local_train_called_eagerly_compiles_once():
+    """Outside jit, every local_train call traced and compiled a new scan (its body is a fresh closure):
+    ~1.5 s per call on a CPU, for a model of 24 parameters."""
+    import io
+    import logging
+
+    trainer = make_client_trainer(lambda p, x: x @ p, optax.sgd(0.1), 4, preprocess=lambda x: x)
+    data = FederatedArrays(jnp.ones((40, 8)), jnp.zeros(40, jnp.int32))
+    view, params = ClientView(jnp.int32(0), jnp.int32(40)), jnp.zeros((8, 3))
+    first, _ = local_train(trainer, params, data, view, 5, jax.random.key(0), max_steps=5)  # compiles here
+    log, handler = io.StringIO(), None
+    handler = logging.StreamHandler(log)
+    logging.getLogger("jax").addHandler(handler)
+    try:
+        with jax.log_compiles(True):
+            for seed in (0, 1, 2):
+                delta, metrics = local_train(trainer, params, data, view, jnp.int32(5), jax.random.key(seed),
+                                             max_steps=5)
+    finally:
+        logging.getLogger("jax").removeHandler(handler)
+    assert "Compiling" not in log.getvalue(), log.getvalue()[:2000]
+    assert int(metrics["steps"]) == 5
+    jitted, _ = jax.jit(lambda p: local_train(trainer, p, data, view, 5, jax.random.key(0), max_steps=5))(params)
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(jitted))

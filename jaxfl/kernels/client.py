@@ -25,6 +25,7 @@ authors' code: buffers are not averaged as deltas but replaced by the plain mean
 """
 from __future__ import annotations
 
+import functools
 import numbers
 from typing import Any, Callable, NamedTuple
 
@@ -317,6 +318,15 @@ def local_train(trainer: ClientTrainer, params: PyTree, data: FederatedArrays, v
     >>> deltas.shape, metrics["steps"].tolist()
     ((2, 4, 3), [3, 1])
     """
+    # One jitted program per (trainer, max_steps, unroll): called eagerly, the scan over a fresh body
+    # closure was traced and compiled again on every call; inside the caller's jit/vmap it is inlined.
+    return _local_train(trainer, params, data, view, jnp.asarray(num_steps, jnp.int32), key, max_steps=max_steps,
+                        unroll=unroll)
+
+
+@functools.partial(jax.jit, static_argnames=("trainer", "max_steps", "unroll"))
+def _local_train(trainer: ClientTrainer, params: PyTree, data: FederatedArrays, view: ClientView,
+                 num_steps: jax.Array, key: jax.Array, max_steps: int, unroll: int | bool):
     state = trainer.init(params, num_steps, key)
 
     def body(carry, _):
