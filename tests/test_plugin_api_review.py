@@ -188,3 +188,34 @@ def test_local_train_called_eagerly_compiles_once():
     assert int(metrics["steps"]) == 5
     jitted, _ = jax.jit(lambda p: local_train(trainer, p, data, view, 5, jax.random.key(0), max_steps=5))(params)
     np.testing.assert_array_equal(np.asarray(first), np.asarray(jitted))
+
+
+def test_local_train_returns_the_final_buffers_of_an_adapter_model():
+    """With a ModelAdapter model (BatchNorm), local_train computed the client's final running statistics
+    and dropped them: (delta, metrics) held a zero delta for "state" and no buffers, so a hand-written
+    FedAvg (notebook 04) could never update them."""
+    import flax.linen as nn
+
+    from jaxfl.models import ModelAdapter
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            return nn.Dense(3)(nn.relu(nn.BatchNorm(use_running_average=not train)(nn.Dense(6)(x))))
+
+    adapter = ModelAdapter.from_linen(Net())
+    variables = adapter.init_variables(jax.random.key(0), jnp.zeros((1, 7)))
+    trainer = make_client_trainer(adapter, optax.sgd(0.1), 4, preprocess=lambda x: x)
+    data, view, key = _data(), ClientView(jnp.int32(2), jnp.int32(9)), jax.random.key(3)
+    delta, metrics = local_train(trainer, variables, data, view, jnp.int32(3), key, max_steps=4)
+    state = trainer.init(variables, jnp.int32(3), key)
+    for _ in range(4):
+        state = trainer.step(state, data, view)
+    expected = state.params["state"]
+    assert jax.tree.structure(metrics["buffers"]) == jax.tree.structure(expected)
+    for got, want, initial in zip(jax.tree.leaves(metrics["buffers"]), jax.tree.leaves(expected),
+                                  jax.tree.leaves(variables["state"])):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-7)
+        assert not np.allclose(np.asarray(got), np.asarray(initial))  # the statistics moved
+    plain = make_client_trainer(_apply, optax.sgd(0.1), 4, preprocess=lambda x: x)
+    assert "buffers" not in local_train(plain, _params(jnp.float32), data, view, 2, key, max_steps=2)[1]

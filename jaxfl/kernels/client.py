@@ -307,7 +307,10 @@ def local_train(trainer: ClientTrainer, params: PyTree, data: FederatedArrays, v
 
     Returns ``(delta, metrics)``: ``delta`` shaped like ``params`` (start − final), ``metrics`` the
     float32 mean ``loss`` over the active steps, the int32 ``steps`` taken (at most ``max_steps``) and
-    ``finite``. ``jax.vmap`` it over clients (params, view, num_steps and key; ``data`` shared):
+    ``finite``; for a :class:`~jaxfl.models.adapter.ModelAdapter` model with non-trainable state
+    (BatchNorm statistics) also ``buffers``, the client's final values of ``params["state"]`` (whose
+    delta is zero: average them, as the engine takes their plain mean over the aggregated clients).
+    ``jax.vmap`` it over clients (params, view, num_steps and key; ``data`` shared):
 
     >>> trainer = make_client_trainer(lambda p, x: x @ p, optax.sgd(0.1), batch_size=2, preprocess=lambda x: x)
     >>> data = FederatedArrays(jnp.ones((6, 4)), jnp.array([0, 1, 2, 0, 1, 2]))
@@ -333,4 +336,7 @@ def _local_train(trainer: ClientTrainer, params: PyTree, data: FederatedArrays, 
         return trainer.step(carry, data, view), None
 
     state, _ = jax.lax.scan(body, state, None, length=max_steps, unroll=unroll)
-    return trainer.finish(params, state)
+    delta, metrics = trainer.finish(params, state)
+    if trainer.adapter and isinstance(state.params, dict) and BUFFERS in state.params:
+        metrics = {**metrics, "buffers": state.params[BUFFERS]}  # their delta is zero: the final values
+    return delta, metrics
