@@ -28,9 +28,12 @@ numbers-free backend sees).
 With Ω = ∞ the staleness discount is α for every client. Stale clients are never dropped.
 
 Faults: with ``round_timeout`` a dispatch still out that long after it started is presumed lost
-(the server cannot tell a crash from a straggler): PORT stops waiting for it, and drops it if it
-arrives later ("arrived after round deadline"); while fewer than K clients can still arrive, the
-buffer is aggregated as it is. Without a deadline (default) the loop is exactly the paper's.
+(the server cannot tell a crash from a straggler): PORT stops waiting for it, dispatches an idle
+client in its place (so that crashed clients do not use up the P slots for good), and drops it if
+it arrives later ("arrived after round deadline"; the client is idle again); while fewer than K
+clients can still arrive, the buffer is aggregated as it is. A straggler presumed lost still trains,
+so up to P plus the presumed-lost clients are out at once. Without a deadline (default) the loop is
+exactly the paper's.
 
 Urgent pull (§IV-B push-pull, Fig. 7; ``urgent_pull``, on in the paper preset): right after the
 aggregation that makes an in-flight client too stale, the server asks it for its model
@@ -171,8 +174,8 @@ class PORT(Policy):
         if record.id in self.lost:  # presumed lost at its deadline: too late now
             idle.add(self.lost.pop(record.id))
             sim.drop(record, "arrived after round deadline")
-            if not self.in_flight and not self.buffer:
-                self._select(sim, self.P - len(self.lost))
+            if not self.in_flight and not self.buffer:  # no idle client could replace it at its deadline
+                self._select(sim, self.P)
             return
         idle.add(self.in_flight.pop(record.id))
         self.pulled.discard(record.id)
@@ -184,6 +187,7 @@ class PORT(Policy):
         if dispatch_id in self.in_flight:
             self.lost[dispatch_id] = self.in_flight.pop(dispatch_id)
             self.pulled.discard(dispatch_id)
+            self._select(sim, 1)  # its slot to an idle client: a crashed one would hold it for good
             self._try_aggregate(sim)
 
     def _try_aggregate(self, sim: Simulation) -> None:
@@ -232,7 +236,7 @@ class PORT(Policy):
         sim.aggregate([(r.id, float(c)) for r, c in zip(records, raw / raw.sum())], mode="mix", payload=payload)
         self.buffer = []
         if self.options.replace == "all":
-            count = self.P - len(self.in_flight) - len(self.lost)
+            count = self.P - len(self.in_flight)  # a presumed-lost dispatch was replaced at its deadline
         else:  # PLATO: only the K Step-2 clients are replaced; an empty pool is refilled to P
             count = len(step2) if self.in_flight else self.P
         self._select(sim, count)
