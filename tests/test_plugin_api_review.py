@@ -219,3 +219,13 @@ def test_local_train_returns_the_final_buffers_of_an_adapter_model():
         assert not np.allclose(np.asarray(got), np.asarray(initial))  # the statistics moved
     plain = make_client_trainer(_apply, optax.sgd(0.1), 4, preprocess=lambda x: x)
     assert "buffers" not in local_train(plain, _params(jnp.float32), data, view, 2, key, max_steps=2)[1]
+
+
+def test_notebook_04_says_where_batchnorm_statistics_come_back():
+    import json
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks",
+                        "04_kernels_in_your_jax_code.ipynb")
+    text = " ".join("".join(cell["source"]) for cell in json.load(open(path))["cells"]).replace("\n", " ")
+    assert 'metrics["buffers"]' in text
