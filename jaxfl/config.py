@@ -544,6 +544,8 @@ def _only_read_when(config: RunConfig, options: Any = None) -> dict[str, tuple[b
         "speed_reference_time": (config.heterogeneity in ("pareto", "zipf"), "heterogeneity pareto and zipf"),
         "speed_legacy_seed": (config.heterogeneity in ("pareto", "zipf"), "heterogeneity pareto and zipf"),
         "speed_ratio": (config.heterogeneity == "uniform", "heterogeneity uniform"),
+        # homo's time per step is the mean for every client: a change would draw the same time again
+        "speed_change_prob": (config.heterogeneity != "homo", "heterogeneity normal, exp, pareto, zipf and uniform"),
         "delay_factor": (config.delay_prob > 0, "delay_prob > 0"),
         "dropout_mean": (config.dropout_prob > 0, "dropout_prob > 0"),
         "eval_every": (config.eval_interval is None and not timing,

@@ -50,3 +50,13 @@ def test_a_fault_setting_that_is_not_a_number_is_refused_naming_it(field, value)
 
 def test_numpy_fault_settings_are_numbers():
     assert FaultConfig(crash_prob=np.float64(0.25), delay_factor=np.int64(3)).active
+
+
+def test_a_speed_change_under_homogeneous_speeds_is_refused():
+    """homo's time per step is the mean for every client, so a speed change draws the same time
+    again: --speed-change-prob with --heterogeneity homo did nothing, silently."""
+    from jaxfl.config import ConfigError, RunConfig, validate
+
+    with pytest.raises(ConfigError, match=r"speed_change_prob=0\.1 is not allowed.*heterogeneity normal, exp"):
+        validate(RunConfig(heterogeneity="homo", speed_change_prob=0.1))
+    assert validate(RunConfig(heterogeneity="exp", speed_change_prob=0.1)).speed_change_prob == 0.1
