@@ -840,8 +840,12 @@ class Engine:
         hooks' state (per-client tables too while on the device; on the host they are written as
         files, :meth:`save_client_state_files`), pending dispatch ids and counters."""
         batches, placement, live = {}, {}, {}
+        # Batches are named by their order of first use here, not by id(): every process of a cluster
+        # run saves the same tree, which orbax requires (ids differ between processes, and the save
+        # of a tree whose names differ fails, leaving the processes waiting for one another).
+        keys: dict[int, str] = {}
         for dispatch_id, (batch, index) in self._results.items():
-            key = str(id(batch))
+            key = keys.setdefault(id(batch), str(len(keys)))
             batches.setdefault(key, batch)
             placement[dispatch_id] = (key, index)
             live.setdefault(key, set()).add(index)
