@@ -29,6 +29,19 @@ Three sources are covered:
   the same for every device, the paper stating heterogeneity for training time only (its
   50×/100× lower-bandwidth runs are ``bandwidth`` settings).
 
+  The sentence has two readings when clients hold different amounts of data. Per step (the
+  default, ``speed_unit="step"``; every committed FedASMU result): R spreads the time per step, and
+  a round of E epochs takes ⌈E·n_i/B⌉ of those steps, so with FedASMU's Dir(0.5) client sizes
+  (111–1,453 images) 5-epoch rounds span about 24× at R = 5. Per round (``speed_unit="round"``, the
+  spec's κ_i · t_epoch · E, runs with ``local_epochs`` only): a client's round of E epochs takes the
+  time of E·S̄ steps at its time per step, whatever its data size, S̄ the clients' mean steps per
+  epoch (E·S̄ = mean_i S_i, S_i = ⌈E·n_i/B⌉ the client's steps per dispatch), so R spreads round
+  times exactly as it spreads times per step and the federation's mean round time is the per-step
+  reading's. :class:`ClientSpeeds` takes it as a per-client ``compute_scale`` S̄·E/S_i
+  (:func:`round_unit_scale`) multiplying the compute part of every round (never communication):
+  a partial round (PORT's urgent pull, FedASMU's fetch step) scales with it, in proportion to
+  its steps.
+
 Determinism: the base times come from one stream; each client's jitter and speed changes come
 from that client's own stream. Client ``i``'s ``k``-th round therefore depends only on
 ``(config, seed, i, k)``, never on how rounds of different clients interleave, so two
@@ -58,6 +71,7 @@ __all__ = [
     "ClientSpeeds",
     "ClientStreams",
     "check_time_per_step",
+    "round_unit_scale",
 ]
 
 SPEED_MODELS = ("homo", "normal", "exp", "pareto", "zipf", "uniform")
@@ -596,6 +610,34 @@ def check_time_per_step(time_per_step, num_clients: int, speed_change_prob: floa
     return times
 
 
+def round_unit_scale(steps_per_round) -> np.ndarray:
+    """The ``compute_scale`` of :class:`ClientSpeeds` that makes a client's round take the same
+    number of steps' time whatever its data size (``speed_unit="round"``): ``mean(S) / S_i``, S_i
+    the client's steps per dispatch (⌈E·n_i/B⌉ with E local epochs). A round of S_i steps then takes
+    the time of mean(S) = E·S̄ steps (S̄ the mean steps per epoch) at the client's time per step,
+    and a partial round of k steps that of k·mean(S)/S_i.
+
+    Example:
+        >>> round_unit_scale([10, 30, 20])
+        array([2.        , 0.66666667, 1.        ])
+    """
+    steps = np.asarray(steps_per_round)
+    if steps.ndim != 1 or steps.size == 0 or not np.issubdtype(steps.dtype, np.integer) or np.any(steps < 1):
+        raise ValueError(f"steps_per_round must be a non-empty 1-D sequence of integers >= 1 (a client's steps "
+                         f"per dispatch); got {np.asarray(steps_per_round)!r:.200}")
+    steps = steps.astype(np.float64)
+    return steps.mean() / steps
+
+
+def _checked_scale(compute_scale, num_clients: int) -> array.array:
+    scale = np.asarray(compute_scale, dtype=np.float64)
+    if scale.shape != (num_clients,):
+        raise ValueError(f"compute_scale has shape {scale.shape}; must be ({num_clients},), one factor per client")
+    if not np.all(np.isfinite(scale) & (scale > 0)):
+        raise ValueError("compute_scale must hold finite factors > 0")
+    return array.array("d", scale.tobytes())
+
+
 class ClientSpeeds:
     """Per-client virtual durations of local rounds, reproducible per (seed, client, round).
 
@@ -609,10 +651,16 @@ class ClientSpeeds:
             draws from ``config.model``. Per-round jitter and communication still apply as
             configured (``jitter=0`` replays the array exactly); speed changes, which would re-draw
             ``t_i`` from ``config.model``, and ``legacy_seed`` are refused with it.
+        compute_scale: optional (C,) finite factors > 0 multiplying the compute part of each
+            client's rounds (never communication): a round of ``n`` steps computes for
+            ``(n · scale_i) · t_i^(k)`` seconds. :func:`round_unit_scale` gives the factors of
+            ``speed_unit="round"`` (a round's time independent of the client's data size). None
+            (the default): no factor, every duration exactly as without it.
 
     Attributes:
         base_time_per_step: (C,) float64, read-only view of the current ``t_i``.
         rounds_done: (C,) int64, read-only view of how many rounds each client has drawn.
+        compute_scale: (C,) float64 read-only view of the factors, or None.
         negative_draws: number of non-positive draws met (each one redrawn, clipped or raised);
             surfaced in run summaries so a model that often goes negative is visible.
         speed_changes: number of times some client re-drew its ``t_i``.
@@ -627,7 +675,7 @@ class ClientSpeeds:
     """
 
     def __init__(self, config: SpeedConfig, num_clients: int, seed: int, model_bytes: int = 0,
-                 time_per_step=None):
+                 time_per_step=None, compute_scale=None):
         config.validate()
         num_clients = operator.index(num_clients)
         seed = operator.index(seed)
@@ -642,6 +690,8 @@ class ClientSpeeds:
         self.num_clients = num_clients
         self.seed = seed
         self.model_bytes = model_bytes
+        # array.array: one read per round; a checkpoint stores the column once (it never changes)
+        self._scale = None if compute_scale is None else _checked_scale(compute_scale, num_clients)
         self._cache_constants()
         self.negative_draws = 0
         self.speed_changes = 0
@@ -689,6 +739,20 @@ class ClientSpeeds:
         view.flags.writeable = False
         return view
 
+    @property
+    def compute_scale(self) -> np.ndarray | None:
+        """(C,) float64 read-only view of the factors on each client's compute time, or None.
+
+        Example:
+            >>> ClientSpeeds(SpeedConfig(), 2, seed=0, compute_scale=round_unit_scale([1, 3])).compute_scale
+            array([2.        , 0.66666667])
+        """
+        if self._scale is None:
+            return None
+        view = np.frombuffer(self._scale, dtype=np.float64)
+        view.flags.writeable = False
+        return view
+
     def transfer_time(self) -> float:
         """Seconds for one model transfer (one direction): ``latency + model_bytes / bandwidth``.
 
@@ -713,7 +777,8 @@ class ClientSpeeds:
         Each call is one round: it first applies a speed change if one is drawn, then one jitter
         draw ``t_i^(k)`` covers all steps, and adds :meth:`comm_time`. The same random numbers
         are consumed whatever ``num_steps`` is (0 included), so a client's k-th round speed does
-        not depend on its step counts.
+        not depend on its step counts. With a ``compute_scale`` the compute part is
+        ``(num_steps · scale_i) · t_i^(k)``.
 
         Example:
             >>> speeds = ClientSpeeds(SpeedConfig(model="exp"), num_clients=4, seed=7)
@@ -747,6 +812,8 @@ class ClientSpeeds:
                     step_time, client, lambda: base_time + jitter_std * self._next_normal(client)
                 )
             self._rounds_done[client] += 1
+            if self._scale is not None:
+                return (num_steps * self._scale[client]) * step_time + self._comm_seconds
             return num_steps * step_time + self._comm_seconds
         streams = self._streams
         rng = streams.load(client)
@@ -773,6 +840,8 @@ class ClientSpeeds:
         finally:
             streams.save(client)
         self._rounds_done[client] += 1
+        if self._scale is not None:
+            return (num_steps * self._scale[client]) * step_time + self._comm_seconds
         return num_steps * step_time + self._comm_seconds
 
     def round_durations(self, clients, num_steps: int) -> list[float]:
@@ -818,6 +887,7 @@ class ClientSpeeds:
         durations = np.empty(ids.size)
         drawn = np.zeros(ids.size, dtype=bool)
         base_all, rounds = np.frombuffer(self._base, dtype=np.float64), np.frombuffer(self._rounds_done, dtype=np.int64)
+        scale_all = None if self._scale is None else np.frombuffer(self._scale, dtype=np.float64)
         for start in range(0, positions.size, _SEED_BLOCK):  # blocks: the temporaries stay small
             block = positions[start:start + _SEED_BLOCK]
             block_clients = ids[block]
@@ -827,7 +897,11 @@ class ClientSpeeds:
             step_time = base + (self._jitter * base) * normals
             done = fast & (step_time > self._floor_seconds)
             done_clients = block_clients[done]
-            durations[block[done]] = float(num_steps) * step_time[done] + self._comm_seconds
+            if scale_all is None:
+                durations[block[done]] = float(num_steps) * step_time[done] + self._comm_seconds
+            else:  # as the scalar path: (steps · scale_i) · t, then + comm
+                durations[block[done]] = (float(num_steps) * scale_all[done_clients]) * step_time[done] \
+                    + self._comm_seconds
             drawn[block[done]] = True
             table[done_clients, 0], table[done_clients, 1] = state_lo[done], state_hi[done]
             touched[done_clients] = True
@@ -859,13 +933,15 @@ class ClientSpeeds:
             "speed_changes": self.speed_changes,
             "client_streams": self._streams.state_dict(),
             "normals_ahead": self._normals_ahead_state(),
+            "compute_scale": None if self._scale is None else self._scale.tolist(),
         }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` output; the next rounds continue the saved sequence.
 
         The config, client count, seed and model size must match this object's: resuming under a
-        different speed model would silently splice two experiments.
+        different speed model would silently splice two experiments. The ``compute_scale`` is the
+        state's (none in a state written before it existed).
 
         Example:
             >>> speeds = ClientSpeeds(SpeedConfig(), 2, seed=0)
@@ -890,12 +966,16 @@ class ClientSpeeds:
             raise ValueError(f"state_dict arrays must have shape ({self.num_clients},)")
         # a state from before the normals drawn ahead has none (its streams are where its rounds are)
         ahead = self._checked_normals_ahead(state.get("normals_ahead", {"clients": [], "values": []}))
+        # a state from before compute_scale existed had none
+        scale = state.get("compute_scale")
+        scale = None if scale is None else _checked_scale(scale, self.num_clients)
         self._streams.load_state_dict(state["client_streams"])  # checks all before changing anything
         self._set_normals_ahead(ahead)
         self._base = array.array("d", base.tobytes())
         self._rounds_done = array.array("q", rounds.tobytes())
         self.negative_draws = int(state["negative_draws"])
         self.speed_changes = int(state["speed_changes"])
+        self._scale = scale
 
     def __repr__(self) -> str:
         return (
@@ -908,6 +988,7 @@ class ClientSpeeds:
             state["_rounds_done"] = array.array("q", state["_rounds_done"].astype(np.int64).tobytes())
         if isinstance(state.get("_base"), np.ndarray):  # pickled before it was an array.array
             state["_base"] = array.array("d", state["_base"].astype(np.float64).tobytes())
+        state.setdefault("_scale", None)  # pickled before compute_scale existed: none
         self.__dict__.update(state)
         self._cache_constants()  # pickles from before the cache restore with it
         if "_ahead" not in state:  # pickled before normals were drawn ahead: none are
