@@ -49,6 +49,7 @@ RULES = ("fedcompass", "paper", "plato")
 DEFAULT_TARGETS = {"mnist10k": 0.9, "mnist": 0.9, "fashion_mnist": 0.8, "digits": 0.9, "tfds:mnist": 0.9,
                    "tfds:fashion_mnist": 0.8, "tfds:cifar10": 0.6}
 NEGATIVE_POLICIES = ("redraw", "clip", "error")
+SPEED_UNITS = ("step", "round")  # jaxfl.scheduler.speeds: what a drawn time per step is the time of
 AUGMENTATIONS = ("auto", "none", "crop_flip")  # auto: crop_flip for CIFAR-10/100 (jaxfl.data.augment.AUGMENTED)
 CLIENT_STATE_PLACEMENTS = ("auto", "device", "host", "memmap")  # jaxfl.client_state
 # config.json's name for a model or optimiser given to run_experiment as a Python object
@@ -98,6 +99,7 @@ class SpeedsConfig:
     speed_reference_time: float = 10.0  # t_i = μ(1 + s_i/ref): PLATO's avg_training_time per epoch (LeNet: 10 s)
     speed_ratio: float = 5.0  # uniform: slowest/fastest time per step R, t_i ~ U[a, R·a] spanning it, mean μ (FedASMU: 5; 110–440)
     speed_legacy_seed: int | None = None  # pareto/zipf idle times from NumPy's RandomState(seed) as PLATO draws them (1: PORT's runs)
+    speed_unit: str = "step"  # what a drawn time is of: step (a round of S_i steps takes S_i times t_i) or round (with local_epochs: every client's E-epoch round takes E·S̄ steps' time, S̄ the clients' mean steps per epoch, whatever its data size; FedASMU's other reading)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,7 +274,7 @@ FIELDS = {**{field.name: field for cls in SECTIONS.values() for field in datacla
 # (jaxfl.resume) as the configs that predate the field. The value is frozen when the field is added:
 # if its default changes later, this entry keeps the old value and configs at the new default get
 # names of their own. A new field goes here with its default, unless it never changes results.
-FIELDS_ADDED: dict[str, Any] = {"client_state": "auto"}
+FIELDS_ADDED: dict[str, Any] = {"client_state": "auto", "speed_unit": "step"}
 
 
 def checkpoint_min_interval(config: "RunConfig") -> float:
@@ -398,7 +400,7 @@ def validate(config: RunConfig) -> RunConfig:
                "client_weights": CLIENT_WEIGHTS, "client_optimizer": CLIENT_OPTIMIZERS,
                "server_optimizer": SERVER_OPTIMIZER_NAMES, "staleness": STALENESS_NAMES,
                "negative_times": NEGATIVE_POLICIES, "augment": AUGMENTATIONS,
-               "client_state": CLIENT_STATE_PLACEMENTS}
+               "client_state": CLIENT_STATE_PLACEMENTS, "speed_unit": SPEED_UNITS}
     for name, allowed in choices.items():
         if name == "client_optimizer" and config.client_optimizer.startswith(USER_PREFIX):
             continue  # an optax object given to run_experiment(client_optimizer=...)
@@ -544,6 +546,10 @@ def _only_read_when(config: RunConfig, options: Any = None) -> dict[str, tuple[b
         "speed_reference_time": (config.heterogeneity in ("pareto", "zipf"), "heterogeneity pareto and zipf"),
         "speed_legacy_seed": (config.heterogeneity in ("pareto", "zipf"), "heterogeneity pareto and zipf"),
         "speed_ratio": (config.heterogeneity == "uniform", "heterogeneity uniform"),
+        # without local_epochs every client's round has local_steps steps: no data size to undo
+        "speed_unit": (config.local_epochs is not None,
+                       "local_epochs set: a round of E epochs takes E·S̄ steps' time whatever the client's data "
+                       "size; without it every round has local_steps steps, as speed_unit step times them"),
         # homo's time per step is the mean for every client: a change would draw the same time again
         "speed_change_prob": (config.heterogeneity != "homo", "heterogeneity normal, exp, pareto, zipf and uniform"),
         "delay_factor": (config.delay_prob > 0, "delay_prob > 0"),

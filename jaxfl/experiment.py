@@ -66,7 +66,7 @@ from jaxfl.runlog import (CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_heade
                           write_client_samples)
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, Simulation
-from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
+from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig, round_unit_scale
 from jaxfl.user_inputs import UserInputs, match_init_params
 
 MODEL_STREAM = 12  # fold_in(key(seed), MODEL_STREAM) initialises the global model
@@ -912,15 +912,27 @@ def make_transforms(config: RunConfig, dataset):
                                     mean=stats["mean"], std=stats["std"])
 
 
-def _speeds_and_faults(config: RunConfig, params, time_per_step=None) -> tuple[ClientSpeeds, ClientFaults | None]:
+def _speeds_and_faults(config: RunConfig, params, time_per_step=None,
+                       local_steps=None) -> tuple[ClientSpeeds, ClientFaults | None]:
+    """The run's client speeds and faults. ``local_steps``: the algorithm's steps per dispatch (one
+    count per client with ``local_epochs``), read under ``speed_unit="round"``, where each client's
+    compute time is scaled by mean(S)/S_i (:func:`~jaxfl.scheduler.speeds.round_unit_scale`) so that
+    its round takes E·S̄ steps' time whatever its data size."""
     model_bytes = sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in jax.tree.leaves(params))
+    compute_scale = None
+    if config.speed_unit == "round":
+        if isinstance(local_steps, (int, np.integer)) or local_steps is None:
+            raise ValueError("speed_unit='round' needs each client's steps per dispatch (local_epochs set and "
+                             "the algorithm's local_steps one count per client)")
+        compute_scale = round_unit_scale(np.asarray(local_steps, dtype=np.int64))
     speeds = ClientSpeeds(SpeedConfig(model=config.heterogeneity, mean=config.speed_mean, jitter=config.jitter,
                                       speed_change_prob=config.speed_change_prob, cap=config.speed_cap,
                                       negative=config.negative_times, latency=config.latency,
                                       bandwidth=config.bandwidth, reference_time=config.speed_reference_time,
                                       ratio=config.speed_ratio,
                                       legacy_seed=config.speed_legacy_seed),
-                          config.clients, seed=config.seed, model_bytes=int(model_bytes), time_per_step=time_per_step)
+                          config.clients, seed=config.seed, model_bytes=int(model_bytes), time_per_step=time_per_step,
+                          compute_scale=compute_scale)
     fault_config = FaultConfig(crash_prob=config.crash_prob, delay_prob=config.delay_prob,
                                delay_factor=config.delay_factor, dropout_prob=config.dropout_prob,
                                dropout_mean=config.dropout_mean)
@@ -1135,7 +1147,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                                              b1=config.server_beta1, b2=config.server_beta2, tau=config.server_tau)
     policy = algorithm.policy()
     hooks = device_hooks(algorithm)
-    speeds, faults = _speeds_and_faults(config, params, user.time_per_step)
+    speeds, faults = _speeds_and_faults(config, params, user.time_per_step, algorithm.local_steps)
 
     # Built before any file is touched: a run that cannot fit in memory fails before it writes
     # anything, and a resume restores its checkpoint into the engine's shapes and must know that the
@@ -1518,7 +1530,7 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
     wall_start = time.perf_counter()
     algorithm = build(config, client_samples=federation.counts)
     policy = algorithm.policy()
-    speeds, faults = _speeds_and_faults(config, params, user.time_per_step)
+    speeds, faults = _speeds_and_faults(config, params, user.time_per_step, algorithm.local_steps)
     run_dir = _run_dir(config, algorithm.name)
     os.makedirs(run_dir)
     if located is not None:

@@ -283,7 +283,8 @@ def _expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[st
 _DECIDING = {"dirichlet_alpha": ("partition",), "client_sizes": ("partition",), "size_skew": ("partition", "client_sizes"),
              "shards_per_client": ("partition",), "gamma": ("partition",), "data_dir": ("dataset",),
              "speed_cap": ("heterogeneity",), "speed_reference_time": ("heterogeneity",),
-             "speed_ratio": ("heterogeneity",), "speed_legacy_seed": ("heterogeneity",), "delay_factor": ("delay_prob",),
+             "speed_ratio": ("heterogeneity",), "speed_legacy_seed": ("heterogeneity",),
+             "speed_unit": ("local_epochs",), "delay_factor": ("delay_prob",),
              "dropout_mean": ("dropout_prob",), "eval_every": ("eval_interval",),
              "staleness_a": ("staleness", "algorithm"),
              **{name: ("algorithm", "server_optimizer") for name in SERVER_FIELDS_READ_BY}}
