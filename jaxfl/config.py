@@ -99,7 +99,7 @@ class SpeedsConfig:
     speed_reference_time: float = 10.0  # t_i = μ(1 + s_i/ref): PLATO's avg_training_time per epoch (LeNet: 10 s)
     speed_ratio: float = 5.0  # uniform: slowest/fastest time per step R, t_i ~ U[a, R·a] spanning it, mean μ (FedASMU: 5; 110–440)
     speed_legacy_seed: int | None = None  # pareto/zipf idle times from NumPy's RandomState(seed) as PLATO draws them (1: PORT's runs)
-    speed_unit: str = "step"  # what a drawn time is of: step (a round of S_i steps takes S_i times t_i) or round (with local_epochs: every client's E-epoch round takes E·S̄ steps' time, S̄ the clients' mean steps per epoch, whatever its data size; FedASMU's other reading)
+    speed_unit: str = "step"  # unit of the time per step t_i: step (a round of S_i steps takes S_i·t_i) or round (needs local_epochs: every client's E-epoch round takes E·S̄ steps' time at its t_i whatever its data size, S̄ the clients' mean steps per epoch, so speed_ratio spreads round times; FedASMU's per-round reading)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,15 +32,16 @@ Three sources are covered:
   The sentence has two readings when clients hold different amounts of data. Per step (the
   default, ``speed_unit="step"``; every committed FedASMU result): R spreads the time per step, and
   a round of E epochs takes ⌈E·n_i/B⌉ of those steps, so with FedASMU's Dir(0.5) client sizes
-  (111–1,453 images) 5-epoch rounds span about 24× at R = 5. Per round (``speed_unit="round"``, the
-  spec's κ_i · t_epoch · E, runs with ``local_epochs`` only): a client's round of E epochs takes the
-  time of E·S̄ steps at its time per step, whatever its data size, S̄ the clients' mean steps per
-  epoch (E·S̄ = mean_i S_i, S_i = ⌈E·n_i/B⌉ the client's steps per dispatch), so R spreads round
-  times exactly as it spreads times per step and the federation's mean round time is the per-step
-  reading's. :class:`ClientSpeeds` takes it as a per-client ``compute_scale`` S̄·E/S_i
+  (111–1,453 images) 5-epoch rounds span about 24× at R = 5. Per round (``speed_unit="round"``,
+  runs with ``local_epochs`` only; a round time κ_i·t_epoch·E, κ_i the device's slowness): a
+  client's round of E epochs takes the time of E·S̄ steps at its time per step, whatever its data
+  size, S̄ the clients' mean steps per epoch (E·S̄ = mean_i S_i, S_i = ⌈E·n_i/B⌉ the client's steps
+  per dispatch), so R spreads round times exactly as it spreads times per step and the
+  federation's mean round time is on average (over the draws of t_i) the per-step reading's.
+  :class:`ClientSpeeds` takes it as a per-client ``compute_scale`` S̄·E/S_i
   (:func:`round_unit_scale`) multiplying the compute part of every round (never communication):
-  a partial round (PORT's urgent pull, FedASMU's fetch step) scales with it, in proportion to
-  its steps.
+  a partial round (PORT's urgent pull, FedASMU's fetch step) scales with it, in proportion to its
+  steps.
 
 Determinism: the base times come from one stream; each client's jitter and speed changes come
 from that client's own stream. Client ``i``'s ``k``-th round therefore depends only on
