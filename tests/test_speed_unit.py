@@ -69,7 +69,8 @@ def test_the_ratio_spreads_round_times_exactly_as_times_per_step(ratio):
 
 def test_equal_client_sizes_make_round_the_same_as_step_bit_for_bit():
     assert np.array_equal(round_unit_scale([13] * 5), np.ones(5))
-    a, b = uniform_speeds(clients=5, jitter=0.05), uniform_speeds(clients=5, jitter=0.05, scale=round_unit_scale([13] * 5))
+    a = uniform_speeds(clients=5, jitter=0.05)
+    b = uniform_speeds(clients=5, jitter=0.05, scale=round_unit_scale([13] * 5))
     assert [a.round_duration(c % 5, 13) for c in range(20)] == [b.round_duration(c % 5, 13) for c in range(20)]
 
 
