@@ -51,8 +51,25 @@ def use_every_cpu_core() -> int | None:
     if ("JAX_NUM_CPU_DEVICES" in os.environ or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
             or backends_started() or getattr(jax.config, "jax_num_cpu_devices", 0) != -1):
         return None
-    count = int(wanted) if wanted else usable_cores()
+    count = _wanted_devices(wanted) if wanted else usable_cores()
     jax.config.update("jax_num_cpu_devices", count)
+    return count
+
+
+def _wanted_devices(wanted: str) -> int:
+    """``JAXFL_CPU_DEVICES`` as a device count, or ``ValueError`` naming it (0 or a word would reach
+    jax as an obscure backend error, or a bare ``int()`` traceback on ``import jaxfl``).
+
+    >>> _wanted_devices(" 3 ")
+    3
+    """
+    try:
+        count = int(wanted.strip())
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"JAXFL_CPU_DEVICES={wanted!r} is not allowed: a whole number of CPU devices, 1 or more "
+                         f"(1: one device; unset: one per usable core, {usable_cores()} here)")
     return count
 
 

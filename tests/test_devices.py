@@ -154,3 +154,23 @@ def test_steps_per_call_follow_local_steps(local_steps, chunk):
 def test_step_chunks_run_exactly_the_steps(steps, per_call, chunks):
     assert step_chunks(steps, per_call) == chunks
     assert sum(step_chunks(steps, per_call)) == steps
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5"])
+def test_a_bad_cpu_device_count_is_refused_by_name_on_import(value):
+    """``JAXFL_CPU_DEVICES=abc`` was a bare ``int()`` traceback on ``import jaxfl``, 0 an obscure jax
+    backend error, and -2 silently one device."""
+    from jaxfl._devices import _wanted_devices
+
+    with pytest.raises(ValueError, match=f"JAXFL_CPU_DEVICES='{value}' is not allowed: a whole number of CPU "
+                                         "devices, 1 or more"):
+        _wanted_devices(value)
+    assert _wanted_devices("3") == 3
+
+
+def test_a_bad_cpu_device_count_stops_import_with_its_name():
+    env = {key: value for key, value in os.environ.items() if key not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
+    done = subprocess.run([sys.executable, "-c", "import jaxfl"], env={**env, "JAXFL_CPU_DEVICES": "abc"},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "JAXFL_CPU_DEVICES='abc' is not allowed" in done.stderr.strip().splitlines()[-1]
