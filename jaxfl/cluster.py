@@ -23,38 +23,119 @@ or, from Python, call :func:`init_cluster` before anything else uses jax. With n
 ``jax.distributed.initialize`` reads SLURM's (and other cluster managers') environment, so under
 ``srun`` the flags are not needed. On CPUs the processes exchange updates with gloo.
 
+Joining waits at most ``JAXFL_CLUSTER_TIMEOUT_S`` seconds (300, jax's own default) for every
+process to reach the coordinator, and stays interruptible meanwhile (Ctrl-C, SIGTERM); past it,
+:func:`init_cluster` raises :class:`ClusterError` naming the address, rather than jax aborting the
+process with a stack trace.
+
 >>> import jaxfl.cluster
 >>> jaxfl.cluster.process_index(), jaxfl.cluster.process_count()
 (0, 1)
 """
 from __future__ import annotations
 
+import os
+import threading
+import time
+
 import jax
 import numpy as np
 
 from jaxfl._devices import backends_started
 
-__all__ = ["all_processes", "broadcast_text", "init_cluster", "process_count", "process_index"]
+__all__ = ["ClusterError", "all_processes", "broadcast_text", "init_cluster", "process_count", "process_index"]
+
+DEFAULT_TIMEOUT_S = 300.0  # jax.distributed.initialize's own initialization_timeout
+TIMEOUT_VARIABLE = "JAXFL_CLUSTER_TIMEOUT_S"
+
+
+class ClusterError(RuntimeError):
+    """The processes did not come together: the message names the address and what to check."""
+
+
+def join_timeout(timeout_s: float | None = None) -> float:
+    """Seconds :func:`init_cluster` waits for every process: ``timeout_s``, else
+    ``JAXFL_CLUSTER_TIMEOUT_S``, else 300.
+
+    >>> join_timeout(20)
+    20.0
+    """
+    where, value = ("timeout_s", timeout_s) if timeout_s is not None else \
+        (TIMEOUT_VARIABLE, os.environ.get(TIMEOUT_VARIABLE) or None)
+    if value is None:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"{where}={value!r} is not allowed: a number of seconds above 0")
+    return seconds
+
+
+def _check_address(address: str) -> None:
+    host, colon, port = address.rpartition(":")
+    if not (colon and host and port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"coordinator address {address!r} is not HOST:PORT (process 0's host name or IP address, "
+                         "and a free port from 1 to 65535 on it), e.g. 10.0.0.1:1234")
 
 
 def init_cluster(coordinator_address: str | None = None, num_processes: int | None = None,
-                 process_id: int | None = None) -> None:
+                 process_id: int | None = None, timeout_s: float | None = None) -> None:
     """Join a run of several processes (``jax.distributed.initialize``); call it before any jax
     computation. Arguments left out come from the environment (SLURM, Open MPI, JAX_COORDINATOR_ADDRESS...).
+    It waits up to ``timeout_s`` (:func:`join_timeout`) for every process to join, interruptibly,
+    then raises :class:`ClusterError`; arguments that cannot work raise ``ValueError`` at once.
 
     >>> # init_cluster("10.0.0.1:1234", num_processes=2, process_id=0)   # on the first host
     """
+    for name, value, least in (("num_processes", num_processes, 1), ("process_id", process_id, 0)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                                  or value < least):
+            raise ValueError(f"{name}={value!r} is not allowed: an integer, {least} or more")
+    if num_processes is not None and process_id is not None and process_id >= num_processes:
+        raise ValueError(f"process_id={process_id} must be below num_processes={num_processes} "
+                         f"(the processes are numbered 0 to {num_processes - 1})")
+    timeout = join_timeout(timeout_s)
+    address = coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS")
+    if address is not None:
+        _check_address(address)
     if backends_started():
         raise RuntimeError("init_cluster must run before anything uses jax (its backends have started); "
                            "call it first thing in the process")
-    for name, value in (("num_processes", num_processes), ("process_id", process_id)):
-        if value is not None and value < 0:
-            raise ValueError(f"{name}={value} must be 0 or more")
-    if num_processes is not None and process_id is not None and process_id >= num_processes:
-        raise ValueError(f"process_id={process_id} must be below num_processes={num_processes}")
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU processes exchange with gloo
-    jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
-                               process_id=process_id)
+    # jax's connect blocks in C++, deaf to Ctrl-C and SIGTERM, and past its own timeout aborts the
+    # process with a stack trace: it runs in a thread (it releases the GIL), given a minute more
+    # than the wait here, which ends with a clear error instead.
+    outcome: dict = {}
+
+    def join():
+        try:
+            jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
+                                       process_id=process_id, initialization_timeout=int(timeout) + 60)
+        except BaseException as error:  # handed to the waiting thread
+            outcome["error"] = error
+
+    joining = threading.Thread(target=join, name="jaxfl-cluster-join", daemon=True)
+    deadline = time.monotonic() + timeout
+    joining.start()
+    while joining.is_alive() and time.monotonic() < deadline:
+        joining.join(0.1)
+    if joining.is_alive():
+        who = "this process" if process_id is None else f"process {process_id}"
+        count = "the processes" if num_processes is None else f"all {num_processes} processes"
+        raise ClusterError(
+            f"{who} waited {timeout:g} s for {count} to join the coordinator at {address or '(from the environment)'} "
+            "and they did not: start process 0 (its host serves that address), then every other process, each with "
+            "the same coordinator address and process count and its own process id; check that the host and port "
+            f"are reachable from every host (a longer wait: {TIMEOUT_VARIABLE})")
+    if "error" in outcome:
+        error = outcome["error"]
+        if isinstance(error, ValueError) and ("should be defined" in str(error) or "must be defined" in str(error)):
+            raise ValueError(f"{error} No cluster was found in the environment (SLURM, Open MPI...): give the "
+                             "coordinator address (process 0's HOST:PORT), the process count and this "
+                             "process's id (--coordinator-address, --num-processes, --process-id)") from error
+        raise error
 
 
 def process_index() -> int:

@@ -69,3 +69,55 @@ def test_two_processes_checkpoint_held_updates_from_the_command_line(tmp_path):
     assert sorted(os.listdir(os.path.join(out, "big", "checkpoints"))) == ["ckpt-000003", "latest"]
     with open(os.path.join(out, "big", "summary.json")) as handle:
         assert json.load(handle)["global_updates"] == 3
+
+
+# Joining a cluster: jax's connect blocked in C++ (deaf to Ctrl-C and SIGTERM) for 300 s when the
+# coordinator was unreachable or a process missing, then aborted with a C++ stack trace (status 134);
+# a malformed address was an IndexError traceback, ``--cluster`` outside a cluster jax's bare
+# "coordinator_address should be defined.".
+
+def test_an_unreachable_coordinator_ends_with_a_clear_error_within_the_timeout(tmp_path):
+    port = _free_port()  # nothing listens there
+    command = [sys.executable, "-m", "jaxfl", "run", *SMALL, "--output-dir", str(tmp_path / "runs"),
+               "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", "1"]
+    done = subprocess.run(command, env=_env(1, JAXFL_CLUSTER_TIMEOUT_S="2"), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert (f"process 1 waited 2 s for all 2 processes to join the coordinator at 127.0.0.1:{port}"
+            in done.stderr), done.stderr[-3000:]
+    assert "Check failure" not in done.stderr and not os.path.exists(tmp_path / "runs")
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (("nonsense", 2, 1), "coordinator address 'nonsense' is not HOST:PORT"),
+    (("127.0.0.1:99999", 2, 1), "coordinator address '127.0.0.1:99999' is not HOST:PORT"),
+    (("127.0.0.1:1234", 0, None), "num_processes=0 is not allowed: an integer, 1 or more"),
+    (("127.0.0.1:1234", 2, -1), "process_id=-1 is not allowed: an integer, 0 or more"),
+    (("127.0.0.1:1234", 2, 1.5), "process_id=1.5 is not allowed"),
+    (("127.0.0.1:1234", 2, 2), "process_id=2 must be below num_processes=2"),
+])
+def test_cluster_arguments_that_cannot_work_are_refused_by_name_first(arguments, message):
+    from jaxfl.cluster import init_cluster
+
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        init_cluster(*arguments)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon", "inf"])
+def test_a_bad_join_timeout_is_refused_by_name(monkeypatch, value):
+    from jaxfl.cluster import init_cluster, join_timeout
+
+    monkeypatch.setenv("JAXFL_CLUSTER_TIMEOUT_S", value)
+    with pytest.raises(ValueError, match=f"JAXFL_CLUSTER_TIMEOUT_S='{value}' is not allowed"):
+        init_cluster("127.0.0.1:1234", 2, 1)
+    monkeypatch.delenv("JAXFL_CLUSTER_TIMEOUT_S")
+    assert join_timeout() == 300 and join_timeout(7) == 7
+
+
+def test_cluster_flag_outside_a_cluster_says_which_flags_to_give(tmp_path):
+    env = {key: value for key, value in _env(1).items()
+           if not key.startswith(("SLURM_", "OMPI_", "JAX_COORDINATOR", "PMI_"))}
+    done = subprocess.run([sys.executable, "-m", "jaxfl", "run", *SMALL, "--output-dir", str(tmp_path / "runs"),
+                           "--cluster"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "No cluster was found in the environment" in done.stderr and "--coordinator-address" in done.stderr
