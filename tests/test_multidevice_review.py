@@ -4,6 +4,9 @@ cluster path and fixed (each test fails without its fix).
 - A checkpoint written while trained updates wait for aggregation named each held batch by its
   Python ``id()``, which differs between processes: a two-process run's orbax save failed ("params
   are missing") and both processes then waited for each other until killed.
+- Joining a cluster whose coordinator never answers blocked for 300 s, deaf to Ctrl-C and SIGTERM,
+  then aborted with a C++ stack trace; bad addresses and ``--cluster`` outside a cluster were
+  tracebacks or jax's bare messages.
 """
 import json
 import os
