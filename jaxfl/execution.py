@@ -111,6 +111,13 @@ def available_devices(requested: int | None = None) -> int:
     """
     if jax.process_count() > 1:
         total = jax.device_count()
+        per_process = [0] * jax.process_count()
+        for device in jax.devices():
+            per_process[device.process_index] += 1
+        if len(set(per_process)) > 1:  # the client axis is split evenly over the processes' devices
+            raise ValueError(f"the {jax.process_count()} processes have {', '.join(map(str, per_process))} "
+                             f"{jax.default_backend()} devices (process 0, 1, ...): every process needs as many "
+                             "devices as the others (on CPUs, the same JAX_NUM_CPU_DEVICES or JAXFL_CPU_DEVICES)")
         if requested not in (None, total):
             raise ValueError(f"devices={requested} but a run of {jax.process_count()} processes uses all "
                              f"{total} of their devices; leave devices unset")

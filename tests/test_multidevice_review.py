@@ -7,6 +7,7 @@ cluster path and fixed (each test fails without its fix).
 - Joining a cluster whose coordinator never answers blocked for 300 s, deaf to Ctrl-C and SIGTERM,
   then aborted with a C++ stack trace; bad addresses and ``--cluster`` outside a cluster were
   tracebacks or jax's bare messages.
+- Processes with unequal device counts failed with a numpy reshape error.
 """
 import json
 import os
@@ -124,3 +125,24 @@ def test_cluster_flag_outside_a_cluster_says_which_flags_to_give(tmp_path):
                            "--cluster"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "No cluster was found in the environment" in done.stderr and "--coordinator-address" in done.stderr
+
+
+def test_processes_with_unequal_device_counts_are_refused_with_the_counts(tmp_path):
+    """A process with 1 CPU device and one with 2 ended with numpy's "cannot reshape array of size 3
+    into shape (2,1)"; now both name each process's devices, before writing anything."""
+    port = str(_free_port())
+    out = tmp_path / "runs"
+    command = ["-m", "jaxfl", "run", *SMALL, "--output-dir", str(out), "--coordinator-address", f"127.0.0.1:{port}",
+               "--num-processes", "2", "--process-id"]
+    running = [subprocess.Popen([sys.executable, *command, str(index)], env=_env(index + 1), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for index in range(2)]
+    try:
+        outputs = [process.communicate(timeout=180) for process in running]
+    except subprocess.TimeoutExpired:
+        for process in running:
+            process.kill()
+        pytest.fail("the two processes did not end")
+    for process, (_, stderr) in zip(running, outputs):
+        assert process.returncode == 2, stderr[-3000:]
+        assert "the 2 processes have 1, 2 cpu devices" in stderr, stderr[-3000:]
+    assert not out.exists()
