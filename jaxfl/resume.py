@@ -34,8 +34,10 @@ from typing import Any, Mapping
 from jaxfl import algorithms, checkpoint
 from jaxfl.config import FIELDS, FIELDS_ADDED, ConfigError, RunConfig, config_from_mapping, split_algorithm_options, validate
 
-# Fields that do not change what a run computes or writes, so a resume may set them afresh.
-MAY_DIFFER = ("progress", "checkpoint_min_interval_s")
+# Fields that do not change what a run computes or writes, so a resume may set them afresh. ``devices``
+# changes only how the client axis is sharded (results equal within the tolerance README states for
+# device counts): a run started on 4 devices resumes on a machine with 1 (``--devices 1``).
+MAY_DIFFER = ("progress", "checkpoint_min_interval_s", "devices")
 # What a checkpoint's state.pkl holds (jaxfl.experiment._Checkpointer.save): a pickle that loads but
 # lacks one of these is not a checkpoint this jaxfl can continue.
 _STATE_KEYS = ("simulation", "engine", "recorder", "offsets", "resumes", "wall_time")
@@ -213,7 +215,7 @@ def refuse_changes(config: RunConfig, overrides: Mapping[str, Any], spelling=Non
     >>> refuse_changes(run, {"clients": 4})  # the same: accepted
     >>> refuse_changes(run, {"clients": 6, "progress": False})
     Traceback (most recent call last):
-    jaxfl.resume.ResumeError: a resumed run keeps the config it was started with (only progress, checkpoint_min_interval_s may differ), but these would change it: clients=6 (the run has 4); start a new run to change them
+    jaxfl.resume.ResumeError: a resumed run keeps the config it was started with (only progress, checkpoint_min_interval_s, devices may differ), but these would change it: clients=6 (the run has 4); start a new run to change them
     """
     spelling = spelling or (lambda name, value: f"{name}={_show(value)}")
     fields, options = split_algorithm_options(dict(overrides))
@@ -307,8 +309,10 @@ def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> No
         warnings.warn(f"{run_dir}: {name} stores no config (an older jaxfl wrote it), so config.json is "
                       f"trusted as it is", ResumeWarning, stacklevel=4)
         return
-    # a field added since the checkpoint was written: it ran as the field's value before it existed
-    stored = {**{field: value for field, value in FIELDS_ADDED.items() if field in record}, **stored}
+    # a field added since the checkpoint was written: it ran as the field's value before it existed;
+    # one that may differ now (devices, stored by an older jaxfl) is not compared
+    stored = {**{field: value for field, value in FIELDS_ADDED.items() if field in record},
+              **{name: value for name, value in stored.items() if name not in MAY_DIFFER}}
     if digest(stored) == digest(record):
         return
     found = differences(stored, record, holder=name)

@@ -146,3 +146,33 @@ def test_processes_with_unequal_device_counts_are_refused_with_the_counts(tmp_pa
         assert process.returncode == 2, stderr[-3000:]
         assert "the 2 processes have 1, 2 cpu devices" in stderr, stderr[-3000:]
     assert not out.exists()
+
+
+def test_a_run_started_on_two_devices_resumes_on_one(tmp_path):
+    """A checkpoint does not depend on the device count, so a run started with ``--devices 2`` is
+    resumed with ``--devices 1`` on a machine of one device. Before, the resume refused both ways:
+    without the flag the recorded 2 devices did not exist, with it the config would change."""
+    script = (
+        "import sys\n"
+        "import jaxfl.experiment as experiment\n"
+        "from jaxfl import RunConfig, run_experiment\n"
+        "original = experiment._Checkpointer.save\n"
+        "def crashing(self, simulation):\n"
+        "    original(self, simulation)\n"
+        "    raise SystemExit(3)\n"
+        "experiment._Checkpointer.save = crashing\n"
+        "run_experiment(RunConfig(algorithm='fedbuff', model='logreg', clients=10, local_steps=2, batch_size=8,\n"
+        "    max_updates=6, checkpoint_every=2, progress=False, output_dir=sys.argv[1], run_name='r', devices=2))\n")
+    started = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=_env(2), capture_output=True,
+                             text=True, timeout=300)
+    assert started.returncode == 3, started.stderr[-3000:]
+    run = str(tmp_path / "r")
+    assert not os.path.exists(os.path.join(run, "summary.json"))
+    as_recorded = subprocess.run([sys.executable, "-m", "jaxfl", "run", "--resume", run, "--no-progress"],
+                                 env=_env(1), capture_output=True, text=True, timeout=300)
+    assert as_recorded.returncode == 2 and "pass a number from 1 to 1" in as_recorded.stderr
+    resumed = subprocess.run([sys.executable, "-m", "jaxfl", "run", "--resume", run, "--devices", "1", "--no-progress"],
+                             env=_env(1), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    with open(os.path.join(run, "summary.json")) as handle:
+        assert json.load(handle)["global_updates"] == 6

@@ -98,7 +98,7 @@ def test_flags_that_would_change_the_run_are_refused_and_equal_ones_accepted(fin
     toml.write_text("[client]\nlocal_steps = 5\nbatch_size = 16\n")
     err = cli_refusal(capsys, run, "--config", str(toml))
     assert f"local_steps=5 (in {toml}) (the run has 2)" in err and "batch_size" not in err
-    with pytest.raises(ResumeError, match=r"only progress, checkpoint_min_interval_s may differ.*: clients=6 \(the run has 4\); start a new run"):
+    with pytest.raises(ResumeError, match=r"only progress, checkpoint_min_interval_s, devices may differ.*: clients=6 \(the run has 4\); start a new run"):
         resume_experiment(run, overrides={"progress": True, "clients": 6, "local_steps": 2})
     assert logs(run) == before
 
