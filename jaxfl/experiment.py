@@ -1299,6 +1299,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         "checkpoints_written": checkpoints.saves,  # by this process, since its start or resume
         "resumes": checkpoints.resumes,
         "device_memory": {**engine.memory(), "backend_peak_bytes": _backend_peak_bytes()},
+        # what trained it: the client axis was sharded over `devices` (every process's, in a cluster run)
+        "backend": jax.default_backend(), "devices": int(engine.mesh.size), "processes": engine.processes,
         **_peak_host_memory_fields(),  # the run's peak where Linux can reset it at its start, with its scope
         "first_update_wall_s": recorder.first_update_wall,
         "wall_time_s": round(checkpoints.wall_before + time.perf_counter() - wall_start, 3),

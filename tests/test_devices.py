@@ -43,6 +43,7 @@ SCRIPT = textwrap.dedent("""
                      "metric_fetches": result.engine.stats.metric_fetches,
                      "versions_placed": result.engine.stats.versions_placed,
                      "mesh": len(result.engine.mesh.devices.flat),
+                     "summary_devices": {key: result.summary[key] for key in ("backend", "devices", "processes")},
                      # where each device's copy of the training samples lives
                      "sample_buffers": [shard.data.unsafe_buffer_pointer()
                                         for shard in result.engine._training_data.x.addressable_shards],
@@ -71,6 +72,9 @@ def _params(run):
 def test_four_host_devices_give_the_single_device_result(four_device_runs):
     runs = four_device_runs
     assert runs["devices"] == 4 and runs["four"]["mesh"] == 4 and runs["one"]["mesh"] == 1
+    # summary.json says what trained the run
+    assert runs["four"]["summary_devices"] == {"backend": "cpu", "devices": 4, "processes": 1}
+    assert runs["one"]["summary_devices"]["devices"] == 1
     for sharded, single in (("four", "one"), ("four_pairs", "one_pairs")):
         for a, b in zip(_params(runs[sharded]), _params(runs[single]), strict=True):
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
