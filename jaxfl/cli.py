@@ -870,9 +870,15 @@ def _main(argv: list[str] | None) -> int:
         return _sweep(parser, args)
     if args.command == "report":
         return _report(parser, args)
+    configs = None
     if args.cluster or args.coordinator_address or args.num_processes is not None or args.process_id is not None:
         from jaxfl.cluster import init_cluster
 
+        if not args.resume:  # a bad setting is named before the join, which may wait minutes for the others
+            try:  # (validating starts no jax backend: jax.distributed.initialize must come first)
+                configs = _configs(args)
+            except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
+                parser.exit(2, f"jaxfl: error: {error}\n")
         try:
             init_cluster(args.coordinator_address, args.num_processes, args.process_id)
         except (ValueError, RuntimeError) as error:
@@ -883,7 +889,7 @@ def _main(argv: list[str] | None) -> int:
                            "the config it was started with\n")
         return _resume(parser, args)
     try:
-        configs = _configs(args)
+        configs = configs if configs is not None else _configs(args)
         for folder in dict.fromkeys(config.output_dir for config in configs):
             check_folder("--output-dir" if args.output_dir is not None else "output_dir", folder)
         from jaxfl.experiment import check_buildable, run_experiment

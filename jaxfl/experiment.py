@@ -1096,8 +1096,11 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
     located: dict = {}  # the run's folder, once it has one
     try:
         with contextlib.ExitStack() as accepting:  # _run enters it at the first event; it ends with the run
-            return _run(config, dataset, federation, model, params, resume_dir, user, loggers, output_dir, located,
-                        accepting)
+            result = _run(config, dataset, federation, model, params, resume_dir, user, loggers, output_dir, located,
+                          accepting)
+        if scratch is not None:  # the run's directory is process 0's: the scratch folder goes now
+            result = dataclasses.replace(result, run_dir=located["run_dir"])
+        return result
     except KeyboardInterrupt as interrupt:
         if isinstance(interrupt, RunInterrupted):
             interrupt.given_again = given_again

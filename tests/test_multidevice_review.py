@@ -72,7 +72,22 @@ def test_two_processes_checkpoint_held_updates_from_the_command_line(tmp_path):
     assert os.listdir(out) == ["big"]
     assert sorted(os.listdir(os.path.join(out, "big", "checkpoints"))) == ["ckpt-000003", "latest"]
     with open(os.path.join(out, "big", "summary.json")) as handle:
-        assert json.load(handle)["global_updates"] == 3
+        summary = json.load(handle)
+    assert summary["global_updates"] == 3 and summary["processes"] == 2 and summary["devices"] == 2
+    for stdout, _ in outputs:  # every process names the run's directory, not process 1 its deleted scratch
+        assert stdout.strip().splitlines()[-1].endswith(f"→ {os.path.join(out, 'big')}"), stdout
+
+
+def test_a_bad_setting_in_a_cluster_run_is_named_before_joining(tmp_path):
+    """Validating the config starts no jax backend, so it comes first: before, --devices 0 was named
+    only after the join (300 s by default, when the other processes never come)."""
+    port = _free_port()  # nothing listens there: a join would wait
+    done = subprocess.run([sys.executable, "-m", "jaxfl", "run", *SMALL, "--devices", "0", "--output-dir",
+                           str(tmp_path / "runs"), "--coordinator-address", f"127.0.0.1:{port}", "--num-processes",
+                           "2", "--process-id", "1"], env=_env(1, JAXFL_CLUSTER_TIMEOUT_S="60"), capture_output=True,
+                          text=True, timeout=50)
+    assert done.returncode == 2 and "devices=0 is not allowed" in done.stderr
+    assert not os.path.exists(tmp_path / "runs")
 
 
 # Joining a cluster: jax's connect blocked in C++ (deaf to Ctrl-C and SIGTERM) for 300 s when the
