@@ -251,11 +251,13 @@ class Policy:
 
     Subclasses override :meth:`start` and :meth:`on_arrival`, and :meth:`on_timer` if they set
     timers. The default :meth:`on_reply` re-dispatches the client with ``self.local_steps`` (one
-    count, or one per client: :func:`local_steps_of`).
+    count, or one per client: :func:`local_steps_of`): a policy that uses it must set
+    ``self.local_steps`` (there is no default, so that a count kept under another name cannot
+    silently train one step), or override :meth:`on_reply`.
     """
 
     name = "policy"
-    local_steps = 1
+    local_steps = None  # the default on_reply's steps: set it (one count, or one per client)
     priorities = DEFAULT_PRIORITIES
     needs_start_models = False  # True if it aggregates in "mix" mode (the engine keeps start models)
 
@@ -266,6 +268,11 @@ class Policy:
         raise NotImplementedError(f"{type(self).__name__} must implement on_arrival()")
 
     def on_reply(self, sim: "Simulation", client: int, payload) -> None:
+        if self.local_steps is None:
+            raise AttributeError(
+                f"{type(self).__name__}.on_reply: the default on_reply re-dispatches client {client} for "
+                f"self.local_steps steps, and {type(self).__name__} sets no self.local_steps: define "
+                "self.local_steps (e.g. self.local_steps = run.local_steps in __init__) or override on_reply")
         sim.dispatch(client, local_steps_of(self.local_steps, client))
 
     def on_timer(self, sim: "Simulation", payload) -> None:
