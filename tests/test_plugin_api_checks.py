@@ -52,3 +52,37 @@ def test_default_on_reply_uses_local_steps_when_set():
 
 def test_policy_class_default_local_steps_is_none():
     assert Policy.local_steps is None
+
+
+# ---------------------------------------------------------------- 2: zero-time dispatches
+class ZeroSteps(Policy):
+    local_steps = 2
+
+    def start(self, sim):
+        sim.dispatch_many(range(sim.num_clients), 2)
+
+    def on_arrival(self, sim, record):
+        self.arrivals = getattr(self, "arrivals", 0) + 1
+        if self.arrivals > 1000:  # without the check the clock never moves: fail instead of hanging
+            raise RuntimeError(f"{self.arrivals} arrivals at t = {sim.now}: zero-time rounds loop")
+        sim.dispatch(record.client, 0)
+
+
+def test_a_zero_step_dispatch_with_no_time_is_refused_instead_of_looping():
+    sim = simulation(ZeroSteps())
+    with pytest.raises(ValueError, match=r"dispatch of client \d with 0 steps takes no virtual time"):
+        sim.run()
+    # (called outside a run: an error raised inside a policy's start would leave gc frozen)
+    with pytest.raises(ValueError, match=r"dispatch of client 1 with 0 steps takes no virtual time"):
+        simulation(ZeroSteps()).dispatch_many([1, 2], 0)
+
+
+def test_a_zero_step_dispatch_that_takes_time_is_allowed():
+    sim = simulation(StepsElsewhere(2), latency=0.5)
+    record = sim.dispatch(0, 0)
+    assert record.arrival_time == pytest.approx(1.0)
+    record = simulation(StepsElsewhere(2)).dispatch(1, 0, extra_time=0.25)
+    assert record.arrival_time == pytest.approx(0.25)
+    many = simulation(StepsElsewhere(2), latency=0.5)
+    many.dispatch_many([0, 1], 0)
+    assert [record.arrival_time for record in many.records] == pytest.approx([1.0, 1.0])

@@ -246,6 +246,15 @@ def local_steps_of(local_steps, client: int) -> int:
     return int(local_steps) if isinstance(local_steps, (int, np.integer)) else int(local_steps[client])
 
 
+def _zero_time_round(client: int) -> ValueError:
+    """The error of a dispatch whose round would take no virtual time (:meth:`Simulation.dispatch`)."""
+    return ValueError(
+        f"dispatch of client {client} with 0 steps takes no virtual time (no communication time, no "
+        "extra_time): its arrival would come at this same instant, and a policy that dispatches again on "
+        "each arrival would loop forever without the clock moving. Dispatch at least 1 step, or give the "
+        "round time (extra_time, or a latency/bandwidth in the run's config)")
+
+
 class Policy:
     """Base class of a scheduling policy (one algorithm's server logic).
 
@@ -422,7 +431,10 @@ class Simulation:
         ``detail`` is written to the event log (e.g. FedCompass's ``group 3``, FedAT's ``tier 1``).
         ``extra_time`` lengthens the round (FedASMU's extra fetch of a fresh model); ``fetch_step``
         marks a dispatch that mixes in a fresh global at that step (see :meth:`fetch`). The record's
-        ``lr_scale`` is ``lr_scale`` times ``client_lr_decay`` to the client's round.
+        ``lr_scale`` is ``lr_scale`` times ``client_lr_decay`` to the client's round. A 0-step
+        dispatch (a pure model transfer) is allowed only where its round takes virtual time
+        (communication time or ``extra_time``): one that takes none raises ValueError, as it would
+        arrive at this same instant and a policy re-dispatching on arrival would never move the clock.
         """
         if not 0 <= client < self.num_clients:
             raise ValueError(f"client {client} out of range [0, {self.num_clients})")
@@ -436,6 +448,8 @@ class Simulation:
         speed_duration = speeds.round_duration(client, steps)
         step_time = (speed_duration - speeds.comm_time()) / steps if steps > 0 else None
         duration = speed_duration + float(extra_time)
+        if steps == 0 and not duration > 0:
+            raise _zero_time_round(client)
         if self.faults is not None:
             return self._dispatch_with_faults(client, steps, lr_scale, detail, fetch_step, duration, step_time)
         # _add_record's work, inline: its call was a twentieth of a dispatch
@@ -537,6 +551,8 @@ class Simulation:
                 else:
                     yield from (speeds.round_duration(client, steps) for client in block)
 
+        if steps == 0 and clients and not comm_seconds > 0:  # every round would take no time
+            raise _zero_time_round(clients[0])
         emit, on_dispatch = self._emit, self.backend.on_dispatch
         now, arrivals = self.queue._now, []
         # _add_record's work, in the loop: a call per client was a tenth of a 10^6-client warm-up
