@@ -86,3 +86,11 @@ def test_a_zero_step_dispatch_that_takes_time_is_allowed():
     many = simulation(StepsElsewhere(2), latency=0.5)
     many.dispatch_many([0, 1], 0)
     assert [record.arrival_time for record in many.records] == pytest.approx([1.0, 1.0])
+
+
+# ---------------------------------------------------------------- 3: the hooks' docstrings
+@pytest.mark.parametrize("method", [Policy.start, Policy.on_arrival, Policy.on_reply, Policy.on_timer,
+                                    Policy.on_crash, Simulation.cancel])
+def test_policy_hooks_and_cancel_are_documented_with_an_example(method):
+    doc = inspect.getdoc(method) or ""
+    assert len(doc) > 200 and "Example" in doc and "::" in doc, method.__qualname__

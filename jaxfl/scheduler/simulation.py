@@ -271,12 +271,49 @@ class Policy:
     needs_start_models = False  # True if it aggregates in "mix" mode (the engine keeps start models)
 
     def start(self, sim: "Simulation") -> None:
+        """Called once, at virtual time 0 before any event, to set the run going: dispatch the first
+        clients (:meth:`Simulation.dispatch`, :meth:`Simulation.dispatch_many`) and set any timers
+        (:meth:`Simulation.set_timer`). A policy that dispatches nothing here has no events, and
+        the run ends at once ("no events left"). Must be overridden.
+
+        Example (every client trains ``self.local_steps`` steps)::
+
+            def start(self, sim):
+                sim.dispatch_many(range(sim.num_clients), self.local_steps)
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement start()")
 
     def on_arrival(self, sim: "Simulation", record: DispatchRecord) -> None:
+        """Called when a dispatch's update reaches the server (at ``record.arrival_time``, which is
+        ``sim.now``): ``record`` is its :class:`DispatchRecord` (``client``, ``version`` it started
+        from, ``steps``...), now arrived. Decide what to do with it: aggregate it (alone, or later
+        with others: :meth:`Simulation.aggregate`, after :meth:`Simulation.screen` where weights
+        depend on which updates are kept), and send the client back to work
+        (:meth:`Simulation.reply`, which calls :meth:`on_reply` after every arrival of this
+        instant, or :meth:`Simulation.dispatch`). Must be overridden.
+
+        Example (FedAsync-like: aggregate each update at once, then reply)::
+
+            def on_arrival(self, sim, record):
+                sim.aggregate([(record.id, 0.5)])
+                sim.reply(record.client)
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement on_arrival()")
 
     def on_reply(self, sim: "Simulation", client: int, payload) -> None:
+        """Called for each :meth:`Simulation.reply` of ``sim.reply(client, payload)``, at the same
+        virtual instant but after every arrival of that instant, so the client gets the newest
+        model. The default dispatches ``client`` again for ``self.local_steps`` steps
+        (:func:`local_steps_of`) and ignores ``payload``; it raises if the policy did not set
+        ``self.local_steps``. Override it to choose the steps, learning rate or detail per reply
+        (``payload`` is what the policy passed to :meth:`Simulation.reply`).
+
+        Example (halve the steps of a client replied to with ``payload="slow"``)::
+
+            def on_reply(self, sim, client, payload):
+                steps = local_steps_of(self.local_steps, client)
+                sim.dispatch(client, steps // 2 if payload == "slow" else steps)
+        """
         if self.local_steps is None:
             raise AttributeError(
                 f"{type(self).__name__}.on_reply: the default on_reply re-dispatches client {client} for "
@@ -285,11 +322,27 @@ class Policy:
         sim.dispatch(client, local_steps_of(self.local_steps, client))
 
     def on_timer(self, sim: "Simulation", payload) -> None:
+        """Called when a timer set with ``sim.set_timer(time, payload)`` fires (at ``time``, which is
+        ``sim.now``; timers come first among the events of an instant). ``payload`` is the value
+        given to :meth:`Simulation.set_timer` (JSON-able: it is written to checkpoints). A timer
+        cancelled with :meth:`Simulation.cancel` never fires. The default raises: a policy that
+        sets timers must override it (FedCompass's ``T_max`` deadlines, FedAvg's ``round_timeout``,
+        FedASMU's trigger period).
+
+        Example (a round deadline: aggregate what arrived, then start the next round)::
+
+            def start(self, sim):
+                self.deadline = sim.set_timer(sim.now + 10.0, "round over")
+            def on_timer(self, sim, payload):
+                self.close_round(sim)
+                self.deadline = sim.set_timer(sim.now + 10.0, "round over")
+        """
         raise ValueError(f"{type(self).__name__} received a timer but defines no on_timer()")
 
     def on_crash(self, sim: "Simulation", record: DispatchRecord) -> None:
         """``record``'s client crashed at ``sim.now`` and is gone for good (its update was dropped as
-        "client crashed"). The default does nothing: a policy that waits for its clients stops
+        "client crashed"). Called only in runs that simulate faults (``crash_prob`` > 0). The
+        default does nothing: a policy that waits for its clients stops
         waiting at its own deadline (``round_timeout``, T_max), as before the hook existed. A policy
         that keeps a number of clients in flight (:class:`~jaxfl.scheduler.pool.InFlightLimit`,
         FedBuff's and FedAsync's) dispatches a replacement here, as their servers do when a
@@ -656,6 +709,19 @@ class Simulation:
         return self.queue.push(time, "timer", -1, payload)
 
     def cancel(self, event: Event) -> None:
+        """Cancel a pending timer: ``event`` is what :meth:`set_timer` returned; it will not fire,
+        and :meth:`Policy.on_timer` is not called for it. Use it when the thing the timer guards
+        happened first (a round whose clients all arrived before its deadline). Cancelling an
+        event that already fired or was cancelled raises ValueError (:meth:`EventQueue.cancel`):
+        it would hide a policy bug.
+
+        Example (FedAvg's round deadline, dropped when the last client arrives)::
+
+            self._timer = sim.set_timer(sim.now + self.round_timeout, self._rounds)  # in start_round
+            ...
+            if len(self._arrived) == len(self._round):  # in on_arrival: nobody left to wait for
+                sim.cancel(self._timer)
+        """
         self.queue.cancel(event)
 
     def screen(self, records: Sequence[DispatchRecord]) -> list[DispatchRecord]:
