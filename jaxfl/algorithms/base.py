@@ -34,14 +34,17 @@ imports jax: hooks import it when the engine builds them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
+import inspect
 import math
 import os
 import sys
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, Policy, local_steps_of  # noqa: F401
+from jaxfl.scheduler.simulation import _signature_mismatch
 from jaxfl.scheduler.staleness import make_staleness
 
 KINDS = ("synchronous", "asynchronous", "semi-asynchronous")
@@ -114,6 +117,18 @@ class DeviceHook:
     """
 
     name = "hook"
+    # the methods the engine calls, whose overrides must take the same positional parameters
+    METHODS = ("init", "init_per_client", "keeps_per_client_state", "tables_from_state", "weigh", "apply",
+               "extra_pseudo_gradient", "after_update", "on_pause")
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        """A method overridden with another signature than the base's is refused when the class is
+        defined (TypeError naming it), not when the engine first calls it, after the first training."""
+        super().__init_subclass__(**kwargs)
+        problem = _signature_mismatch(cls, DeviceHook, DeviceHook.METHODS)
+        if problem is not None:
+            raise TypeError(problem)
+
     # True when the state's shapes are those of ``init`` for the whole run (checkpoints restore to
     # ``jax.eval_shape`` of it); False for state that grows (e.g. a dict of tier models).
     fixed_state_shape = True
@@ -209,6 +224,15 @@ class Algorithm:
     reads: ClassVar[frozenset[str] | None] = None  # algorithm-specific run fields it reads
     summary: ClassVar[str] = ""
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        """A ``policy()`` defined by a subclass is wrapped so that what it returns is checked at
+        once: anything but a :class:`~jaxfl.scheduler.simulation.Policy` is refused by name, before
+        the engine is built (it failed as an AttributeError deep in the run)."""
+        super().__init_subclass__(**kwargs)
+        policy = cls.__dict__.get("policy")
+        if inspect.isfunction(policy) and not getattr(policy, "_checks_its_policy", False):
+            cls.policy = _checked_policy(cls, policy)
+
     def __init__(self, run, options: Options | None = None):
         self.run = run
         self.options = (options if options is not None else self.Options()).resolved()
@@ -274,6 +298,25 @@ class Algorithm:
         """What in this algorithm's schedule depends on model values (None: nothing), e.g. a slot
         choice learned from losses. A timing-only run (``timing_only=True``) refuses it, naming this."""
         return None
+
+
+def _checked_policy(cls: type, policy: Callable) -> Callable:
+    """``cls.policy`` that refuses a result that is not a :class:`Policy` (see ``__init_subclass__``)."""
+
+    @functools.wraps(policy)
+    def checked(self, *args, **kwargs):
+        made = policy(self, *args, **kwargs)
+        if not isinstance(made, Policy):
+            raise TypeError(f"{type(self).__name__}.policy() returned {made!r} ({type(made).__name__}), not a "
+                            "jaxfl Policy: return an instance of a subclass of "
+                            "jaxfl.scheduler.simulation.Policy (jaxfl.algorithms.base.Policy)")
+        problem = _signature_mismatch(type(made), Policy, Policy.HOOKS)  # hooks assigned after the class
+        if problem is not None:
+            raise TypeError(problem)
+        return made
+
+    checked._checks_its_policy = True
+    return checked
 
 
 def epoch_steps(epochs: float, client_samples, batch_size: int) -> tuple[int, ...]:
@@ -343,12 +386,54 @@ def register(algorithm: type[Algorithm]) -> type[Algorithm]:
         raise ValueError(f"{algorithm.__name__}.kind={algorithm.kind!r} is not one of {', '.join(KINDS)}")
     if not (dataclasses.is_dataclass(algorithm.Options) and issubclass(algorithm.Options, Options)):
         raise TypeError(f"{algorithm.__name__}.Options must be a dataclass subclass of jaxfl.algorithms.Options")
+    _check_options_class(algorithm)
+    _check_reads(algorithm)
     existing = _REGISTRY.get(algorithm.name)
     if existing is not None and existing is not algorithm and \
             (existing.__module__, existing.__qualname__) != (algorithm.__module__, algorithm.__qualname__):
         raise ValueError(f"algorithm name {algorithm.name!r} is taken by {existing.__module__}.{existing.__qualname__}")
     _REGISTRY[algorithm.name] = algorithm
     return algorithm
+
+
+def _check_options_class(algorithm: type[Algorithm]) -> None:
+    """Refuse, by name, an Options class whose annotated fields are not dataclass fields (a subclass
+    without ``@dataclasses.dataclass``: its options read as unknown) or have no default (validate
+    failed with a bare TypeError)."""
+    for cls in algorithm.Options.__mro__:
+        if cls is Options or not issubclass(cls, Options):
+            continue
+        known = getattr(cls, "__dataclass_fields__", {})
+        missing = [name for name, annotation in inspect.get_annotations(cls).items()
+                   if name not in known and "ClassVar" not in str(annotation)]
+        if missing:
+            raise TypeError(f"{algorithm.__name__}.Options: {cls.__name__} declares the option(s) "
+                            f"{', '.join(missing)} but is not a dataclass: decorate {cls.__name__} with "
+                            "@dataclasses.dataclass(frozen=True)")
+    no_default = [field.name for field in dataclasses.fields(algorithm.Options)
+                  if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING]
+    if no_default:
+        raise TypeError(f"{algorithm.__name__}.Options ({algorithm.Options.__name__}): the option(s) "
+                        f"{', '.join(no_default)} have no default; every option needs one (None to take "
+                        "the preset's value), so that a run that does not set it can be built")
+
+
+def _check_reads(algorithm: type[Algorithm]) -> None:
+    """Refuse a ``reads`` that is not a set of :data:`jaxfl.config.ALGORITHM_FIELDS` names (a misspelt
+    one was accepted, and the field it meant reported as unread). Skipped while jaxfl.config is
+    being imported (the built-in algorithms, which register then)."""
+    reads = algorithm.reads
+    if reads is None:
+        return
+    if isinstance(reads, str) or not all(isinstance(name, str) for name in reads):
+        raise TypeError(f"{algorithm.__name__}.reads={reads!r} is not allowed: a frozenset of run field names")
+    fields = getattr(sys.modules.get("jaxfl.config"), "ALGORITHM_FIELDS", None)
+    if fields is None:
+        return
+    unknown = sorted(set(reads) - set(fields))
+    if unknown:
+        raise ValueError(f"{algorithm.__name__}.reads names {', '.join(map(repr, unknown))}, not among the "
+                         f"algorithm-specific run fields: one of {', '.join(fields)}")
 
 
 def unregister(name: str) -> None:

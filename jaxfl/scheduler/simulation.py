@@ -255,6 +255,39 @@ def _zero_time_round(client: int) -> ValueError:
         "round time (extra_time, or a latency/bandwidth in the run's config)")
 
 
+def _signature_mismatch(cls: type, base: type, names: Sequence[str]) -> str | None:
+    """Which of ``names`` that ``cls`` defines itself cannot be called as ``base`` calls it (another
+    count of positional parameters, or a keyword-only one without default): the error's words, or
+    None. Checked when the class is defined, so that a hook written ``on_arrival(self, record)``
+    fails at once, not at its first call after the first training round."""
+    import inspect
+
+    for name in names:
+        function, expected = cls.__dict__.get(name), getattr(base, name)
+        if not inspect.isfunction(function):
+            continue
+        try:
+            signature, base_signature = inspect.signature(function), inspect.signature(expected)
+        except (TypeError, ValueError):
+            continue
+        count = len(base_signature.parameters)  # the base's are all positional, self included
+        parameters = list(signature.parameters.values())
+        positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        required = [p for p in positional if p.default is p.empty]
+        varargs = any(p.kind == p.VAR_POSITIONAL for p in parameters)
+        keyword_only = [p.name for p in parameters if p.kind == p.KEYWORD_ONLY and p.default is p.empty]
+        if len(required) <= count and (varargs or count <= len(positional)) and not keyword_only:
+            continue
+        wanted = f"{name}({', '.join(base_signature.parameters)})"
+        given = name + str(signature.replace(parameters=[p.replace(annotation=p.empty) for p in parameters],
+                                             return_annotation=signature.empty))
+        return (f"{cls.__name__}.{given} does not match how {base.__name__} hooks are called, {wanted}: "
+                f"it takes {len(positional)} positional parameters, {count} are passed"
+                f"{' (and keyword-only ' + ', '.join(keyword_only) + ' is required)' if keyword_only else ''}; "
+                f"define it as def {wanted}")
+    return None
+
+
 class Policy:
     """Base class of a scheduling policy (one algorithm's server logic).
 
@@ -269,6 +302,15 @@ class Policy:
     local_steps = None  # the default on_reply's steps: set it (one count, or one per client)
     priorities = DEFAULT_PRIORITIES
     needs_start_models = False  # True if it aggregates in "mix" mode (the engine keeps start models)
+    HOOKS = ("start", "on_arrival", "on_reply", "on_timer", "on_crash")  # what the simulation calls
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        """A hook overridden with another signature than the base's is refused when the class is
+        defined (TypeError naming it), not at its first call deep into a run."""
+        super().__init_subclass__(**kwargs)
+        problem = _signature_mismatch(cls, Policy, Policy.HOOKS)
+        if problem is not None:
+            raise TypeError(problem)
 
     def start(self, sim: "Simulation") -> None:
         """Called once, at virtual time 0 before any event, to set the run going: dispatch the first
