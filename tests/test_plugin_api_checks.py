@@ -248,3 +248,112 @@ def test_built_in_policies_pass_the_checks():
         if name.endswith("_check"):
             continue
         assert isinstance(build(validate(RunConfig(algorithm=name, clients=4))).policy(), Policy), name
+
+
+# ---------------------------------------------------------------- 5: plug-in files shadow no module
+PLUGIN = '''
+import dataclasses, os
+import jaxfl
+from jaxfl.algorithms import Algorithm, Options
+from jaxfl.scheduler.simulation import Policy
+
+
+class PairPolicy(Policy):
+    def __init__(self, steps):
+        self.local_steps, self.buffer = steps, []
+
+    def start(self, sim):
+        sim.dispatch_many(range(sim.num_clients), self.local_steps)
+
+    def on_arrival(self, sim, record):
+        self.buffer.append((record.id, sim.client_weights[record.client] / (1 + sim.staleness(record))))
+        sim.reply(record.client)
+        if len(self.buffer) >= 2:
+            sim.aggregate(self.buffer)
+            self.buffer = []
+            if sim.version == 3 and os.environ.get("STOP_AT_3"):
+                jaxfl.request_stop("stopped for the test")
+
+
+class Pairs(Algorithm):
+    name = "pairs_plugin_check"
+    reads = frozenset()
+
+    def policy(self):
+        return PairPolicy(self.run.local_steps)
+'''
+
+
+def test_a_plugin_file_named_like_a_standard_module_shadows_nothing(tmp_path):
+    import json
+    import sys
+
+    from jaxfl.algorithms import get, unregister
+
+    (tmp_path / "json.py").write_text(PLUGIN)
+    try:
+        cls = get(f"{tmp_path / 'json.py'}:Pairs")
+        assert sys.modules["json"] is json and json.dumps({"a": 1}) == '{"a": 1}'
+        assert cls.__module__.startswith("jaxfl_user_") and cls.__module__.endswith("_json")
+        assert sys.modules[cls.__module__].__file__ == str(tmp_path / "json.py")
+        assert get(f"{tmp_path / 'json.py'}:Pairs") is cls  # loaded once
+    finally:
+        unregister("pairs_plugin_check")
+
+
+def test_a_plugin_file_with_a_name_of_its_own_keeps_it(tmp_path):
+    import sys
+
+    from jaxfl.algorithms import get, unregister
+    from jaxfl.algorithms.base import plugin_module_name
+
+    (tmp_path / "jaxfl_pairs_plugin_check.py").write_text(PLUGIN)
+    try:
+        cls = get(f"{tmp_path / 'jaxfl_pairs_plugin_check.py'}:Pairs")
+        assert cls.__module__ == "jaxfl_pairs_plugin_check"  # importable by name (the conformance no-jax check)
+    finally:
+        unregister("pairs_plugin_check")
+        sys.modules.pop("jaxfl_pairs_plugin_check", None)
+    for stem in ("json", "random", "os", "sys", "numpy", "jaxfl"):
+        assert plugin_module_name(str(tmp_path / f"{stem}.py")).startswith("jaxfl_user_"), stem
+
+
+RUN = '''
+import os, sys
+import jaxfl
+from jaxfl.experiment import RunInterrupted
+config = jaxfl.RunConfig(algorithm=sys.argv[1], dataset="mnist10k", model="logreg", clients=4, local_steps=2,
+                         batch_size=16, max_updates=6, checkpoint_every=1, output_dir=sys.argv[2], run_name="run",
+                         progress=False, stop_at_target=False)
+if sys.argv[3] == "start":
+    try:
+        jaxfl.run_experiment(config)
+    except RunInterrupted:
+        print("interrupted")
+else:
+    import json
+    result = jaxfl.resume_experiment(os.path.join(sys.argv[2], "run"), progress=False)
+    print("resumed", result.summary["global_updates"], result.summary["resumes"], json.__name__)
+'''
+
+
+def test_a_run_of_a_plugin_file_resumes_in_a_new_process(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "json.py").write_text(PLUGIN)
+    (tmp_path / "driver").mkdir()  # not beside json.py: a script's folder comes first on sys.path
+    (tmp_path / "driver" / "go.py").write_text(RUN)
+    reference = f"{tmp_path / 'json.py'}:Pairs"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def go(stage, **env):
+        done = subprocess.run([sys.executable, str(tmp_path / "driver" / "go.py"), reference, str(tmp_path / "out"), stage],
+                              capture_output=True, text=True, cwd=root, timeout=600,
+                              env={**os.environ, "JAXFL_CPU_DEVICES": "1", **env})
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.strip().splitlines()[-1]
+
+    assert go("start", STOP_AT_3="1") == "interrupted"
+    assert go("resume") == "resumed 6 1 json"

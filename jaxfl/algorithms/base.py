@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -467,24 +468,64 @@ def get(name: str) -> type[Algorithm]:
                    f"path/to/file.py:Class)")
 
 
+def plugin_module_name(path: str) -> str:
+    """The module name a plug-in ``.py`` file is loaded under: its file stem where that names no
+    other module (none loaded under it, none importable from ``sys.path`` but this file), so that
+    the conformance suite can import it by name in a fresh interpreter; else
+    ``jaxfl_user_<hash of its absolute path>_<stem>``, a name no other module has, so that a plug-in
+    file called ``json.py`` or ``random.py`` shadows nothing. Either is the same for the same file
+    in every process, which a checkpoint that pickled one of its classes needs to unpickle.
+
+    >>> plugin_module_name("/tmp/plugins/json.py")
+    'jaxfl_user_e0ed6aed_json'
+    >>> plugin_module_name("/tmp/plugins/my_pairs_algorithm.py")
+    'my_pairs_algorithm'
+    """
+    path = os.path.abspath(path)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if stem.isidentifier() and _names_only(stem, path):
+        return stem
+    safe = "".join(c if c.isalnum() or c == "_" else "_" for c in stem)
+    return f"jaxfl_user_{hashlib.sha256(path.encode()).hexdigest()[:8]}_{safe}"
+
+
+def _names_only(name: str, path: str) -> bool:
+    """Whether the top-level module ``name`` is ``path`` or nothing: none loaded under it but that
+    file, and none that an import would find elsewhere (a standard, installed or built-in module)."""
+    def same(file) -> bool:
+        return bool(file) and os.path.abspath(file) == path
+
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return same(getattr(loaded, "__file__", None))
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    return spec is None or same(spec.origin)
+
+
 def _import(module_name: str):
     """A module by dotted name (the working directory is searched too, as ``python -m`` does) or by
-    the path of a ``.py`` file (loaded once under its file name, so checkpoints can unpickle it)."""
+    the path of a ``.py`` file, loaded once under :func:`plugin_module_name` of its path: a name of
+    its own, so that a plug-in file called ``json.py`` or ``random.py`` shadows no module of the
+    process, and the same for the same file in every process, so that a checkpoint that pickled one
+    of its classes unpickles after the resume imported the file again."""
     if module_name.endswith(".py"):
         path = os.path.abspath(module_name)
         if not os.path.isfile(path):
             raise ImportError(f"no file {module_name!r}")
-        stem = os.path.splitext(os.path.basename(path))[0]
-        loaded = sys.modules.get(stem)
+        name = plugin_module_name(path)
+        loaded = sys.modules.get(name)
         if loaded is not None and os.path.abspath(getattr(loaded, "__file__", "") or "") == path:
             return loaded
-        spec = importlib.util.spec_from_file_location(stem, path)
+        spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[stem] = module
+        sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
         except BaseException:
-            del sys.modules[stem]
+            del sys.modules[name]
             raise
         return module
     if os.getcwd() not in sys.path:
