@@ -677,6 +677,18 @@ class Engine:
         for hook in self.hooks:
             coefficients = hook.weigh(self, aggregation, records)
             if coefficients is not None:
+                try:
+                    count = len(coefficients)
+                except TypeError:  # a scalar, a 0-d array: no length
+                    count = None
+                if count != len(records):  # zip would cut them short, failing later as a KeyError
+                    given = f"{count} coefficients" if count is not None else f"{type(coefficients).__name__} " \
+                        f"{coefficients!r}, not a sequence of coefficients,"
+                    raise ValueError(f"device hook {hook.name!r} ({type(hook).__name__}).weigh returned {given} for "
+                                     f"{len(records)} records (dispatches "
+                                     f"{', '.join(str(record.id) for record in records[:8])}"
+                                     f"{', ...' if len(records) > 8 else ''}): "
+                                     "it must return one coefficient per record, in their order, or None")
                 contributions = tuple((record.id, float(c)) for record, c in zip(records, coefficients))
                 aggregation = dataclasses.replace(aggregation, contributions=contributions)
                 changed = True

@@ -357,3 +357,48 @@ def test_a_run_of_a_plugin_file_resumes_in_a_new_process(tmp_path):
 
     assert go("start", STOP_AT_3="1") == "interrupted"
     assert go("resume") == "resumed 6 1 json"
+
+
+# ---------------------------------------------------------------- 6: a weigh hook's coefficient count
+@pytest.mark.parametrize("coefficients, given", [([1.0], "1 coefficients"), ([1.0, 2.0, 3.0], "3 coefficients"),
+                                                 (0.5, "float 0.5, not a sequence of coefficients,")])
+def test_weigh_returning_another_count_than_records_is_refused_by_name(coefficients, given):
+    import re
+    from types import SimpleNamespace
+
+    from jaxfl.algorithms import DeviceHook
+    from jaxfl.engine import Engine
+    from jaxfl.scheduler.simulation import Aggregation
+
+    class Short(DeviceHook):
+        name = "short"
+
+        def weigh(self, ctx, aggregation, records):
+            return coefficients
+
+    records = [SimpleNamespace(id=3), SimpleNamespace(id=1)]
+    aggregation = Aggregation(time=1.0, version=1, contributions=((3, 0.5), (1, 0.5)))
+    engine = SimpleNamespace(hooks=[Short()], last_weights=None)
+    with pytest.raises(ValueError, match=re.escape(f"device hook 'short' (Short).weigh returned {given} for 2 "
+                                                   "records (dispatches 3, 1): it must return one coefficient "
+                                                   "per record")):
+        Engine._weigh(engine, aggregation, records)
+
+
+def test_weigh_returning_one_coefficient_per_record_replaces_them():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from jaxfl.algorithms import DeviceHook
+    from jaxfl.engine import Engine
+    from jaxfl.scheduler.simulation import Aggregation
+
+    class Halves(DeviceHook):
+        def weigh(self, ctx, aggregation, records):
+            return np.array([0.25, 0.75])
+
+    aggregation = Aggregation(time=1.0, version=1, contributions=((3, 0.5), (1, 0.5)))
+    engine = SimpleNamespace(hooks=[Halves()], last_weights=None)
+    weighed = Engine._weigh(engine, aggregation, [SimpleNamespace(id=3), SimpleNamespace(id=1)])
+    assert weighed.contributions == ((3, 0.25), (1, 0.75)) and engine.last_weights == {3: 0.25, 1: 0.75}
