@@ -402,3 +402,28 @@ def test_weigh_returning_one_coefficient_per_record_replaces_them():
     engine = SimpleNamespace(hooks=[Halves()], last_weights=None)
     weighed = Engine._weigh(engine, aggregation, [SimpleNamespace(id=3), SimpleNamespace(id=1)])
     assert weighed.contributions == ((3, 0.25), (1, 0.75)) and engine.last_weights == {3: 0.25, 1: 0.75}
+
+
+# ---------------------------------------------------------------- 7: staleness parameters, examples
+def test_staleness_parameters_take_any_real_number():
+    import numpy as np
+
+    from jaxfl.scheduler.staleness import make_staleness
+
+    assert make_staleness("polynomial", a=np.float32(0.5))(3) == pytest.approx(0.45)
+    assert make_staleness("hinge", alpha=np.float64(1.0), a=np.int64(1), b=4)(5) == pytest.approx(0.5)
+    assert make_staleness("exponential", a=0)(7) == 1.0
+    for bad in (True, "0.5", float("nan"), np.float32("inf"), None):
+        with pytest.raises(ValueError, match="must be a finite real number"):
+            make_staleness("polynomial", a=bad)
+
+
+def test_staleness_functions_have_runnable_examples():
+    import doctest
+
+    from jaxfl.scheduler import staleness
+
+    for function in (staleness.constant, staleness.hinge, staleness.exponential, staleness.polynomial):
+        assert ">>> " in (function.__doc__ or ""), function.__name__
+    result = doctest.testmod(staleness)
+    assert result.failed == 0 and result.attempted >= 8

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 
 STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge", "exponential")
 
@@ -28,23 +29,39 @@ def _namespace(s):
 
 
 def constant(s, alpha: float = 1.0):
-    """st(s) = α for every s. ``constant(3) == 1.0``."""
+    """st(s) = α for every s (stale updates weigh as much as fresh ones).
+
+    >>> constant(3), constant(0, alpha=0.6)
+    (1.0, 0.6)
+    """
     return alpha + 0.0 * s
 
 
 def polynomial(s, alpha: float = 0.9, a: float = 0.5):
-    """st(s) = α·(s+1)^(−a) (FedAsync; FedCompass App. E.2). ``polynomial(0) == 0.9``."""
+    """st(s) = α·(s+1)^(−a) (FedAsync; FedCompass App. E.2).
+
+    >>> polynomial(0), polynomial(3), polynomial(3, alpha=1.0, a=1.0)
+    (0.9, 0.45, 0.25)
+    """
     return alpha * (s + 1.0) ** (-a)
 
 
 def hinge(s, alpha: float = 1.0, a: float = 10.0, b: float = 4.0):
-    """st(s) = α if s ≤ b else α / (a·(s − b) + 1) (FedAsync's hinge). ``hinge(5, a=1, b=4) == 0.5``."""
+    """st(s) = α if s ≤ b else α / (a·(s − b) + 1) (FedAsync's hinge).
+
+    >>> float(hinge(4, a=1, b=4)), float(hinge(5, a=1, b=4)), float(hinge(7, alpha=0.5, a=1, b=4))
+    (1.0, 0.5, 0.125)
+    """
     xp = _namespace(s)
     return alpha / (a * xp.maximum(s - b, 0.0) + 1.0)
 
 
 def exponential(s, alpha: float = 1.0, a: float = 0.5):
-    """st(s) = α·exp(−a·s). ``exponential(0) == 1.0``."""
+    """st(s) = α·exp(−a·s).
+
+    >>> float(exponential(0)), round(float(exponential(2)), 4), round(float(exponential(1, alpha=0.9, a=1.0)), 4)
+    (1.0, 0.3679, 0.3311)
+    """
     xp = _namespace(s)
     return alpha * xp.exp(-a * (s + 0.0))
 
@@ -57,8 +74,14 @@ _PARAMETERS = {"constant": ("alpha",), "polynomial": ("alpha", "a"), "hinge": ("
 def make_staleness(name: str, **params):
     """The staleness function ``name`` with its parameters bound.
 
+    Parameters are real numbers (Python's or NumPy's, ``np.float32(0.5)`` included; not bools),
+    finite, with α > 0 and a ≥ 0.
+
     >>> st = make_staleness("polynomial", alpha=0.9, a=0.5)
     >>> round(st(3), 4)
+    0.45
+    >>> import numpy as np
+    >>> make_staleness("polynomial", a=np.float32(0.5))(3)
     0.45
     """
     if name not in _FUNCTIONS:
@@ -67,8 +90,10 @@ def make_staleness(name: str, **params):
     if unknown:
         raise ValueError(f"staleness {name!r} takes parameters {_PARAMETERS[name]}, got unknown {sorted(unknown)}")
     for key, value in params.items():
-        if not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f"staleness parameter {key} must be a finite number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"staleness parameter {key} must be a finite real number, got {value!r}")
+        # NumPy's as Python's (int stays int, so an exponent traces as before under jit)
+        params[key] = int(value) if isinstance(value, numbers.Integral) else float(value)
     if params.get("alpha", 1.0) <= 0:
         raise ValueError(f"staleness alpha must be > 0, got {params['alpha']}")
     if name != "constant" and params.get("a", 1.0) < 0:
