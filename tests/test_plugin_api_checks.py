@@ -427,3 +427,22 @@ def test_staleness_functions_have_runnable_examples():
         assert ">>> " in (function.__doc__ or ""), function.__name__
     result = doctest.testmod(staleness)
     assert result.failed == 0 and result.attempted >= 8
+
+
+# ---------------------------------------------------------------- 8: README's "Adding an algorithm"
+def test_readme_adding_an_algorithm_snippet_runs():
+    import os
+    import re
+
+    from jaxfl.algorithms import names, unregister
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+    section = text.split("## Adding an algorithm", 1)[1].split("\n## ", 1)[0]
+    (snippet,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert "self.local_steps" in section
+    try:
+        exec(compile(snippet, "README.md (Adding an algorithm)", "exec"), {"__name__": "readme_snippet"})
+        assert "mine" in names()
+    finally:
+        unregister("mine")
