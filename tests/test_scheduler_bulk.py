@@ -103,6 +103,22 @@ def test_a_pause_inside_a_start_leaves_nothing_frozen_after_the_run():
     assert gc.get_freeze_count() == 0 and gc.isenabled()
 
 
+def test_a_start_that_raises_leaves_nothing_frozen():
+    """The run's pause froze on its way out of a start that raised, and the run never unfroze it:
+    every later collection in the process skipped those objects (four bulk tests failed after it)."""
+
+    class FailingStart(StartAll):
+        def start(self, sim):
+            super().start(sim)
+            raise RuntimeError("a plug-in's mistake")
+
+    sim = Simulation(FailingStart(bulk=True), ClientSpeeds(SpeedConfig(model="exp"), 30, seed=0), np.full(30, 1 / 30),
+                     RecordingBackend(), max_updates=5)
+    with pytest.raises(RuntimeError, match="plug-in's mistake"):
+        sim.run()
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+
+
 def test_objects_a_user_froze_stay_frozen_and_none_are_added():
     from jaxfl.algorithms import FedCompass
     from jaxfl.scheduler.staleness import polynomial

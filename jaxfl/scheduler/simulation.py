@@ -917,7 +917,7 @@ class Simulation:
 
         A simulation restored from a checkpoint (see :meth:`__getstate__`) continues where it was.
         """
-        froze = False
+        pause = None
         with _fewer_collections():
             try:
                 if not self._started:
@@ -927,10 +927,11 @@ class Simulation:
                     # and rescanned by every collection after, they cost more than building them.
                     with collections_paused(freeze=True) as pause:
                         self.policy.start(self)
-                    froze = pause.froze
                 return self._run()
             finally:
-                if froze:  # not gc.get_freeze_count(), which walks every frozen object
+                # also where the start raised (the pause froze on its way out): not gc.get_freeze_count(),
+                # which walks every frozen object
+                if pause is not None and pause.froze:
                     gc.unfreeze()
 
     def _run(self) -> str:
