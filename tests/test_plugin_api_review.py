@@ -81,9 +81,10 @@ def test_weighted_sum_refuses_weights_that_do_not_match_the_client_axis(weights,
 
 
 def test_notebook_03_says_which_attribute_the_default_reply_reads():
-    """The default on_reply re-dispatches with the policy's ``self.local_steps`` (class default 1): a
-    policy that keeps its count as ``self.steps`` trains every re-dispatch for one step, and notebook 03
-    said only "for `local_steps` steps"."""
+    """The default on_reply re-dispatches with the policy's ``self.local_steps``. It had a class
+    default of 1, so a policy that kept its count as ``self.steps`` trained every re-dispatch for one
+    step, and notebook 03 said only "for `local_steps` steps"; the attribute has no default now and
+    such a policy is stopped by name at its first reply, as the notebook says."""
     import json
     import os
 
@@ -99,13 +100,14 @@ def test_notebook_03_says_which_attribute_the_default_reply_reads():
         def dispatch(self, client, steps):
             dispatched.append((client, steps))
 
-    StepsElsewhere(10).on_reply(FakeSim(), 3, None)
-    assert dispatched == [(3, 1)]  # the behaviour the notebook must warn about
+    with pytest.raises(AttributeError, match="StepsElsewhere.*self.local_steps"):
+        StepsElsewhere(10).on_reply(FakeSim(), 3, None)
+    assert dispatched == []  # never a silent one-step round
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks",
                         "03_your_own_algorithm.ipynb")
     text = " ".join("".join(cell["source"]) for cell in json.load(open(path))["cells"]
                     if cell["cell_type"] == "markdown").replace("\n", " ")
-    assert "**`self.local_steps`**" in text and "class default is 1" in text and "override `on_reply" in text
+    assert "**`self.local_steps`**" in text and "has no default" in text and "override `on_reply" in text
 
 
 @pytest.mark.parametrize("kwargs, message", [
