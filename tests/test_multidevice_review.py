@@ -31,6 +31,21 @@ def _env(devices: int, **extra) -> dict:
     return {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": str(devices), **extra}
 
 
+def _two_processes(flags: list, devices: tuple, timeout: float):
+    """``jaxfl run SMALL FLAGS`` as processes 0 and 1 of a two-process cluster on this machine, with
+    ``devices`` CPU devices each: the processes and their (stdout, stderr)."""
+    command = ["-m", "jaxfl", "run", *SMALL, *flags, "--coordinator-address", f"127.0.0.1:{_free_port()}",
+               "--num-processes", "2", "--process-id"]
+    running = [subprocess.Popen([sys.executable, *command, str(index)], env=_env(devices[index]),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for index in range(2)]
+    try:
+        return running, [process.communicate(timeout=timeout) for process in running]
+    except subprocess.TimeoutExpired:
+        for process in running:
+            process.kill()
+        pytest.fail("the two processes did not end (one waits for the other)")
+
+
 def test_held_batches_are_named_alike_in_every_process(tmp_path):
     """The checkpoint tree's batch names come from the run's own order, not the objects' addresses."""
     script = (
@@ -54,18 +69,8 @@ def test_held_batches_are_named_alike_in_every_process(tmp_path):
 def test_two_processes_checkpoint_held_updates_from_the_command_line(tmp_path):
     """The README's two-process command (small): the final checkpoint holds trained updates that
     wait for aggregation; both processes finish, and process 0's run directory has it."""
-    port = str(_free_port())
     out = str(tmp_path / "runs")
-    command = ["-m", "jaxfl", "run", *SMALL, "--output-dir", out, "--run-name", "big",
-               "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id"]
-    running = [subprocess.Popen([sys.executable, *command, str(index)], env=_env(1), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for index in range(2)]
-    try:
-        outputs = [process.communicate(timeout=240) for process in running]
-    except subprocess.TimeoutExpired:
-        for process in running:
-            process.kill()
-        pytest.fail("the two processes did not end (one waits for the other)")
+    running, outputs = _two_processes(["--output-dir", out, "--run-name", "big"], devices=(1, 1), timeout=240)
     for process, (_, stderr) in zip(running, outputs):
         assert process.returncode == 0, stderr[-3000:]
         assert "Save failed" not in stderr
@@ -145,18 +150,8 @@ def test_cluster_flag_outside_a_cluster_says_which_flags_to_give(tmp_path):
 def test_processes_with_unequal_device_counts_are_refused_with_the_counts(tmp_path):
     """A process with 1 CPU device and one with 2 ended with numpy's "cannot reshape array of size 3
     into shape (2,1)"; now both name each process's devices, before writing anything."""
-    port = str(_free_port())
     out = tmp_path / "runs"
-    command = ["-m", "jaxfl", "run", *SMALL, "--output-dir", str(out), "--coordinator-address", f"127.0.0.1:{port}",
-               "--num-processes", "2", "--process-id"]
-    running = [subprocess.Popen([sys.executable, *command, str(index)], env=_env(index + 1), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for index in range(2)]
-    try:
-        outputs = [process.communicate(timeout=180) for process in running]
-    except subprocess.TimeoutExpired:
-        for process in running:
-            process.kill()
-        pytest.fail("the two processes did not end")
+    running, outputs = _two_processes(["--output-dir", str(out)], devices=(1, 2), timeout=180)
     for process, (_, stderr) in zip(running, outputs):
         assert process.returncode == 2, stderr[-3000:]
         assert "the 2 processes have 1, 2 cpu devices" in stderr, stderr[-3000:]
