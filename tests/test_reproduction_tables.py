@@ -24,6 +24,7 @@ SECTIONS = [
      "fedavg", 7),
     ("### FedASMU cpu size", ["fedasmu-cpu-seeds012.csv"], "fedavg", 3),
     ("### FedASMU full size", ["fedasmu-full-seeds012.csv"], "fedavg", 6),
+    ("### FedASMU with round times", ["fedasmu-cpu-round-seed0.csv"], "fedavg", 1),
     ("### PORT full size, seed 1", ["port-full-seed1.csv"], "fedavg", 3, ("port.min_clients", "port.staleness_bound")),
     ("### PORT full size, seed 2", ["port-full-seed2-pareto.csv", "port-full-seed2-zipf.csv"], "fedavg", 2,
      ("port.min_clients", "port.staleness_bound")),
