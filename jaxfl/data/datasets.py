@@ -217,6 +217,11 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
                              "of samples, labels 1-D")
         if not np.issubdtype(y.dtype, np.integer):
             raise ValueError(f"{source}: y_{split} must hold integer labels, got {y.dtype}")
+        if y.size and y.dtype.itemsize >= 4 and (int(y.min()) < np.iinfo(np.int32).min
+                                            or int(y.max()) > np.iinfo(np.int32).max):
+            # int32 is what the kernels read: a wider label would wrap to another class, silently
+            raise ValueError(f"{source}: labels must lie in [0, num_classes), got y_{split} in "
+                             f"[{int(y.min())}, {int(y.max())}]")
         arrays.append((np.ascontiguousarray(_as_samples(x, f"x_{split}", source)), y.astype(np.int32, copy=False)))
     (train_x, train_y), (test_x, test_y) = arrays
     if train_x.dtype != test_x.dtype and np.uint8 in (train_x.dtype, test_x.dtype):
