@@ -19,3 +19,29 @@ def test_labels_beyond_int32_are_refused_not_wrapped():
         as_dataset((_features(20), y, _features(4), np.arange(4) % 2))
     with pytest.raises(ValueError, match="y_test"):
         as_dataset((_features(20), np.arange(20) % 2, _features(4), np.arange(4, dtype=np.uint64) + 2**63))
+
+
+def test_negative_token_ids_are_refused():
+    tokens = np.random.default_rng(0).integers(1, 50, (20, 6))
+    tokens[:, 0] = -3  # an embedding lookup clips or wraps it to another token
+    with pytest.raises(ValueError, match=r"token ids and must lie in \[0, 2147483647\].*got \[-3, 49\]"):
+        as_dataset((tokens, np.arange(20) % 2, np.abs(tokens[:4]), np.arange(4) % 2))
+    wide = np.abs(tokens).astype(np.int64)
+    wide[0, 0] = 2**32 + 1  # the int32 cast would wrap it to 1
+    with pytest.raises(ValueError, match="token ids"):
+        as_dataset((wide, np.arange(20) % 2, np.abs(tokens[:4]), np.arange(4) % 2))
+
+
+def test_token_ids_checked_against_the_datasets_vocab_size():
+    tokens = np.random.default_rng(0).integers(0, 50, (20, 6)).astype(np.int32)
+    y = (np.arange(20) % 2).astype(np.int32)
+    data = Dataset("toks", tokens, y, tokens[:4], y[:4], 2, vocab_size=10)
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 10\) \(0 = padding\), got \[0, 49\]"):
+        as_dataset(data)
+    assert as_dataset(Dataset("toks", tokens, y, tokens[:4], y[:4], 2, vocab_size=50)).vocab_size == 50
+
+
+def test_uint8_token_ids_get_their_vocab_size():
+    tokens = np.random.default_rng(0).integers(0, 30, (20, 6)).astype(np.uint8)
+    ds = as_dataset((tokens, np.arange(20) % 2, tokens[:4], np.arange(4) % 2))
+    assert ds.kind == "tokens" and ds.vocab_size == int(tokens.max()) + 1

@@ -245,8 +245,17 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
             raise ValueError(f"{source}: client ids must be one integer per training sample {train_y.shape}, "
                              f"got {groups.shape} {groups.dtype}")
         groups = groups.astype(np.int64, copy=False)
-    if train_x.dtype == np.int32 and vocab_size is None:
-        vocab_size = int(max(train_x.max(), test_x.max() if test_x.size else 0)) + 1
+    if train_x.ndim == 2 and np.issubdtype(train_x.dtype, np.integer):  # token ids (int32, or uint8 as given)
+        low = int(min(train_x.min(initial=0), test_x.min(initial=0)))
+        high = int(max(train_x.max(initial=0), test_x.max(initial=0)))
+        if vocab_size is not None and (isinstance(vocab_size, bool) or int(vocab_size) != vocab_size
+                                       or vocab_size < 1):
+            raise ValueError(f"{source}: vocab_size={vocab_size!r} is not allowed: an integer >= 1")
+        allowed = f"[0, {int(vocab_size)})" if vocab_size is not None else "[0, vocab_size)"
+        if low < 0 or (vocab_size is not None and high >= vocab_size):
+            # an embedding lookup would clip or wrap such an id to another token, silently
+            raise ValueError(f"{source}: token ids must lie in {allowed} (0 = padding), got [{low}, {high}]")
+        vocab_size = high + 1 if vocab_size is None else int(vocab_size)
     # Read-only views: the caller's own arrays keep their flags.
     train_x, train_y, test_x, test_y, groups = (None if a is None else a.view()
                                                 for a in (train_x, train_y, test_x, test_y, groups))
@@ -295,6 +304,11 @@ def _as_samples(x: np.ndarray, label: str, source: str) -> np.ndarray:
     if x.ndim != 2:
         raise ValueError(f"{source}: integer {label} of shape {x.shape}: expected (N, L) token ids or "
                          "(N, H, W[, C]) image pixels")
+    low, high = int(x.min(initial=0)), int(x.max(initial=0))
+    if low < 0 or high > np.iinfo(np.int32).max:  # before the int32 cast, which would wrap them
+        raise ValueError(f"{source}: integer {label} of shape {x.shape} is read as token ids and must lie in "
+                         f"[0, {np.iinfo(np.int32).max}] (0 = padding), got [{low}, {high}] "
+                         "(pass floats for feature vectors)")
     return x.astype(np.int32, copy=False)
 
 
