@@ -45,3 +45,25 @@ def test_uint8_token_ids_get_their_vocab_size():
     tokens = np.random.default_rng(0).integers(0, 30, (20, 6)).astype(np.uint8)
     ds = as_dataset((tokens, np.arange(20) % 2, tokens[:4], np.arange(4) % 2))
     assert ds.kind == "tokens" and ds.vocab_size == int(tokens.max()) + 1
+
+
+def _npz(path, **extra):
+    x = np.random.default_rng(0).random((12, 4, 4)).astype(np.float32)
+    y = np.arange(12) % 3
+    np.savez(path, x_train=x, y_train=y, x_test=x[:3], y_test=y[:3], **extra)
+    return str(path)
+
+
+@pytest.mark.parametrize("stored, shown", [(5.7, "5.7"), (1, "1"), ("ten", "'ten'"),
+                                           (np.array([3, 3]), "an array of shape (2,)")])
+def test_npz_num_classes_must_be_one_whole_number(tmp_path, stored, shown):
+    # 5.7 was truncated to 5 silently, 1 accepted, an array or a string raised a bare TypeError / int() error
+    from jaxfl.data import load_dataset
+
+    path = _npz(tmp_path / "d.npz", num_classes=stored)
+    with pytest.raises(ValueError, match=rf"d\.npz: num_classes={shown}".replace("(", r"\(").replace(")", r"\)")
+                       + " is not allowed: one integer >= 2"):
+        load_dataset("npz", path)
+    with pytest.raises(ValueError, match="num_classes=.* is not allowed"):
+        as_dataset(dict(np.load(path)))
+    assert load_dataset("npz", _npz(tmp_path / "ok.npz", num_classes=np.float64(4.0))).num_classes == 4

@@ -276,6 +276,20 @@ def _as_array(value, label: str, source: str) -> np.ndarray:
     return array
 
 
+def _stored_num_classes(value, source: str) -> int:
+    """A ``num_classes`` entry stored with the data (an npz array, a mapping's value): one whole number
+    >= 2, else a one-line ValueError naming it (``int()`` would truncate 5.7 to 5, silently)."""
+    array = np.asarray(value)
+    if array.ndim == 0 and array.dtype != bool and (np.issubdtype(array.dtype, np.integer)
+                                                    or np.issubdtype(array.dtype, np.floating)):
+        number = array.item()
+        if np.isfinite(number) and number == int(number) and int(number) >= 2:
+            return int(number)
+    shown = repr(array.item()) if array.ndim == 0 else f"an array of shape {array.shape}"
+    raise ValueError(f"{source}: num_classes={shown} is not allowed: one integer >= 2 (the number of classes "
+                     f"the model tells apart)")
+
+
 def _as_samples(x: np.ndarray, label: str, source: str) -> np.ndarray:
     """Samples in one of the layouts of ``Dataset.kind``, or a one-line ValueError."""
     if np.issubdtype(x.dtype, np.floating):
@@ -353,7 +367,7 @@ def as_dataset(data, num_classes: int | None = None, name: str = "user") -> Data
         arrays = tuple(pick[k] for k in ("train_x", "train_y", "test_x", "test_y"))
         groups = pick["train_groups"]
         if num_classes is None and "num_classes" in keys:
-            num_classes = int(np.asarray(data["num_classes"]))
+            num_classes = _stored_num_classes(data["num_classes"], "data")
     elif isinstance(data, (tuple, list)) and len(data) == 4:
         arrays = tuple(data)
     else:
@@ -460,7 +474,7 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
             raise ValueError(f"{path}: missing arrays {missing}; found {archive.files}")
         arrays = {k: archive[k] for k in archive.files}
     if num_classes is None and "num_classes" in arrays:
-        num_classes = int(arrays["num_classes"])
+        num_classes = _stored_num_classes(arrays["num_classes"], path)
     dataset = dataset_from_arrays(os.path.basename(path), arrays["x_train"], arrays["y_train"], arrays["x_test"],
                                   arrays["y_test"], num_classes=num_classes, groups=arrays.get("client_train"),
                                   source=path)
