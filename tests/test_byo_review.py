@@ -67,3 +67,21 @@ def test_npz_num_classes_must_be_one_whole_number(tmp_path, stored, shown):
     with pytest.raises(ValueError, match="num_classes=.* is not allowed"):
         as_dataset(dict(np.load(path)))
     assert load_dataset("npz", _npz(tmp_path / "ok.npz", num_classes=np.float64(4.0))).num_classes == 4
+
+
+def test_npz_that_is_no_archive_is_named(tmp_path):
+    from jaxfl.data import load_dataset
+
+    text = tmp_path / "text.npz"
+    text.write_text("hello")
+    with pytest.raises(ValueError, match=r"text\.npz is not a \.npz archive of numeric arrays.*a pickle"):
+        load_dataset("npz", str(text))
+    single = tmp_path / "one.npy"
+    np.save(single, np.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"one\.npy holds one ndarray of shape \(3, 2\), not a \.npz archive"):
+        load_dataset("npz", str(single))
+    ragged = tmp_path / "ragged.npz"
+    np.savez(ragged, x_train=np.array([np.zeros(2), np.zeros(3)], dtype=object), y_train=[0, 1],
+             x_test=np.zeros((1, 2)), y_test=[0])
+    with pytest.raises(ValueError, match=r"ragged\.npz holds an object array, which needs pickle"):
+        load_dataset("npz", str(ragged))

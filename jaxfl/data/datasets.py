@@ -468,11 +468,24 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
     cached = _NPZ_CACHE.get(path)
     if cached is not None and cached[0] == stamp:
         return cached[1]
-    with np.load(path, allow_pickle=False) as archive:
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as error:  # not an archive: numpy guesses pickle, or a bad zip
+        raise ValueError(f"dataset 'npz': {path} is not a .npz archive of numeric arrays (np.savez writes one; "
+                         f"numpy read it as {'a pickle' if 'pickle' in str(error) else repr(str(error))})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):  # a single .npy array
+        raise ValueError(f"dataset 'npz': {path} holds one {type(archive).__name__} of shape "
+                         f"{getattr(archive, 'shape', '?')}, not a .npz archive with arrays x_train, y_train, "
+                         "x_test, y_test (np.savez(path, x_train=..., ...) writes one)")
+    with archive:
         missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in archive.files]
         if missing:
             raise ValueError(f"{path}: missing arrays {missing}; found {archive.files}")
-        arrays = {k: archive[k] for k in archive.files}
+        try:
+            arrays = {k: archive[k] for k in archive.files}
+        except ValueError as error:  # object arrays (ragged lists) need pickle, which is never enabled
+            raise ValueError(f"dataset 'npz': {path} holds an object array, which needs pickle: store numeric "
+                             f"arrays of one shape each ({error})") from None
     if num_classes is None and "num_classes" in arrays:
         num_classes = _stored_num_classes(arrays["num_classes"], path)
     dataset = dataset_from_arrays(os.path.basename(path), arrays["x_train"], arrays["y_train"], arrays["x_test"],
