@@ -85,3 +85,22 @@ def test_npz_that_is_no_archive_is_named(tmp_path):
              x_test=np.zeros((1, 2)), y_test=[0])
     with pytest.raises(ValueError, match=r"ragged\.npz holds an object array, which needs pickle"):
         load_dataset("npz", str(ragged))
+
+
+@pytest.mark.parametrize("source, message", [
+    ("import flax\nclass Net(:\n    pass\n", r"could not be imported: invalid syntax at .*broken\.py:2$"),
+    ("def helper():\n    raise RuntimeError('boom')\n\nhelper()\n",
+     r"importing '.*broken\.py' raised RuntimeError: boom at .*broken\.py:2$"),
+])
+def test_model_file_that_fails_to_import_is_one_line_before_any_work(tmp_path, source, message):
+    # a syntax error or an exception in the user's model file used to escape as a raw traceback
+    import jaxfl
+
+    path = tmp_path / "broken.py"
+    path.write_text(source)
+    config = jaxfl.RunConfig(model=f"{path}:Net", algorithm="fedavg", clients=2, max_updates=1, progress=False,
+                             output_dir=str(tmp_path / "runs"))
+    with pytest.raises(ValueError, match=message) as caught:
+        jaxfl.run_experiment(config)
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "runs").exists()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import traceback
 from typing import Any, Callable
 
 import jax
@@ -368,8 +369,21 @@ def load_model_reference(reference: str) -> Any:
 
     module_name, _, attribute = reference.rpartition(":")
     try:
-        return getattr(_import(module_name), attribute)
-    except (ImportError, AttributeError, OSError) as error:
+        module = _import(module_name)
+    except (ImportError, OSError) as error:
+        raise ValueError(f"model={reference!r} could not be imported: {error}") from None
+    except SyntaxError as error:  # the user's file does not parse: where, in one line
+        raise ValueError(f"model={reference!r} could not be imported: {error.msg} at "
+                         f"{error.filename}:{error.lineno}") from None
+    except Exception as error:  # the user's module raised while it was imported (kept as the cause)
+        where = next((f" at {frame.filename}:{frame.lineno}" for frame in
+                      reversed(traceback.extract_tb(error.__traceback__))
+                      if not frame.filename.startswith("<")), "")
+        raise ValueError(f"model={reference!r} could not be imported: importing {module_name!r} raised "
+                         f"{type(error).__name__}: {error}{where}") from error
+    try:
+        return getattr(module, attribute)
+    except AttributeError as error:
         raise ValueError(f"model={reference!r} could not be imported: {error}") from None
 
 
