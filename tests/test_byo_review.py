@@ -104,3 +104,20 @@ def test_model_file_that_fails_to_import_is_one_line_before_any_work(tmp_path, s
         jaxfl.run_experiment(config)
     assert "\n" not in str(caught.value)
     assert not (tmp_path / "runs").exists()
+
+
+def test_tfds_name_missing_from_data_dir_is_one_plain_line(tmp_path):
+    # TFDS's own message said the set was "already prepared ... in the TFRECORD format" (it is not
+    # there at all) over several lines
+    pytest.importorskip("tensorflow_datasets")
+    from jaxfl.data import load_dataset
+
+    with pytest.raises(FileNotFoundError, match=r"'cifar10' is not prepared in .*: no folder .*cifar10 .*tfds build "
+                                                r"cifar10") as caught:
+        load_dataset("tfds:cifar10", data_dir=tmp_path)
+    assert "\n" not in str(caught.value) and "TFRECORD" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+    file = tmp_path / "x.npz"
+    file.write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"data_dir .*x\.npz is not a folder"):
+        load_dataset("tfds:emnist/balanced", data_dir=file)

@@ -121,14 +121,23 @@ def load_tfds(name: str, data_dir: str | None = None, max_len: int = TEXT_MAX_LE
     def open_split(split):
         return tfds.data_source(name, split=split, data_dir=data_dir, download=False)
 
+    hint = (f"jaxfl never downloads: run `tfds build {name.split('/')[0]} --file_format array_record` where there "
+            "is a network and pass its folder as data_dir")
+    if data_dir is not None:
+        # TFDS keeps NAME[/CONFIG] in data_dir/NAME[/CONFIG]/VERSION; without that folder its own message
+        # talks of a dataset "already prepared ... in the TFRECORD format" that is not there
+        folder = os.path.join(data_dir, *name.split("/"))
+        if not os.path.isdir(data_dir):
+            raise FileNotFoundError(f"TFDS dataset {name!r}: data_dir {data_dir} is not a folder; {hint}")
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"TFDS dataset {name!r} is not prepared in {data_dir}: no folder {folder} "
+                                    f"(TFDS keeps it in data_dir/{name}/VERSION); {hint}")
     try:
         train = open_split("train")
     except Exception as error:
         where = data_dir or "TFDS's default data_dir (~/tensorflow_datasets)"
-        raise FileNotFoundError(
-            f"TFDS dataset {name!r} is not prepared in {where} ({type(error).__name__}: {error}); jaxfl never "
-            f"downloads: run `tfds build {name.split('/')[0]} --file_format array_record` where there is a "
-            "network and pass its folder as data_dir") from error
+        said = " ".join(f"{type(error).__name__}: {error}".split())  # one line: TFDS's messages span several
+        raise FileNotFoundError(f"TFDS dataset {name!r} is not prepared in {where} ({said}); {hint}") from error
     test = _held_out_source(open_split, name)
     return _to_dataset(f"tfds:{name}", train.dataset_info, train, test, max_len, vocab_size)
 
