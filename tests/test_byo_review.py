@@ -121,3 +121,36 @@ def test_tfds_name_missing_from_data_dir_is_one_plain_line(tmp_path):
     file.write_bytes(b"")
     with pytest.raises(FileNotFoundError, match=r"data_dir .*x\.npz is not a folder"):
         load_dataset("tfds:emnist/balanced", data_dir=file)
+
+
+def test_linen_model_that_breaks_only_in_train_mode_is_one_line_before_any_file(tmp_path):
+    # init and the shape check run in eval mode; a module needing its own RNG stream in training
+    # escaped from the client kernel's tracing as Flax's InvalidRngError traceback
+    import flax.linen as nn
+    import jax
+    import jaxfl
+
+    class NoiseNet(nn.Module):
+        num_classes: int = 3
+
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            x = x.reshape((x.shape[0], -1))
+            if train:
+                x = x + jax.random.normal(self.make_rng("noise"), x.shape)
+            return nn.Dense(self.num_classes)(x)
+
+    x = _features(30)
+    config = jaxfl.RunConfig(algorithm="fedavg", clients=2, max_updates=1, local_steps=1, progress=False,
+                             target_accuracy=0.9, output_dir=str(tmp_path / "runs"))
+    with pytest.raises(ValueError, match=r"model NoiseNet in train mode asks for an RNG stream jaxfl does not give "
+                                         r"\(.*\"noise\"\); it gives \['dropout'\]") as caught:
+        jaxfl.run_experiment(config, data=(x, np.arange(30) % 3, x[:6], np.arange(6) % 3), model=NoiseNet)
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "runs").exists()
+    # with the stream named, the same module trains
+    from jaxfl.models import ModelAdapter
+
+    adapter = ModelAdapter.from_linen(NoiseNet(), rng_streams=("dropout", "noise"))
+    params, state = adapter.init(jax.random.key(0), x[:1])
+    assert adapter.apply(params, state, x[:4], train=True, key=jax.random.key(1))[0].shape == (4, 3)

@@ -47,6 +47,12 @@ def _train_keyword(module) -> tuple[str | None, bool]:
     return None, False
 
 
+def _first_line(error: Exception) -> str:
+    """Flax's message without its documentation link and trailing lines."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return text.split(" (https://flax.readthedocs.io")[0]
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelAdapter:
     """``init(key, sample) -> (params, state)``; ``apply(params, state, x, train, key) -> (logits, state)``.
@@ -130,7 +136,7 @@ class ModelAdapter:
             params = variables.pop("params", {})
             return params, variables
 
-        def apply(params, state, x, train: bool = False, key=None):
+        def run(params, state, x, train: bool = False, key=None):
             rngs = None
             if key is not None:
                 rngs = {stream: jax.random.fold_in(key, i) for i, stream in enumerate(rng_streams)}
@@ -139,6 +145,23 @@ class ModelAdapter:
                 logits, updates = module.apply(variables, x, rngs=rngs, mutable=list(state), **mode(True))
                 return logits, {**state, **updates}
             return module.apply(variables, x, rngs=rngs, **mode(train)), state
+
+        def apply(params, state, x, train: bool = False, key=None):
+            # traced once per program, before any run writes a file: a module that only breaks in one
+            # mode (a layer or an RNG stream of its own in training) is named in one line, not in
+            # Flax's traceback from inside the client kernel
+            from flax import errors
+
+            try:
+                return run(params, state, x, train, key)
+            except errors.InvalidRngError as error:
+                raise ValueError(f"model {type(module).__name__} in {'train' if train else 'eval'} mode asks for "
+                                 f"an RNG stream jaxfl does not give ({_first_line(error)}); it gives "
+                                 f"{list(rng_streams)}: use those, or pass ModelAdapter.from_linen(module, "
+                                 f"rng_streams=(...)) naming every stream") from error
+            except errors.FlaxError as error:
+                raise ValueError(f"model {type(module).__name__} fails in {'train' if train else 'eval'} mode "
+                                 f"(init ran in eval mode): {_first_line(error)}") from error
 
         return cls(init, apply, module, "linen")
 
