@@ -154,3 +154,17 @@ def test_linen_model_that_breaks_only_in_train_mode_is_one_line_before_any_file(
     adapter = ModelAdapter.from_linen(NoiseNet(), rng_streams=("dropout", "noise"))
     params, state = adapter.init(jax.random.key(0), x[:1])
     assert adapter.apply(params, state, x[:4], train=True, key=jax.random.key(1))[0].shape == (4, 3)
+
+
+def test_idx_data_dir_that_is_a_file_is_named_as_such(tmp_path):
+    # it said "looked in .../d.npz and found no train-images-idx3-ubyte[.gz], ...; install it with
+    # `apt-get install dataset-fashion-mnist` or pass data_dir" although data_dir was passed
+    from jaxfl.data import load_dataset
+
+    file = tmp_path / "d.npz"
+    file.write_bytes(b"")
+    for name in ("fashion_mnist", "mnist"):
+        with pytest.raises(FileNotFoundError, match=rf"dataset '{name}': data_dir .*d\.npz is not a folder \(a file\)"):
+            load_dataset(name, data_dir=file)
+    with pytest.raises(FileNotFoundError, match=r"found no train-images.*pass data_dir pointing at the Fashion-MNIST"):
+        load_dataset("fashion_mnist", data_dir=tmp_path)

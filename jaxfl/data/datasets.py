@@ -541,6 +541,11 @@ def _load_idx_folder(name: str, folder: str) -> Dataset:
         "test_x": "t10k-images-idx3-ubyte",
         "test_y": "t10k-labels-idx1-ubyte",
     }
+    install = " (or `apt-get install dataset-fashion-mnist` and no data_dir)" if name == "fashion_mnist" else ""
+    if not os.path.isdir(folder) and folder != FASHION_MNIST_DIR:  # a file, or nothing: not the IDX names
+        raise FileNotFoundError(f"dataset {name!r}: data_dir {folder} is not a folder ("
+                                f"{'a file' if os.path.exists(folder) else 'no such path'}); pass the folder "
+                                f"holding its train-images-idx3-ubyte[.gz] and the other three IDX files{install}")
     paths, missing = {}, []
     for key, stem in stems.items():
         found = next(
@@ -553,8 +558,9 @@ def _load_idx_folder(name: str, folder: str) -> Dataset:
     if missing:
         hint = (
             "install it with `apt-get install dataset-fashion-mnist` or pass data_dir"
-            if name == "fashion_mnist"
-            else "pass data_dir pointing at the MNIST IDX files"
+            if name == "fashion_mnist" and folder == FASHION_MNIST_DIR
+            else f"pass data_dir pointing at the {'Fashion-MNIST' if name == 'fashion_mnist' else 'MNIST'} IDX "
+                 f"files{install}"
         )
         raise FileNotFoundError(f"dataset {name!r}: looked in {folder} and found no {', '.join(missing)}; {hint}")
     arrays = {key: read_idx(p) for key, p in paths.items()}
