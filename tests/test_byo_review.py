@@ -168,3 +168,26 @@ def test_idx_data_dir_that_is_a_file_is_named_as_such(tmp_path):
             load_dataset(name, data_dir=file)
     with pytest.raises(FileNotFoundError, match=r"found no train-images.*pass data_dir pointing at the Fashion-MNIST"):
         load_dataset("fashion_mnist", data_dir=tmp_path)
+
+
+def test_nnx_model_that_breaks_only_in_train_mode_is_one_line_naming_it(tmp_path):
+    # nnx.Dropout without rngs: eval mode (init, the shape check) works, training raised Flax's
+    # two-line message, naming neither the model nor the mode, from inside the client kernel
+    from flax import nnx
+    import jaxfl
+
+    class DropNoRngs(nnx.Module):
+        def __init__(self, num_classes, rngs):
+            self.linear, self.drop = nnx.Linear(5, num_classes, rngs=rngs), nnx.Dropout(0.5)
+
+        def __call__(self, x):
+            return self.linear(self.drop(x))
+
+    x = _features(30)
+    config = jaxfl.RunConfig(algorithm="fedavg", clients=2, max_updates=1, local_steps=1, progress=False,
+                             target_accuracy=0.9, output_dir=str(tmp_path / "runs"))
+    with pytest.raises(ValueError, match=r"model DropNoRngs fails in train mode \(init ran in eval mode\): "
+                                         r".*no `rngs` argument was provided to Dropout") as caught:
+        jaxfl.run_experiment(config, data=(x, np.arange(30) % 3, x[:6], np.arange(6) % 3), model=DropNoRngs)
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "runs").exists()

@@ -229,7 +229,14 @@ class ModelAdapter:
             model = nnx.merge(graphdef, fill(param_template, params), rngs, fill(state_template, state))
             model = nnx.view(model, deterministic=not train, use_running_average=not train,
                              raise_if_not_found=False)
-            logits = model(x)
+            try:
+                logits = model(x)
+            except (ValueError, TypeError) as error:
+                if not train:  # eval mode is what init and the input-shape check run: their messages stand
+                    raise
+                # train mode is first traced inside the client kernel: name the model and mode in one line
+                raise ValueError(f"model {type(model).__name__} fails in train mode (init ran in eval mode): "
+                                 f"{' '.join(str(error).split()).split(' (https://flax')[0]}") from error
             if not train:
                 return logits, state
             _, _, _, new_state = nnx.split(model, nnx.Param, nnx.RngState, ...)
