@@ -446,3 +446,16 @@ def test_readme_adding_an_algorithm_snippet_runs():
         assert "mine" in names()
     finally:
         unregister("mine")
+
+
+@pytest.mark.parametrize("source, said", [("class Broken(:\n    pass\n", r"invalid syntax at .*broken\.py:1"),
+                                          ("raise RuntimeError('boom')\n", r"importing .* raised RuntimeError: boom")])
+def test_a_plugin_file_that_does_not_import_is_named_in_one_line(tmp_path, source, said):
+    """A syntax error or an exception while importing --algorithm FILE.py:Class escaped as a raw
+    traceback; it is a KeyError naming the reference, the file and line, as --model's is."""
+    from jaxfl.algorithms import get
+
+    path = tmp_path / "broken.py"
+    path.write_text(source)
+    with pytest.raises(KeyError, match=rf"algorithm reference '.*broken\.py:Broken' could not be imported: {said}"):
+        get(f"{path}:Broken")

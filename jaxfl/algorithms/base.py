@@ -460,6 +460,12 @@ def get(name: str) -> type[Algorithm]:
             algorithm = getattr(_import(module_name), attribute)
         except (ImportError, AttributeError, OSError) as error:
             raise KeyError(f"algorithm reference {name!r} could not be imported: {error}") from None
+        except SyntaxError as error:  # the user's file does not parse: where, in one line
+            raise KeyError(f"algorithm reference {name!r} could not be imported: {error.msg} at "
+                           f"{error.filename}:{error.lineno}") from None
+        except Exception as error:  # the user's module raised while it was imported (kept as the cause)
+            raise KeyError(f"algorithm reference {name!r} could not be imported: importing {module_name!r} raised "
+                           f"{type(error).__name__}: {error}") from error
         if not (isinstance(algorithm, type) and issubclass(algorithm, Algorithm)):
             raise KeyError(f"algorithm reference {name!r} is {algorithm!r}, not an Algorithm subclass")
         register(algorithm)
