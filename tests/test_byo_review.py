@@ -128,7 +128,6 @@ def test_linen_model_that_breaks_only_in_train_mode_is_one_line_before_any_file(
     # escaped from the client kernel's tracing as Flax's InvalidRngError traceback
     import flax.linen as nn
     import jax
-    import jaxfl
 
     class NoiseNet(nn.Module):
         num_classes: int = 3
@@ -140,20 +139,29 @@ def test_linen_model_that_breaks_only_in_train_mode_is_one_line_before_any_file(
                 x = x + jax.random.normal(self.make_rng("noise"), x.shape)
             return nn.Dense(self.num_classes)(x)
 
-    x = _features(30)
-    config = jaxfl.RunConfig(algorithm="fedavg", clients=2, max_updates=1, local_steps=1, progress=False,
-                             target_accuracy=0.9, output_dir=str(tmp_path / "runs"))
-    with pytest.raises(ValueError, match=r"model NoiseNet in train mode asks for an RNG stream jaxfl does not give "
-                                         r"\(.*\"noise\"\); it gives \['dropout'\]") as caught:
-        jaxfl.run_experiment(config, data=(x, np.arange(30) % 3, x[:6], np.arange(6) % 3), model=NoiseNet)
-    assert "\n" not in str(caught.value)
-    assert not (tmp_path / "runs").exists()
+    x = _refused_in_one_line(tmp_path, NoiseNet, r"model NoiseNet in train mode asks for an RNG stream jaxfl does "
+                                                 r"not give \(.*\"noise\"\); it gives \['dropout'\]")
     # with the stream named, the same module trains
     from jaxfl.models import ModelAdapter
 
     adapter = ModelAdapter.from_linen(NoiseNet(), rng_streams=("dropout", "noise"))
     params, state = adapter.init(jax.random.key(0), x[:1])
     assert adapter.apply(params, state, x[:4], train=True, key=jax.random.key(1))[0].shape == (4, 3)
+
+
+def _refused_in_one_line(tmp_path, model, message: str):
+    """A run of ``model`` on 30 random samples is refused with ``message``, in one line, before any
+    file is written; returns the samples."""
+    import jaxfl
+
+    x = _features(30)
+    config = jaxfl.RunConfig(algorithm="fedavg", clients=2, max_updates=1, local_steps=1, progress=False,
+                             target_accuracy=0.9, output_dir=str(tmp_path / "runs"))
+    with pytest.raises(ValueError, match=message) as caught:
+        jaxfl.run_experiment(config, data=(x, np.arange(30) % 3, x[:6], np.arange(6) % 3), model=model)
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "runs").exists()
+    return x
 
 
 def test_idx_data_dir_that_is_a_file_is_named_as_such(tmp_path):
@@ -174,7 +182,6 @@ def test_nnx_model_that_breaks_only_in_train_mode_is_one_line_naming_it(tmp_path
     # nnx.Dropout without rngs: eval mode (init, the shape check) works, training raised Flax's
     # two-line message, naming neither the model nor the mode, from inside the client kernel
     from flax import nnx
-    import jaxfl
 
     class DropNoRngs(nnx.Module):
         def __init__(self, num_classes, rngs):
@@ -183,11 +190,5 @@ def test_nnx_model_that_breaks_only_in_train_mode_is_one_line_naming_it(tmp_path
         def __call__(self, x):
             return self.linear(self.drop(x))
 
-    x = _features(30)
-    config = jaxfl.RunConfig(algorithm="fedavg", clients=2, max_updates=1, local_steps=1, progress=False,
-                             target_accuracy=0.9, output_dir=str(tmp_path / "runs"))
-    with pytest.raises(ValueError, match=r"model DropNoRngs fails in train mode \(init ran in eval mode\): "
-                                         r".*no `rngs` argument was provided to Dropout") as caught:
-        jaxfl.run_experiment(config, data=(x, np.arange(30) % 3, x[:6], np.arange(6) % 3), model=DropNoRngs)
-    assert "\n" not in str(caught.value)
-    assert not (tmp_path / "runs").exists()
+    _refused_in_one_line(tmp_path, DropNoRngs, r"model DropNoRngs fails in train mode \(init ran in eval mode\): "
+                                               r".*no `rngs` argument was provided to Dropout")
