@@ -121,6 +121,9 @@ def test_tfds_name_missing_from_data_dir_is_one_plain_line(tmp_path):
     file.write_bytes(b"")
     with pytest.raises(FileNotFoundError, match=r"data_dir .*x\.npz is not a folder"):
         load_dataset("tfds:emnist/balanced", data_dir=file)
+    with pytest.raises(FileNotFoundError, match=r"'cifar10' is not prepared: data_dir .*nowhere does not exist; "
+                                                r"jaxfl never downloads"):
+        load_dataset("tfds:cifar10", data_dir=tmp_path / "nowhere")
 
 
 def test_linen_model_that_breaks_only_in_train_mode_is_one_line_before_any_file(tmp_path):

@@ -128,7 +128,8 @@ def load_tfds(name: str, data_dir: str | None = None, max_len: int = TEXT_MAX_LE
         # talks of a dataset "already prepared ... in the TFRECORD format" that is not there
         folder = os.path.join(data_dir, *name.split("/"))
         if not os.path.isdir(data_dir):
-            raise FileNotFoundError(f"TFDS dataset {name!r}: data_dir {data_dir} is not a folder; {hint}")
+            what = "is not a folder" if os.path.exists(data_dir) else "does not exist"
+            raise FileNotFoundError(f"TFDS dataset {name!r} is not prepared: data_dir {data_dir} {what}; {hint}")
         if not os.path.isdir(folder):
             raise FileNotFoundError(f"TFDS dataset {name!r} is not prepared in {data_dir}: no folder {folder} "
                                     f"(TFDS keeps it in data_dir/{name}/VERSION); {hint}")
