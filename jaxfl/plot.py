@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 
 import numpy as np
 
@@ -267,13 +268,20 @@ def timeline_figure(run_dir: str, max_time: float | None = None, max_clients: in
     """A run's schedule over virtual time, from its event log (CSV or Parquet), as a
     :class:`matplotlib.figure.Figure` (a notebook shows it inline; ``.savefig`` writes it).
 
-    Up to ``max_clients`` clients: a Gantt chart of each client's busy (training) intervals, idle
-    gaps between them, and the global aggregations as vertical lines; bars are coloured by
-    FedCompass group / FedAT tier when the log names them. More clients: aggregated views over
-    ``bins`` time bins — clients in flight (time-weighted mean per bin, with the bin's min–max; the
-    axis runs to the peak in flight, or to the federation's size where the peak reaches half of it:
-    :func:`in_flight_axis_top`), aggregations per bin, and the staleness of arriving updates (median
-    and 10–90 % band).
+    The time axis runs to ``max_time`` if given, else to the run's end: its summary's
+    ``virtual_time`` (:func:`run_end`), not the last logged event — the time after it, until the
+    budget ran out, counts in the figures as it does in the summary (utilisation, idle time,
+    aggregations per virtual hour).
+
+    Up to ``max_clients`` clients: a Gantt chart with one row per configured client (one that never
+    trained is an empty row), each dispatch's interval from its start to its arrival, to its crash
+    (marked ×) or, still in flight, to the run's end; a fault's offline or late seconds hatched
+    grey; the global aggregations as vertical lines. Bars are coloured by FedCompass group / FedAT
+    tier / CCFedAvg round when the log names them, with a legend up to :data:`GANTT_LEGEND_LABELS`
+    labels. More clients: aggregated views over ``bins`` time bins — clients in flight
+    (time-weighted mean per bin, with the bin's min–max; the axis runs to the peak in flight, or to
+    the federation's size where the peak reaches half of it: :func:`in_flight_axis_top`),
+    aggregations per bin, and the staleness of arriving updates (median and 10–90 % band).
 
     ``title``: what the heading calls the run (default: its algorithm), e.g. the group and seed of
     the one run a sweep's report draws for several.
@@ -286,44 +294,114 @@ def timeline_figure(run_dir: str, max_time: float | None = None, max_clients: in
     algorithm = algorithm if title is None else title
     kinds = runlog._Kinds(events)  # each event kind's mask computed once for every panel
     clients = configured or len(np.unique(events["client"][kinds("dispatch")]))
+    horizon = run_end(run_dir, events)
     if clients > max_clients:
-        return _plot_aggregated(events, kinds, algorithm, clients, max_time, bins)
-    return _plot_gantt(events, algorithm, max_time)
+        return _plot_aggregated(events, kinds, algorithm, clients, max_time, bins, horizon)
+    return _plot_gantt(events, algorithm, max_time, horizon, configured)
 
 
-def _plot_gantt(events: dict[str, np.ndarray], algorithm: str, max_time: float | None):
+def run_end(run_dir: str, events: dict[str, np.ndarray] | None = None) -> float:
+    """The virtual time a run ended at: its summary.json's ``virtual_time`` (the time budget, or
+    the last event), else — a run still going, or stopped before writing its summary — the last
+    time in its event log (``events``, read if not given). Never before the log's last time.
+
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> _ = open(f"{run_dir}/summary.json", "w").write('{"virtual_time": 30.0}')
+    >>> run_end(run_dir, {"time": np.array([0.0, 11.3])})
+    30.0
+    """
+    if events is None:
+        events = read_events(run_dir)
+    last = float(events["time"].max()) if len(events["time"]) else 0.0
+    path = os.path.join(run_dir, "summary.json")
+    if os.path.isfile(path):
+        with open(path) as handle:
+            virtual_time = json.load(handle).get("virtual_time")
+        if isinstance(virtual_time, (int, float)) and np.isfinite(virtual_time):
+            return max(float(virtual_time), last)
+    return last
+
+
+GANTT_LEGEND_LABELS = 12  # more group / tier / round labels than this: no legend (the colours repeat past 20)
+_FAULT_WORDS = ("crash", "delay", "dropout")
+
+
+def _colour_key(label) -> str:
+    """A dispatch's label without its fault's word (``"group 2; dropout"`` → ``"group 2"``): the
+    hatch and the crash marker show the fault, the colour the group, tier or round."""
+    parts = [part for part in (label or "").split("; ") if part not in _FAULT_WORDS]
+    return "; ".join(parts)
+
+
+def _natural_key(label: str):
+    """Sorts ``"group 2"`` before ``"group 10"``: digit runs compare as numbers."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", label) if part]
+
+
+def _plot_gantt(events: dict[str, np.ndarray], algorithm: str, max_time: float | None, horizon: float,
+                configured: int | None = None):
     import matplotlib
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-    intervals = busy_intervals(events)
-    spans_ = runlog.dispatch_intervals(events)
-    offline = spans_["offline"][spans_["arrived"]]
-    offline_spans = [(int(c), float(a), float(o)) for c, a, o in
-                     zip(spans_["client"][spans_["arrived"]], spans_["start"][spans_["arrived"]], offline) if o > 0]
+    end = max_time if max_time is not None else horizon
+    if not end > 0:
+        end = 1.0  # an empty log: an axis of one second
+    # every dispatch: arrived, crashed (ending at the crash) or still in flight (ending at the run's end)
+    spans = runlog.dispatch_intervals(events, horizon=min(end, horizon) if horizon > 0 else end)
+    client, start, stop = spans["client"], spans["start"], spans["end"]
+    crashed, offline = spans["crashed"], spans["offline"]
+    keys = np.array([_colour_key(label) for label in spans["label"]], object)
     aggregations = events["time"][events["event"] == "aggregate"]
-    ends = [b for spans in intervals.values() for _, b, _ in spans]
-    end = max_time if max_time is not None else max(ends + aggregations.tolist() + [1.0])
-    labels = sorted({label for spans in intervals.values() for _, _, label in spans})
+    labels = sorted(set(keys.tolist()), key=_natural_key)
     palette = matplotlib.colormaps["tab20"]
     colours = {label: palette(i % 20) for i, label in enumerate(labels)}
-    clients = sorted(intervals)
-    figure = Figure(figsize=(10, 0.35 * max(len(clients), 4) + 1.5))
+    dispatched = set(np.unique(client).tolist())
+    clients = sorted(set(range(int(configured))) | dispatched) if configured else sorted(dispatched)
+    rows = {c: row for row, c in enumerate(clients)}
+    figure = Figure(figsize=(10 + (2.5 if 1 < len(labels) <= GANTT_LEGEND_LABELS else 1.5),
+                             0.35 * max(len(clients), 4) + 1.8))
     axes = figure.subplots()
-    for row, client in enumerate(clients):
-        spans = [(a, b - a, label) for a, b, label in intervals[client] if a < end]
-        axes.broken_barh([(a, width) for a, width, _ in spans], (row - 0.4, 0.8),
-                         facecolors=[colours[label] for _, _, label in spans], edgecolor="white", linewidth=0.3)
-    rows = {client: row for row, client in enumerate(clients)}
-    for client, start, seconds in offline_spans:  # a fault's offline or late seconds: sent, not training
-        if start < end and client in rows:
-            axes.broken_barh([(start, seconds)], (rows[client] - 0.4, 0.8), facecolors="0.85", edgecolor="0.5",
-                             hatch="///", linewidth=0.3)
+    shown = start < end
+    for c in clients:
+        mine = np.flatnonzero(shown & (client == c))
+        if len(mine):
+            axes.broken_barh(list(zip(start[mine].tolist(), (stop[mine] - start[mine]).tolist())),
+                             (rows[c] - 0.4, 0.8), facecolors=[colours[keys[i]] for i in mine],
+                             edgecolor="white", linewidth=0.3)
+    faulty = np.flatnonzero(shown & (offline > 0))
+    for i in faulty:  # a fault's offline or late seconds: sent, not training (up to the dispatch's end)
+        seconds = min(float(offline[i]), float(stop[i] - start[i]))
+        axes.broken_barh([(float(start[i]), seconds)], (rows[int(client[i])] - 0.4, 0.8), facecolors="0.85",
+                         edgecolor="0.5", hatch="///", linewidth=0.3)
+    crashes = np.flatnonzero(crashed & (stop <= end))
+    if len(crashes):
+        axes.plot(stop[crashes], [rows[int(c)] for c in client[crashes]], linestyle="none", marker="x",
+                  color="red", markersize=6, markeredgewidth=1.5, zorder=3)
     for time in aggregations[aggregations <= end]:
         axes.axvline(time, color="black", linewidth=0.5, alpha=0.4)
     axes.set_yticks(range(len(clients)), [f"client {c}" for c in clients])
     axes.set_xlim(0, end)
-    axes.set_xlabel("virtual time (s); white = idle, lines = global aggregations" +
-                    ("; hatched grey = a fault's offline or late seconds" if offline_spans else ""))
+    in_flight = bool(np.any(~spans["arrived"] & ~crashed & shown))
+    notes = ["white = idle", "lines = global aggregations"]
+    if in_flight:
+        notes.append("a bar to the run's end = still in flight")
+    if len(labels) > GANTT_LEGEND_LABELS:
+        notes.append(f"{len(labels)} labels: no legend" + (", colours repeat every 20" if len(labels) > 20 else ""))
+    axes.set_xlabel("virtual time (s); " + "; ".join(notes))
+    handles = []
+    if len(labels) <= GANTT_LEGEND_LABELS:
+        handles += [Patch(facecolor=colours[label], label=label or "training") for label in labels]
+    if len(faulty):
+        handles.append(Patch(facecolor="0.85", edgecolor="0.5", hatch="///",
+                             label="dropout / delay: offline or late s"))
+    if len(crashes):
+        handles.append(Line2D([], [], linestyle="none", marker="x", color="red", markeredgewidth=1.5,
+                              label="crashed (client stops)"))
+    handles.append(Line2D([], [], color="black", linewidth=0.5, alpha=0.6, label="global aggregation"))
+    axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
     axes.set_title(f"{algorithm}: client activity")
     figure.tight_layout()
     return figure
@@ -350,11 +428,14 @@ def in_flight_axis_top(peak: int, clients: int) -> float:
 
 
 def _plot_aggregated(events: dict[str, np.ndarray], kinds, algorithm: str, clients: int,
-                     max_time: float | None, bins: int):
+                     max_time: float | None, bins: int, horizon: float | None = None):
     from matplotlib.figure import Figure
 
     time = events["time"]
-    end = max_time if max_time is not None else max(float(time.max()) if len(time) else 0.0, 1e-9)
+    if horizon is None:
+        horizon = float(time.max()) if len(time) else 0.0
+    # the run's end (summary.json's virtual_time), not its last event: the idle time after it counts
+    end = max_time if max_time is not None else max(horizon, 1e-9)
     edges = np.linspace(0.0, end, bins + 1)
     centres = (edges[:-1] + edges[1:]) / 2
     width = edges[1] - edges[0]
@@ -362,7 +443,9 @@ def _plot_aggregated(events: dict[str, np.ndarray], kinds, algorithm: str, clien
     aggregations = np.histogram(time[kinds("aggregate")], edges)[0]
     arrivals = kinds("arrival") & (events["staleness"] >= 0)
     low, median, high = binned_quantiles(time[arrivals], events["staleness"][arrivals], edges)
-    stats = runlog.timeline_stats(events, num_clients=clients, horizon=end, _kinds=kinds)
+    # past the run's end (a --max-time beyond it) nothing happened: the figures count up to the end
+    stats = runlog.timeline_stats(events, num_clients=clients, horizon=min(end, horizon) if horizon > 0 else end,
+                                  _kinds=kinds)
 
     figure = Figure(figsize=(10, 8))
     busy, rate, stale = figure.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1.2, 2]})

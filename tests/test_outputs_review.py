@@ -1,0 +1,103 @@
+"""What a run's outputs say: the timeline figures (every client, the whole run, a legend), the final
+evaluation under --eval-every, the two staleness histograms' names, the report's 0 s references and
+its std, and the timing-only line. Tiny hand-written logs and runs: a few seconds in all."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from jaxfl.runlog import EventLog
+
+
+def event(time, kind, client=-1, dispatch=None, version=0, staleness=None, steps=None, detail=None):
+    return {"time": time, "event": kind, "client": client, "dispatch": dispatch, "version": version,
+            "staleness": staleness, "steps": steps, "detail": detail}
+
+
+def write_run(folder, rows, clients, virtual_time, algorithm="fedbuff"):
+    """A run directory holding what the timeline reads: config.json, summary.json, the event log."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as handle:
+        json.dump({"config": {"algorithm": algorithm, "data": {"clients": clients}}}, handle)
+    with open(os.path.join(folder, "summary.json"), "w") as handle:
+        json.dump({"algorithm": algorithm, "clients": clients, "virtual_time": virtual_time}, handle)
+    with EventLog(str(folder), format="csv") as log:
+        for row in rows:
+            log.write(row)
+    return str(folder)
+
+
+# client 0 trains and arrives at 1.0 (an aggregation), and is sent again (in flight at the end);
+# client 1 is in flight from 0 to the end; client 2 crashes at 0.5; client 3 is never dispatched.
+# The run's time budget ends at 3.0, the log at 1.0.
+FOUR_CLIENTS = [event(0.0, "dispatch", 0, 0, steps=5), event(0.0, "dispatch", 1, 1, steps=5),
+                event(0.0, "dispatch", 2, 2, steps=5, detail="crash"), event(0.5, "crash", 2, 2, steps=5),
+                event(1.0, "arrival", 0, 0, staleness=0, steps=5), event(1.0, "aggregate", version=1,
+                                                                           detail="1 updates"),
+                event(1.0, "dispatch", 0, 3, version=1, steps=5)]
+
+
+def bars_by_row(axes):
+    """``{row: [(start, end), ...]}`` of the Gantt chart's unhatched bars."""
+    bars = {}
+    for collection in axes.collections:
+        if collection.get_hatch():
+            continue
+        for path in collection.get_paths():
+            (x0, y0), (x1, y1) = path.vertices.min(axis=0), path.vertices.max(axis=0)
+            bars.setdefault(round((y0 + y1) / 2), []).append((round(float(x0), 6), round(float(x1), 6)))
+    return {row: sorted(spans) for row, spans in bars.items()}
+
+
+# --------------------------------------------------------------------------- 1. the Gantt chart
+def test_the_gantt_chart_draws_every_client_in_flight_and_crashed_dispatches_to_the_runs_end(tmp_path):
+    pytest.importorskip("matplotlib")
+    from jaxfl.plot import timeline_figure
+
+    axes = timeline_figure(write_run(tmp_path, FOUR_CLIENTS, clients=4, virtual_time=3.0)).axes[0]
+    assert [label.get_text() for label in axes.get_yticklabels()] == [f"client {c}" for c in range(4)]
+    assert axes.get_xlim() == (0.0, 3.0)  # the run's virtual_time, not the last event (1.0) or 1 s
+    assert bars_by_row(axes) == {0: [(0.0, 1.0), (1.0, 3.0)], 1: [(0.0, 3.0)], 2: [(0.0, 0.5)]}
+    crashes = [line for line in axes.get_lines() if line.get_marker() == "x"]
+    assert len(crashes) == 1 and crashes[0].get_xydata().tolist() == [[0.5, 2.0]]
+    legend = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert "crashed (client stops)" in legend and "global aggregation" in legend
+
+
+# --------------------------------------------------------------------------- 2. the aggregated views
+def test_the_aggregated_timeline_runs_to_the_runs_virtual_time(tmp_path):
+    pytest.importorskip("matplotlib")
+    from jaxfl.plot import timeline_figure
+
+    figure = timeline_figure(write_run(tmp_path, FOUR_CLIENTS, clients=4, virtual_time=3.0), max_clients=2, bins=10)
+    assert figure.axes[-1].get_xlim() == (0.0, 3.0)
+    # busy: client 0 over [0, 3], client 1 over [0, 3], client 2 over [0, 0.5]: 12 - 6.5 idle client-s
+    # and one aggregation in 3 s, 1200 an hour (the log alone, to 1.0 s, said 3600)
+    title = figure.axes[0].get_title()
+    assert "5.5 idle client-s" in title and "1 aggregations (1.2e+03/virtual h)" in title
+
+
+# --------------------------------------------------------------------------- 6. the Gantt chart's colours
+def test_the_gantt_legend_names_labels_in_numeric_order_and_says_when_there_is_none(tmp_path):
+    pytest.importorskip("matplotlib")
+    from jaxfl.plot import timeline_figure
+
+    def grouped(groups):
+        rows = []
+        for number, group in enumerate(groups):
+            rows += [event(float(number), "dispatch", 0, number, steps=1, detail=f"group {group}"),
+                     event(number + 0.5, "arrival", 0, number, staleness=0, steps=1)]
+        return rows
+
+    # "group 2; dropout 1.0 s" is coloured as group 2: the hatch shows the dropout
+    rows = grouped([10, 2, 1]) + [event(3.0, "dispatch", 1, 3, steps=1, detail="group 2; dropout 1.0 s"),
+                                  event(4.5, "arrival", 1, 3, staleness=0, steps=1)]
+    axes = timeline_figure(write_run(tmp_path / "few", rows, clients=2, virtual_time=5.0)).axes[0]
+    legend = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert legend[:3] == ["group 1", "group 2", "group 10"]
+    assert "dropout / delay: offline or late s" in legend
+    many = timeline_figure(write_run(tmp_path / "many", grouped(range(25)), clients=1, virtual_time=25.0)).axes[0]
+    legend = [text.get_text() for text in many.get_legend().get_texts()]
+    assert not any(text.startswith("group") for text in legend)
+    assert "25 labels: no legend, colours repeat every 20" in many.get_xlabel()
