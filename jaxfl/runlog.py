@@ -1151,8 +1151,14 @@ def timeline_stats(events: dict[str, np.ndarray], num_clients: int | None = None
                    horizon: float | None = None, _kinds: _Kinds | None = None) -> dict:
     """Summary numbers of a run's schedule, from its event-log columns (JSON-able).
 
-    - ``staleness_histogram``: arrivals per staleness at arrival (string keys; power-of-two
-      ranges such as ``"8-15"`` once there are more than 64 distinct values), with mean and max;
+    - ``arrival_staleness_histogram``: every arrival, counted by its staleness at arrival (the
+      global version then less the version it trained from; string keys; power-of-two ranges
+      such as ``"8-15"`` once there are more than 64 distinct values), with
+      ``arrival_staleness_mean`` and ``arrival_staleness_max``. Not the run summary's
+      ``timeline.staleness_histogram``, which counts the *aggregated* updates by their staleness
+      *at aggregation* (:meth:`jaxfl.scheduler.simulation.Simulation.timeline`): an update that
+      waits in a buffer (FedBuff, FedAT's tiers) grows staler before it is aggregated, and one
+      that is dropped or still buffered at the end counts here only, so the two differ;
     - ``utilisation_mean``: the clients' mean fraction of ``[0, horizon]`` spent training (a
       dispatch counts from its start to its arrival or crash, or to the horizon if in flight,
       less a delay's or dropout's seconds, counted as its first: :func:`dispatch_intervals`'s
@@ -1171,7 +1177,7 @@ def timeline_stats(events: dict[str, np.ndarray], num_clients: int | None = None
     ...           "client": np.array([0, 1, 0, -1, 1]), "dispatch": np.array([0, 1, 0, -1, 1]),
     ...           "staleness": np.array([-1, -1, 0, -1, 1]), "detail": np.full(5, None, object)}
     >>> stats = timeline_stats(events)
-    >>> stats["staleness_histogram"], stats["utilisation_mean"], stats["idle_client_s_total"]
+    >>> stats["arrival_staleness_histogram"], stats["utilisation_mean"], stats["idle_client_s_total"]
     ({'0': 1, '1': 1}, 0.75, 1.0)
     >>> stats["aggregations_per_hour"]
     1800.0
@@ -1220,9 +1226,9 @@ def timeline_stats(events: dict[str, np.ndarray], num_clients: int | None = None
         "clients": count,
         "dispatches": int(len(start)),
         "arrivals": int(np.sum(arrivals)),
-        "staleness_histogram": _staleness_histogram(staleness),
-        "staleness_mean": float(staleness.mean()) if len(staleness) else None,
-        "staleness_max": int(staleness.max()) if len(staleness) else None,
+        "arrival_staleness_histogram": _staleness_histogram(staleness),
+        "arrival_staleness_mean": float(staleness.mean()) if len(staleness) else None,
+        "arrival_staleness_max": int(staleness.max()) if len(staleness) else None,
         "utilisation_mean": total_busy / (count * horizon) if count and horizon > 0 else None,
         "idle_s_per_client_mean": idle_total / count if count else None,
         "idle_client_s_total": float(idle_total),

@@ -101,3 +101,25 @@ def test_the_gantt_legend_names_labels_in_numeric_order_and_says_when_there_is_n
     legend = [text.get_text() for text in many.get_legend().get_texts()]
     assert not any(text.startswith("group") for text in legend)
     assert "25 labels: no legend, colours repeat every 20" in many.get_xlabel()
+
+
+# --------------------------------------------------------------------------- 4. two staleness histograms
+def test_the_logs_histogram_is_named_for_arrivals_not_as_the_summarys_aggregated_one(tmp_path):
+    from jaxfl.config import RunConfig
+    from jaxfl.experiment import run_experiment
+    from jaxfl.runlog import read_events, timeline_stats
+
+    result = run_experiment(RunConfig(algorithm="fedbuff", clients=12, model="logreg", local_steps=2, buffer_size=3,
+                                      concurrency=6, max_updates=8, timing_only=True, progress=False,
+                                      heterogeneity="exp", output_dir=str(tmp_path)))
+    events = read_events(result.run_dir)
+    stats = timeline_stats(events, num_clients=12, horizon=result.summary["virtual_time"])
+    assert not any(key.startswith("staleness") for key in stats)  # nothing reads as the summary's
+    arrived = events["staleness"][events["event"] == "arrival"]
+    assert stats["arrival_staleness_histogram"] == {str(s): int(n) for s, n in enumerate(np.bincount(arrived)) if n}
+    assert stats["arrival_staleness_mean"] == pytest.approx(arrived.mean())
+    assert stats["arrival_staleness_max"] == int(arrived.max())
+    # the summary's counts the aggregated updates only, at aggregation: the log's counts every arrival
+    aggregated = result.summary["timeline"]["staleness_histogram"]
+    assert sum(aggregated.values()) == result.summary["accounting"]["aggregated"] == 24
+    assert sum(stats["arrival_staleness_histogram"].values()) == stats["arrivals"]

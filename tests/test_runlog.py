@@ -167,7 +167,7 @@ def test_a_real_run_keeps_its_event_log_readable(tmp_path):
     assert (copy / "events.csv").read_bytes() == open(os.path.join(result.run_dir, "events.csv"), "rb").read()
     stats = timeline_stats(run.events, num_clients=4)
     assert stats["aggregations"] == 3 and 0 < stats["utilisation_mean"] <= 1
-    assert sum(stats["staleness_histogram"].values()) == stats["arrivals"]
+    assert sum(stats["arrival_staleness_histogram"].values()) == stats["arrivals"]
 
 
 def test_load_run_names_the_path_of_a_directory_that_is_no_run(tmp_path):
@@ -423,9 +423,9 @@ def test_timeline_stats_of_a_synthetic_schedule():
     assert stats["idle_client_s_total"] == pytest.approx(sum(horizon - t for t in last_end.values()))
     assert stats["idle_gap_mean_s"] == pytest.approx(0.0, abs=1e-9)
     expected = np.bincount(columns["staleness"][columns["event"] == "arrival"])
-    assert stats["staleness_histogram"] == {str(s): int(n) for s, n in enumerate(expected) if n}
+    assert stats["arrival_staleness_histogram"] == {str(s): int(n) for s, n in enumerate(expected) if n}
     assert stats["aggregations_per_hour"] == pytest.approx(200 * 3600 / horizon)
-    assert stats["staleness_mean"] == pytest.approx(columns["staleness"][columns["event"] == "arrival"].mean())
+    assert stats["arrival_staleness_mean"] == pytest.approx(columns["staleness"][columns["event"] == "arrival"].mean())
 
 
 def test_timeline_stats_bins_a_wide_staleness_range_and_counts_overlaps_once():
@@ -438,6 +438,6 @@ def test_timeline_stats_bins_a_wide_staleness_range_and_counts_overlaps_once():
     assert stats["idle_client_s_total"] == pytest.approx(6.0)
     wide = {"time": np.arange(300.0), "event": np.full(300, "arrival", object), "client": np.zeros(300, int),
             "dispatch": np.full(300, -1), "staleness": np.arange(300)}
-    histogram = timeline_stats(wide)["staleness_histogram"]
+    histogram = timeline_stats(wide)["arrival_staleness_histogram"]
     assert histogram["0"] == 1 and histogram["1"] == 1 and histogram["2-3"] == 2 and histogram["256-511"] == 44
     assert sum(histogram.values()) == 300
