@@ -462,6 +462,7 @@ class _Recorder:
         self._previous_steps: int | None = 0  # the client steps aggregated into it (None: unknown, see load_state_dict)
         self._next_grid = 0.0
         self.first_update_wall: float | None = None  # wall seconds from the start to global version 1
+        self._version_time: float | None = 0.0  # the virtual time the newest global version was made
 
     def evaluate(self, params) -> dict:
         started = time.perf_counter()
@@ -489,7 +490,7 @@ class _Recorder:
 
     def state_dict(self) -> dict:
         return {"rows": list(self.rows), "time_to_target": self.time_to_target, "next_grid": self._next_grid,
-                "first_update_wall": self.first_update_wall,
+                "first_update_wall": self.first_update_wall, "version_time": self._version_time,
                 "previous_params": jax.device_get(self._previous_params), "previous_steps": self._previous_steps}
 
     def load_state_dict(self, state: dict) -> None:
@@ -497,6 +498,7 @@ class _Recorder:
         self.time_to_target = state["time_to_target"]
         self._next_grid = state["next_grid"]
         self.first_update_wall = state.get("first_update_wall")
+        self._version_time = state.get("version_time")  # None: a checkpoint from before it was kept
         self._previous_params = state["previous_params"]
         # a checkpoint from before the count was kept: its grid rows go on with the running count, as it began
         self._previous_steps = state.get("previous_steps")
@@ -541,6 +543,7 @@ class _Recorder:
     def on_version(self, virtual_time: float, version: int, params) -> str | None:
         if self.first_update_wall is None:
             self.first_update_wall = round(time.perf_counter() - self.wall_start, 3)
+        self._version_time = virtual_time
         self.update_progress(virtual_time)
         if self.config.eval_interval is None:
             if version % self.config.eval_every == 0:
@@ -551,6 +554,17 @@ class _Recorder:
         self._previous_stats = None
         self._previous_steps = self.stats.aggregated_steps
         return stop
+
+    def record_final(self, version: int, params) -> None:
+        """Evaluate the run's final model, version ``version``, if no row has (``eval_every`` N: the
+        last versions of a run whose budget is not a multiple of N were never evaluated, and its
+        ``final_accuracy`` was an earlier model's). The row's time is the version's, as every
+        ``eval_every`` row's. Nothing where the newest row is that version already, or where the
+        run made no version (the initial model, evaluated at the start unless ``eval_at_start`` is off)."""
+        if version > 0 and (not self.rows or self.rows[-1]["version"] != version):
+            # resumed from a checkpoint that did not keep it, with no version since: the checkpoint's time
+            at = self._version_time if self._version_time is not None else self.simulation.now
+            self.record(at, version, params)
 
     def skip_grid_point(self, virtual_time: float) -> None:
         """No evaluation at ``virtual_time`` (``eval_at_start=False``): the grid starts one interval later."""
@@ -1256,11 +1270,12 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         if reason == "target reached" and config.eval_interval is not None:
             # the grid point at which it was reached lies between the last event and the next one
             end_time = max(end_time, recorder.time_to_target)
-        if config.eval_interval is not None and error is None and reason in ("time budget", "update budget",
-                                                                             "client-update budget",
-                                                                             "client-step budget",
-                                                                             "no events left"):
+        budget_spent = reason in ("time budget", "update budget", "client-update budget", "client-step budget",
+                                  "no events left")
+        if config.eval_interval is not None and error is None and budget_spent:
             recorder.evaluate_grid_until(end_time, simulation.version, inclusive=True)
+        elif error is None and budget_spent:  # eval_every N: the final model too, whatever N
+            recorder.record_final(simulation.version, engine.params)
         if error is None and config.final_checkpoint:
             checkpoints.save(simulation)  # the final state: the run's model and a resumable point
         if progress is not None:

@@ -123,3 +123,44 @@ def test_the_logs_histogram_is_named_for_arrivals_not_as_the_summarys_aggregated
     aggregated = result.summary["timeline"]["staleness_histogram"]
     assert sum(aggregated.values()) == result.summary["accounting"]["aggregated"] == 24
     assert sum(stats["arrival_staleness_histogram"].values()) == stats["arrivals"]
+
+
+# --------------------------------------------------------------------------- 3. the final model's accuracy
+EVERY = dict(algorithm="fedavg", clients=3, model="logreg", local_steps=2, batch_size=16, progress=False,
+             checkpoint_every=None, max_updates=5, eval_every=3, stop_at_target=False)
+
+
+@pytest.fixture(scope="module")
+def every_three(tmp_path_factory):
+    from jaxfl.config import RunConfig
+    from jaxfl.experiment import run_experiment
+
+    return run_experiment(RunConfig(**EVERY, output_dir=str(tmp_path_factory.mktemp("every"))))
+
+
+def test_eval_every_evaluates_the_final_model_too(every_three):
+    result = every_three
+    # versions 0 and 3 on the cadence, and the final version 5 at the time it was made
+    assert [row["version"] for row in result.metrics] == [0, 3, 5]
+    final = result.metrics[-1]
+    assert result.summary["final_accuracy"] == final["accuracy"]
+    assert final["client_steps"] == result.summary["client_steps_aggregated"]
+    events = np.genfromtxt(os.path.join(result.run_dir, "events.csv"), delimiter=",", names=True, dtype=None,
+                           encoding="utf-8")
+    assert final["time"] == pytest.approx(events["time"][events["event"] == "aggregate"][-1])
+    assert final["time"] <= result.summary["virtual_time"]
+
+
+def test_a_resumed_eval_every_run_ends_with_the_same_final_row(every_three, tmp_path):
+    from jaxfl import testing
+    from jaxfl.config import RunConfig
+    from jaxfl.experiment import resume_experiment, run_experiment
+
+    config = RunConfig(**{**EVERY, "checkpoint_every": 1}, output_dir=str(tmp_path), run_name="cut")
+    with testing._interrupt_after(6), pytest.raises(testing._Interrupted):
+        run_experiment(config)
+    resumed = resume_experiment(os.path.join(str(tmp_path), "cut"), progress=False)
+    testing.assert_same_run(resumed, every_three, "resumed with eval_every")
+    # resumed once more from its final checkpoint: no second final row
+    again = resume_experiment(os.path.join(str(tmp_path), "cut"), progress=False)
+    assert [row["version"] for row in again.metrics] == [0, 3, 5]
