@@ -8,7 +8,9 @@ other than the algorithm and the seed (clients, heterogeneity, partition...):
   target over the seeds that reached it, and its ratio to the reference's, both means taken over
   the seeds where both reached it (a method that is 2× slower in every seed it reaches does not look
   faster for having missed the seed where everyone is slow); "–" where a method missed the target
-  in at least half of its runs, "n/a" where the reference did;
+  in at least half of its runs, "n/a" where the reference did, "no ratio" where the reference
+  reached it at 0 s (its initial model: a ratio against 0 s is undefined; a time of 0 s shows as
+  "reached at start");
 - the same **seed by seed** where the sweep ran several seeds: each seed's time over the reference's
   in that seed (the reference's row: its own times), since where seeds differ more than methods
   (a split that is near IID in one seed and skewed in the next) a ratio of means hides what holds
@@ -76,6 +78,7 @@ from jaxfl.sweep import SUMMARY_COLUMNS
 
 MISSING = "–"
 _ABSENT = "·"  # a design grid's cell of a method the sweep did not run
+_NO_RATIO = "no ratio"  # a design grid's cell where the reference reached the target at 0 s
 NOT_SETTINGS = ("cell", "run_dir", "algorithm", "seed", *SUMMARY_COLUMNS)
 
 
@@ -513,7 +516,10 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
             mean, spread, reached = times[name]
             best, final = _mean_of(runs, "best_accuracy"), _mean_of(runs, "final_accuracy")
             tail = _mean_of(runs, "last_tenth_accuracy")
-            relative = None if mean is None or not base else _paired_ratio(runs, by_method[reference], mean / base)
+            # a reference that reached the target at 0 s (its initial model did) gives no ratio: against 0 s
+            # it is undefined (reference_at_start), not a miss of the reference's (reference_reached)
+            relative = None if mean is None or base is None or base == 0 else \
+                _paired_ratio(runs, by_method[reference], mean / base)
             lines.append({**dict(zip(groups, key)), "method": name, "algorithm": runs[0]["algorithm"],
                           "runs": len(runs), "reached": reached, "time_to_target_mean": mean,
                           "time_to_target_std": spread,
@@ -525,8 +531,12 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           "last_tenth_accuracy_runs": sum(run.get("last_tenth_accuracy") is not None for run in runs),
                           "client_steps_mean": steps[name],
                           "stopped_at_target": sum(run.get("stop_reason") == "target reached" for run in runs),
-                          "relative_steps": None if steps[name] is None or not base_steps else steps[name] / base_steps,
+                          # none where the reference executed no step (a ratio against 0 steps is undefined)
+                          "relative_steps": None if steps[name] is None or base_steps is None or base_steps == 0
+                          else steps[name] / base_steps,
+                          "reference_steps_zero": base_steps == 0,
                           "reference_reached": base is not None,
+                          "reference_at_start": base == 0,
                           "times_by_seed": _by_seed(runs, seeds, reference_value["time_to_target"], "time_to_target",
                                                     _ratio) if len(seeds) > 1 else None,
                           **{f"{column}_by_seed": _by_seed(runs, seeds, reference_value[column], column, _difference)
@@ -549,9 +559,10 @@ def _paired_ratio(runs: list[dict], reference_runs: list[dict], unpaired: float)
     if len(own) != len(runs) or len(base) != len(reference_runs):
         return unpaired
     common = [seed for seed, time in own.items() if time is not None and base.get(seed) is not None]
-    if not common:
+    denominator = sum(base[seed] for seed in common)
+    if not common or denominator == 0:  # none in common, or the reference at 0 s in all of them: no ratio
         return None
-    return sum(own[seed] for seed in common) / sum(base[seed] for seed in common)
+    return sum(own[seed] for seed in common) / denominator
 
 
 def _seed_order(seed) -> tuple:
@@ -576,8 +587,10 @@ def _by_seed(runs: list[dict], seeds: list, reference_value: dict, column: str,
     return rows
 
 
-def _ratio(time: float, base: float) -> float | None:
-    return time / base if base else None
+def _ratio(time: float, base: float | None) -> float | None:
+    """``time / base``; None where there is no reference time or it is 0 s (reached at the start:
+    a ratio against it is undefined)."""
+    return None if base is None or base == 0 else time / base
 
 
 def _difference(value: float, base: float) -> float:
@@ -611,6 +624,8 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
     | method | all |
     |---|---|
     | fedavg | 0.9000 ± 0.0000 |
+    <BLANKLINE>
+    ± std, here and below: the standard deviation over the seeds, the population's (ddof 0, numpy's np.std: divided by the number of seeds n, not n − 1).
     """
     keys, methods, found = _line_cells(lines, groups)
     header = "| method | " + " | ".join(_group_label(key, groups) for key in keys) + " |"
@@ -619,10 +634,15 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
     def relative(line):
         if line is None:
             return ""
-        if line["time_to_target_mean"] is None:
+        mean = line["time_to_target_mean"]
+        if mean is None:
             return MISSING
-        shown = "n/a" if line["relative_time"] is None else f"{line['relative_time']:.2f}"
-        return f"{shown} ({line['time_to_target_mean']:.1f} s)"
+        when = "reached at start" if mean == 0 else f"{mean:.1f} s"
+        if line["relative_time"] is not None:
+            return f"{line['relative_time']:.2f} ({when})"
+        if line.get("reference_at_start"):  # no ratio against 0 s
+            return when if mean == 0 else f"no ratio ({when})"
+        return f"n/a ({when})"
 
     def accuracy(line):
         if line is None or line["best_accuracy_mean"] is None:
@@ -633,7 +653,12 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
         if line is None or line.get("final_accuracy_mean") is None:
             return ""
         shown = f"{line['final_accuracy_mean']:.4f} ± {line['final_accuracy_std']:.4f}"
-        return shown if line.get("relative_steps") is None else f"{shown} ({line['relative_steps']:.2f}×)"
+        if line.get("relative_steps") is None:
+            if line.get("reference_steps_zero") and line.get("client_steps_mean") is not None:
+                steps = f"{line['client_steps_mean']:,.0f} steps"
+                return f"{shown} ({steps})" if line["method"] == reference else f"{shown} ({steps}, no ratio)"
+            return shown
+        return f"{shown} ({line['relative_steps']:.2f}×)"
 
     def last_tenth(line):
         if line is None:
@@ -650,8 +675,13 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
 
     seed_lists = {tuple(seed for seed, _, _ in line["times_by_seed"]) for line in lines if line.get("times_by_seed")}
     named = len(seed_lists) == 1  # every group ran the same seeds: the heading names them once
+    # each line's reference times seed by seed (a 0 s one gives no ratio: not the same as a miss)
+    reference_times = {id(line): {seed: time for seed, time, _ in (found.get((key, reference)) or {}).get(
+        "times_by_seed") or ()} for (key, _), line in found.items()}
+    at_start = False  # a seed reached at 0 s: the note says what "at start" is
 
     def by_seed(line):
+        nonlocal at_start
         if line is None or line.get("times_by_seed") is None:
             return ""
         cells = []
@@ -660,25 +690,36 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                 shown = "·"
             elif time is None:
                 shown = MISSING
+            elif time == 0 and (relative is None or line["method"] == reference):
+                shown, at_start = "at start", True
             elif line["method"] == reference:
                 shown = f"{time:.0f} s"
+            elif relative is None and reference_times[id(line)].get(seed) == 0:
+                shown, at_start = f"no ratio ({time:.0f} s)", True
             else:
                 shown = "n/a" if relative is None else f"{relative:.2f}"
             cells.append(shown if named else f"{seed}: {shown}")
         return " / ".join(cells)
 
+    start_note = (f" Reached at start = the initial model reached it (0 s); no ratio = {reference} did (a ratio "
+                  "against 0 s is undefined), the method's own time in brackets."
+                  if any(line.get("reference_at_start") or line.get("time_to_target_mean") == 0 for line in lines)
+                  else "")
     parts = [f"## Time to first reach {target} held-out accuracy, relative to {reference}", "",
              *table(relative), "",
              f"Mean virtual time to the target over the seeds where both the method and {reference} reached "
              f"it, divided by {reference}'s over the same seeds (in brackets: the method's mean over every "
              f"seed that reached it); {MISSING} = missed the target in at least half of its runs; "
-             f"n/a = {reference} did.", ""]
+             f"n/a = {reference} did.{start_note}", ""]
     if seed_lists:
         order = f" (seed {' / '.join(str(seed) for seed in next(iter(seed_lists)))})" if named else ""
+        seed_table = table(by_seed)  # (sets at_start)
         parts += [f"## Time to first reach {target} held-out accuracy, seed by seed{order}", "",
-                  *table(by_seed), "",
+                  *seed_table, "",
                   f"Each seed's time divided by {reference}'s in the same seed ({reference}'s row: its own "
-                  f"times); {MISSING} = missed the target; n/a = {reference} did; · = no run of that seed.", ""]
+                  f"times); {MISSING} = missed the target; n/a = {reference} did; · = no run of that seed."
+                  + (f" At start = reached by the initial model (0 s); no ratio = {reference} was, in that seed "
+                     "(a ratio against 0 s is undefined)." if at_start else ""), ""]
 
     def accuracy_by_seed(column):
         def cell(line):
@@ -706,13 +747,16 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                 "n/a = not in the results (a run, or the reference's, from before the column); "
                 "· = no run of that seed."]
 
-    parts += ["## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy)]
+    parts += ["## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy), "", STD_NOTE]
     if any(line.get("final_accuracy_mean") is not None for line in lines):
         # CC-FedAvg's and FedASMU's tables: the accuracy at the end of the budget and what it cost
         parts += ["", f"## Final held-out accuracy, mean ± std over seeds, and computation relative to {reference}",
                   "", *table(final_and_computation), "",
                   f"In brackets: the client gradient steps executed (mean over seeds) divided by {reference}'s; "
                   "work a client skips (an update it sends again from a store) counts none."
+                  + (f" Where {reference} executed none (its initial model reached the target), the steps "
+                     "themselves: no ratio against 0." if any(line.get("reference_steps_zero") for line in lines)
+                     else "")
                   + (" Runs that stopped at the target end there: their final accuracy is the one that reached it, "
                      "their computation what reaching it cost." if any(line.get("stopped_at_target") for line in lines)
                      else "")]
@@ -726,6 +770,10 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                   "was a column, with no run folder to compute it from)."]
         parts += seed_by_seed("last_tenth_accuracy", "Held-out accuracy over the last tenth of the evaluations")
     return "\n".join(parts)
+
+
+STD_NOTE = ("± std, here and below: the standard deviation over the seeds, the population's (ddof 0, numpy's "
+            "np.std: divided by the number of seeds n, not n − 1).")
 
 
 def _target_text(rows: list[dict]) -> str:
@@ -791,8 +839,9 @@ def design_grid(lines: list[dict], grouping: _Grouping, rows_setting: str, colum
         ratios = cells.setdefault(group, {}).setdefault((setting[rows_setting], setting[columns_setting]),
                                                          [_ABSENT] * len(variants))
         ratios[variants.index(variant(line["method"]))] = (
-            None if line["time_to_target_mean"] is None else ... if line["relative_time"] is None
-            else line["relative_time"])
+            None if line["time_to_target_mean"] is None
+            else line["relative_time"] if line["relative_time"] is not None
+            else _NO_RATIO if line.get("reference_at_start") else ...)
     return DesignGrid(rows_setting, columns_setting,
                       _ordered([settings[name][rows_setting] for name in in_grid]),
                       _ordered([settings[name][columns_setting] for name in in_grid]),
@@ -805,7 +854,7 @@ def _grid_cell_text(ratio) -> str:
         return MISSING
     if ratio is ...:
         return "n/a"
-    return ratio if ratio == _ABSENT else f"{ratio:.2f}"
+    return ratio if ratio in (_ABSENT, _NO_RATIO) else f"{ratio:.2f}"
 
 
 def format_grid_markdown(grid: DesignGrid, groups: list[str], reference: str, target: str) -> str:
@@ -840,7 +889,9 @@ def format_grid_markdown(grid: DesignGrid, groups: list[str], reference: str, ta
     each = f"Each cell: {' / '.join(grid.variants)}. " if len(grid.variants) > 1 else ""
     parts.append(f"{each}The ratios of the first table (mean time over the seeds where both reached the target, "
                  f"divided by {reference}'s); {MISSING} = missed the target in at least half of its runs; "
-                 f"n/a = {reference} did; {_ABSENT} = not in the sweep.")
+                 f"n/a = {reference} did; {_ABSENT} = not in the sweep."
+                 + (f" {_NO_RATIO} = {reference} reached it at 0 s (a ratio against 0 s is undefined)."
+                    if any(_NO_RATIO in ratios for cells in grid.cells.values() for ratios in cells.values()) else ""))
     return "\n".join(parts)
 
 
@@ -1058,7 +1109,7 @@ def format_timing_markdown(lines: list[dict], groups: list[str], mixed: bool = F
     |---|---|---|---|
     | fedbuff | 2 | 15.0 ± 5.0 | update budget |
     <BLANKLINE>
-    Timing-only runs simulate the schedule without training (timing_only): they evaluate no model, so they have no accuracy, no time to target and no comparison with a reference method. Virtual time: the simulated seconds the run lasted; utilisation: the mean fraction of the time clients trained; staleness: global updates between a client's dispatch and the aggregation of its update; wall time: the simulator's own seconds.
+    Timing-only runs simulate the schedule without training (timing_only): they evaluate no model, so they have no accuracy, no time to target and no comparison with a reference method. Virtual time: the simulated seconds the run lasted; utilisation: the mean fraction of the time clients trained; staleness: global updates between a client's dispatch and the aggregation of its update; wall time: the simulator's own seconds. ± std: the standard deviation over the seeds, the population's (ddof 0, numpy's np.std: divided by the number of seeds n, not n − 1).
     """
     shown = [column for column in TIMING_COLUMNS if any(line.get(f"{column}_mean") is not None for line in lines)]
     keys, methods, found = _line_cells(lines, groups)
@@ -1087,7 +1138,8 @@ def format_timing_markdown(lines: list[dict], groups: list[str], mixed: bool = F
                  "they have no accuracy, no time to target and no comparison with a reference method. Virtual time: "
                  "the simulated seconds the run lasted; utilisation: the mean fraction of the time clients trained; "
                  "staleness: global updates between a client's dispatch and the aggregation of its update; wall "
-                 "time: the simulator's own seconds.")
+                 "time: the simulator's own seconds. ± std: the standard deviation over the seeds, the population's "
+                 "(ddof 0, numpy's np.std: divided by the number of seeds n, not n − 1).")
     return "\n".join(parts)
 
 
@@ -1646,7 +1698,8 @@ def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir:
         # a design-space sweep's names (PORT's) are longer than a panel is wide: wrapped, not overlapping
         title = textwrap.fill(f"{_legend_label(name)}: {what}", 48)
         panel.set_title(f"{textwrap.fill(label, 48)}\n{title}" if label else title, fontsize=9)
-        panel.xaxis.set_major_locator(MaxNLocator(integer=True))  # staleness counts versions
+        # staleness counts versions; at most ~6 ticks, so that labels of large staleness (1,000s) do not overlap
+        panel.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
         # a synchronous method's one bar at 0 leaves a single integer in view, where the locator falls
         # back to fractions of an update (-0.4 … 0.4): keep 0 and 1 in view
         panel.set_xlim(-0.6, max([1, *histogram]) + 0.6)

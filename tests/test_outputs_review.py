@@ -164,3 +164,67 @@ def test_a_resumed_eval_every_run_ends_with_the_same_final_row(every_three, tmp_
     # resumed once more from its final checkpoint: no second final row
     again = resume_experiment(os.path.join(str(tmp_path), "cut"), progress=False)
     assert [row["version"] for row in again.metrics] == [0, 3, 5]
+
+
+# --------------------------------------------------------------------------- 5. a reference at 0 s
+def at_start_rows():
+    """FedAvg's initial model reaches the target in both seeds (0 s, no step executed); FedBuff's
+    in seed 0, and at 2 s in seed 1."""
+    return [{"algorithm": algorithm, "seed": seed, "time_to_target": time, "best_accuracy": 0.9,
+             "final_accuracy": 0.9, "client_steps_executed": steps}
+            for algorithm, steps, times in (("fedavg", 0, (0.0, 0.0)), ("fedbuff", 10, (0.0, 2.0)))
+            for seed, time in enumerate(times)]
+
+
+def test_a_reference_that_reached_the_target_at_0_s_is_no_miss():
+    from jaxfl.report import format_markdown, summarise
+
+    lines = summarise(at_start_rows())
+    fedavg, fedbuff = lines
+    assert fedavg["reference_reached"] and fedavg["reference_at_start"] and fedbuff["reference_at_start"]
+    assert fedavg["relative_time"] is None and fedbuff["relative_time"] is None  # no ratio against 0 s
+    assert fedbuff["relative_steps"] is None and fedbuff["reference_steps_zero"]
+    assert fedbuff["times_by_seed"] == [(0, 0.0, None), (1, 2.0, None)]
+    markdown = format_markdown(lines, [], "fedavg", "90%").splitlines()
+    assert "| fedavg | reached at start |" in markdown and "| fedbuff | no ratio (1.0 s) |" in markdown
+    assert "| fedavg | at start / at start |" in markdown and "| fedbuff | at start / no ratio (2 s) |" in markdown
+    assert "| fedbuff | 0.9000 ± 0.0000 (10 steps, no ratio) |" in markdown
+    assert not any("n/a (" in line for line in markdown)  # "n/a" says the reference missed: it did not
+    # a method reaching at 0 s against a reference that took time: a ratio of 0, said as reached at start
+    later = [dict(row, time_to_target=row["time_to_target"] + 4.0, client_steps_executed=5)
+             if row["algorithm"] == "fedavg" else row for row in at_start_rows()]
+    fedavg, fedbuff = summarise(later)
+    assert fedbuff["relative_time"] == pytest.approx(2.0 / 8.0) and fedbuff["relative_steps"] == 2.0
+    assert fedbuff["times_by_seed"] == [(0, 0.0, 0.0), (1, 2.0, 0.5)]
+
+
+# --------------------------------------------------------------------------- 7. which std
+def test_the_report_says_its_std_is_the_population_one():
+    from jaxfl.report import format_markdown, format_timing_markdown, summarise
+
+    rows = [{"algorithm": "fedavg", "seed": seed, "time_to_target": 10.0, "best_accuracy": accuracy}
+            for seed, accuracy in enumerate((0.8, 0.9))]
+    markdown = format_markdown(summarise(rows), [], "fedavg", "90%")
+    assert "| fedavg | 0.8500 ± 0.0500 |" in markdown.splitlines()  # np.std(ddof=0): 0.05, not 0.0707
+    assert "population's (ddof 0" in markdown
+    timing = format_timing_markdown([{"method": "fedbuff", "runs": 2, "virtual_time_mean": 15.0,
+                                      "virtual_time_std": 5.0}], [])
+    assert "population's (ddof 0" in timing
+
+
+# --------------------------------------------------------------------------- 9. staleness ticks
+def test_staleness_histogram_ticks_stay_few_at_large_staleness(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from jaxfl import report
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    histogram = {str(s): 1 + s % 7 for s in range(0, 3000, 3)}  # staleness up to ~3,000 versions
+    (run_dir / "summary.json").write_text(json.dumps({"timeline": {"staleness_histogram": histogram}}))
+    drawn = {}
+    monkeypatch.setattr(report, "_save", lambda figure, path: drawn.setdefault("figure", figure) and path)
+    report.plot_staleness_by_group({"": {"fedbuff": [{"run_dir": "run"}]}}, str(tmp_path), str(tmp_path / "s.png"))
+    panel = drawn["figure"].axes[0]
+    low, high = panel.get_xlim()
+    ticks = [tick for tick in panel.get_xticks() if low <= tick <= high]
+    assert 2 <= len(ticks) <= 7 and all(float(tick).is_integer() for tick in ticks)
