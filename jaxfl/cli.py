@@ -940,16 +940,26 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _timing_line(summary: dict, run_dir: str) -> str:
-    """One line on a timing-only run: its schedule's shape and how fast it was simulated."""
+    """One line on a timing-only run: its schedule's shape and how fast it was simulated. The mean
+    staleness is the aggregated updates' at aggregation (the summary's ``timeline.staleness_histogram``),
+    "–" where nothing was aggregated; the events are those the simulation took from its queue
+    (arrivals, replies, crashes, timers; a dispatch is none), as ``timeline.events`` counts them.
+
+    >>> print(_timing_line({"algorithm": "fedbuff", "global_updates": 0, "virtual_time": 0.01, "stop_reason": "time budget",
+    ...                     "events_per_second": 0.0, "timeline": {"staleness_histogram": {}, "events": 0,
+    ...                     "aggregations_per_virtual_hour": 0.0, "utilisation": {"mean": 0.1}}}, "runs/x"))
+    fedbuff (timing only): 0 updates in 0.01 virtual s (0/virtual h), mean staleness –, utilisation 10.0%, 0 queue events (arrivals, replies, crashes, timers) at 0 events/s, stop: time budget → runs/x
+    """
     timeline = summary["timeline"]
     histogram = {int(s): n for s, n in timeline["staleness_histogram"].items()}
     total = sum(histogram.values())
-    mean_staleness = sum(s * n for s, n in histogram.items()) / total if total else 0.0
+    staleness = f"{sum(s * n for s, n in histogram.items()) / total:.2f}" if total else "–"
+    rate = timeline["aggregations_per_virtual_hour"]  # None for a run of 0 virtual seconds
     return (f"{summary['algorithm']} (timing only): {summary['global_updates']} updates in "
-            f"{summary['virtual_time']:.1f} virtual s ({timeline['aggregations_per_virtual_hour']:.0f}/virtual h), "
-            f"mean staleness {mean_staleness:.2f}, utilisation {timeline['utilisation']['mean']:.1%}, "
-            f"{timeline['events']} events at {summary['events_per_second']:,.0f} events/s, "
-            f"stop: {summary['stop_reason']} → {run_dir}")
+            f"{summary['virtual_time']:.3g} virtual s ({'–' if rate is None else f'{rate:.0f}'}/virtual h), "
+            f"mean staleness {staleness}, utilisation {timeline['utilisation']['mean']:.1%}, "
+            f"{timeline['events']:,} queue events (arrivals, replies, crashes, timers) at "
+            f"{summary['events_per_second']:,.0f} events/s, stop: {summary['stop_reason']} → {run_dir}")
 
 
 if __name__ == "__main__":

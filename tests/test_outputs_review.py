@@ -228,3 +228,19 @@ def test_staleness_histogram_ticks_stay_few_at_large_staleness(tmp_path, monkeyp
     low, high = panel.get_xlim()
     ticks = [tick for tick in panel.get_xticks() if low <= tick <= high]
     assert 2 <= len(ticks) <= 7 and all(float(tick).is_integer() for tick in ticks)
+
+
+# --------------------------------------------------------------------------- 8. the timing-only line
+def test_the_timing_line_of_a_run_without_aggregations_says_no_staleness(tmp_path):
+    from jaxfl.cli import _timing_line
+    from jaxfl.config import RunConfig
+    from jaxfl.experiment import run_experiment
+
+    # 10 clients in flight, none back by 0.01 virtual s: no aggregation
+    result = run_experiment(RunConfig(algorithm="fedbuff", dataset="synthetic_iid", partition="natural", clients=20,
+                                      concurrency=10, model="logreg", max_time=0.01, timing_only=True, progress=False,
+                                      output_dir=str(tmp_path)))
+    assert result.summary["global_updates"] == 0
+    line = _timing_line(result.summary, "RUN")
+    assert "0 updates in 0.01 virtual s" in line and "mean staleness –," in line
+    assert f"{result.summary['timeline']['events']} queue events (arrivals, replies, crashes, timers)" in line
