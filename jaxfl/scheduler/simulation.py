@@ -79,6 +79,18 @@ STOP_REASONS = {"max_time": "time budget", "max_updates": "update budget",
                 "max_client_updates": "client-update budget", "max_client_steps": "client-step budget"}
 
 
+def nonfinite_streak_limit(num_clients: int) -> int:
+    """Non-finite updates in a row, none finite aggregated between them, after which a run with
+    ``on_nonfinite="skip"`` stops as diverged: every client's update, up to 1,000, at least 100.
+    Skipping leaves the global model unchanged, so clients keep training from the model that made
+    them diverge; a streak this long is a run that cannot recover, not a few clients' bad data.
+
+    >>> nonfinite_streak_limit(10), nonfinite_streak_limit(500), nonfinite_streak_limit(10**6)
+    (100, 500, 1000)
+    """
+    return max(100, min(num_clients, 1000))
+
+
 @dataclasses.dataclass(slots=True)  # slots: a third less memory and faster access per record
 class DispatchRecord:
     """One dispatch: ``client`` trains ``steps`` local steps from global ``version``.
@@ -482,6 +494,10 @@ class Simulation:
         self._bind_log(log)
         self.wall_clock = wall_clock
         self._stop_requested: str | None = None  # the backend's reason
+        # Non-finite updates dropped since the last finite one aggregated (on_nonfinite="skip"): a
+        # long streak means every client diverges from the unchanged global model, so the run stops
+        # rather than retrain the same failure until its budget (:func:`nonfinite_streak_limit`).
+        self.nonfinite_streak = 0
 
     def __setstate__(self, state: dict) -> None:
         """Checkpoints written before the client budgets existed restore with those off."""
@@ -492,6 +508,7 @@ class Simulation:
         state.pop("aggregated_steps", None)  # a copy of the backend's count that earlier checkpoints kept
         if state.get("_stop_requested") is False:
             state["_stop_requested"] = None
+        state.setdefault("nonfinite_streak", 0)
         state.setdefault("fault_seconds", {})  # rounds in flight then: their faults' seconds count as busy
         for name, code, dtype in (("busy_time", "d", np.float64), ("client_rounds", "q", np.int64)):
             if isinstance(state.get(name), np.ndarray):  # checkpoints from before the array.array columns
@@ -826,6 +843,8 @@ class Simulation:
         bad = self.backend.nonfinite(records) if records else None
         if bad:
             contributions, records = self._screen_nonfinite(bad, contributions, records)
+        if records:
+            self.nonfinite_streak = 0
         self.version = version = self.version + 1
         aggregation = Aggregation(self.queue._now, version, contributions, mode, server_optimizer, payload)
         counts = self.staleness_counts
@@ -865,6 +884,12 @@ class Simulation:
                 f"version {self.version}); lower client_lr, check the data, or set on_nonfinite='skip'")
         for record in bad:
             self.drop(record, "non-finite update")
+        self.nonfinite_streak += len(bad)
+        limit = nonfinite_streak_limit(self.num_clients)
+        if self.nonfinite_streak >= limit and not self._stop_requested:
+            self._stop_requested = (
+                f"diverged: the last {self.nonfinite_streak} updates were all non-finite and dropped "
+                f"(on_nonfinite='skip' stops after {limit} in a row); lower client_lr or check the data")
 
     def _screen_nonfinite(self, bad: list[DispatchRecord], contributions: tuple[tuple[int, float], ...],
                           records: list[DispatchRecord]) -> tuple[tuple, list]:
