@@ -273,7 +273,11 @@ FIELDS = {**{field.name: field for cls in SECTIONS.values() for field in datacla
 # existed. A config holding that value is named (jaxfl.experiment.config_hash) and resumed
 # (jaxfl.resume) as the configs that predate the field. The value is frozen when the field is added:
 # if its default changes later, this entry keeps the old value and configs at the new default get
-# names of their own. A new field goes here with its default, unless it never changes results.
+# names of their own. A new field goes here with its default, unless it never changes results
+# (then jaxfl.experiment.NAME_LEFT_OUT). This holds from commit f8afff3 on, where FIELDS_ADDED began:
+# fields added before it (client_momentum, client_weight_decay, client_lr_decay, local_epochs,
+# server_tau, server_beta1, server_beta2, speed_ratio) are hashed at their defaults, and they renamed
+# the runs of the jaxfl before them. tests/test_run_names.py freezes the fields that enter the hash.
 FIELDS_ADDED: dict[str, Any] = {"client_state": "auto", "speed_unit": "step"}
 
 

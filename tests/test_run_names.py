@@ -5,6 +5,10 @@ runs did before it existed, so a sweep folder made by an older jaxfl reuses its 
 ``tests/data/sweep_before_client_state`` was made by jaxfl at commit 95f2631, the last before the
 ``client_state`` field existed (``run_sweep(BASE, GRID, folder)``; ``results.parquet`` left out):
 its one run directory is named with that version's hash of the cell's config.
+
+That promise holds from commit f8afff3 on, where ``FIELDS_ADDED`` began (fields added before it are
+hashed at their defaults and renamed older runs): ``HASHED`` below freezes the fields that enter the
+hash, so a field added without a ``FIELDS_ADDED`` entry fails here with what to do.
 """
 import hashlib
 import json
@@ -103,3 +107,98 @@ def test_names_of_python_object_runs_are_one_folder_a_shell_takes_unquoted(tmp_p
                                  "from there, given the same objects again")
     resumed = resume_experiment(stopped.run_dir, model=Small(), client_optimizer=optax.sgd(0.05), progress=False)
     assert resumed.summary["global_updates"] == 2
+
+
+# Every config field that enters a run's name hash (config_hash) at the defaults, as its path in the
+# nested config.json, and every algorithm option by namespace. Frozen here on purpose: a field that
+# joins this set renames every run made before it (a sweep folder reruns its finished cells), the
+# way eight fields added before FIELDS_ADDED existed did (README, "Each run directory, named ...").
+HASHED = {
+    "algorithm", "seed", "checkpoint_every", "final_checkpoint",
+    "data.dataset", "data.data_dir", "data.model", "data.clients", "data.partition", "data.dirichlet_alpha",
+    "data.client_sizes", "data.size_skew", "data.shards_per_client", "data.gamma", "data.client_weights",
+    "data.augment", "data.normalize", "data.normalize_mean", "data.normalize_std", "data.num_classes",
+    "data.data_fingerprint",
+    "speeds.heterogeneity", "speeds.speed_mean", "speeds.jitter", "speeds.speed_change_prob", "speeds.speed_cap",
+    "speeds.negative_times", "speeds.latency", "speeds.bandwidth", "speeds.speed_reference_time",
+    "speeds.speed_ratio", "speeds.speed_legacy_seed",
+    "faults.crash_prob", "faults.delay_prob", "faults.delay_factor", "faults.dropout_prob", "faults.dropout_mean",
+    "faults.round_timeout", "faults.on_nonfinite",
+    "client.local_steps", "client.batch_size", "client.client_optimizer", "client.client_lr", "client.prox_mu",
+    "client.client_momentum", "client.client_weight_decay", "client.client_lr_decay", "client.local_epochs",
+    "server.server_optimizer", "server.server_lr", "server.server_momentum", "server.server_tau",
+    "server.server_beta1", "server.server_beta2", "server.clients_per_round", "server.concurrency",
+    "server.buffer_size", "server.rule", "server.staleness", "server.staleness_alpha", "server.staleness_a",
+    "server.fednova",
+    "budget.max_time", "budget.max_updates", "budget.max_client_updates", "budget.max_client_steps",
+    "budget.target_accuracy", "budget.stop_at_target", "budget.eval_every", "budget.eval_interval",
+    "budget.eval_at_start",
+    "engine.batching", "engine.clients_per_call", "engine.steps_per_call", "engine.cpu_friendly_layers",
+    "engine.devices", "engine.memory_limit_mb", "engine.timing_only",
+}
+HASHED_OPTIONS = {
+    "compass": {"create_far_groups", "create_rule", "empty_timer", "fastest_over", "join_max_factor",
+                "latest_time_factor", "lr_decay", "preset", "q_max", "q_min", "speed_estimate", "staleness_at",
+                "warmup"},
+    "fedat": {"profiling", "tier_ratio"},
+    "port": {"alpha", "beta", "bound_rule", "clients_in_flight", "cosine", "cosine_skip_rounds",
+             "cosine_skip_staleness", "min_clients", "preset", "pull_steps", "replace", "staleness_bound",
+             "urgent_pull"},
+    "cc": {"budget", "budget_beta", "diagnostic", "insufficient_fraction", "nova_steps", "schedule", "strategy",
+           "switch_round", "total_rounds", "window"},
+    "fedasmu": {"alpha_min", "dynamic", "epochs", "fetch", "gamma0", "iota0", "lambda0", "lr_gamma", "lr_iota",
+                "lr_lambda", "lr_nu", "lr_sigma", "max_concurrency", "mu_alpha", "mu_beta", "nu0",
+                "rl_baseline_rate", "rl_hidden", "rl_lr", "sigma0", "slot", "staleness_bound", "trigger_batch",
+                "trigger_period"},
+}
+WHAT_TO_DO = (
+    "A config field or algorithm option that enters config_hash renames every run made before it, so a sweep "
+    "folder reruns its finished cells and README's promise that names stay the same across versions breaks. "
+    "For a new field: add it to jaxfl.config.FIELDS_ADDED with the value that does what runs did before it "
+    "existed (usually its default; an option as 'namespace.option'), or to jaxfl.experiment.NAME_LEFT_OUT if "
+    "it never changes results. A field removed, renamed or moved to another section renames runs as well. "
+    "Only if renaming every run is deliberate: update HASHED / HASHED_OPTIONS in tests/test_run_names.py and say "
+    "which runs are renamed in README's run-name paragraph.")
+
+
+def _hashed_paths(config, monkeypatch) -> set[str]:
+    """The paths of the values config_hash hashes for ``config`` (what it hands to canonical_json)."""
+    from jaxfl import experiment
+
+    seen = []
+    real = experiment.resume.canonical_json
+    monkeypatch.setattr(experiment.resume, "canonical_json", lambda values: seen.append(values) or real(values))
+    config_hash(config)
+    monkeypatch.setattr(experiment.resume, "canonical_json", real)
+    (values,) = seen
+    return {f"{key}.{name}" if isinstance(value, dict) else key
+            for key, value in values.items()
+            for name in (value if isinstance(value, dict) else [None])}
+
+
+def test_the_fields_that_enter_run_names_are_the_frozen_ones(monkeypatch):
+    from jaxfl import algorithms
+
+    plain, options = set(), {}
+    for name in algorithms.names():
+        paths = _hashed_paths(validate(RunConfig(algorithm=name)), monkeypatch)
+        plain |= {path for path in paths if not path.startswith("algorithm_options.")}
+        space = algorithms.get(name).option_namespace()
+        options.setdefault(space, set()).update(path.partition(".")[2] for path in paths
+                                                if path.startswith("algorithm_options."))
+    options = {space: names for space, names in options.items() if names}
+    added, gone = sorted(plain - HASHED), sorted(HASHED - plain)
+    assert not added and not gone, f"run-name hash fields changed: new {added}, gone {gone}. {WHAT_TO_DO}"
+    for space in sorted(set(options) | set(HASHED_OPTIONS)):
+        new, old = options.get(space, set()), HASHED_OPTIONS.get(space, set())
+        assert new == old, (f"run-name hash options of [{space}] changed: new {sorted(new - old)}, "
+                            f"gone {sorted(old - new)}. {WHAT_TO_DO}")
+
+
+def test_the_freeze_catches_a_field_added_without_a_fields_added_entry(monkeypatch):
+    # a stand-in for a new RunConfig field: a key config.json would hold that config_hash does not leave out
+    real = RunConfig.to_dict
+    monkeypatch.setattr(RunConfig, "to_dict", lambda self: {**real(self), "new_field": 1})
+    assert "new_field" in _hashed_paths(validate(RunConfig()), monkeypatch) - HASHED
+    monkeypatch.setitem(config_module.FIELDS_ADDED, "checkpoint_every", 25)  # left out at its value
+    assert "checkpoint_every" not in _hashed_paths(validate(RunConfig()), monkeypatch)
