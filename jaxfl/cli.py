@@ -41,9 +41,6 @@ _HELP = {
     "algorithm": "a registered algorithm ({names}) or module:Class; a comma-separated list runs each and compares",
     "dataset": "mnist10k (embedded), fashion_mnist (Debian), mnist / npz / array_record (--data-dir), digits "
                "(scikit-learn), tfds:NAME (e.g. tfds:cifar10; --data-dir), synthetic, synthetic_iid, synthetic:A,B",
-    "model": "cnn, mlp, logreg, lenet5, ccfedavg_cnn, ccfedavg_mlp, fedasmu_cnn, resnet18, resnet18_gn, textcnn, "
-             "lstm, or module:object (also path/to/file.py:object) naming your own: a Flax linen or nnx module "
-             "class, an nnx factory rngs -> Module, or a factory (num_classes=...) -> Module",
     "clients": "number of clients m",
     "partition": "iid, dirichlet_client (--client-sizes), dirichlet (--dirichlet-alpha), class, dual_dirichlet "
                  "(FedCompass), label_shards (--shards-per-client), gamma_mix (--gamma, CC-FedAvg), natural",
@@ -220,10 +217,15 @@ def build_parser() -> argparse.ArgumentParser:
                                    "<paper>-<dataset> (port-mnist, fedcompass-cifar10, ...), or quickstart; "
                                    "--config and flags override it, and --algorithm runs the paper's baselines "
                                    "in its setting")
+    from jaxfl.resume import MAY_DIFFER  # the fields a resume may set afresh: its help names their flags
+
+    free = [f"--{flag}/--no-{flag}" if FIELDS[name].type.startswith("bool") else f"--{flag}"
+            for name in MAY_DIFFER for flag in [name.replace("_", "-")]]
+    free = f"{', '.join(free[:-1])} and {free[-1]}" if len(free) > 1 else free[0]
     groups[None].add_argument("--resume", metavar="RUN_DIR",
                               help="continue the run in RUN_DIR from its newest readable checkpoint; the run "
                                    "keeps its config: other flags (and --config) must equal the run's values, "
-                                   "except --progress/--no-progress")
+                                   f"except {free}")
     groups[None].add_argument("--log-to", metavar="NAMES", type=_log_to,
                               help="also hand every metrics row to these loggers, comma-separated: tensorboard "
                                    "(RUN_DIR/tensorboard/), csv (RUN_DIR/log.csv), wandb (jaxfl.loggers)")

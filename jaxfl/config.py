@@ -35,6 +35,10 @@ DATASET_PREFIXES = ("tfds:", "synthetic:")  # tfds:cifar10, synthetic:0.5,0.5
 MODEL_NAMES = ("cnn", "cnn_example", "mlp", "logreg", "lenet5", "ccfedavg_cnn", "ccfedavg_mlp", "fedasmu_cnn", "resnet18",
                "resnet18_gn", "resnet20", "vgg11", "vgg16", "alexnet", "textcnn",
                "lstm")  # jaxfl.models.MODELS (register_model extends it)
+# ``--model``'s help in ``jaxfl run`` and ``jaxfl sweep``, listing the built-in models from MODEL_NAMES
+# (tests/test_cli_help.py checks it names every model of jaxfl.models.MODELS).
+MODEL_HELP = (f"{', '.join(MODEL_NAMES)}, or module:object (also path/to/file.py:object) naming your own: a Flax "
+              "linen or nnx module class, an nnx factory rngs -> Module, or a factory (num_classes=...) -> Module")
 PARTITION_NAMES = ("iid", "dirichlet", "dirichlet_client", "class", "dual_dirichlet", "label_shards", "gamma_mix",
                    "natural")  # jaxfl.data.PARTITIONS
 CLIENT_SIZES = ("equal", "lognormal", "powerlaw")
@@ -67,7 +71,7 @@ class DataConfig:
 
     dataset: str = "mnist10k"  # mnist10k (embedded), fashion_mnist, mnist, digits, npz, array_record, tfds:NAME, synthetic
     data_dir: str | None = None  # folder of mnist / npz / array_record / tfds data
-    model: str = "cnn"  # a name from jaxfl.models (register_model adds more), or module:object to import
+    model: str = dataclasses.field(default="cnn", metadata={"help": MODEL_HELP})  # a jaxfl.models name, or module:object
     clients: int = 10  # number of clients m
     partition: str = "iid"  # iid, dirichlet, dirichlet_client, class, dual_dirichlet, label_shards, gamma_mix, natural
     dirichlet_alpha: float = 0.5  # concentration of the Dirichlet label split

@@ -202,3 +202,30 @@ def test_run_names_tell_configs_apart_and_config_json_records_versions(tmp_path)
     versions = json.loads(open(os.path.join(first, "config.json")).read())["versions"]
     assert set(versions) == {"jaxfl", "jax", "jaxlib", "flax", "optax", "numpy", "python"}
     assert all(isinstance(value, str) and value for value in versions.values())
+
+
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    return next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+
+
+def test_model_help_lists_every_registered_model_in_run_and_sweep():
+    # the list is made from MODEL_NAMES, the names jaxfl.models.MODELS registers: a model added there is in --help
+    import jaxfl.config
+    from jaxfl.models import MODELS
+
+    assert tuple(MODELS)[:len(jaxfl.config.MODEL_NAMES)] == jaxfl.config.MODEL_NAMES[:len(MODELS)]
+    assert set(MODELS) <= set(jaxfl.config.MODEL_NAMES)
+    for command in ("run", "sweep"):
+        (action,) = [a for a in _subcommand(command)._actions if "--model" in a.option_strings]
+        listed = re.findall(r"[a-z0-9_]+", action.help.partition(", or module:object")[0])
+        assert listed == [name for name in jaxfl.config.MODEL_NAMES if name in MODELS], (command, action.help)
+
+
+def test_resume_help_names_every_flag_a_resume_may_change():
+    from jaxfl.resume import MAY_DIFFER
+
+    (action,) = [a for a in _subcommand("run")._actions if "--resume" in a.option_strings]
+    allowed = action.help.partition("except ")[2]
+    named = re.findall(r"--(?!no-)([a-z0-9-]+)", allowed)
+    assert named == [name.replace("_", "-") for name in MAY_DIFFER], action.help
+    assert "--progress/--no-progress" in allowed
