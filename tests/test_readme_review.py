@@ -27,3 +27,30 @@ def test_readme_model_list_names_every_built_in_model():
     assert len(built_in) >= 16
     missing = [name for name in built_in if name not in named]
     assert not missing, f"README's Models bullet does not name {missing} (jaxfl.models.MODELS)"
+
+
+def test_readme_and_jaxfl_help_give_the_demo_the_same_run_time():
+    import argparse
+
+    from jaxfl.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    (demo,) = [action.help for action in commands._choices_actions if action.dest == "demo"]
+    said = re.search(r"\(([^()]*minute[^()]*)\)", demo).group(1)  # 'about half a minute on a 2-core CPU'
+    setup = README[README.index("## Set-up"):README.index("## Quickstart")]
+    assert f"({said})" in setup, f"jaxfl --help says the demo takes {said!r}; README's set-up says otherwise"
+    # README's measured time fits the words: 'about half a minute' is 20 to 40 s
+    measured = float(re.search(r"the whole command took\s+([\d.]+) s", README).group(1))
+    assert "half a minute" in said and 20 <= measured <= 40, (said, measured)
+
+
+def test_readme_flag_table_gives_these_speed_and_engine_flags_with_their_defaults():
+    from jaxfl.config import FIELDS
+
+    table = README[README.index("| flag | meaning (default) |"):README.index("Each run directory, named")]
+    for name in ("negative_times", "speed_reference_time", "speed_legacy_seed", "memory_limit_mb",
+                 "cpu_friendly_layers", "heterogeneity"):
+        assert f"`--{name.replace('_', '-')}`" in table, name
+    assert FIELDS["heterogeneity"].default == "exp" and "(`exp`)" in table
+    assert FIELDS["negative_times"].default == "redraw" and "`redraw` it (default)" in table
+    assert FIELDS["speed_reference_time"].default == 10.0 and "(10.0)" in table
