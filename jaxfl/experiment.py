@@ -292,6 +292,9 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
     padded_stats = jax.jit(lambda params, xb, yb, mb: jax.tree.map(lambda v: v[None], batch_stats(params, xb, yb, mb)))
 
     def evaluate(params) -> dict:
+        # committed to the held-out set's device: the initial params (uncommitted) and the engine's
+        # (committed) would otherwise compile mapped_stats twice
+        params = jax.device_put(params, device)
         parts = [mapped_stats(params, x_full, y_full, whole, start) for start in starts]
         if tail is not None:
             parts.append(padded_stats(params, *tail))
