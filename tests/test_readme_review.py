@@ -54,3 +54,32 @@ def test_readme_flag_table_gives_these_speed_and_engine_flags_with_their_default
     assert FIELDS["heterogeneity"].default == "exp" and "(`exp`)" in table
     assert FIELDS["negative_times"].default == "redraw" and "`redraw` it (default)" in table
     assert FIELDS["speed_reference_time"].default == 10.0 and "(10.0)" in table
+
+
+def test_tfds_without_data_dir_says_the_default_folder_does_not_exist_and_logs_no_absl_warning(
+        tmp_path, monkeypatch, caplog):
+    import logging
+
+    import pytest
+
+    pytest.importorskip("tensorflow_datasets")
+    from jaxfl.data import tfds_source
+
+    tfds_source.load_tfds.cache_clear()
+    monkeypatch.setattr(tfds_source, "_default_data_dirs", lambda tfds: [str(tmp_path / "tensorflow_datasets")])
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(FileNotFoundError, match=r"^TFDS dataset 'cifar10' is not prepared: TFDS's default data_dir "
+                                                r"\S+tensorflow_datasets does not exist; jaxfl never downloads"):
+        tfds_source.load_tfds("cifar10")
+    (tmp_path / "tensorflow_datasets").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"is not prepared: no folder cifar10 in TFDS's default data_dir"):
+        tfds_source.load_tfds("cifar10")
+    assert not [record for record in caplog.records if record.name == "absl"]
+    # what TFDS logs while a split opens is held back only when the open fails
+    with tfds_source._absl_held_unless_it_fails():
+        logging.getLogger("absl").warning("kept")
+    with pytest.raises(KeyError), tfds_source._absl_held_unless_it_fails():
+        logging.getLogger("absl").warning("dropped")
+        raise KeyError("splits is empty")
+    assert [record.getMessage() for record in caplog.records if record.name == "absl"] == ["kept"]
+    tfds_source.load_tfds.cache_clear()

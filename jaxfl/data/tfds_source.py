@@ -14,7 +14,9 @@ or ``text`` plus ``label``. Images become uint8 ``(N, H, W, C)``; texts are toke
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import os
 
 import numpy as np
@@ -102,6 +104,71 @@ def _held_out_source(open_split, name: str):
                      + "; ".join(errors))
 
 
+def _default_data_dirs(tfds) -> list[str]:
+    """The folders TFDS looks in when no data_dir is given: its default (``TFDS_DATA_DIR``, else
+    ``~/tensorflow_datasets``) and any registered with ``tfds.core.add_data_dir``."""
+    try:
+        from tensorflow_datasets.core.utils import file_utils
+
+        return [os.fspath(path) for path in file_utils.list_data_dirs()]
+    except Exception:  # another TFDS version: its documented default
+        return [os.path.expanduser(os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets"))]
+
+
+def _shown(path: str) -> str:
+    """``path`` with the home folder written ``~``, as TFDS's documentation names its default.
+
+    >>> _shown(os.path.join(os.path.expanduser("~"), "tensorflow_datasets"))
+    '~/tensorflow_datasets'
+    """
+    home = os.path.expanduser("~")
+    return "~" + path[len(home):] if home not in ("", "~") and (path + os.sep).startswith(home + os.sep) else path
+
+
+def _not_in_default_data_dir(tfds, name: str) -> str | None:
+    """Why ``name`` is not prepared where TFDS looks without a data_dir, in the words an explicit
+    data_dir gets (the folder does not exist, or holds no ``name`` folder); None if a folder is there
+    (TFDS's own error then says what else is wrong).
+
+    >>> import tensorflow_datasets as tfds  # doctest: +SKIP
+    >>> _not_in_default_data_dir(tfds, "cifar10")  # doctest: +SKIP
+    "TFDS's default data_dir ~/tensorflow_datasets does not exist"
+    """
+    folders = _default_data_dirs(tfds)
+    if any(os.path.isdir(os.path.join(folder, *name.split("/"))) for folder in folders):
+        return None
+    where = (f"TFDS's default data_dir {_shown(folders[0])}" if len(folders) == 1 else
+             f"TFDS's data_dirs {', '.join(_shown(folder) for folder in folders)}")
+    if not any(os.path.isdir(folder) for folder in folders):
+        return f"{where} {'does' if len(folders) == 1 else 'do'} not exist"
+    return f"no folder {name} in {where} (TFDS keeps it in data_dir/{name}/VERSION)"
+
+
+@contextlib.contextmanager
+def _absl_held_unless_it_fails():
+    """Hold what TFDS logs through absl (``WARNING:absl:Variant folder ... has no dataset_info.json``)
+    while a split opens: dropped if the open fails, since the error then says what is missing in one
+    line, and passed on as logged if it succeeds.
+
+    >>> with _absl_held_unless_it_fails():
+    ...     logging.getLogger("absl").warning("passed on after the block")
+    """
+    logger = logging.getLogger("absl")
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        held.append(record)
+        return False
+
+    logger.addFilter(hold)
+    try:
+        yield
+    finally:
+        logger.removeFilter(hold)
+    for record in held:  # reached only when the block succeeded
+        logger.handle(record)
+
+
 @functools.lru_cache(maxsize=8)
 def load_tfds(name: str, data_dir: str | None = None, max_len: int = TEXT_MAX_LEN,
               vocab_size: int = TEXT_VOCAB_SIZE) -> Dataset:
@@ -134,8 +201,12 @@ def load_tfds(name: str, data_dir: str | None = None, max_len: int = TEXT_MAX_LE
             raise FileNotFoundError(f"TFDS dataset {name!r} is not prepared in {data_dir}: no folder {folder} "
                                     f"(TFDS keeps it in data_dir/{name}/VERSION); {hint}")
     try:
-        train = open_split("train")
+        with _absl_held_unless_it_fails():
+            train = open_split("train")
     except Exception as error:
+        missing = None if data_dir is not None else _not_in_default_data_dir(tfds, name)
+        if missing:  # as an explicit data_dir's: not TFDS's "splits is empty" and an absl warning
+            raise FileNotFoundError(f"TFDS dataset {name!r} is not prepared: {missing}; {hint}") from error
         where = data_dir or "TFDS's default data_dir (~/tensorflow_datasets)"
         said = " ".join(f"{type(error).__name__}: {error}".split())  # one line: TFDS's messages span several
         raise FileNotFoundError(f"TFDS dataset {name!r} is not prepared in {where} ({said}); {hint}") from error
