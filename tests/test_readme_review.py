@@ -51,7 +51,7 @@ def test_readme_flag_table_gives_these_speed_and_engine_flags_with_their_default
     for name in ("negative_times", "speed_reference_time", "speed_legacy_seed", "memory_limit_mb",
                  "cpu_friendly_layers", "heterogeneity"):
         assert f"`--{name.replace('_', '-')}`" in table, name
-    assert FIELDS["heterogeneity"].default == "exp" and "(`exp`)" in table
+    assert FIELDS["heterogeneity"].default == "exp" and "by default `exp`" in table
     assert FIELDS["negative_times"].default == "redraw" and "`redraw` it (default)" in table
     assert FIELDS["speed_reference_time"].default == 10.0 and "(10.0)" in table
 
