@@ -1,0 +1,127 @@
+"""Steps the devices of a training call compute, counted (not timed).
+
+The client axis of a call is sharded over the devices; a rolled step loop runs on each device for its
+own rows' largest step count, so a device holding only zero-step padding rows (a call of one client
+on two devices) computes nothing, and the engine counts as computed what the devices run. A row's
+``LocalState.step`` counts the loop's iterations on its device (masked or not), so the states that
+come out of a call say how many steps each device ran. Runs in a fresh process with 2 host devices
+(the device count is fixed when jax starts)."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from jaxfl.engine import device_steps_computed
+
+SCRIPT = textwrap.dedent("""
+    import dataclasses, json, sys
+    import jax, numpy as np
+    from jaxfl import RunConfig, run_experiment
+    from jaxfl.engine import Engine
+    from jaxfl.testing import events_without_wall_time
+
+    calls = []
+    original = Engine._run_chunks
+
+    def recording(self, states, views, steps):
+        states, computed = original(self, states, views, steps)
+        calls.append({"run": RUN[0], "steps": np.asarray(steps).tolist(), "computed": computed,
+                      "loop": self.step_loop, "devices": self.mesh.size,
+                      "ran": np.asarray(self._on_home(states).step).tolist()})
+        return states, computed
+
+    Engine._run_chunks = recording
+    RUN = [None]
+    common = dict(dataset="mnist10k", model="mlp", batch_size=16, stop_at_target=False, progress=False,
+                  client_optimizer="sgd", client_lr=0.05, output_dir=sys.argv[1], checkpoint_every=None)
+    configs = {
+        # FedAT, 7 steps each: calls of 1 or 2 clients on 2 devices
+        "fedat": dict(algorithm="fedat", clients=12, local_steps=7, speed_mean=0.05, max_updates=40),
+        # FedAvg, local_epochs on a skewed partition: every client its own step count
+        "epochs": dict(algorithm="fedavg", clients=8, local_epochs=0.5, partition="dirichlet_client",
+                       dirichlet_alpha=0.3, client_sizes="lognormal", max_updates=3),
+    }
+    out = {"devices": len(jax.devices()), "runs": {}}
+    for name, config in configs.items():
+        for devices in (2, 1):
+            label = f"{name}-{devices}"
+            RUN[0] = label
+            result = run_experiment(RunConfig(**common, **config, devices=devices, run_name=label))
+            np.savez(f"{sys.argv[1]}/{label}.npz", *[np.asarray(leaf) for leaf in jax.tree.leaves(result.params)])
+            out["runs"][label] = {"executed": result.engine.stats.executed_steps,
+                                  "useful": result.engine.stats.useful_steps,
+                                  "summary_computed": result.summary["steps_computed_with_padding"],
+                                  "padding_waste": result.summary["padding_waste"],
+                                  "events": events_without_wall_time(result.run_dir),
+                                  "params": f"{sys.argv[1]}/{label}.npz"}
+    out["calls"] = calls
+    print(json.dumps(out))
+""")
+
+
+@pytest.fixture(scope="module")
+def two_device_runs(tmp_path_factory):
+    env = {**os.environ, "JAX_NUM_CPU_DEVICES": "2", "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    env.pop("JAXFL_CPU_DEVICES", None)
+    folder = tmp_path_factory.mktemp("padding")
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(folder)], env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _own_maxima(steps, devices):
+    return np.asarray(steps).reshape(devices, -1).max(axis=1)
+
+
+def test_each_device_loops_only_its_own_rows_steps(two_device_runs):
+    """Every row's step counter after a call is its device's largest count: the device looped
+    exactly that many times (a padding-only device: zero), not the call's largest count."""
+    calls = [call for call in two_device_runs["calls"] if call["devices"] == 2]
+    assert two_device_runs["devices"] == 2 and calls and all(call["loop"] == "rolled" for call in calls)
+    padding_only = 0
+    for call in calls:
+        own = _own_maxima(call["steps"], 2)
+        assert call["ran"] == np.repeat(own, len(call["steps"]) // 2).tolist(), call
+        padding_only += int((own == 0).sum() and max(call["steps"]) > 0)
+    assert padding_only > 0  # the runs hold calls of one client on two devices
+
+
+def test_computed_steps_count_what_the_devices_run(two_device_runs):
+    for label, run in two_device_runs["runs"].items():
+        calls = [call for call in two_device_runs["calls"] if call["run"] == label]
+        per_device = sum(int(_own_maxima(c["steps"], c["devices"]).sum()) * (len(c["steps"]) // c["devices"])
+                         for c in calls)
+        assert run["executed"] == run["summary_computed"] == per_device, label
+    # FedAT: all clients take 7 steps, so nothing is masked (before, each device looped the call's
+    # largest count: the padding device of a one-client call too, 616 computed for 441 trained)
+    assert two_device_runs["runs"]["fedat-2"]["executed"] == two_device_runs["runs"]["fedat-2"]["useful"]
+    assert two_device_runs["runs"]["fedat-2"]["padding_waste"] == 0
+    # ragged counts, one client per device: no masked step at all (before: each call's largest count
+    # on both devices)
+    epochs = two_device_runs["runs"]["epochs-2"]
+    old = sum(max(c["steps"]) * len(c["steps"]) for c in two_device_runs["calls"] if c["run"] == "epochs-2")
+    assert epochs["useful"] == epochs["executed"] < old, (epochs["executed"], old)
+
+
+def test_skipping_changes_no_result(two_device_runs):
+    """Two devices give the one-device run's event log and, to float32 reassociation of the
+    per-call sums (tests/test_devices.py), its model."""
+    runs = two_device_runs["runs"]
+    for name in ("fedat", "epochs"):
+        assert runs[f"{name}-2"]["events"] == runs[f"{name}-1"]["events"]
+        with np.load(runs[f"{name}-2"]["params"]) as two, np.load(runs[f"{name}-1"]["params"]) as one:
+            for key in two.files:
+                np.testing.assert_allclose(two[key], one[key], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("steps, devices, lengths, computed", [
+    ([3, 4, 0, 0], 2, [None], 8), ([0, 0, 5, 1], 2, [None], 10), ([2, 2, 2, 2], 4, [None], 8),
+    ([3, 4, 0, 0], 2, [4], 16), ([3, 4, 0, 0], 2, [2, 1, 1], 16), ([], 2, [], 0)])
+def test_device_steps_computed(steps, devices, lengths, computed):
+    assert device_steps_computed(np.array(steps, dtype=np.int32), devices, lengths) == computed
