@@ -360,8 +360,9 @@ NAME_LEFT_OUT = ("output_dir", "run_name", "progress", "client_state", "checkpoi
 
 def config_hash(config: RunConfig) -> str:
     """Six hex digits of SHA-256 over the config's canonical JSON (nested as ``config.json`` holds
-    it): equal for the same experiment only, and the same in every jaxfl version, so that a sweep
-    folder or a run directory name made by an older version is found again.
+    it): equal for the same experiment only, and the same in every jaxfl version since
+    :data:`jaxfl.config.FIELDS_ADDED` began (commit f8afff3, 2026-11-24; README, "Run names across
+    versions"), so that a sweep folder or a run directory name made by an older version is found again.
 
     - Fields that never change results are left out (:data:`NAME_LEFT_OUT`).
     - A field added to jaxfl since (:data:`jaxfl.config.FIELDS_ADDED`) is left out while it holds the
