@@ -2,7 +2,7 @@
 the memory figures its guard reads, and the statistics a run reports.
 
 >>> ExecutionPlan.for_backend("cpu", local_steps=6, devices=1)
-ExecutionPlan(clients_per_call=1, steps_per_call=6, devices=1)
+ExecutionPlan(clients_per_call=1, steps_per_call=1, devices=1)
 >>> step_chunks(13, 10)
 [10, 2, 1]
 >>> EngineStats(useful_steps=6, executed_steps=8).padding_waste
@@ -61,9 +61,15 @@ class ResourceError(MemoryError):
     """One client's training does not fit in memory; the message names the setting to lower."""
 
 
-# Longest step chunk unrolled into one call: longer chunks compile for longer and run no faster
-# (2-core CPU, the example CNN at batch 10: 17–19 ms per step from 2 to 12 unrolled steps).
-MAX_UNROLLED_STEPS = 10
+# Longest step chunk unrolled into one call, by backend. CPU: one step. Measured on the 2-core CPU
+# (example CNN, batch 32, 2026-11-30, benchmarks/README.md): a step costs the same CPU time in chunks
+# of 1, 2, 4 or 8 (medians 23.1-24.2 ms), but compiling a chunk of L steps costs 3.9, 4.3, 6.0 and
+# 10.1 CPU s for L = 1, 2, 4, 8, and step counts that vary (FedCompass, local_epochs, PORT, FedASMU)
+# compile every power-of-two remainder below the chunk too (10, 8, 4, 2, 1: 25 step bodies), so
+# one-step calls compile one small program for every step count and no masked step. Elsewhere
+# (unmeasured): 10 steps, fewer dispatches.
+MAX_UNROLLED_STEPS = {"cpu": 1}
+DEFAULT_MAX_UNROLLED_STEPS = 10
 # Clients each device trains per call by default. CPU: one, the client axis sharded one client per
 # host device (a core). Measured on 2 cores, the cross-device benchmark (benchmarks/cpu_speed.py):
 # 2.3 s per round this way, 2.6 s with one device, 3.0–4.4 s with 8–50 clients vmapped per call
@@ -73,18 +79,24 @@ CLIENTS_PER_DEVICE = {"cpu": 1}
 DEFAULT_CLIENTS_PER_DEVICE = 256
 
 
-def default_steps_per_call(local_steps: int | None) -> int:
-    """The step chunk for clients of ``local_steps`` steps: all of them if they fit in one unrolled
-    call, else the largest divisor of ``local_steps`` from half the cap to the cap (so that no call
-    runs a remainder), else the cap. Remainders run as power-of-two chunks (:func:`step_chunks`)."""
+def default_steps_per_call(local_steps: int | None, backend: str = "cpu") -> int:
+    """The step chunk for clients of ``local_steps`` steps on ``backend``: all of them if they fit in
+    one unrolled call of at most ``MAX_UNROLLED_STEPS`` steps, else the largest divisor of
+    ``local_steps`` from half the cap to the cap (so that no call runs a remainder), else the cap.
+    Remainders run as power-of-two chunks (:func:`step_chunks`).
+
+    >>> default_steps_per_call(6), default_steps_per_call(6, "gpu"), default_steps_per_call(12, "gpu")
+    (1, 6, 6)
+    """
+    cap = MAX_UNROLLED_STEPS.get(backend, DEFAULT_MAX_UNROLLED_STEPS)
     if local_steps is None:
-        return MAX_UNROLLED_STEPS
-    if local_steps <= MAX_UNROLLED_STEPS:
+        return cap
+    if local_steps <= cap:
         return local_steps
-    for chunk in range(MAX_UNROLLED_STEPS, MAX_UNROLLED_STEPS // 2 - 1, -1):
-        if local_steps % chunk == 0:
+    for chunk in range(cap, cap // 2 - 1, -1):
+        if chunk and local_steps % chunk == 0:
             return chunk
-    return MAX_UNROLLED_STEPS
+    return cap
 
 
 def step_chunks(steps: int, per_call: int) -> list[int]:
@@ -157,7 +169,7 @@ class ExecutionPlan:
         if clients_per_call is None:
             clients_per_call = devices * CLIENTS_PER_DEVICE.get(backend, DEFAULT_CLIENTS_PER_DEVICE)
         clients_per_call = -(-clients_per_call // devices) * devices
-        return ExecutionPlan(clients_per_call, steps_per_call or default_steps_per_call(local_steps), devices)
+        return ExecutionPlan(clients_per_call, steps_per_call or default_steps_per_call(local_steps, backend), devices)
 
     def call_size(self, count: int) -> int:
         """Padded clients of a call holding ``count``: a power of two per device (so that jit

@@ -125,3 +125,28 @@ def test_skipping_changes_no_result(two_device_runs):
     ([3, 4, 0, 0], 2, [4], 16), ([3, 4, 0, 0], 2, [2, 1, 1], 16), ([], 2, [], 0)])
 def test_device_steps_computed(steps, devices, lengths, computed):
     assert device_steps_computed(np.array(steps, dtype=np.int32), devices, lengths) == computed
+
+
+def test_a_cnn_with_ragged_step_counts_compiles_one_one_step_chunk(small_config):
+    """CPU, a convolutional model (unrolled step chunks) whose clients take different step counts
+    (local_epochs on lognormal client sizes): the default one-step chunk compiles one step body for
+    every count and computes no masked step; the former default (chunks of up to 10 steps, the
+    remainders in powers of two) compiled a chunk per power of two below the largest count."""
+    from jaxfl.execution import step_chunks
+    from jaxfl.experiment import run_experiment
+    from tests.conftest import replace
+
+    config = replace(small_config, algorithm="fedavg", model="cnn", clients=6, local_steps=50, local_epochs=0.05,
+                     partition="dirichlet_client", dirichlet_alpha=0.3, client_sizes="lognormal", max_updates=1,
+                     devices=1)
+    result = run_experiment(config)
+    engine = result.engine
+    assert engine.step_loop == "unrolled" and engine.plan.steps_per_call == 1
+    counts = sorted({int(row["steps"]) for row in engine._fetched_metrics.values()})
+    assert len(counts) >= 3, counts  # ragged indeed
+    assert {length for _, length in engine._executables} == {1}
+    assert result.summary["compilations"]["run_steps"] == 1
+    assert engine.stats.executed_steps == engine.stats.useful_steps  # one client per call: nothing masked
+    # the former default's chunk shapes for these counts (each compiled once): more, and longer
+    former = {length for count in counts for length in step_chunks(count, 10)}
+    assert len(former) >= 3 and sum(former) >= 7, former
