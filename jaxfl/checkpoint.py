@@ -16,6 +16,9 @@ Layout under ``RUN_DIR/checkpoints/``::
                             its groups/buffers/RNGs, client speeds and faults), the engine's
                             bookkeeping, the recorder, and the byte lengths of events.csv and
                             metrics.csv at that moment
+    ckpt-000012/state.pkl.sha256
+                            state.pkl's SHA-256: a state.pkl that differs is unreadable (resume
+                            falls back to the previous checkpoint; absent in older checkpoints)
     ckpt-000012/arrays.json the large arrays of state.pkl kept outside it (see below)
     ckpt-000012/config.json the resolved config the run was started with and its SHA-256
                             (:mod:`jaxfl.resume` refuses to continue under another one)
@@ -46,15 +49,35 @@ and process 0 alone writes the other files, since every process holds the same s
 from __future__ import annotations
 
 import array
+import contextlib
 import hashlib
+import io
 import json
 import os
 import pickle
+import re
 import shutil
+import signal
+import sys
+import threading
+import time
 
 import numpy as np
 
 KEEP = 2
+STATE_DIGEST = "state.pkl.sha256"  # state.pkl's SHA-256 (hex), written beside it
+
+
+class _HashingWriter:
+    """A binary file's ``write`` that also feeds the bytes to a SHA-256."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self.digest = hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        return self._handle.write(data)
 
 
 def _root(run_dir: str) -> str:
@@ -143,10 +166,181 @@ def _unpack(packed: dict, target, packing: dict):
     return {**({"params": packed["params"]} if "params" in target else {}), **tree}
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a quota, a folder gone): its ``tmp-…`` folder is
+    removed and the run's earlier checkpoints are intact; the message says what a resume goes on from."""
+
+
+# a failure of the disk as tensorstore (orbax's writer) reports it: its errno
+_OS_ERROR_CODE = re.compile(r"os_error_code='?(\d+)")
+
+
+def _disk_failure(error: BaseException) -> str | None:
+    """What ``error`` says went wrong with the disk (``No space left on device``), or None if it is
+    not a failure of the disk."""
+    if isinstance(error, OSError) and error.errno is not None:
+        return error.strerror or os.strerror(error.errno)
+    found = _OS_ERROR_CODE.search(str(error))
+    if found:
+        return os.strerror(int(found.group(1)))
+    if isinstance(error, OSError):
+        return _first(error)
+    return None
+
+
+def _first(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:200] if lines else type(error).__name__
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+    """absl's (orbax's) error logs muted: a failed save logs each of its threads' tracebacks before
+    raising, and :func:`save` says it in one line."""
+    import logging
+
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+_CLOSED_LOOP = "RuntimeError: Event loop is closed"
+_HEADER = "Traceback (most recent call last):"
+
+
+class _WithoutClosedLoopTracebacks:
+    """``sys.stderr`` less the tracebacks ending in ``RuntimeError: Event loop is closed``: after a
+    failed save, tensorstore completes the writes still under way into the event loops orbax has
+    closed, and prints one such traceback for each (dozens, also after the run has said why it stopped)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._held = None  # the traceback being written, until its last line says what it is
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._take(text)
+        return len(text)
+
+    def _take(self, text: str) -> None:
+        while text:
+            if self._held is None:
+                if not (text.startswith(_HEADER) or _HEADER.startswith(text)):
+                    self._stream.write(text)
+                    return
+                self._held = ""
+            self._held, text = self._held + text, ""
+            if not (self._held.startswith(_HEADER) or _HEADER.startswith(self._held)):  # not a traceback after all
+                self._stream.write(self._held)
+                self._held = None
+                return
+            lines = self._held.split("\n")
+            for end in range(1, len(lines) - 1):  # the complete lines after the header
+                line = lines[end]
+                if line and not line[0].isspace():  # the exception's line: the traceback is whole
+                    block, text, self._held = "\n".join(lines[:end + 1]) + "\n", "\n".join(lines[end + 1:]), None
+                    if line.strip() != _CLOSED_LOOP:
+                        self._stream.write(block)
+                    break
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def release(self) -> None:
+        """Write what is held (a traceback cut off when the filter is taken away)."""
+        with self._lock:
+            if self._held:
+                self._stream.write(self._held)
+            self._held = None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _wait_for_orbax_threads() -> None:
+    """Wait (a few seconds at most) for orbax's writer threads that a failed save left running, so
+    that nothing writes into the ``tmp-…`` folder once it is removed, and that their noise comes
+    while stderr is filtered and absl muted (:func:`save`)."""
+    try:
+        from orbax.checkpoint._src.futures import future as orbax_future
+
+        kinds = tuple(getattr(orbax_future, name) for name in ("_SignalingThread",) if hasattr(orbax_future, name))
+    except ImportError:
+        kinds = ()
+    deadline = time.monotonic() + 5
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and (isinstance(thread, kinds) or "orbax" in
+                                                         type(thread).__module__):
+            try:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001 - orbax's threads re-raise their failure at join: the one being said
+                pass
+    time.sleep(0.2)  # tensorstore's last completions, into the closed loops
+
+
+@contextlib.contextmanager
+def _sigint_after():
+    """Ctrl-C (SIGINT) during a save waits for its end: interrupted, orbax's writer threads died with
+    the interpreter's shutdown and printed a hundred lines of tracebacks. The interrupt is raised as
+    the save returns (the checkpoint it wrote complete, so the run resumes from it). Only where this
+    is the main thread and SIGINT has Python's handler."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    caught = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dict | None = None) -> str:
     """Write checkpoint ``number`` of a run; returns its folder. ``config`` (JSON-able: the run's
     resolved config and its hash, :func:`jaxfl.resume.checkpoint_config`) goes to ``config.json``.
-    With several processes every process calls it, with the same ``run_dir`` and ``number``."""
+    With several processes every process calls it, with the same ``run_dir`` and ``number``.
+
+    A Ctrl-C during the save is raised once it is written. A save that fails on the disk (full, a
+    quota) removes its ``tmp-…`` folder and raises :class:`CheckpointWriteError` in one line saying
+    what the run keeps and how to go on; another failure removes it too, and is raised as it is."""
+    import jax
+
+    before = latest(run_dir)
+    temporary = os.path.join(_root(run_dir), f"tmp-{number:06d}")
+    stderr = sys.stderr
+    sys.stderr = filtered = _WithoutClosedLoopTracebacks(stderr)  # orbax's noise of a failed save, while it lasts
+    try:
+        with _quiet_absl():
+            try:
+                with _sigint_after():
+                    return _save(run_dir, number, simulation, engine, extra, config)
+            except Exception as failed:
+                _wait_for_orbax_threads()
+                error = failed
+    finally:
+        if sys.stderr is filtered:
+            sys.stderr = stderr
+        filtered.release()
+    if jax.process_index() == 0:
+        shutil.rmtree(temporary, ignore_errors=True)
+    why = _disk_failure(error)
+    if why is None:
+        raise error
+    go_on = (f"logs and checkpoints kept up to update {int(os.path.basename(before)[5:])}; free space and "
+             f"resume with `jaxfl run --resume {run_dir}`" if before is not None else
+             "it has no checkpoint yet; free space and start the run again")
+    raise CheckpointWriteError(f"could not write checkpoint {number} to {run_dir}: {why}; {go_on}") from None
+
+
+def _save(run_dir: str, number: int, simulation, engine, extra: dict, config: dict | None) -> str:
     import jax
 
     root = _root(run_dir)
@@ -162,8 +356,11 @@ def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dic
     if jax.process_count() == 1:  # several processes write each array's slices: left one array per leaf
         tree, packing = _pack(tree)
     checkpointer = _checkpointer()
-    checkpointer.save(os.path.join(temporary, "device"), tree)
-    checkpointer.wait_until_finished()
+    try:
+        checkpointer.save(os.path.join(temporary, "device"), tree)
+        checkpointer.wait_until_finished()
+    finally:
+        checkpointer.close()  # its threads end here, not at the interpreter's exit
     if not writes_files:
         return final
     if packing is not None:
@@ -172,10 +369,13 @@ def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dic
     engine.save_client_state_files(os.path.join(temporary, "client_state"))
     arrays = _ArrayStore(root, _previous_slots(run_dir))
     with open(os.path.join(temporary, "state.pkl"), "wb") as handle:
-        _StatePickler(handle, arrays, getattr(simulation, "num_clients", None)).dump(
+        hashing = _HashingWriter(handle)
+        _StatePickler(hashing, arrays, getattr(simulation, "num_clients", None)).dump(
             {"simulation": simulation, "engine": meta, **extra})
         handle.flush()
         os.fsync(handle.fileno())
+    with open(os.path.join(temporary, STATE_DIGEST), "w") as handle:  # load_state checks state.pkl against it
+        handle.write(hashing.digest.hexdigest() + "\n")
     if arrays.slots:
         with open(os.path.join(temporary, ARRAYS), "w") as handle:
             json.dump({"format": 1, "slots": arrays.slots}, handle)
@@ -207,9 +407,21 @@ def latest(run_dir: str) -> str | None:
 
 def load_state(folder: str) -> dict:
     """The pickled scheduler state of a checkpoint folder (with its arrays kept outside it, checked
-    against their SHA-256)."""
-    with open(os.path.join(folder, "state.pkl"), "rb") as handle:
-        return _StateUnpickler(handle, os.path.join(os.path.dirname(os.path.abspath(folder)), "arrays")).load()
+    against their SHA-256), state.pkl itself checked against the SHA-256 in ``state.pkl.sha256``
+    (ValueError if it differs; a checkpoint of an older jaxfl, without that file, is read unchecked)."""
+    path = os.path.join(folder, "state.pkl")
+    arrays = os.path.join(os.path.dirname(os.path.abspath(folder)), "arrays")
+    digest_path = os.path.join(folder, STATE_DIGEST)
+    if not os.path.isfile(digest_path):
+        with open(path, "rb") as handle:
+            return _StateUnpickler(handle, arrays).load()
+    with open(digest_path) as handle:
+        expected = handle.read().strip()
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if hashlib.sha256(data).hexdigest() != expected:
+        raise ValueError(f"state.pkl is corrupt: its contents do not match the SHA-256 in {STATE_DIGEST}")
+    return _StateUnpickler(io.BytesIO(data), arrays).load()
 
 
 def load_config(folder: str) -> dict | None:
