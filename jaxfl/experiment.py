@@ -49,7 +49,7 @@ import optax
 
 from jaxfl import checkpoint, cluster, resume, stopping
 from jaxfl._devices import place_read_only
-from jaxfl.loggers import check_loggers, open_loggers
+from jaxfl.loggers import check_loggers, logger_names, logger_offsets, open_loggers
 from jaxfl.algorithms import build, device_hooks, get as get_algorithm
 from jaxfl.config import (FIELDS_ADDED, SECTION_OF, USER_PREFIX, ConfigError, DataConfig, RunConfig,
                           _count_budgets, checkpoint_min_interval, fail, validate)
@@ -1089,7 +1089,17 @@ def _with_inputs(config: RunConfig, data, user: UserInputs, resume_dir: str | No
 def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, resume_dir: str | None,
                 loggers: list, recorded: dict | None) -> RunResult:
     """:func:`run_experiment` of a validated ``config`` naming its data and ``user``'s objects
-    (``recorded``: a resumed run's record of them, read with its config)."""
+    (``recorded``: a resumed run's record of them, read with its config). A resume holds the run
+    directory's lock (:func:`jaxfl.resume.holding_lock`) from before any work to the run's end: a
+    second process resuming it, or one running it, is refused in one line."""
+    if resume_dir is None or jax.process_index() != 0:  # a new run takes it once its folder exists (_run)
+        return _experiment_in(config, dataset, user, resume_dir, loggers, recorded)
+    with resume.holding_lock(resume_dir):
+        return _experiment_in(config, dataset, user, resume_dir, loggers, recorded)
+
+
+def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs, resume_dir: str | None,
+                   loggers: list, recorded: dict | None) -> RunResult:
     if loggers and config.timing_only:
         raise ValueError("loggers receive metrics rows, and a timing-only run evaluates nothing: drop the "
                          "loggers (--log-to) or run without timing_only")
@@ -1112,8 +1122,17 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
         config = dataclasses.replace(config, output_dir=scratch, progress=False)
         loggers = []  # process 0 logs the run
     located: dict = {}  # the run's folder, once it has one
+
+    def last_words() -> str | None:  # SIGTERM before the first event: what the run folder keeps, as Ctrl-C says
+        if "run_dir" not in located:
+            return None
+        return str(RunInterrupted(located["run_dir"], None if config.timing_only else
+                                  _newest_checkpoint(located["run_dir"]), config.timing_only,
+                                  given_again=given_again))
+
     try:
-        with contextlib.ExitStack() as accepting:  # _run enters it at the first event; it ends with the run
+        with stopping.said_on_sigterm(last_words), \
+                contextlib.ExitStack() as accepting:  # _run enters it at the first event; it ends with the run
             result = _run(config, dataset, federation, model, params, resume_dir, user, loggers, output_dir, located,
                           accepting)
         if scratch is not None:  # the run's directory is process 0's: the scratch folder goes now
@@ -1190,9 +1209,11 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         run_dir = _run_dir(config, algorithm.name)
         os.makedirs(run_dir)
         located["run_dir"] = run_dir
+        if accepting is not None:  # no resume of it writes there while it runs (until the caller's end of the run)
+            accepting.enter_context(resume.holding_lock(run_dir))
         user.save(run_dir)
         _write_run_config(run_dir, config, params, federation, plan, dataset=dataset,
-                          user_inputs=user.record(params))
+                          user_inputs=user.record(params), log_to=logger_names(loggers))
         shared_dir = run_dir
         if jax.process_count() > 1:  # process 0's folder name: it may end in -2, -3... (see _run_dir)
             shared_dir = os.path.join(shared_output_dir or config.output_dir,
@@ -1215,7 +1236,9 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     # a process other than 0 starts its scratch logs afresh (process 0 keeps the run's, cut back)
     events_file, metrics_file, class_file = _open_logs(run_dir, saved["offsets"] if saved and run_dir == shared_dir
                                                        else None, metric_fields, dataset.num_classes)
-    loggers = open_loggers(loggers, run_dir, config.to_dict(), resumed=saved is not None)
+    loggers = open_loggers(loggers, run_dir, config.to_dict(), resumed=saved is not None,
+                           offsets=saved.get("logger_offsets") if saved else None,
+                           version=saved["simulation"].version if saved else None)
     with contextlib.ExitStack() as closing:  # every file and logger is closed, also after an error
         for file in (events_file, metrics_file, class_file):
             if file is not None:
@@ -1236,6 +1259,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         recorder.stats = engine.stats
         checkpoints = _Checkpointer(config, shared_dir, engine, recorder, events_file, metrics_file, saved,
                                     class_file)
+        checkpoints.loggers = loggers  # log.csv's length goes into each checkpoint, to cut back to on resume
         wall_clock = lambda: checkpoints.wall_before + time.perf_counter() - wall_start  # noqa: E731
         if saved is None:
             simulation = Simulation(policy, speeds, federation.weights(config.client_weights), engine,
@@ -1373,10 +1397,12 @@ def _progress_bar(config: RunConfig, name: str):
 
 
 def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan: ExecutionPlan | None,
-                      dataset: Dataset | None = None, user_inputs: dict | None = None) -> None:
+                      dataset: Dataset | None = None, user_inputs: dict | None = None,
+                      log_to: list[str] | None = None) -> None:
     """config.json: the resolved config, how it runs (no plan and no backend: timing only), versions,
     and what the data turned out to be (classes, sizes, the normalisation statistics used),
-    and what the run took besides the config (``user_inputs``: names and fingerprints)."""
+    and what the run took besides the config (``user_inputs``: names and fingerprints), and the
+    named loggers (``log_to``: a resume goes on with them)."""
     described = {} if dataset is None else {"dataset": {
         "name": dataset.name, "kind": dataset.kind, "input_shape": list(dataset.input_shape),
         "dtype": str(dataset.train_x.dtype), "num_classes": dataset.num_classes,
@@ -1390,6 +1416,7 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
         "model_parameters": count_params(params["params"]),
         "model_state_values": count_params(params.get("state", {})), "client_samples": write_client_samples(run_dir, federation.counts),
         **described, **({"user_inputs": user_inputs} if user_inputs else {}),
+        **({"log_to": log_to} if log_to else {}),
         # what the config's relative paths (data_dir, file.py:Class) are relative to (resume checks it)
         "working_directory": os.getcwd()})
 
@@ -1597,7 +1624,8 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
                       loss=None,
                       metrics=None,
                       loggers=None,
-                      spelling=None) -> RunResult:
+                      spelling=None,
+                      again_if_finished: bool = True) -> RunResult:
     """Continue the run in ``run_dir`` from its newest readable checkpoint (``jaxfl run --resume RUN_DIR``).
 
     The run keeps the config it was started with: ``overrides`` (config-file names, as flags give
@@ -1610,9 +1638,13 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     A run made with Python objects (``run_experiment(model=..., client_optimizer=..., loss=...,
     metrics=...)``) needs them again, and is refused with the list of what is missing; the speeds
     array is read back from the run directory (``time_per_step``, if given, must equal it);
-    ``init_params`` are not needed (the checkpoint holds the model) and, if given, must be the run's. ``loggers`` as in :func:`run_experiment` (they see the rows from the checkpoint on).
+    ``init_params`` are not needed (the checkpoint holds the model) and, if given, must be the run's. ``loggers`` as in :func:`run_experiment` (they see the rows from the checkpoint on);
+    None: the named loggers the run was started with (``config.json``'s ``log_to``), whose files
+    (``log.csv``, TensorBoard's events) are cut back to the checkpoint and continued.
     ``spelling(name, value)`` writes a refused override as the user gave it (``jaxfl run --resume``:
-    as its flag).
+    as its flag). A run that has finished (its ``summary.json`` is written) is run from its newest
+    checkpoint again; with ``again_if_finished=False`` (``jaxfl run --resume``) it is a
+    :class:`jaxfl.resume.RunFinished` instead, after the checks of the flags, and the run is left untouched.
 
     >>> resume_experiment("/tmp/jaxfl-doc/no-such-run")
     Traceback (most recent call last):
@@ -1623,12 +1655,17 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     may_differ = {} if progress is None else {"progress": progress}
     for name in [name for name in overrides if name.replace("-", "_") in resume.MAY_DIFFER]:
         may_differ[name.replace("-", "_")] = overrides.pop(name)
-    config, recorded = resume.read_run(run_dir, may_differ)
+    config, recorded, written = resume.read_run_and_record(run_dir, may_differ)
+    if loggers is None:  # the loggers the run was started with (--log-to) go on logging it
+        loggers = written.get("log_to") or None
     if data is not None and config.data_fingerprint is None:
         raise resume.ResumeError(f"cannot resume {run_dir!r} with data=: it was made on dataset {config.dataset!r}, "
                                  "loaded by name, not on data passed in Python; resume it without data=")
     resume.refuse_changes(config, overrides, spelling)
     resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
+    finished = None if again_if_finished else resume.finished_run(run_dir)
+    if finished is not None:
+        raise finished
     loggers = check_loggers(loggers)
     user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
                       time_per_step=time_per_step, loss=loss, metrics=metrics)
@@ -1657,6 +1694,7 @@ class _Checkpointer:
         self.stored_config = resume.checkpoint_config(config)
         self.stoppable = False  # True while a stop may be requested between events (one process alone)
         self._saved_after_event = -1  # simulation.events_processed at the newest checkpoint of this process
+        self.loggers = []  # the run's loggers (log.csv's length is recorded with each checkpoint)
 
     def stop_here(self, simulation: Simulation) -> None:
         """The stop :func:`jaxfl.stopping.request_stop` asked for: a checkpoint of this point between
@@ -1690,6 +1728,7 @@ class _Checkpointer:
             os.fsync(self.classes.fileno())
             offsets[CLASS_ACCURACY_NAME] = self.classes.tell()
         extra = {"recorder": self.recorder.state_dict(), "offsets": offsets, "resumes": self.resumes,
+                 "logger_offsets": logger_offsets(self.loggers, self.run_dir),
                  "wall_time": self.wall_before + time.perf_counter() - self._started}
         checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra, config=self.stored_config)
         self.last_version = simulation.version

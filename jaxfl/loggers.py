@@ -71,11 +71,25 @@ class CSVLogger:
 
     name = "csv"
 
-    def __init__(self, path: str, append: bool = False):
+    def __init__(self, path: str, append: bool = False, offset: int | None = None):
+        """``append``: continue the file at ``path`` (a resumed run's); ``offset``: cut it back to that
+        many bytes first (what :meth:`position` said at the checkpoint the run resumes from), so
+        that rows written after it, which the resumed run writes again, are not doubled."""
         self.path = path
+        if append and offset is not None and os.path.isfile(path) and os.path.getsize(path) >= offset:
+            with open(path, "r+b") as handle:
+                handle.truncate(offset)
         self.append = append and os.path.isfile(path) and os.path.getsize(path) > 0
         self._handle = None
         self._writer = None
+
+    def position(self) -> int:
+        """The file's length in bytes with every row so far on the disk (a checkpoint records it)."""
+        if self._handle is not None:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            return self._handle.tell()
+        return os.path.getsize(self.path) if self.append and os.path.isfile(self.path) else 0
 
     def log(self, row: dict, step: int) -> None:
         if self._writer is None:
@@ -127,14 +141,18 @@ class TensorBoardLogger:
 
     name = "tensorboard"
 
-    def __init__(self, log_dir: str):
+    def __init__(self, log_dir: str, purge_step: int | None = None):
+        """``purge_step``: a resumed run's first step after its checkpoint; TensorBoard drops the
+        points the interrupted run wrote from that step on (the resumed run writes them again)."""
         self.log_dir = log_dir
+        self.purge_step = purge_step
         self._writer_class = tensorboard_writer_class()
         self._writer = None
 
     def log(self, row: dict, step: int) -> None:
         if self._writer is None:
-            self._writer = self._writer_class(self.log_dir)
+            self._writer = self._writer_class(self.log_dir, **({} if self.purge_step is None else
+                                                               {"purge_step": self.purge_step}))
         for key, value in row.items():
             if key != "version" and isinstance(value, numbers.Real) and not isinstance(value, bool) \
                     and math.isfinite(value):
@@ -231,19 +249,29 @@ def parse_log_to(text: str) -> list[str]:
     return names
 
 
-def open_loggers(loggers, run_dir: str, config: dict, resumed: bool = False) -> list:
+CSV_LOG = "log.csv"  # --log-to csv's file in the run directory
+
+
+def open_loggers(loggers, run_dir: str, config: dict, resumed: bool = False, offsets: dict | None = None,
+                 version: int | None = None) -> list:
     """Build the named loggers in ``run_dir`` and call each logger's ``start(run_dir, config)``.
+    A resumed run (``resumed``) continues ``log.csv`` cut back to ``offsets["log.csv"]`` (its length at
+    the checkpoint, :func:`logger_offsets`) and has TensorBoard drop the steps after ``version`` (the
+    checkpoint's), so that no row is doubled.
 
     >>> import tempfile
     >>> [type(logger).__name__ for logger in open_loggers(["csv"], tempfile.mkdtemp(), {})]
     ['CSVLogger']
     """
     built = []
+    offsets = offsets or {}
     for logger in loggers:
         if logger == "csv":
-            logger = CSVLogger(os.path.join(run_dir, "log.csv"), append=resumed)
+            logger = CSVLogger(os.path.join(run_dir, CSV_LOG), append=resumed,
+                               offset=offsets.get(CSV_LOG) if resumed else None)
         elif logger == "tensorboard":
-            logger = TensorBoardLogger(os.path.join(run_dir, "tensorboard"))
+            logger = TensorBoardLogger(os.path.join(run_dir, "tensorboard"),
+                                       purge_step=version + 1 if resumed and version is not None else None)
         elif logger == "wandb":
             logger = WandbLogger()
         start = getattr(logger, "start", None)
@@ -253,5 +281,22 @@ def open_loggers(loggers, run_dir: str, config: dict, resumed: bool = False) -> 
     return built
 
 
+def logger_offsets(loggers, run_dir: str) -> dict:
+    """What a checkpoint records of the built-in file loggers: ``{"log.csv": bytes}`` for the run's
+    ``log.csv`` (its rows on the disk), which :func:`open_loggers` cuts back to on resume."""
+    path = os.path.abspath(os.path.join(run_dir, CSV_LOG))
+    return {CSV_LOG: logger.position() for logger in loggers
+            if isinstance(logger, CSVLogger) and os.path.abspath(logger.path) == path}
+
+
+def logger_names(loggers) -> list[str]:
+    """The names among ``loggers`` (``--log-to``'s), which ``config.json`` records for a resume.
+
+    >>> logger_names(["csv", CSVLogger("/tmp/x.csv")])
+    ['csv']
+    """
+    return [logger for logger in loggers or () if isinstance(logger, str)]
+
+
 __all__ = ["LOGGER_NAMES", "CSVLogger", "MetricsLogger", "TensorBoardLogger", "WandbLogger", "check_loggers",
-           "open_loggers", "parse_log_to", "tensorboard_writer_class"]
+           "logger_names", "logger_offsets", "open_loggers", "parse_log_to", "tensorboard_writer_class"]

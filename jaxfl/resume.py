@@ -22,12 +22,14 @@ of its canonical JSON, in its ``config.json``. Resuming
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import math
 import os
 import shlex
+import time
 import warnings
 from typing import Any, Mapping
 
@@ -45,6 +47,84 @@ _STATE_KEYS = ("simulation", "engine", "recorder", "offsets", "resumes", "wall_t
 
 class ResumeError(ValueError):
     """A run cannot be resumed as asked; the message says why and what to do, in one line."""
+
+
+class RunFinished(ResumeError):
+    """``jaxfl run --resume`` of a run that has finished (its ``summary.json`` is written): there is
+    nothing to resume, and the run is left as it is."""
+
+
+def finished_run(run_dir: str) -> RunFinished | None:
+    """A :class:`RunFinished` saying how ``run_dir`` ended, if it has finished; None if it has not.
+
+    >>> finished_run("/nonexistent") is None
+    True
+    """
+    path = os.path.join(run_dir, "summary.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as handle:
+            summary = json.load(handle)
+        how = f" ({summary['global_updates']} updates, stop: {summary['stop_reason']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        how = ""
+    return RunFinished(f"{run_dir} has already finished{how}: nothing to resume, the run is left as it is "
+                       f"(its summary.json, logs and checkpoints are unchanged)")
+
+
+class InUse(ValueError):
+    """A run or sweep directory that another process is writing (it holds the folder's ``.lock``):
+    refused in one line naming that process, before this one writes anything there."""
+
+
+LOCK = ".lock"  # in a run directory (a run or resume writing it) and a sweep directory (a sweep running it)
+
+
+@contextlib.contextmanager
+def holding_lock(folder: str, what: str = "run directory", again: str = "jaxfl run --resume"):
+    """Hold an exclusive ``flock`` on ``folder/.lock`` (which records this process's id) while inside:
+    two processes writing one run (or sweep) directory would interleave their rows and checkpoints.
+    Another process holding it is an :class:`InUse` naming its id. The lock goes with the process
+    (also when it is killed); the empty ``.lock`` file stays.
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with holding_lock(folder):
+    ...     int(open(os.path.join(folder, LOCK)).read()) == os.getpid()
+    True
+    """
+    import fcntl
+
+    path = os.path.join(folder, LOCK)
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # BlockingIOError: held by another process (its id is written just after it took it)
+        holder = ""
+        for _ in range(20):
+            handle.seek(0)
+            holder = handle.read().strip()
+            if holder:
+                break
+            time.sleep(0.01)
+        handle.close()
+        raise InUse(f"{folder} is in use by process {holder or '(unknown)'}, which is writing this {what}: two "
+                    f"processes at once would corrupt it; wait for that one to end (or stop it) and then "
+                    f"{again} {shlex.quote(folder)}") from None
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        try:
+            handle.seek(0)
+            handle.truncate()
+        except OSError:
+            pass
+        handle.close()  # releases the lock
 
 
 class ResumeWarning(UserWarning):
@@ -155,6 +235,12 @@ def read_run(run_dir: str, may_differ: Mapping[str, Any] | None = None) -> tuple
     Traceback (most recent call last):
     jaxfl.resume.ResumeError: cannot resume '/nonexistent': no such directory
     """
+    return read_run_and_record(run_dir, may_differ)[:2]
+
+
+def read_run_and_record(run_dir: str, may_differ: Mapping[str, Any] | None = None) -> tuple[RunConfig, dict, dict]:
+    """:func:`read_run`'s ``(config, user_inputs)`` and the whole ``config.json`` it read them from
+    (its ``log_to``: the loggers the run was started with), from one read of the file."""
     written = read_record(run_dir)
     values = {**written["config"], **(may_differ or {})}
     other = sorted(set(may_differ or {}) - set(MAY_DIFFER))
@@ -167,7 +253,7 @@ def read_run(run_dir: str, may_differ: Mapping[str, Any] | None = None) -> tuple
                           f"names {', '.join(relative)} relative to that folder; resume it from there "
                           f"(cd {shlex.quote(elsewhere)})")
     try:
-        return config_from_mapping(values), written.get("user_inputs", {})
+        return config_from_mapping(values), written.get("user_inputs", {}), written
     except (ConfigError, TypeError, ValueError) as error:
         text = str(error).strip().splitlines()  # whole: a reference's cause comes after the list of names
         where = (f" (it was started in {elsewhere!r}: a module it names may be importable from there alone)"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 
 __all__ = ["StopRequested", "request_stop", "stop_on_sigterm", "stop_requested", "take_stop_request"]
@@ -48,6 +49,7 @@ class StopRequested(KeyboardInterrupt):
 class _State:
     requested: str | None = None  # why a stop was asked for, until the stop is done
     accepting = 0  # loops of this process that check for a request between their steps
+    last_words = None  # () -> str | None: what SIGTERM leaves behind where it ends the process at once
 
 
 _state = _State()
@@ -100,9 +102,35 @@ def _on_sigterm(signum, frame) -> None:
     if _state.accepting:
         request_stop("SIGTERM")  # a second SIGTERM (a whole job's processes, then the sweep's forward) asks again
         return
-    # no loop would see the request: end the process as SIGTERM's default action does
+    # no loop would see the request: end the process as SIGTERM's default action does, saying
+    # first what it leaves (a run folder without its first event), as an interrupt would
+    said = None
+    try:
+        said = _state.last_words() if _state.last_words is not None else None
+    except Exception:  # noqa: BLE001 - the process ends regardless
+        pass
+    if said:
+        sys.stderr.write(f"jaxfl: stopped by SIGTERM: {said}\n")
+        sys.stderr.flush()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def said_on_sigterm(last_words):
+    """Inside it, SIGTERM under :func:`stop_on_sigterm` that ends the process at once (no run
+    accepting a stop yet) first writes ``jaxfl: stopped by SIGTERM: <last_words()>`` to stderr,
+    when ``last_words()`` returns a text (what a run folder made so far keeps).
+
+    >>> with said_on_sigterm(lambda: "runs/x has no checkpoint yet"):
+    ...     _state.last_words()
+    'runs/x has no checkpoint yet'
+    """
+    previous, _state.last_words = _state.last_words, last_words
+    try:
+        yield
+    finally:
+        _state.last_words = previous
 
 
 @contextlib.contextmanager

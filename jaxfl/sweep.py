@@ -547,8 +547,10 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     writes a file; a bad value raises :class:`~jaxfl.config.ConfigError` naming the cell. The runs
     share their compiled programs (:func:`jaxfl.comparison.shared_compilations`). A run stopped by a
     numerical error is a finished cell (its ``stop_reason`` says so). Example: the module docstring.
+    A second sweep of the same folder while this one runs is refused (:class:`jaxfl.resume.InUse`,
+    naming this process): the sweep holds ``SWEEP_DIR/.lock`` to its end.
     """
-    from jaxfl.comparison import shared_compilations
+    from jaxfl.resume import holding_lock
 
     if isinstance(base, RunConfig):
         base = base_mapping(base)
@@ -563,6 +565,18 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     if any(state != "finished" for state in states.values()):
         _prepare_all([cell for cell in cells if states[cell.index] != "finished"])
     os.makedirs(os.path.join(sweep_dir, "runs"), exist_ok=True)
+    # one sweep at a time in a folder: a second (the same command in another shell) is refused in one line
+    with holding_lock(sweep_dir, "sweep directory", "run the same jaxfl sweep command"):
+        states = {cell.index: cell_state(cell.run_dir) for cell in cells}  # as they are now it is held
+        shares = _check_jobs(jobs, sweep_dir, cells, states)
+        return _run_locked(sweep_dir, base, grid, size, cells, jobs, states, shares, progress, echo, earlier, notes)
+
+
+def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell], jobs: int, states: dict,
+                shares, progress: bool, echo, earlier, notes: list) -> SweepResult:
+    """:func:`run_sweep` once it holds the sweep directory's lock."""
+    from jaxfl.comparison import shared_compilations
+
     _write_definition(sweep_dir, base, grid, size, cells, jobs, states)
     done = {"new": [], "resumable": [], "restart": [], "finished": []}
     bar = None
