@@ -35,6 +35,7 @@ from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, C
                           _server_readers_text, algorithms_reading, annotation_text, config_from_mapping,
                           fields_not_read_by, flat_once, load_config_file, option_namespaces,
                           split_algorithm_options)
+from jaxfl.checkpoint import CheckpointWriteError
 from jaxfl.engine import NumericalError, ResourceError
 
 _HELP = {
@@ -53,6 +54,8 @@ _HELP = {
     "batching": "defer dispatches and train the in-flight work together (--no-batching: one at a time)",
     "output_dir": "folder that receives one run directory per run",
 }
+# a checkpoint that could not be written (a full disk): sysexits' EX_IOERR, not 2 (bad input) or 1 (a numerical error)
+CHECKPOINT_WRITE_STATUS = 74
 _ALIASES = {"client_lr": ["--lr"], "output_dir": ["--out"], "local_steps": ["--steps"]}
 
 # What ``jaxfl run --help`` prints above and below the flags (plain text: argparse shows it verbatim).
@@ -456,6 +459,8 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         base, grid = _sweep_values(args)
         result = run_sweep(base, grid, args.sweep_dir, size=args.size, progress=args.progress,
                            echo=None if args.progress else print, jobs=args.jobs)
+    except CheckpointWriteError as error:  # a full disk: the same command goes on once there is space
+        parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError, argparse.ArgumentTypeError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
     except CellFailed as error:  # a cell of a parallel sweep (--jobs): its error and output, no traceback of ours
@@ -618,7 +623,7 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     import warnings
 
     from jaxfl.experiment import resume_experiment
-    from jaxfl.resume import ResumeWarning
+    from jaxfl.resume import ResumeWarning, RunFinished
 
     show = warnings.showwarning
 
@@ -631,9 +636,12 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     flags = {key: value for key, value in vars(args).items()
              if value is not None and (key in FIELDS or "." in key) and key != "progress"}
 
-    def spelling(name: str, value) -> str:  # as the user wrote it
+    def spelling(name: str, value) -> str:  # as the user wrote it (a bool as --X or --no-X, as typed)
         if name in flags:
-            return f"--{name.replace('_', '-')} {value}"
+            flag = name.replace('_', '-')
+            if isinstance(value, bool):
+                return f"--{flag}" if value else f"--no-{flag}"
+            return f"--{flag} {value}"
         return f"{name}={value!r} (in {args.config})"
 
     try:
@@ -647,7 +655,12 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             # --time-per-step is checked against the array the run saved
             result = resume_experiment(args.resume, progress=in_file if args.progress is None else args.progress,
                                        overrides=given, spelling=spelling, time_per_step=times,
-                                       loggers=args.log_to)
+                                       loggers=args.log_to, again_if_finished=False)
+    except RunFinished as finished:  # said, and the run left as it is (not re-finished)
+        print(f"jaxfl: {finished}")
+        return 0
+    except CheckpointWriteError as error:
+        parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")
     except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
     except NumericalError as error:
@@ -800,6 +813,87 @@ class _FinishedRun(typing.NamedTuple):
     summary: dict
 
 
+def _earlier_run(config: RunConfig) -> tuple[str, str] | None:
+    """``(run_dir, state)`` of a run of this very config (the same record as a resume compares) that
+    an earlier, interrupted ``jaxfl run --algorithm a,b,...`` left under its output_dir: ``finished``
+    or ``resumable`` (a checkpoint to go on from); None if there is none (a run without a
+    checkpoint starts again, in a new folder)."""
+    import warnings
+
+    from jaxfl import checkpoint
+    from jaxfl.config import config_from_mapping, validate
+    from jaxfl.experiment import run_name
+    from jaxfl.resume import ResumeError, config_record, read_record
+
+    try:
+        with warnings.catch_warnings():  # the run's own warnings come once, from the run
+            warnings.simplefilter("ignore")
+            wanted = config_record(validate(config))
+            name = config.run_name or run_name(config, algorithms.get(config.algorithm).name)
+    except (ConfigError, ValueError, KeyError, TypeError):
+        return None
+    if not os.path.isdir(config.output_dir):
+        return None
+    for folder in sorted(os.listdir(config.output_dir)):
+        if folder != name and not re.fullmatch(re.escape(name) + r"-\d+", folder):
+            continue
+        run_dir = os.path.join(config.output_dir, folder)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if config_record(validate(config_from_mapping(read_record(run_dir)["config"]))) != wanted:
+                    continue
+        except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
+            continue
+        if os.path.isfile(os.path.join(run_dir, "summary.json")):
+            return run_dir, "finished"
+        if checkpoint.latest(run_dir) is not None:
+            return run_dir, "resumable"
+    return None
+
+
+def _comparison_run(config: RunConfig, times, log_to):
+    """One run of a comparison: reused if a run of this config has finished under output_dir,
+    resumed if one was cut short after a checkpoint, else run (what ``jaxfl sweep`` does with a cell)."""
+    import json
+
+    from jaxfl.experiment import resume_experiment, run_experiment
+
+    earlier = _earlier_run(config)
+    if earlier is not None and earlier[1] == "finished":
+        with open(os.path.join(earlier[0], "summary.json")) as handle:
+            print(f"{config.algorithm}: already finished in {earlier[0]} (reused)")
+            return _FinishedRun(earlier[0], json.load(handle))
+    if earlier is not None:
+        print(f"{config.algorithm}: resuming {earlier[0]}")
+        return resume_experiment(earlier[0], progress=config.progress, time_per_step=times, loggers=log_to)
+    return run_experiment(config, time_per_step=times, loggers=log_to)
+
+
+class _ComparisonInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during ``jaxfl run --algorithm a,b,...``: the runs finished, the one cut
+    (and what its folder keeps), those not run, and the command that finishes the comparison."""
+
+    def __init__(self, interrupt: KeyboardInterrupt, configs: list, position: int, results: list, argv: list):
+        super().__init__(str(interrupt))
+        self.reason = getattr(interrupt, "reason", None)
+        names = [config.algorithm for config in configs]
+        finished = ", ".join(f"{name} ({result.run_dir})" for name, result in zip(names, results)) or "none"
+        cut = names[position]
+        if getattr(interrupt, "run_dir", None) is not None:
+            cut = f"{cut}: {interrupt}"
+        else:
+            cut = f"{cut}, before its run folder was made"
+        left = ", ".join(names[position + 1:]) or "none"
+        again = "resumed from its checkpoint" if getattr(interrupt, "checkpoint", None) else "started again"
+        self.message = (f"comparison {','.join(names)} cut short, comparison.csv not written; finished: {finished}; "
+                        f"interrupted: {cut}; not run: {left}; {shlex.join(['jaxfl', *argv])} goes on (finished "
+                        f"runs reused, the interrupted one {again}) and writes the comparison")
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def _print_comparison(results, output_dir: str) -> None:
     """The comparison table, then where the table, the plot and the run directories are."""
     from jaxfl.comparison import format_table, write_comparison
@@ -837,7 +931,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:
         from jaxfl.experiment import RunInterrupted
 
-        said = f": {interrupt}" if isinstance(interrupt, RunInterrupted) else ""
+        said = f": {interrupt}" if isinstance(interrupt, (RunInterrupted, _ComparisonInterrupted)) else ""
         print(f"jaxfl: {_interrupted_how(interrupt)}{said}", file=sys.stderr)
         return _interrupted_status(interrupt)
 
@@ -911,8 +1005,16 @@ def _main(argv: list[str] | None) -> int:
             for config in configs:  # (one run checks them itself before writing, without building twice)
                 check_buildable(config)
         results = []
-        for config in configs:
-            result = run_experiment(config, time_per_step=times, loggers=args.log_to)
+        for position, config in enumerate(configs):
+            try:
+                if len(configs) > 1:  # the same comparison again goes on: finished runs reused, a cut one resumed
+                    result = _comparison_run(config, times, args.log_to)
+                else:
+                    result = run_experiment(config, time_per_step=times, loggers=args.log_to)
+            except KeyboardInterrupt as interrupt:
+                if len(configs) > 1:  # what is finished, what was cut, what never ran, and how to go on
+                    raise _ComparisonInterrupted(interrupt, configs, position, results, argv) from None
+                raise
             # what the comparison reads of a run, kept alone: the result's model, engine and
             # simulation go now, not once every run is over, so that the next run's memory (and its
             # peak_host_memory_mb) is its own
@@ -929,6 +1031,8 @@ def _main(argv: list[str] | None) -> int:
                   f"{target}, {summary['global_updates']} updates, "
                   f"stop: {summary['stop_reason']} → {result.run_dir}")
             results.append(result)
+    except CheckpointWriteError as error:  # a full disk: not bad input; the run keeps its earlier checkpoints
+        parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
     except NumericalError as error:  # the run directory keeps everything logged until then

@@ -149,6 +149,7 @@ def test_a_corrupt_state_pkl_falls_back_to_the_previous_checkpoint(finished, tmp
     run = copy_run(finished, tmp_path)
     with open(os.path.join(run, "checkpoints", "ckpt-000003", "state.pkl"), "wb") as handle:
         handle.write(b"garbage\n")
+    os.remove(os.path.join(run, "summary.json"))  # as if cut off after its last checkpoint (a finished run is left as it is)
     capsys.readouterr()
     # flags equal to the run's are accepted with --resume
     assert cli.main(["run", "--resume", run, "--clients", "4", "--algorithm", "fedbuff", "--no-progress"]) == 0
@@ -179,6 +180,7 @@ def test_no_readable_checkpoint_is_a_one_line_error(finished, tmp_path, capsys):
     shutil.rmtree(os.path.join(run, "checkpoints", "ckpt-000003", "device"))
     with open(os.path.join(run, "checkpoints", "ckpt-000002", "state.pkl"), "wb") as handle:
         handle.write(b"x")
+    os.remove(os.path.join(run, "summary.json"))  # unfinished (the command line leaves a finished run as it is)
     before = logs(run)
     with pytest.raises(ResumeError) as caught:
         resume_experiment(run, progress=False)
@@ -217,6 +219,7 @@ def test_a_checkpoint_without_the_simulations_step_count_resumes_to_the_same_run
     state["simulation"].__dict__.pop("aggregated_steps", None)  # as a checkpoint from before the budgets
     with open(state_path, "wb") as handle:
         pickle.dump(state, handle)
+    os.remove(state_path + ".sha256")  # older checkpoints have no digest of state.pkl either
     with pytest.warns(ResumeWarning, match="trying ckpt-000002"):
         resumed = resume_experiment(run, progress=False)
     assert_same_run(full, resumed, "resumed from a checkpoint without the simulation's step count")
@@ -249,6 +252,7 @@ def test_logs_shorter_than_the_newest_checkpoint_fall_back_to_one_they_reach(fin
 def test_a_missing_log_is_a_one_line_error_that_cuts_no_other_log(finished, tmp_path, capsys):
     run = copy_run(finished, tmp_path)
     os.remove(os.path.join(run, "metrics.csv"))
+    os.remove(os.path.join(run, "summary.json"))  # unfinished (the command line leaves a finished run as it is)
     events = pathlib.Path(run, "events.csv").read_bytes()
     with pytest.raises(ResumeError) as caught:
         resume_experiment(run, progress=False)

@@ -1,0 +1,331 @@
+"""Resume and interruption safety found in review: --log-to csv after a resume (no doubled rows, the
+logger kept), one run folder resumed by two processes at once, a corrupt state.pkl, a finished run
+resumed again, SIGTERM before the first event, a refused flag spelled as typed, a checkpoint that
+cannot be written (disk full), Ctrl-C during a save, an interrupted comparison."""
+import csv
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import jaxfl
+from jaxfl import checkpoint, cli
+from jaxfl.resume import ResumeWarning
+from jaxfl.testing import events_without_wall_time, metrics_without_wall_time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = dict(algorithm="fedavg", model="logreg", clients=3, local_steps=2, batch_size=8, stop_at_target=False,
+            progress=False)
+
+
+class CtrlC:
+    """A Ctrl-C at the n-th metrics row (after the loggers before it have logged that row)."""
+
+    def __init__(self, at):
+        self.at, self.seen = at, 0
+
+    def log(self, row, step):
+        self.seen += 1
+        if self.seen == self.at:
+            raise KeyboardInterrupt
+
+    def close(self):
+        pass
+
+
+def rows(path) -> list[dict]:
+    with open(path, newline="") as handle:
+        return [{k: v for k, v in row.items() if k != "wall_time"} for row in csv.DictReader(handle)]
+
+
+def test_log_to_csv_is_cut_back_on_resume_and_kept_by_a_resume_without_log_to(tmp_path, capsys):
+    full = jaxfl.run_experiment(jaxfl.RunConfig(**TINY, max_updates=6, checkpoint_every=2, output_dir=str(tmp_path),
+                                                run_name="full"), loggers=["csv"])
+    with pytest.raises(jaxfl.RunInterrupted) as cut:  # at version 3's row: checkpoint 2, log.csv has row 3
+        jaxfl.run_experiment(jaxfl.RunConfig(**TINY, max_updates=6, checkpoint_every=2, output_dir=str(tmp_path),
+                                             run_name="cut"), loggers=["csv", CtrlC(4)])
+    run = cut.value.run_dir
+    assert cut.value.update == 2 and [r["version"] for r in rows(os.path.join(run, "log.csv"))] == ["0", "1", "2", "3"]
+    assert json.loads(pathlib.Path(run, "config.json").read_text())["log_to"] == ["csv"]
+    assert cli.main(["run", "--resume", run, "--no-progress"]) == 0  # no --log-to: the run's csv logger goes on
+    logged = rows(os.path.join(run, "log.csv"))
+    assert [r["version"] for r in logged] == [r["version"] for r in rows(os.path.join(run, "metrics.csv"))] == \
+        [str(v) for v in range(7)]  # once each (version 3 was logged twice)
+    assert logged == rows(os.path.join(full.run_dir, "log.csv"))
+
+
+def test_a_refused_boolean_flag_is_spelled_as_typed(tmp_path, capsys):
+    run = jaxfl.run_experiment(jaxfl.RunConfig(**TINY, max_updates=1, output_dir=str(tmp_path))).run_dir
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["run", "--resume", run, "--no-final-checkpoint"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1
+    assert "--no-final-checkpoint (the run has True)" in err and "--final-checkpoint False" not in err, err
+
+
+def test_a_corrupt_state_pkl_with_valid_pickle_bytes_is_found_by_its_sha256(tmp_path):
+    full = jaxfl.run_experiment(jaxfl.RunConfig(**TINY, max_updates=3, checkpoint_every=1, output_dir=str(tmp_path),
+                                                run_name="full"))
+    run = tmp_path / "run"
+    import shutil
+
+    shutil.copytree(full.run_dir, run)
+    os.remove(run / "summary.json")  # as if killed after its last checkpoint
+    state = run / "checkpoints" / "ckpt-000003" / "state.pkl"
+    data = bytearray(state.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 50] = bytes(50)
+    state.write_bytes(bytes(data))
+    with pytest.warns(ResumeWarning, match="ckpt-000003: state.pkl unreadable .*SHA-256"):
+        resumed = jaxfl.resume_experiment(str(run), progress=False)
+    assert resumed.summary["global_updates"] == 3
+    assert (run / "checkpoints" / "skipped" / "ckpt-000003").is_dir()
+    assert events_without_wall_time(run) == events_without_wall_time(full.run_dir)
+    assert metrics_without_wall_time(run) == metrics_without_wall_time(full.run_dir)
+
+
+def test_resuming_a_finished_run_says_so_and_leaves_it_untouched(tmp_path, capsys):
+    run = jaxfl.run_experiment(jaxfl.RunConfig(**TINY, max_updates=2, output_dir=str(tmp_path))).run_dir
+    before = {name: pathlib.Path(run, name).read_bytes() for name in ("summary.json", "events.csv", "metrics.csv")}
+    capsys.readouterr()
+    assert cli.main(["run", "--resume", run, "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "has already finished (2 updates, stop: update budget)" in out, out
+    assert "resumed" not in out
+    assert before == {name: pathlib.Path(run, name).read_bytes() for name in before}
+
+
+def test_sigterm_before_the_first_event_says_what_the_run_folder_keeps(tmp_path):
+    script = textwrap.dedent("""
+        import os, signal, sys
+        import jaxfl
+        from jaxfl import stopping
+
+        class Term:  # SIGTERM at the evaluation of version 0, before the first event
+            def log(self, row, step):
+                os.kill(os.getpid(), signal.SIGTERM)
+            def close(self):
+                pass
+
+        with stopping.stop_on_sigterm():
+            jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedavg", model="logreg", clients=3, local_steps=2,
+                max_updates=3, progress=False, output_dir=sys.argv[1], run_name="r"), loggers=[Term()])
+        """)
+    ended = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                           timeout=300, cwd=REPO)
+    assert ended.returncode == -signal.SIGTERM, ended.stderr[-2000:]
+    run = tmp_path / "r"
+    assert ended.stderr.strip().splitlines()[-1] == (
+        f"jaxfl: stopped by SIGTERM: {run} holds the logs until the interrupt but no checkpoint yet "
+        f"(checkpoint_every, checkpoint_min_interval_s): nothing to resume from; start the run again")
+
+
+def _hold(folder) -> subprocess.Popen:
+    """Another process holding ``folder``'s lock (as a run, a resume or a sweep of it does) until killed."""
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom jaxfl.resume import holding_lock\n"
+                               "with holding_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n",
+                               str(folder)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_run_directory_is_resumed_by_one_process_at_a_time(tmp_path, capsys):
+    full = jaxfl.run_experiment(jaxfl.RunConfig(**TINY, max_updates=3, checkpoint_every=1, output_dir=str(tmp_path),
+                                                run_name="full"))
+    run = tmp_path / "run"
+    import shutil
+
+    shutil.copytree(full.run_dir, run)
+    os.remove(run / "summary.json")
+    before = {name: (run / name).read_bytes() for name in ("events.csv", "metrics.csv")}
+    holder = _hold(run)
+    try:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["run", "--resume", str(run), "--no-progress"])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"{run} is in use by process {holder.pid}, which is writing this run directory" in err, err
+        with pytest.raises(jaxfl.resume.InUse, match=f"in use by process {holder.pid}"):
+            jaxfl.resume_experiment(str(run), progress=False)
+        assert before == {name: (run / name).read_bytes() for name in before}
+        assert "skipped" not in os.listdir(run / "checkpoints")
+    finally:
+        holder.kill()
+        holder.wait()
+    # once that process is gone the lock is free: the resume goes on, and the .lock file disturbs no reader
+    assert cli.main(["run", "--resume", str(run), "--no-progress"]) == 0
+    assert events_without_wall_time(run) == events_without_wall_time(full.run_dir)
+    from jaxfl.runlog import load_run
+
+    assert load_run(str(run)).summary["resumes"] == 1
+
+
+def test_a_running_run_holds_its_folder_against_a_resume(tmp_path, capsys):
+    running = subprocess.Popen([sys.executable, "-m", "jaxfl", "run", "--algorithm", "fedasync", "--model", "logreg",
+                                "--clients", "3", "--local-steps", "2", "--max-updates", "100000",
+                                "--checkpoint-every", "1", "--no-stop-at-target", "--no-progress", "--output-dir",
+                                str(tmp_path), "--run-name", "r"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, cwd=REPO)
+    run = tmp_path / "r"
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and running.poll() is None and not checkpoint.latest(str(run)):
+            time.sleep(0.05)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["run", "--resume", str(run), "--no-progress"])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and f"is in use by process {running.pid}" in err, err
+    finally:
+        running.send_signal(signal.SIGINT)
+        running.communicate(timeout=300)
+    assert running.returncode == 130
+
+
+def test_a_sweep_directory_is_run_by_one_sweep_at_a_time(tmp_path, capsys):
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    holder = _hold(folder)
+    try:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["sweep", "--algorithm", "fedavg", "--model", "logreg", "--clients", "3", "--local-steps", "2",
+                      "--max-updates", "1", "--seed", "0", "--no-progress", "--out", str(folder)])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.count("\n") == 1, err
+        assert f"{folder} is in use by process {holder.pid}, which is writing this sweep directory" in err, err
+        assert not (folder / "sweep.json").exists() and not os.listdir(folder / "runs")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+FULL_DISK_SCRIPT = textwrap.dedent("""
+    import resource, signal, sys
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as a full disk's does
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+    from jaxfl import cli
+    sys.exit(cli.main(sys.argv[2:]))
+    """)
+MLP = ["--algorithm", "fedavg", "--model", "mlp", "--clients", "3", "--local-steps", "2", "--batch-size", "8",
+       "--no-stop-at-target", "--no-progress"]
+
+
+def test_a_checkpoint_that_cannot_be_written_is_one_line_and_leaves_no_tmp_folder(tmp_path):
+    # a file-size limit below the MLP's kernel (about 480 kB) makes orbax's write fail in the kernel, as a full
+    # disk does (no root needed): it printed orbax's threads' tracebacks and exited 2, the bad-input status
+    ended = subprocess.run([sys.executable, "-c", FULL_DISK_SCRIPT, "200000", "run", *MLP, "--max-updates", "4",
+                            "--checkpoint-every", "2", "--output-dir", str(tmp_path), "--run-name", "r"],
+                           capture_output=True, text=True, timeout=600, cwd=REPO)
+    run = tmp_path / "r"
+    lines = [line for line in ended.stderr.splitlines() if not line.startswith(("  ", "/")) and "warn" not in line]
+    assert ended.returncode == 74, ended.stderr[-3000:]
+    assert "Traceback" not in ended.stderr and "ERROR:absl" not in ended.stderr, ended.stderr[-3000:]
+    assert lines[-1] == (f"jaxfl: error: could not write checkpoint 2 to {run}: File too large; it has no checkpoint "
+                         f"yet; free space and start the run again"), ended.stderr[-3000:]
+    assert os.listdir(run / "checkpoints") == []  # no tmp-000002 left behind
+    assert not (run / "summary.json").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or sys.platform != "linux", reason="mounts a small tmpfs (root only)")
+def test_a_full_disk_keeps_the_checkpoints_before_it_and_the_run_resumes(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        class FillTheDisk:  # at version 3's row, after checkpoint 2: the disk fills up (a few kB left for the logs)
+            def log(self, row, step):
+                if step == 3:
+                    with open(disk / "filler", "wb") as handle:
+                        try:
+                            while True:
+                                handle.write(bytes(1 << 16))
+                                handle.flush()
+                        except OSError:
+                            pass
+                    os.truncate(disk / "filler", os.path.getsize(disk / "filler") - (1 << 15))
+
+            def close(self):
+                pass
+
+        config = dict(TINY, model="mlp", max_updates=6, checkpoint_every=2, run_name="r")
+        with pytest.raises(checkpoint.CheckpointWriteError) as failed:
+            jaxfl.run_experiment(jaxfl.RunConfig(**config, output_dir=str(disk)), loggers=[FillTheDisk()])
+        run = disk / "r"
+        assert str(failed.value) == (f"could not write checkpoint 4 to {run}: No space left on device; logs and "
+                                     f"checkpoints kept up to update 2; free space and resume with `jaxfl run "
+                                     f"--resume {run}`")
+        assert sorted(n for n in os.listdir(run / "checkpoints") if n != "arrays") == ["ckpt-000002", "latest"]
+        os.remove(disk / "filler")
+        resumed = jaxfl.resume_experiment(str(run), progress=False)
+        full = jaxfl.run_experiment(jaxfl.RunConfig(**config, output_dir=str(tmp_path / "full")))
+        assert resumed.summary["global_updates"] == 6
+        assert events_without_wall_time(run) == events_without_wall_time(full.run_dir)
+        assert metrics_without_wall_time(run) == metrics_without_wall_time(full.run_dir)
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_ctrl_c_while_a_checkpoint_is_written_waits_for_it_and_says_one_line(tmp_path):
+    running = subprocess.Popen([sys.executable, "-m", "jaxfl", "run", *MLP, "--clients", "10", "--max-updates", "100000",
+                                "--checkpoint-every", "1", "--output-dir", str(tmp_path), "--run-name", "r"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    root = tmp_path / "r" / "checkpoints"
+    deadline = time.time() + 300
+    while time.time() < deadline and running.poll() is None:  # Ctrl-C twice while a save is under way
+        if root.is_dir() and any(name.startswith("tmp-") for name in os.listdir(root)) and \
+                checkpoint.latest(str(tmp_path / "r")):
+            break
+        time.sleep(0.002)
+    running.send_signal(signal.SIGINT)
+    time.sleep(0.02)
+    running.send_signal(signal.SIGINT)
+    _, err = running.communicate(timeout=300)
+    assert running.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "ERROR:absl" not in err and "Exception ignored" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith(f"jaxfl: interrupted: {tmp_path / 'r'} keeps its logs and "
+                                                   "checkpoints up to update "), err[-3000:]
+    assert not [name for name in os.listdir(root) if name.startswith("tmp-")]  # the save was finished, not cut
+
+
+def test_an_interrupted_comparison_says_what_it_keeps_and_the_same_command_finishes_it(tmp_path):
+    command = [sys.executable, "-m", "jaxfl", "run", "--algorithm", "fedavg,fedbuff,fedasync", "--model", "logreg",
+               "--clients", "3", "--local-steps", "2", "--batch-size", "8", "--max-updates", "300", "--eval-every",
+               "50", "--checkpoint-every", "5", "--no-stop-at-target", "--no-progress", "--output-dir", str(tmp_path)]
+    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.time() + 300
+    fedbuff = None
+    while time.time() < deadline and running.poll() is None:  # Ctrl-C in fedbuff's run, after a checkpoint
+        fedbuff = next((tmp_path / name for name in os.listdir(tmp_path) if name.startswith("fedbuff")), None)
+        if fedbuff is not None and checkpoint.latest(str(fedbuff)):
+            break
+        time.sleep(0.01)
+    running.send_signal(signal.SIGINT)
+    out, err = running.communicate(timeout=300)
+    assert running.returncode == 130, err[-3000:]
+    fedavg = next(tmp_path / name for name in os.listdir(tmp_path) if name.startswith("fedavg"))
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"jaxfl: interrupted: comparison fedavg,fedbuff,fedasync cut short, comparison.csv not "
+                           f"written; finished: fedavg ({fedavg}); interrupted: fedbuff: {fedbuff} keeps its logs "
+                           f"and checkpoints up to update "), line
+    assert line.endswith(f"; not run: fedasync; jaxfl run --algorithm fedavg,fedbuff,fedasync {' '.join(command[6:])} "
+                         f"goes on (finished runs reused, the interrupted one resumed from its checkpoint) and writes "
+                         f"the comparison"), line
+    assert not (tmp_path / "comparison.csv").exists()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"fedavg: already finished in {fedavg} (reused)" in again.stdout
+    assert f"fedbuff: resuming {fedbuff}" in again.stdout
+    assert (tmp_path / "comparison.csv").exists()
+    assert sorted(name.split("-")[0] for name in os.listdir(tmp_path) if (tmp_path / name).is_dir()) == \
+        ["fedasync", "fedavg", "fedbuff"]  # no run trained again into a -2 folder
+    assert json.loads((fedbuff / "summary.json").read_text())["resumes"] == 1
