@@ -65,6 +65,7 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 import textwrap
 import warnings
 from typing import Callable, Sequence
@@ -961,6 +962,10 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
     trained = _grouping(trained_rows) if trained_rows else None
     chosen = "fedavg" if reference is None else reference
     if trained is not None:
+        if reference is None and chosen not in trained.methods:  # not a value the user gave: say it is the default
+            raise ValueError(f"the default reference, {chosen}, is not a method of this sweep (its methods: "
+                             f"{', '.join(trained.methods)}): choose the one times to target are relative to, "
+                             f"e.g. --reference {shlex.quote(trained.methods[0])} (reference= in make_report)")
         lines = _summarise(trained, chosen)  # a bad reference fails before anything is written
     else:
         lines = []
