@@ -170,15 +170,13 @@ def _run_title(run_dir: str) -> tuple[str, int | None]:
     algorithm, clients = os.path.basename(os.path.normpath(run_dir)), None
     path = os.path.join(run_dir, "config.json")
     if os.path.isfile(path):
-        with open(path) as handle:
-            config = json.load(handle).get("config", {})
+        config = runlog.read_json(path).get("config", {})
         algorithm = config.get("algorithm", algorithm)
         # sections (config["data"]["clients"]) since jaxfl 0.2, flat before
         clients = config.get("clients", config.get("data", {}).get("clients"))
     path = os.path.join(run_dir, "summary.json")
     if os.path.isfile(path):
-        with open(path) as handle:
-            summary = json.load(handle)
+        summary = runlog.read_json(path)
         algorithm, clients = summary.get("algorithm", algorithm), summary.get("clients", clients)
     return algorithm, clients
 
@@ -289,6 +287,11 @@ def timeline_figure(run_dir: str, max_time: float | None = None, max_clients: in
     >>> # timeline_figure(result.run_dir, max_time=60)   # the last line of a notebook cell
     >>> # timeline_figure(run_dir, title="fedbuff, concurrency=100, seed 0 (1 of 2 runs)")
     """
+    if max_time is not None and not (isinstance(max_time, (int, float, np.integer, np.floating))
+                                     and not isinstance(max_time, bool)
+                                     and 0 < max_time < float("inf")):
+        raise ValueError(f"max_time={max_time!r} is not allowed: a finite number of virtual seconds > 0, or None "
+                         "for the run's end")
     events = read_events(run_dir)
     algorithm, configured = _run_title(run_dir)
     algorithm = algorithm if title is None else title
@@ -316,8 +319,7 @@ def run_end(run_dir: str, events: dict[str, np.ndarray] | None = None) -> float:
     last = float(events["time"].max()) if len(events["time"]) else 0.0
     path = os.path.join(run_dir, "summary.json")
     if os.path.isfile(path):
-        with open(path) as handle:
-            virtual_time = json.load(handle).get("virtual_time")
+        virtual_time = runlog.read_json(path).get("virtual_time")
         if isinstance(virtual_time, (int, float)) and np.isfinite(virtual_time):
             return max(float(virtual_time), last)
     return last

@@ -23,6 +23,16 @@ tell an empty ``detail`` from a missing one: both read back as ``None``.
 Parquet needs ``pyarrow`` (``pip install pyarrow``); without it "auto" stays CSV and readers
 parse CSV with the standard library (slower, same columns).
 
+**Damaged files.** Every row the writers write ends with a line end, so a CSV file (``events.csv``,
+``metrics.csv``, ``class_accuracy.csv``) whose last line has none was cut mid-write: by a run still
+writing, or one killed. For a run without ``summary.json`` (running or killed) the readers leave that
+partial last row out and read every row before it: a killed run can be inspected as far as it got
+(resuming it cuts its logs back to its checkpoint in any case). In a finished run the same is
+damage. Damage — a cut last line in a finished run, a row of the wrong width or a cell that is not
+a number anywhere in the file, a Parquet part that does not read — is a ``ValueError`` in one line
+naming the file and what is wrong, and what to do: resume an interrupted run (which cuts its logs
+back to its last checkpoint), or restore a finished run's file.
+
 >>> import tempfile
 >>> run_dir = tempfile.mkdtemp()
 >>> with EventLog(run_dir) as log:
@@ -196,7 +206,11 @@ def _scan_parts(folder: str) -> tuple[list[_Part], list[_Part]]:
         match = _PART.match(name)
         if match is None:
             continue
-        metadata = pq.read_schema(os.path.join(folder, name)).metadata or {}
+        try:
+            metadata = pq.read_schema(os.path.join(folder, name)).metadata or {}
+        except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid (a ValueError) names no file
+            raise ValueError(f"{os.path.join(folder, name)!r} cannot be read as Parquet ({error}): the part is "
+                             "damaged (cut short or overwritten)") from None
         if _FIRST_ROW not in metadata or _ROWS not in metadata:
             raise ValueError(f"{os.path.join(folder, name)!r} is not a jaxfl event-log part "
                              "(no row range in its metadata)")
@@ -675,20 +689,98 @@ def _coerce(values: list, field: str) -> list:
     return [None if v is None else str(v) for v in values]
 
 
-def _read_csv_arrow(path: str, fields):
-    """``events.csv`` → an arrow table of the Parquet schema (empty cells → null)."""
+def _read_csv_arrow(path: str, fields, end: int | None = None, run_dir: str | None = None):
+    """``events.csv`` → an arrow table of the Parquet schema (empty cells → null); ``end``: read
+    only its first ``end`` bytes (:func:`_complete_length`). A file that does not parse is a
+    ``ValueError`` naming it (:func:`_damaged`; ``run_dir`` decides the advice)."""
     pa, _ = _pyarrow()
     import pyarrow.csv as pacsv
 
     schema = arrow_schema(fields)
-    if os.path.getsize(path) == 0:
+    if os.path.getsize(path) == 0 or end == 0:
         return schema.empty_table()
-    table = pacsv.read_csv(
-        path,
-        parse_options=pacsv.ParseOptions(newlines_in_values=True),  # a quoted detail may hold a newline
-        convert_options=pacsv.ConvertOptions(column_types={f.name: f.type for f in schema}, null_values=[""],
-                                             strings_can_be_null=True, include_columns=list(fields)))
+    if end is not None:
+        with open(path, "rb") as handle:
+            source = pa.BufferReader(handle.read(end))
+    else:
+        source = path
+    try:
+        table = pacsv.read_csv(
+            source,
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),  # a quoted detail may hold a newline
+            convert_options=pacsv.ConvertOptions(column_types={f.name: f.type for f in schema}, null_values=[""],
+                                                 strings_can_be_null=True, include_columns=list(fields)))
+    except (pa.ArrowInvalid, pa.ArrowKeyError) as error:  # a row of the wrong width, a cell that is no number
+        raise _damaged(path, run_dir, str(error).strip()) from None
     return table.select(list(fields)).cast(schema)
+
+
+def read_json(path: str) -> dict:
+    """A run's ``config.json`` or ``summary.json`` (written whole, atomically); one that is not a
+    JSON object is a ``ValueError`` naming it.
+
+    >>> import tempfile
+    >>> path = tempfile.mktemp(suffix=".json")
+    >>> _ = open(path, "w").write('{"virtual_ti')
+    >>> read_json(path)
+    Traceback (most recent call last):
+    ...
+    ValueError: ....json is damaged: it is not a JSON object (Unterminated string ...); restore it from a copy, or run the experiment again
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        problem = f"it is not a JSON object ({error})"
+    else:
+        if isinstance(value, dict):
+            return value
+        problem = f"it holds a {type(value).__name__}, not a JSON object"
+    raise ValueError(f"{path} is damaged: {problem}; restore it from a copy, or run the experiment again")
+
+
+def _finished(run_dir: str | None) -> bool:
+    return run_dir is not None and os.path.isfile(os.path.join(run_dir, "summary.json"))
+
+
+def _damaged(path: str, run_dir: str | None, problem: str) -> ValueError:
+    """The one-line error for a run's log file that does not read back: the file, what is wrong, and
+    what to do (a finished run's files were changed after it; an unfinished one's resume cuts its
+    logs back to its last checkpoint)."""
+    if _finished(run_dir):
+        advice = ("the run finished (summary.json), so the file was cut or changed after it ended: restore it "
+                  "from a copy, or run the experiment again")
+    else:
+        advice = (f"if the run was interrupted while writing it, resume it (jaxfl run --resume "
+                  f"{run_dir or os.path.dirname(path) or '.'}), which cuts its logs back to its last checkpoint")
+    return ValueError(f"{path} is damaged: {problem}; {advice}")
+
+
+def _complete_length(path: str, run_dir: str | None) -> int | None:
+    """How many bytes of the CSV log ``path`` to read: None for all of it (it ends with a line end,
+    as every row its writer writes does), else up to its last line end. A last line cut short is
+    what a run still writing, or killed mid-write, leaves: it is left out, and the rows before it
+    are read, so a killed run can be inspected (its resume cuts the file back to its checkpoint
+    anyway). In a finished run (``summary.json`` in ``run_dir``) the same is damage: a
+    ``ValueError`` (:func:`_damaged`)."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return None
+    with open(path, "rb") as handle:
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return None
+        if _finished(run_dir):
+            raise _damaged(path, run_dir, "its last line is cut short (no line end)")
+        position, block = size, 1 << 16
+        while position > 0:  # the last line end, read back from the end in blocks
+            start = max(position - block, 0)
+            handle.seek(start)
+            found = handle.read(position - start).rfind(b"\n")
+            if found >= 0:
+                return start + found + 1
+            position = start
+    return 0
 
 
 def _count_csv_rows(path: str) -> int:
@@ -722,21 +814,59 @@ def _columns_from_arrow(table) -> dict[str, np.ndarray]:
     return columns
 
 
-def _read_csv_python(path: str) -> dict[str, np.ndarray]:
-    """The standard-library reader (no pyarrow): same columns, slower."""
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.reader(handle)
+def _csv_rows(path: str, run_dir: str | None) -> tuple[list[str] | None, list[list[str]]]:
+    """A run's CSV file as ``(header, rows)`` (None: no complete header yet), its cut-short last line
+    left out as :func:`_complete_length` says; a row of another width than the header is a
+    ``ValueError`` naming the file and the line (:func:`_damaged`)."""
+    import io
+
+    end = _complete_length(path, run_dir)
+    with open(path, "rb") as handle:
+        data = handle.read() if end is None else handle.read(end)
+    try:
+        reader = csv.reader(io.StringIO(data.decode("utf-8"), newline=""))
         header = next(reader, None)
-        if header is None:
-            return {field: _empty_column(field) for field in EVENT_LOG_FIELDS}
         rows = list(reader)
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise _damaged(path, run_dir, f"it is not readable CSV text ({error})") from None
+    if header is not None:
+        for number, row in enumerate(rows, start=2):
+            if len(row) != len(header):
+                raise _damaged(path, run_dir, f"row {number} has {len(row)} values, the header {len(header)} "
+                                              f"columns")
+    return header, rows
+
+
+def _numbers(values, path: str, run_dir: str | None, name: str, kind=float, missing=np.nan) -> list:
+    """``values`` of column ``name`` parsed as ``kind`` (empty: ``missing``); one that does not parse
+    is a ``ValueError`` naming the file, the column and the value."""
+    try:
+        return [kind(value) if value != "" else missing for value in values]
+    except ValueError:
+        bad = next(value for value in values if value != "" and not _parses(kind, value))
+        raise _damaged(path, run_dir, f"column {name} holds {bad!r}, not a number") from None
+
+
+def _parses(kind, value: str) -> bool:
+    try:
+        kind(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_csv_python(path: str, run_dir: str | None = None) -> dict[str, np.ndarray]:
+    """The standard-library reader (no pyarrow): same columns, slower."""
+    header, rows = _csv_rows(path, run_dir)
+    if header is None:
+        return {field: _empty_column(field) for field in EVENT_LOG_FIELDS}
     raw = list(zip(*rows)) if rows else [()] * len(header)
     columns = {}
     for name, values in zip(header, raw):
         if name in FLOAT_FIELDS:
-            columns[name] = np.array([float(v) if v else np.nan for v in values], dtype=np.float64)
+            columns[name] = np.array(_numbers(values, path, run_dir, name), dtype=np.float64)
         elif name in INT_FIELDS:
-            columns[name] = np.array([int(v) if v else MISSING for v in values], dtype=np.int64)
+            columns[name] = np.array(_numbers(values, path, run_dir, name, int, MISSING), dtype=np.int64)
         else:
             columns[name] = np.array([v or None for v in values], dtype=object)
     return columns
@@ -754,6 +884,8 @@ def read_events(run_dir: str) -> dict[str, np.ndarray]:
 
     ``time`` float64; ``client``, ``dispatch``, ``version``, ``staleness``, ``steps`` int64 with
     ``-1`` for a missing value; ``event``, ``detail`` object arrays with ``None`` for missing.
+    A cut-short last row of a run that has not finished is left out; damage is a ``ValueError``
+    naming the file (see "Damaged files" in the module docstring).
 
     >>> import tempfile
     >>> run_dir = tempfile.mkdtemp()
@@ -772,24 +904,37 @@ def read_events(run_dir: str) -> dict[str, np.ndarray]:
     if kind == "parquet":
         folder = os.path.join(run_dir, PARQUET_DIR)
         pa, pq = _require_pyarrow(f"reading the Parquet event log in {folder!r}")
-        parts, _ = _scan_parts(folder)
+        try:
+            parts, _ = _scan_parts(folder)
+        except ValueError as error:  # a part that does not read, or parts that do not fit together
+            raise _damaged(folder, run_dir, str(error)) from None
         if not parts:
             return {field: _empty_column(field) for field in EVENT_LOG_FIELDS}
         # one dataset read decodes the parts in parallel (3-4x faster than one read_table per part)
-        table = pq.ParquetDataset([os.path.join(folder, _part_name(p.number)) for p in parts]).read()
+        try:
+            table = pq.ParquetDataset([os.path.join(folder, _part_name(p.number)) for p in parts]).read()
+        except (OSError, ValueError) as error:
+            raise _damaged(folder, run_dir, f"a part cannot be read as Parquet ({error})") from None
         return _columns_from_arrow(table)
     path = os.path.join(run_dir, CSV_NAME)
     if _pyarrow() is None:
-        return _read_csv_python(path)
-    with open(path, newline="", encoding="utf-8") as handle:
-        header = next(csv.reader(handle), None)
+        return _read_csv_python(path, run_dir)
+    end = _complete_length(path, run_dir)
+    with open(path, "rb") as handle:
+        first = handle.readline() if end is None else handle.read(end).split(b"\n", 1)[0] + b"\n"
+    try:
+        header = next(csv.reader([first.decode("utf-8")]), None) if first.strip() else None
+    except UnicodeDecodeError:
+        raise _damaged(path, run_dir, "its header is not text") from None
     if header is None:
         return {field: _empty_column(field) for field in EVENT_LOG_FIELDS}
-    return _columns_from_arrow(_read_csv_arrow(path, header))
+    return _columns_from_arrow(_read_csv_arrow(path, header, end, run_dir))
 
 
 def read_metrics(run_dir: str) -> dict[str, np.ndarray]:
     """A run's ``metrics.csv`` as columns (``version`` and ``client_steps`` int64, the rest float64).
+    A cut-short last row of a run that has not finished is left out; damage is a ``ValueError``
+    naming the file (see "Damaged files" in the module docstring).
 
     >>> import tempfile
     >>> run_dir = tempfile.mkdtemp()
@@ -800,13 +945,10 @@ def read_metrics(run_dir: str) -> dict[str, np.ndarray]:
     path = os.path.join(run_dir, METRICS_NAME)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{run_dir!r} is not a run directory: it has no {METRICS_NAME}")
-    with open(path, newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, None) or []
-        rows = list(reader)
+    header, rows = _csv_rows(path, run_dir)
     columns = {}
-    for index, name in enumerate(header):
-        values = np.array([float(row[index]) if row[index] != "" else np.nan for row in rows], dtype=np.float64)
+    for index, name in enumerate(header or []):
+        values = np.array(_numbers([row[index] for row in rows], path, run_dir, name), dtype=np.float64)
         columns[name] = values.astype(np.int64) if name in ("version", "client_steps") else values
     return columns
 
@@ -859,10 +1001,9 @@ def read_class_accuracy(run_dir: str) -> dict[str, np.ndarray] | None:
     path = os.path.join(run_dir, CLASS_ACCURACY_NAME)
     if not os.path.isfile(path):
         return None
-    with open(path, newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, None) or ["time", "version"]
-        rows = [[float(value) if value != "" else np.nan for value in row] for row in reader]
+    header, rows = _csv_rows(path, run_dir)
+    header = header or ["time", "version"]
+    rows = [_numbers(row, path, run_dir, "of a class") for row in rows]
     table = np.array(rows, dtype=np.float64).reshape(len(rows), len(header))
     return {"time": table[:, 0], "version": table[:, 1].astype(np.int64), "accuracy": table[:, 2:]}
 
@@ -987,7 +1128,9 @@ class Run:
 
 def load_run(run_dir: str) -> Run:
     """Load ``config.json``, ``summary.json`` (if the run finished), ``metrics.csv``,
-    ``class_accuracy.csv`` (``Run.class_accuracy``) and the event log.
+    ``class_accuracy.csv`` (``Run.class_accuracy``) and the event log. A run killed mid-write loads
+    without its cut-short last rows; a damaged file is a ``ValueError`` naming it (see "Damaged
+    files" in the module docstring).
 
     >>> import jaxfl, tempfile
     >>> result = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedavg", clients=4, local_steps=2,
@@ -1001,13 +1144,11 @@ def load_run(run_dir: str) -> Run:
     config_path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(config_path):
         raise FileNotFoundError(f"{run_dir!r} is not a run directory: it has no config.json")
-    with open(config_path) as handle:
-        config = json.load(handle)
+    config = read_json(config_path)
     summary_path = os.path.join(run_dir, "summary.json")
     summary = {}
     if os.path.isfile(summary_path):
-        with open(summary_path) as handle:
-            summary = json.load(handle)
+        summary = read_json(summary_path)
     classes = read_class_accuracy(run_dir)
     return Run(run_dir, config, summary, read_metrics(run_dir), read_events(run_dir),
                None if classes is None else classes["accuracy"])
@@ -1239,5 +1380,5 @@ def timeline_stats(events: dict[str, np.ndarray], num_clients: int | None = None
 
 
 __all__ = ["EVENT_LOG_FIELDS", "FORMATS", "MISSING", "EventLog", "Run", "arrow_schema", "dispatch_intervals",
-           "event_log_format", "existing_fields", "load_run", "read_class_accuracy", "read_events", "read_metrics",
+           "event_log_format", "existing_fields", "load_run", "read_class_accuracy", "read_events", "read_json", "read_metrics",
            "timeline_stats"]
