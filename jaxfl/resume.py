@@ -5,7 +5,7 @@ of its canonical JSON, in its ``config.json``. Resuming
 
 - reads ``config.json`` (a missing, unparsable or foreign one is a :class:`ResumeError`);
 - refuses values given with the resume (flags, a config file, ``overrides=``) that would change the
-  run, naming each with the run's value; only ``progress`` and ``checkpoint_min_interval_s`` may
+  run, naming each with the run's value; only the fields of :data:`MAY_DIFFER` (``progress``, ``checkpoint_min_interval_s``, ``devices``) may
   differ, and identical values pass;
 - takes the newest checkpoint that reads back completely (its pickled state *and* its orbax device
   data), warning with :class:`ResumeWarning` about each one skipped; none at all, or none readable,
