@@ -274,8 +274,20 @@ def build_parser() -> argparse.ArgumentParser:
                            metavar=_metavar(name, FIELDS[name].type),
                            help=_with_default(_HELP.get(name, field_help(owner, name)), FIELDS[name].default))
     split.add_argument("--out", metavar="PATH", help="folder for the heatmap PNG (default: the run output folder, runs)")
-    split.add_argument("--max-rows", type=int, default=40, metavar="N", help="client rows printed (default: 40)")
+    split.add_argument("--max-rows", type=_max_rows, default=40, metavar="N",
+                       help="client rows printed, >= 1 (default: 40)")
     return parser
+
+
+def _max_rows(text: str) -> int:
+    """``jaxfl partition --max-rows``: an integer >= 1 (0 or less printed no client at all)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: an integer >= 1 (client rows printed)")
+    return value
 
 
 _SWEEP_DESCRIPTION = """\
@@ -742,6 +754,7 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
     values = {key: value for key, value in vars(args).items()
               if value is not None and (key in FIELDS or "." in key)}
     file_values = _file_settings(args.config) if args.config else {}
+    _check_alternatives(values, file_values, args.config)
     fields, options = split_algorithm_options({**file_values, **values})
     preset = getattr(args, "preset", None)
     if preset is not None:
@@ -783,6 +796,29 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
         configs.append(config_from_mapping({**preset_fields, **per_algorithm[name], "algorithm": name,
                                             "algorithm_options": given or None}))
     return configs
+
+
+# Settings of which a run reads one: the first, where set, replaces the second.
+_ALTERNATIVES = (("local_epochs", "local_steps"), ("eval_interval", "eval_every"))
+
+
+def _check_alternatives(flags: dict, file_values: dict, path: str | None) -> None:
+    """Refuse two alternative settings both given (``--local-epochs`` and ``--local-steps``,
+    ``--eval-interval`` and ``--eval-every``), on the command line or in the ``--config`` file,
+    whatever their values: the second was dropped silently when typed at its default. A file that
+    holds nearly every field is a saved config (a run's config.json, with both at their resolved
+    values): its alternative stays unread unless a flag names it."""
+    saved = len(set(file_values) & set(FIELDS)) >= len(FIELDS) // 2
+    for first, second in _ALTERNATIVES:
+        where = {}
+        for name in (first, second):
+            if flags.get(name) is not None:
+                where[name] = f"--{name.replace('_', '-')} {flags[name]!r}"
+            elif file_values.get(name) is not None and not saved:
+                where[name] = f"{name} = {file_values[name]!r} in config file {path!r}"
+        if len(where) == 2:
+            raise ConfigError(f"{where[first]} and {where[second]} are both given: a run reads one of them "
+                              f"({first} replaces {second}); give only one")
 
 
 def _fields_read(fields: dict, chosen: list[str]) -> dict[str, dict]:
@@ -928,10 +964,13 @@ def main(argv: list[str] | None = None) -> int:
     and how to go on, and status 130 (a shell's status for a command stopped by SIGINT). SIGTERM (a
     cluster's time limit, ``kill``) stops a run at its next event boundary with a checkpoint there
     (:mod:`jaxfl.stopping`), with such a line too, and status 143."""
+    import warnings
+
     from jaxfl import stopping
 
     try:
-        with stopping.stop_on_sigterm():
+        with stopping.stop_on_sigterm(), warnings.catch_warnings():
+            warnings.formatwarning = _warning_line
             return _main(argv)
     except KeyboardInterrupt as interrupt:
         from jaxfl.experiment import RunInterrupted
@@ -939,6 +978,15 @@ def main(argv: list[str] | None = None) -> int:
         said = f": {interrupt}" if isinstance(interrupt, (RunInterrupted, _ComparisonInterrupted)) else ""
         print(f"jaxfl: {_interrupted_how(interrupt)}{said}", file=sys.stderr)
         return _interrupted_status(interrupt)
+
+
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    """A warning as the command's one-line note (``jaxfl: note: ...``), not Python's ``file:line:
+    Category: message`` and source line; another package's warning names its category. Set as
+    ``warnings.formatwarning``, so a caller that records warnings (pytest) still gets them as they are."""
+    if category is UserWarning or category.__module__.startswith("jaxfl"):
+        return f"jaxfl: note: {message}\n"
+    return f"jaxfl: note: {category.__name__}: {message}\n"
 
 
 def _interrupted_how(interrupt: KeyboardInterrupt) -> str:

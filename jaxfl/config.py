@@ -229,6 +229,7 @@ class RunConfig:
     progress: bool = True  # a progress bar in virtual time
 
     def __init__(self, **values: Any):
+        values = {name: _plain_number(value) for name, value in values.items()}
         changes: dict[str, dict[str, Any]] = {}
         for name in list(values):
             if name in SECTION_OF:
@@ -238,7 +239,7 @@ class RunConfig:
             if field.name in SECTIONS:
                 cls = SECTIONS[field.name]
                 if isinstance(value, dict):
-                    value = cls(**value)
+                    value = cls(**{key: _plain_number(item) for key, item in value.items()})
                 elif not isinstance(value, cls):
                     raise TypeError(f"RunConfig {field.name}= takes a {cls.__name__} or a mapping of its fields, "
                                     f"got {value!r}")
@@ -300,6 +301,16 @@ def checkpoint_min_interval(config: "RunConfig") -> float:
     return DEFAULT_CHECKPOINT_MIN_INTERVAL_S if config.checkpoint_every == DEFAULT_CHECKPOINT_EVERY else 0.0
 
 
+# Seeds go to jax.random.key (a signed 64-bit integer: 2^63 overflows inside JAX) and to NumPy's
+# SeedSequence (any integer >= 0, also as the per-client streams' 32-bit words): the first bounds them.
+SEED_LIMIT = 2 ** 63
+# Evaluation grid points a run may write (eval_interval): counted up front where max_time is finite,
+# and a run without max_time stops when its clock passes this many (jaxfl.experiment).
+MAX_GRID_POINTS = 100_000
+POWERLAW_MIN_SKEW = 0.1  # client_sizes powerlaw: Pareto weights ~ exp(E/size_skew), E ~ Exp(1) up to ~40
+LOGNORMAL_MAX_SKEW = 100.0  # client_sizes lognormal: weights exp(size_skew·z), z up to ~7
+
+
 def fail(name: str, value: Any, allowed: str) -> None:
     """Raise :class:`ConfigError` naming the field, the bad value and what is allowed.
 
@@ -318,6 +329,22 @@ def is_object_reference(name: str) -> bool:
     """
     module, colon, attribute = name.rpartition(":")
     return bool(colon and module and attribute.isidentifier())
+
+
+def _plain_number(value: Any) -> Any:
+    """A NumPy scalar as the Python number it holds (``np.int64(4)`` -> ``4``, ``np.float32`` -> float,
+    ``np.bool_`` -> bool); anything else unchanged, so a field that takes an int takes NumPy's too.
+
+    >>> import numpy as np
+    >>> _plain_number(np.int64(4)), _plain_number(np.float32(0.5)), _plain_number("x")
+    (4, 0.5, 'x')
+    """
+    kind = type(value).__module__
+    if kind == "numpy" and hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        item = value.item()
+        if isinstance(item, (bool, int, float)):
+            return item
+    return value
 
 
 def _is_int(value) -> bool:
@@ -421,14 +448,24 @@ def validate(config: RunConfig) -> RunConfig:
         value = getattr(config, name)
         if value is not None and value < 1:
             fail(name, value, "an integer >= 1")
-    if config.seed < 0:
-        fail("seed", config.seed, "an integer >= 0")
+    if not 0 <= config.seed < SEED_LIMIT:
+        fail("seed", config.seed, "an integer in [0, 2^63 - 1] (the largest a JAX PRNG key takes)")
     positive_finite = ("speed_mean", "client_lr", "server_lr", "dirichlet_alpha", "speed_cap", "size_skew",
                        "speed_reference_time")
     for name in positive_finite:
         value = getattr(config, name)
         if not (value > 0 and math.isfinite(value)):
             fail(name, value, "a finite number > 0")
+    # beyond these the drawn size weights overflow to inf (Pareto 1/size_skew, exp(size_skew·N(0, 1)))
+    if config.client_sizes == "powerlaw" and config.size_skew < POWERLAW_MIN_SKEW:
+        fail("size_skew", config.size_skew, f"a tail index >= {POWERLAW_MIN_SKEW:g} with client_sizes powerlaw "
+                                            "(smaller draws sizes that overflow to inf)")
+    if config.client_sizes == "lognormal" and config.size_skew > LOGNORMAL_MAX_SKEW:
+        fail("size_skew", config.size_skew, f"a sigma in (0, {LOGNORMAL_MAX_SKEW:g}] with client_sizes lognormal "
+                                            "(larger draws sizes that overflow to inf)")
+    if not config.output_dir.strip():
+        fail("output_dir", config.output_dir, "a folder's path (an empty one would write into the current folder; "
+                                              "give . for that)")
     for name in ("jitter", "latency", "staleness_a"):
         value = getattr(config, name)
         if not (value >= 0 and math.isfinite(value)):
@@ -459,6 +496,14 @@ def validate(config: RunConfig) -> RunConfig:
                                           "max_client_steps or stop_at_target")
     if config.eval_interval is not None and not (config.eval_interval > 0 and math.isfinite(config.eval_interval)):
         fail("eval_interval", config.eval_interval, "a finite number of virtual seconds > 0, or null")
+    if config.eval_interval is not None and math.isfinite(config.max_time) \
+            and config.max_time / config.eval_interval >= MAX_GRID_POINTS:
+        ratio = config.max_time / config.eval_interval
+        points = f"{math.floor(ratio) + 1:,}" if ratio < 1e12 else f"about {ratio:.3g}"
+        fail("eval_interval", config.eval_interval,
+             f"with max_time={config.max_time:g} it makes {points} evaluation grid points (one metrics row each); "
+             f"allowed at most {MAX_GRID_POINTS:,}: an eval_interval > max_time / {MAX_GRID_POINTS:,} = "
+             f"{config.max_time / MAX_GRID_POINTS:g} s, or eval_every")
     for name in ("clients_per_round", "concurrency"):
         if getattr(config, name) is not None and getattr(config, name) > config.clients:
             fail(name, getattr(config, name), f"at most the number of clients ({config.clients})")
@@ -1017,6 +1062,22 @@ def to_toml(config: RunConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key given twice (json.loads keeps the last, silently).
+
+    >>> _no_duplicate_keys([("clients", 4), ("clients", 5)])
+    Traceback (most recent call last):
+    jaxfl.config.ConfigError: key 'clients' is given twice (4, then 5): give each setting once
+    """
+    values: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in values:
+            raise ConfigError(f"key {key!r} is given twice ({values[key]!r}, then {value!r}): give each "
+                              "setting once")
+        values[key] = value
+    return values
+
+
 def load_config_text(text: str | bytes, suffix: str) -> dict[str, Any]:
     """Parse JSON (``suffix`` ``.json``) or TOML (``.toml``) text into a mapping of field names."""
     raw = text.encode() if isinstance(text, str) else text
@@ -1029,7 +1090,7 @@ def load_config_text(text: str | bytes, suffix: str) -> dict[str, Any]:
 
             values = tomllib.loads(raw.decode())
         elif suffix == ".json":
-            values = json.loads(raw)
+            values = json.loads(raw, object_pairs_hook=_no_duplicate_keys)
         else:
             raise ConfigError(f"config files must end in .json or .toml, not {suffix!r}")
     except (ValueError, UnicodeDecodeError) as error:
@@ -1043,6 +1104,8 @@ def load_config_text(text: str | bytes, suffix: str) -> dict[str, Any]:
 
 def load_config_file(path: str) -> dict[str, Any]:
     """Read a JSON (``.json``) or TOML (``.toml``) config file into a mapping of field names."""
+    if os.path.isdir(path):
+        raise ConfigError(f"config file {path!r} is a directory: give a .json or .toml file")
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path!r} does not exist")
     suffix = os.path.splitext(path)[1]

@@ -205,13 +205,24 @@ def load_time_per_step(path: str):
     suffix = os.path.splitext(os.fspath(path))[1].lower()
     if suffix not in (".npy", ".csv", ".txt"):
         raise ValueError(f"time_per_step file {path!r} must end in .npy, .csv or .txt")
+    if os.path.isdir(path):
+        raise ValueError(f"time_per_step file {path!r} is a directory: give a .npy, .csv or .txt file")
     if not os.path.isfile(path):
         raise ValueError(f"time_per_step file {path!r} does not exist")
     if suffix == ".npy":
         try:
-            return np.load(path, allow_pickle=False)
-        except ValueError as error:
-            raise ValueError(f"time_per_step file {path!r} could not be read as numbers: {error}") from None
+            times = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as error:
+            # np.load's own text for a pickled or damaged file speaks of allow_pickle, which is not the user's
+            cause = "it has no .npy header (a pickle, text or other data)" if "allow_pickle" in str(error) else \
+                f"it is not a valid .npy file ({error})"
+            raise ValueError(f"time_per_step file {path!r} could not be read as numbers: {cause}; expected a "
+                             "numeric array saved with np.save (seconds per step, one per client)") from None
+        if not isinstance(times, np.ndarray) or times.dtype.kind not in "iuf":
+            kind = f"dtype {times.dtype}" if isinstance(times, np.ndarray) else type(times).__name__
+            raise ValueError(f"time_per_step file {path!r} holds an array of {kind}, not numbers: expected integer or "
+                             "floating-point seconds per step, one per client")
+        return times
     return _time_per_step_from_text(path)
 
 

@@ -265,7 +265,11 @@ def client_sizes(num_samples: int, num_clients: int, kind: str, rng: np.random.G
     if kind == "equal":
         return _equal_sizes(num_samples, num_clients)
     skew = _check_positive("skew", skew)
-    weights = rng.lognormal(0.0, skew, num_clients) if kind == "lognormal" else rng.pareto(skew, num_clients) + 1.0
+    with np.errstate(over="ignore"):  # an overflow is refused below, in one line
+        weights = rng.lognormal(0.0, skew, num_clients) if kind == "lognormal" else rng.pareto(skew, num_clients) + 1.0
+    if not np.isfinite(weights.sum()):
+        raise ValueError(f"skew={skew!r} drew {kind} client sizes that overflow to inf: use "
+                         + ("a tail index >= 0.1" if kind == "powerlaw" else "a sigma <= 100"))
     spare = num_samples - min_samples * num_clients
     return min_samples + _largest_remainder(weights, spare)
 

@@ -83,14 +83,16 @@ class PartitionReport:
             1 3 2 | 1 2
             2 clients, 6 samples; per client min 3, median 3, max 3; 1.50 classes per client; label skew (TV) 0.333
         """
+        if isinstance(max_rows, bool) or not isinstance(max_rows, (int, np.integer)) or max_rows < 1:
+            raise ValueError(f"max_rows={max_rows!r} is not allowed: an integer >= 1 (client rows shown)")
         num_clients, num_classes = self.histogram.shape
         head = f"{'client':>7} {'samples':>8} {'classes':>7} | " + " ".join(f"{k:>5}" for k in range(num_classes))
         rows = [head] if not self.title else [self.title, head]
         # Only the shown rows are listed, and the per-client columns computed once: with 10^6
         # clients a list of every client id, or a histogram sum per printed row, costs seconds.
-        half = max_rows // 2
+        half = max_rows // 2  # the last ones; the first max_rows - half (an odd count shows one more first)
         shown = list(range(num_clients)) if num_clients <= max_rows else \
-            list(range(half)) + [None] + list(range(num_clients - half, num_clients))
+            list(range(max_rows - half)) + [None] + list(range(num_clients - half, num_clients))
         counts, classes = self.counts, self.classes_per_client
         for c in shown:
             if c is None:
