@@ -51,7 +51,7 @@ from jaxfl import checkpoint, cluster, resume, stopping
 from jaxfl._devices import place_read_only
 from jaxfl.loggers import check_loggers, logger_names, logger_offsets, open_loggers
 from jaxfl.algorithms import build, device_hooks, get as get_algorithm
-from jaxfl.config import (FIELDS_ADDED, SECTION_OF, USER_PREFIX, ConfigError, DataConfig, RunConfig,
+from jaxfl.config import (FIELDS_ADDED, MAX_GRID_POINTS, SECTION_OF, USER_PREFIX, ConfigError, DataConfig, RunConfig,
                           _count_budgets, checkpoint_min_interval, fail, validate)
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
 from jaxfl.data.augment import AUGMENTED, dataset_family, make_augment, make_preprocess
@@ -66,7 +66,7 @@ from jaxfl.runlog import (CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_heade
                           write_client_samples)
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, Simulation
-from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig, round_unit_scale
+from jaxfl.scheduler.speeds import ClientSpeeds, NegativeTimeError, SpeedConfig, round_unit_scale
 from jaxfl.user_inputs import UserInputs, match_init_params
 
 MODEL_STREAM = 12  # fold_in(key(seed), MODEL_STREAM) initialises the global model
@@ -437,6 +437,18 @@ def _write_json(path: str, payload: dict) -> None:
     os.replace(temporary, path)
 
 
+# A note when batch_size is more than this many times the largest client's samples (each step computes
+# the padded batch: that much more model work than the client's data needs).
+BATCH_NOTE_FACTOR = 4
+
+
+class RunStopped(NumericalError):
+    """A run stopped mid-way by what it drew or reached (a negative time per step under
+    ``negative_times='error'``, an evaluation grid past its bound), not by a NaN: handled as a
+    numerical error is (the run keeps its logs and writes its summary with the reason; the CLI exits 1,
+    a sweep's other cells go on). The message names the setting and what is allowed."""
+
+
 class _Recorder:
     """Evaluates global versions, tracks the target and streams metrics rows."""
 
@@ -464,7 +476,11 @@ class _Recorder:
         self._previous_params = params  # the model in force between versions
         self._previous_stats = None  # its evaluation, once made (a grid evaluates each model once)
         self._previous_steps: int | None = 0  # the client steps aggregated into it (None: unknown, see load_state_dict)
-        self._next_grid = 0.0
+        # grid point k is k·eval_interval (a sum of intervals stopped moving near 1e-284 and drifted);
+        # _legacy_grid: the point a checkpoint from before the count kept, gone on from as it was
+        self._grid_index = 0
+        self._legacy_grid: float | None = None
+        self.grid_stop: str | None = None  # why the grid stopped the run (too many points), if it did
         self.first_update_wall: float | None = None  # wall seconds from the start to global version 1
         self._version_time: float | None = 0.0  # the virtual time the newest global version was made
 
@@ -492,15 +508,44 @@ class _Recorder:
         target = self.config.target_accuracy
         return self.time_to_target is None and target is not None and accuracy >= target
 
+    @property
+    def _next_grid(self) -> float:
+        """The next grid point to evaluate: ``k · eval_interval``."""
+        if self._legacy_grid is not None:
+            return self._legacy_grid
+        return self._grid_index * self.config.eval_interval if self.config.eval_interval is not None else 0.0
+
+    def _advance_grid(self) -> None:
+        if self._legacy_grid is not None:  # as the checkpoint's jaxfl did, so that it resumes bit for bit
+            self._legacy_grid += self.config.eval_interval
+        else:
+            self._grid_index += 1
+
+    def _grid_too_fine(self, virtual_time: float) -> str | None:
+        """Why no grid point up to ``virtual_time`` is written: past :data:`MAX_GRID_POINTS` (a run
+        without max_time, whose grid the validation could not count); None if they may be. The run
+        stops there, as at a numerical error (:attr:`grid_stop`)."""
+        interval = self.config.eval_interval
+        if self._legacy_grid is None and virtual_time / interval >= MAX_GRID_POINTS:
+            self.grid_stop = (f"eval_interval={interval!r} puts more than {MAX_GRID_POINTS:,} evaluation grid points "
+                              f"(metrics rows) before virtual time {virtual_time:g} s; allowed at most "
+                              f"{MAX_GRID_POINTS:,}: a larger eval_interval, a max_time, or eval_every")
+            return f"evaluation grid: {self.grid_stop}"
+        return None
+
     def state_dict(self) -> dict:
         return {"rows": list(self.rows), "time_to_target": self.time_to_target, "next_grid": self._next_grid,
+                "grid_index": None if self._legacy_grid is not None else self._grid_index,
                 "first_update_wall": self.first_update_wall, "version_time": self._version_time,
                 "previous_params": jax.device_get(self._previous_params), "previous_steps": self._previous_steps}
 
     def load_state_dict(self, state: dict) -> None:
         self.rows = list(state["rows"])
         self.time_to_target = state["time_to_target"]
-        self._next_grid = state["next_grid"]
+        # a checkpoint from before the grid's count goes on adding intervals to its point, as it began
+        self._grid_index = state.get("grid_index")
+        self._legacy_grid = state["next_grid"] if self._grid_index is None else None
+        self._grid_index = self._grid_index or 0
         self.first_update_wall = state.get("first_update_wall")
         self._version_time = state.get("version_time")  # None: a checkpoint from before it was kept
         self._previous_params = state["previous_params"]
@@ -573,11 +618,13 @@ class _Recorder:
     def skip_grid_point(self, virtual_time: float) -> None:
         """No evaluation at ``virtual_time`` (``eval_at_start=False``): the grid starts one interval later."""
         if self.config.eval_interval is not None:
-            self._next_grid = virtual_time + self.config.eval_interval
+            self._grid_index = math.floor(virtual_time / self.config.eval_interval) + 1
 
     def evaluate_grid_until(self, virtual_time: float, version: int, inclusive: bool = False) -> str | None:
         """Evaluate the model in force at each grid point before ``virtual_time`` (once per model)."""
-        stop = None
+        stop = self._grid_too_fine(virtual_time)
+        if stop is not None:  # the same on every process: no grid point is written
+            return stop
         stats = None
         while self._next_grid < virtual_time or (inclusive and self._next_grid <= virtual_time):
             if stats is None:
@@ -588,7 +635,7 @@ class _Recorder:
                 self.time_to_target = self._next_grid
                 if self.config.stop_at_target:
                     stop = "target reached"
-            self._next_grid += self.config.eval_interval
+            self._advance_grid()
         return stop if stats is None else _decided_on_process_zero(stop)
 
     def _stats_in_force(self) -> dict:
@@ -631,7 +678,7 @@ class _Recorder:
         grid_point = self._next_grid
         self._write(grid_point, simulation.version, self._stats_in_force())  # the target outranks a logger's stop
         self.time_to_target = grid_point
-        self._next_grid += config.eval_interval
+        self._advance_grid()
         if self.progress is not None:
             self.progress.set_postfix(version=simulation.version, acc=f"{accuracy:.4f}")
         simulation._stop_requested = "target reached"  # as a backend's stop: checked before the next event
@@ -781,6 +828,14 @@ def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params
         _check_classes_and_test_split(config, dataset)
         federation = partition_data(config, dataset)
     _check_transforms(config, dataset)
+    largest = int(np.max(federation.counts)) if len(federation.counts) else 0
+    if not config.timing_only and 0 < largest and config.batch_size > BATCH_NOTE_FACTOR * largest:
+        # said, not changed: the steps stay those of batch_size (its local_epochs step counts too); a
+        # batch a little over small clients (synthetic data's default) is no news
+        warnings.warn(f"batch_size={config.batch_size} is larger than the largest client's {largest} samples: each "
+                      f"step takes a client's whole data, padded to {config.batch_size} samples: "
+                      f"{config.batch_size / largest:.3g}× the model work a step of batch_size={largest}, whose "
+                      "steps take the same samples (its local_epochs step counts differ); the run keeps batch_size as given")
     if config.target_accuracy is None and not config.timing_only:
         warnings.warn(f"dataset {config.dataset!r} has no default target accuracy, so this run has none: "
                       "time_to_target stays null and it does not stop at a target (set target_accuracy for one)")
@@ -1063,6 +1118,10 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     ``loggers``: :mod:`jaxfl.loggers` objects or names (``"tensorboard"``, ``"csv"``, ``"wandb"``)
     that receive every metrics row as it is written; they do not change the run.
     """
+    if not isinstance(config, RunConfig):
+        given = f"a {type(config).__name__}" if config is not None else "None"
+        raise TypeError(f"run_experiment takes a RunConfig, got {given}: build one with RunConfig(clients=4, ...), "
+                        "or jaxfl.config.config_from_mapping({...}) from a mapping of settings")
     loggers = check_loggers(loggers)
     user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
                       time_per_step=time_per_step, loss=loss, metrics=metrics)
@@ -1294,6 +1353,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
             reason = stop or simulation.run()
         except NumericalError as caught:
             error, reason = caught, f"numerical error: {caught}"
+        except NegativeTimeError as caught:  # drawn as the run goes: the run stops there, as at a NaN
+            error, reason = RunStopped(str(caught)), f"negative time: {caught}"
         end_time = simulation.now if reason != "time budget" else config.max_time
         if reason == "target reached" and config.eval_interval is not None:
             # the grid point at which it was reached lies between the last event and the next one
@@ -1304,6 +1365,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
             recorder.evaluate_grid_until(end_time, simulation.version, inclusive=True)
         elif error is None and budget_spent:  # eval_every N: the final model too, whatever N
             recorder.record_final(simulation.version, engine.params)
+        if recorder.grid_stop is not None and error is None:  # the run stops as at a numerical error
+            error, reason = RunStopped(recorder.grid_stop), f"evaluation grid: {recorder.grid_stop}"
         if error is None and config.final_checkpoint:
             checkpoints.save(simulation)  # the final state: the run's model and a resumable point
         if progress is not None:

@@ -1131,20 +1131,29 @@ class ClientSpeeds:
         while value <= 0:
             self.negative_draws += 1
             if policy == "error":
-                raise ValueError(
-                    f"non-positive time per step {value!r} drawn for client {client} "
-                    f"(model={self.config.model!r}); set SpeedConfig.negative to 'redraw' or 'clip'"
+                raise NegativeTimeError(
+                    f"non-positive time per step {value!r} drawn for client {client} (heterogeneity "
+                    f"{self.config.model!r}); negative_times (--negative-times) is 'error': set it to 'redraw' "
+                    f"or 'clip' (allowed: {', '.join(NEGATIVE_POLICIES)}), or draw fewer negative times "
+                    "(a smaller jitter or spread)"
                 )
             if policy == "clip":
                 break
             attempts += 1
             if attempts > _MAX_REDRAWS:
-                raise ValueError(
-                    f"client {client}: {_MAX_REDRAWS} consecutive non-positive draws; "
-                    "the speed distribution has almost no positive mass"
+                raise NegativeTimeError(
+                    f"client {client}: {_MAX_REDRAWS} consecutive non-positive times per step drawn "
+                    "(negative_times 'redraw'): the speed distribution has almost no positive mass; use "
+                    "negative_times 'clip' (--negative-times clip) or a smaller jitter or spread"
                 )
             value = redraw()
         return max(value, self._floor())
+
+
+class NegativeTimeError(ValueError):
+    """A drawn time per step is not positive and ``negative_times`` is ``error`` (or ``redraw`` found
+    no positive draw). Drawn as the run goes, so a run stops at it with its logs and a summary, as at
+    a numerical error (:mod:`jaxfl.experiment`)."""
 
 
 class ScriptedSpeeds:
