@@ -414,6 +414,8 @@ def _sweep_values(args: argparse.Namespace) -> tuple[dict, dict]:
         else:
             grid.pop(name, None)
             base[name] = values[0]
+    # both of two alternatives typed: one would be dropped (the sweep file's own cells are checked by validation)
+    _check_alternatives({name: vars(args)[name] for name in flagged}, {}, None)
     if (base, grid) != (file_base, file_grid):
         _leave_out_file_settings_the_flags_made_unread(base, grid, file_base, file_grid, flagged)
     # new axes: the seed outermost, the algorithm innermost (a setting's comparison is complete early)

@@ -167,6 +167,13 @@ def test_two_alternative_flags_are_refused_even_at_a_default(argv, names):
     assert all(name in str(refused.value) for name in names) and "give only one" in str(refused.value)
 
 
+def test_two_alternative_flags_are_refused_in_a_sweep_too(tmp_path, capsys):
+    err = _error(capsys, ["sweep", "--local-epochs", "1", "--local-steps", "5", "--algorithm", "fedavg",
+                          "--out", str(tmp_path / "sw")])
+    assert "--local-epochs '1' and --local-steps '5' are both given" in err
+    assert not (tmp_path / "sw").exists()
+
+
 def test_alternatives_in_a_config_file_are_refused_but_a_saved_config_is_read(tmp_path):
     (tmp_path / "a.toml").write_text('algorithm = "fedavg"\nlocal_epochs = 1\nlocal_steps = 5\n')
     with pytest.raises(ConfigError, match="local_epochs = 1 in config file .* and local_steps = 5 in config file"):
