@@ -23,7 +23,10 @@ extended in the same folder (another seed, another algorithm) reuses the cells a
 
 A field that a cell never reads (``buffer_size`` for FedAvg, ``dirichlet_alpha`` with the ``iid``
 partition, an option of another algorithm) is left out of that cell, and cells that become equal
-are run once; a field that no cell reads is an error, as ``jaxfl run`` refuses it.
+are run once; a field that no cell reads is an error, as ``jaxfl run`` refuses it. Two values of
+one axis that a run reads alike (``client_lr = [1, 1.0]``) are an error, and so are two cells that
+read different values yet come to the same config, so one run name (FedAdam's ``server_optimizer``
+``sgd`` and ``adam``: it sets adam itself): either would run once and be counted twice.
 
 >>> import tempfile
 >>> base = {"model": "logreg", "local_steps": 2, "batch_size": 16, "max_updates": 1}
@@ -166,7 +169,14 @@ def load_sweep_file(path: str, size: str | None = None) -> tuple[dict, dict]:
 
 
 def _check_grid(grid: dict) -> dict:
-    """The grid with flat names, each axis a non-empty list of distinct values."""
+    """The grid with flat names, each axis a non-empty list of distinct values: distinct as the run
+    reads them (:func:`_as_read`), so ``client_lr = [1, 1.0]`` is refused, naming both spellings.
+
+    >>> _check_grid({"client_lr": [1, 1.0]})
+    Traceback (most recent call last):
+    ...
+    jaxfl.config.ConfigError: grid client_lr=[1, 1.0] is not allowed: 1 and 1.0 are the same client_lr (one value spelled twice); give each value once
+    """
     checked = {}
     for key, values in grid.items():
         name = key.replace("-", "_")
@@ -178,8 +188,33 @@ def _check_grid(grid: dict) -> dict:
         if len({json.dumps(value, sort_keys=True, default=str) for value in values}) != len(values):
             raise ConfigError(f"grid {name}={list(values)!r} is not allowed: a value appears twice")
         flat = _flat({name: values[0]}, f"grid {name}")
-        checked[next(iter(flat))] = list(values)
+        flat_name = next(iter(flat))
+        seen = {}
+        for value in values:
+            read = json.dumps(_as_read(flat_name, value), sort_keys=True, default=str)
+            if read in seen:
+                raise ConfigError(f"grid {name}={list(values)!r} is not allowed: {seen[read]!r} and {value!r} are the "
+                                  f"same {name} (one value spelled twice); give each value once")
+            seen[read] = value
+        checked[flat_name] = list(values)
     return checked
+
+
+def _as_read(name: str, value):
+    """``value`` of the flat setting ``name`` as a run reads it (an int where a float is wanted as
+    the float, 'inf' as infinity, ...: :func:`jaxfl.config._coerce`); as given where that fails
+    (validation names a bad value)."""
+    from jaxfl.config import _coerce
+
+    try:
+        if name in FIELDS:
+            return _coerce(value, FIELDS[name].type)
+        space, option = name.split(".", 1)
+        options = algorithms.get(option_namespaces()[space][0]).Options
+        field = {field.name: field for field in dataclasses.fields(options)}[options.field_name(option)]
+        return _coerce(value, field.type)
+    except Exception:  # an unknown namespace or option: validation says so, naming the cell
+        return value
 
 
 def _unread(values: dict) -> list[str]:
@@ -242,7 +277,7 @@ def _expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[st
     """:func:`expand` of a flat ``base`` (:func:`_flat`) and a checked ``grid`` (:func:`_check_grid`)."""
     base = {name: value for name, value in base.items() if name not in grid}  # an axis replaces the base's value
     axes = list(grid)
-    cells, seen, dropped, applies = [], set(), set(), {}
+    cells, seen, dropped, applies, named = [], set(), set(), {}, {}
     from jaxfl.experiment import run_name
 
     for combination in itertools.product(*(grid[name] for name in axes)):
@@ -265,6 +300,9 @@ def _expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[st
             where = " ".join(f"{name}={value}" for name, value in swept.items()) or "(the base config)"
             raise ConfigError(f"sweep cell {len(cells)} ({where}): {error}") from None
         config = dataclasses.replace(config, output_dir=os.path.join(sweep_dir, "runs"), run_name=run_name(config))
+        if config.run_name in named:  # equal configs: one run folder, one run, counted once
+            raise _same_run(cells[named[config.run_name]], len(cells), shown, config.run_name)
+        named[config.run_name] = len(cells)
         cells.append(Cell(len(cells), shown, config, os.path.join(sweep_dir, "runs", config.run_name)))
     never = sorted(dropped - applies.keys())
     if never:
@@ -277,6 +315,19 @@ def _expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[st
         where = "; ".join(sorted(label for label in applies[name] if label))  # "": decided by no swept axis
         notes.append(f"{name} applies only to the cells that read it" + (f" ({where})" if where else ""))
     return cells, notes
+
+
+def _same_run(earlier: Cell, index: int, values: dict, name: str) -> ConfigError:
+    """The error for a cell whose validated config is an earlier cell's (one run name: settings and
+    config hash) though its swept values differ: they would run into one folder and be counted
+    twice. Cells equal once the settings they do not read are left out never get here (run once)."""
+    differ = [axis for axis in dict.fromkeys([*earlier.values, *values]) if earlier.values.get(axis) != values.get(axis)]
+    pairs = ", ".join(f"{axis}={earlier.values.get(axis)!r} and {values.get(axis)!r}" for axis in differ)
+    label = " ".join(f"{axis}={value}" for axis, value in values.items()) or "(the base config)"
+    return ConfigError(f"sweep cells {earlier.index} ({earlier.label()}) and {index} ({label}) are not allowed "
+                       f"together: they are one run ({name}), counted twice: {pairs} give the same config (one "
+                       "value spelled two ways, a value the algorithm sets itself, or a setting that changes no "
+                       "result); keep one of the values, or sweep the rest in a grid of their own")
 
 
 # The settings that decide whether a data/speed/fault field is read (for the notes only).

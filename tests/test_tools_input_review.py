@@ -157,3 +157,40 @@ def test_a_damaged_parquet_part_and_summary_are_named(timing_run, tmp_path):
     _cut(os.path.join(copy, "summary.json"), 30)
     with pytest.raises(ValueError, match=r"summary.json is damaged: it is not a JSON object"):
         runlog.load_run(copy)
+
+
+def test_a_grid_value_spelled_twice_is_refused_naming_both_spellings(tmp_path, capsys):
+    from jaxfl.config import ConfigError
+    from jaxfl.sweep import expand
+
+    with pytest.raises(ConfigError, match=r"grid client_lr=\[1, 1.0\] is not allowed: 1 and 1.0 are the same "
+                                          r"client_lr \(one value spelled twice\)"):
+        expand({"model": "logreg"}, {"client_lr": [1, 1.0]}, str(tmp_path / "s"))
+    with pytest.raises(ConfigError, match="5 and 5.0 are the same port.staleness_bound"):  # an algorithm's option
+        expand({"model": "logreg", "algorithm": "port"}, {"port.staleness_bound": [5, 5.0]}, str(tmp_path / "s"))
+    sweep_file = tmp_path / "dup.toml"
+    sweep_file.write_text('model = "logreg"\n[grid]\nclient_lr = [1, 1.0]\n')
+    with pytest.raises(SystemExit) as status:
+        cli.main(["sweep", str(sweep_file), "--out", str(tmp_path / "OD"), "--no-progress"])
+    assert status.value.code == 2 and "1 and 1.0 are the same client_lr" in capsys.readouterr().err
+    assert not (tmp_path / "OD").exists()
+
+
+def test_two_cells_with_one_config_are_refused_and_unread_axes_still_collapse(tmp_path):
+    from jaxfl.config import ConfigError
+    from jaxfl.sweep import expand
+
+    # FedAdam sets its server optimiser itself: its sgd and adam cells are one run (one name)
+    with pytest.raises(ConfigError) as error:
+        expand({"model": "logreg"}, {"algorithm": ["fedavg", "fedadam"], "server_optimizer": ["sgd", "adam"]},
+               str(tmp_path / "s"))
+    message = str(error.value)
+    assert message.startswith("sweep cells 2 (algorithm=fedadam server_optimizer=sgd) and 3 (algorithm=fedadam "
+                              "server_optimizer=adam) are not allowed together: they are one run (fedadam-")
+    assert "server_optimizer='sgd' and 'adam' give the same config" in message
+    # a setting a cell does not read still collapses its cells into one run, as before
+    cells, notes = expand({"model": "logreg"}, {"algorithm": ["fedavg", "fedbuff"], "buffer_size": [2, 3]},
+                          str(tmp_path / "s"))
+    assert [cell.label() for cell in cells] == ["algorithm=fedavg", "algorithm=fedbuff buffer_size=2",
+                                                "algorithm=fedbuff buffer_size=3"]
+    assert len({cell.run_dir for cell in cells}) == 3
