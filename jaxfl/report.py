@@ -66,6 +66,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import textwrap
 import warnings
 from typing import Callable, Sequence
@@ -987,11 +988,37 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
         for row in rows:
             _run_dir(sweep_dir, row)
     out = out or _default_out(folders[0])
+    made = _missing_folders(out)
     try:
         os.makedirs(out, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         raise ValueError(f"out={out!r} is not allowed: it, or a folder above it, is a file; give a folder (one "
                          "that does not exist yet is made)") from None
+    try:
+        return _write_report(rows, sweep_dir, out, trained, trained_rows, lines, chosen, grid, panels, figures,
+                             coverage, timing_rows)
+    except BaseException:  # a run that does not read back (a damaged log), Ctrl-C: no half-written new folder
+        if made:
+            shutil.rmtree(made[0], ignore_errors=True)
+        raise
+
+
+def _missing_folders(path: str) -> list[str]:
+    """The folders of ``path`` that do not exist yet, outermost first (what ``os.makedirs`` makes).
+
+    >>> _missing_folders("/")
+    []
+    """
+    missing, probe = [], os.path.abspath(path)
+    while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
+        missing.insert(0, probe)
+        probe = os.path.dirname(probe)
+    return missing
+
+
+def _write_report(rows, sweep_dir, out, trained, trained_rows, lines, chosen, grid, panels, figures, coverage,
+                  timing_rows) -> "Report":
+    """:func:`make_report` once every check passed and ``out`` exists: the tables and figures."""
     parts = []
     design = grid_markdown = None
     if trained is not None:

@@ -194,3 +194,19 @@ def test_two_cells_with_one_config_are_refused_and_unread_axes_still_collapse(tm
     assert [cell.label() for cell in cells] == ["algorithm=fedavg", "algorithm=fedbuff buffer_size=2",
                                                 "algorithm=fedbuff buffer_size=3"]
     assert len({cell.run_dir for cell in cells}) == 3
+
+
+def test_a_report_that_fails_on_a_damaged_run_leaves_no_new_folder(tmp_path):
+    pytest.importorskip("matplotlib")
+    from jaxfl.sweep import run_sweep
+
+    base = {"dataset": "synthetic_iid", "partition": "natural", "model": "logreg", "timing_only": True,
+            "checkpoint_every": None, "algorithm": "fedbuff", "clients": 4, "concurrency": 2, "buffer_size": 2,
+            "max_updates": 5}
+    result = run_sweep(base, {"seed": [0]}, str(tmp_path / "sweep"), progress=False)
+    events = os.path.join(result.cells[0].run_dir, "events.csv")
+    _cut(events, os.path.getsize(events) - 3)  # a finished run's log cut short: damage
+    out = tmp_path / "R" / "sub"
+    with pytest.raises(ValueError, match="events.csv is damaged: its last line is cut short"):
+        make_report(str(tmp_path / "sweep"), out=str(out))
+    assert not (tmp_path / "R").exists()
