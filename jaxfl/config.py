@@ -175,7 +175,7 @@ class EngineConfig:
 
     batching: bool = True  # defer dispatches and train the in-flight work together
     clients_per_call: int | None = None  # clients trained together in one call; unset: chosen from the backend
-    steps_per_call: int | None = None  # local steps unrolled per call; unset: from local_steps (at most 10)
+    steps_per_call: int | None = None  # local steps unrolled per call; unset: from local_steps (1 on a CPU, at most 10 elsewhere)
     cpu_friendly_layers: bool = True  # on CPU: convolutions as im2col matmuls, tiling max-pools as reshapes, dense kernel gradients without a transpose (2–2.7x faster steps); narrow convolutions of the held-out evaluation as im2col too
     devices: int | None = None  # local devices the client axis is sharded over (unset: all; a CPU's cores are devices)
     memory_limit_mb: float | None = None  # memory one training call may use, MiB (unset: what the device has free)
