@@ -210,3 +210,12 @@ def test_a_report_that_fails_on_a_damaged_run_leaves_no_new_folder(tmp_path):
     with pytest.raises(ValueError, match="events.csv is damaged: its last line is cut short"):
         make_report(str(tmp_path / "sweep"), out=str(out))
     assert not (tmp_path / "R").exists()
+
+
+def test_the_accuracy_figures_metrics_reader_names_a_damaged_metrics_csv(tmp_path):
+    from jaxfl import plot
+
+    (tmp_path / "metrics.csv").write_text("time,version,accuracy\n0.0,0,0.1\n1.0,1\n2.0,2,0.5\n")
+    with pytest.raises(ValueError, match=r"metrics.csv is damaged: row 3 has 2 values, the header 3 columns; "
+                                         r"if the run was interrupted"):
+        plot.read_metrics(str(tmp_path))
