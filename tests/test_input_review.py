@@ -15,6 +15,7 @@ import pytest
 
 from jaxfl import cli
 from jaxfl.cli import main
+from test_cli_inputs import _configs, _error  # the one error line of a refused command; parsed configs
 from jaxfl.config import MAX_GRID_POINTS, ConfigError, RunConfig, load_config_file, load_config_text, validate
 
 TINY = ["--clients", "4", "--max-updates", "2", "--model", "mlp", "--timing-only", "--no-progress"]
@@ -22,18 +23,6 @@ RUN = ["--dataset", "mnist10k", "--model", "mlp", "--clients", "4", "--local-ste
        "--no-progress"]
 
 
-def _error(capsys, argv) -> str:
-    """The one error line of a refused command (status 2, no traceback)."""
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("jaxfl: error: ") and "Traceback" not in err and len(err.splitlines()) == 1, err
-    return err
-
-
-def _configs(argv):
-    return cli._configs(cli.build_parser().parse_args(["run", *argv]))
 
 
 # 1. the evaluation grid: k·interval points, bounded up front (finite max_time) or mid-run (none)

@@ -93,17 +93,7 @@ def test_ctrl_c_on_jaxfl_run_names_the_run_folder_and_its_resume(tmp_path):
 def test_an_interrupted_run_says_whether_there_is_anything_to_resume(tmp_path):
     import jaxfl
 
-    class CtrlC:  # a Ctrl-C at the n-th evaluation
-        def __init__(self, at):
-            self.at, self.seen = at, 0
-
-        def log(self, row, step):
-            self.seen += 1
-            if self.seen == self.at:
-                raise KeyboardInterrupt
-
-        def close(self):
-            pass
+    from test_resume_review import CtrlC  # a Ctrl-C at the n-th evaluation
 
     config = jaxfl.RunConfig(algorithm="fedavg", model="logreg", clients=3, local_steps=2, max_updates=6,
                              checkpoint_every=1, progress=False, output_dir=str(tmp_path))
