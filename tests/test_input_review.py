@@ -13,7 +13,6 @@ import warnings
 import numpy as np
 import pytest
 
-from jaxfl import cli
 from jaxfl.cli import main
 from test_cli_inputs import _configs, _error  # the one error line of a refused command; parsed configs
 from jaxfl.config import MAX_GRID_POINTS, ConfigError, RunConfig, load_config_file, load_config_text, validate
