@@ -106,7 +106,7 @@ def test_help_is_plain_text_and_hides_old_spellings(capsys):
     (["--partition", "class", "--dirichlet-alpha", "0.1"], r"dirichlet_alpha=0.1 .*partitions dirichlet"),
     (["--heterogeneity", "exp", "--speed-cap", "60"], r"speed_cap=60.0 .*pareto"),
     (["--delay-factor", "3"], r"delay_factor=3.0 .*delay_prob > 0"),
-    (["--eval-interval", "10", "--eval-every", "5"], r"eval_every=5 .*without eval_interval"),
+    (["--eval-interval", "10", "--eval-every", "5"], r"--eval-interval 10.0 and --eval-every 5 are both given"),
 ])
 def test_settings_the_run_never_reads_are_refused_before_anything_is_written(tmp_path, capsys, argv, message):
     out = tmp_path / "runs"
