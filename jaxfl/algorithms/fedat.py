@@ -211,27 +211,32 @@ class TierModels(DeviceHook):
         payload = aggregation.payload
         if not isinstance(payload, TierUpdate):
             return None
-        import jax
         import jax.numpy as jnp
 
-        from jaxfl.kernels.tree import tree_add, tree_scale
-        from jaxfl.kernels.client import BUFFERS
+        from jaxfl.execution import bucket_size
+        from jaxfl.kernels.fedat import tier_update
 
         coefficients = dict(aggregation.contributions)
-        tier_model = tree_scale(ctx.combine(aggregation, records), -1.0)
-        for record in records:
-            tier_model = tree_add(tier_model, tree_scale(ctx.start_model(record), coefficients[record.id]))
-        buffers = ctx.mean_buffers(records)
-        if buffers is not None:
-            tier_model = {**tier_model, BUFFERS: buffers}
+        # the members' distinct start models (one global version for a FedAT round), each passed once
+        versions = list(dict.fromkeys(record.version for record in records))
+        starts = tuple(ctx.start_model(next(r for r in records if r.version == v)) for v in versions)
+        padded = bucket_size(len(records))  # one compilation per bucket of tier sizes
+        which = np.zeros(padded, np.int32)
+        which[:len(records)] = [versions.index(record.version) for record in records]
+        member_coefficients = np.zeros(padded, np.float32)
+        member_coefficients[:len(records)] = [coefficients[record.id] for record in records]
         models = dict(ctx.state[self.name])
         for tier, _ in payload.tier_weights:
             models.setdefault(str(tier), ctx.params)
+        order = [tier for tier, _ in payload.tier_weights]
+        # one jitted program instead of an eager op per parameter leaf per member and per tier
+        tier_model, combined = ctx.jit("fedat_tier_update", tier_update)(
+            ctx.combine(aggregation, records), starts, jnp.asarray(which), jnp.asarray(member_coefficients),
+            jnp.int32(len(records)), ctx.mean_buffers(records), tuple(models[str(tier)] for tier in order),
+            jnp.int32(order.index(payload.tier)), jnp.asarray(np.array([w for _, w in payload.tier_weights], np.float32)),
+            jnp.uint32(0))
         models[str(payload.tier)] = tier_model
         ctx.state[self.name] = models
-        combined = jax.tree.map(jnp.zeros_like, ctx.params)
-        for tier, weight in payload.tier_weights:
-            combined = tree_add(combined, tree_scale(models[str(tier)], weight))
         return combined
 
 

@@ -69,6 +69,28 @@ def tree_add(a: PyTree, b: PyTree) -> PyTree:
     return jax.tree.map(jnp.add, a, b)
 
 
+def rounded(tree: PyTree, zero: jax.Array) -> PyTree:
+    """``tree`` unchanged, but opaque to the compiler: the bits of each floating leaf XORed with ``zero``,
+    a traced unsigned 0 whose value XLA cannot know. Inside one jitted program XLA:CPU (and GPU)
+    contract ``a + b * c`` into a fused multiply-add, rounding once where the eager ops round the
+    product and the sum separately; passing ``b * c`` through here keeps both roundings, so a jitted
+    update reproduces the eager arithmetic bit for bit (and ``0 + x`` is not folded to ``x``, which
+    would keep a ``-0``). Integer and boolean leaves are returned as they are (no contraction).
+
+    >>> rounded({"w": jnp.array([1.5, -0.0])}, jnp.uint32(0))["w"].tolist()
+    [1.5, -0.0]
+    """
+    def opaque(leaf):
+        leaf = jnp.asarray(leaf)
+        if not jnp.issubdtype(leaf.dtype, jnp.floating):
+            return leaf
+        bits = jnp.dtype(f"uint{8 * leaf.dtype.itemsize}")
+        return jax.lax.bitcast_convert_type(
+            jax.lax.bitcast_convert_type(leaf, bits) ^ zero.astype(bits), leaf.dtype)
+
+    return jax.tree.map(opaque, tree)
+
+
 def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
     """⟨a, b⟩ over the whole flattened model (one vector, not per layer), in float32. ``a`` and ``b``
     must have as many leaves, of equal shapes, in the same order (else ``ValueError``: a partial or
