@@ -67,6 +67,7 @@ import math
 import os
 import shlex
 import shutil
+import tempfile
 import textwrap
 import warnings
 from typing import Callable, Sequence
@@ -994,13 +995,33 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
     except (FileExistsError, NotADirectoryError):
         raise ValueError(f"out={out!r} is not allowed: it, or a folder above it, is a file; give a folder (one "
                          "that does not exist yet is made)") from None
+    # Everything is written into a hidden folder inside ``out`` first and moved in only once the last
+    # figure is drawn: a report that fails half-way (a run that does not read back, Ctrl-C) leaves an
+    # earlier report in ``out`` whole, not new tables beside old figures.
+    staging = tempfile.mkdtemp(prefix=".report-partial-", dir=out)
     try:
-        return _write_report(rows, sweep_dir, out, trained, trained_rows, lines, chosen, grid, panels, figures,
-                             coverage, timing_rows)
-    except BaseException:  # a run that does not read back (a damaged log), Ctrl-C: no half-written new folder
-        if made:
-            shutil.rmtree(made[0], ignore_errors=True)
+        report = _write_report(rows, sweep_dir, staging, trained, trained_rows, lines, chosen, grid, panels,
+                               figures, coverage, timing_rows)
+        report = _publish(report, staging, out)
+    except BaseException:  # no half-written new folder, no half-replaced old one
+        shutil.rmtree(made[0] if made else staging, ignore_errors=True)
         raise
+    os.rmdir(staging)
+    # an earlier report's figures in the same folder (a report with figures, then --no-figures) would
+    # be read as this one's: those of the names this report writes go; any other file stays
+    _remove_undrawn_figures(out, figure_files(trained, _grouping(timing_rows) if timing_rows else None),
+                            report.figures)
+    return report
+
+
+def _publish(report: "Report", staging: str, out: str) -> "Report":
+    """Move the files ``report`` wrote into ``staging`` into ``out`` (each by one rename, on the same
+    file system) and return the report with their new paths."""
+    moved = lambda path: os.path.join(out, os.path.relpath(path, staging))
+    for name in os.listdir(staging):
+        os.replace(os.path.join(staging, name), os.path.join(out, name))
+    return dataclasses.replace(report, markdown_path=moved(report.markdown_path), table=moved(report.table),
+                               figures=[moved(path) for path in report.figures])
 
 
 def _missing_folders(path: str) -> list[str]:
@@ -1044,9 +1065,6 @@ def _write_report(rows, sweep_dir, out, trained, trained_rows, lines, chosen, gr
              else [])
     if figures and grid is not None:
         drawn.append(plot_design_grid(design, trained.columns, chosen, os.path.join(out, "time_to_target_grid.png")))
-    # an earlier report's figures in the same folder (a report with figures, then --no-figures) would
-    # be read as this one's: those of the names this report writes go; any other file stays
-    _remove_undrawn_figures(out, figure_files(trained, timing), drawn)
     return Report(markdown, markdown_path, table, lines + timing_lines, drawn, design, grid_markdown)
 
 

@@ -84,3 +84,29 @@ def test_a_report_without_figures_removes_the_earlier_report_s_figures_only(tmp_
     again = report.make_report(str(tmp_path), figures=False, out=str(out))
     assert again.figures == []
     assert sorted(path.name for path in out.iterdir()) == ["notes.png", "report.csv", "report.md"]
+
+
+def test_a_report_interrupted_while_drawing_leaves_the_earlier_report_whole(tmp_path, monkeypatch):
+    (tmp_path / "results.csv").write_text(
+        "cell,algorithm,clients,seed,target_accuracy,time_to_target,best_accuracy\n"
+        "0,fedavg,5,0,0.8,100.0,0.9\n1,fedbuff,5,0,0.8,,0.7\n")
+    out = tmp_path / "report"
+    first = report.make_report(str(tmp_path), figures="table", out=str(out))
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    assert sorted(before) == ["report.csv", "report.md", "time_to_target.png"]
+    # another seed, then Ctrl-C while the bars are drawn: the tables are already written by then
+    with open(tmp_path / "results.csv", "a") as handle:
+        handle.write("2,fedavg,5,1,0.8,120.0,0.88\n")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "plot_time_to_target", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        report.make_report(str(tmp_path), figures="table", out=str(out))
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before  # nothing half-replaced or left over
+    monkeypatch.undo()
+    again = report.make_report(str(tmp_path), figures="table", out=str(out))
+    assert again.markdown_path == first.markdown_path == str(out / "report.md")
+    assert again.figures == [str(out / "time_to_target.png")] and (out / "report.md").read_text() != before["report.md"].decode()
+    assert sorted(path.name for path in out.iterdir()) == ["report.csv", "report.md", "time_to_target.png"]
