@@ -153,6 +153,7 @@ class FedCompass(Policy):
         self._create_keys: dict[int, float] = {}
         self._create_dirty: set[int] = set()
         self._staleness_weights = StalenessWeights(staleness)
+        self._weights_list: list[float] | None = None  # p_i as Python floats (_client_weights)
         self._read_switches()
 
     def _read_switches(self) -> None:
@@ -167,10 +168,17 @@ class FedCompass(Policy):
         self._join_upper = math.floor(options.join_max_factor * self.q_max)
         self._lr_decay = options.lr_decay
 
+    def __getstate__(self) -> dict:
+        """Everything but the p_i list, which the simulation holds already (10^6 floats at 10^6 clients)."""
+        state = dict(self.__dict__)
+        state.pop("_weights_list", None)
+        return state
+
     def __setstate__(self, state: dict) -> None:
         """Policies pickled before the T_a and T_exp indexes and the st(s) memo rebuild them."""
         self.__dict__.update(state)
         self._staleness_weights = StalenessWeights(self.staleness)
+        self._weights_list = None
         if "_by_expected" not in state:
             self._by_expected = sorted((group.expected, group_id) for group_id, group in self.groups.items()
                                        if not group.aggregated)
@@ -191,7 +199,7 @@ class FedCompass(Policy):
         sim.dispatch_many(range(sim.num_clients), warmup_steps)
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
-        client, now, steps = record.client, sim.now, record.steps
+        client, now, steps = record.client, sim.queue._now, record.steps  # the clock's field: no property call
         state = self.clients[client]
         sample = (now - state.start) / steps  # S_i; T_start = dispatch time: idle waiting not counted
         state.speed = sample if state.speed is None or not self._ema else 0.1 * state.speed + 0.9 * sample
@@ -208,8 +216,9 @@ class FedCompass(Policy):
         group.arrived.append(client)
         if self._fastest_over_all and group.speeds is not None:  # still a member, re-measured
             heapq.heappush(group.speeds, (state.speed, client))
-        if self._weigh_at_buffer:  # the paper: staleness when the update is buffered
-            self._buffered_weight[record.id] = self._weight(sim, record)
+        if self._weigh_at_buffer:  # the paper: staleness when the update is buffered (_weight, inline)
+            self._buffered_weight[record.id] = (self._staleness_weights[sim.version - record.version]
+                                                * self._client_weights(sim)[client])
         if now > group.latest:  # late: its group was aggregated at T_max without it
             self.general_buffer.append(record)
             self._reassign(sim, client, now)
@@ -277,13 +286,21 @@ class FedCompass(Policy):
 
     def _weight(self, sim: Simulation, record: DispatchRecord) -> float:
         weight = self._staleness_weights[sim.version - record.version]  # st(τ_g − τ_i)
-        return weight * float(sim.client_weights[record.client])
+        return weight * self._client_weights(sim)[record.client]
+
+    def _client_weights(self, sim: Simulation) -> list[float]:
+        """The p_i as a list of Python floats (the same values as ``float(sim.client_weights[i])``), made
+        at first use: a NumPy element read and its float() cost as much as the rest of a weight."""
+        weights = self._weights_list
+        if weights is None:
+            weights = self._weights_list = sim.client_weights.tolist()
+        return weights
 
     # ------------------------------------------------------------------ ASSIGNGROUP (Alg. 2)
     def _reassign(self, sim: Simulation, client: int, now: float) -> None:
         """ASSIGNGROUP(i) — JOINGROUP, or else CREATEGROUP — then dispatch(i): Q_i steps, T_start = now."""
         state = self.clients[client]
-        choice = self._join_choice(client, now)
+        choice = self._join_choice(client, now) if self._by_expected else None  # no open group: none to join
         if choice is None:
             group = self._create(sim, client)
         else:  # JOINGROUP
