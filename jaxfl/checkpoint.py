@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -166,9 +167,23 @@ def _unpack(packed: dict, target, packing: dict):
     return {**({"params": packed["params"]} if "params" in target else {}), **tree}
 
 
-class CheckpointWriteError(OSError):
+class DiskWriteError(OSError):
+    """A run's file could not be written (a full disk, a quota, a file-size limit): the message, one
+    line, says what the run keeps and how to go on (``jaxfl`` exits with status 74, sysexits' EX_IOERR)."""
+
+
+class CheckpointWriteError(DiskWriteError):
     """A checkpoint could not be written (a full disk, a quota, a folder gone): its ``tmp-…`` folder is
     removed and the run's earlier checkpoints are intact; the message says what a resume goes on from."""
+
+
+class LogWriteError(DiskWriteError):
+    """A run's logs (``events.csv``, ``metrics.csv``, ``summary.json``...) could not be written, the disk
+    full or a quota reached: a resume goes on from the newest checkpoint, its logs cut back to it."""
+
+
+# what a full disk (or quota, or file-size limit) makes a write fail with
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 # a failure of the disk as tensorstore (orbax's writer) reports it: its errno

@@ -35,7 +35,7 @@ from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, C
                           _server_readers_text, algorithms_reading, annotation_text, config_from_mapping,
                           fields_not_read_by, flat_once, load_config_file, option_namespaces,
                           split_algorithm_options)
-from jaxfl.checkpoint import CheckpointWriteError
+from jaxfl.checkpoint import DiskWriteError
 from jaxfl.engine import NumericalError, ResourceError
 
 _HELP = {
@@ -54,7 +54,7 @@ _HELP = {
     "batching": "defer dispatches and train the in-flight work together (--no-batching: one at a time)",
     "output_dir": "folder that receives one run directory per run",
 }
-# a checkpoint that could not be written (a full disk): sysexits' EX_IOERR, not 2 (bad input) or 1 (a numerical error)
+# a checkpoint or a log that could not be written (a full disk): sysexits' EX_IOERR, not 2 (bad input) or 1 (a numerical error)
 CHECKPOINT_WRITE_STATUS = 74
 _ALIASES = {"client_lr": ["--lr"], "output_dir": ["--out"], "local_steps": ["--steps"]}
 
@@ -473,7 +473,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         base, grid = _sweep_values(args)
         result = run_sweep(base, grid, args.sweep_dir, size=args.size, progress=args.progress,
                            echo=None if args.progress else print, jobs=args.jobs)
-    except CheckpointWriteError as error:  # a full disk: the same command goes on once there is space
+    except DiskWriteError as error:  # a full disk: the same command goes on once there is space
         parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError, argparse.ArgumentTypeError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
@@ -678,7 +678,7 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except RunFinished as finished:  # said, and the run left as it is (not re-finished)
         print(f"jaxfl: {finished}")
         return 0
-    except CheckpointWriteError as error:
+    except DiskWriteError as error:
         parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")
     except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")
@@ -1086,7 +1086,7 @@ def _main(argv: list[str] | None) -> int:
                   f"{target}, {summary['global_updates']} updates, "
                   f"stop: {summary['stop_reason']} → {result.run_dir}")
             results.append(result)
-    except CheckpointWriteError as error:  # a full disk: not bad input; the run keeps its earlier checkpoints
+    except DiskWriteError as error:  # a full disk: not bad input; the run keeps its earlier checkpoints
         parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError) as error:
         parser.exit(2, f"jaxfl: error: {error}\n")

@@ -1,0 +1,83 @@
+"""A disk that fills up while a run writes its logs (not a checkpoint): one line naming the run, what
+it keeps and how to go on (it was an OSError traceback and exit status 1), and the resume that goes on
+from the newest checkpoint ends with the logs of a run that was never stopped.
+
+The disk is made "full" for real, with a file-size limit (RLIMIT_FSIZE: a write past it fails with
+EFBIG, as one on a full disk fails with ENOSPC), set by a logger once the first checkpoint is written
+and lifted again before the resume."""
+import os
+import resource
+import signal
+
+import pytest
+
+import jaxfl
+from jaxfl import checkpoint
+from jaxfl.testing import events_without_wall_time, metrics_without_wall_time
+
+CONFIG = dict(algorithm="fedasync", model="logreg", clients=3, local_steps=1, batch_size=8, stop_at_target=False,
+              progress=False, max_updates=60, checkpoint_every=20, run_name="r")
+
+
+class FileSizeLimitAt:
+    """At version ``step``'s metrics row: every file write past the run's largest log so far fails."""
+
+    def __init__(self, run_dir, step):
+        self.run_dir, self.step, self.set = run_dir, step, False
+
+    def log(self, row, step):
+        if step == self.step:
+            largest = max(os.path.getsize(os.path.join(self.run_dir, name)) for name in os.listdir(self.run_dir)
+                          if name.endswith(".csv"))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (largest + 1, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+            self.set = True
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def lifted_afterwards():
+    """The soft file-size limit and SIGXFSZ's handler as they were, whatever the test did."""
+    limits, handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    yield
+    resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+    signal.signal(signal.SIGXFSZ, handler)
+
+
+def test_a_full_disk_while_the_logs_are_written_is_one_line_and_the_run_resumes(tmp_path, lifted_afterwards):
+    run = tmp_path / "out" / "r"
+    limit = FileSizeLimitAt(str(run), step=30)  # after checkpoint 20, before checkpoint 40
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    with pytest.raises(checkpoint.LogWriteError) as failed:
+        jaxfl.run_experiment(jaxfl.RunConfig(**CONFIG, output_dir=str(tmp_path / "out")), loggers=[limit])
+    resource.setrlimit(resource.RLIMIT_FSIZE, limits)  # "free space"
+    assert limit.set
+    assert str(failed.value) == (f"could not write the run's logs in {run}: File too large; logs and checkpoints "
+                                 f"kept up to update 20 (a resume cuts the logs back to it); free space and "
+                                 f"resume with `jaxfl run --resume {run}`")
+    assert isinstance(failed.value, checkpoint.DiskWriteError)  # the CLI's exit status 74, as for a checkpoint
+    assert not (run / "summary.json").exists()
+    resumed = jaxfl.resume_experiment(str(run), progress=False)
+    full = jaxfl.run_experiment(jaxfl.RunConfig(**CONFIG, output_dir=str(tmp_path / "full")))
+    assert resumed.summary["global_updates"] == full.summary["global_updates"] == 60
+    assert events_without_wall_time(run) == events_without_wall_time(full.run_dir)
+    assert metrics_without_wall_time(run) == metrics_without_wall_time(full.run_dir)
+    assert (run / "class_accuracy.csv").read_bytes() == (tmp_path / "full" / "r" / "class_accuracy.csv").read_bytes()
+
+
+def test_an_error_of_the_disk_that_is_not_a_full_one_is_raised_as_it_is(tmp_path):
+    # a file the run may not write is not "free space and resume": the OSError goes out unchanged
+    config = jaxfl.RunConfig(**CONFIG, output_dir=str(tmp_path / "out"))
+
+    class ALoggerDeniedItsFile:
+        def log(self, row, step):
+            if step == 5:
+                raise PermissionError(13, "Permission denied", str(tmp_path / "out" / "r" / "events.csv"))
+
+        def close(self):
+            pass
+
+    with pytest.raises(PermissionError) as failed:
+        jaxfl.run_experiment(config, loggers=[ALoggerDeniedItsFile()])
+    assert not isinstance(failed.value, checkpoint.DiskWriteError)
