@@ -300,6 +300,11 @@ class CosineWeights(DeviceHook):
 
         def coefficients(deltas, starts, current, previous, staleness_part, interference_scale, force, valid,
                          definition):
+            # the updates (and start models) arrive as lists and are stacked here, in the program, not
+            # by an eager stack per parameter leaf
+            stack = lambda trees: jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
+            deltas = stack(deltas)
+            starts = stack(starts) if definition == "current" else deltas
             last_step = jax.tree.map(jnp.subtract, current, previous)
             return kernels.port_coefficients(deltas, starts, current, last_step, staleness_part,
                                              interference_scale, force, valid, definition)
@@ -313,9 +318,12 @@ class CosineWeights(DeviceHook):
             values = np.asarray(values, dtype)[rows]
             return jnp.asarray(np.concatenate([values, np.full(padded - count, fill, dtype)]))
 
-        deltas = ctx.trainable(ctx.stack([ctx.delta(r) for r in records], padded))
-        starts = ctx.trainable(ctx.stack([ctx.start_model(r) for r in records], padded)) \
-            if self.cosine_definition == "current" else deltas
+        def padded_list(trees):  # padded with the first, as Engine.stack pads
+            return tuple(trees) + (trees[0],) * (padded - count)
+
+        deltas = padded_list([ctx.trainable(ctx.delta(r)) for r in records])
+        starts = padded_list([ctx.trainable(ctx.start_model(r)) for r in records]) \
+            if self.cosine_definition == "current" else ()
         weights, cosines = ctx.jit("port_weights", coefficients, static_argnames="definition")(
             deltas, starts, ctx.trainable(ctx.params), ctx.trainable(ctx.previous_params),
             column(payload.staleness_part, np.float32, 0.0), column(payload.interference_scale, np.float32, 0.0),
