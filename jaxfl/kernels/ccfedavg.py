@@ -63,6 +63,35 @@ def bank_model_sum(models: PyTree, weights: jax.Array, current: PyTree) -> PyTre
     return jax.tree.map(lambda w, m: total.astype(w.dtype) * w - m, current, stale)
 
 
+def bank_rows(deltas: tuple, starts: tuple | None) -> dict[str, PyTree]:
+    """The banks' new rows for a round's trained clients (CC-FedAvg, Zhang et al., IEEE IoT Journal
+    2024, Algorithm 1), each stacked on a leading ``K``: ``"delta"`` their updates Δ_k and, when
+    ``starts`` (their start models) is given, ``"model"`` their final models start_k − Δ_k.
+
+    >>> rows = bank_rows(({"w": jnp.array([1.0])}, {"w": jnp.array([2.0])}), ({"w": jnp.array([5.0])},) * 2)
+    >>> rows["delta"]["w"].tolist(), rows["model"]["w"].tolist()
+    ([[1.0], [2.0]], [[4.0], [3.0]])
+    """
+    stack = lambda trees: jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
+    rows = {"delta": stack(deltas)}
+    if starts is not None:
+        rows["model"] = jax.tree.map(jnp.subtract, stack(starts), rows["delta"])
+    return rows
+
+
+def banked_estimation_error(rows: PyTree, truths: PyTree, current: PyTree | None) -> dict[str, jax.Array]:
+    """:func:`estimation_error` of banked estimates: the bank rows themselves (Strategy 3's D_i) when
+    ``current`` is None, else ``current − row`` (Strategy 2's x_t − x^i_last, the engine's sign).
+
+    >>> out = banked_estimation_error({"w": jnp.array([[1.0, 0.0]])}, {"w": jnp.array([[1.0, 0.0]])},
+    ...                               {"w": jnp.array([2.0, 0.0])})
+    >>> out["cosine"].tolist()
+    [1.0]
+    """
+    estimates = rows if current is None else jax.tree.map(lambda w, m: w[None] - m, current, rows)
+    return estimation_error(estimates, truths)
+
+
 def estimation_error(estimates: PyTree, truths: PyTree) -> dict[str, jax.Array]:
     """How well each estimate Δ̂_k matches the true update Δ_k (stacked on a leading axis ``K``; all
     leaves taken as one vector): ``relative_error`` ‖Δ̂ − Δ‖/‖Δ‖, ``cosine`` ⟨Δ̂, Δ⟩/(‖Δ̂‖ ‖Δ‖), and
