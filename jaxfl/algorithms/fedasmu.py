@@ -481,7 +481,6 @@ class LearnedAlpha(DeviceHook):
         if len(records) != 1:
             raise ValueError(f"FedASMU mixes one upload at a time, got {len(records)}")
         import jax
-        import jax.numpy as jnp
 
         from jaxfl.kernels import fedasmu as kernels
 
@@ -495,13 +494,14 @@ class LearnedAlpha(DeviceHook):
 
         (record,) = records
         o = self.options
-        learning_rates = jnp.asarray([o.lr_lambda, o.lr_sigma, o.lr_iota], jnp.float32)
+        # host numbers go to the program as NumPy values: jnp.float32(x) is an eager conversion per call
+        learning_rates = np.array([o.lr_lambda, o.lr_sigma, o.lr_iota], np.float32)
         client = [payload.client]
         rows, alpha, _ = ctx.jit("fedasmu_server", server_update)(
             ctx.client_rows(self.name, "server", client), ctx.trainable(ctx.delta(record)),
-            ctx.trainable(ctx.start_model(record)), ctx.trainable(ctx.params), jnp.float32(payload.t),
-            jnp.float32(payload.s), jnp.float32(payload.step_size), learning_rates, jnp.float32(o.mu_alpha),
-            jnp.float32(o.alpha_min))
+            ctx.trainable(ctx.start_model(record)), ctx.trainable(ctx.params), np.float32(payload.t),
+            np.float32(payload.s), np.float32(payload.step_size), learning_rates, np.float32(o.mu_alpha),
+            np.float32(o.alpha_min))
         ctx.set_client_rows(self.name, "server", client, rows)
         alpha = float(alpha)
         ctx.set_client_metrics(record.id, {"alpha": alpha})
@@ -526,18 +526,20 @@ class FreshModelMix(DeviceHook):
 
     def on_pause(self, ctx, paused):
         import jax
-        import jax.numpy as jnp
 
         from jaxfl.kernels import fedasmu as kernels
+        from jaxfl.kernels.tree import set_rows
 
         trainer = ctx.trainer
 
-        def device_mix(states, fresh, coefficients, o, g, active, data, views, mu_beta, learning_rates):
+        def device_mix(states, fresh, table, clients, o, g, active, data, views, mu_beta, learning_rates):
             def one(state, fresh_i, coefficients_i, o_i, g_i, active_i, view):
                 return kernels.device_mix(trainer.batch_loss, state, fresh_i, coefficients_i, o_i, g_i, active_i,
                                           data, view, mu_beta, learning_rates)
 
-            return jax.vmap(one)(states, fresh, coefficients, o, g, active, views)
+            states, coefficients, diagnostics = jax.vmap(one)(states, fresh, table[clients], o, g, active, views)
+            # the mixing rows' (γ, ν) written back here, not by eager gathers and a scatter per pause
+            return states, set_rows(table, clients, coefficients, active), diagnostics
 
         members, active = paused.records, paused.active
         clients = np.array([r.client for r in members], np.int32)
@@ -546,12 +548,11 @@ class FreshModelMix(DeviceHook):
         o = np.array([r.version + 1 for r in members], np.float32)  # 1-based versions (kernels/fedasmu.py)
         g = np.array([r.fetch_version + 1 if active[i] else r.version + 2 for i, r in enumerate(members)], np.float32)
         table = ctx.state[self.name]
-        learning_rates = jnp.asarray([self.options.lr_gamma, self.options.lr_nu], jnp.float32)
-        states, coefficients, diagnostics = ctx.jit("device_mix", device_mix)(
-            paused.states, paused.fetched, table[jnp.asarray(clients)], jnp.asarray(o), jnp.asarray(g),
-            jnp.asarray(active), ctx.data, paused.views, jnp.float32(self.options.mu_beta), learning_rates)
+        learning_rates = np.array([self.options.lr_gamma, self.options.lr_nu], np.float32)
+        states, ctx.state[self.name], diagnostics = ctx.jit("device_mix", device_mix)(
+            paused.states, paused.fetched, table, clients, o, g, np.asarray(active), ctx.data, paused.views,
+            np.float32(self.options.mu_beta), learning_rates)
         rows = np.flatnonzero(active)
-        ctx.state[self.name] = table.at[jnp.asarray(clients[rows])].set(coefficients[jnp.asarray(rows)])
         diagnostics = jax.device_get(diagnostics)
         for index in rows:
             ctx.set_client_metrics(members[index].id, {key: float(value[index]) for key, value in diagnostics.items()})

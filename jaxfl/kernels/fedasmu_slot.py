@@ -133,9 +133,11 @@ def make_slot_meta_model(epochs: int, num_features: int, hidden: int, learning_r
 
     return SlotMetaModel(
         init=init,
-        slot_probabilities=lambda params, context: np.asarray(slot_probabilities(params, jnp.asarray(context))),
-        decision_probabilities=lambda params, context: np.asarray(decision_probabilities(params,
-                                                                                         jnp.asarray(context))),
+        # host numbers go to the programs as NumPy values (a jnp conversion is an eager op per call)
+        slot_probabilities=lambda params, context: np.asarray(slot_probabilities(params, np.asarray(context,
+                                                                                                   np.float32))),
+        decision_probabilities=lambda params, context: np.asarray(decision_probabilities(
+            params, np.asarray(context, np.float32))),
         reinforce=lambda params, opt_state, context, slot, advantage: jax.device_get(reinforce(
-            params, opt_state, jnp.asarray(context, jnp.float32), jnp.int32(slot - 1), jnp.float32(advantage))),
+            params, opt_state, np.asarray(context, np.float32), np.int32(slot - 1), np.float32(advantage))),
     )
