@@ -10,8 +10,8 @@ to floating-point reassociation.
 
 Calls are shaped so that jit compiles once per bucket: the clients of a call are padded to a power
 of two per device (padding entries take zero steps) and the step loop runs in unrolled chunks of
-``steps_per_call`` steps, the remainder in power-of-two chunks (``step_chunks``), so a call whose
-clients share a step count computes no masked step. In a rolled loop each device runs only the steps
+``steps_per_call`` steps, the remainder in power-of-two chunks (one-step calls on a CPU:
+``step_chunks``), so a call whose clients share a step count computes no masked step. In a rolled loop each device runs only the steps
 its own rows need, so a device holding only padding rows computes nothing. Padding is counted as the
 devices compute it (``device_steps_computed``).
 
@@ -69,7 +69,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxfl._devices import place_read_only
 from jaxfl.client_state import ClientState
 from jaxfl.execution import (ACTIVATION_FACTOR, MEMORY_HEADROOM, EngineStats, ExecutionPlan,  # noqa: F401
-                             ResourceError, bucket_size, free_device_memory, step_chunks)
+                             ONE_STEP_REMAINDERS, ResourceError, bucket_size, free_device_memory,
+                             step_chunks)
 from jaxfl.kernels.aggregation import apply_server_update, weighted_sum
 from jaxfl.kernels.tree import tree_add, tree_bytes, tree_scale
 from jaxfl.kernels.client import BUFFERS, ClientTrainer, ClientView, FederatedArrays
@@ -316,6 +317,12 @@ class Engine:
             engine._count_trace("mix_drift")
             return tree_scale(jax.tree.map(jnp.subtract, params, start), coefficient)
 
+        def row(stacked, index):
+            engine._count_trace("delta_row")
+            return jax.tree.map(lambda leaf: leaf[index], stacked)
+
+        # one dispatch for a trained update's row of its call's stack, not an eager gather per leaf
+        self._row = jax.jit(row)
         self._subtract = jax.jit(subtract)
         self._drift = jax.jit(drift)
         self._tree_add = jax.jit(tree_add)
@@ -523,7 +530,8 @@ class Engine:
         padded = len(steps)
         longest = int(steps.max(initial=0))
         chunks = ([(longest, None)] if longest else []) if self.step_loop == "rolled" else \
-            [(length, length) for length in step_chunks(longest, self.plan.steps_per_call)]
+            [(length, length) for length in step_chunks(longest, self.plan.steps_per_call,
+                                                        self.home.platform in ONE_STEP_REMAINDERS)]
         for count, length in chunks:
             run_steps, _ = self.compiled_steps(padded, length)
             states = run_steps(states, self._training_data, views, np.int32(count))
@@ -807,7 +815,7 @@ class Engine:
     def delta(self, record: DispatchRecord) -> PyTree:
         """Δ = start − final of a trained dispatch."""
         batch, index = self._results[record.id]
-        return jax.tree.map(lambda leaf: leaf[index], batch.deltas)
+        return self._row(batch.deltas, np.int32(index))
 
     def start_model(self, record: DispatchRecord) -> PyTree:
         """The global model a dispatch started from (kept while ``keep_start_versions``)."""

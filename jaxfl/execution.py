@@ -2,7 +2,7 @@
 the memory figures its guard reads, and the statistics a run reports.
 
 >>> ExecutionPlan.for_backend("cpu", local_steps=6, devices=1)
-ExecutionPlan(clients_per_call=1, steps_per_call=1, devices=1)
+ExecutionPlan(clients_per_call=1, steps_per_call=6, devices=1)
 >>> step_chunks(13, 10)
 [10, 2, 1]
 >>> EngineStats(useful_steps=6, executed_steps=8).padding_waste
@@ -61,15 +61,18 @@ class ResourceError(MemoryError):
     """One client's training does not fit in memory; the message names the setting to lower."""
 
 
-# Longest step chunk unrolled into one call, by backend. CPU: one step. Measured on the 2-core CPU
-# (example CNN, batch 32, 2026-11-30, benchmarks/README.md): a step costs the same CPU time in chunks
-# of 1, 2, 4 or 8 (medians 23.1-24.2 ms), but compiling a chunk of L steps costs 3.9, 4.3, 6.0 and
-# 10.1 CPU s for L = 1, 2, 4, 8, and step counts that vary (FedCompass, local_epochs, PORT, FedASMU)
-# compile every power-of-two remainder below the chunk too (10, 8, 4, 2, 1: 25 step bodies), so
-# one-step calls compile one small program for every step count and no masked step. Elsewhere
-# (unmeasured): 10 steps, fewer dispatches.
-MAX_UNROLLED_STEPS = {"cpu": 1}
+# Longest step chunk unrolled into one call, by backend (none listed: 10 steps everywhere). Clients
+# that share a step count run it in full chunks: on the 2-core CPU (the cross-device benchmark's
+# call, 2 clients of batch 10, example CNN, 2026-11-30, benchmarks/README.md) six one-step calls
+# cost 8-9 % more per step than one six-step call, the calls' own overhead.
+MAX_UNROLLED_STEPS: dict[str, int] = {}
 DEFAULT_MAX_UNROLLED_STEPS = 10
+# Backends that run a call's remainder (its steps past the full chunks: step counts that vary, as
+# FedCompass's, PORT's, FedASMU's and local_epochs' do) as one-step calls, not power-of-two chunks.
+# CPU: compiling an unrolled chunk of L steps costs 3.9, 4.3, 6.0 and 10.1 CPU s for L = 1, 2, 4, 8
+# (example CNN, 2026-11-30) and power-of-two remainders compile each length below the chunk, so a
+# run compiles at most two chunk shapes, the full one and one step.
+ONE_STEP_REMAINDERS = frozenset({"cpu"})
 # Clients each device trains per call by default. CPU: one, the client axis sharded one client per
 # host device (a core). Measured on 2 cores, the cross-device benchmark (benchmarks/cpu_speed.py):
 # 2.3 s per round this way, 2.6 s with one device, 3.0–4.4 s with 8–50 clients vmapped per call
@@ -83,10 +86,10 @@ def default_steps_per_call(local_steps: int | None, backend: str = "cpu") -> int
     """The step chunk for clients of ``local_steps`` steps on ``backend``: all of them if they fit in
     one unrolled call of at most ``MAX_UNROLLED_STEPS`` steps, else the largest divisor of
     ``local_steps`` from half the cap to the cap (so that no call runs a remainder), else the cap.
-    Remainders run as power-of-two chunks (:func:`step_chunks`).
+    Remainders run as power-of-two chunks, or one-step calls on a CPU (:func:`step_chunks`).
 
     >>> default_steps_per_call(6), default_steps_per_call(6, "gpu"), default_steps_per_call(12, "gpu")
-    (1, 6, 6)
+    (6, 6, 6)
     """
     cap = MAX_UNROLLED_STEPS.get(backend, DEFAULT_MAX_UNROLLED_STEPS)
     if local_steps is None:
@@ -99,12 +102,19 @@ def default_steps_per_call(local_steps: int | None, backend: str = "cpu") -> int
     return cap
 
 
-def step_chunks(steps: int, per_call: int) -> list[int]:
+def step_chunks(steps: int, per_call: int, one_step_remainders: bool = False) -> list[int]:
     """The chunk lengths that run exactly ``steps`` steps: full chunks of ``per_call``, then the
-    remainder as descending powers of two, so no masked step is computed for a call whose clients
-    share a step count and at most log2(per_call) extra chunk shapes are ever compiled."""
+    remainder as descending powers of two (at most log2(per_call) extra chunk shapes), or with
+    ``one_step_remainders`` as one-step calls (one extra shape; :data:`ONE_STEP_REMAINDERS`). No
+    masked step is computed for a call whose clients share a step count.
+
+    >>> step_chunks(13, 10), step_chunks(13, 10, one_step_remainders=True), step_chunks(6, 6, True)
+    ([10, 2, 1], [10, 1, 1, 1], [6])
+    """
     chunks = [per_call] * (steps // per_call)
     remainder = steps % per_call
+    if one_step_remainders:
+        return chunks + [1] * remainder
     power = 1 << max(remainder.bit_length() - 1, 0)
     while remainder:
         if remainder >= power:

@@ -76,7 +76,7 @@ def test_cpu_speed_quick_runs_jaxfl_with_defaults_and_no_padding(tmp_path):
     assert run["samples_per_cpu_second"] > 0
     # CPU-ms per client step is the same CPU time per (batch of 10) samples
     assert run["cpu_ms_per_step"] == pytest.approx(10e3 / run["samples_per_cpu_second"], rel=0.001)
-    assert run["plan"]["steps_per_call"] == 1  # CPU: one-step calls (the CNN's 6 steps: 6 calls of one shape)
+    assert run["plan"]["steps_per_call"] == 6  # the CNN's 6 steps, shared by every client: one 6-step call
     assert run["compilations"]["run_steps"] == 1
     if 4 % run["plan"]["devices"] == 0:  # 4 clients per round fill every call
         assert run["padding_waste"] == 0.0

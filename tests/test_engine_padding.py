@@ -127,11 +127,11 @@ def test_device_steps_computed(steps, devices, lengths, computed):
     assert device_steps_computed(np.array(steps, dtype=np.int32), devices, lengths) == computed
 
 
-def test_a_cnn_with_ragged_step_counts_compiles_one_one_step_chunk(small_config):
+def test_a_cnn_with_ragged_step_counts_compiles_the_chunk_and_one_step(small_config):
     """CPU, a convolutional model (unrolled step chunks) whose clients take different step counts
-    (local_epochs on lognormal client sizes): the default one-step chunk compiles one step body for
-    every count and computes no masked step; the former default (chunks of up to 10 steps, the
-    remainders in powers of two) compiled a chunk per power of two below the largest count."""
+    (local_epochs on lognormal client sizes): full chunks, then the remainder as one-step calls, so
+    the run compiles at most two chunk shapes and computes no masked step; power-of-two remainders
+    (the other backends') would compile a chunk per power of two below the largest count."""
     from jaxfl.execution import step_chunks
     from jaxfl.experiment import run_experiment
     from tests.conftest import replace
@@ -141,12 +141,14 @@ def test_a_cnn_with_ragged_step_counts_compiles_one_one_step_chunk(small_config)
                      devices=1)
     result = run_experiment(config)
     engine = result.engine
-    assert engine.step_loop == "unrolled" and engine.plan.steps_per_call == 1
+    chunk = engine.plan.steps_per_call
+    assert engine.step_loop == "unrolled" and chunk > 1
     counts = sorted({int(row["steps"]) for row in engine._fetched_metrics.values()})
     assert len(counts) >= 3, counts  # ragged indeed
-    assert {length for _, length in engine._executables} == {1}
-    assert result.summary["compilations"]["run_steps"] == 1
+    shapes = {length for _, length in engine._executables}
+    assert shapes == {length for count in counts for length in step_chunks(count, chunk, one_step_remainders=True)}
+    assert shapes <= {chunk, 1} and result.summary["compilations"]["run_steps"] == len(shapes)
     assert engine.stats.executed_steps == engine.stats.useful_steps  # one client per call: nothing masked
-    # the former default's chunk shapes for these counts (each compiled once): more, and longer
-    former = {length for count in counts for length in step_chunks(count, 10)}
+    # power-of-two remainders' chunk shapes for these counts (each compiled once): more, and longer
+    former = {length for count in counts for length in step_chunks(count, chunk)}
     assert len(former) >= 3 and sum(former) >= 7, former

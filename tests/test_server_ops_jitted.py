@@ -3,7 +3,8 @@ sizes), not as an eager op per parameter leaf per event (issue 17): FedAT's tier
 updates, CC-FedAvg's bank rows and estimate errors, FedASMU's (γ, ν) table. Counted two ways over
 short real runs: the programs' traces (the summary's ``compilations``) against the aggregations, and
 every eager op that code in ``jaxfl/algorithms`` or ``jaxfl/kernels`` dispatches itself (what the
-engine's own hook API does, such as ``Engine.delta``'s per-leaf index, is the engine's)."""
+engine's own hook API does is the engine's; ``Engine.delta``, which PORT, CC-FedAvg and FedASMU
+call per update, is a jitted row of its call's stack, counted as ``delta_row``)."""
 import collections
 import os
 import sys
@@ -97,15 +98,15 @@ BUCKETS = 4  # padded sizes 1, 2, 4 and 8 serve any count of 6 clients' updates:
 RUNS = {  # name → (config changes, the jitted programs of its server code → the most compilations allowed)
     "fedat": (dict(algorithm="fedat", clients=6, max_updates=6), {"fedat_tier_update": 1}),
     "port_current": (dict(algorithm="port", clients=6, port_min_clients=2, port_cosine="current", max_updates=5),
-                     {"port_weights": 1}),
+                     {"port_weights": 1, "delta_row": BUCKETS}),
     "ccfedavg_cc_c": (dict(algorithm="ccfedavg", clients=6, cc_strategy="cc_c", cc_switch_round=2, max_updates=4,
                            cc_diagnostic=True),
                       {"bank_rows": BUCKETS, "bank_delta_sum": BUCKETS, "bank_model_sum": BUCKETS,
-                       "estimation_error": BUCKETS}),
+                       "estimation_error": BUCKETS, "delta_row": BUCKETS}),
     "fedasmu_mix": (dict(algorithm="fedasmu", clients=6, local_steps=6, max_updates=8, client_optimizer="sgd",
                          algorithm_options={"epochs": 3, "max_concurrency": 4, "trigger_period": 0.3,
                                             "trigger_batch": 2}),
-                    {"fedasmu_server": 1, "device_mix": 1}),
+                    {"fedasmu_server": 1, "device_mix": 1, "delta_row": BUCKETS}),
 }
 
 

@@ -1,0 +1,113 @@
+"""What a step call costs beyond its steps (issue 17): the engine's own compiled step programs for the
+cross-device benchmark's call (``cpu_speed.py``: the example CNN, batch 10, one client per device),
+``local_steps`` one-step calls against one ``local_steps``-step call, alternating in one process so
+that a shared machine's noise hits both. It prints wall and CPU milliseconds per step (medians over
+the rounds after the first two) and their ratio: the per-call overhead a chunk saves.
+
+    python benchmarks/step_calls.py                  # 6 steps, 12 rounds of 4 client rounds each
+    python benchmarks/step_calls.py --quick          # seconds-long smoke size (CI)
+    python benchmarks/step_calls.py --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpu_speed  # noqa: E402  (the cross-device workload's config)
+
+from jaxfl import run_experiment  # noqa: E402
+from jaxfl.kernels.client import ClientView  # noqa: E402
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def measure(local_steps: int, rounds: int, client_rounds: int) -> dict:
+    """Per-step wall and CPU milliseconds of ``local_steps`` one-step calls and of one chunk call."""
+    size = dict(cpu_speed.WORKLOADS["cross_device"], local_steps=local_steps, rounds=1)
+    with tempfile.TemporaryDirectory() as folder:
+        config = dataclasses.replace(cpu_speed.workload_config("cross_device", size, folder, "calls"),
+                                     max_updates=1, eval_every=1)
+        engine = run_experiment(config).engine  # the engine as a run builds it: plan, mesh, programs
+    padded = engine.mesh.size  # one client per device, as the CPU default trains them
+    programs = {"one-step calls": (engine.compiled_steps(padded, 1)[0], [1] * local_steps),
+                f"one {local_steps}-step call": (engine.compiled_steps(padded, local_steps)[0], [local_steps])}
+    stacked = jax.tree.map(lambda leaf: jnp.stack([leaf] * padded), engine.params)
+    states = jax.vmap(engine.trainer.init)(stacked, jnp.full(padded, 2**30, jnp.int32),
+                                           jax.random.split(jax.random.key(0), padded),
+                                           jnp.ones(padded, jnp.float32))
+    states = jax.device_put(states, engine._by_client)
+    views = jax.device_put(ClientView(jnp.arange(padded, dtype=jnp.int32) * 60, jnp.full(padded, 60, jnp.int32)),
+                           engine._by_client)
+    timings = {name: [] for name in programs}
+    for _ in range(rounds):
+        for name, (program, lengths) in programs.items():
+            jax.block_until_ready(states)
+            wall, cpu = time.perf_counter(), _cpu_seconds()
+            for _ in range(client_rounds):
+                for length in lengths:
+                    states = program(states, engine._training_data, views, np.int32(length))
+                jax.block_until_ready(states)
+            steps = client_rounds * local_steps
+            timings[name].append(((time.perf_counter() - wall) * 1e3 / steps, (_cpu_seconds() - cpu) * 1e3 / steps))
+    measured = {name: values[2:] if len(values) > 2 else values for name, values in timings.items()}
+    rows = [{"calls": name, "steps_per_call": programs[name][1][0],
+             "wall_ms_per_step": round(statistics.median(wall for wall, _ in values), 3),
+             "cpu_ms_per_step": round(statistics.median(cpu for _, cpu in values), 3),
+             "cpu_ms_range": [round(min(cpu for _, cpu in values), 3), round(max(cpu for _, cpu in values), 3)]}
+            for name, values in measured.items()]
+    return {"devices": int(engine.mesh.size), "step_loop": engine.step_loop, "rows": rows,
+            "cpu_ratio_one_step_to_chunk": round(rows[0]["cpu_ms_per_step"] / rows[1]["cpu_ms_per_step"], 3),
+            "wall_ratio_one_step_to_chunk": round(rows[0]["wall_ms_per_step"] / rows[1]["wall_ms_per_step"], 3)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--local-steps", type=int, default=6, help="steps of a client round (the chunk's length)")
+    parser.add_argument("--rounds", type=int, default=12, help="alternations of the two sides (the first two warm up)")
+    parser.add_argument("--client-rounds", type=int, default=4, help="client rounds timed per alternation")
+    parser.add_argument("--quick", action="store_true", help="seconds-long smoke size")
+    parser.add_argument("--json", help="write the figures, the machine and the date here")
+    args = parser.parse_args(argv)
+    for name in ("local_steps", "rounds", "client_rounds"):
+        if getattr(args, name) < (2 if name == "local_steps" else 1):
+            parser.error(f"--{name.replace('_', '-')} {getattr(args, name)} is not allowed: at least "
+                         f"{2 if name == 'local_steps' else 1}")
+    if args.quick:
+        args.local_steps, args.rounds, args.client_rounds = 2, 3, 1
+    result = measure(args.local_steps, args.rounds, args.client_rounds)
+    print(f"{result['devices']} devices, {result['step_loop']} steps, load average {os.getloadavg()[0]:.1f}")
+    print(f"{'calls':<22} {'wall ms/step':>12} {'CPU ms/step':>12} {'CPU range':>16}")
+    for row in result["rows"]:
+        print(f"{row['calls']:<22} {row['wall_ms_per_step']:>12.2f} {row['cpu_ms_per_step']:>12.2f} "
+              f"{row['cpu_ms_range'][0]:>7.2f}–{row['cpu_ms_range'][1]:<7.2f}")
+    print(f"one-step calls ÷ one chunk: CPU {result['cpu_ratio_one_step_to_chunk']:.3f}, "
+          f"wall {result['wall_ratio_one_step_to_chunk']:.3f}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({**result, "local_steps": args.local_steps, "rounds": args.rounds,
+                       "client_rounds": args.client_rounds, "machine": platform.processor() or platform.machine(),
+                       "cpus": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend(),
+                       "load_average": os.getloadavg()[0],
+                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
+                      handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
