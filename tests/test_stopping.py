@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import jaxfl
-from jaxfl import checkpoint, stopping
+from jaxfl import checkpoint, cli, stopping
 from jaxfl.testing import events_without_wall_time, metrics_without_wall_time
 
 ROOT = os.path.dirname(os.path.dirname(__file__))
@@ -129,10 +129,10 @@ def _metrics_rows(run_dir) -> int:
 
 
 def test_sigterm_on_jaxfl_run_checkpoints_where_it_stops_and_the_resume_is_the_whole_run(tmp_path):
+    # the signalled run needs a process of its own; the whole run and the resume are the same command in
+    # this one (no jax import, no compilation of their own)
     flags = [*FLAGS, "--output-dir", str(tmp_path)]
-    whole = subprocess.run([sys.executable, "-m", "jaxfl", "run", *flags, "--run-name", "whole"], capture_output=True,
-                           text=True, cwd=ROOT, timeout=600)
-    assert whole.returncode == 0, whole.stderr
+    assert cli.main(["run", *flags, "--run-name", "whole"]) == 0
     cut = tmp_path / "cut"
     running = subprocess.Popen([sys.executable, "-m", "jaxfl", "run", *flags, "--run-name", "cut"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
@@ -149,15 +149,13 @@ def test_sigterm_on_jaxfl_run_checkpoints_where_it_stops_and_the_resume_is_the_w
     assert err.strip().splitlines()[-1] == (
         f"jaxfl: stopped by SIGTERM: {cut} keeps its logs and checkpoints up to update {int(newest[-6:])}: "
         f"jaxfl run --resume {cut} (resume_experiment) goes on from there")
-    resumed = subprocess.run([sys.executable, "-m", "jaxfl", "run", "--resume", str(cut), "--no-progress"],
-                             capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr
+    assert cli.main(["run", "--resume", str(cut), "--no-progress"]) == 0
     assert events_without_wall_time(tmp_path / "whole") == events_without_wall_time(cut)
     assert metrics_without_wall_time(tmp_path / "whole") == metrics_without_wall_time(cut)
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two cells at once need two cores")
-def test_sigterm_on_a_parallel_sweep_checkpoints_every_running_cell_and_the_sweep_goes_on(tmp_path):
+def test_sigterm_on_a_parallel_sweep_checkpoints_every_running_cell_and_the_sweep_goes_on(tmp_path, capsys):
     from jaxfl.report import read_results
 
     folder = tmp_path / "sweep"
@@ -181,13 +179,13 @@ def test_sigterm_on_a_parallel_sweep_checkpoints_every_running_cell_and_the_swee
     cut = [run for run in runs if not (run / "summary.json").exists()]
     assert len(runs) == 2 and cut, "no cell was stopped mid-run"
     assert all(checkpoint.latest(str(run)) is not None for run in cut)  # each stopped worker's own checkpoint
-    again = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert again.returncode == 0, again.stderr
-    assert f"{len(cut)} resumed" in again.stdout
+    capsys.readouterr()
+    assert cli.main(command[3:]) == 0  # the same command goes on, from this process (its cells in workers)
+    assert f"{len(cut)} resumed" in capsys.readouterr().out
     assert [row["global_updates"] for row in read_results(str(folder))] == [60, 60]
 
 
-def test_sigterm_on_a_sweep_of_one_job_stops_its_cell_with_a_checkpoint_and_names_it(tmp_path):
+def test_sigterm_on_a_sweep_of_one_job_stops_its_cell_with_a_checkpoint_and_names_it(tmp_path, capsys):
     from jaxfl.report import read_results
 
     folder = tmp_path / "sweep"
@@ -209,7 +207,7 @@ def test_sigterm_on_a_sweep_of_one_job_stops_its_cell_with_a_checkpoint_and_name
     assert err.strip().splitlines()[-1] == (
         f"jaxfl: stopped by SIGTERM: 0 finished cells in {folder / 'results.csv'}; the same command goes on (finished "
         f"cells are skipped, the interrupted one, {run}, resumes from its checkpoint of update {int(newest[-6:])})")
-    again = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert again.returncode == 0, again.stderr
-    assert "1 run, 1 resumed" in again.stdout
+    capsys.readouterr()
+    assert cli.main(command[3:]) == 0  # the same command goes on, in this process
+    assert "1 run, 1 resumed" in capsys.readouterr().out
     assert [row["global_updates"] for row in read_results(str(folder))] == [60, 60]
