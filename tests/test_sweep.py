@@ -166,7 +166,7 @@ def test_a_report_of_a_sweep_not_finished_says_which_cells_it_covers(sweep, tmp_
     assert not os.path.exists(tmp_path / "none")
 
 
-def test_ctrl_c_on_jaxfl_sweep_says_what_is_kept_and_the_same_command_goes_on(tmp_path):
+def test_ctrl_c_on_jaxfl_sweep_says_what_is_kept_and_the_same_command_goes_on(tmp_path, capsys):
     # it printed an 80-line KeyboardInterrupt traceback through jax's dispatch
     import signal
     import subprocess
@@ -174,7 +174,9 @@ def test_ctrl_c_on_jaxfl_sweep_says_what_is_kept_and_the_same_command_goes_on(tm
     import time
 
     folder = tmp_path / "cut"
-    flags = [*FLAGS, "--algorithm", "fedbuff", "--max-updates", "150", "--out", str(folder)]  # the later flags win
+    # 60 updates, each checkpointed: the Ctrl-C (20 ms after the first checkpoint) lands mid-run with dozens of
+    # updates to spare, as the parallel sweep's test below has it (150 trained 180 more updates for nothing)
+    flags = [*FLAGS, "--algorithm", "fedbuff", "--max-updates", "60", "--out", str(folder)]  # the later flags win
     command = [sys.executable, "-m", "jaxfl.cli", "sweep", *flags]
     running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                cwd=os.path.dirname(os.path.dirname(__file__)))
@@ -194,11 +196,11 @@ def test_ctrl_c_on_jaxfl_sweep_says_what_is_kept_and_the_same_command_goes_on(tm
             f"(finished cells are skipped, the interrupted one, {cell}, resumes from its checkpoint of update "
             f"{int(newest[-6:])})") in err
     assert "cells:" not in out  # no closing line claiming the sweep ran
-    again = subprocess.run(command, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)),
-                           timeout=600)
-    assert again.returncode == 0, again.stderr
-    assert "2 cells: 1 run, 1 resumed, 0 restarted, 0 already finished" in again.stdout
-    assert [row["global_updates"] for row in read_results(str(folder))] == [150, 150]
+    # the same command goes on; run in this process, it needs no jax import and no compilation of its own
+    capsys.readouterr()
+    assert cli.main(["sweep", *flags]) == 0
+    assert "2 cells: 1 run, 1 resumed, 0 restarted, 0 already finished" in capsys.readouterr().out
+    assert [row["global_updates"] for row in read_results(str(folder))] == [60, 60]
 
 
 def test_jobs_values_are_checked_before_any_run(tmp_path):
@@ -291,7 +293,7 @@ def _workers_of(folder) -> list[int]:
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two cells at once need two cores")
-def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp_path):
+def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp_path, capsys):
     import signal
     import subprocess
     import sys
@@ -314,10 +316,12 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     assert ("the same command goes on (finished cells are skipped, the interrupted ones resume from their newest "
             "checkpoints)") in err
     assert _workers_of(folder) == []  # none left running
-    other_jobs = subprocess.run([*command[:-4], "--jobs", "1", "--out", str(folder)], capture_output=True, text=True,
-                                cwd=root, timeout=300)
-    assert other_jobs.returncode == 2 and "jobs=1 is not allowed here" in other_jobs.stderr
-    assert "continue with --jobs 2" in other_jobs.stderr
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as other_jobs:  # the refusal needs no process of its own
+        cli.main(["sweep", *flags[:-4], "--jobs", "1", "--out", str(folder)])
+    other_jobs_err = capsys.readouterr().err
+    assert other_jobs.value.code == 2 and "jobs=1 is not allowed here" in other_jobs_err
+    assert "continue with --jobs 2" in other_jobs_err
     # launched as a shell script's background job (`jaxfl sweep ... &`), which starts with SIGINT
     # ignored and hands that on to its workers: they must still stop with their sweep
     killed = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root,
@@ -337,10 +341,10 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     unwatched = [path.name for path in (folder / "runs").glob("*")
                  if (path / "summary.json").exists() and path.name not in recorded]
     assert unwatched == []  # they stopped with the sweep, not by going on to finish their cells alone
-    again = subprocess.run(command, capture_output=True, text=True, cwd=root, timeout=600)
-    assert again.returncode == 0, again.stderr
+    capsys.readouterr()
+    assert cli.main(["sweep", *flags]) == 0  # the same command, from this process: its cells in workers as before
     assert [row["global_updates"] for row in read_results(str(folder))] == [60, 60, 60, 60]
-    assert "resumed" in again.stdout
+    assert "resumed" in capsys.readouterr().out
 
 
 def test_bad_grid_values_fail_before_any_run(tmp_path, capsys):
