@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxfl import checkpoint
+from jaxfl import checkpoint, cli
 from jaxfl.testing import events_without_wall_time, metrics_without_wall_time
 
 
@@ -25,8 +25,9 @@ def test_sigkill_and_resume_from_the_command_line(tmp_path, algorithm, checkpoin
     flags = ["--algorithm", algorithm, "--model", "mlp", "--clients", "5", "--local-steps", "6",
              "--batch-size", "16", "--max-updates", "16", "--checkpoint-every", "1", "--no-progress",
              "--no-stop-at-target", "--output-dir", str(tmp_path)]
-    full = run_cli(*flags, "--run-name", "full")
-    assert full.wait(timeout=600) == 0, full.stderr.read()
+    # the killed run needs a process of its own; the uninterrupted run and the resume are the same
+    # command in this one (no jax import, no compilation of their own)
+    assert cli.main(["run", *flags, "--run-name", "full"]) == 0
     killed = run_cli(*flags, "--run-name", "killed")
     root = tmp_path / "killed" / "checkpoints"
     deadline = time.time() + 600
@@ -40,8 +41,7 @@ def test_sigkill_and_resume_from_the_command_line(tmp_path, algorithm, checkpoin
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     assert not (tmp_path / "killed" / "summary.json").exists()  # it really died mid-run
-    resumed = run_cli("--resume", str(tmp_path / "killed"), "--no-progress")
-    assert resumed.wait(timeout=600) == 0, resumed.stderr.read()
+    assert cli.main(["run", "--resume", str(tmp_path / "killed"), "--no-progress"]) == 0
     a, b = tmp_path / "full", tmp_path / "killed"
     assert events_without_wall_time(a) == events_without_wall_time(b)
     assert metrics_without_wall_time(a) == metrics_without_wall_time(b)
@@ -63,8 +63,7 @@ def test_ctrl_c_on_jaxfl_run_names_the_run_folder_and_its_resume(tmp_path):
     flags = ["--algorithm", "fedbuff", "--model", "mlp", "--clients", "5", "--local-steps", "6", "--batch-size", "16",
              "--max-updates", "40", "--checkpoint-every", "1", "--no-progress", "--no-stop-at-target",
              "--output-dir", str(tmp_path)]
-    full = run_cli(*flags, "--run-name", "full")
-    assert full.wait(timeout=600) == 0, full.stderr.read()
+    assert cli.main(["run", *flags, "--run-name", "full"]) == 0  # in this process: only the Ctrl-C needs its own
     cut = tmp_path / "cut"
     running = subprocess.Popen([sys.executable, "-m", "jaxfl", "run", *flags, "--run-name", "cut"],  # python -m jaxfl
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -84,8 +83,7 @@ def test_ctrl_c_on_jaxfl_run_names_the_run_folder_and_its_resume(tmp_path):
     assert err.strip().splitlines()[-1] == (
         f"jaxfl: interrupted: {cut} keeps its logs and checkpoints up to update {int(newest[-6:])}: "
         f"jaxfl run --resume {cut} (resume_experiment) goes on from there")
-    resumed = run_cli("--resume", str(cut), "--no-progress")
-    assert resumed.wait(timeout=600) == 0, resumed.stderr.read()
+    assert cli.main(["run", "--resume", str(cut), "--no-progress"]) == 0
     assert events_without_wall_time(tmp_path / "full") == events_without_wall_time(cut)
     assert metrics_without_wall_time(tmp_path / "full") == metrics_without_wall_time(cut)
 
