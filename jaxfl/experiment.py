@@ -1208,25 +1208,21 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
         if isinstance(error, checkpoint.DiskWriteError) or error.errno not in checkpoint.DISK_FULL_ERRNOS \
                 or "run_dir" not in located:
             raise
-        raise _log_write_error(error, located["run_dir"], config.timing_only) from None
+        run_dir = located["run_dir"]
+        raise _log_write_error(error, RunInterrupted(run_dir, None if config.timing_only else _newest_checkpoint(run_dir),
+                                                     config.timing_only, given_again=given_again)) from None
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _log_write_error(error: OSError, run_dir: str, timing_only: bool) -> "checkpoint.LogWriteError":
+def _log_write_error(error: OSError, interrupted: RunInterrupted) -> "checkpoint.LogWriteError":
     """The one-line error of a run whose logs could not be written (``error``: the disk full, a quota,
-    a file-size limit): which file, why, and what a resume goes on from."""
+    a file-size limit): which file, why, and what the run keeps and how it goes on, as an interrupt
+    of it (``interrupted``) would say."""
     what = os.path.basename(error.filename) if error.filename else "the run's logs"
-    newest = None if timing_only else _newest_checkpoint(run_dir)
-    if newest is not None:
-        update = int(os.path.basename(newest).split("-")[-1])
-        go_on = (f"logs and checkpoints kept up to update {update} (a resume cuts the logs back to it); free "
-                 f"space and resume with `jaxfl run --resume {run_dir}`")
-    else:
-        go_on = "it has no checkpoint to resume from; free space and start the run again"
-    return checkpoint.LogWriteError(f"could not write {what} in {run_dir}: "
-                                    f"{error.strerror or os.strerror(error.errno)}; {go_on}")
+    return checkpoint.LogWriteError(f"could not write {what} in {interrupted.run_dir}: "
+                                    f"{error.strerror or os.strerror(error.errno)}; once there is space: {interrupted}")
 
 
 def _newest_checkpoint(run_dir: str) -> str | None:

@@ -53,9 +53,9 @@ def test_a_full_disk_while_the_logs_are_written_is_one_line_and_the_run_resumes(
         jaxfl.run_experiment(jaxfl.RunConfig(**CONFIG, output_dir=str(tmp_path / "out")), loggers=[limit])
     resource.setrlimit(resource.RLIMIT_FSIZE, limits)  # "free space"
     assert limit.set
-    assert str(failed.value) == (f"could not write the run's logs in {run}: File too large; logs and checkpoints "
-                                 f"kept up to update 20 (a resume cuts the logs back to it); free space and "
-                                 f"resume with `jaxfl run --resume {run}`")
+    assert str(failed.value) == (f"could not write the run's logs in {run}: File too large; once there is space: "
+                                 f"{run} keeps its logs and checkpoints up to update 20: jaxfl run --resume {run} "
+                                 f"(resume_experiment) goes on from there")
     assert isinstance(failed.value, checkpoint.DiskWriteError)  # the CLI's exit status 74, as for a checkpoint
     assert not (run / "summary.json").exists()
     resumed = jaxfl.resume_experiment(str(run), progress=False)
