@@ -32,11 +32,6 @@ from jaxfl import run_experiment  # noqa: E402
 from jaxfl.kernels.client import ClientView  # noqa: E402
 
 
-def _cpu_seconds() -> float:
-    times = os.times()
-    return times.user + times.system
-
-
 def measure(local_steps: int, rounds: int, client_rounds: int) -> dict:
     """Per-step wall and CPU milliseconds of ``local_steps`` one-step calls and of one chunk call."""
     size = dict(cpu_speed.WORKLOADS["cross_device"], local_steps=local_steps, rounds=1)
@@ -58,13 +53,14 @@ def measure(local_steps: int, rounds: int, client_rounds: int) -> dict:
     for _ in range(rounds):
         for name, (program, lengths) in programs.items():
             jax.block_until_ready(states)
-            wall, cpu = time.perf_counter(), _cpu_seconds()
+            wall, cpu = time.perf_counter(), cpu_speed._process_time()
             for _ in range(client_rounds):
                 for length in lengths:
                     states = program(states, engine._training_data, views, np.int32(length))
                 jax.block_until_ready(states)
             steps = client_rounds * local_steps
-            timings[name].append(((time.perf_counter() - wall) * 1e3 / steps, (_cpu_seconds() - cpu) * 1e3 / steps))
+            timings[name].append(((time.perf_counter() - wall) * 1e3 / steps,
+                                  (cpu_speed._process_time() - cpu) * 1e3 / steps))
     measured = {name: values[2:] if len(values) > 2 else values for name, values in timings.items()}
     rows = [{"calls": name, "steps_per_call": programs[name][1][0],
              "wall_ms_per_step": round(statistics.median(wall for wall, _ in values), 3),

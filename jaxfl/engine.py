@@ -11,9 +11,9 @@ to floating-point reassociation.
 Calls are shaped so that jit compiles once per bucket: the clients of a call are padded to a power
 of two per device (padding entries take zero steps) and the step loop runs in unrolled chunks of
 ``steps_per_call`` steps, the remainder in power-of-two chunks (one-step calls on a CPU:
-``step_chunks``), so a call whose clients share a step count computes no masked step. In a rolled loop each device runs only the steps
-its own rows need, so a device holding only padding rows computes nothing. Padding is counted as the
-devices compute it (``device_steps_computed``).
+``step_chunks``), so a call whose clients share a step count computes no masked step. In a rolled
+loop each device runs only the steps its own rows need, so a device holding only padding rows
+computes nothing. Padding is counted as the devices compute it (``device_steps_computed``).
 
 Devices: the client axis of every training call is sharded over the plan's local devices (a 1-D
 ``Mesh`` named ``clients``; ``shard_map`` runs each device's clients, vmapped, with the samples

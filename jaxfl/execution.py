@@ -64,7 +64,8 @@ class ResourceError(MemoryError):
 # Longest step chunk unrolled into one call, by backend (none listed: 10 steps everywhere). Clients
 # that share a step count run it in full chunks: on the 2-core CPU (the cross-device benchmark's
 # call, 2 clients of batch 10, example CNN, 2026-11-30, benchmarks/README.md) six one-step calls
-# cost 8-9 % more per step than one six-step call, the calls' own overhead.
+# cost 12 % more CPU time per step than one six-step call, the calls' own overhead, and the
+# benchmark's rounds 1.22x the time.
 MAX_UNROLLED_STEPS: dict[str, int] = {}
 DEFAULT_MAX_UNROLLED_STEPS = 10
 # Backends that run a call's remainder (its steps past the full chunks: step counts that vary, as

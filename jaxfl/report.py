@@ -1055,10 +1055,9 @@ def _write_report(rows, sweep_dir, out, trained, trained_rows, lines, chosen, gr
         timing_lines = summarise_timing(timing)
         parts.append(format_timing_markdown(timing_lines, timing.columns, mixed=trained is not None))
     markdown = "\n\n".join(([coverage] if coverage else []) + parts)
-    markdown_path = os.path.join(out, "report.md")
-    with open(markdown_path + ".tmp", "w") as handle:
+    markdown_path = os.path.join(out, "report.md")  # out: make_report's staging folder, moved in whole
+    with open(markdown_path, "w") as handle:
         handle.write(markdown + "\n")
-    os.replace(markdown_path + ".tmp", markdown_path)
     table = _write_csv(lines + timing_lines, os.path.join(out, "report.csv"))
     drawn = (_figures(trained, timing, lines, sweep_dir, out, panels) if figures is True
              else [_time_to_target_figure(trained, lines, out, panels)] if figures == "table" and trained is not None
