@@ -705,7 +705,7 @@ class Engine:
         hooks' extra terms and, in ``mix`` mode, the drift Σ c_i (w − start_i) to it (``_combine``)."""
         summed = self.results_sum(records, dict(aggregation.contributions))
         # an empty aggregation moves nothing
-        return jax.tree.map(jnp.zeros_like, self.params) if summed is None else summed
+        return _zeros_like_tree(self.params) if summed is None else summed
 
     def _combine(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> PyTree:
         """The generic update's pseudo-gradient: :meth:`combine`, the hooks' extra terms, the mix drift."""
@@ -823,9 +823,9 @@ class Engine:
 
     @staticmethod
     def stack(trees: list, padded: int) -> PyTree:
-        """Stack pytrees on a new leading axis, padded to ``padded`` entries with the first one."""
-        trees = list(trees) + [trees[0]] * (padded - len(trees))
-        return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
+        """Stack pytrees on a new leading axis, padded to ``padded`` entries with the first one (one
+        compiled program per padded size, instead of an eager stack per leaf)."""
+        return _stack_trees(tuple(trees) + (trees[0],) * (padded - len(trees)))
 
     def views(self, clients: np.ndarray) -> ClientView:
         """The data views of a stack of clients."""
@@ -1064,3 +1064,14 @@ def _same_shapes(tree: PyTree, target: PyTree) -> bool:
     return structure == wanted_structure and all(
         tuple(leaf.shape) == tuple(want.shape) and np.dtype(leaf.dtype) == np.dtype(want.dtype)
         for leaf, want in zip(leaves, wanted))
+
+
+@jax.jit
+def _stack_trees(trees: tuple) -> PyTree:
+    """Pytrees stacked on a new leading axis (a tuple of them: one program per count)."""
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
+
+
+@jax.jit
+def _zeros_like_tree(tree: PyTree) -> PyTree:
+    return jax.tree.map(jnp.zeros_like, tree)

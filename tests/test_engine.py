@@ -124,3 +124,22 @@ def test_fedbuff_plato_averages_the_buffered_models_as_the_port_paper_ran_it(sma
     assert any(r.aggregated_in - 1 - r.version > 0 for r in aggregated), "a stale model was averaged"
     for a, b in zip(leaves(versions[4]), leaves(result.params)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_stacking_start_models_and_empty_aggregations_are_compiled_programs():
+    """``Engine.stack`` (FedASMU's paused rows) and an empty aggregation's zeros run as one compiled
+    program per shape instead of an eager op per leaf: the same values, and a second call of the same
+    shape compiles nothing."""
+    from jaxfl import engine as engine_module
+    trees = [{"w": jnp.full((3, 2), float(i)), "b": jnp.arange(2.0) + i} for i in range(3)]
+    stacked = engine_module.Engine.stack(trees, 4)
+    assert stacked["w"].shape == (4, 3, 2)
+    np.testing.assert_array_equal(stacked["b"], np.array([[0, 1], [1, 2], [2, 3], [0, 1]], np.float32))  # padded with the first
+    compiled = engine_module._stack_trees._cache_size()
+    engine_module.Engine.stack([{"w": t["w"] + 1, "b": t["b"]} for t in trees], 4)
+    assert engine_module._stack_trees._cache_size() == compiled
+    zeros = engine_module._zeros_like_tree(trees[0])
+    assert jax.tree.map(lambda leaf: (leaf.shape, float(jnp.abs(leaf).sum())), zeros) == {"w": ((3, 2), 0.0), "b": ((2,), 0.0)}
+    compiled = engine_module._zeros_like_tree._cache_size()
+    engine_module._zeros_like_tree(trees[1])
+    assert engine_module._zeros_like_tree._cache_size() == compiled
