@@ -36,10 +36,12 @@ def schedule(algorithm, clients, model, seed, crash, delay, dropout, updates=12,
 probabilities = st.sampled_from([0.0, 0.05, 0.2, 0.5])
 
 
-@settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 2,000 generated schedules (about 7 ms each): each of the 14 algorithms meets each speed model some 35
+# times, over random client counts, seeds and fault mixes; 10,000 took 73 CPU seconds of every CI run
+@settings(max_examples=2_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(names()), st.integers(1, 6), st.sampled_from(["homo", "normal", "exp", "pareto"]),
        st.integers(0, 2**16), probabilities, probabilities, probabilities)
-def test_accounting_holds_over_ten_thousand_generated_schedules(algorithm, clients, model, seed, crash, delay,
+def test_accounting_holds_over_two_thousand_generated_schedules(algorithm, clients, model, seed, crash, delay,
                                                                 dropout):
     if crash + delay + dropout > 1:
         crash = 0.0
