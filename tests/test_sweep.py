@@ -37,6 +37,17 @@ def _run_dirs(folder):
     return sorted(os.listdir(os.path.join(folder, "runs")))
 
 
+def _sharing_compilations() -> dict:
+    """The environment for a `jaxfl sweep` of its own process: this one's, with the tests' compilation
+    cache (tests/conftest.py), so that it and its workers load the programs this process compiled for
+    the same cells instead of compiling them again (what is tested there is the process's signals)."""
+    import jax
+
+    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=jax.config.jax_compilation_cache_dir,
+                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=str(jax.config.jax_persistent_cache_min_compile_time_secs),
+                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=str(jax.config.jax_persistent_cache_min_entry_size_bytes))
+
+
 def test_one_row_per_cell_with_swept_key_and_summary_columns(sweep):
     assert sweep.ran == [0, 1, 2, 3] and sweep.skipped == sweep.resumed == sweep.restarted == []
     assert [(row["algorithm"], row["seed"]) for row in sweep.rows] == [
@@ -174,12 +185,13 @@ def test_ctrl_c_on_jaxfl_sweep_says_what_is_kept_and_the_same_command_goes_on(tm
     import time
 
     folder = tmp_path / "cut"
-    # 60 updates, each checkpointed: the Ctrl-C (20 ms after the first checkpoint) lands mid-run with dozens of
-    # updates to spare, as the parallel sweep's test below has it (150 trained 180 more updates for nothing)
-    flags = [*FLAGS, "--algorithm", "fedbuff", "--max-updates", "60", "--out", str(folder)]  # the later flags win
+    # 20 updates, each checkpointed (a quarter of a CPU second or more each): the Ctrl-C (20 ms after the first
+    # checkpoint) lands mid-run with seconds of updates to spare, as the parallel sweep's test below has it
+    # (at 60 or 150 updates the continuations trained a hundred or more updates for nothing)
+    flags = [*FLAGS, "--algorithm", "fedbuff", "--max-updates", "20", "--out", str(folder)]  # the later flags win
     command = [sys.executable, "-m", "jaxfl.cli", "sweep", *flags]
     running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=os.path.dirname(os.path.dirname(__file__)))
+                               cwd=os.path.dirname(os.path.dirname(__file__)), env=_sharing_compilations())
     deadline = time.time() + 300
     while time.time() < deadline and running.poll() is None:  # mid-run: after the first cell's first checkpoint
         if any(os.path.isfile(os.path.join(path, "checkpoints", "latest"))
@@ -200,7 +212,7 @@ def test_ctrl_c_on_jaxfl_sweep_says_what_is_kept_and_the_same_command_goes_on(tm
     capsys.readouterr()
     assert cli.main(["sweep", *flags]) == 0
     assert "2 cells: 1 run, 1 resumed, 0 restarted, 0 already finished" in capsys.readouterr().out
-    assert [row["global_updates"] for row in read_results(str(folder))] == [60, 60]
+    assert [row["global_updates"] for row in read_results(str(folder))] == [20, 20]
 
 
 def test_jobs_values_are_checked_before_any_run(tmp_path):
@@ -220,14 +232,19 @@ def test_a_parallel_sweep_runs_its_cells_at_once_each_on_its_share_of_the_cores(
 
     folder = str(tmp_path / "parallel")
     echo, seen = _tables_as_announced(folder)
-    result = run_sweep(BASE, GRID, folder, progress=False, jobs=2, echo=echo)
-    assert result.ran == [0, 1, 2, 3] and result.jobs == 2 and result.peak_running == 2
+    # two of the serial sweep's cells (seed 0 of each algorithm): two at once is all two jobs run; each
+    # cell is a worker process of its own (a jax import and a build), so four cost twice as much
+    grid = {"algorithm": GRID["algorithm"], "seed": [0]}
+    result = run_sweep(BASE, grid, folder, progress=False, jobs=2, echo=echo)
+    assert result.ran == [0, 1] and result.jobs == 2 and result.peak_running == 2
     # each cell is in the table when it is announced (in the order the cells finish)
-    assert sorted(cell for cell, _ in seen) == [0, 1, 2, 3] and seen[-1][1] == [0, 1, 2, 3]
+    assert sorted(cell for cell, _ in seen) == [0, 1] and seen[-1][1] == [0, 1]
     assert all(cell in table for cell, table in seen)
     assert not os.path.exists(os.path.join(folder, "logs"))  # kept only for a cell that failed
     cores = len(os.sched_getaffinity(0)) // 2
-    for row, serial in zip(result.rows, sweep.rows):
+    serial_rows = [row for row in sweep.rows if row["seed"] == 0]
+    assert len(result.rows) == len(serial_rows) == 2
+    for row, serial in zip(result.rows, serial_rows):
         assert row["run_dir"] == serial["run_dir"]  # the same cells, named by their settings
         with open(os.path.join(folder, row["run_dir"], "config.json")) as handle:
             assert json.load(handle)["execution_plan"]["devices"] == cores  # one device per core of its share
@@ -239,13 +256,13 @@ def test_a_parallel_sweep_runs_its_cells_at_once_each_on_its_share_of_the_cores(
         assert row["best_accuracy"] == pytest.approx(serial["best_accuracy"], abs=0.01)
     with open(os.path.join(folder, "sweep.json")) as handle:
         assert json.load(handle)["jobs"] == 2
-    again = run_sweep(BASE, GRID, folder, progress=False, jobs=1)  # finished cells: any jobs goes on
-    assert again.skipped == [0, 1, 2, 3] and again.peak_running == 0
+    again = run_sweep(BASE, grid, folder, progress=False, jobs=1)  # finished cells: any jobs goes on
+    assert again.skipped == [0, 1] and again.peak_running == 0
     # the same jobs, the same share of the cores: the same run, bit for bit
     from jaxfl.testing import metrics_without_wall_time
 
-    repeat = run_sweep(BASE, {"algorithm": ["fedbuff"], "seed": [1]}, str(tmp_path / "repeat"), progress=False, jobs=2)
-    first = next(row for row in result.rows if row["algorithm"] == "fedbuff" and row["seed"] == 1)
+    repeat = run_sweep(BASE, {"algorithm": ["fedbuff"], "seed": [0]}, str(tmp_path / "repeat"), progress=False, jobs=2)
+    first = next(row for row in result.rows if row["algorithm"] == "fedbuff" and row["seed"] == 0)
     assert repeat.rows[0]["run_dir"] == first["run_dir"]
     for same in (events_without_wall_time, metrics_without_wall_time):
         assert same(os.path.join(repeat.sweep_dir, first["run_dir"])) == same(os.path.join(folder, first["run_dir"]))
@@ -300,10 +317,11 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     import time
 
     folder = tmp_path / "cut"
-    flags = [*FLAGS, "--max-updates", "60", "--jobs", "2", "--out", str(folder)]  # the later flags win
+    flags = [*FLAGS, "--max-updates", "20", "--jobs", "2", "--out", str(folder)]  # the later flags win
     root = os.path.dirname(os.path.dirname(__file__))
     command = [sys.executable, "-m", "jaxfl.cli", "sweep", *flags]
-    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
+    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
+                               env=_sharing_compilations())
     deadline = time.time() + 300
     while time.time() < deadline and running.poll() is None:  # mid-run: after both first cells checkpointed
         if sum(os.path.isfile(os.path.join(path, "checkpoints", "latest")) for path in (folder / "runs").glob("*")) >= 2:
@@ -325,7 +343,7 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     # launched as a shell script's background job (`jaxfl sweep ... &`), which starts with SIGINT
     # ignored and hands that on to its workers: they must still stop with their sweep
     killed = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+                              env=_sharing_compilations(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     written = lambda: _bytes_under(folder / "runs")  # noqa: E731
     before, deadline = written(), time.time() + 300
     while time.time() < deadline and not (_workers_of(folder) and written() > before):  # the workers are training
@@ -343,7 +361,7 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     assert unwatched == []  # they stopped with the sweep, not by going on to finish their cells alone
     capsys.readouterr()
     assert cli.main(["sweep", *flags]) == 0  # the same command, from this process: its cells in workers as before
-    assert [row["global_updates"] for row in read_results(str(folder))] == [60, 60, 60, 60]
+    assert [row["global_updates"] for row in read_results(str(folder))] == [20, 20, 20, 20]
     assert "resumed" in capsys.readouterr().out
 
 
@@ -720,16 +738,16 @@ def test_without_pyarrow_the_results_are_csv_alone(tmp_path, monkeypatch):
 
 
 def test_a_report_of_several_folders_is_one_table_with_every_run_s_figures(sweep, tmp_path, capsys):
-    # seeds 2 and 3 run apart (another machine, another session) into a folder of their own: one
-    # report of both folders has four seeds a method, and its figures find each run in its folder
+    # seed 2 run apart (another machine, another session) into a folder of its own: one report of both
+    # folders has three seeds a method, and its figures find each run in its folder
     more = str(tmp_path / "more")
-    run_sweep({**BASE, "checkpoint_every": None}, {"algorithm": ["fedavg", "fedbuff"], "seed": [2, 3]}, more,
+    run_sweep({**BASE, "checkpoint_every": None}, {"algorithm": ["fedavg", "fedbuff"], "seed": [2]}, more,
               progress=False)
     out = str(tmp_path / "both")
     assert cli.main(["report", sweep.sweep_dir, more, "--out", out]) == 0
     with open(os.path.join(out, "report.csv"), newline="") as handle:
         lines = list(csv.DictReader(handle))
-    assert [(line["method"], line["runs"]) for line in lines] == [("fedavg", "4"), ("fedbuff", "4")]
+    assert [(line["method"], line["runs"]) for line in lines] == [("fedavg", "3"), ("fedbuff", "3")]
     alone = make_report(sweep.sweep_dir, out=str(tmp_path / "alone"), figures=False)
     assert [line["runs"] for line in alone.rows] == [2, 2]
     assert "timeline-fedbuff.png" in os.listdir(out) and "figures:" in capsys.readouterr().out
