@@ -95,7 +95,9 @@ class ModelAdapter:
             >>> sorted(ModelAdapter.from_linen(nn.Dense(2)).init_variables(jax.random.key(0), jnp.zeros((1, 3))))
             ['params']
         """
-        params, state = self.init(key, sample)
+        # one compiled program: run op by op, a model's initialisers compile one small program each
+        # (ResNet-18: 13.6 s against 8.2 on a CPU), and the values are the same
+        params, state = jax.jit(self.init)(key, sample)
         return {"params": params, "state": state} if self.has_state(state) else {"params": params}
 
     def predict(self, variables: dict, x: jax.Array) -> jax.Array:
