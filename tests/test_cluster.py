@@ -22,6 +22,7 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import sharing_compilations
 from jaxfl import checkpoint
 from jaxfl.experiment import prepare, resume_experiment
 from jaxfl.resume import read_run
@@ -82,7 +83,8 @@ def _run(folder, algorithm, processes, mode="run", timeout=600) -> dict:
     """Run the script in ``processes`` processes (2 CPU devices in all): process 0's stdout, stderr and
     result (its ``RESULT`` line; gloo writes to stdout too). Processes that have not ended after
     ``timeout`` seconds (waiting for each other) are killed and the test fails."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": str(2 // processes)}
+    # the tests' compilation cache: the processes of a later test load the programs an earlier one compiled
+    env = sharing_compilations(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES=str(2 // processes))
     port = str(_free_port())
     commands = [[sys.executable, "-c", SCRIPT, str(folder), algorithm, str(index), str(processes), port, mode]
                 for index in range(processes)]

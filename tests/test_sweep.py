@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import sharing_compilations
 from jaxfl import checkpoint, cli
 from jaxfl.config import ConfigError
 from jaxfl.report import computation_curve, format_markdown, group_columns, make_report, read_results, summarise
@@ -35,17 +36,6 @@ def sweep(tmp_path_factory):
 
 def _run_dirs(folder):
     return sorted(os.listdir(os.path.join(folder, "runs")))
-
-
-def _sharing_compilations() -> dict:
-    """The environment for a `jaxfl sweep` of its own process: this one's, with the tests' compilation
-    cache (tests/conftest.py), so that it and its workers load the programs this process compiled for
-    the same cells instead of compiling them again (what is tested there is the process's signals)."""
-    import jax
-
-    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=jax.config.jax_compilation_cache_dir,
-                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=str(jax.config.jax_persistent_cache_min_compile_time_secs),
-                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=str(jax.config.jax_persistent_cache_min_entry_size_bytes))
 
 
 def test_one_row_per_cell_with_swept_key_and_summary_columns(sweep):
@@ -191,7 +181,7 @@ def test_ctrl_c_on_jaxfl_sweep_says_what_is_kept_and_the_same_command_goes_on(tm
     flags = [*FLAGS, "--algorithm", "fedbuff", "--max-updates", "60", "--out", str(folder)]  # the later flags win
     command = [sys.executable, "-m", "jaxfl.cli", "sweep", *flags]
     running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=os.path.dirname(os.path.dirname(__file__)), env=_sharing_compilations())
+                               cwd=os.path.dirname(os.path.dirname(__file__)), env=sharing_compilations())
     deadline = time.time() + 300
     while time.time() < deadline and running.poll() is None:  # mid-run: after the first cell's first checkpoint
         if any(os.path.isfile(os.path.join(path, "checkpoints", "latest"))
@@ -321,7 +311,7 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     root = os.path.dirname(os.path.dirname(__file__))
     command = [sys.executable, "-m", "jaxfl.cli", "sweep", *flags]
     running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
-                               env=_sharing_compilations())
+                               env=sharing_compilations())
     deadline = time.time() + 300
     while time.time() < deadline and running.poll() is None:  # mid-run: after both first cells checkpointed
         if sum(os.path.isfile(os.path.join(path, "checkpoints", "latest")) for path in (folder / "runs").glob("*")) >= 2:
@@ -343,7 +333,7 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     # launched as a shell script's background job (`jaxfl sweep ... &`), which starts with SIGINT
     # ignored and hands that on to its workers: they must still stop with their sweep
     killed = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root,
-                              env=_sharing_compilations(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+                              env=sharing_compilations(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     written = lambda: _bytes_under(folder / "runs")  # noqa: E731
     before, deadline = written(), time.time() + 300
     while time.time() < deadline and not (_workers_of(folder) and written() > before):  # the workers are training
