@@ -10,7 +10,7 @@ import json
 import os
 import re
 
-import jax
+from conftest import sharing_compilations
 import nbclient  # the dev extras install them: a missing one must fail here, not skip the notebooks
 import nbformat
 import pytest
@@ -91,7 +91,8 @@ def test_notebook_runs_at_tiny_size(name, tmp_path, monkeypatch):
     notebook.cells.append(nbformat.v4.new_code_cell(f"import json\nprint({RESULT!r}, json.dumps({KEY_RESULTS[name]}))"))
     # the kernel imports this checkout's jaxfl and shares the test session's compilation cache
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", jax.config.jax_compilation_cache_dir or str(tmp_path / "xla"))
+    for variable, value in sharing_compilations().items():
+        monkeypatch.setenv(variable, value)
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
