@@ -1026,7 +1026,8 @@ def test_parallel_workers_share_the_sweeps_compilation_cache_on_its_terms(tmp_pa
     with shared_compilations() as cache:  # jaxfl's own cache: small programs are worth caching
         env = _worker_environment(2, cache)
     assert (env["JAX_COMPILATION_CACHE_DIR"], env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"],
-            env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]) == (cache, "0.2", "0")
+            env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]) == (
+        cache, str(jax.config.jax_persistent_cache_min_compile_time_secs), "0")  # the tests' (tests/conftest.py)
     assert env["JAX_NUM_CPU_DEVICES"] == "2" and "JAXFL_CPU_DEVICES" not in env  # the share decides
     assert env["XLA_FLAGS"] == "--xla_cpu_enable_fast_math=false"  # other flags kept
     names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
