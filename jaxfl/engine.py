@@ -13,7 +13,10 @@ of two per device (padding entries take zero steps) and the step loop runs in un
 ``steps_per_call`` steps, the remainder in power-of-two chunks (one-step calls on a CPU:
 ``step_chunks``), so a call whose clients share a step count computes no masked step. In a rolled
 loop each device runs only the steps its own rows need, so a device holding only padding rows
-computes nothing. Padding is counted as the devices compute it (``device_steps_computed``).
+computes nothing. Padding is counted as the devices compute it (``device_steps_computed``). Where a
+call is one chunk (a rolled loop, or local steps that fit the chunk) and no hook pauses it, its steps
+and the rows' deltas run as one program: one dispatch and one pass over the models fewer, the
+same arithmetic (bit for bit on a CPU: tests/test_engine.py).
 
 Devices: the client axis of every training call is sharded over the plan's local devices (a 1-D
 ``Mesh`` named ``clients``; ``shard_map`` runs each device's clients, vmapped, with the samples
@@ -67,6 +70,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxfl._devices import place_read_only
+from jaxfl.algorithms.base import DeviceHook
 from jaxfl.client_state import ClientState
 from jaxfl.execution import (ACTIVATION_FACTOR, MEMORY_HEADROOM, EngineStats, ExecutionPlan,  # noqa: F401
                              ONE_STEP_REMAINDERS, ResourceError, bucket_size, free_device_memory,
@@ -159,7 +163,8 @@ class Engine:
                  seed: int, plan: ExecutionPlan, batching: bool = True,
                  on_version: Callable[[float, int, PyTree], bool] | None = None,
                  keep_start_versions: bool = False, memory_limit: int | None = None,
-                 sample_bytes: int = 0, hooks: Sequence = (), client_state: str = "auto"):
+                 sample_bytes: int = 0, hooks: Sequence = (), client_state: str = "auto",
+                 local_steps: int | None = None):
         self.trainer = trainer
         # BatchNorm-style buffers ride along in the model dict; see the module docstring.
         self.stateful = bool(trainer.adapter) and isinstance(init_params, dict) and BUFFERS in init_params
@@ -216,6 +221,12 @@ class Engine:
         # Rows of per-aggregation figures hooks compute (record_row); written as RUN_DIR/NAME.csv.
         self.tables: dict[str, list[dict]] = {}
         self.step_loop = choose_step_loop(self.trainer, init_params, self.data, self.home.platform)
+        # Whether a call that is one chunk runs its steps and ``finish`` in one program (and the
+        # memory guard measures that program): where calls are one chunk, a rolled loop or
+        # ``local_steps`` within the chunk, and no hook pauses a call (a pausing call runs in parts).
+        pauses = any(type(hook).on_pause is not DeviceHook.on_pause for hook in self.hooks)
+        self.one_chunk_calls = not pauses and (self.step_loop == "rolled" or (
+            local_steps is not None and local_steps <= plan.steps_per_call))
         self._build_functions()
         self.state: dict[str, PyTree] = {hook.name: hook.init(init_params, self.num_clients) for hook in self.hooks}
         # Per-client tables (``client_state``: auto, device, host or memmap), placed once for the run.
@@ -229,6 +240,7 @@ class Engine:
         self.memory_limit = memory_limit
         self.split_calls = 0  # calls the guard split to fit
         self._executables: dict[tuple, tuple] = {}  # (padded clients, chunk steps) → (executable, bytes)
+        self._finishing_executables: dict[tuple, tuple] = {}  # the same, for one-chunk calls' steps and finish
 
     # ----------------------------------------------------------------- jitted pieces
     def _count_trace(self, name: str) -> None:
@@ -248,10 +260,13 @@ class Engine:
             """Row i's start model, versions[which[i]] (the versions replicated on every device)."""
             return jax.tree.map(lambda *leaves: jnp.stack(leaves)[which], *versions)
 
-        def local_init(versions, which, num_steps, clients, rounds, lr_scales):
+        def init_states(start, num_steps, clients, rounds, lr_scales):
             keys = jax.vmap(lambda c, r: jax.random.fold_in(jax.random.fold_in(engine._train_root, c), r))(
                 clients, rounds)
-            return jax.vmap(trainer.init)(starts(versions, which), num_steps, keys, lr_scales)
+            return jax.vmap(trainer.init)(start, num_steps, keys, lr_scales)
+
+        def local_init(versions, which, num_steps, clients, rounds, lr_scales):
+            return init_states(starts(versions, which), num_steps, clients, rounds, lr_scales)
 
         def init(versions, which, num_steps, clients, rounds, lr_scales):
             engine._count_trace("init")
@@ -283,17 +298,29 @@ class Engine:
                                  in_specs=(by_client, whole, by_client, whole),
                                  out_specs=by_client)(states, data, views, count)
 
-        def local_finish(versions, which, states):
-            deltas, metrics = jax.vmap(trainer.finish)(starts(versions, which), states)
+        def finish_states(start, states):
+            deltas, metrics = jax.vmap(trainer.finish)(start, states)
             # A non-finite update is kept as zeros (the run stops on it or drops it): the weighted
             # sums of its batch-mates give it a zero weight, and 0 · NaN would be NaN.
             finite = lambda leaf: jnp.where(metrics["finite"].reshape((-1,) + (1,) * (leaf.ndim - 1)), leaf, 0)
             return jax.tree.map(finite, deltas), metrics, jax.tree.map(finite, engine._final_buffers(states))
 
+        def local_finish(versions, which, states):
+            return finish_states(starts(versions, which), states)
+
         def finish(versions, which, states):
             engine._count_trace("finish")
             return jax.shard_map(local_finish, mesh=engine.mesh, in_specs=(whole, by_client, by_client),
                                  out_specs=by_client)(versions, which, states)
+
+        def run_and_finish(states, data, views, count, length):
+            """A call that starts from fresh states (a row's ``params`` is its start model) and ends in
+            one chunk: its steps and ``finish`` in one program, one dispatch and one pass over the
+            models fewer than ``run_steps`` then ``finish``."""
+            engine._count_trace("run_and_finish")
+            local = lambda s, d, v, n: finish_states(s.params, device_steps(s, d, v, n, length))
+            return jax.shard_map(local, mesh=engine.mesh, in_specs=(by_client, whole, by_client, whole),
+                                 out_specs=by_client)(states, data, views, count)
 
         def server_step(params, server_state, pseudo_gradient):
             engine._count_trace("server_step")
@@ -302,6 +329,7 @@ class Engine:
         self._init = jax.jit(init)
         self._run_steps = jax.jit(run_steps, static_argnums=4, donate_argnums=0)
         self._finish = jax.jit(finish)
+        self._run_and_finish = jax.jit(run_and_finish, static_argnums=4)
         self._gather = jax.jit(lambda tree: tree, out_shardings=self._replicated)  # several processes
         self._concatenate = jax.jit(lambda pieces: jax.tree.map(lambda *rows: jnp.concatenate(rows), *pieces))
         self._server_step = jax.jit(server_step)
@@ -482,20 +510,23 @@ class Engine:
 
     def call_bytes(self, padded: int) -> int:
         """Memory one training call of ``padded`` clients allocates, where the budget is measured:
-        XLA's figure for the compiled step chunk (temporaries and outputs) plus the stacked start
-        models and deltas; the per-client estimate where the backend reports no figure. A CPU's
-        devices share the host's memory, so there the figure counts every device."""
-        _, measured = self.compiled_steps(padded, self._chunk())
+        XLA's figure for the compiled step chunk the calls run (temporaries and outputs) plus the
+        stacked start models and deltas; the per-client estimate where the backend reports no
+        figure. A CPU's devices share the host's memory, so there the figure counts every device."""
+        _, measured = self.compiled_steps(padded, self._chunk(), finish=self.one_chunk_calls)
         if measured is None:
             return padded * self.bytes_per_client
         on_host = self.home.platform == "cpu"
         return measured * (self.plan.devices if on_host else 1) + 2 * padded * tree_bytes(self.params)
 
-    def compiled_steps(self, padded: int, length: int):
+    def compiled_steps(self, padded: int, length: int | None, finish: bool = False):
         """(executable of one ``length``-step chunk for ``padded`` clients, its XLA memory figure
-        per device), compiled once per shape from abstract values and then called directly."""
+        per device), compiled once per shape from abstract values and then called directly. With
+        ``finish``: the executable of a whole call that is that one chunk, its steps and
+        ``finish`` (fresh states in, the rows' deltas, metrics and buffers out)."""
         shape = (padded, length)
-        if shape not in self._executables:
+        executables = self._finishing_executables if finish else self._executables
+        if shape not in executables:
             by_client, replicated = self._by_client, self._replicated
             stacked = lambda tree: jax.tree.map(
                 lambda leaf: jax.ShapeDtypeStruct((padded,) + leaf.shape, leaf.dtype), tree)
@@ -508,30 +539,37 @@ class Engine:
             views = ClientView(vector(jnp.int32), vector(jnp.int32))
             started = time.perf_counter()
             count = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
-            compiled = self._run_steps.lower(place(states, by_client), place(self._training_data, replicated),
-                                             place(views, by_client), count, length).compile()
+            function = self._run_and_finish if finish else self._run_steps
+            compiled = function.lower(place(states, by_client), place(self._training_data, replicated),
+                                      place(views, by_client), count, length).compile()
             self.stats.compile_seconds += time.perf_counter() - started
             try:
                 stats = compiled.memory_analysis()
                 measured = None if stats is None else int(stats.temp_size_in_bytes + 2 * stats.output_size_in_bytes)
             except Exception:  # a backend without memory analysis
                 measured = None
-            self._executables[shape] = (compiled, measured)
-        return self._executables[shape]
+            executables[shape] = (compiled, measured)
+        return executables[shape]
 
     def _chunk(self) -> int | None:
         """The step chunk calls are compiled for (None: one rolled loop of any length)."""
         return None if self.step_loop == "rolled" else self.plan.steps_per_call
 
+    def _step_chunks(self, steps: np.ndarray) -> list[tuple[int, int | None]]:
+        """(count, length) of each program a call of rows taking ``steps`` runs: one rolled loop of
+        the largest count, or unrolled chunks (:func:`step_chunks` of the largest)."""
+        longest = int(steps.max(initial=0))
+        if self.step_loop == "rolled":
+            return [(longest, None)] if longest else []
+        return [(length, length) for length in step_chunks(longest, self.plan.steps_per_call,
+                                                           self.home.platform in ONE_STEP_REMAINDERS)]
+
     def _run_chunks(self, states, views, steps: np.ndarray) -> tuple[Any, int]:
         """Run each row's ``steps`` (the padded call's rows, in order) in one rolled loop or compiled
-        unrolled chunks (:func:`step_chunks` of the largest). Returns the states and the steps the
-        devices compute (:func:`device_steps_computed`)."""
+        unrolled chunks (:meth:`_step_chunks`). Returns the states and the steps the devices compute
+        (:func:`device_steps_computed`)."""
         padded = len(steps)
-        longest = int(steps.max(initial=0))
-        chunks = ([(longest, None)] if longest else []) if self.step_loop == "rolled" else \
-            [(length, length) for length in step_chunks(longest, self.plan.steps_per_call,
-                                                        self.home.platform in ONE_STEP_REMAINDERS)]
+        chunks = self._step_chunks(steps)
         for count, length in chunks:
             run_steps, _ = self.compiled_steps(padded, length)
             states = run_steps(states, self._training_data, views, np.int32(count))
@@ -625,19 +663,12 @@ class Engine:
         rounds = np.array([r.client_round for r in members], dtype=np.int32)
         lr_scales = np.array([r.lr_scale for r in members], dtype=np.float32)
         versions, which = self._start_rows([r.version for r in members])
-        states, views, which, executed = self._start_call(versions, which, first, clients, rounds, lr_scales)
-        if pausing.any():
-            states = self._on_home(states)
-            states = states._replace(step=jnp.minimum(states.step, states.num_steps), num_steps=jnp.asarray(steps))
-            fetched = self.stack([self._versions[self._fetches[r.id]] if pausing[i] else self._versions[r.version]
-                                  for i, r in enumerate(members)], padded)
-            paused = PausedCall(states, members, pausing, fetched, self.views(clients))
-            for hook in self.hooks:
-                states = hook.on_pause(self, paused)
-                paused = paused._replace(states=states)
-            states, more = self._run_chunks(self._to_mesh(states, self._by_client), views, steps - first)
-            executed += more
-        deltas, metrics, buffers = self._on_home(self._finish(versions, which, states))
+        if not pausing.any():
+            results, executed = self._train_call(versions, which, steps, clients, rounds, lr_scales)
+        else:
+            results, executed = self._train_pausing(members, pausing, versions, which, first, steps, clients, rounds,
+                                                    lr_scales)
+        deltas, metrics, buffers = self._on_home(results)
         self._unfetched.append(([record.id for record in records], metrics))
         batch = _TrainedBatch(deltas=deltas, size=padded, buffers=buffers)
         for index, record in enumerate(records):
@@ -655,20 +686,62 @@ class Engine:
         self.stats.useful_steps += int(steps.sum())
         self.stats.executed_steps += executed
 
-    def _start_call(self, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
-                    rounds: np.ndarray, lr_scales: np.ndarray) -> tuple[Any, ClientView, jax.Array, int]:
+    def _train_pausing(self, members: list, pausing: np.ndarray, versions: tuple, which: np.ndarray,
+                       first: np.ndarray, steps: np.ndarray, clients: np.ndarray, rounds: np.ndarray,
+                       lr_scales: np.ndarray) -> tuple[tuple, int]:
+        """Train a padded call some of whose rows pause: every row to its pause step (``first``;
+        its whole count if it does not pause), the hooks' ``on_pause``, then the rest. Returns the
+        rows' ``finish`` outputs, placed by client, and the steps the devices computed."""
+        padded = len(members)
+        states, views, which, executed = self._start_call(versions, which, first, clients, rounds, lr_scales)
+        states = self._on_home(states)
+        states = states._replace(step=jnp.minimum(states.step, states.num_steps), num_steps=jnp.asarray(steps))
+        fetched = self.stack([self._versions[self._fetches[r.id]] if pausing[i] else self._versions[r.version]
+                              for i, r in enumerate(members)], padded)
+        paused = PausedCall(states, members, pausing, fetched, self.views(clients))
+        for hook in self.hooks:
+            states = hook.on_pause(self, paused)
+            paused = paused._replace(states=states)
+        states, more = self._run_chunks(self._to_mesh(states, self._by_client), views, steps - first)
+        return self._finish(versions, which, states), executed + more
+
+    def _init_call(self, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
+                   rounds: np.ndarray, lr_scales: np.ndarray) -> tuple[Any, ClientView, jax.Array]:
         """Begin a padded training call: each row's local state from its start model
-        (``versions[which[row]]``, already on the devices), run for its ``steps``. The rows' numbers
+        (``versions[which[row]]``, already on the devices), to run for its ``steps``. The rows' numbers
         (int32 version index, steps, client, round; float32 lr scale; data offsets and counts) go to
-        the devices in one transfer, placed by client. Returns the states, still placed by client,
-        the rows' placed data views, their placed version indices (for ``_finish``) and the steps the
-        devices computed (``_run_chunks``)."""
+        the devices in one transfer, placed by client. Returns the states, placed by client, the rows'
+        placed data views and their placed version indices (for ``_finish``)."""
         which, steps_placed, client_ids, client_rounds, scales, offsets, counts = self._to_mesh(
             (which, steps, clients, rounds, lr_scales, self.offsets[clients], self.counts[clients]), self._by_client)
-        views = ClientView(offsets, counts)
         states = self._init(versions, which, steps_placed, client_ids, client_rounds, scales)
+        return states, ClientView(offsets, counts), which
+
+    def _start_call(self, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
+                    rounds: np.ndarray, lr_scales: np.ndarray) -> tuple[Any, ClientView, jax.Array, int]:
+        """:meth:`_init_call`, then the rows' ``steps`` (:meth:`_run_chunks`). Returns the states,
+        still placed by client, the views, the placed version indices and the steps the devices
+        computed."""
+        states, views, which = self._init_call(versions, which, steps, clients, rounds, lr_scales)
         states, computed = self._run_chunks(states, views, steps)
         return states, views, which, computed
+
+    def _train_call(self, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
+                    rounds: np.ndarray, lr_scales: np.ndarray) -> tuple[tuple, int]:
+        """Train a padded call's rows from their start models for their ``steps``, without a pause.
+        Returns their ``finish`` outputs (deltas, metrics, buffers), placed by client, and the steps
+        the devices computed. A call that is one chunk (``one_chunk_calls``) runs its steps and
+        ``finish`` in one program (:meth:`compiled_steps` with ``finish``)."""
+        chunks = self._step_chunks(steps)
+        if not (self.one_chunk_calls and len(chunks) == 1):
+            states, _, which, computed = self._start_call(versions, which, steps, clients, rounds, lr_scales)
+            return self._finish(versions, which, states), computed
+        (count, length), = chunks
+        states, views, _ = self._init_call(versions, which, steps, clients, rounds, lr_scales)
+        run_and_finish, _ = self.compiled_steps(len(steps), length, finish=True)
+        results = run_and_finish(states, self._training_data, views, np.int32(count))
+        self.stats.train_calls += 1
+        return results, device_steps_computed(steps, self.mesh.size, [length])
 
     # ----------------------------------------------------------------- aggregation
     def results_sum(self, records: Sequence[DispatchRecord], coefficients: dict, field: str = "deltas") -> PyTree:
@@ -864,10 +937,9 @@ class Engine:
             padded = self.plan.call_size(members)
             pad = lambda values, fill, dtype: np.array(list(values[chunk]) + [fill] * (padded - members), dtype=dtype)
             client_ids = pad(clients, clients[start], np.int32)
-            states, _, which, _ = self._start_call(versions, np.zeros(padded, np.int32), pad(steps, 0, np.int32),
-                                                client_ids, pad(client_rounds, 0, np.int32),
-                                                pad(lr_scales, 1.0, np.float32))
-            deltas, _, _ = self._on_home(self._finish(versions, which, states))
+            results, _ = self._train_call(versions, np.zeros(padded, np.int32), pad(steps, 0, np.int32), client_ids,
+                                          pad(client_rounds, 0, np.int32), pad(lr_scales, 1.0, np.float32))
+            deltas, _, _ = self._on_home(results)
             parts.append(jax.tree.map(lambda leaf: leaf[:members], deltas))
         return parts[0] if len(parts) == 1 else jax.tree.map(lambda *leaves: jnp.concatenate(leaves), *parts)
 

@@ -1272,7 +1272,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                     federation.offsets, federation.counts, server_optimizer, seed=config.seed, plan=plan,
                     batching=config.batching, keep_start_versions=policy.needs_start_models,
                     memory_limit=None if config.memory_limit_mb is None else int(config.memory_limit_mb * 2**20),
-                    sample_bytes=int(np.prod(dataset.input_shape)), hooks=hooks, client_state=config.client_state)
+                    sample_bytes=int(np.prod(dataset.input_shape)), hooks=hooks, client_state=config.client_state,
+                    local_steps=int(np.max(algorithm.local_steps)))
     _UNFINISHED_ENGINES.add(engine)  # until _disconnect
     engine.check_memory()
 

@@ -77,7 +77,8 @@ def test_cpu_speed_quick_runs_jaxfl_with_defaults_and_no_padding(tmp_path):
     # CPU-ms per client step is the same CPU time per (batch of 10) samples
     assert run["cpu_ms_per_step"] == pytest.approx(10e3 / run["samples_per_cpu_second"], rel=0.001)
     assert run["plan"]["steps_per_call"] == 6  # the CNN's 6 steps, shared by every client: one 6-step call
-    assert run["compilations"]["run_steps"] == 1
+    # every call that one chunk and its finish in one program, compiled once
+    assert run["compilations"]["run_and_finish"] == 1 and "run_steps" not in run["compilations"]
     if 4 % run["plan"]["devices"] == 0:  # 4 clients per round fill every call
         assert run["padding_waste"] == 0.0
     assert row["torch_samples_per_second"] is not None or "skipped" in row["torch_runs"][0]

@@ -38,17 +38,41 @@ def test_bucket_sizes_do_not_change_results(small_config):
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("model", ["cnn", "mlp"])
+def test_a_call_as_one_program_changes_no_bit(small_config, model, monkeypatch):
+    """A call that is one chunk (a CNN's unrolled chunk of all its local steps, an MLP's rolled loop)
+    runs its steps and finish in one program; the programs run one by one (init, steps, finish) give
+    the same updates bit for bit, and the same event log, with two compilations more."""
+    from jaxfl.engine import Engine
+
+    config = replace(small_config, algorithm="fedbuff", model=model, clients=6, local_steps=3, max_updates=3,
+                     client_optimizer="sgd", client_lr=0.05, devices=1)
+    one = run_experiment(replace(config, run_name="one"))
+    monkeypatch.setattr(Engine, "one_chunk_calls", property(lambda self: False, lambda self, value: None),
+                        raising=False)
+    separate = run_experiment(replace(config, run_name="separate"))
+    assert one.engine.plan.steps_per_call == 3
+    assert one.summary["compilations"] == {"init": 1, "run_and_finish": 1, "server_step": 1}
+    assert separate.summary["compilations"] == {"init": 1, "run_steps": 1, "finish": 1, "server_step": 1}
+    assert one.engine.stats.train_calls == separate.engine.stats.train_calls
+    assert events_without_wall_time(one.run_dir) == events_without_wall_time(separate.run_dir)
+    for a, b in zip(leaves(one.params), leaves(separate.params), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("model, loop, chunks", [("mlp", "rolled", 1), ("cnn", "unrolled", 2), ("lenet5", "rolled", 1)])
 def test_one_compilation_per_bucket_and_padding_counted(small_config, model, loop, chunks):
     # 6 clients, 8 per call (one device): every round is one padded call of 8. A dense model's 4
     # steps run as one rolled loop; a CNN's (unrolled on CPU) as a 3-step and a 1-step chunk, each
     # shape compiled once over the 4 rounds; LeNet-5's (every convolution a matrix product on CPU) as
-    # one rolled loop too.
+    # one rolled loop too. A call that is one program (the rolled loop) runs its steps and finish
+    # in it: one dispatch and one compilation fewer.
     config = replace(small_config, algorithm="fedavg", model=model, clients=6, clients_per_call=8, steps_per_call=3,
                      local_steps=4, max_updates=4, devices=1)
     result = run_experiment(config)
     assert result.summary["step_loop"] == loop
-    assert result.summary["compilations"] == {"init": 1, "run_steps": chunks, "finish": 1, "server_step": 1}
+    programs = {"run_and_finish": 1} if chunks == 1 else {"run_steps": chunks, "finish": 1}
+    assert result.summary["compilations"] == {"init": 1, **programs, "server_step": 1}
     stats = result.engine.stats
     # per round: 4 steps (no masked step) × 8 padded clients = 32 computed, 6 × 4 = 24 useful.
     # The 5th round is dispatched but never needed, so the deferred engine never trains it.

@@ -36,6 +36,10 @@ SCRIPT = textwrap.dedent("""
 
     Engine._run_chunks = recording
     RUN = [None]
+    # A call that is one chunk (here every call: a rolled loop) runs its steps and finish in one
+    # program whose states stay inside it; the "separate" runs train in the programs one by one
+    # (init, the step loop, finish), where the loop's states come out to be read.
+    separate = property(lambda self: False, lambda self, value: None)
     common = dict(dataset="mnist10k", model="mlp", batch_size=16, stop_at_target=False, progress=False,
                   client_optimizer="sgd", client_lr=0.05, output_dir=sys.argv[1], checkpoint_every=None)
     configs = {
@@ -47,15 +51,22 @@ SCRIPT = textwrap.dedent("""
     }
     out = {"devices": len(jax.devices()), "runs": {}}
     for name, config in configs.items():
-        for devices in (2, 1):
-            label = f"{name}-{devices}"
+        for devices, mode in ((2, "separate"), (2, "one"), (1, "one")):
+            label = f"{name}-{devices}" + ("-separate" if mode == "separate" else "")
             RUN[0] = label
-            result = run_experiment(RunConfig(**common, **config, devices=devices, run_name=label))
+            if mode == "separate":
+                Engine.one_chunk_calls = separate
+            try:
+                result = run_experiment(RunConfig(**common, **config, devices=devices, run_name=label))
+            finally:
+                if mode == "separate":
+                    del Engine.one_chunk_calls
             np.savez(f"{sys.argv[1]}/{label}.npz", *[np.asarray(leaf) for leaf in jax.tree.leaves(result.params)])
             out["runs"][label] = {"executed": result.engine.stats.executed_steps,
                                   "useful": result.engine.stats.useful_steps,
                                   "summary_computed": result.summary["steps_computed_with_padding"],
                                   "padding_waste": result.summary["padding_waste"],
+                                  "compilations": result.summary["compilations"],
                                   "events": events_without_wall_time(result.run_dir),
                                   "params": f"{sys.argv[1]}/{label}.npz"}
     out["calls"] = calls
@@ -95,9 +106,15 @@ def test_each_device_loops_only_its_own_rows_steps(two_device_runs):
 def test_computed_steps_count_what_the_devices_run(two_device_runs):
     for label, run in two_device_runs["runs"].items():
         calls = [call for call in two_device_runs["calls"] if call["run"] == label]
+        if not label.endswith("-separate"):
+            assert not calls  # every call one program: no step loop of its own
+            continue
         per_device = sum(int(_own_maxima(c["steps"], c["devices"]).sum()) * (len(c["steps"]) // c["devices"])
                          for c in calls)
         assert run["executed"] == run["summary_computed"] == per_device, label
+        # the same calls, each one program, compute what the loop on its own computes
+        one_program = two_device_runs["runs"][label.removesuffix("-separate")]
+        assert one_program["executed"] == one_program["summary_computed"] == per_device, label
     # FedAT: all clients take 7 steps, so nothing is masked (before, each device looped the call's
     # largest count: the padding device of a one-client call too, 616 computed for 441 trained)
     assert two_device_runs["runs"]["fedat-2"]["executed"] == two_device_runs["runs"]["fedat-2"]["useful"]
@@ -105,7 +122,7 @@ def test_computed_steps_count_what_the_devices_run(two_device_runs):
     # ragged counts, one client per device: no masked step at all (before: each call's largest count
     # on both devices)
     epochs = two_device_runs["runs"]["epochs-2"]
-    old = sum(max(c["steps"]) * len(c["steps"]) for c in two_device_runs["calls"] if c["run"] == "epochs-2")
+    old = sum(max(c["steps"]) * len(c["steps"]) for c in two_device_runs["calls"] if c["run"] == "epochs-2-separate")
     assert epochs["useful"] == epochs["executed"] < old, (epochs["executed"], old)
 
 
@@ -118,6 +135,21 @@ def test_skipping_changes_no_result(two_device_runs):
         with np.load(runs[f"{name}-2"]["params"]) as two, np.load(runs[f"{name}-1"]["params"]) as one:
             for key in two.files:
                 np.testing.assert_allclose(two[key], one[key], rtol=0, atol=1e-6)
+
+
+def test_a_call_as_one_program_gives_the_programs_one_by_one_bit_for_bit(two_device_runs):
+    """A call that is one chunk runs its steps and finish in one program (one dispatch and one pass
+    over the models fewer); its updates are those of init, the step loop and finish run one by one,
+    bit for bit: the same arithmetic, only the program boundary moves."""
+    runs = two_device_runs["runs"]
+    for name in ("fedat", "epochs"):
+        one, separate = runs[f"{name}-2"], runs[f"{name}-2-separate"]
+        assert one["compilations"]["run_and_finish"] == 1 and "run_steps" not in one["compilations"]
+        assert separate["compilations"]["run_steps"] == 1 and "run_and_finish" not in separate["compilations"]
+        assert one["events"] == separate["events"]
+        with np.load(one["params"]) as a, np.load(separate["params"]) as b:
+            for key in a.files:
+                np.testing.assert_array_equal(a[key], b[key])
 
 
 @pytest.mark.parametrize("steps, devices, lengths, computed", [
