@@ -176,6 +176,7 @@ class Engine:
         self.mesh = Mesh(np.array(devices), ("clients",))
         self.home = jax.local_devices()[0]  # where everything outside a training call lives
         self._by_client = NamedSharding(self.mesh, PartitionSpec("clients"))
+        self._by_column = NamedSharding(self.mesh, PartitionSpec(None, "clients"))  # rows of per-client numbers
         self._replicated = NamedSharding(self.mesh, PartitionSpec())
         # Checkpoints of several processes: one array made of every process's copy on its home device
         # (orbax saves global arrays only, and writes a replicated one once).
@@ -268,10 +269,19 @@ class Engine:
         def local_init(versions, which, num_steps, clients, rounds, lr_scales):
             return init_states(starts(versions, which), num_steps, clients, rounds, lr_scales)
 
-        def init(versions, which, num_steps, clients, rounds, lr_scales):
+        def local_init_rows(versions, rows):
+            which, num_steps, clients, rounds, scales, offsets, counts = rows
+            states = local_init(versions, which, num_steps, clients, rounds,
+                                jax.lax.bitcast_convert_type(scales, jnp.float32))
+            return states, ClientView(offsets, counts), which
+
+        def init(versions, rows):
+            """The call's local states from its rows' numbers, packed as one int32 array (one transfer
+            instead of one per number: :meth:`Engine._init_call`); also their data views and version
+            indices, placed by client."""
             engine._count_trace("init")
-            return jax.shard_map(local_init, mesh=engine.mesh, in_specs=(whole,) + (by_client,) * 5,
-                                 out_specs=by_client)(versions, which, num_steps, clients, rounds, lr_scales)
+            return jax.shard_map(local_init_rows, mesh=engine.mesh, in_specs=(whole, PartitionSpec(None, "clients")),
+                                 out_specs=by_client)(versions, rows)
 
         def device_steps(states, data, views, count, length):
             batched_step = jax.vmap(trainer.step, in_axes=(0, None, 0))
@@ -710,12 +720,12 @@ class Engine:
         """Begin a padded training call: each row's local state from its start model
         (``versions[which[row]]``, already on the devices), to run for its ``steps``. The rows' numbers
         (int32 version index, steps, client, round; float32 lr scale; data offsets and counts) go to
-        the devices in one transfer, placed by client. Returns the states, placed by client, the rows'
-        placed data views and their placed version indices (for ``_finish``)."""
-        which, steps_placed, client_ids, client_rounds, scales, offsets, counts = self._to_mesh(
-            (which, steps, clients, rounds, lr_scales, self.offsets[clients], self.counts[clients]), self._by_client)
-        states = self._init(versions, which, steps_placed, client_ids, client_rounds, scales)
-        return states, ClientView(offsets, counts), which
+        the devices as one int32 array (the lr scale's bits), placed by client: one leaf to transfer,
+        not seven (jax's per-leaf cost is most of a transfer this small). Returns the states, placed
+        by client, the rows' placed data views and their placed version indices (for ``_finish``)."""
+        rows = np.stack([which, steps, clients, rounds, np.asarray(lr_scales, np.float32).view(np.int32),
+                         self.offsets[clients], self.counts[clients]]).astype(np.int32, copy=False)
+        return self._init(versions, self._to_mesh(rows, self._by_column))
 
     def _start_call(self, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
                     rounds: np.ndarray, lr_scales: np.ndarray) -> tuple[Any, ClientView, jax.Array, int]:
