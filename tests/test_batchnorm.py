@@ -232,3 +232,40 @@ def test_register_an_nnx_model_and_run_it_by_name(small_config, monkeypatch):
     assert result.metrics[-1]["accuracy"] > result.metrics[0]["accuracy"]
     for a, b in zip(leaves(result.params), leaves(again.params)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_packed_results_of_a_model_with_buffers_come_back_bit_for_bit():
+    """A call's results packed for the copy between devices (one flat array per kind: deltas,
+    metrics, BatchNorm buffers) unpack to the same leaves bit for bit: NaN, -0.0, large step counts
+    and both booleans included."""
+    import optax
+
+    from jaxfl.engine import BUFFERS, _PackedResults
+
+    adapter = ModelAdapter.from_linen(TinyBN())
+    params = adapter.init_variables(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
+    trainer = make_client_trainer(adapter, optax.sgd(0.1), batch_size=4)
+    packing = _PackedResults.for_trainer(trainer, params, lambda state: state.params[BUFFERS])
+    assert packing is not None and jax.tree.leaves(packing.buffers)
+    rng = np.random.default_rng(0)
+
+    def filled(shapes, rows=3):
+        def leaf(shape):
+            values = rng.standard_normal((rows,) + shape.shape).astype(np.float32)
+            values.flat[0], values.flat[-1] = np.nan, -0.0
+            return jnp.asarray(values)
+        return jax.tree.map(leaf, shapes)
+
+    metrics = {"loss": jnp.array([0.5, np.nan, -0.0], jnp.float32), "steps": jnp.array([0, 7, 2**24], jnp.int32),
+               "finite": jnp.array([True, False, True])}
+    assert set(metrics) == set(packing.metrics)
+    results = (filled(packing.deltas), metrics, filled(packing.buffers))
+    back = jax.jit(lambda r: packing.unpack(packing.pack(r)))(results)
+    assert jax.tree.structure(back) == jax.tree.structure(results)
+    for a, b in zip(jax.tree.leaves(results), jax.tree.leaves(back)):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
+    # mixed dtypes among the deltas: no packing (a flat array of one dtype would convert them)
+    mixed = jax.tree.map(lambda leaf: leaf.astype(jnp.bfloat16) if leaf.ndim == 1 else leaf, params)
+    mixed_trainer = make_client_trainer(adapter, optax.sgd(0.1), batch_size=4)
+    assert _PackedResults.for_trainer(mixed_trainer, mixed, lambda state: state.params[BUFFERS]) is None

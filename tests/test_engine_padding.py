@@ -50,23 +50,30 @@ SCRIPT = textwrap.dedent("""
                        dirichlet_alpha=0.3, client_sizes="lognormal", max_updates=3),
     }
     out = {"devices": len(jax.devices()), "runs": {}}
+    # "unpacked": the rows' results leave the devices leaf by leaf instead of packed (_PackedResults)
+    import jaxfl.engine as engine_module
+    packing = engine_module._PackedResults.for_trainer
     for name, config in configs.items():
-        for devices, mode in ((2, "separate"), (2, "one"), (1, "one")):
-            label = f"{name}-{devices}" + ("-separate" if mode == "separate" else "")
+        for devices, mode in ((2, "separate"), (2, "one"), (1, "one"), (2, "unpacked")):
+            label = f"{name}-{devices}" + ("" if mode == "one" else f"-{mode}")
             RUN[0] = label
             if mode == "separate":
                 Engine.one_chunk_calls = separate
+            if mode == "unpacked":
+                engine_module._PackedResults.for_trainer = classmethod(lambda cls, *args: None)
             try:
                 result = run_experiment(RunConfig(**common, **config, devices=devices, run_name=label))
             finally:
                 if mode == "separate":
                     del Engine.one_chunk_calls
+                engine_module._PackedResults.for_trainer = packing
             np.savez(f"{sys.argv[1]}/{label}.npz", *[np.asarray(leaf) for leaf in jax.tree.leaves(result.params)])
             out["runs"][label] = {"executed": result.engine.stats.executed_steps,
                                   "useful": result.engine.stats.useful_steps,
                                   "summary_computed": result.summary["steps_computed_with_padding"],
                                   "padding_waste": result.summary["padding_waste"],
                                   "compilations": result.summary["compilations"],
+                                  "packed": result.engine._packing is not None,
                                   "events": events_without_wall_time(result.run_dir),
                                   "params": f"{sys.argv[1]}/{label}.npz"}
     out["calls"] = calls
@@ -106,6 +113,8 @@ def test_each_device_loops_only_its_own_rows_steps(two_device_runs):
 def test_computed_steps_count_what_the_devices_run(two_device_runs):
     for label, run in two_device_runs["runs"].items():
         calls = [call for call in two_device_runs["calls"] if call["run"] == label]
+        if label.endswith("-unpacked"):
+            continue
         if not label.endswith("-separate"):
             assert not calls  # every call one program: no step loop of its own
             continue
@@ -184,3 +193,17 @@ def test_a_cnn_with_ragged_step_counts_compiles_the_chunk_and_one_step(small_con
     # power-of-two remainders' chunk shapes for these counts (each compiled once): more, and longer
     former = {length for count in counts for length in step_chunks(count, chunk)}
     assert len(former) >= 3 and sum(former) >= 7, former
+
+
+def test_results_packed_for_the_copy_between_devices_come_back_bit_for_bit(two_device_runs):
+    """On two devices a call's deltas, metrics and buffers leave the devices as one flat array per
+    kind (jax's copy between devices costs per leaf); unpacked on the first device they are the
+    leaf-by-leaf copies bit for bit, and the event logs (losses, steps) agree."""
+    runs = two_device_runs["runs"]
+    for name in ("fedat", "epochs"):
+        packed, unpacked = runs[f"{name}-2"], runs[f"{name}-2-unpacked"]
+        assert packed["packed"] and not unpacked["packed"] and not runs[f"{name}-1"]["packed"]
+        assert packed["events"] == unpacked["events"]
+        with np.load(packed["params"]) as a, np.load(unpacked["params"]) as b:
+            for key in a.files:
+                np.testing.assert_array_equal(a[key], b[key])
