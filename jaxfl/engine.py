@@ -317,13 +317,10 @@ class Engine:
                 clients, rounds)
             return jax.vmap(trainer.init)(start, num_steps, keys, lr_scales)
 
-        def local_init(versions, which, num_steps, clients, rounds, lr_scales):
-            return init_states(starts(versions, which), num_steps, clients, rounds, lr_scales)
-
-        def local_init_rows(versions, rows):
+        def local_init(versions, rows):
             which, num_steps, clients, rounds, scales, offsets, counts = rows
-            states = local_init(versions, which, num_steps, clients, rounds,
-                                jax.lax.bitcast_convert_type(scales, jnp.float32))
+            states = init_states(starts(versions, which), num_steps, clients, rounds,
+                                 jax.lax.bitcast_convert_type(scales, jnp.float32))
             return states, ClientView(offsets, counts), which
 
         def init(versions, rows):
@@ -331,7 +328,7 @@ class Engine:
             instead of one per number: :meth:`Engine._init_call`); also their data views and version
             indices, placed by client."""
             engine._count_trace("init")
-            return jax.shard_map(local_init_rows, mesh=engine.mesh, in_specs=(whole, PartitionSpec(None, "clients")),
+            return jax.shard_map(local_init, mesh=engine.mesh, in_specs=(whole, PartitionSpec(None, "clients")),
                                  out_specs=by_client)(versions, rows)
 
         def device_steps(states, data, views, count, length):
@@ -397,10 +394,10 @@ class Engine:
         self._finish = jax.jit(finish)
         self._run_and_finish = jax.jit(run_and_finish, static_argnums=4)
         self._gather = jax.jit(lambda tree: tree, out_shardings=self._replicated)  # several processes
-        self._concatenate = jax.jit(lambda pieces: jax.tree.map(lambda *rows: jnp.concatenate(rows), *pieces))
+        concatenate = lambda pieces: jax.tree.map(lambda *rows: jnp.concatenate(rows), *pieces)
+        self._concatenate = jax.jit(concatenate)
         if packing is not None:  # the rows concatenated and unpacked in one program
-            self._concatenate_results = jax.jit(lambda pieces: packing.unpack(
-                jax.tree.map(lambda *rows: jnp.concatenate(rows), *pieces)))
+            self._concatenate_results = jax.jit(lambda pieces: packing.unpack(concatenate(pieces)))
         self._server_step = jax.jit(server_step)
 
         # Updates without a server optimiser (w − Δ) and a mix's drift c·(w − start): one compiled
