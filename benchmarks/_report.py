@@ -33,3 +33,12 @@ def write_json(path: str | None, payload: dict, indent: int = 2) -> None:
     with open(path + ".tmp", "w") as handle:
         json.dump(payload, handle, indent=indent)
     os.replace(path + ".tmp", path)
+
+
+def outside_training_share(summary: dict) -> float | None:
+    """A run's wall time outside training calls (to their results), compiling and evaluating (the
+    scheduler, the aggregations, writing the logs, setting the run up), over its wall time less
+    compiling and evaluating; None where the summary lacks the figures."""
+    train, compile_s = summary.get("training_wall_s"), summary.get("compile_wall_s") or 0.0
+    rest = summary["wall_time_s"] - compile_s - summary["evaluation_wall_s"]
+    return round(1 - train / rest, 3) if train is not None and rest > 0 else None

@@ -43,6 +43,7 @@ import jax
 from jaxfl import RunConfig, run_experiment
 from jaxfl.execution import ExecutionPlan
 from jaxfl.experiment import make_evaluator, prepare
+from _report import outside_training_share  # benchmarks/_report.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_TORCH_PYTHON = os.path.join(HERE, ".venv-torch", "bin", "python")
@@ -127,10 +128,7 @@ def time_jaxfl(name: str, size: dict, output_dir: str, repeat: int) -> dict:
             # the same as the CPU time of one client step (one batch), in milliseconds
             "cpu_ms_per_step": round((process_1 - process_0 - evaluation_process) * 1e3 / (
                 size["clients_per_round"] * size["local_steps"] * rounds), 4),
-            # the whole run's wall time outside training calls (to their results), compiling and
-            # evaluating: the scheduler, the aggregations, writing the logs and setting the run up
-            "outside_training_share": round(1 - summary["training_wall_s"] / (
-                summary["wall_time_s"] - summary["compile_wall_s"] - summary["evaluation_wall_s"]), 3),
+            "outside_training_share": outside_training_share(summary),
             "load_average": round(os.getloadavg()[0], 2)}
 
 

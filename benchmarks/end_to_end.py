@@ -54,7 +54,7 @@ import jax
 
 from jaxfl import RunConfig, run_experiment
 from jaxfl.data import load_dataset
-from _report import run_header, write_json  # benchmarks/_report.py
+from _report import outside_training_share, run_header, write_json  # benchmarks/_report.py
 
 COMMON = dict(partition="iid", heterogeneity="exp", stop_at_target=False, max_time=float("inf"),
               progress=False, checkpoint_every=None, seed=0)
@@ -162,8 +162,7 @@ def run_once(config: RunConfig) -> dict:
     return {"wall_s": wall, "outer_wall_s": round(outer, 3), "compile_wall_s": compile_s, "training_wall_s": train,
             "wall_less_compile_s": round(run_s, 3), "samples": samples,
             "host_share": host_share(clocks, summary["evaluation_wall_s"]),
-            "outside_training_share": round(1 - train / (wall - (compile_s or 0.0) - summary["evaluation_wall_s"]), 4)
-            if train is not None and wall - (compile_s or 0.0) - summary["evaluation_wall_s"] > 0 else None,
+            "outside_training_share": outside_training_share(summary),
             "samples_per_s": samples / run_s if run_s > 0 else None,
             "training_samples_per_s": samples / train if train else None,
             "global_updates": summary["global_updates"], "client_steps_executed": summary["client_steps_executed"],

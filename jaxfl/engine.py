@@ -366,7 +366,7 @@ class Engine:
         # Several devices of one process: a call's results leave the devices packed (_PackedResults)
         packing = engine._packing = _PackedResults.for_trainer(trainer, engine.params, engine._final_buffers) \
             if engine.mesh.size > 1 and engine.processes == 1 else None
-        packed = (lambda results: packing.pack(results)) if packing is not None else (lambda results: results)
+        packed = packing.pack if packing is not None else (lambda results: results)
 
         def local_finish(versions, which, states):
             return packed(finish_states(starts(versions, which), states))

@@ -1248,8 +1248,9 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         return _run_timing_only(config, federation, params, user, located)
     wall_start = time.perf_counter()
     algorithm = build(config, client_samples=federation.counts)
+    local_steps = int(np.max(algorithm.local_steps))  # the most a dispatch takes: the plan's chunk, the engine's programs
     plan = ExecutionPlan.for_backend(jax.default_backend(), config.clients_per_call, config.steps_per_call,
-                                     devices=config.devices, local_steps=int(np.max(algorithm.local_steps)))
+                                     devices=config.devices, local_steps=local_steps)
     preprocess, augment = make_transforms(config, dataset)
     cpu_layers = config.cpu_friendly_layers and jax.default_backend() == "cpu"
     trainer = make_client_trainer(model, user.client_optimizer or make_client_optimizer(
@@ -1273,7 +1274,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                     batching=config.batching, keep_start_versions=policy.needs_start_models,
                     memory_limit=None if config.memory_limit_mb is None else int(config.memory_limit_mb * 2**20),
                     sample_bytes=int(np.prod(dataset.input_shape)), hooks=hooks, client_state=config.client_state,
-                    local_steps=int(np.max(algorithm.local_steps)))
+                    local_steps=local_steps)
     _UNFINISHED_ENGINES.add(engine)  # until _disconnect
     engine.check_memory()
 

@@ -267,5 +267,4 @@ def test_packed_results_of_a_model_with_buffers_come_back_bit_for_bit():
         np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
     # mixed dtypes among the deltas: no packing (a flat array of one dtype would convert them)
     mixed = jax.tree.map(lambda leaf: leaf.astype(jnp.bfloat16) if leaf.ndim == 1 else leaf, params)
-    mixed_trainer = make_client_trainer(adapter, optax.sgd(0.1), batch_size=4)
-    assert _PackedResults.for_trainer(mixed_trainer, mixed, lambda state: state.params[BUFFERS]) is None
+    assert _PackedResults.for_trainer(trainer, mixed, lambda state: state.params[BUFFERS]) is None
