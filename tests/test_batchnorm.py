@@ -236,17 +236,19 @@ def test_register_an_nnx_model_and_run_it_by_name(small_config, monkeypatch):
 
 def test_packed_results_of_a_model_with_buffers_come_back_bit_for_bit():
     """A call's results packed for the copy between devices (one flat array per kind: deltas,
-    metrics, BatchNorm buffers) unpack to the same leaves bit for bit: NaN, -0.0, large step counts
-    and both booleans included."""
+    metric columns, BatchNorm buffers) unpack to the same leaves bit for bit, and the metric columns
+    to the same metrics: NaN, -0.0, step counts past 2^24 and both booleans included."""
     import optax
 
-    from jaxfl.engine import BUFFERS, _PackedResults
+    from jaxfl.engine import BUFFERS, _MetricColumns, _PackedResults
 
     adapter = ModelAdapter.from_linen(TinyBN())
     params = adapter.init_variables(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
     trainer = make_client_trainer(adapter, optax.sgd(0.1), batch_size=4)
-    packing = _PackedResults.for_trainer(trainer, params, lambda state: state.params[BUFFERS])
-    assert packing is not None and jax.tree.leaves(packing.buffers)
+    buffers_of = lambda state: state.params[BUFFERS]
+    columns = _MetricColumns.for_trainer(trainer, params)
+    packing = _PackedResults.for_trainer(trainer, params, buffers_of, columns)
+    assert columns is not None and packing is not None and jax.tree.leaves(packing.buffers)
     rng = np.random.default_rng(0)
 
     def filled(shapes, rows=3):
@@ -256,10 +258,17 @@ def test_packed_results_of_a_model_with_buffers_come_back_bit_for_bit():
             return jnp.asarray(values)
         return jax.tree.map(leaf, shapes)
 
-    metrics = {"loss": jnp.array([0.5, np.nan, -0.0], jnp.float32), "steps": jnp.array([0, 7, 2**24], jnp.int32),
+    metrics = {"loss": jnp.array([0.5, np.nan, -0.0], jnp.float32), "steps": jnp.array([0, 7, 2**24 + 1], jnp.int32),
                "finite": jnp.array([True, False, True])}
-    assert set(metrics) == set(packing.metrics)
-    results = (filled(packing.deltas), metrics, filled(packing.buffers))
+    # the metrics as one int32 array on the devices, unpacked on the host
+    packed_metrics = jax.jit(columns.pack)(metrics)
+    assert packed_metrics.shape == (3, 3) and packed_metrics.dtype == jnp.int32
+    unpacked = columns.unpack(np.asarray(packed_metrics))
+    assert jax.tree.structure(unpacked) == jax.tree.structure(metrics)
+    for a, b in zip(jax.tree.leaves(metrics), jax.tree.leaves(unpacked)):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(np.asarray(a).view(np.uint8), b.view(np.uint8))
+    results = (filled(packing.deltas), packed_metrics, filled(packing.buffers))
     back = jax.jit(lambda r: packing.unpack(packing.pack(r)))(results)
     assert jax.tree.structure(back) == jax.tree.structure(results)
     for a, b in zip(jax.tree.leaves(results), jax.tree.leaves(back)):
@@ -267,4 +276,9 @@ def test_packed_results_of_a_model_with_buffers_come_back_bit_for_bit():
         np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
     # mixed dtypes among the deltas: no packing (a flat array of one dtype would convert them)
     mixed = jax.tree.map(lambda leaf: leaf.astype(jnp.bfloat16) if leaf.ndim == 1 else leaf, params)
-    assert _PackedResults.for_trainer(trainer, mixed, lambda state: state.params[BUFFERS]) is None
+    assert _PackedResults.for_trainer(trainer, mixed, buffers_of, columns) is None
+    # a metric that is not a bool, int32 or float32 scalar: kept as it is, and no packing
+    wide = trainer._replace(finish=lambda start, state: (lambda delta, metrics: (
+        delta, {**metrics, "norms": jnp.zeros(2)}))(*trainer.finish(start, state)))
+    assert _MetricColumns.for_trainer(wide, params) is None
+    assert _PackedResults.for_trainer(wide, params, buffers_of, None) is None

@@ -60,6 +60,38 @@ def test_a_call_as_one_program_changes_no_bit(small_config, model, monkeypatch):
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_calls_metrics_come_back_as_one_array_and_exactly(small_config, monkeypatch):
+    """A call's metrics (loss, steps, finite) leave the device as one (K, 3) int32 array, not a leaf
+    each (the host's fetch costs per leaf), and unpack to exactly the values the leaves give: the
+    same client metrics and event log as without the columns."""
+    from jaxfl import engine as engine_module
+
+    config = replace(small_config, algorithm="fedbuff", clients=6, local_steps=3, max_updates=3,
+                     client_optimizer="sgd", client_lr=0.05, devices=1)
+    fetched = []
+    home = engine_module.Engine._results_home
+
+    def noting(self, results):
+        deltas, metrics, buffers = home(self, results)
+        fetched.append(jax.tree.leaves(metrics))
+        return deltas, metrics, buffers
+
+    monkeypatch.setattr(engine_module.Engine, "_results_home", noting)
+    columns = run_experiment(replace(config, run_name="columns"))
+    assert fetched and all(len(leaves) == 1 and leaves[0].dtype == jnp.int32 and leaves[0].shape[1] == 3
+                           for leaves in fetched)
+    calls = len(fetched)
+    monkeypatch.setattr(engine_module._MetricColumns, "for_trainer", classmethod(lambda cls, *args: None))
+    separate = run_experiment(replace(config, run_name="separate"))
+    assert all(len(leaves) == 3 for leaves in fetched[calls:])
+    assert events_without_wall_time(columns.run_dir) == events_without_wall_time(separate.run_dir)
+    ids = sorted(columns.engine._fetched_metrics)
+    assert ids and ids == sorted(separate.engine._fetched_metrics)
+    for dispatch_id in ids:
+        a, b = columns.engine.client_metrics(dispatch_id), separate.engine.client_metrics(dispatch_id)
+        assert a == b and {type(value) for value in a.values()} == {type(value) for value in b.values()}
+
+
 @pytest.mark.parametrize("model, loop, chunks", [("mlp", "rolled", 1), ("cnn", "unrolled", 2), ("lenet5", "rolled", 1)])
 def test_one_compilation_per_bucket_and_padding_counted(small_config, model, loop, chunks):
     # 6 clients, 8 per call (one device): every round is one padded call of 8. A dense model's 4
