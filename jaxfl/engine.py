@@ -151,6 +151,22 @@ def device_steps_computed(steps: np.ndarray, devices: int, lengths: Sequence[int
     return int(sum(lengths)) * len(steps)
 
 
+class _TrainerShapes(NamedTuple):
+    """A trainer's local state, delta and metrics for one client of a model like ``params``, as
+    shapes and dtypes, traced once per engine (``jax.eval_shape``) for everything that sizes or
+    packs a call's results (:class:`_MetricColumns`, :class:`_PackedResults`, the memory guard)."""
+
+    state: Any
+    deltas: PyTree
+    metrics: PyTree
+
+    @classmethod
+    def of(cls, trainer: ClientTrainer, params: PyTree) -> "_TrainerShapes":
+        state = jax.eval_shape(trainer.init, params, 0, jax.random.key(0))
+        deltas, metrics = jax.eval_shape(trainer.finish, params, state)
+        return cls(state, deltas, metrics)
+
+
 class _MetricColumns:
     """A training call's metrics (a tree of per-row bool, int32 and float32 scalars: loss, steps,
     finite) as one ``(K, M)`` int32 array, the float32 ones by their bits: one device buffer a call
@@ -162,11 +178,10 @@ class _MetricColumns:
         self.dtypes = [np.dtype(leaf.dtype) for leaf in leaves]
 
     @classmethod
-    def for_trainer(cls, trainer: ClientTrainer, params: PyTree) -> "_MetricColumns | None":
-        """The columns of ``trainer``'s metrics for a model like ``params``, or None where a metric is
-        not a bool, int32 or float32 scalar (a user's trainer may return others: kept as they are)."""
-        state = jax.eval_shape(trainer.init, params, 0, jax.random.key(0))
-        _, metrics = jax.eval_shape(trainer.finish, params, state)
+    def for_trainer(cls, shapes: "_TrainerShapes") -> "_MetricColumns | None":
+        """The columns of a trainer's metrics (``shapes.metrics``), or None where a metric is not a
+        bool, int32 or float32 scalar (a user's trainer may return others: kept as they are)."""
+        metrics = shapes.metrics
         plain = all(leaf.shape == () and leaf.dtype in (jnp.bool_, jnp.int32, jnp.float32)
                     for leaf in jax.tree.leaves(metrics))
         return cls(metrics) if plain and jax.tree.leaves(metrics) else None
@@ -197,12 +212,10 @@ class _PackedResults:
         self.deltas, self.buffers = deltas, buffers
 
     @classmethod
-    def for_trainer(cls, trainer: ClientTrainer, params: PyTree, buffers_of: Callable,
+    def for_trainer(cls, shapes: "_TrainerShapes", buffers_of: Callable,
                     metric_columns: _MetricColumns | None) -> "_PackedResults | None":
-        """The packing of ``trainer``'s results for a model like ``params``, or None where it does not apply."""
-        state = jax.eval_shape(trainer.init, params, 0, jax.random.key(0))
-        deltas, _ = jax.eval_shape(trainer.finish, params, state)
-        buffers = buffers_of(state)
+        """The packing of a trainer's results (``shapes``), or None where it does not apply."""
+        deltas, buffers = shapes.deltas, buffers_of(shapes.state)
         one_dtype = lambda tree: tree is None or len({leaf.dtype for leaf in jax.tree.leaves(tree)}) <= 1
         if not (jax.tree.leaves(deltas) and one_dtype(deltas) and one_dtype(buffers) and metric_columns):
             return None
@@ -307,6 +320,7 @@ class Engine:
         pauses = any(type(hook).on_pause is not DeviceHook.on_pause for hook in self.hooks)
         self.one_chunk_calls = not pauses and (self.step_loop == "rolled" or (
             local_steps is not None and local_steps <= plan.steps_per_call))
+        self._shapes = _TrainerShapes.of(trainer, init_params)  # traced once: the packings and the memory guard
         self._build_functions()
         self.state: dict[str, PyTree] = {hook.name: hook.init(init_params, self.num_clients) for hook in self.hooks}
         # Per-client tables (``client_state``: auto, device, host or memmap), placed once for the run.
@@ -314,8 +328,7 @@ class Engine:
                                         self.num_clients, client_state, device=self.home)
         # Resource guard: bytes one client of a call needs (its start model, training state,
         # gradients and delta, plus activations), and the budget a call may use.
-        state = jax.eval_shape(trainer.init, init_params, 0, jax.random.key(0))
-        self.bytes_per_client = (3 * tree_bytes(init_params) + tree_bytes(state)
+        self.bytes_per_client = (3 * tree_bytes(init_params) + tree_bytes(self._shapes.state)
                                  + trainer.batch_size * max(sample_bytes, 1) * 4 * ACTIVATION_FACTOR)
         self.memory_limit = memory_limit
         self.split_calls = 0  # calls the guard split to fit
@@ -384,7 +397,7 @@ class Engine:
                                  in_specs=(by_client, whole, by_client, whole),
                                  out_specs=by_client)(states, data, views, count)
 
-        columns = engine._metric_columns = _MetricColumns.for_trainer(trainer, engine.params)
+        columns = engine._metric_columns = _MetricColumns.for_trainer(engine._shapes)
 
         def finish_states(start, states):
             deltas, metrics = jax.vmap(trainer.finish)(start, states)
@@ -397,8 +410,7 @@ class Engine:
             return jax.tree.map(finite, deltas), metrics, jax.tree.map(finite, engine._final_buffers(states))
 
         # Several devices of one process: a call's results leave the devices packed (_PackedResults)
-        packing = engine._packing = _PackedResults.for_trainer(trainer, engine.params, engine._final_buffers,
-                                                               columns) \
+        packing = engine._packing = _PackedResults.for_trainer(engine._shapes, engine._final_buffers, columns) \
             if engine.mesh.size > 1 and engine.processes == 1 else None
         packed = packing.pack if packing is not None else (lambda results: results)
 

@@ -240,14 +240,15 @@ def test_packed_results_of_a_model_with_buffers_come_back_bit_for_bit():
     to the same metrics: NaN, -0.0, step counts past 2^24 and both booleans included."""
     import optax
 
-    from jaxfl.engine import BUFFERS, _MetricColumns, _PackedResults
+    from jaxfl.engine import BUFFERS, _MetricColumns, _PackedResults, _TrainerShapes
 
     adapter = ModelAdapter.from_linen(TinyBN())
     params = adapter.init_variables(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
     trainer = make_client_trainer(adapter, optax.sgd(0.1), batch_size=4)
     buffers_of = lambda state: state.params[BUFFERS]
-    columns = _MetricColumns.for_trainer(trainer, params)
-    packing = _PackedResults.for_trainer(trainer, params, buffers_of, columns)
+    shapes = _TrainerShapes.of(trainer, params)
+    columns = _MetricColumns.for_trainer(shapes)
+    packing = _PackedResults.for_trainer(shapes, buffers_of, columns)
     assert columns is not None and packing is not None and jax.tree.leaves(packing.buffers)
     rng = np.random.default_rng(0)
 
@@ -276,9 +277,10 @@ def test_packed_results_of_a_model_with_buffers_come_back_bit_for_bit():
         np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
     # mixed dtypes among the deltas: no packing (a flat array of one dtype would convert them)
     mixed = jax.tree.map(lambda leaf: leaf.astype(jnp.bfloat16) if leaf.ndim == 1 else leaf, params)
-    assert _PackedResults.for_trainer(trainer, mixed, buffers_of, columns) is None
+    assert _PackedResults.for_trainer(_TrainerShapes.of(trainer, mixed), buffers_of, columns) is None
     # a metric that is not a bool, int32 or float32 scalar: kept as it is, and no packing
     wide = trainer._replace(finish=lambda start, state: (lambda delta, metrics: (
         delta, {**metrics, "norms": jnp.zeros(2)}))(*trainer.finish(start, state)))
-    assert _MetricColumns.for_trainer(wide, params) is None
-    assert _PackedResults.for_trainer(wide, params, buffers_of, None) is None
+    wide_shapes = _TrainerShapes.of(wide, params)
+    assert _MetricColumns.for_trainer(wide_shapes) is None
+    assert _PackedResults.for_trainer(wide_shapes, buffers_of, None) is None
