@@ -1248,7 +1248,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         return _run_timing_only(config, federation, params, user, located)
     wall_start = time.perf_counter()
     algorithm = build(config, client_samples=federation.counts)
-    local_steps = int(np.max(algorithm.local_steps))  # the most a dispatch takes: the plan's chunk, the engine's programs
+    local_steps = algorithm.most_local_steps  # the most a dispatch takes: the plan's chunk, the engine's programs
     plan = ExecutionPlan.for_backend(jax.default_backend(), config.clients_per_call, config.steps_per_call,
                                      devices=config.devices, local_steps=local_steps)
     preprocess, augment = make_transforms(config, dataset)

@@ -266,3 +266,26 @@ def test_reference_code_warm_up_trains_q_max_and_divides_the_first_time_by_it():
     assert warmup(preset="reference_code", warmup="q_min") == "q_min"
     with pytest.raises(ConfigError, match="compass.warmup='q_mid' is not allowed"):
         warmup(warmup="q_mid")
+
+
+@pytest.mark.parametrize("preset, most", [("paper", 6), ("reference_code", 7)])
+def test_the_engine_is_sized_for_the_most_steps_fedcompass_assigns(small_config, preset, most):
+    """Q_max above ``local_steps`` (and the legacy JOINGROUP's ⌊1.2·Q_max⌋): the engine's step chunks
+    are sized for the most steps a dispatch can take, not for ``local_steps`` (calls of Q_max steps
+    in chunks of ``local_steps`` took twice the dispatches), and no dispatch of the run goes past it."""
+    from jaxfl.algorithms import build
+    from jaxfl.config import validate
+    from jaxfl.execution import default_steps_per_call
+    from jaxfl.experiment import run_experiment
+    from jaxfl.runlog import read_events
+    from tests.conftest import replace
+
+    config = replace(small_config, algorithm="fedcompass", clients=6, local_steps=2, max_updates=8,
+                     heterogeneity="exp", algorithm_options={"q_min": 1, "q_max": 6, "preset": preset},
+                     run_name=preset)
+    result = run_experiment(config)
+    assert build(validate(config)).most_local_steps == most
+    assert result.engine.plan.steps_per_call == default_steps_per_call(most) > config.local_steps
+    events = read_events(result.run_dir)
+    steps = events["steps"][events["event"] == "dispatch"]
+    assert steps.max() <= most and steps.max() > config.local_steps

@@ -258,6 +258,21 @@ class Algorithm:
                              "jaxfl.algorithms.build(config, client_samples=federation.counts)")
         return epoch_steps(epochs, self.client_samples, self.run.batch_size)
 
+    @property
+    def most_local_steps(self) -> int:
+        """The most local steps one dispatch of this algorithm can take: what the engine sizes its
+        step chunks and programs for. The largest of :meth:`local_steps`; an algorithm that
+        decides the steps itself and can go past them (FedCompass's Q_max) says so here.
+
+        >>> from types import SimpleNamespace
+        >>> algorithm = Algorithm(SimpleNamespace(local_steps=50, local_epochs=2.0, batch_size=32))
+        >>> algorithm.client_samples = [100, 16]
+        >>> algorithm.most_local_steps
+        7
+        """
+        steps = self.local_steps  # an int, or one count per client
+        return int(max(steps)) if hasattr(steps, "__len__") else int(steps)
+
     def policy(self) -> Policy:
         raise NotImplementedError(f"{type(self).__name__} must implement policy()")
 

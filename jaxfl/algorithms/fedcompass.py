@@ -594,6 +594,13 @@ class FedCompassAlgorithm(Algorithm):
     aggregation = "plain"
     summary = "computing-power-aware arrival groups (Li et al. 2024)"
 
+    @property
+    def most_local_steps(self) -> int:
+        """⌊join_max_factor · Q_max⌋: JOINGROUP assigns up to that (Q_max, or 1.2·Q_max in the legacy
+        code); CREATEGROUP and the warm-up at most Q_max, which may exceed ``local_steps``."""
+        _, q_max = self.options.step_range(self.run.local_steps)
+        return max(q_max, math.floor(self.options.join_max_factor * q_max))
+
     def policy(self) -> FedCompass:
         q_min, q_max = self.options.step_range(self.run.local_steps)
         return FedCompass(q_min, q_max, staleness_function(self.run),
