@@ -10,6 +10,13 @@ Three sides, alternating within one run so that machine noise hits them alike (m
   (``clients_per_call=K``; the guard may split a call that does not fit: column ``split``);
 - **one-by-one**: the same engine with ``clients_per_call=1``, the way APPFL, FLSim and FedScale
   train;
+- **im2col** (with ``--im2col``): the vmapped engine with the model's convolutions in im2col form
+  (``make_client_trainer(..., cpu_friendly_layers=True)``, what the engine runs on a CPU): K
+  clients' convolutions then become one batched matrix product each, where XLA's own vmapped
+  convolution is a grouped one (``feature_group_count`` K, its kernel gradient ``batch_group_count``
+  K), a path convolution libraries are known to run below their dense speed (not yet measured
+  here on a GPU). ``im2col/vec`` is its rate over the vmapped side's: above 1, the form an
+  accelerator run should take;
 - **limit**: the same K·B samples per step trained as ONE model at batch K·B: the same kernel
   (``make_client_trainer`` of the same model and optimiser, batch K·B, one client holding every
   sample), in jitted unrolled chunks of ``--steps-per-call`` steps, the same number of steps. Its
@@ -33,6 +40,7 @@ augmentation). The samples are tiled until every client holds at least B of its 
     python benchmarks/client_batching.py                          # cnn, K in 1 8 32 128, 10 steps
     python benchmarks/client_batching.py --model resnet18 --clients 1 8 32
     python benchmarks/client_batching.py --clients 1 8 --steps 5 --repeats 2 --json out.json
+    python benchmarks/client_batching.py --clients 64 256 --im2col  # XLA's vmapped convolutions vs im2col
     python benchmarks/client_batching.py --quick [--model resnet18]   # seconds-long smoke size (CI)
 """
 from __future__ import annotations
@@ -110,8 +118,8 @@ class Setup:
         self.counts = np.full(num_clients, per_client, np.int32)
         self.sample_bytes = int(np.prod(shape))
 
-    def engine(self, clients_per_call: int, steps_per_call: int) -> Engine:
-        trainer = make_client_trainer(self.model, self.optimizer, self.batch_size)
+    def engine(self, clients_per_call: int, steps_per_call: int, im2col: bool = False) -> Engine:
+        trainer = make_client_trainer(self.model, self.optimizer, self.batch_size, cpu_friendly_layers=im2col)
         return Engine(trainer, self.params, self.data, self.offsets, self.counts, make_server_optimizer(), seed=0,
                       plan=ExecutionPlan(clients_per_call, steps_per_call), sample_bytes=self.sample_bytes)
 
@@ -210,6 +218,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.003)
     parser.add_argument("--repeats", type=int, help="timed flushes per side, alternating (default 3)")
     parser.add_argument("--no-limit", action="store_true", help="skip the one-big-model limit")
+    parser.add_argument("--im2col", action="store_true",
+                        help="also time the vmapped engine with the convolutions in im2col form (batched matrix "
+                             "products instead of XLA's grouped convolutions)")
     parser.add_argument("--peak-tflops", type=float,
                         help="the device's peak for MFU (default: by device kind, dense bf16; none: TFLOP/s only)")
     parser.add_argument("--quick", action="store_true", help="seconds-long smoke size (K 1 2, 2 steps, 1 repeat)")
@@ -245,15 +256,19 @@ def main() -> None:
           f"({header['flops_source']}); MFU against {against}",
           flush=True)
     print(f"{'K':>5} {'vmapped':>10} {'one-by-one':>11} {'ratio':>7} {'limit':>10} {'vec/limit':>9} "
-          f"{'vec TFLOP/s':>11} {'vec MFU':>8} {'lim MFU':>8} {'split':>5}   (client-steps/s)")
+          f"{'vec TFLOP/s':>11} {'vec MFU':>8} {'lim MFU':>8} {'split':>5}"
+          + (f" {'im2col':>10} {'im2col/vec':>10} {'i2c/limit':>9}" if args.im2col else "") + "   (client-steps/s)")
     save()
     for num_clients in args.clients:
         setup = first if num_clients == 1 else Setup(args.model, num_clients, args.batch_size, args.optimizer, args.lr)
         batched = setup.engine(num_clients, args.steps_per_call)
         # at K = 1 the two plans are one program: one engine, compiled once, times both sides
         single = setup.engine(1, args.steps_per_call) if num_clients > 1 else batched
+        im2col = setup.engine(num_clients, args.steps_per_call, im2col=True) if args.im2col else None
         warmup = {"vmapped": time_flush(batched, num_clients, args.steps, 0),  # compilation included
                   "one_by_one": time_flush(single, num_clients, args.steps, 0)}
+        if im2col is not None:
+            warmup["im2col"] = time_flush(im2col, num_clients, args.steps, 0)
         limit, limit_note, limit_flops, limit_source = None, None, None, None
         if not args.no_limit:
             try:
@@ -264,16 +279,19 @@ def main() -> None:
                 if not is_out_of_memory(error):
                     raise
                 limit, limit_note = None, f"does not fit: {str(error).splitlines()[0][:200]}"
-        batched_times, single_times, limit_times = [], [], []
+        batched_times, single_times, limit_times, im2col_times = [], [], [], []
         for repeat in range(1, args.repeats + 1):
             batched_times.append(time_flush(batched, num_clients, args.steps, repeat))
             single_times.append(time_flush(single, num_clients, args.steps, repeat))
+            if im2col is not None:
+                im2col_times.append(time_flush(im2col, num_clients, args.steps, repeat))
             if limit is not None:
                 limit_times.append(limit.run())
         work = num_clients * args.steps
         batched_rate = work / statistics.median(batched_times)
         single_rate = work / statistics.median(single_times)
         limit_rate = work / statistics.median(limit_times) if limit_times else None
+        im2col_rate = work / statistics.median(im2col_times) if im2col_times else None
         vec_tflops = per_client_flops * batched_rate / 1e12 if per_client_flops else None
         # the big model takes `steps` steps of limit_flops each in the time K clients take `steps` steps
         limit_tflops = limit_flops * limit_rate / num_clients / 1e12 if limit_flops and limit_rate else None
@@ -294,25 +312,36 @@ def main() -> None:
                                for basis, value in (peaks or {}).items()},
                "vmapped_calls_split_by_memory_guard": batched.split_calls,
                "vmapped_train_calls": batched.stats.train_calls,
-               "seconds": {"vmapped": batched_times, "one_by_one": single_times, "limit": limit_times},
+               "im2col_client_steps_per_s": im2col_rate,
+               "im2col_over_vmapped": im2col_rate / batched_rate if im2col_rate else None,
+               "im2col_over_limit": im2col_rate / limit_rate if im2col_rate and limit_rate else None,
+               "im2col_tflops": per_client_flops * im2col_rate / 1e12 if per_client_flops and im2col_rate else None,
+               "im2col_calls_split_by_memory_guard": im2col.split_calls if im2col is not None else None,
+               "seconds": {"vmapped": batched_times, "one_by_one": single_times, "limit": limit_times,
+                           "im2col": im2col_times},
                "warmup_seconds": warmup}
         rows.append(row)
         fmt = lambda value, spec: f"{'—':>{int(spec[1:].split('.')[0])}}" if value is None else format(value, spec)
         print(f"{num_clients:>5} {batched_rate:>10.1f} {single_rate:>11.1f} {batched_rate / single_rate:>7.2f} "
               f"{fmt(limit_rate, '>10.1f')} {fmt(row['vmapped_over_limit'], '>9.2f')} {fmt(vec_tflops, '>11.3f')} "
               f"{fmt(row['vmapped_mfu'], '>8.2%')} {fmt(row['limit_mfu'], '>8.2%')} {batched.split_calls:>5}"
+              + (f" {im2col_rate:>10.1f} {row['im2col_over_vmapped']:>10.2f} {fmt(row['im2col_over_limit'], '>9.2f')}"
+                 if im2col_rate else "")
               + (f"  limit {limit_note}" if limit_note else ""), flush=True)
         save()
-        del batched, single, limit  # free this K's device memory before the next K's engines
+        del batched, single, limit, im2col  # free this K's device memory before the next K's engines
         gc.collect()
     print("\n| K | vmapped client-steps/s | one-by-one | vmapped ÷ one-by-one | one-big-model limit | vmapped ÷ limit "
-          "| vmapped TFLOP/s | vmapped MFU | limit MFU |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| vmapped TFLOP/s | vmapped MFU | limit MFU |" + (" im2col | im2col ÷ vmapped | im2col ÷ limit |" if args.im2col else "")
+          + "\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if args.im2col else ""))
     for row in rows:
         fmt = lambda value, spec: "—" if value is None else format(value, spec)
         print(f"| {row['clients']} | {row['vmapped_client_steps_per_s']:,.1f} | {row['one_by_one_client_steps_per_s']:,.1f} "
               f"| {row['ratio']:.2f} | {fmt(row['limit_client_steps_per_s'], ',.1f')} "
               f"| {fmt(row['vmapped_over_limit'], '.2f')} | {fmt(row['vmapped_tflops'], '.3f')} "
-              f"| {fmt(row['vmapped_mfu'], '.2%')} | {fmt(row['limit_mfu'], '.2%')} |")
+              f"| {fmt(row['vmapped_mfu'], '.2%')} | {fmt(row['limit_mfu'], '.2%')} |"
+              + (f" {fmt(row['im2col_client_steps_per_s'], ',.1f')} | {fmt(row['im2col_over_vmapped'], '.2f')} "
+                 f"| {fmt(row['im2col_over_limit'], '.2f')} |" if args.im2col else ""))
 
 
 if __name__ == "__main__":

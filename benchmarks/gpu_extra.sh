@@ -3,15 +3,21 @@
 # (a fresh start costs a minute or two of the lease's 15 minutes of device time):
 #     run(command="bash benchmarks/gpu_extra.sh", timeout_s=170)
 # only where status's budget_left_s still holds the call (its steps' limits add up to 150 s).
-# The measurements that refine, not decide, issues 13, 16 and 17, in order of value per second:
-#   1. sweep_lockstep: whether two sweep cells' in-flight clients trained in one call (2K) beat two
+# The measurements that refine, not decide, issues 13, 16 and 17 — save the first, which may decide
+# issue 17's target (a) — in order of value per second:
+#   1. client_batching --im2col: the MNIST CNN's K vmapped clients with XLA's convolutions (a vmap
+#      over kernels makes them grouped convolutions, a known slow path of convolution libraries)
+#      against the same clients with the convolutions in im2col form (batched matrix products: what
+#      the engine runs on a CPU), at K = 64 and 256, batch 64, as gpu_suite.sh's CNN step times them
+#      (that step has the one-big-model limit to divide by). Above 1, accelerator runs should take
+#      the im2col form (today only CPU runs do: jaxfl/experiment.py, cpu_friendly_layers) (60 s);
+#   2. sweep_lockstep: whether two sweep cells' in-flight clients trained in one call (2K) beat two
 #      calls of K, for the MLP and the MNIST CNN at K = 16 and 64 (issue 16's question for a GPU; on
-#      the CPU it did not pay) (50 s);
-#   2. minibatch_sampling: the in-kernel O(B) Feistel permutation against an argsort of the
-#      client's samples, up to 60,000 samples a client (30 s);
+#      the CPU it did not pay) (45 s);
 #   3. client_state: CC-FedAvg's per-client bank on the device, in host RAM and in a memmap, at a
 #      size where the host-to-device row copies matter (the MNIST CNN, 2,000 clients, 200 a round:
-#      a 4.4 GB bank, 440 MB of rows each way a round) (70 s).
+#      a 4.4 GB bank, 440 MB of rows each way a round), 3 rounds (45 s).
+# minibatch_sampling (the in-kernel Feistel permutation against an argsort, 30 s) gave way to 1.
 # Tables, JSON (rewritten after every row: a step cut short keeps its finished rows), one log and
 # the device's description come back in $OUT. Nothing needs carrying (the data are generated or
 # embedded). QUICK=1 OUT=/tmp/x bash benchmarks/gpu_extra.sh is a smoke run (CPU is fine).
@@ -19,15 +25,15 @@ set -uo pipefail
 source "$(dirname "$0")/gpu_common.sh"  # cd to the root, $OUT, device.txt, preflight(), step()
 
 if [ -n "$QUICK" ]; then
-  lockstep=(--quick); counts=(600); sample_repeats=3; state=(--quick)
+  im2col=(--quick --steps 1 --steps-per-call 1 --batch-size 16); lockstep=(--quick); state=(--quick)
 else
+  im2col=(--clients 64 256 --steps 10 --steps-per-call 10 --repeats 2)
   lockstep=(--clients 16 64 --repeats 3)
-  counts=(600 6000 60000); sample_repeats=20
-  state=(--model cnn --clients 2000 --per-round 200 --rounds 5 --repeats 1)
+  state=(--model cnn --clients 2000 --per-round 200 --rounds 3 --repeats 1)
 fi
 
-step sweep_lockstep 50 python3 benchmarks/sweep_lockstep.py "${lockstep[@]}" --json "$OUT/sweep_lockstep.json"
-step minibatch_sampling 30 python3 benchmarks/minibatch_sampling.py --max-counts "${counts[@]}" \
-  --repeats "$sample_repeats"
-step client_state 70 python3 benchmarks/client_state.py "${state[@]}" --json "$OUT/client_state.json"
+step client_batching_im2col 60 python3 benchmarks/client_batching.py --im2col --no-limit "${im2col[@]}" \
+  --json "$OUT/client_batching_im2col.json"
+step sweep_lockstep 45 python3 benchmarks/sweep_lockstep.py "${lockstep[@]}" --json "$OUT/sweep_lockstep.json"
+step client_state 45 python3 benchmarks/client_state.py "${state[@]}" --json "$OUT/client_state.json"
 echo "took $((SECONDS - started)) s; results in $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -117,7 +117,7 @@ def test_client_batching_quick_has_the_one_big_model_limit_and_flops(tmp_path):
     # --quick's K 1 2 at one step of 16 images a call (57 CPU s at its own 2 steps of 64, 34 at this): what is
     # checked, the rows, the limit and the FLOP counts, does not depend on the step count or batch
     subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "client_batching.py"), "--quick",
-                    "--steps", "1", "--steps-per-call", "1", "--batch-size", "16",
+                    "--steps", "1", "--steps-per-call", "1", "--batch-size", "16", "--im2col",
                     "--peak-tflops", "1.0", "--json", str(out)], check=True, capture_output=True, text=True,
                    timeout=600)
     report = json.loads(out.read_text())
@@ -134,6 +134,10 @@ def test_client_batching_quick_has_the_one_big_model_limit_and_flops(tmp_path):
         assert abs(row["limit_step_flops"] / (row["clients"] * report["client_step_flops"]) - 1) < 0.05
         assert row["vmapped_mfu"] == row["vmapped_tflops"] > 0  # against a 1 TFLOP/s peak
         assert row["vmapped_calls_split_by_memory_guard"] == 0
+        # --im2col: the same clients with their convolutions as batched matrix products, side by side
+        assert row["im2col_client_steps_per_s"] > 0 and len(row["seconds"]["im2col"]) == 1
+        assert row["im2col_over_vmapped"] == row["im2col_client_steps_per_s"] / row["vmapped_client_steps_per_s"]
+        assert row["im2col_over_limit"] > 0 and row["im2col_calls_split_by_memory_guard"] == 0
 
 
 @pytest.mark.slow
