@@ -10,8 +10,9 @@ Three sides, alternating within one run so that machine noise hits them alike (m
   (``clients_per_call=K``; the guard may split a call that does not fit: column ``split``);
 - **one-by-one**: the same engine with ``clients_per_call=1``, the way APPFL, FLSim and FedScale
   train;
-- **im2col** (with ``--im2col``): the vmapped engine with the model's convolutions in im2col form
-  (``make_client_trainer(..., cpu_friendly_layers=True)``, what the engine runs on a CPU): K
+- **im2col** (with ``--im2col``): the vmapped engine with every convolution in im2col form
+  (``make_client_trainer(..., cpu_friendly_layers=True, every_convolution=True)``; a CPU run takes
+  it for all but wide layers with a small contraction): K
   clients' convolutions then become one batched matrix product each, where XLA's own vmapped
   convolution is a grouped one (``feature_group_count`` K, its kernel gradient ``batch_group_count``
   K), a path convolution libraries are known to run below their dense speed (not yet measured
@@ -119,7 +120,8 @@ class Setup:
         self.sample_bytes = int(np.prod(shape))
 
     def engine(self, clients_per_call: int, steps_per_call: int, im2col: bool = False) -> Engine:
-        trainer = make_client_trainer(self.model, self.optimizer, self.batch_size, cpu_friendly_layers=im2col)
+        trainer = make_client_trainer(self.model, self.optimizer, self.batch_size, cpu_friendly_layers=im2col,
+                                      every_convolution=im2col)
         return Engine(trainer, self.params, self.data, self.offsets, self.counts, make_server_optimizer(), seed=0,
                       plan=ExecutionPlan(clients_per_call, steps_per_call), sample_bytes=self.sample_bytes)
 

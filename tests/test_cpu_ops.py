@@ -2,9 +2,11 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from jax import lax
 
+from jaxfl.kernels import make_client_trainer
 from jaxfl.kernels.cpu_ops import count_primitive, cpu_friendly
 from jaxfl.models import make_model
 
@@ -51,6 +53,27 @@ def test_lenet5_keeps_no_xla_convolution_and_the_mnist_cnn_its_wide_first_layer(
         params = model.init(jax.random.key(0), x)
         assert _count(model.apply, params, x, primitive="conv_general_dilated") in (2, 3)
         assert _count(cpu_friendly(model.apply), params, x, primitive="conv_general_dilated") == kept
+
+
+def test_every_convolution_leaves_no_xla_convolution_in_the_vmapped_gradient():
+    """every_convolution=True (the form measured for accelerators): the MNIST CNN's wide first layer
+    takes the im2col form too, so K vmapped clients' training step has no (grouped) XLA convolution
+    left, and its loss and gradient are the model's up to float rounding."""
+    model = make_model("cnn", 10)
+    x = jax.random.uniform(jax.random.key(1), (3, 2, 28, 28, 1))  # (K, B, H, W, C)
+    params = jax.vmap(lambda key: model.init(key, x[0, :1]))(jax.random.split(jax.random.key(0), 3))
+
+    def step(apply):
+        return jax.vmap(jax.value_and_grad(lambda p, x: jnp.sum(apply(p, x) ** 2)))
+
+    every = cpu_friendly(model.apply, every_convolution=True)
+    assert _count(step(model.apply), params, x, primitive="conv_general_dilated") > 0
+    assert _count(step(cpu_friendly(model.apply)), params, x, primitive="conv_general_dilated") > 0  # its first layer
+    assert _count(step(every), params, x, primitive="conv_general_dilated") == 0
+    for a, b in zip(jax.tree.leaves(jax.jit(step(every))(params, x)), jax.tree.leaves(jax.jit(step(model.apply))(params, x))):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="every_convolution=True rewrites the convolutions of cpu_friendly_layers"):
+        make_client_trainer(model.apply, optax.sgd(0.1), batch_size=2, every_convolution=True)
 
 
 def test_an_evaluation_rewrites_only_narrow_convolutions():

@@ -168,7 +168,8 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
                         preprocess: Callable[[jax.Array], jax.Array] = scale_uint8,
                         augment: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
                         prox_mu: float = 0.0, cpu_friendly_layers: bool = False,
-                        loss: Callable[[jax.Array, jax.Array], jax.Array] | None = None) -> ClientTrainer:
+                        loss: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
+                        every_convolution: bool = False) -> ClientTrainer:
     """Build the local-training kernel for one client (FedCompass Alg. 1, FEDCOMPASS-CLIENT).
 
     ``model`` is ``apply(params, x) -> logits`` or a :class:`~jaxfl.models.adapter.ModelAdapter`
@@ -184,7 +185,9 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
     data loss). ``init(..., anchor=...)`` overrides w_start; μ = 0 builds exactly the kernel without it.
 
     ``cpu_friendly_layers`` runs the model's convolutions, tiling max-pools and dense products in the
-    forms XLA:CPU computes faster (:mod:`jaxfl.kernels.cpu_ops`; the engine's runs turn it on on CPUs).
+    forms XLA:CPU computes faster (:mod:`jaxfl.kernels.cpu_ops`; the engine's runs turn it on on CPUs);
+    with ``every_convolution`` every convolution takes the im2col form, wide ones too
+    (``cpu_friendly(..., every_convolution=True)``: the form to measure on accelerators).
 
     >>> import flax.linen as nn
     >>> model = nn.Dense(3)
@@ -224,8 +227,11 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
         logits, new_buffers = adapter.apply(trainable, {} if buffers is None else buffers, x, train=True, key=key)
         return logits, (None if buffers is None else new_buffers)
 
+    if every_convolution and not cpu_friendly_layers:
+        raise ValueError("every_convolution=True rewrites the convolutions of cpu_friendly_layers: "
+                         "set cpu_friendly_layers=True with it")
     if cpu_friendly_layers:
-        forward = cpu_friendly(forward)
+        forward = cpu_friendly(forward, every_convolution=every_convolution)
 
     def loss_fn(trainable, buffers, x, y, weights, key):
         logits, new_buffers = forward(trainable, buffers, transform(x), key)

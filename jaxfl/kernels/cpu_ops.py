@@ -63,7 +63,7 @@ MIN_IM2COL_CONTRACTION = 32
 MIN_XLA_FEATURES = 32
 
 
-def cpu_friendly(function: Callable, *, inference: bool = False) -> Callable:
+def cpu_friendly(function: Callable, *, inference: bool = False, every_convolution: bool = False) -> Callable:
     """``function`` with its convolutions in im2col form and its tiling max-pools as reshapes (see
     the module docstring); same arguments, same outputs.
 
@@ -73,6 +73,11 @@ def cpu_friendly(function: Callable, *, inference: bool = False) -> Callable:
     2.6x as long with the whole rewrite; LeNet-5's is 1.1x faster this way); max-pools and dense
     layers keep XLA's forms (the reshaped pool's forward is slower than XLA's, and its rule and the
     dense layer's change only the gradient).
+
+    ``every_convolution=True`` puts every convolution it can rewrite in im2col form, wide ones with a
+    small contraction too: the form to measure for vmapped clients on an accelerator, where XLA's
+    vmapped convolution is a grouped one and the im2col form a batched matrix product
+    (``benchmarks/client_batching.py --im2col``).
 
     >>> import flax.linen as nn
     >>> conv = nn.Conv(6, (5, 5), padding="VALID")
@@ -84,7 +89,7 @@ def cpu_friendly(function: Callable, *, inference: bool = False) -> Callable:
 
     def rewritten(*args):
         closed, out_shape = jax.make_jaxpr(function, return_shape=True)(*args)
-        outputs = _evaluate(closed.jaxpr, closed.consts, jax.tree.leaves(args), inference)
+        outputs = _evaluate(closed.jaxpr, closed.consts, jax.tree.leaves(args), inference, every_convolution)
         return jax.tree.unflatten(jax.tree.structure(out_shape), outputs)
 
     return rewritten
@@ -139,7 +144,7 @@ def _largest_patches(jaxpr, inference: bool) -> int:
     return largest
 
 
-def _evaluate(jaxpr, consts, args, inference: bool = False) -> list:
+def _evaluate(jaxpr, consts, args, inference: bool = False, every_convolution: bool = False) -> list:
     from jax.extend.core import Literal
 
     env = {}
@@ -149,7 +154,7 @@ def _evaluate(jaxpr, consts, args, inference: bool = False) -> list:
     for eqn in jaxpr.eqns:
         inputs = [read(var) for var in eqn.invars]
         name = eqn.primitive.name
-        if name == "conv_general_dilated" and _im2col_applies(eqn, inference):
+        if name == "conv_general_dilated" and _im2col_applies(eqn, inference, every_convolution):
             outputs = [_im2col_convolution(*inputs, **eqn.params)]
         elif name == "dot_general" and not inference and _is_dense(eqn):
             outputs = [dense_product(*inputs)]
@@ -157,7 +162,7 @@ def _evaluate(jaxpr, consts, args, inference: bool = False) -> list:
             outputs = [_tiled_max(inputs[0], eqn.params["window_dimensions"])]
         elif name in ("pjit", "jit", "closed_call") and "jaxpr" in eqn.params:
             inner = eqn.params["jaxpr"]
-            outputs = _evaluate(inner.jaxpr, inner.consts, inputs, inference)
+            outputs = _evaluate(inner.jaxpr, inner.consts, inputs, inference, every_convolution)
         else:
             with eqn.ctx.manager:
                 outputs = eqn.primitive.bind(*inputs, **eqn.primitive.get_bind_params(eqn.params))
@@ -167,7 +172,7 @@ def _evaluate(jaxpr, consts, args, inference: bool = False) -> list:
     return [read(var) for var in jaxpr.outvars]
 
 
-def _im2col_applies(eqn, inference: bool = False) -> bool:
+def _im2col_applies(eqn, inference: bool = False, every_convolution: bool = False) -> bool:
     params = eqn.params
     lhs, rhs = (var.aval for var in eqn.invars)
     if lhs.ndim != 4 or params["feature_group_count"] != 1 or params["batch_group_count"] != 1:
@@ -176,6 +181,8 @@ def _im2col_applies(eqn, inference: bool = False) -> bool:
         return False
     if any(low < 0 or high < 0 for low, high in params["padding"]):
         return False
+    if every_convolution:
+        return True
     spec = params["dimension_numbers"].rhs_spec  # (out, in, spatial...)
     contraction = rhs.shape[spec[1]] * rhs.shape[spec[2]] * rhs.shape[spec[3]]
     narrow = rhs.shape[spec[0]] < MIN_XLA_FEATURES
