@@ -24,6 +24,12 @@ workloads), each in a fresh engine, so compilation is part of every run and is r
   the share of a run long beside its compile time;
 - ``outside training``: the wall time outside training calls (to their results), compiling and
   evaluating, over the wall time less compiling and evaluating (``cpu_speed.py``'s second figure);
+- ``step bound``: the one-per-call side's steps in sequence over the defaults' (``summary
+  ["steps_in_sequence"]``: each training call's longest step count, summed): the ratio the defaults
+  would reach if a vmapped step cost what one client's step costs and a call cost nothing else, so
+  the most batching can give on a device the calls do not fill. It is below 20 where the clients
+  that can be trained together are few (FedCompass's 20, whose step counts run from Q_min to
+  Q_max: a call runs its longest) — a bound of the workload and its schedule, not of the engine;
 - samples/s: client-steps executed × batch size ÷ (wall − compile), and the ratio of the medians
   (defaults ÷ one per call); the ratio of wall times and of training times are given too.
   "wall − compile" still holds the two evaluations and the first calls' tracing and compiling of
@@ -36,6 +42,12 @@ Both sides must reach the same final accuracy (up to float reassociation): the t
     python benchmarks/end_to_end.py --workloads fedbuff --repeats 1 --json out.json
     python benchmarks/end_to_end.py --fedbuff-data-dir /path/to/fashion-mnist   # IDX files (.gz)
     python benchmarks/end_to_end.py --quick                          # smoke size on mnist10k (CI)
+    python benchmarks/end_to_end.py --step-bounds                    # an accelerator's step bounds, on any CPU
+
+``--step-bounds`` gives, in a minute on any machine, the step bound the defaults would have on one
+accelerator (calls of up to ``DEFAULT_CLIENTS_PER_DEVICE`` clients): both sides run with a
+logistic regression in place of the CNN on mnist10k, since neither the schedule nor the engine's
+batching depends on the model or the data, and only their counts are reported.
 
 Fashion-MNIST comes from ``--fedbuff-data-dir`` or jaxfl's default folder (Debian's
 ``dataset-fashion-mnist``); where neither has it, the FedBuff workload runs on mnist10k (8,000
@@ -54,6 +66,7 @@ import jax
 
 from jaxfl import RunConfig, run_experiment
 from jaxfl.data import load_dataset
+from jaxfl.execution import DEFAULT_CLIENTS_PER_DEVICE
 from _report import outside_training_share, run_header, write_json  # benchmarks/_report.py
 
 COMMON = dict(partition="iid", heterogeneity="exp", stop_at_target=False, max_time=float("inf"),
@@ -168,6 +181,7 @@ def run_once(config: RunConfig) -> dict:
             "global_updates": summary["global_updates"], "client_steps_executed": summary["client_steps_executed"],
             "client_steps_aggregated": summary["client_steps_aggregated"],
             "train_calls": summary["train_calls"], "mean_clients_per_batch": summary["mean_clients_per_batch"],
+            "steps_in_sequence": summary["steps_in_sequence"],
             "padding_waste": summary["padding_waste"], "compilations": summary["compilations"],
             "calls_split_by_memory_guard": summary["calls_split_by_memory_guard"],
             "final_accuracy": summary["final_accuracy"], "stop_reason": summary["stop_reason"],
@@ -200,11 +214,15 @@ def main() -> None:
     parser.add_argument("--time-budget", type=float, default=float("inf"),
                         help="seconds: start no further round once the next would likely end past this")
     parser.add_argument("--quick", action="store_true", help="smoke size on mnist10k, well under a minute on a CPU")
+    parser.add_argument("--step-bounds", action="store_true",
+                        help="only the step bounds an accelerator's defaults would have (counts, no timing)")
     parser.add_argument("--json", help="write the runs, the table, machine, device, jax version, date and command here")
     args = parser.parse_args()
     if args.repeats is None:
         args.repeats = 1 if args.quick else 2
     started = time.perf_counter()
+    if args.step_bounds:
+        return print_step_bounds(args)
     dataset_name, data_dir, note = ("mnist10k", None, "--quick: mnist10k") if args.quick else \
         fedbuff_dataset(args.fedbuff_data_dir)
     fedbuff_data = {"dataset": dataset_name, "data_dir": data_dir}
@@ -235,6 +253,8 @@ def main() -> None:
                 "ratio": ratio(median(fast, "samples_per_s"), median(slow, "samples_per_s")),
                 "wall_ratio": ratio(median(fast, "wall_s"), median(slow, "wall_s"), invert=True),
                 "training_ratio": ratio(median(fast, "training_wall_s"), median(slow, "training_wall_s"), invert=True),
+                # the same schedule on both sides: its counts do not vary between repeats
+                "step_bound": ratio(slow[-1]["steps_in_sequence"], fast[-1]["steps_in_sequence"]),
                 "defaults_wall_s": median(fast, "wall_s"), "one_per_call_wall_s": median(slow, "wall_s"),
                 "defaults_compile_s": median(fast, "compile_wall_s"),
                 "one_per_call_compile_s": median(slow, "compile_wall_s"),
@@ -276,13 +296,13 @@ def main() -> None:
     save()
     fmt = lambda value, spec: "—" if value is None else format(value, spec)
     print("\n| workload | data | defaults samples/s | one per call samples/s | ratio (wall − compile) | wall ratio "
-          "| training ratio | compile s (defaults / one per call) | accuracy (defaults / one per call) "
+          "| training ratio | step bound | compile s (defaults / one per call) | accuracy (defaults / one per call) "
           "| host share (defaults / one per call) | outside training (defaults) |\n"
-          "|---|---|---:|---:|---:|---:|---:|---|---|---|---:|")
+          "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|")
     for row in rows:
         print(f"| {row['workload']} | {row['dataset']} | {fmt(row['defaults_samples_per_s'], ',.0f')} "
               f"| {fmt(row['one_per_call_samples_per_s'], ',.0f')} | {fmt(row['ratio'], '.2f')} "
-              f"| {fmt(row['wall_ratio'], '.2f')} | {fmt(row['training_ratio'], '.2f')} "
+              f"| {fmt(row['wall_ratio'], '.2f')} | {fmt(row['training_ratio'], '.2f')} | {fmt(row['step_bound'], '.1f')} "
               f"| {fmt(row['defaults_compile_s'], '.1f')} / {fmt(row['one_per_call_compile_s'], '.1f')} "
               f"| {fmt(row['defaults_accuracy'], '.4f')} / {fmt(row['one_per_call_accuracy'], '.4f')} "
               f"| {fmt(row['defaults_host_share'], '.1%')} / {fmt(row['one_per_call_host_share'], '.1%')} "
@@ -293,6 +313,39 @@ def main() -> None:
               "memory guard compiles before a call (Engine._clients_that_fit → compiled_steps), outside the "
               "timed training calls, while training_wall_s subtracts all of it from the calls' time: it is "
               "low by the guard's compilations. The ratio column uses wall − compile, which is consistent.")
+
+
+def print_step_bounds(args) -> None:
+    """The step bound (one per call's steps in sequence over the defaults') of each workload for one
+    accelerator's defaults, counted with a logistic regression on mnist10k (see the module docstring)."""
+    updates = {"fedbuff": args.fedbuff_updates, "fedcompass": args.fedcompass_updates}
+    sides = {"accelerator defaults": {"clients_per_call": DEFAULT_CLIENTS_PER_DEVICE, "devices": 1},
+             "one_per_call": SIDES["one_per_call"]}
+    data = {"dataset": "mnist10k", "data_dir": None}
+    rows = []
+    print("| workload | calls (defaults / one per call) | clients a call | steps in sequence (defaults / one per call) "
+          "| executed ÷ aggregated | step bound |\n|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as output_dir:
+        for name in args.workloads:
+            counts = {}
+            for side, engine in sides.items():
+                config = dataclasses.replace(workload_config(name, args.quick, "defaults", output_dir,
+                                                             f"{name}-{len(counts)}", updates, data),
+                                             model="logreg", **engine)
+                counts[side] = run_experiment(config).summary
+            fast, slow = counts["accelerator defaults"], counts["one_per_call"]
+            row = {"workload": name, "max_updates": fast["global_updates"],
+                   "calls": [fast["train_calls"], slow["train_calls"]],
+                   "mean_clients_per_batch": fast["mean_clients_per_batch"],
+                   "steps_in_sequence": [fast["steps_in_sequence"], slow["steps_in_sequence"]],
+                   "executed_per_aggregated": fast["executed_per_aggregated"],
+                   "step_bound": slow["steps_in_sequence"] / fast["steps_in_sequence"]}
+            rows.append(row)
+            print(f"| {name} | {row['calls'][0]:,} / {row['calls'][1]:,} | {row['mean_clients_per_batch']:.1f} "
+                  f"| {row['steps_in_sequence'][0]:,} / {row['steps_in_sequence'][1]:,} "
+                  f"| {row['executed_per_aggregated']:.3f} | {row['step_bound']:.1f} |", flush=True)
+    write_json(args.json, {**run_header("end_to_end --step-bounds", clients_per_call=DEFAULT_CLIENTS_PER_DEVICE),
+                           "rows": rows})
 
 
 if __name__ == "__main__":

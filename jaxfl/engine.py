@@ -795,9 +795,11 @@ class Engine:
         versions, which = self._start_rows([r.version for r in members])
         if not pausing.any():
             results, executed = self._train_call(versions, which, steps, clients, rounds, lr_scales)
+            self.stats.steps_in_sequence += int(steps.max(initial=0))
         else:
             results, executed = self._train_pausing(members, pausing, versions, which, first, steps, clients, rounds,
                                                     lr_scales)
+            self.stats.steps_in_sequence += int(first.max(initial=0)) + int((steps - first).max(initial=0))
         deltas, metrics, buffers = self._results_home(results)
         self._unfetched.append(([record.id for record in records], metrics))
         batch = _TrainedBatch(deltas=deltas, size=padded, buffers=buffers)

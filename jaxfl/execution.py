@@ -201,6 +201,10 @@ class EngineStats:
     useful_steps: int = 0  # Σ requested local steps of trained dispatches
     aggregated_steps: int = 0  # Σ local steps of the updates aggregated so far
     executed_steps: int = 0  # steps computed, padding (masked steps, padded clients) included
+    # Steps the calls ran one after another: each call's longest (its two parts' where it pauses).
+    # Where a vmapped step costs what one client's does (an accelerator the call does not fill), the
+    # training time goes with this count, so one run's count over another's bounds their speed ratio.
+    steps_in_sequence: int = 0
     peak_versions_kept: int = 0  # global models held at once (the current one and those in-flight work started from)
     peak_updates_held: int = 0  # trained updates held at once, waiting for their aggregation
     traces: dict = dataclasses.field(default_factory=dict)  # function name → times jit traced it

@@ -1410,6 +1410,9 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         "executed_per_aggregated": round(engine.stats.useful_steps / engine.stats.aggregated_steps, 4)
         if engine.stats.aggregated_steps else None,
         "steps_computed_with_padding": engine.stats.executed_steps,
+        # the calls' longest step counts summed: what a run's training time goes with on an
+        # accelerator that a call does not fill (one client per call: every step in sequence)
+        "steps_in_sequence": engine.stats.steps_in_sequence,
         "padding_waste": round(engine.stats.padding_waste, 6),
         "train_calls": engine.stats.train_calls,
         "mean_clients_per_batch": round(engine.stats.mean_clients_per_batch, 3),

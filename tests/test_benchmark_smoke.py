@@ -173,6 +173,27 @@ def test_end_to_end_quick_runs_both_sides_of_both_workloads(tmp_path):
             assert run["global_updates"] == updates and run["stop_reason"] == "update budget"
             assert run["samples"] == run["client_steps_executed"] * report["workloads"][name]["batch_size"]
             assert run["client_steps_executed"] >= run["client_steps_aggregated"] > 0
+        # one client a call runs every step in sequence; the defaults' calls run their longest
+        assert single["steps_in_sequence"] == single["client_steps_executed"]
+        assert 0 < defaults["steps_in_sequence"] <= defaults["client_steps_executed"]
+        row, = [row for row in report["rows"] if row["workload"] == name]
+        assert row["step_bound"] == single["steps_in_sequence"] / defaults["steps_in_sequence"]
+
+
+def test_end_to_end_step_bounds_count_an_accelerators_calls_without_one(tmp_path):
+    """--step-bounds: the step bound of each workload for one accelerator's defaults, counted on the
+    CPU with a logistic regression (the schedule and the batching do not depend on the model)."""
+    out = tmp_path / "bounds.json"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "end_to_end.py"), "--step-bounds",
+                           "--quick", "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
+    report = json.loads(out.read_text())
+    assert report["clients_per_call"] == 256
+    assert [row["workload"] for row in report["rows"]] == ["fedbuff", "fedcompass"]
+    for row in report["rows"]:
+        fast, slow = row["steps_in_sequence"]
+        assert 0 < fast <= slow and row["step_bound"] == slow / fast
+        assert row["calls"][0] <= row["calls"][1] and row["mean_clients_per_batch"] >= 1
+    assert "| fedbuff |" in done.stdout and "step bound" in done.stdout
 
 
 def test_client_state_quick_places_the_bank_three_ways_with_one_result(tmp_path):

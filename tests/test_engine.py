@@ -199,3 +199,18 @@ def test_stacking_start_models_and_empty_aggregations_are_compiled_programs():
     compiled = engine_module._zeros_like_tree._cache_size()
     engine_module._zeros_like_tree(trees[1])
     assert engine_module._zeros_like_tree._cache_size() == compiled
+
+
+def test_steps_in_sequence_count_each_calls_longest_step_count(small_config):
+    """summary["steps_in_sequence"] sums each training call's longest step count: what the training
+    time goes with where a vmapped step costs what one client's does. FedAvg, 4 clients of 3 steps a
+    round: one call of 4 is 3 steps in sequence, four calls of 1 are 12."""
+    from jaxfl.config import RunConfig
+
+    config = replace(small_config, algorithm="fedavg", clients=4, local_steps=3, max_updates=2, devices=1,
+                     buffer_size=RunConfig().buffer_size)
+    together = run_experiment(replace(config, clients_per_call=4, run_name="together"))
+    alone = run_experiment(replace(config, clients_per_call=1, run_name="alone"))
+    assert together.summary["train_calls"] == 2 and alone.summary["train_calls"] == 8
+    assert together.summary["steps_in_sequence"] == 2 * 3
+    assert alone.summary["steps_in_sequence"] == alone.summary["client_steps_executed"] == 2 * 4 * 3
