@@ -107,13 +107,14 @@ class PausedCall(NamedTuple):
     views: ClientView
 
 
-def choose_step_loop(trainer, params: PyTree, data: FederatedArrays, platform: str) -> str:
+def choose_step_loop(trainer, params: PyTree, data: FederatedArrays, platform: str, state=None) -> str:
     """How the engine runs a call's local steps on ``platform``: ``"unrolled"`` step chunks, or one
     ``"rolled"`` loop per call: rolled on a CPU when the step (``trainer.step``, as it is traced: after
     ``cpu_friendly``'s rewrite) has no convolution (measured on the 2-core CPU: an MLP's step runs as
     fast rolled, and its 6-step chunk compiles in 2.6 s instead of 7.3 s; LeNet-5's, all matrix
     products, 1.1-1.3x faster rolled); unrolled for XLA's convolutions, which XLA:CPU runs ~15x
-    slower inside a loop, and on accelerators.
+    slower inside a loop, and on accelerators. ``state``: the trainer's local state for ``params``
+    as shapes (``jax.eval_shape`` of ``trainer.init``), where the caller has it already.
 
     >>> import optax
     >>> from jaxfl.kernels import make_client_trainer
@@ -126,7 +127,8 @@ def choose_step_loop(trainer, params: PyTree, data: FederatedArrays, platform: s
     """
     if platform != "cpu":
         return "unrolled"
-    state = jax.eval_shape(trainer.init, params, 0, jax.random.key(0))
+    if state is None:
+        state = jax.eval_shape(trainer.init, params, 0, jax.random.key(0))
     scalar = jax.ShapeDtypeStruct((), jnp.int32)
     step = jax.make_jaxpr(trainer.step)(state, data, ClientView(scalar, scalar))
     return "unrolled" if count_primitive(step.jaxpr, "conv_general_dilated") else "rolled"
@@ -154,7 +156,8 @@ def device_steps_computed(steps: np.ndarray, devices: int, lengths: Sequence[int
 class _TrainerShapes(NamedTuple):
     """A trainer's local state, delta and metrics for one client of a model like ``params``, as
     shapes and dtypes, traced once per engine (``jax.eval_shape``) for everything that sizes or
-    packs a call's results (:class:`_MetricColumns`, :class:`_PackedResults`, the memory guard)."""
+    packs a call's results (:func:`choose_step_loop`, :class:`_MetricColumns`, :class:`_PackedResults`,
+    the memory guard)."""
 
     state: Any
     deltas: PyTree
@@ -313,14 +316,14 @@ class Engine:
         self._jitted: dict[str, Callable] = {}
         # Rows of per-aggregation figures hooks compute (record_row); written as RUN_DIR/NAME.csv.
         self.tables: dict[str, list[dict]] = {}
-        self.step_loop = choose_step_loop(self.trainer, init_params, self.data, self.home.platform)
+        self._shapes = _TrainerShapes.of(trainer, init_params)  # traced once: the loop, the packings, the memory guard
+        self.step_loop = choose_step_loop(self.trainer, init_params, self.data, self.home.platform, self._shapes.state)
         # Whether a call that is one chunk runs its steps and ``finish`` in one program (and the
         # memory guard measures that program): where calls are one chunk, a rolled loop or
         # ``local_steps`` within the chunk, and no hook pauses a call (a pausing call runs in parts).
         pauses = any(type(hook).on_pause is not DeviceHook.on_pause for hook in self.hooks)
         self.one_chunk_calls = not pauses and (self.step_loop == "rolled" or (
             local_steps is not None and local_steps <= plan.steps_per_call))
-        self._shapes = _TrainerShapes.of(trainer, init_params)  # traced once: the packings and the memory guard
         self._build_functions()
         self.state: dict[str, PyTree] = {hook.name: hook.init(init_params, self.num_clients) for hook in self.hooks}
         # Per-client tables (``client_state``: auto, device, host or memmap), placed once for the run.
