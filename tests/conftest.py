@@ -1,6 +1,7 @@
 import dataclasses
 import gc
 import os
+import signal
 import tempfile
 
 import jax
@@ -23,6 +24,14 @@ jax.config.update("jax_compilation_cache_dir", os.environ.get(
 # _port and _ccfedavg 142 against 151 (fresh caches, run side by side, one core each).
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+# The Ctrl-C tests send SIGINT to a `jaxfl` child. A suite started as a background job of a
+# non-interactive shell (`cmd &` in a script) inherits SIGINT ignored, and so would every child: the
+# run under test would ignore the Ctrl-C and the test wait out its timeout (300 s), leaving the
+# child running. A handler set here is reset to the default in each child at exec, where Python
+# installs its own, as in a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def sharing_compilations(**changes) -> dict:
