@@ -339,7 +339,7 @@ def print_step_bounds(args) -> None:
                    "mean_clients_per_batch": fast["mean_clients_per_batch"],
                    "steps_in_sequence": [fast["steps_in_sequence"], slow["steps_in_sequence"]],
                    "executed_per_aggregated": fast["executed_per_aggregated"],
-                   "step_bound": slow["steps_in_sequence"] / fast["steps_in_sequence"]}
+                   "step_bound": ratio(slow["steps_in_sequence"], fast["steps_in_sequence"])}
             rows.append(row)
             print(f"| {name} | {row['calls'][0]:,} / {row['calls'][1]:,} | {row['mean_clients_per_batch']:.1f} "
                   f"| {row['steps_in_sequence'][0]:,} / {row['steps_in_sequence'][1]:,} "
