@@ -54,6 +54,7 @@ from jaxfl.algorithms import build, device_hooks, get as get_algorithm
 from jaxfl.config import (FIELDS_ADDED, MAX_GRID_POINTS, SECTION_OF, USER_PREFIX, ConfigError, DataConfig, RunConfig,
                           _count_budgets, checkpoint_min_interval, fail, validate)
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
+from jaxfl.data.datasets import known_input
 from jaxfl.data.augment import AUGMENTED, dataset_family, make_augment, make_preprocess
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
 from jaxfl.kernels.aggregation import make_server_optimizer
@@ -817,6 +818,8 @@ def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params
                           f"{config.data_fingerprint[:12]}…), not a name to load: pass the same data again as "
                           "data= (jaxfl.run_experiment(config, data=...), "
                           "jaxfl.experiment.resume_experiment(run_dir, data=...))")
+    if model is None and dataset is None and (known := known_input(config.dataset)) is not None:
+        check_model_input(config.model, *known, config.dataset)  # before the data is read or generated
     if config.timing_only and config.dataset.startswith("synthetic") and config.partition == "natural" \
             and dataset is None:
         dataset, federation = _synthetic_sizes_only(config)

@@ -148,6 +148,33 @@ def test_bad_combinations_fail_before_training(changes, message, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("name", ["mnist10k", "digits", "fashion_mnist", "synthetic", "synthetic_iid",
+                                  "synthetic:0.5,0.5", "synthetic:iid+parallel"])
+def test_the_input_a_dataset_name_fixes_is_the_loaded_datas(name):
+    from jaxfl.data import load_dataset
+    from jaxfl.data.datasets import known_input
+
+    if name == "digits":
+        pytest.importorskip("sklearn")
+    if name == "fashion_mnist" and not os.path.isdir(FASHION_MNIST_DIR):
+        pytest.skip(f"no {FASHION_MNIST_DIR}")
+    options = {"num_clients": 3} if name.startswith("synthetic") else {}
+    dataset = load_dataset(name, **options)
+    assert known_input(name) == (dataset.input_shape, dataset.kind)
+
+
+def test_a_model_that_cannot_take_a_named_dataset_is_refused_before_the_data_is_built(tmp_path, monkeypatch):
+    # a million synthetic clients take a minute and gigabytes to generate: the model is checked first
+    import jaxfl.experiment
+
+    built = []
+    monkeypatch.setattr(jaxfl.experiment, "load_data", lambda config: built.append(config))
+    with pytest.raises(ValueError, match=r"'cnn' is built for images of shape \(28, 28, 1\).*synthetic_iid.*\(60,\)"):
+        prepare(config(output_dir=str(tmp_path), model="cnn", dataset="synthetic_iid", clients=1_000_000,
+                       timing_only=True))
+    assert built == [] and not (tmp_path / "runs").exists()
+
+
 def test_model_width_must_match_the_classes(monkeypatch):
     class ThreeWay(nn.Module):
         num_classes: int = 10

@@ -52,6 +52,7 @@ __all__ = [
     "MNIST10K_SPLIT_SEED",
     "MNIST10K_NUM_TEST",
     "DIGITS_NUM_TEST",
+    "known_input",
 ]
 
 # Where Debian's `dataset-fashion-mnist` package puts the IDX files.
@@ -72,6 +73,30 @@ _MNIST10K_LABELS = "t10k-labels-idx1-ubyte.gz"
 DATASETS: tuple[str, ...] = ("mnist10k", "fashion_mnist", "mnist", "digits", "npz", "array_record",
                              "synthetic", "synthetic_iid")
 DATASET_PREFIXES: tuple[str, ...] = ("tfds:", "synthetic:")
+
+# The sample shape and kind that these names fix, so that a model can be checked against them before
+# the data is read or generated (a synthetic federation of 10^6 clients takes a minute and gigabytes).
+_KNOWN_INPUTS: dict[str, tuple[tuple[int, ...], str]] = {
+    "mnist10k": ((28, 28, 1), "image"), "fashion_mnist": ((28, 28, 1), "image"), "mnist": ((28, 28, 1), "image"),
+    "digits": ((8, 8, 1), "image")}
+
+
+def known_input(name: str) -> tuple[tuple[int, ...], str] | None:
+    """``(input_shape, kind)`` of dataset ``name``'s samples where the name alone fixes them, as
+    :attr:`Dataset.input_shape` and :attr:`Dataset.kind` give them once loaded; None where only its
+    data tells (``npz``, ``array_record``, ``tfds:``, a user's data).
+
+    Example:
+        >>> known_input("mnist10k"), known_input("synthetic:0.5,0.5"), known_input("npz")
+        (((28, 28, 1), 'image'), ((60,), 'features'), None)
+    """
+    if name in _KNOWN_INPUTS:
+        return _KNOWN_INPUTS[name]
+    if name in ("synthetic", "synthetic_iid") or name.startswith("synthetic:"):
+        from jaxfl.data.synthetic import SYNTHETIC_DIM
+
+        return (SYNTHETIC_DIM,), "features"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
