@@ -820,7 +820,7 @@ def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params
                           "jaxfl.experiment.resume_experiment(run_dir, data=...))")
     if model is None and dataset is None and (known := known_input(config.dataset)) is not None:
         check_model_input(config.model, *known, config.dataset)  # before the data is read or generated
-    if config.timing_only and config.dataset.startswith("synthetic") and config.partition == "natural" \
+    if config.timing_only and config.dataset.startswith("synthetic") and config.partition in SIZES_ONLY_PARTITIONS \
             and dataset is None:
         dataset, federation = _synthetic_sizes_only(config)
     else:
@@ -878,18 +878,29 @@ class _ClientSizes:
         return FederatedData.weights(self, kind)
 
 
+# The partitions of a synthetic federation whose client sizes follow from its generated sizes alone
+# (natural: one client per generated client; iid: their pooled samples cut anew), not from its labels.
+SIZES_ONLY_PARTITIONS = ("natural", "iid")
+
+
 def _synthetic_sizes_only(config: RunConfig):
     """``(dataset with no samples, client sizes)`` of the synthetic federation that
-    :func:`build_data` would build for ``config`` (natural partition, one client per generated
-    client): what a timing-only run needs, without generating the samples."""
+    :func:`build_data` would build for ``config`` (a partition of :data:`SIZES_ONLY_PARTITIONS`):
+    what a timing-only run needs, without generating the samples."""
+    from jaxfl.data import PARTITION_STREAM
     from jaxfl.data.datasets import Dataset
+    from jaxfl.data.partition import iid_counts
     from jaxfl.data.synthetic import (SYNTHETIC_CLASSES, SYNTHETIC_DIM, parse_synthetic_name, synthetic_name,
                                       synthetic_train_counts)
 
     name = synthetic_name(**parse_synthetic_name(config.dataset))
     empty = np.zeros((0, SYNTHETIC_DIM), np.float32)
     dataset = Dataset(name, empty, np.zeros(0, np.int32), empty, np.zeros(0, np.int32), SYNTHETIC_CLASSES)
-    return dataset, _ClientSizes(synthetic_train_counts(config.clients))
+    counts = synthetic_train_counts(config.clients)
+    if config.partition == "iid":  # build_federation's generator, whose first draws are the sizes
+        rng = np.random.default_rng(np.random.SeedSequence([config.seed, PARTITION_STREAM]))
+        counts = iid_counts(int(counts.sum()), config.clients, rng, config.client_sizes, config.size_skew)
+    return dataset, _ClientSizes(counts)
 
 
 def _loadable(name: str) -> bool:

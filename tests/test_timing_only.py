@@ -62,14 +62,31 @@ def test_timeline_statistics_add_up(tmp_path):
 def test_a_synthetic_timing_only_run_needs_the_client_sizes_only(tmp_path):
     from jaxfl.experiment import _synthetic_sizes_only, build_data
 
+    sizes = [{"partition": "natural"}, {"partition": "iid"}, {"partition": "iid", "seed": 3},
+             {"partition": "iid", "client_sizes": "lognormal", "seed": 1},
+             {"partition": "iid", "client_sizes": "powerlaw", "size_skew": 1.5}]
     for dataset in ("synthetic_iid", "synthetic:0.5,0.5"):
-        config = config_from_mapping({"dataset": dataset, "partition": "natural", "clients": 300, "model": "logreg",
-                                      "timing_only": True})
-        _, sizes_only = _synthetic_sizes_only(config)
-        _, built = build_data(config)
-        assert (sizes_only.counts == built.counts).all()
-        assert (sizes_only.weights("samples") == built.weights("samples")).all()
+        for changes in sizes:
+            config = config_from_mapping({"dataset": dataset, "clients": 300, "model": "logreg", "timing_only": True,
+                                          **changes})
+            _, sizes_only = _synthetic_sizes_only(config)
+            _, built = build_data(config)
+            assert (sizes_only.counts == built.counts).all(), (dataset, changes)
+            assert (sizes_only.weights("samples") == built.weights("samples")).all()
     result = run_experiment(config_from_mapping({**BASE, "dataset": "synthetic_iid", "partition": "natural",
                                                  "model": "logreg", "clients": 20_000, "algorithm": "fedbuff",
                                                  "max_updates": 50, "timing_only": True, "output_dir": str(tmp_path)}))
     assert result.summary["global_updates"] == 50 and result.summary["policy"]["concurrency"] == 1000
+
+
+@pytest.mark.parametrize("partition", ["natural", "iid"])
+def test_a_timing_only_run_of_a_million_synthetic_clients_generates_no_sample(partition, monkeypatch):
+    import jaxfl.experiment
+
+    generated = []
+    monkeypatch.setattr(jaxfl.experiment, "load_data", lambda config: generated.append(config))
+    config = config_from_mapping({"dataset": "synthetic_iid", "partition": partition, "clients": 1_000_000,
+                                  "model": "logreg", "timing_only": True})
+    _, dataset, federation, _, _ = jaxfl.experiment.prepare(config)
+    assert generated == [] and len(dataset.train_x) == 0
+    assert federation.num_clients == 1_000_000 and federation.counts.min() >= 1

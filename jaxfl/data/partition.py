@@ -291,9 +291,22 @@ def partition_iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator
     labels = _check_common(labels, num_clients)
     # Same draws as before the flat layout: sizes (if random) first, then one permutation, whose
     # consecutive blocks are the clients (what array_split / split of it handed out).
-    counts = _equal_sizes(len(labels), num_clients) if sizes == "equal" else \
-        client_sizes(len(labels), num_clients, sizes, rng, skew)
+    counts = iid_counts(len(labels), num_clients, rng, sizes, skew)
     return _grouped(_owners(counts), rng.permutation(len(labels)), num_clients, len(labels))
+
+
+def iid_counts(num_samples: int, num_clients: int, rng: np.random.Generator, sizes: str = "equal",
+               skew: float = 1.0) -> np.ndarray:
+    """The client sizes :func:`partition_iid` cuts ``num_samples`` samples into, from the same first draws
+    of ``rng``: what a run that needs the sizes alone (timing-only) takes without the samples.
+
+    Example:
+        >>> import numpy as np
+        >>> iid_counts(10, 3, np.random.default_rng(0)).tolist()
+        [4, 3, 3]
+    """
+    return _equal_sizes(num_samples, num_clients) if sizes == "equal" else \
+        client_sizes(num_samples, num_clients, sizes, rng, skew)
 
 
 # --------------------------------------------------------------------------- Dirichlet
