@@ -20,6 +20,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -1039,11 +1040,12 @@ def _main(argv: list[str] | None) -> int:
             parser.exit(2, f"jaxfl: error: --preset {args.preset} is not allowed with --resume: the run keeps "
                            "the config it was started with\n")
         return _resume(parser, args)
+    comparison_data = contextlib.ExitStack()
     try:
         configs = configs if configs is not None else _configs(args)
         for folder in dict.fromkeys(config.output_dir for config in configs):
             check_folder("--output-dir" if args.output_dir is not None else "output_dir", folder)
-        from jaxfl.experiment import check_buildable, run_experiment
+        from jaxfl.experiment import check_buildable, run_experiment, shared_data
         from jaxfl.user_inputs import UserInputs, load_time_per_step
 
         times = None
@@ -1057,6 +1059,7 @@ def _main(argv: list[str] | None) -> int:
 
                 check_plotting()
                 share_compilations_until_exit()  # the runs train the same programs: compile them once
+            comparison_data.enter_context(shared_data())  # the data checked here is the runs' data
             for config in configs:  # (one run checks them itself before writing, without building twice)
                 check_buildable(config)
         results = []
@@ -1092,6 +1095,8 @@ def _main(argv: list[str] | None) -> int:
         parser.exit(2, f"jaxfl: error: {error}\n")
     except NumericalError as error:  # the run directory keeps everything logged until then
         parser.exit(1, f"jaxfl: run stopped: {error}\n")
+    finally:
+        comparison_data.close()
     if len(results) > 1 and not configs[0].timing_only:
         _print_comparison(results, configs[0].output_dir)
     elif len(results) > 1:  # said, not silently skipped: the README's comparison writes a table

@@ -174,14 +174,15 @@ def compare(configs) -> Comparison:
     Example: the module docstring; ``jaxfl.presets.preset_configs("quickstart")`` gives the
     quickstart's configs.
     """
-    from jaxfl.experiment import check_buildable, run_experiment
+    from jaxfl.experiment import check_buildable, run_experiment, shared_data
 
     configs = list(configs)
     if len(configs) < 1:
         raise ValueError("compare needs at least one config")
     check_plotting()
-    for config in configs:
-        check_buildable(config)
-    with shared_compilations():
-        results = [run_experiment(config) for config in configs]
+    with shared_data():  # the data checked here is the runs' data
+        for config in configs:
+            check_buildable(config)
+        with shared_compilations():
+            results = [run_experiment(config) for config in configs]
     return write_comparison(results, configs[0].output_dir)

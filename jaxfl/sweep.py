@@ -39,6 +39,7 @@ read different values yet come to the same config, so one run name (FedAdam's ``
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -601,6 +602,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     A second sweep of the same folder while this one runs is refused (:class:`jaxfl.resume.InUse`,
     naming this process): the sweep holds ``SWEEP_DIR/.lock`` to its end.
     """
+    from jaxfl.experiment import shared_data
     from jaxfl.resume import holding_lock
 
     if isinstance(base, RunConfig):
@@ -613,14 +615,17 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
         notes.append(earlier)
     states = {cell.index: cell_state(cell.run_dir) for cell in cells}
     shares = _check_jobs(jobs, sweep_dir, cells, states)
-    if any(state != "finished" for state in states.values()):
-        _prepare_all([cell for cell in cells if states[cell.index] != "finished"])
-    os.makedirs(os.path.join(sweep_dir, "runs"), exist_ok=True)
-    # one sweep at a time in a folder: a second (the same command in another shell) is refused in one line
-    with holding_lock(sweep_dir, "sweep directory", "run the same jaxfl sweep command"):
-        states = {cell.index: cell_state(cell.run_dir) for cell in cells}  # as they are now it is held
-        shares = _check_jobs(jobs, sweep_dir, cells, states)
-        return _run_locked(sweep_dir, base, grid, size, cells, jobs, states, shares, progress, echo, earlier, notes)
+    # cells that run in this process take the generated data that the checks built (workers load their own)
+    with shared_data() if jobs == 1 else contextlib.nullcontext():
+        if any(state != "finished" for state in states.values()):
+            _prepare_all([cell for cell in cells if states[cell.index] != "finished"])
+        os.makedirs(os.path.join(sweep_dir, "runs"), exist_ok=True)
+        # one sweep at a time in a folder: a second (the same command in another shell) is refused in one line
+        with holding_lock(sweep_dir, "sweep directory", "run the same jaxfl sweep command"):
+            states = {cell.index: cell_state(cell.run_dir) for cell in cells}  # as they are now it is held
+            shares = _check_jobs(jobs, sweep_dir, cells, states)
+            return _run_locked(sweep_dir, base, grid, size, cells, jobs, states, shares, progress, echo, earlier,
+                               notes)
 
 
 def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell], jobs: int, states: dict,

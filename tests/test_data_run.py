@@ -191,3 +191,39 @@ def test_model_width_must_match_the_classes(monkeypatch):
     finally:
         MODELS.pop("three_way", None)
         MODEL_INPUTS.pop("three_way", None)
+
+
+def _counting_generations(monkeypatch) -> list:
+    import jaxfl.data.synthetic
+
+    generated, generate = [], jaxfl.data.synthetic.load_synthetic
+
+    def load_synthetic(**options):
+        generated.append(options)
+        return generate(**options)
+
+    monkeypatch.setattr(jaxfl.data.synthetic, "load_synthetic", load_synthetic)
+    return generated
+
+
+SYNTHETIC_RUN = ["--dataset", "synthetic_iid", "--partition", "natural", "--clients", "12", "--model", "logreg",
+                 "--local-steps", "2", "--max-updates", "1", "--no-stop-at-target"]
+
+
+def test_a_comparison_generates_its_synthetic_data_once(tmp_path, monkeypatch, capsys):
+    generated = _counting_generations(monkeypatch)
+    assert main(["run", "--algorithm", "fedavg,fedbuff", *SYNTHETIC_RUN, "--output-dir", str(tmp_path)]) == 0
+    assert len(generated) == 1  # checked before the runs, then the same arrays for both runs
+    assert len(list((tmp_path).glob("*/summary.json"))) == 2
+    assert main(["run", "--algorithm", "fedavg", *SYNTHETIC_RUN, "--output-dir", str(tmp_path / "one")]) == 0
+    assert len(generated) == 2  # the block ended with the comparison: a later run generates its own
+
+
+def test_a_sweep_in_one_process_generates_its_synthetic_data_once(tmp_path, monkeypatch):
+    from jaxfl.sweep import run_sweep
+
+    generated = _counting_generations(monkeypatch)
+    base = {"dataset": "synthetic_iid", "partition": "natural", "clients": 12, "model": "logreg", "local_steps": 2,
+            "max_updates": 1, "stop_at_target": False}
+    result = run_sweep(base, {"algorithm": ["fedavg", "fedbuff"]}, str(tmp_path), progress=False)
+    assert len(result.rows) == 2 and len(generated) == 1
