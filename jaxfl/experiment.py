@@ -36,6 +36,7 @@ import platform
 import re
 import shlex
 import shutil
+import sys
 import tempfile
 import time
 import warnings
@@ -1525,12 +1526,37 @@ def _progress_bar(config: RunConfig, name: str):
     A run bounded only by its target counts global updates instead."""
     if not config.progress:
         return None
+    if math.isinf(config.max_time) and not _count_budgets(config):
+        return progress_bar(desc=name, unit="updates", leave=True)
+    return progress_bar(total=100, desc=name, leave=True,
+                        bar_format="{desc}: {percentage:3.0f}% of the budget|{bar}| [{elapsed}<{remaining}{postfix}]")
+
+
+# How often a bar written to a file (a cluster job's log, nohup's) shows itself again: at tqdm's 0.1 s
+# a day's run would leave 860,000 copies of its line in the log.
+FILE_PROGRESS_INTERVAL_S = 30.0
+
+
+def progress_bar(**options):
+    """``tqdm.auto.tqdm(**options)``, refreshed at most every :data:`FILE_PROGRESS_INTERVAL_S` seconds where
+    it writes to neither a terminal nor a notebook (a ``mininterval`` given wins).
+
+    >>> import io
+    >>> class Terminal(io.StringIO):
+    ...     def isatty(self):
+    ...         return True
+    >>> to_file, to_terminal = progress_bar(total=3, file=io.StringIO()), progress_bar(total=3, file=Terminal())
+    >>> to_file.mininterval, to_terminal.mininterval
+    (30.0, 0.1)
+    >>> to_file.close(); to_terminal.close()
+    """
     from tqdm.auto import tqdm
 
-    if math.isinf(config.max_time) and not _count_budgets(config):
-        return tqdm(desc=name, unit="updates", leave=True)
-    return tqdm(total=100, desc=name, leave=True,
-                bar_format="{desc}: {percentage:3.0f}% of the budget|{bar}| [{elapsed}<{remaining}{postfix}]")
+    stream = options.get("file") or sys.stderr
+    in_notebook = any(kind.__module__.startswith("tqdm.notebook") for kind in tqdm.__mro__)
+    if not in_notebook and not (hasattr(stream, "isatty") and stream.isatty()):
+        options.setdefault("mininterval", FILE_PROGRESS_INTERVAL_S)
+    return tqdm(**options)
 
 
 def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan: ExecutionPlan | None,

@@ -637,10 +637,10 @@ def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell],
     done = {"new": [], "resumable": [], "restart": [], "finished": []}
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from jaxfl.experiment import progress_bar
 
-        bar = tqdm(total=len(cells), initial=sum(state == "finished" for state in states.values()),
-                   desc="sweep", unit="cell", leave=True)
+        bar = progress_bar(total=len(cells), initial=sum(state == "finished" for state in states.values()),
+                           desc="sweep", unit="cell", leave=True)
     say = echo or (bar.write if bar is not None else (lambda line: None))
     if earlier:  # now, not only with the notes at the end: the sweep may run for hours
         say(f"note: {earlier}")

@@ -244,3 +244,14 @@ def test_the_timing_line_of_a_run_without_aggregations_says_no_staleness(tmp_pat
     line = _timing_line(result.summary, "RUN")
     assert "0 updates in 0.01 virtual s" in line and "mean staleness –," in line
     assert f"{result.summary['timeline']['events']} queue events (arrivals, replies, crashes, timers)" in line
+
+
+def test_a_run_logged_to_a_file_shows_its_bar_at_evaluations_not_ten_times_a_second(tmp_path, capsys):
+    from jaxfl.cli import main
+
+    assert main(["run", "--algorithm", "fedbuff", "--dataset", "mnist10k", "--model", "logreg", "--clients", "12",
+                 "--local-steps", "2", "--max-updates", "60", "--eval-every", "20", "--no-stop-at-target",
+                 "--output-dir", str(tmp_path)]) == 0
+    shown = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if "of the budget" in line]
+    assert any("100%" in line for line in shown)
+    assert len(shown) <= 4 + 2  # the start, the 4 evaluations (0, 20, 40, 60), the close
