@@ -1550,8 +1550,11 @@ def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, p
               for name, runs in runs_by_method.items()}
     target = next((runs[0].get("target_accuracy") for runs in runs_by_method.values()
                    if runs[0].get("target_accuracy") is not None), None)
+    # more lines than a legend inside the axes leaves room for: the legend goes below, one line a label
+    below = panels is None and len(runs_by_method) + (target is not None) > LEGEND_INSIDE_LABELS
     if panels is None:
-        figure = _figure((7, 4.5))
+        extra = 0.2 * (len(runs_by_method) + 1) if below else 0.0
+        figure = _figure((7, 4.5 + extra), layout="constrained" if below else None)
         layout = [(figure.subplots(), heading, {name: _legend_label(name) for name in runs_by_method})]
     else:
         split = _split_for_figure({name: runs[0].get(panels) for name, runs in runs_by_method.items()}, panels)
@@ -1581,12 +1584,16 @@ def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, p
         axes.set_xlabel(x_label)
         axes.set_ylabel("held-out accuracy")
         axes.grid(alpha=0.3)
-        if panels is None:
+        if panels is None and not below:
             axes.legend(fontsize=8)
-    if panels is not None:
+    if panels is not None or below:
         _shared_legend(figure, [axes for axes, _, _ in layout])
     return _save(figure, path)
 
+
+# The most labels (methods and the target line) an accuracy figure's legend holds inside its axes,
+# where it covers part of the curves; past it the legend goes below the axes.
+LEGEND_INSIDE_LABELS = 6
 
 # About how many bars one row of the time-to-target figure holds before its groups wrap (0.3 in each).
 TARGET_BARS_PER_ROW = 24

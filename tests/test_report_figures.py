@@ -110,3 +110,19 @@ def test_a_report_interrupted_while_drawing_leaves_the_earlier_report_whole(tmp_
     assert again.markdown_path == first.markdown_path == str(out / "report.md")
     assert again.figures == [str(out / "time_to_target.png")] and (out / "report.md").read_text() != before["report.md"].decode()
     assert sorted(path.name for path in out.iterdir()) == ["report.csv", "report.md", "time_to_target.png"]
+
+
+@pytest.mark.parametrize("count, below", [(3, False), (5, False), (6, True), (11, True)])
+def test_an_accuracy_figure_of_many_methods_has_its_legend_below_the_curves(count, below, tmp_path, monkeypatch):
+    methods = ["fedavg"] + [f"port port.k={k}" for k in range(count - 1)]
+    runs = {name: [_run(tmp_path / name.replace(" ", "_"), [0.0, 5.0, 10.0], [0.1, 0.5, 0.6])] for name in methods}
+    (figure,) = _drawn_figures(monkeypatch, lambda: report.plot_accuracy_bands(
+        runs, str(tmp_path), str(tmp_path / "accuracy.png")))
+    (axes,) = figure.axes
+    if below:  # one legend of the figure, below the axes, with every method and the target
+        (legend,) = figure.legends
+        assert axes.get_legend() is None and len(legend.get_texts()) == count + 1
+        figure.canvas.draw()
+        assert legend.get_window_extent().y1 <= axes.get_window_extent().y0
+    else:
+        assert not figure.legends and len(axes.get_legend().get_texts()) == count + 1
