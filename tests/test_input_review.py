@@ -235,11 +235,21 @@ def test_numpy_numbers_are_taken_where_numbers_are():
 
 
 def test_a_warning_before_a_refusal_is_one_note_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "jaxfl", "run", "--dataset", "synthetic", "--model", "cnn",
-                           "--clients", "4", "--max-updates", "1", "--no-progress", "--output-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+    # a user's model (a module:object reference) that only tracing finds unfit for the data: refused
+    # after the data is built, when its notes have been said
+    (tmp_path / "images_only.py").write_text(
+        "import flax.linen as nn\n"
+        "class Net(nn.Module):\n"
+        "    num_classes: int = 10\n"
+        "    @nn.compact\n"
+        "    def __call__(self, x):\n"
+        "        return nn.Dense(self.num_classes)(nn.Conv(4, (3, 3))(x).reshape((x.shape[0], -1)))\n")
+    done = subprocess.run([sys.executable, "-m", "jaxfl", "run", "--dataset", "synthetic", "--partition", "natural",
+                           "--model", "images_only:Net", "--clients", "4", "--max-updates", "1", "--no-progress",
+                           "--output-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(tmp_path)))
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert "jaxfl: note: dataset 'synthetic' has no default target accuracy" in lines[0], done.stderr
-    assert lines[-1].startswith("jaxfl: error: model 'cnn'") and len(lines) == 2, done.stderr
+    assert lines[-1].startswith("jaxfl: error: model 'images_only:Net' cannot take") and len(lines) == 2, done.stderr
     assert "UserWarning" not in done.stderr and "warnings.warn" not in done.stderr
