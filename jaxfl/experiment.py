@@ -56,6 +56,7 @@ from jaxfl.config import (FIELDS_ADDED, MAX_GRID_POINTS, SECTION_OF, USER_PREFIX
                           _count_budgets, checkpoint_min_interval, fail, validate)
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
 from jaxfl.data.datasets import known_input
+from jaxfl.data.synthetic import parse_synthetic_name
 from jaxfl.data.augment import AUGMENTED, dataset_family, make_augment, make_preprocess
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
 from jaxfl.kernels.aggregation import make_server_optimizer
@@ -879,6 +880,11 @@ def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params
                       f"step takes a client's whole data, padded to {config.batch_size} samples: "
                       f"{config.batch_size / largest:.3g}× the model work a step of batch_size={largest}, whose "
                       "steps take the same samples (its local_epochs step counts differ); the run keeps batch_size as given")
+    if (not config.timing_only and config.dataset.startswith("synthetic") and config.partition != "natural"
+            and not parse_synthetic_name(config.dataset)["iid"]):
+        warnings.warn(f"dataset {config.dataset!r} draws each generated client's samples from a model of its own "
+                      f"(FedProx's heterogeneity), and partition={config.partition!r} pools them and splits them "
+                      "anew, which undoes it: partition='natural' (--partition natural) keeps the generated clients")
     if config.target_accuracy is None and not config.timing_only:
         warnings.warn(f"dataset {config.dataset!r} has no default target accuracy, so this run has none: "
                       "time_to_target stays null and it does not stop at a target (set target_accuracy for one)")

@@ -227,3 +227,20 @@ def test_a_sweep_in_one_process_generates_its_synthetic_data_once(tmp_path, monk
             "max_updates": 1, "stop_at_target": False}
     result = run_sweep(base, {"algorithm": ["fedavg", "fedbuff"]}, str(tmp_path), progress=False)
     assert len(result.rows) == 2 and len(generated) == 1
+
+
+@pytest.mark.parametrize("dataset, partition, timing_only, warned", [
+    ("synthetic:0.5,0.5", "iid", False, True), ("synthetic", "dirichlet", False, True),
+    ("synthetic:0.5,0.5", "natural", False, False), ("synthetic_iid", "iid", False, False),
+    ("synthetic:0.5,0.5", "iid", True, False)])
+def test_a_split_that_undoes_synthetic_heterogeneity_is_said(dataset, partition, timing_only, warned, tmp_path):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prepare(config(output_dir=str(tmp_path), dataset=dataset, partition=partition, clients=20, model="logreg",
+                       timing_only=timing_only))
+    said = [str(w.message) for w in caught if "FedProx's heterogeneity" in str(w.message)]
+    assert len(said) == warned
+    if warned:
+        assert f"partition={partition!r}" in said[0] and "--partition natural" in said[0]
