@@ -10,7 +10,7 @@ server lr 1, the same as ``benchmarks/torch_loop.py``):
 
 jaxfl runs ``jaxfl.run_experiment`` with no engine option set: the execution plan it chooses is
 printed. Its round time is the wall time between the evaluations at global versions R and 2R (the
-first R rounds warm up: compilation) less one evaluation, which is timed on its own. Over the same
+first R rounds warm up: compilation) less the evaluation at 2R, timed as the run makes it. Over the same
 rounds it prints the host's share: the main Python thread's CPU time (the scheduler, the engine's
 bookkeeping, its dispatches and transfers) over the wall time (target ≤ 5 %), and the load average
 beside it (the machines are shared: other jobs slow both sides). The PyTorch
@@ -27,6 +27,7 @@ and the baseline column says why it is missing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -42,7 +43,6 @@ import jax
 
 from jaxfl import RunConfig, run_experiment
 from jaxfl.execution import ExecutionPlan
-from jaxfl.experiment import make_evaluator, prepare
 from _report import outside_training_share  # benchmarks/_report.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,43 +72,69 @@ def _process_time() -> float:
     return times.user + times.system
 
 
+def _now() -> tuple[float, float, float]:
+    """The wall clock, the main Python thread's CPU time (the scheduler, the engine's bookkeeping and
+    its dispatching: the host's work) and the whole process's CPU time (the devices' work as well)."""
+    return time.perf_counter(), time.thread_time(), _process_time()
+
+
 class _Clocks:
-    """A metrics logger that notes, at each evaluated version, the wall clock, the main Python
-    thread's CPU time (the scheduler, the engine's bookkeeping and its dispatching: the host's work)
-    and the whole process's CPU time (the devices' work as well)."""
+    """A metrics logger that notes :func:`_now` at each evaluated version, and what the evaluation just
+    before it took: the run's own evaluator is timed as the run calls it (:meth:`timing_evaluations`),
+    so that a window between two versions can leave out the evaluation inside it exactly."""
 
     def __init__(self):
         self.at: dict[int, tuple[float, float, float]] = {}
+        self.evaluation_at: dict[int, tuple[float, float, float]] = {}
+        self._last_evaluation = (0.0, 0.0, 0.0)
 
     def log(self, row: dict, step: int | None = None) -> None:
-        self.at[row["version"]] = (time.perf_counter(), time.thread_time(), _process_time())
+        self.at[row["version"]] = _now()
+        self.evaluation_at[row["version"]] = self._last_evaluation
 
     def close(self) -> None:
         pass
+
+    @contextlib.contextmanager
+    def timing_evaluations(self):
+        """Within the block, the evaluator a run builds (``jaxfl.experiment.held_out_evaluator``) notes
+        each evaluation's wall, thread and process time for the :meth:`log` that follows it."""
+        import jaxfl.experiment as experiment
+
+        build = experiment.held_out_evaluator
+
+        def timed_evaluator(*args, **options):
+            evaluate = build(*args, **options)
+
+            def timed(params):
+                before = _now()
+                stats = evaluate(params)
+                self._last_evaluation = tuple(after - start for after, start in zip(_now(), before))
+                return stats
+
+            timed.batch_size = evaluate.batch_size
+            return timed
+
+        experiment.held_out_evaluator = timed_evaluator
+        try:
+            yield
+        finally:
+            experiment.held_out_evaluator = build
 
 
 def time_jaxfl(name: str, size: dict, output_dir: str, repeat: int) -> dict:
     config = workload_config(name, size, output_dir, f"{name}-{repeat}")
     clocks = _Clocks()
-    result = run_experiment(config, loggers=[clocks])
+    with clocks.timing_evaluations():
+        result = run_experiment(config, loggers=[clocks])
     rows = {row["version"]: row for row in result.metrics}
     rounds = size["rounds"]
-    _, dataset, _, model, _ = prepare(config)
-    evaluate = make_evaluator(model.predict, dataset.test_x, dataset.test_y)
-    evaluate(result.params)
-    # the least of three: one slow call on a busy machine took more than the measured window
-    # (a negative rate, once, with the test suite beside it)
-    timings = []
-    for _ in range(3):
-        start, start_host, start_process = time.perf_counter(), time.thread_time(), _process_time()
-        evaluate(result.params)
-        timings.append((time.perf_counter() - start, time.thread_time() - start_host, _process_time() - start_process))
-    evaluation, evaluation_host, evaluation_process = min(timings)
-    seconds = (rows[2 * rounds]["wall_time"] - rows[rounds]["wall_time"] - evaluation) / rounds
-    # The measured rounds (versions R to 2R, one evaluation less): how busy the host thread was and
-    # how busy the cores were.
+    # The measured rounds: versions R to 2R, less the evaluation at 2R (the one inside the window), as
+    # the run made it. Re-timed apart, with another evaluator, it once took longer than the window.
+    evaluation, evaluation_host, evaluation_process = clocks.evaluation_at[2 * rounds]
     (wall_0, host_0, process_0), (wall_1, host_1, process_1) = clocks.at[rounds], clocks.at[2 * rounds]
     window = wall_1 - wall_0 - evaluation
+    seconds = window / rounds
     samples = size["clients_per_round"] * size["local_steps"] * size["batch_size"]
     stats = result.engine.stats
     summary = result.summary

@@ -936,8 +936,7 @@ def _synthetic_sizes_only(config: RunConfig):
     from jaxfl.data import PARTITION_STREAM
     from jaxfl.data.datasets import Dataset
     from jaxfl.data.partition import iid_counts
-    from jaxfl.data.synthetic import (SYNTHETIC_CLASSES, SYNTHETIC_DIM, parse_synthetic_name, synthetic_name,
-                                      synthetic_train_counts)
+    from jaxfl.data.synthetic import SYNTHETIC_CLASSES, SYNTHETIC_DIM, synthetic_name, synthetic_train_counts
 
     name = synthetic_name(**parse_synthetic_name(config.dataset))
     empty = np.zeros((0, SYNTHETIC_DIM), np.float32)
@@ -1023,6 +1022,35 @@ def normalization_statistics(config: RunConfig, dataset) -> dict | None:
         return {"mean": list(config.normalize_mean), "std": list(config.normalize_std), "source": "config"}
     mean, std = dataset.channel_statistics
     return {"mean": list(mean), "std": list(std), "source": "training split"}
+
+
+def _cpu_layers(config: RunConfig) -> bool:
+    """Whether the run's layers take their CPU forms (``cpu_friendly``): asked for, and on a CPU."""
+    return config.cpu_friendly_layers and jax.default_backend() == "cpu"
+
+
+def held_out_evaluator(config: RunConfig, dataset, model, params, preprocess=None, loss=None, metrics=None):
+    """The ``evaluate(variables)`` that a run of ``config`` makes of ``dataset``'s held-out split:
+    :func:`make_evaluator` with the run's preprocessing (:func:`make_transforms`, unless given), batch
+    (:func:`evaluation_batch_size`) and, on a CPU, the im2col form for narrow convolutions only. A
+    benchmark that takes the evaluations out of a run's wall time times this one.
+    ``evaluate.batch_size`` is the batch asked for (what the run's ``config.json`` records).
+
+    >>> from jaxfl.config import RunConfig
+    >>> config, dataset, _, model, variables = prepare(RunConfig(model="logreg", clients=4))
+    >>> evaluate = held_out_evaluator(config, dataset, model, variables)
+    >>> 0 <= evaluate(variables)["accuracy"] <= 1, evaluate.batch_size > 0
+    (True, True)
+    """
+    if preprocess is None:
+        preprocess, _ = make_transforms(config, dataset)
+    cpu_layers = _cpu_layers(config)
+    predict = cpu_friendly(model.predict, inference=True) if cpu_layers else model.predict
+    batch = evaluation_batch_size(model.predict, params, dataset.input_shape, cpu_layers)
+    evaluate = make_evaluator(predict, dataset.test_x, dataset.test_y, batch, preprocess=preprocess, loss=loss,
+                              metrics=metrics, num_classes=dataset.num_classes)
+    evaluate.batch_size = batch
+    return evaluate
 
 
 def make_transforms(config: RunConfig, dataset):
@@ -1312,7 +1340,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     plan = ExecutionPlan.for_backend(jax.default_backend(), config.clients_per_call, config.steps_per_call,
                                      devices=config.devices, local_steps=local_steps)
     preprocess, augment = make_transforms(config, dataset)
-    cpu_layers = config.cpu_friendly_layers and jax.default_backend() == "cpu"
+    cpu_layers = _cpu_layers(config)
     trainer = make_client_trainer(model, user.client_optimizer or make_client_optimizer(
                                       config.client_optimizer, config.client_lr, config.client_momentum,
                                       config.client_weight_decay),
@@ -1383,12 +1411,9 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         for logger in loggers:
             closing.callback(logger.close)
         events = events_file
-        # on a CPU the held-out forward pass takes the im2col form for narrow convolutions only
-        predict = cpu_friendly(model.predict, inference=True) if cpu_layers else model.predict
-        evaluation_batch = evaluation_batch_size(model.predict, params, dataset.input_shape, cpu_layers)
-        recorder = _Recorder(config, make_evaluator(predict, dataset.test_x, dataset.test_y, evaluation_batch,
-                                                    preprocess=preprocess, loss=user.loss, metrics=user.metrics,
-                                                    num_classes=dataset.num_classes),
+        evaluate = held_out_evaluator(config, dataset, model, params, preprocess, user.loss, user.metrics)
+        evaluation_batch = evaluate.batch_size
+        recorder = _Recorder(config, evaluate,
                              metrics_file, progress, wall_start, params, flush_also=(events_file,),
                              extra_metrics=user.metric_names, loggers=loggers, class_file=class_file,
                              metric_fields=metric_fields)
