@@ -55,7 +55,7 @@ from jaxfl.algorithms import build, device_hooks, get as get_algorithm
 from jaxfl.config import (FIELDS_ADDED, MAX_GRID_POINTS, SECTION_OF, USER_PREFIX, ConfigError, DataConfig, RunConfig,
                           _count_budgets, checkpoint_min_interval, fail, validate)
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
-from jaxfl.data.datasets import known_input
+from jaxfl.data.datasets import known_classes, known_input
 from jaxfl.data.synthetic import parse_synthetic_name
 from jaxfl.data.augment import AUGMENTED, dataset_family, make_augment, make_preprocess
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
@@ -859,8 +859,13 @@ def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params
                           f"{config.data_fingerprint[:12]}…), not a name to load: pass the same data again as "
                           "data= (jaxfl.run_experiment(config, data=...), "
                           "jaxfl.experiment.resume_experiment(run_dir, data=...))")
-    if model is None and dataset is None and (known := known_input(config.dataset)) is not None:
-        check_model_input(config.model, *known, config.dataset)  # before the data is read or generated
+    early = None  # the model built and traced on the input the dataset's name fixes, before its data
+    if dataset is None and (known := known_input(config.dataset)) is not None:
+        if model is None:
+            check_model_input(config.model, *known, config.dataset)
+        if (classes := config.num_classes or known_classes(config.dataset)) is not None:
+            adapter = _model_adapter(config, model, classes, None)
+            early = (known, classes, adapter, _trace_model(config, adapter, *known, classes))
     if config.timing_only and config.dataset.startswith("synthetic") and config.partition in SIZES_ONLY_PARTITIONS \
             and dataset is None:
         dataset, federation = _synthetic_sizes_only(config)
@@ -888,27 +893,50 @@ def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params
     if config.target_accuracy is None and not config.timing_only:
         warnings.warn(f"dataset {config.dataset!r} has no default target accuracy, so this run has none: "
                       "time_to_target stays null and it does not stop at a target (set target_accuracy for one)")
-    if model is None:
-        check_model_input(config.model, dataset.input_shape, dataset.kind, config.dataset)
-        model = as_adapter(make_model(config.model, dataset.num_classes, vocab_size=dataset.vocab_size))
-    else:  # the user's own model: its input shape is checked by tracing it below
-        model = build_model(model, dataset.num_classes, vocab_size=dataset.vocab_size, label=f"model {config.model!r}")
-    sample = jnp.zeros((1,) + dataset.input_shape, jnp.int32 if dataset.kind == "tokens" else jnp.float32)
-    key = jax.random.fold_in(jax.random.key(config.seed), MODEL_STREAM)
-    try:  # abstract first: shape errors surface without allocating or compiling
-        abstract = jax.eval_shape(model.init_variables, key, sample)
-        width = jax.eval_shape(model.predict, abstract, sample).shape[-1]
-    except (TypeError, ValueError) as error:  # layers that do not fit this input shape
-        raise ValueError(f"model {config.model!r} cannot take dataset {config.dataset!r} samples of shape "
-                         f"{dataset.input_shape}: {error}") from error
-    if width != dataset.num_classes:
-        raise ValueError(f"model {config.model!r} outputs {width} logits but dataset "
-                         f"{config.dataset!r} has {dataset.num_classes} classes")
+    if early is not None and early[:2] == ((dataset.input_shape, dataset.kind), dataset.num_classes) \
+            and dataset.vocab_size is None:
+        _, _, model, abstract = early
+    else:
+        if model is None:
+            check_model_input(config.model, dataset.input_shape, dataset.kind, config.dataset)
+        model = _model_adapter(config, model, dataset.num_classes, dataset.vocab_size)
+        abstract = _trace_model(config, model, dataset.input_shape, dataset.kind, dataset.num_classes)
     given = None if init_params is None else match_init_params(init_params, abstract)
     if config.timing_only:
         return config, dataset, federation, model, abstract
-    variables = model.init_variables(key, sample)
+    variables = model.init_variables(_model_key(config), _model_sample(dataset.input_shape, dataset.kind))
     return config, dataset, federation, model, variables if given is None else {**variables, **given}
+
+
+def _model_adapter(config: RunConfig, model, num_classes: int, vocab_size: int | None):
+    """The run's model for ``num_classes`` classes: ``model`` (the user's object) or ``config.model`` built."""
+    if model is None:
+        return as_adapter(make_model(config.model, num_classes, vocab_size=vocab_size))
+    return build_model(model, num_classes, vocab_size=vocab_size, label=f"model {config.model!r}")
+
+
+def _model_key(config: RunConfig):
+    return jax.random.fold_in(jax.random.key(config.seed), MODEL_STREAM)
+
+
+def _model_sample(input_shape: tuple, kind: str):
+    return jnp.zeros((1,) + tuple(input_shape), jnp.int32 if kind == "tokens" else jnp.float32)
+
+
+def _trace_model(config: RunConfig, model, input_shape: tuple, kind: str, num_classes: int):
+    """The model's variables as shapes (``jax.eval_shape``): shape errors and a wrong number of logits
+    surface here without allocating or compiling."""
+    sample = _model_sample(input_shape, kind)
+    try:
+        abstract = jax.eval_shape(model.init_variables, _model_key(config), sample)
+        width = jax.eval_shape(model.predict, abstract, sample).shape[-1]
+    except (TypeError, ValueError) as error:  # layers that do not fit this input shape
+        raise ValueError(f"model {config.model!r} cannot take dataset {config.dataset!r} samples of shape "
+                         f"{tuple(input_shape)}: {error}") from error
+    if width != num_classes:
+        raise ValueError(f"model {config.model!r} outputs {width} logits but dataset "
+                         f"{config.dataset!r} has {num_classes} classes")
+    return abstract
 
 
 class _ClientSizes:

@@ -175,6 +175,48 @@ def test_a_model_that_cannot_take_a_named_dataset_is_refused_before_the_data_is_
     assert built == [] and not (tmp_path / "runs").exists()
 
 
+def test_a_users_model_unfit_for_a_named_dataset_is_refused_before_the_data_is_built(tmp_path, monkeypatch):
+    # only tracing knows what a user's model takes: it is traced on the input the dataset's name fixes
+    import jaxfl.experiment
+    from jaxfl.data.datasets import known_classes
+
+    class ImagesOnly(nn.Module):
+        num_classes: int = 10
+
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(self.num_classes)(nn.Conv(4, (3, 3))(x).reshape((x.shape[0], -1)))
+
+    class Features(nn.Module):
+        num_classes: int = 10
+
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(self.num_classes)(x)
+
+    built = []
+    monkeypatch.setattr(jaxfl.experiment, "load_data", lambda config: built.append(config))
+    settings = dict(output_dir=str(tmp_path), dataset="synthetic", partition="dirichlet", clients=1_000_000,
+                    timing_only=True, model="cnn")  # the default, which a model object replaces
+    with pytest.raises(ValueError, match=r"ImagesOnly>' cannot take dataset 'synthetic' samples of shape \(60,\)"):
+        run_experiment(config(**settings), model=ImagesOnly)
+    assert known_classes("synthetic") == 10
+    with pytest.raises(ValueError, match=r"outputs 10 logits but dataset 'synthetic' has 12 classes"):
+        prepare(config(num_classes=12, **settings), model=Features(num_classes=10))
+    assert built == [] and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("name", ["mnist10k", "digits", "synthetic", "synthetic:0.5,0.5"])
+def test_the_classes_a_dataset_name_fixes_are_the_loaded_datas(name):
+    from jaxfl.data import load_dataset
+    from jaxfl.data.datasets import known_classes
+
+    if name == "digits":
+        pytest.importorskip("sklearn")
+    options = {"num_clients": 3} if name.startswith("synthetic") else {}
+    assert known_classes(name) == load_dataset(name, **options).num_classes
+
+
 def test_model_width_must_match_the_classes(monkeypatch):
     class ThreeWay(nn.Module):
         num_classes: int = 10

@@ -235,8 +235,12 @@ def test_numpy_numbers_are_taken_where_numbers_are():
 
 
 def test_a_warning_before_a_refusal_is_one_note_line(tmp_path):
-    # a user's model (a module:object reference) that only tracing finds unfit for the data: refused
-    # after the data is built, when its notes have been said
+    # a user's model (a module:object reference) that only tracing finds unfit for data whose shape
+    # only the data tells (an npz file): refused after the data is read, when its notes have been said
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(40, 60)).astype(np.float32)
+    np.savez(tmp_path / "features.npz", x_train=features, y_train=np.arange(40) % 10, x_test=features[:10],
+             y_test=np.arange(10))
     (tmp_path / "images_only.py").write_text(
         "import flax.linen as nn\n"
         "class Net(nn.Module):\n"
@@ -244,12 +248,13 @@ def test_a_warning_before_a_refusal_is_one_note_line(tmp_path):
         "    @nn.compact\n"
         "    def __call__(self, x):\n"
         "        return nn.Dense(self.num_classes)(nn.Conv(4, (3, 3))(x).reshape((x.shape[0], -1)))\n")
-    done = subprocess.run([sys.executable, "-m", "jaxfl", "run", "--dataset", "synthetic", "--partition", "natural",
-                           "--model", "images_only:Net", "--clients", "4", "--max-updates", "1", "--no-progress",
+    done = subprocess.run([sys.executable, "-m", "jaxfl", "run", "--dataset", "npz", "--data-dir",
+                           str(tmp_path / "features.npz"), "--model", "images_only:Net", "--clients", "4",
+                           "--max-updates", "1", "--batch-size", "8", "--no-progress",
                            "--output-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, PYTHONPATH=str(tmp_path)))
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert "jaxfl: note: dataset 'synthetic' has no default target accuracy" in lines[0], done.stderr
+    assert "jaxfl: note: dataset 'npz' has no default target accuracy" in lines[0], done.stderr
     assert lines[-1].startswith("jaxfl: error: model 'images_only:Net' cannot take") and len(lines) == 2, done.stderr
     assert "UserWarning" not in done.stderr and "warnings.warn" not in done.stderr

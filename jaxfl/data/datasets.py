@@ -53,6 +53,7 @@ __all__ = [
     "MNIST10K_NUM_TEST",
     "DIGITS_NUM_TEST",
     "known_input",
+    "known_classes",
 ]
 
 # Where Debian's `dataset-fashion-mnist` package puts the IDX files.
@@ -96,6 +97,27 @@ def known_input(name: str) -> tuple[tuple[int, ...], str] | None:
         from jaxfl.data.synthetic import SYNTHETIC_DIM
 
         return (SYNTHETIC_DIM,), "features"
+    return None
+
+
+_KNOWN_CLASSES = {"mnist10k": 10, "fashion_mnist": 10, "mnist": 10, "digits": 10}
+
+
+def known_classes(name: str) -> int | None:
+    """The number of classes dataset ``name`` has where the name alone fixes it, as
+    :attr:`Dataset.num_classes` gives it once loaded (before a config's ``num_classes``); None where
+    only its data tells.
+
+    Example:
+        >>> known_classes("fashion_mnist"), known_classes("synthetic_iid"), known_classes("npz")
+        (10, 10, None)
+    """
+    if name in _KNOWN_CLASSES:
+        return _KNOWN_CLASSES[name]
+    if name in ("synthetic", "synthetic_iid") or name.startswith("synthetic:"):
+        from jaxfl.data.synthetic import SYNTHETIC_CLASSES
+
+        return SYNTHETIC_CLASSES
     return None
 
 
