@@ -46,9 +46,9 @@ def measure(local_steps: int, rounds: int, client_rounds: int) -> dict:
     states = jax.vmap(engine.trainer.init)(stacked, jnp.full(padded, 2**30, jnp.int32),
                                            jax.random.split(jax.random.key(0), padded),
                                            jnp.ones(padded, jnp.float32))
-    states = jax.device_put(states, engine._by_client)
+    states = jax.device_put(states, engine._all_devices.by_client)
     views = jax.device_put(ClientView(jnp.arange(padded, dtype=jnp.int32) * 60, jnp.full(padded, 60, jnp.int32)),
-                           engine._by_client)
+                           engine._all_devices.by_client)
     timings = {name: [] for name in programs}
     for _ in range(rounds):
         for name, (program, lengths) in programs.items():
@@ -56,7 +56,7 @@ def measure(local_steps: int, rounds: int, client_rounds: int) -> dict:
             wall, cpu = time.perf_counter(), cpu_speed._process_time()
             for _ in range(client_rounds):
                 for length in lengths:
-                    states = program(states, engine._training_data, views, np.int32(length))
+                    states = program(states, engine._all_devices.training_data, views, np.int32(length))
                 jax.block_until_ready(states)
             steps = client_rounds * local_steps
             timings[name].append(((time.perf_counter() - wall) * 1e3 / steps,

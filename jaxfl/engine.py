@@ -13,7 +13,7 @@ of two per device (padding entries take zero steps) and the step loop runs in un
 ``steps_per_call`` steps, the remainder in power-of-two chunks (one-step calls on a CPU:
 ``step_chunks``), so a call whose clients share a step count computes no masked step. In a rolled
 loop each device runs only the steps its own rows need, so a device holding only padding rows
-computes nothing. Padding is counted as the devices compute it (``device_steps_computed``). Where a
+computes nothing; a CPU call of one client in unrolled chunks runs on the first device alone. Padding is counted as the devices compute it (``device_steps_computed``). Where a
 call is one chunk (a rolled loop, or local steps that fit the chunk) and no hook pauses it, its steps
 and the rows' deltas run as one program: one dispatch and one pass over the models fewer, the
 same arithmetic (bit for bit on a CPU: tests/test_engine.py).
@@ -89,6 +89,28 @@ class _TrainedBatch:
     deltas: PyTree  # stacked on the padded client axis K
     size: int  # padded K; the arrays are freed once no unconsumed result refers to the batch
     buffers: PyTree = None  # stateful models: the clients' final non-trainable state, stacked on K
+
+
+@dataclasses.dataclass
+class _Calls:
+    """The training calls of one mesh: its shardings, the samples as its calls read them, the jitted
+    programs and their compiled shapes. An engine has one for all its devices and, where there are
+    several (one process), one for the home device alone, which a call of one client takes."""
+
+    mesh: Mesh
+    training_data: FederatedArrays
+    packing: "_PackedResults | None" = None
+    init: Callable | None = None
+    run_steps: Callable | None = None
+    finish: Callable | None = None
+    run_and_finish: Callable | None = None
+    executables: dict = dataclasses.field(default_factory=dict)  # (padded, chunk steps) → (executable, bytes)
+    finishing_executables: dict = dataclasses.field(default_factory=dict)  # the same, for one-chunk calls
+
+    def __post_init__(self):
+        self.by_client = NamedSharding(self.mesh, PartitionSpec("clients"))
+        self.by_column = NamedSharding(self.mesh, PartitionSpec(None, "clients"))  # rows of per-client numbers
+        self.replicated = NamedSharding(self.mesh, PartitionSpec())
 
 
 class PausedCall(NamedTuple):
@@ -281,6 +303,7 @@ class Engine:
         # For hooks and evaluation on the first device, and for training calls, which read every
         # client's samples on every device (the same arrays where there is one device).
         self.data, self._training_data = self._place_data(data)
+        self._all_devices = _Calls(self.mesh, self._training_data)
         self.offsets = np.asarray(offsets, dtype=np.int32)
         self.counts = np.asarray(counts, dtype=np.int32)
         self.server_optimizer = server_optimizer
@@ -324,6 +347,14 @@ class Engine:
         pauses = any(type(hook).on_pause is not DeviceHook.on_pause for hook in self.hooks)
         self.one_chunk_calls = not pauses and (self.step_loop == "rolled" or (
             local_steps is not None and local_steps <= plan.steps_per_call))
+        # On a CPU a call of one client in unrolled chunks (a convolutional model) runs on the home
+        # device alone: on the mesh it is padded with a row per other device, which the chunks compute
+        # in full on cores that the real row's convolutions would otherwise use (a CNN FedAsync run
+        # whose fast client trains alone: 1.4-1.6x the training time on two devices). A rolled loop
+        # skips padding rows, and an accelerator's padding devices take nothing from the home device.
+        self._home_only = _Calls(Mesh(np.array([self.home]), ("clients",)), self.data) \
+            if self.mesh.size > 1 and self.processes == 1 and self.home.platform == "cpu" \
+            and self.step_loop == "unrolled" else None
         self._build_functions()
         self.state: dict[str, PyTree] = {hook.name: hook.init(init_params, self.num_clients) for hook in self.hooks}
         # Per-client tables (``client_state``: auto, device, host or memmap), placed once for the run.
@@ -335,8 +366,6 @@ class Engine:
                                  + trainer.batch_size * max(sample_bytes, 1) * 4 * ACTIVATION_FACTOR)
         self.memory_limit = memory_limit
         self.split_calls = 0  # calls the guard split to fit
-        self._executables: dict[tuple, tuple] = {}  # (padded clients, chunk steps) → (executable, bytes)
-        self._finishing_executables: dict[tuple, tuple] = {}  # the same, for one-chunk calls' steps and finish
 
     # ----------------------------------------------------------------- jitted pieces
     def _count_trace(self, name: str) -> None:
@@ -347,108 +376,21 @@ class Engine:
         # behind ``self._init`` etc. would put every engine in a reference cycle, which only
         # Python's full collection frees, so a dropped run would keep its compiled programs and
         # device buffers until then (a loop of runs exhausted the process's memory maps).
+        for calls in (self._all_devices, self._home_only):
+            if calls is not None:
+                self._build_calls(calls)
         engine = weakref.proxy(self)
-        trainer = self.trainer
-
-        by_client, whole = PartitionSpec("clients"), PartitionSpec()
-
-        def starts(versions, which):
-            """Row i's start model, versions[which[i]] (the versions replicated on every device)."""
-            return jax.tree.map(lambda *leaves: jnp.stack(leaves)[which], *versions)
-
-        def init_states(start, num_steps, clients, rounds, lr_scales):
-            keys = jax.vmap(lambda c, r: jax.random.fold_in(jax.random.fold_in(engine._train_root, c), r))(
-                clients, rounds)
-            return jax.vmap(trainer.init)(start, num_steps, keys, lr_scales)
-
-        def local_init(versions, rows):
-            which, num_steps, clients, rounds, scales, offsets, counts = rows
-            states = init_states(starts(versions, which), num_steps, clients, rounds,
-                                 jax.lax.bitcast_convert_type(scales, jnp.float32))
-            return states, ClientView(offsets, counts), which
-
-        def init(versions, rows):
-            """The call's local states from its rows' numbers, packed as one int32 array (one transfer
-            instead of one per number: :meth:`Engine._init_call`); also their data views and version
-            indices, placed by client."""
-            engine._count_trace("init")
-            return jax.shard_map(local_init, mesh=engine.mesh, in_specs=(whole, PartitionSpec(None, "clients")),
-                                 out_specs=by_client)(versions, rows)
-
-        def device_steps(states, data, views, count, length):
-            batched_step = jax.vmap(trainer.step, in_axes=(0, None, 0))
-            if length is None:
-                # Rolled: one loop, one executable for every count, and each device loops only as many
-                # steps as its own rows still need (``count``, the call's largest, bounds it), so a
-                # device holding only padding (or finished) rows computes nothing.
-                own = jnp.clip(jnp.max(states.num_steps - states.step), 0, count)
-                return jax.lax.fori_loop(0, own, lambda _, carry: batched_step(carry, data, views), states)
-            # Unrolled chunks run on every device: skipping a chunk on a device whose rows are done
-            # takes a `lax.cond`, and XLA:CPU runs the convolutions inside one 3x slower (example CNN,
-            # batch 32: 62-65 against 18-24 ms per step for chunks of 1, 2 and 4, 2026-11-30).
-            if length == 1:  # a one-step `lax.scan` stays a loop even with unroll=True: 20× slower (measured)
-                return batched_step(states, data, views)
-            # Fully unrolled (XLA:CPU's convolutions inside a rolled loop are ~15× slower), but traced
-            # once: a Python loop would trace the step `length` times.
-            states, _ = jax.lax.scan(lambda carry, _: (batched_step(carry, data, views), None), states, None,
-                                     length=length, unroll=True)
-            return states
-
-        def run_steps(states, data, views, count, length):
-            engine._count_trace("run_steps")
-            return jax.shard_map(lambda s, d, v, n: device_steps(s, d, v, n, length), mesh=engine.mesh,
-                                 in_specs=(by_client, whole, by_client, whole),
-                                 out_specs=by_client)(states, data, views, count)
-
-        columns = engine._metric_columns = _MetricColumns.for_trainer(engine._shapes)
-
-        def finish_states(start, states):
-            deltas, metrics = jax.vmap(trainer.finish)(start, states)
-            # A non-finite update is kept as zeros (the run stops on it or drops it): the weighted
-            # sums of its batch-mates give it a zero weight, and 0 · NaN would be NaN.
-            rows_finite = metrics["finite"]
-            finite = lambda leaf: jnp.where(rows_finite.reshape((-1,) + (1,) * (leaf.ndim - 1)), leaf, 0)
-            if columns is not None:
-                metrics = columns.pack(metrics)
-            return jax.tree.map(finite, deltas), metrics, jax.tree.map(finite, engine._final_buffers(states))
-
-        # Several devices of one process: a call's results leave the devices packed (_PackedResults)
-        packing = engine._packing = _PackedResults.for_trainer(engine._shapes, engine._final_buffers, columns) \
-            if engine.mesh.size > 1 and engine.processes == 1 else None
-        packed = packing.pack if packing is not None else (lambda results: results)
-
-        def local_finish(versions, which, states):
-            return packed(finish_states(starts(versions, which), states))
-
-        def finish(versions, which, states):
-            engine._count_trace("finish")
-            return jax.shard_map(local_finish, mesh=engine.mesh, in_specs=(whole, by_client, by_client),
-                                 out_specs=by_client)(versions, which, states)
-
-        def run_and_finish(states, data, views, count, length):
-            """A call that starts from fresh states (a row's ``params`` is its start model) and ends in
-            one chunk: its steps and ``finish`` in one program, one dispatch and one pass over the
-            models fewer than ``run_steps`` then ``finish``."""
-            engine._count_trace("run_and_finish")
-            local = lambda s, d, v, n: packed(finish_states(s.params, device_steps(s, d, v, n, length)))
-            return jax.shard_map(local, mesh=engine.mesh, in_specs=(by_client, whole, by_client, whole),
-                                 out_specs=by_client)(states, data, views, count)
+        self._gather = jax.jit(lambda tree: tree, out_shardings=self._replicated)  # several processes
+        concatenate = lambda pieces: jax.tree.map(lambda *rows: jnp.concatenate(rows), *pieces)
+        self._concatenate = jax.jit(concatenate)
+        packing = self._all_devices.packing
+        if packing is not None:  # the rows concatenated and unpacked in one program
+            self._concatenate_results = jax.jit(lambda pieces: packing.unpack(concatenate(pieces)))
 
         def server_step(params, server_state, pseudo_gradient):
             engine._count_trace("server_step")
             return apply_server_update(engine.server_optimizer, params, server_state, pseudo_gradient)
 
-        # The rows' numbers arrive as a NumPy array and jit's C++ dispatch places them: jax.device_put's
-        # Python path cost more than the call itself (0.8 of 2.5 ms of host time a FedBuff call, one device).
-        self._init = jax.jit(init, in_shardings=(self._replicated, self._by_column))
-        self._run_steps = jax.jit(run_steps, static_argnums=4, donate_argnums=0)
-        self._finish = jax.jit(finish)
-        self._run_and_finish = jax.jit(run_and_finish, static_argnums=4)
-        self._gather = jax.jit(lambda tree: tree, out_shardings=self._replicated)  # several processes
-        concatenate = lambda pieces: jax.tree.map(lambda *rows: jnp.concatenate(rows), *pieces)
-        self._concatenate = jax.jit(concatenate)
-        if packing is not None:  # the rows concatenated and unpacked in one program
-            self._concatenate_results = jax.jit(lambda pieces: packing.unpack(concatenate(pieces)))
         self._server_step = jax.jit(server_step)
 
         # Updates without a server optimiser (w − Δ) and a mix's drift c·(w − start): one compiled
@@ -474,6 +416,103 @@ class Engine:
         self._weighted_sum = jax.jit(weighted_sum)
         self._add_weighted_sum = jax.jit(lambda total, stacked, weights: tree_add(total, weighted_sum(stacked, weights)),
                                          donate_argnums=0)
+
+    def _build_calls(self, calls: _Calls) -> None:
+        """The training programs of ``calls``' mesh (sharded by client with ``shard_map``)."""
+        engine = weakref.proxy(self)
+        trainer = self.trainer
+        mesh = calls.mesh
+
+        by_client, whole = PartitionSpec("clients"), PartitionSpec()
+
+        def starts(versions, which):
+            """Row i's start model, versions[which[i]] (the versions replicated on every device)."""
+            return jax.tree.map(lambda *leaves: jnp.stack(leaves)[which], *versions)
+
+        def init_states(start, num_steps, clients, rounds, lr_scales):
+            keys = jax.vmap(lambda c, r: jax.random.fold_in(jax.random.fold_in(engine._train_root, c), r))(
+                clients, rounds)
+            return jax.vmap(trainer.init)(start, num_steps, keys, lr_scales)
+
+        def local_init(versions, rows):
+            which, num_steps, clients, rounds, scales, offsets, counts = rows
+            states = init_states(starts(versions, which), num_steps, clients, rounds,
+                                 jax.lax.bitcast_convert_type(scales, jnp.float32))
+            return states, ClientView(offsets, counts), which
+
+        def init(versions, rows):
+            """The call's local states from its rows' numbers, packed as one int32 array (one transfer
+            instead of one per number: :meth:`Engine._init_call`); also their data views and version
+            indices, placed by client."""
+            engine._count_trace("init")
+            return jax.shard_map(local_init, mesh=mesh, in_specs=(whole, PartitionSpec(None, "clients")),
+                                 out_specs=by_client)(versions, rows)
+
+        def device_steps(states, data, views, count, length):
+            batched_step = jax.vmap(trainer.step, in_axes=(0, None, 0))
+            if length is None:
+                # Rolled: one loop, one executable for every count, and each device loops only as many
+                # steps as its own rows still need (``count``, the call's largest, bounds it), so a
+                # device holding only padding (or finished) rows computes nothing.
+                own = jnp.clip(jnp.max(states.num_steps - states.step), 0, count)
+                return jax.lax.fori_loop(0, own, lambda _, carry: batched_step(carry, data, views), states)
+            # Unrolled chunks run on every device: skipping a chunk on a device whose rows are done
+            # takes a `lax.cond`, and XLA:CPU runs the convolutions inside one 3x slower (example CNN,
+            # batch 32: 62-65 against 18-24 ms per step for chunks of 1, 2 and 4, 2026-11-30).
+            if length == 1:  # a one-step `lax.scan` stays a loop even with unroll=True: 20× slower (measured)
+                return batched_step(states, data, views)
+            # Fully unrolled (XLA:CPU's convolutions inside a rolled loop are ~15× slower), but traced
+            # once: a Python loop would trace the step `length` times.
+            states, _ = jax.lax.scan(lambda carry, _: (batched_step(carry, data, views), None), states, None,
+                                     length=length, unroll=True)
+            return states
+
+        def run_steps(states, data, views, count, length):
+            engine._count_trace("run_steps")
+            return jax.shard_map(lambda s, d, v, n: device_steps(s, d, v, n, length), mesh=mesh,
+                                 in_specs=(by_client, whole, by_client, whole),
+                                 out_specs=by_client)(states, data, views, count)
+
+        columns = engine._metric_columns = _MetricColumns.for_trainer(engine._shapes)
+
+        def finish_states(start, states):
+            deltas, metrics = jax.vmap(trainer.finish)(start, states)
+            # A non-finite update is kept as zeros (the run stops on it or drops it): the weighted
+            # sums of its batch-mates give it a zero weight, and 0 · NaN would be NaN.
+            rows_finite = metrics["finite"]
+            finite = lambda leaf: jnp.where(rows_finite.reshape((-1,) + (1,) * (leaf.ndim - 1)), leaf, 0)
+            if columns is not None:
+                metrics = columns.pack(metrics)
+            return jax.tree.map(finite, deltas), metrics, jax.tree.map(finite, engine._final_buffers(states))
+
+        # Several devices of one process: a call's results leave the devices packed (_PackedResults)
+        packing = calls.packing = _PackedResults.for_trainer(engine._shapes, engine._final_buffers, columns) \
+            if mesh.size > 1 and engine.processes == 1 else None
+        packed = packing.pack if packing is not None else (lambda results: results)
+
+        def local_finish(versions, which, states):
+            return packed(finish_states(starts(versions, which), states))
+
+        def finish(versions, which, states):
+            engine._count_trace("finish")
+            return jax.shard_map(local_finish, mesh=mesh, in_specs=(whole, by_client, by_client),
+                                 out_specs=by_client)(versions, which, states)
+
+        def run_and_finish(states, data, views, count, length):
+            """A call that starts from fresh states (a row's ``params`` is its start model) and ends in
+            one chunk: its steps and ``finish`` in one program, one dispatch and one pass over the
+            models fewer than ``run_steps`` then ``finish``."""
+            engine._count_trace("run_and_finish")
+            local = lambda s, d, v, n: packed(finish_states(s.params, device_steps(s, d, v, n, length)))
+            return jax.shard_map(local, mesh=mesh, in_specs=(by_client, whole, by_client, whole),
+                                 out_specs=by_client)(states, data, views, count)
+
+        # The rows' numbers arrive as a NumPy array and jit's C++ dispatch places them: jax.device_put's
+        # Python path cost more than the call itself (0.8 of 2.5 ms of host time a FedBuff call, one device).
+        calls.init = jax.jit(init, in_shardings=(calls.replicated, calls.by_column))
+        calls.run_steps = jax.jit(run_steps, static_argnums=4, donate_argnums=0)
+        calls.finish = jax.jit(finish)
+        calls.run_and_finish = jax.jit(run_and_finish, static_argnums=4)
 
     # ----------------------------------------------------------------- Backend API
     def on_dispatch(self, record: DispatchRecord) -> None:
@@ -638,15 +677,17 @@ class Engine:
         on_host = self.home.platform == "cpu"
         return measured * (self.plan.devices if on_host else 1) + 2 * padded * tree_bytes(self.params)
 
-    def compiled_steps(self, padded: int, length: int | None, finish: bool = False):
+    def compiled_steps(self, padded: int, length: int | None, finish: bool = False, calls: _Calls | None = None):
         """(executable of one ``length``-step chunk for ``padded`` clients, its XLA memory figure
         per device), compiled once per shape from abstract values and then called directly. With
         ``finish``: the executable of a whole call that is that one chunk, its steps and
-        ``finish`` (fresh states in, the rows' deltas, metrics and buffers out)."""
+        ``finish`` (fresh states in, the rows' deltas, metrics and buffers out). ``calls``: the
+        mesh's (default: all the engine's devices)."""
+        calls = calls or self._all_devices
         shape = (padded, length)
-        executables = self._finishing_executables if finish else self._executables
+        executables = calls.finishing_executables if finish else calls.executables
         if shape not in executables:
-            by_client, replicated = self._by_client, self._replicated
+            by_client, replicated = calls.by_client, calls.replicated
             stacked = lambda tree: jax.tree.map(
                 lambda leaf: jax.ShapeDtypeStruct((padded,) + leaf.shape, leaf.dtype), tree)
             vector = lambda dtype: jax.ShapeDtypeStruct((padded,), dtype)
@@ -658,8 +699,8 @@ class Engine:
             views = ClientView(vector(jnp.int32), vector(jnp.int32))
             started = time.perf_counter()
             count = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
-            function = self._run_and_finish if finish else self._run_steps
-            compiled = function.lower(place(states, by_client), place(self._training_data, replicated),
+            function = calls.run_and_finish if finish else calls.run_steps
+            compiled = function.lower(place(states, by_client), place(calls.training_data, replicated),
                                       place(views, by_client), count, length).compile()
             self.stats.compile_seconds += time.perf_counter() - started
             try:
@@ -683,17 +724,17 @@ class Engine:
         return [(length, length) for length in step_chunks(longest, self.plan.steps_per_call,
                                                            self.home.platform in ONE_STEP_REMAINDERS)]
 
-    def _run_chunks(self, states, views, steps: np.ndarray) -> tuple[Any, int]:
+    def _run_chunks(self, calls: _Calls, states, views, steps: np.ndarray) -> tuple[Any, int]:
         """Run each row's ``steps`` (the padded call's rows, in order) in one rolled loop or compiled
         unrolled chunks (:meth:`_step_chunks`). Returns the states and the steps the devices compute
         (:func:`device_steps_computed`)."""
         padded = len(steps)
         chunks = self._step_chunks(steps)
         for count, length in chunks:
-            run_steps, _ = self.compiled_steps(padded, length)
-            states = run_steps(states, self._training_data, views, np.int32(count))
+            run_steps, _ = self.compiled_steps(padded, length, calls=calls)
+            states = run_steps(states, calls.training_data, views, np.int32(count))
             self.stats.train_calls += 1
-        return states, device_steps_computed(steps, self.mesh.size, [length for _, length in chunks])
+        return states, device_steps_computed(steps, calls.mesh.size, [length for _, length in chunks])
 
     def _place_data(self, data: FederatedArrays) -> tuple[FederatedArrays, FederatedArrays]:
         """``(data on the home device, data replicated on the mesh)``. Host (NumPy) samples on CPU
@@ -723,7 +764,7 @@ class Engine:
 
         return jax.tree.map(place, tree)
 
-    def _on_home(self, tree: PyTree) -> PyTree:
+    def _on_home(self, tree: PyTree, calls: _Calls | None = None) -> PyTree:
         """Bring a training call's result, sharded by client, to the home device.
 
         One process: each device's rows are copied to the home device and concatenated there, all
@@ -732,7 +773,7 @@ class Engine:
         collectives wait for every device at a rendezvous, which can stall while many calls are
         queued). Several processes: the rows of the others' devices are gathered with a collective
         and this process takes its copy, waiting for it."""
-        if self.mesh.size == 1:
+        if (calls or self._all_devices).mesh.size == 1:
             return tree
         if self.processes > 1:
             return jax.tree.map(lambda leaf: jax.device_put(leaf.addressable_data(0), self.home), self._gather(tree))
@@ -752,19 +793,19 @@ class Engine:
             pieces.append(piece if shard.device == self.home else jax.device_put(piece, self.home))
         return pieces
 
-    def _results_home(self, results: tuple) -> tuple:
+    def _results_home(self, results: tuple, calls: _Calls) -> tuple:
         """A training call's (deltas, metrics, buffers) on the home device: :meth:`_on_home`, or
         where the programs pack them (several devices), the packed rows copied and unpacked."""
-        if self._packing is None:
-            return self._on_home(results)
+        if calls.packing is None:
+            return self._on_home(results, calls)
         leaves, structure = jax.tree.flatten(results)
         pieces = [jax.tree.unflatten(structure, piece) for piece in self._pieces_on_home(leaves)]
         return self._concatenate_results(pieces)
 
-    def _mesh_versions(self, versions: Sequence[int]) -> tuple:
-        """The given global versions replicated on every device of the mesh, copied there once per
-        version (not once per call) and dropped with the version."""
-        if self.mesh.size == 1:
+    def _mesh_versions(self, versions: Sequence[int], calls: _Calls) -> tuple:
+        """The given global versions replicated on every device of ``calls``' mesh, copied there once
+        per version (not once per call) and dropped with the version."""
+        if calls.mesh.size == 1:
             return tuple(self._versions[v] for v in versions)
         for version in versions:
             params = self._versions[version]
@@ -773,13 +814,13 @@ class Engine:
                 self.stats.versions_placed += 1
         return tuple(self._replicas[v][1] for v in versions)
 
-    def _start_rows(self, versions: Sequence[int]) -> tuple[tuple, np.ndarray]:
+    def _start_rows(self, versions: Sequence[int], calls: _Calls) -> tuple[tuple, np.ndarray]:
         """(the distinct versions on the mesh, padded to a power of two, and each row's index among
         them): the start models of a call, gathered on the devices instead of stacked and sent."""
         distinct = list(dict.fromkeys(versions))
         which = np.array([distinct.index(v) for v in versions], dtype=np.int32)
         distinct += [distinct[0]] * (bucket_size(len(distinct)) - len(distinct))
-        return self._mesh_versions(distinct), which
+        return self._mesh_versions(distinct, calls), which
 
     def _train_batch(self, records: list[DispatchRecord]) -> None:
         """Train ``records`` in one padded, vmapped call: every row to its pause step (its whole
@@ -787,7 +828,8 @@ class Engine:
         A paused row's local state (optimiser state, key, step counter) carries across the pause,
         so it draws the minibatches it would draw without one, and no result depends on batching."""
         count = len(records)
-        padded = self.plan.call_size(count)
+        calls = self._home_only if count == 1 and self._home_only is not None else self._all_devices
+        padded = self.plan.call_size(count) if calls is self._all_devices else 1
         members = records + [records[0]] * (padded - count)
         steps = np.array([r.steps for r in records] + [0] * (padded - count), dtype=np.int32)
         pausing = np.array([index < count and r.id in self._fetches for index, r in enumerate(members)])
@@ -795,15 +837,15 @@ class Engine:
         clients = np.array([r.client for r in members], dtype=np.int32)
         rounds = np.array([r.client_round for r in members], dtype=np.int32)
         lr_scales = np.array([r.lr_scale for r in members], dtype=np.float32)
-        versions, which = self._start_rows([r.version for r in members])
+        versions, which = self._start_rows([r.version for r in members], calls)
         if not pausing.any():
-            results, executed = self._train_call(versions, which, steps, clients, rounds, lr_scales)
+            results, executed = self._train_call(calls, versions, which, steps, clients, rounds, lr_scales)
             self.stats.steps_in_sequence += int(steps.max(initial=0))
         else:
-            results, executed = self._train_pausing(members, pausing, versions, which, first, steps, clients, rounds,
-                                                    lr_scales)
+            results, executed = self._train_pausing(calls, members, pausing, versions, which, first, steps, clients,
+                                                    rounds, lr_scales)
             self.stats.steps_in_sequence += int(first.max(initial=0)) + int((steps - first).max(initial=0))
-        deltas, metrics, buffers = self._results_home(results)
+        deltas, metrics, buffers = self._results_home(results, calls)
         self._unfetched.append(([record.id for record in records], metrics))
         batch = _TrainedBatch(deltas=deltas, size=padded, buffers=buffers)
         for index, record in enumerate(records):
@@ -821,15 +863,15 @@ class Engine:
         self.stats.useful_steps += int(steps.sum())
         self.stats.executed_steps += executed
 
-    def _train_pausing(self, members: list, pausing: np.ndarray, versions: tuple, which: np.ndarray,
+    def _train_pausing(self, calls: _Calls, members: list, pausing: np.ndarray, versions: tuple, which: np.ndarray,
                        first: np.ndarray, steps: np.ndarray, clients: np.ndarray, rounds: np.ndarray,
                        lr_scales: np.ndarray) -> tuple[tuple, int]:
         """Train a padded call some of whose rows pause: every row to its pause step (``first``;
         its whole count if it does not pause), the hooks' ``on_pause``, then the rest. Returns the
         rows' ``finish`` outputs, placed by client, and the steps the devices computed."""
         padded = len(members)
-        states, views, which, executed = self._start_call(versions, which, first, clients, rounds, lr_scales)
-        states = self._on_home(states)
+        states, views, which, executed = self._start_call(calls, versions, which, first, clients, rounds, lr_scales)
+        states = self._on_home(states, calls)
         states = states._replace(step=jnp.minimum(states.step, states.num_steps), num_steps=jnp.asarray(steps))
         fetched = self.stack([self._versions[self._fetches[r.id]] if pausing[i] else self._versions[r.version]
                               for i, r in enumerate(members)], padded)
@@ -837,10 +879,10 @@ class Engine:
         for hook in self.hooks:
             states = hook.on_pause(self, paused)
             paused = paused._replace(states=states)
-        states, more = self._run_chunks(self._to_mesh(states, self._by_client), views, steps - first)
-        return self._finish(versions, which, states), executed + more
+        states, more = self._run_chunks(calls, self._to_mesh(states, calls.by_client), views, steps - first)
+        return calls.finish(versions, which, states), executed + more
 
-    def _init_call(self, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
+    def _init_call(self, calls: _Calls, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
                    rounds: np.ndarray, lr_scales: np.ndarray) -> tuple[Any, ClientView, jax.Array]:
         """Begin a padded training call: each row's local state from its start model
         (``versions[which[row]]``, already on the devices), to run for its ``steps``. The rows' numbers
@@ -850,18 +892,18 @@ class Engine:
         by client, the rows' placed data views and their placed version indices (for ``_finish``)."""
         rows = np.stack([which, steps, clients, rounds, np.asarray(lr_scales, np.float32).view(np.int32),
                          self.offsets[clients], self.counts[clients]]).astype(np.int32, copy=False)
-        return self._init(versions, rows if self.processes == 1 else self._to_mesh(rows, self._by_column))
+        return calls.init(versions, rows if self.processes == 1 else self._to_mesh(rows, calls.by_column))
 
-    def _start_call(self, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
+    def _start_call(self, calls: _Calls, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
                     rounds: np.ndarray, lr_scales: np.ndarray) -> tuple[Any, ClientView, jax.Array, int]:
         """:meth:`_init_call`, then the rows' ``steps`` (:meth:`_run_chunks`). Returns the states,
         still placed by client, the views, the placed version indices and the steps the devices
         computed."""
-        states, views, which = self._init_call(versions, which, steps, clients, rounds, lr_scales)
-        states, computed = self._run_chunks(states, views, steps)
+        states, views, which = self._init_call(calls, versions, which, steps, clients, rounds, lr_scales)
+        states, computed = self._run_chunks(calls, states, views, steps)
         return states, views, which, computed
 
-    def _train_call(self, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
+    def _train_call(self, calls: _Calls, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
                     rounds: np.ndarray, lr_scales: np.ndarray) -> tuple[tuple, int]:
         """Train a padded call's rows from their start models for their ``steps``, without a pause.
         Returns their ``finish`` outputs (deltas, metrics, buffers), placed by client, and the steps
@@ -869,14 +911,14 @@ class Engine:
         ``finish`` in one program (:meth:`compiled_steps` with ``finish``)."""
         chunks = self._step_chunks(steps)
         if not (self.one_chunk_calls and len(chunks) == 1):
-            states, _, which, computed = self._start_call(versions, which, steps, clients, rounds, lr_scales)
-            return self._finish(versions, which, states), computed
+            states, _, which, computed = self._start_call(calls, versions, which, steps, clients, rounds, lr_scales)
+            return calls.finish(versions, which, states), computed
         (count, length), = chunks
-        states, views, _ = self._init_call(versions, which, steps, clients, rounds, lr_scales)
-        run_and_finish, _ = self.compiled_steps(len(steps), length, finish=True)
-        results = run_and_finish(states, self._training_data, views, np.int32(count))
+        states, views, _ = self._init_call(calls, versions, which, steps, clients, rounds, lr_scales)
+        run_and_finish, _ = self.compiled_steps(len(steps), length, finish=True, calls=calls)
+        results = run_and_finish(states, calls.training_data, views, np.int32(count))
         self.stats.train_calls += 1
-        return results, device_steps_computed(steps, self.mesh.size, [length])
+        return results, device_steps_computed(steps, calls.mesh.size, [length])
 
     # ----------------------------------------------------------------- aggregation
     def results_sum(self, records: Sequence[DispatchRecord], coefficients: dict, field: str = "deltas") -> PyTree:
@@ -1072,9 +1114,10 @@ class Engine:
             padded = self.plan.call_size(members)
             pad = lambda values, fill, dtype: np.array(list(values[chunk]) + [fill] * (padded - members), dtype=dtype)
             client_ids = pad(clients, clients[start], np.int32)
-            results, _ = self._train_call(versions, np.zeros(padded, np.int32), pad(steps, 0, np.int32), client_ids,
-                                          pad(client_rounds, 0, np.int32), pad(lr_scales, 1.0, np.float32))
-            deltas, _, _ = self._results_home(results)
+            results, _ = self._train_call(self._all_devices, versions, np.zeros(padded, np.int32),
+                                          pad(steps, 0, np.int32), client_ids, pad(client_rounds, 0, np.int32),
+                                          pad(lr_scales, 1.0, np.float32))
+            deltas, _, _ = self._results_home(results, self._all_devices)
             parts.append(jax.tree.map(lambda leaf: leaf[:members], deltas))
         return parts[0] if len(parts) == 1 else jax.tree.map(lambda *leaves: jnp.concatenate(leaves), *parts)
 

@@ -71,8 +71,8 @@ def test_a_calls_metrics_come_back_as_one_array_and_exactly(small_config, monkey
     fetched = []
     home = engine_module.Engine._results_home
 
-    def noting(self, results):
-        deltas, metrics, buffers = home(self, results)
+    def noting(self, results, calls):
+        deltas, metrics, buffers = home(self, results, calls)
         fetched.append(jax.tree.leaves(metrics))
         return deltas, metrics, buffers
 
@@ -117,6 +117,44 @@ def test_one_compilation_per_bucket_and_padding_counted(small_config, model, loo
     summary = result.summary
     assert 0 < summary["compile_wall_s"] and 0 <= summary["training_wall_s"]
     assert summary["compile_wall_s"] + summary["training_wall_s"] <= summary["wall_time_s"]
+
+
+def test_a_call_of_one_convolutional_client_runs_on_the_home_device_alone(small_config, monkeypatch):
+    """On a CPU of two devices a CNN's calls (unrolled step chunks) of one client run on the home
+    device alone, not padded with a row the second device computes in full; calls of more keep
+    both devices. A dense model's rolled loop skips padding rows, so it keeps one mesh."""
+    from jaxfl import engine as engine_module
+
+    if len(jax.devices()) < 2:
+        pytest.skip("needs two CPU devices")
+    meshes = []
+    train_call = engine_module.Engine._train_call
+
+    def noting(self, calls, versions, which, steps, *rest):
+        meshes.append((calls.mesh.size, int((steps > 0).sum()), len(steps)))
+        return train_call(self, calls, versions, which, steps, *rest)
+
+    monkeypatch.setattr(engine_module.Engine, "_train_call", noting)
+    # FedAsync, exponential speeds, seed 2: one client 190x faster than the mean returns alone (calls of one)
+    config = replace(small_config, algorithm="fedasync", model="cnn", clients=5, local_steps=2, batch_size=8,
+                     heterogeneity="exp", speed_mean=0.15, seed=2, max_updates=8, devices=2,
+                     client_optimizer="sgd", client_lr=0.05)
+    two = run_experiment(replace(config, run_name="two"))
+    assert two.engine.step_loop == "unrolled" and two.engine._home_only is not None
+    lone = [(mesh, padded) for mesh, real, padded in meshes if real == 1]
+    assert lone and set(lone) == {(1, 1)}, meshes
+    assert {mesh for mesh, real, _ in meshes if real > 1} <= {2}
+    # no padding row computed for them: computed = executed where every other call is full
+    if all(real in (1, padded) for _, real, padded in meshes):
+        assert two.summary["steps_computed_with_padding"] == two.engine.stats.useful_steps
+    # the same schedule as one device, the model to float32 reassociation (a different program)
+    one = run_experiment(replace(config, run_name="one", devices=1))
+    assert events_without_wall_time(two.run_dir) == events_without_wall_time(one.run_dir)
+    for a, b in zip(jax.tree.leaves(two.params), jax.tree.leaves(one.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-5)
+    meshes.clear()
+    dense = run_experiment(replace(config, run_name="dense", model="mlp"))
+    assert dense.engine._home_only is None and {mesh for mesh, _, _ in meshes} == {2}
 
 
 def _trainer_by_hand(config):

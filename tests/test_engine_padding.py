@@ -27,11 +27,11 @@ SCRIPT = textwrap.dedent("""
     calls = []
     original = Engine._run_chunks
 
-    def recording(self, states, views, steps):
-        states, computed = original(self, states, views, steps)
+    def recording(self, mesh_calls, states, views, steps):
+        states, computed = original(self, mesh_calls, states, views, steps)
         calls.append({"run": RUN[0], "steps": np.asarray(steps).tolist(), "computed": computed,
-                      "loop": self.step_loop, "devices": self.mesh.size,
-                      "ran": np.asarray(self._on_home(states).step).tolist()})
+                      "loop": self.step_loop, "devices": mesh_calls.mesh.size,
+                      "ran": np.asarray(self._on_home(states, mesh_calls).step).tolist()})
         return states, computed
 
     Engine._run_chunks = recording
@@ -73,7 +73,7 @@ SCRIPT = textwrap.dedent("""
                                   "summary_computed": result.summary["steps_computed_with_padding"],
                                   "padding_waste": result.summary["padding_waste"],
                                   "compilations": result.summary["compilations"],
-                                  "packed": result.engine._packing is not None,
+                                  "packed": result.engine._all_devices.packing is not None,
                                   "events": events_without_wall_time(result.run_dir),
                                   "params": f"{sys.argv[1]}/{label}.npz"}
     out["calls"] = calls
@@ -186,7 +186,7 @@ def test_a_cnn_with_ragged_step_counts_compiles_the_chunk_and_one_step(small_con
     assert engine.step_loop == "unrolled" and chunk > 1
     counts = sorted({int(row["steps"]) for row in engine._fetched_metrics.values()})
     assert len(counts) >= 3, counts  # ragged indeed
-    shapes = {length for _, length in engine._executables}
+    shapes = {length for _, length in engine._all_devices.executables}
     assert shapes == {length for count in counts for length in step_chunks(count, chunk, one_step_remainders=True)}
     assert shapes <= {chunk, 1} and result.summary["compilations"]["run_steps"] == len(shapes)
     assert engine.stats.executed_steps == engine.stats.useful_steps  # one client per call: nothing masked
