@@ -98,7 +98,7 @@ class _Calls:
     several (one process), one for the home device alone, which a call of one client takes."""
 
     mesh: Mesh
-    training_data: FederatedArrays
+    training_data: FederatedArrays | None = None
     packing: "_PackedResults | None" = None
     init: Callable | None = None
     run_steps: Callable | None = None
@@ -292,9 +292,7 @@ class Engine:
         devices = jax.devices() if self.processes > 1 else jax.local_devices()[:plan.devices]
         self.mesh = Mesh(np.array(devices), ("clients",))
         self.home = jax.local_devices()[0]  # where everything outside a training call lives
-        self._by_client = NamedSharding(self.mesh, PartitionSpec("clients"))
-        self._by_column = NamedSharding(self.mesh, PartitionSpec(None, "clients"))  # rows of per-client numbers
-        self._replicated = NamedSharding(self.mesh, PartitionSpec())
+        self._all_devices = _Calls(self.mesh)  # its training data placed below
         # Checkpoints of several processes: one array made of every process's copy on its home device
         # (orbax saves global arrays only, and writes a replicated one once).
         self._homes = None if self.processes == 1 else NamedSharding(
@@ -302,8 +300,7 @@ class Engine:
                  ("processes",)), PartitionSpec())
         # For hooks and evaluation on the first device, and for training calls, which read every
         # client's samples on every device (the same arrays where there is one device).
-        self.data, self._training_data = self._place_data(data)
-        self._all_devices = _Calls(self.mesh, self._training_data)
+        self.data, self._all_devices.training_data = self._place_data(data)
         self.offsets = np.asarray(offsets, dtype=np.int32)
         self.counts = np.asarray(counts, dtype=np.int32)
         self.server_optimizer = server_optimizer
@@ -380,7 +377,7 @@ class Engine:
             if calls is not None:
                 self._build_calls(calls)
         engine = weakref.proxy(self)
-        self._gather = jax.jit(lambda tree: tree, out_shardings=self._replicated)  # several processes
+        self._gather = jax.jit(lambda tree: tree, out_shardings=self._all_devices.replicated)  # several processes
         concatenate = lambda pieces: jax.tree.map(lambda *rows: jnp.concatenate(rows), *pieces)
         self._concatenate = jax.jit(concatenate)
         packing = self._all_devices.packing
@@ -742,13 +739,14 @@ class Engine:
         at 10^6 clients one copy of 4 GB instead of one per device plus the host's."""
         if self.processes > 1:
             home = jax.device_put(data, self.home)
-            return home, self._to_mesh(home, self._replicated)
+            return home, self._to_mesh(home, self._all_devices.replicated)
         devices = list(self.mesh.devices.flat)  # the home device first
         placed = [place_read_only(leaf, devices) for leaf in data]
         home = type(data)(*(copies[0] for copies in placed))
         if self.mesh.size == 1:
             return home, home
-        return home, type(data)(*(jax.make_array_from_single_device_arrays(copies[0].shape, self._replicated, copies)
+        replicated = self._all_devices.replicated
+        return home, type(data)(*(jax.make_array_from_single_device_arrays(copies[0].shape, replicated, copies)
                                   for copies in placed))
 
     def _to_mesh(self, tree: PyTree, sharding: NamedSharding) -> PyTree:
@@ -764,7 +762,7 @@ class Engine:
 
         return jax.tree.map(place, tree)
 
-    def _on_home(self, tree: PyTree, calls: _Calls | None = None) -> PyTree:
+    def _on_home(self, tree: PyTree, calls: _Calls) -> PyTree:
         """Bring a training call's result, sharded by client, to the home device.
 
         One process: each device's rows are copied to the home device and concatenated there, all
@@ -773,7 +771,7 @@ class Engine:
         collectives wait for every device at a rendezvous, which can stall while many calls are
         queued). Several processes: the rows of the others' devices are gathered with a collective
         and this process takes its copy, waiting for it."""
-        if (calls or self._all_devices).mesh.size == 1:
+        if calls.mesh.size == 1:
             return tree
         if self.processes > 1:
             return jax.tree.map(lambda leaf: jax.device_put(leaf.addressable_data(0), self.home), self._gather(tree))
@@ -810,7 +808,7 @@ class Engine:
         for version in versions:
             params = self._versions[version]
             if self._replicas.get(version, (None,))[0] is not params:  # new, or replaced since copied
-                self._replicas[version] = (params, self._to_mesh(params, self._replicated))
+                self._replicas[version] = (params, self._to_mesh(params, calls.replicated))
                 self.stats.versions_placed += 1
         return tuple(self._replicas[v][1] for v in versions)
 
@@ -1107,7 +1105,7 @@ class Engine:
         lr_scales = [1.0] * count if lr_scales is None else list(lr_scales)
         size = self._clients_that_fit(count)
         parts = []
-        versions = (params if self.mesh.size == 1 else self._to_mesh(params, self._replicated),)  # once, not per chunk
+        versions = (params if self.mesh.size == 1 else self._to_mesh(params, self._all_devices.replicated),)  # once, not per chunk
         for start in range(0, count, size):
             chunk = slice(start, start + size)
             members = len(clients[chunk])

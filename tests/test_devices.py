@@ -46,10 +46,10 @@ SCRIPT = textwrap.dedent("""
                      "summary_devices": {key: result.summary[key] for key in ("backend", "devices", "processes")},
                      # where each device's copy of the training samples lives
                      "sample_buffers": [shard.data.unsafe_buffer_pointer()
-                                        for shard in result.engine._training_data.x.addressable_shards],
+                                        for shard in result.engine._all_devices.training_data.x.addressable_shards],
                      "home_samples": result.engine.data.x.unsafe_buffer_pointer(),
                      "samples_on_devices": sorted(str(shard.device)
-                                                  for shard in result.engine._training_data.x.addressable_shards)}
+                                                  for shard in result.engine._all_devices.training_data.x.addressable_shards)}
     print(json.dumps(out))
 """)
 

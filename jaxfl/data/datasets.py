@@ -75,11 +75,23 @@ DATASETS: tuple[str, ...] = ("mnist10k", "fashion_mnist", "mnist", "digits", "np
                              "synthetic", "synthetic_iid")
 DATASET_PREFIXES: tuple[str, ...] = ("tfds:", "synthetic:")
 
-# The sample shape and kind that these names fix, so that a model can be checked against them before
-# the data is read or generated (a synthetic federation of 10^6 clients takes a minute and gigabytes).
-_KNOWN_INPUTS: dict[str, tuple[tuple[int, ...], str]] = {
-    "mnist10k": ((28, 28, 1), "image"), "fashion_mnist": ((28, 28, 1), "image"), "mnist": ((28, 28, 1), "image"),
-    "digits": ((8, 8, 1), "image")}
+# The sample shape, kind and number of classes that these names fix, so that a model can be checked
+# against them before the data is read or generated (a synthetic federation of 10^6 clients takes a
+# minute and gigabytes).
+_KNOWN: dict[str, tuple[tuple[int, ...], str, int]] = {
+    "mnist10k": ((28, 28, 1), "image", 10), "fashion_mnist": ((28, 28, 1), "image", 10),
+    "mnist": ((28, 28, 1), "image", 10), "digits": ((8, 8, 1), "image", 10)}
+
+
+def _known(name: str) -> tuple[tuple[int, ...], str, int] | None:
+    """``(input_shape, kind, num_classes)`` that dataset ``name`` fixes, or None."""
+    if name in _KNOWN:
+        return _KNOWN[name]
+    if name in ("synthetic", "synthetic_iid") or name.startswith("synthetic:"):
+        from jaxfl.data.synthetic import SYNTHETIC_CLASSES, SYNTHETIC_DIM
+
+        return (SYNTHETIC_DIM,), "features", SYNTHETIC_CLASSES
+    return None
 
 
 def known_input(name: str) -> tuple[tuple[int, ...], str] | None:
@@ -91,16 +103,8 @@ def known_input(name: str) -> tuple[tuple[int, ...], str] | None:
         >>> known_input("mnist10k"), known_input("synthetic:0.5,0.5"), known_input("npz")
         (((28, 28, 1), 'image'), ((60,), 'features'), None)
     """
-    if name in _KNOWN_INPUTS:
-        return _KNOWN_INPUTS[name]
-    if name in ("synthetic", "synthetic_iid") or name.startswith("synthetic:"):
-        from jaxfl.data.synthetic import SYNTHETIC_DIM
-
-        return (SYNTHETIC_DIM,), "features"
-    return None
-
-
-_KNOWN_CLASSES = {"mnist10k": 10, "fashion_mnist": 10, "mnist": 10, "digits": 10}
+    known = _known(name)
+    return None if known is None else known[:2]
 
 
 def known_classes(name: str) -> int | None:
@@ -112,13 +116,8 @@ def known_classes(name: str) -> int | None:
         >>> known_classes("fashion_mnist"), known_classes("synthetic_iid"), known_classes("npz")
         (10, 10, None)
     """
-    if name in _KNOWN_CLASSES:
-        return _KNOWN_CLASSES[name]
-    if name in ("synthetic", "synthetic_iid") or name.startswith("synthetic:"):
-        from jaxfl.data.synthetic import SYNTHETIC_CLASSES
-
-        return SYNTHETIC_CLASSES
-    return None
+    known = _known(name)
+    return None if known is None else known[2]
 
 
 @dataclasses.dataclass(frozen=True)
