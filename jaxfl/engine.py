@@ -84,11 +84,25 @@ from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, NumericalErr
 
 PyTree = Any
 TRAIN_STREAM = 11  # fold_in(root key, TRAIN_STREAM) → per-(client, client_round) training keys
+class _DevicePiece(NamedTuple):
+    """One device's rows of a packed training call (:class:`_PackedResults`), left on that device."""
+
+    start: int  # its first row in the call
+    count: int
+    deltas: jax.Array  # (count, P) on the device
+    buffers: jax.Array | None  # (count, Q) or None
+
+
 @dataclasses.dataclass
 class _TrainedBatch:
-    deltas: PyTree  # stacked on the padded client axis K
+    deltas: PyTree  # stacked on the padded client axis K, on the home device (None while in ``pieces``)
     size: int  # padded K; the arrays are freed once no unconsumed result refers to the batch
     buffers: PyTree = None  # stateful models: the clients' final non-trainable state, stacked on K
+    # Several devices of one process: each device's rows where they were trained, packed, summed
+    # there (:meth:`Engine.results_sum`) for as long as the batch is held, so that a run sums the
+    # same way whether or not it copied them for a row or a checkpoint, and a resumed run (its
+    # batches split back to their devices) as the run it continues.
+    pieces: list[_DevicePiece] | None = None
 
 
 @dataclasses.dataclass
@@ -384,6 +398,18 @@ class Engine:
         if packing is not None:  # the rows concatenated and unpacked in one program
             self._concatenate_results = jax.jit(lambda pieces: packing.unpack(concatenate(pieces)))
 
+            def devices_total(partial_sums, field):
+                """The devices' partial sums (flat, on the home device, in the mesh's order) added, as
+                one model (``field``: its deltas' or its buffers' tree)."""
+                engine._count_trace("devices_total")
+                total = partial_sums[0]
+                for partial in partial_sums[1:]:
+                    total = total + partial
+                like = packing.deltas if field == "deltas" else packing.buffers
+                return jax.tree.map(lambda leaf: leaf[0], packing._unflat(total[None], like))
+
+            self._devices_total = jax.jit(devices_total, static_argnums=1)
+
         def server_step(params, server_state, pseudo_gradient):
             engine._count_trace("server_step")
             return apply_server_update(engine.server_optimizer, params, server_state, pseudo_gradient)
@@ -576,8 +602,9 @@ class Engine:
             unfetched, self._unfetched = self._unfetched, []
             self.stats.metric_fetches += 1
             values = jax.device_get([metrics for _, metrics in unfetched])
-            if self._metric_columns is not None:
-                values = [self._metric_columns.unpack(columns) for columns in values]
+            if self._metric_columns is not None:  # a call's columns, or each device's of them
+                values = [self._metric_columns.unpack(np.concatenate(columns) if isinstance(columns, list) else columns)
+                          for columns in values]
             for (ids, _), metrics in zip(unfetched, values):
                 for index, dispatch_id in enumerate(ids):
                     self._fetched_metrics.setdefault(dispatch_id, {}).update(
@@ -791,14 +818,48 @@ class Engine:
             pieces.append(piece if shard.device == self.home else jax.device_put(piece, self.home))
         return pieces
 
-    def _results_home(self, results: tuple, calls: _Calls) -> tuple:
-        """A training call's (deltas, metrics, buffers) on the home device: :meth:`_on_home`, or
-        where the programs pack them (several devices), the packed rows copied and unpacked."""
+    def _trained_batch(self, results: tuple, calls: _Calls, padded: int) -> tuple[_TrainedBatch, Any]:
+        """A training call's (deltas, metrics, buffers) as a :class:`_TrainedBatch` and its metrics.
+        Where the programs pack them (several devices of one process) each device's rows stay on it
+        (:class:`_DevicePiece`) and the metrics are its columns, one array per device: copying the
+        rows to the home device and concatenating them there cost more of the home device's time
+        than the weighted sums they feed (the cross-device FedBuff run, 2 devices, 2026-12-01).
+        Otherwise all of it on the home device (:meth:`_on_home`)."""
         if calls.packing is None:
-            return self._on_home(results, calls)
-        leaves, structure = jax.tree.flatten(results)
-        pieces = [jax.tree.unflatten(structure, piece) for piece in self._pieces_on_home(leaves)]
-        return self._concatenate_results(pieces)
+            deltas, metrics, buffers = self._on_home(results, calls)
+            return _TrainedBatch(deltas=deltas, size=padded, buffers=buffers), metrics
+        first_row = lambda shard: shard.index[0].start or 0
+        flat, columns, buffers = (None if leaf is None else sorted(leaf.addressable_shards, key=first_row)
+                                  for leaf in results)
+        pieces = [_DevicePiece(first_row(shard), shard.data.shape[0], shard.data,
+                               None if buffers is None else buffers[position].data)
+                  for position, shard in enumerate(flat)]
+        return _TrainedBatch(deltas=None, size=padded, pieces=pieces), [shard.data for shard in columns]
+
+    def _home_stacks(self, batch: _TrainedBatch) -> tuple[PyTree, PyTree]:
+        """``batch``'s (deltas, buffers) stacked on the home device: a copy of its devices' rows,
+        unpacked, for a checkpoint (the batch keeps its pieces)."""
+        if batch.pieces is None:
+            return batch.deltas, batch.buffers
+        pieces = [(piece.deltas, None, piece.buffers) for piece in batch.pieces]
+        home = [piece if piece[0].device == self.home else jax.device_put(piece, self.home) for piece in pieces]
+        deltas, _, buffers = self._concatenate_results(home)
+        return deltas, buffers
+
+    def _back_on_devices(self, batch: _TrainedBatch) -> _TrainedBatch:
+        """A restored batch (stacked on the home device) split back into its devices' rows, as the
+        call that trained it left them, where this engine's calls leave them so."""
+        devices = list(self.mesh.devices.flat)
+        if self._all_devices.packing is None or batch.pieces is not None or batch.size % len(devices):
+            return batch
+        count = batch.size // len(devices)
+        flat = lambda tree: None if tree is None else _PackedResults._flat(tree)
+        deltas, buffers = flat(batch.deltas), flat(batch.buffers)
+        rows = lambda stack, index: None if stack is None else \
+            jax.device_put(stack[index * count:(index + 1) * count], devices[index])
+        pieces = [_DevicePiece(index * count, count, rows(deltas, index), rows(buffers, index))
+                  for index in range(len(devices))]
+        return _TrainedBatch(deltas=None, size=batch.size, pieces=pieces)
 
     def _mesh_versions(self, versions: Sequence[int], calls: _Calls) -> tuple:
         """The given global versions replicated on every device of ``calls``' mesh, copied there once
@@ -843,9 +904,8 @@ class Engine:
             results, executed = self._train_pausing(calls, members, pausing, versions, which, first, steps, clients,
                                                     rounds, lr_scales)
             self.stats.steps_in_sequence += int(first.max(initial=0)) + int((steps - first).max(initial=0))
-        deltas, metrics, buffers = self._results_home(results, calls)
+        batch, metrics = self._trained_batch(results, calls, padded)
         self._unfetched.append(([record.id for record in records], metrics))
-        batch = _TrainedBatch(deltas=deltas, size=padded, buffers=buffers)
         for index, record in enumerate(records):
             self._results[record.id] = (batch, index)
             if pausing[index]:
@@ -922,17 +982,33 @@ class Engine:
     def results_sum(self, records: Sequence[DispatchRecord], coefficients: dict, field: str = "deltas") -> PyTree:
         """Σ c_i · (record i's ``field`` in its trained batch), one weighted sum per batch; None if no records.
 
-        ``coefficients`` maps dispatch id → c_i; ``field`` is ``"deltas"`` or ``"buffers"``."""
+        ``coefficients`` maps dispatch id → c_i; ``field`` is ``"deltas"`` or ``"buffers"``. A batch
+        whose rows stay on their devices (:class:`_DevicePiece`) is summed there, one running sum per
+        device; those partial sums come to the home device once, added in the mesh's order."""
         by_batch: dict[int, tuple[_TrainedBatch, np.ndarray]] = {}
         for record in records:
             batch, index = self._results[record.id]
             entry = by_batch.setdefault(id(batch), (batch, np.zeros(batch.size, np.float32)))
             entry[1][index] += coefficients[record.id]
-        total = None
+        total, on_devices = None, {}
         for batch, weights in by_batch.values():  # one dispatch per batch, the running sum updated in place
-            stacked = getattr(batch, field)
-            total = self._weighted_sum(stacked, weights) if total is None else \
-                self._add_weighted_sum(total, stacked, weights)
+            if batch.pieces is None:
+                stacked = getattr(batch, field)
+                total = self._weighted_sum(stacked, weights) if total is None else \
+                    self._add_weighted_sum(total, stacked, weights)
+                continue
+            for piece in batch.pieces:
+                rows = weights[piece.start:piece.start + piece.count]
+                if not rows.any() and (on_devices or total is not None or piece is not batch.pieces[0]):
+                    continue  # padding, or rows another aggregation takes: zeros to add (one sum is kept)
+                flat = getattr(piece, field)
+                device = flat.device
+                on_devices[device] = self._weighted_sum(flat, rows) if device not in on_devices else \
+                    self._add_weighted_sum(on_devices[device], flat, rows)
+        if on_devices:
+            order = [device for device in self.mesh.devices.flat if device in on_devices]
+            summed = self._devices_total([jax.device_put(on_devices[device], self.home) for device in order], field)
+            total = summed if total is None else self._tree_add(total, summed)
         return total
 
     def _final_buffers(self, states) -> PyTree:
@@ -1063,7 +1139,11 @@ class Engine:
     def delta(self, record: DispatchRecord) -> PyTree:
         """Δ = start − final of a trained dispatch."""
         batch, index = self._results[record.id]
-        return self._row(batch.deltas, np.int32(index))
+        if batch.pieces is None:
+            return self._row(batch.deltas, np.int32(index))
+        piece, = (piece for piece in batch.pieces if piece.start <= index < piece.start + piece.count)
+        row = self._row(piece.deltas, np.int32(index - piece.start))  # (P,) on its device, then one copy
+        return self._devices_total([jax.device_put(row, self.home)], "deltas")
 
     def start_model(self, record: DispatchRecord) -> PyTree:
         """The global model a dispatch started from (kept while ``keep_start_versions``)."""
@@ -1115,7 +1195,7 @@ class Engine:
             results, _ = self._train_call(self._all_devices, versions, np.zeros(padded, np.int32),
                                           pad(steps, 0, np.int32), client_ids, pad(client_rounds, 0, np.int32),
                                           pad(lr_scales, 1.0, np.float32))
-            deltas, _, _ = self._results_home(results, self._all_devices)
+            deltas, _ = self._home_stacks(self._trained_batch(results, self._all_devices, padded)[0])
             parts.append(jax.tree.map(lambda leaf: leaf[:members], deltas))
         return parts[0] if len(parts) == 1 else jax.tree.map(lambda *leaves: jnp.concatenate(leaves), *parts)
 
@@ -1169,14 +1249,15 @@ class Engine:
         # zeros, which the later weighted sums give zero weights: they add zeros there, as the
         # consumed rows did (of another sign at most, which shows only in a sum of zeros).
         rows = {k: sorted(indices) for k, indices in live.items()}
+        stacks = {k: self._home_stacks(batch) for k, batch in batches.items()}
         # (picked on the host, where orbax copies them anyway: a gather on the device would compile
         # once per shape and number of rows)
         kept = lambda tree, k: tree if len(rows[k]) == batches[k].size else \
             jax.tree.map(lambda leaf: np.asarray(leaf)[rows[k]], tree)
         tree = {"params": self.params, "server_state": self.server_state,
                 "versions": {str(v): p for v, p in self._versions.items()},
-                "batches": {k: kept(b.deltas, k) for k, b in batches.items()},
-                "batch_buffers": {k: kept(b.buffers, k) for k, b in batches.items() if b.buffers is not None},
+                "batches": {k: kept(stacks[k][0], k) for k in batches},
+                "batch_buffers": {k: kept(stacks[k][1], k) for k in batches if stacks[k][1] is not None},
                 "hooks": {name: state for name, state in self.state.items()
                           if state is not None and not (isinstance(state, dict) and not state)},
                 "previous_params": self.previous_params}
@@ -1281,8 +1362,8 @@ class Engine:
             at_rows = lambda leaf: jnp.zeros((size,) + leaf.shape[1:], leaf.dtype).at[np.asarray(rows)].set(leaf)
             return jax.tree.map(at_rows, stored)
 
-        batches = {k: _TrainedBatch(deltas=whole(tree["batches"][k], k, size), size=size,
-                                    buffers=whole(buffers.get(k), k, size))
+        batches = {k: self._back_on_devices(_TrainedBatch(deltas=whole(tree["batches"][k], k, size), size=size,
+                                                          buffers=whole(buffers.get(k), k, size)))
                    for k, size in meta["batch_sizes"].items()}
         self._results = {int(d): (batches[k], i) for d, (k, i) in meta["placement"].items()}
         self._fetched_metrics, self._unfetched = {int(d): m for d, m in meta["client_metrics"].items()}, []

@@ -69,14 +69,14 @@ def test_a_calls_metrics_come_back_as_one_array_and_exactly(small_config, monkey
     config = replace(small_config, algorithm="fedbuff", clients=6, local_steps=3, max_updates=3,
                      client_optimizer="sgd", client_lr=0.05, devices=1)
     fetched = []
-    home = engine_module.Engine._results_home
+    trained_batch = engine_module.Engine._trained_batch
 
-    def noting(self, results, calls):
-        deltas, metrics, buffers = home(self, results, calls)
+    def noting(self, results, calls, padded):
+        batch, metrics = trained_batch(self, results, calls, padded)
         fetched.append(jax.tree.leaves(metrics))
-        return deltas, metrics, buffers
+        return batch, metrics
 
-    monkeypatch.setattr(engine_module.Engine, "_results_home", noting)
+    monkeypatch.setattr(engine_module.Engine, "_trained_batch", noting)
     columns = run_experiment(replace(config, run_name="columns"))
     assert fetched and all(len(leaves) == 1 and leaves[0].dtype == jnp.int32 and leaves[0].shape[1] == 3
                            for leaves in fetched)
@@ -155,6 +155,53 @@ def test_a_call_of_one_convolutional_client_runs_on_the_home_device_alone(small_
     meshes.clear()
     dense = run_experiment(replace(config, run_name="dense", model="mlp"))
     assert dense.engine._home_only is None and {mesh for mesh, _, _ in meshes} == {2}
+
+
+def test_updates_trained_on_two_devices_are_summed_on_their_devices(small_config, monkeypatch):
+    """On two devices each call's updates stay on the device that trained them: the aggregations'
+    weighted sums run there, a running sum per device, and only those sums reach the home device (no
+    call's rows are copied there and concatenated, as they were before). A checkpoint copies the held
+    rows; a resumed run splits them back onto their devices, and so sums as the run it continues, bit
+    for bit. The schedule equals one device's, the model to float32 reassociation."""
+    from jaxfl import engine as engine_module
+    from jaxfl.testing import check_algorithm
+
+    if len(jax.devices()) < 2:
+        pytest.skip("needs two CPU devices")
+    placed, copied, restored = [], [], []
+    trained_batch, home_stacks = engine_module.Engine._trained_batch, engine_module.Engine._home_stacks
+    back_on_devices = engine_module.Engine._back_on_devices
+
+    def noting_batch(self, results, calls, padded):
+        batch, metrics = trained_batch(self, results, calls, padded)
+        placed.append(None if batch.pieces is None else [(piece.start, piece.count, piece.deltas.device)
+                                                         for piece in batch.pieces])
+        return batch, metrics
+
+    def noting_restore(self, batch):
+        batch = back_on_devices(self, batch)
+        restored.append(None if batch.pieces is None else [piece.deltas.device for piece in batch.pieces])
+        return batch
+
+    monkeypatch.setattr(engine_module.Engine, "_trained_batch", noting_batch)
+    monkeypatch.setattr(engine_module.Engine, "_home_stacks",
+                        lambda self, batch: copied.append(batch.pieces is not None) or home_stacks(self, batch))
+    monkeypatch.setattr(engine_module.Engine, "_back_on_devices", noting_restore)
+    config = replace(small_config, algorithm="fedbuff", model="mlp", clients=8, local_steps=2, max_updates=4,
+                     client_optimizer="sgd", client_lr=0.05, devices=2, checkpoint_every=None)
+    two = run_experiment(replace(config, run_name="two"))
+    devices = jax.devices()[:2]
+    halves = lambda count: [(0, count, devices[0]), (count, count, devices[1])]  # each device's rows, in order
+    assert placed and all(pieces == halves(pieces[0][1]) for pieces in placed), placed
+    assert not copied  # summed where they were trained
+    assert two.summary["compilations"]["devices_total"] <= 2  # the devices' sums added: one or both devices
+    one = run_experiment(replace(config, run_name="one", devices=1))
+    assert events_without_wall_time(two.run_dir) == events_without_wall_time(one.run_dir)
+    for a, b in zip(jax.tree.leaves(two.params), jax.tree.leaves(one.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
+    # interrupted at an event where updates are held, checkpointed, resumed: the same run bit for bit
+    check_algorithm("fedbuff", checks=("resume",), model="mlp", devices=2)
+    assert any(copied) and restored and all(pieces == list(devices) for pieces in restored), (copied, restored)
 
 
 def _trainer_by_hand(config):
