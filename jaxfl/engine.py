@@ -84,6 +84,8 @@ from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, NumericalErr
 
 PyTree = Any
 TRAIN_STREAM = 11  # fold_in(root key, TRAIN_STREAM) → per-(client, client_round) training keys
+
+
 class _DevicePiece(NamedTuple):
     """One device's rows of a packed training call (:class:`_PackedResults`), left on that device."""
 
@@ -838,7 +840,7 @@ class Engine:
 
     def _home_stacks(self, batch: _TrainedBatch) -> tuple[PyTree, PyTree]:
         """``batch``'s (deltas, buffers) stacked on the home device: a copy of its devices' rows,
-        unpacked, for a checkpoint (the batch keeps its pieces)."""
+        unpacked, for a checkpoint or :meth:`train_detached` (the batch keeps its pieces)."""
         if batch.pieces is None:
             return batch.deltas, batch.buffers
         pieces = [(piece.deltas, None, piece.buffers) for piece in batch.pieces]
@@ -997,14 +999,13 @@ class Engine:
                 total = self._weighted_sum(stacked, weights) if total is None else \
                     self._add_weighted_sum(total, stacked, weights)
                 continue
-            for piece in batch.pieces:
-                rows = weights[piece.start:piece.start + piece.count]
-                if not rows.any() and (on_devices or total is not None or piece is not batch.pieces[0]):
-                    continue  # padding, or rows another aggregation takes: zeros to add (one sum is kept)
+            rows = lambda piece: weights[piece.start:piece.start + piece.count]
+            # a device holding only padding, or rows another aggregation takes, would add zeros
+            for piece in [piece for piece in batch.pieces if rows(piece).any()] or batch.pieces[:1]:
                 flat = getattr(piece, field)
                 device = flat.device
-                on_devices[device] = self._weighted_sum(flat, rows) if device not in on_devices else \
-                    self._add_weighted_sum(on_devices[device], flat, rows)
+                on_devices[device] = self._weighted_sum(flat, rows(piece)) if device not in on_devices else \
+                    self._add_weighted_sum(on_devices[device], flat, rows(piece))
         if on_devices:
             order = [device for device in self.mesh.devices.flat if device in on_devices]
             summed = self._devices_total([jax.device_put(on_devices[device], self.home) for device in order], field)
@@ -1143,7 +1144,7 @@ class Engine:
             return self._row(batch.deltas, np.int32(index))
         piece, = (piece for piece in batch.pieces if piece.start <= index < piece.start + piece.count)
         row = self._row(piece.deltas, np.int32(index - piece.start))  # (P,) on its device, then one copy
-        return self._devices_total([jax.device_put(row, self.home)], "deltas")
+        return self._devices_total([jax.device_put(row, self.home)], "deltas")  # a sum of one: unpacked
 
     def start_model(self, record: DispatchRecord) -> PyTree:
         """The global model a dispatch started from (kept while ``keep_start_versions``)."""
