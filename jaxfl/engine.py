@@ -812,13 +812,13 @@ class Engine:
     def _pieces_on_home(self, leaves: list) -> list:
         """Each device's rows of ``leaves`` (arrays sharded by client), in row order, copied to the
         home device without waiting."""
-        first_row = lambda shard: shard.index[0].start or 0
-        shards = [sorted(leaf.addressable_shards, key=first_row) for leaf in leaves]
-        pieces = []
-        for position, shard in enumerate(shards[0]):  # each device's rows, in row order
-            piece = [leaf_shards[position].data for leaf_shards in shards]
-            pieces.append(piece if shard.device == self.home else jax.device_put(piece, self.home))
-        return pieces
+        shards = [_shards_in_row_order(leaf) for leaf in leaves]
+        return [self._copied_home([leaf_shards[position].data for leaf_shards in shards], shard.device)
+                for position, shard in enumerate(shards[0])]  # each device's rows, in row order
+
+    def _copied_home(self, arrays, device):
+        """``arrays`` (held on ``device``) on the home device: copied there, without waiting, unless there."""
+        return arrays if device == self.home else jax.device_put(arrays, self.home)
 
     def _trained_batch(self, results: tuple, calls: _Calls, padded: int) -> tuple[_TrainedBatch, Any]:
         """A training call's (deltas, metrics, buffers) as a :class:`_TrainedBatch` and its metrics.
@@ -830,10 +830,8 @@ class Engine:
         if calls.packing is None:
             deltas, metrics, buffers = self._on_home(results, calls)
             return _TrainedBatch(deltas=deltas, size=padded, buffers=buffers), metrics
-        first_row = lambda shard: shard.index[0].start or 0
-        flat, columns, buffers = (None if leaf is None else sorted(leaf.addressable_shards, key=first_row)
-                                  for leaf in results)
-        pieces = [_DevicePiece(first_row(shard), shard.data.shape[0], shard.data,
+        flat, columns, buffers = (None if leaf is None else _shards_in_row_order(leaf) for leaf in results)
+        pieces = [_DevicePiece(shard.index[0].start or 0, shard.data.shape[0], shard.data,
                                None if buffers is None else buffers[position].data)
                   for position, shard in enumerate(flat)]
         return _TrainedBatch(deltas=None, size=padded, pieces=pieces), [shard.data for shard in columns]
@@ -844,7 +842,7 @@ class Engine:
         if batch.pieces is None:
             return batch.deltas, batch.buffers
         pieces = [(piece.deltas, None, piece.buffers) for piece in batch.pieces]
-        home = [piece if piece[0].device == self.home else jax.device_put(piece, self.home) for piece in pieces]
+        home = [self._copied_home(piece, piece[0].device) for piece in pieces]
         deltas, _, buffers = self._concatenate_results(home)
         return deltas, buffers
 
@@ -1381,6 +1379,11 @@ class Engine:
         self.previous_params = tree.get("previous_params", self.params)
         self._fetches = {int(d): v for d, v in meta.get("fetches", {}).items()}
         self.split_calls = meta["split_calls"]
+
+
+def _shards_in_row_order(leaf: jax.Array) -> list:
+    """The device shards of an array sharded by client (its row axis), first rows first."""
+    return sorted(leaf.addressable_shards, key=lambda shard: shard.index[0].start or 0)
 
 
 def _shapes(tree: PyTree) -> PyTree:
