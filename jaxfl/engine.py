@@ -116,6 +116,8 @@ class _Calls:
     mesh: Mesh
     training_data: FederatedArrays | None = None
     packing: "_PackedResults | None" = None
+    flat_versions: bool = False  # start models on the mesh as one flat vector each (Engine._mesh_versions)
+    one: jax.Array | None = None  # float32 1, replicated on the mesh (_times_one)
     init: Callable | None = None
     run_steps: Callable | None = None
     finish: Callable | None = None
@@ -127,6 +129,17 @@ class _Calls:
         self.by_client = NamedSharding(self.mesh, PartitionSpec("clients"))
         self.by_column = NamedSharding(self.mesh, PartitionSpec(None, "clients"))  # rows of per-client numbers
         self.replicated = NamedSharding(self.mesh, PartitionSpec())
+
+
+def _times_one(tree: PyTree, one: jax.Array) -> PyTree:
+    """``tree``'s floating-point leaves times ``one`` (a float32 1 given as an argument: exact, and
+    XLA cannot fold it away). A program of pure data movement (gathering start models, flattening a
+    model) counts no flops, and XLA:CPU runs a program it estimates under 1,000 flops on the calling
+    thread (PJRT's ``cheap_computation_``): there the Python thread waited for the program's inputs
+    and copied the models itself. With one multiply per value the program is dispatched like the
+    others and runs on XLA's threads, in the same single pass over the values."""
+    return jax.tree.map(lambda leaf: leaf * one.astype(leaf.dtype) if jnp.issubdtype(leaf.dtype, jnp.floating)
+                        else leaf, tree)
 
 
 class PausedCall(NamedTuple):
@@ -352,6 +365,7 @@ class Engine:
         self._jitted: dict[str, Callable] = {}
         # Rows of per-aggregation figures hooks compute (record_row); written as RUN_DIR/NAME.csv.
         self.tables: dict[str, list[dict]] = {}
+        self._param_shapes = jax.eval_shape(lambda tree: tree, init_params)
         self._shapes = _TrainerShapes.of(trainer, init_params)  # traced once: the loop, the packings, the memory guard
         self.step_loop = choose_step_loop(self.trainer, init_params, self.data, self.home.platform, self._shapes.state)
         # Whether a call that is one chunk runs its steps and ``finish`` in one program (and the
@@ -433,8 +447,14 @@ class Engine:
             engine._count_trace("delta_row")
             return jax.tree.map(lambda leaf: leaf[index], stacked)
 
+        def flat_version(params, one):
+            engine._count_trace("flat_version")
+            return _times_one(jnp.concatenate([leaf.reshape(-1) for leaf in jax.tree.leaves(params)]), one)
+
         # one dispatch for a trained update's row of its call's stack, not an eager gather per leaf
         self._row = jax.jit(row)
+        self._flat_version = jax.jit(flat_version)
+        self._one = jnp.ones((), jnp.float32, device=self.home)
         self._subtract = jax.jit(subtract)
         self._drift = jax.jit(drift)
         self._tree_add = jax.jit(tree_add)
@@ -450,8 +470,17 @@ class Engine:
 
         by_client, whole = PartitionSpec("clients"), PartitionSpec()
 
+        # Several devices of one process, a model of one dtype: each version goes to the other devices
+        # as one flat vector (one copy, not one per leaf: jax's cost of placing a tree is per leaf,
+        # 2-3 ms of host time for a 1.2 M-parameter CNN's eight leaves on two CPU devices, against
+        # 0.2 ms for one vector), unflattened inside the programs that read it.
+        calls.flat_versions = mesh.size > 1 and engine.processes == 1 and \
+            len({leaf.dtype for leaf in jax.tree.leaves(engine._param_shapes)}) == 1
+
         def starts(versions, which):
             """Row i's start model, versions[which[i]] (the versions replicated on every device)."""
+            if calls.flat_versions:
+                return _PackedResults._unflat(jnp.stack(versions)[which], engine._param_shapes)
             return jax.tree.map(lambda *leaves: jnp.stack(leaves)[which], *versions)
 
         def init_states(start, num_steps, clients, rounds, lr_scales):
@@ -459,19 +488,19 @@ class Engine:
                 clients, rounds)
             return jax.vmap(trainer.init)(start, num_steps, keys, lr_scales)
 
-        def local_init(versions, rows):
+        def local_init(versions, rows, one):
             which, num_steps, clients, rounds, scales, offsets, counts = rows
-            states = init_states(starts(versions, which), num_steps, clients, rounds,
+            states = init_states(_times_one(starts(versions, which), one), num_steps, clients, rounds,
                                  jax.lax.bitcast_convert_type(scales, jnp.float32))
             return states, ClientView(offsets, counts), which
 
-        def init(versions, rows):
+        def init(versions, rows, one):
             """The call's local states from its rows' numbers, packed as one int32 array (one transfer
             instead of one per number: :meth:`Engine._init_call`); also their data views and version
-            indices, placed by client."""
+            indices, placed by client. ``one``: see :func:`_times_one`."""
             engine._count_trace("init")
-            return jax.shard_map(local_init, mesh=mesh, in_specs=(whole, PartitionSpec(None, "clients")),
-                                 out_specs=by_client)(versions, rows)
+            return jax.shard_map(local_init, mesh=mesh, in_specs=(whole, PartitionSpec(None, "clients"), whole),
+                                 out_specs=by_client)(versions, rows, one)
 
         def device_steps(states, data, views, count, length):
             batched_step = jax.vmap(trainer.step, in_axes=(0, None, 0))
@@ -534,7 +563,8 @@ class Engine:
 
         # The rows' numbers arrive as a NumPy array and jit's C++ dispatch places them: jax.device_put's
         # Python path cost more than the call itself (0.8 of 2.5 ms of host time a FedBuff call, one device).
-        calls.init = jax.jit(init, in_shardings=(calls.replicated, calls.by_column))
+        calls.one = engine._to_mesh(jnp.ones((), jnp.float32, device=engine.home), calls.replicated)
+        calls.init = jax.jit(init, in_shardings=(calls.replicated, calls.by_column, calls.replicated))
         calls.run_steps = jax.jit(run_steps, static_argnums=4, donate_argnums=0)
         calls.finish = jax.jit(finish)
         calls.run_and_finish = jax.jit(run_and_finish, static_argnums=4)
@@ -869,9 +899,18 @@ class Engine:
         for version in versions:
             params = self._versions[version]
             if self._replicas.get(version, (None,))[0] is not params:  # new, or replaced since copied
-                self._replicas[version] = (params, self._to_mesh(params, calls.replicated))
+                placed = self._flat_on_mesh(params, calls) if calls.flat_versions else \
+                    self._to_mesh(params, calls.replicated)
+                self._replicas[version] = (params, placed)
                 self.stats.versions_placed += 1
         return tuple(self._replicas[v][1] for v in versions)
+
+    def _flat_on_mesh(self, params: PyTree, calls: _Calls) -> jax.Array:
+        """``params`` (on the home device) as one flat vector replicated on ``calls``' mesh: flattened
+        on the home device, copied once to each other device, the copies made one array."""
+        flat = self._flat_version(params, self._one)
+        copies = [flat if device == self.home else jax.device_put(flat, device) for device in calls.mesh.devices.flat]
+        return jax.make_array_from_single_device_arrays(flat.shape, calls.replicated, copies)
 
     def _start_rows(self, versions: Sequence[int], calls: _Calls) -> tuple[tuple, np.ndarray]:
         """(the distinct versions on the mesh, padded to a power of two, and each row's index among
@@ -950,7 +989,7 @@ class Engine:
         by client, the rows' placed data views and their placed version indices (for ``_finish``)."""
         rows = np.stack([which, steps, clients, rounds, np.asarray(lr_scales, np.float32).view(np.int32),
                          self.offsets[clients], self.counts[clients]]).astype(np.int32, copy=False)
-        return calls.init(versions, rows if self.processes == 1 else self._to_mesh(rows, calls.by_column))
+        return calls.init(versions, rows if self.processes == 1 else self._to_mesh(rows, calls.by_column), calls.one)
 
     def _start_call(self, calls: _Calls, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
                     rounds: np.ndarray, lr_scales: np.ndarray) -> tuple[Any, ClientView, jax.Array, int]:

@@ -98,8 +98,10 @@ def test_sharded_calls_compile_once_per_shape_and_pad_nothing(four_device_runs):
     four = four_device_runs["four"]
     # 8 clients of 3 steps: two calls of 4 (one per device) per round, one chunk shape (the 3 steps),
     # each call that one chunk and its finish in one program; the calls' rows stay on their devices
-    # and are summed there, the four partial sums added on the home device by one program
-    assert four["compilations"] == {"init": 1, "run_and_finish": 1, "server_step": 1, "devices_total": 1}
+    # and are summed there, the four partial sums added on the home device by one program; each
+    # round's global model goes to the devices as one flat vector, flattened by one program
+    assert four["compilations"] == {"init": 1, "run_and_finish": 1, "server_step": 1, "devices_total": 1,
+                                    "flat_version": 1}
     assert four["executed"] == four["useful"] == 3 * 8 * 3
 
 

@@ -204,6 +204,47 @@ def test_updates_trained_on_two_devices_are_summed_on_their_devices(small_config
     assert any(copied) and restored and all(pieces == list(devices) for pieces in restored), (copied, restored)
 
 
+def test_global_models_reach_two_devices_as_one_flat_vector_placed_off_the_python_thread(small_config, monkeypatch):
+    """On two devices each global version used by a call goes to the devices once, as one flat
+    vector (one copy, not one per leaf), holding the model's values bit for bit. The programs that
+    flatten a version and that start a call's rows from it are pure data movement, which XLA:CPU
+    would run on the calling Python thread (programs it estimates under 1,000 flops): their exact
+    multiply by a float32 one keeps their estimate above that, so they are dispatched like the rest."""
+    from jaxfl import engine as engine_module
+
+    if len(jax.devices()) < 2:
+        pytest.skip("needs two CPU devices")
+    placed = []
+    flat_on_mesh = engine_module.Engine._flat_on_mesh
+
+    def noting(self, params, calls):
+        flat = flat_on_mesh(self, params, calls)
+        placed.append((params, flat))
+        return flat
+
+    monkeypatch.setattr(engine_module.Engine, "_flat_on_mesh", noting)
+    config = replace(small_config, algorithm="fedbuff", model="mlp", clients=8, local_steps=2, max_updates=4,
+                     client_optimizer="sgd", client_lr=0.05, devices=2, checkpoint_every=None)
+    result = run_experiment(config)
+    engine = result.engine
+    assert len(placed) == engine.stats.versions_placed > 0
+    for params, flat in placed:
+        assert flat.ndim == 1 and flat.sharding == engine._all_devices.replicated
+        assert {shard.device for shard in flat.addressable_shards} == set(jax.devices()[:2])
+        expected = np.concatenate([np.asarray(leaf).ravel() for leaf in jax.tree.leaves(params)])
+        for shard in flat.addressable_shards:
+            np.testing.assert_array_equal(np.asarray(shard.data), expected)
+    calls = engine._all_devices
+    rows = np.zeros((7, 2), np.int32)
+    rows[1] = 2  # two steps; client 0, round 0, version index 0
+    rows[4] = np.float32(1).view(np.int32)
+    flops = lambda compiled: (lambda cost: (cost[0] if isinstance(cost, list) else cost)["flops"])(
+        compiled.cost_analysis())
+    assert flops(calls.init.lower((placed[0][1],), rows, calls.one).compile()) >= 1000
+    assert flops(jax.jit(lambda tree, one: engine._flat_version(tree, one)).lower(
+        engine.params, engine._one).compile()) >= 1000
+
+
 def _trainer_by_hand(config):
     """(train(record, start) -> the record's Δ recomputed with local_train, the initial params): a
     dispatch's local training as the engine does it, for hand-computed aggregation references."""
