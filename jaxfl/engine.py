@@ -414,17 +414,18 @@ class Engine:
         if packing is not None:  # the rows concatenated and unpacked in one program
             self._concatenate_results = jax.jit(lambda pieces: packing.unpack(concatenate(pieces)))
 
-            def devices_total(partial_sums, field):
+            def devices_total(partial_sums, one, field):
                 """The devices' partial sums (flat, on the home device, in the mesh's order) added, as
-                one model (``field``: its deltas' or its buffers' tree)."""
+                one model (``field``: its deltas' or its buffers' tree). ``one``: see :func:`_times_one`
+                (a sum of one partial is pure data movement)."""
                 engine._count_trace("devices_total")
-                total = partial_sums[0]
+                total = _times_one(partial_sums[0], one)
                 for partial in partial_sums[1:]:
                     total = total + partial
                 like = packing.deltas if field == "deltas" else packing.buffers
                 return jax.tree.map(lambda leaf: leaf[0], packing._unflat(total[None], like))
 
-            self._devices_total = jax.jit(devices_total, static_argnums=1)
+            self._devices_total = jax.jit(devices_total, static_argnums=2)
 
         def server_step(params, server_state, pseudo_gradient):
             engine._count_trace("server_step")
@@ -443,9 +444,9 @@ class Engine:
             engine._count_trace("mix_drift")
             return tree_scale(jax.tree.map(jnp.subtract, params, start), coefficient)
 
-        def row(stacked, index):
+        def row(stacked, index, one):
             engine._count_trace("delta_row")
-            return jax.tree.map(lambda leaf: leaf[index], stacked)
+            return _times_one(jax.tree.map(lambda leaf: leaf[index], stacked), one)
 
         def flat_version(params, one):
             engine._count_trace("flat_version")
@@ -1045,7 +1046,8 @@ class Engine:
                     self._add_weighted_sum(on_devices[device], flat, rows(piece))
         if on_devices:
             order = [device for device in self.mesh.devices.flat if device in on_devices]
-            summed = self._devices_total([jax.device_put(on_devices[device], self.home) for device in order], field)
+            summed = self._devices_total([jax.device_put(on_devices[device], self.home) for device in order],
+                                         self._one, field)
             total = summed if total is None else self._tree_add(total, summed)
         return total
 
@@ -1178,10 +1180,10 @@ class Engine:
         """Δ = start − final of a trained dispatch."""
         batch, index = self._results[record.id]
         if batch.pieces is None:
-            return self._row(batch.deltas, np.int32(index))
+            return self._row(batch.deltas, np.int32(index), np.float32(1))  # _times_one
         piece, = (piece for piece in batch.pieces if piece.start <= index < piece.start + piece.count)
-        row = self._row(piece.deltas, np.int32(index - piece.start))  # (P,) on its device, then one copy
-        return self._devices_total([jax.device_put(row, self.home)], "deltas")  # a sum of one: unpacked
+        row = self._row(piece.deltas, np.int32(index - piece.start), np.float32(1))  # (P,) on its device, then one copy
+        return self._devices_total([jax.device_put(row, self.home)], self._one, "deltas")  # a sum of one: unpacked
 
     def start_model(self, record: DispatchRecord) -> PyTree:
         """The global model a dispatch started from (kept while ``keep_start_versions``)."""

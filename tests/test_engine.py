@@ -204,12 +204,13 @@ def test_updates_trained_on_two_devices_are_summed_on_their_devices(small_config
     assert any(copied) and restored and all(pieces == list(devices) for pieces in restored), (copied, restored)
 
 
-def test_global_models_reach_two_devices_as_one_flat_vector_placed_off_the_python_thread(small_config, monkeypatch):
+def test_global_models_reach_two_devices_as_one_flat_vector_and_data_movement_runs_off_the_python_thread(small_config, monkeypatch):
     """On two devices each global version used by a call goes to the devices once, as one flat
     vector (one copy, not one per leaf), holding the model's values bit for bit. The programs that
-    flatten a version and that start a call's rows from it are pure data movement, which XLA:CPU
-    would run on the calling Python thread (programs it estimates under 1,000 flops): their exact
-    multiply by a float32 one keeps their estimate above that, so they are dispatched like the rest."""
+    flatten a version, start a call's rows from it, take one trained row or add one device's partial
+    sum are pure data movement, which XLA:CPU would run on the calling Python thread (programs it
+    estimates under 1,000 flops): their exact multiply by a float32 one keeps their estimate above
+    that, so they are dispatched like the rest."""
     from jaxfl import engine as engine_module
 
     if len(jax.devices()) < 2:
@@ -243,6 +244,11 @@ def test_global_models_reach_two_devices_as_one_flat_vector_placed_off_the_pytho
     assert flops(calls.init.lower((placed[0][1],), rows, calls.one).compile()) >= 1000
     assert flops(jax.jit(lambda tree, one: engine._flat_version(tree, one)).lower(
         engine.params, engine._one).compile()) >= 1000
+    # a trained update's row (PORT's, CC-FedAvg's, FedASMU's reads), and its sum of one device's part
+    stacked = jax.tree.map(lambda leaf: jnp.stack([leaf, leaf]), engine.params)
+    assert flops(engine._row.lower(stacked, np.int32(1), np.float32(1)).compile()) >= 1000
+    flat = engine._flat_version(engine.params, engine._one)
+    assert flops(engine._devices_total.lower([flat], engine._one, "deltas").compile()) >= 1000
 
 
 def _trainer_by_hand(config):
