@@ -900,11 +900,16 @@ class Engine:
         for version in versions:
             params = self._versions[version]
             if self._replicas.get(version, (None,))[0] is not params:  # new, or replaced since copied
-                placed = self._flat_on_mesh(params, calls) if calls.flat_versions else \
-                    self._to_mesh(params, calls.replicated)
-                self._replicas[version] = (params, placed)
+                self._replicas[version] = (params, self._version_on_mesh(params, calls))
                 self.stats.versions_placed += 1
         return tuple(self._replicas[v][1] for v in versions)
+
+    def _version_on_mesh(self, params: PyTree, calls: _Calls):
+        """A model held on the home device as the programs of ``calls`` read a start version: as it is
+        on one device; replicated on a mesh, as one flat vector where ``calls.flat_versions``."""
+        if calls.mesh.size == 1:
+            return params
+        return self._flat_on_mesh(params, calls) if calls.flat_versions else self._to_mesh(params, calls.replicated)
 
     def _flat_on_mesh(self, params: PyTree, calls: _Calls) -> jax.Array:
         """``params`` (on the home device) as one flat vector replicated on ``calls``' mesh: flattened
@@ -1225,7 +1230,7 @@ class Engine:
         lr_scales = [1.0] * count if lr_scales is None else list(lr_scales)
         size = self._clients_that_fit(count)
         parts = []
-        versions = (params if self.mesh.size == 1 else self._to_mesh(params, self._all_devices.replicated),)  # once, not per chunk
+        versions = (self._version_on_mesh(params, self._all_devices),)  # once, not per chunk
         for start in range(0, count, size):
             chunk = slice(start, start + size)
             members = len(clients[chunk])
