@@ -256,6 +256,28 @@ def test_the_gpu_preflight_stops_the_button_when_jax_runs_on_the_cpu(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["device.txt", "log.txt"]
 
 
+@pytest.mark.parametrize("preflight_exits, button_goes_on", [("sleep 30", True), ("exit 3", False)])
+def test_a_preflight_cut_at_its_limit_goes_on_and_a_failing_one_stops_the_button(tmp_path, preflight_exits,
+                                                                                 button_goes_on):
+    """A preflight that runs past its limit met no failure (a slow compilation): the button goes on to
+    its steps. One that fails stops it with exit status 1. ``python3`` here is a stand-in whose
+    preflight (the script read from stdin) sleeps or fails."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f'#!/bin/sh\nif [ "$1" = "-" ]; then cat >/dev/null; {preflight_exits}; fi\n')
+    (bin_dir / "python3").chmod(0o755)
+    script = f'source {os.path.join(ROOT, "benchmarks", "gpu_common.sh")}; preflight 1; echo "after preflight"'
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    log = (tmp_path / "out" / "log.txt").read_text()
+    if button_goes_on:
+        assert result.returncode == 0 and "after preflight" in result.stdout, result.stdout + result.stderr
+        assert "preflight cut at its 1 s limit" in log
+    else:
+        assert result.returncode == 1 and "after preflight" not in result.stdout
+        assert "preflight failed (exit status 3)" in log
+
+
 def test_sweep_lockstep_quick_times_one_flush_of_2k_against_two_of_k(tmp_path):
     out = tmp_path / "lockstep.json"
     subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "sweep_lockstep.py"), "--quick",
