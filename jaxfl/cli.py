@@ -862,6 +862,11 @@ def _earlier_run(config: RunConfig) -> tuple[str, str] | None:
     an earlier, interrupted ``jaxfl run --algorithm a,b,...`` left under its output_dir: ``finished``
     or ``resumable`` (a checkpoint to go on from); None if there is none (a run without a
     checkpoint starts again, in a new folder)."""
+    return next(_earlier_runs(config), None)
+
+
+def _earlier_runs(config: RunConfig):
+    """Every ``(run_dir, state)`` of :func:`_earlier_run`, in the order of their folders' names."""
     import warnings
 
     from jaxfl import checkpoint
@@ -875,9 +880,9 @@ def _earlier_run(config: RunConfig) -> tuple[str, str] | None:
             wanted = config_record(validate(config))
             name = config.run_name or run_name(config, algorithms.get(config.algorithm).name)
     except (ConfigError, ValueError, KeyError, TypeError):
-        return None
+        return
     if not os.path.isdir(config.output_dir):
-        return None
+        return
     for folder in sorted(os.listdir(config.output_dir)):
         if folder != name and not re.fullmatch(re.escape(name) + r"-\d+", folder):
             continue
@@ -890,10 +895,23 @@ def _earlier_run(config: RunConfig) -> tuple[str, str] | None:
         except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
             continue
         if os.path.isfile(os.path.join(run_dir, "summary.json")):
-            return run_dir, "finished"
-        if checkpoint.latest(run_dir) is not None:
-            return run_dir, "resumable"
-    return None
+            yield run_dir, "finished"
+        elif checkpoint.latest(run_dir) is not None:
+            yield run_dir, "resumable"
+
+
+def _note_interrupted_runs(config: RunConfig) -> None:
+    """Name the interrupted runs of this very config under its output_dir: one ``jaxfl run`` starts
+    a new run each time (a comparison goes on with the earlier one instead), so the same command
+    after a Ctrl-C would otherwise train afresh beside the run it cut, saying nothing."""
+    from jaxfl import checkpoint
+
+    for run_dir, state in _earlier_runs(config):
+        if state == "resumable":
+            update = int(os.path.basename(checkpoint.latest(run_dir))[len("ckpt-"):])
+            print(f"jaxfl: note: {run_dir} is an interrupted run of this config (checkpoints up to update "
+                  f"{update}): jaxfl run --resume {shlex.quote(run_dir)} finishes it; this command starts a "
+                  "new run", file=sys.stderr)
 
 
 def _comparison_run(config: RunConfig, times, log_to):
@@ -1068,6 +1086,7 @@ def _main(argv: list[str] | None) -> int:
                 if len(configs) > 1:  # the same comparison again goes on: finished runs reused, a cut one resumed
                     result = _comparison_run(config, times, args.log_to)
                 else:
+                    _note_interrupted_runs(config)
                     result = run_experiment(config, time_per_step=times, loggers=args.log_to)
             except KeyboardInterrupt as interrupt:
                 if len(configs) > 1:  # what is finished, what was cut, what never ran, and how to go on

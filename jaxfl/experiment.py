@@ -927,14 +927,22 @@ def _trace_model(config: RunConfig, model, input_shape: tuple, kind: str, num_cl
     """The model's variables as shapes (``jax.eval_shape``): shape errors and a wrong number of logits
     surface here without allocating or compiling."""
     sample = _model_sample(input_shape, kind)
+    batch = jnp.concatenate([sample, sample])  # two samples: a model that mixes the batch's rows shows it
     try:
         abstract = jax.eval_shape(model.init_variables, _model_key(config), sample)
-        width = jax.eval_shape(model.predict, abstract, sample).shape[-1]
+        shape = tuple(jax.eval_shape(model.predict, abstract, batch).shape)
     except (TypeError, ValueError) as error:  # layers that do not fit this input shape
         raise ValueError(f"model {config.model!r} cannot take dataset {config.dataset!r} samples of shape "
                          f"{tuple(input_shape)}: {error}") from error
-    if width != num_classes:
-        raise ValueError(f"model {config.model!r} outputs {width} logits but dataset "
+    # labels are one class per sample, so the logits must be (batch, classes): a model that keeps the
+    # image's axes (no flatten before its last Dense) or averages over the batch fails here, in words
+    if len(shape) != 2 or shape[0] != len(batch):
+        raise ValueError(f"model {config.model!r} returns logits of shape {shape} for a batch of "
+                         f"{len(batch)} samples of shape {tuple(input_shape)}; it must return "
+                         f"({len(batch)}, {num_classes}): one row of {num_classes} class logits per sample "
+                         "(flatten the features before the last layer)")
+    if shape[1] != num_classes:
+        raise ValueError(f"model {config.model!r} outputs {shape[1]} logits but dataset "
                          f"{config.dataset!r} has {num_classes} classes")
     return abstract
 

@@ -235,6 +235,32 @@ def test_model_width_must_match_the_classes(monkeypatch):
         MODEL_INPUTS.pop("three_way", None)
 
 
+class _KeepsImageAxes(nn.Module):
+    num_classes: int = 10
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.num_classes)(x)  # no flatten: (batch, 28, 28, classes)
+
+
+class _AveragesTheBatch(nn.Module):
+    num_classes: int = 10
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.num_classes)(x.reshape((x.shape[0], -1))).mean(0, keepdims=True)
+
+
+@pytest.mark.parametrize("model, returned", [(_KeepsImageAxes, r"\(2, 28, 28, 10\)"), (_AveragesTheBatch, r"\(1, 10\)")])
+def test_a_model_must_return_one_row_of_logits_per_sample(tmp_path, model, returned):
+    """Labels are one class per sample: logits of any other shape are refused in words, before any data
+    is built, rather than failing inside the loss (an axis out of bounds)."""
+    with pytest.raises(ValueError, match=rf"returns logits of shape {returned} for a batch of 2 samples of "
+                                         r"shape \(28, 28, 1\); it must return \(2, 10\)"):
+        prepare(config(output_dir=str(tmp_path)), model=model)
+    assert not (tmp_path / "runs").exists()
+
+
 def _counting_generations(monkeypatch) -> list:
     import jaxfl.data.synthetic
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -79,6 +80,11 @@ def test_npz_tokens_and_errors(tmp_path):
         load_dataset("npz")
     with pytest.raises(FileNotFoundError, match="no file"):
         load_dataset("npz", data_dir=tmp_path / "nope.npz")
+    misspelt = tmp_path / "misspelt.npz"  # clients_train for client_train: the writers' split would be lost
+    np.savez(misspelt, x_train=np.zeros((2, 3)), y_train=[0, 1], x_test=np.zeros((1, 3)), y_test=[1],
+             clients_train=[0, 1], x_val=np.array([object()], dtype=object))
+    with pytest.warns(UserWarning, match=r"arrays \['clients_train', 'x_val'\] are not read; jaxfl reads"):
+        assert load_dataset("npz", data_dir=misspelt).train_groups is None  # the unread object array is never loaded
 
 
 def test_dataset_from_arrays_checks():
@@ -88,8 +94,16 @@ def test_dataset_from_arrays_checks():
         dataset_from_arrays("x", np.zeros((2, 3)), [0, 1], np.zeros((1, 4)), [0])
     with pytest.raises(ValueError, match="same number of samples"):
         dataset_from_arrays("x", np.zeros((2, 3)), [0], np.zeros((1, 3)), [0])
+    with pytest.raises(ValueError, match=r"x_train has shape \(2,\), no feature axis: .*\(N, 1\)"):
+        dataset_from_arrays("x", np.zeros(2), [0, 1], np.zeros(1), [0])
     mine = np.zeros((2, 3), np.float32)
     dataset_from_arrays("x", mine, [0, 1], np.zeros((1, 3)), [0])
+    with pytest.warns(UserWarning, match=r"y_test holds label\(s\) 7 above y_train's largest, 2: counted as 8 "):
+        assert dataset_from_arrays("x", np.zeros((3, 3)), [0, 1, 2], np.zeros((2, 3)), [0, 7]).num_classes == 8
+    with warnings.catch_warnings():  # the classes set: what the user means, said
+        warnings.simplefilter("error")
+        assert dataset_from_arrays("x", np.zeros((3, 3)), [0, 1, 2], np.zeros((2, 3)), [0, 7],
+                                   num_classes=8).num_classes == 8
     assert mine.flags.writeable, "the caller's array keeps its flags"
 
 

@@ -330,3 +330,23 @@ def test_an_interrupted_comparison_says_what_it_keeps_and_the_same_command_finis
     assert sorted(name.split("-")[0] for name in os.listdir(tmp_path) if (tmp_path / name).is_dir()) == \
         ["fedasync", "fedavg", "fedbuff"]  # no run trained again into a -2 folder
     assert json.loads((fedbuff / "summary.json").read_text())["resumes"] == 1
+
+
+def test_the_same_single_run_command_after_a_ctrl_c_names_the_run_it_cut(tmp_path, capsys):
+    """One ``jaxfl run`` starts a new run each time (a comparison goes on with the earlier one): the
+    same command after an interruption says which run it cut and how to finish it, rather than
+    training afresh beside it without a word."""
+    settings = dict(TINY, max_updates=4, checkpoint_every=1, output_dir=str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        jaxfl.run_experiment(jaxfl.RunConfig(**settings), loggers=[CtrlC(at=3)])
+    cut = str(next(tmp_path.iterdir()))
+    update = int(os.path.basename(checkpoint.latest(cut))[len("ckpt-"):])
+    capsys.readouterr()
+    assert cli.main(["run", "--algorithm", "fedavg", "--model", "logreg", "--clients", "3", "--local-steps", "2",
+                     "--batch-size", "8", "--max-updates", "4", "--checkpoint-every", "1", "--no-stop-at-target",
+                     "--no-progress", "--output-dir", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert f"jaxfl: note: {cut} is an interrupted run of this config (checkpoints up to update {update}): " \
+           f"jaxfl run --resume {cut} finishes it; this command starts a new run" in err, err
+    assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(cut), os.path.basename(cut) + "-2"])
+    assert checkpoint.latest(cut) is not None and not os.path.exists(os.path.join(cut, "summary.json"))

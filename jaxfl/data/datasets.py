@@ -35,6 +35,7 @@ from collections.abc import Mapping
 import hashlib
 import importlib.resources
 import os
+import warnings
 
 import numpy as np
 
@@ -258,7 +259,11 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
     arrays = []
     for split, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
         x, y = _as_array(x, f"x_{split}", source), _as_array(y, f"y_{split}", source)
-        if x.ndim < 2 or len(x) != len(y) or y.ndim != 1:
+        if x.ndim < 2:
+            raise ValueError(f"{source}: x_{split} has shape {x.shape}, no feature axis: give samples as "
+                             "(N, features) or images as (N, H, W) or (N, H, W, C) (one feature per sample: "
+                             "(N, 1))")
+        if len(x) != len(y) or y.ndim != 1:
             raise ValueError(f"{source}: x_{split} {x.shape} and y_{split} {y.shape} must hold the same number "
                              "of samples, labels 1-D")
         if not np.issubdtype(y.dtype, np.integer):
@@ -281,10 +286,19 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
     if num_classes is None and largest < 1:
         raise ValueError(f"{source}: every label is {largest}, a single class: set num_classes (the number of "
                          "classes the model should tell apart, >= 2)")
+    inferred = num_classes is None
     num_classes = largest + 1 if num_classes is None else int(num_classes)
     if min(train_y.min(), test_y.min() if len(test_y) else 0) < 0 or largest >= num_classes:
         raise ValueError(f"{source}: labels must lie in [0, {num_classes}), got "
                          f"[{int(min(train_y.min(), test_y.min() if len(test_y) else 0))}, {largest}]")
+    if inferred and len(test_y) and int(test_y.max()) > int(train_y.max()):
+        # a test label above every training label (a typo, or the wrong file) would add classes that
+        # no client can learn and that the held-out accuracy counts as always wrong
+        unseen = np.unique(test_y[test_y > train_y.max()])
+        shown = ", ".join(str(int(label)) for label in unseen[:5]) + (", ..." if len(unseen) > 5 else "")
+        warnings.warn(f"{source}: y_test holds label(s) {shown} above y_train's largest, {int(train_y.max())}: "
+                      f"counted as {largest + 1} classes (the largest label + 1), no client trains on the "
+                      "classes above; set num_classes if that is not what you mean", UserWarning, stacklevel=2)
     if groups is not None:
         groups = _as_array(groups, "client_train", source)
         if groups.shape != train_y.shape or not np.issubdtype(groups.dtype, np.integer):
@@ -500,6 +514,10 @@ def _absolute(path) -> str:
 _NPZ_CACHE: dict[str, tuple[tuple, Dataset]] = {}
 
 
+# The arrays of a dataset 'npz' archive: the four splits, then the optional ones.
+NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test", "client_train", "num_classes")
+
+
 def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
     if os.path.isdir(path):
         found = sorted(f for f in os.listdir(path) if f.endswith(".npz"))
@@ -527,8 +545,13 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
         missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in archive.files]
         if missing:
             raise ValueError(f"{path}: missing arrays {missing}; found {archive.files}")
+        unread = [k for k in archive.files if k not in NPZ_ARRAYS]
+        if unread:  # a misspelt client_train would silently lose the writers' split
+            warnings.warn(f"{path}: arrays {unread} are not read; jaxfl reads {list(NPZ_ARRAYS[:4])}, and "
+                          "client_train (each training sample's client, for partition 'natural') and num_classes "
+                          "where present", UserWarning, stacklevel=2)
         try:
-            arrays = {k: archive[k] for k in archive.files}
+            arrays = {k: archive[k] for k in archive.files if k in NPZ_ARRAYS}
         except ValueError as error:  # object arrays (ragged lists) need pickle, which is never enabled
             raise ValueError(f"dataset 'npz': {path} holds an object array, which needs pickle: store numeric "
                              f"arrays of one shape each ({error})") from None
