@@ -59,8 +59,10 @@ client's, a group aggregation averages them). Hooks that make the whole update d
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 import weakref
+from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -609,9 +611,22 @@ class Engine:
         return self.on_version(aggregation.time, self.version, self.params) or None
 
     def nonfinite(self, records: Sequence[DispatchRecord]) -> list[DispatchRecord]:
-        """The records whose loss or update is NaN/Inf (training pending work first)."""
+        """The records whose loss or update is NaN/Inf (training pending work first). Where the global
+        model itself is no longer finite, an aggregation made it so, and every client trained from it
+        returns NaN: that stops the run naming what updates the model (NumericalError), rather than
+        blaming, or dropping, the clients one by one."""
         self._train_needed(records)
-        return [record for record in records if not self._client_metrics[record.id]["finite"]]
+        bad = [record for record in records if not self._client_metrics[record.id]["finite"]]
+        if bad and not bool(_all_finite(self.params)):
+            updates = [f"hook {hook.name!r} ({type(hook).__name__})" for hook in self.hooks
+                       if any(name in type(hook).__dict__ for name in ("apply", "extra_pseudo_gradient", "after_update"))]
+            raise NumericalError(
+                f"the global model (version {self.version}) holds NaN/Inf: an aggregation made it so, not a client "
+                f"(client {bad[0].client}'s update from it, dispatch {bad[0].id}, is non-finite as a result). What "
+                f"updates the model: the server update (its optimiser and learning rate)"
+                f"{', ' + ', '.join(updates) if updates else ''}; check what they compute, or lower the server "
+                "learning rate")
+        return bad
 
     def on_drop(self, record: DispatchRecord) -> None:
         if record.id in self._results:
@@ -1101,6 +1116,10 @@ class Engine:
         for hook in self.hooks:
             coefficients = hook.weigh(self, aggregation, records)
             if coefficients is not None:
+                if isinstance(coefficients, Mapping):  # zip would read its keys (dispatch ids) as coefficients
+                    raise ValueError(f"device hook {hook.name!r} ({type(hook).__name__}).weigh returned a "
+                                     f"{type(coefficients).__name__}: it must return one coefficient per record, "
+                                     "in the records' order (a list or an array), or None")
                 try:
                     count = len(coefficients)
                 except TypeError:  # a scalar, a 0-d array: no length
@@ -1114,6 +1133,12 @@ class Engine:
                                      f"{', ...' if len(records) > 8 else ''}): "
                                      "it must return one coefficient per record, in their order, or None")
                 contributions = tuple((record.id, float(c)) for record, c in zip(records, coefficients))
+                bad = [(d, c) for d, c in contributions if not math.isfinite(c)]
+                if bad:  # the global model would turn NaN, and the next client trained from it be blamed
+                    raise ValueError(f"device hook {hook.name!r} ({type(hook).__name__}).weigh returned non-finite "
+                                     f"coefficients for aggregation {aggregation.version} (dispatch: coefficient "
+                                     f"{', '.join(f'{d}: {c}' for d, c in bad[:8])}{', ...' if len(bad) > 8 else ''}): "
+                                     "every coefficient must be a finite number")
                 aggregation = dataclasses.replace(aggregation, contributions=contributions)
                 changed = True
         if changed:
@@ -1425,6 +1450,12 @@ class Engine:
         self.previous_params = tree.get("previous_params", self.params)
         self._fetches = {int(d): v for d, v in meta.get("fetches", {}).items()}
         self.split_calls = meta["split_calls"]
+
+
+@jax.jit
+def _all_finite(tree: PyTree) -> jax.Array:
+    """Whether every value of ``tree`` is finite (a bool scalar)."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]))
 
 
 def _shards_in_row_order(leaf: jax.Array) -> list:

@@ -385,6 +385,85 @@ def test_weigh_returning_another_count_than_records_is_refused_by_name(coefficie
         Engine._weigh(engine, aggregation, records)
 
 
+@pytest.mark.parametrize("coefficients, refused", [
+    ({3: 0.5, 1: 0.5}, "weigh returned a dict: it must return one coefficient per record, in the records' order"),
+    ([0.5, float("nan")], "weigh returned non-finite coefficients for aggregation 1 (dispatch: coefficient 1: nan): "
+                          "every coefficient must be a finite number"),
+])
+def test_weigh_returning_a_mapping_or_a_non_finite_coefficient_is_refused_by_name(coefficients, refused):
+    """A dict's keys (dispatch ids) would be read as the coefficients, and a NaN one would turn the global
+    model NaN with the next client trained from it blamed."""
+    import re
+    from types import SimpleNamespace
+
+    from jaxfl.algorithms import DeviceHook
+    from jaxfl.engine import Engine
+    from jaxfl.scheduler.simulation import Aggregation
+
+    class Odd(DeviceHook):
+        name = "odd"
+
+        def weigh(self, ctx, aggregation, records):
+            return coefficients
+
+    records = [SimpleNamespace(id=3), SimpleNamespace(id=1)]
+    aggregation = Aggregation(time=1.0, version=1, contributions=((3, 0.5), (1, 0.5)))
+    engine = SimpleNamespace(hooks=[Odd()], last_weights=None)
+    with pytest.raises(ValueError, match=re.escape(f"device hook 'odd' (Odd).{refused}")):
+        Engine._weigh(engine, aggregation, records)
+
+
+def test_a_hook_that_makes_the_global_model_nan_stops_the_run_naming_it_not_a_client(tmp_path):
+    """An ``apply`` that returns NaN: every client trained from the model after it returns NaN; the run
+    stops saying the global model holds NaN and which hooks update it, with on_nonfinite 'skip' too
+    (dropping clients one by one could never recover)."""
+    import jax
+
+    import jaxfl
+    from jaxfl.algorithms import Algorithm, DeviceHook, register
+    from jaxfl.algorithms.base import unregister
+    from jaxfl.scheduler.simulation import NumericalError
+
+    class Poison(DeviceHook):
+        name = "poison"
+
+        def apply(self, ctx, aggregation, records):
+            return jax.tree.map(lambda leaf: leaf * float("nan"), ctx.params)
+
+    class EveryArrival(Policy):
+        def __init__(self, local_steps):
+            self.local_steps = local_steps
+
+        def start(self, sim):
+            for client in range(sim.num_clients):
+                sim.dispatch(client, self.local_steps)
+
+        def on_arrival(self, sim, record):
+            sim.aggregate([(record.id, 1.0 / sim.num_clients)])
+            sim.reply(record.client)
+
+    @register
+    class PoisonedAsync(Algorithm):
+        name = "poisoned_async_test"
+
+        def policy(self):
+            return EveryArrival(self.run.local_steps)
+
+        def hooks(self):
+            return (Poison(),)
+
+    try:
+        for on_nonfinite in ("stop", "skip"):
+            config = jaxfl.RunConfig(algorithm="poisoned_async_test", model="logreg", clients=3, local_steps=2,
+                                     batch_size=8, max_updates=6, on_nonfinite=on_nonfinite, progress=False,
+                                     output_dir=str(tmp_path / on_nonfinite))
+            with pytest.raises(NumericalError, match=r"the global model \(version \d+\) holds NaN/Inf: an aggregation "
+                                                     r"made it so, not a client .* hook 'poison' \(Poison\)"):
+                jaxfl.run_experiment(config)
+    finally:
+        unregister("poisoned_async_test")
+
+
 def test_weigh_returning_one_coefficient_per_record_replaces_them():
     from types import SimpleNamespace
 
@@ -459,3 +538,88 @@ def test_a_plugin_file_that_does_not_import_is_named_in_one_line(tmp_path, sourc
     path.write_text(source)
     with pytest.raises(KeyError, match=rf"algorithm reference '.*broken\.py:Broken' could not be imported: {said}"):
         get(f"{path}:Broken")
+
+
+# ---------------------------------------------------------------- a misspelt hook, a policy without on_arrival
+def test_a_misspelt_hook_is_refused_when_its_class_is_defined():
+    """``on_arival``, ``weight`` or ``hook`` would never be called (the base's default runs instead, an
+    error deep in the run or silently nothing): refused at once, naming the hook it misses."""
+    from jaxfl.algorithms import Algorithm, DeviceHook
+
+    with pytest.raises(TypeError, match="Typo.on_arival looks like a misspelt on_arrival, which Policy calls"):
+        class Typo(Policy):
+            def on_arival(self, sim, record):
+                pass
+    with pytest.raises(TypeError, match="Weights.weight looks like a misspelt weigh, which DeviceHook calls"):
+        class Weights(DeviceHook):
+            def weight(self, ctx, aggregation, records):
+                return None
+    with pytest.raises(TypeError, match="OneHook.hook looks like a misspelt hooks, which Algorithm calls"):
+        class OneHook(Algorithm):
+            name = "one_hook_test"
+
+            def hook(self):
+                return ()
+
+    class Helpers(Policy):  # a near name beside the hook itself is a helper: allowed
+        def on_arrival(self, sim, record):
+            pass
+
+        def on_arrivals(self, sim, records):
+            pass
+
+    assert Helpers.on_arrivals
+
+
+def test_a_policy_without_on_arrival_is_refused_before_the_run():
+    from types import SimpleNamespace
+
+    from jaxfl.algorithms import Algorithm
+
+    class Starts(Policy):
+        def start(self, sim):
+            pass
+
+    class NoArrivals(Algorithm):
+        name = "no_arrivals_test"
+
+        def policy(self):
+            return Starts()
+
+    with pytest.raises(TypeError, match=r"NoArrivals.policy\(\) returned a Starts, which does not define "
+                                        r"on_arrival\(self, sim, record\)"):
+        NoArrivals(SimpleNamespace(local_steps=2)).policy()
+
+
+def test_hooks_returning_one_hook_and_a_policy_dispatching_a_fraction_of_a_step_are_refused_by_name():
+    """``hooks()`` must return a tuple (one hook alone failed as "'H' object is not iterable"), and a
+    step count of 2.7 trained 2 steps, silently."""
+    from types import SimpleNamespace
+
+    from jaxfl.algorithms import Algorithm, DeviceHook, PluginError, device_hooks
+    from jaxfl.scheduler.simulation import local_steps_of
+
+    class Lone(DeviceHook):
+        name = "lone"
+
+    class OneHookAlone(Algorithm):
+        name = "one_hook_alone_test"
+
+        def hooks(self):
+            return Lone()
+
+    run = SimpleNamespace(local_steps=2, client_optimizer="sgd", client_lr=0.1, client_momentum=0.0,
+                          client_lr_decay=1.0, prox_mu=0.0, client_weight_decay=0.0, fednova=False)
+    with pytest.raises(PluginError, match=r"OneHookAlone.hooks\(\) returned a Lone: it must return a tuple of "
+                                          r"DeviceHook instances"):
+        device_hooks(OneHookAlone(run))
+
+    class Fraction(StepsElsewhere):
+        def start(self, sim):
+            sim.dispatch(0, 2.7)
+
+    with pytest.raises(ValueError, match=r"steps=2.7 \(float\) is not a step count: an integer >= 0"):
+        simulation(Fraction(2)).run()
+    with pytest.raises(ValueError, match=r"local_steps=2.5 \(float\) is not a step count"):
+        local_steps_of(2.5, 0)
+    assert local_steps_of(3.0, 0) == 3 and local_steps_of((4, 5), 1) == 5

@@ -28,7 +28,7 @@ from jaxfl.algorithms.ccfedavg import CCFedAvg, CCFedAvgAlgorithm, CCFedAvgConfi
 from jaxfl.algorithms.fedasmu import FedASMU, FedASMUAlgorithm, FedASMUConfig
 from jaxfl.algorithms.fedopt import FedAdagrad, FedAdam, FedYogi
 from jaxfl.algorithms.wrappers import ClientSGD, StepNormalization, with_client_sgd, with_step_normalization
-from jaxfl.scheduler.simulation import Policy
+from jaxfl.scheduler.simulation import PluginError, Policy
 
 
 def build(config, client_samples=None) -> Algorithm:
@@ -50,7 +50,14 @@ def device_hooks(algorithm: Algorithm) -> tuple[DeviceHook, ...]:
     """A built algorithm's device hooks, with FedNova composed on when its run sets ``fednova``; every
     FedNova normalisation uses the run's client SGD (:class:`~jaxfl.algorithms.wrappers.ClientSGD`)."""
     sgd = ClientSGD.of_run(algorithm.run)
-    hooks = with_client_sgd(algorithm.hooks(), sgd)
+    made = algorithm.hooks()
+    if isinstance(made, DeviceHook) or not isinstance(made, (tuple, list)) or \
+            not all(isinstance(hook, DeviceHook) for hook in made):
+        shown = f"a {type(made).__name__}" if not isinstance(made, (tuple, list)) else \
+            f"a {type(made).__name__} holding {', '.join(sorted({type(hook).__name__ for hook in made}))}"
+        raise PluginError(f"{type(algorithm).__name__}.hooks() returned {shown}: it must return a tuple of "
+                         "DeviceHook instances (() for none; one hook as (hook,))")
+    hooks = with_client_sgd(made, sgd)
     return with_step_normalization(hooks, sgd) if algorithm.run.fednova else hooks
 
 
@@ -58,6 +65,6 @@ __all__ = ["KINDS", "PORT", "Algorithm", "CCFedAvg", "CCFedAvgAlgorithm", "CCFed
            "DeviceHook", "FedASMU", "FedASMUAlgorithm", "FedASMUConfig", "FedAT", "FedATAlgorithm", "FedATConfig",
            "FedAdagrad", "FedAdam", "FedAsync", "FedAsyncAlgorithm", "FedAvg", "FedAvgAlgorithm", "FedAvgM",
            "FedBuff", "FedBuffAlgorithm", "FedCompass", "FedCompassAlgorithm", "FedCompassConfig", "FedCompassM",
-           "FedCompassN", "FedYogi", "Options", "Port", "PortConfig", "PortOptions", "StepNormalization", "build",
-           "build_policy", "device_hooks", "get", "names", "register", "staleness_function", "unregister",
-           "with_step_normalization"]
+           "FedCompassN", "FedYogi", "Options", "PluginError", "Port", "PortConfig", "PortOptions",
+           "StepNormalization", "build", "build_policy", "device_hooks", "get", "names", "register",
+           "staleness_function", "unregister", "with_step_normalization"]

@@ -45,7 +45,7 @@ import sys
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, Policy, local_steps_of  # noqa: F401
-from jaxfl.scheduler.simulation import _signature_mismatch
+from jaxfl.scheduler.simulation import PluginError, _misspelt_hook, _signature_mismatch
 from jaxfl.scheduler.staleness import make_staleness
 
 KINDS = ("synchronous", "asynchronous", "semi-asynchronous")
@@ -126,7 +126,8 @@ class DeviceHook:
         """A method overridden with another signature than the base's is refused when the class is
         defined (TypeError naming it), not when the engine first calls it, after the first training."""
         super().__init_subclass__(**kwargs)
-        problem = _signature_mismatch(cls, DeviceHook, DeviceHook.METHODS)
+        problem = _signature_mismatch(cls, DeviceHook, DeviceHook.METHODS) or \
+            _misspelt_hook(cls, DeviceHook, DeviceHook.METHODS)
         if problem is not None:
             raise TypeError(problem)
 
@@ -224,12 +225,18 @@ class Algorithm:
     per_client_steps: ClassVar[bool] = False  # its policy takes :meth:`local_steps` (local_epochs allowed)
     reads: ClassVar[frozenset[str] | None] = None  # algorithm-specific run fields it reads
     summary: ClassVar[str] = ""
+    # what jaxfl calls on an algorithm that a subclass may define (a near miss of one is refused)
+    METHODS: ClassVar[tuple[str, ...]] = ("policy", "hooks", "validate", "unread_settings", "schedule_depends_on_model",
+                                          "supports_fednova", "most_local_steps")
 
     def __init_subclass__(cls, **kwargs) -> None:
         """A ``policy()`` defined by a subclass is wrapped so that what it returns is checked at
         once: anything but a :class:`~jaxfl.scheduler.simulation.Policy` is refused by name, before
         the engine is built (it failed as an AttributeError deep in the run)."""
         super().__init_subclass__(**kwargs)
+        problem = _misspelt_hook(cls, Algorithm, Algorithm.METHODS)
+        if problem is not None:
+            raise TypeError(problem)
         policy = cls.__dict__.get("policy")
         if inspect.isfunction(policy) and not getattr(policy, "_checks_its_policy", False):
             cls.policy = _checked_policy(cls, policy)
@@ -323,12 +330,16 @@ def _checked_policy(cls: type, policy: Callable) -> Callable:
     def checked(self, *args, **kwargs):
         made = policy(self, *args, **kwargs)
         if not isinstance(made, Policy):
-            raise TypeError(f"{type(self).__name__}.policy() returned {made!r} ({type(made).__name__}), not a "
+            raise PluginError(f"{type(self).__name__}.policy() returned {made!r} ({type(made).__name__}), not a "
                             "jaxfl Policy: return an instance of a subclass of "
                             "jaxfl.scheduler.simulation.Policy (jaxfl.algorithms.base.Policy)")
         problem = _signature_mismatch(type(made), Policy, Policy.HOOKS)  # hooks assigned after the class
         if problem is not None:
-            raise TypeError(problem)
+            raise PluginError(problem)
+        if type(made).on_arrival is Policy.on_arrival and "on_arrival" not in vars(made):
+            raise PluginError(f"{type(self).__name__}.policy() returned a {type(made).__name__}, which does not "
+                            "define on_arrival(self, sim, record), the hook the simulation calls when an update "
+                            "arrives (every policy needs one)")
         return made
 
     checked._checks_its_policy = True
@@ -483,7 +494,10 @@ def get(name: str) -> type[Algorithm]:
                            f"{type(error).__name__}: {error}") from error
         if not (isinstance(algorithm, type) and issubclass(algorithm, Algorithm)):
             raise KeyError(f"algorithm reference {name!r} is {algorithm!r}, not an Algorithm subclass")
-        register(algorithm)
+        try:
+            register(algorithm)
+        except (ValueError, TypeError) as error:  # no name, a kind not known, an Options not a dataclass...
+            raise KeyError(f"algorithm reference {name!r} cannot be registered: {error}") from None
         return algorithm
     raise KeyError(f"unknown algorithm {name!r}; registered: {', '.join(_REGISTRY)} (or module:Class, "
                    f"path/to/file.py:Class)")

@@ -35,6 +35,7 @@ import collections
 import contextlib
 import dataclasses
 import gc
+import inspect
 import math
 import operator
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
@@ -255,7 +256,19 @@ def local_steps_of(local_steps, client: int) -> int:
     """
     if type(local_steps) is int:
         return local_steps
-    return int(local_steps) if isinstance(local_steps, (int, np.integer)) else int(local_steps[client])
+    if isinstance(local_steps, (int, np.integer, float)):
+        return _step_count(local_steps, "local_steps")
+    return _step_count(local_steps[client], "local_steps")
+
+
+def _step_count(steps, label: str = "steps") -> int:
+    """``steps`` as an int: an integer of any kind, or a float holding one; anything else (2.7, a
+    string, True) is refused by name rather than cut to an int (2.7 would train 2 steps, silently)."""
+    if isinstance(steps, (int, np.integer)) and not isinstance(steps, (bool, np.bool_)):
+        return int(steps)
+    if isinstance(steps, (float, np.floating)) and float(steps).is_integer():
+        return int(steps)
+    raise ValueError(f"{label}={steps!r} ({type(steps).__name__}) is not a step count: an integer >= 0")
 
 
 def _zero_time_round(client: int) -> ValueError:
@@ -300,6 +313,30 @@ def _signature_mismatch(cls: type, base: type, names: Sequence[str]) -> str | No
     return None
 
 
+class PluginError(TypeError, ValueError):
+    """A user's algorithm, policy or hook that does not follow the plug-in API (a ``policy()`` that
+    returns no Policy, a ``hooks()`` that returns no tuple of hooks...), found before it runs. A
+    TypeError, and a ValueError so that ``jaxfl run`` reports it in one line as it reports bad input."""
+
+
+def _misspelt_hook(cls: type, base: type, names: Sequence[str]) -> str | None:
+    """A method ``cls`` defines itself whose name is a near miss of one of ``names`` that neither it nor
+    a class between it and ``base`` defines (``on_arival`` for ``on_arrival``, ``weight`` for
+    ``weigh``): the error's words, or None. Such a method is never called, and the base's default
+    runs in its place, silently or as an error deep in the run."""
+    import difflib
+
+    for name, value in cls.__dict__.items():
+        if name in names or name.startswith("__") or not inspect.isfunction(value):
+            continue
+        for wanted in difflib.get_close_matches(name, names, n=1, cutoff=0.8):
+            if getattr(cls, wanted) is getattr(base, wanted):  # the hook itself is not defined anywhere
+                return (f"{cls.__name__}.{name} looks like a misspelt {wanted}, which {base.__name__} calls; "
+                        f"{cls.__name__} does not define {wanted}, so {name} would never be called: rename it "
+                        f"{wanted} (or give a helper method a name further from {', '.join(names)})")
+    return None
+
+
 class Policy:
     """Base class of a scheduling policy (one algorithm's server logic).
 
@@ -320,7 +357,7 @@ class Policy:
         """A hook overridden with another signature than the base's is refused when the class is
         defined (TypeError naming it), not at its first call deep into a run."""
         super().__init_subclass__(**kwargs)
-        problem = _signature_mismatch(cls, Policy, Policy.HOOKS)
+        problem = _signature_mismatch(cls, Policy, Policy.HOOKS) or _misspelt_hook(cls, Policy, Policy.HOOKS)
         if problem is not None:
             raise TypeError(problem)
 
@@ -550,12 +587,12 @@ class Simulation:
         """
         if not 0 <= client < self.num_clients:
             raise ValueError(f"client {client} out of range [0, {self.num_clients})")
+        if type(steps) is not int:
+            steps = _step_count(steps)
         if steps < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
         if not extra_time >= 0:
             raise ValueError(f"extra_time must be >= 0, got {extra_time}")
-        if type(steps) is not int:
-            steps = int(steps)
         speeds = self.speeds
         speed_duration = speeds.round_duration(client, steps)
         step_time = (speed_duration - speeds.comm_time()) / steps if steps > 0 else None
@@ -636,13 +673,13 @@ class Simulation:
 
             sim.dispatch_many(range(sim.num_clients), 5)
         """
+        steps = steps if type(steps) is int else _step_count(steps)
         if steps < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
         if self.faults is not None:  # a fault may put a crash on the queue instead of the arrival
             for client in clients:
                 self.dispatch(client, steps, lr_scale, detail)
             return
-        steps = int(steps)
         clients = [client if type(client) is int else operator.index(client) for client in clients]
         num_clients = self.num_clients
         for client in clients:  # all checked before anything is drawn or dispatched
