@@ -350,3 +350,20 @@ def test_the_same_single_run_command_after_a_ctrl_c_names_the_run_it_cut(tmp_pat
            f"jaxfl run --resume {cut} finishes it; this command starts a new run" in err, err
     assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(cut), os.path.basename(cut) + "-2"])
     assert checkpoint.latest(cut) is not None and not os.path.exists(os.path.join(cut, "summary.json"))
+
+
+def test_the_interrupted_command_ends_without_the_interpreters_shutdown(monkeypatch, capsys):
+    """As the command (no argv given), an interrupt ends the process with os._exit after its line: a
+    Ctrl-C during XLA's compilation made the shutdown crash (status -11). A caller's main([...]) gets
+    the status back instead."""
+    ended = []
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_main", interrupted)
+    monkeypatch.setattr(cli.os, "_exit", ended.append)
+    assert cli.main(["run"]) == 130 and ended == []
+    cli.main()
+    assert ended == [130]
+    assert capsys.readouterr().err == "jaxfl: interrupted\njaxfl: interrupted\n"
