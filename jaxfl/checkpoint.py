@@ -303,9 +303,13 @@ def _sigint_after():
     """Ctrl-C (SIGINT) during a save waits for its end: interrupted, orbax's writer threads died with
     the interpreter's shutdown and printed a hundred lines of tracebacks. The interrupt is raised as
     the save returns (the checkpoint it wrote complete, so the run resumes from it). Only where this
-    is the main thread and SIGINT has Python's handler."""
+    is the main thread and SIGINT has Python's handler (or the command's, which also keeps a stop
+    request: :mod:`jaxfl.stopping`)."""
+    from jaxfl import stopping
+
+    previous = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            previous not in (signal.default_int_handler, stopping._on_sigint):
         yield
         return
     caught = []
@@ -313,9 +317,9 @@ def _sigint_after():
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, previous)
     if caught:
-        raise KeyboardInterrupt
+        previous(signal.SIGINT, None)  # the handler's own interrupt (both raise KeyboardInterrupt)
 
 
 def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dict | None = None) -> str:

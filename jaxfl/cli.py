@@ -493,6 +493,10 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             cut = (f"the interrupted one, {interrupt.run_dir}, " +
                    ("starts again: it had no checkpoint yet" if interrupt.checkpoint is None else
                     f"resumes from its checkpoint of update {interrupt.update}"))
+        if not os.path.isdir(args.sweep_dir):  # in the checks before the first cell: nothing written
+            print(f"jaxfl: {_interrupted_how(interrupt)} before the sweep's first cell: nothing written; the same "
+                  "command starts the sweep", file=sys.stderr)
+            return _interrupted_status(interrupt)
         print(f"jaxfl: {_interrupted_how(interrupt)}: {finished} finished "
               f"cell{'' if finished == 1 else 's'} in {table}; the same command goes on (finished cells are "
               f"skipped, {cut})", file=sys.stderr)
@@ -778,7 +782,9 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
         spaces[name] = cls.option_namespace()
     for space in options:
         if space not in spaces.values():
-            raise ConfigError(f"options --{space}.* are given but no chosen algorithm ({names}) reads them")
+            readers = [name for name in algorithms.names() if algorithms.get(name).option_namespace() == space]
+            raise ConfigError(f"options --{space}.* are given but no chosen algorithm ({names}) reads them"
+                              + (f" (read only by {', '.join(readers)})" if readers else ""))
     table = fields.pop("algorithm_options", None)
     per_algorithm = _fields_read(fields, chosen)
     base = {name: ({}, {}) for name in chosen}  # the preset's fields and options table, per algorithm
@@ -992,7 +998,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with stopping.stop_on_sigterm(), warnings.catch_warnings():
             warnings.formatwarning = _warning_line
-            return _main(argv)
+            status = _main(argv)
+        if argv is None and status in (130, stopping.SIGTERM_STATUS):  # a sweep says its interrupt and returns
+            _end_interrupted(status)
+        return status
     except KeyboardInterrupt as interrupt:
         from jaxfl.experiment import RunInterrupted
 

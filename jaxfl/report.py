@@ -1740,7 +1740,13 @@ def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir:
         used.add(number)
         histogram: dict[int, int] = {}
         for run in runs:
-            with open(os.path.join(_run_dir(sweep_dir, run), "summary.json")) as handle:
+            summary = os.path.join(_run_dir(sweep_dir, run), "summary.json")
+            if not os.path.isfile(summary):  # the table lists the run: its folder was damaged or moved since
+                raise FileNotFoundError(f"run directory {_run_dir(sweep_dir, run)!r} of cell {run.get('cell')} has "
+                                        "no summary.json (the run did not finish there, or the file was removed): "
+                                        "the staleness figure needs it (jaxfl report --no-figures, or "
+                                        "make_report(..., figures=False), writes the tables alone)")
+            with open(summary) as handle:
                 stale = json.load(handle).get("timeline", {}).get("staleness_histogram") or {}
             for staleness, updates in stale.items():
                 histogram[int(staleness)] = histogram.get(int(staleness), 0) + updates

@@ -252,6 +252,16 @@ def read_run_and_record(run_dir: str, may_differ: Mapping[str, Any] | None = Non
         raise ResumeError(f"cannot resume {run_dir!r} from here: it was started in {elsewhere!r} and its config "
                           f"names {', '.join(relative)} relative to that folder; resume it from there "
                           f"(cd {shlex.quote(elsewhere)})")
+    algorithm = values.get("algorithm")
+    if isinstance(algorithm, str) and ":" not in algorithm:
+        from jaxfl import algorithms
+
+        if algorithm not in algorithms.names():  # registered by the script or notebook that started the run
+            raise ResumeError(f"cannot resume {run_dir!r}: its algorithm {algorithm!r} is not registered in this "
+                              "process (a class registered in the script or notebook that started the run is "
+                              "recorded by its name alone): define or import it and register it "
+                              "(jaxfl.algorithms.register) before resuming in Python, or run such an algorithm as "
+                              "path/to/file.py:Class or module:Class, which a resume imports itself")
     try:
         return config_from_mapping(values), written.get("user_inputs", {}), written
     except (ConfigError, TypeError, ValueError) as error:

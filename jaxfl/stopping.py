@@ -116,6 +116,16 @@ def _on_sigterm(signum, frame) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _on_sigint(signum, frame) -> None:
+    # Python's own handler raises KeyboardInterrupt wherever the main thread is; where that is a
+    # garbage collector's callback (jax's, during compilation), Python prints "Exception ignored"
+    # and goes on, and the Ctrl-C was lost (the run went on to its end, status 0). The request kept
+    # here stops the run at its next event boundary, or the next run at its first, in that case;
+    # the command clears it where the KeyboardInterrupt did end it.
+    request_stop("SIGINT")
+    raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def said_on_sigterm(last_words):
     """Inside it, SIGTERM under :func:`stop_on_sigterm` that ends the process at once (no run
@@ -148,7 +158,17 @@ def stop_on_sigterm():
         yield
         return
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    # SIGINT too, where it is Python's own (not where a caller or the shell set another handler,
+    # or ignores it, as a shell does for a command started with & in a script)
+    previous_sigint = signal.getsignal(signal.SIGINT)
+    own_sigint = previous_sigint is signal.default_int_handler
+    if own_sigint:
+        signal.signal(signal.SIGINT, _on_sigint)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if own_sigint:
+            signal.signal(signal.SIGINT, previous_sigint)
+        if _state.requested == "SIGINT":  # the KeyboardInterrupt ended what it interrupted: nothing to keep
+            take_stop_request()

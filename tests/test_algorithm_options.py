@@ -42,7 +42,8 @@ def test_cli_namespaced_flags_legacy_aliases_and_per_algorithm_options():
     assert (compass.algorithm_options.latest_time_factor, compass.algorithm_options.q_min) == (1.4, 3)
     fedavg, port = configs("--algorithm", "fedavg,port", "--port.alpha", "2")  # each run gets its own options
     assert fedavg.algorithm_options == algorithms.get("fedavg").Options() and port.algorithm_options.alpha == 2.0
-    with pytest.raises(ConfigError, match="options --port.\\* are given but no chosen algorithm \\(fedavg\\)"):
+    with pytest.raises(ConfigError, match="options --port.\\* are given but no chosen algorithm \\(fedavg\\) reads "
+                                          "them \\(read only by port\\)"):
         configs("--algorithm", "fedavg", "--port.alpha", "2")
 
 

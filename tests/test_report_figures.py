@@ -126,3 +126,13 @@ def test_an_accuracy_figure_of_many_methods_has_its_legend_below_the_curves(coun
         assert legend.get_window_extent().y1 <= axes.get_window_extent().y0
     else:
         assert not figure.legends and len(axes.get_legend().get_texts()) == count + 1
+
+
+def test_a_run_without_summary_json_is_named_with_how_to_report_without_figures(tmp_path):
+    (tmp_path / "runs" / "fedbuff-1").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=r"run directory '.*fedbuff-1' of cell 3 has no summary.json \(the "
+                                                r"run did not finish there, or the file was removed\): the staleness "
+                                                r"figure needs it \(jaxfl report --no-figures"):
+        report.plot_staleness({"fedbuff": [{"run_dir": "runs/fedbuff-1", "cell": 3}]}, str(tmp_path),
+                              str(tmp_path / "staleness.png"))
+    assert not (tmp_path / "staleness.png").exists()

@@ -367,3 +367,66 @@ def test_the_interrupted_command_ends_without_the_interpreters_shutdown(monkeypa
     cli.main()
     assert ended == [130]
     assert capsys.readouterr().err == "jaxfl: interrupted\njaxfl: interrupted\n"
+
+
+def test_a_sweep_interrupted_before_its_first_cell_says_nothing_was_written(tmp_path, monkeypatch, capsys):
+    import jaxfl.sweep
+
+    def checks_interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jaxfl.sweep, "run_sweep", checks_interrupted)
+    out = tmp_path / "never"
+    assert cli.main(["sweep", "--algorithm", "fedavg,fedbuff", "--model", "logreg", "--clients", "3", "--max-updates",
+                     "2", "--out", str(out), "--no-progress"]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "jaxfl: interrupted before the sweep's first cell: nothing written; the same command starts the sweep"
+    assert not out.exists()
+
+
+def test_resuming_a_run_of_an_algorithm_registered_in_its_script_says_to_register_it_first(tmp_path):
+    from jaxfl.algorithms import FedAvgAlgorithm, register, unregister
+    from jaxfl.resume import ResumeError, read_run
+
+    @register
+    class InScript(FedAvgAlgorithm):
+        name = "in_script_test"
+
+    try:
+        run = jaxfl.run_experiment(jaxfl.RunConfig(**{**TINY, "algorithm": "in_script_test"}, max_updates=1,
+                                                   output_dir=str(tmp_path))).run_dir
+    finally:
+        unregister("in_script_test")
+    with pytest.raises(ResumeError, match=r"its algorithm 'in_script_test' is not registered in this process .* "
+                                          r"register it \(jaxfl.algorithms.register\) before resuming"):
+        read_run(run)
+    register(InScript)
+    try:
+        assert read_run(run)[0].algorithm == "in_script_test"
+    finally:
+        unregister("in_script_test")
+
+
+def test_a_ctrl_c_lost_inside_a_garbage_collector_callback_still_stops_the_next_run(tmp_path):
+    """Python drops a KeyboardInterrupt raised in a gc callback ("Exception ignored", jax's during a
+    compilation) and goes on: the command's SIGINT handler also asks for a stop, which the run keeps
+    (stopping at its first event, here) and the command clears where the interrupt did end it."""
+    from jaxfl import stopping
+    from jaxfl.experiment import RunInterrupted
+
+    with stopping.stop_on_sigterm():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            pass  # what Python does with one raised in a gc callback
+        assert stopping.stop_requested() == "SIGINT"
+        with pytest.raises(RunInterrupted) as stopped:
+            jaxfl.run_experiment(jaxfl.RunConfig(**TINY, max_updates=3, output_dir=str(tmp_path)))
+        assert stopped.value.reason == "SIGINT"
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+    assert stopping.stop_requested() is None and signal.getsignal(signal.SIGINT) is signal.default_int_handler
