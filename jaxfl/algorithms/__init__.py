@@ -56,7 +56,7 @@ def device_hooks(algorithm: Algorithm) -> tuple[DeviceHook, ...]:
         shown = f"a {type(made).__name__}" if not isinstance(made, (tuple, list)) else \
             f"a {type(made).__name__} holding {', '.join(sorted({type(hook).__name__ for hook in made}))}"
         raise PluginError(f"{type(algorithm).__name__}.hooks() returned {shown}: it must return a tuple of "
-                         "DeviceHook instances (() for none; one hook as (hook,))")
+                          "DeviceHook instances (() for none; one hook as (hook,))")
     hooks = with_client_sgd(made, sgd)
     return with_step_normalization(hooks, sgd) if algorithm.run.fednova else hooks
 

@@ -331,15 +331,15 @@ def _checked_policy(cls: type, policy: Callable) -> Callable:
         made = policy(self, *args, **kwargs)
         if not isinstance(made, Policy):
             raise PluginError(f"{type(self).__name__}.policy() returned {made!r} ({type(made).__name__}), not a "
-                            "jaxfl Policy: return an instance of a subclass of "
-                            "jaxfl.scheduler.simulation.Policy (jaxfl.algorithms.base.Policy)")
+                              "jaxfl Policy: return an instance of a subclass of "
+                              "jaxfl.scheduler.simulation.Policy (jaxfl.algorithms.base.Policy)")
         problem = _signature_mismatch(type(made), Policy, Policy.HOOKS)  # hooks assigned after the class
         if problem is not None:
             raise PluginError(problem)
-        if type(made).on_arrival is Policy.on_arrival and "on_arrival" not in vars(made):
+        if type(made).on_arrival is Policy.on_arrival and "on_arrival" not in getattr(made, "__dict__", {}):
             raise PluginError(f"{type(self).__name__}.policy() returned a {type(made).__name__}, which does not "
-                            "define on_arrival(self, sim, record), the hook the simulation calls when an update "
-                            "arrives (every policy needs one)")
+                              "define on_arrival(self, sim, record), the hook the simulation calls when an update "
+                              "arrives (every policy needs one)")
         return made
 
     checked._checks_its_policy = True
