@@ -408,6 +408,8 @@ def check_type(name: str, value: Any, annotation: str) -> None:
     else:
         ok = isinstance(value, str)
         expected = "a string"
+        if name == "algorithm" and isinstance(value, type) and issubclass(value, algorithms.Algorithm):
+            expected += f" naming it: its registered name {value.name!r} or 'module:Class'"
     if not ok:
         fail(name, value, f"expected {expected}{' or null' if optional else ''}")
 

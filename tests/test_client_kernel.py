@@ -110,3 +110,21 @@ def test_nonfinite_loss_is_flagged(setup):
 def test_bad_trainer_arguments():
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
         make_client_trainer(lambda p, x: x, optax.sgd(0.1), batch_size=0)
+
+
+@pytest.mark.parametrize("view, num_steps, refused", [
+    ((0, 6), 10, r"num_steps=10 is not allowed: steps lie in \[0, max_steps=3\]"),
+    ((0, 6), -2, r"num_steps=-2 is not allowed"),
+    ((4, 10), 2, r"view ClientView\(offset=4, count=10\) is not allowed: .* offset \+ count <= 6"),
+    ((-3, 2), 2, r"view ClientView\(offset=-3, count=2\) is not allowed"),
+])
+def test_local_train_refuses_known_out_of_range_inputs_and_leaves_traced_ones_to_the_caller(view, num_steps, refused):
+    """Eager calls with a count above max_steps trained max_steps, and a view past the data trained on
+    clamped rows, silently; under jit and vmap the values are traced and the caller's to check."""
+    trainer = make_client_trainer(lambda p, x: x @ p, optax.sgd(0.1), batch_size=2, preprocess=lambda x: x)
+    data = FederatedArrays(jnp.ones((6, 4)), jnp.array([0, 1, 2, 0, 1, 2]))
+    with pytest.raises(ValueError, match=refused):
+        local_train(trainer, jnp.zeros((4, 3)), data, ClientView(*view), num_steps, jax.random.key(0), max_steps=3)
+    traced = jax.jit(lambda n: local_train(trainer, jnp.zeros((4, 3)), data, ClientView(0, 6), n, jax.random.key(0),
+                                           max_steps=3)[1]["steps"])
+    assert int(traced(2)) == 2

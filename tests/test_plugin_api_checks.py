@@ -623,3 +623,22 @@ def test_hooks_returning_one_hook_and_a_policy_dispatching_a_fraction_of_a_step_
     with pytest.raises(ValueError, match=r"local_steps=2.5 \(float\) is not a step count"):
         local_steps_of(2.5, 0)
     assert local_steps_of(3.0, 0) == 3 and local_steps_of((4, 5), 1) == 5
+
+
+def test_aggregating_a_record_instead_of_its_id_and_an_algorithm_class_as_the_config_name_are_named():
+    import jaxfl
+    from jaxfl.algorithms import FedAvgAlgorithm, PluginError
+    from jaxfl.config import ConfigError, validate
+
+    class ByRecord(StepsElsewhere):
+        def start(self, sim):
+            sim.dispatch(0, self.steps)
+
+        def on_arrival(self, sim, record):
+            sim.aggregate([(record, 1.0)])
+
+    with pytest.raises(PluginError, match=r"aggregate\(\) takes \(dispatch id, coefficient\) pairs, e.g. "
+                                          r"\[\(record.id, weight\)\]; got \[\(DispatchRecord"):
+        simulation(ByRecord(2)).run()
+    with pytest.raises(ConfigError, match="expected a string naming it: its registered name 'fedavg' or 'module:Class'"):
+        validate(jaxfl.RunConfig(algorithm=FedAvgAlgorithm))

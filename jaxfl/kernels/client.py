@@ -31,6 +31,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jaxfl.kernels.cpu_ops import cpu_friendly
@@ -327,10 +328,33 @@ def local_train(trainer: ClientTrainer, params: PyTree, data: FederatedArrays, v
     >>> deltas.shape, metrics["steps"].tolist()
     ((2, 4, 3), [3, 1])
     """
+    _check_concrete_inputs(data, view, num_steps, max_steps)
     # One jitted program per (trainer, max_steps, unroll): called eagerly, the scan over a fresh body
     # closure was traced and compiled again on every call; inside the caller's jit/vmap it is inlined.
     return _local_train(trainer, params, data, view, jnp.asarray(num_steps, jnp.int32), key, max_steps=max_steps,
                         unroll=unroll)
+
+
+def _check_concrete_inputs(data: FederatedArrays, view: ClientView, num_steps, max_steps: int) -> None:
+    """Refuse, by value, a step count outside ``[0, max_steps]`` and a view outside the data, where they
+    are known (an eager call; traced values, under ``jit`` or ``vmap``, are the caller's to keep in
+    range): inside the program a count above ``max_steps`` trains ``max_steps`` steps and a view past
+    the end trains on clamped rows, both without a word."""
+    def concrete(value):
+        try:
+            return np.asarray(value)
+        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError, TypeError):
+            return None
+
+    steps, offset, count = concrete(num_steps), concrete(view.offset), concrete(view.count)
+    if steps is not None and steps.size and (steps.min() < 0 or steps.max() > max_steps):
+        raise ValueError(f"num_steps={num_steps!r} is not allowed: steps lie in [0, max_steps={max_steps}]")
+    if offset is None or count is None or not offset.size:
+        return
+    samples = len(data.y)
+    if offset.min() < 0 or count.min() < 0 or (offset + count).max() > samples:
+        raise ValueError(f"view {view!r} is not allowed: offset >= 0 and count >= 0 with offset + count <= "
+                         f"{samples}, the samples of data")
 
 
 @functools.partial(jax.jit, static_argnames=("trainer", "max_steps", "unroll"))

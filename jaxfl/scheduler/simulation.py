@@ -849,11 +849,15 @@ class Simulation:
         Screen the records first (:meth:`screen`) where a dropped NaN/Inf update should change the
         others' weights.
         """
-        if type(contributions) is list and len(contributions) == 1:  # FedAsync's: no comprehension's frame
-            ((dispatch_id, coefficient),) = contributions
-            contributions = ((int(dispatch_id), float(coefficient)),)
-        else:
-            contributions = tuple([(int(d), float(c)) for d, c in contributions])
+        try:
+            if type(contributions) is list and len(contributions) == 1:  # FedAsync's: no comprehension's frame
+                ((dispatch_id, coefficient),) = contributions
+                contributions = ((int(dispatch_id), float(coefficient)),)
+            else:
+                contributions = tuple([(int(d), float(c)) for d, c in contributions])
+        except (TypeError, ValueError) as error:  # e.g. (record, weight): the record where its id belongs
+            raise PluginError(f"aggregate() takes (dispatch id, coefficient) pairs, e.g. [(record.id, weight)]; "
+                              f"got {contributions!r:.300} ({error})") from None
         if payload is not None:
             check = getattr(payload, "check", None)
             if check is not None:
