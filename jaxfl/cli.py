@@ -146,11 +146,17 @@ def _with_default(text: str, default, unset: str = "unset") -> str:
     return f"{text} (default: {default})"
 
 
+def _summary_of(cls) -> str:
+    """An algorithm's one line: its ``summary``, else its docstring's first line (a plug-in's)."""
+    doc = (cls.__dict__.get("__doc__") or "").strip()
+    return cls.summary or (doc.splitlines()[0].strip().rstrip(".") if doc else "")
+
+
 def _option_flags(run: argparse.ArgumentParser) -> None:
     """One flag per option of every registered algorithm, in the options' namespace (dest ``space.field``)."""
     for space, owners in option_namespaces().items():
         cls = algorithms.get(owners[0]).Options
-        summary = algorithms.get(owners[0]).summary
+        summary = _summary_of(algorithms.get(owners[0]))
         group = run.add_argument_group(f"{space} options ({', '.join(owners)})",
                                        f"{summary[0].upper()}{summary[1:]}." if summary else None)
         aliases = {field: alias for alias, field in cls.aliases.items()}
@@ -604,7 +610,7 @@ def _algorithms(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         cls = algorithms.get(name)
         space = cls.option_namespace()
         options = " ".join(f"--{space}.{f.name.replace('_', '-')}" for f in dataclasses.fields(cls.Options))
-        print(f"{name:<{width}}  {cls.kind:<17}  {cls.summary}")
+        print(f"{name:<{width}}  {cls.kind:<17}  {_summary_of(cls)}")
         if options:
             print(f"{'':<{width}}  {'':<17}  options: {options}")
     return 0

@@ -642,3 +642,24 @@ def test_aggregating_a_record_instead_of_its_id_and_an_algorithm_class_as_the_co
         simulation(ByRecord(2)).run()
     with pytest.raises(ConfigError, match="expected a string naming it: its registered name 'fedavg' or 'module:Class'"):
         validate(jaxfl.RunConfig(algorithm=FedAvgAlgorithm))
+
+
+def test_jaxfl_algorithms_shows_a_plugin_s_docstring_where_it_has_no_summary(capsys):
+    from jaxfl import cli
+    from jaxfl.algorithms import FedAvgAlgorithm, register, unregister
+
+    @register
+    class Documented(FedAvgAlgorithm):
+        """FedAvg, documented by its docstring alone.
+
+        More lines that the listing leaves out.
+        """
+        name = "documented_test"
+        summary = ""
+
+    try:
+        assert cli.main(["algorithms"]) == 0
+        line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("documented_test"))
+        assert line.endswith("FedAvg, documented by its docstring alone")
+    finally:
+        unregister("documented_test")
