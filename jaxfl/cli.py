@@ -283,7 +283,21 @@ def build_parser() -> argparse.ArgumentParser:
     split.add_argument("--out", metavar="PATH", help="folder for the heatmap PNG (default: the run output folder, runs)")
     split.add_argument("--max-rows", type=_max_rows, default=40, metavar="N",
                        help="client rows printed, >= 1 (default: 40)")
+    parser.commands = commands.choices  # each command's own parser: its usage for an unknown flag
     return parser
+
+
+def _refuse_unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> None:
+    """An unknown flag, with the command's usage rather than the top level's, and the nearest flag
+    the command has (``--max-updatez``: did you mean ``--max-updates``?)."""
+    import difflib
+
+    own = parser.commands.get(command, parser)
+    flags = [flag for action in own._actions for flag in action.option_strings]
+    given = [token.partition("=")[0] for token in extra if token.startswith("-")]
+    hints = [f"{near[0]} for {flag}" for flag in given
+             for near in [difflib.get_close_matches(flag, flags, n=1, cutoff=0.75)] if near]
+    own.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {', '.join(hints)}?)" if hints else ""))
 
 
 def _max_rows(text: str) -> int:
@@ -1059,7 +1073,9 @@ def _main(argv: list[str] | None) -> int:
     if argv[:1] == ["demo"] and not {"-h", "--help"} & set(argv[1:]):
         return _demo(argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _refuse_unrecognized(parser, args.command, extra)
     if args.command == "timeline":
         return _timeline(parser, args)
     if args.command == "algorithms":

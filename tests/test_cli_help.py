@@ -229,3 +229,15 @@ def test_resume_help_names_every_flag_a_resume_may_change():
     named = re.findall(r"--(?!no-)([a-z0-9-]+)", allowed)
     assert named == [name.replace("_", "-") for name in MAY_DIFFER], action.help
     assert "--progress/--no-progress" in allowed
+
+
+def test_an_unknown_flag_gets_the_command_s_usage_and_the_nearest_flag(capsys):
+    """Not the top level's usage (``jaxfl [-h] {run,...}``), which says nothing about the flag."""
+    from jaxfl import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["run", "--max-updatez", "2", "--seedd", "3"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("usage: jaxfl run ")
+    assert err.strip().endswith("jaxfl run: error: unrecognized arguments: --max-updatez 2 --seedd 3 (did you mean "
+                                "--max-updates for --max-updatez, --seed for --seedd?)")
