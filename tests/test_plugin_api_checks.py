@@ -663,3 +663,17 @@ def test_jaxfl_algorithms_shows_a_plugin_s_docstring_where_it_has_no_summary(cap
         assert line.endswith("FedAvg, documented by its docstring alone")
     finally:
         unregister("documented_test")
+
+
+def test_a_plugin_file_whose_class_cannot_be_registered_is_one_error_naming_why(tmp_path):
+    """A bad ``kind`` (or no ``name``...) of a ``file.py:Class`` came out as register()'s traceback."""
+    from jaxfl import algorithms
+
+    (tmp_path / "bad_kind_plugin.py").write_text(
+        "from jaxfl.algorithms import Algorithm\n\n\nclass BadKind(Algorithm):\n    name = 'bad_kind_test'\n"
+        "    kind = 'async'\n")
+    reference = f"{tmp_path / 'bad_kind_plugin.py'}:BadKind"
+    with pytest.raises(KeyError, match=r"cannot be registered: BadKind.kind='async' is not one of synchronous, "
+                                       r"asynchronous, semi-asynchronous"):
+        algorithms.get(reference)
+    assert "bad_kind_test" not in algorithms.names()
