@@ -51,6 +51,7 @@ from __future__ import annotations
 import array
 import contextlib
 import errno
+import gc
 import hashlib
 import io
 import json
@@ -210,17 +211,20 @@ def _first(error: BaseException) -> str:
 
 @contextlib.contextmanager
 def _quiet_absl():
-    """absl's (orbax's) error logs muted: a failed save logs each of its threads' tracebacks before
-    raising, and :func:`save` says it in one line."""
+    """absl's (orbax's) and asyncio's error logs muted: a failed save logs each of its threads'
+    tracebacks before raising, and asyncio each failed write task's ("Task exception was never
+    retrieved") when it is collected; :func:`save` says the failure in one line."""
     import logging
 
-    logger = logging.getLogger("absl")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    loggers = [logging.getLogger(name) for name in ("absl", "asyncio")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 _CLOSED_LOOP = "RuntimeError: Event loop is closed"
@@ -343,14 +347,18 @@ def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dic
                     return _save(run_dir, number, simulation, engine, extra, config)
             except Exception as failed:
                 _wait_for_orbax_threads()
-                error = failed
+                error, why = failed, _disk_failure(failed)
+            if why is not None:
+                # said in one line below: the failed write tasks that the error's frames hold go now,
+                # while asyncio's log is muted, not at some later collection (the process's end)
+                error = None
+                gc.collect()
     finally:
         if sys.stderr is filtered:
             sys.stderr = stderr
         filtered.release()
     if jax.process_index() == 0:
         shutil.rmtree(temporary, ignore_errors=True)
-    why = _disk_failure(error)
     if why is None:
         raise error
     go_on = (f"logs and checkpoints kept up to update {int(os.path.basename(before)[5:])}; free space and "
