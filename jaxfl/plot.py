@@ -64,10 +64,19 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
     figure = Figure(figsize=figsize)
     axes = figure.subplots()
     target = None
-    for number, run_dir in enumerate(run_dirs):
+    summaries = []
+    for run_dir in run_dirs:  # all checked before drawing: one error naming the run
+        path = os.path.join(run_dir, "summary.json")
+        if not os.path.isfile(path):
+            raise ValueError(f"run {run_dir!r} has no summary.json (not a run directory, or a run still going or "
+                             "interrupted): its accuracy plot comes when it has finished (jaxfl run --resume RUN_DIR)")
+        with open(path) as handle:
+            summaries.append(json.load(handle))
+        if summaries[-1].get("timing_only"):
+            raise ValueError(f"run {run_dir!r} is a timing-only run: it evaluates no model, so it has no accuracy to "
+                             "plot; its schedule is jaxfl.plot.timeline_figure(run_dir) (jaxfl timeline RUN_DIR)")
+    for number, (run_dir, summary) in enumerate(zip(run_dirs, summaries)):
         rows = read_metrics(run_dir)
-        with open(os.path.join(run_dir, "summary.json")) as handle:
-            summary = json.load(handle)
         target, reached = summary["target_accuracy"], summary.get("time_to_target")
         label = summary["algorithm"] + (f" ({reached:.1f} s)" if reached is not None else " (not reached)")
         # the global model is constant between versions: draw steps, not interpolation
@@ -180,10 +189,12 @@ def _run_title(run_dir: str) -> tuple[str, int | None]:
     return algorithm, clients
 
 
-def busy_profile(events: dict[str, np.ndarray], edges: np.ndarray, _kinds=None) -> dict[str, np.ndarray]:
+def busy_profile(events: dict[str, np.ndarray], edges: np.ndarray, _kinds=None,
+                 horizon: float | None = None) -> dict[str, np.ndarray]:
     """Clients in flight over virtual time, per bin of ``edges``: the time-weighted ``mean`` and
     the ``min`` and ``max`` the count takes in the bin (a dispatch is in flight from its start to
-    its arrival or crash; one still in flight counts until the last edge).
+    its arrival or crash; one still in flight counts until the run's end, ``horizon``, or the last
+    edge if that is earlier or no horizon is given: after a run's end nothing is in flight).
 
     >>> events = {"time": np.array([0.0, 0.0, 1.0, 3.0]),
     ...           "event": np.array(["dispatch", "dispatch", "arrival", "arrival"], object),
@@ -193,7 +204,8 @@ def busy_profile(events: dict[str, np.ndarray], edges: np.ndarray, _kinds=None) 
     >>> profile["mean"].tolist(), profile["min"].tolist(), profile["max"].tolist()
     ([1.5, 0.5], [1.0, 0.0], [2.0, 1.0])
     """
-    spans = runlog.dispatch_intervals(events, horizon=float(edges[-1]), labels=False, _kinds=_kinds)
+    until = float(edges[-1]) if horizon is None else min(float(edges[-1]), horizon)
+    spans = runlog.dispatch_intervals(events, horizon=until, labels=False, _kinds=_kinds)
     starts, ends = np.sort(spans["start"]), np.sort(spans["end"])
     times = np.sort(np.concatenate([starts, ends]))
     times = times[np.append(times[1:] != times[:-1], True)] if len(times) else times
@@ -440,7 +452,7 @@ def _plot_aggregated(events: dict[str, np.ndarray], kinds, algorithm: str, clien
     edges = np.linspace(0.0, end, bins + 1)
     centres = (edges[:-1] + edges[1:]) / 2
     width = edges[1] - edges[0]
-    profile = busy_profile(events, edges, _kinds=kinds)
+    profile = busy_profile(events, edges, _kinds=kinds, horizon=horizon if horizon > 0 else None)
     aggregations = np.histogram(time[kinds("aggregate")], edges)[0]
     arrivals = kinds("arrival") & (events["staleness"] >= 0)
     low, median, high = binned_quantiles(time[arrivals], events["staleness"][arrivals], edges)
@@ -458,6 +470,10 @@ def _plot_aggregated(events: dict[str, np.ndarray], kinds, algorithm: str, clien
     top = in_flight_axis_top(peak, clients)
     if top > clients:  # the federation's size is in view: drawn as a line, as for a small federation
         busy.axhline(clients, color="grey", linestyle="--", linewidth=1, label=f"all {clients:,} clients")
+    if end > horizon > 0:  # a --max-time past the run's end (runs side by side on one axis)
+        for axes in (busy, rate, stale):
+            axes.axvline(horizon, color="grey", linestyle=":", linewidth=1)
+        busy.text(horizon, 0.5, " run's end", transform=busy.get_xaxis_transform(), fontsize=8, color="grey")
     busy.set_ylabel(f"clients in flight\n(of {clients:,})")
     busy.set_ylim(0, top)
     busy.legend(loc="lower right", fontsize=8)

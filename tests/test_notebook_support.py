@@ -6,6 +6,7 @@ No ``from __future__ import annotations`` in this file, on purpose: the options 
 notebook types them.
 """
 import dataclasses
+import re
 from typing import Optional
 
 import matplotlib
@@ -93,3 +94,16 @@ def test_the_accuracy_figure_tells_eleven_runs_apart(finished_run):
     runs = [line for line in axes.get_lines() if line.get_label().startswith("fedbuff")]
     assert len(runs) == 11
     assert len({(line.get_color(), str(line.get_linestyle())) for line in runs}) == 11
+
+
+def test_the_accuracy_figure_of_a_timing_only_or_unfinished_run_is_one_error_naming_it(finished_run, tmp_path):
+    """A timing-only run in the list was a bare KeyError 'target_accuracy'; a run without its summary
+    a FileNotFoundError. Both are refused, naming the run and what to plot or do instead."""
+    timing = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedbuff", dataset="synthetic_iid", partition="natural",
+                                                  model="logreg", clients=20, max_updates=3, timing_only=True,
+                                                  progress=False, output_dir=str(tmp_path / "runs")))
+    with pytest.raises(ValueError, match=rf"run '{re.escape(timing.run_dir)}' is a timing-only run: it evaluates no "
+                                         r"model.*jaxfl.plot.timeline_figure\(run_dir\)"):
+        accuracy_figure([finished_run.run_dir, timing.run_dir])
+    with pytest.raises(ValueError, match=rf"run '{re.escape(str(tmp_path))}' has no summary.json"):
+        accuracy_figure([str(tmp_path)])

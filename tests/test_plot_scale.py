@@ -102,3 +102,24 @@ def test_in_flight_axis_keeps_the_federation_where_most_clients_train(tmp_path):
     assert busy.get_ylim() == (0.0, 105.0)
     assert "all 100 clients" in [text.get_text() for text in busy.get_legend().get_texts()]
     assert len(busy.get_lines()) == 2  # the mean and the federation's dashed line
+
+
+def test_a_time_axis_past_the_run_s_end_shows_nobody_in_flight_after_it(tmp_path):
+    """``jaxfl timeline --max-time`` beyond a run's end (runs side by side on one axis): the
+    aggregated view drew the clients still in flight at the end as in flight up to the axis's end,
+    where the Gantt chart ends their bars at the run's end. Now both stop there, marked."""
+    import jaxfl
+
+    result = jaxfl.run_experiment(jaxfl.RunConfig(
+        algorithm="fedbuff", dataset="synthetic_iid", partition="natural", model="logreg", clients=200,
+        concurrency=50, max_updates=20, timing_only=True, progress=False, output_dir=str(tmp_path)))
+    end = result.summary["virtual_time"]
+    figure = plot.timeline_figure(result.run_dir, max_time=4 * end, bins=40, max_clients=60)
+    busy = figure.axes[0]
+    mean = busy.get_lines()[0]
+    assert mean.get_label() == "time-weighted mean in bin"
+    centres, level = np.asarray(mean.get_xdata()), np.asarray(mean.get_ydata())
+    assert level[centres < end * 0.9].max() == pytest.approx(50)  # 50 in flight while it ran
+    assert level[centres > end * 1.1].max() == 0  # nobody after its end
+    assert any(text.get_text() == " run's end" for text in busy.texts)
+    assert "50 in flight" in busy.get_title()
