@@ -1114,11 +1114,25 @@ def is_timing_only(row: dict) -> bool:
 
 # The figures of a timing-only run's results row (jaxfl.sweep.SUMMARY_COLUMNS), as the timing table names
 # and shows them: what the schedule did, the simulator's own seconds last.
-TIMING_COLUMNS = {"virtual_time": ("virtual time (s)", lambda x: f"{x:.1f}"),
+def _significant(x: float, digits: int = 3, percent: bool = False) -> str:
+    """``x`` with one decimal from 1 up, else ``digits`` significant figures: a large federation's
+    0.01 % utilisation or 0.027 virtual s were "0.0".
+
+    >>> _significant(1234.56), _significant(0.02712), _significant(0.0001, percent=True), _significant(0.5, percent=True)
+    ('1234.6', '0.0271', '0.01%', '50.0%')
+    """
+    value = 100 * x if percent else x
+    suffix = "%" if percent else ""
+    if value == 0 or abs(value) >= 1:
+        return f"{value:.1f}{suffix}"
+    return f"{value:.{digits}g}{suffix}"
+
+
+TIMING_COLUMNS = {"virtual_time": ("virtual time (s)", lambda x: _significant(x)),
                   "global_updates": ("global updates", lambda x: f"{x:.1f}".removesuffix(".0")),
                   "client_updates": ("client updates", lambda x: f"{x:.1f}".removesuffix(".0")),
                   "client_steps_executed": ("client steps", lambda x: f"{x:.1f}".removesuffix(".0")),
-                  "client_utilisation": ("client utilisation", lambda x: f"{x:.1%}"),
+                  "client_utilisation": ("client utilisation", lambda x: _significant(x, percent=True)),
                   "mean_staleness": ("mean staleness", lambda x: f"{x:.2f}"),
                   "wall_time_s": ("wall time (s)", lambda x: f"{x:.3f}")}
 
@@ -1711,11 +1725,17 @@ def plot_staleness(runs_by_method: dict[str, list[dict]], sweep_dir: str, path: 
     return plot_staleness_by_group({"": runs_by_method}, sweep_dir, path)
 
 
+# A staleness histogram draws one bar per value up to this many values, else STALENESS_BINS bins.
+STALENESS_BARS = 100
+STALENESS_BINS = 60
+
+
 def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir: str, path: str) -> str:
     """Staleness of the aggregated updates (summary.json's histogram), one panel per group and method
     summed over that group's runs of the method (its seeds): each group starts a row of panels, and
     a panel's title names the group (its label, :func:`figure_groups`; none for the label "") and the
-    method, with its runs and mean staleness, the figures of the tables' rows.
+    method, with its runs and mean staleness (the mean of its runs' means, as the tables' rows). A
+    staleness above :data:`STALENESS_BARS` is drawn in :data:`STALENESS_BINS` bins.
 
     >>> # plot_staleness_by_group({"concurrency=100": {"fedbuff": runs}, "concurrency=1000": {...}}, "sweeps/x", "staleness.png")
     """
@@ -1739,6 +1759,7 @@ def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir:
         panel = axes.flat[number]
         used.add(number)
         histogram: dict[int, int] = {}
+        run_means = []  # each run's mean staleness: the tables' mean over seeds is their mean
         for run in runs:
             summary = os.path.join(_run_dir(sweep_dir, run), "summary.json")
             if not os.path.isfile(summary):  # the table lists the run: its folder was damaged or moved since
@@ -1750,10 +1771,19 @@ def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir:
                 stale = json.load(handle).get("timeline", {}).get("staleness_histogram") or {}
             for staleness, updates in stale.items():
                 histogram[int(staleness)] = histogram.get(int(staleness), 0) + updates
+            if sum(stale.values()):
+                run_means.append(sum(int(s) * n for s, n in stale.items()) / sum(stale.values()))
         total = sum(histogram.values())
         if total:
-            panel.bar(list(histogram), list(histogram.values()), width=0.8)
-            mean = sum(s * n for s, n in histogram.items()) / total
+            values, counts = np.array(list(histogram)), np.array(list(histogram.values()))
+            if values.max() <= STALENESS_BARS:
+                panel.bar(values, counts, width=0.8)
+            else:  # thousands of values: one bar each was invisible beside the axis (and slow): binned
+                edges = np.linspace(-0.5, values.max() + 0.5, STALENESS_BINS + 1)
+                binned, _ = np.histogram(values, edges, weights=counts)
+                panel.stairs(binned, edges, fill=True)
+                panel.set_ylabel(f"updates per {edges[1] - edges[0]:.3g} versions", fontsize=8)
+            mean = sum(run_means) / len(run_means)
             what = f"{len(runs)} run{'s' if len(runs) > 1 else ''}, mean {mean:.2f}"
         else:
             what = "no aggregated updates"
@@ -1766,7 +1796,8 @@ def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir:
         # back to fractions of an update (-0.4 … 0.4): keep 0 and 1 in view
         panel.set_xlim(-0.6, max([1, *histogram]) + 0.6)
         panel.set_xlabel("staleness (global updates)", fontsize=8)
-        panel.set_ylabel("updates", fontsize=8)
+        if not panel.get_ylabel():
+            panel.set_ylabel("updates", fontsize=8)
     for number, panel in enumerate(axes.flat):
         if number not in used:
             panel.axis("off")

@@ -136,3 +136,28 @@ def test_a_run_without_summary_json_is_named_with_how_to_report_without_figures(
         report.plot_staleness({"fedbuff": [{"run_dir": "runs/fedbuff-1", "cell": 3}]}, str(tmp_path),
                               str(tmp_path / "staleness.png"))
     assert not (tmp_path / "staleness.png").exists()
+
+
+def test_staleness_panels_give_the_tables_mean_and_bin_thousands_of_values(tmp_path, monkeypatch):
+    """Two seeds of unequal update counts: the title's mean is the mean of the runs' means (the
+    tables' figure; pooling gave another). Staleness in the thousands: one bar per value was
+    drawn (tens of thousands of patches, slowly) and the tallest, at 0, sat invisible beside the
+    axis; it is now binned."""
+    import json
+
+    def run(name, histogram):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "summary.json").write_text(json.dumps({"timeline": {"staleness_histogram": histogram}}))
+        return {"run_dir": str(folder)}
+
+    few = run("few", {"0": 1, "2": 1})  # mean 1
+    many = run("many", {"0": 5, "2000": 1, "1000": 4})  # mean 6000 / 10 = 600
+    (figure,) = _drawn_figures(monkeypatch, lambda: report.plot_staleness_by_group(
+        {"": {"fedcompass": [few, many]}}, str(tmp_path), str(tmp_path / "staleness.png")))
+    panel = figure.axes[0]
+    assert panel.get_title().endswith("2 runs, mean 300.50")
+    assert len(panel.patches) == 1  # one filled outline, not a bar per value
+    heights = panel.patches[0].get_path().vertices[:, 1]
+    assert heights.max() == 7  # staleness 0 and 2 of both runs, in the first bin (33 versions wide)
+    assert panel.get_ylabel().startswith("updates per ")
