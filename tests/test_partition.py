@@ -479,3 +479,30 @@ def test_flat_partition_is_a_read_only_sequence_of_client_views():
 def test_bad_inputs_name_the_value(call, match):
     with pytest.raises(ValueError, match=match):
         call(np.random.default_rng(0))
+
+
+def test_a_hopeless_dirichlet_split_gives_up_early_with_its_reason():
+    """At 10^5 clients a split that cannot give every client a sample spent 1000 tries (minutes,
+    silent) before its error; tries that each leave many clients short stop after a few."""
+    from jaxfl.data import partition
+
+    class CountingDraws:  # numpy's Generator, counting its Dirichlet draws
+        def __init__(self, seed):
+            self.rng, self.draws = np.random.default_rng(seed), 0
+
+        def dirichlet(self, *args, **kwargs):
+            self.draws += 1
+            return self.rng.dirichlet(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.rng, name)
+
+    labels = np.repeat(np.arange(10), 300)  # 3,000 samples over 2,000 clients at alpha 0.1: hundreds empty
+    rng = CountingDraws(0)
+    with pytest.raises(ValueError, match=r"no draw gave every one of 2000 clients >= 1 samples in 10 tries .*every "
+                                         r"draw left >= 20 clients short, so the other 990 tries"):
+        partition.partition_dirichlet(labels, 2000, alpha=0.1, rng=rng)
+    assert rng.draws == 10 * 10  # ten draws of ten classes
+    # a split that some draw can make is made as before
+    parts = partition.partition_dirichlet(labels, 20, alpha=0.5, rng=np.random.default_rng(0))
+    assert sum(len(part) for part in parts) == 3000 and min(len(part) for part in parts) >= 1
