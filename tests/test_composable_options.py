@@ -1,5 +1,8 @@
 """FedProx (proximal term in the client kernel), FedNova (normalised averaging) and FedOpt (adaptive
 server optimisers): hand-computed goldens and the zero-setting identities."""
+import re
+import warnings
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -129,3 +132,45 @@ def test_cli_runs_the_new_algorithms(tmp_path, capsys):
     out = capsys.readouterr().out
     for name in ("fedasmu", "fedyogi"):
         assert name in out
+
+
+def test_fednova_is_refused_where_it_would_change_nothing():
+    """FedAsync aggregates one update at a time (FedNova's coefficient is then 1) and FedBuff's rule
+    plato averages models: ``fednova=True`` was accepted there, recorded in config.json, and the run
+    was bit-identical to one without it."""
+    for kwargs in ({"algorithm": "fedasync"}, {"algorithm": "fedasync", "rule": "plato"},
+                   {"algorithm": "fedasync", "rule": "paper"}, {"algorithm": "fedbuff", "rule": "plato"}):
+        with pytest.raises(ConfigError, match=rf"fednova=True is not allowed: leave it false for {kwargs['algorithm']}"):
+            validate(RunConfig(fednova=True, client_optimizer="sgd", **kwargs))
+    for rule in (None, "paper", "fedcompass"):
+        assert validate(RunConfig(algorithm="fedbuff", rule=rule, fednova=True, client_optimizer="sgd")).fednova
+
+
+@pytest.mark.parametrize("options, ignored", [
+    ({"fetch": False, "mu_beta": 2.0}, "fedasmu.mu_beta=2.0 is ignored: it is read only with fedasmu.fetch on"),
+    ({"fetch": False, "gamma0": 3.0}, "fedasmu.gamma0=3.0 is ignored: it is read only with fedasmu.fetch on"),
+    ({"dynamic": False, "lr_lambda": 0.5}, "fedasmu.lr_lambda=0.5 is ignored: it is read only with fedasmu.dynamic on"),
+])
+def test_fedasmu_settings_of_a_switched_off_part_are_said_to_be_ignored(options, ignored):
+    """FedASMU-FA (no fetch) has no fresh-model weight β(γ, ν), FedASMU-DA (no dynamic) learns no
+    weights: their settings changed nothing, without a word (identical results)."""
+    with pytest.warns(UserWarning, match=re.escape(ignored)):
+        validate(RunConfig(algorithm="fedasmu", algorithm_options={"slot": "first", **options}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        validate(RunConfig(algorithm="fedasmu", algorithm_options={"slot": "first", "mu_beta": 2.0, "lr_lambda": 0.5}))
+
+
+def test_port_settings_that_cannot_act_are_said_to_be_ignored():
+    """β = 0 switches PORT's cosine term off and Ω = inf never pulls a client: their settings were
+    accepted without a word. A preset's own values (plato's cosine) are not the user's: no note."""
+    with pytest.warns(UserWarning, match=r"port.cosine='current' is ignored: port.beta=0 switches the cosine term off"):
+        validate(RunConfig(algorithm="port", algorithm_options={"beta": 0, "cosine": "current"}))
+    with pytest.warns(UserWarning, match=r"port.pull_steps=2 is ignored: with port.staleness_bound=inf"):
+        validate(RunConfig(algorithm="port", algorithm_options={"staleness_bound": float("inf"), "pull_steps": 2,
+                                                                 "urgent_pull": True}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        validate(RunConfig(algorithm="port", algorithm_options={"beta": 0, "preset": "plato"}))
+        validate(RunConfig(algorithm="port", algorithm_options={"cosine": "current", "pull_steps": 2,
+                                                                 "urgent_pull": True}))

@@ -440,7 +440,7 @@ class CCFedAvgConfig(Options):
             if not read and getattr(self, name) != getattr(CCFedAvgConfig, name):
                 fail(f"cc.{name}", getattr(self, name), f"only with {CC_OPTION_READERS[name]}; this run's {where}")
         if self.diagnostic and self.strategy not in ESTIMATING_STRATEGIES:
-            fail("cc.diagnostic", True, f"false for strategy {self.strategy!r}: no client estimates its update there "
+            fail("cc.diagnostic", True, f"leave it false for strategy {self.strategy!r}: no client estimates its update there "
                                         f"(strategies {', '.join(ESTIMATING_STRATEGIES)} estimate)")
         if self.diagnostic and run.timing_only:
             fail("cc.diagnostic", True, "false in a timing-only run (it trains nothing to compare with)")

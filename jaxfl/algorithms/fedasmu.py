@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -639,6 +640,21 @@ class FedASMUConfig(Options):
                 if getattr(self, name) != getattr(FedASMUConfig, name):
                     fail(f"fedasmu.{name}", getattr(self, name),
                          f"only with fedasmu.slot='learned' (the slot meta-model); this run's slot is {self.slot!r}")
+        # the ablations' switched-off parts: their settings change nothing, said (not refused: a preset's
+        # values, e.g. fedasmu-cifar10's learning rates, stay valid for its -FA and -DA ablations)
+        unread = {}
+        if not self.fetch:
+            unread.update(dict.fromkeys(("mu_beta", "lr_gamma", "lr_nu", "gamma0", "nu0"),
+                                        "with fedasmu.fetch on (the fresh model's weight β(γ, ν)); this run is "
+                                        "FedASMU-FA (--no-fedasmu.fetch), which mixes no fresh model"))
+        if not self.dynamic:
+            for name in ("lr_lambda", "lr_sigma", "lr_iota", "lr_gamma", "lr_nu"):
+                unread.setdefault(name, "with fedasmu.dynamic on (λ, σ, ι, γ, ν learned); this run is FedASMU-DA "
+                                        "(--no-fedasmu.dynamic), which keeps them at their initial values")
+        for name, when in unread.items():
+            if getattr(self, name) != getattr(FedASMUConfig, name):
+                warnings.warn(f"fedasmu.{name}={getattr(self, name)!r} is ignored: it is read only {when}",
+                              UserWarning, stacklevel=2)
 
 
 @register

@@ -111,6 +111,17 @@ class FedBuffAlgorithm(Algorithm):
     summary = "aggregate every K buffered updates (Nguyen et al. 2022)"
 
     @classmethod
+    def supports_fednova(cls, run) -> bool:
+        """Under the rules paper and fedcompass (pseudo-gradients); the rule plato averages models,
+        where ``fednova=True`` was accepted and changed nothing.
+
+        >>> from types import SimpleNamespace
+        >>> [FedBuffAlgorithm.supports_fednova(SimpleNamespace(rule=r)) for r in (None, "fedcompass", "plato")]
+        [True, True, False]
+        """
+        return (run.rule or "paper") != "plato"
+
+    @classmethod
     def unread_settings(cls, run, options=None) -> dict[str, tuple[str | None, str]]:
         """Under ``rule="paper"`` (the default) an update is weighed st(s)/K: no p_i. Under ``"plato"``
         the K models are averaged with equal weights: no p_i, no staleness function, no server optimiser.

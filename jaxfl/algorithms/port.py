@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -389,6 +390,16 @@ class PortConfig(Options):
         for name in ("cosine_skip_staleness", "cosine_skip_rounds"):
             if getattr(self, name) < -1:
                 fail(f"port.{name}", getattr(self, name), "an integer >= -1")
+        # settings that cannot act in this run: said, not refused (a preset's values stay valid)
+        preset = self.presets[self.preset]
+        if self.beta == 0:
+            for name in ("cosine", "cosine_skip_staleness", "cosine_skip_rounds"):
+                if getattr(self, name) != preset[name]:
+                    warnings.warn(f"port.{name}={getattr(self, name)!r} is ignored: port.beta=0 switches the cosine "
+                                  "term off", UserWarning, stacklevel=2)
+        if math.isinf(self.staleness_bound) and self.pull_steps is not None:
+            warnings.warn(f"port.pull_steps={self.pull_steps!r} is ignored: with port.staleness_bound=inf no client is "
+                          "ever too stale, so none is pulled", UserWarning, stacklevel=2)
 
 
 @register
