@@ -35,7 +35,7 @@ from jaxfl import algorithms
 from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, ConfigError, RunConfig,
                           _server_readers_text, algorithms_reading, annotation_text, config_from_mapping,
                           fields_not_read_by, flat_once, load_config_file, option_namespaces,
-                          split_algorithm_options)
+                          split_algorithm_options, unknown_name)
 from jaxfl.checkpoint import DiskWriteError
 from jaxfl.engine import NumericalError, ResourceError
 
@@ -58,6 +58,51 @@ _HELP = {
 # a checkpoint or a log that could not be written (a full disk): sysexits' EX_IOERR, not 2 (bad input) or 1 (a numerical error)
 CHECKPOINT_WRITE_STATUS = 74
 _ALIASES = {"client_lr": ["--lr"], "output_dir": ["--out"], "local_steps": ["--steps"]}
+
+
+def _your_code_frame(error: BaseException):
+    """The deepest frame of ``error``'s own traceback that lies in the user's code: a file outside
+    jaxfl, the standard library and the installed packages (a ``file.py:Class`` plug-in, a
+    ``module:object`` model), or None. An error raised there is a bug to find, not bad input.
+
+    >>> try:
+    ...     RunConfig(clients=0)
+    ... except ValueError as error:  # raised by jaxfl about its input
+    ...     print(_your_code_frame(error))
+    None
+    """
+    import sysconfig
+    import traceback
+
+    import jaxfl
+
+    ours = [os.path.dirname(os.path.abspath(jaxfl.__file__))]
+    ours += [os.path.abspath(path) for key, path in sysconfig.get_paths().items()
+             if key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    ours = tuple(os.path.join(path, "") for path in ours)
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if not frame.filename.startswith("<")
+              and not os.path.abspath(frame.filename).startswith(ours)
+              and "site-packages" not in frame.filename]
+    return frames[-1] if frames else None
+
+
+def _exit_on_error(parser: argparse.ArgumentParser, error: BaseException, status: int = 2) -> typing.NoReturn:
+    """End the command on ``error``: one line and ``status`` (2: bad input) when jaxfl raised it about
+    what it was given (naming the line of the user's code that its cause came from, if any: a model
+    that does not fit the data); the traceback, a line naming the file and line, and status 1 when it
+    came from the user's own code (:func:`_your_code_frame`), which a one-line "bad input" would hide."""
+    frame = _your_code_frame(error)
+    if frame is None:
+        cause = error.__cause__
+        frame = None if cause is None else _your_code_frame(cause)  # e.g. a model that does not fit the data
+        where = "" if frame is None else f" (in your code: {frame.filename}, line {frame.lineno}, in {frame.name})"
+        parser.exit(status, f"jaxfl: error: {error}{where}\n")
+    import traceback
+
+    traceback.print_exception(error)
+    parser.exit(1, f"jaxfl: error in your code ({frame.filename}, line {frame.lineno}, in {frame.name}; "
+                   f"traceback above): {type(error).__name__}: {error}\n")
 
 # What ``jaxfl run --help`` prints above and below the flags (plain text: argparse shows it verbatim).
 _RUN_DESCRIPTION = """\
@@ -126,8 +171,40 @@ def _add_flag(group, flags: list[str], dest: str, annotation: str, help_text: st
         if annotation.startswith("bool"):
             group.add_argument(*names, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
-            group.add_argument(*names, dest=dest, type=parse or _value_parser(dest, annotation), default=None,
-                               metavar=_metavar(dest, annotation), help=text)
+            group.add_argument(*names, dest=dest, type=_typed_none(parse or _value_parser(dest, annotation)),
+                               default=None, metavar=_metavar(dest, annotation), help=text)
+
+
+class _ExplicitNone:
+    """What a flag typed as ``none`` parses to until :func:`_take_explicit_nones` (argparse's
+    default None means "not given", and ``--max-updates none`` must replace a preset's 80)."""
+
+    def __repr__(self) -> str:
+        return "None"
+
+
+_EXPLICIT_NONE = _ExplicitNone()
+
+
+def _typed_none(parse):
+    def parse_flag(text: str):
+        value = parse(text)
+        return _EXPLICIT_NONE if value is None else value
+
+    return parse_flag
+
+
+def _take_explicit_nones(args: argparse.Namespace) -> None:
+    """Back to None, the flags typed as ``none``, named in ``args.explicit_none``: a setting given."""
+    typed = {name for name, value in vars(args).items() if value is _EXPLICIT_NONE}
+    args.explicit_none = set(getattr(args, "explicit_none", ())) | typed
+    for name in typed:
+        setattr(args, name, None)
+
+
+def _given(args: argparse.Namespace, name: str, value) -> bool:
+    """Whether the flag ``name`` was given (``none`` included)."""
+    return value is not None or name in getattr(args, "explicit_none", ())
 
 
 def _metavar(dest: str, annotation: str) -> str:
@@ -497,7 +574,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except DiskWriteError as error:  # a full disk: the same command goes on once there is space
         parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError, argparse.ArgumentTypeError) as error:
-        parser.exit(2, f"jaxfl: error: {error}\n")
+        _exit_on_error(parser, error)
     except CellFailed as error:  # a cell of a parallel sweep (--jobs): its error and output, no traceback of ours
         print(f"jaxfl: error: {error}", file=sys.stderr)
         return 1
@@ -544,7 +621,7 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         report = make_report(args.sweep_dir, args.reference, args.out, figures=args.figures, panels=args.panels,
                              grid=args.grid)
     except (ConfigError, ValueError, FileNotFoundError) as error:
-        parser.exit(2, f"jaxfl: error: {error}\n")
+        _exit_on_error(parser, error)
     print(report.markdown)
     print(f"\ntables: {report.markdown_path}, {report.table}")
     if report.figures:
@@ -600,7 +677,7 @@ def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
 
         _, federation = build_data(config)
     except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
-        parser.exit(2, f"jaxfl: error: {error}\n")
+        _exit_on_error(parser, error)
     title = f"{config.dataset}, {config.partition}, {config.clients} clients, seed {config.seed}"
     report = partition_report(federation, title)
     print(report.table(args.max_rows))
@@ -650,13 +727,13 @@ def _timeline(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         try:
             check_folder("--out", os.path.dirname(args.out) or ".", given=args.out)
         except ConfigError as error:
-            parser.exit(2, f"jaxfl: error: {error}\n")
+            _exit_on_error(parser, error)
     from jaxfl.plot import save_figure, timeline_figure
 
     try:  # the figure first: a damaged log is refused before any folder is made
         figure = timeline_figure(args.run_dir, args.max_time)
     except (ValueError, FileNotFoundError, ImportError) as error:
-        parser.exit(2, f"jaxfl: error: {error}\n")
+        _exit_on_error(parser, error)
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)  # as run and sweep make their folders
     print(save_figure(figure, out))
     return 0
@@ -678,7 +755,7 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             show(message, category, *where, **options)
 
     flags = {key: value for key, value in vars(args).items()
-             if value is not None and (key in FIELDS or "." in key) and key != "progress"}
+             if _given(args, key, value) and (key in FIELDS or "." in key) and key != "progress"}
 
     def spelling(name: str, value) -> str:  # as the user wrote it (a bool as --X or --no-X, as typed)
         if name in flags:
@@ -706,7 +783,7 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except DiskWriteError as error:
         parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")
     except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
-        parser.exit(2, f"jaxfl: error: {error}\n")
+        _exit_on_error(parser, error)
     except NumericalError as error:
         parser.exit(1, f"jaxfl: run stopped: {error}\n")
     print(f"{result.summary['algorithm']}: resumed, {result.summary['global_updates']} updates, "
@@ -769,6 +846,11 @@ def flat_settings(values: dict, where: str) -> dict:
             fields.update({f"{space}.{cls.field_name(option)}": item for option, item in given.items()})
         return fields
 
+    for key, value in values.items():  # a misspelt table: named as a section, not flattened into its fields
+        name = key.replace("-", "_")
+        if isinstance(value, dict) and name not in SECTIONS and name not in spaces and name != "algorithm" \
+                and name != "algorithm_options":
+            raise unknown_name(key, value, where)
     # an [algorithm] table stays whole (its name and options go together)
     return flat_once(values, where, flatten, lambda key, value: isinstance(value, dict) and
                      (key.replace("-", "_") in SECTIONS or key.replace("-", "_") in spaces))
@@ -778,8 +860,9 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
     """One validated config per algorithm of ``--algorithm``; each gets only its own options. The
     flags replace the ``--config`` file's settings however the file spelled them (a ``[data]``
     table's ``clients`` as well as a flat one)."""
+    _take_explicit_nones(args)  # (done by main; again for a namespace parsed elsewhere)
     values = {key: value for key, value in vars(args).items()
-              if value is not None and (key in FIELDS or "." in key)}
+              if _given(args, key, value) and (key in FIELDS or "." in key)}
     file_values = _file_settings(args.config) if args.config else {}
     _check_alternatives(values, file_values, args.config)
     fields, options = split_algorithm_options({**file_values, **values})
@@ -803,7 +886,10 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
     for space in options:
         if space not in spaces.values():
             readers = [name for name in algorithms.names() if algorithms.get(name).option_namespace() == space]
-            raise ConfigError(f"options --{space}.* are given but no chosen algorithm ({names}) reads them"
+            flagged = any(key.startswith(f"{space}.") for key in values)
+            given = f"options --{space}.* are given" if flagged else \
+                f"the [{space}] options of config file {args.config!r} are given"
+            raise ConfigError(f"{given} but no chosen algorithm ({names}) reads them"
                               + (f" (read only by {', '.join(readers)})" if readers else ""))
     table = fields.pop("algorithm_options", None)
     per_algorithm = _fields_read(fields, chosen)
@@ -818,12 +904,16 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
                 print(f"jaxfl: note: preset {preset}: {', '.join(left_out)} not read by {name}, left out",
                       file=sys.stderr)
     # Validate every config before the first run starts: a typo in the third fails at once.
+    import warnings
+
     configs = []
     for name in chosen:
         preset_fields, preset_options = base[name]
         given = {**preset_options, **(table or {}), **options.get(spaces[name], {})}
-        configs.append(config_from_mapping({**preset_fields, **per_algorithm[name], "algorithm": name,
-                                            "algorithm_options": given or None}))
+        with warnings.catch_warnings():  # a config's warnings come once, from its run's own validation
+            warnings.simplefilter("ignore")
+            configs.append(config_from_mapping({**preset_fields, **per_algorithm[name], "algorithm": name,
+                                                "algorithm_options": given or None}))
     return configs
 
 
@@ -1074,6 +1164,7 @@ def _main(argv: list[str] | None) -> int:
         return _demo(argv[1:])
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    _take_explicit_nones(args)
     if extra:
         _refuse_unrecognized(parser, args.command, extra)
     if args.command == "timeline":
@@ -1094,7 +1185,7 @@ def _main(argv: list[str] | None) -> int:
             try:  # (validating starts no jax backend: jax.distributed.initialize must come first)
                 configs = _configs(args)
             except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
-                parser.exit(2, f"jaxfl: error: {error}\n")
+                _exit_on_error(parser, error)
         try:
             init_cluster(args.coordinator_address, args.num_processes, args.process_id)
         except (ValueError, RuntimeError) as error:
@@ -1157,7 +1248,7 @@ def _main(argv: list[str] | None) -> int:
     except DiskWriteError as error:  # a full disk: not bad input; the run keeps its earlier checkpoints
         parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError) as error:
-        parser.exit(2, f"jaxfl: error: {error}\n")
+        _exit_on_error(parser, error)
     except NumericalError as error:  # the run directory keeps everything logged until then
         parser.exit(1, f"jaxfl: run stopped: {error}\n")
     finally:

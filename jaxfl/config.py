@@ -540,21 +540,19 @@ def validate(config: RunConfig) -> RunConfig:
         fail("prox_mu", config.prox_mu, "a finite number >= 0")
     _validate_client_training(config, algorithm)
     if config.fednova and not algorithm.supports_fednova(config):
-        fail("fednova", config.fednova, f"false for {config.algorithm}: FedNova normalises aggregations of "
-                                        f"pseudo-gradients ({', '.join(_fednova_algorithms(config))}); "
-                                        f"{config.algorithm} mixes models or is normalised already")
+        fail("fednova", config.fednova, f"leave it false for {config.algorithm}{_rule_text(config)}: FedNova normalises "
+                                        f"aggregations of several pseudo-gradients "
+                                        f"({', '.join(_fednova_algorithms(config))}); {config.algorithm} "
+                                        f"mixes models, aggregates one update at a time (where FedNova's "
+                                        f"normalisation is 1) or is normalised already")
     options = resolve_options(algorithm, config.algorithm_options)
     options.validate(config)
     algorithm.validate(config, options)
-    if config.concurrency is not None and not algorithm.uses_concurrency:
-        users = ", ".join(name for name in algorithms.names() if algorithms.get(name).uses_concurrency)
-        fail("concurrency", config.concurrency, f"null for {config.algorithm}: it does not keep a fixed number of "
-                                                f"clients in flight (concurrency is read by {users})")
     if config.timing_only:
         depends = algorithm.schedule_depends_on_model(config, options)
         if depends is not None:
-            fail("timing_only", True, f"false for this {config.algorithm} run: its schedule depends on model "
-                                      f"values ({depends})")
+            fail("timing_only", True, f"this {config.algorithm} run's schedule depends on model values "
+                                      f"({depends})")
         if math.isinf(config.max_time) and not _count_budgets(config):
             fail("max_time", config.max_time, "a finite time budget, or max_updates, max_client_updates or "
                                               "max_client_steps, for a timing-only run (it has no accuracy to stop at)")
@@ -576,8 +574,27 @@ def validate(config: RunConfig) -> RunConfig:
 
 # Run fields that only some algorithms read: each built-in algorithm names those it reads in its
 # ``reads`` class attribute; a non-default value given to one that does not is reported.
-ALGORITHM_FIELDS = ("clients_per_round", "buffer_size", "rule", "staleness", "staleness_alpha", "staleness_a",
-                    "round_timeout")
+ALGORITHM_FIELDS = ("clients_per_round", "concurrency", "buffer_size", "rule", "staleness", "staleness_alpha",
+                    "staleness_a", "round_timeout")
+
+
+def reads_field(algorithm, name: str, given: Callable[[str], bool] = lambda name: False) -> bool:
+    """Whether ``algorithm`` reads the run field ``name`` of :data:`ALGORITHM_FIELDS` when the
+    fields for which ``given`` is true are set: ``concurrency`` if it keeps clients in flight
+    (``uses_concurrency``), ``clients_per_round`` not then if ``concurrency`` is given too (which
+    replaces it), any other if its ``reads`` names it or it declares none (a plug-in's).
+
+    >>> fedbuff = algorithms.get("fedbuff")
+    >>> reads_field(fedbuff, "clients_per_round"), reads_field(fedbuff, "clients_per_round", {"concurrency"}.__contains__)
+    (True, False)
+    >>> reads_field(algorithms.get("port"), "concurrency")
+    False
+    """
+    if name == "concurrency":
+        return algorithm.uses_concurrency
+    if name == "clients_per_round" and algorithm.uses_concurrency and given("concurrency"):
+        return False
+    return algorithm.reads is None or name in algorithm.reads
 DATASETS_WITHOUT_FILES = ("mnist10k", "digits")  # and synthetic*: nothing is read from data_dir
 
 
@@ -691,7 +708,7 @@ def algorithms_reading(name: str) -> list[str]:
             if name in SERVER_FIELDS_READ_BY and \
                     (cls.server_optimizer or ServerConfig.server_optimizer) not in SERVER_FIELDS_READ_BY[name]:
                 continue
-            if name in ALGORITHM_FIELDS and cls.reads is not None and name not in cls.reads:
+            if name in ALGORITHM_FIELDS and not reads_field(cls, name):
                 continue  # the staleness fields: read by the asynchronous algorithms alone
             conditions, read_always = [], True
             for rule in (None, *RULES):  # the variants a run field selects (options: their defaults)
@@ -706,8 +723,7 @@ def algorithms_reading(name: str) -> list[str]:
             elif conditions:
                 readers.append(f"{other} with {' or '.join(conditions)}")
         return readers
-    return [other for other in algorithms.names()
-            if algorithms.get(other).reads is None or name in algorithms.get(other).reads]
+    return [other for other in algorithms.names() if reads_field(algorithms.get(other), name)]
 
 
 def fields_not_read_by(algorithm, values: dict[str, Any]) -> list[str]:
@@ -732,9 +748,7 @@ def fields_not_read_by(algorithm, values: dict[str, Any]) -> list[str]:
     server = [name for name, readers in SERVER_FIELDS_READ_BY.items()
               if given(name) and (optimizer not in readers or name in variant or "server_optimizer" in variant)]
     server += [name for name in VARIANT_FIELDS if name in variant and given(name) and name not in server]
-    if algorithm.reads is None:  # undeclared (an algorithm from outside jaxfl): assume it reads them
-        return server
-    return [name for name in ALGORITHM_FIELDS if given(name) and name not in algorithm.reads] + server
+    return [name for name in ALGORITHM_FIELDS if given(name) and not reads_field(algorithm, name, given)] + server
 
 
 def _check_settings_are_read(config: RunConfig, algorithm, options: Any = None) -> None:
@@ -835,21 +849,26 @@ def _validate_client_training(config: RunConfig, algorithm) -> None:
         if config.local_steps != FIELDS["local_steps"].default:
             fail("local_steps", config.local_steps, f"leave it at its default {FIELDS['local_steps'].default} with "
                                                     f"local_epochs={config.local_epochs:g}, which sets each client's "
-                                                    "steps (ceil(local_epochs · n_i / batch_size)); set one of them")
+                                                    "steps (ceil(local_epochs · n_i / batch_size)); set one of them (a preset's or config "
+                                                    "file's local_epochs is unset by --local-epochs none)")
         if not algorithm.per_client_steps:
             readers = ", ".join(name for name in algorithms.names() if algorithms.get(name).per_client_steps)
             fail("local_epochs", config.local_epochs,
-                 f"null for {config.algorithm}: it decides its clients' local steps itself (local_epochs is read "
+                 f"leave it unset for {config.algorithm}: it decides its clients' local steps itself (local_epochs is read "
                  f"by {readers})")
     if config.fednova and optimizer != "sgd":
         fail("fednova", config.fednova,
-             f"false with client_optimizer {optimizer}: FedNova (Wang et al., NeurIPS 2020) gives normalisers "
+             f"leave it false with client_optimizer {optimizer}: FedNova (Wang et al., NeurIPS 2020) gives normalisers "
              "for SGD with momentum and proximal terms only; use client_optimizer sgd")
     if config.fednova and config.client_lr * (config.prox_mu + config.client_weight_decay) >= 1:
         fail("fednova", config.fednova,
              f"false with client_lr · (prox_mu + client_weight_decay) = "
              f"{config.client_lr * (config.prox_mu + config.client_weight_decay):g} >= 1: each step would "
              "overshoot the proximal pull and FedNova's normaliser is not positive")
+
+
+def _rule_text(config: RunConfig) -> str:
+    return f" with rule {config.rule}" if config.rule is not None else ""
 
 
 def _fednova_algorithms(config: RunConfig) -> list[str]:
@@ -988,6 +1007,31 @@ def split_algorithm_options(values: dict[str, Any]) -> tuple[dict[str, Any], dic
     return fields, options
 
 
+def unknown_name(name: str, value: Any, where: str = "") -> ConfigError:
+    """The error for a name of a config mapping that is neither a field nor, for a table, a section
+    or an algorithm's options table, with the nearest names (a misspelt ``[clinet]`` table listed
+    the ~90 fields, not the sections).
+
+    >>> print(unknown_name("clinet", {"local_steps": 5}))
+    unknown config section [clinet] (did you mean [client]?); sections: data, speeds, faults, client, server, budget, engine, an algorithm's options ([port], [compass], ...) or [algorithm]
+    >>> print(unknown_name("local_step", 5))  # doctest: +ELLIPSIS
+    unknown config field 'local_step' (did you mean local_steps?); allowed: dataset, data_dir, ...
+    """
+    import difflib
+
+    prefix = f"{where}: " if where else ""
+    if isinstance(value, dict):
+        spaces = [space for space in option_namespaces()]
+        close = difflib.get_close_matches(name, [*SECTIONS, *spaces, "algorithm"], n=2, cutoff=0.6)
+        hint = f" (did you mean {', '.join(f'[{c}]' for c in close)}?)" if close else ""
+        return ConfigError(f"{prefix}unknown config section [{name}]{hint}; sections: {', '.join(SECTIONS)}, an "
+                           "algorithm's options ([port], [compass], ...) or [algorithm]")
+    close = difflib.get_close_matches(name, list(FIELDS), n=3, cutoff=0.7) or \
+        [f for f in FIELDS if f.startswith(name[:4])]
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return ConfigError(f"{prefix}unknown config field {name!r}{hint}; allowed: {', '.join(FIELDS)}")
+
+
 def config_from_mapping(values: dict[str, Any], base: RunConfig | None = None) -> RunConfig:
     """A validated RunConfig from a mapping of field names (e.g. a parsed JSON/TOML file).
 
@@ -1005,9 +1049,7 @@ def config_from_mapping(values: dict[str, Any], base: RunConfig | None = None) -
     normalised = {}
     for name, value in fields.items():
         if name not in FIELDS:
-            close = [f for f in FIELDS if f.startswith(name[:4])]
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise ConfigError(f"unknown config field {name!r}{hint}; allowed: {', '.join(FIELDS)}")
+            raise unknown_name(name, value)
         if name != "algorithm_options":
             value = _coerce(value, FIELDS[name].type)
         normalised[name] = value
@@ -1081,7 +1123,13 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def load_config_text(text: str | bytes, suffix: str) -> dict[str, Any]:
-    """Parse JSON (``suffix`` ``.json``) or TOML (``.toml``) text into a mapping of field names."""
+    """Parse JSON (``suffix`` ``.json``) or TOML (``.toml``) text into a mapping of field names; a
+    run directory's ``config.json`` gives the config it records (``jaxfl run --config RUN/config.json``
+    runs it again).
+
+    >>> load_config_text('{"config": {"clients": 5}, "versions": {"jaxfl": "0.1"}}', ".json")
+    {'clients': 5}
+    """
     raw = text.encode() if isinstance(text, str) else text
     try:
         if suffix == ".toml":
@@ -1101,6 +1149,8 @@ def load_config_text(text: str | bytes, suffix: str) -> dict[str, Any]:
         raise ConfigError(f"config could not be parsed as {suffix[1:].upper()}: {error}") from error
     if not isinstance(values, dict):
         raise ConfigError("a config file must hold a mapping of field names to values")
+    if isinstance(values.get("config"), dict) and "versions" in values:  # a run's config.json: rerun its config
+        return values["config"]
     return values
 
 

@@ -1892,8 +1892,14 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
         raise resume.ResumeError(f"cannot resume {run_dir!r} with data=: it was made on dataset {config.dataset!r}, "
                                  "loaded by name, not on data passed in Python; resume it without data=")
     resume.refuse_changes(config, overrides, spelling)
-    resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
     finished = None if again_if_finished else resume.finished_run(run_dir)
+    if config.timing_only:  # no checkpoint to resume from, by design: said so, not as a damaged run
+        if finished is not None:
+            raise finished
+        raise resume.ResumeError(f"cannot resume {run_dir!r}: a timing-only run writes no checkpoints (it runs again "
+                                 f"in a fraction of a training run's time); run its config again: jaxfl run --config "
+                                 f"{os.path.join(run_dir, 'config.json')}")
+    resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
     if finished is not None:
         raise finished
     loggers = check_loggers(loggers)

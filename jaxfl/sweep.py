@@ -48,7 +48,7 @@ import shutil
 
 from jaxfl import algorithms
 from jaxfl.config import (ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, ConfigError, RunConfig, _only_read_when,
-                          config_from_mapping, flat_once, load_config_file, option_namespaces,
+                          config_from_mapping, flat_once, load_config_file, option_namespaces, reads_field,
                           split_algorithm_options)
 
 # Where and how each run is written belongs to the sweep, not to a cell.
@@ -227,7 +227,8 @@ def _unread(values: dict) -> list[str]:
     except KeyError:
         return []  # validation names the bad algorithm
     # an algorithm field at its default is still not read: leaving it out makes such cells equal
-    unread = [] if cls.reads is None else [name for name in ALGORITHM_FIELDS if name in fields and name not in cls.reads]
+    unread = [name for name in ALGORITHM_FIELDS if name in fields and
+              not reads_field(cls, name, lambda given: fields.get(given) is not None)]
     # unvalidated: only reads the partition, dataset and speed/fault names to decide what is read
     settings = RunConfig(**{name: value for name, value in fields.items() if name in FIELDS})
     if cls.server_optimizer is not None:  # FedAdam's adam: what validate() will set, and what reads server_tau

@@ -305,3 +305,34 @@ def test_cli_module_object_model_and_resume_in_a_fresh_process(tmp_path, monkeyp
     assert events_without_wall_time(run_dir) == events
     assert metrics_without_wall_time(run_dir) == metrics
     assert json.loads((run_dir / "summary.json").read_text())["resumes"] == 1
+
+
+def test_a_cli_model_that_does_not_fit_the_data_names_its_own_line(tmp_path, monkeypatch, capsys):
+    """A module:object model whose layer does not fit the samples was one line naming the shapes but
+    not where in the user's module; the line now names it, still one line and status 2 (bad input)."""
+    (tmp_path / "byo_cli_misfit.py").write_text(
+        "from flax import nnx\n\n"
+        "class Net(nnx.Module):\n"
+        "    def __init__(self, num_classes, rngs):\n"
+        "        self.out = nnx.Linear(100, num_classes, rngs=rngs)\n\n"
+        "    def __call__(self, x):\n"
+        "        return self.out(x.reshape((x.shape[0], -1)))\n\n"
+        "def make_model(rngs):\n"
+        "    return Net(10, rngs=rngs)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "byo_cli_misfit", raising=False)
+    from jaxfl.cli import main
+
+    try:
+        with pytest.raises(SystemExit) as ended:
+            main(["run", "--algorithm", "fedavg", "--model", "byo_cli_misfit:make_model", "--clients", "3",
+                  "--local-steps", "2", "--max-updates", "1", "--no-progress", "--output-dir", "runs"])
+    finally:
+        sys.modules.pop("byo_cli_misfit", None)
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert err.startswith("jaxfl: error: model 'byo_cli_misfit:make_model' cannot take dataset")
+    assert err.rstrip().endswith(f"(in your code: {tmp_path / 'byo_cli_misfit.py'}, line 8, in __call__)")
+    assert not (tmp_path / "runs").exists()

@@ -115,3 +115,26 @@ def test_eval_interval_stamps_a_virtual_time_grid(small_config):
                                     max_updates=None, stop_at_target=False))
     times = [row["time"] for row in result.metrics]
     assert times == pytest.approx([0.5 * k for k in range(7)])
+
+
+@pytest.mark.parametrize("name, text, said", [
+    ("section.toml", "[clinet]\nlocal_steps = 5\n", "unknown config section [clinet] (did you mean [client]?); sections: "
+                                                     "data, speeds, faults, client, server, budget, engine"),
+    ("section.json", '{"clients": {"local_steps": 5}}', "unknown config section [clients] (did you mean [client]?)"),
+    ("field.toml", "local_step = 5\n", "unknown config field 'local_step' (did you mean local_steps"),
+])
+def test_a_misspelt_config_table_or_field_is_named_with_the_nearest_names(tmp_path, capsys, name, text, said):
+    """A misspelt [clinet] table listed ~90 field names; a JSON "clients" table was "given twice"."""
+    (tmp_path / name).write_text(text)
+    with pytest.raises(SystemExit) as ended:
+        main(["run", "--config", str(tmp_path / name), "--out", str(tmp_path / "runs")])
+    assert ended.value.code == 2 and said in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_config_file_s_options_table_that_no_chosen_algorithm_reads_is_named_as_the_file_s(tmp_path, capsys):
+    (tmp_path / "port.toml").write_text("[port]\nstaleness_bound = 5\n")
+    with pytest.raises(SystemExit):
+        main(["run", "--config", str(tmp_path / "port.toml"), "--algorithm", "fedavg", "--out", str(tmp_path / "r")])
+    assert f"the [port] options of config file '{tmp_path / 'port.toml'}' are given but no chosen algorithm (fedavg) " \
+           "reads them (read only by port)" in capsys.readouterr().err

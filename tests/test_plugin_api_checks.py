@@ -677,3 +677,38 @@ def test_a_plugin_file_whose_class_cannot_be_registered_is_one_error_naming_why(
                                        r"asynchronous, semi-asynchronous"):
         algorithms.get(reference)
     assert "bad_kind_test" not in algorithms.names()
+
+
+def test_an_error_raised_in_a_plugin_s_own_code_keeps_its_traceback(tmp_path, capsys):
+    """A ValueError from the user's policy came out as "jaxfl: error: ..." and status 2, the
+    one-line form of bad input, with no word of where it was raised. It is a bug in their code:
+    the traceback, the file and line, and status 1. jaxfl's own refusals stay one line."""
+    from jaxfl import cli
+    from jaxfl.algorithms import unregister
+
+    plugin = PLUGIN.replace("        sim.reply(record.client)\n",
+                            "        sim.reply(record.client)\n"
+                            "        if sim.version == 1:\n"
+                            "            raise ValueError('my policy cannot handle version 1')\n")
+    (tmp_path / "raising_plugin.py").write_text(plugin)
+    common = ["run", "--algorithm", f"{tmp_path / 'raising_plugin.py'}:Pairs", "--dataset", "mnist10k",
+              "--model", "logreg", "--clients", "4", "--local-steps", "2", "--batch-size", "16",
+              "--max-updates", "4", "--no-progress", "--out", str(tmp_path / "runs")]
+    try:
+        with pytest.raises(SystemExit) as ended:
+            cli.main(common)
+        assert ended.value.code == 1
+        err = capsys.readouterr().err
+        line = plugin.splitlines().index("            raise ValueError('my policy cannot handle version 1')") + 1
+        assert "Traceback (most recent call last)" in err
+        assert err.rstrip().splitlines()[-1] == (
+            f"jaxfl: error in your code ({tmp_path / 'raising_plugin.py'}, line {line}, in on_arrival; traceback "
+            "above): ValueError: my policy cannot handle version 1")
+
+        with pytest.raises(SystemExit) as ended:  # bad input to jaxfl, with the same plug-in: one line
+            cli.main(common + ["--clients", "0"])
+        assert ended.value.code == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and err.startswith("jaxfl: error: ") and "clients" in err
+    finally:
+        unregister("pairs_plugin_check")

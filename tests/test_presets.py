@@ -1,5 +1,6 @@
 """Per-paper presets: ``jaxfl run --preset NAME`` and ``jaxfl.presets.preset_config(NAME, **overrides)``."""
 import csv
+import json
 import functools
 import math
 import warnings
@@ -149,3 +150,19 @@ def test_port_mnist_runs_shortened_with_plato_round_times(tmp_path):
     for row in arrivals:
         client = int(row["client"])
         assert float(row["time"]) == pytest.approx(8 * 4.0 * (1 + idle[client] / 10.0))
+
+
+def test_a_flag_typed_none_unsets_the_preset_s_value(tmp_path):
+    """``--max-updates none`` was parsed to None, argparse's "not given", and the preset's 80 stayed;
+    so a preset's local_epochs could not give way to --local-steps from the command line."""
+    from jaxfl.cli import main
+
+    common = ["--preset", "port-mnist", "--model", "logreg", "--timing-only", "--no-progress",
+              "--out", str(tmp_path)]
+    assert main(["run", *common, "--max-updates", "none", "--max-time", "30", "--run-name", "budget"]) == 0
+    stored = json.loads((tmp_path / "budget" / "config.json").read_text())["config"]
+    assert stored["budget"]["max_updates"] is None and stored["budget"]["max_time"] == 30
+    assert main(["run", *common, "--local-epochs", "none", "--local-steps", "10", "--max-updates", "1",
+                 "--run-name", "steps"]) == 0
+    stored = json.loads((tmp_path / "steps" / "config.json").read_text())["config"]
+    assert stored["client"]["local_epochs"] is None and stored["client"]["local_steps"] == 10

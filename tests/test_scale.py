@@ -1,5 +1,7 @@
 """Large federations: a fixed number of clients in flight, memory that follows it, and an engine
 that trains only what the run aggregates (issue: million-client federations). Counts, not seconds."""
+import json
+
 import numpy as np
 import pytest
 
@@ -98,11 +100,62 @@ def test_a_hundred_thousand_client_federation_trains_in_ci_time(tmp_path):
     assert 999 <= result.summary["accounting"]["in_flight"] <= 1000
 
 
-def test_concurrency_is_refused_where_it_would_be_ignored():
+def test_concurrency_is_reported_where_it_would_be_ignored(tmp_path, capsys):
+    """concurrency is an algorithm-specific field like buffer_size: Python warns, ``jaxfl run``
+    refuses it for one algorithm that does not read it and gives it to those that do in a
+    comparison or a sweep (it stopped a FedBuff-against-PORT comparison). With concurrency given,
+    FedBuff's clients_per_round (its fallback) is unread too: a sweep over it ran equal cells."""
+    from jaxfl.cli import main
     from jaxfl.config import ConfigError, validate
+    from jaxfl.sweep import expand
 
-    with pytest.raises(ConfigError, match="concurrency=5 is not allowed: null for fedcompass.*fedbuff"):
+    with pytest.warns(UserWarning, match=r"concurrency=5 is ignored: fedcompass does not read it \(read by "
+                                         r"fedasync, fedbuff, fedasmu\)"):
         validate(RunConfig(algorithm="fedcompass", concurrency=5))
+    with pytest.warns(UserWarning, match="clients_per_round=4 is ignored: fedbuff does not read it"):
+        validate(RunConfig(algorithm="fedbuff", clients=10, concurrency=5, clients_per_round=4))
     with pytest.raises(ConfigError, match="concurrency=50 is not allowed: at most the number of clients"):
         validate(RunConfig(algorithm="fedbuff", clients=10, concurrency=50))
     assert validate(RunConfig(algorithm="fedasmu", clients=10, concurrency=3)).concurrency == 3
+
+    common = ["--timing-only", "--dataset", "synthetic_iid", "--partition", "natural", "--model", "logreg",
+              "--clients", "20", "--max-updates", "4", "--no-progress"]
+    with pytest.raises(SystemExit) as ended:
+        main(["run", "--algorithm", "port", "--concurrency", "5", *common, "--out", str(tmp_path / "one")])
+    assert ended.value.code == 2 and not (tmp_path / "one").exists()
+    assert "concurrency=5 is not allowed with algorithm port: it never reads it" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as ended:
+        main(["run", "--algorithm", "fedbuff", "--concurrency", "5", "--clients-per-round", "4", *common,
+              "--out", str(tmp_path / "both")])
+    assert ended.value.code == 2 and "clients_per_round=4 is not allowed with algorithm fedbuff" in \
+        capsys.readouterr().err
+    assert main(["run", "--algorithm", "fedbuff,port", "--concurrency", "5", *common, "--out", str(tmp_path / "two")]) == 0
+    assert "concurrency=5 applies to fedbuff only (port does not read it)" in capsys.readouterr().err
+    runs = {json.loads((run / "config.json").read_text())["config"]["algorithm"]: run for run in (tmp_path / "two").iterdir()}
+    assert json.loads((runs["fedbuff"] / "summary.json").read_text())["policy"]["concurrency"] == 5
+    assert json.loads((runs["port"] / "config.json").read_text())["config"]["server"].get("concurrency") is None
+
+    with pytest.raises(ConfigError, match=r"clients_per_round=\[2, 4\] is not allowed: no cell of this sweep reads it"):
+        expand({"algorithm": "fedbuff", "clients": 20, "concurrency": 5}, {"clients_per_round": [2, 4]}, "sweeps/x")
+    cells, notes = expand({"clients": 20, "concurrency": 5}, {"algorithm": ["fedbuff", "port"]}, "sweeps/x")
+    assert [cell.config.concurrency for cell in cells] == [5, None]
+    assert notes == ["concurrency applies only to the cells that read it (algorithm=fedbuff)"]
+
+
+def test_fedasync_s_default_rule_in_a_large_federation_comes_with_a_note():
+    """Under the default rule (p_i-weighted) a 10^4-client FedAsync run's accuracy moved by 3e-5 in
+    400 updates, without a word; FedBuff's default was changed for this, FedAsync's was kept."""
+    import warnings
+
+    from jaxfl.config import validate
+
+    with pytest.warns(UserWarning, match=r"fedasync's default rule fedcompass scales each update.*about 1/1000 here"):
+        validate(RunConfig(algorithm="fedasync", clients=1000))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for config in (RunConfig(algorithm="fedasync", clients=1000, rule="fedcompass"),
+                       RunConfig(algorithm="fedasync", clients=1000, rule="paper"),
+                       RunConfig(algorithm="fedasync", clients=100),
+                       RunConfig(algorithm="fedasync", clients=1000, timing_only=True, max_updates=5,
+                                 dataset="synthetic_iid", partition="natural")):
+            validate(config)

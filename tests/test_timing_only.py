@@ -90,3 +90,25 @@ def test_a_timing_only_run_of_a_million_synthetic_clients_generates_no_sample(pa
     _, dataset, federation, _, _ = jaxfl.experiment.prepare(config)
     assert generated == [] and len(dataset.train_x) == 0
     assert federation.num_clients == 1_000_000 and federation.counts.min() >= 1
+
+
+def test_resuming_a_timing_only_run_says_what_it_is(tmp_path, capsys):
+    """``--resume`` of a finished timing-only run said it had no checkpoints/ folder ("deleted, or the
+    run was killed") and exited 2; the README promises a finished run's "already finished" and 0.
+    An unfinished one (interrupted) is said to keep no checkpoints by design, with how to rerun it."""
+    from jaxfl.cli import main
+
+    result = run_experiment(timing_config("fedbuff", tmp_path))
+    assert main(["run", "--resume", result.run_dir]) == 0
+    assert f"{result.run_dir} has already finished (5 updates" in capsys.readouterr().out
+    os.remove(os.path.join(result.run_dir, "summary.json"))
+    with pytest.raises(SystemExit) as ended:
+        main(["run", "--resume", result.run_dir])
+    assert ended.value.code == 2
+    said = capsys.readouterr().err
+    assert "a timing-only run writes no checkpoints" in said and "deleted" not in said
+    command = said.rstrip().rsplit("run its config again: ", 1)[1]
+    assert command == f"jaxfl run --config {os.path.join(result.run_dir, 'config.json')}"
+    events = events_without_wall_time(result.run_dir)
+    assert main(command.split()[1:] + ["--run-name", "again", "--no-progress"]) == 0  # the command said works
+    assert events_without_wall_time(os.path.join(tmp_path, "again")) == events

@@ -203,7 +203,8 @@ class Algorithm:
     - ``delta_updates``: True if its aggregations are pseudo-gradients Σ c_i Δ_i, so the FedNova
       option can normalise them (see :meth:`supports_fednova`);
     - ``uses_concurrency``: True if it keeps the run's ``concurrency`` clients in flight (a
-      ``concurrency`` given to any other algorithm is refused rather than ignored);
+      ``concurrency`` given to any other algorithm is reported as unread, as ``reads`` below; its
+      ``clients_per_round`` is then unread when ``concurrency`` is given, which replaces it);
     - ``per_client_steps``: True if its policy dispatches each client :meth:`local_steps` steps
       (``local_steps_of(self.local_steps, client)``), so that a run's ``local_epochs`` gives every
       client its own count; False (the default) refuses ``local_epochs`` — an algorithm that
@@ -457,6 +458,9 @@ def _check_reads(algorithm: type[Algorithm]) -> None:
     fields = getattr(sys.modules.get("jaxfl.config"), "ALGORITHM_FIELDS", None)
     if fields is None:
         return
+    if "concurrency" in reads:  # read through uses_concurrency, which the engine's policies follow
+        raise ValueError(f"{algorithm.__name__}.reads names 'concurrency': set {algorithm.__name__}.uses_concurrency "
+                         "= True instead (an algorithm that keeps the run's concurrency clients in flight)")
     unknown = sorted(set(reads) - set(fields))
     if unknown:
         raise ValueError(f"{algorithm.__name__}.reads names {', '.join(map(repr, unknown))}, not among the "
