@@ -4,6 +4,7 @@ that is not what the registry expects, a plug-in file named like a standard modu
 returning too few coefficients, and numpy numbers given to the staleness functions."""
 
 import inspect
+import re
 
 import pytest
 
@@ -712,3 +713,13 @@ def test_an_error_raised_in_a_plugin_s_own_code_keeps_its_traceback(tmp_path, ca
         assert "Traceback" not in err and err.startswith("jaxfl: error: ") and "clients" in err
     finally:
         unregister("pairs_plugin_check")
+
+
+@pytest.mark.parametrize("name, hint", [("fedprox", "--prox-mu MU"), ("FedNova", "--fednova"),
+                                        ("fedopt", "--server-optimizer adam|yogi|adagrad")])
+def test_a_paper_s_name_that_jaxfl_offers_as_an_option_points_to_it(name, hint):
+    """``--algorithm fedprox`` listed the registered algorithms; the README's heading names it."""
+    from jaxfl.algorithms import get
+
+    with pytest.raises(KeyError, match=re.escape(f"in jaxfl {name} is an option of the algorithms, not one of them: {hint}")):
+        get(name)

@@ -503,8 +503,18 @@ def get(name: str) -> type[Algorithm]:
         except (ValueError, TypeError) as error:  # no name, a kind not known, an Options not a dataclass...
             raise KeyError(f"algorithm reference {name!r} cannot be registered: {error}") from None
         return algorithm
-    raise KeyError(f"unknown algorithm {name!r}; registered: {', '.join(_REGISTRY)} (or module:Class, "
+    option = OPTIONS_NOT_ALGORITHMS.get(str(name).lower())
+    hint = f"; in jaxfl {name} is an option of the algorithms, not one of them: {option}" if option else ""
+    raise KeyError(f"unknown algorithm {name!r}{hint}; registered: {', '.join(_REGISTRY)} (or module:Class, "
                    f"path/to/file.py:Class)")
+
+
+# Names a user tries as algorithms (the papers call them so) that jaxfl offers as options.
+OPTIONS_NOT_ALGORITHMS = {
+    "fedprox": "--prox-mu MU (prox_mu), e.g. --algorithm fedavg --prox-mu 0.01",
+    "fednova": "--fednova (fednova=True), e.g. --algorithm fedavg --fednova --client-optimizer sgd",
+    "fedopt": "--server-optimizer adam|yogi|adagrad, or the algorithms fedadam, fedyogi, fedadagrad",
+}
 
 
 def plugin_module_name(path: str) -> str:
