@@ -723,6 +723,8 @@ def algorithms_reading(name: str) -> list[str]:
             elif conditions:
                 readers.append(f"{other} with {' or '.join(conditions)}")
         return readers
+    if name == "fednova":
+        return _fednova_algorithms(RunConfig())
     return [other for other in algorithms.names() if reads_field(algorithms.get(other), name)]
 
 
@@ -748,7 +750,10 @@ def fields_not_read_by(algorithm, values: dict[str, Any]) -> list[str]:
     server = [name for name, readers in SERVER_FIELDS_READ_BY.items()
               if given(name) and (optimizer not in readers or name in variant or "server_optimizer" in variant)]
     server += [name for name in VARIANT_FIELDS if name in variant and given(name) and name not in server]
-    return [name for name in ALGORITHM_FIELDS if given(name) and not reads_field(algorithm, name, given)] + server
+    unread = [name for name in ALGORITHM_FIELDS if given(name) and not reads_field(algorithm, name, given)] + server
+    if given("fednova") and not algorithm.supports_fednova(run):  # in a comparison: to those it normalises
+        unread.append("fednova")
+    return unread
 
 
 def _check_settings_are_read(config: RunConfig, algorithm, options: Any = None) -> None:

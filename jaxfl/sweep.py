@@ -234,6 +234,8 @@ def _unread(values: dict) -> list[str]:
     if cls.server_optimizer is not None:  # FedAdam's adam: what validate() will set, and what reads server_tau
         settings = dataclasses.replace(settings, server_optimizer=cls.server_optimizer)
     unread += [name for name, (read, _) in _only_read_when(settings).items() if not read and name in fields]
+    if fields.get("fednova") and not cls.supports_fednova(settings):  # FedNova normalises only where it can
+        unread.append("fednova")
     own = cls.option_namespace()
     unread += [f"{space}.{key}" for space, given in options.items() if space != own for key in given]
     return unread

@@ -174,3 +174,21 @@ def test_port_settings_that_cannot_act_are_said_to_be_ignored():
         validate(RunConfig(algorithm="port", algorithm_options={"beta": 0, "preset": "plato"}))
         validate(RunConfig(algorithm="port", algorithm_options={"cosine": "current", "pull_steps": 2,
                                                                  "urgent_pull": True}))
+
+
+def test_fednova_in_a_comparison_or_sweep_goes_to_the_algorithms_it_normalises(tmp_path, capsys):
+    """``--algorithm fedbuff,fedasmu --fednova`` was refused outright; other shared settings go to
+    the algorithms that read them, with a note, as FedNova now does."""
+    from jaxfl.sweep import expand
+
+    common = ["--fednova", "--client-optimizer", "sgd", "--model", "logreg", "--clients", "4", "--max-updates", "1",
+              "--local-steps", "5", "--timing-only", "--no-progress", "--out", str(tmp_path)]
+    assert main(["run", "--algorithm", "fedbuff,fedasync", *common]) == 0
+    assert "note: fednova=True applies to fedbuff only (fedasync does not read it)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "--algorithm", "fedasync", *common])
+    assert "fednova=True is not allowed with algorithm fedasync: it never reads it (read only by fedavg" in \
+        capsys.readouterr().err
+    cells, notes = expand({"fednova": True, "client_optimizer": "sgd"}, {"algorithm": ["fedbuff", "fedasync"]}, "x")
+    assert [cell.config.fednova for cell in cells] == [True, False]
+    assert notes == ["fednova applies only to the cells that read it (algorithm=fedbuff)"]
