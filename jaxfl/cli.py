@@ -892,7 +892,8 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
             raise ConfigError(f"{given} but no chosen algorithm ({names}) reads them"
                               + (f" (read only by {', '.join(readers)})" if readers else ""))
     table = fields.pop("algorithm_options", None)
-    per_algorithm = _fields_read(fields, chosen)
+    per_algorithm = _fields_read(fields, chosen, {name: {**(table or {}), **options.get(spaces[name], {})}
+                                                  for name in chosen})
     base = {name: ({}, {}) for name in chosen}  # the preset's fields and options table, per algorithm
     if preset is not None:
         from jaxfl.presets import preset_for_algorithm
@@ -940,11 +941,11 @@ def _check_alternatives(flags: dict, file_values: dict, path: str | None) -> Non
                               f"({first} replaces {second}); give only one")
 
 
-def _fields_read(fields: dict, chosen: list[str]) -> dict[str, dict]:
+def _fields_read(fields: dict, chosen: list[str], options_of: dict[str, dict] | None = None) -> dict[str, dict]:
     """Each chosen algorithm's run fields: an algorithm-specific field (``--buffer-size``...) that an
     algorithm never reads is refused for a single algorithm and, in a comparison, given only to the
     algorithms that read it (an error if none does), so that no setting is silently ignored."""
-    unread = {name: fields_not_read_by(algorithms.get(name), fields) for name in chosen}
+    unread = {name: fields_not_read_by(algorithms.get(name), fields, (options_of or {}).get(name)) for name in chosen}
     for field in sorted({field for names in unread.values() for field in names}):
         readers = [name for name in chosen if field not in unread[name]]
         if not readers:

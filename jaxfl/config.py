@@ -728,7 +728,7 @@ def algorithms_reading(name: str) -> list[str]:
     return [other for other in algorithms.names() if reads_field(algorithms.get(other), name)]
 
 
-def fields_not_read_by(algorithm, values: dict[str, Any]) -> list[str]:
+def fields_not_read_by(algorithm, values: dict[str, Any], options: dict[str, Any] | None = None) -> list[str]:
     """The names in ``values`` (run fields, e.g. flags given) that ``algorithm`` never reads although
     they differ from the field's default: the fields of :data:`ALGORITHM_FIELDS` outside its ``reads``,
     and the server-optimiser fields its server optimiser (its own, else ``values``' server_optimizer)
@@ -746,7 +746,15 @@ def fields_not_read_by(algorithm, values: dict[str, Any]) -> list[str]:
     # the shared fields this algorithm's variant (its rule, from values) does not read
     run = RunConfig(**{name: _coerce(value, FIELDS[name].type) for name, value in values.items()
                        if name in FIELDS and name not in ("algorithm", "algorithm_options")})
-    variant = algorithm.unread_settings(run)
+    resolved = None  # the algorithm's options given (FedASMU's slot decides what it reads), else its defaults
+    if options:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                resolved = resolve_options(algorithm, options)
+        except (ConfigError, TypeError, ValueError):  # validation names a bad option
+            resolved = None
+    variant = algorithm.unread_settings(run, resolved)
     server = [name for name, readers in SERVER_FIELDS_READ_BY.items()
               if given(name) and (optimizer not in readers or name in variant or "server_optimizer" in variant)]
     server += [name for name in VARIANT_FIELDS if name in variant and given(name) and name not in server]

@@ -192,3 +192,16 @@ def test_fednova_in_a_comparison_or_sweep_goes_to_the_algorithms_it_normalises(t
     cells, notes = expand({"fednova": True, "client_optimizer": "sgd"}, {"algorithm": ["fedbuff", "fedasync"]}, "x")
     assert [cell.config.fednova for cell in cells] == [True, False]
     assert notes == ["fednova applies only to the cells that read it (algorithm=fedbuff)"]
+
+
+def test_a_comparison_s_setting_is_routed_by_the_options_given(tmp_path, capsys):
+    """FedASMU reads client_weights only with its learned slot: with ``--fedasmu.slot first`` the
+    note said the setting applied to FedASMU, and the next line refused it as read by FedASMU never."""
+    common = ["--fedasmu.slot", "first", "--client-weights", "uniform", "--model", "logreg", "--clients", "4",
+              "--max-updates", "1", "--local-steps", "5", "--timing-only", "--no-progress", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit):
+        main(["run", "--algorithm", "fedbuff,fedasmu", *common])
+    err = capsys.readouterr().err
+    assert "note:" not in err and "none of them reads it" in err
+    assert main(["run", "--algorithm", "fedbuff,fedasmu", "--rule", "fedcompass", *common]) == 0
+    assert "client_weights='uniform' applies to fedbuff only (fedasmu does not read it)" in capsys.readouterr().err
