@@ -1040,8 +1040,7 @@ def _comparison_run(config: RunConfig, times, log_to):
 
     earlier = _earlier_run(config)
     if earlier is not None and earlier[1] == "finished":
-        with open(os.path.join(earlier[0], "summary.json")) as handle:
-            print(f"{config.algorithm}: already finished in {earlier[0]} (reused)")
+        with open(os.path.join(earlier[0], "summary.json")) as handle:  # its line says "reused"
             return _FinishedRun(earlier[0], json.load(handle))
     if earlier is not None:
         print(f"{config.algorithm}: resuming {earlier[0]}")
@@ -1233,10 +1232,11 @@ def _main(argv: list[str] | None) -> int:
             # what the comparison reads of a run, kept alone: the result's model, engine and
             # simulation go now, not once every run is over, so that the next run's memory (and its
             # peak_host_memory_mb) is its own
+            reused = " (reused: it had finished)" if isinstance(result, _FinishedRun) else ""
             result = _FinishedRun(result.run_dir, result.summary)
             summary = result.summary
             if config.timing_only:
-                print(_timing_line(summary, result.run_dir))
+                print(_timing_line(summary, result.run_dir) + reused)
                 results.append(result)
                 continue
             reached = "not reached" if summary["time_to_target"] is None else \
@@ -1244,7 +1244,7 @@ def _main(argv: list[str] | None) -> int:
             target = "no target" if config.target_accuracy is None else f"target {config.target_accuracy:.0%} {reached}"
             print(f"{summary['algorithm']}: best accuracy {summary['best_accuracy']:.4f}, "
                   f"{target}, {summary['global_updates']} updates, "
-                  f"stop: {summary['stop_reason']} → {result.run_dir}")
+                  f"stop: {summary['stop_reason']} → {result.run_dir}{reused}")
             results.append(result)
     except DiskWriteError as error:  # a full disk: not bad input; the run keeps its earlier checkpoints
         parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")

@@ -324,7 +324,8 @@ def test_an_interrupted_comparison_says_what_it_keeps_and_the_same_command_finis
     capsys.readouterr()
     assert cli.main(command[3:]) == 0  # the same command, in this process (the Ctrl-C needed one of its own)
     again = capsys.readouterr().out
-    assert f"fedavg: already finished in {fedavg} (reused)" in again
+    reused = [line for line in again.splitlines() if line.startswith("fedavg:")]
+    assert len(reused) == 1 and reused[0].endswith(f"→ {fedavg} (reused: it had finished)")  # one line a run
     assert f"fedbuff: resuming {fedbuff}" in again
     assert (tmp_path / "comparison.csv").exists()
     assert sorted(name.split("-")[0] for name in os.listdir(tmp_path) if (tmp_path / name).is_dir()) == \
