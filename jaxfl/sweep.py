@@ -47,9 +47,9 @@ import os
 import shutil
 
 from jaxfl import algorithms
-from jaxfl.config import (ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, ConfigError, RunConfig, _only_read_when,
-                          config_from_mapping, flat_once, load_config_file, option_namespaces, reads_field,
-                          split_algorithm_options)
+from jaxfl.config import (ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, TIMING_ONLY_UNREAD, ConfigError, RunConfig,
+                          _only_read_when, config_from_mapping, flat_once, load_config_file, option_namespaces,
+                          reads_field, split_algorithm_options)
 
 # Where and how each run is written belongs to the sweep, not to a cell.
 SWEEP_OWNED = ("output_dir", "run_name", "progress")
@@ -340,8 +340,9 @@ _DECIDING = {"dirichlet_alpha": ("partition",), "client_sizes": ("partition",), 
              "speed_cap": ("heterogeneity",), "speed_reference_time": ("heterogeneity",),
              "speed_ratio": ("heterogeneity",), "speed_legacy_seed": ("heterogeneity",),
              "speed_unit": ("local_epochs",), "delay_factor": ("delay_prob",),
-             "dropout_mean": ("dropout_prob",), "eval_every": ("eval_interval",),
-             "staleness_a": ("staleness", "algorithm"),
+             "dropout_mean": ("dropout_prob",), "eval_every": ("eval_interval", "timing_only"),
+             "checkpoint_every": ("timing_only",), "staleness_a": ("staleness", "algorithm"),
+             **{name: ("timing_only",) for name in TIMING_ONLY_UNREAD},
              **{name: ("algorithm", "server_optimizer") for name in SERVER_FIELDS_READ_BY}}
 
 

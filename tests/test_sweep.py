@@ -1059,3 +1059,12 @@ def test_a_row_of_a_run_by_epochs_has_its_epochs_and_no_step_count(tmp_path):
             json.dump({"last_tenth_accuracy": None}, handle)
         rows.append(result_row(cell, ["local_epochs"], str(tmp_path)))
     assert [(row["local_steps"], row["local_epochs"]) for row in rows] == [(50, None), (None, 2.0)]
+
+
+def test_a_mixed_timing_only_sweep_s_notes_name_the_cells_that_read_each_setting():
+    """eval_every with a timing_only axis: the note said it applied "only to the cells that read it",
+    without naming them, unlike every other note."""
+    _, notes = expand({"dataset": "synthetic_iid", "partition": "natural", "model": "logreg", "max_updates": 3,
+                       "eval_every": 2, "final_checkpoint": False}, {"timing_only": [True, False]}, "sweeps/x")
+    assert notes == ["eval_every applies only to the cells that read it (timing_only=False)",
+                     "final_checkpoint applies only to the cells that read it (timing_only=False)"]
