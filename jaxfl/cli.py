@@ -83,7 +83,7 @@ def _your_code_frame(error: BaseException):
     frames = [frame for frame in traceback.extract_tb(error.__traceback__)
               if not frame.filename.startswith("<")
               and not os.path.abspath(frame.filename).startswith(ours)
-              and "site-packages" not in frame.filename]
+              and "site-packages" not in frame.filename and "dist-packages" not in frame.filename]
     return frames[-1] if frames else None
 
 
@@ -103,6 +103,7 @@ def _exit_on_error(parser: argparse.ArgumentParser, error: BaseException, status
     traceback.print_exception(error)
     parser.exit(1, f"jaxfl: error in your code ({frame.filename}, line {frame.lineno}, in {frame.name}; "
                    f"traceback above): {type(error).__name__}: {error}\n")
+
 
 # What ``jaxfl run --help`` prints above and below the flags (plain text: argparse shows it verbatim).
 _RUN_DESCRIPTION = """\
