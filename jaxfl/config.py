@@ -595,6 +595,8 @@ def reads_field(algorithm, name: str, given: Callable[[str], bool] = lambda name
     if name == "clients_per_round" and algorithm.uses_concurrency and given("concurrency"):
         return False
     return algorithm.reads is None or name in algorithm.reads
+
+
 DATASETS_WITHOUT_FILES = ("mnist10k", "digits")  # and synthetic*: nothing is read from data_dir
 
 
@@ -730,9 +732,11 @@ def algorithms_reading(name: str) -> list[str]:
 
 def fields_not_read_by(algorithm, values: dict[str, Any], options: dict[str, Any] | None = None) -> list[str]:
     """The names in ``values`` (run fields, e.g. flags given) that ``algorithm`` never reads although
-    they differ from the field's default: the fields of :data:`ALGORITHM_FIELDS` outside its ``reads``,
-    and the server-optimiser fields its server optimiser (its own, else ``values``' server_optimizer)
-    does not read.
+    they differ from the field's default: the fields of :data:`ALGORITHM_FIELDS` it does not read
+    (:func:`reads_field`), the server-optimiser fields its server optimiser (its own, else ``values``'
+    server_optimizer) does not read, the shared fields its variant under ``values`` and its
+    ``options`` (a mapping of its option names; None: their defaults) does not read, and ``fednova``
+    where it normalises nothing.
 
     >>> fields_not_read_by(algorithms.get("fedavg"), {"buffer_size": 5, "clients_per_round": 2})
     ['buffer_size']
