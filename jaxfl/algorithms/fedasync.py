@@ -16,7 +16,9 @@ Two update rules, chosen by ``rule``:
     α_t = st(τ_g − τ_i)            # st includes the mixing weight α: α·(s+1)^(−a)
     w ← (1 − α_t) w + α_t w_i      # w_i is the client's final model, trained from the stale w_{τ_i}
 
-``"plato"`` (FedAsync as the PORT paper ran it, in PLATO): the paper's mixing, the same update.
+``"plato"`` (PORT's FedAsync baseline, with PLATO's settings): the paper's mixing, the same update;
+not the FedAsync of paper-era PLATO's code, which mixed in a delta, decayed α cumulatively and used
+the first buffered update alone (the PORT spec's pitfall 8).
 
 The FedCompass authors' form takes steps about m times smaller (p_i ≈ 1/m); FedCompass with
 Q_min = Q_max equals FedAsync only in that form.
