@@ -617,6 +617,8 @@ def _only_read_when(config: RunConfig, options: Any = None) -> dict[str, tuple[b
         "shards_per_client": (partition == "label_shards", "partition label_shards"),
         "gamma": (partition == "gamma_mix", "partition gamma_mix"),
         "speed_cap": (config.heterogeneity in ("pareto", "zipf"), "heterogeneity pareto and zipf"),
+        # only a normal draw or a jittered round can come out non-positive
+        "negative_times": (config.heterogeneity == "normal" or config.jitter > 0, "heterogeneity normal or jitter > 0"),
         "speed_reference_time": (config.heterogeneity in ("pareto", "zipf"), "heterogeneity pareto and zipf"),
         "speed_legacy_seed": (config.heterogeneity in ("pareto", "zipf"), "heterogeneity pareto and zipf"),
         "speed_ratio": (config.heterogeneity == "uniform", "heterogeneity uniform"),

@@ -337,7 +337,7 @@ def _same_run(earlier: Cell, index: int, values: dict, name: str) -> ConfigError
 # The settings that decide whether a data/speed/fault field is read (for the notes only).
 _DECIDING = {"dirichlet_alpha": ("partition",), "client_sizes": ("partition",), "size_skew": ("partition", "client_sizes"),
              "shards_per_client": ("partition",), "gamma": ("partition",), "data_dir": ("dataset",),
-             "speed_cap": ("heterogeneity",), "speed_reference_time": ("heterogeneity",),
+             "speed_cap": ("heterogeneity",), "negative_times": ("heterogeneity", "jitter"), "speed_reference_time": ("heterogeneity",),
              "speed_ratio": ("heterogeneity",), "speed_legacy_seed": ("heterogeneity",),
              "speed_unit": ("local_epochs",), "delay_factor": ("delay_prob",),
              "dropout_mean": ("dropout_prob",), "eval_every": ("eval_interval", "timing_only"),

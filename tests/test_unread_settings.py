@@ -215,3 +215,13 @@ def test_the_valid_combinations_run(tmp_path):
                    {"algorithm": "fedbuff", "timing_only": True, "checkpoint_every": None}):
         result = run_experiment(config_from_mapping({**TINY, **values, "output_dir": str(tmp_path)}))
         assert result.summary["global_updates"] == 2 and os.path.isdir(result.run_dir)
+
+
+def test_negative_times_is_unread_where_no_time_can_come_out_non_positive():
+    """Only a normal draw or a jittered round can be non-positive: exponential speeds without jitter
+    accepted --negative-times clip and changed nothing."""
+    with pytest.raises(ConfigError, match=r"negative_times='clip' is not allowed: leave it at its default 'redraw', "
+                                          r"this run never reads it \(read only with heterogeneity normal or jitter > 0\)"):
+        validate(RunConfig(heterogeneity="exp", jitter=0.0, negative_times="clip"))
+    for heterogeneity, jitter in (("exp", 0.05), ("normal", 0.0)):
+        assert validate(RunConfig(heterogeneity=heterogeneity, jitter=jitter, negative_times="clip")).negative_times == "clip"
