@@ -104,6 +104,9 @@ def init_cluster(coordinator_address: str | None = None, num_processes: int | No
         raise RuntimeError("init_cluster must run before anything uses jax (its backends have started); "
                            "call it first thing in the process")
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU processes exchange with gloo
+    # jax's preemption service takes SIGTERM for itself (it logs "SIGTERM caught" and the run goes on):
+    # off, so that SIGTERM (a cluster's time limit, kill) ends every process as jaxfl says it does
+    jax.config.update("jax_enable_preemption_service", False)
     # jax's connect blocks in C++, deaf to Ctrl-C and SIGTERM, and past its own timeout aborts the
     # process with a stack trace: it runs in a thread (it releases the GIL), given a minute more
     # than the wait here, which ends with a clear error instead.
@@ -136,6 +139,49 @@ def init_cluster(coordinator_address: str | None = None, num_processes: int | No
                              "coordinator address (process 0's HOST:PORT), the process count and this "
                              "process's id (--coordinator-address, --num-processes, --process-id)") from error
         raise error
+
+
+def check_same_run(settings: dict, resume: bool) -> None:
+    """Refuse, on every process at once, a run whose processes were given other settings (``settings``:
+    the config as ``config.json`` nests it, without what may differ, such as its folder) or of which
+    some resume and some start: each would train its share of the clients its own way, and the
+    mixed result would be written under process 0's config (or the processes would wait for each
+    other forever). A :class:`jaxfl.config.ConfigError` naming the settings that differ from
+    process 0's; collective, like :func:`broadcast_text`.
+
+    >>> check_same_run({"seed": 0}, resume=False)   # one process: nothing to compare
+    """
+    if jax.process_count() == 1:
+        return
+    import json
+
+    from jaxfl.config import ConfigError
+    from jaxfl.execution import available_devices
+
+    available_devices()  # unequal device counts first: the exchange below needs as many on each process
+
+    mine = json.dumps({"settings": settings, "resume": bool(resume)}, sort_keys=True, default=str)
+    first = broadcast_text(mine)
+    agree = all_processes(mine == first)
+    if all(agree):
+        return
+    others = ", ".join(str(index) for index, same in enumerate(agree) if not same)
+    if mine == first:
+        raise ConfigError(f"process {others} of this run {'was' if others.count(',') == 0 else 'were'} given other "
+                          f"settings than process {jax.process_index()}'s: every process runs the same command (the "
+                          "same flags and config file; --resume on every process or none); its output names them")
+
+    def flat(values: dict, prefix: str = "") -> dict:
+        return {key: value for name, item in values.items()
+                for key, value in (flat(item, f"{prefix}{name}.").items() if isinstance(item, dict)
+                                   else [(f"{prefix}{name}", item)])}
+
+    ours, theirs = flat(json.loads(mine)), flat(json.loads(first))
+    differ = [f"{name.rsplit('.', 1)[-1]}: {ours.get(name)!r} here, {theirs.get(name)!r} on process 0"
+              for name in sorted(ours.keys() | theirs.keys()) if ours.get(name) != theirs.get(name)]
+    raise ConfigError(f"process {jax.process_index()} was given other settings than process 0 "
+                      f"({'; '.join(differ)}): every process runs the same command (the same flags and config "
+                      "file; --resume on every process or none)")
 
 
 def process_index() -> int:

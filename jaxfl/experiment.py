@@ -1275,6 +1275,11 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
     (``recorded``: a resumed run's record of them, read with its config). A resume holds the run
     directory's lock (:func:`jaxfl.resume.holding_lock`) from before any work to the run's end: a
     second process resuming it, or one running it, is refused in one line."""
+    if jax.process_count() > 1:  # every process was given the same run, or none trains it
+        settings = config.to_dict()
+        for name in NAME_LEFT_OUT:
+            _leave_out(settings, name)
+        cluster.check_same_run(settings, resume=resume_dir is not None)
     if resume_dir is None or jax.process_index() != 0:  # a new run takes it once its folder exists (_run)
         return _experiment_in(config, dataset, user, resume_dir, loggers, recorded)
     with resume.holding_lock(resume_dir):

@@ -48,6 +48,11 @@ SCRIPT = textwrap.dedent("""
                        checkpoint_every=1, output_dir=f"{folder}/runs-{processes}", run_name=algorithm)
     if mode.startswith("small"):  # a logistic regression: quicker to compile
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, model="logreg"))
+    if mode == "small-long":  # runs until it is stopped
+        config = dataclasses.replace(config, budget=dataclasses.replace(config.budget, max_updates=10**6),
+                                     checkpoint_every=None)
+    if mode == "small-mismatch" and process == 1:  # a copy-paste slip: another learning rate on one host
+        config = dataclasses.replace(config, client=dataclasses.replace(config.client, client_lr=0.5))
     if mode in ("interrupted", "small-interrupted"):  # every process stops at the same event: the first
         # after checkpoint 1, or (small) after checkpoint 2
         with _interrupt_after(1 if mode == "interrupted" else 8):
@@ -79,7 +84,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _run(folder, algorithm, processes, mode="run", timeout=600) -> dict:
+def _run(folder, algorithm, processes, mode="run", timeout=600, fails=False) -> dict:
     """Run the script in ``processes`` processes (2 CPU devices in all): process 0's stdout, stderr and
     result (its ``RESULT`` line; gloo writes to stdout too). Processes that have not ended after
     ``timeout`` seconds (waiting for each other) are killed and the test fails."""
@@ -97,7 +102,7 @@ def _run(folder, algorithm, processes, mode="run", timeout=600) -> dict:
             process.kill()
         pytest.fail(f"the {processes} processes did not end within {timeout} s (one waits for the others)")
     for process, (_, stderr) in zip(running, outputs):
-        assert process.returncode == 0, stderr[-3000:]
+        assert (process.returncode != 0) == fails, stderr[-3000:]
     stdout, stderr = outputs[0]
     results = [json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT ")]
     return {**(results[-1] if results else {}), "stdout": stdout, "stderr": stderr,
@@ -206,3 +211,43 @@ def test_cluster_arguments_are_checked_before_joining():
 
     with pytest.raises((ValueError, RuntimeError), match="process_id=3 must be below num_processes=2|before anything"):
         init_cluster("127.0.0.1:1", num_processes=2, process_id=3)
+
+
+def test_processes_given_other_settings_are_refused_on_every_process_before_training(tmp_path):
+    """One process with another learning rate trained its share of the clients its own way, and the
+    mixed model was written under process 0's config, exit 0 on both (other mismatches hung)."""
+    two = _run(tmp_path, "fedbuff", processes=2, mode="small-mismatch", timeout=300, fails=True)
+    first, second = (error.strip().splitlines()[-1] for error in two["stderrs"])
+    assert "ConfigError: process 1 of this run was given other settings than process 0's: every process runs the " \
+           "same command" in first
+    assert "ConfigError: process 1 was given other settings than process 0 (client_lr: 0.5 here, 0.05 on process " \
+           "0)" in second
+    assert not os.path.exists(tmp_path / "runs-2")  # nothing trained, nothing written
+
+
+def test_sigterm_ends_every_process_of_a_cluster_run(tmp_path):
+    """jax's preemption service took SIGTERM for itself ("SIGTERM caught") and the run trained on:
+    a cluster's time limit, kill or timeout could not stop it. Now it ends each process at once."""
+    import signal
+    import time
+
+    env = sharing_compilations(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="1")
+    port = str(_free_port())
+    running = [subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path), "fedbuff", str(index), "2", port,
+                                 "small-long"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for index in range(2)]
+    events = tmp_path / "runs-2" / "fedbuff" / "events.csv"
+    deadline = time.monotonic() + 240
+    while not (events.exists() and events.stat().st_size > 2000) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert events.exists(), "the run did not start"
+    for process in running:
+        process.send_signal(signal.SIGTERM)
+    try:
+        codes = [process.wait(timeout=60) for process in running]
+    except subprocess.TimeoutExpired:
+        for process in running:
+            process.kill()
+        pytest.fail("SIGTERM did not end the processes of a cluster run within 60 s")
+    assert codes == [-signal.SIGTERM, -signal.SIGTERM]
+    assert "SIGTERM caught" not in "".join(process.stderr.read() for process in running)
