@@ -66,7 +66,7 @@ def _your_code_frame(error: BaseException):
     ``module:object`` model), or None. An error raised there is a bug to find, not bad input.
 
     >>> try:
-    ...     RunConfig(clients=0)
+    ...     config_from_mapping({"clients": 0})
     ... except ValueError as error:  # raised by jaxfl about its input
     ...     print(_your_code_frame(error))
     None

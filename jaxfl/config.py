@@ -1034,7 +1034,7 @@ def unknown_name(name: str, value: Any, where: str = "") -> ConfigError:
     >>> print(unknown_name("clinet", {"local_steps": 5}))
     unknown config section [clinet] (did you mean [client]?); sections: data, speeds, faults, client, server, budget, engine, an algorithm's options ([port], [compass], ...) or [algorithm]
     >>> print(unknown_name("local_step", 5))  # doctest: +ELLIPSIS
-    unknown config field 'local_step' (did you mean local_steps?); allowed: dataset, data_dir, ...
+    unknown config field 'local_step' (did you mean local_steps, local_epochs?); allowed: dataset, data_dir, ...
     """
     import difflib
 
