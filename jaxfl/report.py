@@ -371,6 +371,11 @@ def _check_same_settings(folders: list[str], found: list[tuple[dict, str]]) -> N
                          "to compare belongs in one sweep's grid)")
 
 
+# Algorithm-specific fields that name a group of runs, not a method variant: a federation's clients
+# in flight, as its size (a FedBuff sweep over concurrency 100 and 1,000: a table each).
+GROUP_FIELDS = ("concurrency",)
+
+
 def _method_columns(rows: list[dict]) -> list[str]:
     """Swept settings that belong to algorithms (an option ``space.name`` or a field such as
     buffer_size) and name a method variant rather than a group: those some of the sweep's algorithms
@@ -384,7 +389,8 @@ def _method_columns(rows: list[dict]) -> list[str]:
     ['buffer_size']
     """
     several_algorithms = len({row.get("algorithm") for row in rows}) > 1
-    return [name for name in rows[0] if name not in NOT_SETTINGS and ("." in name or name in ALGORITHM_FIELDS)
+    return [name for name in rows[0] if name not in NOT_SETTINGS
+            and ("." in name or (name in ALGORITHM_FIELDS and name not in GROUP_FIELDS))
             and len({row.get(name) for row in rows}) > 1
             and not (several_algorithms and all(row.get(name) is not None for row in rows))]
 

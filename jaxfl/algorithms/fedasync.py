@@ -17,8 +17,8 @@ Two update rules, chosen by ``rule``:
     w ← (1 − α_t) w + α_t w_i      # w_i is the client's final model, trained from the stale w_{τ_i}
 
 ``"plato"`` (PORT's FedAsync baseline, with PLATO's settings): the paper's mixing, the same update;
-not the FedAsync of paper-era PLATO's code, which mixed in a delta, decayed α cumulatively and used
-the first buffered update alone (the PORT spec's pitfall 8).
+not the FedAsync of PLATO's code at the PORT paper's date, which mixed in a delta, decayed α
+cumulatively and used the first buffered update alone.
 
 The FedCompass authors' form takes steps about m times smaller (p_i ≈ 1/m); FedCompass with
 Q_min = Q_max equals FedAsync only in that form.
