@@ -1388,7 +1388,9 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                                   config.batch_size, preprocess=preprocess,
                                   augment=augment, prox_mu=config.prox_mu,
                                   cpu_friendly_layers=cpu_layers, loss=user.loss)
-    server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, config.momentum,
+    # FedAvgM's momentum is the algorithm's default for sgd; FedOpt's optimisers carry their own (b1)
+    momentum = config.momentum if config.server_optimizer == "sgd" else 0.0
+    server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, momentum,
                                              b1=config.server_beta1, b2=config.server_beta2, tau=config.server_tau)
     policy = algorithm.policy()
     hooks = device_hooks(algorithm)

@@ -3,6 +3,7 @@ import math
 
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from jaxfl.kernels import (apply_server_update, constant, exponential, hinge, make_server_optimizer,
@@ -80,3 +81,41 @@ def test_fedopt_server_optimizers_exist_and_unknown_fails():
         assert np.all(np.asarray(new["w"]) < 0)
     with pytest.raises(ValueError, match="unknown server optimizer 'lamb'"):
         make_server_optimizer("lamb")
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.int32])
+def test_weighted_mean_normalises_narrow_weights_in_float32(dtype):
+    """bfloat16 weights of 1/7 each summed to 1.002 in their own dtype: the mean of seven 100s was 99.80."""
+    mean = weighted_mean({"x": jnp.full((7,), 100.0, jnp.float32)}, jnp.ones(7, dtype))
+    assert float(mean["x"]) == 100.0
+
+
+def test_server_update_refuses_a_pseudo_gradient_shaped_unlike_its_parameter():
+    """The clients' still-stacked updates gave the global model a client axis, silently (optax broadcasts)."""
+    params = {"w": jnp.ones(3)}
+    opt = make_server_optimizer("adam", 0.01)
+    with pytest.raises(ValueError, match=r"leaf \['w'\] has shape \(4, 3\), its parameter \(3,\).*still stacked"):
+        apply_server_update(opt, params, opt.init(params), {"w": jnp.ones((4, 3))})
+    with pytest.raises(ValueError, match=r"leaf \['w'\] has shape \(3, 1\)"):
+        apply_server_update(opt, params, opt.init(params), {"w": jnp.ones((3, 1))})
+
+
+def test_server_optimizer_refuses_options_it_would_ignore_and_learning_rates_it_cannot_use():
+    """FedAdam "with momentum 0.9" was plain FedAdam; a schedule for FedAdam failed at the first update
+    with a TypeError; a 0-d jax learning rate was refused and True accepted."""
+    with pytest.raises(ValueError, match=r"momentum=0.9 is not allowed: leave it at its default 0.0, adam does not "
+                                         r"read it \(read by sgd\)"):
+        make_server_optimizer("adam", 0.1, momentum=0.9)
+    with pytest.raises(ValueError, match=r"b1=0.1 .* sgd does not read it"):
+        make_server_optimizer("sgd", 0.5, b1=0.1)
+    with pytest.raises(ValueError, match=r"b2=0.5 .* adagrad does not read it"):
+        make_server_optimizer("adagrad", 0.1, b2=0.5)
+    with pytest.raises(ValueError, match=r"adam's update takes no schedule"):
+        make_server_optimizer("adam", optax.linear_schedule(0.1, 0.01, 10))
+    with pytest.raises(ValueError, match=r"learning_rate=True is not allowed"):
+        make_server_optimizer("sgd", True)
+    params = {"w": jnp.ones(2)}
+    opt = make_server_optimizer("sgd", jnp.float32(0.1))
+    assert apply_server_update(opt, params, opt.init(params), params)[0]["w"].tolist() == pytest.approx([0.9, 0.9])
+    scheduled = make_server_optimizer("optax_adam", optax.linear_schedule(0.1, 0.01, 10))
+    assert apply_server_update(scheduled, params, scheduled.init(params), params)[0]["w"].shape == (2,)

@@ -128,3 +128,34 @@ def test_local_train_refuses_known_out_of_range_inputs_and_leaves_traced_ones_to
     traced = jax.jit(lambda n: local_train(trainer, jnp.zeros((4, 3)), data, ClientView(0, 6), n, jax.random.key(0),
                                            max_steps=3)[1]["steps"])
     assert int(traced(2)) == 2
+
+
+def test_loss_must_be_per_example():
+    """A loss of ``.mean()`` averaged the short last batch's padding rows in, and (B, 1) broadcast to
+    (B, B): both trained a different update without a word."""
+    data = FederatedArrays(jnp.ones((8, 4)), jnp.array([0, 1, 2, 0, 1, 2, 0, 1]))
+    ce = optax.softmax_cross_entropy_with_integer_labels
+    for loss, shape in ((lambda logits, y: ce(logits, y).mean(), r"\(\)"),
+                        (lambda logits, y: ce(logits, y)[:, None], r"\(4, 1\)")):
+        trainer = make_client_trainer(lambda p, x: x @ p, optax.sgd(0.1), 4, preprocess=lambda x: x, loss=loss)
+        with pytest.raises(ValueError, match=rf"one value per example, shape \(4,\); it returned shape {shape}"):
+            local_train(trainer, jnp.zeros((4, 3)), data, ClientView(jnp.int32(0), jnp.int32(5)), 2,
+                        jax.random.key(0), max_steps=2)
+
+
+def test_x_and_y_of_different_lengths_are_refused():
+    """x shorter than y trained on clamped rows; only y's length was checked."""
+    trainer = make_client_trainer(lambda p, x: x @ p, optax.sgd(0.1), batch_size=2, preprocess=lambda x: x)
+    data = FederatedArrays(jnp.ones((4, 4)), jnp.zeros(6, jnp.int32))
+    with pytest.raises(ValueError, match="x holds 4 samples and y 6"):
+        local_train(trainer, jnp.zeros((4, 3)), data, ClientView(jnp.int32(0), jnp.int32(5)), 2, jax.random.key(0),
+                    max_steps=2)
+
+
+def test_a_client_without_samples_takes_no_step():
+    """With weight decay an empty client's parameters moved, and its ``steps`` (FedNova's τ_i) said 5."""
+    data = FederatedArrays(jnp.ones((8, 5)), jnp.zeros(8, jnp.int32))
+    trainer = make_client_trainer(lambda p, x: x @ p, optax.adamw(0.1, weight_decay=0.5), 4, preprocess=lambda x: x)
+    delta, metrics = local_train(trainer, jnp.full((5, 3), 0.5), data, ClientView(jnp.int32(0), jnp.int32(0)), 5,
+                                 jax.random.key(0), max_steps=5)
+    assert float(jnp.abs(delta).max()) == 0.0 and int(metrics["steps"]) == 0

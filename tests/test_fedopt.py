@@ -15,7 +15,7 @@ import optax
 import pytest
 
 from jaxfl.config import ConfigError, RunConfig, validate
-from jaxfl.kernels.aggregation import apply_server_update, make_server_optimizer
+from jaxfl.kernels.aggregation import SERVER_OPTIMIZER_READS, apply_server_update, make_server_optimizer
 from jaxfl.kernels.fedopt import FedOptState
 
 DELTAS = [((2.0, -1.0), -1.0), ((0.0, -1.0), -1.0), ((-4.0, -1.0), -1.0)]
@@ -23,7 +23,9 @@ HAND = dict(learning_rate=2.0, b1=0.5, b2=0.75, tau=1.0)
 
 
 def three_steps(name):
-    optimizer = make_server_optimizer(name, HAND["learning_rate"], b1=HAND["b1"], b2=HAND["b2"], tau=HAND["tau"])
+    reads = SERVER_OPTIMIZER_READS[name]  # FedAdagrad takes no β2
+    optimizer = make_server_optimizer(name, HAND["learning_rate"], **{key: HAND[key] for key in ("b1", "b2", "tau")
+                                                                      if key in reads})
     params = {"w": jnp.zeros(2), "b": jnp.zeros(())}
     state = optimizer.init(params)
     trajectory = []

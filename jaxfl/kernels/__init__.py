@@ -1,6 +1,10 @@
 """Pure-JAX kernels, written for one client (training) or a stacked client axis (aggregation).
 
 Import them into other JAX code; the engine vmaps the client kernel in one place.
+
+Importing any part of jaxfl before your program first uses jax exposes each CPU core as a jax
+device (``jax.device_count()`` on a 2-core CPU becomes 2), as jaxfl's engine trains on every core;
+set ``JAXFL_CPU_DEVICES=1`` in the environment to keep jax's single CPU device.
 """
 from jaxfl.kernels import ccfedavg, fedasmu, fedopt, port  # the algorithms' device maths, as modules
 from jaxfl.kernels.aggregation import (SERVER_OPTIMIZERS, apply_server_update, make_server_optimizer, weighted_mean,

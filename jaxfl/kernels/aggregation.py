@@ -19,6 +19,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jaxfl.kernels import fedopt
@@ -30,6 +31,13 @@ from jaxfl.scheduler.staleness import (STALENESS_FUNCTIONS, constant, exponentia
 PyTree = Any
 
 SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad", "optax_adam", "optax_yogi", "optax_adagrad")
+# The options each server optimiser reads (the rest must stay at their defaults: a FedAdam "with
+# momentum 0.9" would otherwise be plain FedAdam without a word), and which take an optax schedule.
+SERVER_OPTIMIZER_READS = {"sgd": ("momentum",), "adam": ("b1", "b2", "tau"), "yogi": ("b1", "b2", "tau"),
+                          "adagrad": ("b1", "tau"), "optax_adam": ("b1", "b2", "tau"),
+                          "optax_yogi": ("b1", "b2", "tau"), "optax_adagrad": ("tau",)}
+SERVER_OPTIMIZER_DEFAULTS = {"momentum": 0.0, "b1": 0.9, "b2": 0.99, "tau": 1e-3}
+TAKE_SCHEDULES = ("sgd", "optax_adam", "optax_yogi", "optax_adagrad")
 
 
 def _check_weights(stacked: PyTree, weights: jax.Array) -> None:
@@ -73,6 +81,8 @@ def weighted_mean(stacked: PyTree, weights: jax.Array) -> PyTree:
     """
     weights = jnp.asarray(weights)
     _check_weights(stacked, weights)
+    # normalised in at least float32: bfloat16 shares of 1/7 sum to 1.002, not 1
+    weights = weights.astype(jnp.promote_types(weights.dtype, jnp.float32))
     return weighted_sum(stacked, weights / jnp.sum(weights))
 
 
@@ -93,20 +103,39 @@ def make_server_optimizer(name: str = "sgd", learning_rate: float = 1.0, momentu
     >>> params["w"].tolist()
     [-1.0, -1.0]
 
-    Bad values are refused, naming them: ``learning_rate`` a finite number > 0 (or, for the optax
-    optimisers, an optax schedule), ``momentum``, ``b1`` and ``b2`` in [0, 1), ``tau`` a finite number >= 0.
+    Bad values are refused, naming them: ``learning_rate`` a finite number > 0 or a 0-d float array
+    (or, for ``sgd`` and the optax optimisers, an optax schedule), ``momentum``, ``b1`` and ``b2`` in
+    [0, 1), ``tau`` a finite number >= 0; so is an option the optimiser does not read set off its
+    default (:data:`SERVER_OPTIMIZER_READS`: ``momentum`` is ``sgd``'s, FedAdam's momentum is ``b1``).
     """
     def refuse(field, value, allowed):
         raise ValueError(f"make_server_optimizer({name!r}): {field}={value!r} is not allowed: {allowed}")
 
-    if not callable(learning_rate) and not (isinstance(learning_rate, numbers.Real) and math.isfinite(learning_rate)
-                                            and learning_rate > 0):
-        refuse("learning_rate", learning_rate, "a finite number > 0")
+    if name not in SERVER_OPTIMIZERS:
+        raise ValueError(f"unknown server optimizer {name!r}; allowed: {', '.join(SERVER_OPTIMIZERS)}")
+    if callable(learning_rate):
+        if name not in TAKE_SCHEDULES:
+            refuse("learning_rate", learning_rate, f"a finite number > 0 ({name}'s update takes no schedule; "
+                                                   f"schedules: {', '.join(TAKE_SCHEDULES)})")
+    else:
+        if isinstance(learning_rate, (jax.Array, np.ndarray)) and np.ndim(learning_rate) == 0 \
+                and jnp.issubdtype(learning_rate.dtype, jnp.floating):
+            learning_rate = float(learning_rate)  # a 0-d array, as JAX code holds its learning rates
+        if isinstance(learning_rate, bool) or not (isinstance(learning_rate, numbers.Real)
+                                                   and math.isfinite(learning_rate) and learning_rate > 0):
+            refuse("learning_rate", learning_rate, "a finite number > 0, a 0-d float array"
+                   + (", or an optax schedule" if name in TAKE_SCHEDULES else ""))
     for field, value in (("momentum", momentum), ("b1", b1), ("b2", b2)):
-        if not (isinstance(value, numbers.Real) and 0 <= value < 1):
+        if isinstance(value, bool) or not (isinstance(value, numbers.Real) and 0 <= value < 1):
             refuse(field, value, "a number in [0, 1)")
-    if not (isinstance(tau, numbers.Real) and math.isfinite(tau) and tau >= 0):
+    if isinstance(tau, bool) or not (isinstance(tau, numbers.Real) and math.isfinite(tau) and tau >= 0):
         refuse("tau", tau, "a finite number >= 0")
+    given = {"momentum": momentum, "b1": b1, "b2": b2, "tau": tau}
+    for field, value in given.items():
+        if field not in SERVER_OPTIMIZER_READS[name] and value != SERVER_OPTIMIZER_DEFAULTS[field]:
+            readers = ", ".join(key for key, reads in SERVER_OPTIMIZER_READS.items() if field in reads)
+            refuse(field, value, f"leave it at its default {SERVER_OPTIMIZER_DEFAULTS[field]!r}, {name} does not "
+                                 f"read it (read by {readers})")
     if name == "sgd":
         return optax.sgd(learning_rate, momentum=momentum if momentum > 0 else None)
     if name == "adam":
@@ -119,9 +148,7 @@ def make_server_optimizer(name: str = "sgd", learning_rate: float = 1.0, momentu
         return optax.adam(learning_rate, b1=b1, b2=b2, eps=tau)
     if name == "optax_yogi":
         return optax.yogi(learning_rate, b1=b1, b2=b2, eps=tau)
-    if name == "optax_adagrad":
-        return optax.adagrad(learning_rate, eps=tau)
-    raise ValueError(f"unknown server optimizer {name!r}; allowed: {', '.join(SERVER_OPTIMIZERS)}")
+    return optax.adagrad(learning_rate, eps=tau)  # optax_adagrad
 
 
 def apply_server_update(optimizer: optax.GradientTransformation, params: PyTree, opt_state: PyTree,
@@ -138,5 +165,22 @@ def apply_server_update(optimizer: optax.GradientTransformation, params: PyTree,
     >>> params["w"].tolist()
     [0.0, 2.0]
     """
+    _check_like_params(params, pseudo_gradient)
     updates, opt_state = optimizer.update(pseudo_gradient, opt_state, params)
     return optax.apply_updates(params, updates), opt_state
+
+
+def _check_like_params(params: PyTree, pseudo_gradient: PyTree) -> None:
+    """Refuse a pseudo-gradient leaf shaped unlike its parameter (static shapes, so free under jit):
+    optax would broadcast it, and the clients' still-stacked ``(K, …)`` updates would give the global
+    model a client axis without a word."""
+    named = jax.tree_util.tree_leaves_with_path(params)
+    given = jax.tree.leaves(pseudo_gradient)
+    if len(named) != len(given):
+        return  # a structure mismatch: optimizer.update names it
+    for (path, param), leaf in zip(named, given):
+        if jnp.shape(param) != jnp.shape(leaf):
+            stacked = " (still stacked over clients? aggregate them first, e.g. weighted_mean)" \
+                if jnp.shape(leaf)[1:] == jnp.shape(param) else ""
+            raise ValueError(f"pseudo_gradient leaf {jax.tree_util.keystr(path) or 'params'} has shape "
+                             f"{jnp.shape(leaf)}, its parameter {jnp.shape(param)}: they must be equal{stacked}")

@@ -64,7 +64,7 @@ class FederatedArrays(NamedTuple):
 class ClientView(NamedTuple):
     """One client's slice of :class:`FederatedArrays`: int32 scalars ``offset`` and ``count`` (samples
     ``offset .. offset + count - 1``). Stacked, each field is a ``(C,)`` array, one row per client, ready
-    for ``jax.vmap``; a client with ``count`` 0 trains on nothing.
+    for ``jax.vmap``; a client with ``count`` 0 trains on nothing (no step, ``steps`` 0).
 
     >>> views = ClientView(jnp.array([0, 3], jnp.int32), jnp.array([3, 2], jnp.int32))   # clients of 3 and 2
     >>> jax.tree.map(lambda field: field[1], views)
@@ -237,6 +237,11 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
     def loss_fn(trainable, buffers, x, y, weights, key):
         logits, new_buffers = forward(trainable, buffers, transform(x), key)
         losses = per_example_loss(logits, y)
+        if jnp.shape(losses) != jnp.shape(weights):
+            # a scalar (.mean()) would average the masked padding rows in; (B, 1) broadcasts to (B, B)
+            raise ValueError(f"loss(logits, labels) must return one value per example, shape {jnp.shape(weights)}; "
+                             f"it returned shape {jnp.shape(losses)} (a mean over the batch? return the "
+                             "per-example losses: the kernel masks and averages them)")
         return jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0), new_buffers
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -268,14 +273,16 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
         updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
         updates = jax.tree.map(lambda u: u * state.lr_scale.astype(u.dtype), updates)
         params = merge(optax.apply_updates(trainable, updates), new_buffers)
-        active = state.step < state.num_steps
+        # a client without samples takes no step (weight decay would still move it; FedNova reads steps)
+        num_steps = jnp.where(view.count > 0, state.num_steps, 0)
+        active = state.step < num_steps
         keep = lambda new, old: jnp.where(active, new, old)
         return LocalState(
             params=jax.tree.map(keep, params, state.params),
             opt_state=jax.tree.map(keep, opt_state, state.opt_state),
             key=state.key,
             step=state.step + 1,
-            num_steps=state.num_steps,
+            num_steps=num_steps,
             # float32 whatever the model's dtype (a float64 model under jax_enable_x64 has a float64 loss)
             loss_sum=state.loss_sum + jnp.where(active, loss, 0.0).astype(jnp.float32),
             all_finite=state.all_finite & (~active | jnp.isfinite(loss)),
@@ -346,6 +353,9 @@ def _check_concrete_inputs(data: FederatedArrays, view: ClientView, num_steps, m
         except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError, TypeError):
             return None
 
+    if len(data.x) != len(data.y):  # static shapes: checked under jit too
+        raise ValueError(f"data is not allowed: x holds {len(data.x)} samples and y {len(data.y)}; "
+                         "FederatedArrays needs x (N, ...) and y (N,) of the same N")
     steps, offset, count = concrete(num_steps), concrete(view.offset), concrete(view.count)
     if steps is not None and steps.size and (steps.min() < 0 or steps.max() > max_steps):
         raise ValueError(f"num_steps={num_steps!r} is not allowed: steps lie in [0, max_steps={max_steps}]")
