@@ -975,17 +975,21 @@ class _FinishedRun(typing.NamedTuple):
     summary: dict
 
 
-def _earlier_run(config: RunConfig) -> tuple[str, str] | None:
-    """``(run_dir, state)`` of a run of this very config (the same record as a resume compares) that
-    an earlier, interrupted ``jaxfl run --algorithm a,b,...`` left under its output_dir: ``finished``
-    or ``resumable`` (a checkpoint to go on from); None if there is none (a run without a
-    checkpoint starts again, in a new folder)."""
-    return next(_earlier_runs(config), None)
+def _earlier_run(config: RunConfig, times=None) -> tuple[str, str] | None:
+    """``(run_dir, state)`` of a run of this very config (the same record as a resume compares) and
+    the same given speeds (``times``, from ``--time-per-step``; None: drawn ones) that an earlier,
+    interrupted ``jaxfl run --algorithm a,b,...`` left under its output_dir: ``finished`` or
+    ``resumable`` (a checkpoint to go on from); None if there is none (a run without a checkpoint
+    starts again, in a new folder)."""
+    return next(_earlier_runs(config, times), None)
 
 
-def _earlier_runs(config: RunConfig):
+def _earlier_runs(config: RunConfig, times=None):
     """Every ``(run_dir, state)`` of :func:`_earlier_run`, in the order of their folders' names."""
+    import hashlib
     import warnings
+
+    from jaxfl.user_inputs import UserInputs
 
     from jaxfl import checkpoint
     from jaxfl.config import config_from_mapping, validate
@@ -997,6 +1001,9 @@ def _earlier_runs(config: RunConfig):
             warnings.simplefilter("ignore")
             wanted = config_record(validate(config))
             name = config.run_name or run_name(config, algorithms.get(config.algorithm).name)
+            # the speeds are not in the config (nor its name): a run on other speeds is another run
+            speeds = None if times is None else hashlib.sha256(
+                UserInputs(time_per_step=times).check(validate(config)).time_per_step.tobytes()).hexdigest()
     except (ConfigError, ValueError, KeyError, TypeError):
         return
     if not os.path.isdir(config.output_dir):
@@ -1008,7 +1015,9 @@ def _earlier_runs(config: RunConfig):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                if config_record(validate(config_from_mapping(read_record(run_dir)["config"]))) != wanted:
+                record = read_record(run_dir)
+                if config_record(validate(config_from_mapping(record["config"]))) != wanted or \
+                        (record.get("user_inputs", {}).get("time_per_step") or {}).get("sha256") != speeds:
                     continue
         except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
             continue
@@ -1018,13 +1027,13 @@ def _earlier_runs(config: RunConfig):
             yield run_dir, "resumable"
 
 
-def _note_interrupted_runs(config: RunConfig) -> None:
+def _note_interrupted_runs(config: RunConfig, times=None) -> None:
     """Name the interrupted runs of this very config under its output_dir: one ``jaxfl run`` starts
     a new run each time (a comparison goes on with the earlier one instead), so the same command
     after a Ctrl-C would otherwise train afresh beside the run it cut, saying nothing."""
     from jaxfl import checkpoint
 
-    for run_dir, state in _earlier_runs(config):
+    for run_dir, state in _earlier_runs(config, times):
         if state == "resumable":
             update = int(os.path.basename(checkpoint.latest(run_dir))[len("ckpt-"):])
             print(f"jaxfl: note: {run_dir} is an interrupted run of this config (checkpoints up to update "
@@ -1039,7 +1048,7 @@ def _comparison_run(config: RunConfig, times, log_to):
 
     from jaxfl.experiment import resume_experiment, run_experiment
 
-    earlier = _earlier_run(config)
+    earlier = _earlier_run(config, times)
     if earlier is not None and earlier[1] == "finished":
         with open(os.path.join(earlier[0], "summary.json")) as handle:  # its line says "reused"
             return _FinishedRun(earlier[0], json.load(handle))
@@ -1224,7 +1233,7 @@ def _main(argv: list[str] | None) -> int:
                 if len(configs) > 1:  # the same comparison again goes on: finished runs reused, a cut one resumed
                     result = _comparison_run(config, times, args.log_to)
                 else:
-                    _note_interrupted_runs(config)
+                    _note_interrupted_runs(config, times)
                     result = run_experiment(config, time_per_step=times, loggers=args.log_to)
             except KeyboardInterrupt as interrupt:
                 if len(configs) > 1:  # what is finished, what was cut, what never ran, and how to go on

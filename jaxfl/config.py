@@ -96,7 +96,7 @@ class SpeedsConfig:
     speed_mean: float = 0.15  # μ seconds per local step (MNIST, batch 64)
     jitter: float = 0.05  # per-round t_i^(k) ~ N(t_i, (jitter·t_i)^2)
     speed_change_prob: float = 0.0  # probability of re-drawing t_i each round
-    speed_cap: float = 30.0  # pareto/zipf idle-time cap (PORT)
+    speed_cap: float = 30.0  # pareto/zipf idle-time cap (PORT's Pareto runs; its Zipf runs, Fig. 2: 60)
     negative_times: str = "redraw"  # negative normal draws: redraw, clip or error
     latency: float = 0.0  # virtual seconds of latency per model transfer
     bandwidth: float = math.inf  # bytes per second of a model transfer (inf: no limit)

@@ -1682,7 +1682,8 @@ def library_versions() -> dict[str, str | None]:
 def _schedule_summary(config: RunConfig, algorithm, simulation: Simulation, end_time: float, reason: str) -> dict:
     """What the summary of every run, trained or timing-only, says about the run and its schedule."""
     return {"algorithm": algorithm.name, "dataset": config.dataset, "clients": config.clients,
-            "heterogeneity": config.heterogeneity, "seed": config.seed,
+            # given speeds (time_per_step) replace the model's draws: the config's model was not used
+            "heterogeneity": "given" if getattr(simulation.speeds, "given", False) else config.heterogeneity, "seed": config.seed,
             "global_updates": simulation.version, "virtual_time": end_time, "stop_reason": reason,
             "negative_speed_draws": simulation.speeds.negative_draws,
             "faults": dict(simulation.faults.counts) if simulation.faults is not None else {},
@@ -1837,7 +1838,11 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
                                 wall_clock=lambda: time.perf_counter() - wall_start,
                                 client_lr_decay=config.client_lr_decay)
         scheduler_start = time.perf_counter()
-        reason = simulation.run()
+        error = None
+        try:
+            reason = simulation.run()
+        except NegativeTimeError as caught:  # as the training run stops: logs kept, a summary, RunStopped
+            error, reason = RunStopped(str(caught)), f"negative time: {caught}"
         scheduler_seconds = time.perf_counter() - scheduler_start
     end_time = simulation.now if reason != "time budget" else config.max_time
     summary = {
@@ -1849,6 +1854,8 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
         "wall_time_s": round(time.perf_counter() - wall_start, 3),
     }
     _write_json(os.path.join(run_dir, "summary.json"), summary)
+    if error is not None:
+        raise error
     return RunResult(run_dir, summary, [], None, simulation, None)
 
 

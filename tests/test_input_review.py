@@ -129,10 +129,13 @@ def test_size_skew_that_overflows_the_sizes_is_refused_naming_it():
 
 # 5. a negative time drawn under negative_times error
 
-def test_a_negative_time_drawn_mid_run_stops_it_with_a_summary_naming_negative_times(tmp_path, capsys):
+@pytest.mark.parametrize("mode", [[], ["--timing-only"]])
+def test_a_negative_time_drawn_mid_run_stops_it_with_a_summary_naming_negative_times(tmp_path, capsys, mode):
+    """A timing-only run (the cheap check of a speed model) stopped with status 2, a bare
+    NegativeTimeError and no summary.json."""
     out = tmp_path / "runs"
     with pytest.raises(SystemExit) as exit_info:
-        main(["run", *RUN, "--heterogeneity", "normal", "--jitter", "1e6", "--negative-times", "error",
+        main(["run", *RUN, *mode, "--heterogeneity", "normal", "--jitter", "1e6", "--negative-times", "error",
               "--output-dir", str(out)])
     assert exit_info.value.code == 1
     err = capsys.readouterr().err

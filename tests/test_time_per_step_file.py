@@ -108,3 +108,29 @@ def test_the_cli_runs_with_a_whitespace_separated_row(tmp_path):
                  "--no-progress", "--output-dir", str(tmp_path / "runs"), "--run-name", "row"]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "runs" / "row" / "client_time_per_step.npy"),
                                   [0.5, 0.25, 0.125])
+
+
+def test_a_comparison_on_other_speeds_is_run_again_not_reused(tmp_path, capsys):
+    """The same comparison with another --time-per-step file in the same --out reused the finished
+    runs of the first speeds ("reused: it had finished", their virtual times); their summaries said
+    heterogeneity exp, the model the given times replaced."""
+    import json
+    import os
+
+    (tmp_path / "fast.csv").write_text("0.1\n0.1\n0.1\n0.1\n")
+    (tmp_path / "slow.csv").write_text("5\n5\n5\n5\n")
+
+    def compare(speeds):
+        assert main(["run", "--timing-only", "--algorithm", "fedavg,fedbuff", "--clients", "4", "--jitter", "0",
+                     "--local-steps", "10", "--max-updates", "2", "--time-per-step", str(tmp_path / speeds),
+                     "--output-dir", str(tmp_path / "cmp"), "--no-progress"]) == 0
+        return [line for line in capsys.readouterr().out.splitlines() if line.startswith("fedavg")][0]
+
+    assert "in 2 virtual s" in compare("fast.csv")
+    slow = compare("slow.csv")
+    assert "in 100 virtual s" in slow and "reused" not in slow
+    again = compare("fast.csv")  # the first speeds again: their finished runs
+    assert "in 2 virtual s" in again and again.endswith("(reused: it had finished)")
+    summaries = [json.loads((tmp_path / "cmp" / name / "summary.json").read_text())
+                 for name in os.listdir(tmp_path / "cmp")]
+    assert len(summaries) == 4 and {summary["heterogeneity"] for summary in summaries} == {"given"}

@@ -665,6 +665,7 @@ class ClientSpeeds:
         negative_draws: number of non-positive draws met (each one redrawn, clipped or raised);
             surfaced in run summaries so a model that often goes negative is visible.
         speed_changes: number of times some client re-drew its ``t_i``.
+        given: True where ``time_per_step`` gave the base times (``config.model`` drew none).
 
     Example:
         >>> speeds = ClientSpeeds(SpeedConfig(model="homo", jitter=0.0), num_clients=3, seed=0)
@@ -700,6 +701,7 @@ class ClientSpeeds:
         self._rounds_done = array.array("q", [0]) * num_clients
         self._streams = ClientStreams(seed, STREAM_CLIENT_ROUNDS, num_clients)
         self._clear_normals_ahead()
+        self.given = time_per_step is not None  # the base times are the user's, not config.model's draws
         if time_per_step is not None:
             self._base = array.array("d", check_time_per_step(time_per_step, num_clients, config.speed_change_prob,
                                                               config.legacy_seed).tobytes())
