@@ -37,8 +37,8 @@ def fednova_coefficients(coefficients: jax.Array, steps: jax.Array, step_weights
     """
     c = jnp.asarray(coefficients, jnp.float32)
     for name, value in (("steps", steps), ("step_weights", step_weights)):
-        if value is not None and jnp.shape(value) != c.shape:
-            raise ValueError(f"fednova_coefficients: {name} has shape {tuple(jnp.shape(value))} but coefficients "
+        if value is not None and np.shape(value) != c.shape:
+            raise ValueError(f"fednova_coefficients: {name} has shape {tuple(np.shape(value))} but coefficients "
                              f"{tuple(c.shape)}; one entry per update")
     tau = jnp.maximum(jnp.asarray(steps, jnp.float32), 1.0)
     weights = c if step_weights is None else jnp.asarray(step_weights, jnp.float32)
