@@ -93,16 +93,26 @@ def _exit_on_error(parser: argparse.ArgumentParser, error: BaseException, status
     that does not fit the data); the traceback, a line naming the file and line, and status 1 when it
     came from the user's own code (:func:`_your_code_frame`), which a one-line "bad input" would hide."""
     frame = _your_code_frame(error)
-    if frame is None:
+    notes = "".join(f"; {note}" for note in getattr(error, "__notes__", ()))  # e.g. the sweep cell it ended
+    # jaxfl's ConfigError from the user's code is a refusal of bad input (a plug-in's validate, with fail())
+    if frame is None or isinstance(error, ConfigError):
         cause = error.__cause__
-        frame = None if cause is None else _your_code_frame(cause)  # e.g. a model that does not fit the data
+        if frame is None:
+            frame = None if cause is None else _your_code_frame(cause)  # e.g. a model that does not fit the data
         where = "" if frame is None else f" (in your code: {frame.filename}, line {frame.lineno}, in {frame.name})"
-        parser.exit(status, f"jaxfl: error: {error}{where}\n")
+        parser.exit(status, f"jaxfl: error: {error}{where}{notes}\n")
     import traceback
 
     traceback.print_exception(error)
     parser.exit(1, f"jaxfl: error in your code ({frame.filename}, line {frame.lineno}, in {frame.name}; "
-                   f"traceback above): {type(error).__name__}: {error}\n")
+                   f"traceback above): {type(error).__name__}: {error}{notes}\n")
+
+
+def _raise_unless_yours(error: BaseException) -> None:
+    """Re-raise ``error`` unless it came from the user's code (:func:`_your_code_frame`): jaxfl's own
+    failures keep Python's traceback; the user's get :func:`_exit_on_error`'s line naming their file."""
+    if _your_code_frame(error) is None:
+        raise error
 
 
 # What ``jaxfl run --help`` prints above and below the flags (plain text: argparse shows it verbatim).
@@ -579,6 +589,9 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except CellFailed as error:  # a cell of a parallel sweep (--jobs): its error and output, no traceback of ours
         print(f"jaxfl: error: {error}", file=sys.stderr)
         return 1
+    except Exception as error:  # a bug in a plug-in's policy or hook: named with its cell, status 1
+        _raise_unless_yours(error)
+        _exit_on_error(parser, error)
     except KeyboardInterrupt as interrupt:  # Ctrl-C, a time limit's SIGINT or SIGTERM: what is kept and how to go on
         from jaxfl.experiment import RunInterrupted
         from jaxfl.report import read_results
@@ -1093,8 +1106,11 @@ def _print_comparison(results, output_dir: str) -> None:
     print("run directories:\n" + "\n".join(f"  {run_dir}" for run_dir in comparison.run_dirs))
 
 
-def _import_named_algorithms(argv: list[str]) -> None:
-    """Register ``module:Class`` algorithms named on the command line first, so their options get flags."""
+def _import_named_algorithms(argv: list[str]) -> dict[str, str]:
+    """Register ``module:Class`` algorithms named on the command line first, so their options get
+    flags; returns ``{name: why}`` for those that could not be imported (else validation reports them
+    with the registered names)."""
+    failed = {}
     for index, token in enumerate(argv):
         value = argv[index + 1] if token == "--algorithm" and index + 1 < len(argv) else \
             token.partition("=")[2] if token.startswith("--algorithm=") else ""
@@ -1102,8 +1118,9 @@ def _import_named_algorithms(argv: list[str]) -> None:
             if ":" in name:
                 try:
                     algorithms.get(name.strip())
-                except KeyError:
-                    pass  # reported by validation with the registered names
+                except KeyError as error:
+                    failed[name.strip()] = error.args[0] if error.args else str(error)
+    return failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1113,8 +1130,9 @@ def main(argv: list[str] | None = None) -> int:
     (:mod:`jaxfl.stopping`), with such a line too, and status 143."""
     import warnings
 
-    from jaxfl import stopping
+    from jaxfl import _startup, stopping
 
+    _startup.started()  # Ctrl-C from here on: this function's line (what was kept, how to go on)
     try:
         with stopping.stop_on_sigterm(), warnings.catch_warnings():
             warnings.formatwarning = _warning_line
@@ -1169,12 +1187,17 @@ def _interrupted_status(interrupt: KeyboardInterrupt) -> int:
 
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    _import_named_algorithms(argv)
+    not_imported = _import_named_algorithms(argv)
     if argv[:1] == ["demo"] and not {"-h", "--help"} & set(argv[1:]):
         return _demo(argv[1:])
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     _take_explicit_nones(args)
+    if extra and not_imported:  # its options are unknown because the plug-in did not import: say why
+        name, why = next(iter(not_imported.items()))
+        flags = " ".join(token for token in extra if token.startswith("-"))
+        parser.exit(2, f"jaxfl: error: {why} (so {flags} {'is' if len(flags.split()) == 1 else 'are'} not known: "
+                       f"its options come with it)\n")
     if extra:
         _refuse_unrecognized(parser, args.command, extra)
     if args.command == "timeline":
@@ -1262,6 +1285,9 @@ def _main(argv: list[str] | None) -> int:
         _exit_on_error(parser, error)
     except NumericalError as error:  # the run directory keeps everything logged until then
         parser.exit(1, f"jaxfl: run stopped: {error}\n")
+    except Exception as error:  # a bug in a plug-in's policy or hook, a model's code: named, status 1
+        _raise_unless_yours(error)
+        _exit_on_error(parser, error)
     finally:
         comparison_data.close()
     if len(results) > 1 and not configs[0].timing_only:

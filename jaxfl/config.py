@@ -1014,7 +1014,8 @@ def split_algorithm_options(values: dict[str, Any]) -> tuple[dict[str, Any], dic
         space, dot, rest = name.partition(".")
         if dot:
             if space not in spaces:
-                raise ConfigError(f"unknown option namespace {space!r} in {key!r}; known: {', '.join(spaces)}")
+                failed = "".join(f"; {why}" for why in PLUGIN_IMPORT_FAILURES.values())
+                raise ConfigError(f"unknown option namespace {space!r} in {key!r}; known: {', '.join(spaces)}{failed}")
             options.setdefault(space, {})[rest] = value
             continue
         if name not in FIELDS:
@@ -1043,8 +1044,9 @@ def unknown_name(name: str, value: Any, where: str = "") -> ConfigError:
         spaces = [space for space in option_namespaces()]
         close = difflib.get_close_matches(name, [*SECTIONS, *spaces, "algorithm"], n=2, cutoff=0.6)
         hint = f" (did you mean {', '.join(f'[{c}]' for c in close)}?)" if close else ""
+        failed = "".join(f"; {why}" for why in PLUGIN_IMPORT_FAILURES.values())  # its options table, perhaps
         return ConfigError(f"{prefix}unknown config section [{name}]{hint}; sections: {', '.join(SECTIONS)}, an "
-                           "algorithm's options ([port], [compass], ...) or [algorithm]")
+                           f"algorithm's options ([port], [compass], ...) or [algorithm]{failed}")
     close = difflib.get_close_matches(name, list(FIELDS), n=3, cutoff=0.7) or \
         [f for f in FIELDS if f.startswith(name[:4])]
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
@@ -1148,6 +1150,8 @@ def load_config_text(text: str | bytes, suffix: str) -> dict[str, Any]:
 
     >>> load_config_text('{"config": {"clients": 5}, "versions": {"jaxfl": "0.1"}}', ".json")
     {'clients': 5}
+    >>> load_config_text('{"config": {"port.min_clients": 2}, "config_sha256": "ab12"}', ".json")  # a checkpoint's
+    {'port.min_clients': 2}
     """
     raw = text.encode() if isinstance(text, str) else text
     try:
@@ -1168,9 +1172,50 @@ def load_config_text(text: str | bytes, suffix: str) -> dict[str, Any]:
         raise ConfigError(f"config could not be parsed as {suffix[1:].upper()}: {error}") from error
     if not isinstance(values, dict):
         raise ConfigError("a config file must hold a mapping of field names to values")
-    if isinstance(values.get("config"), dict) and "versions" in values:  # a run's config.json: rerun its config
-        return values["config"]
+    # a run's config.json, or a checkpoint's (its flat record and hash): rerun its config
+    if isinstance(values.get("config"), dict) and ("versions" in values or "config_sha256" in values):
+        values = values["config"]
+    PLUGIN_IMPORT_FAILURES.clear()  # this file's, not an earlier one's
+    import_named_plugins(values)
     return values
+
+
+# Plug-in algorithms a config or sweep file named that could not be imported: name → why (an options
+# table of theirs is then unknown, and its error says why).
+PLUGIN_IMPORT_FAILURES: dict[str, str] = {}
+
+
+def import_named_plugins(values: dict[str, Any]) -> None:
+    """Register the ``module:Class`` / ``file.py:Class`` algorithms a config or sweep file names (its
+    ``algorithm``, an ``[algorithm]`` table's ``name``, ``[grid]``'s and ``[sizes.NAME]``'s lists)
+    before its option tables are read: their namespaces (``[fsw]``, ``"fsw.power"``) exist only once
+    imported. A failure is kept in :data:`PLUGIN_IMPORT_FAILURES` (validation names it where the
+    algorithm is used).
+
+    >>> import_named_plugins({"grid": {"algorithm": ["fedavg", "no_such_module:Alg"]}})
+    >>> PLUGIN_IMPORT_FAILURES.pop("no_such_module:Alg")  # doctest: +ELLIPSIS
+    "algorithm reference 'no_such_module:Alg' could not be imported: ..."
+    """
+    def names(value):
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, list):
+            for item in value:
+                yield from names(item)
+        elif isinstance(value, dict) and isinstance(value.get("name"), str):
+            yield value["name"]
+
+    for key, value in values.items():
+        if key == "algorithm":
+            for name in names(value):
+                if ":" in name:
+                    try:
+                        algorithms.get(name.strip())
+                        PLUGIN_IMPORT_FAILURES.pop(name.strip(), None)
+                    except KeyError as error:
+                        PLUGIN_IMPORT_FAILURES[name.strip()] = error.args[0] if error.args else str(error)
+        elif isinstance(value, dict):
+            import_named_plugins(value)
 
 
 def load_config_file(path: str) -> dict[str, Any]:

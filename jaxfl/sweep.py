@@ -45,6 +45,7 @@ import itertools
 import json
 import os
 import shutil
+import sys
 
 from jaxfl import algorithms
 from jaxfl.config import (ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, TIMING_ONLY_UNREAD, ConfigError, RunConfig,
@@ -530,6 +531,25 @@ def job_cores(jobs) -> list[list[int]]:
     return [cores[job * share:(job + 1) * share] for job in range(jobs)]
 
 
+def _check_importable_by_name(name: str, jobs: int) -> None:
+    """Refuse, before any work, an algorithm registered in this process only (``@register`` in a
+    notebook or script): a worker process of ``jobs`` > 1 knows jaxfl's algorithms and imports
+    ``module:Class`` references, and every cell of it failed after the set-up."""
+    cls = algorithms.get(name)
+    if ":" in name or cls.__module__.split(".")[0] == "jaxfl":
+        return
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    references = [] if cls.__module__ == "__main__" else [f"'{cls.__module__}:{cls.__qualname__}'"]
+    if path:
+        references.append(f"'{path}:{cls.__qualname__}'")
+    named = f"name it {' or '.join(references)}, " if references else "define it in a .py file and name it " \
+        f"'path/to/file.py:{cls.__qualname__}', "
+    raise ConfigError(f"algorithm={name!r} is not allowed with jobs={jobs}: it is registered in this process only "
+                      f"({cls.__module__}.{cls.__qualname__}), and the cells run in worker processes, which import "
+                      f"algorithms by reference; {named}or run with jobs=1")
+
+
 def _check_jobs(jobs: int, sweep_dir: str, cells: list[Cell], states: dict) -> list[list[int]]:
     """:func:`job_cores`, after checking that ``jobs`` > 1 runs on a CPU backend, and that no
     interrupted cell would go on with another share of the cores than it began with (its arithmetic
@@ -541,6 +561,8 @@ def _check_jobs(jobs: int, sweep_dir: str, cells: list[Cell], states: dict) -> l
         if jax.default_backend() != "cpu":
             raise ConfigError(f"jobs={jobs} is not allowed on the {jax.default_backend()} backend: --jobs shares "
                               f"out CPU cores; on accelerators run one sweep per device (e.g. CUDA_VISIBLE_DEVICES)")
+        for name in dict.fromkeys(cell.config.algorithm for cell in cells if states[cell.index] != "finished"):
+            _check_importable_by_name(name, jobs)
     # each interrupted cell against the jobs its own run began under: another grid over the same
     # folder may have run since with other jobs
     run_jobs = _run_jobs(sweep_dir)
@@ -671,8 +693,12 @@ def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell],
                 peak[0] = 1
                 if bar is not None:
                     bar.set_postfix_str(f"cell {cell.index}: {cell.label()}")
-                summary, ended = run_cell(cell.config, cell.run_dir, state,
-                                          lambda line, index=cell.index: say(f"cell {index}: {line}"))
+                try:
+                    summary, ended = run_cell(cell.config, cell.run_dir, state,
+                                              lambda line, index=cell.index: say(f"cell {index}: {line}"))
+                except Exception as error:  # which cell, beside the error (a plug-in's bug, say)
+                    error.add_note(f"in sweep cell {cell.index} ({cell.label()}): {cell.run_dir}")
+                    raise
                 if ended != state:
                     done[state].remove(cell.index)
                     done[ended].append(cell.index)

@@ -66,6 +66,19 @@ def _read(path: str) -> str:
         return handle.read()
 
 
+def _first_difference(log: str, other: str) -> str:
+    """Where two event logs (:func:`events_without_wall_time`) first differ, for a failure message.
+
+    >>> _first_difference("time,event\\n1.0,arrival\\n", "time,event\\n1.0,dispatch\\n")
+    "row 1: '1.0,arrival' against '1.0,dispatch'"
+    """
+    rows, others = log.splitlines(), other.splitlines()
+    for index, (row, that) in enumerate(zip(rows, others)):
+        if row != that:
+            return f"row {index}: {row!r} against {that!r}"
+    return f"row {min(len(rows), len(others))}: one log ends there ({len(rows) - 1} against {len(others) - 1} rows)"
+
+
 def events_without_wall_time(run_dir: str) -> str:
     """A run directory's ``events.csv`` as text without its wall-clock column (the one that differs
     between two runs of the same config and seed), as ``open(path).read()`` reads the other columns
@@ -194,8 +207,17 @@ def _check_algorithm(algorithm, checks: tuple[str, ...], folder: str, atol: floa
     if "batched" in checks:
         single = run_experiment(dataclasses.replace(config, batching=False, checkpoint_every=None,
                                                     run_name="one-at-a-time"))
-        assert events_without_wall_time(full.run_dir) == events_without_wall_time(single.run_dir), \
-            f"{name}: batched and one-at-a-time runs have different event logs"
+        batched_log, single_log = events_without_wall_time(full.run_dir), events_without_wall_time(single.run_dir)
+        if batched_log != single_log:
+            again = run_experiment(dataclasses.replace(config, checkpoint_every=None, run_name="batched-again"))
+            if events_without_wall_time(again.run_dir) != batched_log:  # the policy, not the batching
+                raise AssertionError(f"{name}: two identical runs have different event logs, first at "
+                                     f"{_first_difference(batched_log, events_without_wall_time(again.run_dir))}: "
+                                     "the policy is not deterministic (draw from a generator seeded by the run's seed, "
+                                     "np.random.default_rng(np.random.SeedSequence([run.seed, STREAM])), never an "
+                                     "unseeded one)")
+            raise AssertionError(f"{name}: batched and one-at-a-time runs have different event logs, first at "
+                                 f"{_first_difference(batched_log, single_log)}")
         _same_params(full.params, single.params, atol, f"{name}: batched vs one-at-a-time")
         stats = single.engine.stats  # one at a time, nothing is trained that no aggregation uses
         assert stats.useful_steps == stats.aggregated_steps, \

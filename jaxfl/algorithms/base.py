@@ -337,10 +337,13 @@ def _checked_policy(cls: type, policy: Callable) -> Callable:
         problem = _signature_mismatch(type(made), Policy, Policy.HOOKS)  # hooks assigned after the class
         if problem is not None:
             raise PluginError(problem)
-        if type(made).on_arrival is Policy.on_arrival and "on_arrival" not in getattr(made, "__dict__", {}):
-            raise PluginError(f"{type(self).__name__}.policy() returned a {type(made).__name__}, which does not "
-                              "define on_arrival(self, sim, record), the hook the simulation calls when an update "
-                              "arrives (every policy needs one)")
+        for hook, does in (("on_arrival(self, sim, record)", "the hook the simulation calls when an update arrives"),
+                           ("start(self, sim)", "the hook that sets the run going at virtual time 0 (its first "
+                                                "dispatches and timers)")):
+            name = hook.partition("(")[0]
+            if getattr(type(made), name) is getattr(Policy, name) and name not in getattr(made, "__dict__", {}):
+                raise PluginError(f"{type(self).__name__}.policy() returned a {type(made).__name__}, which does not "
+                                  f"define {hook}, {does} (every policy needs one)")
         return made
 
     checked._checks_its_policy = True
@@ -565,6 +568,9 @@ def _import(module_name: str):
         if not os.path.isfile(path):
             raise ImportError(f"no file {module_name!r}")
         name = plugin_module_name(path)
+        folder = os.path.dirname(path)
+        if folder not in sys.path:  # its sibling modules import, as under `python file.py` (after the others)
+            sys.path.append(folder)
         loaded = sys.modules.get(name)
         if loaded is not None and os.path.abspath(getattr(loaded, "__file__", "") or "") == path:
             return loaded
