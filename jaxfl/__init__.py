@@ -12,6 +12,10 @@ plain-Python scheduler with one policy per algorithm (:mod:`jaxfl.scheduler`,
 >>> result.summary["global_updates"]
 3
 """
+from jaxfl import _startup
+
+_startup.quiet_interrupts_while_starting()  # first: the imports below take seconds
+
 from jaxfl._devices import use_every_cpu_core
 
 use_every_cpu_core()  # before anything initialises jax's backends

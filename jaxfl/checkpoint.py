@@ -238,44 +238,49 @@ class _WithoutClosedLoopTracebacks:
 
     def __init__(self, stream):
         self._stream = stream
-        self._held = None  # the traceback being written, until its last line says what it is
+        # per thread, the traceback it is writing, until its last line says what it is: two writer
+        # threads print theirs at once, line by line interleaved
+        self._held: dict[int, str] = {}
         self._lock = threading.Lock()
 
     def write(self, text: str) -> int:
         with self._lock:
-            self._take(text)
+            self._take(text, threading.get_ident())
         return len(text)
 
-    def _take(self, text: str) -> None:
+    def _take(self, text: str, thread: int) -> None:
         while text:
-            if self._held is None:
+            held = self._held.pop(thread, None)
+            if held is None:
                 if not (text.startswith(_HEADER) or _HEADER.startswith(text)):
                     self._stream.write(text)
                     return
-                self._held = ""
-            self._held, text = self._held + text, ""
-            if not (self._held.startswith(_HEADER) or _HEADER.startswith(self._held)):  # not a traceback after all
-                self._stream.write(self._held)
-                self._held = None
+                held = ""
+            held, text = held + text, ""
+            if not (held.startswith(_HEADER) or _HEADER.startswith(held)):  # not a traceback after all
+                self._stream.write(held)
                 return
-            lines = self._held.split("\n")
+            lines = held.split("\n")
             for end in range(1, len(lines) - 1):  # the complete lines after the header
                 line = lines[end]
                 if line and not line[0].isspace():  # the exception's line: the traceback is whole
-                    block, text, self._held = "\n".join(lines[:end + 1]) + "\n", "\n".join(lines[end + 1:]), None
+                    block, text, held = "\n".join(lines[:end + 1]) + "\n", "\n".join(lines[end + 1:]), None
                     if line.strip() != _CLOSED_LOOP:
                         self._stream.write(block)
                     break
+            if held is not None:
+                self._held[thread] = held
 
     def flush(self) -> None:
         self._stream.flush()
 
     def release(self) -> None:
-        """Write what is held (a traceback cut off when the filter is taken away)."""
+        """Write what is held (tracebacks cut off when the filter is taken away)."""
         with self._lock:
-            if self._held:
-                self._stream.write(self._held)
-            self._held = None
+            for held in self._held.values():
+                if held:
+                    self._stream.write(held)
+            self._held.clear()
 
     def __getattr__(self, name):
         return getattr(self._stream, name)

@@ -127,6 +127,18 @@ def holding_lock(folder: str, what: str = "run directory", again: str = "jaxfl r
         handle.close()  # releases the lock
 
 
+def check_not_in_use(folder: str) -> None:
+    """:class:`InUse` if another process holds ``folder/.lock`` (:func:`holding_lock`); nothing is
+    written to a folder without one.
+
+    >>> import tempfile
+    >>> check_not_in_use(tempfile.mkdtemp())
+    """
+    if os.path.isfile(os.path.join(folder, LOCK)):
+        with holding_lock(folder):
+            pass
+
+
 class ResumeWarning(UserWarning):
     """A resume went on, but not from the newest checkpoint (the message names the one skipped and why)."""
 
@@ -213,6 +225,13 @@ def read_record(run_dir: str) -> dict:
         raise ResumeError(f"cannot resume {run_dir!r}: no such directory")
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
+        root = os.path.join(run_dir, "checkpoints")
+        kept = sorted(name for name in os.listdir(root) if name.startswith("ckpt-")) if os.path.isdir(root) else []
+        if kept:  # a run directory that lost the file: its checkpoints keep the settings
+            again = shlex.quote(os.path.join(root, kept[-1], "config.json"))
+            raise ResumeError(f"cannot resume {run_dir!r}: its config.json is missing (deleted?), and a resume "
+                              f"checks the run's data, inputs and versions against it; each checkpoint keeps the "
+                              f"run's settings: jaxfl run --config {again} starts the run again")
         raise ResumeError(f"cannot resume {run_dir!r}: it has no config.json, so it is not a run directory of jaxfl run")
     try:
         with open(path, "rb") as handle:
@@ -365,6 +384,7 @@ def candidates(run_dir: str, warn: bool = True) -> list[str]:
     """
     root = os.path.join(os.path.abspath(run_dir), "checkpoints")
     if not os.path.isdir(root):
+        check_not_in_use(run_dir)  # a run still going, before its first checkpoint: not "start it again"
         raise ResumeError(f"cannot resume {run_dir!r}: it has no checkpoints/ folder (deleted, or the run was "
                           f"killed before its first checkpoint); nothing to resume from: start the run again")
     folders = sorted((n for n in os.listdir(root) if n.startswith("ckpt-") and os.path.isdir(os.path.join(root, n))),

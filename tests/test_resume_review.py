@@ -3,6 +3,7 @@ logger kept), one run folder resumed by two processes at once, a corrupt state.p
 resumed again, SIGTERM before the first event, a refused flag spelled as typed, a checkpoint that
 cannot be written (disk full), Ctrl-C during a save, an interrupted comparison."""
 import csv
+import re
 import json
 import os
 import pathlib
@@ -16,7 +17,7 @@ import pytest
 
 import jaxfl
 from jaxfl import checkpoint, cli
-from jaxfl.resume import ResumeWarning
+from jaxfl.resume import ResumeError, ResumeWarning
 from jaxfl.testing import events_without_wall_time, metrics_without_wall_time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -431,3 +432,63 @@ def test_a_ctrl_c_lost_inside_a_garbage_collector_callback_still_stops_the_next_
         except KeyboardInterrupt:
             pass
     assert stopping.stop_requested() is None and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_closed_loop_tracebacks_of_two_threads_at_once_are_all_filtered():
+    """After a full disk, two tensorstore threads printed their "Event loop is closed" tracebacks line
+    by line interleaved; one shared buffer took the second header for the first's last line and let
+    four tracebacks through before jaxfl's one-line error."""
+    import io
+
+    out = io.StringIO()
+    stream = checkpoint._WithoutClosedLoopTracebacks(out)
+    lines = ["Traceback (most recent call last):\n", '  File ".../base_events.py", line 806, in call_soon_threadsafe\n',
+             "    self._check_closed()\n", "RuntimeError: Event loop is closed\n"]
+    for line in lines:  # thread 1 and thread 2, a line each in turn
+        stream._take(line, 1)
+        stream._take(line, 2)
+    stream._take("Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: kept\n", 3)
+    stream.write("jaxfl: error: could not write checkpoint\n")
+    stream.release()
+    assert out.getvalue() == ("Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: kept\n"
+                              "jaxfl: error: could not write checkpoint\n")
+
+
+def test_resume_of_a_run_still_going_before_its_first_checkpoint_is_refused_as_in_use(tmp_path):
+    """It said the run had no checkpoints/ folder and to "start the run again": a duplicate of a live run."""
+    from jaxfl.resume import InUse, candidates, holding_lock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with holding_lock(str(run)):  # as the run holds it from its start
+        with pytest.raises(InUse, match=r"is in use by process \d+, which is writing this run directory"):
+            candidates(str(run))
+    with pytest.raises(ResumeError, match="it has no checkpoints/ folder"):
+        candidates(str(run))
+
+
+def test_a_run_that_lost_its_config_json_names_the_checkpoints_that_keep_its_settings(tmp_path, capsys):
+    """It said the folder "is not a run directory"; a checkpoint's config.json reruns the run."""
+    config = dict(TINY, model="mlp", max_updates=4, checkpoint_every=2, run_name="r")
+    first = jaxfl.run_experiment(jaxfl.RunConfig(**config, output_dir=str(tmp_path / "a")))
+    os.remove(os.path.join(first.run_dir, "config.json"))
+    kept = os.path.join(first.run_dir, "checkpoints", "ckpt-000004", "config.json")
+    with pytest.raises(ResumeError, match=re.escape(f"its config.json is missing (deleted?), and a resume checks the "
+                                                    f"run's data, inputs and versions against it; each checkpoint "
+                                                    f"keeps the run's settings: jaxfl run --config {kept} starts")):
+        jaxfl.resume_experiment(first.run_dir, progress=False)
+    assert cli.main(["run", "--config", kept, "--output-dir", str(tmp_path / "b")]) == 0
+    assert events_without_wall_time(str(tmp_path / "b" / "r")) == events_without_wall_time(first.run_dir)
+
+
+def test_ctrl_c_while_the_jaxfl_command_imports_is_one_line_and_status_130(tmp_path):
+    """A Ctrl-C in the seconds the command spends importing jax and jaxfl printed an import traceback
+    of 16 lines; a script or notebook importing jaxfl keeps Python's KeyboardInterrupt."""
+    code = ("import os, signal, sys\nsys.argv[0] = os.path.join('bin', sys.argv[1])\nimport jaxfl\n"
+            "os.kill(os.getpid(), signal.SIGINT)\nprint('went on')\n")
+    command = subprocess.run([sys.executable, "-c", code, "jaxfl"], capture_output=True, text=True, cwd=REPO,
+                             timeout=300)
+    assert command.returncode == 130 and command.stderr == "jaxfl: interrupted while starting: nothing written\n"
+    script = subprocess.run([sys.executable, "-c", code, "my_script.py"], capture_output=True, text=True, cwd=REPO,
+                            timeout=300)
+    assert script.returncode == -signal.SIGINT and script.stderr.strip().endswith("KeyboardInterrupt")

@@ -1,0 +1,37 @@
+"""The ``jaxfl`` command's first seconds: importing jax and jaxfl takes seconds (more on a loaded
+machine), and a Ctrl-C then printed an import traceback of a dozen frames where the command promises
+one line and status 130. Installed by ``jaxfl/__init__`` before its imports, only in the ``jaxfl``
+command (a notebook or script importing jaxfl keeps Python's KeyboardInterrupt), and handed back to
+Python's handler when :func:`jaxfl.cli.main` starts, which says what a Ctrl-C kept from there on."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+INTERRUPTED_STATUS = 130  # a shell's status for a command ended by SIGINT
+_previous = None
+
+
+def quiet_interrupts_while_starting() -> None:
+    """In the ``jaxfl`` console command: a Ctrl-C before :func:`started` is one line and status 130."""
+    global _previous
+    command = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if command != "jaxfl" or threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+
+    def interrupted(signum, frame):
+        sys.stderr.write("jaxfl: interrupted while starting: nothing written\n")
+        raise SystemExit(INTERRUPTED_STATUS)
+
+    _previous = signal.signal(signal.SIGINT, interrupted)
+
+
+def started() -> None:
+    """Python's own SIGINT handler again (the command's Ctrl-C handling takes over)."""
+    global _previous
+    if _previous is not None:
+        signal.signal(signal.SIGINT, _previous)
+        _previous = None
