@@ -18,6 +18,9 @@ def quiet_interrupts_while_starting() -> None:
     """In the ``jaxfl`` console command: a Ctrl-C before :func:`started` is one line and status 130."""
     global _previous
     command = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    # `python -m jaxfl`: argv[0] is "-m" while the package imports
+    if command == "-m" and getattr(sys, "orig_argv", [])[1:3] == ["-m", "jaxfl"]:
+        command = "jaxfl"
     if command != "jaxfl" or threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return

@@ -1193,10 +1193,10 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     _take_explicit_nones(args)
-    if extra and not_imported:  # its options are unknown because the plug-in did not import: say why
+    flags = [token.partition("=")[0] for token in extra if token.startswith("-")]
+    if flags and not_imported:  # its options are unknown because the plug-in did not import: say why
         name, why = next(iter(not_imported.items()))
-        flags = " ".join(token for token in extra if token.startswith("-"))
-        parser.exit(2, f"jaxfl: error: {why} (so {flags} {'is' if len(flags.split()) == 1 else 'are'} not known: "
+        parser.exit(2, f"jaxfl: error: {why} (so {' '.join(flags)} {'is' if len(flags) == 1 else 'are'} not known: "
                        f"its options come with it)\n")
     if extra:
         _refuse_unrecognized(parser, args.command, extra)

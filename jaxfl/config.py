@@ -1017,7 +1017,7 @@ def split_algorithm_options(values: dict[str, Any]) -> tuple[dict[str, Any], dic
         space, dot, rest = name.partition(".")
         if dot:
             if space not in spaces:
-                failed = "".join(f"; {why}" for why in PLUGIN_IMPORT_FAILURES.values())
+                failed = "".join(f"; if it is a plug-in's: {why}" for why in PLUGIN_IMPORT_FAILURES.values())
                 raise ConfigError(f"unknown option namespace {space!r} in {key!r}; known: {', '.join(spaces)}{failed}")
             options.setdefault(space, {})[rest] = value
             continue
@@ -1047,7 +1047,7 @@ def unknown_name(name: str, value: Any, where: str = "") -> ConfigError:
         spaces = [space for space in option_namespaces()]
         close = difflib.get_close_matches(name, [*SECTIONS, *spaces, "algorithm"], n=2, cutoff=0.6)
         hint = f" (did you mean {', '.join(f'[{c}]' for c in close)}?)" if close else ""
-        failed = "".join(f"; {why}" for why in PLUGIN_IMPORT_FAILURES.values())  # its options table, perhaps
+        failed = "".join(f"; if it holds a plug-in's options: {why}" for why in PLUGIN_IMPORT_FAILURES.values())
         return ConfigError(f"{prefix}unknown config section [{name}]{hint}; sections: {', '.join(SECTIONS)}, an "
                            f"algorithm's options ([port], [compass], ...) or [algorithm]{failed}")
     close = difflib.get_close_matches(name, list(FIELDS), n=3, cutoff=0.7) or \

@@ -1357,7 +1357,8 @@ def _log_write_error(error: OSError, interrupted: RunInterrupted) -> "checkpoint
 def _newest_checkpoint(run_dir: str) -> str | None:
     """The checkpoint folder a resume of ``run_dir`` would start from, or None."""
     try:
-        return resume.candidates(run_dir, warn=False)[0]
+        # the run's own question (a stop, an interrupt), asked under its own lock or process 0's
+        return resume.candidates(run_dir, warn=False, check_lock=False)[0]
     except resume.ResumeError:
         return None
 

@@ -81,6 +81,9 @@ class InUse(ValueError):
 LOCK = ".lock"  # in a run directory (a run or resume writing it) and a sweep directory (a sweep running it)
 
 
+_HELD: set[str] = set()  # the folders whose lock this process holds (check_not_in_use skips them)
+
+
 @contextlib.contextmanager
 def holding_lock(folder: str, what: str = "run directory", again: str = "jaxfl run --resume"):
     """Hold an exclusive ``flock`` on ``folder/.lock`` (which records this process's id) while inside:
@@ -112,13 +115,16 @@ def holding_lock(folder: str, what: str = "run directory", again: str = "jaxfl r
         raise InUse(f"{folder} is in use by process {holder or '(unknown)'}, which is writing this {what}: two "
                     f"processes at once would corrupt it; wait for that one to end (or stop it) and then "
                     f"{again} {shlex.quote(folder)}") from None
+    held = os.path.realpath(folder)
     try:
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()}\n")
         handle.flush()
+        _HELD.add(held)
         yield
     finally:
+        _HELD.discard(held)
         try:
             handle.seek(0)
             handle.truncate()
@@ -128,15 +134,32 @@ def holding_lock(folder: str, what: str = "run directory", again: str = "jaxfl r
 
 
 def check_not_in_use(folder: str) -> None:
-    """:class:`InUse` if another process holds ``folder/.lock`` (:func:`holding_lock`); nothing is
-    written to a folder without one.
+    """:class:`InUse` if another process holds ``folder/.lock`` (:func:`holding_lock`). A probe: it
+    writes nothing, and a lock this process holds is not "another" (flock would say it is).
 
     >>> import tempfile
-    >>> check_not_in_use(tempfile.mkdtemp())
+    >>> folder = tempfile.mkdtemp()
+    >>> with holding_lock(folder):
+    ...     check_not_in_use(folder)   # held by this process: no error
     """
-    if os.path.isfile(os.path.join(folder, LOCK)):
-        with holding_lock(folder):
-            pass
+    import fcntl
+
+    path = os.path.join(folder, LOCK)
+    if os.path.realpath(folder) in _HELD or not os.path.isfile(path):
+        return
+    try:
+        handle = open(path)
+    except OSError:  # unreadable: no way to tell; the resume's own lock decides
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = handle.read().strip()
+            raise InUse(f"{folder} is in use by process {holder or '(unknown)'}, which is writing this run "
+                        f"directory: two processes at once would corrupt it; wait for that one to end (or stop it) "
+                        f"and then jaxfl run --resume {shlex.quote(folder)}") from None
+        fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class ResumeWarning(UserWarning):
@@ -226,7 +249,8 @@ def read_record(run_dir: str) -> dict:
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
         root = os.path.join(run_dir, "checkpoints")
-        kept = sorted(name for name in os.listdir(root) if name.startswith("ckpt-")) if os.path.isdir(root) else []
+        kept = sorted(name for name in os.listdir(root) if name.startswith("ckpt-")
+                      and os.path.isfile(os.path.join(root, name, "config.json"))) if os.path.isdir(root) else []
         if kept:  # a run directory that lost the file: its checkpoints keep the settings
             again = shlex.quote(os.path.join(root, kept[-1], "config.json"))
             raise ResumeError(f"cannot resume {run_dir!r}: its config.json is missing (deleted?), and a resume "
@@ -375,16 +399,18 @@ def _first_line(error: BaseException) -> str:
     return line if len(line) <= 200 else line[:197] + "..."
 
 
-def candidates(run_dir: str, warn: bool = True) -> list[str]:
+def candidates(run_dir: str, warn: bool = True, check_lock: bool = True) -> list[str]:
     """The complete checkpoint folders of a run, newest first; :class:`ResumeError` if there are none
-    (no ``checkpoints/`` folder, or a ``latest`` pointer to a deleted checkpoint and nothing else).
+    (no ``checkpoints/`` folder, or a ``latest`` pointer to a deleted checkpoint and nothing else),
+    :class:`InUse` first (``check_lock``) where another process is writing a run that has none yet.
 
     A folder is complete once renamed from ``tmp-…`` (:func:`jaxfl.checkpoint.save`), so one newer
     than ``latest`` (a crash between the rename and the pointer's update) is taken too.
     """
     root = os.path.join(os.path.abspath(run_dir), "checkpoints")
     if not os.path.isdir(root):
-        check_not_in_use(run_dir)  # a run still going, before its first checkpoint: not "start it again"
+        if check_lock:  # a run still going, before its first checkpoint: not "start it again"
+            check_not_in_use(run_dir)
         raise ResumeError(f"cannot resume {run_dir!r}: it has no checkpoints/ folder (deleted, or the run was "
                           f"killed before its first checkpoint); nothing to resume from: start the run again")
     folders = sorted((n for n in os.listdir(root) if n.startswith("ckpt-") and os.path.isdir(os.path.join(root, n))),

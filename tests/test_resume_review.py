@@ -460,11 +460,19 @@ def test_resume_of_a_run_still_going_before_its_first_checkpoint_is_refused_as_i
 
     run = tmp_path / "run"
     run.mkdir()
-    with holding_lock(str(run)):  # as the run holds it from its start
-        with pytest.raises(InUse, match=r"is in use by process \d+, which is writing this run directory"):
+    holder = _hold(run)  # as the run holds it from its start
+    try:
+        with pytest.raises(InUse, match=rf"is in use by process {holder.pid}, which is writing this run directory"):
             candidates(str(run))
+        assert (run / ".lock").read_text().strip() == str(holder.pid)  # probed, not written
+    finally:
+        holder.kill()
+        holder.wait()
     with pytest.raises(ResumeError, match="it has no checkpoints/ folder"):
         candidates(str(run))
+    with holding_lock(str(run)):  # this process's own lock (a run asking for its newest checkpoint at a stop)
+        with pytest.raises(ResumeError, match="it has no checkpoints/ folder"):
+            candidates(str(run))
 
 
 def test_a_run_that_lost_its_config_json_names_the_checkpoints_that_keep_its_settings(tmp_path, capsys):
