@@ -81,6 +81,12 @@ class InUse(ValueError):
 LOCK = ".lock"  # in a run directory (a run or resume writing it) and a sweep directory (a sweep running it)
 
 
+def _in_use(folder: str, holder: str, what: str, again: str) -> InUse:
+    return InUse(f"{folder} is in use by process {holder or '(unknown)'}, which is writing this {what}: two "
+                 f"processes at once would corrupt it; wait for that one to end (or stop it) and then "
+                 f"{again} {shlex.quote(folder)}")
+
+
 _HELD: set[str] = set()  # the folders whose lock this process holds (check_not_in_use skips them)
 
 
@@ -112,9 +118,7 @@ def holding_lock(folder: str, what: str = "run directory", again: str = "jaxfl r
                 break
             time.sleep(0.01)
         handle.close()
-        raise InUse(f"{folder} is in use by process {holder or '(unknown)'}, which is writing this {what}: two "
-                    f"processes at once would corrupt it; wait for that one to end (or stop it) and then "
-                    f"{again} {shlex.quote(folder)}") from None
+        raise _in_use(folder, holder, what, again) from None
     held = os.path.realpath(folder)
     try:
         handle.seek(0)
@@ -155,10 +159,7 @@ def check_not_in_use(folder: str) -> None:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            holder = handle.read().strip()
-            raise InUse(f"{folder} is in use by process {holder or '(unknown)'}, which is writing this run "
-                        f"directory: two processes at once would corrupt it; wait for that one to end (or stop it) "
-                        f"and then jaxfl run --resume {shlex.quote(folder)}") from None
+            raise _in_use(folder, handle.read().strip(), "run directory", "jaxfl run --resume") from None
         fcntl.flock(handle, fcntl.LOCK_UN)
 
 
