@@ -311,10 +311,15 @@ def _expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[st
         cells.append(Cell(len(cells), shown, config, os.path.join(sweep_dir, "runs", config.run_name)))
     never = sorted(dropped - applies.keys())
     if never:
+        from jaxfl.config import TIMING_ONLY_UNREAD
+
         given = {**base, **grid}
+        why = "jaxfl run --help says which algorithm, dataset, partition or speed model does"
+        if cells and all(cell.config.timing_only for cell in cells) and \
+                set(never) <= {*TIMING_ONLY_UNREAD, "eval_every", "checkpoint_every"}:
+            why = "every cell is timing-only: no training, evaluation or checkpoint"
         raise ConfigError(f"{', '.join(f'{name}={given[name]!r}' for name in never)} is not allowed: no cell of "
-                          f"this sweep reads {'it' if len(never) == 1 else 'them'} (jaxfl run --help says which "
-                          "algorithm, dataset, partition or speed model does); leave it out")
+                          f"this sweep reads {'it' if len(never) == 1 else 'them'} ({why}); leave it out")
     notes = []
     for name in sorted(dropped):
         where = "; ".join(sorted(label for label in applies[name] if label))  # "": decided by no swept axis
