@@ -183,12 +183,7 @@ def test_port_s_pull_steps_need_the_urgent_pull(options):
                                            ({"final_checkpoint": False}, "final_checkpoint=False"),
                                            ({"eval_every": 5}, "eval_every=5"),
                                            ({"eval_interval": 5.0}, "eval_interval=5.0"),
-                                           ({"eval_at_start": False}, "eval_at_start=False"),
-                                           # training calls' shapes and devices: they only renamed the folder
-                                           ({"devices": 1}, "devices=1"), ({"batching": False}, "batching=False"),
-                                           ({"clients_per_call": 2}, "clients_per_call=2"),
-                                           ({"steps_per_call": 2}, "steps_per_call=2"),
-                                           ({"memory_limit_mb": 100.0}, "memory_limit_mb=100.0")])
+                                           ({"eval_at_start": False}, "eval_at_start=False")])
 def test_a_timing_only_run_refuses_evaluation_and_checkpoint_settings(values, shown):
     refused({"timing_only": True, "max_updates": 3, **values}, shown, "never reads it",
             "a timing-only run has no training, no evaluation, no checkpoints")
