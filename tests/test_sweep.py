@@ -1070,9 +1070,9 @@ def test_a_mixed_timing_only_sweep_s_notes_name_the_cells_that_read_each_setting
                      "final_checkpoint applies only to the cells that read it (timing_only=False)"]
 
 
-def test_a_timing_only_sweep_over_training_call_shapes_says_why_no_cell_reads_them():
-    """--devices 1,2 in a timing-only sweep was refused pointing at jaxfl run --help's algorithms and
-    speed models, which say nothing of it."""
-    with pytest.raises(ConfigError, match=r"devices=\[1, 2\] is not allowed: no cell of this sweep reads it \(every "
-                                          r"cell is timing-only: no training, evaluation or checkpoint\)"):
-        expand({"model": "logreg", "max_updates": 3, "timing_only": True}, {"devices": [1, 2]}, "sweeps/x")
+def test_a_timing_only_sweep_over_evaluation_settings_says_why_no_cell_reads_them():
+    """--eval-interval 1,2 in a timing-only sweep was refused pointing at jaxfl run --help's algorithms
+    and speed models, which say nothing of it."""
+    with pytest.raises(ConfigError, match=r"eval_interval=\[1.0, 2.0\] is not allowed: no cell of this sweep reads it "
+                                          r"\(every cell is timing-only: no training, evaluation or checkpoint\)"):
+        expand({"model": "logreg", "max_updates": 3, "timing_only": True}, {"eval_interval": [1.0, 2.0]}, "sweeps/x")
