@@ -132,7 +132,7 @@ def test_a_deleted_checkpoints_folder_is_an_error_not_a_restart(finished, tmp_pa
     ('[1, 2', "config.json is not valid JSON"),
     ('{"algorithm": "fedbuff", "clients": 4}', "config.json was not written by jaxfl run"),
     ('{"config": {"clientz": 3}}', "does not hold a valid run config: ConfigError: unknown config field 'clientz'"),
-    (None, "it has no config.json"),
+    (None, "its config.json is missing"),  # its checkpoints keep the settings: the message names one
 ])
 def test_a_foreign_config_json_is_a_one_line_error(finished, tmp_path, capsys, no_work, text, says):
     run = copy_run(finished, tmp_path)
