@@ -32,9 +32,9 @@ import sys
 import typing
 
 from jaxfl import algorithms
-from jaxfl.config import (FIELDS, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, ConfigError, RunConfig,
-                          _server_readers_text, algorithms_reading, annotation_text, config_from_mapping,
-                          fields_not_read_by, flat_once, load_config_file, option_namespaces,
+from jaxfl.config import (FIELDS, PLUGIN_IMPORT_FAILURES, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, ConfigError,
+                          RunConfig, _server_readers_text, algorithms_reading, annotation_text, config_from_mapping,
+                          fields_not_read_by, flat_once, import_named_plugins, load_config_file, option_namespaces,
                           split_algorithm_options, unknown_name)
 from jaxfl.checkpoint import DiskWriteError
 from jaxfl.engine import NumericalError, ResourceError
@@ -999,15 +999,13 @@ def _earlier_run(config: RunConfig, times=None) -> tuple[str, str] | None:
 
 def _earlier_runs(config: RunConfig, times=None):
     """Every ``(run_dir, state)`` of :func:`_earlier_run`, in the order of their folders' names."""
-    import hashlib
     import warnings
-
-    from jaxfl.user_inputs import UserInputs
 
     from jaxfl import checkpoint
     from jaxfl.config import config_from_mapping, validate
     from jaxfl.experiment import run_name
     from jaxfl.resume import ResumeError, config_record, read_record
+    from jaxfl.user_inputs import UserInputs
 
     try:
         with warnings.catch_warnings():  # the run's own warnings come once, from the run
@@ -1015,8 +1013,7 @@ def _earlier_runs(config: RunConfig, times=None):
             wanted = config_record(validate(config))
             name = config.run_name or run_name(config, algorithms.get(config.algorithm).name)
             # the speeds are not in the config (nor its name): a run on other speeds is another run
-            speeds = None if times is None else hashlib.sha256(
-                UserInputs(time_per_step=times).check(validate(config)).time_per_step.tobytes()).hexdigest()
+            speeds = UserInputs(time_per_step=times).check(validate(config)).speeds_sha256()
     except (ConfigError, ValueError, KeyError, TypeError):
         return
     if not os.path.isdir(config.output_dir):
@@ -1110,17 +1107,11 @@ def _import_named_algorithms(argv: list[str]) -> dict[str, str]:
     """Register ``module:Class`` algorithms named on the command line first, so their options get
     flags; returns ``{name: why}`` for those that could not be imported (else validation reports them
     with the registered names)."""
-    failed = {}
-    for index, token in enumerate(argv):
-        value = argv[index + 1] if token == "--algorithm" and index + 1 < len(argv) else \
-            token.partition("=")[2] if token.startswith("--algorithm=") else ""
-        for name in value.split(","):
-            if ":" in name:
-                try:
-                    algorithms.get(name.strip())
-                except KeyError as error:
-                    failed[name.strip()] = error.args[0] if error.args else str(error)
-    return failed
+    names = [name.strip() for index, token in enumerate(argv)
+             for name in (argv[index + 1] if token == "--algorithm" and index + 1 < len(argv) else
+                          token.partition("=")[2] if token.startswith("--algorithm=") else "").split(",")]
+    import_named_plugins({"algorithm": names})
+    return {name: PLUGIN_IMPORT_FAILURES[name] for name in names if name in PLUGIN_IMPORT_FAILURES}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -450,14 +450,17 @@ class UserInputs:
             concrete = not any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(variables))
             record["init_params_sha256"] = tree_fingerprint(variables) if concrete else None
         if self.time_per_step is not None:
-            record["time_per_step"] = {"file": TIME_PER_STEP_FILE,
-                                       "sha256": hashlib.sha256(self.time_per_step.tobytes()).hexdigest()}
+            record["time_per_step"] = {"file": TIME_PER_STEP_FILE, "sha256": self.speeds_sha256()}
         for name in ("loss", "metrics"):
             if getattr(self, name) is not None:
                 record[name] = user_label(getattr(self, name))
         if self.metrics is not None:
             record["metric_names"] = list(self.metric_names)
         return record
+
+    def speeds_sha256(self) -> str | None:
+        """The SHA-256 of the checked ``time_per_step`` array (``config.json`` records it), or None."""
+        return None if self.time_per_step is None else hashlib.sha256(self.time_per_step.tobytes()).hexdigest()
 
     def save(self, run_dir: str) -> None:
         """Write the arrays the run directory keeps (the speeds) next to ``config.json``."""
