@@ -1684,7 +1684,8 @@ def _schedule_summary(config: RunConfig, algorithm, simulation: Simulation, end_
     """What the summary of every run, trained or timing-only, says about the run and its schedule."""
     return {"algorithm": algorithm.name, "dataset": config.dataset, "clients": config.clients,
             # given speeds (time_per_step) replace the model's draws: the config's model was not used
-            "heterogeneity": "given" if getattr(simulation.speeds, "given", False) else config.heterogeneity, "seed": config.seed,
+            "heterogeneity": "given" if getattr(simulation.speeds, "given", False) else config.heterogeneity,
+            "seed": config.seed,
             "global_updates": simulation.version, "virtual_time": end_time, "stop_reason": reason,
             "negative_speed_draws": simulation.speeds.negative_draws,
             "faults": dict(simulation.faults.counts) if simulation.faults is not None else {},
