@@ -27,7 +27,8 @@ Layout under ``RUN_DIR/checkpoints/``::
 
 A checkpoint is written into ``tmp-…`` and renamed into place only when complete, and ``latest``
 is replaced atomically after that, so a crash at any moment leaves the previous checkpoint intact.
-The two newest checkpoints are kept. The pickle is tied to the jaxfl version that wrote it.
+The two newest checkpoints are kept; an older one is renamed ``removing-…`` before it is deleted,
+so that no ``ckpt-…`` folder is ever a partial one. The pickle is tied to the jaxfl version that wrote it.
 
 The scheduler's per-client columns (at 10^6 clients ~56 MB: client weights and base speeds that
 never change, busy time, rounds, the idle pool, which change for the few clients that ran) are not
@@ -415,16 +416,35 @@ def _save(run_dir: str, number: int, simulation, engine, extra: dict, config: di
         with open(os.path.join(temporary, "config.json"), "w") as handle:
             json.dump(config, handle, indent=1, sort_keys=True)
             handle.write("\n")
-    shutil.rmtree(final, ignore_errors=True)
+    _remove(root, os.path.basename(final))
     os.rename(temporary, final)
     pointer = os.path.join(root, "latest")
     with open(pointer + ".tmp", "w") as handle:
         handle.write(os.path.basename(final) + "\n")
     os.replace(pointer + ".tmp", pointer)
     for name in sorted(n for n in os.listdir(root) if n.startswith("ckpt-"))[:-KEEP]:
-        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        _remove(root, name)
+    for name in os.listdir(root):  # removals that a kill cut short
+        if name.startswith(REMOVING):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
     _delete_unreferenced_arrays(root)
     return final
+
+
+REMOVING = "removing-"
+
+
+def _remove(root: str, name: str) -> None:
+    """Remove the checkpoint folder ``root/name``, renamed out of the ``ckpt-`` names first: a removal
+    cut short (a kill inside ``rmtree``) would otherwise leave a checkpoint with some of its files,
+    which a resume tries and skips; the next save removes what is left."""
+    folder = os.path.join(root, name)
+    if not os.path.isdir(folder):
+        return
+    doomed = os.path.join(root, REMOVING + name)
+    shutil.rmtree(doomed, ignore_errors=True)
+    os.rename(folder, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def latest(run_dir: str) -> str | None:

@@ -567,13 +567,17 @@ def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict,
                    cluster.broadcast_text("\n".join(os.path.basename(folder) for folder in folders)).split("\n")]
     for folder in folders:
         name = os.path.basename(folder)
-        try:
-            stored = _stored_config(folder)
-        except (OSError, ValueError) as error:
-            failure = f"{name}: config.json unreadable ({_first_line(error)})"
+        if not os.path.isfile(os.path.join(folder, "state.pkl")):
+            # not an older jaxfl's checkpoint without config.json: one whose removal was cut short
+            failure = f"{name}: incomplete (no state.pkl)"
         else:
-            _compare(run_dir, folder, stored, record)
-            failure = None
+            try:
+                stored = _stored_config(folder)
+            except (OSError, ValueError) as error:
+                failure = f"{name}: config.json unreadable ({_first_line(error)})"
+            else:
+                _compare(run_dir, folder, stored, record)
+                failure = None
         state = tree = None
         if failure is None:
             try:
@@ -608,4 +612,14 @@ def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict,
             warnings.warn(f"{run_dir}: resuming from {name} (global update {state['simulation'].version}) "
                           f"because {'; '.join(failures)}{aside}", ResumeWarning, stacklevel=3)
         return folder, state, tree
-    raise ResumeError(f"cannot resume {run_dir!r}: no checkpoint reads back: {'; '.join(failures)}")
+    raise ResumeError(f"cannot resume {run_dir!r}: no checkpoint reads back: {'; '.join(failures)}; "
+                      f"{_no_checkpoint_next_step(failures)}")
+
+
+def _no_checkpoint_next_step(failures: list[str]) -> str:
+    """What a user can do when no checkpoint of a run reads back (the end of the ResumeError)."""
+    again = ("or start the run again: the command that started it, without --resume, starts a new run "
+             "beside this one")
+    if any("is missing" in failure or "fewer than" in failure for failure in failures):
+        return f"restore the run's logs named above (a copy of the folder?), {again}"
+    return again[3:]

@@ -257,7 +257,9 @@ def test_a_missing_log_is_a_one_line_error_that_cuts_no_other_log(finished, tmp_
     with pytest.raises(ResumeError) as caught:
         resume_experiment(run, progress=False)
     assert str(caught.value).endswith("no checkpoint reads back: ckpt-000003: metrics.csv is missing; "
-                                      "ckpt-000002: metrics.csv is missing")
+                                      "ckpt-000002: metrics.csv is missing; restore the run's logs named above "
+                                      "(a copy of the folder?), or start the run again: the command that started "
+                                      "it, without --resume, starts a new run beside this one")
     assert "metrics.csv is missing" in cli_refusal(capsys, run)
     assert pathlib.Path(run, "events.csv").read_bytes() == events  # not cut back
     assert _checkpoint_names(run) == ["ckpt-000002", "ckpt-000003", "latest"]
@@ -331,3 +333,46 @@ def test_a_misspelt_override_or_data_for_a_named_dataset_is_refused_as_such(fini
     with pytest.raises(ResumeError, match=r"with data=: it was made on dataset 'mnist10k', loaded by name, not on "
                                           r"data passed in Python; resume it without data="):
         resume_experiment(run, data=arrays)
+
+
+def test_a_checkpoint_whose_removal_was_cut_short_is_skipped_as_incomplete(finished, tmp_path, recwarn):
+    # the older of three checkpoints is removed after the newest is written; a kill inside that removal
+    # left ckpt-000001 with some of its files, which a resume took for an older jaxfl's checkpoint
+    # without config.json ("config.json is trusted as it is") before failing on its state.pkl
+    run = copy_run(finished, tmp_path)
+    os.remove(os.path.join(run, "metrics.csv"))
+    os.remove(os.path.join(run, "summary.json"))
+    half = os.path.join(run, "checkpoints", "ckpt-000001")
+    shutil.copytree(os.path.join(run, "checkpoints", "ckpt-000002", "device"), os.path.join(half, "device"))
+    with pytest.raises(ResumeError, match="ckpt-000001: incomplete \\(no state.pkl\\)"):
+        resume_experiment(run, progress=False)
+    assert not [w for w in recwarn if "trusted" in str(w.message)]
+
+
+def test_a_checkpoint_is_renamed_out_of_the_checkpoint_names_before_it_is_deleted(tmp_path, monkeypatch):
+    from jaxfl import checkpoint
+
+    folder = tmp_path / "ckpt-000001"
+    (folder / "device").mkdir(parents=True)
+    (folder / "state.pkl").write_bytes(b"state")
+    real_rmtree = shutil.rmtree
+
+    def killed_inside(path, *args, **kwargs):  # a kill once the removal has begun
+        if os.path.exists(os.path.join(path, "state.pkl")):
+            os.remove(os.path.join(path, "state.pkl"))
+            raise KeyboardInterrupt
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", killed_inside)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint._remove(str(tmp_path), "ckpt-000001")
+    assert sorted(os.listdir(tmp_path)) == ["removing-ckpt-000001"]  # no partial ckpt-… for a resume to try
+
+
+def test_the_next_checkpoint_removes_what_a_cut_short_removal_left(finished, tmp_path):
+    run = copy_run(finished, tmp_path)
+    os.remove(os.path.join(run, "summary.json"))
+    shutil.copytree(os.path.join(run, "checkpoints", "ckpt-000002"), os.path.join(run, "checkpoints",
+                                                                                  "removing-ckpt-000001"))
+    resume_experiment(run, progress=False)  # its final checkpoint is written again
+    assert _checkpoint_names(run) == ["ckpt-000002", "ckpt-000003", "latest"]
