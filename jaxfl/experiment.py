@@ -1559,7 +1559,10 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         "resumes": checkpoints.resumes,
         "device_memory": {**engine.memory(), "backend_peak_bytes": _backend_peak_bytes()},
         # what trained it: the client axis was sharded over `devices` (every process's, in a cluster run)
-        "backend": jax.default_backend(), "devices": int(engine.mesh.size), "processes": engine.processes,
+        **_devices_of(engine),
+        # the same, and the update from which, for every start and resume (more than one entry only
+        # in a resumed run)
+        "device_history": checkpoints.device_history,
         **_peak_host_memory_fields(),  # the run's peak where Linux can reset it at its start, with its scope
         "first_update_wall_s": recorder.first_update_wall,
         "wall_time_s": round(checkpoints.wall_before + time.perf_counter() - wall_start, 3),
@@ -1927,6 +1930,17 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     return _experiment(config, dataset, user, run_dir, loggers, recorded)
 
 
+def _devices_of(engine: Engine) -> dict:
+    """What trains a run in this process: backend, devices the client axis is sharded over, processes."""
+    import jax
+
+    return {"backend": jax.default_backend(), "devices": int(engine.mesh.size), "processes": engine.processes}
+
+
+# a device_history entry for the updates before a checkpoint of a jaxfl that did not record it
+_UNKNOWN_DEVICES = {"from_update": 0, "backend": None, "devices": None, "processes": None}
+
+
 class _Checkpointer:
     """Saves a checkpoint between events every ``checkpoint_every`` global updates, once at least
     ``checkpoint_min_interval_s`` wall seconds have passed since the last one (or the run's start)."""
@@ -1937,6 +1951,10 @@ class _Checkpointer:
         self.last_version = saved["simulation"].version if saved else 0
         self.resumes = saved["resumes"] + 1 if saved else 0
         self.wall_before = saved["wall_time"] if saved else 0.0
+        # what trained each stretch of the run: a resume may run on other devices (--devices, another
+        # machine); a checkpoint of an older jaxfl did not say what trained the updates before it
+        self.device_history = list(saved.get("device_history") or [_UNKNOWN_DEVICES]) if saved else []
+        self.device_history.append({"from_update": self.last_version, **_devices_of(engine)})
         self.seconds = 0.0  # wall seconds spent writing checkpoints in this process
         self.saves = 0  # checkpoints written by this process
         self.min_interval = checkpoint_min_interval(config)
@@ -1980,6 +1998,7 @@ class _Checkpointer:
             os.fsync(self.classes.fileno())
             offsets[CLASS_ACCURACY_NAME] = self.classes.tell()
         extra = {"recorder": self.recorder.state_dict(), "offsets": offsets, "resumes": self.resumes,
+                 "device_history": self.device_history,
                  "logger_offsets": logger_offsets(self.loggers, self.run_dir),
                  "wall_time": self.wall_before + time.perf_counter() - self._started}
         checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra, config=self.stored_config)

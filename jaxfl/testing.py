@@ -115,16 +115,16 @@ def _text_or_none(run_dir: str, name: str) -> str | None:
 
 def assert_same_run(a, b, what: str = "runs") -> None:
     """Two :class:`~jaxfl.experiment.RunResult` are the same run: event log, metrics (but wall time),
-    summary (but wall and compile times, resumes, per-process compilations and memory peaks with their scope)
-    and parameters bit for bit."""
+    summary (but wall and compile times, resumes and the devices of each, per-process compilations and
+    memory peaks with their scope) and parameters bit for bit."""
     assert events_without_wall_time(a.run_dir) == events_without_wall_time(b.run_dir), f"{what}: the event logs differ"
     assert metrics_without_wall_time(a.run_dir) == metrics_without_wall_time(b.run_dir), f"{what}: the metrics differ"
     assert _text_or_none(a.run_dir, CLASS_ACCURACY_NAME) == _text_or_none(b.run_dir, CLASS_ACCURACY_NAME), \
         f"{what}: the per-class accuracies differ"
     # per process: a resumed run compiles again, starts its clocks and its memory peaks afresh; whether the
     # peak could be reset (peak_host_memory_scope) depends on the host, not on the run
-    ignore = {"wall_time_s", "resumes", "compilations", "first_update_wall_s", "peak_host_memory_mb",
-              "peak_host_memory_scope",
+    ignore = {"wall_time_s", "resumes", "device_history", "compilations", "first_update_wall_s",
+              "peak_host_memory_mb", "peak_host_memory_scope",
               "scheduler_seconds", "events_per_second", "compile_wall_s", "training_wall_s", "evaluation_wall_s",
               "checkpoint_wall_s", "checkpoints_written"}
     assert {k: v for k, v in a.summary.items() if k not in ignore} == \

@@ -160,7 +160,8 @@ def test_processes_with_unequal_device_counts_are_refused_with_the_counts(tmp_pa
 
 def test_a_run_started_on_two_devices_resumes_on_one(tmp_path):
     """A checkpoint does not depend on the device count, so a run started with ``--devices 2`` is
-    resumed with ``--devices 1`` on a machine of one device. Before, the resume refused both ways:
+    resumed with ``--devices 1`` on a machine of one device, and its summary says which devices trained
+    which updates. Before, the resume refused both ways:
     without the flag the recorded 2 devices did not exist, with it the config would change."""
     script = (
         "import sys\n"
@@ -185,4 +186,9 @@ def test_a_run_started_on_two_devices_resumes_on_one(tmp_path):
                              env=_env(1), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     with open(os.path.join(run, "summary.json")) as handle:
-        assert json.load(handle)["global_updates"] == 6
+        summary = json.load(handle)
+    assert summary["global_updates"] == 6
+    # what trained each stretch: the summary said 1 device alone, as if the whole run had
+    assert summary["devices"] == 1 and summary["device_history"] == [
+        {"from_update": 0, "backend": "cpu", "devices": 2, "processes": 1},
+        {"from_update": 2, "backend": "cpu", "devices": 1, "processes": 1}]

@@ -33,6 +33,9 @@ def test_a_checkpoint_from_before_the_client_state_store_resumes_to_the_old_runs
     uninterrupted_events = events_without_wall_time(run_dir)  # the old run's whole log, past the checkpoint
     resumed = resume_experiment(run_dir, progress=False)
     assert resumed.summary["global_updates"] == 4 and resumed.summary["resumes"] == 1
+    history = resumed.summary["device_history"]  # the old checkpoint did not say what trained its updates
+    assert history[0] == {"from_update": 0, "backend": None, "devices": None, "processes": None}
+    assert len(history) == 2 and history[1]["devices"] == resumed.summary["devices"]
     assert events_without_wall_time(run_dir) == uninterrupted_events
     # the old code's uninterrupted run: bit for bit on a host of the vector width that wrote the file,
     # to float32 reassociation on another (XLA:CPU's dot products sum in lanes of the host's width:
