@@ -301,12 +301,12 @@ def _run_settings(run_dir: str) -> dict[str, object] | None:
     (0.003, False, False)
     """
     from jaxfl import algorithms
-    from jaxfl.config import split_algorithm_options
+    from jaxfl.config import as_recorded, split_algorithm_options
     from jaxfl.sweep import _unread
 
     try:
         with open(os.path.join(run_dir, "config.json")) as handle:
-            written = json.load(handle)["config"]
+            written = as_recorded(json.load(handle)["config"])
         fields, _ = split_algorithm_options(written)
         options = fields.pop("algorithm_options", None) or {}
         space = algorithms.get(fields["algorithm"]).option_namespace()

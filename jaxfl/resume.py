@@ -34,7 +34,8 @@ import warnings
 from typing import Any, Mapping
 
 from jaxfl import algorithms, checkpoint
-from jaxfl.config import FIELDS, FIELDS_ADDED, ConfigError, RunConfig, config_from_mapping, split_algorithm_options, validate
+from jaxfl.config import (FIELDS, FIELDS_ADDED, ConfigError, RunConfig, as_recorded, config_from_mapping,
+                          split_algorithm_options, validate)
 
 # Fields that do not change what a run computes or writes, so a resume may set them afresh. ``devices``
 # changes only how the client axis is sharded (results equal within the tolerance README states for
@@ -286,7 +287,7 @@ def read_run_and_record(run_dir: str, may_differ: Mapping[str, Any] | None = Non
     """:func:`read_run`'s ``(config, user_inputs)`` and the whole ``config.json`` it read them from
     (its ``log_to``: the loggers the run was started with), from one read of the file."""
     written = read_record(run_dir)
-    values = {**written["config"], **(may_differ or {})}
+    values = {**as_recorded(written["config"]), **(may_differ or {})}
     other = sorted(set(may_differ or {}) - set(MAY_DIFFER))
     if other:
         raise ValueError(f"read_run: may_differ={other} names fields a resume keeps; only {', '.join(MAY_DIFFER)}")
@@ -455,7 +456,7 @@ def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> No
     # a field added since the checkpoint was written: it ran as the field's value before it existed;
     # one that may differ now (devices, stored by an older jaxfl) is not compared
     stored = {**{field: value for field, value in FIELDS_ADDED.items() if field in record},
-              **{name: value for name, value in stored.items() if name not in MAY_DIFFER}}
+              **{name: value for name, value in as_recorded(stored).items() if name not in MAY_DIFFER}}
     if digest(stored) == digest(record):
         return
     found = differences(stored, record, holder=name)

@@ -140,22 +140,3 @@ def test_concurrency_is_reported_where_it_would_be_ignored(tmp_path, capsys):
     cells, notes = expand({"clients": 20, "concurrency": 5}, {"algorithm": ["fedbuff", "port"]}, "sweeps/x")
     assert [cell.config.concurrency for cell in cells] == [5, None]
     assert notes == ["concurrency applies only to the cells that read it (algorithm=fedbuff)"]
-
-
-def test_fedasync_s_default_rule_in_a_large_federation_comes_with_a_note():
-    """Under the default rule (p_i-weighted) a 10^4-client FedAsync run's accuracy moved by 3e-5 in
-    400 updates, without a word; FedBuff's default was changed for this, FedAsync's was kept."""
-    import warnings
-
-    from jaxfl.config import validate
-
-    with pytest.warns(UserWarning, match=r"fedasync's default rule fedcompass scales each update.*about 1/1000 here"):
-        validate(RunConfig(algorithm="fedasync", clients=1000))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        for config in (RunConfig(algorithm="fedasync", clients=1000, rule="fedcompass"),
-                       RunConfig(algorithm="fedasync", clients=1000, rule="paper"),
-                       RunConfig(algorithm="fedasync", clients=100),
-                       RunConfig(algorithm="fedasync", clients=1000, timing_only=True, max_updates=5,
-                                 dataset="synthetic_iid", partition="natural")):
-            validate(config)

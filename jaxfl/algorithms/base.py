@@ -213,6 +213,11 @@ class Algorithm:
       :data:`jaxfl.config.ALGORITHM_FIELDS` (``buffer_size``, ``rule``, ``staleness``...); one of
       them set for an algorithm that does not read it is reported, never silently ignored. None
       (the default): undeclared, nothing is reported.
+    - ``changed_defaults``: run fields whose unset (None) value this algorithm once read as another
+      default, ``{field: (default before, default now)}``. :func:`jaxfl.config.validate` writes the
+      default now into the config, so the run's name and record hold it; a config recorded unset
+      (a run's ``config.json``, a checkpoint's) ran as the default before and is read back as such
+      (:func:`jaxfl.config.as_recorded`), so old runs resume and compare as they ran.
     """
 
     name: ClassVar[str] = ""
@@ -225,6 +230,7 @@ class Algorithm:
     uses_concurrency: ClassVar[bool] = False  # it reads the run's ``concurrency`` (clients in flight)
     per_client_steps: ClassVar[bool] = False  # its policy takes :meth:`local_steps` (local_epochs allowed)
     reads: ClassVar[frozenset[str] | None] = None  # algorithm-specific run fields it reads
+    changed_defaults: ClassVar[Mapping[str, tuple[Any, Any]]] = {}  # field -> (default before, default now)
     summary: ClassVar[str] = ""
     # what jaxfl calls on an algorithm that a subclass may define (a near miss of one is refused)
     METHODS: ClassVar[tuple[str, ...]] = ("policy", "hooks", "validate", "unread_settings", "schedule_depends_on_model",

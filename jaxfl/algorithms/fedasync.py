@@ -3,29 +3,31 @@
 ``concurrency`` clients train at once (default ``min(clients, 1000)``); each client that reports
 is answered and a replacement drawn uniformly from the idle clients.
 
-Two update rules, chosen by ``rule``:
+Three update rules, chosen by ``rule``:
 
-``"fedcompass"`` (default; the form the FedCompass authors benchmarked, Li et al., ICLR 2024)::
+``"paper"`` (default; FedAsync's own mixing, no p_i)::
+
+    α_t = st(τ_g − τ_i)            # st includes the mixing weight α: α·(s+1)^(−a)
+    w ← (1 − α_t) w + α_t w_i      # w_i is the client's final model, trained from the stale w_{τ_i}
+
+``"fedcompass"`` (the form the FedCompass authors benchmarked, Li et al., ICLR 2024)::
 
     on arrival of Δ_i trained from version τ_i:
         w ← w − st(τ_g − τ_i) · p_i · Δ_i ;  τ_g ← τ_g + 1
         reply to client i with w (it starts Q new steps at once)
 
-``"paper"`` (the original FedAsync mixing, no p_i)::
-
-    α_t = st(τ_g − τ_i)            # st includes the mixing weight α: α·(s+1)^(−a)
-    w ← (1 − α_t) w + α_t w_i      # w_i is the client's final model, trained from the stale w_{τ_i}
-
 ``"plato"`` (PORT's FedAsync baseline, with PLATO's settings): the paper's mixing, the same update;
 not the FedAsync of PLATO's code at the PORT paper's date, which mixed in a delta, decayed α
 cumulatively and used the first buffered update alone.
 
-The FedCompass authors' form takes steps about m times smaller (p_i ≈ 1/m); FedCompass with
-Q_min = Q_max equals FedAsync only in that form.
+The FedCompass authors' form takes steps about m times smaller (p_i ≈ 1/m of m clients), so a
+large federation's model hardly moves under it (10^4 clients: accuracy +3·10^-5 in 400 updates,
+where the paper's mixing reached 0.32); FedCompass with Q_min = Q_max equals FedAsync only in that
+form. It was the default until 2026-12-02: runs recorded before then with ``rule`` unset ran it,
+and resume and compare as such (``changed_defaults``).
 """
 from __future__ import annotations
 
-import warnings
 from typing import Callable
 
 from jaxfl.algorithms.base import Algorithm, register, staleness_function
@@ -33,9 +35,8 @@ from jaxfl.scheduler.pool import InFlightLimit
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 from jaxfl.scheduler.staleness import StalenessWeights
 
-RULES = ("fedcompass", "paper", "plato")
+RULES = ("paper", "fedcompass", "plato")
 MIXING_RULES = ("paper", "plato")
-LARGE_FEDERATION = 100  # clients past which the default rule's p_i-scaled step is said to stall
 
 
 class FedAsync(InFlightLimit, Policy):
@@ -43,7 +44,7 @@ class FedAsync(InFlightLimit, Policy):
 
     name = "fedasync"
 
-    def __init__(self, local_steps: int, staleness: Callable[[int], float], rule: str = "fedcompass",
+    def __init__(self, local_steps: int, staleness: Callable[[int], float], rule: str = "paper",
                  concurrency: int | None = None, seed: int = 0):
         if rule not in RULES:
             raise ValueError(f"unknown FedAsync rule {rule!r}; allowed: {', '.join(RULES)}")
@@ -85,6 +86,7 @@ class FedAsyncAlgorithm(Algorithm):
     name = "fedasync"
     kind = "asynchronous"
     reads = frozenset({"clients_per_round", "rule", "staleness", "staleness_alpha", "staleness_a"})
+    changed_defaults = {"rule": ("fedcompass", "paper")}
     uses_concurrency = True
     per_client_steps = True
     summary = "every arrival is aggregated, weighted by staleness (Xie et al. 2019)"
@@ -102,14 +104,16 @@ class FedAsyncAlgorithm(Algorithm):
 
     @classmethod
     def validate(cls, run, options) -> None:
-        """Says so where the default rule (the FedCompass authors' p_i-weighted step) leaves a large
-        federation's model nearly still: with p_i ≈ 1/clients, 10^4 clients moved the accuracy by
-        3·10^-5 in 400 updates, where ``rule="paper"`` (FedAsync's own mixing) reached 0.32."""
-        if run.rule is None and run.clients > LARGE_FEDERATION and not run.timing_only:
-            warnings.warn(f"fedasync's default rule fedcompass scales each update by the client's data share p_i "
-                          f"(about 1/{run.clients} here), so the model hardly moves in a federation this large; "
-                          "rule='paper' (--rule paper) is FedAsync's own mixing w ← (1 − α_t) w + α_t w_i; "
-                          "rule='fedcompass' set explicitly keeps this one without this note", UserWarning, stacklevel=3)
+        """Under the mixing rules the staleness weight is FedAsync's mixing weight α_t in
+        w ← (1 − α_t) w + α_t w_i, which Xie et al. keep in (0, 1): every staleness function is at most
+        its α, so α > 1 is refused (it would move the model past the client's, not towards it)."""
+        from jaxfl.config import fail
+
+        rule = run.rule or "paper"
+        if rule in MIXING_RULES and run.staleness_alpha > 1:
+            fail("staleness_alpha", run.staleness_alpha,
+                 f"at most 1 under fedasync's rule {rule}: it is the mixing weight α_t of w ← (1 − α_t) w + α_t w_i, "
+                 "and above 1 the model overshoots the client's")
 
     @classmethod
     def unread_settings(cls, run, options=None) -> dict[str, tuple[str | None, str]]:
@@ -119,9 +123,9 @@ class FedAsyncAlgorithm(Algorithm):
         >>> sorted(FedAsyncAlgorithm.unread_settings(SimpleNamespace(rule="paper")))
         ['client_weights', 'server_lr', 'server_momentum', 'server_optimizer']
         """
-        if (run.rule or "fedcompass") not in MIXING_RULES:
+        rule = run.rule or "paper"
+        if rule not in MIXING_RULES:
             return {}
-        rule = run.rule
         weights = ("rule fedcompass", f"fedasync's rule fedcompass: rule {rule} mixes w ← (1 − α_t) w + α_t w_i, "
                                       "weighted by staleness alone")
         server = ("rule fedcompass", f"fedasync's rule fedcompass: rule {rule} mixes models without a server optimiser")
@@ -129,5 +133,5 @@ class FedAsyncAlgorithm(Algorithm):
 
     def policy(self) -> FedAsync:
         run = self.run
-        return FedAsync(self.local_steps, staleness_function(run), rule=run.rule or "fedcompass",
+        return FedAsync(self.local_steps, staleness_function(run), rule=run.rule or "paper",
                         concurrency=run.concurrency or run.clients_per_round, seed=run.seed)
