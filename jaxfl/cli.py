@@ -35,7 +35,7 @@ from jaxfl import algorithms
 from jaxfl.config import (FIELDS, PLUGIN_IMPORT_FAILURES, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, ConfigError,
                           RunConfig, _server_readers_text, algorithms_reading, annotation_text, config_from_mapping,
                           fields_not_read_by, flat_once, import_named_plugins, load_config_file, option_namespaces,
-                          split_algorithm_options, unknown_name)
+                          split_algorithm_options, unknown_name, variant_unread)
 from jaxfl.checkpoint import DiskWriteError
 from jaxfl.engine import NumericalError, ResourceError
 
@@ -679,6 +679,20 @@ _PARTITION_FLAGS = ("dataset", "data_dir", "partition", "clients", "seed", "diri
                     "size_skew", "shards_per_client", "gamma")
 
 
+def _partition_settings(config: RunConfig) -> list[tuple[str, str, str]]:
+    """(name, short name, value) of each setting that shapes ``config``'s split and that its partition
+    reads: the Dirichlet α, unequal client sizes and their skew, shards per client, γ."""
+    from jaxfl.config import _only_read_when
+
+    read = _only_read_when(config)
+    shorts = {"dirichlet_alpha": "a", "client_sizes": "", "size_skew": "skew", "shards_per_client": "shards",
+              "gamma": "gamma"}
+    return [(name, short, f"{getattr(config, name):g}" if isinstance(getattr(config, name), float)
+             else str(getattr(config, name)))
+            for name, short in shorts.items()
+            if read[name][0] and not (name == "client_sizes" and config.client_sizes == "equal")]
+
+
 def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``jaxfl partition``: print the per-client table of a split and save its class heatmap."""
     values = {name: getattr(args, name) for name in _PARTITION_FLAGS if getattr(args, name) is not None}
@@ -692,11 +706,15 @@ def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         _, federation = build_data(config)
     except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
         _exit_on_error(parser, error)
-    title = f"{config.dataset}, {config.partition}, {config.clients} clients, seed {config.seed}"
+    settings = _partition_settings(config)
+    title = ", ".join([config.dataset, config.partition, *(f"{name} {value}" for name, _, value in settings),
+                       f"{config.clients} clients", f"seed {config.seed}"])
     report = partition_report(federation, title)
     print(report.table(args.max_rows))
     out = args.out or config.output_dir
-    stem = f"partition-{config.dataset}-{config.partition}-c{config.clients}-s{config.seed}"
+    # a split's own settings in the name: another alpha is another figure, not an overwrite
+    stem = "-".join(["partition", config.dataset, config.partition, *(f"{short}{value}" for _, short, value in settings),
+                     f"c{config.clients}", f"s{config.seed}"])
     stem = "".join(c if c.isalnum() or c in "-_.," else "_" for c in stem)
     os.makedirs(out, exist_ok=True)
     print(f"class heatmap: {plot_class_heatmap(report, os.path.join(out, stem + '.png'))}")
@@ -959,9 +977,23 @@ def _fields_read(fields: dict, chosen: list[str], options_of: dict[str, dict] | 
     """Each chosen algorithm's run fields: an algorithm-specific field (``--buffer-size``...) that an
     algorithm never reads is refused for a single algorithm and, in a comparison, given only to the
     algorithms that read it (an error if none does), so that no setting is silently ignored."""
+    own = algorithms.get(chosen[0]).server_optimizer
+    if len(chosen) == 1 and own is not None and fields.get("server_optimizer") not in (None, own):
+        # given at the field's default (sgd) it was taken for unset, and the algorithm's own ran instead
+        raise ConfigError(f"server_optimizer={fields['server_optimizer']!r} is not allowed: {own} for {chosen[0]} "
+                          f"(or leave it unset)")
     unread = {name: fields_not_read_by(algorithms.get(name), fields, (options_of or {}).get(name)) for name in chosen}
     for field in sorted({field for names in unread.values() for field in names}):
         readers = [name for name in chosen if field not in unread[name]]
+        if not readers and field == "clients_per_round" and fields.get("concurrency") is not None:
+            raise ConfigError(f"clients_per_round={fields[field]!r} is not allowed with algorithm "
+                              f"{', '.join(chosen)}: concurrency={fields['concurrency']!r} replaces it (the clients "
+                              f"kept in flight); give only one")
+        variants = {name: variant_unread(algorithms.get(name), fields, (options_of or {}).get(name)).get(field)
+                    for name in chosen}
+        if not readers and len(chosen) == 1 and variants[chosen[0]] is not None and variants[chosen[0]][0]:
+            raise ConfigError(f"{field}={fields[field]!r} is not allowed with algorithm {chosen[0]} as set here: it "
+                              f"reads it only with {variants[chosen[0]][1]}; leave it unset")
         if not readers:
             anywhere = ", ".join(algorithms_reading(field)) + (
                 f", or any algorithm run with {_server_readers_text(field)}" if field in SERVER_FIELDS_READ_BY else "")
@@ -1002,7 +1034,7 @@ def _earlier_runs(config: RunConfig, times=None):
     import warnings
 
     from jaxfl import checkpoint
-    from jaxfl.config import config_from_mapping, validate
+    from jaxfl.config import as_recorded, config_from_mapping, validate
     from jaxfl.experiment import run_name
     from jaxfl.resume import ResumeError, config_record, read_record
     from jaxfl.user_inputs import UserInputs
@@ -1026,7 +1058,7 @@ def _earlier_runs(config: RunConfig, times=None):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 record = read_record(run_dir)
-                if config_record(validate(config_from_mapping(record["config"]))) != wanted or \
+                if config_record(validate(config_from_mapping(as_recorded(record["config"])))) != wanted or \
                         (record.get("user_inputs", {}).get("time_per_step") or {}).get("sha256") != speeds:
                     continue
         except (ResumeError, ConfigError, ValueError, KeyError, TypeError):

@@ -17,7 +17,7 @@ import math
 import os
 import warnings
 import typing
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from jaxfl import algorithms
 
@@ -220,7 +220,7 @@ class RunConfig:
     server: ServerConfig = ServerConfig()
     budget: BudgetConfig = BudgetConfig()
     engine: EngineConfig = EngineConfig()
-    seed: int = 0  # every random stream of the run derives from it
+    seed: int = 0  # every random stream of the run derives from it (not the fixed datasets: synthetic*, mnist10k's split)
     checkpoint_every: int | None = DEFAULT_CHECKPOINT_EVERY  # global updates between checkpoints (none: only at the end)
     checkpoint_min_interval_s: float | None = None  # wall seconds at least between checkpoints before the end (unset: 60 at the default checkpoint_every of 25, else 0: exactly every checkpoint_every updates)
     final_checkpoint: bool = True  # checkpoint the final state (the final model, resumable); off: none at the end
@@ -423,6 +423,9 @@ def validate(config: RunConfig) -> RunConfig:
     except KeyError as error:
         fail("algorithm", config.algorithm, f"one of {', '.join(algorithms.names())}, or module:Class of an "
                                             f"Algorithm subclass ({error.args[0]})")
+    for name, (_, now) in algorithm.changed_defaults.items():  # recorded, so a run at it is named as such
+        if getattr(config, name) is None:
+            config = dataclasses.replace(config, **{name: now})
     config = _resolve_server_optimizer(config, algorithm)
     # A data fingerprint marks data passed in Python (run_experiment(config, data=...)), named as the user wished.
     user_data = config.data_fingerprint is not None and config.dataset.strip() != ""
@@ -506,6 +509,12 @@ def validate(config: RunConfig) -> RunConfig:
              f"with max_time={config.max_time:g} it makes {points} evaluation grid points (one metrics row each); "
              f"allowed at most {MAX_GRID_POINTS:,}: an eval_interval > max_time / {MAX_GRID_POINTS:,} = "
              f"{config.max_time / MAX_GRID_POINTS:g} s, or eval_every")
+    if config.eval_interval is not None and config.eval_interval > config.max_time and not config.timing_only:
+        # the grid's points are k·eval_interval up to max_time: the untrained model at 0 alone, which
+        # final_accuracy and best_accuracy would then report
+        fail("eval_interval", config.eval_interval,
+             f"at most max_time ({config.max_time:g}): the run evaluates on the grid k·eval_interval up to "
+             f"max_time, and with a longer interval only the initial model at time 0")
     for name in ("clients_per_round", "concurrency"):
         if getattr(config, name) is not None and getattr(config, name) > config.clients:
             fail(name, getattr(config, name), f"at most the number of clients ({config.clients})")
@@ -657,7 +666,7 @@ TIMING_ONLY_READERS = "runs that train; a timing-only run has no training, no ev
 # Shared fields that an algorithm reads or not by its own settings (its rule, its options):
 # Algorithm.unread_settings names those it does not read.
 VARIANT_FIELDS = ("client_weights", "server_optimizer", "server_lr", "server_momentum", "staleness", "staleness_alpha",
-                  "staleness_a")
+                  "staleness_a", "local_steps")
 
 
 def _variant_unread(config, options: Any = None) -> dict[str, tuple[str | None, str]]:
@@ -732,6 +741,27 @@ def algorithms_reading(name: str) -> list[str]:
     return [other for other in algorithms.names() if reads_field(algorithms.get(other), name)]
 
 
+def variant_unread(algorithm, values: dict[str, Any], options: dict[str, Any] | None = None) -> dict[str, tuple]:
+    """:meth:`~jaxfl.algorithms.base.Algorithm.unread_settings` of ``algorithm`` under run fields
+    ``values`` (e.g. flags given: its rule) and ``options`` (a mapping of its option names; None or
+    invalid: their defaults): the shared fields its variant does not read, with what reads them.
+
+    >>> variant_unread(algorithms.get("fedcompass"), {}, {"q_max": 10})["local_steps"][0]
+    'compass.q_max unset'
+    """
+    run = RunConfig(**{name: _coerce(value, FIELDS[name].type) for name, value in values.items()
+                       if name in FIELDS and name not in ("algorithm", "algorithm_options")})
+    resolved = None  # the algorithm's options given (FedASMU's slot decides what it reads), else its defaults
+    if options:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                resolved = resolve_options(algorithm, options)
+        except (ConfigError, TypeError, ValueError):  # validation names a bad option
+            resolved = None
+    return algorithm.unread_settings(run, resolved)
+
+
 def fields_not_read_by(algorithm, values: dict[str, Any], options: dict[str, Any] | None = None) -> list[str]:
     """The names in ``values`` (run fields, e.g. flags given) that ``algorithm`` never reads although
     they differ from the field's default: the fields of :data:`ALGORITHM_FIELDS` it does not read
@@ -749,18 +779,7 @@ def fields_not_read_by(algorithm, values: dict[str, Any], options: dict[str, Any
         return name in values and _coerce(values[name], FIELDS[name].type) != FIELDS[name].default
 
     optimizer = algorithm.server_optimizer or values.get("server_optimizer") or ServerConfig.server_optimizer
-    # the shared fields this algorithm's variant (its rule, from values) does not read
-    run = RunConfig(**{name: _coerce(value, FIELDS[name].type) for name, value in values.items()
-                       if name in FIELDS and name not in ("algorithm", "algorithm_options")})
-    resolved = None  # the algorithm's options given (FedASMU's slot decides what it reads), else its defaults
-    if options:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                resolved = resolve_options(algorithm, options)
-        except (ConfigError, TypeError, ValueError):  # validation names a bad option
-            resolved = None
-    variant = algorithm.unread_settings(run, resolved)
+    variant = variant_unread(algorithm, values, options)
     server = [name for name, readers in SERVER_FIELDS_READ_BY.items()
               if given(name) and (optimizer not in readers or name in variant or "server_optimizer" in variant)]
     server += [name for name in VARIANT_FIELDS if name in variant and given(name) and name not in server]
@@ -1053,6 +1072,34 @@ def unknown_name(name: str, value: Any, where: str = "") -> ConfigError:
     return ConfigError(f"{prefix}unknown config field {name!r}{hint}; allowed: {', '.join(FIELDS)}")
 
 
+def as_recorded(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded config (a run's ``config.json`` ``config``, nested by section, or a checkpoint's
+    flat record) with each field its algorithm's default of which changed since
+    (:attr:`jaxfl.algorithms.base.Algorithm.changed_defaults`) and that it holds unset (None) read as
+    the default it ran under: FedAsync's runs recorded before its rule became the paper's mixing
+    (2026-12-02) ran the rule fedcompass.
+
+    >>> as_recorded({"algorithm": "fedasync", "server": {"rule": None}})["server"]["rule"]
+    'fedcompass'
+    >>> as_recorded({"algorithm": "fedasync", "rule": "paper"})["rule"]
+    'paper'
+    """
+    values = dict(values)
+    try:
+        changed = algorithms.get(values.get("algorithm")).changed_defaults
+    except Exception:  # not one jaxfl can import: the caller's own validation names it
+        return values
+    for name, (before, _) in changed.items():
+        section = SECTION_OF.get(name)
+        if isinstance(values.get(section), Mapping):
+            values[section] = holder = dict(values[section])
+        else:
+            holder = values
+        if name in holder and holder[name] is None:
+            holder[name] = before
+    return values
+
+
 def config_from_mapping(values: dict[str, Any], base: RunConfig | None = None) -> RunConfig:
     """A validated RunConfig from a mapping of field names (e.g. a parsed JSON/TOML file).
 
@@ -1174,7 +1221,7 @@ def load_config_text(text: str | bytes, suffix: str) -> dict[str, Any]:
         raise ConfigError("a config file must hold a mapping of field names to values")
     # a run's config.json, or a checkpoint's (its flat record and hash): rerun its config
     if isinstance(values.get("config"), dict) and ("versions" in values or "config_sha256" in values):
-        values = values["config"]
+        values = as_recorded(values["config"])
     PLUGIN_IMPORT_FAILURES.clear()  # this file's, not an earlier one's
     import_named_plugins(values)
     return values

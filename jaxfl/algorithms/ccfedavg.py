@@ -250,8 +250,9 @@ class CCFedAvg(Policy):
         diagnose = tuple((i, int(sim.client_rounds[i]), self.steps_for(i), sim.next_lr_scale(i))
                          for i in self.skipping) \
             if self.diagnostic else ()
-        sim.aggregate(contributions, payload=BankedUpdates(tuple(bank), kind, store, self.strategy == "fednova",
-                                                           diagnose))
+        if contributions or bank:  # a round whose every update came after its deadline changes nothing
+            sim.aggregate(contributions, payload=BankedUpdates(tuple(bank), kind, store, self.strategy == "fednova",
+                                                               diagnose))
         for record in records:
             self.has_history[record.client] = True
         self._round, self._arrived, self._open = [], [], False

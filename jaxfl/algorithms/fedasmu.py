@@ -164,11 +164,14 @@ class SlotSelector:
         pass
 
 
+FIXED_SLOTS = ("first", "middle", "second_last")
+
+
 class FixedSlot(SlotSelector):
     """H1 (after the first epoch), H2 (the middle one) or H3 (the second-to-last one)."""
 
     def __init__(self, rule: str = "middle"):
-        if rule not in ("first", "middle", "second_last"):
+        if rule not in FIXED_SLOTS:
             raise ValueError(f"fixed slot rule {rule!r} is not one of first, middle, second_last")
         self.rule = rule
 
@@ -400,7 +403,8 @@ class FedASMU(Policy):
         slot = self.selector.choose(client, self.epochs, context)
         fetch_step = round(slot * steps / self.epochs) if self.fetch else None
         if fetch_step is not None and not 0 < fetch_step < steps:
-            fetch_step = None  # too few steps to fetch between two of them
+            fetch_step = None  # too few steps to fetch between two of them (local_epochs: a small client)
+            self.stats["fetches_skipped"] = self.stats.get("fetches_skipped", 0) + 1
         transfer = sim.speeds.comm_time() / 2
         config = getattr(sim.speeds, "config", None)  # ClientSpeeds: config.latency; ScriptedSpeeds: .latency
         latency = float(config.latency if config is not None else getattr(sim.speeds, "latency", 0.0))
@@ -446,6 +450,21 @@ class FedASMU(Policy):
         selector_stats = getattr(self.selector, "stats", None)
         return {"max_concurrency": getattr(self, "cap", self.max_concurrency), "slot_rule": self.slot_rule,
                 **self.stats, **(selector_stats() if callable(selector_stats) else {})}
+
+
+def _slots(epochs: int, slot: str) -> list[int]:
+    """The slots (epochs l* after which a client fetches) a slot rule may pick: a fixed one, or 1 … 𝓛−1."""
+    return [FixedSlot(slot).choose(0, epochs)] if slot in FIXED_SLOTS else list(range(1, epochs))
+
+
+def _slots_fetching(steps: int, epochs: int, slot: str) -> list[int]:
+    """Those of :func:`_slots` whose fetch lies strictly inside a dispatch of ``steps`` local steps,
+    where :meth:`FedASMU._dispatch` places it (step round(l*·steps/𝓛)); at the others it is skipped.
+
+    >>> _slots_fetching(10, 5, "first"), _slots_fetching(2, 5, "first"), _slots_fetching(2, 5, "learned")
+    ([1], [], [3])
+    """
+    return [chosen for chosen in _slots(epochs, slot) if 0 < round(chosen * steps / epochs) < steps]
 
 
 class LearnedAlpha(DeviceHook):
@@ -608,6 +627,20 @@ class FedASMUConfig(Options):
             fail("fedasmu.slot", self.slot, f"one of {', '.join(SLOT_RULES)}")
         if self.epochs < 2:
             fail("fedasmu.epochs", self.epochs, "an integer >= 2 (the fetch sits between two epochs)")
+        if self.fetch and run.local_epochs is None:
+            fitting = _slots_fetching(run.local_steps, self.epochs, self.slot)
+            if len(fitting) < len(_slots(self.epochs, self.slot)):
+                least = next(steps for steps in range(1, 4 * self.epochs)
+                             if len(_slots_fetching(steps, self.epochs, self.slot)) == len(_slots(self.epochs, self.slot)))
+                what = (f"the fetch after epoch l* falls at step round(l*·steps/epochs), which must lie between the "
+                        f"first and the last step: local_steps at least {least} with fedasmu.epochs={self.epochs} "
+                        f"and slot {self.slot} (or fewer fedasmu.epochs)")
+                if not fitting:
+                    fail("local_steps", run.local_steps, f"{what}, or fedasmu.fetch=false (FedASMU-FA)")
+                warnings.warn(f"fedasmu: local_steps={run.local_steps} leaves no step for the fetch at slots "
+                              f"{', '.join(str(slot) for slot in _slots(self.epochs, self.slot) if slot not in fitting)} "
+                              f"(a dispatch given one trains without it: summary's fetches_skipped); {what}",
+                              UserWarning, stacklevel=3)
         for name in ("staleness_bound", "trigger_batch", "max_concurrency"):
             value = getattr(self, name)
             if value is not None and value < 1:

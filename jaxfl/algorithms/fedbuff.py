@@ -147,14 +147,6 @@ class FedBuffAlgorithm(Algorithm):
                 "server_optimizer": server, "server_lr": server, "server_momentum": server,
                 "staleness": staleness, "staleness_alpha": staleness, "staleness_a": staleness}
 
-    @classmethod
-    def validate(cls, run, options) -> None:
-        from jaxfl.config import fail
-
-        if run.buffer_size > run.clients:
-            fail("buffer_size", run.buffer_size, f"at most the number of clients ({run.clients}); "
-                                                 "a larger buffer never fills")
-
     def policy(self) -> FedBuff:
         run = self.run
         return FedBuff(self.local_steps, run.buffer_size, staleness_function(run), rule=run.rule or "paper",

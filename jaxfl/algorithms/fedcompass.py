@@ -601,6 +601,21 @@ class FedCompassAlgorithm(Algorithm):
         _, q_max = self.options.step_range(self.run.local_steps)
         return max(q_max, math.floor(self.options.join_max_factor * q_max))
 
+    @classmethod
+    def unread_settings(cls, run, options=None) -> dict[str, tuple[str | None, str]]:
+        """``local_steps`` is Q_max only while ``compass.q_max`` is unset (Table 9: Q = Q_max); with
+        it set, the run never reads ``local_steps`` (a run given both trained 1–10 steps, named q7).
+
+        >>> from types import SimpleNamespace
+        >>> FedCompassAlgorithm.unread_settings(SimpleNamespace(), FedCompassConfig(q_max=10))["local_steps"][0]
+        'compass.q_max unset'
+        """
+        if options is None or getattr(options, "q_max", None) is None:
+            return {}
+        return {"local_steps": ("compass.q_max unset", f"{cls.name}'s compass.q_max unset: Q_max is compass.q_max "
+                                                       f"({options.q_max}) here, the local steps it assigns lie in "
+                                                       "[Q_min, Q_max]")}
+
     def policy(self) -> FedCompass:
         q_min, q_max = self.options.step_range(self.run.local_steps)
         return FedCompass(q_min, q_max, staleness_function(self.run),

@@ -80,9 +80,14 @@ STOP_REASONS = {"max_time": "time budget", "max_updates": "update budget",
                 "max_client_updates": "client-update budget", "max_client_steps": "client-step budget"}
 
 
+NONFINITE_DROP = "non-finite update"  # the drop reason of on_nonfinite="skip"
+
+
 def nonfinite_streak_limit(num_clients: int) -> int:
     """Non-finite updates in a row, none finite aggregated between them, after which a run with
-    ``on_nonfinite="skip"`` stops as diverged: every client's update, up to 1,000, at least 100.
+    ``on_nonfinite="skip"`` stops as diverged: every client's update, up to 1,000, at least 100;
+    and updates dropped in a row for any other reason (a round's deadline), after which a run stops
+    as stalled.
     Skipping leaves the global model unchanged, so clients keep training from the model that made
     them diverge; a streak this long is a run that cannot recover, not a few clients' bad data.
 
@@ -535,6 +540,10 @@ class Simulation:
         # long streak means every client diverges from the unchanged global model, so the run stops
         # rather than retrain the same failure until its budget (:func:`nonfinite_streak_limit`).
         self.nonfinite_streak = 0
+        # Updates dropped for any other reason (a round's deadline, a staleness bound) since the last
+        # one aggregated: a long streak is a run that makes no progress, e.g. a round_timeout shorter
+        # than every client's round, which ran to its budget with 0 updates (forever under max_time inf)
+        self.drop_streak = 0
 
     def __setstate__(self, state: dict) -> None:
         """Checkpoints written before the client budgets existed restore with those off."""
@@ -546,6 +555,7 @@ class Simulation:
         if state.get("_stop_requested") is False:
             state["_stop_requested"] = None
         state.setdefault("nonfinite_streak", 0)
+        state.setdefault("drop_streak", 0)
         state.setdefault("fault_seconds", {})  # rounds in flight then: their faults' seconds count as busy
         for name, code, dtype in (("busy_time", "d", np.float64), ("client_rounds", "q", np.int64)):
             if isinstance(state.get(name), np.ndarray):  # checkpoints from before the array.array columns
@@ -885,7 +895,7 @@ class Simulation:
         if bad:
             contributions, records = self._screen_nonfinite(bad, contributions, records)
         if records:
-            self.nonfinite_streak = 0
+            self.nonfinite_streak = self.drop_streak = 0
         self.version = version = self.version + 1
         aggregation = Aggregation(self.queue._now, version, contributions, mode, server_optimizer, payload)
         counts = self.staleness_counts
@@ -924,7 +934,7 @@ class Simulation:
                 f"(dispatch {first.id}, trained from version {first.version}, {first.steps} steps, global "
                 f"version {self.version}); lower client_lr, check the data, or set on_nonfinite='skip'")
         for record in bad:
-            self.drop(record, "non-finite update")
+            self.drop(record, NONFINITE_DROP)
         self.nonfinite_streak += len(bad)
         limit = nonfinite_streak_limit(self.num_clients)
         if self.nonfinite_streak >= limit and not self._stop_requested:
@@ -969,6 +979,15 @@ class Simulation:
         self._write("drop", self.now, record.client, record.id, record.version, self.staleness(record),
                     record.steps, reason)
         self.records.finish(record)
+        if reason != NONFINITE_DROP:  # those have their own streak and stop (diverged)
+            self.drop_streak += 1
+            limit = nonfinite_streak_limit(self.num_clients)
+            if self.drop_streak >= limit and not self._stop_requested:
+                self._stop_requested = (
+                    f"stalled: the last {self.drop_streak} updates were all dropped (the last for "
+                    f"'{reason}') and none aggregated between them, so the model no longer changes; "
+                    + ("raise round_timeout above the clients' round times" if "deadline" in reason else
+                       "loosen the setting that drops them"))
 
     def _mark_dropped(self, record: DispatchRecord, reason: str, was: str) -> None:
         record.status = DROPPED

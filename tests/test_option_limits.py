@@ -1,0 +1,94 @@
+"""Options at their limits (a QA journey through every algorithm's options, 2026-12-02): each either
+does what the limit means or is refused in one line before any work."""
+import json
+import os
+
+import pytest
+
+from jaxfl import cli
+from jaxfl.config import ConfigError, RunConfig, validate
+from jaxfl.experiment import run_experiment
+
+TINY = dict(model="mlp", clients=4, local_steps=2, batch_size=16, progress=False, timing_only=True)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "ccfedavg", "fedat", "port"])
+def test_a_round_deadline_no_client_meets_stops_the_run_as_stalled(tmp_path, algorithm):
+    # it ran to its budget with 0 updates, and forever under max_time inf; CC-FedAvg counted each
+    # empty round as a global update
+    result = run_experiment(RunConfig(algorithm=algorithm, **TINY, round_timeout=0.01, max_updates=3,
+                                      max_time=float("inf"), output_dir=str(tmp_path)))
+    assert result.summary["global_updates"] == 0
+    assert result.summary["stop_reason"].startswith("stalled: the last 100 updates were all dropped (the last for "
+                                                    "'arrived after round deadline')")
+    assert "raise round_timeout" in result.summary["stop_reason"]
+
+
+def test_fedbuff_takes_a_buffer_larger_than_the_federation(tmp_path):
+    # the buffer holds dispatches, and a returning client is dispatched again: it fills (refused before,
+    # "a larger buffer never fills", which also refused --clients 1 at the default K = 3)
+    result = run_experiment(RunConfig(algorithm="fedbuff", **{**TINY, "clients": 1}, max_updates=2,
+                                      output_dir=str(tmp_path)))
+    assert result.summary["global_updates"] == 2
+
+
+def test_fedasync_s_mixing_weight_is_at_most_one():
+    with pytest.raises(ConfigError, match=r"staleness_alpha=2.0 is not allowed: at most 1 under fedasync's rule plato"):
+        validate(RunConfig(algorithm="fedasync", rule="plato", staleness="constant", staleness_alpha=2.0))
+    validate(RunConfig(algorithm="fedasync", rule="fedcompass", staleness_alpha=2.0))  # a step size there
+    validate(RunConfig(algorithm="fedbuff", staleness_alpha=2.0))
+
+
+def test_an_evaluation_grid_longer_than_the_budget_is_refused():
+    # it evaluated the initial model alone, which final_accuracy and best_accuracy then reported
+    with pytest.raises(ConfigError, match=r"eval_interval=100.0 is not allowed: at most max_time \(5\)"):
+        validate(RunConfig(eval_interval=100.0, max_time=5.0))
+    validate(RunConfig(eval_interval=5.0, max_time=5.0))
+
+
+def _refusal(capsys, *flags) -> str:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["run", "--timing-only", "--model", "mlp", "--clients", "4", "--max-updates", "2", "--no-progress",
+                  *flags])
+    assert exited.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_fedcompass_refuses_local_steps_it_does_not_read_beside_q_max(tmp_path, capsys):
+    # Q_max is compass.q_max when set: --local-steps 7 was ignored (steps 1-10) and the run named q7
+    err = _refusal(capsys, "--algorithm", "fedcompass", "--compass.q-max", "10", "--local-steps", "7",
+                   "--out", str(tmp_path))
+    assert "local_steps=7 is not allowed with algorithm fedcompass as set here: it reads it only with " \
+           "fedcompass's compass.q_max unset" in err
+    assert not os.listdir(tmp_path)
+    with pytest.raises(ConfigError, match="local_steps=7 is not allowed"):
+        validate(RunConfig(algorithm="fedcompass", local_steps=7, algorithm_options={"q_max": 10}))
+    cli.main(["run", "--timing-only", "--model", "mlp", "--clients", "4", "--max-updates", "2", "--no-progress",
+              "--algorithm", "fedcompass,fedavg", "--compass.q-max", "10", "--local-steps", "7",
+              "--out", str(tmp_path)])
+    assert "local_steps=7 applies to fedavg only (fedcompass does not read it)" in capsys.readouterr().err
+    fedavg = [name for name in os.listdir(tmp_path) if name.startswith("fedavg")]
+    with open(os.path.join(tmp_path, fedavg[0], "config.json")) as handle:
+        assert json.load(handle)["config"]["client"]["local_steps"] == 7
+
+
+def test_clients_per_round_beside_concurrency_is_refused_saying_which_replaces_which(capsys):
+    err = _refusal(capsys, "--algorithm", "fedasync", "--clients-per-round", "2", "--concurrency", "3")
+    assert "clients_per_round=2 is not allowed with algorithm fedasync: concurrency=3 replaces it" in err
+    assert "never reads" not in err
+
+
+def test_fedasmu_refuses_local_steps_that_leave_no_step_for_its_fetch_and_says_when_some_slots_skip_it(tmp_path):
+    # the fetch at step round(l*·steps/epochs) was dropped without a word: fetches 0 at local_steps 1 or 2
+    with pytest.raises(ConfigError, match=r"local_steps=2 is not allowed: .*local_steps at least 3 with "
+                                          r"fedasmu.epochs=5 and slot first .*or fedasmu.fetch=false"):
+        validate(RunConfig(algorithm="fedasmu", local_steps=2, algorithm_options={"slot": "first"}))
+    validate(RunConfig(algorithm="fedasmu", local_steps=2, algorithm_options={"slot": "first", "fetch": False}))
+    with pytest.warns(UserWarning, match=r"fedasmu: local_steps=2 leaves no step for the fetch at slots 1, 4 "):
+        validate(RunConfig(algorithm="fedasmu", local_steps=2))  # the learned slot: 2 and 3 fetch
+
+
+def test_a_server_optimizer_given_at_its_default_is_refused_where_the_algorithm_has_its_own(capsys):
+    # --server-optimizer sgd equals the field's default: it was taken for unset, and FedAdam ran Adam
+    err = _refusal(capsys, "--algorithm", "fedadam", "--server-optimizer", "sgd")
+    assert "server_optimizer='sgd' is not allowed: adam for fedadam (or leave it unset)" in err
