@@ -113,10 +113,17 @@ def test_cli_partition_prints_the_table_and_saves_the_heatmap(tmp_path, capsys):
                  "--seed", "3", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0
-    assert "mnist10k, label_shards, 20 clients, seed 3" in out and "20 clients, 8000 samples" in out
+    assert "mnist10k, label_shards, shards_per_client 2, 20 clients, seed 3" in out and "20 clients, 8000 samples" in out
     pytest.importorskip("matplotlib")
-    png = tmp_path / "partition-mnist10k-label_shards-c20-s3.png"
+    png = tmp_path / "partition-mnist10k-label_shards-shards2-c20-s3.png"
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
+    # the split's own settings name the figure: another alpha was written over the first one
+    for alpha in ("0.1", "100"):
+        assert main(["partition", "--partition", "dirichlet", "--dirichlet-alpha", alpha, "--clients", "5",
+                     "--out", str(tmp_path)]) == 0
+    assert "dirichlet_alpha 0.1, 5 clients" in capsys.readouterr().out
+    assert {"partition-mnist10k-dirichlet-a0.1-c5-s0.png", "partition-mnist10k-dirichlet-a100-c5-s0.png"} <= \
+        set(os.listdir(tmp_path))
 
 
 def test_cli_partition_rejects_bad_values(tmp_path, capsys):

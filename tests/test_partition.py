@@ -413,7 +413,9 @@ def test_natural_split_by_writer_and_subset():
     labels = np.zeros(7, np.int64)
     parts = partition_natural(labels, 3, np.random.default_rng(0), groups=groups)
     assert [p.tolist() for p in parts] == [[3, 6], [0, 2], [1, 4, 5]]  # ids in sorted order: 2, 5, 9
-    subset = partition_natural(labels, 2, np.random.default_rng(0), groups=groups)
+    with pytest.warns(UserWarning, match=r"partition natural: 2 of the 3 writers drawn at random, so \d of the 7 "
+                                         r"training samples are used \(clients=3 takes every writer\)"):
+        subset = partition_natural(labels, 2, np.random.default_rng(0), groups=groups)
     chosen = np.sort(np.random.default_rng(0).choice(3, 2, replace=False))
     assert [p.tolist() for p in subset] == [[[3, 6], [0, 2], [1, 4, 5]][g] for g in chosen]
     with pytest.raises(ValueError, match="num_clients=4 but the natural split has only 3 clients"):
