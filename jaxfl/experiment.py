@@ -344,10 +344,19 @@ def _run_dir(config: RunConfig, algorithm: str) -> str:
     config runs again); ``algorithm`` is the registered name (not a module:Class reference)."""
     name = config.run_name or run_name(config, algorithm)
     path = os.path.join(config.output_dir, name)
-    suffix = 2
+    suffix, finished = 2, None
     while os.path.exists(path):
+        if finished is None and os.path.isfile(os.path.join(path, "summary.json")):
+            finished = path
         path = os.path.join(config.output_dir, f"{name}-{suffix}")
         suffix += 1
+    from jaxfl import cluster
+
+    if finished is not None and config.run_name is None and cluster.process_index() == 0:
+        # a notebook cell run twice trained minutes again without a word
+        warnings.warn(f"{finished} holds a finished run of this config (its name's hash); this run trains it "
+                      f"again, into {path} (jaxfl.load_run({finished!r}) reads the finished one; a comparison "
+                      f"on the command line, jaxfl run --algorithm a,b, reuses it)", UserWarning, stacklevel=3)
     return path
 
 
@@ -837,7 +846,7 @@ def check_buildable(config: RunConfig) -> None:
     itself, which gives each once.
 
     >>> from jaxfl.config import RunConfig
-    >>> check_buildable(RunConfig(model="no_such_model"))
+    >>> check_buildable(RunConfig(model="no_such_model"))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     jaxfl.config.ConfigError: model='no_such_model' is not allowed: one of ...
     """

@@ -63,7 +63,6 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
 
     figure = Figure(figsize=figsize)
     axes = figure.subplots()
-    target = None
     summaries = []
     for run_dir in run_dirs:  # all checked before drawing: one error naming the run
         path = os.path.join(run_dir, "summary.json")
@@ -75,33 +74,41 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
         if summaries[-1].get("timing_only"):
             raise ValueError(f"run {run_dir!r} is a timing-only run: it evaluates no model, so it has no accuracy to "
                              "plot; its schedule is jaxfl.plot.timeline_figure(run_dir) (jaxfl timeline RUN_DIR)")
+    title, differing = _settings_of(run_dirs)
+    targets = []
     for number, (run_dir, summary) in enumerate(zip(run_dirs, summaries)):
         rows = read_metrics(run_dir)
         target, reached = summary["target_accuracy"], summary.get("time_to_target")
-        label = summary["algorithm"] + (f" ({reached:.1f} s)" if reached is not None else " (not reached)")
+        if target is not None and target not in targets:
+            targets.append(target)
+        # runs of other settings (speeds, seeds, ...) side by side: each line says its own
+        label = ", ".join([summary["algorithm"], *differing[number]]) + \
+            (f" ({reached:.1f} s)" if reached is not None else " (not reached)")
         # the global model is constant between versions: draw steps, not interpolation
         style = method_style(number)
         line, = axes.plot([r["time"] for r in rows], [r["accuracy"] for r in rows], drawstyle="steps-post",
                           label=label, color=style["color"], linestyle=style["linestyle"])
         if reached is not None:
             axes.plot([reached], [target], marker="o", color=line.get_color(), zorder=3)
-    if target is not None:
-        axes.axhline(target, linestyle="--", color="grey", linewidth=1, label=f"target {target:.0%}")
+    for number, target in enumerate(targets):  # one line per target the runs were given
+        axes.axhline(target, linestyle=("--", ":", "-.")[number % 3], color="grey", linewidth=1,
+                     label=f"target {target:.0%}")
     if run_dirs:
-        axes.set_title(_setting(run_dirs[0]), fontsize=9)
+        axes.set_title(title, fontsize=9)
     axes.set_xlabel("virtual time (s)")
     axes.set_ylabel("held-out accuracy")
-    axes.legend(title="algorithm (time to target)" if target is not None else None)
+    axes.legend(title="algorithm (time to target)" if targets else None)
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    return figure
+    return _shown_inline(figure)
 
 
-def _setting(run_dir: str) -> str:
-    """The data, model, split and speeds a comparison shares, from a run's config.json (one line)."""
+def _setting_parts(run_dir: str) -> dict[str, str]:
+    """The data, model, split, speeds, local work and seed of a run, from its config.json, each as
+    the title shows it (empty where the file is missing)."""
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
-        return ""
+        return {}
     with open(path) as handle:
         config = json.load(handle).get("config", {})
     flat = {key: value for section in config.values() if isinstance(section, dict) for key, value in section.items()}
@@ -111,9 +118,24 @@ def _setting(run_dir: str) -> str:
         partition += f" α={flat.get('dirichlet_alpha')}"
     local = (f"{flat.get('local_steps', '?')} local steps" if flat.get("local_epochs") is None
              else f"{flat['local_epochs']:g} local epochs")
-    return (f"{flat.get('dataset', '?')}, {flat.get('model', '?')}, {flat.get('clients', '?')} clients, "
-            f"{partition} split, {flat.get('heterogeneity', '?')} speeds, {local}, "
-            f"seed {flat.get('seed', '?')}")
+    return {"dataset": f"{flat.get('dataset', '?')}", "model": f"{flat.get('model', '?')}",
+            "clients": f"{flat.get('clients', '?')} clients", "partition": f"{partition} split",
+            "heterogeneity": f"{flat.get('heterogeneity', '?')} speeds", "local": local,
+            "seed": f"seed {flat.get('seed', '?')}"}
+
+
+def _settings_of(run_dirs: list[str]) -> tuple[str, list[list[str]]]:
+    """The settings every run shares, as a title, and per run those in which the runs differ (for
+    its label), so that runs of two speed models plotted together are told apart.
+
+    >>> _settings_of([])
+    ('', [])
+    """
+    parts = [_setting_parts(run_dir) for run_dir in run_dirs]
+    names = list(dict.fromkeys(name for part in parts for name in part))
+    shared = [name for name in names if len({part.get(name) for part in parts}) == 1]
+    title = ", ".join(parts[0][name] for name in shared if name in parts[0]) if parts else ""
+    return title, [[part.get(name, "?") for name in names if name not in shared] for part in parts]
 
 
 def read_events(run_dir: str) -> dict[str, np.ndarray]:
@@ -310,8 +332,33 @@ def timeline_figure(run_dir: str, max_time: float | None = None, max_clients: in
     clients = configured or len(np.unique(events["client"][kinds("dispatch")]))
     horizon = run_end(run_dir, events)
     if clients > max_clients:
-        return _plot_aggregated(events, kinds, algorithm, clients, max_time, bins, horizon)
-    return _plot_gantt(events, algorithm, max_time, horizon, configured)
+        return _shown_inline(_plot_aggregated(events, kinds, algorithm, clients, max_time, bins, horizon))
+    return _shown_inline(_plot_gantt(events, algorithm, max_time, horizon, configured))
+
+
+def _shown_inline(figure):
+    """``figure``, displayable in the IPython session running this (a notebook): the library's
+    figures are plain :class:`~matplotlib.figure.Figure` objects that pyplot does not manage, and
+    IPython shows one as an image only once its inline backend has registered a PNG formatter for
+    the class (on the first pyplot use or ``%matplotlib inline``); before that, the last line of a
+    fresh notebook's cell showed the text ``<Figure size 700x450 with 1 Axes>``. The backend is left
+    as it is."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    shell = getattr(ipython, "get_ipython", lambda: None)() if ipython is not None else None
+    formatters = getattr(getattr(shell, "display_formatter", None), "formatters", {})
+    png = formatters.get("image/png")
+    if png is not None:
+        from matplotlib.figure import Figure
+
+        try:
+            png.lookup_by_type(Figure)  # the inline backend's, or ours from an earlier figure
+        except KeyError:
+            from IPython.core.pylabtools import print_figure
+
+            png.for_type(Figure, lambda shown: print_figure(shown, "png", bbox_inches="tight"))
+    return figure
 
 
 def run_end(run_dir: str, events: dict[str, np.ndarray] | None = None) -> float:
@@ -368,9 +415,10 @@ def _plot_gantt(events: dict[str, np.ndarray], algorithm: str, max_time: float |
     crashed, offline = spans["crashed"], spans["offline"]
     keys = np.array([_colour_key(label) for label in spans["label"]], object)
     aggregations = events["time"][events["event"] == "aggregate"]
-    labels = sorted(set(keys.tolist()), key=_natural_key)
     palette = matplotlib.colormaps["tab20"]
-    colours = {label: palette(i % 20) for i, label in enumerate(labels)}
+    colours = {label: palette(i % 20) for i, label in enumerate(sorted(set(keys.tolist()), key=_natural_key))}
+    # the legend names what has a bar: a group dispatched at the run's last instant draws none
+    labels = sorted(set(keys[(start < end) & (stop > start)].tolist()), key=_natural_key)
     dispatched = set(np.unique(client).tolist())
     clients = sorted(set(range(int(configured))) | dispatched) if configured else sorted(dispatched)
     rows = {c: row for row, c in enumerate(clients)}
@@ -481,7 +529,7 @@ def _plot_aggregated(events: dict[str, np.ndarray], kinds, algorithm: str, clien
     busy.set_title(f"{algorithm}: {clients:,} clients, at most {peak:,} in flight ({100 * peak / clients:.3g}%)\n"
                    f"mean training utilisation "
                    f"{'n/a' if utilisation is None else f'{utilisation:.1%}'}, "
-                   f"{stats['idle_client_s_total']:.3g} idle client-s, "
+                   f"{round(stats['idle_client_s_total'], 3):.3g} idle client-s, "  # as summary.json rounds it
                    f"{stats['aggregations']} aggregations"
                    + (f" ({stats['aggregations_per_hour']:.3g}/virtual h)" if stats["aggregations_per_hour"] else ""))
     rate.bar(centres, aggregations, width=width, color="black", alpha=0.6)

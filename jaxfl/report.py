@@ -1630,7 +1630,8 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
     >>> # plot_time_to_target(summarise(rows), group_columns(rows), "time_to_target.png")
     """
     keys, methods, found = _line_cells(lines, groups)
-    heading = f"time to target: mean over the seeds that reached it ({MISSING} = missed in ≥ half)"
+    heading = (f"time to target: mean over the seeds that reached it, error bars their std "
+               f"({MISSING} = missed in ≥ half)")
     if panels is None:
         # a row holds about TARGET_BARS_PER_ROW bars; more groups wrap into further rows
         # (FedCompass's twelve settings × eight methods as one row was a figure 70 inches wide)

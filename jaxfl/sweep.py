@@ -46,6 +46,7 @@ import json
 import os
 import shutil
 import sys
+import warnings
 
 from jaxfl import algorithms
 from jaxfl.config import (ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, TIMING_ONLY_UNREAD, ConfigError, RunConfig,
@@ -616,6 +617,8 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     in a config file) or a :class:`~jaxfl.config.RunConfig` (:func:`base_mapping`); ``grid``: field → list of values; ``size``: the name recorded in ``sweep.json`` (see
     :func:`load_sweep_file`); ``progress``: one bar for the grid (cells done of all, the current
     cell); ``echo``: a function receiving one line per finished cell (the command line prints them).
+    Without either, a note (the earlier runs a new grid's table leaves out, a cell started again) is
+    a :class:`UserWarning`.
 
     ``jobs``: cells run at once, each in a process of its own pinned to an equal share of the CPU
     cores (:func:`job_cores`), with one XLA device per core of its share. It pays where a run
@@ -673,8 +676,11 @@ def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell],
         bar = progress_bar(total=len(cells), initial=sum(state == "finished" for state in states.values()),
                            desc="sweep", unit="cell", leave=True)
     say = echo or (bar.write if bar is not None else (lambda line: None))
+    # what the user must hear even without a bar (progress=False, as notebooks call it): a warning,
+    # which a notebook shows and the command line prints as a note line
+    note = echo or (bar.write if bar is not None else _warn)
     if earlier:  # now, not only with the notes at the end: the sweep may run for hours
-        say(f"note: {earlier}")
+        note(f"note: {earlier}")
     peak = [0]
     axes, finished_rows = list(grid), {}
 
@@ -689,7 +695,7 @@ def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell],
         write_table()  # a continued sweep's table holds its finished cells from the start
         with shared_compilations() as cache:
             if jobs > 1:
-                _run_parallel(sweep_dir, cells, states, shares, cache, done, say, bar, peak, write_table)
+                _run_parallel(sweep_dir, cells, states, shares, cache, done, say, note, bar, peak, write_table)
             for cell in cells if jobs == 1 else ():
                 state = states[cell.index]
                 done[state].append(cell.index)
@@ -700,7 +706,7 @@ def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell],
                     bar.set_postfix_str(f"cell {cell.index}: {cell.label()}")
                 try:
                     summary, ended = run_cell(cell.config, cell.run_dir, state,
-                                              lambda line, index=cell.index: say(f"cell {index}: {line}"))
+                                              lambda line, index=cell.index: note(f"cell {index}: {line}"))
                 except Exception as error:  # which cell, beside the error (a plug-in's bug, say)
                     error.add_note(f"in sweep cell {cell.index} ({cell.label()}): {cell.run_dir}")
                     raise
@@ -720,6 +726,11 @@ def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell],
         rows = [finished_rows[index] for index in sorted(finished_rows)]
     return SweepResult(sweep_dir, cells, rows, table, parquet, done["new"], done["resumable"], done["restart"],
                        done["finished"], notes, jobs, peak[0])
+
+
+def _warn(line: str) -> None:
+    """A sweep's note where nothing else shows it: one UserWarning, without the ``note:`` prefix."""
+    warnings.warn(line.removeprefix("note: "), UserWarning, stacklevel=4)
 
 
 def run_cell(config: RunConfig, run_dir: str, state: str, say) -> tuple[dict, str]:
@@ -799,7 +810,7 @@ def _worker_environment(devices: int, cache: str) -> dict:
 
 
 def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[list[int]], cache: str, done: dict,
-                  say, bar, peak: list, cell_finished=lambda: None) -> None:
+                  say, note, bar, peak: list, cell_finished=lambda: None) -> None:
     """:func:`run_sweep`'s cells, ``len(shares)`` at a time, each in a ``jaxfl._sweep_worker`` process
     pinned to one share of the cores, in cell order as shares come free, calling ``cell_finished``
     after each cell that finishes (:func:`run_sweep` rewrites its table). Each worker's output goes to
@@ -885,7 +896,7 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
                                      f"{process.returncode}; its output in {log}):\n{tail}")
                 for line in output.splitlines():
                     if line.startswith(NOTE):
-                        say(f"cell {cell.index}: {line[len(NOTE):]}")
+                        note(f"cell {cell.index}: {line[len(NOTE):]}")
                         state = "restart"
                 done[state].append(cell.index)
                 os.remove(log)

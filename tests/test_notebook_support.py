@@ -6,6 +6,7 @@ No ``from __future__ import annotations`` in this file, on purpose: the options 
 notebook types them.
 """
 import dataclasses
+import pathlib
 import re
 from typing import Optional
 
@@ -107,3 +108,54 @@ def test_the_accuracy_figure_of_a_timing_only_or_unfinished_run_is_one_error_nam
         accuracy_figure([finished_run.run_dir, timing.run_dir])
     with pytest.raises(ValueError, match=rf"run '{re.escape(str(tmp_path))}' has no summary.json"):
         accuracy_figure([str(tmp_path)])
+
+
+def test_a_figure_is_an_image_in_a_notebook_that_has_not_used_pyplot(finished_run):
+    """In a fresh kernel (no pyplot use, no ``%matplotlib inline``) IPython showed the library's
+    figures as the text ``<Figure size 700x450 with 1 Axes>``: no PNG formatter knew the class."""
+    interactiveshell = pytest.importorskip("IPython.core.interactiveshell")
+    shell = interactiveshell.InteractiveShell.instance()
+    try:
+        png = shell.display_formatter.formatters["image/png"]
+        png.type_printers.pop(Figure, None)  # as in a fresh kernel
+        backend = matplotlib.get_backend()
+        for figure in (accuracy_figure([finished_run.run_dir]), timeline_figure(finished_run.run_dir)):
+            shown, _ = shell.display_formatter.format(figure)
+            assert shown["image/png"][:4] == b"\x89PNG"
+        assert matplotlib.get_backend() == backend
+    finally:
+        interactiveshell.InteractiveShell.clear_instance()
+
+
+def test_runs_of_other_settings_in_one_accuracy_figure_are_told_apart(finished_run, tmp_path):
+    """Runs of two speed models plotted together were all titled by the first run's speeds, labelled
+    by their algorithm alone, and drawn against the last run's target only."""
+    import json
+    import shutil
+
+    other = shutil.copytree(finished_run.run_dir, str(tmp_path / "homo"))
+    for name, edit in (("config.json", lambda record: record["config"]["speeds"].update(heterogeneity="homo")),
+                       ("summary.json", lambda summary: summary.update(target_accuracy=0.5))):
+        with open(f"{other}/{name}") as handle:
+            record = json.load(handle)
+        edit(record)
+        with open(f"{other}/{name}", "w") as handle:
+            json.dump(record, handle)
+    axes, = accuracy_figure([finished_run.run_dir, other]).axes
+    labels = [line.get_label() for line in axes.get_lines()]
+    assert [label.split(" (")[0] for label in labels if label.startswith("fedbuff")] == \
+        ["fedbuff, exp speeds", "fedbuff, homo speeds"]
+    assert "speeds" not in axes.get_title() and "mnist10k, logreg, 3 clients" in axes.get_title()
+    assert sorted(label for label in labels if label.startswith("target")) == \
+        sorted({f"target {finished_run.summary['target_accuracy']:.0%}", "target 50%"})
+
+
+def test_a_run_of_a_config_that_already_finished_says_it_trains_again(finished_run):
+    """A notebook cell run twice trained its run again into a -2 folder without a word."""
+    config = jaxfl.RunConfig(algorithm="fedbuff", model="logreg", clients=3, local_steps=2, batch_size=16,
+                             buffer_size=2, max_updates=2, progress=False, checkpoint_every=None,
+                             output_dir=str(pathlib.Path(finished_run.run_dir).parent))
+    with pytest.warns(UserWarning, match=rf"{re.escape(finished_run.run_dir)} holds a finished run of this config "
+                                         rf".*again, into {re.escape(finished_run.run_dir)}-2 "):
+        again = jaxfl.run_experiment(config)
+    assert again.run_dir == finished_run.run_dir + "-2"

@@ -948,6 +948,9 @@ def test_a_sweep_over_other_values_in_the_same_folder_names_the_runs_its_table_l
     both = run_sweep(base, {"seed": [0, 1], "clients": [2, 3]}, folder, progress=False, echo=said.append)
     assert len(both.skipped) == 4 and not both.ran and not any("finished run(s)" in text for text in both.notes)
     assert sorted((row["seed"], row["clients"]) for row in read_results(folder)) == [(0, 2), (0, 3), (1, 2), (1, 3)]
+    # without a bar or an echo (a notebook's progress=False) the note is a warning, not nothing
+    with pytest.warns(UserWarning, match=r"3 finished run\(s\) of the sweep this folder held before"):
+        run_sweep({**base, "seed": 0}, {"clients": [2]}, folder, progress=False)
 
 
 def test_report_grid_lays_a_design_space_out_as_rows_by_columns_by_hand(tmp_path):
