@@ -741,6 +741,12 @@ def algorithms_reading(name: str) -> list[str]:
     return [other for other in algorithms.names() if reads_field(algorithms.get(other), name)]
 
 
+def _run_of(values: dict[str, Any]) -> RunConfig:
+    """A RunConfig of the run fields in ``values`` (flags given), unvalidated."""
+    return RunConfig(**{name: _coerce(value, FIELDS[name].type) for name, value in values.items()
+                        if name in FIELDS and name not in ("algorithm", "algorithm_options")})
+
+
 def variant_unread(algorithm, values: dict[str, Any], options: dict[str, Any] | None = None) -> dict[str, tuple]:
     """:meth:`~jaxfl.algorithms.base.Algorithm.unread_settings` of ``algorithm`` under run fields
     ``values`` (e.g. flags given: its rule) and ``options`` (a mapping of its option names; None or
@@ -749,8 +755,7 @@ def variant_unread(algorithm, values: dict[str, Any], options: dict[str, Any] | 
     >>> variant_unread(algorithms.get("fedcompass"), {}, {"q_max": 10})["local_steps"][0]
     'compass.q_max unset'
     """
-    run = RunConfig(**{name: _coerce(value, FIELDS[name].type) for name, value in values.items()
-                       if name in FIELDS and name not in ("algorithm", "algorithm_options")})
+    run = _run_of(values)
     resolved = None  # the algorithm's options given (FedASMU's slot decides what it reads), else its defaults
     if options:
         try:
@@ -784,7 +789,7 @@ def fields_not_read_by(algorithm, values: dict[str, Any], options: dict[str, Any
               if given(name) and (optimizer not in readers or name in variant or "server_optimizer" in variant)]
     server += [name for name in VARIANT_FIELDS if name in variant and given(name) and name not in server]
     unread = [name for name in ALGORITHM_FIELDS if given(name) and not reads_field(algorithm, name, given)] + server
-    if given("fednova") and not algorithm.supports_fednova(run):  # in a comparison: to those it normalises
+    if given("fednova") and not algorithm.supports_fednova(_run_of(values)):  # in a comparison: to those it normalises
         unread.append("fednova")
     return unread
 

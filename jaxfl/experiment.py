@@ -356,7 +356,7 @@ def _run_dir(config: RunConfig, algorithm: str) -> str:
         # a notebook cell run twice trained minutes again without a word
         warnings.warn(f"{finished} holds a finished run of this config (its name's hash); this run trains it "
                       f"again, into {path} (jaxfl.load_run({finished!r}) reads the finished one; a comparison "
-                      f"on the command line, jaxfl run --algorithm a,b, reuses it)", UserWarning, stacklevel=3)
+                      f"on the command line, jaxfl run --algorithm a,b, reuses it)", UserWarning, stacklevel=4)
     return path
 
 

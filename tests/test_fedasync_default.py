@@ -4,7 +4,6 @@ change with the rule unset ran that step: they resume, replay and compare as the
 run at the default is named as one with ``rule="paper"``, never as those."""
 import json
 import os
-import shutil
 import warnings
 
 import pytest

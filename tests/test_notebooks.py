@@ -103,7 +103,7 @@ def test_notebook_runs_at_tiny_size(name, tmp_path, monkeypatch):
     if name.startswith("01"):
         assert result["algorithms"] == ["fedavg", "fedavgm", "fedasync", "fedbuff", "fedcompass"]
         assert result["updates"] == [3] * 5 and result["fedbuff_updates"] == 3 and result["events"] > 0
-        assert os.path.isfile(tmp_path / "runs" / "comparison.png")  # compare() wrote into the notebook's folder
+        assert os.path.isfile(tmp_path / "runs" / "comparison" / "comparison.png")  # compare() wrote into its folder
     elif name.startswith("02"):
         # a synchronous round waits for its slowest client; FedBuff's clients never wait
         assert result["pareto"]["fedbuff"] == 1.0 and result["pareto"]["fedavg"] < 0.9

@@ -81,7 +81,8 @@ def test_an_edited_config_json_is_refused_naming_each_field(finished, tmp_path, 
     for difference in ("algorithm: 'fedasync' (ckpt-000003 has 'fedbuff')", "clients: 6 (ckpt-000003 has 4)",
                        "client_lr: 0.01 (ckpt-000003 has 0.003)"):
         assert difference in message
-    assert message.count("(ckpt-000003 has") == 3  # the three fields, nothing else
+    # the three fields, and the rule an unset rule of fedasync ran as before its default changed
+    assert "rule: 'fedcompass' (ckpt-000003 has None)" in message and message.count("(ckpt-000003 has") == 4
     assert "clients: 6" in cli_refusal(capsys, run)
     assert logs(run) == before
 

@@ -251,7 +251,7 @@ def test_dispatch_fills_every_field_of_its_record():
 
 def fedasync_simulation(log):
     clients = 200
-    return Simulation(FedAsync(5, make_staleness("polynomial", alpha=0.9, a=0.5), concurrency=30, seed=2),
+    return Simulation(FedAsync(5, make_staleness("polynomial", alpha=0.9, a=0.5), rule="fedcompass", concurrency=30, seed=2),
                       ClientSpeeds(SpeedConfig(model="exp"), clients, seed=5), np.full(clients, 1 / clients),
                       RecordingBackend(), max_updates=120, log=log)
 

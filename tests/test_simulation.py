@@ -40,7 +40,7 @@ def test_times_never_go_backwards_and_staleness_is_version_gap():
 
 
 def test_fedasync_coefficients_are_staleness_times_weight():
-    sim, backend = simulate(FedAsync(10, polynomial), clients=4, max_updates=12)
+    sim, backend = simulate(FedAsync(10, polynomial, rule="fedcompass"), clients=4, max_updates=12)
     for aggregation in backend.aggregations:
         ((dispatch_id, coefficient),) = aggregation.contributions
         record = sim.records[dispatch_id]

@@ -43,7 +43,8 @@ def test_client_weights_are_refused_by_fedasmu_s_fixed_slots():
             "client_weights='uniform'", "fedasmu.slot='learned'", "this run's slot is 'middle'")
 
 
-@pytest.mark.parametrize("values", [{"algorithm": "fedbuff", "rule": "fedcompass"}, {"algorithm": "fedasync"},
+@pytest.mark.parametrize("values", [{"algorithm": "fedbuff", "rule": "fedcompass"},
+                                    {"algorithm": "fedasync", "rule": "fedcompass"},
                                     {"algorithm": "fedavg"}, {"algorithm": "fedasmu"}, {"algorithm": "port"},
                                     {"algorithm": "ccfedavg"}, {"algorithm": "fedcompass"}, {"algorithm": "fedat"}])
 def test_client_weights_are_taken_where_read(values):
@@ -51,8 +52,8 @@ def test_client_weights_are_taken_where_read(values):
 
 
 def test_the_command_line_names_the_readers_and_routes_a_comparison(capsys):
-    with pytest.raises(ConfigError, match="client_weights='uniform' is not allowed with algorithm fedbuff: it never "
-                                          r"reads it \(read only by .*fedbuff with rule fedcompass"):
+    with pytest.raises(ConfigError, match="client_weights='uniform' is not allowed with algorithm fedbuff as set "
+                                          "here: it reads it only with fedbuff's rule fedcompass"):
         cli_configs("--algorithm", "fedbuff", "--client-weights", "uniform")
     fedavg, fedbuff = cli_configs("--algorithm", "fedavg,fedbuff", "--client-weights", "uniform")
     assert (fedavg.client_weights, fedbuff.client_weights) == ("uniform", "samples")
@@ -75,7 +76,7 @@ def test_a_sweep_leaves_client_weights_out_of_the_cells_that_do_not_read_it(tmp_
 def test_server_settings_are_refused_by_fedasync_s_paper_rule(values, shown):
     refused({"algorithm": "fedasync", "rule": "paper", **values}, shown, "rule fedcompass",
             "without a server optimiser")
-    assert config_from_mapping({"clients": 4, "algorithm": "fedasync", **values})  # rule fedcompass reads them
+    assert config_from_mapping({"clients": 4, "algorithm": "fedasync", "rule": "fedcompass", **values})  # it reads them
 
 
 @pytest.mark.parametrize("values, shown", [({"server_lr": 0.01}, "server_lr=0.01"),
@@ -211,7 +212,7 @@ def test_a_sweep_leaves_evaluation_settings_out_of_its_timing_only_cells(tmp_pat
 # ----------------------------------------------------------------------------- the valid combinations run
 def test_the_valid_combinations_run(tmp_path):
     for values in ({"algorithm": "fedbuff", "rule": "fedcompass", "buffer_size": 2, "client_weights": "uniform"},
-                   {"algorithm": "fedasync", "server_lr": 0.5, "server_momentum": 0.5},
+                   {"algorithm": "fedasync", "rule": "fedcompass", "server_lr": 0.5, "server_momentum": 0.5},
                    {"algorithm": "fedbuff", "timing_only": True, "checkpoint_every": None}):
         result = run_experiment(config_from_mapping({**TINY, **values, "output_dir": str(tmp_path)}))
         assert result.summary["global_updates"] == 2 and os.path.isdir(result.run_dir)

@@ -607,10 +607,13 @@ class FedCompassAlgorithm(Algorithm):
         it set, the run never reads ``local_steps`` (a run given both trained 1–10 steps, named q7).
 
         >>> from types import SimpleNamespace
-        >>> FedCompassAlgorithm.unread_settings(SimpleNamespace(), FedCompassConfig(q_max=10))["local_steps"][0]
+        >>> FedCompassAlgorithm.unread_settings(SimpleNamespace(local_steps=7), FedCompassConfig(q_max=10))["local_steps"][0]
         'compass.q_max unset'
+        >>> FedCompassAlgorithm.unread_settings(SimpleNamespace(local_steps=10), FedCompassConfig(q_max=10))
+        {}
         """
-        if options is None or getattr(options, "q_max", None) is None:
+        q_max = getattr(options, "q_max", None) if options is not None else None
+        if q_max is None or getattr(run, "local_steps", None) == q_max:  # equal: the same Q_max either way
             return {}
         return {"local_steps": ("compass.q_max unset", f"{cls.name}'s compass.q_max unset: Q_max is compass.q_max "
                                                        f"({options.q_max}) here, the local steps it assigns lie in "
