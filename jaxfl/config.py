@@ -780,10 +780,16 @@ def fields_not_read_by(algorithm, values: dict[str, Any], options: dict[str, Any
     >>> [fields_not_read_by(algorithms.get(name), {"server_tau": 0.01}) for name in ("fedavg", "fedadam")]
     [['server_tau'], []]
     """
-    def given(name: str) -> bool:
-        return name in values and _coerce(values[name], FIELDS[name].type) != FIELDS[name].default
-
     optimizer = algorithm.server_optimizer or values.get("server_optimizer") or ServerConfig.server_optimizer
+
+    def given(name: str) -> bool:
+        if name not in values:
+            return False
+        value = _coerce(values[name], FIELDS[name].type)
+        # a saved config.json holds server_lr resolved to its optimiser's default: not a setting
+        return value != FIELDS[name].default and \
+            not (name == "server_lr" and value == DEFAULT_SERVER_LR.get(optimizer, 1.0))
+
     variant = variant_unread(algorithm, values, options)
     server = [name for name, readers in SERVER_FIELDS_READ_BY.items()
               if given(name) and (optimizer not in readers or name in variant or "server_optimizer" in variant)]

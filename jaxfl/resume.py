@@ -313,8 +313,12 @@ def read_run_and_record(run_dir: str, may_differ: Mapping[str, Any] | None = Non
         text = str(error).strip().splitlines()  # whole: a reference's cause comes after the list of names
         where = (f" (it was started in {elsewhere!r}: a module it names may be importable from there alone)"
                  if elsewhere else "")
+        # a setting an earlier jaxfl took and this one refuses (it was ignored, or computed something
+        # else): the run cannot go on under it
+        older = ("; an earlier jaxfl may have taken this setting, which this one refuses: start the run again "
+                 "with it changed" if isinstance(error, ConfigError) and not where else "")
         raise ResumeError(f"cannot resume {run_dir!r}: config.json does not hold a valid run config: "
-                          f"{type(error).__name__}: {text[0] if text else ''}{where}") from None
+                          f"{type(error).__name__}: {text[0] if text else ''}{where}{older}") from None
 
 
 def _started_elsewhere(written: dict) -> str | None:

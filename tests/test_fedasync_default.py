@@ -80,3 +80,17 @@ def test_a_comparison_at_the_new_default_does_not_reuse_a_run_recorded_at_the_ol
               "--checkpoint-min-interval-s", "0", "--no-stop-at-target", "--no-progress", "--out", str(out)])
     with open(out / f"{name}-2" / "summary.json") as handle:  # a comparison reuses equal runs: trained anew
         assert json.load(handle)["policy"]["rule"] == "paper"
+
+
+def test_a_default_run_s_config_json_runs_again_from_the_command_line(tmp_path):
+    # it holds server_lr resolved to 1.0, which the paper's mixing does not read: the command line took
+    # it for a setting and refused the file that README says runs any run's config again
+    from jaxfl import cli
+
+    flags = {**FLAGS, "checkpoint_every": None, "checkpoint_min_interval_s": None}
+    first = run_experiment(RunConfig(**flags, timing_only=True, output_dir=str(tmp_path / "a")))
+    assert cli.main(["run", "--config", os.path.join(first.run_dir, "config.json"), "--out", str(tmp_path / "b"),
+                     "--no-progress"]) == 0
+    (again,) = os.listdir(tmp_path / "b")
+    with open(tmp_path / "b" / again / "summary.json") as handle:
+        assert json.load(handle)["policy"]["rule"] == "paper"

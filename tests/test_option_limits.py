@@ -92,3 +92,13 @@ def test_a_server_optimizer_given_at_its_default_is_refused_where_the_algorithm_
     # --server-optimizer sgd equals the field's default: it was taken for unset, and FedAdam ran Adam
     err = _refusal(capsys, "--algorithm", "fedadam", "--server-optimizer", "sgd")
     assert "server_optimizer='sgd' is not allowed: adam for fedadam (or leave it unset)" in err
+
+
+def test_a_round_s_stragglers_do_not_count_as_a_stall(tmp_path):
+    # dropped during the next round, before it aggregates: 1,000 late clients of one 10^4-client round
+    # (a deadline of twice the mean round, ~13 % late) stopped a learning run as stalled after 1 update
+    result = run_experiment(RunConfig(algorithm="fedavg", dataset="synthetic", model="logreg", clients=10_000,
+                                      timing_only=True, round_timeout=15.0, max_updates=4, progress=False,
+                                      checkpoint_every=None, output_dir=str(tmp_path)))
+    assert result.summary["stop_reason"] == "update budget" and result.summary["global_updates"] == 4
+    assert result.summary["accounting"]["dropped_by_reason"]["arrived after round deadline"] > 1000

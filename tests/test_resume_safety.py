@@ -377,3 +377,15 @@ def test_the_next_checkpoint_removes_what_a_cut_short_removal_left(finished, tmp
                                                                                   "removing-ckpt-000001"))
     resume_experiment(run, progress=False)  # its final checkpoint is written again
     assert _checkpoint_names(run) == ["ckpt-000002", "ckpt-000003", "latest"]
+
+
+def test_a_setting_an_earlier_jaxfl_took_and_this_one_refuses_is_named_with_what_to_do(finished, tmp_path, capsys,
+                                                                                     no_work):
+    # e.g. an evaluation grid longer than the budget, refused since it evaluated the initial model alone
+    run = copy_run(finished, tmp_path)
+    edit_config(run, budget={"max_time": 50.0, "eval_interval": 100.0})
+    os.remove(os.path.join(run, "summary.json"))
+    with pytest.raises(ResumeError, match=r"eval_interval=100.0 is not allowed: at most max_time \(50\).*; an earlier "
+                                          r"jaxfl may have taken this setting, which this one refuses: start the run "
+                                          r"again with it changed"):
+        resume_experiment(run, progress=False)
