@@ -1043,7 +1043,11 @@ def _earlier_runs(config: RunConfig, times=None):
         with warnings.catch_warnings():  # the run's own warnings come once, from the run
             warnings.simplefilter("ignore")
             wanted = config_record(validate(config))
-            name = config.run_name or run_name(config, algorithms.get(config.algorithm).name)
+            cls = algorithms.get(config.algorithm)
+            names = [config.run_name or run_name(config, cls.name)]
+            if config.run_name is None:  # runs recorded with the field unset, before its default changed
+                names += [run_name(dataclasses.replace(config, **{field: None}), cls.name)
+                          for field, (before, _) in cls.changed_defaults.items() if getattr(config, field) == before]
             # the speeds are not in the config (nor its name): a run on other speeds is another run
             speeds = UserInputs(time_per_step=times).check(validate(config)).speeds_sha256()
     except (ConfigError, ValueError, KeyError, TypeError):
@@ -1051,7 +1055,7 @@ def _earlier_runs(config: RunConfig, times=None):
     if not os.path.isdir(config.output_dir):
         return
     for folder in sorted(os.listdir(config.output_dir)):
-        if folder != name and not re.fullmatch(re.escape(name) + r"-\d+", folder):
+        if not any(folder == name or re.fullmatch(re.escape(name) + r"-\d+", folder) for name in names):
             continue
         run_dir = os.path.join(config.output_dir, folder)
         try:

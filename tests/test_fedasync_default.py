@@ -65,6 +65,26 @@ def test_a_run_recorded_with_the_rule_unset_before_the_change_resumes_as_it_ran(
     assert as_recorded({"algorithm": "fedasync", "server": {"rule": None}})["server"]["rule"] == "fedcompass"
 
 
+def test_a_comparison_with_rule_fedcompass_reuses_a_finished_run_recorded_with_the_rule_unset(tmp_path, capsys):
+    # its folder has the old name (the hash of rule None), which no validated config hashes to now
+    import dataclasses
+
+    from jaxfl import cli
+
+    out = tmp_path / "runs"
+    old = run_experiment(RunConfig(**FLAGS, rule="fedcompass", output_dir=str(out)))
+    _as_before_the_change(old.run_dir)
+    old_name = run_name(dataclasses.replace(validate(RunConfig(**FLAGS, rule="fedcompass", output_dir=str(out))),
+                                            rule=None))
+    os.rename(old.run_dir, out / old_name)
+    cli.main(["run", "--algorithm", "fedasync,fedavg", "--rule", "fedcompass", "--dataset", "mnist10k", "--model",
+              "logreg", "--clients", "4", "--local-steps", "2", "--batch-size", "16", "--max-updates", "6",
+              "--checkpoint-every", "2", "--checkpoint-min-interval-s", "0", "--no-stop-at-target", "--no-progress",
+              "--out", str(out)])
+    assert not [name for name in os.listdir(out) if name.startswith("fedasync") and name != old_name]
+    assert old_name in capsys.readouterr().out
+
+
 def test_a_comparison_at_the_new_default_does_not_reuse_a_run_recorded_at_the_old_one(tmp_path):
     # new default runs are named apart from the old ones; were a folder of the old default under the
     # new name all the same, its record (read as it ran: rule fedcompass) is not this config's
