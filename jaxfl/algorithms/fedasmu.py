@@ -462,7 +462,7 @@ def _slots_fetching(steps: int, epochs: int, slot: str) -> list[int]:
     where :meth:`FedASMU._dispatch` places it (step round(l*·steps/𝓛)); at the others it is skipped.
 
     >>> _slots_fetching(10, 5, "first"), _slots_fetching(2, 5, "first"), _slots_fetching(2, 5, "learned")
-    ([1], [], [3])
+    ([1], [], [2, 3])
     """
     return [chosen for chosen in _slots(epochs, slot) if 0 < round(chosen * steps / epochs) < steps]
 
