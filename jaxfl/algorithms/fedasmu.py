@@ -628,17 +628,18 @@ class FedASMUConfig(Options):
         if self.epochs < 2:
             fail("fedasmu.epochs", self.epochs, "an integer >= 2 (the fetch sits between two epochs)")
         if self.fetch and run.local_epochs is None:
+            slots = _slots(self.epochs, self.slot)
             fitting = _slots_fetching(run.local_steps, self.epochs, self.slot)
-            if len(fitting) < len(_slots(self.epochs, self.slot)):
+            if len(fitting) < len(slots):
                 least = next(steps for steps in range(1, 4 * self.epochs)
-                             if len(_slots_fetching(steps, self.epochs, self.slot)) == len(_slots(self.epochs, self.slot)))
+                             if len(_slots_fetching(steps, self.epochs, self.slot)) == len(slots))
                 what = (f"the fetch after epoch l* falls at step round(l*·steps/epochs), which must lie between the "
                         f"first and the last step: local_steps at least {least} with fedasmu.epochs={self.epochs} "
                         f"and slot {self.slot} (or fewer fedasmu.epochs)")
                 if not fitting:
                     fail("local_steps", run.local_steps, f"{what}, or fedasmu.fetch=false (FedASMU-FA)")
                 warnings.warn(f"fedasmu: local_steps={run.local_steps} leaves no step for the fetch at slots "
-                              f"{', '.join(str(slot) for slot in _slots(self.epochs, self.slot) if slot not in fitting)} "
+                              f"{', '.join(str(slot) for slot in slots if slot not in fitting)} "
                               f"(a dispatch given one trains without it: summary's fetches_skipped); {what}",
                               UserWarning, stacklevel=3)
         for name in ("staleness_bound", "trigger_batch", "max_concurrency"):
