@@ -50,8 +50,8 @@ import warnings
 
 from jaxfl import algorithms
 from jaxfl.config import (ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, TIMING_ONLY_UNREAD, ConfigError, RunConfig,
-                          _only_read_when, config_from_mapping, flat_once, load_config_file, option_namespaces,
-                          reads_field, split_algorithm_options)
+                          _only_read_when, as_recorded, config_from_mapping, flat_once, load_config_file, option_namespaces,
+                          reads_field, split_algorithm_options, validate)
 
 # Where and how each run is written belongs to the sweep, not to a cell.
 SWEEP_OWNED = ("output_dir", "run_name", "progress")
@@ -283,7 +283,7 @@ def _expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[st
     """:func:`expand` of a flat ``base`` (:func:`_flat`) and a checked ``grid`` (:func:`_check_grid`)."""
     base = {name: value for name, value in base.items() if name not in grid}  # an axis replaces the base's value
     axes = list(grid)
-    cells, seen, dropped, applies, named = [], set(), set(), {}, {}
+    cells, seen, dropped, applies, named, notes = [], set(), set(), {}, {}, []
     from jaxfl.experiment import run_name
 
     for combination in itertools.product(*(grid[name] for name in axes)):
@@ -306,6 +306,16 @@ def _expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[st
             where = " ".join(f"{name}={value}" for name, value in swept.items()) or "(the base config)"
             raise ConfigError(f"sweep cell {len(cells)} ({where}): {error}") from None
         config = dataclasses.replace(config, output_dir=os.path.join(sweep_dir, "runs"), run_name=run_name(config))
+        earlier = _run_at_an_earlier_default(config)
+        if earlier is not None:
+            field, before, now, folder = earlier
+            if getattr(config, field) == before:  # the run it is: its cell goes on there (or reports it)
+                config = dataclasses.replace(config, run_name=folder)
+            else:
+                where = " ".join(f"{name}={value}" for name, value in shown.items()) or "the base config"
+                notes.append(f"cell {len(cells)} ({where}) runs {config.algorithm}'s {field} at its default now, "
+                             f"{now!r}; runs/{folder} is the same run at its earlier default, {before!r}: "
+                             f"{field}={before} in the grid reports that run")
         if config.run_name in named:  # equal configs: one run folder, one run, counted once
             raise _same_run(cells[named[config.run_name]], len(cells), shown, config.run_name)
         named[config.run_name] = len(cells)
@@ -321,11 +331,38 @@ def _expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[st
             why = "every cell is timing-only: no training, evaluation or checkpoint"
         raise ConfigError(f"{', '.join(f'{name}={given[name]!r}' for name in never)} is not allowed: no cell of "
                           f"this sweep reads {'it' if len(never) == 1 else 'them'} ({why}); leave it out")
-    notes = []
     for name in sorted(dropped):
         where = "; ".join(sorted(label for label in applies[name] if label))  # "": decided by no swept axis
         notes.append(f"{name} applies only to the cells that read it" + (f" ({where})" if where else ""))
     return cells, notes
+
+
+def _run_at_an_earlier_default(config: RunConfig) -> tuple[str, object, object, str] | None:
+    """``(field, default before, default now, folder)`` where ``config``'s output folder holds a run of
+    this very config but for one field its algorithm recorded unset before that field's default
+    changed (:attr:`jaxfl.algorithms.base.Algorithm.changed_defaults`; FedAsync's ``rule``): such a
+    run's folder has the old name, the hash of the field unset, which no validated config hashes to
+    now. ``config`` is a cell's: validated, with its run name; None where its own folder exists."""
+    from jaxfl.experiment import run_name
+    from jaxfl.resume import ResumeError, config_record, read_record
+
+    if os.path.exists(os.path.join(config.output_dir, config.run_name)):
+        return None
+    for field, (before, now) in algorithms.get(config.algorithm).changed_defaults.items():
+        if getattr(config, field) not in (before, now):
+            continue
+        folder = run_name(dataclasses.replace(config, **{field: None}))
+        try:
+            recorded = read_record(os.path.join(config.output_dir, folder))["config"]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the run's own notes came when it ran
+                ran = validate(config_from_mapping(as_recorded(recorded)))
+        except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
+            continue
+        where = {"output_dir": config.output_dir, "run_name": config.run_name}
+        if config_record(dataclasses.replace(ran, **where)) == config_record(dataclasses.replace(config, **{field: before})):
+            return field, before, now, folder
+    return None
 
 
 def _same_run(earlier: Cell, index: int, values: dict, name: str) -> ConfigError:
@@ -342,7 +379,7 @@ def _same_run(earlier: Cell, index: int, values: dict, name: str) -> ConfigError
 
 
 # The settings that decide whether a data/speed/fault field is read (for the notes only).
-_DECIDING = {"dirichlet_alpha": ("partition",), "client_sizes": ("partition",), "size_skew": ("partition", "client_sizes"),
+_DECIDING = {"dirichlet_alpha": ("partition",), "dirichlet_min_samples": ("partition",), "dirichlet_balance": ("partition",), "client_sizes": ("partition",), "size_skew": ("partition", "client_sizes"),
              "shards_per_client": ("partition",), "gamma": ("partition",), "data_dir": ("dataset",),
              "speed_cap": ("heterogeneity",), "negative_times": ("heterogeneity", "jitter"), "speed_reference_time": ("heterogeneity",),
              "speed_ratio": ("heterogeneity",), "speed_legacy_seed": ("heterogeneity",),
@@ -590,7 +627,12 @@ def _earlier_runs_left_out(sweep_dir: str, base: dict, grid: dict, cells: list[C
         return None
     with open(path) as handle:
         before = json.load(handle)
+    from jaxfl.experiment import run_name
+
     current = {os.path.abspath(cell.run_dir) for cell in cells}
+    # runs of a cell at a default since changed: _expand's note on that cell names them
+    current |= {os.path.abspath(os.path.join(sweep_dir, "runs", run_name(dataclasses.replace(cell.config, **{field: None}))))
+                for cell in cells for field in algorithms.get(cell.config.algorithm).changed_defaults}
     left = [entry for entry in before.get("cells", [])
             if os.path.abspath(os.path.join(sweep_dir, entry["run_dir"])) not in current
             and cell_state(os.path.join(sweep_dir, entry["run_dir"])) == "finished"]
@@ -599,9 +641,13 @@ def _earlier_runs_left_out(sweep_dir: str, base: dict, grid: dict, cells: list[C
     old_base, new_base = before.get("base", {}), {name: _cell_value(value) for name, value in base.items()}
     differ = [name for name in dict.fromkeys([*old_base, *new_base])
               if name not in grid and name not in before.get("grid", {}) and old_base.get(name) != new_base.get(name)]
-    hint = "; ".join(f"{name}: {old_base.get(name)!r} there, {new_base.get(name)!r} here" for name in differ)
-    example = "" if not differ else (f" (e.g. --{differ[0].replace('_', '-')} "
-                                     f"{old_base.get(differ[0])},{new_base.get(differ[0])})")
+
+    def shown(value):  # unset: the default of the jaxfl that ran it, which a flag cannot name
+        return "unset" if value is None else repr(value)
+
+    hint = "; ".join(f"{name}: {shown(old_base.get(name))} there, {shown(new_base.get(name))} here" for name in differ)
+    both = [name for name in differ if old_base.get(name) is not None and new_base.get(name) is not None]
+    example = "" if not both else f" (e.g. --{both[0].replace('_', '-')} {old_base[both[0]]},{new_base[both[0]]})"
     return (f"{len(left)} finished run(s) of the sweep this folder held before are not cells of this grid, so this "
             f"sweep's results table leaves them out (their runs stay in {os.path.join(sweep_dir, 'runs')})"
             + (f"; the two sweeps differ in {hint}" if hint else "")

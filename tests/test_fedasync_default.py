@@ -114,3 +114,40 @@ def test_a_default_run_s_config_json_runs_again_from_the_command_line(tmp_path):
     (again,) = os.listdir(tmp_path / "b")
     with open(tmp_path / "b" / again / "summary.json") as handle:
         assert json.load(handle)["policy"]["rule"] == "paper"
+
+
+def test_a_sweep_from_before_the_change_names_its_old_default_cells_and_reports_them_under_the_old_rule(tmp_path):
+    # a FedAsync cell finished with the rule unset has the old name: the sweep continued at the new
+    # default runs the new rule (and says which run is the old one), and rule=fedcompass reports it
+    import dataclasses
+
+    from jaxfl.sweep import run_sweep
+
+    base = {key: value for key, value in FLAGS.items() if key not in ("algorithm", "progress")}
+    first = run_sweep({**base, "rule": "fedcompass"}, {"algorithm": ["fedasync"]}, str(tmp_path), progress=False)
+    (cell,) = first.cells
+    _as_before_the_change(cell.run_dir)
+    old_name = run_name(dataclasses.replace(cell.config, rule=None))
+    os.rename(cell.run_dir, tmp_path / "runs" / old_name)
+    with open(tmp_path / "sweep.json") as handle:  # and its sweep.json as the old jaxfl wrote it
+        written = json.load(handle)
+    written["base"].pop("rule")
+    written["cells"][0]["run_dir"] = os.path.join("runs", old_name)
+    with open(tmp_path / "sweep.json", "w") as handle:
+        json.dump(written, handle)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no general note on runs the table leaves out: it could not say how
+        again = run_sweep(base, {"algorithm": ["fedasync"]}, str(tmp_path), progress=False)
+    notes = " ".join(again.notes)
+    assert f"runs/{old_name} is the same run at its earlier default, 'fedcompass'" in notes
+    assert "rule=fedcompass in the grid reports that run" in notes
+    assert again.ran == [0] and os.path.basename(again.cells[0].run_dir) != old_name
+
+    with pytest.warns(UserWarning) as caught:  # the new default's run is the one left out now
+        reported = run_sweep({**base, "rule": "fedcompass"}, {"algorithm": ["fedasync"]}, str(tmp_path),
+                             progress=False)
+    (left_out,) = [str(warning.message) for warning in caught]
+    assert "differ in rule: unset there, 'fedcompass' here" in left_out and "--rule None" not in left_out
+    assert reported.skipped == [0] and os.path.basename(reported.cells[0].run_dir) == old_name
+    assert reported.rows[0]["global_updates"] == 6
