@@ -103,16 +103,32 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
     return _shown_inline(figure)
 
 
-def _setting_parts(run_dir: str) -> dict[str, str]:
-    """The data, model, split, speeds, local work and seed of a run, from its config.json, each as
-    the title shows it (empty where the file is missing)."""
+def _recorded_config(run_dir: str) -> dict:
+    """A run's config.json config, flat (sections merged, algorithm options as ``space.option``) and
+    read as it ran (:func:`jaxfl.config.as_recorded`); empty where the file is missing."""
+    from jaxfl.config import as_recorded
+
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
         return {}
     with open(path) as handle:
-        config = json.load(handle).get("config", {})
+        config = as_recorded(json.load(handle).get("config", {}))
+    options = config.pop("algorithm_options", None) or {}
     flat = {key: value for section in config.values() if isinstance(section, dict) for key, value in section.items()}
     flat.update({key: value for key, value in config.items() if not isinstance(value, dict)})
+    for space, values in options.items():
+        if isinstance(values, dict):
+            flat.update({f"{space}.{name}": value for name, value in values.items()})
+        else:
+            flat[space] = values
+    return flat
+
+
+def _setting_parts(flat: dict) -> dict[str, str]:
+    """The data, model, split, speeds, local work and seed of a run (its :func:`_recorded_config`),
+    each as the title shows it (empty where there is no config)."""
+    if not flat:
+        return {}
     partition = flat.get("partition", "?")
     if partition in ("dirichlet", "dirichlet_client"):
         partition += f" α={flat.get('dirichlet_alpha')}"
@@ -124,18 +140,38 @@ def _setting_parts(run_dir: str) -> dict[str, str]:
             "seed": f"seed {flat.get('seed', '?')}"}
 
 
+# config fields that change no curve: never what tells two runs apart in a legend
+_NOT_A_SETTING = ("output_dir", "run_name", "progress", "client_state", "checkpoint_min_interval_s", "checkpoint_every",
+                  "final_checkpoint")
+
+
 def _settings_of(run_dirs: list[str]) -> tuple[str, list[list[str]]]:
     """The settings every run shares, as a title, and per run those in which the runs differ (for
-    its label), so that runs of two speed models plotted together are told apart.
+    its label), so that runs of two speed models plotted together are told apart. Runs of one
+    algorithm that differ in none of those (two learning rates, two update rules) get the other
+    fields they differ in as ``name=value``.
 
     >>> _settings_of([])
     ('', [])
     """
-    parts = [_setting_parts(run_dir) for run_dir in run_dirs]
+    flats = [_recorded_config(run_dir) for run_dir in run_dirs]
+    parts = [_setting_parts(flat) for flat in flats]
     names = list(dict.fromkeys(name for part in parts for name in part))
     shared = [name for name in names if len({part.get(name) for part in parts}) == 1]
     title = ", ".join(parts[0][name] for name in shared if name in parts[0]) if parts else ""
-    return title, [[part.get(name, "?") for name in names if name not in shared] for part in parts]
+    differing = [[part.get(name, "?") for name in names if name not in shared] for part in parts]
+    alike: dict[tuple, list[int]] = {}
+    for number, flat in enumerate(flats):
+        alike.setdefault((flat.get("algorithm"), *differing[number]), []).append(number)
+    for numbers in alike.values():
+        if len(numbers) < 2:
+            continue
+        fields = dict.fromkeys(name for number in numbers for name in flats[number])
+        told = [name for name in fields if name not in _NOT_A_SETTING
+                and len({json.dumps(flats[number].get(name), default=str) for number in numbers}) > 1]
+        for number in numbers:
+            differing[number] += [f"{name}={flats[number].get(name)}" for name in told]
+    return title, differing
 
 
 def read_events(run_dir: str) -> dict[str, np.ndarray]:

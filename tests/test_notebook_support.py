@@ -150,6 +150,24 @@ def test_runs_of_other_settings_in_one_accuracy_figure_are_told_apart(finished_r
         sorted({f"target {finished_run.summary['target_accuracy']:.0%}", "target 50%"})
 
 
+def test_runs_of_one_algorithm_at_two_learning_rates_are_labelled_by_the_rate(finished_run, tmp_path):
+    """Two runs that differ in a field the title leaves out (a learning rate, an update rule) had one
+    label, "fedbuff", twice."""
+    import json
+    import shutil
+
+    other = shutil.copytree(finished_run.run_dir, str(tmp_path / "lr"))
+    with open(f"{other}/config.json") as handle:
+        record = json.load(handle)
+    before = record["config"]["client"]["client_lr"]
+    record["config"]["client"]["client_lr"] = 0.5
+    with open(f"{other}/config.json", "w") as handle:
+        json.dump(record, handle)
+    axes, = accuracy_figure([finished_run.run_dir, other, finished_run.run_dir]).axes
+    labels = [line.get_label().split(" (")[0] for line in axes.get_lines() if line.get_label().startswith("fedbuff")]
+    assert labels == [f"fedbuff, client_lr={before}", "fedbuff, client_lr=0.5", f"fedbuff, client_lr={before}"]
+
+
 def test_a_run_of_a_config_that_already_finished_says_it_trains_again(finished_run):
     """A notebook cell run twice trained its run again into a -2 folder without a word."""
     config = jaxfl.RunConfig(algorithm="fedbuff", model="logreg", clients=3, local_steps=2, batch_size=16,
