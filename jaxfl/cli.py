@@ -32,7 +32,7 @@ import sys
 import typing
 
 from jaxfl import algorithms
-from jaxfl.config import (FIELDS, PLUGIN_IMPORT_FAILURES, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, ConfigError,
+from jaxfl.config import (DEFAULT_SERVER_LR, FIELDS, PLUGIN_IMPORT_FAILURES, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, ConfigError,
                           RunConfig, _server_readers_text, algorithms_reading, annotation_text, config_from_mapping,
                           fields_not_read_by, flat_once, import_named_plugins, load_config_file, option_namespaces,
                           split_algorithm_options, unknown_name, variant_unread)
@@ -1003,6 +1003,16 @@ def _fields_read(fields: dict, chosen: list[str], options_of: dict[str, dict] | 
         skipped = [name for name in chosen if name not in readers]
         print(f"jaxfl: note: {field}={fields[field]!r} applies to {', '.join(readers)} only "
               f"({', '.join(skipped)} {'does' if len(skipped) == 1 else 'do'} not read it)", file=sys.stderr)
+    readers = [name for name in chosen if "server_lr" not in unread[name]]
+    if fields.get("server_lr") is not None and len(readers) > 1:
+        # one rate for servers whose own defaults differ 100-fold (FedAvg's sgd 1, FedAdam's 0.01): say so
+        optimizers = {name: algorithms.get(name).server_optimizer or fields.get("server_optimizer") or "sgd"
+                      for name in readers}
+        defaults = {name: DEFAULT_SERVER_LR.get(optimizer, 1.0) for name, optimizer in optimizers.items()}
+        if len(set(defaults.values())) > 1:
+            print(f"jaxfl: note: server_lr={fields['server_lr']!r} applies to every one of {', '.join(readers)}, in "
+                  f"place of their own defaults ({', '.join(f'{name} {defaults[name]:g} ({optimizers[name]})' for name in readers)}); "
+                  "to set it for one of them, run that one alone", file=sys.stderr)
     return {name: {key: value for key, value in fields.items() if key not in unread[name]} for name in chosen}
 
 

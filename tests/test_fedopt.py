@@ -130,3 +130,15 @@ def test_a_comparison_gives_server_fields_to_the_algorithms_whose_optimizer_read
     cells, notes = expand({"model": "logreg", "server_tau": 0.01}, {"algorithm": ["fedavg", "fedadam"]}, str(tmp_path))
     assert [(cell.config.algorithm, cell.config.server_tau) for cell in cells] == [("fedavg", 1e-3), ("fedadam", 0.01)]
     assert notes == ["server_tau applies only to the cells that read it (algorithm=fedadam)"]
+
+
+def test_one_server_lr_over_servers_of_other_defaults_says_whose_defaults_it_replaces(capsys):
+    # FedAvg's sgd server at 0.05 damps the baseline 20-fold: given to both without a word before
+    from jaxfl import cli
+
+    configs = cli._configs(cli.build_parser().parse_args(["run", "--algorithm", "fedavg,fedadam", "--server-lr", "0.05"]))
+    assert [(c.algorithm, c.server_lr) for c in configs] == [("fedavg", 0.05), ("fedadam", 0.05)]
+    assert "server_lr=0.05 applies to every one of fedavg, fedadam, in place of their own defaults (fedavg 1 (sgd), " \
+           "fedadam 0.01 (adam))" in capsys.readouterr().err
+    cli._configs(cli.build_parser().parse_args(["run", "--algorithm", "fedavg,fedbuff", "--server-lr", "0.5"]))
+    assert "server_lr" not in capsys.readouterr().err  # one default (sgd's 1) for both: nothing to say
