@@ -365,9 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
     split = commands.add_parser("partition", help="how a dataset splits over clients: table and class heatmap")
     for name in _PARTITION_FLAGS:
         owner = SECTIONS.get(SECTION_OF.get(name), RunConfig)
+        text = _with_default(_HELP.get(name, field_help(owner, name)), FIELDS[name].default)
+        if FIELDS[name].type in (bool, "bool"):
+            split.add_argument(f"--{name.replace('_', '-')}", dest=name, action=argparse.BooleanOptionalAction,
+                               default=None, help=text)
+            continue
         split.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_value_parser(name), default=None,
-                           metavar=_metavar(name, FIELDS[name].type),
-                           help=_with_default(_HELP.get(name, field_help(owner, name)), FIELDS[name].default))
+                           metavar=_metavar(name, FIELDS[name].type), help=text)
     split.add_argument("--out", metavar="PATH", help="folder for the heatmap PNG (default: the run output folder, runs)")
     split.add_argument("--max-rows", type=_max_rows, default=40, metavar="N",
                        help="client rows printed, >= 1 (default: 40)")
@@ -675,8 +679,8 @@ def _demo(extra: list[str]) -> int:
     return main(["run", *preset_argv("quickstart"), *extra])
 
 
-_PARTITION_FLAGS = ("dataset", "data_dir", "partition", "clients", "seed", "dirichlet_alpha", "client_sizes",
-                    "size_skew", "shards_per_client", "gamma")
+_PARTITION_FLAGS = ("dataset", "data_dir", "partition", "clients", "seed", "dirichlet_alpha", "dirichlet_min_samples",
+                    "dirichlet_balance", "client_sizes", "size_skew", "shards_per_client", "gamma")
 
 
 def _partition_settings(config: RunConfig) -> list[tuple[str, str, str]]:
@@ -685,12 +689,13 @@ def _partition_settings(config: RunConfig) -> list[tuple[str, str, str]]:
     from jaxfl.config import _only_read_when
 
     read = _only_read_when(config)
-    shorts = {"dirichlet_alpha": "a", "client_sizes": "", "size_skew": "skew", "shards_per_client": "shards",
-              "gamma": "gamma"}
-    return [(name, short, f"{getattr(config, name):g}" if isinstance(getattr(config, name), float)
-             else str(getattr(config, name)))
+    shorts = {"dirichlet_alpha": "a", "dirichlet_min_samples": "min", "dirichlet_balance": "balanced",
+              "client_sizes": "", "size_skew": "skew", "shards_per_client": "shards", "gamma": "gamma"}
+    unnamed = {"client_sizes": "equal", "dirichlet_min_samples": 1, "dirichlet_balance": False}  # the plain split's
+    return [(name, short, "" if isinstance(getattr(config, name), bool) else
+             f"{getattr(config, name):g}" if isinstance(getattr(config, name), float) else str(getattr(config, name)))
             for name, short in shorts.items()
-            if read[name][0] and not (name == "client_sizes" and config.client_sizes == "equal")]
+            if read[name][0] and not (name in unnamed and getattr(config, name) == unnamed[name])]
 
 
 def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -701,13 +706,14 @@ def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         config = config_from_mapping({**values, "algorithm": "fedavg"})
         check_folder("--out" if args.out else "output_dir", args.out or config.output_dir)
         from jaxfl.data.report import partition_report, plot_class_heatmap
-        from jaxfl.experiment import build_data
+        from jaxfl.experiment import build_data, note_pooled_synthetic_clients
 
         _, federation = build_data(config)
+        note_pooled_synthetic_clients(config)
     except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
         _exit_on_error(parser, error)
     settings = _partition_settings(config)
-    title = ", ".join([config.dataset, config.partition, *(f"{name} {value}" for name, _, value in settings),
+    title = ", ".join([config.dataset, config.partition, *(f"{name} {value}".strip() for name, _, value in settings),
                        f"{config.clients} clients", f"seed {config.seed}"])
     report = partition_report(federation, title)
     print(report.table(args.max_rows))

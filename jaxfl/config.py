@@ -75,6 +75,8 @@ class DataConfig:
     clients: int = 10  # number of clients m
     partition: str = "iid"  # iid, dirichlet, dirichlet_client, class, dual_dirichlet, label_shards, gamma_mix, natural
     dirichlet_alpha: float = 0.5  # concentration of the Dirichlet label split
+    dirichlet_min_samples: int = 1  # dirichlet: the split is drawn again until every client holds this many (NIID-Bench's code: 10)
+    dirichlet_balance: bool = False  # dirichlet: a client holding N/C samples takes no more of the classes after (NIID-Bench's code)
     client_sizes: str = "equal"  # iid / dirichlet_client partition sizes: equal, lognormal or powerlaw
     size_skew: float = 1.0  # sigma (lognormal) or tail index (powerlaw) of those client sizes
     shards_per_client: int = 2  # label_shards: shards of label-sorted samples per client (McMahan et al.)
@@ -283,7 +285,8 @@ FIELDS = {**{field.name: field for cls in SECTIONS.values() for field in datacla
 # fields added before it (client_momentum, client_weight_decay, client_lr_decay, local_epochs,
 # server_tau, server_beta1, server_beta2, speed_ratio) are hashed at their defaults, and they renamed
 # the runs of the jaxfl before them. tests/test_run_names.py freezes the fields that enter the hash.
-FIELDS_ADDED: dict[str, Any] = {"client_state": "auto", "speed_unit": "step"}
+FIELDS_ADDED: dict[str, Any] = {"client_state": "auto", "speed_unit": "step", "dirichlet_min_samples": 1,
+                                "dirichlet_balance": False}
 
 
 def checkpoint_min_interval(config: "RunConfig") -> float:
@@ -453,6 +456,8 @@ def validate(config: RunConfig) -> RunConfig:
         value = getattr(config, name)
         if value is not None and value < 1:
             fail(name, value, "an integer >= 1")
+    if config.dirichlet_min_samples < 0:
+        fail("dirichlet_min_samples", config.dirichlet_min_samples, "an integer >= 0 (0: a client may be left empty)")
     if not 0 <= config.seed < SEED_LIMIT:
         fail("seed", config.seed, "an integer in [0, 2^63 - 1] (the largest a JAX PRNG key takes)")
     positive_finite = ("speed_mean", "client_lr", "server_lr", "dirichlet_alpha", "speed_cap", "size_skew",
@@ -620,6 +625,8 @@ def _only_read_when(config: RunConfig, options: Any = None) -> dict[str, tuple[b
         "data_dir": (not (config.dataset in DATASETS_WITHOUT_FILES or config.dataset.startswith("synthetic")),
                      "datasets fashion_mnist, mnist, npz, array_record and tfds:NAME"),
         "dirichlet_alpha": (partition in ("dirichlet", "dirichlet_client"), "partitions dirichlet and dirichlet_client"),
+        "dirichlet_min_samples": (partition == "dirichlet", "partition dirichlet"),
+        "dirichlet_balance": (partition == "dirichlet", "partition dirichlet"),
         "client_sizes": (partition in ("iid", "dirichlet_client"), "partitions iid and dirichlet_client"),
         "size_skew": (partition in ("iid", "dirichlet_client") and config.client_sizes != "equal",
                       "client_sizes lognormal and powerlaw (partitions iid and dirichlet_client)"),

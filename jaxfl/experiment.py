@@ -744,6 +744,21 @@ def build_data(config: RunConfig, dataset: Dataset | None = None):
     return dataset, partition_data(config, dataset)
 
 
+def note_pooled_synthetic_clients(config: RunConfig) -> None:
+    """Warn where a split undoes FedProx's synthetic heterogeneity: ``synthetic`` and
+    ``synthetic:A,B`` draw each generated client's samples from a model of its own, and any partition
+    but ``natural`` pools them and splits them anew (``jaxfl run`` and ``jaxfl partition`` say so).
+
+    >>> from jaxfl.config import RunConfig
+    >>> note_pooled_synthetic_clients(RunConfig(dataset="synthetic", partition="natural"))  # nothing to say
+    """
+    if (config.dataset.startswith("synthetic") and config.partition != "natural"
+            and not parse_synthetic_name(config.dataset)["iid"]):
+        warnings.warn(f"dataset {config.dataset!r} draws each generated client's samples from a model of its own "
+                      f"(FedProx's heterogeneity), and partition={config.partition!r} pools them and splits them "
+                      "anew, which undoes it: partition='natural' (--partition natural) keeps the generated clients")
+
+
 # The generated dataset of a shared_data() block, by name and number of clients; None outside one.
 _shared_datasets: dict | None = None
 
@@ -814,7 +829,8 @@ def partition_data(config: RunConfig, dataset: Dataset):
     """
     partition_kwargs = {
         "iid": {"sizes": config.client_sizes, "skew": config.size_skew},
-        "dirichlet": {"alpha": config.dirichlet_alpha},
+        "dirichlet": {"alpha": config.dirichlet_alpha, "min_samples": config.dirichlet_min_samples,
+                      "balance": config.dirichlet_balance},
         "dirichlet_client": {"alpha": config.dirichlet_alpha, "sizes": config.client_sizes, "skew": config.size_skew},
         "label_shards": {"shards_per_client": config.shards_per_client},
         "gamma_mix": {"gamma": config.gamma},
@@ -894,11 +910,8 @@ def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params
                       f"step takes a client's whole data, padded to {config.batch_size} samples: "
                       f"{config.batch_size / largest:.3g}× the model work a step of batch_size={largest}, whose "
                       "steps take the same samples (its local_epochs step counts differ); the run keeps batch_size as given")
-    if (not config.timing_only and config.dataset.startswith("synthetic") and config.partition != "natural"
-            and not parse_synthetic_name(config.dataset)["iid"]):
-        warnings.warn(f"dataset {config.dataset!r} draws each generated client's samples from a model of its own "
-                      f"(FedProx's heterogeneity), and partition={config.partition!r} pools them and splits them "
-                      "anew, which undoes it: partition='natural' (--partition natural) keeps the generated clients")
+    if not config.timing_only:
+        note_pooled_synthetic_clients(config)
     if config.target_accuracy is None and not config.timing_only:
         warnings.warn(f"dataset {config.dataset!r} has no default target accuracy, so this run has none: "
                       "time_to_target stays null and it does not stop at a target (set target_accuracy for one)")

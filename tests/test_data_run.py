@@ -4,8 +4,10 @@ prints a split and saves its heatmap."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
+import warnings
 
 import flax.linen as nn
 import numpy as np
@@ -124,6 +126,50 @@ def test_cli_partition_prints_the_table_and_saves_the_heatmap(tmp_path, capsys):
     assert "dirichlet_alpha 0.1, 5 clients" in capsys.readouterr().out
     assert {"partition-mnist10k-dirichlet-a0.1-c5-s0.png", "partition-mnist10k-dirichlet-a100-c5-s0.png"} <= \
         set(os.listdir(tmp_path))
+
+
+def test_cli_partition_of_a_synthetic_federation_split_anew_says_what_it_undoes(tmp_path):
+    # jaxfl run said so, the command that shows the split did not
+    with pytest.warns(UserWarning, match="partition='iid' pools them and splits them anew, which undoes it"):
+        assert main(["partition", "--dataset", "synthetic", "--clients", "5", "--out", str(tmp_path)]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["partition", "--dataset", "synthetic", "--partition", "natural", "--clients", "5",
+                     "--out", str(tmp_path)]) == 0
+
+
+def test_niid_bench_s_dirichlet_settings_reach_the_split_and_name_the_run_only_when_set(tmp_path):
+    # NIID-Bench's code draws until every client holds 10 samples and stops giving classes to a
+    # client that holds N/C; partition_dirichlet had both, a run could set neither
+    from jaxfl.data import load_dataset
+    from jaxfl.data.federated import PARTITION_STREAM
+    from jaxfl.data.partition import partition_dirichlet
+    from jaxfl.experiment import partition_data, run_name
+
+    dataset = load_dataset("mnist10k")
+    plain = jaxfl.config.RunConfig(partition="dirichlet", dirichlet_alpha=0.1, clients=10)
+    niid = jaxfl.config.RunConfig(partition="dirichlet", dirichlet_alpha=0.1, clients=10, dirichlet_min_samples=10,
+                                  dirichlet_balance=True)
+    rng = np.random.default_rng(np.random.SeedSequence([0, PARTITION_STREAM]))
+    expected = partition_dirichlet(dataset.train_y, 10, 0.1, rng, min_samples=10, balance=True)
+    federation = partition_data(jaxfl.config.validate(niid), dataset)
+    assert federation.counts.tolist() == [len(part) for part in expected]
+    for client, part in enumerate(expected):
+        start = federation.offsets[client]
+        assert (federation.y[start:start + len(part)] == dataset.train_y[np.asarray(part)]).all()
+    assert partition_data(jaxfl.config.validate(plain), dataset).counts.tolist() != federation.counts.tolist()
+    assert federation.counts.max() <= 8000 // 10 + max(np.bincount(dataset.train_y))  # the balance cap, one class over
+    # a run made before these fields existed keeps its name; a run that sets them is another run
+    assert run_name(plain) == run_name(jaxfl.config.RunConfig(partition="dirichlet", dirichlet_alpha=0.1, clients=10,
+                                                              dirichlet_min_samples=1, dirichlet_balance=False))
+    assert run_name(niid) != run_name(plain)
+    for bad, message in (({"dirichlet_min_samples": -1}, "dirichlet_min_samples=-1 is not allowed: an integer >= 0"),
+                         ({"dirichlet_min_samples": 900}, "min_samples=900 is infeasible"),
+                         ({"partition": "iid", "dirichlet_alpha": 0.5, "dirichlet_min_samples": 1},
+                          "dirichlet_balance=True is not allowed.*read only with partition dirichlet")):
+        with pytest.raises((jaxfl.config.ConfigError, ValueError), match=message):
+            config = jaxfl.config.validate(dataclasses.replace(niid, **bad))
+            partition_data(config, dataset)
 
 
 def test_cli_partition_rejects_bad_values(tmp_path, capsys):
