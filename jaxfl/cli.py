@@ -1009,15 +1009,19 @@ def _fields_read(fields: dict, chosen: list[str], options_of: dict[str, dict] | 
         skipped = [name for name in chosen if name not in readers]
         print(f"jaxfl: note: {field}={fields[field]!r} applies to {', '.join(readers)} only "
               f"({', '.join(skipped)} {'does' if len(skipped) == 1 else 'do'} not read it)", file=sys.stderr)
-    readers = [name for name in chosen if "server_lr" not in unread[name]]
-    if fields.get("server_lr") is not None and len(readers) > 1:
-        # one rate for servers whose own defaults differ 100-fold (FedAvg's sgd 1, FedAdam's 0.01): say so
+    for field in ("server_lr", "server_momentum"):
+        # one value for servers whose own defaults differ (FedAvg's sgd rate 1, FedAdam's 0.01; FedAvgM's
+        # momentum 0.9, FedAvg's none): the baseline changes meaning, so say so
+        readers = [name for name in chosen if field not in unread[name]]
+        if fields.get(field) is None or len(readers) < 2:
+            continue
         optimizers = {name: algorithms.get(name).server_optimizer or fields.get("server_optimizer") or "sgd"
                       for name in readers}
-        defaults = {name: DEFAULT_SERVER_LR.get(optimizer, 1.0) for name, optimizer in optimizers.items()}
+        defaults = {name: f"{DEFAULT_SERVER_LR.get(optimizers[name], 1.0):g} ({optimizers[name]})"
+                    if field == "server_lr" else f"{algorithms.get(name).server_momentum or 0:g}" for name in readers}
         if len(set(defaults.values())) > 1:
-            print(f"jaxfl: note: server_lr={fields['server_lr']!r} applies to every one of {', '.join(readers)}, in "
-                  f"place of their own defaults ({', '.join(f'{name} {defaults[name]:g} ({optimizers[name]})' for name in readers)}); "
+            print(f"jaxfl: note: {field}={fields[field]!r} applies to every one of {', '.join(readers)}, in place "
+                  f"of their own defaults ({', '.join(f'{name} {defaults[name]}' for name in readers)}); "
                   "to set it for one of them, run that one alone", file=sys.stderr)
     return {name: {key: value for key, value in fields.items() if key not in unread[name]} for name in chosen}
 

@@ -142,3 +142,6 @@ def test_one_server_lr_over_servers_of_other_defaults_says_whose_defaults_it_rep
            "fedadam 0.01 (adam))" in capsys.readouterr().err
     cli._configs(cli.build_parser().parse_args(["run", "--algorithm", "fedavg,fedbuff", "--server-lr", "0.5"]))
     assert "server_lr" not in capsys.readouterr().err  # one default (sgd's 1) for both: nothing to say
+    cli._configs(cli.build_parser().parse_args(["run", "--algorithm", "fedavg,fedavgm", "--server-momentum", "0.5"]))
+    assert "server_momentum=0.5 applies to every one of fedavg, fedavgm, in place of their own defaults (fedavg 0, " \
+           "fedavgm 0.9)" in capsys.readouterr().err
