@@ -482,6 +482,8 @@ class _Recorder:
         self.flush_also = flush_also  # the event log is flushed with each metrics row
         self.progress = progress
         self.wall_start = wall_start
+        # the run's wall clock: a resumed run's rows go on from its checkpoint's time, as its events do
+        self.wall_clock = lambda: time.perf_counter() - wall_start
         self.rows: list[dict] = []
         self.time_to_target: float | None = None
         self.stats = None  # the engine's EngineStats, set once the engine exists
@@ -572,7 +574,7 @@ class _Recorder:
         row = {"time": virtual_time, "version": version, "accuracy": stats["accuracy"],
                "balanced_accuracy": stats["balanced_accuracy"], "loss": stats["loss"],
                "client_steps": self.stats.aggregated_steps if client_steps is None else client_steps,
-               "wall_time": round(time.perf_counter() - self.wall_start, 3),
+               "wall_time": round(self.wall_clock(), 3),
                **{name: stats[name] for name in self.extra_metrics}}
         self.rows.append(row)
         self.writer.writerow(row)
@@ -603,7 +605,7 @@ class _Recorder:
 
     def on_version(self, virtual_time: float, version: int, params) -> str | None:
         if self.first_update_wall is None:
-            self.first_update_wall = round(time.perf_counter() - self.wall_start, 3)
+            self.first_update_wall = round(self.wall_clock(), 3)
         self._version_time = virtual_time
         self.update_progress(virtual_time)
         if self.config.eval_interval is None:
@@ -1489,6 +1491,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                                     class_file)
         checkpoints.loggers = loggers  # log.csv's length goes into each checkpoint, to cut back to on resume
         wall_clock = lambda: checkpoints.wall_before + time.perf_counter() - wall_start  # noqa: E731
+        recorder.wall_clock = wall_clock
         if saved is None:
             simulation = Simulation(policy, speeds, federation.weights(config.client_weights), engine,
                                     max_time=config.max_time, max_updates=config.max_updates,

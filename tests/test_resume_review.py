@@ -500,3 +500,38 @@ def test_ctrl_c_while_the_jaxfl_command_imports_is_one_line_and_status_130(tmp_p
     script = subprocess.run([sys.executable, "-c", code, "my_script.py"], capture_output=True, text=True, cwd=REPO,
                             timeout=300)
     assert script.returncode == -signal.SIGINT and script.stderr.strip().endswith("KeyboardInterrupt")
+
+
+class SlowThenCtrlC(CtrlC):
+    """Waits ``seconds`` at the first metrics row, then a Ctrl-C at the ``at``-th."""
+
+    def __init__(self, at, seconds):
+        super().__init__(at)
+        self.seconds = seconds
+
+    def log(self, row, step):
+        if self.seen == 0:
+            time.sleep(self.seconds)
+        super().log(row, step)
+
+
+def all_rows(path) -> list[dict]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_a_resumed_run_s_metrics_keep_the_run_s_wall_clock(tmp_path):
+    """metrics.csv's wall_time began again at 0 in the resumed process, while events.csv and
+    summary.json went on from the checkpoint's time: version 9's row said 34 s, its aggregation 66 s."""
+    settings = dict(TINY, max_updates=6, checkpoint_every=2, checkpoint_min_interval_s=0, output_dir=str(tmp_path),
+                    run_name="cut")
+    with pytest.raises(jaxfl.RunInterrupted):
+        jaxfl.run_experiment(jaxfl.RunConfig(**settings), loggers=[SlowThenCtrlC(at=4, seconds=3)])
+    resumed = jaxfl.resume_experiment(str(tmp_path / "cut"), progress=False)
+    metrics = all_rows(os.path.join(resumed.run_dir, "metrics.csv"))
+    walls = [float(row["wall_time"]) for row in metrics]
+    assert walls == sorted(walls) and walls[-1] >= 3 and walls[-1] <= resumed.summary["wall_time_s"]
+    aggregated = {int(row["version"]): float(row["wall_time"]) for row in all_rows(os.path.join(resumed.run_dir, "events.csv"))
+                  if row["event"] == "aggregate"}
+    assert all(float(row["wall_time"]) >= aggregated[int(row["version"])] for row in metrics if int(row["version"]) > 0)
+    assert resumed.summary["first_update_wall_s"] >= 3  # version 1 came after the wait, in the first process
