@@ -1137,7 +1137,7 @@ def _significant(x: float, digits: int = 3, percent: bool = False) -> str:
 TIMING_COLUMNS = {"virtual_time": ("virtual time (s)", lambda x: _significant(x)),
                   "global_updates": ("global updates", lambda x: f"{x:.1f}".removesuffix(".0")),
                   "client_updates": ("client updates", lambda x: f"{x:.1f}".removesuffix(".0")),
-                  "client_steps_executed": ("client steps", lambda x: f"{x:.1f}".removesuffix(".0")),
+                  "client_steps_aggregated": ("client steps aggregated", lambda x: f"{x:.1f}".removesuffix(".0")),
                   "client_utilisation": ("client utilisation", lambda x: _significant(x, percent=True)),
                   "mean_staleness": ("mean staleness", lambda x: f"{x:.2f}"),
                   "wall_time_s": ("wall time (s)", lambda x: f"{x:.3f}")}
@@ -1158,6 +1158,9 @@ def summarise_timing(grouping: _Grouping) -> list[dict]:
         for name, runs in by_method.items():
             line = {**dict(zip(grouping.columns, key)), "method": name, "algorithm": runs[0]["algorithm"],
                     "runs": len(runs), "timing_only": True}
+            # a table from before client_steps_aggregated was a column held them as client_steps_executed
+            runs = [run if "client_steps_aggregated" in run else
+                    {**run, "client_steps_aggregated": run.get("client_steps_executed")} for run in runs]
             for column in TIMING_COLUMNS:
                 line[f"{column}_mean"], line[f"{column}_std"] = _mean_of(runs, column)
             line["stop_reasons"] = ", ".join(dict.fromkeys(str(run["stop_reason"]) for run in runs

@@ -62,7 +62,8 @@ KEY_SETTINGS = ("algorithm", "dataset", "model", "partition", "clients", "hetero
 # The summary figures of each row (summary.json; client_updates = updates aggregated, FedBuff's unit).
 SUMMARY_COLUMNS = ("target_accuracy", "time_to_target", "best_accuracy", "final_accuracy", "last_tenth_accuracy",
                    "global_updates",
-                   "client_updates", "client_steps_executed", "virtual_time", "client_utilisation",
+                   "client_updates", "client_steps_executed", "client_steps_aggregated", "virtual_time",
+                   "client_utilisation",
                    "mean_staleness", "stop_reason", "wall_time_s")
 
 
@@ -460,7 +461,9 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
         "last_tenth_accuracy": _last_tenth_accuracy(summary, cell.run_dir),
         "global_updates": summary.get("global_updates"),
         "client_updates": summary.get("accounting", {}).get("aggregated"),
-        "client_steps_executed": summary.get("client_steps_executed", summary.get("client_steps_aggregated")),
+        # a timing-only run executes nothing: empty (its schedule's steps are the aggregated ones)
+        "client_steps_executed": summary.get("client_steps_executed"),
+        "client_steps_aggregated": summary.get("client_steps_aggregated"),
         "virtual_time": summary.get("virtual_time"),
         "client_utilisation": summary.get("timeline", {}).get("utilisation", {}).get("mean"),
         "mean_staleness": _mean_staleness(summary), "stop_reason": summary.get("stop_reason"),

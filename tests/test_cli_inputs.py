@@ -197,9 +197,11 @@ def test_a_timing_only_report_tables_the_schedule_and_draws_no_accuracy(timing_s
     printed = capsys.readouterr().out
     assert "Time to first reach" not in printed and "accuracy, mean" not in printed and "–" not in printed
     assert "## Timing-only runs: the schedule, mean ± std over seeds" in printed
-    assert "| method | runs | virtual time (s) | global updates | client updates | client steps | client utilisation " \
+    assert "| method | runs | virtual time (s) | global updates | client updates | client steps aggregated | client utilisation " \
            "| mean staleness | wall time (s) | stop |" in printed
     assert "| fedavg | 2 | " in printed and "| fedbuff | 2 | " in printed and " 5 ± 0 " in printed
+    # a timing-only run trains nothing: its row's executed steps were its aggregated ones, under that name
+    assert all(row["client_steps_executed"] is None and row["client_steps_aggregated"] > 0 for row in timing_sweep.rows)
     assert sorted(os.listdir(tmp_path / "r")) == ["report.csv", "report.md", "staleness.png", "timeline-fedavg.png",
                                                   "timeline-fedbuff.png"]
     with open(tmp_path / "r" / "report.csv", newline="") as handle:
