@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import textwrap
 
 import numpy as np
 
@@ -487,7 +488,8 @@ def _plot_gantt(events: dict[str, np.ndarray], algorithm: str, max_time: float |
         notes.append("a bar to the run's end = still in flight")
     if len(labels) > GANTT_LEGEND_LABELS:
         notes.append(f"{len(labels)} labels: no legend" + (", colours repeat every 20" if len(labels) > 20 else ""))
-    axes.set_xlabel("virtual time (s); " + "; ".join(notes))
+    # the notes on lines of their own: one long line ran off both sides of the figure
+    axes.set_xlabel("virtual time (s)\n" + textwrap.fill("; ".join(notes), width=110))
     handles = []
     if len(labels) <= GANTT_LEGEND_LABELS:
         handles += [Patch(facecolor=colours[label], label=label or "training") for label in labels]

@@ -1794,7 +1794,8 @@ def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir:
                 panel.stairs(binned, edges, fill=True)
                 panel.set_ylabel(f"updates per {edges[1] - edges[0]:.3g} versions", fontsize=8)
             mean = sum(run_means) / len(run_means)
-            what = f"{len(runs)} run{'s' if len(runs) > 1 else ''}, mean {mean:.2f}"
+            # the bars pool the runs' updates; the mean is the tables' (of the runs' means), and says so
+            what = f"1 run, mean {mean:.2f}" if len(runs) == 1 else f"{len(runs)} runs, mean of their means {mean:.2f}"
         else:
             what = "no aggregated updates"
         # a design-space sweep's names (PORT's) are longer than a panel is wide: wrapped, not overlapping

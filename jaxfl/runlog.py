@@ -15,6 +15,9 @@ Parquet columns: ``time`` float64, ``event`` string (dictionary), ``client`` int
 Each part records in its metadata the global rows it holds (``jaxfl.first_row``, ``jaxfl.rows``),
 so a reader can tell a complete log from one left half-rewritten by a crash.
 
+What each kind of row (``dispatch``, ``arrival``, ``aggregate``, ``drop``, ``crash``, ``pull``,
+``fetch``, ``timer``) holds in each column: README, "The event log".
+
 Readers return columns as numpy arrays. **Missing values:** integer columns hold ``-1`` where the
 log has no value (the server's rows already use client ``-1``; dispatch, version, staleness and
 steps are never negative otherwise); string columns are object arrays with ``None``. CSV cannot

@@ -156,7 +156,7 @@ def test_staleness_panels_give_the_tables_mean_and_bin_thousands_of_values(tmp_p
     (figure,) = _drawn_figures(monkeypatch, lambda: report.plot_staleness_by_group(
         {"": {"fedcompass": [few, many]}}, str(tmp_path), str(tmp_path / "staleness.png")))
     panel = figure.axes[0]
-    assert panel.get_title().endswith("2 runs, mean 300.50")
+    assert panel.get_title().endswith("2 runs, mean of their means 300.50")
     assert len(panel.patches) == 1  # one filled outline, not a bar per value
     heights = panel.patches[0].get_path().vertices[:, 1]
     assert heights.max() == 7  # staleness 0 and 2 of both runs, in the first bin (33 versions wide)

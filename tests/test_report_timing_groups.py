@@ -44,7 +44,7 @@ def test_staleness_has_a_panel_per_group_and_method_with_the_table_s_mean(timing
     # a row per group, in the tables' order, each panel named by its group, method and runs
     assert [title.splitlines()[0] for title in titles] == ["concurrency=2"] * 2 + ["concurrency=6"] * 2
     for title, line in zip(titles, made.rows):
-        assert title.splitlines()[1] == f"{line['method']}: 2 runs, mean {line['mean_staleness_mean']:.2f}"
+        assert title.splitlines()[1] == f"{line['method']}: 2 runs, mean of their means {line['mean_staleness_mean']:.2f}"
     assert len({title.splitlines()[1] for title in titles}) == 4  # the groups' means differ
 
 

@@ -7,7 +7,9 @@ counter and the record of every dispatch; it never touches parameters. Numerical
 :class:`Backend` (the engine), which may train a dispatch whenever it likes before the first
 aggregation that uses it — that freedom is what lets the engine batch the in-flight work.
 
-Event semantics (documented because they decide results at equal times):
+Event semantics (documented because they decide results at equal times; these are the queue's
+events, and the event log's rows are what came of them: a reply writes a ``dispatch`` row, and the
+rows are listed in README, "The event log"):
 - ``arrival``: a client's update reaches the server at ``start + round_duration``.
 - ``reply``: the server sends a model to a client. Replies are events at the *same* instant with a
   lower priority than arrivals, so all updates that reach the server at one instant are processed
@@ -36,6 +38,7 @@ import contextlib
 import dataclasses
 import gc
 import inspect
+import json
 import math
 import operator
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
@@ -1114,7 +1117,7 @@ class Simulation:
         elif kind == "reply":
             self.policy.on_reply(self, event.client, event.payload)
         elif kind == "timer":
-            self._write("timer", event.time, -1, None, self.version, None, None, None)
+            self._write("timer", event.time, -1, None, self.version, None, None, _timer_detail(event.payload))
             self.policy.on_timer(self, event.payload)
         elif kind == "crash":  # the client stops for good
             record = self.records[event.payload]
@@ -1229,6 +1232,18 @@ def _fewer_collections():
         yield
     finally:
         gc.set_threshold(*thresholds)
+
+
+def _timer_detail(payload) -> str | None:
+    """A timer row's ``detail``: the payload its policy set it with (a round, a tier, a dispatch's
+    deadline), so that timers firing at one instant are told apart.
+
+    >>> _timer_detail({"deadline": 17}), _timer_detail("trigger"), _timer_detail(None)
+    ('{"deadline":17}', 'trigger', None)
+    """
+    if payload is None or isinstance(payload, str):
+        return payload
+    return json.dumps(payload, separators=(",", ":"), default=str)
 
 
 def _ignore_row(values: tuple) -> None:
