@@ -236,10 +236,15 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
     for row, folder in found:
         row = {name: row.get(name) for name in columns}
         key = tuple(row[name] for name in settings)
-        if key in origin and origin[key] != folder:
+        if key in origin:
             named = ", ".join(f"{name}={value}" for name, value in zip(settings, key) if value is not None)
-            raise ValueError(f"the run {named} is in both {origin[key]!r} and {folder!r}: give each run once "
-                             "(each part of a grid in a folder of its own)")
+            if origin[key] != folder:
+                raise ValueError(f"the run {named} is in both {origin[key]!r} and {folder!r}: give each run once "
+                                 "(each part of a grid in a folder of its own)")
+            # a table joined by hand, or a file appended twice: one run counted as two seeds
+            raise ValueError(f"the run {named} has two rows in {results_path(folder)!r}: give each run once "
+                             "(a table joined from parts: report the parts' folders or files together instead, "
+                             "jaxfl report A B)")
         origin[key] = folder
         rows.append(row)
     return rows
@@ -626,7 +631,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
     |---|---|
     | fedavg | 1.00 (80.0 s) |
     <BLANKLINE>
-    Mean virtual time to the target over the seeds where both the method and fedavg reached it, divided by fedavg's over the same seeds (in brackets: the method's mean over every seed that reached it); – = missed the target in at least half of its runs; n/a = fedavg did.
+    Mean virtual time to the target over the seeds where both the method and fedavg reached it, divided by fedavg's over the same seeds (in brackets: the method's mean over every seed that reached it); – = missed the target in at least half of its runs; n/a = no ratio: fedavg missed it in at least half of its runs, or reached it in none of the seeds the method did.
     <BLANKLINE>
     ## Best held-out accuracy, mean ± std over seeds
     <BLANKLINE>
@@ -705,6 +710,8 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                 shown = f"{time:.0f} s"
             elif relative is None and reference_times[id(line)].get(seed) == 0:
                 shown, at_start = f"no ratio ({time:.0f} s)", True
+            elif relative is None and reference_times[id(line)].get(seed, ...) is ...:
+                shown = f"({time:.0f} s)"  # the reference has no run of this seed: nothing to divide by
             else:
                 shown = "n/a" if relative is None else f"{relative:.2f}"
             cells.append(shown if named else f"{seed}: {shown}")
@@ -719,18 +726,23 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
              f"Mean virtual time to the target over the seeds where both the method and {reference} reached "
              f"it, divided by {reference}'s over the same seeds (in brackets: the method's mean over every "
              f"seed that reached it); {MISSING} = missed the target in at least half of its runs; "
-             f"n/a = {reference} did.{start_note}", ""]
+             f"n/a = no ratio: {reference} missed it in at least half of its runs, or reached it in none of the "
+             f"seeds the method did.{start_note}", ""]
     if seed_lists:
         order = f" (seed {' / '.join(str(seed) for seed in next(iter(seed_lists)))})" if named else ""
         seed_table = table(by_seed)  # (sets at_start)
         parts += [f"## Time to first reach {target} held-out accuracy, seed by seed{order}", "",
                   *seed_table, "",
                   f"Each seed's time divided by {reference}'s in the same seed ({reference}'s row: its own "
-                  f"times); {MISSING} = missed the target; n/a = {reference} did; · = no run of that seed."
+                  f"times); {MISSING} = missed the target; n/a = {reference} missed it in that seed; (12 s) = "
+                  f"{reference} has no run of that seed: the method's own time; · = no run of that seed."
                   + (f" At start = reached by the initial model (0 s); no ratio = {reference} was, in that seed "
                      "(a ratio against 0 s is undefined)." if at_start else ""), ""]
 
     def accuracy_by_seed(column):
+        references = {id(line): {seed: value for seed, value, _ in (found.get((key, reference)) or {}).get(
+            f"{column}_by_seed") or ()} for (key, _), line in found.items()}
+
         def cell(line):
             if line is None or line.get(f"{column}_by_seed") is None:
                 return ""
@@ -740,6 +752,8 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                     shown = "·"
                 elif line["method"] == reference:
                     shown = "n/a" if value is None else f"{value:.4f}"
+                elif difference is None and value is not None and references[id(line)].get(seed, ...) is ...:
+                    shown = f"({value:.4f})"  # the reference has no run of this seed: the method's own value
                 else:
                     shown = "n/a" if difference is None else f"{difference:+.3f}"
                 cells.append(shown if named else f"{seed}: {shown}")
@@ -754,7 +768,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                 *table(accuracy_by_seed(column)), "",
                 f"Each seed's value minus {reference}'s in the same seed ({reference}'s row: its own values); "
                 "n/a = not in the results (a run, or the reference's, from before the column); "
-                "· = no run of that seed."]
+                f"(0.9000) = {reference} has no run of that seed: the method's own value; · = no run of that seed."]
 
     parts += ["## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy), "", STD_NOTE]
     if any(line.get("final_accuracy_mean") is not None for line in lines):
@@ -881,7 +895,7 @@ def format_grid_markdown(grid: DesignGrid, groups: list[str], reference: str, ta
     | 1 | 0.50 / – |
     | 5 | 0.40 / 0.45 |
     <BLANKLINE>
-    Each cell: port.pull=False / port.pull=True. The ratios of the first table (mean time over the seeds where both reached the target, divided by fedavg's); – = missed the target in at least half of its runs; n/a = fedavg did; · = not in the sweep.
+    Each cell: port.pull=False / port.pull=True. The ratios of the first table (mean time over the seeds where both reached the target, divided by fedavg's); – = missed the target in at least half of its runs; n/a = no ratio: fedavg missed it in at least half of its runs, or reached it in none of the seeds the method did; · = not in the sweep.
     """
     parts = []
     for group in grid.groups:
@@ -898,7 +912,8 @@ def format_grid_markdown(grid: DesignGrid, groups: list[str], reference: str, ta
     each = f"Each cell: {' / '.join(grid.variants)}. " if len(grid.variants) > 1 else ""
     parts.append(f"{each}The ratios of the first table (mean time over the seeds where both reached the target, "
                  f"divided by {reference}'s); {MISSING} = missed the target in at least half of its runs; "
-                 f"n/a = {reference} did; {_ABSENT} = not in the sweep."
+                 f"n/a = no ratio: {reference} missed it in at least half of its runs, or reached it in none of the "
+                 f"seeds the method did; {_ABSENT} = not in the sweep."
                  + (f" {_NO_RATIO} = {reference} reached it at 0 s (a ratio against 0 s is undefined)."
                     if any(_NO_RATIO in ratios for cells in grid.cells.values() for ratios in cells.values()) else ""))
     return "\n".join(parts)
@@ -1633,7 +1648,7 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
     >>> # plot_time_to_target(summarise(rows), group_columns(rows), "time_to_target.png")
     """
     keys, methods, found = _line_cells(lines, groups)
-    heading = (f"time to target: mean over the seeds that reached it, error bars their std "
+    heading = (f"time to target: mean over the seeds that reached it, error bars their std (ddof 0) "
                f"({MISSING} = missed in ≥ half)")
     if panels is None:
         # a row holds about TARGET_BARS_PER_ROW bars; more groups wrap into further rows
@@ -1649,7 +1664,8 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
         figure, axes = _panel_grid(len(split), (max(4.5, 0.22 * len(keys) * widest + 1.2), 3.6))
         layout = [(panel, f"{panel_column}={value}", labels, keys)
                   for panel, (value, labels) in zip(axes, split.items())]
-    figure.suptitle(heading, fontsize=10)
+    # wrapped to the figure's width: a 6-inch figure cut the one line at both ends, "–" explained in the lost part
+    figure.suptitle(textwrap.fill(heading, width=int(figure.get_figwidth() * 14)), fontsize=10)
     styles = ((styles or method_styles(methods)) if panels is None else
               _panel_styles(split, lambda method: panels.get(method) is None))
     for axes, panel_title, labels, shown in layout:

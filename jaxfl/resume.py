@@ -83,9 +83,10 @@ LOCK = ".lock"  # in a run directory (a run or resume writing it) and a sweep di
 
 
 def _in_use(folder: str, holder: str, what: str, again: str) -> InUse:
+    # ``again``: what to run then, the folder appended (or put where it holds "{folder}")
+    then = again.format(folder=shlex.quote(folder)) if "{folder}" in again else f"{again} {shlex.quote(folder)}"
     return InUse(f"{folder} is in use by process {holder or '(unknown)'}, which is writing this {what}: two "
-                 f"processes at once would corrupt it; wait for that one to end (or stop it) and then "
-                 f"{again} {shlex.quote(folder)}")
+                 f"processes at once would corrupt it; wait for that one to end (or stop it) and then {then}")
 
 
 _HELD: set[str] = set()  # the folders whose lock this process holds (check_not_in_use skips them)

@@ -83,7 +83,7 @@ class Cell:
         >>> Cell(0, {"algorithm": "fedavg", "seed": 1}, RunConfig(), "runs/x").label()
         'algorithm=fedavg seed=1'
         """
-        return " ".join(f"{name}={value}" for name, value in self.values.items()) or "(the base config)"
+        return " ".join(f"{name}={value}" for name, value in self.values.items()) or "the base config"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,7 +304,7 @@ def _expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[st
         try:
             config = config_from_mapping({**kept, "progress": False})
         except ConfigError as error:
-            where = " ".join(f"{name}={value}" for name, value in swept.items()) or "(the base config)"
+            where = " ".join(f"{name}={value}" for name, value in swept.items()) or "the base config"
             raise ConfigError(f"sweep cell {len(cells)} ({where}): {error}") from None
         config = dataclasses.replace(config, output_dir=os.path.join(sweep_dir, "runs"), run_name=run_name(config))
         earlier = _run_at_an_earlier_default(config)
@@ -372,7 +372,7 @@ def _same_run(earlier: Cell, index: int, values: dict, name: str) -> ConfigError
     twice. Cells equal once the settings they do not read are left out never get here (run once)."""
     differ = [axis for axis in dict.fromkeys([*earlier.values, *values]) if earlier.values.get(axis) != values.get(axis)]
     pairs = ", ".join(f"{axis}={earlier.values.get(axis)!r} and {values.get(axis)!r}" for axis in differ)
-    label = " ".join(f"{axis}={value}" for axis, value in values.items()) or "(the base config)"
+    label = " ".join(f"{axis}={value}" for axis, value in values.items()) or "the base config"
     return ConfigError(f"sweep cells {earlier.index} ({earlier.label()}) and {index} ({label}) are not allowed "
                        f"together: they are one run ({name}), counted twice: {pairs} give the same config (one "
                        "value spelled two ways, a value the algorithm sets itself, or a setting that changes no "
@@ -704,7 +704,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
             _prepare_all([cell for cell in cells if states[cell.index] != "finished"])
         os.makedirs(os.path.join(sweep_dir, "runs"), exist_ok=True)
         # one sweep at a time in a folder: a second (the same command in another shell) is refused in one line
-        with holding_lock(sweep_dir, "sweep directory", "run the same jaxfl sweep command"):
+        with holding_lock(sweep_dir, "sweep directory", "run the same jaxfl sweep command again (--out {folder})"):
             states = {cell.index: cell_state(cell.run_dir) for cell in cells}  # as they are now it is held
             shares = _check_jobs(jobs, sweep_dir, cells, states)
             return _run_locked(sweep_dir, base, grid, size, cells, jobs, states, shares, progress, echo, earlier,

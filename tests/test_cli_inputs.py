@@ -189,7 +189,7 @@ def test_a_timing_only_cell_s_line_gives_its_schedule_not_an_accuracy(timing_swe
     assert "virtual s, mean staleness " in line and "accuracy" not in line and line.endswith("stop: update budget")
     trained = _finished_line(Cell(0, {}, timing_sweep.cells[0].config, "x"),
                              {"best_accuracy": 0.5, "time_to_target": None, "stop_reason": "update budget"}, "resumable")
-    assert trained == "cell 0 ((the base config)): best accuracy 0.5000, target not reached, stop: update budget [resumed]"
+    assert trained == "cell 0 (the base config): best accuracy 0.5000, target not reached, stop: update budget [resumed]"
 
 
 def test_a_timing_only_report_tables_the_schedule_and_draws_no_accuracy(timing_sweep, tmp_path, capsys):

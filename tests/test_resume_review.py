@@ -203,6 +203,7 @@ def test_a_sweep_directory_is_run_by_one_sweep_at_a_time(tmp_path, capsys):
         err = capsys.readouterr().err
         assert exited.value.code == 2 and err.count("\n") == 1, err
         assert f"{folder} is in use by process {holder.pid}, which is writing this sweep directory" in err, err
+        assert err.rstrip().endswith(f"and then run the same jaxfl sweep command again (--out {folder})"), err
         assert not (folder / "sweep.json").exists() and not os.listdir(folder / "runs")
     finally:
         holder.kill()

@@ -776,6 +776,37 @@ def test_a_grid_run_in_parts_reports_its_groups_in_the_grid_s_order(tmp_path):
     assert header.startswith("| method | clients_per_round=10, partition=shards | clients_per_round=10, partition=iid |")
 
 
+def test_a_results_table_holding_a_run_twice_is_refused_not_counted_as_two_seeds(sweep, tmp_path, capsys):
+    # a table joined from parts by hand counted its repeated run twice: 4 runs of a 2-seed method
+    with open(os.path.join(sweep.sweep_dir, "results.csv")) as handle:
+        lines = handle.read().splitlines()
+    joined = tmp_path / "joined.csv"
+    joined.write_text("\n".join([*lines, lines[-1]]) + "\n")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["report", str(joined), "--no-figures", "--out", str(tmp_path / "never")])
+    assert exited.value.code == 2 and not os.path.exists(tmp_path / "never")
+    assert f"has two rows in {str(joined)!r}: give each run once" in capsys.readouterr().err
+
+
+def test_a_seed_the_reference_has_no_run_of_shows_the_method_s_own_figure_not_a_miss(sweep, tmp_path):
+    # "n/a = fedavg did" stood beside a seed fedavg had no run of, when a new seed is reported beside an old reference
+    with open(os.path.join(sweep.sweep_dir, "results.csv")) as handle:
+        rows = list(csv.DictReader(handle))
+    kept = [row for row in rows if not (row["algorithm"] == "fedavg" and row["seed"] == "1")]
+    table = tmp_path / "noref.csv"
+    with open(table, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(kept)
+    markdown = make_report(str(table), out=str(tmp_path / "r"), figures=False).markdown
+    fedbuff = {row["seed"]: row for row in kept if row["algorithm"] == "fedbuff"}
+    seed_rows = [line for line in markdown.splitlines() if line.startswith("| fedbuff | ") and " / " in line]
+    assert seed_rows[0].endswith(f"/ ({float(fedbuff['1']['time_to_target']):.0f} s) |")  # time to target
+    assert seed_rows[1].endswith(f"/ ({float(fedbuff['1']['final_accuracy']):.4f}) |")  # final accuracy
+    assert all(not line.endswith("/ n/a |") for line in seed_rows)
+    assert "has no run of that seed: the method's own" in markdown
+
+
 def test_a_results_csv_file_stands_for_its_sweep_folder(sweep, tmp_path, capsys):
     # a results table kept apart from its runs (committed, mailed): the tables from it alone
     kept = tmp_path / "kept"
