@@ -299,3 +299,20 @@ def test_crashed_clients_do_not_use_up_the_clients_in_flight(options):
     assert len(policy.in_flight) + len(policy.buffer) <= policy.P
     busy = set(policy.in_flight.values()) | set(policy.lost.values())
     assert policy.idle.in_order() == [c for c in range(clients) if c not in busy]
+
+
+def test_a_bound_of_one_pulls_no_client_sent_the_newest_model_and_rounds_keep_their_steps(tmp_path):
+    # with Ω = 1 every in-flight client counted as too stale, those dispatched a moment before with
+    # the newest model too: each was pulled before it trained, and every round after the first ran
+    # one step of the ten asked for. Now Ω = 1 is a synchronous round of full work, pull or not.
+    logs = {}
+    for pull in (True, False):
+        config = RunConfig(algorithm="port", dataset="mnist10k", model="logreg", clients=6, local_steps=10,
+                           max_updates=4, timing_only=True, progress=False, output_dir=str(tmp_path), run_name=str(pull),
+                           algorithm_options={"staleness_bound": 1, "min_clients": 2, "urgent_pull": pull})
+        result = run_experiment(config)
+        with open(f"{result.run_dir}/events.csv") as handle:
+            logs[pull] = [line.rsplit(",", 1)[0] for line in handle.read().splitlines()]  # less wall_time
+        assert result.summary["client_steps_aggregated"] == 4 * 6 * 10
+        assert result.summary["policy"]["urgent_pulls"] == 0 and result.summary["policy"]["max_aggregated_staleness"] == 0
+    assert logs[True] == logs[False]

@@ -248,7 +248,9 @@ class PORT(Policy):
         """Step 1 (push-pull): ask every in-flight client that is now too stale for its partial update."""
         for dispatch_id in list(self.in_flight):
             record = sim.records[dispatch_id]
-            if dispatch_id in self.pulled or not self._too_stale(sim, record):
+            # a client sent this very version (this aggregation's replacements) was made stale by no
+            # aggregation and has trained nothing to pull: under Ω ≤ 1 every round was cut to one block
+            if dispatch_id in self.pulled or record.version == sim.version or not self._too_stale(sim, record):
                 continue
             self.pulled.add(dispatch_id)
             before = record.steps
