@@ -1055,7 +1055,7 @@ def _earlier_runs(config: RunConfig, times=None):
 
     from jaxfl import checkpoint
     from jaxfl.config import as_recorded, config_from_mapping, validate
-    from jaxfl.experiment import run_name
+    from jaxfl.experiment import names_before_default_changes, run_name
     from jaxfl.resume import ResumeError, config_record, read_record
     from jaxfl.user_inputs import UserInputs
 
@@ -1066,8 +1066,7 @@ def _earlier_runs(config: RunConfig, times=None):
             cls = algorithms.get(config.algorithm)
             names = [config.run_name or run_name(config, cls.name)]
             if config.run_name is None:  # runs recorded with the field unset, before its default changed
-                names += [run_name(dataclasses.replace(config, **{field: None}), cls.name)
-                          for field, (before, _) in cls.changed_defaults.items() if getattr(config, field) == before]
+                names += list(names_before_default_changes(validate(config), cls.name).values())
             # the speeds are not in the config (nor its name): a run on other speeds is another run
             speeds = UserInputs(time_per_step=times).check(validate(config)).speeds_sha256()
     except (ConfigError, ValueError, KeyError, TypeError):

@@ -440,6 +440,21 @@ def run_name(config: RunConfig, algorithm: str | None = None) -> str:
     return re.sub(r"[^\w.,=+-]", "_", "-".join(parts).replace(USER_PREFIX, "user_").replace(">", ""))
 
 
+def names_before_default_changes(config: RunConfig, algorithm: str | None = None) -> dict[str, str]:
+    """Field → the run name a run of ``config`` got where its jaxfl recorded that field unset, before
+    the algorithm's default for it changed (:attr:`jaxfl.algorithms.base.Algorithm.changed_defaults`;
+    FedAsync's ``rule``): a name no validated config hashes to now. Only the fields ``config`` holds at
+    that default, before or now. ``algorithm``: the name in the run name (:func:`run_name`).
+
+    >>> from jaxfl.config import validate
+    >>> list(names_before_default_changes(validate(RunConfig(algorithm="fedasync"))))
+    ['rule']
+    """
+    cls = get_algorithm(config.algorithm)
+    return {field: run_name(dataclasses.replace(config, **{field: None}), algorithm)
+            for field, (before, now) in cls.changed_defaults.items() if getattr(config, field) in (before, now)}
+
+
 def _write_json(path: str, payload: dict) -> None:
     """Atomic write: a reader never sees half a file."""
     temporary = path + ".tmp"

@@ -344,15 +344,13 @@ def _run_at_an_earlier_default(config: RunConfig) -> tuple[str, object, object, 
     changed (:attr:`jaxfl.algorithms.base.Algorithm.changed_defaults`; FedAsync's ``rule``): such a
     run's folder has the old name, the hash of the field unset, which no validated config hashes to
     now. ``config`` is a cell's: validated, with its run name; None where its own folder exists."""
-    from jaxfl.experiment import run_name
+    from jaxfl.experiment import names_before_default_changes
     from jaxfl.resume import ResumeError, config_record, read_record
 
     if os.path.exists(os.path.join(config.output_dir, config.run_name)):
         return None
-    for field, (before, now) in algorithms.get(config.algorithm).changed_defaults.items():
-        if getattr(config, field) not in (before, now):
-            continue
-        folder = run_name(dataclasses.replace(config, **{field: None}))
+    for field, folder in names_before_default_changes(config).items():
+        before, now = algorithms.get(config.algorithm).changed_defaults[field]
         try:
             recorded = read_record(os.path.join(config.output_dir, folder))["config"]
             with warnings.catch_warnings():
@@ -630,12 +628,12 @@ def _earlier_runs_left_out(sweep_dir: str, base: dict, grid: dict, cells: list[C
         return None
     with open(path) as handle:
         before = json.load(handle)
-    from jaxfl.experiment import run_name
+    from jaxfl.experiment import names_before_default_changes
 
     current = {os.path.abspath(cell.run_dir) for cell in cells}
     # runs of a cell at a default since changed: _expand's note on that cell names them
-    current |= {os.path.abspath(os.path.join(sweep_dir, "runs", run_name(dataclasses.replace(cell.config, **{field: None}))))
-                for cell in cells for field in algorithms.get(cell.config.algorithm).changed_defaults}
+    current |= {os.path.abspath(os.path.join(sweep_dir, "runs", name))
+                for cell in cells for name in names_before_default_changes(cell.config).values()}
     left = [entry for entry in before.get("cells", [])
             if os.path.abspath(os.path.join(sweep_dir, entry["run_dir"])) not in current
             and cell_state(os.path.join(sweep_dir, entry["run_dir"])) == "finished"]
