@@ -1506,7 +1506,9 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                                     class_file)
         checkpoints.loggers = loggers  # log.csv's length goes into each checkpoint, to cut back to on resume
         wall_clock = lambda: checkpoints.wall_before + time.perf_counter() - wall_start  # noqa: E731
-        recorder.wall_clock = wall_clock
+        # the checkpoint's seconds as a number: a lambda over the checkpointer would tie the engine to the recorder
+        wall_before = checkpoints.wall_before
+        recorder.wall_clock = lambda: wall_before + time.perf_counter() - wall_start
         if saved is None:
             simulation = Simulation(policy, speeds, federation.weights(config.client_weights), engine,
                                     max_time=config.max_time, max_updates=config.max_updates,
