@@ -451,13 +451,11 @@ def validate(config: RunConfig) -> RunConfig:
             fail(name, getattr(config, name), f"one of {', '.join(allowed)}")
     if config.rule is not None and config.rule not in RULES:
         fail("rule", config.rule, f"one of {', '.join(RULES)}, or null for each algorithm's default")
-    positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every", "max_updates", "max_client_updates", "max_client_steps", "clients_per_round", "concurrency", "clients_per_call", "steps_per_call", "devices", "shards_per_client")
+    positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every", "max_updates", "max_client_updates", "max_client_steps", "clients_per_round", "concurrency", "clients_per_call", "steps_per_call", "devices", "shards_per_client", "dirichlet_min_samples")
     for name in positive_ints:
         value = getattr(config, name)
         if value is not None and value < 1:
             fail(name, value, "an integer >= 1")
-    if config.dirichlet_min_samples < 0:
-        fail("dirichlet_min_samples", config.dirichlet_min_samples, "an integer >= 0 (0: a client may be left empty)")
     if not 0 <= config.seed < SEED_LIMIT:
         fail("seed", config.seed, "an integer in [0, 2^63 - 1] (the largest a JAX PRNG key takes)")
     positive_finite = ("speed_mean", "client_lr", "server_lr", "dirichlet_alpha", "speed_cap", "size_skew",

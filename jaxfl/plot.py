@@ -35,11 +35,19 @@ def read_metrics(run_dir: str) -> list[dict]:
 
 
 def save_figure(figure, path: str) -> str:
-    """Write ``figure`` to ``path`` as a PNG at 120 dpi, atomically, and return the path.
+    """Write ``figure`` to ``path`` as a PNG at 120 dpi, atomically, and return the path. Without the
+    alpha channel (the figures are opaque) and with Pillow's optimised compression: a report's busy
+    staleness panels came to 92 KB, 80 KB so.
 
     >>> # save_figure(accuracy_figure(run_dirs), "accuracy.png")
     """
-    figure.savefig(path + ".tmp.png", dpi=120)
+    import io
+
+    from PIL import Image  # matplotlib's own dependency
+
+    drawn = io.BytesIO()
+    figure.savefig(drawn, format="png", dpi=120)
+    Image.open(drawn).convert("RGB").save(path + ".tmp.png", "PNG", optimize=True)
     os.replace(path + ".tmp.png", path)
     return path
 
@@ -114,8 +122,12 @@ def _recorded_config(run_dir: str) -> dict:
         return {}
     with open(path) as handle:
         config = as_recorded(json.load(handle).get("config", {}))
+    from jaxfl.config import FIELDS_ADDED
+
     options = config.pop("algorithm_options", None) or {}
-    flat = {key: value for section in config.values() if isinstance(section, dict) for key, value in section.items()}
+    # a field added since an older run wrote its file holds the value that run had: not a difference
+    flat = {key: value for key, value in FIELDS_ADDED.items() if "." not in key}
+    flat.update({key: value for section in config.values() if isinstance(section, dict) for key, value in section.items()})
     flat.update({key: value for key, value in config.items() if not isinstance(value, dict)})
     for space, values in options.items():
         if isinstance(values, dict):
@@ -143,7 +155,8 @@ def _setting_parts(flat: dict) -> dict[str, str]:
 
 # config fields that change no curve: never what tells two runs apart in a legend
 _NOT_A_SETTING = ("output_dir", "run_name", "progress", "client_state", "checkpoint_min_interval_s", "checkpoint_every",
-                  "final_checkpoint")
+                  "final_checkpoint", "devices", "memory_limit_mb", "clients_per_call", "steps_per_call", "batching",
+                  "cpu_friendly_layers")
 
 
 def _settings_of(run_dirs: list[str]) -> tuple[str, list[list[str]]]:

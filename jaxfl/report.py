@@ -235,9 +235,11 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
     rows, origin = [], {}
     for row, folder in found:
         row = {name: row.get(name) for name in columns}
-        key = tuple(row[name] for name in settings)
+        # the target is a summary column and a sweepable setting: runs at two targets are two runs
+        key = (*(row[name] for name in settings), row.get("target_accuracy"))
         if key in origin:
-            named = ", ".join(f"{name}={value}" for name, value in zip(settings, key) if value is not None)
+            named = ", ".join(f"{name}={value}" for name, value in zip([*settings, "target_accuracy"], key)
+                              if value is not None)
             if origin[key] != folder:
                 raise ValueError(f"the run {named} is in both {origin[key]!r} and {folder!r}: give each run once "
                                  "(each part of a grid in a folder of its own)")
@@ -1174,7 +1176,7 @@ def summarise_timing(grouping: _Grouping) -> list[dict]:
             line = {**dict(zip(grouping.columns, key)), "method": name, "algorithm": runs[0]["algorithm"],
                     "runs": len(runs), "timing_only": True}
             # a table from before client_steps_aggregated was a column held them as client_steps_executed
-            runs = [run if "client_steps_aggregated" in run else
+            runs = [run if run.get("client_steps_aggregated") is not None else
                     {**run, "client_steps_aggregated": run.get("client_steps_executed")} for run in runs]
             for column in TIMING_COLUMNS:
                 line[f"{column}_mean"], line[f"{column}_std"] = _mean_of(runs, column)

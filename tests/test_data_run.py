@@ -163,7 +163,7 @@ def test_niid_bench_s_dirichlet_settings_reach_the_split_and_name_the_run_only_w
     assert run_name(plain) == run_name(jaxfl.config.RunConfig(partition="dirichlet", dirichlet_alpha=0.1, clients=10,
                                                               dirichlet_min_samples=1, dirichlet_balance=False))
     assert run_name(niid) != run_name(plain)
-    for bad, message in (({"dirichlet_min_samples": -1}, "dirichlet_min_samples=-1 is not allowed: an integer >= 0"),
+    for bad, message in (({"dirichlet_min_samples": 0}, "dirichlet_min_samples=0 is not allowed: an integer >= 1"),
                          ({"dirichlet_min_samples": 900}, "min_samples=900 is infeasible"),
                          ({"partition": "iid", "dirichlet_alpha": 0.5, "dirichlet_min_samples": 1},
                           "dirichlet_balance=True is not allowed.*read only with partition dirichlet")):

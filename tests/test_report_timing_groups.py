@@ -76,3 +76,13 @@ def test_trained_and_timing_only_runs_are_groups_of_their_own():
     groups = report.figure_groups(report._grouping(rows), report._grouping(rows[:1]))
     assert list(groups) == ["trained, clients=5", "trained, clients=10", "timing-only"]
     assert [len(by_method["fedbuff"]) for by_method in groups.values()] == [1, 1, 1]
+
+
+def test_timing_rows_of_a_table_from_before_the_aggregated_column_keep_their_steps_beside_new_ones():
+    # reported together, the old rows hold the column as None: their steps (under the executed name) counted
+    from jaxfl.report import _grouping, summarise_timing
+
+    rows = [{"algorithm": "fedavg", "seed": 0, "client_steps_executed": None, "client_steps_aggregated": 360},
+            {"algorithm": "fedavg", "seed": 1, "client_steps_executed": 999, "client_steps_aggregated": None}]
+    (line,) = summarise_timing(_grouping(rows))
+    assert line["client_steps_aggregated_mean"] == 679.5
