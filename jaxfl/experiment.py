@@ -1505,10 +1505,11 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         checkpoints = _Checkpointer(config, shared_dir, engine, recorder, events_file, metrics_file, saved,
                                     class_file)
         checkpoints.loggers = loggers  # log.csv's length goes into each checkpoint, to cut back to on resume
-        wall_clock = lambda: checkpoints.wall_before + time.perf_counter() - wall_start  # noqa: E731
-        # the checkpoint's seconds as a number: a lambda over the checkpointer would tie the engine to the recorder
+        # the run's clock, a resumed run's going on from its checkpoint's seconds; over the number, not the
+        # checkpointer, which would tie the engine to the recorder that keeps the clock
         wall_before = checkpoints.wall_before
-        recorder.wall_clock = lambda: wall_before + time.perf_counter() - wall_start
+        wall_clock = lambda: wall_before + time.perf_counter() - wall_start  # noqa: E731
+        recorder.wall_clock = wall_clock
         if saved is None:
             simulation = Simulation(policy, speeds, federation.weights(config.client_weights), engine,
                                     max_time=config.max_time, max_updates=config.max_updates,
@@ -1607,7 +1608,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         "device_history": checkpoints.device_history,
         **_peak_host_memory_fields(),  # the run's peak where Linux can reset it at its start, with its scope
         "first_update_wall_s": recorder.first_update_wall,
-        "wall_time_s": round(checkpoints.wall_before + time.perf_counter() - wall_start, 3),
+        "wall_time_s": round(wall_clock(), 3),
     }
     _write_json(os.path.join(run_dir, "summary.json"), summary)
     if error is not None:

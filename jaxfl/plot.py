@@ -115,15 +115,13 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
 def _recorded_config(run_dir: str) -> dict:
     """A run's config.json config, flat (sections merged, algorithm options as ``space.option``) and
     read as it ran (:func:`jaxfl.config.as_recorded`); empty where the file is missing."""
-    from jaxfl.config import as_recorded
+    from jaxfl.config import FIELDS_ADDED, as_recorded
 
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
         return {}
     with open(path) as handle:
         config = as_recorded(json.load(handle).get("config", {}))
-    from jaxfl.config import FIELDS_ADDED
-
     options = config.pop("algorithm_options", None) or {}
     # a field added since an older run wrote its file holds the value that run had: not a difference
     flat = {key: value for key, value in FIELDS_ADDED.items() if "." not in key}

@@ -691,9 +691,13 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
 
     seed_lists = {tuple(seed for seed, _, _ in line["times_by_seed"]) for line in lines if line.get("times_by_seed")}
     named = len(seed_lists) == 1  # every group ran the same seeds: the heading names them once
+    def reference_by_seed(column: str) -> dict[int, dict]:
+        """Per line (by id), its group's reference's ``column`` (``times_by_seed``...) seed by seed."""
+        return {id(line): {seed: value for seed, value, _ in (found.get((key, reference)) or {}).get(column) or ()}
+                for (key, _), line in found.items()}
+
     # each line's reference times seed by seed (a 0 s one gives no ratio: not the same as a miss)
-    reference_times = {id(line): {seed: time for seed, time, _ in (found.get((key, reference)) or {}).get(
-        "times_by_seed") or ()} for (key, _), line in found.items()}
+    reference_times = reference_by_seed("times_by_seed")
     at_start = False  # a seed reached at 0 s: the note says what "at start" is
 
     def by_seed(line):
@@ -742,8 +746,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                      "(a ratio against 0 s is undefined)." if at_start else ""), ""]
 
     def accuracy_by_seed(column):
-        references = {id(line): {seed: value for seed, value, _ in (found.get((key, reference)) or {}).get(
-            f"{column}_by_seed") or ()} for (key, _), line in found.items()}
+        references = reference_by_seed(f"{column}_by_seed")
 
         def cell(line):
             if line is None or line.get(f"{column}_by_seed") is None:
