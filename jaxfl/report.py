@@ -698,30 +698,38 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
 
     # each line's reference times seed by seed (a 0 s one gives no ratio: not the same as a miss)
     reference_times = reference_by_seed("times_by_seed")
-    at_start = False  # a seed reached at 0 s: the note says what "at start" is
+    shown_kinds: set[str] = set()  # the kinds of cell the seed-by-seed tables show: their notes explain only those
 
     def by_seed(line):
-        nonlocal at_start
         if line is None or line.get("times_by_seed") is None:
             return ""
         cells = []
         for seed, time, relative in line["times_by_seed"]:
             if time is ...:
-                shown = "·"
+                shown, kind = "·", "no run"
             elif time is None:
-                shown = MISSING
+                shown, kind = MISSING, "missed"
             elif time == 0 and (relative is None or line["method"] == reference):
-                shown, at_start = "at start", True
+                shown, kind = "at start", "at start"
             elif line["method"] == reference:
-                shown = f"{time:.0f} s"
+                shown, kind = f"{time:.0f} s", "value"
             elif relative is None and reference_times[id(line)].get(seed) == 0:
-                shown, at_start = f"no ratio ({time:.0f} s)", True
+                shown, kind = f"no ratio ({time:.0f} s)", "at start"
             elif relative is None and reference_times[id(line)].get(seed, ...) is ...:
-                shown = f"({time:.0f} s)"  # the reference has no run of this seed: nothing to divide by
+                shown, kind = f"({time:.0f} s)", "own"  # the reference has no run of this seed
+            elif relative is None:
+                shown, kind = "n/a", "n/a"
             else:
-                shown = "n/a" if relative is None else f"{relative:.2f}"
+                shown, kind = f"{relative:.2f}", "value"
+            shown_kinds.add(kind)
             cells.append(shown if named else f"{seed}: {shown}")
         return " / ".join(cells)
+
+    def legend(entries: dict[str, str]) -> str:
+        """The notes of the kinds of cell the last seed-by-seed table showed (then forgets them)."""
+        text = "".join(f" {note}" for kind, note in entries.items() if kind in shown_kinds)
+        shown_kinds.clear()
+        return text
 
     start_note = (f" Reached at start = the initial model reached it (0 s); no ratio = {reference} did (a ratio "
                   "against 0 s is undefined), the method's own time in brackets."
@@ -736,14 +744,17 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
              f"seeds the method did.{start_note}", ""]
     if seed_lists:
         order = f" (seed {' / '.join(str(seed) for seed in next(iter(seed_lists)))})" if named else ""
-        seed_table = table(by_seed)  # (sets at_start)
+        seed_table = table(by_seed)  # (fills shown_kinds)
         parts += [f"## Time to first reach {target} held-out accuracy, seed by seed{order}", "",
                   *seed_table, "",
                   f"Each seed's time divided by {reference}'s in the same seed ({reference}'s row: its own "
-                  f"times); {MISSING} = missed the target; n/a = {reference} missed it in that seed; (12 s) = "
-                  f"{reference} has no run of that seed: the method's own time; · = no run of that seed."
-                  + (f" At start = reached by the initial model (0 s); no ratio = {reference} was, in that seed "
-                     "(a ratio against 0 s is undefined)." if at_start else ""), ""]
+                  "times)." + legend({
+                      "missed": f"{MISSING} = missed the target.",
+                      "n/a": f"n/a = {reference} missed it in that seed.",
+                      "own": f"(12 s) = {reference} has no run of that seed: the method's own time.",
+                      "no run": "· = no run of that seed.",
+                      "at start": f"At start = reached by the initial model (0 s); no ratio = {reference} was, in "
+                                  "that seed (a ratio against 0 s is undefined)."}), ""]
 
     def accuracy_by_seed(column):
         references = reference_by_seed(f"{column}_by_seed")
@@ -754,13 +765,14 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
             cells = []
             for seed, value, difference in line[f"{column}_by_seed"]:
                 if value is ...:
-                    shown = "·"
+                    shown, kind = "·", "no run"
                 elif line["method"] == reference:
-                    shown = "n/a" if value is None else f"{value:.4f}"
+                    shown, kind = ("n/a", "n/a") if value is None else (f"{value:.4f}", "value")
                 elif difference is None and value is not None and references[id(line)].get(seed, ...) is ...:
-                    shown = f"({value:.4f})"  # the reference has no run of this seed: the method's own value
+                    shown, kind = f"({value:.4f})", "own"  # the reference has no run of this seed
                 else:
-                    shown = "n/a" if difference is None else f"{difference:+.3f}"
+                    shown, kind = ("n/a", "n/a") if difference is None else (f"{difference:+.3f}", "value")
+                shown_kinds.add(kind)
                 cells.append(shown if named else f"{seed}: {shown}")
             return " / ".join(cells)
         return cell
@@ -769,11 +781,12 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
         if not seed_lists or not any(line.get(f"{column}_mean") is not None for line in lines):
             return []
         order = f" (seed {' / '.join(str(seed) for seed in next(iter(seed_lists)))})" if named else ""
-        return ["", f"## {what}, seed by seed: difference to {reference}{order}", "",
-                *table(accuracy_by_seed(column)), "",
-                f"Each seed's value minus {reference}'s in the same seed ({reference}'s row: its own values); "
-                "n/a = not in the results (a run, or the reference's, from before the column); "
-                f"(0.9000) = {reference} has no run of that seed: the method's own value; · = no run of that seed."]
+        rows = table(accuracy_by_seed(column))  # (fills shown_kinds)
+        return ["", f"## {what}, seed by seed: difference to {reference}{order}", "", *rows, "",
+                f"Each seed's value minus {reference}'s in the same seed ({reference}'s row: its own values)."
+                + legend({"n/a": "n/a = not in the results (a run, or the reference's, from before the column).",
+                          "own": f"(0.9000) = {reference} has no run of that seed: the method's own value.",
+                          "no run": "· = no run of that seed."})]
 
     parts += ["## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy), "", STD_NOTE]
     if any(line.get("final_accuracy_mean") is not None for line in lines):

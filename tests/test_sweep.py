@@ -805,6 +805,10 @@ def test_a_seed_the_reference_has_no_run_of_shows_the_method_s_own_figure_not_a_
     assert seed_rows[1].endswith(f"/ ({float(fedbuff['1']['final_accuracy']):.4f}) |")  # final accuracy
     assert all(not line.endswith("/ n/a |") for line in seed_rows)
     assert "has no run of that seed: the method's own" in markdown
+    # where every seed has its reference, the notes do not explain cells the tables do not show
+    full = make_report(sweep.sweep_dir, out=str(tmp_path / "full"), figures=False).markdown
+    seed_notes = [line for line in full.splitlines() if line.startswith("Each seed's")]
+    assert seed_notes and not any("has no run of that seed" in line or "· = no run" in line for line in seed_notes)
 
 
 def test_a_results_csv_file_stands_for_its_sweep_folder(sweep, tmp_path, capsys):
