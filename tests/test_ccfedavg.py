@@ -156,3 +156,39 @@ def test_gradient_steps_spent_are_the_trained_mask_times_k(small_config):
     assert result.summary["client_steps_executed"] == expected  # skippers cost no training compute
     assert result.summary["steps_computed_with_padding"] == expected  # one CPU device: one client per call, no padding
     assert result.summary["policy"]["banked_updates"] == masks.size - masks.sum()
+
+
+def test_a_round_nobody_trains_is_a_version_and_spent_quotas_stop_the_run():
+    # Strategy 1, round-robin p = 1/2 for both: round 1 has only skippers, a round of the paper's T all the
+    # same ("the global model stays unchanged that round"); it made no version, so T rounds ran longer
+    policy = CCFedAvg(local_steps=5, budgets=[0.5, 0.5], schedule="round_robin", strategy="strategy1")
+    backend = RecordingBackend()
+    sim = Simulation(policy, ScriptedSpeeds(lambda c, r: 1.0, num_clients=2), [0.5] * 2, backend, max_updates=3)
+    assert sim.run() == "update budget"
+    assert [trained for _, _, trained in policy.history[:3]] == [[0, 1], [], [0, 1]]  # (the 4th opened)
+    empty = backend.aggregations[1]
+    assert empty.contributions == () and not empty.server_optimizer and empty.time == backend.aggregations[0].time
+    # FedAvg(dropout) ran rounds of nobody, taking no time and making nothing, for ever once every quota was
+    # used up (max_time never came): now it stops, saying why, and its rounds with nobody left are versions
+    dropout = CCFedAvg(local_steps=5, budgets=[0.5, 0.25], strategy="dropout", total_rounds=4, clients_per_round=1)
+    backend = RecordingBackend()
+    sim = Simulation(dropout, ScriptedSpeeds(lambda c, r: 1.0, num_clients=2), [0.5] * 2, backend, max_updates=100)
+    reason = sim.run()
+    assert reason.startswith("every client's FedAvg(dropout) quota p_i·T is used up (T = 4 rounds, largest p_i 0.5)")
+    # active while p_i T >= t: client 0 for t <= 2, client 1 for t <= 1; round 3 has nobody left
+    assert sim.version == len(dropout.history) == 3
+    for (t, selected, trained), aggregation in zip(dropout.history, backend.aggregations):
+        assert trained == selected == [c for c in selected if [0.5, 0.25][c] * 4 >= t]
+        assert len(aggregation.contributions) == len(trained)
+
+
+def test_an_empty_strategy1_round_leaves_the_model_unchanged(small_config):
+    options = {"budget": "two_group", "insufficient_fraction": 1.0, "window": 2, "schedule": "round_robin",
+               "strategy": "strategy1"}
+    config = replace(small_config, algorithm="ccfedavg", clients=2, client_optimizer="sgd", client_lr=0.05,
+                     server_momentum=0.9, algorithm_options=options)
+    one, two = (run_experiment(replace(config, run_name=f"r{rounds}", max_updates=rounds)) for rounds in (1, 2))
+    assert [trained for _, _, trained in two.simulation.policy.history[:2]] == [[0, 1], []]
+    assert two.summary["global_updates"] == 2
+    for a, b in zip(jax.tree.leaves(one.params), jax.tree.leaves(two.params)):  # no server step, momentum or not
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

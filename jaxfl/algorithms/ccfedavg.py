@@ -19,11 +19,11 @@ method or a baseline of §4, all under the same budgets and schedule:
 
 - ``"cc"``: CC-FedAvg (Strategy 3), the loop above;
 - ``"strategy1"``: skipping clients are dropped, the mean runs over the clients that trained
-  (nobody trained: the model stays);
+  (nobody trained: the model stays, and the round is a version all the same, as every round is);
 - ``"strategy2"``: a skipping client sends its last trained *model* x^i_last (update x^i_last − x_t);
 - ``"cc_c"``: CC-FedAvg(c), Strategy 3 before round ``switch_round`` (τ = 100), Strategy 2 after;
 - ``"dropout"``: FedAvg(dropout), client i trains in every round while p_i·T ≥ t, then leaves for
-  good; the mean runs over the active clients;
+  good; the mean runs over the active clients; once every client has left, the run stops (``sim.stop``);
 - ``"fednova"``: every selected client trains every round with ⌈p_i K⌉ steps (paper; ⌊p_i K⌋ ≥ 1 in
   the code) and the aggregate is FedNova-normalised (the payload asks for
   :class:`~jaxfl.algorithms.wrappers.StepNormalization`).
@@ -196,6 +196,11 @@ class CCFedAvg(Policy):
         else:  # the same draws as FedAvg's selection
             selected = [int(c) for c in np.sort(self._selection.choice(idle, size=cohort, replace=False))]
         flags = self.train_flags(t)
+        if self.strategy == "dropout" and max(self.budgets) * self.total_rounds < t:
+            self._open = False  # nobody trains again: the rounds to come would change nothing, at no cost of time
+            sim.stop(f"every client's FedAvg(dropout) quota p_i·T is used up (T = {self.total_rounds} rounds, "
+                     f"largest p_i {max(self.budgets):g}): no client trains in round {t} or after")
+            return
         if self.strategy == "dropout":
             selected = [i for i in selected if self.budgets[i] * self.total_rounds >= t]  # quota in absolute rounds
             training = selected
@@ -250,9 +255,14 @@ class CCFedAvg(Policy):
         diagnose = tuple((i, int(sim.client_rounds[i]), self.steps_for(i), sim.next_lr_scale(i))
                          for i in self.skipping) \
             if self.diagnostic else ()
-        if contributions or bank:  # a round whose every update came after its deadline changes nothing
+        if contributions or bank:
             sim.aggregate(contributions, payload=BankedUpdates(tuple(bank), kind, store, self.strategy == "fednova",
                                                                diagnose))
+        elif not self._round:
+            # nobody was to train (Strategy 1's skipping clients, FedAvg(dropout)'s spent quotas): still one
+            # of the paper's T rounds, with the global model unchanged, so a version as every round is
+            sim.aggregate([], server_optimizer=False)
+        # else every update of the round came after its deadline: no round of the paper's, and nothing changes
         for record in records:
             self.has_history[record.client] = True
         self._round, self._arrived, self._open = [], [], False

@@ -470,7 +470,7 @@ class Simulation:
     event, and it overshoots a client budget by less than that one aggregation's contribution
     (FedAvg with 10 clients and ``max_client_updates=15`` stops after 2 rounds, 20 updates).
     ``stop_reason`` names what stopped the run (:data:`STOP_REASONS`, ``"no events left"``, or the
-    reason the backend gave). ``log`` receives the event-log rows (fields ``EVENT_LOG_FIELDS``): an
+    reason the backend or the policy (:meth:`stop`) gave). ``log`` receives the event-log rows (fields ``EVENT_LOG_FIELDS``): an
     :class:`~jaxfl.runlog.EventLog` (or any object with its ``row_writer``), or a function taking
     one dict per row; ``wall_clock() -> seconds`` fills the aggregation rows' ``wall_time``.
 
@@ -813,6 +813,22 @@ class Simulation:
         """Schedule a reply to ``client`` at this instant, after every arrival of the instant."""
         queue = self.queue
         queue.push(queue._now, "reply", client, payload)
+
+    def stop(self, reason: str) -> None:
+        """End the run after the event being handled, with ``reason`` as its ``stop_reason``: for a
+        policy that has nothing left to schedule before any budget is spent (FedAvg(dropout) once
+        every client's quota is used up), where the run would otherwise wait for ``max_time`` or,
+        with rounds that take no time, never end. A stop already asked for keeps its reason.
+
+        Example (in a policy's ``start`` or handler)::
+
+            if not any(self.can_train(client) for client in range(sim.num_clients)):
+                sim.stop("every client's quota is used up")
+        """
+        if not isinstance(reason, str) or not reason:
+            raise ValueError(f"stop reason {reason!r} is not allowed: a non-empty string saying why the run ends")
+        if not self._stop_requested:
+            self._stop_requested = reason
 
     def set_timer(self, time: float, payload=None) -> Event:
         """Schedule a policy timer (``payload`` must be JSON-able)."""
