@@ -127,7 +127,9 @@ class Setup:
 
 
 def time_flush(engine: Engine, num_clients: int, steps: int, round_index: int) -> float:
-    """Seconds to train ``num_clients`` queued dispatches (flush blocks on the results' metrics)."""
+    """Seconds to train ``num_clients`` queued dispatches: ``flush`` only queues the training calls
+    (the engine reads their metrics when an aggregation needs them), so the clock stops when every
+    dispatch's metrics, outputs of the same programs as the updates, have come back."""
     records = [DispatchRecord(id=round_index * num_clients + client, client=client, version=0, steps=steps,
                               client_round=round_index, start_time=0.0, arrival_time=1.0)
                for client in range(num_clients)]
@@ -135,7 +137,10 @@ def time_flush(engine: Engine, num_clients: int, steps: int, round_index: int) -
         engine.on_dispatch(record)
     start = time.perf_counter()
     engine.flush()
+    trained = [engine.client_metrics(record.id) for record in records]  # waits for every queued call
     elapsed = time.perf_counter() - start
+    if any(metrics is None for metrics in trained):
+        raise RuntimeError("flush left a dispatch untrained: the timing would miss its work")
     for record in records:  # discard the updates so memory does not grow across repeats
         engine.on_drop(record)
     return elapsed

@@ -140,6 +140,19 @@ def test_client_batching_quick_has_the_one_big_model_limit_and_flops(tmp_path):
         assert row["im2col_over_limit"] > 0 and row["im2col_calls_split_by_memory_guard"] == 0
 
 
+def test_client_batching_s_clock_stops_after_the_training_not_after_queuing_it(monkeypatch):
+    # flush only queues the calls (the engine fetches their metrics when an aggregation reads them): a clock
+    # stopped at its return timed the queuing, 1.5 ms against a second of training, and every rate was wrong
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    import client_batching
+
+    setup = client_batching.Setup("cnn", 2, 8, "sgd", 0.01)
+    engine = setup.engine(clients_per_call=2, steps_per_call=1)
+    fetched = engine.stats.metric_fetches
+    assert client_batching.time_flush(engine, 2, 1, 0) > 0
+    assert engine.stats.metric_fetches == fetched + 1 and not engine._unfetched  # its one call waited for
+
+
 @pytest.mark.slow
 def test_client_batching_quick_resnet18_with_batchnorm_state(tmp_path):
     out = tmp_path / "resnet.json"
@@ -173,6 +186,10 @@ def test_end_to_end_quick_runs_both_sides_of_both_workloads(tmp_path):
             assert run["global_updates"] == updates and run["stop_reason"] == "update budget"
             assert run["samples"] == run["client_steps_executed"] * report["workloads"][name]["batch_size"]
             assert run["client_steps_executed"] >= run["client_steps_aggregated"] > 0
+            # the host share's range: with jax's tracing seconds, and less their wall seconds (None where that
+            # leaves less than nothing, not a clamped 0)
+            assert run["host_share_with_tracing"] > 0
+            assert run["host_share"] is None or 0 <= run["host_share"] <= run["host_share_with_tracing"]
         # one client a call runs every step in sequence; the defaults' calls run their longest
         assert single["steps_in_sequence"] == single["client_steps_executed"]
         assert 0 < defaults["steps_in_sequence"] <= defaults["client_steps_executed"]
