@@ -16,8 +16,11 @@ Three sides, alternating within one run so that machine noise hits them alike (m
   clients' convolutions then become one batched matrix product each, where XLA's own vmapped
   convolution is a grouped one (``feature_group_count`` K, its kernel gradient ``batch_group_count``
   K), a path convolution libraries are known to run below their dense speed (not yet measured
-  here on a GPU). ``im2col/vec`` is its rate over the vmapped side's: above 1, the form an
-  accelerator run should take;
+  here on a GPU). The side is the whole CPU form, not its convolutions alone: the same switch also
+  makes the max-pools reshapes and gives the dense layers their own gradient rule
+  (:mod:`jaxfl.kernels.cpu_ops`), as a run that took it would. ``im2col/vec`` is its rate over the
+  vmapped side's: above 1, the form an accelerator run should take (which of its three rewrites
+  pays is a further measurement);
 - **limit**: the same K·B samples per step trained as ONE model at batch K·B: the same kernel
   (``make_client_trainer`` of the same model and optimiser, batch K·B, one client holding every
   sample), in jitted unrolled chunks of ``--steps-per-call`` steps, the same number of steps. Its
@@ -226,8 +229,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, help="timed flushes per side, alternating (default 3)")
     parser.add_argument("--no-limit", action="store_true", help="skip the one-big-model limit")
     parser.add_argument("--im2col", action="store_true",
-                        help="also time the vmapped engine with the convolutions in im2col form (batched matrix "
-                             "products instead of XLA's grouped convolutions)")
+                        help="also time the vmapped engine in the CPU form (every convolution in im2col form, "
+                             "batched matrix products instead of XLA's grouped convolutions; max-pools as "
+                             "reshapes, dense layers' own gradient rule)")
     parser.add_argument("--peak-tflops", type=float,
                         help="the device's peak for MFU (default: by device kind, dense bf16; none: TFLOP/s only)")
     parser.add_argument("--quick", action="store_true", help="seconds-long smoke size (K 1 2, 2 steps, 1 repeat)")

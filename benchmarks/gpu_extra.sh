@@ -7,10 +7,11 @@
 # issue 17's target (a) — in order of value per second:
 #   1. client_batching --im2col: the MNIST CNN's K vmapped clients with XLA's convolutions (a vmap
 #      over kernels makes them grouped convolutions, a known slow path of convolution libraries)
-#      against the same clients with the convolutions in im2col form (batched matrix products: what
-#      the engine runs on a CPU), at K = 64 and 256, batch 64, as gpu_suite.sh's CNN step times them
-#      (that step has the one-big-model limit to divide by). Above 1, accelerator runs should take
-#      the im2col form (today only CPU runs do: jaxfl/experiment.py, cpu_friendly_layers) (60 s);
+#      against the same clients in the CPU form (every convolution in im2col form, batched matrix
+#      products, with the form's max-pool and dense-gradient rewrites: what the engine runs on a CPU),
+#      at K = 64 and 256, batch 64, as gpu_suite.sh's CNN step times them (that step has the
+#      one-big-model limit to divide by). Above 1, accelerator runs should take the CPU form (today
+#      only CPU runs do: jaxfl/experiment.py, cpu_friendly_layers) (60 s);
 #   2. sweep_lockstep: whether two sweep cells' in-flight clients trained in one call (2K) beat two
 #      calls of K, for the MLP and the MNIST CNN at K = 16 and 64 (issue 16's question for a GPU; on
 #      the CPU it did not pay) (45 s);
