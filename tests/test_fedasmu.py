@@ -204,3 +204,34 @@ def test_batched_equals_one_at_a_time_and_learns(small_config):
     assert mixed, "no upload mixed in a fresh global model"
     assert batched.summary["policy"]["fetches"] > 0
     assert batched.summary["final_accuracy"] > 0.3  # chance is 0.1
+
+
+def test_the_hypergradient_divides_by_the_step_sizes_taken_with_a_decayed_rate():
+    # ĝ = Δ/(η·K) took η at its start under --client-lr-decay: a device's k-th upload read d^k too small
+    policy = FedASMU(local_steps=10, client_lr=0.1, epochs=5, trigger_period=5.0, max_concurrency=2, slot="middle")
+    backend = RecordingBackend()
+    sim = Simulation(policy, ScriptedSpeeds(lambda c, r: 0.5, num_clients=2, latency=0.5), [0.5] * 2, backend,
+                     max_time=200.0, client_lr_decay=0.9)
+    sim.run()
+    records = {record.id: record for record in sim.records}
+    assert len(backend.aggregations) > 4
+    for aggregation in backend.aggregations:
+        (dispatch, _), = aggregation.contributions
+        record = records[dispatch]
+        assert aggregation.payload.step_size == pytest.approx(0.1 * 0.9 ** record.client_round * 10)
+    assert any(records[a.contributions[0][0]].client_round > 0 for a in backend.aggregations)
+
+
+def test_fedasmu_fa_reads_no_slot_and_its_schedule_needs_no_model():
+    from jaxfl.config import RunConfig, validate
+
+    with pytest.warns(UserWarning, match=r"fedasmu.slot='second_last' is ignored: it is read only with "
+                                         r"fedasmu.fetch on .* FedASMU-FA"):
+        validate(RunConfig(algorithm="fedasmu", client_optimizer="sgd", timing_only=True,
+                           algorithm_options={"fetch": False, "slot": "second_last"}))
+    # no fetch, no reward for the learned slot: timing-only is the training run's schedule
+    config = validate(RunConfig(algorithm="fedasmu", client_optimizer="sgd", timing_only=True,
+                                algorithm_options={"fetch": False}))
+    assert config.timing_only
+    with pytest.warns(UserWarning, match="client_optimizer='adam': the server learns λ, σ, ι"):
+        validate(RunConfig(algorithm="fedasmu", client_optimizer="adam"))

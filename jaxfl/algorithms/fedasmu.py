@@ -103,7 +103,9 @@ class DeviceOptions:
 
 
 class Upload(NamedTuple):
-    """Payload of a FedASMU aggregation: the upload's client, 1-based t and s, and η_i·K (ĝ = Δ/η_i K)."""
+    """Payload of a FedASMU aggregation: the upload's client, 1-based t and s, and the sum of its step
+    sizes η_i·d^k·K (``lr_scale`` d^k of ``client_lr_decay``; ĝ = Δ/(η_i d^k K): normalised
+    by the steps actually taken)."""
 
     client: int
     t: int
@@ -438,7 +440,7 @@ class FedASMU(Policy):
         if not sim.screen([record]):  # a NaN/Inf update dropped: no new version, no reward
             return
         sim.aggregate([(record.id, initial_alpha(self.server, t, s))], mode="mix", server_optimizer=False,
-                      payload=Upload(client, t, s, self.client_lr * max(record.steps, 1)))
+                      payload=Upload(client, t, s, self.client_lr * record.lr_scale * max(record.steps, 1)))
         metrics_of = getattr(sim.backend, "client_metrics", None)
         metrics = metrics_of(record.id) if metrics_of is not None else None
         if metrics and "loss_before_mix" in metrics:
@@ -642,6 +644,11 @@ class FedASMUConfig(Options):
                               f"{', '.join(str(slot) for slot in slots if slot not in fitting)} "
                               f"(a dispatch given one trains without it: summary's fetches_skipped); {what}",
                               UserWarning, stacklevel=3)
+        if self.dynamic and run.client_optimizer != "sgd" and any((self.lr_lambda, self.lr_sigma, self.lr_iota)):
+            warnings.warn(f"fedasmu: client_optimizer={run.client_optimizer!r}: the server learns λ, σ, ι from "
+                          "ĝ = Δ/(η·steps), an estimate of the gradient only for plain SGD steps (Formula 4), so "
+                          "their steps are not the paper's; --client-optimizer sgd follows it", UserWarning,
+                          stacklevel=3)
         for name in ("staleness_bound", "trigger_batch", "max_concurrency"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -681,6 +688,9 @@ class FedASMUConfig(Options):
             unread.update(dict.fromkeys(("mu_beta", "lr_gamma", "lr_nu", "gamma0", "nu0"),
                                         "with fedasmu.fetch on (the fresh model's weight β(γ, ν)); this run is "
                                         "FedASMU-FA (--no-fedasmu.fetch), which mixes no fresh model"))
+            unread.update(dict.fromkeys(("slot", "rl_lr", "rl_baseline_rate", "rl_hidden"),
+                                        "with fedasmu.fetch on (the slot a device fetches the fresh model at); "
+                                        "this run is FedASMU-FA (--no-fedasmu.fetch), which fetches none"))
         if not self.dynamic:
             for name in ("lr_lambda", "lr_sigma", "lr_iota", "lr_gamma", "lr_nu"):
                 unread.setdefault(name, "with fedasmu.dynamic on (λ, σ, ι, γ, ν learned); this run is FedASMU-DA "
@@ -733,10 +743,15 @@ class FedASMUAlgorithm(Algorithm):
         if slot != "learned":
             unread["client_weights"] = ("fedasmu.slot='learned'", f"fedasmu.slot='learned', a feature of its slot "
                                                                   f"meta-model; this run's slot is {slot!r}")
+        elif not getattr(options, "fetch", True):
+            unread["client_weights"] = ("fedasmu.fetch", "fedasmu.fetch on, a feature of the learned slot's "
+                                                         "meta-model; this run is FedASMU-FA, which fetches nothing")
         return unread
 
     @classmethod
     def schedule_depends_on_model(cls, run, options) -> str | None:
+        if not options.fetch:  # FedASMU-FA: no fetch, so no reward for the slot's learning to follow
+            return None
         if options.slot == "adaptive":
             return ("fedasmu.slot='adaptive' picks each device's fetch slot by Q-learning on the loss "
                     "before and after the mix; use a fixed slot (first, middle, second_last)")
