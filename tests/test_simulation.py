@@ -4,7 +4,7 @@ import pytest
 
 from jaxfl.algorithms import FedAsync, FedAvg, FedBuff
 from jaxfl.scheduler.simulation import Simulation
-from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
+from jaxfl.scheduler.speeds import ClientSpeeds, ScriptedSpeeds, SpeedConfig
 from jaxfl.scheduler.staleness import polynomial
 from tests.conftest import RecordingBackend
 
@@ -97,3 +97,25 @@ def test_inconsistent_payloads_are_refused_before_the_update():
         with pytest.raises(ValueError, match=message):
             sim.aggregate(contributions, payload=payload)
     assert sim.version == 1
+
+
+def test_a_policy_that_keeps_scheduling_at_one_instant_stops_as_stalled_not_for_ever():
+    # a round of nobody ended by a timer of no delay, over and over (CC-FedAvg's dropout once did): max_time
+    # never comes, so the run stops after far more events at one instant than a round of every client makes
+    from jaxfl.scheduler.simulation import Policy, same_instant_limit
+
+    class Looping(Policy):
+        def start(self, sim):
+            sim.set_timer(sim.now + 1.0, "again")
+
+        def on_arrival(self, sim, record):
+            pass
+
+        def on_timer(self, sim, payload):
+            sim.set_timer(sim.now, "again")
+
+    sim = Simulation(Looping(), ScriptedSpeeds(lambda c, r: 1.0, num_clients=2), [0.5, 0.5], RecordingBackend(),
+                     max_time=100.0)
+    reason = sim.run()
+    assert reason.startswith(f"stalled: {same_instant_limit(2):,} events at virtual time 1 s without the clock moving")
+    assert "policy Looping keeps scheduling at one instant" in reason and sim.events_processed == same_instant_limit(2)

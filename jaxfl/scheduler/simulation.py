@@ -86,6 +86,16 @@ STOP_REASONS = {"max_time": "time budget", "max_updates": "update budget",
 NONFINITE_DROP = "non-finite update"  # the drop reason of on_nonfinite="skip"
 
 
+def same_instant_limit(num_clients: int) -> int:
+    """Events at one virtual instant after which a run stops as stalled: 20 per client, at least
+    10^6 (every client's dispatch, arrival and reply at one instant, many times over).
+
+    >>> same_instant_limit(10), same_instant_limit(10**6)
+    (1000000, 20000000)
+    """
+    return max(10**6, 20 * num_clients)
+
+
 def nonfinite_streak_limit(num_clients: int) -> int:
     """Non-finite updates in a row, none finite aggregated between them, after which a run with
     ``on_nonfinite="skip"`` stops as diverged: every client's update, up to 1,000, at least 100;
@@ -1048,6 +1058,10 @@ class Simulation:
         # Most runs have a version budget alone: checked here rather than through budget_spent().
         max_updates = self.max_updates if self.max_updates is not None else math.inf
         versions_only = self.max_client_updates is None and self.max_client_steps is None
+        # a policy that keeps scheduling at one instant (a round of nobody, ended by a timer of no delay,
+        # over and over) would never reach max_time: far more events at one instant than any round of
+        # every client can make is a loop, stopped and named
+        instant, at_instant, instant_limit = -math.inf, 0, same_instant_limit(self.num_clients)
         while True:
             if self._stop_requested:
                 self.stop_reason = self._stop_requested
@@ -1068,6 +1082,16 @@ class Simulation:
             handle(event)
             if self.after_event is not None:
                 self.after_event(self)
+            if event.time != instant:
+                instant, at_instant = event.time, 1
+            else:
+                at_instant += 1
+                if at_instant >= instant_limit and not self._stop_requested:
+                    self._stop_requested = (
+                        f"stalled: {at_instant:,} events at virtual time {instant:.6g} s without the clock moving "
+                        f"(the last a {event.kind!r}), far more than one round of every client makes: the "
+                        f"policy {type(self.policy).__name__} keeps scheduling at one instant (a timer of no "
+                        "delay that sets itself again?)")
         return self.stop_reason
 
     def budget_spent(self) -> str | None:
