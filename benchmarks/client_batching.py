@@ -67,7 +67,7 @@ from jaxfl.kernels.client import ClientView
 from jaxfl.models import count_params, make_model
 from jaxfl.models.adapter import as_adapter
 from jaxfl.scheduler.simulation import DispatchRecord
-from _report import run_header, write_json  # benchmarks/_report.py
+from _report import check_above, check_at_least, run_header, write_json  # benchmarks/_report.py
 
 MODELS = {"cnn": {"shape": (28, 28, 1), "data": "mnist10k"},
           "resnet18": {"shape": (32, 32, 3), "data": "random CIFAR-shaped"}}
@@ -224,7 +224,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="local steps per client (default 10)")
     parser.add_argument("--steps-per-call", type=int, help="unrolled steps per call (default 5)")
     parser.add_argument("--batch-size", type=int, help="B per client (default 64; --quick resnet18: 8)")
-    parser.add_argument("--optimizer", default="adam", help="client optimiser (adam, sgd, adamw)")
+    parser.add_argument("--optimizer", default="adam", choices=("adam", "sgd", "adamw"), help="client optimiser")
     parser.add_argument("--lr", type=float, default=0.003)
     parser.add_argument("--repeats", type=int, help="timed flushes per side, alternating (default 3)")
     parser.add_argument("--no-limit", action="store_true", help="skip the one-big-model limit")
@@ -237,6 +237,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="seconds-long smoke size (K 1 2, 2 steps, 1 repeat)")
     parser.add_argument("--json", help="also write the rows, machine, device, jax version, date and command here")
     args = parser.parse_args()
+    check_at_least(parser, args, {"clients": 1, "steps": 1, "steps_per_call": 1, "batch_size": 1, "repeats": 1})
+    check_above(parser, args, {"lr": 0, "peak_tflops": 0})
     defaults = QUICK if args.quick else {"clients": [1, 8, 32, 128], "steps": 10, "steps_per_call": 5, "repeats": 3}
     for name, value in defaults.items():
         if getattr(args, name) is None:

@@ -29,18 +29,27 @@ import jax
 import numpy as np
 
 from jaxfl import RunConfig, run_experiment
-from _report import run_header, write_json  # benchmarks/_report.py
+from _report import check_at_least, run_header, validated, write_json  # benchmarks/_report.py
 
 PLACEMENTS = ("device", "host", "memmap")
 
 
+# the config fields the flags set, for naming the flag in a ConfigError
+FLAGS = {"model": "--model", "clients": "--clients", "clients_per_round": "--per-round", "local_steps": "--steps",
+         "max_updates": "--rounds", "eval_every": "--rounds"}
+
+
+def config_for(placement: str, args, output_dir: str, repeat) -> RunConfig:
+    return RunConfig(algorithm="ccfedavg", algorithm_options={"strategy": "cc"}, dataset="mnist10k",
+                     model=args.model, clients=args.clients, clients_per_round=args.per_round,
+                     local_steps=args.steps, batch_size=10, client_optimizer="sgd", client_lr=0.05,
+                     max_updates=args.rounds, stop_at_target=False, eval_every=args.rounds,
+                     eval_at_start=False, progress=False, checkpoint_every=None, final_checkpoint=False,
+                     client_state=placement, output_dir=output_dir, run_name=f"{placement}-{repeat}")
+
+
 def run(placement: str, args, output_dir: str, repeat: int):
-    config = RunConfig(algorithm="ccfedavg", algorithm_options={"strategy": "cc"}, dataset="mnist10k",
-                       model=args.model, clients=args.clients, clients_per_round=args.per_round,
-                       local_steps=args.steps, batch_size=10, client_optimizer="sgd", client_lr=0.05,
-                       max_updates=args.rounds, stop_at_target=False, eval_every=args.rounds,
-                       eval_at_start=False, progress=False, checkpoint_every=None, final_checkpoint=False,
-                       client_state=placement, output_dir=output_dir, run_name=f"{placement}-{repeat}")
+    config = config_for(placement, args, output_dir, repeat)
     gc.collect()  # the previous run's bank is freed before this one allocates its own
     result = run_experiment(config)
     summary = result.summary
@@ -59,8 +68,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
+    check_at_least(parser, args, {"clients": 1, "per_round": 1, "steps": 1, "rounds": 1, "repeats": 1})
     if args.quick:
         args.clients, args.per_round, args.rounds, args.repeats = 40, 4, 3, 1
+    for placement in PLACEMENTS:  # a size jaxfl refuses (more per round than clients, ...) fails here, before any run
+        validated(parser, config_for(placement, args, "unused", 0), FLAGS)
     seconds = {placement: [] for placement in PLACEMENTS}
     outside = {placement: [] for placement in PLACEMENTS}
     memory, params = {}, {}

@@ -23,16 +23,19 @@ and the baseline column says why it is missing.
     python benchmarks/cpu_speed.py                              # both workloads, full size
     python benchmarks/cpu_speed.py --workloads cross_device --repeats 3 --json out.json
     python benchmarks/cpu_speed.py --quick                      # seconds-long smoke size (CI)
+    python benchmarks/cpu_speed.py --data-dir /path/to/fashion-mnist   # the IDX files (.gz) elsewhere
+
+Both sides read Fashion-MNIST from ``--data-dir`` (default: jaxfl's folder,
+``/usr/share/datasets/fashion-mnist``, Debian's ``dataset-fashion-mnist``); a folder without its four
+IDX files is refused before anything runs.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -43,7 +46,8 @@ import jax
 
 from jaxfl import RunConfig, run_experiment
 from jaxfl.execution import ExecutionPlan
-from _report import outside_training_share  # benchmarks/_report.py
+from jaxfl.data.datasets import FASHION_MNIST_DIR
+from _report import check_at_least, check_data_dir, outside_training_share, run_header, write_json  # benchmarks/
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_TORCH_PYTHON = os.path.join(HERE, ".venv-torch", "bin", "python")
@@ -57,9 +61,10 @@ QUICK = {
 }
 
 
-def workload_config(name: str, size: dict, output_dir: str, run_name: str) -> RunConfig:
+def workload_config(name: str, size: dict, output_dir: str, run_name: str, data_dir: str | None = None) -> RunConfig:
     rounds = size["rounds"]
-    return RunConfig(algorithm="fedavg", dataset="fashion_mnist", model="cnn_example", clients=size["clients"],
+    return RunConfig(algorithm="fedavg", dataset="fashion_mnist", data_dir=data_dir, model="cnn_example",
+                     clients=size["clients"],
                      partition="iid", clients_per_round=size["clients_per_round"], local_steps=size["local_steps"],
                      batch_size=size["batch_size"], client_optimizer="sgd", client_lr=0.1, server_lr=1.0,
                      heterogeneity="homo", max_updates=2 * rounds, eval_every=rounds,
@@ -68,8 +73,9 @@ def workload_config(name: str, size: dict, output_dir: str, run_name: str) -> Ru
 
 
 def _process_time() -> float:
-    times = os.times()
-    return times.user + times.system
+    """The process's CPU time, every thread's (``os.times()`` counts in 10 ms ticks: too coarse for
+    the quick sizes)."""
+    return time.process_time()
 
 
 def _now() -> tuple[float, float, float]:
@@ -122,8 +128,8 @@ class _Clocks:
             experiment.held_out_evaluator = build
 
 
-def time_jaxfl(name: str, size: dict, output_dir: str, repeat: int) -> dict:
-    config = workload_config(name, size, output_dir, f"{name}-{repeat}")
+def time_jaxfl(name: str, size: dict, output_dir: str, repeat: int, data_dir: str | None = None) -> dict:
+    config = workload_config(name, size, output_dir, f"{name}-{repeat}", data_dir)
     clocks = _Clocks()
     with clocks.timing_evaluations():
         result = run_experiment(config, loggers=[clocks])
@@ -158,14 +164,16 @@ def time_jaxfl(name: str, size: dict, output_dir: str, repeat: int) -> dict:
             "load_average": round(os.getloadavg()[0], 2)}
 
 
-def time_torch(name: str, size: dict, torch_python: str | None, quick: bool, threads: int | None = None) -> dict:
+def time_torch(name: str, size: dict, torch_python: str | None, quick: bool, threads: int | None = None,
+               data_dir: str | None = None) -> dict:
     if torch_python is None:
         return {"skipped": "no Python with torch: create benchmarks/.venv-torch (see torch_loop.py) or pass --torch-python"}
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "torch.json")
         command = [torch_python, os.path.join(HERE, "torch_loop.py"), "--workload", name,
                    "--rounds", str(size["rounds"]), "--json", out] + (["--quick"] if quick else []) \
-            + ([] if threads is None else ["--threads", str(threads)])
+            + ([] if threads is None else ["--threads", str(threads)]) \
+            + ([] if data_dir is None else ["--data-dir", data_dir])
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             return {"skipped": f"torch_loop.py failed: {done.stderr.strip().splitlines()[-1:]}"}
@@ -179,7 +187,7 @@ def find_torch_python(requested: str | None) -> str | None:
                 [candidate, "-c", "import torch"], capture_output=True).returncode == 0:
             return candidate
     if requested:
-        raise SystemExit(f"--torch-python {requested!r} cannot import torch")
+        raise ValueError(f"--torch-python {requested} is not allowed: it cannot import torch; a Python that can")
     return None
 
 
@@ -190,10 +198,19 @@ def main() -> None:
     parser.add_argument("--torch-python", help="a Python that can import torch (default: benchmarks/.venv-torch)")
     parser.add_argument("--torch-threads", type=int, help="the PyTorch loop's threads (default: torch_loop.py's, "
                         "every core); 1 on a loaded machine, where torch's threads busy-wait for each other")
+    parser.add_argument("--data-dir", default=FASHION_MNIST_DIR, help="folder of the Fashion-MNIST IDX files, "
+                        "for both sides (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="seconds-long smoke size")
-    parser.add_argument("--json", help="write the rows, the machine and the date here")
+    parser.add_argument("--json", help="write the rows, the machine, device, jax version and date here")
     args = parser.parse_args()
-    torch_python = find_torch_python(args.torch_python)
+    check_at_least(parser, args, {"repeats": 1, "torch_threads": 1})
+    check_data_dir(parser, "--data-dir", args.data_dir)
+    if args.torch_python is not None and not os.path.exists(args.torch_python):
+        parser.error(f"--torch-python {args.torch_python} is not allowed: no such file; a Python that can import torch")
+    try:
+        torch_python = find_torch_python(args.torch_python)
+    except ValueError as error:
+        parser.error(str(error))
     sizes = QUICK if args.quick else WORKLOADS
     plan = ExecutionPlan.for_backend(jax.default_backend())
     print(f"jax {jax.__version__} on {jax.default_backend()}: {plan.devices} device(s), {os.cpu_count()} cores; "
@@ -204,8 +221,8 @@ def main() -> None:
             size = sizes[name]
             jaxfl_runs, torch_runs = [], []
             for repeat in range(1 if args.quick else args.repeats):
-                jaxfl_runs.append(time_jaxfl(name, size, output_dir, repeat))
-                torch_runs.append(time_torch(name, size, torch_python, args.quick, args.torch_threads))
+                jaxfl_runs.append(time_jaxfl(name, size, output_dir, repeat, args.data_dir))
+                torch_runs.append(time_torch(name, size, torch_python, args.quick, args.torch_threads, args.data_dir))
             jaxfl_rate = statistics.median(run["samples_per_second"] for run in jaxfl_runs)
             torch_rates = [run["samples_per_second"] for run in torch_runs if "samples_per_second" in run]
             torch_rate = statistics.median(torch_rates) if torch_rates else None
@@ -235,13 +252,8 @@ def main() -> None:
               f"{row['torch_samples_per_second'] if row['torch_samples_per_second'] is not None else '—'} | "
               f"{row['ratio'] if row['ratio'] is not None else '—'} | {row['host_share']:.1%} | "
               f"{', '.join(f'{load:.1f}' for load in row['load_average'])} |")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"rows": rows, "machine": platform.node(), "processor": platform.processor(),
-                       "cores": os.cpu_count(), "device": str(jax.devices()[0].device_kind),
-                       "backend": jax.default_backend(), "jax": jax.__version__,
-                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                       "command": " ".join(sys.argv)}, handle, indent=2)
+    write_json(args.json, {**run_header("cpu_speed", quick=args.quick, data_dir=args.data_dir,
+                                        torch_python=torch_python), "rows": rows})
 
 
 if __name__ == "__main__":

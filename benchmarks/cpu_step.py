@@ -3,8 +3,12 @@
 
 The program timed is the one the engine compiles for each CPU device on the ``cross_device`` workload
 of ``cpu_speed.py``: PyTorch's MNIST example CNN (``cnn_example``, 1.2 M parameters), plain SGD at
-lr 0.1, one vmapped client, 6 unrolled steps of batch 10 drawn from its 60 samples, the step count a
-runtime value (the masked steps of the engine). Each formulation is compiled once, then the
+lr 0.1, one vmapped client, its 6 local steps of batch 10 drawn from its 60 samples in one unrolled
+6-step call: the engine's call for this workload on a CPU (the example CNN keeps an XLA convolution,
+so the engine runs unrolled chunks, and clients that share the 6-step count fill one 6-step chunk:
+no padding step is computed). The step count is passed at run time in the client's state, as the
+engine passes it, so every step still evaluates the trainer's ``step < num_steps`` guard (a select
+per parameter and optimiser leaf), though here all 6 steps are active. Each formulation is compiled once, then the
 formulations take turns (``--repeats`` rounds of ``--calls`` calls each, so that a shared machine's
 load hits all of them) and the table gives the median milliseconds per step, wall and CPU (the
 process's CPU time: steadier than wall time when other jobs share the cores), with the load average.
@@ -51,6 +55,10 @@ does; not pinned), which with ``--flags`` compares thread settings of the device
     python benchmarks/cpu_step.py --profile default reshape_pool --repeats 3   # the 20 costliest operations
     CPU_STEP_BATCH=64 python benchmarks/cpu_step.py --variants default no_dense   # cross_silo's batch
     python benchmarks/cpu_step.py --devices 2 --flags xla_cpu_multi_thread_eigen=true xla_cpu_multi_thread_eigen=false
+    python benchmarks/cpu_step.py --quick --json step.json   # smoke size (CI): `default`, 1 round of 1 call
+
+``--json PATH`` writes the rows (timings, flag settings or profiled operations) with
+``_report.run_header``'s machine, device, jax version and date.
 """
 from __future__ import annotations
 
@@ -67,6 +75,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from _report import check_at_least, run_header, write_json  # benchmarks/_report.py (jax imported when used)
 
 ONE_CORE_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 STEPS = 6
@@ -329,9 +339,9 @@ def _describe(function) -> tuple[dict, collections.Counter]:
     return described, collections.Counter(described.values())
 
 
-def profile(variants, calls: int, repeats: int = 1, top: int = 20) -> None:
+def profile(variants, calls: int, repeats: int = 1, top: int = 20) -> list[dict]:
     """Print the costliest operations of each formulation's step from XLA:CPU's trace, side by side
-    (the formulations traced in turn ``repeats`` times; medians)."""
+    (the formulations traced in turn ``repeats`` times; medians), and return the table's rows."""
     import jax
 
     compiled = {}
@@ -358,28 +368,50 @@ def profile(variants, calls: int, repeats: int = 1, top: int = 20) -> None:
         rows += [operation for operation, _ in costs.most_common(top) if operation not in rows][:top // 2]
     print("| " + " | ".join(f"{variant} ms/step" for variant in variants) + " | per step | operation (kind, shape, "
           "source) |\n|" + "---:|" * (len(variants) + 1) + "---|")
+    table = []
     for operation in rows:
         count = max(compiled[variant][3][operation] for variant in variants) / STEPS
         print("| " + " | ".join(f"{median[variant][operation] / 1e3:.3f}" if operation in median[variant] else ""
                                 for variant in variants) + f" | {count:.1f} | {operation} |")
+        table.append({"operation": operation, "per_step": count,
+                      "ms_per_step": {variant: round(median[variant][operation] / 1e3, 4)
+                                      for variant in variants if operation in median[variant]}})
+    return table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS,
+                        help="the formulations to time (default: all of them; --quick: default)")
     parser.add_argument("--flags", nargs="+", metavar="FLAG", help="time `default` under each of these XLA "
                         "flags, written without their leading -- (`none`: no flag; `a=1,b=2`: two at once), each "
                         "in its own process, instead of the formulations")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=5, help="6-step calls per timing")
+    parser.add_argument("--repeats", type=int, help="rounds of the formulations taking turns (default 5; --quick: 1)")
+    parser.add_argument("--calls", type=int, help="6-step calls per timing (default 5; --quick: 1)")
     parser.add_argument("--core", type=int, help="the core to pin to (default: the last one allowed)")
     parser.add_argument("--devices", type=int, default=1, help="run on this many jax CPU devices at once, one "
                         "client each, as the engine does (no pinning; XLA_FLAGS as given, or as jaxfl sets them)")
     parser.add_argument("--profile", nargs="+", choices=VARIANTS, metavar="VARIANT", help="print where these "
                         "formulations' steps go (XLA:CPU's trace per operation, side by side, traced in turn "
                         "--repeats times) instead of timing them")
+    parser.add_argument("--quick", action="store_true", help="smoke size (CI): --variants default (unless given), "
+                        "1 round of 1 call")
+    parser.add_argument("--json", help="also write the rows, the machine, device, jax version and date here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    check_at_least(parser, args, {"repeats": 1, "calls": 1, "devices": 1})
+    allowed = sorted(os.sched_getaffinity(0))
+    if args.core is not None and args.core not in allowed:
+        parser.error(f"--core {args.core} is not allowed: one of the cores this process may run on "
+                     f"({', '.join(map(str, allowed))})")
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 5
+    if args.calls is None:
+        args.calls = 1 if args.quick else 5
+    if args.variants is None:
+        args.variants = ["default"] if args.quick else list(VARIANTS)
+    run_settings = {"variants": args.variants, "repeats": args.repeats, "calls": args.calls, "devices": args.devices,
+                "quick": args.quick, "batch": int(os.environ.get("CPU_STEP_BATCH", 10)), "steps_per_call": STEPS}
 
     if args.flags:
         settings = [" ".join(f"--{flag}" for flag in setting.split(",")) if setting != "none" else ""
@@ -409,6 +441,14 @@ def main() -> None:
             print(f"| `{flags or '(none)'}` | {statistics.median(r[0] for r in done_runs):.2f} | "
                   f"{statistics.median(r[1] for r in done_runs):.2f} | "
                   f"{min(r[2] for r in done_runs):.1f}–{max(r[2] for r in done_runs):.1f} |")
+        # the children's backend: the header's device is this parent's (jax is only started here for it)
+        header = run_header("cpu_step --flags", **{**run_settings, "variants": ["default"]},
+                            base_flags=ONE_CORE_FLAGS if args.devices == 1 else "")
+        write_json(args.json, {**header,
+                               "rows": [{"xla_flags": flags, "runs": [None if run is None else
+                                                                       dict(zip(("wall_ms", "cpu_ms", "load"), run))
+                                                                       for run in runs]}
+                                        for flags, runs in rows.items()]})
         return
 
     os.environ["JAXFL_CPU_DEVICES"] = str(args.devices)
@@ -418,12 +458,16 @@ def main() -> None:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_enable_xprof_traceme=true".strip()
     if args.devices == 1:
         _pin(args.core)
+    import importlib
+
     import jax
 
-    import jaxfl  # noqa: F401  (its device settings, before jax's backends start)
+    importlib.import_module("jaxfl")  # its device settings, before jax's backends start
 
     if args.profile:
-        profile(args.profile, args.calls, args.repeats)
+        rows = profile(args.profile, args.calls, args.repeats)
+        write_json(args.json, {**run_header("cpu_step --profile", **{**run_settings, "variants": args.profile},
+                                            xla_flags=os.environ.get("XLA_FLAGS", "")), "rows": rows})
         return
 
     results = time_variants(args.variants, args.repeats, args.calls)
@@ -436,9 +480,15 @@ def main() -> None:
     print(f"jax {jax.__version__}, {where}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, load average {low:.1f}–{high:.1f}")
     print("| formulation | wall ms/step | CPU ms/step | CPU ms/step, best | CPU vs default |\n|---|---:|---:|---:|---:|")
     reference = results.get("default", next(iter(results.values())))["cpu_ms"]
+    rows = []
     for variant, row in results.items():
         print(f"| {variant} | {row['wall_ms']:.2f} | {row['cpu_ms']:.2f} | {row['cpu_ms_min']:.2f} | "
               f"{row['cpu_ms'] / reference:.2f}× |")
+        rows.append({"formulation": variant, "wall_ms_per_step": round(row["wall_ms"], 4),
+                     "cpu_ms_per_step": round(row["cpu_ms"], 4), "cpu_ms_per_step_best": round(row["cpu_ms_min"], 4),
+                     "cpu_vs_default": round(row["cpu_ms"] / reference, 4)})
+    write_json(args.json, {**run_header("cpu_step", **run_settings, xla_flags=os.environ.get("XLA_FLAGS", ""),
+                                        load_average=[low, high]), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ import jax
 from jaxfl import RunConfig, run_experiment
 from jaxfl.data import load_dataset
 from jaxfl.execution import DEFAULT_CLIENTS_PER_DEVICE
-from _report import outside_training_share, run_header, write_json  # benchmarks/_report.py
+from _report import check_above, check_at_least, outside_training_share, run_header, write_json  # benchmarks/
 
 COMMON = dict(partition="iid", heterogeneity="exp", stop_at_target=False, max_time=float("inf"),
               progress=False, checkpoint_every=None, seed=0)
@@ -236,6 +236,8 @@ def main() -> None:
                         help="only the step bounds an accelerator's defaults would have (counts, no timing)")
     parser.add_argument("--json", help="write the runs, the table, machine, device, jax version, date and command here")
     args = parser.parse_args()
+    check_at_least(parser, args, {"repeats": 1, "fedbuff_updates": 1, "fedcompass_updates": 1})
+    check_above(parser, args, {"time_budget": 0})
     if args.repeats is None:
         args.repeats = 1 if args.quick else 2
     started = time.perf_counter()

@@ -41,7 +41,7 @@ import warnings
 import jax
 
 from jaxfl import RunConfig, run_experiment
-from _report import run_header, write_json  # benchmarks/_report.py
+from _report import check_above, check_at_least, run_header, validated, write_json  # benchmarks/_report.py
 
 
 def config_for(args, model: str, output_dir: str) -> RunConfig:
@@ -53,6 +53,13 @@ def config_for(args, model: str, output_dir: str) -> RunConfig:
                      # a save's cost is measured at a fixed cadence: no wall-time spacing
                      checkpoint_every=args.checkpoint_every, checkpoint_min_interval_s=0, seed=args.seed, output_dir=output_dir,
                      run_name=f"{model}-{args.clients}")
+
+
+# the config fields the flags set, for naming the flag in a ConfigError
+FLAGS = {"dataset": "--dataset", "clients": "--clients", "model": "--models", "concurrency": "--concurrency",
+         "buffer_size": "--buffer-size", "local_steps": "--local-steps", "batch_size": "--batch-size",
+         "client_lr": "--client-lr", "max_updates": "--updates", "eval_every": "--eval-every",
+         "checkpoint_every": "--checkpoint-every", "seed": "--seed"}
 
 
 class WallClockBudget:
@@ -156,11 +163,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2,000 clients, 100 in flight, 3 aggregations (CI)")
     parser.add_argument("--json", help="write the runs, machine, device, jax version, date and command here")
     args = parser.parse_args()
+    check_at_least(parser, args, {"clients": 1, "concurrency": 1, "buffer_size": 1, "updates": 1, "eval_every": 1,
+                                  "local_steps": 1, "batch_size": 1, "checkpoint_every": 1, "seed": 0})
+    check_above(parser, args, {"client_lr": 0, "time_budget": 0})
     warnings.filterwarnings("ignore", message="dataset .* has no default target accuracy")  # none is wanted
     if args.quick:
         args.clients, args.concurrency, args.updates = 2000, 100, 3
     if args.eval_every is None:
         args.eval_every = max(1, args.updates // 6)
+    for model in args.models:  # a size or name jaxfl refuses fails here, before any federation is built
+        validated(parser, config_for(args, model, "unused"), FLAGS)
     device = jax.devices()[0]
     header = run_header("million_clients", quick=args.quick,
                         load_average_before=[round(v, 2) for v in os.getloadavg()],

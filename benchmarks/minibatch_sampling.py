@@ -15,11 +15,18 @@ alternate call by call after a warm-up; the table gives the median time per call
 
     python benchmarks/minibatch_sampling.py                       # max_count 600 6000 60000, K 8, B 64
     python benchmarks/minibatch_sampling.py --steps-per-call 10 --repeats 30
+    python benchmarks/minibatch_sampling.py --quick --json out.json   # smoke size (CI): max_count 600, K 2, B 8
+
+``--quick`` is the smoke size (CI): max_count 600, K 2, B 8, 3 timed calls after 1 warm-up (flags
+given with it keep their values). ``--json PATH`` writes the table's rows with
+``_report.run_header``'s machine, device, jax version and date.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import jax
@@ -28,6 +35,13 @@ import numpy as np
 
 from jaxfl.kernels.client import ClientView, minibatch_indices
 from jaxfl.kernels.permutation import DEFAULT_ROUNDS
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _report import check_at_least, run_header, write_json  # noqa: E402  (benchmarks/_report.py)
+
+QUICK = {"max_counts": [600], "clients": 2, "batch_size": 8, "steps_per_call": 1, "repeats": 3, "warmup": 1}
+DEFAULTS = {"max_counts": [600, 6000, 60000], "clients": 8, "batch_size": 64, "steps_per_call": 1, "repeats": 50,
+            "warmup": 3}
 
 
 def argsort_indices(key, step, offset, count, batch_size: int, max_count: int):
@@ -72,13 +86,25 @@ def time_call(fn, args) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--max-counts", type=int, nargs="+", default=[600, 6000, 60000])
-    parser.add_argument("--clients", type=int, default=8, help="K, vmapped")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--steps-per-call", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=50, help="timed calls per side")
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--max-counts", type=int, nargs="+", help="the largest client's samples, one table row "
+                        "each (default 600 6000 60000; --quick: 600)")
+    parser.add_argument("--clients", type=int, help="K, vmapped (default 8; --quick: 2)")
+    parser.add_argument("--batch-size", type=int, help="B (default 64; --quick: 8)")
+    parser.add_argument("--steps-per-call", type=int, help="S consecutive steps a call (default 1)")
+    parser.add_argument("--repeats", type=int, help="timed calls per side (default 50; --quick: 3)")
+    parser.add_argument("--warmup", type=int, help="untimed calls per side first (default 3; --quick: 1)")
+    parser.add_argument("--quick", action="store_true", help="smoke size (CI): max_count 600, K 2, B 8, 3 calls")
+    parser.add_argument("--json", help="also write the rows, the machine, device, jax version and date here")
     args = parser.parse_args()
+    check_at_least(parser, args, {"max_counts": 1, "clients": 1, "batch_size": 1, "steps_per_call": 1,
+                                  "repeats": 1, "warmup": 0})
+    for name, value in (QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    header = run_header("minibatch_sampling", quick=args.quick, clients=args.clients, batch_size=args.batch_size,
+                        steps_per_call=args.steps_per_call, repeats=args.repeats, warmup=args.warmup,
+                        feistel_rounds=DEFAULT_ROUNDS)
+    rows = []
     K, B, S = args.clients, args.batch_size, args.steps_per_call
     print(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), jax {jax.__version__}; "
           f"K={K} clients vmapped, B={B}, {S} step(s) per call, {DEFAULT_ROUNDS} Feistel rounds, "
@@ -109,6 +135,10 @@ def main() -> None:
                     times[name].append(elapsed)
         argsort_ms, feistel_ms = (1e3 * statistics.median(times[name]) for name in sides)
         print(f"{max_count:>9} {argsort_ms:>16.3f} {feistel_ms:>16.3f} {argsort_ms / feistel_ms:>16.1f}", flush=True)
+        rows.append({"max_count": max_count, "argsort_ms_per_call": round(argsort_ms, 4),
+                     "feistel_ms_per_call": round(feistel_ms, 4), "argsort_over_feistel": round(argsort_ms / feistel_ms, 3),
+                     "calls_timed": len(times["feistel"])})
+        write_json(args.json, {**header, "rows": rows})  # after each row: a run cut short keeps it
 
 
 if __name__ == "__main__":

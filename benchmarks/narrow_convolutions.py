@@ -14,6 +14,7 @@ reference where ``--torch PYTHON`` names an interpreter that has torch (LeNet-5 
     python benchmarks/narrow_convolutions.py                          # lenet5, cnn, fedasmu_cnn at batch 10 and 32
     python benchmarks/narrow_convolutions.py --models lenet5 --batch-sizes 32 --torch benchmarks/.venv-torch/bin/python
     python benchmarks/narrow_convolutions.py --evaluation --models lenet5 ccfedavg_cnn cnn cnn_example
+    python benchmarks/narrow_convolutions.py --quick --json out.json   # smoke size (CI): lenet5, batch 2, 2 clients
 
 ``--evaluation`` times the held-out evaluation instead (``make_evaluator`` as the engine builds it,
 10,000 random images, every device of the process): the model's forward pass in XLA's forms, with
@@ -21,6 +22,10 @@ the whole rewrite (``cpu_friendly``) and with narrow convolutions only (``infere
 at 1,000 images a batch, and narrow convolutions only at the batch ``evaluation_batch_size`` picks
 (what an evaluation on a CPU uses since 2026-11-29: patches within ``EVAL_PATCH_BYTES``), seconds per
 evaluation, best of ``--repeats``, the forms taking turns.
+
+``--quick`` is the smoke size (CI): LeNet-5 alone, and for the step batch 2, 2 clients, 2 steps, one
+round (for ``--evaluation``, one round); flags given with it keep their values. ``--json PATH`` writes
+the table's rows with ``_report.run_header``'s machine, device, jax version and date.
 """
 from __future__ import annotations
 
@@ -43,6 +48,7 @@ import optax  # noqa: E402
 from jaxfl.kernels import ClientView, FederatedArrays, cpu_ops, make_client_trainer  # noqa: E402
 from jaxfl.engine import choose_step_loop  # noqa: E402
 from jaxfl.models import as_adapter, make_model  # noqa: E402
+from _report import check_at_least, run_header, write_json  # noqa: E402  (benchmarks/_report.py)
 
 # the zoo's CIFAR models take 32x32x3 images; the others MNIST-shaped ones
 CIFAR_SHAPED = {"ccfedavg_cnn", "fedasmu_cnn", "resnet18", "vgg11", "alexnet"}
@@ -67,6 +73,11 @@ for layout in ("NCHW", "channels_last"):
         best = min(best, (time.perf_counter() - start) / (steps * 5))
     print(f"{layout} {best * 1e3:.3f}")
 """
+
+
+QUICK = {"models": ["lenet5"], "batch_sizes": [2], "clients": 2, "steps": 2, "repeats": 1}
+DEFAULTS = {"models": ["lenet5", "cnn", "fedasmu_cnn"], "batch_sizes": [10, 32], "clients": 5, "steps": 10,
+            "repeats": 3}
 
 
 def input_shape(name: str) -> tuple[int, ...]:
@@ -101,7 +112,7 @@ def compile_call(name: str, batch: int, clients: int, steps: int):
     return call, states, loop
 
 
-def time_evaluations(models: list[str], repeats: int) -> None:
+def time_evaluations(models: list[str], repeats: int) -> list[dict]:
     from jaxfl.experiment import EVAL_BATCH, evaluation_batch_size, make_evaluator
 
     print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, jax {jax.__version__}, "
@@ -109,6 +120,7 @@ def time_evaluations(models: list[str], repeats: int) -> None:
     print("| model | XLA's forms | whole rewrite | narrow convolutions only (inference=True) | the same at the "
           "cache-sized batch | batch |\n|---|---:|---:|---:|---:|---:|")
     rng = np.random.default_rng(0)
+    rows = []
     for name in models:
         shape = input_shape(name)
         adapter = as_adapter(make_model(name, 10))
@@ -129,23 +141,48 @@ def time_evaluations(models: list[str], repeats: int) -> None:
                 evaluate(variables)
                 best[index] = min(best[index], time.perf_counter() - start)
         print(f"| {name} | " + " | ".join(f"{seconds:.3f}" for seconds in best) + f" | {batch} |", flush=True)
+        rows.append({"model": name, "xla_s": best[0], "whole_rewrite_s": best[1], "narrow_only_s": best[2],
+                     "narrow_only_cache_batch_s": best[3], "cache_batch": int(batch), "batch": EVAL_BATCH,
+                     "images": 10_000})
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["lenet5", "cnn", "fedasmu_cnn"])
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[10, 32])
-    parser.add_argument("--clients", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--models", nargs="+", help="zoo models (default lenet5 cnn fedasmu_cnn; --quick: lenet5)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", help="batch per client (default 10 32; --quick: 2)")
+    parser.add_argument("--clients", type=int, help="vmapped clients (default 5; --quick: 2)")
+    parser.add_argument("--steps", type=int, help="steps a call (default 10; --quick: 2)")
+    parser.add_argument("--repeats", type=int, help="rounds of the sides taking turns, best of them (default 3; "
+                        "--quick: 1)")
     parser.add_argument("--core", type=int, help="the core to pin to (default: the last one allowed)")
     parser.add_argument("--torch", metavar="PYTHON", help="an interpreter with torch: LeNet-5's step in PyTorch too")
     parser.add_argument("--evaluation", action="store_true", help="time the held-out evaluation's forms instead")
+    parser.add_argument("--quick", action="store_true", help="smoke size (CI): lenet5, batch 2, 2 clients, 2 steps, "
+                        "1 round")
+    parser.add_argument("--json", help="also write the rows, the machine, device, jax version and date here")
     args = parser.parse_args()
+    check_at_least(parser, args, {"batch_sizes": 1, "clients": 1, "steps": 1, "repeats": 1})
+    for name, value in (QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     for name in args.models:
-        make_model(name, 10)  # an unknown name fails here, before anything is timed
+        try:
+            make_model(name, 10)  # an unknown name fails here, before anything is timed
+        except (KeyError, ValueError) as error:
+            parser.error(f"--models {name} is not allowed: {error}")
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    if args.core is not None and allowed is not None and args.core not in allowed:
+        parser.error(f"--core {args.core} is not allowed: one of the cores this process may run on "
+                     f"({', '.join(map(str, allowed))})")
+    if args.torch and not os.path.exists(args.torch):
+        parser.error(f"--torch {args.torch} is not allowed: no such file; a Python interpreter that has torch")
+    settings = {key: getattr(args, key) for key in ("models", "batch_sizes", "clients", "steps", "repeats", "quick")}
     if args.evaluation:
-        return time_evaluations(args.models, args.repeats)
+        settings.pop("batch_sizes"), settings.pop("clients"), settings.pop("steps")
+        rows = time_evaluations(args.models, args.repeats)
+        write_json(args.json, {**run_header("narrow_convolutions --evaluation", **settings), "rows": rows})
+        return
     if hasattr(os, "sched_setaffinity"):
         core = args.core if args.core is not None else max(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {core})
@@ -156,6 +193,9 @@ def main() -> None:
           "| PyTorch NCHW / channels_last ms |")
     print("|---|---:|---|---:|---|---:|---:|---|")
     default = cpu_ops.MIN_XLA_FEATURES
+    header = run_header("narrow_convolutions", **settings, core=core if hasattr(os, "sched_setaffinity") else None,
+                        min_xla_features={"before": 0, "now": default})
+    rows = []
     for name in args.models:
         for batch in args.batch_sizes:
             sides = {}
@@ -178,6 +218,11 @@ def main() -> None:
                 reference = " / ".join(line.split()[1] for line in done.stdout.splitlines())
             print(f"| {name} | {batch} | {sides['before'][2]} | {best['before']:.2f} | {sides['now'][2]} | "
                   f"{best['now']:.2f} | {best['before'] / best['now']:.2f} | {reference} |", flush=True)
+            rows.append({"model": name, "batch": batch, "before_loop": sides["before"][2],
+                         "before_ms_per_client_step": best["before"], "now_loop": sides["now"][2],
+                         "now_ms_per_client_step": best["now"], "before_over_now": best["before"] / best["now"],
+                         "torch_ms_nchw_channels_last": reference or None})
+            write_json(args.json, {**header, "rows": rows})  # after each row: a run cut short keeps it
 
 
 if __name__ == "__main__":

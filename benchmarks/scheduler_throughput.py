@@ -44,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxfl import algorithms  # noqa: E402
 from jaxfl.config import RunConfig, validate  # noqa: E402
+from _report import check_at_least, validated  # noqa: E402  (benchmarks/_report.py: it imports no jax)
 from jaxfl.experiment import _expected_event_rows, _TimingBackend  # noqa: E402
 from jaxfl.runlog import EVENT_LOG_FIELDS, EventLog, _pyarrow, read_events  # noqa: E402
 from jaxfl.scheduler.simulation import Simulation  # noqa: E402
@@ -428,6 +429,10 @@ def main() -> None:
     parser.add_argument("--log-formats", nargs="+", choices=LOG_FORMATS, default=["run", "csv"],
                         help="the formats --log-rows writes (default: run csv)")
     args = parser.parse_args()
+    check_at_least(parser, args, {"clients": 1, "updates": 1, "concurrency": 1})
+    for algorithm in args.algorithms:  # an unknown name fails here, before anything is timed
+        validated(parser, RunConfig(algorithm=algorithm, timing_only=True, progress=False),
+                  {"algorithm": "--algorithms"})
     global log_format
     log_format = args.log_format
     if args.log_rows is not None:

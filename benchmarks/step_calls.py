@@ -7,15 +7,17 @@ the rounds after the first two) and their ratio: the per-call overhead a chunk s
     python benchmarks/step_calls.py                  # 6 steps, 12 rounds of 4 client rounds each
     python benchmarks/step_calls.py --quick          # seconds-long smoke size (CI)
     python benchmarks/step_calls.py --json out.json
+    python benchmarks/step_calls.py --data-dir /path/to/fashion-mnist   # the IDX files (.gz) elsewhere
+
+CPU time is the process's (``time.process_time()``: every thread's, XLA's included, at the clock's
+resolution, not ``os.times()``'s 10 ms ticks). The JSON has ``_report.run_header``'s machine, device,
+jax version and date.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -29,14 +31,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu_speed  # noqa: E402  (the cross-device workload's config)
 
 from jaxfl import run_experiment  # noqa: E402
+from jaxfl.data.datasets import FASHION_MNIST_DIR  # noqa: E402
 from jaxfl.kernels.client import ClientView  # noqa: E402
+from _report import check_data_dir, run_header, write_json  # noqa: E402  (benchmarks/_report.py)
 
 
-def measure(local_steps: int, rounds: int, client_rounds: int) -> dict:
+def measure(local_steps: int, rounds: int, client_rounds: int, data_dir: str | None = None) -> dict:
     """Per-step wall and CPU milliseconds of ``local_steps`` one-step calls and of one chunk call."""
     size = dict(cpu_speed.WORKLOADS["cross_device"], local_steps=local_steps, rounds=1)
     with tempfile.TemporaryDirectory() as folder:
-        config = dataclasses.replace(cpu_speed.workload_config("cross_device", size, folder, "calls"),
+        config = dataclasses.replace(cpu_speed.workload_config("cross_device", size, folder, "calls", data_dir),
                                      max_updates=1, eval_every=1)
         engine = run_experiment(config).engine  # the engine as a run builds it: plan, mesh, programs
     padded = engine.mesh.size  # one client per device, as the CPU default trains them
@@ -53,14 +57,14 @@ def measure(local_steps: int, rounds: int, client_rounds: int) -> dict:
     for _ in range(rounds):
         for name, (program, lengths) in programs.items():
             jax.block_until_ready(states)
-            wall, cpu = time.perf_counter(), cpu_speed._process_time()
+            wall, cpu = time.perf_counter(), time.process_time()
             for _ in range(client_rounds):
                 for length in lengths:
                     states = program(states, engine._all_devices.training_data, views, np.int32(length))
                 jax.block_until_ready(states)
             steps = client_rounds * local_steps
             timings[name].append(((time.perf_counter() - wall) * 1e3 / steps,
-                                  (cpu_speed._process_time() - cpu) * 1e3 / steps))
+                                  (time.process_time() - cpu) * 1e3 / steps))
     measured = {name: values[2:] if len(values) > 2 else values for name, values in timings.items()}
     rows = [{"calls": name, "steps_per_call": programs[name][1][0],
              "wall_ms_per_step": round(statistics.median(wall for wall, _ in values), 3),
@@ -77,16 +81,19 @@ def main(argv=None) -> int:
     parser.add_argument("--local-steps", type=int, default=6, help="steps of a client round (the chunk's length)")
     parser.add_argument("--rounds", type=int, default=12, help="alternations of the two sides (the first two warm up)")
     parser.add_argument("--client-rounds", type=int, default=4, help="client rounds timed per alternation")
+    parser.add_argument("--data-dir", default=FASHION_MNIST_DIR,
+                        help="folder of the Fashion-MNIST IDX files (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="seconds-long smoke size")
-    parser.add_argument("--json", help="write the figures, the machine and the date here")
+    parser.add_argument("--json", help="write the figures, the machine, device, jax version and date here")
     args = parser.parse_args(argv)
     for name in ("local_steps", "rounds", "client_rounds"):
         if getattr(args, name) < (2 if name == "local_steps" else 1):
             parser.error(f"--{name.replace('_', '-')} {getattr(args, name)} is not allowed: at least "
                          f"{2 if name == 'local_steps' else 1}")
+    check_data_dir(parser, "--data-dir", args.data_dir)
     if args.quick:
         args.local_steps, args.rounds, args.client_rounds = 2, 3, 1
-    result = measure(args.local_steps, args.rounds, args.client_rounds)
+    result = measure(args.local_steps, args.rounds, args.client_rounds, args.data_dir)
     print(f"{result['devices']} devices, {result['step_loop']} steps, load average {os.getloadavg()[0]:.1f}")
     print(f"{'calls':<22} {'wall ms/step':>12} {'CPU ms/step':>12} {'CPU range':>16}")
     for row in result["rows"]:
@@ -94,14 +101,9 @@ def main(argv=None) -> int:
               f"{row['cpu_ms_range'][0]:>7.2f}–{row['cpu_ms_range'][1]:<7.2f}")
     print(f"one-step calls ÷ one chunk: CPU {result['cpu_ratio_one_step_to_chunk']:.3f}, "
           f"wall {result['wall_ratio_one_step_to_chunk']:.3f}")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({**result, "local_steps": args.local_steps, "rounds": args.rounds,
-                       "client_rounds": args.client_rounds, "machine": platform.processor() or platform.machine(),
-                       "cpus": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend(),
-                       "load_average": os.getloadavg()[0],
-                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
-                      handle, indent=2)
+    write_json(args.json, {**run_header("step_calls", quick=args.quick, local_steps=args.local_steps,
+                                        rounds=args.rounds, client_rounds=args.client_rounds, data_dir=args.data_dir,
+                                        load_average=os.getloadavg()[0]), **result})
     return 0
 
 

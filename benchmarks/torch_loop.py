@@ -151,8 +151,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.rounds is None:
         args.rounds = 2 if args.quick else 5
-    if args.rounds < 1 or args.warmup_rounds < 0:
-        p.error("--rounds must be >= 1 and --warmup-rounds >= 0")
+    for flag, value, least in (("--rounds", args.rounds, 1), ("--warmup-rounds", args.warmup_rounds, 0),
+                               ("--threads", args.threads, 1), ("--seed", args.seed, 0)):
+        if value < least:
+            p.error(f"{flag} {value} is not allowed: at least {least}")
+    if torch is not None:  # without torch the run is skipped, whatever the folder
+        missing = [f"{prefix}-{kind}-idx{dims}-ubyte.gz" for prefix in ("train", "t10k")
+                   for kind, dims in (("images", 3), ("labels", 1))
+                   if not (args.data_dir / f"{prefix}-{kind}-idx{dims}-ubyte.gz").is_file()]
+        if missing:
+            p.error(f"--data-dir {args.data_dir} is not allowed: "
+                    f"{'no such folder' if not args.data_dir.is_dir() else 'it lacks ' + ', '.join(missing)}; "
+                    "a folder holding the four Fashion-MNIST IDX files (.gz)")
     return args
 
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEADER = {"machine", "device", "jax", "date", "command"}  # _report.run_header's, in every benchmark's JSON
 
 
 def test_scheduler_throughput_quick(tmp_path):
@@ -70,7 +71,9 @@ def test_cpu_speed_quick_runs_jaxfl_with_defaults_and_no_padding(tmp_path):
     subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "cpu_speed.py"), "--quick",
                     "--workloads", "cross_device", "--json", str(out)], check=True, capture_output=True, text=True,
                    timeout=600)
-    (row,) = json.loads(out.read_text())["rows"]
+    report = json.loads(out.read_text())
+    assert HEADER <= set(report) and report["data_dir"] == "/usr/share/datasets/fashion-mnist"  # jaxfl's folder
+    (row,) = report["rows"]
     (run,) = row["jaxfl_runs"]
     assert row["workload"] == "cross_device" and row["jaxfl_samples_per_second"] > 0
     assert run["samples_per_cpu_second"] > 0
@@ -84,13 +87,18 @@ def test_cpu_speed_quick_runs_jaxfl_with_defaults_and_no_padding(tmp_path):
     assert row["torch_samples_per_second"] is not None or "skipped" in row["torch_runs"][0]
 
 
-def test_cpu_step_times_a_formulation():
-    # one formulation, one call: the one that swaps cpu_friendly's patches back to the former form
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "cpu_step.py"), "--variants",
-                           "minor_concat", "--repeats", "1", "--calls", "1"], check=True, capture_output=True,
-                          text=True, timeout=600)
+def test_cpu_step_quick_times_a_formulation(tmp_path):
+    # --quick: one round of one call; of the formulation that swaps cpu_friendly's patches back to the former form
+    out = tmp_path / "step.json"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "cpu_step.py"), "--quick", "--variants",
+                           "minor_concat", "--json", str(out)], check=True, capture_output=True, text=True,
+                          timeout=600)
     rows = [line.split("|")[1].strip() for line in done.stdout.splitlines() if line.startswith("| ")]
     assert rows == ["formulation", "minor_concat"]
+    report = json.loads(out.read_text())
+    assert HEADER <= set(report) and (report["repeats"], report["calls"]) == (1, 1)
+    (row,) = report["rows"]
+    assert row["formulation"] == "minor_concat" and row["cpu_ms_per_step"] > 0 and row["wall_ms_per_step"] > 0
 
 
 def test_cpu_step_profiles_formulations_side_by_side():
@@ -107,9 +115,6 @@ def test_cpu_step_profiles_formulations_side_by_side():
     divisions = [row for row in rows if row[3].startswith("fusion") and row[3].split()[2:3] == ["div"]
                  and "10,12,12,64]" in row[3]]
     assert divisions and all(row[0] == "" for row in divisions) and max(float(row[1] or 0) for row in divisions) > 0
-
-
-import pytest  # noqa: E402 (the tests below were appended)
 
 
 def test_client_batching_quick_has_the_one_big_model_limit_and_flops(tmp_path):
@@ -297,35 +302,102 @@ def test_a_preflight_cut_at_its_limit_goes_on_and_a_failing_one_stops_the_button
 
 def test_sweep_lockstep_quick_times_one_flush_of_2k_against_two_of_k(tmp_path):
     out = tmp_path / "lockstep.json"
-    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "sweep_lockstep.py"), "--quick",
-                    "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
-    (row,) = json.loads(out.read_text())["rows"]
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "sweep_lockstep.py"), "--quick",
+                           "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
+    report = json.loads(out.read_text())
+    assert HEADER <= set(report)
+    (row,) = report["rows"]
+    assert "| model | K | steps | batch | two flushes of K s | one flush of 2K s | lockstep speed-up |" in done.stdout
+    assert "| mlp | 2 | 2 | 16 |" in done.stdout
     assert (row["model"], row["K"], row["steps"]) == ("mlp", 2, 2)
     assert row["two_flushes_of_K_s"] > 0 and row["one_flush_of_2K_s"] > 0
     assert row["lockstep_speedup"] == pytest.approx(row["two_flushes_of_K_s"] / row["one_flush_of_2K_s"], rel=0.01)
 
 
-def test_checkpoint_overhead_runs_the_three_cadences_to_the_same_model(tmp_path):
-    out = tmp_path / "checkpoints.json"
-    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "checkpoint_overhead.py"), "--repeats", "1",
-                    "--updates", "25", "--model", "logreg", "--json", str(out)],
-                   check=True, capture_output=True, text=True, timeout=600)
+def test_checkpoint_overhead_quick_runs_the_three_cadences_to_the_same_model(tmp_path):
+    out = tmp_path / "checkpoints.json"  # --quick: one round of 25 updates of logreg
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "checkpoint_overhead.py"), "--quick",
+                    "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
     report = json.loads(out.read_text())
+    assert HEADER <= set(report) and (report["model"], report["updates"], report["repeats"]) == ("logreg", 25, 1)
     saves = {row["side"]: row["saves"] for row in report["table"]}
     assert saves == {"none": 1, "every 25": 2, "default": 1}  # the end; 25 and the end; 60 s not yet passed
     assert len({accuracy for row in report["table"] for accuracy in row["final_accuracy"]}) == 1
 
 
-def test_narrow_convolutions_times_lenet5_both_ways_and_an_evaluation():
-    # LeNet-5: unrolled before (its first layer left to XLA), one rolled loop now; the evaluation's four forms
-    script = os.path.join(ROOT, "benchmarks", "narrow_convolutions.py")
-    done = subprocess.run([sys.executable, script, "--models", "lenet5", "--batch-sizes", "2", "--clients", "2",
-                           "--steps", "2", "--repeats", "1"], capture_output=True, text=True, timeout=600, check=True)
+def test_narrow_convolutions_quick_times_lenet5_both_ways_and_an_evaluation(tmp_path):
+    # LeNet-5: unrolled before (its first layer left to XLA), one rolled loop now; the evaluation's four forms.
+    # --quick: lenet5 alone, batch 2, 2 clients, 2 steps, one round
+    script, out = os.path.join(ROOT, "benchmarks", "narrow_convolutions.py"), tmp_path / "narrow.json"
+    done = subprocess.run([sys.executable, script, "--quick", "--json", str(out)], capture_output=True, text=True,
+                          timeout=600, check=True)
     row = next(line for line in done.stdout.splitlines() if line.startswith("| lenet5 |"))
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[:3] == ["lenet5", "2", "unrolled"] and cells[4] == "rolled" and float(cells[3]) > 0 < float(cells[5])
-    done = subprocess.run([sys.executable, script, "--evaluation", "--models", "lenet5", "--repeats", "1"],
+    report = json.loads(out.read_text())
+    assert HEADER <= set(report) and (report["clients"], report["steps"], report["repeats"]) == (2, 2, 1)
+    (row,) = report["rows"]
+    assert (row["model"], row["batch"], row["before_loop"], row["now_loop"]) == ("lenet5", 2, "unrolled", "rolled")
+    done = subprocess.run([sys.executable, script, "--evaluation", "--quick", "--json", str(out)],
                           capture_output=True, text=True, timeout=600, check=True)
     row = next(line for line in done.stdout.splitlines() if line.startswith("| lenet5 |"))
     cells = row.strip("|").split("|")[1:]
     assert len([float(cell) for cell in cells[:4]]) == 4 and cells[4].strip() == "106"  # the cache-sized batch
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["model"] == "lenet5" and row["cache_batch"] == 106 and row["narrow_only_cache_batch_s"] > 0
+
+
+def test_minibatch_sampling_quick_draws_both_ways(tmp_path):
+    out = tmp_path / "sampling.json"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "minibatch_sampling.py"), "--quick",
+                           "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
+    report = json.loads(out.read_text())
+    assert HEADER <= set(report) and (report["clients"], report["batch_size"], report["repeats"]) == (2, 8, 3)
+    (row,) = report["rows"]
+    assert row["max_count"] == 600 and row["calls_timed"] == 3
+    assert row["argsort_ms_per_call"] > 0 and row["feistel_ms_per_call"] > 0
+    assert any(line.split()[:1] == ["600"] for line in done.stdout.splitlines())  # the table's row
+
+
+def test_torch_loop_quick_parses_its_arguments_and_skips_without_torch(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is importable: test_cpu_speed_quick_... runs torch_loop.py's quick size through cpu_speed.py")
+    out = tmp_path / "torch.json"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "torch_loop.py"), "--quick",
+                           "--workload", "cross_silo", "--rounds", "1", "--threads", "1", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "torch_loop: SKIPPED: torch is not installed" in done.stdout, done.stderr
+    record = json.loads(out.read_text())
+    assert record["workload"] == "cross_silo" and "torch is not installed" in record["skipped"]
+
+
+MISSING_FOLDER = "/nonexistent/fashion-mnist"
+
+
+@pytest.mark.parametrize("script, arguments, named", [
+    ("end_to_end.py", ["--fedbuff-updates", "-1"], "--fedbuff-updates -1 is not allowed: at least 1"),
+    ("end_to_end.py", ["--repeats", "0"], "--repeats 0 is not allowed"),
+    ("client_batching.py", ["--clients", "4", "0"], "--clients 4 0 is not allowed: each value at least 1"),
+    ("client_batching.py", ["--steps-per-call", "0"], "--steps-per-call 0 is not allowed"),
+    ("sweep_lockstep.py", ["--repeats", "0"], "--repeats 0 is not allowed"),
+    ("cpu_speed.py", ["--repeats", "0"], "--repeats 0 is not allowed"),
+    ("cpu_speed.py", ["--data-dir", MISSING_FOLDER], f"--data-dir {MISSING_FOLDER} is not allowed: no such folder"),
+    ("step_calls.py", ["--data-dir", MISSING_FOLDER], f"--data-dir {MISSING_FOLDER} is not allowed: no such folder"),
+    ("client_state.py", ["--repeats", "0"], "--repeats 0 is not allowed"),
+    # a size jaxfl's config refuses: its ConfigError, led by the flag
+    ("client_state.py", ["--clients", "10", "--per-round", "20"], "--per-round: clients_per_round=20 is not allowed"),
+    ("million_clients.py", ["--clients", "10", "--concurrency", "100"], "--concurrency: concurrency=100"),
+    ("minibatch_sampling.py", ["--max-counts", "0"], "--max-counts 0 is not allowed"),
+    ("checkpoint_overhead.py", ["--quick", "--updates", "10"], "--updates 10 is not allowed: at least 25"),
+    ("cpu_step.py", ["--calls", "0"], "--calls 0 is not allowed"),
+    ("narrow_convolutions.py", ["--quick", "--steps", "0"], "--steps 0 is not allowed"),
+    ("torch_loop.py", ["--threads", "0"], "--threads 0 is not allowed: at least 1"),
+])
+def test_a_bad_value_is_refused_naming_its_flag_before_any_work(script, arguments, named):
+    # parser.error: exit status 2 and the flag, its value and what is allowed, before anything compiles
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), *arguments],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and named in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and done.stdout == ""

@@ -13,6 +13,8 @@ def test_step_calls_quick_times_one_step_calls_against_one_chunk(tmp_path):
     done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "step_calls.py"), "--quick", "--json",
                            str(out)], check=True, capture_output=True, text=True, timeout=900)
     result = json.loads(out.read_text())
+    assert {"machine", "device", "jax", "date", "command"} <= set(result)  # _report.run_header's
+    assert result["data_dir"] == "/usr/share/datasets/fashion-mnist"  # jaxfl's folder, the default
     assert result["step_loop"] == "unrolled"  # the example CNN keeps XLA convolutions on a CPU
     assert [row["steps_per_call"] for row in result["rows"]] == [1, 2]
     assert all(row["cpu_ms_per_step"] > 0 and row["wall_ms_per_step"] > 0 for row in result["rows"])
