@@ -37,6 +37,7 @@ from jaxfl.config import (DEFAULT_SERVER_LR, FIELDS, PLUGIN_IMPORT_FAILURES, SEC
                           fields_not_read_by, flat_once, import_named_plugins, load_config_file, option_namespaces,
                           split_algorithm_options, unknown_name, variant_unread)
 from jaxfl.checkpoint import DiskWriteError
+from jaxfl.cluster import PeerLost
 from jaxfl.engine import NumericalError, ResourceError
 
 _HELP = {
@@ -1149,8 +1150,12 @@ class _ComparisonInterrupted(KeyboardInterrupt):
 
 def _print_comparison(results, output_dir: str) -> None:
     """The comparison table, then where the table, the plot and the run directories are."""
+    from jaxfl.cluster import process_index
     from jaxfl.comparison import format_table, write_comparison
 
+    if process_index() != 0:  # a cluster run: process 0 writes the table and the plot, and says where
+        print(f"the comparison table and plot: in {output_dir}, written by process 0")
+        return
     comparison = write_comparison(results, output_dir)
     print("\n" + format_table(comparison.rows, results[0].summary["target_accuracy"]))
     print(f"table (CSV): {comparison.table}")
@@ -1327,6 +1332,11 @@ def _main(argv: list[str] | None) -> int:
             results.append(result)
     except DiskWriteError as error:  # a full disk: not bad input; the run keeps its earlier checkpoints
         parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")
+    except PeerLost as error:  # at once: jax's shutdown would wait minutes for the lost process's heartbeat
+        sys.stdout.flush()
+        sys.stderr.write(f"jaxfl: error: {error}\n")
+        sys.stderr.flush()
+        os._exit(1)
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError) as error:
         _exit_on_error(parser, error)
     except NumericalError as error:  # the run directory keeps everything logged until then

@@ -184,6 +184,70 @@ def check_same_run(settings: dict, resume: bool) -> None:
                       "file; --resume on every process or none)")
 
 
+class PeerLost(RuntimeError):
+    """Another process of this cluster run ended (killed, crashed, its host lost) while this one ran:
+    the message says what the run folder keeps and how to go on. The command ends the process at
+    once (``os._exit``) after saying so, rather than wait minutes in jax's shutdown for the lost peer."""
+
+
+_PEER_LOST_SIGNS = ("gloo", "connection reset", "connection closed", "connection refused", "heartbeat",
+                    "coordination service", "broken pipe", "socket closed")
+
+
+def lost_peer(error: BaseException) -> bool:
+    """Whether ``error`` is a collective's failure because another process of a cluster run is gone.
+
+    >>> lost_peer(RuntimeError("UNKNOWN: Gloo all-reduce failed: Connection reset by peer"))   # one process
+    False
+    """
+    return jax.process_count() > 1 and any(sign in str(error).lower() for sign in _PEER_LOST_SIGNS)
+
+
+def check_shared_folder(folder: str, wait_s: float = 30.0) -> None:
+    """Refuse, on every process at once, a run folder the processes do not share: process 0 writes a
+    file into ``folder`` (making it if need be) and every process looks for it, for up to ``wait_s``
+    seconds where its path is process 0's (a network file system may show a new file late). The checkpoints of all processes go
+    to process 0's run folder, so a process that cannot see it would wait at the first checkpoint
+    for ever. A :class:`jaxfl.config.ConfigError` naming the folder and the processes that cannot
+    see it; collective, like :func:`broadcast_text`.
+
+    >>> check_shared_folder("runs")   # one process: nothing to compare
+    """
+    if jax.process_count() == 1:
+        return
+    import secrets
+
+    from jaxfl.config import ConfigError
+
+    name = ""
+    made = False
+    if jax.process_index() == 0:
+        made = not os.path.isdir(folder)
+        os.makedirs(folder, exist_ok=True)
+        name = f".jaxfl-shared-{secrets.token_hex(8)}"
+        with open(os.path.join(folder, name), "w"):
+            pass
+    name = broadcast_text(name)
+    # the same path as process 0's may show the new file late; another path may be another mount of
+    # the same folder, or another folder: looked at once
+    same_path = broadcast_text(os.path.abspath(folder)) == os.path.abspath(folder)
+    deadline = time.monotonic() + (wait_s if same_path else 0.0)
+    while not (seen := os.path.isdir(folder) and name in os.listdir(folder)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    seen_by = all_processes(seen)
+    if jax.process_index() == 0:
+        os.remove(os.path.join(folder, name))
+        if made and not all(seen_by) and not os.listdir(folder):
+            os.rmdir(folder)  # made here for this check alone: nothing is left of a refused run
+    if not all(seen_by):
+        blind = [str(index) for index, ok in enumerate(seen_by) if not ok]
+        raise ConfigError(f"output folder {folder!r} is not shared by every process of this run: process "
+                          f"{', '.join(blind)} cannot see the file process 0 wrote into it within {wait_s:g} s "
+                          f"(process 0's folder: {os.path.abspath(folder)!r}); every process writes its checkpoints "
+                          "there, so give --output-dir (or --resume) a folder on a file system every host mounts, "
+                          "as the same path")
+
+
 def process_index() -> int:
     """This process's index (0 writes the run directory)."""
     return jax.process_index()

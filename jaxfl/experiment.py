@@ -1316,9 +1316,12 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
     second process resuming it, or one running it, is refused in one line."""
     if jax.process_count() > 1:  # every process was given the same run, or none trains it
         settings = config.to_dict()
-        for name in NAME_LEFT_OUT:
+        # may differ between processes: where each writes its own scratch files, and the progress bar
+        # (process 0's); the rest must not, the checkpoints' layout and cadence included (collective)
+        for name in ("output_dir", "progress"):
             _leave_out(settings, name)
         cluster.check_same_run(settings, resume=resume_dir is not None)
+        cluster.check_shared_folder(resume_dir if resume_dir is not None else config.output_dir)
     if resume_dir is None or jax.process_index() != 0:  # a new run takes it once its folder exists (_run)
         return _experiment_in(config, dataset, user, resume_dir, loggers, recorded)
     with resume.holding_lock(resume_dir):
@@ -1359,6 +1362,7 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
 
     try:
         with stopping.said_on_sigterm(last_words), \
+                stopping.removed_on_sigterm(scratch) if scratch is not None else contextlib.nullcontext(), \
                 contextlib.ExitStack() as accepting:  # _run enters it at the first event; it ends with the run
             result = _run(config, dataset, federation, model, params, resume_dir, user, loggers, output_dir, located,
                           accepting)
@@ -1379,6 +1383,14 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
         run_dir = located["run_dir"]
         raise _log_write_error(error, RunInterrupted(run_dir, None if config.timing_only else _newest_checkpoint(run_dir),
                                                      config.timing_only, given_again=given_again)) from None
+    except Exception as error:  # a collective whose peer is gone: what the run keeps, not jax's traceback
+        if not cluster.lost_peer(error) or "run_dir" not in located:
+            raise
+        run_dir = located["run_dir"]
+        kept = RunInterrupted(run_dir, None if config.timing_only else _newest_checkpoint(run_dir), config.timing_only,
+                              given_again=given_again)
+        raise cluster.PeerLost(f"another process of this cluster run ended ({str(error).strip().splitlines()[0]:.200}); "
+                               f"{kept} (on every process, with the cluster flags)") from None
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -2002,6 +2014,7 @@ class _Checkpointer:
         self.saves = 0  # checkpoints written by this process
         self.min_interval = checkpoint_min_interval(config)
         self._started = self._last_save = time.perf_counter()
+        self._declined_at = -1  # a cluster run's cadence point at which process 0's clock said "not yet"
         # what every checkpoint stores of the config (a resume refuses an edited config.json): the
         # config does not change during a run, so it is resolved and hashed once
         self.stored_config = resume.checkpoint_config(config)
@@ -2025,8 +2038,16 @@ class _Checkpointer:
         if self.stoppable and stopping.stop_requested() is not None:
             self.stop_here(simulation)
         every = self.config.checkpoint_every
-        if every is not None and simulation.version >= self.last_version + every and \
-                time.perf_counter() - self._last_save >= self.min_interval:
+        if every is None or simulation.version < max(self.last_version, self._declined_at) + every:
+            return
+        due = time.perf_counter() - self._last_save >= self.min_interval
+        if jax.process_count() > 1 and self.min_interval > 0:
+            # every process saves together (orbax's save is collective), but each has its own clock:
+            # process 0's decides, once a cadence point, and one declined waits for the next point
+            due = cluster.all_processes(due)[0]
+            if not due:
+                self._declined_at = simulation.version
+        if due:
             self.save(simulation)
 
     def save(self, simulation: Simulation) -> None:

@@ -50,6 +50,7 @@ class _State:
     requested: str | None = None  # why a stop was asked for, until the stop is done
     accepting = 0  # loops of this process that check for a request between their steps
     last_words = None  # () -> str | None: what SIGTERM leaves behind where it ends the process at once
+    scratch: tuple = ()  # folders a process ended at once by SIGTERM removes first (removed_on_sigterm)
 
 
 _state = _State()
@@ -112,8 +113,33 @@ def _on_sigterm(signum, frame) -> None:
     if said:
         sys.stderr.write(f"jaxfl: stopped by SIGTERM: {said}\n")
         sys.stderr.flush()
+    remove_scratch()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def removed_on_sigterm(folder: str):
+    """Inside it, SIGTERM that ends the process at once (no ``finally`` runs then) first removes
+    ``folder``: a cluster process's scratch folder, which a time-limited job would leave in /tmp.
+
+    >>> with removed_on_sigterm("/tmp/jaxfl-process1-x"):
+    ...     _state.scratch
+    ('/tmp/jaxfl-process1-x',)
+    """
+    _state.scratch = _state.scratch + (folder,)
+    try:
+        yield
+    finally:
+        _state.scratch = tuple(item for item in _state.scratch if item != folder)
+
+
+def remove_scratch() -> None:
+    """Remove the folders :func:`removed_on_sigterm` holds (a process about to end without its ``finally``)."""
+    import shutil
+
+    for folder in _state.scratch:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _on_sigint(signum, frame) -> None:

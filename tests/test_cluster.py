@@ -36,6 +36,14 @@ SCRIPT = textwrap.dedent("""
         from jaxfl import cli
         sys.exit(cli.main(["run", "--resume", run_dir, "--no-progress", "--coordinator-address", f"127.0.0.1:{port}",
                            "--num-processes", str(processes), "--process-id", str(process)]))
+    if mode == "cli-long":  # the command, until a process is lost
+        from jaxfl import cli
+        sys.exit(cli.main(["run", "--algorithm", algorithm, "--dataset", "mnist10k", "--model", "logreg", "--clients", "6",
+                           "--local-steps", "3", "--batch-size", "8", "--buffer-size", "2", "--max-updates", "1000000",
+                           "--client-optimizer", "sgd", "--client-lr", "0.05", "--no-progress", "--checkpoint-every",
+                           "50", "--output-dir", f"{folder}/runs-{processes}", "--run-name", algorithm,
+                           "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", str(processes),
+                           "--process-id", str(process)]))
     import jaxfl
     from jaxfl.cluster import init_cluster
     if processes > 1:
@@ -53,6 +61,17 @@ SCRIPT = textwrap.dedent("""
                                      checkpoint_every=None)
     if mode == "small-mismatch" and process == 1:  # a copy-paste slip: another learning rate on one host
         config = dataclasses.replace(config, client=dataclasses.replace(config.client, client_lr=0.5))
+    if mode == "small-elsewhere" and process == 1:  # a folder of its own (a node-local disk): never process 0's
+        config = dataclasses.replace(config, output_dir=f"{folder}/elsewhere")
+    if mode == "small-own-clock":  # checkpoints spaced by wall time, and process 1's clock never says "due"
+        from jaxfl import experiment
+        config = dataclasses.replace(config, checkpoint_min_interval_s=1e-6)
+        if process == 1:
+            after_event = experiment._Checkpointer.after_event
+            def never_due(self, simulation):
+                self._last_save = float("inf")
+                return after_event(self, simulation)
+            experiment._Checkpointer.after_event = never_due
     if mode in ("interrupted", "small-interrupted"):  # every process stops at the same event: the first
         # after checkpoint 1, or (small) after checkpoint 2
         with _interrupt_after(1 if mode == "interrupted" else 8):
@@ -251,3 +270,54 @@ def test_sigterm_ends_every_process_of_a_cluster_run(tmp_path):
         pytest.fail("SIGTERM did not end the processes of a cluster run within 60 s")
     assert codes == [-signal.SIGTERM, -signal.SIGTERM]
     assert "SIGTERM caught" not in "".join(process.stderr.read() for process in running)
+
+
+def test_a_run_folder_the_processes_do_not_share_is_refused_before_training(tmp_path):
+    """A node-local --output-dir (or the same relative one from another working directory) hung every
+    process without a word at the first checkpoint, which all processes write into process 0's folder."""
+    two = _run(tmp_path, "fedbuff", processes=2, mode="small-elsewhere", timeout=300, fails=True)
+    for error in two["stderrs"]:
+        assert f"output folder {str(tmp_path / 'runs-2')!r} is not shared by every process of this run: process 1 " \
+               "cannot see the file process 0 wrote into it" in error or \
+               f"output folder {str(tmp_path / 'elsewhere')!r} is not shared" in error, error[-2000:]
+    assert not os.path.exists(tmp_path / "runs-2")  # made for the check alone, and removed: nothing written
+
+
+def test_checkpoints_spaced_by_wall_time_follow_process_0_s_clock(tmp_path):
+    """Each process decided by its own clock whether a checkpoint was due, and one entering orbax's
+    collective save while the other went on aborted both (gloo: collective mismatch)."""
+    two = _run(tmp_path, "fedbuff", processes=2, mode="small-own-clock", timeout=300)
+    run_dir = two["run_dir"]
+    assert _summary(run_dir)["global_updates"] == 3
+    assert checkpoint.latest(run_dir).endswith("ckpt-000003")
+
+
+def test_a_lost_process_ends_the_others_at_once_saying_how_to_go_on(tmp_path):
+    """SIGKILL of one process (its host lost): the other printed jax's gloo error, then waited 70-90 s
+    for the lost heartbeat and aborted with a C++ stack trace, saying nothing of the run folder."""
+    import signal
+    import time
+
+    env = sharing_compilations(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="1")
+    port = str(_free_port())
+    running = [subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path), "fedbuff", str(index), "2", port,
+                                 "cli-long"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for index in range(2)]
+    run_dir = tmp_path / "runs-2" / "fedbuff"
+    deadline = time.monotonic() + 240
+    while not (os.path.isdir(run_dir / "checkpoints") and checkpoint.latest(str(run_dir))) \
+            and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert checkpoint.latest(str(run_dir)), "the run wrote no checkpoint"
+    running[1].send_signal(signal.SIGKILL)
+    try:
+        code = running[0].wait(timeout=45)
+    except subprocess.TimeoutExpired:
+        for process in running:
+            process.kill()
+        pytest.fail("process 0 did not end within 45 s of losing process 1")
+    error = running[0].stderr.read()
+    assert code == 1, error[-2000:]
+    assert "jaxfl: error: another process of this cluster run ended (" in error
+    assert f"{run_dir} keeps its logs and checkpoints up to update" in error and "--resume" in error
+    assert "(on every process, with the cluster flags)" in error
