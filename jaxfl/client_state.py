@@ -125,6 +125,10 @@ class ClientState:
         else:
             placement, self.reason = choose_placement(self.nbytes, free_device_memory(), available_host_memory(),
                                                       placement)
+            if jax.process_count() > 1:  # the processes save their tables together: process 0's free memory decides
+                from jaxfl.cluster import broadcast_text
+
+                placement, self.reason = broadcast_text(f"{placement}\n{self.reason}").split("\n", 1)
         self.placement = placement
         self.peak_rows_bytes = 0  # the most bytes of rows one gather put on the device
         self._tables: dict[tuple[str, str], list] | None = None

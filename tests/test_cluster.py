@@ -63,6 +63,10 @@ SCRIPT = textwrap.dedent("""
         config = dataclasses.replace(config, client=dataclasses.replace(config.client, client_lr=0.5))
     if mode == "small-elsewhere" and process == 1:  # a folder of its own (a node-local disk): never process 0's
         config = dataclasses.replace(config, output_dir=f"{folder}/elsewhere")
+    if mode == "small-poor-host" and process == 1:  # by its own free memory it would keep the banks in a memmap
+        import jaxfl.client_state
+        jaxfl.client_state.free_device_memory = lambda: 0
+        jaxfl.client_state.available_host_memory = lambda: 0
     if mode == "small-own-clock":  # checkpoints spaced by wall time, and process 1's clock never says "due"
         from jaxfl import experiment
         config = dataclasses.replace(config, checkpoint_min_interval_s=1e-6)
@@ -321,3 +325,12 @@ def test_a_lost_process_ends_the_others_at_once_saying_how_to_go_on(tmp_path):
     assert "jaxfl: error: another process of this cluster run ended (" in error
     assert f"{run_dir} keeps its logs and checkpoints up to update" in error and "--resume" in error
     assert "(on every process, with the cluster flags)" in error
+
+
+def test_per_client_state_is_placed_by_process_0_s_free_memory_on_every_process(tmp_path):
+    """Each process chose --client-state auto's placement by its own free memory: processes that chose
+    differently saved different arrays into one collective checkpoint (orbax refused, both hung)."""
+    two = _run(tmp_path, "ccfedavg", processes=2, mode="small-poor-host", timeout=300)
+    summary = _summary(two["run_dir"])
+    assert summary["global_updates"] == 3 and checkpoint.latest(two["run_dir"]).endswith("ckpt-000003")
+    assert summary["device_memory"]["client_state_placement"] == "device"
