@@ -380,6 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_CLUSTER_FLAGS = ("--cluster", "--coordinator-address", "--num-processes", "--process-id")
+
+
 def _refuse_unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> None:
     """An unknown flag, with the command's usage rather than the top level's, and the nearest flag
     the command has (``--max-updatez``: did you mean ``--max-updates``?)."""
@@ -388,6 +391,10 @@ def _refuse_unrecognized(parser: argparse.ArgumentParser, command: str | None, e
     own = parser.commands.get(command, parser)
     flags = [flag for action in own._actions for flag in action.option_strings]
     given = [token.partition("=")[0] for token in extra if token.startswith("-")]
+    cluster = [flag for flag in given if flag in _CLUSTER_FLAGS]
+    if command == "sweep" and cluster:  # not a misspelling: a flag of another command
+        own.error(f"{', '.join(cluster)}: jaxfl sweep runs its cells in one process (side by side with --jobs N); "
+                  "the cluster flags are jaxfl run's, for one run over several processes")
     hints = [f"{near[0]} for {flag}" for flag in given
              for near in [difflib.get_close_matches(flag, flags, n=1, cutoff=0.75)] if near]
     own.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {', '.join(hints)}?)" if hints else ""))
@@ -1272,8 +1279,10 @@ def _main(argv: list[str] | None) -> int:
                 _exit_on_error(parser, error)
         try:
             init_cluster(args.coordinator_address, args.num_processes, args.process_id)
-        except (ValueError, RuntimeError) as error:
+        except ValueError as error:  # a malformed flag: with the usage
             parser.error(str(error))
+        except RuntimeError as error:  # well-formed, but the cluster did not come together (a join timeout)
+            parser.exit(2, f"jaxfl: error: {error}\n")
     if args.resume:
         if args.preset is not None:
             parser.exit(2, f"jaxfl: error: --preset {args.preset} is not allowed with --resume: the run keeps "

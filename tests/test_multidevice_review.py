@@ -110,6 +110,7 @@ def test_an_unreachable_coordinator_ends_with_a_clear_error_within_the_timeout(t
     assert (f"process 1 waited 2 s for all 2 processes to join the coordinator at 127.0.0.1:{port}"
             in done.stderr), done.stderr[-3000:]
     assert "Check failure" not in done.stderr and not os.path.exists(tmp_path / "runs")
+    assert "usage:" not in done.stderr  # the command was well-formed: no usage banner above the line
 
 
 @pytest.mark.parametrize("arguments, message", [

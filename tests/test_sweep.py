@@ -1114,3 +1114,14 @@ def test_a_timing_only_sweep_over_evaluation_settings_says_why_no_cell_reads_the
     with pytest.raises(ConfigError, match=r"eval_interval=\[1.0, 2.0\] is not allowed: no cell of this sweep reads it "
                                           r"\(every cell is timing-only: no training, evaluation or checkpoint\)"):
         expand({"model": "logreg", "max_updates": 3, "timing_only": True}, {"eval_interval": [1.0, 2.0]}, "sweeps/x")
+
+
+def test_cluster_flags_given_to_a_sweep_are_named_as_jaxfl_run_s(tmp_path, capsys):
+    # they were "unrecognized" with a wrong hint (did you mean --num-classes for --num-processes?)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["sweep", "--algorithm", "fedavg", "--out", str(tmp_path / "never"), "--coordinator-address",
+                  "10.0.0.1:1234", "--num-processes", "2", "--process-id", "0"])
+    assert exited.value.code == 2 and not os.path.exists(tmp_path / "never")
+    error = capsys.readouterr().err
+    assert "--coordinator-address, --num-processes, --process-id: jaxfl sweep runs its cells in one process" in error
+    assert "did you mean" not in error
