@@ -1426,7 +1426,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     if config.timing_only:
         if resume_dir is not None:
             raise ValueError("a timing-only run writes no checkpoints to resume from: run it again (it takes seconds)")
-        return _run_timing_only(config, federation, params, user, located)
+        return _run_timing_only(config, federation, params, user, located, shared_output_dir)
     wall_start = time.perf_counter()
     algorithm = build(config, client_samples=federation.counts)
     local_steps = algorithm.most_local_steps  # the most a dispatch takes: the plan's chunk, the engine's programs
@@ -1870,7 +1870,7 @@ def _peak_host_memory_fields() -> dict:
 
 
 def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = UserInputs(),
-                     located: dict | None = None) -> RunResult:
+                     located: dict | None = None, shared_output_dir: str | None = None) -> RunResult:
     """The schedule alone: the scheduler, speed models, faults and the algorithm's policy on the
     virtual clock with no training and no model on a device. The event log is the one the training
     run of the same config and seed writes (for an algorithm whose schedule does not depend on model
@@ -1882,8 +1882,9 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
     speeds, faults = _speeds_and_faults(config, params, user.time_per_step, algorithm.local_steps)
     run_dir = _run_dir(config, algorithm.name)
     os.makedirs(run_dir)
-    if located is not None:
-        located["run_dir"] = run_dir
+    if located is not None:  # a cluster's process other than 0 writes a scratch folder: the run is process 0's
+        located["run_dir"] = run_dir if jax.process_count() == 1 else os.path.join(
+            shared_output_dir or config.output_dir, cluster.broadcast_text(os.path.basename(run_dir)))
     user.save(run_dir)
     _write_run_config(run_dir, config, params, federation, plan=None, user_inputs=user.record(params))
     backend = _TimingBackend()

@@ -63,6 +63,8 @@ SCRIPT = textwrap.dedent("""
         config = dataclasses.replace(config, client=dataclasses.replace(config.client, client_lr=0.5))
     if mode == "small-elsewhere" and process == 1:  # a folder of its own (a node-local disk): never process 0's
         config = dataclasses.replace(config, output_dir=f"{folder}/elsewhere")
+    if mode == "small-timing":
+        config = dataclasses.replace(config, timing_only=True, checkpoint_every=25)
     if mode == "small-poor-host" and process == 1:  # by its own free memory it would keep the banks in a memmap
         import jaxfl.client_state
         jaxfl.client_state.free_device_memory = lambda: 0
@@ -94,6 +96,9 @@ SCRIPT = textwrap.dedent("""
                 pass
         loggers = [StopAtVersion()]
     result = run_experiment(config, loggers=loggers)
+    print("RUN_DIR", result.run_dir, file=sys.stderr)  # what each process names as the run
+    if mode == "small-timing":
+        sys.exit(0)
     if process == 0:
         np.savez(f"{folder}/{algorithm}-{processes}.npz", *[np.asarray(leaf) for leaf in jax.tree.leaves(result.params)])
         print("RESULT", json.dumps({"run_dir": result.run_dir, "mesh": int(result.engine.mesh.size),
@@ -334,3 +339,12 @@ def test_per_client_state_is_placed_by_process_0_s_free_memory_on_every_process(
     summary = _summary(two["run_dir"])
     assert summary["global_updates"] == 3 and checkpoint.latest(two["run_dir"]).endswith("ckpt-000003")
     assert summary["device_memory"]["client_state_placement"] == "device"
+
+
+def test_every_process_of_a_timing_only_cluster_run_names_process_0_s_folder(tmp_path):
+    # process 1 named its deleted scratch folder as the run
+    two = _run(tmp_path, "fedbuff", processes=2, mode="small-timing", timeout=300)
+    named = [line.split(" ", 1)[1] for error in two["stderrs"] for line in error.splitlines()
+             if line.startswith("RUN_DIR ")]
+    assert named == [str(tmp_path / "runs-2" / "fedbuff")] * 2
+    assert os.path.exists(os.path.join(named[0], "events.csv"))
