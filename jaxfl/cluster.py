@@ -190,17 +190,31 @@ class PeerLost(RuntimeError):
     once (``os._exit``) after saying so, rather than wait minutes in jax's shutdown for the lost peer."""
 
 
-_PEER_LOST_SIGNS = ("gloo", "connection reset", "connection closed", "connection refused", "heartbeat",
-                    "coordination service", "broken pipe", "socket closed")
+_PEER_LOST_SIGNS = ("connection reset", "connection closed", "closed by peer", "connection refused", "heartbeat",
+                    "broken pipe", "socket closed", "gloo allgather failed", "gloo all-reduce failed",
+                    "gloo broadcast failed")
 
 
 def lost_peer(error: BaseException) -> bool:
-    """Whether ``error`` is a collective's failure because another process of a cluster run is gone.
+    """Whether ``error`` is a collective's failure because another process of a cluster run is gone:
+    jax's runtime error, or gloo's failure however it was re-raised (a ``ValueError`` of the same
+    text from a collective), that names a lost connection or heartbeat; not a collective mismatch
+    (a bug of the run's own), nor another error that happens to name a connection (a logger's).
 
     >>> lost_peer(RuntimeError("UNKNOWN: Gloo all-reduce failed: Connection reset by peer"))   # one process
     False
     """
-    return jax.process_count() > 1 and any(sign in str(error).lower() for sign in _PEER_LOST_SIGNS)
+    if jax.process_count() == 1:
+        return False
+    text = str(error).lower()
+    chain, seen = error, []
+    while chain is not None and len(seen) < 10:
+        seen.append(chain)
+        chain = chain.__cause__ or chain.__context__
+    from_jax = any(isinstance(item, RuntimeError) and type(item).__module__.split(".")[0] in ("jax", "jaxlib")
+                   for item in seen)
+    from_gloo = "gloo" in text and "failed" in text
+    return "mismatch" not in text and (from_jax or from_gloo) and any(sign in text for sign in _PEER_LOST_SIGNS)
 
 
 def check_shared_folder(folder: str, wait_s: float = 30.0) -> None:
@@ -222,19 +236,31 @@ def check_shared_folder(folder: str, wait_s: float = 30.0) -> None:
     name = ""
     made = False
     if jax.process_index() == 0:
-        made = not os.path.isdir(folder)
-        os.makedirs(folder, exist_ok=True)
-        name = f".jaxfl-shared-{secrets.token_hex(8)}"
-        with open(os.path.join(folder, name), "w"):
-            pass
+        try:
+            made = not os.path.isdir(folder)
+            os.makedirs(folder, exist_ok=True)
+            name = f".jaxfl-shared-{secrets.token_hex(8)}"
+            with open(os.path.join(folder, name), "w"):
+                pass
+        except OSError as error:  # said on every process: the others would wait at the exchange below
+            name = f"!{error}"
     name = broadcast_text(name)
+    if name.startswith("!"):
+        raise ConfigError(f"output folder {folder!r} cannot be written by process 0 of this run: {name[1:]}")
+
+    def seen() -> bool:
+        try:  # by name, and by listing (a network file system may cache that a name is absent)
+            return os.path.exists(os.path.join(folder, name)) or name in os.listdir(folder)
+        except OSError:
+            return False
+
     # the same path as process 0's may show the new file late; another path may be another mount of
-    # the same folder, or another folder: looked at once
+    # the same folder, or another folder: a shorter wait
     same_path = broadcast_text(os.path.abspath(folder)) == os.path.abspath(folder)
-    deadline = time.monotonic() + (wait_s if same_path else 0.0)
-    while not (seen := os.path.isdir(folder) and name in os.listdir(folder)) and time.monotonic() < deadline:
+    deadline = time.monotonic() + (wait_s if same_path else min(wait_s, 5.0))
+    while not (visible := seen()) and time.monotonic() < deadline:
         time.sleep(0.5)
-    seen_by = all_processes(seen)
+    seen_by = all_processes(visible)
     if jax.process_index() == 0:
         os.remove(os.path.join(folder, name))
         if made and not all(seen_by) and not os.listdir(folder):
@@ -242,7 +268,7 @@ def check_shared_folder(folder: str, wait_s: float = 30.0) -> None:
     if not all(seen_by):
         blind = [str(index) for index, ok in enumerate(seen_by) if not ok]
         raise ConfigError(f"output folder {folder!r} is not shared by every process of this run: process "
-                          f"{', '.join(blind)} cannot see the file process 0 wrote into it within {wait_s:g} s "
+                          f"{', '.join(blind)} cannot see the file process 0 wrote into it "
                           f"(process 0's folder: {os.path.abspath(folder)!r}); every process writes its checkpoints "
                           "there, so give --output-dir (or --resume) a folder on a file system every host mounts, "
                           "as the same path")

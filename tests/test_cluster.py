@@ -324,7 +324,7 @@ def test_a_lost_process_ends_the_others_at_once_saying_how_to_go_on(tmp_path):
     except subprocess.TimeoutExpired:
         for process in running:
             process.kill()
-        pytest.fail("process 0 did not end within 45 s of losing process 1")
+        pytest.fail("process 0 did not end within 45 s of losing process 1: " + running[0].stderr.read()[-3000:])
     error = running[0].stderr.read()
     assert code == 1, error[-2000:]
     assert "jaxfl: error: another process of this cluster run ended (" in error
@@ -348,3 +348,17 @@ def test_every_process_of_a_timing_only_cluster_run_names_process_0_s_folder(tmp
              if line.startswith("RUN_DIR ")]
     assert named == [str(tmp_path / "runs-2" / "fedbuff")] * 2
     assert os.path.exists(os.path.join(named[0], "events.csv"))
+
+
+def test_only_a_collective_s_lost_connection_reads_as_a_lost_process(monkeypatch):
+    # any error naming a connection (a logger's server) or gloo's collective mismatch (a divergence bug) was
+    # taken for a lost process: said so, and the process ended without its traceback
+    from jaxfl.cluster import lost_peer
+
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    lost = "UNKNOWN: Gloo all-reduce failed: [pair.cc:538] Read error [127.0.0.1]:1412: Connection reset by peer"
+    assert lost_peer(ValueError(lost)) and lost_peer(jax.errors.JaxRuntimeError(lost))
+    assert not lost_peer(ConnectionError("wandb: connection refused by api.wandb.ai"))
+    assert not lost_peer(ValueError("Gloo AllGather failed: Is there a distributed collective mismatch in your code?"))
+    monkeypatch.setattr(jax, "process_count", lambda: 1)
+    assert not lost_peer(ValueError(lost))

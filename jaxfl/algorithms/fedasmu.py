@@ -648,7 +648,9 @@ class FedASMUConfig(Options):
                               f"{', '.join(str(slot) for slot in slots if slot not in fitting)} "
                               f"(a dispatch given one trains without it: summary's fetches_skipped); {what}",
                               UserWarning, stacklevel=3)
-        if self.dynamic and run.client_optimizer != "sgd" and any((self.lr_lambda, self.lr_sigma, self.lr_iota)):
+        # (a named optimiser: an optax object given from Python may be SGD; a timing-only run learns nothing)
+        if self.dynamic and run.client_optimizer in ("adam", "adamw") and not run.timing_only \
+                and any((self.lr_lambda, self.lr_sigma, self.lr_iota)):
             warnings.warn(f"fedasmu: client_optimizer={run.client_optimizer!r}: the server learns λ, σ, ι from "
                           "ĝ = Δ/(η·steps), an estimate of the gradient only for plain SGD steps (Formula 4), so "
                           "their steps are not the paper's; --client-optimizer sgd follows it", UserWarning,
