@@ -244,7 +244,8 @@ def check_shared_folder(folder: str, wait_s: float = 30.0) -> None:
                 pass
         except OSError as error:  # said on every process: the others would wait at the exchange below
             name = f"!{error}"
-    name = broadcast_text(name)
+    # one exchange: the file's name (or process 0's error) and process 0's path to the folder
+    name, _, first_path = broadcast_text(f"{name}\n{os.path.abspath(folder)}").partition("\n")
     if name.startswith("!"):
         raise ConfigError(f"output folder {folder!r} cannot be written by process 0 of this run: {name[1:]}")
 
@@ -256,7 +257,7 @@ def check_shared_folder(folder: str, wait_s: float = 30.0) -> None:
 
     # the same path as process 0's may show the new file late; another path may be another mount of
     # the same folder, or another folder: a shorter wait
-    same_path = broadcast_text(os.path.abspath(folder)) == os.path.abspath(folder)
+    same_path = first_path == os.path.abspath(folder)
     deadline = time.monotonic() + (wait_s if same_path else min(wait_s, 5.0))
     while not (visible := seen()) and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -1086,8 +1086,8 @@ class Simulation:
                 instant, at_instant = event.time, 1
             else:
                 at_instant += 1
-                if at_instant >= instant_limit and not self._stop_requested:
-                    self._stop_requested = (
+                if at_instant >= instant_limit:
+                    self.stop(
                         f"stalled: {at_instant:,} events at virtual time {instant:.6g} s without the clock moving "
                         f"(the last a {event.kind!r}), far more than one round of every client makes: the "
                         f"policy {type(self.policy).__name__} keeps scheduling at one instant (a timer of no "
