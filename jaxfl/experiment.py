@@ -710,7 +710,7 @@ class _Recorder:
         self._advance_grid()
         if self.progress is not None:
             self.progress.set_postfix(version=simulation.version, acc=f"{accuracy:.4f}")
-        simulation._stop_requested = "target reached"  # as a backend's stop: checked before the next event
+        simulation.stop("target reached")  # as a backend's stop: checked before the next event
 
 
 def _decided_on_process_zero(stop: str | None) -> str | None:

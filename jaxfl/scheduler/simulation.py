@@ -938,7 +938,7 @@ class Simulation:
         self._counts[AGGREGATED] += len(records)
         stop = self.backend.on_aggregate(aggregation, records)
         if stop:
-            self._stop_requested = stop if isinstance(stop, str) else "stopped by the backend"
+            self.stop(stop if isinstance(stop, str) else "stopped by the backend")
         # written after the update, so that the wall time includes training and applying it
         self._emit((aggregation.time, "aggregate", -1, None, version, None, None, f"{len(contributions)} updates",
                     None if self.wall_clock is None else round(self.wall_clock(), 3)))
@@ -967,8 +967,8 @@ class Simulation:
             self.drop(record, NONFINITE_DROP)
         self.nonfinite_streak += len(bad)
         limit = nonfinite_streak_limit(self.num_clients)
-        if self.nonfinite_streak >= limit and not self._stop_requested:
-            self._stop_requested = (
+        if self.nonfinite_streak >= limit:
+            self.stop(
                 f"diverged: the last {self.nonfinite_streak} updates were all non-finite and dropped "
                 f"(on_nonfinite='skip' stops after {limit} in a row); lower client_lr or check the data")
 
@@ -1016,8 +1016,8 @@ class Simulation:
         if reason != NONFINITE_DROP and record.version == self.version:
             self.drop_streak += 1
             limit = nonfinite_streak_limit(self.num_clients)
-            if self.drop_streak >= limit and not self._stop_requested:
-                self._stop_requested = (
+            if self.drop_streak >= limit:
+                self.stop(
                     f"stalled: the last {self.drop_streak} updates were all dropped (the last for "
                     f"'{reason}') and none aggregated between them, so the model no longer changes; "
                     + ("raise round_timeout above the clients' round times" if "deadline" in reason else
