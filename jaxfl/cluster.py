@@ -139,14 +139,21 @@ def init_cluster(coordinator_address: str | None = None, num_processes: int | No
                              "coordinator address (process 0's HOST:PORT), the process count and this "
                              "process's id (--coordinator-address, --num-processes, --process-id)") from error
         raise error
+    global _requested_count
+    _requested_count = num_processes
+
+
+# the process count this process was given (None: from the environment), compared across processes by
+# check_same_run: jax takes process 0's count, so another count given to one process would pass unseen
+_requested_count: int | None = None
 
 
 def check_same_run(settings: dict, resume: bool) -> None:
     """Refuse, on every process at once, a run whose processes were given other settings (``settings``:
-    the config as ``config.json`` nests it, without what may differ, such as its folder) or of which
-    some resume and some start: each would train its share of the clients its own way, and the
-    mixed result would be written under process 0's config (or the processes would wait for each
-    other forever). A :class:`jaxfl.config.ConfigError` naming the settings that differ from
+    the config as ``config.json`` nests it, without what may differ, such as its folder), given another
+    process count (:func:`init_cluster`'s ``num_processes``), or of which some resume and some start:
+    each would train its share of the clients its own way, and the mixed result would be written
+    under process 0's config (or the processes would wait for each other forever). A :class:`jaxfl.config.ConfigError` naming the settings that differ from
     process 0's; collective, like :func:`broadcast_text`.
 
     >>> check_same_run({"seed": 0}, resume=False)   # one process: nothing to compare
@@ -160,7 +167,9 @@ def check_same_run(settings: dict, resume: bool) -> None:
 
     available_devices()  # unequal device counts first: the exchange below needs as many on each process
 
-    mine = json.dumps({"settings": settings, "resume": bool(resume)}, sort_keys=True, default=str)
+    count = jax.process_count() if _requested_count is None else _requested_count
+    mine = json.dumps({"settings": settings, "resume": bool(resume), "num_processes": count},
+                      sort_keys=True, default=str)
     first = broadcast_text(mine)
     agree = all_processes(mine == first)
     if all(agree):
