@@ -133,7 +133,7 @@ class ClientConfig:
     client_momentum: float = 0.0  # sgd momentum ρ in [0, 1), PyTorch's (buffer reset at every dispatch)
     client_weight_decay: float = 0.0  # sgd/adam: L2 λw added to the gradient (PyTorch's); adamw: decoupled decay
     client_lr_decay: float = 1.0  # in (0, 1]: a client's k-th dispatch (k = 0, 1, ...) trains with lr · decay^k
-    local_epochs: float | None = None  # instead of local_steps: client i takes ceil(local_epochs · n_i / batch_size) steps
+    local_epochs: float | None = None  # instead of local_steps: client i makes local_epochs passes over its n_i samples, ceil(n_i / batch_size) steps each
 
 
 @dataclasses.dataclass(frozen=True)
@@ -903,7 +903,7 @@ def _validate_client_training(config: RunConfig, algorithm) -> None:
         if config.local_steps != FIELDS["local_steps"].default:
             fail("local_steps", config.local_steps, f"leave it at its default {FIELDS['local_steps'].default} with "
                                                     f"local_epochs={config.local_epochs:g}, which sets each client's "
-                                                    "steps (ceil(local_epochs · n_i / batch_size)); set one of them (a preset's or config "
+                                                    "steps (local_epochs passes of ceil(n_i / batch_size)); set one of them (a preset's or config "
                                                     "file's local_epochs is unset by --local-epochs none)")
         if not algorithm.per_client_steps:
             readers = ", ".join(name for name in algorithms.names() if algorithms.get(name).per_client_steps)

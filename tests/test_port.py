@@ -258,7 +258,7 @@ def test_urgent_pull_options_from_python_and_the_command_line():
     assert build(validate(RunConfig(algorithm="port", clients=3))).policy().pull_steps == 1
     epochs = validate(RunConfig(algorithm="port", clients=3, local_epochs=2.0, batch_size=32))
     policy = build(epochs, client_samples=[100, 32, 5]).policy()
-    assert policy.local_steps == (7, 2, 1) and policy.pull_steps == (4, 1, 1)
+    assert policy.local_steps == (8, 2, 2) and policy.pull_steps == (4, 1, 1)  # 2 epochs of 1 epoch blocks
     assert build(validate(replace(epochs, algorithm_options={"pull_steps": 2})), client_samples=[100, 32, 5]).policy().pull_steps == 2
     with pytest.raises(ConfigError, match="port.pull_steps=0 is not allowed"):
         validate(RunConfig(algorithm="port", algorithm_options={"pull_steps": 0}))

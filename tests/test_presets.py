@@ -144,12 +144,13 @@ def test_port_mnist_runs_shortened_with_plato_round_times(tmp_path):
         arrivals = [row for row in csv.DictReader(handle) if row["event"] == "arrival"]
     assert len(arrivals) == 2  # K = 2 arrivals, one aggregation
     # PLATO's reproducible mode by hand: each of the 100 clients holds 80 images, E = 3 epochs of batch
-    # 32 are ceil(3 · 80 / 32) = 8 steps of μ (1 + s_i / 10) with μ = 4 s, s_i = min(pareto_i, 30)
-    # drawn as PLATO draws them (RandomState(1)); every client started at time 0
+    # 32 are 3 · ceil(80 / 32) = 9 steps of μ (1 + s_i / 10) with μ = 10/3 s, s_i = min(pareto_i, 30)
+    # drawn as PLATO draws them (RandomState(1)); every client started at time 0: E·(T_avg + s_i)
     idle = np.minimum(np.random.RandomState(1).pareto(1.0, 100), 30.0)
     for row in arrivals:
         client = int(row["client"])
-        assert float(row["time"]) == pytest.approx(8 * 4.0 * (1 + idle[client] / 10.0))
+        assert float(row["time"]) == pytest.approx(3 * (10.0 + idle[client]))
+        assert float(row["time"]) == pytest.approx(9 * 10 / 3 * (1 + idle[client] / 10.0))
 
 
 def test_a_flag_typed_none_unsets_the_preset_s_value(tmp_path):

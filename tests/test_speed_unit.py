@@ -3,7 +3,7 @@
 ``step`` (the default, every committed result): a round of S_i steps takes S_i · t_i. ``round``
 (FedASMU's other reading of "the slowest device's training time is 5x the fastest", with
 ``local_epochs``): a client's round of E epochs takes E·S̄ steps' time at its time per step, whatever
-its data size, S̄ the clients' mean steps per epoch (E·S̄ = mean_i ⌈E·n_i/B⌉), so R spreads round
+its data size, S̄ the clients' mean steps per epoch (E·S̄ = mean_i E·⌈n_i/B⌉), so R spreads round
 times exactly as it spreads times per step. Communication is never scaled."""
 import dataclasses
 import math
@@ -25,8 +25,11 @@ SIZES = [111, 1453, 640, 300, 999, 64, 65]  # FedASMU's Dir(0.5) range, and one 
 
 
 def hand_round_steps(sizes=SIZES, epochs=E, batch=B):
-    """E·S̄ by hand: the mean over clients of ⌈E·n_i/B⌉ (at least one step)."""
-    return sum(max(1, math.ceil(epochs * n / batch)) for n in sizes) / len(sizes)
+    """E·S̄ by hand: the mean over clients of ⌊E⌋·⌈n_i/B⌉ (whole passes) + ⌈(E − ⌊E⌋)·n_i/B⌉ (a part
+    pass), at least one step."""
+    whole = math.floor(epochs)
+    return sum(max(1, whole * math.ceil(n / batch) + math.ceil((epochs - whole) * n / batch))
+               for n in sizes) / len(sizes)
 
 
 def uniform_speeds(ratio=5.0, scale=None, clients=len(SIZES), **changes):
@@ -37,7 +40,7 @@ def uniform_speeds(ratio=5.0, scale=None, clients=len(SIZES), **changes):
 
 def test_every_full_round_computes_for_E_Sbar_steps_at_its_time_per_step():
     steps = epoch_steps(E, SIZES, B)
-    assert list(steps) == [max(1, math.ceil(E * n / B)) for n in SIZES]
+    assert list(steps) == [max(1, int(E) * math.ceil(n / B)) for n in SIZES]
     speeds = uniform_speeds(scale=round_unit_scale(steps))
     comm = speeds.comm_time()
     assert comm == 2 * (0.5 + 250_000 / 1e6)

@@ -256,13 +256,14 @@ class Algorithm:
     @property
     def local_steps(self):
         """Local steps per dispatch: the run's ``local_steps``, or with ``local_epochs`` E one count per
-        client, ⌈E · n_i / B⌉ (:func:`epoch_steps`), as a tuple indexed by client.
+        client, E passes over its n_i samples in batches of B (:func:`epoch_steps`), as a tuple indexed
+        by client.
 
         >>> from types import SimpleNamespace
         >>> algorithm = Algorithm(SimpleNamespace(local_steps=50, local_epochs=2.0, batch_size=32))
         >>> algorithm.client_samples = [100, 16]
         >>> algorithm.local_steps
-        (7, 1)
+        (8, 2)
         """
         epochs = getattr(self.run, "local_epochs", None)
         if epochs is None:
@@ -282,7 +283,7 @@ class Algorithm:
         >>> algorithm = Algorithm(SimpleNamespace(local_steps=50, local_epochs=2.0, batch_size=32))
         >>> algorithm.client_samples = [100, 16]
         >>> algorithm.most_local_steps
-        7
+        8
         """
         steps = self.local_steps  # an int, or one count per client
         return int(max(steps)) if hasattr(steps, "__len__") else int(steps)
@@ -357,15 +358,22 @@ def _checked_policy(cls: type, policy: Callable) -> Callable:
 
 
 def epoch_steps(epochs: float, client_samples, batch_size: int) -> tuple[int, ...]:
-    """Local steps that make ``epochs`` passes over each client's data: ⌈epochs · n_i / B⌉, at least 1
-    (FedNova, Wang et al., NeurIPS 2020, §6: "E local epochs", so clients with more data take more
-    steps). A final short batch counts as a step, as a PyTorch ``DataLoader`` makes it.
+    """Local steps that make ``epochs`` passes over each client's data: ⌊E⌋ · ⌈n_i / B⌉ for the whole
+    epochs, each ending on its short batch as a PyTorch ``DataLoader`` (``drop_last=False``) ends it,
+    plus ⌈(E − ⌊E⌋) · n_i / B⌉ for a part epoch; at least 1 (FedNova, Wang et al., NeurIPS 2020, §6:
+    "E local epochs", so clients with more data take more steps; McMahan et al. 2017, Algorithm 1:
+    E passes over batches of size B). The client kernel draws its batches the same way: a fresh
+    permutation per epoch, whose last batch is short (:func:`jaxfl.kernels.client.minibatch_indices`).
 
-    >>> epoch_steps(1.5, [640, 100, 1], batch_size=64)
-    (15, 3, 1)
+    >>> epoch_steps(1.5, [640, 100, 1], batch_size=64)   # a part epoch takes at least one batch
+    (15, 3, 2)
+    >>> epoch_steps(3, [80], batch_size=32)   # 3 passes of 32 + 32 + 16 images, not ⌈3 · 80 / 32⌉ = 8
+    (9,)
     """
-    # less 1e-9: 0.1 · 640 / 64 is 1.0000000000000002 in floating point, one epoch and not two steps
-    return tuple(max(1, math.ceil(epochs * int(n) / batch_size - 1e-9)) for n in client_samples)
+    whole = math.floor(epochs)
+    # less 1e-9: 0.1 · 640 / 64 is 1.0000000000000002 in floating point, one batch and not two
+    return tuple(max(1, whole * math.ceil(int(n) / batch_size)
+                     + math.ceil((epochs - whole) * int(n) / batch_size - 1e-9)) for n in client_samples)
 
 
 def staleness_function(run) -> Callable[[int], float]:

@@ -31,11 +31,11 @@ Three sources are covered:
 
   The sentence has two readings when clients hold different amounts of data. Per step (the
   default, ``speed_unit="step"``; every committed FedASMU result): R spreads the time per step, and
-  a round of E epochs takes ⌈E·n_i/B⌉ of those steps, so with FedASMU's Dir(0.5) client sizes
+  a round of E epochs takes E·⌈n_i/B⌉ of those steps, so with FedASMU's Dir(0.5) client sizes
   (111–1,453 images) 5-epoch rounds span about 24× at R = 5. Per round (``speed_unit="round"``,
   runs with ``local_epochs`` only; a round time κ_i·t_epoch·E, κ_i the device's slowness): a
   client's round of E epochs takes the time of E·S̄ steps at its time per step, whatever its data
-  size, S̄ the clients' mean steps per epoch (E·S̄ = mean_i S_i, S_i = ⌈E·n_i/B⌉ the client's steps
+  size, S̄ the clients' mean steps per epoch (E·S̄ = mean_i S_i, S_i = E·⌈n_i/B⌉ the client's steps
   per dispatch), so R spreads round times exactly as it spreads times per step and the
   federation's mean round time is on average (over the draws of t_i) the per-step reading's.
   :class:`ClientSpeeds` takes it as a per-client ``compute_scale`` S̄·E/S_i
@@ -614,7 +614,7 @@ def check_time_per_step(time_per_step, num_clients: int, speed_change_prob: floa
 def round_unit_scale(steps_per_round) -> np.ndarray:
     """The ``compute_scale`` of :class:`ClientSpeeds` that makes a client's round take the same
     number of steps' time whatever its data size (``speed_unit="round"``): ``mean(S) / S_i``, S_i
-    the client's steps per dispatch (⌈E·n_i/B⌉ with E local epochs). A round of S_i steps then takes
+    the client's steps per dispatch (E·⌈n_i/B⌉ with E local epochs). A round of S_i steps then takes
     the time of mean(S) = E·S̄ steps (S̄ the mean steps per epoch) at the client's time per step,
     and a partial round of k steps that of k·mean(S)/S_i.
 
