@@ -150,9 +150,9 @@ class ServerConfig:
     concurrency: int | None = None  # clients in flight (FedAsync, FedBuff, FedASMU); unset: clients_per_round, else min(clients, 1000)
     buffer_size: int = 3  # FedBuff's K: buffered updates per aggregation
     rule: str | None = None  # FedAsync/FedBuff update rule: paper, fedcompass (its authors' framework) or plato (PORT's); unset: each's default
-    staleness: str = "polynomial"  # st(s): constant, polynomial α(s+1)^-a, hinge, exponential
+    staleness: str = "polynomial"  # st(s), s the versions made since the client's model (0: the newest): constant α, polynomial α(s+1)^-a, hinge α/(a(s-4)+1) past s = 4, exponential α·e^(-a·s)
     staleness_alpha: float = 0.9  # α of the staleness function st(s)
-    staleness_a: float = 0.5  # a of the staleness function st(s) (not read by constant)
+    staleness_a: float = 0.5  # a of the staleness function st(s) (not read by constant; the default is the polynomial's: FedAsync's hinge runs used a = 10)
     fednova: bool = False  # FedNova: normalise pseudo-gradient aggregations by local steps (momentum-corrected for sgd)
 
 
