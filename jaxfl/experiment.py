@@ -852,7 +852,18 @@ def partition_data(config: RunConfig, dataset: Dataset):
         "label_shards": {"shards_per_client": config.shards_per_client},
         "gamma_mix": {"gamma": config.gamma},
     }.get(config.partition, {})  # class, dual_dirichlet: the FedCompass paper's fixed parameters
-    return build_federation(dataset, config.clients, config.partition, seed=config.seed, **partition_kwargs)
+    samples = len(dataset.train_y)
+    if config.clients > samples:  # the partitioner's own message names its argument, num_clients
+        raise ConfigError(f"clients={config.clients} is not allowed with dataset={config.dataset!r}: at most its "
+                          f"{samples} training samples, as every client needs one or more (a synthetic dataset "
+                          "generates samples for any number of clients)")
+    try:
+        return build_federation(dataset, config.clients, config.partition, seed=config.seed, **partition_kwargs)
+    except ValueError as error:  # the fields are valid alone (validate): the federation cannot be made of them
+        # the partitioners name their argument num_clients, the run's field is clients
+        said = str(error).replace("num_clients=", "clients=")
+        raise ConfigError(f"clients={config.clients} is not allowed with partition={config.partition!r} on "
+                          f"dataset={config.dataset!r}: {said}") from None
 
 
 def prepare(config: RunConfig, *, data=None, model=None, init_params=None):

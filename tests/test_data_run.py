@@ -178,20 +178,23 @@ def test_cli_partition_rejects_bad_values(tmp_path, capsys):
     assert info.value.code == 2 and "dirichlet_alpha=0.0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["partition", "--clients", "9000", "--out", str(tmp_path)])
-    assert "num_clients=9000 must be between 1 and the number of samples (8000)" in capsys.readouterr().err
+    assert "clients=9000 is not allowed with dataset='mnist10k': at most its 8000 training samples" \
+        in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- validation before training
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"clients": 9000}, r"num_clients=9000 must be between 1 and the number of samples \(8000\)"),
+    ({"clients": 9000}, r"^clients=9000 is not allowed with dataset='mnist10k': at most its 8000 training samples"),
     ({"model": "cnn", "dataset": "synthetic"}, r"'cnn' is built for images of shape \(28, 28, 1\).*\(60,\)"),
     ({"model": "textcnn"}, r"'textcnn' is built for token ids.*shape \(28, 28, 1\)"),
     ({"model": "mlp", "dataset": "synthetic", "augment": "crop_flip"},
      r"augment='crop_flip' needs image samples but dataset 'synthetic' has features samples"),
     ({"partition": "natural"}, r"'natural' needs a per-sample client id column"),
-    ({"partition": "dual_dirichlet", "clients": 2000}, r"left \d+ of 2000 clients without samples"),
+    ({"partition": "dual_dirichlet", "clients": 2000},
+     r"^clients=2000 is not allowed with partition='dual_dirichlet' on dataset='mnist10k': .* left \d+ of 2000 "
+     r"clients without samples"),
     ({"partition": "label_shards", "clients": 4000, "shards_per_client": 3}, r"12000 shards exceeds the 8000"),
     ({"dataset": "synthetic:x,y"}, r"synthetic:ALPHA,BETA"),
 ])
