@@ -1378,10 +1378,11 @@ def _timing_line(summary: dict, run_dir: str) -> str:
     histogram = {int(s): n for s, n in timeline["staleness_histogram"].items()}
     total = sum(histogram.values())
     staleness = f"{sum(s * n for s, n in histogram.items()) / total:.2f}" if total else "–"
-    rate = timeline["aggregations_per_virtual_hour"]  # None for a run of 0 virtual seconds
+    rate = timeline["aggregations_per_virtual_hour"]  # None for a run of 0 virtual seconds, as utilisation
+    busy = timeline["utilisation"]["mean"]
     return (f"{summary['algorithm']} (timing only): {summary['global_updates']} updates in "
             f"{summary['virtual_time']:.3g} virtual s ({'–' if rate is None else f'{rate:.0f}'}/virtual h), "
-            f"mean staleness {staleness}, utilisation {timeline['utilisation']['mean']:.1%}, "
+            f"mean staleness {staleness}, utilisation {'–' if busy is None else f'{busy:.1%}'}, "
             f"{timeline['events']:,} queue events (arrivals, replies, crashes, timers) at "
             f"{summary['events_per_second']:,.0f} events/s, stop: {summary['stop_reason']} → {run_dir}")
 

@@ -633,15 +633,18 @@ class _Recorder:
         self._previous_steps = self.stats.aggregated_steps
         return stop
 
-    def record_final(self, version: int, params) -> None:
+    def record_final(self, version: int, params, at: float | None = None) -> None:
         """Evaluate the run's final model, version ``version``, if no row has (``eval_every`` N: the
-        last versions of a run whose budget is not a multiple of N were never evaluated, and its
-        ``final_accuracy`` was an earlier model's). The row's time is the version's, as every
-        ``eval_every`` row's. Nothing where the newest row is that version already, or where the
-        run made no version (the initial model, evaluated at the start unless ``eval_at_start`` is off)."""
+        last versions of a run whose budget is not a multiple of N were never evaluated; on a grid of
+        ``eval_interval``, a version made after the last grid point the run reached; either way its
+        ``final_accuracy`` was an earlier model's). The row's time is ``at`` (a grid run: where the
+        run ended), else the version's, as every ``eval_every`` row's. Nothing where the newest row
+        is that version already, or where the run made no version (the initial model, evaluated at
+        the start unless ``eval_at_start`` is off)."""
         if version > 0 and (not self.rows or self.rows[-1]["version"] != version):
-            # resumed from a checkpoint that did not keep it, with no version since: the checkpoint's time
-            at = self._version_time if self._version_time is not None else self.simulation.now
+            if at is None:
+                # resumed from a checkpoint that did not keep it, with no version since: the checkpoint's time
+                at = self._version_time if self._version_time is not None else self.simulation.now
             self.record(at, version, params)
 
     def skip_grid_point(self, virtual_time: float) -> None:
@@ -1576,6 +1579,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                                   "no events left")
         if config.eval_interval is not None and error is None and budget_spent:
             recorder.evaluate_grid_until(end_time, simulation.version, inclusive=True)
+            # a version after the last grid point the run reached: its final model, a row at the end
+            recorder.record_final(simulation.version, engine.params, at=end_time)
         elif error is None and budget_spent:  # eval_every N: the final model too, whatever N
             recorder.record_final(simulation.version, engine.params)
         if recorder.grid_stop is not None and error is None:  # the run stops as at a numerical error

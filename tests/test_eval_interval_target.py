@@ -106,3 +106,31 @@ def test_a_grid_row_counts_the_steps_of_the_model_it_evaluated(runs):
     for row in rows:
         expected = sum(int(r["steps"]) for r in _dispatches(through.run_dir, row["version"])) if row["version"] else 0
         assert row["client_steps"] == expected, row
+
+
+def test_a_run_ending_after_the_last_grid_point_evaluates_its_final_model_there(runs):
+    """An update budget (or a max_time) between two grid points: the last versions were never
+    evaluated, and final_accuracy was the last grid point's, an earlier model's than the final
+    checkpoint's. Now a row at the run's end holds the final model, as eval_every's last row does."""
+    folder, through, _ = runs
+    rows, summary = through.metrics, through.summary
+    assert summary["stop_reason"] == "update budget" and summary["global_updates"] == GRID["max_updates"]
+    *on_grid, last = rows
+    assert all(round(row["time"] / GRID["eval_interval"], 9).is_integer() for row in on_grid)
+    assert on_grid[-1]["version"] < GRID["max_updates"] == last["version"]  # the final model no point saw
+    assert last["time"] == summary["virtual_time"] and on_grid[-1]["time"] < last["time"]
+    assert summary["final_accuracy"] == last["accuracy"]
+    assert last["client_steps"] == summary["client_steps_aggregated"]
+    # on a grid point already: no second row
+    exact = run_experiment(grid(folder, "exact", stop_at_target=False, max_updates=None, max_time=1.5))
+    assert exact.summary["stop_reason"] == "time budget"
+    assert [row["time"] for row in exact.metrics] == pytest.approx([0.3 * k for k in range(6)])
+
+
+def test_a_run_that_ends_at_time_zero_has_no_utilisation_to_give(tmp_path):
+    """The initial model at the target: the run lasts 0 virtual s, and its utilisation, a fraction of
+    no time, was reported as 0.0 (runlog.timeline_stats, the same figure from the log, gives None)."""
+    result = run_experiment(grid(tmp_path, "zero", target_accuracy=0.0))
+    assert result.summary["virtual_time"] == 0.0 and result.summary["stop_reason"] == "target reached"
+    assert result.summary["timeline"]["utilisation"] == dict.fromkeys(("mean", "min", "median", "max"))
+    assert result.summary["timeline"]["aggregations_per_virtual_hour"] is None

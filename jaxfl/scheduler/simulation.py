@@ -1211,11 +1211,14 @@ class Simulation:
             trains_from = record.start_time + fault_seconds.get(record.id, 0.0)
             if record.status == IN_FLIGHT and trains_from < end:
                 busy[record.client] += min(record.arrival_time, end) - trains_from
-        fraction = busy / end if end > 0 else np.zeros_like(busy)
+        # a run of no virtual time (its initial model at the target) has no fraction to give: None, as
+        # runlog.timeline_stats and aggregations_per_virtual_hour say it
+        fraction = busy / end if end > 0 else None
         return {
             "staleness_histogram": {str(s): n for s, n in sorted(self.staleness_counts.items())},
-            "utilisation": {"mean": round(float(fraction.mean()), 6), "min": round(float(fraction.min()), 6),
-                            "median": round(float(np.median(fraction)), 6), "max": round(float(fraction.max()), 6)},
+            "utilisation": {name: None if fraction is None else round(float(statistic(fraction)), 6)
+                            for name, statistic in (("mean", np.mean), ("min", np.min), ("median", np.median),
+                                                    ("max", np.max))},
             "idle_client_seconds": round(float(max(end * self.num_clients - busy.sum(), 0.0)), 3),
             "aggregations_per_virtual_hour": round(self.version * 3600.0 / end, 3) if end > 0 else None,
             "events": self.events_processed,
