@@ -1983,13 +1983,19 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
         raise resume.ResumeError(f"cannot resume {run_dir!r} with data=: it was made on dataset {config.dataset!r}, "
                                  "loaded by name, not on data passed in Python; resume it without data=")
     resume.refuse_changes(config, overrides, spelling)
-    finished = None if again_if_finished else resume.finished_run(run_dir)
+    ended = resume.finished_run(run_dir)
+    finished = None if again_if_finished else ended
     if config.timing_only:  # no checkpoint to resume from, by design: said so, not as a damaged run
         if finished is not None:
             raise finished
         raise resume.ResumeError(f"cannot resume {run_dir!r}: a timing-only run writes no checkpoints (it runs again "
                                  f"in a fraction of a training run's time); run its config again: jaxfl run --config "
                                  f"{os.path.join(run_dir, 'config.json')}")
+    if ended is not None and not os.path.isdir(os.path.join(run_dir, "checkpoints")):
+        # finished without checkpoints (none asked for, or a stop before the first): not "killed"
+        raise finished or resume.ResumeError(
+            f"cannot resume {run_dir!r}: it finished without writing a checkpoint to run again from "
+            "(checkpoint_every none and no final checkpoint, or a stop before the first): start the run again")
     resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
     if finished is not None:
         raise finished

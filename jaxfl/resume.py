@@ -465,6 +465,8 @@ def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> No
     if digest(stored) == digest(record):
         return
     found = differences(stored, record, holder=name)
+    if not found:  # the same values spelled apart: 1 in the checkpoint, 1.0 in config.json (an int given in
+        return     # Python for a float field, which reading config.json turns into a float)
     raise ResumeError(f"cannot resume {run_dir!r}: config.json differs from the config {name} was written with: "
                       f"{'; '.join(found)}; restore config.json (or start a new run to change them)")
 

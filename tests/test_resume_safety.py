@@ -3,6 +3,7 @@ config.json, flags that change the run, a dangling ``latest``, a deleted ``check
 config.json, a corrupt state.pkl and corrupt orbax data each get a one-line message (and a fallback
 to the previous checkpoint where one reads back), from Python and from ``jaxfl run --resume``."""
 import builtins
+import dataclasses
 import json
 import os
 import pathlib
@@ -14,8 +15,9 @@ import pytest
 from jaxfl import cli, experiment
 from jaxfl.config import RunConfig
 from jaxfl.experiment import resume_experiment, run_experiment
-from jaxfl.resume import ResumeError, ResumeWarning, candidates
+from jaxfl.resume import ResumeError, ResumeWarning, RunFinished, candidates
 from jaxfl.testing import assert_same_run, events_without_wall_time, metrics_without_wall_time
+from conftest import Interrupted
 
 FLAGS = dict(algorithm="fedbuff", dataset="mnist10k", model="mlp", clients=4, local_steps=2, batch_size=16,
              buffer_size=2, max_updates=3, checkpoint_every=1, stop_at_target=False, progress=False)
@@ -122,11 +124,42 @@ def test_a_dangling_latest_pointer_is_an_error_or_falls_back_to_an_existing_chec
 def test_a_deleted_checkpoints_folder_is_an_error_not_a_restart(finished, tmp_path, capsys, no_work):
     run = copy_run(finished, tmp_path)
     shutil.rmtree(os.path.join(run, "checkpoints"))
+    os.remove(os.path.join(run, "summary.json"))  # a run that has not finished
     before = logs(run)
     with pytest.raises(ResumeError, match="it has no checkpoints/ folder"):
         resume_experiment(run, progress=False)
     assert "no checkpoints/ folder" in cli_refusal(capsys, run)
     assert logs(run) == before and not os.path.exists(os.path.join(run, "checkpoints"))
+
+
+def test_a_finished_run_without_checkpoints_says_it_has_finished(tmp_path, capsys):
+    """A run that wrote no checkpoint (none asked for, or stopped before its first) and finished was
+    said to be "killed before its first checkpoint ... start the run again", exit 2."""
+    result = run_experiment(RunConfig(**{**FLAGS, "checkpoint_every": None}, final_checkpoint=False,
+                                      output_dir=str(tmp_path), run_name="none"))
+    assert not os.path.exists(os.path.join(result.run_dir, "checkpoints"))
+    before = logs(result.run_dir)
+    with pytest.raises(ResumeError, match="it finished without writing a checkpoint to run again from"):
+        resume_experiment(result.run_dir, progress=False)  # from Python: run again from its newest checkpoint
+    with pytest.raises(RunFinished, match=r"has already finished \(3 updates, stop: update budget\)"):
+        resume_experiment(result.run_dir, progress=False, again_if_finished=False)
+    assert cli.main(["run", "--resume", result.run_dir]) == 0
+    assert "has already finished" in capsys.readouterr().out
+    assert logs(result.run_dir) == before
+
+
+def test_an_int_given_for_a_float_field_in_python_resumes(tmp_path, crash_after_saves):
+    """RunConfig(max_time=1000) ran, and its checkpoints stored 1000, but config.json reads back as
+    1000.0: the resume was refused as an edited config.json naming no field."""
+    config = RunConfig(**{**FLAGS, "max_updates": 4}, max_time=1000, client_lr=1, output_dir=str(tmp_path),
+                       run_name="ints")
+    disarm = crash_after_saves(1)
+    with pytest.raises(Interrupted):
+        run_experiment(config)
+    disarm()
+    resumed = resume_experiment(str(tmp_path / "ints"), progress=False)
+    whole = run_experiment(dataclasses.replace(config, run_name="whole"))
+    assert_same_run(resumed, whole)
 
 
 @pytest.mark.parametrize("text, says", [
