@@ -865,8 +865,8 @@ def partition_data(config: RunConfig, dataset: Dataset):
     except ValueError as error:  # the fields are valid alone (validate): the federation cannot be made of them
         # the partitioners name their argument num_clients, the run's field is clients
         said = str(error).replace("num_clients=", "clients=")
-        raise ConfigError(f"clients={config.clients} is not allowed with partition={config.partition!r} on "
-                          f"dataset={config.dataset!r}: {said}") from None
+        raise ConfigError(f"partition={config.partition!r} cannot split dataset={config.dataset!r} over "
+                          f"clients={config.clients} (seed {config.seed}): {said}") from None
 
 
 def prepare(config: RunConfig, *, data=None, model=None, init_params=None):
@@ -1992,10 +1992,12 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
                                  f"in a fraction of a training run's time); run its config again: jaxfl run --config "
                                  f"{os.path.join(run_dir, 'config.json')}")
     if ended is not None and not os.path.isdir(os.path.join(run_dir, "checkpoints")):
-        # finished without checkpoints (none asked for, or a stop before the first): not "killed"
+        # finished without checkpoints: not "killed before its first checkpoint"
+        asked = config.checkpoint_every is not None or config.final_checkpoint
         raise finished or resume.ResumeError(
-            f"cannot resume {run_dir!r}: it finished without writing a checkpoint to run again from "
-            "(checkpoint_every none and no final checkpoint, or a stop before the first): start the run again")
+            f"cannot resume {run_dir!r}: it has finished and has no checkpoints/ folder to run again from ("
+            + ("deleted, or the run stopped before its first checkpoint" if asked else
+               "it asked for none: checkpoint_every none and no final checkpoint") + "): start the run again")
     resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
     if finished is not None:
         raise finished

@@ -191,10 +191,11 @@ def test_cli_partition_rejects_bad_values(tmp_path, capsys):
     ({"model": "textcnn"}, r"'textcnn' is built for token ids.*shape \(28, 28, 1\)"),
     ({"model": "mlp", "dataset": "synthetic", "augment": "crop_flip"},
      r"augment='crop_flip' needs image samples but dataset 'synthetic' has features samples"),
-    ({"partition": "natural"}, r"'natural' needs a per-sample client id column"),
+    ({"partition": "natural"}, r"^partition='natural' cannot split dataset='mnist10k' over clients=\d+ \(seed 0\): "
+                               r"partition 'natural' needs a per-sample client id column"),
     ({"partition": "dual_dirichlet", "clients": 2000},
-     r"^clients=2000 is not allowed with partition='dual_dirichlet' on dataset='mnist10k': .* left \d+ of 2000 "
-     r"clients without samples"),
+     r"^partition='dual_dirichlet' cannot split dataset='mnist10k' over clients=2000 \(seed 0\): .* left \d+ of "
+     r"2000 clients without samples"),
     ({"partition": "label_shards", "clients": 4000, "shards_per_client": 3}, r"12000 shards exceeds the 8000"),
     ({"dataset": "synthetic:x,y"}, r"synthetic:ALPHA,BETA"),
 ])

@@ -130,6 +130,12 @@ def test_a_deleted_checkpoints_folder_is_an_error_not_a_restart(finished, tmp_pa
         resume_experiment(run, progress=False)
     assert "no checkpoints/ folder" in cli_refusal(capsys, run)
     assert logs(run) == before and not os.path.exists(os.path.join(run, "checkpoints"))
+    finished_run = copy_run(finished, tmp_path, "finished")  # finished, then its checkpoints deleted
+    shutil.rmtree(os.path.join(finished_run, "checkpoints"))
+    with pytest.raises(ResumeError, match="it has finished and has no checkpoints/ folder to run again from "
+                                          r"\(deleted, or the run stopped before its first checkpoint\)"):
+        resume_experiment(finished_run, progress=False)
+    assert cli.main(["run", "--resume", finished_run]) == 0 and "has already finished" in capsys.readouterr().out
 
 
 def test_a_finished_run_without_checkpoints_says_it_has_finished(tmp_path, capsys):
@@ -139,7 +145,8 @@ def test_a_finished_run_without_checkpoints_says_it_has_finished(tmp_path, capsy
                                       output_dir=str(tmp_path), run_name="none"))
     assert not os.path.exists(os.path.join(result.run_dir, "checkpoints"))
     before = logs(result.run_dir)
-    with pytest.raises(ResumeError, match="it finished without writing a checkpoint to run again from"):
+    with pytest.raises(ResumeError, match="it has finished and has no checkpoints/ folder to run again from .it "
+                                          "asked for none"):
         resume_experiment(result.run_dir, progress=False)  # from Python: run again from its newest checkpoint
     with pytest.raises(RunFinished, match=r"has already finished \(3 updates, stop: update budget\)"):
         resume_experiment(result.run_dir, progress=False, again_if_finished=False)
