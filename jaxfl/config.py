@@ -251,6 +251,15 @@ class RunConfig:
         if values:
             raise TypeError(f"RunConfig got unexpected keyword arguments {sorted(values)}; fields: "
                             f"{', '.join(FIELDS)}")
+        # one spelling of a float field's value, as config.json, TOML and the command line give it: 3000 is
+        # 3000.0 and -0.0 is 0.0, so that the run's name, config.json and checkpoints do not depend on it
+        object.__setattr__(self, "checkpoint_min_interval_s", _float_spelling(self.checkpoint_min_interval_s))
+        for name in SECTIONS:
+            section = getattr(self, name)
+            respelt = {field.name: _float_spelling(getattr(section, field.name)) for field in dataclasses.fields(section)
+                       if annotation_text(field.type).startswith("float")}
+            if any(respelt[key] is not getattr(section, key) for key in respelt):
+                object.__setattr__(self, name, dataclasses.replace(section, **respelt))
 
     def __getattr__(self, name: str) -> Any:
         """A section's field read as the config's own (``config.local_steps``)."""
@@ -297,7 +306,7 @@ def checkpoint_min_interval(config: "RunConfig") -> float:
     >>> checkpoint_min_interval(RunConfig()), checkpoint_min_interval(RunConfig(checkpoint_every=5))
     (60.0, 0.0)
     >>> checkpoint_min_interval(RunConfig(checkpoint_every=5, checkpoint_min_interval_s=30))
-    30
+    30.0
     """
     if config.checkpoint_min_interval_s is not None:
         return config.checkpoint_min_interval_s
@@ -347,6 +356,20 @@ def _plain_number(value: Any) -> Any:
         item = value.item()
         if isinstance(item, (bool, int, float)):
             return item
+    return value
+
+
+def _float_spelling(value: Any) -> Any:
+    """The value of a float field as a float: an int as the float it equals, -0.0 as 0.0; anything
+    else (None, a string, a wrong type, which validation names) unchanged.
+
+    >>> _float_spelling(3000), _float_spelling(-0.0), _float_spelling(None), _float_spelling(True)
+    (3000.0, 0.0, None, True)
+    """
+    if _is_int(value) and abs(value) < 2 ** 53:
+        return float(value)
+    if isinstance(value, float) and value == 0.0:
+        return 0.0
     return value
 
 
