@@ -351,6 +351,8 @@ def _plain_number(value: Any) -> Any:
     >>> _plain_number(np.int64(4)), _plain_number(np.float32(0.5)), _plain_number("x")
     (4, 0.5, 'x')
     """
+    if isinstance(value, (list, tuple)):  # normalize_mean=(np.float32(0.5),)
+        return type(value)(_plain_number(item) for item in value)
     kind = type(value).__module__
     if kind == "numpy" and hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         item = value.item()
@@ -972,7 +974,7 @@ def resolve_options(algorithm, options) -> Any:
             if name not in known:
                 allowed = ", ".join(sorted(known)) or "none"
                 raise ConfigError(f"unknown option {key!r} of algorithm {algorithm.name!r}; allowed: {allowed}")
-            values[name] = _coerce(value, cls.__dataclass_fields__[name].type)
+            values[name] = _coerce(_plain_number(value), cls.__dataclass_fields__[name].type)
         options = cls(**values)
     elif not isinstance(options, cls):
         fail("algorithm_options", options, f"a {cls.__name__} or a mapping of its fields for {algorithm.name}")

@@ -216,3 +216,16 @@ def test_a_float_field_given_as_an_int_or_minus_zero_names_the_same_run():
     floats = RunConfig(max_time=3000.0, client_lr=1.0, latency=0.0, staleness_alpha=1.0, checkpoint_min_interval_s=0.0)
     assert config_hash(ints) == config_hash(floats) and ints.to_dict() == floats.to_dict()
     assert type(ints.max_time) is float and str(ints.latency) == "0.0" and type(ints.clients) is int
+
+
+def test_numpy_numbers_in_algorithm_options_and_per_channel_lists_are_plain_numbers():
+    """np.int64 in algorithm_options and np.float32 in normalize_mean were refused as "expected a
+    number/an integer", where the same types are taken for every top-level field."""
+    import numpy as np
+
+    given = validate(RunConfig(algorithm="port", normalize=True, normalize_mean=(np.float32(0.5),),
+                               normalize_std=(np.float32(0.25),),
+                               algorithm_options={"staleness_bound": np.int64(5), "min_clients": np.int64(2)}))
+    plain = validate(RunConfig(algorithm="port", normalize=True, normalize_mean=(0.5,), normalize_std=(0.25,),
+                               algorithm_options={"staleness_bound": 5.0, "min_clients": 2}))
+    assert given.to_dict() == plain.to_dict() and config_hash(given) == config_hash(plain)
