@@ -481,6 +481,10 @@ def validate(config: RunConfig) -> RunConfig:
         value = getattr(config, name)
         if value is not None and value < 1:
             fail(name, value, "an integer >= 1")
+    for name in ("clients", "local_steps", "batch_size", "clients_per_call", "steps_per_call", "num_classes"):
+        value = getattr(config, name)
+        if value is not None and value >= 2 ** 31:  # past it the kernels' int32 counts and shapes overflow
+            fail(name, value, "an integer below 2^31 (2,147,483,648): it becomes a 32-bit integer on the device")
     if not 0 <= config.seed < SEED_LIMIT:
         fail("seed", config.seed, "an integer in [0, 2^63 - 1] (the largest a JAX PRNG key takes)")
     positive_finite = ("speed_mean", "client_lr", "server_lr", "dirichlet_alpha", "speed_cap", "size_skew",

@@ -102,3 +102,12 @@ def test_a_round_s_stragglers_do_not_count_as_a_stall(tmp_path):
                                       checkpoint_every=None, output_dir=str(tmp_path)))
     assert result.summary["stop_reason"] == "update budget" and result.summary["global_updates"] == 4
     assert result.summary["accounting"]["dropped_by_reason"]["arrived after round deadline"] > 1000
+
+
+@pytest.mark.parametrize("field", ["batch_size", "local_steps", "num_classes", "clients_per_call"])
+def test_counts_past_32_bits_are_refused_by_name(field, tmp_path):
+    """batch_size or num_classes of 2^31 passed validation and crashed inside JAX with a 54-line
+    OverflowError; now refused before any work, naming the field."""
+    with pytest.raises(ConfigError, match=rf"^{field}=2147483648 is not allowed: an integer below 2\^31"):
+        validate(RunConfig(**{field: 2 ** 31}, output_dir=str(tmp_path)))
+    validate(RunConfig(**{field: 2 ** 31 - 1}, output_dir=str(tmp_path)))  # the largest is taken
