@@ -733,9 +733,14 @@ class Engine:
         """Raise :class:`ResourceError` now if not even one client per device fits the memory
         budget, so that a run fails before it writes anything rather than at its first training
         call. Checked where a budget is set (``memory_limit``) or the device is an accelerator; on
-        a CPU without a limit the guard checks the first call as before (compiling the smallest call
-        only to check it would cost every CPU run a compilation)."""
+        a CPU without a limit only where the per-client estimate (which XLA's figure exceeds, never
+        undercuts, for the models measured) already passes the budget, else at the first call as
+        before (compiling the smallest call only to check it would cost every CPU run a compilation)."""
         if self.memory_limit is not None or self.home.platform != "cpu":
+            self._clients_that_fit(self.plan.devices)
+            return
+        free = free_device_memory()
+        if free is not None and self.plan.devices * self.bytes_per_client > free * MEMORY_HEADROOM:
             self._clients_that_fit(self.plan.devices)
 
     def call_bytes(self, padded: int) -> int:

@@ -151,6 +151,19 @@ def test_memory_guard_splits_calls_without_changing_results(small_config):
         run_experiment(replace(config, run_name="tiny", memory_limit_mb=0.01))
 
 
+def test_a_call_far_beyond_the_hosts_memory_fails_before_the_run_folder_is_written(small_config, monkeypatch, tmp_path):
+    """On a CPU without memory_limit_mb the guard waited for the first call, so a hopeless batch_size
+    left config.json, logs and .lock behind the one-line error; the README says it fails before it
+    writes anything. The per-client estimate decides where XLA's figure is worth compiling."""
+    import jaxfl.engine
+
+    monkeypatch.setattr(jaxfl.engine, "free_device_memory", lambda: 2**20)  # 1 MiB free
+    config = replace(small_config, algorithm="fedavg", max_updates=2, output_dir=str(tmp_path / "runs"))
+    with pytest.raises(ResourceError, match="one client per device needs about .* MiB but only 0.8 MiB may be used"):
+        run_experiment(config)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_changing_only_the_algorithm_keeps_speeds_and_partition_paired(small_config):
     runs = {a: run_experiment(replace(small_config, algorithm=a, run_name=a, max_updates=3))
             for a in ("fedavg", "fedasync", "fedcompass")}
