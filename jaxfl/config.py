@@ -252,7 +252,7 @@ class RunConfig:
             raise TypeError(f"RunConfig got unexpected keyword arguments {sorted(values)}; fields: "
                             f"{', '.join(FIELDS)}")
         # one spelling of a float field's value, as config.json, TOML and the command line give it: 3000 is
-        # 3000.0 and -0.0 is 0.0, so that the run's name, config.json and checkpoints do not depend on it
+        # 3000.0, so that the run's name, config.json and checkpoints do not depend on it
         object.__setattr__(self, "checkpoint_min_interval_s", _float_spelling(self.checkpoint_min_interval_s))
         for name in SECTIONS:
             section = getattr(self, name)
@@ -362,16 +362,15 @@ def _plain_number(value: Any) -> Any:
 
 
 def _float_spelling(value: Any) -> Any:
-    """The value of a float field as a float: an int as the float it equals, -0.0 as 0.0; anything
-    else (None, a string, a wrong type, which validation names) unchanged.
+    """The value of a float field as a float, as config.json, TOML and the command line give it: an
+    int as the float it equals; anything else (None, a string, a wrong type, which validation
+    names) unchanged.
 
-    >>> _float_spelling(3000), _float_spelling(-0.0), _float_spelling(None), _float_spelling(True)
-    (3000.0, 0.0, None, True)
+    >>> _float_spelling(3000), _float_spelling(None), _float_spelling(True)
+    (3000.0, None, True)
     """
     if _is_int(value) and abs(value) < 2 ** 53:
         return float(value)
-    if isinstance(value, float) and value == 0.0:
-        return 0.0
     return value
 
 
