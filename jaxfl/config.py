@@ -260,6 +260,12 @@ class RunConfig:
                        if annotation_text(field.type).startswith("float")}
             if any(respelt[key] is not getattr(section, key) for key in respelt):
                 object.__setattr__(self, name, dataclasses.replace(section, **respelt))
+        options = self.algorithm_options  # an algorithm's Options object (a mapping is coerced when resolved)
+        if dataclasses.is_dataclass(options) and not isinstance(options, type):
+            respelt = {field.name: _float_spelling(getattr(options, field.name)) for field in dataclasses.fields(options)
+                       if field.init and annotation_text(field.type).startswith("float")}
+            if any(respelt[key] is not getattr(options, key) for key in respelt):
+                object.__setattr__(self, "algorithm_options", dataclasses.replace(options, **respelt))
 
     def __getattr__(self, name: str) -> Any:
         """A section's field read as the config's own (``config.local_steps``)."""

@@ -217,6 +217,11 @@ def test_a_float_field_given_as_an_int_names_the_same_run():
     assert config_hash(ints) == config_hash(floats) and ints.to_dict() == floats.to_dict()
     assert type(ints.max_time) is float and type(ints.clients) is int
     assert str(RunConfig(latency=-0.0).latency) == "-0.0"
+    from jaxfl.algorithms import get
+
+    PortOptions = get("port").Options
+    assert config_hash(validate(RunConfig(algorithm="port", algorithm_options=PortOptions(staleness_bound=5)))) == \
+        config_hash(validate(RunConfig(algorithm="port", algorithm_options={"staleness_bound": 5.0})))
 
 
 def test_numpy_numbers_in_algorithm_options_and_per_channel_lists_are_plain_numbers():
