@@ -153,8 +153,9 @@ def check_same_run(settings: dict, resume: bool) -> None:
     the config as ``config.json`` nests it, without what may differ, such as its folder), given another
     process count (:func:`init_cluster`'s ``num_processes``), or of which some resume and some start:
     each would train its share of the clients its own way, and the mixed result would be written
-    under process 0's config (or the processes would wait for each other forever). A :class:`jaxfl.config.ConfigError` naming the settings that differ from
-    process 0's; collective, like :func:`broadcast_text`.
+    under process 0's config (or the processes would wait for each other forever). A
+    :class:`jaxfl.config.ConfigError` naming the settings that differ from process 0's; collective,
+    like :func:`broadcast_text`.
 
     >>> check_same_run({"seed": 0}, resume=False)   # one process: nothing to compare
     """

@@ -255,17 +255,10 @@ class RunConfig:
         # 3000.0, so that the run's name, config.json and checkpoints do not depend on it
         object.__setattr__(self, "checkpoint_min_interval_s", _float_spelling(self.checkpoint_min_interval_s))
         for name in SECTIONS:
-            section = getattr(self, name)
-            respelt = {field.name: _float_spelling(getattr(section, field.name)) for field in dataclasses.fields(section)
-                       if annotation_text(field.type).startswith("float")}
-            if any(respelt[key] is not getattr(section, key) for key in respelt):
-                object.__setattr__(self, name, dataclasses.replace(section, **respelt))
-        options = self.algorithm_options  # an algorithm's Options object (a mapping is coerced when resolved)
-        if dataclasses.is_dataclass(options) and not isinstance(options, type):
-            respelt = {field.name: _float_spelling(getattr(options, field.name)) for field in dataclasses.fields(options)
-                       if field.init and annotation_text(field.type).startswith("float")}
-            if any(respelt[key] is not getattr(options, key) for key in respelt):
-                object.__setattr__(self, "algorithm_options", dataclasses.replace(options, **respelt))
+            object.__setattr__(self, name, _float_fields_spelt(getattr(self, name)))
+        # an algorithm's Options object (a mapping of its fields is coerced when it is resolved)
+        if dataclasses.is_dataclass(self.algorithm_options) and not isinstance(self.algorithm_options, type):
+            object.__setattr__(self, "algorithm_options", _float_fields_spelt(self.algorithm_options))
 
     def __getattr__(self, name: str) -> Any:
         """A section's field read as the config's own (``config.local_steps``)."""
@@ -378,6 +371,15 @@ def _float_spelling(value: Any) -> Any:
     if _is_int(value) and abs(value) < 2 ** 53:
         return float(value)
     return value
+
+
+def _float_fields_spelt(values: Any) -> Any:
+    """A frozen dataclass with :func:`_float_spelling` applied to its float fields; itself if none changes."""
+    respelt = {field.name: _float_spelling(getattr(values, field.name)) for field in dataclasses.fields(values)
+               if field.init and annotation_text(field.type).startswith("float")}
+    if all(respelt[name] is getattr(values, name) for name in respelt):
+        return values
+    return dataclasses.replace(values, **respelt)
 
 
 def _is_int(value) -> bool:

@@ -855,11 +855,6 @@ def partition_data(config: RunConfig, dataset: Dataset):
         "label_shards": {"shards_per_client": config.shards_per_client},
         "gamma_mix": {"gamma": config.gamma},
     }.get(config.partition, {})  # class, dual_dirichlet: the FedCompass paper's fixed parameters
-    samples = len(dataset.train_y)
-    if config.clients > samples:  # the partitioner's own message names its argument, num_clients
-        raise ConfigError(f"clients={config.clients} is not allowed with dataset={config.dataset!r}: at most its "
-                          f"{samples} training samples, as every client needs one or more (a synthetic dataset "
-                          "generates samples for any number of clients)")
     try:
         return build_federation(dataset, config.clients, config.partition, seed=config.seed, **partition_kwargs)
     except ValueError as error:  # the fields are valid alone (validate): the federation cannot be made of them

@@ -178,15 +178,16 @@ def test_cli_partition_rejects_bad_values(tmp_path, capsys):
     assert info.value.code == 2 and "dirichlet_alpha=0.0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["partition", "--clients", "9000", "--out", str(tmp_path)])
-    assert "clients=9000 is not allowed with dataset='mnist10k': at most its 8000 training samples" \
-        in capsys.readouterr().err
+    assert "partition='iid' cannot split dataset='mnist10k' over clients=9000 (seed 0): clients=9000 must be " \
+        "between 1 and the number of samples (8000)" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- validation before training
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"clients": 9000}, r"^clients=9000 is not allowed with dataset='mnist10k': at most its 8000 training samples"),
+    ({"clients": 9000}, r"^partition='iid' cannot split dataset='mnist10k' over clients=9000 \(seed 0\): "
+                        r"clients=9000 must be between 1 and the number of samples \(8000\)"),
     ({"model": "cnn", "dataset": "synthetic"}, r"'cnn' is built for images of shape \(28, 28, 1\).*\(60,\)"),
     ({"model": "textcnn"}, r"'textcnn' is built for token ids.*shape \(28, 28, 1\)"),
     ({"model": "mlp", "dataset": "synthetic", "augment": "crop_flip"},
