@@ -253,7 +253,9 @@ class RunConfig:
                             f"{', '.join(FIELDS)}")
         # one spelling of a float field's value, as config.json, TOML and the command line give it: 3000 is
         # 3000.0, so that the run's name, config.json and checkpoints do not depend on it
-        object.__setattr__(self, "checkpoint_min_interval_s", _float_spelling(self.checkpoint_min_interval_s))
+        for field in dataclasses.fields(self):
+            if annotation_text(field.type).startswith("float"):  # the config's own (checkpoint_min_interval_s)
+                object.__setattr__(self, field.name, _float_spelling(getattr(self, field.name)))
         for name in SECTIONS:
             object.__setattr__(self, name, _float_fields_spelt(getattr(self, name)))
         # an algorithm's Options object (a mapping of its fields is coerced when it is resolved)
