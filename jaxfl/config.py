@@ -322,6 +322,11 @@ SEED_LIMIT = 2 ** 63
 MAX_GRID_POINTS = 100_000
 POWERLAW_MIN_SKEW = 0.1  # client_sizes powerlaw: Pareto weights ~ exp(E/size_skew), E ~ Exp(1) up to ~40
 LOGNORMAL_MAX_SKEW = 100.0  # client_sizes lognormal: weights exp(size_skew·z), z up to ~7
+# Each setting that scales an event's time (seconds, and the factors and ratios they are multiplied
+# by) is at most this, and the divisors at least its inverse: a dispatch's time is a product of
+# several of them with the step count and a random draw, which then stays far inside float64
+# (10^30 s is 10^22 years; past ~10^300 the clock's times become inf mid-run).
+TIME_SCALE_LIMIT = 1e30
 
 
 def fail(name: str, value: Any, allowed: str) -> None:
@@ -535,6 +540,16 @@ def validate(config: RunConfig) -> RunConfig:
             fail(name, getattr(config, name), "a number in [0, 1)")
     if not (config.server_tau > 0 and math.isfinite(config.server_tau)):
         fail("server_tau", config.server_tau, "a finite number > 0")
+    for name in ("speed_mean", "speed_reference_time", "speed_cap", "speed_ratio", "jitter", "latency",
+                 "delay_factor", "dropout_mean", "round_timeout"):
+        value = getattr(config, name)
+        if value is not None and value > TIME_SCALE_LIMIT:
+            fail(name, value, f"at most {TIME_SCALE_LIMIT:g}: an event's time multiplies it with the step count, "
+                              "the other speed settings and a random draw, and larger products overflow to inf")
+    for name in ("speed_reference_time", "bandwidth"):
+        if getattr(config, name) < 1 / TIME_SCALE_LIMIT:
+            fail(name, getattr(config, name), f"at least {1 / TIME_SCALE_LIMIT:g}: an event's time divides by it, "
+                                              "and smaller values make times that overflow to inf")
     if not config.max_time > 0:
         fail("max_time", config.max_time, "virtual seconds > 0 (inf for no time budget)")
     if math.isinf(config.max_time) and not _count_budgets(config) and not config.stop_at_target:

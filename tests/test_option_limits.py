@@ -2,6 +2,7 @@
 does what the limit means or is refused in one line before any work."""
 import json
 import os
+import re
 
 import pytest
 
@@ -111,3 +112,26 @@ def test_counts_past_32_bits_are_refused_by_name(field, tmp_path):
     with pytest.raises(ConfigError, match=rf"^{field}=2147483648 is not allowed: an integer below 2\^31"):
         validate(RunConfig(**{field: 2 ** 31}, output_dir=str(tmp_path)))
     validate(RunConfig(**{field: 2 ** 31 - 1}, output_dir=str(tmp_path)))  # the largest is taken
+
+
+@pytest.mark.parametrize("field, value, allowed", [
+    ("speed_mean", 1e308, "at most 1e+30"), ("jitter", 1e31, "at most 1e+30"),
+    ("delay_factor", 1e31, "at most 1e+30"), ("speed_reference_time", 1e-31, "at least 1e-30"),
+    ("bandwidth", 1e-300, "at least 1e-30")])
+def test_time_settings_whose_products_overflow_are_refused_before_the_run_folder(field, value, allowed, tmp_path):
+    """--speed-mean 1e308 passed validation, wrote the run folder and stopped at the first arrival with
+    "event time must be finite; got time=inf", naming no setting."""
+    config = RunConfig(dataset="digits", model="mlp", clients=4, max_updates=3, progress=False,
+                       output_dir=str(tmp_path / "runs"), **{field: value})
+    with pytest.raises(ConfigError, match="^" + re.escape(f"{field}={value!r} is not allowed: {allowed}")):
+        run_experiment(config)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_largest_time_settings_run_with_finite_times(tmp_path):
+    """At the bound every factor at once still gives finite event times (the bound's reason)."""
+    result = run_experiment(RunConfig(
+        algorithm="fedasync", dataset="digits", model="mlp", clients=4, max_updates=3, max_time=float("inf"),
+        heterogeneity="exp", speed_mean=1e30, jitter=1e30, delay_prob=0.5, delay_factor=1e30, latency=1e30,
+        stop_at_target=False, progress=False, checkpoint_every=None, output_dir=str(tmp_path)))
+    assert result.summary["global_updates"] == 3 and 0 < result.summary["virtual_time"] < 1e300

@@ -627,7 +627,7 @@ class FedASMUConfig(Options):
         return DeviceOptions(self.mu_beta, self.lr_gamma, self.lr_nu, self.gamma0, self.nu0)
 
     def validate(self, run) -> None:
-        from jaxfl.config import fail
+        from jaxfl.config import TIME_SCALE_LIMIT, fail
 
         if self.slot not in SLOT_RULES:
             fail("fedasmu.slot", self.slot, f"one of {', '.join(SLOT_RULES)}")
@@ -664,6 +664,9 @@ class FedASMUConfig(Options):
         for name in ("trigger_period", "mu_alpha", "mu_beta"):
             if not (getattr(self, name) > 0 and math.isfinite(getattr(self, name))):
                 fail(f"fedasmu.{name}", getattr(self, name), "a finite number > 0")
+        if self.trigger_period > TIME_SCALE_LIMIT:
+            fail("fedasmu.trigger_period", self.trigger_period,
+                 f"at most {TIME_SCALE_LIMIT:g} s (the trigger times are its multiples, which overflow to inf)")
         for name in ("lr_lambda", "lr_sigma", "lr_iota", "lr_gamma", "lr_nu", "lambda0", "iota0", "gamma0"):
             if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
                 fail(f"fedasmu.{name}", getattr(self, name), "a finite number >= 0")
