@@ -304,9 +304,11 @@ def test_checkpoints_spaced_by_wall_time_follow_process_0_s_clock(tmp_path):
     assert checkpoint.latest(run_dir).endswith("ckpt-000003")
 
 
-def test_a_lost_process_ends_the_others_at_once_saying_how_to_go_on(tmp_path):
+@pytest.mark.parametrize("lost", [1, 0], ids=["worker", "coordinator"])
+def test_a_lost_process_ends_the_others_at_once_saying_how_to_go_on(tmp_path, lost):
     """SIGKILL of one process (its host lost): the other printed jax's gloo error, then waited 70-90 s
-    for the lost heartbeat and aborted with a C++ stack trace, saying nothing of the run folder."""
+    for the lost heartbeat and aborted with a C++ stack trace, saying nothing of the run folder. Process 0
+    (the coordinator, whose scheduler the other follows) lost is the same to the one left."""
     import signal
     import time
 
@@ -321,14 +323,16 @@ def test_a_lost_process_ends_the_others_at_once_saying_how_to_go_on(tmp_path):
             and time.monotonic() < deadline:
         time.sleep(0.5)
     assert checkpoint.latest(str(run_dir)), "the run wrote no checkpoint"
-    running[1].send_signal(signal.SIGKILL)
+    left = 1 - lost
+    running[lost].send_signal(signal.SIGKILL)
     try:
-        code = running[0].wait(timeout=45)
+        code = running[left].wait(timeout=45)
     except subprocess.TimeoutExpired:
         for process in running:
             process.kill()
-        pytest.fail("process 0 did not end within 45 s of losing process 1: " + running[0].stderr.read()[-3000:])
-    error = running[0].stderr.read()
+        pytest.fail(f"process {left} did not end within 45 s of losing process {lost}: "
+                    + running[left].stderr.read()[-3000:])
+    error = running[left].stderr.read()
     assert code == 1, error[-2000:]
     assert "jaxfl: error: another process of this cluster run ended (" in error
     assert f"{run_dir} keeps its logs and checkpoints up to update" in error and "--resume" in error
