@@ -43,7 +43,8 @@ import numpy as np
 
 from jaxfl._devices import backends_started
 
-__all__ = ["ClusterError", "all_processes", "broadcast_text", "init_cluster", "process_count", "process_index"]
+__all__ = ["ClusterError", "all_processes", "broadcast_text", "init_cluster", "least_bytes", "process_count",
+           "process_index"]
 
 DEFAULT_TIMEOUT_S = 300.0  # jax.distributed.initialize's own initialization_timeout
 TIMEOUT_VARIABLE = "JAXFL_CLUSTER_TIMEOUT_S"
@@ -323,3 +324,21 @@ def all_processes(flag: bool) -> list[bool]:
     from jax.experimental.multihost_utils import process_allgather
 
     return [bool(value) for value in np.asarray(process_allgather(np.int32(flag))).reshape(-1)]
+
+
+def least_bytes(count: int | None) -> int | None:
+    """The least of every process's ``count`` of bytes, in whole MiB (a gather through 32-bit
+    integers); None where any process has no figure (collective, like :func:`broadcast_text`).
+    Used where each process would decide by its own free memory what the processes must do
+    together (the size of a training call, whose clients span them all).
+
+    >>> least_bytes(3 * 2**20 + 5), least_bytes(None)  # one process: its own, whole MiB
+    (3145728, None)
+    """
+    if jax.process_count() == 1:
+        return None if count is None else count // 2**20 * 2**20
+    from jax.experimental.multihost_utils import process_allgather
+
+    mib = -1 if count is None else min(count // 2**20, 2**31 - 1)
+    values = np.asarray(process_allgather(np.int32(mib))).reshape(-1)
+    return None if (values < 0).any() else int(values.min()) * 2**20

@@ -712,7 +712,7 @@ class Engine:
         need > 24 GB on XLA:CPU, far beyond any per-client estimate, because of grouped-convolution
         temporaries)."""
         padded = self.plan.call_size(min(wanted, self.plan.clients_per_call))
-        free = self.memory_limit if self.memory_limit is not None else free_device_memory()
+        free = self.memory_limit if self.memory_limit is not None else self._free_memory()
         if free is None:
             return padded
         budget = int(free * MEMORY_HEADROOM)
@@ -739,9 +739,21 @@ class Engine:
         if self.memory_limit is not None or self.home.platform != "cpu":
             self._clients_that_fit(self.plan.devices)
             return
-        free = free_device_memory()
+        free = self._free_memory()
         if free is not None and self.plan.devices * self.bytes_per_client > free * MEMORY_HEADROOM:
             self._clients_that_fit(self.plan.devices)
+
+    @staticmethod
+    def _free_memory() -> int | None:
+        """The free memory the budget reads: in a cluster run the least of every process's, since the
+        clients of a training call span the processes, which must split it alike (each by its own
+        figure, a host with less free memory split its calls while the others did not, and the
+        processes' collectives no longer matched)."""
+        if jax.process_count() == 1:
+            return free_device_memory()
+        from jaxfl.cluster import least_bytes
+
+        return least_bytes(free_device_memory())
 
     def call_bytes(self, padded: int) -> int:
         """Memory one training call of ``padded`` clients allocates, where the budget is measured:

@@ -70,6 +70,17 @@ SCRIPT = textwrap.dedent("""
         import jaxfl.client_state
         jaxfl.client_state.free_device_memory = lambda: 0
         jaxfl.client_state.available_host_memory = lambda: 0
+    if mode == "small-tight-host" and process == 1:  # by its own free memory it would split every call to one
+        import inspect, jaxfl.engine                    # client per device, which process 0 would not
+        def tight():
+            frame = inspect.currentframe()  # the engine asking: the nearest caller that has call_bytes
+            while not hasattr(frame.f_locals.get("self"), "call_bytes"):
+                frame = frame.f_back
+            engine = frame.f_locals["self"]
+            return int(engine.call_bytes(engine.plan.devices) / jaxfl.engine.MEMORY_HEADROOM) + 2**20
+        jaxfl.engine.free_device_memory = tight
+    if mode == "small-tight-host":  # every process asks for calls of 6 clients
+        config = dataclasses.replace(config, engine=dataclasses.replace(config.engine, clients_per_call=6))
     if mode == "small-own-clock":  # checkpoints spaced by wall time, and process 1's clock never says "due"
         from jaxfl import experiment
         config = dataclasses.replace(config, checkpoint_min_interval_s=1e-6)
@@ -346,6 +357,21 @@ def test_per_client_state_is_placed_by_process_0_s_free_memory_on_every_process(
     summary = _summary(two["run_dir"])
     assert summary["global_updates"] == 3 and checkpoint.latest(two["run_dir"]).endswith("ckpt-000003")
     assert summary["device_memory"]["client_state_placement"] == "device"
+
+
+def test_training_calls_are_split_by_the_least_free_memory_of_every_process(tmp_path):
+    """Each process's memory guard read its own free memory: a host with less split its training
+    calls while the other did not, and the processes' collectives no longer matched."""
+    two = _run(tmp_path, "fedavg", processes=2, mode="small-tight-host", timeout=300)
+    summary = _summary(two["run_dir"])
+    assert summary["global_updates"] == 3
+    assert summary["calls_split_by_memory_guard"] > 0  # process 0 split its calls by process 1's memory
+    one = _run(tmp_path, "fedavg", processes=1, mode="small-tight-host", timeout=300)  # no tight host: unsplit
+    assert _summary(one["run_dir"])["calls_split_by_memory_guard"] == 0
+    assert events_without_wall_time(two["run_dir"]) == events_without_wall_time(one["run_dir"])
+    with np.load(tmp_path / "fedavg-2.npz") as two_params, np.load(tmp_path / "fedavg-1.npz") as one_params:
+        for name in one_params.files:  # the same clients' arithmetic, in calls of 2 instead of 6
+            np.testing.assert_allclose(two_params[name], one_params[name], rtol=0, atol=1e-6)
 
 
 def test_every_process_of_a_timing_only_cluster_run_names_process_0_s_folder(tmp_path):
