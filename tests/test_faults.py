@@ -102,6 +102,14 @@ def test_a_nan_stops_the_run_naming_client_time_and_version_and_keeps_the_logs(s
         assert len(handle.readlines()) > 1  # everything logged up to the failure is kept
 
 
+def test_a_nan_after_a_huge_server_step_names_server_lr_too(small_config):
+    """FedAdam at server_lr 1e30 made version 1 huge, its clients' updates non-finite, and the message
+    said only "lower client_lr"."""
+    config = replace(small_config, algorithm="fedavg", server_optimizer="adam", server_lr=1e30, max_updates=5)
+    with pytest.raises(NumericalError, match=r"trained from version [1-9].* lower client_lr or server_lr \(the model"):
+        run_experiment(config)
+
+
 def test_nan_updates_can_be_skipped_and_are_counted(small_config):
     result = run_experiment(replace(small_config, algorithm="fedbuff", client_optimizer="sgd", client_lr=1e30,
                                     max_time=20.0, max_updates=None, stop_at_target=False, on_nonfinite="skip"))
