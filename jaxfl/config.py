@@ -372,11 +372,19 @@ def _float_spelling(value: Any) -> Any:
     int as the float it equals; anything else (None, a string, a wrong type, which validation
     names) unchanged.
 
-    >>> _float_spelling(3000), _float_spelling(None), _float_spelling(True)
-    (3000.0, None, True)
+    An int no float equals (2^53 + 1, 10^400) stays the int, for validation to judge.
+
+    >>> _float_spelling(3000), _float_spelling(10 ** 20), _float_spelling(None), _float_spelling(True)
+    (3000.0, 1e+20, None, True)
+    >>> _float_spelling(2 ** 53 + 1)
+    9007199254740993
     """
-    if _is_int(value) and abs(value) < 2 ** 53:
-        return float(value)
+    if _is_int(value):
+        try:
+            spelt = float(value)
+        except OverflowError:
+            return value
+        return spelt if int(spelt) == value else value
     return value
 
 

@@ -217,6 +217,8 @@ def test_a_float_field_given_as_an_int_names_the_same_run():
     assert config_hash(ints) == config_hash(floats) and ints.to_dict() == floats.to_dict()
     assert type(ints.max_time) is float and type(ints.clients) is int
     assert str(RunConfig(latency=-0.0).latency) == "-0.0"
+    # past 2^53 too, where a float equals the int (10^20 was kept an int, named apart from 1e20)
+    assert config_hash(RunConfig(max_time=10 ** 20)) == config_hash(RunConfig(max_time=1e20))
     from jaxfl.algorithms import get
 
     PortOptions = get("port").Options
