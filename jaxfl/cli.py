@@ -35,7 +35,7 @@ from jaxfl import algorithms
 from jaxfl.config import (DEFAULT_SERVER_LR, FIELDS, PLUGIN_IMPORT_FAILURES, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, ConfigError,
                           RunConfig, _server_readers_text, algorithms_reading, annotation_text, config_from_mapping,
                           fields_not_read_by, flat_once, import_named_plugins, load_config_file, option_namespaces,
-                          split_algorithm_options, unknown_name, variant_unread)
+                          split_algorithm_options, unknown_name, user_path, variant_unread)
 from jaxfl.checkpoint import DiskWriteError
 from jaxfl.cluster import PeerLost
 from jaxfl.engine import NumericalError, ResourceError
@@ -309,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
         summary = cls.__doc__.splitlines()[0]
         groups[section] = run.add_argument_group(f"{section}: {summary[0].lower()}{summary[1:].rstrip('.')}")
     groups[None] = run.add_argument_group("run and output: config file, seed, run directory, checkpoints, resume")
-    groups[None].add_argument("--config", metavar="FILE",
+    groups[None].add_argument("--config", metavar="FILE", type=user_path,
                               help="JSON or TOML file of config fields and algorithm options (flags override it)")
     groups[None].add_argument("--preset", metavar="NAME",
                               help="a shipped experiment (jaxfl/presets): a seed paper's setting, "
@@ -321,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     free = [f"--{flag}/--no-{flag}" if FIELDS[name].type.startswith("bool") else f"--{flag}"
             for name in MAY_DIFFER for flag in [name.replace("_", "-")]]
     free = f"{', '.join(free[:-1])} and {free[-1]}" if len(free) > 1 else free[0]
-    groups[None].add_argument("--resume", metavar="RUN_DIR",
+    groups[None].add_argument("--resume", metavar="RUN_DIR", type=user_path,
                               help="continue the run in RUN_DIR from its newest readable checkpoint; the run "
                                    "keeps its config: other flags (and --config) must equal the run's values, "
                                    f"except {free}")
@@ -359,8 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--algorithm", action="append", default=[], metavar="MODULE:CLASS",
                          help="also list an algorithm defined outside jaxfl")
     timeline = commands.add_parser("timeline", help="Gantt chart of a finished run: busy/idle clients, aggregations")
-    timeline.add_argument("run_dir", help="a run directory written by `jaxfl run`")
-    timeline.add_argument("--out", help="PNG to write (default: RUN_DIR/timeline.png); a missing folder is made")
+    timeline.add_argument("run_dir", type=user_path, help="a run directory written by `jaxfl run`")
+    timeline.add_argument("--out", type=user_path, help="PNG to write (default: RUN_DIR/timeline.png); a missing folder is made")
     timeline.add_argument("--max-time", type=float, help="show virtual time up to this many seconds")
     _sweep_parser(commands)
     split = commands.add_parser("partition", help="how a dataset splits over clients: table and class heatmap")
@@ -373,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         split.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_value_parser(name), default=None,
                            metavar=_metavar(name, FIELDS[name].type), help=text)
-    split.add_argument("--out", metavar="PATH", help="folder for the heatmap PNG (default: the run output folder, runs)")
+    split.add_argument("--out", metavar="PATH", type=user_path, help="folder for the heatmap PNG (default: the run output folder, runs)")
     split.add_argument("--max-rows", type=_max_rows, default=40, metavar="N",
                        help="client rows printed, >= 1 (default: 40)")
     parser.commands = commands.choices  # each command's own parser: its usage for an unknown flag
@@ -442,9 +442,9 @@ def _sweep_parser(commands) -> None:
                                               "[--size NAME] [--FIELD V[,V...] ...]",
                                 description=_SWEEP_DESCRIPTION, epilog=_SWEEP_EXAMPLES,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sweep.add_argument("sweep_file", nargs="?", metavar="SWEEP_FILE",
+    sweep.add_argument("sweep_file", nargs="?", metavar="SWEEP_FILE", type=user_path,
                        help="TOML (or JSON) file: config fields, a [grid] table of lists, [sizes.NAME] overrides")
-    sweep.add_argument("--out", dest="sweep_dir", required=True, metavar="DIR",
+    sweep.add_argument("--out", dest="sweep_dir", required=True, metavar="DIR", type=user_path,
                        help="the sweep folder (runs/, results.csv, results.parquet, sweep.json)")
     sweep.add_argument("--size", metavar="NAME", help="apply the sweep file's [sizes.NAME] table (quick, full...)")
     sweep.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
@@ -480,7 +480,7 @@ def _sweep_parser(commands) -> None:
                                              "staleness histograms, client timelines) of a jaxfl sweep folder, "
                                              "also of one still running: over its cells finished so far, as the "
                                              "report's first line says.")
-    report.add_argument("sweep_dir", metavar="SWEEP_DIR", nargs="+",
+    report.add_argument("sweep_dir", metavar="SWEEP_DIR", nargs="+", type=user_path,
                         help="a folder written by jaxfl sweep, or a results CSV file (its results.csv kept apart: "
                              "tables only, with --no-figures or --table-figures, where its runs are gone); several: "
                              "their results as one table (the parts of a grid run apart, e.g. seeds on another "
@@ -489,7 +489,7 @@ def _sweep_parser(commands) -> None:
                         help="the method times to target are relative to (default: fedavg; timing-only runs have "
                              "no such times: their report is a table of virtual time, updates, utilisation and "
                              "staleness)")
-    report.add_argument("--out", metavar="DIR", help="where to write (default: the first SWEEP_DIR/report; "
+    report.add_argument("--out", metavar="DIR", type=user_path, help="where to write (default: the first SWEEP_DIR/report; "
                                                       "for a file x/NAME.csv, x/NAME-report)")
     figures = report.add_mutually_exclusive_group()
     figures.add_argument("--no-figures", dest="figures", action="store_false", help="the tables only")
@@ -595,7 +595,9 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         result = run_sweep(base, grid, args.sweep_dir, size=args.size, progress=args.progress,
                            echo=None if args.progress else print, jobs=args.jobs)
     except DiskWriteError as error:  # a full disk: the same command goes on once there is space
-        parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")
+        parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\njaxfl: the sweep goes on once there is "
+                                             "space: run the same jaxfl sweep command again (finished cells are "
+                                             "skipped, the cut one resumes or starts again)\n")
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError, argparse.ArgumentTypeError) as error:
         _exit_on_error(parser, error)
     except CellFailed as error:  # a cell of a parallel sweep (--jobs): its error and output, no traceback of ours
@@ -855,7 +857,10 @@ def check_folder(flag: str, path: str, given: str | None = None) -> None:
         probe = os.path.dirname(probe)
     shown = repr(probe if os.path.isabs(path) else os.path.relpath(probe))
     if not os.path.isdir(probe):
-        what = "a file" if os.path.isfile(probe) else "not a folder"
+        if os.path.islink(probe) and not os.path.exists(probe):
+            what = f"a link to {os.readlink(probe)!r}, which does not exist"
+        else:
+            what = "a file" if os.path.isfile(probe) else "a device, pipe or socket"
         raise ConfigError(f"{flag}={given or path!r} is not allowed: {shown} is {what}, not a folder; give "
                           f"{'a path in ' if given else ''}a folder (one that does not exist yet is made)")
     if not os.access(probe, os.W_OK | os.X_OK):
@@ -1065,6 +1070,7 @@ def _earlier_runs(config: RunConfig, times=None):
     from jaxfl.config import as_recorded, config_from_mapping, validate
     from jaxfl.experiment import names_before_default_changes, run_name
     from jaxfl.resume import ResumeError, config_record, read_record
+    from jaxfl.runlog import finished_summary
     from jaxfl.user_inputs import UserInputs
 
     try:
@@ -1094,7 +1100,7 @@ def _earlier_runs(config: RunConfig, times=None):
                     continue
         except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
             continue
-        if os.path.isfile(os.path.join(run_dir, "summary.json")):
+        if finished_summary(run_dir) is not None:  # a damaged one is rebuilt by resuming the run
             yield run_dir, "finished"
         elif checkpoint.latest(run_dir) is not None:
             yield run_dir, "resumable"
@@ -1117,14 +1123,12 @@ def _note_interrupted_runs(config: RunConfig, times=None) -> None:
 def _comparison_run(config: RunConfig, times, log_to):
     """One run of a comparison: reused if a run of this config has finished under output_dir,
     resumed if one was cut short after a checkpoint, else run (what ``jaxfl sweep`` does with a cell)."""
-    import json
-
     from jaxfl.experiment import resume_experiment, run_experiment
+    from jaxfl.runlog import finished_summary
 
     earlier = _earlier_run(config, times)
     if earlier is not None and earlier[1] == "finished":
-        with open(os.path.join(earlier[0], "summary.json")) as handle:  # its line says "reused"
-            return _FinishedRun(earlier[0], json.load(handle))
+        return _FinishedRun(earlier[0], finished_summary(earlier[0]))  # its line says "reused"
     if earlier is not None:
         print(f"{config.algorithm}: resuming {earlier[0]}")
         return resume_experiment(earlier[0], progress=config.progress, time_per_step=times, loggers=log_to)
@@ -1269,7 +1273,9 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "report":
         return _report(parser, args)
     configs = None
-    if args.cluster or args.coordinator_address or args.num_processes is not None or args.process_id is not None:
+    in_cluster = bool(args.cluster or args.coordinator_address or args.num_processes is not None
+                      or args.process_id is not None)
+    if in_cluster:
         from jaxfl.cluster import init_cluster
 
         if not args.resume:  # a bad setting is named before the join, which may wait minutes for the others
@@ -1288,11 +1294,24 @@ def _main(argv: list[str] | None) -> int:
             parser.exit(2, f"jaxfl: error: --preset {args.preset} is not allowed with --resume: the run keeps "
                            "the config it was started with\n")
         return _resume(parser, args)
+    with contextlib.ExitStack() as comparison_folder:  # its lock, held until the table is written
+        return _run_command(parser, args, argv, configs, in_cluster, comparison_folder)
+
+
+def _run_command(parser, args, argv, configs, in_cluster: bool, comparison_folder: contextlib.ExitStack) -> int:
+    """``jaxfl run`` of one config or a comparison (after a cluster's join)."""
     comparison_data = contextlib.ExitStack()
     try:
         configs = configs if configs is not None else _configs(args)
         for folder in dict.fromkeys(config.output_dir for config in configs):
             check_folder("--output-dir" if args.output_dir is not None else "output_dir", folder)
+        if len(configs) > 1 and not in_cluster:  # a second comparison there at once would replace its table
+            from jaxfl.resume import holding_lock
+
+            os.makedirs(configs[0].output_dir, exist_ok=True)
+            comparison_folder.enter_context(holding_lock(
+                configs[0].output_dir, "folder's comparison table",
+                "run the same command again (or give another --output-dir than {folder})"))
         from jaxfl.experiment import check_buildable, run_experiment, shared_data
         from jaxfl.user_inputs import UserInputs, load_time_per_step
 

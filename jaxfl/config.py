@@ -251,6 +251,11 @@ class RunConfig:
         if values:
             raise TypeError(f"RunConfig got unexpected keyword arguments {sorted(values)}; fields: "
                             f"{', '.join(FIELDS)}")
+        # a folder as the shell would spell it: "~/runs" is the home's runs, not a folder named ~ (and a
+        # pathlib.Path is its text, as config.json holds it)
+        object.__setattr__(self, "output_dir", user_path(self.output_dir))
+        if isinstance(self.data.data_dir, os.PathLike):  # its "~" is left as given: the run's name hashes it
+            object.__setattr__(self, "data", dataclasses.replace(self.data, data_dir=os.fspath(self.data.data_dir)))
         # one spelling of a float field's value, as config.json, TOML and the command line give it: 3000 is
         # 3000.0, so that the run's name, config.json and checkpoints do not depend on it
         for field in dataclasses.fields(self):
@@ -365,6 +370,21 @@ def _plain_number(value: Any) -> Any:
         if isinstance(item, (bool, int, float)):
             return item
     return value
+
+
+def user_path(path: Any) -> Any:
+    """A path as the shell spells it: ``~`` and ``~user`` expanded, a ``pathlib.Path`` made text;
+    anything else (a number, None) returned as given for validation to name.
+
+    >>> import os
+    >>> user_path("~/runs") == os.path.join(os.path.expanduser("~"), "runs")
+    True
+    >>> user_path("runs/~")
+    'runs/~'
+    """
+    if isinstance(path, (str, os.PathLike)):
+        return os.path.expanduser(os.fspath(path))
+    return path
 
 
 def _float_spelling(value: Any) -> Any:
@@ -1285,7 +1305,7 @@ def load_config_text(text: str | bytes, suffix: str) -> dict[str, Any]:
             except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (a dependency there)
                 import tomli as tomllib
 
-            values = tomllib.loads(raw.decode())
+            values = tomllib.loads(raw.decode("utf-8-sig"))  # a BOM (Windows editors) as JSON takes it
         elif suffix == ".json":
             values = json.loads(raw, object_pairs_hook=_no_duplicate_keys)
         else:

@@ -65,7 +65,7 @@ from jaxfl.kernels.cpu_ops import cpu_friendly
 from jaxfl.models import (MODELS, build_model, check_model_input, check_model_object, count_params,
                           is_model_reference, load_model_reference, make_model)
 from jaxfl.models.adapter import as_adapter
-from jaxfl.runlog import (CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields, last_tenth_mean,
+from jaxfl.runlog import (CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields, last_tenth_mean, log_sizes,
                           write_client_samples)
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, Simulation
@@ -130,10 +130,10 @@ class RunInterrupted(KeyboardInterrupt):
 
     def __str__(self) -> str:
         if self.timing_only:
-            return (f"{self.run_dir} holds the schedule logged until the interrupt; a timing-only run keeps no "
+            return (f"{self.run_dir} holds the schedule logged until it stopped; a timing-only run keeps no "
                     f"checkpoints: run it again to have all of it")
         if self.checkpoint is None:
-            return (f"{self.run_dir} holds the logs until the interrupt but no checkpoint yet (checkpoint_every, "
+            return (f"{self.run_dir} holds the logs until it stopped but no checkpoint yet (checkpoint_every, "
                     f"checkpoint_min_interval_s): nothing to resume from; start the run again")
         if self.given_again:  # objects no command line can pass: only Python goes on
             return (f"{self.run_dir} keeps its logs and checkpoints up to update {self.update}: "
@@ -456,12 +456,18 @@ def names_before_default_changes(config: RunConfig, algorithm: str | None = None
 
 
 def _write_json(path: str, payload: dict) -> None:
-    """Atomic write: a reader never sees half a file."""
+    """Atomic write: a reader never sees half a file, and a write that fails (a full disk) leaves
+    neither half a file nor its temporary one."""
     temporary = path + ".tmp"
-    with open(temporary, "w") as handle:
-        json.dump(payload, handle, indent=2, default=str)
-        handle.write("\n")
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w") as handle:
+            json.dump(payload, handle, indent=2, default=str)
+            handle.write("\n")
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
 
 
 # A note when batch_size is more than this many times the largest client's samples (each step computes
@@ -1299,6 +1305,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
                       time_per_step=time_per_step, loss=loss, metrics=metrics)
     recorded = None
     if resume_dir is not None:  # it continues from a checkpoint: with none to continue from it is refused here
+        resume_dir = os.path.expanduser(os.fspath(resume_dir))
         resume.candidates(resume_dir, warn=False)
         recorded = resume.read_record(resume_dir).get("user_inputs", {})  # the config is the one given
     config, dataset, user = _with_inputs(config, data, user, resume_dir, recorded)
@@ -1632,6 +1639,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         **_peak_host_memory_fields(),  # the run's peak where Linux can reset it at its start, with its scope
         "first_update_wall_s": recorder.first_update_wall,
         "wall_time_s": round(wall_clock(), 3),
+        "log_bytes": log_sizes(run_dir),  # the logs as the run left them (a file cut afterwards is told)
     }
     _write_json(os.path.join(run_dir, "summary.json"), summary)
     if error is not None:
@@ -1924,6 +1932,7 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
         "events_per_second": round(simulation.events_processed / max(scheduler_seconds, 1e-9), 1),
         **_peak_host_memory_fields(),
         "wall_time_s": round(time.perf_counter() - wall_start, 3),
+        "log_bytes": log_sizes(run_dir),
     }
     _write_json(os.path.join(run_dir, "summary.json"), summary)
     if error is not None:
@@ -1966,6 +1975,7 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     Traceback (most recent call last):
     jaxfl.resume.ResumeError: cannot resume '/tmp/jaxfl-doc/no-such-run': no such directory
     """
+    run_dir = os.path.expanduser(os.fspath(run_dir))
     overrides = dict(overrides or {})
     # config.json read once and the config validated once, here, with what a resume may set afresh
     may_differ = {} if progress is None else {"progress": progress}

@@ -78,8 +78,7 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
         if not os.path.isfile(path):
             raise ValueError(f"run {run_dir!r} has no summary.json (not a run directory, or a run still going or "
                              "interrupted): its accuracy plot comes when it has finished (jaxfl run --resume RUN_DIR)")
-        with open(path) as handle:
-            summaries.append(json.load(handle))
+        summaries.append(runlog.read_json(path))
         if summaries[-1].get("timing_only"):
             raise ValueError(f"run {run_dir!r} is a timing-only run: it evaluates no model, so it has no accuracy to "
                              "plot; its schedule is jaxfl.plot.timeline_figure(run_dir) (jaxfl timeline RUN_DIR)")
@@ -120,8 +119,7 @@ def _recorded_config(run_dir: str) -> dict:
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
         return {}
-    with open(path) as handle:
-        config = as_recorded(json.load(handle).get("config", {}))
+    config = as_recorded(runlog.read_json(path).get("config", {}))
     options = config.pop("algorithm_options", None) or {}
     # a field added since an older run wrote its file holds the value that run had: not a difference
     flat = {key: value for key, value in FIELDS_ADDED.items() if "." not in key}

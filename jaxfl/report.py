@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 import os
@@ -76,8 +77,8 @@ import numpy as np
 
 from jaxfl.config import ALGORITHM_FIELDS
 from jaxfl.plot import save_figure
-from jaxfl.runlog import read_events, run_last_tenth_accuracy, write_csv
-from jaxfl.sweep import SUMMARY_COLUMNS
+from jaxfl.runlog import read_events, read_json, run_last_tenth_accuracy, write_csv
+from jaxfl.sweep import SUMMARY_COLUMNS, _read_definition
 
 MISSING = "–"
 _ABSENT = "·"  # a design grid's cell of a method the sweep did not run
@@ -158,17 +159,27 @@ def coverage_note(sources: Sequence[str], rows_per_source: Sequence[int]) -> str
     >>> coverage_note([folder], [25]).startswith(f"This report covers 25 of the 72 cells of {folder}")
     True
     """
-    partial = []
+    from jaxfl.runlog import finished_summary
+
+    partial, behind = [], []
     for source, rows in zip(sources, rows_per_source):
         definition = os.path.join(source, "sweep.json") if os.path.isdir(source) else None
         if definition is None or not os.path.isfile(definition):
             continue
-        with open(definition) as handle:
-            cells = len(json.load(handle).get("cells", ()))
-        if rows < cells:
-            partial.append(f"{rows} of the {cells} cells of {source}")
+        cells = _read_definition(definition).get("cells", ())
+        if rows < len(cells):
+            partial.append(f"{rows} of the {len(cells)} cells of {source}")
+            finished = sum(finished_summary(os.path.join(source, str(cell.get("run_dir", "")))) is not None
+                           for cell in cells if cell.get("run_dir"))
+            if finished > rows:  # rows lost from the table (cut at a line end), not cells still to run
+                behind.append(f"{source}'s results.csv lists {rows} runs, but {finished} of its cells have "
+                              f"finished: the table was cut or is behind")
     if not partial:
         return None
+    if behind:
+        return (f"This report covers {', and '.join(partial)}: {'; '.join(behind)}; the same jaxfl sweep command "
+                "writes it again from the finished runs (they are not rerun). Means, ratios and figures are "
+                "over the runs the table lists only.")
     return (f"This report covers {', and '.join(partial)}: the others have not finished (the sweep is still "
             "running, or was stopped; the same jaxfl sweep command goes on with them). Means, ratios and "
             "figures are over the finished runs only.")
@@ -189,8 +200,21 @@ def read_results(sweep_dir: str) -> list[dict]:
     >>> read_results(folder)
     [{'algorithm': 'fedavg', 'seed': 0, 'time_to_target': None}]
     """
-    with open(results_path(sweep_dir), newline="") as handle:
-        return [{key: _number(value) for key, value in row.items()} for row in csv.DictReader(handle)]
+    path = results_path(sweep_dir)
+    with open(path, newline="") as handle:
+        text = handle.read()
+    # a sweep writes the table whole (atomically): a last line without its end, or a row short of
+    # the header's columns, is damage done after, not a sweep still running
+    advice = ("the same jaxfl sweep command writes it again from the finished runs (they are not rerun)"
+              if os.path.isdir(sweep_dir) else "restore it from a copy, or take the sweep folder's results.csv")
+    if text and not text.endswith("\n"):
+        raise ValueError(f"{path} is damaged: its last line is cut short (no line end); {advice}")
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    for number, row in enumerate(rows, start=2):
+        if None in row or None in row.values():  # more columns than the header, or fewer
+            raise ValueError(f"{path} is damaged: line {number} does not hold one value per column of its "
+                             f"header; {advice}")
+    return [{key: _number(value) for key, value in row.items()} for row in rows]
 
 
 def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
@@ -278,8 +302,7 @@ def _fixed_settings(folder: str, rows: list[dict]) -> dict[str, object]:
     found: dict[str, object] = {}
     definition = os.path.join(folder, "sweep.json") if os.path.isdir(folder) else None
     if definition is not None and os.path.isfile(definition):
-        with open(definition) as handle:
-            swept = json.load(handle)
+        swept = _read_definition(definition)
         carried = {name for row in rows for name in row}
         grid = swept.get("grid", {})
         for name, value in swept.get("base", {}).items():  # a sweep.json without base: its rows alone
@@ -987,6 +1010,7 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
         raise ValueError(f"figures={figures!r} is not allowed: True (every figure), False (none) or 'table' "
                          "(those the results table alone makes)")
     folders = [sweep_dir] if isinstance(sweep_dir, (str, os.PathLike)) else list(sweep_dir)
+    folders = [os.path.expanduser(os.fspath(folder)) for folder in folders]
     for folder in folders:  # a CSV that is not a jaxfl results table: its missing columns, not a KeyError
         _check_columns(results_path(folder), figures is True)
     rows = read_results_of(folders)
@@ -1027,8 +1051,14 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
     if figures is True:  # every run folder there, or one error before anything is written
         for row in rows:
             _run_dir(sweep_dir, row)
-    out = out or _default_out(folders[0])
+    given = out is not None
+    out = os.path.expanduser(os.fspath(out)) if given else _default_out(folders[0])
     made = _missing_folders(out)
+    writable = os.path.dirname(made[0]) if made else out
+    if os.path.isdir(writable) and not os.access(writable, os.W_OK | os.X_OK):
+        where = f"out={out!r}" if given else f"the default out, {out!r},"
+        raise ValueError(f"{where} is not allowed: the folder {writable!r} cannot be written (permissions); give "
+                         "a folder you can write (--out DIR)")
     try:
         os.makedirs(out, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -1145,8 +1175,7 @@ def is_timing_only(row: dict) -> bool:
     if row.get("run_dir") is not None:
         summary = os.path.join(str(row["run_dir"]), "summary.json")
         if os.path.isfile(summary):
-            with open(summary) as handle:
-                return bool(json.load(handle).get("timing_only"))
+            return bool(read_json(summary).get("timing_only"))
     return all(row.get(name) is None for name in ("best_accuracy", "final_accuracy", "last_tenth_accuracy",
                                                   "time_to_target"))
 
@@ -1811,8 +1840,7 @@ def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir:
                                         "no summary.json (the run did not finish there, or the file was removed): "
                                         "the staleness figure needs it (jaxfl report --no-figures, or "
                                         "make_report(..., figures=False), writes the tables alone)")
-            with open(summary) as handle:
-                stale = json.load(handle).get("timeline", {}).get("staleness_histogram") or {}
+            stale = read_json(summary).get("timeline", {}).get("staleness_histogram") or {}
             for staleness, updates in stale.items():
                 histogram[int(staleness)] = histogram.get(int(staleness), 0) + updates
             if sum(stale.values()):

@@ -61,14 +61,14 @@ def finished_run(run_dir: str) -> RunFinished | None:
     >>> finished_run("/nonexistent") is None
     True
     """
-    path = os.path.join(run_dir, "summary.json")
-    if not os.path.isfile(path):
+    from jaxfl.runlog import finished_summary
+
+    summary = finished_summary(run_dir)
+    if summary is None:  # none, or a damaged one: the resume writes it anew
         return None
     try:
-        with open(path) as handle:
-            summary = json.load(handle)
         how = f" ({summary['global_updates']} updates, stop: {summary['stop_reason']})"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         how = ""
     return RunFinished(f"{run_dir} has already finished{how}: nothing to resume, the run is left as it is "
                        f"(its summary.json, logs and checkpoints are unchanged)")

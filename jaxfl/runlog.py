@@ -734,9 +734,9 @@ def _read_csv_arrow(path: str, fields, end: int | None = None, run_dir: str | No
     return table.select(list(fields)).cast(schema)
 
 
-def read_json(path: str) -> dict:
-    """A run's ``config.json`` or ``summary.json`` (written whole, atomically); one that is not a
-    JSON object is a ``ValueError`` naming it.
+def read_json(path: str, advice: str = "restore it from a copy, or run the experiment again") -> dict:
+    """A run's ``config.json`` or ``summary.json``, or a sweep's ``sweep.json`` (written whole,
+    atomically); one that is not a JSON object is a ``ValueError`` naming it, with ``advice``.
 
     >>> import tempfile
     >>> path = tempfile.mktemp(suffix=".json")
@@ -755,11 +755,34 @@ def read_json(path: str) -> dict:
         if isinstance(value, dict):
             return value
         problem = f"it holds a {type(value).__name__}, not a JSON object"
-    raise ValueError(f"{path} is damaged: {problem}; restore it from a copy, or run the experiment again")
+    raise ValueError(f"{path} is damaged: {problem}; {advice}")
+
+
+def finished_summary(run_dir: str | None) -> dict | None:
+    """The ``summary.json`` of a run that has finished, or None: the run has none (it has not finished)
+    or one that does not read as a JSON object. A run writes it last, atomically, so a damaged one
+    was cut or changed afterwards; the run counts as not finished, so that resuming it (``jaxfl run
+    --resume``, a sweep run again) writes it anew from the newest checkpoint, as for a missing one.
+
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> finished_summary(run_dir) is None
+    True
+    >>> _ = open(os.path.join(run_dir, "summary.json"), "w").write('{"global_updates": 3, "stop_re')
+    >>> finished_summary(run_dir) is None
+    True
+    """
+    path = os.path.join(run_dir, "summary.json") if run_dir is not None else None
+    if path is None or not os.path.isfile(path):
+        return None
+    try:
+        return read_json(path)
+    except (OSError, ValueError):
+        return None
 
 
 def _finished(run_dir: str | None) -> bool:
-    return run_dir is not None and os.path.isfile(os.path.join(run_dir, "summary.json"))
+    return finished_summary(run_dir) is not None
 
 
 def _damaged(path: str, run_dir: str | None, problem: str) -> ValueError:
@@ -783,23 +806,45 @@ def _complete_length(path: str, run_dir: str | None) -> int | None:
     anyway). In a finished run (``summary.json`` in ``run_dir``) the same is damage: a
     ``ValueError`` (:func:`_damaged`)."""
     size = os.path.getsize(path)
-    if size == 0:
-        return None
+    summary = finished_summary(run_dir)
     with open(path, "rb") as handle:
-        handle.seek(size - 1)
-        if handle.read(1) == b"\n":
-            return None
-        if _finished(run_dir):
-            raise _damaged(path, run_dir, "its last line is cut short (no line end)")
-        position, block = size, 1 << 16
-        while position > 0:  # the last line end, read back from the end in blocks
-            start = max(position - block, 0)
-            handle.seek(start)
-            found = handle.read(position - start).rfind(b"\n")
-            if found >= 0:
-                return start + found + 1
-            position = start
-    return 0
+        handle.seek(max(size - 1, 0))
+        if size and handle.read(1) != b"\n":
+            if summary is not None:
+                raise _damaged(path, run_dir, "its last line is cut short (no line end)")
+            position, block = size, 1 << 16
+            while position > 0:  # the last line end, read back from the end in blocks
+                start = max(position - block, 0)
+                handle.seek(start)
+                found = handle.read(position - start).rfind(b"\n")
+                if found >= 0:
+                    return start + found + 1
+                position = start
+            return 0
+    ended_with = (summary or {}).get("log_bytes", {}).get(os.path.basename(path))
+    if ended_with is not None and size != ended_with:  # cut at a line end, or added to: no cut-short line shows it
+        raise _damaged(path, run_dir, f"it holds {size:,} bytes, and the run ended with {ended_with:,} "
+                                      f"(summary.json's log_bytes)")
+    return None
+
+
+def log_sizes(run_dir: str) -> dict[str, int]:
+    """The bytes of each CSV log a run has written (metrics, class accuracy, a CSV event log), for its
+    ``summary.json`` (``log_bytes``): a finished run's file cut at a line end afterwards reads as
+    whole rows, and only its size tells (:func:`_complete_length`).
+
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> _ = open(f"{run_dir}/metrics.csv", "w").write("time,version\n0.0,0\n")
+    >>> log_sizes(run_dir)
+    {'metrics.csv': 19}
+    """
+    sizes = {}
+    for name in (METRICS_NAME, CLASS_ACCURACY_NAME, CSV_NAME):
+        path = os.path.join(run_dir, name)
+        if os.path.isfile(path):
+            sizes[name] = os.path.getsize(path)
+    return sizes
 
 
 def _count_csv_rows(path: str) -> int:
@@ -1067,8 +1112,7 @@ def read_client_samples(run_dir: str, config: dict | None = None) -> np.ndarray 
     [3, 4]
     """
     if config is None:
-        with open(os.path.join(run_dir, "config.json")) as handle:
-            config = json.load(handle)
+        config = read_json(os.path.join(run_dir, "config.json"))
     record = config.get("client_samples")
     if record is None or isinstance(record, list):
         return None if record is None else np.asarray(record, dtype=np.int64)
@@ -1158,6 +1202,7 @@ def load_run(run_dir: str) -> Run:
     >>> run.summary["global_updates"], int(np.sum(run.events["event"] == "aggregate"))
     (1, 1)
     """
+    run_dir = os.path.expanduser(os.fspath(run_dir))
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(f"{run_dir!r} is not a run directory: it does not exist")
     config_path = os.path.join(run_dir, "config.json")

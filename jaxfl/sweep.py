@@ -402,7 +402,9 @@ def cell_state(run_dir: str) -> str:
 
     if not os.path.isdir(run_dir):
         return "new"
-    if os.path.isfile(os.path.join(run_dir, "summary.json")):
+    from jaxfl.runlog import finished_summary
+
+    if finished_summary(run_dir) is not None:  # a damaged one is rebuilt by resuming the run
         return "finished"
     return "resumable" if checkpoint.latest(run_dir) is not None else "restart"
 
@@ -441,8 +443,9 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
     """One results row: the cell index, :data:`KEY_SETTINGS`, the other swept settings (empty where
     the cell does not read them), :data:`SUMMARY_COLUMNS` from its summary.json and its run directory
     relative to the sweep folder."""
-    with open(os.path.join(cell.run_dir, "summary.json")) as handle:
-        summary = json.load(handle)
+    from jaxfl.runlog import read_json
+
+    summary = read_json(os.path.join(cell.run_dir, "summary.json"))
     row = {"cell": cell.index}
     for name in (*KEY_SETTINGS, *(axis for axis in grid_axes if axis not in KEY_SETTINGS)):
         if name in grid_axes and name not in cell.values:
@@ -532,6 +535,14 @@ def _write_definition(sweep_dir: str, base: dict, grid: dict, size: str | None, 
     })
 
 
+def _read_definition(path: str) -> dict:
+    """A sweep folder's ``sweep.json``; a damaged one is a ``ValueError`` naming it and what to do."""
+    from jaxfl.runlog import read_json
+
+    return read_json(path, "restore it from a copy, or remove it: the sweep writes it again and finds its runs by "
+                           "their names (a remove forgets the --jobs each unfinished cell began with)")
+
+
 def _run_jobs(sweep_dir: str) -> dict[str, int]:
     """The ``jobs`` each run folder of a sweep began under (its share of the cores, so its device
     count and arithmetic), by its path relative to ``sweep_dir``, from ``sweep.json``. Every call of
@@ -545,8 +556,7 @@ def _run_jobs(sweep_dir: str) -> dict[str, int]:
     path = os.path.join(sweep_dir, "sweep.json")
     if not os.path.exists(path):
         return {}
-    with open(path) as handle:
-        definition = json.load(handle)
+    definition = _read_definition(path)
     if "run_jobs" in definition:
         return {run: int(jobs) for run, jobs in definition["run_jobs"].items()}
     return {cell["run_dir"]: definition.get("jobs", 1) for cell in definition.get("cells", [])}
@@ -626,8 +636,7 @@ def _earlier_runs_left_out(sweep_dir: str, base: dict, grid: dict, cells: list[C
     path = os.path.join(sweep_dir, "sweep.json")
     if not os.path.exists(path):
         return None
-    with open(path) as handle:
-        before = json.load(handle)
+    before = _read_definition(path)
     from jaxfl.experiment import names_before_default_changes
 
     current = {os.path.abspath(cell.run_dir) for cell in cells}
@@ -686,6 +695,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     from jaxfl.experiment import shared_data
     from jaxfl.resume import holding_lock
 
+    sweep_dir = os.path.expanduser(os.fspath(sweep_dir))
     if isinstance(base, RunConfig):
         base = base_mapping(base)
     base = _flat(dict(base), "sweep base") if base else {}
@@ -801,8 +811,9 @@ def run_cell(config: RunConfig, run_dir: str, state: str, say) -> tuple[dict, st
             shutil.rmtree(run_dir)
         return run_experiment(config).summary, state
     except NumericalError:  # the other cells go on
-        with open(os.path.join(run_dir, "summary.json")) as handle:
-            return json.load(handle), state
+        from jaxfl.runlog import read_json
+
+        return read_json(os.path.join(run_dir, "summary.json")), state
 
 
 class CellFailed(RuntimeError):
@@ -948,8 +959,9 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
                 done[state].append(cell.index)
                 os.remove(log)
                 cell_finished()  # first: a cell announced finished is in the table
-                with open(os.path.join(cell.run_dir, "summary.json")) as handle:
-                    say(_finished_line(cell, json.load(handle), state))
+                from jaxfl.runlog import read_json
+
+                say(_finished_line(cell, read_json(os.path.join(cell.run_dir, "summary.json")), state))
                 show_running()
                 if bar is not None:
                     bar.update(1)

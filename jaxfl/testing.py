@@ -126,7 +126,7 @@ def assert_same_run(a, b, what: str = "runs") -> None:
     ignore = {"wall_time_s", "resumes", "device_history", "compilations", "first_update_wall_s",
               "peak_host_memory_mb", "peak_host_memory_scope",
               "scheduler_seconds", "events_per_second", "compile_wall_s", "training_wall_s", "evaluation_wall_s",
-              "checkpoint_wall_s", "checkpoints_written"}
+              "checkpoint_wall_s", "checkpoints_written", "log_bytes"}  # log_bytes: its wall_time columns
     assert {k: v for k, v in a.summary.items() if k not in ignore} == \
         {k: v for k, v in b.summary.items() if k not in ignore}, f"{what}: the summaries differ"
     _same_params(a.params, b.params, 0, what)

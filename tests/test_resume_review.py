@@ -124,7 +124,7 @@ def test_sigterm_before_the_first_event_says_what_the_run_folder_keeps(tmp_path)
     assert ended.returncode == -signal.SIGTERM, ended.stderr[-2000:]
     run = tmp_path / "r"
     assert ended.stderr.strip().splitlines()[-1] == (
-        f"jaxfl: stopped by SIGTERM: {run} holds the logs until the interrupt but no checkpoint yet "
+        f"jaxfl: stopped by SIGTERM: {run} holds the logs until it stopped but no checkpoint yet "
         f"(checkpoint_every, checkpoint_min_interval_s): nothing to resume from; start the run again")
 
 

@@ -1,0 +1,229 @@
+"""Paths and files as users and their machines leave them: ``~`` in a path, a pathlib.Path, a TOML
+file saved with a byte-order mark, a read-only sweep folder, a summary.json, sweep.json, results.csv
+or metrics.csv damaged after the run, a failed JSON write, two comparisons into one folder, a broken
+link where a folder should be. Tiny MLP runs on the embedded MNIST: about a minute in all."""
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import jaxfl
+from jaxfl import cli
+from jaxfl.config import ConfigError, load_config_file
+from jaxfl.report import make_report, read_results
+from jaxfl.runlog import load_run
+from jaxfl.sweep import cell_state, run_sweep
+
+TINY = dict(algorithm="fedavg", dataset="mnist10k", model="mlp", clients=3, local_steps=2, batch_size=16,
+            max_updates=2, checkpoint_every=1, progress=False)
+FLAGS = ["--algorithm", "fedavg", "--dataset", "mnist10k", "--model", "mlp", "--clients", "3", "--local-steps", "2",
+         "--batch-size", "16", "--max-updates", "2", "--no-progress"]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    folder = tmp_path / "home"
+    folder.mkdir()
+    monkeypatch.setenv("HOME", str(folder))
+    monkeypatch.chdir(tmp_path)
+    return folder
+
+
+def test_a_tilde_in_a_path_is_the_home_folder_in_python_flags_and_config_files(home, tmp_path, capsys):
+    result = jaxfl.run_experiment(jaxfl.RunConfig(**TINY, output_dir="~/runs"))
+    assert result.run_dir.startswith(str(home / "runs") + os.sep)
+    assert not (tmp_path / "~").exists()  # not a folder named ~ in the current one
+    name = os.path.basename(result.run_dir)
+    assert load_run(f"~/runs/{name}").summary["global_updates"] == 2
+
+    # a flag written --output-dir=~/x reaches jaxfl with its ~ (the shell expands only a word of its own)
+    assert cli.main(["run", *FLAGS, "--seed", "1", "--output-dir=~/flag-runs"]) == 0
+    assert len(os.listdir(home / "flag-runs")) == 1
+    (tmp_path / "c.toml").write_text('output_dir = "~/file-runs"\n')
+    assert cli.main(["run", *FLAGS, "--seed", "1", "--config", "~/../c.toml"]) == 0
+    assert len(os.listdir(home / "file-runs")) == 1
+    assert not (tmp_path / "~").exists()
+
+    # a resume of a ~ path: the run's own folder, not a folder named ~
+    assert cli.main(["run", "--resume", f"~/runs/{name}"]) == 0
+    assert f"jaxfl: {home}/runs/{name} has already finished" in capsys.readouterr().out
+
+
+def test_a_pathlib_path_is_taken_as_its_text(tmp_path):
+    config = jaxfl.RunConfig(**TINY, output_dir=tmp_path / "runs", data_dir=pathlib.Path("~/data"))
+    assert config.output_dir == str(tmp_path / "runs") and config.data_dir == "~/data"  # the name hashes data_dir as given
+    given_in_a_section = dataclasses.replace(config, data=jaxfl.DataConfig(data_dir=tmp_path / "data"))
+    assert given_in_a_section.data_dir == str(tmp_path / "data")
+    json.dumps(given_in_a_section.to_dict())  # as config.json holds it (a Path is no JSON)
+
+
+def test_a_toml_file_saved_with_a_byte_order_mark_reads_as_json_does(tmp_path):
+    toml, json_file = tmp_path / "bom.toml", tmp_path / "bom.json"
+    toml.write_bytes(b"\xef\xbb\xbfclients = 5\n")
+    json_file.write_bytes(b'\xef\xbb\xbf{"clients": 5}')
+    assert load_config_file(str(toml)) == load_config_file(str(json_file)) == {"clients": 5}
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("sweep"))
+    base = {key: value for key, value in TINY.items() if key not in ("algorithm", "progress")}
+    run_sweep(base, {"algorithm": ["fedavg"], "seed": [0, 1]}, folder, progress=False)
+    return folder
+
+
+def _copy(folder, tmp_path):
+    import shutil
+
+    copy = str(tmp_path / "copy")
+    shutil.copytree(folder, copy)
+    return copy
+
+
+def _run_dirs(folder):
+    return [os.path.join(folder, "runs", name) for name in sorted(os.listdir(os.path.join(folder, "runs")))]
+
+
+def test_a_damaged_summary_counts_as_unfinished_and_resuming_writes_it_anew(sweep_dir, tmp_path, capsys):
+    folder = _copy(sweep_dir, tmp_path)
+    first, second = _run_dirs(folder)
+    whole = json.loads(pathlib.Path(first, "summary.json").read_text())
+    pathlib.Path(first, "summary.json").write_text('{"global_updates": 2, "stop_re')  # cut after the run
+    assert cell_state(first) == "resumable"  # not "finished": it left no readable summary
+    with pytest.raises(ValueError, match=f"{first}/summary.json is damaged: it is not a JSON object"):
+        load_run(first)
+
+    assert cli.main(["run", "--resume", first]) == 0  # was: "already finished", exit 0, the file left unreadable
+    rebuilt = json.loads(pathlib.Path(first, "summary.json").read_text())
+    assert rebuilt["final_accuracy"] == whole["final_accuracy"] and rebuilt["global_updates"] == 2
+
+    # the same in a sweep: its table lists the cell again once the same sweep goes on
+    pathlib.Path(second, "summary.json").write_text("")
+    base = {key: value for key, value in TINY.items() if key not in ("algorithm", "progress")}
+    result = run_sweep(base, {"algorithm": ["fedavg"], "seed": [0, 1]}, folder, progress=False)
+    assert result.resumed == [1] and result.skipped == [0] and len(read_results(folder)) == 2
+    assert json.loads(pathlib.Path(second, "summary.json").read_text())["global_updates"] == 2
+
+
+def test_a_damaged_sweep_json_is_named_with_what_to_do(sweep_dir, tmp_path):
+    folder = _copy(sweep_dir, tmp_path)
+    pathlib.Path(folder, "sweep.json").write_text('{"base": {')
+    with pytest.raises(ValueError, match=f"{folder}/sweep.json is damaged: .*remove it: the sweep writes it again"):
+        make_report(folder, figures=False)
+    base = {key: value for key, value in TINY.items() if key not in ("algorithm", "progress")}
+    with pytest.raises(ValueError, match=f"{folder}/sweep.json is damaged"):
+        run_sweep(base, {"algorithm": ["fedavg"], "seed": [0, 1]}, folder, progress=False)
+    os.remove(os.path.join(folder, "sweep.json"))  # as the message says: the sweep writes it again
+    result = run_sweep(base, {"algorithm": ["fedavg"], "seed": [0, 1]}, folder, progress=False)
+    assert result.skipped == [0, 1] and os.path.isfile(os.path.join(folder, "sweep.json"))
+
+
+def test_a_results_table_cut_after_the_sweep_is_told_from_cells_not_finished(sweep_dir, tmp_path):
+    folder = _copy(sweep_dir, tmp_path)
+    table = pathlib.Path(folder, "results.csv")
+    text = table.read_text()
+    table.write_text(text[:-7])  # its last row cut mid-line
+    with pytest.raises(ValueError, match="results.csv is damaged: its last line is cut short .*the same jaxfl sweep "
+                                         "command writes it again"):
+        read_results(folder)
+    table.write_text(text[:text.rstrip("\n").rfind("\n") + 1])  # cut at a line end: one row of two left
+    note = make_report(folder, figures=False).markdown
+    assert "results.csv lists 1 runs, but 2 of its cells have finished: the table was cut or is behind" in note
+    assert "have not finished" not in note
+    base = {key: value for key, value in TINY.items() if key not in ("algorithm", "progress")}
+    run_sweep(base, {"algorithm": ["fedavg"], "seed": [0, 1]}, folder, progress=False)  # rewrites it, reruns none
+    assert len(read_results(folder)) == 2
+
+
+def test_a_finished_run_s_log_cut_at_a_line_end_is_damage_not_fewer_rows(sweep_dir, tmp_path):
+    folder = _copy(sweep_dir, tmp_path)
+    run_dir = _run_dirs(folder)[0]
+    summary = json.loads(pathlib.Path(run_dir, "summary.json").read_text())
+    metrics = pathlib.Path(run_dir, "metrics.csv")
+    assert summary["log_bytes"]["metrics.csv"] == metrics.stat().st_size
+    assert set(summary["log_bytes"]) == {"metrics.csv", "class_accuracy.csv", "events.csv"}
+    text = metrics.read_text()
+    metrics.write_text(text[:text.rstrip("\n").rfind("\n") + 1])  # the last evaluation gone, whole rows left
+    with pytest.raises(ValueError, match=f"{run_dir}/metrics.csv is damaged: it holds .* bytes, and the run ended "
+                                         f"with {summary['log_bytes']['metrics.csv']:,}"):
+        load_run(run_dir)
+
+
+def test_a_json_write_that_fails_leaves_neither_the_file_nor_its_temporary(tmp_path):
+    from jaxfl.experiment import _write_json
+
+    circular = {}
+    circular["self"] = circular
+    with pytest.raises(ValueError, match="Circular reference"):
+        _write_json(str(tmp_path / "summary.json"), {"global_updates": 1, "bad": circular})
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_second_comparison_into_a_folder_in_use_is_refused_before_it_runs(tmp_path, capsys):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from jaxfl.resume import holding_lock
+        with holding_lock({str(folder)!r}, "folder's comparison table"):
+            print("held", flush=True)
+            time.sleep(120)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(SystemExit) as ended:
+            cli.main(["run", *FLAGS[2:], "--algorithm", "fedavg,fedbuff", "--output-dir", str(folder)])
+        assert ended.value.code == 2
+        err = capsys.readouterr().err
+        assert f"{folder} is in use by process {holder.pid}, which is writing this folder's comparison table" in err
+        assert "or give another --output-dir" in err
+        assert sorted(os.listdir(folder)) == [".lock"]  # nothing run
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_broken_link_where_the_output_folder_goes_is_named_as_one(tmp_path):
+    link = tmp_path / "runs"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(ConfigError, match=f"'{link}' is a link to '{tmp_path / 'gone'}', which does not exist, not a "
+                                          "folder"):
+        cli.check_folder("--output-dir", str(link))
+
+
+@pytest.fixture
+def read_only_copy(sweep_dir, tmp_path):
+    """A copy of the sweep on a read-only mount (root: a read-only bind mount; others: chmod)."""
+    folder = _copy(sweep_dir, tmp_path)
+    if os.geteuid() != 0:
+        os.chmod(folder, 0o555)
+        yield folder
+        os.chmod(folder, 0o755)
+        return
+    mounted = str(tmp_path / "read-only")
+    os.mkdir(mounted)
+    if subprocess.run(["mount", "--bind", folder, mounted], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here")
+    try:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", mounted], capture_output=True).returncode:
+            pytest.skip("cannot remount read-only here")
+        yield mounted
+    finally:
+        subprocess.run(["umount", mounted], capture_output=True)
+
+
+def test_a_report_of_a_read_only_sweep_folder_says_to_give_out(read_only_copy, tmp_path, capsys):
+    with pytest.raises(SystemExit) as ended:
+        cli.main(["report", read_only_copy, "--no-figures"])
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert (f"the default out, '{read_only_copy}/report', is not allowed: the folder '{read_only_copy}' cannot be "
+            "written (permissions); give a folder you can write (--out DIR)") in err
+    assert cli.main(["report", read_only_copy, "--no-figures", "--out", str(tmp_path / "elsewhere")]) == 0
+    assert os.path.isfile(tmp_path / "elsewhere" / "report.md")
