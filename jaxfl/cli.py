@@ -1313,6 +1313,7 @@ def _run_command(parser, args, argv, configs, in_cluster: bool, comparison_folde
                 configs[0].output_dir, "folder's comparison table",
                 "run the same command again (or give another --output-dir than {folder})"))
         from jaxfl.experiment import check_buildable, run_experiment, shared_data
+        from jaxfl.report import _significant
         from jaxfl.user_inputs import UserInputs, load_time_per_step
 
         times = None
@@ -1352,7 +1353,7 @@ def _run_command(parser, args, argv, configs, in_cluster: bool, comparison_folde
                 results.append(result)
                 continue
             reached = "not reached" if summary["time_to_target"] is None else \
-                f"{summary['time_to_target']:.1f} virtual s"
+                f"{_significant(summary['time_to_target'])} virtual s"
             target = "no target" if config.target_accuracy is None else f"target {config.target_accuracy:.0%} {reached}"
             print(f"{summary['algorithm']}: best accuracy {summary['best_accuracy']:.4f}, "
                   f"{target}, {summary['global_updates']} updates, "

@@ -1183,15 +1183,17 @@ def is_timing_only(row: dict) -> bool:
 # The figures of a timing-only run's results row (jaxfl.sweep.SUMMARY_COLUMNS), as the timing table names
 # and shows them: what the schedule did, the simulator's own seconds last.
 def _significant(x: float, digits: int = 3, percent: bool = False) -> str:
-    """``x`` with one decimal from 1 up, else ``digits`` significant figures: a large federation's
-    0.01 % utilisation or 0.027 virtual s were "0.0".
+    """``x`` with one decimal from 1 up to 10^7, else ``digits`` significant figures: a large
+    federation's 0.01 % utilisation or 0.027 virtual s were "0.0", and a time of 1e25 s 26 digits.
 
     >>> _significant(1234.56), _significant(0.02712), _significant(0.0001, percent=True), _significant(0.5, percent=True)
     ('1234.6', '0.0271', '0.01%', '50.0%')
+    >>> _significant(1e25)
+    '1e+25'
     """
     value = 100 * x if percent else x
     suffix = "%" if percent else ""
-    if value == 0 or abs(value) >= 1:
+    if value == 0 or 1 <= abs(value) < 1e7:
         return f"{value:.1f}{suffix}"
     return f"{value:.{digits}g}{suffix}"
 

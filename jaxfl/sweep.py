@@ -830,14 +830,16 @@ def _finished_line(cell: Cell, summary: dict, state: str) -> str:
     ...                       "update budget", "timeline": {"staleness_histogram": {"0": 3, "1": 1}}}, "new")
     'cell 0 (algorithm=fedbuff): timing only: 5 updates in 12.3 virtual s, mean staleness 0.25, stop: update budget'
     """
+    from jaxfl.report import _significant  # 1e25 s as 1e+25, not 26 digits
+
     if summary.get("timing_only"):
         staleness = _mean_staleness(summary)
-        result = (f"timing only: {summary.get('global_updates')} updates in {summary.get('virtual_time') or 0:.1f} "
+        result = (f"timing only: {summary.get('global_updates')} updates in {_significant(summary.get('virtual_time') or 0)} "
                   f"virtual s, mean staleness {'n/a' if staleness is None else f'{staleness:.2f}'}")
     else:
         reached = summary.get("time_to_target")
         result = (f"best accuracy {summary.get('best_accuracy') or 0:.4f}, "
-                  f"{'target not reached' if reached is None else f'target at {reached:.1f} virtual s'}")
+                  f"{'target not reached' if reached is None else f'target at {_significant(reached)} virtual s'}")
     return (f"cell {cell.index} ({cell.label()}): {result}, "
             f"stop: {summary['stop_reason']}" + ("" if state == "new" else f" [{state.replace('resumable', 'resumed')}]"))
 
