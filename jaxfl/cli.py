@@ -1273,9 +1273,7 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "report":
         return _report(parser, args)
     configs = None
-    in_cluster = bool(args.cluster or args.coordinator_address or args.num_processes is not None
-                      or args.process_id is not None)
-    if in_cluster:
+    if args.cluster or args.coordinator_address or args.num_processes is not None or args.process_id is not None:
         from jaxfl.cluster import init_cluster
 
         if not args.resume:  # a bad setting is named before the join, which may wait minutes for the others
@@ -1294,24 +1292,11 @@ def _main(argv: list[str] | None) -> int:
             parser.exit(2, f"jaxfl: error: --preset {args.preset} is not allowed with --resume: the run keeps "
                            "the config it was started with\n")
         return _resume(parser, args)
-    with contextlib.ExitStack() as comparison_folder:  # its lock, held until the table is written
-        return _run_command(parser, args, argv, configs, in_cluster, comparison_folder)
-
-
-def _run_command(parser, args, argv, configs, in_cluster: bool, comparison_folder: contextlib.ExitStack) -> int:
-    """``jaxfl run`` of one config or a comparison (after a cluster's join)."""
     comparison_data = contextlib.ExitStack()
     try:
         configs = configs if configs is not None else _configs(args)
         for folder in dict.fromkeys(config.output_dir for config in configs):
             check_folder("--output-dir" if args.output_dir is not None else "output_dir", folder)
-        if len(configs) > 1 and not in_cluster:  # a second comparison there at once would replace its table
-            from jaxfl.resume import holding_lock
-
-            os.makedirs(configs[0].output_dir, exist_ok=True)
-            comparison_folder.enter_context(holding_lock(
-                configs[0].output_dir, "folder's comparison table",
-                "run the same command again (or give another --output-dir than {folder})"))
         from jaxfl.experiment import check_buildable, run_experiment, shared_data
         from jaxfl.report import _significant
         from jaxfl.user_inputs import UserInputs, load_time_per_step

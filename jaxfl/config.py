@@ -1364,6 +1364,7 @@ def import_named_plugins(values: dict[str, Any]) -> None:
 
 def load_config_file(path: str) -> dict[str, Any]:
     """Read a JSON (``.json``) or TOML (``.toml``) config file into a mapping of field names."""
+    path = user_path(path)
     if os.path.isdir(path):
         raise ConfigError(f"config file {path!r} is a directory: give a .json or .toml file")
     if not os.path.isfile(path):

@@ -1215,6 +1215,11 @@ def _open_logs(run_dir: str, offsets: dict | None, metric_fields: tuple[str, ...
     neither lost nor doubled. The class file is None on resuming a run whose checkpoint has no
     position for it (begun by an older jaxfl)."""
     fields = EVENT_LOG_FIELDS
+    if offsets is not None:
+        # a finished run run again: its logs go back to the checkpoint, so its summary (and log_bytes)
+        # no longer describes them; cut short now, the run is unfinished, as it then is
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(run_dir, "summary.json"))
     if offsets is not None:  # a log begun by an older jaxfl (no wall_time column) keeps its columns
         fields = existing_fields(run_dir) or EVENT_LOG_FIELDS
     events = EventLog(run_dir, fields, resume=None if offsets is None else offsets["events"],

@@ -45,6 +45,7 @@ def save_figure(figure, path: str) -> str:
 
     from PIL import Image  # matplotlib's own dependency
 
+    path = os.path.expanduser(os.fspath(path))
     drawn = io.BytesIO()
     figure.savefig(drawn, format="png", dpi=120)
     Image.open(drawn).convert("RGB").save(path + ".tmp.png", "PNG", optimize=True)
@@ -73,6 +74,7 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
     figure = Figure(figsize=figsize)
     axes = figure.subplots()
     summaries = []
+    run_dirs = [os.path.expanduser(os.fspath(run_dir)) for run_dir in run_dirs]
     for run_dir in run_dirs:  # all checked before drawing: one error naming the run
         path = os.path.join(run_dir, "summary.json")
         if not os.path.isfile(path):
@@ -371,6 +373,7 @@ def timeline_figure(run_dir: str, max_time: float | None = None, max_clients: in
                                      and 0 < max_time < float("inf")):
         raise ValueError(f"max_time={max_time!r} is not allowed: a finite number of virtual seconds > 0, or None "
                          "for the run's end")
+    run_dir = os.path.expanduser(os.fspath(run_dir))
     events = read_events(run_dir)
     algorithm, configured = _run_title(run_dir)
     algorithm = algorithm if title is None else title

@@ -177,9 +177,10 @@ def coverage_note(sources: Sequence[str], rows_per_source: Sequence[int]) -> str
     if not partial:
         return None
     if behind:
-        return (f"This report covers {', and '.join(partial)}: {'; '.join(behind)}; the same jaxfl sweep command "
-                "writes it again from the finished runs (they are not rerun). Means, ratios and figures are "
-                "over the runs the table lists only.")
+        return (f"This report covers {', and '.join(partial)}: {'; '.join(behind)} (a sweep still running adds "
+                "each cell as it finishes: report again then); the same jaxfl sweep command writes it again from "
+                "the finished runs (they are not rerun). Means, ratios and figures are over the runs the table "
+                "lists only.")
     return (f"This report covers {', and '.join(partial)}: the others have not finished (the sweep is still "
             "running, or was stopped; the same jaxfl sweep command goes on with them). Means, ratios and "
             "figures are over the finished runs only.")
@@ -207,7 +208,7 @@ def read_results(sweep_dir: str) -> list[dict]:
     # the header's columns, is damage done after, not a sweep still running
     advice = ("the same jaxfl sweep command writes it again from the finished runs (they are not rerun)"
               if os.path.isdir(sweep_dir) else "restore it from a copy, or take the sweep folder's results.csv")
-    if text and not text.endswith("\n"):
+    if text and not text.endswith("\n") and os.path.isdir(sweep_dir):  # a CSV of the user's may end without one
         raise ValueError(f"{path} is damaged: its last line is cut short (no line end); {advice}")
     rows = list(csv.DictReader(io.StringIO(text, newline="")))
     for number, row in enumerate(rows, start=2):
@@ -1058,7 +1059,7 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
     if os.path.isdir(writable) and not os.access(writable, os.W_OK | os.X_OK):
         where = f"out={out!r}" if given else f"the default out, {out!r},"
         raise ValueError(f"{where} is not allowed: the folder {writable!r} cannot be written (permissions); give "
-                         "a folder you can write (--out DIR)")
+                         "a folder you can write (--out DIR; out= in make_report)")
     try:
         os.makedirs(out, exist_ok=True)
     except (FileExistsError, NotADirectoryError):

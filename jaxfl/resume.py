@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 from jaxfl import algorithms, checkpoint
 from jaxfl.config import (FIELDS, FIELDS_ADDED, ConfigError, RunConfig, as_recorded, config_from_mapping,
-                          split_algorithm_options, validate)
+                          split_algorithm_options, user_path, validate)
 
 # Fields that do not change what a run computes or writes, so a resume may set them afresh. ``devices``
 # changes only how the client axis is sharded (results equal within the tolerance README states for
@@ -462,6 +462,8 @@ def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> No
     # one that may differ now (devices, stored by an older jaxfl) is not compared
     stored = {**{field: value for field, value in FIELDS_ADDED.items() if field in record},
               **{name: value for name, value in as_recorded(stored).items() if name not in MAY_DIFFER}}
+    if "output_dir" in stored:  # a "~/runs" written before jaxfl expanded it names the folder it holds now
+        stored["output_dir"] = user_path(stored["output_dir"])
     if digest(stored) == digest(record):
         return
     found = differences(stored, record, holder=name)

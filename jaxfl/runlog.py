@@ -55,6 +55,7 @@ import json
 import operator
 import os
 import re
+import shlex
 import shutil
 from time import monotonic
 from typing import Any, Callable
@@ -734,9 +735,10 @@ def _read_csv_arrow(path: str, fields, end: int | None = None, run_dir: str | No
     return table.select(list(fields)).cast(schema)
 
 
-def read_json(path: str, advice: str = "restore it from a copy, or run the experiment again") -> dict:
+def read_json(path: str, advice: str | None = None) -> dict:
     """A run's ``config.json`` or ``summary.json``, or a sweep's ``sweep.json`` (written whole,
-    atomically); one that is not a JSON object is a ``ValueError`` naming it, with ``advice``.
+    atomically); one that is not a JSON object is a ``ValueError`` naming it, with ``advice`` (by
+    default: a summary.json is written anew by resuming the run, another file restored from a copy).
 
     >>> import tempfile
     >>> path = tempfile.mktemp(suffix=".json")
@@ -755,7 +757,10 @@ def read_json(path: str, advice: str = "restore it from a copy, or run the exper
         if isinstance(value, dict):
             return value
         problem = f"it holds a {type(value).__name__}, not a JSON object"
-    raise ValueError(f"{path} is damaged: {problem}; {advice}")
+    if advice is None and os.path.basename(path) == "summary.json":  # finished_summary: the run counts as unfinished
+        advice = (f"resume the run (jaxfl run --resume {shlex.quote(os.path.dirname(path) or '.')}), which writes it "
+                  "anew from its newest checkpoint, or restore it from a copy")
+    raise ValueError(f"{path} is damaged: {problem}; {advice or 'restore it from a copy, or run the experiment again'}")
 
 
 def finished_summary(run_dir: str | None) -> dict | None:
@@ -821,8 +826,9 @@ def _complete_length(path: str, run_dir: str | None) -> int | None:
                     return start + found + 1
                 position = start
             return 0
-    ended_with = (summary or {}).get("log_bytes", {}).get(os.path.basename(path))
-    if ended_with is not None and size != ended_with:  # cut at a line end, or added to: no cut-short line shows it
+    recorded = (summary or {}).get("log_bytes")
+    ended_with = recorded.get(os.path.basename(path)) if isinstance(recorded, dict) else None
+    if isinstance(ended_with, int) and not isinstance(ended_with, bool) and size != ended_with:  # cut at a line end, or added to: no cut-short line shows it
         raise _damaged(path, run_dir, f"it holds {size:,} bytes, and the run ended with {ended_with:,} "
                                       f"(summary.json's log_bytes)")
     return None
@@ -960,6 +966,7 @@ def read_events(run_dir: str) -> dict[str, np.ndarray]:
     >>> columns["event"], columns["dispatch"], columns["detail"]
     (array(['aggregate'], dtype=object), array([-1]), array(['1 updates'], dtype=object))
     """
+    run_dir = os.path.expanduser(os.fspath(run_dir))
     kind = event_log_format(run_dir)
     if kind is None:
         if not os.path.isdir(run_dir):
@@ -1006,6 +1013,7 @@ def read_metrics(run_dir: str) -> dict[str, np.ndarray]:
     >>> read_metrics(run_dir)["version"]
     array([0])
     """
+    run_dir = os.path.expanduser(os.fspath(run_dir))
     path = os.path.join(run_dir, METRICS_NAME)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{run_dir!r} is not a run directory: it has no {METRICS_NAME}")

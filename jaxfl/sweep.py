@@ -539,8 +539,14 @@ def _read_definition(path: str) -> dict:
     """A sweep folder's ``sweep.json``; a damaged one is a ``ValueError`` naming it and what to do."""
     from jaxfl.runlog import read_json
 
-    return read_json(path, "restore it from a copy, or remove it: the sweep writes it again and finds its runs by "
-                           "their names (a remove forgets the --jobs each unfinished cell began with)")
+    advice = ("restore it from a copy, or remove it: the sweep writes it again and finds its runs by their names "
+              "(a remove forgets the --jobs each unfinished cell began with)")
+    definition = read_json(path, advice)
+    cells, jobs = definition.get("cells", []), definition.get("run_jobs", {})
+    if not (isinstance(cells, list) and all(isinstance(cell, dict) for cell in cells) and isinstance(jobs, dict)):
+        raise ValueError(f"{path} is damaged: its cells are not a list of objects, or its run_jobs not an object; "
+                         f"{advice}")
+    return definition
 
 
 def _run_jobs(sweep_dir: str) -> dict[str, int]:

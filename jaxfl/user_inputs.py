@@ -202,7 +202,8 @@ def load_time_per_step(path: str):
         ...
         ValueError: time_per_step file ... holds a table (2 rows of 2 columns): ...; keep only the seconds-per-step column
     """
-    suffix = os.path.splitext(os.fspath(path))[1].lower()
+    path = os.path.expanduser(os.fspath(path))
+    suffix = os.path.splitext(path)[1].lower()
     if suffix not in (".npy", ".csv", ".txt"):
         raise ValueError(f"time_per_step file {path!r} must end in .npy, .csv or .txt")
     if os.path.isdir(path):

@@ -578,7 +578,7 @@ def _import(module_name: str):
     process, and the same for the same file in every process, so that a checkpoint that pickled one
     of its classes unpickles after the resume imported the file again."""
     if module_name.endswith(".py"):
-        path = os.path.abspath(module_name)
+        path = os.path.abspath(os.path.expanduser(module_name))
         if not os.path.isfile(path):
             raise ImportError(f"no file {module_name!r}")
         name = plugin_module_name(path)

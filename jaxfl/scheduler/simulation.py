@@ -963,8 +963,9 @@ class Simulation:
                 f"client {first.client} returned a non-finite loss or update at virtual time {self.now:.3f} s "
                 f"(dispatch {first.id}, trained from version {first.version}, {first.steps} steps, global "
                 f"version {self.version}); lower client_lr"
-                + (" or server_lr (the model it trained from is the server's step, which a large one makes "
-                   "diverge)" if first.version > 0 else "")
+                + (" (or server_lr, where the server does more than average the updates: the model it "
+                   "trained from is the server's step, which a large one makes diverge)"
+                   if first.version > 0 else "")
                 + ", check the data, or set on_nonfinite='skip'")
         for record in bad:
             self.drop(record, NONFINITE_DROP)
