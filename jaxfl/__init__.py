@@ -31,3 +31,16 @@ __version__ = "0.2.0"
 __all__ = ["BudgetConfig", "ClientConfig", "ConfigError", "DataConfig", "EngineConfig", "FaultsConfig", "RunConfig",
            "ResumeError", "Run", "RunInterrupted", "RunResult", "ServerConfig", "SpeedsConfig", "config_from_mapping",
            "load_run", "request_stop", "resume_experiment", "run_experiment", "validate"]
+
+# The modules the README calls as jaxfl.NAME (jaxfl.presets.preset_config, jaxfl.plot.timeline_figure, ...)
+# after a plain `import jaxfl`, imported when first named: `import jaxfl` stays as quick as it was.
+_SUBMODULES = frozenset({"algorithms", "checkpoint", "cluster", "comparison", "data", "loggers", "models", "plot",
+                         "presets", "report", "scheduler", "sweep", "testing", "user_inputs"})
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"jaxfl.{name}")
+    raise AttributeError(f"module 'jaxfl' has no attribute {name!r}")

@@ -841,7 +841,7 @@ def log_sizes(run_dir: str) -> dict[str, int]:
 
     >>> import tempfile
     >>> run_dir = tempfile.mkdtemp()
-    >>> _ = open(f"{run_dir}/metrics.csv", "w").write("time,version\n0.0,0\n")
+    >>> _ = open(f"{run_dir}/metrics.csv", "w").write("time,version\\n0.0,0\\n")
     >>> log_sizes(run_dir)
     {'metrics.csv': 19}
     """
