@@ -1220,7 +1220,7 @@ def _open_logs(run_dir: str, offsets: dict | None, metric_fields: tuple[str, ...
         # no longer describes them; cut short now, the run is unfinished, as it then is
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(run_dir, "summary.json"))
-    if offsets is not None:  # a log begun by an older jaxfl (no wall_time column) keeps its columns
+        # a log begun by an older jaxfl (no wall_time column) keeps its columns
         fields = existing_fields(run_dir) or EVENT_LOG_FIELDS
     events = EventLog(run_dir, fields, resume=None if offsets is None else offsets["events"],
                       ignore=("wall_time",), expected_rows=expected_rows)
