@@ -52,7 +52,7 @@ from jaxfl import checkpoint, cluster, resume, stopping
 from jaxfl._devices import place_read_only
 from jaxfl.loggers import check_loggers, logger_names, logger_offsets, open_loggers
 from jaxfl.algorithms import build, device_hooks, get as get_algorithm
-from jaxfl.config import (FIELDS_ADDED, MAX_GRID_POINTS, SECTION_OF, USER_PREFIX, ConfigError, DataConfig, RunConfig,
+from jaxfl.config import (user_path, FIELDS_ADDED, MAX_GRID_POINTS, SECTION_OF, USER_PREFIX, ConfigError, DataConfig, RunConfig,
                           _count_budgets, checkpoint_min_interval, fail, validate)
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
 from jaxfl.data.datasets import known_classes, known_input
@@ -1310,7 +1310,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
                       time_per_step=time_per_step, loss=loss, metrics=metrics)
     recorded = None
     if resume_dir is not None:  # it continues from a checkpoint: with none to continue from it is refused here
-        resume_dir = os.path.expanduser(os.fspath(resume_dir))
+        resume_dir = user_path(resume_dir)
         resume.candidates(resume_dir, warn=False)
         recorded = resume.read_record(resume_dir).get("user_inputs", {})  # the config is the one given
     config, dataset, user = _with_inputs(config, data, user, resume_dir, recorded)
@@ -1980,7 +1980,7 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     Traceback (most recent call last):
     jaxfl.resume.ResumeError: cannot resume '/tmp/jaxfl-doc/no-such-run': no such directory
     """
-    run_dir = os.path.expanduser(os.fspath(run_dir))
+    run_dir = user_path(run_dir)
     overrides = dict(overrides or {})
     # config.json read once and the config validated once, here, with what a resume may set afresh
     may_differ = {} if progress is None else {"progress": progress}

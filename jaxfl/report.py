@@ -75,7 +75,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from jaxfl.config import ALGORITHM_FIELDS
+from jaxfl.config import ALGORITHM_FIELDS, user_path
 from jaxfl.plot import save_figure
 from jaxfl.runlog import read_events, read_json, run_last_tenth_accuracy, write_csv
 from jaxfl.sweep import SUMMARY_COLUMNS, _read_definition
@@ -1011,7 +1011,7 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
         raise ValueError(f"figures={figures!r} is not allowed: True (every figure), False (none) or 'table' "
                          "(those the results table alone makes)")
     folders = [sweep_dir] if isinstance(sweep_dir, (str, os.PathLike)) else list(sweep_dir)
-    folders = [os.path.expanduser(os.fspath(folder)) for folder in folders]
+    folders = [user_path(folder) for folder in folders]
     for folder in folders:  # a CSV that is not a jaxfl results table: its missing columns, not a KeyError
         _check_columns(results_path(folder), figures is True)
     rows = read_results_of(folders)
@@ -1053,7 +1053,7 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
         for row in rows:
             _run_dir(sweep_dir, row)
     given = out is not None
-    out = os.path.expanduser(os.fspath(out)) if given else _default_out(folders[0])
+    out = user_path(out) if given else _default_out(folders[0])
     made = _missing_folders(out)
     writable = os.path.dirname(made[0]) if made else out
     if os.path.isdir(writable) and not os.access(writable, os.W_OK | os.X_OK):

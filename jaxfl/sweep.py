@@ -49,7 +49,7 @@ import sys
 import warnings
 
 from jaxfl import algorithms
-from jaxfl.config import (ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, TIMING_ONLY_UNREAD, ConfigError, RunConfig,
+from jaxfl.config import (user_path, ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, TIMING_ONLY_UNREAD, ConfigError, RunConfig,
                           _only_read_when, as_recorded, config_from_mapping, flat_once, load_config_file, option_namespaces,
                           reads_field, split_algorithm_options, validate)
 
@@ -701,7 +701,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     from jaxfl.experiment import shared_data
     from jaxfl.resume import holding_lock
 
-    sweep_dir = os.path.expanduser(os.fspath(sweep_dir))
+    sweep_dir = user_path(sweep_dir)
     if isinstance(base, RunConfig):
         base = base_mapping(base)
     base = _flat(dict(base), "sweep base") if base else {}

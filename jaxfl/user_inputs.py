@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jaxfl.config import USER_PREFIX, ClientConfig, DataConfig, RunConfig, SpeedsConfig
+from jaxfl.config import USER_PREFIX, user_path, ClientConfig, DataConfig, RunConfig, SpeedsConfig
 
 __all__ = ["TIME_PER_STEP_FILE", "UserInputs", "load_time_per_step", "match_init_params", "optimizer_fingerprint",
            "tree_fingerprint"]
@@ -202,7 +202,7 @@ def load_time_per_step(path: str):
         ...
         ValueError: time_per_step file ... holds a table (2 rows of 2 columns): ...; keep only the seconds-per-step column
     """
-    path = os.path.expanduser(os.fspath(path))
+    path = user_path(path)
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in (".npy", ".csv", ".txt"):
         raise ValueError(f"time_per_step file {path!r} must end in .npy, .csv or .txt")
