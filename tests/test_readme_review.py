@@ -96,3 +96,39 @@ def test_tfds_without_data_dir_says_the_default_folder_does_not_exist_and_logs_n
         raise KeyError("splits is empty")
     assert [record.getMessage() for record in caplog.records if record.name == "absl"] == ["kept"]
     tfds_source.load_tfds.cache_clear()
+
+
+def _summary_table() -> dict[str, str]:
+    """README's "What summary.json holds": each key of the first column → its row's text."""
+    section = README[README.index("### What summary.json holds"):]
+    section = section[:section.index("\n### ")]
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 2:
+            for key in re.findall(r"`([^`]+)`", cells[0]):
+                rows[key] = cells[1]
+    return rows
+
+
+def test_readme_summary_table_names_every_key_a_run_and_a_timing_only_run_write(small_config):
+    """Every key of summary.json, and every key of its nested figures (accounting, timeline,
+    utilisation, device_memory, device_history), is in README's table, in its parent's row; and the
+    table names no key that no run writes."""
+    import dataclasses
+
+    from jaxfl.experiment import run_experiment
+
+    trained = run_experiment(small_config).summary
+    timing = run_experiment(dataclasses.replace(small_config, timing_only=True, max_updates=20)).summary
+    table = _summary_table()
+    written = set(trained) | set(timing)
+    assert not written - set(table), f"summary.json keys README's table does not describe: {written - set(table)}"
+    assert not set(table) - written, f"README's summary table names keys no run wrote: {set(table) - written}"
+    nested = {"accounting": trained["accounting"], "timeline": {**trained["timeline"], **timing["timeline"]},
+              "device_memory": trained["device_memory"], "device_history": trained["device_history"][0]}
+    nested["timeline"] = {**nested["timeline"], **trained["timeline"]["utilisation"]}
+    for parent, figures in nested.items():
+        missing = [key for key in figures if f"`{key}`" not in table[parent]]
+        assert not missing, f"README's row for {parent} does not name {missing}"
+    assert trained["device_memory"]["backend_peak_bytes"] is None  # the row says: null on a CPU
