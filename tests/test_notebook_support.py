@@ -177,3 +177,40 @@ def test_a_run_of_a_config_that_already_finished_says_it_trains_again(finished_r
                                          rf".*again, into {re.escape(finished_run.run_dir)}-2 "):
         again = jaxfl.run_experiment(config)
     assert again.run_dir == finished_run.run_dir + "-2"
+
+
+def test_no_jax_check_of_a_policy_defined_in_a_notebook_is_reported_skipped_not_passed(tmp_path):
+    """A notebook's (or script's) policy lives in ``__main__``, which no fresh interpreter imports:
+    ``no_jax`` asked for is said to be skipped (report and warning), not counted as passed."""
+    from jaxfl.scheduler.simulation import Policy
+    from jaxfl.testing import check_algorithm
+
+    class NotebookPolicy(Policy):
+        __module__ = "__main__"
+
+        def __init__(self, local_steps):
+            self.local_steps = local_steps
+
+        def start(self, sim):
+            for client in range(sim.num_clients):
+                sim.dispatch(client, self.local_steps)
+
+        def on_arrival(self, sim, record):
+            sim.aggregate([(record.id, sim.client_weights[record.client])])
+            sim.reply(record.client)
+
+    class NotebookPolicyAlgorithm(Algorithm):
+        name = "notebook_algorithm_for_no_jax"
+        kind = "asynchronous"
+
+        def policy(self):
+            return NotebookPolicy(self.run.local_steps)
+
+    try:
+        with pytest.warns(UserWarning, match="no_jax not checked: the policy's module is __main__"):
+            report = check_algorithm(NotebookPolicyAlgorithm, checks=["toml", "no_jax"], output_dir=str(tmp_path))
+    finally:
+        algorithms.unregister(NotebookPolicyAlgorithm.name)
+    assert report["policy_module"] == "__main__" and set(report["skipped"]) == {"no_jax"}
+    # a policy in a module of its own is imported and checked, and nothing is skipped
+    assert "skipped" not in check_algorithm("fedbuff", checks=["no_jax"], output_dir=str(tmp_path / "fedbuff"))
