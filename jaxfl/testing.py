@@ -13,7 +13,8 @@ user's algorithm can run it too.
 - ``accounting``: every dispatch ends aggregated, dropped (with a reason), arrived or in flight;
 - ``toml``: the resolved config survives :func:`jaxfl.config.to_toml` and back;
 - ``no_jax``: the module defining the policy imports without jax (checked in a fresh interpreter
-  in which importing jax fails).
+  in which importing jax fails; a policy defined in a notebook or script, ``__main__``, has no module
+  to import: the check is reported skipped, with a warning).
 
 >>> # from jaxfl.testing import check_algorithm
 >>> # check_algorithm("my_module:MyAlgorithm")          # raises AssertionError naming the failed check
