@@ -169,8 +169,9 @@ def test_resnet18_batchnorm_trains_through_run(tmp_path):
 
 
 def test_augmentation_is_wired_into_runs(small_config):
+    # the MLP: the transforms act on the images whatever model reads them (a CNN doubled the test's time)
     config = replace(small_config, algorithm="fedavg", max_updates=1, client_optimizer="sgd", client_lr=0.05,
-                     model="cnn", local_steps=2)
+                     local_steps=2)
     _, dataset, *_ = prepare(config)
     assert make_transforms(config, dataset)[1] is None  # auto: digits are not mirrored
     assert make_transforms(replace(config, augment="crop_flip"), dataset)[1] is not None

@@ -52,7 +52,7 @@ SCRIPT = textwrap.dedent("""
     import dataclasses, jax, numpy as np
     from jaxfl import RunConfig, run_experiment
     from jaxfl.testing import _interrupt_after, _Interrupted
-    config = RunConfig(algorithm=algorithm, dataset="mnist10k", model="cnn", clients=6, local_steps=3, batch_size=8,
+    config = RunConfig(algorithm=algorithm, dataset="mnist10k", model="mlp", clients=6, local_steps=3, batch_size=8,
                        max_updates=3, buffer_size=2, client_optimizer="sgd", client_lr=0.05, progress=False,
                        checkpoint_every=1, output_dir=f"{folder}/runs-{processes}", run_name=algorithm)
     if mode.startswith("small"):  # a logistic regression: quicker to compile
