@@ -398,8 +398,8 @@ MISSING_FOLDER = "/nonexistent/fashion-mnist"
 ])
 def test_a_bad_value_is_refused_naming_its_flag_before_any_work(script, arguments, named, monkeypatch, capsys):
     # parser.error: exit status 2 and the flag, its value and what is allowed, before anything compiles.
-    # The script runs in this process, as `python3 script ...` runs it (a process each cost 3 s of
-    # imports apiece); what it changes at import, sys.path and the environment, is put back after.
+    # The script runs in this process, as `python3 script ...` runs it (a process of its own cost about
+    # 3 s of imports); what it changes at import, sys.path and the environment, is put back after.
     import runpy
 
     monkeypatch.setattr(sys, "path", [os.path.join(ROOT, "benchmarks"), *sys.path])  # the script's folder first
