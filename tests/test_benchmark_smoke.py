@@ -402,7 +402,7 @@ def test_a_bad_value_is_refused_naming_its_flag_before_any_work(script, argument
     # 3 s of imports); what it changes at import, sys.path and the environment, is put back after.
     import runpy
 
-    monkeypatch.setattr(sys, "path", [os.path.join(ROOT, "benchmarks"), *sys.path])  # the script's folder first
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))  # the script's folder first; sys.path put back whole
     monkeypatch.setattr(os, "environ", os.environ.copy())
     monkeypatch.setattr(sys, "argv", [os.path.join(ROOT, "benchmarks", script), *arguments])
     with pytest.raises(SystemExit) as exited:
