@@ -84,7 +84,9 @@ SCRIPT = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def two_device_runs(tmp_path_factory):
     env = {**os.environ, "JAX_NUM_CPU_DEVICES": "2", "JAX_PLATFORMS": "cpu"}
-    env.pop("XLA_FLAGS", None)
+    # the device count is JAX_NUM_CPU_DEVICES's alone; other XLA flags (the suite's: see conftest.py) stay
+    env["XLA_FLAGS"] = " ".join(flag for flag in env.get("XLA_FLAGS", "").split()
+                                if "xla_force_host_platform_device_count" not in flag)
     env.pop("JAXFL_CPU_DEVICES", None)
     folder = tmp_path_factory.mktemp("padding")
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(folder)], env=env, capture_output=True, text=True,
