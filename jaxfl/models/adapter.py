@@ -66,23 +66,14 @@ def _is_zoo_linen(adapter) -> bool:
     return True
 
 
-_CPU_INIT_OPTIONS = {"xla_backend_optimization_level": 1, "xla_cpu_use_fusion_emitters": False}
-
-
 @functools.lru_cache(maxsize=16)
 def _compiled_zoo_init(module) -> Callable:
     """One compiled program for a zoo model's initialisers, kept for equal modules (every run builds
     its own): op by op each initialiser compiles a small program of its own (34 for the CNN; 5.3 s
     against 2.8 for one program on a 2-core CPU, ResNet-18 13.6 s against 8.2). The values are the
     op-by-op ones bit for bit for 15 of the 16 zoo models; textcnn's embedding table differs in the
-    last bit of some entries (≤ 3e-8: XLA fuses the truncated normal's scaling).
-
-    On a CPU the program is compiled with LLVM at level 1 and XLA's classic fusion emitter: it runs
-    once per run, so its compile is its cost (the CNN's 5.8 s against 1.3, ResNet-18's 16.8 against
-    6.5; all 16 zoo models' 84 s against 37, 2026-12-03), and the values are XLA's defaults' bit for
-    bit for every zoo model."""
-    options = _CPU_INIT_OPTIONS if jax.default_backend() == "cpu" else None
-    return jax.jit(ModelAdapter.from_linen(module).init, compiler_options=options)
+    last bit of some entries (≤ 3e-8: XLA fuses the truncated normal's scaling)."""
+    return jax.jit(ModelAdapter.from_linen(module).init)
 
 
 @dataclasses.dataclass(frozen=True)
