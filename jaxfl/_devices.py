@@ -15,7 +15,8 @@ import os
 import jax
 import numpy as np
 
-__all__ = ["aligned_empty", "backends_started", "place_read_only", "use_every_cpu_core", "usable_cores"]
+__all__ = ["aligned_empty", "backends_started", "place_read_only", "use_every_cpu_core", "usable_cores",
+           "without_device_count_flag"]
 
 # XLA:CPU uses a host array's own memory for a device buffer when it is C-contiguous and aligned to
 # this many bytes (and jax is told it may alias it); otherwise it copies.
@@ -54,6 +55,16 @@ def use_every_cpu_core() -> int | None:
     count = _wanted_devices(wanted) if wanted else usable_cores()
     jax.config.update("jax_num_cpu_devices", count)
     return count
+
+
+def without_device_count_flag(xla_flags: str) -> str:
+    """``XLA_FLAGS`` without its CPU device count (``--xla_force_host_platform_device_count``), the other
+    flags kept: for a child process whose device count ``JAX_NUM_CPU_DEVICES`` gives.
+
+    >>> without_device_count_flag("--xla_force_host_platform_device_count=8 --xla_cpu_enable_fast_math=false")
+    '--xla_cpu_enable_fast_math=false'
+    """
+    return " ".join(flag for flag in xla_flags.split() if "xla_force_host_platform_device_count" not in flag)
 
 
 def _wanted_devices(wanted: str) -> int:

@@ -865,13 +865,14 @@ def _worker_environment(devices: int, cache: str) -> dict:
     """
     import jax
 
+    from jaxfl._devices import without_device_count_flag
+
     env = dict(os.environ, JAX_NUM_CPU_DEVICES=str(devices), JAX_COMPILATION_CACHE_DIR=cache,
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=str(jax.config.jax_persistent_cache_min_compile_time_secs),
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=str(jax.config.jax_persistent_cache_min_entry_size_bytes))
     env.pop("JAXFL_CPU_DEVICES", None)
     if "xla_force_host_platform_device_count" in env.get("XLA_FLAGS", ""):  # the share decides the devices
-        env["XLA_FLAGS"] = " ".join(flag for flag in env["XLA_FLAGS"].split()
-                                    if "xla_force_host_platform_device_count" not in flag)
+        env["XLA_FLAGS"] = without_device_count_flag(env["XLA_FLAGS"])
     return env
 
 

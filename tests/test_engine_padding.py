@@ -15,6 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from jaxfl._devices import without_device_count_flag
 from jaxfl.engine import device_steps_computed
 
 SCRIPT = textwrap.dedent("""
@@ -85,8 +86,7 @@ SCRIPT = textwrap.dedent("""
 def two_device_runs(tmp_path_factory):
     env = {**os.environ, "JAX_NUM_CPU_DEVICES": "2", "JAX_PLATFORMS": "cpu"}
     # the device count is JAX_NUM_CPU_DEVICES's alone; other XLA flags (the suite's: see conftest.py) stay
-    env["XLA_FLAGS"] = " ".join(flag for flag in env.get("XLA_FLAGS", "").split()
-                                if "xla_force_host_platform_device_count" not in flag)
+    env["XLA_FLAGS"] = without_device_count_flag(env.get("XLA_FLAGS", ""))
     env.pop("JAXFL_CPU_DEVICES", None)
     folder = tmp_path_factory.mktemp("padding")
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(folder)], env=env, capture_output=True, text=True,
