@@ -179,3 +179,42 @@ def test_init_variables_is_one_compiled_program_with_the_op_by_op_values():
     for a, b, c in zip(jax.tree.leaves(first["params"]), jax.tree.leaves(again["params"]), jax.tree.leaves(op_by_op),
                        strict=True):
         assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+def test_a_cpu_compiles_the_zoo_initialiser_cheaply_to_xla_s_default_values():
+    """At top level on a CPU the zoo initialiser's program is compiled with XLA:CPU's cheaper
+    settings (it runs once per run); its values are those of XLA's defaults, bit for bit. In a
+    process of its own, without the suite's XLA flags (conftest.py), so that the defaults are XLA's."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import jax, jax.numpy as jnp, numpy as np\n"
+        "from jaxfl.models import make_model\n"
+        "from jaxfl.models.adapter import ModelAdapter, _compiled_zoo_init\n"
+        "module = make_model('cnn', 10)\n"
+        "key, sample = jax.random.key(3), jnp.zeros((1, 28, 28, 1))\n"
+        "cheap = ModelAdapter.from_linen(module).init_variables(key, sample)['params']\n"
+        "_compiled_zoo_init(module, True)  # a cache hit if init_variables compiled the cheap program\n"
+        "default = jax.jit(ModelAdapter.from_linen(module).init)(key, sample)[0]\n"
+        "same = all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(cheap), jax.tree.leaves(default), strict=True))\n"
+        "print(same, len(jax.tree.leaves(default)), _compiled_zoo_init.cache_info().hits)\n")
+    env = {key: value for key, value in os.environ.items() if key not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")}
+    done = subprocess.run([sys.executable, "-c", script], env={**env, "JAX_PLATFORMS": "cpu"}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "8", "1"]  # the cheap program was the one init_variables used
+
+
+def test_a_zoo_initialiser_runs_inside_a_trace_with_the_top_level_values():
+    """Inside ``jax.eval_shape`` (the model-input check) or a user's jit, jax refuses compiler options
+    on a nested jit: the initialiser then compiles with the defaults, to the same values."""
+    adapter = as_adapter(make_model("lenet5", 10))
+    key, sample = jax.random.key(1), jnp.zeros((1, 28, 28, 1))
+    top = adapter.init_variables(key, sample)
+    shapes = jax.eval_shape(adapter.init_variables, key, sample)
+    traced = jax.jit(adapter.init_variables)(key, sample)
+    assert jax.tree.map(lambda a: (a.shape, a.dtype), shapes) == jax.tree.map(lambda a: (a.shape, a.dtype), top)
+    for a, b in zip(jax.tree.leaves(top), jax.tree.leaves(traced), strict=True):
+        assert np.array_equal(a, b)

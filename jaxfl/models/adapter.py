@@ -66,14 +66,34 @@ def _is_zoo_linen(adapter) -> bool:
     return True
 
 
+_CPU_INIT_OPTIONS = {"xla_backend_optimization_level": 1, "xla_cpu_use_fusion_emitters": False}
+
+
+def _at_top_level() -> bool:
+    """True outside every jax transformation: jax takes ``compiler_options`` only for a jit called
+    there (under ``jax.eval_shape``, as the model-input check calls the initialiser, it refuses
+    them). Where jax no longer has this private query, False: the initialiser then compiles with
+    XLA's defaults, as it does inside a trace."""
+    from jax._src import core
+    clean = getattr(core, "trace_state_clean", None)
+    return bool(clean is not None and clean())
+
+
 @functools.lru_cache(maxsize=16)
-def _compiled_zoo_init(module) -> Callable:
+def _compiled_zoo_init(module, cheap_cpu_compile: bool = False) -> Callable:
     """One compiled program for a zoo model's initialisers, kept for equal modules (every run builds
     its own): op by op each initialiser compiles a small program of its own (34 for the CNN; 5.3 s
     against 2.8 for one program on a 2-core CPU, ResNet-18 13.6 s against 8.2). The values are the
     op-by-op ones bit for bit for 15 of the 16 zoo models; textcnn's embedding table differs in the
-    last bit of some entries (≤ 3e-8: XLA fuses the truncated normal's scaling)."""
-    return jax.jit(ModelAdapter.from_linen(module).init)
+    last bit of some entries (≤ 3e-8: XLA fuses the truncated normal's scaling).
+
+    With ``cheap_cpu_compile`` (a CPU, called outside every trace) the program is compiled with
+    LLVM at level 1 and XLA's classic fusion emitter: it runs once per run, so its compile is its
+    cost (the CNN's 5.8 s against 1.3, ResNet-18's 16.8 against 6.5; all 16 zoo models' 84 s
+    against 37 on a 2-core CPU, 2026-12-03), and its values are those of XLA's defaults bit for
+    bit for every zoo model."""
+    return jax.jit(ModelAdapter.from_linen(module).init,
+                   compiler_options=_CPU_INIT_OPTIONS if cheap_cpu_compile else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,8 +138,11 @@ class ModelAdapter:
             >>> sorted(ModelAdapter.from_linen(nn.Dense(2)).init_variables(jax.random.key(0), jnp.zeros((1, 3))))
             ['params']
         """
-        params, state = _compiled_zoo_init(self.module)(key, sample) if _is_zoo_linen(self) else \
-            self.init(key, sample)
+        if _is_zoo_linen(self):
+            cheap = jax.default_backend() == "cpu" and _at_top_level()
+            params, state = _compiled_zoo_init(self.module, cheap)(key, sample)
+        else:
+            params, state = self.init(key, sample)
         return {"params": params, "state": state} if self.has_state(state) else {"params": params}
 
     def predict(self, variables: dict, x: jax.Array) -> jax.Array:
