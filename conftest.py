@@ -11,7 +11,8 @@ its newer fusion emitters. Compiling is most of the suite's time on the 2-core C
 programs compile in half the time (an MLP FedBuff run 6.1-6.4 s against 2.9-3.0, a CNN's 8.4-10.8 s
 against 5.9-6.2, 2026-12-03) and compute the same bits: every golden event log and model the tests
 compare was recorded with XLA's defaults, and the 16 zoo models initialise to the same values.
-Users' runs keep XLA's defaults.
+Users' runs keep XLA's defaults: with these flags a step runs 10-30 % slower (benchmarks/README.md,
+2026-12-03), which a run that trains for minutes pays more than the seconds of compile it saves.
 """
 import atexit
 import os
