@@ -17,6 +17,7 @@ from jaxfl import _startup
 _startup.quiet_interrupts_while_starting()  # first: the imports below take seconds
 
 from jaxfl._devices import use_every_cpu_core
+from jaxfl.compilation_cache import use_compilation_cache
 
 use_every_cpu_core()  # before anything initialises jax's backends
 
@@ -30,7 +31,7 @@ from jaxfl.stopping import request_stop
 __version__ = "0.2.0"
 __all__ = ["BudgetConfig", "ClientConfig", "ConfigError", "DataConfig", "EngineConfig", "FaultsConfig", "RunConfig",
            "ResumeError", "Run", "RunInterrupted", "RunResult", "ServerConfig", "SpeedsConfig", "config_from_mapping",
-           "load_run", "request_stop", "resume_experiment", "run_experiment", "validate"]
+           "load_run", "request_stop", "resume_experiment", "run_experiment", "use_compilation_cache", "validate"]
 
 # The modules the README calls as jaxfl.NAME (jaxfl.presets.preset_config, jaxfl.plot.timeline_figure, ...)
 # after a plain `import jaxfl`, imported when first named: `import jaxfl` stays as quick as it was.

@@ -1262,6 +1262,13 @@ def _main(argv: list[str] | None) -> int:
                        f"its options come with it)\n")
     if extra:
         _refuse_unrecognized(parser, args.command, extra)
+    if args.command in ("run", "sweep"):  # a second run of the same shapes reads its programs back
+        from jaxfl.compilation_cache import use_compilation_cache
+
+        try:
+            use_compilation_cache()
+        except ValueError as error:
+            parser.exit(2, f"jaxfl: error: {error}\n")
     if args.command == "timeline":
         return _timeline(parser, args)
     if args.command == "algorithms":

@@ -870,6 +870,8 @@ def _worker_environment(devices: int, cache: str) -> dict:
     env = dict(os.environ, JAX_NUM_CPU_DEVICES=str(devices), JAX_COMPILATION_CACHE_DIR=cache,
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=str(jax.config.jax_persistent_cache_min_compile_time_secs),
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=str(jax.config.jax_persistent_cache_min_entry_size_bytes))
+    if jax.config.jax_compilation_cache_max_size != -1:  # the bound of jaxfl's cache (jaxfl.compilation_cache)
+        env["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(jax.config.jax_compilation_cache_max_size)
     env.pop("JAXFL_CPU_DEVICES", None)
     if "xla_force_host_platform_device_count" in env.get("XLA_FLAGS", ""):  # the share decides the devices
         env["XLA_FLAGS"] = without_device_count_flag(env["XLA_FLAGS"])

@@ -1069,13 +1069,15 @@ def test_parallel_workers_share_the_sweeps_compilation_cache_on_its_terms(tmp_pa
         cache, str(jax.config.jax_persistent_cache_min_compile_time_secs), "0")  # the tests' (tests/conftest.py)
     assert env["JAX_NUM_CPU_DEVICES"] == "2" and "JAXFL_CPU_DEVICES" not in env  # the share decides
     assert env["XLA_FLAGS"] == "--xla_cpu_enable_fast_math=false"  # other flags kept
+    assert "JAX_COMPILATION_CACHE_MAX_SIZE" not in env  # the tests' cache is not bounded
     names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes")
+             "jax_persistent_cache_min_entry_size_bytes", "jax_compilation_cache_max_size")
     before = {name: getattr(jax.config, name) for name in names}
     try:  # a cache the user configured is used on the user's terms
         jax.config.update("jax_compilation_cache_dir", str(tmp_path))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 3.5)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 4096)
+        jax.config.update("jax_compilation_cache_max_size", 1 << 20)  # jaxfl.compilation_cache's bound
         with shared_compilations() as cache:
             env = _worker_environment(1, cache)
     finally:
@@ -1083,6 +1085,7 @@ def test_parallel_workers_share_the_sweeps_compilation_cache_on_its_terms(tmp_pa
             jax.config.update(name, value)
     assert (env["JAX_COMPILATION_CACHE_DIR"], env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"],
             env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]) == (str(tmp_path), "3.5", "4096")
+    assert env["JAX_COMPILATION_CACHE_MAX_SIZE"] == str(1 << 20)  # the workers keep the folder under it too
 
 
 def test_a_row_of_a_run_by_epochs_has_its_epochs_and_no_step_count(tmp_path):

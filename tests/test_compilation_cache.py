@@ -1,0 +1,87 @@
+"""The jaxfl command keeps XLA's compiled programs between runs (jaxfl.compilation_cache)."""
+import json
+import os
+import subprocess
+import sys
+
+import jax
+
+from jaxfl.compilation_cache import ENVIRONMENT_VARIABLE, use_compilation_cache
+
+# One `jaxfl run` in a process of its own; it prints the persistent cache's hits and misses as jax counts them.
+RUN = """
+import sys, jax
+from jaxfl.cli import main
+counts = {"/jax/compilation_cache/cache_hits": 0, "/jax/compilation_cache/cache_misses": 0}
+jax.monitoring.register_event_listener(lambda event, **_: counts.__setitem__(event, counts[event] + 1)
+                                       if event in counts else None)
+status = main(["run", "--algorithm", "fedbuff", "--dataset", "mnist10k", "--model", "mlp", "--clients", "4",
+               "--local-steps", "2", "--max-updates", "2", "--no-progress", "--output-dir", sys.argv[1]])
+print("COUNTS", status, counts["/jax/compilation_cache/cache_hits"], counts["/jax/compilation_cache/cache_misses"],
+      jax.config.jax_compilation_cache_dir, jax.config.jax_compilation_cache_max_size)
+"""
+
+
+def _without_the_suites_cache(**extra) -> dict:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("JAX_PERSISTENT_CACHE")
+           and key not in ("JAX_COMPILATION_CACHE_DIR", ENVIRONMENT_VARIABLE)}
+    return {**env, "JAX_PLATFORMS": "cpu", **extra}
+
+
+def _run(out, env) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", RUN, str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return next(line for line in done.stdout.splitlines() if line.startswith("COUNTS")).split()[1:]
+
+
+def _final_figures(out) -> list:
+    """Each evaluation's accuracy and loss (the loss to every digit: the model's fingerprint)."""
+    (run_dir,) = [os.path.join(out, name) for name in os.listdir(out)]
+    with open(os.path.join(run_dir, "metrics.csv")) as handle:
+        rows = [line.strip().split(",") for line in handle]
+    keep = [index for index, name in enumerate(rows[0]) if name != "wall_time"]
+    return [[row[index] for index in keep] for row in rows]
+
+
+def test_a_second_run_reads_its_programs_back_and_ends_the_same(tmp_path):
+    """The first run compiles and writes the cache (bounded at 1 GiB); the second, a new process, reads
+    back every program the first kept, and ends with the same figures. (Programs that compile in
+    under 0.2 s are not kept; one near that line may be kept by either run.)"""
+    cache = tmp_path / "home-cache"
+    env = _without_the_suites_cache(XDG_CACHE_HOME=str(cache))
+    status, _, first_misses, folder, bound = _run(tmp_path / "first", env)
+    assert (status, folder, bound) == ("0", str(cache / "jaxfl" / "xla"), str(1 << 30))
+    kept = [name for name in os.listdir(folder) if name.endswith("-cache")]  # not "-atime", ".lockfile"
+    assert len(kept) >= 3 and int(first_misses) >= 3
+    status, hits, _, *_ = _run(tmp_path / "second", env)
+    assert status == "0" and int(hits) >= len(kept)
+    assert _final_figures(tmp_path / "first") == _final_figures(tmp_path / "second")
+
+
+def test_the_cache_can_be_moved_or_turned_off_and_a_users_jax_cache_wins(tmp_path):
+    """``JAXFL_COMPILATION_CACHE`` names the folder, or turns the cache off in any usual spelling (jax's
+    settings untouched); a cache the user configured for jax is kept as it is."""
+    elsewhere = tmp_path / "elsewhere"
+    script = ("import os, jax\nfrom jaxfl.compilation_cache import use_compilation_cache\n"
+              "for setting in ('off', 'OFF', '0', 'false', 'no', 'none', os.environ['ELSEWHERE']):\n"
+              "    os.environ['JAXFL_COMPILATION_CACHE'] = setting\n"
+              "    print(use_compilation_cache(), jax.config.jax_compilation_cache_dir)\n")
+    done = subprocess.run([sys.executable, "-c", script], env=_without_the_suites_cache(ELSEWHERE=str(elsewhere)),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["None"] * 12 + [str(elsewhere)] * 2 and elsewhere.is_dir()
+    # this test process: the suite configured jax's cache (conftest.py), so jaxfl leaves it as it is
+    assert use_compilation_cache(str(tmp_path / "ignored")) == jax.config.jax_compilation_cache_dir
+    assert not (tmp_path / "ignored").exists()
+
+
+def test_a_folder_that_cannot_be_written_is_named_before_anything_runs(tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    env = _without_the_suites_cache(**{ENVIRONMENT_VARIABLE: str(blocked / "xla")})
+    done = subprocess.run([sys.executable, "-m", "jaxfl", "run", "--dataset", "mnist10k", "--model", "mlp",
+                           "--max-updates", "1", "--output-dir", str(tmp_path / "runs")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert f"the compilation cache folder '{blocked / 'xla'}' cannot be created or written" in done.stderr
+    assert ENVIRONMENT_VARIABLE in done.stderr and not (tmp_path / "runs").exists()
