@@ -77,6 +77,8 @@ def shared_compilations():
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
+    from jaxfl.compilation_cache import MIN_COMPILE_SECONDS
+
     if jax.config.jax_compilation_cache_dir:
         yield jax.config.jax_compilation_cache_dir
         return
@@ -85,8 +87,7 @@ def shared_compilations():
     before = {name: getattr(jax.config, name) for name in names}
     folder = tempfile.mkdtemp(prefix="jaxfl-xla-cache-")
     try:
-        # the step programs of a small model compile in well under jax's default 1 s threshold
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
         jax.config.update("jax_compilation_cache_dir", folder)
         compilation_cache.reset_cache()  # jax decides once whether to use a cache: ask again
