@@ -62,7 +62,7 @@ def use_compilation_cache(folder: str | None = None, max_bytes: int = DEFAULT_MA
     asked = folder is not None
     if folder is None:
         setting = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
-        if setting.lower() in OFF and setting:
+        if setting.lower() in OFF:
             return None
         asked = bool(setting)
         folder = setting or default_folder()
