@@ -5,7 +5,7 @@ import sys
 
 import jax
 
-from jaxfl.compilation_cache import ENVIRONMENT_VARIABLE, use_compilation_cache
+from jaxfl.compilation_cache import ENVIRONMENT_VARIABLE, MIN_COMPILE_SECONDS, use_compilation_cache
 
 # One `jaxfl run` in a process of its own; it prints the persistent cache's hits and misses as jax counts them.
 RUN = """
@@ -44,10 +44,12 @@ def _final_figures(out) -> list:
 
 def test_a_second_run_reads_its_programs_back_and_ends_the_same(tmp_path):
     """The first run compiles and writes the cache (bounded at 1 GiB); the second, a new process, reads
-    back every program the first kept, and ends with the same figures. (Programs that compile in
-    under 0.2 s are not kept; one near that line may be kept by either run.)"""
+    back every program the first kept, and ends with the same figures. Every program is kept here
+    (jax's own threshold variable at 0, which jaxfl leaves as the user set it): at the default 0.2 s,
+    which programs are kept depends on how fast the machine compiles them, and a count of them is not
+    a test (the CI machine kept 2 where this one kept 3)."""
     cache = tmp_path / "home-cache"
-    env = _without_the_suites_cache(XDG_CACHE_HOME=str(cache))
+    env = _without_the_suites_cache(XDG_CACHE_HOME=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     status, _, first_misses, folder, bound = _run(tmp_path / "first", env)
     assert (status, folder, bound) == ("0", str(cache / "jaxfl" / "xla"), str(1 << 30))
     kept = [name for name in os.listdir(folder) if name.endswith("-cache")]  # not "-atime", ".lockfile"
@@ -64,11 +66,13 @@ def test_the_cache_can_be_moved_or_turned_off_and_a_users_jax_cache_wins(tmp_pat
     script = ("import os, jax\nfrom jaxfl.compilation_cache import use_compilation_cache\n"
               "for setting in ('off', 'OFF', '0', 'false', 'no', 'none', os.environ['ELSEWHERE']):\n"
               "    os.environ['JAXFL_COMPILATION_CACHE'] = setting\n"
-              "    print(use_compilation_cache(), jax.config.jax_compilation_cache_dir)\n")
+              "    print(use_compilation_cache(), jax.config.jax_compilation_cache_dir)\n"
+              "print(jax.config.jax_persistent_cache_min_compile_time_secs)\n")
     done = subprocess.run([sys.executable, "-c", script], env=_without_the_suites_cache(ELSEWHERE=str(elsewhere)),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["None"] * 12 + [str(elsewhere)] * 2 and elsewhere.is_dir()
+    # the cache keeps programs that took 0.2 s or more to compile (MIN_COMPILE_SECONDS), as jax's own default is 1 s
+    assert done.stdout.split() == ["None"] * 12 + [str(elsewhere)] * 2 + [str(MIN_COMPILE_SECONDS)] and elsewhere.is_dir()
     # this test process: the suite configured jax's cache (conftest.py), so jaxfl leaves it as it is
     assert use_compilation_cache(str(tmp_path / "ignored")) == jax.config.jax_compilation_cache_dir
     assert not (tmp_path / "ignored").exists()
