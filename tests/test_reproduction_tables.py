@@ -31,6 +31,8 @@ SECTIONS = [
     ("### PORT full size, seeds 0–2",
      ["port-full-seed0-pareto.csv", "port-full-seed0-zipf.csv", "port-full-seed1.csv", "port-full-seed2-pareto.csv",
       "port-full-seed2-zipf.csv"], "fedavg", 2, ("port.min_clients", "port.staleness_bound")),
+    ("### PORT full size with whole passes, seed 0", ["port-full-epochs-seed0.csv"], "fedavg", 2,
+     ("port.min_clients", "port.staleness_bound")),
 ]
 
 
