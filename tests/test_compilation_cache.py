@@ -47,7 +47,7 @@ def test_a_second_run_reads_its_programs_back_and_ends_the_same(tmp_path):
     back every program the first kept, and ends with the same figures. Every program is kept here
     (jax's own threshold variable at 0, which jaxfl leaves as the user set it): at the default 0.2 s,
     which programs are kept depends on how fast the machine compiles them, and a count of them is not
-    a test (the CI machine kept 2 where this one kept 3)."""
+    a test (a fresh-clone run of the suite on a loaded 2-core machine kept 2 where a quiet run kept 3)."""
     cache = tmp_path / "home-cache"
     env = _without_the_suites_cache(XDG_CACHE_HOME=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     status, _, first_misses, folder, bound = _run(tmp_path / "first", env)
