@@ -33,6 +33,9 @@ SECTIONS = [
       "port-full-seed2-zipf.csv"], "fedavg", 2, ("port.min_clients", "port.staleness_bound")),
     ("### PORT full size with whole passes, seed 0", ["port-full-epochs-seed0.csv"], "fedavg", 2,
      ("port.min_clients", "port.staleness_bound")),
+    ("### PORT full size with whole passes, seeds 0–2 under Pareto",
+     ["port-full-epochs-seed0.csv", "port-full-epochs-seed1-pareto.csv", "port-full-epochs-seed2-pareto.csv"], "fedavg", 1,
+     ("port.min_clients", "port.staleness_bound")),
 ]
 
 
