@@ -14,6 +14,10 @@ workloads), each in a fresh engine, so compilation is part of every run and is r
 
 - ``wall``: the run's wall time (``summary["wall_time_s"]``), compilation included;
 - ``compile``: compiling the step chunks (``compile_wall_s``);
+- ``all jax``: every program jax compiled during the run, the step chunks' and the rest (the
+  initialisers, server steps, evaluator and small jitted pieces), tracing and lowering included,
+  from ``jax.monitoring``'s compile events (JSON: ``jax_compile_s``, and ``jax_backend_compile_s``
+  for XLA's part alone);
 - ``train``: inside training calls, less their compilation (``training_wall_s``);
 - ``host share``: the main Python thread's CPU time (the scheduler, the engine's bookkeeping, its
   dispatches and transfers) over the wall time, from the evaluation at version 0 (the data loaded,
@@ -39,6 +43,11 @@ workloads), each in a fresh engine, so compilation is part of every run and is r
   the small jitted pieces (init, finish, server step, evaluator), the same on both sides, so it
   understates the ratio a long run would see.
 
+``--sides ... rolled`` adds a third run of each workload: the defaults with ``step_loop="rolled"``
+(``--step-loop rolled``), every call's local steps in one loop, which compiles one step where an
+accelerator's unrolled chunks compile up to 10; a second table gives its wall, compile and training
+seconds against the defaults'.
+
 Both sides must reach the same final accuracy (up to float reassociation): the table shows it.
 
     python benchmarks/end_to_end.py                                  # both workloads, GPU size
@@ -46,6 +55,7 @@ Both sides must reach the same final accuracy (up to float reassociation): the t
     python benchmarks/end_to_end.py --fedbuff-data-dir /path/to/fashion-mnist   # IDX files (.gz)
     python benchmarks/end_to_end.py --quick                          # smoke size on mnist10k (CI)
     python benchmarks/end_to_end.py --step-bounds                    # an accelerator's step bounds, on any CPU
+    python benchmarks/end_to_end.py --workloads fedbuff --sides defaults rolled one_per_call   # + a rolled step loop
 
 ``--step-bounds`` gives, in a minute on any machine, the step bound the defaults would have on one
 accelerator (calls of up to ``DEFAULT_CLIENTS_PER_DEVICE`` clients): both sides run with a
@@ -88,6 +98,11 @@ QUICK = {
     "fedcompass": dict(local_steps=2, algorithm_options={"q_min": 1, "q_max": 2}, max_updates=2),
 }
 SIDES = {"defaults": {}, "one_per_call": {"clients_per_call": 1, "devices": 1}}
+# --sides rolled: the defaults with every call's local steps in one rolled loop, which compiles one
+# step where the unrolled chunks an accelerator takes compile up to 10 (XLA:GPU: 11-17 s for each of
+# the CNN's 10-step programs on an H200, 2026-12-04); whether it trains as fast there is the question
+OPTIONAL_SIDES = {"rolled": {"step_loop": "rolled"}}
+ALL_SIDES = {**SIDES, **OPTIONAL_SIDES}
 
 
 def fedbuff_dataset(data_dir: str | None) -> tuple[str, str | None, str | None]:
@@ -111,7 +126,7 @@ def workload_values(name: str, quick: bool, updates: dict, dataset: dict) -> dic
 
 def workload_config(name: str, quick: bool, side: str, output_dir: str, run_name: str, updates: dict,
                     dataset: dict) -> RunConfig:
-    values = {**COMMON, **workload_values(name, quick, updates, dataset), **SIDES[side]}
+    values = {**COMMON, **workload_values(name, quick, updates, dataset), **ALL_SIDES[side]}
     values["eval_every"] = values["max_updates"]  # versions 0 and the last only
     return RunConfig(**values, output_dir=output_dir, run_name=run_name)
 
@@ -183,14 +198,20 @@ def run_once(config: RunConfig) -> dict:
     _CompileSeconds.register()
     clocks = _Clocks()
     start = time.perf_counter()
+    compiled_before, traced_before = _CompileSeconds.total, _CompileSeconds.python
     result = run_experiment(config, loggers=[clocks])
     outer = time.perf_counter() - start
+    # every program's compilation, not the step programs' alone (compile_wall_s): initialisers,
+    # server steps, the evaluator, the engine's small jitted pieces, and their tracing and lowering
+    jax_compile = _CompileSeconds.total - compiled_before
+    jax_backend_compile = jax_compile - (_CompileSeconds.python - traced_before)
     summary = result.summary
     wall, compile_s, train = summary["wall_time_s"], summary.get("compile_wall_s"), summary.get("training_wall_s")
     samples = summary["client_steps_executed"] * config.batch_size
     run_s = wall - (compile_s or 0.0)
     share_less_tracing, share_with_tracing = host_share(clocks, summary["evaluation_wall_s"])
     return {"wall_s": wall, "outer_wall_s": round(outer, 3), "compile_wall_s": compile_s, "training_wall_s": train,
+            "jax_compile_s": round(jax_compile, 3), "jax_backend_compile_s": round(jax_backend_compile, 3),
             "wall_less_compile_s": round(run_s, 3), "samples": samples,
             "host_share": share_less_tracing, "host_share_with_tracing": share_with_tracing,
             "outside_training_share": outside_training_share(summary),
@@ -231,6 +252,9 @@ def main() -> None:
                         f"(default {WORKLOADS['fedcompass']['max_updates']}; --quick {QUICK['fedcompass']['max_updates']})")
     parser.add_argument("--time-budget", type=float, default=float("inf"),
                         help="seconds: start no further round once the next would likely end past this")
+    parser.add_argument("--sides", nargs="+", choices=sorted(ALL_SIDES), default=list(SIDES),
+                        help="the runs of each workload (default: defaults one_per_call; rolled: the defaults "
+                             "with --step-loop rolled)")
     parser.add_argument("--quick", action="store_true", help="smoke size on mnist10k, well under a minute on a CPU")
     parser.add_argument("--step-bounds", action="store_true",
                         help="only the step bounds an accelerator's defaults would have (counts, no timing)")
@@ -240,6 +264,7 @@ def main() -> None:
     check_above(parser, args, {"time_budget": 0})
     if args.repeats is None:
         args.repeats = 1 if args.quick else 2
+    args.sides = list(dict.fromkeys(args.sides))
     started = time.perf_counter()
     if args.step_bounds:
         return print_step_bounds(args)
@@ -251,48 +276,61 @@ def main() -> None:
     header = run_header("end_to_end", quick=args.quick, fedbuff_dataset=dataset_name, note=note,
                         workloads={name: workload_values(name, args.quick, updates, fedbuff_data)
                                    for name in args.workloads},
-                        sides=SIDES)
+                        sides={side: ALL_SIDES[side] for side in args.sides})
     print(f"jax {jax.__version__} on {jax.default_backend()} ({device.device_kind}, {jax.device_count()} device(s)); "
           f"fedbuff on {dataset_name}{f' ({note})' if note else ''}", flush=True)
-    runs: dict[str, dict[str, list]] = {name: {side: [] for side in SIDES} for name in args.workloads}
+    runs: dict[str, dict[str, list]] = {name: {side: [] for side in args.sides} for name in args.workloads}
     rows: list[dict] = []
 
     def table() -> list[dict]:
         out = []
         for name in args.workloads:
-            fast, slow = runs[name]["defaults"], runs[name]["one_per_call"]
-            if not fast or not slow:
+            fast, slow = runs[name].get("defaults"), runs[name].get("one_per_call") or []
+            if not fast:  # a row is the defaults' (against one per call where it ran)
                 continue
             config = workload_values(name, args.quick, updates, fedbuff_data)
+            rolled = runs[name].get("rolled") or []
             out.append({
                 "workload": name, "dataset": config["dataset"],
                 "clients": config["clients"], "batch_size": config["batch_size"],
-                "max_updates": config["max_updates"], "repeats": min(len(fast), len(slow)),
+                "max_updates": config["max_updates"], "repeats": min(len(fast), len(slow)) if slow else len(fast),
                 "defaults_samples_per_s": median(fast, "samples_per_s"),
                 "one_per_call_samples_per_s": median(slow, "samples_per_s"),
                 "ratio": ratio(median(fast, "samples_per_s"), median(slow, "samples_per_s")),
                 "wall_ratio": ratio(median(fast, "wall_s"), median(slow, "wall_s"), invert=True),
                 "training_ratio": ratio(median(fast, "training_wall_s"), median(slow, "training_wall_s"), invert=True),
                 # the same schedule on both sides: its counts do not vary between repeats
-                "step_bound": ratio(slow[-1]["steps_in_sequence"], fast[-1]["steps_in_sequence"]),
+                "step_bound": ratio(slow[-1]["steps_in_sequence"], fast[-1]["steps_in_sequence"]) if slow else None,
                 "defaults_wall_s": median(fast, "wall_s"), "one_per_call_wall_s": median(slow, "wall_s"),
                 "defaults_compile_s": median(fast, "compile_wall_s"),
                 "one_per_call_compile_s": median(slow, "compile_wall_s"),
                 "defaults_training_s": median(fast, "training_wall_s"),
                 "one_per_call_training_s": median(slow, "training_wall_s"),
-                "defaults_accuracy": fast[-1]["final_accuracy"], "one_per_call_accuracy": slow[-1]["final_accuracy"],
+                "defaults_accuracy": fast[-1]["final_accuracy"], "one_per_call_accuracy": slow[-1]["final_accuracy"] if slow else None,
                 "defaults_host_share": median(fast, "host_share"), "one_per_call_host_share": median(slow, "host_share"),
                 "defaults_host_share_with_tracing": median(fast, "host_share_with_tracing"),
                 "one_per_call_host_share_with_tracing": median(slow, "host_share_with_tracing"),
                 "defaults_outside_training_share": median(fast, "outside_training_share"),
+                "defaults_jax_compile_s": median(fast, "jax_compile_s"),
+                "one_per_call_jax_compile_s": median(slow, "jax_compile_s"),
+                **({"rolled_wall_s": median(rolled, "wall_s"), "rolled_compile_s": median(rolled, "compile_wall_s"),
+                    "rolled_jax_compile_s": median(rolled, "jax_compile_s"),
+                    "rolled_training_s": median(rolled, "training_wall_s"),
+                    "rolled_samples_per_s": median(rolled, "samples_per_s"),
+                    "rolled_accuracy": rolled[-1]["final_accuracy"],
+                    # above 1: the rolled loop trains faster than the defaults' unrolled chunks
+                    "rolled_training_ratio": ratio(median(rolled, "training_wall_s"),
+                                                   median(fast, "training_wall_s"), invert=True),
+                    "rolled_wall_ratio": ratio(median(rolled, "wall_s"), median(fast, "wall_s"), invert=True)}
+                   if rolled else {}),
             })
         return out
 
     def save() -> None:  # after every run: a step cut short by a time limit keeps what it measured
         write_json(args.json, {**header, "rows": rows, "runs": runs, "elapsed_s": round(time.perf_counter() - started, 1)})
 
-    print(f"{'workload':<11} {'side':<13} {'wall s':>8} {'compile s':>9} {'train s':>8} {'samples/s':>11} "
-          f"{'calls':>6} {'clients/call':>12} {'updates':>7} {'accuracy':>8} {'host':>13}", flush=True)
+    print(f"{'workload':<11} {'side':<13} {'wall s':>8} {'compile s':>9} {'all jax':>8} {'train s':>8} "
+          f"{'samples/s':>11} {'calls':>6} {'clients/call':>12} {'updates':>7} {'accuracy':>8} {'host':>13}", flush=True)
     with tempfile.TemporaryDirectory() as output_dir:
         round_seconds = 0.0
         for repeat in range(args.repeats):
@@ -301,14 +339,14 @@ def main() -> None:
                 break
             round_start = time.perf_counter()
             for name in args.workloads:
-                for side in SIDES:
+                for side in args.sides:
                     config = workload_config(name, args.quick, side, output_dir, f"{name}-{side}-{repeat}",
                                              updates, fedbuff_data)
                     run = run_once(config)
                     runs[name][side].append(run)
                     fmt = lambda value, spec: "—" if value is None else format(value, spec)
                     print(f"{name:<11} {side:<13} {run['wall_s']:>8.2f} {fmt(run['compile_wall_s'], '>9.2f')} "
-                          f"{fmt(run['training_wall_s'], '>8.2f')} {fmt(run['samples_per_s'], '>11,.0f')} "
+                          f"{run['jax_compile_s']:>8.2f} {fmt(run['training_wall_s'], '>8.2f')} {fmt(run['samples_per_s'], '>11,.0f')} "
                           f"{run['train_calls']:>6} {run['mean_clients_per_batch']:>12.1f} {run['global_updates']:>7} "
                           f"{fmt(run['final_accuracy'], '>8.4f')} "
                           f"{share_range(run['host_share'], run['host_share_with_tracing']):>13}", flush=True)
@@ -331,6 +369,15 @@ def main() -> None:
               f"| {share_range(row['defaults_host_share'], row['defaults_host_share_with_tracing'])} / "
               f"{share_range(row['one_per_call_host_share'], row['one_per_call_host_share_with_tracing'])} "
               f"| {fmt(row['defaults_outside_training_share'], '.1%')} |")
+    rolled_rows = [row for row in rows if "rolled_wall_s" in row]
+    if rolled_rows:
+        print("\n| workload | rolled: wall s | step-program compile s | all of jax's compile s | training s "
+              "| training ÷ defaults' | wall ÷ defaults' | accuracy |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+        for row in rolled_rows:
+            print(f"| {row['workload']} | {fmt(row['rolled_wall_s'], '.2f')} | {fmt(row['rolled_compile_s'], '.2f')} "
+                  f"| {fmt(row['rolled_jax_compile_s'], '.2f')} | {fmt(row['rolled_training_s'], '.2f')} "
+                  f"| {fmt(row['rolled_training_ratio'], '.2f')} | {fmt(row['rolled_wall_ratio'], '.2f')} "
+                  f"| {fmt(row['rolled_accuracy'], '.4f')} |")
     if any(run["training_wall_s"] is not None and run["training_wall_s"] < 0
            for sides in runs.values() for side in sides.values() for run in side):
         print("\nNote: training_wall_s < 0 above. The engine's compile_wall_s also counts the step chunks its "

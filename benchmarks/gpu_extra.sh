@@ -4,21 +4,22 @@
 #     run(command="bash benchmarks/gpu_extra.sh", timeout_s=170)
 # only where status's budget_left_s still holds the call (its steps' limits add up to 150 s).
 # The measurements that refine, not decide, issues 13, 16 and 17 — save the first, which may decide
-# issue 17's target (a) — in order of value per second:
+# issue 17's target (a) for convolutional models — in order of value per second (each of the
+# first lease's three steps, 2026-12-04, was cut at its limit by XLA:GPU's 7-17 s compilations, so
+# these are smaller):
 #   1. client_batching --im2col: the MNIST CNN's K vmapped clients with XLA's convolutions (a vmap
 #      over kernels makes them grouped convolutions, a known slow path of convolution libraries)
 #      against the same clients in the CPU form (every convolution in im2col form, batched matrix
 #      products, with the form's max-pool and dense-gradient rewrites: what the engine runs on a CPU),
-#      at K = 64 and 256, batch 64, as gpu_suite.sh's CNN step times them (that step has the
-#      one-big-model limit to divide by). Above 1, accelerator runs should take the CPU form (today
-#      only CPU runs do: jaxfl/experiment.py, cpu_friendly_layers) (60 s);
+#      at K = 64, batch 64 (on 2026-12-04 no row finished in 60 s with K = 64 and 256). Above 1,
+#      accelerator runs should take the CPU form (today only CPU runs do: jaxfl/experiment.py,
+#      cpu_friendly_layers) (65 s);
 #   2. sweep_lockstep: whether two sweep cells' in-flight clients trained in one call (2K) beat two
-#      calls of K, for the MLP and the MNIST CNN at K = 16 and 64 (issue 16's question for a GPU; on
-#      the CPU it did not pay) (45 s);
-#   3. client_state: CC-FedAvg's per-client bank on the device, in host RAM and in a memmap, at a
-#      size where the host-to-device row copies matter (the MNIST CNN, 2,000 clients, 200 a round:
-#      a 4.4 GB bank, 440 MB of rows each way a round), 3 rounds (45 s).
-# minibatch_sampling (the in-kernel Feistel permutation against an argsort, 30 s) gave way to 1.
+#      calls of K, for the MNIST CNN at K = 16 (issue 16's question for a GPU; the MLP's row came
+#      back on 2026-12-04: 1.62x) (40 s);
+#   3. client_state: CC-FedAvg's per-client bank on the device, in host RAM and in a memmap, for
+#      the MLP, 2,000 clients, 200 a round (a 1.5 GB bank, 150 MB of rows each way a round): the
+#      host-to-device row copies (the CNN's 4.4 GB bank finished only its device side in 45 s) (45 s).
 # Tables, JSON (rewritten after every row: a step cut short keeps its finished rows), one log and
 # the device's description come back in $OUT. Nothing needs carrying (the data are generated or
 # embedded). QUICK=1 OUT=/tmp/x bash benchmarks/gpu_extra.sh is a smoke run (CPU is fine).
@@ -28,13 +29,13 @@ source "$(dirname "$0")/gpu_common.sh"  # cd to the root, $OUT, device.txt, pref
 if [ -n "$QUICK" ]; then
   im2col=(--quick --steps 1 --steps-per-call 1 --batch-size 16); lockstep=(--quick); state=(--quick)
 else
-  im2col=(--clients 64 256 --steps 10 --steps-per-call 10 --repeats 2)
-  lockstep=(--clients 16 64 --repeats 3)
-  state=(--model cnn --clients 2000 --per-round 200 --rounds 3 --repeats 1)
+  im2col=(--clients 64 --steps 10 --steps-per-call 10 --repeats 2)
+  lockstep=(--clients 16 --models cnn --repeats 3)
+  state=(--model mlp --clients 2000 --per-round 200 --rounds 3 --repeats 1)
 fi
 
-step client_batching_im2col 60 python3 benchmarks/client_batching.py --im2col --no-limit "${im2col[@]}" \
+step client_batching_im2col 65 python3 benchmarks/client_batching.py --im2col --no-limit "${im2col[@]}" \
   --json "$OUT/client_batching_im2col.json"
-step sweep_lockstep 45 python3 benchmarks/sweep_lockstep.py "${lockstep[@]}" --json "$OUT/sweep_lockstep.json"
+step sweep_lockstep 40 python3 benchmarks/sweep_lockstep.py "${lockstep[@]}" --json "$OUT/sweep_lockstep.json"
 step client_state 45 python3 benchmarks/client_state.py "${state[@]}" --json "$OUT/client_state.json"
 echo "took $((SECONDS - started)) s; results in $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -9,6 +9,7 @@ per call, so 2K clients are simply twice as many calls and the only saving is on
     python benchmarks/sweep_lockstep.py                      # mlp K 4 and 16, cnn K 4
     python benchmarks/sweep_lockstep.py --quick              # seconds-long smoke size
     python benchmarks/sweep_lockstep.py --clients 16 64      # mlp and cnn at each K (a GPU's sizes: gpu_extra.sh)
+    python benchmarks/sweep_lockstep.py --clients 16 --models cnn   # the CNN alone
 
 It prints a line per row as it goes and a markdown table of the rows at the end; ``--json PATH``
 is rewritten after each row (a run cut at a time limit keeps the rows it finished), with
@@ -66,13 +67,16 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", metavar="K",
                         help="K of each simulation: the mlp (batch 16) and the cnn (batch 64) at each "
                              "(default: mlp 4 and 16, cnn 4)")
+    parser.add_argument("--models", nargs="+", choices=("mlp", "cnn"), default=["mlp", "cnn"],
+                        help="with --clients: the models measured at each K (default both)")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
     check_at_least(parser, args, {"clients": 1, "repeats": 1})
     if args.quick:
         cases = [("mlp", 2, 2, 16)]
     elif args.clients:
-        cases = [(model, clients, 10, batch) for model, batch in (("mlp", 16), ("cnn", 64)) for clients in args.clients]
+        cases = [(model, clients, 10, batch) for model, batch in (("mlp", 16), ("cnn", 64)) for clients in args.clients
+                 if model in args.models]
     else:
         cases = [("mlp", 4, 10, 16), ("mlp", 16, 10, 16), ("cnn", 4, 10, 64)]
     repeats = 1 if args.quick else args.repeats

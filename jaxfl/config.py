@@ -56,6 +56,7 @@ NEGATIVE_POLICIES = ("redraw", "clip", "error")
 SPEED_UNITS = ("step", "round")  # jaxfl.scheduler.speeds: what a drawn time per step is the time of
 AUGMENTATIONS = ("auto", "none", "crop_flip")  # auto: crop_flip for CIFAR-10/100 (jaxfl.data.augment.AUGMENTED)
 CLIENT_STATE_PLACEMENTS = ("auto", "device", "host", "memmap")  # jaxfl.client_state
+STEP_LOOPS = ("rolled", "unrolled")  # jaxfl.engine.choose_step_loop
 # config.json's name for a model or optimiser given to run_experiment as a Python object
 # (``<user: module.Name>``): the run records it honestly and resuming it needs the object again.
 USER_PREFIX = "<user: "
@@ -178,6 +179,7 @@ class EngineConfig:
     batching: bool = True  # defer dispatches and train the in-flight work together
     clients_per_call: int | None = None  # clients trained together in one call; unset: chosen from the backend
     steps_per_call: int | None = None  # local steps unrolled per call; unset: from local_steps (1 on a CPU, at most 10 elsewhere)
+    step_loop: str | None = None  # how a call runs its local steps: rolled (one loop, one step compiled) | unrolled (chunks of steps_per_call); unset: rolled on a CPU for models without XLA convolutions, else unrolled
     cpu_friendly_layers: bool = True  # on CPU: convolutions as im2col matmuls, tiling max-pools as reshapes, dense kernel gradients without a transpose (2–2.7x faster steps); narrow convolutions of the held-out evaluation as im2col too
     devices: int | None = None  # local devices the client axis is sharded over (unset: all; a CPU's cores are devices)
     memory_limit_mb: float | None = None  # memory one training call may use, MiB (unset: what the device has free)
@@ -301,7 +303,7 @@ FIELDS = {**{field.name: field for cls in SECTIONS.values() for field in datacla
 # server_tau, server_beta1, server_beta2, speed_ratio) are hashed at their defaults, and they renamed
 # the runs of the jaxfl before them. tests/test_run_names.py freezes the fields that enter the hash.
 FIELDS_ADDED: dict[str, Any] = {"client_state": "auto", "speed_unit": "step", "dirichlet_min_samples": 1,
-                                "dirichlet_balance": False}
+                                "dirichlet_balance": False, "step_loop": None}
 
 
 def checkpoint_min_interval(config: "RunConfig") -> float:
@@ -516,6 +518,8 @@ def validate(config: RunConfig) -> RunConfig:
             continue  # an optax object given to run_experiment(client_optimizer=...)
         if getattr(config, name) not in allowed:
             fail(name, getattr(config, name), f"one of {', '.join(allowed)}")
+    if config.step_loop is not None and config.step_loop not in STEP_LOOPS:
+        fail("step_loop", config.step_loop, f"one of {', '.join(STEP_LOOPS)}, or null to let the engine choose")
     if config.rule is not None and config.rule not in RULES:
         fail("rule", config.rule, f"one of {', '.join(RULES)}, or null for each algorithm's default")
     positive_ints = ("clients", "local_steps", "batch_size", "buffer_size", "eval_every", "max_updates", "max_client_updates", "max_client_steps", "clients_per_round", "concurrency", "clients_per_call", "steps_per_call", "devices", "shards_per_client", "dirichlet_min_samples")

@@ -312,7 +312,7 @@ class Engine:
                  on_version: Callable[[float, int, PyTree], bool] | None = None,
                  keep_start_versions: bool = False, memory_limit: int | None = None,
                  sample_bytes: int = 0, hooks: Sequence = (), client_state: str = "auto",
-                 local_steps: int | None = None):
+                 local_steps: int | None = None, step_loop: str | None = None):
         self.trainer = trainer
         # BatchNorm-style buffers ride along in the model dict; see the module docstring.
         self.stateful = bool(trainer.adapter) and isinstance(init_params, dict) and BUFFERS in init_params
@@ -369,7 +369,12 @@ class Engine:
         self.tables: dict[str, list[dict]] = {}
         self._param_shapes = jax.eval_shape(lambda tree: tree, init_params)
         self._shapes = _TrainerShapes.of(trainer, init_params)  # traced once: the loop, the packings, the memory guard
-        self.step_loop = choose_step_loop(self.trainer, init_params, self.data, self.home.platform, self._shapes.state)
+        if step_loop not in (None, "rolled", "unrolled"):
+            raise ValueError(f"step_loop={step_loop!r}: use 'rolled', 'unrolled', or None to let the engine choose")
+        # ``step_loop`` given: the user's (or a benchmark's) choice, e.g. a rolled loop on an
+        # accelerator, which compiles one step where an unrolled chunk compiles steps_per_call
+        self.step_loop = step_loop or choose_step_loop(self.trainer, init_params, self.data, self.home.platform,
+                                                       self._shapes.state)
         # Whether a call that is one chunk runs its steps and ``finish`` in one program (and the
         # memory guard measures that program): where calls are one chunk, a rolled loop or
         # ``local_steps`` within the chunk, and no hook pauses a call (a pausing call runs in parts).

@@ -1478,7 +1478,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                     batching=config.batching, keep_start_versions=policy.needs_start_models,
                     memory_limit=None if config.memory_limit_mb is None else int(config.memory_limit_mb * 2**20),
                     sample_bytes=int(np.prod(dataset.input_shape)), hooks=hooks, client_state=config.client_state,
-                    local_steps=local_steps)
+                    local_steps=local_steps, step_loop=config.step_loop)
     _UNFINISHED_ENGINES.add(engine)  # until _disconnect
     engine.check_memory()
 

@@ -124,7 +124,7 @@ def test_client_batching_quick_has_the_one_big_model_limit_and_flops(tmp_path):
     # rows, the limit and the FLOP counts, does not depend on the step count, the batch or K
     subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "client_batching.py"), "--quick",
                     "--clients", "2", "--steps", "1", "--steps-per-call", "1", "--batch-size", "16", "--im2col",
-                    "--peak-tflops", "1.0", "--json", str(out)], check=True, capture_output=True, text=True,
+                    "--rolled", "--peak-tflops", "1.0", "--json", str(out)], check=True, capture_output=True, text=True,
                    timeout=600)
     report = json.loads(out.read_text())
     assert report["model"] == "cnn" and report["parameters"] == 582026
@@ -144,6 +144,11 @@ def test_client_batching_quick_has_the_one_big_model_limit_and_flops(tmp_path):
         assert row["im2col_client_steps_per_s"] > 0 and len(row["seconds"]["im2col"]) == 1
         assert row["im2col_over_vmapped"] == row["im2col_client_steps_per_s"] / row["vmapped_client_steps_per_s"]
         assert row["im2col_over_limit"] > 0 and row["im2col_calls_split_by_memory_guard"] == 0
+        # --rolled: the same vmapped clients with their steps in one rolled loop (the CNN's XLA
+        # convolutions run unrolled by default on a CPU), each engine's compile seconds beside
+        assert row["vmapped_step_loop"] == "unrolled" and len(row["seconds"]["rolled"]) == 1
+        assert row["rolled_over_vmapped"] == row["rolled_client_steps_per_s"] / row["vmapped_client_steps_per_s"]
+        assert row["compile_seconds"]["vmapped"] > 0 and row["compile_seconds"]["rolled"] > 0
 
 
 def test_client_batching_s_clock_stops_after_the_training_not_after_queuing_it(monkeypatch):
@@ -175,20 +180,28 @@ def test_client_batching_quick_resnet18_with_batchnorm_state(tmp_path):
 
 def test_end_to_end_quick_runs_both_sides_of_both_workloads(tmp_path):
     out = tmp_path / "e2e.json"
-    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "end_to_end.py"), "--quick", "--json", str(out)],
-                   check=True, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "end_to_end.py"), "--quick", "--sides",
+                           "defaults", "one_per_call", "rolled", "--json", str(out)],
+                          check=True, capture_output=True, text=True, timeout=600)
     report = json.loads(out.read_text())
+    assert "| workload | rolled: wall s |" in done.stdout
     assert {"machine", "device", "jax", "date", "command"} <= set(report)
     assert [row["workload"] for row in report["rows"]] == ["fedbuff", "fedcompass"]
     for row in report["rows"]:
         assert row["repeats"] == 1 and row["ratio"] > 0 and row["dataset"] == "mnist10k"
         assert abs(row["defaults_accuracy"] - row["one_per_call_accuracy"]) <= 0.01  # the same run, batched or not
+        assert abs(row["defaults_accuracy"] - row["rolled_accuracy"]) <= 0.01  # and with a rolled step loop
+        assert row["rolled_training_ratio"] > 0 and row["rolled_compile_s"] > 0
     for name, updates in (("fedbuff", 3), ("fedcompass", 2)):
         defaults, = report["runs"][name]["defaults"]
         single, = report["runs"][name]["one_per_call"]
         assert single["plan"]["clients_per_call"] == 1 and single["plan"]["devices"] == 1
         assert single["mean_clients_per_batch"] == 1.0
-        for run in (defaults, single):
+        rolled, = report["runs"][name]["rolled"]
+        for run in (defaults, single, rolled):
+            # every program jax compiled, the step programs' among them
+            assert run["jax_compile_s"] >= run["jax_backend_compile_s"] > 0
+            assert run["jax_compile_s"] >= run["compile_wall_s"] * 0.9
             assert run["global_updates"] == updates and run["stop_reason"] == "update budget"
             assert run["samples"] == run["client_steps_executed"] * report["workloads"][name]["batch_size"]
             assert run["client_steps_executed"] >= run["client_steps_aggregated"] > 0

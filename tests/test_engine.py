@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxfl.config import ConfigError
 from jaxfl.experiment import make_client_optimizer, prepare, run_experiment
 from jaxfl.engine import TRAIN_STREAM
 from jaxfl.testing import events_without_wall_time
@@ -117,6 +118,30 @@ def test_one_compilation_per_bucket_and_padding_counted(small_config, model, loo
     summary = result.summary
     assert 0 < summary["compile_wall_s"] and 0 <= summary["training_wall_s"]
     assert summary["compile_wall_s"] + summary["training_wall_s"] <= summary["wall_time_s"]
+
+
+@pytest.mark.parametrize("model, chosen, forced", [("cnn", "unrolled", "rolled"), ("mlp", "rolled", "unrolled")])
+def test_step_loop_given_overrides_the_engines_choice(small_config, model, chosen, forced):
+    # step_loop (RunConfig, --step-loop) forces the loop the engine would not take on this backend
+    # (a rolled CNN compiles one step instead of a chunk: the accelerators' compile-time question);
+    # the programs differ, so the model agrees to float32 reassociation, and the schedule is the same.
+    config = replace(small_config, algorithm="fedavg", model=model, clients=6, clients_per_call=8, steps_per_call=3,
+                     local_steps=4, max_updates=3, devices=1)
+    default = run_experiment(replace(config, run_name="default"))
+    given = run_experiment(replace(config, run_name="given", step_loop=forced))
+    assert default.summary["step_loop"] == chosen and given.summary["step_loop"] == forced
+    programs = {"run_and_finish": 1} if forced == "rolled" else {"run_steps": 2, "finish": 1}
+    assert given.summary["compilations"] == {"init": 1, **programs, "server_step": 1}
+    assert given.engine.stats.executed_steps == default.engine.stats.executed_steps == 3 * 32
+    for a, b in zip(jax.tree.leaves(default.engine.params), jax.tree.leaves(given.engine.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-3, atol=1e-4)
+    assert given.summary["final_accuracy"] == pytest.approx(default.summary["final_accuracy"], abs=0.01)
+
+
+def test_an_unknown_step_loop_is_refused_before_any_work(small_config, tmp_path):
+    with pytest.raises(ConfigError, match="step_loop.*'scan'.*rolled, unrolled"):
+        run_experiment(replace(small_config, step_loop="scan", output_dir=str(tmp_path / "runs")))
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_call_of_one_convolutional_client_runs_on_the_home_device_alone(small_config, monkeypatch):
