@@ -8,8 +8,8 @@ per call, so 2K clients are simply twice as many calls and the only saving is on
 
     python benchmarks/sweep_lockstep.py                      # mlp K 4 and 16, cnn K 4
     python benchmarks/sweep_lockstep.py --quick              # seconds-long smoke size
-    python benchmarks/sweep_lockstep.py --clients 16 64      # mlp and cnn at each K (a GPU's sizes: gpu_extra.sh)
-    python benchmarks/sweep_lockstep.py --clients 16 --models cnn   # the CNN alone
+    python benchmarks/sweep_lockstep.py --clients 16 64      # mlp and cnn at each K (the first GPU lease's sizes)
+    python benchmarks/sweep_lockstep.py --clients 16 --models cnn   # the CNN alone (gpu_extra.sh)
 
 It prints a line per row as it goes and a markdown table of the rows at the end; ``--json PATH``
 is rewritten after each row (a run cut at a time limit keeps the rows it finished), with
