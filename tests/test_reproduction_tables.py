@@ -36,6 +36,9 @@ SECTIONS = [
     ("### PORT full size with whole passes, seeds 0–2 under Pareto",
      ["port-full-epochs-seed0.csv", "port-full-epochs-seed1-pareto.csv", "port-full-epochs-seed2-pareto.csv"], "fedavg", 1,
      ("port.min_clients", "port.staleness_bound")),
+    ("### PORT full size with whole passes, seeds 0–2 under Zipf",
+     ["port-full-epochs-seed0.csv", "port-full-epochs-seed1-zipf.csv", "port-full-epochs-seed2-zipf.csv"], "fedavg", 1,
+     ("port.min_clients", "port.staleness_bound")),
 ]
 
 
