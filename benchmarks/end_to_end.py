@@ -28,7 +28,10 @@ workloads), each in a fresh engine, so compilation is part of every run and is r
   time wherever the thread waits for a core, so on a loaded machine it runs low (— where it would
   be negative). The target is met where the upper end is below it. XLA:CPU compiles off the main
   thread (measured: 2.6 s of its CPU in a run that compiled for 11 s); a backend that compiles on
-  it would count its compiling here, so read the share of a run long beside its compile time;
+  it would count its compiling here, so read the share of a run long beside its compile time.
+  XLA:GPU does (on an H200, 2026-12-04, the share read 427–461 % for the defaults), and a thread
+  waiting for a GPU spins (one client per call read 101 %): on a GPU the share is not the host's
+  work, and the run says so; read ``outside training`` and ``all jax`` there;
 - ``outside training``: the wall time outside training calls (to their results), compiling and
   evaluating, over the wall time less compiling and evaluating (``cpu_speed.py``'s second figure);
 - ``step bound``: the one-per-call side's steps in sequence over the defaults' (``summary
@@ -378,6 +381,10 @@ def main() -> None:
                   f"| {fmt(row['rolled_jax_compile_s'], '.2f')} | {fmt(row['rolled_training_s'], '.2f')} "
                   f"| {fmt(row['rolled_training_ratio'], '.2f')} | {fmt(row['rolled_wall_ratio'], '.2f')} "
                   f"| {fmt(row['rolled_accuracy'], '.4f')} |")
+    if jax.default_backend() != "cpu":
+        print(f"\nNote: the host share above is not the host's work on {jax.default_backend()}: XLA compiles on the "
+              "main thread there, and a thread waiting for the device spins (see the module docstring); read "
+              "'outside training' and 'all jax' instead.")
     if any(run["training_wall_s"] is not None and run["training_wall_s"] < 0
            for sides in runs.values() for side in sides.values() for run in side):
         print("\nNote: training_wall_s < 0 above. The engine's compile_wall_s also counts the step chunks its "
