@@ -74,6 +74,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxfl._devices import place_read_only
 from jaxfl.algorithms.base import DeviceHook
+from jaxfl.config import STEP_LOOPS
 from jaxfl.client_state import ClientState
 from jaxfl.execution import (ACTIVATION_FACTOR, MEMORY_HEADROOM, EngineStats, ExecutionPlan,  # noqa: F401
                              ONE_STEP_REMAINDERS, ResourceError, bucket_size, free_device_memory,
@@ -369,8 +370,8 @@ class Engine:
         self.tables: dict[str, list[dict]] = {}
         self._param_shapes = jax.eval_shape(lambda tree: tree, init_params)
         self._shapes = _TrainerShapes.of(trainer, init_params)  # traced once: the loop, the packings, the memory guard
-        if step_loop not in (None, "rolled", "unrolled"):
-            raise ValueError(f"step_loop={step_loop!r}: use 'rolled', 'unrolled', or None to let the engine choose")
+        if step_loop is not None and step_loop not in STEP_LOOPS:
+            raise ValueError(f"step_loop={step_loop!r}: use one of {', '.join(STEP_LOOPS)}, or None to let the engine choose")
         # ``step_loop`` given: the user's (or a benchmark's) choice, e.g. a rolled loop on an
         # accelerator, which compiles one step where an unrolled chunk compiles steps_per_call
         self.step_loop = step_loop or choose_step_loop(self.trainer, init_params, self.data, self.home.platform,
