@@ -29,13 +29,15 @@ for algorithm in fedavg fedavgm fedbuff fedat fedcompass_n fedcompass fedcompass
       [ "$mine" = 1 ] || continue
       [ -f "$tables/$cell.csv" ] && continue
       echo "$(date -u +%FT%TZ) start $cell"
-      if jaxfl sweep benchmarks/reproduction/fedcompass.toml --size cpu --seed 2 --heterogeneity exp \
+      jaxfl sweep benchmarks/reproduction/fedcompass.toml --size cpu --seed 2 --heterogeneity exp \
           --algorithm "$algorithm" --clients "$clients" --partition "$partition" \
-          --no-progress --out "$sweeps/$cell"; then
+          --no-progress --out "$sweeps/$cell"
+      status=$?  # read before the date below, whose command substitution sets $? again
+      if [ "$status" = 0 ]; then
         cp "$sweeps/$cell/results.csv" "$tables/$cell.csv"
         echo "$(date -u +%FT%TZ) done $cell"
       else
-        echo "$(date -u +%FT%TZ) stopped $cell (exit $?)"
+        echo "$(date -u +%FT%TZ) stopped $cell (exit $status)"
         exit 1
       fi
     done
