@@ -450,8 +450,9 @@ def _sweep_parser(commands) -> None:
     sweep.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                        help="one progress bar for the grid (default: on)")
     sweep.add_argument("--jobs", type=int, default=1, metavar="N",
-                       help="cells run at once on a CPU, each in its own process on an equal share of the cores "
-                            "(default: 1). Pays where a run trains one client per call (FedCompass or FedAsync "
+                       help="cells run at once, each in its own process on an equal share of the cores "
+                            "(default: 1); on a GPU the cells share it, each with an equal share of its memory. "
+                            "On a CPU it pays where a run trains one client per call (FedCompass or FedAsync "
                             "with one very fast client) and so leaves cores idle; results equal --jobs 1's to "
                             "float32 reassociation, not bit for bit")
     fields = sweep.add_argument_group("config fields: a comma-separated list sweeps the field over its values")

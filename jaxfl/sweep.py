@@ -43,10 +43,12 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import math
 import os
 import shutil
 import sys
 import warnings
+from typing import NamedTuple
 
 from jaxfl import algorithms
 from jaxfl.config import (user_path, ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, TIMING_ONLY_UNREAD, ConfigError, RunConfig,
@@ -610,23 +612,98 @@ def _check_importable_by_name(name: str, jobs: int) -> None:
                       f"algorithms by reference; {named}or run with jobs=1")
 
 
-def _check_jobs(jobs: int, sweep_dir: str, cells: list[Cell], states: dict) -> list[list[int]]:
-    """:func:`job_cores`, after checking that ``jobs`` > 1 runs on a CPU backend, and that no
-    interrupted cell would go on with another share of the cores than it began with (its arithmetic
-    would change mid-run)."""
-    shares = job_cores(jobs)
-    if jobs > 1:
-        import jax
+GPU_MEMORY_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+GPU_PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
+JAX_GPU_MEMORY_FRACTION = 0.75  # the share of a GPU's memory one jax process takes unless told otherwise
+GPU_MEMORY_LEFT = 0.9  # of a GPU's memory, what processes may reserve: each also holds a CUDA context
 
-        if jax.default_backend() != "cpu":
-            raise ConfigError(f"jobs={jobs} is not allowed on the {jax.default_backend()} backend: --jobs shares "
-                              f"out CPU cores; on accelerators run one sweep per device (e.g. CUDA_VISIBLE_DEVICES)")
+
+class _Shares(NamedTuple):
+    """What each of a sweep's ``jobs`` workers gets: its host cores, and on a GPU its share of the
+    GPU's memory (``XLA_PYTHON_CLIENT_MEM_FRACTION``; None on a CPU)."""
+    cores: list[list[int]]
+    gpu_memory_fraction: float | None = None
+
+
+def gpu_memory_fraction(jobs: int, environ=None, sweep_holds: bool = False) -> float:
+    """Each of ``jobs`` processes' share of a GPU's memory (``XLA_PYTHON_CLIENT_MEM_FRACTION``), so
+    that together they reserve what one jax process would: ``environ``'s fraction, else jax's
+    default 0.75, split ``jobs`` ways. Where the sweep's own process already reserved that share
+    (``sweep_holds``: jax preallocated it when the process first ran on the GPU), the workers split
+    what is left below 0.9 of the memory; too little left is refused, naming the setting that frees it.
+
+    >>> gpu_memory_fraction(4, {})
+    0.1875
+    >>> gpu_memory_fraction(2, {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"})
+    0.25
+    >>> gpu_memory_fraction(3, {}, sweep_holds=True)
+    0.05
+    """
+    environ = os.environ if environ is None else environ
+    text = environ.get(GPU_MEMORY_FRACTION, str(JAX_GPU_MEMORY_FRACTION))
+    try:
+        total = float(text)
+    except ValueError:
+        total = math.nan
+    if not 0 < total <= 1:
+        raise ConfigError(f"{GPU_MEMORY_FRACTION}={text!r} is not allowed: a fraction of the GPU's memory in (0, 1]")
+    if not sweep_holds:
+        return round(total / jobs, 4)
+    left = GPU_MEMORY_LEFT - total
+    if left < 0.01 * jobs:
+        raise ConfigError(f"jobs={jobs} is not allowed here: this process holds {total:g} of the GPU's memory (jax "
+                          f"reserved it when the process first ran on the GPU), which leaves the {jobs} cell "
+                          f"processes {max(left, 0):.2g} of it; start Python with {GPU_PREALLOCATE}=false (jaxfl "
+                          f"sweep does), or a smaller {GPU_MEMORY_FRACTION}, or run with jobs=1")
+    return round(left / jobs, 4)
+
+
+def _jobs_backend() -> tuple[str, bool]:
+    """jax's default backend for a sweep of ``jobs`` > 1, and whether this process holds a GPU's
+    preallocated memory: a backend not yet started is started without reserving any (the cell
+    processes, not the sweep, use the devices; jax reserves 0.75 of a GPU's memory at the start)."""
+    import jax
+
+    try:
+        from jax._src.xla_bridge import backends_are_initialized
+    except ImportError:  # another jax layout: asking for the backend starts it as it is configured
+        backends_are_initialized = lambda: True  # noqa: E731
+    if backends_are_initialized():
+        backend = jax.default_backend()
+        holds = backend == "gpu" and os.environ.get(GPU_PREALLOCATE, "true").lower() not in ("false", "0") \
+            and os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower() != "platform"
+        return backend, holds
+    before = os.environ.get(GPU_PREALLOCATE)
+    os.environ[GPU_PREALLOCATE] = "false"
+    try:
+        return jax.default_backend(), False
+    finally:  # the cell processes get the user's setting back (_worker_environment copies os.environ)
+        if before is None:
+            os.environ.pop(GPU_PREALLOCATE, None)
+        else:
+            os.environ[GPU_PREALLOCATE] = before
+
+
+def _check_jobs(jobs: int, sweep_dir: str, cells: list[Cell], states: dict) -> _Shares:
+    """:func:`job_cores` (and on a GPU :func:`gpu_memory_fraction`), after checking that ``jobs`` > 1
+    runs on a CPU or a GPU backend, and, on a CPU, that no interrupted cell would go on with another
+    share of the cores than it began with (its device count, so its arithmetic, would change mid-run;
+    on a GPU every cell runs on all the process's GPUs, whatever ``jobs``)."""
+    shares = _Shares(job_cores(jobs))
+    backend = "cpu"
+    if jobs > 1:
+        backend, sweep_holds = _jobs_backend()
+        if backend not in ("cpu", "gpu"):
+            raise ConfigError(f"jobs={jobs} is not allowed on the {backend} backend: its devices take one process "
+                              f"at a time; run with jobs=1, or one sweep per device")
+        if backend == "gpu":
+            shares = shares._replace(gpu_memory_fraction=gpu_memory_fraction(jobs, sweep_holds=sweep_holds))
         for name in dict.fromkeys(cell.config.algorithm for cell in cells if states[cell.index] != "finished"):
             _check_importable_by_name(name, jobs)
     # each interrupted cell against the jobs its own run began under: another grid over the same
     # folder may have run since with other jobs
     run_jobs = _run_jobs(sweep_dir)
-    for cell in cells:
+    for cell in cells if backend == "cpu" else ():
         before = run_jobs.get(os.path.relpath(cell.run_dir, sweep_dir), 1)
         if states[cell.index] == "resumable" and before != jobs:
             raise ConfigError(f"jobs={jobs} is not allowed here: cell {cell.index} ({cell.label()}) was "
@@ -689,7 +766,12 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     on 2 cores: two such cells side by side each ran as fast as one alone). A cell's arithmetic
     depends on its device count, so its results equal a ``jobs=1`` run's to float32 reassociation,
     not bit for bit, and an interrupted cell must go on with the ``jobs`` it began with (refused
-    otherwise). Algorithms must be importable by name (built in, ``module:Class``, ``file.py:Class``).
+    otherwise). On a GPU the cells share the process's GPUs, each with ``1/jobs`` of the memory one
+    jax process would reserve (:func:`gpu_memory_fraction`; the sweep's own process reserves none)
+    and its share of the host's cores, so that one cell's host work overlaps the others' training;
+    every cell runs on the same devices as with ``jobs=1`` (``benchmarks/sweep_jobs.py`` measures
+    what it gains). Other accelerators are refused (a TPU takes one process at a time). Algorithms
+    must be importable by name (built in, ``module:Class``, ``file.py:Class``).
 
     Every cell is validated, and every distinct data set and model built once, before the first run
     writes a file; a bad value raises :class:`~jaxfl.config.ConfigError` naming the cell. The runs
@@ -850,11 +932,11 @@ def _finished_line(cell: Cell, summary: dict, state: str) -> str:
             f"stop: {summary['stop_reason']}" + ("" if state == "new" else f" [{state.replace('resumable', 'resumed')}]"))
 
 
-def _worker_environment(devices: int, cache: str) -> dict:
+def _worker_environment(devices: int, cache: str, gpu_memory_fraction: float | None = None) -> dict:
     """The environment of a ``--jobs`` worker: ``devices`` XLA CPU devices (one per core of its share,
-    whatever device count the sweep's own environment asks for), and the sweep's compilation cache
+    whatever device count the sweep's own environment asks for), the sweep's compilation cache
     ``cache`` on the sweep's terms — the thresholds :func:`~jaxfl.comparison.shared_compilations` set,
-    or those of a cache the user configured.
+    or those of a cache the user configured — and on a GPU its share of the GPU's memory.
 
     >>> import jax
     >>> from jaxfl.comparison import shared_compilations
@@ -872,16 +954,18 @@ def _worker_environment(devices: int, cache: str) -> dict:
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=str(jax.config.jax_persistent_cache_min_entry_size_bytes))
     if jax.config.jax_compilation_cache_max_size != -1:  # the bound of jaxfl's cache (jaxfl.compilation_cache)
         env["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(jax.config.jax_compilation_cache_max_size)
+    if gpu_memory_fraction is not None:
+        env[GPU_MEMORY_FRACTION] = str(gpu_memory_fraction)
     env.pop("JAXFL_CPU_DEVICES", None)
     if "xla_force_host_platform_device_count" in env.get("XLA_FLAGS", ""):  # the share decides the devices
         env["XLA_FLAGS"] = without_device_count_flag(env["XLA_FLAGS"])
     return env
 
 
-def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[list[int]], cache: str, done: dict,
+def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: _Shares, cache: str, done: dict,
                   say, note, bar, peak: list, cell_finished=lambda: None) -> None:
-    """:func:`run_sweep`'s cells, ``len(shares)`` at a time, each in a ``jaxfl._sweep_worker`` process
-    pinned to one share of the cores, in cell order as shares come free, calling ``cell_finished``
+    """:func:`run_sweep`'s cells, ``len(shares.cores)`` at a time, each in a ``jaxfl._sweep_worker``
+    process pinned to one share of the cores (on a GPU with its share of the GPU's memory), in cell order as shares come free, calling ``cell_finished``
     after each cell that finishes (:func:`run_sweep` rewrites its table). Each worker's output goes to
     ``SWEEP_DIR/logs/cell-N.log`` (kept where the cell failed). A failed cell stops the sweep: the
     others are interrupted (they resume later) and the error names the cell and ends with its log.
@@ -897,13 +981,13 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
     from jaxfl import stopping
     from jaxfl._sweep_worker import NOTE
 
-    env = _worker_environment(len(shares[0]), cache)
+    env = _worker_environment(len(shares.cores[0]), cache, shares.gpu_memory_fraction)
     waiting = [cell for cell in cells if states[cell.index] != "finished"]
     for cell in cells:
         if states[cell.index] == "finished":
             done["finished"].append(cell.index)
     logs = os.path.join(sweep_dir, "logs")
-    free = list(range(len(shares)))
+    free = list(range(len(shares.cores)))
     running: dict = {}  # process → (cell, state, share, log path)
 
     def show_running() -> None:
@@ -939,7 +1023,7 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: list[
                 log = os.path.join(logs, f"cell-{cell.index}.log")
                 with open(log, "w") as handle:
                     process = subprocess.Popen(
-                        [sys.executable, "-m", "jaxfl._sweep_worker", ",".join(map(str, shares[share])), state,
+                        [sys.executable, "-m", "jaxfl._sweep_worker", ",".join(map(str, shares.cores[share])), state,
                          cell.run_dir, json.dumps(cell.config.to_dict())],
                         stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
                 running[process] = (cell, state, share, log)
