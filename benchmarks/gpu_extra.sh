@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The second, short call of a GPU lease, right after gpu_suite.sh while the machine is still warm
 # (a fresh start costs a minute or two of the lease's 15 minutes of device time):
-#     run(command="bash benchmarks/gpu_extra.sh", timeout_s=245)
-# only where status's budget_left_s still holds the call (its steps' limits add up to 225 s; with
-# less left, timeout_s = what is left: the steps run in order of value, each cut at its limit).
-# The measurements that refine, not decide, issues 13, 16 and 17 — save the first, which may decide
+#     run(command="bash benchmarks/gpu_extra.sh", timeout_s=275)
+# with timeout_s = status's budget_left_s where that is less (its steps' limits add up to 255 s; they
+# run in order of value, each cut at its limit, so a short call keeps the first ones). The
+# measurements that refine, not decide, issues 13, 16 and 17 — save the first, which may decide
 # issue 17's target (a) for convolutional models — in order of value per second (each of the
 # first lease's three steps, 2026-12-04, was cut at its limit by XLA:GPU's 7-17 s compilations, so
 # these are smaller):
@@ -15,16 +15,19 @@
 #      at K = 64, batch 64 (on 2026-12-04 no row finished in 60 s with K = 64 and 256). Above 1,
 #      accelerator runs should take the CPU form (today only CPU runs do: jaxfl/experiment.py,
 #      cpu_friendly_layers) (65 s);
-#   2. sweep_jobs: a sweep of 8 FedBuff MLP cells (mnist10k, 50 updates each) by `jaxfl sweep
+#   2. determinism: the same FedAvg CNN run (8 clients a call, 2 steps, 3 updates) twice in fresh
+#      processes without a compilation cache, then twice more with --xla_gpu_deterministic_ops=true:
+#      whether a GPU run repeats (and resumes) bit for bit, and what the flag costs in step time and
+#      saves in compile time (it turns XLA:GPU's autotuning off) (80 s);
+#   3. sweep_jobs: a sweep of 8 FedBuff MLP cells (mnist10k, 50 updates each) by `jaxfl sweep
 #      --jobs 1` and `--jobs 4`: the cells share the GPU, each with a quarter of the memory and of the
 #      host's cores; runs the GPU path of --jobs for the first time and measures what it gains (issue
-#      16: several cells on one GPU at once, against lockstep below) (75 s);
-#   3. sweep_lockstep: whether two sweep cells' in-flight clients trained in one call (2K) beat two
+#      16: several cells on one GPU at once, against lockstep below) (70 s);
+#   4. sweep_lockstep: whether two sweep cells' in-flight clients trained in one call (2K) beat two
 #      calls of K, for the MNIST CNN at K = 16 (issue 16's question for a GPU; the MLP's row came
-#      back on 2026-12-04: 1.62x) (40 s);
-#   4. client_state: CC-FedAvg's per-client bank on the device, in host RAM and in a memmap, for
-#      the MLP, 2,000 clients, 200 a round (a 1.5 GB bank, 150 MB of rows each way a round): the
-#      host-to-device row copies (the CNN's 4.4 GB bank finished only its device side in 45 s) (45 s).
+#      back on 2026-12-04: 1.62x) (40 s).
+# client_state.py's host and memmap banks (issue 13) wait for a later lease: `python3
+# benchmarks/client_state.py --model mlp --clients 2000 --per-round 200 --rounds 3 --repeats 1` (45 s).
 # Tables, JSON (rewritten after every row: a step cut short keeps its finished rows), one log and
 # the device's description come back in $OUT. Nothing needs carrying (the data are generated or
 # embedded). QUICK=1 OUT=/tmp/x bash benchmarks/gpu_extra.sh is a smoke run (CPU is fine).
@@ -32,17 +35,18 @@ set -uo pipefail
 source "$(dirname "$0")/gpu_common.sh"  # cd to the root, $OUT, device.txt, preflight(), step()
 
 if [ -n "$QUICK" ]; then
-  im2col=(--quick --steps 1 --steps-per-call 1 --batch-size 16); jobs=(--quick); lockstep=(--quick); state=(--quick)
+  im2col=(--quick --steps 1 --steps-per-call 1 --batch-size 16); determinism=(--quick); jobs=(--quick)
+  lockstep=(--quick)
 else
   im2col=(--clients 64 --steps 10 --steps-per-call 10 --repeats 2)
+  determinism=(--runs 2)
   jobs=(--cells 8 --updates 50 --jobs 1 4)
   lockstep=(--clients 16 --models cnn --repeats 3)
-  state=(--model mlp --clients 2000 --per-round 200 --rounds 3 --repeats 1)
 fi
 
 step client_batching_im2col 65 python3 benchmarks/client_batching.py --im2col --no-limit "${im2col[@]}" \
   --json "$OUT/client_batching_im2col.json"
-step sweep_jobs 75 python3 benchmarks/sweep_jobs.py "${jobs[@]}" --json "$OUT/sweep_jobs.json"
+step determinism 80 python3 benchmarks/determinism.py "${determinism[@]}" --json "$OUT/determinism.json"
+step sweep_jobs 70 python3 benchmarks/sweep_jobs.py "${jobs[@]}" --json "$OUT/sweep_jobs.json"
 step sweep_lockstep 40 python3 benchmarks/sweep_lockstep.py "${lockstep[@]}" --json "$OUT/sweep_lockstep.json"
-step client_state 45 python3 benchmarks/client_state.py "${state[@]}" --json "$OUT/client_state.json"
 echo "took $((SECONDS - started)) s; results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
