@@ -172,6 +172,27 @@ def test_a_call_far_beyond_the_hosts_memory_fails_before_the_run_folder_is_writt
     assert not (tmp_path / "runs").exists()
 
 
+def test_the_start_compiles_no_program_only_to_check_a_budget_the_estimate_fits_many_times_over(small_config):
+    # On an accelerator (or under memory_limit_mb) the start compiled the smallest call to read XLA's
+    # figure for it: on an H200 a CNN program of 7-17 s that a FedBuff run never called. Where the
+    # per-client estimate fits ESTIMATE_MARGIN times over it now compiles only the calls the run makes.
+    from jaxfl.execution import ESTIMATE_MARGIN, MEMORY_HEADROOM
+
+    config = replace(small_config, algorithm="fedavg", clients=8, clients_per_round=8, clients_per_call=8, max_updates=1)
+    plenty = run_experiment(replace(config, run_name="plenty", memory_limit_mb=10_000))
+    estimate = plenty.engine.plan.devices * plenty.engine.bytes_per_client
+    assert estimate * ESTIMATE_MARGIN <= 10_000 * 2**20 * MEMORY_HEADROOM
+    (programs,) = {count for name, count in plenty.summary["compilations"].items() if name in ("run_and_finish", "run_steps")}
+    assert programs == 1  # the one call shape of 8 clients
+    # a budget the estimate fits, but not by the margin: the smallest call is compiled to check it first
+    tight = estimate * ESTIMATE_MARGIN / 2 / MEMORY_HEADROOM
+    checked = run_experiment(replace(config, run_name="checked", memory_limit_mb=tight / 2**20))
+    (programs,) = {count for name, count in checked.summary["compilations"].items() if name in ("run_and_finish", "run_steps")}
+    assert programs == 2 and checked.summary["calls_split_by_memory_guard"] == 0
+    for a, b in zip(jax.tree.leaves(plenty.params), jax.tree.leaves(checked.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_changing_only_the_algorithm_keeps_speeds_and_partition_paired(small_config):
     runs = {a: run_experiment(replace(small_config, algorithm=a, run_name=a, max_updates=3))
             for a in ("fedavg", "fedasync", "fedcompass")}
