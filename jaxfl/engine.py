@@ -344,8 +344,11 @@ class Engine:
         self.on_version = on_version or (lambda t, v, p: False)
         self.stats = EngineStats()
         # Committed to the first device, so that every jitted function sees its arguments placed the
-        # same way at every call (a mix of committed and uncommitted arrays compiles twice).
-        init_params = jax.device_put(init_params, self.home)
+        # same way at every call (a mix of committed and uncommitted arrays compiles twice). On one
+        # device (an accelerator's plan) the training calls' results, and so every aggregated model,
+        # carry the calls' one-device mesh in their type: the first model is placed the same way, or
+        # each program that reads a model (the server step, the calls' initialisers) compiled twice.
+        init_params = jax.device_put(init_params, self._model_placement())
         self.params = init_params
         self.server_state = server_optimizer.init(init_params)
         self.version = 0
@@ -403,6 +406,13 @@ class Engine:
         self.split_calls = 0  # calls the guard split to fit
 
     # ----------------------------------------------------------------- jitted pieces
+    def _model_placement(self):
+        """Where a global model lives: the home device, as the mesh's replicated sharding where the
+        training mesh is that one device (the type the calls' results and aggregations carry)."""
+        if self._all_devices.mesh.size == 1 and self.processes == 1:
+            return self._all_devices.replicated
+        return self.home
+
     def _count_trace(self, name: str) -> None:
         self.stats.traces[name] = self.stats.traces.get(name, 0) + 1
 

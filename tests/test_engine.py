@@ -120,6 +120,20 @@ def test_one_compilation_per_bucket_and_padding_counted(small_config, model, loo
     assert summary["compile_wall_s"] + summary["training_wall_s"] <= summary["wall_time_s"]
 
 
+def test_on_one_device_every_program_that_reads_a_model_compiles_once(small_config):
+    # One device, calls of several sizes (an accelerator's plan): the first model was committed to the
+    # device and the aggregated ones carried the calls' one-device mesh in their type, so the server
+    # step compiled twice and a call shape's initialiser again after the first update (an H200 run of
+    # FedBuff compiled 2 server steps and 4 initialisers for 3 call shapes, 2026-12-04).
+    config = replace(small_config, model="logreg", clients=200, concurrency=40, buffer_size=8, local_steps=2,
+                     clients_per_call=256, devices=1, max_updates=12, server_optimizer="adam", server_lr=0.01)
+    result = run_experiment(config)
+    compilations = result.summary["compilations"]
+    shapes = compilations["run_and_finish"]
+    assert shapes >= 2 and result.summary["mean_clients_per_batch"] > 1  # calls of several sizes
+    assert compilations["server_step"] == 1 and compilations["init"] == shapes
+
+
 @pytest.mark.parametrize("model, chosen, forced", [("cnn", "unrolled", "rolled"), ("mlp", "rolled", "unrolled")])
 def test_step_loop_given_overrides_the_engines_choice(small_config, model, chosen, forced):
     # step_loop (RunConfig, --step-loop) forces the loop the engine would not take on this backend
