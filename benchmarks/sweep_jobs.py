@@ -55,7 +55,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, nargs="+", default=None, metavar="N",
                         help="the --jobs of each side, the first the reference (default: 1 4; --quick: 1 2)")
-    parser.add_argument("--cells", type=int, default=None, help="cells of the grid, one per seed (default 8; --quick: 2)")
+    parser.add_argument("--cells", type=int, default=None,
+                        help="cells of the grid, one per seed (default 8; --quick: 2)")
     parser.add_argument("--algorithm", default="fedbuff")
     parser.add_argument("--dataset", default="mnist10k", help="embedded, so that nothing needs carrying")
     parser.add_argument("--model", default=None, help="default mlp; --quick: logreg")
@@ -109,7 +110,8 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     print(f"\n{header['backend']} ({header['device']}), {cores} cores; {args.cells} cells of {args.algorithm}, "
-          f"{args.dataset}, {args.model}, {args.clients} clients, {args.concurrency} in flight, {args.updates} updates\n")
+          f"{args.dataset}, {args.model}, {args.clients} clients, {args.concurrency} in flight, "
+          f"{args.updates} updates\n")
     print("| jobs | wall s | cells/min | speed-up | max final-accuracy difference |\n|---:|---:|---:|---:|---:|")
     for row in rows:
         print(f"| {row['jobs']} | {row['wall_s']:.1f} | {row['cells_per_min']:.2f} | {row['speedup']:.3f} | "

@@ -76,9 +76,9 @@ from jaxfl._devices import place_read_only
 from jaxfl.algorithms.base import DeviceHook
 from jaxfl.config import STEP_LOOPS
 from jaxfl.client_state import ClientState
-from jaxfl.execution import (ACTIVATION_FACTOR, ESTIMATE_MARGIN, MEMORY_HEADROOM, EngineStats, ExecutionPlan,  # noqa: F401
-                             ONE_STEP_REMAINDERS, ResourceError, bucket_size, free_device_memory,
-                             step_chunks)
+from jaxfl.execution import (ACTIVATION_FACTOR, ESTIMATE_MARGIN, MEMORY_HEADROOM, EngineStats,  # noqa: F401
+                             ExecutionPlan, ONE_STEP_REMAINDERS, ResourceError, bucket_size,
+                             free_device_memory, step_chunks)
 from jaxfl.kernels.aggregation import apply_server_update, weighted_sum
 from jaxfl.kernels.tree import tree_add, tree_bytes, tree_scale
 from jaxfl.kernels.client import BUFFERS, ClientTrainer, ClientView, FederatedArrays

@@ -965,8 +965,9 @@ def _worker_environment(devices: int, cache: str, gpu_memory_fraction: float | N
 def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: _Shares, cache: str, done: dict,
                   say, note, bar, peak: list, cell_finished=lambda: None) -> None:
     """:func:`run_sweep`'s cells, ``len(shares.cores)`` at a time, each in a ``jaxfl._sweep_worker``
-    process pinned to one share of the cores (on a GPU with its share of the GPU's memory), in cell order as shares come free, calling ``cell_finished``
-    after each cell that finishes (:func:`run_sweep` rewrites its table). Each worker's output goes to
+    process pinned to one share of the cores (on a GPU with its share of the GPU's memory), in cell
+    order as shares come free, calling ``cell_finished`` after each cell that finishes
+    (:func:`run_sweep` rewrites its table). Each worker's output goes to
     ``SWEEP_DIR/logs/cell-N.log`` (kept where the cell failed). A failed cell stops the sweep: the
     others are interrupted (they resume later) and the error names the cell and ends with its log.
     Interrupted (Ctrl-C, SIGINT), the workers are interrupted too and waited for; asked to stop

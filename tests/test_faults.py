@@ -178,17 +178,18 @@ def test_the_start_compiles_no_program_only_to_check_a_budget_the_estimate_fits_
     # per-client estimate fits ESTIMATE_MARGIN times over it now compiles only the calls the run makes.
     from jaxfl.execution import ESTIMATE_MARGIN, MEMORY_HEADROOM
 
-    config = replace(small_config, algorithm="fedavg", clients=8, clients_per_round=8, clients_per_call=8, max_updates=1)
+    config = replace(small_config, algorithm="fedavg", clients=8, clients_per_round=8, clients_per_call=8,
+                     max_updates=1)
     plenty = run_experiment(replace(config, run_name="plenty", memory_limit_mb=10_000))
     estimate = plenty.engine.plan.devices * plenty.engine.bytes_per_client
     assert estimate * ESTIMATE_MARGIN <= 10_000 * 2**20 * MEMORY_HEADROOM
-    (programs,) = {count for name, count in plenty.summary["compilations"].items() if name in ("run_and_finish", "run_steps")}
-    assert programs == 1  # the one call shape of 8 clients
+    step_programs = lambda run: {count for name, count in run.summary["compilations"].items()  # noqa: E731
+                                 if name in ("run_and_finish", "run_steps")}
+    assert step_programs(plenty) == {1}  # the one call shape of 8 clients
     # a budget the estimate fits, but not by the margin: the smallest call is compiled to check it first
     tight = estimate * ESTIMATE_MARGIN / 2 / MEMORY_HEADROOM
     checked = run_experiment(replace(config, run_name="checked", memory_limit_mb=tight / 2**20))
-    (programs,) = {count for name, count in checked.summary["compilations"].items() if name in ("run_and_finish", "run_steps")}
-    assert programs == 2 and checked.summary["calls_split_by_memory_guard"] == 0
+    assert step_programs(checked) == {2} and checked.summary["calls_split_by_memory_guard"] == 0
     for a, b in zip(jax.tree.leaves(plenty.params), jax.tree.leaves(checked.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 

@@ -117,7 +117,8 @@ def test_a_backend_whose_devices_take_one_process_is_refused_before_any_work(tmp
 def test_gpu_memory_fractions_and_what_is_refused():
     from jaxfl.sweep import gpu_memory_fraction
 
-    assert gpu_memory_fraction(1, {}) == 0.75 and gpu_memory_fraction(8, {"XLA_PYTHON_CLIENT_MEM_FRACTION": "1"}) == 0.125
+    assert gpu_memory_fraction(1, {}) == 0.75
+    assert gpu_memory_fraction(8, {"XLA_PYTHON_CLIENT_MEM_FRACTION": "1"}) == 0.125
     # a sweep process that reserved jax's 0.75 itself leaves the cells 0.15 of the memory
     assert gpu_memory_fraction(2, {}, sweep_holds=True) == 0.075
     with pytest.raises(ConfigError, match=r"this process holds 0.75 of the GPU's memory.*leaves the 16 cell processes "
