@@ -8,18 +8,20 @@ compile time (autotuning is part of XLA:GPU's 7-17 s per training program on the
 lease, 2026-12-04). A resumed run compiles again, so this also decides whether a GPU run resumes
 bit for bit.
 
-Each variant (``--flags``: the XLA flags added to the environment's; the first is none) runs the
-same ``jaxfl`` experiment ``--runs`` times, each in a process of its own without a compilation
-cache (a cached program would repeat its kernel choice), one variant after the other: whether
+Each variant (``--flags``: the XLA flags added to the environment's; by default none, the
+deterministic flag, and autotuning alone turned off) runs the same ``jaxfl`` experiment ``--runs``
+times, each in a process of its own without a compilation cache (a cached program would repeat its
+kernel choice), one variant after the other: whether
 its final models are bit-identical, the largest difference of any parameter between them, the
 final accuracies, and the median compile, training and wall seconds (``summary.json``'s). A
 variant whose programs do not compile under its flags is reported with the error's last line.
 
     python benchmarks/determinism.py                  # FedAvg, mnist10k, CNN, 8 clients a call, 2 steps, 3 updates
     python benchmarks/determinism.py --quick          # logreg, 2 updates: a smoke run (CPU is fine)
-    python benchmarks/determinism.py --flags '' ' --xla_gpu_autotune_level=0'   # other variants
+    python benchmarks/determinism.py --flags '' ' --xla_gpu_enable_triton_gemm=false'   # other variants
 
-``--json PATH`` is rewritten after each run (a run cut at a time limit keeps what it finished), with
+``--json PATH`` is rewritten after each variant (a run cut at a time limit keeps the variants it
+finished), with
 ``_report.run_header``'s machine, device, jax version and date.
 """
 from __future__ import annotations
@@ -38,6 +40,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _report import check_at_least, run_header, validated, write_json  # noqa: E402  (benchmarks/_report.py)
 
 DETERMINISTIC = "--xla_gpu_deterministic_ops=true"
+# autotuning alone off: XLA's default kernels, with atomics where XLA uses them (whether the kernel
+# choice is the source, where the deterministic flag refuses a model's ops, e.g. a max-pool's gradient)
+NO_AUTOTUNING = "--xla_gpu_autotune_level=0"
 
 # One run in a fresh process: the final model to a .npz, the summary's figures as one JSON line.
 CHILD = """
@@ -87,7 +92,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2, help="fresh processes a variant (default 2)")
     parser.add_argument("--flags", nargs="+", default=None, metavar="FLAGS",
                         help=f"each variant's XLA flags, '' for none, a variant's flags with a space before "
-                             f"them (' --xla_gpu_autotune_level=0') (default: '' and {DETERMINISTIC})")
+                             f"them (' --xla_gpu_autotune_level=0') (default: '', {DETERMINISTIC} and "
+                             f"{NO_AUTOTUNING})")
     parser.add_argument("--algorithm", default="fedavg")
     parser.add_argument("--model", default=None, help="default cnn (max-pool, convolutions, dense); --quick: logreg")
     parser.add_argument("--clients", type=int, default=16)
@@ -100,7 +106,7 @@ def main() -> None:
     check_at_least(parser, args, {"runs": 2, "clients": 1, "per_round": 1, "local_steps": 1, "updates": 1})
     if args.per_round > args.clients:
         parser.error(f"--per-round {args.per_round} is not allowed: at most --clients ({args.clients})")
-    flags = ["", DETERMINISTIC] if args.flags is None else [flag.strip() for flag in args.flags]
+    flags = ["", DETERMINISTIC, NO_AUTOTUNING] if args.flags is None else [flag.strip() for flag in args.flags]
     model = args.model or ("logreg" if args.quick else "cnn")
     updates = args.updates or (2 if args.quick else 3)
     header = run_header("determinism", quick=args.quick, runs=args.runs)

@@ -16,9 +16,9 @@
 #      accelerator runs should take the CPU form (today only CPU runs do: jaxfl/experiment.py,
 #      cpu_friendly_layers) (65 s);
 #   2. determinism: the same FedAvg CNN run (8 clients a call, 2 steps, 3 updates) twice in fresh
-#      processes without a compilation cache, then twice more with --xla_gpu_deterministic_ops=true:
-#      whether a GPU run repeats (and resumes) bit for bit, and what the flag costs in step time and
-#      saves in compile time (it turns XLA:GPU's autotuning off) (80 s);
+#      processes without a compilation cache, then twice with --xla_gpu_deterministic_ops=true, then
+#      (if the step's time allows) with autotuning alone off: whether a GPU run repeats (and
+#      resumes) bit for bit, and what the flags cost in step time and save in compile time (80 s);
 #   3. sweep_jobs: a sweep of 8 FedBuff MLP cells (mnist10k, 50 updates each) by `jaxfl sweep
 #      --jobs 1` and `--jobs 4`: the cells share the GPU, each with a quarter of the memory and of the
 #      host's cores; runs the GPU path of --jobs for the first time and measures what it gains (issue
