@@ -347,7 +347,7 @@ class Engine:
         # same way at every call (a mix of committed and uncommitted arrays compiles twice). On one
         # device (an accelerator's plan) the training calls' results, and so every aggregated model,
         # carry the calls' one-device mesh in their type: the first model is placed the same way, or
-        # each program that reads a model (the server step, the calls' initialisers) compiled twice.
+        # the server step compiled twice (for version 0, then for the rest).
         init_params = jax.device_put(init_params, self._model_placement())
         self.params = init_params
         self.server_state = server_optimizer.init(init_params)
