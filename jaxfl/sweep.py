@@ -658,10 +658,15 @@ def gpu_memory_fraction(jobs: int, environ=None, sweep_holds: bool = False) -> f
     return round(left / jobs, 4)
 
 
+_STARTED_WITHOUT_PREALLOCATING = []  # [True] once _jobs_backend has started this process's backend
+
+
 def _jobs_backend() -> tuple[str, bool]:
     """jax's default backend for a sweep of ``jobs`` > 1, and whether this process holds a GPU's
     preallocated memory: a backend not yet started is started without reserving any (the cell
-    processes, not the sweep, use the devices; jax reserves 0.75 of a GPU's memory at the start)."""
+    processes, not the sweep, use the devices; jax reserves 0.75 of a GPU's memory at the start).
+    The setting is the user's again afterwards, so a later call (``run_sweep`` checks twice)
+    remembers that this process started it so."""
     import jax
 
     try:
@@ -670,13 +675,16 @@ def _jobs_backend() -> tuple[str, bool]:
         backends_are_initialized = lambda: True  # noqa: E731
     if backends_are_initialized():
         backend = jax.default_backend()
-        holds = backend == "gpu" and os.environ.get(GPU_PREALLOCATE, "true").lower() not in ("false", "0") \
+        holds = backend == "gpu" and not _STARTED_WITHOUT_PREALLOCATING \
+            and os.environ.get(GPU_PREALLOCATE, "true").lower() not in ("false", "0") \
             and os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower() != "platform"
         return backend, holds
     before = os.environ.get(GPU_PREALLOCATE)
     os.environ[GPU_PREALLOCATE] = "false"
     try:
-        return jax.default_backend(), False
+        backend = jax.default_backend()
+        _STARTED_WITHOUT_PREALLOCATING.append(True)
+        return backend, False
     finally:  # the cell processes get the user's setting back (_worker_environment copies os.environ)
         if before is None:
             os.environ.pop(GPU_PREALLOCATE, None)

@@ -148,7 +148,9 @@ def test_the_sweep_starts_its_backend_without_reserving_a_gpus_memory():
              "from jaxfl.sweep import _jobs_backend\n"
              "seen = []\n"
              "real = jax.default_backend\n"
-             "jax.default_backend = lambda: seen.append(os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE')) or real()\n"
+             # a GPU as far as the sweep can tell: the backend started (the CPU's), "gpu" reported
+             "jax.default_backend = lambda: seen.append(os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE')) or "
+             "(real(), 'gpu')[1]\n"
              "first = _jobs_backend(), os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE')\n"
              "second = _jobs_backend(), os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE')\n"
              "print(json.dumps([first, second, seen]))\n")
@@ -160,7 +162,8 @@ def test_the_sweep_starts_its_backend_without_reserving_a_gpus_memory():
                               text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         first, second, seen = json.loads(done.stdout)
-        assert first == [["cpu", False], before] and second == [["cpu", False], before]
-        # the first call started the backend with preallocation off; the second found it started (a
-        # CPU process holds no GPU memory) and asked as it was
+        # the second call (run_sweep checks twice) found the backend started, with the user's setting
+        # back, and must not take this process for one that reserved the GPU's memory
+        assert first == [["gpu", False], before] and second == [["gpu", False], before]
+        # the first call started the backend with preallocation off; the second asked as it was
         assert seen == ["false", before]
