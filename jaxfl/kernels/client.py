@@ -36,6 +36,7 @@ import optax
 
 from jaxfl.kernels.cpu_ops import cpu_friendly
 from jaxfl.kernels.permutation import permute
+from jaxfl.kernels.tree import tree_all_finite
 from jaxfl.models.adapter import ModelAdapter
 
 PyTree = Any
@@ -296,8 +297,7 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
         delta = merge(jax.tree.map(lambda a, b: a - b, start, end),
                       None if buffers is None else jax.tree.map(jnp.zeros_like, buffers))
         steps = jnp.minimum(state.step, state.num_steps)
-        delta_finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf))
-                                          for leaf in jax.tree.leaves((delta, buffers))]))
+        delta_finite = tree_all_finite((delta, buffers))
         metrics = {
             "loss": state.loss_sum / jnp.maximum(steps, 1).astype(jnp.float32),
             "steps": steps,

@@ -112,6 +112,32 @@ def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
     return jnp.sum(jnp.stack(parts)) if parts else jnp.zeros((), jnp.float32)
 
 
+SMALL_LEAF = 1 << 16  # elements: leaves below this are checked for finiteness as one concatenation
+
+
+def tree_all_finite(tree: PyTree) -> jax.Array:
+    """Whether every element of every floating leaf of ``tree`` is finite (integer leaves always are),
+    as one boolean. The leaves under ``SMALL_LEAF`` elements are checked as one concatenation, the
+    larger ones each alone: a reduction per leaf made XLA:CPU compile a ResNet-18's (102 leaves, 89
+    of them small) client update in 6.5-8.8 s instead of 2.6-2.8, and run it slower, while a
+    concatenation of the large leaves would copy them (170 MiB more at K = 4, 2026-12-04).
+
+    >>> import jax.numpy as jnp
+    >>> bool(tree_all_finite({"w": jnp.ones(3), "b": jnp.zeros(2), "n": jnp.arange(2)}))
+    True
+    >>> bool(tree_all_finite({"w": jnp.ones(3), "b": jnp.array([0.0, jnp.nan])}))
+    False
+    >>> bool(tree_all_finite({"big": jnp.full(SMALL_LEAF, jnp.inf)}))
+    False
+    """
+    leaves = [leaf for leaf in jax.tree.leaves(tree) if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
+    small = [jnp.ravel(leaf) for leaf in leaves if jnp.size(leaf) < SMALL_LEAF]
+    checks = [jnp.all(jnp.isfinite(leaf)) for leaf in leaves if jnp.size(leaf) >= SMALL_LEAF]
+    if small:
+        checks.append(jnp.all(jnp.isfinite(jnp.concatenate(small))))
+    return jnp.all(jnp.stack(checks)) if checks else jnp.array(True)
+
+
 def stacked_zeros(tree: PyTree, count: int) -> PyTree:
     """Zeros of shape ``(count,) + leaf.shape`` for every leaf: a per-client table shaped like the model.
 
