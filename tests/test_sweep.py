@@ -308,7 +308,7 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     import time
 
     folder = tmp_path / "cut"
-    flags = [*FLAGS, "--max-updates", "60", "--checkpoint-every", "10", "--jobs", "2", "--out", str(folder)]  # the later flags win
+    flags = [*FLAGS, "--max-updates", "60", "--jobs", "2", "--out", str(folder)]  # the later flags win
     root = os.path.dirname(os.path.dirname(__file__))
     command = [sys.executable, "-m", "jaxfl.cli", "sweep", *flags]
     running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
