@@ -17,14 +17,14 @@ reference where ``--torch PYTHON`` names an interpreter that has torch (LeNet-5 
     python benchmarks/narrow_convolutions.py --quick --json out.json   # smoke size (CI): lenet5, batch 2, 2 clients
 
 ``--evaluation`` times the held-out evaluation instead (``make_evaluator`` as the engine builds it,
-10,000 random images, every device of the process): the model's forward pass in XLA's forms, with
+``--images`` random images, default 10,000, every device of the process): the model's forward pass in XLA's forms, with
 the whole rewrite (``cpu_friendly``) and with narrow convolutions only (``inference=True``), all
 at 1,000 images a batch, and narrow convolutions only at the batch ``evaluation_batch_size`` picks
 (what an evaluation on a CPU uses since 2026-11-29: patches within ``EVAL_PATCH_BYTES``), seconds per
 evaluation, best of ``--repeats``, the forms taking turns.
 
 ``--quick`` is the smoke size (CI): LeNet-5 alone, and for the step batch 2, 2 clients, 2 steps, one
-round (for ``--evaluation``, one round); flags given with it keep their values. ``--json PATH`` writes
+round (for ``--evaluation``, one round of 2,000 images); flags given with it keep their values. ``--json PATH`` writes
 the table's rows with ``_report.run_header``'s machine, device, jax version and date.
 """
 from __future__ import annotations
@@ -75,9 +75,9 @@ for layout in ("NCHW", "channels_last"):
 """
 
 
-QUICK = {"models": ["lenet5"], "batch_sizes": [2], "clients": 2, "steps": 2, "repeats": 1}
+QUICK = {"models": ["lenet5"], "batch_sizes": [2], "clients": 2, "steps": 2, "repeats": 1, "images": 2_000}
 DEFAULTS = {"models": ["lenet5", "cnn", "fedasmu_cnn"], "batch_sizes": [10, 32], "clients": 5, "steps": 10,
-            "repeats": 3}
+            "repeats": 3, "images": 10_000}
 
 
 def input_shape(name: str) -> tuple[int, ...]:
@@ -112,11 +112,11 @@ def compile_call(name: str, batch: int, clients: int, steps: int):
     return call, states, loop
 
 
-def time_evaluations(models: list[str], repeats: int) -> list[dict]:
+def time_evaluations(models: list[str], repeats: int, images: int) -> list[dict]:
     from jaxfl.experiment import EVAL_BATCH, evaluation_batch_size, make_evaluator
 
     print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, jax {jax.__version__}, "
-          f"{jax.device_count()} devices; seconds per evaluation of 10,000 images, best of {repeats}")
+          f"{jax.device_count()} devices; seconds per evaluation of {images:,} images, best of {repeats}")
     print("| model | XLA's forms | whole rewrite | narrow convolutions only (inference=True) | the same at the "
           "cache-sized batch | batch |\n|---|---:|---:|---:|---:|---:|")
     rng = np.random.default_rng(0)
@@ -125,8 +125,8 @@ def time_evaluations(models: list[str], repeats: int) -> list[dict]:
         shape = input_shape(name)
         adapter = as_adapter(make_model(name, 10))
         variables = adapter.init_variables(jax.random.key(0), jnp.zeros((1,) + shape))
-        x = rng.integers(0, 256, (10_000,) + shape, dtype=np.uint8)
-        y = rng.integers(0, 10, 10_000).astype(np.int32)
+        x = rng.integers(0, 256, (images,) + shape, dtype=np.uint8)
+        y = rng.integers(0, 10, images).astype(np.int32)
         narrow = cpu_ops.cpu_friendly(adapter.predict, inference=True)
         batch = evaluation_batch_size(adapter.predict, variables, shape, cpu_layers=True)
         forms = ((adapter.predict, EVAL_BATCH), (cpu_ops.cpu_friendly(adapter.predict), EVAL_BATCH),
@@ -143,7 +143,7 @@ def time_evaluations(models: list[str], repeats: int) -> list[dict]:
         print(f"| {name} | " + " | ".join(f"{seconds:.3f}" for seconds in best) + f" | {batch} |", flush=True)
         rows.append({"model": name, "xla_s": best[0], "whole_rewrite_s": best[1], "narrow_only_s": best[2],
                      "narrow_only_cache_batch_s": best[3], "cache_batch": int(batch), "batch": EVAL_BATCH,
-                     "images": 10_000})
+                     "images": images})
     return rows
 
 
@@ -158,11 +158,13 @@ def main() -> None:
     parser.add_argument("--core", type=int, help="the core to pin to (default: the last one allowed)")
     parser.add_argument("--torch", metavar="PYTHON", help="an interpreter with torch: LeNet-5's step in PyTorch too")
     parser.add_argument("--evaluation", action="store_true", help="time the held-out evaluation's forms instead")
+    parser.add_argument("--images", type=int, help="held-out images an evaluation (--evaluation; default 10000; "
+                        "--quick: 2000)")
     parser.add_argument("--quick", action="store_true", help="smoke size (CI): lenet5, batch 2, 2 clients, 2 steps, "
                         "1 round")
     parser.add_argument("--json", help="also write the rows, the machine, device, jax version and date here")
     args = parser.parse_args()
-    check_at_least(parser, args, {"batch_sizes": 1, "clients": 1, "steps": 1, "repeats": 1})
+    check_at_least(parser, args, {"batch_sizes": 1, "clients": 1, "steps": 1, "repeats": 1, "images": 1})
     for name, value in (QUICK if args.quick else DEFAULTS).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -180,7 +182,8 @@ def main() -> None:
     settings = {key: getattr(args, key) for key in ("models", "batch_sizes", "clients", "steps", "repeats", "quick")}
     if args.evaluation:
         settings.pop("batch_sizes"), settings.pop("clients"), settings.pop("steps")
-        rows = time_evaluations(args.models, args.repeats)
+        settings["images"] = args.images
+        rows = time_evaluations(args.models, args.repeats, args.images)
         write_json(args.json, {**run_header("narrow_convolutions --evaluation", **settings), "rows": rows})
         return
     if hasattr(os, "sched_setaffinity"):

@@ -392,6 +392,7 @@ def test_narrow_convolutions_quick_times_lenet5_both_ways_and_an_evaluation(tmp_
     assert len([float(cell) for cell in cells[:4]]) == 4 and cells[4].strip() == "106"  # the cache-sized batch
     (row,) = json.loads(out.read_text())["rows"]
     assert row["model"] == "lenet5" and row["cache_batch"] == 106 and row["narrow_only_cache_batch_s"] > 0
+    assert row["images"] == 2000  # --quick's held-out set (10,000 by default)
 
 
 def test_minibatch_sampling_quick_draws_both_ways(tmp_path):
@@ -445,6 +446,7 @@ MISSING_FOLDER = "/nonexistent/fashion-mnist"
     ("checkpoint_overhead.py", ["--quick", "--updates", "10"], "--updates 10 is not allowed: at least 25"),
     ("cpu_step.py", ["--calls", "0"], "--calls 0 is not allowed"),
     ("narrow_convolutions.py", ["--quick", "--steps", "0"], "--steps 0 is not allowed"),
+    ("narrow_convolutions.py", ["--evaluation", "--images", "0"], "--images 0 is not allowed: at least 1"),
     ("torch_loop.py", ["--threads", "0"], "--threads 0 is not allowed: at least 1"),
 ])
 def test_a_bad_value_is_refused_naming_its_flag_before_any_work(script, arguments, named, monkeypatch, capsys):
