@@ -294,10 +294,10 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
     def finish(start_params, state: LocalState):
         (start, _), (end, buffers) = split(start_params), split(state.params)
         # Buffers are not a delta: their update is zero and the aggregator reads the final values.
-        delta = merge(jax.tree.map(lambda a, b: a - b, start, end),
-                      None if buffers is None else jax.tree.map(jnp.zeros_like, buffers))
+        moved = jax.tree.map(lambda a, b: a - b, start, end)
+        delta = merge(moved, None if buffers is None else jax.tree.map(jnp.zeros_like, buffers))
         steps = jnp.minimum(state.step, state.num_steps)
-        delta_finite = tree_all_finite((delta, buffers))
+        delta_finite = tree_all_finite((moved, buffers))  # the zeros are finite: not checked
         metrics = {
             "loss": state.loss_sum / jnp.maximum(steps, 1).astype(jnp.float32),
             "steps": steps,
