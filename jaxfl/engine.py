@@ -121,6 +121,7 @@ class _Calls:
     packing: "_PackedResults | None" = None
     flat_versions: bool = False  # start models on the mesh as one flat vector each (Engine._mesh_versions)
     one: jax.Array | None = None  # float32 1, replicated on the mesh (_times_one)
+    train_root: jax.Array | None = None  # the run's training key's bits, replicated on the mesh (init's argument)
     init: Callable | None = None
     run_steps: Callable | None = None
     finish: Callable | None = None
@@ -502,24 +503,27 @@ class Engine:
                 return _PackedResults._unflat(jnp.stack(versions)[which], engine._param_shapes)
             return jax.tree.map(lambda *leaves: jnp.stack(leaves)[which], *versions)
 
-        def init_states(start, num_steps, clients, rounds, lr_scales):
-            keys = jax.vmap(lambda c, r: jax.random.fold_in(jax.random.fold_in(engine._train_root, c), r))(
-                clients, rounds)
+        def init_states(start, num_steps, clients, rounds, lr_scales, root):
+            keys = jax.vmap(lambda c, r: jax.random.fold_in(jax.random.fold_in(root, c), r))(clients, rounds)
             return jax.vmap(trainer.init)(start, num_steps, keys, lr_scales)
 
-        def local_init(versions, rows, one):
+        def local_init(versions, rows, one, root_data):
             which, num_steps, clients, rounds, scales, offsets, counts = rows
+            root = jax.random.wrap_key_data(root_data, impl=root_impl)
             states = init_states(_times_one(starts(versions, which), one), num_steps, clients, rounds,
-                                 jax.lax.bitcast_convert_type(scales, jnp.float32))
+                                 jax.lax.bitcast_convert_type(scales, jnp.float32), root)
             return states, ClientView(offsets, counts), which
 
-        def init(versions, rows, one):
+        def init(versions, rows, one, root_data):
             """The call's local states from its rows' numbers, packed as one int32 array (one transfer
             instead of one per number: :meth:`Engine._init_call`); also their data views and version
-            indices, placed by client. ``one``: see :func:`_times_one`."""
+            indices, placed by client. ``one``: see :func:`_times_one`. ``root_data``: the run's
+            training key (its bits), an argument rather than a constant of the program, so that runs
+            of other seeds share the compiled program (in a process, and through jax's persistent
+            compilation cache across processes)."""
             engine._count_trace("init")
-            return jax.shard_map(local_init, mesh=mesh, in_specs=(whole, PartitionSpec(None, "clients"), whole),
-                                 out_specs=by_client)(versions, rows, one)
+            return jax.shard_map(local_init, mesh=mesh, in_specs=(whole, PartitionSpec(None, "clients"), whole, whole),
+                                 out_specs=by_client)(versions, rows, one, root_data)
 
         def device_steps(states, data, views, count, length):
             batched_step = jax.vmap(trainer.step, in_axes=(0, None, 0))
@@ -583,7 +587,11 @@ class Engine:
         # The rows' numbers arrive as a NumPy array and jit's C++ dispatch places them: jax.device_put's
         # Python path cost more than the call itself (0.8 of 2.5 ms of host time a FedBuff call, one device).
         calls.one = engine._to_mesh(jnp.ones((), jnp.float32, device=engine.home), calls.replicated)
-        calls.init = jax.jit(init, in_shardings=(calls.replicated, calls.by_column, calls.replicated))
+        root_impl = jax.random.key_impl(engine._train_root)
+        calls.train_root = engine._to_mesh(jax.device_put(jax.random.key_data(engine._train_root), engine.home),
+                                           calls.replicated)
+        calls.init = jax.jit(init, in_shardings=(calls.replicated, calls.by_column, calls.replicated,
+                                                 calls.replicated))
         calls.run_steps = jax.jit(run_steps, static_argnums=4, donate_argnums=0)
         calls.finish = jax.jit(finish)
         calls.run_and_finish = jax.jit(run_and_finish, static_argnums=4)
@@ -1048,7 +1056,8 @@ class Engine:
         by client, the rows' placed data views and their placed version indices (for ``_finish``)."""
         rows = np.stack([which, steps, clients, rounds, np.asarray(lr_scales, np.float32).view(np.int32),
                          self.offsets[clients], self.counts[clients]]).astype(np.int32, copy=False)
-        return calls.init(versions, rows if self.processes == 1 else self._to_mesh(rows, calls.by_column), calls.one)
+        return calls.init(versions, rows if self.processes == 1 else self._to_mesh(rows, calls.by_column), calls.one,
+                          calls.train_root)
 
     def _start_call(self, calls: _Calls, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
                     rounds: np.ndarray, lr_scales: np.ndarray) -> tuple[Any, ClientView, jax.Array, int]:

@@ -280,7 +280,7 @@ def test_global_models_reach_two_devices_as_one_flat_vector_and_data_movement_ru
     rows[4] = np.float32(1).view(np.int32)
     flops = lambda compiled: (lambda cost: (cost[0] if isinstance(cost, list) else cost)["flops"])(
         compiled.cost_analysis())
-    assert flops(calls.init.lower((placed[0][1],), rows, calls.one).compile()) >= 1000
+    assert flops(calls.init.lower((placed[0][1],), rows, calls.one, calls.train_root).compile()) >= 1000
     assert flops(jax.jit(lambda tree, one: engine._flat_version(tree, one)).lower(
         engine.params, engine._one).compile()) >= 1000
     # a trained update's row (PORT's, CC-FedAvg's, FedASMU's reads), and its sum of one device's part
