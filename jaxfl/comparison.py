@@ -75,27 +75,17 @@ def shared_compilations():
     (True, True)
     """
     import jax
-    from jax.experimental.compilation_cache import compilation_cache
 
-    from jaxfl.compilation_cache import MIN_COMPILE_SECONDS
+    from jaxfl.compilation_cache import compilations_in
 
     if jax.config.jax_compilation_cache_dir:
         yield jax.config.jax_compilation_cache_dir
         return
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes")
-    before = {name: getattr(jax.config, name) for name in names}
     folder = tempfile.mkdtemp(prefix="jaxfl-xla-cache-")
     try:
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-        jax.config.update("jax_compilation_cache_dir", folder)
-        compilation_cache.reset_cache()  # jax decides once whether to use a cache: ask again
-        yield folder
+        with compilations_in(folder):
+            yield folder
     finally:
-        for name, value in before.items():
-            jax.config.update(name, value)
-        compilation_cache.reset_cache()
         shutil.rmtree(folder, ignore_errors=True)
 
 

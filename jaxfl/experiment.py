@@ -52,6 +52,7 @@ from jaxfl import checkpoint, cluster, resume, stopping
 from jaxfl._devices import place_read_only
 from jaxfl.loggers import check_loggers, logger_names, logger_offsets, open_loggers
 from jaxfl.algorithms import build, device_hooks, get as get_algorithm
+from jaxfl.compilation_cache import process_compilations
 from jaxfl.config import (user_path, FIELDS_ADDED, MAX_GRID_POINTS, SECTION_OF, USER_PREFIX, ConfigError, DataConfig, RunConfig,
                           _count_budgets, checkpoint_min_interval, fail, validate)
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
@@ -1334,7 +1335,15 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
     """:func:`run_experiment` of a validated ``config`` naming its data and ``user``'s objects
     (``recorded``: a resumed run's record of them, read with its config). A resume holds the run
     directory's lock (:func:`jaxfl.resume.holding_lock`) from before any work to the run's end: a
-    second process resuming it, or one running it, is refused in one line."""
+    second process resuming it, or one running it, is refused in one line. The run reads and keeps
+    its compiled programs in the process's temporary cache (:func:`jaxfl.compilation_cache.process_compilations`),
+    unless a cache is configured already."""
+    with process_compilations():
+        return _experiment_cached(config, dataset, user, resume_dir, loggers, recorded)
+
+
+def _experiment_cached(config: RunConfig, dataset: Dataset | None, user: UserInputs, resume_dir: str | None,
+                       loggers: list, recorded: dict | None) -> RunResult:
     if jax.process_count() > 1:  # every process was given the same run, or none trains it
         settings = config.to_dict()
         # may differ between processes: where each writes its own scratch files, and the progress bar
