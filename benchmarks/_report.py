@@ -16,6 +16,13 @@ import os
 import platform
 import sys
 
+# Each run of a benchmark compiles its programs as a first run does: a run from Python reads back what
+# an earlier run of the process compiled (jaxfl.compilation_cache.process_compilations), which would
+# make a script's later sides and repeats compile less than its first and their compile figures
+# incomparable with each other and with the earlier figures. A cache configured for jax
+# (JAX_COMPILATION_CACHE_DIR, as the test suite sets it) is still used as it is.
+os.environ.setdefault("JAXFL_COMPILATION_CACHE", "off")
+
 
 def run_header(benchmark: str, **extra) -> dict:
     """The benchmark's name, its command, the UTC date, the machine, the jax backend and device, and ``extra``."""
