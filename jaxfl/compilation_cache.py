@@ -105,7 +105,8 @@ def _can_evict() -> bool:
 def compilations_in(folder: str):
     """Within the block, jax's persistent compilation cache in ``folder`` (the programs that compile in
     ``MIN_COMPILE_SECONDS`` or more, or jax's own ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` where
-    it is set, whatever their size), jax's settings restored after it; a cache
+    it is set, whatever their size; at most ``DEFAULT_MAX_BYTES``, the least recently used evicted
+    first, where jax can evict), jax's settings restored after it; a cache
     the user configured for jax (``jax_compilation_cache_dir``) is used as it is. Yields the folder
     in use. A cached program is the same executable, so results do not change.
 
@@ -123,9 +124,11 @@ def compilations_in(folder: str):
         yield jax.config.jax_compilation_cache_dir
         return
     names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes")
+             "jax_persistent_cache_min_entry_size_bytes", "jax_compilation_cache_max_size")
     before = {name: getattr(jax.config, name) for name in names}
     try:
+        if jax.config.jax_compilation_cache_max_size == -1 and _can_evict():  # a long session stays bounded
+            jax.config.update("jax_compilation_cache_max_size", DEFAULT_MAX_BYTES)
         if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:  # else jax's setting, as the user set it
             jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
