@@ -111,10 +111,10 @@ def compilations_in(folder: str):
     in use. A cached program is the same executable, so results do not change.
 
     >>> import jax, tempfile
-    >>> before = jax.config.jax_compilation_cache_dir
-    >>> with compilations_in(tempfile.mkdtemp()) as folder:
-    ...     inside = jax.config.jax_compilation_cache_dir == folder
-    >>> inside, jax.config.jax_compilation_cache_dir == before
+    >>> bound = jax.config.jax_compilation_cache_max_size
+    >>> with compilations_in(tempfile.mkdtemp()) as folder:   # the suite's cache, where it runs in the tests
+    ...     in_use = jax.config.jax_compilation_cache_dir
+    >>> in_use == folder, jax.config.jax_compilation_cache_max_size == bound
     (True, True)
     """
     import jax
