@@ -149,15 +149,21 @@ def process_compilations():
     """:func:`compilations_in` one temporary folder for the whole process, removed when it exits:
     each run from Python (``run_experiment``, ``resume_experiment``) runs in this block, so a run in a
     notebook or a script reads back the programs an earlier run of the process compiled for the
-    same model and shapes instead of compiling them again (a repeated CNN FedBuff run on the 2-core
-    CPU: 13.7 s, then 2.5 s; 2026-12-04), and jax's settings are the user's again between runs.
-    ``JAXFL_COMPILATION_CACHE=off`` keeps it off (yields None); a cache the user configured for jax
-    is used as it is.
+    same model and shapes instead of compiling them again (a loop over seeds of a small CNN FedBuff
+    run on the 2-core CPU: 5.9-7.5 s a run after the first without it, 1.8-2.0 s with it;
+    2026-12-04), and jax's settings are the user's again between runs. ``JAXFL_COMPILATION_CACHE=off``
+    keeps it off (yields None); a cache the user configured for jax is used as it is (and no folder
+    is made).
 
     >>> with process_compilations() as folder:   # a run's programs go to this folder
     ...     pass
     """
+    import jax
+
     global _process_folder
+    if jax.config.jax_compilation_cache_dir:
+        yield jax.config.jax_compilation_cache_dir
+        return
     if os.environ.get(ENVIRONMENT_VARIABLE, "").strip().lower() in OFF:
         yield None
         return
