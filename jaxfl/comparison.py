@@ -62,10 +62,13 @@ def check_plotting() -> None:
 @contextlib.contextmanager
 def shared_compilations():
     """Within the block, a run reuses the XLA programs an earlier run compiled (the runs of a
-    comparison train the same model with the same step shapes): a persistent compilation cache in a
-    temporary folder, removed afterwards. Results are unchanged (the cache keys on the program); it
-    saves about a quarter of the quickstart's CPU time. A cache the user configured
-    (``jax_compilation_cache_dir``) is used as it is.
+    comparison train the same model with the same step shapes): the process's temporary cache of
+    compiled programs (:func:`jaxfl.compilation_cache.process_compilations`, removed at exit), which
+    the runs of other comparisons and sweeps and single runs of the process share too (notebook 02's
+    three comparisons of one model). Results are unchanged (the cache keys on the program); it saves
+    about a quarter of the quickstart's CPU time. A cache the user configured
+    (``jax_compilation_cache_dir``) is used as it is; with ``JAXFL_COMPILATION_CACHE=off`` the block
+    still shares, in a temporary folder of its own removed afterwards.
 
     >>> import jax
     >>> before = jax.config.jax_compilation_cache_dir
@@ -76,10 +79,14 @@ def shared_compilations():
     """
     import jax
 
-    from jaxfl.compilation_cache import compilations_in
+    from jaxfl.compilation_cache import ENVIRONMENT_VARIABLE, OFF, compilations_in, process_compilations
 
     if jax.config.jax_compilation_cache_dir:
         yield jax.config.jax_compilation_cache_dir
+        return
+    if os.environ.get(ENVIRONMENT_VARIABLE, "").strip().lower() not in OFF:
+        with process_compilations() as folder:
+            yield folder
         return
     folder = tempfile.mkdtemp(prefix="jaxfl-xla-cache-")
     try:

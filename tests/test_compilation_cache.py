@@ -135,6 +135,27 @@ def test_runs_from_python_read_back_what_an_earlier_run_of_the_process_compiled(
     assert done.stdout.split("FOLDER")[1].split() == ["None"]
 
 
+def test_comparisons_of_a_process_share_its_cache(tmp_path):
+    """Two comparisons of the same runs in one process (notebook 02 compares the same model under
+    three speed models): the second compiles nothing (each comparison had a temporary folder of its
+    own, removed after it, so the second compiled every program again)."""
+    script = (TWO_RUNS.split("config = RunConfig")[0]
+              + "from jaxfl.comparison import compare\n"
+              "for out in ('a', 'b'):\n"
+              "    compare([RunConfig(algorithm=name, dataset='mnist10k', model='mlp', clients=4, local_steps=2,\n"
+              "                       max_updates=2, progress=False, output_dir=sys.argv[1] + out)\n"
+              "             for name in ('fedavg', 'fedbuff')])\n"
+              "    print('COMPARISON', counts['/jax/compilation_cache/cache_hits'], counts['/jax/compilation_cache/cache_misses'])\n"
+              "    counts.update(dict.fromkeys(counts, 0))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "runs")],
+                          env=_without_the_suites_cache(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0"),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (_, _, first_misses), (_, hits, misses) = [line.split() for line in done.stdout.splitlines()
+                                               if line.startswith("COMPARISON")]
+    assert int(first_misses) >= 3 and int(hits) >= 3 and int(misses) == 0
+
+
 def test_the_cache_can_be_moved_or_turned_off_and_a_users_jax_cache_wins(tmp_path):
     """``JAXFL_COMPILATION_CACHE`` names the folder, or turns the cache off in any usual spelling (jax's
     settings untouched); a cache the user configured for jax is kept as it is."""
