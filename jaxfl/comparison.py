@@ -79,12 +79,12 @@ def shared_compilations():
     """
     import jax
 
-    from jaxfl.compilation_cache import ENVIRONMENT_VARIABLE, OFF, compilations_in, process_compilations
+    from jaxfl.compilation_cache import compilations_in, process_compilations, turned_off
 
     if jax.config.jax_compilation_cache_dir:
         yield jax.config.jax_compilation_cache_dir
         return
-    if os.environ.get(ENVIRONMENT_VARIABLE, "").strip().lower() not in OFF:
+    if not turned_off():
         with process_compilations() as folder:
             yield folder
         return

@@ -30,6 +30,21 @@ DEFAULT_MAX_BYTES = 1 << 30
 MIN_COMPILE_SECONDS = 0.2
 
 
+def turned_off() -> bool:
+    """Whether ``JAXFL_COMPILATION_CACHE`` turns jaxfl's caches off (``off``, ``0``, ``false``, ``no``,
+    ``none``, in any case).
+
+    Example:
+        >>> before = os.environ.pop(ENVIRONMENT_VARIABLE, None)
+        >>> os.environ[ENVIRONMENT_VARIABLE] = " Off "; turned_off()
+        True
+        >>> del os.environ[ENVIRONMENT_VARIABLE]; turned_off()
+        False
+        >>> if before is not None: os.environ[ENVIRONMENT_VARIABLE] = before
+    """
+    return os.environ.get(ENVIRONMENT_VARIABLE, "").strip().lower() in OFF
+
+
 def default_folder() -> str:
     """``$XDG_CACHE_HOME/jaxfl/xla``, or ``~/.cache/jaxfl/xla``.
 
@@ -67,9 +82,9 @@ def use_compilation_cache(folder: str | None = None, max_bytes: int = DEFAULT_MA
         return jax.config.jax_compilation_cache_dir
     asked = folder is not None
     if folder is None:
-        setting = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
-        if setting.lower() in OFF:
+        if turned_off():
             return None
+        setting = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
         asked = bool(setting)
         folder = setting or default_folder()
     folder = os.path.abspath(os.path.expanduser(folder))
@@ -164,7 +179,7 @@ def process_compilations():
     if jax.config.jax_compilation_cache_dir:
         yield jax.config.jax_compilation_cache_dir
         return
-    if os.environ.get(ENVIRONMENT_VARIABLE, "").strip().lower() in OFF:
+    if turned_off():
         yield None
         return
     if _process_folder is None or not os.path.isdir(_process_folder):
