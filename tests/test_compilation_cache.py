@@ -49,7 +49,7 @@ def _final_figures(out) -> list:
 def test_a_second_run_reads_its_programs_back_and_ends_the_same(tmp_path):
     """The first run compiles and writes the cache (bounded at 1 GiB); the second, a new process, reads
     back every program the first kept, and ends with the same figures. Every program is kept here
-    (jax's own threshold variable at 0, which jaxfl leaves as the user set it): at the default 0.2 s,
+    (jax's own threshold variable at 0, which jaxfl leaves as the user set it): at the default 20 ms,
     which programs are kept depends on how fast the machine compiles them, and a count of them is not
     a test (a fresh-clone run of the suite on a loaded 2-core machine kept 2 where a quiet run kept 3)."""
     cache = tmp_path / "home-cache"
@@ -113,7 +113,7 @@ def test_runs_from_python_read_back_what_an_earlier_run_of_the_process_compiled(
     on the 2-core CPU, 2026-12-04): the runs share a temporary cache of the process, removed at its
     exit, and jax's settings are the user's again between runs. ``JAXFL_COMPILATION_CACHE=off``
     keeps it off."""
-    # every program kept (jax's own threshold variable, which jaxfl leaves as the user set it): at jaxfl's 0.2 s,
+    # every program kept (jax's own threshold variable, which jaxfl leaves as the user set it): at jaxfl's 20 ms,
     # which programs are kept depends on how fast the machine compiles them
     every = _without_the_suites_cache(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     done = subprocess.run([sys.executable, "-c", TWO_RUNS, str(tmp_path / "runs")], env=every, capture_output=True,
@@ -168,7 +168,7 @@ def test_the_cache_can_be_moved_or_turned_off_and_a_users_jax_cache_wins(tmp_pat
     done = subprocess.run([sys.executable, "-c", script], env=_without_the_suites_cache(ELSEWHERE=str(elsewhere)),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    # the cache keeps programs that took 0.2 s or more to compile (MIN_COMPILE_SECONDS), as jax's own default is 1 s
+    # the cache keeps programs that took 20 ms or more to compile (MIN_COMPILE_SECONDS), as jax's own default is 1 s
     assert done.stdout.split() == ["None"] * 12 + [str(elsewhere)] * 2 + [str(MIN_COMPILE_SECONDS)] and elsewhere.is_dir()
     # this test process: the suite configured jax's cache (conftest.py), so jaxfl leaves it as it is
     assert use_compilation_cache(str(tmp_path / "ignored")) == jax.config.jax_compilation_cache_dir
