@@ -29,6 +29,7 @@ import re
 import os
 import shlex
 import sys
+import tempfile
 import typing
 
 from jaxfl import algorithms
@@ -867,6 +868,11 @@ def check_folder(flag: str, path: str, given: str | None = None) -> None:
     if not os.access(probe, os.W_OK | os.X_OK):
         raise ConfigError(f"{flag}={given or path!r} is not allowed: the folder {shown} cannot be written "
                           "(permissions); give a folder you can write")
+    try:  # what access() cannot tell: a file system that makes no folders (/proc, /sys), a full disk
+        os.rmdir(tempfile.mkdtemp(prefix=".jaxfl-probe-", dir=probe))
+    except OSError as error:
+        raise ConfigError(f"{flag}={given or path!r} is not allowed: no folder can be made in {shown} "
+                          f"({error.strerror or error}); give a folder you can write") from None
 
 
 def _file_settings(path: str) -> dict:

@@ -209,6 +209,20 @@ def test_a_broken_link_where_the_output_folder_goes_is_named_as_one(tmp_path):
         cli.check_folder("--output-dir", str(link))
 
 
+def test_an_output_folder_on_a_file_system_that_makes_no_folders_is_refused_before_any_work(tmp_path):
+    """/proc lets root write (access() says yes) but makes no folders: refused naming the flag and why,
+    with nothing left behind, instead of an OSError after the data was built."""
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc here")
+    # (not root: access() already says no, and the message names the permissions)
+    with pytest.raises(ConfigError, match=r"--output-dir='/proc/jaxfl-runs' is not allowed: (no folder can be made in "
+                                          r"'/proc' \(.+\)|the folder '/proc' cannot be written \(permissions\)); "
+                                          "give a folder you can write"):
+        cli.check_folder("--output-dir", "/proc/jaxfl-runs")
+    cli.check_folder("--output-dir", str(tmp_path / "runs"))  # a folder that can be made: nothing left behind
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.fixture
 def read_only_copy(sweep_dir, tmp_path):
     """A copy of the sweep on a read-only mount (root: a read-only bind mount; others: chmod)."""
