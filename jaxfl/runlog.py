@@ -1158,6 +1158,39 @@ class Run:
         return len(next(iter(self.events.values()), ()))
 
     @property
+    def run_config(self):
+        """The run's :class:`~jaxfl.RunConfig`, validated, to run it again or vary it from Python (what
+        ``jaxfl run --config RUN_DIR/config.json`` does on the command line); its ``output_dir`` is
+        the run's, so a rerun lands beside it in a new folder. A run that names files by relative paths
+        (``data_dir``, ``file.py:Class``) is read from the folder it was started in (config.json
+        records it); elsewhere that is a ValueError, since the same path may name another file here.
+        A run that took your own objects (a model or optimiser given to ``run_experiment``, recorded as
+        ``<user: ...>``) needs them given again with the config.
+
+        >>> import dataclasses, jaxfl, tempfile
+        >>> run = load_run(jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedbuff", clients=4, local_steps=2,
+        ...     max_updates=1, progress=False, output_dir=tempfile.mkdtemp())).run_dir)
+        >>> again = dataclasses.replace(run.run_config, seed=1)   # the same run, another seed
+        >>> again.algorithm, again.clients, again.seed
+        ('fedbuff', 4, 1)
+        """
+        from jaxfl.config import PLUGIN_IMPORT_FAILURES, as_recorded, config_from_mapping, import_named_plugins
+        from jaxfl.resume import _relative_paths, _started_elsewhere
+
+        record = self.config.get("config")
+        if not isinstance(record, dict):
+            raise ValueError(f"run {self.run_dir!r}: its config.json holds no run config (no 'config' mapping)")
+        elsewhere = _started_elsewhere(self.config)
+        relative = _relative_paths(record)
+        if elsewhere and relative:
+            raise ValueError(f"run {self.run_dir!r} was started in {elsewhere!r} and its config names "
+                             f"{', '.join(relative)} relative to that folder: read its run_config from there")
+        values = as_recorded(record)
+        PLUGIN_IMPORT_FAILURES.clear()
+        import_named_plugins(values)
+        return config_from_mapping(values)
+
+    @property
     def client_samples(self) -> np.ndarray | None:
         """Every client's training-sample count (:func:`read_client_samples`), read when asked for."""
         return read_client_samples(self.run_dir, self.config)

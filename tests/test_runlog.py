@@ -170,6 +170,33 @@ def test_a_real_run_keeps_its_event_log_readable(tmp_path):
     assert sum(stats["arrival_staleness_histogram"].values()) == stats["arrivals"]
 
 
+def test_a_loaded_run_s_config_runs_it_again_to_the_same_results(tmp_path):
+    """``load_run(d).run_config`` is the run's RunConfig: run again it gives the same event log and
+    metrics; a run naming a relative data file is refused from another folder, not read against it."""
+    config = jaxfl.RunConfig(algorithm="fedcompass", model="mlp", clients=4, local_steps=4, max_updates=3,
+                             progress=False, heterogeneity="exp", output_dir=str(tmp_path / "runs"))
+    first = load_run(jaxfl.run_experiment(config).run_dir)
+    assert first.run_config == jaxfl.validate(config)
+    with pytest.warns(UserWarning, match="holds a finished run of this config"):  # and trains it again, in -2
+        again = load_run(jaxfl.run_experiment(first.run_config).run_dir)
+    assert again.run_dir != first.run_dir and os.path.dirname(again.run_dir) == os.path.dirname(first.run_dir)
+    for name in ("time", "event", "client", "version", "staleness", "steps"):
+        assert again.events[name].tolist() == first.events[name].tolist()
+    assert again.metrics["accuracy"].tolist() == first.metrics["accuracy"].tolist()
+    assert dataclasses.replace(first.run_config, seed=3).seed == 3
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    relative = dict(first.config, working_directory=str(elsewhere))
+    relative["config"] = {**first.config["config"], "data": {**first.config["config"]["data"],
+                                                               "dataset": "npz", "data_dir": "mine.npz"}}
+    with pytest.raises(ValueError, match=f"was started in '{elsewhere}' and its config names data_dir='mine.npz' "
+                                         "relative to that folder"):
+        dataclasses.replace(first, config=relative).run_config
+    with pytest.raises(ValueError, match="holds no run config"):
+        dataclasses.replace(first, config={}).run_config
+
+
 def test_load_run_names_the_path_of_a_directory_that_is_no_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="no config.json"):
         load_run(str(tmp_path))
