@@ -353,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
              "applies (0 replays the times exactly); saved in the run directory as client_time_per_step.npy")
     _option_flags(run)
     commands.add_parser("demo", usage="jaxfl demo [jaxfl run flags]", help="the quickstart: sync, async and semi-async algorithms on MNIST, non-IID, "
-                                     "heterogeneous speeds (about half a minute on a 2-core CPU)",
+                                     "heterogeneous speeds (about 15 s on a 2-core CPU)",
                         description=_DEMO_DESCRIPTION + "\n\n" + _demo_command([]),
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     listing = commands.add_parser("algorithms", help="the registered algorithms: name, kind, options")

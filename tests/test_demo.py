@@ -36,7 +36,7 @@ def test_the_printed_command_is_the_quickstart_experiment():
 
 def test_demo_prints_its_command_then_runs_it_with_overrides(tmp_path, capsys):
     out = tmp_path / "runs"
-    # the schedule of the same five runs, without training (the full demo trains for ~half a minute)
+    # the schedule of the same five runs, without training (the full demo trains for ~15 s)
     assert main(["demo", "--timing-only", "--output-dir", str(out)]) == 0
     printed = capsys.readouterr().out
     header, _, rest = printed.partition("\n\n")

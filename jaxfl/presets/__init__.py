@@ -3,7 +3,7 @@
 
 ``quickstart`` is the README's first command (``jaxfl demo``): synchronous, asynchronous and
 semi-asynchronous algorithms on the embedded MNIST data under a non-IID split and heterogeneous
-client speeds, in about half a minute on a 2-core CPU.
+client speeds, in about 15 s on a 2-core CPU.
 
 The paper presets, ``<paper>-<dataset>``, are each seed paper's main experiment: FedCompass (Li et
 al., ICLR 2024), PORT (Su & Li, IEEE IWQoS 2022), CC-FedAvg (Zhang et al., 2024) and FedASMU (Liu et
