@@ -960,7 +960,7 @@ def _worker_environment(devices: int, cache: str, gpu_memory_fraction: float | N
     env = dict(os.environ, JAX_NUM_CPU_DEVICES=str(devices), JAX_COMPILATION_CACHE_DIR=cache,
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=str(jax.config.jax_persistent_cache_min_compile_time_secs),
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=str(jax.config.jax_persistent_cache_min_entry_size_bytes))
-    if jax.config.jax_compilation_cache_max_size != -1:  # the bound of jaxfl's cache (jaxfl.compilation_cache)
+    if jax.config.jax_compilation_cache_max_size != -1:  # a bound the user set for jax
         env["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(jax.config.jax_compilation_cache_max_size)
     if gpu_memory_fraction is not None:
         env[GPU_MEMORY_FRACTION] = str(gpu_memory_fraction)

@@ -47,20 +47,46 @@ def _final_figures(out) -> list:
 
 
 def test_a_second_run_reads_its_programs_back_and_ends_the_same(tmp_path):
-    """The first run compiles and writes the cache (bounded at 1 GiB); the second, a new process, reads
-    back every program the first kept, and ends with the same figures. Every program is kept here
-    (jax's own threshold variable at 0, which jaxfl leaves as the user set it): at the default 20 ms,
-    which programs are kept depends on how fast the machine compiles them, and a count of them is not
-    a test (a fresh-clone run of the suite on a loaded 2-core machine kept 2 where a quiet run kept 3)."""
+    """The first run brings the cache under 1 GiB (a stale program over it is removed), compiles and
+    writes the cache; the second, a new process, reads back every program the first kept, and ends
+    with the same figures. jax's own bound stays off: it would list the whole folder at every write (no
+    time files beside the programs shows it is off). Every program is kept here (jax's own threshold
+    variable at 0, which jaxfl leaves as the user set it): at the default 20 ms, which programs are kept
+    depends on how fast the machine compiles them, and a count of them is not a test (a fresh-clone run
+    of the suite on a loaded 2-core machine kept 2 where a quiet run kept 3)."""
     cache = tmp_path / "home-cache"
+    folder = cache / "jaxfl" / "xla"
+    folder.mkdir(parents=True)
+    with open(folder / "stale-cache", "wb") as handle:  # sparse: 1.5 GiB by its size, no disk
+        handle.truncate(3 << 29)
+    (folder / "stale-atime").write_bytes(bytes(8))
+    os.utime(folder / "stale-cache", (1e9, 1e9))
     env = _without_the_suites_cache(XDG_CACHE_HOME=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
-    status, _, first_misses, folder, bound = _run(tmp_path / "first", env)
-    assert (status, folder, bound) == ("0", str(cache / "jaxfl" / "xla"), str(1 << 30))
-    kept = [name for name in os.listdir(folder) if name.endswith("-cache")]  # not "-atime", ".lockfile"
-    assert len(kept) >= 3 and int(first_misses) >= 3
+    status, _, first_misses, in_use, bound = _run(tmp_path / "first", env)
+    assert (status, in_use, bound) == ("0", str(folder), "-1")
+    assert not (folder / "stale-cache").exists() and not (folder / "stale-atime").exists()
+    kept = [name for name in os.listdir(folder) if name.endswith("-cache")]
+    assert len(kept) >= 3 and int(first_misses) >= 3 and not [name for name in os.listdir(folder)
+                                                             if name.endswith("-atime")]
     status, hits, *_ = _run(tmp_path / "second", env)
     assert status == "0" and int(hits) >= len(kept)
     assert _final_figures(tmp_path / "first") == _final_figures(tmp_path / "second")
+
+
+def test_trim_removes_the_programs_used_least_recently_until_the_rest_fit(tmp_path):
+    from jaxfl.compilation_cache import trim
+
+    for age in range(10):  # program 9 the oldest; 100 bytes each, and a time file beside each
+        (tmp_path / f"p{age}-cache").write_bytes(bytes(100))
+        (tmp_path / f"p{age}-atime").write_bytes(bytes(8))
+        os.utime(tmp_path / f"p{age}-cache", (1e9 - age, 1e9 - age))
+    os.utime(tmp_path / "p9-cache", (2e9, 1e9 - 9))  # read since: kept, by its access time
+    (tmp_path / "notes.txt").write_bytes(bytes(5000))  # not a program: neither counted nor removed
+    assert trim(str(tmp_path), max_bytes=1000) == 0  # 1,000 bytes of programs fit
+    assert trim(str(tmp_path), max_bytes=700) == 400  # down to 90 %: 630 bytes, so 6 programs stay
+    left = sorted(name for name in os.listdir(tmp_path))
+    assert left == sorted([f"p{age}-{kind}" for age in (0, 1, 2, 3, 4, 9) for kind in ("atime", "cache")]
+                          + ["notes.txt"])
 
 
 def test_a_run_of_another_seed_compiles_nothing_that_an_earlier_run_compiled(tmp_path, small_config):

@@ -1077,7 +1077,7 @@ def test_parallel_workers_share_the_sweeps_compilation_cache_on_its_terms(tmp_pa
         jax.config.update("jax_compilation_cache_dir", str(tmp_path))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 3.5)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 4096)
-        jax.config.update("jax_compilation_cache_max_size", 1 << 20)  # jaxfl.compilation_cache's bound
+        jax.config.update("jax_compilation_cache_max_size", 1 << 20)  # a bound the user set for jax
         with shared_compilations() as cache:
             env = _worker_environment(1, cache)
     finally:
