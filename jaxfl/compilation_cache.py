@@ -5,8 +5,9 @@ A run's training program is most of its first seconds: a CNN FedBuff run on a 2-
 for 18.5 s of its 36 s, and its second run, reading the programs back, for 2.3 s (2026-12-03). The
 ``jaxfl`` command turns jax's persistent compilation cache on in a folder of the user's cache
 (``$XDG_CACHE_HOME/jaxfl/xla``, by default ``~/.cache/jaxfl/xla``), brought under 1 GiB as each
-command starts, the programs used least recently removed first (:func:`trim`). A cached program is the same executable, so results do not
-change; XLA:CPU refuses a program compiled for another machine's CPU, and compiles it again.
+command starts, the programs used least recently removed first (:func:`trim`). A cached program is
+the same executable, so results do not change; XLA:CPU refuses a program compiled for another
+machine's CPU, and compiles it again.
 
 ``JAXFL_COMPILATION_CACHE`` names another folder, or ``off``; a cache the user configured for jax
 (``JAX_COMPILATION_CACHE_DIR``, ``jax.config.update("jax_compilation_cache_dir", ...)``) is used as

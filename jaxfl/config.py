@@ -1322,8 +1322,22 @@ def load_config_text(text: str | bytes, suffix: str) -> dict[str, Any]:
         raise ConfigError("a config file must hold a mapping of field names to values")
     # a run's config.json, or a checkpoint's (its flat record and hash): rerun its config
     if isinstance(values.get("config"), dict) and ("versions" in values or "config_sha256" in values):
-        values = as_recorded(values["config"])
+        return recorded_values(values["config"])
     PLUGIN_IMPORT_FAILURES.clear()  # this file's, not an earlier one's
+    import_named_plugins(values)
+    return values
+
+
+def recorded_values(record: dict[str, Any]) -> dict[str, Any]:
+    """The values of a run's recorded config (``config.json``'s ``config``, or a checkpoint's flat
+    record) as a new run takes them: the defaults it ran under (:func:`as_recorded`), and the plug-in
+    algorithms it names imported (:data:`PLUGIN_IMPORT_FAILURES` then holds this record's failures).
+
+    >>> recorded_values({"algorithm": "fedasync", "server": {"rule": None}})["server"]["rule"]
+    'fedcompass'
+    """
+    values = as_recorded(record)
+    PLUGIN_IMPORT_FAILURES.clear()
     import_named_plugins(values)
     return values
 

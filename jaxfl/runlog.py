@@ -1174,7 +1174,7 @@ class Run:
         >>> again.algorithm, again.clients, again.seed
         ('fedbuff', 4, 1)
         """
-        from jaxfl.config import PLUGIN_IMPORT_FAILURES, as_recorded, config_from_mapping, import_named_plugins
+        from jaxfl.config import config_from_mapping, recorded_values
         from jaxfl.resume import _relative_paths, _started_elsewhere
 
         record = self.config.get("config")
@@ -1185,10 +1185,7 @@ class Run:
         if elsewhere and relative:
             raise ValueError(f"run {self.run_dir!r} was started in {elsewhere!r} and its config names "
                              f"{', '.join(relative)} relative to that folder: read its run_config from there")
-        values = as_recorded(record)
-        PLUGIN_IMPORT_FAILURES.clear()
-        import_named_plugins(values)
-        return config_from_mapping(values)
+        return config_from_mapping(recorded_values(record))
 
     @property
     def client_samples(self) -> np.ndarray | None:
