@@ -304,7 +304,7 @@ def main() -> None:
                 limit = BigModel(setup, args.steps, args.steps_per_call)
                 warmup["limit"] = limit.run()  # compilation included
                 limit_flops, limit_source = limit.flops_per_step()
-            except Exception as error:  # noqa: BLE001: the big batch may not fit where K small ones do
+            except Exception as error:  # noqa: BLE001 -- the big batch may not fit where K small ones do
                 if not is_out_of_memory(error):
                     raise
                 limit, limit_note = None, f"does not fit: {str(error).splitlines()[0][:200]}"

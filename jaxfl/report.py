@@ -1815,8 +1815,6 @@ def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir:
 
     >>> # plot_staleness_by_group({"concurrency=100": {"fedbuff": runs}, "concurrency=1000": {...}}, "sweeps/x", "staleness.png")
     """
-    import json
-
     from matplotlib.ticker import MaxNLocator
 
     columns = min(3, max(len(runs_by_method) for runs_by_method in groups.values()))

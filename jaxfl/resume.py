@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 from jaxfl import algorithms, checkpoint
 from jaxfl.config import (FIELDS, FIELDS_ADDED, ConfigError, RunConfig, as_recorded, config_from_mapping,
-                          split_algorithm_options, user_path, validate)
+                          split_algorithm_options, user_path, validate)  # noqa: F401 -- validate: the docstring examples use it
 
 # Fields that do not change what a run computes or writes, so a resume may set them afresh. ``devices``
 # changes only how the client axis is sharded (results equal within the tolerance README states for

@@ -10,7 +10,7 @@ import pytest
 
 from jaxfl.cli import _configs, build_parser, main
 from jaxfl.config import ConfigError
-from jaxfl.presets import names, preset_config, preset_configs, preset_for_algorithm, preset_path, preset_values
+from jaxfl.presets import names, preset_config, preset_configs, preset_for_algorithm
 
 PAPER_ALGORITHM = {"fedcompass": "fedcompass", "port": "port", "ccfedavg": "ccfedavg", "fedasmu": "fedasmu"}
 PAPER_PRESETS = [name for name in names() if name != "quickstart"]

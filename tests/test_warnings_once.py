@@ -3,8 +3,6 @@
 import os
 import warnings
 
-import pytest
-
 from jaxfl.cli import main
 from jaxfl.config import RunConfig
 from jaxfl.experiment import resume_experiment, run_experiment

@@ -387,8 +387,8 @@ class PortConfig(Options):
             fail("port.pull_steps", self.pull_steps, "an integer >= 1 (local steps per block a pulled client finishes)")
         if self.pull_steps is not None and not self.urgent_pull:
             fail("port.pull_steps", self.pull_steps,
-                 f"only with port.urgent_pull=True (the block of local steps a pulled client finishes); this run's "
-                 f"urgent_pull is False (leave port.pull_steps unset, or set port.urgent_pull true)")
+                 "only with port.urgent_pull=True (the block of local steps a pulled client finishes); this run's "
+                 "urgent_pull is False (leave port.pull_steps unset, or set port.urgent_pull true)")
         for name in ("cosine_skip_staleness", "cosine_skip_rounds"):
             if getattr(self, name) < -1:
                 fail(f"port.{name}", getattr(self, name), "an integer >= -1")
