@@ -65,3 +65,59 @@ def test_early_stopping_logger_snippet_runs_with_tensorboard(in_tmp_folder):
     assert summary["client_steps_aggregated"] < 3000 * 50
     assert os.listdir(os.path.join(run_dir, "tensorboard"))
     assert names["StopWhenFlat"]().log({"accuracy": 0.5}, step=1) is False
+
+
+def readme_commands() -> list[tuple[str, str]]:
+    """Every ``jaxfl run`` and ``jaxfl sweep`` command of the README's bash blocks, continuation lines
+    joined, with the comment after it: (command, comment)."""
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        loops = {}  # a shell loop's variable: its values (for slot in a b c; do)
+        for line in block.replace("\\\n", " ").splitlines():
+            loop = re.match(r"\s*for (\w+) in ([^;]+); do", line)
+            if loop:
+                loops[loop.group(1)] = loop.group(2).split()
+            command, _, comment = line.strip().removeprefix("srun ").partition("#")
+            if not command.startswith(("jaxfl run ", "jaxfl sweep ")):
+                continue
+            command = " ".join(command.split())
+            variables = [name for name in loops if f"${name}" in command]
+            assert len(variables) <= 1, command
+            for value in loops[variables[0]] if variables else [None]:
+                commands.append((command if value is None else command.replace(f"${variables[0]}", value),
+                                 comment.strip()))
+    return commands
+
+
+# what a reader provides first, or what joins a cluster: parsed, not validated
+NEEDS_THE_READER = ("--config experiment.toml", "--resume", "--cluster", "--coordinator-address")
+
+
+@pytest.mark.parametrize("command, comment", readme_commands(), ids=lambda value: value[:60])
+def test_readme_command_parses_and_validates_before_any_work(command, comment, in_tmp_folder):
+    """Each command's flags exist and its configs (a sweep: every cell) validate, as the command
+    checks them before its first run; a sweep's "N runs" comment counts its cells."""
+    import shlex
+
+    from jaxfl.cli import _configs, _sweep_values, build_parser
+    from jaxfl.sweep import expand
+
+    argv = [os.path.join(ROOT, word) if word.startswith("examples/") else word for word in shlex.split(command)[1:]]
+    args, extra = build_parser().parse_known_args(argv)
+    assert extra == [], f"{command}: flags the command does not know: {extra}"
+    if any(needs in command for needs in NEEDS_THE_READER):
+        return
+    if args.command == "run":
+        assert _configs(args)
+        return
+    base, grid = _sweep_values(args)
+    cells, _ = expand(base, grid, str(in_tmp_folder / "sweep"))
+    counted = re.search(r"(\d+) runs", comment)
+    if counted:
+        assert len(cells) == int(counted.group(1)), comment
+
+
+def test_the_readme_has_the_commands_the_test_above_checks():
+    commands = [command for command, _ in readme_commands()]
+    assert len(commands) >= 10 and any(command.startswith("jaxfl sweep") for command in commands)
