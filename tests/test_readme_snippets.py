@@ -67,12 +67,17 @@ def test_early_stopping_logger_snippet_runs_with_tensorboard(in_tmp_folder):
     assert names["StopWhenFlat"]().log({"accuracy": 0.5}, step=1) is False
 
 
-def readme_commands() -> list[tuple[str, str]]:
-    """Every ``jaxfl run`` and ``jaxfl sweep`` command of the README's bash blocks, continuation lines
+READMES = ("README.md", "benchmarks/reproduction/README.md")
+
+
+def readme_commands(readme: str = "README.md") -> list[tuple[str, str]]:
+    """Every ``jaxfl run`` and ``jaxfl sweep`` command of a README's code blocks, continuation lines
     joined, with the comment after it: (command, comment)."""
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    text = open(os.path.join(ROOT, readme), encoding="utf-8").read()
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+    blocks = [body for language, body in re.findall(r"^\s*```(\w*)\n(.*?)^\s*```", text, re.S | re.M)
+              if language in ("bash", "")]
+    for block in blocks:
         loops = {}  # a shell loop's variable: its values (for slot in a b c; do)
         for line in block.replace("\\\n", " ").splitlines():
             loop = re.match(r"\s*for (\w+) in ([^;]+); do", line)
@@ -94,16 +99,19 @@ def readme_commands() -> list[tuple[str, str]]:
 NEEDS_THE_READER = ("--config experiment.toml", "--resume", "--cluster", "--coordinator-address")
 
 
-@pytest.mark.parametrize("command, comment", readme_commands(), ids=lambda value: value[:60])
+@pytest.mark.parametrize("command, comment", [pair for readme in READMES for pair in readme_commands(readme)],
+                         ids=lambda value: value[:60])
 def test_readme_command_parses_and_validates_before_any_work(command, comment, in_tmp_folder):
     """Each command's flags exist and its configs (a sweep: every cell) validate, as the command
-    checks them before its first run; a sweep's "N runs" comment counts its cells."""
+    checks them before its first run; a sweep's "N runs" comment counts its cells. The
+    reproduction README's commands are how its tables were made: a reader runs them again."""
     import shlex
 
     from jaxfl.cli import _configs, _sweep_values, build_parser
     from jaxfl.sweep import expand
 
-    argv = [os.path.join(ROOT, word) if word.startswith("examples/") else word for word in shlex.split(command)[1:]]
+    argv = [os.path.join(ROOT, word) if word.startswith(("examples/", "benchmarks/")) else word
+            for word in shlex.split(command)[1:]]
     args, extra = build_parser().parse_known_args(argv)
     assert extra == [], f"{command}: flags the command does not know: {extra}"
     if any(needs in command for needs in NEEDS_THE_READER):
@@ -118,6 +126,7 @@ def test_readme_command_parses_and_validates_before_any_work(command, comment, i
         assert len(cells) == int(counted.group(1)), comment
 
 
-def test_the_readme_has_the_commands_the_test_above_checks():
+def test_the_readmes_have_the_commands_the_test_above_checks():
     commands = [command for command, _ in readme_commands()]
     assert len(commands) >= 10 and any(command.startswith("jaxfl sweep") for command in commands)
+    assert len(readme_commands("benchmarks/reproduction/README.md")) >= 40
