@@ -334,9 +334,12 @@ def _expand(base: dict, grid: dict, sweep_dir: str) -> tuple[list[Cell], list[st
             why = "every cell is timing-only: no training, evaluation or checkpoint"
         raise ConfigError(f"{', '.join(f'{name}={given[name]!r}' for name in never)} is not allowed: no cell of "
                           f"this sweep reads {'it' if len(never) == 1 else 'them'} ({why}); leave it out")
+    by_cells: dict[str, list[str]] = {}  # the fields read by the same cells: one note (FedASMU's 12 options)
     for name in sorted(dropped):
-        where = "; ".join(sorted(label for label in applies[name] if label))  # "": decided by no swept axis
-        notes.append(f"{name} applies only to the cells that read it" + (f" ({where})" if where else ""))
+        by_cells.setdefault("; ".join(sorted(label for label in applies[name] if label)), []).append(name)  # "": no axis
+    for where, names in by_cells.items():
+        notes.append(f"{', '.join(names)} appl{'y' if len(names) > 1 else 'ies'} only to the cells that read "
+                     f"{'them' if len(names) > 1 else 'it'}" + (f" ({where})" if where else ""))
     return cells, notes
 
 

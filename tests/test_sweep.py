@@ -1108,8 +1108,7 @@ def test_a_mixed_timing_only_sweep_s_notes_name_the_cells_that_read_each_setting
     without naming them, unlike every other note."""
     _, notes = expand({"dataset": "synthetic_iid", "partition": "natural", "model": "logreg", "max_updates": 3,
                        "eval_every": 2, "final_checkpoint": False}, {"timing_only": [True, False]}, "sweeps/x")
-    assert notes == ["eval_every applies only to the cells that read it (timing_only=False)",
-                     "final_checkpoint applies only to the cells that read it (timing_only=False)"]
+    assert notes == ["eval_every, final_checkpoint apply only to the cells that read them (timing_only=False)"]
 
 
 def test_a_timing_only_sweep_over_evaluation_settings_says_why_no_cell_reads_them():
