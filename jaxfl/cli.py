@@ -1312,6 +1312,7 @@ def _main(argv: list[str] | None) -> int:
         for folder in dict.fromkeys(config.output_dir for config in configs):
             check_folder("--output-dir" if args.output_dir is not None else "output_dir", folder)
         from jaxfl.experiment import check_buildable, run_experiment, shared_data
+        from jaxfl.plot import percent
         from jaxfl.report import _significant
         from jaxfl.user_inputs import UserInputs, load_time_per_step
 
@@ -1353,7 +1354,8 @@ def _main(argv: list[str] | None) -> int:
                 continue
             reached = "not reached" if summary["time_to_target"] is None else \
                 f"{_significant(summary['time_to_target'])} virtual s"
-            target = "no target" if config.target_accuracy is None else f"target {config.target_accuracy:.0%} {reached}"
+            target = "no target" if config.target_accuracy is None else \
+                f"target {percent(config.target_accuracy)} {reached}"
             print(f"{summary['algorithm']}: best accuracy {summary['best_accuracy']:.4f}, "
                   f"{target}, {summary['global_updates']} updates, "
                   f"stop: {summary['stop_reason']} → {result.run_dir}{reused}")

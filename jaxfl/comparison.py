@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 
+from jaxfl.plot import percent
 from jaxfl.runlog import write_csv
 
 COLUMNS = ("algorithm", "time_to_target", "best_accuracy", "final_accuracy", "global_updates",
@@ -134,7 +135,7 @@ def format_table(rows: list[dict], target: float | None) -> str:
     fedavg          12.5    0.9100    0.9050        7          700   44%      3.2
     """
     width = max(len("algorithm"), *(len(row["algorithm"]) for row in rows))
-    title = (f"Time to {target:.0%} held-out accuracy (virtual seconds; '-' = not reached):" if target is not None
+    title = (f"Time to {percent(target)} held-out accuracy (virtual seconds; '-' = not reached):" if target is not None
              else "No target accuracy for this dataset (set --target-accuracy for a time to target):")
     lines = [title,
              f"{'algorithm':<{width}} {'to target':>10} {'best acc':>9} {'final acc':>9} {'updates':>8} "

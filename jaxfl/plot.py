@@ -34,6 +34,16 @@ def read_metrics(run_dir: str) -> list[dict]:
 
 
 
+def percent(fraction: float) -> str:
+    """A target accuracy as a percentage with the digits it has (not rounded to a whole percent,
+    where 0.995 would read as 100%).
+
+    >>> percent(0.9), percent(0.875), percent(0.995)
+    ('90%', '87.5%', '99.5%')
+    """
+    return f"{100 * fraction:.4g}%"
+
+
 def save_figure(figure, path: str) -> str:
     """Write ``figure`` to ``path`` as a PNG at 120 dpi, atomically, and return the path. Without the
     alpha channel (the figures are opaque) and with Pillow's optimised compression: a report's busy
@@ -102,7 +112,7 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
             axes.plot([reached], [target], marker="o", color=line.get_color(), zorder=3)
     for number, target in enumerate(targets):  # one line per target the runs were given
         axes.axhline(target, linestyle=("--", ":", "-.")[number % 3], color="grey", linewidth=1,
-                     label=f"target {target:.0%}")
+                     label=f"target {percent(target)}")
     if run_dirs:
         axes.set_title(title, fontsize=9)
     axes.set_xlabel("virtual time (s)")

@@ -24,9 +24,11 @@ other than the algorithm and the seed (clients, heterogeneity, partition...):
   it: the end of the budget without one evaluation's swing, to tell a method that ends lower from
   one that ended on a dip; seed by seed as the final accuracy.
 
-A setting that only some algorithms read (FedBuff's buffer_size, PORT's ``port.min_clients``) names a
-method variant; a setting every algorithm of the sweep reads (clients_per_round of FedAvg and
-CC-FedAvg) is a group like the clients or the heterogeneity, so each group has its reference.
+A setting that only some algorithms read (FedBuff's buffer_size, PORT's ``port.min_clients``,
+FedAdam's server_tau) names a method variant; a setting every algorithm of the sweep reads
+(clients_per_round of FedAvg and CC-FedAvg) is a group like the clients or the heterogeneity, so
+each group has its reference, and so is a swept target accuracy. A method in a group without the
+reference shows its own time in brackets.
 Groups come in the grid's order, each setting's numbers ascending (:func:`group_order`), also where
 the grid was run in parts.
 
@@ -76,7 +78,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from jaxfl.config import ALGORITHM_FIELDS, user_path
-from jaxfl.plot import save_figure
+from jaxfl.plot import percent, save_figure
 from jaxfl.runlog import read_events, read_json, run_last_tenth_accuracy, write_csv
 from jaxfl.sweep import SUMMARY_COLUMNS, _read_definition
 
@@ -215,7 +217,18 @@ def read_results(sweep_dir: str) -> list[dict]:
         if None in row or None in row.values():  # more columns than the header, or fewer
             raise ValueError(f"{path} is damaged: line {number} does not hold one value per column of its "
                              f"header; {advice}")
-    return [{key: _number(value) for key, value in row.items()} for row in rows]
+    parsed = [{key: _number(value) for key, value in row.items()} for row in rows]
+    for number, row in enumerate(parsed, start=2):
+        for column in NUMBER_COLUMNS:
+            value = row.get(column)
+            if value is not None and (isinstance(value, (str, bool)) or math.isnan(value)):
+                raise ValueError(f"{path}, line {number}: {column}={value!r} is not allowed: a number, or empty "
+                                 f"(not reached, or not measured)")
+    return parsed
+
+
+# The summary columns the tables compute with (jaxfl.sweep.SUMMARY_COLUMNS but the stop reason).
+NUMBER_COLUMNS = tuple(name for name in SUMMARY_COLUMNS if name != "stop_reason")
 
 
 def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
@@ -420,10 +433,27 @@ def _method_columns(rows: list[dict]) -> list[str]:
     ['buffer_size']
     """
     several_algorithms = len({row.get("algorithm") for row in rows}) > 1
-    return [name for name in rows[0] if name not in NOT_SETTINGS
-            and ("." in name or (name in ALGORITHM_FIELDS and name not in GROUP_FIELDS))
+    return [name for name in rows[0] if name not in NOT_SETTINGS and name not in GROUP_FIELDS
             and len({row.get(name) for row in rows}) > 1
-            and not (several_algorithms and all(row.get(name) is not None for row in rows))]
+            and (("." in name or name in ALGORITHM_FIELDS)
+                 and not (several_algorithms and all(row.get(name) is not None for row in rows))
+                 or several_algorithms and _read_by_some_algorithms_only(rows, name))]
+
+
+def _read_by_some_algorithms_only(rows: list[dict], name: str) -> bool:
+    """Whether the sweep left ``name`` empty in every row of some algorithms and set it in every row
+    of the others: a setting their algorithm decides they read (FedAdam's server_tau beside FedAvg),
+    not their partition or data (dirichlet_alpha, empty in a sweep's IID rows of every algorithm).
+
+    >>> rows = [{"algorithm": "fedavg", "server_tau": None}] + [{"algorithm": "fedadam", "server_tau": t}
+    ...                                                          for t in (0.001, 0.01)]
+    >>> _read_by_some_algorithms_only(rows, "server_tau"), _read_by_some_algorithms_only(rows[1:], "server_tau")
+    (True, False)
+    """
+    empty: dict[object, set[bool]] = {}
+    for row in rows:
+        empty.setdefault(row.get("algorithm"), set()).add(row.get(name) is None)
+    return all(len(kinds) == 1 for kinds in empty.values()) and {True, False} <= set().union(*empty.values())
 
 
 def group_columns(rows: list[dict]) -> list[str]:
@@ -435,8 +465,14 @@ def group_columns(rows: list[dict]) -> list[str]:
     ['clients']
     """
     method = set(_method_columns(rows))
-    return [name for name in rows[0] if name not in NOT_SETTINGS and name not in method
-            and len({str(row.get(name)) for row in rows}) > 1]
+    columns = [name for name in rows[0] if name not in NOT_SETTINGS and name not in method
+               and len({str(row.get(name)) for row in rows}) > 1]
+    # the target is a summary column, and a setting a sweep may vary: runs at two targets are two
+    # groups, not two seeds of one method (unless the groups' other settings, e.g. the dataset, decide it)
+    targets: dict[tuple, set] = {}
+    for row in rows:
+        targets.setdefault(tuple(str(row.get(name)) for name in columns), set()).add(row.get("target_accuracy"))
+    return columns + (["target_accuracy"] if any(len(values) > 1 for values in targets.values()) else [])
 
 
 def method_name(row: dict, method_columns: list[str]) -> str:
@@ -576,6 +612,7 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           else steps[name] / base_steps,
                           "reference_steps_zero": base_steps == 0,
                           "reference_reached": base is not None,
+                          "reference_in_group": reference in by_method,
                           "reference_at_start": base == 0,
                           "times_by_seed": _by_seed(runs, seeds, reference_value["time_to_target"], "time_to_target",
                                                     _ratio) if len(seeds) > 1 else None,
@@ -682,6 +719,8 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
             return f"{line['relative_time']:.2f} ({when})"
         if line.get("reference_at_start"):  # no ratio against 0 s
             return when if mean == 0 else f"no ratio ({when})"
+        if not line.get("reference_in_group", True):
+            return f"({when})"
         return f"n/a ({when})"
 
     def accuracy(line):
@@ -736,11 +775,11 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
             elif time == 0 and (relative is None or line["method"] == reference):
                 shown, kind = "at start", "at start"
             elif line["method"] == reference:
-                shown, kind = f"{time:.0f} s", "value"
+                shown, kind = f"{_whole_seconds(time)} s", "value"
             elif relative is None and reference_times[id(line)].get(seed) == 0:
-                shown, kind = f"no ratio ({time:.0f} s)", "at start"
+                shown, kind = f"no ratio ({_whole_seconds(time)} s)", "at start"
             elif relative is None and reference_times[id(line)].get(seed, ...) is ...:
-                shown, kind = f"({time:.0f} s)", "own"  # the reference has no run of this seed
+                shown, kind = f"({_whole_seconds(time)} s)", "own"  # the reference has no run of this seed
             elif relative is None:
                 shown, kind = "n/a", "n/a"
             else:
@@ -759,6 +798,8 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                   "against 0 s is undefined), the method's own time in brackets."
                   if any(line.get("reference_at_start") or line.get("time_to_target_mean") == 0 for line in lines)
                   else "")
+    if any(not line.get("reference_in_group", True) and line["time_to_target_mean"] is not None for line in lines):
+        start_note += f" (12.0 s) alone = {reference} has no run in that group: the method's own time."
     parts = [f"## Time to first reach {target} held-out accuracy, relative to {reference}", "",
              *table(relative), "",
              f"Mean virtual time to the target over the seeds where both the method and {reference} reached "
@@ -843,7 +884,7 @@ STD_NOTE = ("± std, here and below: the standard deviation over the seeds, the 
 
 def _target_text(rows: list[dict]) -> str:
     targets = sorted({row.get("target_accuracy") for row in rows if row.get("target_accuracy") is not None})
-    return "the target" if len(targets) != 1 else f"{targets[0]:.0%}"
+    return "the target" if len(targets) != 1 else percent(targets[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1183,6 +1224,16 @@ def is_timing_only(row: dict) -> bool:
 
 # The figures of a timing-only run's results row (jaxfl.sweep.SUMMARY_COLUMNS), as the timing table names
 # and shows them: what the schedule did, the simulator's own seconds last.
+def _whole_seconds(time: float) -> str:
+    """A seed's time to target in the seed-by-seed table: whole seconds from 10 s, else as
+    :func:`_significant` (a time of 0.3 s read "0 s", as if reached at the start).
+
+    >>> _whole_seconds(149.4), _whole_seconds(0.3)
+    ('149', '0.3')
+    """
+    return f"{time:.0f}" if time >= 10 else _significant(time)
+
+
 def _significant(x: float, digits: int = 3, percent: bool = False) -> str:
     """``x`` with one decimal from 1 up to 10^7, else ``digits`` significant figures: a large
     federation's 0.01 % utilisation or 0.027 virtual s were "0.0", and a time of 1e25 s 26 digits.
@@ -1667,7 +1718,7 @@ def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, p
             if count > 1:
                 axes.fill_between(grid, low, high, step="post", alpha=0.2, color=line.get_color(), linewidth=0)
         if target is not None:
-            axes.axhline(target, linestyle="--", color="grey", linewidth=1, label=f"target {target:.0%}")
+            axes.axhline(target, linestyle="--", color="grey", linewidth=1, label=f"target {percent(target)}")
         axes.set_title(panel_title, fontsize=9)
         axes.set_xlabel(x_label)
         axes.set_ylabel("held-out accuracy")

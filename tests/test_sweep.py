@@ -14,7 +14,8 @@ import pytest
 from conftest import sharing_compilations
 from jaxfl import checkpoint, cli
 from jaxfl.config import ConfigError
-from jaxfl.report import computation_curve, format_markdown, group_columns, make_report, read_results, summarise
+from jaxfl.report import (_whole_seconds, computation_curve, format_markdown, group_columns, make_report, read_results,
+                          summarise)
 from jaxfl.sweep import KEY_SETTINGS, SUMMARY_COLUMNS, cell_state, expand, run_sweep
 
 # Every cell: MLP on the embedded MNIST, 3 clients, 2 local steps, 2 global updates (a time to the
@@ -802,7 +803,7 @@ def test_a_seed_the_reference_has_no_run_of_shows_the_method_s_own_figure_not_a_
     markdown = make_report(str(table), out=str(tmp_path / "r"), figures=False).markdown
     fedbuff = {row["seed"]: row for row in kept if row["algorithm"] == "fedbuff"}
     seed_rows = [line for line in markdown.splitlines() if line.startswith("| fedbuff | ") and " / " in line]
-    assert seed_rows[0].endswith(f"/ ({float(fedbuff['1']['time_to_target']):.0f} s) |")  # time to target
+    assert seed_rows[0].endswith(f"/ ({_whole_seconds(float(fedbuff['1']['time_to_target']))} s) |")  # time to target
     assert seed_rows[1].endswith(f"/ ({float(fedbuff['1']['final_accuracy']):.4f}) |")  # final accuracy
     assert all(not line.endswith("/ n/a |") for line in seed_rows)
     assert "has no run of that seed: the method's own" in markdown

@@ -1,0 +1,71 @@
+"""jaxfl report's tables where a sweep is not the usual grid: a swept target accuracy, a setting only
+some algorithms read that is no algorithm field, a group without the reference, values that are
+not numbers, and targets that are not whole percents (found by a review of the report on
+2026-12-05; every committed table recomputed by hand matched)."""
+import pytest
+
+from jaxfl.report import group_columns, make_report, summarise
+
+
+def _csv(path, header, lines):
+    path.write_text(header + "\n" + "\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_a_swept_target_makes_groups_not_seeds(tmp_path):
+    # two targets × two seeds: each method's time to 60% and to 85% were averaged as four "seeds"
+    rows = [{"algorithm": algorithm, "seed": seed, "target_accuracy": target, "time_to_target": time,
+             "best_accuracy": 0.9}
+            for algorithm, scale in [("fedavg", 1.0), ("fedbuff", 0.5)]
+            for seed in (0, 1) for target, time in [(0.6, 10.0 * scale * (seed + 1)), (0.85, 100.0 * scale * (seed + 1))]]
+    assert group_columns(rows) == ["target_accuracy"]
+    lines = {(line["target_accuracy"], line["method"]): line for line in summarise(rows)}
+    assert lines[(0.6, "fedavg")]["time_to_target_mean"] == 15.0 and lines[(0.85, "fedavg")]["time_to_target_mean"] == 150.0
+    assert lines[(0.6, "fedbuff")]["relative_time"] == 0.5 and lines[(0.6, "fedbuff")]["runs"] == 2
+    # one seed each per group: the seed-by-seed table keeps both seeds of each target
+    assert [seed for seed, _, _ in lines[(0.85, "fedbuff")]["times_by_seed"]] == [0, 1]
+
+
+def test_a_target_decided_by_a_swept_dataset_is_no_group_of_its_own():
+    rows = [{"algorithm": "fedavg", "seed": 0, "dataset": dataset, "target_accuracy": target, "time_to_target": 5.0,
+             "best_accuracy": 0.9} for dataset, target in [("mnist10k", 0.9), ("fashion_mnist", 0.8)]]
+    assert group_columns(rows) == ["dataset"]
+
+
+def test_a_setting_only_some_algorithms_read_names_their_variants(tmp_path):
+    # FedAdam's server_tau beside FedAvg (which leaves it empty) was a group: FedAvg alone in one, "n/a" elsewhere
+    table = _csv(tmp_path / "results.csv", "algorithm,server_tau,seed,time_to_target,best_accuracy",
+                 ["fedavg,,0,100.0,0.9", "fedadam,0.001,0,50.0,0.91", "fedadam,0.01,0,80.0,0.92"])
+    report = make_report([table], figures=False, out=str(tmp_path / "report"))
+    assert [(line["method"], line["relative_time"]) for line in report.rows] == \
+        [("fedavg", 1.0), ("fedadam server_tau=0.001", 0.5), ("fedadam server_tau=0.01", 0.8)]
+    # a partition's setting, empty in every algorithm's IID rows, stays a group
+    rows = [{"algorithm": algorithm, "partition": partition, "dirichlet_alpha": alpha, "seed": 0,
+             "time_to_target": 1.0, "best_accuracy": 0.9}
+            for algorithm in ("fedavg", "fedbuff") for partition, alpha in [("iid", None), ("dirichlet", 0.3)]]
+    assert group_columns(rows) == ["partition", "dirichlet_alpha"]
+
+
+def test_a_group_without_the_reference_shows_the_method_s_own_time_not_a_miss_of_the_reference(tmp_path):
+    table = _csv(tmp_path / "results.csv", "algorithm,clients,seed,time_to_target,best_accuracy",
+                 ["fedavg,5,0,100.0,0.9", "fedbuff,5,0,50.0,0.9", "fedbuff,10,0,70.0,0.9"])
+    markdown = make_report([table], figures=False, out=str(tmp_path / "report")).markdown
+    assert "| fedbuff | 0.50 (50.0 s) | (70.0 s) |" in markdown
+    assert "(12.0 s) alone = fedavg has no run in that group: the method's own time." in markdown
+    assert "n/a (70.0 s)" not in markdown
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "True"])
+def test_a_value_that_is_no_number_is_named_with_its_file_line_and_column(tmp_path, value):
+    table = _csv(tmp_path / "results.csv", "algorithm,seed,time_to_target,best_accuracy",
+                 ["fedavg,0,10,0.9", f"fedbuff,0,{value},0.8"])
+    with pytest.raises(ValueError, match="results.csv, line 3: time_to_target=.+ is not allowed: a number, or empty"):
+        make_report([table], figures=False, out=str(tmp_path / "report"))
+    assert not (tmp_path / "report").exists()
+
+
+def test_a_target_is_shown_with_the_digits_it_has(tmp_path):
+    table = _csv(tmp_path / "results.csv", "algorithm,seed,target_accuracy,time_to_target,best_accuracy",
+                 ["fedavg,0,0.995,10,0.996"])
+    assert "Time to first reach 99.5% held-out accuracy" in make_report([table], figures=False,
+                                                                        out=str(tmp_path / "r")).markdown
