@@ -191,8 +191,9 @@ def make_client_optimizer(name: str, learning_rate: float, momentum: float = 0.0
     return optax.chain(optax.add_decayed_weights(weight_decay), step) if weight_decay else step
 
 
-def evaluation_batch_size(predict, params, input_shape: tuple[int, ...], cpu_layers: bool) -> int:
-    """The held-out batch for ``predict(params, x)`` on inputs of ``input_shape``: ``EVAL_BATCH``,
+def evaluation_batch_size(predict, params, input_shape: tuple[int, ...], cpu_layers: bool, kind: str = "image") -> int:
+    """The held-out batch for ``predict(params, x)`` on inputs of ``input_shape`` (of a dataset of
+    ``kind``: int32 token ids for ``"tokens"``, else float32): ``EVAL_BATCH``,
     or, where the evaluation runs ``cpu_friendly(predict, inference=True)`` (``cpu_layers``) and that
     builds im2col patches, as many examples as keep them within ``EVAL_PATCH_BYTES`` (at least
     ``EVAL_MIN_BATCH``): LeNet-5's evaluation is 1.8x faster at 106 images a batch than at 1,000.
@@ -210,8 +211,7 @@ def evaluation_batch_size(predict, params, input_shape: tuple[int, ...], cpu_lay
 
     if not cpu_layers:
         return EVAL_BATCH
-    patches = largest_patches_bytes(predict, params, jnp.zeros((1,) + tuple(input_shape), jnp.float32),
-                                    inference=True)
+    patches = largest_patches_bytes(predict, params, _model_sample(input_shape, kind), inference=True)
     return EVAL_BATCH if patches == 0 else int(np.clip(EVAL_PATCH_BYTES // patches, EVAL_MIN_BATCH, EVAL_BATCH))
 
 
@@ -1137,7 +1137,7 @@ def held_out_evaluator(config: RunConfig, dataset, model, params, preprocess=Non
         preprocess, _ = make_transforms(config, dataset)
     cpu_layers = _cpu_layers(config)
     predict = cpu_friendly(model.predict, inference=True) if cpu_layers else model.predict
-    batch = evaluation_batch_size(model.predict, params, dataset.input_shape, cpu_layers)
+    batch = evaluation_batch_size(model.predict, params, dataset.input_shape, cpu_layers, dataset.kind)
     evaluate = make_evaluator(predict, dataset.test_x, dataset.test_y, batch, preprocess=preprocess, loss=loss,
                               metrics=metrics, num_classes=dataset.num_classes)
     evaluate.batch_size = batch

@@ -1,0 +1,45 @@
+"""Recurrent models train: a scan over time steps inside a client's step (the built-in ``lstm``, a
+user's ``nn.RNN``) starts its carry from constants, which ``shard_map``'s varying-axes check
+refused ("scan body function carry input and carry output must have equal types"), so no
+recurrent model trained, the built-in one included, on one device or several (found 2026-12-05)."""
+import flax.linen as nn
+import numpy as np
+
+import jaxfl
+
+
+def _last_token_task():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 20, size=(600, 6)).astype(np.int32)
+    y = (x[:, -1] < 10).astype(np.int64)  # decided by the last token: a recurrent model learns it in a few updates
+    return x[:480], y[:480], x[480:], y[480:]
+
+
+def _config(tmp_path, **values):
+    return jaxfl.RunConfig(algorithm="fedavg", clients=3, local_steps=10, max_updates=6, jitter=0.0, progress=False,
+                           num_classes=2, target_accuracy=None, output_dir=str(tmp_path), **values)
+
+
+def test_the_built_in_lstm_trains_on_token_ids(tmp_path):
+    result = jaxfl.run_experiment(_config(tmp_path, model="lstm"), data=_last_token_task())
+    accuracy = jaxfl.load_run(result.run_dir).metrics["accuracy"]
+    assert result.summary["global_updates"] == 6
+    assert accuracy[-1] > 0.75 > accuracy[0] + 0.1, accuracy
+
+
+class GRUClassifier(nn.Module):
+    num_classes: int = 2
+
+    @nn.compact
+    def __call__(self, tokens):
+        embedded = nn.Embed(20, 8)(tokens)                                            # (B, T, 8)
+        carry, _ = nn.RNN(nn.GRUCell(16), return_carry=True)(embedded)                # (B, 16)
+        return nn.Dense(self.num_classes)(carry)
+
+
+def test_a_users_linen_rnn_trains_and_repeats_bit_for_bit(tmp_path):
+    runs = [jaxfl.run_experiment(_config(tmp_path, run_name=f"gru-{i}"), data=_last_token_task(), model=GRUClassifier)
+            for i in range(2)]
+    first, second = (jaxfl.load_run(run.run_dir).metrics for run in runs)
+    assert first["accuracy"][-1] > 0.75 > first["accuracy"][0] + 0.1, first["accuracy"]
+    assert np.array_equal(first["loss"], second["loss"]) and np.array_equal(first["accuracy"], second["accuracy"])
