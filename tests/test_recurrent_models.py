@@ -4,6 +4,7 @@ refused ("scan body function carry input and carry output must have equal types"
 recurrent model trained, the built-in one included, on one device or several (found 2026-12-05)."""
 import flax.linen as nn
 import numpy as np
+import pytest
 
 import jaxfl
 
@@ -20,8 +21,9 @@ def _config(tmp_path, **values):
                            num_classes=2, target_accuracy=None, output_dir=str(tmp_path), **values)
 
 
-def test_the_built_in_lstm_trains_on_token_ids(tmp_path):
-    result = jaxfl.run_experiment(_config(tmp_path, model="lstm"), data=_last_token_task())
+@pytest.mark.parametrize("model", ["lstm", "textcnn"])  # the text models: neither had trained in a test
+def test_the_built_in_text_models_train_on_token_ids(tmp_path, model):
+    result = jaxfl.run_experiment(_config(tmp_path, model=model), data=_last_token_task())
     accuracy = jaxfl.load_run(result.run_dir).metrics["accuracy"]
     assert result.summary["global_updates"] == 6
     assert accuracy[-1] > 0.75 > accuracy[0] + 0.1, accuracy
