@@ -163,15 +163,49 @@ def load_sweep_file(path: str, size: str | None = None) -> tuple[dict, dict]:
         return flat_once(table, where, lambda entry: _flat(entry, where))
 
     base = once(values, f"sweep file {path!r}")
+    grid = _grid_axes(grid, f"sweep file {path!r} [grid]")
     if size is not None:
         if size not in sizes:
             allowed = ", ".join(sizes) if sizes else "none: the file has no [sizes.NAME] tables"
             raise ConfigError(f"size={size!r} is not allowed: sizes in {path!r}: {allowed}")
         chosen = dict(sizes[size])
-        size_grid = chosen.pop("grid", {})
+        size_grid = _grid_axes(chosen.pop("grid", {}), f"sweep file {path!r} [sizes.{size}.grid]")
         base.update(once(chosen, f"sweep file {path!r} [sizes.{size}]"))
         grid = {**grid, **size_grid}
     return base, grid
+
+
+def _grid_axes(grid: dict, where: str) -> dict:
+    """A file's ``[grid]`` table by the axes' flat names, as the flags and the base settings name them:
+    ``client-lr`` as ``client_lr`` (else a flag ``--client-lr`` left the file's axis in place), a
+    section's table (``[grid.client]``) as its fields, an option's table (``[grid.port]``, or
+    ``port.staleness_bound`` unquoted, which TOML reads as a table) as ``port.staleness_bound``; an
+    axis given in two spellings is refused (one would be dropped).
+
+    >>> _grid_axes({"client-lr": [0.1, 0.2], "port": {"staleness-bound": [1, 2]}, "data": {"clients": [5]}}, "[grid]")
+    {'client_lr': [0.1, 0.2], 'port.staleness_bound': [1, 2], 'clients': [5]}
+    >>> _grid_axes({"client_lr": [0.1], "client-lr": [0.2]}, "[grid]")
+    Traceback (most recent call last):
+    ...
+    jaxfl.config.ConfigError: [grid]: client_lr is given twice, as 'client_lr' and 'client-lr': give it once
+    """
+    from jaxfl.config import SECTIONS
+
+    axes, spelled = {}, {}
+
+    def add(key: str, values) -> None:
+        name = key.replace("-", "_")
+        if name in axes:
+            raise ConfigError(f"{where}: {name} is given twice, as {spelled[name]!r} and {key!r}: give it once")
+        axes[name], spelled[name] = values, key
+
+    for key, values in grid.items():
+        if isinstance(values, dict):
+            for inner, inner_values in values.items():
+                add(inner if key.replace("-", "_") in SECTIONS else f"{key}.{inner}", inner_values)
+        else:
+            add(key, values)
+    return axes
 
 
 def _check_grid(grid: dict) -> dict:
@@ -548,9 +582,12 @@ def _read_definition(path: str) -> dict:
               "(a remove forgets the --jobs each unfinished cell began with)")
     definition = read_json(path, advice)
     cells, jobs = definition.get("cells", []), definition.get("run_jobs", {})
-    if not (isinstance(cells, list) and all(isinstance(cell, dict) for cell in cells) and isinstance(jobs, dict)):
-        raise ValueError(f"{path} is damaged: its cells are not a list of objects, or its run_jobs not an object; "
-                         f"{advice}")
+    if not (isinstance(cells, list) and all(isinstance(cell, dict) and isinstance(cell.get("run_dir"), str)
+                                            for cell in cells)
+            and isinstance(jobs, dict) and all(type(count) is int and count >= 1 for count in jobs.values())
+            and (type(definition.get("jobs", 1)) is int)):
+        raise ValueError(f"{path} is damaged: its cells are not a list of objects that name their run_dir, or its "
+                         f"run_jobs not an object of whole numbers >= 1; {advice}")
     return definition
 
 
@@ -711,6 +748,18 @@ def _check_jobs(jobs: int, sweep_dir: str, cells: list[Cell], states: dict) -> _
             shares = shares._replace(gpu_memory_fraction=gpu_memory_fraction(jobs, sweep_holds=sweep_holds))
         for name in dict.fromkeys(cell.config.algorithm for cell in cells if states[cell.index] != "finished"):
             _check_importable_by_name(name, jobs)
+    # a cell's devices against those its process will have, before any cell runs (it was refused only
+    # as it started, after the cells before it had run and the table was written)
+    import jax
+
+    have = len(shares.cores[0]) if jobs > 1 and backend == "cpu" else jax.local_device_count()
+    for cell in cells:
+        asked = cell.config.devices
+        if states[cell.index] != "finished" and asked is not None and not 1 <= asked <= have:
+            where = f"each of jobs={jobs} cells runs on {have} of the {backend} devices" if jobs > 1 and \
+                backend == "cpu" else f"this process has {have} {jax.default_backend()} device{'s' * (have != 1)}"
+            raise ConfigError(f"sweep cell {cell.index} ({cell.label()}): devices={asked} is not allowed: {where}; "
+                              f"a number from 1 to {have}, or leave devices unset")
     # each interrupted cell against the jobs its own run began under: another grid over the same
     # folder may have run since with other jobs
     run_jobs = _run_jobs(sweep_dir)

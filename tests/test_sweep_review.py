@@ -1,0 +1,70 @@
+"""What a review of `jaxfl sweep` found on 2026-12-05: a sweep file's axis spelled with hyphens
+kept its values over a flag's; an axis spelled two ways lost one spelling's values; an option's
+axis as a TOML table was refused with a misleading message; a cell's devices were refused only as
+it started, after the cells before it ran; a damaged sweep.json was a traceback."""
+import json
+import os
+
+import pytest
+
+from jaxfl import cli
+from jaxfl.config import ConfigError
+from jaxfl.sweep import load_sweep_file
+
+SMALL = ["--clients", "4", "--model", "mlp", "--local-steps", "2", "--max-updates", "3", "--no-progress"]
+
+
+def _file(tmp_path, text, name="sweep.toml"):
+    path = tmp_path / name
+    path.write_text('model = "mlp"\nclients = 4\nlocal_steps = 2\nmax_updates = 3\n' + text)
+    return str(path)
+
+
+def test_a_flag_replaces_a_file_axis_however_the_file_spells_it(tmp_path):
+    path = _file(tmp_path, '[grid]\n"client-lr" = [0.01, 0.02]\n"port.staleness-bound" = [1, 2]\n'
+                           'algorithm = ["port"]\n')
+    assert cli.main(["sweep", path, "--client-lr", "0.05", "--port.staleness-bound", "7", "--no-progress",
+                     "--out", str(tmp_path / "out")]) == 0
+    definition = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert len(definition["cells"]) == 1
+    assert definition["base"]["client_lr"] == 0.05 and definition["base"]["port.staleness_bound"] == 7.0
+    assert "client_lr" not in definition["grid"] and "port.staleness_bound" not in definition["grid"]
+
+
+def test_an_axis_given_in_two_spellings_is_refused(tmp_path):
+    path = _file(tmp_path, '[grid]\nclient_lr = [0.01]\n"client-lr" = [0.02, 0.03]\n')
+    with pytest.raises(ConfigError, match=r"\[grid\]: client_lr is given twice, as 'client_lr' and 'client-lr'"):
+        load_sweep_file(path)
+
+
+@pytest.mark.parametrize("grid", ['[grid]\nport.staleness_bound = [1, 2]\n',   # unquoted: a TOML table
+                                  '[grid.port]\nstaleness_bound = [1, 2]\n',
+                                  '[grid.client]\nclient_lr = [0.1, 0.2]\n'])   # a section's table
+def test_an_option_s_or_a_section_s_axis_as_a_table(tmp_path, grid):
+    _, axes = load_sweep_file(_file(tmp_path, 'algorithm = "port"\n' + grid))
+    assert axes in ({"port.staleness_bound": [1, 2]}, {"client_lr": [0.1, 0.2]})
+
+
+def test_a_size_s_axis_replaces_the_file_s_in_another_spelling(tmp_path):
+    path = _file(tmp_path, '[grid]\n"client-lr" = [0.01, 0.02]\n[sizes.quick.grid]\nclient_lr = [0.5]\n')
+    assert load_sweep_file(path, "quick")[1] == {"client_lr": [0.5]}
+
+
+def test_a_cell_s_devices_are_checked_before_any_cell_runs(tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["sweep", "--algorithm", "fedavg", *SMALL, "--devices", "1,64", "--out", str(out)])
+    assert exited.value.code == 2
+    assert "sweep cell 1 (devices=64): devices=64 is not allowed: this process has" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_damaged_sweep_json_is_named_not_a_traceback(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["sweep", "--algorithm", "fedavg", *SMALL, "--out", str(out)]) == 0
+    definition = json.loads((out / "sweep.json").read_text())
+    for damage in ({"cells": [{"cell": 0}]}, {"run_jobs": {"runs/x": "two"}}):
+        (out / "sweep.json").write_text(json.dumps({**definition, **damage}))
+        with pytest.raises(SystemExit):
+            cli.main(["sweep", "--algorithm", "fedavg", *SMALL, "--out", str(out)])
+        assert f"{os.path.join(str(out), 'sweep.json')} is damaged" in capsys.readouterr().err
