@@ -79,13 +79,7 @@ def match_init_params(init_params, abstract: dict) -> dict:
         ...
         ValueError: init_params['w'] has shape (3, 2) float32 but the model's is (2, 3) float32
     """
-    try:
-        from flax import nnx
-
-        if isinstance(init_params, nnx.State):
-            init_params = nnx.to_pure_dict(init_params)
-    except ImportError:  # pragma: no cover - flax is a dependency
-        pass
+    init_params = _pure_nnx_state(init_params)
     expected_params = abstract["params"]
     given = {"params": init_params}
     root = "init_params"
@@ -102,6 +96,34 @@ def match_init_params(init_params, abstract: dict) -> dict:
             raise ValueError(f"init_params[{key!r}] is given but the model keeps no non-trainable state")
     return {key: _same_tree(given[key], expected, root if root is not None else f"init_params[{key!r}]")
             for key, expected in chosen.items()}
+
+
+def _pure_nnx_state(init_params):
+    """``init_params`` with any ``nnx.State`` in it as plain dicts: a whole model's state
+    (``nnx.state(model)``) split as the adapter splits a model, its ``nnx.Param`` as the params, its
+    RNG streams (a Dropout's count and key: not parameters) left out and the rest (``nnx.BatchStat``)
+    as the state; a ``{"params": State, "state": State}`` dict's States each as a dict.
+
+    >>> from flax import nnx
+    >>> model = nnx.Sequential(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), nnx.BatchNorm(2, rngs=nnx.Rngs(0)),
+    ...                        nnx.Dropout(0.1, rngs=nnx.Rngs(0)))
+    >>> pure = _pure_nnx_state(nnx.state(model))
+    >>> sorted(pure), sorted(pure["state"]["layers"][1])
+    (['params', 'state'], ['mean', 'var'])
+    """
+    import jax
+    from flax import nnx
+
+    if isinstance(init_params, nnx.State):
+        params, _, rest = nnx.split_state(init_params, nnx.Param, nnx.RngState, ...)
+        rest = nnx.to_pure_dict(rest)
+        if not jax.tree_util.tree_leaves(rest):
+            return nnx.to_pure_dict(params)  # a model without state: its params alone
+        return {"params": nnx.to_pure_dict(params), "state": rest}
+    if isinstance(init_params, dict) and any(isinstance(value, nnx.State) for value in init_params.values()):
+        return {key: nnx.to_pure_dict(value) if isinstance(value, nnx.State) else value
+                for key, value in init_params.items()}
+    return init_params
 
 
 def _same_tree(given, expected, label: str):
@@ -127,6 +149,9 @@ def _same_tree(given, expected, label: str):
         mine = given_leaves[key]
         if mine.shape != leaf.shape or mine.dtype != leaf.dtype:
             raise ValueError(f"{label}{key} has shape {describe(mine)} but the model's is {describe(leaf)}")
+        if jnp.issubdtype(mine.dtype, jnp.inexact) and not bool(jnp.isfinite(mine).all()):
+            # else the run stopped at version 0 blaming an aggregation and the server learning rate
+            raise ValueError(f"{label}{key} holds NaN or Inf: initial parameters must be finite")
     known = {jax.tree_util.keystr(path) for path, _ in expected_flat}
     extra = [key for key in given_leaves if key not in known]
     if extra:

@@ -158,6 +158,36 @@ def test_init_params_are_the_runs_version_zero(tiny):
     assert _leaves_equal(other.params["params"], pretrained)
 
 
+class NnxNormDrop(nnx.Module):  # BatchNorm state and a Dropout's RNG stream beside the params
+    def __init__(self, rngs: nnx.Rngs):
+        self.hidden, self.norm = nnx.Linear(784, 16, rngs=rngs), nnx.BatchNorm(16, rngs=rngs)
+        self.drop, self.out = nnx.Dropout(0.1, rngs=rngs), nnx.Linear(16, 10, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(self.drop(nnx.relu(self.norm(self.hidden(x.reshape((x.shape[0], -1)))))))
+
+
+@pytest.mark.parametrize("layout", ["whole state", "params and state as States"])
+def test_an_nnx_models_state_is_version_zero_whole_or_split(tiny, layout):
+    """nnx.state(model) of a model with BatchNorm and Dropout was refused ("init_params['drop']['rngs']
+    ['count'] is not a leaf of the model"), and a {"params": State, "state": State} dict too."""
+    peer = NnxNormDrop(nnx.Rngs(7))
+    _, params, _, state = nnx.split(peer, nnx.Param, nnx.RngState, ...)
+    given = nnx.state(peer) if layout == "whole state" else {"params": params, "state": state}
+    result = run_experiment(replace(tiny, run_name=layout.replace(" ", "-")), model=NnxNormDrop, init_params=given,
+                            client_optimizer=optax.sgd(0.0))
+    assert _leaves_equal(result.params["params"], nnx.to_pure_dict(params))
+
+
+def test_init_params_that_are_not_finite_are_refused_before_any_work(tiny):
+    config = replace(tiny, model="logreg")
+    params = prepare(config)[4]["params"]
+    broken = {"Dense_0": {"bias": params["Dense_0"]["bias"].at[3].set(jnp.nan), "kernel": params["Dense_0"]["kernel"]}}
+    with pytest.raises(ValueError, match=r"init_params\['Dense_0'\]\['bias'\] holds NaN or Inf"):
+        run_experiment(config, init_params=broken)
+    assert not os.path.exists(config.output_dir)
+
+
 def test_init_params_mismatch_names_the_first_leaf(tiny):
     config = replace(tiny, model="logreg")
     params = prepare(config)[4]["params"]  # {"Dense_0": {"bias": (10,), "kernel": (784, 10)}}
