@@ -162,14 +162,15 @@ class PausedCall(NamedTuple):
     views: ClientView
 
 
-def choose_step_loop(trainer, params: PyTree, data: FederatedArrays, platform: str, state=None) -> str:
+def choose_step_loop(trainer, params: PyTree, data: FederatedArrays, platform: str, state=None, step=None) -> str:
     """How the engine runs a call's local steps on ``platform``: ``"unrolled"`` step chunks, or one
     ``"rolled"`` loop per call: rolled on a CPU when the step (``trainer.step``, as it is traced: after
     ``cpu_friendly``'s rewrite) has no convolution (measured on the 2-core CPU: an MLP's step runs as
     fast rolled, and its 6-step chunk compiles in 2.6 s instead of 7.3 s; LeNet-5's, all matrix
     products, 1.1-1.3x faster rolled); unrolled for XLA's convolutions, which XLA:CPU runs ~15x
     slower inside a loop, and on accelerators. ``state``: the trainer's local state for ``params``
-    as shapes (``jax.eval_shape`` of ``trainer.init``), where the caller has it already.
+    as shapes (``jax.eval_shape`` of ``trainer.init``), and ``step`` its step traced
+    (:func:`traced_step`), where the caller has them already.
 
     >>> import optax
     >>> from jaxfl.kernels import make_client_trainer
@@ -182,11 +183,48 @@ def choose_step_loop(trainer, params: PyTree, data: FederatedArrays, platform: s
     """
     if platform != "cpu":
         return "unrolled"
-    if state is None:
-        state = jax.eval_shape(trainer.init, params, 0, jax.random.key(0))
-    scalar = jax.ShapeDtypeStruct((), jnp.int32)
-    step = jax.make_jaxpr(trainer.step)(state, data, ClientView(scalar, scalar))
+    if step is None:
+        if state is None:
+            state = jax.eval_shape(trainer.init, params, 0, jax.random.key(0))
+        step, _ = traced_step(trainer, state, data)
     return "unrolled" if count_primitive(step.jaxpr, "conv_general_dilated") else "rolled"
+
+
+def traced_step(trainer, state, data: FederatedArrays):
+    """One client's local step (``trainer.step``) traced on ``state`` (shapes): its closed jaxpr and
+    the state it returns (shapes), which must be ``state``'s, leaf by leaf: the steps run in XLA
+    loops, whose carry keeps its type. A step that changes a leaf (an optax state whose int32 count
+    becomes a float) is a ``ValueError`` naming it, here, before a run writes anything; XLA's own
+    refusal came at the first training call, after the run's folder was made.
+
+    >>> import optax
+    >>> from jaxfl.kernels import make_client_trainer
+    >>> from jaxfl.models import as_adapter, make_model
+    >>> model = as_adapter(make_model("logreg", 10))
+    >>> params = model.init_variables(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
+    >>> drifting = optax.GradientTransformation(lambda p: jnp.zeros((), jnp.int32),
+    ...                                         lambda u, s, p=None: (u, s + 0.5))
+    >>> data = FederatedArrays(jnp.zeros((4, 28, 28, 1), jnp.uint8), jnp.zeros(4, jnp.int32))
+    >>> trainer = make_client_trainer(model, drifting, batch_size=2)
+    >>> traced_step(trainer, jax.eval_shape(trainer.init, params, 0, jax.random.key(0)), data)
+    Traceback (most recent call last):
+    ...
+    ValueError: a client's local step turns its state.opt_state from () int32 into () float32: ...
+    """
+    scalar = jax.ShapeDtypeStruct((), jnp.int32)
+    step, after = jax.make_jaxpr(trainer.step, return_shape=True)(state, data, ClientView(scalar, scalar))
+    before_leaves, before_tree = jax.tree_util.tree_flatten_with_path(state)
+    after_leaves, after_tree = jax.tree_util.tree_flatten_with_path(after)
+    describe = lambda leaf: f"{tuple(leaf.shape)} {np.dtype(leaf.dtype).name}"  # noqa: E731
+    advice = ("the client optimiser's state and the model's must keep their shapes and dtypes from step to step "
+              "(the steps run in XLA loops); an optax state that changes them is not one jaxfl can train with")
+    if before_tree != after_tree:
+        raise ValueError(f"a client's local step returns a state of another structure than it was given: {advice}")
+    for (path, before), (_, leaf) in zip(before_leaves, after_leaves):
+        if before.shape != leaf.shape or before.dtype != leaf.dtype:
+            raise ValueError(f"a client's local step turns its state{jax.tree_util.keystr(path)} from "
+                             f"{describe(before)} into {describe(leaf)}: {advice}")
+    return step, after
 
 
 def device_steps_computed(steps: np.ndarray, devices: int, lengths: Sequence[int | None]) -> int:
@@ -378,8 +416,9 @@ class Engine:
             raise ValueError(f"step_loop={step_loop!r}: use one of {', '.join(STEP_LOOPS)}, or None to let the engine choose")
         # ``step_loop`` given: the user's (or a benchmark's) choice, e.g. a rolled loop on an
         # accelerator, which compiles one step where an unrolled chunk compiles steps_per_call
+        step, _ = traced_step(self.trainer, self._shapes.state, self.data)  # on every backend: checks the state
         self.step_loop = step_loop or choose_step_loop(self.trainer, init_params, self.data, self.home.platform,
-                                                       self._shapes.state)
+                                                       self._shapes.state, step)
         # Whether a call that is one chunk runs its steps and ``finish`` in one program (and the
         # memory guard measures that program): where calls are one chunk, a rolled loop or
         # ``local_steps`` within the chunk, and no hook pauses a call (a pausing call runs in parts).

@@ -1464,6 +1464,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                                      devices=config.devices, local_steps=local_steps)
     preprocess, augment = make_transforms(config, dataset)
     cpu_layers = _cpu_layers(config)
+    user.check_optimizer(params)
     trainer = make_client_trainer(model, user.client_optimizer or make_client_optimizer(
                                       config.client_optimizer, config.client_lr, config.client_momentum,
                                       config.client_weight_decay),

@@ -160,11 +160,18 @@ def _same_tree(given, expected, label: str):
                                                   for path, _ in expected_flat])
 
 
+# The probe's gradient sizes, one per step: small and large (a clipping threshold clips some and not
+# others), changing direction too (optimizer_probe), so that a learning rate, momentum, both of
+# Adam's betas, a decay, a clipping threshold or a schedule's first steps each move its updates.
+PROBE_SCALES = (0.01, 3.0, 0.2, 50.0, 0.05, 1.0, 7.0, 0.001, 0.5, 20.0, 0.02, 2.0, 0.1, 100.0, 0.3, 5.0)
+
+
 def optimizer_fingerprint(optimizer, variables) -> dict:
     """What can be told of an optax object from outside, to recognise it on resume: the SHA-256 of
-    its state's structure on ``variables``' trainable part (their ``"params"``), and the mean absolute
-    value of each leaf of its first two updates from the same fixed gradient (its learning rate,
-    momentum, decay or schedule move them), unless ``variables`` are shapes only (a timing-only run).
+    its state's structure on ``variables``' trainable part (their ``"params"``), and its updates over
+    ``len(PROBE_SCALES)`` steps from gradients of changing size and direction (:func:`optimizer_probe`),
+    unless ``variables`` are shapes only (a timing-only run) or the update needs more than
+    ``(gradient, state, params)``.
 
     Example:
         >>> import optax
@@ -172,11 +179,10 @@ def optimizer_fingerprint(optimizer, variables) -> dict:
         >>> sgd, adam = (optimizer_fingerprint(o, variables) for o in (optax.sgd(0.1), optax.adam(0.1)))
         >>> sgd["client_optimizer_state_sha256"] == adam["client_optimizer_state_sha256"]
         False
-        >>> np.round(sgd["client_optimizer_probe"], 6).tolist()  # 0.1 × the gradient 0.01, twice
-        [0.001, 0.001]
+        >>> len(sgd["client_optimizer_probe_steps"])   # each step's mean |update| and mean update, each leaf's sum
+        33
     """
     import jax
-    import jax.numpy as jnp
 
     trainable = variables["params"] if isinstance(variables, dict) and "params" in variables else variables
     state = jax.eval_shape(optimizer.init, trainable)
@@ -187,6 +193,65 @@ def optimizer_fingerprint(optimizer, variables) -> dict:
     if any(isinstance(leaf, jax.ShapeDtypeStruct) or not getattr(leaf, "is_fully_addressable", True)
            for leaf in jax.tree.leaves(trainable)):  # shapes only, or arrays spanning other processes
         return record
+    try:
+        record["client_optimizer_probe_steps"] = optimizer_probe(optimizer, trainable)
+    except Exception:  # noqa: BLE001 -- an update that needs more than (gradient, state, params): the structure alone
+        pass
+    return record
+
+
+def optimizer_probe(optimizer, params) -> list[float]:
+    """``optimizer``'s updates on ``params`` over ``len(PROBE_SCALES)`` steps, each step's gradient
+    a fixed pattern of signs and sizes (a sine over each leaf's elements, shifted each step) times
+    that step's scale: per step the mean |update| and the mean update over all elements, then per
+    leaf the mean |sum of its updates|. Two optimisers that differ in a learning rate, a momentum or
+    beta, a clipping threshold or a schedule over these steps give other numbers (a schedule that
+    differs only after them does not). Computed on the CPU (a few numbers).
+
+    >>> import optax
+    >>> params = {"w": np.ones((2, 3), np.float32)}
+    >>> probes = [optimizer_probe(o, params) for o in (optax.adam(1e-2), optax.adam(1e-2, b1=0.5),
+    ...                                                optax.adam(1e-2, b2=0.9), optax.adam(2e-2))]
+    >>> all(not np.allclose(a, b, rtol=1e-5) for i, a in enumerate(probes) for b in probes[i + 1:])
+    True
+    """
+    import jax
+    import jax.numpy as jnp
+
+    leaves = jax.tree.leaves(params)
+
+    def gradient(step):
+        def one(index, leaf):
+            position = jnp.arange(np.size(leaf), dtype=jnp.float32).reshape(np.shape(leaf))
+            return (jnp.sin(0.7 * position + 1.3 * step + index) * jnp.asarray(PROBE_SCALES)[step]).astype(
+                jnp.result_type(leaf))
+        return jax.tree.unflatten(jax.tree.structure(params), [one(i, leaf) for i, leaf in enumerate(leaves)])
+
+    @jax.jit
+    def run(params):
+        def step(carry, index):
+            opt_state, total = carry
+            update, opt_state = optimizer.update(gradient(index), opt_state, params)
+            flat = jax.tree.leaves(update)
+            count = sum(leaf.size for leaf in flat)
+            figures = jnp.stack([sum(jnp.abs(leaf).sum() for leaf in flat) / count, sum(leaf.sum() for leaf in flat) / count])
+            return (opt_state, jax.tree.map(jnp.add, total, update)), figures
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        (_, total), figures = jax.lax.scan(step, (optimizer.init(params), zeros), jnp.arange(len(PROBE_SCALES)))
+        return figures.reshape(-1), jnp.stack([jnp.mean(jnp.abs(leaf)) for leaf in jax.tree.leaves(total)])
+
+    with jax.default_device(jax.devices("cpu")[0]):
+        per_step, per_leaf = run(jax.tree.map(np.asarray, params))
+    return [float(value) for value in np.concatenate([np.asarray(per_step), np.asarray(per_leaf)])]
+
+
+def _first_two_updates(optimizer, params) -> list[float] | None:
+    """The probe of runs made before 2026-12-05 (``client_optimizer_probe`` in their config): the mean
+    |update| of each leaf over the first two updates from the gradient 0.01 everywhere, which did
+    not tell Adam's betas, a clipping threshold or a schedule's length apart. None where the update
+    needs more than (gradient, state, params)."""
+    import jax
+    import jax.numpy as jnp
 
     @jax.jit
     def first_updates(params):
@@ -197,12 +262,10 @@ def optimizer_fingerprint(optimizer, variables) -> dict:
         return [jnp.mean(jnp.abs(update)) for update in jax.tree.leaves(first) + jax.tree.leaves(second)]
 
     try:
-        with jax.default_device(jax.devices("cpu")[0]):  # a few numbers: no device program for them
-            record["client_optimizer_probe"] = [float(value) for value in first_updates(
-                jax.tree.map(lambda leaf: np.asarray(leaf), trainable))]
-    except Exception:  # an update that needs more than (gradient, state, params): the structure alone
-        pass
-    return record
+        with jax.default_device(jax.devices("cpu")[0]):
+            return [float(value) for value in first_updates(jax.tree.map(np.asarray, params))]
+    except Exception:  # noqa: BLE001 -- as optimizer_fingerprint
+        return None
 
 
 def load_time_per_step(path: str):
@@ -458,6 +521,35 @@ class UserInputs:
                                  f"{what}; expected per-example values of shape (2,)")
         return tuple(out)
 
+    def check_optimizer(self, variables) -> None:
+        """The given ``client_optimizer`` updates from what a client step gives it, ``update(gradient,
+        state, params)`` (traced on ``variables``' params: shapes, no work); one that needs more (the
+        loss value: ``optax.contrib.reduce_on_plateau``, ``optax.lbfgs``) or params of its own layout
+        (``optax.lookahead``) is a ValueError saying so, not a traceback from inside the step.
+
+        >>> import optax
+        >>> params = {"params": {"w": np.ones(3, np.float32)}}
+        >>> UserInputs(client_optimizer=optax.sgd(0.1)).check_optimizer(params)
+        >>> UserInputs(client_optimizer=optax.contrib.reduce_on_plateau()).check_optimizer(params)
+        Traceback (most recent call last):
+        ...
+        ValueError: client_optimizer= cannot update from (gradient, state, params) alone, as a client's step calls it: ...
+        """
+        import jax
+
+        if self.client_optimizer is None:
+            return
+        trainable = variables["params"] if isinstance(variables, dict) and "params" in variables else variables
+        optimizer = self.client_optimizer
+        try:
+            jax.eval_shape(lambda params: optimizer.update(params, optimizer.init(params), params), trainable)
+        except Exception as error:  # noqa: BLE001 -- whatever the object raises, said in one line
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ValueError(f"client_optimizer= cannot update from (gradient, state, params) alone, as a client's "
+                             f"step calls it: {type(error).__name__}: {first} (an optimiser that needs the loss "
+                             f"value, as optax.contrib.reduce_on_plateau and optax.lbfgs do, or params of its own "
+                             f"layout, as optax.lookahead, does not fit a client step)") from None
+
     def record(self, variables) -> dict:
         """What ``config.json``'s ``user_inputs`` says about the given inputs (names, fingerprints)."""
         import jax
@@ -545,11 +637,15 @@ class UserInputs:
                 raise ValueError(f"client_optimizer= is not the optimiser run {run_dir!r} was made with: its state "
                                  "has another structure (another kind of optimiser, e.g. Adam's moments where the "
                                  "run's had none)")
-            probe, then = now.get("client_optimizer_probe"), recorded.get("client_optimizer_probe")
-            if probe is not None and then is not None and not np.allclose(probe, then, rtol=1e-4, atol=0):
+            probe, then = now.get("client_optimizer_probe_steps"), recorded.get("client_optimizer_probe_steps")
+            if then is None and recorded.get("client_optimizer_probe") is not None:  # a run of before 2026-12-05
+                trainable = variables["params"] if isinstance(variables, dict) and "params" in variables else variables
+                probe, then = _first_two_updates(self.client_optimizer, trainable), recorded["client_optimizer_probe"]
+            if probe is not None and then is not None and (
+                    len(probe) != len(then) or not np.allclose(probe, then, rtol=1e-5, atol=1e-12)):
                 raise ValueError(f"client_optimizer= is not the optimiser run {run_dir!r} was made with: its first "
-                                 "updates from the same gradient differ (another learning rate, momentum, decay or "
-                                 "schedule)")
+                                 "updates from the same gradients differ (another learning rate, momentum or beta, "
+                                 "decay, clipping threshold or schedule)")
         if self.init_params is not None and tree_fingerprint(variables) != recorded["init_params_sha256"]:
             raise ValueError(f"init_params differ from those run {run_dir!r} was made with")
 

@@ -188,6 +188,21 @@ def test_init_params_that_are_not_finite_are_refused_before_any_work(tiny):
     assert not os.path.exists(config.output_dir)
 
 
+@pytest.mark.parametrize("optimizer, message", [
+    (optax.chain(optax.sgd(0.1), optax.contrib.reduce_on_plateau()), r"cannot update from \(gradient, state, params\) "
+                                                                     r"alone.*missing 1 required keyword-only argument: 'value'"),
+    (optax.lbfgs(), r"cannot update from \(gradient, state, params\) alone"),
+    (optax.GradientTransformation(lambda p: jnp.zeros((), jnp.int32), lambda u, s, p=None: (u, s + 1.5)),
+     r"a client's local step turns its state.opt_state from \(\) int32 into \(\) float32")],
+    ids=["needs the loss value", "lbfgs", "state changes dtype"])
+def test_an_optimiser_a_client_step_cannot_run_is_refused_before_any_work(tiny, optimizer, message):
+    """Each failed inside the step's trace (a raw TypeError) or, the dtype change, at the first
+    training call after the run's folder was made (found 2026-12-05)."""
+    with pytest.raises(ValueError, match=message):
+        run_experiment(replace(tiny, model="logreg"), client_optimizer=optimizer)
+    assert not os.path.exists(tiny.output_dir)
+
+
 def test_init_params_mismatch_names_the_first_leaf(tiny):
     config = replace(tiny, model="logreg")
     params = prepare(config)[4]["params"]  # {"Dense_0": {"bias": (10,), "kernel": (784, 10)}}

@@ -3,6 +3,9 @@ differs from what it was made with, though the objects' names look the same: ano
 (Adam for SGD, or SGD at another learning rate: both labelled ``<user: optax.GradientTransformation>``),
 metrics returning other names (their metrics.csv columns), a named model whose code changed since.
 Each was resumed without a word before, and the run went on as another run."""
+import json
+import os
+
 import flax.linen as nn
 import jax.numpy as jnp
 import optax
@@ -10,8 +13,9 @@ import pytest
 
 import jaxfl
 from jaxfl.config import RunConfig
-from jaxfl.experiment import RunInterrupted, resume_experiment, run_experiment
+from jaxfl.experiment import RunInterrupted, prepare, resume_experiment, run_experiment
 from jaxfl.models import register_model
+from jaxfl.user_inputs import _first_two_updates
 
 CONFIG = dict(algorithm="fedbuff", model="logreg", clients=3, local_steps=2, batch_size=16, buffer_size=2,
               max_updates=2, checkpoint_every=1, stop_at_target=False, progress=False)
@@ -31,12 +35,39 @@ def test_another_client_optimiser_is_refused_and_the_same_one_resumes(tmp_path):
                                          r"structure"):
         resume_experiment(run, client_optimizer=optax.adam(0.05), progress=False)
     with pytest.raises(ValueError, match=r"client_optimizer= is not the optimiser run .* its first updates from "
-                                         r"the same gradient differ \(another learning rate"):
+                                         r"the same gradients differ \(another learning rate"):
         resume_experiment(run, client_optimizer=optax.sgd(0.5), progress=False)
     with pytest.raises(ValueError, match=r"its state has another structure"):  # momentum's trace
         resume_experiment(run, client_optimizer=optax.sgd(0.05, momentum=0.9), progress=False)
     resumed = resume_experiment(run, client_optimizer=optax.sgd(0.05), progress=False)
     assert resumed.summary["global_updates"] == 2
+
+
+@pytest.mark.parametrize("made, other", [
+    (optax.adam(1e-2), optax.adam(1e-2, b1=0.5)), (optax.adam(1e-2), optax.adam(1e-2, b2=0.9)),
+    (optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.1)), optax.chain(optax.clip_by_global_norm(10.0), optax.sgd(0.1))),
+    (optax.sgd(optax.cosine_decay_schedule(0.1, 1000)), optax.sgd(optax.cosine_decay_schedule(0.1, 2000)))],
+    ids=["adam b1", "adam b2", "clipping threshold", "schedule length"])
+def test_optimisers_that_differ_beyond_one_constant_gradients_first_updates_are_refused(tmp_path, made, other):
+    """A probe of two updates from one constant gradient told none of these apart: the resumed run went
+    on with the other optimiser (found 2026-12-05)."""
+    run = interrupted(tmp_path, client_optimizer=made)
+    with pytest.raises(ValueError, match=r"its first updates from the same gradients differ"):
+        resume_experiment(run, client_optimizer=other, progress=False)
+    assert resume_experiment(run, client_optimizer=made, progress=False).summary["global_updates"] == 2
+
+
+def test_a_run_recorded_with_the_earlier_probe_is_checked_by_it(tmp_path):
+    run = interrupted(tmp_path, client_optimizer=optax.sgd(0.05))
+    path = os.path.join(run, "config.json")
+    record = json.load(open(path))
+    assert len(record["user_inputs"].pop("client_optimizer_probe_steps")) > 2 * 16
+    variables = prepare(RunConfig(**CONFIG))[4]
+    record["user_inputs"]["client_optimizer_probe"] = _first_two_updates(optax.sgd(0.05), variables["params"])
+    json.dump(record, open(path, "w"))
+    with pytest.raises(ValueError, match=r"its first updates from the same gradients differ"):
+        resume_experiment(run, client_optimizer=optax.sgd(0.5), progress=False)
+    assert resume_experiment(run, client_optimizer=optax.sgd(0.05), progress=False).summary["global_updates"] == 2
 
 
 def test_metrics_returning_other_names_are_refused(tmp_path):
