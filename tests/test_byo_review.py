@@ -195,3 +195,13 @@ def test_nnx_model_that_breaks_only_in_train_mode_is_one_line_naming_it(tmp_path
 
     _refused_in_one_line(tmp_path, DropNoRngs, r"model DropNoRngs fails in train mode \(init ran in eval mode\): "
                                                r".*no `rngs` argument was provided to Dropout")
+
+
+@pytest.mark.parametrize("times", [["0.1", "0.2", "0.3"], [True, True, True], np.array([0.1 + 0j, 0.2, 0.3])])
+def test_speeds_that_are_no_real_numbers_are_refused(times):
+    """Strings were read as seconds, True as 1 s a step, complex numbers with a warning (2026-12-05)."""
+    from jaxfl.scheduler.speeds import check_time_per_step
+
+    with pytest.raises(ValueError, match="time_per_step must be an array of seconds per step, one per client: real "
+                                         "numbers, got an array of"):
+        check_time_per_step(times, 3)

@@ -591,6 +591,12 @@ def check_time_per_step(time_per_step, num_clients: int, speed_change_prob: floa
         ...
         ValueError: time_per_step[1]=-1.0 is not allowed: seconds per step must be finite and > 0
     """
+    kind = np.asarray(time_per_step).dtype
+    if kind != object and (not (np.issubdtype(kind, np.integer) or np.issubdtype(kind, np.floating))
+                           or kind == np.bool_):
+        # numpy would read "0.1" strings, True as 1 s and complex numbers (with a warning) as seconds
+        raise ValueError(f"time_per_step must be an array of seconds per step, one per client: real numbers, "
+                         f"got an array of {kind}")
     try:
         times = np.array(time_per_step, dtype=np.float64)
     except (TypeError, ValueError):
