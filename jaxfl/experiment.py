@@ -65,7 +65,7 @@ from jaxfl.kernels.client import FederatedArrays, make_client_trainer, scale_uin
 from jaxfl.kernels.cpu_ops import cpu_friendly
 from jaxfl.models import (MODELS, build_model, check_model_input, check_model_object, count_params,
                           is_model_reference, load_model_reference, make_model)
-from jaxfl.models.adapter import as_adapter
+from jaxfl.models.adapter import ModelModeError, as_adapter
 from jaxfl.runlog import (CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields, last_tenth_mean, log_sizes,
                           write_client_samples)
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
@@ -986,6 +986,8 @@ def _trace_model(config: RunConfig, model, input_shape: tuple, kind: str, num_cl
     try:
         abstract = jax.eval_shape(model.init_variables, _model_key(config), sample)
         shape = tuple(jax.eval_shape(model.predict, abstract, batch).shape)
+    except ModelModeError:
+        raise
     except (TypeError, ValueError) as error:  # layers that do not fit this input shape
         raise ValueError(f"model {config.model!r} cannot take dataset {config.dataset!r} samples of shape "
                          f"{tuple(input_shape)}: {error}") from error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import flax.linen as nn
 import numpy as np
 import pytest
 
@@ -205,3 +206,24 @@ def test_speeds_that_are_no_real_numbers_are_refused(times):
     with pytest.raises(ValueError, match="time_per_step must be an array of seconds per step, one per client: real "
                                          "numbers, got an array of"):
         check_time_per_step(times, 3)
+
+
+class AlwaysDropping(nn.Module):  # a Dropout that draws in eval mode too
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dropout(0.5, deterministic=False)(nn.Dense(3)(x))
+
+
+class UnsetBatchNorm(nn.Module):  # use_running_average set neither in the constructor nor at call time
+    @nn.compact
+    def __call__(self, x):
+        return nn.BatchNorm()(nn.Dense(3)(x))
+
+
+def test_a_layer_whose_mode_nothing_sets_is_said_as_such_not_as_a_shape(tmp_path):
+    """The first read "asks for an RNG stream jaxfl does not give ...; it gives ['dropout']", the
+    second "cannot take ... samples of shape (8,)" (2026-12-05)."""
+    _refused_in_one_line(tmp_path, AlwaysDropping, r"^model AlwaysDropping draws random numbers in eval mode .*must "
+                                                   r"follow a `train` or `deterministic` argument of __call__")
+    _refused_in_one_line(tmp_path, UnsetBatchNorm, r'^model UnsetBatchNorm: Parameter "use_running_average" must be '
+                                                   r"passed .* through a `train`")

@@ -23,6 +23,7 @@ as the FedCompass authors' code does); ``has_state`` tells whether there is any.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -94,6 +95,11 @@ def _compiled_zoo_init(module, cheap_cpu_compile: bool = False) -> Callable:
     bit for every zoo model."""
     return jax.jit(ModelAdapter.from_linen(module).init,
                    compiler_options=_CPU_INIT_OPTIONS if cheap_cpu_compile else None)
+
+
+class ModelModeError(ValueError):
+    """A model that fails in one of the modes jaxfl runs it in (training, evaluation), or draws
+    random numbers where jaxfl gives none: said as it is, not as a shape the model cannot take."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,8 +184,44 @@ class ModelAdapter:
         def mode(train: bool) -> dict:
             return {} if keyword is None else {keyword: (not train) if inverted else train}
 
+        @contextlib.contextmanager
+        def explained(train: bool, key):
+            # traced once per program, before any run writes a file: a module that only breaks in one
+            # mode (a layer or an RNG stream of its own in training) is named in one line, not in
+            # Flax's traceback from inside the client kernel
+            from flax import errors
+
+            name, where = type(module).__name__, "train" if train else "eval"
+            try:
+                yield
+            except errors.InvalidRngError as error:
+                if key is None:  # evaluation and init give no stream at all
+                    how = f"its {keyword!r} argument, which jaxfl sets" if keyword is not None else \
+                        "a `train` or `deterministic` argument of __call__, which jaxfl sets"
+                    raise ModelModeError(f"model {name} draws random numbers in eval mode ({_first_line(error)}): "
+                                         "jaxfl initialises and evaluates a model without RNG streams, so a layer "
+                                         f"that draws (a Dropout built with deterministic=False) must follow {how}") \
+                        from error
+                raise ModelModeError(f"model {name} in {where} mode asks for an RNG stream jaxfl does not give "
+                                     f"({_first_line(error)}); it gives {list(rng_streams)}: use those, or pass "
+                                     "ModelAdapter.from_linen(module, rng_streams=(...)) naming every stream") \
+                    from error
+            except errors.FlaxError as error:
+                raise ModelModeError(f"model {name} fails in {where} mode (init ran in eval mode): "
+                                     f"{_first_line(error)}") from error
+            except ValueError as error:
+                # flax's 'Parameter "use_running_average" (or "deterministic") must be passed to the
+                # constructor or at call time': a BatchNorm or Dropout whose mode nothing sets
+                if "must be passed to the constructor or at call time" not in str(error):
+                    raise
+                raise ModelModeError(f"model {name}: {_first_line(error)} jaxfl runs a model in train and eval "
+                                     "mode through a `train` (or `deterministic`, `use_running_average`) argument "
+                                     "of its __call__: take one and pass it on (nn.BatchNorm(use_running_average="
+                                     "not train))") from error
+
         def init(key, sample):
-            variables = dict(module.init({"params": key}, sample, **mode(False)))
+            with explained(False, None):
+                variables = dict(module.init({"params": key}, sample, **mode(False)))
             params = variables.pop("params", {})
             return params, variables
 
@@ -194,21 +236,8 @@ class ModelAdapter:
             return module.apply(variables, x, rngs=rngs, **mode(train)), state
 
         def apply(params, state, x, train: bool = False, key=None):
-            # traced once per program, before any run writes a file: a module that only breaks in one
-            # mode (a layer or an RNG stream of its own in training) is named in one line, not in
-            # Flax's traceback from inside the client kernel
-            from flax import errors
-
-            try:
+            with explained(train, key):
                 return run(params, state, x, train, key)
-            except errors.InvalidRngError as error:
-                raise ValueError(f"model {type(module).__name__} in {'train' if train else 'eval'} mode asks for "
-                                 f"an RNG stream jaxfl does not give ({_first_line(error)}); it gives "
-                                 f"{list(rng_streams)}: use those, or pass ModelAdapter.from_linen(module, "
-                                 f"rng_streams=(...)) naming every stream") from error
-            except errors.FlaxError as error:
-                raise ValueError(f"model {type(module).__name__} fails in {'train' if train else 'eval'} mode "
-                                 f"(init ran in eval mode): {_first_line(error)}") from error
 
         return cls(init, apply, module, "linen")
 
