@@ -227,3 +227,17 @@ def test_a_layer_whose_mode_nothing_sets_is_said_as_such_not_as_a_shape(tmp_path
                                                    r"follow a `train` or `deterministic` argument of __call__")
     _refused_in_one_line(tmp_path, UnsetBatchNorm, r'^model UnsetBatchNorm: Parameter "use_running_average" must be '
                                                    r"passed .* through a `train`")
+
+
+def test_an_archive_from_np_load_with_more_arrays_is_read_with_a_note(tmp_path):
+    """data=np.load(path) of an archive holding x_val was refused, where dataset 'npz' of the same file
+    reads it with a note (2026-12-05); a plain dict with an unknown key stays refused (a misspelt
+    client_train would lose the writers' split)."""
+    x, y = _features(30), np.arange(30) % 3
+    np.savez(tmp_path / "d.npz", x_train=x[:24], y_train=y[:24], x_test=x[24:], y_test=y[24:], x_val=x[:3])
+    with pytest.warns(UserWarning, match=r"data: arrays \['x_val'\] of the archive are not read"):
+        dataset = as_dataset(np.load(tmp_path / "d.npz"))
+    assert dataset.train_x.shape == (24,) + x.shape[1:]
+    with pytest.raises(ValueError, match=r"unknown \['client_trian'\]"):
+        as_dataset({"x_train": x[:24], "y_train": y[:24], "x_test": x[24:], "y_test": y[24:],
+                    "client_trian": np.zeros(24, int)})

@@ -420,7 +420,11 @@ def as_dataset(data, num_classes: int | None = None, name: str = "user") -> Data
         keys = set(data.keys())
         unknown = sorted(str(k) for k in keys - set(spellings) - set(spellings.values()) - {"num_classes"})
         missing = [k for k in ("train_x", "train_y", "test_x", "test_y") if k not in keys and spellings[k] not in keys]
-        if unknown or missing:
+        if unknown and not missing and isinstance(data, np.lib.npyio.NpzFile):
+            # an archive (np.load) may hold more than jaxfl reads, as dataset 'npz' takes it: said, not refused
+            warnings.warn(f"data: arrays {unknown} of the archive are not read; jaxfl reads x_train, y_train, x_test, "
+                          "y_test, and client_train and num_classes where present", UserWarning, stacklevel=2)
+        elif unknown or missing:
             raise ValueError(f"data: a mapping needs train_x, train_y, test_x, test_y (or x_train, ...); "
                              f"missing {missing}, unknown {unknown}")
         pick = {k: data[k] if k in keys else data.get(spellings[k]) for k in spellings}
