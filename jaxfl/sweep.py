@@ -792,15 +792,26 @@ def _earlier_runs_left_out(sweep_dir: str, base: dict, grid: dict, cells: list[C
     if not left:
         return None
     old_base, new_base = before.get("base", {}), {name: _cell_value(value) for name, value in base.items()}
-    differ = [name for name in dict.fromkeys([*old_base, *new_base])
-              if name not in grid and name not in before.get("grid", {}) and old_base.get(name) != new_base.get(name)]
+    old_grid, new_grid = before.get("grid", {}), {name: [_cell_value(v) for v in values] for name, values in grid.items()}
 
-    def shown(value):  # unset: the default of the jaxfl that ran it, which a flag cannot name
-        return "unset" if value is None else repr(value)
+    def values(name, base_values, grid_values) -> list:  # a setting's values in one sweep: its axis, or its one value
+        return list(grid_values[name]) if name in grid_values else [base_values.get(name)]
 
-    hint = "; ".join(f"{name}: {shown(old_base.get(name))} there, {shown(new_base.get(name))} here" for name in differ)
-    both = [name for name in differ if old_base.get(name) is not None and new_base.get(name) is not None]
-    example = "" if not both else f" (e.g. --{both[0].replace('_', '-')} {old_base[both[0]]},{new_base[both[0]]})"
+    differ = {name: (values(name, old_base, old_grid), values(name, new_base, new_grid))
+              for name in dict.fromkeys([*old_base, *new_base, *old_grid, *new_grid])}
+    # a setting swept in both grids is not why runs were left out unless its values differ (seeds 0,1 then 4)
+    differ = {name: pair for name, pair in differ.items()
+              if json.dumps(pair[0], default=str) != json.dumps(pair[1], default=str)}
+
+    def shown(values: list) -> str:  # unset: the default of the jaxfl that ran it, which a flag cannot name
+        return "unset" if values == [None] else repr(values[0]) if len(values) == 1 else repr(values)
+
+    hint = "; ".join(f"{name}: {shown(there)} there, {shown(here)} here" for name, (there, here) in differ.items())
+    both = {name: list(dict.fromkeys(json.dumps(v, default=str) for v in [*there, *here]))
+            for name, (there, here) in differ.items() if None not in there and None not in here}
+    example = "" if not both else " (e.g. " + " ".join(
+        f"--{name.replace('_', '-')} {','.join(json.loads(v) if isinstance(json.loads(v), str) else v for v in joined)}"
+        for name, joined in both.items()) + ")"
     return (f"{len(left)} finished run(s) of the sweep this folder held before are not cells of this grid, so this "
             f"sweep's results table leaves them out (their runs stay in {os.path.join(sweep_dir, 'runs')})"
             + (f"; the two sweeps differ in {hint}" if hint else "")

@@ -988,6 +988,12 @@ def test_a_sweep_over_other_values_in_the_same_folder_names_the_runs_its_table_l
     # without a bar or an echo (a notebook's progress=False) the note is a warning, not nothing
     with pytest.warns(UserWarning, match=r"3 finished run\(s\) of the sweep this folder held before"):
         run_sweep({**base, "seed": 0}, {"clients": [2]}, folder, progress=False)
+    # a setting the earlier grid swept: its values are named too (a note named only max_updates, 2026-12-05)
+    run_sweep({**base, "seed": 0}, {"seed": [0, 1], "clients": [2, 3]}, folder, progress=False)
+    with pytest.warns(UserWarning, match=r"the two sweeps differ in clients: \[2, 3\] there, 2 here; seed: \[0, 1\] "
+                                         r"there, 4 here; one grid over the values of both \(e.g. --clients 2,3 "
+                                         r"--seed 0,1,4\)"):
+        run_sweep({**base, "seed": 4, "clients": 2}, {}, folder, progress=False)
 
 
 def test_report_grid_lays_a_design_space_out_as_rows_by_columns_by_hand(tmp_path):
