@@ -414,19 +414,24 @@ class UserInputs:
         """
         return tuple(name for name in _OBJECTS if getattr(self, name) is not None)
 
-    def check(self, config: RunConfig) -> "UserInputs":
-        """The checks that need no data (types, signatures, the speeds array); ``time_per_step`` comes
-        back as a float64 array. ``config`` must be validated."""
-        import optax
-
+    def _check_model_object(self) -> None:
+        """``model`` is a model object (not a name, not something else), said before anything else of it."""
         from jaxfl.models import check_model_object
-        from jaxfl.scheduler.speeds import check_time_per_step
 
         if isinstance(self.model, str):
             raise ValueError(f"model={self.model!r} is a name: set it in the config (RunConfig(model={self.model!r})); "
                              "model= takes a model object")
         if self.model is not None:
             check_model_object(self.model)
+
+    def check(self, config: RunConfig) -> "UserInputs":
+        """The checks that need no data (types, signatures, the speeds array); ``time_per_step`` comes
+        back as a float64 array. ``config`` must be validated."""
+        import optax
+
+        from jaxfl.scheduler.speeds import check_time_per_step
+
+        self._check_model_object()
         if self.client_optimizer is not None and not isinstance(self.client_optimizer, optax.GradientTransformation):
             raise ValueError(f"client_optimizer={_short(self.client_optimizer)} is not an optax.GradientTransformation "
                              "(e.g. optax.sgd(optax.cosine_decay_schedule(0.1, 1000)))")
@@ -455,6 +460,7 @@ class UserInputs:
 
         changes = {}
         if self.model is not None:
+            self._check_model_object()  # model=5 beside config.model: "not a model", not the two models' clash
             label = user_label(self.model)
             if config.model not in (DataConfig.model, label):
                 raise ValueError(f"model={label!r} is given and config.model={config.model!r} too: leave "

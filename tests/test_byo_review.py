@@ -241,3 +241,10 @@ def test_an_archive_from_np_load_with_more_arrays_is_read_with_a_note(tmp_path):
     with pytest.raises(ValueError, match=r"unknown \['client_trian'\]"):
         as_dataset({"x_train": x[:24], "y_train": y[:24], "x_test": x[24:], "y_test": y[24:],
                     "client_trian": np.zeros(24, int)})
+
+
+def test_a_model_that_is_no_model_is_said_so_before_the_clash_with_config_model(tmp_path):
+    import jaxfl
+
+    with pytest.raises(ValueError, match=r"^model=5 is not a model"):
+        jaxfl.run_experiment(jaxfl.RunConfig(model="mlp", output_dir=str(tmp_path)), model=5)
