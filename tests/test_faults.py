@@ -67,6 +67,17 @@ def test_no_algorithm_hangs_when_clients_crash(algorithm):
     assert counts["dropped_by_reason"].get("client crashed", 0) > 0
 
 
+@pytest.mark.parametrize("algorithm", names())
+def test_every_algorithm_ends_once_every_client_has_crashed_without_a_time_budget(algorithm):
+    """With no time budget (max_time inf) and every dispatch crashing, FedASMU's trigger timer went on
+    moving the clock for ever, a timer event per period and no one to start (found 2026-12-05);
+    every algorithm ends with no events left."""
+    sim, reason = schedule(algorithm, 6, "exp", 1, crash=1.0, delay=0.0, dropout=0.0, updates=10, timeout=1.0,
+                           max_time=math.inf)
+    assert reason == "no events left", reason
+    assert sim.accounting()["aggregated"] == 0 and math.isfinite(sim.now)
+
+
 def test_faults_are_paired_across_algorithms():
     a = ClientFaults(FaultConfig(crash_prob=0.3, delay_prob=0.3), 4, seed=9)
     b = ClientFaults(FaultConfig(crash_prob=0.3, delay_prob=0.3), 4, seed=9)

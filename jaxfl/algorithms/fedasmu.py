@@ -400,7 +400,18 @@ class FedASMU(Policy):
         if count > 0:
             for client in self.idle.sample(self._rng, count):
                 self._dispatch(sim, client)
-        sim.set_timer(sim.now + self.trigger_period, "trigger")
+        if not self._stuck(sim):  # else the timer alone moved the clock on for ever (max_time inf)
+            sim.set_timer(sim.now + self.trigger_period, "trigger")
+
+    def _stuck(self, sim: Simulation) -> bool:
+        """Whether no trigger can dispatch again: no idle client, or the cap held by clients that never
+        report (a crash is for good), and no client in flight that will report or be given up at
+        its deadline. Then the run ends (no events left) instead of triggering nobody."""
+        if len(self.idle) and self.cap > len(self.running):
+            return False
+        if self.running and self.round_timeout is not None:  # their deadlines free the cap
+            return False
+        return not any(math.isfinite(sim.records[record_id].arrival_time) for record_id in (*self.running, *self.lost))
 
     def _dispatch(self, sim: Simulation, client: int) -> None:
         steps = local_steps_of(self.local_steps, client)
