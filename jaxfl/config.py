@@ -148,7 +148,7 @@ class ServerConfig:
     server_beta1: float = 0.9  # FedOpt's β1: momentum of the pseudo-gradient (adam, yogi, adagrad, optax_adam, optax_yogi)
     server_beta2: float = 0.99  # FedOpt's β2: decay of the second moment (adam, yogi, optax_adam, optax_yogi)
     clients_per_round: int | None = None  # clients sampled per round (FedAvg, FedOpt, CC-FedAvg; unset: all); FedAsync/FedBuff: the concurrency
-    concurrency: int | None = None  # clients in flight (FedAsync, FedBuff, FedASMU); unset: clients_per_round, else min(clients, 1000)
+    concurrency: int | None = None  # clients in flight (FedAsync, FedBuff; FedASMU's cap); unset: clients_per_round, else min(clients, 1000) (FedASMU: 10% of the clients)
     buffer_size: int = 3  # FedBuff's K: buffered updates per aggregation
     rule: str | None = None  # FedAsync/FedBuff update rule: paper, fedcompass (its authors' framework) or plato (PORT's); unset: each's default
     staleness: str = "polynomial"  # st(s), s the versions made since the client's model (0: the newest): constant α, polynomial α(s+1)^-a, hinge α/(a(s-4)+1) past s = 4, exponential α·e^(-a·s)
