@@ -875,6 +875,21 @@ def check_folder(flag: str, path: str, given: str | None = None) -> None:
                           f"({error.strerror or error}); give a folder you can write") from None
 
 
+def _leave_out_what_timing_only_does_not_read(file_values: dict, flags: dict, path: str) -> None:
+    """A training run's config replayed timing-only (``jaxfl run --config RUN/config.json
+    --timing-only``): the file's evaluation and checkpoint settings, which a timing-only run does not
+    read, are left out with a note (a flag that gives one is still refused: it was asked for)."""
+    from jaxfl.config import TIMING_ONLY_UNREAD
+
+    unread = [name for name in ("eval_every", "checkpoint_every", *TIMING_ONLY_UNREAD)
+              if name in file_values and name not in flags and file_values[name] != FIELDS[name].default]
+    for name in unread:
+        del file_values[name]
+    if unread:
+        print(f"jaxfl: note: {', '.join(unread)} from the config file {path}: a timing-only run evaluates and "
+              f"checkpoints nothing; left out", file=sys.stderr)
+
+
 def _file_settings(path: str) -> dict:
     """A ``--config`` file's settings, each under one flat name (:func:`flat_settings`)."""
     return flat_settings(load_config_file(path), f"config file {path!r}")
@@ -923,6 +938,8 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
               if _given(args, key, value) and (key in FIELDS or "." in key)}
     file_values = _file_settings(args.config) if args.config else {}
     _check_alternatives(values, file_values, args.config)
+    if values.get("timing_only", file_values.get("timing_only")):
+        _leave_out_what_timing_only_does_not_read(file_values, values, args.config)
     fields, options = split_algorithm_options({**file_values, **values})
     preset = getattr(args, "preset", None)
     if preset is not None:

@@ -112,3 +112,27 @@ def test_resuming_a_timing_only_run_says_what_it_is(tmp_path, capsys):
     events = events_without_wall_time(result.run_dir)
     assert main(command.split()[1:] + ["--run-name", "again", "--no-progress"]) == 0  # the command said works
     assert events_without_wall_time(os.path.join(tmp_path, "again")) == events
+
+
+def test_a_training_runs_config_replays_timing_only_from_the_command_line(tmp_path, capsys):
+    """`jaxfl run --config RUN/config.json --timing-only` of a run with its own evaluation and
+    checkpoint cadence was refused ("eval_every=2 is not allowed"): the file's settings a timing-only
+    run does not read are left out with a note, and the schedule is the run's (found 2026-12-05)."""
+    from jaxfl import cli
+
+    common = ["--algorithm", "fedbuff", "--model", "logreg", "--clients", "4", "--local-steps", "2",
+              "--max-updates", "4", "--no-progress"]
+    assert cli.main(["run", *common, "--eval-every", "2", "--checkpoint-every", "2",
+                     "--output-dir", str(tmp_path / "trained")]) == 0
+    (trained,) = os.listdir(tmp_path / "trained")
+    trained = os.path.join(tmp_path, "trained", trained)
+    capsys.readouterr()
+    assert cli.main(["run", "--config", os.path.join(trained, "config.json"), "--timing-only",
+                     "--output-dir", str(tmp_path / "timing")]) == 0
+    assert "note: eval_every, checkpoint_every from the config file" in capsys.readouterr().err
+    (timing,) = os.listdir(tmp_path / "timing")
+    assert events_without_wall_time(os.path.join(tmp_path, "timing", timing)) == events_without_wall_time(trained)
+    with pytest.raises(SystemExit):  # a flag that gives one is still refused: it was asked for
+        cli.main(["run", "--config", os.path.join(trained, "config.json"), "--timing-only", "--eval-every", "3",
+                  "--output-dir", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused").exists()
