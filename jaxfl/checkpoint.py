@@ -422,7 +422,7 @@ def _save(run_dir: str, number: int, simulation, engine, extra: dict, config: di
     with open(pointer + ".tmp", "w") as handle:
         handle.write(os.path.basename(final) + "\n")
     os.replace(pointer + ".tmp", pointer)
-    for name in sorted(n for n in os.listdir(root) if n.startswith("ckpt-"))[:-KEEP]:
+    for name in sorted((n for n in os.listdir(root) if n.startswith("ckpt-")), key=checkpoint_order)[:-KEEP]:
         _remove(root, name)
     for name in os.listdir(root):  # removals that a kill cut short
         if name.startswith(REMOVING):
@@ -432,6 +432,18 @@ def _save(run_dir: str, number: int, simulation, engine, extra: dict, config: di
 
 
 REMOVING = "removing-"
+
+
+def checkpoint_order(name: str) -> tuple[int, str]:
+    """A checkpoint folder's place among a run's: its update number, not its name's text, which puts
+    ``ckpt-1000002`` before ``ckpt-999999`` (past a million updates a run pruned its newest checkpoint
+    as it wrote it); a name without a number first.
+
+    >>> sorted(["ckpt-1000002", "ckpt-999999", "ckpt-000012"], key=checkpoint_order)
+    ['ckpt-000012', 'ckpt-999999', 'ckpt-1000002']
+    """
+    number = name.removeprefix("ckpt-")
+    return (int(number), name) if number.isdigit() else (-1, name)
 
 
 def _remove(root: str, name: str) -> None:

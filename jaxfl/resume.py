@@ -252,8 +252,9 @@ def read_record(run_dir: str) -> dict:
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
         root = os.path.join(run_dir, "checkpoints")
-        kept = sorted(name for name in os.listdir(root) if name.startswith("ckpt-")
-                      and os.path.isfile(os.path.join(root, name, "config.json"))) if os.path.isdir(root) else []
+        kept = sorted((name for name in os.listdir(root) if name.startswith("ckpt-")
+                       and os.path.isfile(os.path.join(root, name, "config.json"))),
+                      key=checkpoint.checkpoint_order) if os.path.isdir(root) else []
         if kept:  # a run directory that lost the file: its checkpoints keep the settings
             again = shlex.quote(os.path.join(root, kept[-1], "config.json"))
             raise ResumeError(f"cannot resume {run_dir!r}: its config.json is missing (deleted?), and a resume "
@@ -421,7 +422,7 @@ def candidates(run_dir: str, warn: bool = True, check_lock: bool = True) -> list
         raise ResumeError(f"cannot resume {run_dir!r}: it has no checkpoints/ folder (deleted, or the run was "
                           f"killed before its first checkpoint); nothing to resume from: start the run again")
     folders = sorted((n for n in os.listdir(root) if n.startswith("ckpt-") and os.path.isdir(os.path.join(root, n))),
-                     reverse=True)
+                     key=checkpoint.checkpoint_order, reverse=True)
     pointer = os.path.join(root, "latest")
     named = None
     if os.path.isfile(pointer):
@@ -537,7 +538,8 @@ def _set_aside(run_dir: str, skipped: list[str], taken: str) -> str:
     aside = os.path.join(root, "skipped")
     os.makedirs(aside, exist_ok=True)
     for folder in skipped:
-        if os.path.basename(folder) > os.path.basename(taken) and os.path.isdir(folder):
+        if checkpoint.checkpoint_order(os.path.basename(folder)) > checkpoint.checkpoint_order(os.path.basename(taken)) \
+                and os.path.isdir(folder):
             target = os.path.join(aside, os.path.basename(folder))
             if os.path.exists(target):  # skipped at an earlier resume too: the newer copy is kept
                 import shutil
@@ -617,7 +619,8 @@ def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict,
                               "the jaxfl version that wrote it") from None
         if failures:
             aside = ""
-            if cluster.process_index() == 0 and any(os.path.basename(old) > name for old in skipped):
+            if cluster.process_index() == 0 and any(checkpoint.checkpoint_order(os.path.basename(old)) >
+                                                     checkpoint.checkpoint_order(name) for old in skipped):
                 aside = f"; moved into {_set_aside(run_dir, skipped, folder)}"
             warnings.warn(f"{run_dir}: resuming from {name} (global update {state['simulation'].version}) "
                           f"because {'; '.join(failures)}{aside}", ResumeWarning, stacklevel=3)
