@@ -313,6 +313,9 @@ def read_run_and_record(run_dir: str, may_differ: Mapping[str, Any] | None = Non
         return config_from_mapping(values), written.get("user_inputs", {}), written
     except (ConfigError, TypeError, ValueError) as error:
         text = str(error).strip().splitlines()  # whole: a reference's cause comes after the list of names
+        if may_differ and _valid(as_recorded(written["config"])):  # the value given for the resume is the bad one
+            raise ResumeError(f"cannot resume {run_dir!r}: {text[0] if text else repr(error)} (given for the resume; "
+                              "the run's own config.json is valid)") from None
         where = (f" (it was started in {elsewhere!r}: a module it names may be importable from there alone)"
                  if elsewhere else "")
         # a setting an earlier jaxfl took and this one refuses (it was ignored, or computed something
@@ -321,6 +324,14 @@ def read_run_and_record(run_dir: str, may_differ: Mapping[str, Any] | None = Non
                  "with it changed" if isinstance(error, ConfigError) and not where else "")
         raise ResumeError(f"cannot resume {run_dir!r}: config.json does not hold a valid run config: "
                           f"{type(error).__name__}: {text[0] if text else ''}{where}{older}") from None
+
+
+def _valid(values: dict) -> bool:
+    try:
+        config_from_mapping(values)
+    except (ConfigError, TypeError, ValueError):
+        return False
+    return True
 
 
 def _started_elsewhere(written: dict) -> str | None:

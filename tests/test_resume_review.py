@@ -539,3 +539,19 @@ def test_a_resumed_run_s_metrics_keep_the_run_s_wall_clock(tmp_path):
     assert all(abs(float(row["wall_time"]) - aggregated[int(row["version"])]) < 1.0
                for row in metrics if int(row["version"]) > 0)
     assert resumed.summary["first_update_wall_s"] >= 3  # version 1 came after the wait, in the first process
+
+
+@pytest.mark.parametrize("flag", [["--devices", "0"], ["--checkpoint-min-interval-s", "-5"]])
+def test_a_bad_value_given_for_a_resume_is_named_as_given_not_as_config_json_s(tmp_path, capsys, flag):
+    """It read "config.json does not hold a valid run config ... an earlier jaxfl may have taken this
+    setting": the wrong file and the wrong advice (found 2026-12-05)."""
+    from jaxfl import cli
+
+    assert cli.main(["run", "--algorithm", "fedavg", "--model", "logreg", "--clients", "3", "--local-steps", "1",
+                     "--max-updates", "1", "--no-progress", "--output-dir", str(tmp_path)]) == 0
+    (run,) = os.listdir(tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--resume", str(tmp_path / run), *flag])
+    error = capsys.readouterr().err
+    assert "(given for the resume; the run's own config.json is valid)" in error and "earlier jaxfl" not in error
