@@ -520,15 +520,23 @@ def _logs_reach(run_dir: str, name: str, offsets: dict) -> str | None:
     event log missing, or shorter than when the checkpoint was written. The logs are only flushed
     between checkpoints (synced when one is written), so a crash of the machine can take their ends
     and leave a newer checkpoint than they reach; cutting a file back to an offset past its end would
-    pad it with zero bytes. A Parquet event log is checked when it is opened (its rows)."""
-    from jaxfl.runlog import CSV_NAME, event_log_format
+    pad it with zero bytes. A Parquet event log: the rows its readable parts hold in order."""
+    from jaxfl.runlog import CSV_NAME, event_log_format, parquet_rows
 
     events = offsets.get("events") or {}
     if isinstance(events, int):  # a checkpoint from before EventLog.position(): the CSV's byte length
         events = {"format": "csv", "bytes": events}
     sizes = {file: offset for file, offset in offsets.items() if file != "events"}
-    if events.get("format") == "csv" and event_log_format(run_dir) != "parquet":  # switched since: rows
+    on_disk = event_log_format(run_dir)
+    if events.get("format") == "csv" and on_disk != "parquet":  # switched since: rows
         sizes[CSV_NAME] = events["bytes"]
+    elif events.get("rows") is not None and on_disk == "parquet":
+        held = parquet_rows(run_dir)  # the readable parts, in order: a lost or cut part ends them
+        if held < events["rows"]:
+            return f"{name}: the event log (events/) holds {held} rows, fewer than the {events['rows']} it had " \
+                   f"when {name} was written"
+    elif events and on_disk is None:
+        return f"{name}: the event log is missing (neither events.csv nor events/)"
     for file, offset in sizes.items():
         path = os.path.join(run_dir, file)
         if not os.path.isfile(path):

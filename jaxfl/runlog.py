@@ -48,6 +48,7 @@ array([-1])
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import hashlib
@@ -198,11 +199,13 @@ def _part_name(number: int) -> str:
     return f"part-{number:05d}.parquet"
 
 
-def _scan_parts(folder: str) -> tuple[list[_Part], list[_Part]]:
+def _scan_parts(folder: str, damaged: list[str] | None = None) -> tuple[list[_Part], list[_Part]]:
     """``(parts that make up the log in row order, redundant parts)``.
 
     A part wholly inside an earlier-starting one is the leftover of a merge interrupted between
-    writing the merged part and deleting what it replaced: redundant, never counted twice.
+    writing the merged part and deleting what it replaced: redundant, never counted twice. A part
+    that cannot be read is an error, or, given a ``damaged`` list, named there and left out: the
+    parts then make up the log's readable beginning (up to the first gap).
     """
     _, pq = _require_pyarrow(f"reading the Parquet event log in {folder!r}")
     parts = []
@@ -213,6 +216,9 @@ def _scan_parts(folder: str) -> tuple[list[_Part], list[_Part]]:
         try:
             metadata = pq.read_schema(os.path.join(folder, name)).metadata or {}
         except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid (a ValueError) names no file
+            if damaged is not None:
+                damaged.append(name)
+                continue
             raise ValueError(f"{os.path.join(folder, name)!r} cannot be read as Parquet ({error}): the part is "
                              "damaged (cut short or overwritten)") from None
         if _FIRST_ROW not in metadata or _ROWS not in metadata:
@@ -227,10 +233,31 @@ def _scan_parts(folder: str) -> tuple[list[_Part], list[_Part]]:
         elif part.first_row == covered:
             kept.append(part)
             covered = part.end
+        elif damaged is not None:  # after a gap (a damaged or lost part): not part of the readable beginning
+            break
         else:
             raise ValueError(f"the event log in {folder!r} is inconsistent: {_part_name(part.number)} holds rows "
                              f"{part.first_row}..{part.end - 1} but the parts before it end at row {covered - 1}")
     return kept, redundant
+
+
+def parquet_rows(run_dir: str) -> int:
+    """The rows of ``run_dir``'s Parquet event log that its readable parts hold in order from the
+    first (a damaged or missing part ends them); 0 without such a log. What a checkpoint's row count
+    is checked against before a resume takes it.
+
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> with EventLog(run_dir, fields=("time",), format="parquet") as log:
+    ...     log.write({"time": 1.0}); log.write({"time": 2.0})
+    >>> parquet_rows(run_dir)
+    2
+    """
+    folder = os.path.join(run_dir, PARQUET_DIR)
+    if not os.path.isdir(folder) or _pyarrow() is None:
+        return 0
+    parts, _ = _scan_parts(folder, damaged=[])
+    return parts[-1].end if parts else 0
 
 
 class EventLog:
@@ -314,6 +341,7 @@ class EventLog:
         self._written_end = 0  # rows [0, written_end) are in parts on disk
         self._stack: list[_Part] = []  # this chunk's parts on disk, in row order
         self._next_part = 0
+        self._unsynced: set[str] = set()  # parts written since the last position(sync=True)
         if self.requested == "parquet":
             _require_pyarrow("EventLog(format='parquet')")
         large = expected_rows is not None and expected_rows > self.switch_rows and _pyarrow() is not None
@@ -414,6 +442,16 @@ class EventLog:
             if sync:
                 os.fsync(self._handle.fileno())
             return {"format": "csv", "rows": self._rows, "bytes": self._handle.tell()}
+        if sync:  # the parts written since, and the folder's names of them
+            for path in sorted(self._unsynced):
+                with contextlib.suppress(FileNotFoundError), open(path, "rb") as handle:  # merged away since
+                    os.fsync(handle.fileno())
+            folder = os.open(self._folder, os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
+            self._unsynced.clear()
         return {"format": "parquet", "rows": self._rows}
 
     @property
@@ -529,6 +567,7 @@ class EventLog:
         temporary = os.path.join(folder, f".{_part_name(number)}.tmp")
         pq.write_table(table, temporary, compression="zstd")
         os.replace(temporary, os.path.join(folder, _part_name(number)))
+        self._unsynced.add(os.path.join(folder, _part_name(number)))
 
     def _add_to_tail(self, table) -> None:
         while table.num_rows:
@@ -584,6 +623,7 @@ class EventLog:
         self._load_parts_from_table(staging, table)
         _remove_tree(self._folder)
         os.replace(staging, self._folder)
+        self._unsynced = {os.path.join(self._folder, os.path.basename(path)) for path in self._unsynced}
         os.remove(self._csv_path)
 
     def _load_parts_from_table(self, folder: str, table) -> None:
@@ -642,13 +682,20 @@ class EventLog:
         for name in os.listdir(self._folder):
             if name.startswith(".") and name.endswith(".tmp"):
                 os.remove(os.path.join(self._folder, name))
-        parts, redundant = _scan_parts(self._folder)
-        for part in redundant:
-            os.remove(os.path.join(self._folder, _part_name(part.number)))
+        damaged: list[str] = []
+        parts, redundant = _scan_parts(self._folder, damaged)
         total = parts[-1].end if parts else 0
         if total < rows:
-            raise ValueError(f"the event log in {self._folder!r} holds {total} rows, fewer than the "
-                             f"checkpoint's {rows}")
+            more = f" (unreadable: {', '.join(sorted(damaged))})" if damaged else ""
+            raise ValueError(f"the event log in {self._folder!r} holds {total} rows in order from the first{more}, "
+                             f"fewer than the checkpoint's {rows}")
+        # the readable parts hold every row the checkpoint has: what else is there (a damaged part, one
+        # after a gap) holds rows past them, which the resumed run writes again
+        kept = {part.number for part in parts}
+        for name in os.listdir(self._folder):
+            match = _PART.match(name)
+            if match is not None and int(match.group(1)) not in kept:
+                os.remove(os.path.join(self._folder, name))
         for part in sorted(parts, key=lambda p: -p.first_row):  # from the end: what remains is always a prefix
             if part.first_row >= rows:
                 os.remove(os.path.join(self._folder, _part_name(part.number)))
