@@ -187,7 +187,7 @@ def test_a_reference_that_reached_the_target_at_0_s_is_no_miss():
     assert fedbuff["times_by_seed"] == [(0, 0.0, None), (1, 2.0, None)]
     markdown = format_markdown(lines, [], "fedavg", "90%").splitlines()
     assert "| fedavg | reached at start |" in markdown and "| fedbuff | no ratio (1.0 s) |" in markdown
-    assert "| fedavg | at start / at start |" in markdown and "| fedbuff | at start / no ratio (2 s) |" in markdown
+    assert "| fedavg | at start / at start |" in markdown and "| fedbuff | at start / no ratio (2.0 s) |" in markdown
     assert "| fedbuff | 0.9000 ± 0.0000 (10 steps, no ratio) |" in markdown
     assert not any("n/a (" in line for line in markdown)  # "n/a" says the reference missed: it did not
     # a method reaching at 0 s against a reference that took time: a ratio of 0, said as reached at start

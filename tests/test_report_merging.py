@@ -16,7 +16,7 @@ def _folder(path, seed, base, target=0.85, time=50.0):
     (path / "results.csv").write_text(HEADER + f"0,fedcompass,{seed},4,{target},{time},0.9,runs/a\n"
                                       f"1,fedcompass,{seed},2,{target},{time * 2},0.9,runs/b\n")
     (path / "sweep.json").write_text(json.dumps({"base": {"algorithm": "fedcompass", "seed": seed, **base},
-                                                 "grid": {"compass.q_min": [2, 4]}, "cells": [{}, {}]}))
+                                                 "grid": {"compass.q_min": [2, 4]}, "cells": [{"run_dir": "runs/a"}, {"run_dir": "runs/b"}]}))
     return str(path)
 
 

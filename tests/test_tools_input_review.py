@@ -16,7 +16,7 @@ def _results_folder(path, algorithms=("fedbuff", "fedasync")):
     rows = "".join(f"{i},{name},0,0.85,{50.0 + i},0.9,runs/{name}\n" for i, name in enumerate(algorithms))
     (path / "results.csv").write_text(HEADER + rows)
     (path / "sweep.json").write_text(json.dumps({"base": {}, "grid": {"algorithm": list(algorithms)},
-                                                 "cells": [{} for _ in algorithms]}))
+                                                 "cells": [{"run_dir": f"runs/{name}"} for name in algorithms]}))
     return str(path)
 
 
