@@ -365,8 +365,15 @@ def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dic
         filtered.release()
     if jax.process_index() == 0:
         shutil.rmtree(temporary, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(_root(run_dir), "latest.tmp"))
     if why is None:
         raise error
+    # the newest whole checkpoint: this one where only naming it in `latest` failed (a resume finds it)
+    written = [name for name in os.listdir(_root(run_dir)) if name.startswith("ckpt-")] \
+        if os.path.isdir(_root(run_dir)) else []
+    if written:
+        before = os.path.join(_root(run_dir), max(written, key=checkpoint_order))
     go_on = (f"logs and checkpoints kept up to update {int(os.path.basename(before)[5:])}; free space and "
              f"resume with `jaxfl run --resume {run_dir}`" if before is not None else
              "it has no checkpoint yet; free space and start the run again")

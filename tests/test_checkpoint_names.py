@@ -49,3 +49,31 @@ def test_a_run_past_a_million_updates_resumes_from_its_newest_checkpoint(tmp_pat
     resumed = resume_experiment(caught.value.run_dir, progress=False)
     assert events_without_wall_time(resumed.run_dir) == events_without_wall_time(whole.run_dir)
     assert metrics_without_wall_time(resumed.run_dir) == metrics_without_wall_time(whole.run_dir)
+
+
+def test_a_full_disk_at_the_latest_pointer_names_the_checkpoint_it_did_write(tmp_path, monkeypatch):
+    """The checkpoint's folder was complete and in place when writing `latest` failed, and the run said
+    "it has no checkpoint yet; start the run again" (found 2026-12-05); a resume goes on from it."""
+    import builtins
+    import errno
+
+    from jaxfl.checkpoint import CheckpointWriteError
+
+    real_open = builtins.open
+
+    def full_at_latest(path, *args, **kwargs):
+        if str(path).endswith("latest.tmp"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_open(path, *args, **kwargs)
+
+    config = RunConfig(**{**CONFIG, "max_updates": 10}, output_dir=str(tmp_path / "cut"))
+    monkeypatch.setattr(checkpoint, "open", full_at_latest, raising=False)
+    with pytest.raises(CheckpointWriteError, match=r"could not write checkpoint 3 .*logs and checkpoints kept up to "
+                                                   r"update 3; free space and resume"):
+        run_experiment(config)
+    monkeypatch.undo()
+    (run,) = os.listdir(tmp_path / "cut")
+    assert not os.path.exists(tmp_path / "cut" / run / "checkpoints" / "latest.tmp")
+    resumed = resume_experiment(str(tmp_path / "cut" / run), progress=False)
+    whole = run_experiment(RunConfig(**{**CONFIG, "max_updates": 10}, output_dir=str(tmp_path / "whole")))
+    assert events_without_wall_time(resumed.run_dir) == events_without_wall_time(whole.run_dir)
