@@ -823,14 +823,19 @@ def finished_summary(run_dir: str | None) -> dict | None:
     >>> _ = open(os.path.join(run_dir, "summary.json"), "w").write('{"global_updates": 3, "stop_re')
     >>> finished_summary(run_dir) is None
     True
+    >>> _ = open(os.path.join(run_dir, "summary.json"), "w").write('{}')  # valid JSON, no run's summary
+    >>> finished_summary(run_dir) is None
+    True
     """
     path = os.path.join(run_dir, "summary.json") if run_dir is not None else None
     if path is None or not os.path.isfile(path):
         return None
     try:
-        return read_json(path)
+        summary = read_json(path)
     except (OSError, ValueError):
         return None
+    # every run's summary says why it stopped: "{}" or another file's JSON is no summary of a run
+    return summary if isinstance(summary, dict) and "stop_reason" in summary else None
 
 
 def _finished(run_dir: str | None) -> bool:
