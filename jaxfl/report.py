@@ -157,7 +157,8 @@ def coverage_note(sources: Sequence[str], rows_per_source: Sequence[int]) -> str
 
     >>> import json, tempfile
     >>> folder = tempfile.mkdtemp()
-    >>> _ = open(f"{folder}/sweep.json", "w").write(json.dumps({"cells": [{"cell": i} for i in range(72)]}))
+    >>> cells = [{"cell": i, "run_dir": f"runs/{i}"} for i in range(72)]
+    >>> _ = open(f"{folder}/sweep.json", "w").write(json.dumps({"cells": cells}))
     >>> coverage_note([folder], [25]).startswith(f"This report covers 25 of the 72 cells of {folder}")
     True
     """
