@@ -163,49 +163,18 @@ def load_sweep_file(path: str, size: str | None = None) -> tuple[dict, dict]:
         return flat_once(table, where, lambda entry: _flat(entry, where))
 
     base = once(values, f"sweep file {path!r}")
-    grid = _grid_axes(grid, f"sweep file {path!r} [grid]")
+    # the axes by the names the flags and the base give them: a hyphenated axis kept its values over a
+    # flag's, and [grid.port] tables were refused; one setting spelled twice is refused, as in the base
+    grid = once(grid, f"sweep file {path!r} [grid]")
     if size is not None:
         if size not in sizes:
             allowed = ", ".join(sizes) if sizes else "none: the file has no [sizes.NAME] tables"
             raise ConfigError(f"size={size!r} is not allowed: sizes in {path!r}: {allowed}")
         chosen = dict(sizes[size])
-        size_grid = _grid_axes(chosen.pop("grid", {}), f"sweep file {path!r} [sizes.{size}.grid]")
+        size_grid = once(chosen.pop("grid", {}), f"sweep file {path!r} [sizes.{size}.grid]")
         base.update(once(chosen, f"sweep file {path!r} [sizes.{size}]"))
         grid = {**grid, **size_grid}
     return base, grid
-
-
-def _grid_axes(grid: dict, where: str) -> dict:
-    """A file's ``[grid]`` table by the axes' flat names, as the flags and the base settings name them:
-    ``client-lr`` as ``client_lr`` (else a flag ``--client-lr`` left the file's axis in place), a
-    section's table (``[grid.client]``) as its fields, an option's table (``[grid.port]``, or
-    ``port.staleness_bound`` unquoted, which TOML reads as a table) as ``port.staleness_bound``; an
-    axis given in two spellings is refused (one would be dropped).
-
-    >>> _grid_axes({"client-lr": [0.1, 0.2], "port": {"staleness-bound": [1, 2]}, "data": {"clients": [5]}}, "[grid]")
-    {'client_lr': [0.1, 0.2], 'port.staleness_bound': [1, 2], 'clients': [5]}
-    >>> _grid_axes({"client_lr": [0.1], "client-lr": [0.2]}, "[grid]")
-    Traceback (most recent call last):
-    ...
-    jaxfl.config.ConfigError: [grid]: client_lr is given twice, as 'client_lr' and 'client-lr': give it once
-    """
-    from jaxfl.config import SECTIONS
-
-    axes, spelled = {}, {}
-
-    def add(key: str, values) -> None:
-        name = key.replace("-", "_")
-        if name in axes:
-            raise ConfigError(f"{where}: {name} is given twice, as {spelled[name]!r} and {key!r}: give it once")
-        axes[name], spelled[name] = values, key
-
-    for key, values in grid.items():
-        if isinstance(values, dict):
-            for inner, inner_values in values.items():
-                add(inner if key.replace("-", "_") in SECTIONS else f"{key}.{inner}", inner_values)
-        else:
-            add(key, values)
-    return axes
 
 
 def _check_grid(grid: dict) -> dict:

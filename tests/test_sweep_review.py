@@ -33,7 +33,8 @@ def test_a_flag_replaces_a_file_axis_however_the_file_spells_it(tmp_path):
 
 def test_an_axis_given_in_two_spellings_is_refused(tmp_path):
     path = _file(tmp_path, '[grid]\nclient_lr = [0.01]\n"client-lr" = [0.02, 0.03]\n')
-    with pytest.raises(ConfigError, match=r"\[grid\]: client_lr is given twice, as 'client_lr' and 'client-lr'"):
+    with pytest.raises(ConfigError, match=r"\[grid\] gives client_lr twice: client_lr = \[0.01\] and client-lr = "
+                                          r"\[0.02, 0.03\]; give it once"):
         load_sweep_file(path)
 
 
