@@ -342,7 +342,6 @@ def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dic
     what the run keeps and how to go on; another failure removes it too, and is raised as it is."""
     import jax
 
-    before = latest(run_dir)
     temporary = os.path.join(_root(run_dir), f"tmp-{number:06d}")
     stderr = sys.stderr
     sys.stderr = filtered = _WithoutClosedLoopTracebacks(stderr)  # orbax's noise of a failed save, while it lasts
@@ -369,13 +368,12 @@ def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dic
             os.remove(os.path.join(_root(run_dir), "latest.tmp"))
     if why is None:
         raise error
-    # the newest whole checkpoint: this one where only naming it in `latest` failed (a resume finds it)
+    # the newest whole checkpoint (only whole ones have ckpt- names): this one where only naming it in
+    # `latest` failed, which a resume finds, else the one before
     written = [name for name in os.listdir(_root(run_dir)) if name.startswith("ckpt-")] \
         if os.path.isdir(_root(run_dir)) else []
-    if written:
-        before = os.path.join(_root(run_dir), max(written, key=checkpoint_order))
-    go_on = (f"logs and checkpoints kept up to update {int(os.path.basename(before)[5:])}; free space and "
-             f"resume with `jaxfl run --resume {run_dir}`" if before is not None else
+    go_on = (f"logs and checkpoints kept up to update {checkpoint_order(max(written, key=checkpoint_order))[0]}; "
+             f"free space and resume with `jaxfl run --resume {run_dir}`" if written else
              "it has no checkpoint yet; free space and start the run again")
     raise CheckpointWriteError(f"could not write checkpoint {number} to {run_dir}: {why}; {go_on}") from None
 

@@ -683,7 +683,7 @@ class EventLog:
             if name.startswith(".") and name.endswith(".tmp"):
                 os.remove(os.path.join(self._folder, name))
         damaged: list[str] = []
-        parts, redundant = _scan_parts(self._folder, damaged)
+        parts, _ = _scan_parts(self._folder, damaged)  # the redundant parts go with the rest below
         total = parts[-1].end if parts else 0
         if total < rows:
             more = f" (unreadable: {', '.join(sorted(damaged))})" if damaged else ""
