@@ -160,6 +160,11 @@ def _same_tree(given, expected, label: str):
                                                   for path, _ in expected_flat])
 
 
+def _trainable(variables):
+    """The trainable part of a model's variables (their ``"params"``), or ``variables`` as they are."""
+    return variables["params"] if isinstance(variables, dict) and "params" in variables else variables
+
+
 # The probe's gradient sizes, one per step: small and large (a clipping threshold clips some and not
 # others), changing direction too (optimizer_probe), so that a learning rate, momentum, both of
 # Adam's betas, a decay, a clipping threshold or a schedule's first steps each move its updates.
@@ -184,7 +189,7 @@ def optimizer_fingerprint(optimizer, variables) -> dict:
     """
     import jax
 
-    trainable = variables["params"] if isinstance(variables, dict) and "params" in variables else variables
+    trainable = _trainable(variables)
     state = jax.eval_shape(optimizer.init, trainable)
     digest = hashlib.sha256(str(jax.tree.structure(state)).encode())
     for leaf in jax.tree.leaves(state):
@@ -538,7 +543,7 @@ class UserInputs:
 
         if self.client_optimizer is None:
             return
-        trainable = variables["params"] if isinstance(variables, dict) and "params" in variables else variables
+        trainable = _trainable(variables)
         optimizer = self.client_optimizer
         try:
             jax.eval_shape(lambda params: optimizer.update(params, optimizer.init(params), params), trainable)
@@ -638,7 +643,7 @@ class UserInputs:
                                  "run's had none)")
             probe, then = now.get("client_optimizer_probe_steps"), recorded.get("client_optimizer_probe_steps")
             if then is None and recorded.get("client_optimizer_probe") is not None:  # a run of before 2026-12-05
-                trainable = variables["params"] if isinstance(variables, dict) and "params" in variables else variables
+                trainable = _trainable(variables)
                 probe, then = _first_two_updates(self.client_optimizer, trainable), recorded["client_optimizer_probe"]
             if probe is not None and then is not None and (
                     len(probe) != len(then) or not np.allclose(probe, then, rtol=1e-5, atol=1e-12)):
