@@ -877,8 +877,8 @@ def check_folder(flag: str, path: str, given: str | None = None) -> None:
 
 def _leave_out_what_timing_only_does_not_read(file_values: dict, flags: dict, path: str) -> None:
     """A training run's config replayed timing-only (``jaxfl run --config RUN/config.json
-    --timing-only``): the file's evaluation and checkpoint settings, which a timing-only run does not
-    read, are left out with a note (a flag that gives one is still refused: it was asked for)."""
+    --timing-only``): the file's engine, evaluation and checkpoint settings, which a timing-only run
+    does not read, are left out with a note (a flag that gives one is still refused: it was asked for)."""
     from jaxfl.config import TIMING_ONLY_UNREAD
 
     unread = [name for name in ("eval_every", "checkpoint_every", *TIMING_ONLY_UNREAD)
@@ -886,7 +886,7 @@ def _leave_out_what_timing_only_does_not_read(file_values: dict, flags: dict, pa
     for name in unread:
         del file_values[name]
     if unread:
-        print(f"jaxfl: note: {', '.join(unread)} from the config file {path}: a timing-only run evaluates and "
+        print(f"jaxfl: note: {', '.join(unread)} from the config file {path}: a timing-only run trains, evaluates and "
               f"checkpoints nothing; left out", file=sys.stderr)
 
 

@@ -750,7 +750,11 @@ def _only_read_when(config: RunConfig, options: Any = None) -> dict[str, tuple[b
 # refused, and a sweep leaves them out of its timing-only cells. Training settings (client_lr, the
 # optimisers, target_accuracy...) are kept: they describe the training run whose schedule a
 # timing-only run replays (the same config with timing_only added, as `jaxfl demo --timing-only`).
-TIMING_ONLY_UNREAD = ("eval_interval", "eval_at_start", "checkpoint_min_interval_s", "final_checkpoint")
+# The engine's call shapes and devices are not: a timing-only run builds no engine (devices=3 on a
+# one-device machine ran, and gave the run another name than the same schedule without it).
+TIMING_ONLY_UNREAD = ("eval_interval", "eval_at_start", "checkpoint_min_interval_s", "final_checkpoint",
+                      "batching", "clients_per_call", "steps_per_call", "step_loop", "cpu_friendly_layers",
+                      "devices", "memory_limit_mb")
 TIMING_ONLY_READERS = "runs that train; a timing-only run has no training, no evaluation, no checkpoints"
 
 # Shared fields that an algorithm reads or not by its own settings (its rule, its options):

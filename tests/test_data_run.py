@@ -23,7 +23,9 @@ from jaxfl.models import MODEL_INPUTS, MODELS, register_model
 
 def config(**changes):
     base = dict(algorithm="fedbuff", model="mlp", clients=5, local_steps=2, batch_size=8, max_updates=1,
-                buffer_size=2, steps_per_call=1, progress=False)
+                buffer_size=2, progress=False)
+    if not changes.get("timing_only"):  # a timing-only run builds no engine and refuses its settings
+        base["steps_per_call"] = 1
     return RunConfig(**{**base, **changes})
 
 

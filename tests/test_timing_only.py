@@ -122,14 +122,14 @@ def test_a_training_runs_config_replays_timing_only_from_the_command_line(tmp_pa
 
     common = ["--algorithm", "fedbuff", "--model", "logreg", "--clients", "4", "--local-steps", "2",
               "--max-updates", "4", "--no-progress"]
-    assert cli.main(["run", *common, "--eval-every", "2", "--checkpoint-every", "2",
+    assert cli.main(["run", *common, "--eval-every", "2", "--checkpoint-every", "2", "--clients-per-call", "2",
                      "--output-dir", str(tmp_path / "trained")]) == 0
     (trained,) = os.listdir(tmp_path / "trained")
     trained = os.path.join(tmp_path, "trained", trained)
     capsys.readouterr()
     assert cli.main(["run", "--config", os.path.join(trained, "config.json"), "--timing-only",
                      "--output-dir", str(tmp_path / "timing")]) == 0
-    assert "note: eval_every, checkpoint_every from the config file" in capsys.readouterr().err
+    assert "note: eval_every, checkpoint_every, clients_per_call from the config file" in capsys.readouterr().err
     (timing,) = os.listdir(tmp_path / "timing")
     assert events_without_wall_time(os.path.join(tmp_path, "timing", timing)) == events_without_wall_time(trained)
     with pytest.raises(SystemExit):  # a flag that gives one is still refused: it was asked for

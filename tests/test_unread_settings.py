@@ -184,8 +184,16 @@ def test_port_s_pull_steps_need_the_urgent_pull(options):
                                            ({"final_checkpoint": False}, "final_checkpoint=False"),
                                            ({"eval_every": 5}, "eval_every=5"),
                                            ({"eval_interval": 5.0}, "eval_interval=5.0"),
-                                           ({"eval_at_start": False}, "eval_at_start=False")])
-def test_a_timing_only_run_refuses_evaluation_and_checkpoint_settings(values, shown):
+                                           ({"eval_at_start": False}, "eval_at_start=False"),
+                                           # no engine is built: devices=3 ran on a one-device machine
+                                           ({"devices": 3}, "devices=3"),
+                                           ({"memory_limit_mb": 1.0}, "memory_limit_mb=1.0"),
+                                           ({"clients_per_call": 7}, "clients_per_call=7"),
+                                           ({"steps_per_call": 2}, "steps_per_call=2"),
+                                           ({"step_loop": "rolled"}, "step_loop='rolled'"),
+                                           ({"batching": False}, "batching=False"),
+                                           ({"cpu_friendly_layers": False}, "cpu_friendly_layers=False")])
+def test_a_timing_only_run_refuses_engine_evaluation_and_checkpoint_settings(values, shown):
     refused({"timing_only": True, "max_updates": 3, **values}, shown, "never reads it",
             "a timing-only run has no training, no evaluation, no checkpoints")
     assert config_from_mapping({"clients": 4, "max_updates": 3, **values})  # a training run reads them
