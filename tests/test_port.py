@@ -153,6 +153,15 @@ def test_presets_and_validation():
         PortOptions(bound_rule="loose").validate()
 
 
+@pytest.mark.parametrize("setting", [{"server_lr": 0.5}, {"server_momentum": 0.9}, {"server_optimizer": "adam"}])
+def test_eq_4_takes_no_server_optimiser(setting):
+    # a server learning rate, momentum or Adam given to PORT was applied to its average (Eq. 4 is
+    # the new global model), silently; the mixing algorithms (FedAsync, FedASMU) refused them
+    (name, value), = setting.items()
+    with pytest.raises(ConfigError, match=rf"{name}={value!r} is not allowed: leave it .*port's Eq. 4"):
+        validate(RunConfig(algorithm="port", **setting))
+
+
 def test_plato_idle_time_table():
     """RandomState(1).pareto(1, 100) capped at 30 s: the spec's §5.2 table, via speed_legacy_seed."""
     speeds = ClientSpeeds(SpeedConfig(model="pareto", mean=1.0, reference_time=1.0, jitter=0.0, cap=30.0,

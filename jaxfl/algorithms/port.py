@@ -234,7 +234,8 @@ class PORT(Policy):
         step2 = [r.client for r in records[:self.K]]
         payload = PortWeights(tuple(r.id for r in records), tuple(a for a, _, _ in rows), tuple(b for _, b, _ in rows),
                               tuple(force > 0 for _, _, force in rows))
-        sim.aggregate([(r.id, float(c)) for r, c in zip(records, raw / raw.sum())], mode="mix", payload=payload)
+        sim.aggregate([(r.id, float(c)) for r, c in zip(records, raw / raw.sum())], mode="mix", payload=payload,
+                      server_optimizer=False)
         self.buffer = []
         if self.options.replace == "all":
             count = self.P - len(self.in_flight)  # a presumed-lost dispatch was replaced at its deadline
@@ -416,6 +417,18 @@ class Port(Algorithm):
     per_client_steps = True
     delta_updates = False  # Eq. 4 averages models
     summary = "K arrivals, staleness bound Ω, staleness and cosine weights (Su & Li 2022)"
+
+    @classmethod
+    def unread_settings(cls, run, options=None) -> dict[str, tuple[str | None, str]]:
+        """Eq. 4 is the new global model, Σ p_k w_k: no server optimiser (a server learning rate,
+        momentum or Adam given to PORT was applied to the average, silently changing its rule).
+
+        >>> sorted(Port.unread_settings(None))
+        ['server_lr', 'server_momentum', 'server_optimizer']
+        """
+        server = (None, "algorithms that apply a server optimiser: port's Eq. 4 makes the weighted average of "
+                        "the models the global model, without one")
+        return {"server_optimizer": server, "server_lr": server, "server_momentum": server}
 
     def policy(self) -> PORT:
         o, run = self.options, self.run
