@@ -52,6 +52,25 @@ def test_fedcompass_n_normalises_by_local_steps():
         assert coefficient == pytest.approx(polynomial(staleness) * weights[sim.records[d].client])
 
 
+@pytest.mark.parametrize("momentum, decay", [(0.0, 0.0), (0.9, 0.0), (0.9, 5e-4)])
+def test_fedcompass_n_divides_by_q_i_for_momentum_sgd_clients_too(momentum, decay):
+    # the run's SGD replaced the hook's τ_i by FedNova's ‖a_i‖₁ (6.0·Q_i at 20 steps and 9.1·Q_i at
+    # 100 under momentum 0.9): a 20-step update weighted 2.13 instead of the authors' 1.5
+    from types import SimpleNamespace
+
+    from jaxfl.algorithms import build, device_hooks
+    from jaxfl.config import RunConfig, validate
+
+    run = validate(RunConfig(algorithm="fedcompass_n", client_optimizer="sgd", client_lr=0.1,
+                             client_momentum=momentum, client_weight_decay=decay, local_steps=100))
+    (hook,) = device_hooks(build(run))
+    records = [SimpleNamespace(steps=20, lr_scale=1.0), SimpleNamespace(steps=100, lr_scale=1.0)]
+    np.testing.assert_array_equal(hook.effective_steps(records), [20.0, 100.0])
+    c = np.array([0.5, 0.5])
+    np.testing.assert_allclose(np.asarray(fednova_coefficients(c, hook.effective_steps(records), c)), [1.5, 0.3],
+                               rtol=1e-6)  # Q_eff · c_i / Q_i, Q_eff = 60
+
+
 def test_form_tiers_and_tier_weights():
     assert form_tiers([1.0, 5.0, 1.5, 2.5, 2.0], ratio=2.0) == [[0, 2, 4], [3, 1]]
     assert form_tiers([3.0, 1.0, 9.0], ratio=2.0) == [[1], [0], [2]]

@@ -654,4 +654,6 @@ class FedCompassN(FedCompassAlgorithm):
     summary = "FedCompass with step-normalised group aggregations"
 
     def hooks(self):
-        return (StepNormalization(),)
+        # Δ_i / Q_i as the authors' code divides, also for momentum SGD clients: FedNova's ‖a_i‖₁ at
+        # momentum 0.9 (6.0·Q_i at 20 steps, 9.1·Q_i at 100) weighted a short round's update 42% more
+        return (StepNormalization(by_steps=True),)

@@ -58,9 +58,12 @@ class StepNormalization(DeviceHook):
 
     name = "fednova"
 
-    def __init__(self, always: bool = False, sgd: ClientSGD | None = None):
+    def __init__(self, always: bool = False, sgd: ClientSGD | None = None, by_steps: bool = False):
+        """``by_steps``: divide by τ_i whatever the clients' optimiser (FedCompass+N: Δ_i / Q_i), which
+        :func:`with_client_sgd` leaves as it is."""
         self.always = always
-        self.sgd = sgd
+        self.sgd = None if by_steps else sgd
+        self.by_steps = by_steps
 
     def effective_steps(self, records) -> np.ndarray:
         """‖a_i‖₁ of each record's local update (τ_i unless the clients' SGD sets otherwise)."""
@@ -106,10 +109,13 @@ def with_step_normalization(hooks: Sequence[DeviceHook], sgd: ClientSGD | None =
 
 
 def with_client_sgd(hooks: Sequence[DeviceHook], sgd: ClientSGD | None) -> tuple[DeviceHook, ...]:
-    """``hooks`` with every FedNova hook normalising by the clients' SGD (momentum, decayed rates, pull).
+    """``hooks`` with every FedNova hook normalising by the clients' SGD (momentum, decayed rates, pull),
+    except those that divide by the step counts alone (``by_steps``).
 
     >>> [hook.sgd.momentum for hook in with_client_sgd((StepNormalization(),), ClientSGD(0.9, 0.1))]
     [0.9]
+    >>> [hook.sgd for hook in with_client_sgd((StepNormalization(by_steps=True),), ClientSGD(0.9, 0.1))]
+    [None]
     """
-    return tuple(StepNormalization(hook.always, sgd) if isinstance(hook, StepNormalization) else hook
-                 for hook in hooks)
+    return tuple(StepNormalization(hook.always, sgd) if isinstance(hook, StepNormalization) and not hook.by_steps
+                 else hook for hook in hooks)
