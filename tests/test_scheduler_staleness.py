@@ -68,3 +68,22 @@ def test_each_asynchronous_policy_weighs_through_the_memo_and_restores_one(polic
     older = type(policy).__new__(type(policy))
     older.__setstate__(state)
     assert type(older._staleness_weights) is StalenessWeights
+
+
+@pytest.mark.parametrize("name, parameter", [("polynomial", "a"), ("hinge", "b"), ("hinge", "alpha"),
+                                             ("exponential", "a"), ("exponential", "alpha")])
+def test_a_parameter_traced_beside_numpy_staleness_values(name, parameter):
+    # hinge and exponential chose NumPy from the staleness values' type alone, and NumPy cannot take
+    # a tracer (notebook 04's delays are NumPy): jit and vmap over a parameter failed
+    import jax
+    import jax.numpy as jnp
+
+    from jaxfl.scheduler import staleness
+
+    function = getattr(staleness, name)
+    delays = np.arange(10) % 5
+    traced = jax.jit(lambda value: function(delays, **{parameter: value}))(0.7)
+    np.testing.assert_allclose(np.asarray(traced), function(delays.astype(np.float64), **{parameter: 0.7}), rtol=1e-6)
+    swept = jax.vmap(lambda value: function(delays, **{parameter: value}))(jnp.array([0.3, 0.7]))
+    np.testing.assert_allclose(np.asarray(swept[1]), np.asarray(traced), rtol=1e-6)
+    assert function(3, **{parameter: 0.7}) == pytest.approx(float(traced[3]))  # plain numbers stay NumPy

@@ -17,9 +17,11 @@ import numbers
 STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge", "exponential")
 
 
-def _namespace(s):
-    """NumPy for Python numbers and NumPy arrays, jax.numpy for JAX arrays (imported lazily)."""
-    if type(s).__module__.startswith("jax"):
+def _namespace(*values):
+    """NumPy for Python numbers and NumPy arrays, jax.numpy where any value is a JAX array or tracer
+    (imported lazily): a parameter traced under jit or vmap beside NumPy staleness values is
+    arithmetic NumPy cannot do."""
+    if any(type(value).__module__.startswith("jax") for value in values):
         import jax.numpy as jnp
 
         return jnp
@@ -52,7 +54,7 @@ def hinge(s, alpha: float = 1.0, a: float = 10.0, b: float = 4.0):
     >>> float(hinge(4, a=1, b=4)), float(hinge(5, a=1, b=4)), float(hinge(7, alpha=0.5, a=1, b=4))
     (1.0, 0.5, 0.125)
     """
-    xp = _namespace(s)
+    xp = _namespace(s, alpha, a, b)
     return alpha / (a * xp.maximum(s - b, 0.0) + 1.0)
 
 
@@ -62,7 +64,7 @@ def exponential(s, alpha: float = 1.0, a: float = 0.5):
     >>> float(exponential(0)), round(float(exponential(2)), 4), round(float(exponential(1, alpha=0.9, a=1.0)), 4)
     (1.0, 0.3679, 0.3311)
     """
-    xp = _namespace(s)
+    xp = _namespace(s, alpha, a)
     return alpha * xp.exp(-a * (s + 0.0))
 
 
