@@ -117,7 +117,9 @@ def test_notebook_03_says_which_attribute_the_default_reply_reads():
     (dict(name="adam", learning_rate=0.0), r"learning_rate=0.0 is not allowed"),
     (dict(name="adam", b1=1.2), r"b1=1.2 is not allowed: a number in \[0, 1\)"),
     (dict(name="yogi", b2=-0.1), r"b2=-0.1 is not allowed: a number in \[0, 1\)"),
-    (dict(name="adagrad", tau=-1e-3), r"tau=-0.001 is not allowed: a finite number >= 0"),
+    (dict(name="adagrad", tau=-1e-3), r"tau=-0.001 is not allowed: a finite number > 0"),
+    # τ = 0 (taken, as RunConfig's server_tau was not) made 0/0 = NaN of every coordinate left at 0
+    (dict(name="adam", tau=0.0), r"tau=0.0 is not allowed: a finite number > 0 \(τ = 0 makes 0/0 = NaN"),
 ])
 def test_make_server_optimizer_refuses_bad_hyperparameters(kwargs, message):
     """momentum=-0.5 silently built plain SGD; no other hyperparameter was checked."""
@@ -125,6 +127,38 @@ def test_make_server_optimizer_refuses_bad_hyperparameters(kwargs, message):
 
     with pytest.raises(ValueError, match=message):
         make_server_optimizer(**kwargs)
+
+
+def test_the_fedopt_transforms_refuse_tau_zero():
+    from jaxfl.kernels.fedopt import fedadagrad, fedadam, fedyogi
+
+    for make in (fedadam, fedyogi, fedadagrad):
+        with pytest.raises(ValueError, match=r"tau=0.0 is not allowed: a finite number > 0"):
+            make(0.1, tau=0.0)
+
+
+@pytest.mark.parametrize("name, traced", [("sgd", "learning_rate"), ("sgd", "momentum"), ("adam", "learning_rate"),
+                                          ("adam", "b1"), ("yogi", "b2"), ("adagrad", "tau"),
+                                          ("optax_adam", "learning_rate")])
+def test_make_server_optimizer_takes_a_traced_hyperparameter(name, traced):
+    """A vmapped sweep of server learning rates in a user's JAX code: float() of the tracer raised a
+    ConcretizationTypeError, a traced b1 was called not in [0, 1)."""
+    from jaxfl.kernels import apply_server_update, make_server_optimizer
+
+    params, delta = {"w": jnp.zeros(3)}, {"w": jnp.array([1.0, -2.0, 0.5])}
+    values = {"learning_rate": 0.5, "momentum": 0.5, "b1": 0.5, "b2": 0.5, "tau": 0.1}
+
+    def two_steps(value):
+        optimizer = make_server_optimizer(name, **{key: values[key] for key in ("learning_rate", traced)
+                                                   if key != traced}, **{traced: value})
+        state, w = optimizer.init(params), params
+        for _ in range(2):
+            w, state = apply_server_update(optimizer, w, state, delta)
+        return w["w"]
+
+    swept = jax.vmap(two_steps)(jnp.array([values[traced], values[traced] / 2]))
+    np.testing.assert_allclose(swept[0], two_steps(values[traced]), rtol=1e-6)  # as the concrete value gives
+    assert not np.allclose(swept[0], swept[1])
 
 
 

@@ -105,15 +105,27 @@ def make_server_optimizer(name: str = "sgd", learning_rate: float = 1.0, momentu
 
     Bad values are refused, naming them: ``learning_rate`` a finite number > 0 or a 0-d float array
     (or, for ``sgd`` and the optax optimisers, an optax schedule), ``momentum``, ``b1`` and ``b2`` in
-    [0, 1), ``tau`` a finite number >= 0; so is an option the optimiser does not read set off its
-    default (:data:`SERVER_OPTIMIZER_READS`: ``momentum`` is ``sgd``'s, FedAdam's momentum is ``b1``).
+    [0, 1), ``tau`` a finite number > 0 (τ = 0 makes 0/0 of every coordinate the update leaves at 0);
+    so is an option the optimiser does not read set off its default (:data:`SERVER_OPTIMIZER_READS`:
+    ``momentum`` is ``sgd``'s, FedAdam's momentum is ``b1``). A value traced under ``jit``, ``vmap`` or
+    ``grad`` (a sweep of server learning rates in your own JAX code) is taken unchecked, as optax
+    takes it:
+
+    >>> def step(lr):
+    ...     opt, zeros = make_server_optimizer("sgd", lr, momentum=0.9), {"w": jnp.zeros(2)}
+    ...     return apply_server_update(opt, zeros, opt.init(zeros), {"w": jnp.ones(2)})[0]["w"][0]
+    >>> jax.vmap(step)(jnp.array([0.5, 1.0])).tolist()
+    [-0.5, -1.0]
     """
     def refuse(field, value, allowed):
         raise ValueError(f"make_server_optimizer({name!r}): {field}={value!r} is not allowed: {allowed}")
 
+    traced = lambda value: isinstance(value, jax.core.Tracer)  # noqa: E731 (no value to check until it runs)
     if name not in SERVER_OPTIMIZERS:
         raise ValueError(f"unknown server optimizer {name!r}; allowed: {', '.join(SERVER_OPTIMIZERS)}")
-    if callable(learning_rate):
+    if traced(learning_rate):
+        pass
+    elif callable(learning_rate):
         if name not in TAKE_SCHEDULES:
             refuse("learning_rate", learning_rate, f"a finite number > 0 ({name}'s update takes no schedule; "
                                                    f"schedules: {', '.join(TAKE_SCHEDULES)})")
@@ -126,18 +138,19 @@ def make_server_optimizer(name: str = "sgd", learning_rate: float = 1.0, momentu
             refuse("learning_rate", learning_rate, "a finite number > 0, a 0-d float array"
                    + (", or an optax schedule" if name in TAKE_SCHEDULES else ""))
     for field, value in (("momentum", momentum), ("b1", b1), ("b2", b2)):
-        if isinstance(value, bool) or not (isinstance(value, numbers.Real) and 0 <= value < 1):
+        if not traced(value) and (isinstance(value, bool) or not (isinstance(value, numbers.Real) and 0 <= value < 1)):
             refuse(field, value, "a number in [0, 1)")
-    if isinstance(tau, bool) or not (isinstance(tau, numbers.Real) and math.isfinite(tau) and tau >= 0):
-        refuse("tau", tau, "a finite number >= 0")
+    if not traced(tau) and (isinstance(tau, bool) or not (isinstance(tau, numbers.Real) and math.isfinite(tau)
+                                                          and tau > 0)):
+        refuse("tau", tau, "a finite number > 0 (τ = 0 makes 0/0 = NaN of every coordinate the update leaves at 0)")
     given = {"momentum": momentum, "b1": b1, "b2": b2, "tau": tau}
     for field, value in given.items():
-        if field not in SERVER_OPTIMIZER_READS[name] and value != SERVER_OPTIMIZER_DEFAULTS[field]:
+        if field not in SERVER_OPTIMIZER_READS[name] and (traced(value) or value != SERVER_OPTIMIZER_DEFAULTS[field]):
             readers = ", ".join(key for key, reads in SERVER_OPTIMIZER_READS.items() if field in reads)
             refuse(field, value, f"leave it at its default {SERVER_OPTIMIZER_DEFAULTS[field]!r}, {name} does not "
                                  f"read it (read by {readers})")
     if name == "sgd":
-        return optax.sgd(learning_rate, momentum=momentum if momentum > 0 else None)
+        return optax.sgd(learning_rate, momentum=momentum if traced(momentum) or momentum > 0 else None)
     if name == "adam":
         return fedopt.fedadam(learning_rate, b1=b1, b2=b2, tau=tau)
     if name == "yogi":

@@ -31,6 +31,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 PyTree = Any
@@ -50,7 +51,14 @@ class FedOptState(NamedTuple):
 
 def _fedopt(learning_rate: float, b1: float, tau: float,
             next_second_moment: Callable[[jax.Array, jax.Array], jax.Array]) -> optax.GradientTransformation:
-    """Algorithm 2's common shape; ``next_second_moment(v, g²)`` is the one line that differs."""
+    """Algorithm 2's common shape; ``next_second_moment(v, g²)`` is the one line that differs. τ is
+    refused unless > 0 (a traced τ is taken as it is): with v₀ = τ² = 0 every coordinate the
+    updates leave at 0 (a frozen leaf, a class no client holds) is 0/0 = NaN."""
+    concrete = not isinstance(tau, jax.core.Tracer)
+    if concrete and (isinstance(tau, bool) or not isinstance(tau, (int, float, jax.Array, np.ndarray, np.number))
+                     or np.ndim(tau) != 0 or not 0 < float(tau) < float("inf")):
+        raise ValueError(f"tau={tau!r} is not allowed: a finite number > 0 (Reddi et al.'s adaptivity, "
+                         f"e.g. 1e-3; τ = 0 gives NaN wherever the update is 0)")
 
     def init(params):
         return FedOptState(momentum=jax.tree.map(jnp.zeros_like, params),
@@ -69,7 +77,7 @@ def _fedopt(learning_rate: float, b1: float, tau: float,
 def fedadagrad(learning_rate: float, b1: float = 0.9, tau: float = 1e-3) -> optax.GradientTransformation:
     """FedAdagrad (Reddi et al., ICLR 2021, Algorithm 2): v_t = v_{t−1} + Δ_t².
 
-    >>> opt = fedadagrad(1.0, b1=0.0, tau=0.0)      # plain Adagrad on Δ: a first step of η sign(Δ)
+    >>> opt = fedadagrad(1.0, b1=0.0, tau=1e-9)     # plain Adagrad on Δ: a first step of η sign(Δ)
     >>> updates, _ = opt.update({"w": jnp.array([-3.0, 0.5])}, opt.init({"w": jnp.zeros(2)}))
     >>> updates["w"].tolist()
     [1.0, -1.0]
