@@ -169,9 +169,20 @@ class FedAT(Policy):
 
     def _place_late_client(self, client: int) -> None:
         """A client that missed the profiling deadline joins the slowest tier that starts no slower
-        than it (tier 0 if it is the fastest), keeping the fast → slow order of the tiers."""
+        than it (tier 0 if it is the fastest) if it is within υ of that tier's first client, as
+        :func:`form_tiers` would have placed it; else the next slower tier, whose rounds it does not
+        lengthen; else, slower than every tier allows (the usual case: it missed the deadline that
+        every profiled client made), a new slowest tier, so that no tier's rounds wait for it
+        beyond υ times its first client's time (a 100× slower client had joined the fastest tier
+        and had every update dropped at its deadline). The fast → slow order of the tiers holds."""
+        speed = self._speed[client]
         firsts = [self._speed[members[0]] for members in self.tiers]
-        tier = max([k for k, first in enumerate(firsts) if first <= self._speed[client]], default=0)
+        tier = max([k for k, first in enumerate(firsts) if first <= speed], default=0)
+        if speed > self.tier_ratio * firsts[tier]:
+            tier += 1
+            if tier == len(self.tiers):
+                self.tiers.append([])
+                self.counts.append(1)  # as every tier starts (module docstring)
         self.tiers[tier].append(client)
         self._tier_of[client] = tier
 
