@@ -106,8 +106,10 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
             (f" ({reached:.1f} s)" if reached is not None else " (not reached)")
         # the global model is constant between versions: draw steps, not interpolation
         style = method_style(number)
+        # one evaluation (a run stopped before its first aggregation) is a point: a line of it is invisible
         line, = axes.plot([r["time"] for r in rows], [r["accuracy"] for r in rows], drawstyle="steps-post",
-                          label=label, color=style["color"], linestyle=style["linestyle"])
+                          label=label, color=style["color"], linestyle=style["linestyle"],
+                          marker="o" if len(rows) == 1 else None)
         if reached is not None:
             axes.plot([reached], [target], marker="o", color=line.get_color(), zorder=3)
     for number, target in enumerate(targets):  # one line per target the runs were given
@@ -383,6 +385,9 @@ def timeline_figure(run_dir: str, max_time: float | None = None, max_clients: in
                                      and 0 < max_time < float("inf")):
         raise ValueError(f"max_time={max_time!r} is not allowed: a finite number of virtual seconds > 0, or None "
                          "for the run's end")
+    for name, value in (("bins", bins), ("max_clients", max_clients)):  # bins=0 failed in an IndexError
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name}={value!r} is not allowed: an integer >= 1")
     run_dir = os.path.expanduser(os.fspath(run_dir))
     events = read_events(run_dir)
     algorithm, configured = _run_title(run_dir)

@@ -1714,8 +1714,9 @@ def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, p
             count = len(curves[name])
             chosen = styles[name if panels is None else label]
             style = {"color": chosen["color"], "linestyle": chosen["linestyle"]}
+            # one evaluation (a run stopped before its first aggregation) is a point: a line of it is invisible
             line, = axes.plot(grid, mean, drawstyle="steps-post", label=f"{label} ({count} seed{'s' if count > 1 else ''})",
-                              **style)
+                              marker="o" if len(grid) == 1 else None, **style)
             if count > 1:
                 axes.fill_between(grid, low, high, step="post", alpha=0.2, color=line.get_color(), linewidth=0)
         if target is not None:

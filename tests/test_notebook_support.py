@@ -89,6 +89,16 @@ def test_figures_for_notebooks_and_files_leave_the_backend_alone(finished_run, t
         matplotlib.use(before)
 
 
+def test_a_run_evaluated_once_is_drawn_as_a_point(tmp_path):
+    # stopped before its first aggregation: one evaluation, whose steps line of one point drew nothing
+    once = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedavg", model="logreg", clients=3, local_steps=2,
+                                                batch_size=16, max_time=0.001, progress=False, checkpoint_every=None,
+                                                output_dir=str(tmp_path)))
+    axes, = accuracy_figure([once.run_dir]).axes
+    line = axes.get_lines()[0]
+    assert len(line.get_xdata()) == 1 and line.get_marker() == "o"
+
+
 def test_the_accuracy_figure_tells_eleven_runs_apart(finished_run):
     """Past matplotlib's ten colours the runs keep distinct styles (a report's method styles)."""
     axes, = accuracy_figure([finished_run.run_dir] * 11).axes

@@ -161,3 +161,13 @@ def test_staleness_panels_give_the_tables_mean_and_bin_thousands_of_values(tmp_p
     heights = panel.patches[0].get_path().vertices[:, 1]
     assert heights.max() == 7  # staleness 0 and 2 of both runs, in the first bin (33 versions wide)
     assert panel.get_ylabel().startswith("updates per ")
+
+
+def test_a_method_evaluated_once_is_drawn_as_a_point(tmp_path, monkeypatch):
+    # a run stopped before its first aggregation has one evaluation: a steps line of one point drew nothing
+    runs = {"fedavg": [_run(tmp_path / "avg", [0.0], [0.1])],
+            "fedbuff": [_run(tmp_path / "buff", [0.0, 5.0], [0.1, 0.5])]}
+    (figure,) = _drawn_figures(monkeypatch, lambda: report.plot_accuracy_bands(
+        runs, str(tmp_path), str(tmp_path / "accuracy.png")))
+    lines = {line.get_label().split(" (")[0]: line for line in figure.axes[0].get_lines()}
+    assert lines["fedavg"].get_marker() == "o" and lines["fedbuff"].get_marker() in (None, "None", "")

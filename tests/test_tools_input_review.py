@@ -78,6 +78,17 @@ def test_timeline_figure_refuses_an_infinite_max_time(timing_run):
         timeline_figure(timing_run, max_time=float("inf"))
 
 
+@pytest.mark.parametrize("setting", [{"bins": 0}, {"bins": -3}, {"bins": 2.5}, {"max_clients": 0}])
+def test_timeline_figure_refuses_a_bin_count_or_client_limit_below_one(timing_run, setting):
+    # bins=0 failed in an IndexError, bins=-3 in numpy's linspace
+    pytest.importorskip("matplotlib")
+    from jaxfl.plot import timeline_figure
+
+    (name, value), = setting.items()
+    with pytest.raises(ValueError, match=rf"{name}={value!r} is not allowed: an integer >= 1"):
+        timeline_figure(timing_run, **{"max_clients": 1, **setting})
+
+
 def _cut(path, size):
     with open(path, "rb") as handle:
         data = handle.read(size)
