@@ -1,6 +1,7 @@
 """Hand-computed goldens for the aggregation kernels, staleness functions and server optimisers."""
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -119,3 +120,14 @@ def test_server_optimizer_refuses_options_it_would_ignore_and_learning_rates_it_
     assert apply_server_update(opt, params, opt.init(params), params)[0]["w"].tolist() == pytest.approx([0.9, 0.9])
     scheduled = make_server_optimizer("optax_adam", optax.linear_schedule(0.1, 0.01, 10))
     assert apply_server_update(scheduled, params, scheduled.init(params), params)[0]["w"].shape == (2,)
+
+
+def test_weighted_mean_refuses_weights_that_sum_to_zero():
+    # a silent NaN (and 0 for an integer leaf), where numpy's average says "Weights sum to zero"
+    stacked = {"w": jnp.ones((2, 3)), "count": jnp.array([1, 2], jnp.int32)}
+    with pytest.raises(ValueError, match="weighted_mean: the 2 weights sum to 0"):
+        weighted_mean(stacked, jnp.zeros(2))
+    with pytest.raises(ValueError, match="sum to 0"):
+        weighted_mean(stacked, np.array([1.0, -1.0]))
+    traced = jax.jit(weighted_mean)(stacked, jnp.zeros(2))  # under jit: the documented 0/0
+    assert np.isnan(np.asarray(traced["w"])).all()

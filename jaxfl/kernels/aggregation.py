@@ -78,7 +78,13 @@ def weighted_mean(stacked: PyTree, weights: jax.Array) -> PyTree:
 
     >>> weighted_mean({"b": jnp.array([2.0, 4.0])}, jnp.array([1.0, 3.0]))["b"].item()
     3.5
+
+    Weights that sum to 0 are refused where they are known (as :func:`numpy.average` refuses
+    them); traced under ``jit``, they give NaN, as any 0/0 does, and an integer leaf garbage.
     """
+    if not isinstance(weights, jax.core.Tracer) and float(np.sum(np.asarray(weights, np.float64))) == 0.0:
+        raise ValueError(f"weighted_mean: the {np.size(weights)} weights sum to 0: the mean is 0/0 (give at least "
+                         f"one client a nonzero weight)")
     weights = jnp.asarray(weights)
     _check_weights(stacked, weights)
     # normalised in at least float32: bfloat16 shares of 1/7 sum to 1.002, not 1
