@@ -666,6 +666,13 @@ class FedASMUConfig(Options):
                           "ĝ = Δ/(η·steps), an estimate of the gradient only for plain SGD steps (Formula 4), so "
                           "their steps are not the paper's; --client-optimizer sgd follows it", UserWarning,
                           stacklevel=3)
+        elif self.dynamic and run.client_optimizer == "sgd" and getattr(run, "client_momentum", 0.0) > 0 \
+                and not run.timing_only and any((self.lr_lambda, self.lr_sigma, self.lr_iota)):
+            # momentum β makes Δ ≈ η·steps/(1 − β)·g once it builds up: ĝ 4x the gradient at 0.9 and 10 steps
+            warnings.warn(f"fedasmu: client_momentum={run.client_momentum!r}: the server learns λ, σ, ι from "
+                          "ĝ = Δ/(η·steps), an estimate of the gradient only for plain SGD steps (Formula 4); "
+                          "momentum enlarges Δ (about 4x at 0.9 over 10 steps), so their steps are not the "
+                          "paper's; --client-momentum 0 follows it", UserWarning, stacklevel=3)
         for name in ("staleness_bound", "trigger_batch", "max_concurrency"):
             value = getattr(self, name)
             if value is not None and value < 1:
