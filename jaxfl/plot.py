@@ -74,6 +74,7 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
     """Held-out accuracy against virtual time, one line per run, the target as a dashed line and a
     dot where each run first reached it (its time to target, also in the legend), as a
     :class:`matplotlib.figure.Figure` (a notebook shows it inline; ``.savefig`` writes it).
+    ``run_dirs``: a list of run directories, or one.
 
     >>> # accuracy_figure(comparison.run_dirs)          # the last line of a notebook cell
     """
@@ -81,10 +82,14 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
 
     from jaxfl.report import method_style  # a report's styles: distinct past ten runs, as its figures
 
+    if isinstance(run_dirs, (str, os.PathLike)):  # one run given as itself: its characters were taken as runs ('/')
+        run_dirs = [run_dirs]
+    run_dirs = [os.path.expanduser(os.fspath(run_dir)) for run_dir in run_dirs]
+    if not run_dirs:
+        raise ValueError("run_dirs=[] is not allowed: give the run directories to plot (a list of one or more)")
     figure = Figure(figsize=figsize)
     axes = figure.subplots()
     summaries = []
-    run_dirs = [os.path.expanduser(os.fspath(run_dir)) for run_dir in run_dirs]
     for run_dir in run_dirs:  # all checked before drawing: one error naming the run
         path = os.path.join(run_dir, "summary.json")
         if not os.path.isfile(path):

@@ -1293,6 +1293,9 @@ def load_run(run_dir: str) -> Run:
     (1, 1)
     """
     run_dir = os.path.expanduser(os.fspath(run_dir))
+    if os.path.isfile(run_dir):
+        raise NotADirectoryError(f"{run_dir!r} is a file, not a run directory: give the folder that holds it "
+                                 f"({os.path.dirname(run_dir) or '.'!r})")
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(f"{run_dir!r} is not a run directory: it does not exist")
     config_path = os.path.join(run_dir, "config.json")

@@ -6,6 +6,7 @@ No ``from __future__ import annotations`` in this file, on purpose: the options 
 notebook types them.
 """
 import dataclasses
+import os
 import pathlib
 import re
 from typing import Optional
@@ -87,6 +88,22 @@ def test_figures_for_notebooks_and_files_leave_the_backend_alone(finished_run, t
         assert matplotlib.get_backend() == "svg"
     finally:
         matplotlib.use(before)
+
+
+def test_the_accuracy_figure_takes_one_run_as_itself_and_refuses_none(finished_run):
+    # a run directory given as a string was taken character by character ("run '/' has no summary.json");
+    # an empty list drew an empty figure with a legend warning
+    axes, = accuracy_figure(finished_run.run_dir).axes
+    assert [line.get_label() for line in axes.get_lines()][0] == "fedbuff (not reached)"
+    with pytest.raises(ValueError, match=r"run_dirs=\[\] is not allowed: give the run directories to plot"):
+        accuracy_figure([])
+
+
+def test_load_run_of_a_file_in_a_run_names_the_folder(finished_run):
+    path = os.path.join(finished_run.run_dir, "summary.json")
+    with pytest.raises(NotADirectoryError, match=rf"is a file, not a run directory: give the folder that holds it "
+                                                 rf"\({re.escape(repr(finished_run.run_dir))}\)"):
+        jaxfl.load_run(path)
 
 
 def test_a_run_evaluated_once_is_drawn_as_a_point(tmp_path):
