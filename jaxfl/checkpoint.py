@@ -408,8 +408,17 @@ def _save(run_dir: str, number: int, simulation, engine, extra: dict, config: di
     arrays = _ArrayStore(root, _previous_slots(run_dir))
     with open(os.path.join(temporary, "state.pkl"), "wb") as handle:
         hashing = _HashingWriter(handle)
-        _StatePickler(hashing, arrays, getattr(simulation, "num_clients", None)).dump(
-            {"simulation": simulation, "engine": meta, **extra})
+        try:
+            _StatePickler(hashing, arrays, getattr(simulation, "num_clients", None)).dump(
+                {"simulation": simulation, "engine": meta, **extra})
+        except (pickle.PicklingError, AttributeError, TypeError) as error:  # a raw traceback from pickle's depths
+            from jaxfl.scheduler.simulation import PluginError
+
+            policy = type(getattr(simulation, "policy", None)).__name__
+            raise PluginError(f"checkpoint {number}: the scheduler's state cannot be pickled ({type(error).__name__}: "
+                              f"{error}): what the policy ({policy}) keeps must be picklable, functions at module "
+                              "level rather than lambdas or local functions, no open files; or run without "
+                              "checkpoints (checkpoint_every=None, final_checkpoint=False)") from None
         handle.flush()
         os.fsync(handle.fileno())
     with open(os.path.join(temporary, STATE_DIGEST), "w") as handle:  # load_state checks state.pkl against it

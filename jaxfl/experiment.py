@@ -52,6 +52,7 @@ from jaxfl import checkpoint, cluster, resume, stopping
 from jaxfl._devices import place_read_only
 from jaxfl.loggers import check_loggers, logger_names, logger_offsets, open_loggers
 from jaxfl.algorithms import build, device_hooks, get as get_algorithm
+from jaxfl.algorithms.base import check_picklable
 from jaxfl.compilation_cache import process_compilations
 from jaxfl.config import (user_path, FIELDS_ADDED, MAX_GRID_POINTS, SECTION_OF, USER_PREFIX, ConfigError, DataConfig, RunConfig,
                           _count_budgets, checkpoint_min_interval, fail, validate)
@@ -1478,6 +1479,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     server_optimizer = make_server_optimizer(config.server_optimizer, config.server_lr, momentum,
                                              b1=config.server_beta1, b2=config.server_beta2, tau=config.server_tau)
     policy = algorithm.policy()
+    check_picklable(algorithm, policy)
     hooks = device_hooks(algorithm)
     speeds, faults = _speeds_and_faults(config, params, user.time_per_step, algorithm.local_steps)
 

@@ -162,6 +162,9 @@ def test_options_with_classvars_and_defaults_still_register():
     class FineAlg(Algorithm):
         name, Options, reads = "fine_check", Fine, frozenset({"buffer_size"})
 
+        def policy(self):
+            raise NotImplementedError  # never built here
+
     try:
         assert register(FineAlg) is FineAlg
     finally:
@@ -457,7 +460,8 @@ def test_a_hook_that_makes_the_global_model_nan_stops_the_run_naming_it_not_a_cl
         for on_nonfinite in ("stop", "skip"):
             config = jaxfl.RunConfig(algorithm="poisoned_async_test", model="logreg", clients=3, local_steps=2,
                                      batch_size=8, max_updates=6, on_nonfinite=on_nonfinite, progress=False,
-                                     output_dir=str(tmp_path / on_nonfinite))
+                                     output_dir=str(tmp_path / on_nonfinite), checkpoint_every=None,
+                                     final_checkpoint=False)  # a local policy class: no checkpoint pickles it
             with pytest.raises(NumericalError, match=r"the global model \(version \d+\) holds NaN/Inf: an aggregation "
                                                      r"made it so, not a client .* hook 'poison' \(Poison\)"):
                 jaxfl.run_experiment(config)
@@ -723,3 +727,75 @@ def test_a_paper_s_name_that_jaxfl_offers_as_an_option_points_to_it(name, hint):
 
     with pytest.raises(KeyError, match=re.escape(f"in jaxfl {name} is an option of the algorithms, not one of them: {hint}")):
         get(name)
+
+
+# ---------------------------------------------------------------- a policy a checkpoint cannot pickle
+class LambdaWeighted(Policy):
+    """A newcomer's staleness function kept as a lambda, in __init__ or once the run starts."""
+
+    def __init__(self, local_steps, late=False):
+        self.local_steps, self.late = local_steps, late
+        if not late:
+            self.weight = lambda s: 0.5 ** s
+
+    def start(self, sim):
+        if self.late:
+            self.weight = lambda s: 0.5 ** s
+        sim.dispatch_many(range(sim.num_clients), self.local_steps)
+
+    def on_arrival(self, sim, record):
+        sim.aggregate([(record.id, self.weight(sim.staleness(record)) * sim.client_weights[record.client])])
+        sim.reply(record.client)
+
+
+@pytest.fixture
+def lambda_algorithms():
+    from jaxfl.algorithms import Algorithm, register, unregister
+
+    made = []
+    for late in (False, True):
+        class LambdaAlgorithm(Algorithm):
+            name = f"lambda_weighted_test_{'late' if late else 'init'}"
+            kind = "asynchronous"
+            starts_late = late
+
+            def policy(self):
+                return LambdaWeighted(self.run.local_steps, self.starts_late)
+
+        made.append(register(LambdaAlgorithm).name)
+    yield made
+    for name in made:
+        unregister(name)
+
+
+def test_a_policy_a_checkpoint_cannot_pickle_is_refused_before_the_run(tmp_path, lambda_algorithms):
+    """It trained the whole run, then failed at the final checkpoint in a raw traceback, no summary."""
+    import dataclasses
+
+    import jaxfl
+
+    at_init, at_start = lambda_algorithms
+    config = jaxfl.RunConfig(algorithm=at_init, model="logreg", clients=3, local_steps=2, batch_size=16,
+                             max_updates=3, progress=False, output_dir=str(tmp_path / "runs"))
+    with pytest.raises(TypeError, match=r"LambdaAlgorithm.policy\(\) returned a LambdaWeighted that a checkpoint "
+                                        r"cannot pickle \(AttributeError: .*lambda.*\): keep functions .* at module level"):
+        jaxfl.run_experiment(config)
+    assert not (tmp_path / "runs").exists()
+    # without checkpoints nothing is pickled: it runs
+    result = jaxfl.run_experiment(dataclasses.replace(config, checkpoint_every=None, final_checkpoint=False))
+    assert result.summary["global_updates"] == 3
+    # made unpicklable once started: the checkpoint says what cannot be pickled, naming the policy
+    with pytest.raises(TypeError, match=r"checkpoint 1: the scheduler's state cannot be pickled .*what the policy "
+                                        r"\(LambdaWeighted\) keeps must be picklable"):
+        jaxfl.run_experiment(dataclasses.replace(config, algorithm=at_start, checkpoint_every=1))
+
+
+def test_an_algorithm_without_a_policy_is_refused_at_register():
+    from jaxfl.algorithms import Algorithm, register
+
+    class NoPolicy(Algorithm):
+        name = "no_policy_test"
+
+    with pytest.raises(TypeError, match=r"NoPolicy defines no policy\(self\): the method that returns its "
+                                        r"scheduling Policy"):
+        register(NoPolicy)

@@ -357,6 +357,26 @@ def _checked_policy(cls: type, policy: Callable) -> Callable:
     return checked
 
 
+def check_picklable(algorithm: Algorithm, policy: Policy) -> None:
+    """Refuse, before a run that checkpoints does any work, a plug-in's policy that a checkpoint
+    cannot pickle (a lambda or a local function in an attribute, an open file): it trained the whole
+    run and failed at the final checkpoint, with no summary written. The built-in policies are
+    pickled by the tests instead of here (a million clients' fresh state is not free)."""
+    run = getattr(algorithm, "run", None)
+    if type(policy).__module__.startswith("jaxfl.") or run is None or getattr(run, "timing_only", False) or \
+            (getattr(run, "checkpoint_every", None) is None and not getattr(run, "final_checkpoint", True)):
+        return
+    import pickle
+
+    try:
+        pickle.dumps(policy)
+    except Exception as error:  # PicklingError, or AttributeError/TypeError for local objects and handles
+        raise PluginError(f"{type(algorithm).__name__}.policy() returned a {type(policy).__name__} that a checkpoint "
+                          f"cannot pickle ({type(error).__name__}: {error}): keep functions in its attributes at "
+                          "module level (a def, functools.partial of one) rather than lambdas or local functions, "
+                          "or run without checkpoints (checkpoint_every=None, final_checkpoint=False)") from None
+
+
 def epoch_steps(epochs: float, client_samples, batch_size: int) -> tuple[int, ...]:
     """Local steps that make ``epochs`` passes over each client's data: ⌊E⌋ · ⌈n_i / B⌉ for the whole
     epochs, each ending on its short batch as a PyTorch ``DataLoader`` (``drop_last=False``) ends it,
@@ -419,6 +439,7 @@ def register(algorithm: type[Algorithm]) -> type[Algorithm]:
 
     >>> class Demo(Algorithm):
     ...     name = "demo_doc"
+    ...     def policy(self): ...
     >>> register(Demo) is Demo and "demo_doc" in names()
     True
     >>> unregister("demo_doc")
@@ -433,6 +454,9 @@ def register(algorithm: type[Algorithm]) -> type[Algorithm]:
         raise TypeError(f"{algorithm.__name__}.Options must be a dataclass subclass of jaxfl.algorithms.Options")
     _check_options_class(algorithm)
     _check_reads(algorithm)
+    if getattr(algorithm.policy, "__wrapped__", algorithm.policy) is Algorithm.policy:  # failed in a traceback at the run
+        raise TypeError(f"{algorithm.__name__} defines no policy(self): the method that returns its scheduling "
+                        "Policy (jaxfl.scheduler.simulation.Policy), which every algorithm needs")
     existing = _REGISTRY.get(algorithm.name)
     if existing is not None and existing is not algorithm and \
             (existing.__module__, existing.__qualname__) != (algorithm.__module__, algorithm.__qualname__):
