@@ -40,6 +40,7 @@ import numpy as np
 from jaxfl.config import CLIENT_STATE_PLACEMENTS as PLACEMENTS
 from jaxfl.execution import available_host_memory, bucket_size, free_device_memory
 from jaxfl.kernels.tree import set_rows, tree_bytes
+from jaxfl.scheduler.simulation import PluginError
 
 PyTree = Any
 # Per-client tables are a standing allocation; a training call is sized at run time from what is
@@ -208,11 +209,30 @@ class ClientState:
         return [(start, min(start + step, self.num_clients)) for start in range(0, self.num_clients, step)]
 
     # ------------------------------------------------------------------ rows
+    def _checked_clients(self, hook: str, table: str, clients, valid=None) -> np.ndarray:
+        """``clients`` as int32 ids, refused naming the table where one is out of range or, among the
+        ``valid`` rows of a write, repeated: on the device a gather clamps (row 7 of 4 read row 3) and a
+        scatter drops or picks one at random, where host RAM raised, so placements disagreed."""
+        ids = np.asarray(clients)
+        if ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
+            raise PluginError(f"client table {hook}/{table}: clients must be a 1-d sequence of integer ids, got "
+                              f"{ids.dtype} of shape {ids.shape}")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_clients):
+            bad = ids[(ids < 0) | (ids >= self.num_clients)]
+            raise PluginError(f"client table {hook}/{table}: client ids {bad[:5].tolist()} are out of range: "
+                              f"0 to {self.num_clients - 1}")
+        if valid is not None:
+            values, counts = np.unique(ids[np.asarray(valid, bool)], return_counts=True)
+            if (counts > 1).any():
+                raise PluginError(f"client table {hook}/{table}: a write names clients {values[counts > 1][:5].tolist()} "
+                                  "more than once; each valid row must be another client's")
+        return ids.astype(np.int32, copy=False)
+
     def rows(self, hook: str, table: str, clients) -> PyTree:
         """The rows of ``clients`` (in that order, repeats allowed) of a table, stacked on a leading
         axis on the device."""
         key = (hook, table)
-        clients = np.asarray(clients, np.int32)
+        clients = self._checked_clients(hook, table, clients)
         leaves = self._storage()[key]
         if self.placement == "device":
             padded = np.zeros(bucket_size(len(clients)), np.int32)  # one compilation per bucket
@@ -228,8 +248,8 @@ class ClientState:
         """Write ``values`` (stacked like :meth:`rows` returns them) into the rows of ``clients``; rows
         where ``valid`` is False (padding) are not written. Valid clients must not repeat."""
         key = (hook, table)
-        clients = np.asarray(clients, np.int32)
-        valid = np.ones(len(clients), bool) if valid is None else np.asarray(valid, bool)
+        valid = np.ones(np.size(clients), bool) if valid is None else np.asarray(valid, bool)
+        clients = self._checked_clients(hook, table, clients, valid)
         leaves = self._storage()[key]
         values = jax.tree.leaves(values)
         if self.placement == "device":

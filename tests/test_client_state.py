@@ -119,3 +119,24 @@ def test_the_cli_takes_the_placement(tmp_path):
     with open(os.path.join(tmp_path, "asmu", "summary.json")) as handle:
         memory = json.load(handle)["device_memory"]
     assert memory["client_state_placement"] == "host" and memory["hook_state_bytes"] == 4 * 2 * 4  # FedASMU's (C, 2) (γ, ν)
+
+
+@pytest.mark.parametrize("placement", ["device", "host", "memmap"])
+def test_every_placement_refuses_a_client_out_of_range_or_written_twice(tmp_path, placement):
+    """On the device a gather clamped (row 7 of 4 read row 3) and a scatter dropped row 9, silently,
+    where host RAM raised an IndexError: the placements gave different runs."""
+    from jaxfl.scheduler.simulation import PluginError
+
+    rows = {"hook": {"table": {"w": np.arange(1, dtype=np.float32)}}}
+    state = ClientState(rows, num_clients=4, placement=placement, directory=str(tmp_path))
+    for clients in ([7, 0], [-1]):
+        with pytest.raises(PluginError, match=rf"client table hook/table: client ids \[{clients[0]}\] are out of "
+                                              r"range: 0 to 3"):
+            state.rows("hook", "table", clients)
+    with pytest.raises(PluginError, match=r"client ids \[9\] are out of range"):
+        state.set_rows("hook", "table", [9], {"w": np.ones((1, 1), np.float32)})
+    with pytest.raises(PluginError, match=r"a write names clients \[2\] more than once"):
+        state.set_rows("hook", "table", [2, 2], {"w": np.ones((2, 1), np.float32)})
+    # a repeat in a padding row (valid False) is fine: the hooks pad with a client already there
+    state.set_rows("hook", "table", [2, 2], {"w": np.full((2, 1), 5.0, np.float32)}, valid=[True, False])
+    np.testing.assert_array_equal(np.asarray(state.rows("hook", "table", [2, 2, 0])["w"]), [[5.0], [5.0], [0.0]])
