@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import warnings
 import typing
 from typing import Any, Callable, Mapping
@@ -434,17 +435,23 @@ def annotation_text(annotation: Any) -> str:
 
     >>> annotation_text(int), annotation_text(float | None), annotation_text(typing.Optional[int])
     ('int', 'float | None', 'int | None')
-    >>> annotation_text(tuple[float, ...]), annotation_text("str | None")
-    ('tuple[float, ...]', 'str | None')
+    >>> annotation_text(tuple[float, ...]), annotation_text("str | None"), annotation_text("Optional[int]")
+    ('tuple[float, ...]', 'str | None', 'int | None')
     """
     if isinstance(annotation, str):
-        return annotation
+        optional = re.fullmatch(r"(?:typing\.)?Optional\[(.+)\]", annotation.strip())
+        return f"{optional.group(1)} | None" if optional else annotation
     arguments = typing.get_args(annotation)
     if type(None) in arguments:  # Optional[X] and X | None
         return " | ".join(annotation_text(a) for a in arguments if a is not type(None)) + " | None"
     if isinstance(annotation, type) and not arguments:
         return annotation.__name__
     return str(annotation).replace("typing.", "")
+
+
+# The annotations an option (or a run field) may have, each optionally "| None": what check_type
+# checks and the command line parses; an algorithm's Options with another is refused at register.
+OPTION_TYPES = ("bool", "int", "float", "str", "tuple[float, ...]", "Any")
 
 
 def check_type(name: str, value: Any, annotation: str) -> None:

@@ -84,6 +84,7 @@ from jaxfl.kernels.tree import tree_add, tree_bytes, tree_scale
 from jaxfl.kernels.client import BUFFERS, ClientTrainer, ClientView, FederatedArrays
 from jaxfl.kernels.cpu_ops import count_primitive
 from jaxfl.scheduler.simulation import Aggregation, DispatchRecord, NumericalError  # noqa: F401 (re-exported)
+from jaxfl.scheduler.simulation import PluginError
 
 PyTree = Any
 TRAIN_STREAM = 11  # fold_in(root key, TRAIN_STREAM) → per-(client, client_round) training keys
@@ -649,11 +650,20 @@ class Engine:
         self._train_needed(records)
         self.stats.aggregated_steps += sum(record.steps for record in records)
         aggregation = self._weigh(aggregation, records)
-        replaced = None
+        replaced, before = None, self.params
         for hook in self.hooks:
             replaced = hook.apply(self, aggregation, records)
             if replaced is not None:
+                # checked here, not at the next training call's XLA argument check, blamed on the policy
+                problem = _unlike(replaced, self.params)
+                if problem is not None:
+                    raise PluginError(f"device hook {hook.name!r} ({type(hook).__name__}).apply returned new "
+                                      f"parameters unlike the model's: {problem}")
                 break
+            if self.params is not before:  # the generic update would then be applied on top of it
+                raise PluginError(f"device hook {hook.name!r} ({type(hook).__name__}).apply set ctx.params and "
+                                  "returned None: return the new parameters instead (None means: no replacement, "
+                                  "apply the generic update)")
         if replaced is not None:
             self.params = replaced
         else:
@@ -1186,11 +1196,16 @@ class Engine:
         for hook in self.hooks:
             extra = hook.extra_pseudo_gradient(self, aggregation, records)
             if extra is not None:
+                problem = _unlike(extra, total, dtypes=False)  # a scalar per leaf broadcast silently
+                if problem is not None:
+                    raise PluginError(f"device hook {hook.name!r} ({type(hook).__name__}).extra_pseudo_gradient "
+                                      f"returned a term unlike the pseudo-gradient: {problem}")
                 total = self._tree_add(total, extra)
         if aggregation.mode == "mix":
             # Σ c_i (w − w_i) = Σ c_i Δ_i + Σ c_i (w − start_i)
             if not self.keep_start_versions:
-                raise ValueError("a 'mix' aggregation needs the engine built with keep_start_versions=True")
+                raise PluginError("a 'mix' aggregation needs the models dispatches started from, which the engine "
+                                  "keeps only for a policy with needs_start_models = True (a class attribute)")
             coefficients = dict(aggregation.contributions)
             for record in records:
                 drift = self._drift(self.params, self._versions[record.version], float(coefficients[record.id]))
@@ -1221,6 +1236,10 @@ class Engine:
                                      f"{', '.join(str(record.id) for record in records[:8])}"
                                      f"{', ...' if len(records) > 8 else ''}): "
                                      "it must return one coefficient per record, in their order, or None")
+                if not all(np.ndim(c) == 0 for c in coefficients):  # float() of it: a bare TypeError
+                    raise ValueError(f"device hook {hook.name!r} ({type(hook).__name__}).weigh returned coefficients "
+                                     f"of shape {np.shape(coefficients)}: it must return one number per record "
+                                     "(a list, or a 1-d array)")
                 contributions = tuple((record.id, float(c)) for record, c in zip(records, coefficients))
                 bad = [(d, c) for d, c in contributions if not math.isfinite(c)]
                 if bad:  # the global model would turn NaN, and the next client trained from it be blamed
@@ -1305,7 +1324,12 @@ class Engine:
         return self._devices_total([jax.device_put(row, self.home)], self._one, "deltas")  # a sum of one: unpacked
 
     def start_model(self, record: DispatchRecord) -> PyTree:
-        """The global model a dispatch started from (kept while ``keep_start_versions``)."""
+        """The global model a dispatch started from (kept while ``keep_start_versions``: a policy
+        with ``needs_start_models = True``)."""
+        if not self.keep_start_versions:  # a bare KeyError of the version number
+            raise PluginError("ctx.start_model() needs the models dispatches started from, which the engine keeps "
+                              "only for a policy with needs_start_models = True: set it on the algorithm's policy "
+                              "(a class attribute)")
         return self._versions[record.version]
 
     @staticmethod
@@ -1554,6 +1578,26 @@ def _shards_in_row_order(leaf: jax.Array) -> list:
 
 def _shapes(tree: PyTree) -> PyTree:
     return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), tree)
+
+
+def _unlike(tree: PyTree, target: PyTree, dtypes: bool = True) -> str | None:
+    """Where ``tree`` differs from ``target`` in structure, a leaf's shape or (with ``dtypes``) its
+    dtype, in words; None where it does not.
+
+    >>> _unlike({"w": jnp.zeros((2, 3))}, {"w": jnp.zeros((3, 2))})
+    "leaf ['w'] has shape (2, 3) and dtype float32 where the parameters' has (3, 2) and float32"
+    """
+    leaves, structure = jax.tree.flatten_with_path(tree)
+    wanted, wanted_structure = jax.tree.flatten(target)
+    if jax.tree.structure(tree) != wanted_structure:
+        return f"its structure {jax.tree.structure(tree)} is not the parameters' {wanted_structure}"
+    for (path, leaf), want in zip(leaves, wanted):
+        shape = tuple(np.shape(leaf))
+        dtype = np.dtype(leaf.dtype) if hasattr(leaf, "dtype") else np.result_type(leaf)  # a Python number
+        if shape != tuple(want.shape) or (dtypes and dtype != np.dtype(want.dtype)):
+            return (f"leaf {jax.tree_util.keystr(path)} has shape {shape} and dtype {dtype} where the parameters' has "
+                    f"{tuple(want.shape)} and {np.dtype(want.dtype)}")
+    return None
 
 
 def _same_shapes(tree: PyTree, target: PyTree) -> bool:

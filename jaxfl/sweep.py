@@ -117,7 +117,10 @@ def _flat(values: dict, where: str) -> dict:
     fields, options = split_algorithm_options(values)
     for name in fields:
         if name not in FIELDS:
-            raise ConfigError(f"{where}: unknown config field {name!r}; allowed: {', '.join(FIELDS)}")
+            from jaxfl.config import PLUGIN_IMPORT_FAILURES  # a plug-in's options table: say why it is unknown
+
+            failed = "".join(f"; if it holds a plug-in's options: {why}" for why in PLUGIN_IMPORT_FAILURES.values())
+            raise ConfigError(f"{where}: unknown config field {name!r}; allowed: {', '.join(FIELDS)}{failed}")
         if name in SWEEP_OWNED:
             raise ConfigError(f"{where}: {name} is set by the sweep (runs go to SWEEP_DIR/runs/, progress is one bar "
                               "for the whole grid); leave it out")

@@ -799,3 +799,182 @@ def test_an_algorithm_without_a_policy_is_refused_at_register():
     with pytest.raises(TypeError, match=r"NoPolicy defines no policy\(self\): the method that returns its "
                                         r"scheduling Policy"):
         register(NoPolicy)
+
+
+class MixesWithoutStartModels(Policy):
+    local_steps = 2
+
+    def start(self, sim):
+        sim.dispatch_many(range(sim.num_clients), self.local_steps)
+
+    def on_arrival(self, sim, record):
+        sim.aggregate([(record.id, 0.5)], mode="mix", server_optimizer=False)
+        sim.reply(record.client)
+
+
+def test_a_mix_aggregation_without_needs_start_models_names_the_attribute():
+    """It failed in the engine: "needs the engine built with keep_start_versions=True", an argument no
+    user sets (and ctx.start_model() in a bare KeyError)."""
+    with pytest.raises(TypeError, match=r"MixesWithoutStartModels aggregates with mode='mix', which needs the model "
+                                        r"each dispatch started from: set needs_start_models = True"):
+        simulation(MixesWithoutStartModels()).run()
+
+    class Mixes(MixesWithoutStartModels):
+        needs_start_models = True
+
+    sim = simulation(Mixes())
+    sim.run()
+    assert [a.mode for a in sim.backend.aggregations] == ["mix"] * 5
+
+
+@pytest.mark.parametrize("annotation", ["tuple[int, ...]", "int | float", "Literal['median', 'trimmed']",
+                                        "list[float]"])
+def test_an_option_type_jaxfl_cannot_check_is_refused_at_register(annotation):
+    """Every value of it, the default included, was refused as "expected a string" at every run."""
+    import dataclasses
+
+    from jaxfl.algorithms import Algorithm, Options, register
+
+    Typed = dataclasses.make_dataclass("Typed", [("value", annotation, dataclasses.field(default=None))],
+                                       bases=(Options,), frozen=True)
+
+    class TypedAlg(Algorithm):
+        name, Options = "typed_option_test", Typed
+
+        def policy(self):
+            raise NotImplementedError
+
+    with pytest.raises(TypeError, match=rf"TypedAlg.Options: option value: {re.escape(annotation)} is not a type "
+                                        r"jaxfl can check .*use one of bool, int, float, str"):
+        register(TypedAlg)
+
+
+def test_an_optional_written_with_typing_is_an_optional_option():
+    """`Optional[int]` (a module with ``from __future__ import annotations`` keeps it as text) was
+    checked as a string."""
+    import dataclasses
+
+    from jaxfl.algorithms import Algorithm, Options, register, unregister
+    from jaxfl.config import RunConfig, validate
+
+    Typed = dataclasses.make_dataclass("Typed", [("limit", "Optional[int]", dataclasses.field(default=None))],
+                                       bases=(Options,), frozen=True, namespace={"namespace": "typed_opt"})
+
+    class TypedAlg(Algorithm):
+        name, Options = "typed_optional_test", Typed
+
+        def policy(self):
+            raise NotImplementedError
+
+    register(TypedAlg)
+    try:
+        assert validate(RunConfig(algorithm="typed_optional_test", algorithm_options={"limit": 3})
+                        ).algorithm_options.limit == 3
+        with pytest.raises(ValueError, match=r"typed_opt.limit='3' is not allowed: expected an integer or null"):
+            validate(RunConfig(algorithm="typed_optional_test", algorithm_options={"limit": "3"}))
+    finally:
+        unregister("typed_optional_test")
+
+
+def test_a_sweep_file_s_options_table_of_a_plugin_that_did_not_import_says_why(tmp_path, capsys):
+    """The table was named an unknown config field, and nothing more (a --config file said why)."""
+    from jaxfl import cli
+
+    (tmp_path / "sweep.toml").write_text('clients = 4\n\n[trim]\ntrim = 1\n\n[grid]\n'
+                                         'algorithm = ["fedavg", "no_such_file.py:Trimmed"]\n')
+    with pytest.raises(SystemExit):
+        cli.main(["sweep", str(tmp_path / "sweep.toml"), "--out", str(tmp_path / "out")])
+    said = capsys.readouterr().err
+    assert "unknown config field 'trim'" in said
+    assert "if it holds a plug-in's options: algorithm reference 'no_such_file.py:Trimmed' could not be imported" in said
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- what device hooks return
+class EveryArrival(Policy):
+    def __init__(self, local_steps):
+        self.local_steps = local_steps
+
+    def start(self, sim):
+        sim.dispatch_many(range(sim.num_clients), self.local_steps)
+
+    def on_arrival(self, sim, record):
+        sim.aggregate([(record.id, 1.0 / sim.num_clients)])
+        sim.reply(record.client)
+
+
+def _hook_mistakes():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxfl.algorithms import DeviceHook
+
+    class HalfApply(DeviceHook):
+        name = "half"
+
+        def apply(self, ctx, aggregation, records):
+            return jax.tree.map(lambda leaf: leaf.astype(jnp.bfloat16), ctx.params)
+
+    class TransposedApply(DeviceHook):
+        name = "transposed"
+
+        def apply(self, ctx, aggregation, records):
+            return jax.tree.map(lambda leaf: leaf.T, ctx.params)
+
+    class SetsParams(DeviceHook):
+        name = "sets_params"
+
+        def apply(self, ctx, aggregation, records):
+            ctx.params = jax.tree.map(lambda leaf: leaf * 0.5, ctx.params)
+
+    class ScalarExtra(DeviceHook):
+        name = "scalar_extra"
+
+        def extra_pseudo_gradient(self, ctx, aggregation, records):
+            return jax.tree.map(lambda leaf: 1e-3 * jnp.sum(leaf * leaf), ctx.params)
+
+    class ColumnWeigh(DeviceHook):
+        name = "column_weigh"
+
+        def weigh(self, ctx, aggregation, records):
+            return np.full((len(records), 1), 0.5)
+
+    return {
+        HalfApply: r"'half' \(HalfApply\).apply returned new parameters unlike the model's: leaf \[.*\] has shape "
+                   r"\(\d+,?\d*\) and dtype bfloat16 where the parameters' has .* and float32",
+        TransposedApply: r"'transposed' \(TransposedApply\).apply returned new parameters unlike the model's: leaf",
+        SetsParams: r"'sets_params' \(SetsParams\).apply set ctx.params and returned None: return the new parameters",
+        ScalarExtra: r"'scalar_extra' \(ScalarExtra\).extra_pseudo_gradient returned a term unlike the "
+                     r"pseudo-gradient: leaf .* has shape \(\)",
+        ColumnWeigh: r"'column_weigh' \(ColumnWeigh\).weigh returned coefficients of shape \(1, 1\): it must return "
+                     r"one number per record"}
+
+
+def test_what_a_device_hook_returns_is_checked_against_the_model(tmp_path):
+    """bfloat16 parameters from apply failed at the next training call as XLA's argument check; a
+    transposed leaf at the next aggregation; a scalar extra term per leaf was broadcast silently (the
+    run "succeeded" at chance accuracy); an apply that set ctx.params had the generic update applied
+    on top; a weigh of an (n, 1) array was a bare TypeError."""
+    import jaxfl
+    from jaxfl.algorithms import Algorithm, register, unregister
+
+    for hook, message in _hook_mistakes().items():
+        class WithHook(Algorithm):
+            name, kind = "hook_mistake_test", "asynchronous"
+            made = hook
+
+            def policy(self):
+                return EveryArrival(self.run.local_steps)
+
+            def hooks(self):
+                return (self.made(),)
+
+        register(WithHook)
+        try:
+            with pytest.raises(ValueError, match=message):
+                jaxfl.run_experiment(jaxfl.RunConfig(algorithm="hook_mistake_test", model="logreg", clients=3,
+                                                     local_steps=2, batch_size=8, max_updates=2, progress=False,
+                                                     output_dir=str(tmp_path / hook.__name__)))
+        finally:
+            unregister("hook_mistake_test")

@@ -479,6 +479,14 @@ def _check_options_class(algorithm: type[Algorithm]) -> None:
             raise TypeError(f"{algorithm.__name__}.Options: {cls.__name__} declares the option(s) "
                             f"{', '.join(missing)} but is not a dataclass: decorate {cls.__name__} with "
                             "@dataclasses.dataclass(frozen=True)")
+    config = sys.modules.get("jaxfl.config")  # None while it is imported (the built-ins, which register then)
+    for field in dataclasses.fields(algorithm.Options) if getattr(config, "OPTION_TYPES", None) else ():
+        text = config.annotation_text(field.type)
+        if text.removesuffix(" | None") not in config.OPTION_TYPES:  # every value was refused as "not a string"
+            raise TypeError(f"{algorithm.__name__}.Options: option {field.name}: {text} is not a type jaxfl can "
+                            f"check and parse from the command line; use one of {', '.join(config.OPTION_TYPES)}, "
+                            f"each optionally '| None', and check "
+                            f"narrower values (a choice of strings, a range) in the Options' validate()")
     no_default = [field.name for field in dataclasses.fields(algorithm.Options)
                   if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING]
     if no_default:

@@ -902,8 +902,13 @@ class Simulation:
             check = getattr(payload, "check", None)
             if check is not None:
                 check(self, contributions)
-        if mode not in AGGREGATION_MODES:
-            raise ValueError(f"aggregation mode {mode!r} not in {AGGREGATION_MODES}")
+        if mode != "delta":
+            if mode not in AGGREGATION_MODES:
+                raise ValueError(f"aggregation mode {mode!r} not in {AGGREGATION_MODES}")
+            if not self.policy.needs_start_models:  # else the engine failed, naming an argument no user sets
+                raise PluginError(f"{type(self.policy).__name__} aggregates with mode='mix', which needs the model "
+                                  f"each dispatch started from: set needs_start_models = True on "
+                                  f"{type(self.policy).__name__} (a class attribute) so that the engine keeps them")
         # Each record looked up once, for the checks, the screen and the bookkeeping below.
         live, lookup = self.records.live, self.records.__getitem__
         if len(contributions) == 1:  # FedAsync's every arrival: the checks below without their loops
