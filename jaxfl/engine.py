@@ -435,7 +435,11 @@ class Engine:
             if self.mesh.size > 1 and self.processes == 1 and self.home.platform == "cpu" \
             and self.step_loop == "unrolled" else None
         self._build_functions()
-        self.state: dict[str, PyTree] = {hook.name: hook.init(init_params, self.num_clients) for hook in self.hooks}
+        # (a Python number is a JAX leaf without a shape: a checkpoint of it failed after the training)
+        self.state: dict[str, PyTree] = {hook.name: _as_arrays(hook.init(init_params, self.num_clients))
+                                         for hook in self.hooks}
+        self._declared_states = {hook.name: _shapes(self.state[hook.name]) for hook in self.hooks
+                                 if hook.fixed_state_shape and self.state[hook.name] is not None}
         # Per-client tables (``client_state``: auto, device, host or memmap), placed once for the run.
         self.client_state = ClientState({hook.name: hook.init_per_client(init_params) for hook in self.hooks},
                                         self.num_clients, client_state, device=self.home)
@@ -1441,7 +1445,7 @@ class Engine:
                 "versions": {str(v): p for v, p in self._versions.items()},
                 "batches": {k: kept(stacks[k][0], k) for k in batches},
                 "batch_buffers": {k: kept(stacks[k][1], k) for k in batches if stacks[k][1] is not None},
-                "hooks": {name: state for name, state in self.state.items()
+                "hooks": {name: state for name, state in self._checked_hook_states().items()
                           if state is not None and not (isinstance(state, dict) and not state)},
                 "previous_params": self.previous_params}
         if self.client_state.placement == "device" and self.client_state.keys:
@@ -1459,6 +1463,25 @@ class Engine:
             tree = jax.tree.map(lambda leaf: jax.make_array_from_single_device_arrays(
                 np.shape(leaf), self._homes, [jax.device_put(leaf, self.home)]), tree)
         return tree, meta
+
+    def _checked_hook_states(self) -> dict[str, PyTree]:
+        """The hooks' state as arrays, each fixed-shape hook's checked against what its ``init`` made:
+        a checkpoint restores it into those shapes and dtypes, so state that drifted (an int32 counter
+        become float32, a growing list) saved and then failed every resume, naming no hook."""
+        states = {}
+        for hook in self.hooks:
+            state = self.state.get(hook.name)
+            if state is not None:
+                state = _as_arrays(state)
+                declared = self._declared_states.get(hook.name)
+                problem = None if declared is None else _unlike(state, declared, what="its init's")
+                if problem is not None:
+                    raise PluginError(f"device hook {hook.name!r} ({type(hook).__name__}): the state it keeps is unlike "
+                                      f"the state its init made, which a checkpoint restores into: {problem}; keep "
+                                      "init's shapes and dtypes, or set fixed_state_shape = False on the hook for "
+                                      "state that grows")
+            states[hook.name] = state
+        return states
 
     def checkpoint_target(self, meta: dict) -> dict:
         """Shapes and dtypes of :meth:`checkpoint_state`'s tree, for restoring it with orbax.
@@ -1580,7 +1603,13 @@ def _shapes(tree: PyTree) -> PyTree:
     return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), tree)
 
 
-def _unlike(tree: PyTree, target: PyTree, dtypes: bool = True) -> str | None:
+def _as_arrays(tree: PyTree) -> PyTree:
+    """``tree`` with Python and NumPy numbers as JAX arrays (arrays unchanged)."""
+    return None if tree is None else jax.tree.map(lambda leaf: leaf if isinstance(leaf, jax.Array) else
+                                                  jnp.asarray(leaf), tree)
+
+
+def _unlike(tree: PyTree, target: PyTree, dtypes: bool = True, what: str = "the parameters'") -> str | None:
     """Where ``tree`` differs from ``target`` in structure, a leaf's shape or (with ``dtypes``) its
     dtype, in words; None where it does not.
 
@@ -1590,12 +1619,12 @@ def _unlike(tree: PyTree, target: PyTree, dtypes: bool = True) -> str | None:
     leaves, structure = jax.tree.flatten_with_path(tree)
     wanted, wanted_structure = jax.tree.flatten(target)
     if jax.tree.structure(tree) != wanted_structure:
-        return f"its structure {jax.tree.structure(tree)} is not the parameters' {wanted_structure}"
+        return f"its structure {jax.tree.structure(tree)} is not {what} {wanted_structure}"
     for (path, leaf), want in zip(leaves, wanted):
         shape = tuple(np.shape(leaf))
         dtype = np.dtype(leaf.dtype) if hasattr(leaf, "dtype") else np.result_type(leaf)  # a Python number
         if shape != tuple(want.shape) or (dtypes and dtype != np.dtype(want.dtype)):
-            return (f"leaf {jax.tree_util.keystr(path)} has shape {shape} and dtype {dtype} where the parameters' has "
+            return (f"leaf {jax.tree_util.keystr(path)} has shape {shape} and dtype {dtype} where {what} has "
                     f"{tuple(want.shape)} and {np.dtype(want.dtype)}")
     return None
 

@@ -978,3 +978,63 @@ def test_what_a_device_hook_returns_is_checked_against_the_model(tmp_path):
                                                      output_dir=str(tmp_path / hook.__name__)))
         finally:
             unregister("hook_mistake_test")
+
+
+def _state_hooks():
+    import jax.numpy as jnp
+
+    from jaxfl.algorithms import DeviceHook
+
+    class CountsUpdates(DeviceHook):  # state a Python number: the checkpoint failed after the training
+        name = "counts"
+
+        def init(self, params, num_clients):
+            return 0
+
+        def after_update(self, ctx, aggregation, records):
+            ctx.state[self.name] = ctx.state[self.name] + 1
+
+    class HalvesACounter(DeviceHook):  # an int32 counter become float32: saved, then every resume failed
+        name = "halves"
+
+        def init(self, params, num_clients):
+            return jnp.zeros((), jnp.int32)
+
+        def after_update(self, ctx, aggregation, records):
+            ctx.state[self.name] = ctx.state[self.name] + 0.5
+
+    return CountsUpdates, HalvesACounter
+
+
+def test_a_hooks_state_is_saved_as_arrays_and_checked_against_its_init(tmp_path):
+    import jaxfl
+    from jaxfl.algorithms import Algorithm, register, unregister
+
+    counts, halves = _state_hooks()
+    results = {}
+    for hook in (counts, halves):
+        class WithState(Algorithm):
+            name, kind = "hook_state_test", "asynchronous"
+            made = hook
+
+            def policy(self):
+                return EveryArrival(self.run.local_steps)
+
+            def hooks(self):
+                return (self.made(),)
+
+        register(WithState)
+        config = jaxfl.RunConfig(algorithm="hook_state_test", model="logreg", clients=3, local_steps=2, batch_size=8,
+                                 max_updates=3, checkpoint_every=1, progress=False,
+                                 output_dir=str(tmp_path / hook.__name__))
+        try:
+            if hook is counts:
+                results[hook] = jaxfl.run_experiment(config)
+            else:
+                with pytest.raises(TypeError, match=r"device hook 'halves' \(HalvesACounter\): the state it keeps is "
+                                                    r"unlike the state its init made.*dtype float32 where its init's "
+                                                    r"has \(\) and int32.*fixed_state_shape = False"):
+                    jaxfl.run_experiment(config)
+        finally:
+            unregister("hook_state_test")
+    assert int(results[counts].engine.state["counts"]) == 3
