@@ -245,18 +245,26 @@ def _summary_of(cls) -> str:
 def _option_flags(run: argparse.ArgumentParser) -> None:
     """One flag per option of every registered algorithm, in the options' namespace (dest ``space.field``)."""
     for space, owners in option_namespaces().items():
-        cls = algorithms.get(owners[0]).Options
         summary = _summary_of(algorithms.get(owners[0]))
         group = run.add_argument_group(f"{space} options ({', '.join(owners)})",
                                        f"{summary[0].upper()}{summary[1:]}." if summary else None)
-        aliases = {field: alias for alias, field in cls.aliases.items()}
-        preset_fields = next(iter(cls.presets.values()), {})
-        for field in dataclasses.fields(cls):
-            spellings = [field.name.replace("_", "-")] + ([aliases[field.name]] if field.name in aliases else [])
-            unset = "the preset's" if field.name in preset_fields else "unset"
-            _add_flag(group, [f"--{space}.{name}" for name in spellings], f"{space}.{field.name}", field.type,
-                      _with_default(field_help(cls, field.name), field.default, unset),
-                      hidden=[f"--{space}-{name}" for name in spellings])
+        added = set()
+        for owner in owners:  # every owner's options: a plug-in that extends a built-in's namespace adds its own
+            cls = algorithms.get(owner).Options
+            aliases = {field: alias for alias, field in cls.aliases.items()}
+            preset_fields = next(iter(cls.presets.values()), {})
+            for field in dataclasses.fields(cls):
+                if field.name in added:
+                    continue
+                added.add(field.name)
+                spellings = [field.name.replace("_", "-")] + ([aliases[field.name]] if field.name in aliases else [])
+                unset = "the preset's" if field.name in preset_fields else "unset"
+                # jaxfl 0.1's flat spellings, where no run flag has them (a namespace "server" with an
+                # option "momentum" would be --server-momentum: argparse refused the whole parser)
+                hidden = [flag for flag in (f"--{space}-{name}" for name in spellings)
+                          if flag not in group._option_string_actions]
+                _add_flag(group, [f"--{space}.{name}" for name in spellings], f"{space}.{field.name}", field.type,
+                          _with_default(field_help(cls, field.name), field.default, unset), hidden=hidden)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1038,3 +1038,39 @@ def test_a_hooks_state_is_saved_as_arrays_and_checked_against_its_init(tmp_path)
         finally:
             unregister("hook_state_test")
     assert int(results[counts].engine.state["counts"]) == 3
+
+
+def test_plugin_namespaces_that_meet_run_flags_or_a_built_in_namespace_parse():
+    """A namespace "server" with an option "momentum" (jaxfl 0.1's flat spelling --server-momentum is
+    a run flag) made argparse refuse the whole parser; a plug-in extending FedCompass's options got
+    only FedCompass's flags (--compass.jitter unrecognised); an option typed otherwise than the same
+    option of the namespace's other algorithm was parsed by the other's type."""
+    import dataclasses
+
+    from jaxfl.algorithms import Options, register, unregister
+    from jaxfl.algorithms.fedbuff import FedBuffAlgorithm
+    from jaxfl.algorithms.fedcompass import FedCompassAlgorithm, FedCompassConfig
+    from jaxfl.cli import _configs, build_parser
+
+    ServerOptions = dataclasses.make_dataclass("ServerOptions", [("momentum", "float", dataclasses.field(default=0.9))],
+                                               bases=(Options,), frozen=True, namespace={"namespace": "server"})
+    CompassMore = dataclasses.make_dataclass("CompassMore", [("jitter", "float", dataclasses.field(default=0.0))],
+                                             bases=(FedCompassConfig,), frozen=True)
+    IntBound = dataclasses.make_dataclass("IntBound", [("staleness_bound", "int", dataclasses.field(default=5))],
+                                          bases=(Options,), frozen=True, namespace={"namespace": "port"})
+    server = register(type("ServerMom", (FedBuffAlgorithm,), {"name": "server_mom_test", "Options": ServerOptions}))
+    compass = register(type("MoreCompass", (FedCompassAlgorithm,), {"name": "more_compass_test",
+                                                                     "Options": CompassMore}))
+    try:
+        def parsed(*argv):
+            (config,) = _configs(build_parser().parse_args(["run", "--clients", "4", *argv]))
+            return config
+
+        assert parsed("--algorithm", server.name, "--server.momentum", "0.5").algorithm_options.momentum == 0.5
+        assert parsed("--algorithm", compass.name, "--compass.jitter", "0.25").algorithm_options.jitter == 0.25
+        with pytest.raises(TypeError, match=r"option port.staleness_bound is int, but port's in the same namespace "
+                                            r"is float"):
+            register(type("IntPort", (FedBuffAlgorithm,), {"name": "int_port_test", "Options": IntBound}))
+    finally:
+        for name in (server.name, compass.name, "int_port_test"):
+            unregister(name)

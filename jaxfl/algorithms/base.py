@@ -457,12 +457,32 @@ def register(algorithm: type[Algorithm]) -> type[Algorithm]:
     if getattr(algorithm.policy, "__wrapped__", algorithm.policy) is Algorithm.policy:  # failed in a traceback at the run
         raise TypeError(f"{algorithm.__name__} defines no policy(self): the method that returns its scheduling "
                         "Policy (jaxfl.scheduler.simulation.Policy), which every algorithm needs")
+    _check_shared_namespace(algorithm)
     existing = _REGISTRY.get(algorithm.name)
     if existing is not None and existing is not algorithm and \
             (existing.__module__, existing.__qualname__) != (algorithm.__module__, algorithm.__qualname__):
         raise ValueError(f"algorithm name {algorithm.name!r} is taken by {existing.__module__}.{existing.__qualname__}")
     _REGISTRY[algorithm.name] = algorithm
     return algorithm
+
+
+def _check_shared_namespace(algorithm: type[Algorithm]) -> None:
+    """Refuse an option typed otherwise than the same option of another algorithm in its namespace
+    (``--port.staleness-bound 5`` was parsed by PORT's float for a plug-in's int, and refused)."""
+    config = sys.modules.get("jaxfl.config")  # None or partial while it is imported (the built-ins register then)
+    if not hasattr(config, "OPTION_TYPES") or not dataclasses.fields(algorithm.Options):
+        return
+    space = algorithm.option_namespace()
+    mine = {field.name: config.annotation_text(field.type) for field in dataclasses.fields(algorithm.Options)}
+    for other in _REGISTRY.values():
+        if other.name == algorithm.name or other.option_namespace() != space:
+            continue
+        for field in dataclasses.fields(other.Options):
+            if field.name in mine and config.annotation_text(field.type) != mine[field.name]:
+                raise TypeError(f"{algorithm.__name__}.Options: option {space}.{field.name} is {mine[field.name]}, "
+                                f"but {other.name}'s in the same namespace is {config.annotation_text(field.type)}: "
+                                f"one flag --{space}.{field.name.replace('_', '-')} parses both; give it the same "
+                                f"type, or your Options another namespace")
 
 
 def _check_options_class(algorithm: type[Algorithm]) -> None:
