@@ -1323,6 +1323,35 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     return _experiment(validate(config), dataset, user, resume_dir, loggers, recorded)
 
 
+def algorithm_source(name: str) -> dict | None:
+    """A plug-in algorithm's file and its SHA-256 (``config.json``'s ``algorithm_source``), so that a
+    resume can tell that the file was edited; None for a built-in or a class without a file (a
+    notebook's).
+
+    >>> algorithm_source("fedavg") is None
+    True
+    """
+    cls = get_algorithm(name)
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if cls.__module__.startswith("jaxfl.") or not path or not os.path.isfile(path):
+        return None
+    with open(path, "rb") as handle:
+        return {"file": path, "sha256": hashlib.sha256(handle.read()).hexdigest()}
+
+
+def _check_algorithm_source(run_dir: str, config: RunConfig) -> None:
+    """Warn where a resumed run's plug-in algorithm file changed since the run began: the run goes on
+    with the edited code, which nothing else would say (the model and the data are checked)."""
+    now = algorithm_source(config.algorithm)
+    if now is None:  # a built-in: config.json is not read again (a resume reads it once)
+        return
+    then = resume.read_record(run_dir).get("algorithm_source")
+    if then and then.get("sha256") != now["sha256"]:
+        warnings.warn(f"{now['file']} (algorithm {config.algorithm}) has changed since run {run_dir} began: the resumed "
+                      f"run goes on with the edited code, so its updates before and after this resume follow two "
+                      f"versions of the algorithm (start the run again for one)", UserWarning, stacklevel=4)
+
+
 def _with_inputs(config: RunConfig, data, user: UserInputs, resume_dir: str | None,
                  recorded: dict | None) -> tuple[RunConfig, Dataset | None, UserInputs]:
     """``config`` naming the user's data and objects (``<user: ...>``), the user's data checked (or None),
@@ -1341,6 +1370,8 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
     second process resuming it, or one running it, is refused in one line. The run reads and keeps
     its compiled programs in the process's temporary cache (:func:`jaxfl.compilation_cache.process_compilations`),
     unless a cache is configured already."""
+    if resume_dir is not None:
+        _check_algorithm_source(resume_dir, config)
     with process_compilations():
         return _experiment_cached(config, dataset, user, resume_dir, loggers, recorded)
 
@@ -1751,6 +1782,7 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
         "model_state_values": count_params(params.get("state", {})), "client_samples": write_client_samples(run_dir, federation.counts),
         **described, **({"user_inputs": user_inputs} if user_inputs else {}),
         **({"log_to": log_to} if log_to else {}),
+        **({"algorithm_source": source} if (source := algorithm_source(config.algorithm)) else {}),
         # what the config's relative paths (data_dir, file.py:Class) are relative to (resume checks it)
         "working_directory": os.getcwd()})
 

@@ -1074,3 +1074,28 @@ def test_plugin_namespaces_that_meet_run_flags_or_a_built_in_namespace_parse():
     finally:
         for name in (server.name, compass.name, "int_port_test"):
             unregister(name)
+
+
+def test_resuming_a_run_whose_plugin_file_was_edited_says_so(tmp_path, crash_after_saves):
+    """The resumed run went on with the edited algorithm without a word (the model and data are checked)."""
+    import json
+
+    import jaxfl
+    from conftest import Interrupted
+
+    plugin = tmp_path / "edited_plugin.py"
+    plugin.write_text(PLUGIN)
+    config = jaxfl.RunConfig(algorithm=f"{plugin}:Pairs", model="logreg", clients=4, local_steps=2, batch_size=16,
+                             max_updates=6, checkpoint_every=1, output_dir=str(tmp_path / "out"), run_name="run",
+                             progress=False, stop_at_target=False)
+    disarm = crash_after_saves(2)
+    with pytest.raises(Interrupted):
+        jaxfl.run_experiment(config)
+    disarm()
+    run_dir = str(tmp_path / "out" / "run")
+    recorded = json.load(open(f"{run_dir}/config.json"))["algorithm_source"]
+    assert recorded["file"] == str(plugin) and len(recorded["sha256"]) == 64
+    plugin.write_text(PLUGIN.replace("1 + sim.staleness(record)", "2 + sim.staleness(record)"))
+    with pytest.warns(UserWarning, match=rf"{re.escape(str(plugin))} \(algorithm .*:Pairs\) has changed since run "
+                                         rf".* began: the resumed run goes on with the edited code"):
+        jaxfl.resume_experiment(run_dir, progress=False)
