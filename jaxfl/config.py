@@ -585,10 +585,12 @@ def validate(config: RunConfig) -> RunConfig:
         if value is not None and value > TIME_SCALE_LIMIT:
             fail(name, value, f"at most {TIME_SCALE_LIMIT:g}: an event's time multiplies it with the step count, "
                               "the other speed settings and a random draw, and larger products overflow to inf")
-    for name in ("speed_reference_time", "bandwidth"):
+    for name in ("speed_mean", "speed_reference_time", "bandwidth"):  # speed_mean 1e-320: "inf/virtual h" in JSON
         if getattr(config, name) < 1 / TIME_SCALE_LIMIT:
-            fail(name, getattr(config, name), f"at least {1 / TIME_SCALE_LIMIT:g}: an event's time divides by it, "
-                                              "and smaller values make times that overflow to inf")
+            fail(name, getattr(config, name), f"at least {1 / TIME_SCALE_LIMIT:g}: " + (
+                "rates per virtual second divide by the times it makes, and smaller values overflow them to inf"
+                if name == "speed_mean" else
+                "an event's time divides by it, and smaller values make times that overflow to inf"))
     if not config.max_time > 0:
         fail("max_time", config.max_time, "virtual seconds > 0 (inf for no time budget)")
     if math.isinf(config.max_time) and not _count_budgets(config) and not config.stop_at_target:

@@ -117,7 +117,9 @@ def test_counts_past_32_bits_are_refused_by_name(field, tmp_path):
 @pytest.mark.parametrize("field, value, allowed", [
     ("speed_mean", 1e308, "at most 1e+30"), ("jitter", 1e31, "at most 1e+30"),
     ("delay_factor", 1e31, "at most 1e+30"), ("speed_reference_time", 1e-31, "at least 1e-30"),
-    ("bandwidth", 1e-300, "at least 1e-30")])
+    ("bandwidth", 1e-300, "at least 1e-30"),
+    # 1e-320 ran, and summary.json held "aggregations_per_virtual_hour": Infinity (no JSON)
+    ("speed_mean", 1e-320, "at least 1e-30: rates per virtual second divide by the times it makes")])
 def test_time_settings_whose_products_overflow_are_refused_before_the_run_folder(field, value, allowed, tmp_path):
     """--speed-mean 1e308 passed validation, wrote the run folder and stopped at the first arrival with
     "event time must be finite; got time=inf", naming no setting."""
@@ -135,3 +137,24 @@ def test_the_largest_time_settings_run_with_finite_times(tmp_path):
         heterogeneity="exp", speed_mean=1e30, jitter=1e30, delay_prob=0.5, delay_factor=1e30, latency=1e30,
         stop_at_target=False, progress=False, checkpoint_every=None, output_dir=str(tmp_path)))
     assert result.summary["global_updates"] == 3 and 0 < result.summary["virtual_time"] < 1e300
+
+
+def test_local_epochs_whose_steps_pass_int32_are_refused_before_the_run_folder(tmp_path):
+    """--local-epochs 1e9 (12e9 steps a round) wrote the run folder and its dispatch rows, then failed
+    in an int32 OverflowError; 1e308 in a float OverflowError in the speed model."""
+    for epochs, steps in ((1e9, "12,000,000,000"), (1e308, "about 10^309")):
+        config = RunConfig(algorithm="fedavg", dataset="digits", model="mlp", clients=2, max_updates=1,
+                           local_epochs=epochs, progress=False, output_dir=str(tmp_path / "runs"))
+        with pytest.raises(ValueError, match=re.escape(f"local_epochs={epochs:g} is not allowed: it gives a client "
+                                                       f"{steps} local steps") + r".*below 2\^31"):
+            run_experiment(config)
+        assert not (tmp_path / "runs").exists()
+
+
+def test_given_times_per_step_beyond_the_time_scale_are_refused():
+    from jaxfl.scheduler.speeds import check_time_per_step
+
+    for bad in (1e-320, 1e31):
+        with pytest.raises(ValueError, match=re.escape(f"time_per_step[1]={bad!r} is not allowed: seconds per step "
+                                                       "from 1e-30 to 1e30")):
+            check_time_per_step([0.1, bad, 0.2], 3)

@@ -392,8 +392,15 @@ def epoch_steps(epochs: float, client_samples, batch_size: int) -> tuple[int, ..
     """
     whole = math.floor(epochs)
     # less 1e-9: 0.1 · 640 / 64 is 1.0000000000000002 in floating point, one batch and not two
-    return tuple(max(1, whole * math.ceil(int(n) / batch_size)
-                     + math.ceil((epochs - whole) * int(n) / batch_size - 1e-9)) for n in client_samples)
+    steps = tuple(max(1, whole * math.ceil(int(n) / batch_size)
+                      + math.ceil((epochs - whole) * int(n) / batch_size - 1e-9)) for n in client_samples)
+    if steps and max(steps) >= 2**31:  # as local_steps: the engine counts steps in int32 (it overflowed mid-run)
+        most = max(steps)
+        raise ValueError(f"local_epochs={epochs:g} is not allowed: it gives a client "
+                         f"{f'{most:,}' if most < 10**15 else f'about 10^{len(str(most)) - 1}'} local steps "
+                         f"({epochs:g} passes over its {max(client_samples, key=int)} samples in batches of "
+                         f"{batch_size}); the steps of a round must stay below 2^31")
+    return steps
 
 
 def staleness_function(run) -> Callable[[int], float]:

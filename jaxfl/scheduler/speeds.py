@@ -608,6 +608,11 @@ def check_time_per_step(time_per_step, num_clients: int, speed_change_prob: floa
     if bad.size:
         raise ValueError(f"time_per_step[{bad[0]}]={float(times[bad[0]])!r} is not allowed: seconds per step must be "
                          "finite and > 0")
+    # as speed_mean: a rate of 1/1e-320 per second is inf, and the summary's aggregations per hour with it
+    bad = np.flatnonzero((times < 1e-30) | (times > 1e30))
+    if bad.size:
+        raise ValueError(f"time_per_step[{bad[0]}]={float(times[bad[0]])!r} is not allowed: seconds per step from "
+                         "1e-30 to 1e30 (times beyond them overflow to inf or 0 as the steps add up)")
     if speed_change_prob > 0:
         raise ValueError(f"speed_change_prob={speed_change_prob} is not allowed with time_per_step: a speed change "
                          "re-draws t_i from the heterogeneity model, which the given times replace (set it to 0)")
