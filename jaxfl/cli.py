@@ -996,8 +996,15 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
         given = {**preset_options, **(table or {}), **options.get(spaces[name], {})}
         with warnings.catch_warnings():  # a config's warnings come once, from its run's own validation
             warnings.simplefilter("ignore")
-            configs.append(config_from_mapping({**preset_fields, **per_algorithm[name], "algorithm": name,
-                                                "algorithm_options": given or None}))
+            try:
+                configs.append(config_from_mapping({**preset_fields, **per_algorithm[name], "algorithm": name,
+                                                    "algorithm_options": given or None}))
+            except ConfigError as error:  # a value the user never typed: say where it came from
+                field = str(error).partition("=")[0]
+                if field in preset_fields and field not in per_algorithm[name]:
+                    raise ConfigError(f"{error} (set by --preset {preset}: --{field.replace('_', '-')} none unsets "
+                                      f"it, or give it another value)") from None
+                raise
     return configs
 
 

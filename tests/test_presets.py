@@ -167,3 +167,15 @@ def test_a_flag_typed_none_unsets_the_preset_s_value(tmp_path):
                  "--run-name", "steps"]) == 0
     stored = json.loads((tmp_path / "steps" / "config.json").read_text())["config"]
     assert stored["client"]["local_epochs"] is None and stored["client"]["local_steps"] == 10
+
+
+def test_a_preset_s_value_a_flag_makes_unread_is_refused_naming_the_preset():
+    """`--preset port-mnist --heterogeneity exp`: "speed_legacy_seed=1 is not allowed: leave it unset",
+    a value the user never typed, without where it came from or how to unset it."""
+    args = build_parser().parse_args(["run", "--preset", "port-mnist", "--heterogeneity", "exp", "--timing-only"])
+    with pytest.raises(ConfigError, match=r"speed_legacy_seed=1 is not allowed: leave it unset.* \(set by --preset "
+                                          r"port-mnist: --speed-legacy-seed none unsets it, or give it another value\)"):
+        _configs(args)
+    (config,) = _configs(build_parser().parse_args(["run", "--preset", "port-mnist", "--heterogeneity", "exp",
+                                                    "--speed-legacy-seed", "none", "--timing-only"]))
+    assert config.heterogeneity == "exp" and config.speed_legacy_seed is None
