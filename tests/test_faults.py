@@ -256,3 +256,18 @@ def test_a_skipped_nan_update_is_weighed_as_if_it_had_never_arrived(algorithm, o
     assert all(np.all(np.isfinite(np.asarray(leaf))) for leaf in jax.tree.leaves(result.params))
     if algorithm == "port":  # a dropped update's slot went to a new client: four always in flight or arrived
         assert result.simulation.policy.P == 4 and len(result.simulation.policy.in_flight) >= 1
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "ccfedavg", "fedat", "port"])
+def test_an_update_arriving_exactly_at_its_deadline_is_on_time(algorithm):
+    """Homogeneous clients whose round takes exactly round_timeout: the deadline's timer fired before
+    the arrivals at the same instant, and every update was dropped ("arrived after round deadline")."""
+    config = RunConfig(algorithm=algorithm, clients=4, local_steps=2, round_timeout=1.0, heterogeneity="homo",
+                       jitter=0.0, max_updates=6)
+    speeds = ClientSpeeds(SpeedConfig(model="homo", mean=0.5, jitter=0.0), 4, seed=0)
+    backend = RecordingBackend()
+    sim = Simulation(build_policy(config), speeds, [0.25] * 4, backend, max_updates=6, max_time=100.0)
+    sim.run()
+    assert len(backend.aggregations) == 6
+    late = [r for r in sim.records if r.status == "dropped"]
+    assert late == [], [(r.client, r.arrival_time) for r in late]

@@ -54,6 +54,7 @@ import numpy as np
 from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, register
 from jaxfl.algorithms.fedavg import SELECTION_STREAM
 from jaxfl.algorithms.wrappers import StepNormalization
+from jaxfl.scheduler.clock import ARRIVALS_FIRST
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, local_steps_of
 
 SCHEDULE_STREAM = 22  # SeedSequence([seed, SCHEDULE_STREAM]) draws the ad-hoc train/skip flags
@@ -119,6 +120,7 @@ class CCFedAvg(Policy):
     """CC-FedAvg and its baselines; see the module docstring."""
 
     name = "ccfedavg"
+    priorities = ARRIVALS_FIRST  # an update arriving exactly at the round's deadline is on time
 
     def __init__(self, local_steps: int, budgets: Sequence[float], schedule: str = "adhoc", strategy: str = "cc",
                  switch_round: int = 100, total_rounds: int = 400, clients_per_round: int | None = None,

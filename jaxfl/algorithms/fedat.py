@@ -35,6 +35,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, register
+from jaxfl.scheduler.clock import ARRIVALS_FIRST
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, local_steps_of
 
 PROFILING = ("round", "oracle")
@@ -75,6 +76,7 @@ class FedAT(Policy):
 
     name = "fedat"
     needs_start_models = True  # a tier model averages its clients' final models
+    priorities = ARRIVALS_FIRST  # an update arriving exactly at its tier round's deadline is on time
 
     def __init__(self, local_steps: int, tier_ratio: float = 2.0, profiling: str = "round",
                  round_timeout: float | None = None):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxfl.algorithms.base import Algorithm, register
+from jaxfl.scheduler.clock import ARRIVALS_FIRST
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, local_steps_of
 
 SELECTION_STREAM = 3  # SeedSequence([seed, SELECTION_STREAM]) draws the clients of each round
@@ -25,13 +26,15 @@ class FedAvg(Policy):
     """Synchronous FedAvg; see the module docstring for the pseudocode.
 
     ``round_timeout`` (virtual seconds, None = wait for everyone): at the deadline the round
-    aggregates whatever arrived (weights renormalised over the arrivals) and the next round starts;
-    an update of a closed round is dropped ("arrived after round deadline"). A round only takes
+    aggregates whatever arrived, an update arriving exactly at it included (weights renormalised
+    over the arrivals), and the next round starts; an update of a closed round is dropped
+    ("arrived after round deadline"). A round only takes
     clients that are not still busy with an earlier dispatch (the server does not know which of
     them crashed, so a crashed client is never selected again).
     """
 
     name = "fedavg"
+    priorities = ARRIVALS_FIRST  # an update arriving exactly at the round's deadline is on time
 
     def __init__(self, local_steps: int, clients_per_round: int | None = None, seed: int = 0,
                  round_timeout: float | None = None):

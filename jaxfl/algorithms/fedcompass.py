@@ -46,6 +46,7 @@ from typing import Callable
 
 from jaxfl.algorithms.base import Algorithm, Options, register, staleness_function
 from jaxfl.algorithms.wrappers import NormalizeSteps, StepNormalization
+from jaxfl.scheduler.clock import ARRIVALS_FIRST
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 from jaxfl.scheduler.staleness import StalenessWeights
 
@@ -120,7 +121,7 @@ class FedCompass(Policy):
 
     name = "fedcompass"
     # Arrivals before timers at equal times (a client arriving exactly at T_max is on time).
-    priorities = {"arrival": 0, "timer": 1, "reply": 2}
+    priorities = ARRIVALS_FIRST
 
     def __init__(self, q_min: int, q_max: int, staleness: Callable[[int], float],
                  latest_time_factor: float = 1.2, aggregation: str = "plain",

@@ -56,6 +56,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, check_per_dispatch, epoch_steps, register
+from jaxfl.scheduler.clock import ARRIVALS_FIRST
 from jaxfl.scheduler.pool import IdleClients
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, local_steps_of
 
@@ -117,6 +118,7 @@ class PORT(Policy):
 
     name = "port"
     needs_start_models = True  # Eq. 4 averages models ("mix" mode); the PLATO cosine needs w_start
+    priorities = ARRIVALS_FIRST  # an update arriving exactly at its dispatch's deadline is on time
 
     def __init__(self, local_steps: int, min_clients: int | None = None, staleness_bound: float = 10.0,
                  alpha: float = 3.0, beta: float = 1.0, clients_in_flight: int | None = None,

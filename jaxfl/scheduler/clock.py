@@ -69,10 +69,13 @@ class Event:
         self.time, self.priority, self.client, self.seq, self.kind, self.payload = state
 
 
-# Timers before arrivals at equal times: FedCompass treats an arrival at exactly T_max as on time
-# only if the group's timer has not yet fired, and the paper says late means now > T_max strictly;
-# firing the timer first and letting the policy compare `now > T_max` keeps that decision in one place.
+# Timers before arrivals at equal times, unless a policy says otherwise: the order jaxfl's policies
+# were written against, kept so that their schedules stay what they were.
 DEFAULT_PRIORITIES: dict[str, int] = {"timer": 0, "arrival": 1, "reply": 2}
+# Arrivals before timers at equal times: an update that arrives exactly at a deadline (a FedAvg round's
+# round_timeout, FedCompass's T_max, a PORT dispatch's deadline) is on time. With the default order
+# a round of homogeneous clients whose timeout equals their round time dropped every update.
+ARRIVALS_FIRST: dict[str, int] = {"arrival": 0, "timer": 1, "reply": 2}
 
 # Rebuild the heap once cancelled entries outnumber live ones by this factor, so long runs that
 # cancel many timers do not grow the heap without bound.
