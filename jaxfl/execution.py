@@ -148,7 +148,8 @@ def available_devices(requested: int | None = None) -> int:
                              "devices as the others (on CPUs, the same JAX_NUM_CPU_DEVICES or JAXFL_CPU_DEVICES)")
         if requested not in (None, total):
             raise ValueError(f"devices={requested} but a run of {jax.process_count()} processes uses all "
-                             f"{total} of their devices; leave devices unset")
+                             f"{total} of their devices; leave devices unset (resuming a run that set it: "
+                             f"--devices none)")
         return total
     count = jax.local_device_count()
     if requested is None:
