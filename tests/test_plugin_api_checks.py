@@ -3,6 +3,7 @@ that keeps its step count under another name, a zero-time dispatch loop, an Opti
 that is not what the registry expects, a plug-in file named like a standard module, a device hook
 returning too few coefficients, and numpy numbers given to the staleness functions."""
 
+import contextlib
 import inspect
 import re
 
@@ -903,6 +904,28 @@ class EveryArrival(Policy):
         sim.reply(record.client)
 
 
+@contextlib.contextmanager
+def every_arrival_with(hook):
+    """An asynchronous algorithm aggregating every arrival, with ``hook`` (a DeviceHook class),
+    registered for the block; yields its name."""
+    from jaxfl.algorithms import Algorithm, register, unregister
+
+    class WithHook(Algorithm):
+        name, kind = "hook_test", "asynchronous"
+
+        def policy(self):
+            return EveryArrival(self.run.local_steps)
+
+        def hooks(self):
+            return (hook(),)
+
+    register(WithHook)
+    try:
+        yield WithHook.name
+    finally:
+        unregister(WithHook.name)
+
+
 def _hook_mistakes():
     import jax
     import jax.numpy as jnp
@@ -957,27 +980,12 @@ def test_what_a_device_hook_returns_is_checked_against_the_model(tmp_path):
     run "succeeded" at chance accuracy); an apply that set ctx.params had the generic update applied
     on top; a weigh of an (n, 1) array was a bare TypeError."""
     import jaxfl
-    from jaxfl.algorithms import Algorithm, register, unregister
 
     for hook, message in _hook_mistakes().items():
-        class WithHook(Algorithm):
-            name, kind = "hook_mistake_test", "asynchronous"
-            made = hook
-
-            def policy(self):
-                return EveryArrival(self.run.local_steps)
-
-            def hooks(self):
-                return (self.made(),)
-
-        register(WithHook)
-        try:
-            with pytest.raises(ValueError, match=message):
-                jaxfl.run_experiment(jaxfl.RunConfig(algorithm="hook_mistake_test", model="logreg", clients=3,
-                                                     local_steps=2, batch_size=8, max_updates=2, progress=False,
-                                                     output_dir=str(tmp_path / hook.__name__)))
-        finally:
-            unregister("hook_mistake_test")
+        with every_arrival_with(hook) as name, pytest.raises(ValueError, match=message):
+            jaxfl.run_experiment(jaxfl.RunConfig(algorithm=name, model="logreg", clients=3, local_steps=2,
+                                                 batch_size=8, max_updates=2, progress=False,
+                                                 output_dir=str(tmp_path / hook.__name__)))
 
 
 def _state_hooks():
@@ -1008,26 +1016,14 @@ def _state_hooks():
 
 def test_a_hooks_state_is_saved_as_arrays_and_checked_against_its_init(tmp_path):
     import jaxfl
-    from jaxfl.algorithms import Algorithm, register, unregister
 
     counts, halves = _state_hooks()
     results = {}
     for hook in (counts, halves):
-        class WithState(Algorithm):
-            name, kind = "hook_state_test", "asynchronous"
-            made = hook
-
-            def policy(self):
-                return EveryArrival(self.run.local_steps)
-
-            def hooks(self):
-                return (self.made(),)
-
-        register(WithState)
-        config = jaxfl.RunConfig(algorithm="hook_state_test", model="logreg", clients=3, local_steps=2, batch_size=8,
-                                 max_updates=3, checkpoint_every=1, progress=False,
-                                 output_dir=str(tmp_path / hook.__name__))
-        try:
+        with every_arrival_with(hook) as name:
+            config = jaxfl.RunConfig(algorithm=name, model="logreg", clients=3, local_steps=2, batch_size=8,
+                                     max_updates=3, checkpoint_every=1, progress=False,
+                                     output_dir=str(tmp_path / hook.__name__))
             if hook is counts:
                 results[hook] = jaxfl.run_experiment(config)
             else:
@@ -1035,8 +1031,6 @@ def test_a_hooks_state_is_saved_as_arrays_and_checked_against_its_init(tmp_path)
                                                     r"unlike the state its init made.*dtype float32 where its init's "
                                                     r"has \(\) and int32.*fixed_state_shape = False"):
                     jaxfl.run_experiment(config)
-        finally:
-            unregister("hook_state_test")
     assert int(results[counts].engine.state["counts"]) == 3
 
 
