@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jaxfl.algorithms import build_policy, names
-from jaxfl.config import RunConfig
+from jaxfl.config import RunConfig, validate
 from jaxfl.engine import ResourceError
 from jaxfl.experiment import prepare, run_experiment
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
@@ -258,12 +258,13 @@ def test_a_skipped_nan_update_is_weighed_as_if_it_had_never_arrived(algorithm, o
         assert result.simulation.policy.P == 4 and len(result.simulation.policy.in_flight) >= 1
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "ccfedavg", "fedat", "port"])
-def test_an_update_arriving_exactly_at_its_deadline_is_on_time(algorithm):
+@pytest.mark.parametrize("algorithm, options", [("fedavg", None), ("ccfedavg", None), ("fedat", None), ("port", None),
+                                                ("fedasmu", {"fetch": False})])
+def test_an_update_arriving_exactly_at_its_deadline_is_on_time(algorithm, options):
     """Homogeneous clients whose round takes exactly round_timeout: the deadline's timer fired before
     the arrivals at the same instant, and every update was dropped ("arrived after round deadline")."""
-    config = RunConfig(algorithm=algorithm, clients=4, local_steps=2, round_timeout=1.0, heterogeneity="homo",
-                       jitter=0.0, max_updates=6)
+    config = validate(RunConfig(algorithm=algorithm, clients=4, local_steps=2, round_timeout=1.0, heterogeneity="homo",
+                                jitter=0.0, max_updates=6, client_optimizer="sgd", algorithm_options=options))
     speeds = ClientSpeeds(SpeedConfig(model="homo", mean=0.5, jitter=0.0), 4, seed=0)
     backend = RecordingBackend()
     sim = Simulation(build_policy(config), speeds, [0.25] * 4, backend, max_updates=6, max_time=100.0)

@@ -387,8 +387,11 @@ class FedASMU(Policy):
         if payload == "trigger":
             self._trigger(sim)
         elif "deadline" in payload:
-            if payload["deadline"] in self.running:
-                self.lost[payload["deadline"]] = self.running.pop(payload["deadline"])[0]
+            dispatch = payload["deadline"]
+            # an update arriving at this very instant is on time: its arrival comes after the timers
+            # of the instant (triggers first: the order FedASMU's schedules were made with)
+            if dispatch in self.running and not sim.records[dispatch].arrival_time <= sim.now:
+                self.lost[dispatch] = self.running.pop(dispatch)[0]
         else:
             record = sim.records[payload["fetch"]]
             if record.status == IN_FLIGHT:
