@@ -71,23 +71,17 @@ def test_fedcompass_n_divides_by_q_i_for_momentum_sgd_clients_too(momentum, deca
                                rtol=1e-6)  # Q_eff · c_i / Q_i, Q_eff = 60
 
 
-@pytest.mark.parametrize("times, tiers", [
-    # 30 s a step is 5x the slowest tier's first client: a tier of its own (it had joined tier 1,
-    # whose rounds then ran to the 100 s deadline instead of 60 s every time it trained)
-    ([1.0, 1.2, 6.0, 30.0], [[0, 1], [2], [3]]),
-    ([1.0, 1.2, 6.0, 11.0], [[0, 1], [2, 3]]),  # within υ = 2 of tier 1's first: it joins tier 1
-])
-def test_a_client_late_for_the_profiling_deadline_is_tiered_within_upsilon(times, tiers):
-    policy = FedAT(10, tier_ratio=2.0, round_timeout=100.0)  # clients 3 need 300 s / 110 s: late
+@pytest.mark.parametrize("times, timeout, tiers", [([1.0, 1.0, 1.1, 5.0], 12.0, [[0, 1, 2, 3]]),
+                                                   ([1.0, 1.2, 6.0, 30.0], 100.0, [[0, 1], [2, 3]])])
+def test_a_client_late_for_the_profiling_deadline_joins_an_existing_tier(times, timeout, tiers):
+    """Its round is longer than the deadline: a tier of its own (tried, 2026-12-05) never completed a
+    round while its untrained model took the fastest tier's count as its cross-tier weight, and the
+    accuracy stalled (0.76 against 0.87 in 25 updates)."""
+    policy = FedAT(5 if timeout == 12.0 else 10, tier_ratio=2.0, round_timeout=timeout)
     backend = RecordingBackend()
     sim = Simulation(policy, ScriptedSpeeds(lambda client, r: times[client], 4), [0.25] * 4, backend, max_time=1200)
     sim.run()
     assert policy.tiers == tiers and len(policy.counts) == len(tiers)
-    for members in policy.tiers:
-        assert max(times[c] for c in members) <= 2.0 * times[members[0]]
-    tier_1 = [a.time for a in backend.aggregations if a.payload is not None and a.payload.tier == 1]
-    if len(tiers) == 3:  # tier 1 (client 2 alone) closes every round when its 60 s are done
-        assert np.diff([100.0, *tier_1]).tolist() == [60.0] * len(tier_1)
 
 
 def test_form_tiers_and_tier_weights():

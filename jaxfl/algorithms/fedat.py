@@ -25,7 +25,10 @@ implementation chooses, each marked [choice]::
     ``round_timeout`` (faults): a tier (or the profiling) round closes at its deadline with the
         members that arrived; later updates are dropped ("arrived after round deadline") and the
         client rejoins its tier's next round. A client that misses the profiling deadline is placed
-        when it finally reports, in the slowest tier within υ of its speed (or a new slowest tier).
+        when it finally reports, in the slowest tier that starts no slower than it [choice]: its
+        round is longer than the deadline, so a tier of its own would never complete a round while
+        its untrained model took the largest cross-tier weight (the fastest tier's count, mirrored);
+        in a tier it keeps missing the deadline (its updates dropped) until its speed changes.
 """
 from __future__ import annotations
 
@@ -171,20 +174,9 @@ class FedAT(Policy):
 
     def _place_late_client(self, client: int) -> None:
         """A client that missed the profiling deadline joins the slowest tier that starts no slower
-        than it (tier 0 if it is the fastest) if it is within υ of that tier's first client, as
-        :func:`form_tiers` would have placed it; else the next slower tier, whose rounds it does not
-        lengthen; else, slower than every tier allows (the usual case: it missed the deadline that
-        every profiled client made), a new slowest tier, so that no tier's rounds wait for it
-        beyond υ times its first client's time (a 100× slower client had joined the fastest tier
-        and had every update dropped at its deadline). The fast → slow order of the tiers holds."""
-        speed = self._speed[client]
+        than it (tier 0 if it is the fastest), keeping the fast → slow order of the tiers."""
         firsts = [self._speed[members[0]] for members in self.tiers]
-        tier = max([k for k, first in enumerate(firsts) if first <= speed], default=0)
-        if speed > self.tier_ratio * firsts[tier]:
-            tier += 1
-            if tier == len(self.tiers):
-                self.tiers.append([])
-                self.counts.append(1)  # as every tier starts (module docstring)
+        tier = max([k for k, first in enumerate(firsts) if first <= self._speed[client]], default=0)
         self.tiers[tier].append(client)
         self._tier_of[client] = tier
 
