@@ -214,19 +214,23 @@ class ClientState:
         ``valid`` rows of a write, repeated: on the device a gather clamps (row 7 of 4 read row 3) and a
         scatter drops or picks one at random, where host RAM raised, so placements disagreed."""
         ids = np.asarray(clients)
-        if ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)):
+        if ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype, np.integer)
+                                 or (np.issubdtype(ids.dtype, np.floating) and np.all(ids == np.round(ids)))):
             raise PluginError(f"client table {hook}/{table}: clients must be a 1-d sequence of integer ids, got "
                               f"{ids.dtype} of shape {ids.shape}")
-        if ids.size and (ids.min() < 0 or ids.max() >= self.num_clients):
-            bad = ids[(ids < 0) | (ids >= self.num_clients)]
+        # a write's padding rows (valid False) are not written: whatever id they hold is fine
+        written = ids if valid is None else ids[np.asarray(valid, bool)]
+        if written.size and (written.min() < 0 or written.max() >= self.num_clients):
+            bad = written[(written < 0) | (written >= self.num_clients)]
             raise PluginError(f"client table {hook}/{table}: client ids {bad[:5].tolist()} are out of range: "
                               f"0 to {self.num_clients - 1}")
         if valid is not None:
-            values, counts = np.unique(ids[np.asarray(valid, bool)], return_counts=True)
+            values, counts = np.unique(written, return_counts=True)
             if (counts > 1).any():
                 raise PluginError(f"client table {hook}/{table}: a write names clients {values[counts > 1][:5].tolist()} "
                                   "more than once; each valid row must be another client's")
-        return ids.astype(np.int32, copy=False)
+            ids = np.where(np.asarray(valid, bool), ids, 0)  # padding points at row 0, which it does not write
+        return ids.astype(np.int32)
 
     def rows(self, hook: str, table: str, clients) -> PyTree:
         """The rows of ``clients`` (in that order, repeats allowed) of a table, stacked on a leading

@@ -1330,7 +1330,7 @@ class Engine:
     def start_model(self, record: DispatchRecord) -> PyTree:
         """The global model a dispatch started from (kept while ``keep_start_versions``: a policy
         with ``needs_start_models = True``)."""
-        if not self.keep_start_versions:  # a bare KeyError of the version number
+        if record.version not in self._versions:  # a bare KeyError of the version number
             raise PluginError("ctx.start_model() needs the models dispatches started from, which the engine keeps "
                               "only for a policy with needs_start_models = True: set it on the algorithm's policy "
                               "(a class attribute)")
@@ -1604,8 +1604,9 @@ def _shapes(tree: PyTree) -> PyTree:
 
 
 def _as_arrays(tree: PyTree) -> PyTree:
-    """``tree`` with Python and NumPy numbers as JAX arrays (arrays unchanged)."""
-    return None if tree is None else jax.tree.map(lambda leaf: leaf if isinstance(leaf, jax.Array) else
+    """``tree`` with Python numbers as JAX arrays (arrays, NumPy's too, unchanged: a hook may update
+    its NumPy state in place)."""
+    return None if tree is None else jax.tree.map(lambda leaf: leaf if hasattr(leaf, "shape") else
                                                   jnp.asarray(leaf), tree)
 
 

@@ -137,6 +137,10 @@ def test_every_placement_refuses_a_client_out_of_range_or_written_twice(tmp_path
         state.set_rows("hook", "table", [9], {"w": np.ones((1, 1), np.float32)})
     with pytest.raises(PluginError, match=r"a write names clients \[2\] more than once"):
         state.set_rows("hook", "table", [2, 2], {"w": np.ones((2, 1), np.float32)})
-    # a repeat in a padding row (valid False) is fine: the hooks pad with a client already there
+    # a repeat in a padding row (valid False) is fine: the hooks pad with a client already there; so is
+    # any id there, -1 included (it is not written)
     state.set_rows("hook", "table", [2, 2], {"w": np.full((2, 1), 5.0, np.float32)}, valid=[True, False])
-    np.testing.assert_array_equal(np.asarray(state.rows("hook", "table", [2, 2, 0])["w"]), [[5.0], [5.0], [0.0]])
+    state.set_rows("hook", "table", [1, -1], {"w": np.full((2, 1), 7.0, np.float32)}, valid=[True, False])
+    np.testing.assert_array_equal(np.asarray(state.rows("hook", "table", [2, 2, 0, 1])["w"]),
+                                  [[5.0], [5.0], [0.0], [7.0]])
+    np.testing.assert_array_equal(np.asarray(state.rows("hook", "table", np.array([1.0, 2.0]))["w"]), [[7.0], [5.0]])

@@ -990,6 +990,7 @@ def test_what_a_device_hook_returns_is_checked_against_the_model(tmp_path):
 
 def _state_hooks():
     import jax.numpy as jnp
+    import numpy as np
 
     from jaxfl.algorithms import DeviceHook
 
@@ -1011,20 +1012,36 @@ def _state_hooks():
         def after_update(self, ctx, aggregation, records):
             ctx.state[self.name] = ctx.state[self.name] + 0.5
 
-    return CountsUpdates, HalvesACounter
+    class CountsPerClient(DeviceHook):  # NumPy state updated in place: it must stay NumPy
+        name = "per_client"
+
+        def init(self, params, num_clients):
+            return {"counts": np.zeros(num_clients, np.int32)}
+
+        def after_update(self, ctx, aggregation, records):
+            ctx.state[self.name]["counts"][np.array([r.client for r in records])] += 1
+
+    class ReadsStartModels(DeviceHook):  # a policy aggregating the newest version's dispatches: kept anyway
+        name = "reads_starts"
+
+        def after_update(self, ctx, aggregation, records):
+            for record in records:
+                ctx.start_model(record)
+
+    return CountsUpdates, HalvesACounter, CountsPerClient, ReadsStartModels
 
 
 def test_a_hooks_state_is_saved_as_arrays_and_checked_against_its_init(tmp_path):
     import jaxfl
 
-    counts, halves = _state_hooks()
+    counts, halves, per_client, reads_starts = _state_hooks()
     results = {}
-    for hook in (counts, halves):
+    for hook in (counts, halves, per_client):
         with every_arrival_with(hook) as name:
             config = jaxfl.RunConfig(algorithm=name, model="logreg", clients=3, local_steps=2, batch_size=8,
                                      max_updates=3, checkpoint_every=1, progress=False,
                                      output_dir=str(tmp_path / hook.__name__))
-            if hook is counts:
+            if hook is not halves:
                 results[hook] = jaxfl.run_experiment(config)
             else:
                 with pytest.raises(TypeError, match=r"device hook 'halves' \(HalvesACounter\): the state it keeps is "
@@ -1032,6 +1049,35 @@ def test_a_hooks_state_is_saved_as_arrays_and_checked_against_its_init(tmp_path)
                                                     r"has \(\) and int32.*fixed_state_shape = False"):
                     jaxfl.run_experiment(config)
     assert int(results[counts].engine.state["counts"]) == 3
+    assert results[per_client].engine.state["per_client"]["counts"].sum() == 3
+
+
+def test_start_model_of_a_version_the_engine_keeps_needs_no_declaration(tmp_path):
+    """A synchronous round's dispatches all start from the current version, which the engine always
+    keeps: ctx.start_model() of them worked before needs_start_models was asked for, and still does."""
+    import jaxfl
+    from jaxfl.algorithms import Algorithm, register, unregister
+    from jaxfl.algorithms.fedavg import FedAvg
+
+    *_, reads_starts = _state_hooks()
+
+    @register
+    class RoundsReadingStarts(Algorithm):
+        name, kind = "rounds_reading_starts_test", "synchronous"
+
+        def policy(self):
+            return FedAvg(self.run.local_steps)
+
+        def hooks(self):
+            return (reads_starts(),)
+
+    try:
+        result = jaxfl.run_experiment(jaxfl.RunConfig(algorithm=RoundsReadingStarts.name, model="logreg", clients=3,
+                                                      local_steps=2, batch_size=8, max_updates=2, progress=False,
+                                                      output_dir=str(tmp_path)))
+        assert result.summary["global_updates"] == 2
+    finally:
+        unregister(RoundsReadingStarts.name)
 
 
 def test_plugin_namespaces_that_meet_run_flags_or_a_built_in_namespace_parse():
