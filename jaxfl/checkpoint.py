@@ -416,9 +416,9 @@ def _save(run_dir: str, number: int, simulation, engine, extra: dict, config: di
 
             policy = type(getattr(simulation, "policy", None)).__name__
             raise PluginError(f"checkpoint {number}: the scheduler's state cannot be pickled ({type(error).__name__}: "
-                              f"{error}): what the policy ({policy}) keeps must be picklable, functions at module "
-                              "level rather than lambdas or local functions, no open files; or run without "
-                              "checkpoints (checkpoint_every=None, final_checkpoint=False)") from None
+                              f"{error}): what the policy ({policy}) and the other parts of a run keep must be "
+                              "picklable, functions at module level rather than lambdas or local functions, no open "
+                              "files; or run without checkpoints (checkpoint_every=None, final_checkpoint=False)") from None
         handle.flush()
         os.fsync(handle.fileno())
     with open(os.path.join(temporary, STATE_DIGEST), "w") as handle:  # load_state checks state.pkl against it

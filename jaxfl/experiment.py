@@ -1333,7 +1333,8 @@ def algorithm_source(name: str) -> dict | None:
     """
     cls = get_algorithm(name)
     path = getattr(sys.modules.get(cls.__module__), "__file__", None)
-    if cls.__module__.startswith("jaxfl.") or not path or not os.path.isfile(path):
+    # (a class of the script being run: the script that resumes is another, or the same edited to)
+    if cls.__module__.startswith("jaxfl.") or cls.__module__ == "__main__" or not path or not os.path.isfile(path):
         return None
     with open(path, "rb") as handle:
         return {"file": path, "sha256": hashlib.sha256(handle.read()).hexdigest()}

@@ -787,7 +787,7 @@ def test_a_policy_a_checkpoint_cannot_pickle_is_refused_before_the_run(tmp_path,
     assert result.summary["global_updates"] == 3
     # made unpicklable once started: the checkpoint says what cannot be pickled, naming the policy
     with pytest.raises(TypeError, match=r"checkpoint 1: the scheduler's state cannot be pickled .*what the policy "
-                                        r"\(LambdaWeighted\) keeps must be picklable"):
+                                        r"\(LambdaWeighted\) and the other parts of a run keep must be picklable"):
         jaxfl.run_experiment(dataclasses.replace(config, algorithm=at_start, checkpoint_every=1))
 
 
