@@ -1240,7 +1240,7 @@ class Engine:
                                      f"{', '.join(str(record.id) for record in records[:8])}"
                                      f"{', ...' if len(records) > 8 else ''}): "
                                      "it must return one coefficient per record, in their order, or None")
-                if not all(np.ndim(c) == 0 for c in coefficients):  # float() of it: a bare TypeError
+                if np.ndim(coefficients) != 1:  # an (n, 1) array: float() of a row was a bare TypeError
                     raise ValueError(f"device hook {hook.name!r} ({type(hook).__name__}).weigh returned coefficients "
                                      f"of shape {np.shape(coefficients)}: it must return one number per record "
                                      "(a list, or a 1-d array)")
