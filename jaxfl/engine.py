@@ -1531,7 +1531,7 @@ class Engine:
         targets = self.client_state.targets()
         for hook in self._tables_in_hook_state(meta):
             tables = hook.tables_from_state(tree["hooks"].pop(hook.name))
-            if tables is None or not _same_shapes(tables, targets[hook.name]):
+            if tables is None or _unlike(tables, targets[hook.name]) is not None:
                 raise ValueError(f"keeps hook {hook.name!r}'s per-client tables in the hook's state, as jaxfl did "
                                  "before jaxfl.client_state, in a layout this jaxfl cannot move into that store")
             tree.setdefault("client_state", {})[hook.name] = tables
@@ -1619,8 +1619,8 @@ def _unlike(tree: PyTree, target: PyTree, dtypes: bool = True, what: str = "the 
     """
     leaves, structure = jax.tree.flatten_with_path(tree)
     wanted, wanted_structure = jax.tree.flatten(target)
-    if jax.tree.structure(tree) != wanted_structure:
-        return f"its structure {jax.tree.structure(tree)} is not {what} {wanted_structure}"
+    if structure != wanted_structure:
+        return f"its structure {structure} is not {what} {wanted_structure}"
     for (path, leaf), want in zip(leaves, wanted):
         shape = tuple(np.shape(leaf))
         dtype = np.dtype(leaf.dtype) if hasattr(leaf, "dtype") else np.result_type(leaf)  # a Python number
@@ -1628,15 +1628,6 @@ def _unlike(tree: PyTree, target: PyTree, dtypes: bool = True, what: str = "the 
             return (f"leaf {jax.tree_util.keystr(path)} has shape {shape} and dtype {dtype} where {what} has "
                     f"{tuple(want.shape)} and {np.dtype(want.dtype)}")
     return None
-
-
-def _same_shapes(tree: PyTree, target: PyTree) -> bool:
-    """Whether ``tree`` has ``target``'s structure, shapes and dtypes."""
-    leaves, structure = jax.tree.flatten(tree)
-    wanted, wanted_structure = jax.tree.flatten(target)
-    return structure == wanted_structure and all(
-        tuple(leaf.shape) == tuple(want.shape) and np.dtype(leaf.dtype) == np.dtype(want.dtype)
-        for leaf, want in zip(leaves, wanted))
 
 
 @jax.jit
