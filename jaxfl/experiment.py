@@ -341,14 +341,17 @@ def balanced_accuracy(recall: np.ndarray) -> float:
     return float(np.mean(present)) if present.size else float("nan")
 
 
-def _run_dir(config: RunConfig, algorithm: str) -> str:
+def _run_dir(config: RunConfig, algorithm: str, user_inputs: dict | None = None) -> str:
     """A new folder under ``output_dir`` named by :func:`run_name` (``-2``, ``-3``... when the same
-    config runs again); ``algorithm`` is the registered name (not a module:Class reference)."""
+    config runs again); ``algorithm`` is the registered name (not a module:Class reference).
+    ``user_inputs`` (what ``config.json`` will record of them) tells a finished run of this very
+    experiment from one of the same name on other speeds or initial weights, which no name tells."""
     name = config.run_name or run_name(config, algorithm)
     path = os.path.join(config.output_dir, name)
     suffix, finished = 2, None
     while os.path.exists(path):
-        if finished is None and os.path.isfile(os.path.join(path, "summary.json")):
+        if finished is None and os.path.isfile(os.path.join(path, "summary.json")) and \
+                _records_inputs(path, user_inputs):
             finished = path
         path = os.path.join(config.output_dir, f"{name}-{suffix}")
         suffix += 1
@@ -360,6 +363,19 @@ def _run_dir(config: RunConfig, algorithm: str) -> str:
                       f"again, into {path} (jaxfl.load_run({finished!r}) reads the finished one; a comparison "
                       f"on the command line, jaxfl run --algorithm a,b, reuses it)", UserWarning, stacklevel=4)
     return path
+
+
+def _records_inputs(run_dir: str, user_inputs: dict | None) -> bool:
+    """Whether the run in ``run_dir`` recorded these ``user_inputs`` (JSON-equal; an unreadable
+    ``config.json`` is not taken for them)."""
+    if user_inputs is None:
+        return True
+    try:
+        with open(os.path.join(run_dir, "config.json")) as file:
+            recorded = json.load(file).get("user_inputs", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+    return recorded == json.loads(json.dumps(user_inputs))
 
 
 # Left out of a run's name: where and how the run is written, and where per-client tables live
@@ -1533,14 +1549,15 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     # of a run of several, which writes to a scratch folder)
     saved = None
     if resume_dir is None:
-        run_dir = _run_dir(config, algorithm.name)
+        user_inputs = user.record(params)
+        run_dir = _run_dir(config, algorithm.name, user_inputs)
         os.makedirs(run_dir)
         located["run_dir"] = run_dir
         if accepting is not None:  # no resume of it writes there while it runs (until the caller's end of the run)
             accepting.enter_context(resume.holding_lock(run_dir))
         user.save(run_dir)
         _write_run_config(run_dir, config, params, federation, plan, dataset=dataset,
-                          user_inputs=user.record(params), log_to=logger_names(loggers))
+                          user_inputs=user_inputs, log_to=logger_names(loggers))
         shared_dir = run_dir
         if jax.process_count() > 1:  # process 0's folder name: it may end in -2, -3... (see _run_dir)
             shared_dir = os.path.join(shared_output_dir or config.output_dir,
@@ -1951,13 +1968,14 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
     algorithm = build(config, client_samples=federation.counts)
     policy = algorithm.policy()
     speeds, faults = _speeds_and_faults(config, params, user.time_per_step, algorithm.local_steps)
-    run_dir = _run_dir(config, algorithm.name)
+    user_inputs = user.record(params)
+    run_dir = _run_dir(config, algorithm.name, user_inputs)
     os.makedirs(run_dir)
     if located is not None:  # a cluster's process other than 0 writes a scratch folder: the run is process 0's
         located["run_dir"] = run_dir if jax.process_count() == 1 else os.path.join(
             shared_output_dir or config.output_dir, cluster.broadcast_text(os.path.basename(run_dir)))
     user.save(run_dir)
-    _write_run_config(run_dir, config, params, federation, plan=None, user_inputs=user.record(params))
+    _write_run_config(run_dir, config, params, federation, plan=None, user_inputs=user_inputs)
     backend = _TimingBackend()
     # no evaluations: no class_accuracy.csv
     events, metrics_file, _ = _open_logs(run_dir, None, expected_rows=_expected_event_rows(config, policy))

@@ -4,6 +4,7 @@ import csv
 import dataclasses
 import io
 import os
+import re
 import shutil
 
 import numpy as np
@@ -468,3 +469,21 @@ def test_timeline_stats_bins_a_wide_staleness_range_and_counts_overlaps_once():
     histogram = timeline_stats(wide)["arrival_staleness_histogram"]
     assert histogram["0"] == 1 and histogram["1"] == 1 and histogram["2-3"] == 2 and histogram["256-511"] == 44
     assert sum(histogram.values()) == 300
+
+
+def test_a_finished_run_on_other_speeds_is_not_called_a_run_of_this_config(tmp_path):
+    """Given speeds (``time_per_step``) are not in a run's name: a run on other speeds gets the same
+    folder name with -2, and no note that a finished run of this config is there; the same speeds again get it."""
+    import warnings
+
+    config = jaxfl.RunConfig(algorithm="fedasync", model="mlp", clients=3, local_steps=2, max_updates=4,
+                             progress=False, timing_only=True, output_dir=str(tmp_path / "runs"))
+    first = jaxfl.run_experiment(config, time_per_step=[0.1, 0.2, 0.3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "holds a finished run of this config"
+        other = jaxfl.run_experiment(config, time_per_step=[0.3, 0.2, 0.1])
+    assert other.run_dir == first.run_dir + "-2"
+    assert load_run(other.run_dir).events["time"].tolist() != load_run(first.run_dir).events["time"].tolist()
+    with pytest.warns(UserWarning, match=rf"{re.escape(first.run_dir)} holds a finished run of this config"):
+        again = jaxfl.run_experiment(config, time_per_step=[0.1, 0.2, 0.3])
+    assert again.run_dir == first.run_dir + "-3"
