@@ -268,6 +268,43 @@ def test_reference_code_warm_up_trains_q_max_and_divides_the_first_time_by_it():
         warmup(warmup="q_mid")
 
 
+def test_reference_code_lr_decay_counts_steps_as_the_legacy_scheduler_does():
+    """APPFL's SchedulerCompass (2023-12-28, src/appfl/algorithm/scheduler_compass.py): a client's
+    counter starts at Q_min at its first arrival (the warm-up's Q_max steps are not counted) and
+    _send_model adds the Q_i it is assigning before lr · 0.995^floor(counter / Q_max); the warm-up is
+    sent at the base lr. Replayed here from each client's dispatches, with assignments below and
+    above Q_max − Q_min (where counting finished rounds instead gives another exponent)."""
+    import random
+    from collections import defaultdict
+
+    from jaxfl.algorithms.fedcompass import REFERENCE_CODE
+
+    draw = random.Random(0)
+    jitter = {}
+    base = [6.0, 9.0, 15.0]
+
+    def seconds_per_step(client, round_):
+        return jitter.setdefault((client, round_), base[client] * draw.uniform(0.9, 1.1))
+
+    policy = FedCompass(20, 100, polynomial, latest_time_factor=1.5, options=REFERENCE_CODE)
+    sim = Simulation(policy, ScriptedSpeeds(seconds_per_step, num_clients=3), [1 / 3] * 3, RecordingBackend(),
+                     max_time=20000.0, log=lambda record: None)
+    sim.run()
+    rounds = defaultdict(list)
+    for record in sorted(sim.records, key=lambda record: (record.start_time, record.id)):
+        rounds[record.client].append(record)
+    steps_seen, exponents_seen = set(), set()
+    for records in rounds.values():
+        assert records[0].steps == 100 and records[0].lr_scale == 1.0  # the warm-up: Q_max at the base lr
+        counter = 20
+        for record in records[1:]:
+            counter += record.steps
+            assert record.lr_scale == 0.995 ** (counter // 100), (record.client, record.steps, counter)
+            steps_seen.add(record.steps)
+            exponents_seen.add(counter // 100)
+    assert min(steps_seen) < 80 < max(steps_seen) and len(exponents_seen) >= 4
+
+
 @pytest.mark.parametrize("preset, most", [("paper", 6), ("reference_code", 7)])
 def test_the_engine_is_sized_for_the_most_steps_fedcompass_assigns(small_config, preset, most):
     """Q_max set apart from ``local_steps`` (and the legacy JOINGROUP's ⌊1.2·Q_max⌋): the engine's

@@ -64,7 +64,7 @@ class CompassOptions:
     create_far_groups: str = "clamp"  # "skip": skip candidate groups with q > Q_max (§10 9b)
     join_max_factor: float = 1.0  # 1.2: legacy JOINGROUP accepts up to floor(1.2·Q_max) (§10 9c)
     fastest_over: str = "pending"  # "all": fastest client of a group over CL ∪ ACL (§10 9d)
-    lr_decay: bool = False  # True: client lr × 0.995^floor(total steps / Q_max) (legacy, §10 9e)
+    lr_decay: bool = False  # True: lr × 0.995^floor((Q_min + steps assigned after the warm-up) / Q_max) (§10 9e)
     empty_timer: str = "apply"  # "skip": a timer on a group with no arrivals does nothing (§10 9g)
     warmup: str = "q_min"  # "q_max": the warm-up round trains Q_max steps (code; first S_i = time / Q_max)
 
@@ -92,7 +92,7 @@ class ClientState:
     steps: int = 0  # Q_i assigned for the current round
     speed: float | None = None  # S_i, estimated seconds per step
     start: float = 0.0  # T_start of the current round
-    total_steps: int = 0  # steps of all finished rounds (for the legacy lr decay)
+    total_steps: int = 0  # steps of all finished rounds, the warm-up's included (for the legacy lr decay)
 
 
 @dataclasses.dataclass
@@ -168,6 +168,7 @@ class FedCompass(Policy):
         self._skip_far_groups = options.create_far_groups == "skip"
         self._join_upper = math.floor(options.join_max_factor * self.q_max)
         self._lr_decay = options.lr_decay
+        self._warmup_steps = self.q_max if options.warmup == "q_max" else self.q_min
 
     def __getstate__(self) -> dict:
         """Everything but the p_i list, which the simulation holds already (10^6 floats at 10^6 clients)."""
@@ -192,7 +193,7 @@ class FedCompass(Policy):
 
     # ------------------------------------------------------------------ server loop (Alg. 1)
     def start(self, sim: Simulation) -> None:
-        warmup_steps = self.q_max if self.options.warmup == "q_max" else self.q_min
+        warmup_steps = self._warmup_steps
         # warm-up: everybody gets Q_min (paper) or Q_max (code), no group, T_start = now, and the
         # lr scale 0.995^0 = 1 of the legacy decay: _dispatch for each client, in one bulk call
         now = sim.now
@@ -313,8 +314,11 @@ class FedCompass(Policy):
                 heapq.heappush(group.speeds, (state.speed, client))
             self._create_dirty.add(group_id)
         state.start = now
-        # the legacy lr decay, 0.995^floor(total steps / Q_max); positional: keywords cost a tenth of the call
-        lr_scale = 0.995 ** math.floor(state.total_steps / self.q_max) if self._lr_decay else 1.0
+        # the legacy lr decay (APPFL's SchedulerCompass, 2023-12): 0.995^floor(n / Q_max), where n
+        # starts at Q_min at the first arrival (the warm-up round is not counted) and adds each
+        # round's Q_i as it is assigned, this one included; positional: keywords cost a tenth of the call
+        lr_scale = 0.995 ** math.floor((state.total_steps - self._warmup_steps + self.q_min + state.steps)
+                                       / self.q_max) if self._lr_decay else 1.0
         sim.dispatch(client, state.steps, lr_scale, group.detail)
 
     def _join_choice(self, client: int, now: float) -> tuple[int, int] | None:
@@ -552,7 +556,7 @@ class FedCompassConfig(Options):
     create_far_groups: str | None = None  # clamp q to Q_max (paper) | skip groups (code)
     join_max_factor: float | None = None  # JOINGROUP accepts q ≤ factor·Q_max: 1 | 1.2 (legacy)
     fastest_over: str | None = None  # fastest client of a group: pending (paper) | all (code)
-    lr_decay: bool | None = None  # legacy client lr × 0.995^floor(steps/Q_max)
+    lr_decay: bool | None = None  # legacy client lr × 0.995^floor((Q_min + steps assigned since the warm-up)/Q_max)
     empty_timer: str | None = None  # timer on a group with no arrivals: apply (paper) | skip
     warmup: str | None = None  # steps of the warm-up round: q_min (paper) | q_max (code; first speed = time/Q_max)
 
