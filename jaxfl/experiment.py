@@ -1833,6 +1833,9 @@ def _schedule_summary(config: RunConfig, algorithm, simulation: Simulation, end_
             "heterogeneity": "given" if getattr(simulation.speeds, "given", False) else config.heterogeneity,
             "seed": config.seed,
             "global_updates": simulation.version, "virtual_time": end_time, "stop_reason": reason,
+            # the local steps of every update that reached the server, aggregated or dropped: what
+            # the clients computed (client_steps_executed also holds what was trained ahead)
+            "client_steps_arrived": simulation.arrived_steps,
             "negative_speed_draws": simulation.speeds.negative_draws,
             "faults": dict(simulation.faults.counts) if simulation.faults is not None else {},
             "accounting": simulation.accounting(),

@@ -17,7 +17,7 @@ other than the algorithm and the seed (clients, heterogeneity, partition...):
   in every seed; in ``report.csv`` a ``relative_time_seed{S}`` column per seed;
 - **best held-out accuracy**, mean ± std over the seeds (numpy's std, ddof 0);
 - **final held-out accuracy** (at the end of the budget, as CC-FedAvg's Table II and FedASMU's
-  report it), mean ± std, with the **computation** spent (client gradient steps executed) relative
+  report it), mean ± std, with the **computation** spent (local steps of the updates that reached the server) relative
   to the reference's, and seed by seed its difference to the reference's in the same seed;
 - **accuracy over the last tenth of the evaluations** (the mean of each run's last tenth of
   evaluations, e.g. its last 40 of 401, then mean ± std over the seeds), where the results have
@@ -587,7 +587,12 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
         seeds = sorted({run.get("seed") for runs in by_method.values() for run in runs}, key=_seed_order)
         reference_value = {column: {run.get("seed"): run.get(column) for run in by_method.get(reference, [])}
                            for column in ("time_to_target", *SEED_BY_SEED_ACCURACIES)}
-        steps = {name: _mean_of(runs, "client_steps_executed")[0] for name, runs in by_method.items()}
+        # the computation the clients spent; a table from before it was counted has the engine's steps,
+        # which also hold work trained ahead for clients still out at the end (more with larger calls)
+        counted = "client_steps_arrived" if all(run.get("client_steps_arrived") is not None
+                                                for runs in by_method.values() for run in runs) \
+            else "client_steps_executed"
+        steps = {name: _mean_of(runs, counted)[0] for name, runs in by_method.items()}
         base_steps = steps.get(reference)
         for name, runs in by_method.items():
             mean, spread, reached = times[name]
@@ -606,7 +611,7 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           # over the runs that have it (sweeps before it was a column have not)
                           "last_tenth_accuracy_mean": tail[0], "last_tenth_accuracy_std": tail[1],
                           "last_tenth_accuracy_runs": sum(run.get("last_tenth_accuracy") is not None for run in runs),
-                          "client_steps_mean": steps[name],
+                          "client_steps_mean": steps[name], "client_steps_counted": counted,
                           "stopped_at_target": sum(run.get("stop_reason") == "target reached" for run in runs),
                           # none where the reference executed no step (a ratio against 0 steps is undefined)
                           "relative_steps": None if steps[name] is None or base_steps is None or base_steps == 0
@@ -859,8 +864,12 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
         # CC-FedAvg's and FedASMU's tables: the accuracy at the end of the budget and what it cost
         parts += ["", f"## Final held-out accuracy, mean ± std over seeds, and computation relative to {reference}",
                   "", *table(final_and_computation), "",
-                  f"In brackets: the client gradient steps executed (mean over seeds) divided by {reference}'s; "
-                  "work a client skips (an update it sends again from a store) counts none."
+                  f"In brackets: the local steps of the client updates that reached the server, aggregated or "
+                  f"dropped (mean over seeds), divided by {reference}'s; work a client skips (an update it sends "
+                  "again from a store) counts none."
+                  + (" Groups from a sweep that did not count them give the steps the engine executed instead, "
+                     "which also hold work trained ahead for clients still out at the end."
+                     if any(line.get("client_steps_counted") == "client_steps_executed" for line in lines) else "")
                   + (f" Where {reference} executed none (its initial model reached the target), the steps "
                      "themselves: no ratio against 0." if any(line.get("reference_steps_zero") for line in lines)
                      else "")

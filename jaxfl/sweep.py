@@ -64,7 +64,8 @@ KEY_SETTINGS = ("algorithm", "dataset", "model", "partition", "clients", "hetero
 # The summary figures of each row (summary.json; client_updates = updates aggregated, FedBuff's unit).
 SUMMARY_COLUMNS = ("target_accuracy", "time_to_target", "best_accuracy", "final_accuracy", "last_tenth_accuracy",
                    "global_updates",
-                   "client_updates", "client_steps_executed", "client_steps_aggregated", "virtual_time",
+                   "client_updates", "client_steps_executed", "client_steps_aggregated", "client_steps_arrived",
+                   "virtual_time",
                    "client_utilisation",
                    "mean_staleness", "stop_reason", "wall_time_s")
 
@@ -476,6 +477,8 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
         # a timing-only run executes nothing: empty (its schedule's steps are the aggregated ones)
         "client_steps_executed": summary.get("client_steps_executed"),
         "client_steps_aggregated": summary.get("client_steps_aggregated"),
+        # what the clients computed (aggregated or dropped): the report's computation column
+        "client_steps_arrived": _arrived_steps(summary, cell.run_dir),
         "virtual_time": summary.get("virtual_time"),
         "client_utilisation": summary.get("timeline", {}).get("utilisation", {}).get("mean"),
         "mean_staleness": _mean_staleness(summary), "stop_reason": summary.get("stop_reason"),
@@ -483,6 +486,23 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
         "run_dir": os.path.relpath(cell.run_dir, sweep_dir),
     })
     return row
+
+
+def _arrived_steps(summary: dict, run_dir: str) -> int | None:
+    """The summary's ``client_steps_arrived``, or, for a run finished before summaries had it, the
+    local steps of the arrivals in its event log (None where the log does not read back)."""
+    if summary.get("client_steps_arrived") is not None:
+        return summary["client_steps_arrived"]
+    import numpy as np
+
+    from jaxfl.runlog import read_events
+
+    try:
+        events = read_events(run_dir)
+    except (OSError, ValueError):
+        return None
+    arrived = events["event"] == "arrival"
+    return int(np.maximum(events["steps"][arrived], 0).sum())
 
 
 def _last_tenth_accuracy(summary: dict, run_dir: str) -> float | None:

@@ -69,3 +69,40 @@ def test_a_target_is_shown_with_the_digits_it_has(tmp_path):
                  ["fedavg,0,0.995,10,0.996"])
     assert "Time to first reach 99.5% held-out accuracy" in make_report([table], figures=False,
                                                                         out=str(tmp_path / "r")).markdown
+
+
+def test_the_computation_column_is_what_clients_computed_not_how_the_engine_batched_it(tmp_path):
+    """Two runs that differ only in clients_per_call (how the engine batches, not what a run
+    computes) have the same event log and the same client_steps_arrived: the steps of the arrivals
+    in the log. The engine's client_steps_executed also holds work trained ahead for clients still
+    out at the end, which grows with the call size; the report's computation column reads arrivals."""
+    import dataclasses
+
+    import numpy as np
+
+    import jaxfl
+
+    config = jaxfl.RunConfig(algorithm="fedasync", dataset="digits", model="logreg", clients=8, local_steps=5,
+                             max_updates=12, heterogeneity="pareto", progress=False, stop_at_target=False,
+                             output_dir=str(tmp_path))
+    one, many = (jaxfl.run_experiment(dataclasses.replace(config, clients_per_call=k, run_name=f"k{k}"))
+                 for k in (1, 8))
+    events = jaxfl.load_run(one.run_dir).events
+    arrived = int(events["steps"][events["event"] == "arrival"].sum())
+    assert one.summary["client_steps_arrived"] == many.summary["client_steps_arrived"] == arrived
+    assert jaxfl.load_run(many.run_dir).events["time"].tolist() == events["time"].tolist()
+    assert many.summary["client_steps_executed"] > one.summary["client_steps_executed"] >= arrived
+
+    def row(result, algorithm):
+        return {"algorithm": algorithm, "seed": 0, "time_to_target": None, "best_accuracy": 0.5,
+                "final_accuracy": 0.5, **{key: result.summary[key] for key in
+                                          ("client_steps_executed", "client_steps_arrived")}}
+
+    line = {line["method"]: line for line in summarise([row(one, "fedavg"), row(many, "fedasync")])}["fedasync"]
+    assert line["relative_steps"] == 1.0 and line["client_steps_counted"] == "client_steps_arrived"
+    # a table from before the column: the engine's count, and the note says so
+    old = [{key: value for key, value in row(result, name).items() if key != "client_steps_arrived"}
+           for result, name in ((one, "fedavg"), (many, "fedasync"))]
+    line = {line["method"]: line for line in summarise(old)}["fedasync"]
+    assert line["client_steps_counted"] == "client_steps_executed" and line["relative_steps"] > 1.0
+    assert np.isclose(line["relative_steps"], many.summary["client_steps_executed"] / one.summary["client_steps_executed"])

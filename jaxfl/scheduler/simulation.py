@@ -543,6 +543,10 @@ class Simulation:
         # a field more in each of 10^6 records would cost every run, faults or not.
         self.fault_seconds: dict[int, float] = {}
         self.staleness_counts: dict[int, int] = {}
+        # Local steps of the dispatches that have arrived (aggregated or not): the computation the
+        # federation spent, whatever the engine trained ahead for clients still out; None in a
+        # simulation restored from a checkpoint written before it was counted
+        self.arrived_steps: int | None = 0
         self.events_processed = 0
         self.client_rounds = array.array("q", [0]) * self.num_clients
         self.stop_reason: str | None = None
@@ -571,6 +575,7 @@ class Simulation:
         state.setdefault("nonfinite_streak", 0)
         state.setdefault("drop_streak", 0)
         state.setdefault("fault_seconds", {})  # rounds in flight then: their faults' seconds count as busy
+        state.setdefault("arrived_steps", None)  # not counted then: unknown
         for name, code, dtype in (("busy_time", "d", np.float64), ("client_rounds", "q", np.int64)):
             if isinstance(state.get(name), np.ndarray):  # checkpoints from before the array.array columns
                 state[name] = array.array(code, state[name].astype(dtype).tobytes())
@@ -1158,6 +1163,8 @@ class Simulation:
             counts = self._counts
             counts[IN_FLIGHT] -= 1
             counts[ARRIVED] += 1
+            if self.arrived_steps is not None:
+                self.arrived_steps += record.steps
             planned = getattr(record, "planned_steps", None)
             self._emit((event.time, "arrival", record.client, record.id, record.version, self.version - record.version,
                         record.steps, None if planned is None else f"pulled: {record.steps} of {planned} steps",
