@@ -1920,7 +1920,11 @@ def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir:
                 panel.set_ylabel(f"updates per {edges[1] - edges[0]:.3g} versions", fontsize=8)
             mean = sum(run_means) / len(run_means)
             # the bars pool the runs' updates; the mean is the tables' (of the runs' means), and says so
-            what = f"1 run, mean {mean:.2f}" if len(runs) == 1 else f"{len(runs)} runs, mean of their means {mean:.2f}"
+            # the mean is over the runs that aggregated something (a run at its target from the start has none)
+            what = f"1 run, mean {mean:.2f}" if len(run_means) == 1 else \
+                f"{len(run_means)} runs, mean of their means {mean:.2f}"
+            if len(run_means) < len(runs):
+                what += f" ({len(runs) - len(run_means)} more without updates)"
         else:
             what = "no aggregated updates"
         # a design-space sweep's names (PORT's) are longer than a panel is wide: wrapped, not overlapping

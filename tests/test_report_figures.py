@@ -162,6 +162,12 @@ def test_staleness_panels_give_the_tables_mean_and_bin_thousands_of_values(tmp_p
     assert heights.max() == 7  # staleness 0 and 2 of both runs, in the first bin (33 versions wide)
     assert panel.get_ylabel().startswith("updates per ")
 
+    # a run that aggregated nothing (its initial model at the target) is not counted in the mean's runs
+    idle = run("idle", {})
+    (figure,) = _drawn_figures(monkeypatch, lambda: report.plot_staleness_by_group(
+        {"": {"fedcompass": [few, many, idle]}}, str(tmp_path), str(tmp_path / "staleness.png")))
+    assert " ".join(figure.axes[0].get_title().split()).endswith("2 runs, mean of their means 300.50 (1 more without updates)")
+
 
 def test_a_method_evaluated_once_is_drawn_as_a_point(tmp_path, monkeypatch):
     # a run stopped before its first aggregation has one evaluation: a steps line of one point drew nothing
