@@ -55,6 +55,7 @@ from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, register
 from jaxfl.algorithms.fedavg import SELECTION_STREAM
 from jaxfl.algorithms.wrappers import StepNormalization
 from jaxfl.scheduler.clock import ARRIVALS_FIRST
+from jaxfl.scheduler.pool import IdleClients
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, local_steps_of
 
 SCHEDULE_STREAM = 22  # SeedSequence([seed, SCHEDULE_STREAM]) draws the ad-hoc train/skip flags
@@ -159,14 +160,28 @@ class CCFedAvg(Policy):
         self._opened = 0  # rounds opened (timer payloads name the round they belong to)
         self._timer = None
         self._busy: set[int] = set()  # clients out with a dispatch (possibly of a closed round)
+        self._idle: IdleClients | None = None  # the clients not in _busy (built at the first round)
+        self._budget_array: np.ndarray | None = None  # the budgets as an array (built at the first round)
         self.history: list[tuple[int, list[int], list[int]]] = []  # (round, selected, trained clients)
         self.gradient_steps = 0  # Σ steps of the dispatches made (trained clients only)
         self.skipped = 0  # banked updates re-sent instead of training
 
+    def __setstate__(self, state: dict) -> None:
+        state.setdefault("_idle", None)  # checkpoints from before them: rebuilt when first needed
+        state.setdefault("_budget_array", None)
+        self.__dict__.update(state)
+
+    def _idle_clients(self, sim: Simulation) -> IdleClients:
+        if self._idle is None:
+            self._idle = IdleClients(sim.num_clients, self._busy)
+        return self._idle
+
     # ------------------------------------------------------------------ schedule
     def train_flags(self, t: int) -> np.ndarray:
         """This round's schedule for every client (drawn for all N, selected or not, §3.2)."""
-        p = np.asarray(self.budgets)
+        if self._budget_array is None:  # once, not a list of 10^6 floats converted every round
+            self._budget_array = np.asarray(self.budgets)
+        p = self._budget_array
         if self.schedule == "adhoc":
             return self._flags.random(len(p)) < p
         periods = np.maximum(np.rint(1.0 / p).astype(np.int64), 1)
@@ -188,20 +203,18 @@ class CCFedAvg(Policy):
 
     def _start_round(self, sim: Simulation) -> None:
         t = self.round
-        idle = [c for c in range(sim.num_clients) if c not in self._busy]
-        if not idle:
+        idle = self._idle_clients(sim)
+        if not len(idle):
             self._open = False
             return  # everyone is out with a closed round: start when one comes back
         cohort = self.clients_per_round or sim.num_clients
-        if cohort >= len(idle):
-            selected = idle
-        else:  # the same draws as FedAvg's selection
-            selected = [int(c) for c in np.sort(self._selection.choice(idle, size=cohort, replace=False))]
+        # FedAvg's selection: the draws of rng.choice(sorted idle clients, cohort, replace=False), sorted
+        selected = idle.in_order() if cohort >= len(idle) else idle.sample(self._selection, cohort)
         flags = self.train_flags(t)
-        if self.strategy == "dropout" and max(self.budgets) * self.total_rounds < t:
+        if self.strategy == "dropout" and float(self._budget_array.max()) * self.total_rounds < t:
             self._open = False  # nobody trains again: the rounds to come would change nothing, at no cost of time
             sim.stop(f"every client's FedAvg(dropout) quota p_i·T is used up (T = {self.total_rounds} rounds, "
-                     f"largest p_i {max(self.budgets):g}): no client trains in round {t} or after")
+                     f"largest p_i {float(self._budget_array.max()):g}): no client trains in round {t} or after")
             return
         if self.strategy == "dropout":
             selected = [i for i in selected if self.budgets[i] * self.total_rounds >= t]  # quota in absolute rounds
@@ -211,9 +224,12 @@ class CCFedAvg(Policy):
         else:
             training = [i for i in selected if flags[i] or not self.has_history[i]]
         self.selected = selected
-        self.skipping = [i for i in selected if i not in set(training)] if self.strategy != "strategy1" else []
+        trained = set(training)
+        self.skipping = [i for i in selected if i not in trained] if self.strategy != "strategy1" else []
         self._round = [sim.dispatch(i, self.steps_for(i), detail=f"round {t}").id for i in training]
         self._busy.update(training)
+        for client in training:
+            idle.remove(client)
         self._arrived = []
         self._open = True
         self._opened += 1
@@ -225,6 +241,7 @@ class CCFedAvg(Policy):
             self._timer = sim.set_timer(sim.now + self.round_timeout, {"round": self._opened})
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
+        self._idle_clients(sim).add(record.client)  # (built from _busy while it still holds the client)
         self._busy.discard(record.client)
         if record.id not in self._round:  # its round closed at the deadline without it
             sim.drop(record, "arrived after round deadline")

@@ -188,7 +188,8 @@ class FedAT(Policy):
             self._start_round(sim, tier, range(sim.num_clients) if tier == -1 else self.tiers[tier])
             return
         weights = np.array([sim.client_weights[r.client] for r in members])
-        contributions = [(r.id, w / weights.sum()) for r, w in zip(members, weights)]
+        total = weights.sum()  # once: a tier of 10^5 clients summed it 10^5 times
+        contributions = [(r.id, w / total) for r, w in zip(members, weights)]
         if tier == -1:  # the profiling round is a FedAvg round; then tiers form from the measured S_i
             # w ← w − Σ c_i Δ_i, as the tier aggregations after it: FedAT has no server optimiser
             sim.aggregate(contributions, server_optimizer=False)

@@ -17,6 +17,7 @@ import numpy as np
 
 from jaxfl.algorithms.base import Algorithm, register
 from jaxfl.scheduler.clock import ARRIVALS_FIRST
+from jaxfl.scheduler.pool import IdleClients
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, local_steps_of
 
 SELECTION_STREAM = 3  # SeedSequence([seed, SELECTION_STREAM]) draws the clients of each round
@@ -47,27 +48,42 @@ class FedAvg(Policy):
         self._round: dict[int, DispatchRecord] = {}  # dispatch id → record, the open round
         self._arrived: list[DispatchRecord] = []
         self._busy: set[int] = set()
+        self._idle: IdleClients | None = None  # the clients not in _busy (built at the first round)
         self._rounds = 0
         self._timer = None
+
+    def __setstate__(self, state: dict) -> None:
+        state.setdefault("_idle", None)  # checkpoints from before it: rebuilt from _busy
+        self.__dict__.update(state)
 
     def start(self, sim: Simulation) -> None:
         self._start_round(sim)
 
+    def _idle_clients(self, sim: Simulation) -> IdleClients:
+        if self._idle is None:
+            self._idle = IdleClients(sim.num_clients, self._busy)
+        return self._idle
+
     def _start_round(self, sim: Simulation) -> None:
-        idle = [c for c in range(sim.num_clients) if c not in self._busy]
-        if not idle:
+        idle = self._idle_clients(sim)
+        if not len(idle):
             return  # everyone is still busy with a closed round: start when one comes back
         cohort = self.clients_per_round or sim.num_clients
-        selected = idle if cohort >= len(idle) else np.sort(self._rng.choice(idle, size=cohort, replace=False))
-        records = [sim.dispatch(int(client), local_steps_of(self.local_steps, int(client))) for client in selected]
+        # a sample costs O(cohort · log clients), not a scan of the federation: the draws of
+        # rng.choice(sorted idle clients, cohort, replace=False), sorted
+        selected = idle.in_order() if cohort >= len(idle) else idle.sample(self._rng, cohort)
+        records = [sim.dispatch(client, local_steps_of(self.local_steps, client)) for client in selected]
         self._round = {r.id: r for r in records}
-        self._busy.update(r.client for r in records)
+        self._busy.update(selected)
+        for client in selected:
+            idle.remove(client)
         self._arrived = []
         self._rounds += 1
         if self.round_timeout is not None:
             self._timer = sim.set_timer(sim.now + self.round_timeout, self._rounds)
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
+        self._idle_clients(sim).add(record.client)  # (built from _busy while it still holds the client)
         self._busy.discard(record.client)
         if record.id not in self._round:  # its round closed at the deadline without it
             sim.drop(record, "arrived after round deadline")
@@ -90,7 +106,8 @@ class FedAvg(Policy):
         self._round, self._arrived, self._timer = {}, [], None
         if arrived:
             weights = sim.client_weights[[r.client for r in arrived]]
-            sim.aggregate([(r.id, w / weights.sum()) for r, w in zip(arrived, weights)])
+            total = weights.sum()  # once: a round of 10^5 clients summed it 10^5 times
+            sim.aggregate([(r.id, w / total) for r, w in zip(arrived, weights)])
         self._start_round(sim)
 
 
