@@ -218,3 +218,47 @@ def test_a_zoo_initialiser_runs_inside_a_trace_with_the_top_level_values():
     assert jax.tree.map(lambda a: (a.shape, a.dtype), shapes) == jax.tree.map(lambda a: (a.shape, a.dtype), top)
     for a, b in zip(jax.tree.leaves(top), jax.tree.leaves(traced), strict=True):
         assert np.array_equal(a, b)
+
+
+class NnxTakingTrain(nnx.Module):
+    """Ported from linen: its layers read the mode from a `train` argument, not the view's defaults."""
+
+    def __init__(self, rngs: nnx.Rngs):
+        self.dense = nnx.Linear(5, 4, rngs=rngs)
+        self.norm = nnx.BatchNorm(4, momentum=0.9, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+
+    def __call__(self, x, train: bool = False):
+        x = self.norm(self.dense(x), use_running_average=not train)
+        return self.drop(x, deterministic=not train)
+
+
+def test_an_nnx_module_taking_train_trains_in_train_mode():
+    """A train argument set by the call wins over nnx.view; it was never passed, so such a module
+    trained in eval mode: BatchNorm statistics at their init, no dropout."""
+    adapter = ModelAdapter.from_nnx(NnxTakingTrain)
+    params, state = adapter.init(jax.random.key(0), X)
+    _, trained = adapter.apply(params, state, X, train=True, key=jax.random.key(1))
+    assert not np.allclose(trained["norm"]["mean"], state["norm"]["mean"])
+    dropped, _ = adapter.apply(params, state, X, train=True, key=jax.random.key(1))
+    assert (np.asarray(dropped) == 0).mean() > 0.2  # dropout on
+    evaluated, kept = adapter.apply(params, state, X, train=False, key=None)
+    assert np.allclose(kept["norm"]["mean"], state["norm"]["mean"]) and (np.asarray(evaluated) != 0).all()
+
+
+class LinenOtherFlag(nn.Module):
+    @nn.compact
+    def __call__(self, x, is_train: bool = False):
+        return nn.BatchNorm(use_running_average=not is_train)(nn.Dense(4)(x))
+
+
+def test_a_mode_argument_jaxfl_cannot_set_is_named():
+    with pytest.warns(UserWarning, match=r"model LinenOtherFlag.__call__ takes is_train=False, which jaxfl does not "
+                                         r"set: jaxfl passes the mode as train, training, is_training or deterministic"):
+        ModelAdapter.from_linen(LinenOtherFlag())
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ModelAdapter.from_linen(LinenBN())
+        ModelAdapter.from_nnx(NnxTakingTrain)

@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import warnings
 from typing import Any, Callable
 
 import jax
@@ -36,16 +37,27 @@ __all__ = ["ModelAdapter", "as_adapter"]
 PyTree = Any
 
 
+MODE_KEYWORDS = (("train", False), ("training", False), ("is_training", False), ("deterministic", True))
+
+
 def _train_keyword(module) -> tuple[str | None, bool]:
-    """The keyword a linen ``__call__`` takes for the mode, and whether it is inverted (deterministic)."""
+    """The keyword a linen or nnx ``__call__`` takes for the mode, and whether it is inverted
+    (deterministic). A module whose ``__call__`` takes another boolean with a default (``is_train``)
+    gets a warning: jaxfl cannot set it, so the module would train in that default mode."""
     try:
         parameters = inspect.signature(type(module).__call__).parameters
     except (TypeError, ValueError):
         return None, False
-    for name, inverted in (("train", False), ("training", False), ("is_training", False),
-                           ("deterministic", True)):
+    for name, inverted in MODE_KEYWORDS:
         if name in parameters:
             return name, inverted
+    flags = [name for name, parameter in parameters.items() if isinstance(parameter.default, bool)]
+    if flags:
+        given = ", ".join(f"{name}={parameters[name].default}" for name in flags)
+        warnings.warn(f"model {type(module).__name__}.__call__ takes {given}, which jaxfl does not set: jaxfl "
+                      "passes the mode as train, training, is_training or deterministic; if "
+                      f"{' or '.join(flags)} is the mode, rename it to one of those, or the model trains in its "
+                      "default mode (BatchNorm statistics and dropout as in evaluation)", UserWarning, stacklevel=4)
     return None, False
 
 
@@ -249,8 +261,9 @@ class ModelAdapter:
         ``nnx.BatchStat``); params and state are returned as plain dicts (``nnx.to_pure_dict``).
         ``apply`` merges them back with every RNG stream restarted from ``fold_in(key, i)`` (a
         fixed key when ``key`` is None: pass one when training with dropout), and runs the module
-        in ``train`` or eval mode (``nnx.view(deterministic=..., use_running_average=...)``). A
-        module instance keeps its own weights: ``init`` ignores the key.
+        in ``train`` or eval mode (``nnx.view(deterministic=..., use_running_average=...)``, and a
+        ``train``, ``training``, ``is_training`` or ``deterministic`` argument of its ``__call__``
+        as :meth:`from_linen` passes it). A module instance keeps its own weights: ``init`` ignores the key.
 
         Example:
             >>> from flax import nnx
@@ -272,6 +285,12 @@ class ModelAdapter:
         else:
             raise ValueError(f"from_nnx expects an nnx.Module or a factory rngs -> Module, got {module_or_factory!r}")
         graphdef, param_template, rng_template, state_template = nnx.split(abstract, nnx.Param, nnx.RngState, ...)
+        # a module ported from linen may take the mode as an argument (its layers then read it, not
+        # the view's defaults): passed as from_linen passes it
+        keyword, inverted = _train_keyword(abstract)
+
+        def mode(train: bool) -> dict:
+            return {} if keyword is None else {keyword: (not train) if inverted else train}
         is_variable = lambda v: isinstance(v, nnx.Variable)  # noqa: E731
         streams = sorted({v.tag for v in jax.tree_util.tree_leaves(rng_template, is_leaf=is_variable)
                           if getattr(v, "tag", None) is not None})
@@ -306,7 +325,7 @@ class ModelAdapter:
             model = nnx.view(model, deterministic=not train, use_running_average=not train,
                              raise_if_not_found=False)
             try:
-                logits = model(x)
+                logits = model(x, **mode(train))
             except (ValueError, TypeError) as error:
                 if not train:  # eval mode is what init and the input-shape check run: their messages stand
                     raise
