@@ -291,3 +291,17 @@ def test_a_comparison_of_timing_only_runs_says_why_it_writes_no_table(tmp_path, 
     out = capsys.readouterr().out
     assert "timing-only runs evaluate no model: no comparison.csv or accuracy plot" in out
     assert not os.path.exists(tmp_path / "comparison.csv")
+
+
+@pytest.mark.parametrize("train_dtype, test_dtype", [(np.float32, np.int64), (np.int64, np.float32),
+                                                     (np.uint8, np.float32)])
+def test_features_given_as_floats_on_one_side_and_integers_on_the_other_are_refused(train_dtype, test_dtype):
+    """Integer held-out features beside float training ones (a pandas int64 block) were read as
+    pixels and divided by 255 at evaluation: every held-out metric scored inputs no client saw."""
+    from jaxfl.data import as_dataset
+
+    x = np.arange(60).reshape(20, 3) % 5
+    with pytest.raises(ValueError, match=rf"x_train is {np.dtype(train_dtype)} but x_test {np.dtype(test_dtype)}: "
+                                         r"give both as"):
+        as_dataset((x.astype(train_dtype), np.arange(20) % 3, x[:9].astype(test_dtype), np.arange(9) % 3))
+    as_dataset((x.astype(np.float32), np.arange(20) % 3, x[:9].astype(np.float64), np.arange(9) % 3))  # floats alike

@@ -256,9 +256,10 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
         >>> dataset_from_arrays("f", np.zeros((4, 2, 2)), [0, 1, 0, 1], np.zeros((2, 2, 2)), [1, 0]).kind
         'image'
     """
-    arrays = []
+    arrays, given_dtypes = [], []
     for split, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
         x, y = _as_array(x, f"x_{split}", source), _as_array(y, f"y_{split}", source)
+        given_dtypes.append(x.dtype)
         if x.ndim < 2:
             raise ValueError(f"{source}: x_{split} has shape {x.shape}, no feature axis: give samples as "
                              "(N, features) or images as (N, H, W) or (N, H, W, C) (one feature per sample: "
@@ -278,6 +279,13 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
     if train_x.dtype != test_x.dtype and np.uint8 in (train_x.dtype, test_x.dtype):
         raise ValueError(f"{source}: x_train is {train_x.dtype} but x_test {test_x.dtype}: give both as uint8 "
                          "pixels or both as floats, so that both are scaled the same way")
+    if np.issubdtype(train_x.dtype, np.floating) != np.issubdtype(test_x.dtype, np.floating):
+        # integers beside floats: pixels (scaled by 1/255) or token ids on one side, values as
+        # they are on the other, so the held-out metrics would score inputs no client trained on
+        floats = "x_train" if np.issubdtype(train_x.dtype, np.floating) else "x_test"
+        raise ValueError(f"{source}: x_train is {given_dtypes[0]} but x_test {given_dtypes[1]}: give both as "
+                         f"floats ({'x_test' if floats == 'x_train' else 'x_train'}.astype(np.float32)) or both as "
+                         "integers (pixels or token ids), so that both are read the same way")
     if train_x.shape[1:] != test_x.shape[1:]:
         raise ValueError(f"{source}: train samples have shape {train_x.shape[1:]} but test samples {test_x.shape[1:]}")
     if len(train_y) == 0:
