@@ -1,6 +1,7 @@
 """FedASMU: α and β by hand, both hypergradients against finite differences, the engine's
 fetch-and-mix against a step-by-step recomputation, the trigger scheduler, and batching invariance."""
 
+import dataclasses
 import warnings
 
 import flax.linen as nn
@@ -243,3 +244,22 @@ def test_fedasmu_fa_reads_no_slot_and_its_schedule_needs_no_model():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         validate(RunConfig(algorithm="fedasmu", client_optimizer="sgd"))  # the paper's plain SGD: no warning
+
+
+def test_fedasmu_s_learned_weights_refuse_an_optax_object_whose_rate_they_cannot_read(tmp_path):
+    """ĝ = Δ/(η·steps) read η from client_lr, which an optax object replaces: clients on
+    optax.sgd(0.05) had every upload divided by the default 0.003. Refused before any folder is made;
+    with the learning rates of λ, σ, ι at 0 (nothing learned from ĝ) the object is taken."""
+    import optax
+
+    from jaxfl import RunConfig, run_experiment
+    from jaxfl.config import ConfigError
+
+    config = RunConfig(algorithm="fedasmu", dataset="digits", model="logreg", clients=4, local_steps=4,
+                       max_updates=2, progress=False, output_dir=str(tmp_path / "runs"))
+    with pytest.raises(ConfigError, match=r"client_optimizer='<user: .*' is not allowed: a named optimiser with "
+                                          r"FedASMU's learned weights: .*--client-optimizer sgd --client-lr η"):
+        run_experiment(config, client_optimizer=optax.sgd(0.05))
+    assert not (tmp_path / "runs").exists()
+    frozen = dataclasses.replace(config, algorithm_options={"lr_lambda": 0.0, "lr_sigma": 0.0, "lr_iota": 0.0})
+    assert run_experiment(frozen, client_optimizer=optax.sgd(0.05)).summary["global_updates"] == 2

@@ -662,6 +662,14 @@ class FedASMUConfig(Options):
                               f"{', '.join(str(slot) for slot in slots if slot not in fitting)} "
                               f"(a dispatch given one trains without it: summary's fetches_skipped); {what}",
                               UserWarning, stacklevel=3)
+        if self.dynamic and str(run.client_optimizer).startswith("<user: ") and not run.timing_only \
+                and any((self.lr_lambda, self.lr_sigma, self.lr_iota)):
+            # ĝ = Δ/(η·steps) read η from client_lr, which an optax object replaces: every upload was
+            # divided by the default client_lr, whatever rate the clients trained with
+            fail("client_optimizer", run.client_optimizer,
+                 "a named optimiser with FedASMU's learned weights: the server learns λ, σ, ι from "
+                 "ĝ = Δ/(η·steps) and cannot read η from an optax object; give --client-optimizer sgd "
+                 "--client-lr η, or set fedasmu.lr_lambda, lr_sigma and lr_iota to 0 (or fedasmu.dynamic=false)")
         # (a named optimiser: an optax object given from Python may be SGD; a timing-only run learns nothing)
         if self.dynamic and run.client_optimizer in ("adam", "adamw") and not run.timing_only \
                 and any((self.lr_lambda, self.lr_sigma, self.lr_iota)):
