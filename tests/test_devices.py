@@ -196,3 +196,28 @@ def test_a_bad_cpu_device_count_stops_import_with_its_name():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "JAXFL_CPU_DEVICES='abc' is not allowed" in done.stderr.strip().splitlines()[-1]
+
+
+def test_one_client_calls_on_two_devices_compile_only_the_program_they_run(tmp_path):
+    """Without batching every call holds one client, which runs on the first device alone; the
+    memory guard read XLA's figure for one client on every device, a program no call ran (14 s of a
+    29 s CNN run on 2 CPU devices). Where the estimate fits by the margin, it is trusted as at the start."""
+    script = textwrap.dedent("""
+        import json, sys
+        import jax
+        from jaxfl import RunConfig, run_experiment
+
+        # a CNN: its estimate is the one the guard did not trust without XLA's figure
+        run = run_experiment(RunConfig(algorithm="fedbuff", dataset="mnist10k", model="cnn", clients=4,
+                                       local_steps=2, batch_size=8, max_updates=3, buffer_size=2, batching=False,
+                                       progress=False, output_dir=sys.argv[1]))
+        print(json.dumps({"devices": len(jax.devices()), "per_batch": run.summary["mean_clients_per_batch"],
+                          "compilations": run.summary["compilations"]}))
+    """)
+    env = {**os.environ, "JAX_NUM_CPU_DEVICES": "2", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads(done.stdout.strip().splitlines()[-1])
+    assert run["devices"] == 2 and run["per_batch"] == 1.0
+    assert sum(count for name, count in run["compilations"].items() if name in ("run_and_finish", "run_steps")) == 1
