@@ -339,6 +339,27 @@ class _PackedResults:
         return self._unflat(flat, self.deltas), columns, None if buffers is None else self._unflat(buffers, self.buffers)
 
 
+# Seconds jax spent tracing, lowering and compiling in this process (jax.monitoring's compile
+# events), read around the calls jit compiles on first use (a training call's init and finish), so
+# that compile_wall_s holds them and training_wall_s does not.
+_COMPILE_EVENTS = "/jax/core/compile/"
+_compile_seconds = [0.0]
+_listening: list[bool] = []
+
+
+def _on_duration(event: str, seconds: float, **_) -> None:
+    if event.startswith(_COMPILE_EVENTS):
+        _compile_seconds[0] += seconds
+
+
+def compile_seconds_so_far() -> float:
+    """jax's trace, lowering and compile seconds in this process since the first call of this function."""
+    if not _listening:
+        jax.monitoring.register_event_duration_secs_listener(_on_duration)
+        _listening.append(True)
+    return _compile_seconds[0]
+
+
 class Engine:
     """Numerical backend of a :class:`~jaxfl.scheduler.simulation.Simulation`.
 
@@ -1105,7 +1126,7 @@ class Engine:
             states = hook.on_pause(self, paused)
             paused = paused._replace(states=states)
         states, more = self._run_chunks(calls, self._to_mesh(states, calls.by_client), views, steps - first)
-        return calls.finish(versions, which, states), executed + more
+        return self._finish(calls, versions, which, states), executed + more
 
     def _init_call(self, calls: _Calls, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
                    rounds: np.ndarray, lr_scales: np.ndarray) -> tuple[Any, ClientView, jax.Array]:
@@ -1117,8 +1138,19 @@ class Engine:
         by client, the rows' placed data views and their placed version indices (for ``_finish``)."""
         rows = np.stack([which, steps, clients, rounds, np.asarray(lr_scales, np.float32).view(np.int32),
                          self.offsets[clients], self.counts[clients]]).astype(np.int32, copy=False)
-        return calls.init(versions, rows if self.processes == 1 else self._to_mesh(rows, calls.by_column), calls.one,
-                          calls.train_root)
+        compiled_before = compile_seconds_so_far()
+        started = calls.init(versions, rows if self.processes == 1 else self._to_mesh(rows, calls.by_column),
+                             calls.one, calls.train_root)
+        self.stats.compile_seconds += compile_seconds_so_far() - compiled_before  # its first call of a shape
+        return started
+
+    def _finish(self, calls: _Calls, versions: tuple, which, states) -> tuple:
+        """``calls.finish`` of a call's states: the rows' deltas, metrics and buffers (its compilation,
+        on the first call of a shape, counted as such)."""
+        compiled_before = compile_seconds_so_far()
+        finished = calls.finish(versions, which, states)
+        self.stats.compile_seconds += compile_seconds_so_far() - compiled_before
+        return finished
 
     def _start_call(self, calls: _Calls, versions: tuple, which: np.ndarray, steps: np.ndarray, clients: np.ndarray,
                     rounds: np.ndarray, lr_scales: np.ndarray) -> tuple[Any, ClientView, jax.Array, int]:
@@ -1138,7 +1170,7 @@ class Engine:
         chunks = self._step_chunks(steps)
         if not (self.one_chunk_calls and len(chunks) == 1):
             states, _, which, computed = self._start_call(calls, versions, which, steps, clients, rounds, lr_scales)
-            return calls.finish(versions, which, states), computed
+            return self._finish(calls, versions, which, states), computed
         (count, length), = chunks
         states, views, _ = self._init_call(calls, versions, which, steps, clients, rounds, lr_scales)
         run_and_finish, _ = self.compiled_steps(len(steps), length, finish=True, calls=calls)

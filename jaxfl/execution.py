@@ -217,7 +217,7 @@ class EngineStats:
     metric_fetches: int = 0  # times the host waited for training calls (fetching their metrics together)
     versions_placed: int = 0  # global versions copied to the devices of a mesh (once per version used)
     train_seconds: float = 0.0  # wall time inside training calls (to their results), compilation included
-    compile_seconds: float = 0.0  # wall time compiling step chunks
+    compile_seconds: float = 0.0  # compiling the step programs (wall time) and init, finish (jax's compile events)
 
     @property
     def padding_waste(self) -> float:

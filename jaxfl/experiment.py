@@ -1689,7 +1689,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         "calls_split_by_memory_guard": engine.split_calls,
         "compilations": dict(engine.stats.traces),
         "step_loop": engine.step_loop,  # unrolled chunks (convolutions on CPU, accelerators) or one rolled loop
-        # where the wall time went: compiling step chunks, and training calls less their compilation
+        # where the wall time went: compiling the training programs, and training calls less their compilation
         # (the rest is the scheduler, aggregation, evaluation and writing)
         "compile_wall_s": round(engine.stats.compile_seconds, 3),
         "training_wall_s": round(engine.stats.train_seconds - engine.stats.compile_seconds, 3),

@@ -120,6 +120,28 @@ def test_one_compilation_per_bucket_and_padding_counted(small_config, model, loo
     assert summary["compile_wall_s"] + summary["training_wall_s"] <= summary["wall_time_s"]
 
 
+def test_the_first_calls_of_init_and_finish_count_as_compilation(small_config, monkeypatch):
+    """init and finish compile on their first call (jit), not ahead of time as the step programs do,
+    and their compilation counted as training (3.8 of a 4.9 s CNN run's training_wall_s). Here each of
+    their XLA compiles reads as 1000 s on the engine's compile clock (jax.monitoring's events)."""
+    compiles = []
+
+    def on_duration(event, seconds, fun_name="", **_):
+        if event == "/jax/core/compile/backend_compile_duration" and fun_name in ("jit(init)", "jit(finish)"):
+            compiles.append(fun_name)
+
+    monkeypatch.setattr("jaxfl.engine.compile_seconds_so_far", lambda: 1000.0 * len(compiles))
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    try:  # a CNN unrolls its 4 steps in chunks of 3 and 1 on a CPU: init, two step programs, finish
+        result = run_experiment(replace(small_config, algorithm="fedavg", model="cnn", clients=6, clients_per_call=8,
+                                        steps_per_call=3, local_steps=4, max_updates=2, devices=1))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(on_duration)
+    # (the model's own initialiser is a jit(init) too, compiled before the engine exists)
+    assert compiles.count("jit(init)") >= 1 and compiles.count("jit(finish)") == 1
+    assert result.summary["compile_wall_s"] >= 2000.0
+
+
 def test_on_one_device_the_server_step_compiles_once(small_config):
     # One device, calls of several sizes (an accelerator's plan): the first model was committed to the
     # device and the aggregated ones carried the calls' one-device mesh in their type, so the server
