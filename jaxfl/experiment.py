@@ -125,15 +125,19 @@ class RunInterrupted(KeyboardInterrupt):
     """
 
     def __init__(self, run_dir: str, checkpoint: str | None, timing_only: bool = False, reason: str | None = None,
-                 given_again: tuple[str, ...] = ()):
+                 given_again: tuple[str, ...] = (), keeps_checkpoints: bool = True):
         super().__init__(run_dir, checkpoint, timing_only, reason)
         self.run_dir, self.checkpoint, self.timing_only, self.reason = run_dir, checkpoint, timing_only, reason
         self.given_again = given_again  # what the run took as Python objects: a resume needs them again
+        self.keeps_checkpoints = keeps_checkpoints  # False: checkpoint_every None and final_checkpoint off
 
     def __str__(self) -> str:
         if self.timing_only:
             return (f"{self.run_dir} holds the schedule logged until it stopped; a timing-only run keeps no "
                     f"checkpoints: run it again to have all of it")
+        if self.checkpoint is None and not self.keeps_checkpoints:
+            return (f"{self.run_dir} holds the logs until it stopped; this run keeps no checkpoints "
+                    f"(checkpoint_every=None, final_checkpoint=False): nothing to resume from; start the run again")
         if self.checkpoint is None:
             return (f"{self.run_dir} holds the logs until it stopped but no checkpoint yet (checkpoint_every, "
                     f"checkpoint_min_interval_s): nothing to resume from; start the run again")
@@ -1434,12 +1438,13 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
         loggers = []  # process 0 logs the run
     located: dict = {}  # the run's folder, once it has one
 
+    def interrupted(run_dir: str) -> RunInterrupted:  # what the run folder keeps
+        return RunInterrupted(run_dir, None if config.timing_only else _newest_checkpoint(run_dir), config.timing_only,
+                              given_again=given_again,
+                              keeps_checkpoints=config.checkpoint_every is not None or config.final_checkpoint)
+
     def last_words() -> str | None:  # SIGTERM before the first event: what the run folder keeps, as Ctrl-C says
-        if "run_dir" not in located:
-            return None
-        return str(RunInterrupted(located["run_dir"], None if config.timing_only else
-                                  _newest_checkpoint(located["run_dir"]), config.timing_only,
-                                  given_again=given_again))
+        return str(interrupted(located["run_dir"])) if "run_dir" in located else None
 
     try:
         with stopping.said_on_sigterm(last_words), \
@@ -1455,21 +1460,16 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
             interrupt.given_again = given_again
         if isinstance(interrupt, RunInterrupted) or "run_dir" not in located:
             raise
-        raise RunInterrupted(located["run_dir"], None if config.timing_only else _newest_checkpoint(located["run_dir"]),
-                             config.timing_only, given_again=given_again) from None
+        raise interrupted(located["run_dir"]) from None
     except OSError as error:  # a full disk while the logs are written: one line, as for a checkpoint
         if isinstance(error, checkpoint.DiskWriteError) or error.errno not in checkpoint.DISK_FULL_ERRNOS \
                 or "run_dir" not in located:
             raise
-        run_dir = located["run_dir"]
-        raise _log_write_error(error, RunInterrupted(run_dir, None if config.timing_only else _newest_checkpoint(run_dir),
-                                                     config.timing_only, given_again=given_again)) from None
+        raise _log_write_error(error, interrupted(located["run_dir"])) from None
     except Exception as error:  # a collective whose peer is gone: what the run keeps, not jax's traceback
         if not cluster.lost_peer(error) or "run_dir" not in located:
             raise
-        run_dir = located["run_dir"]
-        kept = RunInterrupted(run_dir, None if config.timing_only else _newest_checkpoint(run_dir), config.timing_only,
-                              given_again=given_again)
+        kept = interrupted(located["run_dir"])
         raise cluster.PeerLost(f"another process of this cluster run ended ({str(error).strip().splitlines()[0]:.200}); "
                                f"{kept} (on every process, with the cluster flags)") from None
     finally:
@@ -2133,7 +2133,8 @@ class _Checkpointer:
         keeps_checkpoints = self.config.checkpoint_every is not None or self.config.final_checkpoint
         if keeps_checkpoints and self._saved_after_event != simulation.events_processed:
             self.save(simulation)
-        raise RunInterrupted(self.run_dir, _newest_checkpoint(self.run_dir), reason=reason)
+        raise RunInterrupted(self.run_dir, _newest_checkpoint(self.run_dir), reason=reason,
+                             keeps_checkpoints=keeps_checkpoints)
 
     def after_event(self, simulation: Simulation) -> None:
         # first: a checkpoint written here holds the grid's decision, which a resumed run does not retake

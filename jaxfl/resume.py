@@ -418,6 +418,18 @@ def _first_line(error: BaseException) -> str:
     return line if len(line) <= 200 else line[:197] + "..."
 
 
+def _why_no_checkpoints(run_dir: str) -> str:
+    """Why a run folder has no checkpoints: its config keeps none, or they were deleted or never written."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as file:
+            config = json.load(file)["config"]
+        if "checkpoint_every" in config and config["checkpoint_every"] is None and config.get("final_checkpoint") is False:
+            return "the run keeps none: checkpoint_every=None, final_checkpoint=False"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return "deleted, or the run was killed before its first checkpoint"
+
+
 def candidates(run_dir: str, warn: bool = True, check_lock: bool = True) -> list[str]:
     """The complete checkpoint folders of a run, newest first; :class:`ResumeError` if there are none
     (no ``checkpoints/`` folder, or a ``latest`` pointer to a deleted checkpoint and nothing else),
@@ -430,8 +442,8 @@ def candidates(run_dir: str, warn: bool = True, check_lock: bool = True) -> list
     if not os.path.isdir(root):
         if check_lock:  # a run still going, before its first checkpoint: not "start it again"
             check_not_in_use(run_dir)
-        raise ResumeError(f"cannot resume {run_dir!r}: it has no checkpoints/ folder (deleted, or the run was "
-                          f"killed before its first checkpoint); nothing to resume from: start the run again")
+        raise ResumeError(f"cannot resume {run_dir!r}: it has no checkpoints/ folder ({_why_no_checkpoints(run_dir)}); "
+                          "nothing to resume from: start the run again")
     folders = sorted((n for n in os.listdir(root) if n.startswith("ckpt-") and os.path.isdir(os.path.join(root, n))),
                      key=checkpoint.checkpoint_order, reverse=True)
     pointer = os.path.join(root, "latest")

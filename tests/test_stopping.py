@@ -68,8 +68,14 @@ def test_a_run_that_keeps_no_checkpoints_stops_and_says_so(tmp_path):
                              checkpoint_every=None, final_checkpoint=False, progress=False, output_dir=str(tmp_path))
     with pytest.raises(jaxfl.RunInterrupted) as stopped:
         jaxfl.run_experiment(config, loggers=[StopAt(2)])
-    assert stopped.value.checkpoint is None and "nothing to resume from" in str(stopped.value)
+    # it keeps none by its settings: not "no checkpoint yet", nor "deleted" on resume
+    assert stopped.value.checkpoint is None and str(stopped.value).endswith(
+        "holds the logs until it stopped; this run keeps no checkpoints (checkpoint_every=None, "
+        "final_checkpoint=False): nothing to resume from; start the run again")
     assert not os.path.exists(os.path.join(stopped.value.run_dir, "checkpoints"))
+    with pytest.raises(jaxfl.ResumeError, match=r"has no checkpoints/ folder \(the run keeps none: checkpoint_every="
+                                                r"None, final_checkpoint=False\); nothing to resume from"):
+        jaxfl.resume_experiment(stopped.value.run_dir)
 
 
 class StopWhenClosed:
