@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import numpy as np
@@ -80,6 +81,10 @@ def match_init_params(init_params, abstract: dict) -> dict:
         ValueError: init_params['w'] has shape (3, 2) float32 but the model's is (2, 3) float32
     """
     init_params = _pure_nnx_state(init_params)
+    if isinstance(init_params, Mapping):  # flax's FrozenDict (linen's variables before flax 0.8), at any depth
+        from flax.core import unfreeze
+
+        init_params = unfreeze(init_params)
     expected_params = abstract["params"]
     given = {"params": init_params}
     root = "init_params"
@@ -431,8 +436,11 @@ class UserInputs:
 
         self._check_model_object()
         if self.client_optimizer is not None and not isinstance(self.client_optimizer, optax.GradientTransformation):
+            # optax.MultiSteps is a wrapper object whose transformation is one method away
+            hint = "; its .gradient_transformation() is one" if callable(
+                getattr(self.client_optimizer, "gradient_transformation", None)) else ""
             raise ValueError(f"client_optimizer={_short(self.client_optimizer)} is not an optax.GradientTransformation "
-                             "(e.g. optax.sgd(optax.cosine_decay_schedule(0.1, 1000)))")
+                             f"(e.g. optax.sgd(optax.cosine_decay_schedule(0.1, 1000))){hint}")
         if self.loss is not None and not callable(self.loss):
             raise ValueError(f"loss={_short(self.loss)} is not callable: expected loss(logits, labels) -> "
                              "per-example losses (B,)")

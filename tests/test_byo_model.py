@@ -115,6 +115,8 @@ def test_bad_inputs_fail_in_one_line_before_any_work(tiny):
         (dict(model=dict), r"is a class but not a Flax module"),
         (dict(model=lambda: 3), r"returned 3, not a Flax module"),
         (dict(client_optimizer=optax.linear_schedule(0.1, 0.0, 10)), r"is not an optax.GradientTransformation"),
+        (dict(client_optimizer=optax.MultiSteps(optax.sgd(0.1), every_k_schedule=2)),
+         r"is not an optax.GradientTransformation .*; its .gradient_transformation\(\) is one"),
         (dict(client_optimizer=optax.sgd(0.1), config=dict(client_lr=0.5)), r"client_lr=0.5 is not read"),
         (dict(loss="mse"), r"loss='mse' is not callable"),
         (dict(loss=lambda logits, labels: jnp.mean(logits)), r"returned .* expected per-example float losses"),
@@ -156,6 +158,13 @@ def test_init_params_are_the_runs_version_zero(tiny):
     other = run_experiment(replace(config, run_name="layout"), init_params={"params": pretrained},
                            client_optimizer=optax.sgd(0.0))
     assert _leaves_equal(other.params["params"], pretrained)
+    # flax's FrozenDict (what linen's init returned before flax 0.8), whole or nested: the same version 0
+    # (a frozen variables dict was taken as params alone and refused naming a leaf that is there)
+    from flax.core import freeze
+
+    for name, frozen in (("frozen", freeze({"params": pretrained})), ("nested", {"params": freeze(pretrained)})):
+        again = run_experiment(replace(config, run_name=name), init_params=frozen, client_optimizer=optax.sgd(0.0))
+        assert _leaves_equal(again.params["params"], pretrained)
 
 
 class NnxNormDrop(nnx.Module):  # BatchNorm state and a Dropout's RNG stream beside the params
