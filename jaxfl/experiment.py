@@ -290,9 +290,11 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
         # the diagonal and row sums of the confusion matrix: all that per-class recall needs
         class_hits = jnp.zeros(classes, jnp.int32).at[yb].add(correct.astype(jnp.int32))
         class_counts = jnp.zeros(classes, jnp.int32).at[yb].add(mb.astype(jnp.int32))
-        extra = {} if metrics is None else {name: jnp.sum(jnp.where(mb, values, 0.0))
+        # summed in float32 at least: a bfloat16 model's per-example values summed in bfloat16 kept 3 digits
+        extra = {} if metrics is None else {name: jnp.sum(jnp.where(mb, _at_least_float32(values), 0.0))
                                             for name, values in metrics(logits, yb).items()}
-        return jnp.sum(correct), jnp.sum(jnp.where(mb, losses, 0.0)), class_hits, class_counts, extra
+        return (jnp.sum(correct), jnp.sum(jnp.where(mb, _at_least_float32(losses), 0.0)), class_hits, class_counts,
+                extra)
 
     @jax.jit
     def mapped_stats(params, xs, ys, mb, first):  # batches first .. first + per_call - 1, stacked
@@ -320,6 +322,12 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
 
     evaluate.dispatches = len(starts) + (tail is not None)
     return evaluate
+
+
+def _at_least_float32(values: jax.Array) -> jax.Array:
+    """``values`` as float32 where they are a narrower float (bfloat16, float16); else as they are."""
+    floating = jnp.issubdtype(values.dtype, jnp.floating)
+    return values.astype(jnp.float32) if floating and jnp.finfo(values.dtype).bits < 32 else values
 
 
 def class_recall(hits: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -390,3 +390,21 @@ def test_a_cli_model_that_does_not_fit_the_data_names_its_own_line(tmp_path, mon
     assert err.startswith("jaxfl: error: model 'byo_cli_misfit:make_model' cannot take dataset")
     assert err.rstrip().endswith(f"(in your code: {tmp_path / 'byo_cli_misfit.py'}, line 8, in __call__)")
     assert not (tmp_path / "runs").exists()
+
+
+class Bfloat16Logreg(nn.Module):
+    num_classes: int = 10
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.num_classes, param_dtype=jnp.bfloat16, dtype=jnp.bfloat16)(x.reshape((x.shape[0], -1)))
+
+
+def test_a_bfloat16_models_held_out_sums_are_taken_in_float32(tiny):
+    """Per-example losses and metrics of a bfloat16 model were summed in bfloat16 over each held-out
+    batch (3 significant digits): a metric of 1/3 for every sample read 0.33 and something."""
+    third = lambda logits, labels: {"third": jnp.full(labels.shape, 1 / 3, logits.dtype)}  # noqa: E731
+    result = run_experiment(replace(tiny, max_updates=1, run_name="bf16"), model=Bfloat16Logreg(), metrics=third,
+                            client_optimizer=optax.sgd(0.0))
+    exact = float(jnp.asarray(1 / 3, jnp.bfloat16))  # the value each sample's metric holds
+    assert abs(result.metrics[0]["third"] - exact) < 1e-6
