@@ -1437,7 +1437,7 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
         user.check_resumed(resume_dir, recorded, params)
     user = dataclasses.replace(user, metric_names=user.check_functions(dataset.num_classes))
     if resume_dir is not None:
-        user.check_resumed_metrics(resume_dir, recorded)
+        user.check_resumed_metrics(resume_dir, recorded, dataset.num_classes)
     scratch = None
     output_dir = config.output_dir  # process 0's run directory goes there (the checkpoints of all processes)
     if jax.process_index() != 0:  # jaxfl.cluster: process 0 writes the run; the others a scratch folder
@@ -1557,7 +1557,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     # of a run of several, which writes to a scratch folder)
     saved = None
     if resume_dir is None:
-        user_inputs = user.record(params)
+        user_inputs = user.record(params, dataset.num_classes)
         run_dir = _run_dir(config, algorithm.name, user_inputs)
         os.makedirs(run_dir)
         located["run_dir"] = run_dir

@@ -562,8 +562,26 @@ class UserInputs:
                              f"value, as optax.contrib.reduce_on_plateau and optax.lbfgs do, or params of its own "
                              f"layout, as optax.lookahead, does not fit a client step)") from None
 
-    def record(self, variables) -> dict:
-        """What ``config.json``'s ``user_inputs`` says about the given inputs (names, fingerprints)."""
+    def loss_probe(self, num_classes: int) -> list[float] | None:
+        """The per-example values of ``loss`` on fixed pseudo-random logits ``(4, num_classes)`` and
+        labels, to recognise the function on resume (its label names only where it is defined: two
+        lambdas, or two ``functools.partial`` of one function, share it); None without a loss.
+
+        >>> import optax
+        >>> UserInputs(loss=optax.softmax_cross_entropy_with_integer_labels).loss_probe(3)[0] > 0
+        True
+        """
+        if self.loss is None:
+            return None
+        import jax.numpy as jnp
+
+        logits = jnp.asarray(np.random.default_rng(0).normal(size=(4, num_classes)) * 2, jnp.float32)
+        labels = jnp.asarray(np.arange(4) % num_classes, jnp.int32)
+        return np.asarray(self.loss(logits, labels), np.float64).tolist()
+
+    def record(self, variables, num_classes: int | None = None) -> dict:
+        """What ``config.json``'s ``user_inputs`` says about the given inputs (names, fingerprints);
+        with ``num_classes``, the loss's values on fixed inputs too (:meth:`loss_probe`)."""
         import jax
 
         from jaxfl.models import user_label
@@ -584,6 +602,8 @@ class UserInputs:
         for name in ("loss", "metrics"):
             if getattr(self, name) is not None:
                 record[name] = user_label(getattr(self, name))
+        if self.loss is not None and num_classes is not None:
+            record["loss_probe"] = self.loss_probe(num_classes)
         if self.metrics is not None:
             record["metric_names"] = list(self.metric_names)
         return record
@@ -661,9 +681,17 @@ class UserInputs:
         if self.init_params is not None and tree_fingerprint(variables) != recorded["init_params_sha256"]:
             raise ValueError(f"init_params differ from those run {run_dir!r} was made with")
 
-    def check_resumed_metrics(self, run_dir: str, recorded: dict) -> None:
-        """After ``metrics`` is traced (:meth:`check_functions`): it returns the names the run's
-        ``metrics.csv`` has columns for (another name would be an empty column from the resume on)."""
+    def check_resumed_metrics(self, run_dir: str, recorded: dict, num_classes: int | None = None) -> None:
+        """After ``loss`` and ``metrics`` are traced (:meth:`check_functions`): the loss gives the values
+        the run's did on the same inputs (:meth:`loss_probe`, where the run recorded them), and
+        ``metrics`` returns the names the run's ``metrics.csv`` has columns for (another name would be
+        an empty column from the resume on)."""
+        then = recorded.get("loss_probe")
+        if self.loss is not None and then is not None and num_classes is not None:
+            now = self.loss_probe(num_classes)
+            if len(now) != len(then) or not np.allclose(now, then, rtol=1e-5, atol=1e-7, equal_nan=True):
+                raise ValueError(f"loss= is not the loss run {run_dir!r} was made with: on the same logits and "
+                                 "labels it gives other values (another function, or other settings of it)")
         names = recorded.get("metric_names")
         if self.metrics is not None and names is not None and list(self.metric_names) != list(names):
             raise ValueError(f"metrics= returns {list(self.metric_names)}, and run {run_dir!r} was made with "

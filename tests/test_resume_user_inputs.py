@@ -80,6 +80,29 @@ def test_metrics_returning_other_names_are_refused(tmp_path):
     assert "top3" in resume_experiment(run, metrics=top, progress=False).metrics[-1]
 
 
+def test_another_loss_of_the_same_name_is_refused(tmp_path):
+    """Only the loss's label (module and name) was compared: another lambda, or a functools.partial of
+    one function with other settings, resumed the run on another objective without a word."""
+    import functools
+
+    def focal(logits, labels, gamma):
+        probabilities = jnp.exp(-optax.softmax_cross_entropy_with_integer_labels(logits, labels))
+        return (1 - probabilities) ** gamma * optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+
+    def scaled(factor):  # a factory's lambdas share one label
+        return lambda logits, labels: factor * focal(logits, labels, 0.0)
+
+    for name, made, other in (("partial", functools.partial(focal, gamma=0.0), functools.partial(focal, gamma=5.0)),
+                              ("lambda", scaled(1.0), scaled(2.0))):
+        run = interrupted(tmp_path / name, loss=made)
+        stored = json.load(open(os.path.join(run, "config.json")))["user_inputs"]
+        assert len(stored["loss_probe"]) == 4
+        with pytest.raises(ValueError, match=r"loss= is not the loss run .* was made with: on the same logits and "
+                                             r"labels it gives other values"):
+            resume_experiment(run, loss=other, progress=False)
+        assert resume_experiment(run, loss=made, progress=False).summary["global_updates"] == 2
+
+
 def test_a_named_model_whose_code_changed_is_refused_as_such(tmp_path):
     # it failed deep in the checkpoint's restore as "device data unreadable (... 16 leaves recorded,
     # 16 expected)": a corrupt checkpoint, not a changed model
