@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -269,6 +270,23 @@ def _first_two_updates(optimizer, params) -> list[float] | None:
             return [float(value) for value in first_updates(jax.tree.map(np.asarray, params))]
     except Exception:  # noqa: BLE001 -- as optimizer_fingerprint
         return None
+
+
+def linen_settings(model) -> dict[str, str] | None:
+    """A linen module instance's fields as text (``repr``, memory addresses left out), to recognise
+    it on resume where its parameter shapes alone do not tell (another activation, dropout rate or
+    BatchNorm momentum); None for anything else (an nnx module, a class or a factory).
+
+    >>> import flax.linen as nn
+    >>> linen_settings(nn.Dropout(0.5))["rate"]
+    '0.5'
+    """
+    import flax.linen as nn
+
+    if not isinstance(model, nn.Module):
+        return None
+    return {field.name: re.sub(r" at 0x[0-9a-fA-F]+", "", repr(getattr(model, field.name, None)))
+            for field in dataclasses.fields(model) if field.name not in ("parent", "name")}
 
 
 def load_time_per_step(path: str):
@@ -589,6 +607,9 @@ class UserInputs:
         record: dict[str, Any] = {}
         if self.model is not None:
             record["model"] = user_label(self.model)
+            settings = linen_settings(self.model)
+            if settings is not None:
+                record["model_settings"] = settings
         # a named model too: its code (or what is registered under its name) may change before a resume
         record["model_structure_sha256"] = tree_fingerprint(variables, values=False)
         if self.client_optimizer is not None:
@@ -654,8 +675,16 @@ class UserInputs:
         return dataclasses.replace(self, time_per_step=times)
 
     def check_resumed(self, run_dir: str, recorded: dict, variables) -> None:
-        """After the model is built: its structure, the client optimiser's and any init_params are the
-        recorded ones."""
+        """After the model is built: its structure (and a linen module's settings), the client
+        optimiser's and any init_params are the recorded ones."""
+        then = recorded.get("model_settings")
+        if self.model is not None and then is not None:
+            now = linen_settings(self.model)
+            if now is not None and now != then:
+                changed = sorted(name for name in {*now, *then} if now.get(name) != then.get(name))
+                raise ValueError(f"model= is not the model run {run_dir!r} was made with: its settings differ "
+                                 f"({', '.join(f'{name}={now.get(name)}' for name in changed)} now, "
+                                 f"{', '.join(f'{name}={then.get(name)}' for name in changed)} then)")
         if "model_structure_sha256" in recorded and \
                 tree_fingerprint(variables, values=False) != recorded["model_structure_sha256"]:
             if self.model is not None:

@@ -103,6 +103,26 @@ def test_another_loss_of_the_same_name_is_refused(tmp_path):
         assert resume_experiment(run, loss=made, progress=False).summary["global_updates"] == 2
 
 
+class Settable(nn.Module):
+    num_classes: int = 10
+    activation: str = "relu"
+    rate: float = 0.0
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        x = getattr(nn, self.activation)(nn.Dense(8)(x.reshape((x.shape[0], -1))))
+        return nn.Dense(self.num_classes)(nn.Dropout(self.rate, deterministic=not train)(x))
+
+
+def test_a_linen_model_with_other_settings_of_the_same_shapes_is_refused(tmp_path):
+    """Parameter shapes alone were compared: another activation or dropout rate resumed the run as another model."""
+    run = interrupted(tmp_path, model=Settable(), config=dict(model="cnn"))
+    with pytest.raises(ValueError, match=r"model= is not the model run .* was made with: its settings differ "
+                                         r"\(activation='tanh', rate=0.5 now, activation='relu', rate=0.0 then\)"):
+        resume_experiment(run, model=Settable(activation="tanh", rate=0.5), progress=False)
+    assert resume_experiment(run, model=Settable(), progress=False).summary["global_updates"] == 2
+
+
 def test_a_named_model_whose_code_changed_is_refused_as_such(tmp_path):
     # it failed deep in the checkpoint's restore as "device data unreadable (... 16 leaves recorded,
     # 16 expected)": a corrupt checkpoint, not a changed model
