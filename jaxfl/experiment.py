@@ -377,9 +377,13 @@ def _run_dir(config: RunConfig, algorithm: str, user_inputs: dict | None = None)
     return path
 
 
+# user_inputs keys added since (2026-12-05), which a run made before them does not hold
+_INPUTS_ADDED = ("loss_probe", "model_settings")
+
+
 def _records_inputs(run_dir: str, user_inputs: dict | None) -> bool:
-    """Whether the run in ``run_dir`` recorded these ``user_inputs`` (JSON-equal; an unreadable
-    ``config.json`` is not taken for them)."""
+    """Whether the run in ``run_dir`` recorded these ``user_inputs`` (JSON-equal, but for a key an
+    older jaxfl did not record; an unreadable ``config.json`` is not taken for them)."""
     if user_inputs is None:
         return True
     try:
@@ -387,7 +391,11 @@ def _records_inputs(run_dir: str, user_inputs: dict | None) -> bool:
             recorded = json.load(file).get("user_inputs", {})
     except (OSError, ValueError, AttributeError):
         return False
-    return recorded == json.loads(json.dumps(user_inputs))
+    wanted = json.loads(json.dumps(user_inputs))
+    for key in _INPUTS_ADDED:
+        if isinstance(recorded, dict) and key not in recorded:
+            wanted.pop(key, None)
+    return recorded == wanted
 
 
 # Left out of a run's name: where and how the run is written, and where per-client tables live

@@ -285,8 +285,28 @@ def linen_settings(model) -> dict[str, str] | None:
 
     if not isinstance(model, nn.Module):
         return None
-    return {field.name: re.sub(r" at 0x[0-9a-fA-F]+", "", repr(getattr(model, field.name, None)))
+    return {field.name: re.sub(r" at 0x[0-9a-fA-F]+", "", _stable_repr(getattr(model, field.name, None)))
             for field in dataclasses.fields(model) if field.name not in ("parent", "name")}
+
+
+def _stable_repr(value) -> str:
+    """``repr(value)`` with sets in sorted order, through tuples, lists and dicts: a set of strings
+    prints in another order in each process (PYTHONHASHSEED), the same model read as another one.
+
+    >>> _stable_repr({"b": frozenset({"y", "x"}), "a": (1, {2, 1})})
+    "{'b': frozenset({'x', 'y'}), 'a': (1, {1, 2})}"
+    """
+    if isinstance(value, (set, frozenset)) and value:
+        inner = ", ".join(sorted(_stable_repr(item) for item in value))
+        return f"frozenset({{{inner}}})" if isinstance(value, frozenset) else f"{{{inner}}}"
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        inner = ", ".join(_stable_repr(item) for item in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, list):
+        return "[" + ", ".join(_stable_repr(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_stable_repr(key)}: {_stable_repr(item)}" for key, item in value.items()) + "}"
+    return repr(value)
 
 
 def load_time_per_step(path: str):
@@ -591,11 +611,15 @@ class UserInputs:
         """
         if self.loss is None:
             return None
+        import jax
         import jax.numpy as jnp
 
-        logits = jnp.asarray(np.random.default_rng(0).normal(size=(4, num_classes)) * 2, jnp.float32)
-        labels = jnp.asarray(np.arange(4) % num_classes, jnp.int32)
-        return np.asarray(self.loss(logits, labels), np.float64).tolist()
+        # on the CPU, as the optimiser's probe: a GPU's matrix products (TF32) would give a resume
+        # on another backend other values
+        with jax.default_device(jax.devices("cpu")[0]):
+            logits = jnp.asarray(np.random.default_rng(0).normal(size=(4, num_classes)) * 2, jnp.float32)
+            labels = jnp.asarray(np.arange(4) % num_classes, jnp.int32)
+            return np.asarray(self.loss(logits, labels), np.float64).tolist()
 
     def record(self, variables, num_classes: int | None = None) -> dict:
         """What ``config.json``'s ``user_inputs`` says about the given inputs (names, fingerprints);

@@ -262,3 +262,11 @@ def test_a_mode_argument_jaxfl_cannot_set_is_named():
         warnings.simplefilter("error")
         ModelAdapter.from_linen(LinenBN())
         ModelAdapter.from_nnx(NnxTakingTrain)
+        ModelAdapter.from_linen(LinenWithAnOption())  # a boolean that is no mode: no word
+
+
+class LinenWithAnOption(nn.Module):
+    @nn.compact
+    def __call__(self, x, return_features: bool = False):
+        features = nn.Dense(4)(x)
+        return features if return_features else nn.Dense(2)(features)

@@ -145,3 +145,18 @@ def test_a_named_model_whose_code_changed_is_refused_as_such(tmp_path):
         resume_experiment(run, progress=False)
     register_model("resume_probe_net", narrow, overwrite=True)
     assert resume_experiment(run, progress=False).summary["global_updates"] == 2
+
+
+def test_a_linen_models_settings_read_alike_in_every_process():
+    """A set field printed its strings in another order under another PYTHONHASHSEED: the same model,
+    resumed in a new process, was refused as one with other settings."""
+    import subprocess
+    import sys
+
+    script = ("import flax.linen as nn\nfrom jaxfl.user_inputs import linen_settings\n"
+              "class Tagged(nn.Module):\n    skip: frozenset = frozenset({'dense_a', 'dense_b', 'dropout', 'norm', 'head'})\n"
+              "    table: tuple = ({'x', 'y', 'z'}, {'k': {'b', 'a'}})\n"
+              "print(linen_settings(Tagged()))\n")
+    outputs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(1, 4)}
+    assert len(outputs) == 1 and "frozenset({'dense_a', 'dense_b', 'dropout', 'head', 'norm'})" in outputs.pop()

@@ -487,3 +487,22 @@ def test_a_finished_run_on_other_speeds_is_not_called_a_run_of_this_config(tmp_p
     with pytest.warns(UserWarning, match=rf"{re.escape(first.run_dir)} holds a finished run of this config"):
         again = jaxfl.run_experiment(config, time_per_step=[0.1, 0.2, 0.3])
     assert again.run_dir == first.run_dir + "-3"
+
+
+def test_a_finished_run_of_an_older_jaxfl_given_a_loss_is_still_called_a_run_of_this_config(tmp_path):
+    """config.json's user_inputs gained loss_probe (and model_settings) on 2026-12-05: a run recorded
+    without them is still this config's, where every key it has agrees."""
+    import json
+
+    import optax
+
+    loss = optax.softmax_cross_entropy_with_integer_labels
+    config = jaxfl.RunConfig(algorithm="fedasync", model="mlp", clients=3, local_steps=2, max_updates=2,
+                             progress=False, output_dir=str(tmp_path / "runs"))
+    first = jaxfl.run_experiment(config, loss=loss)
+    path = os.path.join(first.run_dir, "config.json")
+    record = json.load(open(path))
+    assert len(record["user_inputs"].pop("loss_probe")) == 4
+    json.dump(record, open(path, "w"))
+    with pytest.warns(UserWarning, match=rf"{re.escape(first.run_dir)} holds a finished run of this config"):
+        jaxfl.run_experiment(config, loss=loss)

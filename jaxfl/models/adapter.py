@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import re
 import warnings
 from typing import Any, Callable
 
@@ -42,8 +43,8 @@ MODE_KEYWORDS = (("train", False), ("training", False), ("is_training", False), 
 
 def _train_keyword(module) -> tuple[str | None, bool]:
     """The keyword a linen or nnx ``__call__`` takes for the mode, and whether it is inverted
-    (deterministic). A module whose ``__call__`` takes another boolean with a default (``is_train``)
-    gets a warning: jaxfl cannot set it, so the module would train in that default mode."""
+    (deterministic). A module whose ``__call__`` takes another boolean with a default whose name
+    reads as a mode (``is_train``, ``eval_mode``) gets a warning: jaxfl cannot set it."""
     try:
         parameters = inspect.signature(type(module).__call__).parameters
     except (TypeError, ValueError):
@@ -51,13 +52,15 @@ def _train_keyword(module) -> tuple[str | None, bool]:
     for name, inverted in MODE_KEYWORDS:
         if name in parameters:
             return name, inverted
-    flags = [name for name, parameter in parameters.items() if isinstance(parameter.default, bool)]
+    # a boolean whose name says mode (is_train, eval_mode, inference...): not return_features or verbose
+    flags = [name for name, parameter in parameters.items() if isinstance(parameter.default, bool)
+             and re.search(r"train|determin|eval|infer|test|mode", name)]
     if flags:
         given = ", ".join(f"{name}={parameters[name].default}" for name in flags)
         warnings.warn(f"model {type(module).__name__}.__call__ takes {given}, which jaxfl does not set: jaxfl "
                       "passes the mode as train, training, is_training or deterministic; if "
-                      f"{' or '.join(flags)} is the mode, rename it to one of those, or the model trains in its "
-                      "default mode (BatchNorm statistics and dropout as in evaluation)", UserWarning, stacklevel=4)
+                      f"{' or '.join(flags)} is the mode, rename it to one of those, or the layers that read it "
+                      "keep its default in training and evaluation alike", UserWarning, stacklevel=4)
     return None, False
 
 
