@@ -890,7 +890,9 @@ def _leave_out_what_timing_only_does_not_read(file_values: dict, flags: dict, pa
     from jaxfl.config import TIMING_ONLY_UNREAD
 
     unread = [name for name in ("eval_every", "checkpoint_every", *TIMING_ONLY_UNREAD)
-              if name in file_values and name not in flags and file_values[name] != FIELDS[name].default]
+              if name in file_values and name not in flags and file_values[name] != FIELDS[name].default
+              # no checkpoints is what a timing-only run does: kept (the run's name holds it)
+              and not (name == "checkpoint_every" and str(file_values[name]).lower() in ("none", "null"))]
     for name in unread:
         del file_values[name]
     if unread:

@@ -136,3 +136,18 @@ def test_a_training_runs_config_replays_timing_only_from_the_command_line(tmp_pa
         cli.main(["run", "--config", os.path.join(trained, "config.json"), "--timing-only", "--eval-every", "3",
                   "--output-dir", str(tmp_path / "refused")])
     assert not (tmp_path / "refused").exists()
+
+
+def test_a_timing_only_runs_config_without_checkpoints_runs_again_under_its_name(tmp_path, capsys):
+    """checkpoint_every=None (what a timing-only run does anyway) was left out of a --config file as
+    a setting it does not read: the rerun took the default 25 and another run name."""
+    from jaxfl import RunConfig, cli
+
+    config = RunConfig(algorithm="fedbuff", model="logreg", clients=4, local_steps=2, max_updates=4,
+                       timing_only=True, checkpoint_every=None, progress=False, output_dir=str(tmp_path / "first"))
+    first = run_experiment(config)
+    capsys.readouterr()
+    assert cli.main(["run", "--config", os.path.join(first.run_dir, "config.json"),
+                     "--output-dir", str(tmp_path / "again")]) == 0
+    assert "checkpoint_every" not in capsys.readouterr().err
+    assert os.listdir(tmp_path / "again") == [os.path.basename(first.run_dir)]
