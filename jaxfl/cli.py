@@ -480,9 +480,12 @@ def _sweep_parser(commands) -> None:
             fields.add_argument(*flags, dest=name, default=None, metavar="V[,V...]", help=text)
     options = sweep.add_argument_group("algorithm options: --SPACE.OPTION V[,V...] (jaxfl algorithms lists them)")
     for space, owners in option_namespaces().items():
-        for field in dataclasses.fields(algorithms.get(owners[0]).Options):
-            options.add_argument(f"--{space}.{field.name.replace('_', '-')}", dest=f"{space}.{field.name}",
-                                 default=None, metavar="V[,V...]", help=argparse.SUPPRESS)
+        cls = algorithms.get(owners[0]).Options
+        aliases = {field: alias for alias, field in cls.aliases.items()}
+        for field in dataclasses.fields(cls):  # with its alias, as jaxfl run takes it (--compass.lambda)
+            spellings = [field.name] + ([aliases[field.name]] if field.name in aliases else [])
+            options.add_argument(*(f"--{space}.{name.replace('_', '-')}" for name in spellings),
+                                 dest=f"{space}.{field.name}", default=None, metavar="V[,V...]", help=argparse.SUPPRESS)
     report = commands.add_parser("report", help="the papers' tables and figures from a sweep folder",
                                  description="Tables (time to target relative to a reference algorithm, best "
                                              "accuracy mean ± std over seeds; printed, and saved as markdown and CSV) "

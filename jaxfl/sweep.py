@@ -125,7 +125,17 @@ def _flat(values: dict, where: str) -> dict:
         if name in SWEEP_OWNED:
             raise ConfigError(f"{where}: {name} is set by the sweep (runs go to SWEEP_DIR/runs/, progress is one bar "
                               "for the whole grid); leave it out")
-    return {**fields, **{f"{space}.{key}": value for space, given in options.items() for key, value in given.items()}}
+    from jaxfl import algorithms
+
+    spaces = option_namespaces()
+    flat = dict(fields)
+    for space, given in options.items():
+        named = algorithms.get(spaces[space][0]).Options.field_name  # an alias (compass.lambda) as its field
+        for key, value in given.items():
+            if f"{space}.{named(key)}" in flat:
+                raise ConfigError(f"{where}: {space}.{named(key)} is given twice (as {space}.{key} too); give it once")
+            flat[f"{space}.{named(key)}"] = value
+    return flat
 
 
 def load_sweep_file(path: str, size: str | None = None) -> tuple[dict, dict]:

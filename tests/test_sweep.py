@@ -412,6 +412,25 @@ def test_sweep_file_sizes_and_flags_over_it(tmp_path):
         cli._sweep_values(args)
 
 
+def test_an_option_s_alias_is_its_field_in_a_sweep(tmp_path):
+    """--compass.lambda (jaxfl run takes it) was refused by jaxfl sweep, and a sweep file's
+    "compass.lambda" axis stayed beside a --compass.latest-time-factor flag, which it outvoted."""
+    def values(path, *flags):
+        return cli._sweep_values(cli.build_parser().parse_args(["sweep", *([str(path)] if path else []),
+                                                                 "--out", "x", *flags]))
+
+    assert values(None, "--algorithm", "fedcompass", "--compass.lambda", "1.5,2.5") == (
+        {"algorithm": "fedcompass"}, {"compass.latest_time_factor": [1.5, 2.5]})
+    path = tmp_path / "study.toml"
+    path.write_text('algorithm = "fedcompass"\n[grid]\n"compass.lambda" = [1.5, 2.5]\n')
+    assert values(path, "--compass.latest-time-factor", "3.0") == (
+        {"algorithm": "fedcompass", "compass.latest_time_factor": 3.0}, {})
+    path.write_text('algorithm = "fedcompass"\n[compass]\nlambda = 1.5\nlatest_time_factor = 2.5\n')
+    with pytest.raises(ConfigError, match=r"gives compass.latest_time_factor twice: \[compass\] lambda = 1.5 and "
+                                          r"\[compass\] latest_time_factor = 2.5"):
+        values(path)
+
+
 def test_cutting_a_sweep_file_s_algorithms_leaves_out_the_settings_only_the_others_read(tmp_path, capsys):
     path = tmp_path / "study.toml"
     path.write_text('model = "mlp"\nbuffer_size = 3\n[compass]\nlatest_time_factor = 1.5\n'
