@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import json
 import math
 import re
 import os
@@ -886,6 +887,57 @@ def check_folder(flag: str, path: str, given: str | None = None) -> None:
                           f"({error.strerror or error}); give a folder you can write") from None
 
 
+def _is_run_record(path: str) -> bool:
+    """Whether a ``--config`` file is a run's (or a checkpoint's) record: JSON with a ``config``
+    table, whose values validation filled in, not a file a user wrote."""
+    if not str(path).endswith(".json"):
+        return False
+    try:
+        with open(user_path(path)) as file:
+            return isinstance(json.load(file).get("config"), dict)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _decide_again(file_values: dict, flags: dict, path: str) -> None:
+    """A run's ``config.json`` holds what validation filled in: ``server_lr`` from the server
+    optimiser, ``target_accuracy`` from the dataset, an algorithm preset's options. A flag that
+    changes what decided one of them (``--server-optimizer adam``, ``--dataset``, ``--compass.preset``)
+    drops the file's value where it is the one the file's own setting gave, so that it is decided
+    again, with a note; else adam would run at sgd's server_lr 1.0, 100 times its default."""
+    from jaxfl.config import DEFAULT_TARGETS
+
+    dropped = []
+
+    def decided_by(name: str, decider: str, default) -> None:
+        if decider in flags and name in file_values and name not in flags and file_values[name] == default:
+            del file_values[name]
+            dropped.append(f"{name} (from {decider})")
+
+    decided_by("server_lr", "server_optimizer",
+               DEFAULT_SERVER_LR.get(file_values.get("server_optimizer", FIELDS["server_optimizer"].default), 1.0))
+    decided_by("target_accuracy", "dataset", DEFAULT_TARGETS.get(file_values.get("dataset", FIELDS["dataset"].default)))
+    table = file_values.get("algorithm_options")
+    for space in {key.split(".")[0] for key in flags if key.endswith(".preset")}:
+        try:
+            cls = algorithms.get(option_namespaces()[space][0]).Options
+        except (KeyError, IndexError):
+            continue
+        recorded = {**(table if isinstance(table, dict) else {}),
+                    **{key.split(".", 1)[1]: value for key, value in file_values.items() if key.startswith(f"{space}.")}}
+        preset = recorded.get("preset") or next(iter(cls.presets), None)
+        for option, value in cls.presets.get(preset, {}).items():
+            if f"{space}.{option}" in flags or recorded.get(option, value) != value:
+                continue  # given again, or the file's own choice
+            if isinstance(table, dict) and option in table:
+                del table[option]
+            file_values.pop(f"{space}.{option}", None)
+            dropped.append(f"{space}.{option} (from {space}.preset)")
+    if dropped:
+        print(f"jaxfl: note: {', '.join(dropped)} of the config file {path}: the default its setting gave, which "
+              "a flag changes; decided again", file=sys.stderr)
+
+
 def _leave_out_what_timing_only_does_not_read(file_values: dict, flags: dict, path: str) -> None:
     """A training run's config replayed timing-only (``jaxfl run --config RUN/config.json
     --timing-only``): the file's engine, evaluation and checkpoint settings, which a timing-only run
@@ -950,6 +1002,8 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
     values = {key: value for key, value in vars(args).items()
               if _given(args, key, value) and (key in FIELDS or "." in key)}
     file_values = _file_settings(args.config) if args.config else {}
+    if file_values and _is_run_record(args.config):
+        _decide_again(file_values, values, args.config)
     _check_alternatives(values, file_values, args.config)
     if values.get("timing_only", file_values.get("timing_only")):
         _leave_out_what_timing_only_does_not_read(file_values, values, args.config)

@@ -151,3 +151,32 @@ def test_a_timing_only_runs_config_without_checkpoints_runs_again_under_its_name
                      "--output-dir", str(tmp_path / "again")]) == 0
     assert "checkpoint_every" not in capsys.readouterr().err
     assert os.listdir(tmp_path / "again") == [os.path.basename(first.run_dir)]
+
+
+def test_a_flag_over_a_runs_config_json_decides_again_what_its_setting_decided(tmp_path, capsys):
+    """config.json records what validation filled in: a preset's options, server_lr from the server
+    optimiser, the dataset's target. `--config RUN/config.json --compass.preset reference_code` kept
+    the paper's λ 1.2 and speed estimate (labelled reference_code), --server-optimizer adam ran at
+    sgd's server_lr 1.0, --dataset kept the old dataset's target. A value the flags give stays."""
+    from jaxfl import RunConfig, cli
+
+    run = run_experiment(RunConfig(algorithm="fedcompass", dataset="digits", model="logreg", clients=4,
+                                   timing_only=True, max_updates=3, progress=False, output_dir=str(tmp_path)))
+    saved = os.path.join(run.run_dir, "config.json")
+
+    def configs(*flags):
+        return cli._configs(cli.build_parser().parse_args(["run", "--config", saved, *flags]))
+
+    capsys.readouterr()
+    (config,) = configs("--compass.preset", "reference_code", "--server-optimizer", "adam",
+                        "--dataset", "fashion_mnist")
+    options = config.algorithm_options
+    assert (options.latest_time_factor, options.speed_estimate, options.lr_decay) == (1.5, "ema", True)
+    assert config.server_lr == 0.01 and config.target_accuracy == 0.8
+    note = capsys.readouterr().err
+    assert "server_lr (from server_optimizer), target_accuracy (from dataset), compass." in note
+    assert "the default its setting gave, which a flag changes; decided again" in note
+    (config,) = configs("--compass.preset", "reference_code", "--compass.lambda", "1.2", "--server-optimizer",
+                        "adam", "--server-lr", "1.0")
+    assert config.algorithm_options.latest_time_factor == 1.2 and config.server_lr == 1.0
+    assert config.algorithm_options.speed_estimate == "ema"
