@@ -910,9 +910,11 @@ def _decide_again(file_values: dict, flags: dict, path: str) -> None:
     dropped = []
 
     def decided_by(name: str, decider: str, default) -> None:
-        if decider in flags and name in file_values and name not in flags and file_values[name] == default:
-            del file_values[name]
-            dropped.append(f"{name} (from {decider})")
+        was = file_values.get(decider, FIELDS[decider].default)
+        if decider in flags and str(flags[decider]) != str(was) and name in file_values and name not in flags \
+                and file_values[name] == default:
+            dropped.append(f"{name} {file_values.pop(name)!r} ({decider} {was!r} gave it; "
+                           f"--{name.replace('_', '-')} {default} keeps it)")
 
     decided_by("server_lr", "server_optimizer",
                DEFAULT_SERVER_LR.get(file_values.get("server_optimizer", FIELDS["server_optimizer"].default), 1.0))
@@ -926,16 +928,22 @@ def _decide_again(file_values: dict, flags: dict, path: str) -> None:
         recorded = {**(table if isinstance(table, dict) else {}),
                     **{key.split(".", 1)[1]: value for key, value in file_values.items() if key.startswith(f"{space}.")}}
         preset = recorded.get("preset") or next(iter(cls.presets), None)
+        if str(flags[f"{space}.preset"]) == str(preset):
+            continue  # the file's own preset: nothing to decide again
+        decided = []
         for option, value in cls.presets.get(preset, {}).items():
             if f"{space}.{option}" in flags or recorded.get(option, value) != value:
                 continue  # given again, or the file's own choice
             if isinstance(table, dict) and option in table:
                 del table[option]
             file_values.pop(f"{space}.{option}", None)
-            dropped.append(f"{space}.{option} (from {space}.preset)")
+            decided.append(option)
+        if decided:
+            dropped.append(f"{space}.{', '.join(decided)} ({space}.preset {preset!r} gave them; a --{space}.OPTION "
+                           "flag keeps one)")
     if dropped:
-        print(f"jaxfl: note: {', '.join(dropped)} of the config file {path}: the default its setting gave, which "
-              "a flag changes; decided again", file=sys.stderr)
+        print(f"jaxfl: note: the config file {path} holds values its settings gave, which a flag changes; decided "
+              f"again: {'; '.join(dropped)}", file=sys.stderr)
 
 
 def _leave_out_what_timing_only_does_not_read(file_values: dict, flags: dict, path: str) -> None:

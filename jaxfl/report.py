@@ -194,6 +194,32 @@ def _base_folder(source: str) -> str:
     return source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
 
 
+def canonical_setting(name: str) -> str:
+    """A results column or method setting by its option's field name: ``compass.lambda`` is
+    ``compass.latest_time_factor`` (a sweep of before 2026-12-05 kept a grid axis as the file spelled
+    it; one part of a grid from then and one from now are one method).
+
+    >>> canonical_setting("compass.lambda"), canonical_setting("clients")
+    ('compass.latest_time_factor', 'clients')
+    """
+    space, dot, option = name.partition(".")
+    if not dot:
+        return name
+    from jaxfl import algorithms
+    from jaxfl.config import option_namespaces
+
+    owners = option_namespaces().get(space)
+    if not owners:
+        return name
+    return f"{space}.{algorithms.get(owners[0]).Options.field_name(option)}"
+
+
+def _canonical_method(name: str) -> str:
+    """A method's name (``fedcompass compass.lambda=1.2``) with its settings by field name."""
+    return " ".join(canonical_setting(part.partition("=")[0]) + part.partition("=")[1] + part.partition("=")[2]
+                    if "=" in part else part for part in name.split(" "))
+
+
 def read_results(sweep_dir: str) -> list[dict]:
     """The rows of ``SWEEP_DIR/results.csv`` (or of a results CSV file: :func:`results_path`),
     numbers parsed, empty cells as None.
@@ -218,7 +244,7 @@ def read_results(sweep_dir: str) -> list[dict]:
         if None in row or None in row.values():  # more columns than the header, or fewer
             raise ValueError(f"{path} is damaged: line {number} does not hold one value per column of its "
                              f"header; {advice}")
-    parsed = [{key: _number(value) for key, value in row.items()} for row in rows]
+    parsed = [{canonical_setting(key): _number(value) for key, value in row.items()} for row in rows]
     for number, row in enumerate(parsed, start=2):
         for column in NUMBER_COLUMNS:
             value = row.get(column)
@@ -1066,6 +1092,10 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
     for folder in folders:  # a CSV that is not a jaxfl results table: its missing columns, not a KeyError
         _check_columns(results_path(folder), figures is True)
     rows = read_results_of(folders)
+    # an option named by its alias, as a sweep of before 2026-12-05 named its column
+    reference = None if reference is None else _canonical_method(reference)
+    panels = None if panels is None else canonical_setting(panels)
+    grid = None if grid is None else [canonical_setting(str(name)) for name in grid]
     if not rows:
         raise ValueError(f"sweep_dir={' '.join(map(str, folders))!r} holds no finished run yet: nothing to report "
                          "(a sweep adds each cell to its results.csv as the cell finishes)")

@@ -87,3 +87,26 @@ def test_parts_of_one_grid_with_their_run_folders_still_merge(tmp_path):
     _runs(second, 1, client_lr=0.01, data_dir="/data", checkpoint_every=5)  # execution settings may differ
     rows = read_results_of([first, second])
     assert sorted((row["seed"], row["compass.q_min"]) for row in rows) == [(0, 2), (0, 4), (1, 2), (1, 4)]
+
+
+def test_a_grid_axis_named_by_its_alias_and_by_its_field_is_one_method(tmp_path):
+    """A sweep of before 2026-12-05 kept an axis as its file spelled it (compass.lambda), one of now
+    names the field (compass.latest_time_factor): merged, they were two methods of one seed each,
+    and the alias no longer named a reference or panels."""
+    folders = []
+    for seed, column in ((0, "compass.lambda"), (1, "compass.latest_time_factor")):
+        path = tmp_path / column
+        path.mkdir()
+        (path / "results.csv").write_text(f"cell,algorithm,seed,{column},target_accuracy,time_to_target,best_accuracy,"
+                                          f"run_dir\n0,fedcompass,{seed},1.2,0.85,50.0,0.9,runs/a\n"
+                                          f"1,fedcompass,{seed},1.5,0.85,40.0,0.9,runs/b\n")
+        (path / "sweep.json").write_text(json.dumps({"base": {"algorithm": "fedcompass", "seed": seed},
+                                                     "grid": {column: [1.2, 1.5]}, "cells": []}))
+        folders.append(str(path))
+    assert {key for row in read_results_of(folders) for key in row} >= {"compass.latest_time_factor"}
+    report = make_report(folders, reference="fedcompass compass.lambda=1.2", figures=False,
+                         out=str(tmp_path / "report"))
+    methods = {line["method"]: line for line in report.rows}
+    assert set(methods) == {"fedcompass compass.latest_time_factor=1.2", "fedcompass compass.latest_time_factor=1.5"}
+    assert methods["fedcompass compass.latest_time_factor=1.5"]["runs"] == 2
+    assert methods["fedcompass compass.latest_time_factor=1.5"]["relative_time"] == 0.8

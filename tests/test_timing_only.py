@@ -174,8 +174,14 @@ def test_a_flag_over_a_runs_config_json_decides_again_what_its_setting_decided(t
     assert (options.latest_time_factor, options.speed_estimate, options.lr_decay) == (1.5, "ema", True)
     assert config.server_lr == 0.01 and config.target_accuracy == 0.8
     note = capsys.readouterr().err
-    assert "server_lr (from server_optimizer), target_accuracy (from dataset), compass." in note
-    assert "the default its setting gave, which a flag changes; decided again" in note
+    assert "holds values its settings gave, which a flag changes; decided again: server_lr 1.0 (server_optimizer " \
+           "'sgd' gave it; --server-lr 1.0 keeps it); target_accuracy 0.9 (dataset 'digits' gave it; " \
+           "--target-accuracy 0.9 keeps it); compass.speed_estimate, " in note
+    assert "latest_time_factor (compass.preset 'paper' gave them; a --compass.OPTION flag keeps one)" in note
+    # a flag that changes nothing decides nothing again, and says nothing
+    (config,) = configs("--server-optimizer", "sgd", "--dataset", "digits", "--compass.preset", "paper")
+    assert config.server_lr == 1.0 and config.algorithm_options.latest_time_factor == 1.2
+    assert "decided again" not in capsys.readouterr().err
     (config,) = configs("--compass.preset", "reference_code", "--compass.lambda", "1.2", "--server-optimizer",
                         "adam", "--server-lr", "1.0")
     assert config.algorithm_options.latest_time_factor == 1.2 and config.server_lr == 1.0
