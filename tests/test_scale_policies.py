@@ -351,8 +351,20 @@ from jaxfl.algorithms.ccfedavg import CCFedAvg  # noqa: E402
 from jaxfl.algorithms.fedavg import FedAvg  # noqa: E402
 
 
+class _NoIdleClients:
+    def add(self, client):
+        pass
+
+
 class ReferenceFedAvg(FedAvg):
     """FedAvg's round start before IdleClients: every client scanned, the idle ones drawn from a list."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._busy = set()
+
+    def _idle_clients(self, sim):  # the reference keeps no IdleClients
+        return _NoIdleClients()
 
     def _start_round(self, sim):
         from jaxfl.scheduler.simulation import local_steps_of
@@ -371,9 +383,8 @@ class ReferenceFedAvg(FedAvg):
             self._timer = sim.set_timer(sim.now + self.round_timeout, self._rounds)
 
     def on_arrival(self, sim, record):
-        self._idle = None  # the reference keeps no IdleClients
+        self._busy.discard(record.client)
         super().on_arrival(sim, record)
-        self._idle = None
 
 
 def _fedavg(reference=False, **settings):
@@ -411,8 +422,8 @@ def test_a_round_of_a_few_clients_touches_a_logarithmic_share_of_a_large_federat
 
 def test_ccfedavg_selects_as_with_the_idle_list():
     def old_start_round(self, sim):  # CC-FedAvg's idle list before IdleClients
-        idle = [c for c in range(sim.num_clients) if c not in self._busy]
-        self._idle = IdleClients(sim.num_clients, self._busy)
+        busy = set() if self._idle is None else {c for c in range(sim.num_clients) if c not in self._idle}
+        idle = [c for c in range(sim.num_clients) if c not in busy]
         chosen = np.sort(self._selection.choice(idle, size=min(7, len(idle)), replace=False)) if len(idle) > 7 else idle
         draws.append([int(c) for c in chosen])
 
@@ -442,8 +453,9 @@ def test_ccfedavg_selects_as_with_the_idle_list():
 def test_fedavg_and_ccfedavg_resume_a_checkpoint_from_before_their_idle_clients(make):
     _, uninterrupted, _ = simulate(make(), 60, 30)
 
-    def old_layout(policy):
-        for name in ("_idle", "_budget_array"):
-            policy.__dict__.pop(name, None)
+    def old_layout(policy):  # the busy clients as a set, no IdleClients nor budgets array
+        idle = policy.__dict__.pop("_idle")
+        policy._busy = {client for client in range(idle.num_clients) if client not in idle}
+        policy.__dict__.pop("_budget_array", None)
 
     assert resumed_from_old_layout(make(), 60, 10, 30, old_layout) == uninterrupted

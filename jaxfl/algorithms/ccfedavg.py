@@ -159,21 +159,21 @@ class CCFedAvg(Policy):
         self._open = False  # a round is running
         self._opened = 0  # rounds opened (timer payloads name the round they belong to)
         self._timer = None
-        self._busy: set[int] = set()  # clients out with a dispatch (possibly of a closed round)
-        self._idle: IdleClients | None = None  # the clients not in _busy (built at the first round)
+        # the clients not out with a dispatch (possibly of a closed round), built at the first round
+        self._idle: IdleClients | None = None
         self._budget_array: np.ndarray | None = None  # the budgets as an array (built at the first round)
         self.history: list[tuple[int, list[int], list[int]]] = []  # (round, selected, trained clients)
         self.gradient_steps = 0  # Σ steps of the dispatches made (trained clients only)
         self.skipped = 0  # banked updates re-sent instead of training
 
     def __setstate__(self, state: dict) -> None:
-        state.setdefault("_idle", None)  # checkpoints from before them: rebuilt when first needed
+        state.setdefault("_idle", None)  # checkpoints from before it kept a set of the busy clients, _busy
         state.setdefault("_budget_array", None)
         self.__dict__.update(state)
 
     def _idle_clients(self, sim: Simulation) -> IdleClients:
-        if self._idle is None:
-            self._idle = IdleClients(sim.num_clients, self._busy)
+        if self._idle is None:  # the first round, or a checkpoint's busy set from before IdleClients
+            self._idle = IdleClients(sim.num_clients, self.__dict__.pop("_busy", ()))
         return self._idle
 
     # ------------------------------------------------------------------ schedule
@@ -227,7 +227,6 @@ class CCFedAvg(Policy):
         trained = set(training)
         self.skipping = [i for i in selected if i not in trained] if self.strategy != "strategy1" else []
         self._round = [sim.dispatch(i, self.steps_for(i), detail=f"round {t}").id for i in training]
-        self._busy.update(training)
         for client in training:
             idle.remove(client)
         self._arrived = []
@@ -241,8 +240,7 @@ class CCFedAvg(Policy):
             self._timer = sim.set_timer(sim.now + self.round_timeout, {"round": self._opened})
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
-        self._idle_clients(sim).add(record.client)  # (built from _busy while it still holds the client)
-        self._busy.discard(record.client)
+        self._idle_clients(sim).add(record.client)
         if record.id not in self._round:  # its round closed at the deadline without it
             sim.drop(record, "arrived after round deadline")
             if not self._open:

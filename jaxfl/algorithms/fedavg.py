@@ -47,21 +47,20 @@ class FedAvg(Policy):
         self._rng = np.random.default_rng(np.random.SeedSequence([seed, SELECTION_STREAM]))
         self._round: dict[int, DispatchRecord] = {}  # dispatch id → record, the open round
         self._arrived: list[DispatchRecord] = []
-        self._busy: set[int] = set()
-        self._idle: IdleClients | None = None  # the clients not in _busy (built at the first round)
+        self._idle: IdleClients | None = None  # the clients not out with a dispatch (built at the first round)
         self._rounds = 0
         self._timer = None
 
     def __setstate__(self, state: dict) -> None:
-        state.setdefault("_idle", None)  # checkpoints from before it: rebuilt from _busy
+        state.setdefault("_idle", None)  # checkpoints from before it kept a set of the busy clients, _busy
         self.__dict__.update(state)
 
     def start(self, sim: Simulation) -> None:
         self._start_round(sim)
 
     def _idle_clients(self, sim: Simulation) -> IdleClients:
-        if self._idle is None:
-            self._idle = IdleClients(sim.num_clients, self._busy)
+        if self._idle is None:  # the first round, or a checkpoint's busy set from before IdleClients
+            self._idle = IdleClients(sim.num_clients, self.__dict__.pop("_busy", ()))
         return self._idle
 
     def _start_round(self, sim: Simulation) -> None:
@@ -74,7 +73,6 @@ class FedAvg(Policy):
         selected = idle.in_order() if cohort >= len(idle) else idle.sample(self._rng, cohort)
         records = [sim.dispatch(client, local_steps_of(self.local_steps, client)) for client in selected]
         self._round = {r.id: r for r in records}
-        self._busy.update(selected)
         for client in selected:
             idle.remove(client)
         self._arrived = []
@@ -83,8 +81,7 @@ class FedAvg(Policy):
             self._timer = sim.set_timer(sim.now + self.round_timeout, self._rounds)
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
-        self._idle_clients(sim).add(record.client)  # (built from _busy while it still holds the client)
-        self._busy.discard(record.client)
+        self._idle_clients(sim).add(record.client)
         if record.id not in self._round:  # its round closed at the deadline without it
             sim.drop(record, "arrived after round deadline")
             if not self._round:
