@@ -105,6 +105,11 @@ def _release_earlier_runs() -> None:
         gc.collect()
 
 
+def _keeps_checkpoints(config: RunConfig) -> bool:
+    """Whether a run writes checkpoints at all: every ``checkpoint_every`` updates, or a final one."""
+    return config.checkpoint_every is not None or config.final_checkpoint
+
+
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C (or a time limit's SIGINT) during a run, or a stop it was asked for
     (:func:`jaxfl.stopping.request_stop`, SIGTERM under ``jaxfl run``): a ``KeyboardInterrupt`` that
@@ -1457,7 +1462,7 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
     def interrupted(run_dir: str) -> RunInterrupted:  # what the run folder keeps
         return RunInterrupted(run_dir, None if config.timing_only else _newest_checkpoint(run_dir), config.timing_only,
                               given_again=given_again,
-                              keeps_checkpoints=config.checkpoint_every is not None or config.final_checkpoint)
+                              keeps_checkpoints=_keeps_checkpoints(config))
 
     def last_words() -> str | None:  # SIGTERM before the first event: what the run folder keeps, as Ctrl-C says
         return str(interrupted(located["run_dir"])) if "run_dir" in located else None
@@ -2087,7 +2092,7 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
                                  f"{os.path.join(run_dir, 'config.json')}")
     if ended is not None and not os.path.isdir(os.path.join(run_dir, "checkpoints")):
         # finished without checkpoints: not "killed before its first checkpoint"
-        asked = config.checkpoint_every is not None or config.final_checkpoint
+        asked = _keeps_checkpoints(config)
         raise finished or resume.ResumeError(
             f"cannot resume {run_dir!r}: it has finished and has no checkpoints/ folder to run again from ("
             + ("deleted, or the run stopped before its first checkpoint" if asked else
@@ -2146,11 +2151,10 @@ class _Checkpointer:
         two events (unless the run keeps none: ``checkpoint_every`` and ``final_checkpoint`` off),
         then :class:`RunInterrupted`, naming it."""
         reason = stopping.take_stop_request()
-        keeps_checkpoints = self.config.checkpoint_every is not None or self.config.final_checkpoint
-        if keeps_checkpoints and self._saved_after_event != simulation.events_processed:
+        keeps = _keeps_checkpoints(self.config)
+        if keeps and self._saved_after_event != simulation.events_processed:
             self.save(simulation)
-        raise RunInterrupted(self.run_dir, _newest_checkpoint(self.run_dir), reason=reason,
-                             keeps_checkpoints=keeps_checkpoints)
+        raise RunInterrupted(self.run_dir, _newest_checkpoint(self.run_dir), reason=reason, keeps_checkpoints=keeps)
 
     def after_event(self, simulation: Simulation) -> None:
         # first: a checkpoint written here holds the grid's decision, which a resumed run does not retake

@@ -216,8 +216,8 @@ def canonical_setting(name: str) -> str:
 
 def _canonical_method(name: str) -> str:
     """A method's name (``fedcompass compass.lambda=1.2``) with its settings by field name."""
-    return " ".join(canonical_setting(part.partition("=")[0]) + part.partition("=")[1] + part.partition("=")[2]
-                    if "=" in part else part for part in name.split(" "))
+    return " ".join(canonical_setting(setting) + equals + value if equals else setting
+                    for setting, equals, value in (part.partition("=") for part in name.split(" ")))
 
 
 def read_results(sweep_dir: str) -> list[dict]:
