@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import inspect
 import json
 import math
@@ -737,13 +738,19 @@ def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
         _exit_on_error(parser, error)
     settings = _partition_settings(config)
-    title = ", ".join([config.dataset, config.partition, *(f"{name} {value}".strip() for name, _, value in settings),
+    # another --data-dir is other data: its own title and figure, not an overwrite of the first's
+    source = config.dataset
+    if config.data_dir is not None:
+        where = os.path.abspath(os.path.expanduser(config.data_dir))
+        source += f" {os.path.basename(where.rstrip(os.sep)) or where} " \
+                  f"{hashlib.sha256(where.encode()).hexdigest()[:6]}"
+    title = ", ".join([source, config.partition, *(f"{name} {value}".strip() for name, _, value in settings),
                        f"{config.clients} clients", f"seed {config.seed}"])
     report = partition_report(federation, title)
     print(report.table(args.max_rows))
     out = args.out or config.output_dir
     # a split's own settings in the name: another alpha is another figure, not an overwrite
-    stem = "-".join(["partition", config.dataset, config.partition, *(f"{short}{value}" for _, short, value in settings),
+    stem = "-".join(["partition", source.replace(" ", "-"), config.partition, *(f"{short}{value}" for _, short, value in settings),
                      f"c{config.clients}", f"s{config.seed}"])
     stem = "".join(c if c.isalnum() or c in "-_.," else "_" for c in stem)
     os.makedirs(out, exist_ok=True)

@@ -128,6 +128,16 @@ def test_cli_partition_prints_the_table_and_saves_the_heatmap(tmp_path, capsys):
     assert "dirichlet_alpha 0.1, 5 clients" in capsys.readouterr().out
     assert {"partition-mnist10k-dirichlet-a0.1-c5-s0.png", "partition-mnist10k-dirichlet-a100-c5-s0.png"} <= \
         set(os.listdir(tmp_path))
+    # two npz files of one name are two figures, each titled with its file
+    for folder, classes in (("a", 3), ("b", 5)):
+        os.makedirs(tmp_path / folder)
+        labels = np.arange(60) % classes
+        np.savez(tmp_path / folder / "mine.npz", x_train=np.zeros((60, 4), np.float32), y_train=labels,
+                 x_test=np.zeros((10, 4), np.float32), y_test=labels[:10])
+        assert main(["partition", "--dataset", "npz", "--data-dir", str(tmp_path / folder / "mine.npz"),
+                     "--clients", "3", "--out", str(tmp_path / "npz")]) == 0
+        assert "npz mine.npz " in capsys.readouterr().out
+    assert len([name for name in os.listdir(tmp_path / "npz") if name.startswith("partition-npz-mine.npz-")]) == 2
 
 
 def test_cli_partition_of_a_synthetic_federation_split_anew_says_what_it_undoes(tmp_path):

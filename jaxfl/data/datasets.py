@@ -264,6 +264,9 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
             raise ValueError(f"{source}: x_{split} has shape {x.shape}, no feature axis: give samples as "
                              "(N, features) or images as (N, H, W) or (N, H, W, C) (one feature per sample: "
                              "(N, 1))")
+        if 0 in x.shape[1:]:
+            raise ValueError(f"{source}: x_{split} has shape {x.shape}: a sample holds no values (every axis "
+                             "after the first must be at least 1)")
         if len(x) != len(y) or y.ndim != 1:
             raise ValueError(f"{source}: x_{split} {x.shape} and y_{split} {y.shape} must hold the same number "
                              "of samples, labels 1-D")
@@ -368,6 +371,13 @@ def _as_samples(x: np.ndarray, label: str, source: str) -> np.ndarray:
         rows = max(1, (1 << 22) // max(1, x[:1].size))
         if not all(np.isfinite(x[start:start + rows]).all() for start in range(0, len(x), rows)):
             raise ValueError(f"{source}: {label} holds NaN or infinite values")
+        if x.dtype.itemsize > 4:
+            # a float64 value past float32's range (3.4e38) is finite here and infinite after the cast
+            largest = max((float(np.abs(x[start:start + rows]).max(initial=0)) for start in range(0, len(x), rows)),
+                          default=0.0)
+            if largest > np.finfo(np.float32).max:
+                raise ValueError(f"{source}: {label} holds {largest:.3g}, beyond float32's range "
+                                 f"(|x| <= {np.finfo(np.float32).max:.3g}), which the models compute in")
         x = x.astype(np.float32, copy=False)
         return x[..., None] if x.ndim == 3 else x
     if not np.issubdtype(x.dtype, np.integer):

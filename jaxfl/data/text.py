@@ -3,7 +3,8 @@
 Lower-cased words (runs of letters, digits and apostrophes) are counted on the training texts; the
 ``vocab_size - 2`` most frequent (ties broken alphabetically, so the vocabulary is deterministic)
 get ids ``2..``; ``0`` pads and ``1`` stands for any other word. Sequences keep their first
-``max_len`` words and are right-padded with 0, as Keras' IMDb loader and FedASMU's TextCNN expect.
+``max_len`` words and are right-padded with 0. (Keras' ``pad_sequences`` pads and truncates at the
+front by default, keeping a review's last words; a text loaded that way is another input.)
 """
 
 from __future__ import annotations
