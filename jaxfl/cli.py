@@ -1462,7 +1462,8 @@ def _main(argv: list[str] | None) -> int:
                 f"{_significant(summary['time_to_target'])} virtual s"
             target = "no target" if config.target_accuracy is None else \
                 f"target {percent(config.target_accuracy)} {reached}"
-            print(f"{summary['algorithm']}: best accuracy {summary['best_accuracy']:.4f}, "
+            best = "none (no evaluation)" if summary["best_accuracy"] is None else f"{summary['best_accuracy']:.4f}"
+            print(f"{summary['algorithm']}: best accuracy {best}, "
                   f"{target}, {summary['global_updates']} updates, "
                   f"stop: {summary['stop_reason']} → {result.run_dir}{reused}")
             results.append(result)

@@ -117,10 +117,19 @@ def comparison_rows(results) -> list[dict]:
     >>> row["client_utilisation"], row["run_dir"]
     (0.5, 'runs/x')
     """
-    return [{column: result.summary[column] for column in COLUMNS}
+    rows = [{column: result.summary[column] for column in COLUMNS}
             | {UTILISATION: result.summary.get("timeline", {}).get("utilisation", {}).get("mean"),
                "run_dir": result.run_dir}
             for result in results]
+    names = [row["algorithm"] for row in rows]
+    if len(set(names)) < len(names):
+        # two runs of one algorithm (two buffer sizes): each row says what sets it apart, as the plot's legend does
+        from jaxfl.plot import _settings_of
+
+        for row, differing in zip(rows, _settings_of([row["run_dir"] for row in rows])[1]):
+            if names.count(row["algorithm"]) > 1 and differing:
+                row["algorithm"] = ", ".join([row["algorithm"], *differing])
+    return rows
 
 
 def format_table(rows: list[dict], target: float | None) -> str:
@@ -143,8 +152,10 @@ def format_table(rows: list[dict], target: float | None) -> str:
     for row in rows:
         reached = "-" if row["time_to_target"] is None else f"{row['time_to_target']:.1f}"
         busy = "-" if row.get(UTILISATION) is None else f"{row[UTILISATION]:.0%}"
-        lines.append(f"{row['algorithm']:<{width}} {reached:>10} {row['best_accuracy']:>9.4f} "
-                     f"{row['final_accuracy']:>9.4f} {row['global_updates']:>8} {row['client_steps_executed']:>12} "
+        # a run stopped before its first evaluation has no accuracy
+        best, final = ("-" if row[name] is None else f"{row[name]:.4f}" for name in ("best_accuracy", "final_accuracy"))
+        lines.append(f"{row['algorithm']:<{width}} {reached:>10} {best:>9} "
+                     f"{final:>9} {row['global_updates']:>8} {row['client_steps_executed']:>12} "
                      f"{busy:>5} {row['wall_time_s']:>8.1f}")
     return "\n".join(lines)
 

@@ -554,6 +554,7 @@ class _Recorder:
         self._previous_params = params  # the model in force between versions
         self._previous_stats = None  # its evaluation, once made (a grid evaluates each model once)
         self._previous_steps: int | None = 0  # the client steps aggregated into it (None: unknown, see load_state_dict)
+        self._previous_updates: int | None = 0  # and the client updates (the loggers' client_updates)
         # grid point k is k·eval_interval (a sum of intervals stopped moving near 1e-284 and drifted);
         # _legacy_grid: the point a checkpoint from before the count kept, gone on from as it was
         self._grid_index = 0
@@ -615,7 +616,8 @@ class _Recorder:
         return {"rows": list(self.rows), "time_to_target": self.time_to_target, "next_grid": self._next_grid,
                 "grid_index": None if self._legacy_grid is not None else self._grid_index,
                 "first_update_wall": self.first_update_wall, "version_time": self._version_time,
-                "previous_params": jax.device_get(self._previous_params), "previous_steps": self._previous_steps}
+                "previous_params": jax.device_get(self._previous_params), "previous_steps": self._previous_steps,
+                "previous_updates": self._previous_updates}
 
     def load_state_dict(self, state: dict) -> None:
         self.rows = list(state["rows"])
@@ -629,12 +631,14 @@ class _Recorder:
         self._previous_params = state["previous_params"]
         # a checkpoint from before the count was kept: its grid rows go on with the running count, as it began
         self._previous_steps = state.get("previous_steps")
+        self._previous_updates = state.get("previous_updates")
         self._previous_stats = None
 
-    def _write(self, virtual_time: float, version: int, stats: dict, client_steps: int | None = None) -> str | None:
+    def _write(self, virtual_time: float, version: int, stats: dict, client_steps: int | None = None,
+               client_updates: int | None = None) -> str | None:
         """Write a metrics row (and the per-class accuracies) and hand it to the loggers; the first
-        logger that asks to stop names the reason. ``client_steps``: those aggregated into the
-        evaluated model (None: all aggregated so far, the current model's)."""
+        logger that asks to stop names the reason. ``client_steps`` and ``client_updates``: those
+        aggregated into the evaluated model (None: all aggregated so far, the current model's)."""
         row = {"time": virtual_time, "version": version, "accuracy": stats["accuracy"],
                "balanced_accuracy": stats["balanced_accuracy"], "loss": stats["loss"],
                "client_steps": self.stats.aggregated_steps if client_steps is None else client_steps,
@@ -649,7 +653,9 @@ class _Recorder:
             handle.flush()
         stop = None
         if self.loggers:
-            logged = {**row, "client_updates": self.simulation.client_updates_aggregated if self.simulation else 0}
+            if client_updates is None:
+                client_updates = self.simulation.client_updates_aggregated if self.simulation else 0
+            logged = {**row, "client_updates": client_updates}
             for logger in self.loggers:
                 if logger.log(dict(logged), step=row["version"]) and stop is None:
                     stop = f"stopped by {logger_name(logger)}"
@@ -680,6 +686,7 @@ class _Recorder:
         self._previous_params = params
         self._previous_stats = None
         self._previous_steps = self.stats.aggregated_steps
+        self._previous_updates = self.simulation.client_updates_aggregated if self.simulation else None
         return stop
 
     def record_final(self, version: int, params, at: float | None = None) -> None:
@@ -710,8 +717,10 @@ class _Recorder:
         while self._next_grid < virtual_time or (inclusive and self._next_grid <= virtual_time):
             if stats is None:
                 stats = self._stats_in_force()
-            # the steps of the model in force, not of the version whose arrival writes the row
-            stop = stop or self._write(self._next_grid, version, stats, self._previous_steps)
+            # the steps of the model in force, not of the version whose arrival writes the row; every
+            # grid point passed is written, also after a logger asked to stop at an earlier one
+            asked = self._write(self._next_grid, version, stats, self._previous_steps, self._previous_updates)
+            stop = stop or asked
             if self._reaches_target(stats["accuracy"]):
                 self.time_to_target = self._next_grid
                 if self.config.stop_at_target:
@@ -1601,15 +1610,16 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     # a process other than 0 starts its scratch logs afresh (process 0 keeps the run's, cut back)
     events_file, metrics_file, class_file = _open_logs(run_dir, saved["offsets"] if saved and run_dir == shared_dir
                                                        else None, metric_fields, dataset.num_classes)
-    loggers = open_loggers(loggers, run_dir, config.to_dict(), resumed=saved is not None,
-                           offsets=saved.get("logger_offsets") if saved else None,
-                           version=saved["simulation"].version if saved else None)
+    close_errors: list[str] = []
     with contextlib.ExitStack() as closing:  # every file and logger is closed, also after an error
         for file in (events_file, metrics_file, class_file):
             if file is not None:
                 closing.enter_context(file)
+        loggers = open_loggers(loggers, run_dir, config.to_dict(), resumed=saved is not None,
+                               offsets=saved.get("logger_offsets") if saved else None,
+                               version=_last_logged_version(saved["recorder"]) if saved else None)
         for logger in loggers:
-            closing.callback(logger.close)
+            closing.callback(_close_logger, logger, close_errors)
         events = events_file
         evaluate = held_out_evaluator(config, dataset, model, params, preprocess, user.loss, user.metrics)
         evaluation_batch = evaluate.batch_size
@@ -1731,9 +1741,28 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         "log_bytes": log_sizes(run_dir),  # the logs as the run left them (a file cut afterwards is told)
     }
     _write_json(os.path.join(run_dir, "summary.json"), summary)
+    for message in close_errors:
+        warnings.warn(f"{message}; the run's own files are complete ({run_dir})", RuntimeWarning, stacklevel=2)
     if error is not None:
         raise error
     return RunResult(run_dir, summary, recorder.rows, engine.params, simulation, engine)
+
+
+def _last_logged_version(recorder_state: dict) -> int:
+    """The step of the last metrics row a checkpoint holds (-1: none), from which a resumed run's loggers
+    go on: on an ``eval_interval`` grid the rows of version V are written when version V+1 comes, after
+    the checkpoint of version V, so the simulation's version would keep rows the resumed run writes again."""
+    rows = recorder_state["rows"]
+    return int(rows[-1]["version"]) if rows else -1
+
+
+def _close_logger(logger, errors: list[str]) -> None:
+    """Close one logger; a ``close`` that raises (a service that cannot take the last points) is kept
+    in ``errors`` for a warning once ``summary.json`` is written, not raised over the finished run."""
+    try:
+        logger.close()
+    except Exception as caught:
+        errors.append(f"logger {type(logger).__name__}'s close() raised {type(caught).__name__}: {caught}")
 
 
 def _disconnect(engine: Engine, simulation: Simulation, recorder: "_Recorder") -> None:

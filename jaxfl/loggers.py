@@ -29,6 +29,7 @@ its request stops every process at the same event). A logger may also have ``sta
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib
 import importlib.util
@@ -256,8 +257,9 @@ def open_loggers(loggers, run_dir: str, config: dict, resumed: bool = False, off
                  version: int | None = None) -> list:
     """Build the named loggers in ``run_dir`` and call each logger's ``start(run_dir, config)``.
     A resumed run (``resumed``) continues ``log.csv`` cut back to ``offsets["log.csv"]`` (its length at
-    the checkpoint, :func:`logger_offsets`) and has TensorBoard drop the steps after ``version`` (the
-    checkpoint's), so that no row is doubled.
+    the checkpoint, :func:`logger_offsets`) and has TensorBoard drop the steps after ``version``, the
+    step (model version) of the last metrics row the checkpoint holds, so that no row is doubled: on an
+    ``eval_interval`` grid a version's rows come after the checkpoint of that version.
 
     >>> import tempfile
     >>> [type(logger).__name__ for logger in open_loggers(["csv"], tempfile.mkdtemp(), {})]
@@ -265,19 +267,26 @@ def open_loggers(loggers, run_dir: str, config: dict, resumed: bool = False, off
     """
     built = []
     offsets = offsets or {}
-    for logger in loggers:
-        if logger == "csv":
-            logger = CSVLogger(os.path.join(run_dir, CSV_LOG), append=resumed,
-                               offset=offsets.get(CSV_LOG) if resumed else None)
-        elif logger == "tensorboard":
-            logger = TensorBoardLogger(os.path.join(run_dir, "tensorboard"),
-                                       purge_step=version + 1 if resumed and version is not None else None)
-        elif logger == "wandb":
-            logger = WandbLogger()
-        start = getattr(logger, "start", None)
-        if callable(start):
-            start(run_dir, config)
-        built.append(logger)
+    try:
+        for logger in loggers:
+            if logger == "csv":
+                logger = CSVLogger(os.path.join(run_dir, CSV_LOG), append=resumed,
+                                   offset=offsets.get(CSV_LOG) if resumed else None)
+            elif logger == "tensorboard":
+                logger = TensorBoardLogger(os.path.join(run_dir, "tensorboard"),
+                                           purge_step=version + 1 if resumed and version is not None else None)
+            elif logger == "wandb":
+                logger = WandbLogger()
+            start = getattr(logger, "start", None)
+            if callable(start):
+                start(run_dir, config)
+            built.append(logger)
+    except BaseException:
+        # a later logger's start failed: the ones already started hold files (log.csv) open
+        for logger in built:
+            with contextlib.suppress(Exception):
+                logger.close()
+        raise
     return built
 
 

@@ -108,7 +108,7 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
             targets.append(target)
         # runs of other settings (speeds, seeds, ...) side by side: each line says its own
         label = ", ".join([summary["algorithm"], *differing[number]]) + \
-            (f" ({reached:.1f} s)" if reached is not None else " (not reached)")
+            (f" ({reached:.1f} s)" if reached is not None else " (not reached)" if target is not None else "")
         # the global model is constant between versions: draw steps, not interpolation
         style = method_style(number)
         # one evaluation (a run stopped before its first aggregation) is a point: a line of it is invisible
