@@ -45,3 +45,24 @@ def test_a_users_linen_rnn_trains_and_repeats_bit_for_bit(tmp_path):
     first, second = (jaxfl.load_run(run.run_dir).metrics for run in runs)
     assert first["accuracy"][-1] > 0.75 > first["accuracy"][0] + 0.1, first["accuracy"]
     assert np.array_equal(first["loss"], second["loss"]) and np.array_equal(first["accuracy"], second["accuracy"])
+
+
+def test_the_lstm_classifies_from_the_last_real_token_whatever_the_padding():
+    # it counted the non-zero tokens: a left-padded sequence (Keras' pad_sequences default) stopped
+    # inside its padding, and every such review got the same logits
+    import jax
+    import jax.numpy as jnp
+
+    from jaxfl.models import make_model
+
+    model = make_model("lstm", 2, vocab_size=50)
+    variables = model.init(jax.random.key(0), jnp.zeros((1, 6), jnp.int32))
+
+    def logits(*tokens):
+        return np.asarray(model.apply(variables, jnp.asarray([tokens], jnp.int32)))
+
+    np.testing.assert_allclose(logits(5, 7, 9, 0, 0, 0), logits(5, 7, 9), rtol=1e-6)
+    assert not np.allclose(logits(0, 0, 0, 0, 0, 9), logits(0, 0, 0, 0, 0, 42))
+    assert not np.allclose(logits(0, 0, 0, 0, 0, 9), logits(0, 0, 0, 0, 0, 0))
+    # a padding id inside the text is read as a token, up to the last real one
+    np.testing.assert_allclose(logits(5, 0, 7, 9, 0, 0), logits(5, 0, 7, 9), rtol=1e-6)

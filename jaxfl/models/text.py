@@ -64,7 +64,11 @@ class LSTMClassifier(nn.Module):
     def __call__(self, tokens: jax.Array, train: bool = False) -> jax.Array:
         tokens = tokens.astype(jnp.int32)
         x = nn.Embed(self.vocab_size, self.embed_dim)(tokens)  # (B, L, E)
-        # Right-padded sequences: stop each one at its length so padding never enters the state.
-        lengths = jnp.maximum(jnp.sum(tokens != 0, axis=1), 1)
+        # Each sequence stops at its last real token, so right padding never enters the state; a
+        # left-padded one (Keras' pad_sequences default) reads its leading padding, then every word.
+        # (A count of the non-zero tokens would stop a left-padded sequence inside its padding.)
+        real = tokens != 0
+        last = tokens.shape[1] - jnp.argmax(real[:, ::-1], axis=1)
+        lengths = jnp.where(real.any(axis=1), last, 1)
         carry, _ = nn.RNN(nn.LSTMCell(self.hidden), return_carry=True)(x, seq_lengths=lengths)
         return nn.Dense(self.num_classes)(carry[1])  # carry = (c, h)
