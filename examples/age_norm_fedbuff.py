@@ -1,18 +1,20 @@
 """A new asynchronous algorithm in one file outside jaxfl: an age- and norm-aware FedBuff.
 
 FedBuff (Nguyen et al. 2022) aggregates every K buffered updates, each weighted by its staleness
-("age") discount st(s) and data share p_i. This variant also looks at the updates themselves: an
-update much longer than the others in its buffer (a client that drifted, or a bad one) is shrunk to
-the buffer's median length, the robust-aggregation idea of norm clipping::
+("age") discount st(s), and steps by their mean. This variant also looks at the updates themselves:
+an update much longer than the others in its buffer (a client that drifted, or a bad one) is shrunk
+to the buffer's median length, the robust-aggregation idea of norm clipping::
 
     on arrival of Δ_i trained from version τ_i:
-        buffer ← buffer ∪ {(i, st(τ − τ_i) · p_i)} ; reply to client i with the current model
+        buffer ← buffer ∪ {(i, st(τ − τ_i) / K)} ; reply to client i with the current model
         once K updates are buffered:
             m ← clip_factor · median_j ‖Δ_j‖                       # on device: needs the updates
-            c_i ← st(τ − τ_i) · p_i · min(1, m / ‖Δ_i‖)
-            w ← w − Σ_i c_i Δ_i
+            c_i ← st(τ − τ_i) / K · min(1, m / ‖Δ_i‖)
+            w ← w − η_g · Σ_i c_i Δ_i                              # η_g: the server learning rate
 
-The ages and p_i need no parameters, so the policy (plain Python) computes them; the norms do, so a
+Without clipping (a clip factor no update exceeds) it is jaxfl's ``fedbuff`` at its default rule
+``paper``, the baseline it runs against: what differs between the two is the clipping alone.
+The ages need no parameters, so the policy (plain Python) computes them; the norms do, so a
 device hook computes them with a pure-JAX kernel written for ONE update and vmapped over the buffer.
 That is the whole contract: options, policy, hook, ``register``.
 
@@ -45,7 +47,7 @@ class ClipToMedian(NamedTuple):
 
 
 class AgeNormPolicy(Policy):
-    """FedBuff's buffer with age × data-share weights; the device hook adds the norm factor."""
+    """FedBuff's buffer with age weights st(s)/K; the device hook adds the norm factor."""
 
     name = "age_norm_fedbuff"
 
@@ -59,7 +61,7 @@ class AgeNormPolicy(Policy):
             sim.dispatch(client, self.local_steps)
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
-        age_weight = float(self.staleness(sim.staleness(record))) * sim.client_weights[record.client]
+        age_weight = float(self.staleness(sim.staleness(record))) / self.buffer_size
         self.buffer.append((record.id, age_weight))
         sim.reply(record.client)
         if len(self.buffer) >= self.buffer_size:
@@ -129,7 +131,7 @@ class AgeNormOptions(Options):
 
 @register
 class AgeNormFedBuff(Algorithm):
-    """FedBuff whose buffered updates are weighted by age, data share and (on device) their norm."""
+    """FedBuff whose buffered updates are weighted by age and (on device) their norm."""
 
     name = "age_norm_fedbuff"
     kind = "asynchronous"

@@ -43,7 +43,7 @@ def test_norm_kernel_and_factors_by_hand(example):
     np.testing.assert_allclose(example.norm_factors(np.array([1.0, 2.0, 6.0]), 2.0), [1, 1, 2 / 3])
 
 
-def test_engine_applies_age_times_share_times_norm_factor(example, small_config):
+def test_engine_applies_age_over_k_times_norm_factor(example, small_config):
     config = RunConfig(**{**small_config.to_dict(), "algorithm": REFERENCE, "buffer_size": 3, "max_updates": 1,
                           "clients": 4, "algorithm_options": {"clip_factor": 0.5}, "run_name": "weights"})
     result = run_experiment(config)
@@ -53,12 +53,22 @@ def test_engine_applies_age_times_share_times_norm_factor(example, small_config)
     metrics = {d: result.engine.client_metrics(d) for d in weights}
     norms = np.array([metrics[d]["update_norm"] for d in weights])
     limit = 0.5 * np.median(norms)
-    p = result.simulation.client_weights
     for d, weight in weights.items():
         staleness = 0  # the first aggregation: every update is fresh
-        expected = 0.9 * (staleness + 1) ** -0.5 * p[records[d].client] * min(1.0, limit / metrics[d]["update_norm"])
+        expected = 0.9 * (staleness + 1) ** -0.5 / 3 * min(1.0, limit / metrics[d]["update_norm"])
         assert weight == pytest.approx(expected, rel=1e-6)
     assert any(metrics[d]["norm_factor"] < 1 for d in weights)  # clip factor 0.5: the longer half is shrunk
+
+
+def test_without_clipping_it_is_its_baseline_fedbuff(example, small_config):
+    # the example runs against fedbuff: what differs must be the clipping alone, not the weighting
+    shared = {**small_config.to_dict(), "clients": 5, "buffer_size": 2, "max_updates": 4}
+    unclipped = run_experiment(RunConfig(**{**shared, "algorithm": REFERENCE, "run_name": "unclipped",
+                                            "algorithm_options": {"clip_factor": 1e9}}))
+    fedbuff = run_experiment(RunConfig(**{**shared, "algorithm": "fedbuff", "run_name": "fedbuff"}))
+    assert [row["accuracy"] for row in unclipped.metrics] == [row["accuracy"] for row in fedbuff.metrics]
+    for ours, theirs in zip(jax.tree.leaves(unclipped.params), jax.tree.leaves(fedbuff.params)):
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-6, atol=1e-7)
 
 
 def test_runs_from_python_and_from_the_command_line(example, tmp_path, capsys):
