@@ -33,14 +33,14 @@ def vgg_params(layers, classes):
     # each 3x3 convolution with bias and a BatchNorm (scale + bias); five 2x2 pools take 32x32 to
     # 1x1, so the one classifier is 512 -> classes
     total, channels = 0, 3
-    for width in (w for w in layers if w != "M"):
+    for width in (w for w in layers if w not in ("M", "A")):
         total += conv(3, channels, width) + 2 * width
         channels = width
     return total + 512 * classes + classes
 
 
 VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
-VGG16 = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
+VGG16 = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "A")
 
 
 def alexnet_params(classes):
@@ -67,7 +67,7 @@ def test_parameter_counts(name, classes, expected, published):
     assert count_params(variables["params"]) == expected
     # BatchNorm's running mean and variance: one pair per normalised channel; AlexNet has none
     norms = {"resnet20": 16 + 6 * 16 + 6 * 32 + 6 * 64, "vgg11": sum(w for w in VGG11 if w != "M"),
-             "vgg16": sum(w for w in VGG16 if w != "M"), "alexnet": 0}[name]
+             "vgg16": sum(w for w in VGG16 if w != "A" and w != "M"), "alexnet": 0}[name]
     assert count_params(variables.get("batch_stats", {})) == 2 * norms
 
 
@@ -146,3 +146,19 @@ def test_the_cli_knows_the_models_and_refuses_data_they_are_not_built_for(tmp_pa
         main(["run", "--model", "vgg16", "--dataset", "mnist10k", "--output-dir", str(out)])
     assert exit_info.value.code == 2 and not out.exists()
     assert "model 'vgg16' is built for images (H, W, C) with H and W >= 32" in capsys.readouterr().err
+
+
+def test_vgg16_ends_as_plato_builds_it_with_an_average_pool():
+    # PORT ran in PLATO, whose VGG (plato/models/vgg.py) ends its layer plan with the last convolution
+    # and pools the 2x2 map by AvgPool2d(2); kuangliu's VGG-11 ends in a max-pool
+    from jaxfl.models.cifar import VGG_LAYERS
+
+    assert VGG_LAYERS["vgg16"] == VGG16 and VGG_LAYERS["vgg11"][-1] == "M"
+    model = make_model("vgg16", 10)
+    variables = model.init(jax.random.key(0), jnp.zeros((1,) + CIFAR))
+    x = jax.random.normal(jax.random.key(1), (2,) + CIFAR)
+    logits, intermediates = model.apply(variables, x, capture_intermediates=True, mutable=["intermediates"])
+    last_relu_input = intermediates["intermediates"]["BatchNorm_12"]["__call__"][0]  # (2, 2, 2, 512)
+    pooled = jax.nn.relu(last_relu_input).mean(axis=(1, 2))
+    dense = variables["params"]["Dense_0"]
+    np.testing.assert_allclose(logits, pooled @ dense["kernel"] + dense["bias"], rtol=1e-5, atol=1e-5)

@@ -4,7 +4,8 @@
   (FedASMU's CIFAR-100 and Tiny-ImageNet model).
 - ``VGG11`` / ``VGG16``: the CIFAR VGG of Simonyan & Zisserman (ICLR 2015) configurations A and D
   with BatchNorm after every convolution and a single 512 -> classes classifier (PORT's
-  CINIC-10 VGG-16, "with BatchNorm, one FC layer 512 -> 10"; FedASMU's VGG-11).
+  CINIC-10 VGG-16, "with BatchNorm, one FC layer 512 -> 10"; FedASMU's VGG-11). VGG-16 is PLATO's
+  (``plato/models/vgg.py``, where PORT ran): its fifth pool is a 2x2 average, not a max.
 - ``AlexNet``: the CIFAR AlexNet (FedASMU's AlexNet; the paper gives no layers, so this is the
   common CIFAR variant of Krizhevsky et al., NeurIPS 2012, from Wei Yang's widely used
   pytorch-classification: five convolutions, no local response normalisation, one classifier).
@@ -91,16 +92,18 @@ class ResNet20(nn.Module):
         return nn.Dense(self.num_classes)(x)
 
 
-# Output channels of each 3x3 convolution, "M" a 2x2 max-pool (Simonyan & Zisserman, Table 1).
+# Output channels of each 3x3 convolution, "M" a 2x2 max-pool, "A" a 2x2 average pool (Simonyan &
+# Zisserman, Table 1). VGG-16's last pool is PLATO's AvgPool2d(2) after its layer plan (PORT ran in
+# PLATO); VGG-11 is kuangliu's, whose plan ends in a max-pool.
 VGG_LAYERS: dict[str, tuple] = {
     "vgg11": (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
-    "vgg16": (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"),
+    "vgg16": (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "A"),
 }
 
 
 class VGG(nn.Module):
     """CIFAR VGG with BatchNorm: each ``layers`` entry a Conv 3x3 (padding 1, with bias) +
-    BatchNorm + ReLU, or ``"M"`` a 2x2 max-pool; then flatten and one Dense classifier
+    BatchNorm + ReLU, ``"M"`` a 2x2 max-pool or ``"A"`` a 2x2 average pool; then flatten and one Dense classifier
     (512 -> classes on 32x32 inputs, whose five pools leave a 1x1 map).
 
     Example:
@@ -120,6 +123,8 @@ class VGG(nn.Module):
         for layer in self.layers:
             if layer == "M":
                 x = nn.max_pool(x, (2, 2), strides=(2, 2))
+            elif layer == "A":
+                x = nn.avg_pool(x, (2, 2), strides=(2, 2))
             else:
                 x = nn.relu(_batch_norm(train)(nn.Conv(int(layer), (3, 3), padding=1)(x)))
         return nn.Dense(self.num_classes)(x.reshape((x.shape[0], -1)))
@@ -140,7 +145,8 @@ class VGG11(VGG):
 
 
 class VGG16(VGG):
-    """CIFAR VGG-16 with BatchNorm (configuration D; PORT's CINIC-10 model): 14,728,266 parameters for 10 classes.
+    """CIFAR VGG-16 with BatchNorm (configuration D; PORT's CINIC-10 model, as PLATO builds it: the
+    fifth pool a 2x2 average): 14,728,266 parameters for 10 classes.
 
     Example:
         >>> import jax, jax.numpy as jnp
