@@ -58,6 +58,7 @@ SPEED_UNITS = ("step", "round")  # jaxfl.scheduler.speeds: what a drawn time per
 AUGMENTATIONS = ("auto", "none", "crop_flip")  # auto: crop_flip for CIFAR-10/100 (jaxfl.data.augment.AUGMENTED)
 CLIENT_STATE_PLACEMENTS = ("auto", "device", "host", "memmap")  # jaxfl.client_state
 STEP_LOOPS = ("rolled", "unrolled")  # jaxfl.engine.choose_step_loop
+WEIGHT_INITS = ("flax", "pytorch")  # jaxfl.models.init
 # config.json's name for a model or optimiser given to run_experiment as a Python object
 # (``<user: module.Name>``): the run records it honestly and resuming it needs the object again.
 USER_PREFIX = "<user: "
@@ -74,6 +75,7 @@ class DataConfig:
     dataset: str = "mnist10k"  # mnist10k (embedded), fashion_mnist, mnist, digits, npz, array_record, tfds:NAME, synthetic
     data_dir: str | None = None  # folder of mnist / npz / array_record / tfds data
     model: str = dataclasses.field(default="cnn", metadata={"help": MODEL_HELP})  # a jaxfl.models name, or module:object
+    weight_init: str = "flax"  # the model's initial weights: flax (its layers' defaults) | pytorch (PyTorch's, as the papers' code: U(±1/√fan_in) weights and biases)
     clients: int = 10  # number of clients m
     partition: str = "iid"  # iid, dirichlet, dirichlet_client, class, dual_dirichlet, label_shards, gamma_mix, natural
     dirichlet_alpha: float = 0.5  # concentration of the Dirichlet label split
@@ -304,7 +306,7 @@ FIELDS = {**{field.name: field for cls in SECTIONS.values() for field in datacla
 # server_tau, server_beta1, server_beta2, speed_ratio) are hashed at their defaults, and they renamed
 # the runs of the jaxfl before them. tests/test_run_names.py freezes the fields that enter the hash.
 FIELDS_ADDED: dict[str, Any] = {"client_state": "auto", "speed_unit": "step", "dirichlet_min_samples": 1,
-                                "dirichlet_balance": False, "step_loop": None}
+                                "dirichlet_balance": False, "step_loop": None, "weight_init": "flax"}
 
 
 def checkpoint_min_interval(config: "RunConfig") -> float:
@@ -518,7 +520,7 @@ def validate(config: RunConfig) -> RunConfig:
                "partition": PARTITION_NAMES, "heterogeneity": HETEROGENEITY_NAMES,
                "client_weights": CLIENT_WEIGHTS, "client_optimizer": CLIENT_OPTIMIZERS,
                "server_optimizer": SERVER_OPTIMIZER_NAMES, "staleness": STALENESS_NAMES,
-               "negative_times": NEGATIVE_POLICIES, "augment": AUGMENTATIONS,
+               "negative_times": NEGATIVE_POLICIES, "augment": AUGMENTATIONS, "weight_init": WEIGHT_INITS,
                "client_state": CLIENT_STATE_PLACEMENTS, "speed_unit": SPEED_UNITS}
     for name, allowed in choices.items():
         if name == "client_optimizer" and config.client_optimizer.startswith(USER_PREFIX):

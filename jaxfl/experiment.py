@@ -67,6 +67,7 @@ from jaxfl.kernels.cpu_ops import cpu_friendly
 from jaxfl.models import (MODELS, build_model, check_model_input, check_model_object, count_params,
                           is_model_reference, load_model_reference, make_model)
 from jaxfl.models.adapter import ModelModeError, as_adapter
+from jaxfl.models.init import pytorch_default_init
 from jaxfl.runlog import (CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields, last_tenth_mean, log_sizes,
                           write_client_samples)
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
@@ -75,6 +76,7 @@ from jaxfl.scheduler.speeds import ClientSpeeds, NegativeTimeError, SpeedConfig,
 from jaxfl.user_inputs import UserInputs, match_init_params
 
 MODEL_STREAM = 12  # fold_in(key(seed), MODEL_STREAM) initialises the global model
+PYTORCH_INIT_STREAM = 1  # fold_in(that key, 1) redraws it PyTorch's way (weight_init="pytorch")
 EVAL_BATCH = 1000
 EVAL_BATCHES_PER_CALL = 256  # full held-out batches evaluated per device call
 # On a CPU, a held-out batch whose im2col patches (the largest array of a forward pass with narrow
@@ -1008,9 +1010,15 @@ def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params
         model = _model_adapter(config, model, dataset.num_classes, dataset.vocab_size)
         abstract = _trace_model(config, model, dataset.input_shape, dataset.kind, dataset.num_classes)
     given = None if init_params is None else match_init_params(init_params, abstract)
+    if given is not None and config.weight_init != "flax":
+        raise ConfigError(f"weight_init={config.weight_init!r} is not read when init_params= is given (those are the "
+                          "initial weights): leave it unset")
     if config.timing_only:
         return config, dataset, federation, model, abstract
     variables = model.init_variables(_model_key(config), _model_sample(dataset.input_shape, dataset.kind))
+    if config.weight_init == "pytorch" and given is None:
+        variables = {**variables, "params": pytorch_default_init(
+            variables["params"], jax.random.fold_in(_model_key(config), PYTORCH_INIT_STREAM))}
     return config, dataset, federation, model, variables if given is None else {**variables, **given}
 
 
