@@ -49,7 +49,6 @@ def test_engine_applies_age_over_k_times_norm_factor(example, small_config):
     result = run_experiment(config)
     weights = result.engine.last_weights
     assert len(weights) == 3
-    records = {d: result.simulation.records[d] for d in weights}
     metrics = {d: result.engine.client_metrics(d) for d in weights}
     norms = np.array([metrics[d]["update_norm"] for d in weights])
     limit = 0.5 * np.median(norms)
