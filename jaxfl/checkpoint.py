@@ -474,13 +474,16 @@ def _remove(root: str, name: str) -> None:
 
 
 def latest(run_dir: str) -> str | None:
-    """The newest complete checkpoint folder of a run, or None."""
-    pointer = os.path.join(_root(run_dir), "latest")
-    if not os.path.isfile(pointer):
+    """The newest complete checkpoint folder of a run, or None: the newest ``ckpt-*`` folder (one is
+    complete once renamed from ``tmp-*``), as a resume takes it (:func:`jaxfl.resume.candidates`).
+    Not the ``latest`` pointer alone: a kill between a checkpoint's rename and the pointer's update
+    leaves it one behind, and a kill while a checkpoint number is saved again (the final one, after
+    the last update's) leaves it naming a folder just removed, with the one before still whole."""
+    root = _root(run_dir)
+    if not os.path.isdir(root):
         return None
-    with open(pointer) as handle:
-        path = os.path.join(_root(run_dir), handle.read().strip())
-    return path if os.path.isdir(path) else None
+    folders = [name for name in os.listdir(root) if name.startswith("ckpt-") and os.path.isdir(os.path.join(root, name))]
+    return os.path.join(root, max(folders, key=checkpoint_order)) if folders else None
 
 
 def load_state(folder: str) -> dict:

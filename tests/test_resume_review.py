@@ -555,3 +555,26 @@ def test_a_bad_value_given_for_a_resume_is_named_as_given_not_as_config_json_s(t
         cli.main(["run", "--resume", str(tmp_path / run), *flag])
     error = capsys.readouterr().err
     assert "(given for the resume; the run's own config.json is valid)" in error and "earlier jaxfl" not in error
+
+
+def test_a_kill_inside_a_checkpoint_s_second_save_leaves_the_one_before_to_every_reader(tmp_path):
+    # The final checkpoint saves the last update's number again: its old folder is removed, then the
+    # new one renamed in. A kill between the two left `latest` naming a missing folder; `jaxfl run
+    # --resume` took the one before, but a sweep restarted the cell from update 0 (deleting the run),
+    # a comparison trained it again in a -2 folder and final_params found no checkpoint.
+    from jaxfl.sweep import cell_state
+
+    result = jaxfl.run_experiment(jaxfl.RunConfig(**{**TINY, "max_updates": 3, "checkpoint_every": 1},
+                                                  output_dir=str(tmp_path), run_name="cut"))
+    root = os.path.join(result.run_dir, "checkpoints")
+    assert open(os.path.join(root, "latest")).read().strip() == "ckpt-000003"
+    os.rename(os.path.join(root, "ckpt-000003"), os.path.join(root, "tmp-000003"))  # as the kill left it
+    os.remove(os.path.join(result.run_dir, "summary.json"))
+    assert checkpoint.latest(result.run_dir) == os.path.join(root, "ckpt-000002")
+    assert cell_state(result.run_dir) == "resumable"
+    assert checkpoint.final_params(result.run_dir, result.params) is not None
+    # a kill between a rename and the pointer's update: the newer folder is the newest checkpoint
+    os.rename(os.path.join(root, "tmp-000003"), os.path.join(root, "ckpt-000003"))
+    with open(os.path.join(root, "latest"), "w") as handle:
+        handle.write("ckpt-000002\n")
+    assert checkpoint.latest(result.run_dir) == os.path.join(root, "ckpt-000003")
