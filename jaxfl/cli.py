@@ -1272,7 +1272,21 @@ class _ComparisonInterrupted(KeyboardInterrupt):
         return self.message
 
 
-def _print_comparison(results, output_dir: str) -> None:
+class _ComparisonWriteInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM while a finished comparison writes its plot and table."""
+
+    def __init__(self, interrupt: KeyboardInterrupt, output_dir: str, argv: list):
+        super().__init__(str(interrupt))
+        self.reason = getattr(interrupt, "reason", None)
+        self.message = (f"every run of the comparison finished, but it was cut short while writing comparison.png and "
+                        f"comparison.csv into {output_dir}: {shlex.join(['jaxfl', *argv])} reuses the runs and "
+                        "writes them")
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _print_comparison(results, output_dir: str, argv: list) -> None:
     """The comparison table, then where the table, the plot and the run directories are."""
     from jaxfl.cluster import process_index
     from jaxfl.comparison import format_table, write_comparison
@@ -1280,7 +1294,10 @@ def _print_comparison(results, output_dir: str) -> None:
     if process_index() != 0:  # a cluster run: process 0 writes the table and the plot, and says where
         print(f"the comparison table and plot: in {output_dir}, written by process 0")
         return
-    comparison = write_comparison(results, output_dir)
+    try:
+        comparison = write_comparison(results, output_dir)
+    except KeyboardInterrupt as interrupt:
+        raise _ComparisonWriteInterrupted(interrupt, output_dir, argv) from None
     print("\n" + format_table(comparison.rows, results[0].summary["target_accuracy"]))
     print(f"table (CSV): {comparison.table}")
     print(f"plot of accuracy over virtual time: {comparison.plot}")
@@ -1318,7 +1335,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:
         from jaxfl.experiment import RunInterrupted
 
-        said = f": {interrupt}" if isinstance(interrupt, (RunInterrupted, _ComparisonInterrupted)) else ""
+        said = f": {interrupt}" if isinstance(interrupt, (RunInterrupted, _ComparisonInterrupted,
+                                                          _ComparisonWriteInterrupted)) else ""
         print(f"jaxfl: {_interrupted_how(interrupt)}{said}", file=sys.stderr)
         status = _interrupted_status(interrupt)
         if argv is None:  # the command itself (not a caller's main([...])): end here, see _end_interrupted
@@ -1484,7 +1502,7 @@ def _main(argv: list[str] | None) -> int:
     finally:
         comparison_data.close()
     if len(results) > 1 and not configs[0].timing_only:
-        _print_comparison(results, configs[0].output_dir)
+        _print_comparison(results, configs[0].output_dir, argv)
     elif len(results) > 1:  # said, not silently skipped: the README's comparison writes a table
         print("timing-only runs evaluate no model: no comparison.csv or accuracy plot; their schedules side by "
               "side, mean ± std over seeds: jaxfl sweep --timing-only ... then jaxfl report SWEEP_DIR")

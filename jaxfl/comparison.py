@@ -170,8 +170,10 @@ def write_comparison(results, output_dir: str) -> Comparison:
     from jaxfl.plot import plot_accuracy
 
     rows = comparison_rows(results)
-    table = write_csv(os.path.join(output_dir, "comparison.csv"), rows, [*COLUMNS, UTILISATION, "run_dir"])
+    # the plot first: a comparison.csv stands for a comparison written whole (an interrupt while the
+    # plot is drawn leaves neither)
     plot = plot_accuracy([result.run_dir for result in results], os.path.join(output_dir, "comparison.png"))
+    table = write_csv(os.path.join(output_dir, "comparison.csv"), rows, [*COLUMNS, UTILISATION, "run_dir"])
     return Comparison(rows, table, plot, list(results))
 
 

@@ -158,3 +158,23 @@ def test_two_runs_of_one_algorithm_are_told_apart_in_the_table_and_no_target_is_
         warnings.simplefilter("ignore")
         figure = accuracy_figure([result.run_dir])
     assert [line.get_label() for line in figure.axes[0].get_lines()] == ["fedavg"]
+
+
+def test_an_interrupt_while_a_comparison_writes_says_so_and_leaves_no_half_comparison(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import jaxfl.plot
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jaxfl.plot, "plot_accuracy", interrupted)
+    argv = ["run", "--algorithm", "fedavg,fedbuff", "--model", "logreg", "--clients", "3", "--local-steps", "2",
+            "--max-updates", "1", "--no-progress", "--output-dir", str(tmp_path)]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "every run of the comparison finished, but it was cut short while writing comparison.png" in err
+    assert "jaxfl run --algorithm fedavg,fedbuff" in err
+    assert not (tmp_path / "comparison.csv").exists()  # a comparison.csv stands for a comparison written whole
+    monkeypatch.undo()
+    assert main(argv) == 0 and (tmp_path / "comparison.csv").exists() and (tmp_path / "comparison.png").exists()
+    assert "(reused: it had finished)" in capsys.readouterr().out
