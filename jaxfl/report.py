@@ -639,6 +639,9 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           "last_tenth_accuracy_runs": sum(run.get("last_tenth_accuracy") is not None for run in runs),
                           "client_steps_mean": steps[name], "client_steps_counted": counted,
                           "stopped_at_target": sum(run.get("stop_reason") == "target reached" for run in runs),
+                          # stopped on NaN/Inf: their accuracies are the last evaluation's before it
+                          "diverged": sum(_diverged(run) for run in runs),
+                          "diverged_by_seed": [run.get("seed") for run in runs if _diverged(run)],
                           # none where the reference executed no step (a ratio against 0 steps is undefined)
                           "relative_steps": None if steps[name] is None or base_steps is None or base_steps == 0
                           else steps[name] / base_steps,
@@ -651,6 +654,19 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           **{f"{column}_by_seed": _by_seed(runs, seeds, reference_value[column], column, _difference)
                              if len(seeds) > 1 else None for column in SEED_BY_SEED_ACCURACIES}})
     return lines
+
+
+DIVERGED_REASONS = ("numerical error", "diverged")  # stop reasons of a run whose model became NaN or Inf
+
+
+def _diverged(run: dict) -> bool:
+    """Whether a results row's run stopped on a non-finite model (a numerical error, or every update
+    non-finite under ``on_nonfinite="skip"``).
+
+    >>> _diverged({"stop_reason": "numerical error: the global model ..."}), _diverged({"stop_reason": "time budget"})
+    (True, False)
+    """
+    return str(run.get("stop_reason") or "").startswith(DIVERGED_REASONS)
 
 
 def _paired_ratio(runs: list[dict], reference_runs: list[dict], unpaired: float) -> float | None:
@@ -755,15 +771,18 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
             return f"({when})"
         return f"n/a ({when})"
 
+    def diverged(line) -> str:
+        return f" [{line['diverged']} of {line['runs']} diverged]" if line.get("diverged") else ""
+
     def accuracy(line):
         if line is None or line["best_accuracy_mean"] is None:
             return ""
-        return f"{line['best_accuracy_mean']:.4f} ± {line['best_accuracy_std']:.4f}"
+        return f"{line['best_accuracy_mean']:.4f} ± {line['best_accuracy_std']:.4f}{diverged(line)}"
 
     def final_and_computation(line):
         if line is None or line.get("final_accuracy_mean") is None:
             return ""
-        shown = f"{line['final_accuracy_mean']:.4f} ± {line['final_accuracy_std']:.4f}"
+        shown = f"{line['final_accuracy_mean']:.4f} ± {line['final_accuracy_std']:.4f}{diverged(line)}"
         if line.get("relative_steps") is None:
             if line.get("reference_steps_zero") and line.get("client_steps_mean") is not None:
                 steps = f"{line['client_steps_mean']:,.0f} steps"
@@ -885,7 +904,13 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                           "own": f"(0.9000) = {reference} has no run of that seed: the method's own value.",
                           "no run": "· = no run of that seed."})]
 
-    parts += ["## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy), "", STD_NOTE]
+    diverged_runs = [", ".join([line["method"], *(f"{group}={line.get(group)}" for group in groups), f"seed {seed}"])
+                     for line in lines for seed in line.get("diverged_by_seed") or ()]
+    diverged_note = ("" if not diverged_runs else
+                     f" [k of n diverged]: k of the method's n runs stopped on a non-finite model (a numerical "
+                     f"error, NaN or Inf): each one's accuracies are its last evaluation's before that, in the mean "
+                     f"all the same ({'; '.join(diverged_runs)}).")
+    parts += ["## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy), "", STD_NOTE + diverged_note]
     if any(line.get("final_accuracy_mean") is not None for line in lines):
         # CC-FedAvg's and FedASMU's tables: the accuracy at the end of the budget and what it cost
         parts += ["", f"## Final held-out accuracy, mean ± std over seeds, and computation relative to {reference}",

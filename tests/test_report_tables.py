@@ -106,3 +106,21 @@ def test_the_computation_column_is_what_clients_computed_not_how_the_engine_batc
     line = {line["method"]: line for line in summarise(old)}["fedasync"]
     assert line["client_steps_counted"] == "client_steps_executed" and line["relative_steps"] > 1.0
     assert np.isclose(line["relative_steps"], many.summary["client_steps_executed"] / one.summary["client_steps_executed"])
+
+
+def test_runs_that_diverged_are_marked_where_their_accuracies_are_averaged(tmp_path):
+    # a run stopped on a NaN model kept its last evaluation's accuracies: averaged unmarked, a method
+    # whose learning rate blew up read as good as (or better than) one that trained
+    table = _csv(tmp_path / "results.csv", "algorithm,seed,time_to_target,best_accuracy,final_accuracy,stop_reason",
+                 ["fedavg,0,,0.30,0.28,time budget", "fedavg,1,,0.32,0.30,time budget",
+                  "fedbuff,0,,0.12,0.12,numerical error: the global model (version 2) holds NaN",
+                  "fedbuff,1,,0.40,0.38,time budget"])
+    report = make_report([table], figures=False, out=str(tmp_path / "report"))
+    lines = {line["method"]: line for line in report.rows}
+    assert lines["fedbuff"]["diverged"] == 1 and lines["fedavg"]["diverged"] == 0
+    assert "| fedbuff | 0.2600 ± 0.1400 [1 of 2 diverged] |" in report.markdown
+    assert "| fedbuff | 0.2500 ± 0.1300 [1 of 2 diverged] |" in report.markdown  # the final accuracy's
+    assert "stopped on a non-finite model" in report.markdown and "(fedbuff, seed 0)" in report.markdown
+    healthy = _csv(tmp_path / "healthy.csv", "algorithm,seed,time_to_target,best_accuracy",
+                   ["fedavg,0,,0.3", "fedbuff,0,,0.4"])
+    assert "diverged" not in make_report([healthy], figures=False, out=str(tmp_path / "healthy")).markdown
