@@ -180,13 +180,26 @@ def load_sweep_file(path: str, size: str | None = None) -> tuple[dict, dict]:
     # the axes by the names the flags and the base give them: a hyphenated axis kept its values over a
     # flag's, and [grid.port] tables were refused; one setting spelled twice is refused, as in the base
     grid = once(grid, f"sweep file {path!r} [grid]")
+    swept = {key.replace("-", "_"): key for key in grid}
+    both = [name for name in base if name.replace("-", "_") in swept]
+    if both:  # the grid's values replace the base's: a setting there would be silently read by no cell
+        raise ConfigError(f"sweep file {path!r}: {', '.join(both)} is set in the base settings and swept in [grid]; "
+                          "every cell takes the grid's values: give it in one place (one value: drop it from "
+                          "[grid], or choose it in a [sizes.NAME] table)")
+    # every size checked, not only the chosen one: a misspelt key in [sizes.full] surfaces today
+    tables = {name: (once({key: value for key, value in table.items() if key != "grid"},
+                          f"sweep file {path!r} [sizes.{name}]"),
+                     once(table.get("grid", {}), f"sweep file {path!r} [sizes.{name}.grid]"))
+              for name, table in sizes.items()}
     if size is not None:
         if size not in sizes:
             allowed = ", ".join(sizes) if sizes else "none: the file has no [sizes.NAME] tables"
             raise ConfigError(f"size={size!r} is not allowed: sizes in {path!r}: {allowed}")
-        chosen = dict(sizes[size])
-        size_grid = once(chosen.pop("grid", {}), f"sweep file {path!r} [sizes.{size}.grid]")
-        base.update(once(chosen, f"sweep file {path!r} [sizes.{size}]"))
+        settings, size_grid = tables[size]
+        # a size's one value of a swept setting overrides the axis, as a one-value flag does
+        grid = {key: values for key, values in grid.items() if key.replace("-", "_") not in
+                {name.replace("-", "_") for name in settings}}
+        base.update(settings)
         grid = {**grid, **size_grid}
     return base, grid
 

@@ -69,3 +69,24 @@ def test_a_damaged_sweep_json_is_named_not_a_traceback(tmp_path, capsys):
         with pytest.raises(SystemExit):
             cli.main(["sweep", "--algorithm", "fedavg", *SMALL, "--out", str(out)])
         assert f"{os.path.join(str(out), 'sweep.json')} is damaged" in capsys.readouterr().err
+
+
+def test_a_size_s_one_value_replaces_the_axis_and_every_size_is_checked(tmp_path):
+    path = tmp_path / "study.toml"
+    path.write_text('[grid]\nalgorithm = ["fedavg", "fedbuff"]\nseed = [0, 1, 2]\n'
+                    '[sizes.quick]\nseed = 0\nalgorithm = "fedavg"\n[sizes.full]\nmax_updates = 50\n')
+    # the size's values were merged into the base, which every axis then replaced: 6 cells, not 1
+    base, grid = load_sweep_file(str(path), "quick")
+    assert base["seed"] == 0 and base["algorithm"] == "fedavg" and grid == {}
+    assert load_sweep_file(str(path), "full")[1] == {"algorithm": ["fedavg", "fedbuff"], "seed": [0, 1, 2]}
+    # a base setting the grid sweeps was read by no cell, silently
+    clash = tmp_path / "clash.toml"
+    clash.write_text('seed = 5\n[grid]\nseed = [0, 1]\n')
+    with pytest.raises(ConfigError, match=r"seed is set in the base settings and swept in \[grid\]; every cell takes "
+                                          r"the grid's values"):
+        load_sweep_file(str(clash))
+    # a misspelt key of a size not chosen surfaced only the day that size ran
+    typo = tmp_path / "typo.toml"
+    typo.write_text('[grid]\nseed = [0]\n[sizes.full]\nmax_update = 3\n')
+    with pytest.raises(ConfigError, match=r"\[sizes.full\]: unknown config field 'max_update'"):
+        load_sweep_file(str(typo))
