@@ -830,7 +830,9 @@ def _earlier_runs_left_out(sweep_dir: str, base: dict, grid: dict, cells: list[C
     return (f"{len(left)} finished run(s) of the sweep this folder held before are not cells of this grid, so this "
             f"sweep's results table leaves them out (their runs stay in {os.path.join(sweep_dir, 'runs')})"
             + (f"; the two sweeps differ in {hint}" if hint else "")
-            + f"; one grid over the values of both{example} reports them together")
+            + f"; one grid over the values of both{example} reports them together"
+            # over two or more differing settings that grid is their cross product: more runs than either sweep
+            + ("; it also runs the combinations of those settings that neither sweep ran" if len(differ) > 1 else ""))
 
 
 def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, progress: bool = True,

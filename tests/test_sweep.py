@@ -1011,8 +1011,11 @@ def test_a_sweep_over_other_values_in_the_same_folder_names_the_runs_its_table_l
     run_sweep({**base, "seed": 0}, {"seed": [0, 1], "clients": [2, 3]}, folder, progress=False)
     with pytest.warns(UserWarning, match=r"the two sweeps differ in clients: \[2, 3\] there, 2 here; seed: \[0, 1\] "
                                          r"there, 4 here; one grid over the values of both \(e.g. --clients 2,3 "
-                                         r"--seed 0,1,4\)"):
+                                         r"--seed 0,1,4\) reports them together; it also runs the combinations of "
+                                         r"those settings that neither sweep ran"):
         run_sweep({**base, "seed": 4, "clients": 2}, {}, folder, progress=False)
+    # one setting apart, the grid over both is the two sweeps' runs and no more
+    assert not any("neither sweep ran" in line for line in said)
 
 
 def test_report_grid_lays_a_design_space_out_as_rows_by_columns_by_hand(tmp_path):
