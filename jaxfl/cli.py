@@ -602,13 +602,28 @@ def _leave_out_file_settings_the_flags_made_unread(base: dict, grid: dict, file_
 
 def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``jaxfl sweep``: validate every cell, run (or continue) the grid, print where the table is."""
+    from jaxfl import stopping
     from jaxfl.sweep import CellFailed, run_sweep
+
+    def finished_cells() -> str:
+        from jaxfl.report import read_results
+
+        table = os.path.join(args.sweep_dir, "results.csv")
+        finished = len(read_results(args.sweep_dir)) if os.path.isfile(table) else 0
+        return f"{finished} finished cell{'' if finished == 1 else 's'} in {table}"
+
+    def sweep_words() -> str | None:  # SIGTERM as a cell starts or resumes, before its first event
+        if not os.path.isdir(args.sweep_dir):
+            return None
+        return (f"the sweep: {finished_cells()}; the same jaxfl sweep command goes on (finished cells are skipped, "
+                "the interrupted one resumes from its newest checkpoint or starts again)")
 
     try:
         check_folder("--out", args.sweep_dir)
         base, grid = _sweep_values(args)
-        result = run_sweep(base, grid, args.sweep_dir, size=args.size, progress=args.progress,
-                           echo=None if args.progress else print, jobs=args.jobs)
+        with stopping.said_on_sigterm(sweep_words):
+            result = run_sweep(base, grid, args.sweep_dir, size=args.size, progress=args.progress,
+                               echo=None if args.progress else print, jobs=args.jobs)
     except DiskWriteError as error:  # a full disk: the same command goes on once there is space
         parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\njaxfl: the sweep goes on once there is "
                                              "space: run the same jaxfl sweep command again (finished cells are "
@@ -623,10 +638,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         _exit_on_error(parser, error)
     except KeyboardInterrupt as interrupt:  # Ctrl-C, a time limit's SIGINT or SIGTERM: what is kept and how to go on
         from jaxfl.experiment import RunInterrupted
-        from jaxfl.report import read_results
 
-        table = os.path.join(args.sweep_dir, "results.csv")
-        finished = len(read_results(args.sweep_dir)) if os.path.isfile(table) else 0
         cut = "the interrupted one resumes from its newest checkpoint" if args.jobs == 1 else \
             "the interrupted ones resume from their newest checkpoints"
         if isinstance(interrupt, RunInterrupted) and not interrupt.timing_only:
@@ -637,9 +649,8 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             print(f"jaxfl: {_interrupted_how(interrupt)} before the sweep's first cell: nothing written; the same "
                   "command starts the sweep", file=sys.stderr)
             return _interrupted_status(interrupt)
-        print(f"jaxfl: {_interrupted_how(interrupt)}: {finished} finished "
-              f"cell{'' if finished == 1 else 's'} in {table}; the same command goes on (finished cells are "
-              f"skipped, {cut})", file=sys.stderr)
+        print(f"jaxfl: {_interrupted_how(interrupt)}: {finished_cells()}; the same command goes on (finished cells "
+              f"are skipped, {cut})", file=sys.stderr)
         return _interrupted_status(interrupt)
     for note in result.notes:
         print(f"jaxfl: note: {note}", file=sys.stderr)

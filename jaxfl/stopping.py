@@ -156,13 +156,19 @@ def _on_sigint(signum, frame) -> None:
 def said_on_sigterm(last_words):
     """Inside it, SIGTERM under :func:`stop_on_sigterm` that ends the process at once (no run
     accepting a stop yet) first writes ``jaxfl: stopped by SIGTERM: <last_words()>`` to stderr,
-    when ``last_words()`` returns a text (what a run folder made so far keeps).
+    when ``last_words()`` returns a text (what a run folder made so far keeps), followed by the words
+    of an enclosing ``said_on_sigterm`` (a sweep around its cell's run).
 
     >>> with said_on_sigterm(lambda: "runs/x has no checkpoint yet"):
     ...     _state.last_words()
     'runs/x has no checkpoint yet'
     """
-    previous, _state.last_words = _state.last_words, last_words
+    previous = _state.last_words
+
+    def said() -> str | None:  # a run's words, then the command's around it (a sweep's: how the sweep goes on)
+        return "; ".join(words for words in (last_words(), previous() if previous else None) if words) or None
+
+    _state.last_words = said
     try:
         yield
     finally:

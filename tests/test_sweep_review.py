@@ -90,3 +90,27 @@ def test_a_size_s_one_value_replaces_the_axis_and_every_size_is_checked(tmp_path
     typo.write_text('[grid]\nseed = [0]\n[sizes.full]\nmax_update = 3\n')
     with pytest.raises(ConfigError, match=r"\[sizes.full\]: unknown config field 'max_update'"):
         load_sweep_file(str(typo))
+
+
+def test_sigterm_as_a_cell_starts_says_how_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
+    # SIGTERM before a cell's first event ends the process with the words of the run it cuts: they
+    # told a sweep's user to resume one run (or start it again), not that the sweep command goes on
+    import jaxfl.sweep
+    from jaxfl import stopping
+
+    said = []
+
+    def cell_starting(base, grid, sweep_dir, **kwargs):
+        os.makedirs(sweep_dir)
+        with stopping.said_on_sigterm(lambda: "runs/x holds the logs until it stopped but no checkpoint yet"):
+            said.append(stopping._state.last_words())  # what the SIGTERM handler writes now
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jaxfl.sweep, "run_sweep", cell_starting)
+    folder = tmp_path / "sweep"
+    assert cli.main(["sweep", "--algorithm", "fedavg", "--model", "logreg", "--clients", "2", "--no-progress",
+                     "--out", str(folder)]) == 130
+    assert said == [f"runs/x holds the logs until it stopped but no checkpoint yet; the sweep: 0 finished cells in "
+                    f"{folder / 'results.csv'}; the same jaxfl sweep command goes on (finished cells are skipped, "
+                    "the interrupted one resumes from its newest checkpoint or starts again)"]
+    assert stopping._state.last_words is None  # restored when the command ends
