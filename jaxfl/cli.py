@@ -753,8 +753,9 @@ def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     source = config.dataset
     if config.data_dir is not None:
         where = os.path.abspath(os.path.expanduser(config.data_dir))
-        source += f" {os.path.basename(where.rstrip(os.sep)) or where} " \
-                  f"{hashlib.sha256(where.encode()).hexdigest()[:6]}"
+        # a name that is no UTF-8 (its bytes kept as surrogates) shown escaped: a title cannot draw them
+        name = (os.path.basename(where.rstrip(os.sep)) or where).encode("utf-8", "backslashreplace").decode()
+        source += f" {name} {hashlib.sha256(os.fsencode(where)).hexdigest()[:6]}"
     title = ", ".join([source, config.partition, *(f"{name} {value}".strip() for name, _, value in settings),
                        f"{config.clients} clients", f"seed {config.seed}"])
     report = partition_report(federation, title)

@@ -1620,6 +1620,9 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                                                        else None, metric_fields, dataset.num_classes)
     close_errors: list[str] = []
     with contextlib.ExitStack() as closing:  # every file and logger is closed, also after an error
+        # last of all: a run ending in an exception (an interrupt, a full disk) still says which logger
+        # failed to close; a run that ends well says it once summary.json is written
+        closing.push(lambda kind, error, trace: _warn_close_errors(close_errors, run_dir) if kind else None)
         for file in (events_file, metrics_file, class_file):
             if file is not None:
                 closing.enter_context(file)
@@ -1749,8 +1752,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         "log_bytes": log_sizes(run_dir),  # the logs as the run left them (a file cut afterwards is told)
     }
     _write_json(os.path.join(run_dir, "summary.json"), summary)
-    for message in close_errors:
-        warnings.warn(f"{message}; the run's own files are complete ({run_dir})", RuntimeWarning, stacklevel=2)
+    _warn_close_errors(close_errors, run_dir, complete=True)
     if error is not None:
         raise error
     return RunResult(run_dir, summary, recorder.rows, engine.params, simulation, engine)
@@ -1762,6 +1764,15 @@ def _last_logged_version(recorder_state: dict) -> int:
     the checkpoint of version V, so the simulation's version would keep rows the resumed run writes again."""
     rows = recorder_state["rows"]
     return int(rows[-1]["version"]) if rows else -1
+
+
+def _warn_close_errors(errors: list[str], run_dir: str, complete: bool = False) -> None:
+    """One warning per logger whose ``close`` raised (:func:`_close_logger`); ``complete``: the run's
+    summary is written."""
+    for message in errors:
+        where = f"the run's own files are complete ({run_dir})" if complete else f"the run's own files: {run_dir}"
+        warnings.warn(f"{message}; {where}", RuntimeWarning, stacklevel=3)
+    errors.clear()
 
 
 def _close_logger(logger, errors: list[str]) -> None:

@@ -36,6 +36,7 @@ import importlib.util
 import math
 import numbers
 import os
+import time
 from typing import Any, Protocol, runtime_checkable
 
 LOGGER_NAMES = ("tensorboard", "csv", "wandb")
@@ -152,8 +153,11 @@ class TensorBoardLogger:
 
     def log(self, row: dict, step: int) -> None:
         if self._writer is None:
-            self._writer = self._writer_class(self.log_dir, **({} if self.purge_step is None else
-                                                               {"purge_step": self.purge_step}))
+            # an event file is named by the second it was opened in: a resumed run's writer opened within
+            # the interrupted one's second took its name and truncated it. The nanoseconds keep each
+            # file its own and in order (TensorBoard reads a folder's files in name order).
+            self._writer = self._writer_class(self.log_dir, filename_suffix=f".{time.time_ns():020d}",
+                                              **({} if self.purge_step is None else {"purge_step": self.purge_step}))
         for key, value in row.items():
             if key != "version" and isinstance(value, numbers.Real) and not isinstance(value, bool) \
                     and math.isfinite(value):

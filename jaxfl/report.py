@@ -1074,6 +1074,8 @@ def _write_csv(lines: list[dict], path: str) -> str:
         for column in SEED_BY_SEED_ACCURACIES:
             for seed, value, _ in line.get(f"{column}_by_seed") or ():
                 row[f"{column}_seed{seed}"] = None if value is ... else value
+        if "diverged_by_seed" in line:  # the seeds of the runs that stopped on a non-finite model
+            row["diverged_seeds"] = " ".join(str(seed) for seed in line["diverged_by_seed"]) or None
         rows.append(row)
     return write_csv(path, rows, dict.fromkeys(name for row in rows for name in row))
 

@@ -138,6 +138,11 @@ def test_cli_partition_prints_the_table_and_saves_the_heatmap(tmp_path, capsys):
                      "--clients", "3", "--out", str(tmp_path / "npz")]) == 0
         assert "npz mine.npz " in capsys.readouterr().out
     assert len([name for name in os.listdir(tmp_path / "npz") if name.startswith("partition-npz-mine.npz-")]) == 2
+    # a file name that is no UTF-8 (its bytes kept as surrogates) is shown escaped, not a traceback
+    odd = os.fsdecode(os.fsencode(str(tmp_path / "a" / "caf")) + b"\xe9.npz")
+    os.rename(tmp_path / "a" / "mine.npz", odd)
+    assert main(["partition", "--dataset", "npz", "--data-dir", odd, "--clients", "3", "--out", str(tmp_path / "odd")]) == 0
+    assert "npz caf\\udce9.npz " in capsys.readouterr().out
 
 
 def test_cli_partition_of_a_synthetic_federation_split_anew_says_what_it_undoes(tmp_path):

@@ -61,7 +61,7 @@ def test_a_logger_s_stop_on_a_grid_keeps_every_grid_point_the_clock_passed(tmp_p
     assert np.allclose(np.diff(times), 0.1) and times[-1] + 0.1 > result.summary["virtual_time"] >= times[-1]
 
 
-def tensorboard_points(folder) -> list:
+def tensorboard_points(folder, tag="time") -> list:
     """The ``time`` scalars TensorBoard shows, as (step, value): a file that opens with a restart
     (tensorboardX's ``purge_step``: a session-log START at that step) drops the earlier files'
     points from that step on, as TensorBoard's reader does."""
@@ -78,7 +78,7 @@ def tensorboard_points(folder) -> list:
             offset += 12 + length + 4
             if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
                 points = [point for point in points if point[0] < event.step]
-            points += [(event.step, value.simple_value) for value in event.summary.value if value.tag == "time"]
+            points += [(event.step, value.simple_value) for value in event.summary.value if value.tag == tag]
     return points
 
 
@@ -90,6 +90,9 @@ def test_tensorboard_across_a_resume_on_a_grid_holds_each_metrics_row_once(tmp_p
     run_dir = interrupted.value.run_dir
     resume_experiment(run_dir, progress=False)
     rows = metrics_rows(run_dir)
+    # two event files, the resumed run's after the interrupted one's, also when both were opened in one
+    # second (a file is named by its second: the second writer truncated the first)
+    assert len(os.listdir(os.path.join(run_dir, "tensorboard"))) == 2
     shown = tensorboard_points(os.path.join(run_dir, "tensorboard"))
     assert [step for step, _ in shown] == [int(row["version"]) for row in rows]
     assert np.allclose([value for _, value in shown], [float(row["time"]) for row in rows])
@@ -122,6 +125,12 @@ def test_a_logger_that_fails_to_start_or_to_close(tmp_path):
     # the finished run is a finished run: its summary written, the other logger closed
     assert result.summary["global_updates"] == 2 and other.closed == 1 and failing.closed == 1
     assert jaxfl.load_run(result.run_dir).summary["stop_reason"] == "update budget"
+    # a run that ends in an interrupt still says which logger failed to close
+    failing = Failing("close")
+    with pytest.warns(RuntimeWarning, match=r"logger Failing's close\(\) raised RuntimeError: cannot upload"), \
+            pytest.raises(jaxfl.RunInterrupted):
+        run_experiment(tiny(tmp_path, max_updates=3, checkpoint_every=1, run_name="cut"),
+                       loggers=[failing, Recording(interrupt_at_row=3)])
 
 
 def test_a_run_that_made_no_evaluation_is_reported_not_a_traceback(tmp_path, capsys):
@@ -178,3 +187,16 @@ def test_an_interrupt_while_a_comparison_writes_says_so_and_leaves_no_half_compa
     monkeypatch.undo()
     assert main(argv) == 0 and (tmp_path / "comparison.csv").exists() and (tmp_path / "comparison.png").exists()
     assert "(reused: it had finished)" in capsys.readouterr().out
+
+
+def test_two_tensorboard_writers_in_one_second_keep_their_own_files(tmp_path):
+    pytest.importorskip("tensorboardX")
+    from jaxfl.loggers import TensorBoardLogger
+
+    for step in (0, 1):  # well within one second
+        logger = TensorBoardLogger(str(tmp_path))
+        logger.log({"accuracy": 0.5}, step=step)
+        logger.close()
+    files = sorted(os.listdir(tmp_path))
+    assert len(files) == 2 and all(".tfevents." in name for name in files)
+    assert [step for step, _ in tensorboard_points(str(tmp_path), tag="accuracy")] == [0, 1]

@@ -2,6 +2,8 @@
 some algorithms read that is no algorithm field, a group without the reference, values that are
 not numbers, and targets that are not whole percents (found by a review of the report on
 2026-12-05; every committed table recomputed by hand matched)."""
+import csv
+
 import pytest
 
 from jaxfl.report import group_columns, make_report, summarise
@@ -121,6 +123,10 @@ def test_runs_that_diverged_are_marked_where_their_accuracies_are_averaged(tmp_p
     assert "| fedbuff | 0.2600 ± 0.1400 [1 of 2 diverged] |" in report.markdown
     assert "| fedbuff | 0.2500 ± 0.1300 [1 of 2 diverged] |" in report.markdown  # the final accuracy's
     assert "stopped on a non-finite model" in report.markdown and "(fedbuff, seed 0)" in report.markdown
+    with open(tmp_path / "report" / "report.csv", newline="") as handle:
+        written = {row["method"]: row for row in csv.DictReader(handle)}
+    assert (written["fedbuff"]["diverged"], written["fedbuff"]["diverged_seeds"]) == ("1", "0")
+    assert (written["fedavg"]["diverged"], written["fedavg"]["diverged_seeds"]) == ("0", "")
     healthy = _csv(tmp_path / "healthy.csv", "algorithm,seed,time_to_target,best_accuracy",
                    ["fedavg,0,,0.3", "fedbuff,0,,0.4"])
     assert "diverged" not in make_report([healthy], figures=False, out=str(tmp_path / "healthy")).markdown

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -311,3 +312,12 @@ def test_features_given_as_floats_on_one_side_and_integers_on_the_other_are_refu
                                          r"give both as"):
         as_dataset((x.astype(train_dtype), np.arange(20) % 3, x[:9].astype(test_dtype), np.arange(9) % 3))
     as_dataset((x.astype(np.float32), np.arange(20) % 3, x[:9].astype(np.float64), np.arange(9) % 3))  # floats alike
+
+
+def test_a_value_past_float32_is_refused_without_numpy_s_overflow_warning(tmp_path):
+    x_train, y_train, x_test, y_test = arrays()
+    big = np.where(np.arange(200)[:, None, None] == 5, 1e39, x_train.astype(np.float64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "overflow encountered in cast" came first, or instead under -W error
+        with pytest.raises(ValueError, match="beyond float32's range"):
+            run_experiment(small(tmp_path), data=(big, y_train, x_test.astype(np.float64), y_test))

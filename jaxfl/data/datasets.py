@@ -375,9 +375,9 @@ def _as_samples(x: np.ndarray, label: str, source: str) -> np.ndarray:
             # a float64 value past float32's range (3.4e38) is finite here and infinite after the cast
             largest = max((float(np.abs(x[start:start + rows]).max(initial=0)) for start in range(0, len(x), rows)),
                           default=0.0)
-            if largest > np.finfo(np.float32).max:
+            if largest > float(np.finfo(np.float32).max):  # a float32 scalar would cast 1e39 to inf first
                 raise ValueError(f"{source}: {label} holds {largest:.3g}, beyond float32's range "
-                                 f"(|x| <= {np.finfo(np.float32).max:.3g}), which the models compute in")
+                                 f"(|x| <= {float(np.finfo(np.float32).max):.3g}), which the models compute in")
         x = x.astype(np.float32, copy=False)
         return x[..., None] if x.ndim == 3 else x
     if not np.issubdtype(x.dtype, np.integer):
