@@ -1466,11 +1466,25 @@ def _main(argv: list[str] | None) -> int:
             comparison_data.enter_context(shared_data())  # the data checked here is the runs' data
             for config in configs:  # (one run checks them itself before writing, without building twice)
                 check_buildable(config)
+        from jaxfl import stopping
+
         results = []
+        names = [config.algorithm for config in configs]
+
+        def comparison_words(position: int) -> str:  # SIGTERM ending the process at once (a cluster run's)
+            import jax
+
+            everywhere = " (on every process, with the cluster flags)" if jax.process_count() > 1 else ""
+            return (f"the comparison {','.join(names)}: finished: {', '.join(names[:position]) or 'none'}; not run: "
+                    f"{', '.join(names[position + 1:]) or 'none'}; comparison.csv not written: "
+                    f"{shlex.join(['jaxfl', *argv])}{everywhere} goes on (finished runs reused, the cut one resumed) "
+                    "and writes it")
+
         for position, config in enumerate(configs):
             try:
                 if len(configs) > 1:  # the same comparison again goes on: finished runs reused, a cut one resumed
-                    result = _comparison_run(config, times, args.log_to)
+                    with stopping.said_on_sigterm(functools.partial(comparison_words, position)):
+                        result = _comparison_run(config, times, args.log_to)
                 else:
                     _note_interrupted_runs(config, times)
                     result = run_experiment(config, time_per_step=times, loggers=args.log_to)

@@ -188,7 +188,11 @@ def check_same_run(settings: dict, resume: bool) -> None:
                                    else [(f"{prefix}{name}", item)])}
 
     ours, theirs = flat(json.loads(mine)), flat(json.loads(first))
-    differ = [f"{name.rsplit('.', 1)[-1]}: {ours.get(name)!r} here, {theirs.get(name)!r} on process 0"
+    def shown(name: str) -> str:  # a field by its name; a fingerprint by what it is of (time_per_step.sha256)
+        parts = name.split(".")
+        return ".".join(parts[-2:]) if parts[-1].endswith("sha256") and len(parts) > 2 else parts[-1]
+
+    differ = [f"{shown(name)}: {ours.get(name)!r} here, {theirs.get(name)!r} on process 0"
               for name in sorted(ours.keys() | theirs.keys()) if ours.get(name) != theirs.get(name)]
     raise ConfigError(f"process {jax.process_index()} was given other settings than process 0 "
                       f"({'; '.join(differ)}): every process runs the same command (the same flags and config "

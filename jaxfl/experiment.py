@@ -1462,7 +1462,21 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
     # the peak host memory from here on is this run's (its data and federation included), not that of
     # a larger run before it in this process (a sweep's cells, `jaxfl run --algorithm a,b`)
     _reset_peak_host_memory()
-    config, dataset, federation, model, params = _prepare(config, dataset, user.model, user.init_params)
+    try:
+        config, dataset, federation, model, params = _prepare(config, dataset, user.model, user.init_params)
+    except Exception as error:
+        if jax.process_count() == 1:
+            raise
+        _agree_on_preparing(error)  # the others are told, not left waiting at their next collective
+        raise
+    if jax.process_count() > 1:
+        _agree_on_preparing(None)
+        # what each process read must be process 0's: a data file (its fingerprint in the prepared config),
+        # the speeds file, the model's structure, the initial weights; a mix would train under process 0's name
+        settings = config.to_dict()
+        for name in ("output_dir", "progress"):
+            _leave_out(settings, name)
+        cluster.check_same_run({**settings, "user_inputs": user.record(params)}, resume=resume_dir is not None)
     if resume_dir is not None:
         user.check_resumed(resume_dir, recorded, params)
     user = dataclasses.replace(user, metric_names=user.check_functions(dataset.num_classes))
@@ -1513,6 +1527,18 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _agree_on_preparing(error: Exception | None) -> None:
+    """In a cluster run, after each process built its data and model (``error``: why this one could not):
+    a ConfigError on the processes that could, naming those that could not (collective), where they would
+    wait at the next exchange until jax's shutdown barrier aborted them all minutes later."""
+    built = cluster.all_processes(error is None)
+    if error is None and not all(built):
+        failed = ", ".join(str(index) for index, good in enumerate(built) if not good)
+        raise ConfigError(f"process {failed} of this cluster run could not build the run's data or model (its own "
+                          "output says why): every process reads the same data and builds the same model; nothing "
+                          "was trained")
 
 
 def _log_write_error(error: OSError, interrupted: RunInterrupted) -> "checkpoint.LogWriteError":

@@ -62,6 +62,11 @@ SCRIPT = textwrap.dedent("""
                                      checkpoint_every=None)
     if mode == "small-mismatch" and process == 1:  # a copy-paste slip: another learning rate on one host
         config = dataclasses.replace(config, client=dataclasses.replace(config.client, client_lr=0.5))
+    if mode == "small-no-data" and process == 1:  # its copy of the data missing on this host
+        import jaxfl.experiment
+        def missing(*args, **kwargs):
+            raise FileNotFoundError("dataset 'npz': no file at /host1/data.npz")
+        jaxfl.experiment.load_dataset = missing
     if mode == "small-elsewhere" and process == 1:  # a folder of its own (a node-local disk): never process 0's
         config = dataclasses.replace(config, output_dir=f"{folder}/elsewhere")
     if mode == "small-timing":
@@ -107,7 +112,10 @@ SCRIPT = textwrap.dedent("""
             def close(self):
                 pass
         loggers = [StopAtVersion()]
-    result = run_experiment(config, loggers=loggers)
+    speeds = None
+    if mode == "small-speeds":  # each host its own copy of the speeds file, and process 1's is another one
+        speeds = [0.1 + 0.01 * client + 0.05 * process for client in range(6)]
+    result = run_experiment(config, loggers=loggers, time_per_step=speeds)
     print("RUN_DIR", result.run_dir, file=sys.stderr)  # what each process names as the run
     if mode == "small-timing":
         sys.exit(0)
@@ -265,6 +273,19 @@ def test_processes_given_other_settings_are_refused_on_every_process_before_trai
            "same command" in first
     assert f"ConfigError: process 1 was given other settings than process 0 ({differs})" in second
     assert not os.path.exists(tmp_path / "runs-2")  # nothing trained, nothing written
+
+
+def test_processes_that_read_other_inputs_or_none_are_refused_within_seconds(tmp_path):
+    """Other speeds files on two hosts trained a mix under process 0's name (exit 0 on both), as a data
+    file that differs between hosts did; a data file missing on one host left the others waiting at
+    their next exchange until jax's shutdown barrier aborted every process 300 s later."""
+    two = _run(tmp_path, "fedbuff", processes=2, mode="small-speeds", timeout=300, fails=True)
+    assert "time_per_step.sha256: " in two["stderrs"][1].strip().splitlines()[-1]
+    assert not os.path.exists(tmp_path / "runs-2" / "fedbuff")  # no run folder: nothing trained
+    two = _run(tmp_path, "fedbuff", processes=2, mode="small-no-data", timeout=120, fails=True)
+    first, second = (error.strip().splitlines()[-1] for error in two["stderrs"])
+    assert "process 1 of this cluster run could not build the run's data or model (its own output says why)" in first
+    assert "dataset 'npz': no file at /host1/data.npz" in second
 
 
 def test_sigterm_ends_every_process_of_a_cluster_run(tmp_path):

@@ -200,3 +200,26 @@ def test_two_tensorboard_writers_in_one_second_keep_their_own_files(tmp_path):
     files = sorted(os.listdir(tmp_path))
     assert len(files) == 2 and all(".tfevents." in name for name in files)
     assert [step for step, _ in tensorboard_points(str(tmp_path), tag="accuracy")] == [0, 1]
+
+
+def test_sigterm_ending_a_comparison_at_once_says_what_of_the_comparison_is_left(tmp_path, monkeypatch):
+    # a cluster run cannot stop between events, so SIGTERM ends its processes at once, saying what the
+    # cut run keeps; it did not say which runs of the comparison never ran, nor that no comparison.csv exists
+    import jaxfl.cli
+    from jaxfl import stopping
+
+    said = []
+    real = jaxfl.cli._comparison_run
+
+    def second_run_cut(config, times, log_to):
+        if config.algorithm == "fedbuff":
+            said.append(stopping._state.last_words())  # what the SIGTERM handler writes now
+            raise KeyboardInterrupt
+        return real(config, times, log_to)
+
+    monkeypatch.setattr(jaxfl.cli, "_comparison_run", second_run_cut)
+    argv = ["run", "--algorithm", "fedavg,fedbuff,fedasync", "--model", "logreg", "--clients", "3", "--local-steps",
+            "2", "--max-updates", "1", "--no-progress", "--output-dir", str(tmp_path)]
+    assert main(argv) == 130
+    assert said == [f"the comparison fedavg,fedbuff,fedasync: finished: fedavg; not run: fedasync; comparison.csv not "
+                    f"written: jaxfl {' '.join(argv)} goes on (finished runs reused, the cut one resumed) and writes it"]
