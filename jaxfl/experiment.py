@@ -1464,7 +1464,7 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
     _reset_peak_host_memory()
     try:
         config, dataset, federation, model, params = _prepare(config, dataset, user.model, user.init_params)
-    except Exception as error:
+    except BaseException as error:  # a Ctrl-C reaching one process's shell too
         if jax.process_count() == 1:
             raise
         _agree_on_preparing(error)  # the others are told, not left waiting at their next collective
@@ -1529,7 +1529,7 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _agree_on_preparing(error: Exception | None) -> None:
+def _agree_on_preparing(error: BaseException | None) -> None:
     """In a cluster run, after each process built its data and model (``error``: why this one could not):
     a ConfigError on the processes that could, naming those that could not (collective), where they would
     wait at the next exchange until jax's shutdown barrier aborted them all minutes later."""

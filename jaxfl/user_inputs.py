@@ -233,7 +233,7 @@ def optimizer_probe(optimizer, params) -> list[float]:
     positions = [np.arange(leaf.size, dtype=np.float32).reshape(leaf.shape) for leaf in leaves]
     # op by op, not one jitted program: jax compiles each operation once per process and shape, so a
     # notebook's later runs probe in ~0.1 s, where a program compiled for each optimiser object took ~1 s
-    with jax.default_device(jax.devices("cpu")[0]):
+    with jax.default_device(jax.local_devices(backend="cpu")[0]):
         params = jax.tree.unflatten(treedef, leaves)
         state = optimizer.init(params)
         totals = [np.zeros(leaf.shape, np.float64) for leaf in leaves]
@@ -266,7 +266,7 @@ def _first_two_updates(optimizer, params) -> list[float] | None:
         return [jnp.mean(jnp.abs(update)) for update in jax.tree.leaves(first) + jax.tree.leaves(second)]
 
     try:
-        with jax.default_device(jax.devices("cpu")[0]):
+        with jax.default_device(jax.local_devices(backend="cpu")[0]):
             return [float(value) for value in first_updates(jax.tree.map(np.asarray, params))]
     except Exception:  # noqa: BLE001 -- as optimizer_fingerprint
         return None
@@ -616,7 +616,7 @@ class UserInputs:
 
         # on the CPU, as the optimiser's probe: a GPU's matrix products (TF32) would give a resume
         # on another backend other values
-        with jax.default_device(jax.devices("cpu")[0]):
+        with jax.default_device(jax.local_devices(backend="cpu")[0]):
             logits = jnp.asarray(np.random.default_rng(0).normal(size=(4, num_classes)) * 2, jnp.float32)
             labels = jnp.asarray(np.arange(4) % num_classes, jnp.int32)
             return np.asarray(self.loss(logits, labels), np.float64).tolist()

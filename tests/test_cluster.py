@@ -115,7 +115,13 @@ SCRIPT = textwrap.dedent("""
     speeds = None
     if mode == "small-speeds":  # each host its own copy of the speeds file, and process 1's is another one
         speeds = [0.1 + 0.01 * client + 0.05 * process for client in range(6)]
-    result = run_experiment(config, loggers=loggers, time_per_step=speeds)
+    optimizer = None
+    if mode == "small-adam":  # an optax object given in Python on every process: its probe is each process's own
+        import optax
+        optimizer = optax.adam(1e-3)
+        config = dataclasses.replace(config, client=dataclasses.replace(config.client, client_optimizer="adam",
+                                                                       client_lr=0.003))
+    result = run_experiment(config, loggers=loggers, time_per_step=speeds, client_optimizer=optimizer)
     print("RUN_DIR", result.run_dir, file=sys.stderr)  # what each process names as the run
     if mode == "small-timing":
         sys.exit(0)
@@ -286,6 +292,9 @@ def test_processes_that_read_other_inputs_or_none_are_refused_within_seconds(tmp
     first, second = (error.strip().splitlines()[-1] for error in two["stderrs"])
     assert "process 1 of this cluster run could not build the run's data or model (its own output says why)" in first
     assert "dataset 'npz': no file at /host1/data.npz" in second
+    # the same optimiser object on every process is the same input: its probe ran on process 0's CPU
+    # device, which process 1 cannot read, and process 1 recorded none, so the run was refused
+    _run(tmp_path, "fedbuff", processes=2, mode="small-adam", timeout=300)
 
 
 def test_sigterm_ends_every_process_of_a_cluster_run(tmp_path):
