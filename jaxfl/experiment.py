@@ -1016,7 +1016,7 @@ def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params
     if config.timing_only:
         return config, dataset, federation, model, abstract
     variables = model.init_variables(_model_key(config), _model_sample(dataset.input_shape, dataset.kind))
-    if config.weight_init == "pytorch" and given is None:
+    if config.weight_init == "pytorch":  # (beside init_params it is refused above)
         variables = {**variables, "params": pytorch_default_init(
             variables["params"], jax.random.fold_in(_model_key(config), PYTORCH_INIT_STREAM))}
     return config, dataset, federation, model, variables if given is None else {**variables, **given}
@@ -1438,17 +1438,22 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
 def _experiment_cached(config: RunConfig, dataset: Dataset | None, user: UserInputs, resume_dir: str | None,
                        loggers: list, recorded: dict | None) -> RunResult:
     if jax.process_count() > 1:  # every process was given the same run, or none trains it
-        settings = config.to_dict()
-        # may differ between processes: where each writes its own scratch files, and the progress bar
-        # (process 0's); the rest must not, the checkpoints' layout and cadence included (collective)
-        for name in ("output_dir", "progress"):
-            _leave_out(settings, name)
-        cluster.check_same_run(settings, resume=resume_dir is not None)
+        cluster.check_same_run(_shared_settings(config), resume=resume_dir is not None)
         cluster.check_shared_folder(resume_dir if resume_dir is not None else config.output_dir)
     if resume_dir is None or jax.process_index() != 0:  # a new run takes it once its folder exists (_run)
         return _experiment_in(config, dataset, user, resume_dir, loggers, recorded)
     with resume.holding_lock(resume_dir):
         return _experiment_in(config, dataset, user, resume_dir, loggers, recorded)
+
+
+def _shared_settings(config: RunConfig) -> dict:
+    """The config every process of a cluster run must hold alike (:func:`jaxfl.cluster.check_same_run`):
+    all of it but where each writes its own scratch files and the progress bar (process 0's); the
+    checkpoints' layout and cadence included (collective)."""
+    settings = config.to_dict()
+    for name in ("output_dir", "progress"):
+        _leave_out(settings, name)
+    return settings
 
 
 def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs, resume_dir: str | None,
@@ -1473,10 +1478,8 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
         _agree_on_preparing(None)
         # what each process read must be process 0's: a data file (its fingerprint in the prepared config),
         # the speeds file, the model's structure, the initial weights; a mix would train under process 0's name
-        settings = config.to_dict()
-        for name in ("output_dir", "progress"):
-            _leave_out(settings, name)
-        cluster.check_same_run({**settings, "user_inputs": user.record(params)}, resume=resume_dir is not None)
+        cluster.check_same_run({**_shared_settings(config), "user_inputs": user.record(params)},
+                               resume=resume_dir is not None)
     if resume_dir is not None:
         user.check_resumed(resume_dir, recorded, params)
     user = dataclasses.replace(user, metric_names=user.check_functions(dataset.num_classes))

@@ -180,7 +180,10 @@ def load_sweep_file(path: str, size: str | None = None) -> tuple[dict, dict]:
     # the axes by the names the flags and the base give them: a hyphenated axis kept its values over a
     # flag's, and [grid.port] tables were refused; one setting spelled twice is refused, as in the base
     grid = once(grid, f"sweep file {path!r} [grid]")
-    swept = {key.replace("-", "_"): key for key in grid}
+    def flat_names(table: dict) -> set:  # a hyphenated key as the flags name it
+        return {key.replace("-", "_") for key in table}
+
+    swept = flat_names(grid)
     both = [name for name in base if name.replace("-", "_") in swept]
     if both:  # the grid's values replace the base's: a setting there would be silently read by no cell
         raise ConfigError(f"sweep file {path!r}: {', '.join(both)} is set in the base settings and swept in [grid]; "
@@ -197,8 +200,8 @@ def load_sweep_file(path: str, size: str | None = None) -> tuple[dict, dict]:
             raise ConfigError(f"size={size!r} is not allowed: sizes in {path!r}: {allowed}")
         settings, size_grid = tables[size]
         # a size's one value of a swept setting overrides the axis, as a one-value flag does
-        grid = {key: values for key, values in grid.items() if key.replace("-", "_") not in
-                {name.replace("-", "_") for name in settings}}
+        chosen = flat_names(settings)
+        grid = {key: values for key, values in grid.items() if key.replace("-", "_") not in chosen}
         base.update(settings)
         grid = {**grid, **size_grid}
     return base, grid
