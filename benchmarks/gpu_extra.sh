@@ -4,7 +4,7 @@
 #     run(command="bash benchmarks/gpu_extra.sh", timeout_s=275)
 # with timeout_s = status's budget_left_s where that is less (its steps' limits add up to 255 s; they
 # run in order of value, each cut at its limit, so a short call keeps the first ones). The
-# measurements that refine, not decide, issues 13, 16 and 17 — save the first, which may decide
+# measurements that refine, not decide, issues 16 and 17 — save the first, which may decide
 # issue 17's target (a) for convolutional models — in order of value per second (each of the
 # first lease's three steps, 2026-12-04, was cut at its limit by XLA:GPU's 7-17 s compilations, so
 # these are smaller):
@@ -12,11 +12,13 @@
 #      over kernels makes them grouped convolutions, a known slow path of convolution libraries)
 #      against the same clients in the CPU form (every convolution in im2col form, batched matrix
 #      products, with the form's max-pool and dense-gradient rewrites: what the engine runs on a CPU),
-#      at K = 64, batch 64 (on 2026-12-04 no row finished in 60 s with K = 64 and 256). Above 1,
+#      at K = 64, batch 64, 4 steps in calls of 2 (on 2026-12-04 no row finished in 60 s with K = 64
+#      and 256 in calls of 10 steps: two unrolled 10-step programs to compile). Above 1,
 #      accelerator runs should take the CPU form (today only CPU runs do: jaxfl/experiment.py,
 #      cpu_friendly_layers) (65 s);
 #   2. determinism: the same FedAvg CNN run (8 clients a call, 2 steps, 3 updates) twice in fresh
-#      processes without a compilation cache, then twice with --xla_gpu_deterministic_ops=true, then
+#      processes without a compilation cache (about 25 s each on an H200, so likely all that fits),
+#      then twice with --xla_gpu_deterministic_ops=true, then
 #      (if the step's time allows) with autotuning alone off: whether a GPU run repeats (and
 #      resumes) bit for bit, and what the flags cost in step time and save in compile time (80 s);
 #   3. sweep_jobs: a sweep of 8 FedBuff MLP cells (mnist10k, 50 updates each) by `jaxfl sweep
@@ -38,7 +40,7 @@ if [ -n "$QUICK" ]; then
   im2col=(--quick --steps 1 --steps-per-call 1 --batch-size 16); determinism=(--quick); jobs=(--quick)
   lockstep=(--quick)
 else
-  im2col=(--clients 64 --steps 10 --steps-per-call 10 --repeats 2)
+  im2col=(--clients 64 --steps 4 --steps-per-call 2 --repeats 2)
   determinism=(--runs 2)
   jobs=(--cells 8 --updates 50 --jobs 1 4)
   lockstep=(--clients 16 --models cnn --repeats 3)
