@@ -58,6 +58,18 @@ def test_figure_1_groups_q_values_and_times():
     assert len({policy.clients[c].group for c in range(5)}) == 1
 
 
+@pytest.mark.parametrize("step_time", [0.17, 0.235, 0.3, 0.7, 1.1])
+def test_identical_clients_joining_at_a_groups_creation_get_q_max_steps(step_time):
+    # S_i is measured as (arrival − start) / steps and T_a − now is a difference of rounded sums: at
+    # 0.17 s a step floor((T_a − now) / S_i) was 49.99999999999999 → 49, so every joiner trained Q_max − 1
+    # steps and then idled until the group's creator arrived
+    sim, policy, backend, _ = run_compass(lambda c, r: step_time, max_time=40 * 100 * step_time, q_max=50)
+    group_rounds = [r.steps for r in sim.records if r.start_time > 0]
+    assert len(group_rounds) >= 20 and set(group_rounds) == {50}
+    # every aggregation after the warm-up's first arrivals takes the whole federation at once
+    assert [len(a.contributions) for a in backend.aggregations[5:]] == [5] * len(backend.aggregations[5:])
+
+
 def test_reference_code_create_rule_uses_t_max():
     # The code lines up with group 1's T_max = 02:00 + 1.2·10 min = 14:00: T_exp = 24:00, q = 40.
     sim, policy, _, _ = run_compass(lambda c, r: PAPER_SPEEDS[c], max_time=500,

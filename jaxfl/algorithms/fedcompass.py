@@ -338,11 +338,11 @@ class FedCompass(Policy):
         end = _first_beyond(index, now, speed, self._join_upper)
         if end == 0:
             return None
-        best_q = floor((index[end - 1][0] - now) / speed)
+        best_q = floor((index[end - 1][0] - now) / speed * _ROUNDING_SLACK)
         if best_q < self.q_min:
             return None
         best_group, position = index[end - 1][1], end - 2
-        while position >= 0 and floor((index[position][0] - now) / speed) == best_q:
+        while position >= 0 and floor((index[position][0] - now) / speed * _ROUNDING_SLACK) == best_q:
             best_group = max(best_group, index[position][1])
             position -= 1
         return best_group, best_q
@@ -357,7 +357,7 @@ class FedCompass(Policy):
             expected = group.expected
             if expected == 0.0 and group.latest == 0.0:  # group.aggregated, without a property call per group
                 continue
-            q = floor((expected - now) / speed)
+            q = floor((expected - now) / speed * _ROUNDING_SLACK)
             if q_min <= q <= upper and q >= best_q:
                 best_group, best_q = group_id, q
         return None if best_group is None else (best_group, best_q)
@@ -407,7 +407,7 @@ class FedCompass(Policy):
             expected_next, group_id = index[position]
             group = groups[group_id]
             if now < (group.latest if at_t_max else group.expected):
-                return math.floor((expected_next - now) / speed)
+                return math.floor((expected_next - now) / speed * _ROUNDING_SLACK)
             del index[position], keys[group_id]
             position -= 1
         return -1
@@ -424,7 +424,7 @@ class FedCompass(Policy):
                 continue  # no members
             fastest = self._fastest(group_id, group)
             expected_next = reference + fastest * self.q_max  # T_exp
-            candidate = math.floor((expected_next - now) / speed)
+            candidate = math.floor((expected_next - now) / speed * _ROUNDING_SLACK)
             if self.options.create_far_groups == "skip" and candidate > self.q_max:
                 continue
             q = max(q, candidate)
@@ -503,6 +503,14 @@ class FedCompass(Policy):
                 raise AssertionError(f"client {client} is assigned to deleted group {state.group}")
 
 
+# q = floor((T − now) / S_i) counts whole steps, but S_i is measured as (arrival − start) / steps and T
+# is a sum of such products, each rounded: identical clients got 49.999999999999993 for 50 steps, so
+# Q_max − 1 (2 % less work, then idle until their group's creator arrived; 53 of 264 (speed, Q, now)
+# tried). A quotient within a billionth below a whole number counts as that number, as in exact
+# arithmetic; no schedule the float64 clock can tell apart from it is changed.
+_ROUNDING_SLACK = 1.0 + 1e-9
+
+
 def _first_beyond(index: list[tuple[float, int]], now: float, speed: float, upper: int) -> int:
     """The position of the first entry (t, id) of the sorted ``index`` with floor((t − now) / speed) > upper:
     bisected where exact arithmetic puts it, then stepped to where the rounded q puts it (a step or none).
@@ -512,9 +520,9 @@ def _first_beyond(index: list[tuple[float, int]], now: float, speed: float, uppe
     """
     floor, size = math.floor, len(index)
     end = bisect.bisect_left(index, (now + (upper + 1) * speed,))
-    while end < size and floor((index[end][0] - now) / speed) <= upper:
+    while end < size and floor((index[end][0] - now) / speed * _ROUNDING_SLACK) <= upper:
         end += 1
-    while end > 0 and floor((index[end - 1][0] - now) / speed) > upper:
+    while end > 0 and floor((index[end - 1][0] - now) / speed * _ROUNDING_SLACK) > upper:
         end -= 1
     return end
 
