@@ -162,6 +162,22 @@ def test_a_rewritten_npz_file_is_read_again_and_a_run_pins_its_content(tmp_path)
         prepare(config_from_mapping(saved))
 
 
+def test_only_the_last_npz_file_read_stays_in_memory(tmp_path):
+    # every file a process had read stayed cached: a notebook looping over ten generated data sets of 20,000
+    # images held all ten (157 MB); the last one read is what a sweep's next cell reads again
+    from jaxfl.data import datasets
+
+    x_train, y_train, x_test, y_test = arrays(dtype=np.uint8)
+    paths = [tmp_path / f"set{i}.npz" for i in range(3)]
+    for path in paths:
+        np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    loaded = [load_dataset("npz", data_dir=path) for path in paths]
+    assert list(datasets._NPZ_CACHE) == [str(paths[-1])]
+    assert load_dataset("npz", data_dir=paths[-1]) is loaded[-1]  # still cached
+    assert load_dataset("npz", data_dir=paths[0]) is not loaded[0]  # read again, now the one cached
+    assert list(datasets._NPZ_CACHE) == [str(paths[0])]
+
+
 def test_resume_takes_the_same_data_again_and_refuses_other_data(tmp_path):
     data = arrays(seed=1)
     config = small(tmp_path, algorithm="fedbuff", buffer_size=2, max_updates=3, checkpoint_every=1, stop_at_target=False)
