@@ -119,3 +119,18 @@ def test_a_policy_that_keeps_scheduling_at_one_instant_stops_as_stalled_not_for_
     reason = sim.run()
     assert reason.startswith(f"stalled: {same_instant_limit(2):,} events at virtual time 1 s without the clock moving")
     assert "policy Looping keeps scheduling at one instant" in reason and sim.events_processed == same_instant_limit(2)
+
+
+def test_rounds_shorter_than_the_clocks_resolution_stop_as_stalled_naming_the_client(monkeypatch):
+    # accepted times per step (1e5 s and 1e-12 s are both within the allowed range) that the float64 clock
+    # cannot tell apart once it is at 10^5 s: client 1's rounds arrived at the instant they left, and the
+    # stall was blamed on the policy ("a timer of no delay that sets itself again?")
+    from jaxfl.scheduler import simulation
+
+    monkeypatch.setattr(simulation, "same_instant_limit", lambda num_clients: 1000)  # 10^6 events: 27 s
+    speeds = ScriptedSpeeds(lambda client, round_: 1e5 if round_ == 0 else 1e-12, num_clients=2)
+    sim = Simulation(FedAsync(1, polynomial), speeds, [0.5, 0.5], RecordingBackend(), max_time=float("inf"))
+    reason = sim.run()
+    assert reason.startswith("stalled: 1,000 events at virtual time 100000 s")
+    assert "round of 1 step(s) is shorter than the clock's resolution there (1.46e-11 s" in reason, reason
+    assert "policy" not in reason

@@ -256,6 +256,11 @@ class CCFedAvg(Policy):
     def on_timer(self, sim: Simulation, payload) -> None:
         if self._open and payload["round"] == self._opened:  # an empty round ends, or the deadline
             self._timer = None
+            later = None if payload.get("rounding") else sim.due_by_rounding(
+                sim.records.live[d] for d in self._round if d in sim.records.live)
+            if later is not None:  # on time in exact arithmetic, rounded past the deadline: waited for
+                self._timer = sim.set_timer(later, {"round": self._opened, "rounding": True})
+                return
             self._aggregate(sim)
 
     def _aggregate(self, sim: Simulation) -> None:

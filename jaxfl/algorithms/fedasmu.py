@@ -389,8 +389,10 @@ class FedASMU(Policy):
         elif "deadline" in payload:
             dispatch = payload["deadline"]
             # an update arriving at this very instant is on time: its arrival comes after the timers
-            # of the instant (triggers first: the order FedASMU's schedules were made with)
-            if dispatch in self.running and not sim.records[dispatch].arrival_time <= sim.now:
+            # of the instant (triggers first: the order FedASMU's schedules were made with); so is one
+            # later only by float rounding (Simulation.due_by_rounding)
+            if dispatch in self.running and not sim.records[dispatch].arrival_time <= sim.now \
+                    and sim.due_by_rounding([sim.records[dispatch]]) is None:
                 self.lost[dispatch] = self.running.pop(dispatch)[0]
         else:
             record = sim.records[payload["fetch"]]

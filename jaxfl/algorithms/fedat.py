@@ -166,9 +166,13 @@ class FedAT(Policy):
         self._finish_round(sim, tier, self._round[tier])
 
     def on_timer(self, sim: Simulation, payload) -> None:
-        tier, round_id = payload
+        tier, round_id, *rounding = payload
         self._timers.pop(tier, None)
         if self._round_ids.get(tier) == round_id:
+            later = None if rounding else sim.due_by_rounding(self._round[tier])
+            if later is not None:  # on time in exact arithmetic, rounded past the deadline: waited for
+                self._timers[tier] = sim.set_timer(later, [tier, round_id, "rounding"])
+                return
             arrived = [r for r in self._round[tier] if r.status == "arrived"]
             self._finish_round(sim, tier, arrived)
 

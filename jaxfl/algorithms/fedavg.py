@@ -95,7 +95,13 @@ class FedAvg(Policy):
 
     def on_timer(self, sim: Simulation, payload) -> None:
         self._timer = None
-        if payload == self._rounds:
+        if payload == self._rounds:  # the deadline
+            later = sim.due_by_rounding(self._round.values())
+            if later is not None:  # on time in exact arithmetic, rounded past the deadline: waited for
+                self._timer = sim.set_timer(later, [self._rounds, "rounding"])
+                return
+            self._finish_round(sim)
+        elif payload == [self._rounds, "rounding"]:
             self._finish_round(sim)
 
     def _finish_round(self, sim: Simulation) -> None:

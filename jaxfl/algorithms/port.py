@@ -187,7 +187,8 @@ class PORT(Policy):
 
     def on_timer(self, sim: Simulation, payload) -> None:
         dispatch_id = payload["deadline"]
-        if dispatch_id in self.in_flight:
+        # one later than its deadline by float rounding alone is on time (Simulation.due_by_rounding)
+        if dispatch_id in self.in_flight and sim.due_by_rounding([sim.records[dispatch_id]]) is None:
             self.lost[dispatch_id] = self.in_flight.pop(dispatch_id)
             self.pulled.discard(dispatch_id)
             self._select(sim, 1)  # its slot to an idle client: a crashed one would hold it for good

@@ -60,6 +60,7 @@ NONFINITE_POLICIES = ("stop", "skip")
 # cost FedAsync a sixth of its events/s on long runs (every full collection walks them all): 97k
 # against 113k at 10^4 clients and 10^6 updates, timing-only.
 KEEP_FINISHED_RECORDS = 10_000
+CRASHED = "client crashed"  # a crashed dispatch's drop reason (its record is kept: DispatchRecords.crashed)
 # Simulator-internal events (the policy never sees a crash): after everything else at an instant.
 _INTERNAL_PRIORITIES = {"crash": 9}
 # Allocations between young-generation garbage collections while the simulation runs (Python's
@@ -94,6 +95,11 @@ def same_instant_limit(num_clients: int) -> int:
     (1000000, 20000000)
     """
     return max(10**6, 20 * num_clients)
+
+
+# A relative gap this small between a deadline and an arrival is float rounding (10^-12: thousands of
+# ulps of either, far below any time a speed model draws apart): see Simulation.due_by_rounding.
+DEADLINE_ROUNDING = 1e-12
 
 
 def nonfinite_streak_limit(num_clients: int) -> int:
@@ -167,6 +173,15 @@ class DispatchRecords:
         self.finished: collections.OrderedDict[int, DispatchRecord] = collections.OrderedDict()
         self.count = 0
         self.forgotten = 0
+        # Crashed dispatches, never let go: the server cannot tell that a client crashed, so its policy
+        # may still hold the id and look it up any time later (PORT's in-flight set, FedASMU's running
+        # and lost ones raised KeyError once 10,000 later records had finished). At most one a client:
+        # a crashed client is never dispatched again.
+        self.crashed: dict[int, DispatchRecord] = {}
+
+    def __setstate__(self, state: dict) -> None:
+        state.setdefault("crashed", {})  # checkpoints from before crashed records were kept
+        self.__dict__.update(state)
 
     def add(self, record: DispatchRecord) -> None:
         if record.id != self.count:
@@ -191,6 +206,9 @@ class DispatchRecords:
         for record in records:
             if live.pop(record.id, None) is None:
                 continue
+            if record.drop_reason == CRASHED:
+                self.crashed[record.id] = record
+                continue
             if keep == 0:
                 self.forgotten += 1
                 continue
@@ -203,7 +221,7 @@ class DispatchRecords:
         try:
             return self.live[dispatch_id]
         except KeyError:
-            record = self.finished.get(dispatch_id)
+            record = self.finished.get(dispatch_id) or self.crashed.get(dispatch_id)
         if record is None:
             if 0 <= dispatch_id < self.count:
                 raise KeyError(f"dispatch {dispatch_id} finished long ago and its record was let go "
@@ -213,13 +231,13 @@ class DispatchRecords:
         return record
 
     def __contains__(self, dispatch_id: int) -> bool:
-        return dispatch_id in self.live or dispatch_id in self.finished
+        return dispatch_id in self.live or dispatch_id in self.finished or dispatch_id in self.crashed
 
     def __len__(self) -> int:
         return self.count
 
     def __iter__(self):
-        return iter(sorted([*self.live.values(), *self.finished.values()], key=lambda r: r.id))
+        return iter(sorted([*self.live.values(), *self.finished.values(), *self.crashed.values()], key=lambda r: r.id))
 
 
 @dataclasses.dataclass(slots=True)  # not frozen: a frozen dataclass costs 4x to build, once per update
@@ -845,6 +863,27 @@ class Simulation:
         if not self._stop_requested:
             self._stop_requested = reason
 
+    def due_by_rounding(self, records: Iterable[DispatchRecord], deadline: float | None = None) -> float | None:
+        """The latest arrival time among the in-flight ``records`` that come after ``deadline`` (by
+        default now) by float rounding alone, within a relative 10^-12 of it; None if none does.
+
+        A deadline ``now + timeout`` and an arrival ``now + steps · t_i`` are rounded apart: 0.1 s × 3
+        steps is 0.30000000000000004, after a 0.3 s deadline, and every update of such a round was
+        dropped as late. A policy whose deadline means "an update arriving exactly at it is on time"
+        sets its timer again at this time once, so that those arrivals come first::
+
+            def on_timer(self, sim, payload):
+                later = sim.due_by_rounding(self.round_records) if payload != "rounding" else None
+                if later is not None:
+                    sim.set_timer(later, "rounding")  # the round waits for them
+                    return
+                self.close_round(sim)
+        """
+        deadline = self.queue._now if deadline is None else deadline
+        limit = deadline + abs(deadline) * DEADLINE_ROUNDING
+        later = [r.arrival_time for r in records if r.status == IN_FLIGHT and deadline < r.arrival_time <= limit]
+        return max(later) if later else None
+
     def set_timer(self, time: float, payload=None) -> Event:
         """Schedule a policy timer (``payload`` must be JSON-able)."""
         return self.queue.push(time, "timer", -1, payload)
@@ -1103,10 +1142,25 @@ class Simulation:
                 if at_instant >= instant_limit:
                     self.stop(
                         f"stalled: {at_instant:,} events at virtual time {instant:.6g} s without the clock moving "
-                        f"(the last a {event.kind!r}), far more than one round of every client makes: the "
-                        f"policy {type(self.policy).__name__} keeps scheduling at one instant (a timer of no "
-                        "delay that sets itself again?)")
+                        f"(the last a {event.kind!r}), far more than one round of every client makes: "
+                        + self._stall_cause(event, instant))
         return self.stop_reason
+
+    def _stall_cause(self, event: Event, instant: float) -> str:
+        """Why the clock stopped moving, for the "stalled" stop reason: a round shorter than the float64
+        clock's resolution at this time (1e-12 s a step at 5·10^6 s arrives at the instant it left), or
+        else the policy."""
+        records = self.records
+        record = None
+        if event.kind == "arrival" and event.payload in records:  # aggregated since, it may be kept as finished
+            record = records[event.payload]
+        if record is not None and record.steps > 0 and record.arrival_time == record.start_time:
+            return (f"client {record.client}'s round of {record.steps} step(s) is shorter than the clock's "
+                    f"resolution there ({math.ulp(instant):.3g} s, the float64 step at {instant:.6g} s), so it "
+                    "arrives at the instant it left: its time per step is too small beside the virtual time "
+                    "reached (times per step within about 10^12 of each other, or a smaller max_time)")
+        return (f"the policy {type(self.policy).__name__} keeps scheduling at one instant (a timer of no delay "
+                "that sets itself again?)")
 
     def budget_spent(self) -> str | None:
         """The first of ``max_updates``, ``max_client_updates``, ``max_client_steps`` that is spent, or None."""
@@ -1177,7 +1231,7 @@ class Simulation:
             self.policy.on_timer(self, event.payload)
         elif kind == "crash":  # the client stops for good
             record = self.records[event.payload]
-            self._mark_dropped(record, "client crashed", IN_FLIGHT)
+            self._mark_dropped(record, CRASHED, IN_FLIGHT)
             self.busy_time[record.client] += event.time - record.start_time
             self._write("crash", event.time, record.client, record.id, record.version, None, record.steps)
             self.backend.on_drop(record)
