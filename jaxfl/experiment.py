@@ -415,6 +415,51 @@ def _records_inputs(run_dir: str, user_inputs: dict | None) -> bool:
 NAME_LEFT_OUT = ("output_dir", "run_name", "progress", "client_state", "checkpoint_min_interval_s")
 
 
+# The jax settings that change a run's numbers, at the values jaxfl's runs are made with by default. A
+# process that differs (a notebook's jax_enable_x64: optax's Adam then corrects its bias in float64, and
+# every update differs; jax_threefry_partitionable draws other initial weights from the same seed) makes
+# another run of the same config and seed: the difference names the run (config_hash), is recorded in
+# config.json ("jax") and must be set again to resume it.
+JAX_NUMERICS = {"jax_enable_x64": False, "jax_threefry_partitionable": True, "jax_default_prng_impl": "threefry2x32",
+                "jax_default_matmul_precision": None}
+
+
+def jax_numerics() -> dict:
+    """This process's jax settings of :data:`JAX_NUMERICS` that differ from those values ({} at jax's
+    defaults), which :func:`config_hash` names runs by.
+
+    >>> jax_numerics()
+    {}
+    >>> with jax.enable_x64(True):
+    ...     jax_numerics()
+    {'jax_enable_x64': True}
+    """
+    current = {name: getattr(jax.config, name) for name in JAX_NUMERICS}
+    return {name: value for name, value in current.items() if value != JAX_NUMERICS[name]}
+
+
+def _refuse_other_jax_numerics(run_dir: str, recorded: dict) -> None:
+    """A resume goes on only under the jax settings its run was made with (:data:`JAX_NUMERICS`): with
+    jax_enable_x64 turned on for the resume, a FedAvgM run ended at other parameters than either mode's
+    uninterrupted run."""
+    current = jax_numerics()
+    if recorded == current:
+        return
+
+    def said(settings: dict) -> str:
+        return ", ".join(f"{name}={value!r}" for name, value in settings.items()) or "jax's default settings"
+
+    names = sorted(set(recorded) | set(current))
+    wanted = {name: recorded.get(name, JAX_NUMERICS[name]) for name in names}
+    to_set = ", ".join(f"{name.upper()} unset" if value is None else
+                       f"{name.upper()}={str(value).lower() if isinstance(value, bool) else value}"
+                       for name, value in wanted.items())
+    raise resume.ResumeError(
+        f"cannot resume {run_dir!r}: it was made with {said(recorded)} and this process has {said(current)}, "
+        f"which give other numbers; resume it in a process with {to_set} in the environment (or "
+        "jax.config.update(...) before any jax work)")
+
+
 def config_hash(config: RunConfig) -> str:
     """Six hex digits of SHA-256 over the config's canonical JSON (nested as ``config.json`` holds
     it): equal for the same experiment only, and the same in every jaxfl version since
@@ -437,6 +482,8 @@ def config_hash(config: RunConfig) -> str:
     False
     """
     values = config.to_dict()
+    if numerics := jax_numerics():  # hashed only where they differ: every earlier name stays
+        values["jax"] = numerics
     options = values.get("algorithm_options")
     for name in NAME_LEFT_OUT:
         _leave_out(values, name)
@@ -1429,8 +1476,14 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
     second process resuming it, or one running it, is refused in one line. The run reads and keeps
     its compiled programs in the process's temporary cache (:func:`jaxfl.compilation_cache.process_compilations`),
     unless a cache is configured already."""
+    if jax.config.jax_disable_jit and not config.timing_only:
+        raise ConfigError("jax_disable_jit is on (JAX_DISABLE_JIT=1, or jax.config.update('jax_disable_jit', "
+                          "True)): jaxfl compiles its training programs ahead of time, which jax cannot do without "
+                          "jit (it failed after the run's folder was written); turn it off for the run, e.g. "
+                          "`with jax.disable_jit(False): run_experiment(...)`")
     if resume_dir is not None:
         _check_algorithm_source(resume_dir, config)
+        _refuse_other_jax_numerics(resume_dir, resume.read_record(resume_dir).get("jax") or {})
     with process_compilations():
         return _experiment_cached(config, dataset, user, resume_dir, loggers, recorded)
 
@@ -1894,6 +1947,7 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
         "backend": None if config.timing_only else jax.default_backend(),
         **({"timing_only": True} if config.timing_only else {}),
         "versions": library_versions(),
+        **({"jax": numerics} if (numerics := jax_numerics()) else {}),
         "model_parameters": count_params(params["params"]),
         "model_state_values": count_params(params.get("state", {})), "client_samples": write_client_samples(run_dir, federation.counts),
         **described, **({"user_inputs": user_inputs} if user_inputs else {}),

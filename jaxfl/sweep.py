@@ -1035,6 +1035,9 @@ def _worker_environment(devices: int, cache: str, gpu_memory_fraction: float | N
     ...     env = _worker_environment(1, cache)
     >>> env["JAX_NUM_CPU_DEVICES"], env["JAX_COMPILATION_CACHE_DIR"] == cache
     ('1', True)
+    >>> with shared_compilations() as cache, jax.enable_x64(True):
+    ...     _worker_environment(1, cache)["JAX_ENABLE_X64"]
+    'true'
     """
     import jax
 
@@ -1050,6 +1053,16 @@ def _worker_environment(devices: int, cache: str, gpu_memory_fraction: float | N
     env.pop("JAXFL_CPU_DEVICES", None)
     if "xla_force_host_platform_device_count" in env.get("XLA_FLAGS", ""):  # the share decides the devices
         env["XLA_FLAGS"] = without_device_count_flag(env["XLA_FLAGS"])
+    # the sweep's own jax settings that change a run's numbers, however they were made: a notebook's
+    # jax.config.update("jax_enable_x64", True) reached the cells of --jobs 1 and not those of --jobs 2
+    from jaxfl.experiment import JAX_NUMERICS
+
+    for name in JAX_NUMERICS:
+        value = getattr(jax.config, name)
+        if value is None:
+            env.pop(name.upper(), None)
+        else:
+            env[name.upper()] = str(value).lower() if isinstance(value, bool) else str(value)
     return env
 
 
