@@ -337,3 +337,13 @@ def test_a_value_past_float32_is_refused_without_numpy_s_overflow_warning(tmp_pa
         warnings.simplefilter("error")  # numpy's "overflow encountered in cast" came first, or instead under -W error
         with pytest.raises(ValueError, match="beyond float32's range"):
             run_experiment(small(tmp_path), data=(big, y_train, x_test.astype(np.float64), y_test))
+
+
+def test_bfloat16_samples_are_taken_as_the_floats_they_are():
+    # numpy does not count ml_dtypes' bfloat16 as floating: such data were refused as "not uint8 images, float
+    # images or features", while float16 data were taken
+    x_train, y_train, x_test, y_test = arrays()
+    wide = as_dataset((x_train, y_train, x_test, y_test))
+    narrow = as_dataset((x_train.astype(jnp.bfloat16), y_train, x_test.astype(jnp.bfloat16), y_test))
+    assert narrow.train_x.dtype == np.float32 and narrow.kind == wide.kind
+    np.testing.assert_array_equal(narrow.train_x.reshape(x_train.shape), x_train.astype(jnp.bfloat16).astype(np.float32))

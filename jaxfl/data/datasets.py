@@ -363,6 +363,8 @@ def _stored_num_classes(value, source: str) -> int:
 
 def _as_samples(x: np.ndarray, label: str, source: str) -> np.ndarray:
     """Samples in one of the layouts of ``Dataset.kind``, or a one-line ValueError."""
+    if x.dtype.kind == "V" and (x.dtype.name == "bfloat16" or x.dtype.name.startswith("float")):  # ml_dtypes' floats
+        x = x.astype(np.float32)  # exact: each is a float32 with fewer mantissa bits
     if np.issubdtype(x.dtype, np.floating):
         if x.ndim > 4:
             raise ValueError(f"{source}: float {label} of shape {x.shape}: expected (N, D) features or "
