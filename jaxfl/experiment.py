@@ -203,6 +203,21 @@ def make_client_optimizer(name: str, learning_rate: float, momentum: float = 0.0
     return optax.chain(optax.add_decayed_weights(weight_decay), step) if weight_decay else step
 
 
+def _refuse_adam_on_float16(config: RunConfig, user: UserInputs, params) -> None:
+    """The built-in Adam on float16 parameters: its ε = 1e-8 is 0 in float16, so a weight whose gradient is 0
+    (a dead unit) steps by 0/0 = NaN at once, and the run stopped at update 0 advising a lower client_lr."""
+    if user.client_optimizer is not None or config.client_optimizer not in ("adam", "adamw"):
+        return
+    narrow = [jax.tree_util.keystr(path) for path, leaf in jax.tree_util.tree_leaves_with_path(params["params"])
+              if getattr(leaf, "dtype", None) == jnp.float16]
+    if narrow:
+        raise ConfigError(f"client_optimizer={config.client_optimizer!r} is not allowed with the model's float16 "
+                          f"parameters (params{narrow[0]} and {len(narrow) - 1} more): Adam's eps=1e-8 is 0 in "
+                          "float16, so a zero gradient steps by 0/0 = NaN; keep the parameters in float32 or "
+                          "bfloat16 (a flax module's param_dtype; float16 compute, dtype=, is fine), use sgd, "
+                          "or pass client_optimizer=optax.adam(lr, eps=1e-4)")
+
+
 def evaluation_batch_size(predict, params, input_shape: tuple[int, ...], cpu_layers: bool, kind: str = "image") -> int:
     """The held-out batch for ``predict(params, x)`` on inputs of ``input_shape`` (of a dataset of
     ``kind``: int32 token ids for ``"tokens"``, else float32): ``EVAL_BATCH``,
@@ -1636,6 +1651,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     preprocess, augment = make_transforms(config, dataset)
     cpu_layers = _cpu_layers(config)
     user.check_optimizer(params)
+    _refuse_adam_on_float16(config, user, params)
     trainer = make_client_trainer(model, user.client_optimizer or make_client_optimizer(
                                       config.client_optimizer, config.client_lr, config.client_momentum,
                                       config.client_weight_decay),

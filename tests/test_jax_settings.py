@@ -35,3 +35,30 @@ def test_jax_disable_jit_is_refused_before_the_run_folder_is_written(small_confi
     with jax.disable_jit(), pytest.raises(ConfigError, match="jax_disable_jit is on"):
         run_experiment(small_config)
     assert not os.path.exists(small_config.output_dir)
+
+
+def test_the_built_in_adam_on_float16_parameters_is_refused_before_any_work(small_config):
+    import dataclasses
+    # Adam's eps=1e-8 is 0 in float16: a zero gradient stepped by 0/0 = NaN, and the run stopped at update 0
+    # advising a lower client_lr; bfloat16 parameters (float32's exponent) train
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+    def mlp(param_dtype):
+        class MLP(nn.Module):
+            num_classes: int = 10
+
+            @nn.compact
+            def __call__(self, x):
+                x = nn.relu(nn.Dense(16, param_dtype=param_dtype)(x.reshape((x.shape[0], -1))))
+                return nn.Dense(self.num_classes, param_dtype=param_dtype)(x)
+        return MLP
+
+    small_config = dataclasses.replace(small_config, model="cnn")  # the default: a model object replaces it
+    with pytest.raises(ConfigError, match=r"client_optimizer='adam' is not allowed with the model's float16 "
+                                          r"parameters \(params\['Dense_0'\]\['bias'\] and 3 more\)"):
+        run_experiment(small_config, model=mlp(jnp.float16))
+    assert not os.path.exists(small_config.output_dir)
+    result = run_experiment(small_config, model=mlp(jnp.bfloat16))
+    assert result.summary["global_updates"] == 4
+    assert {leaf.dtype for leaf in jax.tree.leaves(result.params["params"])} == {jnp.dtype(jnp.bfloat16)}
