@@ -1436,7 +1436,9 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     if resume_dir is not None:  # it continues from a checkpoint: with none to continue from it is refused here
         resume_dir = user_path(resume_dir)
         resume.candidates(resume_dir, warn=False)
-        recorded = resume.read_record(resume_dir).get("user_inputs", {})  # the config is the one given
+        written = resume.read_record(resume_dir)
+        recorded = written.get("user_inputs", {})  # the config is the one given
+        _refuse_other_jax_numerics(resume_dir, written.get("jax") or {})
     config, dataset, user = _with_inputs(config, data, user, resume_dir, recorded)
     # The one validation of the run (its warnings are given once): of the config naming the user's
     # data and objects, whose names decide defaults and which settings are read.
@@ -1498,7 +1500,6 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
                           "`with jax.disable_jit(False): run_experiment(...)`")
     if resume_dir is not None:
         _check_algorithm_source(resume_dir, config)
-        _refuse_other_jax_numerics(resume_dir, resume.read_record(resume_dir).get("jax") or {})
     with process_compilations():
         return _experiment_cached(config, dataset, user, resume_dir, loggers, recorded)
 
@@ -2229,6 +2230,7 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
         raise resume.ResumeError(f"cannot resume {run_dir!r} with data=: it was made on dataset {config.dataset!r}, "
                                  "loaded by name, not on data passed in Python; resume it without data=")
     resume.refuse_changes(config, overrides, spelling)
+    _refuse_other_jax_numerics(run_dir, written.get("jax") or {})
     ended = resume.finished_run(run_dir)
     finished = None if again_if_finished else ended
     if config.timing_only:  # no checkpoint to resume from, by design: said so, not as a damaged run

@@ -27,6 +27,8 @@ def test_a_run_under_jax_enable_x64_is_named_and_recorded_apart_and_resumes_only
         resume_experiment(plain.run_dir)
     with pytest.raises(ResumeError, match="made with jax_enable_x64=True .*JAX_ENABLE_X64=true in the environment"):
         resume_experiment(wide.run_dir)
+    with pytest.raises(ResumeError, match="made with jax_enable_x64=True"):  # the same through run_experiment
+        run_experiment(small_config, resume_dir=wide.run_dir)
 
 
 def test_jax_disable_jit_is_refused_before_the_run_folder_is_written(small_config):
