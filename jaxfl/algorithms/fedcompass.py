@@ -506,9 +506,10 @@ class FedCompass(Policy):
 # q = floor((T − now) / S_i) counts whole steps, but S_i is measured as (arrival − start) / steps and T
 # is a sum of such products, each rounded: identical clients got 49.999999999999993 for 50 steps, so
 # Q_max − 1 (2 % less work, then idle until their group's creator arrived; 53 of 264 (speed, Q, now)
-# tried). A quotient within a billionth below a whole number counts as that number, as in exact
-# arithmetic; no schedule the float64 clock can tell apart from it is changed.
-_ROUNDING_SLACK = 1.0 + 1e-9
+# tried). A quotient within a relative 10^-12 below a whole number counts as that number, as in exact
+# arithmetic: thousands of ulps, the size of the rounding (Simulation.due_by_rounding's too), far below
+# any difference of speeds a model draws.
+_ROUNDING_SLACK = 1.0 + 1e-12
 
 
 def _first_beyond(index: list[tuple[float, int]], now: float, speed: float, upper: int) -> int:
