@@ -453,11 +453,18 @@ def jax_numerics() -> dict:
     return {name: value for name, value in current.items() if value != JAX_NUMERICS[name]}
 
 
-def _refuse_other_jax_numerics(run_dir: str, recorded: dict) -> None:
+def _refuse_other_jax_numerics(run_dir: str, recorded: dict | None) -> None:
     """A resume goes on only under the jax settings its run was made with (:data:`JAX_NUMERICS`): with
     jax_enable_x64 turned on for the resume, a FedAvgM run ended at other parameters than either mode's
     uninterrupted run."""
     current = jax_numerics()
+    if recorded is None:  # recorded before jaxfl wrote its settings: not known, so not refused
+        if current:
+            warnings.warn(f"{run_dir}: its config.json does not say which jax settings it was made with (an older "
+                          f"jaxfl), and this process has {', '.join(f'{k}={v!r}' for k, v in current.items())}; "
+                          "if the run was made with others, its resumed part computes other numbers",
+                          UserWarning, stacklevel=3)
+        return
     if recorded == current:
         return
 
@@ -1438,7 +1445,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
         resume.candidates(resume_dir, warn=False)
         written = resume.read_record(resume_dir)
         recorded = written.get("user_inputs", {})  # the config is the one given
-        _refuse_other_jax_numerics(resume_dir, written.get("jax") or {})
+        _refuse_other_jax_numerics(resume_dir, written.get("jax"))
     config, dataset, user = _with_inputs(config, data, user, resume_dir, recorded)
     # The one validation of the run (its warnings are given once): of the config naming the user's
     # data and objects, whose names decide defaults and which settings are read.
@@ -1522,6 +1529,9 @@ def _shared_settings(config: RunConfig) -> dict:
     settings = config.to_dict()
     for name in ("output_dir", "progress"):
         _leave_out(settings, name)
+    # a process with other numerics (JAX_ENABLE_X64 on one) computes otherwise; every value, so that the
+    # refusal says both
+    settings["jax"] = {name: getattr(jax.config, name) for name in JAX_NUMERICS}
     return settings
 
 
@@ -1964,7 +1974,7 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
         "backend": None if config.timing_only else jax.default_backend(),
         **({"timing_only": True} if config.timing_only else {}),
         "versions": library_versions(),
-        **({"jax": numerics} if (numerics := jax_numerics()) else {}),
+        "jax": jax_numerics(),  # {} at jax's defaults; absent in a run recorded before 2026-12-05
         "model_parameters": count_params(params["params"]),
         "model_state_values": count_params(params.get("state", {})), "client_samples": write_client_samples(run_dir, federation.counts),
         **described, **({"user_inputs": user_inputs} if user_inputs else {}),
@@ -2230,7 +2240,7 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
         raise resume.ResumeError(f"cannot resume {run_dir!r} with data=: it was made on dataset {config.dataset!r}, "
                                  "loaded by name, not on data passed in Python; resume it without data=")
     resume.refuse_changes(config, overrides, spelling)
-    _refuse_other_jax_numerics(run_dir, written.get("jax") or {})
+    _refuse_other_jax_numerics(run_dir, written.get("jax"))
     ended = resume.finished_run(run_dir)
     finished = None if again_if_finished else ended
     if config.timing_only:  # no checkpoint to resume from, by design: said so, not as a damaged run

@@ -62,6 +62,8 @@ SCRIPT = textwrap.dedent("""
                                      checkpoint_every=None)
     if mode == "small-mismatch" and process == 1:  # a copy-paste slip: another learning rate on one host
         config = dataclasses.replace(config, client=dataclasses.replace(config.client, client_lr=0.5))
+    if mode == "small-x64" and process == 1:  # JAX_ENABLE_X64 in one host's environment
+        jax.config.update("jax_enable_x64", True)
     if mode == "small-no-data" and process == 1:  # its copy of the data missing on this host
         import jaxfl.experiment
         def missing(*args, **kwargs):
@@ -268,7 +270,8 @@ def test_cluster_arguments_are_checked_before_joining():
 
 
 @pytest.mark.parametrize("mode, differs", [("small-mismatch", "client_lr: 0.5 here, 0.05 on process 0"),
-                                           ("small-count", "num_processes: 3 here, 2 on process 0")])
+                                           ("small-count", "num_processes: 3 here, 2 on process 0"),
+                                           ("small-x64", "jax_enable_x64: True here, False on process 0")])
 def test_processes_given_other_settings_are_refused_on_every_process_before_training(tmp_path, mode, differs):
     """One process with another learning rate trained its share of the clients its own way, and the
     mixed model was written under process 0's config, exit 0 on both (other mismatches hung); another

@@ -295,3 +295,24 @@ def test_a_crashed_dispatchs_record_stays_findable_after_later_records_are_let_g
     crashed = sim.records.crashed
     assert crashed and all(sim.records[d].drop_reason == "client crashed" and d in sim.records for d in crashed)
     assert len(sim.records.finished) == 2 and sim.accounting()["dropped_by_reason"]["client crashed"] == len(crashed)
+
+
+def test_a_checkpoint_from_before_crashed_records_were_kept_moves_them_out_of_the_finished_ones():
+    # pickled by a jaxfl before DispatchRecords.crashed: its crashed records sat among the finished ones and
+    # were let go after 10,000 more, so a resumed PORT or FedASMU run still died in a KeyError
+    import pickle
+
+    from jaxfl.scheduler.simulation import CRASHED, DispatchRecord, DispatchRecords
+
+    records = DispatchRecords(keep_finished=1)
+    for i in range(2):
+        records.add(DispatchRecord(i, client=i, version=0, steps=1, client_round=0, start_time=0.0, arrival_time=1.0))
+    records[0].drop_reason = CRASHED
+    records.finish_many([records[0], records[1]])
+    old = dict(records.__dict__)
+    old["finished"] = type(records.finished)([(0, old["crashed"].pop(0)), *old["finished"].items()])
+    del old["crashed"]
+    restored = DispatchRecords.__new__(DispatchRecords)
+    restored.__setstate__(pickle.loads(pickle.dumps(old)))
+    assert list(restored.crashed) == [0] and list(restored.finished) == [1]
+    assert restored[0].drop_reason == CRASHED

@@ -21,7 +21,7 @@ def test_a_run_under_jax_enable_x64_is_named_and_recorded_apart_and_resumes_only
     assert plain.run_dir != wide.run_dir
     assert os.path.basename(plain.run_dir)[:-6] == os.path.basename(wide.run_dir)[:-6]  # the hash alone differs
     written = [json.load(open(os.path.join(run.run_dir, "config.json"))) for run in (plain, wide)]
-    assert "jax" not in written[0] and written[1]["jax"] == {"jax_enable_x64": True}
+    assert written[0]["jax"] == {} and written[1]["jax"] == {"jax_enable_x64": True}
     with jax.enable_x64(True), pytest.raises(ResumeError, match="made with jax's default settings and this "
                                                                 "process has jax_enable_x64=True.*JAX_ENABLE_X64=false"):
         resume_experiment(plain.run_dir)
@@ -29,6 +29,23 @@ def test_a_run_under_jax_enable_x64_is_named_and_recorded_apart_and_resumes_only
         resume_experiment(wide.run_dir)
     with pytest.raises(ResumeError, match="made with jax_enable_x64=True"):  # the same through run_experiment
         run_experiment(small_config, resume_dir=wide.run_dir)
+
+
+def test_a_run_recorded_before_jaxfl_wrote_its_jax_settings_resumes_with_a_warning(small_config):
+    # an older config.json does not say which settings the run was made with: not known, so not refused (a
+    # run an older jaxfl made under x64 would be refused in the very process that made it)
+    import dataclasses
+
+    run = run_experiment(dataclasses.replace(small_config, checkpoint_every=1))
+    path = os.path.join(run.run_dir, "config.json")
+    written = json.load(open(path))
+    assert written["jax"] == {}  # at jax's defaults, said
+    del written["jax"]
+    with open(path, "w") as handle:
+        json.dump(written, handle)
+    with jax.enable_x64(True), pytest.warns(UserWarning, match="does not say which jax settings it was made with"):
+        resumed = resume_experiment(run.run_dir)
+    assert resumed.summary["global_updates"] == 4
 
 
 def test_jax_disable_jit_is_refused_before_the_run_folder_is_written(small_config):

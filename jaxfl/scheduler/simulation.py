@@ -180,7 +180,11 @@ class DispatchRecords:
         self.crashed: dict[int, DispatchRecord] = {}
 
     def __setstate__(self, state: dict) -> None:
-        state.setdefault("crashed", {})  # checkpoints from before crashed records were kept
+        if "crashed" not in state:  # a checkpoint from before crashed records were kept: its finished ones move
+            finished = state["finished"]
+            state["crashed"] = {d: r for d, r in finished.items() if r.drop_reason == CRASHED}
+            for dispatch_id in state["crashed"]:
+                del finished[dispatch_id]
         self.__dict__.update(state)
 
     def add(self, record: DispatchRecord) -> None:
