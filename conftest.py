@@ -16,10 +16,16 @@ Users' runs keep XLA's defaults: with these flags a step runs 10-30 % slower (be
 """
 import atexit
 import os
+import re
 import shutil
 import tempfile
+from importlib import metadata
 
-for _flag in ("--xla_backend_optimization_level=1", "--xla_cpu_use_fusion_emitters=false"):
+# jaxlib 0.11.1 dropped the classic emitter's flag, and XLA aborts the process on a flag it does not know
+# (jaxfl.models.adapter.CLASSIC_FUSION_EMITTER, read here without importing jax before the flags are set)
+_jaxlib = tuple(int(part) for part in re.findall(r"\d+", metadata.version("jaxlib"))[:3])
+for _flag in ("--xla_backend_optimization_level=1",) + (("--xla_cpu_use_fusion_emitters=false",)
+                                                        if _jaxlib < (0, 11, 1) else ()):
     if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 

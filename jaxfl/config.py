@@ -1319,10 +1319,7 @@ def load_config_text(text: str | bytes, suffix: str) -> dict[str, Any]:
     raw = text.encode() if isinstance(text, str) else text
     try:
         if suffix == ".toml":
-            try:
-                import tomllib
-            except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (a dependency there)
-                import tomli as tomllib
+            import tomllib
 
             values = tomllib.loads(raw.decode("utf-8-sig"))  # a BOM (Windows editors) as JSON takes it
         elif suffix == ".json":

@@ -82,7 +82,25 @@ def _is_zoo_linen(adapter) -> bool:
     return True
 
 
-_CPU_INIT_OPTIONS = {"xla_backend_optimization_level": 1, "xla_cpu_use_fusion_emitters": False}
+def jaxlib_version() -> tuple[int, ...]:
+    """The installed jaxlib's version as integers (``()`` where it is not installed as a package).
+
+    >>> len(jaxlib_version()) == 3
+    True
+    """
+    from importlib import metadata
+
+    try:
+        return tuple(int(part) for part in re.findall(r"\d+", metadata.version("jaxlib"))[:3])
+    except metadata.PackageNotFoundError:
+        return ()
+
+
+# XLA's option of its classic fusion emitter went with jaxlib 0.11.1, and a compile naming it fails
+# ("No such compile option"): every CPU run failed with it at its model's initialisation
+CLASSIC_FUSION_EMITTER = jaxlib_version() < (0, 11, 1)
+_CPU_INIT_OPTIONS = {"xla_backend_optimization_level": 1,
+                     **({"xla_cpu_use_fusion_emitters": False} if CLASSIC_FUSION_EMITTER else {})}
 
 
 def _at_top_level() -> bool:
