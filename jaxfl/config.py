@@ -1334,10 +1334,29 @@ def load_config_text(text: str | bytes, suffix: str) -> dict[str, Any]:
         raise ConfigError("a config file must hold a mapping of field names to values")
     # a run's config.json, or a checkpoint's (its flat record and hash): rerun its config
     if isinstance(values.get("config"), dict) and ("versions" in values or "config_sha256" in values):
+        _say_other_jax_settings(values.get("jax"))
         return recorded_values(values["config"])
     PLUGIN_IMPORT_FAILURES.clear()  # this file's, not an earlier one's
     import_named_plugins(values)
     return values
+
+
+def _say_other_jax_settings(recorded: dict | None) -> None:
+    """Warn where a run's config.json, taken as a config file, was made under other jax settings than this
+    process holds (:data:`jaxfl.experiment.JAX_NUMERICS`): the config alone runs again, under another name
+    and with other numbers."""
+    from jaxfl.experiment import jax_numerics
+
+    current = jax_numerics()
+    if recorded is None or recorded == current:  # None: recorded before jaxfl wrote them
+        return
+
+    def said(settings: dict) -> str:
+        return ", ".join(f"{name}={value!r}" for name, value in settings.items()) or "jax's default settings"
+
+    warnings.warn(f"this config.json's run was made with {said(recorded)} and this process has {said(current)}: "
+                  "the run made here computes other numbers, under another name (set the same jax settings in "
+                  "the environment, e.g. JAX_ENABLE_X64, to run it again as it was)", UserWarning, stacklevel=3)
 
 
 def recorded_values(record: dict[str, Any]) -> dict[str, Any]:

@@ -81,3 +81,20 @@ def test_the_built_in_adam_on_float16_parameters_is_refused_before_any_work(smal
     result = run_experiment(small_config, model=mlp(jnp.bfloat16))
     assert result.summary["global_updates"] == 4
     assert {leaf.dtype for leaf in jax.tree.leaves(result.params["params"])} == {jnp.dtype(jnp.bfloat16)}
+
+
+def test_a_runs_config_json_taken_as_a_config_file_says_it_was_made_under_other_jax_settings(small_config):
+    # `jaxfl run --config RUN/config.json` runs any run's config again: an x64 run's ran without x64, under
+    # another name and with other numbers, without a word
+    import warnings
+
+    from jaxfl.config import load_config_text
+
+    with jax.enable_x64(True):
+        wide = run_experiment(small_config)
+    text = open(os.path.join(wide.run_dir, "config.json")).read()
+    with pytest.warns(UserWarning, match="made with jax_enable_x64=True and this process has jax's default settings"):
+        load_config_text(text, ".json")
+    with jax.enable_x64(True), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_config_text(text, ".json")  # the same settings: nothing to say
