@@ -1345,16 +1345,13 @@ def _say_other_jax_settings(recorded: dict | None) -> None:
     """Warn where a run's config.json, taken as a config file, was made under other jax settings than this
     process holds (:data:`jaxfl.experiment.JAX_NUMERICS`): the config alone runs again, under another name
     and with other numbers."""
-    from jaxfl.experiment import jax_numerics
+    from jaxfl.experiment import jax_numerics, said_jax_settings
 
     current = jax_numerics()
     if recorded is None or recorded == current:  # None: recorded before jaxfl wrote them
         return
-
-    def said(settings: dict) -> str:
-        return ", ".join(f"{name}={value!r}" for name, value in settings.items()) or "jax's default settings"
-
-    warnings.warn(f"this config.json's run was made with {said(recorded)} and this process has {said(current)}: "
+    warnings.warn(f"this config.json's run was made with {said_jax_settings(recorded)} and this process has "
+                  f"{said_jax_settings(current)}: "
                   "the run made here computes other numbers, under another name (set the same jax settings in "
                   "the environment, e.g. JAX_ENABLE_X64, to run it again as it was)", UserWarning, stacklevel=3)
 

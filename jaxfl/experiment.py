@@ -453,6 +453,15 @@ def jax_numerics() -> dict:
     return {name: value for name, value in current.items() if value != JAX_NUMERICS[name]}
 
 
+def said_jax_settings(settings: dict) -> str:
+    """Settings of :func:`jax_numerics` as a message says them.
+
+    >>> said_jax_settings({"jax_enable_x64": True}), said_jax_settings({})
+    ('jax_enable_x64=True', "jax's default settings")
+    """
+    return ", ".join(f"{name}={value!r}" for name, value in settings.items()) or "jax's default settings"
+
+
 def _refuse_other_jax_numerics(run_dir: str, recorded: dict | None) -> None:
     """A resume goes on only under the jax settings its run was made with (:data:`JAX_NUMERICS`): with
     jax_enable_x64 turned on for the resume, a FedAvgM run ended at other parameters than either mode's
@@ -461,23 +470,20 @@ def _refuse_other_jax_numerics(run_dir: str, recorded: dict | None) -> None:
     if recorded is None:  # recorded before jaxfl wrote its settings: not known, so not refused
         if current:
             warnings.warn(f"{run_dir}: its config.json does not say which jax settings it was made with (an older "
-                          f"jaxfl), and this process has {', '.join(f'{k}={v!r}' for k, v in current.items())}; "
+                          f"jaxfl), and this process has {said_jax_settings(current)}; "
                           "if the run was made with others, its resumed part computes other numbers",
                           UserWarning, stacklevel=3)
         return
     if recorded == current:
         return
-
-    def said(settings: dict) -> str:
-        return ", ".join(f"{name}={value!r}" for name, value in settings.items()) or "jax's default settings"
-
     names = sorted(set(recorded) | set(current))
     wanted = {name: recorded.get(name, JAX_NUMERICS[name]) for name in names}
     to_set = ", ".join(f"{name.upper()} unset" if value is None else
                        f"{name.upper()}={str(value).lower() if isinstance(value, bool) else value}"
                        for name, value in wanted.items())
     raise resume.ResumeError(
-        f"cannot resume {run_dir!r}: it was made with {said(recorded)} and this process has {said(current)}, "
+        f"cannot resume {run_dir!r}: it was made with {said_jax_settings(recorded)} and this process has "
+        f"{said_jax_settings(current)}, "
         f"which give other numbers; resume it in a process with {to_set} in the environment (or "
         "jax.config.update(...) before any jax work)")
 
