@@ -47,7 +47,7 @@ from typing import Callable
 from jaxfl.algorithms.base import Algorithm, Options, register, staleness_function
 from jaxfl.algorithms.wrappers import NormalizeSteps, StepNormalization
 from jaxfl.scheduler.clock import ARRIVALS_FIRST
-from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
+from jaxfl.scheduler.simulation import DEADLINE_ROUNDING, DispatchRecord, Policy, Simulation
 from jaxfl.scheduler.staleness import StalenessWeights
 
 AGGREGATIONS = ("plain", "momentum", "normalized")
@@ -510,7 +510,7 @@ class FedCompass(Policy):
 # ulps of T, as Simulation.due_by_rounding's deadlines): floor((T·(1 + 10^-12) − now) / S_i), as in
 # exact arithmetic, far below any difference of speeds a model draws. (A slack relative to the
 # quotient fell short once the clock reached thousands of seconds: 4 % of such joiners at 10^4 s.)
-_ROUNDING_SLACK = 1.0 + 1e-12
+_ROUNDING_SLACK = 1.0 + DEADLINE_ROUNDING
 
 
 def _first_beyond(index: list[tuple[float, int]], now: float, speed: float, upper: int) -> int:
