@@ -439,6 +439,11 @@ JAX_NUMERICS = {"jax_enable_x64": False, "jax_threefry_partitionable": True, "ja
                 "jax_default_matmul_precision": None}
 
 
+def jax_settings() -> dict:
+    """This process's values of every setting of :data:`JAX_NUMERICS` (what a cluster's processes compare)."""
+    return {name: getattr(jax.config, name) for name in JAX_NUMERICS}
+
+
 def jax_numerics() -> dict:
     """This process's jax settings of :data:`JAX_NUMERICS` that differ from those values ({} at jax's
     defaults), which :func:`config_hash` names runs by.
@@ -449,8 +454,19 @@ def jax_numerics() -> dict:
     ...     jax_numerics()
     {'jax_enable_x64': True}
     """
-    current = {name: getattr(jax.config, name) for name in JAX_NUMERICS}
-    return {name: value for name, value in current.items() if value != JAX_NUMERICS[name]}
+    return {name: value for name, value in jax_settings().items() if value != JAX_NUMERICS[name]}
+
+
+def jax_setting_text(value) -> str | None:
+    """A :data:`JAX_NUMERICS` value as its environment variable spells it (``JAX_ENABLE_X64=true``);
+    None for a setting left unset.
+
+    >>> jax_setting_text(True), jax_setting_text("threefry2x32"), jax_setting_text(None)
+    ('true', 'threefry2x32', None)
+    """
+    if value is None:
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def said_jax_settings(settings: dict) -> str:
@@ -478,8 +494,7 @@ def _refuse_other_jax_numerics(run_dir: str, recorded: dict | None) -> None:
         return
     names = sorted(set(recorded) | set(current))
     wanted = {name: recorded.get(name, JAX_NUMERICS[name]) for name in names}
-    to_set = ", ".join(f"{name.upper()} unset" if value is None else
-                       f"{name.upper()}={str(value).lower() if isinstance(value, bool) else value}"
+    to_set = ", ".join(f"{name.upper()} unset" if value is None else f"{name.upper()}={jax_setting_text(value)}"
                        for name, value in wanted.items())
     raise resume.ResumeError(
         f"cannot resume {run_dir!r}: it was made with {said_jax_settings(recorded)} and this process has "
@@ -1537,7 +1552,7 @@ def _shared_settings(config: RunConfig) -> dict:
         _leave_out(settings, name)
     # a process with other numerics (JAX_ENABLE_X64 on one) computes otherwise; every value, so that the
     # refusal says both
-    settings["jax"] = {name: getattr(jax.config, name) for name in JAX_NUMERICS}
+    settings["jax"] = jax_settings()
     return settings
 
 

@@ -1055,14 +1055,13 @@ def _worker_environment(devices: int, cache: str, gpu_memory_fraction: float | N
         env["XLA_FLAGS"] = without_device_count_flag(env["XLA_FLAGS"])
     # the sweep's own jax settings that change a run's numbers, however they were made: a notebook's
     # jax.config.update("jax_enable_x64", True) reached the cells of --jobs 1 and not those of --jobs 2
-    from jaxfl.experiment import JAX_NUMERICS
+    from jaxfl.experiment import jax_setting_text, jax_settings
 
-    for name in JAX_NUMERICS:
-        value = getattr(jax.config, name)
+    for name, value in jax_settings().items():
         if value is None:
             env.pop(name.upper(), None)
         else:
-            env[name.upper()] = str(value).lower() if isinstance(value, bool) else str(value)
+            env[name.upper()] = jax_setting_text(value)
     return env
 
 
