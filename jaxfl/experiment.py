@@ -71,7 +71,7 @@ from jaxfl.models.init import pytorch_default_init
 from jaxfl.runlog import (CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields, last_tenth_mean, log_sizes,
                           write_client_samples)
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
-from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, Simulation
+from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, NO_EVENTS_LEFT, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, NegativeTimeError, SpeedConfig, round_unit_scale
 from jaxfl.user_inputs import UserInputs, match_init_params
 
@@ -1817,8 +1817,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         if reason == "target reached" and config.eval_interval is not None:
             # the grid point at which it was reached lies between the last event and the next one
             end_time = max(end_time, recorder.time_to_target)
-        budget_spent = reason in ("time budget", "update budget", "client-update budget", "client-step budget",
-                                  "no events left")
+        budget_spent = reason in ("time budget", "update budget", "client-update budget", "client-step budget") \
+            or reason.startswith(NO_EVENTS_LEFT)
         if config.eval_interval is not None and error is None and budget_spent:
             recorder.evaluate_grid_until(end_time, simulation.version, inclusive=True)
             # a version after the last grid point the run reached: its final model, a row at the end

@@ -56,7 +56,7 @@ def test_crashes_drain_the_in_flight_clients_only_when_no_client_is_idle(algorit
     # 12 clients, 6 in flight, half the dispatches crash: the pool runs dry and the run ends with
     # every client crashed, never with an idle client left unused
     sim = simulation(algorithm, clients=12, concurrency=6, crash=0.5, max_updates=None)
-    assert sim.run() == "no events left"
+    assert sim.run() == "no events left: all 12 clients crashed"
     counts = sim.accounting()
     assert counts["in_flight"] == 0 and sim.policy.pool.idle == 0
     assert counts["dropped_by_reason"]["client crashed"] == 12
@@ -112,3 +112,29 @@ def test_a_crash_runs_timing_only_event_log_equals_the_training_runs(tmp_path):
     assert log == events_without_wall_time(timed.run_dir)
     assert any(",crash," in line for line in log.splitlines())
     assert trained.summary["timeline"] == timed.summary["timeline"]
+
+
+class _OneRoundNoAggregation(Policy):
+    """Sends every client once and aggregates nothing: the queue runs dry after one round."""
+
+    def start(self, sim):
+        for client in range(sim.num_clients):
+            sim.dispatch(client, 5)
+
+    def on_arrival(self, sim, record):
+        pass
+
+
+def test_a_run_that_runs_dry_counts_the_clients_that_crashed():
+    """Before, the stop reason was "no events left" whether some, all or none of the clients crashed."""
+    reasons = {}
+    for crash in (0.0, 0.5, 1.0):
+        speeds = ClientSpeeds(SpeedConfig(model="exp", mean=0.15), 6, seed=1)
+        sim = Simulation(_OneRoundNoAggregation(), speeds, np.full(6, 1 / 6), RecordingBackend(),
+                         faults=ClientFaults(FaultConfig(crash_prob=crash), 6, seed=1) if crash else None)
+        crashed = len({r.client for r in sim.records if r.drop_reason == "client crashed"} if sim.run() else ())
+        reasons[crash] = (sim.stop_reason, crashed)
+    assert reasons[0.0] == ("no events left", 0)
+    assert reasons[1.0] == ("no events left: all 6 clients crashed", 6)
+    reason, crashed = reasons[0.5]
+    assert 0 < crashed < 6 and reason == f"no events left: {crashed} of 6 clients crashed"

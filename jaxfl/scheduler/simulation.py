@@ -82,6 +82,7 @@ EVENT_LOG_FIELDS = ("time", "event", "client", "dispatch", "version", "staleness
 # metrics callback) is the string the backend returned.
 STOP_REASONS = {"max_time": "time budget", "max_updates": "update budget",
                 "max_client_updates": "client-update budget", "max_client_steps": "client-step budget"}
+NO_EVENTS_LEFT = "no events left"  # the queue ran dry; with crashes, the stop reason goes on to count them
 
 
 NONFINITE_DROP = "non-finite update"  # the drop reason of on_nonfinite="skip"
@@ -1133,7 +1134,7 @@ class Simulation:
                     break
             event = queue.pop_due(max_time)
             if event is None:
-                self.stop_reason = "time budget" if queue else "no events left"
+                self.stop_reason = "time budget" if queue else self._no_events_left()
                 break
             self.events_processed += 1
             handle(event)
@@ -1149,6 +1150,17 @@ class Simulation:
                         f"(the last a {event.kind!r}), far more than one round of every client makes: "
                         + self._stall_cause(event, instant))
         return self.stop_reason
+
+    def _no_events_left(self) -> str:
+        """The stop reason of a run whose queue ran dry: "no events left", and where clients crashed,
+        how many (a run whose every client crashed would otherwise read like one whose policy stopped
+        dispatching): "no events left: all 6 clients crashed", "no events left: 2 of 6 clients crashed"."""
+        crashed = len({record.client for record in self.records.crashed.values()})
+        if not crashed:
+            return NO_EVENTS_LEFT
+        if crashed == self.num_clients:
+            return f"{NO_EVENTS_LEFT}: all {crashed:,} clients crashed"
+        return f"{NO_EVENTS_LEFT}: {crashed:,} of {self.num_clients:,} clients crashed"
 
     def _stall_cause(self, event: Event, instant: float) -> str:
         """Why the clock stopped moving, for the "stalled" stop reason: a round shorter than the float64
