@@ -89,9 +89,39 @@ def test_form_tiers_and_tier_weights():
     assert form_tiers([3.0, 1.0, 9.0], ratio=2.0) == [[1], [0], [2]]
     policy = FedAT(10, tier_ratio=2.0)
     policy.counts = [5, 2, 1]  # fast → slow
+    policy._round = {0: ["open"], 1: ["open"], 2: ["open"]}
     assert policy.tier_weights() == [(0, 1 / 8), (1, 2 / 8), (2, 5 / 8)]  # slow tiers get the fast counts
     with pytest.raises(ValueError, match="fedat_tier_ratio=0.5"):
         FedAT(10, tier_ratio=0.5)
+
+
+def test_a_fedat_tier_whose_members_all_crashed_leaves_the_cross_tier_average():
+    """Kept in, a dead tier took its mirror tier's growing count: 0.61 of the global model at t = 310
+    in this run, against 0.10 for the one tier still training."""
+    from jaxfl.scheduler.faults import ClientFaults, FaultConfig
+
+    clients, rows = 8, []
+    policy = FedAT(5, tier_ratio=2.0, round_timeout=30.0)
+    backend = RecordingBackend()
+    sim = Simulation(policy, ClientSpeeds(SpeedConfig(model="exp", mean=0.5), clients, seed=0),
+                     np.full(clients, 1 / clients), backend, max_time=320, log=rows.append,
+                     faults=ClientFaults(FaultConfig(crash_prob=0.08), clients, 0))
+    sim.run()
+    crashed_at = {row["client"]: row["time"] for row in rows if row["event"] == "crash"}
+    dead_since = {tier: max(crashed_at[c] for c in members) + 30.0 for tier, members in enumerate(policy.tiers)
+                  if all(c in crashed_at for c in members)}
+    assert 0 < len(dead_since) < len(policy.tiers)  # some tiers died while others went on
+    checked = 0
+    for aggregation in backend.aggregations:
+        if not isinstance(aggregation.payload, TierUpdate):
+            continue
+        weights = dict(aggregation.payload.tier_weights)
+        assert sum(weights.values()) == pytest.approx(1.0)
+        for tier, since in dead_since.items():
+            if aggregation.time > since:
+                assert weights[tier] == 0.0, (aggregation.time, tier, weights)
+                checked += 1
+    assert checked > 20
 
 
 def test_fedat_tiers_run_synchronously_inside_and_asynchronously_across():

@@ -29,6 +29,14 @@ implementation chooses, each marked [choice]::
         round is longer than the deadline, so a tier of its own would never complete a round while
         its untrained model took the largest cross-tier weight (the fastest tier's count, mirrored);
         in a tier it keeps missing the deadline (its updates dropped) until its speed changes.
+    a tier none of whose members is training [choice; the paper has no faults]: its round closed at
+        the deadline with no update and every member is still out (crashed, or late), so no round
+        of it is open. It leaves the cross-tier average (weight 0) until a member reports and its
+        next round opens, and the counts are mirrored over the tiers that remain:
+            w ← Σ_{k∈L} (T_{L[|L|−1−j(k)]} / Σ_{l∈L} T_l) · w_k,  L the training tiers, fast → slow
+        (with every tier training, the formula above). Kept in, a tier whose members all crashed
+        took its mirror tier's growing count: 0.61 of the global model at t = 310 in an 8-client
+        run with 8 % crashes, against 0.10 for the one tier still training.
 """
 from __future__ import annotations
 
@@ -136,11 +144,25 @@ class FedAT(Policy):
         for tier, members in enumerate(self.tiers):
             self._start_round(sim, tier, members)
 
-    def tier_weights(self) -> list[tuple[int, float]]:
-        """(tier, a_k) with a_k = T_{M−1−k} / T: each tier gets the update count of its mirror tier."""
-        total = sum(self.counts)
-        last = len(self.counts) - 1
-        return [(k, self.counts[last - k] / total) for k in range(len(self.counts))]
+    def tier_weights(self, updating: int | None = None) -> list[tuple[int, float]]:
+        """(tier, a_k) with a_k = T_{M−1−k} / T: each tier gets the update count of its mirror tier,
+        among the tiers still training (``updating``, the tier aggregating now, and every tier with a
+        round open); a tier with none open gets 0 (the module docstring).
+
+        >>> policy = FedAT(10)
+        >>> policy.counts, policy._round = [5, 2, 1], {0: ["open"], 1: ["open"], 2: ["open"]}
+        >>> policy.tier_weights()  # slow tiers get the fast tiers' counts
+        [(0, 0.125), (1, 0.25), (2, 0.625)]
+        >>> policy._round[1] = []  # every member of tier 1 is out: it leaves the average
+        >>> policy.tier_weights()
+        [(0, 0.16666666666666666), (1, 0.0), (2, 0.8333333333333334)]
+        """
+        training = [k for k in range(len(self.counts)) if k == updating or self._round.get(k)]
+        total = sum(self.counts[k] for k in training)
+        weights = dict.fromkeys(range(len(self.counts)), 0.0)
+        for position, tier in enumerate(training):
+            weights[tier] = self.counts[training[-1 - position]] / total
+        return list(weights.items())
 
     def on_arrival(self, sim: Simulation, record: DispatchRecord) -> None:
         self._speed[record.client] = (sim.now - record.start_time) / max(record.steps, 1)
@@ -202,7 +224,7 @@ class FedAT(Policy):
             self._form_tiers(sim, None, [[measured[i] for i in tier_] for tier_ in tiers])
             return
         self.counts[tier] += 1
-        sim.aggregate(contributions, payload=TierUpdate(tier, tuple(self.tier_weights())))
+        sim.aggregate(contributions, payload=TierUpdate(tier, tuple(self.tier_weights(tier))))
         self._start_round(sim, tier, self.tiers[tier])
 
 
