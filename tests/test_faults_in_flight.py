@@ -138,3 +138,51 @@ def test_a_run_that_runs_dry_counts_the_clients_that_crashed():
     assert reasons[1.0] == ("no events left: all 6 clients crashed", 6)
     reason, crashed = reasons[0.5]
     assert 0 < crashed < 6 and reason == f"no events left: {crashed} of 6 clients crashed"
+
+
+class _PullAt(Policy):
+    """Client 0 trains 10 one-second steps; a timer at ``pull_at`` recalls it (PORT's urgent pull)."""
+
+    def __init__(self, pull_at):
+        self.pull_at, self.answers = pull_at, []
+
+    def start(self, sim):
+        self.record = sim.dispatch(0, 10)
+        if self.pull_at is not None:
+            sim.set_timer(self.pull_at, "pull")
+
+    def on_timer(self, sim, payload):
+        self.answers.append(sim.recall(self.record))
+
+    def on_arrival(self, sim, record):
+        pass
+
+
+def test_a_client_pulled_before_its_drawn_crash_uploads_and_does_not_crash():
+    """A client whose crash was drawn for later in its round is alive when PORT pulls it: it uploads
+    its partial update if that lands before the crash. Before, every pull of a crash-fated dispatch
+    got "no answer" and the server waited for its deadline."""
+    from jaxfl.scheduler.speeds import ScriptedSpeeds
+
+    def run(seed, pull_at):
+        rows, policy = [], _PullAt(pull_at)
+        sim = Simulation(policy, ScriptedSpeeds(lambda client, round: 1.0, 1), [1.0], RecordingBackend(),
+                         log=rows.append, faults=ClientFaults(FaultConfig(crash_prob=1.0), 1, seed))
+        sim.run()
+        return policy.answers, {row["event"]: row for row in rows if row["event"] in ("arrival", "crash", "pull")}
+
+    outcomes = set()
+    for seed in range(30):
+        _, unpulled = run(seed, None)
+        crash_time = unpulled["crash"]["time"]  # 10 s · the drawn fraction
+        answers, rows = run(seed, 1.5)  # after 1.5 s: it finishes its second step, uploads at 2.0
+        if crash_time < 2.0:  # crashed before that upload (or before the pull): no answer, as before
+            assert answers == [None] and "arrival" not in rows
+            assert rows["crash"]["time"] == crash_time and rows["pull"]["detail"] == "urgent pull: no answer"
+            outcomes.add("no answer")
+        else:
+            assert answers == [2] and "crash" not in rows
+            assert rows["arrival"]["time"] == 2.0 and rows["arrival"]["steps"] == 2
+            assert rows["pull"]["detail"] == "urgent pull: 2 of 10 steps, uploads at 2"
+            outcomes.add("uploaded")
+    assert outcomes == {"no answer", "uploaded"}

@@ -565,6 +565,9 @@ class Simulation:
         # them), a round still in flight at the end included. Kept beside the records, not in them:
         # a field more in each of 10^6 records would cost every run, faults or not.
         self.fault_seconds: dict[int, float] = {}
+        # When each dispatch in flight whose crash is drawn would arrive without it, by id: an urgent
+        # pull (recall) that makes it upload before the crash's time averts the crash.
+        self.crash_free_arrival: dict[int, float] = {}
         self.staleness_counts: dict[int, int] = {}
         # Local steps of the dispatches that have arrived (aggregated or not): the computation the
         # federation spent, whatever the engine trained ahead for clients still out; None in a
@@ -598,6 +601,7 @@ class Simulation:
         state.setdefault("nonfinite_streak", 0)
         state.setdefault("drop_streak", 0)
         state.setdefault("fault_seconds", {})  # rounds in flight then: their faults' seconds count as busy
+        state.setdefault("crash_free_arrival", {})  # their crashes then: a recall gets no answer, as before
         state.setdefault("arrived_steps", None)  # not counted then: unknown
         for name, code, dtype in (("busy_time", "d", np.float64), ("client_rounds", "q", np.int64)):
             if isinstance(state.get(name), np.ndarray):  # checkpoints from before the array.array columns
@@ -679,6 +683,7 @@ class Simulation:
         record = self._add_record(client, steps, duration, step_time, lr_scale, fetch_step)
         now = record.start_time
         if fault is not None and fault.kind == "crash":
+            self.crash_free_arrival[record.id] = record.arrival_time
             record.arrival_time = math.inf
             self.queue.push(now + fault.fraction * duration, "crash", client, record.id)
         else:
@@ -794,7 +799,9 @@ class Simulation:
     def recall(self, record: DispatchRecord, block_steps: int = 1, reason: str = "urgent pull") -> int | None:
         """Ask an in-flight dispatch to stop after the block of ``block_steps`` local steps it is
         training now and upload that partial update; returns the steps it will upload (None: it
-        does not answer, because it crashes or has crashed during this dispatch).
+        does not answer, because it has crashed or crashes before that upload would arrive). A
+        client whose crash is drawn for later than that upload is alive when asked: it uploads,
+        and its crash does not happen.
 
         The client trains on to the end of its current block (the first one if it is still
         downloading the model), then uploads: its arrival moves to ``start + download + done ·
@@ -820,10 +827,15 @@ class Simulation:
         if not (isinstance(block_steps, int) and block_steps >= 1):
             raise ValueError(f"block_steps={block_steps!r} is not allowed: an integer >= 1")
         event = self.queue.find("arrival", record.id)
+        crash = None
+        planned_arrival = record.arrival_time
         if event is None:  # a crash is scheduled instead of the arrival
-            self._write("pull", self.now, record.client, record.id, record.version, self.staleness(record),
-                        None, f"{reason}: no answer")
-            return None
+            crash = self.queue.find("crash", record.id)
+            planned_arrival = self.crash_free_arrival.get(record.id)
+            if crash is None or planned_arrival is None:
+                self._write("pull", self.now, record.client, record.id, record.version, self.staleness(record),
+                            None, f"{reason}: no answer")
+                return None
         planned = record.steps
         step_time = getattr(record, "step_time", None)
         done = planned
@@ -831,13 +843,23 @@ class Simulation:
             training_start = record.start_time + self.speeds.comm_time() / 2
             blocks = max(1, math.ceil((self.now - training_start) / (block_steps * step_time)))
             done = min(planned, blocks * block_steps)
-        if done >= planned:
+        if done >= planned and crash is None:
             self._write("pull", self.now, record.client, record.id, record.version, self.staleness(record),
                         planned, f"{reason}: in its last block, uploads at {record.arrival_time:.6g}")
             return planned
-        after_training = record.arrival_time - (training_start + planned * step_time)
-        arrival = max(self.now, training_start + done * step_time + after_training)
-        self.queue.cancel(event)
+        if done < planned:
+            after_training = planned_arrival - (training_start + planned * step_time)
+            arrival = max(self.now, training_start + done * step_time + after_training)
+        if crash is not None:
+            # a crash at the instant of the upload comes after it (crashes follow every other event)
+            if done >= planned or arrival > crash.time:
+                self._write("pull", self.now, record.client, record.id, record.version, self.staleness(record),
+                            None, f"{reason}: no answer")
+                return None
+            self.queue.cancel(crash)
+            del self.crash_free_arrival[record.id]
+        else:
+            self.queue.cancel(event)
         self.queue.push(arrival, "arrival", record.client, record.id)
         record.planned_steps, record.steps, record.arrival_time = planned, done, arrival
         on_recall = getattr(self.backend, "on_recall", None)
@@ -1247,6 +1269,7 @@ class Simulation:
             self.policy.on_timer(self, event.payload)
         elif kind == "crash":  # the client stops for good
             record = self.records[event.payload]
+            self.crash_free_arrival.pop(record.id, None)
             self._mark_dropped(record, CRASHED, IN_FLIGHT)
             self.busy_time[record.client] += event.time - record.start_time
             self._write("crash", event.time, record.client, record.id, record.version, None, record.steps)
