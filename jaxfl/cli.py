@@ -918,6 +918,32 @@ def _is_run_record(path: str) -> bool:
         return False
 
 
+def _speeds_of_run_record(path: str):
+    """The seconds per step a run was given (``--time-per-step``), read back from the
+    ``client_time_per_step.npy`` beside its ``config.json`` for ``jaxfl run --config RUN/config.json``:
+    without them the run drew its speeds from the speed model instead, under the same name. None for
+    a run that drew its own; ConfigError where the file is gone or no longer the one recorded."""
+    from jaxfl.user_inputs import load_time_per_step
+
+    with open(user_path(path)) as file:
+        given = (json.load(file).get("user_inputs") or {}).get("time_per_step")
+    if not isinstance(given, dict) or "file" not in given:
+        return None
+    folder = os.path.dirname(os.path.abspath(user_path(path)))
+    candidates = [os.path.join(where, str(given["file"])) for where in (folder, os.path.dirname(folder))]
+    found = next((candidate for candidate in candidates if os.path.isfile(candidate)), None)
+    if found is None:
+        raise ConfigError(f"config file {path!r} is a run's record whose clients were given their seconds per step "
+                          f"({given['file']}), which is not beside it: give the same speeds with --time-per-step FILE")
+    times = load_time_per_step(found)
+    if hashlib.sha256(times.tobytes()).hexdigest() != given.get("sha256"):
+        raise ConfigError(f"{found} is not the file the run recorded (its SHA-256 differs from config file {path!r}'s): "
+                          "give the run's speeds with --time-per-step FILE")
+    print(f"jaxfl: note: the clients' seconds per step that the run was given are used again ({found}); "
+          "--time-per-step FILE gives others", file=sys.stderr)
+    return times
+
+
 def _decide_again(file_values: dict, flags: dict, path: str) -> None:
     """A run's ``config.json`` holds what validation filled in: ``server_lr`` from the server
     optimiser, ``target_accuracy`` from the dataset, an algorithm preset's options. A flag that
@@ -1455,6 +1481,9 @@ def _main(argv: list[str] | None) -> int:
         times = None
         if args.time_per_step is not None:
             times = load_time_per_step(args.time_per_step)
+        elif args.config and _is_run_record(args.config):
+            times = _speeds_of_run_record(args.config)
+        if times is not None:
             for config in configs:
                 UserInputs(time_per_step=times).check(config)
         if len(configs) > 1:  # data, partition and model checks before any run writes a file

@@ -384,9 +384,10 @@ def _time_per_step_from_text(path: str) -> np.ndarray:
         return True
 
     rows = [(number, fields(line)) for number, line in lines]
+    header = None
     # a header names columns and holds no number; a first line like "phone-a 0.12" is a table's row
     if not any(is_number(field) for field in rows[0][1]):
-        rows = rows[1:]  # only the first line may be a header
+        header, rows = rows[0][1], rows[1:]  # only the first line may be a header
         if not rows:
             raise ValueError(f"time_per_step file {path!r} holds a header line and no numbers: "
                              f"expected {_ALLOWED_TEXT}")
@@ -396,6 +397,14 @@ def _time_per_step_from_text(path: str) -> np.ndarray:
         columns = f"{widths[0]} columns" if len(widths) == 1 else f"{widths[0]} to {widths[-1]} columns"
         raise ValueError(f"time_per_step file {path!r} holds a table ({len(rows)} rows of {columns}): expected "
                          f"{_ALLOWED_TEXT}; keep only the seconds-per-step column")
+    # one row under a header names the clients ("c0,c1,c2") or is a one-client table whose first
+    # column holds ids ("client_id,seconds" over "1,0.12"): the id would become client 0's time
+    ids = r"(client|device|node|user|phone)?(id|ids|index|idx|number)|(client|device|node|user|phone|name)s?"
+    if header is not None and len(rows) == 1 and len(rows[0][1]) > 1 \
+            and re.fullmatch(ids, re.sub(r"[^a-z0-9]", "", header[0].lower())):
+        raise ValueError(f"time_per_step file {path!r} holds a table (1 row of {len(rows[0][1])} columns, the first "
+                         f"headed {header[0]!r}, a column of ids): expected {_ALLOWED_TEXT}; keep only the "
+                         "seconds-per-step column")
     for number, row in rows:
         for field in row:
             if not is_number(field):
@@ -408,14 +417,14 @@ def _time_per_step_from_text(path: str) -> np.ndarray:
 
 def drawing_settings(config: RunConfig) -> tuple[str, ...]:
     """The speed settings that only shape drawn times per step, so that times given to the run
-    (``time_per_step``) leave them unread: the model and its ratio, and μ unless negative jittered
-    times are clipped at a fraction of it (the pareto/zipf settings are refused without pareto/zipf).
+    (``time_per_step``) leave them unread: the model, its ratio and μ (negative jittered times are
+    clipped at a fraction of the fastest given time, not of μ; the pareto/zipf settings are refused
+    without pareto/zipf).
 
     >>> drawing_settings(RunConfig())
     ('heterogeneity', 'speed_ratio', 'speed_mean')
     """
-    clipped = config.negative_times == "clip" and config.jitter > 0
-    return ("heterogeneity", "speed_ratio") + (() if clipped else ("speed_mean",))
+    return ("heterogeneity", "speed_ratio", "speed_mean")
 
 @dataclasses.dataclass(frozen=True)
 class UserInputs:

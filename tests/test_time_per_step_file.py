@@ -60,6 +60,9 @@ def test_npy_files_are_read_as_before(tmp_path):
     ("0.1\t0.2\t0.3\n0.4\t0.5\t0.6\n", "(2 rows of 3 columns)"),
     ("phone-a 0.12\nphone-b 0.25\n", "(2 rows of 2 columns)"),  # a table, not a 'bad number'
     ("0.1\n0.2,0.3\n", "(2 rows of 1 to 2 columns)"),
+    # one client's row under a header naming an id column: was read as 2 clients, the id client 0's time
+    ("client_id,seconds_per_step\n1,0.12\n", "(1 row of 2 columns, the first headed 'client_id'"),
+    ("Device ID\tspp\n7\t0.12\n", "(1 row of 2 columns, the first headed 'Device'"),
 ])
 def test_a_table_of_several_columns_is_refused_naming_its_shape(tmp_path, text, found):
     message = refusal(tmp_path / "speeds.csv", text)
@@ -134,3 +137,43 @@ def test_a_comparison_on_other_speeds_is_run_again_not_reused(tmp_path, capsys):
     summaries = [json.loads((tmp_path / "cmp" / name / "summary.json").read_text())
                  for name in os.listdir(tmp_path / "cmp")]
     assert len(summaries) == 4 and {summary["heterogeneity"] for summary in summaries} == {"given"}
+
+
+def test_a_run_s_config_json_runs_again_on_the_speeds_the_run_was_given(tmp_path, capsys):
+    """`jaxfl run --config RUN/config.json` re-runs a run; one given --time-per-step drew its speeds
+    from the exp model instead, under the same name (75 updates in 60 s against 252), saying nothing."""
+    import json
+
+    (tmp_path / "speeds.csv").write_text("0.1\n0.2\n0.3\n0.4\n")
+    common = ["--no-progress", "--run-name", "run"]
+    assert main(["run", "--timing-only", "--algorithm", "fedbuff", "--clients", "4", "--jitter", "0",
+                 "--local-steps", "5", "--max-time", "20", "--time-per-step", str(tmp_path / "speeds.csv"),
+                 "--output-dir", str(tmp_path / "first"), *common]) == 0
+    record = tmp_path / "first" / "run" / "config.json"
+    assert main(["run", "--config", str(record), "--output-dir", str(tmp_path / "again"), *common]) == 0
+    assert "seconds per step that the run was given are used again" in capsys.readouterr().err
+    first, again = (json.loads((tmp_path / where / "run" / "summary.json").read_text()) for where in ("first", "again"))
+    assert again["heterogeneity"] == "given" and again["global_updates"] == first["global_updates"]
+    from jaxfl.testing import events_without_wall_time
+
+    assert events_without_wall_time(tmp_path / "again" / "run") == events_without_wall_time(tmp_path / "first" / "run")
+    # gone, or not the array recorded: refused before any work, naming the flag that gives them
+    np.save(tmp_path / "first" / "run" / "client_time_per_step.npy", np.array([0.1, 0.2, 0.3, 0.5]))
+    for _ in range(2):
+        with pytest.raises(SystemExit) as exited:
+            main(["run", "--config", str(record), "--output-dir", str(tmp_path / "third"), *common])
+        assert exited.value.code == 2 and "--time-per-step FILE" in capsys.readouterr().err
+        assert not (tmp_path / "third").exists()
+        (tmp_path / "first" / "run" / "client_time_per_step.npy").unlink(missing_ok=True)
+
+
+def test_clipped_jittered_times_are_floored_below_the_fastest_given_time_not_at_a_fraction_of_mu():
+    """The floor was 0.01·μ, μ the speed model's mean (0.15 s by default, unread with given times):
+    clients given 1.0, 0.5 and 0.1 ms per step all ran at 1.5 ms."""
+    from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
+
+    given = [0.001, 0.0005, 0.002, 0.0001]
+    speeds = ClientSpeeds(SpeedConfig(jitter=0.01, negative="clip"), 4, seed=0, time_per_step=given)
+    for client, time in enumerate(given):
+        drawn = [speeds.round_duration(client, 1) for _ in range(50)]
+        assert np.allclose(drawn, time, rtol=0.06), (client, time, drawn[:3])

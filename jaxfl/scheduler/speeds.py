@@ -109,8 +109,9 @@ class SpeedConfig:
             draws them (None: the run's own stream); later speed changes use the client streams.
         speed_change_prob: per-round probability of re-drawing t_i (FedCompass App. G.2: 0.1).
         negative: non-positive draws are ``redraw``-n, ``clip``-ped to min_time_ratio·μ (which
-            then floors every draw, keeping the map monotone) or raise (``error``).
-        min_time_ratio: the ``clip`` floor as a fraction of μ.
+            then floors every draw, keeping the map monotone; with given times, min_time_ratio
+            times the fastest of them) or raise (``error``).
+        min_time_ratio: the ``clip`` floor as a fraction of μ (of the fastest given time).
         latency, bandwidth: one transfer takes latency + model_bytes / bandwidth.
 
     Invalid values raise ValueError at construction (via :meth:`validate`).
@@ -716,6 +717,7 @@ class ClientSpeeds:
         if time_per_step is not None:
             self._base = array.array("d", check_time_per_step(time_per_step, num_clients, config.speed_change_prob,
                                                               config.legacy_seed).tobytes())
+            self._floor_seconds = self._floor()  # the clip floor follows the given times, not μ
             return
         base_rng = np.random.default_rng(np.random.SeedSequence([seed, STREAM_BASE_TIMES]))
         legacy = config.legacy_seed is not None and config.model in ("pareto", "zipf")  # PLATO's RandomState
@@ -1129,8 +1131,14 @@ class ClientSpeeds:
         return fastest + spread * (self.config.ratio - 1.0) * fastest
 
     def _floor(self) -> float:
-        """Smallest value that may pass through :meth:`_fix_nonpositive` unchanged."""
-        return self.config.min_time_ratio * self.config.mean if self.config.negative == "clip" else 0.0
+        """Smallest value that may pass through :meth:`_fix_nonpositive` unchanged: under ``clip``,
+        min_time_ratio·μ, or with given times (``time_per_step``) min_time_ratio times the fastest
+        given time (μ, unread then, floored given times of 1 ms at 1.5 ms: 0.01 × the default 0.15 s)."""
+        if self.config.negative != "clip":
+            return 0.0
+        if getattr(self, "given", False):
+            return self.config.min_time_ratio * min(self._base)
+        return self.config.min_time_ratio * self.config.mean
 
     def _fix_nonpositive(self, value: float, client: int, redraw) -> float:
         """Apply the ``negative`` policy to one draw.
