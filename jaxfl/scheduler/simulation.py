@@ -575,6 +575,11 @@ class Simulation:
         self.arrived_steps: int | None = 0
         self.events_processed = 0
         self.client_rounds = array.array("q", [0]) * self.num_clients
+        # The dispatch each client is training (its id + 1; 0: none): a client trains one model at a
+        # time, and a dispatch to a client still training is refused (a plug-in's "every client each
+        # round" had one device train two models at once, utilisation 138 %)
+        self.training = array.array("q", [0]) * self.num_clients
+        self.crashed_clients: set[int] = set()  # gone for good: a dispatch to one crashes at once
         self.stop_reason: str | None = None
         self._bind_log(log)
         self.wall_clock = wall_clock
@@ -595,6 +600,13 @@ class Simulation:
         state.setdefault("max_client_steps", None)
         state.setdefault("wall_clock", None)
         state.setdefault("client_lr_decay", 1.0)
+        if "training" not in state:  # checkpoints from before the clients in training were kept
+            training = array.array("q", [0]) * len(state["busy_time"])
+            for record in state["records"].live.values():
+                if record.status == IN_FLIGHT:
+                    training[record.client] = record.id + 1
+            state["training"] = training
+            state["crashed_clients"] = {record.client for record in state["records"].crashed.values()}
         state.pop("aggregated_steps", None)  # a copy of the backend's count that earlier checkpoints kept
         if state.get("_stop_requested") is False:
             state["_stop_requested"] = None
@@ -640,9 +652,14 @@ class Simulation:
         dispatch (a pure model transfer) is allowed only where its round takes virtual time
         (communication time or ``extra_time``): one that takes none raises ValueError, as it would
         arrive at this same instant and a policy re-dispatching on arrival would never move the clock.
+        A client trains one model at a time: one still training (in flight) is refused (ValueError);
+        one that crashed is gone for good, and a dispatch to it crashes at once (the server cannot
+        tell, and learns it as it learns of any crash: ``Policy.on_crash``).
         """
         if not 0 <= client < self.num_clients:
             raise ValueError(f"client {client} out of range [0, {self.num_clients})")
+        if self.training[client]:
+            raise self._still_training(client)
         if type(steps) is not int:
             steps = _step_count(steps)
         if steps < 0:
@@ -667,6 +684,7 @@ class Simulation:
         self.client_rounds[client] = client_round + 1
         records.live[dispatch_id] = record
         records.count = dispatch_id + 1
+        self.training[client] = dispatch_id + 1
         self._counts[IN_FLIGHT] += 1
         queue.push(record.arrival_time, "arrival", client, dispatch_id)
         self._emit((now, "dispatch", client, dispatch_id, version, None, steps, detail, None))
@@ -677,6 +695,14 @@ class Simulation:
                               fetch_step: int | None, duration: float, step_time: float | None) -> DispatchRecord:
         """:meth:`dispatch`'s rest where faults are simulated: the client's fault draw may delay its
         arrival, or put its crash on the queue instead."""
+        if client in self.crashed_clients:  # gone for good: the dispatch fails at once, nothing is drawn
+            record = self._add_record(client, steps, duration, step_time, lr_scale, fetch_step)
+            record.arrival_time = math.inf
+            self.queue.push(record.start_time, "crash", client, record.id)
+            self._emit((record.start_time, "dispatch", client, record.id, record.version, None, steps,
+                        f"{detail}; crash (crashed before)" if detail else "crash (crashed before)", None))
+            self.backend.on_dispatch(record)
+            return record
         fault = self.faults.draw(client, duration)
         if fault is not None and fault.kind in ("delay", "dropout"):
             duration += fault.extra_time
@@ -714,6 +740,7 @@ class Simulation:
         self.client_rounds[client] = client_round + 1
         records.live[dispatch_id] = record  # records.add, inline: the id is the next one by construction
         records.count = dispatch_id + 1
+        self.training[client] = dispatch_id + 1
         self._counts[IN_FLIGHT] += 1
         return record
 
@@ -738,10 +765,16 @@ class Simulation:
                 self.dispatch(client, steps, lr_scale, detail)
             return
         clients = [client if type(client) is int else operator.index(client) for client in clients]
-        num_clients = self.num_clients
-        for client in clients:  # all checked before anything is drawn or dispatched
+        num_clients, training = self.num_clients, self.training
+        for position, client in enumerate(clients):  # all checked before anything is drawn or dispatched
             if not 0 <= client < num_clients:
                 raise ValueError(f"client {client} out of range [0, {num_clients})")
+            if training[client]:
+                error = self._still_training(client, clients[:position])
+                for earlier in clients[:position]:
+                    training[earlier] = 0
+                raise error
+            training[client] = -1  # a client twice in the list is refused, as one in flight is
         speeds = self.speeds
         comm_seconds = speeds.comm_time()
         # a first wave's draws in bulk (ClientSpeeds.round_durations), where the speed model has them,
@@ -776,10 +809,16 @@ class Simulation:
                 client_rounds[client] = client_round + 1
                 live[dispatch_id] = record
                 records.count = dispatch_id + 1
+                training[client] = dispatch_id + 1
                 counts[IN_FLIGHT] += 1
                 arrivals.append((record.arrival_time, "arrival", client, dispatch_id))
                 emit((now, "dispatch", client, dispatch_id, version, None, steps, detail, None))
                 on_dispatch(record)
+        except BaseException:  # (a draw that raised) the clients not dispatched are not in training
+            for client in clients:
+                if training[client] == -1:
+                    training[client] = 0
+            raise
         finally:
             self.queue.push_many(arrivals)
 
@@ -1173,6 +1212,17 @@ class Simulation:
                         + self._stall_cause(event, instant))
         return self.stop_reason
 
+    def _still_training(self, client: int, listed_before=()) -> ValueError:
+        """The refusal of a dispatch to ``client`` while it trains another (or appears earlier in the
+        same ``dispatch_many`` list, ``listed_before``)."""
+        if client in listed_before:
+            return ValueError(f"client {client} is listed twice in one dispatch_many: a client trains one model at "
+                              "a time; list each client once")
+        record = self.records[self.training[client] - 1]
+        return ValueError(f"client {client} is still training dispatch {record.id} (sent at {record.start_time:.6g} s, "
+                          f"arriving at {record.arrival_time:.6g} s): a client trains one model at a time; dispatch "
+                          "it again once it has arrived (on_arrival), or choose a client that is not in flight")
+
     def _no_events_left(self) -> str:
         """The stop reason of a run whose queue ran dry: "no events left", and where clients crashed,
         how many (a run whose every client crashed would otherwise read like one whose policy stopped
@@ -1248,6 +1298,7 @@ class Simulation:
         if kind == "arrival":
             record = self.records.live.get(event.payload) or self.records[event.payload]
             record.status = ARRIVED
+            self.training[record.client] = 0
             busy_from = record.start_time
             if self.fault_seconds:  # a fault's offline or late seconds are not busy
                 busy_from += self.fault_seconds.pop(record.id, 0.0)
@@ -1270,6 +1321,8 @@ class Simulation:
         elif kind == "crash":  # the client stops for good
             record = self.records[event.payload]
             self.crash_free_arrival.pop(record.id, None)
+            self.training[record.client] = 0
+            self.crashed_clients.add(record.client)
             self._mark_dropped(record, CRASHED, IN_FLIGHT)
             self.busy_time[record.client] += event.time - record.start_time
             self._write("crash", event.time, record.client, record.id, record.version, None, record.steps)
