@@ -60,7 +60,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
 import math
+import operator
 import time
 import weakref
 from collections.abc import Mapping
@@ -93,6 +95,7 @@ TRAIN_STREAM = 11  # fold_in(root key, TRAIN_STREAM) → per-(client, client_rou
 # the aggregation; the scheduler keeps as many finished records): every dispatch's were kept, 0.5 KB of
 # memory an update and a checkpoint that grew with the run (1.1 MB to 3.0 MB over 60,000 updates)
 KEPT_RELEASED_METRICS = 10_000
+_ARRIVAL_ORDER = operator.attrgetter("arrival_time", "id")  # which pending dispatches arrive next
 
 
 class _DevicePiece(NamedTuple):
@@ -805,10 +808,12 @@ class Engine:
             size = 1
         if needed is not None:
             wanted = {record.id for record in needed}
-            # Earliest arrivals first: they are what the next aggregations will ask for.
-            by_arrival = sorted(ready, key=lambda r: (r.id not in wanted, r.arrival_time, r.id))
-            chosen = len(wanted) + (-len(wanted)) % size  # the needed ones, topped up to full calls
-            ready = by_arrival[:chosen]
+            top_up = (-len(wanted)) % size  # the needed ones, topped up to full calls
+            # with the earliest arrivals: what the next aggregations will ask for (the few of them
+            # picked, not every pending dispatch sorted: 10^5 in flight spent 11 s of 43 sorting)
+            later = heapq.nsmallest(top_up, (r for r in ready if r.id not in wanted), key=_ARRIVAL_ORDER) \
+                if top_up else []
+            ready = [r for r in ready if r.id in wanted] + later
         for record in ready:
             del self._pending[record.id]
         # Similar step counts share a call, so masked padding steps stay few (pausing dispatches last).
