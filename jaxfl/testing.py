@@ -25,6 +25,7 @@ import contextlib
 import csv
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -233,6 +234,7 @@ def _check_algorithm(algorithm, checks: tuple[str, ...], folder: str, atol: floa
         assert arrivals >= 3, f"{name}: too few arrivals ({arrivals}) in the conformance run to interrupt it"
         kill_at = int(np.random.default_rng(sum(map(ord, name))).integers(arrivals // 3, arrivals - 1))
         # (a run of 5 updates with a checkpoint every 2 is interrupted between its 2nd and 5th update)
+        before = set(os.listdir(folder))
         with _interrupt_after(kill_at):
             try:
                 run_experiment(dataclasses.replace(config, run_name="interrupted"))
@@ -240,8 +242,15 @@ def _check_algorithm(algorithm, checks: tuple[str, ...], folder: str, atol: floa
                 pass
             else:
                 raise AssertionError(f"{name}: the run ended before event {kill_at}; nothing was interrupted")
-        assert checkpoint.latest(os.path.join(folder, "interrupted")) is not None, f"{name}: no checkpoint written"
-        resumed = resume_experiment(os.path.join(folder, "interrupted"), progress=False)
+        # this call's run: an output_dir used before holds an earlier call's "interrupted" (this one is
+        # "interrupted-2"), which was resumed in its place and tested nothing of this algorithm
+        (interrupted,) = [entry for entry in set(os.listdir(folder)) - before
+                          if re.fullmatch(r"interrupted(-\d+)?", entry)]
+        interrupted = os.path.join(folder, interrupted)
+        assert checkpoint.latest(interrupted) is not None, (
+            f"{name}: no checkpoint written before event {kill_at} (a checkpoint comes with a global update: "
+            "did any happen? a round deadline shorter than every client's round makes none)")
+        resumed = resume_experiment(interrupted, progress=False)
         assert_same_run(full, resumed, f"{name}: interrupted + resumed vs uninterrupted")
         report["interrupted_at_event"] = kill_at
     if "compilations" in checks:

@@ -47,3 +47,14 @@ def test_without_an_output_dir_the_runs_are_deleted_unless_a_check_fails(tmp_pat
         check_algorithm("fedasync", checks=("resume",), model="logreg", max_updates=1)
     kept = [name for name in os.listdir(tmp_path) if name.startswith("jaxfl-conformance-")]
     assert len(kept) == 1
+
+
+def test_a_second_call_into_the_same_output_dir_resumes_its_own_interrupted_run(tmp_path):
+    """The resume check resumed `interrupted`, the first call's run, where the second call's was
+    `interrupted-2`: notebook 03 run twice failed ("the event logs differ") for a plug-in that passes."""
+    small = dict(model="logreg", max_updates=5, clients=4)
+    check_algorithm("fedbuff", checks=("resume",), output_dir=str(tmp_path), **small)
+    report = check_algorithm("fedasync", checks=("resume",), output_dir=str(tmp_path), **small)
+    assert report["run_dir"].endswith("full-2")
+    with open(os.path.join(tmp_path, "interrupted-2", "config.json")) as record:
+        assert '"algorithm": "fedasync"' in record.read()
