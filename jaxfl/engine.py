@@ -59,6 +59,7 @@ client's, a group aggregation averages them). Hooks that make the whole update d
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import heapq
 import math
@@ -435,6 +436,7 @@ class Engine:
         names = [hook.name for hook in self.hooks]
         if len(set(names)) != len(names):
             raise ValueError(f"device hooks need distinct names, got {names}")
+        self._hook_attributes = [_attributes(hook) for hook in self.hooks]  # what checkpoints assume stays
         self.previous_params = init_params
         self.last_weights: dict[int, float] = {}
         self._fetches: dict[int, int] = {}  # dispatch id → fetched version (pinned until trained)
@@ -712,6 +714,7 @@ class Engine:
             if aggregation.server_optimizer:
                 self.params, self.server_state = self._server_step(self.params, self.server_state,
                                                                    pseudo_gradient)
+                self.stats.server_steps += 1
             else:
                 self.params = self._subtract(self.params, pseudo_gradient)
             if buffers is not None:
@@ -1473,11 +1476,29 @@ class Engine:
         self._pending[record.id] = record
 
     # ----------------------------------------------------------------- checkpoints
+    def _warn_of_changed_hook_attributes(self) -> None:
+        import warnings
+
+        for position, hook in enumerate(self.hooks):
+            before = self._hook_attributes[position]
+            if before is None:  # warned already
+                continue
+            changed = _changed_attributes(before, _attributes(hook))
+            if changed:
+                self._hook_attributes[position] = None
+                warnings.warn(f"device hook {hook.name!r} ({type(hook).__name__}) changed its attribute"
+                              f"{'s' if len(changed) > 1 else ''} {', '.join(changed)} during the run: a hook's own "
+                              "attributes are not checkpointed, so a resumed run starts them afresh and parts from "
+                              "this one; keep state that must last in ctx.state[self.name] (made by the hook's init)", HookStateWarning, stacklevel=2)
+
     def checkpoint_state(self) -> tuple[dict, dict]:
         """(device tree for orbax, plain metadata) holding everything needed to continue exactly:
         the global model and server state, kept versions, trained-but-unaggregated results, the
         hooks' state (per-client tables too while on the device; on the host they are written as
-        files, :meth:`save_client_state_files`), pending dispatch ids and counters."""
+        files, :meth:`save_client_state_files`), pending dispatch ids and counters. A hook's own
+        Python attributes are not among them: one that changed since the run started is warned of
+        (:class:`HookStateWarning`), once."""
+        self._warn_of_changed_hook_attributes()
         batches, placement, live = {}, {}, {}
         # Batches are named by their order of first use here, not by id(): every process of a cluster
         # run saves the same tree, which orbax requires (ids differ between processes, and the save
@@ -1665,6 +1686,40 @@ def _as_arrays(tree: PyTree) -> PyTree:
     its NumPy state in place)."""
     return None if tree is None else jax.tree.map(lambda leaf: leaf if hasattr(leaf, "shape") else
                                                   jnp.asarray(leaf), tree)
+
+
+class HookStateWarning(UserWarning):
+    """A device hook changed its own Python attributes during a run: checkpoints do not hold them,
+    so a resumed run starts them afresh and parts from the uninterrupted one."""
+
+
+def _attributes(hook) -> dict:
+    """A hook's attributes as they are now: the objects, and copies of the containers (whose contents
+    may change in place)."""
+    return {name: (value, copy.copy(value) if isinstance(value, (list, dict, set)) else None)
+            for name, value in vars(hook).items()}
+
+
+def _changed_attributes(before: dict, now: dict) -> list[str]:
+    """The attributes rebound, added, removed or (containers) changed in place between two
+    :func:`_attributes`.
+
+    >>> class Counting:
+    ...     def __init__(self): self.t, self.seen = 0, []
+    >>> hook = Counting(); before = _attributes(hook)
+    >>> hook.t += 1; hook.seen.append(3); hook.cache = {}
+    >>> _changed_attributes(before, _attributes(hook))
+    ['cache', 'seen', 't']
+    """
+    changed = []
+    for name in sorted(set(before) | set(now)):
+        if name not in before or name not in now:
+            changed.append(name)
+            continue
+        (was, was_contents), (is_, _) = before[name], now[name]
+        if was is not is_ or (was_contents is not None and was_contents != is_):
+            changed.append(name)
+    return changed
 
 
 def _unlike(tree: PyTree, target: PyTree, dtypes: bool = True, what: str = "the parameters'") -> str | None:

@@ -206,6 +206,7 @@ class EngineStats:
     clients_trained: int = 0
     useful_steps: int = 0  # Σ requested local steps of trained dispatches
     aggregated_steps: int = 0  # Σ local steps of the updates aggregated so far
+    server_steps: int = 0  # aggregations that applied the server optimiser (not mixes, single updates, hooks' models)
     executed_steps: int = 0  # steps computed, padding (masked steps, padded clients) included
     # Steps the calls ran one after another: each call's longest (its two parts' where it pauses).
     # Where a vmapped step costs what one client's does (an accelerator the call does not fill), the

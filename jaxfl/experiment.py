@@ -1836,6 +1836,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
 
     _disconnect(engine, simulation, recorder)
     _write_tables(run_dir, engine.tables)
+    _warn_of_an_unused_server_optimizer(config, algorithm, engine.stats.server_steps, simulation.version)
     accuracies = [row["accuracy"] for row in recorder.rows]
     summary = {
         **_schedule_summary(config, algorithm, simulation, end_time, reason),
@@ -2024,6 +2025,23 @@ def library_versions() -> dict[str, str | None]:
     return {"jaxfl": jaxfl.__version__, "jax": jax.__version__, "jaxlib": installed("jaxlib"),
             "flax": installed("flax"), "optax": optax.__version__, "numpy": np.__version__,
             "python": platform.python_version()}
+
+
+def _warn_of_an_unused_server_optimizer(config: RunConfig, algorithm, server_steps: int, updates: int) -> None:
+    """A server optimiser that changes something (not sgd at lr 1 without momentum) which no aggregation
+    of the run applied: the algorithm sets the model itself (a mix, a hook's model, single updates).
+    Built-in algorithms refuse such settings up front (``unread_settings``); a plug-in that does not
+    declare them ran sweeps of identical cells, saying nothing."""
+    momentum = config.momentum if config.server_optimizer == "sgd" else 0.0
+    if server_steps or not updates or (config.server_optimizer == "sgd" and config.server_lr == 1.0 and not momentum):
+        return
+    given = f"server_optimizer={config.server_optimizer!r}, server_lr={config.server_lr!r}" + \
+        (f", server_momentum={momentum!r}" if momentum else "")
+    warnings.warn(f"{given}: none of this run's {updates} aggregations applied the server optimiser ({algorithm.name} "
+                  "set the model itself: a mix, a hook's model or single updates), so these settings changed nothing"
+                  + ("" if algorithm.__module__.startswith("jaxfl.algorithms.") else
+                     f"; {type(algorithm).__name__}.unread_settings can refuse them before a run"), UserWarning,
+                  stacklevel=3)
 
 
 def _schedule_summary(config: RunConfig, algorithm, simulation: Simulation, end_time: float, reason: str) -> dict:
