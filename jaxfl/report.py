@@ -1458,7 +1458,8 @@ def _figures(trained: _Grouping | None, timing: _Grouping | None, lines: list[di
                   for key, runs_by_method in by_group.items()
                   if any(run.get("best_accuracy") is not None for runs in runs_by_method.values() for run in runs)
                   for name, x in (("accuracy", "time"), ("accuracy_vs_steps", "steps"))]
-        paths.append(_time_to_target_figure(trained, lines, out, panels))
+        if any(run.get("target_accuracy") is not None for runs in trained.runs_by_method().values() for run in runs):
+            paths.append(_time_to_target_figure(trained, lines, out, panels))  # (an empty chart without targets)
     groups = figure_groups(trained, timing)
     paths.append(plot_staleness_by_group(groups, sweep_dir, os.path.join(out, "staleness.png")))
     from jaxfl.plot import plot_timeline

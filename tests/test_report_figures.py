@@ -177,3 +177,17 @@ def test_a_method_evaluated_once_is_drawn_as_a_point(tmp_path, monkeypatch):
         runs, str(tmp_path), str(tmp_path / "accuracy.png")))
     lines = {line.get_label().split(" (")[0]: line for line in figure.axes[0].get_lines()}
     assert lines["fedavg"].get_marker() == "o" and lines["fedbuff"].get_marker() in (None, "None", "")
+
+
+def test_a_sweep_whose_runs_have_no_target_draws_no_time_to_target_chart(tmp_path):
+    """Runs on a dataset without a default target (synthetic) drew time_to_target.png empty."""
+    import os
+
+    from jaxfl.report import make_report
+    from jaxfl.sweep import run_sweep
+
+    folder = str(tmp_path / "synthetic")
+    run_sweep({"dataset": "synthetic_iid", "partition": "natural", "model": "logreg", "clients": 4, "local_steps": 2,
+               "max_updates": 2}, {"algorithm": ["fedavg", "fedbuff"]}, folder, progress=False)
+    names = sorted(os.path.basename(path) for path in make_report(folder, reference="fedavg").figures)
+    assert "accuracy.png" in names and "time_to_target.png" not in names
