@@ -1106,17 +1106,27 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
     for name in chosen:
         preset_fields, preset_options = base[name]
         given = {**preset_options, **(table or {}), **options.get(spaces[name], {})}
-        with warnings.catch_warnings():  # a config's warnings come once, from its run's own validation
-            warnings.simplefilter("ignore")
-            try:
-                configs.append(config_from_mapping({**preset_fields, **per_algorithm[name], "algorithm": name,
-                                                    "algorithm_options": given or None}))
-            except ConfigError as error:  # a value the user never typed: say where it came from
-                field = str(error).partition("=")[0]
-                if field in preset_fields and field not in per_algorithm[name]:
-                    raise ConfigError(f"{error} (set by --preset {preset}: --{field.replace('_', '-')} none unsets "
-                                      f"it, or give it another value)") from None
-                raise
+        unread = []
+        while True:
+            with warnings.catch_warnings():  # a config's warnings come once, from its run's own validation
+                warnings.simplefilter("ignore")
+                try:
+                    configs.append(config_from_mapping({**preset_fields, **per_algorithm[name], "algorithm": name,
+                                                        "algorithm_options": given or None}))
+                    break
+                except ConfigError as error:  # a value the user never typed: say where it came from
+                    field = str(error).partition("=")[0]
+                    if field not in preset_fields or field in per_algorithm[name]:
+                        raise
+                    if "this run never reads it" in str(error):  # a flag made the preset's value unread
+                        unread.append(f"{field} {preset_fields[field]!r}")
+                        preset_fields = {key: value for key, value in preset_fields.items() if key != field}
+                        continue
+                    unset = f"--{field.replace('_', '-')} none unsets it, or " if FIELDS[field].default is None else ""
+                    raise ConfigError(f"{error} (set by --preset {preset}: {unset}give it another value)") from None
+        if unread:  # (--preset port-mnist --partition iid: its dirichlet_alpha refused, "none" suggested and refused)
+            print(f"jaxfl: note: preset {preset}: {', '.join(unread)} not read by this run ({name}, with the flags "
+                  "given), left out", file=sys.stderr)
     return configs
 
 

@@ -169,13 +169,23 @@ def test_a_flag_typed_none_unsets_the_preset_s_value(tmp_path):
     assert stored["client"]["local_epochs"] is None and stored["client"]["local_steps"] == 10
 
 
-def test_a_preset_s_value_a_flag_makes_unread_is_refused_naming_the_preset():
+def test_a_preset_s_value_a_flag_makes_unread_is_left_out_with_a_note(capsys):
     """`--preset port-mnist --heterogeneity exp`: "speed_legacy_seed=1 is not allowed: leave it unset",
-    a value the user never typed, without where it came from or how to unset it."""
-    args = build_parser().parse_args(["run", "--preset", "port-mnist", "--heterogeneity", "exp", "--timing-only"])
-    with pytest.raises(ConfigError, match=r"speed_legacy_seed=1 is not allowed: leave it unset.* \(set by --preset "
-                                          r"port-mnist: --speed-legacy-seed none unsets it, or give it another value\)"):
-        _configs(args)
+    a value the user never typed; and `--partition iid` was refused over the preset's dirichlet_alpha
+    with a hint, "--dirichlet-alpha none unsets it", that argparse then refused too. A preset value a
+    flag makes unread is left out, with a note, as the preset's fields another algorithm does not read."""
+    (config,) = _configs(build_parser().parse_args(["run", "--preset", "port-mnist", "--heterogeneity", "exp",
+                                                    "--timing-only"]))
+    assert "preset port-mnist: speed_legacy_seed 1 not read by this run (port, with the flags given), left out" \
+        in capsys.readouterr().err
+    assert config.heterogeneity == "exp" and config.speed_legacy_seed is None
+    (config,) = _configs(build_parser().parse_args(["run", "--preset", "port-mnist", "--partition", "iid"]))
+    assert config.partition == "iid" and config.dirichlet_alpha == 0.5
+    assert "dirichlet_alpha 5.0 not read by this run" in capsys.readouterr().err
+    # a value that is read but refused with the flag: the hint offers "none" only where the field takes it
+    with pytest.raises(ConfigError, match=r"client_momentum=0.9 is not allowed.* \(set by --preset port-mnist: give "
+                                          r"it another value\)$"):
+        _configs(build_parser().parse_args(["run", "--preset", "port-mnist", "--client-optimizer", "adam"]))
     (config,) = _configs(build_parser().parse_args(["run", "--preset", "port-mnist", "--heterogeneity", "exp",
                                                     "--speed-legacy-seed", "none", "--timing-only"]))
     assert config.heterogeneity == "exp" and config.speed_legacy_seed is None
