@@ -754,6 +754,14 @@ def _only_read_when(config: RunConfig, options: Any = None) -> dict[str, tuple[b
         # periodic checkpoint) agrees with it: training configs replayed timing-only set it
         **{name: (not timing, TIMING_ONLY_READERS) for name in TIMING_ONLY_UNREAD},
         "checkpoint_every": (not timing or config.checkpoint_every is None, TIMING_ONLY_READERS),
+        # (ran with exit 0 and changed nothing, each of these)
+        "checkpoint_min_interval_s": (not timing and config.checkpoint_every is not None,
+                                      TIMING_ONLY_READERS if timing else "runs with periodic checkpoints "
+                                      "(checkpoint_every set)"),
+        "clients_per_call": (not timing and config.batching,
+                             TIMING_ONLY_READERS if timing else "runs with batching (without it a call trains one client)"),
+        "steps_per_call": (not timing and config.step_loop != "rolled",
+                           TIMING_ONLY_READERS if timing else "step_loop unrolled (a rolled loop compiles one step)"),
     }
 
 

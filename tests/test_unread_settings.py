@@ -199,6 +199,19 @@ def test_a_timing_only_run_refuses_engine_evaluation_and_checkpoint_settings(val
     assert config_from_mapping({"clients": 4, "max_updates": 3, **values})  # a training run reads them
 
 
+@pytest.mark.parametrize("values, shown, readers", [
+    ({"checkpoint_every": None, "checkpoint_min_interval_s": 5.0}, "checkpoint_min_interval_s=5.0",
+     "runs with periodic checkpoints"),
+    ({"batching": False, "clients_per_call": 2}, "clients_per_call=2", "runs with batching"),
+    ({"step_loop": "rolled", "steps_per_call": 2}, "steps_per_call=2", "step_loop unrolled"),
+])
+def test_engine_and_checkpoint_settings_that_another_setting_makes_unread_are_refused(values, shown, readers):
+    """Each ran with exit status 0 and changed nothing (a rolled loop's metrics equal at steps_per_call 1 and 2)."""
+    refused({"max_updates": 3, **values}, shown, "never reads it", readers)
+    kept = {name: value for name, value in values.items() if name not in shown}
+    assert config_from_mapping({"clients": 4, "max_updates": 3, **kept})
+
+
 def test_timing_only_defaults_and_the_documented_commands_are_valid():
     assert cli_configs("--timing-only")[0].timing_only
     # README "Large federations and timing-only runs" (smaller: the check is the flags)
