@@ -1710,6 +1710,10 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                     sample_bytes=int(np.prod(dataset.input_shape)), hooks=hooks, client_state=config.client_state,
                     local_steps=local_steps, step_loop=config.step_loop)
     _UNFINISHED_ENGINES.add(engine)  # until _disconnect
+    if config.step_loop is None and engine.step_loop == "rolled" and config.steps_per_call is not None:
+        warnings.warn(f"steps_per_call={config.steps_per_call} is not read: the step loop chosen for this model on "
+                      f"{engine.home.platform} is rolled (one step compiled, the local steps looped); --step-loop "
+                      "unrolled runs chunks of steps_per_call steps", UserWarning, stacklevel=3)
     engine.check_memory()
 
     # run_dir: where this process writes; shared_dir: the run's directory, where every process takes

@@ -247,3 +247,20 @@ def test_negative_times_is_unread_where_no_time_can_come_out_non_positive():
         validate(RunConfig(heterogeneity="exp", jitter=0.0, negative_times="clip"))
     for heterogeneity, jitter in (("exp", 0.05), ("normal", 0.0)):
         assert validate(RunConfig(heterogeneity=heterogeneity, jitter=jitter, negative_times="clip")).negative_times == "clip"
+
+
+def test_steps_per_call_under_a_step_loop_chosen_rolled_is_warned_of(tmp_path):
+    """step_loop unset: rolled on a CPU for a model without convolutions, where steps_per_call=2 ran
+    as 1 saying nothing (config.json's execution_plan recorded 2)."""
+    import jax
+
+    from jaxfl.experiment import run_experiment
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("the automatic choice is rolled on a CPU")
+    config = config_from_mapping({"model": "logreg", "clients": 3, "local_steps": 4, "max_updates": 1,
+                                  "steps_per_call": 2, "progress": False, "output_dir": str(tmp_path),
+                                  "checkpoint_every": None, "final_checkpoint": False})
+    with pytest.warns(UserWarning, match=r"steps_per_call=2 is not read: the step loop chosen for this model on cpu "
+                                         r"is rolled"):
+        assert run_experiment(config).summary["step_loop"] == "rolled"
