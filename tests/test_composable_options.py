@@ -168,8 +168,15 @@ def test_port_settings_that_cannot_act_are_said_to_be_ignored():
     with pytest.warns(UserWarning, match=r"port.cosine='current' is ignored: port.beta=0 switches the cosine term off"):
         validate(RunConfig(algorithm="port", algorithm_options={"beta": 0, "cosine": "current"}))
     with pytest.warns(UserWarning, match=r"port.pull_steps=2 is ignored: with port.staleness_bound=inf"):
-        validate(RunConfig(algorithm="port", algorithm_options={"staleness_bound": float("inf"), "pull_steps": 2,
-                                                                 "urgent_pull": True}))
+        validate(RunConfig(algorithm="port", algorithm_options={"staleness_bound": float("inf"), "pull_steps": 2}))
+    # the bound's rule and the urgent pull neither (they ran without a word)
+    with pytest.warns(UserWarning, match=r"port.bound_rule='exceeds', port.urgent_pull=False are ignored: with "
+                                         r"port.staleness_bound=inf no client is ever too stale"):
+        validate(RunConfig(algorithm="port", algorithm_options={"staleness_bound": float("inf"),
+                                                                 "bound_rule": "exceeds", "urgent_pull": False}))
+    with warnings.catch_warnings():  # plato's own rule and no pull under inf: the preset's values, no note
+        warnings.simplefilter("error")
+        validate(RunConfig(algorithm="port", algorithm_options={"staleness_bound": float("inf"), "preset": "plato"}))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         validate(RunConfig(algorithm="port", algorithm_options={"beta": 0, "preset": "plato"}))

@@ -403,9 +403,15 @@ class PortConfig(Options):
                 if getattr(self, name) != preset[name]:
                     warnings.warn(f"port.{name}={getattr(self, name)!r} is ignored: port.beta=0 switches the cosine "
                                   "term off", UserWarning, stacklevel=2)
-        if math.isinf(self.staleness_bound) and self.pull_steps is not None:
-            warnings.warn(f"port.pull_steps={self.pull_steps!r} is ignored: with port.staleness_bound=inf no client is "
-                          "ever too stale, so none is pulled", UserWarning, stacklevel=2)
+        if math.isinf(self.staleness_bound):
+            # (bound_rule and urgent_pull changed nothing under inf, saying so as pull_steps does)
+            ignored = [f"port.{name}={getattr(self, name)!r}" for name in ("pull_steps", "bound_rule", "urgent_pull")
+                       if name == "pull_steps" and self.pull_steps is not None
+                       or name != "pull_steps" and getattr(self, name) != preset[name]]
+            if ignored:
+                warnings.warn(f"{', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored: with "
+                              "port.staleness_bound=inf no client is ever too stale, so none is waited for or pulled",
+                              UserWarning, stacklevel=2)
 
 
 @register
