@@ -668,9 +668,11 @@ def validate(config: RunConfig) -> RunConfig:
     config = dataclasses.replace(config, algorithm_options=options)
     _check_client_state_is_read(config, algorithm)
     config = _validate_data_fields(config)
-    if config.run_name is not None and (not config.run_name or os.sep in config.run_name
-                                        or config.run_name in (".", "..")):
-        fail("run_name", config.run_name, "a plain folder name without path separators")
+    if config.run_name is not None and (not config.run_name or os.sep in config.run_name or "/" in config.run_name
+                                        or config.run_name in (".", "..") or config.run_name != config.run_name.strip()):
+        # (" " made a folder named by one space, "runs/ " at the end of the run's line)
+        fail("run_name", config.run_name, "a plain folder name without path separators, not starting or ending "
+                                          "in a space")
     if config.target_accuracy is None:
         config = dataclasses.replace(config, target_accuracy=DEFAULT_TARGETS.get(config.dataset))
     if config.target_accuracy is None and math.isinf(config.max_time) and not _count_budgets(config):

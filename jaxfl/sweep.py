@@ -216,6 +216,8 @@ def _check_grid(grid: dict) -> dict:
     ...
     jaxfl.config.ConfigError: grid client_lr=[1, 1.0] is not allowed: 1 and 1.0 are the same client_lr (one value spelled twice); give each value once
     """
+    if not isinstance(grid, dict):  # (None raised a bare AttributeError)
+        raise ConfigError(f"grid={grid!r} is not allowed: a mapping of setting → list of values ({{}} for one cell)")
     checked = {}
     for key, values in grid.items():
         name = key.replace("-", "_")

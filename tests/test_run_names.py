@@ -15,6 +15,8 @@ import json
 import os
 import shutil
 
+import pytest
+
 from jaxfl import config as config_module
 from jaxfl.config import RunConfig, config_from_mapping, validate
 from jaxfl.experiment import config_hash, run_name
@@ -240,3 +242,13 @@ def test_numpy_numbers_in_algorithm_options_and_per_channel_lists_are_plain_numb
     plain = validate(RunConfig(algorithm="port", normalize=True, normalize_mean=(0.5,), normalize_std=(0.25,),
                                algorithm_options={"staleness_bound": 5.0, "min_clients": 2}))
     assert given.to_dict() == plain.to_dict() and config_hash(given) == config_hash(plain)
+
+
+@pytest.mark.parametrize("name", ["", " ", " run", "run ", "a/b", ".", ".."])
+def test_a_run_name_that_is_no_plain_folder_name_is_refused(name):
+    """" " was accepted: a folder named by one space, and a run's line ending in "→ runs/ "."""
+    from jaxfl.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match=r"run_name=.* is not allowed: a plain folder name without path separators, "
+                                          r"not starting or ending in a space"):
+        validate(RunConfig(run_name=name))

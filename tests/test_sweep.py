@@ -1157,3 +1157,14 @@ def test_cluster_flags_given_to_a_sweep_are_named_as_jaxfl_run_s(tmp_path, capsy
     error = capsys.readouterr().err
     assert "--coordinator-address, --num-processes, --process-id: jaxfl sweep runs its cells in one process" in error
     assert "did you mean" not in error
+
+
+def test_a_grid_that_is_no_mapping_is_refused_before_the_folder_is_made(tmp_path):
+    # run_sweep(base, None, folder) raised a bare AttributeError
+    from jaxfl.config import ConfigError
+    from jaxfl.sweep import run_sweep
+
+    for grid in (None, [("seed", [0, 1])]):
+        with pytest.raises(ConfigError, match=r"grid=.* is not allowed: a mapping of setting → list of values"):
+            run_sweep({"clients": 4}, grid, str(tmp_path / "sweep"))
+    assert not (tmp_path / "sweep").exists()
