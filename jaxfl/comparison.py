@@ -170,11 +170,32 @@ def write_comparison(results, output_dir: str) -> Comparison:
     from jaxfl.plot import plot_accuracy
 
     rows = comparison_rows(results)
+    _say_what_is_replaced(os.path.join(output_dir, "comparison.csv"), rows)
     # the plot first: a comparison.csv stands for a comparison written whole (an interrupt while the
     # plot is drawn leaves neither)
     plot = plot_accuracy([result.run_dir for result in results], os.path.join(output_dir, "comparison.png"))
     table = write_csv(os.path.join(output_dir, "comparison.csv"), rows, [*COLUMNS, UTILISATION, "run_dir"])
     return Comparison(rows, table, plot, list(results))
+
+
+def _say_what_is_replaced(path: str, rows: list[dict]) -> None:
+    """A warning where ``path`` holds another comparison's table (other runs): the same output folder
+    (``runs`` by default) keeps one comparison.csv and comparison.png, and the earlier one's went
+    without a word."""
+    import csv
+    import warnings
+
+    try:
+        with open(path, newline="") as handle:
+            earlier = list(csv.DictReader(handle))
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return
+    if not earlier or sorted(row.get("run_dir", "") for row in earlier) == sorted(str(row["run_dir"]) for row in rows):
+        return
+    names = ",".join(dict.fromkeys(str(row.get("algorithm", "?")) for row in earlier))
+    warnings.warn(f"{path} held the comparison of {names} ({len(earlier)} run{'s' * (len(earlier) != 1)}), replaced by "
+                  f"this one's, with comparison.png; its runs stay in their folders (give each comparison its own "
+                  "--output-dir to keep both tables)", UserWarning, stacklevel=3)
 
 
 def compare(configs) -> Comparison:

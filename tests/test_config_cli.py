@@ -138,3 +138,24 @@ def test_a_config_file_s_options_table_that_no_chosen_algorithm_reads_is_named_a
         main(["run", "--config", str(tmp_path / "port.toml"), "--algorithm", "fedavg", "--out", str(tmp_path / "r")])
     assert f"the [port] options of config file '{tmp_path / 'port.toml'}' are given but no chosen algorithm (fedavg) " \
            "reads them (read only by port)" in capsys.readouterr().err
+
+
+def test_a_comparison_that_replaces_another_s_table_says_so(tmp_path):
+    """A second comparison into the same --output-dir (runs, by default) replaced the first one's
+    comparison.csv and comparison.png without a word; the same comparison again (its runs reused) does not."""
+    common = ["--model", "logreg", "--dataset", "synthetic", "--partition", "natural", "--clients", "4",
+              "--local-steps", "2", "--max-updates", "2", "--no-progress", "--output-dir", str(tmp_path)]
+    import warnings
+
+    said = []
+    for algorithms in ("fedasync,fedat", "fedavg,fedbuff", "fedavg,fedbuff"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert main(["run", *common, "--algorithm", algorithms]) == 0
+        said.append([str(w.message) for w in caught if "held the comparison" in str(w.message)])
+    replaced = (f"{tmp_path}/comparison.csv held the comparison of fedasync,fedat (2 runs), replaced by "
+                "this one's, with comparison.png; its runs stay in their folders (give each comparison its own "
+                "--output-dir to keep both tables)")
+    assert said == [[], [replaced], []], said
+    with open(tmp_path / "comparison.csv", newline="") as table:
+        assert [row["algorithm"] for row in csv.DictReader(table)] == ["fedavg", "fedbuff"]
