@@ -1136,6 +1136,7 @@ def split_algorithm_options(values: dict[str, Any]) -> tuple[dict[str, Any], dic
     """
     spaces = option_namespaces()
     fields: dict[str, Any] = {}
+    spelling: dict[str, str] = {}  # how the mapping named each field (for the refusal of one given twice)
     options: dict[str, dict[str, Any]] = {}
     for key, value in values.items():
         name = key.replace("-", "_")
@@ -1150,11 +1151,12 @@ def split_algorithm_options(values: dict[str, Any]) -> tuple[dict[str, Any], dic
             continue
         if name in SECTIONS and isinstance(value, dict):  # a [client] table: its fields
             for inner, item in value.items():
+                spelled = f"[{name}] {inner}"
                 inner = inner.replace("-", "_")
                 if SECTION_OF.get(inner) != name:
                     allowed = ", ".join(f.name for f in dataclasses.fields(SECTIONS[name]))
                     raise ConfigError(f"unknown field {inner!r} in section [{name}]; allowed: {allowed}")
-                fields[inner] = item
+                _once(fields, spelling, inner, item, spelled)
             continue
         space, dot, rest = name.partition(".")
         if dot:
@@ -1168,8 +1170,17 @@ def split_algorithm_options(values: dict[str, Any]) -> tuple[dict[str, Any], dic
             if prefix is not None:  # jaxfl 0.1's flat name, e.g. port_staleness_bound
                 options.setdefault(prefix, {})[name[len(prefix) + 1:]] = value
                 continue
-        fields[name] = value
+        _once(fields, spelling, name, value, key)
     return fields, options
+
+
+def _once(fields: dict, spelling: dict, name: str, value: Any, spelled: str) -> None:
+    """Set ``fields[name]``, refusing a field the mapping gave already (flat and in its section, or in
+    two spellings): the last one given won by the mapping's order, where a file refuses it."""
+    if name in fields:
+        raise ConfigError(f"{name} is given twice: {spelling[name]} = {fields[name]!r} and {spelled} = {value!r}; "
+                          "give it once")
+    fields[name], spelling[name] = value, spelled
 
 
 def unknown_name(name: str, value: Any, where: str = "") -> ConfigError:

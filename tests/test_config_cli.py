@@ -3,6 +3,7 @@ import csv
 import json
 import math
 import os
+import re
 
 import pytest
 
@@ -159,3 +160,13 @@ def test_a_comparison_that_replaces_another_s_table_says_so(tmp_path):
     assert said == [[], [replaced], []], said
     with open(tmp_path / "comparison.csv", newline="") as table:
         assert [row["algorithm"] for row in csv.DictReader(table)] == ["fedavg", "fedbuff"]
+
+
+def test_a_mapping_that_gives_a_field_flat_and_in_its_section_is_refused_as_a_file_is():
+    """In Python the mapping's order decided (clients 5 or 3), where the same TOML is refused."""
+    for values, said in (({"clients": 3, "data": {"clients": 5}}, "clients = 3 and [data] clients = 5"),
+                         ({"data": {"clients": 5}, "clients": 3}, "[data] clients = 5 and clients = 3"),
+                         ({"local-steps": 3, "local_steps": 4}, "local-steps = 3 and local_steps = 4")):
+        with pytest.raises(ConfigError, match=rf"is given twice: {re.escape(said)}; give it once"):
+            config_from_mapping(values)
+    assert config_from_mapping({"data": {"clients": 5}}).clients == 5
