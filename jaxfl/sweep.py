@@ -116,12 +116,13 @@ def _flat(values: dict, where: str) -> dict:
         raise ConfigError(f"{where}: an [algorithm] table or algorithm_options does not fit a sweep (each cell's "
                           "algorithm differs); give options in their namespace, as [port] or port.staleness_bound")
     fields, options = split_algorithm_options(values)
-    for name in fields:
-        if name not in FIELDS:
-            from jaxfl.config import PLUGIN_IMPORT_FAILURES  # a plug-in's options table: say why it is unknown
+    for name, value in fields.items():
+        if name not in FIELDS:  # the nearest names, a misspelt [clinet] table as a section (as --config says)
+            from jaxfl.config import PLUGIN_IMPORT_FAILURES, unknown_name
 
-            failed = "".join(f"; if it holds a plug-in's options: {why}" for why in PLUGIN_IMPORT_FAILURES.values())
-            raise ConfigError(f"{where}: unknown config field {name!r}; allowed: {', '.join(FIELDS)}{failed}")
+            failed = "" if isinstance(value, dict) else \
+                "".join(f"; if it holds a plug-in's options: {why}" for why in PLUGIN_IMPORT_FAILURES.values())
+            raise ConfigError(f"{unknown_name(name, value, where)}{failed}")
         if name in SWEEP_OWNED:
             raise ConfigError(f"{where}: {name} is set by the sweep (runs go to SWEEP_DIR/runs/, progress is one bar "
                               "for the whole grid); leave it out")

@@ -1168,3 +1168,15 @@ def test_a_grid_that_is_no_mapping_is_refused_before_the_folder_is_made(tmp_path
         with pytest.raises(ConfigError, match=r"grid=.* is not allowed: a mapping of setting → list of values"):
             run_sweep({"clients": 4}, grid, str(tmp_path / "sweep"))
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_misspelt_section_of_a_sweep_file_is_named_as_a_section(tmp_path, capsys):
+    """`[clinet]` was "unknown config field 'clinet'; allowed:" and some 90 fields, where --config says
+    which section was meant."""
+    from jaxfl.cli import main
+
+    (tmp_path / "sweep.toml").write_text("[clinet]\nlocal_steps = 5\n")
+    with pytest.raises(SystemExit):
+        main(["sweep", str(tmp_path / "sweep.toml"), "--out", str(tmp_path / "out")])
+    assert "unknown config section [clinet] (did you mean [client]?)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
