@@ -144,9 +144,11 @@ def aggregation_cost(clients: int, repeats: int = 20_000) -> float:
 
     simulation = Simulation(Policy(), ClientSpeeds(SpeedConfig(model="exp"), clients, seed=0),
                             np.full(clients, 1.0 / clients), _TimingBackend())
-    records = [simulation.dispatch(client % clients, 20) for client in range(repeats)]
-    for record in records:
-        record.status = ARRIVED
+    records = []
+    for client in range(repeats):  # each made arrived at once: a client trains one dispatch at a time
+        records.append(simulation.dispatch(client % clients, 20))
+        records[-1].status = ARRIVED
+        simulation.training[client % clients] = 0
     simulation._counts[IN_FLIGHT] -= repeats
     simulation._counts[ARRIVED] += repeats
     aggregate = simulation.aggregate

@@ -1237,6 +1237,38 @@ def as_recorded(values: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+# Settings that a run could hold unread, and so changed nothing, until they were refused (2026-12-05):
+# field → (the field that makes it unread, the value that does). A run recorded with one goes on, and
+# runs again from its config.json, without it (:func:`without_settings_refused_since`).
+REFUSED_SINCE = {"clients_per_call": ("batching", False), "steps_per_call": ("step_loop", "rolled"),
+                 "checkpoint_min_interval_s": ("checkpoint_every", None)}
+
+
+def without_settings_refused_since(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A recorded config (flat, or nested by section) without the :data:`REFUSED_SINCE` settings that
+    its own values leave unread, and their names.
+
+    >>> without_settings_refused_since({"engine": {"batching": False, "clients_per_call": 2}})
+    ({'engine': {'batching': False, 'clients_per_call': None}}, ['clients_per_call'])
+    >>> without_settings_refused_since({"batching": True, "clients_per_call": 2})[1]
+    []
+    """
+    values = {key: dict(value) if key in SECTIONS and isinstance(value, Mapping) else value
+              for key, value in values.items()}
+
+    def holder(name: str) -> dict:
+        section = values.get(SECTION_OF.get(name))
+        return section if isinstance(section, dict) and name in section else values
+
+    dropped = []
+    for name, (decider, unread_at) in REFUSED_SINCE.items():
+        own, decides = holder(name), holder(decider)
+        if own.get(name) is not None and decider in decides and decides[decider] == unread_at:
+            own[name] = None
+            dropped.append(name)
+    return values, dropped
+
+
 def config_from_mapping(values: dict[str, Any], base: RunConfig | None = None) -> RunConfig:
     """A validated RunConfig from a mapping of field names (e.g. a parsed JSON/TOML file).
 

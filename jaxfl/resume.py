@@ -34,8 +34,8 @@ import warnings
 from typing import Any, Mapping
 
 from jaxfl import algorithms, checkpoint
-from jaxfl.config import (FIELDS, FIELDS_ADDED, ConfigError, RunConfig, as_recorded, config_from_mapping,
-                          split_algorithm_options, user_path, validate)  # noqa: F401 -- validate: the docstring examples use it
+from jaxfl.config import (FIELDS, FIELDS_ADDED, SECTION_OF, ConfigError, RunConfig, as_recorded, config_from_mapping,
+                          split_algorithm_options, user_path, validate, without_settings_refused_since)  # noqa: F401 -- validate: the docstring examples use it
 
 # Fields that do not change what a run computes or writes, so a resume may set them afresh. ``devices``
 # changes only how the client axis is sharded (results equal within the tolerance README states for
@@ -289,7 +289,14 @@ def read_run_and_record(run_dir: str, may_differ: Mapping[str, Any] | None = Non
     """:func:`read_run`'s ``(config, user_inputs)`` and the whole ``config.json`` it read them from
     (its ``log_to``: the loggers the run was started with), from one read of the file."""
     written = read_record(run_dir)
-    values = {**as_recorded(written["config"]), **(may_differ or {})}
+    # a setting the run held unread, refused since: it changed nothing, so the run goes on without it
+    values, _ = without_settings_refused_since(as_recorded(written["config"]))
+    for name, value in (may_differ or {}).items():  # in the recorded section that holds it (given twice else)
+        section = SECTION_OF.get(name)
+        if isinstance(values.get(section), dict) and name in values[section]:
+            values[section] = {**values[section], name: value}
+        else:
+            values[name] = value
     other = sorted(set(may_differ or {}) - set(MAY_DIFFER))
     if other:
         raise ValueError(f"read_run: may_differ={other} names fields a resume keeps; only {', '.join(MAY_DIFFER)}")
@@ -313,7 +320,7 @@ def read_run_and_record(run_dir: str, may_differ: Mapping[str, Any] | None = Non
         return config_from_mapping(values), written.get("user_inputs", {}), written
     except (ConfigError, TypeError, ValueError) as error:
         text = str(error).strip().splitlines()  # whole: a reference's cause comes after the list of names
-        if may_differ and _valid(as_recorded(written["config"])):  # the value given for the resume is the bad one
+        if may_differ and _valid(without_settings_refused_since(as_recorded(written["config"]))[0]):  # the value given for the resume is the bad one
             raise ResumeError(f"cannot resume {run_dir!r}: {text[0] if text else repr(error)} (given for the resume; "
                               "the run's own config.json is valid)") from None
         where = (f" (it was started in {elsewhere!r}: a module it names may be importable from there alone)"

@@ -53,7 +53,7 @@ from typing import NamedTuple
 from jaxfl import algorithms
 from jaxfl.config import (user_path, ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, TIMING_ONLY_UNREAD, ConfigError, RunConfig,
                           _only_read_when, as_recorded, config_from_mapping, flat_once, load_config_file, option_namespaces,
-                          reads_field, split_algorithm_options, validate)
+                          reads_field, split_algorithm_options, validate, without_settings_refused_since)
 
 # Where and how each run is written belongs to the sweep, not to a cell.
 SWEEP_OWNED = ("output_dir", "run_name", "progress")
@@ -396,7 +396,7 @@ def _run_at_an_earlier_default(config: RunConfig) -> tuple[str, object, object, 
             recorded = read_record(os.path.join(config.output_dir, folder))["config"]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the run's own notes came when it ran
-                ran = validate(config_from_mapping(as_recorded(recorded)))
+                ran = validate(config_from_mapping(without_settings_refused_since(as_recorded(recorded))[0]))
         except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
             continue
         where = {"output_dir": config.output_dir, "run_name": config.run_name}
@@ -427,6 +427,8 @@ _DECIDING = {"dirichlet_alpha": ("partition",), "dirichlet_min_samples": ("parti
              "dropout_mean": ("dropout_prob",), "eval_every": ("eval_interval", "timing_only"),
              "checkpoint_every": ("timing_only",), "staleness_a": ("staleness", "algorithm"),
              **{name: ("timing_only",) for name in TIMING_ONLY_UNREAD},
+             "clients_per_call": ("timing_only", "batching"), "steps_per_call": ("timing_only", "step_loop"),
+             "checkpoint_min_interval_s": ("timing_only", "checkpoint_every"),
              **{name: ("algorithm", "server_optimizer") for name in SERVER_FIELDS_READ_BY}}
 
 

@@ -210,11 +210,12 @@ def _check_algorithm(algorithm, checks: tuple[str, ...], folder: str, atol: floa
         report["global_updates"] = full.summary["global_updates"]
         report["run_dir"] = full.run_dir
     if "batched" in checks:
-        single = run_experiment(dataclasses.replace(config, batching=False, checkpoint_every=None,
-                                                    run_name="one-at-a-time"))
+        single = run_experiment(dataclasses.replace(config, batching=False, clients_per_call=None, checkpoint_every=None,
+                                                    checkpoint_min_interval_s=None, run_name="one-at-a-time"))
         batched_log, single_log = events_without_wall_time(full.run_dir), events_without_wall_time(single.run_dir)
         if batched_log != single_log:
-            again = run_experiment(dataclasses.replace(config, checkpoint_every=None, run_name="batched-again"))
+            again = run_experiment(dataclasses.replace(config, checkpoint_every=None, checkpoint_min_interval_s=None,
+                                                       run_name="batched-again"))
             if events_without_wall_time(again.run_dir) != batched_log:  # the policy, not the batching
                 raise AssertionError(f"{name}: two identical runs have different event logs, first at "
                                      f"{_first_difference(batched_log, events_without_wall_time(again.run_dir))}: "

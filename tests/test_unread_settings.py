@@ -264,3 +264,26 @@ def test_steps_per_call_under_a_step_loop_chosen_rolled_is_warned_of(tmp_path):
     with pytest.warns(UserWarning, match=r"steps_per_call=2 is not read: the step loop chosen for this model on cpu "
                                          r"is rolled"):
         assert run_experiment(config).summary["step_loop"] == "rolled"
+
+
+def test_a_run_recorded_with_a_setting_refused_since_goes_on_and_runs_again_without_it(tmp_path, capsys):
+    """clients_per_call without batching changed nothing until it was refused; a run recorded with it
+    could no longer resume ("config.json does not hold a valid run config") nor run again from its record."""
+    import json
+
+    from jaxfl.cli import main
+    from jaxfl.experiment import run_experiment
+    from jaxfl.resume import read_run
+
+    config = config_from_mapping({"model": "logreg", "clients": 3, "local_steps": 2, "max_updates": 1,
+                                  "clients_per_call": 2, "progress": False, "output_dir": str(tmp_path),
+                                  "run_name": "old"})
+    run_dir = run_experiment(config).run_dir
+    path = tmp_path / "old" / "config.json"
+    record = json.loads(path.read_text())
+    record["config"]["engine"]["batching"] = False  # as a run before the refusal recorded it
+    path.write_text(json.dumps(record))
+    resumed, _ = read_run(run_dir)
+    assert resumed.batching is False and resumed.clients_per_call is None
+    assert main(["run", "--config", str(path), "--output-dir", str(tmp_path / "again"), "--no-progress"]) == 0
+    assert "clients_per_call from the config file" in capsys.readouterr().err
