@@ -38,7 +38,8 @@ from jaxfl import algorithms
 from jaxfl.config import (DEFAULT_SERVER_LR, FIELDS, PLUGIN_IMPORT_FAILURES, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, ConfigError,
                           RunConfig, _server_readers_text, algorithms_reading, annotation_text, config_from_mapping,
                           fields_not_read_by, flat_once, import_named_plugins, load_config_file, option_namespaces,
-                          split_algorithm_options, unknown_name, user_path, variant_unread)
+                          split_algorithm_options, unknown_name, user_path, variant_unread,
+                          without_settings_refused_since)
 from jaxfl.checkpoint import DiskWriteError
 from jaxfl.cluster import PeerLost
 from jaxfl.engine import NumericalError, ResourceError
@@ -918,16 +919,21 @@ def _is_run_record(path: str) -> bool:
         return False
 
 
-def _speeds_of_run_record(path: str):
+def _speeds_of_run_record(path: str, drawing: typing.Sequence[str] = ()):
     """The seconds per step a run was given (``--time-per-step``), read back from the
     ``client_time_per_step.npy`` beside its ``config.json`` for ``jaxfl run --config RUN/config.json``:
     without them the run drew its speeds from the speed model instead, under the same name. None for
-    a run that drew its own; ConfigError where the file is gone or no longer the one recorded."""
+    a run that drew its own, or where ``drawing`` names flags given to draw them (``--heterogeneity
+    normal``: said); ConfigError where the file is gone or no longer the one recorded."""
     from jaxfl.user_inputs import load_time_per_step
 
     with open(user_path(path)) as file:
         given = (json.load(file).get("user_inputs") or {}).get("time_per_step")
     if not isinstance(given, dict) or "file" not in given:
+        return None
+    if drawing:
+        print(f"jaxfl: note: the clients' seconds per step that the run was given are not used: "
+              f"{', '.join('--' + name.replace('_', '-') for name in drawing)} draws them", file=sys.stderr)
         return None
     folder = os.path.dirname(os.path.abspath(user_path(path)))
     candidates = [os.path.join(where, str(given["file"])) for where in (folder, os.path.dirname(folder))]
@@ -1057,6 +1063,13 @@ def _configs(args: argparse.Namespace) -> list[RunConfig]:
     file_values = _file_settings(args.config) if args.config else {}
     if file_values and _is_run_record(args.config):
         _decide_again(file_values, values, args.config)
+        # a setting the run held unread, refused since (it changed nothing): left out, with a note
+        unread = [name for name in without_settings_refused_since({**file_values, **values})[1] if name not in values]
+        for name in unread:
+            del file_values[name]
+        if unread:
+            print(f"jaxfl: note: {', '.join(unread)} from the config file {args.config}: unread by this run's other "
+                  "settings (refused since the run was recorded); left out", file=sys.stderr)
     _check_alternatives(values, file_values, args.config)
     if values.get("timing_only", file_values.get("timing_only")):
         _leave_out_what_timing_only_does_not_read(file_values, values, args.config)
@@ -1228,7 +1241,7 @@ def _earlier_runs(config: RunConfig, times=None):
     import warnings
 
     from jaxfl import checkpoint
-    from jaxfl.config import as_recorded, config_from_mapping, validate
+    from jaxfl.config import as_recorded, config_from_mapping, validate, without_settings_refused_since
     from jaxfl.experiment import names_before_default_changes, run_name
     from jaxfl.resume import ResumeError, config_record, read_record
     from jaxfl.runlog import finished_summary
@@ -1256,7 +1269,8 @@ def _earlier_runs(config: RunConfig, times=None):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 record = read_record(run_dir)
-                if config_record(validate(config_from_mapping(as_recorded(record["config"])))) != wanted or \
+                if config_record(validate(config_from_mapping(without_settings_refused_since(
+                        as_recorded(record["config"]))[0]))) != wanted or \
                         (record.get("user_inputs", {}).get("time_per_step") or {}).get("sha256") != speeds:
                     continue
         except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
@@ -1492,7 +1506,9 @@ def _main(argv: list[str] | None) -> int:
         if args.time_per_step is not None:
             times = load_time_per_step(args.time_per_step)
         elif args.config and _is_run_record(args.config):
-            times = _speeds_of_run_record(args.config)
+            drawing = [name for name in ("heterogeneity", "speed_mean", "speed_ratio", "speed_change_prob")
+                       if _given(args, name, getattr(args, name, None))]
+            times = _speeds_of_run_record(args.config, drawing)
         if times is not None:
             for config in configs:
                 UserInputs(time_per_step=times).check(config)

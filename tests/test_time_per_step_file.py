@@ -157,6 +157,11 @@ def test_a_run_s_config_json_runs_again_on_the_speeds_the_run_was_given(tmp_path
     from jaxfl.testing import events_without_wall_time
 
     assert events_without_wall_time(tmp_path / "again" / "run") == events_without_wall_time(tmp_path / "first" / "run")
+    # a flag that draws speeds instead: the run's are not used, and that is said (it was refused)
+    assert main(["run", "--config", str(record), "--heterogeneity", "normal", "--output-dir", str(tmp_path / "drawn"),
+                 *common]) == 0
+    assert "--heterogeneity draws them" in capsys.readouterr().err
+    assert json.loads((tmp_path / "drawn" / "run" / "summary.json").read_text())["heterogeneity"] == "normal"
     # gone, or not the array recorded: refused before any work, naming the flag that gives them
     np.save(tmp_path / "first" / "run" / "client_time_per_step.npy", np.array([0.1, 0.2, 0.3, 0.5]))
     for _ in range(2):
