@@ -436,7 +436,6 @@ class Engine:
         names = [hook.name for hook in self.hooks]
         if len(set(names)) != len(names):
             raise ValueError(f"device hooks need distinct names, got {names}")
-        self._hook_attributes = [_attributes(hook) for hook in self.hooks]  # what checkpoints assume stays
         self.previous_params = init_params
         self.last_weights: dict[int, float] = {}
         self._fetches: dict[int, int] = {}  # dispatch id → fetched version (pinned until trained)
@@ -475,6 +474,8 @@ class Engine:
         # Per-client tables (``client_state``: auto, device, host or memmap), placed once for the run.
         self.client_state = ClientState({hook.name: hook.init_per_client(init_params) for hook in self.hooks},
                                         self.num_clients, client_state, device=self.home)
+        # what checkpoints assume stays, after the hooks' init (which may set attributes of its own)
+        self._hook_attributes = [_attributes(hook) for hook in self.hooks]
         # Resource guard: bytes one client of a call needs (its start model, training state,
         # gradients and delta, plus activations), and the budget a call may use.
         self.bytes_per_client = (3 * tree_bytes(init_params) + tree_bytes(self._shapes.state)
@@ -1694,22 +1695,46 @@ class HookStateWarning(UserWarning):
 
 
 def _attributes(hook) -> dict:
-    """A hook's attributes as they are now: the objects, and copies of the containers (whose contents
-    may change in place)."""
+    """A hook's attributes as they are now: the objects, and copies of the containers (whose entries
+    may be rebound in place)."""
     return {name: (value, copy.copy(value) if isinstance(value, (list, dict, set)) else None)
             for name, value in vars(hook).items()}
+
+
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _same(a, b) -> bool:
+    """The same object, or equal plain values (an init run again sets ``self.n = n`` anew); never an
+    array's ambiguous truth value."""
+    return a is b or (type(a) is type(b) and type(a) in _PLAIN and a == b)
+
+
+def _same_entries(was, now) -> bool:
+    """A container's entries unchanged: the same keys (set members) and the same objects under them."""
+    if type(was) is not type(now) or len(was) != len(now):
+        return False
+    if isinstance(was, dict):
+        return was.keys() == now.keys() and all(_same(was[key], now[key]) for key in was)
+    if isinstance(was, list):
+        return all(_same(x, y) for x, y in zip(was, now))
+    return was == now  # a set: of hashable members, compared by value
 
 
 def _changed_attributes(before: dict, now: dict) -> list[str]:
     """The attributes rebound, added, removed or (containers) changed in place between two
     :func:`_attributes`.
 
+    >>> import numpy as np
     >>> class Counting:
-    ...     def __init__(self): self.t, self.seen = 0, []
+    ...     def __init__(self): self.t, self.seen, self.ref, self.n = 0, [], {"w": np.zeros(3)}, 10**6
     >>> hook = Counting(); before = _attributes(hook)
-    >>> hook.t += 1; hook.seen.append(3); hook.cache = {}
+    >>> hook.n = 10**6  # an equal plain value again: unchanged
     >>> _changed_attributes(before, _attributes(hook))
-    ['cache', 'seen', 't']
+    []
+    >>> hook.t += 1; hook.seen.append(3); hook.cache = {}; hook.ref["w"] = np.ones(3)
+    >>> _changed_attributes(before, _attributes(hook))
+    ['cache', 'ref', 'seen', 't']
     """
     changed = []
     for name in sorted(set(before) | set(now)):
@@ -1717,7 +1742,7 @@ def _changed_attributes(before: dict, now: dict) -> list[str]:
             changed.append(name)
             continue
         (was, was_contents), (is_, _) = before[name], now[name]
-        if was is not is_ or (was_contents is not None and was_contents != is_):
+        if not _same(was, is_) or (was_contents is not None and not _same_entries(was_contents, is_)):
             changed.append(name)
     return changed
 

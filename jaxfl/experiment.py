@@ -2036,7 +2036,9 @@ def _warn_of_an_unused_server_optimizer(config: RunConfig, algorithm, server_ste
     of the run applied: the algorithm sets the model itself (a mix, a hook's model, single updates).
     Built-in algorithms refuse such settings up front (``unread_settings``); a plug-in that does not
     declare them ran sweeps of identical cells, saying nothing."""
-    momentum = config.momentum if config.server_optimizer == "sgd" else 0.0
+    # what the user set, not the algorithm's own (FedCompass+M's momentum 0.9 of a run still in its
+    # single updates is no setting of theirs)
+    momentum = config.server_momentum if config.server_optimizer == "sgd" else None
     if server_steps or not updates or (config.server_optimizer == "sgd" and config.server_lr == 1.0 and not momentum):
         return
     given = f"server_optimizer={config.server_optimizer!r}, server_lr={config.server_lr!r}" + \

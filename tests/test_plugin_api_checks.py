@@ -886,7 +886,7 @@ def test_a_sweep_file_s_options_table_of_a_plugin_that_did_not_import_says_why(t
     with pytest.raises(SystemExit):
         cli.main(["sweep", str(tmp_path / "sweep.toml"), "--out", str(tmp_path / "out")])
     said = capsys.readouterr().err
-    assert "unknown config field 'trim'" in said
+    assert "unknown config section [trim]" in said  # a table: named as a section, as --config names it
     assert "if it holds a plug-in's options: algorithm reference 'no_such_file.py:Trimmed' could not be imported" in said
     assert not (tmp_path / "out").exists()
 
@@ -1150,6 +1150,8 @@ def test_a_hook_that_keeps_state_in_its_own_attributes_is_warned_of_at_the_first
     from jaxfl.algorithms import DeviceHook, register
     from jaxfl.algorithms.base import unregister
     from jaxfl.algorithms.fedbuff import FedBuffAlgorithm
+    import numpy as np
+
     from jaxfl.engine import HookStateWarning
 
     class BiasCorrection(DeviceHook):
@@ -1162,12 +1164,19 @@ def test_a_hook_that_keeps_state_in_its_own_attributes_is_warned_of_at_the_first
             self.t += 1  # should live in ctx.state[self.name]
             return None
 
+    class SizedAtInit(DeviceHook):  # attributes set by init, before the run: kept, not warned of
+        name = "sized_at_init"
+
+        def init(self, params, num_clients):
+            self.num_clients, self.reference = num_clients, {"w": np.zeros(3)}
+            return None
+
     @register
     class Counting(FedBuffAlgorithm):
         name = "counting_hook_test"
 
         def hooks(self):
-            return (*super().hooks(), BiasCorrection())
+            return (*super().hooks(), BiasCorrection(), SizedAtInit())
 
     try:
         config = jaxfl.RunConfig(algorithm="counting_hook_test", model="logreg", clients=4, local_steps=2,
@@ -1220,3 +1229,10 @@ def test_server_settings_that_no_aggregation_applied_are_warned_of(tmp_path):
         assert "server_momentum=0.9" in momentum
     finally:
         unregister("mixing_plugin_test")
+    # a built-in's own momentum (FedCompass+M's 0.9) in a run still in its single updates: no setting of the user's
+    config = jaxfl.RunConfig(algorithm="fedcompass_m", model="logreg", clients=10, max_updates=3, progress=False,
+                             output_dir=str(tmp_path), checkpoint_every=None, final_checkpoint=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jaxfl.run_experiment(config)
+    assert not [w for w in caught if "applied the server optimiser" in str(w.message)]
