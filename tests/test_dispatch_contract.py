@@ -53,6 +53,9 @@ def test_dispatch_many_refuses_a_client_in_flight_or_listed_twice_before_dispatc
         with pytest.raises(ValueError, match=said):
             sim.dispatch_many(clients, 5)
         assert sim.records.count == 1 and list(sim.training) == [0, 0, 1, 0]  # nothing left marked
+    with pytest.raises(ValueError, match=r"client 9 out of range"):  # (left 0 and 1 marked, then a KeyError)
+        sim.dispatch_many([0, 1, 9], 5)
+    assert list(sim.training) == [0, 0, 1, 0]
     sim.dispatch_many([0, 1, 3], 5)
     assert list(sim.training) == [2, 3, 1, 4]
 

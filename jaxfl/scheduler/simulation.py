@@ -766,17 +766,18 @@ class Simulation:
             return
         clients = [client if type(client) is int else operator.index(client) for client in clients]
         num_clients, training = self.num_clients, self.training
+        speeds = self.speeds
+        comm_seconds = speeds.comm_time()
+        if steps == 0 and clients and not comm_seconds > 0:  # every round would take no time
+            raise _zero_time_round(clients[0])
         for position, client in enumerate(clients):  # all checked before anything is drawn or dispatched
-            if not 0 <= client < num_clients:
-                raise ValueError(f"client {client} out of range [0, {num_clients})")
-            if training[client]:
-                error = self._still_training(client, clients[:position])
-                for earlier in clients[:position]:
+            if not 0 <= client < num_clients or training[client]:
+                error = ValueError(f"client {client} out of range [0, {num_clients})") \
+                    if not 0 <= client < num_clients else self._still_training(client, clients[:position])
+                for earlier in clients[:position]:  # none is left marked as training
                     training[earlier] = 0
                 raise error
             training[client] = -1  # a client twice in the list is refused, as one in flight is
-        speeds = self.speeds
-        comm_seconds = speeds.comm_time()
         # a first wave's draws in bulk (ClientSpeeds.round_durations), where the speed model has them,
         # in equal blocks of at most _DRAW_BLOCK clients: 10^6 durations at once were 90 MB more peak memory
         round_durations = getattr(speeds, "round_durations", None)
@@ -790,8 +791,6 @@ class Simulation:
                 else:
                     yield from (speeds.round_duration(client, steps) for client in block)
 
-        if steps == 0 and clients and not comm_seconds > 0:  # every round would take no time
-            raise _zero_time_round(clients[0])
         emit, on_dispatch = self._emit, self.backend.on_dispatch
         now, arrivals = self.queue._now, []
         # _add_record's work, in the loop: a call per client was a tenth of a 10^6-client warm-up
