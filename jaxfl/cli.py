@@ -925,7 +925,7 @@ def _speeds_of_run_record(path: str, drawing: typing.Sequence[str] = ()):
     without them the run drew its speeds from the speed model instead, under the same name. None for
     a run that drew its own, or where ``drawing`` names flags given to draw them (``--heterogeneity
     normal``: said); ConfigError where the file is gone or no longer the one recorded."""
-    from jaxfl.user_inputs import load_time_per_step
+    from jaxfl.user_inputs import saved_time_per_step
 
     with open(user_path(path)) as file:
         given = (json.load(file).get("user_inputs") or {}).get("time_per_step")
@@ -935,18 +935,16 @@ def _speeds_of_run_record(path: str, drawing: typing.Sequence[str] = ()):
         print(f"jaxfl: note: the clients' seconds per step that the run was given are not used: "
               f"{', '.join('--' + name.replace('_', '-') for name in drawing)} draws them", file=sys.stderr)
         return None
-    folder = os.path.dirname(os.path.abspath(user_path(path)))
-    candidates = [os.path.join(where, str(given["file"])) for where in (folder, os.path.dirname(folder))]
-    found = next((candidate for candidate in candidates if os.path.isfile(candidate)), None)
-    if found is None:
-        raise ConfigError(f"config file {path!r} is a run's record whose clients were given their seconds per step "
-                          f"({given['file']}), which is not beside it: give the same speeds with --time-per-step FILE")
-    times = load_time_per_step(found)
-    if hashlib.sha256(times.tobytes()).hexdigest() != given.get("sha256"):
-        raise ConfigError(f"{found} is not the file the run recorded (its SHA-256 differs from config file {path!r}'s): "
-                          "give the run's speeds with --time-per-step FILE")
-    print(f"jaxfl: note: the clients' seconds per step that the run was given are used again ({found}); "
-          "--time-per-step FILE gives others", file=sys.stderr)
+    folder = os.path.dirname(os.path.abspath(user_path(path)))  # a run's folder, or a checkpoint's in it
+    run_dir = next((where for where in (folder, os.path.dirname(folder))
+                    if os.path.isfile(os.path.join(where, str(given["file"])))), folder)
+    try:
+        times = saved_time_per_step(run_dir, given)
+    except ValueError as error:
+        raise ConfigError(f"config file {path!r} is a run's record whose clients were given their seconds per "
+                          f"step: {error}; give the same speeds with --time-per-step FILE") from None
+    print(f"jaxfl: note: the clients' seconds per step that the run was given are used again "
+          f"({os.path.join(run_dir, given['file'])}); --time-per-step FILE gives others", file=sys.stderr)
     return times
 
 

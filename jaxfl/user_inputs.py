@@ -29,6 +29,7 @@ import numpy as np
 from jaxfl.config import USER_PREFIX, user_path, ClientConfig, DataConfig, RunConfig, SpeedsConfig
 
 __all__ = ["TIME_PER_STEP_FILE", "UserInputs", "load_time_per_step", "match_init_params", "optimizer_fingerprint",
+           "saved_time_per_step",
            "tree_fingerprint"]
 
 TIME_PER_STEP_FILE = "client_time_per_step.npy"
@@ -354,6 +355,19 @@ def load_time_per_step(path: str):
                              "floating-point seconds per step, one per client")
         return times
     return _time_per_step_from_text(path)
+
+
+def saved_time_per_step(run_dir: str, recorded: dict) -> np.ndarray:
+    """The seconds per step a run was given, read back from ``run_dir`` as its ``config.json``'s
+    ``user_inputs.time_per_step`` (``recorded``: its file and SHA-256) names them; ValueError where the
+    file is missing or is not the one recorded (a resume, and ``jaxfl run --config RUN/config.json``)."""
+    path = os.path.join(run_dir, recorded["file"])
+    if not os.path.isfile(path):
+        raise ValueError(f"run {run_dir!r} was made with time_per_step but {path!r} is missing")
+    saved = np.load(path, allow_pickle=False)
+    if hashlib.sha256(saved.tobytes()).hexdigest() != recorded["sha256"]:
+        raise ValueError(f"{path!r} does not match the fingerprint in config.json (was it edited?)")
+    return saved
 
 
 _ALLOWED_TEXT = "one number per line (an optional header line first), or one row of numbers separated by commas, " \
@@ -694,12 +708,8 @@ class UserInputs:
             raise ValueError(f"run {run_dir!r} was made without init_params: resume it without them")
         times = self.time_per_step
         if "time_per_step" in recorded:
+            saved = saved_time_per_step(run_dir, recorded["time_per_step"])
             path = os.path.join(run_dir, recorded["time_per_step"]["file"])
-            if not os.path.isfile(path):
-                raise ValueError(f"run {run_dir!r} was made with time_per_step but {path!r} is missing")
-            saved = np.load(path, allow_pickle=False)
-            if hashlib.sha256(saved.tobytes()).hexdigest() != recorded["time_per_step"]["sha256"]:
-                raise ValueError(f"{path!r} does not match the fingerprint in config.json (was it edited?)")
             if times is not None and not np.array_equal(np.asarray(times, np.float64), saved):
                 raise ValueError(f"time_per_step differs from the run's {path!r}")
             times = saved
