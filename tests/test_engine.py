@@ -166,7 +166,9 @@ def test_step_loop_given_overrides_the_engines_choice(small_config, model, chose
     config = replace(small_config, algorithm="fedavg", model=model, clients=6, clients_per_call=8, steps_per_call=3,
                      local_steps=4, max_updates=3, devices=1, client_optimizer="sgd", client_lr=0.05)
     default = run_experiment(replace(config, run_name="default"))
-    given = run_experiment(replace(config, run_name="given", step_loop=forced))
+    # (a rolled loop reads no steps_per_call: refused with it since 2026-12-05)
+    given = run_experiment(replace(config, run_name="given", step_loop=forced,
+                                   steps_per_call=None if forced == "rolled" else config.steps_per_call))
     assert default.summary["step_loop"] == chosen and given.summary["step_loop"] == forced
     programs = {"run_and_finish": 1} if forced == "rolled" else {"run_steps": 2, "finish": 1}
     assert given.summary["compilations"] == {"init": 1, **programs, "server_step": 1}
