@@ -1226,7 +1226,7 @@ class Simulation:
         """The stop reason of a run whose queue ran dry: "no events left", and where clients crashed,
         how many (a run whose every client crashed would otherwise read like one whose policy stopped
         dispatching): "no events left: all 6 clients crashed", "no events left: 2 of 6 clients crashed"."""
-        crashed = len({record.client for record in self.records.crashed.values()})
+        crashed = len(self.crashed_clients)
         if not crashed:
             return NO_EVENTS_LEFT
         if crashed == self.num_clients:
