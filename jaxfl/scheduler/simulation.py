@@ -271,8 +271,10 @@ class Aggregation:
 class Backend(Protocol):
     """The numerical side, implemented by :class:`jaxfl.engine.Engine`.
 
-    Optional: ``on_fetch(record)`` (a pausing dispatch got its fresh model) and
-    ``on_recall(record)`` (a dispatch was recalled: it now trains fewer ``record.steps``).
+    Optional: ``on_fetch(record)`` (a pausing dispatch got its fresh model),
+    ``on_recall(record)`` (a dispatch was recalled: it now trains fewer ``record.steps``) and
+    ``on_attach(simulation)`` (called when the simulation is built or re-attached: the engine reads
+    :meth:`Simulation.updates_left` and ``max_time`` from it, to train ahead only what may be used).
     Read only when a run sets ``max_client_steps``: ``aggregated_steps``, the local steps of the
     updates aggregated so far (the backend counts them anyway, as its record of the work)."""
 
@@ -593,6 +595,7 @@ class Simulation:
         # round_timeout shorter than every client's round, which ran to its budget with 0 updates
         # (forever under max_time inf)
         self.drop_streak = 0
+        self._tell_backend()
 
     def __setstate__(self, state: dict) -> None:
         """Checkpoints written before the client budgets existed restore with those off."""
@@ -630,6 +633,28 @@ class Simulation:
     def client_updates_aggregated(self) -> int:
         """Client updates aggregated so far (the client-update budget's unit)."""
         return self._counts[AGGREGATED]
+
+    def updates_left(self) -> float:
+        """About how many more client updates the run's budgets let it aggregate (``math.inf``
+        where no budget counts them): an aggregation in progress counts as still to come. The update
+        budget counts versions, so it is turned into client updates by those aggregated per version
+        so far (one before the first). A backend that trains ahead reads it, so that the end of a run
+        does not leave trained updates unused.
+
+        Example (FedBuff, K = 10, ``max_updates=300``, after 20 versions of 10 updates each)::
+
+            sim.updates_left()  # → 2800.0: (300 - 20) versions × 10 client updates
+        """
+        aggregated, left = self._counts[AGGREGATED], math.inf
+        if self.max_updates is not None:
+            per_version = aggregated / self.version if self.version else 1.0
+            left = (self.max_updates - self.version) * per_version
+        if self.max_client_updates is not None:
+            left = min(left, self.max_client_updates - aggregated)
+        if self.max_client_steps is not None and aggregated:
+            steps = self.aggregated_steps
+            left = min(left, (self.max_client_steps - steps) * aggregated / max(steps, 1))
+        return max(left, 0.0)
 
     # ----------------------------------------------------------------- policy-facing API
     @property
@@ -1275,7 +1300,13 @@ class Simulation:
         self.backend, self.after_event = backend, after_event
         self._bind_log(log)
         self.wall_clock = wall_clock
+        self._tell_backend()
         return self
+
+    def _tell_backend(self) -> None:
+        on_attach = getattr(self.backend, "on_attach", None)
+        if on_attach is not None:
+            on_attach(self)
 
     def _bind_log(self, log) -> None:
         """``log``: an object with ``row_writer(fields)`` (an :class:`~jaxfl.runlog.EventLog`), which
