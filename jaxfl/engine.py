@@ -794,8 +794,8 @@ class Engine:
         self._train_pending()
 
     def _train_needed(self, records: Sequence[DispatchRecord]) -> None:
-        """Train what ``records`` need, and with them the pending dispatches that arrive next, up to
-        full calls: the work that will be needed soonest, never the whole backlog. With a thousand
+        """Train what ``records`` need, and with them the pending dispatches that arrive next
+        (:meth:`_next_arrivals`): the work that will be needed soonest, never the whole backlog. With a thousand
         clients in flight the backlog is a thousand dispatches of which a handful arrive before the
         next aggregation; training it all would execute far more client-steps than the run uses."""
         needed = [record for record in records if record.id not in self._results]
