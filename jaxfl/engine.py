@@ -2,8 +2,9 @@
 
 It keeps the federation's samples and the global model versions on device and implements the
 simulation's :class:`~jaxfl.scheduler.simulation.Backend`. The central idea: a
-dispatch is not trained when it is made. The engine keeps the *pending* dispatches and trains all
-of them in vmapped calls the first time an aggregation needs one of their results; a client's
+dispatch is not trained when it is made. The engine keeps the *pending* dispatches and, the first
+time an aggregation needs some of their results, trains those in vmapped calls with the ones that
+arrive next (:meth:`Engine._next_arrivals`); a client's
 result depends only on (start model, its data, its step count, its key), so this equals training
 each on its own (``batching=False``: one call per dispatch, made when an aggregation needs it) up
 to floating-point reassociation.
@@ -96,7 +97,6 @@ TRAIN_STREAM = 11  # fold_in(root key, TRAIN_STREAM) → per-(client, client_rou
 # the aggregation; the scheduler keeps as many finished records): every dispatch's were kept, 0.5 KB of
 # memory an update and a checkpoint that grew with the run (1.1 MB to 3.0 MB over 60,000 updates)
 KEPT_RELEASED_METRICS = 10_000
-# How far past the end of its budget, estimated at the run's rate so far, a run trains ahead.
 _ARRIVAL_ORDER = operator.attrgetter("arrival_time", "id")  # which pending dispatches arrive next
 
 
@@ -801,20 +801,21 @@ class Engine:
         if needed:  # without batching, _train_ready trains exactly these, one call each
             # updates trained earlier that the next aggregations will use (not these records')
             current = {record.id for record in records}
-            self._train_pending(needed, ahead=[i for i in self._results if i not in current])
+            self._train_pending(needed, ahead=[i for i in self._results if i not in current], aggregating=len(records))
 
-    def _train_pending(self, needed: Sequence[DispatchRecord] | None = None, ahead: Sequence[int] = ()) -> None:
+    def _train_pending(self, needed: Sequence[DispatchRecord] | None = None, ahead: Sequence[int] = (),
+                       aggregating: int = 0) -> None:
         started = time.perf_counter()  # training time, compilation (the guard's too) included
         try:
-            self._train_ready(needed, ahead)
+            self._train_ready(needed, ahead, aggregating)
         finally:  # the calls are queued; waiting for them counts when their metrics are read
             self.stats.train_seconds += time.perf_counter() - started
 
     def _next_arrivals(self, ready: list[DispatchRecord], wanted: set[int], size: int,
-                       ahead: list[int]) -> list[DispatchRecord]:
-        """The pending dispatches to train beside the ``wanted`` ones: those of ``ready`` among the
-        next ``size`` arrivals, counting the ``ahead`` ones (ids trained before and not used yet), as
-        many as fill the last call. A call's worth of the next arrivals trained ahead is enough;
+                       ahead: Sequence[int], aggregating: int) -> list[DispatchRecord]:
+        """The pending dispatches to train beside the ``wanted`` ones (of the ``aggregating`` updates
+        of the aggregation in progress): those of ``ready`` among the next ``size`` arrivals,
+        counting the ``ahead`` ones (ids trained before and not used yet), as many as fill the last call. A call's worth of the next arrivals trained ahead is enough;
         filling every call with untrained ones kept more on the device for as long as their clients
         took (FedAsync, 1,000 of 5,000 clients in flight, calls of 256: 4,240 trained rows held, 11 GB
         of host memory for an MLP). And no more than the run's budgets can still aggregate, nor any
@@ -826,9 +827,9 @@ class Engine:
             return []
         if simulation is None:
             return heapq.nsmallest(room, (r for r in ready if r.id not in wanted), key=_ARRIVAL_ORDER)
-        left, last = simulation.updates_left(), simulation.max_time
+        left, last = simulation.updates_left(aggregating), simulation.max_time
         if left != math.inf:
-            room = min(room, max(0, math.ceil(left) - len(wanted) - len(ahead)))
+            room = min(room, max(0, math.ceil(left) - aggregating - len(ahead)))
             aggregated, now = simulation.client_updates_aggregated, simulation.now
             if aggregated and now > 0:  # the rate so far (an accelerating run's end comes sooner)
                 last = min(last, now + left * now / aggregated)
@@ -846,7 +847,8 @@ class Engine:
             untrained = [r for r in untrained if (r.arrival_time, r.id) <= cut]
         return untrained[:room]
 
-    def _train_ready(self, needed: Sequence[DispatchRecord] | None, ahead: Sequence[int] = ()) -> None:
+    def _train_ready(self, needed: Sequence[DispatchRecord] | None, ahead: Sequence[int] = (),
+                     aggregating: int = 0) -> None:
         """Train the pending dispatches (``needed`` given: those and the next arrivals, see :meth:`_next_arrivals`)."""
         # A dispatch that pauses for a fetch waits (untrained) until the simulation answers it.
         ready = [r for r in self._pending.values() if r.fetch_step is None or r.fetched]
@@ -857,7 +859,7 @@ class Engine:
             size = 1
         if needed is not None:
             wanted = {record.id for record in needed}
-            later = self._next_arrivals(ready, wanted, size, ahead)
+            later = self._next_arrivals(ready, wanted, size, ahead, max(aggregating, len(wanted)))
             ready = [r for r in ready if r.id in wanted] + later
         for record in ready:
             del self._pending[record.id]

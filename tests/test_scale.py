@@ -95,6 +95,16 @@ def test_calls_larger_than_the_next_arrivals_train_little_ahead_and_not_past_the
     assert summary["device_memory"]["peak_updates_held"] <= 4 * 64
 
 
+def test_the_last_aggregation_trains_nothing_ahead(tmp_path):
+    """The budget's cap counts the whole aggregation in progress, its updates trained earlier too, and
+    before the first version FedBuff's K updates a version: the last of 3 aggregations of K = 10
+    trained 4 updates ahead that no aggregation could use (1.13; the engine before, filling calls, 1.07)."""
+    result = small_run(tmp_path, 60, concurrency=20, clients_per_call=8, local_steps=2, max_updates=3,
+                       heterogeneity="exp", eval_every=3)
+    assert result.summary["client_steps_aggregated"] == 3 * 10 * 2
+    assert result.summary["executed_per_aggregated"] == 1.0
+
+
 def test_engine_memory_follows_the_clients_in_flight_not_the_federation(tmp_path):
     peaks = {}
     for clients in (500, 5_000):

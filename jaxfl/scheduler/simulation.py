@@ -634,12 +634,12 @@ class Simulation:
         """Client updates aggregated so far (the client-update budget's unit)."""
         return self._counts[AGGREGATED]
 
-    def updates_left(self) -> float:
+    def updates_left(self, in_progress: int = 1) -> float:
         """About how many more client updates the run's budgets let it aggregate (``math.inf``
         where no budget counts them): an aggregation in progress counts as still to come. The update
         budget counts versions, so it is turned into client updates by those aggregated per version
-        so far (one before the first). A backend that trains ahead reads it, so that the end of a run
-        does not leave trained updates unused.
+        so far (before any, by the ``in_progress`` updates of the aggregation being made). A backend
+        that trains ahead reads it, so that the end of a run does not leave trained updates unused.
 
         Example (FedBuff, K = 10, ``max_updates=300``, after 20 versions of 10 updates each)::
 
@@ -647,7 +647,7 @@ class Simulation:
         """
         aggregated, left = self._counts[AGGREGATED], math.inf
         if self.max_updates is not None:
-            per_version = aggregated / self.version if self.version else 1.0
+            per_version = aggregated / self.version if aggregated else float(max(in_progress, 1))
             left = (self.max_updates - self.version) * per_version
         if self.max_client_updates is not None:
             left = min(left, self.max_client_updates - aggregated)
