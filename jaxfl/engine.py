@@ -794,14 +794,16 @@ class Engine:
 
     def _train_needed(self, records: Sequence[DispatchRecord]) -> None:
         """Train what ``records`` need, and with them the pending dispatches that arrive next
-        (:meth:`_next_arrivals`): the work that will be needed soonest, never the whole backlog. With a thousand
-        clients in flight the backlog is a thousand dispatches of which a handful arrive before the
-        next aggregation; training it all would execute far more client-steps than the run uses."""
+        (:meth:`_next_arrivals`): the work that will be needed soonest, never the whole backlog.
+        With a thousand clients in flight the backlog is a thousand dispatches of which a handful
+        arrive before the next aggregation; training it all would execute far more client-steps
+        than the run uses."""
         needed = [record for record in records if record.id not in self._results]
         if needed:  # without batching, _train_ready trains exactly these, one call each
             # updates trained earlier that the next aggregations will use (not these records')
             current = {record.id for record in records}
-            self._train_pending(needed, ahead=[i for i in self._results if i not in current], aggregating=len(records))
+            self._train_pending(needed, ahead=[i for i in self._results if i not in current],
+                                aggregating=len(records))
 
     def _train_pending(self, needed: Sequence[DispatchRecord] | None = None, ahead: Sequence[int] = (),
                        aggregating: int = 0) -> None:
@@ -815,10 +817,11 @@ class Engine:
                        ahead: Sequence[int], aggregating: int) -> list[DispatchRecord]:
         """The pending dispatches to train beside the ``wanted`` ones (of the ``aggregating`` updates
         of the aggregation in progress): those of ``ready`` among the next ``size`` arrivals,
-        counting the ``ahead`` ones (ids trained before and not used yet), as many as fill the last call. A call's worth of the next arrivals trained ahead is enough;
-        filling every call with untrained ones kept more on the device for as long as their clients
-        took (FedAsync, 1,000 of 5,000 clients in flight, calls of 256: 4,240 trained rows held, 11 GB
-        of host memory for an MLP). And no more than the run's budgets can still aggregate, nor any
+        counting the ``ahead`` ones (ids trained before and not used yet), as many as fill the last
+        call. A call's worth of the next arrivals trained ahead is enough; filling every call with
+        untrained ones kept more on the device for as long as their clients took (FedAsync, 1,000 of
+        5,000 clients in flight, calls of 256: 4,240 trained rows held, 11 GB of host memory for an
+        MLP). And no more than the run's budgets can still aggregate, nor any
         arriving after ``max_time`` or the budget's end at the rate updates came so far: those are
         passed by new dispatches and never used (executed ÷ aggregated 4.16 at 300 updates there)."""
         room = (-len(wanted)) % size
