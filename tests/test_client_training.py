@@ -169,11 +169,22 @@ def _client_samples(run_dir):
     return load_run(run_dir).client_samples
 
 
-def test_client_training_options_resume_bit_identically_with_one_program(tmp_path):
+def test_client_training_options_resume_bit_identically_with_one_program(tmp_path, monkeypatch):
     """FedBuff with per-client epochs, momentum, weight decay, a per-dispatch rate decay and FedNova:
-    interrupted + resumed is bit-identical, and one program per client bucket however the rates and
-    step counts differ."""
+    interrupted + resumed is bit-identical, and one program per call size however the rates and
+    step counts differ (the run's last call holds only what its budget can still use: a size of its own)."""
+    from jaxfl.engine import Engine
+
+    train_batch, call_sizes = Engine._train_batch, set()
+
+    def noting(engine, records):
+        alone = len(records) == 1 and engine._home_only is not None
+        call_sizes.add("one device" if alone else engine.plan.call_size(len(records)))
+        return train_batch(engine, records)
+
+    monkeypatch.setattr(Engine, "_train_batch", noting)
     report = check_algorithm("fedbuff", checks=("resume", "compilations"), output_dir=str(tmp_path),
                              local_steps=50, local_epochs=0.03, client_sizes="powerlaw", client_momentum=0.9,
                              client_weight_decay=1e-4, client_lr_decay=0.8, fednova=True)
-    assert report["compilations"]["run_and_finish"] == 1 and "run_steps" not in report["compilations"]
+    assert report["compilations"]["run_and_finish"] <= len(call_sizes) <= 2
+    assert "run_steps" not in report["compilations"]
