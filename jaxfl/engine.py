@@ -825,9 +825,9 @@ class Engine:
         arriving after ``max_time`` or the budget's end at the rate updates came so far: those are
         passed by new dispatches and never used (executed ÷ aggregated 4.16 at 300 updates there)."""
         room = (-len(wanted)) % size
-        simulation = self._simulation()
         if not room:
             return []
+        simulation = self._simulation()
         if simulation is None:
             return heapq.nsmallest(room, (r for r in ready if r.id not in wanted), key=_ARRIVAL_ORDER)
         left, last = simulation.updates_left(aggregating), simulation.max_time
@@ -862,7 +862,7 @@ class Engine:
             size = 1
         if needed is not None:
             wanted = {record.id for record in needed}
-            later = self._next_arrivals(ready, wanted, size, ahead, max(aggregating, len(wanted)))
+            later = self._next_arrivals(ready, wanted, size, ahead, aggregating)
             ready = [r for r in ready if r.id in wanted] + later
         for record in ready:
             del self._pending[record.id]
