@@ -1239,7 +1239,7 @@ def _earlier_runs(config: RunConfig, times=None):
     import warnings
 
     from jaxfl import checkpoint
-    from jaxfl.config import as_recorded, config_from_mapping, validate, without_settings_refused_since
+    from jaxfl.config import as_recorded, config_from_mapping, validate
     from jaxfl.experiment import names_before_default_changes, run_name
     from jaxfl.resume import ResumeError, config_record, read_record
     from jaxfl.runlog import finished_summary
