@@ -1,11 +1,12 @@
 """One cell of a parallel sweep (``jaxfl sweep --jobs N``, :func:`jaxfl.sweep.run_sweep`) in a process
 of its own, pinned to its share of the cores before jax starts its backend:
 
-    python -m jaxfl._sweep_worker CORES STATE RUN_DIR CONFIG_JSON
+    python -m jaxfl._sweep_worker CORES STATE RUN_DIR CONFIG_JSON [SPEEDS_NPY]
 
 ``CORES``: comma-separated core numbers (empty: leave the affinity alone); ``STATE``: the cell's
 :func:`~jaxfl.sweep.cell_state` (``new``, ``restart`` or ``resumable``, as
-:func:`~jaxfl.sweep.run_cell` takes it); ``CONFIG_JSON``: the cell's config (``RunConfig.to_dict()``).
+:func:`~jaxfl.sweep.run_cell` takes it); ``CONFIG_JSON``: the cell's config (``RunConfig.to_dict()``);
+``SPEEDS_NPY``: the sweep's given seconds per step (``time_per_step``), where it has some.
 Exit status 0 when the run ended (a numerical error too: its ``summary.json`` says so), 130 when
 interrupted, 143 when stopped by SIGTERM (at an event boundary, with a checkpoint there), 2 on a
 bad setting or resource (one line, as ``jaxfl run`` gives it), 1 on any other error (its traceback).
@@ -24,7 +25,7 @@ NOTE = "jaxfl-sweep-note: "
 
 def main(argv: list[str]) -> int:
     """Run (or resume) the cell; returns the exit status (see the module docstring)."""
-    cores, state, run_dir, config_json = argv
+    cores, state, run_dir, config_json, *speeds_file = argv
     # The sweep stops its workers with SIGINT (and Linux sends one when the sweep dies): a sweep
     # started as a shell script's background job has SIGINT ignored, and would hand that on.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -38,9 +39,14 @@ def main(argv: list[str]) -> int:
     from jaxfl.sweep import run_cell
 
     try:
+        speeds = None
+        if speeds_file:
+            import numpy as np
+
+            speeds = np.load(speeds_file[0], allow_pickle=False)
         with stopping.stop_on_sigterm():  # the sweep asks its workers to stop with SIGTERM
             run_cell(config_from_mapping(json.loads(config_json)), run_dir, state,
-                     lambda line: print(f"{NOTE}{line}", flush=True))
+                     lambda line: print(f"{NOTE}{line}", flush=True), speeds)
     except KeyboardInterrupt as interrupt:
         return stopping.SIGTERM_STATUS if getattr(interrupt, "reason", None) == "SIGTERM" else 130
     except (ConfigError, ValueError, FileNotFoundError, ImportError, ResourceError) as error:  # as jaxfl run says it

@@ -433,9 +433,9 @@ every jaxfl run flag of a config field or algorithm option takes a comma-separat
 values become an axis of the grid (one value: a base setting; flags override the file). An on/off
 field flag (--batching/--no-batching) takes no list: sweep it in the file's [grid]. In --dataset, a
 synthetic:A,B value keeps its comma (--dataset synthetic:0.5,0.5,synthetic:1,1 is two values). Not
-here: --config (the sweep file), --preset, --resume (the same command again continues),
---time-per-step, --log-to, --output-dir and --run-name (--out is the sweep folder) and the cluster
-flags. Every cell is checked before the first run. Running the same command again skips finished
+here: --config (the sweep file), --preset, --resume (the same command again continues), --log-to,
+--output-dir and --run-name (--out is the sweep folder) and the cluster flags. --time-per-step FILE
+gives every cell the same measured speeds (and the same command again gives them again). Every cell is checked before the first run. Running the same command again skips finished
 cells, continues an interrupted one from its last checkpoint, and restarts one that had none."""
 _SWEEP_EXAMPLES = """\
 examples:
@@ -467,6 +467,11 @@ def _sweep_parser(commands) -> None:
                             "On a CPU it pays where a run trains one client per call (FedCompass or FedAsync "
                             "with one very fast client) and so leaves cores idle; results equal --jobs 1's to "
                             "float32 reassociation, not bit for bit")
+    sweep.add_argument("--time-per-step", metavar="FILE", default=None,
+                       help="each client's seconds per local step from a .npy or .csv file (one number per "
+                            "client), every cell's speeds instead of drawing them (as jaxfl run's flag); the "
+                            "cells must have that many clients. A sweep folder holds the runs of one set of "
+                            "speeds: continuing it needs the same file")
     fields = sweep.add_argument_group("config fields: a comma-separated list sweeps the field over its values")
     for name, field in FIELDS.items():
         if name in ("algorithm_options", *SWEEP_OWNED):
@@ -622,9 +627,14 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         check_folder("--out", args.sweep_dir)
         base, grid = _sweep_values(args)
+        times = None
+        if args.time_per_step is not None:
+            from jaxfl.user_inputs import load_time_per_step
+
+            times = load_time_per_step(args.time_per_step)
         with stopping.said_on_sigterm(sweep_words):
             result = run_sweep(base, grid, args.sweep_dir, size=args.size, progress=args.progress,
-                               echo=None if args.progress else print, jobs=args.jobs)
+                               echo=None if args.progress else print, jobs=args.jobs, time_per_step=times)
     except DiskWriteError as error:  # a full disk: the same command goes on once there is space
         parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\njaxfl: the sweep goes on once there is "
                                              "space: run the same jaxfl sweep command again (finished cells are "

@@ -574,11 +574,12 @@ def write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str | None]:
 
 
 def _write_definition(sweep_dir: str, base: dict, grid: dict, size: str | None, cells: list[Cell],
-                      jobs: int = 1, states: dict | None = None) -> None:
+                      jobs: int = 1, states: dict | None = None, speeds=None) -> None:
     """``sweep.json``: the sweep's arguments, its cells, and ``run_jobs``, the ``jobs`` each run
     folder of the sweep's folder began under (:func:`_run_jobs`): a cell this call starts
     (``states``: new or restart) under ``jobs``; every other run keeps what it began under, also
-    the runs of an earlier, wider grid that this one leaves out."""
+    the runs of an earlier, wider grid that this one leaves out; ``time_per_step``: the given
+    speeds' file and SHA-256 (None: drawn)."""
     from jaxfl.experiment import _write_json
 
     run_jobs = _run_jobs(sweep_dir)
@@ -594,6 +595,7 @@ def _write_definition(sweep_dir: str, base: dict, grid: dict, size: str | None, 
                    "run_dir": os.path.relpath(cell.run_dir, sweep_dir), "jobs": run_jobs.get(
                        os.path.relpath(cell.run_dir, sweep_dir), jobs)} for cell in cells],
         "run_jobs": dict(sorted(run_jobs.items())),
+        "time_per_step": None if speeds is None else {"file": SPEEDS_FILE, "sha256": _sha256(speeds)},
     })
 
 
@@ -843,8 +845,87 @@ def _earlier_runs_left_out(sweep_dir: str, base: dict, grid: dict, cells: list[C
             + ("; it also runs the combinations of those settings that neither sweep ran" if len(differ) > 1 else ""))
 
 
+SPEEDS_FILE = "client_time_per_step.npy"  # a sweep's given speeds, for its workers and the record
+
+
+def _sha256(speeds) -> str:
+    import hashlib
+
+    return hashlib.sha256(speeds.tobytes()).hexdigest()
+
+
+def _check_speeds(time_per_step, cells: list[Cell]):
+    """The given speeds checked against every cell (its client count, its drawing settings left at
+    their defaults), as a float64 array; None where none are given. A bad one names the cell."""
+    if time_per_step is None:
+        return None
+    from jaxfl.user_inputs import UserInputs
+
+    speeds = None
+    for cell in cells:
+        try:
+            speeds = UserInputs(time_per_step=time_per_step).check(cell.config).time_per_step
+        except ValueError as error:
+            raise ValueError(f"sweep cell {cell.index} ({cell.label()}): {error}") from None
+    return speeds
+
+
+def _check_speeds_of_earlier_runs(speeds, sweep_dir: str, cells: list[Cell]) -> None:
+    """Refuse (ConfigError) where a finished or interrupted run in the sweep folder, of this grid or
+    an earlier one, was made on other speeds than ``speeds`` (given, or None: drawn): the speeds are
+    not in a run's name, so the sweep would resume a run on speeds it was not started with, or
+    report runs of two sets of speeds as one grid."""
+    from jaxfl.resume import ResumeError, read_record
+
+    runs = os.path.join(sweep_dir, "runs")
+    if not os.path.isdir(runs):
+        return
+    wanted = None if speeds is None else _sha256(speeds)
+    of_cell = {os.path.normpath(cell.run_dir): cell for cell in cells}
+    for name in sorted(os.listdir(runs)):
+        run_dir = os.path.join(runs, name)
+        if cell_state(run_dir) not in ("finished", "resumable"):
+            continue  # a new folder, or one without a checkpoint: it starts again
+        try:
+            made = (read_record(run_dir).get("user_inputs", {}).get("time_per_step") or {}).get("sha256")
+        except (ResumeError, ValueError, KeyError, OSError, AttributeError):
+            continue  # a damaged record: its resume says so (a finished run is only read)
+        if made == wanted:
+            continue
+        cell = of_cell.get(os.path.normpath(run_dir))
+        where = (f"sweep cell {cell.index} ({cell.label()}): its run {run_dir}" if cell is not None
+                 else f"{run_dir} (a run of an earlier grid in this sweep folder)") + " was made"
+        if wanted is None:
+            raise ConfigError(f"{where} on given speeds per step ({os.path.join(run_dir, SPEEDS_FILE)}), and "
+                              "none are given now: give the same ones again (jaxfl sweep --time-per-step FILE; "
+                              f"run_sweep(..., time_per_step=...)), or sweep into another folder")
+        if made is None:
+            raise ConfigError(f"{where} on drawn speeds, and time_per_step is given now: a sweep folder holds the "
+                              "runs of one set of speeds; sweep the given ones into another folder (--out)")
+        raise ConfigError(f"{where} on other given speeds per step (SHA-256 {made[:12]}…, these {wanted[:12]}…): "
+                          f"give the same ones again ({os.path.join(run_dir, SPEEDS_FILE)}), or sweep these into "
+                          "another folder (--out)")
+
+
+def _save_speeds(sweep_dir: str, speeds) -> str | None:
+    """Write the given speeds to ``SWEEP_DIR/client_time_per_step.npy`` (what ``--jobs`` workers
+    read); returns its path. Without speeds an old copy goes (no run it was for is left to go on:
+    :func:`_check_speeds_of_earlier_runs`)."""
+    import numpy as np
+
+    path = os.path.join(sweep_dir, SPEEDS_FILE)
+    if speeds is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        return None
+    temporary = path + ".tmp.npy"
+    np.save(temporary, speeds, allow_pickle=False)
+    os.replace(temporary, path)
+    return path
+
+
 def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, progress: bool = True,
-              echo=None, jobs: int = 1) -> SweepResult:
+              echo=None, jobs: int = 1, time_per_step=None) -> SweepResult:
     """Run every cell of ``grid`` over ``base`` into ``sweep_dir`` (see the module docstring), or
     continue a sweep started there with the same arguments.
 
@@ -875,6 +956,14 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     numerical error is a finished cell (its ``stop_reason`` says so). Example: the module docstring.
     A second sweep of the same folder while this one runs is refused (:class:`jaxfl.resume.InUse`,
     naming this process): the sweep holds ``SWEEP_DIR/.lock`` to its end.
+
+    ``time_per_step``: (clients,) seconds per local step, every cell's client speeds instead of
+    draws (measured devices, another simulator's profile), as ``run_experiment(config,
+    time_per_step=...)`` takes them; every cell must have that many clients and leave the drawing
+    settings (``heterogeneity``...) at their defaults. A copy is kept as
+    ``SWEEP_DIR/client_time_per_step.npy``. The speeds are not in a run's name, so a sweep folder
+    holds runs of one set of speeds: continuing it with other speeds, or without the ones it began
+    with, is refused before any run (another folder holds the other speeds' runs).
     """
     from jaxfl.experiment import shared_data
     from jaxfl.resume import holding_lock
@@ -888,7 +977,9 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     earlier = _earlier_runs_left_out(sweep_dir, base, grid, cells)
     if earlier:
         notes.append(earlier)
+    speeds = _check_speeds(time_per_step, cells)
     states = {cell.index: cell_state(cell.run_dir) for cell in cells}
+    _check_speeds_of_earlier_runs(speeds, sweep_dir, cells)
     shares = _check_jobs(jobs, sweep_dir, cells, states)
     # cells that run in this process take the generated data that the checks built (workers load their own)
     with shared_data() if jobs == 1 else contextlib.nullcontext():
@@ -898,17 +989,19 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
         # one sweep at a time in a folder: a second (the same command in another shell) is refused in one line
         with holding_lock(sweep_dir, "sweep directory", "run the same jaxfl sweep command again (--out {folder})"):
             states = {cell.index: cell_state(cell.run_dir) for cell in cells}  # as they are now it is held
+            _check_speeds_of_earlier_runs(speeds, sweep_dir, cells)
             shares = _check_jobs(jobs, sweep_dir, cells, states)
             return _run_locked(sweep_dir, base, grid, size, cells, jobs, states, shares, progress, echo, earlier,
-                               notes)
+                               notes, speeds)
 
 
 def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell], jobs: int, states: dict,
-                shares, progress: bool, echo, earlier, notes: list) -> SweepResult:
+                shares, progress: bool, echo, earlier, notes: list, speeds=None) -> SweepResult:
     """:func:`run_sweep` once it holds the sweep directory's lock."""
     from jaxfl.comparison import shared_compilations
 
-    _write_definition(sweep_dir, base, grid, size, cells, jobs, states)
+    speeds_file = _save_speeds(sweep_dir, speeds)
+    _write_definition(sweep_dir, base, grid, size, cells, jobs, states, speeds)
     done = {"new": [], "resumable": [], "restart": [], "finished": []}
     bar = None
     if progress:
@@ -936,7 +1029,8 @@ def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell],
         write_table()  # a continued sweep's table holds its finished cells from the start
         with shared_compilations() as cache:
             if jobs > 1:
-                _run_parallel(sweep_dir, cells, states, shares, cache, done, say, note, bar, peak, write_table)
+                _run_parallel(sweep_dir, cells, states, shares, cache, done, say, note, bar, peak, write_table,
+                              speeds_file)
             for cell in cells if jobs == 1 else ():
                 state = states[cell.index]
                 done[state].append(cell.index)
@@ -947,7 +1041,7 @@ def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell],
                     bar.set_postfix_str(f"cell {cell.index}: {cell.label()}")
                 try:
                     summary, ended = run_cell(cell.config, cell.run_dir, state,
-                                              lambda line, index=cell.index: note(f"cell {index}: {line}"))
+                                              lambda line, index=cell.index: note(f"cell {index}: {line}"), speeds)
                 except Exception as error:  # which cell, beside the error (a plug-in's bug, say)
                     error.add_note(f"in sweep cell {cell.index} ({cell.label()}): {cell.run_dir}")
                     raise
@@ -974,12 +1068,13 @@ def _warn(line: str) -> None:
     warnings.warn(line.removeprefix("note: "), UserWarning, stacklevel=4)
 
 
-def run_cell(config: RunConfig, run_dir: str, state: str, say) -> tuple[dict, str]:
+def run_cell(config: RunConfig, run_dir: str, state: str, say, time_per_step=None) -> tuple[dict, str]:
     """Run one cell in this process as its :func:`cell_state` says: ``new``, ``restart`` (its folder
     removed first) or ``resumable`` (from its newest checkpoint; where none reads back, ``say`` is told
-    and it starts again). Returns its summary (also of a run a numerical error stopped: its
-    ``summary.json`` says so) and the state it ran as. What :func:`run_sweep` runs for each cell, in
-    its own process or in a worker's (``jobs`` > 1, :mod:`jaxfl._sweep_worker`)."""
+    and it starts again), on the given speeds ``time_per_step`` (None: drawn). Returns its summary
+    (also of a run a numerical error stopped: its ``summary.json`` says so) and the state it ran as.
+    What :func:`run_sweep` runs for each cell, in its own process or in a worker's (``jobs`` > 1,
+    :mod:`jaxfl._sweep_worker`)."""
     from jaxfl.engine import NumericalError
     from jaxfl.experiment import resume_experiment, run_experiment
     from jaxfl.resume import ResumeError
@@ -987,13 +1082,13 @@ def run_cell(config: RunConfig, run_dir: str, state: str, say) -> tuple[dict, st
     try:
         if state == "resumable":
             try:
-                return resume_experiment(run_dir, progress=False).summary, state
+                return resume_experiment(run_dir, progress=False, time_per_step=time_per_step).summary, state
             except ResumeError as error:  # no checkpoint reads back: the cell starts again
                 say(f"{error}; starting it again")
                 state = "restart"
         if state == "restart":
             shutil.rmtree(run_dir)
-        return run_experiment(config).summary, state
+        return run_experiment(config, time_per_step=time_per_step).summary, state
     except NumericalError:  # the other cells go on
         from jaxfl.runlog import read_json
 
@@ -1071,7 +1166,7 @@ def _worker_environment(devices: int, cache: str, gpu_memory_fraction: float | N
 
 
 def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: _Shares, cache: str, done: dict,
-                  say, note, bar, peak: list, cell_finished=lambda: None) -> None:
+                  say, note, bar, peak: list, cell_finished=lambda: None, speeds_file: str | None = None) -> None:
     """:func:`run_sweep`'s cells, ``len(shares.cores)`` at a time, each in a ``jaxfl._sweep_worker``
     process pinned to one share of the cores (on a GPU with its share of the GPU's memory), in cell
     order as shares come free, calling ``cell_finished`` after each cell that finishes
@@ -1133,7 +1228,7 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: _Shar
                 with open(log, "w") as handle:
                     process = subprocess.Popen(
                         [sys.executable, "-m", "jaxfl._sweep_worker", ",".join(map(str, shares.cores[share])), state,
-                         cell.run_dir, json.dumps(cell.config.to_dict())],
+                         cell.run_dir, json.dumps(cell.config.to_dict()), *([speeds_file] if speeds_file else [])],
                         stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
                 running[process] = (cell, state, share, log)
                 peak[0] = max(peak[0], len(running))

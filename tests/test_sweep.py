@@ -361,6 +361,75 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     assert "resumed" in capsys.readouterr().out
 
 
+def test_a_sweep_on_given_speeds_runs_every_cell_on_them_and_its_folder_keeps_one_set(sweep, tmp_path, capsys):
+    from jaxfl.experiment import run_experiment
+    from jaxfl.testing import events_without_wall_time
+
+    speeds = np.array([0.05, 0.4, 3.0])  # far from the exponential draws of the drawn sweep's seed 0
+    np.save(tmp_path / "speeds.npy", speeds)
+    folder = str(tmp_path / "given")
+    grid = {"algorithm": GRID["algorithm"], "seed": [0]}
+    result = run_sweep(BASE, grid, folder, progress=False, time_per_step=speeds)
+    drawn = [row for row in sweep.rows if row["seed"] == 0]
+    with open(os.path.join(folder, "sweep.json")) as handle:
+        recorded = json.load(handle)["time_per_step"]
+    assert recorded["file"] == "client_time_per_step.npy"
+    assert np.array_equal(np.load(os.path.join(folder, recorded["file"])), speeds)
+    for row, other in zip(result.rows, drawn):
+        run_dir = os.path.join(folder, row["run_dir"])
+        assert np.array_equal(np.load(os.path.join(run_dir, "client_time_per_step.npy")), speeds)
+        assert row["virtual_time"] != other["virtual_time"]  # the given speeds, not the draws
+        # a cell is the run jaxfl run makes of its config on these speeds, bit for bit
+        alone = run_experiment(_cell_config(result, row, str(tmp_path / "alone")), time_per_step=speeds)
+        assert alone.summary["virtual_time"] == row["virtual_time"]
+        assert alone.summary["final_accuracy"] == row["final_accuracy"]
+        assert events_without_wall_time(alone.run_dir) == events_without_wall_time(run_dir)
+    # an interrupted cell resumes on them (cut back to its checkpoint after the first update)
+    cut = os.path.join(folder, result.rows[1]["run_dir"])
+    os.remove(os.path.join(cut, "summary.json"))
+    shutil.rmtree(os.path.join(cut, "checkpoints", "ckpt-000002"))
+    with open(os.path.join(cut, "checkpoints", "latest"), "w") as handle:
+        handle.write("ckpt-000001\n")
+    again = run_sweep(BASE, grid, folder, progress=False, time_per_step=speeds.tolist())
+    assert (again.resumed, again.skipped) == ([1], [0])
+    assert [row["virtual_time"] for row in again.rows] == [row["virtual_time"] for row in result.rows]
+    # a folder holds the runs of one set of speeds: other ones, or none, are refused before any run
+    before = _run_dirs(folder)
+    with pytest.raises(ConfigError, match=r"sweep cell 0 \(algorithm=fedavg seed=0\): its run .* was made on given speeds "
+                                          r"per step .*none are given now: give the same ones again"):
+        run_sweep(BASE, grid, folder, progress=False)
+    with pytest.raises(ConfigError, match="was made on other given speeds per step"):
+        run_sweep(BASE, grid, folder, progress=False, time_per_step=speeds * 2)
+    with pytest.raises(ConfigError, match=r"\(a run of an earlier grid in this sweep folder\) was made on given"):
+        run_sweep(BASE, {"algorithm": ["fedbuff"], "seed": [1]}, folder, progress=False)
+    with pytest.raises(ConfigError, match="was made on drawn speeds, and time_per_step is given now"):
+        run_sweep(BASE, GRID, sweep.sweep_dir, progress=False, time_per_step=speeds)
+    assert _run_dirs(folder) == before
+    # speeds that do not fit a cell name it, before the folder is made
+    with pytest.raises(ValueError, match=r"sweep cell 1 \(clients=4\): time_per_step has shape \(3,\); expected \(4,\)"):
+        run_sweep(BASE, {"clients": [3, 4]}, str(tmp_path / "misfit"), progress=False, time_per_step=speeds)
+    assert not os.path.exists(tmp_path / "misfit")
+    # the command line, its cells in workers (--jobs 2) reading the sweep's copy: the same schedules
+    capsys.readouterr()
+    flags = [*FLAGS, "--algorithm", "fedavg,fedbuff", "--seed", "0", "--jobs", "2"]  # the later flags win
+    assert cli.main(["sweep", *flags, "--time-per-step", str(tmp_path / "speeds.npy"),
+                     "--out", str(tmp_path / "workers")]) == 0
+    in_workers = {os.path.basename(row["run_dir"]): row["virtual_time"] for row in read_results(str(tmp_path / "workers"))}
+    assert in_workers == {os.path.basename(row["run_dir"]): row["virtual_time"] for row in result.rows}
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["sweep", *flags, "--out", str(tmp_path / "workers")])
+    assert refused.value.code == 2
+    assert "none are given now: give the same ones again (jaxfl sweep --time-per-step FILE" in capsys.readouterr().err
+
+
+def _cell_config(result, row, output_dir: str):
+    """The config of ``row``'s cell of ``result``, written under ``output_dir`` instead."""
+    import dataclasses
+
+    cell = next(cell for cell in result.cells if cell.run_dir.endswith(row["run_dir"]))
+    return dataclasses.replace(cell.config, output_dir=output_dir)
+
+
 def test_bad_grid_values_fail_before_any_run(tmp_path, capsys):
     folder = str(tmp_path / "bad")
     with pytest.raises(ConfigError, match=r"sweep cell 1 \(algorithm=fedavg clients=0\): .*clients"):
