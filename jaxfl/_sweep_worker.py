@@ -11,7 +11,8 @@ Exit status 0 when the run ended (a numerical error too: its ``summary.json`` sa
 interrupted, 143 when stopped by SIGTERM (at an event boundary, with a checkpoint there), 2 on a
 bad setting or resource (one line, as ``jaxfl run`` gives it), 1 on any other error (its traceback).
 A line starting with :data:`NOTE` on stdout is for the sweep to repeat (a checkpoint that did not
-read back, so the cell started again).
+read back, so the cell started again). The environment variable :data:`SWEEP_PID` names the sweep's
+process: a worker that finds another parent (its sweep died as it started) ends at once.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import signal
 import sys
 
 NOTE = "jaxfl-sweep-note: "
+SWEEP_PID = "JAXFL_SWEEP_PID"
 
 
 def main(argv: list[str]) -> int:
@@ -67,7 +69,10 @@ def _end_with_the_sweep() -> bool:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGINT))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return False
-    return os.getppid() == 1  # adopted by init: the sweep died before the request
+    # adopted: the sweep died before the request. Not only by init: by the nearest "subreaper" above
+    # it where there is one (systemd --user in a desktop session, a process manager's supervisor)
+    sweep = os.environ.get(SWEEP_PID, "")
+    return os.getppid() != int(sweep) if sweep.isdigit() else os.getppid() == 1
 
 
 if __name__ == "__main__":

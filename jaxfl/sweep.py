@@ -1185,7 +1185,10 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: _Shar
     from jaxfl import stopping
     from jaxfl._sweep_worker import NOTE
 
-    env = _worker_environment(len(shares.cores[0]), cache, shares.gpu_memory_fraction)
+    from jaxfl._sweep_worker import SWEEP_PID
+
+    # a worker whose sweep died before it could ask Linux to be told ends at once (_end_with_the_sweep)
+    env = {**_worker_environment(len(shares.cores[0]), cache, shares.gpu_memory_fraction), SWEEP_PID: str(os.getpid())}
     waiting = [cell for cell in cells if states[cell.index] != "finished"]
     for cell in cells:
         if states[cell.index] == "finished":
