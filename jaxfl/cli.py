@@ -1236,7 +1236,8 @@ class _FinishedRun(typing.NamedTuple):
 
 
 def _earlier_run(config: RunConfig, times=None) -> tuple[str, str] | None:
-    """``(run_dir, state)`` of a run of this very config (the same record as a resume compares) and
+    """``(run_dir, state)`` of a run of this very config (the record a resume compares, less the
+    ``output_dir`` it was made in: a folder copied or moved holds the same runs) and
     the same given speeds (``times``, from ``--time-per-step``; None: drawn ones) that an earlier,
     interrupted ``jaxfl run --algorithm a,b,...`` left under its output_dir: ``finished`` or
     ``resumable`` (a checkpoint to go on from); None if there is none (a run without a checkpoint
@@ -1258,7 +1259,9 @@ def _earlier_runs(config: RunConfig, times=None):
     try:
         with warnings.catch_warnings():  # the run's own warnings come once, from the run
             warnings.simplefilter("ignore")
-            wanted = config_record(validate(config))
+            # where the run folder lies is no setting of the run: a comparison's folder copied or moved
+            # (another disk, a colleague's machine) still holds its finished runs
+            wanted = {**config_record(validate(config)), "output_dir": None}
             cls = algorithms.get(config.algorithm)
             names = [config.run_name or run_name(config, cls.name)]
             if config.run_name is None:  # runs recorded with the field unset, before its default changed
@@ -1277,8 +1280,8 @@ def _earlier_runs(config: RunConfig, times=None):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 record = read_record(run_dir)
-                if config_record(validate(config_from_mapping(without_settings_refused_since(
-                        as_recorded(record["config"]))[0]))) != wanted or \
+                if {**config_record(validate(config_from_mapping(without_settings_refused_since(
+                        as_recorded(record["config"]))[0]))), "output_dir": None} != wanted or \
                         (record.get("user_inputs", {}).get("time_per_step") or {}).get("sha256") != speeds:
                     continue
         except (ResumeError, ConfigError, ValueError, KeyError, TypeError):

@@ -335,6 +335,33 @@ def test_an_interrupted_comparison_says_what_it_keeps_and_the_same_command_finis
     assert json.loads((fedbuff / "summary.json").read_text())["resumes"] == 1
 
 
+def test_a_comparison_folder_copied_elsewhere_still_holds_its_runs(tmp_path, capsys):
+    """Where a run folder lies is no setting of the run: the same comparison with the copy as its
+    --output-dir reuses the finished runs and resumes the cut one, as in the folder it was made in."""
+    import shutil
+
+    flags = ["run", "--algorithm", "fedavg,fedbuff", "--model", "logreg", "--clients", "3", "--local-steps", "2",
+             "--batch-size", "8", "--max-updates", "4", "--checkpoint-every", "1", "--no-stop-at-target",
+             "--no-progress"]
+    assert cli.main([*flags, "--output-dir", str(tmp_path / "made")]) == 0
+    shutil.copytree(tmp_path / "made", tmp_path / "copy")
+    fedbuff = next((tmp_path / "copy").glob("fedbuff-*"))
+    (fedbuff / "summary.json").unlink()  # cut back to its checkpoint after update 3
+    shutil.rmtree(fedbuff / "checkpoints" / "ckpt-000004")
+    (fedbuff / "checkpoints" / "latest").write_text("ckpt-000003\n")
+    capsys.readouterr()
+    assert cli.main([*flags, "--output-dir", str(tmp_path / "copy")]) == 0
+    out = capsys.readouterr().out
+    fedavg = next((tmp_path / "copy").glob("fedavg-*"))
+    assert any(line.startswith("fedavg:") and line.endswith(f"→ {fedavg} (reused: it had finished)")
+               for line in out.splitlines()), out
+    assert f"fedbuff: resuming {fedbuff}" in out
+    assert sorted(path.name for path in (tmp_path / "copy").iterdir() if path.is_dir()) == \
+        sorted(path.name for path in (tmp_path / "made").iterdir() if path.is_dir())  # no run trained again
+    made = next((tmp_path / "made").glob("fedbuff-*"))
+    assert metrics_without_wall_time(str(fedbuff)) == metrics_without_wall_time(str(made))
+
+
 def test_the_same_single_run_command_after_a_ctrl_c_names_the_run_it_cut(tmp_path, capsys):
     """One ``jaxfl run`` starts a new run each time (a comparison goes on with the earlier one): the
     same command after an interruption says which run it cut and how to finish it, rather than
