@@ -1226,7 +1226,7 @@ class Run:
         >>> again.algorithm, again.clients, again.seed
         ('fedbuff', 4, 1)
         """
-        from jaxfl.config import config_from_mapping, recorded_values
+        from jaxfl.config import ConfigError, config_from_mapping, recorded_values, without_settings_refused_since
         from jaxfl.resume import _relative_paths, _started_elsewhere
 
         record = self.config.get("config")
@@ -1237,7 +1237,15 @@ class Run:
         if elsewhere and relative:
             raise ValueError(f"run {self.run_dir!r} was started in {elsewhere!r} and its config names "
                              f"{', '.join(relative)} relative to that folder: read its run_config from there")
-        return config_from_mapping(recorded_values(record))
+        # a setting the run held unread, refused since: it changed nothing (as a resume leaves it out)
+        values, _ = without_settings_refused_since(recorded_values(record))
+        try:
+            return config_from_mapping(values)
+        except ConfigError as error:  # one the run read, or an earlier jaxfl took: which run, and what to do
+            text = str(error).strip().splitlines()
+            raise ConfigError(f"run {self.run_dir!r}: its recorded config is refused by this jaxfl: "
+                              f"{text[0] if text else ''}; an earlier jaxfl may have taken this setting: its "
+                              "values are in .config['config'], to start a new run with it changed") from None
 
     @property
     def client_samples(self) -> np.ndarray | None:

@@ -196,6 +196,19 @@ def test_a_loaded_run_s_config_runs_it_again_to_the_same_results(tmp_path):
         dataclasses.replace(first, config=relative).run_config
     with pytest.raises(ValueError, match="holds no run config"):
         dataclasses.replace(first, config={}).run_config
+    # a run of an earlier jaxfl: a setting it held unread, refused since, is left out (as a resume
+    # leaves it); one this jaxfl refuses otherwise names the run and where its values are
+    record = first.config["config"]
+    unread = {**record, "engine": {**record["engine"], "batching": False, "clients_per_call": 2}}
+    assert dataclasses.replace(first, config=dict(first.config, config=unread)).run_config.clients_per_call is None
+    # FedAsync's paper rule mixes models without a server optimiser (an earlier jaxfl took a server_lr)
+    refused = {**record, "algorithm": "fedasync", "algorithm_options": {},
+               "server": {**record["server"], "rule": "paper", "server_lr": 0.5}}
+    with pytest.raises(jaxfl.ConfigError, match=rf"run {re.escape(repr(first.run_dir))}: its recorded config is "
+                                                r"refused by this jaxfl: server_lr=0\.5 is not allowed: .*an earlier "
+                                                r"jaxfl may have taken this setting: its values are in "
+                                                r"\.config\['config'\]"):
+        dataclasses.replace(first, config=dict(first.config, config=refused)).run_config
 
 
 def test_load_run_names_the_path_of_a_directory_that_is_no_run(tmp_path):
