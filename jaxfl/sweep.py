@@ -495,6 +495,8 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
             row[name] = None  # swept, but this cell's run does not read it
         elif name == "local_steps" and cell.config.local_epochs is not None:
             row[name] = None  # not read: local_epochs decides each client's steps
+        elif name == "heterogeneity" and summary.get("heterogeneity") == "given":
+            row[name] = "given"  # the sweep's time_per_step replaced the (unread) speed model, as the summary says
         elif name in FIELDS:
             row[name] = _cell_value(getattr(cell.config, name))
         else:  # an algorithm option, space.option

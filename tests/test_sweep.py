@@ -408,6 +408,7 @@ def test_a_sweep_on_given_speeds_runs_every_cell_on_them_and_its_folder_keeps_on
         run_dir = os.path.join(folder, row["run_dir"])
         assert np.array_equal(np.load(os.path.join(run_dir, "client_time_per_step.npy")), speeds)
         assert row["virtual_time"] != other["virtual_time"]  # the given speeds, not the draws
+        assert row["heterogeneity"] == "given" and other["heterogeneity"] == "exp"  # as each summary says
         # a cell is the run jaxfl run makes of its config on these speeds, bit for bit
         alone = run_experiment(_cell_config(result, row, str(tmp_path / "alone")), time_per_step=speeds)
         assert alone.summary["virtual_time"] == row["virtual_time"]
