@@ -1451,13 +1451,39 @@ def _interrupted_status(interrupt: KeyboardInterrupt) -> int:
     return SIGTERM_STATUS if getattr(interrupt, "reason", None) == "SIGTERM" else 130
 
 
+def _joined_negative_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--flag -inf`` as ``--flag=-inf``: argparse takes a value starting with ``-`` for a flag
+    unless it reads as a plain negative number (``-1e3``, ``-inf``, a sweep's ``-1,2`` do not), and
+    said only "expected one argument"; joined, the value reaches the checks, which name what is allowed.
+
+    >>> _joined_negative_values(build_parser(), ["run", "--max-time", "-inf", "--no-progress"])
+    ['run', '--max-time=-inf', '--no-progress']
+    """
+    own = parser.commands.get(argv[0], parser) if argv else parser
+    takes_value = {flag for holder in (parser, own) for action in holder._actions
+                   if action.option_strings and action.nargs is None and isinstance(action, argparse._StoreAction)
+                   for flag in action.option_strings}
+    joined, index = [], 0
+    while index < len(argv):
+        token = argv[index]
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if token in takes_value and following is not None and following.startswith("-") \
+                and not following.startswith("--") and following != "-h":
+            joined.append(f"{token}={following}")
+            index += 2
+            continue
+        joined.append(token)
+        index += 1
+    return joined
+
+
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     not_imported = _import_named_algorithms(argv)
     if argv[:1] == ["demo"] and not {"-h", "--help"} & set(argv[1:]):
         return _demo(argv[1:])
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(_joined_negative_values(parser, argv))
     _take_explicit_nones(args)
     flags = [token.partition("=")[0] for token in extra if token.startswith("-")]
     if flags and not_imported:  # its options are unknown because the plug-in did not import: say why

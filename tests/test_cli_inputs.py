@@ -101,12 +101,27 @@ def test_sweep_help_names_the_run_flags_it_does_not_take(capsys):
     with pytest.raises(SystemExit):
         main(["sweep", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for flag in ("--config", "--preset", "--resume", "--time-per-step", "--log-to", "--output-dir", "--run-name"):
+    for flag in ("--config", "--preset", "--resume", "--log-to", "--output-dir", "--run-name"):
         assert flag in text.partition("positional arguments")[0], flag
+    assert "--time-per-step FILE gives every cell the same measured speeds" in text  # a sweep flag since
     assert "every jaxfl run flag of a config field or algorithm option takes a comma-separated list" in text
     assert "synthetic:A,B keeps its comma" in text
     # the short spellings of jaxfl run take lists here too
     assert _sweep_values(["--lr", "0.1,0.2", "--steps", "3"]) == ({"local_steps": 3}, {"client_lr": [0.1, 0.2]})
+
+
+def test_a_negative_value_argparse_takes_for_a_flag_reaches_the_check_naming_what_is_allowed(tmp_path, capsys):
+    """argparse reads ``-inf``, ``-1e3`` or a sweep's ``-1,2`` after a flag as another flag ("expected
+    one argument"); jaxfl hands them to the value's check."""
+    assert _error(capsys, ["run", "--max-time", "-inf", *TINY]) == \
+        "jaxfl: error: max_time=-inf is not allowed: virtual seconds > 0 (inf for no time budget)"
+    assert _error(capsys, ["run", "--speed-mean", "-1e3", *TINY]).startswith(
+        "jaxfl: error: speed_mean=-1000.0 is not allowed")
+    assert "seed=-1 is not allowed" in _error(capsys, ["sweep", "--seed", "-1,2", *TINY, "--out", str(tmp_path / "s")])
+    assert not (tmp_path / "s").exists()
+    with pytest.raises(SystemExit):  # a flag without its value is still told so
+        main(["run", "--max-time", "--max-updates", "2"])
+    assert "argument --max-time: expected one argument" in capsys.readouterr().err
 
 
 # 4. output paths and bad tables: an error line before any work
