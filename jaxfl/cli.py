@@ -435,8 +435,9 @@ field flag (--batching/--no-batching) takes no list: sweep it in the file's [gri
 synthetic:A,B value keeps its comma (--dataset synthetic:0.5,0.5,synthetic:1,1 is two values). Not
 here: --config (the sweep file), --preset, --resume (the same command again continues), --log-to,
 --output-dir and --run-name (--out is the sweep folder) and the cluster flags. --time-per-step FILE
-gives every cell the same measured speeds (and the same command again gives them again). Every cell is checked before the first run. Running the same command again skips finished
-cells, continues an interrupted one from its last checkpoint, and restarts one that had none."""
+gives every cell the same measured speeds (continuing the sweep needs the same speeds). Every cell
+is checked before the first run. Running the same command again skips finished cells, continues an
+interrupted one from its last checkpoint, and restarts one that had none."""
 _SWEEP_EXAMPLES = """\
 examples:
   jaxfl sweep --algorithm fedavg,fedbuff --clients 5,10 --seed 0,1,2 --out sweeps/x
@@ -468,10 +469,10 @@ def _sweep_parser(commands) -> None:
                             "with one very fast client) and so leaves cores idle; results equal --jobs 1's to "
                             "float32 reassociation, not bit for bit")
     sweep.add_argument("--time-per-step", metavar="FILE", default=None,
-                       help="each client's seconds per local step from a .npy or .csv file (one number per "
-                            "client), every cell's speeds instead of drawing them (as jaxfl run's flag); the "
+                       help="each client's seconds per local step from a .npy, .csv or .txt file (one number "
+                            "per client), every cell's speeds instead of drawing them (as jaxfl run's flag); the "
                             "cells must have that many clients. A sweep folder holds the runs of one set of "
-                            "speeds: continuing it needs the same file")
+                            "speeds: continuing it needs the same numbers (float64; in any of these files)")
     fields = sweep.add_argument_group("config fields: a comma-separated list sweeps the field over its values")
     for name, field in FIELDS.items():
         if name in ("algorithm_options", *SWEEP_OWNED):

@@ -1241,11 +1241,13 @@ class Run:
         values, _ = without_settings_refused_since(recorded_values(record))
         try:
             return config_from_mapping(values)
-        except ConfigError as error:  # one the run read, or an earlier jaxfl took: which run, and what to do
-            text = str(error).strip().splitlines()
-            raise ConfigError(f"run {self.run_dir!r}: its recorded config is refused by this jaxfl: "
-                              f"{text[0] if text else ''}; an earlier jaxfl may have taken this setting: its "
-                              "values are in .config['config'], to start a new run with it changed") from None
+        except ConfigError as error:  # which run; where a setting is refused, what to do
+            text = str(error).strip()
+            older = ("; an earlier jaxfl may have taken this setting: its values are in .config['config'], to start "
+                     "a new run with it changed") if " is not allowed" in text and not text.startswith("algorithm=") \
+                else ""  # (an algorithm that is not importable or registered here is no refused setting)
+            raise ConfigError(f"run {self.run_dir!r}: its recorded config is refused by this jaxfl: {text}{older}") \
+                from None
 
     @property
     def client_samples(self) -> np.ndarray | None:

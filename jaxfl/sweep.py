@@ -496,7 +496,9 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
         elif name == "local_steps" and cell.config.local_epochs is not None:
             row[name] = None  # not read: local_epochs decides each client's steps
         elif name == "heterogeneity" and summary.get("heterogeneity") == "given":
-            row[name] = "given"  # the sweep's time_per_step replaced the (unread) speed model, as the summary says
+            # the sweep's time_per_step replaced the (unread) speed model, as the summary says; which
+            # speeds, so that a report of sweeps on two device fleets tells their runs apart
+            row[name] = f"given:{_given_speeds_sha256(cell.run_dir)[:8]}"
         elif name in FIELDS:
             row[name] = _cell_value(getattr(cell.config, name))
         else:  # an algorithm option, space.option
@@ -519,6 +521,16 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
         "run_dir": os.path.relpath(cell.run_dir, sweep_dir),
     })
     return row
+
+
+def _given_speeds_sha256(run_dir: str) -> str:
+    """The SHA-256 of the given speeds a run recorded (``config.json``'s ``user_inputs``), or ``?``."""
+    from jaxfl.resume import ResumeError, read_record
+
+    try:
+        return (read_record(run_dir).get("user_inputs", {}).get("time_per_step") or {}).get("sha256") or "?"
+    except (ResumeError, AttributeError):
+        return "?"
 
 
 def _arrived_steps(summary: dict, run_dir: str) -> int | None:

@@ -209,6 +209,10 @@ def test_a_loaded_run_s_config_runs_it_again_to_the_same_results(tmp_path):
                                                 r"jaxfl may have taken this setting: its values are in "
                                                 r"\.config\['config'\]"):
         dataclasses.replace(first, config=dict(first.config, config=refused)).run_config
+    gone = {**record, "algorithm": "no_such_module_here:Mine", "algorithm_options": {}}  # a plug-in not importable
+    with pytest.raises(jaxfl.ConfigError, match="refused by this jaxfl: .*no_such_module_here") as refused_plugin:
+        dataclasses.replace(first, config=dict(first.config, config=gone)).run_config
+    assert "earlier jaxfl" not in str(refused_plugin.value)  # nothing an earlier jaxfl took
 
 
 def test_load_run_names_the_path_of_a_directory_that_is_no_run(tmp_path):

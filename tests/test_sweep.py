@@ -408,7 +408,8 @@ def test_a_sweep_on_given_speeds_runs_every_cell_on_them_and_its_folder_keeps_on
         run_dir = os.path.join(folder, row["run_dir"])
         assert np.array_equal(np.load(os.path.join(run_dir, "client_time_per_step.npy")), speeds)
         assert row["virtual_time"] != other["virtual_time"]  # the given speeds, not the draws
-        assert row["heterogeneity"] == "given" and other["heterogeneity"] == "exp"  # as each summary says
+        assert other["heterogeneity"] == "exp"  # as each summary says, with which speeds
+        assert row["heterogeneity"] == f"given:{recorded['sha256'][:8]}"
         # a cell is the run jaxfl run makes of its config on these speeds, bit for bit
         alone = run_experiment(_cell_config(result, row, str(tmp_path / "alone")), time_per_step=speeds)
         assert alone.summary["virtual_time"] == row["virtual_time"]
@@ -435,6 +436,12 @@ def test_a_sweep_on_given_speeds_runs_every_cell_on_them_and_its_folder_keeps_on
     with pytest.raises(ConfigError, match="was made on drawn speeds, and time_per_step is given now"):
         run_sweep(BASE, GRID, sweep.sweep_dir, progress=False, time_per_step=speeds)
     assert _run_dirs(folder) == before
+    # sweeps of two device fleets: one report tells their runs apart by the speeds
+    fleet = run_sweep(BASE, {"algorithm": ["fedbuff"], "seed": [0]}, str(tmp_path / "fleet"), progress=False,
+                      time_per_step=speeds[::-1])
+    report = make_report([folder, fleet.sweep_dir], out=str(tmp_path / "fleets"), figures=False)
+    assert fleet.rows[0]["heterogeneity"] != result.rows[0]["heterogeneity"]
+    assert all(f"heterogeneity={row['heterogeneity']}" in report.markdown for row in (fleet.rows[0], result.rows[0]))
     # speeds that do not fit a cell name it, before the folder is made
     with pytest.raises(ValueError, match=r"sweep cell 1 \(clients=4\): time_per_step has shape \(3,\); expected \(4,\)"):
         run_sweep(BASE, {"clients": [3, 4]}, str(tmp_path / "misfit"), progress=False, time_per_step=speeds)
