@@ -1203,6 +1203,9 @@ def unknown_name(name: str, value: Any, where: str = "") -> ConfigError:
         failed = "".join(f"; if it holds a plug-in's options: {why}" for why in PLUGIN_IMPORT_FAILURES.values())
         return ConfigError(f"{prefix}unknown config section [{name}]{hint}; sections: {', '.join(SECTIONS)}, an "
                            f"algorithm's options ([port], [compass], ...) or [algorithm]{failed}")
+    if name in ("time_per_step", "time-per-step"):  # a file of speeds: no config value, a flag or an argument
+        return ConfigError(f"{prefix}time_per_step is not a config field: give the speeds file with --time-per-step "
+                           "FILE (jaxfl run, jaxfl sweep) or the array as time_per_step=... (run_experiment, run_sweep)")
     close = difflib.get_close_matches(name, list(FIELDS), n=3, cutoff=0.7) or \
         [f for f in FIELDS if f.startswith(name[:4])]
     hint = f" (did you mean {', '.join(close)}?)" if close else ""

@@ -124,6 +124,18 @@ def test_a_negative_value_argparse_takes_for_a_flag_reaches_the_check_naming_wha
     assert "argument --max-time: expected one argument" in capsys.readouterr().err
 
 
+def test_speeds_in_a_config_or_sweep_file_say_where_they_go(tmp_path, capsys):
+    file = tmp_path / "study.toml"
+    file.write_text('time_per_step = "speeds.npy"\n[grid]\nalgorithm = ["fedavg"]\n')
+    assert _error(capsys, ["sweep", str(file), "--out", str(tmp_path / "s")]).endswith(
+        "time_per_step is not a config field: give the speeds file with --time-per-step FILE (jaxfl run, jaxfl sweep) "
+        "or the array as time_per_step=... (run_experiment, run_sweep)")
+    file.write_text('time_per_step = "speeds.npy"\n')
+    assert "time_per_step is not a config field: give the speeds file with --time-per-step FILE" in \
+        _error(capsys, ["run", "--config", str(file)])
+    assert not (tmp_path / "s").exists()
+
+
 # 4. output paths and bad tables: an error line before any work
 
 def test_an_output_path_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
