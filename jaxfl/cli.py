@@ -1255,7 +1255,7 @@ def _earlier_runs(config: RunConfig, times=None):
     from jaxfl.experiment import names_before_default_changes, run_name
     from jaxfl.resume import ResumeError, config_record, read_record
     from jaxfl.runlog import finished_summary
-    from jaxfl.user_inputs import UserInputs
+    from jaxfl.user_inputs import UserInputs, recorded_speeds_sha256
 
     try:
         with warnings.catch_warnings():  # the run's own warnings come once, from the run
@@ -1283,7 +1283,7 @@ def _earlier_runs(config: RunConfig, times=None):
                 record = read_record(run_dir)
                 if {**config_record(validate(config_from_mapping(without_settings_refused_since(
                         as_recorded(record["config"]))[0]))), "output_dir": None} != wanted or \
-                        (record.get("user_inputs", {}).get("time_per_step") or {}).get("sha256") != speeds:
+                        recorded_speeds_sha256(record) != speeds:
                     continue
         except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
             continue

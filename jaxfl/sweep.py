@@ -54,6 +54,7 @@ from jaxfl import algorithms
 from jaxfl.config import (user_path, ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, TIMING_ONLY_UNREAD, ConfigError, RunConfig,
                           _only_read_when, as_recorded, config_from_mapping, flat_once, load_config_file, option_namespaces,
                           reads_field, split_algorithm_options, validate, without_settings_refused_since)
+from jaxfl.user_inputs import TIME_PER_STEP_FILE
 
 # Where and how each run is written belongs to the sweep, not to a cell.
 SWEEP_OWNED = ("output_dir", "run_name", "progress")
@@ -526,9 +527,10 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
 def _given_speeds_sha256(run_dir: str) -> str:
     """The SHA-256 of the given speeds a run recorded (``config.json``'s ``user_inputs``), or ``?``."""
     from jaxfl.resume import ResumeError, read_record
+    from jaxfl.user_inputs import recorded_speeds_sha256
 
     try:
-        return (read_record(run_dir).get("user_inputs", {}).get("time_per_step") or {}).get("sha256") or "?"
+        return recorded_speeds_sha256(read_record(run_dir)) or "?"
     except (ResumeError, AttributeError):
         return "?"
 
@@ -609,7 +611,7 @@ def _write_definition(sweep_dir: str, base: dict, grid: dict, size: str | None, 
                    "run_dir": os.path.relpath(cell.run_dir, sweep_dir), "jobs": run_jobs.get(
                        os.path.relpath(cell.run_dir, sweep_dir), jobs)} for cell in cells],
         "run_jobs": dict(sorted(run_jobs.items())),
-        "time_per_step": None if speeds is None else {"file": SPEEDS_FILE, "sha256": _sha256(speeds)},
+        "time_per_step": None if speeds is None else {"file": TIME_PER_STEP_FILE, "sha256": _sha256(speeds)},
     })
 
 
@@ -859,13 +861,10 @@ def _earlier_runs_left_out(sweep_dir: str, base: dict, grid: dict, cells: list[C
             + ("; it also runs the combinations of those settings that neither sweep ran" if len(differ) > 1 else ""))
 
 
-SPEEDS_FILE = "client_time_per_step.npy"  # a sweep's given speeds, for its workers and the record
-
-
 def _sha256(speeds) -> str:
-    import hashlib
+    from jaxfl.user_inputs import UserInputs
 
-    return hashlib.sha256(speeds.tobytes()).hexdigest()
+    return UserInputs(time_per_step=speeds).speeds_sha256()  # as a run's config.json records them
 
 
 def _check_speeds(time_per_step, cells: list[Cell]):
@@ -890,6 +889,7 @@ def _check_speeds_of_earlier_runs(speeds, sweep_dir: str, cells: list[Cell]) -> 
     not in a run's name, so the sweep would resume a run on speeds it was not started with, or
     report runs of two sets of speeds as one grid."""
     from jaxfl.resume import ResumeError, read_record
+    from jaxfl.user_inputs import recorded_speeds_sha256
 
     runs = os.path.join(sweep_dir, "runs")
     if not os.path.isdir(runs):
@@ -901,7 +901,7 @@ def _check_speeds_of_earlier_runs(speeds, sweep_dir: str, cells: list[Cell]) -> 
         if cell_state(run_dir) not in ("finished", "resumable"):
             continue  # a new folder, or one without a checkpoint: it starts again
         try:
-            made = (read_record(run_dir).get("user_inputs", {}).get("time_per_step") or {}).get("sha256")
+            made = recorded_speeds_sha256(read_record(run_dir))
         except (ResumeError, ValueError, KeyError, OSError, AttributeError):
             continue  # a damaged record: its resume says so (a finished run is only read)
         if made == wanted:
@@ -910,15 +910,15 @@ def _check_speeds_of_earlier_runs(speeds, sweep_dir: str, cells: list[Cell]) -> 
         where = (f"sweep cell {cell.index} ({cell.label()}): its run {run_dir}" if cell is not None
                  else f"{run_dir} (a run of an earlier grid in this sweep folder)") + " was made"
         if wanted is None:
-            raise ConfigError(f"{where} on given speeds per step ({os.path.join(run_dir, SPEEDS_FILE)}), and "
-                              "none are given now: give the same ones again (jaxfl sweep --time-per-step FILE; "
+            raise ConfigError(f"{where} on given speeds per step ({os.path.join(run_dir, TIME_PER_STEP_FILE)}), "
+                              "and none are given now: give the same ones again (jaxfl sweep --time-per-step FILE; "
                               f"run_sweep(..., time_per_step=...)), or sweep into another folder")
         if made is None:
             raise ConfigError(f"{where} on drawn speeds, and time_per_step is given now: a sweep folder holds the "
                               "runs of one set of speeds; sweep the given ones into another folder (--out)")
         raise ConfigError(f"{where} on other given speeds per step (SHA-256 {made[:12]}…, these {wanted[:12]}…): "
-                          f"give the same ones again ({os.path.join(run_dir, SPEEDS_FILE)}), or sweep these into "
-                          "another folder (--out)")
+                          f"give the same ones again ({os.path.join(run_dir, TIME_PER_STEP_FILE)}), or sweep these "
+                          "into another folder (--out)")
 
 
 def _save_speeds(sweep_dir: str, speeds) -> str | None:
@@ -927,7 +927,7 @@ def _save_speeds(sweep_dir: str, speeds) -> str | None:
     :func:`_check_speeds_of_earlier_runs`)."""
     import numpy as np
 
-    path = os.path.join(sweep_dir, SPEEDS_FILE)
+    path = os.path.join(sweep_dir, TIME_PER_STEP_FILE)
     if speeds is None:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)

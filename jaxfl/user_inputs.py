@@ -440,6 +440,15 @@ def drawing_settings(config: RunConfig) -> tuple[str, ...]:
     """
     return ("heterogeneity", "speed_ratio", "speed_mean")
 
+def recorded_speeds_sha256(record: dict) -> str | None:
+    """The SHA-256 of the given speeds a run's ``config.json`` (``record``) recorded, or None (drawn).
+
+    >>> recorded_speeds_sha256({"user_inputs": {"time_per_step": {"sha256": "ab12"}}}), recorded_speeds_sha256({})
+    ('ab12', None)
+    """
+    return (record.get("user_inputs", {}).get("time_per_step") or {}).get("sha256")
+
+
 @dataclasses.dataclass(frozen=True)
 class UserInputs:
     """``run_experiment``'s keyword arguments beyond the config (all optional).
