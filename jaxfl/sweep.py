@@ -54,7 +54,7 @@ from jaxfl import algorithms
 from jaxfl.config import (user_path, ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, TIMING_ONLY_UNREAD, ConfigError, RunConfig,
                           _only_read_when, as_recorded, config_from_mapping, flat_once, load_config_file, option_namespaces,
                           reads_field, split_algorithm_options, validate, without_settings_refused_since)
-from jaxfl.user_inputs import TIME_PER_STEP_FILE
+from jaxfl.user_inputs import TIME_PER_STEP_FILE, UserInputs, recorded_speeds_sha256
 
 # Where and how each run is written belongs to the sweep, not to a cell.
 SWEEP_OWNED = ("output_dir", "run_name", "progress")
@@ -527,7 +527,6 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
 def _given_speeds_sha256(run_dir: str) -> str:
     """The SHA-256 of the given speeds a run recorded (``config.json``'s ``user_inputs``), or ``?``."""
     from jaxfl.resume import ResumeError, read_record
-    from jaxfl.user_inputs import recorded_speeds_sha256
 
     try:
         return recorded_speeds_sha256(read_record(run_dir)) or "?"
@@ -862,8 +861,6 @@ def _earlier_runs_left_out(sweep_dir: str, base: dict, grid: dict, cells: list[C
 
 
 def _sha256(speeds) -> str:
-    from jaxfl.user_inputs import UserInputs
-
     return UserInputs(time_per_step=speeds).speeds_sha256()  # as a run's config.json records them
 
 
@@ -872,8 +869,6 @@ def _check_speeds(time_per_step, cells: list[Cell]):
     their defaults), as a float64 array; None where none are given. A bad one names the cell."""
     if time_per_step is None:
         return None
-    from jaxfl.user_inputs import UserInputs
-
     speeds = None
     for cell in cells:
         try:
@@ -889,7 +884,6 @@ def _check_speeds_of_earlier_runs(speeds, sweep_dir: str, cells: list[Cell]) -> 
     not in a run's name, so the sweep would resume a run on speeds it was not started with, or
     report runs of two sets of speeds as one grid."""
     from jaxfl.resume import ResumeError, read_record
-    from jaxfl.user_inputs import recorded_speeds_sha256
 
     runs = os.path.join(sweep_dir, "runs")
     if not os.path.isdir(runs):
@@ -1141,7 +1135,8 @@ def _worker_environment(devices: int, cache: str, gpu_memory_fraction: float | N
     """The environment of a ``--jobs`` worker: ``devices`` XLA CPU devices (one per core of its share,
     whatever device count the sweep's own environment asks for), the sweep's compilation cache
     ``cache`` on the sweep's terms — the thresholds :func:`~jaxfl.comparison.shared_compilations` set,
-    or those of a cache the user configured — and on a GPU its share of the GPU's memory.
+    or those of a cache the user configured — on a GPU its share of the GPU's memory, and the
+    sweep's process id (:data:`jaxfl._sweep_worker.SWEEP_PID`).
 
     >>> import jax
     >>> from jaxfl.comparison import shared_compilations
@@ -1176,6 +1171,10 @@ def _worker_environment(devices: int, cache: str, gpu_memory_fraction: float | N
             env.pop(name.upper(), None)
         else:
             env[name.upper()] = jax_setting_text(value)
+    from jaxfl._sweep_worker import SWEEP_PID
+
+    # a worker whose sweep died before it could ask Linux to be told ends at once (_end_with_the_sweep)
+    env[SWEEP_PID] = str(os.getpid())
     return env
 
 
@@ -1199,10 +1198,7 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: _Shar
     from jaxfl import stopping
     from jaxfl._sweep_worker import NOTE
 
-    from jaxfl._sweep_worker import SWEEP_PID
-
-    # a worker whose sweep died before it could ask Linux to be told ends at once (_end_with_the_sweep)
-    env = {**_worker_environment(len(shares.cores[0]), cache, shares.gpu_memory_fraction), SWEEP_PID: str(os.getpid())}
+    env = _worker_environment(len(shares.cores[0]), cache, shares.gpu_memory_fraction)
     waiting = [cell for cell in cells if states[cell.index] != "finished"]
     for cell in cells:
         if states[cell.index] == "finished":
