@@ -28,13 +28,22 @@ process to reach the coordinator, and stays interruptible meanwhile (Ctrl-C, SIG
 :func:`init_cluster` raises :class:`ClusterError` naming the address, rather than jax aborting the
 process with a stack trace.
 
+Process 0 runs jax's coordination service in a child process of its own
+(:mod:`jaxfl._coordination_service`), which outlives a lost process 0 until the other processes have
+ended, for at most ``COORDINATOR_GRACE_S`` seconds: their next collective fails, and they end with
+jaxfl's line naming the run folder, instead of jax's client aborting them the moment the service
+is gone.
+
 >>> import jaxfl.cluster
 >>> jaxfl.cluster.process_index(), jaxfl.cluster.process_count()
 (0, 1)
 """
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -52,6 +61,61 @@ TIMEOUT_VARIABLE = "JAXFL_CLUSTER_TIMEOUT_S"
 
 class ClusterError(RuntimeError):
     """The processes did not come together: the message names the address and what to check."""
+
+
+# how long jax's coordination service outlives a lost process 0 for the others to reach their next
+# collective (and end with jaxfl's line): past it they end as jax ends them, with its own abort
+COORDINATOR_GRACE_S = 60.0
+
+
+class _ServiceInItsOwnProcess:
+    """What jax's ``get_distributed_runtime_service`` returns, with the service in a child process
+    (:mod:`jaxfl._coordination_service`): in process 0 it died with it and aborted every other process."""
+
+    def __init__(self, *args, **kwargs):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_coordination_service.py")
+        self.child = subprocess.Popen([sys.executable, "-P", script, json.dumps([args, kwargs, COORDINATOR_GRACE_S])],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                      start_new_session=True)
+        said = self.child.stdout.readline()
+        try:
+            outcome = json.loads(said)
+        except ValueError:
+            outcome = {"error": f"it ended with status {self.child.wait()}"}
+        if "error" in outcome:
+            self.child.wait()
+            address = str(args[0]) if args else "?"
+            raise ClusterError(f"process 0 could not serve jax's coordinator at {address} ({outcome['error']}): "
+                               f"is port {address.rpartition(':')[2]} free on its host? Give every process "
+                               "another --coordinator-address port")
+
+    def shutdown(self) -> None:
+        try:
+            self.child.stdin.write("stop\n")
+            self.child.stdin.close()
+        except OSError:  # it ended already
+            pass
+        try:
+            self.child.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+            self.child.wait()
+
+
+def _initialize_with_the_service_apart(**arguments) -> None:
+    """``jax.distributed.initialize(**arguments)``, process 0 starting jax's coordination service in a
+    child process of its own rather than inside itself (where jax's private hook for it is as known)."""
+    from jax._src.lib import _jax
+
+    start_here = getattr(_jax, "get_distributed_runtime_service", None)
+    if start_here is None:
+        jax.distributed.initialize(**arguments)
+        return
+    _jax.get_distributed_runtime_service = _ServiceInItsOwnProcess
+    try:
+        jax.distributed.initialize(**arguments)
+    finally:
+        _jax.get_distributed_runtime_service = start_here
 
 
 def join_timeout(timeout_s: float | None = None) -> float:
@@ -115,8 +179,8 @@ def init_cluster(coordinator_address: str | None = None, num_processes: int | No
 
     def join():
         try:
-            jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
-                                       process_id=process_id, initialization_timeout=int(timeout) + 60)
+            _initialize_with_the_service_apart(coordinator_address=coordinator_address, num_processes=num_processes,
+                                               process_id=process_id, initialization_timeout=int(timeout) + 60)
         except BaseException as error:  # handed to the waiting thread
             outcome["error"] = error
 

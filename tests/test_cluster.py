@@ -38,6 +38,16 @@ SCRIPT = textwrap.dedent("""
                            "--num-processes", str(processes), "--process-id", str(process)]))
     if mode == "cli-long":  # the command, until a process is lost
         from jaxfl import cli
+        if process == 1:  # busy for 10 s after the first checkpoint, outside any collective, when the other is lost
+            import time
+            from jaxfl import checkpoint, experiment
+            after_event, busy = experiment._Checkpointer.after_event, []
+            def busy_after_the_first_checkpoint(self, simulation):
+                done = after_event(self, simulation)
+                if not busy and checkpoint.latest(run_dir):
+                    busy.append(time.sleep(10))
+                return done
+            experiment._Checkpointer.after_event = busy_after_the_first_checkpoint
         sys.exit(cli.main(["run", "--algorithm", algorithm, "--dataset", "mnist10k", "--model", "logreg", "--clients", "6",
                            "--local-steps", "3", "--batch-size", "8", "--buffer-size", "2", "--max-updates", "1000000",
                            "--client-optimizer", "sgd", "--client-lr", "0.05", "--no-progress", "--checkpoint-every",
@@ -348,11 +358,36 @@ def test_checkpoints_spaced_by_wall_time_follow_process_0_s_clock(tmp_path):
     assert checkpoint.latest(run_dir).endswith("ckpt-000003")
 
 
+def test_a_taken_coordinator_port_is_named_by_process_0(tmp_path):
+    """Process 0 serves jax's coordinator: on a port another program listens on, it died of a
+    segmentation fault after one line of gRPC's log, saying nothing of the port."""
+    try:  # as jax listens: every address, IPv6 where the host has it
+        taken = socket.socket(socket.AF_INET6)
+        taken.bind(("::", 0))
+    except OSError:
+        taken = socket.socket(socket.AF_INET)
+        taken.bind(("0.0.0.0", 0))
+    with taken:
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "jaxfl", "run", "--dataset", "mnist10k", "--model", "logreg",
+                               "--clients", "4", "--output-dir", str(tmp_path / "runs"), "--coordinator-address",
+                               f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", "0"],
+                              env=sharing_compilations(JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"jaxfl: error: process 0 could not serve jax's coordinator at [::]:{port} (" in done.stderr
+    assert f"is port {port} free on its host?" in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("lost", [1, 0], ids=["worker", "coordinator"])
 def test_a_lost_process_ends_the_others_at_once_saying_how_to_go_on(tmp_path, lost):
     """SIGKILL of one process (its host lost): the other printed jax's gloo error, then waited 70-90 s
     for the lost heartbeat and aborted with a C++ stack trace, saying nothing of the run folder. Process 0
-    (the coordinator, whose scheduler the other follows) lost is the same to the one left."""
+    (the coordinator, whose scheduler the other follows) lost is the same to the one left, also where that
+    one is busy outside a collective (process 1 sleeps 10 s after the first checkpoint): jax's coordination
+    service, inside process 0, died with it, and process 1's jax client aborted it at once (SIGABRT)."""
     import signal
     import time
 
@@ -381,6 +416,25 @@ def test_a_lost_process_ends_the_others_at_once_saying_how_to_go_on(tmp_path, lo
     assert "jaxfl: error: another process of this cluster run ended (" in error
     assert f"{run_dir} keeps its logs and checkpoints up to update" in error and "--resume" in error
     assert "(on every process, with the cluster flags)" in error
+    # the coordinator's own process (jaxfl._coordination_service) ends once no process is left to serve
+    deadline = time.monotonic() + 10
+    while _coordinator_processes(port) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _coordinator_processes(port)
+
+
+def _coordinator_processes(port: str) -> list[str]:
+    """The pids of the processes serving jax's coordinator at ``port`` for a test's cluster run."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as command:
+                line = command.read().decode(errors="replace")
+        except OSError:
+            continue
+        if "_coordination_service.py" in line and f":{port}\"" in line:
+            found.append(pid)
+    return found
 
 
 def test_per_client_state_is_placed_by_process_0_s_free_memory_on_every_process(tmp_path):
