@@ -2000,6 +2000,7 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
         "backend": None if config.timing_only else jax.default_backend(),
         **({"timing_only": True} if config.timing_only else {}),
         "versions": library_versions(),
+        **({"jaxfl_source": code} if (code := jaxfl_source()) else {}),
         "jax": jax_numerics(),  # {} at jax's defaults; absent in a run recorded before 2026-12-05
         "model_parameters": count_params(params["params"]),
         "model_state_values": count_params(params.get("state", {})), "client_samples": write_client_samples(run_dir, federation.counts),
@@ -2029,6 +2030,46 @@ def library_versions() -> dict[str, str | None]:
     return {"jaxfl": jaxfl.__version__, "jax": jax.__version__, "jaxlib": installed("jaxlib"),
             "flax": installed("flax"), "optax": optax.__version__, "numpy": np.__version__,
             "python": platform.python_version()}
+
+
+_SOURCE: dict = {}  # jaxfl_source()'s answer, read once per process: the code in memory is what was imported
+
+
+def jaxfl_source() -> dict:
+    """The git commit of the jaxfl that runs, where it runs from a git checkout (``pip install -e``):
+    ``{"commit": SHA, "modified": bool}``, ``modified`` where files of the package differ from that
+    commit; ``{}`` where jaxfl is installed from a release or git cannot tell. Recorded in
+    ``config.json`` (``jaxfl_source``) and, for each stretch of a resumed run, in ``summary.json``'s
+    ``device_history``: ``jaxfl.__version__`` names no commit. Read once per process.
+
+    >>> set(jaxfl_source()) <= {"commit", "modified"}
+    True
+    """
+    if "answer" not in _SOURCE:
+        _SOURCE["answer"] = _read_jaxfl_source()
+    return dict(_SOURCE["answer"])
+
+
+def _read_jaxfl_source() -> dict:
+    import subprocess
+
+    package = os.path.dirname(os.path.abspath(__file__))
+
+    def git(*arguments: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", package, *arguments], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError):  # no git, or a repository too slow to read
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    # the package's own files tracked: not a repository of someone else's that holds an installed copy (a
+    # virtual environment inside a project)
+    if git("ls-files", "--error-unmatch", "__init__.py") is None:
+        return {}
+    commit, changes = git("rev-parse", "HEAD"), git("status", "--porcelain", "--", ".")
+    if not commit or changes is None:
+        return {}
+    return {"commit": commit, "modified": bool(changes)}
 
 
 def _warn_of_an_unused_server_optimizer(config: RunConfig, algorithm, server_steps: int, updates: int) -> None:
@@ -2320,6 +2361,12 @@ def _devices_of(engine: Engine) -> dict:
     return {"backend": jax.default_backend(), "devices": int(engine.mesh.size), "processes": engine.processes}
 
 
+def _source_of_this_stretch() -> dict:
+    """The device_history entry's record of the code: the commit where jaxfl runs from a checkout."""
+    source = jaxfl_source()
+    return {"jaxfl_commit": source["commit"], "jaxfl_modified": source["modified"]} if source else {}
+
+
 # a device_history entry for the updates before a checkpoint of a jaxfl that did not record it
 _UNKNOWN_DEVICES = {"from_update": 0, "backend": None, "devices": None, "processes": None}
 
@@ -2337,7 +2384,8 @@ class _Checkpointer:
         # what trained each stretch of the run: a resume may run on other devices (--devices, another
         # machine); a checkpoint of an older jaxfl did not say what trained the updates before it
         self.device_history = list(saved.get("device_history") or [_UNKNOWN_DEVICES]) if saved else []
-        self.device_history.append({"from_update": self.last_version, **_devices_of(engine)})
+        self.device_history.append({"from_update": self.last_version, **_devices_of(engine),
+                                    "versions": library_versions(), **_source_of_this_stretch()})
         self.seconds = 0.0  # wall seconds spent writing checkpoints in this process
         self.saves = 0  # checkpoints written by this process
         self.min_interval = checkpoint_min_interval(config)

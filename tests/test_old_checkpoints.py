@@ -42,6 +42,10 @@ def test_a_checkpoint_from_before_the_client_state_store_resumes_to_the_old_runs
     history = resumed.summary["device_history"]  # the old checkpoint did not say what trained its updates
     assert history[0] == {"from_update": 0, "backend": None, "devices": None, "processes": None}
     assert len(history) == 2 and history[1]["devices"] == resumed.summary["devices"]
+    # and which code trained the updates after the resume: other than the checkpoint's (commit 95f2631)
+    from jaxfl.experiment import jaxfl_source, library_versions
+    assert history[1]["versions"] == library_versions()
+    assert history[1].get("jaxfl_commit") == jaxfl_source().get("commit")
     # timer rows name their timer since 2026-12-02: the old log's have no detail, the resumed rows do
     assert _timer_details_blank(events_without_wall_time(run_dir)) == uninterrupted_events
     # the old code's uninterrupted run: bit for bit on a host of the vector width that wrote the file,
