@@ -389,7 +389,55 @@ def build_parser() -> argparse.ArgumentParser:
     split.add_argument("--max-rows", type=_max_rows, default=40, metavar="N",
                        help="client rows printed, >= 1 (default: 40)")
     parser.commands = commands.choices  # each command's own parser: its usage for an unknown flag
+    parser.flags_read = []  # (setting, flag, value) of every flag as read: _note_repeated_flags
+    for holder in (parser, *commands.choices.values()):
+        for action in holder._actions:
+            if action.option_strings and not isinstance(action, (argparse._AppendAction, argparse._HelpAction)):
+                action.__class__ = _noting(type(action))
+                action.flags_read = parser.flags_read
     return parser
+
+
+class _Noted:
+    """Mixed into each flag's action by :func:`build_parser`: what it read, for :func:`_note_repeated_flags`."""
+
+    flags_read: list
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        self.flags_read.append((self.dest, option_string, values))
+        super().__call__(parser, namespace, values, option_string)
+
+
+_NOTED_ACTIONS: dict[type, type] = {}
+
+
+def _noting(action: type) -> type:
+    if action not in _NOTED_ACTIONS:
+        _NOTED_ACTIONS[action] = type(f"Noted{action.__name__}", (_Noted, action), {})
+    return _NOTED_ACTIONS[action]
+
+
+def _note_repeated_flags(flags_read: list) -> None:
+    """A setting given more than once with other values (``--clients 10 ... --clients 20``, a wrapper
+    script's flags and the user's own): argparse takes the last one silently; here with a note.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as said:
+    ...     warnings.simplefilter("always")
+    ...     _note_repeated_flags([("clients", "--clients", "10"), ("clients", "--clients", "20")])
+    >>> print(said[0].message)
+    --clients 10, then --clients 20: a setting given more than once takes its last value (--clients 20)
+    """
+    import warnings
+
+    given: dict[str, list[str]] = {}
+    for setting, flag, value in flags_read:
+        switch = value is None or isinstance(value, bool) or value == []  # --progress, --no-progress
+        given.setdefault(setting, []).append(flag if switch else f"{flag} {value}")
+    for spelled in given.values():
+        if len(set(spelled)) > 1:
+            warnings.warn(f"{', then '.join(spelled)}: a setting given more than once takes its last value "
+                          f"({spelled[-1]})", UserWarning, stacklevel=2)
 
 
 _CLUSTER_FLAGS = ("--cluster", "--coordinator-address", "--num-processes", "--process-id")
@@ -1485,6 +1533,7 @@ def _main(argv: list[str] | None) -> int:
         return _demo(argv[1:])
     parser = build_parser()
     args, extra = parser.parse_known_args(_joined_negative_values(parser, argv))
+    _note_repeated_flags(parser.flags_read)
     _take_explicit_nones(args)
     flags = [token.partition("=")[0] for token in extra if token.startswith("-")]
     if flags and not_imported:  # its options are unknown because the plug-in did not import: say why

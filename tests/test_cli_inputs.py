@@ -271,3 +271,29 @@ def test_a_sweep_of_timing_only_and_trained_runs_reports_each_its_own_way(tmp_pa
     names = sorted(os.path.basename(path) for path in report.figures)
     assert "time_to_target.png" in names and "staleness.png" in names and "accuracy.png" in names
     assert [line.get("timing_only", False) for line in report.rows] == [False, True]
+
+
+def test_a_setting_given_twice_with_other_values_is_noted_and_the_last_is_used(tmp_path, capsys):
+    """``--clients 10 ... --clients 20`` (a wrapper script's flags, then the user's own) ran with 20
+    and said nothing of the 10; the same value twice, or a flag meant to repeat, draws no note."""
+    import warnings
+
+    out = str(tmp_path / "runs")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert main(["run", *TINY, "--clients", "6", "--output-dir", out, "--progress", "--no-progress",
+                     "--client-lr", "0.5", "--client-lr=.5"]) == 0
+    notes = [str(warning.message) for warning in said if "given more than once" in str(warning.message)]
+    assert notes == ["--clients 4, then --clients 6: a setting given more than once takes its last value (--clients 6)",
+                     "--no-progress, then --progress, then --no-progress: a setting given more than once takes its "
+                     "last value "
+                     "(--no-progress)"]
+    (run,) = os.listdir(out)
+    with open(os.path.join(out, run, "config.json")) as handle:
+        assert json.load(handle)["config"]["data"]["clients"] == 6
+    parser = cli.build_parser()  # `jaxfl algorithms --algorithm a.py:A --algorithm b.py:B` lists both
+    parser.parse_known_args(["algorithms", "--algorithm", "a.py:A", "--algorithm", "b.py:B"])
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        cli._note_repeated_flags(parser.flags_read)
+    assert said == []
