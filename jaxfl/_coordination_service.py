@@ -10,7 +10,9 @@ saying what the run folder keeps) or for at most ``grace_s`` seconds.
 Run as ``python -P _coordination_service.py '[ARGS, KWARGS, GRACE_S]'``: ARGS and KWARGS are jax's
 own for ``get_distributed_runtime_service``. It prints one JSON line (``{"serving": true}`` or
 ``{"error": ...}``), then serves until a line ``stop`` on its standard input (process 0's orderly
-shutdown) or the end of that input (process 0 gone). Run without ``-m`` so that it starts without
+shutdown) or the end of that input (process 0 gone). Process 0 says ``barrier`` and ``free`` around
+a checkpoint's save or restore: gone in between, it leaves the others waiting at a barrier that cannot
+pass, and the service stops at once. Run without ``-m`` so that it starts without
 importing jaxfl.
 """
 from __future__ import annotations
@@ -41,15 +43,24 @@ def established_connections(port: int) -> int | None:
     return count if read_any else None
 
 
-def _stopped_by_process_0() -> bool:
-    """Wait for process 0 to say ``stop`` (True) or to end without it (False). Its end shows as the end
-    of this standard input, or as another parent where a child it forked holds that input open."""
-    parent, said = os.getppid(), []
-    reading = threading.Thread(target=lambda: said.append(sys.stdin.readline()), daemon=True)
+def _what_process_0_left() -> str:
+    """Wait for process 0 to say ``stop`` or to end without it, and return its last word: ``stop``, or
+    ``barrier`` where it ended between ``barrier`` and ``free`` (in a checkpoint's save or restore, at
+    which the others wait for it at the service's barriers), else ``free``. Its end shows as the end of
+    this standard input, or as another parent where a child it forked holds that input open."""
+    parent, said = os.getppid(), ["free"]
+
+    def read() -> None:
+        for line in sys.stdin:
+            said.append(line.strip())
+            if said[-1] == "stop":
+                return
+
+    reading = threading.Thread(target=read, daemon=True)
     reading.start()
     while reading.is_alive() and os.getppid() == parent:
         reading.join(0.2)
-    return bool(said) and said[0].strip() == "stop"
+    return said[-1]
 
 
 def main() -> int:
@@ -66,7 +77,8 @@ def main() -> int:
         print(json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)
         return 1
     print(json.dumps({"serving": True}), flush=True)
-    if not _stopped_by_process_0():  # process 0 is gone without stopping the service
+    # process 0 gone without stopping the service, where the others are not left waiting at a barrier
+    if _what_process_0_left() == "free":
         quiet = os.open(os.devnull, os.O_WRONLY)  # nobody reads process 0's output any more: not held open
         os.dup2(quiet, 1)
         os.dup2(quiet, 2)

@@ -67,6 +67,8 @@ import time
 
 import numpy as np
 
+from jaxfl import cluster
+
 KEEP = 2
 STATE_DIGEST = "state.pkl.sha256"  # state.pkl's SHA-256 (hex), written beside it
 
@@ -348,7 +350,7 @@ def save(run_dir: str, number: int, simulation, engine, extra: dict, config: dic
     try:
         with _quiet_absl():
             try:
-                with _sigint_after():
+                with _sigint_after(), cluster.at_a_barrier():
                     return _save(run_dir, number, simulation, engine, extra, config)
             except Exception as failed:
                 _wait_for_orbax_threads()
@@ -519,13 +521,14 @@ def load_device(folder: str, engine, meta: dict) -> dict:
     per-client tables the folder holds as files, memory-mapped)."""
     target = _nonempty(engine.checkpoint_target(meta))
     packing_path = os.path.join(folder, PACKING)
-    if os.path.isfile(packing_path):
-        with open(packing_path) as handle:
-            packing = json.load(handle)
-        packed_target, _ = _pack(target, packing)
-        tree = _unpack(_checkpointer().restore(os.path.join(folder, "device"), packed_target), target, packing)
-    else:
-        tree = _checkpointer().restore(os.path.join(folder, "device"), target)
+    with cluster.at_a_barrier():
+        if os.path.isfile(packing_path):
+            with open(packing_path) as handle:
+                packing = json.load(handle)
+            packed_target, _ = _pack(target, packing)
+            tree = _unpack(_checkpointer().restore(os.path.join(folder, "device"), packed_target), target, packing)
+        else:
+            tree = _checkpointer().restore(os.path.join(folder, "device"), target)
     tree.setdefault("batches", {})
     tree.setdefault("hooks", {})
     files = engine.read_client_state_files(os.path.join(folder, "client_state"), meta)

@@ -430,12 +430,15 @@ def _note_repeated_flags(flags_read: list) -> None:
     """
     import warnings
 
-    given: dict[str, list[str]] = {}
+    given: dict[str, list[tuple[str, object]]] = {}
     for setting, flag, value in flags_read:
-        switch = value is None or isinstance(value, bool) or value == []  # --progress, --no-progress
-        given.setdefault(setting, []).append(flag if switch else f"{flag} {value}")
-    for spelled in given.values():
-        if len(set(spelled)) > 1:
+        if value is None or isinstance(value, bool) or value == []:  # --progress, --no-progress
+            given.setdefault(setting, []).append((flag, not flag.startswith("--no-")))
+        else:  # (the same value through two spellings of one setting, --compass.lambda 1.2 and its alias, is one)
+            given.setdefault(setting, []).append((f"{flag} {value}", repr(value)))
+    for read in given.values():
+        if len({value for _, value in read}) > 1:
+            spelled = [shown for shown, _ in read]
             warnings.warn(f"{', then '.join(spelled)}: a setting given more than once takes its last value "
                           f"({spelled[-1]})", UserWarning, stacklevel=2)
 

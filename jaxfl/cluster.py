@@ -32,7 +32,9 @@ Process 0 runs jax's coordination service in a child process of its own
 (:mod:`jaxfl._coordination_service`), which outlives a lost process 0 until the other processes have
 ended, for at most ``COORDINATOR_GRACE_S`` seconds: their next collective fails, and they end with
 jaxfl's line naming the run folder, instead of jax's client aborting them the moment the service
-is gone.
+is gone. Where process 0 is lost inside a checkpoint's save or restore (:func:`at_a_barrier`), the
+others wait for it at the service's barriers, which no collective ends: the service stops at once,
+and jax ends them as before.
 
 >>> import jaxfl.cluster
 >>> jaxfl.cluster.process_index(), jaxfl.cluster.process_count()
@@ -40,6 +42,7 @@ is gone.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -81,25 +84,63 @@ class _ServiceInItsOwnProcess:
         try:
             outcome = json.loads(said)
         except ValueError:
-            outcome = {"error": f"it ended with status {self.child.wait()}"}
+            code = self.child.wait()
+            outcome = {"error": f"the service's process ended by signal {-code}" if code < 0 else
+                       f"the service's process ended with status {code}"}
         if "error" in outcome:
             self.child.wait()
-            address = str(args[0]) if args else "?"
-            raise ClusterError(f"process 0 could not serve jax's coordinator at {address} ({outcome['error']}): "
-                               f"is port {address.rpartition(':')[2]} free on its host? Give every process "
-                               "another --coordinator-address port")
+            port = str(args[0]).rpartition(":")[2] if args else "?"
+            raise ClusterError(f"process 0 could not serve jax's coordinator on port {port} ({outcome['error']}): "
+                               f"is port {port} free on its host? Give every process another --coordinator-address "
+                               "port")
+        global _service
+        _service = self
+
+    def say(self, line: str) -> None:
+        try:
+            self.child.stdin.write(f"{line}\n")
+            self.child.stdin.flush()
+        except (OSError, ValueError):  # it ended already
+            pass
 
     def shutdown(self) -> None:
+        global _service
+        _service = None
+        self.say("stop")
         try:
-            self.child.stdin.write("stop\n")
             self.child.stdin.close()
-        except OSError:  # it ended already
+        except OSError:
             pass
         try:
             self.child.wait(timeout=120)
         except subprocess.TimeoutExpired:
             self.child.kill()
             self.child.wait()
+
+
+_service: _ServiceInItsOwnProcess | None = None  # process 0's coordination service, while it serves
+
+
+@contextlib.contextmanager
+def at_a_barrier():
+    """Around orbax's saves and restores of a cluster run, where the other processes wait for process 0
+    at the coordination service's barriers rather than in a collective that fails when it is lost: a
+    process 0 lost within them leaves a service that stops at once (and the others end as jax ends
+    them, with its abort, as when the service was inside process 0), not one that kept them waiting
+    ``COORDINATOR_GRACE_S`` for nothing. Nothing outside process 0 of a cluster run.
+
+    >>> with at_a_barrier():
+    ...     pass
+    """
+    service = _service
+    if service is None:
+        yield
+        return
+    service.say("barrier")
+    try:
+        yield
+    finally:
+        service.say("free")
 
 
 def _initialize_with_the_service_apart(**arguments) -> None:

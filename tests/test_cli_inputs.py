@@ -291,9 +291,12 @@ def test_a_setting_given_twice_with_other_values_is_noted_and_the_last_is_used(t
     (run,) = os.listdir(out)
     with open(os.path.join(out, run, "config.json")) as handle:
         assert json.load(handle)["config"]["data"]["clients"] == 6
-    parser = cli.build_parser()  # `jaxfl algorithms --algorithm a.py:A --algorithm b.py:B` lists both
-    parser.parse_known_args(["algorithms", "--algorithm", "a.py:A", "--algorithm", "b.py:B"])
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        cli._note_repeated_flags(parser.flags_read)
-    assert said == []
+    for argv in (["algorithms", "--algorithm", "a.py:A", "--algorithm", "b.py:B"],  # lists both
+                 # the same value through a setting's two spellings
+                 ["run", "--algorithm", "fedcompass", "--compass.lambda", "1.2", "--compass.latest-time-factor", "1.2"]):
+        parser = cli.build_parser()
+        parser.parse_known_args(argv)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            cli._note_repeated_flags(parser.flags_read)
+        assert said == [], argv

@@ -376,7 +376,7 @@ def test_a_taken_coordinator_port_is_named_by_process_0(tmp_path):
                               env=sharing_compilations(JAX_PLATFORMS="cpu"), capture_output=True, text=True,
                               timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
-    assert f"jaxfl: error: process 0 could not serve jax's coordinator at [::]:{port} (" in done.stderr
+    assert f"jaxfl: error: process 0 could not serve jax's coordinator on port {port} (" in done.stderr
     assert f"is port {port} free on its host?" in done.stderr
     assert not (tmp_path / "runs").exists()
 
@@ -421,6 +421,79 @@ def test_a_lost_process_ends_the_others_at_once_saying_how_to_go_on(tmp_path, lo
     while _coordinator_processes(port) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _coordinator_processes(port)
+
+
+BARRIER_SCRIPT = textwrap.dedent("""
+    import pathlib, sys, time
+    folder, process, port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    from jaxfl.cluster import at_a_barrier, init_cluster
+    init_cluster(f"127.0.0.1:{port}", num_processes=2, process_id=process)
+    from jax._src import distributed
+    if process == 0:  # as in a checkpoint's save, which orbax's barriers make the others wait at
+        with at_a_barrier():
+            pathlib.Path(folder, "inside").touch()
+            time.sleep(120)
+    else:
+        distributed.global_state.client.wait_at_barrier("a save's", 110_000)
+""")
+
+
+def test_process_0_lost_in_a_checkpoint_s_save_leaves_no_one_waiting(tmp_path):
+    """Lost inside a checkpoint's save or restore, where the others wait for it at the coordination
+    service's barriers (orbax's), not in a collective that fails: the service, which outlives process 0,
+    kept process 1 waiting its 60 s grace for a barrier that could not pass (then jax aborted it). Now
+    process 0 says when it is in one (checkpoint.save and load_device hold ``at_a_barrier``), and the
+    service stops at once: process 1 ends at once, as jax ends it, as when the service was inside process 0."""
+    import signal
+    import time
+
+    port = str(_free_port())
+    running = [subprocess.Popen([sys.executable, "-c", BARRIER_SCRIPT, str(tmp_path), str(index), port],
+                                env=sharing_compilations(JAX_PLATFORMS="cpu"), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for index in range(2)]
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "inside").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (tmp_path / "inside").exists(), running[0].communicate(timeout=5)[1][-2000:]
+    time.sleep(1)
+    running[0].send_signal(signal.SIGKILL)
+    try:
+        code = running[1].wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        for process in running:
+            process.kill()
+        pytest.fail("process 1 still waited at the barrier 30 s after process 0 was lost")
+    assert code != 0
+    deadline = time.monotonic() + 10
+    while _coordinator_processes(port) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _coordinator_processes(port)
+
+
+def test_a_checkpoint_s_save_and_restore_say_they_are_at_a_barrier(tmp_path, monkeypatch):
+    import contextlib
+
+    from jaxfl import cluster
+    from jaxfl.experiment import run_experiment, resume_experiment
+    from jaxfl import RunConfig
+
+    held = []
+
+    @contextlib.contextmanager
+    def noted():
+        held.append("in")
+        yield
+        held.append("out")
+
+    monkeypatch.setattr(cluster, "at_a_barrier", noted)
+    config = RunConfig(algorithm="fedbuff", dataset="digits", model="logreg", clients=4, local_steps=1, batch_size=8,
+                       max_updates=2, buffer_size=2, checkpoint_every=1, progress=False, output_dir=str(tmp_path))
+    run_dir = run_experiment(config).run_dir
+    assert held == ["in", "out"] * 3  # updates 1 and 2, and the final one
+    del held[:]
+    shutil.rmtree(checkpoint.latest(run_dir))  # the last one gone: a resume restores update 1's
+    resume_experiment(run_dir, progress=False)
+    assert held[:2] == ["in", "out"] and len(held) >= 4
 
 
 def _coordinator_processes(port: str) -> list[str]:
