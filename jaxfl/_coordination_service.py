@@ -69,9 +69,9 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     args, kwargs, grace_s = json.loads(sys.argv[1])
-    from jax._src.lib import _jax
-
     try:
+        from jax._src.lib import _jax
+
         service = _jax.get_distributed_runtime_service(*args, **kwargs)
     except Exception as error:  # e.g. the port is taken: process 0 raises it as its own
         print(json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)

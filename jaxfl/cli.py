@@ -751,11 +751,30 @@ _DEMO_DESCRIPTION = ("Runs the quickstart experiment (jaxfl/presets/quickstart.t
                      "to the command and override its settings (jaxfl demo --seed 1).")
 
 
-def _demo_command(extra: list[str]) -> str:
-    """The `jaxfl run` command that `jaxfl demo` runs, wrapped as a shell would take it."""
+def _demo_flags(extra: list[str]) -> list[str]:
+    """The `jaxfl run` flags of `jaxfl demo EXTRA`: the quickstart preset's, less those of the settings
+    that the user's own flags give (each setting once, in the printed command too), then the user's."""
     from jaxfl.presets import preset_argv
 
-    flags = [*preset_argv("quickstart"), *extra]
+    preset = preset_argv("quickstart")
+    if not extra:
+        return preset
+    actions = build_parser().commands["run"]._option_string_actions
+    theirs = {actions[token.partition("=")[0]].dest for token in extra
+              if token.startswith("-") and token.partition("=")[0] in actions}
+    kept, index = [], 0
+    while index < len(preset):
+        action = actions[preset[index]]
+        width = 1 if action.nargs == 0 else 2  # a switch (--no-stop-at-target), or a flag and its value
+        if action.dest not in theirs:
+            kept += preset[index:index + width]
+        index += width
+    return [*kept, *extra]
+
+
+def _demo_command(extra: list[str]) -> str:
+    """The `jaxfl run` command that `jaxfl demo` runs, wrapped as a shell would take it."""
+    flags = _demo_flags(extra)
     words, index = [], 0
     while index < len(flags):  # a flag and its value stay on one line
         takes_value = flags[index].startswith("--") and index + 1 < len(flags) and not flags[index + 1].startswith("--")
@@ -772,10 +791,8 @@ def _demo_command(extra: list[str]) -> str:
 
 def _demo(extra: list[str]) -> int:
     """``jaxfl demo``: print the quickstart's full `jaxfl run` command, then run it."""
-    from jaxfl.presets import preset_argv
-
     print(f"jaxfl demo runs:\n{_demo_command(extra)}\n", flush=True)
-    return main(["run", *preset_argv("quickstart"), *extra])
+    return main(["run", *_demo_flags(extra)])
 
 
 _PARTITION_FLAGS = ("dataset", "data_dir", "partition", "clients", "seed", "dirichlet_alpha", "dirichlet_min_samples",

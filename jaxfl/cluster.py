@@ -90,9 +90,10 @@ class _ServiceInItsOwnProcess:
         if "error" in outcome:
             self.child.wait()
             port = str(args[0]).rpartition(":")[2] if args else "?"
-            raise ClusterError(f"process 0 could not serve jax's coordinator on port {port} ({outcome['error']}): "
-                               f"is port {port} free on its host? Give every process another --coordinator-address "
-                               "port")
+            free = f": is port {port} free on its host? Give every process another --coordinator-address port" \
+                if "ImportError" not in outcome["error"] else ""  # (jax not importable in a new process: its path)
+            raise ClusterError(f"process 0 could not serve jax's coordinator on port {port} ({outcome['error']})"
+                               + free)
         global _service
         _service = self
 

@@ -2032,7 +2032,7 @@ def library_versions() -> dict[str, str | None]:
             "python": platform.python_version()}
 
 
-_SOURCE: dict = {}  # jaxfl_source()'s answer, read once per process: the code in memory is what was imported
+_SOURCE: dict = {}  # jaxfl_source()'s answer, read once per process, at its first run
 
 
 def jaxfl_source() -> dict:
@@ -2040,7 +2040,8 @@ def jaxfl_source() -> dict:
     ``{"commit": SHA, "modified": bool}``, ``modified`` where files of the package differ from that
     commit; ``{}`` where jaxfl is installed from a release or git cannot tell. Recorded in
     ``config.json`` (``jaxfl_source``) and, for each stretch of a resumed run, in ``summary.json``'s
-    ``device_history``: ``jaxfl.__version__`` names no commit. Read once per process.
+    ``device_history``: ``jaxfl.__version__`` names no commit. Read once per process, at its first run:
+    a checkout changed after that (or between a notebook's import of jaxfl and its first run) is not seen.
 
     >>> set(jaxfl_source()) <= {"commit", "modified"}
     True
@@ -2057,7 +2058,10 @@ def _read_jaxfl_source() -> dict:
 
     def git(*arguments: str) -> str | None:
         try:
-            done = subprocess.run(["git", "-C", package, *arguments], capture_output=True, text=True, timeout=20)
+            # --no-optional-locks: git status refreshes the index under .git/index.lock otherwise, where a
+            # git command of the user's own at that moment would fail
+            done = subprocess.run(["git", "--no-optional-locks", "-C", package, *arguments], capture_output=True,
+                                  text=True, timeout=20)
         except (OSError, subprocess.SubprocessError):  # no git, or a repository too slow to read
             return None
         return done.stdout.strip() if done.returncode == 0 else None

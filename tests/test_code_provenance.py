@@ -42,6 +42,11 @@ def test_the_commit_is_named_only_where_a_repository_tracks_jaxfl_itself(tmp_pat
     _git(tmp_path, "commit", "-q", "-m", "jaxfl")
     commit = _git(tmp_path, "rev-parse", "HEAD")
     assert _source_of_a_copy_in(tmp_path) == {"commit": commit, "modified": False}
+    os.utime(tmp_path / "jaxfl" / "cluster.py")  # a newer time, the same content: git would refresh its index
+    index = (tmp_path / ".git" / "index").stat().st_mtime_ns
+    assert _source_of_a_copy_in(tmp_path) == {"commit": commit, "modified": False}
+    # nothing written into the user's repository (under .git/index.lock, where a git command of theirs failed)
+    assert (tmp_path / ".git" / "index").stat().st_mtime_ns == index
     with open(tmp_path / "jaxfl" / "cluster.py", "a") as edited:
         edited.write("\n# an edit not committed\n")
     assert _source_of_a_copy_in(tmp_path) == {"commit": commit, "modified": True}

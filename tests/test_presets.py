@@ -98,6 +98,23 @@ def test_the_quickstart_preset_is_the_demo():
     assert _parse("--preset", "quickstart") == preset_configs("quickstart")
 
 
+def test_the_demo_s_own_flags_replace_the_preset_s_and_draw_no_note(capsys):
+    """``jaxfl demo --clients 4`` ran `jaxfl run` with the preset's ``--clients 10`` and then the user's,
+    so it printed both and noted a flag "given more than once" that the user gave once."""
+    from jaxfl.cli import _demo_flags
+
+    flags = _demo_flags(["--clients", "4", "--no-stop-at-target", "--model=logreg"])
+    assert flags.count("--clients") == 1 and flags[-4:] == ["--clients", "4", "--no-stop-at-target", "--model=logreg"]
+    assert "--model" not in flags and flags[:2] == ["--algorithm", "fedavg,fedavgm,fedasync,fedbuff,fedcompass"]
+    with warnings.catch_warnings(record=True) as said, pytest.raises(SystemExit) as exit_info:
+        warnings.simplefilter("always")
+        main(["demo", "--clients", "4", "--model", "nosuchmodel"])  # stops after the parse, at the model
+    assert exit_info.value.code == 2
+    assert not [warning for warning in said if "given more than once" in str(warning.message)]
+    printed = capsys.readouterr().out
+    assert "--clients 4" in printed and "--clients 10" not in printed and "--model mlp" not in printed
+
+
 def test_an_unknown_preset_is_refused_listing_the_names(tmp_path, capsys):
     with pytest.raises(ConfigError, match="preset='port-mnst' is not allowed: one of ccfedavg-cifar10, .*port-mnist"):
         preset_config("port-mnst")
