@@ -146,9 +146,12 @@ def at_a_barrier():
 
 def _initialize_with_the_service_apart(**arguments) -> None:
     """``jax.distributed.initialize(**arguments)``, process 0 starting jax's coordination service in a
-    child process of its own rather than inside itself (where jax's private hook for it is as known)."""
-    from jax._src.lib import _jax
-
+    child process of its own rather than inside itself, where jax's private hook for it is where jax
+    0.10-0.12 have it (elsewhere, inside process 0 as before)."""
+    try:
+        from jax._src.lib import _jax
+    except ImportError:
+        _jax = None
     start_here = getattr(_jax, "get_distributed_runtime_service", None)
     if start_here is None:
         jax.distributed.initialize(**arguments)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import functools
 import gc
 import hashlib
 import json
@@ -2032,9 +2033,6 @@ def library_versions() -> dict[str, str | None]:
             "python": platform.python_version()}
 
 
-_SOURCE: dict = {}  # jaxfl_source()'s answer, read once per process, at its first run
-
-
 def jaxfl_source() -> dict:
     """The git commit of the jaxfl that runs, where it runs from a git checkout (``pip install -e``):
     ``{"commit": SHA, "modified": bool}``, ``modified`` where files of the package differ from that
@@ -2046,11 +2044,10 @@ def jaxfl_source() -> dict:
     >>> set(jaxfl_source()) <= {"commit", "modified"}
     True
     """
-    if "answer" not in _SOURCE:
-        _SOURCE["answer"] = _read_jaxfl_source()
-    return dict(_SOURCE["answer"])
+    return dict(_read_jaxfl_source())
 
 
+@functools.cache  # once per process, at its first run
 def _read_jaxfl_source() -> dict:
     import subprocess
 
