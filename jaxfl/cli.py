@@ -753,7 +753,8 @@ _DEMO_DESCRIPTION = ("Runs the quickstart experiment (jaxfl/presets/quickstart.t
 
 def _demo_flags(extra: list[str]) -> list[str]:
     """The `jaxfl run` flags of `jaxfl demo EXTRA`: the quickstart preset's, less those of the settings
-    that the user's own flags give (each setting once, in the printed command too), then the user's."""
+    that the user's own flags give or replace (``--local-epochs`` the preset's ``--local-steps``; each
+    setting once, in the printed command too), then the user's."""
     from jaxfl.presets import preset_argv
 
     preset = preset_argv("quickstart")
@@ -762,6 +763,7 @@ def _demo_flags(extra: list[str]) -> list[str]:
     actions = build_parser().commands["run"]._option_string_actions
     theirs = {actions[token.partition("=")[0]].dest for token in extra
               if token.startswith("-") and token.partition("=")[0] in actions}
+    theirs |= {other for pair in _ALTERNATIVES for name, other in (pair, pair[::-1]) if name in theirs}
     kept, index = [], 0
     while index < len(preset):
         action = actions[preset[index]]

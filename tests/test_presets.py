@@ -106,6 +106,8 @@ def test_the_demo_s_own_flags_replace_the_preset_s_and_draw_no_note(capsys):
     flags = _demo_flags(["--clients", "4", "--no-stop-at-target", "--model=logreg"])
     assert flags.count("--clients") == 1 and flags[-4:] == ["--clients", "4", "--no-stop-at-target", "--model=logreg"]
     assert "--model" not in flags and flags[:2] == ["--algorithm", "fedavg,fedavgm,fedasync,fedbuff,fedcompass"]
+    # an alternative replaces the preset's setting: --local-epochs beside its --local-steps was refused
+    assert "--local-steps" not in _demo_flags(["--local-epochs", "1"]) and "--local-steps" in flags
     with warnings.catch_warnings(record=True) as said, pytest.raises(SystemExit) as exit_info:
         warnings.simplefilter("always")
         main(["demo", "--clients", "4", "--model", "nosuchmodel"])  # stops after the parse, at the model
