@@ -365,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option_flags(run)
     commands.add_parser("demo", usage="jaxfl demo [jaxfl run flags]", help="the quickstart: sync, async and semi-async algorithms on MNIST, non-IID, "
                                      "heterogeneous speeds (about 15 s on a 2-core CPU)",
-                        description=_DEMO_DESCRIPTION + "\n\n" + _demo_command([]),
+                        description=_DEMO_DESCRIPTION + "\n\n" + _demo_command(_demo_flags([])),
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     listing = commands.add_parser("algorithms", help="the registered algorithms: name, kind, options")
     listing.add_argument("--algorithm", action="append", default=[], metavar="MODULE:CLASS",
@@ -774,9 +774,8 @@ def _demo_flags(extra: list[str]) -> list[str]:
     return [*kept, *extra]
 
 
-def _demo_command(extra: list[str]) -> str:
-    """The `jaxfl run` command that `jaxfl demo` runs, wrapped as a shell would take it."""
-    flags = _demo_flags(extra)
+def _demo_command(flags: list[str]) -> str:
+    """The `jaxfl run` command of ``flags`` (:func:`_demo_flags`), wrapped as a shell would take it."""
     words, index = [], 0
     while index < len(flags):  # a flag and its value stay on one line
         takes_value = flags[index].startswith("--") and index + 1 < len(flags) and not flags[index + 1].startswith("--")
@@ -793,8 +792,9 @@ def _demo_command(extra: list[str]) -> str:
 
 def _demo(extra: list[str]) -> int:
     """``jaxfl demo``: print the quickstart's full `jaxfl run` command, then run it."""
-    print(f"jaxfl demo runs:\n{_demo_command(extra)}\n", flush=True)
-    return main(["run", *_demo_flags(extra)])
+    flags = _demo_flags(extra)
+    print(f"jaxfl demo runs:\n{_demo_command(flags)}\n", flush=True)
+    return main(["run", *flags])
 
 
 _PARTITION_FLAGS = ("dataset", "data_dir", "partition", "clients", "seed", "dirichlet_alpha", "dirichlet_min_samples",
