@@ -313,8 +313,12 @@ def _stable_repr(value) -> str:
 def load_time_per_step(path: str):
     """Seconds per step per client from a ``.npy`` file or a ``.csv``/``.txt`` file of numbers: one
     number per line, or one row of numbers separated by commas, spaces or tabs; a first line with no
-    number in it is a header and is skipped. A table of several columns on several rows is refused (which
-    column holds the times is not guessed), as are an empty file and a suffix other than these.
+    number in it is a header and is skipped. A table (a trace with a row per client) is read where its
+    header names the column: ``time_per_step`` or ``seconds_per_step`` (any case, ``-``, ``_`` or
+    spaces), in the order of a ``client``, ``client_id``, ``client_index`` or ``id`` column of
+    distinct integers where it has one (the smallest id is client 0), else in file order; its other
+    columns are not read, and a UserWarning names them. Any other table is refused (which column
+    holds the times is not guessed), as are an empty file and a suffix other than these.
 
     Example:
         >>> import tempfile, os
@@ -326,7 +330,10 @@ def load_time_per_step(path: str):
         >>> _ = open(path, "w").write("0.1 0.2\\t0.3, 0.4\\n")
         >>> load_time_per_step(path)
         array([0.1, 0.2, 0.3, 0.4])
-        >>> _ = open(path, "w").write("device,seconds_per_step\\n1,0.12\\n2,0.25\\n")
+        >>> _ = open(path, "w").write("client_id,seconds_per_step\\n2,0.25\\n1,0.12\\n")
+        >>> load_time_per_step(path)
+        array([0.12, 0.25])
+        >>> _ = open(path, "w").write("device,speed\\n1,0.12\\n2,0.25\\n")
         >>> load_time_per_step(path)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
@@ -373,6 +380,66 @@ def saved_time_per_step(run_dir: str, recorded: dict) -> np.ndarray:
 _ALLOWED_TEXT = "one number per line (an optional header line first), or one row of numbers separated by commas, " \
                 "spaces or tabs"
 
+# a table's columns by name, compared without case, spaces, '-' or '_'
+_TIME_COLUMNS = ("timeperstep", "secondsperstep")
+_TIME_COLUMNS_TEXT = "time_per_step or seconds_per_step"
+_ID_COLUMNS = ("client", "clientid", "clientindex", "id")
+
+
+def _column_key(name: str) -> str:
+    import re
+
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _times_from_table(path: str, header: list[str], rows: list, is_number) -> np.ndarray:
+    """A trace table's seconds per step: the column headed time_per_step (or seconds_per_step), in
+    the order of a client id column (client, client_id, client_index or id: distinct integers, the
+    smallest id is client 0) where there is one, else in file order. Other columns are not read, and
+    a UserWarning names them, since a trace's bandwidth or availability column does not shape the run."""
+    import warnings
+
+    for number, row in rows:
+        if len(row) != len(header):
+            raise ValueError(f"time_per_step file {path!r} line {number}: {len(row)} field{'s' * (len(row) != 1)} "
+                             "under a header of "
+                             f"{len(header)} columns ({', '.join(header)})")
+    keys = [_column_key(name) for name in header]
+    times_at = [i for i, key in enumerate(keys) if key in _TIME_COLUMNS]
+    ids_at = [i for i, key in enumerate(keys) if key in _ID_COLUMNS]
+    for found, what in ((times_at, "seconds per step"), (ids_at, "client ids")):
+        if len(found) > 1:
+            raise ValueError(f"time_per_step file {path!r} has {len(found)} columns of {what} "
+                             f"({', '.join(repr(header[i]) for i in found)}): keep one")
+    (time_at,) = times_at
+    for number, row in rows:
+        for at in times_at + ids_at:
+            if not is_number(row[at]):
+                shown = "an empty field" if row[at] == "" else repr(row[at])
+                raise ValueError(f"time_per_step file {path!r} line {number}, column {header[at]!r}: {shown} is not "
+                                 "a number")
+    times = np.array([float(row[time_at]) for _, row in rows])
+    if ids_at:
+        (id_at,) = ids_at
+        ids = [float(row[id_at]) for _, row in rows]
+        for (number, row), value in zip(rows, ids):
+            if not value.is_integer():
+                raise ValueError(f"time_per_step file {path!r} line {number}, column {header[id_at]!r}: "
+                                 f"{row[id_at]!r} is not an integer client id")
+        seen: dict[float, int] = {}
+        for (number, _), value in zip(rows, ids):
+            if value in seen:
+                raise ValueError(f"time_per_step file {path!r}: client id {int(value)} is on lines {seen[value]} "
+                                 f"and {number} (column {header[id_at]!r}): each client needs one row")
+            seen[value] = number
+        times = times[np.argsort(np.array(ids), kind="stable")]
+    unread = [name for i, name in enumerate(header) if i != time_at and i not in ids_at]
+    if unread:
+        warnings.warn(f"time_per_step file {path!r}: read column {header[time_at]!r}"
+                      + (f" in the order of {header[ids_at[0]]!r}" if ids_at else "")
+                      + f"; not read: {', '.join(repr(name) for name in unread)}", UserWarning, stacklevel=3)
+    return times
+
 
 def _time_per_step_from_text(path: str) -> np.ndarray:
     """The numbers of a ``.csv``/``.txt`` time_per_step file, or ValueError naming what it holds."""
@@ -405,12 +472,15 @@ def _time_per_step_from_text(path: str) -> np.ndarray:
         if not rows:
             raise ValueError(f"time_per_step file {path!r} holds a header line and no numbers: "
                              f"expected {_ALLOWED_TEXT}")
+    if header is not None and len(header) > 1 and any(_column_key(name) in _TIME_COLUMNS for name in header):
+        return _times_from_table(path, header, rows, is_number)
     # the shape first: a table with a column of device names is a table, not a bad number
     widths = sorted({len(row) for _, row in rows})
     if len(rows) > 1 and widths != [1]:
         columns = f"{widths[0]} columns" if len(widths) == 1 else f"{widths[0]} to {widths[-1]} columns"
         raise ValueError(f"time_per_step file {path!r} holds a table ({len(rows)} rows of {columns}): expected "
-                         f"{_ALLOWED_TEXT}; keep only the seconds-per-step column")
+                         f"{_ALLOWED_TEXT}, or a table whose header names a column {_TIME_COLUMNS_TEXT}; "
+                         "keep only the seconds-per-step column")
     # one row under a header names the clients ("c0,c1,c2") or is a one-client table whose first
     # column holds ids ("client_id,seconds" over "1,0.12"): the id would become client 0's time
     ids = r"(client|device|node|user|phone)?(id|ids|index|idx|number)|(client|device|node|user|phone|name)s?"

@@ -55,18 +55,20 @@ def test_npy_files_are_read_as_before(tmp_path):
 
 
 @pytest.mark.parametrize("text, found", [
-    ("device,seconds_per_step\n1,0.12\n2,0.25\n3,0.31\n4,0.47\n", "(4 rows of 2 columns)"),
+    ("device,speed\n1,0.12\n2,0.25\n3,0.31\n4,0.47\n", "(4 rows of 2 columns)"),  # no column named for the times
     ("1,0.12\n2,0.25\n3,0.31\n", "(3 rows of 2 columns)"),
     ("0.1\t0.2\t0.3\n0.4\t0.5\t0.6\n", "(2 rows of 3 columns)"),
     ("phone-a 0.12\nphone-b 0.25\n", "(2 rows of 2 columns)"),  # a table, not a 'bad number'
     ("0.1\n0.2,0.3\n", "(2 rows of 1 to 2 columns)"),
     # one client's row under a header naming an id column: was read as 2 clients, the id client 0's time
-    ("client_id,seconds_per_step\n1,0.12\n", "(1 row of 2 columns, the first headed 'client_id'"),
+    ("client_id,seconds\n1,0.12\n", "(1 row of 2 columns, the first headed 'client_id'"),
     ("Device ID\tspp\n7\t0.12\n", "(1 row of 2 columns, the first headed 'Device'"),
 ])
 def test_a_table_of_several_columns_is_refused_naming_its_shape(tmp_path, text, found):
     message = refusal(tmp_path / "speeds.csv", text)
     assert found in message and "one row of numbers" in message
+    if "rows of" in found:  # what would make the table readable
+        assert "a table whose header names a column time_per_step or seconds_per_step" in message
     assert message.endswith("keep only the seconds-per-step column")
 
 
@@ -93,7 +95,7 @@ def test_a_missing_file_or_another_suffix_is_refused(tmp_path):
 def test_the_cli_refuses_a_two_column_csv_before_any_work(tmp_path, capsys):
     # 8 clients: the 8 interleaved ids and times used to pass the length check and the run went on
     path = tmp_path / "speeds.csv"
-    path.write_text("device,seconds_per_step\n1,0.12\n2,0.25\n3,0.31\n4,0.47\n")
+    path.write_text("device,seconds\n1,0.12\n2,0.25\n3,0.31\n4,0.47\n")
     with pytest.raises(SystemExit) as exited:
         main(["run", "--algorithm", "fedavg", "--model", "logreg", "--clients", "8", "--local-steps", "2",
               "--max-updates", "2", "--time-per-step", str(path), "--no-progress",
@@ -182,3 +184,86 @@ def test_clipped_jittered_times_are_floored_below_the_fastest_given_time_not_at_
     for client, time in enumerate(given):
         drawn = [speeds.round_duration(client, 1) for _ in range(50)]
         assert np.allclose(drawn, time, rtol=0.06), (client, time, drawn[:3])
+
+
+def read_with_notes(path, text: str):
+    """load_time_per_step of a file holding ``text``, and the warnings it gave."""
+    import warnings
+
+    path.write_text(text)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        times = load_time_per_step(str(path))
+    return times, [str(warning.message) for warning in caught]
+
+
+@pytest.mark.parametrize("text", [
+    "client_id,seconds_per_step\n0,0.12\n1,0.25\n2,0.31\n3,0.47\n",   # in id order
+    "client_id,seconds_per_step\n3,0.47\n1,0.25\n0,0.12\n2,0.31\n",   # shuffled: ordered by id
+    "Client-ID\tTime_Per_Step\n4\t0.47\n2\t0.25\n1\t0.12\n3\t0.31\n",  # 1-based ids, other spellings
+    "time-per-step,id\n0.12,10\n0.31,30\n0.25,20\n0.47,40\n",         # the id column after the times
+    "seconds_per_step\t\n0.12\n0.25\n0.31\n0.47\n",                  # a header with a trailing separator
+])
+def test_a_trace_table_is_read_by_its_column_names_in_client_id_order(tmp_path, text):
+    times, notes = read_with_notes(tmp_path / "trace.csv", text)
+    np.testing.assert_array_equal(times, TIMES)
+    assert notes == []
+
+
+def test_a_trace_table_without_ids_is_read_in_file_order_naming_the_columns_not_read(tmp_path):
+    # a FedScale-like device trace: only the seconds per step shape the run; its bandwidth column
+    # is named, not silently dropped
+    times, notes = read_with_notes(tmp_path / "trace.csv", "device,seconds_per_step,bandwidth_kbps\n"
+                                   "phone-a,0.12,900\nphone-b,0.25,120\nphone-c,0.31,4000\nphone-d,0.47,50\n")
+    np.testing.assert_array_equal(times, TIMES)
+    assert len(notes) == 1
+    assert notes[0].endswith("read column 'seconds_per_step'; not read: 'device', 'bandwidth_kbps'")
+    times, notes = read_with_notes(tmp_path / "trace.csv", "client,time_per_step,os\n1,0.25,ios\n0,0.12,android\n")
+    np.testing.assert_array_equal(times, [0.12, 0.25])
+    assert notes[0].endswith("read column 'time_per_step' in the order of 'client'; not read: 'os'")
+
+
+@pytest.mark.parametrize("text, said", [
+    ("client_id,seconds_per_step\n0,0.12\n0,0.25\n", "client id 0 is on lines 2 and 3 (column 'client_id'): each "
+                                                       "client needs one row"),
+    ("client_id,seconds_per_step\n0.5,0.12\n1,0.25\n", "line 2, column 'client_id': '0.5' is not an integer client id"),
+    ("client_id,seconds_per_step\nc0,0.12\n", "line 2, column 'client_id': 'c0' is not a number"),
+    ("client_id,seconds_per_step,os\n0,,ios\n", "line 2, column 'seconds_per_step': an empty field is not a number"),
+    ("client_id,seconds_per_step\n0,\n", "line 2: 1 field under a header of 2 columns"),
+    ("client_id,seconds_per_step,x\n0,0.1\n", "line 2: 2 fields under a header of 3 columns (client_id, "
+                                              "seconds_per_step, x)"),
+    ("id,client,seconds_per_step\n0,0,0.1\n", "has 2 columns of client ids ('id', 'client'): keep one"),
+    ("time_per_step,seconds_per_step\n0.1,0.1\n", "has 2 columns of seconds per step ('time_per_step', "
+                                                  "'seconds_per_step'): keep one"),
+])
+def test_a_trace_table_that_cannot_be_read_is_refused_in_one_line(tmp_path, text, said):
+    path = tmp_path / "trace.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError) as refused:
+        load_time_per_step(str(path))
+    message = str(refused.value)
+    assert "\n" not in message and repr(str(path)) in message and said in message
+
+
+def test_the_cli_says_which_columns_it_did_not_read_as_a_note(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "trace.csv").write_text("client_id,seconds_per_step,bandwidth\n1,0.25,1e6\n0,0.5,2e6\n")
+    done = subprocess.run([sys.executable, "-m", "jaxfl", "run", "--timing-only", "--algorithm", "fedavg",
+                           "--clients", "2", "--max-updates", "1", "--time-per-step", str(tmp_path / "trace.csv"),
+                           "--no-progress", "--output-dir", str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"jaxfl: note: time_per_step file {str(tmp_path / 'trace.csv')!r}: read column 'seconds_per_step' in " \
+           "the order of 'client_id'; not read: 'bandwidth'\n" in done.stderr
+
+
+def test_the_cli_runs_on_a_trace_table_and_says_which_columns_it_did_not_read(tmp_path):
+    (tmp_path / "trace.csv").write_text("client_id,seconds_per_step,bandwidth\n2,0.125,1e6\n0,0.5,2e6\n1,0.25,3e6\n")
+    with pytest.warns(UserWarning, match="in the order of 'client_id'; not read: 'bandwidth'"):
+        assert main(["run", "--algorithm", "fedavg", "--model", "logreg", "--clients", "3", "--local-steps", "2",
+                     "--max-updates", "2", "--time-per-step", str(tmp_path / "trace.csv"), "--jitter", "0",
+                     "--no-progress", "--output-dir", str(tmp_path / "runs"), "--run-name", "trace"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "runs" / "trace" / "client_time_per_step.npy"),
+                                  [0.5, 0.25, 0.125])
