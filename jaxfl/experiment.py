@@ -130,14 +130,24 @@ class RunInterrupted(KeyboardInterrupt):
     >>> print(RunInterrupted("runs/fedbuff-1", "runs/fedbuff-1/checkpoints/ckpt-000040"))
     runs/fedbuff-1 keeps its logs and checkpoints up to update 40: jaxfl run --resume runs/fedbuff-1 \
 (resume_experiment) goes on from there
+
+    A cluster's process other than 0 (``follower``) saw the newest checkpoint finished when it was
+    interrupted; process 0, which writes them, may have finished a later one before it stopped:
+
+    >>> print(RunInterrupted("runs/fedbuff-1", "runs/fedbuff-1/checkpoints/ckpt-000040", follower=True))
+    runs/fedbuff-1 keeps its logs and checkpoints up to update 40 or a later one that process 0 names: \
+jaxfl run --resume runs/fedbuff-1 (resume_experiment) goes on from there
     """
 
     def __init__(self, run_dir: str, checkpoint: str | None, timing_only: bool = False, reason: str | None = None,
-                 given_again: tuple[str, ...] = (), keeps_checkpoints: bool = True):
+                 given_again: tuple[str, ...] = (), keeps_checkpoints: bool = True, follower: bool = False):
         super().__init__(run_dir, checkpoint, timing_only, reason)
         self.run_dir, self.checkpoint, self.timing_only, self.reason = run_dir, checkpoint, timing_only, reason
         self.given_again = given_again  # what the run took as Python objects: a resume needs them again
         self.keeps_checkpoints = keeps_checkpoints  # False: checkpoint_every None and final_checkpoint off
+        # a cluster process other than 0, which writes the checkpoints: the newest it saw may be
+        # followed by the one process 0 was still finishing when both were interrupted
+        self.follower = follower
 
     def __str__(self) -> str:
         if self.timing_only:
@@ -149,11 +159,12 @@ class RunInterrupted(KeyboardInterrupt):
         if self.checkpoint is None:
             return (f"{self.run_dir} holds the logs until it stopped but no checkpoint yet (checkpoint_every, "
                     f"checkpoint_min_interval_s): nothing to resume from; start the run again")
+        update = f"{self.update} or a later one that process 0 names" if self.follower else self.update
         if self.given_again:  # objects no command line can pass: only Python goes on
-            return (f"{self.run_dir} keeps its logs and checkpoints up to update {self.update}: "
+            return (f"{self.run_dir} keeps its logs and checkpoints up to update {update}: "
                     f"resume_experiment({self.run_dir!r}, {', '.join(f'{name}=...' for name in self.given_again)}) "
                     f"goes on from there, given the same objects again")
-        return (f"{self.run_dir} keeps its logs and checkpoints up to update {self.update}: jaxfl run --resume "
+        return (f"{self.run_dir} keeps its logs and checkpoints up to update {update}: jaxfl run --resume "
                 f"{shlex.quote(self.run_dir)} (resume_experiment) goes on from there")
 
     @property
@@ -1596,8 +1607,8 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
 
     def interrupted(run_dir: str) -> RunInterrupted:  # what the run folder keeps
         return RunInterrupted(run_dir, None if config.timing_only else _newest_checkpoint(run_dir), config.timing_only,
-                              given_again=given_again,
-                              keeps_checkpoints=_keeps_checkpoints(config))
+                              given_again=given_again, keeps_checkpoints=_keeps_checkpoints(config),
+                              follower=jax.process_index() != 0)
 
     def last_words() -> str | None:  # SIGTERM before the first event: what the run folder keeps, as Ctrl-C says
         return str(interrupted(located["run_dir"])) if "run_dir" in located else None

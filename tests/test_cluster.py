@@ -12,6 +12,7 @@ gather through gloo.
 """
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -107,6 +108,17 @@ SCRIPT = textwrap.dedent("""
                 self._last_save = float("inf")
                 return after_event(self, simulation)
             experiment._Checkpointer.after_event = never_due
+    if mode == "small-ctrl-c":  # Ctrl-C reaching every process at the same event (a terminal's, to its group)
+        import jaxfl.testing
+        from jaxfl.experiment import RunInterrupted
+        jaxfl.testing._Interrupted = KeyboardInterrupt
+        with _interrupt_after(8):
+            try:
+                run_experiment(config)
+            except RunInterrupted as interrupt:
+                print(f"INTERRUPTED {interrupt}", file=sys.stderr)
+                sys.exit(0)
+        sys.exit("the run was not interrupted")
     if mode in ("interrupted", "small-interrupted"):  # every process stops at the same event: the first
         # after checkpoint 1, or (small) after checkpoint 2
         with _interrupt_after(1 if mode == "interrupted" else 8):
@@ -231,6 +243,23 @@ def test_two_processes_give_the_single_process_result(tmp_path, algorithm, inter
             np.testing.assert_allclose(np.asarray(x), y, rtol=0, atol=1e-6)
     # Only process 0 keeps a run directory; the other process's scratch folder is gone.
     assert sorted(os.listdir(tmp_path / "runs-2")) == [algorithm]
+
+
+def test_ctrl_c_on_every_process_leaves_the_newest_checkpoint_to_process_0_s_line(tmp_path):
+    """Ctrl-C to both processes: process 1 said "up to update 60" where process 0, which writes the
+    checkpoints and finished one more before it stopped, said 80 (the resume went on from 80)."""
+    two = _run(tmp_path, "fedbuff", processes=2, mode="small-ctrl-c")
+    run_dir = tmp_path / "runs-2" / "fedbuff"
+    lines = [[line for line in error.splitlines() if line.startswith("INTERRUPTED ")] for error in two["stderrs"]]
+    assert [len(found) for found in lines] == [1, 1], two["stderrs"]
+    newest = int(os.path.basename(checkpoint.latest(str(run_dir))).rpartition("-")[2])
+    assert lines[0][0] == (f"INTERRUPTED {run_dir} keeps its logs and checkpoints up to update {newest}: jaxfl run "
+                           f"--resume {run_dir} (resume_experiment) goes on from there")
+    # process 1 names the newest it found finished (here often the one before process 0's), and says so
+    seen = re.fullmatch(f"INTERRUPTED {run_dir} keeps its logs and checkpoints up to update ([0-9]+) or a later one "
+                        f"that process 0 names: jaxfl run --resume {run_dir} \\(resume_experiment\\) goes on from there",
+                        lines[1][0])
+    assert seen and 1 <= int(seen[1]) <= newest, lines[1][0]
 
 
 def test_two_processes_skip_a_corrupt_newest_checkpoint_alike_and_end_as_one_process(tmp_path):
