@@ -646,13 +646,14 @@ def validate(config: RunConfig) -> RunConfig:
         fail("speed_legacy_seed", config.speed_legacy_seed, "an integer in [0, 2^32) (NumPy RandomState), or null")
     if not (config.prox_mu >= 0 and math.isfinite(config.prox_mu)):
         fail("prox_mu", config.prox_mu, "a finite number >= 0")
-    _validate_client_training(config, algorithm)
+    # whether the algorithm reads fednova at all comes before what fednova needs of the clients' optimiser
     if config.fednova and not algorithm.supports_fednova(config):
         fail("fednova", config.fednova, f"leave it false for {config.algorithm}{_rule_text(config)}: FedNova normalises "
                                         f"aggregations of several pseudo-gradients "
                                         f"({', '.join(_fednova_algorithms(config))}); {config.algorithm} "
                                         f"mixes models, aggregates one update at a time (where FedNova's "
                                         f"normalisation is 1) or is normalised already")
+    _validate_client_training(config, algorithm)
     options = resolve_options(algorithm, config.algorithm_options)
     options.validate(config)
     algorithm.validate(config, options)

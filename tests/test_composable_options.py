@@ -146,6 +146,27 @@ def test_fednova_is_refused_where_it_would_change_nothing():
         assert validate(RunConfig(algorithm="fedbuff", rule=rule, fednova=True, client_optimizer="sgd")).fednova
 
 
+def test_fednova_is_refused_before_the_client_optimiser_where_the_algorithm_never_reads_it():
+    """validate(RunConfig(algorithm="fedasync", fednova=True)) asked for client_optimizer sgd first
+    (the default is adam), and only with sgd said that fedasync never reads fednova."""
+    with pytest.raises(ConfigError, match="fednova=True is not allowed: leave it false for fedasync"):
+        validate(RunConfig(algorithm="fedasync", fednova=True))
+
+
+@pytest.mark.parametrize("strategy", ["cc", "strategy2", "cc_c"])
+def test_fednova_is_refused_for_cc_fedavg_strategies_that_re_send_banked_updates(strategy):
+    """CC-FedAvg with fednova=True normalised the clients that trained (τ_eff from them alone) and
+    added the skipping clients' banked updates at their raw weight: a banked 12-step update pulled
+    34 % harder than FedNova over the round allows."""
+    with pytest.raises(ConfigError, match=rf"fednova=True is not allowed: leave it false with cc.strategy "
+                                          rf"'{strategy}': its skipping clients re-send banked updates"):
+        validate(RunConfig(algorithm="ccfedavg", fednova=True, client_optimizer="sgd",
+                           algorithm_options={"strategy": strategy}))
+    for allowed in ("strategy1", "dropout", "fednova"):  # nothing banked: every update is this round's
+        assert validate(RunConfig(algorithm="ccfedavg", fednova=True, client_optimizer="sgd",
+                                  algorithm_options={"strategy": allowed})).fednova
+
+
 @pytest.mark.parametrize("options, ignored", [
     ({"fetch": False, "mu_beta": 2.0}, "fedasmu.mu_beta=2.0 is ignored: it is read only with fedasmu.fetch on"),
     ({"fetch": False, "gamma0": 3.0}, "fedasmu.gamma0=3.0 is ignored: it is read only with fedasmu.fetch on"),

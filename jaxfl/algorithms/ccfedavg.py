@@ -462,6 +462,15 @@ class CCFedAvgConfig(Options):
             fail("cc.insufficient_fraction", self.insufficient_fraction, "a fraction r in [0, 1]")
         if self.switch_round < 0:
             fail("cc.switch_round", self.switch_round, "a round index >= 0")
+        if getattr(run, "fednova", False) and stored_banks(self.strategy):
+            # FedNova's τ_eff and 1/‖a_i‖₁ would cover the clients that trained, while the banked
+            # updates (or models) re-sent by the skipping clients came from other rounds' steps and
+            # were added at their raw weight: a banked 12-step update pulled 34 % harder than FedNova allows
+            fail("fednova", run.fednova, f"leave it false with cc.strategy {self.strategy!r}: its skipping clients "
+                                         "re-send banked updates from earlier rounds, which FedNova cannot normalise "
+                                         "(it would weigh only the clients that trained); --fednova applies with "
+                                         "cc.strategy strategy1 or dropout, and cc.strategy fednova is the paper's "
+                                         "FedNova baseline")
         for name, read, where in (("switch_round", self.strategy == "cc_c", f"strategy is {self.strategy!r}"),
                                   ("total_rounds", self.strategy == "dropout", f"strategy is {self.strategy!r}"),
                                   ("nova_steps", self.strategy == "fednova", f"strategy is {self.strategy!r}"),
