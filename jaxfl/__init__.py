@@ -26,11 +26,12 @@ from jaxfl.config import (BudgetConfig, ClientConfig, ConfigError, DataConfig, E
 from jaxfl.experiment import RunInterrupted, RunResult, resume_experiment, run_experiment
 from jaxfl.resume import ResumeError
 from jaxfl.runlog import Run, load_run
+from jaxfl.scheduler.simulation import NumericalError
 from jaxfl.stopping import request_stop
 
 __version__ = "0.2.0"
 __all__ = ["BudgetConfig", "ClientConfig", "ConfigError", "DataConfig", "EngineConfig", "FaultsConfig", "RunConfig",
-           "ResumeError", "Run", "RunInterrupted", "RunResult", "ServerConfig", "SpeedsConfig", "config_from_mapping",
+           "NumericalError", "ResumeError", "Run", "RunInterrupted", "RunResult", "ServerConfig", "SpeedsConfig", "config_from_mapping",
            "load_run", "request_stop", "resume_experiment", "run_experiment", "use_compilation_cache", "validate"]
 
 # The modules the README calls as jaxfl.NAME (jaxfl.presets.preset_config, jaxfl.plot.timeline_figure, ...)

@@ -1635,6 +1635,7 @@ def _main(argv: list[str] | None) -> int:
 
         results = []
         names = [config.algorithm for config in configs]
+        stopped = []  # the comparison's runs that a numerical error stopped: it goes on, then exits 1
 
         def comparison_words(position: int) -> str:  # SIGTERM ending the process at once (a cluster run's)
             import jax
@@ -1646,6 +1647,7 @@ def _main(argv: list[str] | None) -> int:
                     "and writes it")
 
         for position, config in enumerate(configs):
+            diverged = False
             try:
                 if len(configs) > 1:  # the same comparison again goes on: finished runs reused, a cut one resumed
                     with stopping.said_on_sigterm(functools.partial(comparison_words, position)):
@@ -1657,12 +1659,23 @@ def _main(argv: list[str] | None) -> int:
                 if len(configs) > 1:  # what is finished, what was cut, what never ran, and how to go on
                     raise _ComparisonInterrupted(interrupt, configs, position, results, argv) from None
                 raise
+            except NumericalError as error:  # one algorithm diverged: the others run, the table lists it
+                if len(configs) == 1 or error.run_dir is None:
+                    raise
+                from jaxfl.comparison import read_summary
+
+                print(f"jaxfl: run stopped: {error}", file=sys.stderr)
+                diverged = True
+                result = _FinishedRun(error.run_dir, read_summary(error.run_dir))
             # what the comparison reads of a run, kept alone: the result's model, engine and
             # simulation go now, not once every run is over, so that the next run's memory (and its
             # peak_host_memory_mb) is its own
-            reused = " (reused: it had finished)" if isinstance(result, _FinishedRun) else ""
+            reused = " (reused: it had finished)" if isinstance(result, _FinishedRun) and not diverged else ""
             result = _FinishedRun(result.run_dir, result.summary)
             summary = result.summary
+            # stopped as by a numerical error (RunStopped's negative time, evaluation grid too), now or when reused
+            if diverged or summary["stop_reason"].startswith(("numerical error", "negative time", "evaluation grid")):
+                stopped.append(config.algorithm)
             if config.timing_only:
                 print(_timing_line(summary, result.run_dir) + reused)
                 results.append(result)
@@ -1672,9 +1685,13 @@ def _main(argv: list[str] | None) -> int:
             target = "no target" if config.target_accuracy is None else \
                 f"target {percent(config.target_accuracy)} {reached}"
             best = "none (no evaluation)" if summary["best_accuracy"] is None else f"{summary['best_accuracy']:.4f}"
+            # a numerical error's whole message is said once (above, or by the run that was reused)
+            stop = summary["stop_reason"]
+            if stop.startswith("numerical error"):
+                stop = stop.partition(":")[0]
             print(f"{summary['algorithm']}: best accuracy {best}, "
                   f"{target}, {summary['global_updates']} updates, "
-                  f"stop: {summary['stop_reason']} → {result.run_dir}{reused}")
+                  f"stop: {stop} → {result.run_dir}{reused}")
             results.append(result)
     except DiskWriteError as error:  # a full disk: not bad input; the run keeps its earlier checkpoints
         parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")
@@ -1697,6 +1714,10 @@ def _main(argv: list[str] | None) -> int:
     elif len(results) > 1:  # said, not silently skipped: the README's comparison writes a table
         print("timing-only runs evaluate no model: no comparison.csv or accuracy plot; their schedules side by "
               "side, mean ± std over seeds: jaxfl sweep --timing-only ... then jaxfl report SWEEP_DIR")
+    if stopped:  # as one run that a numerical error stopped: status 1
+        print(f"jaxfl: {', '.join(stopped)} stopped early (a numerical error: the stop_reason of its summary.json); "
+              f"the comparison lists {'them' if len(stopped) > 1 else 'it'}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -20,21 +20,68 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import typing
 
 from jaxfl.plot import percent
 from jaxfl.runlog import write_csv
 
 COLUMNS = ("algorithm", "time_to_target", "best_accuracy", "final_accuracy", "global_updates",
-           "client_steps_executed", "wall_time_s")  # from each run's summary.json
+           "client_steps_executed", "wall_time_s", "stop_reason")  # from each run's summary.json
 # and the mean fraction of the run each client spent training (summary.json's timeline): where a
 # synchronous round waits for its slowest client, the others idle
 UTILISATION = "client_utilisation"
 
 
+class StoppedRun(typing.NamedTuple):
+    """A run of a comparison that a numerical error stopped (its model diverged): its folder, its
+    ``summary.json`` (``stop_reason`` "numerical error: ...") and the error. The comparison goes on
+    with the next algorithm and lists it, as a sweep goes on with its next cell."""
+
+    run_dir: str
+    summary: dict
+    error: Exception
+
+
+def diverged(summary: dict) -> bool:
+    """Whether a run stopped on a non-finite model or its updates (a numerical error, or on_nonfinite
+    'skip' dropping every update).
+
+    >>> diverged({"stop_reason": "numerical error: client 3 returned ..."}), diverged({"stop_reason": "update budget"})
+    (True, False)
+    """
+    return str(summary.get("stop_reason") or "").startswith(("numerical error", "diverged"))
+
+
+def run_or_stopped(run, config):
+    """``run(config)``'s result, or a :class:`StoppedRun` where a numerical error stopped it (said
+    in a warning): one diverging algorithm (a learning rate too large for it) leaves the others to
+    run and the comparison to be written."""
+    import warnings
+
+    from jaxfl.scheduler.simulation import NumericalError
+
+    try:
+        return run(config)
+    except NumericalError as error:
+        if error.run_dir is None:
+            raise
+        warnings.warn(f"{config.algorithm}: run stopped: {error}", UserWarning, stacklevel=3)
+        return StoppedRun(error.run_dir, read_summary(error.run_dir), error)
+
+
+def read_summary(run_dir: str) -> dict:
+    """A run's ``summary.json``."""
+    import json
+
+    with open(os.path.join(run_dir, "summary.json")) as handle:
+        return json.load(handle)
+
+
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     """What a comparison wrote: one row per run (:data:`COLUMNS`, ``client_utilisation`` and ``run_dir``), the table's and
-    the plot's paths, and the runs themselves (:class:`jaxfl.experiment.RunResult`)."""
+    the plot's paths, and the runs themselves (:class:`jaxfl.experiment.RunResult`, or :class:`StoppedRun`
+    for a run that a numerical error stopped)."""
 
     rows: list[dict]
     table: str
@@ -134,7 +181,8 @@ def comparison_rows(results) -> list[dict]:
 
 def format_table(rows: list[dict], target: float | None) -> str:
     """The comparison as aligned text: time to target in virtual seconds ('-' = not reached) and
-    the share of the time the clients were training ("busy").
+    the share of the time the clients were training ("busy"); a run whose model diverged (a numerical
+    error) is marked so after its name.
 
     >>> print(format_table([{"algorithm": "fedavg", "time_to_target": 12.5, "best_accuracy": 0.91,
     ...                      "final_accuracy": 0.905, "global_updates": 7, "client_steps_executed": 700,
@@ -143,18 +191,19 @@ def format_table(rows: list[dict], target: float | None) -> str:
     algorithm  to target  best acc final acc  updates client steps  busy   wall s
     fedavg          12.5    0.9100    0.9050        7          700   44%      3.2
     """
-    width = max(len("algorithm"), *(len(row["algorithm"]) for row in rows))
+    names = [row["algorithm"] + (" (diverged)" if diverged(row) else "") for row in rows]
+    width = max(len("algorithm"), *(len(name) for name in names))
     title = (f"Time to {percent(target)} held-out accuracy (virtual seconds; '-' = not reached):" if target is not None
              else "No target accuracy for this dataset (set --target-accuracy for a time to target):")
     lines = [title,
              f"{'algorithm':<{width}} {'to target':>10} {'best acc':>9} {'final acc':>9} {'updates':>8} "
              f"{'client steps':>12} {'busy':>5} {'wall s':>8}"]
-    for row in rows:
+    for name, row in zip(names, rows):
         reached = "-" if row["time_to_target"] is None else f"{row['time_to_target']:.1f}"
         busy = "-" if row.get(UTILISATION) is None else f"{row[UTILISATION]:.0%}"
         # a run stopped before its first evaluation has no accuracy
         best, final = ("-" if row[name] is None else f"{row[name]:.4f}" for name in ("best_accuracy", "final_accuracy"))
-        lines.append(f"{row['algorithm']:<{width}} {reached:>10} {best:>9} "
+        lines.append(f"{name:<{width}} {reached:>10} {best:>9} "
                      f"{final:>9} {row['global_updates']:>8} {row['client_steps_executed']:>12} "
                      f"{busy:>5} {row['wall_time_s']:>8.1f}")
     return "\n".join(lines)
@@ -217,5 +266,5 @@ def compare(configs) -> Comparison:
         for config in configs:
             check_buildable(config)
         with shared_compilations():
-            results = [run_experiment(config) for config in configs]
+            results = [run_or_stopped(run_experiment, config) for config in configs]
     return write_comparison(results, configs[0].output_dir)

@@ -22,6 +22,8 @@ from typing import Any, Callable, Mapping
 
 from jaxfl import algorithms
 
+FLOAT32_TINY = 1.1754943508222875e-38  # float32's smallest normal number (np.finfo(np.float32).tiny)
+FLOAT32_MAX = 3.4028234663852886e+38  # float32's largest finite number
 # server_lr when not set: FedAvg's 1 for sgd; for the adaptive optimisers the best CIFAR-10 server
 # rates of Reddi et al., "Adaptive Federated Optimization", ICLR 2021 (appendix tables of best
 # hyperparameters: log10 η = -2 FedAdam/FedYogi, -1 FedAdagrad; the authors' repository,
@@ -581,6 +583,16 @@ def validate(config: RunConfig) -> RunConfig:
             fail(name, getattr(config, name), "a number in [0, 1)")
     if not (config.server_tau > 0 and math.isfinite(config.server_tau)):
         fail("server_tau", config.server_tau, "a finite number > 0")
+    # the device computes in float32: a τ below its smallest normal number is 0 there (a division by
+    # zero: the model NaN at version 1), and a rate or pull above its largest is inf
+    if config.server_tau < FLOAT32_TINY:
+        fail("server_tau", config.server_tau, f"at least {FLOAT32_TINY:.4g}, float32's smallest normal number: the "
+                                              "device computes in float32, where a smaller τ is 0 and √v + τ divides by zero")
+    for name in ("client_lr", "server_lr", "prox_mu"):
+        value = getattr(config, name)
+        if value is not None and value > FLOAT32_MAX:
+            fail(name, value, f"at most {FLOAT32_MAX:.4g}, float32's largest number: the device computes in float32, "
+                              "where a larger one is inf")
     for name in ("speed_mean", "speed_reference_time", "speed_cap", "speed_ratio", "jitter", "latency",
                  "delay_factor", "dropout_mean", "round_timeout"):
         value = getattr(config, name)

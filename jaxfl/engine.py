@@ -742,15 +742,23 @@ class Engine:
         self._train_needed(records)
         bad = [record for record in records if not self._client_metrics[record.id]["finite"]]
         if bad and not bool(_all_finite(self.params)):
-            updates = [f"hook {hook.name!r} ({type(hook).__name__})" for hook in self.hooks
-                       if any(name in type(hook).__dict__ for name in ("apply", "extra_pseudo_gradient", "after_update"))]
-            raise NumericalError(
-                f"the global model (version {self.version}) holds NaN/Inf: an aggregation made it so, not a client "
-                f"(client {bad[0].client}'s update from it, dispatch {bad[0].id}, is non-finite as a result). What "
-                f"updates the model: the server update (its optimiser and learning rate)"
-                f"{', ' + ', '.join(updates) if updates else ''}; check what they compute, or lower the server "
-                "learning rate")
+            raise self.nonfinite_model_error(f"client {bad[0].client}'s update from it, dispatch {bad[0].id}, is "
+                                             "non-finite as a result")
         return bad
+
+    def nonfinite_model_error(self, seen: str) -> NumericalError:
+        """The error of a global model that holds NaN/Inf (``seen``: how it showed), naming what updates it."""
+        updates = [f"hook {hook.name!r} ({type(hook).__name__})" for hook in self.hooks
+                   if any(name in type(hook).__dict__ for name in ("apply", "extra_pseudo_gradient", "after_update"))]
+        return NumericalError(
+            f"the global model (version {self.version}) holds NaN/Inf: an aggregation made it so, not a client "
+            f"({seen}). What updates the model: the server update (its optimiser and learning rate)"
+            f"{', ' + ', '.join(updates) if updates else ''}; check what they compute, or lower the server "
+            "learning rate")
+
+    def params_finite(self) -> bool:
+        """Whether every leaf of the global model is finite."""
+        return bool(_all_finite(self.params))
 
     def on_drop(self, record: DispatchRecord) -> None:
         if record.id in self._results:
@@ -1348,10 +1356,16 @@ class Engine:
                 contributions = tuple((record.id, float(c)) for record, c in zip(records, coefficients))
                 bad = [(d, c) for d, c in contributions if not math.isfinite(c)]
                 if bad:  # the global model would turn NaN, and the next client trained from it be blamed
-                    raise ValueError(f"device hook {hook.name!r} ({type(hook).__name__}).weigh returned non-finite "
-                                     f"coefficients for aggregation {aggregation.version} (dispatch: coefficient "
-                                     f"{', '.join(f'{d}: {c}' for d, c in bad[:8])}{', ...' if len(bad) > 8 else ''}): "
-                                     "every coefficient must be a finite number")
+                    # a numerical error (the run stops with its summary, a sweep goes on), not bad input: the
+                    # updates weighed are finite (screened before), and a built-in hook's float32 arithmetic
+                    # overflows on finite but huge ones (PORT's norms, FedASMU's inner products) as a run diverges
+                    raise NumericalError(
+                        f"device hook {hook.name!r} ({type(hook).__name__}).weigh returned non-finite coefficients "
+                        f"for aggregation {aggregation.version} (dispatch: coefficient "
+                        f"{', '.join(f'{d}: {c}' for d, c in bad[:8])}{', ...' if len(bad) > 8 else ''}) from finite "
+                        "updates: every coefficient must be a finite number. Updates so large that its float32 "
+                        "arithmetic overflows come from a diverging run (lower the learning rate); a hook of your "
+                        "own may compute NaN (check its weigh)")
                 aggregation = dataclasses.replace(aggregation, contributions=contributions)
                 changed = True
         if changed:

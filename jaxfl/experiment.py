@@ -678,7 +678,7 @@ class _Recorder:
         """Evaluate ``params`` as version ``version``; returns why the run should stop, or None."""
         stats = self.evaluate(params)
         stop = self._write(virtual_time, version, stats)
-        if self._reaches_target(stats["accuracy"]):
+        if self._reaches_target(stats):
             self.time_to_target = virtual_time
         if self.progress is not None:
             self.progress.set_postfix(version=version, acc=f"{stats['accuracy']:.4f}")
@@ -686,10 +686,13 @@ class _Recorder:
             stop = "target reached"
         return _decided_on_process_zero(stop)
 
-    def _reaches_target(self, accuracy: float) -> bool:
-        """The first time the accuracy reaches the target (never where the run has no target)."""
+    def _reaches_target(self, stats: dict) -> bool:
+        """The first time the accuracy reaches the target (never where the run has no target). A model
+        whose held-out loss is NaN/Inf has diverged: its argmax accuracy (the share of one class, where
+        every logit is NaN) reaches no target."""
         target = self.config.target_accuracy
-        return self.time_to_target is None and target is not None and accuracy >= target
+        return self.time_to_target is None and target is not None and stats["accuracy"] >= target \
+            and _finite_loss(stats)
 
     @property
     def _next_grid(self) -> float:
@@ -825,7 +828,7 @@ class _Recorder:
             # grid point passed is written, also after a logger asked to stop at an earlier one
             asked = self._write(self._next_grid, version, stats, self._previous_steps, self._previous_updates)
             stop = stop or asked
-            if self._reaches_target(stats["accuracy"]):
+            if self._reaches_target(stats):
                 self.time_to_target = self._next_grid
                 if self.config.stop_at_target:
                     stop = "target reached"
@@ -867,7 +870,7 @@ class _Recorder:
             return  # as Simulation.run, which pops no event past max_time; the end evaluates the rest
         accuracy = self._stats_in_force()["accuracy"]
         # every process evaluates the same grid points; process 0's accuracy decides for all of them
-        if not _decided_on_process_zero("target reached" if self._reaches_target(accuracy) else None):
+        if not _decided_on_process_zero("target reached" if self._reaches_target(self._stats_in_force()) else None):
             return
         grid_point = self._next_grid
         self._write(grid_point, simulation.version, self._stats_in_force())  # the target outranks a logger's stop
@@ -876,6 +879,16 @@ class _Recorder:
         if self.progress is not None:
             self.progress.set_postfix(version=simulation.version, acc=f"{accuracy:.4f}")
         simulation.stop("target reached")  # as a backend's stop: checked before the next event
+
+
+def _finite_loss(stats: dict) -> bool:
+    """Whether an evaluation's held-out loss is finite (a row without one counts as finite).
+
+    >>> _finite_loss({"loss": 0.3}), _finite_loss({"loss": float("nan")}), _finite_loss({})
+    (True, False, True)
+    """
+    loss = stats.get("loss")
+    return loss is None or math.isfinite(loss)
 
 
 def _decided_on_process_zero(stop: str | None) -> str | None:
@@ -1843,6 +1856,20 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
             recorder.record_final(simulation.version, engine.params)
         if recorder.grid_stop is not None and error is None:  # the run stops as at a numerical error
             error, reason = RunStopped(recorder.grid_stop), f"evaluation grid: {recorder.grid_stop}"
+        if error is None and not engine.params_finite():
+            # its last aggregation made the model NaN/Inf and no client trained from it since (which
+            # stops a run): the run ended on its budget with a diverged model, said as a run that stopped on it is
+            error = engine.nonfinite_model_error(f"found at the end of the run, stopped by its {reason}")
+            reason = f"numerical error: {error}"
+        elif error is None and recorder.rows and recorder.rows[-1]["version"] == simulation.version \
+                and not _finite_loss(recorder.rows[-1]):
+            # finite parameters so large that the model's outputs overflow: as diverged
+            error = NumericalError(
+                f"the global model (version {simulation.version}) gives a held-out loss of "
+                f"{recorder.rows[-1]['loss']} at the end of the run (stopped by its {reason}): its parameters are "
+                "so large that its outputs overflow, as a diverging run's are; lower the learning rates (a server "
+                "step or client updates too large)")
+            reason = f"numerical error: {error}"
         if error is None and config.final_checkpoint:
             checkpoints.save(simulation)  # the final state: the run's model and a resumable point
         if progress is not None:
@@ -1854,12 +1881,14 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     _write_tables(run_dir, engine.tables)
     _warn_of_an_unused_server_optimizer(config, algorithm, engine.stats.server_steps, simulation.version)
     accuracies = [row["accuracy"] for row in recorder.rows]
+    # a diverged model's evaluations (NaN/Inf loss) are no result: its argmax scores one class's share
+    scored = [row["accuracy"] for row in recorder.rows if _finite_loss(row)]
     summary = {
         **_schedule_summary(config, algorithm, simulation, end_time, reason),
         "final_accuracy": accuracies[-1] if accuracies else None,
         # the end of the budget less one evaluation's swing (runlog.last_tenth_mean)
         "last_tenth_accuracy": last_tenth_mean(accuracies),
-        "best_accuracy": max(accuracies) if accuracies else None,
+        "best_accuracy": max(scored) if scored else None,
         "final_balanced_accuracy": recorder.rows[-1].get("balanced_accuracy") if recorder.rows else None,
         "target_accuracy": config.target_accuracy, "time_to_target": recorder.time_to_target,
         "client_steps_aggregated": engine.stats.aggregated_steps,
@@ -1901,6 +1930,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     _write_json(os.path.join(run_dir, "summary.json"), summary)
     _warn_close_errors(close_errors, run_dir, complete=True)
     if error is not None:
+        error.run_dir = run_dir  # what a caller (a comparison, a sweep) reads the run's summary from
         raise error
     return RunResult(run_dir, summary, recorder.rows, engine.params, simulation, engine)
 
@@ -2286,6 +2316,7 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
     }
     _write_json(os.path.join(run_dir, "summary.json"), summary)
     if error is not None:
+        error.run_dir = run_dir
         raise error
     return RunResult(run_dir, summary, [], None, simulation, None)
 

@@ -908,8 +908,9 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                      for line in lines for seed in line.get("diverged_by_seed") or ()]
     diverged_note = ("" if not diverged_runs else
                      f" [k of n diverged]: k of the method's n runs stopped on a non-finite model (a numerical "
-                     f"error, NaN or Inf): each one's accuracies are its last evaluation's before that, in the mean "
-                     f"all the same ({'; '.join(diverged_runs)}).")
+                     f"error, NaN or Inf): each one's best accuracy is over its evaluations with a finite loss "
+                     f"and its final accuracy its last evaluation's, in the mean all the same "
+                     f"({'; '.join(diverged_runs)}).")
     parts += ["## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy), "", STD_NOTE + diverged_note]
     if any(line.get("final_accuracy_mean") is not None for line in lines):
         # CC-FedAvg's and FedASMU's tables: the accuracy at the end of the budget and what it cost

@@ -74,7 +74,12 @@ _DRAW_BLOCK = 1 << 16
 
 
 class NumericalError(RuntimeError):
-    """A client produced a NaN/Inf loss or update (the message names time, client and version)."""
+    """A run stopped on NaN/Inf: a client's loss or update, the global model, or an aggregation's
+    weights (the message names what, when and where). ``run_dir``: the run's folder, where
+    ``run_experiment`` raised it (its logs, and ``summary.json`` with ``stop_reason`` "numerical
+    error: ..."); None where the error did not come from a run."""
+
+    run_dir: str | None = None
 # wall_time: wall-clock seconds since the run started, on aggregation rows only (empty elsewhere);
 # the one column that differs between two runs of the same config and seed.
 EVENT_LOG_FIELDS = ("time", "event", "client", "dispatch", "version", "staleness", "steps", "detail", "wall_time")
@@ -1075,7 +1080,21 @@ class Simulation:
             record.aggregated_in = version
         self._counts[ARRIVED] -= len(records)
         self._counts[AGGREGATED] += len(records)
-        stop = self.backend.on_aggregate(aggregation, records)
+        try:
+            stop = self.backend.on_aggregate(aggregation, records)
+        except NumericalError:
+            # the backend could not apply it (a device hook's weights overflowed on a diverging run's
+            # updates): this aggregation did not happen, and the run's summary counts it so
+            for record in records:
+                staleness = version - 1 - record.version
+                counts[staleness] -= 1
+                if not counts[staleness]:
+                    del counts[staleness]
+                record.status, record.aggregated_in = ARRIVED, None
+            self._counts[ARRIVED] += len(records)
+            self._counts[AGGREGATED] -= len(records)
+            self.version = version - 1
+            raise
         if stop:
             self.stop(stop if isinstance(stop, str) else "stopped by the backend")
         # written after the update, so that the wall time includes training and applying it

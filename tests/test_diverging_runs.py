@@ -1,0 +1,125 @@
+"""Runs whose training diverges, as a researcher sweeping learning rates meets them: each stops with
+its summary and a `numerical error` stop reason (status 1), whether a client, the global model or an
+aggregation's weights show it; a comparison and a sweep go on with their other runs; a diverged
+model's evaluations reach no target; settings float32 cannot hold are refused before any work."""
+import csv
+import glob
+import json
+import os
+import warnings
+
+import pytest
+
+import jaxfl
+from jaxfl.cli import main
+from jaxfl.config import ConfigError, validate
+
+TINY_MLP = ["--dataset", "mnist10k", "--model", "mlp", "--clients", "4", "--local-steps", "5", "--no-progress"]
+
+
+def only_summary(folder) -> dict:
+    (path,) = glob.glob(os.path.join(folder, "*", "summary.json"))
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def test_port_s_cosine_weights_that_overflow_stop_the_run_with_its_summary(tmp_path, capsys):
+    """At client lr 1e3 PORT's ‖u‖ overflowed to inf on finite updates, its cosine weight was NaN, and
+    the run ended as bad input (status 2, no summary.json; a sweep stopped there for good)."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["run", "--algorithm", "port", *TINY_MLP, "--max-updates", "10", "--client-optimizer", "sgd",
+              "--client-lr", "1e3", "--output-dir", str(tmp_path)])
+    assert stopped.value.code == 1
+    assert "jaxfl: run stopped: device hook 'port' (CosineWeights).weigh returned non-finite coefficients" in \
+        capsys.readouterr().err
+    summary = only_summary(tmp_path)
+    assert summary["stop_reason"].startswith("numerical error: device hook 'port' (CosineWeights)")
+    # the aggregation that could not be weighed did not happen: its updates are counted as arrived
+    counts = summary["accounting"]
+    assert counts["aggregated"] + counts["arrived_unaggregated"] + counts["in_flight"] + counts["dropped"] == \
+        counts["dispatched"]
+    assert counts["arrived_unaggregated"] > 0
+
+
+def test_a_model_that_diverges_in_its_last_aggregation_ends_as_a_numerical_error(tmp_path, capsys):
+    """A server step of 1e38 at the run's one aggregation: the model's outputs overflow (held-out loss
+    NaN) and no client trained from it before the budget ended, so the run said "update budget" and
+    exited 0."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["run", "--algorithm", "fedavg", *TINY_MLP, "--max-updates", "1", "--server-lr", "1e38",
+              "--output-dir", str(tmp_path)])
+    assert stopped.value.code == 1
+    summary = only_summary(tmp_path)
+    assert summary["stop_reason"].startswith("numerical error: the global model (version 1) gives a held-out "
+                                             "loss of nan at the end of the run (stopped by its update budget)")
+    (metrics,) = glob.glob(os.path.join(tmp_path, "*", "metrics.csv"))
+    with open(metrics) as handle:
+        first, last = [row.split(",") for row in handle.read().splitlines()[1:]]
+    assert last[4] == "nan" and summary["best_accuracy"] == float(first[2])  # the finite evaluation's
+    assert "lower the learning rates" in capsys.readouterr().err
+
+
+def test_a_diverged_model_s_evaluation_reaches_no_target_and_is_not_the_best(tmp_path):
+    """Every logit NaN: the argmax is class 0, whose share of mnist10k (9.8 %) beat the MLP's first
+    evaluation (8.9 %), reached a 9.5 % target ("target reached", exit 0) and was the best accuracy."""
+    config = jaxfl.RunConfig(algorithm="fedavg", dataset="mnist10k", model="mlp", clients=4, local_steps=5,
+                             max_updates=3, server_lr=1e38, eval_every=1, target_accuracy=0.095, progress=False,
+                             output_dir=str(tmp_path))
+    with pytest.raises(jaxfl.NumericalError) as stopped:
+        jaxfl.run_experiment(config)
+    run_dir = stopped.value.run_dir
+    with open(os.path.join(run_dir, "metrics.csv")) as handle:
+        rows = handle.read().splitlines()[1:]
+    assert rows[1].split(",")[4] == "nan" and float(rows[1].split(",")[2]) > 0.095 > float(rows[0].split(",")[2])
+    summary = only_summary(tmp_path)
+    assert summary["time_to_target"] is None and summary["stop_reason"].startswith("numerical error: client")
+    assert summary["best_accuracy"] == float(rows[0].split(",")[2])  # the finite evaluation, not the NaN one
+
+
+def test_a_comparison_goes_on_after_an_algorithm_that_diverges_and_lists_it(tmp_path, capsys):
+    """`jaxfl run --algorithm fedavg,fedbuff` stopped at the first run a numerical error ended: the
+    others never ran and no table was written (each rerun got one algorithm further)."""
+    command = ["run", "--algorithm", "fedavg,fedbuff", *TINY_MLP, "--max-updates", "6", "--client-optimizer", "sgd",
+               "--client-lr", "300", "--output-dir", str(tmp_path)]
+    assert main(command) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("jaxfl: run stopped: ") == 2
+    assert "jaxfl: fedavg, fedbuff stopped early (a numerical error" in captured.err
+    with open(tmp_path / "comparison.csv", newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert [row["algorithm"] for row in table] == ["fedavg", "fedbuff"]
+    assert all(row["stop_reason"].startswith("numerical error: client ") for row in table)
+    assert "fedavg (diverged)" in captured.out and "stop: numerical error →" in captured.out
+    assert main(command) == 1  # again: the runs reused, their stop said again, the status the same
+    again = capsys.readouterr()
+    assert again.out.count("(reused: it had finished)") == 2 and "jaxfl: run stopped" not in again.err
+
+
+def test_compare_in_python_warns_and_lists_a_diverged_run(tmp_path):
+    from jaxfl.comparison import StoppedRun, compare
+
+    configs = [jaxfl.RunConfig(algorithm=name, dataset="mnist10k", model="mlp", clients=4, local_steps=5,
+                               max_updates=3, client_optimizer="sgd", client_lr=lr, progress=False,
+                               output_dir=str(tmp_path)) for name, lr in (("fedavg", 300.0), ("fedbuff", 0.05))]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        comparison = compare(configs)
+    assert [type(result) is StoppedRun for result in comparison.results] == [True, False]
+    assert any(str(warning.message).startswith("fedavg: run stopped: client") for warning in caught)
+    assert comparison.rows[0]["stop_reason"].startswith("numerical error") and \
+        comparison.rows[1]["stop_reason"] == "update budget"
+
+
+@pytest.mark.parametrize("setting, refused", [
+    ({"algorithm": "fedadam", "server_tau": 1e-40}, "server_tau=1e-40 is not allowed: at least 1.175e-38"),
+    ({"client_lr": 1e39, "client_optimizer": "sgd"}, "client_lr=1e+39 is not allowed: at most 3.403e+38"),
+    ({"algorithm": "fedadam", "server_lr": 1e39}, "server_lr=1e+39 is not allowed: at most 3.403e+38"),
+    ({"prox_mu": 1e39}, "prox_mu=1e+39 is not allowed: at most 3.403e+38"),
+])
+def test_settings_float32_cannot_hold_are_refused(setting, refused):
+    """τ = 1e-40 is 0 in float32 (the model NaN at version 1, the message blaming the server's
+    learning rate); a rate of 1e39 is inf there (accepted with only numpy's overflow warning)."""
+    with pytest.raises(ConfigError, match=refused.replace("+", r"\+")):
+        validate(jaxfl.RunConfig(**setting))
+    validate(jaxfl.RunConfig(**{**setting, **{name: 1e-30 if name == "server_tau" else 1e38
+                                              for name in setting if name != "algorithm" and name != "client_optimizer"}}))
