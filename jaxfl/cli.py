@@ -386,7 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         split.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_value_parser(name), default=None,
                            metavar=_metavar(name, FIELDS[name].type), help=text)
-    split.add_argument("--out", metavar="PATH", type=user_path, help="folder for the heatmap PNG (default: the run output folder, runs)")
+    split.add_argument("--out", metavar="PATH", type=user_path, help="the heatmap's PNG (a path ending in .png), or a folder "
+                                                                       "for it (default: the run output folder, runs); "
+                                                                       "a missing folder is made")
     split.add_argument("--max-rows", type=_max_rows, default=40, metavar="N",
                        help="client rows printed, >= 1 (default: 40)")
     parser.commands = commands.choices  # each command's own parser: its usage for an unknown flag
@@ -823,7 +825,14 @@ def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     try:
         # The split does not depend on the algorithm; fedavg has no buffer to check against the clients.
         config = config_from_mapping({**values, "algorithm": "fedavg"})
-        check_folder("--out" if args.out else "output_dir", args.out or config.output_dir)
+        # --out split.png is the figure's file, as jaxfl timeline's --out is (it made a folder split.png)
+        file_given = args.out is not None and args.out.lower().endswith(".png")
+        if file_given and os.path.isdir(args.out):
+            raise ConfigError(f"--out={args.out!r} is not allowed: it is a folder named like a PNG; give the PNG "
+                              "file's path, or another folder")
+        check_folder("--out" if args.out else "output_dir",
+                     (os.path.dirname(args.out) or ".") if file_given else args.out or config.output_dir,
+                     given=args.out if file_given else None)
         from jaxfl.data.report import partition_report, plot_class_heatmap
         from jaxfl.experiment import build_data, note_pooled_synthetic_clients
 
@@ -848,8 +857,9 @@ def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     stem = "-".join(["partition", source.replace(" ", "-"), config.partition, *(f"{short}{value}" for _, short, value in settings),
                      f"c{config.clients}", f"s{config.seed}"])
     stem = "".join(c if c.isalnum() or c in "-_.," else "_" for c in stem)
-    os.makedirs(out, exist_ok=True)
-    print(f"class heatmap: {plot_class_heatmap(report, os.path.join(out, stem + '.png'))}")
+    target = out if file_given else os.path.join(out, stem + ".png")
+    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+    print(f"class heatmap: {plot_class_heatmap(report, target)}")
     return 0
 
 
@@ -875,7 +885,7 @@ def _timeline(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from jaxfl.runlog import event_log_format
 
     if event_log_format(args.run_dir) is None:
-        parser.exit(2, f"jaxfl: error: run_dir={args.run_dir!r} holds no event log (not a run directory)\n")
+        parser.exit(2, f"jaxfl: error: run_dir={args.run_dir!r} is not allowed: {_not_a_run(args.run_dir)}\n")
     if args.max_time is not None and not 0 < args.max_time < math.inf:  # inf (or 1e400): no axis to draw
         parser.exit(2, f"jaxfl: error: --max-time={args.max_time} is not allowed: a finite number of virtual "
                        "seconds > 0 (leave it out for the run's end)\n")
@@ -901,6 +911,25 @@ def _timeline(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)  # as run and sweep make their folders
     print(save_figure(figure, out))
     return 0
+
+
+def _not_a_run(path: str) -> str:
+    """Why ``path``, which holds no event log, is not a run directory, and what to give instead.
+
+    >>> _not_a_run("/no/such/folder")
+    'it does not exist: give a run directory written by jaxfl run (RUN_DIR, with its events.csv)'
+    """
+    wanted = "give a run directory written by jaxfl run (RUN_DIR, with its events.csv)"
+    if not os.path.exists(path):
+        return f"it does not exist: {wanted}"
+    if not os.path.isdir(path):
+        return f"it is a file, not a folder: {wanted}"
+    if os.path.isdir(os.path.join(path, "runs")) and os.path.isfile(os.path.join(path, "sweep.json")):
+        return (f"it is a sweep folder: give one of its runs ({os.path.join(path, 'runs', 'NAME')}), or "
+                f"jaxfl report {shlex.quote(path)} draws the timeline of one run per method")
+    if os.path.isdir(os.path.join(path, "runs")):
+        return f"it holds no event log (events.csv or events/): its runs are in {os.path.join(path, 'runs')}"
+    return f"it holds no event log (events.csv or events/): {wanted}"
 
 
 def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -44,20 +44,29 @@ def percent(fraction: float) -> str:
     return f"{100 * fraction:.4g}%"
 
 
-def save_figure(figure, path: str) -> str:
-    """Write ``figure`` to ``path`` as a PNG at 120 dpi, atomically, and return the path. Without the
-    alpha channel (the figures are opaque) and with Pillow's optimised compression: a report's busy
-    staleness panels came to 92 KB, 80 KB so.
+def save_figure(figure, path: str, dpi: int = 120) -> str:
+    """Write ``figure`` to ``path`` (ending in ``.png``) as a PNG at ``dpi``, atomically, and return
+    the path. Without the alpha channel (the figures are opaque) and with Pillow's optimised
+    compression: a report's busy staleness panels came to 92 KB, 80 KB so. Another suffix, or a
+    folder that does not exist, is refused naming the path given.
 
-    >>> # save_figure(accuracy_figure(run_dirs), "accuracy.png")
+    >>> save_figure(None, "timeline.jpg")
+    Traceback (most recent call last):
+    ...
+    ValueError: path='timeline.jpg' is not allowed: the figure is written as a PNG; give a path ending in .png
     """
     import io
 
     from PIL import Image  # matplotlib's own dependency
 
     path = os.path.expanduser(os.fspath(path))
+    if not path.lower().endswith(".png"):  # PNG bytes went into a .jpg file
+        raise ValueError(f"path={path!r} is not allowed: the figure is written as a PNG; give a path ending in .png")
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):  # the error named the temporary file (path.tmp.png)
+        raise FileNotFoundError(f"cannot write {path!r}: its folder {folder!r} does not exist")
     drawn = io.BytesIO()
-    figure.savefig(drawn, format="png", dpi=120)
+    figure.savefig(drawn, format="png", dpi=dpi)
     Image.open(drawn).convert("RGB").save(path + ".tmp.png", "PNG", optimize=True)
     os.replace(path + ".tmp.png", path)
     return path
@@ -371,10 +380,14 @@ def timeline_figure(run_dir: str, max_time: float | None = None, max_clients: in
 
     Up to ``max_clients`` clients: a Gantt chart with one row per configured client (one that never
     trained is an empty row), each dispatch's interval from its start to its arrival, to its crash
-    (marked ×) or, still in flight, to the run's end; a fault's offline or late seconds hatched
+    (marked ×) or, still in flight, to the run's end; an arrival the algorithm dropped (a round's
+    deadline passed, a staleness bound) marked ○; a fault's offline or late seconds hatched
     grey; the global aggregations as vertical lines. Bars are coloured by FedCompass group / FedAT
     tier / CCFedAvg round when the log names them, with a legend up to :data:`GANTT_LEGEND_LABELS`
-    labels. More clients: aggregated views over ``bins`` time bins — clients in flight
+    labels. More clients, or more in view than a Gantt chart can show apart (over
+    :data:`GANTT_MAX_AGGREGATIONS` aggregations or :data:`GANTT_MAX_DISPATCHES_PER_CLIENT` dispatches
+    a client: a small federation's long run drew a wall of bars and lines; ``max_time`` zooms into
+    its start): aggregated views over ``bins`` time bins — clients in flight
     (time-weighted mean per bin, with the bin's min–max; the axis runs to the peak in flight, or to
     the federation's size where the peak reaches half of it: :func:`in_flight_axis_top`),
     aggregations per bin, and the staleness of arriving updates (median and 10–90 % band).
@@ -395,14 +408,35 @@ def timeline_figure(run_dir: str, max_time: float | None = None, max_clients: in
             raise ValueError(f"{name}={value!r} is not allowed: an integer >= 1")
     run_dir = os.path.expanduser(os.fspath(run_dir))
     events = read_events(run_dir)
+    if not len(events["time"]):  # an axis of nothing, titled with the folder's name, said nothing
+        raise ValueError(f"run_dir={run_dir!r} has an empty event log: the run wrote no event yet (it stopped "
+                         "before its first, or the log was emptied); nothing to draw")
     algorithm, configured = _run_title(run_dir)
     algorithm = algorithm if title is None else title
     kinds = runlog._Kinds(events)  # each event kind's mask computed once for every panel
     clients = configured or len(np.unique(events["client"][kinds("dispatch")]))
     horizon = run_end(run_dir, events)
-    if clients > max_clients:
+    if clients > max_clients or _too_dense_for_gantt(events, kinds, clients, max_time or horizon):
         return _shown_inline(_plot_aggregated(events, kinds, algorithm, clients, max_time, bins, horizon))
     return _shown_inline(_plot_gantt(events, algorithm, max_time, horizon, configured))
+
+
+GANTT_MAX_AGGREGATIONS = 300  # lines in view: more, about 3 pixels apart, greyed the whole chart
+GANTT_MAX_DISPATCHES_PER_CLIENT = 150  # bars a row in view: more are slivers of a few pixels
+
+
+def _too_dense_for_gantt(events: dict[str, np.ndarray], kinds, clients: int, end: float) -> bool:
+    """Whether the events up to ``end`` are more than a Gantt chart shows apart (see
+    :func:`timeline_figure`).
+
+    >>> events = {"time": np.arange(400.0)}
+    >>> kinds = lambda kind: np.ones(400, bool) if kind == "aggregate" else np.zeros(400, bool)
+    >>> _too_dense_for_gantt(events, kinds, 10, 1000.0), _too_dense_for_gantt(events, kinds, 10, 100.0)
+    (True, False)
+    """
+    in_view = events["time"] <= end
+    return int(np.count_nonzero(kinds("aggregate") & in_view)) > GANTT_MAX_AGGREGATIONS or \
+        int(np.count_nonzero(kinds("dispatch") & in_view)) > GANTT_MAX_DISPATCHES_PER_CLIENT * max(clients, 1)
 
 
 def _shown_inline(figure):
@@ -510,11 +544,21 @@ def _plot_gantt(events: dict[str, np.ndarray], algorithm: str, max_time: float |
     if len(crashes):
         axes.plot(stop[crashes], [rows[int(c)] for c in client[crashes]], linestyle="none", marker="x",
                   color="red", markersize=6, markeredgewidth=1.5, zorder=3)
+    # arrivals the algorithm dropped (work done and not aggregated): drawn as used work was, unmarked
+    dropping = (events["event"] == "drop") & (events["time"] <= end) & (events["client"] >= 0)
+    drops_at, drops_of = events["time"][dropping], events["client"][dropping]
+    if len(drops_at):
+        axes.plot(drops_at, [rows[int(c)] for c in drops_of], linestyle="none", marker="o", markerfacecolor="none",
+                  color="darkorange", markersize=6, markeredgewidth=1.5, zorder=3)
+    if end > horizon > 0:  # a max_time past the run's end: the white after it is no idle client
+        axes.axvline(horizon, color="grey", linestyle=":", linewidth=1)
+        axes.text(horizon, 1.0, " run's end", transform=axes.get_xaxis_transform(), fontsize=8, color="grey",
+                  va="bottom")
     for time in aggregations[aggregations <= end]:
         axes.axvline(time, color="black", linewidth=0.5, alpha=0.4)
     axes.set_yticks(range(len(clients)), [f"client {c}" for c in clients])
     axes.set_xlim(0, end)
-    in_flight = bool(np.any(~spans["arrived"] & ~crashed & shown))
+    in_flight = bool(np.any(~spans["arrived"] & ~crashed & shown & (stop > start)))  # a bar, not a dispatch at the end
     notes = ["white = idle", "lines = global aggregations"]
     if in_flight:
         notes.append("a bar to the run's end = still in flight")
@@ -531,6 +575,9 @@ def _plot_gantt(events: dict[str, np.ndarray], algorithm: str, max_time: float |
     if len(crashes):
         handles.append(Line2D([], [], linestyle="none", marker="x", color="red", markeredgewidth=1.5,
                               label="crashed (client stops)"))
+    if len(drops_at):
+        handles.append(Line2D([], [], linestyle="none", marker="o", markerfacecolor="none", color="darkorange",
+                              markeredgewidth=1.5, label="dropped (not aggregated)"))
     handles.append(Line2D([], [], color="black", linewidth=0.5, alpha=0.6, label="global aggregation"))
     axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
     axes.set_title(f"{algorithm}: client activity")

@@ -119,36 +119,49 @@ def partition_report(federation: FederatedData, title: str = "") -> PartitionRep
     return PartitionReport(federation.class_histogram(), title)
 
 
-def plot_class_heatmap(report: PartitionReport, path: str | os.PathLike, max_clients: int = 2000) -> str:
-    """Save a heatmap of class counts per client (rows: clients, columns: classes) as a PNG.
+def plot_class_heatmap(report: PartitionReport, path: str | os.PathLike, max_clients: int = 1000) -> str:
+    """Save a heatmap of class counts per client (rows: clients, columns: classes) as a PNG
+    (``path`` ends in ``.png``; written atomically, :func:`jaxfl.plot.save_figure`).
 
     With more than ``max_clients`` clients, an evenly spaced subset of rows is drawn (the title
-    says so). Returns the path.
+    says so; the axis keeps the clients' ids). The default draws every row on a pixel of its own at
+    the figure's largest height. The figure is 6.5 to 20 inches wide (many classes share the width).
+    Returns the path.
 
     Example:
         >>> plot_class_heatmap(partition_report(fd), "/tmp/split.png")  # doctest: +SKIP
         '/tmp/split.png'
     """
+    import textwrap
+
     # A bare Figure renders with Agg without touching pyplot's global backend (notebooks keep theirs).
     from matplotlib.figure import Figure
+
+    from jaxfl.plot import save_figure
+
+    path = os.fspath(path)
+    if not path.lower().endswith(".png"):  # matplotlib added .png to the file and the path returned lacked it
+        raise ValueError(f"path={path!r} is not allowed: the heatmap is a PNG; give a path ending in .png")
     hist = report.histogram
     rows = np.arange(len(hist))
     if len(hist) > max_clients:
         rows = np.unique(np.linspace(0, len(hist) - 1, max_clients).astype(np.int64))
     height = min(12.0, 2.0 + 0.25 * len(rows))
-    fig = Figure(figsize=(1.2 + 0.5 * hist.shape[1], height))
+    width = min(20.0, max(6.5, 1.2 + 0.5 * hist.shape[1]))  # 1,000 classes drew a 50,000-pixel-wide figure
+    fig = Figure(figsize=(width, height))
     ax = fig.subplots()
-    image = ax.imshow(hist[rows], aspect="auto", interpolation="nearest", cmap="viridis")
+    # the rows drawn at their clients' ids: a subset's rows were labelled with their places in it
+    extent = (-0.5, hist.shape[1] - 0.5, rows[-1] + 0.5, rows[0] - 0.5) if len(rows) else None
+    image = ax.imshow(hist[rows], aspect="auto", interpolation="nearest", cmap="viridis", extent=extent)
     fig.colorbar(image, ax=ax, label="samples")
     ax.set_xlabel("class")
     ax.set_ylabel("client")
     if len(rows) <= 40:
-        ax.set_yticks(range(len(rows)), [str(r) for r in rows])
+        ax.set_yticks(rows, [str(r) for r in rows])
     if hist.shape[1] <= 20:
         ax.set_xticks(range(hist.shape[1]))
     subset = f" ({len(rows)} of {len(hist)} clients shown)" if len(rows) < len(hist) else ""
-    ax.set_title((report.title or "class counts per client") + subset)
+    # wrapped to the figure's width: a Dirichlet split's title ran off both sides
+    ax.set_title(textwrap.fill((report.title or "class counts per client") + subset, width=int(width * 8)))
     fig.tight_layout()
-    path = os.fspath(path)
-    fig.savefig(path, dpi=100)
-    return path
+    return save_figure(fig, path, dpi=100)
