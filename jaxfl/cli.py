@@ -386,9 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         split.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_value_parser(name), default=None,
                            metavar=_metavar(name, FIELDS[name].type), help=text)
-    split.add_argument("--out", metavar="PATH", type=user_path, help="the heatmap's PNG (a path ending in .png), or a folder "
-                                                                       "for it (default: the run output folder, runs); "
-                                                                       "a missing folder is made")
+    split.add_argument("--out", metavar="PATH", type=user_path, help="the heatmap's file (ending in .png, or .pdf, .svg, "
+                                                                       "...), or a folder for its PNG (default: the run "
+                                                                       "output folder, runs); a missing folder is made")
     split.add_argument("--max-rows", type=_max_rows, default=40, metavar="N",
                        help="client rows printed, >= 1 (default: 40)")
     parser.commands = commands.choices  # each command's own parser: its usage for an unknown flag
@@ -524,7 +524,7 @@ def _sweep_parser(commands) -> None:
                             "float32 reassociation, not bit for bit")
     sweep.add_argument("--time-per-step", metavar="FILE", default=None,
                        help="each client's seconds per local step from a .npy, .csv or .txt file (one number "
-                            "per client), every cell's speeds instead of drawing them (as jaxfl run's flag); the "
+                            "per client, or a trace table with a time_per_step column), every cell's speeds instead of drawing them (as jaxfl run's flag); the "
                             "cells must have that many clients. A sweep folder holds the runs of one set of "
                             "speeds: continuing it needs the same numbers (float64; in any of these files)")
     fields = sweep.add_argument_group("config fields: a comma-separated list sweeps the field over its values")
@@ -825,11 +825,15 @@ def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     try:
         # The split does not depend on the algorithm; fedavg has no buffer to check against the clients.
         config = config_from_mapping({**values, "algorithm": "fedavg"})
-        # --out split.png is the figure's file, as jaxfl timeline's --out is (it made a folder split.png)
-        file_given = args.out is not None and args.out.lower().endswith(".png")
+        from jaxfl.data.report import figure_formats
+
+        # --out split.png (or .pdf, .svg) is the figure's file, as jaxfl timeline's --out is (it made a
+        # folder split.png)
+        file_given = args.out is not None and \
+            os.path.splitext(args.out)[1].lower().lstrip(".") in figure_formats()
         if file_given and os.path.isdir(args.out):
-            raise ConfigError(f"--out={args.out!r} is not allowed: it is a folder named like a PNG; give the PNG "
-                              "file's path, or another folder")
+            raise ConfigError(f"--out={args.out!r} is not allowed: it is a folder named like a figure's file; give "
+                              "the file's path, or another folder")
         check_folder("--out" if args.out else "output_dir",
                      (os.path.dirname(args.out) or ".") if file_given else args.out or config.output_dir,
                      given=args.out if file_given else None)
@@ -1713,7 +1717,8 @@ def _main(argv: list[str] | None) -> int:
                 f"{_significant(summary['time_to_target'])} virtual s"
             target = "no target" if config.target_accuracy is None else \
                 f"target {percent(config.target_accuracy)} {reached}"
-            best = "none (no evaluation)" if summary["best_accuracy"] is None else f"{summary['best_accuracy']:.4f}"
+            best = "none (no evaluation of a model that had not diverged)" if summary["best_accuracy"] is None \
+                else f"{summary['best_accuracy']:.4f}"
             # a numerical error's whole message is said once (above, or by the run that was reused)
             stop = summary["stop_reason"]
             if stop.startswith("numerical error"):
@@ -1744,8 +1749,9 @@ def _main(argv: list[str] | None) -> int:
         print("timing-only runs evaluate no model: no comparison.csv or accuracy plot; their schedules side by "
               "side, mean ± std over seeds: jaxfl sweep --timing-only ... then jaxfl report SWEEP_DIR")
     if stopped:  # as one run that a numerical error stopped: status 1
-        print(f"jaxfl: {', '.join(stopped)} stopped early (a numerical error: the stop_reason of its summary.json); "
-              f"the comparison lists {'them' if len(stopped) > 1 else 'it'}", file=sys.stderr)
+        listed = "" if configs[0].timing_only else f"; the comparison lists {'them' if len(stopped) > 1 else 'it'}"
+        print(f"jaxfl: {', '.join(stopped)} stopped early (the stop_reason of its summary.json says why){listed}",
+              file=sys.stderr)
         return 1
     return 0
 

@@ -23,7 +23,7 @@ import tempfile
 import typing
 
 from jaxfl.plot import percent
-from jaxfl.runlog import write_csv
+from jaxfl.runlog import diverged, write_csv
 
 COLUMNS = ("algorithm", "time_to_target", "best_accuracy", "final_accuracy", "global_updates",
            "client_steps_executed", "wall_time_s", "stop_reason")  # from each run's summary.json
@@ -40,16 +40,6 @@ class StoppedRun(typing.NamedTuple):
     run_dir: str
     summary: dict
     error: Exception
-
-
-def diverged(summary: dict) -> bool:
-    """Whether a run stopped on a non-finite model or its updates (a numerical error, or on_nonfinite
-    'skip' dropping every update).
-
-    >>> diverged({"stop_reason": "numerical error: client 3 returned ..."}), diverged({"stop_reason": "update budget"})
-    (True, False)
-    """
-    return str(summary.get("stop_reason") or "").startswith(("numerical error", "diverged"))
 
 
 def run_or_stopped(run, config):

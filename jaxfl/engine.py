@@ -695,8 +695,10 @@ class Engine:
 
     def on_aggregate(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> bool:
         self._train_needed(records)
-        self.stats.aggregated_steps += sum(record.steps for record in records)
+        # the weights first: where they overflow (NumericalError) the aggregation is undone, and nothing
+        # of the engine's may have counted it yet
         aggregation = self._weigh(aggregation, records)
+        self.stats.aggregated_steps += sum(record.steps for record in records)
         replaced, before = None, self.params
         for hook in self.hooks:
             replaced = hook.apply(self, aggregation, records)

@@ -156,6 +156,10 @@ jaxfl run --resume runs/fedbuff-1 (resume_experiment) goes on from there
         if self.checkpoint is None and not self.keeps_checkpoints:
             return (f"{self.run_dir} holds the logs until it stopped; this run keeps no checkpoints "
                     f"(checkpoint_every=None, final_checkpoint=False): nothing to resume from; start the run again")
+        if self.checkpoint is None and self.follower:  # process 0 may have finished one as it stopped
+            return (f"{self.run_dir} holds the logs until it stopped and no checkpoint this process saw finished; "
+                    f"process 0 names the one it may have finished as it stopped (jaxfl run --resume "
+                    f"{shlex.quote(self.run_dir)} goes on from it), else start the run again")
         if self.checkpoint is None:
             return (f"{self.run_dir} holds the logs until it stopped but no checkpoint yet (checkpoint_every, "
                     f"checkpoint_min_interval_s): nothing to resume from; start the run again")
@@ -257,8 +261,8 @@ def evaluation_batch_size(predict, params, input_shape: tuple[int, ...], cpu_lay
 def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVAL_BATCH, preprocess=scale_uint8,
                    loss=None, metrics=None, num_classes: int | None = None,
                    batches_per_call: int = EVAL_BATCHES_PER_CALL):
-    """``evaluate(params) -> {"accuracy", "balanced_accuracy", "loss", "class_accuracy", ...}`` on a
-    held-out set, in fixed-size batches.
+    """``evaluate(params) -> {"accuracy", "balanced_accuracy", "loss", "class_accuracy",
+    "nonfinite_outputs", ...}`` on a held-out set, in fixed-size batches.
 
     ``apply_fn(params, x) -> logits`` in evaluation mode (e.g. ``ModelAdapter.predict``). ``loss``
     (per-example ``loss(logits, labels) -> (B,)``; default softmax cross-entropy) gives the ``loss``
@@ -266,7 +270,8 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
     ``class_accuracy`` is each class's recall (the share of its held-out samples predicted as it;
     NaN for a class with none), counted on the device per batch, one entry per class (``num_classes``,
     default the logits' width); ``balanced_accuracy`` is their mean over the classes present
-    (as ``sklearn.metrics.balanced_accuracy_score``).
+    (as ``sklearn.metrics.balanced_accuracy_score``); ``nonfinite_outputs`` the share of held-out
+    samples whose logits are not all finite (a diverged model's are NaN/Inf for nearly all).
 
     >>> import flax.linen as nn
     >>> model = nn.Dense(2)
@@ -327,8 +332,9 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
         # summed in float32 at least: a bfloat16 model's per-example values summed in bfloat16 kept 3 digits
         extra = {} if metrics is None else {name: jnp.sum(jnp.where(mb, _at_least_float32(values), 0.0))
                                             for name, values in metrics(logits, yb).items()}
+        nonfinite = jnp.sum(~jnp.all(jnp.isfinite(logits), axis=-1) & mb)
         return (jnp.sum(correct), jnp.sum(jnp.where(mb, _at_least_float32(losses), 0.0)), class_hits, class_counts,
-                extra)
+                extra, nonfinite)
 
     @jax.jit
     def mapped_stats(params, xs, ys, mb, first):  # batches first .. first + per_call - 1, stacked
@@ -351,8 +357,9 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
         loss = sum(float(t[1]) for t in totals)
         recall = class_recall(sum(t[2] for t in totals), sum(t[3] for t in totals))
         extra = {name: sum(float(t[4][name]) for t in totals) / count for name in totals[0][4]}
+        nonfinite = sum(int(t[5]) for t in totals)
         return {"accuracy": correct / count, "balanced_accuracy": balanced_accuracy(recall), "loss": loss / count,
-                "class_accuracy": recall, **extra}
+                "class_accuracy": recall, "nonfinite_outputs": nonfinite / count, **extra}
 
     evaluate.dispatches = len(starts) + (tail is not None)
     return evaluate
@@ -653,6 +660,7 @@ class _Recorder:
         # the run's wall clock: a resumed run's rows go on from its checkpoint's time, as its events do
         self.wall_clock = lambda: time.perf_counter() - wall_start
         self.rows: list[dict] = []
+        self.unscored: list[int] = []  # the rows of a diverged model's evaluations (_diverged_evaluation)
         self.time_to_target: float | None = None
         self.stats = None  # the engine's EngineStats, set once the engine exists
         self._previous_params = params  # the model in force between versions
@@ -687,12 +695,12 @@ class _Recorder:
         return _decided_on_process_zero(stop)
 
     def _reaches_target(self, stats: dict) -> bool:
-        """The first time the accuracy reaches the target (never where the run has no target). A model
-        whose held-out loss is NaN/Inf has diverged: its argmax accuracy (the share of one class, where
-        every logit is NaN) reaches no target."""
+        """The first time the accuracy reaches the target (never where the run has no target). A
+        diverged model's evaluation (:func:`_diverged_evaluation`) reaches none: where every logit is
+        NaN the argmax scores one class's share."""
         target = self.config.target_accuracy
         return self.time_to_target is None and target is not None and stats["accuracy"] >= target \
-            and _finite_loss(stats)
+            and not _diverged_evaluation(stats)
 
     @property
     def _next_grid(self) -> float:
@@ -724,10 +732,11 @@ class _Recorder:
                 "grid_index": None if self._legacy_grid is not None else self._grid_index,
                 "first_update_wall": self.first_update_wall, "version_time": self._version_time,
                 "previous_params": jax.device_get(self._previous_params), "previous_steps": self._previous_steps,
-                "previous_updates": self._previous_updates}
+                "previous_updates": self._previous_updates, "unscored": list(self.unscored)}
 
     def load_state_dict(self, state: dict) -> None:
         self.rows = list(state["rows"])
+        self.unscored = list(state.get("unscored", ()))  # a checkpoint from before it was kept: none known
         self.time_to_target = state["time_to_target"]
         # a checkpoint from before the grid's count goes on adding intervals to its point, as it began
         self._grid_index = state.get("grid_index")
@@ -752,6 +761,8 @@ class _Recorder:
                "wall_time": round(self.wall_clock(), 3),
                **{name: stats[name] for name in self.extra_metrics}}
         self.rows.append(row)
+        if _diverged_evaluation(stats):  # no result: left out of the best accuracy
+            self.unscored.append(len(self.rows) - 1)
         self.writer.writerow(row)
         if self.class_writer is not None:  # NaN (a class without held-out samples) as an empty cell
             self.class_writer.writerow([virtual_time, version] + ["" if math.isnan(value) else repr(float(value))
@@ -881,14 +892,19 @@ class _Recorder:
         simulation.stop("target reached")  # as a backend's stop: checked before the next event
 
 
-def _finite_loss(stats: dict) -> bool:
-    """Whether an evaluation's held-out loss is finite (a row without one counts as finite).
+DIVERGED_OUTPUTS = 0.5  # the share of held-out samples with NaN/Inf logits above which a model has diverged
 
-    >>> _finite_loss({"loss": 0.3}), _finite_loss({"loss": float("nan")}), _finite_loss({})
-    (True, False, True)
+
+def _diverged_evaluation(stats: dict) -> bool:
+    """Whether an evaluation is of a diverged model: NaN/Inf logits on more than
+    :data:`DIVERGED_OUTPUTS` of the held-out samples (a model whose weights are NaN, or so large that
+    its outputs overflow, gives them for nearly every sample; a healthy model's loss can be Inf on
+    one glitched sample of the user's held-out data, and that evaluation counts).
+
+    >>> _diverged_evaluation({"nonfinite_outputs": 1.0}), _diverged_evaluation({"nonfinite_outputs": 0.001})
+    (True, False)
     """
-    loss = stats.get("loss")
-    return loss is None or math.isfinite(loss)
+    return stats.get("nonfinite_outputs", 0.0) > DIVERGED_OUTPUTS
 
 
 def _decided_on_process_zero(stop: str | None) -> str | None:
@@ -1856,19 +1872,20 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
             recorder.record_final(simulation.version, engine.params)
         if recorder.grid_stop is not None and error is None:  # the run stops as at a numerical error
             error, reason = RunStopped(recorder.grid_stop), f"evaluation grid: {recorder.grid_stop}"
-        if error is None and not engine.params_finite():
+        # a run that on_nonfinite='skip' stopped as diverged says so already
+        if error is None and not reason.startswith("diverged") and not engine.params_finite():
             # its last aggregation made the model NaN/Inf and no client trained from it since (which
             # stops a run): the run ended on its budget with a diverged model, said as a run that stopped on it is
-            error = engine.nonfinite_model_error(f"found at the end of the run, stopped by its {reason}")
+            error = engine.nonfinite_model_error(f"found at the end of the run, which stopped on: {reason}")
             reason = f"numerical error: {error}"
-        elif error is None and recorder.rows and recorder.rows[-1]["version"] == simulation.version \
-                and not _finite_loss(recorder.rows[-1]):
+        elif error is None and not reason.startswith("diverged") and recorder.rows \
+                and recorder.rows[-1]["version"] == simulation.version and len(recorder.rows) - 1 in recorder.unscored:
             # finite parameters so large that the model's outputs overflow: as diverged
             error = NumericalError(
-                f"the global model (version {simulation.version}) gives a held-out loss of "
-                f"{recorder.rows[-1]['loss']} at the end of the run (stopped by its {reason}): its parameters are "
-                "so large that its outputs overflow, as a diverging run's are; lower the learning rates (a server "
-                "step or client updates too large)")
+                f"the global model (version {simulation.version}) gives NaN/Inf outputs for most held-out samples "
+                f"at the end of the run, which stopped on: {reason}; its parameters are so large that its outputs "
+                "overflow, as a diverging run's are: lower the learning rates (a server step or client updates "
+                "too large)")
             reason = f"numerical error: {error}"
         if error is None and config.final_checkpoint:
             checkpoints.save(simulation)  # the final state: the run's model and a resumable point
@@ -1881,8 +1898,9 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     _write_tables(run_dir, engine.tables)
     _warn_of_an_unused_server_optimizer(config, algorithm, engine.stats.server_steps, simulation.version)
     accuracies = [row["accuracy"] for row in recorder.rows]
-    # a diverged model's evaluations (NaN/Inf loss) are no result: its argmax scores one class's share
-    scored = [row["accuracy"] for row in recorder.rows if _finite_loss(row)]
+    # a diverged model's evaluations (NaN/Inf outputs) are no result: its argmax scores one class's share
+    unscored = set(recorder.unscored)
+    scored = [row["accuracy"] for index, row in enumerate(recorder.rows) if index not in unscored]
     summary = {
         **_schedule_summary(config, algorithm, simulation, end_time, reason),
         "final_accuracy": accuracies[-1] if accuracies else None,

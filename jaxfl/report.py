@@ -79,6 +79,7 @@ import numpy as np
 
 from jaxfl.config import ALGORITHM_FIELDS, user_path
 from jaxfl.plot import percent, save_figure
+from jaxfl.runlog import diverged as _diverged
 from jaxfl.runlog import read_events, read_json, run_last_tenth_accuracy, write_csv
 from jaxfl.sweep import SUMMARY_COLUMNS, _read_definition
 
@@ -654,19 +655,6 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           **{f"{column}_by_seed": _by_seed(runs, seeds, reference_value[column], column, _difference)
                              if len(seeds) > 1 else None for column in SEED_BY_SEED_ACCURACIES}})
     return lines
-
-
-DIVERGED_REASONS = ("numerical error", "diverged")  # stop reasons of a run whose model became NaN or Inf
-
-
-def _diverged(run: dict) -> bool:
-    """Whether a results row's run stopped on a non-finite model (a numerical error, or every update
-    non-finite under ``on_nonfinite="skip"``).
-
-    >>> _diverged({"stop_reason": "numerical error: the global model ..."}), _diverged({"stop_reason": "time budget"})
-    (True, False)
-    """
-    return str(run.get("stop_reason") or "").startswith(DIVERGED_REASONS)
 
 
 def _paired_ratio(runs: list[dict], reference_runs: list[dict], unpaired: float) -> float | None:

@@ -116,6 +116,19 @@ def arrow_schema(fields=EVENT_LOG_FIELDS):
     return pa.schema([pa.field(name, _arrow_type(pa, name)) for name in fields])
 
 
+DIVERGED_REASONS = ("numerical error", "diverged")  # stop reasons of a run whose model became NaN or Inf
+
+
+def diverged(summary: dict) -> bool:
+    """Whether a run (its summary, or a results row) stopped on a non-finite model or its updates (a
+    numerical error, or every update non-finite under ``on_nonfinite="skip"``).
+
+    >>> diverged({"stop_reason": "numerical error: the global model ..."}), diverged({"stop_reason": "time budget"})
+    (True, False)
+    """
+    return str(summary.get("stop_reason") or "").startswith(DIVERGED_REASONS)
+
+
 def event_log_format(run_dir: str) -> str | None:
     """Which event log ``run_dir`` holds: ``"parquet"``, ``"csv"`` or None (none yet).
 

@@ -1124,8 +1124,9 @@ def _finished_line(cell: Cell, summary: dict, state: str) -> str:
         result = (f"timing only: {summary.get('global_updates')} updates in {_significant(summary.get('virtual_time') or 0)} "
                   f"virtual s, mean staleness {'n/a' if staleness is None else f'{staleness:.2f}'}")
     else:
-        reached = summary.get("time_to_target")
-        result = (f"best accuracy {summary.get('best_accuracy') or 0:.4f}, "
+        reached, best = summary.get("time_to_target"), summary.get("best_accuracy")
+        # none: no evaluation, or only a diverged model's (printed as 0.0000)
+        result = (f"best accuracy {'none' if best is None else f'{best:.4f}'}, "
                   f"{'target not reached' if reached is None else f'target at {_significant(reached)} virtual s'}")
     return (f"cell {cell.index} ({cell.label()}): {result}, "
             f"stop: {summary['stop_reason']}" + ("" if state == "new" else f" [{state.replace('resumable', 'resumed')}]"))

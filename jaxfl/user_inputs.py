@@ -392,6 +392,34 @@ def _column_key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
+def _trace_table(lines: list[tuple[int, str]], is_number) -> tuple[list[str], list] | None:
+    """``(header, rows)`` of a trace table, a CSV (or tab-separated) file whose first line names a
+    column :data:`_TIME_COLUMNS`, its fields split as a CSV reader splits them (quotes, names and
+    values with spaces, empty fields kept); None for anything else.
+
+    >>> number = lambda text: text.replace(".", "", 1).isdigit()
+    >>> _trace_table([(1, 'client id,"seconds per step",os'), (2, '3,0.2,Pixel 7')], number)
+    (['client id', 'seconds per step', 'os'], [(2, ['3', '0.2', 'Pixel 7'])])
+    """
+    import csv
+
+    first = lines[0][1].strip()
+    delimiter = "," if "," in first else "\t" if "\t" in first else None
+
+    def split(line: str) -> list[str]:
+        if delimiter is None or delimiter == ",":
+            line = line.strip()
+        if delimiter is None:
+            return line.split()
+        return [field.strip() for field in next(csv.reader([line], delimiter=delimiter, skipinitialspace=True))]
+
+    header = split(first)
+    if len(header) < 2 or any(is_number(name) for name in header) or \
+            not any(_column_key(name) in _TIME_COLUMNS for name in header):
+        return None
+    return header, [(number, split(line)) for number, line in lines[1:]]
+
+
 def _times_from_table(path: str, header: list[str], rows: list, is_number) -> np.ndarray:
     """A trace table's seconds per step: the column headed time_per_step (or seconds_per_step), in
     the order of a client id column (client, client_id, client_index or id: distinct integers, the
@@ -419,25 +447,38 @@ def _times_from_table(path: str, header: list[str], rows: list, is_number) -> np
                 raise ValueError(f"time_per_step file {path!r} line {number}, column {header[at]!r}: {shown} is not "
                                  "a number")
     times = np.array([float(row[time_at]) for _, row in rows])
+    notes = []
     if ids_at:
         (id_at,) = ids_at
-        ids = [float(row[id_at]) for _, row in rows]
-        for (number, row), value in zip(rows, ids):
-            if not value.is_integer():
-                raise ValueError(f"time_per_step file {path!r} line {number}, column {header[id_at]!r}: "
-                                 f"{row[id_at]!r} is not an integer client id")
-        seen: dict[float, int] = {}
+        ids = []
+        for number, row in rows:
+            try:  # as an integer, exactly: ids past 2^53 were compared as floats, and two of them as one
+                ids.append(int(row[id_at]))
+            except ValueError:
+                value = float(row[id_at])
+                if not value.is_integer():
+                    raise ValueError(f"time_per_step file {path!r} line {number}, column {header[id_at]!r}: "
+                                     f"{row[id_at]!r} is not an integer client id") from None
+                ids.append(int(value))
+        seen: dict[int, int] = {}
         for (number, _), value in zip(rows, ids):
             if value in seen:
-                raise ValueError(f"time_per_step file {path!r}: client id {int(value)} is on lines {seen[value]} "
+                raise ValueError(f"time_per_step file {path!r}: client id {value} is on lines {seen[value]} "
                                  f"and {number} (column {header[id_at]!r}): each client needs one row")
             seen[value] = number
-        times = times[np.argsort(np.array(ids), kind="stable")]
+        order = sorted(range(len(ids)), key=ids.__getitem__)
+        times = times[order]
+        ordered = [ids[i] for i in order]
+        if ordered != list(range(ordered[0], ordered[0] + len(ordered))):  # gaps: renumbered, and said so
+            shown = ", ".join(f"id {value} is client {client}" for client, value in enumerate(ordered[:3]))
+            notes.append(f"its client ids are not consecutive: clients are numbered in id order ({shown}, ...)")
     unread = [name for i, name in enumerate(header) if i != time_at and i not in ids_at]
     if unread:
+        notes.insert(0, f"not read: {', '.join(repr(name) for name in unread)}")
+    if notes:
         warnings.warn(f"time_per_step file {path!r}: read column {header[time_at]!r}"
                       + (f" in the order of {header[ids_at[0]]!r}" if ids_at else "")
-                      + f"; not read: {', '.join(repr(name) for name in unread)}", UserWarning, stacklevel=3)
+                      + "; " + "; ".join(notes), UserWarning, stacklevel=3)
     return times
 
 
@@ -448,7 +489,9 @@ def _time_per_step_from_text(path: str) -> np.ndarray:
     # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") would make the first number look like a
     # header and silently drop the first client
     with open(path, encoding="utf-8-sig") as handle:
-        lines = [(number, line.strip()) for number, line in enumerate(handle, 1) if line.strip()]
+        # a table's lines keep their trailing tabs (a tab-separated row's empty last fields)
+        raw = [(number, line.rstrip("\r\n").lstrip(" ")) for number, line in enumerate(handle, 1) if line.strip()]
+    lines = [(number, line.strip()) for number, line in raw]
     if not lines:
         raise ValueError(f"time_per_step file {path!r} is empty: expected {_ALLOWED_TEXT}")
 
@@ -464,6 +507,9 @@ def _time_per_step_from_text(path: str) -> np.ndarray:
             return False
         return True
 
+    table = _trace_table(raw, is_number)
+    if table is not None:
+        return _times_from_table(path, *table, is_number)
     rows = [(number, fields(line)) for number, line in lines]
     header = None
     # a header names columns and holds no number; a first line like "phone-a 0.12" is a table's row
@@ -472,8 +518,6 @@ def _time_per_step_from_text(path: str) -> np.ndarray:
         if not rows:
             raise ValueError(f"time_per_step file {path!r} holds a header line and no numbers: "
                              f"expected {_ALLOWED_TEXT}")
-    if header is not None and len(header) > 1 and any(_column_key(name) in _TIME_COLUMNS for name in header):
-        return _times_from_table(path, header, rows, is_number)
     # the shape first: a table with a column of device names is a table, not a bad number
     widths = sorted({len(row) for _, row in rows})
     if len(rows) > 1 and widths != [1]:

@@ -39,6 +39,8 @@ def test_port_s_cosine_weights_that_overflow_stop_the_run_with_its_summary(tmp_p
     assert counts["aggregated"] + counts["arrived_unaggregated"] + counts["in_flight"] + counts["dropped"] == \
         counts["dispatched"]
     assert counts["arrived_unaggregated"] > 0
+    # and the engine counted none of its steps (it counted them before weighing: 15 steps for 10 aggregated)
+    assert summary["client_steps_aggregated"] == 5 * counts["aggregated"]
 
 
 def test_a_model_that_diverges_in_its_last_aggregation_ends_as_a_numerical_error(tmp_path, capsys):
@@ -50,8 +52,9 @@ def test_a_model_that_diverges_in_its_last_aggregation_ends_as_a_numerical_error
               "--output-dir", str(tmp_path)])
     assert stopped.value.code == 1
     summary = only_summary(tmp_path)
-    assert summary["stop_reason"].startswith("numerical error: the global model (version 1) gives a held-out "
-                                             "loss of nan at the end of the run (stopped by its update budget)")
+    assert summary["stop_reason"].startswith("numerical error: the global model (version 1) gives NaN/Inf outputs "
+                                             "for most held-out samples at the end of the run, which stopped on: "
+                                             "update budget")
     (metrics,) = glob.glob(os.path.join(tmp_path, "*", "metrics.csv"))
     with open(metrics) as handle:
         first, last = [row.split(",") for row in handle.read().splitlines()[1:]]
@@ -76,6 +79,38 @@ def test_a_diverged_model_s_evaluation_reaches_no_target_and_is_not_the_best(tmp
     assert summary["best_accuracy"] == float(rows[0].split(",")[2])  # the finite evaluation, not the NaN one
 
 
+def test_a_healthy_model_with_one_glitched_held_out_sample_is_no_diverged_run(tmp_path):
+    """One held-out sample of 3e38 makes a healthy model's held-out loss Inf: that read as diverged (every
+    evaluation left out of the best accuracy, the run ended as a numerical error blaming the learning
+    rate), where the outputs of all the other samples are finite."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 8)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    test_x = x[:100].copy()
+    test_x[0, :] = 3e38
+    config = jaxfl.RunConfig(algorithm="fedavg", model="logreg", clients=4, local_steps=5, max_updates=3,
+                             client_optimizer="sgd", client_lr=0.1, progress=False, target_accuracy=0.7,
+                             output_dir=str(tmp_path))
+    result = jaxfl.run_experiment(config, data={"train_x": x, "train_y": y, "test_x": test_x,
+                                                 "test_y": y[:100]})
+    assert not np.isfinite(result.metrics[-1]["loss"])
+    assert result.summary["stop_reason"] in ("update budget", "target reached")
+    assert result.summary["best_accuracy"] == max(row["accuracy"] for row in result.metrics) > 0.7
+
+
+def test_skip_s_diverged_stop_stays_what_it_was(tmp_path):
+    """Under on_nonfinite='skip' a run whose every update is non-finite stops as "diverged: ..." (exit 0,
+    as documented); the end-of-run check made it "numerical error: ... (stopped by its diverged: ...)"."""
+    # FedASMU's one aggregation makes a model that every client then trains to NaN
+    config = jaxfl.RunConfig(algorithm="fedasmu", dataset="mnist10k", model="mlp", clients=4, local_steps=5,
+                             max_updates=10, client_optimizer="sgd", client_lr=1e3, on_nonfinite="skip",
+                             progress=False, output_dir=str(tmp_path))
+    result = jaxfl.run_experiment(config)
+    assert result.summary["stop_reason"].startswith("diverged: the last 100 updates were all non-finite")
+
+
 def test_a_comparison_goes_on_after_an_algorithm_that_diverges_and_lists_it(tmp_path, capsys):
     """`jaxfl run --algorithm fedavg,fedbuff` stopped at the first run a numerical error ended: the
     others never ran and no table was written (each rerun got one algorithm further)."""
@@ -84,7 +119,8 @@ def test_a_comparison_goes_on_after_an_algorithm_that_diverges_and_lists_it(tmp_
     assert main(command) == 1
     captured = capsys.readouterr()
     assert captured.err.count("jaxfl: run stopped: ") == 2
-    assert "jaxfl: fedavg, fedbuff stopped early (a numerical error" in captured.err
+    assert "jaxfl: fedavg, fedbuff stopped early (the stop_reason of its summary.json says why); the comparison " \
+           "lists them" in captured.err
     with open(tmp_path / "comparison.csv", newline="") as handle:
         table = list(csv.DictReader(handle))
     assert [row["algorithm"] for row in table] == ["fedavg", "fedbuff"]

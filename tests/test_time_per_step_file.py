@@ -201,7 +201,7 @@ def read_with_notes(path, text: str):
     "client_id,seconds_per_step\n0,0.12\n1,0.25\n2,0.31\n3,0.47\n",   # in id order
     "client_id,seconds_per_step\n3,0.47\n1,0.25\n0,0.12\n2,0.31\n",   # shuffled: ordered by id
     "Client-ID\tTime_Per_Step\n4\t0.47\n2\t0.25\n1\t0.12\n3\t0.31\n",  # 1-based ids, other spellings
-    "time-per-step,id\n0.12,10\n0.31,30\n0.25,20\n0.47,40\n",         # the id column after the times
+    "time-per-step,id\n0.12,1\n0.31,3\n0.25,2\n0.47,4\n",             # the id column after the times
     "seconds_per_step\t\n0.12\n0.25\n0.31\n0.47\n",                  # a header with a trailing separator
 ])
 def test_a_trace_table_is_read_by_its_column_names_in_client_id_order(tmp_path, text):
@@ -229,7 +229,8 @@ def test_a_trace_table_without_ids_is_read_in_file_order_naming_the_columns_not_
     ("client_id,seconds_per_step\n0.5,0.12\n1,0.25\n", "line 2, column 'client_id': '0.5' is not an integer client id"),
     ("client_id,seconds_per_step\nc0,0.12\n", "line 2, column 'client_id': 'c0' is not a number"),
     ("client_id,seconds_per_step,os\n0,,ios\n", "line 2, column 'seconds_per_step': an empty field is not a number"),
-    ("client_id,seconds_per_step\n0,\n", "line 2: 1 field under a header of 2 columns"),
+    ("client_id,seconds_per_step\n0,\n", "line 2, column 'seconds_per_step': an empty field is not a number"),
+    ("client_id,seconds_per_step,os\n0,0.1\n", "line 2: 2 fields under a header of 3 columns"),
     ("client_id,seconds_per_step,x\n0,0.1\n", "line 2: 2 fields under a header of 3 columns (client_id, "
                                               "seconds_per_step, x)"),
     ("id,client,seconds_per_step\n0,0,0.1\n", "has 2 columns of client ids ('id', 'client'): keep one"),
@@ -243,6 +244,34 @@ def test_a_trace_table_that_cannot_be_read_is_refused_in_one_line(tmp_path, text
         load_time_per_step(str(path))
     message = str(refused.value)
     assert "\n" not in message and repr(str(path)) in message and said in message
+
+
+@pytest.mark.parametrize("text", [
+    # names and values with spaces, quoted fields, an empty last column: a CSV reader's fields (the
+    # header was split at spaces too: "bandwidth kbps" made one column two, and the table was refused)
+    'client id,seconds per step,device\n1,0.25,Pixel 7\n0,0.12,"Galaxy, S21"\n3,0.47,\n2,0.31,iPhone 13\n',
+    '"client_id","time_per_step","bandwidth kbps"\n"0","0.12","900"\n"1","0.25","120"\n"2","0.31",""\n"3","0.47","50"\n',
+    "Client ID\tSeconds per step\tOS\n0\t0.12\tAndroid 14\n1\t0.25\tiOS\n2\t0.31\t\n3\t0.47\tiOS\n",
+])
+def test_a_trace_table_is_split_as_a_csv_reader_splits_it(tmp_path, text):
+    times, notes = read_with_notes(tmp_path / "trace.csv", text)
+    np.testing.assert_array_equal(times, TIMES)
+    assert len(notes) == 1 and "not read: " in notes[0] and "not consecutive" not in notes[0]
+
+
+def test_client_ids_with_gaps_are_numbered_in_order_with_a_note_and_large_ids_compared_exactly(tmp_path):
+    """Ids 0, 10, 20, 30 became clients 0-3 without a word; ids past 2^53 were compared as floats, and
+    two of them refused as one id given twice."""
+    times, notes = read_with_notes(tmp_path / "trace.csv", "client_id,seconds_per_step\n20,0.31\n0,0.12\n30,0.47\n"
+                                                           "10,0.25\n")
+    np.testing.assert_array_equal(times, TIMES)
+    assert notes == [f"time_per_step file {str(tmp_path / 'trace.csv')!r}: read column 'seconds_per_step' in the "
+                     "order of 'client_id'; its client ids are not consecutive: clients are numbered in id order "
+                     "(id 0 is client 0, id 10 is client 1, id 20 is client 2, ...)"]
+    times, notes = read_with_notes(tmp_path / "trace.csv", "id,time_per_step\n9007199254740993,0.25\n"
+                                                           "9007199254740992,0.12\n")
+    np.testing.assert_array_equal(times, [0.12, 0.25])
+    assert notes == []
 
 
 def test_the_cli_says_which_columns_it_did_not_read_as_a_note(tmp_path):

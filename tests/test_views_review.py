@@ -82,9 +82,11 @@ def test_the_heatmap_keeps_the_clients_ids_on_a_subset_of_rows_and_a_bounded_wid
     wide = plot_class_heatmap(PartitionReport(rng.integers(0, 5, size=(20, 1000))), tmp_path / "wide.png")
     with Image.open(wide) as image:
         assert image.size[0] <= 2000
-    with pytest.raises(ValueError, match=r"path='.*heatmap' is not allowed: the heatmap is a PNG"):
-        plot_class_heatmap(report, tmp_path / "heatmap")
-    assert sorted(os.listdir(tmp_path)) == ["many.png", "wide.png"]
+    with pytest.raises(ValueError, match=r"path='.*heatmap' is not allowed: a file name ending in one of .*\.pdf"):
+        plot_class_heatmap(report, tmp_path / "heatmap")  # matplotlib wrote heatmap.png, and "heatmap" came back
+    assert plot_class_heatmap(report, tmp_path / "many.pdf").endswith("many.pdf")  # other formats as before
+    assert (tmp_path / "many.pdf").read_bytes().startswith(b"%PDF")
+    assert sorted(os.listdir(tmp_path)) == ["many.pdf", "many.png", "wide.png"]
 
 
 def test_the_heatmap_s_axis_spans_every_client_id(tmp_path, monkeypatch):
@@ -114,3 +116,5 @@ def test_partition_s_out_takes_the_heatmap_s_png_path_as_timeline_s_does(tmp_pat
     assert f"class heatmap: {tmp_path / 'figs' / 'split.png'}" in capsys.readouterr().out
     assert main(["partition", "--clients", "4", "--out", str(tmp_path / "folder"), "--max-rows", "1"]) == 0
     assert [name.endswith(".png") for name in os.listdir(tmp_path / "folder")] == [True]
+    assert main(["partition", "--clients", "4", "--out", str(tmp_path / "figs" / "split.svg"), "--max-rows", "1"]) == 0
+    assert (tmp_path / "figs" / "split.svg").is_file()

@@ -120,8 +120,9 @@ def partition_report(federation: FederatedData, title: str = "") -> PartitionRep
 
 
 def plot_class_heatmap(report: PartitionReport, path: str | os.PathLike, max_clients: int = 1000) -> str:
-    """Save a heatmap of class counts per client (rows: clients, columns: classes) as a PNG
-    (``path`` ends in ``.png``; written atomically, :func:`jaxfl.plot.save_figure`).
+    """Save a heatmap of class counts per client (rows: clients, columns: classes) to ``path``,
+    written atomically in the format its suffix names: ``.png`` (:func:`jaxfl.plot.save_figure`), or
+    another that matplotlib writes (``.pdf``, ``.svg``, ...: :func:`figure_formats`).
 
     With more than ``max_clients`` clients, an evenly spaced subset of rows is drawn (the title
     says so; the axis keeps the clients' ids). The default draws every row on a pixel of its own at
@@ -140,8 +141,10 @@ def plot_class_heatmap(report: PartitionReport, path: str | os.PathLike, max_cli
     from jaxfl.plot import save_figure
 
     path = os.fspath(path)
-    if not path.lower().endswith(".png"):  # matplotlib added .png to the file and the path returned lacked it
-        raise ValueError(f"path={path!r} is not allowed: the heatmap is a PNG; give a path ending in .png")
+    suffix = os.path.splitext(path)[1].lower().lstrip(".")
+    if suffix not in figure_formats():  # none: matplotlib added .png to the file, and the path returned lacked it
+        raise ValueError(f"path={path!r} is not allowed: a file name ending in one of "
+                         f"{', '.join('.' + name for name in figure_formats())} (the figure's format)")
     hist = report.histogram
     rows = np.arange(len(hist))
     if len(hist) > max_clients:
@@ -164,4 +167,22 @@ def plot_class_heatmap(report: PartitionReport, path: str | os.PathLike, max_cli
     # wrapped to the figure's width: a Dirichlet split's title ran off both sides
     ax.set_title(textwrap.fill((report.title or "class counts per client") + subset, width=int(width * 8)))
     fig.tight_layout()
-    return save_figure(fig, path, dpi=100)
+    if suffix == "png":
+        return save_figure(fig, path, dpi=100)
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"cannot write {path!r}: its folder {folder!r} does not exist")
+    fig.savefig(path + ".tmp", dpi=100, format=suffix)  # whole or not at all, as save_figure writes
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def figure_formats() -> tuple[str, ...]:
+    """The file suffixes (without the dot) that matplotlib writes a figure as.
+
+    >>> {"png", "pdf", "svg"} <= set(figure_formats())
+    True
+    """
+    from matplotlib.figure import Figure
+
+    return tuple(sorted(Figure().canvas.get_supported_filetypes()))
