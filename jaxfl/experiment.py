@@ -271,7 +271,8 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
     NaN for a class with none), counted on the device per batch, one entry per class (``num_classes``,
     default the logits' width); ``balanced_accuracy`` is their mean over the classes present
     (as ``sklearn.metrics.balanced_accuracy_score``); ``nonfinite_outputs`` the share of held-out
-    samples whose logits are not all finite (a diverged model's are NaN/Inf for nearly all).
+    samples whose logits hold NaN or +Inf, or are all -Inf (a diverged model's are so for nearly all;
+    -Inf for some classes is a mask a healthy model may apply).
 
     >>> import flax.linen as nn
     >>> model = nn.Dense(2)
@@ -332,7 +333,10 @@ def make_evaluator(apply_fn, x: np.ndarray, y: np.ndarray, batch_size: int = EVA
         # summed in float32 at least: a bfloat16 model's per-example values summed in bfloat16 kept 3 digits
         extra = {} if metrics is None else {name: jnp.sum(jnp.where(mb, _at_least_float32(values), 0.0))
                                             for name, values in metrics(logits, yb).items()}
-        nonfinite = jnp.sum(~jnp.all(jnp.isfinite(logits), axis=-1) & mb)
+        # NaN or +Inf among a sample's logits, or all of them -Inf: -Inf alone is a model's mask of
+        # impossible classes, which a healthy model may use
+        broken = jnp.any(jnp.isnan(logits) | (logits == jnp.inf), axis=-1) | jnp.all(logits == -jnp.inf, axis=-1)
+        nonfinite = jnp.sum(broken & mb)
         return (jnp.sum(correct), jnp.sum(jnp.where(mb, _at_least_float32(losses), 0.0)), class_hits, class_counts,
                 extra, nonfinite)
 

@@ -159,3 +159,19 @@ def test_settings_float32_cannot_hold_are_refused(setting, refused):
         validate(jaxfl.RunConfig(**setting))
     validate(jaxfl.RunConfig(**{**setting, **{name: 1e-30 if name == "server_tau" else 1e38
                                               for name in setting if name != "algorithm" and name != "client_optimizer"}}))
+
+
+def test_a_model_masking_impossible_classes_with_minus_inf_is_not_counted_as_diverged():
+    """-Inf logits for the classes a sample cannot have are a mask a healthy model may apply; NaN or
+    +Inf logits, or all of them -Inf, are a diverged model's."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxfl.experiment import make_evaluator
+
+    x, y = np.ones((4, 3), np.float32), np.array([0, 1, 0, 1])
+    evaluate = make_evaluator(lambda params, xb: (xb @ params).at[:, 2].set(-jnp.inf), x, y, preprocess=lambda v: v)
+    assert evaluate(np.ones((3, 3), np.float32))["nonfinite_outputs"] == 0.0
+    assert evaluate(np.full((3, 3), np.nan, np.float32))["nonfinite_outputs"] == 1.0
+    every_minus_inf = make_evaluator(lambda params, xb: jnp.full((len(xb), 3), -jnp.inf), x, y, preprocess=lambda v: v)
+    assert every_minus_inf(np.ones((3, 3), np.float32))["nonfinite_outputs"] == 1.0
