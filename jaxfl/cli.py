@@ -1717,8 +1717,9 @@ def _main(argv: list[str] | None) -> int:
                 f"{_significant(summary['time_to_target'])} virtual s"
             target = "no target" if config.target_accuracy is None else \
                 f"target {percent(config.target_accuracy)} {reached}"
-            best = "none (no evaluation of a model that had not diverged)" if summary["best_accuracy"] is None \
-                else f"{summary['best_accuracy']:.4f}"
+            best = f"{summary['best_accuracy']:.4f}" if summary["best_accuracy"] is not None else \
+                "none (no evaluation)" if summary.get("final_accuracy") is None else \
+                "none (only a diverged model's evaluations)"
             # a numerical error's whole message is said once (above, or by the run that was reused)
             stop = summary["stop_reason"]
             if stop.startswith("numerical error"):

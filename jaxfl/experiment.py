@@ -740,7 +740,11 @@ class _Recorder:
 
     def load_state_dict(self, state: dict) -> None:
         self.rows = list(state["rows"])
-        self.unscored = list(state.get("unscored", ()))  # a checkpoint from before it was kept: none known
+        if "unscored" in state:
+            self.unscored = list(state["unscored"])
+        else:  # a checkpoint from before they were kept: its rows of a NaN/Inf loss taken as a diverged model's
+            self.unscored = [index for index, row in enumerate(self.rows)
+                             if isinstance(row.get("loss"), float) and not math.isfinite(row["loss"])]
         self.time_to_target = state["time_to_target"]
         # a checkpoint from before the grid's count goes on adding intervals to its point, as it began
         self._grid_index = state.get("grid_index")

@@ -763,6 +763,8 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
         return f" [{line['diverged']} of {line['runs']} diverged]" if line.get("diverged") else ""
 
     def accuracy(line):
+        if line is not None and line["best_accuracy_mean"] is None and line.get("diverged"):
+            return f"–{diverged(line)}"  # only a diverged model's evaluations: no best accuracy, said so
         if line is None or line["best_accuracy_mean"] is None:
             return ""
         return f"{line['best_accuracy_mean']:.4f} ± {line['best_accuracy_std']:.4f}{diverged(line)}"
@@ -896,8 +898,9 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                      for line in lines for seed in line.get("diverged_by_seed") or ()]
     diverged_note = ("" if not diverged_runs else
                      f" [k of n diverged]: k of the method's n runs stopped on a non-finite model (a numerical "
-                     f"error, NaN or Inf): each one's best accuracy is over its evaluations with a finite loss "
-                     f"and its final accuracy its last evaluation's, in the mean all the same "
+                     f"error, NaN or Inf): each one's best accuracy leaves out the evaluations of its diverged model "
+                     f"(NaN/Inf outputs for most held-out samples) and its final accuracy is its last evaluation's, "
+                     f"in the mean all the same "
                      f"({'; '.join(diverged_runs)}).")
     parts += ["## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy), "", STD_NOTE + diverged_note]
     if any(line.get("final_accuracy_mean") is not None for line in lines):

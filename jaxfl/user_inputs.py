@@ -403,21 +403,33 @@ def _trace_table(lines: list[tuple[int, str]], is_number) -> tuple[list[str], li
     """
     import csv
 
+    if len(lines) < 2:  # a header alone is said as such by the caller
+        return None
     first = lines[0][1].strip()
-    delimiter = "," if "," in first else "\t" if "\t" in first else None
+    # European spreadsheets separate by ';' and write decimal commas
+    delimiter = ";" if ";" in first else "," if "," in first else "\t" if "\t" in first else None
 
     def split(line: str) -> list[str]:
-        if delimiter is None or delimiter == ",":
+        if delimiter != "\t":
             line = line.strip()
         if delimiter is None:
             return line.split()
-        return [field.strip() for field in next(csv.reader([line], delimiter=delimiter, skipinitialspace=True))]
+        fields = [field.strip() for field in next(csv.reader([line], delimiter=delimiter, skipinitialspace=True))]
+        return [field.replace(",", ".") for field in fields] if delimiter == ";" else fields
 
     header = split(first)
+    while header and header[-1] == "":  # a separator after the last name, as exporters write after every row
+        header.pop()
     if len(header) < 2 or any(is_number(name) for name in header) or \
             not any(_column_key(name) in _TIME_COLUMNS for name in header):
         return None
-    return header, [(number, split(line)) for number, line in lines[1:]]
+    rows = []
+    for number, line in lines[1:]:
+        row = split(line)
+        if len(row) > len(header) and not any(row[len(header):]):  # its trailing separators
+            row = row[:len(header)]
+        rows.append((number, row))
+    return header, rows
 
 
 def _times_from_table(path: str, header: list[str], rows: list, is_number) -> np.ndarray:

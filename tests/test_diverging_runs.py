@@ -175,3 +175,18 @@ def test_a_model_masking_impossible_classes_with_minus_inf_is_not_counted_as_div
     assert evaluate(np.full((3, 3), np.nan, np.float32))["nonfinite_outputs"] == 1.0
     every_minus_inf = make_evaluator(lambda params, xb: jnp.full((len(xb), 3), -jnp.inf), x, y, preprocess=lambda v: v)
     assert every_minus_inf(np.ones((3, 3), np.float32))["nonfinite_outputs"] == 1.0
+
+
+def test_a_checkpoint_from_before_the_diverged_rows_were_kept_marks_its_nan_loss_rows():
+    """A checkpoint written before the recorder kept its diverged models' rows loaded none: resumed, the
+    run's best accuracy counted the NaN model's evaluation (0.098 where a fresh run said 0.089)."""
+    from jaxfl.experiment import _Recorder
+
+    recorder = _Recorder.__new__(_Recorder)
+    rows = [{"version": 0, "accuracy": 0.089, "loss": 2.3}, {"version": 1, "accuracy": 0.098, "loss": float("nan")}]
+    recorder.load_state_dict({"rows": rows, "time_to_target": None, "next_grid": 0.0, "grid_index": 0,
+                              "previous_params": None, "previous_steps": 0, "previous_updates": 0})
+    assert recorder.unscored == [1]
+    recorder.load_state_dict({"rows": rows, "time_to_target": None, "next_grid": 0.0, "grid_index": 0,
+                              "previous_params": None, "previous_steps": 0, "previous_updates": 0, "unscored": []})
+    assert recorder.unscored == []

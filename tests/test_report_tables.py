@@ -130,3 +130,13 @@ def test_runs_that_diverged_are_marked_where_their_accuracies_are_averaged(tmp_p
     healthy = _csv(tmp_path / "healthy.csv", "algorithm,seed,time_to_target,best_accuracy",
                    ["fedavg,0,,0.3", "fedbuff,0,,0.4"])
     assert "diverged" not in make_report([healthy], figures=False, out=str(tmp_path / "healthy")).markdown
+
+
+def test_a_method_whose_every_run_diverged_shows_a_dash_and_the_mark_for_its_best_accuracy(tmp_path):
+    # every evaluation of a diverged model is left out of the best accuracy: none, where the cell was blank
+    table = _csv(tmp_path / "results.csv", "algorithm,seed,time_to_target,best_accuracy,final_accuracy,stop_reason",
+                 ["fedavg,0,,0.30,0.28,time budget",
+                  "fedbuff,0,,,0.098,numerical error: the global model (version 1) gives NaN/Inf outputs"])
+    markdown = make_report([table], figures=False, out=str(tmp_path / "report")).markdown
+    assert "| fedbuff | – [1 of 1 diverged] |" in markdown
+    assert "best accuracy leaves out the evaluations of its diverged model" in markdown

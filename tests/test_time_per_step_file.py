@@ -296,3 +296,21 @@ def test_the_cli_runs_on_a_trace_table_and_says_which_columns_it_did_not_read(tm
                      "--no-progress", "--output-dir", str(tmp_path / "runs"), "--run-name", "trace"]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "runs" / "trace" / "client_time_per_step.npy"),
                                   [0.5, 0.25, 0.125])
+
+
+@pytest.mark.parametrize("text", [
+    "client_id,time_per_step\n0,0.12,\n1,0.25,\n2,0.31,\n3,0.47,\n",           # a comma after every row
+    "client_id,time_per_step,\n0,0.12,\n1,0.25,\n2,0.31,\n3,0.47,\n",          # ... and after the header
+    "client_id\ttime_per_step\t\n0\t0.12\t\n1\t0.25\t\n2\t0.31\t\n3\t0.47\t\n",  # a tab after every line
+    "client_id;time_per_step\n0;0,12\n1;0,25\n2;0,31\n3;0,47\n",               # a European spreadsheet's
+])
+def test_a_trace_table_s_trailing_separators_and_european_decimals_are_read(tmp_path, text):
+    times, notes = read_with_notes(tmp_path / "trace.csv", text)
+    np.testing.assert_array_equal(times, TIMES)
+    assert notes == []
+
+
+def test_a_trace_table_s_header_alone_is_said_as_such(tmp_path):
+    # was an IndexError traceback (with an id column) or "shape (0,)" after a note
+    for text in ("client_id,time_per_step\n", "time_per_step,os\n"):
+        assert "holds a header line and no numbers" in refusal(tmp_path / "trace.csv", text)

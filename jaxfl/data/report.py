@@ -185,4 +185,5 @@ def figure_formats() -> tuple[str, ...]:
     """
     from matplotlib.figure import Figure
 
-    return tuple(sorted(Figure().canvas.get_supported_filetypes()))
+    # pgf needs a LaTeX installation to write
+    return tuple(sorted(set(Figure().canvas.get_supported_filetypes()) - {"pgf"}))
