@@ -1695,11 +1695,11 @@ def _main(argv: list[str] | None) -> int:
             except NumericalError as error:  # one algorithm diverged: the others run, the table lists it
                 if len(configs) == 1 or error.run_dir is None:
                     raise
-                from jaxfl.comparison import read_summary
+                from jaxfl.runlog import read_json
 
                 print(f"jaxfl: run stopped: {error}", file=sys.stderr)
                 diverged = True
-                result = _FinishedRun(error.run_dir, read_summary(error.run_dir))
+                result = _FinishedRun(error.run_dir, read_json(os.path.join(error.run_dir, "summary.json")))
             # what the comparison reads of a run, kept alone: the result's model, engine and
             # simulation go now, not once every run is over, so that the next run's memory (and its
             # peak_host_memory_mb) is its own

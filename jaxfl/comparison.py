@@ -23,7 +23,7 @@ import tempfile
 import typing
 
 from jaxfl.plot import percent
-from jaxfl.runlog import diverged, write_csv
+from jaxfl.runlog import diverged, read_json, write_csv
 
 COLUMNS = ("algorithm", "time_to_target", "best_accuracy", "final_accuracy", "global_updates",
            "client_steps_executed", "wall_time_s", "stop_reason")  # from each run's summary.json
@@ -56,15 +56,7 @@ def run_or_stopped(run, config):
         if error.run_dir is None:
             raise
         warnings.warn(f"{config.algorithm}: run stopped: {error}", UserWarning, stacklevel=3)
-        return StoppedRun(error.run_dir, read_summary(error.run_dir), error)
-
-
-def read_summary(run_dir: str) -> dict:
-    """A run's ``summary.json``."""
-    import json
-
-    with open(os.path.join(run_dir, "summary.json")) as handle:
-        return json.load(handle)
+        return StoppedRun(error.run_dir, read_json(os.path.join(error.run_dir, "summary.json")), error)
 
 
 @dataclasses.dataclass(frozen=True)
