@@ -1680,11 +1680,14 @@ def _main(argv: list[str] | None) -> int:
                     "and writes it")
 
         for position, config in enumerate(configs):
-            diverged = False
             try:
                 if len(configs) > 1:  # the same comparison again goes on: finished runs reused, a cut one resumed
+                    from jaxfl.comparison import run_or_stopped
+
                     with stopping.said_on_sigterm(functools.partial(comparison_words, position)):
-                        result = _comparison_run(config, times, args.log_to)
+                        # one algorithm diverged (a numerical error, said as a note): the others run, the table lists it
+                        result = run_or_stopped(functools.partial(_comparison_run, times=times, log_to=args.log_to),
+                                                config)
                 else:
                     _note_interrupted_runs(config, times)
                     result = run_experiment(config, time_per_step=times, loggers=args.log_to)
@@ -1692,22 +1695,14 @@ def _main(argv: list[str] | None) -> int:
                 if len(configs) > 1:  # what is finished, what was cut, what never ran, and how to go on
                     raise _ComparisonInterrupted(interrupt, configs, position, results, argv) from None
                 raise
-            except NumericalError as error:  # one algorithm diverged: the others run, the table lists it
-                if len(configs) == 1 or error.run_dir is None:
-                    raise
-                from jaxfl.runlog import read_json
-
-                print(f"jaxfl: run stopped: {error}", file=sys.stderr)
-                diverged = True
-                result = _FinishedRun(error.run_dir, read_json(os.path.join(error.run_dir, "summary.json")))
             # what the comparison reads of a run, kept alone: the result's model, engine and
             # simulation go now, not once every run is over, so that the next run's memory (and its
             # peak_host_memory_mb) is its own
-            reused = " (reused: it had finished)" if isinstance(result, _FinishedRun) and not diverged else ""
+            reused = " (reused: it had finished)" if isinstance(result, _FinishedRun) else ""
             result = _FinishedRun(result.run_dir, result.summary)
             summary = result.summary
             # stopped as by a numerical error (RunStopped's negative time, evaluation grid too), now or when reused
-            if diverged or summary["stop_reason"].startswith(("numerical error", "negative time", "evaluation grid")):
+            if summary["stop_reason"].startswith(("numerical error", "negative time", "evaluation grid")):
                 stopped.append(config.algorithm)
             if config.timing_only:
                 print(_timing_line(summary, result.run_dir) + reused)
