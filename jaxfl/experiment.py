@@ -887,12 +887,13 @@ class _Recorder:
         upcoming = simulation.queue.peek()
         if upcoming is None or upcoming.time > config.max_time or not self._next_grid < upcoming.time:
             return  # as Simulation.run, which pops no event past max_time; the end evaluates the rest
-        accuracy = self._stats_in_force()["accuracy"]
+        stats = self._stats_in_force()
+        accuracy = stats["accuracy"]
         # every process evaluates the same grid points; process 0's accuracy decides for all of them
-        if not _decided_on_process_zero("target reached" if self._reaches_target(self._stats_in_force()) else None):
+        if not _decided_on_process_zero("target reached" if self._reaches_target(stats) else None):
             return
         grid_point = self._next_grid
-        self._write(grid_point, simulation.version, self._stats_in_force())  # the target outranks a logger's stop
+        self._write(grid_point, simulation.version, stats)  # the target outranks a logger's stop
         self.time_to_target = grid_point
         self._advance_grid()
         if self.progress is not None:
