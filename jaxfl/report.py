@@ -787,7 +787,8 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
             return "n/a"
         shown = f"{line['last_tenth_accuracy_mean']:.4f} ± {line['last_tenth_accuracy_std']:.4f}"
         counted = line.get("last_tenth_accuracy_runs")
-        return shown if counted in (None, line["runs"]) else f"{shown} ({counted} of {line['runs']} runs)"
+        shown = shown if counted in (None, line["runs"]) else f"{shown} ({counted} of {line['runs']} runs)"
+        return shown + diverged(line)  # a diverged run's last evaluations are its diverged model's
 
     def table(cell) -> list[str]:
         return [header, rule] + [f"| {method} | " + " | ".join(cell(found.get((key, method))) for key in keys) + " |"

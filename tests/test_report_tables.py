@@ -140,3 +140,14 @@ def test_a_method_whose_every_run_diverged_shows_a_dash_and_the_mark_for_its_bes
     markdown = make_report([table], figures=False, out=str(tmp_path / "report")).markdown
     assert "| fedbuff | – [1 of 1 diverged] |" in markdown
     assert "best accuracy leaves out the evaluations of its diverged model" in markdown
+
+
+def test_the_last_tenth_of_a_diverged_run_s_evaluations_is_marked_too(tmp_path):
+    # only the best and final accuracy tables carried the mark; a diverged run's last tenth is its NaN model's
+    table = _csv(tmp_path / "results.csv",
+                 "algorithm,seed,time_to_target,best_accuracy,final_accuracy,last_tenth_accuracy,stop_reason",
+                 ["fedavg,0,,0.30,0.28,0.29,time budget",
+                  "fedbuff,0,,0.20,0.098,0.098,numerical error: the global model (version 1) holds NaN"])
+    markdown = make_report([table], figures=False, out=str(tmp_path / "report")).markdown
+    section = markdown.split("## Held-out accuracy over the last tenth of the evaluations, mean ± std")[1]
+    assert "| fedbuff | 0.0980 ± 0.0000 [1 of 1 diverged] |" in section.split("##")[0]
