@@ -188,3 +188,19 @@ def test_client_training_options_resume_bit_identically_with_one_program(tmp_pat
                              client_weight_decay=1e-4, client_lr_decay=0.8, fednova=True)
     assert report["compilations"]["run_and_finish"] <= len(call_sizes) <= 2
     assert "run_steps" not in report["compilations"]
+
+
+def test_a_part_epoch_s_steps_are_exact_for_large_clients():
+    """⌈0.2 · 11,235,800 / 1⌉ is 2,247,160, but a fixed allowance of 1e-9 for floating-point error was
+    smaller than the error at n / B ≈ 10^7: one step too many (351 of 200,000 random cases, all B = 1)."""
+    from fractions import Fraction
+
+    assert epoch_steps(3.2, [11_235_800], 1) == (3 * 11_235_800 + 2_247_160,)
+    rng = np.random.default_rng(0)
+    for epochs in (0.05, 0.1, 0.3, 1.5, 2.7, 3.2):
+        counts = rng.integers(1, 10**8, size=200)
+        for batch in (1, 7, 64):
+            exact = Fraction(str(epochs))
+            expected = tuple(max(1, int(exact // 1) * -(-int(n) // batch)
+                                 + -(-(exact - exact // 1) * int(n) // batch)) for n in counts)
+            assert epoch_steps(epochs, counts, batch) == expected

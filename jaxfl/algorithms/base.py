@@ -389,10 +389,14 @@ def epoch_steps(epochs: float, client_samples, batch_size: int) -> tuple[int, ..
     >>> epoch_steps(3, [80], batch_size=32)   # 3 passes of 32 + 32 + 16 images, not ⌈3 · 80 / 32⌉ = 8
     (9,)
     """
+    import fractions
+
     whole = math.floor(epochs)
-    # less 1e-9: 0.1 · 640 / 64 is 1.0000000000000002 in floating point, one batch and not two
-    steps = tuple(max(1, whole * math.ceil(int(n) / batch_size)
-                      + math.ceil((epochs - whole) * int(n) / batch_size - 1e-9)) for n in client_samples)
+    # the part epoch as the decimal given, in integers: 0.1 · 640 / 64 is 1.0000000000000002 in floating
+    # point (one batch, not two), and a fixed allowance for that was too small at n / B ≈ 10^7
+    part = fractions.Fraction(repr(float(epochs))) - whole
+    above, below = part.numerator, part.denominator * batch_size
+    steps = tuple(max(1, whole * -(-int(n) // batch_size) - (-above * int(n) // below)) for n in client_samples)
     if steps and max(steps) >= 2**31:  # as local_steps: the engine counts steps in int32 (it overflowed mid-run)
         most = max(steps)
         raise ValueError(f"local_epochs={epochs:g} is not allowed: it gives a client "
