@@ -743,7 +743,7 @@ class Engine:
         blaming, or dropping, the clients one by one."""
         self._train_needed(records)
         bad = [record for record in records if not self._client_metrics[record.id]["finite"]]
-        if bad and not bool(_all_finite(self.params)):
+        if bad and not self.params_finite():
             raise self.nonfinite_model_error(f"client {bad[0].client}'s update from it, dispatch {bad[0].id}, is "
                                              "non-finite as a result")
         return bad

@@ -541,7 +541,7 @@ def _time_per_step_from_text(path: str) -> np.ndarray:
     # column holds ids ("client_id,seconds" over "1,0.12"): the id would become client 0's time
     ids = r"(client|device|node|user|phone)?(id|ids|index|idx|number)|(client|device|node|user|phone|name)s?"
     if header is not None and len(rows) == 1 and len(rows[0][1]) > 1 \
-            and re.fullmatch(ids, re.sub(r"[^a-z0-9]", "", header[0].lower())):
+            and re.fullmatch(ids, _column_key(header[0])):
         raise ValueError(f"time_per_step file {path!r} holds a table (1 row of {len(rows[0][1])} columns, the first "
                          f"headed {header[0]!r}, a column of ids): expected {_ALLOWED_TEXT}; keep only the "
                          "seconds-per-step column")

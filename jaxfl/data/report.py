@@ -141,10 +141,10 @@ def plot_class_heatmap(report: PartitionReport, path: str | os.PathLike, max_cli
     from jaxfl.plot import save_figure
 
     path = os.fspath(path)
-    suffix = os.path.splitext(path)[1].lower().lstrip(".")
-    if suffix not in figure_formats():  # none: matplotlib added .png to the file, and the path returned lacked it
+    suffix, formats = os.path.splitext(path)[1].lower().lstrip("."), figure_formats()
+    if suffix not in formats:  # none: matplotlib added .png to the file, and the path returned lacked it
         raise ValueError(f"path={path!r} is not allowed: a file name ending in one of "
-                         f"{', '.join('.' + name for name in figure_formats())} (the figure's format)")
+                         f"{', '.join('.' + name for name in formats)} (the figure's format)")
     hist = report.histogram
     rows = np.arange(len(hist))
     if len(hist) > max_clients:
