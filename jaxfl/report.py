@@ -747,6 +747,9 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
     def relative(line):
         if line is None:
             return ""
+        return relative_time(line) + diverged(line)  # a diverged run misses the target from where it diverged
+
+    def relative_time(line):
         mean = line["time_to_target_mean"]
         if mean is None:
             return MISSING
@@ -842,6 +845,9 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                   else "")
     if any(not line.get("reference_in_group", True) and line["time_to_target_mean"] is not None for line in lines):
         start_note += f" (12.0 s) alone = {reference} has no run in that group: the method's own time."
+    if any(line.get("diverged") for line in lines):
+        start_note += (" [k of n diverged] = k of the method's n runs stopped on a non-finite model: each one "
+                       "reached the target only if it did before it diverged.")
     parts = [f"## Time to first reach {target} held-out accuracy, relative to {reference}", "",
              *table(relative), "",
              f"Mean virtual time to the target over the seeds where both the method and {reference} reached "

@@ -142,6 +142,19 @@ def test_a_method_whose_every_run_diverged_shows_a_dash_and_the_mark_for_its_bes
     assert "best accuracy leaves out the evaluations of its diverged model" in markdown
 
 
+def test_the_time_to_target_table_marks_diverged_runs_as_the_accuracy_tables_do(tmp_path):
+    # a method that missed the target because its runs diverged read "–" like one that trained too slowly
+    table = _csv(tmp_path / "results.csv", "algorithm,seed,time_to_target,best_accuracy,final_accuracy,stop_reason",
+                 ["fedavg,0,40.0,0.30,0.28,target accuracy", "fedavg,1,60.0,0.32,0.30,target accuracy",
+                  "fedbuff,0,,0.12,0.12,numerical error: the global model (version 2) holds NaN",
+                  "fedbuff,1,30.0,0.40,0.38,target accuracy"])
+    markdown = make_report([table], figures=False, out=str(tmp_path / "report")).markdown
+    time_table = markdown.split("## Best held-out accuracy")[0]
+    assert "| fedbuff | – [1 of 2 diverged] |" in time_table
+    assert "| fedavg | 1.00 (50.0 s) |" in time_table
+    assert "reached the target only if it did before it diverged" in time_table
+
+
 def test_the_last_tenth_of_a_diverged_run_s_evaluations_is_marked_too(tmp_path):
     # only the best and final accuracy tables carried the mark; a diverged run's last tenth is its NaN model's
     table = _csv(tmp_path / "results.csv",
