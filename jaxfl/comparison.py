@@ -23,10 +23,11 @@ import tempfile
 import typing
 
 from jaxfl.plot import percent
-from jaxfl.runlog import diverged, read_json, write_csv
+from jaxfl.runlog import diverged, read_json, run_jaxfl_code, write_csv
 
 COLUMNS = ("algorithm", "time_to_target", "best_accuracy", "final_accuracy", "global_updates",
            "client_steps_executed", "wall_time_s", "stop_reason")  # from each run's summary.json
+# and the jaxfl that made each run (runlog.jaxfl_code): a comparison reuses runs an earlier command finished
 # and the mean fraction of the run each client spent training (summary.json's timeline): where a
 # synchronous round waits for its slowest client, the others idle
 UTILISATION = "client_utilisation"
@@ -61,7 +62,7 @@ def run_or_stopped(run, config):
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """What a comparison wrote: one row per run (:data:`COLUMNS`, ``client_utilisation`` and ``run_dir``), the table's and
+    """What a comparison wrote: one row per run (:data:`COLUMNS`, ``client_utilisation``, ``jaxfl_code`` and ``run_dir``), the table's and
     the plot's paths, and the runs themselves (:class:`jaxfl.experiment.RunResult`, or :class:`StoppedRun`
     for a run that a numerical error stopped)."""
 
@@ -138,7 +139,7 @@ def share_compilations_until_exit() -> None:
 
 def comparison_rows(results) -> list[dict]:
     """One row per finished run: :data:`COLUMNS` from its summary, the clients' mean utilisation,
-    then its ``run_dir``.
+    the jaxfl that made it (:func:`jaxfl.runlog.run_jaxfl_code`), then its ``run_dir``.
 
     >>> from types import SimpleNamespace
     >>> summary = dict.fromkeys(COLUMNS, 0) | {"timeline": {"utilisation": {"mean": 0.5}}}
@@ -148,7 +149,7 @@ def comparison_rows(results) -> list[dict]:
     """
     rows = [{column: result.summary[column] for column in COLUMNS}
             | {UTILISATION: result.summary.get("timeline", {}).get("utilisation", {}).get("mean"),
-               "run_dir": result.run_dir}
+               "jaxfl_code": run_jaxfl_code(result.run_dir, result.summary), "run_dir": result.run_dir}
             for result in results]
     names = [row["algorithm"] for row in rows]
     if len(set(names)) < len(names):
@@ -205,7 +206,7 @@ def write_comparison(results, output_dir: str) -> Comparison:
     # the plot first: a comparison.csv stands for a comparison written whole (an interrupt while the
     # plot is drawn leaves neither)
     plot = plot_accuracy([result.run_dir for result in results], os.path.join(output_dir, "comparison.png"))
-    table = write_csv(os.path.join(output_dir, "comparison.csv"), rows, [*COLUMNS, UTILISATION, "run_dir"])
+    table = write_csv(os.path.join(output_dir, "comparison.csv"), rows, [*COLUMNS, UTILISATION, "jaxfl_code", "run_dir"])
     return Comparison(rows, table, plot, list(results))
 
 

@@ -190,6 +190,29 @@ def coverage_note(sources: Sequence[str], rows_per_source: Sequence[int]) -> str
             "figures are over the finished runs only.")
 
 
+def code_note(rows: list[dict]) -> str | None:
+    """A note where the runs of a report were made by more than one jaxfl (their ``jaxfl_code``
+    column: a sweep folder reused across an upgrade, or folders made months apart), naming each code
+    and how many runs it trained; None where one made them all, or the table does not say.
+
+    >>> rows = [{"jaxfl_code": "0.2.0+gaaaaaaaaa"}, {"jaxfl_code": "0.2.0+gaaaaaaaaa → 0.2.0+gbbbbbbbbb"}]
+    >>> print(code_note(rows))
+    The runs were made by 2 versions of jaxfl (the jaxfl_code column of their results): 0.2.0+gaaaaaaaaa (2 runs), 0.2.0+gbbbbbbbbb (1 run). A difference between methods or seeds may be the code's as well as the settings'.
+    >>> code_note(rows[:1]) is None
+    True
+    """
+    counts: dict[str, int] = {}
+    for row in rows:
+        for code in dict.fromkeys(str(row.get("jaxfl_code") or "").split(" → ")):
+            if code:
+                counts[code] = counts.get(code, 0) + 1
+    if len(counts) < 2:
+        return None
+    listed = ", ".join(f"{code} ({count} run{'s' * (count != 1)})" for code, count in counts.items())
+    return (f"The runs were made by {len(counts)} versions of jaxfl (the jaxfl_code column of their results): {listed}. "
+            "A difference between methods or seeds may be the code's as well as the settings'.")
+
+
 def _base_folder(source: str) -> str:
     """The folder a source's ``run_dir`` column is relative to: the sweep folder, or the CSV's own."""
     return source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
@@ -255,8 +278,8 @@ def read_results(sweep_dir: str) -> list[dict]:
     return parsed
 
 
-# The summary columns the tables compute with (jaxfl.sweep.SUMMARY_COLUMNS but the stop reason).
-NUMBER_COLUMNS = tuple(name for name in SUMMARY_COLUMNS if name != "stop_reason")
+# The summary columns the tables compute with (jaxfl.sweep.SUMMARY_COLUMNS but the stop reason and the code).
+NUMBER_COLUMNS = tuple(name for name in SUMMARY_COLUMNS if name not in ("stop_reason", "jaxfl_code"))
 
 
 def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
@@ -1125,7 +1148,8 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
     if not rows:
         raise ValueError(f"sweep_dir={' '.join(map(str, folders))!r} holds no finished run yet: nothing to report "
                          "(a sweep adds each cell to its results.csv as the cell finishes)")
-    coverage = coverage_note(folders, [len(read_results(folder)) for folder in folders])
+    coverage = "\n\n".join(note for note in (coverage_note(folders, [len(read_results(folder)) for folder in folders]),
+                                              code_note(rows)) if note) or None
     sweep_dir = _base_folder(folders[0])
     grouping = _grouping(rows)
     timed = [is_timing_only(row) for row in rows]

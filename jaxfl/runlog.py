@@ -129,6 +129,52 @@ def diverged(summary: dict) -> bool:
     return str(summary.get("stop_reason") or "").startswith(DIVERGED_REASONS)
 
 
+def jaxfl_code(summary: dict) -> str | None:
+    """The jaxfl that trained a run, from its summary's ``device_history``: ``VERSION+gCOMMIT``
+    (nine hex digits of the git commit, ``.modified`` where the checkout had changes), or the version
+    alone where jaxfl was installed from a release or ran before it recorded commits; stretches of a
+    run resumed under other code are joined by `` → ``. None for a summary without a history (a
+    timing-only run's, or one from before it was kept).
+
+    >>> stretch = {"versions": {"jaxfl": "0.2.0"}, "jaxfl_commit": "f2caafcdc6ec5465671668fa5", "jaxfl_modified": False}
+    >>> jaxfl_code({"device_history": [stretch, {**stretch, "jaxfl_modified": True}]})
+    '0.2.0+gf2caafcdc → 0.2.0+gf2caafcdc.modified'
+    >>> jaxfl_code({"device_history": [{"versions": {"jaxfl": "0.2.0"}}]}), jaxfl_code({})
+    ('0.2.0', None)
+    """
+    codes = []
+    for stretch in summary.get("device_history") or ():
+        version = (stretch.get("versions") or {}).get("jaxfl") or "?"
+        commit = stretch.get("jaxfl_commit")
+        code = version if not commit else \
+            f"{version}+g{commit[:9]}" + (".modified" if stretch.get("jaxfl_modified") else "")
+        if not codes or codes[-1] != code:
+            codes.append(code)
+    return " → ".join(codes) or None
+
+
+def run_jaxfl_code(run_dir: str, summary: dict) -> str | None:
+    """The jaxfl that made a run (:func:`jaxfl_code`): its summary's stretches, or for a timing-only
+    run (no device history) its ``config.json``'s versions and source; None where neither tells.
+
+    >>> import tempfile
+    >>> run_jaxfl_code(tempfile.mkdtemp(), {"device_history": [{"versions": {"jaxfl": "0.2.0"}}]})
+    '0.2.0'
+    """
+    code = jaxfl_code(summary)
+    if code is not None:
+        return code
+    try:
+        record = read_json(os.path.join(run_dir, "config.json"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record.get("versions"), dict):
+        return None
+    source = record.get("jaxfl_source") or {}
+    return jaxfl_code({"device_history": [{"versions": record["versions"], "jaxfl_commit": source.get("commit"),
+                                           "jaxfl_modified": source.get("modified")}]})
+
+
 def event_log_format(run_dir: str) -> str | None:
     """Which event log ``run_dir`` holds: ``"parquet"``, ``"csv"`` or None (none yet).
 

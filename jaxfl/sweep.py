@@ -68,7 +68,8 @@ SUMMARY_COLUMNS = ("target_accuracy", "time_to_target", "best_accuracy", "final_
                    "client_updates", "client_steps_executed", "client_steps_aggregated", "client_steps_arrived",
                    "virtual_time",
                    "client_utilisation",
-                   "mean_staleness", "stop_reason", "wall_time_s")
+                   "mean_staleness", "stop_reason", "wall_time_s",
+                   "jaxfl_code")  # the jaxfl that trained the run (runlog.jaxfl_code): a folder may mix versions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -487,7 +488,7 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
     """One results row: the cell index, :data:`KEY_SETTINGS`, the other swept settings (empty where
     the cell does not read them), :data:`SUMMARY_COLUMNS` from its summary.json and its run directory
     relative to the sweep folder."""
-    from jaxfl.runlog import read_json
+    from jaxfl.runlog import read_json, run_jaxfl_code
 
     summary = read_json(os.path.join(cell.run_dir, "summary.json"))
     row = {"cell": cell.index}
@@ -519,6 +520,7 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
         "client_utilisation": summary.get("timeline", {}).get("utilisation", {}).get("mean"),
         "mean_staleness": _mean_staleness(summary), "stop_reason": summary.get("stop_reason"),
         "wall_time_s": summary.get("wall_time_s"),
+        "jaxfl_code": run_jaxfl_code(cell.run_dir, summary),
         "run_dir": os.path.relpath(cell.run_dir, sweep_dir),
     })
     return row

@@ -8,6 +8,7 @@ import pytest
 
 from jaxfl.cli import _configs, build_parser, main
 from jaxfl.presets import preset_argv, preset_configs, preset_values
+from jaxfl.runlog import read_json, run_jaxfl_code
 
 QUICKSTART_ALGORITHMS = ["fedavg", "fedavgm", "fedasync", "fedbuff", "fedcompass"]
 
@@ -74,6 +75,11 @@ def test_comparison_writes_table_and_plot_and_prints_where(tmp_path, capsys):
     assert all(row["global_updates"] == "2" and os.path.isfile(os.path.join(row["run_dir"], "summary.json"))
                for row in rows)
     assert all(0 < float(row["client_utilisation"]) <= 1 for row in rows)
+    # the jaxfl that made each run: a later command reuses the runs this one finished
+    for row in rows:
+        summary = read_json(os.path.join(row["run_dir"], "summary.json"))
+        assert row["jaxfl_code"] == run_jaxfl_code(row["run_dir"], summary) != ""
+        assert row["jaxfl_code"].startswith(summary["device_history"][0]["versions"]["jaxfl"])
     plot = out / "comparison.png"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     import matplotlib.image

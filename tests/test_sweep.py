@@ -122,6 +122,35 @@ def test_a_sweep_cut_short_keeps_the_table_of_its_finished_cells(sweep, tmp_path
     assert [row["run_dir"] for row in read_results(folder)] == [row["run_dir"] for row in sweep.rows]
 
 
+def test_each_row_names_the_jaxfl_that_made_it_and_a_report_of_runs_by_two_says_so(sweep, tmp_path):
+    # a sweep folder reused after an upgrade reused its finished cells: nothing told which code made which row
+    from jaxfl.experiment import jaxfl_source, library_versions
+    from jaxfl.report import make_report
+
+    source = jaxfl_source()
+    made_by = library_versions()["jaxfl"] + (f"+g{source['commit'][:9]}" + ".modified" * source["modified"]
+                                            if source else "")
+    assert [row["jaxfl_code"] for row in sweep.rows] == [made_by] * 4
+    assert [row["jaxfl_code"] for row in read_results(sweep.sweep_dir)] == [made_by] * 4  # not read as a number
+    assert "versions of jaxfl" not in make_report(sweep.sweep_dir, figures=False, out=str(tmp_path / "one")).markdown
+    folder = str(tmp_path / "upgraded")
+    shutil.copytree(sweep.sweep_dir, folder)
+    older = os.path.join(folder, sweep.rows[0]["run_dir"], "summary.json")
+    with open(older) as handle:
+        summary = json.load(handle)
+    for stretch in summary["device_history"]:
+        stretch.update(jaxfl_commit="1234567890abcdef", jaxfl_modified=False)
+    with open(older, "w") as handle:
+        json.dump(summary, handle)
+    again = run_sweep(BASE, GRID, folder, progress=False)  # every cell finished: reused, the table written anew
+    assert again.skipped == [0, 1, 2, 3]
+    older_code = library_versions()["jaxfl"] + "+g123456789"
+    assert [row["jaxfl_code"] for row in read_results(folder)] == [older_code] + [made_by] * 3
+    markdown = make_report(folder, figures=False, out=str(tmp_path / "two")).markdown
+    assert f"The runs were made by 2 versions of jaxfl (the jaxfl_code column of their results): {older_code} " \
+           f"(1 run), {made_by} (3 runs)." in markdown
+
+
 def _tables_as_announced(folder):
     """An echo for run_sweep and the cells of the results table on disk each time it announced a
     finished cell: what a `jaxfl report` in another shell, or after a SIGKILL, would have read."""
