@@ -698,7 +698,25 @@ class Engine:
         # the weights first: where they overflow (NumericalError) the aggregation is undone, and nothing
         # of the engine's may have counted it yet
         aggregation = self._weigh(aggregation, records)
+        before_previous = self.previous_params
+        try:
+            self._update_params(aggregation, records)
+        except NumericalError:
+            # a hook's apply or after_update that says the aggregation cannot be made: the simulation
+            # undoes it, and the engine's model, the one before, and its counts stay as they were
+            self.previous_params = before_previous
+            raise
         self.stats.aggregated_steps += sum(record.steps for record in records)
+        for record in records:
+            self._release(record)
+        self.version = aggregation.version
+        self._versions[self.version] = self.params
+        self._forget_unused_versions()
+        return self.on_version(aggregation.time, self.version, self.params) or None
+
+    def _update_params(self, aggregation: Aggregation, records: Sequence[DispatchRecord]) -> None:
+        """The new global model from a weighed aggregation: a hook's replacement, or the generic update
+        (the server step on the combined pseudo-gradient) with the hooks' ``after_update`` before it."""
         replaced, before = None, self.params
         for hook in self.hooks:
             replaced = hook.apply(self, aggregation, records)
@@ -729,12 +747,6 @@ class Engine:
                 self.params = self._subtract(self.params, pseudo_gradient)
             if buffers is not None:
                 self.params = {**self.params, BUFFERS: buffers}
-        for record in records:
-            self._release(record)
-        self.version = aggregation.version
-        self._versions[self.version] = self.params
-        self._forget_unused_versions()
-        return self.on_version(aggregation.time, self.version, self.params) or None
 
     def nonfinite(self, records: Sequence[DispatchRecord]) -> list[DispatchRecord]:
         """The records whose loss or update is NaN/Inf (training pending work first). Where the global

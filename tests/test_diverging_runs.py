@@ -196,3 +196,49 @@ def test_a_checkpoint_from_before_the_diverged_rows_were_kept_marks_its_nan_loss
     recorder.load_state_dict({"rows": rows, "time_to_target": None, "next_grid": 0.0, "grid_index": 0,
                               "previous_params": None, "previous_steps": 0, "previous_updates": 0, "unscored": []})
     assert recorder.unscored == []
+
+
+
+@pytest.mark.parametrize("where", ["apply", "after_update"])
+def test_a_hook_that_refuses_an_aggregation_leaves_the_engine_s_counts_as_before_it(tmp_path, where):
+    """A plug-in's hook may raise NumericalError (its own check of what it computes): the simulation
+    undid the aggregation, but the engine had counted its steps already (and, from after_update, set
+    its previous model to the current one): 15 client steps aggregated for 2 aggregations of 5."""
+    from jaxfl.algorithms import DeviceHook, register
+    from jaxfl.algorithms.base import unregister
+    from jaxfl.algorithms.fedbuff import FedBuffAlgorithm
+    from jaxfl.scheduler.simulation import NumericalError
+
+    class Refuses(DeviceHook):
+        name = "refuses"
+
+        def refuse(self, ctx, aggregation):
+            if aggregation.version == 3:
+                raise NumericalError("the hook's own check: version 3 refused")
+
+        def apply(self, ctx, aggregation, records):
+            if where == "apply":
+                self.refuse(ctx, aggregation)
+
+        def after_update(self, ctx, aggregation, records):
+            if where == "after_update":
+                self.refuse(ctx, aggregation)
+
+    @register
+    class RefusingFedBuff(FedBuffAlgorithm):
+        name = "refusing_fedbuff_test"
+
+        def hooks(self):
+            return (*super().hooks(), Refuses())
+
+    try:
+        config = jaxfl.RunConfig(algorithm="refusing_fedbuff_test", model="logreg", clients=4, local_steps=5,
+                                 batch_size=8, max_updates=6, buffer_size=1, progress=False,
+                                 output_dir=str(tmp_path), checkpoint_every=None, final_checkpoint=False)
+        with pytest.raises(NumericalError, match="version 3 refused"):
+            jaxfl.run_experiment(config)
+    finally:
+        unregister("refusing_fedbuff_test")
+    summary = only_summary(tmp_path)
+    assert summary["global_updates"] == 2 and summary["accounting"]["aggregated"] == 2
+    assert summary["client_steps_aggregated"] == 10  # the refused aggregation's 5 steps not among them

@@ -1084,9 +1084,9 @@ class Simulation:
             stop = self.backend.on_aggregate(aggregation, records)
         except NumericalError:
             # the backend could not apply it (a device hook's weights overflowed on a diverging run's
-            # updates): this aggregation did not happen, and the run's summary counts it so (the engine
-            # weighs before it changes anything; a hook's apply or after_update that raises stops the
-            # run with the engine's state as the hook left it)
+            # updates, or a hook's own check refused it): this aggregation did not happen, and the run's
+            # summary counts it so (the engine weighs first and counts last; what a hook keeps of its own
+            # is as the hook left it)
             for record in records:
                 staleness = version - 1 - record.version
                 counts[staleness] -= 1
