@@ -362,7 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="each client's seconds per local step from a .npy or .csv file (one number per client: measured "
              "devices, another simulator's profile; or a trace table with a time_per_step or seconds_per_step "
              "column, ordered by its client_id column if any) instead of drawing them from --heterogeneity; --jitter still "
-             "applies (0 replays the times exactly); saved in the run directory as client_time_per_step.npy")
+             "applies (0 replays the times exactly); a trace's latency_s or latency_ms and bandwidth_bytes_per_s, "
+             "bandwidth_kbps or bandwidth_mbps columns give each client its own transfer time in place of --latency "
+             "and --bandwidth; saved in the run directory as client_time_per_step.npy")
     _option_flags(run)
     commands.add_parser("demo", usage="jaxfl demo [jaxfl run flags]", help="the quickstart: sync, async and semi-async algorithms on MNIST, non-IID, "
                                      "heterogeneous speeds (about 15 s on a 2-core CPU)",

@@ -317,8 +317,12 @@ def load_time_per_step(path: str):
     header names the column: ``time_per_step`` or ``seconds_per_step`` (any case, ``-``, ``_`` or
     spaces), in the order of a ``client``, ``client_id``, ``client_index`` or ``id`` column of
     distinct integers where it has one (the smallest id is client 0), else in file order; its other
-    columns are not read, and a UserWarning names them. Any other table is refused (which column
-    holds the times is not guessed), as are an empty file and a suffix other than these.
+    columns are not read, and a UserWarning names them, except a latency or bandwidth column whose name
+    says its unit (``latency_s``, ``latency_ms``, ``bandwidth_bytes_per_s``, ``bandwidth_kbps``,
+    ``bandwidth_mbps``): each client's network, read into a structured array (``time_per_step``,
+    ``latency`` in seconds, ``bandwidth`` in bytes per second; a ``.npy`` file may hold one too). Any
+    other table is refused (which column holds the times is not guessed), as are an empty file and a
+    suffix other than these.
 
     Example:
         >>> import tempfile, os
@@ -356,7 +360,7 @@ def load_time_per_step(path: str):
                 f"it is not a valid .npy file ({error})"
             raise ValueError(f"time_per_step file {path!r} could not be read as numbers: {cause}; expected a "
                              "numeric array saved with np.save (seconds per step, one per client)") from None
-        if not isinstance(times, np.ndarray) or times.dtype.kind not in "iuf":
+        if not isinstance(times, np.ndarray) or (times.dtype.kind not in "iuf" and not times.dtype.names):
             kind = f"dtype {times.dtype}" if isinstance(times, np.ndarray) else type(times).__name__
             raise ValueError(f"time_per_step file {path!r} holds an array of {kind}, not numbers: expected integer or "
                              "floating-point seconds per step, one per client")
@@ -384,6 +388,14 @@ _ALLOWED_TEXT = "one number per line (an optional header line first), or one row
 _TIME_COLUMNS = ("timeperstep", "secondsperstep")
 _TIME_COLUMNS_TEXT = "time_per_step or seconds_per_step"
 _ID_COLUMNS = ("client", "clientid", "clientindex", "id")
+# a trace's network columns, read where their names say their unit: (column, factor to seconds or bytes/s)
+_NETWORK_COLUMNS = {"latencys": ("latency", 1.0), "latencysec": ("latency", 1.0), "latencyseconds": ("latency", 1.0),
+                    "latencyms": ("latency", 1e-3),
+                    "bandwidthbytespers": ("bandwidth", 1.0), "bandwidthbytespersecond": ("bandwidth", 1.0),
+                    "bandwidthkbps": ("bandwidth", 1e3 / 8), "bandwidthmbps": ("bandwidth", 1e6 / 8),
+                    "bandwidthgbps": ("bandwidth", 1e9 / 8)}
+_NETWORK_UNITS = {"latency": "latency_s or latency_ms", "bandwidth": "bandwidth_bytes_per_s, bandwidth_kbps or "
+                                                                      "bandwidth_mbps (bits)"}
 
 
 def _column_key(name: str) -> str:
@@ -435,8 +447,11 @@ def _trace_table(lines: list[tuple[int, str]], is_number) -> tuple[list[str], li
 def _times_from_table(path: str, header: list[str], rows: list, is_number) -> np.ndarray:
     """A trace table's seconds per step: the column headed time_per_step (or seconds_per_step), in
     the order of a client id column (client, client_id, client_index or id: distinct integers, the
-    smallest id is client 0) where there is one, else in file order. Other columns are not read, and
-    a UserWarning names them, since a trace's bandwidth or availability column does not shape the run."""
+    smallest id is client 0) where there is one, else in file order. A latency or bandwidth column
+    whose name gives its unit (:data:`_NETWORK_COLUMNS`) is each client's network: the array is then
+    structured, with ``latency`` in seconds and ``bandwidth`` in bytes per second beside
+    ``time_per_step``. Other columns are not read, and a UserWarning names them (a latency or
+    bandwidth column without a unit among them, with the names that are read)."""
     import warnings
 
     for number, row in rows:
@@ -447,18 +462,24 @@ def _times_from_table(path: str, header: list[str], rows: list, is_number) -> np
     keys = [_column_key(name) for name in header]
     times_at = [i for i, key in enumerate(keys) if key in _TIME_COLUMNS]
     ids_at = [i for i, key in enumerate(keys) if key in _ID_COLUMNS]
-    for found, what in ((times_at, "seconds per step"), (ids_at, "client ids")):
+    network_at = {name: [i for i, key in enumerate(keys) if _NETWORK_COLUMNS.get(key, ("",))[0] == name]
+                  for name in ("latency", "bandwidth")}
+    for found, what in ((times_at, "seconds per step"), (ids_at, "client ids"), (network_at["latency"], "latency"),
+                        (network_at["bandwidth"], "bandwidth")):
         if len(found) > 1:
             raise ValueError(f"time_per_step file {path!r} has {len(found)} columns of {what} "
                              f"({', '.join(repr(header[i]) for i in found)}): keep one")
     (time_at,) = times_at
+    network_at = {name: found[0] for name, found in network_at.items() if found}
     for number, row in rows:
-        for at in times_at + ids_at:
+        for at in times_at + ids_at + list(network_at.values()):
             if not is_number(row[at]):
                 shown = "an empty field" if row[at] == "" else repr(row[at])
                 raise ValueError(f"time_per_step file {path!r} line {number}, column {header[at]!r}: {shown} is not "
                                  "a number")
     times = np.array([float(row[time_at]) for _, row in rows])
+    network = {name: np.array([float(row[at]) for _, row in rows]) * _NETWORK_COLUMNS[keys[at]][1]
+               for name, at in network_at.items()}
     notes = []
     if ids_at:
         (id_at,) = ids_at
@@ -480,18 +501,33 @@ def _times_from_table(path: str, header: list[str], rows: list, is_number) -> np
             seen[value] = number
         order = sorted(range(len(ids)), key=ids.__getitem__)
         times = times[order]
+        network = {name: values[order] for name, values in network.items()}
         ordered = [ids[i] for i in order]
         if ordered != list(range(ordered[0], ordered[0] + len(ordered))):  # gaps: renumbered, and said so
             shown = ", ".join(f"id {value} is client {client}" for client, value in enumerate(ordered[:3]))
             notes.append(f"its client ids are not consecutive: clients are numbered in id order ({shown}, ...)")
-    unread = [name for i, name in enumerate(header) if i != time_at and i not in ids_at]
+    read = [time_at, *ids_at, *network_at.values()]
+    unread = [name for i, name in enumerate(header) if i not in read]
     if unread:
-        notes.insert(0, f"not read: {', '.join(repr(name) for name in unread)}")
+        # a latency or bandwidth whose unit the name does not say (ms or s? bits or bytes?) is not guessed
+        unitless = [(name, what) for name in unread for what in _NETWORK_UNITS
+                    if _column_key(name).startswith(what) and what not in network_at]
+        hint = "".join(f" (to read {name!r} as each client's {what}, name its unit: {_NETWORK_UNITS[what]})"
+                       for name, what in unitless)
+        notes.insert(0, f"not read: {', '.join(repr(name) for name in unread)}{hint}")
     if notes:
-        warnings.warn(f"time_per_step file {path!r}: read column {header[time_at]!r}"
+        named = [header[time_at], *(header[at] for at in network_at.values())]
+        warnings.warn(f"time_per_step file {path!r}: read column{'s' * (len(named) > 1)} "
+                      f"{', '.join(repr(name) for name in named)}"
                       + (f" in the order of {header[ids_at[0]]!r}" if ids_at else "")
                       + "; " + "; ".join(notes), UserWarning, stacklevel=3)
-    return times
+    if not network:
+        return times
+    trace = np.empty(len(times), dtype=[("time_per_step", "<f8"), *((name, "<f8") for name in network)])
+    trace["time_per_step"] = times
+    for name, values in network.items():
+        trace[name] = values
+    return trace
 
 
 def _time_per_step_from_text(path: str) -> np.ndarray:
@@ -628,7 +664,7 @@ class UserInputs:
         back as a float64 array. ``config`` must be validated."""
         import optax
 
-        from jaxfl.scheduler.speeds import check_time_per_step
+        from jaxfl.scheduler.speeds import check_time_per_step, given_network
 
         self._check_model_object()
         if self.client_optimizer is not None and not isinstance(self.client_optimizer, optax.GradientTransformation):
@@ -651,6 +687,12 @@ class UserInputs:
                 if getattr(config, name) != default:
                     raise ValueError(f"{name}={getattr(config, name)!r} is not allowed with time_per_step: it only "
                                      f"shapes drawn times, and the times are given (leave it at its default {default!r})")
+            for name in given_network(times):  # the trace's column gives each client's
+                default = getattr(SpeedsConfig, name)
+                if getattr(config, name) != default:
+                    raise ValueError(f"{name}={getattr(config, name)!r} is not allowed with a time_per_step trace "
+                                     f"that has a {name} column: the trace gives each client's {name} (leave it "
+                                     f"at its default {default!r})")
         return dataclasses.replace(self, time_per_step=times)
 
     def label(self, config: RunConfig) -> RunConfig:

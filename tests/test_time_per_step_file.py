@@ -211,13 +211,14 @@ def test_a_trace_table_is_read_by_its_column_names_in_client_id_order(tmp_path, 
 
 
 def test_a_trace_table_without_ids_is_read_in_file_order_naming_the_columns_not_read(tmp_path):
-    # a FedScale-like device trace: only the seconds per step shape the run; its bandwidth column
-    # is named, not silently dropped
+    # a FedScale-like device trace: its seconds per step and its bandwidth (kbit/s, in bytes per
+    # second) shape the run; its device column is named, not silently dropped
     times, notes = read_with_notes(tmp_path / "trace.csv", "device,seconds_per_step,bandwidth_kbps\n"
                                    "phone-a,0.12,900\nphone-b,0.25,120\nphone-c,0.31,4000\nphone-d,0.47,50\n")
-    np.testing.assert_array_equal(times, TIMES)
+    np.testing.assert_array_equal(times["time_per_step"], TIMES)
+    np.testing.assert_array_equal(times["bandwidth"], [112_500, 15_000, 500_000, 6_250])
     assert len(notes) == 1
-    assert notes[0].endswith("read column 'seconds_per_step'; not read: 'device', 'bandwidth_kbps'")
+    assert notes[0].endswith("read columns 'seconds_per_step', 'bandwidth_kbps'; not read: 'device'")
     times, notes = read_with_notes(tmp_path / "trace.csv", "client,time_per_step,os\n1,0.25,ios\n0,0.12,android\n")
     np.testing.assert_array_equal(times, [0.12, 0.25])
     assert notes[0].endswith("read column 'time_per_step' in the order of 'client'; not read: 'os'")
@@ -248,9 +249,10 @@ def test_a_trace_table_that_cannot_be_read_is_refused_in_one_line(tmp_path, text
 
 @pytest.mark.parametrize("text", [
     # names and values with spaces, quoted fields, an empty last column: a CSV reader's fields (the
-    # header was split at spaces too: "bandwidth kbps" made one column two, and the table was refused)
+    # header was split at spaces too: "bandwidth kbps" made one column two, and the table was refused;
+    # a bandwidth column is read now, so another column with a space stands in for it)
     'client id,seconds per step,device\n1,0.25,Pixel 7\n0,0.12,"Galaxy, S21"\n3,0.47,\n2,0.31,iPhone 13\n',
-    '"client_id","time_per_step","bandwidth kbps"\n"0","0.12","900"\n"1","0.25","120"\n"2","0.31",""\n"3","0.47","50"\n',
+    '"client_id","time_per_step","signal dBm"\n"0","0.12","-90"\n"1","0.25","-120"\n"2","0.31",""\n"3","0.47","-50"\n',
     "Client ID\tSeconds per step\tOS\n0\t0.12\tAndroid 14\n1\t0.25\tiOS\n2\t0.31\t\n3\t0.47\tiOS\n",
 ])
 def test_a_trace_table_is_split_as_a_csv_reader_splits_it(tmp_path, text):
@@ -285,7 +287,8 @@ def test_the_cli_says_which_columns_it_did_not_read_as_a_note(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert f"jaxfl: note: time_per_step file {str(tmp_path / 'trace.csv')!r}: read column 'seconds_per_step' in " \
-           "the order of 'client_id'; not read: 'bandwidth'\n" in done.stderr
+           "the order of 'client_id'; not read: 'bandwidth' (to read 'bandwidth' as each client's bandwidth, name its " \
+           "unit: bandwidth_bytes_per_s, bandwidth_kbps or bandwidth_mbps (bits))\n" in done.stderr
 
 
 def test_the_cli_runs_on_a_trace_table_and_says_which_columns_it_did_not_read(tmp_path):

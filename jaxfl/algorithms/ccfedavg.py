@@ -234,8 +234,10 @@ class CCFedAvg(Policy):
         self._opened += 1
         self.gradient_steps += sum(self.steps_for(i) for i in training)
         self.history.append((t, selected, list(training)))
-        if not self._round:  # nobody trains: the estimates (or skip bits) take one transfer
-            sim.set_timer(sim.now + sim.speeds.comm_time() / 2, {"round": self._opened})
+        if not self._round:  # nobody trains: the estimates (or skip bits) take one transfer, the slowest's
+            transfer = max((sim.speeds.comm_time(client) / 2 for client in selected), default=0.0) \
+                if getattr(sim.speeds, "comm_varies", False) else sim.speeds.comm_time() / 2
+            sim.set_timer(sim.now + transfer, {"round": self._opened})
         elif self.round_timeout is not None:
             self._timer = sim.set_timer(sim.now + self.round_timeout, {"round": self._opened})
 

@@ -427,9 +427,8 @@ class FedASMU(Policy):
         if fetch_step is not None and not 0 < fetch_step < steps:
             fetch_step = None  # too few steps to fetch between two of them (local_epochs: a small client)
             self.stats["fetches_skipped"] = self.stats.get("fetches_skipped", 0) + 1
-        transfer = sim.speeds.comm_time() / 2
-        config = getattr(sim.speeds, "config", None)  # ClientSpeeds: config.latency; ScriptedSpeeds: .latency
-        latency = float(config.latency if config is not None else getattr(sim.speeds, "latency", 0.0))
+        transfer = sim.speeds.comm_time(client) / 2
+        latency = float(sim.speeds.latency_of(client))  # the request's: the config's, or the client's in a trace
         extra = latency + transfer if fetch_step is not None else 0.0  # the request + one more download
         record = sim.dispatch(client, steps, detail=f"slot {slot}", extra_time=extra, fetch_step=fetch_step)
         self.idle.remove(client)
@@ -437,7 +436,7 @@ class FedASMU(Policy):
         self.stats["triggered"] += 1
         if self.round_timeout is not None:
             sim.set_timer(record.start_time + self.round_timeout, {"deadline": record.id})
-        compute = record.arrival_time - record.start_time - extra - sim.speeds.comm_time()
+        compute = record.arrival_time - record.start_time - extra - sim.speeds.comm_time(client)
         if fetch_step is not None and math.isfinite(compute):  # a crashing client never asks
             # (under a delay/dropout fault the request moves with the slower compute, proportionally)
             request = record.start_time + transfer + fetch_step * compute / steps + latency

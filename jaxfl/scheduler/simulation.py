@@ -698,7 +698,7 @@ class Simulation:
             raise ValueError(f"extra_time must be >= 0, got {extra_time}")
         speeds = self.speeds
         speed_duration = speeds.round_duration(client, steps)
-        step_time = (speed_duration - speeds.comm_time()) / steps if steps > 0 else None
+        step_time = (speed_duration - speeds.comm_time(client)) / steps if steps > 0 else None
         duration = speed_duration + float(extra_time)
         if steps == 0 and not duration > 0:
             raise _zero_time_round(client)
@@ -797,9 +797,13 @@ class Simulation:
         clients = [client if type(client) is int else operator.index(client) for client in clients]
         num_clients, training = self.num_clients, self.training
         speeds = self.speeds
-        comm_seconds = speeds.comm_time()
-        if steps == 0 and clients and not comm_seconds > 0:  # every round would take no time
-            raise _zero_time_round(clients[0])
+        comm_varies = getattr(speeds, "comm_varies", False)  # a trace's own transfer time for each client
+        comm_seconds = None if comm_varies else speeds.comm_time()
+        if steps == 0 and clients:  # a round of no steps and no communication would take no time
+            free = next((client for client in clients
+                         if not (speeds.comm_time(client) if comm_varies else comm_seconds) > 0), None)
+            if free is not None:
+                raise _zero_time_round(free)
         for position, client in enumerate(clients):  # all checked before anything is drawn or dispatched
             if not 0 <= client < num_clients or training[client]:
                 error = ValueError(f"client {client} out of range [0, {num_clients})") \
@@ -828,7 +832,8 @@ class Simulation:
         live, version, decay, scale = records.live, self.version, self.client_lr_decay, float(lr_scale)
         try:
             for client, duration in zip(clients, durations()):
-                step_time = (duration - comm_seconds) / steps if steps > 0 else None
+                step_time = ((duration - (speeds.comm_time(client) if comm_varies else comm_seconds)) / steps
+                             if steps > 0 else None)
                 client_round = client_rounds[client]
                 dispatch_id = records.count
                 record = DispatchRecord(dispatch_id, client, version, steps, client_round, now,
@@ -908,7 +913,7 @@ class Simulation:
         step_time = getattr(record, "step_time", None)
         done = planned
         if step_time is not None and step_time > 0:
-            training_start = record.start_time + self.speeds.comm_time() / 2
+            training_start = record.start_time + self.speeds.comm_time(record.client) / 2
             blocks = max(1, math.ceil((self.now - training_start) / (block_steps * step_time)))
             done = min(planned, blocks * block_steps)
         if done >= planned and crash is None:

@@ -578,11 +578,22 @@ class ClientStreams:
         self._live_bytes = None if self._live is None else memoryview(self._live).cast("B")
 
 
+# The per-client columns a given trace may hold beside the seconds per step, in the units of
+# SpeedConfig's latency and bandwidth: seconds of latency per model transfer, bytes per second.
+NETWORK_COLUMNS = ("latency", "bandwidth")
+
+
 def check_time_per_step(time_per_step, num_clients: int, speed_change_prob: float = 0.0,
                         legacy_seed: int | None = None) -> np.ndarray:
     """``time_per_step`` as a fresh (C,) float64 array, or ValueError naming the first bad entry;
     also refused with the settings that would re-draw the given times (``speed_change_prob > 0``,
     a ``speed_legacy_seed``).
+
+    A trace of each client's network too is a mapping (or a structured array) of columns:
+    ``time_per_step``, and ``latency`` (seconds per model transfer, finite and >= 0) and/or
+    ``bandwidth`` (bytes per second, > 0, inf for no limit), one value per client. It comes back
+    as a (C,) structured array of float64 fields in that order (:func:`given_times` and
+    :func:`given_network` read it).
 
     Example:
         >>> check_time_per_step([0.1, 0.2], 2)
@@ -591,7 +602,97 @@ def check_time_per_step(time_per_step, num_clients: int, speed_change_prob: floa
         Traceback (most recent call last):
         ...
         ValueError: time_per_step[1]=-1.0 is not allowed: seconds per step must be finite and > 0
+        >>> trace = check_time_per_step({"time_per_step": [0.1, 0.2], "bandwidth": [1e6, 2.5e5]}, 2)
+        >>> trace.dtype.names, given_network(trace)["bandwidth"]
+        (('time_per_step', 'bandwidth'), array([1000000.,  250000.]))
     """
+    network = {}
+    columns = _trace_columns(time_per_step)
+    if columns is not None:
+        unknown = [name for name in columns if name not in ("time_per_step", *NETWORK_COLUMNS)]
+        if unknown:
+            raise ValueError(f"time_per_step's column {unknown[0]!r} is not allowed: a trace's columns are "
+                             "time_per_step (seconds per step), latency (seconds per model transfer) and bandwidth "
+                             "(bytes per second), one value per client")
+        if "time_per_step" not in columns:
+            raise ValueError(f"time_per_step as a table of columns ({', '.join(map(repr, columns))}) needs a column "
+                             "'time_per_step': seconds per step, one per client")
+        time_per_step = columns["time_per_step"]
+        network = {name: _network_column(columns[name], name, num_clients)
+                   for name in NETWORK_COLUMNS if name in columns}
+    times = _checked_times(time_per_step, num_clients)
+    if speed_change_prob > 0:
+        raise ValueError(f"speed_change_prob={speed_change_prob} is not allowed with time_per_step: a speed change "
+                         "re-draws t_i from the heterogeneity model, which the given times replace (set it to 0)")
+    if legacy_seed is not None:
+        raise ValueError(f"speed_legacy_seed={legacy_seed} is not allowed with time_per_step: it seeds drawn idle "
+                         "times, and the times are given, not drawn (set it to None)")
+    if not network:
+        return times
+    trace = np.empty(num_clients, dtype=[("time_per_step", "<f8"), *((name, "<f8") for name in network)])
+    trace["time_per_step"] = times
+    for name, values in network.items():
+        trace[name] = values
+    return trace
+
+
+def given_times(given: np.ndarray) -> np.ndarray:
+    """The seconds per step of a checked ``time_per_step`` (:func:`check_time_per_step`): the array
+    itself, or a trace's ``time_per_step`` column.
+
+    >>> given_times(check_time_per_step({"time_per_step": [0.1], "latency": [0.5]}, 1))
+    array([0.1])
+    """
+    return np.ascontiguousarray(given["time_per_step"]) if given.dtype.names else given
+
+
+def given_network(given: np.ndarray) -> dict[str, np.ndarray]:
+    """The per-client network columns (``latency``, ``bandwidth``) of a checked ``time_per_step``,
+    by name; empty for seconds per step alone.
+
+    >>> given_network(check_time_per_step([0.1, 0.2], 2))
+    {}
+    """
+    names = given.dtype.names or ()
+    return {name: np.ascontiguousarray(given[name]) for name in NETWORK_COLUMNS if name in names}
+
+
+def _trace_columns(time_per_step) -> dict | None:
+    """A trace given as columns (a mapping, or a structured array), by name; None for an array of times."""
+    from collections.abc import Mapping
+
+    if isinstance(time_per_step, Mapping):
+        return {str(name): values for name, values in time_per_step.items()}
+    if isinstance(time_per_step, np.ndarray) and time_per_step.dtype.names:
+        return {name: time_per_step[name] for name in time_per_step.dtype.names}
+    return None
+
+
+def _network_column(values, name: str, num_clients: int) -> np.ndarray:
+    """One network column of a trace as float64, or ValueError naming its first bad value."""
+    unit, allowed = {"latency": ("seconds per model transfer", "finite and >= 0"),
+                     "bandwidth": ("bytes per second", "> 0 (inf for no limit)")}[name]
+    kind = np.asarray(values).dtype
+    if kind == np.bool_ or not (kind == object or np.issubdtype(kind, np.integer) or np.issubdtype(kind, np.floating)):
+        raise ValueError(f"time_per_step's {name} column must hold {unit}, one per client: real numbers, got an array "
+                         f"of {kind}")
+    try:
+        column = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"time_per_step's {name} column must hold {unit}, one per client") from None
+    if column.shape != (num_clients,):
+        raise ValueError(f"time_per_step's {name} column has shape {column.shape}; expected ({num_clients},): one "
+                         "value per client")
+    good = (np.isfinite(column) & (column >= 0)) if name == "latency" else (column > 0)
+    bad = np.flatnonzero(~good)
+    if bad.size:
+        raise ValueError(f"time_per_step's {name}[{bad[0]}]={float(column[bad[0]])!r} is not allowed: {unit} must be "
+                         f"{allowed}")
+    return column
+
+
+def _checked_times(time_per_step, num_clients: int) -> np.ndarray:
+    """The seconds per step as a fresh (C,) float64 array, or ValueError naming the first bad entry."""
     kind = np.asarray(time_per_step).dtype
     if kind != object and (not (np.issubdtype(kind, np.integer) or np.issubdtype(kind, np.floating))
                            or kind == np.bool_):
@@ -614,12 +715,6 @@ def check_time_per_step(time_per_step, num_clients: int, speed_change_prob: floa
     if bad.size:
         raise ValueError(f"time_per_step[{bad[0]}]={float(times[bad[0]])!r} is not allowed: seconds per step from "
                          "1e-30 to 1e30 (times beyond them overflow to inf or 0 as the steps add up)")
-    if speed_change_prob > 0:
-        raise ValueError(f"speed_change_prob={speed_change_prob} is not allowed with time_per_step: a speed change "
-                         "re-draws t_i from the heterogeneity model, which the given times replace (set it to 0)")
-    if legacy_seed is not None:
-        raise ValueError(f"speed_legacy_seed={legacy_seed} is not allowed with time_per_step: it seeds drawn idle "
-                         "times, and the times are given, not drawn (set it to None)")
     return times
 
 
@@ -663,7 +758,10 @@ class ClientSpeeds:
             devices, another simulator's profile): the base times ``t_i`` themselves instead of
             draws from ``config.model``. Per-round jitter and communication still apply as
             configured (``jitter=0`` replays the array exactly); speed changes, which would re-draw
-            ``t_i`` from ``config.model``, and ``legacy_seed`` are refused with it.
+            ``t_i`` from ``config.model``, and ``legacy_seed`` are refused with it. A trace with
+            ``latency`` and/or ``bandwidth`` columns (:func:`check_time_per_step`) gives each client
+            its own transfer time ``latency_i + model_bytes / bandwidth_i``, a column not given
+            being the config's (which must then be at its default for a column given).
         compute_scale: optional (C,) finite factors > 0 multiplying the compute part of each
             client's rounds (never communication): a round of ``n`` steps computes for
             ``(n · scale_i) · t_i^(k)`` seconds. :func:`round_unit_scale` gives the factors of
@@ -686,6 +784,10 @@ class ClientSpeeds:
         >>> measured = ClientSpeeds(SpeedConfig(jitter=0.0), 3, seed=0, time_per_step=[0.1, 0.2, 0.4])
         >>> measured.round_duration(client=2, num_steps=10)
         4.0
+        >>> trace = {"time_per_step": [0.1, 0.1], "bandwidth": [1e6, 2e5]}  # bytes/s: a 1 MB model
+        >>> networked = ClientSpeeds(SpeedConfig(jitter=0.0), 2, seed=0, model_bytes=1_000_000, time_per_step=trace)
+        >>> networked.round_duration(client=1, num_steps=10), networked.comm_time(1)
+        (11.0, 10.0)
     """
 
     def __init__(self, config: SpeedConfig, num_clients: int, seed: int, model_bytes: int = 0,
@@ -706,6 +808,8 @@ class ClientSpeeds:
         self.model_bytes = model_bytes
         # array.array: one read per round; a checkpoint stores the column once (it never changes)
         self._scale = None if compute_scale is None else _checked_scale(compute_scale, num_clients)
+        # the clients' own latency, transfer and round communication times (a trace's), or None
+        self._latency = self._transfer = self._comm = None
         self._cache_constants()
         self.negative_draws = 0
         self.speed_changes = 0
@@ -715,9 +819,12 @@ class ClientSpeeds:
         self._clear_normals_ahead()
         self.given = time_per_step is not None  # the base times are the user's, not config.model's draws
         if time_per_step is not None:
-            self._base = array.array("d", check_time_per_step(time_per_step, num_clients, config.speed_change_prob,
-                                                              config.legacy_seed).tobytes())
+            given = check_time_per_step(time_per_step, num_clients, config.speed_change_prob, config.legacy_seed)
+            self._base = array.array("d", given_times(given).tobytes())
             self._floor_seconds = self._floor()  # the clip floor follows the given times, not μ
+            network = given_network(given)
+            if network:
+                self._set_network(network)
             return
         base_rng = np.random.default_rng(np.random.SeedSequence([seed, STREAM_BASE_TIMES]))
         legacy = config.legacy_seed is not None and config.model in ("pareto", "zipf")  # PLATO's RandomState
@@ -769,23 +876,75 @@ class ClientSpeeds:
         view.flags.writeable = False
         return view
 
-    def transfer_time(self) -> float:
-        """Seconds for one model transfer (one direction): ``latency + model_bytes / bandwidth``.
+    @property
+    def comm_varies(self) -> bool:
+        """Whether clients have transfer times of their own (a trace's ``latency``/``bandwidth``
+        columns); then :meth:`transfer_time`, :meth:`comm_time` and :meth:`latency_of` need the client.
+
+        Example:
+            >>> ClientSpeeds(SpeedConfig(), 2, seed=0).comm_varies
+            False
+        """
+        return self._transfer is not None
+
+    def latency_of(self, client: int | None = None) -> float:
+        """Seconds of latency of one model transfer (or request) of ``client``: its trace's, else
+        the config's ``latency``.
+
+        Example:
+            >>> ClientSpeeds(SpeedConfig(latency=0.5), 1, 0).latency_of()
+            0.5
+        """
+        if self._latency is None:
+            return float(self.config.latency)
+        return self._latency[self._client_of(client, "latency_of")]
+
+    def transfer_time(self, client: int | None = None) -> float:
+        """Seconds for one model transfer (one direction) of ``client``: ``latency + model_bytes /
+        bandwidth``, its own where a trace gives them (``client`` is needed then).
 
         Example:
             >>> ClientSpeeds(SpeedConfig(latency=0.5, bandwidth=1e6), 1, 0, model_bytes=2_000_000).transfer_time()
             2.5
         """
-        return float(self.config.latency + self.model_bytes / self.config.bandwidth)
+        if self._transfer is None:
+            return float(self.config.latency + self.model_bytes / self.config.bandwidth)
+        return self._transfer[self._client_of(client, "transfer_time")]
 
-    def comm_time(self) -> float:
-        """Communication seconds per round: download plus upload, ``2 · transfer_time()``.
+    def comm_time(self, client: int | None = None) -> float:
+        """Communication seconds per round of ``client``: download plus upload, ``2 · transfer_time()``.
 
         Example:
             >>> ClientSpeeds(SpeedConfig(latency=0.5, bandwidth=1e6), 1, 0, model_bytes=2_000_000).comm_time()
             5.0
         """
-        return self._comm_seconds
+        if self._comm is None:
+            return self._comm_seconds
+        return self._comm[self._client_of(client, "comm_time")]
+
+    def _client_of(self, client, method: str) -> int:
+        if client is None:
+            raise ValueError(f"{method}() needs the client: the clients' transfer times differ (the trace's "
+                             "latency or bandwidth column)")
+        client = operator.index(client)
+        if not 0 <= client < self.num_clients:
+            raise ValueError(f"client={client} out of range [0, {self.num_clients})")
+        return client
+
+    def _set_network(self, network: dict) -> None:
+        """Each client's transfer time from a trace's network columns (the config's for one not given)."""
+        for name, default in (("latency", 0.0), ("bandwidth", math.inf)):
+            if name in network and getattr(self.config, name) != default:
+                raise ValueError(f"SpeedConfig.{name}={getattr(self.config, name)!r} is not allowed with a "
+                                 f"time_per_step trace that has a {name} column: the trace gives each client's "
+                                 f"(leave it at its default {default!r})")
+        latency = network.get("latency", np.full(self.num_clients, float(self.config.latency)))
+        bandwidth = network.get("bandwidth", np.full(self.num_clients, float(self.config.bandwidth)))
+        # the scalar formula, elementwise: latency + model_bytes / bandwidth, and twice that a round
+        transfer = latency + self.model_bytes / bandwidth
+        self._latency = array.array("d", latency.astype(np.float64).tobytes()) if "latency" in network else None
+        self._transfer = array.array("d", transfer.astype(np.float64).tobytes())
+        self._comm = array.array("d", (2.0 * transfer).astype(np.float64).tobytes())
 
     def round_duration(self, client: int, num_steps: int) -> float:
         """Virtual seconds of ``client``'s next round of ``num_steps`` local steps.
@@ -828,9 +987,10 @@ class ClientSpeeds:
                     step_time, client, lambda: base_time + jitter_std * self._next_normal(client)
                 )
             self._rounds_done[client] += 1
+            comm = self._comm_seconds if self._comm is None else self._comm[client]
             if self._scale is not None:
-                return (num_steps * self._scale[client]) * step_time + self._comm_seconds
-            return num_steps * step_time + self._comm_seconds
+                return (num_steps * self._scale[client]) * step_time + comm
+            return num_steps * step_time + comm
         streams = self._streams
         rng = streams.load(client)
         # Saved even when a draw raises (negative="error"), as the client's own Generator was.
@@ -856,9 +1016,10 @@ class ClientSpeeds:
         finally:
             streams.save(client)
         self._rounds_done[client] += 1
+        comm = self._comm_seconds if self._comm is None else self._comm[client]
         if self._scale is not None:
-            return (num_steps * self._scale[client]) * step_time + self._comm_seconds
-        return num_steps * step_time + self._comm_seconds
+            return (num_steps * self._scale[client]) * step_time + comm
+        return num_steps * step_time + comm
 
     def round_durations(self, clients, num_steps: int) -> list[float]:
         """:meth:`round_duration` of each of ``clients`` in turn (each one round of ``num_steps``): the
@@ -904,6 +1065,7 @@ class ClientSpeeds:
         drawn = np.zeros(ids.size, dtype=bool)
         base_all, rounds = np.frombuffer(self._base, dtype=np.float64), np.frombuffer(self._rounds_done, dtype=np.int64)
         scale_all = None if self._scale is None else np.frombuffer(self._scale, dtype=np.float64)
+        comm_all = None if self._comm is None else np.frombuffer(self._comm, dtype=np.float64)
         for start in range(0, positions.size, _SEED_BLOCK):  # blocks: the temporaries stay small
             block = positions[start:start + _SEED_BLOCK]
             block_clients = ids[block]
@@ -913,11 +1075,11 @@ class ClientSpeeds:
             step_time = base + (self._jitter * base) * normals
             done = fast & (step_time > self._floor_seconds)
             done_clients = block_clients[done]
+            comm = self._comm_seconds if comm_all is None else comm_all[done_clients]
             if scale_all is None:
-                durations[block[done]] = float(num_steps) * step_time[done] + self._comm_seconds
+                durations[block[done]] = float(num_steps) * step_time[done] + comm
             else:  # as the scalar path: (steps · scale_i) · t, then + comm
-                durations[block[done]] = (float(num_steps) * scale_all[done_clients]) * step_time[done] \
-                    + self._comm_seconds
+                durations[block[done]] = (float(num_steps) * scale_all[done_clients]) * step_time[done] + comm
             drawn[block[done]] = True
             table[done_clients, 0], table[done_clients, 1] = state_lo[done], state_hi[done]
             touched[done_clients] = True
@@ -1005,6 +1167,8 @@ class ClientSpeeds:
         if isinstance(state.get("_base"), np.ndarray):  # pickled before it was an array.array
             state["_base"] = array.array("d", state["_base"].astype(np.float64).tobytes())
         state.setdefault("_scale", None)  # pickled before compute_scale existed: none
+        for name in ("_latency", "_transfer", "_comm"):  # pickled before traces gave them: the config's for all
+            state.setdefault(name, None)
         self.__dict__.update(state)
         self._cache_constants()  # pickles from before the cache restore with it
         if "_ahead" not in state:  # pickled before normals were drawn ahead: none are
@@ -1014,7 +1178,8 @@ class ClientSpeeds:
 
     def _cache_constants(self) -> None:
         """The per-round constants, fixed by the config and the model size: computed once, not per round."""
-        self._comm_seconds = 2.0 * self.transfer_time()
+        # the config's (a trace's own times per client are in _comm)
+        self._comm_seconds = 2.0 * float(self.config.latency + self.model_bytes / self.config.bandwidth)
         self._floor_seconds = self._floor()
         self._jitter = self.config.jitter
         # a round's only draws are its jitter's standard normals (redraws of a non-positive one
@@ -1203,7 +1368,10 @@ class ScriptedSpeeds:
         """Each client's time per step in its next round."""
         return np.array([self.time_per_step(c, int(self._rounds_done[c])) for c in range(self.num_clients)])
 
-    def comm_time(self) -> float:
+    def latency_of(self, client: int | None = None) -> float:
+        return self.latency
+
+    def comm_time(self, client: int | None = None) -> float:
         return 2 * self.latency
 
     def round_duration(self, client: int, num_steps: int) -> float:
