@@ -1349,16 +1349,18 @@ def _earlier_run(config: RunConfig, times=None) -> tuple[str, str] | None:
     interrupted ``jaxfl run --algorithm a,b,...`` left under its output_dir: ``finished`` or
     ``resumable`` (a checkpoint to go on from); None if there is none (a run without a checkpoint
     starts again, in a new folder)."""
-    return next(_earlier_runs(config, times), None)
+    return next(_earlier_runs(config, times, say_edited=True), None)
 
 
-def _earlier_runs(config: RunConfig, times=None):
-    """Every ``(run_dir, state)`` of :func:`_earlier_run`, in the order of their folders' names."""
+def _earlier_runs(config: RunConfig, times=None, say_edited: bool = False):
+    """Every ``(run_dir, state)`` of :func:`_earlier_run`, in the order of their folders' names; a run
+    made with an earlier version of a plug-in's or a model's file is not one (``say_edited``: where
+    none is found, a note names those)."""
     import warnings
 
     from jaxfl import checkpoint
     from jaxfl.config import as_recorded, config_from_mapping, validate
-    from jaxfl.experiment import names_before_default_changes, run_name
+    from jaxfl.experiment import changed_sources, names_before_default_changes, run_name
     from jaxfl.resume import ResumeError, config_record, read_record
     from jaxfl.runlog import finished_summary
     from jaxfl.user_inputs import UserInputs, recorded_speeds_sha256
@@ -1379,6 +1381,7 @@ def _earlier_runs(config: RunConfig, times=None):
         return
     if not os.path.isdir(config.output_dir):
         return
+    edited, found = [], False
     for folder in sorted(os.listdir(config.output_dir)):
         if not any(folder == name or re.fullmatch(re.escape(name) + r"-\d+", folder) for name in names):
             continue
@@ -1391,12 +1394,22 @@ def _earlier_runs(config: RunConfig, times=None):
                         as_recorded(record["config"]))[0]))), "output_dir": None} != wanted or \
                         recorded_speeds_sha256(record) != speeds:
                     continue
+                changed = changed_sources(record, config)
         except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
             continue
+        if changed:  # another code's results (an edited plug-in or model file): not this run
+            edited.append((run_dir, changed))
+            continue
         if finished_summary(run_dir) is not None:  # a damaged one is rebuilt by resuming the run
+            found = True
             yield run_dir, "finished"
         elif checkpoint.latest(run_dir) is not None:
+            found = True
             yield run_dir, "resumable"
+    if say_edited and edited and not found:
+        run_dir, changed = edited[-1]
+        print(f"jaxfl: note: {run_dir} was made with an earlier version of {' and '.join(changed)}: not reused; "
+              "this command runs it again with the file as it is now", file=sys.stderr)
 
 
 def _note_interrupted_runs(config: RunConfig, times=None) -> None:

@@ -408,7 +408,7 @@ def _run_dir(config: RunConfig, algorithm: str, user_inputs: dict | None = None)
     suffix, finished = 2, None
     while os.path.exists(path):
         if finished is None and os.path.isfile(os.path.join(path, "summary.json")) and \
-                _records_inputs(path, user_inputs):
+                _records_inputs(path, user_inputs) and not _edited_since(path, config):
             finished = path
         path = os.path.join(config.output_dir, f"{name}-{suffix}")
         suffix += 1
@@ -420,6 +420,17 @@ def _run_dir(config: RunConfig, algorithm: str, user_inputs: dict | None = None)
                       f"again, into {path} (jaxfl.load_run({finished!r}) reads the finished one; a comparison "
                       f"on the command line, jaxfl run --algorithm a,b, reuses it)", UserWarning, stacklevel=4)
     return path
+
+
+def _edited_since(run_dir: str, config: RunConfig) -> bool:
+    """Whether the run in ``run_dir`` was made with another version of this config's plug-in or model
+    file (:func:`changed_sources`): another code's run, not a finished run of this one."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as file:
+            record = json.load(file)
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and bool(changed_sources(record, config))
 
 
 # user_inputs keys added since (2026-12-05), which a run made before them does not hold
@@ -1540,17 +1551,58 @@ def algorithm_source(name: str) -> dict | None:
         return {"file": path, "sha256": hashlib.sha256(handle.read()).hexdigest()}
 
 
+def model_source(name: str) -> dict | None:
+    """A model named by reference (``path/to/file.py:Net`` or ``module:Net``): its module's file and
+    SHA-256 (``config.json``'s ``model_source``), as :func:`algorithm_source` for an algorithm; None
+    for a built-in model, a registered one or a Python object (whose structure is fingerprinted).
+
+    >>> model_source("cnn") is None
+    True
+    """
+    import inspect
+
+    from jaxfl.models.zoo import is_model_reference, load_model_reference
+
+    if not is_model_reference(name):
+        return None
+    try:
+        module = inspect.getmodule(load_model_reference(name))
+    except ValueError:
+        return None
+    path = getattr(module, "__file__", None)
+    if module is None or module.__name__.startswith("jaxfl.") or not path or not os.path.isfile(path):
+        return None
+    with open(path, "rb") as handle:
+        return {"file": path, "sha256": hashlib.sha256(handle.read()).hexdigest()}
+
+
+def changed_sources(record: dict, config: RunConfig) -> list[str]:
+    """The user's files (a plug-in algorithm's, a model file's) that differ from those a run recorded
+    (its ``config.json``, ``record``) as ``"FILE (algorithm NAME)"``: the run's results are another
+    code's. A run recorded without a file's fingerprint (before it was kept) is taken as unchanged.
+
+    >>> changed_sources({}, RunConfig())
+    []
+    """
+    changed = []
+    for key, now, what in (("algorithm_source", algorithm_source(config.algorithm), f"algorithm {config.algorithm}"),
+                           ("model_source", model_source(config.model), f"model {config.model}")):
+        then = record.get(key)
+        if now is not None and isinstance(then, dict) and then.get("sha256") != now["sha256"]:
+            changed.append(f"{now['file']} ({what})")
+    return changed
+
+
 def _check_algorithm_source(run_dir: str, config: RunConfig) -> None:
-    """Warn where a resumed run's plug-in algorithm file changed since the run began: the run goes on
-    with the edited code, which nothing else would say (the model and the data are checked)."""
-    now = algorithm_source(config.algorithm)
-    if now is None:  # a built-in: config.json is not read again (a resume reads it once)
-        return
-    then = resume.read_record(run_dir).get("algorithm_source")
-    if then and then.get("sha256") != now["sha256"]:
-        warnings.warn(f"{now['file']} (algorithm {config.algorithm}) has changed since run {run_dir} began: the resumed "
-                      f"run goes on with the edited code, so its updates before and after this resume follow two "
-                      f"versions of the algorithm (start the run again for one)", UserWarning, stacklevel=4)
+    """Warn where a resumed run's plug-in algorithm file (or model file) changed since the run began:
+    the run goes on with the edited code, which nothing else would say (the data are checked)."""
+    if algorithm_source(config.algorithm) is None and model_source(config.model) is None:
+        return  # built-ins: config.json is not read again (a resume reads it once)
+    changed = changed_sources(resume.read_record(run_dir), config)
+    if changed:
+        warnings.warn(f"{' and '.join(changed)} {'has' if len(changed) == 1 else 'have'} changed since run {run_dir} "
+                      f"began: the resumed run goes on with the edited code, so its updates before and after this "
+                      f"resume follow two versions of it (start the run again for one)", UserWarning, stacklevel=4)
 
 
 def _with_inputs(config: RunConfig, data, user: UserInputs, resume_dir: str | None,
@@ -2076,6 +2128,7 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
         **described, **({"user_inputs": user_inputs} if user_inputs else {}),
         **({"log_to": log_to} if log_to else {}),
         **({"algorithm_source": source} if (source := algorithm_source(config.algorithm)) else {}),
+        **({"model_source": source} if (source := model_source(config.model)) else {}),
         # what the config's relative paths (data_dir, file.py:Class) are relative to (resume checks it)
         "working_directory": os.getcwd()})
 

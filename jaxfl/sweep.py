@@ -990,6 +990,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     speeds = _check_speeds(time_per_step, cells)
     states = {cell.index: cell_state(cell.run_dir) for cell in cells}
     _check_speeds_of_earlier_runs(speeds, sweep_dir, cells)
+    _check_sources_of_earlier_runs(cells, states)
     shares = _check_jobs(jobs, sweep_dir, cells, states)
     # cells that run in this process take the generated data that the checks built (workers load their own)
     with shared_data() if jobs == 1 else contextlib.nullcontext():
@@ -1000,9 +1001,37 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
         with holding_lock(sweep_dir, "sweep directory", "run the same jaxfl sweep command again (--out {folder})"):
             states = {cell.index: cell_state(cell.run_dir) for cell in cells}  # as they are now it is held
             _check_speeds_of_earlier_runs(speeds, sweep_dir, cells)
+            _check_sources_of_earlier_runs(cells, states)
             shares = _check_jobs(jobs, sweep_dir, cells, states)
             return _run_locked(sweep_dir, base, grid, size, cells, jobs, states, shares, progress, echo, earlier,
                                notes, speeds)
+
+
+def _check_sources_of_earlier_runs(cells: list[Cell], states: dict) -> None:
+    """Refuse, before any work, a sweep whose finished or interrupted cells were run with another
+    version of a plug-in algorithm's or a model's file: their results (or their first updates) are
+    that code's, and the sweep would report them as this one's."""
+    from jaxfl.experiment import changed_sources
+    from jaxfl.resume import ResumeError, read_record
+
+    stale = []
+    for cell in cells:
+        if states[cell.index] not in ("finished", "resumable"):
+            continue
+        try:
+            changed = changed_sources(read_record(cell.run_dir), cell.config)
+        except (ResumeError, ValueError, KeyError, TypeError):
+            continue
+        if changed:
+            stale.append((cell, changed))
+    if stale:
+        files = sorted({file for _, changed in stale for file in changed})
+        listed = "; ".join(f"cell {cell.index} ({cell.label()}): {cell.run_dir}" for cell, _ in stale[:5])
+        more = f" and {len(stale) - 5} more" if len(stale) > 5 else ""
+        raise ConfigError(f"{len(stale)} cell{'s' * (len(stale) != 1)} of this sweep {'were' if len(stale) != 1 else 'was'} "
+                          f"run with an earlier version of {' and '.join(files)}, changed since: {listed}{more}; their "
+                          "results are not this code's. Sweep into another folder (--out), or remove those run "
+                          "folders to run them again with the file as it is now")
 
 
 def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell], jobs: int, states: dict,

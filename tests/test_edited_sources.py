@@ -1,0 +1,89 @@
+"""A plug-in algorithm's or a model's file edited between two commands: the runs the first one made
+are another code's. A comparison reused them ("reused: it had finished") and a sweep counted them as
+finished cells, so the researcher's edit changed nothing in the table, and nothing said why."""
+import json
+import os
+import warnings
+
+import pytest
+
+from jaxfl.cli import main
+from jaxfl.config import ConfigError
+from jaxfl.sweep import run_sweep
+from tests.test_plugin_api_checks import PLUGIN
+
+MODEL = '''
+import flax.linen as nn
+
+
+class Net(nn.Module):
+    num_classes: int = 10
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.num_classes)(nn.relu(nn.Dense(8)(x.reshape((x.shape[0], -1)))))
+'''
+
+
+@pytest.fixture(autouse=True)
+def _unregister_the_plugin():
+    yield
+    from jaxfl.algorithms import names
+    from jaxfl.algorithms.base import unregister
+
+    if "pairs_plugin_check" in names():
+        unregister("pairs_plugin_check")
+
+
+def _runs(folder, prefix):
+    return sorted(name for name in os.listdir(folder) if name.startswith(prefix))
+
+
+def test_a_comparison_runs_again_what_an_edited_plugin_or_model_file_made(tmp_path, capsys):
+    plugin, model = tmp_path / "pairs.py", tmp_path / "net.py"
+    plugin.write_text(PLUGIN)
+    model.write_text(MODEL)
+    command = ["run", "--algorithm", f"fedavg,{plugin}:Pairs", "--model", f"{model}:Net", "--clients", "3",
+               "--local-steps", "2", "--max-updates", "2", "--no-progress", "--output-dir", str(tmp_path / "out")]
+    with warnings.catch_warnings():  # (the later comparisons replace this one's table, and say so)
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(command) == 0
+    (first,) = _runs(tmp_path / "out", "pairs")
+    recorded = json.loads((tmp_path / "out" / first / "config.json").read_text())
+    assert recorded["algorithm_source"]["file"] == str(plugin) and recorded["model_source"]["file"] == str(model)
+    capsys.readouterr()
+    assert main(command) == 0  # nothing edited: both reused
+    assert capsys.readouterr().out.count("(reused: it had finished)") == 2
+    plugin.write_text(PLUGIN.replace("1 + sim.staleness(record)", "2 + sim.staleness(record)"))
+    assert main(command) == 0
+    captured = capsys.readouterr()
+    assert f"jaxfl: note: {tmp_path / 'out' / first} was made with an earlier version of {plugin} (algorithm " \
+           f"{plugin}:Pairs): not reused; this command runs it again with the file as it is now" in captured.err
+    assert "holds a finished run of this config" not in captured.err  # it does not: another code's
+    assert captured.out.count("(reused: it had finished)") == 1  # fedavg's, whose files did not change
+    assert _runs(tmp_path / "out", "pairs") == [first, f"{first}-2"]
+    model.write_text(MODEL.replace("nn.relu", "nn.tanh"))
+    assert main(command) == 0
+    assert "(reused" not in capsys.readouterr().out  # the model file is every run's
+    assert len(_runs(tmp_path / "out", "fedavg")) == 2 and len(_runs(tmp_path / "out", "pairs")) == 3
+
+
+def test_a_sweep_whose_cells_an_edited_plugin_file_ran_is_refused_before_any_work(tmp_path):
+    plugin = tmp_path / "pairs.py"
+    plugin.write_text(PLUGIN)
+    base = {"model": "logreg", "clients": 3, "local_steps": 2, "max_updates": 2}
+    grid = {"algorithm": ["fedavg", f"{plugin}:Pairs"], "seed": [0, 1]}
+    folder = str(tmp_path / "sweep")
+    run_sweep(base, grid, folder, progress=False)
+    plugin.write_text(PLUGIN.replace("1 + sim.staleness(record)", "2 + sim.staleness(record)"))
+    before = {name: os.path.getmtime(os.path.join(folder, "runs", name)) for name in os.listdir(os.path.join(folder,
+                                                                                                              "runs"))}
+    with pytest.raises(ConfigError, match=rf"2 cells of this sweep were run with an earlier version of {plugin} "
+                                          rf"\(algorithm .*:Pairs\), changed since: cell 2 .* their results are not "
+                                          r"this code's. Sweep into another folder \(--out\), or remove those run "
+                                          r"folders to run them again"):
+        run_sweep(base, grid, folder, progress=False)
+    assert {name: os.path.getmtime(os.path.join(folder, "runs", name))
+            for name in os.listdir(os.path.join(folder, "runs"))} == before
+    plugin.write_text(PLUGIN)  # the file as the cells ran it: they are this code's again
+    assert run_sweep(base, grid, folder, progress=False).skipped == [0, 1, 2, 3]
