@@ -769,14 +769,42 @@ def _demo_flags(extra: list[str]) -> list[str]:
     theirs = {actions[token.partition("=")[0]].dest for token in extra
               if token.startswith("-") and token.partition("=")[0] in actions}
     theirs |= {other for pair in _ALTERNATIVES for name, other in (pair, pair[::-1]) if name in theirs}
-    kept, index = [], 0
+    unread = _demo_settings_unread(extra, actions) if "algorithm" in theirs else set()
+    kept, index, left_out = [], 0, []
     while index < len(preset):
         action = actions[preset[index]]
         width = 1 if action.nargs == 0 else 2  # a switch (--no-stop-at-target), or a flag and its value
-        if action.dest not in theirs:
+        if action.dest in unread:
+            left_out.append(action.dest)
+        elif action.dest not in theirs:
             kept += preset[index:index + width]
         index += width
+    if left_out:  # the quickstart's FedBuff and FedAsync rule when only others run: as --preset leaves it out
+        print(f"jaxfl: note: jaxfl demo: {', '.join(left_out)} of the quickstart not read by the algorithms "
+              "given, left out", file=sys.stderr)
     return [*kept, *extra]
+
+
+def _demo_settings_unread(extra: list[str], actions) -> set[str]:
+    """The quickstart's settings that none of the algorithms ``--algorithm`` names in ``extra`` reads
+    (an unknown name: none, its own error comes from the run's parser)."""
+    from jaxfl.config import fields_not_read_by
+    from jaxfl.presets import preset_values
+
+    names = None
+    for position, token in enumerate(extra):
+        flag, equals, value = token.partition("=")
+        if flag in actions and actions[flag].dest == "algorithm":
+            names = value if equals else (extra[position + 1] if position + 1 < len(extra) else None)
+    if not names:
+        return set()
+    fields = {key: value for key, value in preset_values("quickstart").items()
+              if key != "algorithm" and not isinstance(value, dict)}
+    try:
+        classes = [algorithms.get(name.strip()) for name in names.split(",")]
+    except KeyError:
+        return set()
+    return set.intersection(*(set(fields_not_read_by(cls, fields)) for cls in classes))
 
 
 def _demo_command(flags: list[str]) -> str:

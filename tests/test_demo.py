@@ -54,6 +54,21 @@ def test_demo_prints_its_command_then_runs_it_with_overrides(tmp_path, capsys):
     assert all(f"{algorithm} (timing only)" in rest for algorithm in QUICKSTART_ALGORITHMS)
 
 
+@pytest.mark.parametrize("chosen", ["fedavg", "fedavg,fedcompass"])
+def test_demo_with_algorithms_that_read_none_of_its_settings_leaves_them_out(tmp_path, capsys, chosen):
+    # the quickstart's rule (FedAsync's and FedBuff's) refused jaxfl demo --algorithm fedavg with
+    # "rule='paper' is not allowed with algorithm fedavg", a setting the user never typed
+    out = tmp_path / "runs"
+    assert main(["demo", "--algorithm", chosen, "--timing-only", "--output-dir", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "jaxfl: note: jaxfl demo: rule of the quickstart not read by the algorithms given, left out" in printed.err
+    header = printed.out.partition("\n\n")[0]
+    assert "--rule" not in header and f"--algorithm {chosen}" in header
+    assert sorted(name.split("-")[0] for name in os.listdir(out)) == sorted(chosen.split(","))
+    assert main(["demo", "--algorithm", "fedavg,fedbuff", "--timing-only", "--output-dir", str(tmp_path / "b")]) == 0
+    assert "--rule paper" in capsys.readouterr().out  # read by one of them: kept
+
+
 def test_demo_with_a_bad_override_fails_before_writing(tmp_path, capsys):
     out = tmp_path / "runs"
     with pytest.raises(SystemExit) as exit_info:
