@@ -42,6 +42,33 @@ def test_default_on_reply_without_local_steps_is_refused_by_name():
     assert all(record.steps == 10 for record in sim.records)  # no 1-step round was dispatched
 
 
+def test_the_cli_says_a_default_on_reply_without_local_steps_in_one_line(tmp_path, capsys):
+    # a full traceback through jaxfl's own files ended the run, and no "jaxfl: error" line
+    from jaxfl.cli import main
+
+    plugin = tmp_path / "elsewhere.py"
+    plugin.write_text(PLUGIN.replace("self.local_steps, self.buffer = steps, []", "self.steps, self.buffer = steps, []")
+                      .replace("sim.dispatch_many(range(sim.num_clients), self.local_steps)",
+                               "sim.dispatch_many(range(sim.num_clients), self.steps)")
+                      .replace('"pairs_plugin_check"', '"elsewhere_plugin_check"'))
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            main(["run", "--algorithm", f"{plugin}:Pairs", "--model", "logreg", "--clients", "3", "--local-steps", "2",
+                  "--max-updates", "4", "--no-progress", "--output-dir", str(tmp_path / "runs")])
+    finally:
+        from jaxfl.algorithms import names
+        from jaxfl.algorithms.base import unregister
+
+        if "elsewhere_plugin_check" in names():
+            unregister("elsewhere_plugin_check")
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert error.strip().splitlines() == [
+        f"jaxfl: error: PairPolicy.on_reply: the default on_reply re-dispatches client {error.split('client ')[1].split()[0]} "
+        "for self.local_steps steps, and PairPolicy sets no self.local_steps: define self.local_steps (e.g. "
+        "self.local_steps = run.local_steps in __init__) or override on_reply"]
+
+
 def test_default_on_reply_uses_local_steps_when_set():
     class Named(StepsElsewhere):
         def __init__(self, steps):

@@ -367,6 +367,11 @@ class PluginError(TypeError, ValueError):
     TypeError, and a ValueError so that ``jaxfl run`` reports it in one line as it reports bad input."""
 
 
+class _NoLocalSteps(PluginError, AttributeError):
+    """A policy whose default ``on_reply`` needs ``self.local_steps``, which it never set: an
+    AttributeError, as a missing attribute is, and a plug-in error, which ``jaxfl run`` says in one line."""
+
+
 def _misspelt_hook(cls: type, base: type, names: Sequence[str]) -> str | None:
     """A method ``cls`` defines itself whose name is a near miss of one of ``names`` that neither it nor
     a class between it and ``base`` defines (``on_arival`` for ``on_arrival``, ``weight`` for
@@ -454,7 +459,7 @@ class Policy:
                 sim.dispatch(client, steps // 2 if payload == "slow" else steps)
         """
         if self.local_steps is None:
-            raise AttributeError(
+            raise _NoLocalSteps(
                 f"{type(self).__name__}.on_reply: the default on_reply re-dispatches client {client} for "
                 f"self.local_steps steps, and {type(self).__name__} sets no self.local_steps: define "
                 "self.local_steps (e.g. self.local_steps = run.local_steps in __init__) or override on_reply")
