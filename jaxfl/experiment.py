@@ -704,7 +704,7 @@ class _Recorder:
         if self._reaches_target(stats):
             self.time_to_target = virtual_time
         if self.progress is not None:
-            self.progress.set_postfix(version=version, acc=f"{stats['accuracy']:.4f}")
+            self.progress.set_postfix(version=version, acc=f"{stats['accuracy']:.4f}", refresh=False)
         if self.time_to_target is not None and self.config.stop_at_target:
             stop = "target reached"
         return _decided_on_process_zero(stop)
@@ -908,7 +908,7 @@ class _Recorder:
         self.time_to_target = grid_point
         self._advance_grid()
         if self.progress is not None:
-            self.progress.set_postfix(version=simulation.version, acc=f"{accuracy:.4f}")
+            self.progress.set_postfix(version=simulation.version, acc=f"{accuracy:.4f}", refresh=False)
         simulation.stop("target reached")  # as a backend's stop: checked before the next event
 
 

@@ -186,6 +186,15 @@ def test_the_progress_bar_follows_the_budget_that_binds(tmp_path, capsys):
     assert "100% of the budget" in bar, bar  # max_time's 3000 virtual seconds were far from spent
 
 
+def test_a_bar_written_to_a_file_or_pipe_shows_itself_at_its_start_and_end_not_at_each_evaluation(tmp_path, capsys):
+    # set_postfix redrew the bar at each evaluation whatever its 30 s interval: `jaxfl demo | tee log`
+    # wrote a carriage-return line per version (73 for FedAsync's 73 updates)
+    run_experiment(tiny(tmp_path, max_updates=12, eval_every=1, progress=True))
+    written = capsys.readouterr().err
+    assert written.count("\r") <= 3, written.count("\r")
+    assert "100% of the budget" in written.replace("\r", "\n").strip().splitlines()[-1]
+
+
 # ----------------------------------------------------------------------------- loggers
 def test_csv_logger_by_name_writes_every_metrics_row(tmp_path):
     result = run_experiment(tiny(tmp_path, max_updates=2), loggers=["csv"])
