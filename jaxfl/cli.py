@@ -98,7 +98,8 @@ def _exit_on_error(parser: argparse.ArgumentParser, error: BaseException, status
     that does not fit the data); the traceback, a line naming the file and line, and status 1 when it
     came from the user's own code (:func:`_your_code_frame`), which a one-line "bad input" would hide."""
     frame = _your_code_frame(error)
-    notes = "".join(f"; {note}" for note in getattr(error, "__notes__", ()))  # e.g. the sweep cell it ended
+    # e.g. the sweep cell it ended; not jax's note that it filtered its frames from the traceback
+    notes = "".join(f"; {note}" for note in getattr(error, "__notes__", ()) if "JAX_TRACEBACK_FILTERING" not in note)
     # jaxfl's ConfigError from the user's code is a refusal of bad input (a plug-in's validate, with fail())
     if frame is None or isinstance(error, ConfigError):
         cause = error.__cause__

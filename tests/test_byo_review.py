@@ -248,3 +248,25 @@ def test_a_model_that_is_no_model_is_said_so_before_the_clash_with_config_model(
 
     with pytest.raises(ValueError, match=r"^model=5 is not a model"):
         jaxfl.run_experiment(jaxfl.RunConfig(model="mlp", output_dir=str(tmp_path)), model=5)
+
+
+def test_the_cli_s_one_line_error_leaves_out_jax_s_note_on_its_filtered_traceback(tmp_path, capsys):
+    """jaxfl run --model file.py:Net whose Dropout draws in eval mode: the one line ended with
+    "; --------------------" and jax's paragraph on the frames it removed from a traceback no one sees."""
+    from jaxfl.cli import main
+
+    (tmp_path / "dropping.py").write_text(
+        "import flax.linen as nn\n\n\n"
+        "class Net(nn.Module):\n"
+        "    num_classes: int = 10\n\n"
+        "    @nn.compact\n"
+        "    def __call__(self, x, is_train=True):\n"
+        "        x = nn.Dense(16)(x.reshape((x.shape[0], -1)))\n"
+        "        return nn.Dense(self.num_classes)(nn.Dropout(0.5, deterministic=not is_train)(x))\n")
+    with pytest.raises(SystemExit) as refused:
+        main(["run", "--model", f"{tmp_path / 'dropping.py'}:Net", "--clients", "3", "--max-updates", "1",
+              "--no-progress", "--output-dir", str(tmp_path / "runs")])
+    assert refused.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("jaxfl: error: model Net draws random numbers in eval mode")
+    assert error.endswith(f"(in your code: {tmp_path / 'dropping.py'}, line 10, in __call__)"), error
