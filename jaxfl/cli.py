@@ -309,8 +309,30 @@ def _log_to(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+class _Version(argparse.Action):
+    """``jaxfl --version``: jaxfl's version and, run from a git checkout, its commit (what a run's
+    ``config.json`` records), then the libraries' versions; looked up only when asked for."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from jaxfl.experiment import jaxfl_source, library_versions
+        from jaxfl.runlog import jaxfl_code
+
+        versions = library_versions()
+        source = jaxfl_source()
+        code = jaxfl_code({"device_history": [{"versions": versions, "jaxfl_commit": source.get("commit"),
+                                               "jaxfl_modified": source.get("modified")}]})
+        others = ", ".join(f"{name} {version}" for name, version in versions.items() if name != "jaxfl")
+        print(f"jaxfl {code} ({others})")
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxfl", description="JAX-native federated-learning simulator")
+    parser.add_argument("--version", action=_Version,
+                        help="print jaxfl's version (and git commit, from a checkout) and its libraries', and exit")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run one experiment (or several algorithms side by side)",
                               usage="jaxfl run [--config FILE] [--preset NAME] [--algorithm NAME[,NAME...]] [FLAG VALUE ...]",

@@ -241,3 +241,18 @@ def test_an_unknown_flag_gets_the_command_s_usage_and_the_nearest_flag(capsys):
     assert exit_.value.code == 2 and err.startswith("usage: jaxfl run ")
     assert err.strip().endswith("jaxfl run: error: unrecognized arguments: --max-updatez 2 --seedd 3 (did you mean "
                                 "--max-updates for --max-updatez, --seed for --seedd?)")
+
+
+def test_jaxfl_version_names_the_code_and_its_libraries(capsys):
+    # `jaxfl --version` was "the following arguments are required: command"
+    import jaxfl
+    from jaxfl.cli import main
+    from jaxfl.experiment import jaxfl_source
+
+    with pytest.raises(SystemExit) as shown:
+        main(["--version"])
+    assert shown.value.code == 0
+    line = capsys.readouterr().out.strip()
+    source = jaxfl_source()
+    code = jaxfl.__version__ + (f"+g{source['commit'][:9]}" + ".modified" * source["modified"] if source else "")
+    assert line.startswith(f"jaxfl {code} (jax ") and "optax " in line and "python " in line
