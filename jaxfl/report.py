@@ -140,7 +140,10 @@ def results_path(source: str) -> str:
                 raise FileNotFoundError(f"sweep_dir={source!r} holds no results.csv yet: its sweep has not written "
                                         "one; the same jaxfl sweep command again writes it (finished cells are not "
                                         "rerun) and goes on with the rest")
-            raise FileNotFoundError(f"sweep_dir={source!r} holds no results.csv (not a folder written by jaxfl sweep)")
+            comparison = os.path.join(source, "comparison.csv")
+            hint = f"; its comparison's table is one: jaxfl report {comparison}" if os.path.isfile(comparison) else ""
+            raise FileNotFoundError(f"sweep_dir={source!r} holds no results.csv (not a folder written by jaxfl "
+                                    f"sweep){hint}")
         return path
     if not os.path.isfile(source):
         raise FileNotFoundError(f"sweep_dir={source!r} does not exist: a folder written by jaxfl sweep, or its "

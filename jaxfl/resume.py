@@ -260,7 +260,10 @@ def read_record(run_dir: str) -> dict:
             raise ResumeError(f"cannot resume {run_dir!r}: its config.json is missing (deleted?), and a resume "
                               f"checks the run's data, inputs and versions against it; each checkpoint keeps the "
                               f"run's settings: jaxfl run --config {again} starts the run again")
-        raise ResumeError(f"cannot resume {run_dir!r}: it has no config.json, so it is not a run directory of jaxfl run")
+        from jaxfl.runlog import runs_inside
+
+        raise ResumeError(f"cannot resume {run_dir!r}: it has no config.json, so it is not a run directory of jaxfl "
+                          f"run{runs_inside(run_dir)}")
     try:
         with open(path, "rb") as handle:
             written = json.loads(handle.read())

@@ -175,6 +175,32 @@ def run_jaxfl_code(run_dir: str, summary: dict) -> str | None:
                                            "jaxfl_modified": source.get("modified")}]})
 
 
+def runs_inside(folder: str) -> str:
+    """What a folder that is no run directory holds instead, as advice to end a message with: a sweep
+    folder's runs, a comparison's table and runs, or the run directories in it; empty where none.
+
+    >>> import tempfile
+    >>> runs_inside(tempfile.mkdtemp())
+    ''
+    """
+    if not os.path.isdir(folder):
+        return ""
+    if os.path.isfile(os.path.join(folder, "sweep.json")) and os.path.isdir(os.path.join(folder, "runs")):
+        return (f"; it is a sweep folder, whose runs are in {os.path.join(folder, 'runs')} (jaxfl report "
+                f"{folder} reads its results)")
+    try:
+        runs = sorted(name for name in os.listdir(folder)
+                      if os.path.isfile(os.path.join(folder, name, "config.json")))
+    except OSError:
+        return ""
+    if not runs:
+        return ""
+    shown = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+    table = (f"; its comparison's table is {os.path.join(folder, 'comparison.csv')}"
+             if os.path.isfile(os.path.join(folder, "comparison.csv")) else "")
+    return f"; it holds run directories ({shown}): give one of them{table}"
+
+
 def event_log_format(run_dir: str) -> str | None:
     """Which event log ``run_dir`` holds: ``"parquet"``, ``"csv"`` or None (none yet).
 
@@ -1369,7 +1395,7 @@ def load_run(run_dir: str) -> Run:
         raise FileNotFoundError(f"{run_dir!r} is not a run directory: it does not exist")
     config_path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(config_path):
-        raise FileNotFoundError(f"{run_dir!r} is not a run directory: it has no config.json")
+        raise FileNotFoundError(f"{run_dir!r} is not a run directory: it has no config.json{runs_inside(run_dir)}")
     config = read_json(config_path)
     summary_path = os.path.join(run_dir, "summary.json")
     summary = {}

@@ -605,3 +605,29 @@ def test_a_kill_inside_a_checkpoint_s_second_save_leaves_the_one_before_to_every
     with open(os.path.join(root, "latest"), "w") as handle:
         handle.write("ckpt-000002\n")
     assert checkpoint.latest(result.run_dir) == os.path.join(root, "ckpt-000003")
+
+
+def test_a_folder_of_runs_given_for_a_run_names_what_it_holds(tmp_path, capsys):
+    """load_run, --resume and jaxfl report of a comparison's --output-dir or a sweep folder said only
+    that it was not a run (or sweep) folder; now each names the runs or the table inside."""
+    import jaxfl
+    from jaxfl.resume import ResumeError
+    from jaxfl.sweep import run_sweep
+
+    out = tmp_path / "cmp"
+    assert cli.main(["run", "--algorithm", "fedavg,fedbuff", "--model", "logreg", "--clients", "3", "--local-steps",
+                     "2", "--max-updates", "1", "--no-progress", "--output-dir", str(out)]) == 0
+    runs = sorted(name for name in os.listdir(out) if (out / name).is_dir())
+    with pytest.raises(FileNotFoundError, match=rf"it holds run directories \({runs[0]}, {runs[1]}\): give one of "
+                                                rf"them; its comparison's table is {out / 'comparison.csv'}"):
+        jaxfl.load_run(str(out))
+    with pytest.raises(ResumeError, match=rf"not a run directory of jaxfl run; it holds run directories"):
+        jaxfl.resume_experiment(str(out))
+    with pytest.raises(SystemExit):
+        cli.main(["report", str(out), "--no-figures"])
+    assert f"its comparison's table is one: jaxfl report {out / 'comparison.csv'}" in capsys.readouterr().err
+    sweep = run_sweep({"model": "logreg", "clients": 3, "local_steps": 2, "max_updates": 1}, {"seed": [0]},
+                      str(tmp_path / "sweep"), progress=False)
+    with pytest.raises(FileNotFoundError, match=rf"it is a sweep folder, whose runs are in "
+                                                rf"{tmp_path / 'sweep' / 'runs'}"):
+        jaxfl.load_run(sweep.sweep_dir)
