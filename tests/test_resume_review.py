@@ -621,7 +621,7 @@ def test_a_folder_of_runs_given_for_a_run_names_what_it_holds(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match=rf"it holds run directories \({runs[0]}, {runs[1]}\): give one of "
                                                 rf"them; its comparison's table is {out / 'comparison.csv'}"):
         jaxfl.load_run(str(out))
-    with pytest.raises(ResumeError, match=rf"not a run directory of jaxfl run; it holds run directories"):
+    with pytest.raises(ResumeError, match=r"not a run directory of jaxfl run; it holds run directories"):
         jaxfl.resume_experiment(str(out))
     with pytest.raises(SystemExit):
         cli.main(["report", str(out), "--no-figures"])
