@@ -513,8 +513,10 @@ def validate(config: RunConfig) -> RunConfig:
     # A data fingerprint marks data passed in Python (run_experiment(config, data=...)), named as the user wished.
     user_data = config.data_fingerprint is not None and config.dataset.strip() != ""
     if not (user_data or config.dataset in DATASET_NAMES or config.dataset.startswith(DATASET_PREFIXES)):
+        own = (f" (a file of your own arrays: dataset 'npz' with data_dir={config.dataset!r}, "
+               f"--dataset npz --data-dir {config.dataset})" if config.dataset.lower().endswith(".npz") else "")
         fail("dataset", config.dataset, f"one of {', '.join(DATASET_NAMES)}, or tfds:NAME (e.g. tfds:cifar10) "
-                                         "or synthetic:ALPHA,BETA")
+                                         f"or synthetic:ALPHA,BETA{own}")
     if not (config.model in MODEL_NAMES or is_object_reference(config.model) or config.model.startswith(USER_PREFIX)):
         fail("model", config.model, f"one of {', '.join(MODEL_NAMES)}, or module:object naming a Flax module class, "
                                      "an nnx factory (rngs -> Module) or a factory (num_classes=...) -> Module")
@@ -943,7 +945,9 @@ def _check_settings_are_read(config: RunConfig, algorithm, options: Any = None) 
             (name == "server_lr" and value == DEFAULT_SERVER_LR.get(config.server_optimizer, 1.0))
         if not read and not at_default:
             keep = "unset" if FIELDS[name].default is None else f"at its default {FIELDS[name].default!r}"
-            fail(name, value, f"leave it {keep}, this run never reads it (read only with {readers})")
+            own = ("; a file of your own arrays is dataset 'npz' (--dataset npz)"
+                   if name == "data_dir" and str(value).lower().endswith(".npz") else "")
+            fail(name, value, f"leave it {keep}, this run never reads it (read only with {readers}){own}")
     for name in fields_not_read_by(algorithm, {name: getattr(config, name) for name in ALGORITHM_FIELDS}):
         warnings.warn(f"{name}={getattr(config, name)!r} is ignored: {config.algorithm} does not read it (read by "
                       f"{', '.join(algorithms_reading(name))})", UserWarning, stacklevel=3)

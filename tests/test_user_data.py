@@ -347,3 +347,17 @@ def test_bfloat16_samples_are_taken_as_the_floats_they_are():
     narrow = as_dataset((x_train.astype(jnp.bfloat16), y_train, x_test.astype(jnp.bfloat16), y_test))
     assert narrow.train_x.dtype == np.float32 and narrow.kind == wide.kind
     np.testing.assert_array_equal(narrow.train_x.reshape(x_train.shape), x_train.astype(jnp.bfloat16).astype(np.float32))
+
+
+@pytest.mark.parametrize("given, said", [
+    ({"dataset": "blobs.npz"}, "(a file of your own arrays: dataset 'npz' with data_dir='blobs.npz', --dataset npz "
+                               "--data-dir blobs.npz)"),
+    ({"data_dir": "blobs.npz"}, "; a file of your own arrays is dataset 'npz' (--dataset npz)"),
+])
+def test_an_npz_file_named_in_the_wrong_setting_is_refused_saying_where_it_goes(given, said):
+    # the errors listed the dataset names, or said data_dir is not read, without the way to one's own file
+    from jaxfl.config import ConfigError, RunConfig, validate
+
+    with pytest.raises(ConfigError) as refused:
+        validate(RunConfig(model="logreg", **given))
+    assert str(refused.value).endswith(said)
