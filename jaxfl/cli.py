@@ -1036,9 +1036,31 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         _exit_on_error(parser, error)
     except NumericalError as error:
         parser.exit(1, f"jaxfl: run stopped: {error}\n")
-    print(f"{result.summary['algorithm']}: resumed, {result.summary['global_updates']} updates, "
-          f"stop: {result.summary['stop_reason']} → {result.run_dir}")
+    print(_run_line(result.summary, result.run_dir).replace(": ", ": resumed, ", 1))
     return 0
+
+
+def _run_line(summary: dict, run_dir: str, timing_only: bool = False) -> str:
+    """The line a finished run prints: its best accuracy, time to target, updates and stop, or a
+    timing-only run's schedule (:func:`_timing_line`)."""
+    from jaxfl.plot import percent
+    from jaxfl.report import _significant
+
+    if timing_only:
+        return _timing_line(summary, run_dir)
+    reached = "not reached" if summary["time_to_target"] is None else \
+        f"{_significant(summary['time_to_target'])} virtual s"
+    target_accuracy = summary.get("target_accuracy")
+    target = "no target" if target_accuracy is None else f"target {percent(target_accuracy)} {reached}"
+    best = f"{summary['best_accuracy']:.4f}" if summary["best_accuracy"] is not None else \
+        "none (no evaluation)" if summary.get("final_accuracy") is None else \
+        "none (only a diverged model's evaluations)"
+    # a numerical error's whole message is said once (above, or by the run that was reused)
+    stop = summary["stop_reason"]
+    if stop.startswith("numerical error"):
+        stop = stop.partition(":")[0]
+    return f"{summary['algorithm']}: best accuracy {best}, {target}, {summary['global_updates']} updates, " \
+           f"stop: {stop} → {run_dir}"
 
 
 def check_folder(flag: str, path: str, given: str | None = None) -> None:
@@ -1707,8 +1729,6 @@ def _main(argv: list[str] | None) -> int:
         for folder in dict.fromkeys(config.output_dir for config in configs):
             check_folder("--output-dir" if args.output_dir is not None else "output_dir", folder)
         from jaxfl.experiment import check_buildable, run_experiment, shared_data
-        from jaxfl.plot import percent
-        from jaxfl.report import _significant
         from jaxfl.user_inputs import UserInputs, load_time_per_step
 
         times = None
@@ -1770,24 +1790,7 @@ def _main(argv: list[str] | None) -> int:
             # stopped as by a numerical error (RunStopped's negative time, evaluation grid too), now or when reused
             if summary["stop_reason"].startswith(("numerical error", "negative time", "evaluation grid")):
                 stopped.append(config.algorithm)
-            if config.timing_only:
-                print(_timing_line(summary, result.run_dir) + reused)
-                results.append(result)
-                continue
-            reached = "not reached" if summary["time_to_target"] is None else \
-                f"{_significant(summary['time_to_target'])} virtual s"
-            target = "no target" if config.target_accuracy is None else \
-                f"target {percent(config.target_accuracy)} {reached}"
-            best = f"{summary['best_accuracy']:.4f}" if summary["best_accuracy"] is not None else \
-                "none (no evaluation)" if summary.get("final_accuracy") is None else \
-                "none (only a diverged model's evaluations)"
-            # a numerical error's whole message is said once (above, or by the run that was reused)
-            stop = summary["stop_reason"]
-            if stop.startswith("numerical error"):
-                stop = stop.partition(":")[0]
-            print(f"{summary['algorithm']}: best accuracy {best}, "
-                  f"{target}, {summary['global_updates']} updates, "
-                  f"stop: {stop} → {result.run_dir}{reused}")
+            print(_run_line(summary, result.run_dir, config.timing_only) + reused)
             results.append(result)
     except DiskWriteError as error:  # a full disk: not bad input; the run keeps its earlier checkpoints
         parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")

@@ -631,3 +631,22 @@ def test_a_folder_of_runs_given_for_a_run_names_what_it_holds(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match=rf"it is a sweep folder, whose runs are in "
                                                 rf"{tmp_path / 'sweep' / 'runs'}"):
         jaxfl.load_run(sweep.sweep_dir)
+
+
+def test_jaxfl_run_resume_ends_with_the_line_a_run_ends_with(tmp_path, capsys):
+    # "fedbuff: resumed, 6 updates, stop: update budget": no accuracy and no time to target
+    import dataclasses
+
+    import jaxfl
+    from jaxfl.testing import _Interrupted, _interrupt_after
+
+    config = jaxfl.RunConfig(algorithm="fedbuff", model="logreg", clients=4, local_steps=2, batch_size=8,
+                             max_updates=6, buffer_size=2, checkpoint_every=1, progress=False,
+                             output_dir=str(tmp_path), run_name="cut")
+    with _interrupt_after(4), pytest.raises(_Interrupted):
+        jaxfl.run_experiment(dataclasses.replace(config))
+    assert cli.main(["run", "--resume", str(tmp_path / "cut"), "--no-progress"]) == 0
+    summary = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        f"fedbuff: resumed, best accuracy {summary['best_accuracy']:.4f}, target 90% not reached, 6 updates, "
+        f"stop: update budget → {tmp_path / 'cut'}")
