@@ -912,7 +912,8 @@ def _check_speeds_of_earlier_runs(speeds, sweep_dir: str, cells: list[Cell]) -> 
         if made is None:
             raise ConfigError(f"{where} on drawn speeds, and time_per_step is given now: a sweep folder holds the "
                               "runs of one set of speeds; sweep the given ones into another folder (--out)")
-        raise ConfigError(f"{where} on other given speeds per step (SHA-256 {made[:12]}…, these {wanted[:12]}…): "
+        raise ConfigError(f"{where} on other given speeds per step (or network: SHA-256 {made[:12]}…, these "
+                          f"{wanted[:12]}…): "
                           f"give the same ones again ({os.path.join(run_dir, TIME_PER_STEP_FILE)}), or sweep these "
                           "into another folder (--out)")
 
@@ -1011,13 +1012,15 @@ def _check_sources_of_earlier_runs(cells: list[Cell], states: dict) -> None:
     """Refuse, before any work, a sweep whose finished or interrupted cells were run with another
     version of a plug-in algorithm's or a model's file: their results (or their first updates) are
     that code's, and the sweep would report them as this one's."""
-    from jaxfl.experiment import changed_sources
+    from jaxfl.experiment import algorithm_source, changed_sources, model_source
     from jaxfl.resume import ResumeError, read_record
 
     stale = []
     for cell in cells:
         if states[cell.index] not in ("finished", "resumable"):
             continue
+        if algorithm_source(cell.config.algorithm) is None and model_source(cell.config.model) is None:
+            continue  # built-ins (or objects without a file): no record to read
         try:
             changed = changed_sources(read_record(cell.run_dir), cell.config)
         except (ResumeError, ValueError, KeyError, TypeError):
