@@ -1133,7 +1133,8 @@ def _speeds_of_run_record(path: str, drawing: typing.Sequence[str] = ()):
     except ValueError as error:
         raise ConfigError(f"config file {path!r} is a run's record whose clients were given their seconds per "
                           f"step: {error}; give the same speeds with --time-per-step FILE") from None
-    print(f"jaxfl: note: the clients' seconds per step that the run was given are used again "
+    network = " (and network)" if times.dtype.names and len(times.dtype.names) > 1 else ""
+    print(f"jaxfl: note: the clients' seconds per step{network} that the run was given are used again "
           f"({os.path.join(run_dir, given['file'])}); --time-per-step FILE gives others", file=sys.stderr)
     return times
 

@@ -388,12 +388,28 @@ _ALLOWED_TEXT = "one number per line (an optional header line first), or one row
 _TIME_COLUMNS = ("timeperstep", "secondsperstep")
 _TIME_COLUMNS_TEXT = "time_per_step or seconds_per_step"
 _ID_COLUMNS = ("client", "clientid", "clientindex", "id")
-# a trace's network columns, read where their names say their unit: (column, factor to seconds or bytes/s)
+# a trace's network columns, read where their names say their unit: (column, factor to seconds or bytes/s);
+# kbps, mbps and gbps are bits a second, and bytes where the name writes a capital B (MBps): _network_factor
 _NETWORK_COLUMNS = {"latencys": ("latency", 1.0), "latencysec": ("latency", 1.0), "latencyseconds": ("latency", 1.0),
                     "latencyms": ("latency", 1e-3),
                     "bandwidthbytespers": ("bandwidth", 1.0), "bandwidthbytespersecond": ("bandwidth", 1.0),
                     "bandwidthkbps": ("bandwidth", 1e3 / 8), "bandwidthmbps": ("bandwidth", 1e6 / 8),
                     "bandwidthgbps": ("bandwidth", 1e9 / 8)}
+
+
+def _network_factor(name: str) -> float:
+    """The factor from a network column's unit to seconds or bytes per second: ``bandwidth_Mbps`` and
+    ``bandwidth_mbps`` are megabits a second (÷ 8), ``bandwidth_MBps`` megabytes, told by the case of
+    its B, which the column's key (:func:`_column_key`) lowercases.
+
+    >>> _network_factor("bandwidth_mbps"), _network_factor("Bandwidth (MBps)"), _network_factor("latency_ms")
+    (125000.0, 1000000.0, 0.001)
+    """
+    import re
+
+    factor = _NETWORK_COLUMNS[_column_key(name)][1]
+    unit = re.search(r"([kKmMgG])(B)ps\W*$", name)
+    return factor * 8 if unit else factor
 _NETWORK_UNITS = {"latency": "latency_s or latency_ms", "bandwidth": "bandwidth_bytes_per_s, bandwidth_kbps or "
                                                                       "bandwidth_mbps (bits)"}
 
@@ -478,7 +494,15 @@ def _times_from_table(path: str, header: list[str], rows: list, is_number) -> np
                 raise ValueError(f"time_per_step file {path!r} line {number}, column {header[at]!r}: {shown} is not "
                                  "a number")
     times = np.array([float(row[time_at]) for _, row in rows])
-    network = {name: np.array([float(row[at]) for _, row in rows]) * _NETWORK_COLUMNS[keys[at]][1]
+    from jaxfl.scheduler.speeds import NETWORK_ALLOWED, _network_value_allowed
+
+    for name, at in network_at.items():  # checked as written, naming the line (its client's index comes later)
+        for number, row in rows:
+            value = float(row[at]) * _network_factor(header[at])
+            if not _network_value_allowed(name, value):
+                raise ValueError(f"time_per_step file {path!r} line {number}, column {header[at]!r}: {row[at]!r} is "
+                                 f"not allowed: {NETWORK_ALLOWED[name]}")
+    network = {name: np.array([float(row[at]) for _, row in rows]) * _network_factor(header[at])
                for name, at in network_at.items()}
     notes = []
     if ids_at:

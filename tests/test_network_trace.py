@@ -5,6 +5,7 @@ not read (a note said so): a fleet of phones on 4G and on fibre trained as if on
 import dataclasses
 import json
 import os
+import re
 import warnings
 
 import numpy as np
@@ -133,10 +134,65 @@ def test_a_run_on_a_trace_given_in_python_resumes_bit_for_bit(tmp_path, algorith
 
 
 def test_a_trace_s_network_values_are_checked_before_any_work():
-    with pytest.raises(ValueError, match=r"time_per_step's latency\[1\]=-0.1 is not allowed: seconds per model "
-                                         r"transfer must be finite and >= 0"):
+    with pytest.raises(ValueError, match=r"time_per_step's latency\[1\]=-0.1 is not allowed: seconds of latency per "
+                                         r"model transfer, finite, from 0 to 1e30"):
         jaxfl.run_experiment(jaxfl.RunConfig(model="logreg", clients=2, progress=False, output_dir="/nonexistent"),
                              time_per_step={"time_per_step": [0.1, 0.2], "latency": [0.0, -0.1]})
     with pytest.raises(ValueError, match="time_per_step's column 'bandwith' is not allowed"):
         jaxfl.run_experiment(jaxfl.RunConfig(model="logreg", clients=2, progress=False, output_dir="/nonexistent"),
                              time_per_step={"time_per_step": [0.1, 0.2], "bandwith": [1e6, 1e6]})
+
+
+@pytest.mark.parametrize("column, bytes_per_second", [("bandwidth_MBps", 1e6), ("Bandwidth (KBps)", 1e3),
+                                                      ("bandwidth_Mbps", 1e6 / 8), ("bandwidth_mbps", 1e6 / 8)])
+def test_a_capital_b_is_bytes_and_a_small_one_bits(tmp_path, column, bytes_per_second):
+    # bandwidth_MBps was read as megabits (the name is compared lowercased): transfers 8x too slow, no note
+    (tmp_path / "trace.csv").write_text(f"client_id,time_per_step,{column}\n0,0.1,1\n1,0.1,2\n")
+    trace = load_time_per_step(str(tmp_path / "trace.csv"))
+    np.testing.assert_allclose(trace["bandwidth"], [bytes_per_second, 2 * bytes_per_second])
+
+
+@pytest.mark.parametrize("column, value, said", [
+    ("latency_ms", "-7", "line 3, column 'latency_ms': '-7' is not allowed: seconds of latency per model transfer"),
+    ("latency_s", "1e308", "line 3, column 'latency_s': '1e308' is not allowed: seconds of latency per model "
+                           "transfer, finite, from 0 to 1e30"),
+    ("bandwidth_bytes_per_s", "1e-320", "line 3, column 'bandwidth_bytes_per_s': '1e-320' is not allowed: bytes per "
+                                        "second, from 1e-30"),
+])
+def test_a_network_value_out_of_range_is_refused_naming_its_line_as_written(tmp_path, column, value, said):
+    # -7 ms was said as "latency[0]=-0.007" (the client's index, in seconds); 1e308 s passed, and the
+    # run died at its first arrival (time=inf) with its folder half written
+    (tmp_path / "trace.csv").write_text(f"client_id,time_per_step,{column}\n1,0.1,3\n0,0.2,{value}\n")
+    with pytest.raises(ValueError, match=re.escape(said)):
+        load_time_per_step(str(tmp_path / "trace.csv"))
+
+
+def test_a_dataframe_is_a_trace_and_its_to_dict_or_a_none_is_refused_by_name():
+    pandas = pytest.importorskip("pandas")
+    from jaxfl.scheduler.speeds import check_time_per_step
+
+    frame = pandas.DataFrame({"time_per_step": [0.1, 0.2], "latency": [0.05, 0.5]})
+    assert check_time_per_step(frame, 2)["latency"].tolist() == [0.05, 0.5]
+    with pytest.raises(ValueError, match=r"latency column is a mapping \(dict\); give its values in client order"):
+        check_time_per_step(frame.to_dict(), 2)
+    with pytest.raises(ValueError, match=r"time_per_step's latency\[0\]=None is not allowed"):
+        check_time_per_step({"time_per_step": [0.1, 0.2], "latency": [None, 0.1]}, 2)
+
+
+def test_fedat_s_oracle_tiers_rank_clients_by_their_rounds_with_their_network():
+    """The oracle ranked clients by t_i alone: a client computing in 0.6 s whose transfers took 1.6 s
+    joined the fastest tier, where the measured profiling round placed it last."""
+    from jaxfl.algorithms.fedat import FedAT
+    from tests.conftest import RecordingBackend
+    from jaxfl.scheduler.simulation import Simulation
+    from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
+
+    trace = {"time_per_step": [0.1, 0.12, 0.3], "latency": [0.0, 0.8, 0.0]}
+    speeds = ClientSpeeds(SpeedConfig(jitter=0.0), 3, seed=0, model_bytes=LOGREG_BYTES, time_per_step=trace)
+    policy = FedAT(5, tier_ratio=2.0, profiling="oracle")
+    Simulation(policy, speeds, [1 / 3] * 3, RecordingBackend(), max_updates=1).run()
+    assert policy.tiers == [[0], [2, 1]]  # client 1: (5 · 0.12 + 1.6) / 5 = 0.44 s a step, after client 2's 0.3
+    plain = FedAT(5, tier_ratio=2.0, profiling="oracle")
+    Simulation(plain, ClientSpeeds(SpeedConfig(jitter=0.0), 3, seed=0, time_per_step=[0.1, 0.12, 0.3]),
+               [1 / 3] * 3, RecordingBackend(), max_updates=1).run()
+    assert plain.tiers == [[0, 1], [2]]  # no communication: t_i, as before

@@ -458,7 +458,7 @@ def test_a_sweep_on_given_speeds_runs_every_cell_on_them_and_its_folder_keeps_on
     with pytest.raises(ConfigError, match=r"sweep cell 0 \(algorithm=fedavg seed=0\): its run .* was made on given speeds "
                                           r"per step .*none are given now: give the same ones again"):
         run_sweep(BASE, grid, folder, progress=False)
-    with pytest.raises(ConfigError, match="was made on other given speeds per step"):
+    with pytest.raises(ConfigError, match="was made on other given speeds per step \\(or network"):
         run_sweep(BASE, grid, folder, progress=False, time_per_step=speeds * 2)
     with pytest.raises(ConfigError, match=r"\(a run of an earlier grid in this sweep folder\) was made on given"):
         run_sweep(BASE, {"algorithm": ["fedbuff"], "seed": [1]}, folder, progress=False)

@@ -69,7 +69,7 @@ import numpy as np
 
 from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, register
 from jaxfl.scheduler.pool import IdleClients
-from jaxfl.scheduler.simulation import IN_FLIGHT, DispatchRecord, Policy, Simulation, local_steps_of
+from jaxfl.scheduler.simulation import IN_FLIGHT, DispatchRecord, Policy, Simulation, _comm_time, local_steps_of
 
 TRIGGER_STREAM = 23  # SeedSequence([seed, TRIGGER_STREAM]) picks the idle devices a trigger starts
 EXPLORATION_STREAM = 24  # SeedSequence([seed, EXPLORATION_STREAM]): ε-greedy slot exploration
@@ -427,8 +427,9 @@ class FedASMU(Policy):
         if fetch_step is not None and not 0 < fetch_step < steps:
             fetch_step = None  # too few steps to fetch between two of them (local_epochs: a small client)
             self.stats["fetches_skipped"] = self.stats.get("fetches_skipped", 0) + 1
-        transfer = sim.speeds.comm_time(client) / 2
-        latency = float(sim.speeds.latency_of(client))  # the request's: the config's, or the client's in a trace
+        transfer = _comm_time(sim.speeds, client) / 2
+        latency_of = getattr(sim.speeds, "latency_of", None)  # the request's: the config's, or the client's in a trace
+        latency = float(latency_of(client) if latency_of is not None else getattr(sim.speeds, "latency", 0.0))
         extra = latency + transfer if fetch_step is not None else 0.0  # the request + one more download
         record = sim.dispatch(client, steps, detail=f"slot {slot}", extra_time=extra, fetch_step=fetch_step)
         self.idle.remove(client)
@@ -436,7 +437,7 @@ class FedASMU(Policy):
         self.stats["triggered"] += 1
         if self.round_timeout is not None:
             sim.set_timer(record.start_time + self.round_timeout, {"deadline": record.id})
-        compute = record.arrival_time - record.start_time - extra - sim.speeds.comm_time(client)
+        compute = record.arrival_time - record.start_time - extra - _comm_time(sim.speeds, client)
         if fetch_step is not None and math.isfinite(compute):  # a crashing client never asks
             # (under a delay/dropout fault the request moves with the slower compute, proportionally)
             request = record.start_time + transfer + fetch_step * compute / steps + latency

@@ -6,7 +6,9 @@ implementation chooses, each marked [choice]::
 
     profiling [choice]: round 0 is a synchronous FedAvg round of all clients (Q steps from w_0);
         it measures every client's time per step S_i and its update is kept (FedAvg rule).
-        ``profiling="oracle"`` instead forms tiers at time 0 from the simulator's true t_i.
+        ``profiling="oracle"`` instead forms tiers at time 0 from the simulator's true S_i, what the
+        round would measure without jitter: (Q_i·t_i + c_i) / Q_i with the client's communication
+        c_i (its own in a network trace) and its compute factor under speed_unit "round".
     tiers: sort clients by S_i (fastest first); a tier starts at the fastest client left and
         takes every client with S_i ≤ υ · S_first; the next tier starts at the first one left out.
         Tiers are fixed for the run (the FedCompass paper notes FedAT adapts badly to speed changes).
@@ -121,10 +123,25 @@ class FedAT(Policy):
 
     def start(self, sim: Simulation) -> None:
         if self.profiling == "oracle":
-            self._speed = {c: float(t) for c, t in enumerate(sim.speeds.base_time_per_step)}
-            self._form_tiers(sim, list(sim.speeds.base_time_per_step))
+            self._speed = {c: speed for c, speed in enumerate(self._true_step_times(sim))}
+            self._form_tiers(sim, list(self._speed.values()))
         else:
             self._start_round(sim, -1, range(sim.num_clients))
+
+    def _true_step_times(self, sim: Simulation) -> list[float]:
+        """Each client's time per step as a profiling round measures it, without jitter: its round of
+        Q_i steps, compute and communication, divided by Q_i (t_i itself where it has no communication
+        and no compute factor)."""
+        speeds = sim.speeds
+        varies = getattr(speeds, "comm_varies", False)
+        scale = getattr(speeds, "compute_scale", None)
+        times = []
+        for client, base in enumerate(speeds.base_time_per_step.tolist()):
+            steps = max(local_steps_of(self.local_steps, client), 1)
+            comm = speeds.comm_time(client) if varies else speeds.comm_time()
+            compute = (steps * float(scale[client])) * base if scale is not None else steps * base
+            times.append((compute + comm) / steps if comm or scale is not None else base)
+        return times
 
     def _start_round(self, sim: Simulation, tier: int, clients) -> None:
         detail = "profiling" if tier == -1 else f"tier {tier}"

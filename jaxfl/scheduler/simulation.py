@@ -367,6 +367,13 @@ class PluginError(TypeError, ValueError):
     TypeError, and a ValueError so that ``jaxfl run`` reports it in one line as it reports bad input."""
 
 
+def _comm_time(speeds, client: int) -> float:
+    """``client``'s communication seconds a round: its own where a trace gives each client's network
+    (``speeds.comm_varies``), else the one time every client has (a speed model of one's own may
+    take no client)."""
+    return speeds.comm_time(client) if getattr(speeds, "comm_varies", False) else speeds.comm_time()
+
+
 class _NoLocalSteps(PluginError, AttributeError):
     """A policy whose default ``on_reply`` needs ``self.local_steps``, which it never set: an
     AttributeError, as a missing attribute is, and a plug-in error, which ``jaxfl run`` says in one line."""
@@ -703,7 +710,7 @@ class Simulation:
             raise ValueError(f"extra_time must be >= 0, got {extra_time}")
         speeds = self.speeds
         speed_duration = speeds.round_duration(client, steps)
-        step_time = (speed_duration - speeds.comm_time(client)) / steps if steps > 0 else None
+        step_time = (speed_duration - _comm_time(speeds, client)) / steps if steps > 0 else None
         duration = speed_duration + float(extra_time)
         if steps == 0 and not duration > 0:
             raise _zero_time_round(client)
@@ -918,7 +925,7 @@ class Simulation:
         step_time = getattr(record, "step_time", None)
         done = planned
         if step_time is not None and step_time > 0:
-            training_start = record.start_time + self.speeds.comm_time(record.client) / 2
+            training_start = record.start_time + _comm_time(self.speeds, record.client) / 2
             blocks = max(1, math.ceil((self.now - training_start) / (block_steps * step_time)))
             done = min(planned, blocks * block_steps)
         if done >= planned and crash is None:

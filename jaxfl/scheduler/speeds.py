@@ -611,9 +611,10 @@ def check_time_per_step(time_per_step, num_clients: int, speed_change_prob: floa
     if columns is not None:
         unknown = [name for name in columns if name not in ("time_per_step", *NETWORK_COLUMNS)]
         if unknown:
-            raise ValueError(f"time_per_step's column {unknown[0]!r} is not allowed: a trace's columns are "
-                             "time_per_step (seconds per step), latency (seconds per model transfer) and bandwidth "
-                             "(bytes per second), one value per client")
+            raise ValueError(f"time_per_step's column {unknown[0]!r} is not allowed: a trace's columns (a mapping's "
+                             "keys, a structured array's fields) are time_per_step (seconds per step), latency "
+                             "(seconds per model transfer) and bandwidth (bytes per second), one value per client, in "
+                             "those units (a CSV's columns named in other units are converted when it is read)")
         if "time_per_step" not in columns:
             raise ValueError(f"time_per_step as a table of columns ({', '.join(map(repr, columns))}) needs a column "
                              "'time_per_step': seconds per step, one per client")
@@ -658,24 +659,54 @@ def given_network(given: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def _trace_columns(time_per_step) -> dict | None:
-    """A trace given as columns (a mapping, or a structured array), by name; None for an array of times."""
+    """A trace given as columns (a mapping, a structured array, or a pandas DataFrame: anything with
+    ``columns`` whose items have ``to_numpy``), by name; None for an array of times."""
     from collections.abc import Mapping
 
     if isinstance(time_per_step, Mapping):
         return {str(name): values for name, values in time_per_step.items()}
+    columns = getattr(time_per_step, "columns", None)
+    if columns is not None and not isinstance(time_per_step, np.ndarray) and callable(getattr(time_per_step, "__getitem__", None)):
+        try:
+            return {str(name): time_per_step[name].to_numpy() for name in columns}
+        except (AttributeError, KeyError, TypeError):
+            return None
     if isinstance(time_per_step, np.ndarray) and time_per_step.dtype.names:
         return {name: time_per_step[name] for name in time_per_step.dtype.names}
     return None
 
 
+# What a network value may be: as time_per_step, bounded so that a round's time stays finite
+NETWORK_ALLOWED = {"latency": "seconds of latency per model transfer, finite, from 0 to 1e30",
+                   "bandwidth": "bytes per second, from 1e-30 (inf for no limit)"}
+
+
+def _network_value_allowed(name: str, value: float) -> bool:
+    """Whether ``value`` is a ``latency`` or ``bandwidth`` :data:`NETWORK_ALLOWED` allows.
+
+    >>> _network_value_allowed("latency", 1e308), _network_value_allowed("bandwidth", float("inf"))
+    (False, True)
+    """
+    if name == "latency":
+        return math.isfinite(value) and 0 <= value <= 1e30
+    return value >= 1e-30  # NaN fails too
+
+
 def _network_column(values, name: str, num_clients: int) -> np.ndarray:
     """One network column of a trace as float64, or ValueError naming its first bad value."""
-    unit, allowed = {"latency": ("seconds per model transfer", "finite and >= 0"),
-                     "bandwidth": ("bytes per second", "> 0 (inf for no limit)")}[name]
+    from collections.abc import Mapping
+
+    unit = NETWORK_ALLOWED[name].partition(",")[0]
+    if isinstance(values, Mapping):  # pandas' DataFrame.to_dict() gives {column: {row: value}}
+        raise ValueError(f"time_per_step's {name} column is a mapping ({type(values).__name__}); give its values in "
+                         "client order, a list or an array (a DataFrame's to_dict('list'), or the DataFrame itself)")
     kind = np.asarray(values).dtype
     if kind == np.bool_ or not (kind == object or np.issubdtype(kind, np.integer) or np.issubdtype(kind, np.floating)):
         raise ValueError(f"time_per_step's {name} column must hold {unit}, one per client: real numbers, got an array "
                          f"of {kind}")
+    missing = [index for index, value in enumerate(np.asarray(values, dtype=object).ravel()) if value is None]
+    if missing:
+        raise ValueError(f"time_per_step's {name}[{missing[0]}]=None is not allowed: {NETWORK_ALLOWED[name]}")
     try:
         column = np.array(values, dtype=np.float64)
     except (TypeError, ValueError):
@@ -683,11 +714,10 @@ def _network_column(values, name: str, num_clients: int) -> np.ndarray:
     if column.shape != (num_clients,):
         raise ValueError(f"time_per_step's {name} column has shape {column.shape}; expected ({num_clients},): one "
                          "value per client")
-    good = (np.isfinite(column) & (column >= 0)) if name == "latency" else (column > 0)
-    bad = np.flatnonzero(~good)
-    if bad.size:
-        raise ValueError(f"time_per_step's {name}[{bad[0]}]={float(column[bad[0]])!r} is not allowed: {unit} must be "
-                         f"{allowed}")
+    bad = [index for index, value in enumerate(column.tolist()) if not _network_value_allowed(name, value)]
+    if bad:
+        raise ValueError(f"time_per_step's {name}[{bad[0]}]={float(column[bad[0]])!r} is not allowed: "
+                         f"{NETWORK_ALLOWED[name]}")
     return column
 
 
