@@ -417,6 +417,10 @@ def build_parser() -> argparse.ArgumentParser:
     split.add_argument("--max-rows", type=_max_rows, default=40, metavar="N",
                        help="client rows printed, >= 1 (default: 40)")
     parser.commands = commands.choices  # each command's own parser: its usage for an unknown flag
+    # a flag by its whole name only, as a config file's field: argparse took --local-step for
+    # --local-steps, and a prefix that a later flag makes ambiguous would break a script
+    for holder in (parser, *commands.choices.values()):
+        holder.allow_abbrev = False
     parser.flags_read = []  # (setting, flag, value) of every flag as read: _note_repeated_flags
     for holder in (parser, *commands.choices.values()):
         for action in holder._actions:

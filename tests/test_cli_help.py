@@ -256,3 +256,11 @@ def test_jaxfl_version_names_the_code_and_its_libraries(capsys):
     source = jaxfl_source()
     code = jaxfl.__version__ + (f"+g{source['commit'][:9]}" + ".modified" * source["modified"] if source else "")
     assert line.startswith(f"jaxfl {code} (jax ") and "optax " in line and "python " in line
+
+
+def test_a_flag_is_read_by_its_whole_name_only(capsys):
+    # argparse took --local-step for --local-steps (a config file's local_step is refused)
+    with pytest.raises(SystemExit) as refused:
+        main(["run", "--local-step", "5", "--max-updates", "1"])
+    assert refused.value.code == 2
+    assert "unrecognized arguments: --local-step 5 (did you mean --local-steps" in capsys.readouterr().err
