@@ -698,13 +698,14 @@ class Engine:
         # the weights first: where they overflow (NumericalError) the aggregation is undone, and nothing
         # of the engine's may have counted it yet
         aggregation = self._weigh(aggregation, records)
-        before_previous = self.previous_params
+        before = self.params, self.previous_params, self.server_state
         try:
             self._update_params(aggregation, records)
         except NumericalError:
             # a hook's apply or after_update that says the aggregation cannot be made: the simulation
-            # undoes it, and the engine's model, the one before, and its counts stay as they were
-            self.previous_params = before_previous
+            # undoes it, and the engine's model, the one before, its server state and its counts stay
+            # as they were (a hook may have set ctx.params before it raised)
+            self.params, self.previous_params, self.server_state = before
             raise
         self.stats.aggregated_steps += sum(record.steps for record in records)
         for record in records:
