@@ -2185,8 +2185,16 @@ def _read_jaxfl_source() -> dict:
         return done.stdout.strip() if done.returncode == 0 else None
 
     # the package's own files tracked: not a repository of someone else's that holds an installed copy (a
-    # virtual environment inside a project)
+    # virtual environment inside a project), nor one that vendors a copy (its commit is not jaxfl's)
     if git("ls-files", "--error-unmatch", "__init__.py") is None:
+        return {}
+    top = git("rev-parse", "--show-toplevel")
+    try:
+        with open(os.path.join(top or "", "pyproject.toml")) as handle:
+            ours = re.search(r'^name\s*=\s*"jaxfl"', handle.read(), re.MULTILINE) is not None
+    except OSError:
+        ours = False
+    if not ours:
         return {}
     commit, changes = git("rev-parse", "HEAD"), git("status", "--porcelain", "--", ".")
     if not commit or changes is None:

@@ -39,7 +39,11 @@ def test_the_commit_is_named_only_where_a_repository_tracks_jaxfl_itself(tmp_pat
     _git(tmp_path, "commit", "-q", "-m", "a project that holds an untracked copy of jaxfl")
     assert _source_of_a_copy_in(tmp_path) == {}  # the project's commit is not jaxfl's
     _git(tmp_path, "add", "jaxfl")
-    _git(tmp_path, "commit", "-q", "-m", "jaxfl")
+    _git(tmp_path, "commit", "-q", "-m", "a project that vendors a tracked copy of jaxfl")
+    assert _source_of_a_copy_in(tmp_path) == {}  # its commit is the project's, not jaxfl's
+    shutil.copy(os.path.join(os.path.dirname(PACKAGE), "pyproject.toml"), tmp_path / "pyproject.toml")
+    _git(tmp_path, "add", "pyproject.toml")
+    _git(tmp_path, "commit", "-q", "-m", "jaxfl's own repository")
     commit = _git(tmp_path, "rev-parse", "HEAD")
     assert _source_of_a_copy_in(tmp_path) == {"commit": commit, "modified": False}
     os.utime(tmp_path / "jaxfl" / "cluster.py")  # a newer time, the same content: git would refresh its index
