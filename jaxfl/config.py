@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import shlex
 import warnings
 import typing
 from typing import Any, Callable, Mapping
@@ -514,7 +515,8 @@ def validate(config: RunConfig) -> RunConfig:
     user_data = config.data_fingerprint is not None and config.dataset.strip() != ""
     if not (user_data or config.dataset in DATASET_NAMES or config.dataset.startswith(DATASET_PREFIXES)):
         own = (f" (a file of your own arrays: dataset 'npz' with data_dir={config.dataset!r}, "
-               f"--dataset npz --data-dir {config.dataset})" if config.dataset.lower().endswith(".npz") else "")
+               f"--dataset npz --data-dir {shlex.quote(config.dataset)})"
+               if config.dataset.lower().endswith(".npz") else "")
         fail("dataset", config.dataset, f"one of {', '.join(DATASET_NAMES)}, or tfds:NAME (e.g. tfds:cifar10) "
                                          f"or synthetic:ALPHA,BETA{own}")
     if not (config.model in MODEL_NAMES or is_object_reference(config.model) or config.model.startswith(USER_PREFIX)):

@@ -141,7 +141,13 @@ def results_path(source: str) -> str:
                                         "one; the same jaxfl sweep command again writes it (finished cells are not "
                                         "rerun) and goes on with the rest")
             comparison = os.path.join(source, "comparison.csv")
-            hint = f"; its comparison's table is one: jaxfl report {comparison}" if os.path.isfile(comparison) else ""
+            parent = os.path.dirname(os.path.abspath(source))
+            hint = f"; its comparison's table is one: jaxfl report {shlex.quote(comparison)}" \
+                if os.path.isfile(comparison) else \
+                f"; it is the runs folder of the sweep {parent}: jaxfl report {shlex.quote(parent)}" \
+                if os.path.isfile(os.path.join(parent, "sweep.json")) else \
+                "; it is a run directory: jaxfl report reads a sweep folder or a results CSV" \
+                if os.path.isfile(os.path.join(source, "config.json")) else ""
             raise FileNotFoundError(f"sweep_dir={source!r} holds no results.csv (not a folder written by jaxfl "
                                     f"sweep){hint}")
         return path
@@ -205,14 +211,20 @@ def code_note(rows: list[dict]) -> str | None:
     True
     """
     counts: dict[str, int] = {}
+    unknown = 0
     for row in rows:
-        for code in dict.fromkeys(str(row.get("jaxfl_code") or "").split(" → ")):
-            if code:
-                counts[code] = counts.get(code, 0) + 1
-    if len(counts) < 2:
+        codes = [code for code in dict.fromkeys(str(row.get("jaxfl_code") or "").split(" → ")) if code]
+        unknown += not codes
+        for code in codes:
+            counts[code] = counts.get(code, 0) + 1
+    if len(counts) + bool(unknown) < 2 or not counts:
         return None
     listed = ", ".join(f"{code} ({count} run{'s' * (count != 1)})" for code, count in counts.items())
-    return (f"The runs were made by {len(counts)} versions of jaxfl (the jaxfl_code column of their results): {listed}. "
+    if unknown:  # a table from before the column (a committed results CSV), beside runs that say
+        listed += f"; {unknown} run{'s' * (unknown != 1)} {'record' if unknown != 1 else 'records'} none (made before " \
+                  "the column)"
+    versions = f"{len(counts)} version{'s' * (len(counts) != 1)}" + (" and more" if unknown else "")
+    return (f"The runs were made by {versions} of jaxfl (the jaxfl_code column of their results): {listed}. "
             "A difference between methods or seeds may be the code's as well as the settings'.")
 
 
@@ -316,7 +328,7 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
         base = os.path.abspath(_base_folder(folder))
         for row in read_results(table):
             if row.get("run_dir") is not None:  # absolute: os.path.join(any folder, it) is it
-                row["run_dir"] = os.path.join(base, str(row["run_dir"]))
+                row["run_dir"] = _located_run_dir(base, str(row["run_dir"]))
                 if row.get("last_tenth_accuracy") is None:
                     row["last_tenth_accuracy"] = run_last_tenth_accuracy(row["run_dir"])
             found.append((row, folder))
@@ -1460,10 +1472,29 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.," else "_" for c in text.replace(", ", "_").replace("=", ""))
 
 
+def _located_run_dir(base: str, run_dir: str) -> str:
+    """A results row's ``run_dir`` as a path: relative to the table's folder (a sweep's), else as
+    written where that is a folder (a comparison.csv's, relative to where the comparison ran), else
+    its name in the table's folder (a comparison's runs beside its table, the folder copied or moved).
+
+    >>> _located_run_dir("/sweeps/x", "runs/fedavg-1") == os.path.join("/sweeps/x", "runs", "fedavg-1")
+    True
+    """
+    joined = os.path.join(base, run_dir)
+    if os.path.isdir(joined):
+        return joined
+    beside = os.path.join(base, os.path.basename(os.path.normpath(run_dir)))
+    for candidate in (run_dir, beside):
+        if os.path.isdir(candidate) and os.path.isfile(os.path.join(candidate, "config.json")):
+            return os.path.abspath(candidate)
+    return joined
+
+
 def _run_dir(sweep_dir: str, row: dict) -> str:
     path = os.path.join(sweep_dir, str(row["run_dir"]))
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"run directory {path!r} of cell {row.get('cell')} is missing: the figures need the "
+        whose = f"of cell {row['cell']} " if row.get("cell") is not None else f"of {row.get('algorithm')} "
+        raise FileNotFoundError(f"run directory {path!r} {whose}is missing: the figures need the "
                                 "runs (jaxfl report --no-figures, or make_report(..., figures=False), writes the "
                                 "tables alone; --table-figures, figures='table', adds the figures the table alone "
                                 "makes)")

@@ -164,3 +164,13 @@ def test_the_last_tenth_of_a_diverged_run_s_evaluations_is_marked_too(tmp_path):
     markdown = make_report([table], figures=False, out=str(tmp_path / "report")).markdown
     section = markdown.split("## Held-out accuracy over the last tenth of the evaluations, mean ± std")[1]
     assert "| fedbuff | 0.0980 ± 0.0000 [1 of 1 diverged] |" in section.split("##")[0]
+
+
+def test_the_version_note_counts_the_runs_whose_table_records_no_jaxfl_code():
+    # a committed results CSV (no jaxfl_code column) beside a sweep made today: no note at all
+    from jaxfl.report import code_note
+
+    note = code_note([{"jaxfl_code": "0.2.0+gaaaaaaaaa"}, {"jaxfl_code": None}, {}])
+    assert note.startswith("The runs were made by 1 version and more of jaxfl (the jaxfl_code column of their "
+                           "results): 0.2.0+gaaaaaaaaa (1 run); 2 runs record none (made before the column).")
+    assert code_note([{}, {"jaxfl_code": None}]) is None  # nothing known: nothing to say

@@ -650,3 +650,27 @@ def test_jaxfl_run_resume_ends_with_the_line_a_run_ends_with(tmp_path, capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
         f"fedbuff: resumed, best accuracy {summary['best_accuracy']:.4f}, target 90% not reached, 6 updates, "
         f"stop: update budget → {tmp_path / 'cut'}")
+
+
+def test_a_comparison_s_table_is_reported_with_its_figures_from_any_folder(tmp_path, monkeypatch, capsys):
+    """comparison.csv names each run relative to where the comparison ran: jaxfl report of it joined
+    that to the table's folder (cmp/cmp/fedavg-...) and refused the figures, "of cell None"."""
+    from jaxfl.report import make_report
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", "--algorithm", "fedavg,fedbuff", "--model", "logreg", "--clients", "3", "--local-steps",
+                     "2", "--max-updates", "1", "--no-progress", "--output-dir", "cmp"]) == 0
+    for where in (tmp_path, tmp_path / "elsewhere"):
+        where.mkdir(exist_ok=True)
+        monkeypatch.chdir(where)
+        report = make_report(str(tmp_path / "cmp" / "comparison.csv"), out=str(where / "report"))
+        assert any(path.endswith("timeline-fedbuff.png") for path in report.figures)
+    # the runs folder of a sweep, given to report: its sweep folder named
+    from jaxfl.sweep import run_sweep
+
+    sweep = run_sweep({"model": "logreg", "clients": 3, "local_steps": 2, "max_updates": 1}, {"seed": [0]},
+                      str(tmp_path / "sweep"), progress=False)
+    with pytest.raises(SystemExit):
+        cli.main(["report", os.path.join(sweep.sweep_dir, "runs"), "--no-figures"])
+    assert f"it is the runs folder of the sweep {sweep.sweep_dir}: jaxfl report {sweep.sweep_dir}" in \
+        capsys.readouterr().err
