@@ -1487,7 +1487,7 @@ def _earlier_runs(config: RunConfig, times=None, say_edited: bool = False):
     if say_edited and edited and not found:
         run_dir, changed = edited[-1]
         print(f"jaxfl: note: {run_dir} was made with an earlier version of {' and '.join(changed)}: not reused; "
-              "this command runs it again with the file as it is now", file=sys.stderr)
+              "this command runs it again with the code as it is now", file=sys.stderr)
 
 
 def _note_interrupted_runs(config: RunConfig, times=None) -> None:

@@ -1536,19 +1536,75 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
 
 def algorithm_source(name: str) -> dict | None:
     """A plug-in algorithm's file and its SHA-256 (``config.json``'s ``algorithm_source``), so that a
-    resume can tell that the file was edited; None for a built-in or a class without a file (a
-    notebook's).
+    resume can tell that the file was edited, and the fingerprint of its code with the user's modules
+    it imports (:func:`_source_record`); None for a built-in or a class without a file (a notebook's).
 
     >>> algorithm_source("fedavg") is None
     True
     """
     cls = get_algorithm(name)
-    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
     # (a class of the script being run: the script that resumes is another, or the same edited to)
     if cls.__module__.startswith("jaxfl.") or cls.__module__ == "__main__" or not path or not os.path.isfile(path):
         return None
-    with open(path, "rb") as handle:
-        return {"file": path, "sha256": hashlib.sha256(handle.read()).hexdigest()}
+    return _source_record(module)
+
+
+def _user_file(path: str | None) -> bool:
+    """Whether ``path`` is a Python file of the user's: not jaxfl's, the standard library's or an
+    installed package's (what a plug-in or a model file may import beside it)."""
+    import sysconfig
+
+    if not path or not path.endswith(".py") or not os.path.isfile(path):
+        return False
+    path = os.path.abspath(path)
+    ours = [os.path.dirname(os.path.abspath(__file__))] + [
+        os.path.abspath(folder) for key, folder in sysconfig.get_paths().items()
+        if key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    return not any(path.startswith(os.path.join(folder, "")) for folder in ours) and \
+        "site-packages" not in path and "dist-packages" not in path
+
+
+def _user_modules(module) -> list:
+    """``module`` and the user's modules it uses, transitively: those it imports, and those its
+    imported classes and functions were defined in (``from blocks import Block``)."""
+    import types
+
+    found, queue = {module.__name__: module}, [module]
+    while queue:
+        for value in list(vars(queue.pop()).values()):
+            used = value if isinstance(value, types.ModuleType) else \
+                sys.modules.get(getattr(value, "__module__", None) or "") if isinstance(value, (type, types.FunctionType)) \
+                else None
+            if used is not None and used.__name__ not in found and _user_file(getattr(used, "__file__", None)):
+                found[used.__name__] = used
+                queue.append(used)
+    return list(found.values())
+
+
+def _source_record(module) -> dict:
+    """``config.json``'s record of a user's module (a plug-in's, a model file's): its file, the
+    SHA-256 of its bytes, and ``code_sha256``, of its code and of the user's modules it uses
+    (:func:`_user_modules`), each parsed (comments and layout are not code) and named by file name
+    (the same files in another folder are the same code), with those modules' files (``imports``)."""
+    import ast
+
+    with open(module.__file__, "rb") as handle:
+        own = handle.read()
+    parts = []
+    for used in _user_modules(module):
+        with open(used.__file__, "rb") as handle:
+            source = handle.read()
+        try:
+            code = ast.dump(ast.parse(source))
+        except (SyntaxError, ValueError):  # (a file edited since it was imported)
+            code = source.decode("utf-8", "replace")
+        parts.append((os.path.basename(used.__file__), code))
+    code_sha256 = hashlib.sha256(json.dumps(sorted(parts)).encode()).hexdigest()
+    imports = sorted(os.path.abspath(used.__file__) for used in _user_modules(module)[1:])
+    return {"file": module.__file__, "sha256": hashlib.sha256(own).hexdigest(), "code_sha256": code_sha256,
+            **({"imports": imports} if imports else {})}
 
 
 def model_source(name: str) -> dict | None:
@@ -1572,8 +1628,7 @@ def model_source(name: str) -> dict | None:
     path = getattr(module, "__file__", None)
     if module is None or module.__name__.startswith("jaxfl.") or not path or not os.path.isfile(path):
         return None
-    with open(path, "rb") as handle:
-        return {"file": path, "sha256": hashlib.sha256(handle.read()).hexdigest()}
+    return _source_record(module)
 
 
 def changed_sources(record: dict, config: RunConfig) -> list[str]:
@@ -1588,8 +1643,13 @@ def changed_sources(record: dict, config: RunConfig) -> list[str]:
     for key, now, what in (("algorithm_source", algorithm_source(config.algorithm), f"algorithm {config.algorithm}"),
                            ("model_source", model_source(config.model), f"model {config.model}")):
         then = record.get(key)
-        if now is not None and isinstance(then, dict) and then.get("sha256") != now["sha256"]:
-            changed.append(f"{now['file']} ({what})")
+        if now is None or not isinstance(then, dict):
+            continue
+        # the code with the modules it uses, where the run recorded it; else the file's bytes
+        compared = "code_sha256" if "code_sha256" in then else "sha256"
+        if then.get(compared) != now[compared]:
+            imported = [os.path.basename(path) for path in now.get("imports", ())]
+            changed.append(f"{now['file']}{' or ' + ', '.join(imported) if imported else ''} ({what})")
     return changed
 
 

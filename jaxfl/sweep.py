@@ -1034,7 +1034,7 @@ def _check_sources_of_earlier_runs(cells: list[Cell], states: dict) -> None:
         raise ConfigError(f"{len(stale)} cell{'s' * (len(stale) != 1)} of this sweep {'were' if len(stale) != 1 else 'was'} "
                           f"run with an earlier version of {' and '.join(files)}, changed since: {listed}{more}; their "
                           "results are not this code's. Sweep into another folder (--out), or remove those run "
-                          "folders to run them again with the file as it is now")
+                          "folders to run them again with the code as it is now")
 
 
 def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell], jobs: int, states: dict,

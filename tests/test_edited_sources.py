@@ -58,7 +58,7 @@ def test_a_comparison_runs_again_what_an_edited_plugin_or_model_file_made(tmp_pa
     assert main(command) == 0
     captured = capsys.readouterr()
     assert f"jaxfl: note: {tmp_path / 'out' / first} was made with an earlier version of {plugin} (algorithm " \
-           f"{plugin}:Pairs): not reused; this command runs it again with the file as it is now" in captured.err
+           f"{plugin}:Pairs): not reused; this command runs it again with the code as it is now" in captured.err
     assert "holds a finished run of this config" not in captured.err  # it does not: another code's
     assert captured.out.count("(reused: it had finished)") == 1  # fedavg's, whose files did not change
     assert _runs(tmp_path / "out", "pairs") == [first, f"{first}-2"]
@@ -87,3 +87,35 @@ def test_a_sweep_whose_cells_an_edited_plugin_file_ran_is_refused_before_any_wor
             for name in os.listdir(os.path.join(folder, "runs"))} == before
     plugin.write_text(PLUGIN)  # the file as the cells ran it: they are this code's again
     assert run_sweep(base, grid, folder, progress=False).skipped == [0, 1, 2, 3]
+
+
+def test_a_model_s_imported_module_is_its_code_and_its_comments_are_not(tmp_path, capsys):
+    """A model file that imports its layers from a module beside it: an edit there (the layer's
+    width, 578 parameters to 4,554) was reused as the same run; a comment added refused a sweep."""
+    (tmp_path / "blocks.py").write_text("import flax.linen as nn\nWIDTH = 8\n\n\nclass Block(nn.Module):\n"
+                                        "    @nn.compact\n    def __call__(self, x):\n"
+                                        "        return nn.relu(nn.Dense(WIDTH)(x))\n")
+    model = tmp_path / "layered.py"
+    model.write_text("import flax.linen as nn\nfrom blocks import Block\n\n\nclass Net(nn.Module):\n"
+                     "    num_classes: int = 10\n\n    @nn.compact\n    def __call__(self, x):\n"
+                     "        return nn.Dense(self.num_classes)(Block()(x.reshape((x.shape[0], -1))))\n")
+    command = ["run", "--algorithm", "fedavg", "--dataset", "synthetic", "--model", f"{model}:Net", "--clients", "3",
+               "--local-steps", "2", "--max-updates", "1", "--no-progress", "--output-dir", str(tmp_path / "out")]
+    with warnings.catch_warnings():  # (a run of a config that finished before is run again: said)
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(command) == 0
+        (first,) = _runs(tmp_path / "out", "fedavg")
+        recorded = json.loads((tmp_path / "out" / first / "config.json").read_text())["model_source"]
+        assert recorded["imports"] == [str(tmp_path / "blocks.py")]
+        model.write_text(model.read_text() + "# a comment, and layout:\n\n\n")
+        assert main(command) == 0  # the same code: a single run is run again, as always, but not refused
+        runs = _runs(tmp_path / "out", "fedavg")
+        sweep_base = {"model": f"{model}:Net", "dataset": "synthetic", "clients": 3, "local_steps": 2,
+                      "max_updates": 1}
+        run_sweep(sweep_base, {"seed": [0]}, str(tmp_path / "sweep"), progress=False)
+        model.write_text(model.read_text() + "# another comment\n")
+        assert run_sweep(sweep_base, {"seed": [0]}, str(tmp_path / "sweep"), progress=False).skipped == [0]
+        (tmp_path / "blocks.py").write_text((tmp_path / "blocks.py").read_text().replace("WIDTH = 8", "WIDTH = 64"))
+        with pytest.raises(ConfigError, match=r"earlier version of .*layered.py or blocks.py \(model .*:Net\)"):
+            run_sweep(sweep_base, {"seed": [0]}, str(tmp_path / "sweep"), progress=False)
+    assert len(runs) == 2
