@@ -1566,45 +1566,113 @@ def _user_file(path: str | None) -> bool:
         "site-packages" not in path and "dist-packages" not in path
 
 
-def _user_modules(module) -> list:
-    """``module`` and the user's modules it uses, transitively: those it imports, and those its
-    imported classes and functions were defined in (``from blocks import Block``)."""
-    import types
+_FILE_DIGESTS: dict = {}  # bytes' SHA-256 -> (parsed code's SHA-256, imported names)
 
-    found, queue = {module.__name__: module}, [module]
+
+def _file_digest(path: str) -> tuple[str, str, tuple]:
+    """A Python file's SHA-256, that of its parsed code (``ast.dump``: comments and layout left out)
+    and the modules its import statements name, anywhere in it (``(name, level)``, relative ones by
+    their dots); parsed once for the same bytes."""
+    import ast
+
+    with open(path, "rb") as handle:
+        source = handle.read()
+    key = hashlib.sha256(source).hexdigest()
+    if key not in _FILE_DIGESTS:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):  # (a file edited since it was imported)
+            code, names = hashlib.sha256(source).hexdigest(), ()
+        else:
+            code = hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+            found = []
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    found += [(alias.name, 0) for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    base = node.module or ""
+                    found += [(base, node.level)] + [(f"{base}.{alias.name}" if base else alias.name, node.level)
+                                                     for alias in node.names if alias.name != "*"]
+            names = tuple(dict.fromkeys(found))
+        _FILE_DIGESTS[key] = (code, names)
+    return (key, *_FILE_DIGESTS[key])
+
+
+def _module_file(name: str) -> str | None:
+    """The file of module ``name``, loaded or findable, without importing anything new (a dotted
+    name only where its parent package is loaded)."""
+    import importlib.util
+
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return getattr(loaded, "__file__", None)
+    if "." in name and name.rpartition(".")[0] not in sys.modules:
+        return None
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError, AttributeError):
+        return None
+    return spec.origin if spec is not None and spec.has_location else None
+
+
+def _user_files(module) -> list[str]:
+    """``module``'s file and those of the user's modules its code imports, transitively, wherever the
+    import statement is (in a function too), with the packages (``__init__.py``) above each: not
+    jaxfl's, the standard library's or an installed package's (:func:`_user_file`)."""
+    first = os.path.abspath(module.__file__)
+    files = {first: None}
+    queue = [(first, module.__name__, getattr(module, "__package__", None) or "")]
     while queue:
-        for value in list(vars(queue.pop()).values()):
-            used = value if isinstance(value, types.ModuleType) else \
-                sys.modules.get(getattr(value, "__module__", None) or "") if isinstance(value, (type, types.FunctionType)) \
-                else None
-            if used is not None and used.__name__ not in found and _user_file(getattr(used, "__file__", None)):
-                found[used.__name__] = used
-                queue.append(used)
-    return list(found.values())
+        path, name, package = queue.pop()
+        for imported, level in _file_digest(path)[2]:
+            if level:  # a relative import: from its module's package
+                parts = package.split(".") if package else []
+                if level - 1 > len(parts):
+                    continue
+                base = ".".join(parts[:len(parts) - (level - 1)])
+                imported = f"{base}.{imported}" if imported and base else imported or base
+            pieces = imported.split(".")
+            for depth in range(1, len(pieces) + 1):  # the package above, then the module itself
+                candidate = ".".join(pieces[:depth])
+                found = _module_file(candidate)
+                if not _user_file(found) or os.path.abspath(found) in files:
+                    continue
+                found = os.path.abspath(found)
+                files[found] = None
+                queue.append((found, candidate, candidate if found.endswith("__init__.py") else
+                              candidate.rpartition(".")[0]))
+    return list(files)
 
 
 def _source_record(module) -> dict:
     """``config.json``'s record of a user's module (a plug-in's, a model file's): its file, the
-    SHA-256 of its bytes, and ``code_sha256``, of its code and of the user's modules it uses
-    (:func:`_user_modules`), each parsed (comments and layout are not code) and named by file name
-    (the same files in another folder are the same code), with those modules' files (``imports``)."""
-    import ast
+    SHA-256 of its bytes, and ``files``: for it and each module of the user's its code imports
+    (:func:`_user_files`), by path relative to its folder (the same files in another folder are the
+    same code), the bytes' SHA-256 and the parsed code's (``code``: comments and layout are not
+    code; its form is the Python version's, which ``python`` records)."""
+    files = _user_files(module)
+    folder = os.path.dirname(files[0])
+    digests = {os.path.relpath(path, folder): _file_digest(path) for path in files}
+    return {"file": module.__file__, "sha256": digests[os.path.basename(files[0])][0],
+            "files": {name: {"sha256": sha, "code": code} for name, (sha, code, _) in digests.items()},
+            "python": platform.python_version()}
 
-    with open(module.__file__, "rb") as handle:
-        own = handle.read()
-    parts = []
-    for used in _user_modules(module):
-        with open(used.__file__, "rb") as handle:
-            source = handle.read()
-        try:
-            code = ast.dump(ast.parse(source))
-        except (SyntaxError, ValueError):  # (a file edited since it was imported)
-            code = source.decode("utf-8", "replace")
-        parts.append((os.path.basename(used.__file__), code))
-    code_sha256 = hashlib.sha256(json.dumps(sorted(parts)).encode()).hexdigest()
-    imports = sorted(os.path.abspath(used.__file__) for used in _user_modules(module)[1:])
-    return {"file": module.__file__, "sha256": hashlib.sha256(own).hexdigest(), "code_sha256": code_sha256,
-            **({"imports": imports} if imports else {})}
+
+def _changed_files(then: dict, now: dict) -> list[str]:
+    """The files of ``now`` (a :func:`_source_record`) that differ from ``then``'s, the record a run
+    kept: bytes and code both (code alone under the same Python version's parser), a file added or
+    gone; a record from before ``files`` compares the main file's bytes."""
+    if not isinstance(then.get("files"), dict):
+        return [] if then.get("sha256") == now["sha256"] else [os.path.basename(now["file"])]
+    same_parser = then.get("python") == now["python"]
+    changed = []
+    for name in sorted(set(then["files"]) | set(now["files"])):
+        old, new = then["files"].get(name), now["files"].get(name)
+        if old is None or new is None:
+            changed.append(name)
+        elif old.get("sha256") != new["sha256"] and not (same_parser and old.get("code") == new["code"]):
+            changed.append(name)
+    return changed
 
 
 def model_source(name: str) -> dict | None:
@@ -1645,11 +1713,10 @@ def changed_sources(record: dict, config: RunConfig) -> list[str]:
         then = record.get(key)
         if now is None or not isinstance(then, dict):
             continue
-        # the code with the modules it uses, where the run recorded it; else the file's bytes
-        compared = "code_sha256" if "code_sha256" in then else "sha256"
-        if then.get(compared) != now[compared]:
-            imported = [os.path.basename(path) for path in now.get("imports", ())]
-            changed.append(f"{now['file']}{' or ' + ', '.join(imported) if imported else ''} ({what})")
+        files = _changed_files(then, now)
+        if files:
+            folder = os.path.dirname(os.path.abspath(now["file"]))
+            changed.append(f"{', '.join(os.path.join(folder, name) for name in files)} ({what})")
     return changed
 
 

@@ -328,7 +328,8 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
         base = os.path.abspath(_base_folder(folder))
         for row in read_results(table):
             if row.get("run_dir") is not None:  # absolute: os.path.join(any folder, it) is it
-                row["run_dir"] = _located_run_dir(base, str(row["run_dir"]))
+                row["run_dir"] = os.path.join(base, str(row["run_dir"])) if row.get("cell") is not None else \
+                    _located_run_dir(base, str(row["run_dir"]))
                 if row.get("last_tenth_accuracy") is None:
                     row["last_tenth_accuracy"] = run_last_tenth_accuracy(row["run_dir"])
             found.append((row, folder))
@@ -1473,21 +1474,18 @@ def _slug(text: str) -> str:
 
 
 def _located_run_dir(base: str, run_dir: str) -> str:
-    """A results row's ``run_dir`` as a path: relative to the table's folder (a sweep's), else as
-    written where that is a folder (a comparison.csv's, relative to where the comparison ran), else
-    its name in the table's folder (a comparison's runs beside its table, the folder copied or moved).
+    """A comparison's row's ``run_dir`` as a path: relative to the table's folder where that is a
+    folder, else the run of that name beside the table. A comparison writes its runs beside its
+    ``comparison.csv`` and names them relative to where it ran (``cmp/fedavg-...``), which is not
+    where a report reads it from, nor where the folder is after it was copied or moved.
 
-    >>> _located_run_dir("/sweeps/x", "runs/fedavg-1") == os.path.join("/sweeps/x", "runs", "fedavg-1")
+    >>> _located_run_dir("/no/cmp", "cmp/fedavg-1") == os.path.join("/no/cmp", "fedavg-1")
     True
     """
     joined = os.path.join(base, run_dir)
     if os.path.isdir(joined):
         return joined
-    beside = os.path.join(base, os.path.basename(os.path.normpath(run_dir)))
-    for candidate in (run_dir, beside):
-        if os.path.isdir(candidate) and os.path.isfile(os.path.join(candidate, "config.json")):
-            return os.path.abspath(candidate)
-    return joined
+    return os.path.join(base, os.path.basename(os.path.normpath(run_dir)))
 
 
 def _run_dir(sweep_dir: str, row: dict) -> str:

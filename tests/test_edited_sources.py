@@ -106,7 +106,7 @@ def test_a_model_s_imported_module_is_its_code_and_its_comments_are_not(tmp_path
         assert main(command) == 0
         (first,) = _runs(tmp_path / "out", "fedavg")
         recorded = json.loads((tmp_path / "out" / first / "config.json").read_text())["model_source"]
-        assert recorded["imports"] == [str(tmp_path / "blocks.py")]
+        assert sorted(recorded["files"]) == ["blocks.py", "layered.py"]
         model.write_text(model.read_text() + "# a comment, and layout:\n\n\n")
         assert main(command) == 0  # the same code: a single run is run again, as always, but not refused
         runs = _runs(tmp_path / "out", "fedavg")
@@ -116,6 +116,43 @@ def test_a_model_s_imported_module_is_its_code_and_its_comments_are_not(tmp_path
         model.write_text(model.read_text() + "# another comment\n")
         assert run_sweep(sweep_base, {"seed": [0]}, str(tmp_path / "sweep"), progress=False).skipped == [0]
         (tmp_path / "blocks.py").write_text((tmp_path / "blocks.py").read_text().replace("WIDTH = 8", "WIDTH = 64"))
-        with pytest.raises(ConfigError, match=r"earlier version of .*layered.py or blocks.py \(model .*:Net\)"):
+        with pytest.raises(ConfigError, match=rf"earlier version of {tmp_path / 'blocks.py'} \(model .*:Net\)"):
             run_sweep(sweep_base, {"seed": [0]}, str(tmp_path / "sweep"), progress=False)
     assert len(runs) == 2
+
+
+def test_the_fingerprint_follows_every_import_of_the_user_s_and_forgives_only_what_is_not_code(tmp_path, monkeypatch):
+    """A constant or a jitted function imported from a helper left the helper out (only classes,
+    functions and modules were followed), as did an import inside a function and a package's
+    __init__.py; same-named files were keyed by name alone; and a new Python's parser made every
+    unchanged file 'changed'."""
+    from jaxfl.experiment import _changed_files, model_source
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("SCALE = 1\n")
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "sub" / "consts.py").write_text("WIDTH = 4\n")
+    (tmp_path / "pkg" / "lazy.py").write_text("def act(x):\n    return x\n")
+    (tmp_path / "pkg" / "net.py").write_text(
+        "import flax.linen as nn\nfrom .sub.consts import WIDTH\n\n\nclass Net(nn.Module):\n    num_classes: int = 10\n\n"
+        "    @nn.compact\n    def __call__(self, x):\n        from pkg.lazy import act\n"
+        "        return nn.Dense(self.num_classes)(act(nn.Dense(WIDTH)(x.reshape((x.shape[0], -1)))))\n")
+    record = model_source("pkg.net:Net")
+    assert sorted(record["files"]) == ["__init__.py", "lazy.py", "net.py", os.path.join("sub", "__init__.py"),
+                                       os.path.join("sub", "consts.py")]
+    for name, edit in (("sub/consts.py", "WIDTH = 64\n"), ("lazy.py", "def act(x):\n    return -x\n"),
+                       ("__init__.py", "SCALE = 2\n")):
+        before = (tmp_path / "pkg" / name).read_text()
+        (tmp_path / "pkg" / name).write_text(edit)
+        assert _changed_files(record, model_source("pkg.net:Net")) == [os.path.normpath(name)]
+        (tmp_path / "pkg" / name).write_text(before)
+    (tmp_path / "pkg" / "sub" / "consts.py").write_text("WIDTH = 4  # the width\n\n")  # a comment, layout
+    assert _changed_files(record, model_source("pkg.net:Net")) == []
+    # a file's bytes unchanged is unchanged whatever parser made its code's fingerprint
+    (tmp_path / "pkg" / "sub" / "consts.py").write_text("WIDTH = 4\n")
+    other_python = {**record, "python": "3.99.0",
+                    "files": {name: {**entry, "code": "another parser's"} for name, entry in record["files"].items()}}
+    assert _changed_files(other_python, model_source("pkg.net:Net")) == []
+    (tmp_path / "pkg" / "sub" / "consts.py").write_text("WIDTH = 4  # the width\n")
+    assert _changed_files(other_python, model_source("pkg.net:Net")) == [os.path.join("sub", "consts.py")]
