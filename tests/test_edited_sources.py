@@ -10,7 +10,10 @@ import pytest
 from jaxfl.cli import main
 from jaxfl.config import ConfigError
 from jaxfl.sweep import run_sweep
-from tests.test_plugin_api_checks import PLUGIN
+from tests.test_plugin_api_checks import PLUGIN as CHECKS_PLUGIN
+
+# its own name: a test of test_plugin_api_checks leaves the plug-in's registered in its worker
+PLUGIN = CHECKS_PLUGIN.replace('"pairs_plugin_check"', '"pairs_edited_check"')
 
 MODEL = '''
 import flax.linen as nn
@@ -31,8 +34,8 @@ def _unregister_the_plugin():
     from jaxfl.algorithms import names
     from jaxfl.algorithms.base import unregister
 
-    if "pairs_plugin_check" in names():
-        unregister("pairs_plugin_check")
+    if "pairs_edited_check" in names():
+        unregister("pairs_edited_check")
 
 
 def _runs(folder, prefix):
