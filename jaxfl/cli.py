@@ -76,19 +76,11 @@ def _your_code_frame(error: BaseException):
     ...     print(_your_code_frame(error))
     None
     """
-    import sysconfig
     import traceback
 
-    import jaxfl
+    from jaxfl.experiment import is_user_file
 
-    ours = [os.path.dirname(os.path.abspath(jaxfl.__file__))]
-    ours += [os.path.abspath(path) for key, path in sysconfig.get_paths().items()
-             if key in ("stdlib", "platstdlib", "purelib", "platlib")]
-    ours = tuple(os.path.join(path, "") for path in ours)
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
-              if not frame.filename.startswith("<")
-              and not os.path.abspath(frame.filename).startswith(ours)
-              and "site-packages" not in frame.filename and "dist-packages" not in frame.filename]
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if is_user_file(frame.filename)]
     return frames[-1] if frames else None
 
 
@@ -318,12 +310,10 @@ class _Version(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         from jaxfl.experiment import jaxfl_source, library_versions
-        from jaxfl.runlog import jaxfl_code
+        from jaxfl.runlog import code_of
 
         versions = library_versions()
-        source = jaxfl_source()
-        code = jaxfl_code({"device_history": [{"versions": versions, "jaxfl_commit": source.get("commit"),
-                                               "jaxfl_modified": source.get("modified")}]})
+        code = code_of(versions, jaxfl_source())
         others = ", ".join(f"{name} {version}" for name, version in versions.items() if name != "jaxfl")
         print(f"jaxfl {code} ({others})")
         parser.exit(0)
@@ -1040,13 +1030,13 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         _exit_on_error(parser, error)
     except NumericalError as error:
         parser.exit(1, f"jaxfl: run stopped: {error}\n")
-    print(_run_line(result.summary, result.run_dir).replace(": ", ": resumed, ", 1))
+    print(_run_line(result.summary, result.run_dir, said="resumed, "))
     return 0
 
 
-def _run_line(summary: dict, run_dir: str, timing_only: bool = False) -> str:
-    """The line a finished run prints: its best accuracy, time to target, updates and stop, or a
-    timing-only run's schedule (:func:`_timing_line`)."""
+def _run_line(summary: dict, run_dir: str, timing_only: bool = False, said: str = "") -> str:
+    """The line a finished run prints: its best accuracy, time to target, updates and stop (``said``
+    before them: a resume's "resumed, "), or a timing-only run's schedule (:func:`_timing_line`)."""
     from jaxfl.plot import percent
     from jaxfl.report import _significant
 
@@ -1063,7 +1053,7 @@ def _run_line(summary: dict, run_dir: str, timing_only: bool = False) -> str:
     stop = summary["stop_reason"]
     if stop.startswith("numerical error"):
         stop = stop.partition(":")[0]
-    return f"{summary['algorithm']}: best accuracy {best}, {target}, {summary['global_updates']} updates, " \
+    return f"{summary['algorithm']}: {said}best accuracy {best}, {target}, {summary['global_updates']} updates, " \
            f"stop: {stop} → {run_dir}"
 
 

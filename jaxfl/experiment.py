@@ -1551,9 +1551,14 @@ def algorithm_source(name: str) -> dict | None:
     return _source_record(module)
 
 
-def _user_file(path: str | None) -> bool:
+def is_user_file(path: str | None) -> bool:
     """Whether ``path`` is a Python file of the user's: not jaxfl's, the standard library's or an
-    installed package's (what a plug-in or a model file may import beside it)."""
+    installed package's (what a plug-in or a model file may import beside it; where an error raised
+    in the user's code comes from, which ``jaxfl run`` names).
+
+    >>> is_user_file(__file__), is_user_file("<stdin>")
+    (False, False)
+    """
     import sysconfig
 
     if not path or not path.endswith(".py") or not os.path.isfile(path):
@@ -1618,7 +1623,7 @@ def _module_file(name: str) -> str | None:
 def _user_files(module) -> list[str]:
     """``module``'s file and those of the user's modules its code imports, transitively, wherever the
     import statement is (in a function too), with the packages (``__init__.py``) above each: not
-    jaxfl's, the standard library's or an installed package's (:func:`_user_file`)."""
+    jaxfl's, the standard library's or an installed package's (:func:`is_user_file`)."""
     first = os.path.abspath(module.__file__)
     files = {first: None}
     queue = [(first, module.__name__, getattr(module, "__package__", None) or "")]
@@ -1635,7 +1640,7 @@ def _user_files(module) -> list[str]:
             for depth in range(1, len(pieces) + 1):  # the package above, then the module itself
                 candidate = ".".join(pieces[:depth])
                 found = _module_file(candidate)
-                if not _user_file(found) or os.path.abspath(found) in files:
+                if not is_user_file(found) or os.path.abspath(found) in files:
                     continue
                 found = os.path.abspath(found)
                 files[found] = None

@@ -170,8 +170,17 @@ def run_jaxfl_code(run_dir: str, summary: dict) -> str | None:
         return None
     if not isinstance(record.get("versions"), dict):
         return None
-    source = record.get("jaxfl_source") or {}
-    return jaxfl_code({"device_history": [{"versions": record["versions"], "jaxfl_commit": source.get("commit"),
+    return code_of(record["versions"], record.get("jaxfl_source") or {})
+
+
+def code_of(versions: dict, source: dict) -> str:
+    """:func:`jaxfl_code` of one stretch from a ``config.json``'s ``versions`` and ``jaxfl_source``
+    (``experiment.library_versions()`` and ``experiment.jaxfl_source()``: this process's own).
+
+    >>> code_of({"jaxfl": "0.2.0"}, {"commit": "f2caafcdc6ec54", "modified": True})
+    '0.2.0+gf2caafcdc.modified'
+    """
+    return jaxfl_code({"device_history": [{"versions": versions, "jaxfl_commit": source.get("commit"),
                                            "jaxfl_modified": source.get("modified")}]})
 
 
