@@ -494,16 +494,15 @@ def _times_from_table(path: str, header: list[str], rows: list, is_number) -> np
                 raise ValueError(f"time_per_step file {path!r} line {number}, column {header[at]!r}: {shown} is not "
                                  "a number")
     times = np.array([float(row[time_at]) for _, row in rows])
-    from jaxfl.scheduler.speeds import NETWORK_ALLOWED, _network_value_allowed
+    from jaxfl.scheduler.speeds import NETWORK_ALLOWED, _network_value_allowed, trace_array
 
+    network = {name: np.array([float(row[at]) for _, row in rows]) * _network_factor(header[at])
+               for name, at in network_at.items()}
     for name, at in network_at.items():  # checked as written, naming the line (its client's index comes later)
-        for number, row in rows:
-            value = float(row[at]) * _network_factor(header[at])
+        for (number, row), value in zip(rows, network[name].tolist()):
             if not _network_value_allowed(name, value):
                 raise ValueError(f"time_per_step file {path!r} line {number}, column {header[at]!r}: {row[at]!r} is "
                                  f"not allowed: {NETWORK_ALLOWED[name]}")
-    network = {name: np.array([float(row[at]) for _, row in rows]) * _network_factor(header[at])
-               for name, at in network_at.items()}
     notes = []
     if ids_at:
         (id_at,) = ids_at
@@ -545,13 +544,7 @@ def _times_from_table(path: str, header: list[str], rows: list, is_number) -> np
                       f"{', '.join(repr(name) for name in named)}"
                       + (f" in the order of {header[ids_at[0]]!r}" if ids_at else "")
                       + "; " + "; ".join(notes), UserWarning, stacklevel=3)
-    if not network:
-        return times
-    trace = np.empty(len(times), dtype=[("time_per_step", "<f8"), *((name, "<f8") for name in network)])
-    trace["time_per_step"] = times
-    for name, values in network.items():
-        trace[name] = values
-    return trace
+    return trace_array(times, network)
 
 
 def _time_per_step_from_text(path: str) -> np.ndarray:

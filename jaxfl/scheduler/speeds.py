@@ -628,12 +628,23 @@ def check_time_per_step(time_per_step, num_clients: int, speed_change_prob: floa
     if legacy_seed is not None:
         raise ValueError(f"speed_legacy_seed={legacy_seed} is not allowed with time_per_step: it seeds drawn idle "
                          "times, and the times are given, not drawn (set it to None)")
+    return trace_array(times, network)
+
+
+def trace_array(times: np.ndarray, network: dict[str, np.ndarray]) -> np.ndarray:
+    """The seconds per step alone where ``network`` is empty, else a structured array of them and
+    the ``network`` columns (:data:`NETWORK_COLUMNS` order), float64 fields.
+
+    >>> trace_array(np.array([0.1]), {"bandwidth": np.array([1e6])}).dtype.names
+    ('time_per_step', 'bandwidth')
+    """
     if not network:
         return times
-    trace = np.empty(num_clients, dtype=[("time_per_step", "<f8"), *((name, "<f8") for name in network)])
+    names = [name for name in NETWORK_COLUMNS if name in network]
+    trace = np.empty(len(times), dtype=[("time_per_step", "<f8"), *((name, "<f8") for name in names)])
     trace["time_per_step"] = times
-    for name, values in network.items():
-        trace[name] = values
+    for name in names:
+        trace[name] = network[name]
     return trace
 
 
