@@ -49,7 +49,7 @@ import numpy as np
 
 from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, register
 from jaxfl.scheduler.clock import ARRIVALS_FIRST
-from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, local_steps_of
+from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, _comm_time, local_steps_of
 
 PROFILING = ("round", "oracle")
 
@@ -133,12 +133,11 @@ class FedAT(Policy):
         Q_i steps, compute and communication, divided by Q_i (t_i itself where it has no communication
         and no compute factor)."""
         speeds = sim.speeds
-        varies = getattr(speeds, "comm_varies", False)
         scale = getattr(speeds, "compute_scale", None)
         times = []
         for client, base in enumerate(speeds.base_time_per_step.tolist()):
             steps = max(local_steps_of(self.local_steps, client), 1)
-            comm = speeds.comm_time(client) if varies else speeds.comm_time()
+            comm = _comm_time(speeds, client)
             compute = (steps * float(scale[client])) * base if scale is not None else steps * base
             times.append((compute + comm) / steps if comm or scale is not None else base)
         return times

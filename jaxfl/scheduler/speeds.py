@@ -974,7 +974,8 @@ class ClientSpeeds:
 
     def _set_network(self, network: dict) -> None:
         """Each client's transfer time from a trace's network columns (the config's for one not given)."""
-        for name, default in (("latency", 0.0), ("bandwidth", math.inf)):
+        for name in NETWORK_COLUMNS:
+            default = _FIELD_DEFAULTS[name]
             if name in network and getattr(self.config, name) != default:
                 raise ValueError(f"SpeedConfig.{name}={getattr(self.config, name)!r} is not allowed with a "
                                  f"time_per_step trace that has a {name} column: the trace gives each client's "
