@@ -341,15 +341,17 @@ def build_parser() -> argparse.ArgumentParser:
                                    "<paper>-<dataset> (port-mnist, fedcompass-cifar10, ...), or quickstart; "
                                    "--config and flags override it, and --algorithm runs the paper's baselines "
                                    "in its setting")
-    from jaxfl.resume import MAY_DIFFER  # the fields a resume may set afresh: its help names their flags
+    from jaxfl.resume import BUDGETS, MAY_DIFFER  # the fields a resume may set afresh: its help names their flags
 
     free = [f"--{flag}/--no-{flag}" if FIELDS[name].type.startswith("bool") else f"--{flag}"
             for name in MAY_DIFFER for flag in [name.replace("_", "-")]]
     free = f"{', '.join(free[:-1])} and {free[-1]}" if len(free) > 1 else free[0]
+    budgets = ", ".join(f"--{name.replace('_', '-')}" for name in BUDGETS)
     groups[None].add_argument("--resume", metavar="RUN_DIR", type=user_path,
                               help="continue the run in RUN_DIR from its newest readable checkpoint; the run "
                                    "keeps its config: other flags (and --config) must equal the run's values, "
-                                   f"except {free}")
+                                   f"except {free}; its budgets ({budgets}) may be raised: a finished run is then "
+                                   "taken on from where it stopped")
     groups[None].add_argument("--log-to", metavar="NAMES", type=_log_to,
                               help="also hand every metrics row to these loggers, comma-separated: tensorboard "
                                    "(RUN_DIR/tensorboard/), csv (RUN_DIR/log.csv), wandb (jaxfl.loggers)")
@@ -1015,6 +1017,7 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         given = {**(_file_settings(args.config) if args.config else {}), **flags}
         in_file = given.pop("progress", None)
         times = None if args.time_per_step is None else load_time_per_step(args.time_per_step)
+        extended_before = _extensions(args.resume)
         with warnings.catch_warnings():
             warnings.showwarning = one_line
             # --time-per-step is checked against the array the run saved
@@ -1030,8 +1033,22 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         _exit_on_error(parser, error)
     except NumericalError as error:
         parser.exit(1, f"jaxfl: run stopped: {error}\n")
-    print(_run_line(result.summary, result.run_dir, said="resumed, "))
+    extensions = result.summary.get("extensions") or []
+    if len(extensions) > extended_before:  # its budgets raised by this command
+        print(_run_line(result.summary, result.run_dir, said=f"extended from update {extensions[-1]['update']}, "))
+    else:
+        print(_run_line(result.summary, result.run_dir, said="resumed, "))
     return 0
+
+
+def _extensions(run_dir: str) -> int:
+    """How many times the run's budgets were raised so far (its ``config.json``'s ``extensions``); 0
+    where that does not read (the resume says why)."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as handle:
+            return len(json.load(handle).get("extensions") or [])
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 0
 
 
 def _run_line(summary: dict, run_dir: str, timing_only: bool = False, said: str = "") -> str:

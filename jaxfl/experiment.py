@@ -56,7 +56,7 @@ from jaxfl.algorithms import build, device_hooks, get as get_algorithm
 from jaxfl.algorithms.base import check_picklable
 from jaxfl.compilation_cache import process_compilations
 from jaxfl.config import (user_path, FIELDS_ADDED, MAX_GRID_POINTS, SECTION_OF, USER_PREFIX, ConfigError, DataConfig, RunConfig,
-                          _count_budgets, checkpoint_min_interval, fail, validate)
+                          _count_budgets, checkpoint_min_interval, config_from_mapping, fail, validate)
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
 from jaxfl.data.datasets import known_classes, known_input
 from jaxfl.data.synthetic import parse_synthetic_name
@@ -69,7 +69,7 @@ from jaxfl.models import (MODELS, build_model, check_model_input, check_model_ob
                           is_model_reference, load_model_reference, make_model)
 from jaxfl.models.adapter import ModelModeError, as_adapter
 from jaxfl.models.init import pytorch_default_init
-from jaxfl.runlog import (CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields, last_tenth_mean, log_sizes,
+from jaxfl.runlog import (CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields, finished_summary, last_tenth_mean, log_sizes,
                           write_client_samples)
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, NO_EVENTS_LEFT, Simulation
@@ -1953,7 +1953,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
     # run_dir: where this process writes; shared_dir: the run's directory, where every process takes
     # part in writing and reading checkpoints (the same folder unless this is a process other than 0
     # of a run of several, which writes to a scratch folder)
-    saved = None
+    saved, extensions = None, []
     if resume_dir is None:
         user_inputs = user.record(params, dataset.num_classes)
         run_dir = _run_dir(config, algorithm.name, user_inputs)
@@ -1977,6 +1977,14 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         _, saved, device_tree = resume.load_checkpoint(shared_dir, shared_config, engine)
         if run_dir != shared_dir:
             os.makedirs(run_dir)
+        else:
+            extensions = list(saved.get("extensions") or [])
+            held = saved["simulation"]
+            if (held.max_time, held.max_updates, held.max_client_updates, held.max_client_steps) != \
+                    (config.max_time, config.max_updates, config.max_client_updates, config.max_client_steps):
+                # raised since the checkpoint (by this resume, or by one cut short before a checkpoint of its
+                # own): before the logs are cut back to it (and a finished run's summary goes)
+                extensions = _record_raised_budgets(run_dir, config, saved)
     engine.client_state.attach(os.path.join(run_dir, "client_state"))  # a memmap placement's files
 
     progress = _progress_bar(config, algorithm.name)
@@ -2011,6 +2019,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         checkpoints = _Checkpointer(config, shared_dir, engine, recorder, events_file, metrics_file, saved,
                                     class_file)
         checkpoints.loggers = loggers  # log.csv's length goes into each checkpoint, to cut back to on resume
+        checkpoints.extensions = extensions  # and the run's extensions, which a resume goes on with
         # the run's clock, a resumed run's going on from its checkpoint's seconds; over the number, not the
         # checkpointer, which would tie the engine to the recorder that keeps the clock
         wall_before = checkpoints.wall_before
@@ -2034,6 +2043,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                 stop = recorder.evaluate_grid_until(0.0, 0, inclusive=True)
         else:
             simulation = saved["simulation"].attach(engine, events, checkpoints.after_event, wall_clock)
+            simulation.set_budgets(config.max_time, config.max_updates, config.max_client_updates,
+                                   config.max_client_steps)  # raised since the checkpoint, in an extended run
             engine.restore(device_tree, saved["engine"], simulation.records)
             recorder.stats = engine.stats
             recorder.load_state_dict(saved["recorder"])
@@ -2052,6 +2063,10 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         except NegativeTimeError as caught:  # drawn as the run goes: the run stops there, as at a NaN
             error, reason = RunStopped(str(caught)), f"negative time: {caught}"
         end_time = simulation.now if reason != "time budget" else config.max_time
+        # the final checkpoint's logs and evaluations end where the run stopped, before the final
+        # evaluations below: a run taken on from it under a larger budget (an extension) goes on as
+        # the larger budget's run, which evaluates at its own cadence, not at this stop
+        stopped_at = checkpoints.positions() if error is None and config.final_checkpoint else None
         if reason == "target reached" and config.eval_interval is not None:
             # the grid point at which it was reached lies between the last event and the next one
             end_time = max(end_time, recorder.time_to_target)
@@ -2081,7 +2096,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                 "too large)")
             reason = f"numerical error: {error}"
         if error is None and config.final_checkpoint:
-            checkpoints.save(simulation)  # the final state: the run's model and a resumable point
+            checkpoints.save(simulation, stopped_at)  # the final state: the run's model and a resumable point
         if progress is not None:
             if error is None:
                 recorder.update_progress(end_time)
@@ -2137,6 +2152,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         "first_update_wall_s": recorder.first_update_wall,
         "wall_time_s": round(wall_clock(), 3),
         "log_bytes": log_sizes(run_dir),  # the logs as the run left them (a file cut afterwards is told)
+        # each time its budgets were raised and it was taken on (jaxfl run --resume RUN --max-updates N)
+        "extensions": extensions,
     }
     _write_json(os.path.join(run_dir, "summary.json"), summary)
     _warn_close_errors(close_errors, run_dir, complete=True)
@@ -2263,6 +2280,51 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
         **({"model_source": source} if (source := model_source(config.model)) else {}),
         # what the config's relative paths (data_dir, file.py:Class) are relative to (resume checks it)
         "working_directory": os.getcwd()})
+
+
+def _record_raised_budgets(run_dir: str, config: RunConfig, saved: dict) -> list[dict]:
+    """The run's ``extensions`` (:func:`jaxfl.resume.extension_record`) as its ``config.json`` records them,
+    with one more where ``config``'s budgets are larger than that file's (``jaxfl run --resume RUN --max-updates N``):
+    ``config.json`` then records them (atomically), so that the run's config is the extended run's
+    from here on (its resume, ``jaxfl run --config RUN/config.json``, a sweep's reuse). A finished
+    run's final checkpoint from an older jaxfl holds its final evaluations, which stay in the logs:
+    said as a :class:`jaxfl.resume.ResumeWarning`."""
+    path = os.path.join(run_dir, "config.json")
+    with open(path) as handle:
+        written = json.load(handle)
+    extensions = list(written.get("extensions") or [])
+    settings = dict(written["config"])
+
+    def recorded(name: str):  # in the section that holds it (a run recorded flat before the sections: at the top)
+        section = settings.get(SECTION_OF.get(name))
+        return section[name] if isinstance(section, dict) and name in section else settings.get(name)
+
+    raised = {name: (recorded(name), getattr(config, name)) for name in resume.BUDGETS
+              if recorded(name) != getattr(config, name)}
+    if not raised:
+        return extensions
+    simulation = saved["simulation"]
+    summary = finished_summary(run_dir)
+    if summary is not None and config.final_checkpoint and "before_final_evaluations" not in saved \
+            and summary.get("global_updates") == simulation.version:
+        warnings.warn(f"{run_dir}: its final checkpoint (update {simulation.version}) was written by an earlier jaxfl "
+                      "after the run's final evaluation, so metrics.csv keeps that evaluation's row at the old stop "
+                      "(a run made with the larger budget from the start evaluates at its cadence alone)",
+                      resume.ResumeWarning, stacklevel=2)
+    extensions.append(resume.extension_record(raised, {"update": simulation.version,
+                                                       "virtual_time": simulation.now}))
+    # the summary first: a run stopped between the two is an unfinished run of its old budgets (its
+    # resume finishes it again; --max-updates N takes it on), not a finished one that says it has the new ones
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(run_dir, "summary.json"))
+    for name, (_, value) in raised.items():  # in the recorded section that holds it
+        section = SECTION_OF.get(name)
+        if isinstance(settings.get(section), dict) and name in settings[section]:
+            settings[section] = {**settings[section], name: value}
+        else:
+            settings[name] = value
+    _write_json(path, {**written, "config": settings, "extensions": extensions})
+    return extensions
 
 
 def library_versions() -> dict[str, str | None]:
@@ -2557,7 +2619,11 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     The run keeps the config it was started with: ``overrides`` (config-file names, as flags give
     them) that would change it are refused, as is a ``config.json`` edited since the checkpoint was
     written, a run without checkpoints, or one whose checkpoints all fail to read back — each with a
-    one-line :class:`jaxfl.resume.ResumeError`. A checkpoint that does not read back is skipped for
+    one-line :class:`jaxfl.resume.ResumeError`. Its budgets (:data:`jaxfl.resume.BUDGETS`) may be
+    raised: ``overrides={"max_updates": 600}`` takes a run that stopped on its update budget of 300
+    on from its final checkpoint (an extension, recorded in ``config.json`` and ``summary.json`` as
+    ``extensions``), as the run with the larger budget would have gone on; a lowered budget, and a run
+    that stopped on something else (its target accuracy, a numerical error), are refused. A checkpoint that does not read back is skipped for
     the one before it with a :class:`jaxfl.resume.ResumeWarning`. A run on data passed in Python
     needs that data again as ``data=`` (refused if its fingerprint differs from the one the run recorded).
 
@@ -2588,10 +2654,16 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     if data is not None and config.data_fingerprint is None:
         raise resume.ResumeError(f"cannot resume {run_dir!r} with data=: it was made on dataset {config.dataset!r}, "
                                  "loaded by name, not on data passed in Python; resume it without data=")
+    raised, overrides = resume.raised_budgets(config, overrides, spelling)
     resume.refuse_changes(config, overrides, spelling)
+    if raised:  # taken on under larger budgets: a finished run goes on from its stop, not just re-finished
+        resume.check_extension(run_dir, config, raised, spelling)
+        with warnings.catch_warnings():  # said when the run's config was validated
+            warnings.simplefilter("ignore")
+            config = config_from_mapping({name: new for name, (_, new) in raised.items()}, base=config)
     _refuse_other_jax_numerics(run_dir, written.get("jax"))
     ended = resume.finished_run(run_dir)
-    finished = None if again_if_finished else ended
+    finished = None if again_if_finished or raised else ended
     if config.timing_only:  # no checkpoint to resume from, by design: said so, not as a damaged run
         if finished is not None:
             raise finished
@@ -2660,6 +2732,7 @@ class _Checkpointer:
         self.stoppable = False  # True while a stop may be requested between events (one process alone)
         self._saved_after_event = -1  # simulation.events_processed at the newest checkpoint of this process
         self.loggers = []  # the run's loggers (log.csv's length is recorded with each checkpoint)
+        self.extensions = []  # each time the run's budgets were raised (_record_raised_budgets)
 
     def stop_here(self, simulation: Simulation) -> None:
         """The stop :func:`jaxfl.stopping.request_stop` asked for: a checkpoint of this point between
@@ -2689,8 +2762,9 @@ class _Checkpointer:
         if due:
             self.save(simulation)
 
-    def save(self, simulation: Simulation) -> None:
-        started = time.perf_counter()
+    def positions(self) -> dict:
+        """Where the run's logs and evaluations are now: what a checkpoint taken here records, to cut
+        back to on resume (``save(simulation, positions)`` records an earlier point's)."""
         # the logs on the disk up to the offsets the checkpoint records (which fsyncs itself): else a
         # machine's crash could keep the checkpoint and lose the logs' ends (resume skips it then)
         self.metrics.flush()
@@ -2700,10 +2774,18 @@ class _Checkpointer:
             self.classes.flush()
             os.fsync(self.classes.fileno())
             offsets[CLASS_ACCURACY_NAME] = self.classes.tell()
-        extra = {"recorder": self.recorder.state_dict(), "offsets": offsets, "resumes": self.resumes,
-                 "device_history": self.device_history,
-                 "logger_offsets": logger_offsets(self.loggers, self.run_dir),
-                 "wall_time": self.wall_before + time.perf_counter() - self._started}
+        return {"recorder": self.recorder.state_dict(), "offsets": offsets,
+                "logger_offsets": logger_offsets(self.loggers, self.run_dir)}
+
+    def save(self, simulation: Simulation, positions: dict | None = None) -> None:
+        """A checkpoint of the run now; ``positions`` (from :meth:`positions`): the logs and evaluations
+        it records are those of that earlier point between the same two events (the final checkpoint's,
+        before the final evaluations)."""
+        started = time.perf_counter()
+        extra = {**(positions or self.positions()), "resumes": self.resumes, "device_history": self.device_history,
+                 "extensions": self.extensions, "wall_time": self.wall_before + time.perf_counter() - self._started}
+        if positions is not None:  # what tells it from an older jaxfl's final checkpoint, whose rows end in them
+            extra["before_final_evaluations"] = True
         checkpoint.save(self.run_dir, simulation.version, simulation, self.engine, extra, config=self.stored_config)
         self.last_version = simulation.version
         self._saved_after_event = simulation.events_processed

@@ -6,7 +6,8 @@ of its canonical JSON, in its ``config.json``. Resuming
 - reads ``config.json`` (a missing, unparsable or foreign one is a :class:`ResumeError`);
 - refuses values given with the resume (flags, a config file, ``overrides=``) that would change the
   run, naming each with the run's value; only the fields of :data:`MAY_DIFFER` (``progress``, ``checkpoint_min_interval_s``, ``devices``) may
-  differ, and identical values pass;
+  differ, and identical values pass; the :data:`BUDGETS` may be raised (:func:`raised_budgets`,
+  :func:`check_extension`), which takes a run that stopped on one further;
 - takes the newest checkpoint that reads back completely (its pickled state *and* its orbax device
   data), warning with :class:`ResumeWarning` about each one skipped; none at all, or none readable,
   is a :class:`ResumeError` (never a silent restart);
@@ -41,6 +42,14 @@ from jaxfl.config import (FIELDS, FIELDS_ADDED, SECTION_OF, ConfigError, RunConf
 # changes only how the client axis is sharded (results equal within the tolerance README states for
 # device counts): a run started on 4 devices resumes on a machine with 1 (``--devices 1``).
 MAY_DIFFER = ("progress", "checkpoint_min_interval_s", "devices")
+# The budgets a resume may raise (``jaxfl run --resume RUN --max-updates 600``): a run stops where one is
+# spent, and nothing before that point depends on them (the engine reads them to train ahead no more
+# than the budget can use, and trains what each aggregation needs either way), so a run taken on from
+# its stop under a larger budget is the run the larger budget would have made from the start.
+BUDGETS = ("max_time", "max_updates", "max_client_updates", "max_client_steps")
+# the stop reason each budget ends a run with (jaxfl.scheduler.simulation.STOP_REASONS)
+_BUDGET_OF_REASON = {"time budget": "max_time", "update budget": "max_updates",
+                     "client-update budget": "max_client_updates", "client-step budget": "max_client_steps"}
 # What a checkpoint's state.pkl holds (jaxfl.experiment._Checkpointer.save): a pickle that loads but
 # lacks one of these is not a checkpoint this jaxfl can continue.
 _STATE_KEYS = ("simulation", "engine", "recorder", "offsets", "resumes", "wall_time")
@@ -70,8 +79,11 @@ def finished_run(run_dir: str) -> RunFinished | None:
         how = f" ({summary['global_updates']} updates, stop: {summary['stop_reason']})"
     except (KeyError, TypeError):
         how = ""
+    budget = _BUDGET_OF_REASON.get(summary.get("stop_reason")) if isinstance(summary.get("stop_reason"), str) else None
+    further = (f"; to take it further, raise the budget it stopped on: jaxfl run --resume {shlex.quote(run_dir)} "
+               f"--{budget.replace('_', '-')} N" if budget is not None else "")
     return RunFinished(f"{run_dir} has already finished{how}: nothing to resume, the run is left as it is "
-                       f"(its summary.json, logs and checkpoints are unchanged)")
+                       f"(its summary.json, logs and checkpoints are unchanged){further}")
 
 
 class InUse(ValueError):
@@ -414,6 +426,96 @@ def refuse_changes(config: RunConfig, overrides: Mapping[str, Any], spelling=Non
                           f"differ), but these would change it: {'; '.join(refused)}; start a new run to change them")
 
 
+def _unbounded(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isinf(value))
+
+
+def _at_least(new: Any, old: Any) -> bool:
+    """Whether budget ``new`` lets a run go at least as far as ``old`` (None and inf: no budget)."""
+    return _unbounded(new) or (not _unbounded(old) and new >= old)
+
+
+def raised_budgets(config: RunConfig, overrides: Mapping[str, Any], spelling=None) -> tuple[dict, dict]:
+    """``(raised, rest)``: the :data:`BUDGETS` of ``overrides`` whose values differ from the run's
+    ``config`` (validated), as ``{name: (run's value, new value)}``, and the other overrides (for
+    :func:`refuse_changes`). A budget lowered is a :class:`ResumeError`: the run may be past it.
+
+    >>> run = validate(RunConfig(algorithm="fedbuff", clients=4, max_updates=30))
+    >>> raised_budgets(run, {"max-updates": 60, "clients": 4})
+    ({'max_updates': (30, 60)}, {'clients': 4})
+    >>> raised_budgets(run, {"max_updates": 10})
+    Traceback (most recent call last):
+    jaxfl.resume.ResumeError: cannot resume with max_updates=10: it would lower the run's budget of 30, and a resumed run's budgets may only be raised (it may be past a lower one); start a new run for a shorter one
+    """
+    spelling = spelling or (lambda name, value: f"{name}={_show(value)}")
+    fields, options = split_algorithm_options(dict(overrides))
+    raised = {}
+    for name in BUDGETS:
+        if name not in fields:
+            continue
+        given = fields.pop(name)
+        try:
+            with warnings.catch_warnings():  # the run's own warnings, given when its config was validated
+                warnings.simplefilter("ignore")
+                value = getattr(config_from_mapping({name: given}, base=config), name)
+        except ConfigError as error:
+            raise ResumeError(f"cannot resume with {spelling(name, given)}: {_first_line(error).partition(': ')[2]}") \
+                from None
+        old = getattr(config, name)
+        if value == old or (_unbounded(value) and _unbounded(old)):
+            continue
+        if not _at_least(value, old):
+            raise ResumeError(f"cannot resume with {spelling(name, given)}: it would lower the run's budget of "
+                              f"{_show(old)}, and a resumed run's budgets may only be raised (it may be past a lower "
+                              "one); start a new run for a shorter one")
+        raised[name] = (old, value)
+    return raised, {**fields, **options}
+
+
+def check_extension(run_dir: str, config: RunConfig, raised: Mapping[str, tuple], spelling=None) -> None:
+    """Before any work: :class:`ResumeError` unless raising the budgets ``raised`` (from
+    :func:`raised_budgets`) takes the run in ``run_dir`` further. A finished run must have stopped on a
+    budget, and that budget must be among those raised (a run that reached its target accuracy, or
+    diverged, would stop where it stopped); a timing-only run keeps no checkpoint to go on from.
+
+    >>> check_extension("/nonexistent-run", validate(RunConfig(timing_only=True, max_updates=5)),
+    ...                 {"max_updates": (5, 10)})
+    Traceback (most recent call last):
+    jaxfl.resume.ResumeError: cannot extend '/nonexistent-run': a timing-only run keeps no checkpoint to go on from (it runs again in a fraction of a training run's time); run its config again with the larger budget: jaxfl run --config /nonexistent-run/config.json --max-updates 10
+    """
+    from jaxfl.runlog import finished_summary
+
+    if config.timing_only:
+        flags = " ".join(f"--{name.replace('_', '-')} {_show(new) if new is not None else 'none'}"
+                         for name, (_, new) in raised.items())
+        raise ResumeError(f"cannot extend {run_dir!r}: a timing-only run keeps no checkpoint to go on from (it runs "
+                          "again in a fraction of a training run's time); run its config again with the larger "
+                          f"budget: jaxfl run --config {shlex.quote(os.path.join(run_dir, 'config.json'))} {flags}")
+    summary = finished_summary(run_dir)
+    if summary is None:  # unfinished: it goes on to the larger budget from its newest checkpoint
+        return
+    reason = str(summary.get("stop_reason"))
+    budget = _BUDGET_OF_REASON.get(reason)
+    if budget is None:
+        raise ResumeError(f"cannot extend {run_dir!r}: it stopped on {reason!r}, not on a budget, so it would stop "
+                          "there again under a larger one; start a new run to change its settings")
+    if budget not in raised:
+        raise ResumeError(f"cannot extend {run_dir!r}: it stopped on its {reason} ({budget}={_show(getattr(config, budget))}), "
+                          f"which stays as it is, so it would stop there again: raise {budget} as well")
+
+
+def extension_record(raised: Mapping[str, tuple], at: Mapping[str, Any]) -> dict:
+    """The entry a run's ``config.json`` and ``summary.json`` keep (``extensions``) for each time its
+    budgets were raised: the budgets before and after, and where the run was taken on from (``at``:
+    the checkpoint's update and virtual time).
+
+    >>> extension_record({"max_updates": (30, 60)}, {"update": 30, "virtual_time": 12.5})
+    {'from': {'max_updates': 30}, 'to': {'max_updates': 60}, 'update': 30, 'virtual_time': 12.5}
+    """
+    return {"from": {name: old for name, (old, _) in raised.items()},
+            "to": {name: new for name, (_, new) in raised.items()}, **at}
+
+
 def _namespace(algorithm: str) -> str:
     try:
         return algorithms.get(algorithm).option_namespace()
@@ -498,6 +600,9 @@ def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> No
               **{name: value for name, value in as_recorded(stored).items() if name not in MAY_DIFFER}}
     if "output_dir" in stored:  # a "~/runs" written before jaxfl expanded it names the folder it holds now
         stored["output_dir"] = user_path(stored["output_dir"])
+    for budget in BUDGETS:  # written before the run's budgets were raised (an extended run): it goes on under them
+        if budget in stored and budget in record and _at_least(record[budget], stored[budget]):
+            stored[budget] = record[budget]
     if digest(stored) == digest(record):
         return
     found = differences(stored, record, holder=name)

@@ -225,13 +225,14 @@ def test_model_help_lists_every_registered_model_in_run_and_sweep():
 
 
 def test_resume_help_names_every_flag_a_resume_may_change():
-    from jaxfl.resume import MAY_DIFFER
+    from jaxfl.resume import BUDGETS, MAY_DIFFER
 
     (action,) = [a for a in _subcommand("run")._actions if "--resume" in a.option_strings]
-    allowed = action.help.partition("except ")[2]
+    allowed, _, raised = action.help.partition("except ")[2].partition(";")
     named = re.findall(r"--(?!no-)([a-z0-9-]+)", allowed)
     assert named == [name.replace("_", "-") for name in MAY_DIFFER], action.help
     assert "--progress/--no-progress" in allowed
+    assert re.findall(r"--([a-z0-9-]+)", raised) == [name.replace("_", "-") for name in BUDGETS], action.help
 
 
 def test_an_unknown_flag_gets_the_command_s_usage_and_the_nearest_flag(capsys):

@@ -1312,6 +1312,16 @@ class Simulation:
         return (f"the policy {type(self.policy).__name__} keeps scheduling at one instant (a timer of no delay "
                 "that sets itself again?)")
 
+    def set_budgets(self, max_time: float, max_updates: int | None, max_client_updates: int | None,
+                    max_client_steps: int | None) -> None:
+        """The run's budgets from here on: a simulation restored from a checkpoint goes on under larger
+        ones than it was made with where the run was extended (``jaxfl run --resume RUN --max-updates N``),
+        as if it had been made with them (nothing before a budget's end depends on it)."""
+        if not (max_time > 0):
+            raise ValueError(f"max_time must be > 0 virtual seconds, got {max_time}")
+        self.max_time, self.max_updates = float(max_time), max_updates
+        self.max_client_updates, self.max_client_steps = max_client_updates, max_client_steps
+
     def budget_spent(self) -> str | None:
         """The first of ``max_updates``, ``max_client_updates``, ``max_client_steps`` that is spent, or None."""
         if self.max_updates is not None and self.version >= self.max_updates:

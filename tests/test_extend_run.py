@@ -1,0 +1,141 @@
+"""A finished run taken further by raising the budget it stopped on (``jaxfl run --resume RUN
+--max-updates N``): it goes on from its final checkpoint as the run with the larger budget would
+have, evaluating at its own cadence, and says so in config.json and summary.json; what cannot be
+extended is refused before any work, leaving the run as it was."""
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from jaxfl import cli, experiment
+from jaxfl.config import config_from_mapping
+from jaxfl.experiment import resume_experiment, run_experiment
+from jaxfl.resume import ResumeError, ResumeWarning
+from jaxfl.testing import SMALL, events_without_wall_time, metrics_without_wall_time
+
+
+def _runs(tmp_path, algorithm, short, long, **settings):
+    base = {**SMALL, "algorithm": algorithm, **settings}
+    longer = run_experiment(config_from_mapping({**base, **long, "output_dir": str(tmp_path / "long")}))
+    shorter = run_experiment(config_from_mapping({**base, **short, "output_dir": str(tmp_path / "short")}))
+    return shorter, longer
+
+
+def _assert_as_the_longer_run(extended, longer):
+    # the schedule is the longer run's exactly; the numbers to float32 reassociation (the updates
+    # trained ahead at the old stop are summed in other calls than the longer run's)
+    assert events_without_wall_time(extended.run_dir) == events_without_wall_time(longer.run_dir)
+    rows, expected = metrics_without_wall_time(extended.run_dir), metrics_without_wall_time(longer.run_dir)
+    assert [(row["time"], row["version"], row["client_steps"]) for row in rows] == \
+        [(row["time"], row["version"], row["client_steps"]) for row in expected]
+    np.testing.assert_allclose([float(row["loss"]) for row in rows], [float(row["loss"]) for row in expected],
+                               rtol=1e-5)
+    for ours, theirs in zip(jax.tree.leaves(extended.params), jax.tree.leaves(longer.params)):
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), atol=1e-6)
+    for key in ("global_updates", "virtual_time", "stop_reason", "client_steps_aggregated"):
+        assert extended.summary[key] == longer.summary[key], key
+
+
+@pytest.mark.parametrize("algorithm", ["fedbuff", "fedcompass"])
+def test_an_extended_run_is_the_run_with_the_larger_budget(tmp_path, algorithm):
+    # eval_every 3 and a stop at 5: the short run's final evaluation (version 5) is off the longer
+    # run's cadence, and must not stay in the extended run's metrics
+    shorter, longer = _runs(tmp_path, algorithm, {"max_updates": 5}, {"max_updates": 10}, eval_every=3)
+    assert [row["version"] for row in shorter.metrics] == [0, 3, 5]
+    extended = resume_experiment(shorter.run_dir, overrides={"max_updates": 10})
+    assert extended.run_dir == shorter.run_dir
+    assert [row["version"] for row in extended.metrics] == [0, 3, 6, 9, 10]
+    _assert_as_the_longer_run(extended, longer)
+    record = {"from": {"max_updates": 5}, "to": {"max_updates": 10}, "update": 5,
+              "virtual_time": shorter.summary["virtual_time"]}
+    assert extended.summary["extensions"] == [record]
+    written = json.loads(open(os.path.join(shorter.run_dir, "config.json")).read())
+    assert written["config"]["budget"]["max_updates"] == 10 and written["extensions"] == [record]
+    assert extended.summary["resumes"] == 1
+    assert longer.summary["extensions"] == []
+
+
+def test_a_time_budget_with_an_evaluation_grid_and_a_client_update_budget_extend(tmp_path):
+    shorter, longer = _runs(tmp_path / "time", "fedbuff", {"max_updates": None, "max_time": 3.0},
+                            {"max_updates": None, "max_time": 7.0}, eval_interval=1.3)
+    extended = resume_experiment(shorter.run_dir, overrides={"max_time": 7.0})
+    _assert_as_the_longer_run(extended, longer)
+    shorter, longer = _runs(tmp_path / "updates", "fedasync", {"max_updates": None, "max_client_updates": 5},
+                            {"max_updates": None, "max_client_updates": 11})
+    _assert_as_the_longer_run(resume_experiment(shorter.run_dir, overrides={"max_client_updates": 11}), longer)
+
+
+def test_an_extension_cut_short_resumes_from_a_checkpoint_of_the_old_budget(tmp_path):
+    # its checkpoints before the extension were written under max_updates 4, config.json now says 8
+    shorter, longer = _runs(tmp_path, "fedbuff", {"max_updates": 4}, {"max_updates": 8})
+    root = os.path.join(shorter.run_dir, "checkpoints")
+    shutil.copytree(root, tmp_path / "kept")
+    extended = resume_experiment(shorter.run_dir, overrides={"max_updates": 8})
+    # as if it had been cut short before its first checkpoint: the old budget's checkpoints alone
+    shutil.rmtree(root)
+    shutil.copytree(tmp_path / "kept", root)
+    os.remove(os.path.join(extended.run_dir, "summary.json"))
+    again = resume_experiment(extended.run_dir)
+    _assert_as_the_longer_run(again, longer)
+    assert len(again.summary["extensions"]) == 1
+
+
+def test_jaxfl_run_resume_with_a_larger_budget_says_extended(tmp_path, capsys):
+    flags = ["--algorithm", "fedavg", "--model", "mlp", "--clients", "4", "--local-steps", "6", "--batch-size", "16",
+             "--no-progress", "--no-stop-at-target", "--output-dir", str(tmp_path), "--run-name", "a"]
+    assert cli.main(["run", *flags, "--max-updates", "3"]) == 0
+    run_dir = str(tmp_path / "a")
+    capsys.readouterr()
+    assert cli.main(["run", "--resume", run_dir]) == 0  # finished: the way to take it further is named
+    assert f"to take it further, raise the budget it stopped on: jaxfl run --resume {run_dir} --max-updates N" \
+        in capsys.readouterr().out
+    assert cli.main(["run", "--resume", run_dir, "--max-updates", "6", "--no-progress"]) == 0
+    assert "fedavg: extended from update 3, " in capsys.readouterr().out
+    summary = json.loads(open(os.path.join(run_dir, "summary.json")).read())
+    assert summary["global_updates"] == 6 and summary["extensions"][0]["to"] == {"max_updates": 6}
+    assert cli.main(["run", "--resume", run_dir, "--max-updates", "6"]) == 0  # the same budget: finished
+    assert "has already finished (6 updates" in capsys.readouterr().out
+
+
+def _files(run_dir):
+    return {name: open(os.path.join(run_dir, name), "rb").read() for name in sorted(os.listdir(run_dir))
+            if os.path.isfile(os.path.join(run_dir, name))}
+
+
+def test_what_cannot_be_extended_is_refused_before_any_work(tmp_path):
+    base = {**SMALL, "algorithm": "fedbuff", "output_dir": str(tmp_path)}
+    run = run_experiment(config_from_mapping({**base, "max_updates": 4})).run_dir
+    before = _files(run)
+    with pytest.raises(ResumeError, match="max_updates=3: it would lower the run's budget of 4"):
+        resume_experiment(run, overrides={"max_updates": 3})
+    with pytest.raises(ResumeError, match=r"stopped on its update budget \(max_updates=4\), which stays as it is"):
+        resume_experiment(run, overrides={"max_time": 5000.0})
+    with pytest.raises(ResumeError, match="would change it: clients=5"):  # a budget with another change
+        resume_experiment(run, overrides={"max_updates": 8, "clients": 5})
+    with pytest.raises(ResumeError, match="with max_updates=0: max_updates=0 is not allowed: an integer >= 1"):
+        resume_experiment(run, overrides={"max_updates": 0})
+    assert _files(run) == before
+    reached = run_experiment(config_from_mapping({**base, "max_updates": 40, "stop_at_target": True,
+                                                  "target_accuracy": 0.3, "run_name": "target"})).run_dir
+    with pytest.raises(ResumeError, match="it stopped on 'target reached', not on a budget"):
+        resume_experiment(reached, overrides={"max_updates": 80})
+    timing = run_experiment(config_from_mapping({**base, "max_updates": 4, "timing_only": True, "clients_per_call": None,
+                                                 "checkpoint_every": None})).run_dir
+    with pytest.raises(ResumeError, match="a timing-only run keeps no checkpoint .* jaxfl run --config "
+                                          rf"{timing}/config.json --max-updates 8$"):
+        resume_experiment(timing, overrides={"max_updates": 8})
+
+
+def test_a_final_checkpoint_of_an_earlier_jaxfl_keeps_its_final_evaluation_with_a_warning(tmp_path, monkeypatch):
+    save = experiment._Checkpointer.save
+    # as jaxfl wrote it before 2026-12-06: after the final evaluation, with the logs as they were then
+    monkeypatch.setattr(experiment._Checkpointer, "save", lambda self, simulation, positions=None: save(self, simulation))
+    run = run_experiment(config_from_mapping({**SMALL, "algorithm": "fedbuff", "max_updates": 5, "eval_every": 3,
+                                              "output_dir": str(tmp_path)})).run_dir
+    monkeypatch.undo()
+    with pytest.warns(ResumeWarning, match="final checkpoint \\(update 5\\) was written by an earlier jaxfl"):
+        extended = resume_experiment(run, overrides={"max_updates": 10})
+    assert [row["version"] for row in extended.metrics] == [0, 3, 5, 6, 9, 10]
