@@ -131,3 +131,24 @@ def test_weighted_mean_refuses_weights_that_sum_to_zero():
         weighted_mean(stacked, np.array([1.0, -1.0]))
     traced = jax.jit(weighted_mean)(stacked, jnp.zeros(2))  # under jit: the documented 0/0
     assert np.isnan(np.asarray(traced["w"])).all()
+
+
+def test_set_rows_drops_a_negative_row_instead_of_writing_the_last_one():
+    # -1 is a common padding id; numpy's indexing (and .at[] with mode="drop") takes it for the last row
+    from jaxfl.kernels import ccfedavg
+    from jaxfl.kernels.tree import set_rows
+
+    bank = ccfedavg.init_bank({"w": jnp.zeros(2)}, 3)
+    assert ccfedavg.store(bank, jnp.array([-1, 0]), {"w": jnp.ones((2, 2))})["w"].tolist() == \
+        [[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
+    assert set_rows(jnp.zeros((3, 1)), jnp.array([-1, 2]), jnp.ones((2, 1)), jnp.array([True, False])).tolist() == \
+        [[0.0], [0.0], [0.0]]
+
+
+def test_a_numpy_float64_stack_is_summed_without_jax_s_truncation_warnings():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Explicitly requested dtype float64 ... will be truncated", three of them
+        mean = weighted_mean({"w": np.ones((2, 3))}, np.ones(2))["w"]
+    assert mean.tolist() == [1.0, 1.0, 1.0] and mean.dtype == jnp.asarray(np.ones(1)).dtype

@@ -66,8 +66,9 @@ def weighted_sum(stacked: PyTree, weights: jax.Array) -> PyTree:
     _check_weights(stacked, weights)
 
     def reduce(leaf):
+        leaf = jnp.asarray(leaf)  # first: a numpy float64 leaf is float32 where jax runs without x64, said nowhere
         dtype = accumulation_dtype(leaf.dtype)
-        total = jnp.tensordot(weights.astype(dtype), jnp.asarray(leaf).astype(dtype), axes=([0], [0]))
+        total = jnp.tensordot(weights.astype(dtype), leaf.astype(dtype), axes=([0], [0]))
         return to_leaf_dtype(total, leaf.dtype)
 
     return jax.tree.map(reduce, stacked)

@@ -166,13 +166,17 @@ def tree_bytes(tree: PyTree) -> int:
 
 def set_rows(tables: PyTree, rows: jax.Array, values: PyTree, valid: jax.Array | None = None) -> PyTree:
     """Write ``values[k]`` (stacked on a leading ``K``) into row ``rows[k]`` of every leaf of ``tables``
-    (stacked on a leading axis of rows). Entries with ``valid[k]`` False (padding) are not written;
-    ``rows`` must not repeat among the valid entries.
+    (stacked on a leading axis of rows). Entries with ``valid[k]`` False (padding) are not written,
+    nor those whose row is outside ``[0, rows of the table)`` (a padding id of -1 included, which
+    numpy's indexing would take for the last row); ``rows`` must not repeat among the valid entries.
 
     >>> set_rows(jnp.zeros((3, 2)), jnp.array([2, 0]), jnp.ones((2, 2)), jnp.array([True, False])).tolist()
     [[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
+    >>> set_rows(jnp.zeros((3, 2)), jnp.array([-1, 1]), jnp.ones((2, 2))).tolist()
+    [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
     """
     num_rows = jax.tree.leaves(tables)[0].shape[0]
-    if valid is not None:
-        rows = jnp.where(valid, rows, num_rows)  # out of range: dropped below
+    rows = jnp.asarray(rows)
+    keep = rows >= 0 if valid is None else valid & (rows >= 0)
+    rows = jnp.where(keep, rows, num_rows)  # out of range: dropped below
     return jax.tree.map(lambda table, new: table.at[rows].set(new.astype(table.dtype), mode="drop"), tables, values)
