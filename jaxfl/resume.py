@@ -485,9 +485,15 @@ def check_extension(run_dir: str, config: RunConfig, raised: Mapping[str, tuple]
     """
     from jaxfl.runlog import finished_summary
 
+    flags = " ".join(f"--{name.replace('_', '-')} {_show(new) if new is not None else 'none'}"
+                     for name, (_, new) in raised.items())
+    held = _held_by_a_table(run_dir)
+    if held is not None:
+        held, copy = held
+        raise ResumeError(f"cannot extend {run_dir!r} where it is: it is {held}, which would go on naming it with "
+                          "results that are no longer the run's; extend a copy: cp -r "
+                          f"{shlex.quote(run_dir)} {shlex.quote(copy)} && jaxfl run --resume {shlex.quote(copy)} {flags}")
     if config.timing_only:
-        flags = " ".join(f"--{name.replace('_', '-')} {_show(new) if new is not None else 'none'}"
-                         for name, (_, new) in raised.items())
         raise ResumeError(f"cannot extend {run_dir!r}: a timing-only run keeps no checkpoint to go on from (it runs "
                           "again in a fraction of a training run's time); run its config again with the larger "
                           f"budget: jaxfl run --config {shlex.quote(os.path.join(run_dir, 'config.json'))} {flags}")
@@ -502,6 +508,35 @@ def check_extension(run_dir: str, config: RunConfig, raised: Mapping[str, tuple]
     if budget not in raised:
         raise ResumeError(f"cannot extend {run_dir!r}: it stopped on its {reason} ({budget}={_show(getattr(config, budget))}), "
                           f"which stays as it is, so it would stop there again: raise {budget} as well")
+
+
+def _held_by_a_table(run_dir: str) -> tuple[str, str] | None:
+    """``(what, copy)`` where ``run_dir`` is among the results of a sweep (a cell: ``SWEEP/runs/RUN``,
+    with ``SWEEP/sweep.json``) or of a comparison (listed in the ``comparison.csv`` beside it: ``jaxfl
+    run --algorithm a,b``), with a folder for a copy that neither reads; None for a run of its own."""
+    import csv
+
+    def shown(path: str) -> str:  # as short as the user's own paths
+        relative = os.path.relpath(path)
+        return path if relative.startswith(os.pardir) else relative
+
+    absolute = os.path.abspath(run_dir)
+    name, parent = os.path.basename(absolute), os.path.dirname(absolute)
+    sweep = os.path.dirname(parent)
+    if os.path.basename(parent) == "runs" and os.path.isfile(os.path.join(sweep, "sweep.json")):
+        # beside the sweep folder: a copy in its runs/ would be taken for a run of an earlier grid
+        return (f"a cell of the sweep {shown(sweep)} (its results.csv and report)",
+                shown(os.path.join(os.path.dirname(sweep), f"{name}-extended")))
+    table = os.path.join(parent, "comparison.csv")
+    try:
+        with open(table, newline="") as handle:
+            listed = {os.path.basename(os.path.normpath(row.get("run_dir") or "")) for row in csv.DictReader(handle)}
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    if name in listed:  # beside it: the comparison run again reuses its runs by name, and -extended is none
+        return (f"one of the runs of the comparison {shown(table)} (and its plot)",
+                shown(os.path.join(parent, f"{name}-extended")))
+    return None
 
 
 def extension_record(raised: Mapping[str, tuple], at: Mapping[str, Any]) -> dict:

@@ -139,3 +139,26 @@ def test_a_final_checkpoint_of_an_earlier_jaxfl_keeps_its_final_evaluation_with_
     with pytest.warns(ResumeWarning, match="final checkpoint \\(update 5\\) was written by an earlier jaxfl"):
         extended = resume_experiment(run, overrides={"max_updates": 10})
     assert [row["version"] for row in extended.metrics] == [0, 3, 5, 6, 9, 10]
+
+
+def test_a_sweep_cell_or_a_comparison_run_is_extended_as_a_copy(tmp_path, monkeypatch, capsys):
+    from jaxfl.sweep import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    small = {key: value for key, value in SMALL.items() if key not in ("progress", "checkpoint_every")}
+    sweep = run_sweep({**small, "max_updates": 2}, {"algorithm": ["fedavg"]}, "sweep", progress=False)
+    (cell,) = sweep.cells
+    name = os.path.basename(cell.run_dir)
+    before = _files(cell.run_dir)
+    with pytest.raises(ResumeError, match=f"it is a cell of the sweep sweep .* extend a copy: cp -r sweep/runs/{name} "
+                                          f"{name}-extended && jaxfl run --resume {name}-extended --max-updates 4$"):
+        resume_experiment(cell.run_dir, overrides={"max_updates": 4})
+    assert _files(cell.run_dir) == before
+    shutil.copytree(cell.run_dir, f"{name}-extended")  # the copy the error names
+    assert resume_experiment(f"{name}-extended", overrides={"max_updates": 4}).summary["global_updates"] == 4
+    flags = ["--model", "mlp", "--clients", "4", "--local-steps", "6", "--batch-size", "16", "--max-updates", "2",
+             "--no-progress", "--no-stop-at-target", "--output-dir", "comparison"]
+    assert cli.main(["run", "--algorithm", "fedavg,fedbuff", *flags]) == 0
+    run = os.path.join("comparison", next(n for n in sorted(os.listdir("comparison")) if n.startswith("fedbuff")))
+    with pytest.raises(ResumeError, match="it is one of the runs of the comparison comparison/comparison.csv"):
+        resume_experiment(run, overrides={"max_updates": 4})
