@@ -1008,7 +1008,7 @@ def _resume(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             flag = name.replace('_', '-')
             if isinstance(value, bool):
                 return f"--{flag}" if value else f"--no-{flag}"
-            return f"--{flag} {value}"
+            return f"--{flag} {'none' if value is None else value}"
         return f"{name}={value!r} (in {args.config})"
 
     try:

@@ -424,13 +424,14 @@ def _run_dir(config: RunConfig, algorithm: str, user_inputs: dict | None = None)
 
 def _edited_since(run_dir: str, config: RunConfig) -> bool:
     """Whether the run in ``run_dir`` was made with another version of this config's plug-in or model
-    file (:func:`changed_sources`): another code's run, not a finished run of this one."""
+    file (:func:`changed_sources`), or taken further since (``extensions``: it now holds a run of a
+    larger budget): another run, not a finished run of this config."""
     try:
         with open(os.path.join(run_dir, "config.json")) as file:
             record = json.load(file)
     except (OSError, ValueError):
         return False
-    return isinstance(record, dict) and bool(changed_sources(record, config))
+    return isinstance(record, dict) and (bool(record.get("extensions")) or bool(changed_sources(record, config)))
 
 
 # user_inputs keys added since (2026-12-05), which a run made before them does not hold
@@ -2305,14 +2306,15 @@ def _record_raised_budgets(run_dir: str, config: RunConfig, saved: dict) -> list
         return extensions
     simulation = saved["simulation"]
     summary = finished_summary(run_dir)
-    if summary is not None and config.final_checkpoint and "before_final_evaluations" not in saved \
-            and summary.get("global_updates") == simulation.version:
+    stopped_here = summary is not None and summary.get("global_updates") == simulation.version
+    if stopped_here and config.final_checkpoint and "before_final_evaluations" not in saved:
         warnings.warn(f"{run_dir}: its final checkpoint (update {simulation.version}) was written by an earlier jaxfl "
                       "after the run's final evaluation, so metrics.csv keeps that evaluation's row at the old stop "
                       "(a run made with the larger budget from the start evaluates at its cadence alone)",
                       resume.ResumeWarning, stacklevel=2)
-    extensions.append(resume.extension_record(raised, {"update": simulation.version,
-                                                       "virtual_time": simulation.now}))
+    # where it was taken on from: the stop as its summary said it (a time budget's end, not its last event's time)
+    at = summary.get("virtual_time", simulation.now) if stopped_here else simulation.now
+    extensions.append(resume.extension_record(raised, {"update": simulation.version, "virtual_time": at}))
     # the summary first: a run stopped between the two is an unfinished run of its old budgets (its
     # resume finishes it again; --max-updates N takes it on), not a finished one that says it has the new ones
     with contextlib.suppress(FileNotFoundError):
@@ -2654,39 +2656,43 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     if data is not None and config.data_fingerprint is None:
         raise resume.ResumeError(f"cannot resume {run_dir!r} with data=: it was made on dataset {config.dataset!r}, "
                                  "loaded by name, not on data passed in Python; resume it without data=")
-    raised, overrides = resume.raised_budgets(config, overrides, spelling)
+    changed, overrides = resume.budget_changes(config, overrides, spelling)
     resume.refuse_changes(config, overrides, spelling)
-    if raised:  # taken on under larger budgets: a finished run goes on from its stop, not just re-finished
-        resume.check_extension(run_dir, config, raised, spelling)
+    if changed:  # taken on under larger budgets: a finished run goes on from its stop, not just re-finished
+        resume.check_extension(run_dir, config, changed, spelling)
         with warnings.catch_warnings():  # said when the run's config was validated
             warnings.simplefilter("ignore")
-            config = config_from_mapping({name: new for name, (_, new) in raised.items()}, base=config)
-    _refuse_other_jax_numerics(run_dir, written.get("jax"))
-    ended = resume.finished_run(run_dir)
-    finished = None if again_if_finished or raised else ended
-    if config.timing_only:  # no checkpoint to resume from, by design: said so, not as a damaged run
+            config = config_from_mapping({name: new for name, (_, new) in changed.items()}, base=config)
+    # its checkpoints were written under the budgets it raises: theirs, not an edited config.json's
+    with resume.raising_budgets({name: getattr(config, name) for name in changed}):
+        _refuse_other_jax_numerics(run_dir, written.get("jax"))
+        ended = resume.finished_run(run_dir)
+        finished = None if again_if_finished or changed else ended
+        if config.timing_only:  # no checkpoint to resume from, by design: said so, not as a damaged run
+            if finished is not None:
+                raise finished
+            raise resume.ResumeError(f"cannot resume {run_dir!r}: a timing-only run writes no checkpoints (it runs again "
+                                     f"in a fraction of a training run's time); run its config again: jaxfl run --config "
+                                     f"{os.path.join(run_dir, 'config.json')}")
+        if ended is not None and not os.path.isdir(os.path.join(run_dir, "checkpoints")):
+            # finished without checkpoints: not "killed before its first checkpoint"
+            asked = _keeps_checkpoints(config)
+            again = (f"run its config again with the larger budget: {resume.run_again(run_dir, changed)}" if changed
+                     else "start the run again")
+            raise finished or resume.ResumeError(
+                f"cannot resume {run_dir!r}: it has finished and has no checkpoints/ folder to run again from ("
+                + ("deleted, or the run stopped before its first checkpoint" if asked else
+                   "it asked for none: checkpoint_every none and no final checkpoint") + f"): {again}")
+        resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
         if finished is not None:
             raise finished
-        raise resume.ResumeError(f"cannot resume {run_dir!r}: a timing-only run writes no checkpoints (it runs again "
-                                 f"in a fraction of a training run's time); run its config again: jaxfl run --config "
-                                 f"{os.path.join(run_dir, 'config.json')}")
-    if ended is not None and not os.path.isdir(os.path.join(run_dir, "checkpoints")):
-        # finished without checkpoints: not "killed before its first checkpoint"
-        asked = _keeps_checkpoints(config)
-        raise finished or resume.ResumeError(
-            f"cannot resume {run_dir!r}: it has finished and has no checkpoints/ folder to run again from ("
-            + ("deleted, or the run stopped before its first checkpoint" if asked else
-               "it asked for none: checkpoint_every none and no final checkpoint") + "): start the run again")
-    resume.check_config(run_dir, config)  # no checkpoint, or an edited config.json: say so before any work
-    if finished is not None:
-        raise finished
-    loggers = check_loggers(loggers)
-    user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
-                      time_per_step=time_per_step, loss=loss, metrics=metrics)
-    # the run's config names its data and objects as the recorded run did (for_resume checks the
-    # objects' names against the record): it stays as validated
-    config, dataset, user = _with_inputs(config, data, user, run_dir, recorded)
-    return _experiment(config, dataset, user, run_dir, loggers, recorded)
+        loggers = check_loggers(loggers)
+        user = UserInputs(model=model, client_optimizer=client_optimizer, init_params=init_params,
+                          time_per_step=time_per_step, loss=loss, metrics=metrics)
+        # the run's config names its data and objects as the recorded run did (for_resume checks the
+        # objects' names against the record): it stays as validated
+        config, dataset, user = _with_inputs(config, data, user, run_dir, recorded)
+        return _experiment(config, dataset, user, run_dir, loggers, recorded)
 
 
 def _devices_of(engine: Engine) -> dict:

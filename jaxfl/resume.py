@@ -6,7 +6,7 @@ of its canonical JSON, in its ``config.json``. Resuming
 - reads ``config.json`` (a missing, unparsable or foreign one is a :class:`ResumeError`);
 - refuses values given with the resume (flags, a config file, ``overrides=``) that would change the
   run, naming each with the run's value; only the fields of :data:`MAY_DIFFER` (``progress``, ``checkpoint_min_interval_s``, ``devices``) may
-  differ, and identical values pass; the :data:`BUDGETS` may be raised (:func:`raised_budgets`,
+  differ, and identical values pass; the :data:`BUDGETS` may be raised (:func:`budget_changes`,
   :func:`check_extension`), which takes a run that stopped on one further;
 - takes the newest checkpoint that reads back completely (its pickled state *and* its orbax device
   data), warning with :class:`ResumeWarning` about each one skipped; none at all, or none readable,
@@ -24,6 +24,7 @@ of its canonical JSON, in its ``config.json``. Resuming
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import json
@@ -80,8 +81,12 @@ def finished_run(run_dir: str) -> RunFinished | None:
     except (KeyError, TypeError):
         how = ""
     budget = _BUDGET_OF_REASON.get(summary.get("stop_reason")) if isinstance(summary.get("stop_reason"), str) else None
-    further = (f"; to take it further, raise the budget it stopped on: jaxfl run --resume {shlex.quote(run_dir)} "
-               f"--{budget.replace('_', '-')} N" if budget is not None else "")
+    further = ""
+    if budget is not None and summary.get("timing_only"):  # no checkpoint to go on from: it runs again in seconds
+        further = f"; to take it further, run it again with a larger budget: {run_again(run_dir, {})} {_flag(budget)} N"
+    elif budget is not None:
+        further = (f"; to take it further, raise the budget it stopped on: jaxfl run --resume {shlex.quote(run_dir)} "
+                   f"{_flag(budget)} N")
     return RunFinished(f"{run_dir} has already finished{how}: nothing to resume, the run is left as it is "
                        f"(its summary.json, logs and checkpoints are unchanged){further}")
 
@@ -435,21 +440,32 @@ def _at_least(new: Any, old: Any) -> bool:
     return _unbounded(new) or (not _unbounded(old) and new >= old)
 
 
-def raised_budgets(config: RunConfig, overrides: Mapping[str, Any], spelling=None) -> tuple[dict, dict]:
-    """``(raised, rest)``: the :data:`BUDGETS` of ``overrides`` whose values differ from the run's
+def _budget_text(value: Any) -> str:
+    return "none (no budget)" if value is None else _show(value)
+
+
+# what a finished run's summary.json says it reached of each budget (the unit each counts)
+_REACHED = {"max_updates": (lambda summary: summary["global_updates"], "updates"),
+            "max_client_updates": (lambda summary: summary["accounting"]["aggregated"], "client updates aggregated"),
+            "max_client_steps": (lambda summary: summary["client_steps_aggregated"], "client-steps aggregated"),
+            "max_time": (lambda summary: summary["virtual_time"], "virtual s")}
+
+
+def budget_changes(config: RunConfig, overrides: Mapping[str, Any], spelling=None) -> tuple[dict, dict]:
+    """``(changed, rest)``: the :data:`BUDGETS` of ``overrides`` whose values differ from the run's
     ``config`` (validated), as ``{name: (run's value, new value)}``, and the other overrides (for
-    :func:`refuse_changes`). A budget lowered is a :class:`ResumeError`: the run may be past it.
+    :func:`refuse_changes`); :func:`check_extension` says whether the new values take the run further.
 
     >>> run = validate(RunConfig(algorithm="fedbuff", clients=4, max_updates=30))
-    >>> raised_budgets(run, {"max-updates": 60, "clients": 4})
+    >>> budget_changes(run, {"max-updates": 60, "clients": 4})
     ({'max_updates': (30, 60)}, {'clients': 4})
-    >>> raised_budgets(run, {"max_updates": 10})
+    >>> budget_changes(run, {"max_updates": 0})
     Traceback (most recent call last):
-    jaxfl.resume.ResumeError: cannot resume with max_updates=10: it would lower the run's budget of 30, and a resumed run's budgets may only be raised (it may be past a lower one); start a new run for a shorter one
+    jaxfl.resume.ResumeError: cannot resume with max_updates=0: max_updates=0 is not allowed: an integer >= 1
     """
     spelling = spelling or (lambda name, value: f"{name}={_show(value)}")
     fields, options = split_algorithm_options(dict(overrides))
-    raised = {}
+    changed = {}
     for name in BUDGETS:
         if name not in fields:
             continue
@@ -462,21 +478,19 @@ def raised_budgets(config: RunConfig, overrides: Mapping[str, Any], spelling=Non
             raise ResumeError(f"cannot resume with {spelling(name, given)}: {_first_line(error).partition(': ')[2]}") \
                 from None
         old = getattr(config, name)
-        if value == old or (_unbounded(value) and _unbounded(old)):
-            continue
-        if not _at_least(value, old):
-            raise ResumeError(f"cannot resume with {spelling(name, given)}: it would lower the run's budget of "
-                              f"{_show(old)}, and a resumed run's budgets may only be raised (it may be past a lower "
-                              "one); start a new run for a shorter one")
-        raised[name] = (old, value)
-    return raised, {**fields, **options}
+        if value != old and not (_unbounded(value) and _unbounded(old)):
+            changed[name] = (old, value)
+    return changed, {**fields, **options}
 
 
-def check_extension(run_dir: str, config: RunConfig, raised: Mapping[str, tuple], spelling=None) -> None:
-    """Before any work: :class:`ResumeError` unless raising the budgets ``raised`` (from
-    :func:`raised_budgets`) takes the run in ``run_dir`` further. A finished run must have stopped on a
-    budget, and that budget must be among those raised (a run that reached its target accuracy, or
-    diverged, would stop where it stopped); a timing-only run keeps no checkpoint to go on from.
+def check_extension(run_dir: str, config: RunConfig, changed: Mapping[str, tuple], spelling=None) -> None:
+    """Before any work: :class:`ResumeError` unless the budgets ``changed`` (from :func:`budget_changes`)
+    take the run in ``run_dir`` further, as a run made with them from the start would have gone. A
+    finished run must have stopped on a budget, and each budget must then lie beyond what the run
+    reached (its summary's updates, client updates, client-steps and virtual time): one it had spent
+    would stop it where it is, one below it would have stopped it earlier. An unfinished run (its
+    progress is its newest checkpoint's) takes raised budgets only. A timing-only run keeps no
+    checkpoint to go on from, and a sweep's cell or a comparison's run is extended as a copy.
 
     >>> check_extension("/nonexistent-run", validate(RunConfig(timing_only=True, max_updates=5)),
     ...                 {"max_updates": (5, 10)})
@@ -485,8 +499,8 @@ def check_extension(run_dir: str, config: RunConfig, raised: Mapping[str, tuple]
     """
     from jaxfl.runlog import finished_summary
 
-    flags = " ".join(f"--{name.replace('_', '-')} {_show(new) if new is not None else 'none'}"
-                     for name, (_, new) in raised.items())
+    spelling = spelling or (lambda name, value: f"{name}={_show(value)}")
+    flags = _flags(changed)
     held = _held_by_a_table(run_dir)
     if held is not None:
         held, copy = held
@@ -496,18 +510,80 @@ def check_extension(run_dir: str, config: RunConfig, raised: Mapping[str, tuple]
     if config.timing_only:
         raise ResumeError(f"cannot extend {run_dir!r}: a timing-only run keeps no checkpoint to go on from (it runs "
                           "again in a fraction of a training run's time); run its config again with the larger "
-                          f"budget: jaxfl run --config {shlex.quote(os.path.join(run_dir, 'config.json'))} {flags}")
+                          f"budget: {run_again(run_dir, changed)}")
     summary = finished_summary(run_dir)
-    if summary is None:  # unfinished: it goes on to the larger budget from its newest checkpoint
+    if summary is None:  # unfinished: it goes on from its newest checkpoint, which may be past a lower budget
+        for name, (old, new) in changed.items():
+            if not _at_least(new, old):
+                raise ResumeError(f"cannot resume {run_dir!r} with {spelling(name, new)}: the run has not finished, "
+                                  f"and its budget of {_budget_text(old)} may only be raised (it may be past a lower "
+                                  "one); start a new run for a shorter one")
         return
     reason = str(summary.get("stop_reason"))
-    budget = _BUDGET_OF_REASON.get(reason)
-    if budget is None:
+    if reason not in _BUDGET_OF_REASON:
         raise ResumeError(f"cannot extend {run_dir!r}: it stopped on {reason!r}, not on a budget, so it would stop "
                           "there again under a larger one; start a new run to change its settings")
-    if budget not in raised:
-        raise ResumeError(f"cannot extend {run_dir!r}: it stopped on its {reason} ({budget}={_show(getattr(config, budget))}), "
-                          f"which stays as it is, so it would stop there again: raise {budget} as well")
+    for name in BUDGETS:
+        new = changed[name][1] if name in changed else getattr(config, name)
+        reached, unit = _REACHED[name]
+        try:
+            reached = reached(summary)
+        except (KeyError, TypeError):  # a summary of an older jaxfl without the count: not checked
+            continue
+        if _unbounded(new) or not isinstance(reached, (int, float)) or new > reached:
+            continue
+        if name in changed:
+            raise ResumeError(f"cannot extend {run_dir!r} with {spelling(name, new)}: the run has reached "
+                              f"{_show(reached)} {unit} already, so it would stop where it is (or, made with it "
+                              f"from the start, earlier): give more than {_show(reached)}")
+        raise ResumeError(f"cannot extend {run_dir!r}: its {name}={_budget_text(new)} is spent where it stopped "
+                          f"({_show(reached)} {unit}; stop: {reason}), so it would stop there again: raise {name} "
+                          f"({_flag(name)}) above {_show(reached)} as well")
+
+
+def _flag(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
+
+
+def _flags(changed: Mapping[str, tuple]) -> str:
+    return " ".join(f"{_flag(name)} {_show(new) if new is not None else 'none'}" for name, (_, new) in changed.items())
+
+
+def run_again(run_dir: str, changed: Mapping[str, tuple]) -> str:
+    """The command that runs ``run_dir``'s config again with the ``changed`` budgets (where a run
+    keeps no checkpoint to extend).
+
+    >>> run_again("runs/a", {"max_updates": (300, 600)})
+    'jaxfl run --config runs/a/config.json --max-updates 600'
+    """
+    return f"jaxfl run --config {shlex.quote(os.path.join(run_dir, 'config.json'))} {_flags(changed)}".rstrip()
+
+
+# The budgets being raised by the resume in progress (:func:`raising_budgets`): a checkpoint written
+# under smaller ones is that run's, not one of an edited config.json.
+_RAISING: contextvars.ContextVar[dict] = contextvars.ContextVar("jaxfl_raising_budgets", default={})
+
+
+@contextlib.contextmanager
+def raising_budgets(budgets: Mapping[str, Any]):
+    """While the resume that raises ``budgets`` (``{name: new value}``) checks and loads its checkpoint,
+    which was written under the old ones (:func:`check_config`, :func:`load_checkpoint`)."""
+    token = _RAISING.set(dict(budgets))
+    try:
+        yield
+    finally:
+        _RAISING.reset(token)
+
+
+def _extended_budgets(run_dir: str) -> dict:
+    """The budgets the run's extensions set (``config.json``'s ``extensions``, the newest last), and
+    those the resume in progress raises: what its checkpoints may have been written below."""
+    budgets = {}
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
+        with open(os.path.join(run_dir, "config.json")) as handle:
+            for extension in json.load(handle).get("extensions") or []:
+                budgets.update(extension["to"])
+    return {**budgets, **_RAISING.get()}
 
 
 def _held_by_a_table(run_dir: str) -> tuple[str, str] | None:
@@ -635,9 +711,12 @@ def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> No
               **{name: value for name, value in as_recorded(stored).items() if name not in MAY_DIFFER}}
     if "output_dir" in stored:  # a "~/runs" written before jaxfl expanded it names the folder it holds now
         stored["output_dir"] = user_path(stored["output_dir"])
-    for budget in BUDGETS:  # written before the run's budgets were raised (an extended run): it goes on under them
-        if budget in stored and budget in record and _at_least(record[budget], stored[budget]):
-            stored[budget] = record[budget]
+    differing = [budget for budget in BUDGETS if budget in stored and budget in record and stored[budget] != record[budget]]
+    if differing:  # written before the run was extended, under the budgets it had then: it goes on under the new ones
+        extended = _extended_budgets(run_dir)
+        for budget in differing:
+            if budget in extended and extended[budget] == record[budget]:
+                stored[budget] = record[budget]
     if digest(stored) == digest(record):
         return
     found = differences(stored, record, holder=name)

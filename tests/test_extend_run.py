@@ -109,9 +109,12 @@ def test_what_cannot_be_extended_is_refused_before_any_work(tmp_path):
     base = {**SMALL, "algorithm": "fedbuff", "output_dir": str(tmp_path)}
     run = run_experiment(config_from_mapping({**base, "max_updates": 4})).run_dir
     before = _files(run)
-    with pytest.raises(ResumeError, match="max_updates=3: it would lower the run's budget of 4"):
+    with pytest.raises(ResumeError, match="with max_updates=3: the run has reached 4 updates already, so it would stop "
+                                          "where it is"):
         resume_experiment(run, overrides={"max_updates": 3})
-    with pytest.raises(ResumeError, match=r"stopped on its update budget \(max_updates=4\), which stays as it is"):
+    with pytest.raises(ResumeError, match=r"its max_updates=4 is spent where it stopped \(4 updates; stop: update "
+                                          r"budget\), so it would stop there again: raise max_updates \(--max-updates\) "
+                                          "above 4 as well"):
         resume_experiment(run, overrides={"max_time": 5000.0})
     with pytest.raises(ResumeError, match="would change it: clients=5"):  # a budget with another change
         resume_experiment(run, overrides={"max_updates": 8, "clients": 5})
@@ -162,3 +165,63 @@ def test_a_sweep_cell_or_a_comparison_run_is_extended_as_a_copy(tmp_path, monkey
     run = os.path.join("comparison", next(n for n in sorted(os.listdir("comparison")) if n.startswith("fedbuff")))
     with pytest.raises(ResumeError, match="it is one of the runs of the comparison comparison/comparison.csv"):
         resume_experiment(run, overrides={"max_updates": 4})
+
+
+def test_every_budget_spent_at_the_stop_must_be_raised(tmp_path):
+    # both budgets are spent at update 5 (3 clients a FedBuff update); summary.json names the first
+    base = {**SMALL, "algorithm": "fedbuff", "buffer_size": 3, "max_updates": 5, "max_client_updates": 15,
+            "output_dir": str(tmp_path)}
+    run = run_experiment(config_from_mapping(base))
+    assert run.summary["stop_reason"] == "update budget" and run.summary["accounting"]["aggregated"] == 15
+    with pytest.raises(ResumeError, match=r"its max_client_updates=15 is spent where it stopped \(15 client updates "
+                                          r"aggregated; stop: update budget\).* raise max_client_updates"):
+        resume_experiment(run.run_dir, overrides={"max_updates": 10})  # was "extended" with nothing trained
+    extended = resume_experiment(run.run_dir, overrides={"max_updates": 10, "max_client_updates": 30})
+    assert extended.summary["global_updates"] == 10
+
+
+def test_a_budget_a_run_did_not_have_may_be_added_beyond_where_it_stopped(tmp_path):
+    base = {**SMALL, "algorithm": "fedbuff", "max_updates": None, "max_client_steps": 36, "output_dir": str(tmp_path)}
+    run = run_experiment(config_from_mapping(base))
+    assert run.summary["stop_reason"] == "client-step budget"
+    reached = run.summary["global_updates"]
+    with pytest.raises(ResumeError, match="its max_client_steps=36 is spent where it stopped"):
+        resume_experiment(run.run_dir, overrides={"max_updates": 20})
+    with pytest.raises(ResumeError, match=f"with max_updates={reached}: the run has reached {reached} updates already"):
+        resume_experiment(run.run_dir, overrides={"max_updates": reached, "max_client_steps": 72})
+    extended = resume_experiment(run.run_dir, overrides={"max_updates": reached + 1, "max_client_steps": 72})
+    assert extended.summary["global_updates"] == reached + 1 and extended.summary["stop_reason"] == "update budget"
+
+
+def test_a_budget_raised_by_editing_config_json_is_refused_as_an_edit(tmp_path, capsys):
+    run = run_experiment(config_from_mapping({**SMALL, "algorithm": "fedbuff", "max_updates": 4,
+                                              "output_dir": str(tmp_path)})).run_dir
+    path = os.path.join(run, "config.json")
+    written = json.loads(open(path).read())
+    written["config"]["budget"]["max_updates"] = 8
+    open(path, "w").write(json.dumps(written))
+    os.remove(os.path.join(run, "summary.json"))  # as if cut short
+    with pytest.raises(ResumeError, match=r"config.json differs from the config ckpt-000004 was written with: "
+                                          r"max_updates: 8 \(ckpt-000004 has 4\)"):
+        resume_experiment(run)
+
+
+def test_a_new_run_of_the_config_an_extended_run_was_made_with_is_no_rerun(tmp_path):
+    config = config_from_mapping({**SMALL, "algorithm": "fedbuff", "max_updates": 3, "output_dir": str(tmp_path)})
+    resume_experiment(run_experiment(config).run_dir, overrides={"max_updates": 5})
+    import warnings
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        run_experiment(config)
+    assert not [w for w in said if "holds a finished run of this config" in str(w.message)]
+
+
+def test_a_finished_timing_only_run_names_the_command_that_runs_it_further(tmp_path, capsys):
+    flags = ["--algorithm", "fedbuff", "--clients", "4", "--max-updates", "3", "--timing-only", "--no-progress",
+             "--output-dir", str(tmp_path), "--run-name", "t"]
+    assert cli.main(["run", *flags]) == 0
+    capsys.readouterr()
+    assert cli.main(["run", "--resume", str(tmp_path / "t")]) == 0
+    assert f"run it again with a larger budget: jaxfl run --config {tmp_path}/t/config.json --max-updates N" \
+        in capsys.readouterr().out
