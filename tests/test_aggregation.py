@@ -152,3 +152,15 @@ def test_a_numpy_float64_stack_is_summed_without_jax_s_truncation_warnings():
         warnings.simplefilter("error")  # "Explicitly requested dtype float64 ... will be truncated", three of them
         mean = weighted_mean({"w": np.ones((2, 3))}, np.ones(2))["w"]
     assert mean.tolist() == [1.0, 1.0, 1.0] and mean.dtype == jnp.asarray(np.ones(1)).dtype
+
+
+def test_out_of_domain_staleness_and_fednova_parameters_are_refused_by_name():
+    from jaxfl.kernels.fednova import fednova_normalizer
+
+    with pytest.raises(ValueError, match="staleness hinge threshold b must be >= 0 .* got -1"):
+        make_staleness("hinge", b=-1)  # st(0) was 0.0909: a fresh update discounted
+    with pytest.raises(ValueError, match="staleness hinge slope a must be >= 0"):
+        make_staleness("hinge", a=-1.0)
+    with pytest.raises(ValueError, match=r"momentum=1.0 is not allowed: SGD's momentum ρ in \[0, 1\)"):
+        fednova_normalizer([3], momentum=1.0)  # was [nan]
+    assert make_staleness("hinge", b=0)(0) == 1.0

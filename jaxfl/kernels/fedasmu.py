@@ -62,6 +62,8 @@ def _clip_straight_through(x: jax.Array, low, high) -> jax.Array:
 
 def server_xi(coefficients: jax.Array, t, s) -> jax.Array:
     """ξ = λ / (√t · s^σ) + ι with ``coefficients = (λ, σ, ι)`` (FedASMU, Liu et al., AAAI 2024, Formula 2).
+    ``t`` and ``s`` count from 1 as the paper's Algorithm 1 does (s = 1: fresh); the staleness of
+    :mod:`jaxfl.scheduler` counts from 0, so pass it plus one (s = 0 divides by 0: ξ = ∞, α = NaN).
 
     >>> float(server_xi(jnp.array([1.0, 0.5, 0.25]), 4.0, 4.0))     # 1 / (2 · 2) + 0.25
     0.5
@@ -71,7 +73,8 @@ def server_xi(coefficients: jax.Array, t, s) -> jax.Array:
 
 
 def server_alpha(coefficients: jax.Array, t, s, mu_alpha, alpha_min) -> jax.Array:
-    """α = clip(μ_α ξ / (1 + μ_α ξ), α_min, 1) (straight-through clip; FedASMU, Liu et al., AAAI 2024, Formulas 1–2). Example: the module docstring."""
+    """α = clip(μ_α ξ / (1 + μ_α ξ), α_min, 1) (straight-through clip; FedASMU, Liu et al., AAAI 2024, Formulas 1–2),
+    ``t`` and ``s`` from 1 (:func:`server_xi`). Example: the module docstring."""
     return _clip_straight_through(squash(mu_alpha * server_xi(coefficients, t, s)), alpha_min, 1.0)
 
 

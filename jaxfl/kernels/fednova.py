@@ -73,6 +73,8 @@ def fednova_normalizer(steps, momentum: float = 0.0, learning_rate=0.0, pull: fl
     tau = np.maximum(np.asarray(steps, np.int64), 0)
     eta_pull = np.broadcast_to(np.asarray(learning_rate, np.float64) * float(pull), tau.shape)
     rho = float(momentum)
+    if not 0.0 <= rho < 1.0:  # 1: a buffer that never forgets, whose series has no sum (and 0/0 above)
+        raise ValueError(f"momentum={momentum!r} is not allowed: SGD's momentum ρ in [0, 1)")
     if not eta_pull.any():
         if rho == 0.0:
             return tau.astype(np.float64)

@@ -77,7 +77,7 @@ def make_staleness(name: str, **params):
     """The staleness function ``name`` with its parameters bound.
 
     Parameters are real numbers (Python's or NumPy's, ``np.float32(0.5)`` included; not bools),
-    finite, with α > 0 and a ≥ 0.
+    finite, with α > 0, a ≥ 0 and the hinge's b ≥ 0.
 
     >>> st = make_staleness("polynomial", alpha=0.9, a=0.5)
     >>> round(st(3), 4)
@@ -99,7 +99,11 @@ def make_staleness(name: str, **params):
     if params.get("alpha", 1.0) <= 0:
         raise ValueError(f"staleness alpha must be > 0, got {params['alpha']}")
     if name != "constant" and params.get("a", 1.0) < 0:
-        raise ValueError(f"staleness exponent a must be >= 0, got {params['a']}")
+        what = {"polynomial": "exponent", "hinge": "slope", "exponential": "rate"}[name]
+        raise ValueError(f"staleness {name} {what} a must be >= 0, got {params['a']}")
+    if name == "hinge" and params.get("b", 0.0) < 0:  # st(0) < α: a fresh update discounted
+        raise ValueError(f"staleness hinge threshold b must be >= 0 (the staleness up to which st(s) = alpha), "
+                         f"got {params['b']}")
     return functools.partial(_FUNCTIONS[name], **params)  # picklable, for checkpoints
 
 
