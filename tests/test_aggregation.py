@@ -164,3 +164,27 @@ def test_out_of_domain_staleness_and_fednova_parameters_are_refused_by_name():
     with pytest.raises(ValueError, match=r"momentum=1.0 is not allowed: SGD's momentum ρ in \[0, 1\)"):
         fednova_normalizer([3], momentum=1.0)  # was [nan]
     assert make_staleness("hinge", b=0)(0) == 1.0
+
+
+def test_library_inputs_of_the_wrong_form_get_an_error_naming_them():
+    import flax.linen as nn
+
+    from jaxfl.kernels import ClientView, FederatedArrays, ccfedavg, local_train, make_client_trainer
+    from jaxfl.models import ModelAdapter
+    from jaxfl.scheduler import ClientSpeeds, SpeedConfig
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            return nn.Dense(3)(x.reshape((x.shape[0], -1)))
+
+    adapter = ModelAdapter.from_linen(Net())
+    data = FederatedArrays(jnp.zeros((4, 2, 2), jnp.uint8), jnp.zeros(4, jnp.int32))
+    variables = adapter.init_variables(jax.random.key(0), data.x[:1])
+    trainer = make_client_trainer(adapter, optax.sgd(0.1), 2)
+    with pytest.raises(ValueError, match="takes the model's variables, .* not their 'params' part"):
+        local_train(trainer, variables["params"], data, ClientView(0, 4), 1, jax.random.key(0), max_steps=1)  # KeyError
+    with pytest.raises(ValueError, match=r"model_bytes=1000000.0 is not allowed: an integer"):
+        ClientSpeeds(SpeedConfig(), 2, 0, model_bytes=1e6)  # "'float' object cannot be interpreted as an integer"
+    bank = ccfedavg.init_bank({"w": jnp.zeros(2)}, 3)
+    assert ccfedavg.bank_model_sum(bank, [0.1, 0.2, 0.7], {"w": jnp.ones(2)})["w"].tolist() == [1.0, 1.0]  # TypeError

@@ -58,6 +58,7 @@ def bank_delta_sum(bank: PyTree, weights: jax.Array) -> PyTree:
 def bank_model_sum(models: PyTree, weights: jax.Array, current: PyTree) -> PyTree:
     """Σ_i weights[i] · (current − x^i_last): Strategy 2's stale models as a pseudo-gradient (CC-FedAvg, Zhang et al., IEEE IoT Journal 2024,
     Sec. III-B). Example: the module docstring."""
+    weights = jnp.asarray(weights)  # a list too, as weighted_sum takes it
     total = jnp.sum(weights)
     stale = weighted_sum(models, weights)
     return jax.tree.map(lambda w, m: total.astype(w.dtype) * w - m, current, stale)

@@ -215,6 +215,11 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
         """(trainable, buffers or None) of the model the kernel carries."""
         if adapter is None:
             return tree, None
+        if not isinstance(tree, dict) or "params" not in tree:  # traced once: the check costs nothing per call
+            keys = sorted(tree) if isinstance(tree, dict) else type(tree).__name__
+            raise ValueError(f"a trainer of a ModelAdapter takes the model's variables, {{'params': ..., "
+                             f"{BUFFERS!r}: ...}} as adapter.init_variables returns them, not their 'params' part: "
+                             f"got {keys}")
         return tree["params"], tree.get(BUFFERS)
 
     def merge(trainable, buffers):

@@ -787,6 +787,21 @@ def _checked_scale(compute_scale, num_clients: int) -> array.array:
     return array.array("d", scale.tobytes())
 
 
+def _integer(name: str, value) -> int:
+    """``value`` as an int (Python's or NumPy's, not a bool or a float), or a ValueError naming ``name``.
+
+    >>> _integer("model_bytes", 1e6)
+    Traceback (most recent call last):
+    ValueError: model_bytes=1000000.0 is not allowed: an integer (int(1e6), not 1e6)
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} is not allowed: an integer, not a bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name}={value!r} is not allowed: an integer (int(1e6), not 1e6)") from None
+
+
 class ClientSpeeds:
     """Per-client virtual durations of local rounds, reproducible per (seed, client, round).
 
@@ -834,9 +849,8 @@ class ClientSpeeds:
     def __init__(self, config: SpeedConfig, num_clients: int, seed: int, model_bytes: int = 0,
                  time_per_step=None, compute_scale=None):
         config.validate()
-        num_clients = operator.index(num_clients)
-        seed = operator.index(seed)
-        model_bytes = operator.index(model_bytes)
+        num_clients, seed, model_bytes = (_integer(name, value) for name, value in
+                                          (("num_clients", num_clients), ("seed", seed), ("model_bytes", model_bytes)))
         if num_clients < 1:
             raise ValueError(f"num_clients={num_clients}; must be >= 1")
         if seed < 0:
