@@ -204,3 +204,15 @@ def test_a_part_epoch_s_steps_are_exact_for_large_clients():
             expected = tuple(max(1, int(exact // 1) * -(-int(n) // batch)
                                  + -(-(exact - exact // 1) * int(n) // batch)) for n in counts)
             assert epoch_steps(epochs, counts, batch) == expected
+
+
+def test_local_train_compiles_once_whatever_integers_the_view_holds():
+    # a view of Python ints, then NumPy's, then jax's int32: three programs before
+    from jaxfl.kernels.client import _local_train
+
+    trainer = make_client_trainer(lambda p, x: x @ p, optax.sgd(0.1), batch_size=2, preprocess=lambda x: x)
+    data = FederatedArrays(jnp.ones((6, 4)), jnp.array([0, 1, 2, 0, 1, 2]))
+    before = _local_train._cache_size()
+    for view in (ClientView(0, 4), ClientView(np.int32(0), np.int64(4)), ClientView(jnp.int32(0), jnp.int32(4))):
+        local_train(trainer, jnp.zeros((4, 3)), data, view, 2, jax.random.key(0), max_steps=3)
+    assert _local_train._cache_size() - before == 1

@@ -343,6 +343,8 @@ def local_train(trainer: ClientTrainer, params: PyTree, data: FederatedArrays, v
     _check_concrete_inputs(data, view, num_steps, max_steps)
     # One jitted program per (trainer, max_steps, unroll): called eagerly, the scan over a fresh body
     # closure was traced and compiled again on every call; inside the caller's jit/vmap it is inlined.
+    # int32 as ClientView says: a view of Python ints, NumPy or jax integers would each compile a program
+    view = ClientView(jnp.asarray(view.offset, jnp.int32), jnp.asarray(view.count, jnp.int32))
     return _local_train(trainer, params, data, view, jnp.asarray(num_steps, jnp.int32), key, max_steps=max_steps,
                         unroll=unroll)
 
