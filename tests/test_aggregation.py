@@ -188,3 +188,15 @@ def test_library_inputs_of_the_wrong_form_get_an_error_naming_them():
         ClientSpeeds(SpeedConfig(), 2, 0, model_bytes=1e6)  # "'float' object cannot be interpreted as an integer"
     bank = ccfedavg.init_bank({"w": jnp.zeros(2)}, 3)
     assert ccfedavg.bank_model_sum(bank, [0.1, 0.2, 0.7], {"w": jnp.ones(2)})["w"].tolist() == [1.0, 1.0]  # TypeError
+
+
+def test_port_cosine_at_extreme_magnitudes():
+    # float32's product of the squared norms underflowed (1e-12: cosine 1, not -1) or overflowed (1e10: 0, not 1)
+    from jaxfl.kernels import port
+
+    tiny, huge = jnp.full(4, 1e-12), jnp.full(4, 1e10)
+    assert float(port.cosine({"w": tiny}, {"w": -tiny})) == pytest.approx(-1.0)
+    assert float(port.cosine({"w": huge}, {"w": huge})) == pytest.approx(1.0)
+    assert float(port.cosine({"w": jnp.zeros(2)}, {"w": jnp.ones(2)})) == 1.0  # no direction: as before
+    u, g = {"w": jnp.array([1.0, 2.0, -3.0])}, {"w": jnp.array([0.5, -1.0, 2.0])}
+    assert float(port.cosine(u, g)) == float(jnp.vdot(u["w"], g["w"]) / jnp.sqrt(14.0 * 5.25))  # bit for bit

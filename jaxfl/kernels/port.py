@@ -43,7 +43,12 @@ def cosine(u: PyTree, g: PyTree) -> jax.Array:
     """cos(u, g) over the whole flattened model (PORT, Su & Li, IEEE IWQoS 2022, Eq. 2); 1 when either vector is zero (no
     direction to disagree with). Example: the module docstring."""
     dot = tree_vdot(u, g)
-    norms = jnp.sqrt(tree_vdot(u, u) * tree_vdot(g, g))
+    uu, gg = tree_vdot(u, u), tree_vdot(g, g)
+    product = uu * gg
+    # the product of two float32 squared norms under- or overflows near magnitudes of 1e±10: there the
+    # norms are taken apart (elsewhere as before, bit for bit)
+    apart = ~jnp.isfinite(product) | ((product == 0) & (uu > 0) & (gg > 0))
+    norms = jnp.where(apart, jnp.sqrt(uu) * jnp.sqrt(gg), jnp.sqrt(product))
     safe = norms > 0
     return jnp.where(safe, dot / jnp.where(safe, norms, 1.0), 1.0)
 
