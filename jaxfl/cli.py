@@ -350,8 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     groups[None].add_argument("--resume", metavar="RUN_DIR", type=user_path,
                               help="continue the run in RUN_DIR from its newest readable checkpoint; the run "
                                    "keeps its config: other flags (and --config) must equal the run's values, "
-                                   f"except {free}; its budgets ({budgets}) may be raised: a finished run is then "
-                                   "taken on from where it stopped")
+                                   f"except {free}; its budgets ({budgets}) may be raised, and --no-stop-at-target "
+                                   "given: a finished run is then taken on from where it stopped")
     groups[None].add_argument("--log-to", metavar="NAMES", type=_log_to,
                               help="also hand every metrics row to these loggers, comma-separated: tensorboard "
                                    "(RUN_DIR/tensorboard/), csv (RUN_DIR/log.csv), wandb (jaxfl.loggers)")

@@ -1982,7 +1982,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
             extensions = list(saved.get("extensions") or [])
             held = saved["simulation"]
             if (held.max_time, held.max_updates, held.max_client_updates, held.max_client_steps) != \
-                    (config.max_time, config.max_updates, config.max_client_updates, config.max_client_steps):
+                    (config.max_time, config.max_updates, config.max_client_updates, config.max_client_steps) \
+                    or _past_its_target(held, config):
                 # raised since the checkpoint (by this resume, or by one cut short before a checkpoint of its
                 # own): before the logs are cut back to it (and a finished run's summary goes)
                 extensions = _record_raised_budgets(run_dir, config, saved)
@@ -2046,6 +2047,8 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
             simulation = saved["simulation"].attach(engine, events, checkpoints.after_event, wall_clock)
             simulation.set_budgets(config.max_time, config.max_updates, config.max_client_updates,
                                    config.max_client_steps)  # raised since the checkpoint, in an extended run
+            if _past_its_target(simulation, config):  # --no-stop-at-target since: it goes on from the stop
+                simulation._stop_requested = None
             engine.restore(device_tree, saved["engine"], simulation.records)
             recorder.stats = engine.stats
             recorder.load_state_dict(saved["recorder"])
@@ -2283,6 +2286,12 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
         "working_directory": os.getcwd()})
 
 
+def _past_its_target(simulation: Simulation, config: RunConfig) -> bool:
+    """Whether ``simulation`` (restored) stopped on reaching its target accuracy, which the run's
+    ``config`` no longer stops at (extended with ``--no-stop-at-target``)."""
+    return not config.stop_at_target and simulation._stop_requested == "target reached"
+
+
 def _record_raised_budgets(run_dir: str, config: RunConfig, saved: dict) -> list[dict]:
     """The run's ``extensions`` (:func:`jaxfl.resume.extension_record`) as its ``config.json`` records them,
     with one more where ``config``'s budgets are larger than that file's (``jaxfl run --resume RUN --max-updates N``):
@@ -2300,7 +2309,7 @@ def _record_raised_budgets(run_dir: str, config: RunConfig, saved: dict) -> list
         section = settings.get(SECTION_OF.get(name))
         return section[name] if isinstance(section, dict) and name in section else settings.get(name)
 
-    raised = {name: (recorded(name), getattr(config, name)) for name in resume.BUDGETS
+    raised = {name: (recorded(name), getattr(config, name)) for name in resume.EXTENDABLE
               if recorded(name) != getattr(config, name)}
     if not raised:
         return extensions
@@ -2624,8 +2633,10 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     one-line :class:`jaxfl.resume.ResumeError`. Its budgets (:data:`jaxfl.resume.BUDGETS`) may be
     raised: ``overrides={"max_updates": 600}`` takes a run that stopped on its update budget of 300
     on from its final checkpoint (an extension, recorded in ``config.json`` and ``summary.json`` as
-    ``extensions``), as the run with the larger budget would have gone on; a lowered budget, and a run
-    that stopped on something else (its target accuracy, a numerical error), are refused. A checkpoint that does not read back is skipped for
+    ``extensions``), as the run with the larger budget would have gone on, and
+    ``overrides={"stop_at_target": False}`` takes a run that stopped at its target past it; a budget
+    the run has reached already, and a run that stopped on something else (a numerical error), are
+    refused. A checkpoint that does not read back is skipped for
     the one before it with a :class:`jaxfl.resume.ResumeWarning`. A run on data passed in Python
     needs that data again as ``data=`` (refused if its fingerprint differs from the one the run recorded).
 

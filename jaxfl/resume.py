@@ -48,6 +48,11 @@ MAY_DIFFER = ("progress", "checkpoint_min_interval_s", "devices")
 # than the budget can use, and trains what each aggregation needs either way), so a run taken on from
 # its stop under a larger budget is the run the larger budget would have made from the start.
 BUDGETS = ("max_time", "max_updates", "max_client_updates", "max_client_steps")
+# ... and the stop at the target accuracy may be turned off (``--no-stop-at-target``): a run that
+# stopped there goes on as a run that never stopped would have (which reached its target at the same
+# point: the stop changes nothing before it)
+STOP_AT_TARGET = "stop_at_target"
+EXTENDABLE = (*BUDGETS, STOP_AT_TARGET)
 # the stop reason each budget ends a run with (jaxfl.scheduler.simulation.STOP_REASONS)
 _BUDGET_OF_REASON = {"time budget": "max_time", "update budget": "max_updates",
                      "client-update budget": "max_client_updates", "client-step budget": "max_client_steps"}
@@ -82,7 +87,10 @@ def finished_run(run_dir: str) -> RunFinished | None:
         how = ""
     budget = _BUDGET_OF_REASON.get(summary.get("stop_reason")) if isinstance(summary.get("stop_reason"), str) else None
     further = ""
-    if budget is not None and summary.get("timing_only"):  # no checkpoint to go on from: it runs again in seconds
+    if summary.get("stop_reason") == "target reached":
+        further = (f"; to take it past its target: jaxfl run --resume {shlex.quote(run_dir)} --no-stop-at-target (with "
+                   "a larger budget if it has none left)")
+    elif budget is not None and summary.get("timing_only"):  # no checkpoint to go on from: it runs again in seconds
         further = f"; to take it further, run it again with a larger budget: {run_again(run_dir, {})} {_flag(budget)} N"
     elif budget is not None:
         further = (f"; to take it further, raise the budget it stopped on: jaxfl run --resume {shlex.quote(run_dir)} "
@@ -453,8 +461,9 @@ _REACHED = {"max_updates": (lambda summary: summary["global_updates"], "updates"
 
 def budget_changes(config: RunConfig, overrides: Mapping[str, Any], spelling=None) -> tuple[dict, dict]:
     """``(changed, rest)``: the :data:`BUDGETS` of ``overrides`` whose values differ from the run's
-    ``config`` (validated), as ``{name: (run's value, new value)}``, and the other overrides (for
-    :func:`refuse_changes`); :func:`check_extension` says whether the new values take the run further.
+    ``config`` (validated), and ``stop_at_target`` turned off, as ``{name: (run's value, new value)}``,
+    and the other overrides (for :func:`refuse_changes`); :func:`check_extension` says whether the
+    new values take the run further.
 
     >>> run = validate(RunConfig(algorithm="fedbuff", clients=4, max_updates=30))
     >>> budget_changes(run, {"max-updates": 60, "clients": 4})
@@ -466,6 +475,9 @@ def budget_changes(config: RunConfig, overrides: Mapping[str, Any], spelling=Non
     spelling = spelling or (lambda name, value: f"{name}={_show(value)}")
     fields, options = split_algorithm_options(dict(overrides))
     changed = {}
+    if config.stop_at_target and fields.get(STOP_AT_TARGET) is False:  # turned off (turned on: refuse_changes)
+        fields.pop(STOP_AT_TARGET)
+        changed[STOP_AT_TARGET] = (True, False)
     for name in BUDGETS:
         if name not in fields:
             continue
@@ -486,7 +498,8 @@ def budget_changes(config: RunConfig, overrides: Mapping[str, Any], spelling=Non
 def check_extension(run_dir: str, config: RunConfig, changed: Mapping[str, tuple], spelling=None) -> None:
     """Before any work: :class:`ResumeError` unless the budgets ``changed`` (from :func:`budget_changes`)
     take the run in ``run_dir`` further, as a run made with them from the start would have gone. A
-    finished run must have stopped on a budget, and each budget must then lie beyond what the run
+    finished run must have stopped on a budget, or on its target accuracy with ``stop_at_target``
+    turned off, and each budget must then lie beyond what the run
     reached (its summary's updates, client updates, client-steps and virtual time): one it had spent
     would stop it where it is, one below it would have stopped it earlier. An unfinished run (its
     progress is its newest checkpoint's) takes raised budgets only. A timing-only run keeps no
@@ -514,13 +527,17 @@ def check_extension(run_dir: str, config: RunConfig, changed: Mapping[str, tuple
     summary = finished_summary(run_dir)
     if summary is None:  # unfinished: it goes on from its newest checkpoint, which may be past a lower budget
         for name, (old, new) in changed.items():
-            if not _at_least(new, old):
+            if name in BUDGETS and not _at_least(new, old):
                 raise ResumeError(f"cannot resume {run_dir!r} with {spelling(name, new)}: the run has not finished, "
                                   f"and its budget of {_budget_text(old)} may only be raised (it may be past a lower "
                                   "one); start a new run for a shorter one")
         return
     reason = str(summary.get("stop_reason"))
-    if reason not in _BUDGET_OF_REASON:
+    if reason == "target reached" and STOP_AT_TARGET not in changed:
+        raise ResumeError(f"cannot extend {run_dir!r}: it stopped on reaching its target accuracy, so it would stop "
+                          f"there again: take it past its target with {_flag_of(STOP_AT_TARGET, False)} (and a larger "
+                          "budget if it has none left)")
+    if reason not in _BUDGET_OF_REASON and reason != "target reached":
         raise ResumeError(f"cannot extend {run_dir!r}: it stopped on {reason!r}, not on a budget, so it would stop "
                           "there again under a larger one; start a new run to change its settings")
     for name in BUDGETS:
@@ -545,8 +562,15 @@ def _flag(name: str) -> str:
     return f"--{name.replace('_', '-')}"
 
 
+def _flag_of(name: str, value: Any) -> str:
+    """``--max-updates 600``, ``--max-updates none``, ``--no-stop-at-target``: as the command line takes it."""
+    if isinstance(value, bool):
+        return _flag(name) if value else f"--no-{name.replace('_', '-')}"
+    return f"{_flag(name)} {_show(value) if value is not None else 'none'}"
+
+
 def _flags(changed: Mapping[str, tuple]) -> str:
-    return " ".join(f"{_flag(name)} {_show(new) if new is not None else 'none'}" for name, (_, new) in changed.items())
+    return " ".join(_flag_of(name, new) for name, (_, new) in changed.items())
 
 
 def run_again(run_dir: str, changed: Mapping[str, tuple]) -> str:
@@ -711,7 +735,7 @@ def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> No
               **{name: value for name, value in as_recorded(stored).items() if name not in MAY_DIFFER}}
     if "output_dir" in stored:  # a "~/runs" written before jaxfl expanded it names the folder it holds now
         stored["output_dir"] = user_path(stored["output_dir"])
-    differing = [budget for budget in BUDGETS if budget in stored and budget in record and stored[budget] != record[budget]]
+    differing = [name for name in EXTENDABLE if name in stored and name in record and stored[name] != record[name]]
     if differing:  # written before the run was extended, under the budgets it had then: it goes on under the new ones
         extended = _extended_budgets(run_dir)
         for budget in differing:

@@ -123,7 +123,8 @@ def test_what_cannot_be_extended_is_refused_before_any_work(tmp_path):
     assert _files(run) == before
     reached = run_experiment(config_from_mapping({**base, "max_updates": 40, "stop_at_target": True,
                                                   "target_accuracy": 0.3, "run_name": "target"})).run_dir
-    with pytest.raises(ResumeError, match="it stopped on 'target reached', not on a budget"):
+    with pytest.raises(ResumeError, match="it stopped on reaching its target accuracy, so it would stop there again: "
+                                          "take it past its target with --no-stop-at-target"):
         resume_experiment(reached, overrides={"max_updates": 80})
     timing = run_experiment(config_from_mapping({**base, "max_updates": 4, "timing_only": True, "clients_per_call": None,
                                                  "checkpoint_every": None})).run_dir
@@ -225,3 +226,34 @@ def test_a_finished_timing_only_run_names_the_command_that_runs_it_further(tmp_p
     assert cli.main(["run", "--resume", str(tmp_path / "t")]) == 0
     assert f"run it again with a larger budget: jaxfl run --config {tmp_path}/t/config.json --max-updates N" \
         in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("grid", [{}, {"eval_interval": 0.7, "max_updates": None, "max_time": 8.0}])
+def test_a_run_stopped_at_its_target_goes_on_past_it_as_a_run_that_never_stopped(tmp_path, grid):
+    base = {**SMALL, "algorithm": "fedbuff", "target_accuracy": 0.5, "max_updates": 12, **grid}
+    never = run_experiment(config_from_mapping({**base, "stop_at_target": False, "output_dir": str(tmp_path / "a")}))
+    stopped = run_experiment(config_from_mapping({**base, "stop_at_target": True, "output_dir": str(tmp_path / "b")}))
+    assert stopped.summary["stop_reason"] == "target reached"
+    assert stopped.summary["global_updates"] < never.summary["global_updates"]
+    extended = resume_experiment(stopped.run_dir, overrides={"stop_at_target": False})
+    # the stop at the target changes nothing before it, nor what the engine trains: bit for bit
+    assert events_without_wall_time(extended.run_dir) == events_without_wall_time(never.run_dir)
+    assert metrics_without_wall_time(extended.run_dir) == metrics_without_wall_time(never.run_dir)
+    for ours, theirs in zip(jax.tree.leaves(extended.params), jax.tree.leaves(never.params)):
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    assert extended.summary["time_to_target"] == never.summary["time_to_target"] == stopped.summary["time_to_target"]
+    assert extended.summary["extensions"][0]["to"] == {"stop_at_target": False}
+
+
+def test_jaxfl_run_resume_of_a_run_at_its_target_names_no_stop_at_target(tmp_path, capsys):
+    flags = ["--algorithm", "fedbuff", "--model", "mlp", "--clients", "4", "--local-steps", "6", "--batch-size", "16",
+             "--no-progress", "--target-accuracy", "0.5", "--max-updates", "12", "--output-dir", str(tmp_path),
+             "--run-name", "g"]
+    assert cli.main(["run", *flags]) == 0
+    run_dir = str(tmp_path / "g")
+    capsys.readouterr()
+    assert cli.main(["run", "--resume", run_dir]) == 0
+    assert f"to take it past its target: jaxfl run --resume {run_dir} --no-stop-at-target" in capsys.readouterr().out
+    assert cli.main(["run", "--resume", run_dir, "--no-stop-at-target", "--no-progress"]) == 0
+    assert "fedbuff: extended from update " in capsys.readouterr().out
+    assert json.loads(open(os.path.join(run_dir, "summary.json")).read())["global_updates"] == 12
