@@ -2309,6 +2309,7 @@ def _record_raised_budgets(run_dir: str, config: RunConfig, saved: dict) -> list
         section = settings.get(SECTION_OF.get(name))
         return section[name] if isinstance(section, dict) and name in section else settings.get(name)
 
+    resume.budgets_taken_on({name: recorded(name) for name in resume.EXTENDABLE})
     raised = {name: (recorded(name), getattr(config, name)) for name in resume.EXTENDABLE
               if recorded(name) != getattr(config, name)}
     if not raised:
@@ -2675,7 +2676,7 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
             warnings.simplefilter("ignore")
             config = config_from_mapping({name: new for name, (_, new) in changed.items()}, base=config)
     # its checkpoints were written under the budgets it raises: theirs, not an edited config.json's
-    with resume.raising_budgets({name: getattr(config, name) for name in changed}):
+    with resume.raising_budgets(changed):
         _refuse_other_jax_numerics(run_dir, written.get("jax"))
         ended = resume.finished_run(run_dir)
         finished = None if again_if_finished or changed else ended

@@ -90,7 +90,8 @@ def finished_run(run_dir: str) -> RunFinished | None:
     if summary.get("stop_reason") == "target reached":
         further = (f"; to take it past its target: jaxfl run --resume {shlex.quote(run_dir)} --no-stop-at-target (with "
                    "a larger budget if it has none left)")
-    elif budget is not None and summary.get("timing_only"):  # no checkpoint to go on from: it runs again in seconds
+    elif budget is not None and (summary.get("timing_only") or not os.path.isdir(os.path.join(run_dir, "checkpoints"))):
+        # no checkpoint to go on from (a timing-only run runs again in seconds)
         further = f"; to take it further, run it again with a larger budget: {run_again(run_dir, {})} {_flag(budget)} N"
     elif budget is not None:
         further = (f"; to take it further, raise the budget it stopped on: jaxfl run --resume {shlex.quote(run_dir)} "
@@ -117,8 +118,15 @@ def _in_use(folder: str, holder: str, what: str, again: str) -> InUse:
 _HELD: set[str] = set()  # the folders whose lock this process holds (check_not_in_use skips them)
 
 
+def _resume_command() -> str:
+    """What to run once a run folder is free (``{folder}`` its place): a resume, with the budgets the
+    resume in progress changes (:func:`raising_budgets`), so that the extension asked for is not lost."""
+    raising = _RAISING.get()
+    return "jaxfl run --resume {folder}" + (f" {_flags(raising)}" if raising else "")
+
+
 @contextlib.contextmanager
-def holding_lock(folder: str, what: str = "run directory", again: str = "jaxfl run --resume"):
+def holding_lock(folder: str, what: str = "run directory", again: str | None = None):
     """Hold an exclusive ``flock`` on ``folder/.lock`` (which records this process's id) while inside:
     two processes writing one run (or sweep) directory would interleave their rows and checkpoints.
     Another process holding it is an :class:`InUse` naming its id. The lock goes with the process
@@ -132,6 +140,7 @@ def holding_lock(folder: str, what: str = "run directory", again: str = "jaxfl r
     """
     import fcntl
 
+    again = _resume_command() if again is None else again
     path = os.path.join(folder, LOCK)
     handle = open(path, "a+")
     try:
@@ -186,7 +195,7 @@ def check_not_in_use(folder: str) -> None:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise _in_use(folder, handle.read().strip(), "run directory", "jaxfl run --resume") from None
+            raise _in_use(folder, handle.read().strip(), "run directory", _resume_command()) from None
         fcntl.flock(handle, fcntl.LOCK_UN)
 
 
@@ -583,31 +592,51 @@ def run_again(run_dir: str, changed: Mapping[str, tuple]) -> str:
     return f"jaxfl run --config {shlex.quote(os.path.join(run_dir, 'config.json'))} {_flags(changed)}".rstrip()
 
 
-# The budgets being raised by the resume in progress (:func:`raising_budgets`): a checkpoint written
-# under smaller ones is that run's, not one of an edited config.json.
+# The budgets being changed by the resume in progress (:func:`raising_budgets`), ``{name: (old, new)}``:
+# a checkpoint written under the old ones is that run's, not one of an edited config.json.
 _RAISING: contextvars.ContextVar[dict] = contextvars.ContextVar("jaxfl_raising_budgets", default={})
 
 
 @contextlib.contextmanager
-def raising_budgets(budgets: Mapping[str, Any]):
-    """While the resume that raises ``budgets`` (``{name: new value}``) checks and loads its checkpoint,
-    which was written under the old ones (:func:`check_config`, :func:`load_checkpoint`)."""
-    token = _RAISING.set(dict(budgets))
+def raising_budgets(changed: Mapping[str, tuple]):
+    """While the resume that changes budgets (``changed``: ``{name: (old, new)}``, from
+    :func:`budget_changes`) checks and loads its checkpoint, which was written under the old ones
+    (:func:`check_config`, :func:`load_checkpoint`), and records them (:func:`budgets_taken_on`)."""
+    token = _RAISING.set(dict(changed))
     try:
         yield
     finally:
         _RAISING.reset(token)
 
 
-def _extended_budgets(run_dir: str) -> dict:
-    """The budgets the run's extensions set (``config.json``'s ``extensions``, the newest last), and
-    those the resume in progress raises: what its checkpoints may have been written below."""
-    budgets = {}
+def _budget_history(run_dir: str) -> tuple[dict, dict]:
+    """``(had, now)``: for each extendable field, every value the run's checkpoints may have been
+    written under (``config.json``'s ``extensions``, and the old value of the change in progress), and
+    the value it goes on under (the newest extension's, or the change in progress's)."""
+    had, now = {}, {}
     with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
         with open(os.path.join(run_dir, "config.json")) as handle:
             for extension in json.load(handle).get("extensions") or []:
-                budgets.update(extension["to"])
-    return {**budgets, **_RAISING.get()}
+                for name, value in extension["from"].items():
+                    had.setdefault(name, []).append(value)
+                for name, value in extension["to"].items():
+                    had.setdefault(name, []).append(value)
+                    now[name] = value
+    for name, (old, new) in _RAISING.get().items():
+        had.setdefault(name, []).append(old)
+        now[name] = new
+    return had, now
+
+
+def budgets_taken_on(recorded: Mapping[str, Any]) -> None:
+    """Under the run directory's lock, before the extension in progress is recorded: a
+    :class:`ResumeError` if ``config.json``'s values (``recorded``) are no longer those the resume
+    checked (another process extended the run while this one waited for it)."""
+    moved = {name: recorded.get(name) for name, (old, _) in _RAISING.get().items() if recorded.get(name) != old}
+    if moved:
+        raise ResumeError("the run was taken on by another process while this resume waited for it (its config.json "
+                          f"now says {', '.join(f'{name}={_show(value)}' for name, value in moved.items())}): run the "
+                          "command again to check it against the run as it is now")
 
 
 def _held_by_a_table(run_dir: str) -> tuple[str, str] | None:
@@ -735,12 +764,12 @@ def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> No
               **{name: value for name, value in as_recorded(stored).items() if name not in MAY_DIFFER}}
     if "output_dir" in stored:  # a "~/runs" written before jaxfl expanded it names the folder it holds now
         stored["output_dir"] = user_path(stored["output_dir"])
-    differing = [name for name in EXTENDABLE if name in stored and name in record and stored[name] != record[name]]
+    differing = [field for field in EXTENDABLE if field in stored and field in record and stored[field] != record[field]]
     if differing:  # written before the run was extended, under the budgets it had then: it goes on under the new ones
-        extended = _extended_budgets(run_dir)
-        for budget in differing:
-            if budget in extended and extended[budget] == record[budget]:
-                stored[budget] = record[budget]
+        had, now = _budget_history(run_dir)
+        for field in differing:
+            if field in now and now[field] == record[field] and stored[field] in had[field]:
+                stored[field] = record[field]
     if digest(stored) == digest(record):
         return
     found = differences(stored, record, holder=name)

@@ -2,6 +2,7 @@
 --max-updates N``): it goes on from its final checkpoint as the run with the larger budget would
 have, evaluating at its own cadence, and says so in config.json and summary.json; what cannot be
 extended is refused before any work, leaving the run as it was."""
+import contextlib
 import json
 import os
 import shutil
@@ -13,7 +14,7 @@ import pytest
 from jaxfl import cli, experiment
 from jaxfl.config import config_from_mapping
 from jaxfl.experiment import resume_experiment, run_experiment
-from jaxfl.resume import ResumeError, ResumeWarning
+from jaxfl.resume import InUse, ResumeError, ResumeWarning
 from jaxfl.testing import SMALL, events_without_wall_time, metrics_without_wall_time
 
 
@@ -257,3 +258,69 @@ def test_jaxfl_run_resume_of_a_run_at_its_target_names_no_stop_at_target(tmp_pat
     assert cli.main(["run", "--resume", run_dir, "--no-stop-at-target", "--no-progress"]) == 0
     assert "fedbuff: extended from update " in capsys.readouterr().out
     assert json.loads(open(os.path.join(run_dir, "summary.json")).read())["global_updates"] == 12
+
+
+def test_an_extension_made_by_another_process_while_this_one_waited_is_not_recorded_over(tmp_path, monkeypatch):
+    from jaxfl import resume
+
+    run = run_experiment(config_from_mapping({**SMALL, "algorithm": "fedbuff", "max_updates": 4,
+                                              "output_dir": str(tmp_path)})).run_dir
+    path = os.path.join(run, "config.json")
+    holding = resume.holding_lock
+
+    @contextlib.contextmanager
+    def after_another_extension(folder, *args, **kwargs):
+        # what a process that extended the run to 400 while this one waited for the lock leaves
+        written = json.loads(open(path).read())
+        written["config"]["budget"]["max_updates"] = 400
+        written["extensions"] = [{"from": {"max_updates": 4}, "to": {"max_updates": 400}, "update": 4,
+                                  "virtual_time": 1.0}]
+        open(path, "w").write(json.dumps(written))
+        with holding(folder, *args, **kwargs):
+            yield
+
+    monkeypatch.setattr(resume, "holding_lock", after_another_extension)
+    with pytest.raises(ResumeError, match=r"taken on by another process .* now says max_updates=400\): run the command "
+                                          "again"):
+        resume_experiment(run, overrides={"max_updates": 6})  # it recorded 400 → 6, and config.json said 6
+    assert json.loads(open(path).read())["config"]["budget"]["max_updates"] == 400
+
+
+def test_a_hand_edited_budget_is_refused_also_with_the_budget_s_flag(tmp_path):
+    run = run_experiment(config_from_mapping({**SMALL, "algorithm": "fedbuff", "max_updates": 4,
+                                              "output_dir": str(tmp_path)})).run_dir
+    path = os.path.join(run, "config.json")
+    written = json.loads(open(path).read())
+    written["config"]["budget"]["max_updates"] = 6
+    open(path, "w").write(json.dumps(written))
+    with pytest.raises(ResumeError, match="config.json differs from the config ckpt-000004 was written with"):
+        resume_experiment(run, overrides={"max_updates": 8})  # was taken on, recording 6 → 8
+
+
+def test_a_run_in_use_is_resumed_later_with_the_budget_asked_for(tmp_path):
+    import subprocess
+    import sys
+
+    run = run_experiment(config_from_mapping({**SMALL, "algorithm": "fedbuff", "max_updates": 4,
+                                              "output_dir": str(tmp_path)})).run_dir
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; h = open(sys.argv[1], 'a+'); "
+                               "fcntl.flock(h, fcntl.LOCK_EX); h.write('12345'); h.flush(); print('held', flush=True); "
+                               "time.sleep(60)", os.path.join(run, ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(InUse, match=f"and then jaxfl run --resume {run} --max-updates 8$"):
+            resume_experiment(run, overrides={"max_updates": 8})
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_finished_run_without_checkpoints_names_the_command_that_runs_it_further(tmp_path, capsys):
+    flags = ["--algorithm", "fedbuff", "--model", "mlp", "--clients", "4", "--local-steps", "6", "--batch-size", "16",
+             "--max-updates", "2", "--no-stop-at-target", "--no-progress", "--checkpoint-every", "none",
+             "--no-final-checkpoint", "--output-dir", str(tmp_path), "--run-name", "n"]
+    assert cli.main(["run", *flags]) == 0
+    capsys.readouterr()
+    assert cli.main(["run", "--resume", str(tmp_path / "n")]) == 0
+    assert f"run it again with a larger budget: jaxfl run --config {tmp_path}/n/config.json --max-updates N" \
+        in capsys.readouterr().out
