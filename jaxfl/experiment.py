@@ -2303,15 +2303,10 @@ def _record_raised_budgets(run_dir: str, config: RunConfig, saved: dict) -> list
     with open(path) as handle:
         written = json.load(handle)
     extensions = list(written.get("extensions") or [])
-    settings = dict(written["config"])
-
-    def recorded(name: str):  # in the section that holds it (a run recorded flat before the sections: at the top)
-        section = settings.get(SECTION_OF.get(name))
-        return section[name] if isinstance(section, dict) and name in section else settings.get(name)
-
-    resume.budgets_taken_on({name: recorded(name) for name in resume.EXTENDABLE})
-    raised = {name: (recorded(name), getattr(config, name)) for name in resume.EXTENDABLE
-              if recorded(name) != getattr(config, name)}
+    settings = written["config"]
+    before = {name: resume.recorded(settings, name) for name in resume.EXTENDABLE}
+    resume.budgets_taken_on(before)
+    raised = {name: (old, getattr(config, name)) for name, old in before.items() if old != getattr(config, name)}
     if not raised:
         return extensions
     simulation = saved["simulation"]
@@ -2329,12 +2324,8 @@ def _record_raised_budgets(run_dir: str, config: RunConfig, saved: dict) -> list
     # resume finishes it again; --max-updates N takes it on), not a finished one that says it has the new ones
     with contextlib.suppress(FileNotFoundError):
         os.remove(os.path.join(run_dir, "summary.json"))
-    for name, (_, value) in raised.items():  # in the recorded section that holds it
-        section = SECTION_OF.get(name)
-        if isinstance(settings.get(section), dict) and name in settings[section]:
-            settings[section] = {**settings[section], name: value}
-        else:
-            settings[name] = value
+    for name, (_, value) in raised.items():
+        settings = resume.with_recorded(settings, name, value)
     _write_json(path, {**written, "config": settings, "extensions": extensions})
     return extensions
 

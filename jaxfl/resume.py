@@ -329,11 +329,7 @@ def read_run_and_record(run_dir: str, may_differ: Mapping[str, Any] | None = Non
     # a setting the run held unread, refused since: it changed nothing, so the run goes on without it
     values, _ = without_settings_refused_since(as_recorded(written["config"]))
     for name, value in (may_differ or {}).items():  # in the recorded section that holds it (given twice else)
-        section = SECTION_OF.get(name)
-        if isinstance(values.get(section), dict) and name in values[section]:
-            values[section] = {**values[section], name: value}
-        else:
-            values[name] = value
+        values = with_recorded(values, name, value)
     other = sorted(set(may_differ or {}) - set(MAY_DIFFER))
     if other:
         raise ValueError(f"read_run: may_differ={other} names fields a resume keeps; only {', '.join(MAY_DIFFER)}")
@@ -368,6 +364,32 @@ def read_run_and_record(run_dir: str, may_differ: Mapping[str, Any] | None = Non
                  "with it changed" if isinstance(error, ConfigError) and not where else "")
         raise ResumeError(f"cannot resume {run_dir!r}: config.json does not hold a valid run config: "
                           f"{type(error).__name__}: {text[0] if text else ''}{where}{older}") from None
+
+
+def recorded(settings: Mapping[str, Any], name: str) -> Any:
+    """Field ``name`` of a recorded config (``config.json``'s ``config``): in the section that holds it,
+    or at the top (a run recorded flat, before the sections); None where it is in neither.
+
+    >>> recorded({"budget": {"max_updates": 5}}, "max_updates"), recorded({"max_updates": 5}, "max_updates")
+    (5, 5)
+    """
+    section = settings.get(SECTION_OF.get(name))
+    return section[name] if isinstance(section, dict) and name in section else settings.get(name)
+
+
+def with_recorded(settings: Mapping[str, Any], name: str, value: Any) -> dict:
+    """A copy of a recorded config with field ``name`` set to ``value`` where :func:`recorded` reads it
+    (at the top where its section does not hold it).
+
+    >>> with_recorded({"budget": {"max_updates": 5, "max_time": 9.0}}, "max_updates", 8)
+    {'budget': {'max_updates': 8, 'max_time': 9.0}}
+    """
+    settings, section = dict(settings), SECTION_OF.get(name)
+    if isinstance(settings.get(section), dict) and name in settings[section]:
+        settings[section] = {**settings[section], name: value}
+    else:
+        settings[name] = value
+    return settings
 
 
 def _valid(values: dict) -> bool:

@@ -195,13 +195,19 @@ def test_a_budget_a_run_did_not_have_may_be_added_beyond_where_it_stopped(tmp_pa
     assert extended.summary["global_updates"] == reached + 1 and extended.summary["stop_reason"] == "update budget"
 
 
-def test_a_budget_raised_by_editing_config_json_is_refused_as_an_edit(tmp_path, capsys):
+def _with_config_json_edited(tmp_path, max_updates: int) -> str:
+    """A finished 4-update run whose config.json was edited by hand to ``max_updates``."""
     run = run_experiment(config_from_mapping({**SMALL, "algorithm": "fedbuff", "max_updates": 4,
                                               "output_dir": str(tmp_path)})).run_dir
     path = os.path.join(run, "config.json")
     written = json.loads(open(path).read())
-    written["config"]["budget"]["max_updates"] = 8
+    written["config"]["budget"]["max_updates"] = max_updates
     open(path, "w").write(json.dumps(written))
+    return run
+
+
+def test_a_budget_raised_by_editing_config_json_is_refused_as_an_edit(tmp_path):
+    run = _with_config_json_edited(tmp_path, 8)
     os.remove(os.path.join(run, "summary.json"))  # as if cut short
     with pytest.raises(ResumeError, match=r"config.json differs from the config ckpt-000004 was written with: "
                                           r"max_updates: 8 \(ckpt-000004 has 4\)"):
@@ -287,12 +293,7 @@ def test_an_extension_made_by_another_process_while_this_one_waited_is_not_recor
 
 
 def test_a_hand_edited_budget_is_refused_also_with_the_budget_s_flag(tmp_path):
-    run = run_experiment(config_from_mapping({**SMALL, "algorithm": "fedbuff", "max_updates": 4,
-                                              "output_dir": str(tmp_path)})).run_dir
-    path = os.path.join(run, "config.json")
-    written = json.loads(open(path).read())
-    written["config"]["budget"]["max_updates"] = 6
-    open(path, "w").write(json.dumps(written))
+    run = _with_config_json_edited(tmp_path, 6)
     with pytest.raises(ResumeError, match="config.json differs from the config ckpt-000004 was written with"):
         resume_experiment(run, overrides={"max_updates": 8})  # was taken on, recording 6 → 8
 
