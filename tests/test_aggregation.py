@@ -200,3 +200,16 @@ def test_port_cosine_at_extreme_magnitudes():
     assert float(port.cosine({"w": jnp.zeros(2)}, {"w": jnp.ones(2)})) == 1.0  # no direction: as before
     u, g = {"w": jnp.array([1.0, 2.0, -3.0])}, {"w": jnp.array([0.5, -1.0, 2.0])}
     assert float(port.cosine(u, g)) == float(jnp.vdot(u["w"], g["w"]) / jnp.sqrt(14.0 * 5.25))  # bit for bit
+
+
+def test_server_optimizer_hyperparameters_may_be_0d_arrays_as_the_learning_rate():
+    # b1=jnp.float32(0.8) was refused ("a number in [0, 1)") where learning_rate=jnp.float32(0.1) was taken
+    taken = make_server_optimizer("adam", jnp.float32(0.1), b1=jnp.float32(0.8), b2=np.float64(0.99),
+                                  tau=jnp.float32(1e-3))
+    given = make_server_optimizer("adam", float(jnp.float32(0.1)), b1=float(jnp.float32(0.8)), b2=0.99,
+                                  tau=float(jnp.float32(1e-3)))  # the float32 values the arrays hold
+    params, grads = {"w": jnp.array([1.0, -2.0])}, {"w": jnp.array([0.5, 0.25])}
+    ours, theirs = taken.update(grads, taken.init(params), params)[0], given.update(grads, given.init(params), params)[0]
+    assert ours["w"].tolist() == theirs["w"].tolist()
+    with pytest.raises(ValueError, match=r"b1=1.0 is not allowed: a number in \[0, 1\), or a 0-d float array"):
+        make_server_optimizer("adam", 0.1, b1=jnp.float32(1.0))

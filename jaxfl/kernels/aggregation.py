@@ -128,6 +128,14 @@ def make_server_optimizer(name: str = "sgd", learning_rate: float = 1.0, momentu
         raise ValueError(f"make_server_optimizer({name!r}): {field}={value!r} is not allowed: {allowed}")
 
     traced = lambda value: isinstance(value, jax.core.Tracer)  # noqa: E731 (no value to check until it runs)
+
+    def number(value):  # a 0-d float array as the number it holds, as JAX code holds its hyperparameters
+        if isinstance(value, (jax.Array, np.ndarray)) and not traced(value) and np.ndim(value) == 0 \
+                and jnp.issubdtype(value.dtype, jnp.floating):
+            return float(value)
+        return value
+
+    learning_rate, momentum, b1, b2, tau = (number(value) for value in (learning_rate, momentum, b1, b2, tau))
     if name not in SERVER_OPTIMIZERS:
         raise ValueError(f"unknown server optimizer {name!r}; allowed: {', '.join(SERVER_OPTIMIZERS)}")
     if traced(learning_rate):
@@ -137,16 +145,13 @@ def make_server_optimizer(name: str = "sgd", learning_rate: float = 1.0, momentu
             refuse("learning_rate", learning_rate, f"a finite number > 0 ({name}'s update takes no schedule; "
                                                    f"schedules: {', '.join(TAKE_SCHEDULES)})")
     else:
-        if isinstance(learning_rate, (jax.Array, np.ndarray)) and np.ndim(learning_rate) == 0 \
-                and jnp.issubdtype(learning_rate.dtype, jnp.floating):
-            learning_rate = float(learning_rate)  # a 0-d array, as JAX code holds its learning rates
         if isinstance(learning_rate, bool) or not (isinstance(learning_rate, numbers.Real)
                                                    and math.isfinite(learning_rate) and learning_rate > 0):
             refuse("learning_rate", learning_rate, "a finite number > 0, a 0-d float array"
                    + (", or an optax schedule" if name in TAKE_SCHEDULES else ""))
     for field, value in (("momentum", momentum), ("b1", b1), ("b2", b2)):
         if not traced(value) and (isinstance(value, bool) or not (isinstance(value, numbers.Real) and 0 <= value < 1)):
-            refuse(field, value, "a number in [0, 1)")
+            refuse(field, value, "a number in [0, 1), or a 0-d float array")
     if not traced(tau) and (isinstance(tau, bool) or not (isinstance(tau, numbers.Real) and math.isfinite(tau)
                                                           and tau > 0)):
         refuse("tau", tau, "a finite number > 0 (τ = 0 makes 0/0 = NaN of every coordinate the update leaves at 0)")
