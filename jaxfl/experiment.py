@@ -1981,9 +1981,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         else:
             extensions = list(saved.get("extensions") or [])
             held = saved["simulation"]
-            if (held.max_time, held.max_updates, held.max_client_updates, held.max_client_steps) != \
-                    (config.max_time, config.max_updates, config.max_client_updates, config.max_client_steps) \
-                    or _past_its_target(held, config):
+            if held.budgets != _budgets(config) or _past_its_target(held, config):
                 # raised since the checkpoint (by this resume, or by one cut short before a checkpoint of its
                 # own): before the logs are cut back to it (and a finished run's summary goes)
                 extensions = _record_raised_budgets(run_dir, config, saved)
@@ -2045,8 +2043,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                 stop = recorder.evaluate_grid_until(0.0, 0, inclusive=True)
         else:
             simulation = saved["simulation"].attach(engine, events, checkpoints.after_event, wall_clock)
-            simulation.set_budgets(config.max_time, config.max_updates, config.max_client_updates,
-                                   config.max_client_steps)  # raised since the checkpoint, in an extended run
+            simulation.set_budgets(*_budgets(config))  # raised since the checkpoint, in an extended run
             if _past_its_target(simulation, config):  # --no-stop-at-target since: it goes on from the stop
                 simulation._stop_requested = None
             engine.restore(device_tree, saved["engine"], simulation.records)
@@ -2284,6 +2281,11 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
         **({"model_source": source} if (source := model_source(config.model)) else {}),
         # what the config's relative paths (data_dir, file.py:Class) are relative to (resume checks it)
         "working_directory": os.getcwd()})
+
+
+def _budgets(config: RunConfig) -> tuple:
+    """The config's budgets as :meth:`Simulation.set_budgets` takes them (:attr:`Simulation.budgets`)."""
+    return config.max_time, config.max_updates, config.max_client_updates, config.max_client_steps
 
 
 def _past_its_target(simulation: Simulation, config: RunConfig) -> bool:

@@ -543,12 +543,7 @@ class Simulation:
         weights = np.asarray(client_weights, dtype=np.float64)
         if weights.ndim != 1 or len(weights) < 1:
             raise ValueError(f"client_weights must be a non-empty 1-D sequence, got shape {weights.shape}")
-        if not (max_time > 0):
-            raise ValueError(f"max_time must be > 0 virtual seconds, got {max_time}")
-        for name, value in (("max_updates", max_updates), ("max_client_updates", max_client_updates),
-                            ("max_client_steps", max_client_steps)):
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        self.set_budgets(max_time, max_updates, max_client_updates, max_client_steps)
         if on_nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"on_nonfinite={on_nonfinite!r} is not allowed: one of {', '.join(NONFINITE_POLICIES)}")
         if not 0 < client_lr_decay <= 1:
@@ -559,10 +554,6 @@ class Simulation:
         self.client_weights = weights
         self.num_clients = len(weights)
         self.backend = backend
-        self.max_time = float(max_time)
-        self.max_updates = max_updates
-        self.max_client_updates = max_client_updates
-        self.max_client_steps = max_client_steps
         self.queue = EventQueue({**_INTERNAL_PRIORITIES, **policy.priorities})
         self.faults = faults
         self.on_nonfinite = on_nonfinite
@@ -1314,13 +1305,23 @@ class Simulation:
 
     def set_budgets(self, max_time: float, max_updates: int | None, max_client_updates: int | None,
                     max_client_steps: int | None) -> None:
-        """The run's budgets from here on: a simulation restored from a checkpoint goes on under larger
-        ones than it was made with where the run was extended (``jaxfl run --resume RUN --max-updates N``),
-        as if it had been made with them (nothing before a budget's end depends on it)."""
+        """The run's budgets from here on (checked as the constructor checks them): a simulation restored
+        from a checkpoint goes on under larger ones than it was made with where the run was extended
+        (``jaxfl run --resume RUN --max-updates N``), as if it had been made with them (nothing before a
+        budget's end depends on it)."""
         if not (max_time > 0):
             raise ValueError(f"max_time must be > 0 virtual seconds, got {max_time}")
+        for name, value in (("max_updates", max_updates), ("max_client_updates", max_client_updates),
+                            ("max_client_steps", max_client_steps)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
         self.max_time, self.max_updates = float(max_time), max_updates
         self.max_client_updates, self.max_client_steps = max_client_updates, max_client_steps
+
+    @property
+    def budgets(self) -> tuple:
+        """``(max_time, max_updates, max_client_updates, max_client_steps)``, as :meth:`set_budgets` takes them."""
+        return self.max_time, self.max_updates, self.max_client_updates, self.max_client_steps
 
     def budget_spent(self) -> str | None:
         """The first of ``max_updates``, ``max_client_updates``, ``max_client_steps`` that is spent, or None."""
