@@ -2574,6 +2574,13 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
     user.save(run_dir)
     _write_run_config(run_dir, config, params, federation, plan=None, user_inputs=user_inputs)
     backend = _TimingBackend()
+
+    def stop_if_requested(simulation: Simulation) -> None:
+        # SIGTERM (or request_stop) between two events: the logs closed there, as Ctrl-C leaves them
+        # (SIGTERM had ended the process at once, and its event log's buffered rows with it)
+        if stopping.stop_requested() is not None:
+            raise RunInterrupted(run_dir, None, timing_only=True, reason=stopping.take_stop_request())
+
     # no evaluations: no class_accuracy.csv
     events, metrics_file, _ = _open_logs(run_dir, None, expected_rows=_expected_event_rows(config, policy))
     with events, metrics_file:
@@ -2583,11 +2590,12 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
                                 max_client_updates=config.max_client_updates,
                                 max_client_steps=config.max_client_steps,
                                 wall_clock=lambda: time.perf_counter() - wall_start,
-                                client_lr_decay=config.client_lr_decay)
+                                client_lr_decay=config.client_lr_decay, after_event=stop_if_requested)
         scheduler_start = time.perf_counter()
         error = None
         try:
-            reason = simulation.run()
+            with stopping.accepting_stop_requests():
+                reason = simulation.run()
         except NegativeTimeError as caught:  # as the training run stops: logs kept, a summary, RunStopped
             error, reason = RunStopped(str(caught)), f"negative time: {caught}"
         scheduler_seconds = time.perf_counter() - scheduler_start

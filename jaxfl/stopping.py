@@ -10,9 +10,10 @@ signal that comes after the run's last event lets it finish (its final checkpoin
 matter of seconds): the run is whole, and a next run of the same process (a comparison's, a sweep's
 next cell) stops at its first event instead.
 
-Where no run can stop at an event boundary (loading data, between the cells of a sweep, a timing-only
-run, a run over several processes, which would have to agree on the event), SIGTERM ends the
-process at once, as it would without jaxfl's handler: nothing is lost there that a resume needs.
+A timing-only run stops at an event boundary too, its event log closed there (it keeps no
+checkpoint). Where no run can stop at an event boundary (loading data, between the cells of a sweep,
+a run over several processes, which would have to agree on the event), SIGTERM ends the process at
+once, as it would without jaxfl's handler: nothing is lost there that a resume needs.
 
 Code that calls :func:`jaxfl.run_experiment` itself can ask for the same stop with
 :func:`request_stop` (from a logger, another thread or its own signal handler).

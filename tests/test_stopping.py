@@ -217,3 +217,44 @@ def test_sigterm_on_a_sweep_of_one_job_stops_its_cell_with_a_checkpoint_and_name
     assert cli.main(command[3:]) == 0  # the same command goes on, in this process
     assert "1 run, 1 resumed" in capsys.readouterr().out
     assert [row["global_updates"] for row in read_results(str(folder))] == [60, 60]
+
+
+def test_a_requested_stop_ends_a_timing_only_run_between_events_with_its_schedule_kept(tmp_path):
+    from jaxfl.runlog import read_events
+
+    config = jaxfl.RunConfig(algorithm="fedbuff", model="logreg", clients=50, concurrency=10, buffer_size=2,
+                             max_updates=1000, timing_only=True, progress=False, output_dir=str(tmp_path))
+    jaxfl.request_stop("the test's time limit")  # kept for the next run: it stops after its first event
+    with pytest.raises(jaxfl.RunInterrupted) as stopped:
+        jaxfl.run_experiment(config)
+    assert stopped.value.reason == "the test's time limit" and stopped.value.timing_only
+    assert stopped.value.checkpoint is None and stopping.stop_requested() is None
+    assert not os.path.exists(os.path.join(stopped.value.run_dir, "summary.json"))
+    events = read_events(stopped.value.run_dir)  # the first wave of dispatches and the first arrival
+    assert list(events["event"]) == ["dispatch"] * 10 + ["arrival"]
+
+
+def test_sigterm_on_a_timing_only_run_keeps_the_schedule_it_logged(tmp_path):
+    # SIGTERM had ended such a run at once: its buffered event-log rows were lost, and the line it
+    # printed said the folder held the schedule
+    from jaxfl.runlog import read_events
+
+    running = subprocess.Popen([sys.executable, "-m", "jaxfl", "run", "--timing-only", "--algorithm", "fedbuff",
+                                "--model", "logreg", "--clients", "200", "--concurrency", "50", "--buffer-size", "5",
+                                "--max-updates", "100000000", "--max-time", "inf", "--no-progress",
+                                "--output-dir", str(tmp_path), "--run-name", "cut"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    cut = tmp_path / "cut"
+    deadline = time.time() + 300
+    while time.time() < deadline and running.poll() is None and not (cut / "config.json").exists():
+        time.sleep(0.02)
+    time.sleep(1.0)  # config.json is written just before the first event: now in the event loop
+    running.send_signal(signal.SIGTERM)
+    out, err = running.communicate(timeout=300)
+    assert running.returncode == 143, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"jaxfl: stopped by SIGTERM: {cut} holds the schedule logged until it stopped; a timing-only run keeps no "
+        "checkpoints: run it again to have all of it")
+    assert not (cut / "summary.json").exists()
+    assert list(read_events(str(cut))["event"]).count("aggregate") > 100
