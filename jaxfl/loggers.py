@@ -33,9 +33,11 @@ import contextlib
 import csv
 import importlib
 import importlib.util
+import json
 import math
 import numbers
 import os
+import secrets
 import time
 from typing import Any, Protocol, runtime_checkable
 
@@ -170,9 +172,19 @@ class TensorBoardLogger:
             self._writer = None
 
 
+WANDB_RUN = "wandb-run.json"  # WandbLogger's W&B run id and last step, in the run directory
+
+
 class WandbLogger:
     """Rows to a Weights & Biases run (``wandb.init(**init_options)``, started when the run
     directory exists, with the run's config and ``dir`` = the run directory unless given).
+
+    One jaxfl run is one W&B run, also across resumes and extensions: the first start keeps the W&B
+    run's id in ``RUN_DIR/wandb-run.json``, and a later start in that directory passes it back with
+    ``resume="allow"`` (W&B's way to continue a run), unless ``init_options`` name an ``id``. The
+    rows an interrupted process had logged past its checkpoint, which the resumed run computes again
+    (the same values: resumes are bit-identical), are not sent twice: the file keeps the last step
+    sent. The ``time`` column (virtual seconds) is logged with every row, for charts against time.
 
     >>> try:
     ...     import wandb
@@ -194,20 +206,60 @@ class WandbLogger:
         self._wandb = wandb
         self.init_options = init_options
         self._run = None
+        self._record: str | None = None  # RUN_DIR/wandb-run.json, once started in a run directory
+        self._last_step: int | None = None  # the last step sent to this W&B run (by any process of the run)
+        self._sent_before: int | None = None  # the last step sent before this process (an interrupted one's)
 
     def start(self, run_dir: str, config: dict) -> None:
-        options = {"dir": run_dir, "name": os.path.basename(run_dir), "config": config, **self.init_options}
+        self._record = os.path.join(run_dir, WANDB_RUN)
+        kept = self._read_record()
+        run_id = self.init_options.get("id") or kept.get("id") or secrets.token_hex(6)
+        if kept.get("id") == run_id:
+            self._sent_before = self._last_step = kept.get("last_step")
+        options = {"dir": run_dir, "name": os.path.basename(run_dir), "config": config, "id": run_id,
+                   "resume": "allow", **self.init_options}
         self._run = self._wandb.init(**options)
+        self._write_record()
 
     def log(self, row: dict, step: int) -> None:
         if self._run is None:
             self._run = self._wandb.init(**self.init_options)
+        if self._sent_before is not None and step <= self._sent_before:
+            return  # sent by the interrupted process (on an eval_interval grid: a repeated evaluation of that model)
         self._run.log(row, step=step)
+        if self._record is not None and step != self._last_step:
+            self._last_step = step
+            self._write_record()
 
     def close(self) -> None:
         if self._run is not None:
             self._run.finish()
             self._run = None
+
+    def _read_record(self) -> dict:
+        try:
+            with open(self._record) as handle:
+                kept = json.load(handle)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{self._record} is not allowed: the W&B run record WandbLogger writes ({{\"id\": ..., "
+                             f"\"last_step\": ...}}), which could not be read ({error}); remove it to start a new "
+                             "W&B run for this run directory") from None
+        last = kept.get("last_step") if isinstance(kept, dict) else None
+        if not isinstance(kept, dict) or not isinstance(kept.get("id"), str) \
+                or not (last is None or isinstance(last, int) and not isinstance(last, bool)):
+            raise ValueError(f"{self._record} is not allowed: the W&B run record WandbLogger writes, with a string "
+                             f"\"id\" and an integer or null \"last_step\"; remove it to start a new W&B run for "
+                             "this run directory")
+        return kept
+
+    def _write_record(self) -> None:
+        # replaced whole: an interrupt never leaves half a record
+        partial = f"{self._record}.partial"
+        with open(partial, "w") as handle:
+            json.dump({"id": self._run.id, "last_step": self._last_step}, handle)
+        os.replace(partial, self._record)
 
 
 def check_loggers(loggers) -> list:
