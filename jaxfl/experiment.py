@@ -2079,6 +2079,11 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
             recorder.record_final(simulation.version, engine.params, at=end_time)
         elif error is None and budget_spent:  # eval_every N: the final model too, whatever N
             recorder.record_final(simulation.version, engine.params)
+        elif error is None and config.eval_interval is not None and reason.startswith("stopped by "):
+            # a logger's stop at a grid point: written when the next version arrived, its aggregation
+            # applied and counted; that final model too, a row at the end, so that final_accuracy is
+            # the model the summary's updates, steps and time describe (not one version before)
+            recorder.record_final(simulation.version, engine.params, at=end_time)
         if recorder.grid_stop is not None and error is None:  # the run stops as at a numerical error
             error, reason = RunStopped(recorder.grid_stop), f"evaluation grid: {recorder.grid_stop}"
         # a run that on_nonfinite='skip' stopped as diverged says so already

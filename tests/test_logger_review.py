@@ -57,8 +57,29 @@ def test_a_logger_s_stop_on_a_grid_keeps_every_grid_point_the_clock_passed(tmp_p
     assert result.summary["stop_reason"].startswith("stopped by")
     times = [float(row["time"]) for row in metrics_rows(result.run_dir)]
     assert [row["time"] for _, row in logger.rows] == times
-    # the grid has no hole: each point up to the event at which the run stopped
-    assert np.allclose(np.diff(times), 0.1) and times[-1] + 0.1 > result.summary["virtual_time"] >= times[-1]
+    # the grid has no hole: each point up to the event at which the run stopped, then the final
+    # model's row at that event (below)
+    grid, end = times[:-1], times[-1]
+    assert np.allclose(np.diff(grid), 0.1) and grid[-1] + 0.1 > result.summary["virtual_time"] == end > grid[-1]
+
+
+def test_a_logger_s_stop_on_a_grid_ends_with_the_final_model_s_row(tmp_path):
+    # the stop comes at the aggregation of the version whose arrival wrote the grid row: the summary
+    # counted and timed that version (global_updates 6, virtual_time 3.13) while its final_accuracy
+    # was the row's, version 5's at 3.0
+    logger = Recording(stop_at_row=6)
+    config = tiny(tmp_path, algorithm="fedbuff", clients=4, buffer_size=2, local_steps=5, max_updates=50,
+                  eval_interval=0.5)
+    result = run_experiment(config, loggers=[logger])
+    rows, summary = metrics_rows(result.run_dir), result.summary
+    grid, last = rows[:-1], rows[-1]
+    assert summary["stop_reason"] == "stopped by Recording" and len(grid) >= 6
+    assert np.allclose([float(row["time"]) for row in grid], np.arange(len(grid)) * 0.5)
+    assert int(grid[-1]["version"]) < int(last["version"]) == summary["global_updates"]
+    assert float(last["time"]) == summary["virtual_time"] > float(grid[-1]["time"])
+    assert int(last["client_steps"]) == summary["client_steps_aggregated"]
+    assert summary["final_accuracy"] == float(last["accuracy"])
+    assert [row["time"] for _, row in logger.rows] == [float(row["time"]) for row in rows]  # the loggers' too
 
 
 def tensorboard_points(folder, tag="time") -> list:
