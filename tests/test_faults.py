@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jaxfl.algorithms import build_policy, names
+from jaxfl.algorithms import Algorithm, build_policy, names, register, staleness_function, unregister
 from jaxfl.config import RunConfig, validate
 from jaxfl.engine import ResourceError
 from jaxfl.experiment import prepare, run_experiment
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
-from jaxfl.scheduler.simulation import NumericalError, Simulation
+from jaxfl.scheduler.simulation import NumericalError, Policy, Simulation
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
 from tests.conftest import RecordingBackend, replace
 
@@ -317,3 +317,54 @@ def test_a_checkpoint_from_before_crashed_records_were_kept_moves_them_out_of_th
     restored.__setstate__(pickle.loads(pickle.dumps(old)))
     assert list(restored.crashed) == [0] and list(restored.finished) == [1]
     assert restored[0].drop_reason == CRASHED
+
+
+class _UnscreenedFedAsyncPolicy(Policy):
+    """FedAsync (rule "fedcompass") as notebook 03 writes a plug-in: it aggregates every arrival
+    without screening it first (``sim.screen``)."""
+
+    def __init__(self, local_steps, staleness_weight):
+        self.local_steps, self.staleness_weight = local_steps, staleness_weight
+
+    def start(self, sim):
+        for client in range(sim.num_clients):
+            sim.dispatch(client, self.local_steps)
+
+    def on_arrival(self, sim, record):
+        weight = self.staleness_weight(sim.staleness(record)) * sim.client_weights[record.client]
+        sim.aggregate([(record.id, weight)])
+        sim.reply(record.client)
+
+
+class _UnscreenedFedAsync(Algorithm):
+    name = "test_faults_unscreened_fedasync"
+    kind = "asynchronous"
+    reads = frozenset({"staleness", "staleness_alpha", "staleness_a"})
+    summary = "FedAsync whose policy never screens (a test plug-in)"
+
+    def policy(self):
+        return _UnscreenedFedAsyncPolicy(self.run.local_steps, staleness_function(self.run))
+
+
+def test_an_aggregation_whose_every_update_the_last_resort_screen_drops_makes_no_version(tmp_path):
+    # it made a version of "0 updates", which with server momentum moved the model
+    from jaxfl.testing import events_without_wall_time
+
+    runs = {}
+    register(_UnscreenedFedAsync)
+    try:
+        for name, algorithm, options in (("plug-in", _UnscreenedFedAsync.name, {}),
+                                         ("built-in", "fedasync", {"rule": "fedcompass"})):
+            config = RunConfig(algorithm=algorithm, model="mlp", num_classes=3, clients=4, partition="natural",
+                               local_steps=2, batch_size=8, max_updates=30, stop_at_target=False,
+                               on_nonfinite="skip", server_momentum=0.9, progress=False, output_dir=str(tmp_path),
+                               run_name=name, **options)
+            runs[name] = run_experiment(config, data=_poisoned_client_zero())
+    finally:
+        unregister(_UnscreenedFedAsync.name)
+    plug_in = runs["plug-in"]
+    assert plug_in.summary["accounting"]["dropped_by_reason"]["non-finite update"] >= 3
+    assert plug_in.summary["accounting"]["aggregated"] == plug_in.summary["global_updates"] == 30
+    assert events_without_wall_time(plug_in.run_dir) == events_without_wall_time(runs["built-in"].run_dir)
+    for a, b in zip(jax.tree.leaves(plug_in.params), jax.tree.leaves(runs["built-in"].params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -1034,7 +1034,8 @@ class Simulation:
         ``payload`` goes to the algorithm's device hooks unread (see :class:`Aggregation`); a payload
         with a ``check(sim, contributions)`` method has it called first, to refuse an inconsistent one.
         Screen the records first (:meth:`screen`) where a dropped NaN/Inf update should change the
-        others' weights.
+        others' weights. Where this last-resort screen drops every update (and there is no payload),
+        no version is made and the current one is returned.
         """
         try:
             if type(contributions) is list and len(contributions) == 1:  # FedAsync's: no comprehension's frame
@@ -1076,6 +1077,10 @@ class Simulation:
         bad = self.backend.nonfinite(records) if records else None
         if bad:
             contributions, records = self._screen_nonfinite(bad, contributions, records)
+            if not records and payload is None:
+                # every update was dropped: as if none had arrived, no version (which would have moved the
+                # model by the server optimiser's momentum alone), as the policies that screen first make none
+                return self.version
         if records:
             self.nonfinite_streak = self.drop_streak = 0
         self.version = version = self.version + 1
