@@ -940,7 +940,7 @@ class UserInputs:
                 trainable = _trainable(variables)
                 probe, then = _first_two_updates(self.client_optimizer, trainable), recorded["client_optimizer_probe"]
             if probe is not None and then is not None and (
-                    len(probe) != len(then) or not np.allclose(probe, then, rtol=1e-5, atol=1e-12)):
+                    len(probe) != len(then) or not np.allclose(probe, then, rtol=1e-5, atol=1e-12, equal_nan=True)):
                 raise ValueError(f"client_optimizer= is not the optimiser run {run_dir!r} was made with: its first "
                                  "updates from the same gradients differ (another learning rate, momentum or beta, "
                                  "decay, clipping threshold or schedule)")

@@ -7,6 +7,7 @@ import json
 import os
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import optax
 import pytest
@@ -160,3 +161,22 @@ def test_a_linen_models_settings_read_alike_in_every_process():
     outputs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                               env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(1, 4)}
     assert len(outputs) == 1 and "frozenset({'dense_a', 'dense_b', 'dropout', 'head', 'norm'})" in outputs.pop()
+
+
+def _nan_past(limit: float) -> optax.GradientTransformation:
+    """NaN for a gradient entry beyond ``limit``: the probe's largest gradients (100) meet it, training's do not."""
+    return optax.GradientTransformation(lambda params: optax.EmptyState(),
+                                        lambda updates, state, params=None: (
+                                            jax.tree.map(lambda u: jnp.where(jnp.abs(u) > limit, jnp.nan, u), updates),
+                                            state))
+
+
+def test_an_optimiser_whose_probe_gives_nan_resumes_with_itself(tmp_path):
+    # its recorded probe held NaN, and NaN != NaN refused every resume as "not the optimiser"
+    made = optax.chain(_nan_past(50.0), optax.sgd(0.05))
+    run = interrupted(tmp_path, client_optimizer=made)
+    recorded = json.load(open(os.path.join(run, "config.json")))["user_inputs"]["client_optimizer_probe_steps"]
+    assert any(value != value for value in recorded)  # NaN in the record
+    assert resume_experiment(run, client_optimizer=made, progress=False).summary["global_updates"] == 2
+    with pytest.raises(ValueError, match=r"its first updates from the same gradients differ"):
+        resume_experiment(run, client_optimizer=optax.chain(_nan_past(50.0), optax.sgd(0.5)), progress=False)
