@@ -1266,3 +1266,34 @@ def test_server_settings_that_no_aggregation_applied_are_warned_of(tmp_path):
         warnings.simplefilter("always")
         jaxfl.run_experiment(config)
     assert not [w for w in caught if "applied the server optimiser" in str(w.message)]
+
+
+# ---------------------------------------------------------------- a plug-in that waits, with crashes
+def test_a_waiting_plug_in_without_a_deadline_under_crashes_is_told_both_ways_out():
+    """Without round_timeout it was refused for lacking one, and with it for never reading it: neither
+    message said to read it or to set waits_for_clients = None (a review's plug-in met both)."""
+    from jaxfl.algorithms import Algorithm, register, unregister
+    from jaxfl.algorithms.fedavg import FedAvg as FedAvgPolicy
+    from jaxfl.config import ConfigError, RunConfig, validate
+
+    class WaitingPlugin(Algorithm):
+        name, kind = "waiting_plugin_check", "synchronous"
+        waits_for_clients = "80% of a round"
+        reads = frozenset({"clients_per_round"})
+
+        def policy(self):
+            return FedAvgPolicy(self.run.local_steps, self.run.clients_per_round)
+
+    register(WaitingPlugin)
+    try:
+        with pytest.raises(ConfigError) as refused:
+            validate(RunConfig(algorithm="waiting_plugin_check", crash_prob=0.1))
+        message = str(refused.value)
+        assert message.startswith("crash_prob=0.1 is not allowed: 0: waiting_plugin_check waits for 80% of a round")
+        assert "round_timeout is not among its reads" in message and "(read round_timeout and close" in message
+        assert "or set waits_for_clients = None if its on_crash stops the wait" in message
+        validate(RunConfig(algorithm="fedavg", crash_prob=0.1, round_timeout=5.0))  # a built-in reads it
+        with pytest.raises(ConfigError, match=r"round_timeout=None is not allowed: a deadline"):
+            validate(RunConfig(algorithm="fedavg", crash_prob=0.1))
+    finally:
+        unregister("waiting_plugin_check")
