@@ -140,10 +140,13 @@ jaxfl run --resume runs/fedbuff-1 (resume_experiment) goes on from there
     """
 
     def __init__(self, run_dir: str, checkpoint: str | None, timing_only: bool = False, reason: str | None = None,
-                 given_again: tuple[str, ...] = (), keeps_checkpoints: bool = True, follower: bool = False):
+                 given_again: tuple[str, ...] = (), keeps_checkpoints: bool = True, follower: bool = False,
+                 registered: str | None = None):
         super().__init__(run_dir, checkpoint, timing_only, reason)
         self.run_dir, self.checkpoint, self.timing_only, self.reason = run_dir, checkpoint, timing_only, reason
         self.given_again = given_again  # what the run took as Python objects: a resume needs them again
+        # an algorithm registered by the script or notebook that ran it, by name alone: no command imports it
+        self.registered = registered
         self.keeps_checkpoints = keeps_checkpoints  # False: checkpoint_every None and final_checkpoint off
         # a cluster process other than 0, which writes the checkpoints: the newest it saw may be
         # followed by the one process 0 was still finishing when both were interrupted
@@ -164,10 +167,14 @@ jaxfl run --resume runs/fedbuff-1 (resume_experiment) goes on from there
             return (f"{self.run_dir} holds the logs until it stopped but no checkpoint yet (checkpoint_every, "
                     f"checkpoint_min_interval_s): nothing to resume from; start the run again")
         update = f"{self.update} or a later one that process 0 names" if self.follower else self.update
-        if self.given_again:  # objects no command line can pass: only Python goes on
+        if self.given_again or self.registered:  # objects, or an algorithm, no command line can pass: only Python
+            given = "".join(f", {name}=..." for name in self.given_again)
+            needs = ([f"the algorithm {self.registered!r} registered again (jaxfl run --resume cannot import an "
+                      f"algorithm registered by name in a script or notebook)"] if self.registered else []) + \
+                (["given the same objects again"] if self.given_again else [])
             return (f"{self.run_dir} keeps its logs and checkpoints up to update {update}: "
-                    f"resume_experiment({self.run_dir!r}, {', '.join(f'{name}=...' for name in self.given_again)}) "
-                    f"goes on from there, given the same objects again")
+                    f"resume_experiment({self.run_dir!r}{given}) goes on from there, "
+                    + (f"with {' and '.join(needs)}" if self.registered else needs[0]))
         return (f"{self.run_dir} keeps its logs and checkpoints up to update {update}: jaxfl run --resume "
                 f"{shlex.quote(self.run_dir)} (resume_experiment) goes on from there")
 
@@ -1798,6 +1805,8 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
                          "loggers (--log-to) or run without timing_only")
     user = user.check(config)
     given_again = (("data",) if dataset is not None else ()) + user.given_again()  # what an interrupt asks for
+    registered = config.algorithm if ":" not in config.algorithm and \
+        not get_algorithm(config.algorithm).__module__.startswith("jaxfl.") else None
     _release_earlier_runs()
     # the peak host memory from here on is this run's (its data and federation included), not that of
     # a larger run before it in this process (a sweep's cells, `jaxfl run --algorithm a,b`)
@@ -1831,7 +1840,7 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
     def interrupted(run_dir: str) -> RunInterrupted:  # what the run folder keeps
         return RunInterrupted(run_dir, None if config.timing_only else _newest_checkpoint(run_dir), config.timing_only,
                               given_again=given_again, keeps_checkpoints=_keeps_checkpoints(config),
-                              follower=jax.process_index() != 0)
+                              follower=jax.process_index() != 0, registered=registered)
 
     def last_words() -> str | None:  # SIGTERM before the first event: what the run folder keeps, as Ctrl-C says
         return str(interrupted(located["run_dir"])) if "run_dir" in located else None
@@ -1847,7 +1856,7 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
         return result
     except KeyboardInterrupt as interrupt:
         if isinstance(interrupt, RunInterrupted):
-            interrupt.given_again = given_again
+            interrupt.given_again, interrupt.registered = given_again, registered
         if isinstance(interrupt, RunInterrupted) or "run_dir" not in located:
             raise
         raise interrupted(located["run_dir"]) from None

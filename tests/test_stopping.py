@@ -2,6 +2,7 @@
 events with a checkpoint of that point, and the resume gives the uninterrupted run exactly: through
 the API, ``jaxfl run`` and a parallel ``jaxfl sweep``. Where no run can stop at an event, SIGTERM
 ends the process at once, as without jaxfl."""
+import dataclasses
 import os
 import re
 import signal
@@ -258,3 +259,32 @@ def test_sigterm_on_a_timing_only_run_keeps_the_schedule_it_logged(tmp_path):
         "checkpoints: run it again to have all of it")
     assert not (cut / "summary.json").exists()
     assert list(read_events(str(cut))["event"]).count("aggregate") > 100
+
+
+def test_a_run_of_an_algorithm_registered_by_name_is_said_to_resume_in_python(tmp_path):
+    # its interrupt named `jaxfl run --resume RUN`, which refuses such a run (no command imports it)
+    from jaxfl.algorithms import register, unregister
+    from jaxfl.algorithms.fedbuff import FedBuffAlgorithm
+
+    class ScriptFedBuff(FedBuffAlgorithm):
+        name = "script_fedbuff_stop_check"
+
+    register(ScriptFedBuff)
+    try:
+        config = jaxfl.RunConfig(algorithm="script_fedbuff_stop_check", model="logreg", clients=5, local_steps=3,
+                                 buffer_size=2, max_updates=8, stop_at_target=False, progress=False,
+                                 output_dir=str(tmp_path))
+        with pytest.raises(jaxfl.RunInterrupted) as stopped:
+            jaxfl.run_experiment(config, loggers=[StopAt(4)])
+        run_dir = stopped.value.run_dir
+        assert str(stopped.value) == (
+            f"{run_dir} keeps its logs and checkpoints up to update 3: resume_experiment({run_dir!r}) goes on from "
+            "there, with the algorithm 'script_fedbuff_stop_check' registered again (jaxfl run --resume cannot "
+            "import an algorithm registered by name in a script or notebook)")
+        assert jaxfl.resume_experiment(run_dir).summary["global_updates"] == 8
+    finally:
+        unregister("script_fedbuff_stop_check")
+    # a built-in's interrupt names the command
+    with pytest.raises(jaxfl.RunInterrupted) as stopped:
+        jaxfl.run_experiment(dataclasses.replace(config, algorithm="fedbuff"), loggers=[StopAt(4)])
+    assert "jaxfl run --resume" in str(stopped.value)
