@@ -1226,9 +1226,12 @@ def unknown_name(name: str, value: Any, where: str = "") -> ConfigError:
         spaces = [space for space in option_namespaces()]
         close = difflib.get_close_matches(name, [*SECTIONS, *spaces, "algorithm"], n=2, cutoff=0.6)
         hint = f" (did you mean {', '.join(f'[{c}]' for c in close)}?)" if close else ""
-        failed = "".join(f"; if it holds a plug-in's options: {why}" for why in PLUGIN_IMPORT_FAILURES.values())
+        failed = "; ".join(PLUGIN_IMPORT_FAILURES.values())
+        if failed:  # the cause, first: the section is a plug-in's whose file was not found or failed to import
+            return ConfigError(f"{prefix}{failed}; the unknown section [{name}]{hint} may be its options' (sections: "
+                               f"{', '.join(SECTIONS)}, an algorithm's options or [algorithm])")
         return ConfigError(f"{prefix}unknown config section [{name}]{hint}; sections: {', '.join(SECTIONS)}, an "
-                           f"algorithm's options ([port], [compass], ...) or [algorithm]{failed}")
+                           f"algorithm's options ([port], [compass], ...) or [algorithm]")
     if name in ("time_per_step", "time-per-step"):  # a file of speeds: no config value, a flag or an argument
         return ConfigError(f"{prefix}time_per_step is not a config field: give the speeds file with --time-per-step "
                            "FILE (jaxfl run, jaxfl sweep) or the array as time_per_step=... (run_experiment, run_sweep)")

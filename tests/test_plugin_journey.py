@@ -84,7 +84,7 @@ def test_a_sweep_file_and_a_config_file_naming_a_plugin_read_its_option_tables(t
     assert status == 0 and out.startswith("age_norm_fedbuff (timing only): 2 updates"), err[-2000:]
     (tmp_path / "missing.toml").write_text('algorithm = "not_here.py:Mine"\n[mine]\npower = 2.0\n')
     status, _, err = jaxfl("run", "--config", "missing.toml", cwd=tmp_path)
-    assert status == 2 and "unknown config section [mine]" in err and \
+    assert status == 2 and "the unknown section [mine] (did you mean [engine]?) may be its options'" in err and \
         "algorithm reference 'not_here.py:Mine' could not be imported: no file 'not_here.py'" in err, err
 
 
@@ -94,7 +94,8 @@ def test_plugin_mistakes_are_named_where_they_are(tmp_path):
     # a plug-in that does not import: why, not "unrecognized arguments: --agenorm.clip-factor 2"
     status, _, err = jaxfl("run", "--algorithm", "gone.py:Mine", "--gone.power", "2", *SMALL, cwd=tmp_path)
     assert status == 2 and err.strip() == ("jaxfl: error: algorithm reference 'gone.py:Mine' could not be imported: "
-                                           "no file 'gone.py' (so --gone.power is not known: its options come with it)")
+                                           f"no file 'gone.py' in the working directory {tmp_path} (so --gone.power "
+                                           "is not known: its options come with it)")
     # its validate refusing with jaxfl's fail(): bad input, one line (it was a traceback and status 1)
     status, _, err = jaxfl("run", "--algorithm", f"{EXAMPLE}:AgeNormFedBuff", "--agenorm.clip-factor", "-1", *SMALL,
                            cwd=tmp_path)

@@ -642,7 +642,9 @@ def _import(module_name: str):
     if module_name.endswith(".py"):
         path = os.path.abspath(os.path.expanduser(module_name))
         if not os.path.isfile(path):
-            raise ImportError(f"no file {module_name!r}")
+            # a relative path is the working directory's, also in a config or sweep file elsewhere
+            where = "" if os.path.isabs(os.path.expanduser(module_name)) else f" in the working directory {os.getcwd()}"
+            raise ImportError(f"no file {module_name!r}{where}")
         name = plugin_module_name(path)
         folder = os.path.dirname(path)
         if folder not in sys.path:  # its sibling modules import, as under `python file.py` (after the others)
