@@ -674,3 +674,25 @@ def test_a_comparison_s_table_is_reported_with_its_figures_from_any_folder(tmp_p
         cli.main(["report", os.path.join(sweep.sweep_dir, "runs"), "--no-figures"])
     assert f"it is the runs folder of the sweep {sweep.sweep_dir}: jaxfl report {sweep.sweep_dir}" in \
         capsys.readouterr().err
+
+
+def test_a_run_whose_module_plug_in_does_not_import_here_names_the_folder_to_resume_from(tmp_path, monkeypatch):
+    """It read "config.json does not hold a valid run config", the import failure in brackets after
+    the list of built-in algorithms (a review's module:Class run resumed from another folder)."""
+    from jaxfl.resume import ResumeError
+
+    started = tmp_path / "started"
+    started.mkdir()
+    result = jaxfl.run_experiment(jaxfl.RunConfig(**TINY, output_dir=str(tmp_path / "runs")))
+    record_path = os.path.join(result.run_dir, "config.json")
+    record = json.load(open(record_path))
+    record["config"]["algorithm"] = "plugin_module_only_there:Mine"  # as if run as a module beside `started`
+    record["working_directory"] = str(started)
+    json.dump(record, open(record_path, "w"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ResumeError) as refused:
+        jaxfl.resume_experiment(result.run_dir)
+    assert str(refused.value) == (
+        f"cannot resume {result.run_dir!r}: its algorithm 'plugin_module_only_there:Mine' could not be imported (No "
+        f"module named 'plugin_module_only_there'); it was started in {str(started)!r}, where a module it names may "
+        f"be importable alone: resume it from there (cd {started})")
