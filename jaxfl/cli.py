@@ -1578,7 +1578,10 @@ def _print_comparison(results, output_dir: str, argv: list) -> None:
         raise _ComparisonWriteInterrupted(interrupt, output_dir, argv) from None
     print("\n" + format_table(comparison.rows, results[0].summary["target_accuracy"]))
     print(f"table (CSV): {comparison.table}")
-    print(f"plot of accuracy over virtual time: {comparison.plot}")
+    # best_accuracy is None where a run made no (scored) evaluation: the plot is an empty frame then
+    none = "" if any(result.summary.get("best_accuracy") is not None for result in results) else \
+        " (empty: no run made an evaluation)"
+    print(f"plot of accuracy over virtual time: {comparison.plot}{none}")
     print("run directories:\n" + "\n".join(f"  {run_dir}" for run_dir in comparison.run_dirs))
 
 

@@ -109,15 +109,18 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
             raise ValueError(f"run {run_dir!r} is a timing-only run: it evaluates no model, so it has no accuracy to "
                              "plot; its schedule is jaxfl.plot.timeline_figure(run_dir) (jaxfl timeline RUN_DIR)")
     title, differing = _settings_of(run_dirs)
-    targets = []
+    targets, evaluated = [], 0
     for number, (run_dir, summary) in enumerate(zip(run_dirs, summaries)):
         rows = read_metrics(run_dir)
+        evaluated += bool(rows)
         target, reached = summary["target_accuracy"], summary.get("time_to_target")
         if target is not None and target not in targets:
             targets.append(target)
-        # runs of other settings (speeds, seeds, ...) side by side: each line says its own
+        # runs of other settings (speeds, seeds, ...) side by side: each line says its own; a run that
+        # ended before its first evaluation (eval_at_start off) has nothing to draw, and says so
         label = ", ".join([summary["algorithm"], *differing[number]]) + \
-            (f" ({reached:.1f} s)" if reached is not None else " (not reached)" if target is not None else "")
+            (" (no evaluation)" if not rows else f" ({reached:.1f} s)" if reached is not None
+             else " (not reached)" if target is not None else "")
         # the global model is constant between versions: draw steps, not interpolation
         style = method_style(number)
         # one evaluation (a run stopped before its first aggregation) is a point: a line of it is invisible
@@ -126,6 +129,9 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
                           marker="o" if len(rows) == 1 else None)
         if reached is not None:
             axes.plot([reached], [target], marker="o", color=line.get_color(), zorder=3)
+    if not evaluated:  # an empty frame said as such, not a plot that looks like one whose lines failed to draw
+        axes.text(0.5, 0.5, "no run made an evaluation\n(each ended before its first: eval_at_start off)",
+                  transform=axes.transAxes, ha="center", va="center", color="grey")
     for number, target in enumerate(targets):  # one line per target the runs were given
         axes.axhline(target, linestyle=("--", ":", "-.")[number % 3], color="grey", linewidth=1,
                      label=f"target {percent(target)}")

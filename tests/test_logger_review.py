@@ -164,6 +164,16 @@ def test_a_run_that_made_no_evaluation_is_reported_not_a_traceback(tmp_path, cap
     row = {"algorithm": "x", "time_to_target": None, "best_accuracy": None, "final_accuracy": None,
            "global_updates": 0, "client_steps_executed": 0, "wall_time_s": 1.0}
     assert format_table([row], None).splitlines()[-1].split()[:4] == ["x", "-", "-", "-"]
+    # the plot: an empty frame said as such (its legend read "(not reached)", as of runs that missed the target)
+    from jaxfl.plot import accuracy_figure
+
+    assert f"plot of accuracy over virtual time: {tmp_path / 'comparison.png'} (empty: no run made an evaluation)" \
+        in out
+    runs = [line.strip() for line in out[out.index("run directories:"):].splitlines()[1:]]
+    (axes,) = accuracy_figure(runs).axes
+    assert [text.get_text() for text in axes.get_legend().get_texts()][:2] == ["fedavg (no evaluation)",
+                                                                               "fedbuff (no evaluation)"]
+    assert any(text.get_text().startswith("no run made an evaluation") for text in axes.texts)
 
 
 def test_two_runs_of_one_algorithm_are_told_apart_in_the_table_and_no_target_is_not_unreached(tmp_path):
