@@ -1994,6 +1994,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                 # raised since the checkpoint (by this resume, or by one cut short before a checkpoint of its
                 # own): before the logs are cut back to it (and a finished run's summary goes)
                 extensions = _record_raised_budgets(run_dir, config, saved)
+            _record_new_loggers(run_dir, loggers, held.version)
     engine.client_state.attach(os.path.join(run_dir, "client_state"))  # a memmap placement's files
 
     progress = _progress_bar(config, algorithm.name)
@@ -2306,6 +2307,28 @@ def _past_its_target(simulation: Simulation, config: RunConfig) -> bool:
     """Whether ``simulation`` (restored) stopped on reaching its target accuracy, which the run's
     ``config`` no longer stops at (extended with ``--no-stop-at-target``)."""
     return not config.stop_at_target and simulation._stop_requested == "target reached"
+
+
+def _record_new_loggers(run_dir: str, loggers: list, version: int) -> None:
+    """Named loggers given to a resume that the run was not started with (``jaxfl run --resume RUN
+    --log-to tensorboard``): ``config.json`` records them, so that a later resume goes on with them
+    too, and a note says that they begin at the checkpoint's update (its earlier rows are in
+    ``metrics.csv``). They went unsaid, and the next plain resume dropped them."""
+    named = logger_names(loggers)
+    if not named:
+        return
+    path = os.path.join(run_dir, "config.json")
+    with open(path) as handle:
+        written = json.load(handle)
+    before = list(written.get("log_to") or [])
+    new = [name for name in named if name not in before]
+    if not new:
+        return
+    _write_json(path, {**written, "log_to": before + new})
+    warnings.warn(f"loggers {', '.join(new)} (--log-to) are new for run {run_dir}: they log the evaluations after "
+                  f"update {version}, where this resume starts (the rows up to it are in its metrics.csv); its "
+                  f"config.json now records {', '.join(before + new)}, which a later resume goes on with",
+                  stacklevel=2)
 
 
 def _record_raised_budgets(run_dir: str, config: RunConfig, saved: dict) -> list[dict]:

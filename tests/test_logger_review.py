@@ -254,3 +254,33 @@ def test_sigterm_ending_a_comparison_at_once_says_what_of_the_comparison_is_left
     assert main(argv) == 130
     assert said == [f"the comparison fedavg,fedbuff,fedasync: finished: fedavg; not run: fedasync; comparison.csv not "
                     f"written: jaxfl {' '.join(argv)} goes on (finished runs reused, the cut one resumed) and writes it"]
+
+
+def test_a_named_logger_new_at_a_resume_is_recorded_and_said_to_start_there(tmp_path):
+    # it was taken without a word, log.csv starting mid-run, and a later plain resume dropped it
+    import json
+
+    import jaxfl
+
+    class StopAfter:
+        def __init__(self, rows):
+            self.rows = rows
+
+        def log(self, row, step):
+            self.rows -= 1
+            if not self.rows:
+                jaxfl.request_stop("the test")
+
+        def close(self):
+            pass
+
+    config = tiny(tmp_path, max_updates=6, checkpoint_every=1)
+    with pytest.raises(jaxfl.RunInterrupted) as stopped:
+        run_experiment(config, loggers=[StopAfter(3)])  # versions 0, 1, 2 evaluated: stopped at update 2
+    run_dir = stopped.value.run_dir
+    with pytest.warns(UserWarning, match=r"loggers csv \(--log-to\) are new for run .*: they log the evaluations "
+                                         r"after update 2, where this resume starts"):
+        resume_experiment(run_dir, loggers=["csv"], progress=False)
+    assert json.load(open(os.path.join(run_dir, "config.json")))["log_to"] == ["csv"]
+    with open(os.path.join(run_dir, "log.csv"), newline="") as handle:
+        assert [int(row["version"]) for row in csv.DictReader(handle)] == [3, 4, 5, 6]
