@@ -102,3 +102,16 @@ def test_a_run_draws_its_clients_speeds_from_it(tmp_path):
     first = arrivals[0]
     assert float(first["time"]) == pytest.approx(config.local_steps * 2 * config.speed_mean / 41.0)
     assert int(first["client"]) == int(np.argmin(times))
+
+
+def test_clipping_negative_jitter_keeps_the_ratio_even_at_440():
+    # the clip floor was 0.01μ, above the fastest client's a = 2μ/441 ≈ 0.0045μ: that client was raised to
+    # it, and the slowest was 200x the fastest (a review's measurement), not 440x
+    speeds = ClientSpeeds(SpeedConfig(model="uniform", ratio=440.0, negative="clip", jitter=0.0), 100, seed=0)
+    times = speeds.base_time_per_step
+    assert times.max() / times.min() == pytest.approx(440.0, rel=1e-12)
+    # a jittered round still has a floor: a hundredth of the fastest client's time
+    jittered = ClientSpeeds(SpeedConfig(model="uniform", ratio=440.0, negative="clip", jitter=5.0), 100, seed=0)
+    fastest = int(np.argmin(times))
+    rounds = [jittered.round_duration(fastest, 1) for _ in range(200)]
+    assert min(rounds) == pytest.approx(0.01 * times.min(), rel=1e-12) and min(rounds) > 0

@@ -1354,11 +1354,15 @@ class ClientSpeeds:
     def _floor(self) -> float:
         """Smallest value that may pass through :meth:`_fix_nonpositive` unchanged: under ``clip``,
         min_time_ratio·μ, or with given times (``time_per_step``) min_time_ratio times the fastest
-        given time (μ, unread then, floored given times of 1 ms at 1.5 ms: 0.01 × the default 0.15 s)."""
+        given time (μ, unread then, floored given times of 1 ms at 1.5 ms: 0.01 × the default 0.15 s),
+        or for ``uniform`` times min_time_ratio times its fastest client's a = 2μ/(1+R) (0.01μ raised
+        that client at R = 440, and the slowest was 200× the fastest instead of 440×)."""
         if self.config.negative != "clip":
             return 0.0
         if getattr(self, "given", False):
             return self.config.min_time_ratio * min(self._base)
+        if self.config.model == "uniform":  # its fastest client's time a = 2μ/(1+R): 0.0045μ at R = 440, kept
+            return self.config.min_time_ratio * 2.0 * self.config.mean / (1.0 + self.config.ratio)
         return self.config.min_time_ratio * self.config.mean
 
     def _fix_nonpositive(self, value: float, client: int, redraw) -> float:
