@@ -181,7 +181,8 @@ class WandbLogger:
 
     One jaxfl run is one W&B run, also across resumes and extensions: the first start keeps the W&B
     run's id in ``RUN_DIR/wandb-run.json``, and a later start in that directory passes it back with
-    ``resume="allow"`` (W&B's way to continue a run), unless ``init_options`` name an ``id``. The
+    ``resume="allow"`` (W&B's way to continue a run), unless ``init_options`` name an ``id`` or
+    ``WANDB_RUN_ID`` is set; a copy of the folder (``cp -r``) starts a W&B run of its own. The
     rows an interrupted process had logged past its checkpoint, which the resumed run computes again
     (the same values: resumes are bit-identical), are not sent twice: the file keeps the last step
     sent. The ``time`` column (virtual seconds) is logged with every row, for charts against time.
@@ -209,13 +210,19 @@ class WandbLogger:
         self._record: str | None = None  # RUN_DIR/wandb-run.json, once started in a run directory
         self._last_step: int | None = None  # the last step sent to this W&B run (by any process of the run)
         self._sent_before: int | None = None  # the last step sent before this process (an interrupted one's)
+        self._run_dir: str | None = None  # the run directory the record belongs to (its real path)
 
     def start(self, run_dir: str, config: dict) -> None:
         self._record = os.path.join(run_dir, WANDB_RUN)
         kept = self._read_record()
-        run_id = self.init_options.get("id") or kept.get("id") or secrets.token_hex(6)
-        if kept.get("id") == run_id:
-            self._sent_before = self._last_step = kept.get("last_step")
+        if kept.get("run_dir") not in (None, os.path.realpath(run_dir)):
+            kept = {}  # a copy of another run's folder (cp -r, to extend it apart): a W&B run of its own
+        # an id given here, then W&B's own WANDB_RUN_ID (a requeued job's), then the run's, else a new one
+        run_id = self.init_options.get("id") or os.environ.get("WANDB_RUN_ID") or kept.get("id") \
+            or secrets.token_hex(6)
+        # this object may have logged another run before: only this run's record says what was sent
+        self._sent_before = self._last_step = kept.get("last_step") if kept.get("id") == run_id else None
+        self._run_dir = os.path.realpath(run_dir)
         options = {"dir": run_dir, "name": os.path.basename(run_dir), "config": config, "id": run_id,
                    "resume": "allow", **self.init_options}
         self._run = self._wandb.init(**options)
@@ -258,7 +265,7 @@ class WandbLogger:
         # replaced whole: an interrupt never leaves half a record
         partial = f"{self._record}.partial"
         with open(partial, "w") as handle:
-            json.dump({"id": self._run.id, "last_step": self._last_step}, handle)
+            json.dump({"id": self._run.id, "last_step": self._last_step, "run_dir": self._run_dir}, handle)
         os.replace(partial, self._record)
 
 

@@ -69,7 +69,8 @@ def test_a_resumed_run_goes_on_in_its_w_and_b_run_without_sending_a_row_twice(tm
     first = json.load(open(os.path.join(run_dir, WANDB_RUN)))
     assert first["last_step"] == 5 and [step for step, _ in sent] == [0, 1, 2, 3, 4, 5]
     resume_experiment(run_dir, progress=False)  # config.json's log_to: wandb again
-    assert json.load(open(os.path.join(run_dir, WANDB_RUN))) == {"id": first["id"], "last_step": 8}
+    assert json.load(open(os.path.join(run_dir, WANDB_RUN))) == {"id": first["id"], "last_step": 8,
+                                                                 "run_dir": os.path.realpath(run_dir)}
     # W&B's own folders: both processes wrote to the one run id
     runs = sorted(glob.glob(os.path.join(run_dir, "wandb", "offline-run-*")))
     assert len(runs) == 2 and all(run.endswith(f"-{first['id']}") for run in runs)
@@ -101,3 +102,27 @@ def test_a_damaged_w_and_b_record_is_refused_with_what_to_do(tmp_path):
             handle.write(damaged)
         with pytest.raises(ValueError, match=f"{record} is not allowed: the W&B run record"):
             resume_experiment(interrupted.value.run_dir, progress=False)
+
+
+def test_one_logger_object_over_several_runs_copies_and_a_requeued_job_s_id(tmp_path, sent, monkeypatch):
+    """A review's three ways to a wrong W&B run: one WandbLogger object kept the last step of the run it
+    logged before and skipped a new run's first rows; a cp -r copy (the way to extend a sweep's cell)
+    went on in the original's W&B run; WANDB_RUN_ID (a requeued SLURM job's) was overridden."""
+    import shutil
+
+    base = dict(algorithm="fedavg", model="logreg", clients=3, local_steps=2, stop_at_target=False, progress=False,
+                output_dir=str(tmp_path))
+    logger = WandbLogger()
+    first = run_experiment(jaxfl.RunConfig(**base, max_updates=4, run_name="first"), loggers=[logger])
+    del sent[:]
+    second = run_experiment(jaxfl.RunConfig(**base, max_updates=2, run_name="second"), loggers=[logger])
+    assert [step for step, _ in sent] == [0, 1, 2]  # all of the new run's rows
+    copy = os.path.join(str(tmp_path), "copy")
+    shutil.copytree(first.run_dir, copy)
+    del sent[:]
+    resume_experiment(copy, overrides={"max_updates": 6}, loggers=[WandbLogger()], progress=False)  # extended apart
+    ids = {json.load(open(os.path.join(run, WANDB_RUN)))["id"] for run in (first.run_dir, second.run_dir, copy)}
+    assert len(ids) == 3 and [step for step, _ in sent] == [5, 6]
+    monkeypatch.setenv("WANDB_RUN_ID", "requeued")
+    third = run_experiment(jaxfl.RunConfig(**base, max_updates=1, run_name="third"), loggers=["wandb"])
+    assert json.load(open(os.path.join(third.run_dir, WANDB_RUN)))["id"] == "requeued"
