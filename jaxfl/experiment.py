@@ -2313,14 +2313,18 @@ def _record_new_loggers(run_dir: str, loggers: list, version: int) -> None:
     """Named loggers given to a resume that the run was not started with (``jaxfl run --resume RUN
     --log-to tensorboard``): ``config.json`` records them, so that a later resume goes on with them
     too, and a note says that they begin at the checkpoint's update (its earlier rows are in
-    ``metrics.csv``). They went unsaid, and the next plain resume dropped them."""
+    ``metrics.csv``). They went unsaid, and the next plain resume dropped them. Recorded ones left out
+    of the loggers given are noted too: they log nothing of this resume."""
     named = logger_names(loggers)
-    if not named:
-        return
     path = os.path.join(run_dir, "config.json")
     with open(path) as handle:
         written = json.load(handle)
     before = list(written.get("log_to") or [])
+    left_out = [name for name in before if name not in named]
+    if left_out:  # a resume given loggers without them: their logs miss this stretch
+        warnings.warn(f"loggers {', '.join(left_out)} (--log-to), which run {run_dir} was started with, are not given "
+                      f"to this resume: they log nothing from update {version} on until a resume gives them again "
+                      f"(a resume given no loggers goes on with {', '.join(before)})", stacklevel=2)
     new = [name for name in named if name not in before]
     if not new:
         return

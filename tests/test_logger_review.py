@@ -284,3 +284,14 @@ def test_a_named_logger_new_at_a_resume_is_recorded_and_said_to_start_there(tmp_
     assert json.load(open(os.path.join(run_dir, "config.json")))["log_to"] == ["csv"]
     with open(os.path.join(run_dir, "log.csv"), newline="") as handle:
         assert [int(row["version"]) for row in csv.DictReader(handle)] == [3, 4, 5, 6]
+
+
+def test_a_recorded_logger_left_out_of_a_resume_is_said_to_miss_that_stretch(tmp_path):
+    import jaxfl
+
+    config = tiny(tmp_path, max_updates=4, checkpoint_every=1)
+    with pytest.raises(jaxfl.RunInterrupted) as interrupted:
+        run_experiment(config, loggers=["csv", Recording(interrupt_at_row=3)])
+    with pytest.warns(UserWarning, match=r"loggers csv \(--log-to\), which run .* was started with, are not given to "
+                                         r"this resume: they log nothing from update 1 on"):
+        resume_experiment(interrupted.value.run_dir, loggers=[Recording()], progress=False)
