@@ -700,9 +700,12 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return (f"the sweep: {finished_cells()}; the same jaxfl sweep command goes on (finished cells are skipped, "
                 "the interrupted one resumes from its newest checkpoint or starts again)")
 
+    sweep_values: dict = {}  # the base and grid, once read: an interrupt's line says how a timing-only cell goes on
+
     try:
         check_folder("--out", args.sweep_dir)
         base, grid = _sweep_values(args)
+        sweep_values.update(base=base, grid=grid)
         times = None
         if args.time_per_step is not None:
             from jaxfl.user_inputs import load_time_per_step
@@ -728,7 +731,12 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         cut = "the interrupted one resumes from its newest checkpoint" if args.jobs == 1 else \
             "the interrupted ones resume from their newest checkpoints"
-        if isinstance(interrupt, RunInterrupted) and not interrupt.timing_only:
+        timing_only = sweep_values and (sweep_values["base"].get("timing_only")
+                                        or True in list(sweep_values["grid"].get("timing_only", [])))
+        if isinstance(interrupt, RunInterrupted) and interrupt.timing_only or timing_only:
+            cut = "the interrupted one starts again" if args.jobs == 1 else "the interrupted ones start again"
+            cut += ": a timing-only run keeps no checkpoints"
+        elif isinstance(interrupt, RunInterrupted) and not interrupt.timing_only:
             cut = (f"the interrupted one, {interrupt.run_dir}, " +
                    ("starts again: it had no checkpoint yet" if interrupt.checkpoint is None else
                     f"resumes from its checkpoint of update {interrupt.update}"))
@@ -1542,6 +1550,11 @@ class _ComparisonInterrupted(KeyboardInterrupt):
             cut = f"{cut}, before its run folder was made"
         left = ", ".join(names[position + 1:]) or "none"
         again = "resumed from its checkpoint" if getattr(interrupt, "checkpoint", None) else "started again"
+        if configs[position].timing_only:  # no comparison.csv either way: their schedules side by side are a sweep's
+            self.message = (f"comparison {','.join(names)} of timing-only runs cut short; finished: {finished}; "
+                            f"interrupted: {cut}; not run: {left}; {shlex.join(['jaxfl', *argv])} goes on (finished "
+                            "runs reused, the interrupted one started again)")
+            return
         self.message = (f"comparison {','.join(names)} cut short, comparison.csv not written; finished: {finished}; "
                         f"interrupted: {cut}; not run: {left}; {shlex.join(['jaxfl', *argv])} goes on (finished "
                         f"runs reused, the interrupted one {again}) and writes the comparison")

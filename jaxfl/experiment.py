@@ -154,6 +154,9 @@ jaxfl run --resume runs/fedbuff-1 (resume_experiment) goes on from there
 
     def __str__(self) -> str:
         if self.timing_only:
+            if not _schedule_logged(self.run_dir):  # stopped before its event log had a row on the disk
+                return (f"{self.run_dir} holds no schedule yet (it stopped before its first events were written); "
+                        f"a timing-only run keeps no checkpoints: run it again")
             return (f"{self.run_dir} holds the schedule logged until it stopped; a timing-only run keeps no "
                     f"checkpoints: run it again to have all of it")
         if self.checkpoint is None and not self.keeps_checkpoints:
@@ -182,6 +185,21 @@ jaxfl run --resume runs/fedbuff-1 (resume_experiment) goes on from there
     def update(self) -> int | None:
         """The global update of :attr:`checkpoint` (None without one)."""
         return None if self.checkpoint is None else int(os.path.basename(self.checkpoint).rpartition("-")[2])
+
+
+def _schedule_logged(run_dir: str) -> bool:
+    """Whether ``run_dir``'s event log holds a row on the disk: a CSV line past its header, or a
+    Parquet part (:mod:`jaxfl.runlog`)."""
+    from jaxfl.runlog import CSV_NAME, PARQUET_DIR
+
+    try:
+        with open(os.path.join(run_dir, CSV_NAME), "rb") as handle:
+            if len(handle.readlines(2 * 1024)) > 1:
+                return True
+    except OSError:
+        pass
+    folder = os.path.join(run_dir, PARQUET_DIR)
+    return os.path.isdir(folder) and any(name.endswith(".parquet") for name in os.listdir(folder))
 
 
 @dataclasses.dataclass
@@ -2631,11 +2649,12 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
                                 max_client_updates=config.max_client_updates,
                                 max_client_steps=config.max_client_steps,
                                 wall_clock=lambda: time.perf_counter() - wall_start,
-                                client_lr_decay=config.client_lr_decay, after_event=stop_if_requested)
+                                client_lr_decay=config.client_lr_decay,
+                                after_event=stop_if_requested if jax.process_count() == 1 else None)
         scheduler_start = time.perf_counter()
         error = None
-        try:
-            with stopping.accepting_stop_requests():
+        try:  # one process alone can stop between any two events (as a training run; several would have to agree)
+            with stopping.accepting_stop_requests() if jax.process_count() == 1 else contextlib.nullcontext():
                 reason = simulation.run()
         except NegativeTimeError as caught:  # as the training run stops: logs kept, a summary, RunStopped
             error, reason = RunStopped(str(caught)), f"negative time: {caught}"

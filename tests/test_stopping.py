@@ -288,3 +288,32 @@ def test_a_run_of_an_algorithm_registered_by_name_is_said_to_resume_in_python(tm
     with pytest.raises(jaxfl.RunInterrupted) as stopped:
         jaxfl.run_experiment(dataclasses.replace(config, algorithm="fedbuff"), loggers=[StopAt(4)])
     assert "jaxfl run --resume" in str(stopped.value)
+
+
+def test_a_timing_only_run_stopped_before_its_first_rows_says_it_holds_no_schedule(tmp_path):
+    from jaxfl.experiment import RunInterrupted
+
+    (tmp_path / "config.json").write_text("{}")
+    assert str(RunInterrupted(str(tmp_path), None, timing_only=True)) == (
+        f"{tmp_path} holds no schedule yet (it stopped before its first events were written); a timing-only run "
+        "keeps no checkpoints: run it again")
+    (tmp_path / "events.csv").write_text("time,event\n0.0,dispatch\n")
+    assert "holds the schedule logged until it stopped" in str(RunInterrupted(str(tmp_path), None, timing_only=True))
+
+
+def test_a_stopped_timing_only_sweep_or_comparison_says_its_cut_run_starts_again(tmp_path, capsys):
+    # they said the cut cell "resumes from its newest checkpoint" and that the comparison would write
+    # its comparison.csv: a timing-only run keeps no checkpoints, and its comparison writes no table
+    flags = ["--timing-only", "--model", "logreg", "--clients", "50", "--concurrency", "10", "--max-updates", "50",
+             "--no-progress"]
+    jaxfl.request_stop("the test")
+    assert cli.main(["sweep", *flags, "--algorithm", "fedbuff", "--seed", "0,1", "--out", str(tmp_path / "s")]) == 130
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.endswith("(finished cells are skipped, the interrupted one starts again: a timing-only run keeps no "
+                         "checkpoints)"), said
+    jaxfl.request_stop("the test")
+    assert cli.main(["run", *flags, "--algorithm", "fedavg,fedbuff", "--output-dir", str(tmp_path / "c")]) == 130
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.startswith("jaxfl: stopped by the test: comparison fedavg,fedbuff of timing-only runs cut short; "
+                           "finished: none; interrupted: fedavg: "), said
+    assert said.endswith("goes on (finished runs reused, the interrupted one started again)"), said
