@@ -1398,9 +1398,15 @@ def _fields_read(fields: dict, chosen: list[str], options_of: dict[str, dict] | 
         if not readers:
             anywhere = ", ".join(algorithms_reading(field)) + (
                 f", or any algorithm run with {_server_readers_text(field)}" if field in SERVER_FIELDS_READ_BY else "")
+            waiting = [name for name in chosen if algorithms.get(name).waits_for_clients]
+            crashes = field == "round_timeout" and waiting and (fields.get("crash_prob") or 0) > 0
             raise ConfigError(f"{field}={fields[field]!r} is not allowed with algorithm {', '.join(chosen)}: "
                               f"{'it never reads' if len(chosen) == 1 else 'none of them reads'} it (read only by {anywhere}); "
-                              f"leave it unset")
+                              + ("leave it unset" if not crashes else
+                                 f"and {', '.join(waiting)} waits for {algorithms.get(waiting[0]).waits_for_clients} "
+                                 "(its waits_for_clients), so with crash_prob > 0 a crashed client would stall it: "
+                                 "run it without crashes, read round_timeout in it (a timer that closes the wait), "
+                                 "or set waits_for_clients = None if its on_crash stops the wait"))
         skipped = [name for name in chosen if name not in readers]
         print(f"jaxfl: note: {field}={fields[field]!r} applies to {', '.join(readers)} only "
               f"({', '.join(skipped)} {'does' if len(skipped) == 1 else 'do'} not read it)", file=sys.stderr)

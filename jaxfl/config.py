@@ -644,14 +644,15 @@ def validate(config: RunConfig) -> RunConfig:
         fail("dropout_mean", config.dropout_mean, "finite virtual seconds > 0")
     if config.round_timeout is not None and not (config.round_timeout > 0 and math.isfinite(config.round_timeout)):
         fail("round_timeout", config.round_timeout, "finite virtual seconds > 0, or null")
+    reads = getattr(algorithm, "reads", None)
+    if config.crash_prob > 0 and algorithm.waits_for_clients and reads is not None and "round_timeout" not in reads:
+        # a plug-in that waits and reads no deadline: without round_timeout it stalls, with it the deadline is unread
+        fail("crash_prob", config.crash_prob,
+             f"only 0 for {config.algorithm}: it waits for {algorithm.waits_for_clients} (its waits_for_clients) "
+             "and reads no deadline (round_timeout is not among its reads), so a crashed client would stall it "
+             "forever; to run it with crashes, give it one (read round_timeout and close a round at a timer that "
+             "long after it opens), or set waits_for_clients = None if its on_crash stops the wait")
     if config.crash_prob > 0 and algorithm.waits_for_clients and config.round_timeout is None:
-        reads = getattr(algorithm, "reads", None)
-        if reads is not None and "round_timeout" not in reads:  # a plug-in: a deadline it never reads is refused too
-            fail("crash_prob", config.crash_prob,
-                 f"0: {config.algorithm} waits for {algorithm.waits_for_clients} (its waits_for_clients), so a "
-                 "crashed client would stall it forever, and it has no deadline (round_timeout is not among its "
-                 "reads); to run it with crashes, give it one (read round_timeout and close a round at a timer "
-                 "that long after it opens), or set waits_for_clients = None if its on_crash stops the wait")
         fail("round_timeout", config.round_timeout,
              f"a deadline in virtual seconds: {config.algorithm} waits for {algorithm.waits_for_clients}, "
              "and with crash_prob > 0 a crashed client would stall it forever")

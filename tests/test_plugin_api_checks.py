@@ -1272,7 +1272,7 @@ def test_server_settings_that_no_aggregation_applied_are_warned_of(tmp_path):
 
 
 # ---------------------------------------------------------------- a plug-in that waits, with crashes
-def test_a_waiting_plug_in_without_a_deadline_under_crashes_is_told_both_ways_out():
+def test_a_waiting_plug_in_without_a_deadline_under_crashes_is_told_both_ways_out(capsys):
     """Without round_timeout it was refused for lacking one, and with it for never reading it: neither
     message said to read it or to set waits_for_clients = None (a review's plug-in met both)."""
     from jaxfl.algorithms import Algorithm, register, unregister
@@ -1292,9 +1292,20 @@ def test_a_waiting_plug_in_without_a_deadline_under_crashes_is_told_both_ways_ou
         with pytest.raises(ConfigError) as refused:
             validate(RunConfig(algorithm="waiting_plugin_check", crash_prob=0.1))
         message = str(refused.value)
-        assert message.startswith("crash_prob=0.1 is not allowed: 0: waiting_plugin_check waits for 80% of a round")
+        assert message.startswith("crash_prob=0.1 is not allowed: only 0 for waiting_plugin_check: it waits for 80% "
+                                  "of a round")
         assert "round_timeout is not among its reads" in message and "(read round_timeout and close" in message
         assert "or set waits_for_clients = None if its on_crash stops the wait" in message
+        with pytest.raises(ConfigError) as refused:  # the same with the deadline it does not read
+            validate(RunConfig(algorithm="waiting_plugin_check", crash_prob=0.1, round_timeout=5.0))
+        assert str(refused.value) == message
+        from jaxfl import cli  # the command line refuses the unread deadline first: both ways out there too
+
+        with pytest.raises(SystemExit):
+            cli.main(["run", "--algorithm", "waiting_plugin_check", "--crash-prob", "0.1", "--round-timeout", "5"])
+        said = capsys.readouterr().err
+        assert "round_timeout=5.0 is not allowed with algorithm waiting_plugin_check: it never reads it" in said
+        assert "read round_timeout in it (a timer that closes the wait), or set waits_for_clients = None" in said
         validate(RunConfig(algorithm="fedavg", crash_prob=0.1, round_timeout=5.0))  # a built-in reads it
         with pytest.raises(ConfigError, match=r"round_timeout=None is not allowed: a deadline"):
             validate(RunConfig(algorithm="fedavg", crash_prob=0.1))
