@@ -39,6 +39,7 @@ import numbers
 import os
 import secrets
 import time
+import warnings
 from typing import Any, Protocol, runtime_checkable
 
 LOGGER_NAMES = ("tensorboard", "csv", "wandb")
@@ -175,14 +176,37 @@ class TensorBoardLogger:
 WANDB_RUN = "wandb-run.json"  # WandbLogger's W&B run id and last step, in the run directory
 
 
+_ENVIRONMENT_ID_TAKEN: list[str] = []  # the run directory that took WANDB_RUN_ID in this process
+
+
+def _take_environment_id(run_dir: str) -> str | None:
+    """``WANDB_RUN_ID`` for the first run directory of this process that asks (again for that one), else None."""
+    wanted = os.environ.get("WANDB_RUN_ID")
+    if not wanted or (_ENVIRONMENT_ID_TAKEN and _ENVIRONMENT_ID_TAKEN[0] != run_dir):
+        return None
+    _ENVIRONMENT_ID_TAKEN[:] = [run_dir]
+    return wanted
+
+
+def _records_id(run_dir: str, run_id) -> bool:
+    """Whether ``run_dir`` still holds a W&B run record of ``run_id`` (a folder copied, not moved, from it)."""
+    try:
+        with open(os.path.join(run_dir, WANDB_RUN)) as handle:
+            return json.load(handle).get("id") == run_id
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 class WandbLogger:
     """Rows to a Weights & Biases run (``wandb.init(**init_options)``, started when the run
     directory exists, with the run's config and ``dir`` = the run directory unless given).
 
     One jaxfl run is one W&B run, also across resumes and extensions: the first start keeps the W&B
     run's id in ``RUN_DIR/wandb-run.json``, and a later start in that directory passes it back with
-    ``resume="allow"`` (W&B's way to continue a run), unless ``init_options`` name an ``id`` or
-    ``WANDB_RUN_ID`` is set; a copy of the folder (``cp -r``) starts a W&B run of its own. The
+    ``resume="allow"`` (W&B's way to continue a run), unless ``init_options`` name an ``id`` (yours:
+    every run this object starts goes there). ``WANDB_RUN_ID`` names the W&B run of the first run of
+    the process that has none yet. A moved folder keeps its W&B run; a copy (``cp -r``, its original
+    still there) starts one of its own, said in a warning. The
     rows an interrupted process had logged past its checkpoint, which the resumed run computes again
     (the same values: resumes are bit-identical), are not sent twice: the file keeps the last step
     sent. The ``time`` column (virtual seconds) is logged with every row, for charts against time.
@@ -215,14 +239,20 @@ class WandbLogger:
     def start(self, run_dir: str, config: dict) -> None:
         self._record = os.path.join(run_dir, WANDB_RUN)
         kept = self._read_record()
-        if kept.get("run_dir") not in (None, os.path.realpath(run_dir)):
-            kept = {}  # a copy of another run's folder (cp -r, to extend it apart): a W&B run of its own
-        # an id given here, then W&B's own WANDB_RUN_ID (a requeued job's), then the run's, else a new one
-        run_id = self.init_options.get("id") or os.environ.get("WANDB_RUN_ID") or kept.get("id") \
-            or secrets.token_hex(6)
+        here = os.path.realpath(run_dir)
+        if kept.get("run_dir") not in (None, here) and _records_id(kept["run_dir"], kept.get("id")):
+            # a copy (cp -r, the way to extend a sweep's cell apart): its original goes on in the W&B run
+            # the record names, so the copy takes one of its own (a moved folder keeps its W&B run)
+            warnings.warn(f"{run_dir} is a copy of run {kept['run_dir']}, whose W&B run ({kept['id']}) it leaves to "
+                          f"it: its own W&B run starts here, without the rows before this resume (those are in "
+                          f"{kept['run_dir']}'s W&B run and in this folder's metrics.csv)", stacklevel=2)
+            kept = {}
+        # an id given here; the run's own; else W&B's WANDB_RUN_ID (a job's) for the first run of this process
+        # that has no W&B run yet (a comparison's next runs would all go into it); else a new one
+        run_id = self.init_options.get("id") or kept.get("id") or _take_environment_id(here) or secrets.token_hex(6)
         # this object may have logged another run before: only this run's record says what was sent
         self._sent_before = self._last_step = kept.get("last_step") if kept.get("id") == run_id else None
-        self._run_dir = os.path.realpath(run_dir)
+        self._run_dir = here
         options = {"dir": run_dir, "name": os.path.basename(run_dir), "config": config, "id": run_id,
                    "resume": "allow", **self.init_options}
         self._run = self._wandb.init(**options)

@@ -8,6 +8,7 @@ import pytest
 
 import jaxfl
 from jaxfl.experiment import resume_experiment, run_experiment
+from jaxfl import loggers
 from jaxfl.loggers import WANDB_RUN, WandbLogger
 
 wandb = pytest.importorskip("wandb")
@@ -120,9 +121,19 @@ def test_one_logger_object_over_several_runs_copies_and_a_requeued_job_s_id(tmp_
     copy = os.path.join(str(tmp_path), "copy")
     shutil.copytree(first.run_dir, copy)
     del sent[:]
-    resume_experiment(copy, overrides={"max_updates": 6}, loggers=[WandbLogger()], progress=False)  # extended apart
+    with pytest.warns(UserWarning, match=r"copy is a copy of run .*first, whose W&B run \(\w+\) it leaves to it"):
+        resume_experiment(copy, overrides={"max_updates": 6}, loggers=[WandbLogger()], progress=False)  # extended apart
     ids = {json.load(open(os.path.join(run, WANDB_RUN)))["id"] for run in (first.run_dir, second.run_dir, copy)}
     assert len(ids) == 3 and [step for step, _ in sent] == [5, 6]
+    # a moved folder (the second review's regression: it took a W&B run of its own) keeps its W&B run
+    moved = os.path.join(str(tmp_path), "moved")
+    shutil.move(second.run_dir, moved)
+    resume_experiment(moved, overrides={"max_updates": 3}, loggers=[WandbLogger()], progress=False)
+    assert json.load(open(os.path.join(moved, WANDB_RUN)))["id"] in ids
+    # WANDB_RUN_ID: the first run of the process without a W&B run takes it, the next (a comparison's) its own
+    monkeypatch.setattr(loggers, "_ENVIRONMENT_ID_TAKEN", [])
     monkeypatch.setenv("WANDB_RUN_ID", "requeued")
     third = run_experiment(jaxfl.RunConfig(**base, max_updates=1, run_name="third"), loggers=["wandb"])
-    assert json.load(open(os.path.join(third.run_dir, WANDB_RUN)))["id"] == "requeued"
+    fourth = run_experiment(jaxfl.RunConfig(**base, max_updates=1, run_name="fourth"), loggers=["wandb"])
+    assert [json.load(open(os.path.join(run.run_dir, WANDB_RUN)))["id"] == "requeued" for run in (third, fourth)] == \
+        [True, False]
