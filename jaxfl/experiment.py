@@ -2338,12 +2338,14 @@ def _record_new_loggers(run_dir: str, loggers: list, version: int) -> None:
     with open(path) as handle:
         written = json.load(handle)
     before = list(written.get("log_to") or [])
-    left_out = [name for name in before if name not in named]
+    new = [name for name in named if name not in before]
+    # a built-in logger given as an object (WandbLogger(project=...)) logs as its name does
+    given = set(named) | {getattr(logger, "name", None) for logger in loggers if not isinstance(logger, str)}
+    left_out = [name for name in before if name not in given]
     if left_out:  # a resume given loggers without them: their logs miss this stretch
         warnings.warn(f"loggers {', '.join(left_out)} (--log-to), which run {run_dir} was started with, are not given "
                       f"to this resume: they log nothing from update {version} on until a resume gives them again "
-                      f"(a resume given no loggers goes on with {', '.join(before)})", stacklevel=2)
-    new = [name for name in named if name not in before]
+                      f"(a resume given no loggers goes on with {', '.join(before + new)})", stacklevel=2)
     if not new:
         return
     _write_json(path, {**written, "log_to": before + new})

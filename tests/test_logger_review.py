@@ -295,3 +295,18 @@ def test_a_recorded_logger_left_out_of_a_resume_is_said_to_miss_that_stretch(tmp
     with pytest.warns(UserWarning, match=r"loggers csv \(--log-to\), which run .* was started with, are not given to "
                                          r"this resume: they log nothing from update 1 on"):
         resume_experiment(interrupted.value.run_dir, loggers=[Recording()], progress=False)
+
+
+def test_a_built_in_logger_given_as_an_object_is_not_called_left_out(tmp_path):
+    import warnings as warnings_module
+
+    import jaxfl
+    from jaxfl.loggers import CSVLogger
+
+    config = tiny(tmp_path, max_updates=4, checkpoint_every=1)
+    with pytest.raises(jaxfl.RunInterrupted) as interrupted:
+        run_experiment(config, loggers=["csv", Recording(interrupt_at_row=3)])
+    with warnings_module.catch_warnings():
+        warnings_module.simplefilter("error")  # no "csv ... not given" note
+        resume_experiment(interrupted.value.run_dir, progress=False,
+                          loggers=[CSVLogger(os.path.join(interrupted.value.run_dir, "log.csv"), append=True)])
