@@ -602,6 +602,11 @@ def _sweep_parser(commands) -> None:
                              "and a heat map of it (a design-space sweep, as PORT's K × Ω)")
 
 
+def _true(value) -> bool:
+    """A sweep value of a boolean field, as a file (true) or a flag's comma list ("true") gives it."""
+    return value is True or isinstance(value, str) and value.strip().lower() in ("true", "1", "yes")
+
+
 def _sweep_values(args: argparse.Namespace) -> tuple[dict, dict]:
     """The sweep file's base and grid with the flags over them: a flag's comma list is an axis."""
     from jaxfl.sweep import load_sweep_file
@@ -731,11 +736,15 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         cut = "the interrupted one resumes from its newest checkpoint" if args.jobs == 1 else \
             "the interrupted ones resume from their newest checkpoints"
-        timing_only = sweep_values and (sweep_values["base"].get("timing_only")
-                                        or True in list(sweep_values["grid"].get("timing_only", [])))
-        if isinstance(interrupt, RunInterrupted) and interrupt.timing_only or timing_only:
+        # which cells are timing-only, where the interrupt does not say (a parallel sweep's workers)
+        axis = [_true(value) for value in sweep_values.get("grid", {}).get("timing_only", [])]
+        every = _true(sweep_values.get("base", {}).get("timing_only")) and not axis or axis and all(axis)
+        if isinstance(interrupt, RunInterrupted) and interrupt.timing_only or \
+                not isinstance(interrupt, RunInterrupted) and every:
             cut = "the interrupted one starts again" if args.jobs == 1 else "the interrupted ones start again"
             cut += ": a timing-only run keeps no checkpoints"
+        elif not isinstance(interrupt, RunInterrupted) and any(axis):
+            cut += " (timing-only ones start again: they keep none)"
         elif isinstance(interrupt, RunInterrupted) and not interrupt.timing_only:
             cut = (f"the interrupted one, {interrupt.run_dir}, " +
                    ("starts again: it had no checkpoint yet" if interrupt.checkpoint is None else

@@ -317,3 +317,14 @@ def test_a_stopped_timing_only_sweep_or_comparison_says_its_cut_run_starts_again
     assert said.startswith("jaxfl: stopped by the test: comparison fedavg,fedbuff of timing-only runs cut short; "
                            "finished: none; interrupted: fedavg: "), said
     assert said.endswith("goes on (finished runs reused, the interrupted one started again)"), said
+
+
+def test_a_stopped_sweep_of_timing_only_and_training_cells_names_the_cut_cell_s_own_way_on(tmp_path, capsys):
+    # the grid's timing-only cells made every cut cell "start again", a training one with a checkpoint too
+    (tmp_path / "mixed.toml").write_text('algorithm = "fedbuff"\nmodel = "logreg"\nclients = 20\nconcurrency = 5\n'
+                                         'max_updates = 50\nstop_at_target = false\n[grid]\n'
+                                         'timing_only = [false, true]\n')
+    jaxfl.request_stop("the test")  # the first cell, the training one, stops at its first event
+    assert cli.main(["sweep", str(tmp_path / "mixed.toml"), "--no-progress", "--out", str(tmp_path / "s")]) == 130
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.search(r"the interrupted one, .*, resumes from its checkpoint of update 0\)$", said), said
