@@ -172,12 +172,11 @@ jaxfl run --resume runs/fedbuff-1 (resume_experiment) goes on from there
         update = f"{self.update} or a later one that process 0 names" if self.follower else self.update
         if self.given_again or self.registered:  # objects, or an algorithm, no command line can pass: only Python
             given = "".join(f", {name}=..." for name in self.given_again)
-            needs = ([f"the algorithm {self.registered!r} registered again (jaxfl run --resume cannot import an "
-                      f"algorithm registered by name in a script or notebook)"] if self.registered else []) + \
+            needs = ([f"with the algorithm {self.registered!r} registered again (jaxfl run --resume cannot import "
+                      f"an algorithm registered by name in a script or notebook)"] if self.registered else []) + \
                 (["given the same objects again"] if self.given_again else [])
             return (f"{self.run_dir} keeps its logs and checkpoints up to update {update}: "
-                    f"resume_experiment({self.run_dir!r}{given}) goes on from there, "
-                    + (f"with {' and '.join(needs)}" if self.registered else needs[0]))
+                    f"resume_experiment({self.run_dir!r}{given}) goes on from there, {' and '.join(needs)}")
         return (f"{self.run_dir} keeps its logs and checkpoints up to update {update}: jaxfl run --resume "
                 f"{shlex.quote(self.run_dir)} (resume_experiment) goes on from there")
 

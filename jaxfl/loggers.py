@@ -176,15 +176,16 @@ class TensorBoardLogger:
 WANDB_RUN = "wandb-run.json"  # WandbLogger's W&B run id and last step, in the run directory
 
 
-_ENVIRONMENT_ID_TAKEN: list[str] = []  # the run directory that took WANDB_RUN_ID in this process
+_environment_id_taken_by: str | None = None  # the run directory that took WANDB_RUN_ID in this process
 
 
 def _take_environment_id(run_dir: str) -> str | None:
     """``WANDB_RUN_ID`` for the first run directory of this process that asks (again for that one), else None."""
+    global _environment_id_taken_by
     wanted = os.environ.get("WANDB_RUN_ID")
-    if not wanted or (_ENVIRONMENT_ID_TAKEN and _ENVIRONMENT_ID_TAKEN[0] != run_dir):
+    if not wanted or _environment_id_taken_by not in (None, run_dir):
         return None
-    _ENVIRONMENT_ID_TAKEN[:] = [run_dir]
+    _environment_id_taken_by = run_dir
     return wanted
 
 

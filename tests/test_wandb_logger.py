@@ -131,7 +131,7 @@ def test_one_logger_object_over_several_runs_copies_and_a_requeued_job_s_id(tmp_
     resume_experiment(moved, overrides={"max_updates": 3}, loggers=[WandbLogger()], progress=False)
     assert json.load(open(os.path.join(moved, WANDB_RUN)))["id"] in ids
     # WANDB_RUN_ID: the first run of the process without a W&B run takes it, the next (a comparison's) its own
-    monkeypatch.setattr(loggers, "_ENVIRONMENT_ID_TAKEN", [])
+    monkeypatch.setattr(loggers, "_environment_id_taken_by", None)
     monkeypatch.setenv("WANDB_RUN_ID", "requeued")
     third = run_experiment(jaxfl.RunConfig(**base, max_updates=1, run_name="third"), loggers=["wandb"])
     fourth = run_experiment(jaxfl.RunConfig(**base, max_updates=1, run_name="fourth"), loggers=["wandb"])
