@@ -30,7 +30,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import shlex
 import time
 import warnings
@@ -341,6 +340,15 @@ def read_run_and_record(run_dir: str, may_differ: Mapping[str, Any] | None = Non
                           f"names {', '.join(relative)} relative to that folder; resume it from there "
                           f"(cd {shlex.quote(elsewhere)})")
     algorithm = values.get("algorithm")
+    if isinstance(algorithm, str) and ":" in algorithm:  # a plug-in by reference: its import, not the config, fails
+        from jaxfl import algorithms
+
+        try:
+            algorithms.get(algorithm.strip())
+        except KeyError as error:
+            there = (f"; it was started in {elsewhere!r}, where a module it names may be importable alone: resume it "
+                     f"from there (cd {shlex.quote(elsewhere)})" if elsewhere else "")
+            raise ResumeError(f"cannot resume {run_dir!r}: {error.args[0] if error.args else error}{there}") from None
     if isinstance(algorithm, str) and ":" not in algorithm:
         from jaxfl import algorithms
 
@@ -359,12 +367,6 @@ def read_run_and_record(run_dir: str, may_differ: Mapping[str, Any] | None = Non
                               "the run's own config.json is valid)") from None
         where = (f" (it was started in {elsewhere!r}: a module it names may be importable from there alone)"
                  if elsewhere else "")
-        cause = re.search(r"\(algorithm reference ('[^']*') could not be imported: (.*)\)$", text[0]) if text else None
-        if cause and ":" in str(values.get("algorithm")):  # its plug-in, not its config: say that, and where from
-            there = (f"; it was started in {elsewhere!r}, where a module it names may be importable alone: resume it "
-                     f"from there (cd {shlex.quote(elsewhere)})" if elsewhere else "")
-            raise ResumeError(f"cannot resume {run_dir!r}: its algorithm {cause.group(1)} could not be imported "
-                              f"({cause.group(2)}){there}") from None
         # a setting an earlier jaxfl took and this one refuses (it was ignored, or computed something
         # else): the run cannot go on under it
         older = ("; an earlier jaxfl may have taken this setting, which this one refuses: start the run again "

@@ -693,6 +693,6 @@ def test_a_run_whose_module_plug_in_does_not_import_here_names_the_folder_to_res
     with pytest.raises(ResumeError) as refused:
         jaxfl.resume_experiment(result.run_dir)
     assert str(refused.value) == (
-        f"cannot resume {result.run_dir!r}: its algorithm 'plugin_module_only_there:Mine' could not be imported (No "
-        f"module named 'plugin_module_only_there'); it was started in {str(started)!r}, where a module it names may "
+        f"cannot resume {result.run_dir!r}: algorithm reference 'plugin_module_only_there:Mine' could not be imported: "
+        f"No module named 'plugin_module_only_there'; it was started in {str(started)!r}, where a module it names may "
         f"be importable alone: resume it from there (cd {started})")
