@@ -25,6 +25,7 @@ A run directory holds:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import csv
 import dataclasses
 import functools
@@ -2326,17 +2327,20 @@ def _past_its_target(simulation: Simulation, config: RunConfig) -> bool:
     return not config.stop_at_target and simulation._stop_requested == "target reached"
 
 
+# the loggers config.json recorded (its log_to), set by resume_experiment for the run it resumes: read once
+_RECORDED_LOG_TO: contextvars.ContextVar[list | None] = contextvars.ContextVar("jaxfl_recorded_log_to", default=None)
+
+
 def _record_new_loggers(run_dir: str, loggers: list, version: int) -> None:
     """Named loggers given to a resume that the run was not started with (``jaxfl run --resume RUN
     --log-to tensorboard``): ``config.json`` records them, so that a later resume goes on with them
     too, and a note says that they begin at the checkpoint's update (its earlier rows are in
     ``metrics.csv``). They went unsaid, and the next plain resume dropped them. Recorded ones left out
     of the loggers given are noted too: they log nothing of this resume."""
+    before = _RECORDED_LOG_TO.get()  # config.json's log_to, as resume_experiment read it (None: not a resume of it)
+    if before is None:
+        return
     named = logger_names(loggers)
-    path = os.path.join(run_dir, "config.json")
-    with open(path) as handle:
-        written = json.load(handle)
-    before = list(written.get("log_to") or [])
     new = [name for name in named if name not in before]
     # a built-in logger given as an object (WandbLogger(project=...)) logs as its name does
     given = set(named) | {getattr(logger, "name", None) for logger in loggers if not isinstance(logger, str)}
@@ -2347,6 +2351,9 @@ def _record_new_loggers(run_dir: str, loggers: list, version: int) -> None:
                       f"(a resume given no loggers goes on with {', '.join(before + new)})", stacklevel=2)
     if not new:
         return
+    path = os.path.join(run_dir, "config.json")
+    with open(path) as handle:
+        written = json.load(handle)
     _write_json(path, {**written, "log_to": before + new})
     warnings.warn(f"loggers {', '.join(new)} (--log-to) are new for run {run_dir}: they log the evaluations after "
                   f"update {version}, where this resume starts (the rows up to it are in its metrics.csv); its "
@@ -2766,7 +2773,11 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
         # the run's config names its data and objects as the recorded run did (for_resume checks the
         # objects' names against the record): it stays as validated
         config, dataset, user = _with_inputs(config, data, user, run_dir, recorded)
-        return _experiment(config, dataset, user, run_dir, loggers, recorded)
+        recorded_log_to = _RECORDED_LOG_TO.set(list(written.get("log_to") or []))
+        try:
+            return _experiment(config, dataset, user, run_dir, loggers, recorded)
+        finally:
+            _RECORDED_LOG_TO.reset(recorded_log_to)
 
 
 def _devices_of(engine: Engine) -> dict:
