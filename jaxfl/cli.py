@@ -734,21 +734,22 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except KeyboardInterrupt as interrupt:  # Ctrl-C, a time limit's SIGINT or SIGTERM: what is kept and how to go on
         from jaxfl.experiment import RunInterrupted
 
-        cut = "the interrupted one resumes from its newest checkpoint" if args.jobs == 1 else \
-            "the interrupted ones resume from their newest checkpoints"
-        # which cells are timing-only, where the interrupt does not say (a parallel sweep's workers)
-        axis = [_true(value) for value in sweep_values.get("grid", {}).get("timing_only", [])]
-        every = _true(sweep_values.get("base", {}).get("timing_only")) and not axis or axis and all(axis)
-        if isinstance(interrupt, RunInterrupted) and interrupt.timing_only or \
-                not isinstance(interrupt, RunInterrupted) and every:
-            cut = "the interrupted one starts again" if args.jobs == 1 else "the interrupted ones start again"
-            cut += ": a timing-only run keeps no checkpoints"
-        elif not isinstance(interrupt, RunInterrupted) and any(axis):
-            cut += " (timing-only ones start again: they keep none)"
-        elif isinstance(interrupt, RunInterrupted) and not interrupt.timing_only:
-            cut = (f"the interrupted one, {interrupt.run_dir}, " +
-                   ("starts again: it had no checkpoint yet" if interrupt.checkpoint is None else
-                    f"resumes from its checkpoint of update {interrupt.update}"))
+        if isinstance(interrupt, RunInterrupted):  # the cut cell's own run says how it goes on
+            cut = f"the interrupted one, {interrupt.run_dir}, " + (
+                "starts again: a timing-only run keeps no checkpoints" if interrupt.timing_only else
+                "starts again: it had no checkpoint yet" if interrupt.checkpoint is None else
+                f"resumes from its checkpoint of update {interrupt.update}")
+        else:  # a parallel sweep's workers were stopped: which cells are timing-only, the grid says
+            axis = [_true(value) for value in sweep_values.get("grid", {}).get("timing_only", [])]
+            every = all(axis) if axis else _true(sweep_values.get("base", {}).get("timing_only"))
+            one = args.jobs == 1
+            if every:
+                cut = ("the interrupted one starts again" if one else "the interrupted ones start again") + \
+                    ": a timing-only run keeps no checkpoints"
+            else:
+                cut = ("the interrupted one resumes from its newest checkpoint" if one else
+                       "the interrupted ones resume from their newest checkpoints") + \
+                    (" (timing-only ones start again: they keep none)" if any(axis) else "")
         if not os.path.isdir(args.sweep_dir):  # in the checks before the first cell: nothing written
             print(f"jaxfl: {_interrupted_how(interrupt)} before the sweep's first cell: nothing written; the same "
                   "command starts the sweep", file=sys.stderr)
