@@ -1331,7 +1331,7 @@ class ClientSpeeds:
         if config.model == "exp":
             return rng.exponential(mean, size).astype(np.float64)
         if config.model == "uniform":
-            fastest = 2.0 * mean / (1.0 + config.ratio)
+            fastest = self._uniform_fastest()
             return rng.uniform(fastest, config.ratio * fastest, size).astype(np.float64)
         if config.model == "pareto":
             idle = rng.pareto(config.pareto_shape, size)
@@ -1340,13 +1340,17 @@ class ClientSpeeds:
         idle = np.minimum(idle, config.cap)
         return mean * (1.0 + idle / config.reference_time)
 
+    def _uniform_fastest(self) -> float:
+        """``uniform``'s fastest client's time a = 2μ/(1+R), so that [a, R·a] has mean μ."""
+        return 2.0 * self.config.mean / (1.0 + self.config.ratio)
+
     def _span_ratio(self, draws: np.ndarray) -> np.ndarray:
         """``uniform``'s draws stretched so that the fastest client takes exactly ``a`` and the slowest
         exactly ``R·a``: FedASMU states the gap between its fastest and slowest device (5×, and
         110×–440×), which plain draws reach only for very many clients (100 draws on [a, 440a] span
         about 140×). Given its two extremes, the other draws are independent and uniform between them,
         so the affine map leaves them independent and uniform on [a, R·a], "sampled at random in between"."""
-        fastest = 2.0 * self.config.mean / (1.0 + self.config.ratio)
+        fastest = self._uniform_fastest()
         low, high = draws.min(), draws.max()
         spread = (draws - low) / (high - low)
         return fastest + spread * (self.config.ratio - 1.0) * fastest
@@ -1362,7 +1366,7 @@ class ClientSpeeds:
         if getattr(self, "given", False):
             return self.config.min_time_ratio * min(self._base)
         if self.config.model == "uniform":  # its fastest client's time a = 2μ/(1+R): 0.0045μ at R = 440, kept
-            return self.config.min_time_ratio * 2.0 * self.config.mean / (1.0 + self.config.ratio)
+            return self.config.min_time_ratio * self._uniform_fastest()
         return self.config.min_time_ratio * self.config.mean
 
     def _fix_nonpositive(self, value: float, client: int, redraw) -> float:
