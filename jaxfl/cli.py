@@ -602,11 +602,6 @@ def _sweep_parser(commands) -> None:
                              "and a heat map of it (a design-space sweep, as PORT's K × Ω)")
 
 
-def _true(value) -> bool:
-    """A sweep value of a boolean field, as a file (true) or a flag's comma list ("true") gives it."""
-    return value is True or isinstance(value, str) and value.strip().lower() in ("true", "1", "yes")
-
-
 def _sweep_values(args: argparse.Namespace) -> tuple[dict, dict]:
     """The sweep file's base and grid with the flags over them: a flag's comma list is an axis."""
     from jaxfl.sweep import load_sweep_file
@@ -740,8 +735,9 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 "starts again: it had no checkpoint yet" if interrupt.checkpoint is None else
                 f"resumes from its checkpoint of update {interrupt.update}")
         else:  # a parallel sweep's workers were stopped: which cells are timing-only, the grid says
-            axis = [_true(value) for value in sweep_values.get("grid", {}).get("timing_only", [])]
-            every = all(axis) if axis else _true(sweep_values.get("base", {}).get("timing_only"))
+            # (values parsed already: a file's booleans, a flag's through _value_parser)
+            axis = [value is True for value in sweep_values.get("grid", {}).get("timing_only", [])]
+            every = all(axis) if axis else sweep_values.get("base", {}).get("timing_only") is True
             one = args.jobs == 1
             if every:
                 cut = ("the interrupted one starts again" if one else "the interrupted ones start again") + \
