@@ -198,6 +198,9 @@ def test_port_cosine_at_extreme_magnitudes():
     assert float(port.cosine({"w": tiny}, {"w": -tiny})) == pytest.approx(-1.0)
     assert float(port.cosine({"w": huge}, {"w": huge})) == pytest.approx(1.0)
     assert float(port.cosine({"w": jnp.zeros(2)}, {"w": jnp.ones(2)})) == 1.0  # no direction: as before
+    # a NaN update is not "aligned" (it was 1, so a kernel user's NaN client got PORT's full interference weight)
+    assert np.isnan(float(port.cosine({"w": jnp.array([jnp.nan, 1.0])}, {"w": jnp.ones(2)})))
+    assert np.isnan(float(port.cosine({"w": jnp.ones(2)}, {"w": jnp.array([1.0, jnp.inf])})))
     u, g = {"w": jnp.array([1.0, 2.0, -3.0])}, {"w": jnp.array([0.5, -1.0, 2.0])}
     assert float(port.cosine(u, g)) == float(jnp.vdot(u["w"], g["w"]) / jnp.sqrt(14.0 * 5.25))  # bit for bit
 

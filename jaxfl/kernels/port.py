@@ -41,7 +41,7 @@ COSINE_DEFINITIONS = ("own", "current")
 
 def cosine(u: PyTree, g: PyTree) -> jax.Array:
     """cos(u, g) over the whole flattened model (PORT, Su & Li, IEEE IWQoS 2022, Eq. 2); 1 when either vector is zero (no
-    direction to disagree with). Example: the module docstring."""
+    direction to disagree with), NaN when either holds a NaN. Example: the module docstring."""
     dot = tree_vdot(u, g)
     uu, gg = tree_vdot(u, u), tree_vdot(g, g)
     product = uu * gg
@@ -49,8 +49,9 @@ def cosine(u: PyTree, g: PyTree) -> jax.Array:
     # norms are taken apart (elsewhere as before, bit for bit)
     apart = ~jnp.isfinite(product) | ((product == 0) & (uu > 0) & (gg > 0))
     norms = jnp.where(apart, jnp.sqrt(uu) * jnp.sqrt(gg), jnp.sqrt(product))
-    safe = norms > 0
-    return jnp.where(safe, dot / jnp.where(safe, norms, 1.0), 1.0)
+    # a zero vector has no direction (1), a NaN/Inf one stays NaN rather than looking aligned
+    zero = norms == 0
+    return jnp.where(zero, 1.0, dot / jnp.where(zero, 1.0, norms))
 
 
 def update_direction(delta: PyTree, start: PyTree, current: PyTree, definition: str) -> PyTree:
