@@ -47,6 +47,10 @@ def test_hinge_exponential_constant_goldens():
     assert exponential(2, a=0.5) == pytest.approx(math.exp(-1.0))
     assert constant(7) == 1.0
     assert constant(7, alpha=0.5) == 0.5
+    # st(∞) of a constant is α, not 0·∞ = NaN, for a number, a NumPy and a JAX array alike
+    assert constant(math.inf, alpha=0.5) == 0.5 and type(constant(np.int64(3))) is float
+    assert constant(np.array([0.0, np.inf])).tolist() == [1.0, 1.0]
+    assert constant(jnp.array([[0.0, jnp.inf]]), alpha=0.5).tolist() == [[0.5, 0.5]]
 
 
 def test_make_staleness_validates():

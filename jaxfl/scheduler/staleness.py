@@ -33,10 +33,12 @@ def _namespace(*values):
 def constant(s, alpha: float = 1.0):
     """st(s) = α for every s (stale updates weigh as much as fresh ones).
 
-    >>> constant(3), constant(0, alpha=0.6)
-    (1.0, 0.6)
+    >>> constant(3), constant(0, alpha=0.6), constant(float("inf"))
+    (1.0, 0.6, 1.0)
     """
-    return alpha + 0.0 * s
+    if isinstance(s, numbers.Number):
+        return alpha + 0.0  # a float, as the others give; 0·s would make st(∞) NaN
+    return alpha + _namespace(s, alpha).zeros_like(s, dtype=float)  # s's shape (and backend)
 
 
 def polynomial(s, alpha: float = 0.9, a: float = 0.5):
