@@ -1534,11 +1534,13 @@ def _note_interrupted_runs(config: RunConfig, times=None) -> None:
 def _comparison_run(config: RunConfig, times, log_to):
     """One run of a comparison: reused if a run of this config has finished under output_dir,
     resumed if one was cut short after a checkpoint, else run (what ``jaxfl sweep`` does with a cell)."""
-    from jaxfl.experiment import resume_experiment, run_experiment
+    from jaxfl.experiment import resume_experiment, run_experiment, say_other_xla_flags
+    from jaxfl.resume import read_record
     from jaxfl.runlog import finished_summary
 
     earlier = _earlier_run(config, times)
     if earlier is not None and earlier[1] == "finished":
+        say_other_xla_flags(earlier[0], read_record(earlier[0]).get("xla_flags"), "reuses it")
         return _FinishedRun(earlier[0], finished_summary(earlier[0]))  # its line says "reused"
     if earlier is not None:
         print(f"{config.algorithm}: resuming {earlier[0]}")

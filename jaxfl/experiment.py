@@ -51,7 +51,7 @@ import numpy as np
 import optax
 
 from jaxfl import checkpoint, cluster, resume, stopping
-from jaxfl._devices import place_read_only
+from jaxfl._devices import place_read_only, without_device_count_flag
 from jaxfl.loggers import check_loggers, logger_names, logger_offsets, open_loggers
 from jaxfl.algorithms import build, device_hooks, get as get_algorithm
 from jaxfl.algorithms.base import check_picklable
@@ -536,6 +536,32 @@ def said_jax_settings(settings: dict) -> str:
     ('jax_enable_x64=True', "jax's default settings")
     """
     return ", ".join(f"{name}={value!r}" for name, value in settings.items()) or "jax's default settings"
+
+
+def xla_flags() -> str:
+    """This process's ``XLA_FLAGS`` without the CPU device count (which the execution plan records), as
+    ``config.json`` records them (``"xla_flags"``). Unlike :data:`JAX_NUMERICS` they do not name a run:
+    most flags change speed or what XLA writes, not numbers, and none is known to jaxfl; a resume, or a
+    comparison reusing a finished run, under other ones says so (:func:`say_other_xla_flags`).
+
+    Example: under ``XLA_FLAGS="--xla_force_host_platform_device_count=2 --xla_cpu_enable_fast_math=true"``
+    it is ``"--xla_cpu_enable_fast_math=true"``; with no ``XLA_FLAGS``, ``""``.
+    """
+    return without_device_count_flag(os.environ.get("XLA_FLAGS", ""))
+
+
+def say_other_xla_flags(run_dir: str, recorded: str | None, doing: str) -> None:
+    """Warn where ``run_dir`` was made under other ``XLA_FLAGS`` than this process's (``recorded`` None:
+    a run of a jaxfl that did not record them, not compared): a flag that changes XLA's arithmetic
+    (``--xla_cpu_enable_fast_math=true`` moved a FedBuff MLP's parameters by 4e-5) makes other numbers
+    under the same run name. ``doing`` says what this process does with the run ("resumes it")."""
+    current = xla_flags()
+    if recorded is None or recorded == current:
+        return
+    said = lambda flags: f"XLA_FLAGS={flags!r}" if flags else "no XLA_FLAGS"
+    warnings.warn(f"{run_dir} was made with {said(recorded)} and this process, which {doing}, has {said(current)}: "
+                  "where a flag changes XLA's arithmetic (e.g. --xla_cpu_enable_fast_math) the numbers differ from "
+                  "the run's own; set XLA_FLAGS as it was to keep them", UserWarning, stacklevel=3)
 
 
 def _refuse_other_jax_numerics(run_dir: str, recorded: dict | None) -> None:
@@ -1554,6 +1580,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
         written = resume.read_record(resume_dir)
         recorded = written.get("user_inputs", {})  # the config is the one given
         _refuse_other_jax_numerics(resume_dir, written.get("jax"))
+        say_other_xla_flags(resume_dir, written.get("xla_flags"), "resumes it")
     config, dataset, user = _with_inputs(config, data, user, resume_dir, recorded)
     # The one validation of the run (its warnings are given once): of the config naming the user's
     # data and objects, whose names decide defaults and which settings are read.
@@ -2306,6 +2333,7 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
         "versions": library_versions(),
         **({"jaxfl_source": code} if (code := jaxfl_source()) else {}),
         "jax": jax_numerics(),  # {} at jax's defaults; absent in a run recorded before 2026-12-05
+        "xla_flags": xla_flags(),  # "" where none; absent in a run recorded before 2026-12-06
         "model_parameters": count_params(params["params"]),
         "model_state_values": count_params(params.get("state", {})), "client_samples": write_client_samples(run_dir, federation.counts),
         **described, **({"user_inputs": user_inputs} if user_inputs else {}),
@@ -2747,6 +2775,7 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     # its checkpoints were written under the budgets it raises: theirs, not an edited config.json's
     with resume.raising_budgets(changed):
         _refuse_other_jax_numerics(run_dir, written.get("jax"))
+        say_other_xla_flags(run_dir, written.get("xla_flags"), "resumes it")
         ended = resume.finished_run(run_dir)
         finished = None if again_if_finished or changed else ended
         if config.timing_only:  # no checkpoint to resume from, by design: said so, not as a damaged run
@@ -2787,6 +2816,20 @@ def _devices_of(engine: Engine) -> dict:
     return {"backend": jax.default_backend(), "devices": int(engine.mesh.size), "processes": engine.processes}
 
 
+def _say_other_devices(run_dir: str, before: dict, now: dict) -> None:
+    """Warn where a run resumes on another backend or device count than trained its last stretch (the
+    environment's cores, ``--devices``, ``JAXFL_CPU_DEVICES``, another machine): each call's updates are
+    then summed in another order, so the run goes on equal to an uninterrupted one only to float32
+    rounding. A stretch of a jaxfl that did not record its devices is not compared."""
+    if before.get("devices") is None or (before["backend"], before["devices"]) == (now["backend"], now["devices"]):
+        return
+    said = lambda stretch: f"{stretch['devices']} {stretch['backend']} device{'s' * (stretch['devices'] != 1)}"
+    warnings.warn(f"{run_dir} resumes on {said(now)}; its updates up to {now['from_update']} were trained on "
+                  f"{said(before)}: the sums of each call's updates go in another order, so from here the run "
+                  "agrees with an uninterrupted one to float32 rounding, not bit for bit (summary.json's "
+                  "device_history records each stretch)", UserWarning, stacklevel=2)
+
+
 def _source_of_this_stretch() -> dict:
     """The device_history entry's record of the code: the commit where jaxfl runs from a checkout."""
     source = jaxfl_source()
@@ -2812,6 +2855,8 @@ class _Checkpointer:
         self.device_history = list(saved.get("device_history") or [_UNKNOWN_DEVICES]) if saved else []
         self.device_history.append({"from_update": self.last_version, **_devices_of(engine),
                                     "versions": library_versions(), **_source_of_this_stretch()})
+        if saved:
+            _say_other_devices(run_dir, self.device_history[-2], self.device_history[-1])
         self.seconds = 0.0  # wall seconds spent writing checkpoints in this process
         self.saves = 0  # checkpoints written by this process
         self.min_interval = checkpoint_min_interval(config)

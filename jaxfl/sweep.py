@@ -1003,6 +1003,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
             states = {cell.index: cell_state(cell.run_dir) for cell in cells}  # as they are now it is held
             _check_speeds_of_earlier_runs(speeds, sweep_dir, cells)
             _check_sources_of_earlier_runs(cells, states)
+            _say_cells_of_other_xla_flags(cells, states)
             shares = _check_jobs(jobs, sweep_dir, cells, states)
             return _run_locked(sweep_dir, base, grid, size, cells, jobs, states, shares, progress, echo, earlier,
                                notes, speeds)
@@ -1035,6 +1036,35 @@ def _check_sources_of_earlier_runs(cells: list[Cell], states: dict) -> None:
                           f"run with an earlier version of {' and '.join(files)}, changed since: {listed}{more}; their "
                           "results are not this code's. Sweep into another folder (--out), or remove those run "
                           "folders to run them again with the code as it is now")
+
+
+def _say_cells_of_other_xla_flags(cells: list[Cell], states: dict) -> None:
+    """Warn, once, where finished cells this sweep reuses were made under other ``XLA_FLAGS`` than this
+    process's (see :func:`jaxfl.experiment.xla_flags`: they do not name a run); an interrupted cell's
+    resume says so itself."""
+    from jaxfl.experiment import xla_flags
+    from jaxfl.resume import ResumeError, read_record
+
+    current, other = xla_flags(), []
+    for cell in cells:
+        if states[cell.index] != "finished":
+            continue
+        try:
+            recorded = read_record(cell.run_dir).get("xla_flags")
+        except (ResumeError, ValueError, KeyError, TypeError):
+            continue
+        if recorded is not None and recorded != current:
+            other.append((cell, recorded))
+    if other:
+        cell, recorded = other[0]
+        said = lambda flags: f"XLA_FLAGS={flags!r}" if flags else "no XLA_FLAGS"
+        more = f" and {len(other) - 1} more" if len(other) > 1 else ""
+        warnings.warn(f"{len(other)} finished cell{'s' * (len(other) != 1)} of this sweep, reused as "
+                      f"{'they are' if len(other) != 1 else 'it is'}, {'were' if len(other) != 1 else 'was'} made "
+                      f"under other XLA_FLAGS than this process's {said(current)} (cell {cell.index}, {cell.run_dir}: "
+                      f"{said(recorded)}{more}): where a flag changes XLA's arithmetic (e.g. "
+                      "--xla_cpu_enable_fast_math) their numbers are not what this process would compute; sweep into "
+                      "another folder (--out) to run them under these flags", UserWarning, stacklevel=3)
 
 
 def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell], jobs: int, states: dict,

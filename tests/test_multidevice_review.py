@@ -189,6 +189,10 @@ def test_a_run_started_on_two_devices_resumes_on_one(tmp_path):
     resumed = subprocess.run([sys.executable, "-m", "jaxfl", "run", "--resume", run, "--devices", "1", "--no-progress"],
                              env=_env(1), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # said, since the rest is equal to an uninterrupted run only to rounding (it was silent; the same
+    # under taskset or JAXFL_CPU_DEVICES, where no flag shows the change)
+    assert (f"{run} resumes on 1 cpu device; its updates up to 2 were trained on 2 cpu devices: the sums of each "
+            "call's updates go in another order") in " ".join(resumed.stderr.split()), resumed.stderr[-3000:]
     with open(os.path.join(run, "summary.json")) as handle:
         summary = json.load(handle)
     assert summary["global_updates"] == 6
