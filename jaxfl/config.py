@@ -592,7 +592,7 @@ def validate(config: RunConfig) -> RunConfig:
     if config.server_tau < FLOAT32_TINY:
         fail("server_tau", config.server_tau, f"at least {FLOAT32_TINY:.4g}, float32's smallest normal number: the "
                                               "device computes in float32, where a smaller τ is 0 and √v + τ divides by zero")
-    for name in ("client_lr", "server_lr", "prox_mu"):
+    for name in ("client_lr", "server_lr", "prox_mu", "staleness_alpha", "client_weight_decay"):
         value = getattr(config, name)
         if value is not None and value > FLOAT32_MAX:
             fail(name, value, f"at most {FLOAT32_MAX:.4g}, float32's largest number: the device computes in float32, "
@@ -993,6 +993,14 @@ def _validate_data_fields(config: RunConfig) -> RunConfig:
         fail(missing, None, f"set together with {given} (or leave both null for the training split's statistics)")
     if "normalize_std" in stats and min(stats["normalize_std"]) <= 0:
         fail("normalize_std", config.normalize_std, "standard deviations > 0")
+    # the inputs are normalised in float32: a std below its smallest normal number divides by 0 there
+    if "normalize_std" in stats and not all(FLOAT32_TINY <= std <= FLOAT32_MAX for std in stats["normalize_std"]):
+        fail("normalize_std", config.normalize_std, f"standard deviations from {FLOAT32_TINY:.4g} to {FLOAT32_MAX:.4g}, "
+                                                    "float32's smallest normal and largest numbers (the inputs are "
+                                                    "normalised in float32)")
+    if "normalize_mean" in stats and not all(abs(mean) <= FLOAT32_MAX for mean in stats["normalize_mean"]):
+        fail("normalize_mean", config.normalize_mean, f"finite means of at most {FLOAT32_MAX:.4g} in size, float32's "
+                                                      "largest number (the inputs are normalised in float32)")
     fingerprint = config.data_fingerprint
     if fingerprint is not None and (len(fingerprint) != 64 or any(c not in "0123456789abcdef" for c in fingerprint)):
         fail("data_fingerprint", fingerprint, "a SHA-256 as 64 lowercase hex digits (as a run records it), or null")
@@ -1022,6 +1030,10 @@ def _validate_client_training(config: RunConfig, algorithm) -> None:
     client optimisers FedNova has a normaliser for."""
     if not (0 <= config.client_momentum < 1):
         fail("client_momentum", config.client_momentum, "a number in [0, 1)")
+    if config.client_momentum >= 1 - 2 ** -25:  # rounds to 1 in float32, which the clients' optimizer computes in
+        fail("client_momentum", config.client_momentum, f"a number in [0, 1) that float32 holds below 1 (at most "
+                                                        f"{1 - 2 ** -24:.8g}): the clients' optimizer computes in "
+                                                        "float32, where this is 1, a momentum that never forgets")
     if not (config.client_weight_decay >= 0 and math.isfinite(config.client_weight_decay)):
         fail("client_weight_decay", config.client_weight_decay, "a finite number >= 0")
     if not 0 < config.client_lr_decay <= 1:

@@ -643,7 +643,7 @@ class FedASMUConfig(Options):
         return DeviceOptions(self.mu_beta, self.lr_gamma, self.lr_nu, self.gamma0, self.nu0)
 
     def validate(self, run) -> None:
-        from jaxfl.config import TIME_SCALE_LIMIT, fail
+        from jaxfl.config import FLOAT32_MAX, TIME_SCALE_LIMIT, fail
 
         if self.slot not in SLOT_RULES:
             fail("fedasmu.slot", self.slot, f"one of {', '.join(SLOT_RULES)}")
@@ -704,6 +704,11 @@ class FedASMUConfig(Options):
         for name in ("sigma0", "nu0"):
             if not math.isfinite(getattr(self, name)):
                 fail(f"fedasmu.{name}", getattr(self, name), "a finite number")
+        for name in ("mu_alpha", "mu_beta", "lr_lambda", "lr_sigma", "lr_iota", "lr_gamma", "lr_nu", "lambda0",
+                     "iota0", "gamma0", "sigma0", "nu0"):  # each reaches the device as a float32
+            if abs(getattr(self, name)) > FLOAT32_MAX:
+                fail(f"fedasmu.{name}", getattr(self, name), f"at most {FLOAT32_MAX:.4g} in size, float32's largest "
+                                                             "number: the device computes in float32, where a larger one is inf")
         if not 0 < self.alpha_min <= 1:
             fail("fedasmu.alpha_min", self.alpha_min, "a number in (0, 1]")
         if self.slot == "learned":

@@ -78,7 +78,7 @@ def fednova_normalizer(steps, momentum: float = 0.0, learning_rate=0.0, pull: fl
     if not eta_pull.any():
         if rho == 0.0:
             return tau.astype(np.float64)
-        return (tau - rho * (1.0 - rho ** tau) / (1.0 - rho)) / (1.0 - rho)
+        return _momentum_normalizer(tau, rho)
     u = np.zeros(tau.shape, np.float64)
     v = np.zeros(tau.shape, np.float64)
     for k in range(int(tau.max(initial=0))):
@@ -87,3 +87,27 @@ def fednova_normalizer(steps, momentum: float = 0.0, learning_rate=0.0, pull: fl
         u = np.where(active, u + v_next, u)
         v = np.where(active, v_next, v)
     return u
+
+
+def _momentum_normalizer(tau: np.ndarray, rho: float) -> np.ndarray:
+    """[τ − ρ(1 − ρ^τ)/(1 − ρ)] / (1 − ρ) for momentum ρ in [0, 1), without its cancellation near ρ = 1.
+
+    With ε = 1 − ρ the bracket is ε·τ(τ+1)/2 to first order, so the closed form loses all its digits
+    as ε·τ → 0 (ρ = 1 − 1e-9 gave 3 for τ = 3, not 6). There it is the alternating binomial series
+    Σ_{k≥1} (−ε)^(k−1) C(τ+1, k+1), whose terms fall by ε·τ/(k+2) at least: exact to float64 in a few.
+
+    >>> [round(float(a), 6) for a in _momentum_normalizer(np.array([3, 10]), 1 - 1e-9)]   # τ(τ+1)/2, nearly
+    [6.0, 55.0]
+    """
+    tau = tau.astype(np.float64)
+    epsilon = 1.0 - rho
+    with np.errstate(divide="ignore", invalid="ignore"):
+        closed = (tau - rho * (1.0 - rho ** tau) / epsilon) / epsilon
+    near_one = epsilon * tau <= 1e-3  # the closed form's relative error ≈ 2·2^-52 / (ε·τ): below 5e-13 elsewhere
+    if not near_one.any():
+        return closed
+    series = term = tau * (tau + 1.0) / 2.0
+    for k in range(1, 12):  # |term| falls by ≥ 1e-3·(τ−k)/(τ·(k+2)) a step: 12 reach float64's last digit
+        term = term * -epsilon * (tau - k) / (k + 2)
+        series = series + term
+    return np.where(near_one, series, closed)
