@@ -1857,7 +1857,9 @@ def _main(argv: list[str] | None) -> int:
               "side, mean ± std over seeds: jaxfl sweep --timing-only ... then jaxfl report SWEEP_DIR")
     if stopped:  # as one run that a numerical error stopped: status 1
         listed = "" if configs[0].timing_only else f"; the comparison lists {'them' if len(stopped) > 1 else 'it'}"
-        print(f"jaxfl: {', '.join(stopped)} stopped early (the stop_reason of its summary.json says why){listed}",
+        why = "the stop_reason of their summary.json files says why" if len(stopped) > 1 else \
+            "the stop_reason of its summary.json says why"
+        print(f"jaxfl: {', '.join(stopped)} stopped early ({why}){listed}",
               file=sys.stderr)
         return 1
     return 0

@@ -1376,11 +1376,12 @@ class Engine:
                     # overflows on finite but huge ones (PORT's norms, FedASMU's inner products) as a run diverges
                     raise NumericalError(
                         f"device hook {hook.name!r} ({type(hook).__name__}).weigh returned non-finite coefficients "
-                        f"for aggregation {aggregation.version} (dispatch: coefficient "
-                        f"{', '.join(f'{d}: {c}' for d, c in bad[:8])}{', ...' if len(bad) > 8 else ''}) from finite "
-                        "updates: every coefficient must be a finite number. Updates so large that its float32 "
-                        "arithmetic overflows come from a diverging run (lower the learning rate); a hook of your "
-                        "own may compute NaN (check its weigh)")
+                        f"for aggregation {aggregation.version} ("
+                        f"{', '.join(f'dispatch {d}: {c}' for d, c in bad[:8])}{', ...' if len(bad) > 8 else ''}) "
+                        "from finite updates: every coefficient must be a finite number. Updates so large that its "
+                        "float32 arithmetic overflows come from a diverging run (lower the learning rate)"
+                        + ("" if type(hook).__module__.startswith("jaxfl.") else
+                           "; a hook of your own may compute NaN (check its weigh)"))
                 aggregation = dataclasses.replace(aggregation, contributions=contributions)
                 changed = True
         if changed:

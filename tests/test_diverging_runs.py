@@ -122,7 +122,7 @@ def test_a_comparison_goes_on_after_an_algorithm_that_diverges_and_lists_it(tmp_
     captured = capsys.readouterr()
     assert [str(warning.message).partition(": run stopped: ")[0] for warning in caught
             if ": run stopped: " in str(warning.message)] == ["fedavg", "fedbuff"]
-    assert "jaxfl: fedavg, fedbuff stopped early (the stop_reason of its summary.json says why); the comparison " \
+    assert "jaxfl: fedavg, fedbuff stopped early (the stop_reason of their summary.json files says why); the comparison " \
            "lists them" in captured.err
     with open(tmp_path / "comparison.csv", newline="") as handle:
         table = list(csv.DictReader(handle))

@@ -423,7 +423,7 @@ def test_weigh_returning_another_count_than_records_is_refused_by_name(coefficie
      ValueError),
     # a numerical error, which stops the run with its summary: PORT's and FedASMU's own weights overflow
     # to NaN on the finite but huge updates of a diverging run (they ended it as bad input, exit 2, no summary)
-    ([0.5, float("nan")], "weigh returned non-finite coefficients for aggregation 1 (dispatch: coefficient 1: nan) "
+    ([0.5, float("nan")], "weigh returned non-finite coefficients for aggregation 1 (dispatch 1: nan) "
                           "from finite updates: every coefficient must be a finite number", NumericalError),
 ])
 def test_weigh_returning_a_mapping_or_a_non_finite_coefficient_is_refused_by_name(coefficients, refused, error):
@@ -445,8 +445,15 @@ def test_weigh_returning_a_mapping_or_a_non_finite_coefficient_is_refused_by_nam
     records = [SimpleNamespace(id=3), SimpleNamespace(id=1)]
     aggregation = Aggregation(time=1.0, version=1, contributions=((3, 0.5), (1, 0.5)))
     engine = SimpleNamespace(hooks=[Odd()], last_weights=None)
-    with pytest.raises(error, match=re.escape(f"device hook 'odd' (Odd).{refused}")):
+    with pytest.raises(error, match=re.escape(f"device hook 'odd' (Odd).{refused}")) as raised:
         Engine._weigh(engine, aggregation, records)
+    if error is NumericalError:  # a hook of the user's is pointed at; a built-in one (PORT's, FedASMU's) is not
+        assert str(raised.value).endswith("(lower the learning rate); a hook of your own may compute NaN (check its "
+                                          "weigh)")
+        Odd.__module__ = "jaxfl.algorithms.port"
+        with pytest.raises(error) as raised:
+            Engine._weigh(engine, aggregation, records)
+        assert str(raised.value).endswith("come from a diverging run (lower the learning rate)")
 
 
 def test_a_hook_that_makes_the_global_model_nan_stops_the_run_naming_it_not_a_client(tmp_path):
