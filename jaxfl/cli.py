@@ -1819,21 +1819,26 @@ def _main(argv: list[str] | None) -> int:
                 else:
                     _note_interrupted_runs(config, times)
                     result = run_experiment(config, time_per_step=times, loggers=args.log_to)
+                # what the comparison reads of a run, kept alone and counted finished at once (a Ctrl-C
+                # while the rest is freed, which takes a moment, named it cut): the result's model,
+                # engine and simulation go now, not once every run is over, so that the next run's
+                # memory (and its peak_host_memory_mb) is its own
+                reused = " (reused: it had finished)" if isinstance(result, _FinishedRun) else ""
+                results.append(_FinishedRun(result.run_dir, result.summary))
+                result = results[-1]
+                summary = result.summary
+                # stopped as by a numerical error (RunStopped's negative time, evaluation grid too), now or when reused
+                if summary["stop_reason"].startswith(("numerical error", "negative time", "evaluation grid")):
+                    stopped.append(config.algorithm)
+                print(_run_line(summary, result.run_dir, config.timing_only) + reused)
             except KeyboardInterrupt as interrupt:
+                if len(configs) > 1 and len(results) > position:  # this run had finished: the next is cut
+                    if position + 1 == len(configs):
+                        raise _ComparisonWriteInterrupted(interrupt, configs[0].output_dir, argv) from None
+                    raise _ComparisonInterrupted(interrupt, configs, position + 1, results, argv) from None
                 if len(configs) > 1:  # what is finished, what was cut, what never ran, and how to go on
                     raise _ComparisonInterrupted(interrupt, configs, position, results, argv) from None
                 raise
-            # what the comparison reads of a run, kept alone: the result's model, engine and
-            # simulation go now, not once every run is over, so that the next run's memory (and its
-            # peak_host_memory_mb) is its own
-            reused = " (reused: it had finished)" if isinstance(result, _FinishedRun) else ""
-            result = _FinishedRun(result.run_dir, result.summary)
-            summary = result.summary
-            # stopped as by a numerical error (RunStopped's negative time, evaluation grid too), now or when reused
-            if summary["stop_reason"].startswith(("numerical error", "negative time", "evaluation grid")):
-                stopped.append(config.algorithm)
-            print(_run_line(summary, result.run_dir, config.timing_only) + reused)
-            results.append(result)
     except DiskWriteError as error:  # a full disk: not bad input; the run keeps its earlier checkpoints
         parser.exit(CHECKPOINT_WRITE_STATUS, f"jaxfl: error: {error}\n")
     except PeerLost as error:  # at once: jax's shutdown would wait minutes for the lost process's heartbeat

@@ -171,7 +171,7 @@ class BudgetConfig:
     max_updates: int | None = None  # budget in global updates (model versions; unset: none)
     max_client_updates: int | None = None  # client updates aggregated (FedBuff's budget); stops at the aggregation reaching it
     max_client_steps: int | None = None  # local steps in aggregated updates; stops at the aggregation reaching it
-    target_accuracy: float | None = None  # held-out accuracy to reach; unset: 0.9 MNIST, 0.8 Fashion-MNIST, 0.6 CIFAR-10, else no target
+    target_accuracy: float | None = None  # held-out accuracy to reach; unset: 0.9 MNIST and digits, 0.8 Fashion-MNIST, 0.6 CIFAR-10, else no target
     stop_at_target: bool = True  # stop once the held-out accuracy reaches the target
     eval_every: int = 1  # evaluate the global model every this many global updates
     eval_interval: float | None = None  # evaluate on a grid of this many virtual seconds instead of eval_every
@@ -184,7 +184,7 @@ class EngineConfig:
 
     batching: bool = True  # defer dispatches and train the in-flight work together
     clients_per_call: int | None = None  # clients trained together in one call; unset: chosen from the backend
-    steps_per_call: int | None = None  # local steps unrolled per call; unset: from local_steps (1 on a CPU, at most 10 elsewhere)
+    steps_per_call: int | None = None  # local steps unrolled per call; unset: from local_steps (all of them up to 10, else a divisor from 5 to 10, else 10)
     step_loop: str | None = None  # how a call runs its local steps: rolled (one loop, one step compiled) | unrolled (chunks of steps_per_call); unset: rolled on a CPU for models without XLA convolutions, else unrolled
     cpu_friendly_layers: bool = True  # on CPU: convolutions as im2col matmuls, tiling max-pools as reshapes, dense kernel gradients without a transpose (2–2.7x faster steps); narrow convolutions of the held-out evaluation as im2col too
     devices: int | None = None  # local devices the client axis is sharded over (unset: all; a CPU's cores are devices)

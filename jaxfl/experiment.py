@@ -1811,7 +1811,7 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
     if jax.config.jax_disable_jit and not config.timing_only:
         raise ConfigError("jax_disable_jit is on (JAX_DISABLE_JIT=1, or jax.config.update('jax_disable_jit', "
                           "True)): jaxfl compiles its training programs ahead of time, which jax cannot do without "
-                          "jit (it failed after the run's folder was written); turn it off for the run, e.g. "
+                          "jit (refused before any work); turn it off for the run, e.g. "
                           "`with jax.disable_jit(False): run_experiment(...)`")
     if resume_dir is not None:
         _check_algorithm_source(resume_dir, config)

@@ -696,3 +696,34 @@ def test_a_run_whose_module_plug_in_does_not_import_here_names_the_folder_to_res
         f"cannot resume {result.run_dir!r}: algorithm reference 'plugin_module_only_there:Mine' could not be imported: "
         f"No module named 'plugin_module_only_there'; it was started in {str(started)!r}, where a module it names may "
         f"be importable alone: resume it from there (cd {started})")
+
+
+@pytest.mark.parametrize("cut_at", [1, 2])
+def test_a_ctrl_c_just_after_a_comparison_run_returned_counts_that_run_finished(tmp_path, capsys, monkeypatch, cut_at):
+    """A Ctrl-C while a finished run's result was freed and its line printed (outside the guarded run)
+    ended the comparison with a bare "jaxfl: interrupted" (the review's 1 in 6 demos); now that run is
+    named finished and the next one cut before its folder, or, after the last, the table unwritten."""
+    flags = ["run", "--algorithm", "fedavg,fedbuff", "--model", "logreg", "--clients", "3", "--local-steps", "2",
+             "--batch-size", "8", "--max-updates", "2", "--buffer-size", "2", "--no-progress",
+             "--output-dir", str(tmp_path)]
+    lines = []
+    original = cli._run_line
+
+    def cut_after(*args, **kwargs):
+        lines.append(original(*args, **kwargs))
+        if len(lines) == cut_at:
+            raise KeyboardInterrupt
+        return lines[-1]
+
+    monkeypatch.setattr(cli, "_run_line", cut_after)
+    assert cli.main(flags) == 130
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    fedavg = next(tmp_path.glob("fedavg-*"))
+    if cut_at == 1:
+        assert said.startswith(f"jaxfl: interrupted: comparison fedavg,fedbuff cut short, comparison.csv not written; "
+                               f"finished: fedavg ({fedavg}); interrupted: fedbuff, before its run folder was made; "
+                               "not run: none;"), said
+        assert not list(tmp_path.glob("fedbuff-*"))
+    else:
+        assert said.startswith("jaxfl: interrupted: every run of the comparison finished, but it was cut short while "
+                               "writing comparison.png and comparison.csv"), said
