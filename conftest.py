@@ -35,3 +35,14 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+
+import pytest  # noqa: E402  (after the environment above: it imports nothing of jax)
+
+
+@pytest.fixture(autouse=True)
+def _doctests_run_in_a_folder_of_their_own(request, tmp_path, monkeypatch):
+    """A docstring example that runs an experiment writes into the default ``runs/`` of the folder it
+    runs in: a fresh one per example, which pytest removes (a fixed /tmp/jaxfl-doc grew by a run per
+    example per suite: 823 MB after some weeks)."""
+    if type(request.node).__name__ == "DoctestItem":
+        monkeypatch.chdir(tmp_path)

@@ -7,8 +7,7 @@ plain-Python scheduler with one policy per algorithm (:mod:`jaxfl.scheduler`,
 
 >>> import jaxfl
 >>> result = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedbuff", clients=4, local_steps=5,
-...                                                max_updates=3, progress=False,
-...                                                output_dir="/tmp/jaxfl-doc"))
+...                                                max_updates=3, progress=False))
 >>> result.summary["global_updates"]
 3
 """

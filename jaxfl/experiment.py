@@ -18,7 +18,7 @@ A run directory holds:
 
 >>> from jaxfl.config import RunConfig
 >>> result = run_experiment(RunConfig(algorithm="fedavg", clients=4, local_steps=5,
-...                                   max_updates=2, progress=False, output_dir="/tmp/jaxfl-doc"))
+...                                   max_updates=2, progress=False))
 >>> result.summary["global_updates"]
 2
 """
@@ -1541,7 +1541,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     >>> arrays = (rng.random((40, 8, 8), np.float32), np.arange(40) % 2, rng.random((10, 8, 8), np.float32),
     ...           np.arange(10) % 2)
     >>> result = run_experiment(RunConfig(algorithm="fedavg", model="logreg", clients=2, local_steps=2,
-    ...                                   max_updates=1, progress=False, output_dir="/tmp/jaxfl-doc"), data=arrays)
+    ...                                   max_updates=1, progress=False), data=arrays)
     >>> result.summary["dataset"], result.summary["target_accuracy"]
     ('user', None)
 
@@ -1558,7 +1558,7 @@ def run_experiment(config: RunConfig, resume_dir: str | None = None, *,
     >>> import optax
     >>> from jaxfl.config import RunConfig
     >>> result = run_experiment(RunConfig(algorithm="fedavg", clients=3, local_steps=2, model="logreg",
-    ...                                   max_updates=1, progress=False, output_dir="/tmp/jaxfl-doc"),
+    ...                                   max_updates=1, progress=False),
     ...                         client_optimizer=optax.sgd(0.1), time_per_step=[0.1, 0.2, 0.3])
     >>> result.summary["global_updates"]
     1
@@ -2749,9 +2749,9 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     checkpoint again; with ``again_if_finished=False`` (``jaxfl run --resume``) it is a
     :class:`jaxfl.resume.RunFinished` instead, after the checks of the flags, and the run is left untouched.
 
-    >>> resume_experiment("/tmp/jaxfl-doc/no-such-run")
+    >>> resume_experiment("runs/no-such-run")
     Traceback (most recent call last):
-    jaxfl.resume.ResumeError: cannot resume '/tmp/jaxfl-doc/no-such-run': no such directory
+    jaxfl.resume.ResumeError: cannot resume 'runs/no-such-run': no such directory
     """
     run_dir = user_path(run_dir)
     overrides = dict(overrides or {})
