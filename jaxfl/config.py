@@ -505,8 +505,8 @@ def validate(config: RunConfig) -> RunConfig:
     try:
         algorithm = algorithms.get(config.algorithm)
     except KeyError as error:
-        fail("algorithm", config.algorithm, f"one of {', '.join(algorithms.names())}, or module:Class of an "
-                                            f"Algorithm subclass ({error.args[0]})")
+        # the registry's own words list the registered names (they were listed twice, in a sweep's cell)
+        fail("algorithm", config.algorithm, error.args[0])
     for name, (_, now) in algorithm.changed_defaults.items():  # recorded, so a run at it is named as such
         if getattr(config, name) is None:
             config = dataclasses.replace(config, **{name: now})

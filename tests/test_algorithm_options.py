@@ -65,7 +65,7 @@ def test_toml_tables_and_old_flat_dumps(tmp_path):
 
 
 def test_registry_drives_validation_and_the_algorithms_command(capsys):
-    with pytest.raises(ConfigError, match="algorithm='fedsgd' is not allowed: one of fedavg, fedavgm"):
+    with pytest.raises(ConfigError, match="algorithm='fedsgd' is not allowed: unknown algorithm 'fedsgd'; registered: fedavg, fedavgm"):
         validate(RunConfig(algorithm="fedsgd"))
     with pytest.raises(ConfigError, match="could not be imported"):
         validate(RunConfig(algorithm="no_such_module:Algo"))
@@ -74,3 +74,12 @@ def test_registry_drives_validation_and_the_algorithms_command(capsys):
     for name in algorithms.names():
         assert name in out
     assert "--port.staleness-bound" in out and "semi-asynchronous" in out
+
+
+def test_an_unknown_algorithm_lists_the_registered_ones_once():
+    # validate added its own list before the registry's (a sweep cell's misspelt algorithm showed both)
+    with pytest.raises(ConfigError) as raised:
+        validate(RunConfig(algorithm="fedbuf"))
+    message = str(raised.value)
+    assert message.startswith("algorithm='fedbuf' is not allowed: unknown algorithm 'fedbuf'; registered: fedavg, ")
+    assert message.count("fedbuff") == 1 and message.endswith("(or module:Class, path/to/file.py:Class)")
