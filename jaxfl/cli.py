@@ -1756,8 +1756,8 @@ def _main(argv: list[str] | None) -> int:
                 _exit_on_error(parser, error)
         try:
             init_cluster(args.coordinator_address, args.num_processes, args.process_id)
-        except ValueError as error:  # a malformed flag: with the usage
-            parser.error(str(error))
+        except ValueError as error:  # a malformed flag or no cluster to join: one line, as every refusal
+            parser.exit(2, f"jaxfl: error: {error}\n")
         except RuntimeError as error:  # well-formed, but the cluster did not come together (a join timeout)
             parser.exit(2, f"jaxfl: error: {error}\n")
     if args.resume:

@@ -148,7 +148,16 @@ def test_cluster_flag_outside_a_cluster_says_which_flags_to_give(tmp_path):
     done = subprocess.run([sys.executable, "-m", "jaxfl", "run", *SMALL, "--output-dir", str(tmp_path / "runs"),
                            "--cluster"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert "No cluster was found in the environment" in done.stderr and "--coordinator-address" in done.stderr
+    # one line, as every refusal (it came under the usage of the top-level command, jaxfl [-h] ...)
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        "jaxfl: error: --cluster: no cluster was found in the environment (SLURM, Open MPI...) to take the "
+        "coordinator from (jax: coordinator_address should be defined.): give the coordinator address"), done.stderr
+    assert "usage:" not in done.stderr and "--coordinator-address" in done.stderr
+    malformed = subprocess.run([sys.executable, "-m", "jaxfl", "run", *SMALL, "--output-dir", str(tmp_path / "runs"),
+                                "--coordinator-address", "nonsense", "--num-processes", "2", "--process-id", "1"],
+                               env=env, capture_output=True, text=True, timeout=120)
+    assert malformed.returncode == 2 and "usage:" not in malformed.stderr
+    assert "jaxfl: error: coordinator address 'nonsense' is not HOST:PORT" in malformed.stderr
 
 
 def test_processes_with_unequal_device_counts_are_refused_with_the_counts(tmp_path):
