@@ -11,7 +11,7 @@ from jaxfl.cli import main
 from jaxfl.config import ConfigError, RunConfig, config_from_mapping, validate
 
 BAD_CONFIGS = [
-    ({"algorithm": "fedprox2"}, "algorithm='fedprox2'.*one of fedavg"),
+    ({"algorithm": "fedprox2"}, "algorithm='fedprox2' is not allowed: unknown algorithm 'fedprox2'; registered: fedavg"),
     ({"dataset": "cifar100"}, "dataset='cifar100'"),
     ({"model": "resnet"}, "model='resnet'"),
     ({"partition": "shards"}, "partition='shards'"),
