@@ -57,7 +57,8 @@ def weighted_sum(stacked: PyTree, weights: jax.Array) -> PyTree:
     shape ``(K,)``. Computed in float32 for bfloat16/float16 and integer leaves (then cast back,
     integers rounded), in the leaf's dtype for float32/float64.
 
-    No renormalisation: the FedCompass/FedBuff rules of the authors' framework sum st·p_i·Δ_i.
+    No renormalisation: the FedCompass/FedBuff rules of the authors' framework sum st·p_i·Δ_i. A
+    weight of 0 does not take a client's NaN or Inf out (0 · NaN is NaN; see :func:`weighted_mean`).
 
     >>> weighted_sum({"w": jnp.array([[1.0, 2.0], [3.0, 4.0]])}, jnp.array([1.0, -1.0]))["w"].tolist()
     [-2.0, -2.0]
@@ -81,9 +82,13 @@ def weighted_mean(stacked: PyTree, weights: jax.Array) -> PyTree:
     3.5
 
     Weights that sum to 0 are refused where they are known (as :func:`numpy.average` refuses
-    them); traced under ``jit``, they give NaN, as any 0/0 does, and an integer leaf garbage.
+    them); traced under ``jit``, they give NaN, as any 0/0 does, and an integer leaf garbage. A weight
+    of 0 does not take a client's NaN or Inf out (0 · NaN is NaN): leave such a client out of the
+    stack, or zero its rows first, as the engine does with ``metrics["finite"]``.
     """
-    if not isinstance(weights, jax.core.Tracer) and float(np.sum(np.asarray(weights, np.float64))) == 0.0:
+    # a list or tuple of traced weights (jit, grad, vmap over a weight) is not a Tracer itself
+    traced = any(isinstance(weight, jax.core.Tracer) for weight in jax.tree.leaves(weights))
+    if not traced and float(np.sum(np.asarray(weights, np.float64))) == 0.0:
         raise ValueError(f"weighted_mean: the {np.size(weights)} weights sum to 0: the mean is 0/0 (give at least "
                          f"one client a nonzero weight)")
     weights = jnp.asarray(weights)

@@ -166,6 +166,21 @@ def minibatch_indices(key: jax.Array, step: jax.Array, view: ClientView,
     return view.offset + local, valid.astype(jnp.float32)
 
 
+def integer_label_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """The default per-example loss: softmax cross-entropy with integer labels ``(B,)`` (optax's), whose
+    labels of another rank are refused by name (``(B, 1)`` labels came back as optax's "indices and arr
+    must have the same number of dimensions").
+
+    >>> [round(float(x), 4) for x in integer_label_cross_entropy(jnp.zeros((2, 4)), jnp.array([1, 3]))]   # ln 4
+    [1.3863, 1.3863]
+    """
+    if jnp.ndim(labels) != jnp.ndim(logits) - 1:
+        raise ValueError(f"labels of shape {tuple(jnp.shape(labels))} for logits of shape {tuple(jnp.shape(logits))}: "
+                         "the default loss takes one integer class per example, y of shape (N,) (a (N, 1) y: "
+                         "y.reshape(-1)); other targets need a loss of your own")
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+
+
 def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.GradientTransformation, batch_size: int,
                         preprocess: Callable[[jax.Array], jax.Array] = scale_uint8,
                         augment: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
@@ -173,6 +188,10 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
                         loss: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
                         every_convolution: bool = False) -> ClientTrainer:
     """Build the local-training kernel for one client (FedCompass Alg. 1, FEDCOMPASS-CLIENT).
+
+    ``preprocess`` turns the stored inputs into model inputs; the default, :func:`scale_uint8`, is for
+    images: integer pixels of any integer dtype are divided by 255. Token ids (an embedding's input)
+    need ``preprocess=lambda x: x``, as the engine passes for token datasets.
 
     ``model`` is ``apply(params, x) -> logits`` or a :class:`~jaxfl.models.adapter.ModelAdapter`
     (then ``params`` is ``{"params": ..., "state": ...}``, see the module docstring). The objective is
@@ -206,7 +225,7 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
     if not prox_mu >= 0:
         raise ValueError(f"prox_mu must be >= 0, got {prox_mu}")
 
-    per_example_loss = optax.softmax_cross_entropy_with_integer_labels if loss is None else loss
+    per_example_loss = integer_label_cross_entropy if loss is None else loss
     # With augmentation the batch arrives already transformed (augment ends with the preprocessing).
     transform = preprocess if augment is None else (lambda x: x)
     adapter = model if isinstance(model, ModelAdapter) else None

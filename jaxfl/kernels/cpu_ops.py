@@ -87,8 +87,8 @@ def cpu_friendly(function: Callable, *, inference: bool = False, every_convoluti
     True
     """
 
-    def rewritten(*args):
-        closed, out_shape = jax.make_jaxpr(function, return_shape=True)(*args)
+    def rewritten(*args, **options):  # options (flax's train=True) as the function takes them, held fixed
+        closed, out_shape = jax.make_jaxpr(functools.partial(function, **options), return_shape=True)(*args)
         outputs = _evaluate(closed.jaxpr, closed.consts, jax.tree.leaves(args), inference, every_convolution)
         return jax.tree.unflatten(jax.tree.structure(out_shape), outputs)
 

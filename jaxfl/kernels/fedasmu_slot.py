@@ -19,8 +19,9 @@ see ``jaxfl.algorithms.fedasmu.LearnedSlot``); 16 hidden units; no pre-training 
 initialisation). Because the decisions stop at the first 1, every decision on the sampled path is
 taken after zeros only, so the previous decision is not an input (it would always be 0).
 
-Pure JAX; the scheduler calls it through :func:`make_slot_meta_model`, whose jitted functions are
-shared by every selector with the same shapes.
+The LSTM and its REINFORCE step are pure JAX; the scheduler calls them through
+:func:`make_slot_meta_model`, whose jitted functions are shared by every selector with the same
+shapes and return NumPy (the scheduler's side), so they are not for use inside another ``jit``.
 
 >>> model = make_slot_meta_model(epochs=5, num_features=2, hidden=4, learning_rate=1e-3)
 >>> params, opt_state = model.init(0)

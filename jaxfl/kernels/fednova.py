@@ -36,12 +36,15 @@ def fednova_coefficients(coefficients: jax.Array, steps: jax.Array, step_weights
     [0.5, 0.125]
     """
     c = jnp.asarray(coefficients, jnp.float32)
+    # as arrays first: np.shape of a list of traced values (jit, grad) fails
+    steps = jnp.asarray(steps, jnp.float32)
+    step_weights = None if step_weights is None else jnp.asarray(step_weights, jnp.float32)
     for name, value in (("steps", steps), ("step_weights", step_weights)):
-        if value is not None and np.shape(value) != c.shape:
-            raise ValueError(f"fednova_coefficients: {name} has shape {tuple(np.shape(value))} but coefficients "
+        if value is not None and value.shape != c.shape:
+            raise ValueError(f"fednova_coefficients: {name} has shape {tuple(value.shape)} but coefficients "
                              f"{tuple(c.shape)}; one entry per update")
-    tau = jnp.maximum(jnp.asarray(steps, jnp.float32), 1.0)
-    weights = c if step_weights is None else jnp.asarray(step_weights, jnp.float32)
+    tau = jnp.maximum(steps, 1.0)
+    weights = c if step_weights is None else step_weights
     total = jnp.sum(weights, axis=0)
     tau_eff = jnp.sum(weights * tau, axis=0) / jnp.where(total == 0, 1.0, total)
     return jnp.where(total == 0, c, c * tau_eff / tau)

@@ -41,17 +41,29 @@ COSINE_DEFINITIONS = ("own", "current")
 
 def cosine(u: PyTree, g: PyTree) -> jax.Array:
     """cos(u, g) over the whole flattened model (PORT, Su & Li, IEEE IWQoS 2022, Eq. 2); 1 when either vector is zero (no
-    direction to disagree with), NaN when either holds a NaN. Example: the module docstring."""
+    direction to disagree with), NaN when either holds a NaN or an Inf. Computed in float32 at any size: where a
+    squared norm or their product leaves float32's normal range (entries far below 1e-10 or above 1e10) both
+    vectors are first divided by their largest entry, which a cosine does not see. Example: the module docstring."""
     dot = tree_vdot(u, g)
     uu, gg = tree_vdot(u, u), tree_vdot(g, g)
     product = uu * gg
-    # the product of two float32 squared norms under- or overflows near magnitudes of 1e±10: there the
-    # norms are taken apart (elsewhere as before, bit for bit)
-    apart = ~jnp.isfinite(product) | ((product == 0) & (uu > 0) & (gg > 0))
-    norms = jnp.where(apart, jnp.sqrt(uu) * jnp.sqrt(gg), jnp.sqrt(product))
-    # a zero vector has no direction (1), a NaN/Inf one stays NaN rather than looking aligned
-    zero = norms == 0
-    return jnp.where(zero, 1.0, dot / jnp.where(zero, 1.0, norms))
+    tiny = jnp.finfo(jnp.float32).tiny
+    # the plain form wherever float32 holds it (as before, bit for bit); elsewhere the scaled one
+    plain = jnp.isfinite(product) & jnp.isfinite(dot) & (uu >= tiny) & (gg >= tiny) & (product >= tiny)
+    unit_u, largest_u = _over_largest_entry(u)
+    unit_g, largest_g = _over_largest_entry(g)
+    scaled = tree_vdot(unit_u, unit_g) / jnp.sqrt(tree_vdot(unit_u, unit_u) * tree_vdot(unit_g, unit_g))
+    zero = (largest_u == 0) | (largest_g == 0)
+    return jnp.where(plain, dot / jnp.where(plain, jnp.sqrt(product), 1.0), jnp.where(zero, 1.0, scaled))
+
+
+def _over_largest_entry(tree: PyTree) -> tuple[PyTree, jax.Array]:
+    """``tree`` in float32 divided by its largest absolute entry (left as it is where that is 0), and that entry."""
+    leaves = [jnp.asarray(leaf).astype(jnp.float32) for leaf in jax.tree.leaves(tree)]
+    largest = jnp.max(jnp.stack([jnp.max(jnp.abs(leaf), initial=0.0) for leaf in leaves])) if leaves \
+        else jnp.zeros((), jnp.float32)
+    divisor = jnp.where(largest > 0, largest, 1.0)
+    return jax.tree.unflatten(jax.tree.structure(tree), [leaf / divisor for leaf in leaves]), largest
 
 
 def update_direction(delta: PyTree, start: PyTree, current: PyTree, definition: str) -> PyTree:

@@ -38,7 +38,7 @@ def constant(s, alpha: float = 1.0):
     """
     if isinstance(s, numbers.Number):
         return alpha + 0.0  # a float, as the others give; 0·s would make st(∞) NaN
-    return alpha + _namespace(s, alpha).zeros_like(s, dtype=float)  # s's shape (and backend)
+    return alpha + 0.0 * _namespace(s, alpha).zeros_like(s)  # s's shape, backend and dtype, as the others
 
 
 def polynomial(s, alpha: float = 0.9, a: float = 0.5):

@@ -1,0 +1,69 @@
+"""jaxfl's kernels called by other JAX code (a review of them as a library): traced weights given as a
+list, dtypes kept, keyword arguments, labels of the wrong rank, cosines of vectors far from 1 in size."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxfl.kernels import ClientView, FederatedArrays, local_train, make_client_trainer, weighted_mean
+from jaxfl.kernels import port
+from jaxfl.kernels.cpu_ops import cpu_friendly
+from jaxfl.kernels.fednova import fednova_coefficients
+from jaxfl.scheduler.staleness import constant
+
+STACK = {"w": jnp.arange(4.0).reshape(2, 2)}
+
+
+def test_weights_given_as_a_list_of_traced_values_work_as_eagerly():
+    # the zero-sum check ran np.asarray on the list of tracers: TracerArrayConversionError under jit and grad
+    eager = weighted_mean(STACK, [1.0, 3.0])["w"]
+    assert jax.jit(weighted_mean)(STACK, [1.0, 3.0])["w"].tolist() == eager.tolist()
+    # Σ_w of (a·[0, 1] + [2, 3]) / (a + 1) = (a + 5)/(a + 1), whose derivative is −4/(a + 1)²: −1 at a = 1
+    gradient = jax.grad(lambda a: weighted_mean(STACK, [a, 1.0])["w"].sum())(1.0)
+    assert float(gradient) == pytest.approx(-1.0)
+    traced_steps = jax.jit(lambda a: fednova_coefficients(jnp.array([0.5, 0.5]), [a, 40.0]))(10.0)
+    assert traced_steps.tolist() == fednova_coefficients(jnp.array([0.5, 0.5]), jnp.array([10, 40])).tolist()
+    with pytest.raises(ValueError, match=r"steps has shape \(3,\) but coefficients \(2,\)"):
+        fednova_coefficients(jnp.array([0.5, 0.5]), [1, 2, 3])
+
+
+def test_constant_staleness_keeps_the_staleness_dtype_under_x64():
+    s = jnp.array([0.0, 3.0], jnp.float32)
+    with jax.enable_x64(True):
+        assert constant(s).dtype == jnp.float32 == jnp.asarray(s + 1.0).dtype
+        assert constant(jnp.array([2, 5])).tolist() == [1.0, 1.0]
+
+
+def test_cpu_friendly_takes_the_keyword_arguments_the_function_takes():
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            x = nn.Conv(4, (3, 3), padding="VALID")(x)
+            return nn.Dropout(0.5, deterministic=not train)(x)
+
+    net = Net()
+    x = jax.random.normal(jax.random.key(1), (2, 6, 6, 1))
+    params = net.init(jax.random.key(0), x)
+    plain = net.apply(params, x, train=False)
+    assert jnp.allclose(cpu_friendly(net.apply)(params, x, train=False), plain, atol=1e-5)
+
+
+def test_labels_of_another_rank_are_refused_by_the_default_loss_by_name():
+    model = nn.Dense(3)
+    params = model.init(jax.random.key(0), jnp.zeros((1, 4)))
+    trainer = make_client_trainer(model.apply, optax.sgd(0.1), batch_size=2, preprocess=lambda x: x)
+    data = FederatedArrays(jnp.ones((4, 4)), jnp.array([[0], [1], [2], [0]]))
+    with pytest.raises(ValueError, match=r"labels of shape \(2, 1\) for logits of shape \(2, 3\): the default loss "
+                                         r"takes one integer class per example, y of shape \(N,\)"):
+        local_train(trainer, params, data, ClientView(0, 4), 1, jax.random.key(1), max_steps=1)
+
+
+@pytest.mark.parametrize("u, g, expected", [
+    ([-1e-25], [1e-25], -1.0),           # the squared norms underflowed: "zero", so 1
+    ([1e30, 0.0], [1e30, 1e30], 2 ** -0.5),  # they overflowed: NaN
+    ([1e-40], [1.0], 1.0),               # a subnormal entry still has a direction
+])
+def test_port_cosine_far_from_unit_size(u, g, expected):
+    assert float(port.cosine({"w": jnp.array(u)}, {"w": jnp.array(g)})) == pytest.approx(expected, rel=1e-6)
