@@ -40,9 +40,14 @@ import pytest  # noqa: E402  (after the environment above: it imports nothing of
 
 
 @pytest.fixture(autouse=True)
-def _doctests_run_in_a_folder_of_their_own(request, tmp_path, monkeypatch):
+def _doctests_run_in_a_folder_of_their_own(request, monkeypatch):
     """A docstring example that runs an experiment writes into the default ``runs/`` of the folder it
-    runs in: a fresh one per example, which pytest removes (a fixed /tmp/jaxfl-doc grew by a run per
-    example per suite: 823 MB after some weeks)."""
-    if type(request.node).__name__ == "DoctestItem":
-        monkeypatch.chdir(tmp_path)
+    runs in, or into a ``tempfile.mkdtemp()``: both inside a fresh folder per example, which pytest
+    removes (a fixed /tmp/jaxfl-doc, and the mkdtemp() folders, grew by a run per example per suite:
+    823 MB after some weeks)."""
+    if type(request.node).__name__ == "DoctestItem":  # (the tests' own tmp_path is not made for every test)
+        import tempfile
+
+        folder = request.getfixturevalue("tmp_path")
+        monkeypatch.chdir(folder)
+        monkeypatch.setattr(tempfile, "tempdir", str(folder))

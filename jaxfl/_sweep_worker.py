@@ -11,7 +11,8 @@ Exit status 0 when the run ended (a numerical error too: its ``summary.json`` sa
 interrupted, 143 when stopped by SIGTERM (at an event boundary, with a checkpoint there), 2 on a
 bad setting or resource (one line, as ``jaxfl run`` gives it), 1 on any other error (its traceback).
 A line starting with :data:`NOTE` on stdout is for the sweep to repeat (a checkpoint that did not
-read back, so the cell started again). The environment variable :data:`SWEEP_PID` names the sweep's
+read back, so the cell started again), and so is one starting with :data:`RELAYED_WARNING` (a
+:class:`jaxfl.resume.ResumeWarning`: a checkpoint skipped, other devices or ``XLA_FLAGS`` than the run's). The environment variable :data:`SWEEP_PID` names the sweep's
 process: a worker that finds another parent (its sweep died as it started) ends at once.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import signal
 import sys
 
 NOTE = "jaxfl-sweep-note: "
+RELAYED_WARNING = "jaxfl-sweep-warning: "  # a resume's warning, for the sweep to repeat (this output is a log)
 SWEEP_PID = "JAXFL_SWEEP_PID"
 
 
@@ -35,10 +37,22 @@ def main(argv: list[str]) -> int:
         return 130
     if cores and hasattr(os, "sched_setaffinity"):  # before any jax computation starts XLA's threads
         os.sched_setaffinity(0, {int(core) for core in cores.split(",")})
+    import warnings
+
     from jaxfl import stopping
     from jaxfl.config import ConfigError, config_from_mapping
     from jaxfl.execution import ResourceError
+    from jaxfl.resume import ResumeWarning
     from jaxfl.sweep import run_cell
+
+    shown = warnings.showwarning
+
+    def relayed(message, category, *where, **options):  # to the sweep as well as to this cell's log
+        if issubclass(category, ResumeWarning):
+            print(f"{RELAYED_WARNING}{' '.join(str(message).split())}", flush=True)
+        shown(message, category, *where, **options)
+
+    warnings.showwarning = relayed
 
     try:
         speeds = None

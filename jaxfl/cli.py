@@ -1557,6 +1557,19 @@ class _ComparisonInterrupted(KeyboardInterrupt):
         self.reason = getattr(interrupt, "reason", None)
         names = [config.algorithm for config in configs]
         finished = ", ".join(f"{name} ({result.run_dir})" for name, result in zip(names, results)) or "none"
+        command = shlex.join(['jaxfl', *argv])
+        timing_only = configs[min(position, len(configs) - 1)].timing_only
+        if len(results) > position:  # cut between two runs (the one at position had returned): none interrupted
+            left = ", ".join(names[position + 1:]) or "none"
+            where = "between two runs" if position + 1 < len(configs) else "after its last run"
+            if timing_only:
+                self.message = (f"comparison {','.join(names)} of timing-only runs cut short {where}; finished: "
+                                f"{finished}; not run: {left}; {command} goes on (finished runs reused)")
+            else:
+                self.message = (f"comparison {','.join(names)} cut short {where}, comparison.csv not written; "
+                                f"finished: {finished}; not run: {left}; {command} goes on (finished runs reused, "
+                                "an interrupted one resumed) and writes the comparison")
+            return
         cut = names[position]
         if getattr(interrupt, "run_dir", None) is not None:
             cut = f"{cut}: {interrupt}"
@@ -1564,13 +1577,13 @@ class _ComparisonInterrupted(KeyboardInterrupt):
             cut = f"{cut}, before its run folder was made"
         left = ", ".join(names[position + 1:]) or "none"
         again = "resumed from its checkpoint" if getattr(interrupt, "checkpoint", None) else "started again"
-        if configs[position].timing_only:  # no comparison.csv either way: their schedules side by side are a sweep's
+        if timing_only:  # no comparison.csv either way: their schedules side by side are a sweep's
             self.message = (f"comparison {','.join(names)} of timing-only runs cut short; finished: {finished}; "
-                            f"interrupted: {cut}; not run: {left}; {shlex.join(['jaxfl', *argv])} goes on (finished "
+                            f"interrupted: {cut}; not run: {left}; {command} goes on (finished "
                             "runs reused, the interrupted one started again)")
             return
         self.message = (f"comparison {','.join(names)} cut short, comparison.csv not written; finished: {finished}; "
-                        f"interrupted: {cut}; not run: {left}; {shlex.join(['jaxfl', *argv])} goes on (finished "
+                        f"interrupted: {cut}; not run: {left}; {command} goes on (finished "
                         f"runs reused, the interrupted one {again}) and writes the comparison")
 
     def __str__(self) -> str:
@@ -1832,10 +1845,6 @@ def _main(argv: list[str] | None) -> int:
                     stopped.append(config.algorithm)
                 print(_run_line(summary, result.run_dir, config.timing_only) + reused)
             except KeyboardInterrupt as interrupt:
-                if len(configs) > 1 and len(results) > position:  # this run had finished: the next is cut
-                    if position + 1 == len(configs):
-                        raise _ComparisonWriteInterrupted(interrupt, configs[0].output_dir, argv) from None
-                    raise _ComparisonInterrupted(interrupt, configs, position + 1, results, argv) from None
                 if len(configs) > 1:  # what is finished, what was cut, what never ran, and how to go on
                     raise _ComparisonInterrupted(interrupt, configs, position, results, argv) from None
                 raise

@@ -245,9 +245,9 @@ def init_cluster(coordinator_address: str | None = None, num_processes: int | No
     if "error" in outcome:
         error = outcome["error"]
         if isinstance(error, ValueError) and ("should be defined" in str(error) or "must be defined" in str(error)):
-            raise ValueError("--cluster: no cluster was found in the environment (SLURM, Open MPI...) to take "
-                             f"the coordinator from (jax: {error}): give the coordinator address (process 0's "
-                             "HOST:PORT), the process count and this process's id (--coordinator-address, "
+            raise ValueError(f"the cluster to join is not fully given (jax: {error}) and no cluster was found in the "
+                             "environment (SLURM, Open MPI...) to complete it: give the coordinator address (process "
+                             "0's HOST:PORT), the process count and this process's id (--coordinator-address, "
                              "--num-processes, --process-id)") from error
         raise error
     global _requested_count

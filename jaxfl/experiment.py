@@ -547,7 +547,22 @@ def xla_flags() -> str:
     Example: under ``XLA_FLAGS="--xla_force_host_platform_device_count=2 --xla_cpu_enable_fast_math=true"``
     it is ``"--xla_cpu_enable_fast_math=true"``; with no ``XLA_FLAGS``, ``""``.
     """
-    return without_device_count_flag(os.environ.get("XLA_FLAGS", ""))
+    # in one order, each flag once (the last of a repeated one, as XLA reads them): the same flags
+    # given in another order are the same flags
+    flags = {}
+    for flag in without_device_count_flag(os.environ.get("XLA_FLAGS", "")).split():
+        flags.pop(flag.split("=", 1)[0], None)
+        flags[flag.split("=", 1)[0]] = flag
+    return " ".join(sorted(flags.values()))
+
+
+def said_xla_flags(flags: str) -> str:
+    """``XLA_FLAGS`` as a message says them.
+
+    >>> said_xla_flags("--a=1"), said_xla_flags("")
+    ("XLA_FLAGS='--a=1'", 'no XLA_FLAGS')
+    """
+    return f"XLA_FLAGS={flags!r}" if flags else "no XLA_FLAGS"
 
 
 def say_other_xla_flags(run_dir: str, recorded: str | None, doing: str) -> None:
@@ -556,12 +571,14 @@ def say_other_xla_flags(run_dir: str, recorded: str | None, doing: str) -> None:
     (``--xla_cpu_enable_fast_math=true`` moved a FedBuff MLP's parameters by 4e-5) makes other numbers
     under the same run name. ``doing`` says what this process does with the run ("resumes it")."""
     current = xla_flags()
-    if recorded is None or recorded == current:
+    # as this version records them (one order): a run recorded in the order they were given reads alike
+    if recorded is None or sorted(recorded.split()) == current.split():
         return
-    said = lambda flags: f"XLA_FLAGS={flags!r}" if flags else "no XLA_FLAGS"
-    warnings.warn(f"{run_dir} was made with {said(recorded)} and this process, which {doing}, has {said(current)}: "
-                  "where a flag changes XLA's arithmetic (e.g. --xla_cpu_enable_fast_math) the numbers differ from "
-                  "the run's own; set XLA_FLAGS as it was to keep them", UserWarning, stacklevel=3)
+    # a resume's, as a resume's other warnings (a --jobs sweep's worker relays those)
+    category = resume.ResumeWarning if doing == "resumes it" else UserWarning
+    warnings.warn(f"{run_dir} was made with {said_xla_flags(recorded)} and this process, which {doing}, has "
+                  f"{said_xla_flags(current)}: where a flag changes XLA's arithmetic (e.g. --xla_cpu_enable_fast_math) "
+                  "the numbers differ from the run's own; set XLA_FLAGS as it was to keep them", category, stacklevel=3)
 
 
 def _refuse_other_jax_numerics(run_dir: str, recorded: dict | None) -> None:
@@ -2775,9 +2792,10 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
     # its checkpoints were written under the budgets it raises: theirs, not an edited config.json's
     with resume.raising_budgets(changed):
         _refuse_other_jax_numerics(run_dir, written.get("jax"))
-        say_other_xla_flags(run_dir, written.get("xla_flags"), "resumes it")
         ended = resume.finished_run(run_dir)
         finished = None if again_if_finished or changed else ended
+        if finished is None:  # a finished run left as it is computes nothing
+            say_other_xla_flags(run_dir, written.get("xla_flags"), "resumes it")
         if config.timing_only:  # no checkpoint to resume from, by design: said so, not as a damaged run
             if finished is not None:
                 raise finished
@@ -2824,10 +2842,12 @@ def _say_other_devices(run_dir: str, before: dict, now: dict) -> None:
     if before.get("devices") is None or (before["backend"], before["devices"]) == (now["backend"], now["devices"]):
         return
     said = lambda stretch: f"{stretch['devices']} {stretch['backend']} device{'s' * (stretch['devices'] != 1)}"
-    warnings.warn(f"{run_dir} resumes on {said(now)}; its updates up to {now['from_update']} were trained on "
-                  f"{said(before)}: the sums of each call's updates go in another order, so from here the run "
-                  "agrees with an uninterrupted one to float32 rounding, not bit for bit (summary.json's "
-                  "device_history records each stretch)", UserWarning, stacklevel=2)
+    updates = (f"its updates up to {now['from_update']} were" if not before["from_update"] else
+               f"its updates {before['from_update'] + 1} to {now['from_update']} (the stretch before this one) were")
+    warnings.warn(f"{run_dir} resumes on {said(now)}; {updates} trained on {said(before)}: the sums of each call's "
+                  "updates go in another order, so from here the run agrees with an uninterrupted one to float32 "
+                  "rounding, not bit for bit (summary.json's device_history records each stretch)",
+                  resume.ResumeWarning, stacklevel=2)
 
 
 def _source_of_this_stretch() -> dict:

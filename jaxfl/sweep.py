@@ -1042,7 +1042,7 @@ def _say_cells_of_other_xla_flags(cells: list[Cell], states: dict) -> None:
     """Warn, once, where finished cells this sweep reuses were made under other ``XLA_FLAGS`` than this
     process's (see :func:`jaxfl.experiment.xla_flags`: they do not name a run); an interrupted cell's
     resume says so itself."""
-    from jaxfl.experiment import xla_flags
+    from jaxfl.experiment import said_xla_flags, xla_flags
     from jaxfl.resume import ResumeError, read_record
 
     current, other = xla_flags(), []
@@ -1053,16 +1053,15 @@ def _say_cells_of_other_xla_flags(cells: list[Cell], states: dict) -> None:
             recorded = read_record(cell.run_dir).get("xla_flags")
         except (ResumeError, ValueError, KeyError, TypeError):
             continue
-        if recorded is not None and recorded != current:
+        if recorded is not None and sorted(recorded.split()) != current.split():
             other.append((cell, recorded))
     if other:
         cell, recorded = other[0]
-        said = lambda flags: f"XLA_FLAGS={flags!r}" if flags else "no XLA_FLAGS"
         more = f" and {len(other) - 1} more" if len(other) > 1 else ""
         warnings.warn(f"{len(other)} finished cell{'s' * (len(other) != 1)} of this sweep, reused as "
                       f"{'they are' if len(other) != 1 else 'it is'}, {'were' if len(other) != 1 else 'was'} made "
-                      f"under other XLA_FLAGS than this process's {said(current)} (cell {cell.index}, {cell.run_dir}: "
-                      f"{said(recorded)}{more}): where a flag changes XLA's arithmetic (e.g. "
+                      f"under other XLA_FLAGS than this process has ({said_xla_flags(current)}; cell {cell.index}, "
+                      f"{cell.run_dir}: {said_xla_flags(recorded)}{more}): where a flag changes XLA's arithmetic (e.g. "
                       "--xla_cpu_enable_fast_math) their numbers are not what this process would compute; sweep into "
                       "another folder (--out) to run them under these flags", UserWarning, stacklevel=3)
 
@@ -1261,7 +1260,7 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: _Shar
     import time
 
     from jaxfl import stopping
-    from jaxfl._sweep_worker import NOTE
+    from jaxfl._sweep_worker import NOTE, RELAYED_WARNING
 
     env = _worker_environment(len(shares.cores[0]), cache, shares.gpu_memory_fraction)
     waiting = [cell for cell in cells if states[cell.index] != "finished"]
@@ -1333,6 +1332,8 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: _Shar
                     if line.startswith(NOTE):
                         note(f"cell {cell.index}: {line[len(NOTE):]}")
                         state = "restart"
+                    elif line.startswith(RELAYED_WARNING):  # a resume's warning, said here as with --jobs 1
+                        note(f"cell {cell.index}: {line[len(RELAYED_WARNING):]}")
                 done[state].append(cell.index)
                 os.remove(log)
                 cell_finished()  # first: a cell announced finished is in the table

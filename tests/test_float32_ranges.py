@@ -12,17 +12,19 @@ from jaxfl.kernels.fednova import fednova_normalizer
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"alpha": 1e38}, r"port.alpha=1e\+38 is not allowed: 0 or a weight from 1e-30 to 1e\+37: the weights are "
-                      r"normalised in float32.*only α:β matters"),
-    ({"beta": 1e300}, r"port.beta=1e\+300 is not allowed: 0 or a weight from 1e-30"),
+    ({"alpha": 1e38}, r"port.alpha=1e\+38 is not allowed: a weight that makes α \+ β \(here 1e\+38 \+ 1\) from "
+                      r"1e-30 to 2e\+37: the weights are normalised in float32.*only α:β matters"),
+    ({"beta": 1e300}, r"port.beta=1e\+300 is not allowed: a weight that makes α \+ β"),
     ({"alpha": 1e-40, "beta": 0.0}, r"port.alpha=1e-40 is not allowed"),
 ])
 def test_port_weights_that_float32_cannot_normalise_are_refused(options, message):
     with pytest.raises(ConfigError, match=message):
         validate(RunConfig(algorithm="port", clients=4, algorithm_options=options))
-    # the ends of the range run (1e37 each: the sum's reciprocal is still a normal float32)
+    # the ends of the range run (2e37 in all: the sum's reciprocal is still a normal float32), and a tiny α
+    # beside a normal β (the sum decides)
     validate(RunConfig(algorithm="port", clients=4, algorithm_options={"alpha": 1e37, "beta": 1e37}))
     validate(RunConfig(algorithm="port", clients=4, algorithm_options={"alpha": 1e-30, "beta": 0.0}))
+    validate(RunConfig(algorithm="port", clients=4, algorithm_options={"alpha": 1e-31, "beta": 1.0}))
 
 
 def test_port_weights_at_the_ends_of_the_range_are_the_normalised_ones():
@@ -46,8 +48,8 @@ def test_port_weights_at_the_ends_of_the_range_are_the_normalised_ones():
     ({"normalize": True, "normalize_mean": (0.0, 1e39), "normalize_std": 1.0},
      r"normalize_mean=\(0.0, 1e\+39\) is not allowed: finite means of at most 3.403e\+38"),
     ({"client_optimizer": "sgd", "client_momentum": 0.999999999},
-     r"client_momentum=0.999999999 is not allowed: a number in \[0, 1\) that float32 holds below 1 \(at most "
-     r"0.99999994\)"),
+     r"client_momentum=0.999999999 is not allowed: a number in \[0, 1\) below 0.999999970\d*, which float32 "
+     r"rounds to 1"),
     ({"algorithm": "fedasmu", "algorithm_options": {"lambda0": 1e39}}, r"fedasmu.lambda0=1e\+39 is not allowed: at "
                                                                        r"most 3.403e\+38 in size"),
     ({"algorithm": "fedasmu", "algorithm_options": {"sigma0": -1e39}}, r"fedasmu.sigma0=-1e\+39 is not allowed"),
@@ -60,6 +62,7 @@ def test_values_float32_cannot_hold_are_refused_by_name(settings, message):
 
 def test_the_largest_momentum_float32_holds_below_1_is_taken():
     validate(RunConfig(clients=4, client_optimizer="sgd", client_momentum=float(np.float32(1 - 2 ** -24))))
+    validate(RunConfig(clients=4, client_optimizer="sgd", client_momentum=0.99999997))  # rounds down to it
 
 
 @pytest.mark.parametrize("rho", [1 - 1e-9, 0.99999994, 1 - 1e-6, 0.9999, 0.999, 0.9, 0.5])

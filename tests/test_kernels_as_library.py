@@ -3,7 +3,6 @@ list, dtypes kept, keyword arguments, labels of the wrong rank, cosines of vecto
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 import pytest
 

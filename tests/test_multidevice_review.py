@@ -150,8 +150,9 @@ def test_cluster_flag_outside_a_cluster_says_which_flags_to_give(tmp_path):
     assert done.returncode == 2
     # one line, as every refusal (it came under the usage of the top-level command, jaxfl [-h] ...)
     assert done.stderr.strip().splitlines()[-1].startswith(
-        "jaxfl: error: --cluster: no cluster was found in the environment (SLURM, Open MPI...) to take the "
-        "coordinator from (jax: coordinator_address should be defined.): give the coordinator address"), done.stderr
+        "jaxfl: error: the cluster to join is not fully given (jax: coordinator_address should be defined.) and no "
+        "cluster was found in the environment (SLURM, Open MPI...) to complete it: give the coordinator address"), \
+        done.stderr
     assert "usage:" not in done.stderr and "--coordinator-address" in done.stderr
     malformed = subprocess.run([sys.executable, "-m", "jaxfl", "run", *SMALL, "--output-dir", str(tmp_path / "runs"),
                                 "--coordinator-address", "nonsense", "--num-processes", "2", "--process-id", "1"],

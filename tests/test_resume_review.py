@@ -698,14 +698,16 @@ def test_a_run_whose_module_plug_in_does_not_import_here_names_the_folder_to_res
         f"be importable alone: resume it from there (cd {started})")
 
 
-@pytest.mark.parametrize("cut_at", [1, 2])
-def test_a_ctrl_c_just_after_a_comparison_run_returned_counts_that_run_finished(tmp_path, capsys, monkeypatch, cut_at):
+@pytest.mark.parametrize("cut_at, timing_only", [(1, False), (2, False), (1, True), (2, True)])
+def test_a_ctrl_c_just_after_a_comparison_run_returned_counts_that_run_finished(tmp_path, capsys, monkeypatch, cut_at,
+                                                                                timing_only):
     """A Ctrl-C while a finished run's result was freed and its line printed (outside the guarded run)
     ended the comparison with a bare "jaxfl: interrupted" (the review's 1 in 6 demos); now that run is
-    named finished and the next one cut before its folder, or, after the last, the table unwritten."""
+    named finished and the rest not run (not "cut before its folder was made": a later run may hold a
+    folder of its own from before, to be reused), or, after the last, the table unwritten."""
     flags = ["run", "--algorithm", "fedavg,fedbuff", "--model", "logreg", "--clients", "3", "--local-steps", "2",
              "--batch-size", "8", "--max-updates", "2", "--buffer-size", "2", "--no-progress",
-             "--output-dir", str(tmp_path)]
+             "--output-dir", str(tmp_path)] + (["--timing-only"] if timing_only else [])
     lines = []
     original = cli._run_line
 
@@ -719,11 +721,13 @@ def test_a_ctrl_c_just_after_a_comparison_run_returned_counts_that_run_finished(
     assert cli.main(flags) == 130
     said = capsys.readouterr().err.strip().splitlines()[-1]
     fedavg = next(tmp_path.glob("fedavg-*"))
-    if cut_at == 1:
-        assert said.startswith(f"jaxfl: interrupted: comparison fedavg,fedbuff cut short, comparison.csv not written; "
-                               f"finished: fedavg ({fedavg}); interrupted: fedbuff, before its run folder was made; "
-                               "not run: none;"), said
-        assert not list(tmp_path.glob("fedbuff-*"))
+    finished = f"finished: fedavg ({fedavg})" + ("" if cut_at == 1 else f", fedbuff ({next(tmp_path.glob('fedbuff-*'))})")
+    where, left = ("between two runs", "fedbuff") if cut_at == 1 else ("after its last run", "none")
+    if timing_only:  # they write no comparison.csv: none is promised
+        assert said == (f"jaxfl: interrupted: comparison fedavg,fedbuff of timing-only runs cut short {where}; "
+                        f"{finished}; not run: {left}; jaxfl {' '.join(flags)} goes on (finished runs reused)"), said
     else:
-        assert said.startswith("jaxfl: interrupted: every run of the comparison finished, but it was cut short while "
-                               "writing comparison.png and comparison.csv"), said
+        assert said == (f"jaxfl: interrupted: comparison fedavg,fedbuff cut short {where}, comparison.csv not written; "
+                        f"{finished}; not run: {left}; jaxfl {' '.join(flags)} goes on (finished runs reused, an "
+                        "interrupted one resumed) and writes the comparison"), said
+    assert bool(list(tmp_path.glob("fedbuff-*"))) == (cut_at == 2)

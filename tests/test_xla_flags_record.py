@@ -70,7 +70,7 @@ def test_a_comparison_and_a_sweep_reusing_a_run_made_under_other_flags_say_so(tm
     sweep = run_sweep(base, grid, str(tmp_path / "swept"), progress=False)
     monkeypatch.delenv("XLA_FLAGS")
     with pytest.warns(UserWarning, match=r"2 finished cells of this sweep, reused as they are, were made under other "
-                                         r"XLA_FLAGS than this process's no XLA_FLAGS \(cell 0, .*: "
+                                         r"XLA_FLAGS than this process has \(no XLA_FLAGS; cell 0, .*: "
                                          r"XLA_FLAGS='--xla_cpu_enable_fast_math=true' and 1 more\)"):
         again = run_sweep(base, grid, sweep.sweep_dir, progress=False)
     assert [cell.run_dir for cell in again.cells] == [cell.run_dir for cell in sweep.cells]
@@ -78,3 +78,67 @@ def test_a_comparison_and_a_sweep_reusing_a_run_made_under_other_flags_say_so(tm
         warnings.simplefilter("error")
         monkeypatch.setenv("XLA_FLAGS", FAST_MATH)
         run_sweep(base, grid, sweep.sweep_dir, progress=False)
+
+
+def test_the_same_flags_in_another_order_are_the_same_and_a_finished_run_left_as_it_is_says_nothing(small_config,
+                                                                                                   monkeypatch):
+    from jaxfl.resume import RunFinished
+
+    monkeypatch.setenv("XLA_FLAGS", f"{FAST_MATH} --xla_backend_optimization_level=1 --xla_cpu_enable_fast_math=false")
+    assert xla_flags() == "--xla_backend_optimization_level=1 --xla_cpu_enable_fast_math=false"  # the last one wins
+    run = run_experiment(dataclasses.replace(small_config, checkpoint_every=1, max_updates=2))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false  --xla_backend_optimization_level=1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resume_experiment(run.run_dir, overrides={"max_updates": 3})  # it warned, naming both orders
+    monkeypatch.setenv("XLA_FLAGS", FAST_MATH)
+    with warnings.catch_warnings():  # it warned "this process, which resumes it" and then said it had finished
+        warnings.simplefilter("error")
+        with pytest.raises(RunFinished):
+            resume_experiment(run.run_dir, again_if_finished=False)
+
+
+def test_a_resume_on_other_devices_names_the_stretch_before_it():
+    from jaxfl.experiment import _say_other_devices
+    from jaxfl.resume import ResumeWarning
+
+    first, second = ({"from_update": 0, "backend": "cpu", "devices": 2},
+                     {"from_update": 2, "backend": "cpu", "devices": 1})
+    with pytest.warns(ResumeWarning, match="r resumes on 1 cpu device; its updates up to 2 were trained on 2 cpu devices"):
+        _say_other_devices("r", first, second)
+    with pytest.warns(ResumeWarning, match=r"r resumes on 2 cpu devices; its updates 3 to 4 \(the stretch before this "
+                                           r"one\) were trained on 1 cpu device:"):
+        _say_other_devices("r", second, {"from_update": 4, "backend": "cpu", "devices": 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _say_other_devices("r", second, {**second, "from_update": 4})  # the same devices: nothing said
+        _say_other_devices("r", {"from_update": 0, "backend": None, "devices": None}, second)  # not known: neither
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two cells at once need two cores")
+def test_a_parallel_sweeps_worker_relays_a_resumes_warning(tmp_path, monkeypatch):
+    # under --jobs 2 a cell's warnings went to its log, deleted once it finished: the resume under other
+    # XLA_FLAGS (or on other devices, or past a damaged checkpoint) was said nowhere
+    import shutil
+
+    base = {"model": "logreg", "clients": 3, "local_steps": 2, "batch_size": 8, "max_updates": 3, "buffer_size": 2,
+            "checkpoint_every": 1}
+    grid = {"algorithm": ["fedavg", "fedbuff"]}
+    monkeypatch.setenv("XLA_FLAGS", FAST_MATH)
+    sweep = run_sweep(base, grid, str(tmp_path / "swept"), progress=False, jobs=2)  # (a cell goes on with its jobs)
+    cut = sweep.cells[1].run_dir  # back to its checkpoint after update 2
+    os.remove(os.path.join(cut, "summary.json"))
+    shutil.rmtree(os.path.join(cut, "checkpoints", "ckpt-000003"))
+    with open(os.path.join(cut, "checkpoints", "latest"), "w") as handle:
+        handle.write("ckpt-000002\n")
+    monkeypatch.delenv("XLA_FLAGS")
+    said = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the finished cell's reuse is said by the sweep itself
+        again = run_sweep(base, grid, sweep.sweep_dir, progress=False, jobs=2, echo=said.append)
+    assert again.resumed == [1] and again.ran == []
+    relayed = [line for line in said if line.startswith("cell 1: ")]
+    assert len(relayed) == 1 and relayed[0] == (
+        f"cell 1: {cut} was made with XLA_FLAGS='{FAST_MATH}' and this process, which resumes it, has no XLA_FLAGS: "
+        "where a flag changes XLA's arithmetic (e.g. --xla_cpu_enable_fast_math) the numbers differ from the run's "
+        "own; set XLA_FLAGS as it was to keep them"), said

@@ -62,7 +62,7 @@ from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation, local
 
 REPLACEMENT_STREAM = 21  # SeedSequence([seed, REPLACEMENT_STREAM]) picks the clients that start training
 COSINE_DEFINITIONS = ("own", "current")
-PORT_WEIGHT_RANGE = (1e-30, 1e37)  # α and β other than 0 (see PortConfig.validate)
+PORT_WEIGHT_RANGE = (1e-30, 2e37)  # α + β (see PortConfig.validate)
 BOUND_RULES = ("strict", "exceeds")
 REPLACE_RULES = ("all", "step2")
 PRESETS = ("paper", "plato")
@@ -388,12 +388,13 @@ class PortConfig(Options):
                 fail(f"port.{name}", getattr(self, name), "a finite weight >= 0")
         if self.alpha + self.beta == 0:
             fail("port.alpha", self.alpha, "a weight > 0 when port.beta is 0 (the weights would all vanish)")
-        for name in ("alpha", "beta"):  # Eq. (3) normalises in float32: their sum's reciprocal must be a normal number
-            if not (getattr(self, name) == 0 or PORT_WEIGHT_RANGE[0] <= getattr(self, name) <= PORT_WEIGHT_RANGE[1]):
-                fail(f"port.{name}", getattr(self, name),
-                     f"0 or a weight from {PORT_WEIGHT_RANGE[0]:g} to {PORT_WEIGHT_RANGE[1]:g}: the weights are "
-                     "normalised in float32, where beyond those the sum or its reciprocal leaves float32's normal "
-                     "numbers and every weight came out 0 (the model never moved) or NaN; only α:β matters")
+        # Eq. (3) normalises in float32: the weights' sum, at most α + β, and its reciprocal must be normal numbers
+        if not PORT_WEIGHT_RANGE[0] <= self.alpha + self.beta <= PORT_WEIGHT_RANGE[1]:
+            fail("port.alpha" if self.alpha >= self.beta else "port.beta", max(self.alpha, self.beta),
+                 f"a weight that makes α + β (here {self.alpha:g} + {self.beta:g}) from {PORT_WEIGHT_RANGE[0]:g} to "
+                 f"{PORT_WEIGHT_RANGE[1]:g}: the weights are normalised in float32, where beyond that their sum or "
+                 "its reciprocal leaves float32's normal numbers and every weight came out 0 (the model never "
+                 "moved) or NaN; only α:β matters")
         if self.pull_steps is not None and self.pull_steps < 1:
             fail("port.pull_steps", self.pull_steps, "an integer >= 1 (local steps per block a pulled client finishes)")
         if self.pull_steps is not None and not self.urgent_pull:

@@ -106,7 +106,7 @@ def _momentum_normalizer(tau: np.ndarray, rho: float) -> np.ndarray:
     epsilon = 1.0 - rho
     with np.errstate(divide="ignore", invalid="ignore"):
         closed = (tau - rho * (1.0 - rho ** tau) / epsilon) / epsilon
-    near_one = epsilon * tau <= 1e-3  # the closed form's relative error ≈ 2·2^-52 / (ε·τ): below 5e-13 elsewhere
+    near_one = epsilon * tau <= 1e-3  # beyond, the closed form's relative error stays below 1e-10 (against mpmath)
     if not near_one.any():
         return closed
     series = term = tau * (tau + 1.0) / 2.0
