@@ -50,7 +50,8 @@ def main(argv: list[str]) -> int:
     def relayed(message, category, *where, **options):  # to the sweep as well as to this cell's log
         if issubclass(category, ResumeWarning):
             print(f"{RELAYED_WARNING}{' '.join(str(message).split())}", flush=True)
-        shown(message, category, *where, **options)
+        # a message's later lines indented: none of them reads as one of the lines above to the sweep
+        shown(str(message).replace("\n", "\n    "), category, *where, **options)
 
     warnings.showwarning = relayed
 

@@ -1567,8 +1567,8 @@ class _ComparisonInterrupted(KeyboardInterrupt):
                                 f"{finished}; not run: {left}; {command} goes on (finished runs reused)")
             else:
                 self.message = (f"comparison {','.join(names)} cut short {where}, comparison.csv not written; "
-                                f"finished: {finished}; not run: {left}; {command} goes on (finished runs reused, "
-                                "an interrupted one resumed) and writes the comparison")
+                                f"finished: {finished}; not run: {left}; {command} goes on (finished runs reused) "
+                                "and writes the comparison")
             return
         cut = names[position]
         if getattr(interrupt, "run_dir", None) is not None:

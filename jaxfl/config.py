@@ -1031,9 +1031,10 @@ def _validate_client_training(config: RunConfig, algorithm) -> None:
     if not (0 <= config.client_momentum < 1):
         fail("client_momentum", config.client_momentum, "a number in [0, 1)")
     if config.client_momentum >= 1 - 2 ** -25:  # rounds to 1 in float32, which the clients' optimizer computes in
-        fail("client_momentum", config.client_momentum, f"a number in [0, 1) below {1 - 2 ** -25:.10g}, which "
-                                                        "float32 rounds to 1: the clients' optimizer computes in "
-                                                        "float32, where this is 1, a momentum that never forgets")
+        fail("client_momentum", config.client_momentum, f"a number in [0, 1) below 1 - 2**-25 = {1 - 2 ** -25!r}, "
+                                                        "from which float32 rounds to 1: the clients' optimizer "
+                                                        "computes in float32, where this is 1, a momentum that never "
+                                                        "forgets")
     if not (config.client_weight_decay >= 0 and math.isfinite(config.client_weight_decay)):
         fail("client_weight_decay", config.client_weight_decay, "a finite number >= 0")
     if not 0 < config.client_lr_decay <= 1:

@@ -1373,7 +1373,7 @@ class Engine:
                 if bad:  # the global model would turn NaN, and the next client trained from it be blamed
                     # a numerical error (the run stops with its summary, a sweep goes on), not bad input: the
                     # updates weighed are finite (screened before), and a built-in hook's float32 arithmetic
-                    # overflows on finite but huge ones (PORT's norms, FedASMU's inner products) as a run diverges
+                    # overflows on finite but huge ones (FedASMU's inner products) as a run diverges
                     raise NumericalError(
                         f"device hook {hook.name!r} ({type(hook).__name__}).weigh returned non-finite coefficients "
                         f"for aggregation {aggregation.version} ("

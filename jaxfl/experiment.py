@@ -547,13 +547,26 @@ def xla_flags() -> str:
     Example: under ``XLA_FLAGS="--xla_force_host_platform_device_count=2 --xla_cpu_enable_fast_math=true"``
     it is ``"--xla_cpu_enable_fast_math=true"``; with no ``XLA_FLAGS``, ``""``.
     """
-    # in one order, each flag once (the last of a repeated one, as XLA reads them): the same flags
-    # given in another order are the same flags
-    flags = {}
-    for flag in without_device_count_flag(os.environ.get("XLA_FLAGS", "")).split():
-        flags.pop(flag.split("=", 1)[0], None)
-        flags[flag.split("=", 1)[0]] = flag
-    return " ".join(sorted(flags.values()))
+    return without_device_count_flag(os.environ.get("XLA_FLAGS", ""))
+
+
+def same_xla_flags(a: str, b: str) -> bool:
+    """Whether two ``XLA_FLAGS`` set the same flags to the same values, in any order, each flag's last
+    value counting (as XLA reads them; quoted values with spaces as XLA's parser takes them).
+
+    >>> same_xla_flags("--b=1 --a=2", "--a=1 --a=2  --b=1"), same_xla_flags("--a=1", "--a=2")
+    (True, False)
+    """
+    def flags(text):
+        import shlex
+
+        try:
+            words = shlex.split(text)
+        except ValueError:  # an unbalanced quote: as written
+            words = text.split()
+        return {word.split("=", 1)[0]: word for word in words}
+
+    return flags(a) == flags(b)
 
 
 def said_xla_flags(flags: str) -> str:
@@ -571,8 +584,7 @@ def say_other_xla_flags(run_dir: str, recorded: str | None, doing: str) -> None:
     (``--xla_cpu_enable_fast_math=true`` moved a FedBuff MLP's parameters by 4e-5) makes other numbers
     under the same run name. ``doing`` says what this process does with the run ("resumes it")."""
     current = xla_flags()
-    # as this version records them (one order): a run recorded in the order they were given reads alike
-    if recorded is None or sorted(recorded.split()) == current.split():
+    if recorded is None or same_xla_flags(recorded, current):
         return
     # a resume's, as a resume's other warnings (a --jobs sweep's worker relays those)
     category = resume.ResumeWarning if doing == "resumes it" else UserWarning
@@ -2841,6 +2853,8 @@ def _say_other_devices(run_dir: str, before: dict, now: dict) -> None:
     rounding. A stretch of a jaxfl that did not record its devices is not compared."""
     if before.get("devices") is None or (before["backend"], before["devices"]) == (now["backend"], now["devices"]):
         return
+    if before["from_update"] >= now["from_update"]:  # a stretch that aggregated nothing (cut before its first update)
+        return
     said = lambda stretch: f"{stretch['devices']} {stretch['backend']} device{'s' * (stretch['devices'] != 1)}"
     updates = (f"its updates up to {now['from_update']} were" if not before["from_update"] else
                f"its updates {before['from_update'] + 1} to {now['from_update']} (the stretch before this one) were")
@@ -2875,8 +2889,11 @@ class _Checkpointer:
         self.device_history = list(saved.get("device_history") or [_UNKNOWN_DEVICES]) if saved else []
         self.device_history.append({"from_update": self.last_version, **_devices_of(engine),
                                     "versions": library_versions(), **_source_of_this_stretch()})
-        if saved:
-            _say_other_devices(run_dir, self.device_history[-2], self.device_history[-1])
+        if saved:  # against the last stretch that aggregated updates (a stretch may end before its first)
+            now = self.device_history[-1]
+            before = next((stretch for stretch in reversed(self.device_history[:-1])
+                           if stretch["from_update"] < now["from_update"]), self.device_history[-2])
+            _say_other_devices(run_dir, before, now)
         self.seconds = 0.0  # wall seconds spent writing checkpoints in this process
         self.saves = 0  # checkpoints written by this process
         self.min_interval = checkpoint_min_interval(config)

@@ -1042,7 +1042,7 @@ def _say_cells_of_other_xla_flags(cells: list[Cell], states: dict) -> None:
     """Warn, once, where finished cells this sweep reuses were made under other ``XLA_FLAGS`` than this
     process's (see :func:`jaxfl.experiment.xla_flags`: they do not name a run); an interrupted cell's
     resume says so itself."""
-    from jaxfl.experiment import said_xla_flags, xla_flags
+    from jaxfl.experiment import said_xla_flags, same_xla_flags, xla_flags
     from jaxfl.resume import ResumeError, read_record
 
     current, other = xla_flags(), []
@@ -1053,7 +1053,7 @@ def _say_cells_of_other_xla_flags(cells: list[Cell], states: dict) -> None:
             recorded = read_record(cell.run_dir).get("xla_flags")
         except (ResumeError, ValueError, KeyError, TypeError):
             continue
-        if recorded is not None and sorted(recorded.split()) != current.split():
+        if recorded is not None and not same_xla_flags(recorded, current):
             other.append((cell, recorded))
     if other:
         cell, recorded = other[0]

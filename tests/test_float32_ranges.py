@@ -48,8 +48,8 @@ def test_port_weights_at_the_ends_of_the_range_are_the_normalised_ones():
     ({"normalize": True, "normalize_mean": (0.0, 1e39), "normalize_std": 1.0},
      r"normalize_mean=\(0.0, 1e\+39\) is not allowed: finite means of at most 3.403e\+38"),
     ({"client_optimizer": "sgd", "client_momentum": 0.999999999},
-     r"client_momentum=0.999999999 is not allowed: a number in \[0, 1\) below 0.999999970\d*, which float32 "
-     r"rounds to 1"),
+     r"client_momentum=0.999999999 is not allowed: a number in \[0, 1\) below 1 - 2\*\*-25 = 0.9999999701976776, "
+     r"from which float32 rounds to 1"),
     ({"algorithm": "fedasmu", "algorithm_options": {"lambda0": 1e39}}, r"fedasmu.lambda0=1e\+39 is not allowed: at "
                                                                        r"most 3.403e\+38 in size"),
     ({"algorithm": "fedasmu", "algorithm_options": {"sigma0": -1e39}}, r"fedasmu.sigma0=-1e\+39 is not allowed"),

@@ -728,6 +728,6 @@ def test_a_ctrl_c_just_after_a_comparison_run_returned_counts_that_run_finished(
                         f"{finished}; not run: {left}; jaxfl {' '.join(flags)} goes on (finished runs reused)"), said
     else:
         assert said == (f"jaxfl: interrupted: comparison fedavg,fedbuff cut short {where}, comparison.csv not written; "
-                        f"{finished}; not run: {left}; jaxfl {' '.join(flags)} goes on (finished runs reused, an "
-                        "interrupted one resumed) and writes the comparison"), said
+                        f"{finished}; not run: {left}; jaxfl {' '.join(flags)} goes on (finished runs reused) and "
+                        "writes the comparison"), said
     assert bool(list(tmp_path.glob("fedbuff-*"))) == (cut_at == 2)

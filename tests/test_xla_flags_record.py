@@ -84,9 +84,15 @@ def test_the_same_flags_in_another_order_are_the_same_and_a_finished_run_left_as
                                                                                                    monkeypatch):
     from jaxfl.resume import RunFinished
 
-    monkeypatch.setenv("XLA_FLAGS", f"{FAST_MATH} --xla_backend_optimization_level=1 --xla_cpu_enable_fast_math=false")
-    assert xla_flags() == "--xla_backend_optimization_level=1 --xla_cpu_enable_fast_math=false"  # the last one wins
+    from jaxfl.experiment import same_xla_flags
+
+    given = f"{FAST_MATH} --xla_backend_optimization_level=1 --xla_cpu_enable_fast_math=false"
+    monkeypatch.setenv("XLA_FLAGS", given)
     run = run_experiment(dataclasses.replace(small_config, checkpoint_every=1, max_updates=2))
+    assert _written(run.run_dir)["xla_flags"] == given  # as given, to be set again as it was
+    # the last value of a flag counts, as XLA reads them; a quoted value with a space is one value
+    assert same_xla_flags(given, "--xla_cpu_enable_fast_math=false --xla_backend_optimization_level=1")
+    assert not same_xla_flags("--xla_dump_hlo_pass_re='a b'", "--xla_dump_hlo_pass_re='a c'")
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false  --xla_backend_optimization_level=1")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -106,6 +112,9 @@ def test_a_resume_on_other_devices_names_the_stretch_before_it():
                      {"from_update": 2, "backend": "cpu", "devices": 1})
     with pytest.warns(ResumeWarning, match="r resumes on 1 cpu device; its updates up to 2 were trained on 2 cpu devices"):
         _say_other_devices("r", first, second)
+    with warnings.catch_warnings():  # a stretch cut before its first update trained none of the run's updates
+        warnings.simplefilter("error")
+        _say_other_devices("r", second, {**first, "from_update": 2})
     with pytest.warns(ResumeWarning, match=r"r resumes on 2 cpu devices; its updates 3 to 4 \(the stretch before this "
                                            r"one\) were trained on 1 cpu device:"):
         _say_other_devices("r", second, {"from_update": 4, "backend": "cpu", "devices": 2})
@@ -142,3 +151,31 @@ def test_a_parallel_sweeps_worker_relays_a_resumes_warning(tmp_path, monkeypatch
         f"cell 1: {cut} was made with XLA_FLAGS='{FAST_MATH}' and this process, which resumes it, has no XLA_FLAGS: "
         "where a flag changes XLA's arithmetic (e.g. --xla_cpu_enable_fast_math) the numbers differ from the run's "
         "own; set XLA_FLAGS as it was to keep them"), said
+
+
+def test_a_workers_relayed_warning_is_one_line_and_no_line_of_a_warning_reads_as_a_note(tmp_path):
+    # the worker's stdout and stderr are one log, read line by line by the sweep: a warning whose text held
+    # "\njaxfl-sweep-note: ..." made the sweep repeat it as a note and count the cell restarted
+    import subprocess
+    import sys
+
+    from jaxfl import _sweep_worker
+
+    script = (
+        "import sys, warnings\n"
+        "import jaxfl.sweep\n"
+        "from jaxfl import _sweep_worker\n"
+        "from jaxfl.resume import ResumeWarning\n"
+        "def cell(config, run_dir, state, say, speeds):\n"
+        "    warnings.warn('resumed past ckpt-2\\n' + _sweep_worker.NOTE + 'not a note', ResumeWarning)\n"
+        "    warnings.warn('other\\n' + _sweep_worker.RELAYED_WARNING + 'not relayed', UserWarning)\n"
+        "jaxfl.sweep.run_cell = cell\n"
+        "sys.exit(_sweep_worker.main(['', 'new', 'unused', '{\"clients\": 3}']))\n")
+    done = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=120, cwd=tmp_path)  # one stream, as the sweep's log of a worker
+    assert done.returncode == 0, done.stdout[-3000:]
+    lines = done.stdout.splitlines()
+    assert any(line.endswith("ResumeWarning: resumed past ckpt-2") for line in lines), lines  # the log keeps it
+    assert [line for line in lines if line.startswith(_sweep_worker.NOTE)] == [], lines
+    assert [line for line in lines if line.startswith(_sweep_worker.RELAYED_WARNING)] == [
+        f"{_sweep_worker.RELAYED_WARNING}resumed past ckpt-2 {_sweep_worker.NOTE}not a note"], lines

@@ -176,8 +176,9 @@ def integer_label_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Arr
     """
     if jnp.ndim(labels) != jnp.ndim(logits) - 1:
         raise ValueError(f"labels of shape {tuple(jnp.shape(labels))} for logits of shape {tuple(jnp.shape(logits))}: "
-                         "the default loss takes one integer class per example, y of shape (N,) (a (N, 1) y: "
-                         "y.reshape(-1)); other targets need a loss of your own")
+                         "the default loss takes one integer class per example, labels of the logits' shape "
+                         "without their last axis (an image's y of shape (N,): a (N, 1) y is y.reshape(-1)); other "
+                         "targets need a loss of your own")
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
 
 

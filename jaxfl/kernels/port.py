@@ -43,27 +43,41 @@ def cosine(u: PyTree, g: PyTree) -> jax.Array:
     """cos(u, g) over the whole flattened model (PORT, Su & Li, IEEE IWQoS 2022, Eq. 2); 1 when either vector is zero (no
     direction to disagree with), NaN when either holds a NaN or an Inf. Computed in float32 at any size: where a
     squared norm or their product leaves float32's normal range (entries far below 1e-10 or above 1e10) both
-    vectors are first divided by their largest entry, which a cosine does not see. Example: the module docstring."""
+    vectors are first scaled by a power of two to a largest entry near 1, which a cosine does not see. Entries
+    below float32's smallest normal number (about 1.2e-38) count as 0 on a CPU, whose XLA flushes them. Example:
+    the module docstring."""
+    value, plain = _plain_cosine(u, g)
+    return jax.lax.cond(plain, lambda: value, lambda: _scaled_cosine(u, g))
+
+
+def _plain_cosine(u: PyTree, g: PyTree) -> tuple[jax.Array, jax.Array]:
+    """cos(u, g) as ⟨u, g⟩ / √(‖u‖²‖g‖²), and whether float32 holds each part (where not, the value is not
+    the cosine: :func:`_scaled_cosine` is)."""
     dot = tree_vdot(u, g)
     uu, gg = tree_vdot(u, u), tree_vdot(g, g)
     product = uu * gg
     tiny = jnp.finfo(jnp.float32).tiny
-    # the plain form wherever float32 holds it (as before, bit for bit); elsewhere the scaled one
     plain = jnp.isfinite(product) & jnp.isfinite(dot) & (uu >= tiny) & (gg >= tiny) & (product >= tiny)
-    unit_u, largest_u = _over_largest_entry(u)
-    unit_g, largest_g = _over_largest_entry(g)
-    scaled = tree_vdot(unit_u, unit_g) / jnp.sqrt(tree_vdot(unit_u, unit_u) * tree_vdot(unit_g, unit_g))
-    zero = (largest_u == 0) | (largest_g == 0)
-    return jnp.where(plain, dot / jnp.where(plain, jnp.sqrt(product), 1.0), jnp.where(zero, 1.0, scaled))
+    return dot / jnp.where(plain, jnp.sqrt(product), 1.0), plain
 
 
-def _over_largest_entry(tree: PyTree) -> tuple[PyTree, jax.Array]:
-    """``tree`` in float32 divided by its largest absolute entry (left as it is where that is 0), and that entry."""
-    leaves = [jnp.asarray(leaf).astype(jnp.float32) for leaf in jax.tree.leaves(tree)]
-    largest = jnp.max(jnp.stack([jnp.max(jnp.abs(leaf), initial=0.0) for leaf in leaves])) if leaves \
-        else jnp.zeros((), jnp.float32)
-    divisor = jnp.where(largest > 0, largest, 1.0)
-    return jax.tree.unflatten(jax.tree.structure(tree), [leaf / divisor for leaf in leaves]), largest
+def _scaled_cosine(u: PyTree, g: PyTree) -> jax.Array:
+    """cos(u, g) of ``u`` and ``g`` each scaled by a power of two (exact: no rounding, no reciprocal to
+    flush) to a largest entry in [0.5, 1); 1 when either is zero."""
+    def scaled(tree):
+        leaves = [jnp.asarray(leaf).astype(jnp.float32) for leaf in jax.tree.leaves(tree)]
+        largest = jnp.max(jnp.stack([jnp.max(jnp.abs(leaf), initial=0.0) for leaf in leaves])) if leaves \
+            else jnp.zeros((), jnp.float32)
+        _, exponent = jnp.frexp(largest)
+        return [jnp.ldexp(leaf, -exponent) for leaf in leaves], largest
+
+    unit_u, largest_u = scaled(u)
+    unit_g, largest_g = scaled(g)
+    vdot = lambda a, b: jnp.sum(jnp.stack([jnp.vdot(x, y) for x, y in zip(a, b)])) if a else jnp.zeros((), jnp.float32)
+    if len(unit_u) != len(unit_g):  # as tree_vdot refuses it
+        tree_vdot(u, g)
+    value = vdot(unit_u, unit_g) / jnp.sqrt(vdot(unit_u, unit_u) * vdot(unit_g, unit_g))
+    return jnp.where((largest_u == 0) | (largest_g == 0), 1.0, value)
 
 
 def update_direction(delta: PyTree, start: PyTree, current: PyTree, definition: str) -> PyTree:
@@ -108,5 +122,8 @@ def port_coefficients(deltas: PyTree, starts: PyTree, current: PyTree, last_step
     ([1.0, 0.0], [0.6667, 0.3333])
     """
     directions = jax.vmap(update_direction, in_axes=(0, 0, None, None))(deltas, starts, current, definition)
-    cosines = jax.vmap(cosine, in_axes=(0, None))(directions, last_step)
+    # the scaled form only where some cosine needs it: vmapped, cosine's own cond would compute both
+    values, plain = jax.vmap(_plain_cosine, in_axes=(0, None))(directions, last_step)
+    cosines = jax.lax.cond(jnp.all(plain), lambda: values, lambda: jnp.where(
+        plain, values, jax.vmap(_scaled_cosine, in_axes=(0, None))(directions, last_step)))
     return port_weights(cosines, staleness_part, interference_scale, force, valid), cosines
