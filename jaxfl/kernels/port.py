@@ -73,10 +73,7 @@ def _scaled_cosine(u: PyTree, g: PyTree) -> jax.Array:
 
     unit_u, largest_u = scaled(u)
     unit_g, largest_g = scaled(g)
-    vdot = lambda a, b: jnp.sum(jnp.stack([jnp.vdot(x, y) for x, y in zip(a, b)])) if a else jnp.zeros((), jnp.float32)
-    if len(unit_u) != len(unit_g):  # as tree_vdot refuses it
-        tree_vdot(u, g)
-    value = vdot(unit_u, unit_g) / jnp.sqrt(vdot(unit_u, unit_u) * vdot(unit_g, unit_g))
+    value = tree_vdot(unit_u, unit_g) / jnp.sqrt(tree_vdot(unit_u, unit_u) * tree_vdot(unit_g, unit_g))
     return jnp.where((largest_u == 0) | (largest_g == 0), 1.0, value)
 
 
