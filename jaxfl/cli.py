@@ -1474,8 +1474,9 @@ def _earlier_runs(config: RunConfig, times=None, say_edited: bool = False):
         with warnings.catch_warnings():  # the run's own warnings come once, from the run
             warnings.simplefilter("ignore")
             # where the run folder lies is no setting of the run: a comparison's folder copied or moved
-            # (another disk, a colleague's machine) still holds its finished runs
-            wanted = {**config_record(validate(config)), "output_dir": None}
+            # (another disk, a colleague's machine) still holds its finished runs; nor is its name, which
+            # the folder matched already (a sweep's cells record theirs, and were trained again)
+            wanted = {**config_record(validate(config)), "output_dir": None, "run_name": None}
             cls = algorithms.get(config.algorithm)
             names = [config.run_name or run_name(config, cls.name)]
             if config.run_name is None:  # runs recorded with the field unset, before its default changed
@@ -1496,7 +1497,7 @@ def _earlier_runs(config: RunConfig, times=None, say_edited: bool = False):
                 warnings.simplefilter("ignore")
                 record = read_record(run_dir)
                 if {**config_record(validate(config_from_mapping(without_settings_refused_since(
-                        as_recorded(record["config"]))[0]))), "output_dir": None} != wanted or \
+                        as_recorded(record["config"]))[0]))), "output_dir": None, "run_name": None} != wanted or \
                         recorded_speeds_sha256(record) != speeds:
                     continue
                 changed = changed_sources(record, config)

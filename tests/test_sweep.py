@@ -1319,3 +1319,22 @@ def test_a_misspelt_section_of_a_sweep_file_is_named_as_a_section(tmp_path, caps
         main(["sweep", str(tmp_path / "sweep.toml"), "--out", str(tmp_path / "out")])
     assert "unknown config section [clinet] (did you mean [client]?)" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_comparison_in_a_sweeps_runs_folder_reuses_its_finished_cells(sweep, tmp_path, capsys):
+    # a cell records its run_name (its folder's), which a comparison's config leaves unset: the records
+    # differed, so the comparison trained both again into -2 folders, while its own note said it reuses them
+    folder = tmp_path / "copy"
+    shutil.copytree(sweep.sweep_dir, folder)
+    flags = ["run", "--algorithm", "fedavg,fedbuff", "--seed", "0", "--dataset", "mnist10k", "--model", "mlp",
+             "--clients", "3", "--local-steps", "2", "--batch-size", "16", "--max-updates", "2", "--target-accuracy",
+             "0.3", "--no-stop-at-target", "--checkpoint-every", "1", "--buffer-size", "2", "--no-progress",
+             "--output-dir", str(folder / "runs")]
+    before = sorted(os.listdir(folder / "runs"))
+    capsys.readouterr()
+    assert cli.main(flags) == 0
+    said = capsys.readouterr()
+    assert [line.endswith("(reused: it had finished)") for line in said.out.splitlines()
+            if line.startswith(("fedavg:", "fedbuff:"))] == [True, True], said.out
+    assert "trains it again" not in said.err
+    assert sorted(name for name in os.listdir(folder / "runs") if not name.startswith("comparison")) == before
