@@ -1174,6 +1174,16 @@ def prepare(config: RunConfig, *, data=None, model=None, init_params=None):
     return _prepare(validate(config), dataset, model, init_params)
 
 
+def _refuse_without_jit(config: RunConfig) -> None:
+    """A training run needs jit: refused before any work (a sweep's or a comparison's too, through
+    :func:`check_buildable`, before any of their files)."""
+    if jax.config.jax_disable_jit and not config.timing_only:
+        raise ConfigError("jax_disable_jit is on (JAX_DISABLE_JIT=1, or jax.config.update('jax_disable_jit', "
+                          "True)): jaxfl compiles its training programs ahead of time, which jax cannot do without "
+                          "jit (refused before any work); turn it off for the run: unset JAX_DISABLE_JIT, or in "
+                          "Python `with jax.disable_jit(False): run_experiment(...)`")
+
+
 def check_buildable(config: RunConfig) -> None:
     """:func:`prepare` as a check before any of several runs starts (a comparison, a sweep): raises what
     ``config``'s run would raise while building its data and model. Its warnings are left to the run
@@ -1184,6 +1194,7 @@ def check_buildable(config: RunConfig) -> None:
     Traceback (most recent call last):
     jaxfl.config.ConfigError: model='no_such_model' is not allowed: one of ...
     """
+    _refuse_without_jit(config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         prepare(config)
@@ -1837,11 +1848,7 @@ def _experiment(config: RunConfig, dataset: Dataset | None, user: UserInputs, re
     second process resuming it, or one running it, is refused in one line. The run reads and keeps
     its compiled programs in the process's temporary cache (:func:`jaxfl.compilation_cache.process_compilations`),
     unless a cache is configured already."""
-    if jax.config.jax_disable_jit and not config.timing_only:
-        raise ConfigError("jax_disable_jit is on (JAX_DISABLE_JIT=1, or jax.config.update('jax_disable_jit', "
-                          "True)): jaxfl compiles its training programs ahead of time, which jax cannot do without "
-                          "jit (refused before any work); turn it off for the run, e.g. "
-                          "`with jax.disable_jit(False): run_experiment(...)`")
+    _refuse_without_jit(config)
     if resume_dir is not None:
         _check_algorithm_source(resume_dir, config)
     with process_compilations():

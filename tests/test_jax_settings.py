@@ -56,6 +56,23 @@ def test_jax_disable_jit_is_refused_before_the_run_folder_is_written(small_confi
     assert not os.path.exists(small_config.output_dir)
 
 
+def test_jax_disable_jit_is_refused_before_a_sweep_or_comparison_writes_its_folder(small_config, tmp_path):
+    # a sweep wrote sweep.json, results.csv, .lock and runs/ before its first cell was refused
+    import dataclasses
+
+    from jaxfl.comparison import compare
+    from jaxfl.sweep import run_sweep
+
+    sweep_dir = str(tmp_path / "sweep")
+    with jax.disable_jit(), pytest.raises(ConfigError, match="sweep cell 0 .*jax_disable_jit is on"):
+        run_sweep(dataclasses.replace(small_config, output_dir="runs"), {"seed": [0, 1]}, sweep_dir, progress=False)
+    assert not os.path.exists(sweep_dir)
+    configs = [dataclasses.replace(small_config, buffer_size=size) for size in (1, 2)]
+    with jax.disable_jit(), pytest.raises(ConfigError, match="jax_disable_jit is on"):
+        compare(configs)
+    assert not os.path.exists(small_config.output_dir)
+
+
 def test_the_built_in_adam_on_float16_parameters_is_refused_before_any_work(small_config):
     import dataclasses
     # Adam's eps=1e-8 is 0 in float16: a zero gradient stepped by 0/0 = NaN, and the run stopped at update 0
