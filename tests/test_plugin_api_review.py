@@ -176,6 +176,20 @@ def test_tree_vdot_refuses_trees_that_do_not_match(b, message):
     assert float(tree_vdot(a, a)) == float(sum(leaf.size for leaf in jax.tree.leaves(a)))
 
 
+def test_tree_vdot_refuses_leaves_paired_by_position_under_other_names():
+    """Trees of as many leaves of the same shapes under other keys were paired by position: ⟨{"w": x,
+    "b": y}, {"bias": y, "w": x}⟩ paired b with w (flattened in key order) without a word."""
+    from flax.core import FrozenDict
+
+    from jaxfl.kernels import tree_vdot
+
+    a = {"b": jnp.array([1.0, 2.0]), "w": jnp.array([3.0, 4.0])}
+    renamed = {"bias": jnp.array([1.0, 2.0]), "w": jnp.array([3.0, 4.0])}
+    with pytest.raises(ValueError, match=r"leaf \['b'\] of a meets leaf \['bias'\] of b"):
+        tree_vdot(a, renamed)
+    assert float(tree_vdot(a, FrozenDict(a))) == 30.0  # another container of the same keys pairs as it should
+
+
 def test_make_client_trainer_refuses_a_fractional_batch_size():
     """batch_size=4.5 built a kernel drawing 5-sample batches of float positions."""
     with pytest.raises(ValueError, match=r"batch_size must be an integer >= 1, got 4.5"):

@@ -93,16 +93,23 @@ def rounded(tree: PyTree, zero: jax.Array) -> PyTree:
 
 def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
     """⟨a, b⟩ over the whole flattened model (one vector, not per layer), in float32. ``a`` and ``b``
-    must have as many leaves, of equal shapes, in the same order (else ``ValueError``: a partial or
-    reshaped dot would be silently wrong).
+    must have the same leaves by path (dict keys, sequence positions; the containers' types may
+    differ, e.g. a dict and a FrozenDict), of equal shapes (else ``ValueError``: a partial, reshaped
+    or mispaired dot would be silently wrong).
 
     >>> float(tree_vdot({"w": jnp.array([1.0, 2.0]), "b": jnp.array(3.0)}, {"w": jnp.ones(2), "b": jnp.array(2.0)}))
     9.0
     """
-    paths_a, leaves_b = jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b)
-    if len(paths_a) != len(leaves_b):
-        raise ValueError(f"tree_vdot: the trees have {len(paths_a)} and {len(leaves_b)} leaves "
+    paths_a, paths_b = jax.tree_util.tree_leaves_with_path(a), jax.tree_util.tree_leaves_with_path(b)
+    if len(paths_a) != len(paths_b):
+        raise ValueError(f"tree_vdot: the trees have {len(paths_a)} and {len(paths_b)} leaves "
                          f"({jax.tree.structure(a)} and {jax.tree.structure(b)})")
+    leaves_b = []
+    for (path, _), (path_b, y) in zip(paths_a, paths_b):
+        if jax.tree_util.keystr(path) != jax.tree_util.keystr(path_b):  # same count, other names: mispaired
+            raise ValueError(f"tree_vdot: leaf {jax.tree_util.keystr(path)} of a meets leaf "
+                             f"{jax.tree_util.keystr(path_b)} of b: the trees must have the same leaves")
+        leaves_b.append(y)
     for (path, x), y in zip(paths_a, leaves_b):
         if jnp.shape(x) != jnp.shape(y):
             raise ValueError(f"tree_vdot: leaf {jax.tree_util.keystr(path)} has shape {tuple(jnp.shape(x))} in a "
