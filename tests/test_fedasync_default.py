@@ -25,7 +25,11 @@ def test_the_default_is_the_papers_mixing_and_named_as_it():
     with warnings.catch_warnings():  # the note on the p_i step's stall went with that default
         warnings.simplefilter("error")
         validate(RunConfig(algorithm="fedasync", clients=10_000))
-    assert validate(RunConfig(algorithm="fedbuff")).rule is None  # FedBuff's default did not change: names kept
+    # FedBuff's default did not change, but is written too: a run made in Python (rule unset) was named
+    # apart from the same run of `jaxfl demo` (the quickstart gives rule paper), and neither reused the other
+    assert validate(RunConfig(algorithm="fedbuff")).rule == "paper"
+    assert run_name(validate(RunConfig(algorithm="fedbuff"))) == run_name(validate(RunConfig(algorithm="fedbuff",
+                                                                                            rule="paper")))
 
 
 def _as_before_the_change(run_dir: str) -> None:
@@ -151,3 +155,25 @@ def test_a_sweep_from_before_the_change_names_its_old_default_cells_and_reports_
     assert "differ in rule: unset there, 'fedcompass' here" in left_out and "--rule None" not in left_out
     assert reported.skipped == [0] and os.path.basename(reported.cells[0].run_dir) == old_name
     assert reported.rows[0]["global_updates"] == 6
+
+
+def test_a_comparison_reuses_a_fedbuff_run_recorded_with_the_rule_unset_under_its_old_name(tmp_path, capsys):
+    # FedBuff's unset rule, written as paper since 2026-12-06, renamed the runs made in Python before: the
+    # command line finds them under the old name (the hash of rule None) and reuses them
+    import dataclasses
+
+    from jaxfl import cli
+
+    out = tmp_path / "runs"
+    flags = {**FLAGS, "algorithm": "fedbuff", "buffer_size": 2}
+    old = run_experiment(RunConfig(**flags, output_dir=str(out)))
+    _as_before_the_change(old.run_dir)
+    old_name = run_name(dataclasses.replace(validate(RunConfig(**flags, output_dir=str(out))), rule=None))
+    assert old_name != os.path.basename(old.run_dir)
+    os.rename(old.run_dir, out / old_name)
+    cli.main(["run", "--algorithm", "fedbuff,fedavg", "--buffer-size", "2", "--dataset", "mnist10k", "--model",
+              "logreg", "--clients", "4", "--local-steps", "2", "--batch-size", "16", "--max-updates", "6",
+              "--checkpoint-every", "2", "--checkpoint-min-interval-s", "0", "--no-stop-at-target", "--no-progress",
+              "--out", str(out)])
+    assert [name for name in os.listdir(out) if name.startswith("fedbuff")] == [old_name]
+    assert old_name in capsys.readouterr().out

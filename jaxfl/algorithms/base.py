@@ -213,11 +213,13 @@ class Algorithm:
       :data:`jaxfl.config.ALGORITHM_FIELDS` (``buffer_size``, ``rule``, ``staleness``...); one of
       them set for an algorithm that does not read it is reported, never silently ignored. None
       (the default): undeclared, nothing is reported.
-    - ``changed_defaults``: run fields whose unset (None) value this algorithm once read as another
-      default, ``{field: (default before, default now)}``. :func:`jaxfl.config.validate` writes the
-      default now into the config, so the run's name and record hold it; a config recorded unset
-      (a run's ``config.json``, a checkpoint's) ran as the default before and is read back as such
-      (:func:`jaxfl.config.as_recorded`), so old runs resume and compare as they ran.
+    - ``changed_defaults``: run fields whose unset (None) value this algorithm reads as a default,
+      ``{field: (default before, default now)}``: the one an unset record ran under, and the one
+      written now (the same where it never changed: FedBuff's ``rule``). :func:`jaxfl.config.validate`
+      writes the default now into the config, so the run's name and record hold it, and an unset
+      field and the default given name one run; a config recorded unset (a run's ``config.json``, a
+      checkpoint's) ran as the default before and is read back as such (:func:`jaxfl.config.as_recorded`),
+      so old runs resume and compare as they ran.
     """
 
     name: ClassVar[str] = ""

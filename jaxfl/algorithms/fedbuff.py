@@ -106,6 +106,9 @@ class FedBuffAlgorithm(Algorithm):
     name = "fedbuff"
     kind = "asynchronous"
     reads = frozenset({"clients_per_round", "buffer_size", "rule", "staleness", "staleness_alpha", "staleness_a"})
+    # unset, the rule is the paper's, as it always was: written into the config, so that a run made in
+    # Python (rule unset) and one made by `jaxfl demo` or `--rule paper` have one name and reuse each other
+    changed_defaults = {"rule": ("paper", "paper")}
     uses_concurrency = True
     per_client_steps = True
     summary = "aggregate every K buffered updates (Nguyen et al. 2022)"
