@@ -67,6 +67,7 @@ import time
 
 import numpy as np
 
+from jaxfl._user_warnings import warn_user
 from jaxfl import cluster
 
 KEEP = 2
@@ -564,7 +565,6 @@ def final_params(run_dir: str, template):
         ...
         ValueError: template does not match the model in ...: expected the run's variables ... or their 'params' part...
     """
-    import warnings
 
     import jax
     import orbax.checkpoint as ocp
@@ -584,7 +584,7 @@ def final_params(run_dir: str, template):
     params = _shaped_like(template, restored["params"], folder)
     stale = _not_the_end(run_dir, folder)
     if stale is not None:
-        warnings.warn(stale, UserWarning, stacklevel=2)
+        warn_user(stale)
     return params
 
 

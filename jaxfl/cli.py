@@ -34,6 +34,7 @@ import sys
 import tempfile
 import typing
 
+from jaxfl._user_warnings import warn_user
 from jaxfl import algorithms
 from jaxfl.config import (DEFAULT_SERVER_LR, FIELDS, PLUGIN_IMPORT_FAILURES, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, ConfigError,
                           RunConfig, _server_readers_text, algorithms_reading, annotation_text, config_from_mapping,
@@ -452,7 +453,6 @@ def _note_repeated_flags(flags_read: list) -> None:
     >>> print(said[0].message)
     --clients 10, then --clients 20: a setting given more than once takes its last value (--clients 20)
     """
-    import warnings
 
     given: dict[str, list[tuple[str, object]]] = {}
     for setting, flag, value in flags_read:
@@ -463,8 +463,8 @@ def _note_repeated_flags(flags_read: list) -> None:
     for read in given.values():
         if len({value for _, value in read}) > 1:
             spelled = [shown for shown, _ in read]
-            warnings.warn(f"{', then '.join(spelled)}: a setting given more than once takes its last value "
-                          f"({spelled[-1]})", UserWarning, stacklevel=2)
+            warn_user(f"{', then '.join(spelled)}: a setting given more than once takes its last value "
+                      f"({spelled[-1]})")
 
 
 _CLUSTER_FLAGS = ("--cluster", "--coordinator-address", "--num-processes", "--process-id")

@@ -30,13 +30,13 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-import warnings
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxfl._user_warnings import warn_user
 from jaxfl.config import CLIENT_STATE_PLACEMENTS as PLACEMENTS
 from jaxfl.execution import available_host_memory, bucket_size, free_device_memory
 from jaxfl.kernels.tree import set_rows, tree_bytes
@@ -139,7 +139,7 @@ class ClientState:
             message = f"per-client state of {self.nbytes / 2**20:.1f} MiB placed on {placement} ({self.reason})"
             log.info(message)
             if placement in ("host", "memmap") and requested == "auto":
-                warnings.warn(message, ClientStatePlacementWarning, stacklevel=3)
+                warn_user(message, ClientStatePlacementWarning)
         if placement != "memmap" or directory is not None:
             self._tables = self._allocate()
 

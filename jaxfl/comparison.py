@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import typing
 
+from jaxfl._user_warnings import warn_user
 from jaxfl.plot import percent
 from jaxfl.runlog import diverged, read_json, run_jaxfl_code, write_csv
 
@@ -47,7 +48,6 @@ def run_or_stopped(run, config):
     """``run(config)``'s result, or a :class:`StoppedRun` where a numerical error stopped it (said
     in a warning): one diverging algorithm (a learning rate too large for it) leaves the others to
     run and the comparison to be written."""
-    import warnings
 
     from jaxfl.scheduler.simulation import NumericalError
 
@@ -56,7 +56,7 @@ def run_or_stopped(run, config):
     except NumericalError as error:
         if error.run_dir is None:
             raise
-        warnings.warn(f"{config.algorithm}: run stopped: {error}", UserWarning, stacklevel=3)
+        warn_user(f"{config.algorithm}: run stopped: {error}")
         return StoppedRun(error.run_dir, read_json(os.path.join(error.run_dir, "summary.json")), error)
 
 
@@ -215,7 +215,6 @@ def _say_what_is_replaced(path: str, rows: list[dict]) -> None:
     (``runs`` by default) keeps one comparison.csv and comparison.png, and the earlier one's went
     without a word."""
     import csv
-    import warnings
 
     try:
         with open(path, newline="") as handle:
@@ -225,9 +224,9 @@ def _say_what_is_replaced(path: str, rows: list[dict]) -> None:
     if not earlier or sorted(row.get("run_dir", "") for row in earlier) == sorted(str(row["run_dir"]) for row in rows):
         return
     names = ",".join(dict.fromkeys(str(row.get("algorithm", "?")) for row in earlier))
-    warnings.warn(f"{path} held the comparison of {names} ({len(earlier)} run{'s' * (len(earlier) != 1)}), replaced by "
-                  f"this one's, with comparison.png; its runs stay in their folders (give each comparison its own "
-                  "--output-dir to keep both tables)", UserWarning, stacklevel=3)
+    warn_user(f"{path} held the comparison of {names} ({len(earlier)} run{'s' * (len(earlier) != 1)}), replaced by "
+              f"this one's, with comparison.png; its runs stay in their folders (give each comparison its own "
+              "--output-dir to keep both tables)")
 
 
 def compare(configs) -> Comparison:

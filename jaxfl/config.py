@@ -21,6 +21,7 @@ import warnings
 import typing
 from typing import Any, Callable, Mapping
 
+from jaxfl._user_warnings import warn_user
 from jaxfl import algorithms
 
 FLOAT32_TINY = 1.1754943508222875e-38  # float32's smallest normal number (np.finfo(np.float32).tiny)
@@ -959,8 +960,8 @@ def _check_settings_are_read(config: RunConfig, algorithm, options: Any = None) 
                    if name == "data_dir" and str(value).lower().endswith(".npz") else "")
             fail(name, value, f"leave it {keep}, this run never reads it (read only with {readers}){own}")
     for name in fields_not_read_by(algorithm, {name: getattr(config, name) for name in ALGORITHM_FIELDS}):
-        warnings.warn(f"{name}={getattr(config, name)!r} is ignored: {config.algorithm} does not read it (read by "
-                      f"{', '.join(algorithms_reading(name))})", UserWarning, stacklevel=3)
+        warn_user(f"{name}={getattr(config, name)!r} is ignored: {config.algorithm} does not read it (read by "
+                  f"{', '.join(algorithms_reading(name))})")
 
 
 def _check_client_state_is_read(config: RunConfig, algorithm) -> None:
@@ -1449,10 +1450,10 @@ def _say_other_jax_settings(recorded: dict | None) -> None:
     current = jax_numerics()
     if recorded is None or recorded == current:  # None: recorded before jaxfl wrote them
         return
-    warnings.warn(f"this config.json's run was made with {said_jax_settings(recorded)} and this process has "
-                  f"{said_jax_settings(current)}: "
-                  "the run made here computes other numbers, under another name (set the same jax settings in "
-                  "the environment, e.g. JAX_ENABLE_X64, to run it again as it was)", UserWarning, stacklevel=3)
+    warn_user(f"this config.json's run was made with {said_jax_settings(recorded)} and this process has "
+              f"{said_jax_settings(current)}: "
+              "the run made here computes other numbers, under another name (set the same jax settings in "
+              "the environment, e.g. JAX_ENABLE_X64, to run it again as it was)")
 
 
 def recorded_values(record: dict[str, Any]) -> dict[str, Any]:

@@ -77,6 +77,7 @@ import optax
 
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxfl._user_warnings import warn_user
 from jaxfl._devices import place_read_only
 from jaxfl.algorithms.base import DeviceHook
 from jaxfl.config import STEP_LOOPS
@@ -1554,7 +1555,6 @@ class Engine:
 
     # ----------------------------------------------------------------- checkpoints
     def _warn_of_changed_hook_attributes(self) -> None:
-        import warnings
 
         for position, hook in enumerate(self.hooks):
             before = self._hook_attributes[position]
@@ -1563,10 +1563,10 @@ class Engine:
             changed = _changed_attributes(before, _attributes(hook))
             if changed:
                 self._hook_attributes[position] = None
-                warnings.warn(f"device hook {hook.name!r} ({type(hook).__name__}) changed its attribute"
-                              f"{'s' if len(changed) > 1 else ''} {', '.join(changed)} during the run: a hook's own "
-                              "attributes are not checkpointed, so a resumed run starts them afresh and parts from "
-                              "this one; keep state that must last in ctx.state[self.name] (made by the hook's init)", HookStateWarning, stacklevel=2)
+                warn_user(f"device hook {hook.name!r} ({type(hook).__name__}) changed its attribute"
+                          f"{'s' if len(changed) > 1 else ''} {', '.join(changed)} during the run: a hook's own "
+                          "attributes are not checkpointed, so a resumed run starts them afresh and parts from "
+                          "this one; keep state that must last in ctx.state[self.name] (made by the hook's init)", HookStateWarning)
 
     def checkpoint_state(self) -> tuple[dict, dict]:
         """(device tree for orbax, plain metadata) holding everything needed to continue exactly:

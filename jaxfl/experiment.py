@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxfl._user_warnings import warn_user
 from jaxfl import checkpoint, cluster, resume, stopping
 from jaxfl._devices import place_read_only, without_device_count_flag
 from jaxfl.loggers import check_loggers, logger_names, logger_offsets, open_loggers
@@ -441,9 +442,9 @@ def _run_dir(config: RunConfig, algorithm: str, user_inputs: dict | None = None)
 
     if finished is not None and config.run_name is None and cluster.process_index() == 0:
         # a notebook cell run twice trained minutes again without a word
-        warnings.warn(f"{finished} holds a finished run of this config (its name's hash); this run trains it "
-                      f"again, into {path} (jaxfl.load_run({finished!r}) reads the finished one; a comparison "
-                      f"on the command line, jaxfl run --algorithm a,b, reuses it)", UserWarning, stacklevel=4)
+        warn_user(f"{finished} holds a finished run of this config (its name's hash); this run trains it "
+                  f"again, into {path} (jaxfl.load_run({finished!r}) reads the finished one; a comparison "
+                  f"on the command line, jaxfl run --algorithm a,b, reuses it)")
     return path
 
 
@@ -588,9 +589,9 @@ def say_other_xla_flags(run_dir: str, recorded: str | None, doing: str) -> None:
         return
     # a resume's, as a resume's other warnings (a --jobs sweep's worker relays those)
     category = resume.ResumeWarning if doing == "resumes it" else UserWarning
-    warnings.warn(f"{run_dir} was made with {said_xla_flags(recorded)} and this process, which {doing}, has "
-                  f"{said_xla_flags(current)}: where a flag changes XLA's arithmetic (e.g. --xla_cpu_enable_fast_math) "
-                  "the numbers differ from the run's own; set XLA_FLAGS as it was to keep them", category, stacklevel=3)
+    warn_user(f"{run_dir} was made with {said_xla_flags(recorded)} and this process, which {doing}, has "
+              f"{said_xla_flags(current)}: where a flag changes XLA's arithmetic (e.g. --xla_cpu_enable_fast_math) "
+              "the numbers differ from the run's own; set XLA_FLAGS as it was to keep them", category)
 
 
 def _refuse_other_jax_numerics(run_dir: str, recorded: dict | None) -> None:
@@ -600,10 +601,9 @@ def _refuse_other_jax_numerics(run_dir: str, recorded: dict | None) -> None:
     current = jax_numerics()
     if recorded is None:  # recorded before jaxfl wrote its settings: not known, so not refused
         if current:
-            warnings.warn(f"{run_dir}: its config.json does not say which jax settings it was made with (an older "
-                          f"jaxfl), and this process has {said_jax_settings(current)}; "
-                          "if the run was made with others, its resumed part computes other numbers",
-                          UserWarning, stacklevel=3)
+            warn_user(f"{run_dir}: its config.json does not say which jax settings it was made with (an older "
+                      f"jaxfl), and this process has {said_jax_settings(current)}; "
+                      "if the run was made with others, its resumed part computes other numbers")
         return
     if recorded == current:
         return
@@ -1066,9 +1066,9 @@ def note_pooled_synthetic_clients(config: RunConfig) -> None:
     """
     if (config.dataset.startswith("synthetic") and config.partition != "natural"
             and not parse_synthetic_name(config.dataset)["iid"]):
-        warnings.warn(f"dataset {config.dataset!r} draws each generated client's samples from a model of its own "
-                      f"(FedProx's heterogeneity), and partition={config.partition!r} pools them and splits them "
-                      "anew, which undoes it: partition='natural' (--partition natural) keeps the generated clients")
+        warn_user(f"dataset {config.dataset!r} draws each generated client's samples from a model of its own "
+                  f"(FedProx's heterogeneity), and partition={config.partition!r} pools them and splits them "
+                  "anew, which undoes it: partition='natural' (--partition natural) keeps the generated clients")
 
 
 # The generated dataset of a shared_data() block, by name and number of clients; None outside one.
@@ -1235,15 +1235,15 @@ def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params
     if not config.timing_only and 0 < largest and config.batch_size > BATCH_NOTE_FACTOR * largest:
         # said, not changed: the steps stay those of batch_size (its local_epochs step counts too); a
         # batch a little over small clients (synthetic data's default) is no news
-        warnings.warn(f"batch_size={config.batch_size} is larger than the largest client's {largest} samples: each "
-                      f"step takes a client's whole data, padded to {config.batch_size} samples: "
-                      f"{config.batch_size / largest:.3g}× the model work a step of batch_size={largest}, whose "
-                      "steps take the same samples (its local_epochs step counts differ); the run keeps batch_size as given")
+        warn_user(f"batch_size={config.batch_size} is larger than the largest client's {largest} samples: each "
+                  f"step takes a client's whole data, padded to {config.batch_size} samples: "
+                  f"{config.batch_size / largest:.3g}× the model work a step of batch_size={largest}, whose "
+                  "steps take the same samples (its local_epochs step counts differ); the run keeps batch_size as given")
     if not config.timing_only:
         note_pooled_synthetic_clients(config)
     if config.target_accuracy is None and not config.timing_only:
-        warnings.warn(f"dataset {config.dataset!r} has no default target accuracy, so this run has none: "
-                      "time_to_target stays null and it does not stop at a target (set target_accuracy for one)")
+        warn_user(f"dataset {config.dataset!r} has no default target accuracy, so this run has none: "
+                  "time_to_target stays null and it does not stop at a target (set target_accuracy for one)")
     if early is not None and early[:2] == ((dataset.input_shape, dataset.kind), dataset.num_classes) \
             and dataset.vocab_size is None:
         _, _, model, abstract = early
@@ -1825,9 +1825,9 @@ def _check_algorithm_source(run_dir: str, config: RunConfig) -> None:
         return  # built-ins: config.json is not read again (a resume reads it once)
     changed = changed_sources(resume.read_record(run_dir), config)
     if changed:
-        warnings.warn(f"{' and '.join(changed)} {'has' if len(changed) == 1 else 'have'} changed since run {run_dir} "
-                      f"began: the resumed run goes on with the edited code, so its updates before and after this "
-                      f"resume follow two versions of it (start the run again for one)", UserWarning, stacklevel=4)
+        warn_user(f"{' and '.join(changed)} {'has' if len(changed) == 1 else 'have'} changed since run {run_dir} "
+                  f"began: the resumed run goes on with the edited code, so its updates before and after this "
+                  f"resume follow two versions of it (start the run again for one)")
 
 
 def _with_inputs(config: RunConfig, data, user: UserInputs, resume_dir: str | None,
@@ -2036,9 +2036,9 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                     local_steps=local_steps, step_loop=config.step_loop)
     _UNFINISHED_ENGINES.add(engine)  # until _disconnect
     if config.step_loop is None and engine.step_loop == "rolled" and config.steps_per_call is not None:
-        warnings.warn(f"steps_per_call={config.steps_per_call} is not read: the step loop chosen for this model on "
-                      f"{engine.home.platform} is rolled (one step compiled, the local steps looped); --step-loop "
-                      "unrolled runs chunks of steps_per_call steps", UserWarning, stacklevel=3)
+        warn_user(f"steps_per_call={config.steps_per_call} is not read: the step loop chosen for this model on "
+                  f"{engine.home.platform} is rolled (one step compiled, the local steps looped); --step-loop "
+                  "unrolled runs chunks of steps_per_call steps")
     engine.check_memory()
 
     # run_dir: where this process writes; shared_dir: the run's directory, where every process takes
@@ -2273,7 +2273,7 @@ def _warn_close_errors(errors: list[str], run_dir: str, complete: bool = False) 
     summary is written."""
     for message in errors:
         where = f"the run's own files are complete ({run_dir})" if complete else f"the run's own files: {run_dir}"
-        warnings.warn(f"{message}; {where}", RuntimeWarning, stacklevel=3)
+        warn_user(f"{message}; {where}", RuntimeWarning)
     errors.clear()
 
 
@@ -2410,19 +2410,18 @@ def _record_new_loggers(run_dir: str, loggers: list, version: int) -> None:
     given = set(named) | {getattr(logger, "name", None) for logger in loggers if not isinstance(logger, str)}
     left_out = [name for name in before if name not in given]
     if left_out:  # a resume given loggers without them: their logs miss this stretch
-        warnings.warn(f"loggers {', '.join(left_out)} (--log-to), which run {run_dir} was started with, are not given "
-                      f"to this resume: they log nothing from update {version} on until a resume gives them again "
-                      f"(a resume given no loggers goes on with {', '.join(before + new)})", stacklevel=2)
+        warn_user(f"loggers {', '.join(left_out)} (--log-to), which run {run_dir} was started with, are not given "
+                  f"to this resume: they log nothing from update {version} on until a resume gives them again "
+                  f"(a resume given no loggers goes on with {', '.join(before + new)})")
     if not new:
         return
     path = os.path.join(run_dir, "config.json")
     with open(path) as handle:
         written = json.load(handle)
     _write_json(path, {**written, "log_to": before + new})
-    warnings.warn(f"loggers {', '.join(new)} (--log-to) are new for run {run_dir}: they log the evaluations after "
-                  f"update {version}, where this resume starts (the rows up to it are in its metrics.csv); its "
-                  f"config.json now records {', '.join(before + new)}, which a later resume goes on with",
-                  stacklevel=2)
+    warn_user(f"loggers {', '.join(new)} (--log-to) are new for run {run_dir}: they log the evaluations after "
+              f"update {version}, where this resume starts (the rows up to it are in its metrics.csv); its "
+              f"config.json now records {', '.join(before + new)}, which a later resume goes on with")
 
 
 def _record_raised_budgets(run_dir: str, config: RunConfig, saved: dict) -> list[dict]:
@@ -2446,10 +2445,9 @@ def _record_raised_budgets(run_dir: str, config: RunConfig, saved: dict) -> list
     summary = finished_summary(run_dir)
     stopped_here = summary is not None and summary.get("global_updates") == simulation.version
     if stopped_here and config.final_checkpoint and "before_final_evaluations" not in saved:
-        warnings.warn(f"{run_dir}: its final checkpoint (update {simulation.version}) was written by an earlier jaxfl "
-                      "after the run's final evaluation, so metrics.csv keeps that evaluation's row at the old stop "
-                      "(a run made with the larger budget from the start evaluates at its cadence alone)",
-                      resume.ResumeWarning, stacklevel=2)
+        warn_user(f"{run_dir}: its final checkpoint (update {simulation.version}) was written by an earlier jaxfl "
+                  "after the run's final evaluation, so metrics.csv keeps that evaluation's row at the old stop "
+                  "(a run made with the larger budget from the start evaluates at its cadence alone)", resume.ResumeWarning)
     # where it was taken on from: the stop as its summary said it (a time budget's end, not its last event's time)
     at = summary.get("virtual_time", simulation.now) if stopped_here else simulation.now
     extensions.append(resume.extension_record(raised, {"update": simulation.version, "virtual_time": at}))
@@ -2544,11 +2542,10 @@ def _warn_of_an_unused_server_optimizer(config: RunConfig, algorithm, server_ste
         return
     given = f"server_optimizer={config.server_optimizer!r}, server_lr={config.server_lr!r}" + \
         (f", server_momentum={momentum!r}" if momentum else "")
-    warnings.warn(f"{given}: none of this run's {updates} aggregations applied the server optimiser ({algorithm.name} "
-                  "set the model itself: a mix, a hook's model or single updates), so these settings changed nothing"
-                  + ("" if algorithm.__module__.startswith("jaxfl.algorithms.") else
-                     f"; {type(algorithm).__name__}.unread_settings can refuse them before a run"), UserWarning,
-                  stacklevel=3)
+    warn_user(f"{given}: none of this run's {updates} aggregations applied the server optimiser ({algorithm.name} "
+              "set the model itself: a mix, a hook's model or single updates), so these settings changed nothing"
+              + ("" if algorithm.__module__.startswith("jaxfl.algorithms.") else
+                 f"; {type(algorithm).__name__}.unread_settings can refuse them before a run"))
 
 
 def _schedule_summary(config: RunConfig, algorithm, simulation: Simulation, end_time: float, reason: str) -> dict:
@@ -2865,10 +2862,9 @@ def _say_other_devices(run_dir: str, before: dict, now: dict) -> None:
     said = lambda stretch: f"{stretch['devices']} {stretch['backend']} device{'s' * (stretch['devices'] != 1)}"
     updates = (f"its updates up to {now['from_update']} were" if not before["from_update"] else
                f"its updates {before['from_update'] + 1} to {now['from_update']} (the stretch before this one) were")
-    warnings.warn(f"{run_dir} resumes on {said(now)}; {updates} trained on {said(before)}: the sums of each call's "
-                  "updates go in another order, so from here the run agrees with an uninterrupted one to float32 "
-                  "rounding, not bit for bit (summary.json's device_history records each stretch)",
-                  resume.ResumeWarning, stacklevel=2)
+    warn_user(f"{run_dir} resumes on {said(now)}; {updates} trained on {said(before)}: the sums of each call's "
+              "updates go in another order, so from here the run agrees with an uninterrupted one to float32 "
+              "rounding, not bit for bit (summary.json's device_history records each stretch)", resume.ResumeWarning)
 
 
 def _source_of_this_stretch() -> dict:

@@ -39,8 +39,9 @@ import numbers
 import os
 import secrets
 import time
-import warnings
 from typing import Any, Protocol, runtime_checkable
+
+from jaxfl._user_warnings import warn_user
 
 LOGGER_NAMES = ("tensorboard", "csv", "wandb")
 # TensorBoard event writers, lightest first; torch's needs the tensorboard package as well.
@@ -244,9 +245,9 @@ class WandbLogger:
         if kept.get("run_dir") not in (None, here) and _records_id(kept["run_dir"], kept.get("id")):
             # a copy (cp -r, the way to extend a sweep's cell apart): its original goes on in the W&B run
             # the record names, so the copy takes one of its own (a moved folder keeps its W&B run)
-            warnings.warn(f"{run_dir} is a copy of run {kept['run_dir']}, whose W&B run ({kept['id']}) it leaves to "
-                          f"it: its own W&B run starts here, without the rows before this resume (those are in "
-                          f"{kept['run_dir']}'s W&B run and in this folder's metrics.csv)", stacklevel=2)
+            warn_user(f"{run_dir} is a copy of run {kept['run_dir']}, whose W&B run ({kept['id']}) it leaves to "
+                      f"it: its own W&B run starts here, without the rows before this resume (those are in "
+                      f"{kept['run_dir']}'s W&B run and in this folder's metrics.csv)")
             kept = {}
         # an id given here; the run's own; else W&B's WANDB_RUN_ID (a job's) for the first run of this process
         # that has no W&B run yet (a comparison's next runs would all go into it); else a new one

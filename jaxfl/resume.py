@@ -35,6 +35,7 @@ import time
 import warnings
 from typing import Any, Mapping
 
+from jaxfl._user_warnings import warn_user
 from jaxfl import algorithms, checkpoint
 from jaxfl.config import (FIELDS, FIELDS_ADDED, SECTION_OF, ConfigError, RunConfig, as_recorded, config_from_mapping,
                           split_algorithm_options, user_path, validate, without_settings_refused_since)  # noqa: F401 -- validate: the docstring examples use it
@@ -763,8 +764,7 @@ def candidates(run_dir: str, warn: bool = True, check_lock: bool = True) -> list
             raise ResumeError(f"cannot resume {run_dir!r}: checkpoints/latest names {named}, which does not exist, "
                               f"and no other checkpoint does; nothing to resume from: start the run again")
         if warn:
-            warnings.warn(f"{run_dir}: checkpoints/latest names {named}, which does not exist; trying {folders[0]}",
-                          ResumeWarning, stacklevel=3)
+            warn_user(f"{run_dir}: checkpoints/latest names {named}, which does not exist; trying {folders[0]}", ResumeWarning)
     if not folders:
         raise ResumeError(f"cannot resume {run_dir!r}: checkpoints/ holds no checkpoint; nothing to resume from: "
                           f"start the run again")
@@ -786,8 +786,8 @@ def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> No
     """Refuse a checkpoint written under another config than the run's config.json."""
     name = os.path.basename(folder)
     if stored is None:
-        warnings.warn(f"{run_dir}: {name} stores no config (an older jaxfl wrote it), so config.json is "
-                      f"trusted as it is", ResumeWarning, stacklevel=4)
+        warn_user(f"{run_dir}: {name} stores no config (an older jaxfl wrote it), so config.json is "
+                  f"trusted as it is", ResumeWarning)
         return
     # a field added since the checkpoint was written: it ran as the field's value before it existed;
     # one that may differ now (devices, stored by an older jaxfl) is not compared
@@ -966,8 +966,8 @@ def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict,
             if cluster.process_index() == 0 and any(checkpoint.checkpoint_order(os.path.basename(old)) >
                                                      checkpoint.checkpoint_order(name) for old in skipped):
                 aside = f"; moved into {_set_aside(run_dir, skipped, folder)}"
-            warnings.warn(f"{run_dir}: resuming from {name} (global update {state['simulation'].version}) "
-                          f"because {'; '.join(failures)}{aside}", ResumeWarning, stacklevel=3)
+            warn_user(f"{run_dir}: resuming from {name} (global update {state['simulation'].version}) "
+                      f"because {'; '.join(failures)}{aside}", ResumeWarning)
         return folder, state, tree
     raise ResumeError(f"cannot resume {run_dir!r}: no checkpoint reads back: {'; '.join(failures)}; "
                       f"{_no_checkpoint_next_step(failures)}")

@@ -50,6 +50,7 @@ import sys
 import warnings
 from typing import NamedTuple
 
+from jaxfl._user_warnings import warn_user
 from jaxfl import algorithms
 from jaxfl.config import (user_path, ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, TIMING_ONLY_UNREAD, ConfigError, RunConfig,
                           _only_read_when, as_recorded, config_from_mapping, flat_once, load_config_file, option_namespaces,
@@ -1058,12 +1059,12 @@ def _say_cells_of_other_xla_flags(cells: list[Cell], states: dict) -> None:
     if other:
         cell, recorded = other[0]
         more = f" and {len(other) - 1} more" if len(other) > 1 else ""
-        warnings.warn(f"{len(other)} finished cell{'s' * (len(other) != 1)} of this sweep, reused as "
-                      f"{'they are' if len(other) != 1 else 'it is'}, {'were' if len(other) != 1 else 'was'} made "
-                      f"under other XLA_FLAGS than this process has ({said_xla_flags(current)}; cell {cell.index}, "
-                      f"{cell.run_dir}: {said_xla_flags(recorded)}{more}): where a flag changes XLA's arithmetic (e.g. "
-                      "--xla_cpu_enable_fast_math) their numbers are not what this process would compute; sweep into "
-                      "another folder (--out) to run them under these flags", UserWarning, stacklevel=3)
+        warn_user(f"{len(other)} finished cell{'s' * (len(other) != 1)} of this sweep, reused as "
+                  f"{'they are' if len(other) != 1 else 'it is'}, {'were' if len(other) != 1 else 'was'} made "
+                  f"under other XLA_FLAGS than this process has ({said_xla_flags(current)}; cell {cell.index}, "
+                  f"{cell.run_dir}: {said_xla_flags(recorded)}{more}): where a flag changes XLA's arithmetic (e.g. "
+                  "--xla_cpu_enable_fast_math) their numbers are not what this process would compute; sweep into "
+                  "another folder (--out) to run them under these flags")
 
 
 def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell], jobs: int, states: dict,
@@ -1136,7 +1137,7 @@ def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell],
 
 def _warn(line: str) -> None:
     """A sweep's note where nothing else shows it: one UserWarning, without the ``note:`` prefix."""
-    warnings.warn(line.removeprefix("note: "), UserWarning, stacklevel=4)
+    warn_user(line.removeprefix("note: "))
 
 
 def run_cell(config: RunConfig, run_dir: str, state: str, say, time_per_step=None) -> tuple[dict, str]:

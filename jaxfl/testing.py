@@ -30,12 +30,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import warnings
 from typing import Any, Iterable
 
 import jax
 import numpy as np
 
+from jaxfl._user_warnings import warn_user
 from jaxfl import algorithms, checkpoint
 from jaxfl.config import RunConfig, config_from_mapping, load_config_text, to_toml, validate
 from jaxfl.execution import bucket_size
@@ -275,7 +275,7 @@ def _check_algorithm(algorithm, checks: tuple[str, ...], folder: str, atol: floa
         if not check_imports_without_jax(module):  # asked for, not done: said, not passed in silence
             report["skipped"] = {"no_jax": f"the policy's module is {module} (a script or notebook), which "
                                            "no other interpreter can import: put the algorithm in a file to check it"}
-            warnings.warn(f"{name}: no_jax not checked: {report['skipped']['no_jax']}", stacklevel=3)
+            warn_user(f"{name}: no_jax not checked: {report['skipped']['no_jax']}")
     return report
 
 

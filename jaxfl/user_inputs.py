@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jaxfl._user_warnings import warn_user
 from jaxfl.config import USER_PREFIX, user_path, ClientConfig, DataConfig, RunConfig, SpeedsConfig
 
 __all__ = ["TIME_PER_STEP_FILE", "UserInputs", "load_time_per_step", "match_init_params", "optimizer_fingerprint",
@@ -468,7 +469,6 @@ def _times_from_table(path: str, header: list[str], rows: list, is_number) -> np
     structured, with ``latency`` in seconds and ``bandwidth`` in bytes per second beside
     ``time_per_step``. Other columns are not read, and a UserWarning names them (a latency or
     bandwidth column without a unit among them, with the names that are read)."""
-    import warnings
 
     for number, row in rows:
         if len(row) != len(header):
@@ -540,10 +540,10 @@ def _times_from_table(path: str, header: list[str], rows: list, is_number) -> np
         notes.insert(0, f"not read: {', '.join(repr(name) for name in unread)}{hint}")
     if notes:
         named = [header[time_at], *(header[at] for at in network_at.values())]
-        warnings.warn(f"time_per_step file {path!r}: read column{'s' * (len(named) > 1)} "
-                      f"{', '.join(repr(name) for name in named)}"
-                      + (f" in the order of {header[ids_at[0]]!r}" if ids_at else "")
-                      + "; " + "; ".join(notes), UserWarning, stacklevel=3)
+        warn_user(f"time_per_step file {path!r}: read column{'s' * (len(named) > 1)} "
+                  f"{', '.join(repr(name) for name in named)}"
+                  + (f" in the order of {header[ids_at[0]]!r}" if ids_at else "")
+                  + "; " + "; ".join(notes))
     return trace_array(times, network)
 
 

@@ -62,11 +62,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from typing import NamedTuple
 
 import numpy as np
 
+from jaxfl._user_warnings import warn_user
 from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, register
 from jaxfl.scheduler.pool import IdleClients
 from jaxfl.scheduler.simulation import IN_FLIGHT, DispatchRecord, Policy, Simulation, _comm_time, local_steps_of
@@ -660,10 +660,9 @@ class FedASMUConfig(Options):
                         f"and slot {self.slot} (or fewer fedasmu.epochs)")
                 if not fitting:
                     fail("local_steps", run.local_steps, f"{what}, or fedasmu.fetch=false (FedASMU-FA)")
-                warnings.warn(f"fedasmu: local_steps={run.local_steps} leaves no step for the fetch at slots "
-                              f"{', '.join(str(slot) for slot in slots if slot not in fitting)} "
-                              f"(a dispatch given one trains without it: summary's fetches_skipped); {what}",
-                              UserWarning, stacklevel=3)
+                warn_user(f"fedasmu: local_steps={run.local_steps} leaves no step for the fetch at slots "
+                          f"{', '.join(str(slot) for slot in slots if slot not in fitting)} "
+                          f"(a dispatch given one trains without it: summary's fetches_skipped); {what}")
         if self.dynamic and str(run.client_optimizer).startswith("<user: ") and not run.timing_only \
                 and any((self.lr_lambda, self.lr_sigma, self.lr_iota)):
             # ĝ = Δ/(η·steps) read η from client_lr, which an optax object replaces: every upload was
@@ -675,17 +674,16 @@ class FedASMUConfig(Options):
         # (a named optimiser: an optax object given from Python may be SGD; a timing-only run learns nothing)
         if self.dynamic and run.client_optimizer in ("adam", "adamw") and not run.timing_only \
                 and any((self.lr_lambda, self.lr_sigma, self.lr_iota)):
-            warnings.warn(f"fedasmu: client_optimizer={run.client_optimizer!r}: the server learns λ, σ, ι from "
-                          "ĝ = Δ/(η·steps), an estimate of the gradient only for plain SGD steps (Formula 4), so "
-                          "their steps are not the paper's; --client-optimizer sgd follows it", UserWarning,
-                          stacklevel=3)
+            warn_user(f"fedasmu: client_optimizer={run.client_optimizer!r}: the server learns λ, σ, ι from "
+                      "ĝ = Δ/(η·steps), an estimate of the gradient only for plain SGD steps (Formula 4), so "
+                      "their steps are not the paper's; --client-optimizer sgd follows it")
         elif self.dynamic and run.client_optimizer == "sgd" and getattr(run, "client_momentum", 0.0) > 0 \
                 and not run.timing_only and any((self.lr_lambda, self.lr_sigma, self.lr_iota)):
             # momentum β makes Δ ≈ η·steps/(1 − β)·g once it builds up: ĝ 4x the gradient at 0.9 and 10 steps
-            warnings.warn(f"fedasmu: client_momentum={run.client_momentum!r}: the server learns λ, σ, ι from "
-                          "ĝ = Δ/(η·steps), an estimate of the gradient only for plain SGD steps (Formula 4); "
-                          "momentum enlarges Δ (about 4x at 0.9 over 10 steps), so their steps are not the "
-                          "paper's; --client-momentum 0 follows it", UserWarning, stacklevel=3)
+            warn_user(f"fedasmu: client_momentum={run.client_momentum!r}: the server learns λ, σ, ι from "
+                      "ĝ = Δ/(η·steps), an estimate of the gradient only for plain SGD steps (Formula 4); "
+                      "momentum enlarges Δ (about 4x at 0.9 over 10 steps), so their steps are not the "
+                      "paper's; --client-momentum 0 follows it")
         for name in ("staleness_bound", "trigger_batch", "max_concurrency"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -742,8 +740,7 @@ class FedASMUConfig(Options):
                                         "(--no-fedasmu.dynamic), which keeps them at their initial values")
         for name, when in unread.items():
             if getattr(self, name) != getattr(FedASMUConfig, name):
-                warnings.warn(f"fedasmu.{name}={getattr(self, name)!r} is ignored: it is read only {when}",
-                              UserWarning, stacklevel=2)
+                warn_user(f"fedasmu.{name}={getattr(self, name)!r} is ignored: it is read only {when}")
 
 
 @register

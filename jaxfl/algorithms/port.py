@@ -50,11 +50,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from typing import NamedTuple
 
 import numpy as np
 
+from jaxfl._user_warnings import warn_user
 from jaxfl.algorithms.base import Algorithm, DeviceHook, Options, check_per_dispatch, epoch_steps, register
 from jaxfl.scheduler.clock import ARRIVALS_FIRST
 from jaxfl.scheduler.pool import IdleClients
@@ -409,17 +409,16 @@ class PortConfig(Options):
         if self.beta == 0:
             for name in ("cosine", "cosine_skip_staleness", "cosine_skip_rounds"):
                 if getattr(self, name) != preset[name]:
-                    warnings.warn(f"port.{name}={getattr(self, name)!r} is ignored: port.beta=0 switches the cosine "
-                                  "term off", UserWarning, stacklevel=2)
+                    warn_user(f"port.{name}={getattr(self, name)!r} is ignored: port.beta=0 switches the cosine "
+                              "term off")
         if math.isinf(self.staleness_bound):
             # (bound_rule and urgent_pull changed nothing under inf, saying so as pull_steps does)
             ignored = [f"port.{name}={getattr(self, name)!r}" for name in ("pull_steps", "bound_rule", "urgent_pull")
                        if name == "pull_steps" and self.pull_steps is not None
                        or name != "pull_steps" and getattr(self, name) != preset[name]]
             if ignored:
-                warnings.warn(f"{', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored: with "
-                              "port.staleness_bound=inf no client is ever too stale, so none is waited for or pulled",
-                              UserWarning, stacklevel=2)
+                warn_user(f"{', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored: with "
+                          "port.staleness_bound=inf no client is ever too stale, so none is waited for or pulled")
 
 
 @register

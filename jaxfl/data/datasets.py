@@ -35,10 +35,10 @@ from collections.abc import Mapping
 import hashlib
 import importlib.resources
 import os
-import warnings
 
 import numpy as np
 
+from jaxfl._user_warnings import warn_user
 from jaxfl.data.idx import parse_idx, read_idx
 
 __all__ = [
@@ -307,9 +307,9 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
         # no client can learn and that the held-out accuracy counts as always wrong
         unseen = np.unique(test_y[test_y > train_y.max()])
         shown = ", ".join(str(int(label)) for label in unseen[:5]) + (", ..." if len(unseen) > 5 else "")
-        warnings.warn(f"{source}: y_test holds label(s) {shown} above y_train's largest, {int(train_y.max())}: "
-                      f"counted as {largest + 1} classes (the largest label + 1), no client trains on the "
-                      "classes above; set num_classes if that is not what you mean", UserWarning, stacklevel=2)
+        warn_user(f"{source}: y_test holds label(s) {shown} above y_train's largest, {int(train_y.max())}: "
+                  f"counted as {largest + 1} classes (the largest label + 1), no client trains on the "
+                  "classes above; set num_classes if that is not what you mean")
     if groups is not None:
         groups = _as_array(groups, "client_train", source)
         if groups.shape != train_y.shape or not np.issubdtype(groups.dtype, np.integer):
@@ -442,8 +442,8 @@ def as_dataset(data, num_classes: int | None = None, name: str = "user") -> Data
         missing = [k for k in ("train_x", "train_y", "test_x", "test_y") if k not in keys and spellings[k] not in keys]
         if unknown and not missing and isinstance(data, np.lib.npyio.NpzFile):
             # an archive (np.load) may hold more than jaxfl reads, as dataset 'npz' takes it: said, not refused
-            warnings.warn(f"data: arrays {unknown} of the archive are not read; jaxfl reads x_train, y_train, x_test, "
-                          "y_test, and client_train and num_classes where present", UserWarning, stacklevel=2)
+            warn_user(f"data: arrays {unknown} of the archive are not read; jaxfl reads x_train, y_train, x_test, "
+                      "y_test, and client_train and num_classes where present")
         elif unknown or missing:
             raise ValueError(f"data: a mapping needs train_x, train_y, test_x, test_y (or x_train, ...); "
                              f"missing {missing}, unknown {unknown}")
@@ -572,9 +572,9 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
             raise ValueError(f"{path}: missing arrays {missing}; found {archive.files}")
         unread = [k for k in archive.files if k not in NPZ_ARRAYS]
         if unread:  # a misspelt client_train would silently lose the writers' split
-            warnings.warn(f"{path}: arrays {unread} are not read; jaxfl reads {list(NPZ_ARRAYS[:4])}, and "
-                          "client_train (each training sample's client, for partition 'natural') and num_classes "
-                          "where present", UserWarning, stacklevel=2)
+            warn_user(f"{path}: arrays {unread} are not read; jaxfl reads {list(NPZ_ARRAYS[:4])}, and "
+                      "client_train (each training sample's client, for partition 'natural') and num_classes "
+                      "where present")
         try:
             arrays = {k: archive[k] for k in archive.files if k in NPZ_ARRAYS}
         except ValueError as error:  # object arrays (ragged lists) need pickle, which is never enabled

@@ -25,11 +25,12 @@ Registered names (``PARTITIONS``), with their source:
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from typing import Callable
 
 import numpy as np
+
+from jaxfl._user_warnings import warn_user
 
 __all__ = [
     "CLASS_PARTITION_TABLE",
@@ -793,9 +794,9 @@ def partition_natural(labels: np.ndarray, num_clients: int, rng: np.random.Gener
         return FlatPartition(indices, sizes)
     chosen = np.sort(rng.choice(num_ids, num_clients, replace=False))
     # said, not silent: the default 10 clients of a 20-writer file train on about half its samples
-    warnings.warn(f"partition natural: {num_clients} of the {num_ids} writers drawn at random, so "
-                  f"{int(sizes[chosen].sum()):,} of the {len(groups):,} training samples are used "
-                  f"(clients={num_ids} takes every writer)", UserWarning, stacklevel=2)
+    warn_user(f"partition natural: {num_clients} of the {num_ids} writers drawn at random, so "
+              f"{int(sizes[chosen].sum()):,} of the {len(groups):,} training samples are used "
+              f"(clients={num_ids} takes every writer)")
     positions = _ranges(starts[chosen], sizes[chosen])
     return FlatPartition(positions if order is None else order[positions], sizes[chosen])
 

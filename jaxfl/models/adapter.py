@@ -28,10 +28,11 @@ import dataclasses
 import functools
 import inspect
 import re
-import warnings
 from typing import Any, Callable
 
 import jax
+
+from jaxfl._user_warnings import warn_user
 
 __all__ = ["ModelAdapter", "as_adapter"]
 
@@ -57,10 +58,10 @@ def _train_keyword(module) -> tuple[str | None, bool]:
              and re.search(r"train|determin|eval|infer|test|mode", name)]
     if flags:
         given = ", ".join(f"{name}={parameters[name].default}" for name in flags)
-        warnings.warn(f"model {type(module).__name__}.__call__ takes {given}, which jaxfl does not set: jaxfl "
-                      "passes the mode as train, training, is_training or deterministic; if "
-                      f"{' or '.join(flags)} is the mode, rename it to one of those, or the layers that read it "
-                      "keep its default in training and evaluation alike", UserWarning, stacklevel=4)
+        warn_user(f"model {type(module).__name__}.__call__ takes {given}, which jaxfl does not set: jaxfl "
+                  "passes the mode as train, training, is_training or deterministic; if "
+                  f"{' or '.join(flags)} is the mode, rename it to one of those, or the layers that read it "
+                  "keep its default in training and evaluation alike")
     return None, False
 
 

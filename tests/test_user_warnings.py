@@ -1,0 +1,40 @@
+"""jaxfl's warnings name the user's line, not jaxfl's: a notebook showed `jaxfl/experiment.py:1857:
+UserWarning: ...` and jaxfl's own source line under every warning of a cell run again."""
+import dataclasses
+import os
+import warnings
+
+from jaxfl.comparison import compare
+from jaxfl.experiment import run_experiment
+
+
+def caught(call):
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        call()
+    return records
+
+
+def test_a_warning_of_a_run_or_comparison_names_the_callers_line(small_config):
+    run_experiment(small_config)
+    again = caught(lambda: run_experiment(small_config))  # the finished run is trained again: said
+    assert [record.filename for record in again if "holds a finished run" in str(record.message)] == [__file__]
+    configs = [dataclasses.replace(small_config, buffer_size=size) for size in (1, 2)]
+    compare(configs)
+    records = caught(lambda: compare(configs))  # deeper in jaxfl: the same line of the caller
+    said = [record for record in records if "holds a finished run" in str(record.message) or "replaced by" in str(record.message)]
+    assert len(said) == 3 and {record.filename for record in said} == {__file__}
+
+
+def test_a_warning_inside_a_plugin_names_the_plugins_line(small_config, tmp_path):
+    # called back from a user's own code (a module of theirs), jaxfl's warning names that code's line
+    path = tmp_path / "mine.py"
+    path.write_text("import jaxfl\n\ndef go(config):\n    return jaxfl.run_experiment(config)\n")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mine_user_warnings", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = dataclasses.replace(small_config, target_accuracy=None, dataset="synthetic:0.5,0.5", model="mlp")
+    records = [record for record in caught(lambda: module.go(config)) if "no default target" in str(record.message)]
+    assert records and os.path.samefile(records[0].filename, path) and records[0].lineno == 4
