@@ -1654,6 +1654,9 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None and status in (130, stopping.SIGTERM_STATUS):  # a sweep says its interrupt and returns
             _end_interrupted(status)
         return status
+    except OSError as error:  # the disk or a file's permissions, where no step names it: one line, not a traceback
+        print(f"jaxfl: error: {_os_error_line(error)}", file=sys.stderr)
+        return CHECKPOINT_WRITE_STATUS
     except KeyboardInterrupt as interrupt:
         from jaxfl.experiment import RunInterrupted
 
@@ -1664,6 +1667,18 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None:  # the command itself (not a caller's main([...])): end here, see _end_interrupted
             _end_interrupted(status)
         return status
+
+
+def _os_error_line(error: OSError) -> str:
+    """An OSError as the command's one line: what failed, on which file, and that the files written
+    before it stay (a run's checkpoints, a sweep's finished cells); the same command goes on once it
+    is fixed.
+
+    >>> _os_error_line(PermissionError(1, "Operation not permitted", "runs/a/metrics.csv"))
+    "Operation not permitted: 'runs/a/metrics.csv' (the files written before it are kept: fix that and run the same command again)"
+    """
+    said = f"{error.strerror}: {error.filename!r}" if error.strerror and error.filename else str(error)
+    return f"{said} (the files written before it are kept: fix that and run the same command again)"
 
 
 def _end_interrupted(status: int) -> None:

@@ -2050,11 +2050,23 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         run_dir = _run_dir(config, algorithm.name, user_inputs)
         os.makedirs(run_dir)
         located["run_dir"] = run_dir
-        if accepting is not None:  # no resume of it writes there while it runs (until the caller's end of the run)
-            accepting.enter_context(resume.holding_lock(run_dir))
-        user.save(run_dir)
-        _write_run_config(run_dir, config, params, federation, plan, dataset=dataset,
-                          user_inputs=user_inputs, log_to=logger_names(loggers))
+        try:
+            if accepting is not None:  # no resume of it writes there while it runs (until the caller's end of the run)
+                accepting.enter_context(resume.holding_lock(run_dir))
+            user.save(run_dir)
+            _write_run_config(run_dir, config, params, federation, plan, dataset=dataset,
+                              user_inputs=user_inputs, log_to=logger_names(loggers))
+        except BaseException as error:
+            # nothing of the run yet (a full disk at its config, a Ctrl-C): no folder of a lock and a half-
+            # written file left, which the same command again stepped around into a -2 folder
+            shutil.rmtree(run_dir, ignore_errors=True)
+            del located["run_dir"]
+            if isinstance(error, OSError) and error.errno in checkpoint.DISK_FULL_ERRNOS:
+                raise checkpoint.LogWriteError(
+                    f"could not write the run's {os.path.basename(error.filename or 'config')} in {run_dir}: "
+                    f"{error.strerror or os.strerror(error.errno)}; nothing of the run was kept (its folder is "
+                    "removed): free space and start it again") from None
+            raise
         shared_dir = run_dir
         if jax.process_count() > 1:  # process 0's folder name: it may end in -2, -3... (see _run_dir)
             shared_dir = os.path.join(shared_output_dir or config.output_dir,

@@ -568,6 +568,21 @@ def write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str | None]:
     """Write the rows as ``results.csv`` and, where pyarrow is installed, ``results.parquet`` (each
     atomically); returns their paths (None: no Parquet). Without pyarrow a sweep still ends with its
     table instead of losing it to an ImportError at the end (a GPU lease with a bare Python)."""
+    from jaxfl.checkpoint import DISK_FULL_ERRNOS, DiskWriteError
+
+    try:
+        return _write_results(rows, sweep_dir)
+    except OSError as error:  # a full disk: one line and the way on, as a cell's checkpoint says it
+        if error.errno not in DISK_FULL_ERRNOS:
+            raise
+        for name in ("results.csv.tmp", "results.parquet.tmp"):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(sweep_dir, name))
+        raise DiskWriteError(error.errno, f"could not write the sweep's results table in {sweep_dir}: "
+                                          f"{error.strerror}; the finished cells' runs are kept") from None
+
+
+def _write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str | None]:
     from jaxfl.runlog import _pyarrow, write_csv
 
     columns = list(rows[0]) if rows else ["cell"]
@@ -1124,13 +1139,19 @@ def _run_locked(sweep_dir: str, base: dict, grid: dict, size, cells: list[Cell],
                 say(_finished_line(cell, summary, ended))
                 if bar is not None:
                     bar.update(1)
-    finally:
+    except BaseException:
         if bar is not None:
             bar.close()
         # also when interrupted: the table holds every finished cell, so a sweep cut short (Ctrl-C, a
-        # time limit) can be reported on, and the same call again fills in the rest
-        table, parquet = write_table()
-        rows = [finished_rows[index] for index in sorted(finished_rows)]
+        # time limit) can be reported on, and the same call again fills in the rest; where that fails
+        # too (the disk still full) the error in flight is the one to say
+        with contextlib.suppress(OSError):
+            write_table()
+        raise
+    if bar is not None:
+        bar.close()
+    table, parquet = write_table()
+    rows = [finished_rows[index] for index in sorted(finished_rows)]
     return SweepResult(sweep_dir, cells, rows, table, parquet, done["new"], done["resumable"], done["restart"],
                        done["finished"], notes, jobs, peak[0])
 

@@ -81,3 +81,79 @@ def test_an_error_of_the_disk_that_is_not_a_full_one_is_raised_as_it_is(tmp_path
     with pytest.raises(PermissionError) as failed:
         jaxfl.run_experiment(config, loggers=[ALoggerDeniedItsFile()])
     assert not isinstance(failed.value, checkpoint.DiskWriteError)
+
+
+def test_a_full_disk_as_a_sweep_writes_its_table_is_one_line_and_the_same_command_goes_on(tmp_path, monkeypatch,
+                                                                                          capsys):
+    # the table written after a cell finished: a 59-line chained traceback (the table written again on the
+    # way out failed too), status 1, and results.csv.tmp left behind
+    import errno
+
+    from jaxfl import cli, runlog
+
+    written = runlog.write_csv
+    calls = []
+
+    def full_after_the_first_cell(path, rows, columns):
+        calls.append(len(rows))
+        if rows:
+            open(path + ".tmp", "w").close()  # begun, as a write that fails half way
+            raise OSError(errno.ENOSPC, "No space left on device", path + ".tmp")
+        return written(path, rows, columns)
+
+    monkeypatch.setattr(runlog, "write_csv", full_after_the_first_cell)
+    out = tmp_path / "sweep"
+    command = ["sweep", "--out", str(out), "--algorithm", "fedavg,fedasync", "--clients", "3", "--timing-only",
+               "--max-updates", "3", "--no-progress"]
+    with pytest.raises(SystemExit) as exited:
+        cli.main(command)
+    assert exited.value.code == 74
+    said = capsys.readouterr().err
+    assert "Traceback" not in said and said.count("jaxfl: error:") == 1
+    assert f"could not write the sweep's results table in {out}: No space left on device" in said
+    assert "run the same jaxfl sweep command again" in said
+    assert not (out / "results.csv.tmp").exists()
+    monkeypatch.setattr(runlog, "write_csv", written)  # space again
+    assert cli.main(command) == 0  # the finished cell skipped, the other run: both in the table
+    assert (out / "results.csv").read_text().count("\n") == 3
+
+
+def test_an_os_error_no_step_names_is_one_line_of_the_command(tmp_path, monkeypatch, capsys):
+    # a resume whose metrics.csv could not be opened (chattr +i): a 38-line PermissionError traceback, status 1
+    from jaxfl import cli, experiment
+
+    run = jaxfl.run_experiment(jaxfl.RunConfig(**{**CONFIG, "max_updates": 4, "checkpoint_every": 2},
+                                               output_dir=str(tmp_path / "out")))
+    os.remove(os.path.join(run.run_dir, "summary.json"))  # cut short, as if interrupted after its last checkpoint
+
+    def not_permitted(path, *args, **kwargs):
+        raise PermissionError(1, "Operation not permitted", path)
+
+    monkeypatch.setattr(experiment, "_open_table", not_permitted)
+    assert cli.main(["run", "--resume", run.run_dir, "--no-progress"]) == 74
+    said = capsys.readouterr().err
+    assert "Traceback" not in said
+    assert "jaxfl: error: Operation not permitted: " in said and "run the same command again" in said
+
+
+def test_a_full_disk_before_the_run_has_its_config_leaves_no_folder(tmp_path, monkeypatch):
+    # the folder kept a .lock and a half-written client_samples.npy.tmp, the message said it "holds the logs
+    # until it stopped", and the same command again ran into a -2 folder beside it
+    import errno
+
+    from jaxfl import experiment
+
+    written = experiment._write_run_config
+
+    def full(run_dir, *args, **kwargs):
+        open(os.path.join(run_dir, "config.json.tmp"), "w").close()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(experiment, "_write_run_config", full)
+    config = jaxfl.RunConfig(**{**CONFIG, "max_updates": 2}, output_dir=str(tmp_path / "out"))
+    with pytest.raises(checkpoint.LogWriteError, match="No space left on device; nothing of the run was kept "
+                                                       r"\(its folder is removed\): free space and start it again"):
+        jaxfl.run_experiment(config)
+    assert os.listdir(tmp_path / "out") == []
+    monkeypatch.setattr(experiment, "_write_run_config", written)
+    assert jaxfl.run_experiment(config).run_dir == str(tmp_path / "out" / "r")
