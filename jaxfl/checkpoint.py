@@ -520,6 +520,33 @@ def load_config(folder: str) -> dict | None:
 def load_device(folder: str, engine, meta: dict) -> dict:
     """The engine's device tree of a checkpoint folder, restored with the engine's shapes (with the
     per-client tables the folder holds as files, memory-mapped)."""
+    try:
+        return _load_device(folder, engine, meta)
+    except Exception:
+        _quiet_abandoned_orbax_reads()
+        raise
+
+
+def _quiet_abandoned_orbax_reads() -> None:
+    """After a restore failed on damaged data (a resume then says so in one line and tries an older
+    checkpoint), orbax's reads of the other arrays are left as coroutines never awaited, each printed
+    at exit as "Exception ignored in: <coroutine ...>" with tensorstore's whole spec: 130 lines
+    around the one line. Those are dropped; any other unraisable exception goes to the hook as before."""
+    previous = sys.unraisablehook
+    if getattr(previous, "_jaxfl_quiet_orbax", False):
+        return
+
+    def hook(unraisable) -> None:
+        code = getattr(unraisable.object, "cr_code", None)
+        if code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename:
+            return
+        previous(unraisable)
+
+    hook._jaxfl_quiet_orbax = True
+    sys.unraisablehook = hook
+
+
+def _load_device(folder: str, engine, meta: dict) -> dict:
     target = _nonempty(engine.checkpoint_target(meta))
     packing_path = os.path.join(folder, PACKING)
     with cluster.at_a_barrier():

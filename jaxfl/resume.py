@@ -720,8 +720,15 @@ def _namespace(algorithm: str) -> str:
 
 
 def _first_line(error: BaseException) -> str:
+    """``Type: first line`` of ``error``, at most 200 characters; tensorstore's pointer to its details
+    (a bound method's repr, not the details) left out.
+
+    >>> _first_line(Exception("Encountered error while reading array index: (slice(0, 2, 1),). See full "
+    ...                       "TensorStore details: <bound method pybind11_detail_function_record_v1_system...>"))
+    'Exception: Encountered error while reading array index: (slice(0, 2, 1),)'
+    """
     text = str(error).strip().splitlines()
-    line = text[0] if text else ""
+    line = text[0].split(". See full TensorStore details:")[0] if text else ""
     line = f"{type(error).__name__}: {line}" if line else type(error).__name__
     return line if len(line) <= 200 else line[:197] + "..."
 
