@@ -1458,60 +1458,15 @@ def _earlier_run(config: RunConfig, times=None) -> tuple[str, str] | None:
 
 
 def _earlier_runs(config: RunConfig, times=None, say_edited: bool = False):
-    """Every ``(run_dir, state)`` of :func:`_earlier_run`, in the order of their folders' names; a run
-    made with an earlier version of a plug-in's or a model's file is not one (``say_edited``: where
-    none is found, a note names those)."""
-    import warnings
+    """Every ``(run_dir, state)`` of :func:`_earlier_run` (:func:`jaxfl.comparison.earlier_runs`); a
+    run made with an earlier version of a plug-in's or a model's file is not one (``say_edited``:
+    where none is found, a note names those)."""
+    from jaxfl.comparison import earlier_runs
 
-    from jaxfl import checkpoint
-    from jaxfl.config import as_recorded, config_from_mapping, validate
-    from jaxfl.experiment import changed_sources, names_before_default_changes, run_name
-    from jaxfl.resume import ResumeError, config_record, read_record
-    from jaxfl.runlog import finished_summary
-    from jaxfl.user_inputs import UserInputs, recorded_speeds_sha256
-
-    try:
-        with warnings.catch_warnings():  # the run's own warnings come once, from the run
-            warnings.simplefilter("ignore")
-            # where the run folder lies is no setting of the run: a comparison's folder copied or moved
-            # (another disk, a colleague's machine) still holds its finished runs; nor is its name, which
-            # the folder matched already (a sweep's cells record theirs, and were trained again)
-            wanted = {**config_record(validate(config)), "output_dir": None, "run_name": None}
-            cls = algorithms.get(config.algorithm)
-            names = [config.run_name or run_name(config, cls.name)]
-            if config.run_name is None:  # runs recorded with the field unset, before its default changed
-                names += list(names_before_default_changes(validate(config), cls.name).values())
-            # the speeds are not in the config (nor its name): a run on other speeds is another run
-            speeds = UserInputs(time_per_step=times).check(validate(config)).speeds_sha256()
-    except (ConfigError, ValueError, KeyError, TypeError):
-        return
-    if not os.path.isdir(config.output_dir):
-        return
     edited, found = [], False
-    for folder in sorted(os.listdir(config.output_dir)):
-        if not any(folder == name or re.fullmatch(re.escape(name) + r"-\d+", folder) for name in names):
-            continue
-        run_dir = os.path.join(config.output_dir, folder)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                record = read_record(run_dir)
-                if {**config_record(validate(config_from_mapping(without_settings_refused_since(
-                        as_recorded(record["config"]))[0]))), "output_dir": None, "run_name": None} != wanted or \
-                        recorded_speeds_sha256(record) != speeds:
-                    continue
-                changed = changed_sources(record, config)
-        except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
-            continue
-        if changed:  # another code's results (an edited plug-in or model file): not this run
-            edited.append((run_dir, changed))
-            continue
-        if finished_summary(run_dir) is not None:  # a damaged one is rebuilt by resuming the run
-            found = True
-            yield run_dir, "finished"
-        elif checkpoint.latest(run_dir) is not None:
-            found = True
-            yield run_dir, "resumable"
+    for run_dir, state in earlier_runs(config, times, edited):
+        found = True
+        yield run_dir, state
     if say_edited and edited and not found:
         run_dir, changed = edited[-1]
         print(f"jaxfl: note: {run_dir} was made with an earlier version of {' and '.join(changed)}: not reused; "

@@ -229,7 +229,76 @@ def _say_what_is_replaced(path: str, rows: list[dict]) -> None:
               "--output-dir to keep both tables)")
 
 
-def compare(configs) -> Comparison:
+def earlier_runs(config, times=None, edited: list | None = None):
+    """Every ``(run_dir, state)`` of a run of this very config (the record a resume compares, less the
+    ``output_dir`` it was made in: a folder copied or moved holds the same runs) and the same given
+    speeds (``times``: ``time_per_step``; None: drawn ones) under its ``output_dir``, in the order of
+    their folders' names: ``finished``, or ``resumable`` (a checkpoint to go on from); a run without a
+    checkpoint is none. A run made with an earlier version of a plug-in's or a model's file is not
+    one: appended to ``edited`` as ``(run_dir, changed files)``.
+
+    >>> import jaxfl, tempfile
+    >>> config = jaxfl.RunConfig(algorithm="fedavg", model="logreg", clients=3, local_steps=2, max_updates=1,
+    ...                          progress=False, output_dir=tempfile.mkdtemp())
+    >>> run = jaxfl.run_experiment(config)
+    >>> [(os.path.basename(run_dir) == os.path.basename(run.run_dir), state) for run_dir, state in earlier_runs(config)]
+    [(True, 'finished')]
+    """
+    import re
+    import warnings
+
+    from jaxfl import algorithms, checkpoint
+    from jaxfl.config import ConfigError, as_recorded, config_from_mapping, validate, without_settings_refused_since
+    from jaxfl.experiment import changed_sources, names_before_default_changes, run_name
+    from jaxfl.resume import ResumeError, config_record, read_record
+    from jaxfl.runlog import finished_summary
+    from jaxfl.user_inputs import UserInputs, recorded_speeds_sha256
+
+    try:
+        with warnings.catch_warnings():  # the run's own warnings come once, from the run
+            warnings.simplefilter("ignore")
+            # where the run folder lies is no setting of the run: a comparison's folder copied or moved
+            # (another disk, a colleague's machine) still holds its finished runs; nor is its name, which
+            # the folder matched already (a sweep's cells record theirs, and were trained again)
+            config = validate(config)  # named as its run was: defaults resolved (a config from Python may leave them unset)
+            wanted = {**config_record(config), "output_dir": None, "run_name": None}
+            cls = algorithms.get(config.algorithm)
+            names = [config.run_name or run_name(config, cls.name)]
+            if config.run_name is None:  # runs recorded with the field unset, before its default changed
+                names += list(names_before_default_changes(validate(config), cls.name).values())
+            # the speeds are not in the config (nor its name): a run on other speeds is another run
+            speeds = UserInputs(time_per_step=times).check(validate(config)).speeds_sha256()
+    except (ConfigError, ValueError, KeyError, TypeError):
+        return
+    if not os.path.isdir(config.output_dir):
+        return
+    edited = [] if edited is None else edited
+    for folder in sorted(os.listdir(config.output_dir)):
+        if not any(folder == name or re.fullmatch(re.escape(name) + r"-\d+", folder) for name in names):
+            continue
+        run_dir = os.path.join(config.output_dir, folder)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                record = read_record(run_dir)
+                if {**config_record(validate(config_from_mapping(without_settings_refused_since(
+                        as_recorded(record["config"]))[0]))), "output_dir": None, "run_name": None} != wanted or \
+                        recorded_speeds_sha256(record) != speeds:
+                    continue
+                changed = changed_sources(record, config)
+        except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
+            continue
+        if changed:  # another code's results (an edited plug-in or model file): not this run
+            edited.append((run_dir, changed))
+            continue
+        if finished_summary(run_dir) is not None:  # a damaged one is rebuilt by resuming the run
+            yield run_dir, "finished"
+        elif checkpoint.latest(run_dir) is not None:
+            yield run_dir, "resumable"
+
+
+
+def compare(configs, reuse: bool = False) -> Comparison:
     """Run each config (validated and prepared, all of them, before the first run writes anything),
     then write the table and the plot into the first config's ``output_dir``.
 
@@ -237,6 +306,26 @@ def compare(configs) -> Comparison:
     same data split, client speeds and seed (every random stream is per purpose and per client).
     Example: the module docstring; ``jaxfl.presets.preset_configs("quickstart")`` gives the
     quickstart's configs.
+
+    ``reuse=True`` goes on as ``jaxfl run --algorithm a,b`` does: a run of the same config that
+    finished under its ``output_dir`` is read back, not trained again (its
+    :class:`~jaxfl.experiment.RunResult` holds its ``run_dir``, ``summary`` and ``metrics`` rows, and
+    None for the ``params``, ``simulation`` and ``engine`` of a run in this process:
+    :func:`jaxfl.checkpoint.final_params` reads its model), and one interrupted after a checkpoint is
+    resumed, so a notebook run again trains only what it has not finished. A run of an algorithm defined in the notebook or script itself is
+    trained again all the same: its code has no file whose edits jaxfl could see (a plug-in in a
+    file, ``file.py:Class``, is reused unless that file changed).
+
+    >>> import jaxfl, tempfile
+    >>> out = tempfile.mkdtemp()
+    >>> configs = [jaxfl.RunConfig(algorithm=name, model="logreg", clients=3, local_steps=2, max_updates=1,
+    ...                            progress=False, output_dir=out) for name in ("fedavg", "fedbuff")]
+    >>> first = compare(configs, reuse=True)
+    >>> again = compare(configs, reuse=True)    # nothing trained: both runs read back
+    >>> again.run_dirs == first.run_dirs, again.results[0].metrics == first.results[0].metrics
+    (True, True)
+    >>> again.results[0].params is None    # read back from its folder, not run here
+    True
     """
     from jaxfl.experiment import check_buildable, run_experiment, shared_data
 
@@ -248,5 +337,47 @@ def compare(configs) -> Comparison:
         for config in configs:
             check_buildable(config)
         with shared_compilations():
-            results = [run_or_stopped(run_experiment, config) for config in configs]
+            results = [run_or_stopped(_run_or_reuse if reuse else run_experiment, config) for config in configs]
     return write_comparison(results, configs[0].output_dir)
+
+
+def _run_or_reuse(config):
+    """``config``'s finished run read back (:func:`jaxfl.load_run`), its interrupted one resumed, or a new
+    run (:func:`compare` with ``reuse=True``)."""
+    from jaxfl.experiment import resume_experiment, run_experiment, say_other_xla_flags
+    from jaxfl.resume import read_record
+
+    earlier = next(earlier_runs(config), None) if _code_is_known(config) else None
+    if earlier is None:
+        return run_experiment(config)
+    run_dir, state = earlier
+    if state == "finished":
+        say_other_xla_flags(run_dir, read_record(run_dir).get("xla_flags"), "reuses it")
+        return _read_back(run_dir)
+    warn_user(f"{config.algorithm}: resuming {run_dir}, interrupted after a checkpoint")
+    return resume_experiment(run_dir, progress=config.progress)
+
+
+def _read_back(run_dir: str):
+    """A finished run's :class:`~jaxfl.experiment.RunResult` from its folder: its metrics rows as the run
+    returned them (the CSV holds each value's repr), without the model, simulation and engine."""
+    from jaxfl.experiment import RunResult
+    from jaxfl.runlog import load_run
+
+    run = load_run(run_dir)
+    names = list(run.metrics)
+    rows = [dict(zip(names, (value.item() for value in values))) for values in zip(*run.metrics.values())]
+    return RunResult(run_dir, run.summary, rows, params=None, simulation=None, engine=None)
+
+
+def _code_is_known(config) -> bool:
+    """Whether a run of ``config`` made before ran this code: a built-in algorithm, or a plug-in's file
+    that jaxfl fingerprints (a class defined in a notebook or script has none: it may have been edited)."""
+    from jaxfl.algorithms import get
+    from jaxfl.experiment import algorithm_source
+
+    try:
+        cls = get(config.algorithm)
+    except KeyError:
+        return False
+    return cls.__module__.startswith("jaxfl.") or algorithm_source(config.algorithm) is not None

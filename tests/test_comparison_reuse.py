@@ -1,0 +1,62 @@
+"""compare(configs, reuse=True): a notebook run again trains only what it has not finished, as
+``jaxfl run --algorithm a,b`` does (a cell run twice trained every run again into -2 folders, with a
+warning per run and one that the table was replaced by the same table)."""
+import os
+import warnings
+
+import pytest
+
+from jaxfl.algorithms import FedAvgAlgorithm, register, unregister
+from jaxfl.comparison import compare
+from jaxfl.config import RunConfig
+from jaxfl.testing import _interrupt_after, _Interrupted
+
+BASE = dict(model="logreg", clients=3, local_steps=2, batch_size=16, max_updates=4, checkpoint_every=2,
+            checkpoint_min_interval_s=0, stop_at_target=False, progress=False)
+
+
+def configs(out, names=("fedavg", "fedasync")):
+    return [RunConfig(**BASE, algorithm=name, output_dir=str(out)) for name in names]
+
+
+def test_a_comparison_run_again_reads_its_finished_runs_back(tmp_path):
+    first = compare(configs(tmp_path), reuse=True)
+    folders = sorted(os.listdir(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "trains it again", no "replaced by this one's"
+        again = compare(configs(tmp_path), reuse=True)
+    assert sorted(os.listdir(tmp_path)) == folders
+    assert again.run_dirs == first.run_dirs and again.rows == first.rows
+    for before, now in zip(first.results, again.results):
+        assert now.summary == before.summary and now.metrics == before.metrics
+        assert before.params is not None and now.params is None and now.simulation is None
+    # without reuse, as before: trained again beside them, and said
+    with pytest.warns(UserWarning, match="holds a finished run of this config"):
+        plain = compare(configs(tmp_path))
+    assert all(run_dir.endswith("-2") for run_dir in plain.run_dirs)
+
+
+def test_an_interrupted_run_of_the_comparison_is_resumed(tmp_path):
+    compare(configs(tmp_path, ("fedavg",)), reuse=True)
+    with pytest.raises(_Interrupted), _interrupt_after(events=6):
+        compare(configs(tmp_path), reuse=True)  # fedasync cut after a checkpoint
+    with pytest.warns(UserWarning, match=r"fedasync: resuming .*fedasync-.*, interrupted after a checkpoint"):
+        comparison = compare(configs(tmp_path), reuse=True)
+    assert comparison.results[1].summary["resumes"] == 1 and comparison.results[1].summary["global_updates"] == 4
+    assert len(os.listdir(tmp_path)) == 2 + 2  # two runs, comparison.csv and .png
+
+
+def test_an_algorithm_without_a_file_is_trained_again(tmp_path):
+    # its code may have been edited in the notebook since, which no fingerprint of a file can tell
+    Local = type("LocalFedAvg", (FedAvgAlgorithm,), {"name": "reuse_test_local_fedavg", "__module__": "__main__"})
+    register(Local)
+    try:
+        out = configs(tmp_path, ("fedavg", "reuse_test_local_fedavg"))
+        compare(out, reuse=True)
+        with pytest.warns(UserWarning, match="holds a finished run of this config") as said:
+            again = compare(out, reuse=True)
+        assert len([w for w in said if "holds a finished run" in str(w.message)]) == 1
+        assert again.results[0].params is None and again.results[1].params is not None
+        assert again.run_dirs[1].endswith("-2")
+    finally:
+        unregister("reuse_test_local_fedavg")
