@@ -37,8 +37,9 @@ least ``EXTERNAL_ARRAY_BYTES`` is compared with the same column (its position in
 previous checkpoint: the same bytes are referenced, a few changed elements are stored in state.pkl
 as (indices, values) on top of that column's file, and anything else is written as a new
 ``arrays/SHA256.npy`` (content-addressed, so written once). Reading checks each file's SHA-256: a missing or corrupt one makes that checkpoint
-unreadable with a message naming the file (resume then falls back to the previous checkpoint).
-Files no kept checkpoint refers to are deleted.
+unreadable with a message naming the file (resume then falls back to the previous checkpoint, unless
+that one names the same file: a column that did not change between them is stored once). A save whose
+base file is damaged writes the column anew under its digest. Files no kept checkpoint refers to are deleted.
 
 In a run of several processes (:mod:`jaxfl.cluster`) ``run_dir`` is process 0's run directory on
 every process, on a filesystem they all see: every process takes part in orbax's save and restore
@@ -790,7 +791,10 @@ class _ArrayStore:
     def _write(self, values: np.ndarray) -> str:
         digest = _digest(values)
         path = os.path.join(self.directory, f"{digest}.npy")
-        if not os.path.isfile(path):  # content-addressed: an existing file holds these bytes (read checks it)
+        # content-addressed: an existing file holds these bytes, unless it was damaged since (which is why
+        # its column is written here, where a delta on it would have served), and then it is written anew:
+        # kept, every later checkpoint would name the damaged file too
+        if not self._intact(path, digest, values):
             os.makedirs(self.directory, exist_ok=True)
             with open(path + ".tmp", "wb") as handle:
                 np.save(handle, values, allow_pickle=False)
@@ -798,6 +802,23 @@ class _ArrayStore:
                 os.fsync(handle.fileno())
             os.replace(path + ".tmp", path)
         return digest
+
+
+    @staticmethod
+    def _intact(path: str, digest: str, values: np.ndarray) -> bool:
+        try:
+            status = os.stat(path)
+        except OSError:
+            return False
+        key = (path, status.st_size, status.st_mtime_ns)
+        if key in _VERIFIED:
+            return True
+        try:
+            _read_array(os.path.dirname(path), digest, str(values.dtype), values.shape)
+        except ValueError:
+            return False
+        _VERIFIED.add(key)
+        return True
 
 
 class _StatePickler(pickle.Pickler):

@@ -114,3 +114,18 @@ def test_a_missing_or_corrupt_column_file_is_named(finished, tmp_path, damage, s
     message = str(caught.value)
     assert f"ckpt-000004: state.pkl unreadable (ValueError: array file arrays/{shared[:16]}….npy" in message
     assert says in message and "ckpt-000003" in message and "\n" not in message
+
+
+def test_a_damaged_column_file_is_written_anew_not_named_again(tmp_path):
+    # the next save found the damaged base (its digest did not match), wrote the column "in full" under
+    # the same digest, and skipped it as existing: every later checkpoint named the damaged file too
+    weights = np.random.default_rng(1).random(CLIENTS)
+    _, slots, written = save(str(tmp_path), [], {"weights": weights})
+    (name,) = written
+    path = tmp_path / "arrays" / name
+    damaged = bytearray(path.read_bytes())
+    damaged[-1] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    data, slots_again, _ = save(str(tmp_path), slots, {"weights": weights})
+    assert slots_again == slots  # the same digest, its file now whole again
+    assert same_bits(load(str(tmp_path), data)["weights"], weights)
