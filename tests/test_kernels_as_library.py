@@ -78,6 +78,16 @@ def test_port_cosine_far_from_unit_size(u, g, expected):
     assert float(cosines[0]) == pytest.approx(expected, rel=1e-6)
 
 
+def test_port_coefficients_without_a_padding_mask_weigh_every_row():
+    # valid was required: a caller without padding had to build an all-True mask to call it
+    stacked, g = {"w": jnp.array([[-1.0, 0.0], [0.0, -1.0]])}, {"w": jnp.array([1.0, 0.0])}
+    args = (stacked, stacked, {"w": jnp.zeros(2)}, g, jnp.zeros(2), jnp.ones(2), jnp.zeros(2, bool))
+    unmasked, masked = port.port_coefficients(*args), port.port_coefficients(*args, jnp.ones(2, bool))
+    assert [np.asarray(x).tolist() for x in unmasked] == [np.asarray(x).tolist() for x in masked]
+    p, _ = port.port_coefficients(*args, definition="own")
+    assert float(p.sum()) == pytest.approx(1.0)
+
+
 def test_port_cosine_of_ordinary_vectors_is_the_plain_formula_bit_for_bit():
     # the scaled form is computed only where float32 cannot hold the plain one (it cost 5-20x a PORT aggregation)
     rng = np.random.default_rng(0)

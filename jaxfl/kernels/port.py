@@ -106,11 +106,12 @@ def port_weights(cosines: jax.Array, staleness_part: jax.Array, interference_sca
 
 def port_coefficients(deltas: PyTree, starts: PyTree, current: PyTree, last_step: PyTree,
                       staleness_part: jax.Array, interference_scale: jax.Array, force: jax.Array,
-                      valid: jax.Array, definition: str = "own") -> tuple[jax.Array, jax.Array]:
+                      valid: jax.Array | None = None, definition: str = "own") -> tuple[jax.Array, jax.Array]:
     """``(p, cos)`` for a stacked aggregation set: every leaf of ``deltas``/``starts`` has a leading ``K``.
 
-    ``last_step`` = w_τ − w_{τ−1}, the last global step; ``current`` = w_τ. This is the kernel the
-    engine jits (``definition`` static). PORT, Su & Li, IEEE IWQoS 2022, Eq. 1–3.
+    ``last_step`` = w_τ − w_{τ−1}, the last global step; ``current`` = w_τ. ``valid`` ``(K,)`` masks
+    padding rows (weight 0; None: every row is an update). This is the kernel the engine jits
+    (``definition`` static). PORT, Su & Li, IEEE IWQoS 2022, Eq. 1–3.
 
     >>> p, cos = port_coefficients({"w": jnp.array([[-1.0, 0.0], [0.0, -1.0]])}, {"w": jnp.zeros((2, 2))},
     ...                            {"w": jnp.zeros(2)}, {"w": jnp.array([1.0, 0.0])}, jnp.zeros(2), jnp.ones(2),
