@@ -1,7 +1,9 @@
-"""Warnings that point at the user's line: the first caller outside jaxfl (a notebook cell, a script's
-``run_experiment(...)``, a plug-in's hook), not jaxfl's own frame. A fixed ``stacklevel`` could not:
-the same warning is reached through ``run_experiment``, ``compare``, a sweep or a resume, at other
-depths, and it named ``jaxfl/experiment.py`` and a line of jaxfl's code in a notebook's output."""
+"""Warnings that point at the user's line: the first caller that is the user's code (a notebook cell,
+a script's ``run_experiment(...)``, a plug-in's file), not jaxfl's own frame. A fixed ``stacklevel``
+could not: the same warning is reached through ``run_experiment``, ``compare``, a sweep or a resume,
+at other depths, and it named ``jaxfl/experiment.py`` and a line of jaxfl's code in a notebook's
+output. Filters still name jaxfl: the warning's module is jaxfl's that issued it
+(``warnings.filterwarnings("ignore", module="jaxfl")`` silences jaxfl's notes, as before)."""
 from __future__ import annotations
 
 import os
@@ -10,22 +12,33 @@ import sysconfig
 import warnings
 
 _JAXFL = os.path.dirname(os.path.abspath(__file__)) + os.sep
-# the standard library's frames between jaxfl's (contextlib's __exit__, functools, runpy for
-# `python -m jaxfl`) are not the user's line either
-_STDLIB = tuple({os.path.abspath(sysconfig.get_paths()[name]) + os.sep for name in ("stdlib", "platstdlib")})
+# not the user's line either: the standard library's frames between jaxfl's (contextlib's __exit__,
+# functools, runpy for `python -m jaxfl`, a thread's bootstrap) and installed packages' (jax's
+# tracing of a jaxfl function; site-packages may lie inside the standard library's folder)
+_LIBRARIES = tuple({os.path.abspath(folder) + os.sep for name, folder in sysconfig.get_paths().items()
+                    if name in ("stdlib", "platstdlib", "purelib", "platlib")})
+_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 
 def _not_the_users(filename: str) -> bool:
-    if filename.startswith("<"):  # a notebook cell, a doctest, `python -c`: the user's; Python's frozen modules not
+    """Whether a frame of ``filename`` is jaxfl's, the standard library's or an installed package's
+    (a notebook cell, a doctest, ``python -c`` and a script are the user's, whether or not their file
+    exists on the disk: ipykernel names cells by files it never writes).
+
+    >>> _not_the_users(__file__), _not_the_users("<doctest x>"), _not_the_users("/home/me/study.py")
+    (True, False, False)
+    """
+    if filename.startswith("<"):
         return filename.startswith("<frozen ")
     filename = os.path.abspath(filename)
-    return filename.startswith(_JAXFL) or filename.startswith(_STDLIB)
+    return filename.startswith(_JAXFL) or filename.startswith(_LIBRARIES) or any(part in filename for part in _INSTALLED)
 
 
 def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
-    """``warnings.warn(message, category)`` attributed to the innermost frame outside jaxfl and the
-    standard library (the outermost frame where every one is: the ``jaxfl`` command's). Filters,
-    ``catch_warnings``, ``pytest.warns`` and the once-per-line rule work as for any warning.
+    """``warnings.warn(message, category)`` shown at the innermost frame of the user's code that led
+    to it; where there is none (a thread of jaxfl's own, the ``jaxfl`` command), at the line of jaxfl
+    that issued it. Filters (by jaxfl's module name too), ``catch_warnings``, ``pytest.warns`` and
+    the once-per-line rule work as for any warning.
 
     >>> import warnings
     >>> with warnings.catch_warnings(record=True) as caught:
@@ -34,11 +47,12 @@ def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
     >>> caught[0].filename.startswith(_JAXFL), str(caught[0].message)
     (False, 'a note')
     """
-    frame = sys._getframe(1)
-    while frame.f_back is not None and _not_the_users(frame.f_code.co_filename):
+    issuer = sys._getframe(1)
+    frame = issuer
+    while frame is not None and _not_the_users(frame.f_code.co_filename):
         frame = frame.f_back
-    module_globals = frame.f_globals
-    warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
-                           module=module_globals.get("__name__", "<string>"),
-                           registry=module_globals.setdefault("__warningregistry__", {}),
-                           module_globals=module_globals)
+    shown = issuer if frame is None else frame
+    warnings.warn_explicit(message, category, shown.f_code.co_filename, shown.f_lineno,
+                           module=issuer.f_globals.get("__name__", "jaxfl"),
+                           registry=shown.f_globals.setdefault("__warningregistry__", {}),
+                           module_globals=shown.f_globals)

@@ -38,3 +38,36 @@ def test_a_warning_inside_a_plugin_names_the_plugins_line(small_config, tmp_path
     config = dataclasses.replace(small_config, target_accuracy=None, dataset="synthetic:0.5,0.5", model="mlp")
     records = [record for record in caught(lambda: module.go(config)) if "no default target" in str(record.message)]
     assert records and os.path.samefile(records[0].filename, path) and records[0].lineno == 4
+
+
+def test_jaxfls_warnings_are_still_filtered_by_jaxfls_module_name(small_config):
+    # the filename is the user's, the module jaxfl's: filterwarnings(module="jaxfl") silenced them before
+    config = dataclasses.replace(small_config, target_accuracy=None, dataset="synthetic:0.5,0.5", model="mlp")
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", module=r"jaxfl(\.|$)")
+        run_experiment(config)
+    assert not [record for record in records if "no default target" in str(record.message)]
+
+
+def test_without_a_frame_of_the_users_the_warning_names_jaxfls_line(small_config):
+    # a thread of its own (a worker pool): the stack is the thread's bootstrap, the pool's and jaxfl's;
+    # threading.py's line was named
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jaxfl.experiment import prepare
+
+    config = dataclasses.replace(small_config, target_accuracy=None, dataset="synthetic:0.5,0.5", model="mlp")
+    with warnings.catch_warnings(record=True) as records, ThreadPoolExecutor(1) as pool:
+        warnings.simplefilter("always")
+        pool.submit(prepare, config).result()
+    said = [record for record in records if "no default target" in str(record.message)]
+    assert said and all(record.filename == os.path.abspath(prepare.__code__.co_filename) for record in said)
+
+
+def test_an_installed_packages_frames_are_not_the_users():
+    from jaxfl._user_warnings import _not_the_users
+
+    assert _not_the_users(os.path.join(os.sep, "opt", "venv", "lib", "python3.11", "site-packages", "jax", "x.py"))
+    assert not _not_the_users(os.path.join(os.sep, "home", "me", "plugins", "mine.py"))
+    assert not _not_the_users(os.path.join(os.sep, "tmp", "ipykernel_1234", "2719.py"))  # a notebook cell
