@@ -1610,6 +1610,8 @@ def main(argv: list[str] | None = None) -> int:
             _end_interrupted(status)
         return status
     except OSError as error:  # the disk or a file's permissions, where no step names it: one line, not a traceback
+        if _your_code_frame(error) is not None:  # the user's own code's error (a model factory's open): its traceback
+            raise
         print(f"jaxfl: error: {_os_error_line(error)}", file=sys.stderr)
         return CHECKPOINT_WRITE_STATUS
     except KeyboardInterrupt as interrupt:

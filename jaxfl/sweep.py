@@ -578,8 +578,8 @@ def write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str | None]:
         for name in ("results.csv.tmp", "results.parquet.tmp"):
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(sweep_dir, name))
-        raise DiskWriteError(error.errno, f"could not write the sweep's results table in {sweep_dir}: "
-                                          f"{error.strerror}; the finished cells' runs are kept") from None
+        raise DiskWriteError(f"could not write the sweep's results table in {sweep_dir}: "
+                             f"{os.strerror(error.errno)}; the finished cells' runs are kept") from None
 
 
 def _write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str | None]:

@@ -110,7 +110,7 @@ def test_a_full_disk_as_a_sweep_writes_its_table_is_one_line_and_the_same_comman
     assert exited.value.code == 74
     said = capsys.readouterr().err
     assert "Traceback" not in said and said.count("jaxfl: error:") == 1
-    assert f"could not write the sweep's results table in {out}: No space left on device" in said
+    assert f"jaxfl: error: could not write the sweep's results table in {out}: No space left on device;" in said
     assert "run the same jaxfl sweep command again" in said
     assert not (out / "results.csv.tmp").exists()
     monkeypatch.setattr(runlog, "write_csv", written)  # space again
@@ -126,10 +126,11 @@ def test_an_os_error_no_step_names_is_one_line_of_the_command(tmp_path, monkeypa
                                                output_dir=str(tmp_path / "out")))
     os.remove(os.path.join(run.run_dir, "summary.json"))  # cut short, as if interrupted after its last checkpoint
 
-    def not_permitted(path, *args, **kwargs):
-        raise PermissionError(1, "Operation not permitted", path)
-
-    monkeypatch.setattr(experiment, "_open_table", not_permitted)
+    # raised as jaxfl's own code raises it: its frame a file of jaxfl's (one of the user's keeps its traceback)
+    source = "def not_permitted(path, *args, **kwargs):\n    raise PermissionError(1, 'Operation not permitted', path)\n"
+    scope = {}
+    exec(compile(source, os.path.join(os.path.dirname(experiment.__file__), "experiment.py"), "exec"), scope)
+    monkeypatch.setattr(experiment, "_open_table", scope["not_permitted"])
     assert cli.main(["run", "--resume", run.run_dir, "--no-progress"]) == 74
     said = capsys.readouterr().err
     assert "Traceback" not in said
@@ -157,3 +158,27 @@ def test_a_full_disk_before_the_run_has_its_config_leaves_no_folder(tmp_path, mo
     assert os.listdir(tmp_path / "out") == []
     monkeypatch.setattr(experiment, "_write_run_config", written)
     assert jaxfl.run_experiment(config).run_dir == str(tmp_path / "out" / "r")
+
+
+def test_an_os_error_of_the_users_own_code_keeps_its_traceback(tmp_path, monkeypatch, capsys):
+    # a model file's factory that opened a folder, on resume: one line "Is a directory" and status 74 hid
+    # where in the user's code it came from
+    from jaxfl import cli, experiment
+
+    mine = tmp_path / "mine.py"
+    mine.write_text("def opens():\n    open(__file__.rpartition('/')[0])\n")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mine_os_error", mine)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run = jaxfl.run_experiment(jaxfl.RunConfig(**{**CONFIG, "max_updates": 4, "checkpoint_every": 2},
+                                               output_dir=str(tmp_path / "out")))
+    os.remove(os.path.join(run.run_dir, "summary.json"))
+
+    def users_code(*args, **kwargs):
+        module.opens()
+
+    monkeypatch.setattr(experiment, "_open_table", users_code)
+    with pytest.raises(IsADirectoryError):
+        cli.main(["run", "--resume", run.run_dir, "--no-progress"])
