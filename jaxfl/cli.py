@@ -1166,24 +1166,31 @@ def _speeds_of_run_record(path: str, drawing: typing.Sequence[str] = ()):
 
 def _decide_again(file_values: dict, flags: dict, path: str) -> None:
     """A run's ``config.json`` holds what validation filled in: ``server_lr`` from the server
-    optimiser, ``target_accuracy`` from the dataset, an algorithm preset's options. A flag that
-    changes what decided one of them (``--server-optimizer adam``, ``--dataset``, ``--compass.preset``)
+    optimiser, ``target_accuracy`` from the dataset, an algorithm preset's options, the algorithm's
+    default ``rule``. A flag that changes what decided one of them (``--server-optimizer adam``,
+    ``--dataset``, ``--compass.preset``, ``--algorithm fedavg``)
     drops the file's value where it is the one the file's own setting gave, so that it is decided
     again, with a note; else adam would run at sgd's server_lr 1.0, 100 times its default."""
     from jaxfl.config import DEFAULT_TARGETS
 
     dropped = []
 
-    def decided_by(name: str, decider: str, default) -> None:
+    def decided_by(name: str, decider: str, default, keeps: bool = True) -> None:
         was = file_values.get(decider, FIELDS[decider].default)
         if decider in flags and str(flags[decider]) != str(was) and name in file_values and name not in flags \
                 and file_values[name] == default:
-            dropped.append(f"{name} {file_values.pop(name)!r} ({decider} {was!r} gave it; "
-                           f"--{name.replace('_', '-')} {default} keeps it)")
+            keep = f"; --{name.replace('_', '-')} {default} keeps it" if keeps else ""
+            dropped.append(f"{name} {file_values.pop(name)!r} ({decider} {was!r} gave it{keep})")
 
     decided_by("server_lr", "server_optimizer",
                DEFAULT_SERVER_LR.get(file_values.get("server_optimizer", FIELDS["server_optimizer"].default), 1.0))
     decided_by("target_accuracy", "dataset", DEFAULT_TARGETS.get(file_values.get("dataset", FIELDS["dataset"].default)))
+    try:  # the default the run's algorithm wrote (FedAsync's and FedBuff's rule): another algorithm's is its own
+        written = algorithms.get(file_values.get("algorithm", FIELDS["algorithm"].default)).changed_defaults
+    except KeyError:
+        written = {}
+    for name, (_, now) in written.items():  # (kept by its flag only for an algorithm that reads it)
+        decided_by(name, "algorithm", now, keeps=False)
     table = file_values.get("algorithm_options")
     for space in {key.split(".")[0] for key in flags if key.endswith(".preset")}:
         try:

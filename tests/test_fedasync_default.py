@@ -177,3 +177,17 @@ def test_a_comparison_reuses_a_fedbuff_run_recorded_with_the_rule_unset_under_it
               "--out", str(out)])
     assert [name for name in os.listdir(out) if name.startswith("fedbuff")] == [old_name]
     assert old_name in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("recorded", ["fedbuff", "fedasync"])
+def test_a_runs_config_json_is_the_base_of_another_algorithm(tmp_path, capsys, recorded):
+    # it holds the rule its algorithm wrote (paper), which fedavg never reads: the file was refused
+    from jaxfl import cli
+
+    flags = {**FLAGS, "algorithm": recorded, "checkpoint_every": None, "checkpoint_min_interval_s": None}
+    first = run_experiment(RunConfig(**flags, timing_only=True, output_dir=str(tmp_path / "a")))
+    assert cli.main(["run", "--config", os.path.join(first.run_dir, "config.json"), "--algorithm", "fedavg",
+                     "--out", str(tmp_path / "b"), "--no-progress"]) == 0
+    assert f"rule 'paper' (algorithm '{recorded}' gave it)" in capsys.readouterr().err
+    (again,) = os.listdir(tmp_path / "b")
+    assert again.startswith("fedavg-")
