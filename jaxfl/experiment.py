@@ -440,11 +440,22 @@ def _run_dir(config: RunConfig, algorithm: str, user_inputs: dict | None = None)
         suffix += 1
     from jaxfl import cluster
 
+    if finished is None and config.run_name is None:  # named before a default was written (FedBuff's rule)
+        ran_as = get_algorithm(config.algorithm).changed_defaults  # field -> (what unset ran as, ...)
+        for field, earlier in names_before_default_changes(config, algorithm).items():
+            if getattr(config, field) != ran_as[field][0]:  # (FedAsync's unset rule ran fedcompass: another run)
+                continue
+            earlier = os.path.join(config.output_dir, earlier)
+            if os.path.isfile(os.path.join(earlier, "summary.json")) and _records_inputs(earlier, user_inputs) \
+                    and not _edited_since(earlier, config):
+                finished = earlier
+                break
     if finished is not None and config.run_name is None and cluster.process_index() == 0:
         # a notebook cell run twice trained minutes again without a word
         warn_user(f"{finished} holds a finished run of this config (its name's hash); this run trains it "
-                  f"again, into {path} (jaxfl.load_run({finished!r}) reads the finished one; a comparison "
-                  f"on the command line, jaxfl run --algorithm a,b, reuses it)")
+                  f"again, into {path} (jaxfl.load_run({finished!r}) reads the finished one; "
+                  f"jaxfl.comparison.compare(configs, reuse=True) and a comparison on the command line, "
+                  f"jaxfl run --algorithm a,b, reuse it)")
     return path
 
 

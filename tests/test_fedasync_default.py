@@ -191,3 +191,28 @@ def test_a_runs_config_json_is_the_base_of_another_algorithm(tmp_path, capsys, r
     assert f"rule 'paper' (algorithm '{recorded}' gave it)" in capsys.readouterr().err
     (again,) = os.listdir(tmp_path / "b")
     assert again.startswith("fedavg-")
+
+
+def test_a_run_of_a_config_finished_under_its_old_name_is_said(tmp_path):
+    # FedBuff's rule, unset, is written as paper since 2026-12-06: a run named before it was trained again
+    # under the new name without the note a finished run of the same name gets
+    import dataclasses
+
+    flags = {**FLAGS, "algorithm": "fedbuff", "buffer_size": 2, "checkpoint_every": None,
+             "checkpoint_min_interval_s": None}
+    config = RunConfig(**flags, output_dir=str(tmp_path))
+    old = run_experiment(config)
+    _as_before_the_change(old.run_dir)
+    old_name = run_name(dataclasses.replace(validate(config), rule=None))
+    os.rename(old.run_dir, tmp_path / old_name)
+    with pytest.warns(UserWarning, match=f"{old_name} holds a finished run of this config"):
+        run_experiment(config)
+    # FedAsync's unset rule ran fedcompass: not a run of rule paper, so not said
+    fedasync = {**flags, "algorithm": "fedasync"}
+    del fedasync["buffer_size"]
+    old = run_experiment(RunConfig(**fedasync, rule="fedcompass", output_dir=str(tmp_path)))
+    _as_before_the_change(old.run_dir)
+    os.rename(old.run_dir, tmp_path / run_name(dataclasses.replace(validate(RunConfig(**fedasync)), rule=None)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_experiment(RunConfig(**fedasync, output_dir=str(tmp_path)))
