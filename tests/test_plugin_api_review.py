@@ -188,6 +188,10 @@ def test_tree_vdot_refuses_leaves_paired_by_position_under_other_names():
     with pytest.raises(ValueError, match=r"leaf \['b'\] of a meets leaf \['bias'\] of b"):
         tree_vdot(a, renamed)
     assert float(tree_vdot(a, FrozenDict(a))) == 30.0  # another container of the same keys pairs as it should
+    import collections
+
+    Pair = collections.namedtuple("Pair", "b w")  # trees that name leaves otherwise pair in order, as before
+    assert float(tree_vdot(Pair(a["b"], a["w"]), (a["b"], a["w"]))) == 30.0
 
 
 def test_make_client_trainer_refuses_a_fractional_batch_size():

@@ -93,9 +93,10 @@ def rounded(tree: PyTree, zero: jax.Array) -> PyTree:
 
 def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
     """⟨a, b⟩ over the whole flattened model (one vector, not per layer), in float32. ``a`` and ``b``
-    must have the same leaves by path (dict keys, sequence positions; the containers' types may
-    differ, e.g. a dict and a FrozenDict), of equal shapes (else ``ValueError``: a partial, reshaped
-    or mispaired dot would be silently wrong).
+    must have as many leaves, of equal shapes, in the same order, and where both name a leaf the same
+    way (dict keys, attribute names: a dict and a FrozenDict) by the same names (else ``ValueError``:
+    a partial, reshaped or mispaired dot would be silently wrong). Trees that name their leaves
+    differently (a NamedTuple and a tuple, an ``nnx.State`` and its pure dict) pair in order.
 
     >>> float(tree_vdot({"w": jnp.array([1.0, 2.0]), "b": jnp.array(3.0)}, {"w": jnp.ones(2), "b": jnp.array(2.0)}))
     9.0
@@ -106,7 +107,7 @@ def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
                          f"({jax.tree.structure(a)} and {jax.tree.structure(b)})")
     leaves_b = []
     for (path, _), (path_b, y) in zip(paths_a, paths_b):
-        if jax.tree_util.keystr(path) != jax.tree_util.keystr(path_b):  # same count, other names: mispaired
+        if _same_kind_of_path(path, path_b) and path != path_b:  # named alike, but other names: mispaired
             raise ValueError(f"tree_vdot: leaf {jax.tree_util.keystr(path)} of a meets leaf "
                              f"{jax.tree_util.keystr(path_b)} of b: the trees must have the same leaves")
         leaves_b.append(y)
@@ -117,6 +118,11 @@ def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
     parts = [jnp.vdot(jnp.asarray(x).astype(jnp.float32), jnp.asarray(y).astype(jnp.float32))
              for (_, x), y in zip(paths_a, leaves_b)]
     return jnp.sum(jnp.stack(parts)) if parts else jnp.zeros((), jnp.float32)
+
+
+def _same_kind_of_path(a: tuple, b: tuple) -> bool:
+    """Whether two key paths name their levels the same way (the same key types, level by level)."""
+    return len(a) == len(b) and all(type(x) is type(y) for x, y in zip(a, b))
 
 
 SMALL_LEAF = 1 << 16  # elements: leaves below this are checked for finiteness as one concatenation
