@@ -23,7 +23,7 @@ import tempfile
 import typing
 
 from jaxfl._user_warnings import warn_user
-from jaxfl.plot import percent
+from jaxfl.plot import percent, significant
 from jaxfl.runlog import diverged, read_json, run_jaxfl_code, write_csv
 
 COLUMNS = ("algorithm", "time_to_target", "best_accuracy", "final_accuracy", "global_updates",
@@ -182,7 +182,7 @@ def format_table(rows: list[dict], target: float | None) -> str:
              f"{'algorithm':<{width}} {'to target':>10} {'best acc':>9} {'final acc':>9} {'updates':>8} "
              f"{'client steps':>12} {'busy':>5} {'wall s':>8}"]
     for name, row in zip(names, rows):
-        reached = "-" if row["time_to_target"] is None else f"{row['time_to_target']:.1f}"
+        reached = "-" if row["time_to_target"] is None else significant(row["time_to_target"])
         busy = "-" if row.get(UTILISATION) is None else f"{row[UTILISATION]:.0%}"
         # a run stopped before its first evaluation has no accuracy
         best, final = ("-" if row[name] is None else f"{row[name]:.4f}" for name in ("best_accuracy", "final_accuracy"))

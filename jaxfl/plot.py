@@ -44,6 +44,22 @@ def percent(fraction: float) -> str:
     return f"{100 * fraction:.4g}%"
 
 
+def significant(x: float, digits: int = 3, percent: bool = False) -> str:
+    """``x`` with one decimal from 1 up to 10^7, else ``digits`` significant figures: a large
+    federation's 0.01 % utilisation or 0.027 virtual s were "0.0", and a time of 1e25 s 26 digits.
+
+    >>> significant(1234.56), significant(0.02712), significant(0.0001, percent=True), significant(0.5, percent=True)
+    ('1234.6', '0.0271', '0.01%', '50.0%')
+    >>> significant(1e25)
+    '1e+25'
+    """
+    value = 100 * x if percent else x
+    suffix = "%" if percent else ""
+    if value == 0 or 1 <= abs(value) < 1e7:
+        return f"{value:.1f}{suffix}"
+    return f"{value:.{digits}g}{suffix}"
+
+
 def save_figure(figure, path: str, dpi: int = 120) -> str:
     """Write ``figure`` to ``path`` (ending in ``.png``) as a PNG at ``dpi``, atomically, and return
     the path. Without the alpha channel (the figures are opaque) and with Pillow's optimised
@@ -119,7 +135,7 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
         # runs of other settings (speeds, seeds, ...) side by side: each line says its own; a run that
         # ended before its first evaluation (eval_at_start off) has nothing to draw, and says so
         label = ", ".join([summary["algorithm"], *differing[number]]) + \
-            (" (no evaluation)" if not rows else f" ({reached:.1f} s)" if reached is not None
+            (" (no evaluation)" if not rows else f" ({significant(reached)} s)" if reached is not None
              else " (not reached)" if target is not None else "")
         # the global model is constant between versions: draw steps, not interpolation
         style = method_style(number)

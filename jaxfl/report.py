@@ -79,6 +79,7 @@ import numpy as np
 
 from jaxfl.config import ALGORITHM_FIELDS, user_path
 from jaxfl.plot import percent, save_figure
+from jaxfl.plot import significant as _significant
 from jaxfl.runlog import diverged as _diverged
 from jaxfl.runlog import read_events, read_json, run_last_tenth_accuracy, write_csv
 from jaxfl.sweep import SUMMARY_COLUMNS, _read_definition
@@ -684,7 +685,7 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           "diverged_by_seed": [run.get("seed") for run in runs if _diverged(run)],
                           # none where the reference executed no step (a ratio against 0 steps is undefined)
                           "relative_steps": None if steps[name] is None or base_steps is None or base_steps == 0
-                          else steps[name] / base_steps,
+                          else _paired_ratio(runs, by_method[reference], steps[name] / base_steps, counted),
                           "reference_steps_zero": base_steps == 0,
                           "reference_reached": base is not None,
                           "reference_in_group": reference in by_method,
@@ -696,10 +697,11 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
     return lines
 
 
-def _paired_ratio(runs: list[dict], reference_runs: list[dict], unpaired: float) -> float | None:
-    """Mean time to target of ``runs`` over the reference's, both over the seeds where both reached it
-    (None if there is no such seed); ``unpaired`` (the ratio of each one's own mean) where a seed
-    does not name one run of each.
+def _paired_ratio(runs: list[dict], reference_runs: list[dict], unpaired: float,
+                  column: str = "time_to_target") -> float | None:
+    """Mean time to target (or another ``column``: the computation spent) of ``runs`` over the
+    reference's, both over the seeds where both have it (None if there is no such seed); ``unpaired``
+    (the ratio of each one's own mean) where a seed does not name one run of each.
 
     >>> method = [{"seed": 0, "time_to_target": 60.0}, {"seed": 1, "time_to_target": None},
     ...           {"seed": 2, "time_to_target": 20.0}]
@@ -707,7 +709,7 @@ def _paired_ratio(runs: list[dict], reference_runs: list[dict], unpaired: float)
     >>> _paired_ratio(method, reference, unpaired=40.0 / 43.3)  # seeds 0 and 2: 80 s against 40 s, not 0.92
     2.0
     """
-    own, base = ({run.get("seed"): run.get("time_to_target") for run in group} for group in (runs, reference_runs))
+    own, base = ({run.get("seed"): run.get(column) for run in group} for group in (runs, reference_runs))
     if len(own) != len(runs) or len(base) != len(reference_runs):
         return unpaired
     common = [seed for seed, time in own.items() if time is not None and base.get(seed) is not None]
@@ -792,9 +794,9 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
         mean = line["time_to_target_mean"]
         if mean is None:
             return MISSING
-        when = "reached at start" if mean == 0 else f"{mean:.1f} s"
+        when = "reached at start" if mean == 0 else f"{_significant(mean)} s"
         if line["relative_time"] is not None:
-            return f"{line['relative_time']:.2f} ({when})"
+            return f"{_ratio_text(line['relative_time'])} ({when})"
         if line.get("reference_at_start"):  # no ratio against 0 s
             return when if mean == 0 else f"no ratio ({when})"
         if not line.get("reference_in_group", True):
@@ -820,7 +822,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                 steps = f"{line['client_steps_mean']:,.0f} steps"
                 return f"{shown} ({steps})" if line["method"] == reference else f"{shown} ({steps}, no ratio)"
             return shown
-        return f"{shown} ({line['relative_steps']:.2f}×)"
+        return f"{shown} ({_ratio_text(line['relative_steps'])}×)"
 
     def last_tenth(line):
         if line is None:
@@ -867,7 +869,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
             elif relative is None:
                 shown, kind = "n/a", "n/a"
             else:
-                shown, kind = f"{relative:.2f}", "value"
+                shown, kind = _ratio_text(relative), "value"
             shown_kinds.add(kind)
             cells.append(shown if named else f"{seed}: {shown}")
         return " / ".join(cells)
@@ -1059,7 +1061,7 @@ def _grid_cell_text(ratio) -> str:
         return MISSING
     if ratio is ...:
         return "n/a"
-    return ratio if ratio in (_ABSENT, _NO_RATIO) else f"{ratio:.2f}"
+    return ratio if ratio in (_ABSENT, _NO_RATIO) else _ratio_text(ratio)
 
 
 def format_grid_markdown(grid: DesignGrid, groups: list[str], reference: str, target: str) -> str:
@@ -1340,20 +1342,16 @@ def _whole_seconds(time: float) -> str:
     return f"{time:.0f}" if time >= 10 else _significant(time)
 
 
-def _significant(x: float, digits: int = 3, percent: bool = False) -> str:
-    """``x`` with one decimal from 1 up to 10^7, else ``digits`` significant figures: a large
-    federation's 0.01 % utilisation or 0.027 virtual s were "0.0", and a time of 1e25 s 26 digits.
+def _ratio_text(ratio: float) -> str:
+    """A ratio with two decimals from 0.1 up to 10^4, two significant figures below, three above (a
+    method 300× sooner than the reference read "0.00", as if it took no time).
 
-    >>> _significant(1234.56), _significant(0.02712), _significant(0.0001, percent=True), _significant(0.5, percent=True)
-    ('1234.6', '0.0271', '0.01%', '50.0%')
-    >>> _significant(1e25)
-    '1e+25'
+    >>> _ratio_text(0.7712), _ratio_text(0.00347), _ratio_text(0.0113), _ratio_text(0.0), _ratio_text(123456.0)
+    ('0.77', '0.0035', '0.011', '0.00', '1.23e+05')
     """
-    value = 100 * x if percent else x
-    suffix = "%" if percent else ""
-    if value == 0 or 1 <= abs(value) < 1e7:
-        return f"{value:.1f}{suffix}"
-    return f"{value:.{digits}g}{suffix}"
+    if ratio == 0 or 0.1 <= abs(ratio) < 1e4:
+        return f"{ratio:.2f}"
+    return f"{ratio:.2g}" if abs(ratio) < 0.1 else f"{ratio:.3g}"
 
 
 TIMING_COLUMNS = {"virtual_time": ("virtual time (s)", lambda x: _significant(x)),

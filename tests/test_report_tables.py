@@ -174,3 +174,31 @@ def test_the_version_note_counts_the_runs_whose_table_records_no_jaxfl_code():
     assert note.startswith("The runs were made by 1 version and more of jaxfl (the jaxfl_code column of their "
                            "results): 0.2.0+gaaaaaaaaa (1 run); 2 runs record none (made before the column).")
     assert code_note([{}, {"jaxfl_code": None}]) is None  # nothing known: nothing to say
+
+
+def test_sub_second_times_and_small_ratios_keep_their_digits(tmp_path):
+    # a method reaching the target in 0.0191 s against the reference's 5.5 s read "0.00 (0.0 s)": as if at once
+    table = _csv(tmp_path / "results.csv", "algorithm,seed,time_to_target,best_accuracy",
+                 ["fedavg,0,5.5,0.9", "fedasync,0,0.0191,0.9", "fedbuff,0,0.062,0.9"])
+    markdown = make_report([table], figures=False, out=str(tmp_path / "report")).markdown
+    assert "| fedasync | 0.0035 (0.0191 s) |" in markdown and "| fedbuff | 0.011 (0.062 s) |" in markdown
+
+
+def test_the_computation_ratio_pairs_the_seeds_as_the_time_ratio_does(tmp_path):
+    # the reference without seed 1: FedBuff's steps over FedAvg's were each method's own mean (88 / 114 = 0.77),
+    # where the seeds both ran give (84 + 78) / (108 + 120) = 0.71
+    table = _csv(tmp_path / "results.csv",
+                 "algorithm,seed,time_to_target,best_accuracy,final_accuracy,client_steps_arrived",
+                 ["fedavg,0,10.0,0.9,0.9,108", "fedavg,2,10.0,0.9,0.9,120",
+                  "fedbuff,0,5.0,0.9,0.9,84", "fedbuff,1,5.0,0.9,0.9,102", "fedbuff,2,5.0,0.9,0.9,78"])
+    report = make_report([table], figures=False, out=str(tmp_path / "report"))
+    fedbuff = next(line for line in report.rows if line["method"] == "fedbuff")
+    assert fedbuff["relative_steps"] == pytest.approx((84 + 78) / (108 + 120))
+
+
+def test_a_comparisons_table_keeps_a_sub_second_time_to_target():
+    from jaxfl.comparison import format_table
+
+    row = {"algorithm": "fedasync", "time_to_target": 0.0191, "best_accuracy": 0.9, "final_accuracy": 0.9,
+           "global_updates": 3, "client_steps_executed": 6, "client_utilisation": 1.0, "wall_time_s": 1.0}
+    assert format_table([row], 0.8).splitlines()[-1].split()[1] == "0.0191"  # was "0.0"
