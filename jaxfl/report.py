@@ -956,7 +956,8 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
         parts += ["", f"## Final held-out accuracy, mean ± std over seeds, and computation relative to {reference}",
                   "", *table(final_and_computation), "",
                   f"In brackets: the local steps of the client updates that reached the server, aggregated or "
-                  f"dropped (mean over seeds), divided by {reference}'s; work a client skips (an update it sends "
+                  f"dropped, summed over the seeds where both the method and {reference} ran, divided by "
+                  f"{reference}'s (as the time ratio pairs them); work a client skips (an update it sends "
                   "again from a store) counts none."
                   + (" Groups from a sweep that did not count them give the steps the engine executed instead, "
                      "which also hold work trained ahead for clients still out at the end."
