@@ -1516,13 +1516,18 @@ def _figures(trained: _Grouping | None, timing: _Grouping | None, lines: list[di
             paths.append(_time_to_target_figure(trained, lines, out, panels))  # (an empty chart without targets)
     groups = figure_groups(trained, timing)
     paths.append(plot_staleness_by_group(groups, sweep_dir, os.path.join(out, "staleness.png")))
+    from jaxfl.experiment import _schedule_logged
     from jaxfl.plot import plot_timeline
 
     for label, runs_by_method in groups.items():
         for name, runs in runs_by_method.items():
             # one run per group and method, its lowest seed (a timeline of every run would be a
-            # figure a cell, where the seeds differ by their draws only); the title names the run drawn
-            run = min(runs, key=lambda row: (row.get("seed") or 0, row.get("cell") or 0))
+            # figure a cell, where the seeds differ by their draws only) of those with a schedule to draw
+            # (a run whose initial model reached the target wrote no event); the title names the run drawn
+            ordered = sorted(runs, key=lambda row: (row.get("seed") or 0, row.get("cell") or 0))
+            run = next((row for row in ordered if _schedule_logged(_run_dir(sweep_dir, row))), None)
+            if run is None:
+                continue
             seed = f", seed {run['seed']}" if run.get("seed") is not None else ""
             title = ", ".join([_legend_label(name), *([label] if label else [])]) + seed + \
                 (f" (1 of {len(runs)} runs)" if len(runs) > 1 else "")

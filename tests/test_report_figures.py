@@ -191,3 +191,23 @@ def test_a_sweep_whose_runs_have_no_target_draws_no_time_to_target_chart(tmp_pat
                "max_updates": 2}, {"algorithm": ["fedavg", "fedbuff"]}, folder, progress=False)
     names = sorted(os.path.basename(path) for path in make_report(folder, reference="fedavg").figures)
     assert "accuracy.png" in names and "time_to_target.png" not in names
+
+
+def test_a_timeline_is_drawn_from_the_lowest_seed_with_a_schedule(tmp_path):
+    # a method whose lowest seed wrote no event (its initial model reached the target: the run stopped at 0 s)
+    # failed the whole report ("has an empty event log ... nothing to draw"), report.md not written
+    from jaxfl.config import RunConfig
+    from jaxfl.sweep import run_sweep
+
+    base = RunConfig(algorithm="fedbuff", clients=4, timing_only=True, max_updates=3, buffer_size=2,
+                     output_dir="runs", progress=False)
+    result = run_sweep(base, {"seed": [0, 1]}, str(tmp_path), progress=False)
+    seed_0 = next(cell.run_dir for cell in result.cells if cell.config.seed == 0)
+    with open(f"{seed_0}/events.csv") as handle:
+        header = handle.readline()
+    with open(f"{seed_0}/events.csv", "w") as handle:
+        handle.write(header)
+    made = report.make_report(str(tmp_path), out=str(tmp_path / "report"))
+    assert [name for name in (path.rsplit("/", 1)[1] for path in made.figures) if name.startswith("timeline")] == \
+        ["timeline-fedbuff.png"]
+    assert (tmp_path / "report" / "report.md").exists()
