@@ -1570,7 +1570,8 @@ def timeline_stats(events: dict[str, np.ndarray], num_clients: int | None = None
     - ``aggregations`` and ``aggregations_per_hour`` (virtual hours).
 
     ``num_clients`` (default: the clients the log dispatched) counts never-dispatched clients as
-    idle throughout; ``horizon`` defaults to the log's last time. An earlier ``horizon`` is a
+    idle throughout; ``horizon`` defaults to the log's last time (the run's summary counts up to its
+    ``virtual_time``, later where a time budget stopped it: give that for the summary's figures). An earlier ``horizon`` is a
     window: every figure counts only what happened by then (aggregations, arrivals, dispatches),
     a dispatch not back by then as in flight.
 
