@@ -52,7 +52,8 @@ def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
     while frame is not None and _not_the_users(frame.f_code.co_filename):
         frame = frame.f_back
     shown = issuer if frame is None else frame
+    # no module_globals, as warnings.warn passes none: with them, the source line is asked of the module's
+    # loader, and `python -c`'s __main__ (BuiltinImporter) raised ImportError instead of warning
     warnings.warn_explicit(message, category, shown.f_code.co_filename, shown.f_lineno,
                            module=issuer.f_globals.get("__name__", "jaxfl"),
-                           registry=shown.f_globals.setdefault("__warningregistry__", {}),
-                           module_globals=shown.f_globals)
+                           registry=shown.f_globals.setdefault("__warningregistry__", {}))

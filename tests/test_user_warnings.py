@@ -71,3 +71,15 @@ def test_an_installed_packages_frames_are_not_the_users():
     assert _not_the_users(os.path.join(os.sep, "opt", "venv", "lib", "python3.11", "site-packages", "jax", "x.py"))
     assert not _not_the_users(os.path.join(os.sep, "home", "me", "plugins", "mine.py"))
     assert not _not_the_users(os.path.join(os.sep, "tmp", "ipykernel_1234", "2719.py"))  # a notebook cell
+
+
+def test_a_warning_from_python_dash_c_is_shown_not_an_import_error():
+    # the source line was asked of __main__'s loader (BuiltinImporter under -c), which raised ImportError
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "from jaxfl.config import RunConfig, validate\n"
+                           "validate(RunConfig(algorithm='fedavg', buffer_size=4))"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "<string>:2: UserWarning: buffer_size=4 is ignored: fedavg does not read it" in done.stderr
