@@ -857,9 +857,12 @@ class Engine:
         left, last = simulation.updates_left(aggregating), simulation.max_time
         if left != math.inf:
             room = min(room, max(0, math.ceil(left) - aggregating - len(ahead)))
-            aggregated, now = simulation.client_updates_aggregated, simulation.now
-            if aggregated and now > 0:  # the rate so far (an accelerating run's end comes sooner)
-                last = min(last, now + left * now / aggregated)
+            # the rate so far, this aggregation's updates counted (an accelerating run's end comes sooner;
+            # at the first aggregation, the one call of a run's start trained the earliest of every client
+            # in flight, of which those passed by the clients dispatched again were never used)
+            done, now = simulation.client_updates_aggregated + aggregating, simulation.now
+            if done and now > 0:
+                last = min(last, now + left * now / done)
         if not room:
             return []
         # the earliest untrained, picked (not every pending dispatch sorted: 10^5 in flight spent 11 s

@@ -95,6 +95,18 @@ def test_calls_larger_than_the_next_arrivals_train_little_ahead_and_not_past_the
     assert summary["device_memory"]["peak_updates_held"] <= 4 * 64
 
 
+def test_the_first_aggregation_trains_ahead_only_what_the_run_s_rate_lets_arrive_in_time(tmp_path):
+    """Calls of 512 with 300 of 600 clients in flight, K = 10, 20 updates: the first aggregation (no rate
+    yet) trained the 200 earliest of those in flight, of which the ones that clients dispatched again
+    overtook were never used: 1.31 executed ÷ aggregated in 17 calls. Its own updates give the rate:
+    1.11 in 13 calls."""
+    result = small_run(tmp_path, 600, concurrency=300, clients_per_call=512, local_steps=2, max_updates=20,
+                       eval_every=20)
+    summary = result.summary
+    assert summary["client_steps_aggregated"] == 20 * 10 * 2
+    assert summary["executed_per_aggregated"] <= 1.15 and summary["train_calls"] <= 14
+
+
 def test_the_last_aggregation_trains_nothing_ahead(tmp_path):
     """The budget's cap counts the whole aggregation in progress, its updates trained earlier too, and
     before the first version FedBuff's K updates a version: the last of 3 aggregations of K = 10
