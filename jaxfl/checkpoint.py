@@ -732,8 +732,8 @@ def _read_array(directory: str, digest: str, dtype: str, shape: tuple) -> np.nda
         values = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise ValueError(f"{label} is missing") from None
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{label} is unreadable: {error}") from None
+    except (OSError, ValueError, EOFError) as error:  # EOFError: a file emptied (a machine's crash)
+        raise ValueError(f"{label} is unreadable: {error or type(error).__name__}") from None
     if str(values.dtype) != dtype or values.shape != tuple(shape) or _digest(values) != digest:
         raise ValueError(f"{label} is corrupt: its contents do not match its SHA-256")
     return values

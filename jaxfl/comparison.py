@@ -183,7 +183,8 @@ def format_table(rows: list[dict], target: float | None) -> str:
              f"{'client steps':>12} {'busy':>5} {'wall s':>8}"]
     for name, row in zip(names, rows):
         reached = "-" if row["time_to_target"] is None else significant(row["time_to_target"])
-        busy = "-" if row.get(UTILISATION) is None else f"{row[UTILISATION]:.0%}"
+        share = row.get(UTILISATION)  # (under 1 %: its digits, not "0%")
+        busy = "-" if share is None else f"{share:.0%}" if share == 0 or share >= 0.005 else significant(share, 1, True)
         # a run stopped before its first evaluation has no accuracy
         best, final = ("-" if row[name] is None else f"{row[name]:.4f}" for name in ("best_accuracy", "final_accuracy"))
         lines.append(f"{name:<{width}} {reached:>10} {best:>9} "
@@ -283,7 +284,7 @@ def earlier_runs(config, times=None, edited: list | None = None):
                 record = read_record(run_dir)
                 if {**config_record(validate(config_from_mapping(without_settings_refused_since(
                         as_recorded(record["config"]))[0]))), "output_dir": None, "run_name": None} != wanted or \
-                        recorded_speeds_sha256(record) != speeds:
+                        recorded_speeds_sha256(record) != speeds or _given_objects(record):
                     continue
                 changed = changed_sources(record, config)
         except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
@@ -296,6 +297,18 @@ def earlier_runs(config, times=None, edited: list | None = None):
         elif checkpoint.latest(run_dir) is not None:
             yield run_dir, "resumable"
 
+
+
+# what config.json's user_inputs records of a run made from a config alone (with given speeds, the one
+# input a config-only run also takes, compared apart); anything more is an object given in Python
+# (initial weights, a loss, metrics, a model or optimiser object), which no config names
+_CONFIG_ONLY_INPUTS = {"model_structure_sha256", "time_per_step"}
+
+
+def _given_objects(record: dict) -> list[str]:
+    """The objects given to a recorded run beside its config (``init_params_sha256``, ``loss``...)."""
+    inputs = record.get("user_inputs")
+    return sorted(set(inputs) - _CONFIG_ONLY_INPUTS) if isinstance(inputs, dict) else []
 
 
 def compare(configs, reuse: bool = False) -> Comparison:
@@ -312,9 +325,12 @@ def compare(configs, reuse: bool = False) -> Comparison:
     :class:`~jaxfl.experiment.RunResult` holds its ``run_dir``, ``summary`` and ``metrics`` rows, and
     None for the ``params``, ``simulation`` and ``engine`` of a run in this process:
     :func:`jaxfl.checkpoint.final_params` reads its model), and one interrupted after a checkpoint is
-    resumed, so a notebook run again trains only what it has not finished. A run of an algorithm defined in the notebook or script itself is
-    trained again all the same: its code has no file whose edits jaxfl could see (a plug-in in a
-    file, ``file.py:Class``, is reused unless that file changed).
+    resumed, so a notebook run again trains only what it has not finished; a finished run that a
+    numerical error stopped comes back as a :class:`StoppedRun`, as when it ran. Trained again all the
+    same: a run of an algorithm defined, or a model registered, in the notebook or script itself (its
+    code has no file whose edits jaxfl could see; a plug-in in a file, ``file.py:Class``, is reused
+    unless that file changed, which a warning says), and a run given objects beside its config
+    (``run_experiment(config, init_params=...)``, ``loss=``...), which its config does not name.
 
     >>> import jaxfl, tempfile
     >>> out = tempfile.mkdtemp()
@@ -347,13 +363,26 @@ def _run_or_reuse(config):
     from jaxfl.experiment import resume_experiment, run_experiment, say_other_xla_flags
     from jaxfl.resume import read_record
 
-    earlier = next(earlier_runs(config), None) if _code_is_known(config) else None
+    edited = []
+    earlier = next(earlier_runs(config, edited=edited), None) if _code_is_known(config) else None
     if earlier is None:
+        if edited:  # as the command line says it
+            run_dir, changed = edited[-1]
+            warn_user(f"{run_dir} was made with an earlier version of {' and '.join(changed)}: not reused; "
+                      "this run trains it again with the code as it is now")
         return run_experiment(config)
     run_dir, state = earlier
     if state == "finished":
         say_other_xla_flags(run_dir, read_record(run_dir).get("xla_flags"), "reuses it")
-        return _read_back(run_dir)
+        result = _read_back(run_dir)
+        if result.summary["stop_reason"].startswith("numerical error"):  # as when it ran: a StoppedRun, said
+            from jaxfl.scheduler.simulation import NumericalError
+
+            error = NumericalError(result.summary["stop_reason"])
+            error.run_dir = run_dir
+            warn_user(f"{config.algorithm}: run stopped: {error} (reused: it had finished so)")
+            return StoppedRun(run_dir, result.summary, error)
+        return result
     warn_user(f"{config.algorithm}: resuming {run_dir}, interrupted after a checkpoint")
     return resume_experiment(run_dir, progress=config.progress)
 
@@ -371,13 +400,18 @@ def _read_back(run_dir: str):
 
 
 def _code_is_known(config) -> bool:
-    """Whether a run of ``config`` made before ran this code: a built-in algorithm, or a plug-in's file
-    that jaxfl fingerprints (a class defined in a notebook or script has none: it may have been edited)."""
+    """Whether a run of ``config`` made before ran this code: a built-in algorithm and model, or a
+    plug-in's or model's file that jaxfl fingerprints (a class defined or a model registered in a
+    notebook or script has none: it may have been edited)."""
     from jaxfl.algorithms import get
-    from jaxfl.experiment import algorithm_source
+    from jaxfl.experiment import algorithm_source, model_source
+    from jaxfl.models.zoo import MODELS
 
     try:
         cls = get(config.algorithm)
     except KeyError:
         return False
-    return cls.__module__.startswith("jaxfl.") or algorithm_source(config.algorithm) is not None
+    if not (cls.__module__.startswith("jaxfl.") or algorithm_source(config.algorithm) is not None):
+        return False
+    built_in = getattr(MODELS.get(config.model), "__module__", "").startswith("jaxfl.")
+    return built_in or model_source(config.model) is not None

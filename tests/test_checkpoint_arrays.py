@@ -116,7 +116,8 @@ def test_a_missing_or_corrupt_column_file_is_named(finished, tmp_path, damage, s
     assert says in message and "ckpt-000003" in message and "\n" not in message
 
 
-def test_a_damaged_column_file_is_written_anew_not_named_again(tmp_path):
+@pytest.mark.parametrize("emptied", [False, True])
+def test_a_damaged_column_file_is_written_anew_not_named_again(tmp_path, emptied):
     # the next save found the damaged base (its digest did not match), wrote the column "in full" under
     # the same digest, and skipped it as existing: every later checkpoint named the damaged file too
     weights = np.random.default_rng(1).random(CLIENTS)
@@ -125,7 +126,7 @@ def test_a_damaged_column_file_is_written_anew_not_named_again(tmp_path):
     path = tmp_path / "arrays" / name
     damaged = bytearray(path.read_bytes())
     damaged[-1] ^= 0xFF
-    path.write_bytes(bytes(damaged))
+    path.write_bytes(b"" if emptied else bytes(damaged))  # emptied (a machine's crash): np.load's EOFError
     data, slots_again, _ = save(str(tmp_path), slots, {"weights": weights})
     assert slots_again == slots  # the same digest, its file now whole again
     assert same_bits(load(str(tmp_path), data)["weights"], weights)

@@ -60,3 +60,53 @@ def test_an_algorithm_without_a_file_is_trained_again(tmp_path):
         assert again.run_dirs[1].endswith("-2")
     finally:
         unregister("reuse_test_local_fedavg")
+
+
+def test_a_run_given_objects_beside_its_config_is_not_reused(tmp_path):
+    # a peer started from another run's weights (init_params=) was read back as the config's own run
+    from jaxfl.experiment import run_experiment
+
+    started = run_experiment(configs(tmp_path / "first", ("fedavg",))[0])
+    peer = run_experiment(configs(tmp_path, ("fedavg",))[0], init_params=started.params)
+    again = compare(configs(tmp_path, ("fedavg",)), reuse=True)
+    assert again.run_dirs[0] != peer.run_dir and again.results[0].params is not None  # trained: its own run
+
+
+def test_a_model_registered_in_the_notebook_is_trained_again(tmp_path):
+    # redefined under its name (another width), its earlier run was reused without a word
+    import flax.linen as nn
+
+    from jaxfl.models.zoo import MODEL_INPUTS, MODELS
+
+    class Linear(nn.Module):
+        num_classes: int = 10
+
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(self.num_classes)(x.reshape((x.shape[0], -1)))
+
+    from jaxfl.models.zoo import register_model
+
+    register_model("reuse_test_model", Linear, overwrite=True)
+    try:
+        out = [RunConfig(**{**BASE, "model": "reuse_test_model"}, algorithm="fedavg", output_dir=str(tmp_path))]
+        compare(out, reuse=True)
+        with pytest.warns(UserWarning, match="holds a finished run"):
+            again = compare(out, reuse=True)
+        assert again.results[0].params is not None and again.run_dirs[0].endswith("-2")
+    finally:
+        MODELS.pop("reuse_test_model", None)
+        MODEL_INPUTS.pop("reuse_test_model", None)
+
+
+def test_a_reused_run_that_diverged_is_a_stopped_run_as_when_it_ran(tmp_path):
+    from jaxfl.comparison import StoppedRun
+
+    out = [RunConfig(**{**BASE, "client_lr": 1e38, "client_optimizer": "sgd"}, algorithm="fedavg",
+                     output_dir=str(tmp_path))]
+    with pytest.warns(UserWarning, match="fedavg: run stopped"):
+        first = compare(out, reuse=True)
+    with pytest.warns(UserWarning, match=r"fedavg: run stopped: .*\(reused: it had finished so\)"):
+        again = compare(out, reuse=True)
+    assert isinstance(first.results[0], StoppedRun) and isinstance(again.results[0], StoppedRun)
+    assert again.run_dirs == first.run_dirs
