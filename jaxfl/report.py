@@ -950,7 +950,18 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                      f"(NaN/Inf outputs for most held-out samples) and its final accuracy is its last evaluation's, "
                      f"in the mean all the same "
                      f"({'; '.join(diverged_runs)}).")
-    parts += ["## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy), "", STD_NOTE + diverged_note]
+    # methods of one group with other numbers of runs (a seed missing for one, a table trimmed): said, as
+    # each mean is over the method's own runs, not the seeds they share
+    counts: dict = {}
+    for line in lines:
+        counts.setdefault(tuple(line.get(group) for group in groups), []).append(f"{line['method']} {line['runs']}")
+    uneven = [", ".join(group) for group in counts.values()
+              if len({entry.rsplit(" ", 1)[1] for entry in group}) > 1]
+    uneven_note = ("" if not uneven else
+                   f" The methods have other numbers of runs ({'; '.join(uneven)}): each mean is over the "
+                   f"method's own runs, not the seeds they share (the seed-by-seed tables pair them).")
+    parts += ["## Best held-out accuracy, mean ± std over seeds", "", *table(accuracy), "",
+              STD_NOTE + diverged_note + uneven_note]
     if any(line.get("final_accuracy_mean") is not None for line in lines):
         # CC-FedAvg's and FedASMU's tables: the accuracy at the end of the budget and what it cost
         parts += ["", f"## Final held-out accuracy, mean ± std over seeds, and computation relative to {reference}",

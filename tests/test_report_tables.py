@@ -202,3 +202,15 @@ def test_a_comparisons_table_keeps_a_sub_second_time_to_target():
     row = {"algorithm": "fedasync", "time_to_target": 0.0191, "best_accuracy": 0.9, "final_accuracy": 0.9,
            "global_updates": 3, "client_steps_executed": 6, "client_utilisation": 1.0, "wall_time_s": 1.0}
     assert format_table([row], 0.8).splitlines()[-1].split()[1] == "0.0191"  # was "0.0"
+
+
+def test_methods_with_other_numbers_of_runs_are_said_under_the_accuracy_table(tmp_path):
+    # the reference without seed 1: its mean ± std over 2 runs, FedBuff's over 3, side by side without a word
+    table = _csv(tmp_path / "results.csv", "algorithm,seed,time_to_target,best_accuracy",
+                 ["fedavg,0,10.0,0.9", "fedavg,2,10.0,0.9", "fedbuff,0,5.0,0.9", "fedbuff,1,5.0,0.8",
+                  "fedbuff,2,5.0,0.9"])
+    markdown = make_report([table], figures=False, out=str(tmp_path / "report")).markdown
+    assert "The methods have other numbers of runs (fedavg 2, fedbuff 3): each mean is over" in markdown
+    full = _csv(tmp_path / "full.csv", "algorithm,seed,time_to_target,best_accuracy",
+                ["fedavg,0,10.0,0.9", "fedbuff,0,5.0,0.9"])
+    assert "other numbers of runs" not in make_report([full], figures=False, out=str(tmp_path / "r2")).markdown
