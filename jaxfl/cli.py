@@ -1821,7 +1821,9 @@ def _main(argv: list[str] | None) -> int:
                 result = results[-1]
                 summary = result.summary
                 # stopped as by a numerical error (RunStopped's negative time, evaluation grid too), now or when reused
-                if summary["stop_reason"].startswith(("numerical error", "negative time", "evaluation grid")):
+                from jaxfl.comparison import STOPPED_REASONS
+
+                if summary["stop_reason"].startswith(STOPPED_REASONS):
                     stopped.append(config.algorithm)
                 print(_run_line(summary, result.run_dir, config.timing_only) + reused)
             except KeyboardInterrupt as interrupt:

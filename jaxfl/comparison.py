@@ -34,6 +34,10 @@ COLUMNS = ("algorithm", "time_to_target", "best_accuracy", "final_accuracy", "gl
 UTILISATION = "client_utilisation"
 
 
+# the stop reasons of a run that NumericalError (or RunStopped: a negative time, an evaluation grid) ended
+STOPPED_REASONS = ("numerical error", "negative time", "evaluation grid")
+
+
 class StoppedRun(typing.NamedTuple):
     """A run of a comparison that a numerical error stopped (its model diverged): its folder, its
     ``summary.json`` (``stop_reason`` "numerical error: ...") and the error. The comparison goes on
@@ -184,7 +188,8 @@ def format_table(rows: list[dict], target: float | None) -> str:
     for name, row in zip(names, rows):
         reached = "-" if row["time_to_target"] is None else significant(row["time_to_target"])
         share = row.get(UTILISATION)  # (under 1 %: its digits, not "0%")
-        busy = "-" if share is None else f"{share:.0%}" if share == 0 or share >= 0.005 else significant(share, 1, True)
+        busy = "-" if share is None else f"{share:.0%}" if share == 0 or f"{share:.0%}" != "0%" \
+            else significant(share, 1, True)
         # a run stopped before its first evaluation has no accuracy
         best, final = ("-" if row[name] is None else f"{row[name]:.4f}" for name in ("best_accuracy", "final_accuracy"))
         lines.append(f"{name:<{width}} {reached:>10} {best:>9} "
@@ -327,9 +332,10 @@ def compare(configs, reuse: bool = False) -> Comparison:
     :func:`jaxfl.checkpoint.final_params` reads its model), and one interrupted after a checkpoint is
     resumed, so a notebook run again trains only what it has not finished; a finished run that a
     numerical error stopped comes back as a :class:`StoppedRun`, as when it ran. Trained again all the
-    same: a run of an algorithm defined, or a model registered, in the notebook or script itself (its
-    code has no file whose edits jaxfl could see; a plug-in in a file, ``file.py:Class``, is reused
-    unless that file changed, which a warning says), and a run given objects beside its config
+    same, with a warning saying why: a run of an algorithm defined in the notebook or script itself or
+    of a model registered by name (``register_model``), whose code has no file whose edits jaxfl could
+    see (a plug-in or model in a file, ``file.py:Class``, is reused unless that file changed, which a
+    warning says), and a run given objects beside its config
     (``run_experiment(config, init_params=...)``, ``loss=``...), which its config does not name.
 
     >>> import jaxfl, tempfile
@@ -363,8 +369,17 @@ def _run_or_reuse(config):
     from jaxfl.experiment import resume_experiment, run_experiment, say_other_xla_flags
     from jaxfl.resume import read_record
 
+    from jaxfl.experiment import TRAINED_AGAIN_BECAUSE
+
+    unknown = _unknown_code(config)
+    if unknown is not None:
+        said = TRAINED_AGAIN_BECAUSE.set(f"not reused: {unknown}, with no file whose edits jaxfl could see")
+        try:
+            return run_experiment(config)
+        finally:
+            TRAINED_AGAIN_BECAUSE.reset(said)
     edited = []
-    earlier = next(earlier_runs(config, edited=edited), None) if _code_is_known(config) else None
+    earlier = next(earlier_runs(config, edited=edited), None)
     if earlier is None:
         if edited:  # as the command line says it
             run_dir, changed = edited[-1]
@@ -375,10 +390,13 @@ def _run_or_reuse(config):
     if state == "finished":
         say_other_xla_flags(run_dir, read_record(run_dir).get("xla_flags"), "reuses it")
         result = _read_back(run_dir)
-        if result.summary["stop_reason"].startswith("numerical error"):  # as when it ran: a StoppedRun, said
+        reason = result.summary["stop_reason"]
+        if reason.startswith(STOPPED_REASONS):  # as when it ran: a StoppedRun, said
+            from jaxfl.experiment import RunStopped
             from jaxfl.scheduler.simulation import NumericalError
 
-            error = NumericalError(result.summary["stop_reason"])
+            nan = reason.startswith("numerical error")
+            error = (NumericalError if nan else RunStopped)(reason.removeprefix("numerical error: ") if nan else reason)
             error.run_dir = run_dir
             warn_user(f"{config.algorithm}: run stopped: {error} (reused: it had finished so)")
             return StoppedRun(run_dir, result.summary, error)
@@ -399,10 +417,11 @@ def _read_back(run_dir: str):
     return RunResult(run_dir, run.summary, rows, params=None, simulation=None, engine=None)
 
 
-def _code_is_known(config) -> bool:
-    """Whether a run of ``config`` made before ran this code: a built-in algorithm and model, or a
-    plug-in's or model's file that jaxfl fingerprints (a class defined or a model registered in a
-    notebook or script has none: it may have been edited)."""
+def _unknown_code(config) -> str | None:
+    """Why a run of ``config`` made before may not have run this code, or None where it did: a built-in
+    algorithm and model, or a plug-in's or model's file that jaxfl fingerprints. A class defined in a
+    notebook or script, or a model registered by name (``register_model``), has no such file: it may
+    have been edited since."""
     from jaxfl.algorithms import get
     from jaxfl.experiment import algorithm_source, model_source
     from jaxfl.models.zoo import MODELS
@@ -410,8 +429,10 @@ def _code_is_known(config) -> bool:
     try:
         cls = get(config.algorithm)
     except KeyError:
-        return False
+        return f"the algorithm {config.algorithm!r} is not registered"
     if not (cls.__module__.startswith("jaxfl.") or algorithm_source(config.algorithm) is not None):
-        return False
-    built_in = getattr(MODELS.get(config.model), "__module__", "").startswith("jaxfl.")
-    return built_in or model_source(config.model) is not None
+        return f"the algorithm {config.algorithm!r} is defined in a notebook or script"
+    if not (getattr(MODELS.get(config.model), "__module__", "").startswith("jaxfl.")
+            or model_source(config.model) is not None):
+        return f"the model {config.model!r} is registered by name"
+    return None

@@ -424,6 +424,11 @@ def balanced_accuracy(recall: np.ndarray) -> float:
     return float(np.mean(present)) if present.size else float("nan")
 
 
+# why a comparison with reuse=True trains a finished run's config again (set by jaxfl.comparison around
+# the run), which the note on the finished run says in place of advising reuse
+TRAINED_AGAIN_BECAUSE: contextvars.ContextVar = contextvars.ContextVar("jaxfl_trained_again_because", default=None)
+
+
 def _run_dir(config: RunConfig, algorithm: str, user_inputs: dict | None = None) -> str:
     """A new folder under ``output_dir`` named by :func:`run_name` (``-2``, ``-3``... when the same
     config runs again); ``algorithm`` is the registered name (not a module:Class reference).
@@ -452,10 +457,12 @@ def _run_dir(config: RunConfig, algorithm: str, user_inputs: dict | None = None)
                 break
     if finished is not None and config.run_name is None and cluster.process_index() == 0:
         # a notebook cell run twice trained minutes again without a word
+        because = TRAINED_AGAIN_BECAUSE.get()
+        advice = f"{because}" if because else \
+            (f"jaxfl.load_run({finished!r}) reads the finished one; jaxfl.comparison.compare(configs, reuse=True) "
+             f"and a comparison on the command line, jaxfl run --algorithm a,b, reuse it")
         warn_user(f"{finished} holds a finished run of this config (its name's hash); this run trains it "
-                  f"again, into {path} (jaxfl.load_run({finished!r}) reads the finished one; "
-                  f"jaxfl.comparison.compare(configs, reuse=True) and a comparison on the command line, "
-                  f"jaxfl run --algorithm a,b, reuse it)")
+                  f"again, into {path} ({advice})")
     return path
 
 

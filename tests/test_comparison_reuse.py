@@ -53,9 +53,12 @@ def test_an_algorithm_without_a_file_is_trained_again(tmp_path):
     try:
         out = configs(tmp_path, ("fedavg", "reuse_test_local_fedavg"))
         compare(out, reuse=True)
-        with pytest.warns(UserWarning, match="holds a finished run of this config") as said:
+        # said why, not advised to reuse it with reuse=True (the call's own)
+        with pytest.warns(UserWarning, match=r"holds a finished run of this config.*not reused: the algorithm "
+                                             r"'reuse_test_local_fedavg' is defined in a notebook or script") as said:
             again = compare(out, reuse=True)
         assert len([w for w in said if "holds a finished run" in str(w.message)]) == 1
+        assert not [w for w in said if "reuse=True" in str(w.message)]
         assert again.results[0].params is None and again.results[1].params is not None
         assert again.run_dirs[1].endswith("-2")
     finally:
@@ -91,7 +94,7 @@ def test_a_model_registered_in_the_notebook_is_trained_again(tmp_path):
     try:
         out = [RunConfig(**{**BASE, "model": "reuse_test_model"}, algorithm="fedavg", output_dir=str(tmp_path))]
         compare(out, reuse=True)
-        with pytest.warns(UserWarning, match="holds a finished run"):
+        with pytest.warns(UserWarning, match="not reused: the model 'reuse_test_model' is registered by name"):
             again = compare(out, reuse=True)
         assert again.results[0].params is not None and again.run_dirs[0].endswith("-2")
     finally:
@@ -106,7 +109,23 @@ def test_a_reused_run_that_diverged_is_a_stopped_run_as_when_it_ran(tmp_path):
                      output_dir=str(tmp_path))]
     with pytest.warns(UserWarning, match="fedavg: run stopped"):
         first = compare(out, reuse=True)
-    with pytest.warns(UserWarning, match=r"fedavg: run stopped: .*\(reused: it had finished so\)"):
+    with pytest.warns(UserWarning, match=r"fedavg: run stopped: (?!numerical error).*\(reused: it had finished so\)"):
         again = compare(out, reuse=True)
     assert isinstance(first.results[0], StoppedRun) and isinstance(again.results[0], StoppedRun)
     assert again.run_dirs == first.run_dirs
+
+
+
+def test_a_reused_run_stopped_by_a_negative_time_is_a_stopped_run_as_when_it_ran(tmp_path):
+    # RunStopped (a negative time per step, an evaluation grid) is a NumericalError: a StoppedRun when it ran,
+    # a RunResult without a word when reused
+    from jaxfl.comparison import StoppedRun
+
+    out = [RunConfig(**{**BASE, "jitter": 5.0, "negative_times": "error"}, algorithm="fedavg",
+                     output_dir=str(tmp_path))]
+    with pytest.warns(UserWarning, match="fedavg: run stopped: non-positive time per step"):
+        first = compare(out, reuse=True)
+    with pytest.warns(UserWarning, match=r"fedavg: run stopped: negative time.*\(reused: it had finished so\)"):
+        again = compare(out, reuse=True)
+    assert isinstance(first.results[0], StoppedRun) and isinstance(again.results[0], StoppedRun)
+    assert again.results[0].summary["stop_reason"].startswith("negative time")
