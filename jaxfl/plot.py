@@ -50,12 +50,13 @@ def significant(x: float, digits: int = 3, percent: bool = False) -> str:
 
     >>> significant(1234.56), significant(0.02712), significant(0.0001, percent=True), significant(0.5, percent=True)
     ('1234.6', '0.0271', '0.01%', '50.0%')
-    >>> significant(1e25), significant(0.9996)
-    ('1e+25', '1.0')
+    >>> significant(1e25), significant(0.9996), significant(0.96), significant(9999999.96)
+    ('1e+25', '1.0', '0.96', '1e+07')
     """
     value = 100 * x if percent else x
     suffix = "%" if percent else ""
-    if value == 0 or 1 <= abs(value) < 1e7 or 1 <= abs(float(f"{value:.{digits}g}")) < 1e7:  # 0.9996: "1.0", not "1"
+    # by the digits shown: 0.9996 reads "1.0" (not "1"), 9,999,999.96 "1e+07" (not "10000000.0")
+    if value == 0 or 1 <= abs(float(f"{value:.{digits}g}")) and abs(round(value, 1)) < 1e7:
         return f"{value:.1f}{suffix}"
     return f"{value:.{digits}g}{suffix}"
 

@@ -1348,20 +1348,20 @@ def _whole_seconds(time: float) -> str:
     """A seed's time to target in the seed-by-seed table: whole seconds from 10 s, else as
     :func:`_significant` (a time of 0.3 s read "0 s", as if reached at the start).
 
-    >>> _whole_seconds(149.4), _whole_seconds(0.3), _whole_seconds(9.99), _whole_seconds(1e25)
-    ('149', '0.3', '10', '1e+25')
+    >>> _whole_seconds(149.4), _whole_seconds(0.3), _whole_seconds(9.99), _whole_seconds(9.9), _whole_seconds(1e25)
+    ('149', '0.3', '10', '9.9', '1e+25')
     """
-    return f"{time:.0f}" if 9.5 <= time < 1e7 else _significant(time)
+    return f"{time:.0f}" if 9.95 <= time and round(time) < 1e7 else _significant(time)
 
 
 def _ratio_text(ratio: float) -> str:
     """A ratio with two decimals from 0.1 up to 10^4, two significant figures below, three above (a
     method 300× sooner than the reference read "0.00", as if it took no time).
 
-    >>> _ratio_text(0.7712), _ratio_text(0.00347), _ratio_text(0.0113), _ratio_text(0.0999), _ratio_text(123456.0)
-    ('0.77', '0.0035', '0.011', '0.10', '1.23e+05')
+    >>> _ratio_text(0.7712), _ratio_text(0.00347), _ratio_text(0.0999), _ratio_text(9999.996), _ratio_text(123456.0)
+    ('0.77', '0.0035', '0.10', '1e+04', '1.23e+05')
     """
-    if ratio == 0 or 0.1 <= abs(float(f"{ratio:.2g}")) and abs(ratio) < 1e4:  # 0.0999: "0.10", as 0.1
+    if ratio == 0 or 0.1 <= abs(float(f"{ratio:.2g}")) and abs(round(ratio, 2)) < 1e4:  # 0.0999: "0.10", as 0.1
         return f"{ratio:.2f}"
     return f"{ratio:.2g}" if abs(ratio) < 0.1 else f"{ratio:.3g}"
 
