@@ -107,6 +107,17 @@ def test_the_first_aggregation_trains_ahead_only_what_the_run_s_rate_lets_arrive
     assert summary["executed_per_aggregated"] <= 1.15 and summary["train_calls"] <= 14
 
 
+def test_a_client_step_budget_caps_the_first_call_too(tmp_path):
+    """A client-step budget alone counted no update left before the first aggregation (it counts them by
+    the steps aggregated so far): the first call trained the earliest of every client in flight, 1.86
+    executed ÷ aggregated in 17 calls; the steps of the updates in flight now give it, 1.11 in 13."""
+    result = small_run(tmp_path, 600, concurrency=300, clients_per_call=512, local_steps=2, max_updates=None,
+                       max_client_steps=400, eval_every=20)
+    summary = result.summary
+    assert summary["client_steps_aggregated"] == 400
+    assert summary["executed_per_aggregated"] <= 1.15 and summary["train_calls"] <= 14
+
+
 def test_the_last_aggregation_trains_nothing_ahead(tmp_path):
     """The budget's cap counts the whole aggregation in progress, its updates trained earlier too, and
     before the first version FedBuff's K updates a version: the last of 3 aggregations of K = 10

@@ -659,9 +659,14 @@ class Simulation:
             left = (self.max_updates - self.version) * per_version
         if self.max_client_updates is not None:
             left = min(left, self.max_client_updates - aggregated)
-        if self.max_client_steps is not None and aggregated:
-            steps = self.aggregated_steps
-            left = min(left, (self.max_client_steps - steps) * aggregated / max(steps, 1))
+        if self.max_client_steps is not None:
+            if aggregated:
+                steps = self.aggregated_steps
+                left = min(left, (self.max_client_steps - steps) * aggregated / max(steps, 1))
+            else:  # none aggregated yet: by the steps of the updates in flight (once, at a run's first aggregation)
+                steps = [record.steps for record in self.records.live.values()]
+                if steps and sum(steps):
+                    left = min(left, self.max_client_steps * len(steps) / sum(steps))
         return max(left, 0.0)
 
     # ----------------------------------------------------------------- policy-facing API
