@@ -271,9 +271,9 @@ def earlier_runs(config, times=None, edited: list | None = None):
             cls = algorithms.get(config.algorithm)
             names = [config.run_name or run_name(config, cls.name)]
             if config.run_name is None:  # runs recorded with the field unset, before its default changed
-                names += list(names_before_default_changes(validate(config), cls.name).values())
+                names += list(names_before_default_changes(config, cls.name).values())
             # the speeds are not in the config (nor its name): a run on other speeds is another run
-            speeds = UserInputs(time_per_step=times).check(validate(config)).speeds_sha256()
+            speeds = UserInputs(time_per_step=times).check(config).speeds_sha256()
     except (ConfigError, ValueError, KeyError, TypeError):
         return
     if not os.path.isdir(config.output_dir):
@@ -301,7 +301,6 @@ def earlier_runs(config, times=None, edited: list | None = None):
             yield run_dir, "finished"
         elif checkpoint.latest(run_dir) is not None:
             yield run_dir, "resumable"
-
 
 
 # what config.json's user_inputs records of a run made from a config alone (with given speeds, the one
@@ -366,10 +365,8 @@ def compare(configs, reuse: bool = False) -> Comparison:
 def _run_or_reuse(config):
     """``config``'s finished run read back (:func:`jaxfl.load_run`), its interrupted one resumed, or a new
     run (:func:`compare` with ``reuse=True``)."""
-    from jaxfl.experiment import resume_experiment, run_experiment, say_other_xla_flags
+    from jaxfl.experiment import TRAINED_AGAIN_BECAUSE, resume_experiment, run_experiment, say_other_xla_flags
     from jaxfl.resume import read_record
-
-    from jaxfl.experiment import TRAINED_AGAIN_BECAUSE
 
     unknown = _unknown_code(config)
     if unknown is not None:
