@@ -458,7 +458,7 @@ def _run_dir(config: RunConfig, algorithm: str, user_inputs: dict | None = None)
     if finished is not None and config.run_name is None and cluster.process_index() == 0:
         # a notebook cell run twice trained minutes again without a word
         because = TRAINED_AGAIN_BECAUSE.get()
-        advice = f"{because}" if because else \
+        advice = because if because else \
             (f"jaxfl.load_run({finished!r}) reads the finished one; jaxfl.comparison.compare(configs, reuse=True) "
              f"and a comparison on the command line, jaxfl run --algorithm a,b, reuse it")
         warn_user(f"{finished} holds a finished run of this config (its name's hash); this run trains it "
