@@ -232,7 +232,8 @@ def _quiet_absl():
             logger.setLevel(level)
 
 
-_CLOSED_LOOP = "RuntimeError: Event loop is closed"
+_CLOSED_LOOP_MESSAGE = "Event loop is closed"
+_CLOSED_LOOP = f"RuntimeError: {_CLOSED_LOOP_MESSAGE}"
 _HEADER = "Traceback (most recent call last):"
 
 
@@ -521,11 +522,21 @@ def load_config(folder: str) -> dict | None:
 def load_device(folder: str, engine, meta: dict) -> dict:
     """The engine's device tree of a checkpoint folder, restored with the engine's shapes (with the
     per-client tables the folder holds as files, memory-mapped)."""
+    stderr = sys.stderr
+    sys.stderr = filtered = _WithoutClosedLoopTracebacks(stderr)  # a failed restore's noise, as a failed save's
     try:
         return _load_device(folder, engine, meta)
     except Exception:
         _quiet_abandoned_orbax_reads()
+        # tensorstore completes the other reads into the loop orbax closed, and the reads left as coroutines
+        # go at the next collection: both now, while stderr is filtered (a resume then tries an older checkpoint)
+        _wait_for_orbax_threads()
+        gc.collect()
         raise
+    finally:
+        if sys.stderr is filtered:
+            sys.stderr = stderr
+        filtered.release()
 
 
 def _quiet_abandoned_orbax_reads() -> None:
@@ -541,6 +552,8 @@ def _quiet_abandoned_orbax_reads() -> None:
         code = getattr(unraisable.object, "cr_code", None)
         if code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename:
             return
+        if isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == _CLOSED_LOOP_MESSAGE:
+            return  # a late completion into the loop orbax closed
         previous(unraisable)
 
     hook._jaxfl_quiet_orbax = True
