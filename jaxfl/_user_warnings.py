@@ -17,7 +17,7 @@ _JAXFL = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # tracing of a jaxfl function; site-packages may lie inside the standard library's folder)
 _LIBRARIES = tuple({os.path.abspath(folder) + os.sep for name, folder in sysconfig.get_paths().items()
                     if name in ("stdlib", "platstdlib", "purelib", "platlib")})
-_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+_INSTALLED = ("site-packages", "dist-packages")
 
 
 def _not_the_users(filename: str) -> bool:

@@ -752,6 +752,22 @@ def _read_array(directory: str, digest: str, dtype: str, shape: tuple) -> np.nda
     return values
 
 
+def _verified_array(directory: str, digest: str, dtype: str, shape) -> np.ndarray | None:
+    """The array file ``digest``, checked against its digest once per process (memory-mapped after),
+    or None where it is missing or damaged."""
+    path = os.path.join(directory, f"{digest}.npy")
+    try:
+        status = os.stat(path)
+        key = (path, status.st_size, status.st_mtime_ns)
+        if key in _VERIFIED:
+            return np.load(path, mmap_mode="r", allow_pickle=False)
+        values = _read_array(directory, digest, dtype, shape)
+    except (OSError, ValueError):
+        return None
+    _VERIFIED.add(key)
+    return values
+
+
 class _ArrayStore:
     """The large arrays of one save: each compared with the previous checkpoint's array in the same
     slot (its order in the pickle), and referenced, stored as a delta, or written in full."""
@@ -789,17 +805,8 @@ class _ArrayStore:
         entry = self.previous[slot]
         if entry.get("dtype") != dtype or entry.get("shape") != shape or _as_bits(np.empty(0, dtype)) is None:
             return None
-        path = os.path.join(self.directory, f"{entry['digest']}.npy")
-        try:
-            status = os.stat(path)
-            key = (path, status.st_size, status.st_mtime_ns)
-            if key in _VERIFIED:
-                return np.load(path, mmap_mode="r", allow_pickle=False)
-            values = _read_array(self.directory, entry["digest"], dtype, shape)
-        except (OSError, ValueError):
-            return None  # a missing or damaged base is not built upon: this save writes the array in full
-        _VERIFIED.add(key)
-        return values
+        # a missing or damaged base is not built upon: this save writes the array in full
+        return _verified_array(self.directory, entry["digest"], dtype, shape)
 
     def _write(self, values: np.ndarray) -> str:
         digest = _digest(values)
@@ -807,7 +814,7 @@ class _ArrayStore:
         # content-addressed: an existing file holds these bytes, unless it was damaged since (which is why
         # its column is written here, where a delta on it would have served), and then it is written anew:
         # kept, every later checkpoint would name the damaged file too
-        if not self._intact(path, digest, values):
+        if _verified_array(self.directory, digest, str(values.dtype), values.shape) is None:
             os.makedirs(self.directory, exist_ok=True)
             with open(path + ".tmp", "wb") as handle:
                 np.save(handle, values, allow_pickle=False)
@@ -815,23 +822,6 @@ class _ArrayStore:
                 os.fsync(handle.fileno())
             os.replace(path + ".tmp", path)
         return digest
-
-
-    @staticmethod
-    def _intact(path: str, digest: str, values: np.ndarray) -> bool:
-        try:
-            status = os.stat(path)
-        except OSError:
-            return False
-        key = (path, status.st_size, status.st_mtime_ns)
-        if key in _VERIFIED:
-            return True
-        try:
-            _read_array(os.path.dirname(path), digest, str(values.dtype), values.shape)
-        except ValueError:
-            return False
-        _VERIFIED.add(key)
-        return True
 
 
 class _StatePickler(pickle.Pickler):

@@ -1670,16 +1670,9 @@ def is_user_file(path: str | None) -> bool:
     >>> is_user_file(__file__), is_user_file("<stdin>")
     (False, False)
     """
-    import sysconfig
+    from jaxfl._user_warnings import _not_the_users
 
-    if not path or not path.endswith(".py") or not os.path.isfile(path):
-        return False
-    path = os.path.abspath(path)
-    ours = [os.path.dirname(os.path.abspath(__file__))] + [
-        os.path.abspath(folder) for key, folder in sysconfig.get_paths().items()
-        if key in ("stdlib", "platstdlib", "purelib", "platlib")]
-    return not any(path.startswith(os.path.join(folder, "")) for folder in ours) and \
-        "site-packages" not in path and "dist-packages" not in path
+    return bool(path) and path.endswith(".py") and os.path.isfile(path) and not _not_the_users(path)
 
 
 _FILE_DIGESTS: dict = {}  # bytes' SHA-256 -> (parsed code's SHA-256, imported names)
