@@ -539,11 +539,18 @@ def load_device(folder: str, engine, meta: dict) -> dict:
         filtered.release()
 
 
+# a restore failed in this process (the jaxfl command then ends without the interpreter's teardown, where
+# the reads it abandoned print past any hook: jaxfl.cli.main)
+ABANDONED_READS = False
+
+
 def _quiet_abandoned_orbax_reads() -> None:
     """After a restore failed on damaged data (a resume then says so in one line and tries an older
     checkpoint), orbax's reads of the other arrays are left as coroutines never awaited, each printed
     at exit as "Exception ignored in: <coroutine ...>" with tensorstore's whole spec: 130 lines
     around the one line. Those are dropped; any other unraisable exception goes to the hook as before."""
+    global ABANDONED_READS
+    ABANDONED_READS = True
     previous = sys.unraisablehook
     if getattr(previous, "_jaxfl_quiet_orbax", False):
         return

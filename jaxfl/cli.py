@@ -1615,7 +1615,13 @@ def main(argv: list[str] | None = None) -> int:
             status = _main(argv)
         if argv is None and status in (130, stopping.SIGTERM_STATUS):  # a sweep says its interrupt and returns
             _end_interrupted(status)
+        if argv is None:
+            _end_past_abandoned_reads(status)
         return status
+    except SystemExit as done:  # parser.exit: a refusal's one line said
+        if argv is None:
+            _end_past_abandoned_reads(done.code if isinstance(done.code, int) else 1)
+        raise
     except OSError as error:  # the disk or a file's permissions, where no step names it: one line, not a traceback
         if _your_code_frame(error) is not None:  # the user's own code's error (a model factory's open): its traceback
             raise
@@ -1643,6 +1649,15 @@ def _os_error_line(error: OSError) -> str:
     """
     said = f"{error.strerror}: {error.filename!r}" if error.strerror and error.filename else str(error)
     return f"{said} (the files written before it are kept: fix that and run the same command again)"
+
+
+def _end_past_abandoned_reads(status: int) -> None:
+    """End the command now where a checkpoint's restore failed in it (a resume past damaged data): the
+    reads orbax abandoned print their tracebacks in the interpreter's teardown, past any hook, around
+    the one line the command said. Everything the command keeps was written and closed before."""
+    checkpoint = sys.modules.get("jaxfl.checkpoint")
+    if checkpoint is not None and checkpoint.ABANDONED_READS:
+        _end_interrupted(status)
 
 
 def _end_interrupted(status: int) -> None:

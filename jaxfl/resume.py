@@ -24,6 +24,7 @@ of its canonical JSON, in its ``config.json``. Resuming
 from __future__ import annotations
 
 import contextlib
+import gc
 import contextvars
 import dataclasses
 import hashlib
@@ -958,6 +959,8 @@ def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict,
                 tree = checkpoint.load_device(folder, engine, state["engine"])
             except Exception as error:  # orbax/tensorstore raise many kinds on corrupt or missing data
                 failure = f"{name}: device data unreadable ({_first_line(error)})"
+            if failure is not None:  # the failed restore's reads, which its error held, go now while they are
+                gc.collect()          # filtered quietly (checkpoint.load_device), not unfiltered at exit
             failure = _agreed(name, failure)
         if failure is not None:
             failures.append(failure)
