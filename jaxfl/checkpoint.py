@@ -103,6 +103,36 @@ def _nonempty(tree: dict) -> dict:
 
 
 PACKING = "packing.json"
+DEVICE_SIZES = "device.sizes.json"  # the byte size of each file orbax wrote, checked before a restore
+
+
+def _device_sizes(device: str) -> dict[str, int]:
+    """The byte size of each file under a checkpoint's ``device`` folder, by its path there."""
+    return {os.path.relpath(os.path.join(folder, name), device): os.path.getsize(os.path.join(folder, name))
+            for folder, _, names in os.walk(device) for name in names}
+
+
+class DeviceFilesDamaged(ValueError):
+    """A checkpoint's orbax file is missing or not the size it was written with."""
+
+
+def _check_device_sizes(folder: str) -> None:
+    """:class:`DeviceFilesDamaged` naming the first of a checkpoint's orbax files that is missing or not the size it was
+    written with (a crash or a full disk cut it short): said before orbax reads anything, whose restore
+    of damaged data leaves reads running that print tracebacks for seconds after it failed. A checkpoint
+    of an older jaxfl, without the sizes, is not checked."""
+    path = os.path.join(folder, DEVICE_SIZES)
+    if not os.path.isfile(path):
+        return
+    with open(path) as handle:
+        written = json.load(handle)
+    device = os.path.join(folder, "device")
+    for name, size in sorted(written.items()):
+        file = os.path.join(device, name)
+        if not os.path.isfile(file):
+            raise DeviceFilesDamaged(f"{name} is missing")
+        if (found := os.path.getsize(file)) != size:
+            raise DeviceFilesDamaged(f"{name} is {found} bytes, written with {size}")
 PACK_BELOW_BYTES = 1 << 20  # leaves this small are stacked with the others of their shape and dtype
 
 
@@ -409,6 +439,9 @@ def _save(run_dir: str, number: int, simulation, engine, extra: dict, config: di
     if packing is not None:
         with open(os.path.join(temporary, PACKING), "w") as handle:
             json.dump(packing, handle)
+    # every process's files are written (orbax's save ends at a barrier of all of them)
+    with open(os.path.join(temporary, DEVICE_SIZES), "w") as handle:
+        json.dump(_device_sizes(os.path.join(temporary, "device")), handle, indent=0, sort_keys=True)
     engine.save_client_state_files(os.path.join(temporary, "client_state"))
     arrays = _ArrayStore(root, _previous_slots(run_dir))
     with open(os.path.join(temporary, "state.pkl"), "wb") as handle:
@@ -522,6 +555,7 @@ def load_config(folder: str) -> dict | None:
 def load_device(folder: str, engine, meta: dict) -> dict:
     """The engine's device tree of a checkpoint folder, restored with the engine's shapes (with the
     per-client tables the folder holds as files, memory-mapped)."""
+    _check_device_sizes(folder)
     stderr = sys.stderr
     sys.stderr = filtered = _WithoutClosedLoopTracebacks(stderr)  # a failed restore's noise, as a failed save's
     try:
@@ -626,6 +660,10 @@ def final_params(run_dir: str, template):
     if not jax.tree.leaves(template):
         raise ValueError(f"template={_short_repr(template)} holds no arrays: expected the run's variables "
                          f"(RunResult.params) or their 'params' part")
+    try:
+        _check_device_sizes(folder)
+    except DeviceFilesDamaged as damaged:
+        raise DeviceFilesDamaged(f"checkpoint {folder} is damaged: {damaged}") from None
     here = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     restored = ocp.Checkpointer(ocp.StandardCheckpointHandler()).restore(
         os.path.join(folder, "device"), args=ocp.args.StandardRestore(fallback_sharding=here))

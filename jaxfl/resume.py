@@ -958,7 +958,8 @@ def load_checkpoint(run_dir: str, config: RunConfig, engine) -> tuple[str, dict,
             try:
                 tree = checkpoint.load_device(folder, engine, state["engine"])
             except Exception as error:  # orbax/tensorstore raise many kinds on corrupt or missing data
-                failure = f"{name}: device data unreadable ({_first_line(error)})"
+                said = str(error) if isinstance(error, checkpoint.DeviceFilesDamaged) else _first_line(error)
+                failure = f"{name}: device data unreadable ({said})"
             if failure is not None:  # the failed restore's reads, which its error held, go now while they are
                 gc.collect()          # filtered quietly (checkpoint.load_device), not unfiltered at exit
             failure = _agreed(name, failure)
