@@ -225,8 +225,10 @@ def test_two_processes_give_the_single_process_result(tmp_path, algorithm, inter
         root = os.path.join(folder, "checkpoints")
         assert sorted(n for n in os.listdir(root) if n.startswith("ckpt-")) == ["ckpt-000002", "ckpt-000003"]
         assert checkpoint.latest(folder).endswith("ckpt-000003")
-    # the two processes hold the same arrays, and orbax writes them once between them, not twice
-    assert _array_bytes(run_dir) < 1.05 * _array_bytes(one["run_dir"])
+    # the two processes hold the same arrays, and orbax writes them once between them, not twice (2x). Not
+    # byte for byte: one process packs the small leaves into one array per shape, two write each leaf's
+    # shards, which orbax chunks and compresses otherwise (FedBuff's 4.6-5.0 % more, 2026-12-06)
+    assert _array_bytes(run_dir) < 1.25 * _array_bytes(one["run_dir"])
     template = prepare(read_run(run_dir)[0])[4]
     two_params = [np.asarray(leaf) for leaf in jax.tree.leaves(checkpoint.final_params(run_dir, template))]
     with np.load(tmp_path / f"{algorithm}-1.npz") as saved:
