@@ -683,7 +683,7 @@ def test_a_run_whose_module_plug_in_does_not_import_here_names_the_folder_to_res
 
     started = tmp_path / "started"
     started.mkdir()
-    result = jaxfl.run_experiment(jaxfl.RunConfig(**TINY, output_dir=str(tmp_path / "runs")))
+    result = jaxfl.run_experiment(jaxfl.RunConfig(**TINY, max_updates=2, output_dir=str(tmp_path / "runs")))
     record_path = os.path.join(result.run_dir, "config.json")
     record = json.load(open(record_path))
     record["config"]["algorithm"] = "plugin_module_only_there:Mine"  # as if run as a module beside `started`
