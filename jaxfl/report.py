@@ -818,10 +818,14 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
             return ""
         shown = f"{line['final_accuracy_mean']:.4f} ± {line['final_accuracy_std']:.4f}{diverged(line)}"
         if line.get("relative_steps") is None:
-            if line.get("reference_steps_zero") and line.get("client_steps_mean") is not None:
-                steps = f"{line['client_steps_mean']:,.0f} steps"
-                return f"{shown} ({steps})" if line["method"] == reference else f"{shown} ({steps}, no ratio)"
-            return shown
+            if line.get("client_steps_mean") is None or not line.get("reference_in_group", True):
+                return shown
+            steps = f"{line['client_steps_mean']:,.0f} steps"
+            if line["method"] == reference:
+                return f"{shown} ({steps})" if line.get("reference_steps_zero") else shown
+            # against 0 steps, or no seed run by both (the ratio is paired seed by seed)
+            why = "no ratio" if line.get("reference_steps_zero") else f"no seed in common with {reference}"
+            return f"{shown} ({steps}, {why})"
         return f"{shown} ({_ratio_text(line['relative_steps'])}×)"
 
     def last_tenth(line):

@@ -198,6 +198,20 @@ def test_a_reference_that_reached_the_target_at_0_s_is_no_miss():
     assert fedbuff["times_by_seed"] == [(0, 0.0, 0.0), (1, 2.0, 0.5)]
 
 
+def test_a_method_without_a_seed_of_the_references_says_why_its_steps_have_no_ratio():
+    # the steps ratio is paired seed by seed: FedBuff's seeds 2 and 3 against FedAvg's 0 and 1 have none,
+    # and the cell showed FedBuff's accuracy alone, as if its steps had not been counted
+    from jaxfl.report import format_markdown, summarise
+
+    rows = [dict(row, seed=row["seed"] + 2, time_to_target=1.0) if row["algorithm"] == "fedbuff"
+            else dict(row, client_steps_executed=20) for row in at_start_rows()]
+    fedavg, fedbuff = summarise(rows)
+    assert fedbuff["relative_steps"] is None and not fedbuff["reference_steps_zero"]
+    markdown = format_markdown([fedavg, fedbuff], [], "fedavg", "90%").splitlines()
+    assert "| fedbuff | 0.9000 ± 0.0000 (10 steps, no seed in common with fedavg) |" in markdown, markdown
+    assert "| fedavg | 0.9000 ± 0.0000 |" in markdown
+
+
 # --------------------------------------------------------------------------- 7. which std
 def test_the_report_says_its_std_is_the_population_one():
     from jaxfl.report import format_markdown, format_timing_markdown, summarise
