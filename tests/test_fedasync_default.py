@@ -32,6 +32,22 @@ def test_the_default_is_the_papers_mixing_and_named_as_it():
                                                                                             rule="paper")))
 
 
+def test_a_validated_fedbuff_config_reused_for_fedavg_neither_warns_nor_records_the_rule():
+    # the notebook's way of comparing: one validated base, dataclasses.replace(base, algorithm=...); FedBuff's
+    # written rule warned "rule='paper' is ignored" for FedAvg and named the run apart from a fresh FedAvg config
+    import dataclasses
+
+    base = validate(RunConfig(algorithm="fedbuff", clients=4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fedavg = validate(dataclasses.replace(base, algorithm="fedavg"))
+    assert fedavg.rule is None
+    assert run_name(fedavg) == run_name(validate(RunConfig(algorithm="fedavg", clients=4)))
+    assert validate(dataclasses.replace(fedavg, algorithm="fedasync")).rule == "paper"
+    with pytest.warns(UserWarning, match="rule='fedcompass' is ignored: fedavg does not read it"):
+        validate(RunConfig(algorithm="fedavg", rule="fedcompass"))  # one the user set is still said
+
+
 def _as_before_the_change(run_dir: str) -> None:
     """Rewrite a rule-fedcompass run's records as the jaxfl before the change wrote them: rule unset."""
     path = os.path.join(run_dir, "config.json")
