@@ -177,6 +177,10 @@ def format_table(rows: list[dict], target: float | None) -> str:
     Time to 90% held-out accuracy (virtual seconds; '-' = not reached):
     algorithm  to target  best acc final acc  updates client steps  busy   wall s
     fedavg          12.5    0.9100    0.9050        7          700   44%      3.2
+    >>> print(format_table([{"algorithm": "fedbuff", "time_to_target": None, "best_accuracy": None,
+    ...                      "final_accuracy": None, "global_updates": 30, "client_steps_executed": 0,
+    ...                      "client_utilisation": None, "wall_time_s": 0.0412}], None).splitlines()[-1])
+    fedbuff            -         -         -       30            0     -    0.041
     """
     names = [row["algorithm"] + (" (diverged)" if diverged(row) else "") for row in rows]
     width = max(len("algorithm"), *(len(name) for name in names))
@@ -194,7 +198,7 @@ def format_table(rows: list[dict], target: float | None) -> str:
         best, final = ("-" if row[name] is None else f"{row[name]:.4f}" for name in ("best_accuracy", "final_accuracy"))
         lines.append(f"{name:<{width}} {reached:>10} {best:>9} "
                      f"{final:>9} {row['global_updates']:>8} {row['client_steps_executed']:>12} "
-                     f"{busy:>5} {row['wall_time_s']:>8.1f}")
+                     f"{busy:>5} {significant(row['wall_time_s'], 2):>8}")  # a timing-only run's 0.04 s read 0.0
     return "\n".join(lines)
 
 
