@@ -88,7 +88,8 @@ def test_npz_tokens_and_errors(tmp_path):
 
 
 def test_dataset_from_arrays_checks():
-    with pytest.raises(ValueError, match="labels must lie in"):
+    with pytest.raises(ValueError, match="y_train holds label 5, but num_classes=3 allows labels 0..2: set "
+                                         "num_classes to at least 6"):
         dataset_from_arrays("x", np.zeros((2, 3), np.float32), [0, 5], np.zeros((1, 3)), [0], num_classes=3)
     with pytest.raises(ValueError, match=r"train samples have shape \(3,\) but test samples \(4,\)"):
         dataset_from_arrays("x", np.zeros((2, 3)), [0, 1], np.zeros((1, 4)), [0])

@@ -258,7 +258,7 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
     """
     arrays, given_dtypes = [], []
     for split, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
-        x, y = _as_array(x, f"x_{split}", source), _as_array(y, f"y_{split}", source)
+        x, y = _as_array(x, f"x_{split}", source), _as_labels(y, f"y_{split}", source)
         given_dtypes.append(x.dtype)
         if x.ndim < 2:
             raise ValueError(f"{source}: x_{split} has shape {x.shape}, no feature axis: give samples as "
@@ -267,11 +267,15 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
         if 0 in x.shape[1:]:
             raise ValueError(f"{source}: x_{split} has shape {x.shape}: a sample holds no values (every axis "
                              "after the first must be at least 1)")
+        if y.ndim == 2 and len(y) == len(x):
+            how = "y.ravel()" if y.shape[1] == 1 else "y.argmax(axis=1), if its rows are one-hot"
+            raise ValueError(f"{source}: y_{split} has shape {y.shape}: labels are one class id per sample, "
+                             f"shape ({len(x)},): give {how}")
         if len(x) != len(y) or y.ndim != 1:
             raise ValueError(f"{source}: x_{split} {x.shape} and y_{split} {y.shape} must hold the same number "
                              "of samples, labels 1-D")
         if not np.issubdtype(y.dtype, np.integer):
-            raise ValueError(f"{source}: y_{split} must hold integer labels, got {y.dtype}")
+            raise ValueError(f"{source}: y_{split} must hold integer labels, got {y.dtype}: {_label_hint(y)}")
         if y.size and y.dtype.itemsize >= 4 and (int(y.min()) < np.iinfo(np.int32).min
                                             or int(y.max()) > np.iinfo(np.int32).max):
             # int32 is what the kernels read: a wider label would wrap to another class, silently
@@ -299,17 +303,34 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
                          "classes the model should tell apart, >= 2)")
     inferred = num_classes is None
     num_classes = largest + 1 if num_classes is None else int(num_classes)
-    if min(train_y.min(), test_y.min() if len(test_y) else 0) < 0 or largest >= num_classes:
-        raise ValueError(f"{source}: labels must lie in [0, {num_classes}), got "
-                         f"[{int(min(train_y.min(), test_y.min() if len(test_y) else 0))}, {largest}]")
+    for split, y in (("train", train_y), ("test", test_y)):
+        if len(y) and int(y.min()) < 0:
+            raise ValueError(f"{source}: y_{split} holds label {int(y.min())}: labels are class ids 0, 1, ... "
+                             f"(a marker such as -1 for unlabelled samples: leave those samples out)")
+        if len(y) and int(y.max()) >= num_classes:
+            raise ValueError(f"{source}: y_{split} holds label {int(y.max())}, but num_classes={num_classes} allows "
+                             f"labels 0..{num_classes - 1}: set num_classes to at least {int(y.max()) + 1}")
+    train_counts = np.bincount(train_y, minlength=num_classes)
+    test_counts = np.bincount(test_y, minlength=num_classes)
     if inferred and len(test_y) and int(test_y.max()) > int(train_y.max()):
         # a test label above every training label (a typo, or the wrong file) would add classes that
         # no client can learn and that the held-out accuracy counts as always wrong
         unseen = np.unique(test_y[test_y > train_y.max()])
-        shown = ", ".join(str(int(label)) for label in unseen[:5]) + (", ..." if len(unseen) > 5 else "")
-        warn_user(f"{source}: y_test holds label(s) {shown} above y_train's largest, {int(train_y.max())}: "
+        warn_user(f"{source}: y_test holds label(s) {_listed(unseen)} above y_train's largest, {int(train_y.max())}: "
                   f"counted as {largest + 1} classes (the largest label + 1), no client trains on the "
                   "classes above; set num_classes if that is not what you mean")
+    elif inferred and len(test_y) and ((test_counts > 0) & (train_counts == 0)).any():
+        unseen = np.flatnonzero((test_counts > 0) & (train_counts == 0))
+        warn_user(f"{source}: y_test holds label(s) {_listed(unseen)}, which no training sample has: no client "
+                  "trains on them, and the held-out accuracy counts them as always wrong; set num_classes if that "
+                  "is what you mean")
+    elif inferred and ((train_counts == 0) & (test_counts == 0)).any():
+        # ids with gaps ({3, 7, 9}, or 1-based) give the model an output per id up to the largest
+        unused = np.flatnonzero((train_counts == 0) & (test_counts == 0))
+        used = num_classes - len(unused)
+        warn_user(f"{source}: the labels take {used} distinct values, but their largest is {largest}: the model "
+                  f"gets {num_classes} outputs (the largest label + 1), and label(s) {_listed(unused)} occur in "
+                  f"neither split; np.unique(y, return_inverse=True)[1] numbers the classes 0..{used - 1}")
     if groups is not None:
         groups = _as_array(groups, "client_train", source)
         if groups.shape != train_y.shape or not np.issubdtype(groups.dtype, np.integer):
@@ -334,6 +355,58 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
         if arr is not None:
             arr.setflags(write=False)
     return Dataset(name, train_x, train_y, test_x, test_y, num_classes, groups, vocab_size)
+
+
+def _is_client_pair(part) -> bool:
+    """Whether ``part`` looks like one client's ``(x, y)``: two parts, samples of at least two axes first."""
+    if not isinstance(part, (tuple, list)) or len(part) != 2:
+        return False
+    try:
+        return np.ndim(part[0]) >= 2
+    except ValueError:  # ragged
+        return False
+
+
+def _listed(labels, shown: int = 5) -> str:
+    """Some labels, as a message names them.
+
+    >>> _listed(np.array([3, 7])), _listed(np.arange(8))
+    ('3, 7', '0, 1, 2, 3, 4, ... (8 in all)')
+    """
+    text = ", ".join(str(int(label)) for label in labels[:shown])
+    return text + (f", ... ({len(labels)} in all)" if len(labels) > shown else "")
+
+
+def _label_hint(y: np.ndarray) -> str:
+    """How to make class ids of labels of another dtype.
+
+    >>> _label_hint(np.array([0.0, 1.0])), _label_hint(np.array(["cat", "dog"]))
+    ('they are whole numbers: y.astype(np.int64)', 'np.unique(y, return_inverse=True)[1] numbers the classes 0, 1, ...')
+    """
+    if y.dtype == bool:
+        return "y.astype(np.int64) makes them classes 0 and 1"
+    if np.issubdtype(y.dtype, np.floating) and y.size and np.isfinite(y).all() and (y == np.round(y)).all():
+        return "they are whole numbers: y.astype(np.int64)"
+    if np.issubdtype(y.dtype, np.floating):
+        return "jaxfl trains classifiers, whose labels are class ids 0, 1, ..."
+    return "np.unique(y, return_inverse=True)[1] numbers the classes 0, 1, ..."
+
+
+def _as_labels(value, label: str, source: str) -> np.ndarray:
+    """Labels as an array: an empty list is no labels (not float64 ones), and strings or a pandas
+    categorical (object arrays) are named with how to number them."""
+    if hasattr(value, "cat") and hasattr(value.cat, "codes"):  # a pandas categorical Series
+        raise ValueError(f"{source}: {label} is a categorical Series: give its class ids, {label}.cat.codes")
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):
+        array = None
+    if array is not None and array.size == 0 and array.ndim == 1:
+        return array.astype(np.int32)
+    if array is not None and array.dtype == object and array.ndim == 1:
+        raise ValueError(f"{source}: {label} must hold integer class ids, got objects "
+                         f"({type(array[0]).__name__}): {_label_hint(array)}")
+    return _as_array(value, label, source)
 
 
 def _as_array(value, label: str, source: str) -> np.ndarray:
@@ -363,6 +436,10 @@ def _stored_num_classes(value, source: str) -> int:
 
 def _as_samples(x: np.ndarray, label: str, source: str) -> np.ndarray:
     """Samples in one of the layouts of ``Dataset.kind``, or a one-line ValueError."""
+    if x.ndim == 4 and x.shape[1] in (1, 3) and x.shape[3] > 4:
+        warn_user(f"{source}: {label} of shape {x.shape} looks channels-first (PyTorch's N, C, H, W): jaxfl reads "
+                  f"images as (N, H, W, C), here {x.shape[1]}x{x.shape[2]} images of {x.shape[3]} channels; "
+                  f"{label}.transpose(0, 2, 3, 1) gives ({x.shape[0]}, {x.shape[2]}, {x.shape[3]}, {x.shape[1]})")
     if x.dtype.kind == "V" and (x.dtype.name == "bfloat16" or x.dtype.name.startswith("float")):  # ml_dtypes' floats
         x = x.astype(np.float32)  # exact: each is a float32 with fewer mantissa bits
     if np.issubdtype(x.dtype, np.floating):
@@ -372,7 +449,10 @@ def _as_samples(x: np.ndarray, label: str, source: str) -> np.ndarray:
         # in blocks of ~4M values: one mask of the whole array is a gigabyte at 10^6 synthetic clients
         rows = max(1, (1 << 22) // max(1, x[:1].size))
         if not all(np.isfinite(x[start:start + rows]).all() for start in range(0, len(x), rows)):
-            raise ValueError(f"{source}: {label} holds NaN or infinite values")
+            bad = np.concatenate([start + np.flatnonzero(~np.isfinite(x[start:start + rows]).reshape(
+                len(x[start:start + rows]), -1).all(axis=1)) for start in range(0, len(x), rows)])
+            raise ValueError(f"{source}: {label} holds NaN or infinite values, in {len(bad)} of its {len(x)} "
+                             f"samples (the first: {label}[{int(bad[0])}]); drop or fill them first")
         if x.dtype.itemsize > 4:
             # a float64 value past float32's range (3.4e38) is finite here and infinite after the cast
             largest = max((float(np.abs(x[start:start + rows]).max(initial=0)) for start in range(0, len(x), rows)),
@@ -386,12 +466,15 @@ def _as_samples(x: np.ndarray, label: str, source: str) -> np.ndarray:
         raise ValueError(f"{source}: {label} dtype {x.dtype} is not uint8 images, float images or features, "
                          "or integer token ids")
     if x.ndim in (3, 4):
+        low, high = int(x.min(initial=0)), int(x.max(initial=0))
         if x.dtype != np.uint8:
-            low, high = int(x.min(initial=0)), int(x.max(initial=0))
             if low < 0 or high > 255:
                 raise ValueError(f"{source}: integer {label} of shape {x.shape} is read as image pixels and must "
                                  f"lie in 0..255, got {low}..{high} (pass floats to use other values as they are)")
             x = x.astype(np.uint8)
+        if high == 1:  # masks: 0 and 1 as pixels are 0 and 1/255, near black both
+            warn_user(f"{source}: integer {label} holds only 0 and 1, read as image pixels 0..255 (divided by 255); "
+                      f"{label}.astype(np.float32) gives the model the values as they are")
         return x[..., None] if x.ndim == 3 else x
     if x.dtype == np.uint8 and x.ndim == 2:
         return x  # uint8 (N, L): token ids, as before
@@ -445,13 +528,19 @@ def as_dataset(data, num_classes: int | None = None, name: str = "user") -> Data
             warn_user(f"data: arrays {unknown} of the archive are not read; jaxfl reads x_train, y_train, x_test, "
                       "y_test, and client_train and num_classes where present")
         elif unknown or missing:
-            raise ValueError(f"data: a mapping needs train_x, train_y, test_x, test_y (or x_train, ...); "
+            raise ValueError(f"data: a mapping needs train_x, train_y, test_x, test_y (or x_train, ...) and may hold "
+                             f"client_train (or train_groups: a client id per training sample) and num_classes; "
                              f"missing {missing}, unknown {unknown}")
         pick = {k: data[k] if k in keys else data.get(spellings[k]) for k in spellings}
         arrays = tuple(pick[k] for k in ("train_x", "train_y", "test_x", "test_y"))
         groups = pick["train_groups"]
         if num_classes is None and "num_classes" in keys:
             num_classes = _stored_num_classes(data["num_classes"], "data")
+    elif isinstance(data, (tuple, list)) and data and all(_is_client_pair(part) for part in data):
+        raise TypeError(f"data= got {len(data)} (x, y) pairs: for one pair per client, give the clients' samples "
+                        "joined in a mapping, x_train=np.concatenate(xs), y_train=np.concatenate(ys), client_train="
+                        "np.repeat(np.arange(len(xs)), [len(x) for x in xs]), with x_test and y_test, and run with "
+                        "partition='natural'")
     elif isinstance(data, (tuple, list)) and len(data) == 4:
         arrays = tuple(data)
     else:
@@ -460,6 +549,13 @@ def as_dataset(data, num_classes: int | None = None, name: str = "user") -> Data
     if num_classes is not None and (isinstance(num_classes, bool) or int(num_classes) != num_classes
                                     or num_classes < 2):
         raise ValueError(f"num_classes={num_classes!r} is not allowed: an integer >= 2")
+    if not isinstance(data, Dataset) and isinstance(name, str) and \
+            (name in DATASETS or name.startswith(DATASET_PREFIXES)):
+        # a run takes a built-in name's defaults (target accuracy, augmentation) and a config naming it
+        # loads the built-in data: yours would be trained and judged as that
+        raise ValueError(f"name={name!r} is not allowed: it names a built-in dataset, whose defaults (target "
+                         f"accuracy, augmentation) a run would take for your data; name it otherwise (e.g. "
+                         f"'my_{name.replace(':', '_')}')")
     return dataset_from_arrays(name, *arrays, num_classes=num_classes, groups=groups, vocab_size=vocab_size,
                                source=source)
 

@@ -446,6 +446,10 @@ def check_model_input(name: str, input_shape: tuple, kind: str, dataset: str = "
     # integer (N, L) arrays are read as token ids: feature vectors stored as integers land here
     cast = ("; integer arrays of shape (N, L) are read as token ids: for feature vectors pass floats "
             "(x.astype(np.float32))" if kind == "tokens" and spec.kind != "tokens" else "")
+    channels_last = (*tuple(input_shape)[1:], tuple(input_shape)[0]) if len(input_shape) == 3 else None
+    if kind == "image" and channels_last is not None and spec.accepts(channels_last, kind):
+        cast = (f"; your images look channels-first (PyTorch's C, H, W): x.transpose(0, 2, 3, 1) gives this model's "
+                f"{channels_last}")
     raise ValueError(f"model {name!r} is built for {spec.describe()} but dataset {dataset!r} has {what} samples of "
                      f"shape {tuple(input_shape)}; models for this data: {', '.join(fits) or 'none registered'}{cast}")
 
