@@ -903,8 +903,8 @@ def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         from jaxfl.data.report import partition_report, plot_class_heatmap
         from jaxfl.experiment import build_data, note_pooled_synthetic_clients
 
-        _, federation = build_data(config)
-        note_pooled_synthetic_clients(config)
+        dataset, federation = build_data(config)
+        note_pooled_synthetic_clients(config, dataset)
     except (ConfigError, ValueError, FileNotFoundError, ImportError) as error:
         _exit_on_error(parser, error)
     settings = _partition_settings(config)

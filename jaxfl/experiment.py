@@ -1074,19 +1074,26 @@ def build_data(config: RunConfig, dataset: Dataset | None = None):
     return dataset, partition_data(config, dataset)
 
 
-def note_pooled_synthetic_clients(config: RunConfig) -> None:
+def note_pooled_synthetic_clients(config: RunConfig, dataset: Dataset | None = None) -> None:
     """Warn where a split undoes FedProx's synthetic heterogeneity: ``synthetic`` and
     ``synthetic:A,B`` draw each generated client's samples from a model of its own, and any partition
     but ``natural`` pools them and splits them anew (``jaxfl run`` and ``jaxfl partition`` say so).
+    The same where your own data (``data=``, an ``npz`` file) gives client ids (``client_train``).
 
     >>> from jaxfl.config import RunConfig
     >>> note_pooled_synthetic_clients(RunConfig(dataset="synthetic", partition="natural"))  # nothing to say
     """
-    if (config.dataset.startswith("synthetic") and config.partition != "natural"
-            and not parse_synthetic_name(config.dataset)["iid"]):
+    if config.partition == "natural":
+        return
+    if config.dataset.startswith("synthetic") and not parse_synthetic_name(config.dataset)["iid"]:
         warn_user(f"dataset {config.dataset!r} draws each generated client's samples from a model of its own "
                   f"(FedProx's heterogeneity), and partition={config.partition!r} pools them and splits them "
                   "anew, which undoes it: partition='natural' (--partition natural) keeps the generated clients")
+    elif dataset is not None and dataset.train_groups is not None and \
+            (config.dataset == "npz" or config.data_fingerprint is not None):
+        warn_user(f"your data gives a client id per training sample (client_train), which partition="
+                  f"{config.partition!r} does not read: it pools the samples and splits them anew; "
+                  "partition='natural' (--partition natural) keeps your clients")
 
 
 # The generated dataset of a shared_data() block, by name and number of clients; None outside one.
@@ -1258,7 +1265,7 @@ def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params
                   f"{config.batch_size / largest:.3g}× the model work a step of batch_size={largest}, whose "
                   "steps take the same samples (its local_epochs step counts differ); the run keeps batch_size as given")
     if not config.timing_only:
-        note_pooled_synthetic_clients(config)
+        note_pooled_synthetic_clients(config, dataset)
     if config.target_accuracy is None and not config.timing_only:
         warn_user(f"dataset {config.dataset!r} has no default target accuracy, so this run has none: "
                   "time_to_target stays null and it does not stop at a target (set target_accuracy for one)")
@@ -1382,14 +1389,36 @@ def _user_data(config: RunConfig, data) -> tuple[RunConfig, Dataset | None]:
     if config.data_dir is not None:
         raise ConfigError(f"data_dir={config.data_dir!r} is not read when data= is given: leave it unset")
     dataset = as_dataset(data, config.num_classes, name)
-    return _pin_fingerprint(dataclasses.replace(config, dataset=name), dataset), dataset
+    config = dataclasses.replace(config, dataset=name)
+    largest = max(int(dataset.train_y.max(initial=0)), int(dataset.test_y.max(initial=0)))
+    if config.num_classes is None and config.data_fingerprint is None and dataset.num_classes != largest + 1:
+        # a num_classes the data holds (a mapping's, a Dataset's) is not in its fingerprint, which covers
+        # the arrays: recorded, so that the run's name says it, and its resume with the arrays alone has it
+        config = dataclasses.replace(config, num_classes=dataset.num_classes)
+    return _pin_fingerprint(config, dataset), dataset
+
+
+class _OtherData(ConfigError):
+    """Data whose fingerprint is not the one a config records."""
+
+
+def _described(data: dict) -> str:
+    """The data a config.json's ``dataset`` record (or :func:`_description`) describes, in words."""
+    return (f"{data.get('train_samples')} training and {data.get('test_samples')} test samples of shape "
+            f"{tuple(data.get('input_shape') or ())}, {data.get('dtype')}, {data.get('num_classes')} classes")
+
+
+def _description(dataset: Dataset) -> dict:
+    return {"train_samples": len(dataset.train_y), "test_samples": len(dataset.test_y),
+            "input_shape": list(dataset.input_shape), "dtype": str(dataset.train_x.dtype),
+            "num_classes": dataset.num_classes}
 
 
 def _pin_fingerprint(config: RunConfig, dataset: Dataset) -> RunConfig:
     """Record the data's fingerprint in the config, refusing other data than a recorded fingerprint names."""
     recorded = config.data_fingerprint
     if recorded is not None and recorded != dataset.fingerprint:
-        raise ConfigError(f"data_fingerprint={recorded[:12]}… (the data this config was run on) does not match the "
+        raise _OtherData(f"data_fingerprint={recorded[:12]}… (the data this config was run on) does not match the "
                           f"data given ({dataset.fingerprint[:12]}…, dataset {config.dataset!r}): pass the same data, "
                           "or clear data_fingerprint to start a new run on this data")
     return dataclasses.replace(config, data_fingerprint=dataset.fingerprint)
@@ -1847,7 +1876,20 @@ def _with_inputs(config: RunConfig, data, user: UserInputs, resume_dir: str | No
     and, for a resume, ``user`` checked against what the run ``recorded`` (its speeds read back)."""
     if resume_dir is not None:  # the objects the run was made with, again; its speeds from its folder
         user = user.for_resume(resume_dir, recorded)
-    config, dataset = _user_data(config, data)
+    try:
+        config, dataset = _user_data(config, data)
+    except _OtherData:
+        if resume_dir is None:
+            raise
+        # said with what differs ("clear data_fingerprint" is no step of a resume); config.json read again
+        # only here, where the resume is refused
+        given = as_dataset(data, config.num_classes, data.name if isinstance(data, Dataset) else "user")
+        made_on = resume.read_record(resume_dir).get("dataset") or {}
+        same = made_on and all(made_on.get(key) == value for key, value in _description(given).items())
+        raise ConfigError(f"cannot resume {resume_dir!r} on this data: the run was made on "
+                          f"{_described(made_on) if made_on else 'other data'}, and data= gives "
+                          f"{'other values of the same sizes and shapes' if same else _described(_description(given))}"
+                          f": pass the data the run was made on") from None
     return user.label(config), dataset, user
 
 

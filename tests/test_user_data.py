@@ -88,20 +88,33 @@ def _one_line(message: str) -> str:
     (np.zeros((10, 4)), {}, TypeError, r"got a ndarray$"),
     ("three", {}, TypeError, r"got a tuple of length 3$"),
     ("short_labels", {}, ValueError, r"x_train \(200, 8, 8\) and y_train \(199,\) must hold the same number"),
-    ("nan", {}, ValueError, r"x_train holds NaN or infinite values"),
+    ("nan", {}, ValueError, r"x_train holds NaN or infinite values, in 1 of its 200 samples \(the first: "
+                            r"x_train\[5\]\); drop or fill them first$"),
     # finite as float64, infinite once cast to the float32 the models compute in
     ("past_float32", {}, ValueError, r"x_train holds 1e\+39, beyond float32's range \(\|x\| <= 3.4e\+38\)"),
     ("no_features", {}, ValueError, r"x_train has shape \(200, 0\): a sample holds no values"),
-    ("float_labels", {}, ValueError, r"y_train must hold integer labels, got float64"),
+    ("float_labels", {}, ValueError, r"y_train must hold integer labels, got float64: they are whole numbers: "
+                                     r"y.astype\(np.int64\)$"),
     ("one_class", {}, ValueError, r"every label is 0, a single class: set num_classes"),
-    ("label_7", {"num_classes": 4}, ValueError, r"labels must lie in \[0, 4\), got \[0, 7\]"),
+    ("label_7", {"num_classes": 4}, ValueError, r"y_train holds label 7, but num_classes=4 allows labels 0..3: set "
+                                                r"num_classes to at least 8$"),
+    # common label forms, each refused with the conversion that makes class ids
+    ("one_hot", {}, ValueError, r"y_train has shape \(200, 4\): labels are one class id per sample, shape \(200,\): "
+                                r"give y.argmax\(axis=1\), if its rows are one-hot$"),
+    ("column", {}, ValueError, r"y_test has shape \(50, 1\): .* give y.ravel\(\)$"),
+    ("strings", {}, ValueError, r"y_train must hold integer labels, got <U1: np.unique\(y, return_inverse=True\)\[1\] "),
+    ("unlabelled", {}, ValueError, r"y_test holds label -1: labels are class ids 0, 1, ... \(a marker such as -1"),
+    ("empty_list", {}, ConfigError, r"dataset 'user' has an empty test split"),
+    ("pairs", {}, TypeError, r"data= got 4 \(x, y\) pairs: for one pair per client, give the clients' samples "
+                             r"joined in a mapping, x_train=np.concatenate\(xs\), .* partition='natural'$"),
     ("empty_test", {}, ConfigError, r"dataset 'user' has an empty test split"),
     ("mixed_dtypes", {}, ValueError, r"x_train is float32 but x_test uint8"),
     ("big_ints", {}, ValueError, r"must lie in 0..255, got 0..499 \(pass floats"),
     ("ok", {"dataset": "fashion_mnist"}, ConfigError, r"dataset='fashion_mnist' names a dataset to load, but data="),
     ("ok", {"data_dir": "/tmp"}, ConfigError, r"data_dir='/tmp' is not read when data= is given: leave it unset"),
     ("ok", {"num_classes": 1}, ValueError, r"num_classes=1 is not allowed: an integer >= 2"),
-    ("mapping_typo", {}, ValueError, r"missing \['test_y'\], unknown \['ytest'\]"),
+    ("mapping_typo", {}, ValueError, r"may hold client_train .* and num_classes; missing \['test_y'\], unknown "
+                                     r"\['ytest'\]"),
 ])
 def test_bad_data_is_refused_before_any_work_in_one_line(tmp_path, data, changes, error, message):
     x_train, y_train, x_test, y_test = arrays()
@@ -115,6 +128,12 @@ def test_bad_data_is_refused_before_any_work_in_one_line(tmp_path, data, changes
         "float_labels": (x_train, y_train.astype(float), x_test, y_test),
         "one_class": (x_train, np.zeros(200, int), x_test, np.zeros(50, int)),
         "label_7": (x_train, np.where(y_train == 3, 7, y_train), x_test, y_test),
+        "one_hot": (x_train, np.eye(4, dtype=np.float32)[y_train], x_test, y_test),
+        "column": (x_train, y_train, x_test, y_test[:, None]),
+        "strings": (x_train, np.array(list("abcd"))[y_train], x_test, y_test),
+        "unlabelled": (x_train, y_train, x_test, np.where(np.arange(50) == 3, -1, y_test)),
+        "empty_list": (x_train, y_train, x_test[:0], []),
+        "pairs": [(x_train[i::4], y_train[i::4]) for i in range(4)],
         "empty_test": (x_train, y_train, x_test[:0], y_test[:0]),
         "mixed_dtypes": (x_train, y_train, (x_test * 50).astype(np.uint8), y_test),
         "big_ints": ((x_train * 200).astype(np.int64), y_train, (x_test * 200).astype(np.int64), y_test),
@@ -190,8 +209,15 @@ def test_resume_takes_the_same_data_again_and_refuses_other_data(tmp_path):
     with pytest.raises(ConfigError, match=r"dataset 'user' is data that was passed in Python .* pass the same data"):
         resume_experiment(cut)
     other = (data[0] + 0.1,) + data[1:]
-    with pytest.raises(ConfigError, match="does not match the data given"):
+    # said with what differs, not "clear data_fingerprint", which is no step of a resume
+    with pytest.raises(ConfigError, match=rf"cannot resume '{cut}' on this data: the run was made on 200 training and "
+                                          r"50 test samples of shape \(8, 8, 1\), float32, 4 classes, and data= "
+                                          r"gives other values of the same sizes and shapes: pass the data the run "
+                                          r"was made on$") as caught:
         resume_experiment(cut, data=other)
+    _one_line(str(caught.value))
+    with pytest.raises(ConfigError, match=r"made on 200 training .* and data= gives 199 training and 50 test"):
+        resume_experiment(cut, data=(data[0][:-1], data[1][:-1]) + data[2:])
     # the same arrays under another name: the message names both, not "dataset='user' names a dataset to load"
     with pytest.raises(ConfigError, match=r"made on arrays \(named 'user'\), and data= gives a Dataset named 'mine'"
                        r": pass the run's data as it was passed then") as caught:
@@ -361,3 +387,60 @@ def test_an_npz_file_named_in_the_wrong_setting_is_refused_saying_where_it_goes(
     with pytest.raises(ConfigError) as refused:
         validate(RunConfig(model="logreg", **given))
     assert str(refused.value).endswith(said)
+
+
+def test_data_that_trains_but_is_likely_not_what_was_meant_is_said():
+    # a review's own data ran without a word: PyTorch's layout normalised per image column, 0/1 masks
+    # divided by 255, a test class no client trains on, class ids with gaps as 20,001 outputs
+    x_train, y_train, x_test, y_test = arrays(dtype=np.uint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        as_dataset((x_train, y_train, x_test, y_test))
+    first = lambda x: np.repeat(x[:, None], 3, axis=1)  # noqa: E731 - (N, 3, 8, 8)
+    with pytest.warns(UserWarning, match=r"x_train of shape \(200, 3, 8, 8\) looks channels-first \(PyTorch's N, C, "
+                                         r"H, W\): .* x_train.transpose\(0, 2, 3, 1\) gives \(200, 8, 8, 3\)"):
+        as_dataset((first(x_train), y_train, first(x_test), y_test))
+    with pytest.warns(UserWarning, match=r"integer x_train holds only 0 and 1, read as image pixels 0..255"):
+        as_dataset(((x_train > 127).astype(np.int64), y_train, (x_test > 127).astype(np.int64), y_test))
+    with pytest.warns(UserWarning, match=r"y_test holds label\(s\) 0, which no training sample has"):
+        as_dataset((x_train, np.maximum(y_train, 1), x_test, y_test))
+    with pytest.warns(UserWarning, match=r"the labels take 4 distinct values, but their largest is 9: the model gets 10 "
+                                         r"outputs .* label\(s\) 1, 2, 4, 5, 7, ... \(6 in all\) occur in neither"):
+        assert as_dataset((x_train, 3 * y_train, x_test, 3 * y_test)).num_classes == 10
+    with warnings.catch_warnings():  # the classes set: what the user means
+        warnings.simplefilter("error")
+        as_dataset((x_train, 3 * y_train, x_test, 3 * y_test), num_classes=10)
+    from jaxfl.models.zoo import check_model_input
+
+    with pytest.raises(ValueError, match=r"name='tfds:cifar10' is not allowed: it names a built-in dataset, whose "
+                                         r"defaults \(target accuracy, augmentation\) a run would take for your data"):
+        as_dataset((x_train, y_train, x_test, y_test), name="tfds:cifar10")  # it stopped at CIFAR-10's 60% target
+    with pytest.raises(ValueError, match=r"models for this data: mlp, .*; your images look channels-first \(PyTorch's "
+                                         r"C, H, W\): x.transpose\(0, 2, 3, 1\) gives this model's \(28, 28, 1\)$"):
+        check_model_input("cnn", (1, 28, 28), "image", "user")
+
+
+def test_client_ids_given_with_the_data_are_said_where_the_partition_does_not_read_them(tmp_path):
+    x_train, y_train, x_test, y_test = arrays()
+    data = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test,
+            "client_train": np.repeat([0, 1, 2], [120, 50, 30])}
+    with pytest.warns(UserWarning, match=r"your data gives a client id per training sample \(client_train\), which "
+                                         r"partition='iid' does not read: .* partition='natural'"):
+        federation = prepare(small(tmp_path), data=data)[2]
+    assert sorted(federation.counts.tolist()) == [66, 67, 67]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert prepare(small(tmp_path, partition="natural"), data=data)[2].counts.tolist() == [120, 50, 30]
+
+
+def test_a_num_classes_held_by_the_data_is_recorded_and_its_resume_needs_only_the_arrays(tmp_path):
+    x_train, y_train, x_test, y_test = arrays()
+    data = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test, "num_classes": 6}
+    made = run_experiment(small(tmp_path, checkpoint_every=1), data=data)
+    recorded = lambda run: json.load(open(os.path.join(run.run_dir, "config.json")))["config"]["data"]  # noqa: E731
+    assert recorded(made)["num_classes"] == 6
+    plain = run_experiment(small(tmp_path, checkpoint_every=1), data=(x_train, y_train, x_test, y_test))
+    assert recorded(plain)["num_classes"] is None and os.path.basename(plain.run_dir) != os.path.basename(made.run_dir)
+    # the arrays alone resume it (the model's 6 outputs were a "model changed" refusal)
+    resumed = resume_experiment(made.run_dir, data=(x_train, y_train, x_test, y_test), overrides={"max_updates": 3})
+    assert resumed.summary["global_updates"] == 3 and recorded(resumed)["num_classes"] == 6
