@@ -8,9 +8,10 @@ import optax
 import pytest
 
 from jaxfl.kernels import ClientView, FederatedArrays, local_train, make_client_trainer, weighted_mean
-from jaxfl.kernels import port
+from jaxfl.kernels import ccfedavg, fedasmu, fedat, port
 from jaxfl.kernels.cpu_ops import cpu_friendly
 from jaxfl.kernels.fednova import fednova_coefficients
+from jaxfl.kernels.tree import tree_add
 from jaxfl.scheduler.staleness import constant
 
 STACK = {"w": jnp.arange(4.0).reshape(2, 2)}
@@ -95,3 +96,67 @@ def test_port_cosine_of_ordinary_vectors_is_the_plain_formula_bit_for_bit():
         u, g = (rng.normal(size=7).astype(np.float32) * 10.0 ** rng.uniform(-3, 3) for _ in range(2))
         plain = jnp.vdot(u, g) / jnp.sqrt(jnp.vdot(u, u) * jnp.vdot(g, g))
         assert np.asarray(port.cosine({"w": u}, {"w": g})).tobytes() == np.asarray(plain).tobytes()
+
+
+# a second review (2026-12-06): one compilation per shape outside a jit, no precision lost to an early
+# rounding, and no silent broadcast or mispairing of the trees a kernel combines
+def test_port_and_fedat_kernels_compile_once_per_shape_when_called_eagerly(caplog):
+    # each call compiled again: 0.2-0.3 s a call of a cosine in a Python loop
+    import logging
+
+    u, g = {"a": jnp.ones(3)}, {"a": jnp.arange(3.0)}
+    stacked = {"w": jnp.array([[-1.0, 0.0], [0.0, -1.0]])}
+
+    def calls(shift):
+        cos_value = float(port.cosine(u, {"a": g["a"] + shift}))
+        p, cos = port.port_coefficients(jax.tree.map(lambda x: (1 + shift) * x, stacked), {"w": jnp.zeros((2, 2))},
+                                        {"w": jnp.zeros(2)}, {"w": jnp.array([1.0, 0.0])}, jnp.zeros(2), jnp.ones(2),
+                                        jnp.array([False, False]), jnp.array([True, True]))
+        tier_model, _ = fedat.tier_update({"w": jnp.array([1.0])}, ({"w": jnp.array([4.0 + shift])},),
+                                          jnp.array([0, 0]), jnp.array([0.5, 0.5]), jnp.int32(2), None,
+                                          ({"w": jnp.array([0.0])}, {"w": jnp.array([9.0])}), jnp.int32(0),
+                                          jnp.array([0.75, 0.25]), jnp.uint32(0))
+        return cos_value, cos.tolist(), [round(float(x), 4) for x in p], tier_model["w"].tolist()
+
+    assert calls(0.0) == (pytest.approx(3 / (3 ** 0.5 * 5 ** 0.5)), [1.0, 0.0], [0.6667, 0.3333], [3.0])
+    with jax.log_compiles(True), caplog.at_level(logging.WARNING):
+        assert [calls(shift)[3] for shift in (1.0, 2.0, 3.0)] == [[4.0], [5.0], [6.0]]
+    assert not [record.getMessage() for record in caplog.records if "Compiling" in record.getMessage()]
+
+
+def test_a_bfloat16_bank_model_sum_keeps_a_difference_below_the_sums_last_bit():
+    # Σ w x rounded to bfloat16 first, then total·current subtracted: 0 where the answer is -2^-8
+    out = ccfedavg.bank_model_sum({"w": jnp.array([[1.0078125], [1.0]], jnp.bfloat16)}, jnp.array([0.5, 0.5]),
+                                  {"w": jnp.array([1.0], jnp.bfloat16)})
+    assert out["w"].dtype == jnp.bfloat16 and out["w"].tolist() == [-0.00390625]
+
+
+def test_a_mixed_fresh_model_keeps_the_local_models_dtype():
+    mixed = fedasmu.mix({"w": jnp.ones(2, jnp.bfloat16)}, {"w": jnp.zeros(2, jnp.float32)}, 0.25)
+    assert mixed["w"].dtype == jnp.bfloat16 and mixed["w"].tolist() == [0.75, 0.75]
+
+
+def test_kernels_refuse_trees_that_would_broadcast_or_pair_other_leaves_naming_the_leaf():
+    one, stack = {"w": jnp.ones(2)}, {"w": jnp.ones((3, 2))}
+    with pytest.raises(ValueError, match=r"tree_add: leaf \['w'\] has shape \(2,\) in a and \(3, 2\) in b"):
+        tree_add(one, stack)
+    with pytest.raises(ValueError, match=r"mix: leaf \['w'\] has shape \(2,\) in local and \(3, 2\) in fresh"):
+        fedasmu.mix(one, stack, 0.25)
+    with pytest.raises(ValueError, match=r"set_rows: leaf \['w'\] of values has shape \(2,\): 2 rows of shape \(2,\)"):
+        ccfedavg.store(ccfedavg.init_bank(one, 3), jnp.array([0, 2]), {"w": jnp.array([7.0, 8.0])})
+    with pytest.raises(ValueError, match=r"bank_model_sum: leaf \['w'\] has shape \(2,\) in current and \(3, 3, 2\) "
+                                         r"in models \(after its leading axis of rows\)"):
+        ccfedavg.bank_model_sum({"w": jnp.zeros((3, 3, 2))}, jnp.ones(3), one)
+    with pytest.raises(ValueError, match=r"estimation_error: leaf \['b'\] of estimates meets leaf \['c'\] of truths"):
+        ccfedavg.estimation_error({"a": jnp.ones((1, 2)), "b": jnp.ones((1, 2))},
+                                  {"a": jnp.ones((1, 2)), "c": jnp.ones((1, 2))})
+    with pytest.raises(ValueError, match=r"estimation_error: leaf \['w'\] has shape \(1, 2\) in estimates and \(3, 2\)"):
+        ccfedavg.estimation_error({"w": jnp.zeros((1, 2))}, {"w": jnp.ones((3, 2))})
+    with pytest.raises(ValueError, match=r"server_update: leaf \['w'\] has shape \(2,\) in start and \(5, 2\) in "
+                                         r"previous_delta"):
+        fedasmu.server_update(jnp.array([1.0, 0.5, 0.0]), jnp.array([4.0, 2.0, 1.0]), {"w": jnp.zeros((5, 2))}, one,
+                              one, one, 5.0, 1.0, 1.0, jnp.full(3, 0.1), 1.0, 0.0)
+    with pytest.raises(ValueError, match=r"port_coefficients: leaf \['w'\] has shape \(2,\) in current and \(2,\) in "
+                                         r"deltas \(after its leading axis of rows\)"):
+        port.port_coefficients({"w": jnp.ones(2)}, {"w": jnp.ones(2)}, one, one, jnp.zeros(2), jnp.ones(2),
+                               jnp.array([False, False]))

@@ -27,8 +27,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxfl.kernels.aggregation import weighted_sum
-from jaxfl.kernels.tree import set_rows, stacked_zeros
+from jaxfl.kernels.aggregation import _check_weights, weighted_sum
+from jaxfl.kernels.tree import accumulation_dtype, paired_leaves, set_rows, stacked_zeros, to_leaf_dtype
 
 PyTree = Any
 BANK_KINDS = ("delta", "model")
@@ -57,11 +57,19 @@ def bank_delta_sum(bank: PyTree, weights: jax.Array) -> PyTree:
 
 def bank_model_sum(models: PyTree, weights: jax.Array, current: PyTree) -> PyTree:
     """Σ_i weights[i] · (current − x^i_last): Strategy 2's stale models as a pseudo-gradient (CC-FedAvg, Zhang et al., IEEE IoT Journal 2024,
-    Sec. III-B). Example: the module docstring."""
+    Sec. III-B). Example: the module docstring. Computed as (Σ_i weights[i]) · current − Σ_i weights[i] · x^i_last,
+    in float32 for bfloat16/float16 models (rounded once at the end: rounding the sum first left nothing of a
+    difference below its last bit)."""
     weights = jnp.asarray(weights)  # a list too, as weighted_sum takes it
-    total = jnp.sum(weights)
-    stale = weighted_sum(models, weights)
-    return jax.tree.map(lambda w, m: total.astype(w.dtype) * w - m, current, stale)
+    _check_weights(models, weights)
+    paired_leaves(current, models, "bank_model_sum", ("current", "models"), b_rows=True)
+
+    def leaf(w, m):
+        dtype = accumulation_dtype(m.dtype)
+        stale = jnp.tensordot(weights.astype(dtype), m.astype(dtype), axes=([0], [0]))
+        return to_leaf_dtype(jnp.sum(weights).astype(dtype) * w.astype(dtype) - stale, w.dtype)
+
+    return jax.tree.map(leaf, current, models)
 
 
 def bank_rows(deltas: tuple, starts: tuple | None) -> dict[str, PyTree]:
@@ -104,6 +112,8 @@ def estimation_error(estimates: PyTree, truths: PyTree) -> dict[str, jax.Array]:
     >>> out["relative_error"].tolist(), out["cosine"].tolist()    # equal; orthogonal: ‖(−1, 2)‖/1
     ([0.0, 2.2360680103302], [1.0, 0.0])
     """
+    paired_leaves(estimates, truths, "estimation_error", ("estimates", "truths"))
+
     def per_row(function, *trees):
         return sum(jnp.sum(function(*leaves).reshape(leaves[0].shape[0], -1), axis=1)
                    for leaves in zip(*(jax.tree.leaves(tree) for tree in trees)))

@@ -40,7 +40,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from jaxfl.kernels.tree import tree_vdot
+from jaxfl.kernels.tree import paired_leaves, tree_vdot
 
 PyTree = Any
 
@@ -109,6 +109,8 @@ def server_update(coefficients: jax.Array, record: jax.Array, previous_delta: Py
     w_t; ``step_size`` = η_i·K (ĝ = Δ / step_size). Returns ``(coefficients, alpha, new_record,
     new_previous_delta, hypergradient)``.
     """
+    for tree, name in ((delta, "delta"), (current, "current"), (previous_delta, "previous_delta")):
+        paired_leaves(start, tree, "server_update", ("start", name))
     pseudo_gradient = jax.tree.map(lambda d: d / step_size, delta)
     gradient = server_hypergradient(coefficients, previous_delta, record[0], record[1], pseudo_gradient,
                                     mu_alpha, alpha_min)
@@ -146,7 +148,10 @@ def mix(local: PyTree, fresh: PyTree, beta) -> PyTree:
     [0.5, 3.0]
     """
     beta = jnp.asarray(beta)  # a Python float too (it has no .astype)
-    return jax.tree.map(lambda b, g: (1.0 - beta).astype(b.dtype) * b + beta.astype(b.dtype) * g, local, fresh)
+    paired_leaves(local, fresh, "mix", ("local", "fresh"))
+    # in the local model's dtype (a float32 global mixed into a bfloat16 client changed its training carry)
+    return jax.tree.map(lambda b, g: ((1.0 - beta).astype(b.dtype) * b + beta.astype(b.dtype) * g).astype(b.dtype),
+                        local, fresh)
 
 
 def device_mix(batch_loss: Callable, state, fresh: PyTree, coefficients: jax.Array, o, g, active,

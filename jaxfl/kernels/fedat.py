@@ -30,6 +30,7 @@ from jaxfl.kernels.tree import rounded, tree_add, tree_scale
 PyTree = Any
 
 
+@jax.jit  # one program per shape and tier count: called outside a jit, its loop compiled at every call
 def tier_update(delta_sum: PyTree, starts: tuple, which: jax.Array, coefficients: jax.Array, count: jax.Array,
                 buffers: PyTree | None, models: tuple, position: jax.Array, weights: jax.Array,
                 zero: jax.Array) -> tuple[PyTree, PyTree]:

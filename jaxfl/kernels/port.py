@@ -33,7 +33,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxfl.kernels.tree import tree_vdot  # noqa: F401 (also exported here)
+from jaxfl.kernels.tree import paired_leaves, tree_vdot  # noqa: F401 (also exported here)
 
 PyTree = Any
 COSINE_DEFINITIONS = ("own", "current")
@@ -47,6 +47,8 @@ def cosine(u: PyTree, g: PyTree) -> jax.Array:
     below float32's smallest normal number (about 1.2e-38) count as 0 on a CPU, whose XLA flushes them. Example:
     the module docstring."""
     value, plain = _plain_cosine(u, g)
+    if not isinstance(plain, jax.core.Tracer):  # called eagerly: a cond of fresh lambdas compiled at every call
+        return value if bool(plain) else _scaled_cosine(u, g)
     return jax.lax.cond(plain, lambda: value, lambda: _scaled_cosine(u, g))
 
 
@@ -119,9 +121,15 @@ def port_coefficients(deltas: PyTree, starts: PyTree, current: PyTree, last_step
     >>> cos.tolist(), [round(float(x), 4) for x in p]          # θ = 1 and 0.5
     ([1.0, 0.0], [0.6667, 0.3333])
     """
+    paired_leaves(deltas, starts, "port_coefficients", ("deltas", "starts"))
+    paired_leaves(current, last_step, "port_coefficients", ("current", "last_step"))
+    paired_leaves(current, deltas, "port_coefficients", ("current", "deltas"), b_rows=True)  # (K, ...) stacks
     directions = jax.vmap(update_direction, in_axes=(0, 0, None, None))(deltas, starts, current, definition)
     # the scaled form only where some cosine needs it: vmapped, cosine's own cond would compute both
     values, plain = jax.vmap(_plain_cosine, in_axes=(0, None))(directions, last_step)
-    cosines = jax.lax.cond(jnp.all(plain), lambda: values, lambda: jnp.where(
-        plain, values, jax.vmap(_scaled_cosine, in_axes=(0, None))(directions, last_step)))
+    scaled = lambda: jnp.where(plain, values, jax.vmap(_scaled_cosine, in_axes=(0, None))(directions, last_step))  # noqa: E731
+    if not isinstance(plain, jax.core.Tracer):  # called eagerly: as cosine
+        cosines = values if bool(jnp.all(plain)) else scaled()
+    else:
+        cosines = jax.lax.cond(jnp.all(plain), lambda: values, scaled)
     return port_weights(cosines, staleness_part, interference_scale, force, valid), cosines

@@ -61,12 +61,53 @@ def tree_scale(tree: PyTree, scale) -> PyTree:
 
 
 def tree_add(a: PyTree, b: PyTree) -> PyTree:
-    """Leafwise ``a + b``.
+    """Leafwise ``a + b``, of trees with the same leaves of the same shapes (:func:`paired_leaves`: a
+    stacked tree added to a model would broadcast, silently).
 
     >>> tree_add({"w": jnp.array([1.0])}, {"w": jnp.array([2.0])})["w"].tolist()
     [3.0]
     """
+    paired_leaves(a, b, "tree_add")
     return jax.tree.map(jnp.add, a, b)
+
+
+def _shape(leaf) -> tuple:
+    return tuple(leaf.shape) if hasattr(leaf, "shape") else np.shape(leaf)
+
+
+def paired_leaves(a: PyTree, b: PyTree, where: str, names: tuple[str, str] = ("a", "b"),
+                  b_rows: bool = False, shapes: bool = True) -> list[tuple[tuple, Any, Any]]:
+    """The leaves of ``a`` and ``b`` paired in order, ``(path in a, leaf of a, leaf of b)``: as many, of
+    equal shapes, and where both trees name a leaf the same way (dict keys, attribute names: a dict and
+    a FrozenDict) by the same names; else a ``ValueError`` that names ``where``, the leaf and the trees
+    as ``names`` call them (a partial, broadcast or mispaired result would be silently wrong). Trees
+    that name their leaves differently (a NamedTuple and a tuple, an ``nnx.State`` and its pure dict)
+    pair in order. ``b_rows``: ``b``'s leaves have a leading axis of rows more (a stack or a bank);
+    ``shapes=False``: the shapes are the caller's to check. Shapes only: nothing is computed (free under ``jit``).
+
+    >>> paired_leaves({"w": jnp.ones(2)}, {"w": jnp.ones((3, 2))}, "tree_add")
+    Traceback (most recent call last):
+    ...
+    ValueError: tree_add: leaf ['w'] has shape (2,) in a and (3, 2) in b
+    """
+    paths_a, paths_b = jax.tree_util.tree_leaves_with_path(a), jax.tree_util.tree_leaves_with_path(b)
+    first, second = names
+    if len(paths_a) != len(paths_b):
+        raise ValueError(f"{where}: the trees have {len(paths_a)} and {len(paths_b)} leaves "
+                         f"({jax.tree.structure(a)} and {jax.tree.structure(b)})")
+    pairs = []
+    for (path, x), (path_b, y) in zip(paths_a, paths_b):
+        if _same_kind_of_path(path, path_b) and path != path_b:  # named alike, but other names: mispaired
+            raise ValueError(f"{where}: leaf {jax.tree_util.keystr(path)} of {first} meets leaf "
+                             f"{jax.tree_util.keystr(path_b)} of {second}: the trees must have the same leaves")
+        pairs.append((path, x, y))
+    for path, x, y in pairs if shapes else ():
+        shape_y = _shape(y)[1:] if b_rows else _shape(y)
+        if _shape(x) != shape_y or (b_rows and not _shape(y)):
+            rows = " (after its leading axis of rows)" if b_rows else ""
+            raise ValueError(f"{where}: leaf {jax.tree_util.keystr(path)} has shape {_shape(x)} in {first} and "
+                             f"{_shape(y)} in {second}{rows}")
+    return pairs
 
 
 def rounded(tree: PyTree, zero: jax.Array) -> PyTree:
@@ -101,22 +142,8 @@ def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
     >>> float(tree_vdot({"w": jnp.array([1.0, 2.0]), "b": jnp.array(3.0)}, {"w": jnp.ones(2), "b": jnp.array(2.0)}))
     9.0
     """
-    paths_a, paths_b = jax.tree_util.tree_leaves_with_path(a), jax.tree_util.tree_leaves_with_path(b)
-    if len(paths_a) != len(paths_b):
-        raise ValueError(f"tree_vdot: the trees have {len(paths_a)} and {len(paths_b)} leaves "
-                         f"({jax.tree.structure(a)} and {jax.tree.structure(b)})")
-    leaves_b = []
-    for (path, _), (path_b, y) in zip(paths_a, paths_b):
-        if _same_kind_of_path(path, path_b) and path != path_b:  # named alike, but other names: mispaired
-            raise ValueError(f"tree_vdot: leaf {jax.tree_util.keystr(path)} of a meets leaf "
-                             f"{jax.tree_util.keystr(path_b)} of b: the trees must have the same leaves")
-        leaves_b.append(y)
-    for (path, x), y in zip(paths_a, leaves_b):
-        if jnp.shape(x) != jnp.shape(y):
-            raise ValueError(f"tree_vdot: leaf {jax.tree_util.keystr(path)} has shape {tuple(jnp.shape(x))} in a "
-                             f"and {tuple(jnp.shape(y))} in b")
     parts = [jnp.vdot(jnp.asarray(x).astype(jnp.float32), jnp.asarray(y).astype(jnp.float32))
-             for (_, x), y in zip(paths_a, leaves_b)]
+             for _, x, y in paired_leaves(a, b, "tree_vdot")]
     return jnp.sum(jnp.stack(parts)) if parts else jnp.zeros((), jnp.float32)
 
 
@@ -190,6 +217,11 @@ def set_rows(tables: PyTree, rows: jax.Array, values: PyTree, valid: jax.Array |
     """
     num_rows = jax.tree.leaves(tables)[0].shape[0]
     rows = jnp.asarray(rows)
+    for path, table, new in paired_leaves(tables, values, "set_rows", ("tables", "values"), shapes=False):
+        if _shape(new) != (*rows.shape, *_shape(table)[1:]):  # a row broadcast to every k, or a k's to every entry
+            raise ValueError(f"set_rows: leaf {jax.tree_util.keystr(path)} of values has shape {_shape(new)}: "
+                             f"{rows.shape[0] if rows.ndim else 'no'} rows of shape {_shape(table)[1:]} expected "
+                             f"(one per entry of rows {tuple(rows.shape)}, as the table's rows {_shape(table)})")
     keep = rows >= 0 if valid is None else valid & (rows >= 0)
     rows = jnp.where(keep, rows, num_rows)  # out of range: dropped below
     return jax.tree.map(lambda table, new: table.at[rows].set(new.astype(table.dtype), mode="drop"), tables, values)
