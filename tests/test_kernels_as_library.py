@@ -160,3 +160,33 @@ def test_kernels_refuse_trees_that_would_broadcast_or_pair_other_leaves_naming_t
                                          r"deltas \(after its leading axis of rows\)"):
         port.port_coefficients({"w": jnp.ones(2)}, {"w": jnp.ones(2)}, one, one, jnp.zeros(2), jnp.ones(2),
                                jnp.array([False, False]))
+
+
+def test_the_smaller_library_edges_of_the_second_review_are_named_or_kept():
+    import optax
+
+    from jaxfl.kernels import fedopt
+    from jaxfl.kernels.aggregation import apply_server_update, make_server_optimizer, weighted_sum
+    from jaxfl.kernels.tree import stacked_zeros, tree_bytes, tree_vdot
+    from jaxfl.scheduler.staleness import exponential, polynomial
+
+    opt = make_server_optimizer("sgd", 1.0)
+    params = {"a": jnp.ones(2), "b": jnp.ones(2)}
+    with pytest.raises(ValueError, match=r"apply_server_update: leaf \['b'\] of params meets leaf \['c'\] of "
+                                         r"pseudo_gradient"):
+        apply_server_update(opt, params, opt.init(params), {"a": jnp.ones(2), "c": jnp.ones(2)})
+    with pytest.raises(ValueError, match=r"learning_rate=.* is not allowed here: a number .* make_server_optimizer\("
+                                         r"'optax_adam', schedule\)"):
+        fedopt.fedadam(optax.constant_schedule(0.1))
+    with pytest.raises(ValueError, match=r"staleness s=-2 is not allowed: s = τ_g − τ_i >= 0"):
+        polynomial(-2)  # (s + 1)^(-a) of -1: a complex number
+    with pytest.raises(ValueError, match="staleness s=-1"):
+        exponential(-1)
+    with pytest.raises(ValueError, match=r"tree_vdot: leaf \['a'\] is complex"):
+        tree_vdot({"a": jnp.array([1j])}, {"a": jnp.array([1j])})
+    assert stacked_zeros({"w": 1.0}, 2)["w"].shape == (2,) and tree_bytes({"w": 1.0, "v": jnp.zeros(3)}) == 16
+    with pytest.raises(ValueError, match=r"leaf \['key'\] holds key<fry>, not numbers to sum"):
+        weighted_sum({"key": jax.random.split(jax.random.key(0), 3), "w": jnp.ones((3, 2))}, jnp.ones(3))
+    shares = port.port_weights(jnp.zeros(7, jnp.bfloat16), jnp.ones(7, jnp.bfloat16), jnp.ones(7, jnp.bfloat16),
+                               jnp.zeros(7, bool))
+    assert float(jnp.sum(shares)) == pytest.approx(1.0, abs=1e-6)  # bfloat16's sevenths summed to 1.005

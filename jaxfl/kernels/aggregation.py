@@ -66,13 +66,16 @@ def weighted_sum(stacked: PyTree, weights: jax.Array) -> PyTree:
     weights = jnp.asarray(weights)
     _check_weights(stacked, weights)
 
-    def reduce(leaf):
+    def reduce(path, leaf):
         leaf = jnp.asarray(leaf)  # first: a numpy float64 leaf is float32 where jax runs without x64, said nowhere
+        if not (jnp.issubdtype(leaf.dtype, jnp.number) or leaf.dtype == bool):
+            raise ValueError(f"leaf {jax.tree_util.keystr(path)} holds {leaf.dtype}, not numbers to sum (an "
+                             f"nnx.split state's RNG keys: split the parameters alone, nnx.split(model, nnx.Param, ...))")
         dtype = accumulation_dtype(leaf.dtype)
         total = jnp.tensordot(weights.astype(dtype), leaf.astype(dtype), axes=([0], [0]))
         return to_leaf_dtype(total, leaf.dtype)
 
-    return jax.tree.map(reduce, stacked)
+    return jax.tree_util.tree_map_with_path(reduce, stacked)
 
 
 def weighted_mean(stacked: PyTree, weights: jax.Array) -> PyTree:
@@ -206,8 +209,10 @@ def _check_like_params(params: PyTree, pseudo_gradient: PyTree) -> None:
     model a client axis without a word."""
     named = jax.tree_util.tree_leaves_with_path(params)
     given = jax.tree.leaves(pseudo_gradient)
-    if len(named) != len(given):
-        return  # a structure mismatch: optimizer.update names it
+    if len(named) != len(given) or jax.tree.structure(params) != jax.tree.structure(pseudo_gradient):
+        from jaxfl.kernels.tree import paired_leaves  # the leaf where they part, not a tree_map error
+
+        paired_leaves(params, pseudo_gradient, "apply_server_update", ("params", "pseudo_gradient"), shapes=False)
     for (path, param), leaf in zip(named, given):
         if jnp.shape(param) != jnp.shape(leaf):
             stacked = " (still stacked over clients? aggregate them first, e.g. weighted_mean)" \

@@ -54,6 +54,9 @@ def _fedopt(learning_rate: float, b1: float, tau: float,
     """Algorithm 2's common shape; ``next_second_moment(v, g²)`` is the one line that differs. τ is
     refused unless > 0 (a traced τ is taken as it is): with v₀ = τ² = 0 every coordinate the
     updates leave at 0 (a frozen leaf, a class no client holds) is 0/0 = NaN."""
+    if callable(learning_rate):  # an optax schedule: the update would fail at its first step, on "-schedule"
+        raise ValueError(f"learning_rate={learning_rate!r} is not allowed here: a number (Reddi et al.'s η); for a "
+                         f"schedule use optax's optimiser, make_server_optimizer('optax_adam', schedule)")
     concrete = not isinstance(tau, jax.core.Tracer)
     if concrete and (isinstance(tau, bool) or not isinstance(tau, (int, float, jax.Array, np.ndarray, np.number))
                      or np.ndim(tau) != 0 or not 0 < float(tau) < float("inf")):

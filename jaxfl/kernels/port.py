@@ -101,6 +101,7 @@ def port_weights(cosines: jax.Array, staleness_part: jax.Array, interference_sca
     """
     theta = jnp.where(force, 1.0, (cosines + 1.0) / 2.0)
     raw = staleness_part + interference_scale * theta
+    raw = raw.astype(jnp.promote_types(raw.dtype, jnp.float32))  # normalised as weighted_mean: bfloat16's 7 shares sum to 1.005
     if valid is not None:
         raw = jnp.where(valid, raw, 0.0)
     return raw / jnp.sum(raw)

@@ -142,8 +142,12 @@ def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
     >>> float(tree_vdot({"w": jnp.array([1.0, 2.0]), "b": jnp.array(3.0)}, {"w": jnp.ones(2), "b": jnp.array(2.0)}))
     9.0
     """
-    parts = [jnp.vdot(jnp.asarray(x).astype(jnp.float32), jnp.asarray(y).astype(jnp.float32))
-             for _, x, y in paired_leaves(a, b, "tree_vdot")]
+    pairs = paired_leaves(a, b, "tree_vdot")
+    for path, x, y in pairs:  # the float32 cast would drop an imaginary part, silently
+        if jnp.iscomplexobj(x) or jnp.iscomplexobj(y):
+            raise ValueError(f"tree_vdot: leaf {jax.tree_util.keystr(path)} is complex: a model's dot in float32 "
+                             f"takes real leaves")
+    parts = [jnp.vdot(jnp.asarray(x).astype(jnp.float32), jnp.asarray(y).astype(jnp.float32)) for _, x, y in pairs]
     return jnp.sum(jnp.stack(parts)) if parts else jnp.zeros((), jnp.float32)
 
 
@@ -186,7 +190,8 @@ def stacked_zeros(tree: PyTree, count: int) -> PyTree:
     >>> jax.tree.map(lambda leaf: (leaf.shape, str(leaf.dtype)), stacked_zeros({"w": jnp.ones((2, 3), jnp.bfloat16)}, 4))
     {'w': ((4, 2, 3), 'bfloat16')}
     """
-    return jax.tree.map(lambda leaf: jnp.zeros((count,) + leaf.shape, leaf.dtype), tree)
+    # jnp.shape/result_type: a Python scalar leaf too, as tree_scale and weighted_sum take it
+    return jax.tree.map(lambda leaf: jnp.zeros((count,) + tuple(jnp.shape(leaf)), jnp.result_type(leaf)), tree)
 
 
 def tree_bytes(tree: PyTree) -> int:
@@ -201,7 +206,8 @@ def tree_bytes(tree: PyTree) -> int:
         except TypeError:  # extended dtypes such as PRNG keys
             return 8
 
-    return int(sum(np.prod(leaf.shape) * itemsize(leaf.dtype) for leaf in jax.tree.leaves(tree)))
+    return int(sum(np.prod(_shape(leaf)) * itemsize(getattr(leaf, "dtype", None) or jnp.result_type(leaf))
+                   for leaf in jax.tree.leaves(tree)))
 
 
 def set_rows(tables: PyTree, rows: jax.Array, values: PyTree, valid: jax.Array | None = None) -> PyTree:

@@ -30,6 +30,15 @@ def _namespace(*values):
     return np
 
 
+def _checked(s):
+    """``s``, refused where it is a negative number (a staleness is τ_g − τ_i ≥ 0: (s+1)^(−a) of −2 was a
+    complex number; arrays, maybe traced, are taken as they are)."""
+    if isinstance(s, numbers.Real) and not isinstance(s, bool) and s < 0:
+        raise ValueError(f"staleness s={s!r} is not allowed: s = τ_g − τ_i >= 0, the global updates since the "
+                         f"client's start")
+    return s
+
+
 def constant(s, alpha: float = 1.0):
     """st(s) = α for every s (stale updates weigh as much as fresh ones).
 
@@ -37,6 +46,7 @@ def constant(s, alpha: float = 1.0):
     (1.0, 0.6, 1.0)
     """
     if isinstance(s, numbers.Number):
+        _checked(s)
         return alpha + 0.0  # a float, as the others give; 0·s would make st(∞) NaN
     return alpha + 0.0 * _namespace(s, alpha).zeros_like(s)  # s's shape, backend and dtype, as the others
 
@@ -47,6 +57,7 @@ def polynomial(s, alpha: float = 0.9, a: float = 0.5):
     >>> polynomial(0), polynomial(3), polynomial(3, alpha=1.0, a=1.0)
     (0.9, 0.45, 0.25)
     """
+    s = _checked(s)
     return alpha * (s + 1.0) ** (-a)
 
 
@@ -56,6 +67,7 @@ def hinge(s, alpha: float = 1.0, a: float = 10.0, b: float = 4.0):
     >>> float(hinge(4, a=1, b=4)), float(hinge(5, a=1, b=4)), float(hinge(7, alpha=0.5, a=1, b=4))
     (1.0, 0.5, 0.125)
     """
+    s = _checked(s)
     xp = _namespace(s, alpha, a, b)
     return alpha / (a * xp.maximum(s - b, 0.0) + 1.0)
 
@@ -66,6 +78,7 @@ def exponential(s, alpha: float = 1.0, a: float = 0.5):
     >>> float(exponential(0)), round(float(exponential(2)), 4), round(float(exponential(1, alpha=0.9, a=1.0)), 4)
     (1.0, 0.3679, 0.3311)
     """
+    s = _checked(s)
     xp = _namespace(s, alpha, a)
     return alpha * xp.exp(-a * (s + 0.0))
 
