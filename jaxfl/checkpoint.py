@@ -106,10 +106,18 @@ PACKING = "packing.json"
 DEVICE_SIZES = "device.sizes.json"  # the byte size of each file orbax wrote, checked before a restore
 
 
-def _device_sizes(device: str) -> dict[str, int]:
-    """The byte size of each file under a checkpoint's ``device`` folder, by its path there."""
-    return {os.path.relpath(os.path.join(folder, name), device): os.path.getsize(os.path.join(folder, name))
-            for folder, _, names in os.walk(device) for name in names}
+def _device_sizes(device: str, own_only: bool = False) -> dict[str, int]:
+    """The byte size of each file under a checkpoint's ``device`` folder, by its path there; ``own_only``:
+    not those of the other processes' parts (``ocdbt.process_1``, ``array_metadatas/process_1``), which a
+    shared file system may show process 0 with a size it has not caught up with."""
+    sizes = {}
+    for folder, _, names in os.walk(device):
+        for name in names:
+            path = os.path.relpath(os.path.join(folder, name), device)
+            if own_only and any(re.fullmatch(r"(.*\.)?process_[1-9][0-9]*", part) for part in path.split(os.sep)):
+                continue
+            sizes[path] = os.path.getsize(os.path.join(folder, name))
+    return sizes
 
 
 class DeviceFilesDamaged(ValueError):
@@ -441,7 +449,8 @@ def _save(run_dir: str, number: int, simulation, engine, extra: dict, config: di
             json.dump(packing, handle)
     # every process's files are written (orbax's save ends at a barrier of all of them)
     with open(os.path.join(temporary, DEVICE_SIZES), "w") as handle:
-        json.dump(_device_sizes(os.path.join(temporary, "device")), handle, indent=0, sort_keys=True)
+        json.dump(_device_sizes(os.path.join(temporary, "device"), own_only=jax.process_count() > 1), handle,
+                  indent=0, sort_keys=True)
     engine.save_client_state_files(os.path.join(temporary, "client_state"))
     arrays = _ArrayStore(root, _previous_slots(run_dir))
     with open(os.path.join(temporary, "state.pkl"), "wb") as handle:

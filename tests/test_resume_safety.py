@@ -473,3 +473,16 @@ def test_a_setting_an_earlier_jaxfl_took_and_this_one_refuses_is_named_with_what
                                           r"jaxfl may have taken this setting, which this one refuses: start the run "
                                           r"again with it changed"):
         resume_experiment(run, progress=False)
+
+
+def test_process_0_records_the_sizes_of_its_own_orbax_files_where_several_processes_write(tmp_path):
+    # another host's files may show process 0 a size a shared file system has not caught up with: a
+    # good checkpoint would then read as damaged
+    for path in ("_METADATA", "d/abc", "ocdbt.process_0/d/x", "ocdbt.process_1/d/y", "ocdbt.process_12/manifest.ocdbt",
+                 "array_metadatas/process_0", "array_metadatas/process_1"):
+        os.makedirs(os.path.dirname(tmp_path / path), exist_ok=True)
+        (tmp_path / path).write_bytes(b"x" * len(path))
+    everything = checkpoint._device_sizes(str(tmp_path))
+    own = checkpoint._device_sizes(str(tmp_path), own_only=True)
+    assert len(everything) == 7 and everything["ocdbt.process_1/d/y"] == len("ocdbt.process_1/d/y")
+    assert sorted(own) == ["_METADATA", "array_metadatas/process_0", "d/abc", "ocdbt.process_0/d/x"]
