@@ -499,28 +499,6 @@ def check_type(name: str, value: Any, annotation: str) -> None:
         fail(name, value, f"expected {expected}{' or null' if optional else ''}")
 
 
-def _unset_defaults_written_for_others(config: RunConfig, algorithm) -> RunConfig:
-    """``config`` with the fields ``algorithm`` does not read unset where they hold the default that the
-    validation of an algorithm reading them writes (FedBuff's ``rule='paper'``): a validated config
-    reused for another algorithm (``dataclasses.replace(config, algorithm="fedavg")``) warned that a
-    rule the user never set is ignored, and recorded it, naming the run apart from the same run
-    configured afresh.
-
-    >>> config = validate(RunConfig(algorithm="fedbuff"))
-    >>> config.rule, validate(dataclasses.replace(config, algorithm="fedavg")).rule
-    ('paper', None)
-    """
-    for name in ALGORITHM_FIELDS:
-        value = getattr(config, name)
-        if value is None or reads_field(algorithm, name):
-            continue
-        written = [algorithms.get(other).changed_defaults[name][1] for other in algorithms.names()
-                   if name in algorithms.get(other).changed_defaults]
-        if value in written:
-            config = dataclasses.replace(config, **{name: None})
-    return config
-
-
 def validate(config: RunConfig) -> RunConfig:
     """Check every field and combination; return the config with defaults resolved, or raise ConfigError."""
     for name, field in FIELDS.items():
@@ -533,7 +511,6 @@ def validate(config: RunConfig) -> RunConfig:
     for name, (_, now) in algorithm.changed_defaults.items():  # recorded, so a run at it is named as such
         if getattr(config, name) is None:
             config = dataclasses.replace(config, **{name: now})
-    config = _unset_defaults_written_for_others(config, algorithm)
     config = _resolve_server_optimizer(config, algorithm)
     # A data fingerprint marks data passed in Python (run_experiment(config, data=...)), named as the user wished.
     user_data = config.data_fingerprint is not None and config.dataset.strip() != ""
@@ -983,8 +960,15 @@ def _check_settings_are_read(config: RunConfig, algorithm, options: Any = None) 
                    if name == "data_dir" and str(value).lower().endswith(".npz") else "")
             fail(name, value, f"leave it {keep}, this run never reads it (read only with {readers}){own}")
     for name in fields_not_read_by(algorithm, {name: getattr(config, name) for name in ALGORITHM_FIELDS}):
-        warn_user(f"{name}={getattr(config, name)!r} is ignored: {config.algorithm} does not read it (read by "
-                  f"{', '.join(algorithms_reading(name))})")
+        value = getattr(config, name)
+        # a default another algorithm's validation writes (FedBuff's rule 'paper'), where a validated config is
+        # reused for this one: said so, with how to leave it out (a resume compares the config as recorded)
+        writers = [other for other in algorithms.names()
+                   if algorithms.get(other).changed_defaults.get(name, (None, object()))[1] == value]
+        written = (f"; validating a {' or '.join(writers)} config writes it as their default: to reuse one, "
+                   f"dataclasses.replace(config, algorithm={config.algorithm!r}, {name}=None)") if writers else ""
+        warn_user(f"{name}={value!r} is ignored: {config.algorithm} does not read it (read by "
+                  f"{', '.join(algorithms_reading(name))}){written}")
 
 
 def _check_client_state_is_read(config: RunConfig, algorithm) -> None:
