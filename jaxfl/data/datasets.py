@@ -330,7 +330,7 @@ def dataset_from_arrays(name: str, x_train, y_train, x_test, y_test, num_classes
         used = num_classes - len(unused)
         warn_user(f"{source}: the labels take {used} distinct values, but their largest is {largest}: the model "
                   f"gets {num_classes} outputs (the largest label + 1), and label(s) {_listed(unused)} occur in "
-                  f"neither split; np.unique(y, return_inverse=True)[1] numbers the classes 0..{used - 1}")
+                  f"neither split; {_NUMBERED}")
     if groups is not None:
         groups = _as_array(groups, "client_train", source)
         if groups.shape != train_y.shape or not np.issubdtype(groups.dtype, np.integer):
@@ -377,11 +377,16 @@ def _listed(labels, shown: int = 5) -> str:
     return text + (f", ... ({len(labels)} in all)" if len(labels) > shown else "")
 
 
+# one class list for both splits (numbering each split alone gives a class other ids in each)
+_NUMBERED = ("classes = np.unique(np.concatenate([y_train, y_test])) numbers the classes 0, 1, ... for both "
+             "splits: np.searchsorted(classes, y_train), np.searchsorted(classes, y_test)")
+
+
 def _label_hint(y: np.ndarray) -> str:
     """How to make class ids of labels of another dtype.
 
-    >>> _label_hint(np.array([0.0, 1.0])), _label_hint(np.array(["cat", "dog"]))
-    ('they are whole numbers: y.astype(np.int64)', 'np.unique(y, return_inverse=True)[1] numbers the classes 0, 1, ...')
+    >>> _label_hint(np.array([0.0, 1.0])), _label_hint(np.array(["cat", "dog"]))[:54] + " ..."
+    ('they are whole numbers: y.astype(np.int64)', 'classes = np.unique(np.concatenate([y_train, y_test])) ...')
     """
     if y.dtype == bool:
         return "y.astype(np.int64) makes them classes 0 and 1"
@@ -389,7 +394,7 @@ def _label_hint(y: np.ndarray) -> str:
         return "they are whole numbers: y.astype(np.int64)"
     if np.issubdtype(y.dtype, np.floating):
         return "jaxfl trains classifiers, whose labels are class ids 0, 1, ..."
-    return "np.unique(y, return_inverse=True)[1] numbers the classes 0, 1, ..."
+    return _NUMBERED
 
 
 def _as_labels(value, label: str, source: str) -> np.ndarray:
@@ -536,6 +541,9 @@ def as_dataset(data, num_classes: int | None = None, name: str = "user") -> Data
         groups = pick["train_groups"]
         if num_classes is None and "num_classes" in keys:
             num_classes = _stored_num_classes(data["num_classes"], "data")
+    elif isinstance(data, (tuple, list)) and len(data) == 2 and all(_is_client_pair(part) for part in data):
+        raise TypeError("data= got 2 (x, y) pairs, as Keras' load_data() gives ((x_train, y_train), (x_test, "
+                        "y_test)): give them as one tuple, (x_train, y_train, x_test, y_test)")
     elif isinstance(data, (tuple, list)) and data and all(_is_client_pair(part) for part in data):
         raise TypeError(f"data= got {len(data)} (x, y) pairs: for one pair per client, give the clients' samples "
                         "joined in a mapping, x_train=np.concatenate(xs), y_train=np.concatenate(ys), client_train="
