@@ -128,12 +128,15 @@ def _check_device_sizes(folder: str) -> None:
     """:class:`DeviceFilesDamaged` naming the first of a checkpoint's orbax files that is missing or not the size it was
     written with (a crash or a full disk cut it short): said before orbax reads anything, whose restore
     of damaged data leaves reads running that print tracebacks for seconds after it failed. A checkpoint
-    of an older jaxfl, without the sizes, is not checked."""
+    of an older jaxfl, without the sizes, or whose sizes file is itself unreadable, is not checked here."""
     path = os.path.join(folder, DEVICE_SIZES)
-    if not os.path.isfile(path):
+    try:
+        with open(path) as handle:
+            written = json.load(handle)
+    except (OSError, ValueError):  # none (an older jaxfl), or itself cut short: orbax checks the data
         return
-    with open(path) as handle:
-        written = json.load(handle)
+    if not isinstance(written, dict) or not all(isinstance(size, int) for size in written.values()):
+        return
     device = os.path.join(folder, "device")
     for name, size in sorted(written.items()):
         file = os.path.join(device, name)
@@ -451,6 +454,8 @@ def _save(run_dir: str, number: int, simulation, engine, extra: dict, config: di
     with open(os.path.join(temporary, DEVICE_SIZES), "w") as handle:
         json.dump(_device_sizes(os.path.join(temporary, "device"), own_only=jax.process_count() > 1), handle,
                   indent=0, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
     engine.save_client_state_files(os.path.join(temporary, "client_state"))
     arrays = _ArrayStore(root, _previous_slots(run_dir))
     with open(os.path.join(temporary, "state.pkl"), "wb") as handle:

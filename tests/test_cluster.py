@@ -229,6 +229,11 @@ def test_two_processes_give_the_single_process_result(tmp_path, algorithm, inter
     # byte for byte: one process packs the small leaves into one array per shape, two write each leaf's
     # shards, which orbax chunks and compresses otherwise (FedBuff's 4.6-5.0 % more, 2026-12-06)
     assert _array_bytes(run_dir) < 1.25 * _array_bytes(one["run_dir"])
+    # process 0 records the sizes of its own orbax files only (another host's may show it a stale size)
+    with open(os.path.join(checkpoint.latest(run_dir), checkpoint.DEVICE_SIZES)) as handle:
+        recorded = json.load(handle)
+    assert any(path.startswith("ocdbt.process_0") for path in recorded)
+    assert not any("process_1" in path for path in recorded), sorted(recorded)
     template = prepare(read_run(run_dir)[0])[4]
     two_params = [np.asarray(leaf) for leaf in jax.tree.leaves(checkpoint.final_params(run_dir, template))]
     with np.load(tmp_path / f"{algorithm}-1.npz") as saved:

@@ -486,3 +486,21 @@ def test_process_0_records_the_sizes_of_its_own_orbax_files_where_several_proces
     own = checkpoint._device_sizes(str(tmp_path), own_only=True)
     assert len(everything) == 7 and everything["ocdbt.process_1/d/y"] == len("ocdbt.process_1/d/y")
     assert sorted(own) == ["_METADATA", "array_metadatas/process_0", "d/abc", "ocdbt.process_0/d/x"]
+
+
+
+def test_an_unreadable_sizes_file_leaves_the_checkpoint_to_orbax(finished, tmp_path):
+    # written after the orbax data, a power loss may leave it empty where the data is whole: that good
+    # checkpoint was skipped as "device data unreadable (JSONDecodeError ...)"
+    run = copy_run(finished, tmp_path)
+    open(os.path.join(run, "checkpoints", "ckpt-000003", checkpoint.DEVICE_SIZES), "w").close()
+    import jax
+    import numpy as np
+
+    restored = jax.tree.leaves(checkpoint.final_params(run, finished.params))
+    assert all(np.array_equal(x, y) for x, y in zip(restored, jax.tree.leaves(finished.params), strict=True))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResumeWarning)  # not "resuming from ckpt-000002 because ..."
+        assert resume_experiment(run, progress=False).summary["resumes"] == 1
