@@ -687,6 +687,10 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           "relative_steps": None if steps[name] is None or base_steps is None or base_steps == 0
                           else _paired_ratio(runs, by_method[reference], steps[name] / base_steps, counted),
                           "reference_steps_zero": base_steps == 0,
+                          "reference_steps_counted": base_steps is not None,
+                          # the ratio is paired seed by seed: none of the reference's seeds counted here
+                          "steps_no_common_seed": steps[name] is not None and bool(base_steps) and
+                          not _common_seeds(runs, by_method[reference], counted),
                           "reference_reached": base is not None,
                           "reference_in_group": reference in by_method,
                           "reference_at_start": base == 0,
@@ -717,6 +721,12 @@ def _paired_ratio(runs: list[dict], reference_runs: list[dict], unpaired: float,
     if not common or denominator == 0:  # none in common, or the reference at 0 s in all of them: no ratio
         return None
     return sum(own[seed] for seed in common) / denominator
+
+
+def _common_seeds(runs: list[dict], reference_runs: list[dict], column: str) -> set:
+    """The seeds where both groups have ``column``."""
+    return ({run.get("seed") for run in runs if run.get(column) is not None}
+            & {run.get("seed") for run in reference_runs if run.get(column) is not None})
 
 
 def _seed_order(seed) -> tuple:
@@ -823,9 +833,11 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
             steps = f"{line['client_steps_mean']:,.0f} steps"
             if line["method"] == reference:
                 return f"{shown} ({steps})" if line.get("reference_steps_zero") else shown
-            # against 0 steps, or no seed run by both (the ratio is paired seed by seed)
-            why = "no ratio" if line.get("reference_steps_zero") else f"no seed in common with {reference}"
-            return f"{shown} ({steps}, {why})"
+            if line.get("steps_no_common_seed"):  # the ratio is paired seed by seed
+                return f"{shown} ({steps}, no seed in common with {reference})"
+            # against 0 steps (the reference's in all, or in the seeds in common); none where it has no count
+            return f"{shown} ({steps}, no ratio)" if line.get("reference_steps_zero") or \
+                line.get("reference_steps_counted", True) else shown
         return f"{shown} ({_ratio_text(line['relative_steps'])}×)"
 
     def last_tenth(line):

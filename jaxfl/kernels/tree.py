@@ -82,7 +82,8 @@ def paired_leaves(a: PyTree, b: PyTree, where: str, names: tuple[str, str] = ("a
     a FrozenDict) by the same names; else a ``ValueError`` that names ``where``, the leaf and the trees
     as ``names`` call them (a partial, broadcast or mispaired result would be silently wrong). Trees
     that name their leaves differently (a NamedTuple and a tuple, an ``nnx.State`` and its pure dict)
-    pair in order. ``b_rows``: ``b``'s leaves have a leading axis of rows more (a stack or a bank);
+    pair in order here (:func:`tree_vdot` takes them so; a kernel that builds a tree of both with
+    ``jax.tree.map``, as :func:`tree_add` does, needs them of one structure, as jax does). ``b_rows``: ``b``'s leaves have a leading axis of rows more (a stack or a bank);
     ``shapes=False``: the shapes are the caller's to check. Shapes only: nothing is computed (free under ``jit``).
 
     >>> paired_leaves({"w": jnp.ones(2)}, {"w": jnp.ones((3, 2))}, "tree_add")
