@@ -965,8 +965,9 @@ def _check_settings_are_read(config: RunConfig, algorithm, options: Any = None) 
         # reused for this one: said so, with how to leave it out (a resume compares the config as recorded)
         writers = [other for other in algorithms.names()
                    if algorithms.get(other).changed_defaults.get(name, (None, object()))[1] == value]
-        written = (f"; validating a {' or '.join(writers)} config writes it as their default: to reuse one, "
-                   f"dataclasses.replace(config, algorithm={config.algorithm!r}, {name}=None)") if writers else ""
+        written = (f"; if it comes from a validated {' or '.join(writers)} config, which holds it as their "
+                   f"default: dataclasses.replace(config, algorithm={config.algorithm!r}, {name}=None) leaves it "
+                   "out") if writers else ""
         warn_user(f"{name}={value!r} is ignored: {config.algorithm} does not read it (read by "
                   f"{', '.join(algorithms_reading(name))}){written}")
 

@@ -361,7 +361,11 @@ def read_run_and_record(run_dir: str, may_differ: Mapping[str, Any] | None = Non
                               "(jaxfl.algorithms.register) before resuming in Python, or run such an algorithm as "
                               "path/to/file.py:Class or module:Class, which a resume imports itself")
     try:
-        return config_from_mapping(values), written.get("user_inputs", {}), written
+        with warnings.catch_warnings():
+            # the run's own record, which a resume cannot change: said when the run began (its advice to
+            # leave the field out would make the config differ from its checkpoints')
+            warnings.filterwarnings("ignore", message=r".* is ignored: \S+ does not read it")
+            return config_from_mapping(values), written.get("user_inputs", {}), written
     except (ConfigError, TypeError, ValueError) as error:
         text = str(error).strip().splitlines()  # whole: a reference's cause comes after the list of names
         if may_differ and _valid(without_settings_refused_since(as_recorded(written["config"]))[0]):  # the value given for the resume is the bad one

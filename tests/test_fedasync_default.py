@@ -39,9 +39,9 @@ def test_a_validated_fedbuff_config_reused_for_fedavg_says_how_to_leave_its_writ
 
     base = validate(RunConfig(algorithm="fedbuff", clients=4))
     with pytest.warns(UserWarning, match=r"rule='paper' is ignored: fedavg does not read it \(read by fedasync, "
-                                         r"fedbuff\); validating a fedasync or fedbuff config writes it as their "
-                                         r"default: to reuse one, dataclasses.replace\(config, algorithm='fedavg', "
-                                         r"rule=None\)"):
+                                         r"fedbuff\); if it comes from a validated fedasync or fedbuff config, which "
+                                         r"holds it as their default: dataclasses.replace\(config, algorithm='fedavg', "
+                                         r"rule=None\) leaves it out$"):
         assert validate(dataclasses.replace(base, algorithm="fedavg")).rule == "paper"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -49,6 +49,23 @@ def test_a_validated_fedbuff_config_reused_for_fedavg_says_how_to_leave_its_writ
     with pytest.warns(UserWarning, match=r"rule='fedcompass' is ignored: fedavg does not read it \(read by "
                                          r"fedasync, fedbuff\)$"):
         validate(RunConfig(algorithm="fedavg", rule="fedcompass"))  # a value no validation writes: said plainly
+
+
+
+def test_a_fedavg_run_recorded_with_fedbuffs_written_rule_resumes_without_the_warning(tmp_path):
+    # a day's validate() unset the rule, and such a run's config then compared unlike its checkpoints'
+    import dataclasses
+
+    base = validate(RunConfig(algorithm="fedbuff", model="logreg", clients=3, local_steps=2, batch_size=8,
+                              max_updates=3, checkpoint_every=1, progress=False, output_dir=str(tmp_path)))
+    config = dataclasses.replace(base, algorithm="fedavg", run_name="cut")
+    with pytest.warns(UserWarning, match="rule='paper' is ignored"), pytest.raises(_Interrupted):
+        with _interrupt_after(2):
+            run_experiment(config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the run's own record: said when it began, not at each resume
+        resumed = resume_experiment(str(tmp_path / "cut"), progress=False)
+    assert resumed.summary["global_updates"] == 3 and resumed.summary["resumes"] == 1
 
 
 def _as_before_the_change(run_dir: str) -> None:
