@@ -1085,11 +1085,12 @@ def note_pooled_synthetic_clients(config: RunConfig, dataset: Dataset | None = N
     """
     if config.partition == "natural":
         return
-    if config.dataset.startswith("synthetic") and not parse_synthetic_name(config.dataset)["iid"]:
+    built_in_synthetic = config.dataset in ("synthetic", "synthetic_iid") or config.dataset.startswith("synthetic:")
+    if built_in_synthetic and not parse_synthetic_name(config.dataset)["iid"]:
         warn_user(f"dataset {config.dataset!r} draws each generated client's samples from a model of its own "
                   f"(FedProx's heterogeneity), and partition={config.partition!r} pools them and splits them "
                   "anew, which undoes it: partition='natural' (--partition natural) keeps the generated clients")
-    elif dataset is not None and dataset.train_groups is not None and not config.dataset.startswith("synthetic") \
+    elif dataset is not None and dataset.train_groups is not None and not built_in_synthetic \
             and (config.dataset == "npz" or config.data_fingerprint is not None):  # synthetic_iid's: no heterogeneity
         warn_user(f"your data gives a client id per training sample (client_train), which partition="
                   f"{config.partition!r} does not read: it pools the samples and splits them anew; "

@@ -104,8 +104,9 @@ def _one_line(message: str) -> str:
     ("column", {}, ValueError, r"y_test has shape \(50, 1\): .* give y.ravel\(\)$"),
     ("strings", {}, ValueError, r"y_train must hold integer labels, got <U1: classes = np.unique\(np.concatenate\("
                                 r"\[y_train, y_test\]\)\) numbers the classes 0, 1, ... for both splits"),
-    ("keras", {}, TypeError, r"data= got 2 \(x, y\) pairs, as Keras' load_data\(\) gives \(\(x_train, y_train\), "
-                             r"\(x_test, y_test\)\): give them as one tuple, \(x_train, y_train, x_test, y_test\)$"),
+    ("keras", {}, TypeError, r"data= got 2 \(x, y\) pairs: for Keras' load_data\(\) form \(\(x_train, y_train\), "
+                             r"\(x_test, y_test\)\), give one tuple \(x_train, y_train, x_test, y_test\); for two "
+                             r"clients' data, a mapping with client_train ids .* partition='natural'$"),
     ("unlabelled", {}, ValueError, r"y_test holds label -1: labels are class ids 0, 1, ... \(a marker such as -1"),
     ("empty_list", {}, ConfigError, r"dataset 'user' has an empty test split"),
     ("pairs", {}, TypeError, r"data= got 4 \(x, y\) pairs: for one pair per client, give the clients' samples "
@@ -420,6 +421,8 @@ def test_data_that_trains_but_is_likely_not_what_was_meant_is_said():
     with pytest.raises(ValueError, match=r"name='tfds:cifar10' is not allowed: it names a built-in dataset, whose "
                                          r"defaults \(target accuracy, augmentation\) a run would take for your data"):
         as_dataset((x_train, y_train, x_test, y_test), name="tfds:cifar10")  # it stopped at CIFAR-10's 60% target
+    with pytest.raises(ValueError, match=r"name='synthetic_mine' is not allowed"):  # it failed in the synthetic note
+        as_dataset((x_train, y_train, x_test, y_test), name="synthetic_mine")
     with pytest.raises(ValueError, match=r"models for this data: mlp, .*; your images look channels-first \(PyTorch's "
                                          r"C, H, W\): x.transpose\(0, 2, 3, 1\) gives this model's \(28, 28, 1\)$"):
         check_model_input("cnn", (1, 28, 28), "image", "user")
@@ -433,6 +436,10 @@ def test_client_ids_given_with_the_data_are_said_where_the_partition_does_not_re
                                          r"partition='iid' does not read: .* partition='natural'"):
         federation = prepare(small(tmp_path), data=data)[2]
     assert sorted(federation.counts.tolist()) == [66, 67, 67]
+    # a Dataset of the user's named synthetic-something: their ids, not a generated federation (the synthetic
+    # note failed on the name)
+    with pytest.warns(UserWarning, match=r"your data gives a client id per training sample"):
+        prepare(small(tmp_path), data=dataclasses.replace(as_dataset(data), name="synthetic_mine"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert prepare(small(tmp_path, partition="natural"), data=data)[2].counts.tolist() == [120, 50, 30]

@@ -542,8 +542,9 @@ def as_dataset(data, num_classes: int | None = None, name: str = "user") -> Data
         if num_classes is None and "num_classes" in keys:
             num_classes = _stored_num_classes(data["num_classes"], "data")
     elif isinstance(data, (tuple, list)) and len(data) == 2 and all(_is_client_pair(part) for part in data):
-        raise TypeError("data= got 2 (x, y) pairs, as Keras' load_data() gives ((x_train, y_train), (x_test, "
-                        "y_test)): give them as one tuple, (x_train, y_train, x_test, y_test)")
+        raise TypeError("data= got 2 (x, y) pairs: for Keras' load_data() form ((x_train, y_train), (x_test, "
+                        "y_test)), give one tuple (x_train, y_train, x_test, y_test); for two clients' data, a mapping "
+                        "with client_train ids and x_test, y_test, run with partition='natural'")
     elif isinstance(data, (tuple, list)) and data and all(_is_client_pair(part) for part in data):
         raise TypeError(f"data= got {len(data)} (x, y) pairs: for one pair per client, give the clients' samples "
                         "joined in a mapping, x_train=np.concatenate(xs), y_train=np.concatenate(ys), client_train="
@@ -558,7 +559,7 @@ def as_dataset(data, num_classes: int | None = None, name: str = "user") -> Data
                                     or num_classes < 2):
         raise ValueError(f"num_classes={num_classes!r} is not allowed: an integer >= 2")
     if not isinstance(data, Dataset) and isinstance(name, str) and \
-            (name in DATASETS or name.startswith(DATASET_PREFIXES)):
+            (name in DATASETS or name.startswith(DATASET_PREFIXES) or name.startswith("synthetic")):
         # a run takes a built-in name's defaults (target accuracy, augmentation) and a config naming it
         # loads the built-in data: yours would be trained and judged as that
         raise ValueError(f"name={name!r} is not allowed: it names a built-in dataset, whose defaults (target "
