@@ -135,7 +135,10 @@ def _check_device_sizes(folder: str) -> None:
             written = json.load(handle)
     except (OSError, ValueError):  # none (an older jaxfl), or itself cut short: orbax checks the data
         return
-    if not isinstance(written, dict) or not all(isinstance(size, int) for size in written.values()):
+    # sizes as _save writes them, of files inside device/; anything else is no record of them (left to orbax)
+    if not isinstance(written, dict) or not all(
+            isinstance(size, int) and not isinstance(size, bool) and size >= 0 and isinstance(name, str)
+            and name and not os.path.isabs(name) and ".." not in name.split(os.sep) for name, size in written.items()):
         return
     device = os.path.join(folder, "device")
     for name, size in sorted(written.items()):

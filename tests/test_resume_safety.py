@@ -493,7 +493,14 @@ def test_an_unreadable_sizes_file_leaves_the_checkpoint_to_orbax(finished, tmp_p
     # written after the orbax data, a power loss may leave it empty where the data is whole: that good
     # checkpoint was skipped as "device data unreadable (JSONDecodeError ...)"
     run = copy_run(finished, tmp_path)
-    open(os.path.join(run, "checkpoints", "ckpt-000003", checkpoint.DEVICE_SIZES), "w").close()
+    sizes = os.path.join(run, "checkpoints", "ckpt-000003", checkpoint.DEVICE_SIZES)
+    with open(sizes) as handle:
+        name = sorted(json.load(handle))[0]
+    for nonsense in ({name: -1}, {name: True}, {"../state.pkl": 1}, {"/etc/hostname": 1}, [1]):
+        with open(sizes, "w") as handle:
+            json.dump(nonsense, handle)
+        checkpoint._check_device_sizes(os.path.dirname(sizes))  # no record of the files: nothing to compare
+    open(sizes, "w").close()
     import jax
     import numpy as np
 
