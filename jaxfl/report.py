@@ -687,10 +687,13 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           "relative_steps": None if steps[name] is None or base_steps is None or base_steps == 0
                           else _paired_ratio(runs, by_method[reference], steps[name] / base_steps, counted),
                           "reference_steps_zero": base_steps == 0,
-                          "reference_steps_counted": base_steps is not None,
                           # the ratio is paired seed by seed: none of the reference's seeds counted here
                           "steps_no_common_seed": steps[name] is not None and bool(base_steps) and
                           not _common_seeds(runs, by_method[reference], counted),
+                          # the reference ran none in the seeds both counted (it did in others): no ratio against 0
+                          "reference_steps_zero_in_common": steps[name] is not None and bool(base_steps) and
+                          bool(_common_seeds(runs, by_method[reference], counted)) and
+                          _paired_ratio(runs, by_method[reference], 1.0, counted) is None,
                           "reference_reached": base is not None,
                           "reference_in_group": reference in by_method,
                           "reference_at_start": base == 0,
@@ -834,10 +837,10 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
             if line["method"] == reference:
                 return f"{shown} ({steps})" if line.get("reference_steps_zero") else shown
             if line.get("steps_no_common_seed"):  # the ratio is paired seed by seed
-                return f"{shown} ({steps}, no seed in common with {reference})"
+                return f"{shown} ({steps}, no seed counted by both it and {reference})"
             # against 0 steps (the reference's in all, or in the seeds in common); none where it has no count
             return f"{shown} ({steps}, no ratio)" if line.get("reference_steps_zero") or \
-                line.get("reference_steps_counted", True) else shown
+                line.get("reference_steps_zero_in_common") else shown
         return f"{shown} ({_ratio_text(line['relative_steps'])}×)"
 
     def last_tenth(line):
@@ -989,9 +992,10 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                   + (" Groups from a sweep that did not count them give the steps the engine executed instead, "
                      "which also hold work trained ahead for clients still out at the end."
                      if any(line.get("client_steps_counted") == "client_steps_executed" for line in lines) else "")
-                  + (f" Where {reference} executed none (its initial model reached the target), the steps "
-                     "themselves: no ratio against 0." if any(line.get("reference_steps_zero") for line in lines)
-                     else "")
+                  + (f" Where {reference} executed none (its initial model reached the target) in every seed, "
+                     "or in those both ran, the steps themselves: no ratio against 0."
+                     if any(line.get("reference_steps_zero") or line.get("reference_steps_zero_in_common")
+                            for line in lines) else "")
                   + (" Runs that stopped at the target end there: their final accuracy is the one that reached it, "
                      "their computation what reaching it cost." if any(line.get("stopped_at_target") for line in lines)
                      else "")]
