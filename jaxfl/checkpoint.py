@@ -103,6 +103,9 @@ def _nonempty(tree: dict) -> dict:
 
 
 PACKING = "packing.json"
+PACK_BELOW_BYTES = 1 << 20  # leaves this small are stacked with the others of their shape and dtype
+
+
 DEVICE_SIZES = "device.sizes.json"  # the byte size of each file orbax wrote, checked before a restore
 
 
@@ -147,7 +150,6 @@ def _check_device_sizes(folder: str) -> None:
             raise DeviceFilesDamaged(f"{name} is missing")
         if (found := os.path.getsize(file)) != size:
             raise DeviceFilesDamaged(f"{name} is {found} bytes, written with {size}")
-PACK_BELOW_BYTES = 1 << 20  # leaves this small are stacked with the others of their shape and dtype
 
 
 def _pack(tree: dict, packing: dict | None = None) -> tuple[dict, dict]:

@@ -1410,9 +1410,10 @@ def _described(data: dict) -> str:
 
 
 def _description(dataset: Dataset) -> dict:
-    return {"train_samples": len(dataset.train_y), "test_samples": len(dataset.test_y),
-            "input_shape": list(dataset.input_shape), "dtype": str(dataset.train_x.dtype),
-            "num_classes": dataset.num_classes}
+    """What config.json records of the data beside its name, kind and normalisation (:func:`_described` says it)."""
+    return {"input_shape": list(dataset.input_shape), "dtype": str(dataset.train_x.dtype),
+            "num_classes": dataset.num_classes, "train_samples": len(dataset.train_y),
+            "test_samples": len(dataset.test_y)}
 
 
 def _pin_fingerprint(config: RunConfig, dataset: Dataset) -> RunConfig:
@@ -2424,9 +2425,7 @@ def _write_run_config(run_dir: str, config: RunConfig, params, federation, plan:
     and what the run took besides the config (``user_inputs``: names and fingerprints), and the
     named loggers (``log_to``: a resume goes on with them)."""
     described = {} if dataset is None else {"dataset": {
-        "name": dataset.name, "kind": dataset.kind, "input_shape": list(dataset.input_shape),
-        "dtype": str(dataset.train_x.dtype), "num_classes": dataset.num_classes,
-        "train_samples": len(dataset.train_y), "test_samples": len(dataset.test_y),
+        "name": dataset.name, "kind": dataset.kind, **_description(dataset),
         "normalization": normalization_statistics(config, dataset)}}
     _write_json(os.path.join(run_dir, "config.json"), {
         "config": config.to_dict(), "execution_plan": None if plan is None else dataclasses.asdict(plan),
