@@ -11,6 +11,7 @@ allowed.
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import json
 import math
@@ -941,6 +942,10 @@ def fields_not_read_by(algorithm, values: dict[str, Any], options: dict[str, Any
     return unread
 
 
+# set while a run's recorded config is read back (a resume): what it holds is the run's, not to be left out
+READING_A_RECORD: contextvars.ContextVar[bool] = contextvars.ContextVar("jaxfl_reading_a_record", default=False)
+
+
 def _check_settings_are_read(config: RunConfig, algorithm, options: Any = None) -> None:
     """Nothing set is silently ignored. A data, speed, fault, evaluation or checkpoint field, or a
     shared field the algorithm's variant does not read (client_weights, the server optimiser's;
@@ -967,7 +972,7 @@ def _check_settings_are_read(config: RunConfig, algorithm, options: Any = None) 
                    if algorithms.get(other).changed_defaults.get(name, (None, object()))[1] == value]
         written = (f"; if it comes from a validated {' or '.join(writers)} config, which holds it as their "
                    f"default: dataclasses.replace(config, algorithm={config.algorithm!r}, {name}=None) leaves it "
-                   "out") if writers else ""
+                   "out") if writers and not READING_A_RECORD.get() else ""
         warn_user(f"{name}={value!r} is ignored: {config.algorithm} does not read it (read by "
                   f"{', '.join(algorithms_reading(name))}){written}")
 

@@ -38,8 +38,9 @@ from typing import Any, Mapping
 
 from jaxfl._user_warnings import warn_user
 from jaxfl import algorithms, checkpoint
-from jaxfl.config import (FIELDS, FIELDS_ADDED, SECTION_OF, ConfigError, RunConfig, as_recorded, config_from_mapping,
-                          split_algorithm_options, user_path, validate, without_settings_refused_since)  # noqa: F401 -- validate: the docstring examples use it
+from jaxfl.config import (FIELDS, FIELDS_ADDED, READING_A_RECORD, SECTION_OF, ConfigError, RunConfig, as_recorded,
+                          config_from_mapping, split_algorithm_options, user_path, validate,  # noqa: F401 -- validate: the docstring examples use it
+                          without_settings_refused_since)
 
 # Fields that do not change what a run computes or writes, so a resume may set them afresh. ``devices``
 # changes only how the client axis is sharded (results equal within the tolerance README states for
@@ -361,11 +362,13 @@ def read_run_and_record(run_dir: str, may_differ: Mapping[str, Any] | None = Non
                               "(jaxfl.algorithms.register) before resuming in Python, or run such an algorithm as "
                               "path/to/file.py:Class or module:Class, which a resume imports itself")
     try:
-        with warnings.catch_warnings():
-            # the run's own record, which a resume cannot change: said when the run began (its advice to
-            # leave the field out would make the config differ from its checkpoints')
-            warnings.filterwarnings("ignore", message=r".* is ignored: \S+ does not read it")
+        # the run's own record, which a resume cannot change: its unread fields are said without the advice
+        # to leave them out (that would make the config differ from its checkpoints')
+        reading = READING_A_RECORD.set(True)
+        try:
             return config_from_mapping(values), written.get("user_inputs", {}), written
+        finally:
+            READING_A_RECORD.reset(reading)
     except (ConfigError, TypeError, ValueError) as error:
         text = str(error).strip().splitlines()  # whole: a reference's cause comes after the list of names
         if may_differ and _valid(without_settings_refused_since(as_recorded(written["config"]))[0]):  # the value given for the resume is the bad one
