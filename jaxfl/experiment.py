@@ -43,6 +43,7 @@ import tempfile
 import time
 import warnings
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -1389,6 +1390,12 @@ def _user_data(config: RunConfig, data) -> tuple[RunConfig, Dataset | None]:
                           f"dataset unset (the run records it as {name!r})")
     if config.data_dir is not None:
         raise ConfigError(f"data_dir={config.data_dir!r} is not read when data= is given: leave it unset")
+    held = data.get("num_classes") if isinstance(data, Mapping) else None
+    held = np.asarray(held).item() if held is not None and np.ndim(held) == 0 else None
+    if held is not None and config.num_classes is not None and config.data_fingerprint is not None and \
+            held != config.num_classes:  # a recorded run's: it goes on as it was made
+        warn_user(f"data= holds num_classes={held!r}, but the run was made with num_classes={config.num_classes}: "
+                  f"it goes on with {config.num_classes}")
     dataset = as_dataset(data, config.num_classes, name)
     config = dataclasses.replace(config, dataset=name)
     largest = max(int(dataset.train_y.max(initial=0)), int(dataset.test_y.max(initial=0)))

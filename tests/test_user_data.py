@@ -462,3 +462,8 @@ def test_a_num_classes_held_by_the_data_is_recorded_and_its_resume_needs_only_th
     # the arrays alone resume it (the model's 6 outputs were a "model changed" refusal)
     resumed = resume_experiment(made.run_dir, data=(x_train, y_train, x_test, y_test), overrides={"max_updates": 3})
     assert resumed.summary["global_updates"] == 3 and recorded(resumed)["num_classes"] == 6
+    # a mapping of another num_classes: the run's goes on, said (it was taken without a word)
+    with pytest.warns(UserWarning, match=r"data= holds num_classes=8, but the run was made with num_classes=6: it goes "
+                                         r"on with 6"):
+        again = resume_experiment(made.run_dir, data={**data, "num_classes": 8}, overrides={"max_updates": 4})
+    assert recorded(again)["num_classes"] == 6
