@@ -41,6 +41,8 @@ import inspect
 import json
 import math
 import operator
+import pickle
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
@@ -1244,6 +1246,10 @@ class Simulation:
         # over and over) would never reach max_time: far more events at one instant than any round of
         # every client can make is a loop, stopped and named
         instant, at_instant, instant_limit = -math.inf, 0, same_instant_limit(self.num_clients)
+        # a backend's look between events (an engine that trains ahead: Simulation.foresee), before the first too
+        between_events = getattr(self.backend, "between_events", None)
+        if between_events is not None:
+            between_events(self)
         while True:
             if self._stop_requested:
                 self.stop_reason = self._stop_requested
@@ -1262,6 +1268,8 @@ class Simulation:
                 break
             self.events_processed += 1
             handle(event)
+            if between_events is not None:
+                between_events(self)
             if self.after_event is not None:
                 self.after_event(self)
             if event.time != instant:
@@ -1342,6 +1350,34 @@ class Simulation:
         if self.max_client_steps is not None and self.aggregated_steps >= self.max_client_steps:
             return "max_client_steps"
         return None
+
+    def foresee(self, max_events: int) -> frozenset[int] | None:
+        """The ids of the dispatches this run aggregates from now to the end of its budgets, made or yet to
+        be made, found by running a copy of the simulation to that end with nothing trained (as a
+        timing-only run); None where the copy does not end within ``max_events`` events, or fails.
+
+        Exact where the schedule does not depend on model values and every update is finite: a
+        timing-only run's event log equals the training run's. A stop for reasons the copy cannot see
+        (a target accuracy reached) ends the run sooner. A backend that trains ahead reads it near a
+        run's end, so that nothing it trains ahead goes unused there. Call it between events only (from
+        a backend's ``between_events``): a copy made inside one would miss the rest of its handler. The
+        simulation itself is left as it was (the copy has its own clock, records, policy and random
+        streams), and the copy writes no log.
+
+        Example (FedAsync, every client in flight, 3 updates left)::
+
+            sim.foresee(max_events=1_000)  # → frozenset({0, 4, 9}): the 3 updates the run still aggregates
+        """
+        watcher = _Foresight(self.aggregated_steps, max_events)
+        try:
+            with warnings.catch_warnings():  # the copy's policy repeats what the run's said, or will say
+                warnings.simplefilter("ignore")
+                copy = pickle.loads(pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL))
+                copy.attach(watcher, after_event=watcher.count_event)
+                copy.run()
+        except Exception:  # _PastForesight, or anything the copy met: no foresight, which only costs speed
+            return None
+        return frozenset(watcher.aggregated)
 
     def __getstate__(self) -> dict:
         """Everything but the backend and the log writer: clock, queue, records, policy (groups,
@@ -1477,6 +1513,40 @@ class Simulation:
 
     def _write(self, event, time, client, dispatch, version, staleness, steps, detail=None, wall_time=None):
         self._emit((time, event, client, dispatch, version, staleness, steps, detail, wall_time))
+
+
+class _PastForesight(Exception):
+    """A copy run by :meth:`Simulation.foresee` took more events than it was given."""
+
+
+class _Foresight:
+    """The backend of :meth:`Simulation.foresee`'s copy: trains nothing, takes every update as finite
+    (as a timing-only run's), and notes the ids of the dispatches aggregated."""
+
+    def __init__(self, aggregated_steps: int, max_events: int):
+        self.aggregated_steps = aggregated_steps  # the client-step budget goes on from the run's count
+        self.aggregated: set[int] = set()
+        self.events_left = max_events
+
+    def count_event(self, simulation) -> None:
+        self.events_left -= 1
+        if self.events_left < 0:
+            raise _PastForesight
+
+    def on_dispatch(self, record) -> None:
+        pass
+
+    def on_aggregate(self, aggregation, records) -> bool:
+        for record in records:
+            self.aggregated.add(record.id)
+            self.aggregated_steps += record.steps
+        return False
+
+    def on_drop(self, record) -> None:
+        pass
+
+    def nonfinite(self, records) -> list:
+        return []
 
 
 @contextlib.contextmanager
