@@ -38,7 +38,9 @@ def _simulation(algorithm: str, clients: int, updates: int, log=None, **options)
 
 @pytest.mark.parametrize("algorithm, options", [("fedasync", {"concurrency": 40}),
                                                 ("fedbuff", {"concurrency": 40, "buffer_size": 4}),
-                                                ("fedcompass", {}), ("fedat", {}), ("port", {})])
+                                                ("fedcompass", {}), ("fedat", {}), ("port", {}), ("fedavg", {}),
+                                                ("ccfedavg", {}),
+                                                ("fedasmu", {"algorithm_options": {"slot": "middle"}})])
 def test_foresee_names_exactly_the_dispatches_the_run_aggregates_and_leaves_the_run_as_it_was(algorithm, options):
     rows, alone = [], []
     simulation = _simulation(algorithm, 40, 10, log=rows.append, **options)
@@ -81,7 +83,9 @@ def _executed_and_aggregated(result) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("overrides", [{}, {"algorithm": "fedbuff", "buffer_size": 3},
-                                       {"max_updates": None, "max_client_updates": 20}])
+                                       {"max_updates": None, "max_client_updates": 20},
+                                       {"algorithm": "fedbuff", "buffer_size": 3, "crash_prob": 0.05,
+                                        "delay_prob": 0.1, "dropout_prob": 0.1, "dropout_mean": 1.0}])
 def test_a_run_with_every_client_in_flight_trains_nothing_it_does_not_aggregate(tmp_path, overrides):
     result = jaxfl.run_experiment(_config(tmp_path, **overrides))
     executed, aggregated = _executed_and_aggregated(result)

@@ -42,7 +42,6 @@ import json
 import math
 import operator
 import pickle
-import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
@@ -1370,11 +1369,9 @@ class Simulation:
         """
         watcher = _Foresight(self.aggregated_steps, max_events)
         try:
-            with warnings.catch_warnings():  # the copy's policy repeats what the run's said, or will say
-                warnings.simplefilter("ignore")
-                copy = pickle.loads(pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL))
-                copy.attach(watcher, after_event=watcher.count_event)
-                copy.run()
+            copy = pickle.loads(pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL))
+            copy.attach(watcher, after_event=watcher.count_event)
+            copy.run()
         except Exception:  # _PastForesight, or anything the copy met: no foresight, which only costs speed
             return None
         return frozenset(watcher.aggregated)
