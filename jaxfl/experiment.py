@@ -1447,6 +1447,13 @@ def _check_transforms(config: RunConfig, dataset) -> None:
     if config.augment == "crop_flip" and dataset.kind != "image":
         raise ValueError(f"augment='crop_flip' needs image samples but dataset {config.dataset!r} has "
                          f"{dataset.kind} samples; use augment='none' (or 'auto')")
+    if config.augment == "auto" and dataset.kind == "image" and dataset_family(dataset.name) in AUGMENTED \
+            and ":" not in dataset.name and not config.timing_only:
+        # your arrays named "cifar10" (the built-ins: "tfds:cifar10", "array_record:cifar10"): the name alone
+        # chose the augmentation
+        warn_user(f"data named {dataset.name!r} is trained with random crops and flips, which augment='auto' takes "
+                  f"for the CIFAR family its name gives; augment='none' trains on your images as they are "
+                  f"(augment='crop_flip' keeps them without this note)")
     if config.normalize and dataset.kind == "tokens":
         raise ConfigError(f"normalize=True is not allowed: dataset {config.dataset!r} holds token ids, which have "
                           "no mean and std (set normalize=false)")

@@ -394,6 +394,22 @@ def test_an_npz_file_named_in_the_wrong_setting_is_refused_saying_where_it_goes(
     assert str(refused.value).endswith(said)
 
 
+def test_images_named_after_cifar_say_that_the_name_chose_their_augmentation(tmp_path):
+    # a review: arrays named "cifar10" (the built-in is "tfds:cifar10") took CIFAR's crop and flip without a word
+    x_train, y_train, x_test, y_test = arrays(dtype=np.uint8, shape=(8, 8, 3))
+    config = RunConfig(algorithm="fedavg", model="logreg", clients=2, local_steps=1, max_updates=1, progress=False,
+                       eval_interval=None, target_accuracy=0.99, output_dir=str(tmp_path))
+    named = as_dataset((x_train, y_train, x_test, y_test), name="cifar10")
+    with pytest.warns(UserWarning, match=r"data named 'cifar10' is trained with random crops and flips, which "
+                                         r"augment='auto' takes for the CIFAR family its name gives; augment='none'"):
+        run_experiment(config, data=named)
+    for augment, data in (("none", named), ("crop_flip", named),
+                          ("auto", as_dataset((x_train, y_train, x_test, y_test), name="my_cifar10"))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            run_experiment(dataclasses.replace(config, augment=augment), data=data)
+
+
 def test_data_that_trains_but_is_likely_not_what_was_meant_is_said():
     # a review's own data ran without a word: PyTorch's layout normalised per image column, 0/1 masks
     # divided by 255, a test class no client trains on, class ids with gaps as 20,001 outputs
