@@ -76,8 +76,9 @@ def test_a_target_is_shown_with_the_digits_it_has(tmp_path):
 def test_the_computation_column_is_what_clients_computed_not_how_the_engine_batched_it(tmp_path):
     """Two runs that differ only in clients_per_call (how the engine batches, not what a run
     computes) have the same event log and the same client_steps_arrived: the steps of the arrivals
-    in the log. The engine's client_steps_executed also holds work trained ahead for clients still
-    out at the end, which grows with the call size; the report's computation column reads arrivals."""
+    in the log. The engine's client_steps_executed also holds work trained ahead for updates the run
+    never aggregated (here: the run stops at its target, at update 8 of 12), which grows with the call
+    size; the report's computation column reads arrivals."""
     import dataclasses
 
     import numpy as np
@@ -85,7 +86,7 @@ def test_the_computation_column_is_what_clients_computed_not_how_the_engine_batc
     import jaxfl
 
     config = jaxfl.RunConfig(algorithm="fedasync", dataset="digits", model="logreg", clients=8, local_steps=5,
-                             max_updates=12, heterogeneity="pareto", progress=False, stop_at_target=False,
+                             max_updates=12, heterogeneity="pareto", progress=False, target_accuracy=0.15,
                              output_dir=str(tmp_path))
     one, many = (jaxfl.run_experiment(dataclasses.replace(config, clients_per_call=k, run_name=f"k{k}"))
                  for k in (1, 8))
@@ -93,6 +94,7 @@ def test_the_computation_column_is_what_clients_computed_not_how_the_engine_batc
     arrived = int(events["steps"][events["event"] == "arrival"].sum())
     assert one.summary["client_steps_arrived"] == many.summary["client_steps_arrived"] == arrived
     assert jaxfl.load_run(many.run_dir).events["time"].tolist() == events["time"].tolist()
+    assert one.summary["stop_reason"] == many.summary["stop_reason"] == "target reached"
     assert many.summary["client_steps_executed"] > one.summary["client_steps_executed"] >= arrived
 
     def row(result, algorithm):
