@@ -669,6 +669,11 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
             # it is undefined (reference_at_start), not a miss of the reference's (reference_reached)
             relative = None if mean is None or base is None or base == 0 else \
                 _paired_ratio(runs, by_method[reference], mean / base)
+            # none where the reference executed no step (a ratio against 0 steps is undefined)
+            steps_compared = steps[name] is not None and bool(base_steps)
+            relative_steps = _paired_ratio(runs, by_method[reference], steps[name] / base_steps, counted) \
+                if steps_compared else None
+            common = _common_seeds(runs, by_method[reference], counted) if steps_compared else set()
             lines.append({**dict(zip(groups, key)), "method": name, "algorithm": runs[0]["algorithm"],
                           "runs": len(runs), "reached": reached, "time_to_target_mean": mean,
                           "time_to_target_std": spread,
@@ -683,17 +688,12 @@ def _summarise(grouping: _Grouping, reference: str) -> list[dict]:
                           # stopped on NaN/Inf: their accuracies are the last evaluation's before it
                           "diverged": sum(_diverged(run) for run in runs),
                           "diverged_by_seed": [run.get("seed") for run in runs if _diverged(run)],
-                          # none where the reference executed no step (a ratio against 0 steps is undefined)
-                          "relative_steps": None if steps[name] is None or base_steps is None or base_steps == 0
-                          else _paired_ratio(runs, by_method[reference], steps[name] / base_steps, counted),
+                          "relative_steps": relative_steps,
                           "reference_steps_zero": base_steps == 0,
                           # the ratio is paired seed by seed: none of the reference's seeds counted here
-                          "steps_no_common_seed": steps[name] is not None and bool(base_steps) and
-                          not _common_seeds(runs, by_method[reference], counted),
+                          "steps_no_common_seed": steps_compared and not common,
                           # the reference ran none in the seeds both counted (it did in others): no ratio against 0
-                          "reference_steps_zero_in_common": steps[name] is not None and bool(base_steps) and
-                          bool(_common_seeds(runs, by_method[reference], counted)) and
-                          _paired_ratio(runs, by_method[reference], 1.0, counted) is None,
+                          "reference_steps_zero_in_common": bool(common) and relative_steps is None,
                           "reference_reached": base is not None,
                           "reference_in_group": reference in by_method,
                           "reference_at_start": base == 0,
