@@ -99,8 +99,8 @@ TRAIN_STREAM = 11  # fold_in(root key, TRAIN_STREAM) → per-(client, client_rou
 # memory an update and a checkpoint that grew with the run (1.1 MB to 3.0 MB over 60,000 updates)
 KEPT_RELEASED_METRICS = 10_000
 # Engine.between_events looks ahead (Simulation.foresee) only where its copy is cheap: at most this many
-# updates left (a copy's run of 16,384 FedBuff updates: ~0.1 s) and this many dispatches live (pickled:
-# FedCompass's 10^4 live records ~0.2 s, 10^5 2.4 s)
+# client updates left (a copy's run of 16,384 FedBuff updates: ~0.3 s of the 2-core development CPU) and
+# this many dispatches live (pickled: FedCompass's 10^4 live records ~0.2 s, 10^5 2.4 s)
 FORESIGHT_UPDATES = 1 << 14
 FORESIGHT_RECORDS = 1 << 15
 _ARRIVAL_ORDER = operator.attrgetter("arrival_time", "id")  # which pending dispatches arrive next
