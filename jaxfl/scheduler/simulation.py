@@ -280,8 +280,9 @@ class Backend(Protocol):
     Optional: ``on_fetch(record)`` (a pausing dispatch got its fresh model),
     ``on_recall(record)`` (a dispatch was recalled: it now trains fewer ``record.steps``) and
     ``on_attach(simulation)`` (called when the simulation is built or re-attached: the engine reads
-    :meth:`Simulation.updates_left` and ``max_time`` from it, to train ahead only what may be used).
-    Read only when a run sets ``max_client_steps``: ``aggregated_steps``, the local steps of the
+    :meth:`Simulation.updates_left` and ``max_time`` from it, to train ahead only what may be used) and
+    ``between_events(simulation)`` (called before the first event and after each: where
+    :meth:`Simulation.foresee` may be called). Read only when a run sets ``max_client_steps``: ``aggregated_steps``, the local steps of the
     updates aggregated so far (the backend counts them anyway, as its record of the work)."""
 
     def on_dispatch(self, record: DispatchRecord) -> None: ...
