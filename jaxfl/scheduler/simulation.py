@@ -68,7 +68,12 @@ _INTERNAL_PRIORITIES = {"crash": 9}
 # default is 700). Every dispatch leaves long-lived objects (its record, its queued event), so at the
 # default the collector rescans them over and over: a third of a 10^5-client timeline's time. Only
 # how often the collector runs changes, not what it frees; the threshold is restored when run() returns.
-_RUN_GC_THRESHOLD = 50_000
+# It stays well above the event log's buffer (EventLog.buffer_rows, 65,536 row tuples, freed at each
+# spill), which alone filled the young generation at 50,000: every row tuple was scanned once before
+# its spill, 7 collections in a 10^4-client FedCompass run of 20,000 updates (~6 % of its CPU time
+# in them and more in the caches they flush: 200,000 gave it 4-11 % more events/s, FedBuff ~6 %,
+# FedAsync the same; one collection left in the run).
+_RUN_GC_THRESHOLD = 200_000
 # Clients whose round durations Simulation.dispatch_many draws in one call (ClientSpeeds.round_durations
 # draws a first wave of 32,768 or more as arrays): at most this many, in blocks of equal size.
 _DRAW_BLOCK = 1 << 16
