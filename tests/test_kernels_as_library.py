@@ -190,3 +190,23 @@ def test_the_smaller_library_edges_of_the_second_review_are_named_or_kept():
     shares = port.port_weights(jnp.zeros(7, jnp.bfloat16), jnp.ones(7, jnp.bfloat16), jnp.ones(7, jnp.bfloat16),
                                jnp.zeros(7, bool))
     assert float(jnp.sum(shares)) == pytest.approx(1.0, abs=1e-6)  # bfloat16's sevenths summed to 1.005
+
+
+def test_make_staleness_takes_a_0d_array_as_make_server_optimizer_does_and_refuses_a_traced_one():
+    from jaxfl.scheduler.staleness import make_staleness
+
+    assert make_staleness("polynomial", alpha=np.array(0.9), a=jnp.float32(0.5))(3) == pytest.approx(0.45)
+    assert make_staleness("hinge", b=jnp.array(4))(5) == pytest.approx(1.0 / 11.0)
+    with pytest.raises(ValueError, match=r"staleness parameter alpha must be a finite real number, got array\(\[0.9\]\)"):
+        make_staleness("polynomial", alpha=np.array([0.9]))
+    with pytest.raises(ValueError, match=r"staleness parameter a must be a finite real number, got .*Tracer"):
+        jax.jit(lambda a: make_staleness("polynomial", a=a)(3))(0.5)
+
+
+def test_a_trainer_refuses_an_infinite_prox_mu_as_the_config_does():
+    # μ = inf made every proximal gradient inf · 0 = NaN at the first step, from the library without a word
+    model = nn.Dense(2)
+    with pytest.raises(ValueError, match=r"prox_mu=inf is not allowed: a finite number >= 0"):
+        make_client_trainer(model, optax.sgd(0.1), batch_size=4, prox_mu=float("inf"))
+    with pytest.raises(ValueError, match=r"prox_mu=-1.0 is not allowed"):
+        make_client_trainer(model, optax.sgd(0.1), batch_size=4, prox_mu=-1.0)

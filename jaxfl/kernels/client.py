@@ -26,6 +26,7 @@ authors' code: buffers are not averaged as deltas but replaced by the plain mean
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 from typing import Any, Callable, NamedTuple
 
@@ -223,8 +224,8 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
     """
     if not (isinstance(batch_size, numbers.Integral) and not isinstance(batch_size, bool) and batch_size >= 1):
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if not prox_mu >= 0:
-        raise ValueError(f"prox_mu must be >= 0, got {prox_mu}")
+    if not (prox_mu >= 0 and math.isfinite(prox_mu)):  # μ = inf: every step's gradient inf · 0, NaN
+        raise ValueError(f"prox_mu={prox_mu!r} is not allowed: a finite number >= 0 (FedProx's μ; 0 turns it off)")
 
     per_example_loss = integer_label_cross_entropy if loss is None else loss
     # With augmentation the batch arrives already transformed (augment ends with the preprocessing).

@@ -91,8 +91,8 @@ _PARAMETERS = {"constant": ("alpha",), "polynomial": ("alpha", "a"), "hinge": ("
 def make_staleness(name: str, **params):
     """The staleness function ``name`` with its parameters bound.
 
-    Parameters are real numbers (Python's or NumPy's, ``np.float32(0.5)`` included; not bools),
-    finite, with α > 0, a ≥ 0 and the hinge's b ≥ 0.
+    Parameters are real numbers (Python's or NumPy's, ``np.float32(0.5)`` and 0-d arrays included;
+    not bools, nor values traced under ``jit``), finite, with α > 0, a ≥ 0 and the hinge's b ≥ 0.
 
     >>> st = make_staleness("polynomial", alpha=0.9, a=0.5)
     >>> round(st(3), 4)
@@ -100,6 +100,8 @@ def make_staleness(name: str, **params):
     >>> import numpy as np
     >>> make_staleness("polynomial", a=np.float32(0.5))(3)
     0.45
+    >>> make_staleness("polynomial", alpha=np.array(0.9))(0)
+    0.9
     """
     if name not in _FUNCTIONS:
         raise ValueError(f"unknown staleness function {name!r}; allowed: {', '.join(STALENESS_FUNCTIONS)}")
@@ -107,6 +109,8 @@ def make_staleness(name: str, **params):
     if unknown:
         raise ValueError(f"staleness {name!r} takes parameters {_PARAMETERS[name]}, got unknown {sorted(unknown)}")
     for key, value in params.items():
+        if getattr(value, "shape", None) == () and not isinstance(value, numbers.Number):
+            value = _scalar_of(value)  # np.array(0.5), jnp.float32(0.5): as make_server_optimizer takes them
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
             raise ValueError(f"staleness parameter {key} must be a finite real number, got {value!r}")
         # NumPy's as Python's (int stays int, so an exponent traces as before under jit)
@@ -120,6 +124,15 @@ def make_staleness(name: str, **params):
         raise ValueError(f"staleness hinge threshold b must be >= 0 (the staleness up to which st(s) = alpha), "
                          f"got {params['b']}")
     return functools.partial(_FUNCTIONS[name], **params)  # picklable, for checkpoints
+
+
+def _scalar_of(value):
+    """The Python number a 0-d array holds (NumPy's or a concrete JAX array's); ``value`` itself where it
+    has none to give (a tracer), which the caller then refuses."""
+    try:
+        return value.item()
+    except Exception:  # jax's concretisation error under jit, or an object without item()
+        return value
 
 
 class StalenessWeights(dict):
