@@ -210,3 +210,13 @@ def test_a_trainer_refuses_an_infinite_prox_mu_as_the_config_does():
         make_client_trainer(model, optax.sgd(0.1), batch_size=4, prox_mu=float("inf"))
     with pytest.raises(ValueError, match=r"prox_mu=-1.0 is not allowed"):
         make_client_trainer(model, optax.sgd(0.1), batch_size=4, prox_mu=-1.0)
+
+
+def test_fednova_coefficients_keep_float64_under_x64_and_float32_otherwise():
+    # it cast everything to float32: float64 coefficients under x64 came back rounded
+    third = 1.0 / 3.0
+    with jax.enable_x64(True):
+        out = fednova_coefficients(np.array([third, 1 - third]), np.array([10, 40]))
+        assert out.dtype == jnp.float64 and float(out[0]) == pytest.approx(third * 30.0 / 10.0, rel=1e-15)
+    assert fednova_coefficients(jnp.array([0.5, 0.5], jnp.bfloat16), jnp.array([10, 40])).dtype == jnp.float32
+    assert fednova_coefficients([1, 1], [10, 40]).dtype == jnp.float32

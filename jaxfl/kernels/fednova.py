@@ -35,10 +35,12 @@ def fednova_coefficients(coefficients: jax.Array, steps: jax.Array, step_weights
     >>> fednova_coefficients(jnp.array([0.5, 0.5]), jnp.array([10, 40]), step_weights=jnp.array([1.0, 0.0])).tolist()
     [0.5, 0.125]
     """
-    c = jnp.asarray(coefficients, jnp.float32)
-    # as arrays first: np.shape of a list of traced values (jit, grad) fails
-    steps = jnp.asarray(steps, jnp.float32)
-    step_weights = None if step_weights is None else jnp.asarray(step_weights, jnp.float32)
+    c = jnp.asarray(coefficients)
+    # in float32 at least, float64 coefficients (under x64) kept so; as arrays first: np.shape of a list of
+    # traced values (jit, grad) fails
+    dtype = jnp.promote_types(c.dtype, jnp.float32)
+    c, steps = c.astype(dtype), jnp.asarray(steps).astype(dtype)
+    step_weights = None if step_weights is None else jnp.asarray(step_weights).astype(dtype)
     for name, value in (("steps", steps), ("step_weights", step_weights)):
         if value is not None and value.shape != c.shape:
             raise ValueError(f"fednova_coefficients: {name} has shape {tuple(value.shape)} but coefficients "
