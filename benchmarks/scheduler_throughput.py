@@ -45,9 +45,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from jaxfl import algorithms  # noqa: E402
 from jaxfl.config import RunConfig, validate  # noqa: E402
 from _report import check_at_least, validated  # noqa: E402  (benchmarks/_report.py: it imports no jax)
-from jaxfl.experiment import _expected_event_rows, _TimingBackend  # noqa: E402
+from jaxfl.experiment import _expected_event_rows  # noqa: E402
 from jaxfl.runlog import EVENT_LOG_FIELDS, EventLog, _pyarrow, read_events  # noqa: E402
-from jaxfl.scheduler.simulation import Simulation  # noqa: E402
+from jaxfl.scheduler.simulation import Simulation, TimingBackend  # noqa: E402
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -92,7 +92,7 @@ def measure(algorithm: str, clients: int, updates: int, concurrency: int | None,
     run_dir = tempfile.mkdtemp(dir=folder)
     with open_event_log(run_dir, config, policy) as log:
         # the EventLog itself, as a run passes it: the simulation then hands it rows as tuples
-        simulation = Simulation(policy, speeds, np.full(clients, 1.0 / clients), _TimingBackend(),
+        simulation = Simulation(policy, speeds, np.full(clients, 1.0 / clients), TimingBackend(),
                                 max_updates=updates, log=log)
         setup = time.perf_counter() - start
         run_start, cpu_start = time.perf_counter(), time.process_time()
@@ -127,7 +127,7 @@ def cpu_per_event(algorithm: str, clients: int, updates: int, concurrency: int, 
     policy = algorithms.build(config).policy()
     with open_event_log(tempfile.mkdtemp(dir=folder), config, policy) as events:
         simulation = Simulation(policy, speeds, np.full(clients, 1.0 / clients),
-                                _TimingBackend(), max_updates=updates, log=events if log else None)
+                                TimingBackend(), max_updates=updates, log=events if log else None)
         began = time.process_time()
         simulation.run()
         events.flush()
@@ -143,7 +143,7 @@ def aggregation_cost(clients: int, repeats: int = 20_000) -> float:
     from jaxfl.scheduler.simulation import ARRIVED, IN_FLIGHT, Policy
 
     simulation = Simulation(Policy(), ClientSpeeds(SpeedConfig(model="exp"), clients, seed=0),
-                            np.full(clients, 1.0 / clients), _TimingBackend())
+                            np.full(clients, 1.0 / clients), TimingBackend())
     records = []
     for client in range(repeats):  # each made arrived at once: a client trains one dispatch at a time
         records.append(simulation.dispatch(client % clients, 20))
@@ -168,7 +168,7 @@ def compass_group_costs(clients: int, groups: int, repeats: int = 2_000) -> dict
 
     policy = FedCompass(4, 20, make_staleness("constant", alpha=1.0))
     simulation = Simulation(policy, ClientSpeeds(SpeedConfig(model="exp"), clients, seed=0),
-                            np.full(clients, 1.0 / clients), _TimingBackend())
+                            np.full(clients, 1.0 / clients), TimingBackend())
     policy.clients = [ClientState(speed=0.1 + (client % 97) / 1000) for client in range(clients)]
     groups = min(groups, clients - 2)  # one client creates groups beyond them, one scans
     for client in range(groups):
@@ -278,7 +278,7 @@ def compass_own_cost(clients: int, updates: int, folder: str, repeats: int = 2) 
                               clients, seed=config.seed)
         policy = policy or algorithms.build(config).policy()
         with open_event_log(tempfile.mkdtemp(dir=folder), config, policy) as events:
-            simulation = Simulation(policy, speeds, np.full(clients, 1.0 / clients), _TimingBackend(),
+            simulation = Simulation(policy, speeds, np.full(clients, 1.0 / clients), TimingBackend(),
                                     max_updates=updates, log=events)
             recorder = None
             if record:

@@ -75,7 +75,7 @@ from jaxfl.models.init import pytorch_default_init
 from jaxfl.runlog import (CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields, finished_summary, last_tenth_mean, log_sizes,
                           write_client_samples)
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
-from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, NO_EVENTS_LEFT, Simulation
+from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, NO_EVENTS_LEFT, Simulation, TimingBackend
 from jaxfl.scheduler.speeds import ClientSpeeds, NegativeTimeError, SpeedConfig, round_unit_scale
 from jaxfl.user_inputs import UserInputs, match_init_params
 
@@ -2648,30 +2648,6 @@ def _schedule_summary(config: RunConfig, algorithm, simulation: Simulation, end_
             "timeline": simulation.timeline(end_time)}
 
 
-class _TimingBackend:
-    """The simulation's backend in a timing-only run: nothing is trained and no model exists, so
-    every update is taken as finite and aggregations only count the client-steps they use."""
-
-    def __init__(self):
-        self.aggregated_steps = 0
-
-    def on_dispatch(self, record) -> None:
-        pass
-
-    def on_aggregate(self, aggregation, records) -> bool:
-        steps = 0
-        for record in records:  # a loop: a generator costs more than FedAsync's one record
-            steps += record.steps
-        self.aggregated_steps += steps
-        return False
-
-    def on_drop(self, record) -> None:
-        pass
-
-    def nonfinite(self, records) -> list:
-        return []
-
-
 def _backend_peak_bytes() -> int | None:
     """The allocator's peak on the default device where the backend reports one (GPU, TPU)."""
     try:
@@ -2784,7 +2760,7 @@ def _run_timing_only(config: RunConfig, federation, params, user: UserInputs = U
             shared_output_dir or config.output_dir, cluster.broadcast_text(os.path.basename(run_dir)))
     user.save(run_dir)
     _write_run_config(run_dir, config, params, federation, plan=None, user_inputs=user_inputs)
-    backend = _TimingBackend()
+    backend = TimingBackend()
 
     def stop_if_requested(simulation: Simulation) -> None:
         # SIGTERM (or request_stop) between two events: the logs closed there, as Ctrl-C leaves them

@@ -10,13 +10,12 @@ import jaxfl
 from jaxfl import algorithms
 from jaxfl.algorithms import fedasync, register, unregister
 from jaxfl.config import RunConfig, validate
-from jaxfl.experiment import _TimingBackend
-from jaxfl.scheduler.simulation import Simulation
+from jaxfl.scheduler.simulation import Simulation, TimingBackend
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
 from jaxfl.testing import _interrupt_after, _Interrupted, assert_same_run
 
 
-class _Recording(_TimingBackend):
+class _Recording(TimingBackend):
     """A timing-only backend that notes the ids aggregated."""
 
     def __init__(self):

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 from jaxfl.algorithms.fedcompass import FedCompass
-from jaxfl.experiment import _TimingBackend
 from jaxfl.runlog import EVENT_LOG_FIELDS, EventLog, _pyarrow, _rows_to_arrow, _to_arrow, read_events
-from jaxfl.scheduler.simulation import Simulation
+from jaxfl.scheduler.simulation import Simulation, TimingBackend
 from jaxfl.scheduler.speeds import ClientSpeeds, SpeedConfig
 from jaxfl.scheduler.staleness import make_staleness
 
@@ -57,7 +56,7 @@ def _compass_run(clients: int, updates: int):
     weights = np.random.default_rng(3).dirichlet(np.ones(clients))
     rows = []
     simulation = Simulation(policy, ClientSpeeds(SpeedConfig(model="exp"), clients, seed=5), weights,
-                            _TimingBackend(), max_updates=updates, log=lambda row: rows.append(row))
+                            TimingBackend(), max_updates=updates, log=lambda row: rows.append(row))
     return simulation, rows
 
 
@@ -84,7 +83,7 @@ def test_compass_pickle_leaves_the_weights_list_out_and_resumes_the_same():
     resumed = pickle.loads(state)
     assert resumed.policy._weights_list is None
     resumed_rows = list(paused_rows)
-    resumed.attach(_TimingBackend(), log=lambda row: resumed_rows.append(row))
+    resumed.attach(TimingBackend(), log=lambda row: resumed_rows.append(row))
     resumed.max_updates = 400
     resumed.run()
     strip = [{k: v for k, v in row.items() if k != "wall_time"} for row in straight_rows]

@@ -287,8 +287,9 @@ class Backend(Protocol):
     ``on_attach(simulation)`` (called when the simulation is built or re-attached: the engine reads
     :meth:`Simulation.updates_left` and ``max_time`` from it, to train ahead only what may be used) and
     ``between_events(simulation)`` (called before the first event and after each: where
-    :meth:`Simulation.foresee` may be called). Read only when a run sets ``max_client_steps``: ``aggregated_steps``, the local steps of the
-    updates aggregated so far (the backend counts them anyway, as its record of the work)."""
+    :meth:`Simulation.foresee` may be called). Read only when a run sets ``max_client_steps``:
+    ``aggregated_steps``, the local steps of the updates aggregated so far (the backend counts them
+    anyway, as its record of the work). :class:`TimingBackend` trains nothing."""
 
     def on_dispatch(self, record: DispatchRecord) -> None: ...
 
@@ -1518,16 +1519,45 @@ class Simulation:
         self._emit((time, event, client, dispatch, version, staleness, steps, detail, wall_time))
 
 
+class TimingBackend:
+    """The backend of a schedule run alone (a timing-only run, :meth:`Simulation.foresee`'s copy):
+    nothing is trained and no model exists, so every update is taken as finite and aggregations only
+    count the client-steps they use.
+
+    >>> TimingBackend().aggregated_steps
+    0
+    """
+
+    def __init__(self, aggregated_steps: int = 0):
+        self.aggregated_steps = aggregated_steps
+
+    def on_dispatch(self, record) -> None:
+        pass
+
+    def on_aggregate(self, aggregation, records) -> bool:
+        steps = 0
+        for record in records:  # a loop: a generator costs more than FedAsync's one record
+            steps += record.steps
+        self.aggregated_steps += steps
+        return False
+
+    def on_drop(self, record) -> None:
+        pass
+
+    def nonfinite(self, records) -> list:
+        return []
+
+
 class _PastForesight(Exception):
     """A copy run by :meth:`Simulation.foresee` took more events than it was given."""
 
 
-class _Foresight:
-    """The backend of :meth:`Simulation.foresee`'s copy: trains nothing, takes every update as finite
-    (as a timing-only run's), and notes the ids of the dispatches aggregated."""
+class _Foresight(TimingBackend):
+    """The backend of :meth:`Simulation.foresee`'s copy: notes the ids of the dispatches aggregated,
+    and stops the copy past its events."""
 
     def __init__(self, aggregated_steps: int, max_events: int):
-        self.aggregated_steps = aggregated_steps  # the client-step budget goes on from the run's count
+        super().__init__(aggregated_steps)  # the client-step budget goes on from the run's count
         self.aggregated: set[int] = set()
         self.events_left = max_events
 
@@ -1536,20 +1566,9 @@ class _Foresight:
         if self.events_left < 0:
             raise _PastForesight
 
-    def on_dispatch(self, record) -> None:
-        pass
-
     def on_aggregate(self, aggregation, records) -> bool:
-        for record in records:
-            self.aggregated.add(record.id)
-            self.aggregated_steps += record.steps
-        return False
-
-    def on_drop(self, record) -> None:
-        pass
-
-    def nonfinite(self, records) -> list:
-        return []
+        self.aggregated.update(record.id for record in records)
+        return super().on_aggregate(aggregation, records)
 
 
 @contextlib.contextmanager
