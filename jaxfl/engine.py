@@ -416,13 +416,13 @@ class Engine:
         self.plan = plan
         self.batching = batching
         # The dispatches the run still aggregates, found near its end by Simulation.foresee (None until
-        # then), where the run allows it (foresight_allowed: a schedule that no model value moves);
-        # _foresight_events: the events the copy that found them was given, which a resume's copy gets too,
-        # so that it finds them again at once; _foresight_below: the updates left under which to look
+        # then), where the run allows it (foresight_allowed: a schedule that no model value moves), under
+        # the budgets _foresight_budgets (an extended run looks again); kept in checkpoints, so that a
+        # resume trains as the run would have; _foresight_below: the updates left under which to look
         # (halved after a look that found nothing).
         self.foresight_allowed = False
         self._foresight: frozenset[int] | None = None
-        self._foresight_events: int | None = None
+        self._foresight_budgets: tuple | None = None
         self._foresight_below = math.inf
         # A model-mixing rule needs each update's start model at aggregation time; otherwise a
         # version is dropped as soon as every dispatch from it has been trained.
@@ -711,25 +711,40 @@ class Engine:
         once the budgets leave at most twice as many updates as there are dispatches live (or clients
         in a call), where the copy is cheap: at most ``FORESIGHT_UPDATES`` updates left and
         ``FORESIGHT_RECORDS`` dispatches live (which it pickles). A time budget's updates left are
-        those at the rate so far."""
-        if self._foresight is not None or not self.foresight_allowed or not self.batching:
+        those at the rate so far. The copy takes every update as finite: after a NaN update is skipped,
+        what it found may train some ahead in vain (never more than without it, and never a different
+        result); a checkpoint keeps it, so that a resume trains in the same calls."""
+        if not self.foresight_allowed or not self.batching:
             return
-        if self._foresight_events is not None:  # resumed: the copy that found them gets as many events again
-            self._look_ahead(simulation, self._foresight_events)
+        if self._foresight is not None:
+            if simulation.budgets == self._foresight_budgets:
+                return
+            self._foresight, self._foresight_below = None, math.inf  # an extended run: its end moved
+        live = len(simulation.records.live)
+        if live > FORESIGHT_RECORDS or (simulation.max_client_steps is not None and simulation.events_processed
+                                        and not simulation.client_updates_aggregated):
+            # (until the first aggregation a client-step budget's updates_left sums every live dispatch's
+            # steps: looked at before the first event only, not at every event of a first round of 10^4)
             return
-        live, left = len(simulation.records.live), simulation.updates_left()
+        left = simulation.updates_left()
         done, now = simulation.client_updates_aggregated, simulation.now
         if simulation.max_time != math.inf and done and now > 0:
             left = min(left, (simulation.max_time - now) * done / now)
-        if left <= min(2 * max(live, self.plan.clients_per_call), FORESIGHT_UPDATES, self._foresight_below) \
-                and live <= FORESIGHT_RECORDS:
-            self._look_ahead(simulation, 16 * (math.ceil(left) + live) + 1024)
-            if self._foresight is None:  # not within so many events: again at half as many updates left
+        if left <= min(2 * max(live, self.plan.clients_per_call), FORESIGHT_UPDATES, self._foresight_below):
+            found = simulation.foresee(16 * (math.ceil(left) + live) + 1024)
+            if found is None:  # not within so many events: again at half as many updates left
                 self._foresight_below = left / 2
+            else:
+                self._foresight, self._foresight_budgets = found, simulation.budgets
 
-    def _look_ahead(self, simulation, max_events: int) -> None:
-        self._foresight = simulation.foresee(max_events)
-        self._foresight_events = max_events if self._foresight is not None else None
+    def _foresight_kept(self) -> list[int] | None:
+        """What a checkpoint keeps of the look ahead: its ids from the oldest live dispatch on (the
+        earlier ones are finished), in order."""
+        simulation = self._simulation()
+        if self._foresight is None or simulation is None:
+            return None
+        oldest = next(iter(simulation.records.live), simulation.records.count)  # live: in dispatch order
+        return sorted(i for i in self._foresight if i >= oldest)
 
     def on_dispatch(self, record: DispatchRecord) -> None:
         # Never trained here, batching or not: a dispatch whose update the run never aggregates
@@ -1663,7 +1678,8 @@ class Engine:
                 "client_metrics": dict(self._client_metrics), "pending": list(self._pending),
                 "tables": {name: list(rows) for name, rows in self.tables.items()},
                 "stats": dataclasses.asdict(self.stats), "split_calls": self.split_calls,
-                "foresight_events": self._foresight_events, "foresight_below": self._foresight_below,
+                "foresight": self._foresight_kept(), "foresight_budgets": self._foresight_budgets,
+                "foresight_below": self._foresight_below,
                 "hook_shapes": {name: _shapes(state) for name, state in tree["hooks"].items()}}
         if self.processes > 1:  # no copy: each process's own arrays are its part of the global one
             tree = jax.tree.map(lambda leaf: jax.make_array_from_single_device_arrays(
@@ -1792,9 +1808,10 @@ class Engine:
         self.previous_params = tree.get("previous_params", self.params)
         self._fetches = {int(d): v for d, v in meta.get("fetches", {}).items()}
         self.split_calls = meta["split_calls"]
-        # looked for again at the resumed run's first event (checkpoints older than the foresight: not found)
-        self._foresight = None
-        self._foresight_events = meta.get("foresight_events")
+        # as the run had it (checkpoints older than the look ahead: none found yet)
+        kept = meta.get("foresight")
+        self._foresight = None if kept is None else frozenset(kept)
+        self._foresight_budgets = meta.get("foresight_budgets")
         self._foresight_below = meta.get("foresight_below", math.inf)
 
 

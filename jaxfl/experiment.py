@@ -2105,9 +2105,10 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                     local_steps=local_steps, step_loop=config.step_loop)
     _UNFINISHED_ENGINES.add(engine)  # until _disconnect
     # near the end, what is trained ahead is what a copy of the schedule aggregates (Engine.between_events):
-    # for jaxfl's own policies (a plug-in's hooks may do more than schedule) whose schedule no model value moves
-    engine.foresight_allowed = type(policy).__module__.startswith("jaxfl.") and \
-        algorithm.schedule_depends_on_model(config, algorithm.options) is None
+    # for jaxfl's own algorithms and policies (a plug-in's code may do more than schedule: count, print,
+    # write, also in a staleness function it hands jaxfl's policy) whose schedule no model value moves
+    engine.foresight_allowed = all(type(part).__module__.startswith("jaxfl.") for part in (algorithm, policy)) \
+        and algorithm.schedule_depends_on_model(config, algorithm.options) is None
     if config.step_loop is None and engine.step_loop == "rolled" and config.steps_per_call is not None:
         warn_user(f"steps_per_call={config.steps_per_call} is not read: the step loop chosen for this model on "
                   f"{engine.home.platform} is rolled (one step compiled, the local steps looped); --step-loop "
