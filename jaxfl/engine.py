@@ -416,10 +416,10 @@ class Engine:
         self.plan = plan
         self.batching = batching
         # The dispatches the run still aggregates, found near its end by Simulation.foresee (None until
-        # then), where the run allows it (foresight_allowed: a schedule that no model value moves), under
-        # the budgets _foresight_budgets (an extended run looks again); kept in checkpoints, so that a
-        # resume trains as the run would have; _foresight_below: the updates left under which to look
-        # (halved after a look that found nothing).
+        # then), where the run allows it (foresight_allowed: a schedule that no model value moves); kept in
+        # checkpoints, so that a resume trains as the run would have; _foresight_below: the updates left
+        # under which to look (halved after a look that found nothing); _foresight_budgets: the budgets of
+        # the last look (an extended run looks afresh).
         self.foresight_allowed = False
         self._foresight: frozenset[int] | None = None
         self._foresight_budgets: tuple | None = None
@@ -714,12 +714,15 @@ class Engine:
         those at the rate so far. The copy takes every update as finite: after a NaN update is skipped,
         what it found may train some ahead in vain (never more than without it, and never a different
         result); a checkpoint keeps it, so that a resume trains in the same calls."""
-        if not self.foresight_allowed or not self.batching:
+        if not self.foresight_allowed or not self.batching or simulation._stop_requested:
+            # (a stop asked for in this event, a target reached: a copy would stop at once and find nothing,
+            # which a checkpoint would keep for a resume that goes on past the target)
             return
+        if self._foresight_budgets is not None and simulation.budgets != self._foresight_budgets:
+            # an extended run: its end moved, whether the last look found it or ran out of events
+            self._foresight, self._foresight_budgets, self._foresight_below = None, None, math.inf
         if self._foresight is not None:
-            if simulation.budgets == self._foresight_budgets:
-                return
-            self._foresight, self._foresight_below = None, math.inf  # an extended run: its end moved
+            return
         live = len(simulation.records.live)
         if live > FORESIGHT_RECORDS or (simulation.max_client_steps is not None and simulation.events_processed
                                         and not simulation.client_updates_aggregated):
@@ -731,11 +734,10 @@ class Engine:
         if simulation.max_time != math.inf and done and now > 0:
             left = min(left, (simulation.max_time - now) * done / now)
         if left <= min(2 * max(live, self.plan.clients_per_call), FORESIGHT_UPDATES, self._foresight_below):
-            found = simulation.foresee(16 * (math.ceil(left) + live) + 1024)
-            if found is None:  # not within so many events: again at half as many updates left
+            self._foresight = simulation.foresee(16 * (math.ceil(left) + live) + 1024)
+            self._foresight_budgets = simulation.budgets
+            if self._foresight is None:  # not within so many events: again at half as many updates left
                 self._foresight_below = left / 2
-            else:
-                self._foresight, self._foresight_budgets = found, simulation.budgets
 
     def _foresight_kept(self) -> list[int] | None:
         """What a checkpoint keeps of the look ahead: its ids from the oldest live dispatch on (the

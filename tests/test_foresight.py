@@ -208,3 +208,31 @@ def test_a_run_resumed_after_the_look_ahead_is_the_uninterrupted_run(tmp_path):
     assert not os.path.exists(os.path.join(cut, "summary.json"))  # cut short
     resumed = jaxfl.resume_experiment(cut)
     assert_same_run(whole, resumed, "uninterrupted and resumed")
+
+
+def test_no_look_ahead_while_a_stop_is_pending(tmp_path):
+    # a target reached in the event where the look was first due: the copy inherited the stop, found no
+    # dispatch, and the checkpoint kept that for a resume past the target (a review: 131 calls for 47)
+    result = jaxfl.run_experiment(_config(tmp_path))
+    engine, simulation = result.engine, result.simulation
+    simulation.set_budgets(float("inf"), simulation.version + 10, None, None)  # 10 versions more to look at
+    simulation._stop_requested = "target reached"
+    engine.between_events(simulation)
+    assert engine._foresight is None or engine._foresight_budgets != simulation.budgets
+    simulation._stop_requested = None
+    engine.between_events(simulation)
+    assert engine._foresight and engine._foresight_budgets == simulation.budgets
+
+
+def test_an_extension_looks_afresh_after_a_look_that_ran_out_of_events(tmp_path, monkeypatch):
+    result = jaxfl.run_experiment(_config(tmp_path))
+    engine, simulation = result.engine, result.simulation
+    simulation.set_budgets(float("inf"), simulation.version + 40, None, None)
+    monkeypatch.setattr(Simulation, "foresee", lambda sim, max_events: None)  # as a copy past its events
+    engine._foresight = engine._foresight_budgets = None
+    engine.between_events(simulation)
+    assert engine._foresight is None and engine._foresight_below < float("inf")
+    monkeypatch.undo()
+    simulation.set_budgets(float("inf"), simulation.version + 60, None, None)  # extended again
+    engine.between_events(simulation)
+    assert engine._foresight is not None and engine._foresight_budgets == simulation.budgets
