@@ -712,8 +712,8 @@ class Engine:
         in a call), where the copy is cheap: at most ``FORESIGHT_UPDATES`` updates left and
         ``FORESIGHT_RECORDS`` dispatches live (which it pickles). A time budget's updates left are
         those at the rate so far. The copy takes every update as finite: after a NaN update is skipped,
-        what it found may train some ahead in vain (never more than without it, and never a different
-        result); a checkpoint keeps it, so that a resume trains in the same calls."""
+        what it found may train some ahead in vain (the run's results are the same either way); a
+        checkpoint keeps it, so that a resume trains in the same calls."""
         if not self.foresight_allowed or not self.batching or simulation._stop_requested:
             # (a stop asked for in this event, a target reached: a copy would stop at once and find nothing,
             # which a checkpoint would keep for a resume that goes on past the target)
