@@ -319,7 +319,14 @@ def _given_objects(record: dict) -> list[str]:
     return sorted(set(inputs) - _CONFIG_ONLY_INPUTS) if isinstance(inputs, dict) else []
 
 
-def compare(configs, reuse: bool = False) -> Comparison:
+# run_experiment's keywords that compare hands every run; a run given one of the objects is not reused:
+# its config does not name it, so a finished run cannot be known to be of the same object
+_GIVEN = ("data", "time_per_step", "model", "client_optimizer", "init_params", "loss", "metrics")
+_NOT_REUSED = ("model", "client_optimizer", "init_params", "loss", "metrics")
+
+
+def compare(configs, reuse: bool = False, *, data=None, time_per_step=None, model=None, client_optimizer=None,
+            init_params=None, loss=None, metrics=None) -> Comparison:
     """Run each config (validated and prepared, all of them, before the first run writes anything),
     then write the table and the plot into the first config's ``output_dir``.
 
@@ -339,7 +346,13 @@ def compare(configs, reuse: bool = False) -> Comparison:
     of a model registered by name (``register_model``), whose code has no file whose edits jaxfl could
     see (a plug-in or model in a file, ``file.py:Class``, is reused unless that file changed, which a
     warning says), and a run given objects beside its config
-    (``run_experiment(config, init_params=...)``, ``loss=``...), which its config does not name.
+    (``init_params=``, ``loss=``...), which its config does not name.
+
+    ``data``, ``time_per_step``, ``model``, ``client_optimizer``, ``init_params``, ``loss`` and
+    ``metrics`` are given to every run, as :func:`jaxfl.run_experiment` takes them (your own data,
+    measured speeds, your own model...), and checked with every config before the first run starts.
+    A run on your own data or speeds is reused as any other: its folder records their SHA-256, and
+    a run on other values is another run; one resumed is given them again.
 
     >>> import jaxfl, tempfile
     >>> out = tempfile.mkdtemp()
@@ -357,36 +370,44 @@ def compare(configs, reuse: bool = False) -> Comparison:
     configs = list(configs)
     if len(configs) < 1:
         raise ValueError("compare needs at least one config")
+    values = dict(data=data, time_per_step=time_per_step, model=model, client_optimizer=client_optimizer,
+                  init_params=init_params, loss=loss, metrics=metrics)
+    given = {name: value for name, value in values.items() if value is not None}
     check_plotting()
     with shared_data():  # the data checked here is the runs' data
         for config in configs:
-            check_buildable(config)
+            check_buildable(config, **given)
         with shared_compilations():
-            results = [run_or_stopped(_run_or_reuse if reuse else run_experiment, config) for config in configs]
+            run = _run_or_reuse if reuse else run_experiment
+            results = [run_or_stopped(lambda config: run(config, **given), config) for config in configs]
     return write_comparison(results, configs[0].output_dir)
 
 
-def _run_or_reuse(config):
+def _run_or_reuse(config, **given):
     """``config``'s finished run read back (:func:`jaxfl.load_run`), its interrupted one resumed, or a new
-    run (:func:`compare` with ``reuse=True``)."""
+    run (:func:`compare` with ``reuse=True``; ``given``: its keywords beside the configs)."""
     from jaxfl.experiment import TRAINED_AGAIN_BECAUSE, resume_experiment, run_experiment, say_other_xla_flags
     from jaxfl.resume import read_record
 
-    unknown = _unknown_code(config)
+    objects = [name for name in _NOT_REUSED if name in given]
+    unknown = _unknown_code(config) if not objects else \
+        f"{' and '.join(f'{name}=' for name in objects)} given, which no config names"
     if unknown is not None:
-        said = TRAINED_AGAIN_BECAUSE.set(f"not reused: {unknown}, with no file whose edits jaxfl could see")
+        said = TRAINED_AGAIN_BECAUSE.set(f"not reused: {unknown}" + ("" if objects else
+                                                                    ", with no file whose edits jaxfl could see"))
         try:
-            return run_experiment(config)
+            return run_experiment(config, **given)
         finally:
             TRAINED_AGAIN_BECAUSE.reset(said)
     edited = []
-    earlier = next(earlier_runs(config, edited=edited), None)
+    earlier = next(earlier_runs(_naming_data(config, given.get("data")), given.get("time_per_step"), edited=edited),
+                   None)
     if earlier is None:
         if edited:  # as the command line says it
             run_dir, changed = edited[-1]
             warn_user(f"{run_dir} was made with an earlier version of {' and '.join(changed)}: not reused; "
                       "this run trains it again with the code as it is now")
-        return run_experiment(config)
+        return run_experiment(config, **given)
     run_dir, state = earlier
     if state == "finished":
         say_other_xla_flags(run_dir, read_record(run_dir).get("xla_flags"), "reuses it")
@@ -403,7 +424,16 @@ def _run_or_reuse(config):
             return StoppedRun(run_dir, result.summary, error)
         return result
     warn_user(f"{config.algorithm}: resuming {run_dir}, interrupted after a checkpoint")
-    return resume_experiment(run_dir, progress=config.progress)
+    # (its speeds are read back from its folder; the data is not kept there)
+    return resume_experiment(run_dir, progress=config.progress, data=given.get("data"))
+
+
+def _naming_data(config, data):
+    """``config`` as its run records it with ``data`` given (the data's name and SHA-256), so that only
+    a run on the same data is found; ``config`` itself without."""
+    from jaxfl.experiment import _user_data
+
+    return config if data is None else _user_data(config, data)[0]
 
 
 def _read_back(run_dir: str):

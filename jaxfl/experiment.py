@@ -1211,20 +1211,30 @@ def _refuse_without_jit(config: RunConfig) -> None:
                           "Python `with jax.disable_jit(False): run_experiment(...)`")
 
 
-def check_buildable(config: RunConfig) -> None:
+def check_buildable(config: RunConfig, *, data=None, **objects) -> None:
     """:func:`prepare` as a check before any of several runs starts (a comparison, a sweep): raises what
-    ``config``'s run would raise while building its data and model. Its warnings are left to the run
-    itself, which gives each once.
+    ``config``'s run would raise while building its data and model, and checking what is given beside
+    it (``data`` and the objects of :class:`~jaxfl.user_inputs.UserInputs`, as :func:`run_experiment`
+    takes them). Its warnings are left to the run itself, which gives each once.
 
     >>> from jaxfl.config import RunConfig
     >>> check_buildable(RunConfig(model="no_such_model"))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     jaxfl.config.ConfigError: model='no_such_model' is not allowed: one of ...
+    >>> check_buildable(RunConfig(clients=3), time_per_step=[0.1, 0.2])
+    Traceback (most recent call last):
+    ValueError: time_per_step has shape (2,); expected (3,): one time per client
     """
     _refuse_without_jit(config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prepare(config)
+        config, dataset, user = _with_inputs(config, data, UserInputs(**objects), None, None)
+        config = validate(config)
+        user = user.check(config)
+        config, dataset, _, _, variables = _prepare(config, dataset, user.model, user.init_params)
+        user.check_functions(dataset.num_classes)
+        if not config.timing_only:
+            user.check_optimizer(variables)
 
 
 def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params=None):

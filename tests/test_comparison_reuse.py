@@ -129,3 +129,61 @@ def test_a_reused_run_stopped_by_a_negative_time_is_a_stopped_run_as_when_it_ran
         again = compare(out, reuse=True)
     assert isinstance(first.results[0], StoppedRun) and isinstance(again.results[0], StoppedRun)
     assert again.results[0].summary["stop_reason"].startswith("negative time")
+
+
+def _arrays(shift=0.0):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return (rng.random((60, 8, 8), np.float32) + shift, np.arange(60) % 3, rng.random((20, 8, 8), np.float32),
+            np.arange(20) % 3)
+
+
+def test_a_comparison_on_your_own_data_and_speeds_trains_every_run_on_them_and_reuses_them(tmp_path):
+    # compare took configs alone: a notebook comparing algorithms on its own arrays looped run_experiment
+    speeds = [0.1, 0.2, 0.3]
+    mine = [RunConfig(**{**BASE, "target_accuracy": 0.5}, algorithm=name, output_dir=str(tmp_path))
+            for name in ("fedavg", "fedasync")]
+    first = compare(mine, reuse=True, data=_arrays(), time_per_step=speeds)
+    assert [result.summary["dataset"] for result in first.results] == ["user", "user"]
+    assert all(result.params is not None for result in first.results)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = compare(mine, reuse=True, data=_arrays(), time_per_step=speeds)
+    assert again.run_dirs == first.run_dirs and all(result.params is None for result in again.results)
+    # other values of the same shapes, or other speeds: other runs, trained
+    other = compare(mine, reuse=True, data=_arrays(shift=1.0), time_per_step=speeds)
+    assert all(result.params is not None for result in other.results)
+    assert not set(other.run_dirs) & set(first.run_dirs)
+    drawn = compare(mine, reuse=True, data=_arrays())
+    assert all(result.params is not None for result in drawn.results)
+    assert not set(drawn.run_dirs) & set(first.run_dirs + other.run_dirs)
+
+
+def test_a_comparison_s_interrupted_run_on_your_own_data_resumes_on_it(tmp_path):
+    mine = configs(tmp_path)
+    compare(mine[:1], reuse=True, data=_arrays())
+    with pytest.raises(_Interrupted), _interrupt_after(events=6):
+        compare(mine, reuse=True, data=_arrays())
+    with pytest.warns(UserWarning, match=r"fedasync: resuming .*fedasync-user-.*, interrupted after a checkpoint"):
+        comparison = compare(mine, reuse=True, data=_arrays())
+    assert comparison.results[1].summary["resumes"] == 1 and comparison.results[1].summary["global_updates"] == 4
+    assert comparison.results[0].params is None  # fedavg's: read back
+
+
+def test_a_comparison_checks_what_it_is_given_with_every_config_before_the_first_run(tmp_path):
+    import optax
+
+    with pytest.raises(ValueError, match=r"time_per_step has shape \(2,\); expected \(3,\)"):
+        compare(configs(tmp_path), data=_arrays(), time_per_step=[0.1, 0.2])
+    with pytest.raises(ValueError, match="loss=3 is not callable"):
+        compare(configs(tmp_path), loss=3)
+    with pytest.raises(ValueError, match="client_optimizer= cannot update from"):
+        compare(configs(tmp_path), client_optimizer=optax.contrib.reduce_on_plateau())
+    assert os.listdir(tmp_path) == []  # nothing written
+    # given objects its config does not name: trained again, and said why
+    compare(configs(tmp_path, ("fedavg",)), reuse=True, client_optimizer=optax.sgd(0.1))
+    with pytest.warns(UserWarning, match=r"holds a finished run of this config.*not reused: client_optimizer= "
+                                         r"given, which no config names"):
+        again = compare(configs(tmp_path, ("fedavg",)), reuse=True, client_optimizer=optax.sgd(0.1))
+    assert again.results[0].params is not None
