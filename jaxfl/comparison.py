@@ -239,13 +239,14 @@ def _say_what_is_replaced(path: str, rows: list[dict]) -> None:
               "--output-dir to keep both tables)")
 
 
-def earlier_runs(config, times=None, edited: list | None = None):
+def earlier_runs(config, times=None, edited: list | None = None, objects: bool = False):
     """Every ``(run_dir, state)`` of a run of this very config (the record a resume compares, less the
     ``output_dir`` it was made in: a folder copied or moved holds the same runs) and the same given
     speeds (``times``: ``time_per_step``; None: drawn ones) under its ``output_dir``, in the order of
     their folders' names: ``finished``, or ``resumable`` (a checkpoint to go on from); a run without a
     checkpoint is none. A run made with an earlier version of a plug-in's or a model's file is not
-    one: appended to ``edited`` as ``(run_dir, changed files)``.
+    one: appended to ``edited`` as ``(run_dir, changed files)``. A run given objects beside its config
+    (``init_params=``...) is none either, unless ``objects``.
 
     >>> import jaxfl, tempfile
     >>> config = jaxfl.RunConfig(algorithm="fedavg", model="logreg", clients=3, local_steps=2, max_updates=1,
@@ -293,7 +294,7 @@ def earlier_runs(config, times=None, edited: list | None = None):
                 record = read_record(run_dir)
                 if {**config_record(validate(config_from_mapping(without_settings_refused_since(
                         as_recorded(record["config"]))[0]))), "output_dir": None, "run_name": None} != wanted or \
-                        recorded_speeds_sha256(record) != speeds or _given_objects(record):
+                        recorded_speeds_sha256(record) != speeds or (_given_objects(record) and not objects):
                     continue
                 changed = changed_sources(record, config)
         except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
@@ -319,9 +320,8 @@ def _given_objects(record: dict) -> list[str]:
     return sorted(set(inputs) - _CONFIG_ONLY_INPUTS) if isinstance(inputs, dict) else []
 
 
-# run_experiment's keywords that compare hands every run; a run given one of the objects is not reused:
-# its config does not name it, so a finished run cannot be known to be of the same object
-_GIVEN = ("data", "time_per_step", "model", "client_optimizer", "init_params", "loss", "metrics")
+# run_experiment's keywords that compare hands every run, of which a run given one of these objects is not
+# reused: its config does not name it, so a finished run cannot be known to be of the same object
 _NOT_REUSED = ("model", "client_optimizer", "init_params", "loss", "metrics")
 
 
@@ -392,6 +392,13 @@ def _run_or_reuse(config, **given):
     objects = [name for name in _NOT_REUSED if name in given]
     unknown = _unknown_code(config) if not objects else \
         f"{' and '.join(f'{name}=' for name in objects)} given, which no config names"
+    if objects:  # an interrupted run of them is not resumed either: said, with how to go on with it
+        for run_dir, state in earlier_runs(_as_recorded(config, given), given.get("time_per_step"), objects=True):
+            if state == "resumable":
+                warn_user(f"{run_dir} holds an interrupted run of this config, not resumed: "
+                          f"{' and '.join(f'{name}=' for name in objects)} given, which no config names; "
+                          f"jaxfl.resume_experiment({run_dir!r}, {', '.join(f'{name}=...' for name in objects)}) "
+                          "goes on with it, given the same objects; this run trains it again")
     if unknown is not None:
         said = TRAINED_AGAIN_BECAUSE.set(f"not reused: {unknown}" + ("" if objects else
                                                                     ", with no file whose edits jaxfl could see"))
@@ -400,8 +407,7 @@ def _run_or_reuse(config, **given):
         finally:
             TRAINED_AGAIN_BECAUSE.reset(said)
     edited = []
-    earlier = next(earlier_runs(_naming_data(config, given.get("data")), given.get("time_per_step"), edited=edited),
-                   None)
+    earlier = next(earlier_runs(_as_recorded(config, given), given.get("time_per_step"), edited=edited), None)
     if earlier is None:
         if edited:  # as the command line says it
             run_dir, changed = edited[-1]
@@ -428,12 +434,14 @@ def _run_or_reuse(config, **given):
     return resume_experiment(run_dir, progress=config.progress, data=given.get("data"))
 
 
-def _naming_data(config, data):
-    """``config`` as its run records it with ``data`` given (the data's name and SHA-256), so that only
-    a run on the same data is found; ``config`` itself without."""
-    from jaxfl.experiment import _user_data
+def _as_recorded(config, given: dict):
+    """``config`` as its run records it given ``given`` (the data's name and SHA-256, ``<user: ...>``
+    names of a model or optimiser object), so that only a run of the same is found."""
+    from jaxfl.experiment import _with_inputs
+    from jaxfl.user_inputs import UserInputs
 
-    return config if data is None else _user_data(config, data)[0]
+    objects = {name: value for name, value in given.items() if name != "data"}
+    return _with_inputs(config, given.get("data"), UserInputs(**objects), None, None)[0]
 
 
 def _read_back(run_dir: str):

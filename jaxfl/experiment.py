@@ -459,12 +459,26 @@ def _run_dir(config: RunConfig, algorithm: str, user_inputs: dict | None = None)
     if finished is not None and config.run_name is None and cluster.process_index() == 0:
         # a notebook cell run twice trained minutes again without a word
         because = TRAINED_AGAIN_BECAUSE.get()
-        advice = because if because else \
-            (f"jaxfl.load_run({finished!r}) reads the finished one; jaxfl.comparison.compare(configs, reuse=True) "
-             f"and a comparison on the command line, jaxfl run --algorithm a,b, reuse it")
+        advice = because if because else _reuse_advice(finished, config, user_inputs)
         warn_user(f"{finished} holds a finished run of this config (its name's hash); this run trains it "
                   f"again, into {path} ({advice})")
     return path
+
+
+def _reuse_advice(finished: str, config: RunConfig, user_inputs: dict | None) -> str:
+    """How to have the ``finished`` run of ``config`` back rather than train it again: the comparison
+    that reuses it given what this run was given (a run given objects beside its config is never
+    reused: :func:`jaxfl.comparison.compare`)."""
+    read = f"jaxfl.load_run({finished!r}) reads the finished one"
+    inputs = user_inputs or {}
+    if set(inputs) - {"model_structure_sha256", "time_per_step"}:  # (comparison._CONFIG_ONLY_INPUTS)
+        return f"{read}; a comparison does not reuse a run given objects beside its config"
+    data = not _loadable(config.dataset) and config.data_fingerprint is not None  # arrays given in Python
+    keywords = "".join(f", {name}=..." for name, given in (("data", data), ("time_per_step", "time_per_step" in inputs))
+                       if given)
+    command = "" if data else ", and a comparison on the command line, jaxfl run --algorithm a,b" + (
+        " --time-per-step FILE" if "time_per_step" in inputs else "") + ","
+    return f"{read}; jaxfl.comparison.compare(configs, reuse=True{keywords}){command} reuse{'s' if data else ''} it"
 
 
 def _edited_since(run_dir: str, config: RunConfig) -> bool:
