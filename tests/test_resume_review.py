@@ -301,7 +301,7 @@ def test_ctrl_c_while_a_checkpoint_is_written_waits_for_it_and_says_one_line(tmp
 
 def test_an_interrupted_comparison_says_what_it_keeps_and_the_same_command_finishes_it(tmp_path, capsys):
     command = [sys.executable, "-m", "jaxfl", "run", "--algorithm", "fedavg,fedbuff,fedasync", "--model", "logreg",
-               "--clients", "3", "--local-steps", "2", "--batch-size", "8", "--max-updates", "300", "--eval-every",
+               "--clients", "3", "--local-steps", "2", "--batch-size", "8", "--max-updates", "100", "--eval-every",
                "50", "--checkpoint-every", "5", "--no-stop-at-target", "--no-progress", "--output-dir", str(tmp_path)]
     running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     deadline = time.time() + 300
