@@ -133,6 +133,9 @@ def test_weighted_mean_refuses_weights_that_sum_to_zero():
         weighted_mean(stacked, jnp.zeros(2))
     with pytest.raises(ValueError, match="sum to 0"):
         weighted_mean(stacked, np.array([1.0, -1.0]))
+    # the sum as the mean divides by it, in float32: in float64 it was 1e-10 and passed, giving NaN
+    with pytest.raises(ValueError, match="the 2 weights sum to 0 in float32"):
+        weighted_mean(stacked, [1.0, -1.0 + 1e-10])
     traced = jax.jit(weighted_mean)(stacked, jnp.zeros(2))  # under jit: the documented 0/0
     assert np.isnan(np.asarray(traced["w"])).all()
 

@@ -91,14 +91,17 @@ def weighted_mean(stacked: PyTree, weights: jax.Array) -> PyTree:
     """
     # a list or tuple of traced weights (jit, grad, vmap over a weight) is not a Tracer itself
     traced = any(isinstance(weight, jax.core.Tracer) for weight in jax.tree.leaves(weights))
-    if not traced and float(np.sum(np.asarray(weights, np.float64))) == 0.0:
-        raise ValueError(f"weighted_mean: the {np.size(weights)} weights sum to 0: the mean is 0/0 (give at least "
-                         f"one client a nonzero weight)")
     weights = jnp.asarray(weights)
     _check_weights(stacked, weights)
     # normalised in at least float32: bfloat16 shares of 1/7 sum to 1.002, not 1
     weights = weights.astype(jnp.promote_types(weights.dtype, jnp.float32))
-    return weighted_sum(stacked, weights / jnp.sum(weights))
+    total = jnp.sum(weights)
+    # the sum the mean divides by, checked as computed (in float64 [1, -1 + 1e-10] passed, and its float32
+    # sum of 0 gave NaN)
+    if not traced and float(total) == 0.0:
+        raise ValueError(f"weighted_mean: the {np.size(weights)} weights sum to 0 in {weights.dtype}: the mean is 0/0 "
+                         f"(give at least one client a nonzero weight)")
+    return weighted_sum(stacked, weights / total)
 
 
 def make_server_optimizer(name: str = "sgd", learning_rate: float = 1.0, momentum: float = 0.0,
