@@ -81,3 +81,45 @@ def test_the_grids_hold_each_papers_methods():
         f"fedasmu fedasmu.fetch={fetch} fedasmu.dynamic={dynamic}" for fetch in (True, False) for dynamic in (True, False)}
     assert {cell.config.heterogeneity for cell in cells} == {"uniform"}
     assert {cell.config.speed_ratio for cell in cells} == {5.0, 110.0, 440.0}
+
+
+def test_seed2_exp_runs_each_missing_cell_once_and_keeps_its_table(tmp_path):
+    # the script that runs the long seed-2 cells across sessions, on a copy of its folder with a stand-in
+    # jaxfl that writes each one-cell sweep's table: every cell of a grid once, none again once its table is kept
+    import shutil
+    import stat
+    import subprocess
+
+    folder = tmp_path / "benchmarks" / "reproduction"
+    folder.mkdir(parents=True)
+    shutil.copy(os.path.join(FOLDER, "seed2_exp.sh"), folder)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "jaxfl"
+    fake.write_text('#!/bin/sh\necho "$*" >> "$CALLS"\nfor last; do :; done\nmkdir -p "$last"\n'
+                    'echo "cell,$*" > "$last/results.csv"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    calls = tmp_path / "calls.txt"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "CALLS": str(calls)}
+
+    def run(*arguments):
+        return subprocess.run(["bash", str(folder / "seed2_exp.sh"), *arguments], env=env, capture_output=True,
+                              text=True, timeout=60)
+
+    assert run("0", "1", "qratio").returncode == 0
+    commands = calls.read_text().splitlines()
+    assert [command.split("--compass.q-min ")[1].split()[0] for command in commands] == \
+        ["10", "20", "80", "120", "160", "200"]
+    assert all(command.startswith("sweep benchmarks/reproduction/fedcompass_qratio.toml --size cpu --seed 2 "
+                                  "--heterogeneity exp ") for command in commands)
+    tables = folder / "results" / "fedcompass-qratio-cpu-seed2-exp"
+    assert sorted(path.name for path in tables.iterdir()) == sorted(f"q_min-{q}.csv" for q in (10, 20, 80, 120, 160, 200))
+    assert run("0", "1", "qratio").returncode == 0 and len(calls.read_text().splitlines()) == 6  # all kept: none again
+    calls.unlink()
+    assert run("1", "2").returncode == 0  # the FedCompass grid's second stream: every other cell of 32
+    commands = calls.read_text().splitlines()
+    assert len(commands) == 16 and commands[0].startswith("sweep benchmarks/reproduction/fedcompass.toml --size cpu "
+                                                          "--seed 2 --heterogeneity exp --algorithm fedavg --clients 5 "
+                                                          "--partition dual_dirichlet --no-progress --out ")
+    refused = run("0", "1", "bogus")
+    assert refused.returncode == 2 and "GRID bogus is not allowed: fedcompass or qratio" in refused.stderr
