@@ -166,6 +166,7 @@ def _recorded_config(run_dir: str) -> dict:
     """A run's config.json config, flat (sections merged, algorithm options as ``space.option``) and
     read as it ran (:func:`jaxfl.config.as_recorded`); empty where the file is missing."""
     from jaxfl.config import FIELDS_ADDED, as_recorded
+    from jaxfl.user_inputs import recorded_speeds_sha256
 
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
@@ -181,6 +182,9 @@ def _recorded_config(run_dir: str) -> dict:
             flat.update({f"{space}.{name}": value for name, value in values.items()})
         else:
             flat[space] = values
+    speeds = recorded_speeds_sha256(runlog.read_json(path))
+    if speeds is not None:  # given times (time_per_step): the drawing settings drew none of them
+        flat.update(heterogeneity="given", time_per_step=f"sha256 {speeds[:8]}")
     return flat
 
 

@@ -227,3 +227,21 @@ def test_a_run_trained_again_says_how_to_have_the_finished_one_back_given_what_i
         run_experiment(config, **given)
     [line] = [str(w.message) for w in said if "holds a finished run" in str(w.message)]
     assert re.search(advice, line), line
+
+
+def test_runs_on_given_speeds_are_drawn_as_such_and_told_apart_by_their_speeds(tmp_path):
+    # (a review: titled "exp speeds", the drawing default that drew nothing, and both labelled "fedavg")
+    pytest.importorskip("matplotlib")
+    from jaxfl.experiment import run_experiment
+    from jaxfl.plot import accuracy_figure
+
+    config = configs(tmp_path, ("fedavg",))[0]
+    fast, slow = (run_experiment(config, time_per_step=speeds) for speeds in ([0.1, 0.1, 0.1], [1.0, 1.0, 5.0]))
+    (axes,) = accuracy_figure([fast.run_dir, slow.run_dir]).axes
+    assert "given speeds" in axes.get_title() and "exp speeds" not in axes.get_title()
+    labels = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert labels[0].startswith("fedavg, time_per_step=sha256 ") and labels[1].startswith("fedavg, time_per_step=")
+    assert labels[0] != labels[1]
+    drawn = run_experiment(dataclasses.replace(config, output_dir=str(tmp_path / "drawn")))
+    (axes,) = accuracy_figure([drawn.run_dir]).axes
+    assert "exp speeds" in axes.get_title()  # drawn speeds are named as before
