@@ -202,6 +202,24 @@ def test_only_the_last_npz_file_read_stays_in_memory(tmp_path):
     assert list(datasets._NPZ_CACHE) == [str(paths[0])]
 
 
+def test_arrays_an_npz_file_holds_unread_are_said_by_every_run_that_reads_it(tmp_path):
+    # a comparison's check read the file with its notes muted, and its runs took the cached file without a
+    # word: a misspelt client_train ("client_trian") trained on an iid split unsaid (a review)
+    from jaxfl.comparison import compare
+
+    x_train, y_train, x_test, y_test = arrays(dtype=np.uint8)
+    path = tmp_path / "typo.npz"
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test,
+             client_trian=np.arange(len(y_train)) % 3)
+    configs = [RunConfig(algorithm=name, dataset="npz", data_dir=str(path), model="logreg", clients=3, local_steps=1,
+                         max_updates=1, target_accuracy=0.9, progress=False, output_dir=str(tmp_path / "runs"))
+               for name in ("fedavg", "fedbuff")]
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        compare(configs)
+    assert sum("arrays ['client_trian'] are not read" in str(w.message) for w in said) == 2  # once a run
+
+
 def test_resume_takes_the_same_data_again_and_refuses_other_data(tmp_path):
     data = arrays(seed=1)
     config = small(tmp_path, algorithm="fedbuff", buffer_size=2, max_updates=3, checkpoint_every=1, stop_at_target=False)

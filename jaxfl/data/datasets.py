@@ -638,10 +638,11 @@ def _absolute(path) -> str:
     return os.path.abspath(os.path.expanduser(os.fspath(path)))
 
 
-# path -> ((mtime_ns, size, inode, num_classes), Dataset), of the last file read only: a rewritten file
-# is read again, and a loop over many files (a notebook's generated data sets) holds one of them, not
-# all (157 MB after ten of 20,000 images each, when every file stayed). A sweep's cells share the file.
-_NPZ_CACHE: dict[str, tuple[tuple, Dataset]] = {}
+# path -> ((mtime_ns, size, inode, num_classes), Dataset, arrays not read), of the last file read only: a
+# rewritten file is read again, and a loop over many files (a notebook's generated data sets) holds one of
+# them, not all (157 MB after ten of 20,000 images each, when every file stayed). A sweep's cells share
+# the file, and each is told of the arrays not read (a comparison's check read it first, its notes muted).
+_NPZ_CACHE: dict[str, tuple[tuple, Dataset, list[str]]] = {}
 
 
 # The arrays of a dataset 'npz' archive: the four splits, then the optional ones.
@@ -661,6 +662,7 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
     stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino, num_classes)
     cached = _NPZ_CACHE.get(path)
     if cached is not None and cached[0] == stamp:
+        _say_unread(path, cached[2])
         return cached[1]
     try:
         archive = np.load(path, allow_pickle=False)
@@ -676,10 +678,7 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
         if missing:
             raise ValueError(f"{path}: missing arrays {missing}; found {archive.files}")
         unread = [k for k in archive.files if k not in NPZ_ARRAYS]
-        if unread:  # a misspelt client_train would silently lose the writers' split
-            warn_user(f"{path}: arrays {unread} are not read; jaxfl reads {list(NPZ_ARRAYS[:4])}, and "
-                      "client_train (each training sample's client, for partition 'natural') and num_classes "
-                      "where present")
+        _say_unread(path, unread)
         try:
             arrays = {k: archive[k] for k in archive.files if k in NPZ_ARRAYS}
         except ValueError as error:  # object arrays (ragged lists) need pickle, which is never enabled
@@ -691,8 +690,15 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
                                   arrays["y_test"], num_classes=num_classes, groups=arrays.get("client_train"),
                                   source=path)
     _NPZ_CACHE.clear()
-    _NPZ_CACHE[path] = (stamp, dataset)
+    _NPZ_CACHE[path] = (stamp, dataset, unread)
     return dataset
+
+
+def _say_unread(path: str, unread: list[str]) -> None:
+    if unread:  # a misspelt client_train would silently lose the writers' split
+        warn_user(f"{path}: arrays {unread} are not read; jaxfl reads {list(NPZ_ARRAYS[:4])}, and "
+                  "client_train (each training sample's client, for partition 'natural') and num_classes "
+                  "where present")
 
 
 @functools.lru_cache(maxsize=None)
