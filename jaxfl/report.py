@@ -770,10 +770,11 @@ def _mean_of(runs: list[dict], column: str) -> tuple[float | None, float | None]
     return (float(np.mean(values)), float(np.std(values))) if values else (None, None)
 
 
-def format_markdown(lines: list[dict], groups: list[str], reference: str, target: str) -> str:
+def format_markdown(lines: list[dict], groups: list[str], reference: str, target: str | None) -> str:
     """The paper-style tables as markdown, methods down, groups across: time to target relative to the
     reference, best accuracy, and (where the lines have it) the final accuracy with the computation
-    spent relative to the reference's.
+    spent relative to the reference's. ``target`` None: no run had one, which the first section says
+    in place of a table of misses.
 
     >>> print(format_markdown([{"method": "fedavg", "runs": 2, "reached": 2, "time_to_target_mean": 80.0,
     ...                         "relative_time": 1.0, "best_accuracy_mean": 0.9, "best_accuracy_std": 0.0,
@@ -928,6 +929,9 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                       "no run": "· = no run of that seed.",
                       "at start": f"At start = reached by the initial model (0 s); no ratio = {reference} was, in "
                                   "that seed (a ratio against 0 s is undefined)."}), ""]
+    if target is None:  # (a table of "–", read as misses, where nothing was missed)
+        parts = ["## Time to the target", "", "No run had a target accuracy, so there are no times to it to compare "
+                 "(give the runs one: target_accuracy, --target-accuracy).", ""]
 
     def accuracy_by_seed(column):
         references = reference_by_seed(f"{column}_by_seed")
@@ -1015,8 +1019,12 @@ STD_NOTE = ("± std, here and below: the standard deviation over the seeds, the 
             "np.std: divided by the number of seeds n, not n − 1).")
 
 
-def _target_text(rows: list[dict]) -> str:
+def _target_text(rows: list[dict]) -> str | None:
+    """The runs' target as the tables name it; None where no run had one (a table without the column
+    whose runs have times to it had one)."""
     targets = sorted({row.get("target_accuracy") for row in rows if row.get("target_accuracy") is not None})
+    if not targets and all(row.get("time_to_target") is None for row in rows):
+        return None
     return "the target" if len(targets) != 1 else percent(targets[0])
 
 
@@ -1298,7 +1306,7 @@ def _write_report(rows, sweep_dir, out, trained, trained_rows, lines, chosen, gr
         parts.append(format_markdown(lines, trained.columns, chosen, target))
         if grid is not None:
             design = design_grid(lines, trained, *grid)
-            grid_markdown = format_grid_markdown(design, trained.columns, chosen, target)
+            grid_markdown = format_grid_markdown(design, trained.columns, chosen, target or "the target")
             parts.append(grid_markdown)
     timing_lines = []
     timing = _grouping(timing_rows) if timing_rows else None

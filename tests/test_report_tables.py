@@ -216,3 +216,18 @@ def test_methods_with_other_numbers_of_runs_are_said_under_the_accuracy_table(tm
     full = _csv(tmp_path / "full.csv", "algorithm,seed,time_to_target,best_accuracy",
                 ["fedavg,0,10.0,0.9", "fedbuff,0,5.0,0.9"])
     assert "other numbers of runs" not in make_report([full], figures=False, out=str(tmp_path / "r2")).markdown
+
+
+def test_runs_without_a_target_get_no_table_of_misses(tmp_path):
+    # every cell "–", read as "missed the target in at least half of its runs", where no run had a target
+    # (a review: a comparison on one's own data, which has no default target)
+    table = _csv(tmp_path / "results.csv", "algorithm,seed,target_accuracy,time_to_target,best_accuracy",
+                 ["fedavg,0,,,0.9", "fedbuff,0,,,0.8"])
+    markdown = make_report([table], figures=False, out=str(tmp_path / "r")).markdown
+    assert "No run had a target accuracy, so there are no times to it to compare" in markdown
+    assert "Time to first reach" not in markdown and "| fedbuff | – |" not in markdown
+    assert "| fedbuff | 0.8000 ± 0.0000 |" in markdown  # the accuracy tables as before
+    # a table without the column whose runs have times had a target: its table stays
+    table = _csv(tmp_path / "timed.csv", "algorithm,seed,time_to_target,best_accuracy", ["fedavg,0,10,0.9"])
+    assert "Time to first reach the target held-out accuracy" in make_report([table], figures=False,
+                                                                             out=str(tmp_path / "t")).markdown
