@@ -339,7 +339,9 @@ def compare(configs, reuse: bool = False, *, data=None, time_per_step=None, mode
     finished under its ``output_dir`` is read back, not trained again (its
     :class:`~jaxfl.experiment.RunResult` holds its ``run_dir``, ``summary`` and ``metrics`` rows, and
     None for the ``params``, ``simulation`` and ``engine`` of a run in this process:
-    :func:`jaxfl.checkpoint.final_params` reads its model), and one interrupted after a checkpoint is
+    ``final_params(run_dir, prepare(config)[4])`` reads its model: :func:`jaxfl.checkpoint.final_params`
+    given the run's variables as a template, which :func:`jaxfl.experiment.prepare` builds, with
+    ``data=`` for a run on your own data), and one interrupted after a checkpoint is
     resumed, so a notebook run again trains only what it has not finished; a finished run that a
     numerical error stopped comes back as a :class:`StoppedRun`, as when it ran. Trained again all the
     same, with a warning saying why: a run of an algorithm defined in the notebook or script itself or

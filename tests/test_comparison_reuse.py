@@ -153,6 +153,15 @@ def test_a_comparison_on_your_own_data_and_speeds_trains_every_run_on_them_and_r
         warnings.simplefilter("error")
         again = compare(mine, reuse=True, data=_arrays(), time_per_step=speeds)
     assert again.run_dirs == first.run_dirs and all(result.params is None for result in again.results)
+    # a read-back run's model, as the docstring says to read it: its variables built as a template
+    import jax
+    import numpy as np
+
+    from jaxfl.checkpoint import final_params
+    from jaxfl.experiment import prepare
+
+    model = final_params(again.run_dirs[0], prepare(mine[0], data=_arrays())[4])
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(model), jax.tree.leaves(first.results[0].params)))
     # other values of the same shapes, or other speeds: other runs, trained
     other = compare(mine, reuse=True, data=_arrays(shift=1.0), time_per_step=speeds)
     assert all(result.params is not None for result in other.results)
