@@ -469,9 +469,11 @@ def _reuse_advice(finished: str, config: RunConfig, user_inputs: dict | None) ->
     """How to have the ``finished`` run of ``config`` back rather than train it again: the comparison
     that reuses it given what this run was given (a run given objects beside its config is never
     reused: :func:`jaxfl.comparison.compare`)."""
+    from jaxfl.comparison import _CONFIG_ONLY_INPUTS
+
     read = f"jaxfl.load_run({finished!r}) reads the finished one"
     inputs = user_inputs or {}
-    if set(inputs) - {"model_structure_sha256", "time_per_step"}:  # (comparison._CONFIG_ONLY_INPUTS)
+    if set(inputs) - _CONFIG_ONLY_INPUTS:
         return f"{read}; a comparison does not reuse a run given objects beside its config"
     data = not _loadable(config.dataset) and config.data_fingerprint is not None  # arrays given in Python
     keywords = "".join(f", {name}=..." for name, given in (("data", data), ("time_per_step", "time_per_step" in inputs))
