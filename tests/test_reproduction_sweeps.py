@@ -97,7 +97,7 @@ def test_seed2_exp_runs_each_missing_cell_once_and_keeps_its_table(tmp_path):
     bin_dir.mkdir()
     fake = bin_dir / "jaxfl"
     fake.write_text('#!/bin/sh\necho "$*" >> "$CALLS"\nfor last; do :; done\nmkdir -p "$last"\n'
-                    'echo "cell,$*" > "$last/results.csv"\n')
+                    'printf "cell,algorithm,seed,time_to_target\\n0,fedcompass,2,12.5\\n" > "$last/results.csv"\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     calls = tmp_path / "calls.txt"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "CALLS": str(calls)}
@@ -114,10 +114,16 @@ def test_seed2_exp_runs_each_missing_cell_once_and_keeps_its_table(tmp_path):
                                   "--heterogeneity exp ") for command in commands)
     tables = folder / "results" / "fedcompass-qratio-cpu-seed2-exp"
     assert sorted(path.name for path in tables.iterdir()) == sorted(f"q_min-{q}.csv" for q in (10, 20, 80, 120, 160, 200))
+    # the ablation's other tables have its Q_min as a column, which the report groups by; the one-cell
+    # sweeps took it as a base setting, so the script adds it
+    assert (tables / "q_min-80.csv").read_text() == "cell,algorithm,seed,compass.q_min,time_to_target\n" \
+                                                    "0,fedcompass,2,80,12.5\n"
     assert run("0", "1", "qratio").returncode == 0 and len(calls.read_text().splitlines()) == 6  # all kept: none again
     calls.unlink()
     assert run("1", "2").returncode == 0  # the FedCompass grid's second stream: every other cell of 32
     commands = calls.read_text().splitlines()
+    assert (folder / "results" / "fedcompass-cpu-seed2-exp" / "fedavg-c5-dual_dirichlet.csv").read_text() == \
+        "cell,algorithm,seed,time_to_target\n0,fedcompass,2,12.5\n"  # its cells' settings are columns already
     assert len(commands) == 16 and commands[0].startswith("sweep benchmarks/reproduction/fedcompass.toml --size cpu "
                                                           "--seed 2 --heterogeneity exp --algorithm fedavg --clients 5 "
                                                           "--partition dual_dirichlet --no-progress --out ")

@@ -19,6 +19,7 @@ cd "$(dirname "$0")/../.."
 stream="${1:-0}"
 streams="${2:-1}"
 grid="${3:-fedcompass}"
+column=""  # a grid's setting that its one-cell sweeps take as a base setting, added to each table as a column
 case "$grid" in
   fedcompass) name=fedcompass-cpu-seed2-exp; file=benchmarks/reproduction/fedcompass.toml
     cells=()
@@ -30,12 +31,30 @@ case "$grid" in
       done
     done ;;
   qratio) name=fedcompass-qratio-cpu-seed2-exp; file=benchmarks/reproduction/fedcompass_qratio.toml
+    column=compass.q_min  # (the ablation's other tables have it, which the report groups by)
     cells=()
     for q_min in 10 20 80 120 160 200; do
       cells+=("q_min-$q_min --compass.q-min $q_min")
     done ;;
   *) echo "seed2_exp.sh: GRID $grid is not allowed: fedcompass or qratio" >&2; exit 2 ;;
 esac
+
+add_column() {  # TABLE NAME VALUE: the column after "seed", where the ablation's other tables have it
+  python3 - "$@" <<'PY'
+import csv
+import sys
+
+path, name, value = sys.argv[1:]
+with open(path, newline="") as handle:
+    rows = list(csv.reader(handle))
+at = rows[0].index("seed") + 1
+for number, row in enumerate(rows):
+    row.insert(at, name if number == 0 else value)
+with open(path, "w", newline="") as handle:
+    csv.writer(handle, lineterminator="\n").writerows(rows)
+PY
+}
+
 tables=benchmarks/reproduction/results/$name
 sweeps=benchmarks/out/sweeps/$name
 mkdir -p "$tables" "$sweeps"
@@ -51,7 +70,9 @@ for entry in "${cells[@]}"; do
   jaxfl sweep "$file" --size cpu --seed 2 --heterogeneity exp $flags --no-progress --out "$sweeps/$cell"
   status=$?  # read before the date below, whose command substitution sets $? again
   if [ "$status" = 0 ]; then
-    cp "$sweeps/$cell/results.csv" "$tables/$cell.csv"
+    cp "$sweeps/$cell/results.csv" "$tables/$cell.csv.tmp"
+    if [ -n "$column" ]; then add_column "$tables/$cell.csv.tmp" "$column" "${flags##* }" || exit 1; fi
+    mv "$tables/$cell.csv.tmp" "$tables/$cell.csv"
     echo "$(date -u +%FT%TZ) done $cell"
   else
     echo "$(date -u +%FT%TZ) stopped $cell (exit $status)"
