@@ -171,7 +171,8 @@ def _recorded_config(run_dir: str) -> dict:
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
         return {}
-    config = as_recorded(runlog.read_json(path).get("config", {}))
+    record = runlog.read_json(path)
+    config = as_recorded(record.get("config", {}))
     options = config.pop("algorithm_options", None) or {}
     # a field added since an older run wrote its file holds the value that run had: not a difference
     flat = {key: value for key, value in FIELDS_ADDED.items() if "." not in key}
@@ -182,7 +183,7 @@ def _recorded_config(run_dir: str) -> dict:
             flat.update({f"{space}.{name}": value for name, value in values.items()})
         else:
             flat[space] = values
-    speeds = recorded_speeds_sha256(runlog.read_json(path))
+    speeds = recorded_speeds_sha256(record)
     if speeds is not None:  # given times (time_per_step): the drawing settings drew none of them
         flat.update(heterogeneity="given", time_per_step=f"sha256 {speeds[:8]}")
     return flat
