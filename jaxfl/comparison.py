@@ -272,6 +272,10 @@ def earlier_runs(config, times=None, edited: list | None = None, objects: bool =
             # (another disk, a colleague's machine) still holds its finished runs; nor is its name, which
             # the folder matched already (a sweep's cells record theirs, and were trained again)
             config = validate(config)  # named as its run was: defaults resolved (a config from Python may leave them unset)
+            if config.dataset == "npz" and config.data_fingerprint is None:
+                # its runs record the SHA-256 of the file's arrays (resume checks it), and are named with it:
+                # a run on the file as it is now is one of this config, one on the file before an edit another
+                config = _with_file_fingerprint(config)
             wanted = {**config_record(config), "output_dir": None, "run_name": None}
             cls = algorithms.get(config.algorithm)
             names = [config.run_name or run_name(config, cls.name)]
@@ -279,7 +283,7 @@ def earlier_runs(config, times=None, edited: list | None = None, objects: bool =
                 names += list(names_before_default_changes(config, cls.name).values())
             # the speeds are not in the config (nor its name): a run on other speeds is another run
             speeds = UserInputs(time_per_step=times).check(config).speeds_sha256()
-    except (ConfigError, ValueError, KeyError, TypeError):
+    except (ConfigError, OSError, ValueError, KeyError, TypeError):
         return
     if not os.path.isdir(config.output_dir):
         return
@@ -306,6 +310,14 @@ def earlier_runs(config, times=None, edited: list | None = None, objects: bool =
             yield run_dir, "finished"
         elif checkpoint.latest(run_dir) is not None:
             yield run_dir, "resumable"
+
+
+def _with_file_fingerprint(config):
+    """``config`` (dataset ``npz``) with the ``data_fingerprint`` its run records: the SHA-256 of the file's
+    arrays, read as the run reads them (once a process: :func:`jaxfl.experiment.load_data` keeps them)."""
+    from jaxfl.experiment import _pin_fingerprint, load_data
+
+    return _pin_fingerprint(config, load_data(config))
 
 
 # what config.json's user_inputs records of a run made from a config alone (with given speeds, the one

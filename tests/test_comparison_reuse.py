@@ -182,6 +182,35 @@ def test_a_comparison_s_interrupted_run_on_your_own_data_resumes_on_it(tmp_path)
     assert comparison.results[0].params is None  # fedavg's: read back
 
 
+def test_a_comparison_on_an_npz_file_reuses_its_runs_until_the_file_changes(tmp_path):
+    # a run on an npz file records (and is named by) the SHA-256 of its arrays, which a config does not
+    # hold: no run of such a config was ever found, so every comparison on a file trained everything again
+    # and a Ctrl-C'd one restarted its cut run instead of resuming it
+    import numpy as np
+
+    def save(shift):
+        x_train, y_train, x_test, y_test = _arrays(shift)
+        np.savez(tmp_path / "mine.npz", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+
+    save(0.0)
+    mine = [dataclasses.replace(config, dataset="npz", data_dir=str(tmp_path / "mine.npz"))
+            for config in configs(tmp_path / "runs")]
+    compare(mine[:1], reuse=True)
+    with pytest.raises(_Interrupted), _interrupt_after(events=6):
+        compare(mine, reuse=True)
+    with pytest.warns(UserWarning, match=r"fedasync: resuming .*fedasync-npz-.*, interrupted after a checkpoint"):
+        first = compare(mine, reuse=True)
+    assert first.results[0].params is None and first.results[1].summary["resumes"] == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing trained again
+        again = compare(mine, reuse=True)
+    assert again.run_dirs == first.run_dirs and all(result.params is None for result in again.results)
+    save(1.0)  # the file edited: other data, other runs
+    edited = compare(mine, reuse=True)
+    assert all(result.params is not None for result in edited.results)
+    assert not set(edited.run_dirs) & set(first.run_dirs)
+
+
 def test_a_comparison_checks_what_it_is_given_with_every_config_before_the_first_run(tmp_path):
     import optax
 
