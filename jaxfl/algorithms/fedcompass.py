@@ -248,6 +248,9 @@ class FedCompass(Policy):
         if group.buffer or self.options.empty_timer == "apply":
             # The paper applies the general buffer (and counts a version) even if nobody of the
             # group arrived; the code's "skip" leaves the general buffer for the next aggregation.
+            # With both buffers empty the mean update is zero, which leaves plain FedCompass's model
+            # as it was; FedCompass+M's step (v ← β·v + 0, w ← w − v) and a FedOpt optimiser's still
+            # move it, as the paper's rule reads for a group aggregation: "skip" is the way without.
             records = group.buffer + self.general_buffer
             payload = None
             if self.aggregation == "normalized" and records:  # an empty aggregation has no Q_eff
@@ -567,7 +570,7 @@ class FedCompassConfig(Options):
     join_max_factor: float | None = None  # JOINGROUP accepts q ≤ factor·Q_max: 1 | 1.2 (legacy)
     fastest_over: str | None = None  # fastest client of a group: pending (paper) | all (code)
     lr_decay: bool | None = None  # legacy client lr × 0.995^floor((Q_min + steps assigned since the warm-up)/Q_max)
-    empty_timer: str | None = None  # timer on a group with no arrivals: apply (paper) | skip
+    empty_timer: str | None = None  # timer on a group with no arrivals: apply (paper; with server momentum or a FedOpt optimiser its step moves the model) | skip
     warmup: str | None = None  # steps of the warm-up round: q_min (paper) | q_max (code; first speed = time/Q_max)
 
     def step_range(self, local_steps: int) -> tuple[int, int]:
