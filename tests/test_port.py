@@ -223,6 +223,23 @@ def test_without_the_pull_the_server_waits_for_the_whole_local_training():
     assert PLATO.urgent_pull is False and PAPER.urgent_pull is True
 
 
+def test_a_pull_block_of_the_whole_round_is_said_to_leave_the_pull_nothing_to_cut():
+    # accepted without a word before: every pull then waited for the whole round, as no pull at all
+    whole, _, whole_backend, _ = run_pull_scenario(urgent_pull=True, pull_steps=10)
+    waited, _, waited_backend, _ = run_pull_scenario(urgent_pull=False)
+    assert (whole.records[2].steps, whole.records[2].arrival_time) == (10, 36.0)
+    assert [a.time for a in whole_backend.aggregations] == [a.time for a in waited_backend.aggregations]
+    with pytest.warns(UserWarning, match=r"port.pull_steps=10 is not below local_steps=4: a pulled client is always "
+                                         r"in its round's last block"):
+        validate(RunConfig(algorithm="port", local_steps=4, algorithm_options={"pull_steps": 10}))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        validate(RunConfig(algorithm="port", local_steps=4, algorithm_options={"pull_steps": 3}))
+        validate(RunConfig(algorithm="port", local_epochs=1.0, algorithm_options={"pull_steps": 60}))  # per client
+
+
 def test_pulled_updates_train_their_steps_and_resume_bit_identical(small_config, crash_after_saves):
     """The engine trains a pulled dispatch to its cut step count, also when it had trained it in full
     already (batched with earlier arrivals); a run interrupted with a pull in flight resumes exactly."""

@@ -401,6 +401,13 @@ class PortConfig(Options):
             fail("port.pull_steps", self.pull_steps,
                  "only with port.urgent_pull=True (the block of local steps a pulled client finishes); this run's "
                  "urgent_pull is False (leave port.pull_steps unset, or set port.urgent_pull true)")
+        if self.pull_steps is not None and getattr(run, "local_epochs", None) is None \
+                and self.pull_steps >= run.local_steps and self.urgent_pull is not False \
+                and not math.isinf(self.staleness_bound):
+            # said, not refused: the run is valid, only the pull cannot act
+            warn_user(f"port.pull_steps={self.pull_steps} is not below local_steps={run.local_steps}: a pulled client "
+                      "is always in its round's last block, so it finishes the whole round and no pull cuts one "
+                      "short (the run is as with port.urgent_pull false); a block of fewer steps lets a pull act")
         for name in ("cosine_skip_staleness", "cosine_skip_rounds"):
             if getattr(self, name) < -1:
                 fail(f"port.{name}", getattr(self, name), "an integer >= -1")
