@@ -254,3 +254,20 @@ def test_a_run_of_a_config_finished_under_its_old_name_is_said(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         run_experiment(RunConfig(**fedasync, output_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("algorithm, rule, said", [
+    ("fedcompass", None, True), ("fedcompass_m", None, True), ("fedbuff", "fedcompass", True),
+    ("fedasync", "fedcompass", True), ("fedbuff", None, False), ("fedasync", None, False)])
+def test_a_rule_scaling_updates_by_the_data_share_says_so_in_a_large_federation(algorithm, rule, said):
+    # FedCompass at 10^5 clients: loss 2.315766 → 2.315761 in 100 updates, and nothing said why
+    def notes(**changes):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            validate(RunConfig(**{**dict(algorithm=algorithm, rule=rule, clients=100_000), **changes}))
+        return [str(w.message) for w in caught if "share of the data, p_i" in str(w.message)]
+
+    assert len(notes()) == int(said)
+    if said:
+        assert "(about 1/100,000 here)" in notes()[0] and "about 100,000 client updates" in notes()[0]
+    assert notes(clients=999) == [] and notes(timing_only=True) == []  # a small federation; no model

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from jaxfl.algorithms.base import Algorithm, register, staleness_function
+from jaxfl.algorithms.base import Algorithm, note_data_share_steps, register, staleness_function
 from jaxfl.scheduler.pool import InFlightLimit
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 from jaxfl.scheduler.staleness import StalenessWeights
@@ -110,6 +110,8 @@ class FedAsyncAlgorithm(Algorithm):
         from jaxfl.config import fail
 
         rule = run.rule or "paper"
+        if rule == "fedcompass":
+            note_data_share_steps(run, "fedasync's rule fedcompass")
         if rule in MIXING_RULES and run.staleness_alpha > 1:
             fail("staleness_alpha", run.staleness_alpha,
                  f"at most 1 under fedasync's rule {rule}: it is the mixing weight α_t of w ← (1 − α_t) w + α_t w_i, "

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from jaxfl.algorithms.base import Algorithm, register, staleness_function
+from jaxfl.algorithms.base import Algorithm, note_data_share_steps, register, staleness_function
 from jaxfl.scheduler.pool import InFlightLimit
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 from jaxfl.scheduler.staleness import StalenessWeights
@@ -123,6 +123,11 @@ class FedBuffAlgorithm(Algorithm):
         [True, True, False]
         """
         return (run.rule or "paper") != "plato"
+
+    @classmethod
+    def validate(cls, run, options) -> None:
+        if (run.rule or "paper") == "fedcompass":
+            note_data_share_steps(run, "fedbuff's rule fedcompass")
 
     @classmethod
     def unread_settings(cls, run, options=None) -> dict[str, tuple[str | None, str]]:

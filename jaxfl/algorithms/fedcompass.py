@@ -44,7 +44,7 @@ import heapq
 import math
 from typing import Callable
 
-from jaxfl.algorithms.base import Algorithm, Options, register, staleness_function
+from jaxfl.algorithms.base import Algorithm, Options, note_data_share_steps, register, staleness_function
 from jaxfl.algorithms.wrappers import NormalizeSteps, StepNormalization
 from jaxfl.scheduler.clock import ARRIVALS_FIRST
 from jaxfl.scheduler.simulation import DEADLINE_ROUNDING, DispatchRecord, Policy, Simulation
@@ -618,6 +618,10 @@ class FedCompassAlgorithm(Algorithm):
         code); CREATEGROUP and the warm-up at most Q_max, which may exceed ``local_steps``."""
         _, q_max = self.options.step_range(self.run.local_steps)
         return max(q_max, math.floor(self.options.join_max_factor * q_max))
+
+    @classmethod
+    def validate(cls, run, options) -> None:
+        note_data_share_steps(run, cls.name)  # Alg. 3: Δ̄^g += st·p_i·Δ_i, w ← w − (Δ̄^g + Δ̄)
 
     @classmethod
     def unread_settings(cls, run, options=None) -> dict[str, tuple[str | None, str]]:
