@@ -675,7 +675,7 @@ def _plot_aggregated(events: dict[str, np.ndarray], kinds, algorithm: str, clien
                    f"mean training utilisation "
                    f"{'n/a' if utilisation is None else f'{utilisation:.1%}'}, "
                    f"{round(stats['idle_client_s_total'], 3):.3g} idle client-s, "  # as summary.json rounds it
-                   f"{stats['aggregations']} aggregations"
+                   f"{stats['aggregations']:,} aggregations"
                    + (f" ({stats['aggregations_per_hour']:.3g}/virtual h)" if stats["aggregations_per_hour"] else ""))
     rate.bar(centres, aggregations, width=width, color="black", alpha=0.6)
     rate.set_ylabel(f"aggregations\nper {width:.3g} s")

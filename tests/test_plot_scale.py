@@ -91,6 +91,8 @@ def test_in_flight_axis_runs_to_the_peak_in_a_large_federation(tmp_path):
     assert busy.get_ylim() == (0.0, 220.0)  # 10 % above the peak of 200
     assert "1,000,000" in busy.get_ylabel() and "1,000,000 clients" in busy.get_title()
     assert "at most 200 in flight" in busy.get_title()
+    many = plot.timeline_figure(make_run(tmp_path / "many", clients=500, rounds=20, format="csv"), bins=50)
+    assert "1,000 aggregations" in many.axes[0].get_title()  # as the clients are written (was "1000")
     # no line at the federation's size, which is far out of view
     assert [text.get_text() for text in busy.get_legend().get_texts()] == ["min–max in bin",
                                                                           "time-weighted mean in bin"]
