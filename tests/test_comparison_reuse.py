@@ -283,3 +283,29 @@ def test_runs_on_given_speeds_are_drawn_as_such_and_told_apart_by_their_speeds(t
     drawn = run_experiment(dataclasses.replace(config, output_dir=str(tmp_path / "drawn")))
     (axes,) = accuracy_figure([drawn.run_dir]).axes
     assert "exp speeds" in axes.get_title()  # drawn speeds are named as before
+
+
+def test_a_comparison_hashes_the_data_it_is_given_once(tmp_path, monkeypatch):
+    # its check, its search for a finished run and each run hashed data= again: 9 times for 3 runs, 0.2 s
+    # each for Fashion-MNIST-sized floats (1.7 of 14.5 s; 0.8 of 1.9 s when every run was reused)
+    import functools
+
+    from jaxfl.data.datasets import Dataset
+
+    hashed = []
+    sha256 = Dataset.fingerprint.func
+
+    def counted(dataset):
+        hashed.append(dataset.name)
+        return sha256(dataset)
+
+    counting = functools.cached_property(counted)
+    counting.__set_name__(Dataset, "fingerprint")
+    monkeypatch.setattr(Dataset, "fingerprint", counting)
+    mine = configs(tmp_path)
+    first = compare(mine, reuse=True, data=_arrays())
+    assert hashed == ["user"]
+    again = compare(mine, reuse=True, data=_arrays())  # other objects of the same values: hashed once more
+    assert hashed == ["user", "user"] and again.run_dirs == first.run_dirs
+    other = compare(mine, reuse=True, data=_arrays(shift=1.0))  # and other values are still other data
+    assert not set(other.run_dirs) & set(first.run_dirs)
