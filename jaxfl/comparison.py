@@ -379,7 +379,7 @@ def compare(configs, reuse: bool = False, *, data=None, time_per_step=None, mode
     >>> again.results[0].params is None    # read back from its folder, not run here
     True
     """
-    from jaxfl.experiment import check_buildable, run_experiment, shared_data
+    from jaxfl.experiment import check_buildable, hashing_data_once, run_experiment, shared_data
 
     configs = list(configs)
     if len(configs) < 1:
@@ -388,7 +388,7 @@ def compare(configs, reuse: bool = False, *, data=None, time_per_step=None, mode
                   init_params=init_params, loss=loss, metrics=metrics)
     given = {name: value for name, value in values.items() if value is not None}
     check_plotting()
-    with shared_data():  # the data checked here is the runs' data
+    with shared_data(), hashing_data_once():  # the data checked here is the runs' data
         for config in configs:
             check_buildable(config, **given)
         with shared_compilations():

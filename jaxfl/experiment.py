@@ -1433,20 +1433,43 @@ def _user_data(config: RunConfig, data) -> tuple[RunConfig, Dataset | None]:
     return _pin_fingerprint(config, dataset), dataset
 
 
+# The SHA-256 of each data= object met so far in a :func:`hashing_data_once` block; None outside one.
+_data_fingerprints: dict | None = None
+
+
+@contextlib.contextmanager
+def hashing_data_once():
+    """Within the block, the SHA-256 of one ``data=`` object is computed once (:func:`_fingerprint_once`):
+    a comparison's check, its search for a finished run and the run itself each convert ``data=`` (of
+    188 MB, 0.2 s a hash: 9 of a 3-run comparison's 14.5 s were 1.7 s of hashing, and 0.8 of its 1.9 s
+    when it reused them). One :func:`jaxfl.comparison.compare` call is such a block, and none outlives
+    it: data changed in place between two calls is hashed again.
+
+    >>> with hashing_data_once():
+    ...     _data_fingerprints == {}
+    True
+    >>> _data_fingerprints is None
+    True
+    """
+    global _data_fingerprints
+    outer, _data_fingerprints = _data_fingerprints, {}
+    try:
+        yield
+    finally:
+        _data_fingerprints = outer
+
+
 def _fingerprint_once(data, dataset: Dataset) -> None:
-    """In a :func:`shared_data` block (a comparison), give ``dataset`` the SHA-256 of the arrays of the same
-    ``data`` object met before in the block rather than hash them again: a comparison's check, its
-    search for a finished run and the run itself each convert ``data=`` (of 188 MB, 0.2 s a hash: 9
-    of a 3-run comparison's 14.5 s were 1.7 s of hashing, and 0.8 of its 1.9 s when it reused them).
-    The block holds the object, so its id names it; nothing changes its arrays while the block runs."""
-    if _shared_datasets is None:
+    """In a :func:`hashing_data_once` block, give ``dataset`` the SHA-256 of the arrays of the same ``data``
+    object met before in the block rather than hash them again. The block holds the object, so its id
+    names it; nothing changes its arrays while the block's call runs."""
+    if _data_fingerprints is None:
         return
-    key = ("fingerprint of", id(data))
-    held = _shared_datasets.get(key)
+    held = _data_fingerprints.get(id(data))
     if held is not None and held[0] is data:
         dataset.__dict__["fingerprint"] = held[1]  # functools.cached_property's slot
     else:
-        _shared_datasets[key] = (data, dataset.fingerprint)
+        _data_fingerprints[id(data)] = (data, dataset.fingerprint)
 
 
 class _OtherData(ConfigError):

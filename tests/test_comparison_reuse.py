@@ -309,3 +309,14 @@ def test_a_comparison_hashes_the_data_it_is_given_once(tmp_path, monkeypatch):
     assert hashed == ["user", "user"] and again.run_dirs == first.run_dirs
     other = compare(mine, reuse=True, data=_arrays(shift=1.0))  # and other values are still other data
     assert not set(other.run_dirs) & set(first.run_dirs)
+    # one comparison's hash is its own: the same object changed in place before the next is other data,
+    # also where both run in one outer block that shares generated data (it held the hash across them)
+    from jaxfl.experiment import shared_data
+
+    data = _arrays(shift=2.0)
+    with shared_data():
+        before = compare(mine, reuse=True, data=data)
+        data[0][:] += 1.0
+        after = compare(mine, reuse=True, data=data)
+    assert all(result.params is not None for result in after.results)
+    assert not set(after.run_dirs) & set(before.run_dirs)
