@@ -1445,10 +1445,11 @@ def hashing_data_once():
     when it reused them). One :func:`jaxfl.comparison.compare` call is such a block, and none outlives
     it: data changed in place between two calls is hashed again.
 
+    >>> import jaxfl.experiment as experiment  # (the module's global, not this example's copy of it)
     >>> with hashing_data_once():
-    ...     _data_fingerprints == {}
-    True
-    >>> _data_fingerprints is None
+    ...     experiment._data_fingerprints
+    {}
+    >>> experiment._data_fingerprints is None
     True
     """
     global _data_fingerprints
