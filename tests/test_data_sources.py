@@ -87,6 +87,27 @@ def test_npz_tokens_and_errors(tmp_path):
         assert load_dataset("npz", data_dir=misspelt).train_groups is None  # the unread object array is never loaded
 
 
+def test_a_damaged_npz_file_is_named_as_such_not_a_traceback(tmp_path, capsys):
+    # zipfile's BadZipFile is no ValueError or OSError: a file starting as a zip, or one with a flipped
+    # byte, ended `jaxfl run` in a traceback (since a comparison's search reads the file, from there too)
+    from jaxfl.cli import main
+
+    (tmp_path / "head.npz").write_bytes(b"PK\x03\x04garbage")
+    np.savez(tmp_path / "ok.npz", x_train=np.zeros((4, 3), np.float32), y_train=[0, 1, 0, 1],
+             x_test=np.zeros((2, 3), np.float32), y_test=[0, 1])
+    flipped = bytearray((tmp_path / "ok.npz").read_bytes())
+    flipped[200] ^= 0xFF  # inside x_train's bytes: its CRC no longer matches
+    (tmp_path / "flipped.npz").write_bytes(bytes(flipped))
+    with pytest.raises(ValueError, match=r"head.npz is not a .npz archive of numeric arrays .*not a zip file"):
+        load_dataset("npz", data_dir=tmp_path / "head.npz")
+    with pytest.raises(ValueError, match=r"flipped.npz is damaged: numpy could not read its arrays \(Bad CRC-32"):
+        load_dataset("npz", data_dir=tmp_path / "flipped.npz")
+    with pytest.raises(SystemExit):
+        main(["run", "--algorithm", "fedavg,fedasync", "--dataset", "npz", "--data-dir", str(tmp_path / "flipped.npz"),
+              "--model", "logreg", "--clients", "2", "--max-updates", "1", "--output-dir", str(tmp_path / "runs")])
+    assert "flipped.npz is damaged" in capsys.readouterr().err and not (tmp_path / "runs").exists()
+
+
 def test_dataset_from_arrays_checks():
     with pytest.raises(ValueError, match="y_train holds label 5, but num_classes=3 allows labels 0..2: set "
                                          "num_classes to at least 6"):

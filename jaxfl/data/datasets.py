@@ -35,6 +35,8 @@ from collections.abc import Mapping
 import hashlib
 import importlib.resources
 import os
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -666,7 +668,7 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
         return cached[1]
     try:
         archive = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as error:  # not an archive: numpy guesses pickle, or a bad zip
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:  # not an archive: numpy guesses pickle, or a bad zip
         raise ValueError(f"dataset 'npz': {path} is not a .npz archive of numeric arrays (np.savez writes one; "
                          f"numpy read it as {'a pickle' if 'pickle' in str(error) else repr(str(error))})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):  # a single .npy array
@@ -684,6 +686,9 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
         except ValueError as error:  # object arrays (ragged lists) need pickle, which is never enabled
             raise ValueError(f"dataset 'npz': {path} holds an object array, which needs pickle: store numeric "
                              f"arrays of one shape each ({error})") from None
+        except (zipfile.BadZipFile, zlib.error, EOFError) as error:  # a member's bytes damaged or cut short
+            raise ValueError(f"dataset 'npz': {path} is damaged: numpy could not read its arrays ({error}); "
+                             "write it again (np.savez)") from None
     if num_classes is None and "num_classes" in arrays:
         num_classes = _stored_num_classes(arrays["num_classes"], path)
     dataset = dataset_from_arrays(os.path.basename(path), arrays["x_train"], arrays["y_train"], arrays["x_test"],
