@@ -1008,6 +1008,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     states = {cell.index: cell_state(cell.run_dir) for cell in cells}
     _check_speeds_of_earlier_runs(speeds, sweep_dir, cells)
     _check_sources_of_earlier_runs(cells, states)
+    _check_data_of_earlier_runs(cells, states)
     shares = _check_jobs(jobs, sweep_dir, cells, states)
     # cells that run in this process take the generated data that the checks built (workers load their own)
     with shared_data() if jobs == 1 else contextlib.nullcontext():
@@ -1019,6 +1020,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
             states = {cell.index: cell_state(cell.run_dir) for cell in cells}  # as they are now it is held
             _check_speeds_of_earlier_runs(speeds, sweep_dir, cells)
             _check_sources_of_earlier_runs(cells, states)
+            _check_data_of_earlier_runs(cells, states)
             _say_cells_of_other_xla_flags(cells, states)
             shares = _check_jobs(jobs, sweep_dir, cells, states)
             return _run_locked(sweep_dir, base, grid, size, cells, jobs, states, shares, progress, echo, earlier,
@@ -1052,6 +1054,44 @@ def _check_sources_of_earlier_runs(cells: list[Cell], states: dict) -> None:
                           f"run with an earlier version of {' and '.join(files)}, changed since: {listed}{more}; their "
                           "results are not this code's. Sweep into another folder (--out), or remove those run "
                           "folders to run them again with the code as it is now")
+
+
+def _check_data_of_earlier_runs(cells: list[Cell], states: dict) -> None:
+    """Refuse, before any work, a sweep whose finished or interrupted cells on an ``npz`` file were run
+    on the file before it changed: a run records the SHA-256 of the file's arrays, which its name does
+    not hold, so the sweep counted such cells as finished and reported the old data's results as this
+    data's (a comparison, ``jaxfl run --algorithm a,b``, trains them again; an interrupted cell's resume
+    was refused only when its turn came)."""
+    from jaxfl.comparison import _with_file_fingerprint
+    from jaxfl.resume import ResumeError, read_record
+
+    stale = []
+    for cell in cells:
+        if states[cell.index] not in ("finished", "resumable") or cell.config.dataset != "npz" \
+                or cell.config.data_fingerprint is not None:  # a fingerprint given: the run checks it
+            continue
+        try:
+            made = read_record(cell.run_dir)["config"]
+            made = config_from_mapping(without_settings_refused_since(as_recorded(made))[0]).data_fingerprint
+        except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
+            continue  # a damaged record: its resume says so
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the file's own notes come with the runs that read it
+                now = _with_file_fingerprint(cell.config).data_fingerprint
+        except (ValueError, OSError):
+            continue  # the file gone or unreadable: the cells still to run say so
+        if made is not None and made != now:
+            stale.append((cell, made, now))
+    if stale:
+        cell, made, now = stale[0]
+        listed = "; ".join(f"cell {cell.index} ({cell.label()}): {cell.run_dir}" for cell, _, _ in stale[:5])
+        more = f" and {len(stale) - 5} more" if len(stale) > 5 else ""
+        raise ConfigError(f"{len(stale)} cell{'s' * (len(stale) != 1)} of this sweep {'were' if len(stale) != 1 else 'was'} "
+                          f"run on the npz file {cell.config.data_dir} before it changed (its arrays' SHA-256 "
+                          f"{made[:12]}… then, {now[:12]}… now): {listed}{more}; their results are not this "
+                          "data's. Sweep into another folder (--out), or remove those run folders to run them "
+                          "again on the file as it is now")
 
 
 def _say_cells_of_other_xla_flags(cells: list[Cell], states: dict) -> None:

@@ -114,3 +114,29 @@ def test_sigterm_as_a_cell_starts_says_how_the_sweep_goes_on(tmp_path, monkeypat
                     f"{folder / 'results.csv'}; the same jaxfl sweep command goes on (finished cells are skipped, "
                     "the interrupted one resumes from its newest checkpoint or starts again)"]
     assert stopping._state.last_words is None  # restored when the command ends
+
+
+def test_cells_run_on_an_npz_file_before_it_changed_are_refused_not_reported_as_its(tmp_path):
+    # a run records the SHA-256 of the file's arrays, which its name does not hold: the same sweep after
+    # the file was written anew said "2 already finished" and reported the old data's results as the new
+    import numpy as np
+
+    from jaxfl.sweep import run_sweep
+
+    def save(seed):
+        rng = np.random.default_rng(seed)
+        np.savez(tmp_path / "mine.npz", x_train=rng.normal(size=(40, 4)).astype(np.float32), y_train=np.arange(40) % 2,
+                 x_test=rng.normal(size=(10, 4)).astype(np.float32), y_test=np.arange(10) % 2)
+
+    base = dict(dataset="npz", data_dir=str(tmp_path / "mine.npz"), model="logreg", clients=2, local_steps=1,
+                max_updates=1)
+    grid = {"algorithm": ["fedavg", "fedbuff"]}
+    save(0)
+    first = run_sweep(base, grid, str(tmp_path / "sweep"), progress=False)
+    save(1)
+    with pytest.raises(ConfigError, match=r"2 cells of this sweep were run on the npz file .*mine.npz before it changed "
+                                          r"\(its arrays' SHA-256 \w{12}… then, \w{12}… now\): cell 0 \(algorithm=fedavg\)"):
+        run_sweep(base, grid, str(tmp_path / "sweep"), progress=False)
+    save(0)  # the file as it was: its cells again
+    again = run_sweep(base, grid, str(tmp_path / "sweep"), progress=False)
+    assert [row["run_dir"] for row in again.rows] == [row["run_dir"] for row in first.rows]
