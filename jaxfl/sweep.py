@@ -1048,12 +1048,23 @@ def _check_sources_of_earlier_runs(cells: list[Cell], states: dict) -> None:
             stale.append((cell, changed))
     if stale:
         files = sorted({file for _, changed in stale for file in changed})
-        listed = "; ".join(f"cell {cell.index} ({cell.label()}): {cell.run_dir}" for cell, _ in stale[:5])
-        more = f" and {len(stale) - 5} more" if len(stale) > 5 else ""
-        raise ConfigError(f"{len(stale)} cell{'s' * (len(stale) != 1)} of this sweep {'were' if len(stale) != 1 else 'was'} "
-                          f"run with an earlier version of {' and '.join(files)}, changed since: {listed}{more}; their "
-                          "results are not this code's. Sweep into another folder (--out), or remove those run "
+        cells_were, listed = _stale_cells([cell for cell, _ in stale])
+        raise ConfigError(f"{cells_were} run with an earlier version of {' and '.join(files)}, changed since: {listed}; "
+                          "their results are not this code's. Sweep into another folder (--out), or remove those run "
                           "folders to run them again with the code as it is now")
+
+
+def _stale_cells(cells: list[Cell]) -> tuple[str, str]:
+    """``("N cells of this sweep were", "cell i (label): run_dir; ...")`` (five named, then a count) for a
+    refusal of finished or interrupted cells that are not this sweep's runs.
+
+    >>> _stale_cells([Cell(3, {"seed": 1}, RunConfig(), "runs/a")])
+    ('1 cell of this sweep was', 'cell 3 (seed=1): runs/a')
+    """
+    listed = "; ".join(f"cell {cell.index} ({cell.label()}): {cell.run_dir}" for cell in cells[:5])
+    more = f" and {len(cells) - 5} more" if len(cells) > 5 else ""
+    return (f"{len(cells)} cell{'s' * (len(cells) != 1)} of this sweep {'were' if len(cells) != 1 else 'was'}",
+            listed + more)
 
 
 def _check_data_of_earlier_runs(cells: list[Cell], states: dict) -> None:
@@ -1085,13 +1096,11 @@ def _check_data_of_earlier_runs(cells: list[Cell], states: dict) -> None:
             stale.append((cell, made, now))
     if stale:
         cell, made, now = stale[0]
-        listed = "; ".join(f"cell {cell.index} ({cell.label()}): {cell.run_dir}" for cell, _, _ in stale[:5])
-        more = f" and {len(stale) - 5} more" if len(stale) > 5 else ""
-        raise ConfigError(f"{len(stale)} cell{'s' * (len(stale) != 1)} of this sweep {'were' if len(stale) != 1 else 'was'} "
-                          f"run on the npz file {cell.config.data_dir} before it changed (its arrays' SHA-256 "
-                          f"{made[:12]}… then, {now[:12]}… now): {listed}{more}; their results are not this "
-                          "data's. Sweep into another folder (--out), or remove those run folders to run them "
-                          "again on the file as it is now")
+        cells_were, listed = _stale_cells([cell for cell, _, _ in stale])
+        raise ConfigError(f"{cells_were} run on the npz file {cell.config.data_dir} before it changed (its arrays' "
+                          f"SHA-256 {made[:12]}… then, {now[:12]}… now): {listed}; their results are not this data's. "
+                          "Sweep into another folder (--out), or remove those run folders to run them again on the "
+                          "file as it is now")
 
 
 def _say_cells_of_other_xla_flags(cells: list[Cell], states: dict) -> None:
