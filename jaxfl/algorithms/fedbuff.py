@@ -36,12 +36,17 @@ from __future__ import annotations
 
 from typing import Callable
 
+from jaxfl._user_warnings import warn_user
 from jaxfl.algorithms.base import Algorithm, note_data_share_steps, register, staleness_function
-from jaxfl.scheduler.pool import InFlightLimit
+from jaxfl.scheduler.pool import DEFAULT_CONCURRENCY, InFlightLimit
 from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 from jaxfl.scheduler.staleness import StalenessWeights
 
 RULES = ("paper", "fedcompass", "plato")
+# in flight per buffered update from which the start's wave of updates, all trained from the initial
+# model, is said to push it far with sign-like (adam) clients: 1,000 in flight with K = 10 (100) and
+# K = 3 (333) diverged, K = 30 (33) learned (an MLP at 10^5 clients, 2026-12-05 and 07)
+FIRST_WAVE_NOTE_RATIO = 50
 
 
 class FedBuff(InFlightLimit, Policy):
@@ -128,6 +133,8 @@ class FedBuffAlgorithm(Algorithm):
     def validate(cls, run, options) -> None:
         if (run.rule or "paper") == "fedcompass":
             note_data_share_steps(run, "fedbuff's rule fedcompass")
+        if (run.rule or "paper") == "paper":
+            note_first_wave(run)
 
     @classmethod
     def unread_settings(cls, run, options=None) -> dict[str, tuple[str | None, str]]:
@@ -159,3 +166,45 @@ class FedBuffAlgorithm(Algorithm):
         run = self.run
         return FedBuff(self.local_steps, run.buffer_size, staleness_function(run), rule=run.rule or "paper",
                        concurrency=run.concurrency or run.clients_per_round, seed=run.seed)
+
+
+def note_first_wave(run) -> None:
+    """Say, under the rule paper, when the clients in flight at the start are many per buffered update
+    and the clients train with adam or adamw (jaxfl's default adam at 0.003, 50 steps, FedCompass's
+    settings for 5-20 clients): every client in flight at t = 0 trains from the initial model, so the
+    first in-flight ÷ K aggregations add up updates from that one model, Σ_j st(j) of them (32 at
+    1,000 in flight and K = 3), and an adam update moves every parameter by up to lr × steps whatever
+    its gradient. An MLP at 10^5 clients went from held-out loss 2.3 to 387 at update 50 in silence.
+    Not in timing-only runs, which train no model.
+
+    >>> import warnings
+    >>> from types import SimpleNamespace
+    >>> run = SimpleNamespace(timing_only=False, clients=100_000, concurrency=None, clients_per_round=None,
+    ...                       buffer_size=3, client_optimizer="adam", client_lr=0.003, local_steps=50,
+    ...                       local_epochs=None, staleness="polynomial", staleness_alpha=0.9, staleness_a=0.5)
+    >>> with warnings.catch_warnings(record=True) as said:
+    ...     warnings.simplefilter("always")
+    ...     note_first_wave(run)
+    >>> "1,000 clients in flight" in str(said[0].message), "about 32 client updates" in str(said[0].message)
+    (True, True)
+    """
+    if run.timing_only or run.client_optimizer not in ("adam", "adamw"):
+        return
+    in_flight = min(run.concurrency or run.clients_per_round or DEFAULT_CONCURRENCY, run.clients)
+    aggregations = in_flight // run.buffer_size
+    if aggregations < FIRST_WAVE_NOTE_RATIO:
+        return
+    staleness = staleness_function(run)
+    weight = sum(staleness(version) for version in range(aggregations))
+    steps = f"{run.local_steps} steps" if run.local_epochs is None else f"{run.local_epochs:g} local epochs"
+    warn_user(f"fedbuff: {in_flight:,} clients in flight with buffer_size {run.buffer_size}: each starts from the "
+              f"initial model, so the first {aggregations:,} aggregations add up updates all trained from it, "
+              f"about {weight:.0f} client updates' worth (the sum of their staleness weights), and "
+              f"{run.client_optimizer} at client_lr {run.client_lr:g} for {steps} moves every parameter by up to "
+              "lr x steps per update, whatever its gradient: that sum can push the model far along one "
+              "direction (an MLP on synthetic_iid at 10^5 clients, 1,000 in flight, K = 3: held-out loss 2.3 -> 387 "
+              "at update 50, where buffer_size 30, concurrency 10 or the FedBuff paper's settings, K = 10 with sgd "
+              "clients for 5 steps, learned; on "
+              "mnist10k at 1,000 clients: loss 2.3 -> 11 at update 20, though accuracy rose). Consider a buffer in "
+              f"proportion (buffer_size {max(1, in_flight // 30):,} or more), fewer clients in flight "
+              "(concurrency) or sgd clients")
