@@ -259,9 +259,9 @@ def earlier_runs(config, times=None, edited: list | None = None, objects: bool =
     import warnings
 
     from jaxfl import algorithms, checkpoint
-    from jaxfl.config import ConfigError, as_recorded, config_from_mapping, validate, without_settings_refused_since
+    from jaxfl.config import ConfigError, validate
     from jaxfl.experiment import changed_sources, names_before_default_changes, run_name
-    from jaxfl.resume import ResumeError, config_record, read_record
+    from jaxfl.resume import ResumeError, config_record, read_record, recorded_config
     from jaxfl.runlog import finished_summary
     from jaxfl.user_inputs import UserInputs, recorded_speeds_sha256
 
@@ -296,8 +296,8 @@ def earlier_runs(config, times=None, edited: list | None = None, objects: bool =
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 record = read_record(run_dir)
-                if {**config_record(validate(config_from_mapping(without_settings_refused_since(
-                        as_recorded(record["config"]))[0]))), "output_dir": None, "run_name": None} != wanted or \
+                if {**config_record(validate(recorded_config(record["config"]))), "output_dir": None,
+                        "run_name": None} != wanted or \
                         recorded_speeds_sha256(record) != speeds or (_given_objects(record) and not objects):
                     continue
                 changed = changed_sources(record, config)

@@ -312,6 +312,18 @@ def read_record(run_dir: str) -> dict:
     return written
 
 
+def recorded_config(written: Mapping[str, Any]) -> RunConfig:
+    """The config a run recorded (``config.json``'s ``config``, as :func:`read_record` returns it) as
+    it ran: unset fields whose algorithm's default changed since read as the default it ran under,
+    and settings it held unread, refused since, left out. Not validated; raises
+    :class:`~jaxfl.config.ConfigError` for a value no config takes.
+
+    >>> recorded_config({"algorithm": "fedasync", "server": {"rule": None}}).rule
+    'fedcompass'
+    """
+    return config_from_mapping(without_settings_refused_since(as_recorded(written))[0])
+
+
 def read_run(run_dir: str, may_differ: Mapping[str, Any] | None = None) -> tuple[RunConfig, dict]:
     """``(config, user_inputs)`` of a run directory from one read of its ``config.json``
     (:func:`read_record`): the validated config, and the record of what the run took besides it

@@ -53,8 +53,8 @@ from typing import NamedTuple
 from jaxfl._user_warnings import warn_user
 from jaxfl import algorithms
 from jaxfl.config import (user_path, ALGORITHM_FIELDS, FIELDS, SERVER_FIELDS_READ_BY, TIMING_ONLY_UNREAD, ConfigError, RunConfig,
-                          _only_read_when, as_recorded, config_from_mapping, flat_once, load_config_file, option_namespaces,
-                          reads_field, split_algorithm_options, validate, without_settings_refused_since)
+                          _only_read_when, config_from_mapping, flat_once, load_config_file, option_namespaces,
+                          reads_field, split_algorithm_options, validate)
 from jaxfl.user_inputs import TIME_PER_STEP_FILE, UserInputs, recorded_speeds_sha256
 
 # Where and how each run is written belongs to the sweep, not to a cell.
@@ -389,7 +389,7 @@ def _run_at_an_earlier_default(config: RunConfig) -> tuple[str, object, object, 
     run's folder has the old name, the hash of the field unset, which no validated config hashes to
     now. ``config`` is a cell's: validated, with its run name; None where its own folder exists."""
     from jaxfl.experiment import names_before_default_changes
-    from jaxfl.resume import ResumeError, config_record, read_record
+    from jaxfl.resume import ResumeError, config_record, read_record, recorded_config
 
     if os.path.exists(os.path.join(config.output_dir, config.run_name)):
         return None
@@ -399,7 +399,7 @@ def _run_at_an_earlier_default(config: RunConfig) -> tuple[str, object, object, 
             recorded = read_record(os.path.join(config.output_dir, folder))["config"]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the run's own notes came when it ran
-                ran = validate(config_from_mapping(without_settings_refused_since(as_recorded(recorded))[0]))
+                ran = validate(recorded_config(recorded))
         except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
             continue
         where = {"output_dir": config.output_dir, "run_name": config.run_name}
@@ -1074,7 +1074,7 @@ def _check_data_of_earlier_runs(cells: list[Cell], states: dict) -> None:
     data's (a comparison, ``jaxfl run --algorithm a,b``, trains them again; an interrupted cell's resume
     was refused only when its turn came)."""
     from jaxfl.comparison import _with_file_fingerprint
-    from jaxfl.resume import ResumeError, read_record
+    from jaxfl.resume import ResumeError, read_record, recorded_config
 
     stale = []
     for cell in cells:
@@ -1083,7 +1083,7 @@ def _check_data_of_earlier_runs(cells: list[Cell], states: dict) -> None:
             continue
         try:
             made = read_record(cell.run_dir)["config"]
-            made = config_from_mapping(without_settings_refused_since(as_recorded(made))[0]).data_fingerprint
+            made = recorded_config(made).data_fingerprint
         except (ResumeError, ConfigError, ValueError, KeyError, TypeError):
             continue  # a damaged record: its resume says so
         try:
