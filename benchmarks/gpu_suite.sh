@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one button for a session that is lent a GPU: from the device tool,
 #     run(command="bash benchmarks/gpu_suite.sh", timeout_s=600, carry=["benchmarks/out/fashion-mnist"])
-# runs, in one call, the GPU figures that issues 17 and 13 still lack, and leaves the tables, JSON
+# runs, in one call, the GPU figures that issue 17 still lacks, and leaves the tables, JSON
 # and the device description in $OUT, which come back to this machine. Copy the figures into
 # benchmarks/README.md with the device, date and this command.
 #
@@ -9,8 +9,8 @@
 # (a minute or two) and its idle time counted: one full call and a short second one (gpu_extra.sh).
 # The first lease (2026-12-04, an H200: benchmarks/README.md, "First GPU figures") measured the
 # CNN at K = 1, 8, 64, ResNet-18 at K = 1, 8, FedBuff end to end and the 10^6-client run, and found
-# XLA:GPU compiling each training program in 7-17 s: every step was cut at its limit. So this call
-# holds what is still missing, in order of value per device second, limits adding up to 540 s:
+# XLA:GPU compiling each training program in 7-17 s: every step but the 10^6-client run was cut at
+# its limit. So this call holds what is still missing, in order of value per device second, limits adding up to 540 s:
 #   0. preflight (45 s; 21.5 s on 2026-12-04): a 2-update jaxfl run on the device; the button stops
 #      here where jaxfl fails on the device's jax or jax runs on the CPU (gpu_common.sh);
 #   1. issue 17 (a): client_batching, the MNIST CNN at batch 64, K = 256 and 1024 (the rows the
