@@ -124,7 +124,8 @@ Every config field is a flag, grouped below by the config's sections. A JSON or 
 --config sets a base that flags override (the same names; sections as tables such as [client]). An
 algorithm's own options are flags in its namespace (--port.staleness-bound 5); the groups at the end
 list them, one group per algorithm. A setting that the chosen algorithm, dataset, partition or speed
-model never reads is refused with its name, not silently ignored."""
+model never reads is refused with its name, not silently ignored (the settings of a part of an
+algorithm switched off, such as FedASMU's with --no-fedasmu.fetch, come with a note instead)."""
 _RUN_EXAMPLES = """\
 examples:
   jaxfl run --algorithm fedbuff --dataset fashion_mnist --clients 10 --heterogeneity exp
@@ -223,6 +224,8 @@ def _metavar(dest: str, annotation: str) -> str:
         return "N"
     if annotation.startswith("float"):
         return "X"
+    if annotation.startswith("tuple[float"):
+        return "X[,X...]"
     return "PATH" if dest.endswith("_dir") else "NAME"
 
 
@@ -375,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
                   parse=str if name == "algorithm" else None)
     groups["speeds"].add_argument(
         "--time-per-step", metavar="FILE", default=None,
-        help="each client's seconds per local step from a .npy or .csv file (one number per client: measured "
+        help="each client's seconds per local step from a .npy, .csv or .txt file (one number per client: measured "
              "devices, another simulator's profile; or a trace table with a time_per_step or seconds_per_step "
              "column, ordered by its client_id column if any) instead of drawing them from --heterogeneity; --jitter still "
              "applies (0 replays the times exactly); a trace's latency_s or latency_ms and bandwidth_bytes_per_s, "
@@ -608,6 +611,12 @@ def _sweep_values(args: argparse.Namespace) -> tuple[dict, dict]:
 
     if args.size is not None and args.sweep_file is None:
         raise ConfigError(f"--size {args.size} is not allowed without a sweep file: sizes are [sizes.NAME] tables in it")
+    if args.sweep_file is not None and not os.path.exists(args.sweep_file) \
+            and not args.sweep_file.lower().endswith((".toml", ".json")):
+        # `--batching true,false` leaves the switch's "value" as the sweep file
+        raise ConfigError(f"sweep file {args.sweep_file!r} does not exist (a sweep file is a .toml or .json file); "
+                          "if it was meant as a value: an on/off switch such as --batching or --no-batching takes "
+                          "none, and sweeping one is a sweep file's [grid] list (batching = [true, false])")
     base, grid = load_sweep_file(args.sweep_file, args.size) if args.sweep_file else ({}, {})
     file_base, file_grid = dict(base), dict(grid)
     flagged = set()

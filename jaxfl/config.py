@@ -78,7 +78,7 @@ class DataConfig:
     """The data set, the model and how the samples split over the clients."""
 
     dataset: str = "mnist10k"  # mnist10k (embedded), fashion_mnist, mnist, digits, npz, array_record, tfds:NAME, synthetic
-    data_dir: str | None = None  # folder of mnist / npz / array_record / tfds data
+    data_dir: str | None = None  # folder of mnist / array_record / tfds data, or the .npz file (or a folder of one)
     model: str = dataclasses.field(default="cnn", metadata={"help": MODEL_HELP})  # a jaxfl.models name, or module:object
     weight_init: str = "flax"  # the model's initial weights: flax (its layers' defaults) | pytorch (PyTorch's, as the papers' code: U(±1/√fan_in) weights and biases)
     clients: int = 10  # number of clients m
@@ -90,11 +90,11 @@ class DataConfig:
     size_skew: float = 1.0  # sigma (lognormal) or tail index (powerlaw) of those client sizes
     shards_per_client: int = 2  # label_shards: shards of label-sorted samples per client (McMahan et al.)
     gamma: float = 0.1  # gamma_mix: the IID fraction (CC-FedAvg; 0.1 = "90% non-IID")
-    client_weights: str = "samples"  # p_i: relative sample size (paper) or uniform 1/m
+    client_weights: str = "samples"  # p_i: samples (relative sample size, the papers') or uniform (1/m)
     augment: str = "auto"  # on-device training augmentation: auto (crop+flip for CIFAR) | none | crop_flip
     normalize: bool = False  # (x - mean) / std per channel, by the training split's statistics (FedCompass MNIST: off)
-    normalize_mean: tuple[float, ...] | None = None  # normalize by this mean instead: a number or one per channel
-    normalize_std: tuple[float, ...] | None = None  # normalize by this std instead (given together with normalize_mean)
+    normalize_mean: tuple[float, ...] | None = None  # with normalize: by this mean instead of the split's: a number or one per channel
+    normalize_std: tuple[float, ...] | None = None  # with normalize: by this std instead (given together with normalize_mean)
     num_classes: int | None = None  # classes (logits of the model); unset: the dataset's (npz and arrays: largest label + 1)
     data_fingerprint: str | None = None  # SHA-256 of the data; set by runs on data= or npz files, checked on resume
 
@@ -108,7 +108,7 @@ class SpeedsConfig:
     jitter: float = 0.05  # per-round t_i^(k) ~ N(t_i, (jitter·t_i)^2)
     speed_change_prob: float = 0.0  # probability of re-drawing t_i each round
     speed_cap: float = 30.0  # pareto/zipf idle-time cap (PORT's Pareto runs; its Zipf runs, Fig. 2: 60)
-    negative_times: str = "redraw"  # negative normal draws: redraw, clip or error
+    negative_times: str = "redraw"  # a negative time drawn (normal speeds, or any model's jitter): redraw, clip or error
     latency: float = 0.0  # virtual seconds of latency per model transfer
     bandwidth: float = math.inf  # bytes per second of a model transfer (inf: no limit)
     speed_reference_time: float = 10.0  # t_i = μ(1 + s_i/ref): PLATO's avg_training_time per epoch (LeNet: 10 s)
@@ -127,7 +127,7 @@ class FaultsConfig:
     dropout_prob: float = 0.0  # per dispatch: the client goes offline for Exp(dropout_mean) s
     dropout_mean: float = 60.0  # mean offline time of a dropout, virtual seconds
     round_timeout: float | None = None  # rounds (FedAvg, FedAT tiers, CC-FedAvg) close after this; PORT, FedASMU: per dispatch
-    on_nonfinite: str = "stop"  # a NaN/Inf update stops the run, or is skipped (the rest weighed as if it never arrived) and counted
+    on_nonfinite: str = "stop"  # a NaN/Inf update: stop (the run stops) or skip (the rest weighed as if it never arrived, counted)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,18 +151,18 @@ class ServerConfig:
 
     server_optimizer: str = "sgd"  # on the aggregated update: sgd, FedOpt's adam, yogi, adagrad (Reddi et al.), or optax_adam, optax_yogi, optax_adagrad
     server_lr: float | None = None  # server learning rate; unset: 1 for sgd (FedAvg), 0.01 adam/yogi, 0.1 adagrad
-    server_momentum: float | None = None  # server SGD momentum; unset: the algorithm's (0.9 for fedavgm), else 0
+    server_momentum: float | None = None  # server SGD momentum; unset: the algorithm's (0.9 for fedavgm and fedcompass_m), else 0
     server_tau: float = 1e-3  # FedOpt's adaptivity τ in η m/(√v + τ), v starting at τ² (optax_*: their eps)
     server_beta1: float = 0.9  # FedOpt's β1: momentum of the pseudo-gradient (adam, yogi, adagrad, optax_adam, optax_yogi)
     server_beta2: float = 0.99  # FedOpt's β2: decay of the second moment (adam, yogi, optax_adam, optax_yogi)
     clients_per_round: int | None = None  # clients sampled per round (FedAvg, FedOpt, CC-FedAvg; unset: all); FedAsync/FedBuff: the concurrency
     concurrency: int | None = None  # clients in flight (FedAsync, FedBuff; FedASMU's cap); unset: clients_per_round, else min(clients, 1000) (FedASMU: 10% of the clients)
     buffer_size: int = 3  # FedBuff's K: buffered updates per aggregation
-    rule: str | None = None  # FedAsync/FedBuff update rule: paper, fedcompass (its authors' framework) or plato (PORT's); unset: each's default
+    rule: str | None = None  # FedAsync/FedBuff update rule: paper, fedcompass (its authors' framework) or plato (PORT's); unset: paper for both
     staleness: str = "polynomial"  # st(s), s the versions made since the client's model (0: the newest): constant α, polynomial α(s+1)^-a, hinge α/(a(s-4)+1) past s = 4, exponential α·e^(-a·s)
     staleness_alpha: float = 0.9  # α of the staleness function st(s)
     staleness_a: float = 0.5  # a of the staleness function st(s) (not read by constant; the default is the polynomial's: FedAsync's hinge runs used a = 10)
-    fednova: bool = False  # FedNova: normalise pseudo-gradient aggregations by local steps (momentum-corrected for sgd)
+    fednova: bool = False  # FedNova: normalise pseudo-gradient aggregations by local steps (momentum-corrected; sgd clients only)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +192,7 @@ class EngineConfig:
     devices: int | None = None  # local devices the client axis is sharded over (unset: all; a CPU's cores are devices)
     memory_limit_mb: float | None = None  # memory one training call may use, MiB (unset: what the device has free)
     timing_only: bool = False  # the schedule only: no training, no model on device (staleness, idle time, events/s)
-    client_state: str = "auto"  # per-client algorithm state (CC-FedAvg's banks): auto (device if it fits 25% of its free memory, else host RAM, else a memmap in the run dir) | device | host | memmap
+    client_state: str = "auto"  # per-client algorithm state (CC-FedAvg's banks, FedASMU's coefficients): auto (device if it fits 25% of its free memory, else host RAM, else a memmap in the run dir) | device | host | memmap
 
 
 SECTIONS = {"data": DataConfig, "speeds": SpeedsConfig, "faults": FaultsConfig, "client": ClientConfig,

@@ -269,3 +269,28 @@ def test_a_flag_is_read_by_its_whole_name_only(capsys):
         main(["run", "--local-step", "5", "--max-updates", "1"])
     assert refused.value.code == 2
     assert "unrecognized arguments: --local-step 5 (did you mean --local-steps" in capsys.readouterr().err
+
+
+def test_a_value_given_to_an_on_off_switch_of_a_sweep_is_named_as_such(tmp_path, capsys):
+    # `--batching true,false` took `true,false` for the sweep file: "config file 'true,false' does not exist"
+    with pytest.raises(SystemExit) as refused:
+        main(["sweep", "--out", str(tmp_path / "sweep"), "--batching", "true,false"])
+    said = capsys.readouterr().err
+    assert refused.value.code == 2 and "sweep file 'true,false' does not exist" in said
+    assert "takes none" in said and "batching = [true, false]" in said
+    assert not (tmp_path / "sweep").exists()
+    with pytest.raises(SystemExit):  # a missing file that is one by its name keeps the plain message
+        main(["sweep", str(tmp_path / "grid.toml"), "--out", str(tmp_path / "sweep")])
+    assert "config file" in capsys.readouterr().err
+
+
+def test_run_help_spells_the_values_a_choice_takes(capsys):
+    # the help said "the paper or the reference code" and "T_a (paper) | T_max (code)", where the
+    # values are reference_code and t_a / t_max (a review, 2026-12-07)
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = re.sub(r"\s+", " ", capsys.readouterr().out)
+    assert "paper | reference_code" in text and "t_a (paper) | T_max: t_max (code)" in text
+    assert "--normalize-mean X[,X...]" in text and "stop (the run stops) or skip" in text
+    assert "unset: paper for both" in text and ".npy, .csv or .txt file" in text
+    assert "0.9 for fedavgm and fedcompass_m" in text

@@ -562,13 +562,13 @@ class FedCompassConfig(Options):
     q_min: int | None = None  # Q_min, fewest local steps a client is assigned; unset: 0.2·Q_max (Table 9)
     q_max: int | None = None  # Q_max, most local steps a client is assigned; unset: --local-steps
     latest_time_factor: float | None = None  # λ: 1.2 (paper), 1.5 (legacy code)
-    preset: str = "paper"  # defaults of the switches below: the paper or the reference code
-    speed_estimate: str | None = None  # latest sample (paper) | ema (code: 0.9 on newest)
-    staleness_at: str | None = None  # buffer time (paper) | aggregation time (new repo)
-    create_rule: str | None = None  # CREATEGROUP lines up with T_a (paper) | T_max (code)
-    create_far_groups: str | None = None  # clamp q to Q_max (paper) | skip groups (code)
+    preset: str = "paper"  # defaults of the switches below: paper | reference_code (the authors' code)
+    speed_estimate: str | None = None  # latest (paper: the latest sample) | ema (code: 0.9 on newest)
+    staleness_at: str | None = None  # buffer (paper: at buffer time) | aggregation (new repo: at aggregation time)
+    create_rule: str | None = None  # CREATEGROUP lines up with T_a: t_a (paper) | T_max: t_max (code)
+    create_far_groups: str | None = None  # clamp (paper: q to Q_max) | skip (code: skip those groups)
     join_max_factor: float | None = None  # JOINGROUP accepts q ≤ factor·Q_max: 1 | 1.2 (legacy)
-    fastest_over: str | None = None  # fastest client of a group: pending (paper) | all (code)
+    fastest_over: str | None = None  # fastest client of a group among: pending (paper) | all (code)
     lr_decay: bool | None = None  # legacy client lr × 0.995^floor((Q_min + steps assigned since the warm-up)/Q_max)
     empty_timer: str | None = None  # timer on a group with no arrivals: apply (paper; with server momentum or a FedOpt optimiser its step moves the model) | skip
     warmup: str | None = None  # steps of the warm-up round: q_min (paper) | q_max (code; first speed = time/Q_max)
