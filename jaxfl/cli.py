@@ -1621,6 +1621,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with stopping.stop_on_sigterm(), warnings.catch_warnings():
             warnings.formatwarning = _warning_line
+            warnings.showwarning = _once(warnings.showwarning)
             status = _main(argv)
         if argv is None and status in (130, stopping.SIGTERM_STATUS):  # a sweep says its interrupt and returns
             _end_interrupted(status)
@@ -1679,6 +1680,21 @@ def _end_interrupted(status: int) -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(status)
+
+
+def _once(show):
+    """``show`` (a ``warnings.showwarning``) that passes on each note once per command: a sweep's
+    check before its cells and each of its cells (or a comparison's runs) said the same note again,
+    a FedASMU grid of 32 cells 33 times. Notes are told apart by their category and text, so a note
+    that names its run or its values is said for each."""
+    said = set()
+
+    def show_once(message, category, *where, **options):
+        if (category, str(message)) not in said:
+            said.add((category, str(message)))
+            show(message, category, *where, **options)
+
+    return show_once
 
 
 def _warning_line(message, category, filename, lineno, line=None) -> str:

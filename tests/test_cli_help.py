@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -294,3 +295,15 @@ def test_run_help_spells_the_values_a_choice_takes(capsys):
     assert "--normalize-mean X[,X...]" in text and "stop (the run stops) or skip" in text
     assert "unset: paper for both" in text and ".npy, .csv or .txt file" in text
     assert "0.9 for fedavgm and fedcompass_m" in text
+
+
+def test_a_sweep_says_each_note_once_not_once_per_cell(tmp_path, recwarn):
+    # a FedASMU grid said its notes in the check before the cells and again in every cell: 33 times for 32
+    # cells. A note is the same in every cell; a note that names a cell's values differs, and is said for each
+    argv = ["sweep", "--out", str(tmp_path / "sweep"), "--algorithm", "fedasmu", "--seed", "0,1",
+            "--model", "logreg", "--clients", "5", "--max-updates", "1", "--local-steps", "2", "--no-progress"]
+    warnings.simplefilter("always")  # (pytest's own filter: every warning to the recorder, as to a terminal)
+    assert main(argv) == 0
+    said = [str(warning.message) for warning in recwarn]
+    assert sum("leaves no step for the fetch at slots" in note for note in said) == 1, said
+    assert sum("client_optimizer='adam': the server learns" in note for note in said) == 1, said
