@@ -10,7 +10,8 @@
 # The first lease (2026-12-04, an H200: benchmarks/README.md, "First GPU figures") measured the
 # CNN at K = 1, 8, 64, ResNet-18 at K = 1, 8, FedBuff end to end and the 10^6-client run, and found
 # XLA:GPU compiling each training program in 7-17 s: every step but the 10^6-client run was cut at
-# its limit. So this call holds what is still missing, in order of value per device second, limits adding up to 540 s:
+# its limit. So this call holds what is still missing, in order of value per device second, limits
+# adding up to 540 s:
 #   0. preflight (45 s; 21.5 s on 2026-12-04): a 2-update jaxfl run on the device; the button stops
 #      here where jaxfl fails on the device's jax or jax runs on the CPU (gpu_common.sh);
 #   1. issue 17 (a): client_batching, the MNIST CNN at batch 64, K = 256 and 1024 (the rows the
@@ -21,7 +22,9 @@
 #      defaults with a rolled step loop, then the defaults (whose unrolled power-of-two chunks may
 #      compile for most of the step: the rolled side comes first so that it is measured) (150 s);
 #   3. issue 17 (b): end_to_end, FedBuff cross-device with a rolled step loop beside the defaults
-#      (the defaults compiled 4 call shapes for 26.7 s of their 40.3 s on 2026-12-04) (90 s);
+#      (the defaults compiled 4 call shapes for 26.7 s of their 40.3 s on 2026-12-04; since the
+#      engine trains ahead only the next arrivals, 2026-12-05, the CPU counts 6 step programs a side,
+#      so the defaults may be cut: the rolled side comes first) (90 s);
 #   4. issue 17 (a): client_batching with ResNet-18 (CIFAR-shaped) at K = 32 (85 s).
 #
 # Fashion-MNIST (the FedBuff end-to-end workload's data) is not on the device machine: before the
