@@ -1791,15 +1791,29 @@ def computation_curve(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
     was still computed), from the event log's arrivals on the virtual clock — not the engine's
     count, which runs ahead when it trains in-flight clients early.
 
+    An evaluation made at the instant its version was aggregated counts the arrivals logged up to that
+    aggregation: where two aggregations fall at one virtual time (equal speeds without jitter, a
+    round's deadline), the first version's evaluation does not count the arrivals logged after it.
+
     >>> # steps, accuracy = computation_curve("runs/ccfedavg-...")
     """
-    times, accuracy = _accuracy_curve(run_dir)
+    from jaxfl.plot import read_metrics
+
+    metrics = read_metrics(run_dir)
+    times, accuracy = np.array([row["time"] for row in metrics]), np.array([row["accuracy"] for row in metrics])
     events = read_events(run_dir)
-    arrived = events["event"] == "arrival"
-    order = np.argsort(events["time"][arrived], kind="stable")
-    arrival_times = events["time"][arrived][order]
-    spent = np.concatenate([[0], np.cumsum(np.maximum(events["steps"][arrived][order], 0))])
-    return spent[np.searchsorted(arrival_times, times, side="right")].astype(np.float64), accuracy
+    order = np.argsort(events["time"], kind="stable")  # the log's order within one instant
+    event_times = events["time"][order]
+    arrival_steps = np.where(events["event"][order] == "arrival", np.maximum(events["steps"][order], 0), 0)
+    spent = np.concatenate([[0], np.cumsum(arrival_steps)])  # spent[i]: the arrivals among the first i events
+    made_at = {int(version): position for position, (kind, version) in  # where each version's aggregation is
+               enumerate(zip(events["event"][order], events["version"][order])) if kind == "aggregate"}
+    counted = spent[np.searchsorted(event_times, times, side="right")]
+    for row, (time, evaluation) in enumerate(zip(times, metrics)):
+        made = None if "version" not in evaluation else made_at.get(int(evaluation["version"]))
+        if made is not None and event_times[made] == time:
+            counted[row] = spent[made + 1]
+    return counted.astype(np.float64), accuracy
 
 
 def accuracy_band(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

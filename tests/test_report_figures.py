@@ -211,3 +211,17 @@ def test_a_timeline_is_drawn_from_the_lowest_seed_with_a_schedule(tmp_path):
     assert [name for name in (path.rsplit("/", 1)[1] for path in made.figures) if name.startswith("timeline")] == \
         ["timeline-fedbuff.png"]
     assert (tmp_path / "report" / "report.md").exists()
+
+
+def test_the_computation_curve_stops_an_evaluation_at_its_aggregation_when_two_fall_at_one_instant(tmp_path):
+    # equal speeds without jitter: FedBuff's K = 3 of 6 arrivals make versions 1 and 2 at t = 0.3. Version
+    # 1's evaluation was drawn at 12 steps (every arrival at 0.3), and the band then showed version 2's alone
+    (tmp_path / "metrics.csv").write_text("time,version,accuracy\n0.0,0,0.1\n0.3,1,0.2\n0.3,2,0.3\n0.5,2,0.3\n")
+    log = ["time,event,client,dispatch,version,staleness,steps,detail,wall_time"]
+    log += [f"0.0,dispatch,{c},{c},0,,2,," for c in range(6)]
+    log += [f"0.3,arrival,{c},{c},0,0,2,," for c in range(3)] + ["0.3,aggregate,,,1,,,,"]
+    log += [f"0.3,arrival,{c},{c},0,1,2,," for c in range(3, 6)] + ["0.3,aggregate,,,2,,,,"]
+    log += ["0.4,arrival,0,6,2,0,2,,"]  # after version 2, before an evaluation on a time grid: computed by 0.5
+    (tmp_path / "events.csv").write_text("\n".join(log) + "\n")
+    steps, accuracy = report.computation_curve(str(tmp_path))
+    assert steps.tolist() == [0.0, 6.0, 12.0, 14.0] and accuracy.tolist() == [0.1, 0.2, 0.3, 0.3]
