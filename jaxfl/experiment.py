@@ -2365,6 +2365,9 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
         # the end of the budget less one evaluation's swing (runlog.last_tenth_mean)
         "last_tenth_accuracy": last_tenth_mean(accuracies),
         "best_accuracy": max(scored) if scored else None,
+        # the metrics.csv rows left out of best_accuracy and time_to_target, which that file does not mark
+        "diverged_evaluations": [{"time": recorder.rows[index]["time"], "version": recorder.rows[index]["version"]}
+                                 for index in sorted(unscored)],
         "final_balanced_accuracy": recorder.rows[-1].get("balanced_accuracy") if recorder.rows else None,
         "target_accuracy": config.target_accuracy, "time_to_target": recorder.time_to_target,
         "client_steps_aggregated": engine.stats.aggregated_steps,

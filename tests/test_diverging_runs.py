@@ -61,6 +61,7 @@ def test_a_model_that_diverges_in_its_last_aggregation_ends_as_a_numerical_error
     with open(metrics) as handle:
         first, last = [row.split(",") for row in handle.read().splitlines()[1:]]
     assert last[4] == "nan" and summary["best_accuracy"] == float(first[2])  # the finite evaluation's
+    assert summary["diverged_evaluations"] == [{"time": float(last[0]), "version": 1}]  # what metrics.csv cannot say
     assert "lower the learning rates" in capsys.readouterr().err
 
 
@@ -79,6 +80,7 @@ def test_a_diverged_model_s_evaluation_reaches_no_target_and_is_not_the_best(tmp
     summary = only_summary(tmp_path)
     assert summary["time_to_target"] is None and summary["stop_reason"].startswith("numerical error: client")
     assert summary["best_accuracy"] == float(rows[0].split(",")[2])  # the finite evaluation, not the NaN one
+    assert summary["diverged_evaluations"] == [{"time": float(rows[1].split(",")[0]), "version": 1}]
 
 
 def test_a_healthy_model_with_one_glitched_held_out_sample_is_no_diverged_run(tmp_path):
@@ -100,6 +102,7 @@ def test_a_healthy_model_with_one_glitched_held_out_sample_is_no_diverged_run(tm
     assert not np.isfinite(result.metrics[-1]["loss"])
     assert result.summary["stop_reason"] in ("update budget", "target reached")
     assert result.summary["best_accuracy"] == max(row["accuracy"] for row in result.metrics) > 0.7
+    assert result.summary["diverged_evaluations"] == []
 
 
 def test_skip_s_diverged_stop_stays_what_it_was(tmp_path):
