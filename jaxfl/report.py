@@ -802,7 +802,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
     def relative(line):
         if line is None:
             return ""
-        return relative_time(line) + diverged(line)  # a diverged run misses the target from where it diverged
+        return relative_time(line) + partly_reached(line) + diverged(line)  # a diverged run misses it from there
 
     def relative_time(line):
         mean = line["time_to_target_mean"]
@@ -819,6 +819,11 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
 
     def diverged(line) -> str:
         return f" [{line['diverged']} of {line['runs']} diverged]" if line.get("diverged") else ""
+
+    def partly_reached(line) -> str:  # a time over the runs that reached it reads as every run's without it
+        if line["time_to_target_mean"] is None or not 0 < line.get("reached", line["runs"]) < line["runs"]:
+            return ""
+        return f" [{line['reached']} of {line['runs']} reached]"
 
     def accuracy(line):
         if line is not None and line["best_accuracy_mean"] is None and line.get("diverged"):
@@ -906,6 +911,9 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
                   else "")
     if any(not line.get("reference_in_group", True) and line["time_to_target_mean"] is not None for line in lines):
         start_note += f" (12.0 s) alone = {reference} has no run in that group: the method's own time."
+    if any(partly_reached(line) for line in lines):
+        start_note += (" [k of n reached] = the method reached the target in k of its n runs (more than half): its "
+                       "times are over those k, and its ratio over the seeds where the reference reached it too.")
     if any(line.get("diverged") for line in lines):
         start_note += (" [k of n diverged] = k of the method's n runs stopped on a non-finite model: each one "
                        "reached the target only if it did before it diverged.")
