@@ -1799,28 +1799,41 @@ def computation_curve(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
     was still computed), from the event log's arrivals on the virtual clock — not the engine's
     count, which runs ahead when it trains in-flight clients early.
 
-    An evaluation made at the instant its version was aggregated counts the arrivals logged up to that
-    aggregation: where two aggregations fall at one virtual time (equal speeds without jitter, a
-    round's deadline), the first version's evaluation does not count the arrivals logged after it.
+    An evaluation made at the instant its version was aggregated (one per aggregation, without
+    ``eval_interval``) counts the arrivals logged up to that aggregation: where two aggregations fall
+    at one virtual time (equal speeds without jitter, a round's deadline), the first version's
+    evaluation does not count the arrivals logged after it. An evaluation on a time grid comes after
+    every event of its instant, and counts them all.
 
     >>> # steps, accuracy = computation_curve("runs/ccfedavg-...")
     """
     from jaxfl.plot import read_metrics
+    from jaxfl.resume import recorded
 
     metrics = read_metrics(run_dir)
     times, accuracy = np.array([row["time"] for row in metrics]), np.array([row["accuracy"] for row in metrics])
     events = read_events(run_dir)
-    order = np.argsort(events["time"], kind="stable")  # the log's order within one instant
-    event_times = events["time"][order]
-    arrival_steps = np.where(events["event"][order] == "arrival", np.maximum(events["steps"][order], 0), 0)
+    event_times, kinds = events["time"], events["event"]
+    if not (event_times[1:] >= event_times[:-1]).all():  # (a log is written in time order: no sort to pay)
+        order = np.argsort(event_times, kind="stable")  # the log's order within one instant
+        events = {name: events[name][order] for name in ("time", "event", "steps", "version")}
+        event_times, kinds = events["time"], events["event"]
+    arrival_steps = np.where(kinds == "arrival", np.maximum(events["steps"], 0), 0)
     spent = np.concatenate([[0], np.cumsum(arrival_steps)])  # spent[i]: the arrivals among the first i events
-    made_at = {int(version): position for position, (kind, version) in  # where each version's aggregation is
-               enumerate(zip(events["event"][order], events["version"][order])) if kind == "aggregate"}
     counted = spent[np.searchsorted(event_times, times, side="right")]
-    for row, (time, evaluation) in enumerate(zip(times, metrics)):
-        made = None if "version" not in evaluation else made_at.get(int(evaluation["version"]))
-        if made is not None and event_times[made] == time:
-            counted[row] = spent[made + 1]
+    try:
+        with open(os.path.join(run_dir, "config.json")) as handle:
+            on_a_grid = recorded(json.load(handle)["config"], "eval_interval") is not None
+    except (OSError, ValueError, KeyError, TypeError):  # no config (a folder made by hand): one per aggregation
+        on_a_grid = False
+    if metrics and "version" in metrics[0] and not on_a_grid:
+        made_at = np.flatnonzero(kinds == "aggregate")  # each version's aggregation, in order
+        made = events["version"][made_at].astype(np.int64)
+        evaluated = np.array([row["version"] for row in metrics], np.int64)
+        index = np.minimum(np.searchsorted(made, evaluated), max(len(made) - 1, 0))
+        if len(made):
+            at_its_aggregation = (made[index] == evaluated) & (event_times[made_at[index]] == times)
+            counted[at_its_aggregation] = spent[made_at[index[at_its_aggregation]] + 1]
     return counted.astype(np.float64), accuracy
 
 

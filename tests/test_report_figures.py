@@ -225,3 +225,23 @@ def test_the_computation_curve_stops_an_evaluation_at_its_aggregation_when_two_f
     (tmp_path / "events.csv").write_text("\n".join(log) + "\n")
     steps, accuracy = report.computation_curve(str(tmp_path))
     assert steps.tolist() == [0.0, 6.0, 12.0, 14.0] and accuracy.tolist() == [0.1, 0.2, 0.3, 0.3]
+
+
+def test_an_evaluation_on_a_time_grid_counts_every_arrival_of_its_instant(tmp_path):
+    # a grid point that falls on version 1's aggregation: the evaluation comes after every event of that
+    # instant (the two arrivals buffered after the aggregation too), as a grid point between events does
+    import json
+
+    from jaxfl.config import RunConfig
+
+    config = RunConfig(eval_interval=0.3, eval_every=None).to_dict()
+    (tmp_path / "config.json").write_text(json.dumps({"config": config}))
+    (tmp_path / "metrics.csv").write_text("time,version,accuracy\n0.0,0,0.1\n0.3,1,0.2\n")
+    log = ["time,event,client,dispatch,version,staleness,steps,detail,wall_time"]
+    log += [f"0.0,dispatch,{c},{c},0,,2,," for c in range(6)]
+    log += [f"0.3,arrival,{c},{c},0,0,2,," for c in range(4)] + ["0.3,aggregate,,,1,,,,"]
+    log += [f"0.3,arrival,{c},{c},0,1,2,," for c in range(4, 6)]
+    (tmp_path / "events.csv").write_text("\n".join(log) + "\n")
+    assert report.computation_curve(str(tmp_path))[0].tolist() == [0.0, 12.0]
+    (tmp_path / "config.json").unlink()  # evaluated at each aggregation: version 1's at its 4 arrivals
+    assert report.computation_curve(str(tmp_path))[0].tolist() == [0.0, 8.0]
