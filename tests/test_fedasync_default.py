@@ -276,7 +276,9 @@ def test_a_rule_scaling_updates_by_the_data_share_says_so_in_a_large_federation(
 @pytest.mark.parametrize("changes, said", [
     ({}, True), ({"clients": 1000}, True), ({"client_optimizer": "adamw"}, True), ({"buffer_size": 30}, False),
     ({"concurrency": 10}, False), ({"client_optimizer": "sgd"}, False), ({"rule": "plato"}, False),
-    ({"timing_only": True}, False), ({"clients": 100}, False)])
+    ({"timing_only": True}, False), ({"clients": 100}, False), ({"max_updates": 20}, False),
+    ({"max_client_updates": 60}, False), ({"server_optimizer": "adam"}, False), ({"max_updates": 600}, True),
+    ({"clients": 150}, False), ({"server_lr": 0.1}, False), ({"server_lr": 2.0}, True)])
 def test_fedbuff_says_when_its_first_wave_of_adam_updates_from_one_model_is_many_buffers_long(changes, said):
     # 10^5 clients, FedBuff's defaults (1,000 in flight, K = 3, adam 0.003 x 50 steps): held-out loss
     # 2.3 -> 387 at update 50, and nothing said why
@@ -288,5 +290,7 @@ def test_fedbuff_says_when_its_first_wave_of_adam_updates_from_one_model_is_many
     if said:
         in_flight = min(changes.get("clients", 100_000), 1000)
         assert notes[0].startswith(f"fedbuff: {in_flight:,} clients in flight with buffer_size 3")
-        assert "the first 333 aggregations" in notes[0] and "about 32 client updates' worth" in notes[0]
+        scale = changes.get("server_lr", 1.0)
+        assert "the first 333 aggregations" in notes[0] and f"up to about {31.557 * scale:.0f} client updates' worth" in notes[0]
+        assert ("times server_lr 2" in notes[0]) == (scale == 2.0)
         assert "(buffer_size 33 or more)" in notes[0]

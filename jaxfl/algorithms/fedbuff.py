@@ -43,10 +43,10 @@ from jaxfl.scheduler.simulation import DispatchRecord, Policy, Simulation
 from jaxfl.scheduler.staleness import StalenessWeights
 
 RULES = ("paper", "fedcompass", "plato")
-# in flight per buffered update from which the start's wave of updates, all trained from the initial
-# model, is said to push it far with sign-like (adam) clients: 1,000 in flight with K = 10 (100) and
-# K = 3 (333) diverged, K = 30 (33) learned (an MLP at 10^5 clients, 2026-12-05 and 07)
-FIRST_WAVE_NOTE_RATIO = 50
+# client updates' worth of the start's wave, all trained from the initial model, from which it is said
+# to push the model far with sign-like (adam) clients: at 1,000 in flight K = 10 (a sum of 17) and
+# K = 3 (32) diverged, K = 30 (9) learned (an MLP at 10^5 clients, 2026-12-05 and 07)
+FIRST_WAVE_NOTE_WEIGHT = 12
 
 
 class FedBuff(InFlightLimit, Policy):
@@ -173,33 +173,42 @@ def note_first_wave(run) -> None:
     and the clients train with adam or adamw (jaxfl's default adam at 0.003, 50 steps, FedCompass's
     settings for 5-20 clients): every client in flight at t = 0 trains from the initial model, so the
     first in-flight ÷ K aggregations add up updates from that one model, Σ_j st(j) of them (32 at
-    1,000 in flight and K = 3), and an adam update moves every parameter by up to lr × steps whatever
+    1,000 in flight and K = 3; fewer where faster clients' second updates come in between), times the
+    server's sgd learning rate, and an adam update moves every parameter by up to lr × steps whatever
     its gradient. An MLP at 10^5 clients went from held-out loss 2.3 to 387 at update 50 in silence.
-    Not in timing-only runs, which train no model.
+    Said where that sum reaches 12 within the run's update budgets (not at 150 clients in flight
+    with K = 3, whose 50 aggregations sum to 11); not in timing-only runs, which train no model, nor
+    under an adaptive server optimiser, which rescales the sum; said again on a resume, which cannot
+    tell whether the first wave is over.
 
     >>> import warnings
     >>> from types import SimpleNamespace
     >>> run = SimpleNamespace(timing_only=False, clients=100_000, concurrency=None, clients_per_round=None,
     ...                       buffer_size=3, client_optimizer="adam", client_lr=0.003, local_steps=50,
-    ...                       local_epochs=None, staleness="polynomial", staleness_alpha=0.9, staleness_a=0.5)
+    ...                       local_epochs=None, staleness="polynomial", staleness_alpha=0.9, staleness_a=0.5,
+    ...                       server_optimizer="sgd", server_lr=1.0, max_updates=None, max_client_updates=None)
     >>> with warnings.catch_warnings(record=True) as said:
     ...     warnings.simplefilter("always")
     ...     note_first_wave(run)
-    >>> "1,000 clients in flight" in str(said[0].message), "about 32 client updates" in str(said[0].message)
+    >>> "1,000 clients in flight" in str(said[0].message), "up to about 32 client updates" in str(said[0].message)
     (True, True)
     """
-    if run.timing_only or run.client_optimizer not in ("adam", "adamw"):
+    if run.timing_only or run.client_optimizer not in ("adam", "adamw") or run.server_optimizer != "sgd":
         return
     in_flight = min(run.concurrency or run.clients_per_round or DEFAULT_CONCURRENCY, run.clients)
     aggregations = in_flight // run.buffer_size
-    if aggregations < FIRST_WAVE_NOTE_RATIO:
-        return
+    budgets = [run.max_updates, None if run.max_client_updates is None else run.max_client_updates // run.buffer_size]
+    wave = min([aggregations, *(budget for budget in budgets if budget is not None)])
     staleness = staleness_function(run)
-    weight = sum(staleness(version) for version in range(aggregations))
+    server_lr = 1.0 if run.server_lr is None else run.server_lr
+    weight = server_lr * sum(staleness(version) for version in range(wave))
+    if weight < FIRST_WAVE_NOTE_WEIGHT:
+        return
     steps = f"{run.local_steps} steps" if run.local_epochs is None else f"{run.local_epochs:g} local epochs"
+    server = "" if server_lr == 1.0 else f", times server_lr {server_lr:g}"
     warn_user(f"fedbuff: {in_flight:,} clients in flight with buffer_size {run.buffer_size}: each starts from the "
-              f"initial model, so the first {aggregations:,} aggregations add up updates all trained from it, "
-              f"about {weight:.0f} client updates' worth (the sum of their staleness weights), and "
+              f"initial model, so the first {wave:,} aggregations add up updates all trained from it, up to "
+              f"about {weight:.0f} client updates' worth (the sum of their staleness weights{server}), and "
               f"{run.client_optimizer} at client_lr {run.client_lr:g} for {steps} moves every parameter by up to "
               "lr x steps per update, whatever its gradient: that sum can push the model far along one "
               "direction (an MLP on synthetic_iid at 10^5 clients, 1,000 in flight, K = 3: held-out loss 2.3 -> 387 "
