@@ -613,10 +613,7 @@ def _sweep_values(args: argparse.Namespace) -> tuple[dict, dict]:
         raise ConfigError(f"--size {args.size} is not allowed without a sweep file: sizes are [sizes.NAME] tables in it")
     if args.sweep_file is not None and not os.path.exists(args.sweep_file) \
             and not args.sweep_file.lower().endswith((".toml", ".json")):
-        # `--batching true,false` leaves the switch's "value" as the sweep file
-        raise ConfigError(f"sweep file {args.sweep_file!r} does not exist (a sweep file is a .toml or .json file); "
-                          "if it was meant as a value: an on/off switch such as --batching or --no-batching takes "
-                          "none, and sweeping one is a sweep file's [grid] list (batching = [true, false])")
+        raise ConfigError(f"sweep file {args.sweep_file!r} does not exist (a sweep file is a .toml or .json file)")
     base, grid = load_sweep_file(args.sweep_file, args.size) if args.sweep_file else ({}, {})
     file_base, file_grid = dict(base), dict(grid)
     flagged = set()
@@ -1621,7 +1618,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with stopping.stop_on_sigterm(), warnings.catch_warnings():
             warnings.formatwarning = _warning_line
-            warnings.showwarning = _once(warnings.showwarning)
+            if not sys.warnoptions:  # -W or PYTHONWARNINGS given ("always"): the user's filters decide
+                warnings.showwarning = _once(warnings.showwarning)
             status = _main(argv)
         if argv is None and status in (130, stopping.SIGTERM_STATUS):  # a sweep says its interrupt and returns
             _end_interrupted(status)
@@ -1686,7 +1684,8 @@ def _once(show):
     """``show`` (a ``warnings.showwarning``) that passes on each note once per command: a sweep's
     check before its cells and each of its cells (or a comparison's runs) said the same note again,
     a FedASMU grid of 32 cells 33 times. Notes are told apart by their category and text, so a note
-    that names its run or its values is said for each."""
+    that names its run or its values is said for each. Not where the user gave warning filters
+    (``-W``, ``PYTHONWARNINGS=always``): they decide."""
     said = set()
 
     def show_once(message, category, *where, **options):
@@ -1745,12 +1744,35 @@ def _joined_negative_values(parser: argparse.ArgumentParser, argv: list[str]) ->
     return joined
 
 
+def _refuse_values_of_switches(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """A value typed after an on/off switch (``--batching true,false``), named as such before any work:
+    argparse took it for the sweep file ("config file 'true,false' does not exist") or called it an
+    unrecognized argument. A sweep file after a switch (``--no-progress grid.toml``) is no value."""
+    command = argv[0] if argv and argv[0] in parser.commands else None
+    if command is None:
+        return
+    own = parser.commands[command]
+    switches = {flag: action for action in own._actions if isinstance(action, argparse.BooleanOptionalAction)
+                for flag in action.option_strings}
+    for before, token in zip(argv[1:], argv[2:]):
+        if before not in switches or token.startswith("-") or (
+                command == "sweep" and (os.path.exists(token) or token.lower().endswith((".toml", ".json")))):
+            continue
+        name = switches[before].dest
+        flag = name.replace("_", "-")
+        grid = (f"; to sweep it, list it in a sweep file's [grid] ({name} = [true, false])"
+                if command == "sweep" else "")
+        own.error(f"{before} takes no value, and {token!r} followed it: an on/off switch is given as --{flag} or "
+                  f"--no-{flag}{grid}")
+
+
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     not_imported = _import_named_algorithms(argv)
     if argv[:1] == ["demo"] and not {"-h", "--help"} & set(argv[1:]):
         return _demo(argv[1:])
     parser = build_parser()
+    _refuse_values_of_switches(parser, argv)
     args, extra = parser.parse_known_args(_joined_negative_values(parser, argv))
     _note_repeated_flags(parser.flags_read)
     _take_explicit_nones(args)

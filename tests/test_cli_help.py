@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 import warnings
 
 import numpy as np
@@ -272,17 +273,31 @@ def test_a_flag_is_read_by_its_whole_name_only(capsys):
     assert "unrecognized arguments: --local-step 5 (did you mean --local-steps" in capsys.readouterr().err
 
 
-def test_a_value_given_to_an_on_off_switch_of_a_sweep_is_named_as_such(tmp_path, capsys):
-    # `--batching true,false` took `true,false` for the sweep file: "config file 'true,false' does not exist"
-    with pytest.raises(SystemExit) as refused:
-        main(["sweep", "--out", str(tmp_path / "sweep"), "--batching", "true,false"])
-    said = capsys.readouterr().err
-    assert refused.value.code == 2 and "sweep file 'true,false' does not exist" in said
-    assert "takes none" in said and "batching = [true, false]" in said
-    assert not (tmp_path / "sweep").exists()
-    with pytest.raises(SystemExit):  # a missing file that is one by its name keeps the plain message
-        main(["sweep", str(tmp_path / "grid.toml"), "--out", str(tmp_path / "sweep")])
+def test_a_value_given_to_an_on_off_switch_is_named_as_such(tmp_path, capsys):
+    # `--batching true,false` took `true,false` for the sweep file ("config file 'true,false' does not
+    # exist"), or, after a sweep file, called it an unrecognized argument
+    grid = tmp_path / "grid.toml"
+    grid.write_text("[grid]\nseed = [0, 1]\n")
+    for argv, switch in ((["sweep", "--out", str(tmp_path / "sweep"), "--batching", "true,false"], "--batching"),
+                         (["sweep", str(grid), "--out", str(tmp_path / "sweep"), "--eval-at-start", "true,false"],
+                          "--eval-at-start"),
+                         (["run", "--output-dir", str(tmp_path / "runs"), "--no-batching", "false"], "--no-batching")):
+        with pytest.raises(SystemExit) as refused:
+            main(argv)
+        said = capsys.readouterr().err
+        assert refused.value.code == 2 and f"{switch} takes no value, and {argv[-1]!r} followed it" in said, said
+        flag = switch.removeprefix("--no-").removeprefix("--")
+        assert f"given as --{flag} or --no-{flag}" in said
+        name = flag.replace("-", "_")
+        assert (f"list it in a sweep file's [grid] ({name} = [true, false])" in said) == (argv[0] == "sweep")
+        assert not (tmp_path / "sweep").exists() and not (tmp_path / "runs").exists()
+    # a sweep file after a switch is no value; a missing one is named plainly
+    with pytest.raises(SystemExit):
+        main(["sweep", "--no-progress", str(tmp_path / "missing.toml"), "--out", str(tmp_path / "sweep")])
     assert "config file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["sweep", "nosuchgrid", "--out", str(tmp_path / "sweep")])
+    assert "sweep file 'nosuchgrid' does not exist (a sweep file is a .toml or .json file)" in capsys.readouterr().err
 
 
 def test_run_help_spells_the_values_a_choice_takes(capsys):
@@ -297,7 +312,7 @@ def test_run_help_spells_the_values_a_choice_takes(capsys):
     assert "0.9 for fedavgm and fedcompass_m" in text
 
 
-def test_a_sweep_says_each_note_once_not_once_per_cell(tmp_path, recwarn):
+def test_a_sweep_says_each_note_once_not_once_per_cell(tmp_path, recwarn, monkeypatch):
     # a FedASMU grid said its notes in the check before the cells and again in every cell: 33 times for 32
     # cells. A note is the same in every cell; a note that names a cell's values differs, and is said for each
     argv = ["sweep", "--out", str(tmp_path / "sweep"), "--algorithm", "fedasmu", "--seed", "0,1",
@@ -307,3 +322,8 @@ def test_a_sweep_says_each_note_once_not_once_per_cell(tmp_path, recwarn):
     said = [str(warning.message) for warning in recwarn]
     assert sum("leaves no step for the fetch at slots" in note for note in said) == 1, said
     assert sum("client_optimizer='adam': the server learns" in note for note in said) == 1, said
+    # the user's own filters (-W always, PYTHONWARNINGS=always) decide: every cell's note
+    recwarn.clear()
+    monkeypatch.setattr(sys, "warnoptions", ["always"])
+    assert main([*argv[:2], str(tmp_path / "again"), *argv[3:]]) == 0
+    assert sum("leaves no step for the fetch at slots" in str(warning.message) for warning in recwarn) > 1
