@@ -1786,10 +1786,11 @@ def _shared_legend(figure, axes: list) -> None:
                       ncol=max(1, min(4, fit, len(handles))), fontsize=8, frameon=False)
 
 
-def _accuracy_curve(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
+def _accuracy_curve(run_dir: str, metrics: list[dict] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A run's evaluation times and accuracies (from ``metrics``, its rows when already read)."""
     from jaxfl.plot import read_metrics
 
-    metrics = read_metrics(run_dir)
+    metrics = read_metrics(run_dir) if metrics is None else metrics
     return np.array([row["time"] for row in metrics]), np.array([row["accuracy"] for row in metrics])
 
 
@@ -1808,10 +1809,10 @@ def computation_curve(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
     >>> # steps, accuracy = computation_curve("runs/ccfedavg-...")
     """
     from jaxfl.plot import read_metrics
-    from jaxfl.resume import recorded
+    from jaxfl.resume import read_record, recorded
 
     metrics = read_metrics(run_dir)
-    times, accuracy = np.array([row["time"] for row in metrics]), np.array([row["accuracy"] for row in metrics])
+    times, accuracy = _accuracy_curve(run_dir, metrics)
     events = read_events(run_dir)
     event_times, kinds = events["time"], events["event"]
     if not (event_times[1:] >= event_times[:-1]).all():  # (a log is written in time order: no sort to pay)
@@ -1822,9 +1823,8 @@ def computation_curve(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
     spent = np.concatenate([[0], np.cumsum(arrival_steps)])  # spent[i]: the arrivals among the first i events
     counted = spent[np.searchsorted(event_times, times, side="right")]
     try:
-        with open(os.path.join(run_dir, "config.json")) as handle:
-            on_a_grid = recorded(json.load(handle)["config"], "eval_interval") is not None
-    except (OSError, ValueError, KeyError, TypeError):  # no config (a folder made by hand): one per aggregation
+        on_a_grid = recorded(read_record(run_dir)["config"], "eval_interval") is not None
+    except (ValueError, KeyError, TypeError):  # no config (a folder made by hand): one per aggregation
         on_a_grid = False
     if metrics and "version" in metrics[0] and not on_a_grid:
         made_at = np.flatnonzero(kinds == "aggregate")  # each version's aggregation, in order
