@@ -611,8 +611,7 @@ def _sweep_values(args: argparse.Namespace) -> tuple[dict, dict]:
 
     if args.size is not None and args.sweep_file is None:
         raise ConfigError(f"--size {args.size} is not allowed without a sweep file: sizes are [sizes.NAME] tables in it")
-    if args.sweep_file is not None and not os.path.exists(args.sweep_file) \
-            and not args.sweep_file.lower().endswith((".toml", ".json")):
+    if args.sweep_file is not None and not _may_be_a_sweep_file(args.sweep_file):
         raise ConfigError(f"sweep file {args.sweep_file!r} does not exist (a sweep file is a .toml or .json file)")
     base, grid = load_sweep_file(args.sweep_file, args.size) if args.sweep_file else ({}, {})
     file_base, file_grid = dict(base), dict(grid)
@@ -1744,6 +1743,16 @@ def _joined_negative_values(parser: argparse.ArgumentParser, argv: list[str]) ->
     return joined
 
 
+def _may_be_a_sweep_file(token: str) -> bool:
+    """A file that exists, or a name ending as a sweep file does (.toml, .json): a missing one is named
+    as the file it is meant to be.
+
+    >>> _may_be_a_sweep_file("grid.toml"), _may_be_a_sweep_file("true,false")
+    (True, False)
+    """
+    return os.path.exists(token) or token.lower().endswith((".toml", ".json"))
+
+
 def _refuse_values_of_switches(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     """A value typed after an on/off switch (``--batching true,false``), named as such before any work:
     argparse took it for the sweep file ("config file 'true,false' does not exist") or called it an
@@ -1755,8 +1764,7 @@ def _refuse_values_of_switches(parser: argparse.ArgumentParser, argv: list[str])
     switches = {flag: action for action in own._actions if isinstance(action, argparse.BooleanOptionalAction)
                 for flag in action.option_strings}
     for before, token in zip(argv[1:], argv[2:]):
-        if before not in switches or token.startswith("-") or (
-                command == "sweep" and (os.path.exists(token) or token.lower().endswith((".toml", ".json")))):
+        if before not in switches or token.startswith("-") or (command == "sweep" and _may_be_a_sweep_file(token)):
             continue
         name = switches[before].dest
         flag = name.replace("_", "-")
