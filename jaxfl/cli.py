@@ -1617,7 +1617,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with stopping.stop_on_sigterm(), warnings.catch_warnings():
             warnings.formatwarning = _warning_line
-            if not sys.warnoptions:  # -W or PYTHONWARNINGS given ("always"): the user's filters decide
+            if not _asked_for_every_warning():  # -W always, PYTHONWARNINGS=always: the user's filter decides
                 warnings.showwarning = _once(warnings.showwarning)
             status = _main(argv)
         if argv is None and status in (130, stopping.SIGTERM_STATUS):  # a sweep says its interrupt and returns
@@ -1679,12 +1679,24 @@ def _end_interrupted(status: int) -> None:
     os._exit(status)
 
 
+def _asked_for_every_warning(options: list[str] | None = None) -> bool:
+    """Whether ``-W`` or ``PYTHONWARNINGS`` (``options``: ``sys.warnoptions``) has a filter whose
+    action is ``always`` (``all``, ``a``): such a user wants every repeat; another filter
+    (``ignore::DeprecationWarning``, ``python -X dev``'s ``default``) is about other warnings.
+
+    >>> _asked_for_every_warning(["ignore::DeprecationWarning"]), _asked_for_every_warning(["always::UserWarning"])
+    (False, True)
+    """
+    actions = [option.split(":")[0].strip().lower() for option in (sys.warnoptions if options is None else options)]
+    return any(action and ("always".startswith(action) or action == "all") for action in actions)
+
+
 def _once(show):
     """``show`` (a ``warnings.showwarning``) that passes on each note once per command: a sweep's
     check before its cells and each of its cells (or a comparison's runs) said the same note again,
     a FedASMU grid of 32 cells 33 times. Notes are told apart by their category and text, so a note
-    that names its run or its values is said for each. Not where the user gave warning filters
-    (``-W``, ``PYTHONWARNINGS=always``): they decide."""
+    that names its run or its values is said for each. Not where the user asked for every warning
+    (``-W always``, ``PYTHONWARNINGS=always``)."""
     said = set()
 
     def show_once(message, category, *where, **options):
@@ -1764,14 +1776,27 @@ def _refuse_values_of_switches(parser: argparse.ArgumentParser, argv: list[str])
     switches = {flag: action for action in own._actions if isinstance(action, argparse.BooleanOptionalAction)
                 for flag in action.option_strings}
     for before, token in zip(argv[1:], argv[2:]):
-        if before not in switches or token.startswith("-") or (command == "sweep" and _may_be_a_sweep_file(token)):
+        if before not in switches or token.startswith("-"):
             continue
+        # a sweep's word after a switch is its sweep file unless it reads as values (a missing file is
+        # named as such: `--no-progress nosuch`)
+        if command == "sweep" and (_may_be_a_sweep_file(token) or not _reads_as_values(token)):
+            continue
+        positive, negative = (f"--{before[5:]}", before) if before.startswith("--no-") else (before, f"--no-{before[2:]}")
         name = switches[before].dest
-        flag = name.replace("_", "-")
         grid = (f"; to sweep it, list it in a sweep file's [grid] ({name} = [true, false])"
-                if command == "sweep" else "")
-        own.error(f"{before} takes no value, and {token!r} followed it: an on/off switch is given as --{flag} or "
-                  f"--no-{flag}{grid}")
+                if command == "sweep" and name != "progress" else "")
+        own.error(f"{before} takes no value, and {token!r} followed it: an on/off switch is given as {positive} or "
+                  f"{negative}{grid}")
+
+
+def _reads_as_values(token: str) -> bool:
+    """A comma list or a truth value (``true,false``, ``False``, ``0``): values, not a file's name.
+
+    >>> _reads_as_values("true,false"), _reads_as_values("no"), _reads_as_values("grid")
+    (True, True, False)
+    """
+    return "," in token or token.lower() in ("true", "false", "yes", "no", "on", "off", "1", "0")
 
 
 def _main(argv: list[str] | None) -> int:

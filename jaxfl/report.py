@@ -1824,7 +1824,7 @@ def computation_curve(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
     counted = spent[np.searchsorted(event_times, times, side="right")]
     try:
         on_a_grid = recorded(read_record(run_dir)["config"], "eval_interval") is not None
-    except (ValueError, KeyError, TypeError):  # no config (a folder made by hand): one per aggregation
+    except (OSError, ValueError, KeyError, TypeError):  # no config (a folder made by hand): one per aggregation
         on_a_grid = False
     if metrics and "version" in metrics[0] and not on_a_grid:
         made_at = np.flatnonzero(kinds == "aggregate")  # each version's aggregation, in order

@@ -291,6 +291,14 @@ def test_a_value_given_to_an_on_off_switch_is_named_as_such(tmp_path, capsys):
         name = flag.replace("-", "_")
         assert (f"list it in a sweep file's [grid] ({name} = [true, false])" in said) == (argv[0] == "sweep")
         assert not (tmp_path / "sweep").exists() and not (tmp_path / "runs").exists()
+    # the switch as typed: an algorithm's old flat spelling too
+    with pytest.raises(SystemExit):
+        main(["run", "--algorithm", "fedcompass", "--compass-lr-decay", "true"])
+    assert "given as --compass-lr-decay or --no-compass-lr-decay" in capsys.readouterr().err
+    # a sweep's word after a switch that is no value is its (missing) sweep file
+    with pytest.raises(SystemExit):
+        main(["sweep", "--no-progress", "nosuch", "--out", str(tmp_path / "sweep")])
+    assert "sweep file 'nosuch' does not exist" in capsys.readouterr().err
     # a sweep file after a switch is no value; a missing one is named plainly
     with pytest.raises(SystemExit):
         main(["sweep", "--no-progress", str(tmp_path / "missing.toml"), "--out", str(tmp_path / "sweep")])
@@ -322,8 +330,10 @@ def test_a_sweep_says_each_note_once_not_once_per_cell(tmp_path, recwarn, monkey
     said = [str(warning.message) for warning in recwarn]
     assert sum("leaves no step for the fetch at slots" in note for note in said) == 1, said
     assert sum("client_optimizer='adam': the server learns" in note for note in said) == 1, said
-    # the user's own filters (-W always, PYTHONWARNINGS=always) decide: every cell's note
-    recwarn.clear()
-    monkeypatch.setattr(sys, "warnoptions", ["always"])
-    assert main([*argv[:2], str(tmp_path / "again"), *argv[3:]]) == 0
-    assert sum("leaves no step for the fetch at slots" in str(warning.message) for warning in recwarn) > 1
+    # a filter about other warnings leaves it so; the user's "always" (-W, PYTHONWARNINGS) says every cell's
+    for options, repeated in ((["ignore::DeprecationWarning"], False), (["always"], True)):
+        recwarn.clear()
+        monkeypatch.setattr(sys, "warnoptions", options)
+        assert main([*argv[:2], str(tmp_path / options[0].partition(":")[0]), *argv[3:]]) == 0
+        said = sum("leaves no step for the fetch at slots" in str(warning.message) for warning in recwarn)
+        assert (said > 1) == repeated, (options, said)
