@@ -1773,8 +1773,10 @@ def _refuse_values_of_switches(parser: argparse.ArgumentParser, argv: list[str])
     if command is None:
         return
     own = parser.commands[command]
-    switches = {flag: action for action in own._actions if isinstance(action, argparse.BooleanOptionalAction)
-                for flag in action.option_strings}
+    if command != "sweep" and any(not action.option_strings for action in own._actions):
+        return  # a word after a switch may be the command's own argument (jaxfl report --no-figures DIR)
+    switches = {flag: action for action in own._actions if action.nargs == 0 and action.option_strings
+                and not isinstance(action, (argparse._HelpAction, argparse._VersionAction)) for flag in action.option_strings}
     for before, token in zip(argv[1:], argv[2:]):
         if before not in switches or token.startswith("-"):
             continue
@@ -1782,12 +1784,16 @@ def _refuse_values_of_switches(parser: argparse.ArgumentParser, argv: list[str])
         # named as such: `--no-progress nosuch`)
         if command == "sweep" and (_may_be_a_sweep_file(token) or not _reads_as_values(token)):
             continue
-        positive, negative = (f"--{before[5:]}", before) if before.startswith("--no-") else (before, f"--no-{before[2:]}")
+        if isinstance(switches[before], argparse.BooleanOptionalAction):
+            positive, negative = (f"--{before[5:]}", before) if before.startswith("--no-") else \
+                (before, f"--no-{before[2:]}")
+            given = f"an on/off switch is given as {positive} or {negative}"
+        else:
+            given = f"it is given alone ({before})"
         name = switches[before].dest
         grid = (f"; to sweep it, list it in a sweep file's [grid] ({name} = [true, false])"
-                if command == "sweep" and name != "progress" else "")
-        own.error(f"{before} takes no value, and {token!r} followed it: an on/off switch is given as {positive} or "
-                  f"{negative}{grid}")
+                if command == "sweep" and (name in FIELDS or "." in name) and name != "progress" else "")
+        own.error(f"{before} takes no value, and {token!r} followed it: {given}{grid}")
 
 
 def _reads_as_values(token: str) -> bool:

@@ -291,6 +291,13 @@ def test_a_value_given_to_an_on_off_switch_is_named_as_such(tmp_path, capsys):
         name = flag.replace("-", "_")
         assert (f"list it in a sweep file's [grid] ({name} = [true, false])" in said) == (argv[0] == "sweep")
         assert not (tmp_path / "sweep").exists() and not (tmp_path / "runs").exists()
+    # a switch without a --no- form, and one whose word may be the command's own argument
+    with pytest.raises(SystemExit):
+        main(["run", "--cluster", "true"])
+    assert "--cluster takes no value, and 'true' followed it: it is given alone (--cluster)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["report", "--no-figures", str(tmp_path / "no-sweep")])
+    assert "takes no value" not in capsys.readouterr().err
     # the switch as typed: an algorithm's old flat spelling too
     with pytest.raises(SystemExit):
         main(["run", "--algorithm", "fedcompass", "--compass-lr-decay", "true"])
