@@ -658,7 +658,7 @@ def test_report_relative_times_and_dash_rules_by_hand(tmp_path):
     lines = report.markdown.splitlines()
     assert "| method | clients=5 | clients=10 |" in lines
     assert "| fedavg | 1.00 (100.0 s) | – |" in lines
-    assert "| fedbuff | 0.44 (40.0 s) | n/a (60.0 s) |" in lines
+    assert "| fedbuff | 0.44 (40.0 s) [2 of 3 reached] | n/a (60.0 s) |" in lines  # its 40 s: of 2 seeds
     assert "| fedasync | – | – |" in lines
     assert "| fedavg | 0.9200 ± 0.0163 | 0.9200 ± 0.0163 |" in lines
     assert "Time to first reach 80% held-out accuracy, relative to fedavg" in report.markdown
@@ -691,7 +691,7 @@ def test_relative_times_compare_the_seeds_both_reached(tmp_path):
     found = {line["method"]: line for line in report.rows}
     assert found["fedbuff"]["relative_time"] == pytest.approx(850 / 400)
     assert found["fedbuff"]["time_to_target_mean"] == pytest.approx(425.0)
-    assert "| fedbuff | 2.12 (425.0 s) |" in report.markdown.splitlines()
+    assert "| fedbuff | 2.12 (425.0 s) [2 of 3 reached] |" in report.markdown.splitlines()
     assert "over the seeds where both the method and fedavg reached it" in report.markdown
 
 
