@@ -1830,8 +1830,8 @@ def computation_curve(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
         made_at = np.flatnonzero(kinds == "aggregate")  # each version's aggregation, in order
         made = events["version"][made_at].astype(np.int64)
         evaluated = np.array([row["version"] for row in metrics], np.int64)
-        index = np.minimum(np.searchsorted(made, evaluated), max(len(made) - 1, 0))
         if len(made):
+            index = np.minimum(np.searchsorted(made, evaluated), len(made) - 1)
             at_its_aggregation = (made[index] == evaluated) & (event_times[made_at[index]] == times)
             counted[at_its_aggregation] = spent[made_at[index[at_its_aggregation]] + 1]
     return counted.astype(np.float64), accuracy
