@@ -1700,8 +1700,9 @@ def _once(show):
     said = set()
 
     def show_once(message, category, *where, **options):
-        if (category, str(message)) not in said:
-            said.add((category, str(message)))
+        key = (category, str(message))
+        if key not in said:
+            said.add(key)
             show(message, category, *where, **options)
 
     return show_once
