@@ -174,8 +174,8 @@ def note_first_wave(run) -> None:
     settings for 5-20 clients): every client in flight at t = 0 trains from the initial model, so the
     first in-flight ÷ K aggregations add up updates from that one model, Σ_j st(j) of them (32 at
     1,000 in flight and K = 3; fewer where faster clients' second updates come in between), times the
-    server's sgd step (its learning rate, over 1 − β with momentum β), and an adam update moves every parameter by up to lr × steps whatever
-    its gradient. An MLP at 10^5 clients went from held-out loss 2.3 to 387 at update 50 in silence.
+    server's sgd step (its learning rate, over 1 − β with momentum β), and an adam update moves every
+    parameter by up to lr × steps whatever its gradient. An MLP at 10^5 clients went from held-out loss 2.3 to 387 at update 50 in silence.
     Said where that sum reaches 12 within the run's update budgets (not at 150 clients in flight
     with K = 3, whose 50 aggregations sum to 11); not in timing-only runs, which train no model, nor
     under an adaptive server optimiser, which rescales the sum; said again on a resume, which cannot
@@ -219,7 +219,7 @@ def note_first_wave(run) -> None:
               "lr x steps per update, whatever its gradient: that sum can push the model far along one "
               "direction (an MLP on synthetic_iid at 10^5 clients, 1,000 in flight, K = 3: held-out loss 2.3 -> 387 "
               "at update 50, where buffer_size 30, concurrency 10 or the FedBuff paper's settings, K = 10 with sgd "
-              "clients for 5 steps, learned; on "
-              "mnist10k at 1,000 clients: loss 2.3 -> 11 at update 20, though accuracy rose). Consider a buffer in "
+              "clients for 5 steps, learned; on mnist10k at 1,000 clients: loss 2.3 -> 11 at update 20, though "
+              "accuracy rose). Consider a buffer in "
               f"proportion (buffer_size {max(1, in_flight // 30):,} or more), fewer clients in flight "
               "(concurrency) or sgd clients")
