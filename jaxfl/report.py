@@ -1944,7 +1944,7 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
                         panel_column: str = "", styles: dict[str, dict] | None = None) -> str:
     """Bars of the mean virtual time to target (std over the seeds that reached it as error bars),
     one cluster per group, one bar per method; "–" where a method missed in at least half its runs,
-    inside the frame. ``panels``: each method's value of the setting ``panel_column``, one panel per
+    inside the frame, and "k/n" over a bar whose method reached the target in k of its n runs only. ``panels``: each method's value of the setting ``panel_column``, one panel per
     value (:func:`split_into_panels`). ``styles``: each method's colour and hatch
     (:func:`method_styles`, as in the accuracy figures); None: by its place among the lines.
 
@@ -1952,7 +1952,7 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
     """
     keys, methods, found = _line_cells(lines, groups)
     heading = (f"time to target: mean over the seeds that reached it, error bars their std (ddof 0) "
-               f"({MISSING} = missed in ≥ half)")
+               f"({MISSING} = missed in ≥ half; k/n over a bar = reached in k of its n runs)")
     if panels is None:
         # a row holds about TARGET_BARS_PER_ROW bars; more groups wrap into further rows
         # (FedCompass's twelve settings × eight methods as one row was a figure 70 inches wide)
@@ -1990,10 +1990,19 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
                     continue
                 axes.bar(x, line["time_to_target_mean"], width, yerr=line["time_to_target_std"] or None, capsize=3,
                          **look)
+                # a mean over fewer seeds than the method ran (the tables' [k of n reached]): said on its bar,
+                # which otherwise reads as the mean of every run
+                runs, reached = line.get("runs"), line.get("reached")
+                if runs is not None and reached is not None and 0 < reached < runs:
+                    top = line["time_to_target_mean"] + (line["time_to_target_std"] or 0.0)
+                    axes.annotate(f"{reached}/{runs}", (x, top), xytext=(0, 2), textcoords="offset points",
+                                  ha="center", va="bottom", fontsize=7, color=colour)
         # the bars alone set the x-limits: a "–" of the first or last method in its cluster (text,
         # which autoscaling ignores) fell outside the frame; every slot of every cluster inside
         axes.set_xlim(-0.5, len(shown) - 0.5)
         axes.set_ylim(bottom=0)
+        if any("/" in text.get_text() for text in axes.texts):  # room above the highest bar for its k/n
+            axes.set_ylim(top=axes.get_ylim()[1] * 1.08)
         axes.set_xticks(range(len(shown)), [_group_label(key, groups).replace(", ", "\n") for key in shown], fontsize=8)
         axes.set_ylabel("virtual time to target (s)")
         axes.set_title(panel_title, fontsize=9)

@@ -72,6 +72,25 @@ def test_missed_markers_are_inside_the_frame(tmp_path, monkeypatch):
         assert left < x < right and bottom <= y < top
 
 
+def test_a_bar_over_fewer_seeds_than_its_runs_says_how_many(tmp_path, monkeypatch):
+    # fedbuff reached the target in 2 of its 3 runs: its bar is the mean of those 2, and says so; fedavg's
+    # bar of all 3 and fedasync's "–" (1 of 3) carry no such mark
+    lines = [{"clients": 5, "method": "fedavg", "runs": 3, "reached": 3, "time_to_target_mean": 40.0,
+              "time_to_target_std": 2.0},
+             {"clients": 5, "method": "fedbuff", "runs": 3, "reached": 2, "time_to_target_mean": 50.0,
+              "time_to_target_std": 5.0},
+             {"clients": 5, "method": "fedasync", "runs": 3, "reached": 1, "time_to_target_mean": None,
+              "time_to_target_std": None}]
+    (figure,) = _drawn_figures(monkeypatch, lambda: report.plot_time_to_target(lines, ["clients"], str(tmp_path / "t.png")))
+    axes = figure.axes[0]
+    marks = [text for text in axes.texts if "/" in text.get_text()]
+    assert [mark.get_text() for mark in marks] == ["2/3"]
+    (bar,) = [patch for patch in axes.patches if patch.get_height() == 50.0]
+    assert marks[0].xy == (pytest.approx(bar.get_x() + bar.get_width() / 2), 55.0)  # over its error bar
+    assert axes.get_ylim()[1] > 55.0 * 1.05  # the mark inside the frame
+    assert "k/n over a bar" in figure.texts[0].get_text()
+
+
 def test_a_report_without_figures_removes_the_earlier_report_s_figures_only(tmp_path):
     (tmp_path / "results.csv").write_text(
         "cell,algorithm,clients,seed,target_accuracy,time_to_target,best_accuracy\n"
