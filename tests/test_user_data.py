@@ -220,6 +220,26 @@ def test_arrays_an_npz_file_holds_unread_are_said_by_every_run_that_reads_it(tmp
     assert sum("arrays ['client_trian'] are not read" in str(w.message) for w in said) == 2  # once a run
 
 
+def test_what_reading_an_npz_file_says_is_said_by_the_jaxfl_command_and_every_cached_read(tmp_path, recwarn):
+    # the command checked its configs with their notes muted, reading the file into the cache, and the run
+    # read it from there: channels-first images and a label only in the test set trained with nothing said
+    x_train, y_train, x_test, y_test = arrays(dtype=np.uint8, classes=4)
+    y_train = np.minimum(y_train, 2)  # label 3 only in the test set
+    path = tmp_path / "torch_layout.npz"
+    np.savez(path, x_train=x_train[:, None], y_train=y_train, x_test=x_test[:, None], y_test=y_test)
+    assert main(["run", "--dataset", "npz", "--data-dir", str(path), "--model", "logreg", "--clients", "3",
+                 "--local-steps", "1", "--max-updates", "1", "--target-accuracy", "0.9", "--no-progress",
+                 "--output-dir", str(tmp_path / "runs")]) == 0
+    said = [str(warning.message) for warning in recwarn]
+    assert sum("x_train of shape (200, 1, 8, 8) looks channels-first" in message for message in said) == 1, said
+    assert sum("y_test holds label(s) 3 above y_train's largest, 2" in message for message in said) == 1, said
+    recwarn.clear()
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        load_dataset("npz", data_dir=path)  # from the cache
+    assert sum("looks channels-first" in str(warning.message) for warning in again) == 2  # x_train and x_test
+
+
 def test_resume_takes_the_same_data_again_and_refuses_other_data(tmp_path):
     data = arrays(seed=1)
     config = small(tmp_path, algorithm="fedbuff", buffer_size=2, max_updates=3, checkpoint_every=1, stop_at_target=False)

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 import hashlib
 import importlib.resources
 import os
+import warnings
 import zipfile
 import zlib
 
@@ -640,11 +641,11 @@ def _absolute(path) -> str:
     return os.path.abspath(os.path.expanduser(os.fspath(path)))
 
 
-# path -> ((mtime_ns, size, inode, num_classes), Dataset, arrays not read), of the last file read only: a
+# path -> ((mtime_ns, size, inode, num_classes), Dataset, its notes: message and category), of the last file read only: a
 # rewritten file is read again, and a loop over many files (a notebook's generated data sets) holds one of
 # them, not all (157 MB after ten of 20,000 images each, when every file stayed). A sweep's cells share
-# the file, and each is told of the arrays not read (a comparison's check read it first, its notes muted).
-_NPZ_CACHE: dict[str, tuple[tuple, Dataset, list[str]]] = {}
+# the file, and each is told its notes (a comparison's check read it first, its notes muted).
+_NPZ_CACHE: dict[str, tuple[tuple, Dataset, list[tuple[str, type[Warning]]]]] = {}
 
 
 # The arrays of a dataset 'npz' archive: the four splits, then the optional ones.
@@ -664,7 +665,7 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
     stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino, num_classes)
     cached = _NPZ_CACHE.get(path)
     if cached is not None and cached[0] == stamp:
-        _say_unread(path, cached[2])
+        _say_again(cached[2])
         return cached[1]
     try:
         archive = np.load(path, allow_pickle=False)
@@ -680,7 +681,6 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
         if missing:
             raise ValueError(f"{path}: missing arrays {missing}; found {archive.files}")
         unread = [k for k in archive.files if k not in NPZ_ARRAYS]
-        _say_unread(path, unread)
         try:
             arrays = {k: archive[k] for k in archive.files if k in NPZ_ARRAYS}
         except ValueError as error:  # object arrays (ragged lists) need pickle, which is never enabled
@@ -689,21 +689,30 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
         except (zipfile.BadZipFile, zlib.error, EOFError) as error:  # a member's bytes damaged or cut short
             raise ValueError(f"dataset 'npz': {path} is damaged: numpy could not read its arrays ({error}); "
                              "write it again (np.savez)") from None
-    if num_classes is None and "num_classes" in arrays:
-        num_classes = _stored_num_classes(arrays["num_classes"], path)
-    dataset = dataset_from_arrays(os.path.basename(path), arrays["x_train"], arrays["y_train"], arrays["x_test"],
-                                  arrays["y_test"], num_classes=num_classes, groups=arrays.get("client_train"),
-                                  source=path)
+    # What reading the file says (arrays not read, channels-first images, labels only in the test set) is
+    # kept with it and said to every caller: the jaxfl command's first read, its configs' check, had its
+    # notes muted, and the run's read, from the cache, said nothing
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        if unread:  # a misspelt client_train would silently lose the writers' split
+            warn_user(f"{path}: arrays {unread} are not read; jaxfl reads {list(NPZ_ARRAYS[:4])}, and "
+                      "client_train (each training sample's client, for partition 'natural') and num_classes "
+                      "where present")
+        if num_classes is None and "num_classes" in arrays:
+            num_classes = _stored_num_classes(arrays["num_classes"], path)
+        dataset = dataset_from_arrays(os.path.basename(path), arrays["x_train"], arrays["y_train"], arrays["x_test"],
+                                      arrays["y_test"], num_classes=num_classes, groups=arrays.get("client_train"),
+                                      source=path)
+    notes = [(str(note.message), note.category) for note in said]
     _NPZ_CACHE.clear()
-    _NPZ_CACHE[path] = (stamp, dataset, unread)
+    _NPZ_CACHE[path] = (stamp, dataset, notes)
+    _say_again(notes)
     return dataset
 
 
-def _say_unread(path: str, unread: list[str]) -> None:
-    if unread:  # a misspelt client_train would silently lose the writers' split
-        warn_user(f"{path}: arrays {unread} are not read; jaxfl reads {list(NPZ_ARRAYS[:4])}, and "
-                  "client_train (each training sample's client, for partition 'natural') and num_classes "
-                  "where present")
+def _say_again(notes: list[tuple[str, type[Warning]]]) -> None:
+    for message, category in notes:
+        warn_user(message, category)
 
 
 @functools.lru_cache(maxsize=None)
