@@ -1247,10 +1247,15 @@ def check_buildable(config: RunConfig, *, data=None, **objects) -> None:
         config, dataset, user = _with_inputs(config, data, UserInputs(**objects), None, None)
         config = validate(config)
         user = user.check(config)
-        config, dataset, _, _, variables = _prepare(config, dataset, user.model, user.init_params)
+        config, dataset, federation, _, variables = _prepare(config, dataset, user.model, user.init_params)
         user.check_functions(dataset.num_classes)
         if not config.timing_only:
             user.check_optimizer(variables)
+            if not get_algorithm(config.algorithm).__module__.startswith("jaxfl."):
+                # a plug-in's policy that a checkpoint cannot pickle failed at its own turn, after the runs
+                # before it had trained (a plug-in's policy is cheap to build; the built-in ones the tests pickle)
+                algorithm = build(config, client_samples=federation.counts)
+                check_picklable(algorithm, algorithm.policy())
 
 
 def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params=None):

@@ -829,6 +829,21 @@ def test_a_policy_a_checkpoint_cannot_pickle_is_refused_before_the_run(tmp_path,
         jaxfl.run_experiment(dataclasses.replace(config, algorithm=at_start, checkpoint_every=1))
 
 
+def test_a_comparison_refuses_a_policy_a_checkpoint_cannot_pickle_before_its_first_run(tmp_path, lambda_algorithms):
+    # it was refused at its own turn, after the runs before it had trained (a review: a long baseline first)
+    from jaxfl.comparison import compare
+
+    import jaxfl
+
+    at_init, _ = lambda_algorithms
+    configs = [jaxfl.RunConfig(algorithm=name, model="logreg", clients=3, local_steps=2, batch_size=16, max_updates=3,
+                               progress=False, output_dir=str(tmp_path / "runs")) for name in ("fedavg", at_init)]
+    with pytest.raises(TypeError, match=r"LambdaAlgorithm.policy\(\) returned a LambdaWeighted that a checkpoint "
+                                        r"cannot pickle"):
+        compare(configs)
+    assert not (tmp_path / "runs").exists()  # fedavg did not run
+
+
 def test_an_algorithm_without_a_policy_is_refused_at_register():
     from jaxfl.algorithms import Algorithm, register
 
