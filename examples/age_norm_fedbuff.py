@@ -136,6 +136,7 @@ class AgeNormFedBuff(Algorithm):
     name = "age_norm_fedbuff"
     kind = "asynchronous"
     Options = AgeNormOptions
+    reads = frozenset({"buffer_size", "staleness", "staleness_alpha", "staleness_a"})  # what policy() takes of the run
     summary = "FedBuff with updates longer than the buffer's median norm shrunk to it (example)"
 
     def policy(self) -> AgeNormPolicy:

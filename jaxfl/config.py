@@ -975,6 +975,15 @@ def _check_settings_are_read(config: RunConfig, algorithm, options: Any = None) 
                    "out") if writers and not READING_A_RECORD.get() else ""
         warn_user(f"{name}={value!r} is ignored: {config.algorithm} does not read it (read by "
                   f"{', '.join(algorithms_reading(name))}){written}")
+    if algorithm.reads is None:  # a plug-in's: whether it reads them is its code's business, so said, not checked
+        given = [f"{name}={getattr(config, name)!r}" for name in ALGORITHM_FIELDS
+                 if name != "concurrency" and getattr(config, name) != FIELDS[name].default]
+        if given:
+            fields = ", ".join(name for name in ALGORITHM_FIELDS if name != "concurrency")
+            warn_user(f"{config.algorithm} declares no reads (which of the run fields {fields} it reads), "
+                      f"so {', '.join(given)} {'is' if len(given) == 1 else 'are'} passed to it unchecked: whatever "
+                      f"its code does not read is ignored. Set reads = frozenset({{...}}) on {algorithm.__name__} "
+                      "(jaxfl.algorithms.Algorithm.reads) to have a setting it does not read reported")
 
 
 def _check_client_state_is_read(config: RunConfig, algorithm) -> None:

@@ -212,6 +212,40 @@ def test_misspelt_reads_is_refused_at_register():
     assert "badreads_check" not in names()
 
 
+def test_settings_given_to_a_plug_in_that_declares_no_reads_are_said_to_pass_unchecked(recwarn):
+    # the README's own example took --rule plato and --round-timeout 3 and ignored them in silence (a review)
+    from jaxfl.algorithms import Algorithm, register, unregister
+    from jaxfl.config import RunConfig, validate
+
+    class Undeclared(Algorithm):
+        name = "undeclared_reads_check"
+
+        def policy(self):
+            return StepsElsewhere(self.run.local_steps)
+
+    class Declared(Undeclared):
+        name, reads = "declared_reads_check", frozenset({"rule"})
+
+    register(Undeclared)
+    register(Declared)
+    try:
+        validate(RunConfig(algorithm="undeclared_reads_check", rule="plato", round_timeout=3.0))
+        (note,) = [str(warning.message) for warning in recwarn if "declares no reads" in str(warning.message)]
+        assert note.startswith("undeclared_reads_check declares no reads (which of the run fields clients_per_round, "
+                               "buffer_size, rule, staleness, staleness_alpha, staleness_a, round_timeout it reads), "
+                               "so rule='plato', round_timeout=3.0 are passed to it unchecked")
+        assert "Set reads = frozenset({...}) on Undeclared" in note
+        recwarn.clear()
+        validate(RunConfig(algorithm="undeclared_reads_check"))  # nothing given: nothing to say
+        validate(RunConfig(algorithm="declared_reads_check", rule="plato"))
+        assert not [warning for warning in recwarn if "reads" in str(warning.message)]
+        with pytest.warns(UserWarning, match=r"round_timeout=3.0 is ignored: declared_reads_check does not read it"):
+            validate(RunConfig(algorithm="declared_reads_check", round_timeout=3.0))
+    finally:
+        unregister("undeclared_reads_check")
+        unregister("declared_reads_check")
+
+
 def test_policy_hook_with_the_wrong_signature_is_refused_when_defined():
     with pytest.raises(TypeError, match=r"BadPolicy.on_arrival\(self, record\) does not match how Policy hooks "
                                         r"are called, on_arrival\(self, sim, record\).*define it as"):

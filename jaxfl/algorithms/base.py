@@ -213,7 +213,7 @@ class Algorithm:
     - ``reads``: the algorithm-specific run fields it reads, out of
       :data:`jaxfl.config.ALGORITHM_FIELDS` (``buffer_size``, ``rule``, ``staleness``...); one of
       them set for an algorithm that does not read it is reported, never silently ignored. None
-      (the default): undeclared, nothing is reported.
+      (the default): undeclared; those set are passed to it unchecked, with a note naming them.
     - ``changed_defaults``: run fields whose unset (None) value this algorithm reads as a default,
       ``{field: (default before, default now)}``: the one an unset record ran under, and the one
       written now (the same where it never changed: FedBuff's ``rule``). :func:`jaxfl.config.validate`
