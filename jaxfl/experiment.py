@@ -1963,7 +1963,9 @@ def _with_inputs(config: RunConfig, data, user: UserInputs, resume_dir: str | No
     """``config`` naming the user's data and objects (``<user: ...>``), the user's data checked (or None),
     and, for a resume, ``user`` checked against what the run ``recorded`` (its speeds read back)."""
     if resume_dir is not None:  # the objects the run was made with, again; its speeds from its folder
-        user = user.for_resume(resume_dir, recorded)
+        # data passed in Python and not again: named with the objects missing, in one error
+        data_missing = data is None and config.data_fingerprint is not None and not _loadable(config.dataset)
+        user = user.for_resume(resume_dir, recorded, data_missing=data_missing)
     try:
         config, dataset = _user_data(config, data)
     except _OtherData:

@@ -879,14 +879,17 @@ class UserInputs:
         if self.time_per_step is not None:
             np.save(os.path.join(run_dir, TIME_PER_STEP_FILE), self.time_per_step, allow_pickle=False)
 
-    def for_resume(self, run_dir: str, recorded: dict) -> "UserInputs":
+    def for_resume(self, run_dir: str, recorded: dict, data_missing: bool = False) -> "UserInputs":
         """These inputs checked against what the run in ``run_dir`` recorded; the speeds come from its
-        ``client_time_per_step.npy`` when not given. One ``ValueError`` lists everything missing.
+        ``client_time_per_step.npy`` when not given. One ``ValueError`` lists everything missing (with
+        ``data``, where ``data_missing``: the run's data were passed in Python and are not given again).
         ``init_params`` are never missing: a resume continues from a checkpoint, which holds the model
         (a run without one is refused, :mod:`jaxfl.resume`); given, they must be the run's."""
         from jaxfl.models import user_label
 
         missing = [name for name in _OBJECTS if name in recorded and getattr(self, name) is None]
+        if missing and data_missing:
+            missing.insert(0, "data")
         if missing:
             raise ValueError(f"run {run_dir!r} was made with {', '.join(missing)} given as Python objects: pass "
                              f"{', '.join(f'{name}=...' for name in missing)} to resume_experiment")

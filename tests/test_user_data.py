@@ -240,6 +240,21 @@ def test_what_reading_an_npz_file_says_is_said_by_the_jaxfl_command_and_every_ca
     assert sum("looks channels-first" in str(warning.message) for warning in again) == 2  # x_train and x_test
 
 
+def test_a_resume_missing_the_data_and_an_object_names_both_at_once(tmp_path):
+    # only the object was named; the data came as the next try's error (a review)
+    import optax
+
+    config = small(tmp_path, algorithm="fedbuff", buffer_size=2, max_updates=2, checkpoint_every=1,
+                   client_optimizer="adam", client_lr=0.003)  # (the defaults, which an optax object leaves)
+    result = run_experiment(config, data=arrays(seed=2), client_optimizer=optax.sgd(0.05))
+    with pytest.raises(ValueError, match=r"made with data, client_optimizer given as Python objects: pass data=\.\.\., "
+                                         r"client_optimizer=\.\.\. to resume_experiment"):
+        resume_experiment(result.run_dir)
+    with pytest.raises(ValueError, match=r"made with client_optimizer given as Python objects: pass "
+                                         r"client_optimizer=\.\.\."):
+        resume_experiment(result.run_dir, data=arrays(seed=2))
+
+
 def test_resume_takes_the_same_data_again_and_refuses_other_data(tmp_path):
     data = arrays(seed=1)
     config = small(tmp_path, algorithm="fedbuff", buffer_size=2, max_updates=3, checkpoint_every=1, stop_at_target=False)
