@@ -1427,6 +1427,10 @@ def _user_data(config: RunConfig, data) -> tuple[RunConfig, Dataset | None]:
             held != config.num_classes:  # a recorded run's: it goes on as it was made
         warn_user(f"data= holds num_classes={held!r}, but the run was made with num_classes={config.num_classes}: "
                   f"it goes on with {config.num_classes}")
+    if held is not None and config.num_classes is not None and config.data_fingerprint is None and \
+            held != config.num_classes:  # a new run given two: which one was meant is the user's to say
+        raise ConfigError(f"num_classes={config.num_classes} is given, and data= holds num_classes={held!r}: give "
+                          "one of them, or the same in both")
     dataset = as_dataset(data, config.num_classes, name)
     _fingerprint_once(data, dataset)
     config = dataclasses.replace(config, dataset=name)

@@ -520,6 +520,22 @@ def test_client_ids_given_with_the_data_are_said_where_the_partition_does_not_re
                 data=load_dataset("synthetic_iid", num_clients=3))
 
 
+def test_two_num_classes_that_disagree_are_refused_before_the_run(tmp_path):
+    # the config's 10 won over the data's 12 with nothing said (a review); the same, either way, is fine
+    x_train, y_train, x_test, y_test = arrays()
+    data = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test, "num_classes": 12}
+    with pytest.raises(ConfigError, match=r"^num_classes=10 is given, and data= holds num_classes=12: give one of them, "
+                                          r"or the same in both$"):
+        run_experiment(small(tmp_path, num_classes=10), data=data)
+    path = tmp_path / "twelve.npz"
+    np.savez(path, **data)
+    with pytest.raises(ValueError, match=r"num_classes=10 is given, and .*twelve.npz holds num_classes=12: give one"):
+        load_dataset("npz", data_dir=path, num_classes=10)
+    assert load_dataset("npz", data_dir=path, num_classes=12).num_classes == 12
+    assert not (tmp_path / "runs").exists()
+    assert run_experiment(small(tmp_path, num_classes=12), data=data).summary["global_updates"] == 2
+
+
 def test_a_num_classes_held_by_the_data_is_recorded_and_its_resume_needs_only_the_arrays(tmp_path):
     x_train, y_train, x_test, y_test = arrays()
     data = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test, "num_classes": 6}

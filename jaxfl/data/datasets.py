@@ -698,8 +698,12 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
             warn_user(f"{path}: arrays {unread} are not read; jaxfl reads {list(NPZ_ARRAYS[:4])}, and "
                       "client_train (each training sample's client, for partition 'natural') and num_classes "
                       "where present")
-        if num_classes is None and "num_classes" in arrays:
-            num_classes = _stored_num_classes(arrays["num_classes"], path)
+        if "num_classes" in arrays:
+            held = _stored_num_classes(arrays["num_classes"], path)
+            if num_classes is not None and held != num_classes:  # which was meant is the user's to say
+                raise ValueError(f"num_classes={num_classes} is given, and {path} holds num_classes={held}: give "
+                                 "one of them, or the same in both")
+            num_classes = held
         dataset = dataset_from_arrays(os.path.basename(path), arrays["x_train"], arrays["y_train"], arrays["x_test"],
                                       arrays["y_test"], num_classes=num_classes, groups=arrays.get("client_train"),
                                       source=path)
