@@ -385,7 +385,8 @@ def test_integer_features_for_a_feature_model_are_refused_with_the_cast_that_fix
     integers = (np.rint(x_train * 4).astype(np.int64), y_train, np.rint(x_test * 4).astype(np.int64), y_test)
     with pytest.raises(ValueError, match=r"has token-id samples of shape \(6,\).*integer arrays of shape \(N, L\) "
                                          r"are read as token ids: for feature vectors pass floats "
-                                         r"\(x.astype\(np.float32\)\)"):
+                                         r"\(x.astype\(np.float32\); flattened uint8 pixels x.astype\(np.float32\) "
+                                         r"/ 255, as images are scaled, or as images \(N, H, W\)\)"):
         run_experiment(small(tmp_path, model="mlp"), data=integers)
     assert not os.path.exists(tmp_path / "runs")
     floats = tuple(a.astype(np.float32) if a.ndim == 2 else a for a in integers)
