@@ -977,7 +977,18 @@ def _check_settings_are_read(config: RunConfig, algorithm, options: Any = None) 
                   f"{', '.join(algorithms_reading(name))}){written}")
     if algorithm.reads is None:  # a plug-in's: whether it reads them is its code's business, so said, not checked
         given = [f"{name}={getattr(config, name)!r}" for name in ALGORITHM_FIELDS
-                 if name != "concurrency" and getattr(config, name) != FIELDS[name].default]
+                 if name != "concurrency" and getattr(config, name) != FIELDS[name].default
+                 # a default its own validation writes; the deadline it asks for where it waits for clients
+                 and algorithm.changed_defaults.get(name, (None, object()))[1] != getattr(config, name)
+                 and not (name == "round_timeout" and algorithm.waits_for_clients)]
+        if not READING_A_RECORD.get():  # as for the fields above: a validated config of another algorithm reused
+            def writers(name: str) -> list[str]:
+                return [other for other in algorithms.names() if other != config.algorithm and
+                        algorithms.get(other).changed_defaults.get(name, (None, object()))[1] == getattr(config, name)]
+
+            given = [f"{entry} (if it comes from a validated {' or '.join(writers(field))} config, which holds it "
+                     f"as their default: dataclasses.replace(config, algorithm={config.algorithm!r}, {field}=None) "
+                     "leaves it out)" if writers(field := entry.partition("=")[0]) else entry for entry in given]
         if given:
             fields = ", ".join(name for name in ALGORITHM_FIELDS if name != "concurrency")
             warn_user(f"{config.algorithm} declares no reads (which of the run fields {fields} it reads), "

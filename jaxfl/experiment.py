@@ -61,7 +61,7 @@ from jaxfl.compilation_cache import process_compilations
 from jaxfl.config import (user_path, FIELDS_ADDED, MAX_GRID_POINTS, SECTION_OF, USER_PREFIX, ConfigError, DataConfig, RunConfig,
                           _count_budgets, checkpoint_min_interval, config_from_mapping, fail, validate)
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
-from jaxfl.data.datasets import known_classes, known_input
+from jaxfl.data.datasets import known_classes, known_input, npz_num_classes
 from jaxfl.data.synthetic import parse_synthetic_name
 from jaxfl.data.augment import AUGMENTED, dataset_family, make_augment, make_preprocess
 from jaxfl.engine import Engine, ExecutionPlan, NumericalError
@@ -1251,7 +1251,8 @@ def check_buildable(config: RunConfig, *, data=None, **objects) -> None:
         user.check_functions(dataset.num_classes)
         if not config.timing_only:
             user.check_optimizer(variables)
-            if not get_algorithm(config.algorithm).__module__.startswith("jaxfl."):
+            if not get_algorithm(config.algorithm).__module__.startswith("jaxfl.") and \
+                    (config.checkpoint_every is not None or config.final_checkpoint):
                 # a plug-in's policy that a checkpoint cannot pickle failed at its own turn, after the runs
                 # before it had trained (a plug-in's policy is cheap to build; the built-in ones the tests pickle)
                 algorithm = build(config, client_samples=federation.counts)
@@ -1284,6 +1285,8 @@ def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params
     else:
         if dataset is None:
             dataset = load_data(config)
+            if config.dataset == "npz" and config.num_classes is not None and config.data_fingerprint is None:
+                _refuse_two_num_classes(config)  # (a recorded run goes on as it was made)
             if config.dataset == "npz" or config.data_fingerprint is not None:
                 config = _pin_fingerprint(config, dataset)
         _check_classes_and_test_split(config, dataset)
@@ -1321,6 +1324,15 @@ def _prepare(config: RunConfig, dataset: Dataset | None, model=None, init_params
         variables = {**variables, "params": pytorch_default_init(
             variables["params"], jax.random.fold_in(_model_key(config), PYTORCH_INIT_STREAM))}
     return config, dataset, federation, model, variables if given is None else {**variables, **given}
+
+
+def _refuse_two_num_classes(config: RunConfig) -> None:
+    """A new run's ``num_classes`` beside another that its npz file holds: which was meant is the user's to
+    say (the config's won in silence)."""
+    held = npz_num_classes(config.data_dir)
+    if held is not None and held != config.num_classes:
+        raise ConfigError(f"num_classes={config.num_classes} is given, and {config.data_dir} holds num_classes={held}: "
+                          "give one of them, or the same in both")
 
 
 def _model_adapter(config: RunConfig, model, num_classes: int, vocab_size: int | None):

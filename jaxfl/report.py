@@ -1951,8 +1951,10 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
     >>> # plot_time_to_target(summarise(rows), group_columns(rows), "time_to_target.png")
     """
     keys, methods, found = _line_cells(lines, groups)
+    partly = any(line.get("time_to_target_mean") is not None and line.get("runs") is not None
+                 and line.get("reached") is not None and 0 < line["reached"] < line["runs"] for line in lines)
     heading = (f"time to target: mean over the seeds that reached it, error bars their std (ddof 0) "
-               f"({MISSING} = missed in ≥ half; k/n over a bar = reached in k of its n runs)")
+               f"({MISSING} = missed in ≥ half{'; k/n over a bar = reached in k of its n runs' if partly else ''})")
     if panels is None:
         # a row holds about TARGET_BARS_PER_ROW bars; more groups wrap into further rows
         # (FedCompass's twelve settings × eight methods as one row was a figure 70 inches wide)

@@ -214,6 +214,8 @@ def test_misspelt_reads_is_refused_at_register():
 
 def test_settings_given_to_a_plug_in_that_declares_no_reads_are_said_to_pass_unchecked(recwarn):
     # the README's own example took --rule plato and --round-timeout 3 and ignored them in silence (a review)
+    import dataclasses
+
     from jaxfl.algorithms import Algorithm, register, unregister
     from jaxfl.config import RunConfig, validate
 
@@ -226,24 +228,40 @@ def test_settings_given_to_a_plug_in_that_declares_no_reads_are_said_to_pass_unc
     class Declared(Undeclared):
         name, reads = "declared_reads_check", frozenset({"rule"})
 
+    class Waits(Undeclared):  # a default of its own, and a deadline it asks for: neither said
+        name, kind, waits_for_clients = "waits_reads_check", "synchronous", "every client of a round"
+        changed_defaults = {"rule": (None, "plato")}
+
     register(Undeclared)
     register(Declared)
+    register(Waits)
     try:
-        validate(RunConfig(algorithm="undeclared_reads_check", rule="plato", round_timeout=3.0))
+        validate(RunConfig(algorithm="undeclared_reads_check", rule="fedcompass", round_timeout=3.0))
         (note,) = [str(warning.message) for warning in recwarn if "declares no reads" in str(warning.message)]
         assert note.startswith("undeclared_reads_check declares no reads (which of the run fields clients_per_round, "
                                "buffer_size, rule, staleness, staleness_alpha, staleness_a, round_timeout it reads), "
-                               "so rule='plato', round_timeout=3.0 are passed to it unchecked")
+                               "so rule='fedcompass', round_timeout=3.0 are passed to it unchecked")
         assert "Set reads = frozenset({...}) on Undeclared" in note
         recwarn.clear()
         validate(RunConfig(algorithm="undeclared_reads_check"))  # nothing given: nothing to say
         validate(RunConfig(algorithm="declared_reads_check", rule="plato"))
         assert not [warning for warning in recwarn if "reads" in str(warning.message)]
+        # a validated FedBuff config reused: its written rule 'paper' is said with how to leave it out
+        validate(dataclasses.replace(validate(RunConfig(algorithm="fedbuff")), algorithm="undeclared_reads_check"))
+        (note,) = [str(warning.message) for warning in recwarn if "declares no reads" in str(warning.message)]
+        assert "rule='paper' (if it comes from a validated fedasync or fedbuff config, which holds it as their default: " \
+               "dataclasses.replace(config, algorithm='undeclared_reads_check', rule=None) leaves it out) is passed to " \
+               "it unchecked" in note
+        recwarn.clear()
         with pytest.warns(UserWarning, match=r"round_timeout=3.0 is ignored: declared_reads_check does not read it"):
             validate(RunConfig(algorithm="declared_reads_check", round_timeout=3.0))
+        recwarn.clear()
+        assert validate(RunConfig(algorithm="waits_reads_check", round_timeout=3.0, crash_prob=0.1)).rule == "plato"
+        assert not [warning for warning in recwarn if "declares no reads" in str(warning.message)]
     finally:
         unregister("undeclared_reads_check")
         unregister("declared_reads_check")
+        unregister("waits_reads_check")
 
 
 def test_policy_hook_with_the_wrong_signature_is_refused_when_defined():
@@ -876,6 +894,24 @@ def test_a_comparison_refuses_a_policy_a_checkpoint_cannot_pickle_before_its_fir
                                         r"cannot pickle"):
         compare(configs)
     assert not (tmp_path / "runs").exists()  # fedavg did not run
+
+
+def test_the_check_before_a_comparison_builds_a_plug_in_s_policy_only_where_a_checkpoint_pickles_it(lambda_algorithms):
+    from jaxfl.algorithms import get
+    from jaxfl.experiment import check_buildable
+
+    import jaxfl
+
+    at_init, _ = lambda_algorithms
+    cls, built = get(at_init), []
+    policy = cls.policy
+    cls.policy = lambda self: built.append(1) or policy(self)
+    try:
+        check_buildable(jaxfl.RunConfig(algorithm=at_init, model="logreg", clients=3, local_steps=2, max_updates=3,
+                                        checkpoint_every=None, final_checkpoint=False))
+        assert built == []  # nothing to pickle: a policy built for nothing (its side effects, its memory)
+    finally:
+        cls.policy = policy
 
 
 def test_an_algorithm_without_a_policy_is_refused_at_register():

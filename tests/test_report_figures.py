@@ -89,6 +89,11 @@ def test_a_bar_over_fewer_seeds_than_its_runs_says_how_many(tmp_path, monkeypatc
     assert marks[0].xy == (pytest.approx(bar.get_x() + bar.get_width() / 2), 55.0)  # over its error bar
     assert axes.get_ylim()[1] > 55.0 * 1.05  # the mark inside the frame
     assert "k/n over a bar" in figure.texts[0].get_text()
+    for line in lines:  # every run reached it, or fewer than half: no mark, nor its explanation
+        line["reached"] = 3 if line["time_to_target_mean"] is not None else 1
+    (figure,) = _drawn_figures(monkeypatch, lambda: report.plot_time_to_target(lines, ["clients"], str(tmp_path / "t.png")))
+    assert not [text for text in figure.axes[0].texts if "/" in text.get_text()]
+    assert "k/n" not in figure.texts[0].get_text()
 
 
 def test_a_report_without_figures_removes_the_earlier_report_s_figures_only(tmp_path):

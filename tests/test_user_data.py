@@ -255,6 +255,19 @@ def test_a_resume_missing_the_data_and_an_object_names_both_at_once(tmp_path):
         resume_experiment(result.run_dir, data=arrays(seed=2))
 
 
+def test_an_npz_file_s_notes_are_said_before_its_error(tmp_path):
+    # kept until the file was read: a misspelt num_classes array's note, which explains the error, was lost
+    x_train, y_train, x_test, y_test = arrays(dtype=np.uint8)
+    path = tmp_path / "misspelt.npz"
+    np.savez(path, x_train=x_train, y_train=y_train.astype(np.float32) + 0.5, x_test=x_test, y_test=y_test,
+             num_clases=4)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError):
+            load_dataset("npz", data_dir=path)
+    assert any("arrays ['num_clases'] are not read" in str(warning.message) for warning in said)
+
+
 def test_resume_takes_the_same_data_again_and_refuses_other_data(tmp_path):
     data = arrays(seed=1)
     config = small(tmp_path, algorithm="fedbuff", buffer_size=2, max_updates=3, checkpoint_every=1, stop_at_target=False)
@@ -385,8 +398,9 @@ def test_integer_features_for_a_feature_model_are_refused_with_the_cast_that_fix
     integers = (np.rint(x_train * 4).astype(np.int64), y_train, np.rint(x_test * 4).astype(np.int64), y_test)
     with pytest.raises(ValueError, match=r"has token-id samples of shape \(6,\).*integer arrays of shape \(N, L\) "
                                          r"are read as token ids: for feature vectors pass floats "
-                                         r"\(x.astype\(np.float32\); flattened uint8 pixels x.astype\(np.float32\) "
-                                         r"/ 255, as images are scaled, or as images \(N, H, W\)\)"):
+                                         r"\(x.astype\(np.float32\)\); pixels of uint8 images flattened: "
+                                         r"x.astype\(np.float32\) / 255 scales them as jaxfl scales images, or pass "
+                                         r"them as images of shape \(N, H, W\)"):
         run_experiment(small(tmp_path, model="mlp"), data=integers)
     assert not os.path.exists(tmp_path / "runs")
     floats = tuple(a.astype(np.float32) if a.ndim == 2 else a for a in integers)
@@ -530,11 +544,27 @@ def test_two_num_classes_that_disagree_are_refused_before_the_run(tmp_path):
         run_experiment(small(tmp_path, num_classes=10), data=data)
     path = tmp_path / "twelve.npz"
     np.savez(path, **data)
-    with pytest.raises(ValueError, match=r"num_classes=10 is given, and .*twelve.npz holds num_classes=12: give one"):
-        load_dataset("npz", data_dir=path, num_classes=10)
-    assert load_dataset("npz", data_dir=path, num_classes=12).num_classes == 12
+    with pytest.raises(ConfigError, match=r"num_classes=10 is given, and .*twelve.npz holds num_classes=12: give one"):
+        run_experiment(small(tmp_path, num_classes=10, dataset="npz", data_dir=str(path)))
+    assert load_dataset("npz", data_dir=path, num_classes=10).num_classes == 10  # load_dataset's option wins, as said
     assert not (tmp_path / "runs").exists()
     assert run_experiment(small(tmp_path, num_classes=12), data=data).summary["global_updates"] == 2
+    assert run_experiment(small(tmp_path, num_classes=12, dataset="npz", data_dir=str(path))).summary["global_updates"] == 2
+
+
+def test_a_run_recorded_with_a_num_classes_beside_its_npz_file_s_resumes(tmp_path):
+    # made before such a pair was refused: its resume, which gives nothing, goes on as the run was made
+    x_train, y_train, x_test, y_test = arrays()
+    path = tmp_path / "twelve.npz"
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, num_classes=12)
+    made = run_experiment(small(tmp_path, num_classes=12, dataset="npz", data_dir=str(path), checkpoint_every=1))
+    record_path = os.path.join(made.run_dir, "config.json")
+    record = json.load(open(record_path))
+    assert record["config"]["data"]["num_classes"] == 12 and record["config"]["data"]["data_fingerprint"]
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, num_classes=10)
+    # the same arrays, but the file now holds 10: a recorded num_classes 12 is the run's
+    resumed = resume_experiment(made.run_dir, overrides={"max_updates": 3})
+    assert resumed.summary["global_updates"] == 3
 
 
 def test_a_num_classes_held_by_the_data_is_recorded_and_its_resume_needs_only_the_arrays(tmp_path):

@@ -652,7 +652,8 @@ _NPZ_CACHE: dict[str, tuple[tuple, Dataset, list[tuple[str, type[Warning]]]]] = 
 NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test", "client_train", "num_classes")
 
 
-def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
+def _npz_file(path: str) -> str:
+    """The .npz file ``path`` names: itself, or the one such file of a folder."""
     if os.path.isdir(path):
         found = sorted(f for f in os.listdir(path) if f.endswith(".npz"))
         if len(found) != 1:
@@ -661,6 +662,28 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
         path = os.path.join(path, found[0])
     if not os.path.isfile(path):
         raise FileNotFoundError(f"dataset 'npz': no file at {path}")
+    return path
+
+
+def npz_num_classes(data_dir: str | os.PathLike) -> int | None:
+    """The ``num_classes`` a dataset ``npz`` file holds (None if it holds none); the file read as
+    :func:`load_dataset` reads it, which has taken a ``num_classes`` given over it.
+
+    Example:
+        >>> import tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "d.npz")
+        >>> np.savez(path, x_train=np.zeros((4, 2)), y_train=np.arange(4) % 2, x_test=np.zeros((2, 2)),
+        ...          y_test=np.arange(2), num_classes=3)
+        >>> npz_num_classes(path)
+        3
+    """
+    path = _npz_file(_absolute(data_dir))
+    with np.load(path, allow_pickle=False) as archive:
+        return _stored_num_classes(archive["num_classes"], path) if "num_classes" in archive.files else None
+
+
+def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
+    path = _npz_file(path)
     stat = os.stat(path)
     stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino, num_classes)
     cached = _NPZ_CACHE.get(path)
@@ -692,25 +715,24 @@ def _load_npz(path: str, num_classes: int | None = None) -> Dataset:
     # What reading the file says (arrays not read, channels-first images, labels only in the test set) is
     # kept with it and said to every caller: the jaxfl command's first read, its configs' check, had its
     # notes muted, and the run's read, from the cache, said nothing
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        if unread:  # a misspelt client_train would silently lose the writers' split
-            warn_user(f"{path}: arrays {unread} are not read; jaxfl reads {list(NPZ_ARRAYS[:4])}, and "
-                      "client_train (each training sample's client, for partition 'natural') and num_classes "
-                      "where present")
-        if "num_classes" in arrays:
-            held = _stored_num_classes(arrays["num_classes"], path)
-            if num_classes is not None and held != num_classes:  # which was meant is the user's to say
-                raise ValueError(f"num_classes={num_classes} is given, and {path} holds num_classes={held}: give "
-                                 "one of them, or the same in both")
-            num_classes = held
-        dataset = dataset_from_arrays(os.path.basename(path), arrays["x_train"], arrays["y_train"], arrays["x_test"],
-                                      arrays["y_test"], num_classes=num_classes, groups=arrays.get("client_train"),
-                                      source=path)
-    notes = [(str(note.message), note.category) for note in said]
+    said = []
+    try:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            if unread:  # a misspelt client_train would silently lose the writers' split
+                warn_user(f"{path}: arrays {unread} are not read; jaxfl reads {list(NPZ_ARRAYS[:4])}, and "
+                          "client_train (each training sample's client, for partition 'natural') and num_classes "
+                          "where present")
+            if num_classes is None and "num_classes" in arrays:
+                num_classes = _stored_num_classes(arrays["num_classes"], path)
+            dataset = dataset_from_arrays(os.path.basename(path), arrays["x_train"], arrays["y_train"],
+                                          arrays["x_test"], arrays["y_test"], num_classes=num_classes,
+                                          groups=arrays.get("client_train"), source=path)
+    finally:  # said also before the file's error, which a misspelt array's note may explain
+        notes = [(str(note.message), note.category) for note in said]
+        _say_again(notes)
     _NPZ_CACHE.clear()
     _NPZ_CACHE[path] = (stamp, dataset, notes)
-    _say_again(notes)
     return dataset
 
 

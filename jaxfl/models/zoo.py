@@ -446,8 +446,9 @@ def check_model_input(name: str, input_shape: tuple, kind: str, dataset: str = "
     # integer (N, L) arrays are read as token ids: feature vectors stored as integers land here
     # floats reach the model as they are: flattened uint8 pixels lose their scaling to 0..1 unless said
     cast = ("; integer arrays of shape (N, L) are read as token ids: for feature vectors pass floats "
-            "(x.astype(np.float32); flattened uint8 pixels x.astype(np.float32) / 255, as images are scaled, or "
-            "as images (N, H, W))" if kind == "tokens" and spec.kind != "tokens" else "")
+            "(x.astype(np.float32)); pixels of uint8 images flattened: x.astype(np.float32) / 255 scales them as "
+            "jaxfl scales images, or pass them as images of shape (N, H, W)" if kind == "tokens" and spec.kind != "tokens"
+            else "")
     channels_last = (*tuple(input_shape)[1:], tuple(input_shape)[0]) if len(input_shape) == 3 else None
     if kind == "image" and channels_last is not None and spec.accepts(channels_last, kind):
         cast = (f"; your images look channels-first (PyTorch's C, H, W): x.transpose(0, 2, 3, 1) gives this model's "
