@@ -15,7 +15,8 @@ REPRODUCTION = ROOT / "benchmarks" / "reproduction"
 # and the report's design grid, where it has one)
 SECTIONS = [
     ("### FedCompass Q_min/Q_max ablation, cpu size",
-     ["fedcompass-qratio-cpu-seeds01.csv", "fedcompass-qratio-cpu-seed2-homo-normal.csv"],
+     ["fedcompass-qratio-cpu-seeds01.csv", "fedcompass-qratio-cpu-seed2-homo-normal.csv"]
+     + [f"fedcompass-qratio-cpu-seed2-exp/q_min-{q_min}.csv" for q_min in (10, 20, 40, 80, 120, 160, 200)],
      "fedcompass compass.q_min=40", 3),
     ("### FedCompass cpu size", ["fedcompass-cpu-seeds01.csv", "fedcompass-cpu-seed2-homo-normal.csv"],
      "fedcompass", 3),
