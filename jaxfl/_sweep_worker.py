@@ -23,7 +23,7 @@ import signal
 import sys
 
 NOTE = "jaxfl-sweep-note: "
-RELAYED_WARNING = "jaxfl-sweep-warning: "  # a resume's warning, for the sweep to repeat (this output is a log)
+RELAYED_WARNING = "jaxfl-sweep-warning: "  # a note of the cell's run, for the sweep to repeat (this output is a log)
 SWEEP_PID = "JAXFL_SWEEP_PID"
 
 
@@ -48,7 +48,9 @@ def main(argv: list[str]) -> int:
     shown = warnings.showwarning
 
     def relayed(message, category, *where, **options):  # to the sweep as well as to this cell's log
-        if issubclass(category, ResumeWarning):
+        # a run's notes (a resume's, the data's, the settings'), as a sweep of --jobs 1 says them: the sweep's
+        # own check of the cells had them muted, and they stayed in each cell's log
+        if issubclass(category, (ResumeWarning, UserWarning)):
             print(f"{RELAYED_WARNING}{' '.join(str(message).split())}", flush=True)
         # a message's later lines indented: none of them reads as one of the lines above to the sweep
         shown(str(message).replace("\n", "\n    "), category, *where, **options)

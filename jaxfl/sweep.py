@@ -1366,6 +1366,8 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: _Shar
                 process.kill()
                 process.wait()
 
+    relayed: set[str] = set()  # the cells' notes said so far
+
     def start_and_collect() -> None:
         while waiting or running:
             while waiting and free:
@@ -1403,8 +1405,11 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: _Shar
                     if line.startswith(NOTE):
                         note(f"cell {cell.index}: {line[len(NOTE):]}")
                         state = "restart"
-                    elif line.startswith(RELAYED_WARNING):  # a resume's warning, said here as with --jobs 1
-                        note(f"cell {cell.index}: {line[len(RELAYED_WARNING):]}")
+                    elif line.startswith(RELAYED_WARNING):  # a run's note, said here as with --jobs 1
+                        said = line[len(RELAYED_WARNING):]
+                        if said not in relayed:  # once a sweep, as the jaxfl command says a note, by its first cell
+                            relayed.add(said)
+                            note(f"cell {cell.index}: {said}")
                 done[state].append(cell.index)
                 os.remove(log)
                 cell_finished()  # first: a cell announced finished is in the table

@@ -140,3 +140,21 @@ def test_cells_run_on_an_npz_file_before_it_changed_are_refused_not_reported_as_
     save(0)  # the file as it was: its cells again
     again = run_sweep(base, grid, str(tmp_path / "sweep"), progress=False)
     assert [row["run_dir"] for row in again.rows] == [row["run_dir"] for row in first.rows]
+
+
+def test_a_parallel_sweep_says_its_cells_notes_once_each(tmp_path, capsys):
+    # its workers kept every note in their logs, and the sweep's own check of the cells had them muted:
+    # channels-first images trained in two cells with nothing said (--jobs 1 said it)
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "torch_layout.npz"
+    np.savez(path, x_train=rng.integers(0, 255, (60, 1, 8, 8), dtype=np.uint8), y_train=np.arange(60) % 3,
+             x_test=rng.integers(0, 255, (12, 1, 8, 8), dtype=np.uint8), y_test=np.arange(12) % 3)
+    assert cli.main(["sweep", "--out", str(tmp_path / "sweep"), "--dataset", "npz", "--data-dir", str(path),
+                     "--model", "logreg", "--clients", "3", "--local-steps", "1", "--max-updates", "1",
+                     "--target-accuracy", "0.99", "--seed", "0,1", "--jobs", "2", "--no-progress"]) == 0
+    said = capsys.readouterr()
+    lines = (said.out + said.err).splitlines()
+    noted = [line for line in lines if "x_train of shape (60, 1, 8, 8) looks channels-first" in line]
+    assert len(noted) == 1 and noted[0].startswith(("cell 0: ", "cell 1: ")), lines

@@ -178,4 +178,5 @@ def test_a_workers_relayed_warning_is_one_line_and_no_line_of_a_warning_reads_as
     assert any(line.endswith("ResumeWarning: resumed past ckpt-2") for line in lines), lines  # the log keeps it
     assert [line for line in lines if line.startswith(_sweep_worker.NOTE)] == [], lines
     assert [line for line in lines if line.startswith(_sweep_worker.RELAYED_WARNING)] == [
-        f"{_sweep_worker.RELAYED_WARNING}resumed past ckpt-2 {_sweep_worker.NOTE}not a note"], lines
+        f"{_sweep_worker.RELAYED_WARNING}resumed past ckpt-2 {_sweep_worker.NOTE}not a note",
+        f"{_sweep_worker.RELAYED_WARNING}other {_sweep_worker.RELAYED_WARNING}not relayed"], lines  # each one line
