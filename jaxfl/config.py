@@ -965,36 +965,36 @@ def _check_settings_are_read(config: RunConfig, algorithm, options: Any = None) 
                    if name == "data_dir" and str(value).lower().endswith(".npz") else "")
             fail(name, value, f"leave it {keep}, this run never reads it (read only with {readers}){own}")
     for name in fields_not_read_by(algorithm, {name: getattr(config, name) for name in ALGORITHM_FIELDS}):
-        value = getattr(config, name)
-        # a default another algorithm's validation writes (FedBuff's rule 'paper'), where a validated config is
-        # reused for this one: said so, with how to leave it out (a resume compares the config as recorded)
-        writers = [other for other in algorithms.names()
-                   if algorithms.get(other).changed_defaults.get(name, (None, object()))[1] == value]
-        written = (f"; if it comes from a validated {' or '.join(writers)} config, which holds it as their "
-                   f"default: dataclasses.replace(config, algorithm={config.algorithm!r}, {name}=None) leaves it "
-                   "out") if writers and not READING_A_RECORD.get() else ""
-        warn_user(f"{name}={value!r} is ignored: {config.algorithm} does not read it (read by "
-                  f"{', '.join(algorithms_reading(name))}){written}")
+        written = _written_by_another(config, name)
+        warn_user(f"{name}={getattr(config, name)!r} is ignored: {config.algorithm} does not read it (read by "
+                  f"{', '.join(algorithms_reading(name))}){written and '; ' + written}")
     if algorithm.reads is None:  # a plug-in's: whether it reads them is its code's business, so said, not checked
-        given = [f"{name}={getattr(config, name)!r}" for name in ALGORITHM_FIELDS
+        given = [f"{name}={getattr(config, name)!r}" + (f" ({written})" if (written := _written_by_another(config, name))
+                                                        else "")
+                 for name in ALGORITHM_FIELDS
                  if name != "concurrency" and getattr(config, name) != FIELDS[name].default
                  # a default its own validation writes; the deadline it asks for where it waits for clients
                  and algorithm.changed_defaults.get(name, (None, object()))[1] != getattr(config, name)
                  and not (name == "round_timeout" and algorithm.waits_for_clients)]
-        if not READING_A_RECORD.get():  # as for the fields above: a validated config of another algorithm reused
-            def writers(name: str) -> list[str]:
-                return [other for other in algorithms.names() if other != config.algorithm and
-                        algorithms.get(other).changed_defaults.get(name, (None, object()))[1] == getattr(config, name)]
-
-            given = [f"{entry} (if it comes from a validated {' or '.join(writers(field))} config, which holds it "
-                     f"as their default: dataclasses.replace(config, algorithm={config.algorithm!r}, {field}=None) "
-                     "leaves it out)" if writers(field := entry.partition("=")[0]) else entry for entry in given]
         if given:
             fields = ", ".join(name for name in ALGORITHM_FIELDS if name != "concurrency")
             warn_user(f"{config.algorithm} declares no reads (which of the run fields {fields} it reads), "
                       f"so {', '.join(given)} {'is' if len(given) == 1 else 'are'} passed to it unchecked: whatever "
                       f"its code does not read is ignored. Set reads = frozenset({{...}}) on {algorithm.__name__} "
                       "(jaxfl.algorithms.Algorithm.reads) to have a setting it does not read reported")
+
+
+def _written_by_another(config: RunConfig, name: str) -> str:
+    """Where ``config``'s value of ``name`` is a default other algorithms' validation writes (FedBuff's rule
+    'paper'), as a validated config of theirs reused for this one holds it: how to leave it out; "" otherwise,
+    and in a resume, which compares the config as recorded."""
+    value = getattr(config, name)
+    writers = [other for other in algorithms.names() if other != config.algorithm
+               and algorithms.get(other).changed_defaults.get(name, (None, object()))[1] == value]
+    if not writers or READING_A_RECORD.get():
+        return ""
+    return (f"if it comes from a validated {' or '.join(writers)} config, which holds it as their default: "
+            f"dataclasses.replace(config, algorithm={config.algorithm!r}, {name}=None) leaves it out")
 
 
 def _check_client_state_is_read(config: RunConfig, algorithm) -> None:
