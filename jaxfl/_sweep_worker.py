@@ -42,7 +42,6 @@ def main(argv: list[str]) -> int:
     from jaxfl import stopping
     from jaxfl.config import ConfigError, config_from_mapping
     from jaxfl.execution import ResourceError
-    from jaxfl.resume import ResumeWarning
     from jaxfl.sweep import run_cell
 
     shown = warnings.showwarning
@@ -50,7 +49,7 @@ def main(argv: list[str]) -> int:
     def relayed(message, category, *where, **options):  # to the sweep as well as to this cell's log
         # a run's notes (a resume's, the data's, the settings'), as a sweep of --jobs 1 says them: the sweep's
         # own check of the cells had them muted, and they stayed in each cell's log
-        if issubclass(category, (ResumeWarning, UserWarning)):
+        if issubclass(category, UserWarning):  # (ResumeWarning among them)
             print(f"{RELAYED_WARNING}{' '.join(str(message).split())}", flush=True)
         # a message's later lines indented: none of them reads as one of the lines above to the sweep
         shown(str(message).replace("\n", "\n    "), category, *where, **options)

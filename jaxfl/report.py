@@ -821,9 +821,7 @@ def format_markdown(lines: list[dict], groups: list[str], reference: str, target
         return f" [{line['diverged']} of {line['runs']} diverged]" if line.get("diverged") else ""
 
     def partly_reached(line) -> str:  # a time over the runs that reached it reads as every run's without it
-        if line["time_to_target_mean"] is None or not 0 < line.get("reached", line["runs"]) < line["runs"]:
-            return ""
-        return f" [{line['reached']} of {line['runs']} reached]"
+        return f" [{line['reached']} of {line['runs']} reached]" if _partly_reached(line) else ""
 
     def accuracy(line):
         if line is not None and line["best_accuracy_mean"] is None and line.get("diverged"):
@@ -1940,6 +1938,16 @@ LEGEND_INSIDE_LABELS = 6
 TARGET_BARS_PER_ROW = 24
 
 
+def _partly_reached(line: dict) -> bool:
+    """Whether a summary line's time to target is a mean over fewer runs than the method made: it reached
+    the target in more than half of them (else its time is "–") but not in all (the tables' [k of n
+    reached], the bars' k/n)."""
+    runs = line.get("runs")
+    reached = line.get("reached", runs)
+    return line.get("time_to_target_mean") is not None and runs is not None and reached is not None \
+        and 0 < reached < runs
+
+
 def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels: dict[str, object] | None = None,
                         panel_column: str = "", styles: dict[str, dict] | None = None) -> str:
     """Bars of the mean virtual time to target (std over the seeds that reached it as error bars),
@@ -1951,8 +1959,7 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
     >>> # plot_time_to_target(summarise(rows), group_columns(rows), "time_to_target.png")
     """
     keys, methods, found = _line_cells(lines, groups)
-    partly = any(line.get("time_to_target_mean") is not None and line.get("runs") is not None
-                 and line.get("reached") is not None and 0 < line["reached"] < line["runs"] for line in lines)
+    partly = any(_partly_reached(line) for line in lines)
     heading = (f"time to target: mean over the seeds that reached it, error bars their std (ddof 0) "
                f"({MISSING} = missed in ≥ half{'; k/n over a bar = reached in k of its n runs' if partly else ''})")
     if panels is None:
@@ -1974,7 +1981,7 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
     styles = ((styles or method_styles(methods)) if panels is None else
               _panel_styles(split, lambda method: panels.get(method) is None))
     for axes, panel_title, labels, shown in layout:
-        width = 0.8 / len(labels)
+        width, marked = 0.8 / len(labels), False
         for number, (method, label) in enumerate(labels.items()):
             style = styles[method if panels is None else label]
             colour = style["color"]
@@ -1994,16 +2001,16 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
                          **look)
                 # a mean over fewer seeds than the method ran (the tables' [k of n reached]): said on its bar,
                 # which otherwise reads as the mean of every run
-                runs, reached = line.get("runs"), line.get("reached")
-                if runs is not None and reached is not None and 0 < reached < runs:
+                if _partly_reached(line):
                     top = line["time_to_target_mean"] + (line["time_to_target_std"] or 0.0)
-                    axes.annotate(f"{reached}/{runs}", (x, top), xytext=(0, 2), textcoords="offset points",
-                                  ha="center", va="bottom", fontsize=7, color=colour)
+                    axes.annotate(f"{line['reached']}/{line['runs']}", (x, top), xytext=(0, 2),
+                                  textcoords="offset points", ha="center", va="bottom", fontsize=7, color=colour)
+                    marked = True
         # the bars alone set the x-limits: a "–" of the first or last method in its cluster (text,
         # which autoscaling ignores) fell outside the frame; every slot of every cluster inside
         axes.set_xlim(-0.5, len(shown) - 0.5)
         axes.set_ylim(bottom=0)
-        if any("/" in text.get_text() for text in axes.texts):  # room above the highest bar for its k/n
+        if marked:  # room above the highest bar for its k/n
             axes.set_ylim(top=axes.get_ylim()[1] * 1.08)
         axes.set_xticks(range(len(shown)), [_group_label(key, groups).replace(", ", "\n") for key in shown], fontsize=8)
         axes.set_ylabel("virtual time to target (s)")
