@@ -18,7 +18,14 @@ SECTIONS = [
      ["fedcompass-qratio-cpu-seeds01.csv", "fedcompass-qratio-cpu-seed2-homo-normal.csv"]
      + [f"fedcompass-qratio-cpu-seed2-exp/q_min-{q_min}.csv" for q_min in (10, 20, 40, 80, 120, 160, 200)],
      "fedcompass compass.q_min=40", 3),
-    ("### FedCompass cpu size", ["fedcompass-cpu-seeds01.csv", "fedcompass-cpu-seed2-homo-normal.csv"],
+    ("### FedCompass cpu size, seeds 0, 1 and 2", ["fedcompass-cpu-seeds01.csv", "fedcompass-cpu-seed2-homo-normal.csv"],
+     "fedcompass", 3),
+    ("### FedCompass cpu size, all 288 runs",
+     ["fedcompass-cpu-seeds01.csv", "fedcompass-cpu-seed2-homo-normal.csv"]
+     + [f"fedcompass-cpu-seed2-exp/{algorithm}-c{clients}-{partition}.csv"
+        for algorithm in ("fedasync", "fedat", "fedavg", "fedavgm", "fedbuff", "fedcompass", "fedcompass_m",
+                          "fedcompass_n")
+        for clients in (5, 10) for partition in ("class", "dual_dirichlet")],
      "fedcompass", 3),
     ("### CC-FedAvg full size, seeds 0–4",
      [f"ccfedavg-full-seed{seed}.csv" for seed in range(5)] + [f"ccfedavg-full-3060-seed{seed}.csv" for seed in range(5)],
@@ -63,7 +70,7 @@ def _tables(lines: list[str]) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("heading, csvs, reference, least, grid", [(*s, None)[:5] for s in SECTIONS],
-                         ids=[s[0][4:30] for s in SECTIONS])
+                         ids=[s[0][4:40] for s in SECTIONS])
 def test_the_readme_tables_are_the_report_of_the_committed_csvs(heading, csvs, reference, least, grid, tmp_path):
     section = _section((REPRODUCTION / "README.md").read_text().splitlines(), heading)
     report = make_report([str(REPRODUCTION / "results" / name) for name in csvs], reference, str(tmp_path),
