@@ -499,12 +499,18 @@ def test_a_hopeless_dirichlet_split_gives_up_early_with_its_reason():
         def __getattr__(self, name):
             return getattr(self.rng, name)
 
-    labels = np.repeat(np.arange(10), 300)  # 3,000 samples over 2,000 clients at alpha 0.1: hundreds empty
+    labels = np.repeat(np.arange(10), 300)  # 3,000 samples over 400 clients at alpha 0.1: a few dozen empty
     rng = CountingDraws(0)
-    with pytest.raises(ValueError, match=r"no draw gave every one of 2000 clients >= 1 samples in 10 tries .*every "
-                                         r"draw left >= 20 clients short, so the other 990 tries"):
-        partition.partition_dirichlet(labels, 2000, alpha=0.1, rng=rng)
+    with pytest.raises(ValueError, match=r"no draw gave every one of 400 clients >= 1 samples in 10 tries .*every "
+                                         r"draw left >= 2\d clients short, so the other 990 tries"):
+        partition.partition_dirichlet(labels, 400, alpha=0.1, rng=rng)
     assert rng.draws == 10 * 10  # ten draws of ten classes
+    # hundreds empty (2,000 clients): two draws say it (a draw takes seconds at 10^6 clients)
+    rng = CountingDraws(0)
+    with pytest.raises(ValueError, match=r"no draw gave every one of 2000 clients >= 1 samples in 2 tries .*every "
+                                         r"draw left >= \d{3} clients short, so the other 998 tries"):
+        partition.partition_dirichlet(labels, 2000, alpha=0.1, rng=rng)
+    assert rng.draws == 2 * 10
     # a split that some draw can make is made as before
     parts = partition.partition_dirichlet(labels, 20, alpha=0.5, rng=np.random.default_rng(0))
     assert sum(len(part) for part in parts) == 3000 and min(len(part) for part in parts) >= 1
