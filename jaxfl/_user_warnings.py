@@ -6,6 +6,7 @@ output. Filters still name jaxfl: the warning's module is jaxfl's that issued it
 (``warnings.filterwarnings("ignore", module="jaxfl")`` silences jaxfl's notes, as before)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import sysconfig
@@ -57,3 +58,53 @@ def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
     warnings.warn_explicit(message, category, shown.f_code.co_filename, shown.f_lineno,
                            module=issuer.f_globals.get("__name__", "jaxfl"),
                            registry=shown.f_globals.setdefault("__warningregistry__", {}))
+
+
+def asked_for_every_warning(options: list[str] | None = None) -> bool:
+    """Whether ``-W`` or ``PYTHONWARNINGS`` (``options``: ``sys.warnoptions``) has a filter whose
+    action is ``always`` (``all``, ``a``): such a user wants every repeat; another filter
+    (``ignore::DeprecationWarning``, ``python -X dev``'s ``default``) is about other warnings.
+
+    >>> asked_for_every_warning(["ignore::DeprecationWarning"]), asked_for_every_warning(["always::UserWarning"])
+    (False, True)
+    """
+    actions = [option.split(":")[0].strip().lower() for option in (sys.warnoptions if options is None else options)]
+    return any(action and ("always".startswith(action) or action == "all") for action in actions)
+
+
+def each_note_once(show):
+    """``show`` (a ``warnings.showwarning``) that passes on each note once: a sweep's check before its
+    cells and each of its cells (or a comparison's runs) said the same note again, a FedASMU grid of
+    32 cells 33 times. (Python's own once-per-line rule forgets what it said whenever a
+    ``catch_warnings`` block ends, as every run's ends.) Notes are told apart by their category and
+    text, so a note that names its run or its values is said for each.
+
+    >>> shown = []
+    >>> show = each_note_once(lambda message, category, *where: shown.append(str(message)))
+    >>> for text in ("a note", "another", "a note"):
+    ...     show(UserWarning(text), UserWarning, "<cell>", 1)
+    >>> shown
+    ['a note', 'another']
+    """
+    said = set()
+
+    def show_once(message, category, *where, **options):
+        key = (category, str(message))
+        if key not in said:
+            said.add(key)
+            show(message, category, *where, **options)
+
+    return show_once
+
+
+@contextlib.contextmanager
+def notes_said_once():
+    """Within it each of jaxfl's notes is shown once (:func:`each_note_once`), as the ``jaxfl``
+    command shows them: :func:`jaxfl.comparison.compare`'s runs on the same data each said its notes
+    again. Not where the user asked for every warning (``-W always``, ``PYTHONWARNINGS=always``);
+    filters decide as before, and a recorder around it (``catch_warnings(record=True)``,
+    ``pytest.warns``) records each note once too."""
+    with warnings.catch_warnings():
+        if not asked_for_every_warning():
+            warnings.showwarning = each_note_once(warnings.showwarning)
+        yield

@@ -1612,13 +1612,14 @@ def main(argv: list[str] | None = None) -> int:
     import warnings
 
     from jaxfl import _startup, stopping
+    from jaxfl._user_warnings import asked_for_every_warning, each_note_once
 
     _startup.started()  # Ctrl-C from here on: this function's line (what was kept, how to go on)
     try:
         with stopping.stop_on_sigterm(), warnings.catch_warnings():
             warnings.formatwarning = _warning_line
-            if not _asked_for_every_warning():  # -W always, PYTHONWARNINGS=always: the user's filter decides
-                warnings.showwarning = _once(warnings.showwarning)
+            if not asked_for_every_warning():  # -W always, PYTHONWARNINGS=always: the user's filter decides
+                warnings.showwarning = each_note_once(warnings.showwarning)
             status = _main(argv)
         if argv is None and status in (130, stopping.SIGTERM_STATUS):  # a sweep says its interrupt and returns
             _end_interrupted(status)
@@ -1677,35 +1678,6 @@ def _end_interrupted(status: int) -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(status)
-
-
-def _asked_for_every_warning(options: list[str] | None = None) -> bool:
-    """Whether ``-W`` or ``PYTHONWARNINGS`` (``options``: ``sys.warnoptions``) has a filter whose
-    action is ``always`` (``all``, ``a``): such a user wants every repeat; another filter
-    (``ignore::DeprecationWarning``, ``python -X dev``'s ``default``) is about other warnings.
-
-    >>> _asked_for_every_warning(["ignore::DeprecationWarning"]), _asked_for_every_warning(["always::UserWarning"])
-    (False, True)
-    """
-    actions = [option.split(":")[0].strip().lower() for option in (sys.warnoptions if options is None else options)]
-    return any(action and ("always".startswith(action) or action == "all") for action in actions)
-
-
-def _once(show):
-    """``show`` (a ``warnings.showwarning``) that passes on each note once per command: a sweep's
-    check before its cells and each of its cells (or a comparison's runs) said the same note again,
-    a FedASMU grid of 32 cells 33 times. Notes are told apart by their category and text, so a note
-    that names its run or its values is said for each. Not where the user asked for every warning
-    (``-W always``, ``PYTHONWARNINGS=always``)."""
-    said = set()
-
-    def show_once(message, category, *where, **options):
-        key = (category, str(message))
-        if key not in said:
-            said.add(key)
-            show(message, category, *where, **options)
-
-    return show_once
 
 
 def _warning_line(message, category, filename, lineno, line=None) -> str:

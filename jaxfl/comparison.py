@@ -379,6 +379,7 @@ def compare(configs, reuse: bool = False, *, data=None, time_per_step=None, mode
     >>> again.results[0].params is None    # read back from its folder, not run here
     True
     """
+    from jaxfl._user_warnings import notes_said_once
     from jaxfl.experiment import check_buildable, hashing_data_once, run_experiment, shared_data
 
     configs = list(configs)
@@ -388,7 +389,8 @@ def compare(configs, reuse: bool = False, *, data=None, time_per_step=None, mode
                   init_params=init_params, loss=loss, metrics=metrics)
     given = {name: value for name, value in values.items() if value is not None}
     check_plotting()
-    with shared_data(), hashing_data_once():  # the data checked here is the runs' data
+    # the data checked here is the runs' data; its notes, and any other, said once, not once a run
+    with shared_data(), hashing_data_once(), notes_said_once():
         for config in configs:
             check_buildable(config, **given)
         with shared_compilations():

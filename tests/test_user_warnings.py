@@ -83,3 +83,20 @@ def test_a_warning_from_python_dash_c_is_shown_not_an_import_error():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "<string>:2: UserWarning: buffer_size=4 is ignored: fedavg does not read it" in done.stderr
+
+
+def test_a_comparison_says_each_note_once_not_once_a_run(small_config):
+    """Three runs on data with a label only in the held-out set: the data's note came with the
+    check before the runs and again with each run (Python's once-per-line rule forgets what it said
+    when a catch_warnings block ends); the runs' notes that name their own run still come per run."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    data = {"x_train": rng.normal(size=(120, 8)).astype("float32"), "y_train": rng.integers(0, 3, 120),
+            "x_test": rng.normal(size=(30, 8)).astype("float32"), "y_test": np.arange(30) % 4}
+    configs = [dataclasses.replace(small_config, algorithm=name, model="logreg", target_accuracy=0.9)
+               for name in ("fedavg", "fedbuff", "fedasync")]
+    compare(configs, data=data)
+    records = [str(record.message) for record in caught(lambda: compare(configs, data=data))]
+    assert sum("counted as 4 classes" in message for message in records) == 1, records
+    assert sum("holds a finished run" in message for message in records) == 3  # one a run: each names its run
