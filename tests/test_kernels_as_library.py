@@ -220,3 +220,102 @@ def test_fednova_coefficients_keep_float64_under_x64_and_float32_otherwise():
         assert out.dtype == jnp.float64 and float(out[0]) == pytest.approx(third * 30.0 / 10.0, rel=1e-15)
     assert fednova_coefficients(jnp.array([0.5, 0.5], jnp.bfloat16), jnp.array([10, 40])).dtype == jnp.float32
     assert fednova_coefficients([1, 1], [10, 40]).dtype == jnp.float32
+
+
+# ---- a review of the kernels as a JAX library (2026-12-07) ----
+
+def test_negative_staleness_in_an_array_is_refused_as_a_negative_number_is():
+    # polynomial(np.array([-2., -1., 0.])) gave [nan inf 0.9], exponential(np.array([-10.])) 148 (α = 1)
+    from jaxfl.scheduler.staleness import exponential, hinge, polynomial
+
+    for function in (polynomial, exponential, hinge, constant):
+        for bad in (np.array([-2.0, -1.0, 0.0]), jnp.float32(-2.0), np.array([np.nan])):
+            with pytest.raises(ValueError, match=r"staleness s=(-2\.0|-1\.0|nan) \(in an array of shape .*\) is not allowed"):
+                function(bad)
+    assert polynomial(np.array([0.0, 3.0])).tolist() == [0.9, 0.45]
+    # traced: no value to check, taken as it is
+    assert jax.jit(polynomial)(jnp.array([0.0, 3.0])).tolist() == pytest.approx([0.9, 0.45])
+
+
+def test_the_staleness_functions_refuse_the_parameters_make_staleness_refuses():
+    # polynomial(3, a=-0.5) = 1.8 grew with staleness; hinge(0, b=-2) discounted a fresh update
+    from jaxfl.scheduler.staleness import exponential, hinge, polynomial
+
+    for call, message in ((lambda: polynomial(3, a=-0.5), "exponent a must be >= 0, got -0.5"),
+                          (lambda: polynomial(3, alpha=-1), "alpha must be > 0, got -1"),
+                          (lambda: hinge(0, b=-2), "threshold b must be >= 0"),
+                          (lambda: exponential(1, a=float("nan")), "parameter a must be a finite real number"),
+                          (lambda: constant(1, alpha=0.0), "alpha must be > 0, got 0.0")):
+        with pytest.raises(ValueError, match=message):
+            call()
+    # a traced parameter (a sweep of α under vmap) is taken as it is
+    assert jax.vmap(lambda a: polynomial(3, a=a))(jnp.array([0.5, 1.0])).tolist() == pytest.approx([0.45, 0.225])
+
+
+def test_integer_leaves_are_summed_in_float64_under_x64():
+    # a counter of 2^40 + 1 came back as 2^40 from weighted_mean, and from tree_scale by 1
+    from jaxfl.kernels.tree import tree_scale
+
+    with jax.enable_x64(True):
+        counter = {"n": jnp.array([2**40 + 1, 2**40 + 1], jnp.int64)}
+        assert int(weighted_mean(counter, jnp.array([1.0, 1.0]))["n"]) == 2**40 + 1
+        assert int(tree_scale({"n": jnp.array(2**40 + 1, jnp.int64)}, 1.0)["n"]) == 2**40 + 1
+        pair = {"n": jnp.array([100000001, 100000003], jnp.int32)}
+        assert int(weighted_mean(pair, jnp.array([1.0, 1.0]))["n"]) == 100000002
+    # without x64 the sum stays float32, as documented (exact up to 2^24)
+    assert int(weighted_mean({"n": jnp.array([3, 5])}, jnp.array([1.0, 1.0]))["n"]) == 4
+
+
+def test_a_nan_or_infinite_weight_is_refused_where_it_is_known():
+    from jaxfl.kernels.aggregation import weighted_sum
+
+    for function, name in ((weighted_mean, "weighted_mean"), (weighted_sum, "weighted_sum")):
+        for bad, shown in ((jnp.nan, "nan"), (jnp.inf, "inf")):
+            with pytest.raises(ValueError, match=rf"{name}: weights\[1\] = {shown} is not allowed: a finite number"):
+                function(STACK, jnp.array([1.0, bad]))
+    # traced, as the engine's programs call them: no check, the documented NaN
+    assert np.isnan(jax.jit(weighted_mean)(STACK, jnp.array([1.0, jnp.nan]))["w"]).all()
+
+
+def test_the_fedopt_optimisers_refuse_what_make_server_optimizer_refuses():
+    # fedadam(0.1, b2=1.5) gave a NaN update, fedadam(-1.0) a step uphill
+    from jaxfl.kernels import fedopt
+
+    for call, message in ((lambda: fedopt.fedadam(0.1, b2=1.5), r"b2=1.5 is not allowed: a number in \[0, 1\)"),
+                          (lambda: fedopt.fedyogi(0.1, b2=-0.1), r"b2=-0.1 is not allowed"),
+                          (lambda: fedopt.fedadam(-1.0), r"learning_rate=-1.0 is not allowed: a finite number > 0"),
+                          (lambda: fedopt.fedadagrad(0.1, b1=1.0), r"b1=1.0 is not allowed: a number in \[0, 1\)")):
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert fedopt.fedadam(jnp.float32(0.1), b2=np.float64(0.99)) is not None  # 0-d values, as JAX code holds them
+
+
+def test_make_server_optimizer_takes_each_optimizers_default_rate_as_the_run_does():
+    # every optimiser defaulted to a learning rate of 1: FedAdam's first step was ≈ ±1 a coordinate
+    from jaxfl.config import DEFAULT_SERVER_LR
+    from jaxfl.kernels.aggregation import SERVER_OPTIMIZERS, apply_server_update, make_server_optimizer
+
+    zeros, gradient = {"w": jnp.zeros(3)}, {"w": jnp.array([1.0, -2.0, 0.5])}
+    for name in SERVER_OPTIMIZERS:
+        default = make_server_optimizer(name)
+        given = make_server_optimizer(name, DEFAULT_SERVER_LR[name])
+        first = apply_server_update(default, zeros, default.init(zeros), gradient)[0]["w"]
+        assert first.tolist() == apply_server_update(given, zeros, given.init(zeros), gradient)[0]["w"].tolist(), name
+    assert DEFAULT_SERVER_LR["sgd"] == 1.0 and DEFAULT_SERVER_LR["adam"] == 0.01
+
+
+def test_the_reference_driver_refuses_fractional_steps_and_names_a_bad_max_steps():
+    # num_steps=2.5 trained 2 steps without a word; max_steps=-1 blamed num_steps=0; prox_mu=None a bare TypeError
+    from jaxfl.kernels import ClientView, make_client_trainer
+
+    trainer = make_client_trainer(lambda params, x: x @ params["w"], optax.sgd(0.1), 4, preprocess=lambda x: x)
+    data = FederatedArrays(jnp.ones((8, 4)), jnp.zeros(8, jnp.int32))
+    view, key, params = ClientView(jnp.int32(0), jnp.int32(8)), jax.random.key(0), {"w": jnp.zeros((4, 3))}
+    with pytest.raises(ValueError, match=r"num_steps=2.5 is not allowed: whole steps"):
+        local_train(trainer, params, data, view, 2.5, key, max_steps=3)
+    with pytest.raises(ValueError, match=r"max_steps=-1 is not allowed: an int >= 0"):
+        local_train(trainer, params, data, view, 0, key, max_steps=-1)
+    assert int(local_train(trainer, params, data, view, jnp.int32(2), key, max_steps=3)[1]["steps"]) == 2
+    with pytest.raises(ValueError, match=r"prox_mu=None is not allowed: a finite number >= 0"):
+        make_client_trainer(lambda params, x: x, optax.sgd(0.1), 4, prox_mu=None)
+    assert make_client_trainer(lambda params, x: x, optax.sgd(0.1), 4, prox_mu=jnp.float32(0.1)) is not None

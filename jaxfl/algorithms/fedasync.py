@@ -40,7 +40,7 @@ MIXING_RULES = ("paper", "plato")
 
 
 class FedAsync(InFlightLimit, Policy):
-    """Asynchronous FedAsync; see the module docstring for the two rules."""
+    """Asynchronous FedAsync; see the module docstring for its three rules (RULES)."""
 
     name = "fedasync"
 

@@ -50,7 +50,7 @@ FIRST_WAVE_NOTE_WEIGHT = 12
 
 
 class FedBuff(InFlightLimit, Policy):
-    """Buffered asynchronous aggregation; see the module docstring for the two rules."""
+    """Buffered asynchronous aggregation; see the module docstring for its three rules (RULES)."""
 
     name = "fedbuff"
 

@@ -224,7 +224,10 @@ def make_client_trainer(model: ApplyFn | ModelAdapter, optimizer: optax.Gradient
     """
     if not (isinstance(batch_size, numbers.Integral) and not isinstance(batch_size, bool) and batch_size >= 1):
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if not (prox_mu >= 0 and math.isfinite(prox_mu)):  # μ = inf: every step's gradient inf · 0, NaN
+    if isinstance(prox_mu, (np.ndarray, jax.Array)) and np.ndim(prox_mu) == 0 and not isinstance(prox_mu, jax.core.Tracer):
+        prox_mu = float(prox_mu)  # a 0-d array, as JAX code holds its hyperparameters
+    if isinstance(prox_mu, bool) or not isinstance(prox_mu, numbers.Real) \
+            or not (prox_mu >= 0 and math.isfinite(prox_mu)):  # μ = inf: every step's gradient inf · 0, NaN
         raise ValueError(f"prox_mu={prox_mu!r} is not allowed: a finite number >= 0 (FedProx's μ; 0 turns it off)")
 
     per_example_loss = integer_label_cross_entropy if loss is None else loss
@@ -384,7 +387,12 @@ def _check_concrete_inputs(data: FederatedArrays, view: ClientView, num_steps, m
     if len(data.x) != len(data.y):  # static shapes: checked under jit too
         raise ValueError(f"data is not allowed: x holds {len(data.x)} samples and y {len(data.y)}; "
                          "FederatedArrays needs x (N, ...) and y (N,) of the same N")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, numbers.Integral) or max_steps < 0:
+        raise ValueError(f"max_steps={max_steps!r} is not allowed: an int >= 0 (the steps the program is built for)")
     steps, offset, count = concrete(num_steps), concrete(view.offset), concrete(view.count)
+    if steps is not None and steps.dtype.kind not in "iub":  # 2.5 was cast to 2 steps without a word
+        raise ValueError(f"num_steps={num_steps!r} is not allowed: whole steps, an int (or an int array) in "
+                         f"[0, max_steps={max_steps}]")
     if steps is not None and steps.size and (steps.min() < 0 or steps.max() > max_steps):
         raise ValueError(f"num_steps={num_steps!r} is not allowed: steps lie in [0, max_steps={max_steps}]")
     if offset is None or count is None or not offset.size:

@@ -49,14 +49,28 @@ class FedOptState(NamedTuple):
     second_moment: PyTree
 
 
+def _refuse_outside(field: str, value, inside: Callable[[float], bool], allowed: str) -> None:
+    """``value`` refused, naming it, unless it is a number (or a 0-d array) for which ``inside`` holds;
+    a value traced under ``jit`` or ``vmap`` is taken as it is (it has no value until the program runs)."""
+    if isinstance(value, jax.core.Tracer):
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float, jax.Array, np.ndarray, np.number)) \
+            or np.ndim(value) != 0 or not inside(float(value)):
+        raise ValueError(f"{field}={value!r} is not allowed: {allowed}")
+
+
 def _fedopt(learning_rate: float, b1: float, tau: float,
             next_second_moment: Callable[[jax.Array, jax.Array], jax.Array]) -> optax.GradientTransformation:
     """Algorithm 2's common shape; ``next_second_moment(v, g²)`` is the one line that differs. τ is
     refused unless > 0 (a traced τ is taken as it is): with v₀ = τ² = 0 every coordinate the
-    updates leave at 0 (a frozen leaf, a class no client holds) is 0/0 = NaN."""
+    updates leave at 0 (a frozen leaf, a class no client holds) is 0/0 = NaN; so are a learning rate
+    that is not > 0 (a step uphill) and β1 outside [0, 1), as :func:`make_server_optimizer` refuses them."""
     if callable(learning_rate):  # an optax schedule: the update would fail at its first step, on "-schedule"
         raise ValueError(f"learning_rate={learning_rate!r} is not allowed here: a number (Reddi et al.'s η); for a "
                          f"schedule use optax's optimiser, make_server_optimizer('optax_adam', schedule)")
+    _refuse_outside("learning_rate", learning_rate, lambda value: 0 < value < float("inf"),
+                    "a finite number > 0 (Reddi et al.'s η)")
+    _refuse_outside("b1", b1, lambda value: 0 <= value < 1, "a number in [0, 1) (the first moment's decay)")
     concrete = not isinstance(tau, jax.core.Tracer)
     if concrete and (isinstance(tau, bool) or not isinstance(tau, (int, float, jax.Array, np.ndarray, np.number))
                      or np.ndim(tau) != 0 or not 0 < float(tau) < float("inf")):
@@ -90,6 +104,7 @@ def fedadagrad(learning_rate: float, b1: float = 0.9, tau: float = 1e-3) -> opta
 
 def fedadam(learning_rate: float, b1: float = 0.9, b2: float = 0.99, tau: float = 1e-3) -> optax.GradientTransformation:
     """FedAdam (Reddi et al., ICLR 2021, Algorithm 2): v_t = β2 v_{t−1} + (1 − β2) Δ_t², no bias correction."""
+    _refuse_outside("b2", b2, lambda value: 0 <= value < 1, "a number in [0, 1) (the second moment's decay)")
     return _fedopt(learning_rate, b1, tau, lambda v, g2: b2 * v + (1 - b2) * g2)
 
 
@@ -102,4 +117,5 @@ def fedyogi(learning_rate: float, b1: float = 0.9, b2: float = 0.99,
     >>> state.second_moment["w"].tolist()
     [3.0]
     """
+    _refuse_outside("b2", b2, lambda value: 0 <= value < 1, "a number in [0, 1) (the second moment's decay)")
     return _fedopt(learning_rate, b1, tau, lambda v, g2: v - (1 - b2) * g2 * jnp.sign(v - g2))

@@ -23,8 +23,11 @@ PyTree = Any
 
 def accumulation_dtype(dtype) -> jnp.dtype:
     """The dtype in which weighted sums and scalings of ``dtype`` leaves are computed: the leaf's own for
-    float32, float64 and complex, float32 for narrower floats (bfloat16, float16) and for integers, so
-    that a weight is never rounded to the leaf's dtype (0.5 to 0 for an integer leaf).
+    float32, float64 and complex, float32 for narrower floats (bfloat16, float16), so that a weight is
+    never rounded to the leaf's dtype (0.5 to 0 for an integer leaf); for integers float64 where jax
+    runs with x64 (``jax_enable_x64``: int32 exactly, int64 up to 2^53; float32 made a counter of
+    2^40 + 1 come back as 2^40, even scaled by 1), else float32 (exact up to 2^24). A result beyond
+    the integer type's range saturates at its bound, as XLA converts.
 
     >>> [str(accumulation_dtype(d)) for d in (jnp.float32, jnp.bfloat16, jnp.int32)]
     ['float32', 'float32', 'float32']
@@ -32,6 +35,8 @@ def accumulation_dtype(dtype) -> jnp.dtype:
     dtype = jnp.dtype(dtype)
     if jnp.issubdtype(dtype, jnp.inexact) and dtype.itemsize >= 4:
         return dtype
+    if jnp.issubdtype(dtype, jnp.integer) and jax.config.jax_enable_x64:
+        return jnp.dtype(jnp.float64)
     return jnp.dtype(jnp.float32)
 
 

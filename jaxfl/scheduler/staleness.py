@@ -31,12 +31,47 @@ def _namespace(*values):
 
 
 def _checked(s):
-    """``s``, refused where it is a negative number (a staleness is τ_g − τ_i ≥ 0: (s+1)^(−a) of −2 was a
-    complex number; arrays, maybe traced, are taken as they are)."""
-    if isinstance(s, numbers.Real) and not isinstance(s, bool) and s < 0:
-        raise ValueError(f"staleness s={s!r} is not allowed: s = τ_g − τ_i >= 0, the global updates since the "
-                         f"client's start")
+    """``s``, refused where it is negative or NaN (a staleness is τ_g − τ_i ≥ 0: (s+1)^(−a) of −2 was a
+    complex number, of an array's −2 NaN, and exp(−a·s) of −10 a weight far above α): a number, or
+    every value of a NumPy or concrete JAX array; a value traced under ``jit`` or ``vmap`` is taken as
+    it is (it has no value until the program runs)."""
+    if isinstance(s, numbers.Real) and not isinstance(s, bool):
+        if not s >= 0:
+            raise ValueError(f"staleness s={s!r} is not allowed: s = τ_g − τ_i >= 0, the global updates since "
+                             f"the client's start")
+        return s
+    if hasattr(s, "shape"):
+        import numpy as np
+
+        try:
+            values = np.asarray(s)
+        except Exception:  # a tracer: jax refuses to make it a NumPy array
+            return s
+        if values.dtype.kind in "iuf" and values.size and not np.all(values >= 0):
+            bad = values[~(values >= 0)].ravel()[0].item()
+            raise ValueError(f"staleness s={bad!r} (in an array of shape {values.shape}) is not allowed: "
+                             f"s = τ_g − τ_i >= 0, the global updates since the client's start")
     return s
+
+
+def _check_parameters(name: str, params: dict) -> None:
+    """The ranges of the staleness function ``name``'s parameters: α > 0, a ≥ 0 and the hinge's b ≥ 0,
+    all finite (a negative exponent made a weight that grows with staleness, a negative b discounted a
+    fresh update). Checked where a parameter is a number; arrays and traced values are taken as they
+    are."""
+    for key, value in params.items():
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(value):
+            raise ValueError(f"staleness parameter {key} must be a finite real number, got {value!r}")
+    known = {key: value for key, value in params.items()
+             if isinstance(value, numbers.Real) and not isinstance(value, bool)}
+    if known.get("alpha", 1.0) <= 0:
+        raise ValueError(f"staleness alpha must be > 0, got {known['alpha']}")
+    if name != "constant" and known.get("a", 1.0) < 0:
+        what = {"polynomial": "exponent", "hinge": "slope", "exponential": "rate"}[name]
+        raise ValueError(f"staleness {name} {what} a must be >= 0, got {known['a']}")
+    if name == "hinge" and known.get("b", 0.0) < 0:  # st(0) < α: a fresh update discounted
+        raise ValueError(f"staleness hinge threshold b must be >= 0 (the staleness up to which st(s) = alpha), "
+                         f"got {known['b']}")
 
 
 def constant(s, alpha: float = 1.0):
@@ -45,8 +80,9 @@ def constant(s, alpha: float = 1.0):
     >>> constant(3), constant(0, alpha=0.6), constant(float("inf"))
     (1.0, 0.6, 1.0)
     """
+    _checked(s)
+    _check_parameters("constant", {"alpha": alpha})
     if isinstance(s, numbers.Number):
-        _checked(s)
         return alpha + 0.0  # a float, as the others give; 0·s would make st(∞) NaN
     return alpha + 0.0 * _namespace(s, alpha).zeros_like(s)  # s's shape, backend and dtype, as the others
 
@@ -58,6 +94,7 @@ def polynomial(s, alpha: float = 0.9, a: float = 0.5):
     (0.9, 0.45, 0.25)
     """
     s = _checked(s)
+    _check_parameters("polynomial", {"alpha": alpha, "a": a})
     return alpha * (s + 1.0) ** (-a)
 
 
@@ -68,6 +105,7 @@ def hinge(s, alpha: float = 1.0, a: float = 10.0, b: float = 4.0):
     (1.0, 0.5, 0.125)
     """
     s = _checked(s)
+    _check_parameters("hinge", {"alpha": alpha, "a": a, "b": b})
     xp = _namespace(s, alpha, a, b)
     return alpha / (a * xp.maximum(s - b, 0.0) + 1.0)
 
@@ -79,6 +117,7 @@ def exponential(s, alpha: float = 1.0, a: float = 0.5):
     (1.0, 0.3679, 0.3311)
     """
     s = _checked(s)
+    _check_parameters("exponential", {"alpha": alpha, "a": a})
     xp = _namespace(s, alpha, a)
     return alpha * xp.exp(-a * (s + 0.0))
 
@@ -115,14 +154,7 @@ def make_staleness(name: str, **params):
             raise ValueError(f"staleness parameter {key} must be a finite real number, got {value!r}")
         # NumPy's as Python's (int stays int, so an exponent traces as before under jit)
         params[key] = int(value) if isinstance(value, numbers.Integral) else float(value)
-    if params.get("alpha", 1.0) <= 0:
-        raise ValueError(f"staleness alpha must be > 0, got {params['alpha']}")
-    if name != "constant" and params.get("a", 1.0) < 0:
-        what = {"polynomial": "exponent", "hinge": "slope", "exponential": "rate"}[name]
-        raise ValueError(f"staleness {name} {what} a must be >= 0, got {params['a']}")
-    if name == "hinge" and params.get("b", 0.0) < 0:  # st(0) < α: a fresh update discounted
-        raise ValueError(f"staleness hinge threshold b must be >= 0 (the staleness up to which st(s) = alpha), "
-                         f"got {params['b']}")
+    _check_parameters(name, params)
     return functools.partial(_FUNCTIONS[name], **params)  # picklable, for checkpoints
 
 
