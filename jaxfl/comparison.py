@@ -233,10 +233,35 @@ def _say_what_is_replaced(path: str, rows: list[dict]) -> None:
         return
     if not earlier or sorted(row.get("run_dir", "") for row in earlier) == sorted(str(row["run_dir"]) for row in rows):
         return
+    # the same comparison run again, some of its runs trained again into folders of their own (an algorithm
+    # defined in the notebook, objects given beside the configs): its table, not another comparison's
+    earlier_configs = _run_configs([row.get("run_dir", "") for row in earlier])
+    if earlier_configs is not None and earlier_configs == _run_configs([str(row["run_dir"]) for row in rows]):
+        return
     names = ",".join(dict.fromkeys(str(row.get("algorithm", "?")) for row in earlier))
     warn_user(f"{path} held the comparison of {names} ({len(earlier)} run{'s' * (len(earlier) != 1)}), replaced by "
               f"this one's, with comparison.png; its runs stay in their folders (give each comparison its own "
               "--output-dir to keep both tables)")
+
+
+def _run_configs(run_dirs: list[str]) -> list[str] | None:
+    """The runs' recorded configs and given inputs (``config.json``'s ``config`` less where the run was
+    written and what a resume may change, and ``user_inputs``), sorted, as JSON; None where a folder
+    has none to read."""
+    import json
+
+    from jaxfl.resume import MAY_DIFFER, ResumeError, read_record
+
+    configs = []
+    for run_dir in run_dirs:
+        try:
+            record = read_record(run_dir)
+        except ResumeError:
+            return None
+        config = {key: value for key, value in record.get("config", {}).items()
+                  if key not in ("output_dir", "run_name", *MAY_DIFFER)}
+        configs.append(json.dumps([config, record.get("user_inputs")], sort_keys=True, default=str))
+    return sorted(configs)
 
 
 def earlier_runs(config, times=None, edited: list | None = None, objects: bool = False):

@@ -61,6 +61,9 @@ def test_an_algorithm_without_a_file_is_trained_again(tmp_path):
             again = compare(out, reuse=True)
         assert len([w for w in said if "holds a finished run" in str(w.message)]) == 1
         assert not [w for w in said if "reuse=True" in str(w.message)]
+        # the same comparison's table, not another's: its run trained again into a folder of its own
+        # said "comparison.csv held the comparison of fedavg,reuse_test_local_fedavg (2 runs), replaced by this one's"
+        assert not [w for w in said if "held the comparison" in str(w.message)]
         assert again.results[0].params is None and again.results[1].params is not None
         assert again.run_dirs[1].endswith("-2")
     finally:
