@@ -319,3 +319,25 @@ def test_the_reference_driver_refuses_fractional_steps_and_names_a_bad_max_steps
     with pytest.raises(ValueError, match=r"prox_mu=None is not allowed: a finite number >= 0"):
         make_client_trainer(lambda params, x: x, optax.sgd(0.1), 4, prox_mu=None)
     assert make_client_trainer(lambda params, x: x, optax.sgd(0.1), 4, prox_mu=jnp.float32(0.1)) is not None
+
+
+def test_the_same_leaves_in_other_containers_are_added_and_applied_in_the_first_trees():
+    # a FrozenDict's parameters and a dict's update (or a tuple and a list) met jax's multi-line
+    # "pytree structure error" in apply_server_update and tree_add
+    import collections
+
+    from flax.core import FrozenDict
+
+    from jaxfl.kernels.aggregation import apply_server_update, make_server_optimizer
+
+    params = FrozenDict({"w": jnp.ones(2)})
+    server = make_server_optimizer("sgd", 1.0)
+    updated, _ = apply_server_update(server, params, server.init(params), {"w": jnp.full(2, 0.5)})
+    assert isinstance(updated, FrozenDict) and updated["w"].tolist() == [0.5, 0.5]
+    assert tree_add(params, {"w": jnp.ones(2)})["w"].tolist() == [2.0, 2.0]
+    assert tree_add((jnp.ones(2),), [jnp.ones(2)])[0].tolist() == [2.0, 2.0]
+    with pytest.raises(ValueError, match=r"tree_add: leaf \['w'\] has shape \(2,\) in a and \(3, 2\) in b"):
+        tree_add(params, {"w": jnp.ones((3, 2))})  # shapes still checked
+    Pair = collections.namedtuple("Pair", "a b")
+    with pytest.raises(ValueError, match=r"tree_add: a and b hold their leaves in other containers"):
+        tree_add(Pair(jnp.ones(1), jnp.ones(1)), (jnp.ones(1), jnp.ones(1)))  # fields are not positions

@@ -23,7 +23,7 @@ import numpy as np
 import optax
 
 from jaxfl.kernels import fedopt
-from jaxfl.kernels.tree import accumulation_dtype, to_leaf_dtype, tree_add, tree_scale  # noqa: F401 (tree.py)
+from jaxfl.kernels.tree import accumulation_dtype, as_structure_of, to_leaf_dtype, tree_add, tree_scale  # noqa: F401 (tree.py)
 
 from jaxfl.scheduler.staleness import (STALENESS_FUNCTIONS, constant, exponential, hinge,  # noqa: F401
                                        make_staleness, polynomial)
@@ -229,24 +229,24 @@ def apply_server_update(optimizer: optax.GradientTransformation, params: PyTree,
     >>> params["w"].tolist()
     [0.0, 2.0]
     """
-    _check_like_params(params, pseudo_gradient)
+    pseudo_gradient = _check_like_params(params, pseudo_gradient)
     updates, opt_state = optimizer.update(pseudo_gradient, opt_state, params)
     return optax.apply_updates(params, updates), opt_state
 
 
-def _check_like_params(params: PyTree, pseudo_gradient: PyTree) -> None:
+def _check_like_params(params: PyTree, pseudo_gradient: PyTree) -> PyTree:
     """Refuse a pseudo-gradient leaf shaped unlike its parameter (static shapes, so free under jit):
     optax would broadcast it, and the clients' still-stacked ``(K, …)`` updates would give the global
-    model a client axis without a word."""
+    model a client axis without a word. Returns it in the parameters' containers (a FrozenDict's
+    update for a dict's parameters: :func:`~jaxfl.kernels.tree.as_structure_of`)."""
+    # the leaf where they part, not a tree_map error
+    pseudo_gradient = as_structure_of(params, pseudo_gradient, "apply_server_update", ("params", "pseudo_gradient"))
     named = jax.tree_util.tree_leaves_with_path(params)
     given = jax.tree.leaves(pseudo_gradient)
-    if len(named) != len(given) or jax.tree.structure(params) != jax.tree.structure(pseudo_gradient):
-        from jaxfl.kernels.tree import paired_leaves  # the leaf where they part, not a tree_map error
-
-        paired_leaves(params, pseudo_gradient, "apply_server_update", ("params", "pseudo_gradient"), shapes=False)
     for (path, param), leaf in zip(named, given):
         if jnp.shape(param) != jnp.shape(leaf):
             stacked = " (still stacked over clients? aggregate them first, e.g. weighted_mean)" \
                 if jnp.shape(leaf)[1:] == jnp.shape(param) else ""
             raise ValueError(f"pseudo_gradient leaf {jax.tree_util.keystr(path) or 'params'} has shape "
                              f"{jnp.shape(leaf)}, its parameter {jnp.shape(param)}: they must be equal{stacked}")
+    return pseudo_gradient

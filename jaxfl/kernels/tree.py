@@ -72,8 +72,31 @@ def tree_add(a: PyTree, b: PyTree) -> PyTree:
     >>> tree_add({"w": jnp.array([1.0])}, {"w": jnp.array([2.0])})["w"].tolist()
     [3.0]
     """
+    b = as_structure_of(a, b, "tree_add")
     paired_leaves(a, b, "tree_add")
     return jax.tree.map(jnp.add, a, b)
+
+
+def as_structure_of(a: PyTree, b: PyTree, where: str, names: tuple[str, str] = ("a", "b")) -> PyTree:
+    """``b``'s leaves in ``a``'s containers, where the two trees name the same leaves the same way in
+    other containers (a dict and a FrozenDict, a list and a tuple), which ``jax.tree.map`` refuses with
+    a multi-line structure error; ``b`` itself where the structures are equal; else the
+    :func:`paired_leaves` error, or one naming both containers (leaves named differently, a
+    NamedTuple's fields against a tuple's positions, are not taken for one another).
+
+    >>> from flax.core import FrozenDict
+    >>> type(as_structure_of({"w": jnp.ones(2)}, FrozenDict({"w": jnp.zeros(2)}), "tree_add")).__name__
+    'dict'
+    """
+    structure = jax.tree.structure(a)
+    if structure == jax.tree.structure(b):
+        return b
+    pairs = paired_leaves(a, b, where, names, shapes=False)
+    paths_b = [path for path, _ in jax.tree_util.tree_leaves_with_path(b)]
+    if any(jax.tree_util.keystr(path) != jax.tree_util.keystr(path_b) for (path, _, _), path_b in zip(pairs, paths_b)):
+        raise ValueError(f"{where}: {names[0]} and {names[1]} hold their leaves in other containers "
+                         f"({structure} and {jax.tree.structure(b)}): give them one structure")
+    return jax.tree.unflatten(structure, [leaf for _, _, leaf in pairs])
 
 
 def _shape(leaf) -> tuple:
