@@ -23,7 +23,8 @@ import numpy as np
 import optax
 
 from jaxfl.kernels import fedopt
-from jaxfl.kernels.tree import accumulation_dtype, as_structure_of, to_leaf_dtype, tree_add, tree_scale  # noqa: F401 (tree.py)
+from jaxfl.kernels.tree import (accumulation_dtype, as_structure_of, to_leaf_dtype, tree_add,  # noqa: F401 (tree.py)
+                                tree_scale)
 
 from jaxfl.scheduler.staleness import (STALENESS_FUNCTIONS, constant, exponential, hinge,  # noqa: F401
                                        make_staleness, polynomial)
@@ -66,8 +67,9 @@ def _refuse_nonfinite(function: str, weights) -> None:
 
 def weighted_sum(stacked: PyTree, weights: jax.Array) -> PyTree:
     """Σ_k weights[k] · stacked[k] over the leading client axis ``K`` of every leaf; ``weights`` has
-    shape ``(K,)``. Computed in float32 for bfloat16/float16 and integer leaves (then cast back,
-    integers rounded), in the leaf's dtype for float32/float64.
+    shape ``(K,)``. Computed in float32 for bfloat16/float16 leaves and for integer ones (float64
+    under x64: :func:`~jaxfl.kernels.tree.accumulation_dtype`; then cast back, integers rounded), in
+    the leaf's dtype for float32/float64. A NaN or infinite weight is refused where it is known.
 
     No renormalisation: the FedCompass/FedBuff rules of the authors' framework sum st·p_i·Δ_i. A
     weight of 0 does not take a client's NaN or Inf out (0 · NaN is NaN; see :func:`weighted_mean`).
@@ -98,9 +100,10 @@ def weighted_mean(stacked: PyTree, weights: jax.Array) -> PyTree:
     3.5
 
     Weights that sum to 0, and a NaN or infinite weight, are refused where they are known (as
-    :func:`numpy.average` refuses the first); traced under ``jit``, they give NaN, as any 0/0 does, and an integer leaf garbage. A weight
-    of 0 does not take a client's NaN or Inf out (0 · NaN is NaN): leave such a client out of the
-    stack, or zero its rows first, as the engine does with ``metrics["finite"]``.
+    :func:`numpy.average` refuses the first); traced under ``jit``, they give NaN, as any 0/0 does,
+    and an integer leaf garbage. A weight of 0 does not take a client's NaN or Inf out (0 · NaN is
+    NaN): leave such a client out of the stack, or zero its rows first, as the engine does with
+    ``metrics["finite"]``.
     """
     # a list or tuple of traced weights (jit, grad, vmap over a weight) is not a Tracer itself
     traced = any(isinstance(weight, jax.core.Tracer) for weight in jax.tree.leaves(weights))
@@ -136,9 +139,9 @@ def make_server_optimizer(name: str = "sgd", learning_rate: float | None = None,
     [-1.0, -1.0]
 
     Without ``learning_rate`` each takes the rate :data:`jaxfl.config.DEFAULT_SERVER_LR` names, as
-    ``jaxfl run`` does without ``--server-lr``: 1 for ``sgd`` (FedAvg's w ← w − Δ), the best CIFAR-10 server rates
-    of Reddi et al. for the adaptive ones (0.01 for ``adam`` and ``yogi``, 0.1 for ``adagrad``); a
-    rate of 1 made FedAdam's first step ≈ ±1 a coordinate.
+    ``jaxfl run`` does without ``--server-lr``: 1 for ``sgd`` (FedAvg's w ← w − Δ), the best CIFAR-10
+    server rates of Reddi et al. for the adaptive ones (0.01 for ``adam`` and ``yogi``, 0.1 for
+    ``adagrad``); a rate of 1 made FedAdam's first step ≈ ±1 a coordinate.
 
     >>> opt, zeros = make_server_optimizer("adam"), {"w": jnp.zeros(2)}
     >>> first, state = apply_server_update(opt, zeros, opt.init(zeros), {"w": jnp.ones(2)})

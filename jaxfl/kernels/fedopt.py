@@ -71,11 +71,8 @@ def _fedopt(learning_rate: float, b1: float, tau: float,
     _refuse_outside("learning_rate", learning_rate, lambda value: 0 < value < float("inf"),
                     "a finite number > 0 (Reddi et al.'s η)")
     _refuse_outside("b1", b1, lambda value: 0 <= value < 1, "a number in [0, 1) (the first moment's decay)")
-    concrete = not isinstance(tau, jax.core.Tracer)
-    if concrete and (isinstance(tau, bool) or not isinstance(tau, (int, float, jax.Array, np.ndarray, np.number))
-                     or np.ndim(tau) != 0 or not 0 < float(tau) < float("inf")):
-        raise ValueError(f"tau={tau!r} is not allowed: a finite number > 0 (Reddi et al.'s adaptivity, "
-                         f"e.g. 1e-3; τ = 0 gives NaN wherever the update is 0)")
+    _refuse_outside("tau", tau, lambda value: 0 < value < float("inf"),
+                    "a finite number > 0 (Reddi et al.'s adaptivity, e.g. 1e-3; τ = 0 gives NaN wherever the update is 0)")
 
     def init(params):
         return FedOptState(momentum=jax.tree.map(jnp.zeros_like, params),
