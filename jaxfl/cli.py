@@ -31,13 +31,12 @@ import re
 import os
 import shlex
 import sys
-import tempfile
 import typing
 
 from jaxfl._user_warnings import warn_user
 from jaxfl import algorithms
 from jaxfl.config import (DEFAULT_SERVER_LR, FIELDS, PLUGIN_IMPORT_FAILURES, SECTION_OF, SECTIONS, SERVER_FIELDS_READ_BY, ConfigError,
-                          RunConfig, _server_readers_text, algorithms_reading, annotation_text, config_from_mapping,
+                          RunConfig, _server_readers_text, check_output_folder, algorithms_reading, annotation_text, config_from_mapping,
                           fields_not_read_by, flat_once, import_named_plugins, load_config_file, option_namespaces,
                           split_algorithm_options, unknown_name, user_path, variant_unread,
                           without_settings_refused_since)
@@ -708,7 +707,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     sweep_values: dict = {}  # the base and grid, once read: an interrupt's line says how a timing-only cell goes on
 
     try:
-        check_folder("--out", args.sweep_dir)
+        check_output_folder("--out", args.sweep_dir)
         base, grid = _sweep_values(args)
         sweep_values.update(base=base, grid=grid)
         times = None
@@ -774,7 +773,7 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     try:
         if args.out is not None:
-            check_folder("--out", args.out)
+            check_output_folder("--out", args.out)
         if args.panels is not None and args.figures is False:
             raise ValueError(f"--panels {args.panels} is not allowed with --no-figures: it splits the figures' "
                              "panels; leave out one of the two")
@@ -902,7 +901,7 @@ def _partition(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         if file_given and os.path.isdir(args.out):
             raise ConfigError(f"--out={args.out!r} is not allowed: it is a folder named like a figure's file; give "
                               "the file's path, or another folder")
-        check_folder("--out" if args.out else "output_dir",
+        check_output_folder("--out" if args.out else "output_dir",
                      (os.path.dirname(args.out) or ".") if file_given else args.out or config.output_dir,
                      given=args.out if file_given else None)
         from jaxfl.data.report import partition_report, plot_class_heatmap
@@ -971,7 +970,7 @@ def _timeline(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if problem:
             parser.exit(2, f"jaxfl: error: --out={args.out!r} is not allowed: {problem}\n")
         try:
-            check_folder("--out", os.path.dirname(args.out) or ".", given=args.out)
+            check_output_folder("--out", os.path.dirname(args.out) or ".", given=args.out)
         except ConfigError as error:
             _exit_on_error(parser, error)
     from jaxfl.plot import save_figure, timeline_figure
@@ -1091,40 +1090,6 @@ def _run_line(summary: dict, run_dir: str, timing_only: bool = False, said: str 
         stop = stop.partition(":")[0]
     return f"{summary['algorithm']}: {said}best accuracy {best}, {target}, {summary['global_updates']} updates, " \
            f"stop: {stop} → {run_dir}"
-
-
-def check_folder(flag: str, path: str, given: str | None = None) -> None:
-    """Refuse (ConfigError) an output folder that cannot be made: ``path``, or the nearest of its
-    parents that exists, is a file, or a folder that cannot be written; said before any work, so a
-    run or a sweep does not fail on it after building its data (a missing folder is made later).
-    ``given``: the flag's value where ``path`` is its folder (a file's path).
-
-    >>> import tempfile
-    >>> afile = tempfile.mkstemp()[1]
-    >>> check_folder("--out", afile + "/sub")
-    Traceback (most recent call last):
-    ...
-    jaxfl.config.ConfigError: --out=...sub' is not allowed: ... is a file, not a folder; give a folder (one that does not exist yet is made)
-    """
-    probe = os.path.abspath(path)
-    while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
-        probe = os.path.dirname(probe)
-    shown = repr(probe if os.path.isabs(path) else os.path.relpath(probe))
-    if not os.path.isdir(probe):
-        if os.path.islink(probe) and not os.path.exists(probe):
-            what = f"a link to {os.readlink(probe)!r}, which does not exist"
-        else:
-            what = "a file" if os.path.isfile(probe) else "a device, pipe or socket"
-        raise ConfigError(f"{flag}={given or path!r} is not allowed: {shown} is {what}, not a folder; give "
-                          f"{'a path in ' if given else ''}a folder (one that does not exist yet is made)")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag}={given or path!r} is not allowed: the folder {shown} cannot be written "
-                          "(permissions); give a folder you can write")
-    try:  # what access() cannot tell: a file system that makes no folders (/proc, /sys), a full disk
-        os.rmdir(tempfile.mkdtemp(prefix=".jaxfl-probe-", dir=probe))
-    except OSError as error:
-        raise ConfigError(f"{flag}={given or path!r} is not allowed: no folder can be made in {shown} "
-                          f"({error.strerror or error}); give a folder you can write") from None
 
 
 def _is_run_record(path: str) -> bool:
@@ -1633,7 +1598,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # the disk or a file's permissions, where no step names it: one line, not a traceback
         if _your_code_frame(error) is not None:  # the user's own code's error (a model factory's open): its traceback
             raise
-        print(f"jaxfl: error: {_os_error_line(error)}", file=sys.stderr)
+        report = (sys.argv[1:] if argv is None else list(argv))[:1] == ["report"]
+        print(f"jaxfl: error: {_os_error_line(error, report)}", file=sys.stderr)
         return CHECKPOINT_WRITE_STATUS
     except KeyboardInterrupt as interrupt:
         from jaxfl.experiment import RunInterrupted
@@ -1647,15 +1613,17 @@ def main(argv: list[str] | None = None) -> int:
         return status
 
 
-def _os_error_line(error: OSError) -> str:
+def _os_error_line(error: OSError, report: bool = False) -> str:
     """An OSError as the command's one line: what failed, on which file, and that the files written
     before it stay (a run's checkpoints, a sweep's finished cells); the same command goes on once it
-    is fixed.
+    is fixed. A report is written whole or not at all (``report``): nothing of it was kept.
 
     >>> _os_error_line(PermissionError(1, "Operation not permitted", "runs/a/metrics.csv"))
     "Operation not permitted: 'runs/a/metrics.csv' (the files written before it are kept: fix that and run the same command again)"
     """
     said = f"{error.strerror}: {error.filename!r}" if error.strerror and error.filename else str(error)
+    if report:
+        return f"{said} (the report was not written: fix that and run the same command again)"
     return f"{said} (the files written before it are kept: fix that and run the same command again)"
 
 
@@ -1836,7 +1804,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         configs = configs if configs is not None else _configs(args)
         for folder in dict.fromkeys(config.output_dir for config in configs):
-            check_folder("--output-dir" if args.output_dir is not None else "output_dir", folder)
+            check_output_folder("--output-dir" if args.output_dir is not None else "output_dir", folder)
         from jaxfl.experiment import check_buildable, run_experiment, shared_data
         from jaxfl.user_inputs import UserInputs, load_time_per_step
 

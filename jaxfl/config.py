@@ -700,6 +700,11 @@ def validate(config: RunConfig) -> RunConfig:
         # (" " made a folder named by one space, "runs/ " at the end of the run's line)
         fail("run_name", config.run_name, "a plain folder name without path separators, not starting or ending "
                                           "in a space")
+    if config.run_name is not None and not _utf8(config.run_name):  # orbax's checkpoints: a traceback after training
+        fail("run_name", config.run_name, "a name of UTF-8 text (it holds bytes that are not)")
+    if config.run_name is not None and len(config.run_name.encode()) > MAX_RUN_NAME_BYTES:
+        fail("run_name", config.run_name, f"a name of at most {MAX_RUN_NAME_BYTES} bytes (UTF-8): a folder's name "
+                                          f"holds at most 255, and a rerun adds -2, -3...")
     if config.target_accuracy is None:
         config = dataclasses.replace(config, target_accuracy=DEFAULT_TARGETS.get(config.dataset))
     if config.target_accuracy is None and math.isinf(config.max_time) and not _count_budgets(config):
@@ -845,6 +850,72 @@ def _server_readers_text(name: str) -> str:
     readers = SERVER_FIELDS_READ_BY[name]
     return f"server_optimizer {readers[0]}" if len(readers) == 1 else \
         f"server optimizers {', '.join(readers[:-1])} and {readers[-1]}"
+
+
+MAX_RUN_NAME_BYTES = 240
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` is UTF-8 text (a path Python read with undecodable bytes holds surrogates).
+
+    >>> _utf8("runs/été"), _utf8("runs/bad" + chr(0xDCFF) + "name")  # a path read with the byte 0xff in it
+    (True, False)
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_output_folder(flag: str, path: str, given: str | None = None) -> None:
+    """Refuse (ConfigError) an output folder that cannot be made: ``path``, or the nearest of its
+    parents that exists, is a file, or a folder that cannot be written; a path that is not UTF-8 text
+    (checkpoints cannot be written there) or names a folder longer than the file system allows. Said
+    before any work, so a run or a sweep does not fail on it after building its data, or after
+    training (a missing folder is made later). ``given``: the flag's value where ``path`` is its
+    folder (a file's path).
+
+    >>> import tempfile
+    >>> afile = tempfile.mkstemp()[1]
+    >>> check_output_folder("--out", afile + "/sub")
+    Traceback (most recent call last):
+    ...
+    jaxfl.config.ConfigError: --out=...sub' is not allowed: ... is a file, not a folder; give a folder (one that does not exist yet is made)
+    """
+    import tempfile
+
+    shown_value = repr(given or path)
+    if not _utf8(path):
+        raise ConfigError(f"{flag}={shown_value} is not allowed: it holds bytes that are not UTF-8 text, and the "
+                          "run's checkpoints cannot be written there; give a folder whose name is text")
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    shown = repr(probe if os.path.isabs(path) else os.path.relpath(probe))
+    if not os.path.isdir(probe):
+        if os.path.islink(probe) and not os.path.exists(probe):
+            what = f"a link to {os.readlink(probe)!r}, which does not exist"
+        else:
+            what = "a file" if os.path.isfile(probe) else "a device, pipe or socket"
+        raise ConfigError(f"{flag}={shown_value} is not allowed: {shown} is {what}, not a folder; give "
+                          f"{'a path in ' if given else ''}a folder (one that does not exist yet is made)")
+    try:
+        longest = os.pathconf(probe, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        longest = 255
+    for part in os.path.relpath(os.path.abspath(path), probe).split(os.sep):
+        if len(part.encode()) > longest:
+            raise ConfigError(f"{flag}={shown_value} is not allowed: its folder name {part[:40]!r}... is "
+                              f"{len(part.encode())} bytes, and this file system takes at most {longest}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag}={shown_value} is not allowed: the folder {shown} cannot be written "
+                          "(permissions, or a read-only file system); give a folder you can write")
+    try:  # what access() cannot tell: a file system that makes no folders (/proc, /sys), a full disk
+        os.rmdir(tempfile.mkdtemp(prefix=".jaxfl-probe-", dir=probe))
+    except OSError as error:
+        raise ConfigError(f"{flag}={shown_value} is not allowed: no folder can be made in {shown} "
+                          f"({error.strerror or error}); give a folder you can write") from None
 
 
 def algorithms_reading(name: str) -> list[str]:

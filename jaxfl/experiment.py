@@ -59,7 +59,8 @@ from jaxfl.algorithms import build, device_hooks, get as get_algorithm
 from jaxfl.algorithms.base import check_picklable
 from jaxfl.compilation_cache import process_compilations
 from jaxfl.config import (user_path, FIELDS_ADDED, MAX_GRID_POINTS, SECTION_OF, USER_PREFIX, ConfigError, DataConfig, RunConfig,
-                          _count_budgets, checkpoint_min_interval, config_from_mapping, fail, validate)
+                          _count_budgets, check_output_folder, checkpoint_min_interval, config_from_mapping, fail,
+                          validate)
 from jaxfl.data import DATASET_PREFIXES, DATASETS, Dataset, as_dataset, build_federation, load_dataset
 from jaxfl.data.datasets import known_classes, known_input, npz_num_classes
 from jaxfl.data.synthetic import parse_synthetic_name
@@ -73,7 +74,7 @@ from jaxfl.models import (MODELS, build_model, check_model_input, check_model_ob
 from jaxfl.models.adapter import ModelModeError, as_adapter
 from jaxfl.models.init import pytorch_default_init
 from jaxfl.runlog import (CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields, finished_summary, last_tenth_mean, log_sizes,
-                          write_client_samples)
+                          write_client_samples, written_atomically)
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, NO_EVENTS_LEFT, Simulation, TimingBackend
 from jaxfl.scheduler.speeds import ClientSpeeds, NegativeTimeError, SpeedConfig, round_unit_scale
@@ -462,6 +463,11 @@ def _run_dir(config: RunConfig, algorithm: str, user_inputs: dict | None = None)
         advice = because if because else _reuse_advice(finished, config, user_inputs)
         warn_user(f"{finished} holds a finished run of this config (its name's hash); this run trains it "
                   f"again, into {path} ({advice})")
+    elif config.run_name is not None and path != os.path.join(config.output_dir, name) and cluster.process_index() == 0:
+        # the name given is taken: the run went to name-2 without a word, and --resume OUT/name named the other
+        taken = os.path.join(config.output_dir, name)
+        warn_user(f"run_name {name!r}: {taken} exists already, so this run goes into {path} (give another "
+                  f"run_name to name it; jaxfl run --resume {shlex.quote(taken)} goes on with the run there)")
     return path
 
 
@@ -743,16 +749,9 @@ def names_before_default_changes(config: RunConfig, algorithm: str | None = None
 def _write_json(path: str, payload: dict) -> None:
     """Atomic write: a reader never sees half a file, and a write that fails (a full disk) leaves
     neither half a file nor its temporary one."""
-    temporary = path + ".tmp"
-    try:
-        with open(temporary, "w") as handle:
-            json.dump(payload, handle, indent=2, default=str)
-            handle.write("\n")
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
+    with written_atomically(path) as temporary, open(temporary, "w") as handle:
+        json.dump(payload, handle, indent=2, default=str)
+        handle.write("\n")
 
 
 # A note when batch_size is more than this many times the largest client's samples (each step computes
@@ -2043,6 +2042,8 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
     if loggers and config.timing_only:
         raise ValueError("loggers receive metrics rows, and a timing-only run evaluates nothing: drop the "
                          "loggers (--log-to) or run without timing_only")
+    if resume_dir is None:  # (the jaxfl command checked it already; from Python it failed after the data were built)
+        check_output_folder("output_dir", config.output_dir)
     user = user.check(config)
     given_again = (("data",) if dataset is not None else ()) + user.given_again()  # what an interrupt asks for
     registered = config.algorithm if ":" not in config.algorithm and \

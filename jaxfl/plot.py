@@ -84,8 +84,8 @@ def save_figure(figure, path: str, dpi: int = 120) -> str:
         raise FileNotFoundError(f"cannot write {path!r}: its folder {folder!r} does not exist")
     drawn = io.BytesIO()
     figure.savefig(drawn, format="png", dpi=dpi)
-    Image.open(drawn).convert("RGB").save(path + ".tmp.png", "PNG", optimize=True)
-    os.replace(path + ".tmp.png", path)
+    with runlog.written_atomically(path, ".tmp.png") as temporary:  # a full disk left half a PNG beside it
+        Image.open(drawn).convert("RGB").save(temporary, "PNG", optimize=True)
     return path
 
 def plot_accuracy(run_dirs: list[str], path: str) -> str:

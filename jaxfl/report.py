@@ -1253,8 +1253,8 @@ def make_report(sweep_dir: str | Sequence[str], reference: str | None = None, ou
     writable = os.path.dirname(made[0]) if made else out
     if os.path.isdir(writable) and not os.access(writable, os.W_OK | os.X_OK):
         where = f"out={out!r}" if given else f"the default out, {out!r},"
-        raise ValueError(f"{where} is not allowed: the folder {writable!r} cannot be written (permissions); give "
-                         "a folder you can write (--out DIR; out= in make_report)")
+        raise ValueError(f"{where} is not allowed: the folder {writable!r} cannot be written (permissions, or a "
+                         "read-only file system); give a folder you can write (--out DIR; out= in make_report)")
     try:
         os.makedirs(out, exist_ok=True)
     except (FileExistsError, NotADirectoryError):

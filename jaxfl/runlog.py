@@ -241,20 +241,44 @@ def csv_header(path: str) -> tuple[str, ...] | None:
         return tuple(next(csv.reader(handle), ())) or None
 
 
+@contextlib.contextmanager
+def written_atomically(path: str, suffix: str = ".tmp"):
+    """Yield a temporary path beside ``path`` to write, then move it to ``path`` in one rename: a
+    reader never sees half a file. A write that fails (a full disk) leaves neither half a file nor
+    the temporary one, and its error names ``path`` where it named no file (Pillow's, numpy's).
+
+    >>> import tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.txt")
+    >>> with written_atomically(path) as temporary:
+    ...     _ = open(temporary, "w").write("whole")
+    >>> open(path).read(), os.listdir(os.path.dirname(path))
+    ('whole', ['t.txt'])
+    """
+    temporary = path + suffix
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        if isinstance(error, OSError) and error.filename is None and error.strerror:
+            raise OSError(error.errno, error.strerror, path) from error
+        raise
+
+
 def write_csv(path: str, rows: list[dict], columns) -> str:
     """Write ``rows`` (dicts) under the header ``columns`` to ``path`` atomically (a reader never
-    sees half a table) and return the path.
+    sees half a table; :func:`written_atomically`) and return the path.
 
     >>> import tempfile
     >>> path = write_csv(os.path.join(tempfile.mkdtemp(), "t.csv"), [{"a": 1, "b": 2}], ["a", "b"])
     >>> open(path).read().split()
     ['a,b', '1,2']
     """
-    with open(path + ".tmp", "w", newline="") as handle:
+    with written_atomically(path) as temporary, open(temporary, "w", newline="") as handle:
         writer = csv.DictWriter(handle, list(columns))
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(path + ".tmp", path)
     return path
 
 def existing_fields(run_dir: str) -> tuple[str, ...] | None:
@@ -940,7 +964,13 @@ def _damaged(path: str, run_dir: str | None, problem: str) -> ValueError:
     """The one-line error for a run's log file that does not read back: the file, what is wrong, and
     what to do (a finished run's files were changed after it; an unfinished one's resume cuts its
     logs back to its last checkpoint)."""
-    if _finished(run_dir):
+    sweep_dir = os.path.dirname(os.path.dirname(os.path.abspath(run_dir))) if run_dir is not None else None
+    if _finished(run_dir) and sweep_dir is not None and os.path.isfile(os.path.join(sweep_dir, "sweep.json")):
+        # a sweep skips a finished cell, and a finished run is not resumed: no command of theirs mends it
+        advice = ("the run finished (summary.json), so the file was cut or changed after it ended: restore it "
+                  f"from a copy, or remove the cell's folder ({run_dir}) and run the same jaxfl sweep command "
+                  "again, which runs that cell anew")
+    elif _finished(run_dir):
         advice = ("the run finished (summary.json), so the file was cut or changed after it ended: restore it "
                   "from a copy, or run the experiment again")
     else:
@@ -1271,7 +1301,13 @@ def read_client_samples(run_dir: str, config: dict | None = None) -> np.ndarray 
     if record is None or isinstance(record, list):
         return None if record is None else np.asarray(record, dtype=np.int64)
     path = os.path.join(run_dir, record["file"])
-    counts = np.load(path).astype(np.int64)
+    try:
+        counts = np.load(path, allow_pickle=False).astype(np.int64)
+    except FileNotFoundError:
+        raise ValueError(f"{path} is missing: config.json records the clients' sample counts there; restore it "
+                         "from a copy (a resume does not write it again)") from None
+    except (ValueError, OSError, EOFError) as error:  # numpy's "pickled data", "cannot reshape", a cut header
+        raise _damaged(path, run_dir, f"it is not the array of sample counts config.json records ({error})") from None
     if len(counts) != record["clients"] or _counts_sha256(counts) != record["sha256"]:
         raise ValueError(f"{path} does not match config.json's client_samples record (clients {record['clients']}, "
                          f"sha256 {record['sha256'][:12]}...): it was changed after the run wrote it")

@@ -945,9 +945,10 @@ def _save_speeds(sweep_dir: str, speeds) -> str | None:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
         return None
-    temporary = path + ".tmp.npy"
-    np.save(temporary, speeds, allow_pickle=False)
-    os.replace(temporary, path)
+    from jaxfl.runlog import written_atomically
+
+    with written_atomically(path, ".tmp.npy") as temporary:
+        np.save(temporary, speeds, allow_pickle=False)
     return path
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import jaxfl
 from jaxfl import cli
-from jaxfl.config import ConfigError, load_config_file
+from jaxfl.config import ConfigError, check_output_folder, load_config_file
 from jaxfl.report import make_report, read_results
 from jaxfl.runlog import load_run
 from jaxfl.sweep import cell_state, run_sweep
@@ -206,7 +206,7 @@ def test_a_broken_link_where_the_output_folder_goes_is_named_as_one(tmp_path):
     link.symlink_to(tmp_path / "gone")
     with pytest.raises(ConfigError, match=f"'{link}' is a link to '{tmp_path / 'gone'}', which does not exist, not a "
                                           "folder"):
-        cli.check_folder("--output-dir", str(link))
+        check_output_folder("--output-dir", str(link))
 
 
 def test_an_output_folder_on_a_file_system_that_makes_no_folders_is_refused_before_any_work(tmp_path):
@@ -216,10 +216,10 @@ def test_an_output_folder_on_a_file_system_that_makes_no_folders_is_refused_befo
         pytest.skip("no /proc here")
     # (not root: access() already says no, and the message names the permissions)
     with pytest.raises(ConfigError, match=r"--output-dir='/proc/jaxfl-runs' is not allowed: (no folder can be made in "
-                                          r"'/proc' \(.+\)|the folder '/proc' cannot be written \(permissions\)); "
+                                          r"'/proc' \(.+\)|the folder '/proc' cannot be written \(permissions, or a read-only file system\)); "
                                           "give a folder you can write"):
-        cli.check_folder("--output-dir", "/proc/jaxfl-runs")
-    cli.check_folder("--output-dir", str(tmp_path / "runs"))  # a folder that can be made: nothing left behind
+        check_output_folder("--output-dir", "/proc/jaxfl-runs")
+    check_output_folder("--output-dir", str(tmp_path / "runs"))  # a folder that can be made: nothing left behind
     assert os.listdir(tmp_path) == []
 
 
@@ -251,6 +251,155 @@ def test_a_report_of_a_read_only_sweep_folder_says_to_give_out(read_only_copy, t
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert (f"the default out, '{read_only_copy}/report', is not allowed: the folder '{read_only_copy}' cannot be "
-            "written (permissions); give a folder you can write (--out DIR; out= in make_report)") in err
+            "written (permissions, or a read-only file system); give a folder you can write (--out DIR; out= in make_report)") in err
     assert cli.main(["report", read_only_copy, "--no-figures", "--out", str(tmp_path / "elsewhere")]) == 0
     assert os.path.isfile(tmp_path / "elsewhere" / "report.md")
+
+
+def test_an_output_folder_that_is_not_text_or_too_long_is_refused_before_any_work(tmp_path, capsys):
+    """A path with bytes that are not UTF-8 trained the whole run, then orbax's first checkpoint failed
+    in a 134-line traceback; a 300-byte folder name failed after the data were built (a review)."""
+    common = ["run", "--algorithm", "fedbuff", "--model", "logreg", "--clients", "4", "--local-steps", "1",
+              "--max-updates", "2", "--no-progress"]
+    bad = os.fsdecode(os.fsencode(str(tmp_path)) + b"/bad\xffname")
+    with pytest.raises(SystemExit):
+        cli.main([*common, "--output-dir", bad])
+    said = capsys.readouterr().err
+    assert "--output-dir=" in said and "is not allowed: it holds bytes that are not UTF-8 text" in said, said
+    with pytest.raises(ConfigError, match=r"output_dir=.* is not allowed: it holds bytes that are not UTF-8 text"):
+        jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedbuff", model="logreg", clients=4, local_steps=1,
+                                             max_updates=2, progress=False, output_dir=bad))
+    long_folder = str(tmp_path / ("x" * 300))
+    with pytest.raises(ConfigError, match=r"its folder name 'x+'\.\.\. is 300 bytes, and this file system takes at "
+                                          r"most \d+"):
+        check_output_folder("--output-dir", long_folder)
+    with pytest.raises(ConfigError, match=r"run_name=.* is not allowed: a name of at most 240 bytes"):
+        jaxfl.validate(jaxfl.RunConfig(run_name="x" * 241))
+    with pytest.raises(ConfigError, match=r"run_name=.* is not allowed: a name of UTF-8 text"):
+        jaxfl.validate(jaxfl.RunConfig(run_name="bad\udcffname"))
+    assert sorted(os.listdir(tmp_path)) == []  # nothing made
+
+
+def test_the_python_api_refuses_an_output_folder_the_command_refuses_before_building_anything(tmp_path, monkeypatch):
+    # run_experiment(output_dir=<a file>) raised NotADirectoryError from os.makedirs after the data, the
+    # model and the engine were built
+    from jaxfl import experiment
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data were built before the output folder was checked")
+
+    monkeypatch.setattr(experiment, "_prepare", no_data)
+    with pytest.raises(ConfigError, match=rf"output_dir='{afile}' is not allowed: '{afile}' is a file, not a folder"):
+        jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedbuff", model="logreg", clients=4, local_steps=1,
+                                             max_updates=2, progress=False, output_dir=str(afile)))
+
+
+def test_a_figure_or_table_cut_by_a_full_disk_leaves_no_temporary_file_and_names_its_path(tmp_path, monkeypatch):
+    """A comparison on a filling disk left comparison.png.tmp.png (32 KB of a PNG) or an empty
+    comparison.csv.tmp behind, and the error ('[Errno 28] No space left on device') named no file."""
+    import errno
+
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from jaxfl.plot import save_figure
+    from jaxfl.runlog import write_csv
+
+    save = Image.Image.save
+
+    def fills_the_disk(self, target, *args, **kwargs):
+        if not isinstance(target, str):  # matplotlib's own PNG into memory
+            return save(self, target, *args, **kwargs)
+        with open(target, "wb") as handle:
+            handle.write(b"\x89PNG half")
+        raise OSError(errno.ENOSPC, "No space left on device")  # as Pillow raises it: no file named
+
+    monkeypatch.setattr(Image.Image, "save", fills_the_disk)
+    figure = plt.figure()
+    with pytest.raises(OSError, match=r"No space left on device: '.*comparison\.png'"):
+        save_figure(figure, str(tmp_path / "comparison.png"))
+    plt.close(figure)
+
+    class Unwritable:
+        def __str__(self):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match=r"No space left on device: '.*comparison\.csv'"):
+        write_csv(str(tmp_path / "comparison.csv"), [{"a": Unwritable()}], ["a"])
+    assert os.listdir(tmp_path) == []  # neither the files nor their temporary ones
+
+
+def test_a_report_that_cannot_be_written_says_nothing_of_it_was_kept(tmp_path, capsys, monkeypatch):
+    # "(the files written before it are kept ...)" where the report's folder did not exist afterwards
+    import errno
+    from unittest import mock
+
+    from jaxfl import report
+
+    sweep = tmp_path / "sweep"
+    assert cli.main(["sweep", "--algorithm", "fedavg", "--model", "logreg", "--clients", "3", "--local-steps", "1",
+                     "--max-updates", "1", "--target-accuracy", "0.5", "--no-progress", "--out", str(sweep)]) == 0
+
+    # (a Mock: raised from no frame of a user's file, as the disk raises it, not a bug of one to show)
+    monkeypatch.setattr(report, "_publish", mock.Mock(side_effect=OSError(
+        errno.ENOSPC, "No space left on device", str(tmp_path / "out" / "report.md"))))
+    capsys.readouterr()
+    assert cli.main(["report", str(sweep), "--no-figures", "--out", str(tmp_path / "out")]) == cli.CHECKPOINT_WRITE_STATUS
+    said = capsys.readouterr().err
+    assert "No space left on device" in said and "(the report was not written: fix that and run the same command " \
+                                                 "again)" in said and "are kept" not in said, said
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_damaged_log_of_a_finished_sweep_cell_says_how_the_sweep_mends_it(tmp_path, capsys):
+    """The advice was "restore it from a copy, or run the experiment again", and no command did: the
+    sweep skips a finished cell, and --resume of a finished run leaves its logs as they are."""
+    sweep = tmp_path / "sweep"
+    flags = ["sweep", "--algorithm", "fedavg", "--model", "logreg", "--clients", "3", "--local-steps", "1",
+             "--max-updates", "2", "--target-accuracy", "0.5", "--no-progress", "--out", str(sweep)]
+    assert cli.main(flags) == 0
+    (cell,) = (sweep / "runs").iterdir()
+    events = cell / "events.csv"
+    events.write_bytes(events.read_bytes()[:-9])
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["report", str(sweep), "--out", str(tmp_path / "report")])
+    said = capsys.readouterr().err
+    assert f"remove the cell's folder ({cell}) and run the same jaxfl sweep command again" in said, said
+    import shutil
+
+    shutil.rmtree(cell)
+    assert cli.main(flags) == 0  # the advice works: the cell runs anew
+    assert cli.main(["report", str(sweep), "--out", str(tmp_path / "report")]) == 0
+
+
+def test_a_missing_or_garbage_client_samples_file_is_named(tmp_path):
+    # numpy's FileNotFoundError, or "This file contains pickled (object) data" naming no file
+    run = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedavg", model="logreg", clients=3, local_steps=1,
+                                               max_updates=1, target_accuracy=0.5, progress=False,
+                                               output_dir=str(tmp_path)))
+    path = os.path.join(run.run_dir, "client_samples.npy")
+    assert len(jaxfl.load_run(run.run_dir).client_samples) == 3  # read back whole
+    with open(path, "wb") as handle:
+        handle.write(os.urandom(200))
+    with pytest.raises(ValueError, match=rf"{path} is damaged: it is not the array of sample counts config.json "
+                                         r"records .*restore it from a copy"):
+        jaxfl.load_run(run.run_dir).client_samples
+    os.remove(path)
+    with pytest.raises(ValueError, match=rf"{path} is missing: config.json records the clients' sample counts there"):
+        jaxfl.load_run(run.run_dir).client_samples
+
+
+def test_a_run_name_given_and_taken_says_where_the_run_goes(tmp_path):
+    """--run-name big twice wrote big-2 without a word; `jaxfl run --resume runs/big` then named the
+    first run (a review)."""
+    config = jaxfl.RunConfig(algorithm="fedavg", model="logreg", clients=3, local_steps=1, max_updates=1,
+                             target_accuracy=0.5, progress=False, output_dir=str(tmp_path), run_name="big")
+    first = jaxfl.run_experiment(config)
+    with pytest.warns(UserWarning, match=rf"run_name 'big': {tmp_path / 'big'} exists already, so this run goes "
+                                         rf"into {tmp_path / 'big-2'} \(give another run_name"):
+        second = jaxfl.run_experiment(config)
+    assert (first.run_dir, second.run_dir) == (str(tmp_path / "big"), str(tmp_path / "big-2"))
