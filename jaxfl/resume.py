@@ -285,7 +285,8 @@ def read_record(run_dir: str) -> dict:
     jaxfl.resume.ResumeError: cannot resume '/nonexistent': no such directory
     """
     if not os.path.isdir(run_dir):
-        raise ResumeError(f"cannot resume {run_dir!r}: no such directory")
+        what = "it is a file, not a run's folder" if os.path.exists(run_dir) else "no such directory"
+        raise ResumeError(f"cannot resume {run_dir!r}: {what}")
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
         root = os.path.join(run_dir, "checkpoints")

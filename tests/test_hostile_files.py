@@ -403,3 +403,11 @@ def test_a_run_name_given_and_taken_says_where_the_run_goes(tmp_path):
                                          rf"into {tmp_path / 'big-2'} \(give another run_name"):
         second = jaxfl.run_experiment(config)
     assert (first.run_dir, second.run_dir) == (str(tmp_path / "big"), str(tmp_path / "big-2"))
+
+
+def test_resuming_a_file_says_it_is_a_file():
+    # "no such directory", though the path was there
+    from jaxfl.resume import ResumeError, read_record
+
+    with pytest.raises(ResumeError, match=r"cannot resume '.*': it is a file, not a run's folder"):
+        read_record(__file__)
