@@ -2998,10 +2998,16 @@ def resume_experiment(run_dir: str, progress: bool | None = None, overrides: dic
 
 
 def _devices_of(engine: Engine) -> dict:
-    """What trains a run in this process: backend, devices the client axis is sharded over, processes."""
+    """What trains a run in this process: backend, devices the client axis is sharded over, processes,
+    and on a CPU the cores the process may use (XLA:CPU splits a convolution's sums over its threads:
+    a CNN's steps on 1 core and on 2 differ in float32's last digits, on as many devices)."""
     import jax
 
-    return {"backend": jax.default_backend(), "devices": int(engine.mesh.size), "processes": engine.processes}
+    from jaxfl._devices import usable_cores
+
+    backend = jax.default_backend()
+    return {"backend": backend, "devices": int(engine.mesh.size), "processes": engine.processes,
+            **({"cpu_cores": usable_cores()} if backend == "cpu" else {})}
 
 
 def _say_other_devices(run_dir: str, before: dict, now: dict) -> None:
@@ -3009,16 +3015,26 @@ def _say_other_devices(run_dir: str, before: dict, now: dict) -> None:
     environment's cores, ``--devices``, ``JAXFL_CPU_DEVICES``, another machine): each call's updates are
     then summed in another order, so the run goes on equal to an uninterrupted one only to float32
     rounding. A stretch of a jaxfl that did not record its devices is not compared."""
-    if before.get("devices") is None or (before["backend"], before["devices"]) == (now["backend"], now["devices"]):
+    # (cores: recorded since 2026-12-07; a stretch without them is compared by its devices alone)
+    cores = [stretch.get("cpu_cores") for stretch in (before, now)]
+    other_cores = None not in cores and cores[0] != cores[1]
+    if before.get("devices") is None or \
+            ((before["backend"], before["devices"]) == (now["backend"], now["devices"]) and not other_cores):
         return
     if before["from_update"] >= now["from_update"]:  # a stretch that aggregated nothing (cut before its first update)
         return
-    said = lambda stretch: f"{stretch['devices']} {stretch['backend']} device{'s' * (stretch['devices'] != 1)}"
+
+    def said(stretch):
+        on_cores = f" on {stretch['cpu_cores']} core{'s' * (stretch['cpu_cores'] != 1)}" if other_cores else ""
+        return f"{stretch['devices']} {stretch['backend']} device{'s' * (stretch['devices'] != 1)}{on_cores}"
+
     updates = (f"its updates up to {now['from_update']} were" if not before["from_update"] else
                f"its updates {before['from_update'] + 1} to {now['from_update']} (the stretch before this one) were")
-    warn_user(f"{run_dir} resumes on {said(now)}; {updates} trained on {said(before)}: the sums of each call's "
-              "updates go in another order, so from here the run agrees with an uninterrupted one to float32 "
-              "rounding, not bit for bit (summary.json's device_history records each stretch)", resume.ResumeWarning)
+    order = "the sums of each call's updates go in another order" if before["devices"] != now["devices"] else \
+        "XLA:CPU splits a convolution's sums over other threads"
+    warn_user(f"{run_dir} resumes on {said(now)}; {updates} trained on {said(before)}: {order}, so from here the "
+              "run agrees with an uninterrupted one to float32 rounding, not bit for bit (summary.json's "
+              "device_history records each stretch)", resume.ResumeWarning)
 
 
 def _source_of_this_stretch() -> dict:

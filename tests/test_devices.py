@@ -221,3 +221,20 @@ def test_one_client_calls_on_two_devices_compile_only_the_program_they_run(tmp_p
     run = json.loads(done.stdout.strip().splitlines()[-1])
     assert run["devices"] == 2 and run["per_batch"] == 1.0
     assert sum(count for name, count in run["compilations"].items() if name in ("run_and_finish", "run_steps")) == 1
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: one CPU device is one per core")
+def test_jax_started_before_jaxfl_is_said_on_import():
+    """`jax.devices()` before `import jaxfl` (a notebook's first cell) left jax one CPU device: runs on
+    it differed from the command's (a CNN by 9e-5) under the same run names, without a word (a review)."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("JAX_NUM_CPU_DEVICES", "JAXFL_CPU_DEVICES", "XLA_FLAGS")}
+    started = subprocess.run([sys.executable, "-W", "always", "-c", "import jax; jax.devices(); import jaxfl"],
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert "jax started before jaxfl was imported (a jax call before `import jaxfl`), with 1 CPU device for this " \
+           "machine's" in started.stderr, started.stderr
+    for code, extra in (("import jaxfl; import jax; jax.devices()", {}),  # jaxfl first: a device per core
+                        ("import jax; jax.devices(); import jaxfl", {"JAXFL_CPU_DEVICES": "1"})):  # meant
+        quiet = subprocess.run([sys.executable, "-W", "always", "-c", code], env={**env, **extra},
+                               capture_output=True, text=True, timeout=300)
+        assert quiet.returncode == 0 and "jax started before jaxfl" not in quiet.stderr, quiet.stderr

@@ -124,6 +124,39 @@ def test_a_resume_on_other_devices_names_the_stretch_before_it():
         _say_other_devices("r", {"from_update": 0, "backend": None, "devices": None}, second)  # not known: neither
 
 
+def test_a_resume_on_other_cores_is_said_though_the_devices_are_the_same():
+    """On one CPU device a CNN's steps on 2 cores and on 1 differ in float32's last digits (XLA:CPU
+    splits a convolution's sums over its threads): a run resumed under `taskset -c 0` ended 6e-3 from
+    the uninterrupted one, with no word and two stretches in device_history that read alike (a review)."""
+    from jaxfl.experiment import _say_other_devices
+    from jaxfl.resume import ResumeWarning
+
+    two, one = ({"from_update": 0, "backend": "cpu", "devices": 1, "cpu_cores": 2},
+                {"from_update": 2, "backend": "cpu", "devices": 1, "cpu_cores": 1})
+    with pytest.warns(ResumeWarning, match=r"r resumes on 1 cpu device on 1 core; its updates up to 2 were trained on "
+                                           r"1 cpu device on 2 cores: XLA:CPU splits a convolution's sums over other "
+                                           r"threads, so from here the run agrees with an uninterrupted one to float32 "
+                                           r"rounding"):
+        _say_other_devices("r", two, one)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _say_other_devices("r", {**two, "cpu_cores": None}, one)  # a stretch that did not record its cores
+        del two["cpu_cores"]
+        _say_other_devices("r", two, one)
+
+
+def test_a_runs_device_history_records_its_cores_on_a_cpu(tmp_path):
+    from jaxfl._devices import usable_cores
+
+    from jaxfl import RunConfig
+
+    run = run_experiment(RunConfig(algorithm="fedavg", model="logreg", clients=3, local_steps=1, max_updates=1,
+                                   target_accuracy=0.5, progress=False, output_dir=str(tmp_path)))
+    with open(os.path.join(run.run_dir, "summary.json")) as handle:
+        (stretch,) = json.load(handle)["device_history"]
+    assert stretch["backend"] == "cpu" and stretch["cpu_cores"] == usable_cores()
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two cells at once need two cores")
 def test_a_parallel_sweeps_worker_relays_a_resumes_warning(tmp_path, monkeypatch):
     # under --jobs 2 a cell's warnings went to its log, deleted once it finished: the resume under other
