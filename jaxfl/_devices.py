@@ -51,8 +51,8 @@ def use_every_cpu_core() -> int | None:
     wanted = os.environ.get("JAXFL_CPU_DEVICES")
     chosen = ("JAX_NUM_CPU_DEVICES" in os.environ or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
               or getattr(jax.config, "jax_num_cpu_devices", 0) != -1)
-    if not chosen and not wanted and backends_started():
-        _say_started_before()
+    if not chosen and backends_started():
+        _say_started_before(wanted)
     if chosen or backends_started():
         return None
     count = _wanted_devices(wanted) if wanted else usable_cores()
@@ -60,20 +60,21 @@ def use_every_cpu_core() -> int | None:
     return count
 
 
-def _say_started_before() -> None:
+def _say_started_before(wanted: str | None) -> None:
     """A note where jax's backends started before jaxfl was imported (``jax.devices()`` in a notebook's
     first cell) with fewer CPU devices than cores: jaxfl can no longer ask for one per core, and its
     runs there are one-device runs, whose convolutions sum otherwise than the command's (float32's
-    last digits) under the same run names, without a word."""
+    last digits) under the same run names, without a word. ``JAXFL_CPU_DEVICES`` naming the devices jax
+    has (``wanted``) means it."""
     if jax.default_backend() != "cpu":
         return
     devices, cores = len(jax.devices("cpu")), usable_cores()
-    if devices >= cores:
+    if devices >= cores or (wanted and wanted.strip() == str(devices)):
         return
     from jaxfl._user_warnings import warn_user
 
     warn_user(f"jax started before jaxfl was imported (a jax call before `import jaxfl`), with {devices} CPU "
-              f"device{'s' * (devices != 1)} for this machine's {cores} cores: runs in this process train on "
+              f"device{'s' * (devices != 1)} for this machine's {cores} cores: jaxfl's runs in this process train on "
               f"{devices}, not one device per core, so they are slower and a convolutional model's results differ "
               "from the jaxfl command's in float32's last digits; import jaxfl before using jax, or set "
               f"JAXFL_CPU_DEVICES={devices} to mean it")

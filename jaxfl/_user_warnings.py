@@ -97,14 +97,25 @@ def each_note_once(show):
     return show_once
 
 
+def _filtered_always() -> bool:
+    """Whether the warning filters in force show every repeat of a jaxfl note: the first filter that a
+    ``UserWarning`` of jaxfl's module matches says ``always`` (``warnings.simplefilter("always")`` in
+    a notebook)."""
+    for action, message, category, module, _ in warnings.filters:
+        if (message is None or message.match("")) and issubclass(UserWarning, category) \
+                and (module is None or module.match("jaxfl.experiment")):
+            return action == "always"
+    return False
+
+
 @contextlib.contextmanager
 def notes_said_once():
     """Within it each of jaxfl's notes is shown once (:func:`each_note_once`), as the ``jaxfl``
     command shows them: :func:`jaxfl.comparison.compare`'s runs on the same data each said its notes
-    again. Not where the user asked for every warning (``-W always``, ``PYTHONWARNINGS=always``);
-    filters decide as before, and a recorder around it (``catch_warnings(record=True)``,
-    ``pytest.warns``) records each note once too."""
+    again (Python's once-per-line rule forgets what it said whenever a ``catch_warnings`` block ends).
+    Not where the user asked for every repeat (``-W always``, ``PYTHONWARNINGS=always``,
+    ``warnings.simplefilter("always")``)."""
     with warnings.catch_warnings():
-        if not asked_for_every_warning():
+        if not asked_for_every_warning() and not _filtered_always():
             warnings.showwarning = each_note_once(warnings.showwarning)
         yield

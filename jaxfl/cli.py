@@ -1616,14 +1616,14 @@ def main(argv: list[str] | None = None) -> int:
 def _os_error_line(error: OSError, report: bool = False) -> str:
     """An OSError as the command's one line: what failed, on which file, and that the files written
     before it stay (a run's checkpoints, a sweep's finished cells); the same command goes on once it
-    is fixed. A report is written whole or not at all (``report``): nothing of it was kept.
+    is fixed. A report (``report``) is written anew by the same command.
 
     >>> _os_error_line(PermissionError(1, "Operation not permitted", "runs/a/metrics.csv"))
     "Operation not permitted: 'runs/a/metrics.csv' (the files written before it are kept: fix that and run the same command again)"
     """
     said = f"{error.strerror}: {error.filename!r}" if error.strerror and error.filename else str(error)
     if report:
-        return f"{said} (the report was not written: fix that and run the same command again)"
+        return f"{said} (fix that and run the same command again: it writes the report anew)"
     return f"{said} (the files written before it are kept: fix that and run the same command again)"
 
 

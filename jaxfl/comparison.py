@@ -256,7 +256,7 @@ def _run_configs(run_dirs: list[str]) -> list[str] | None:
     for run_dir in run_dirs:
         try:
             record = read_record(run_dir)
-        except ResumeError:
+        except (ResumeError, OSError):  # (a folder another user's, unreadable: no table of ours to judge)
             return None
         config = {key: value for key, value in record.get("config", {}).items()
                   if key not in ("output_dir", "run_name", *MAY_DIFFER)}

@@ -886,9 +886,9 @@ def check_output_folder(flag: str, path: str, given: str | None = None) -> None:
     import tempfile
 
     shown_value = repr(given or path)
-    if not _utf8(path):
-        raise ConfigError(f"{flag}={shown_value} is not allowed: it holds bytes that are not UTF-8 text, and the "
-                          "run's checkpoints cannot be written there; give a folder whose name is text")
+    if not _utf8(os.path.abspath(path)):  # (a relative path under a working folder that is not text too)
+        raise ConfigError(f"{flag}={shown_value} is not allowed: its path holds bytes that are not UTF-8 text, and "
+                          "a run's checkpoints cannot be written there; give a folder whose path is text")
     probe = os.path.abspath(path)
     while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
         probe = os.path.dirname(probe)

@@ -467,7 +467,7 @@ def _run_dir(config: RunConfig, algorithm: str, user_inputs: dict | None = None)
         # the name given is taken: the run went to name-2 without a word, and --resume OUT/name named the other
         taken = os.path.join(config.output_dir, name)
         warn_user(f"run_name {name!r}: {taken} exists already, so this run goes into {path} (give another "
-                  f"run_name to name it; jaxfl run --resume {shlex.quote(taken)} goes on with the run there)")
+                  "run_name to name it; the folder there stays as it is)")
     return path
 
 
@@ -3030,11 +3030,14 @@ def _say_other_devices(run_dir: str, before: dict, now: dict) -> None:
 
     updates = (f"its updates up to {now['from_update']} were" if not before["from_update"] else
                f"its updates {before['from_update'] + 1} to {now['from_update']} (the stretch before this one) were")
-    order = "the sums of each call's updates go in another order" if before["devices"] != now["devices"] else \
-        "XLA:CPU splits a convolution's sums over other threads"
-    warn_user(f"{run_dir} resumes on {said(now)}; {updates} trained on {said(before)}: {order}, so from here the "
-              "run agrees with an uninterrupted one to float32 rounding, not bit for bit (summary.json's "
-              "device_history records each stretch)", resume.ResumeWarning)
+    if (before["backend"], before["devices"]) != (now["backend"], now["devices"]):
+        order = "the sums of each call's updates go in another order, so from here the run agrees"
+    else:  # the cores alone: an MLP's steps are the same bits, a convolution's sums are split over the threads
+        order = ("XLA:CPU splits a convolution's sums over other threads, so from here a convolutional model's "
+                 "run agrees")
+    warn_user(f"{run_dir} resumes on {said(now)}; {updates} trained on {said(before)}: {order} with an "
+              "uninterrupted one to float32 rounding, not bit for bit (summary.json's device_history records "
+              "each stretch)", resume.ResumeWarning)
 
 
 def _source_of_this_stretch() -> dict:

@@ -1306,7 +1306,7 @@ def read_client_samples(run_dir: str, config: dict | None = None) -> np.ndarray 
     except FileNotFoundError:
         raise ValueError(f"{path} is missing: config.json records the clients' sample counts there; restore it "
                          "from a copy (a resume does not write it again)") from None
-    except (ValueError, OSError, EOFError) as error:  # numpy's "pickled data", "cannot reshape", a cut header
+    except (ValueError, EOFError) as error:  # numpy's "pickled data", "cannot reshape", a cut header
         raise _damaged(path, run_dir, f"it is not the array of sample counts config.json records ({error})") from None
     if len(counts) != record["clients"] or _counts_sha256(counts) != record["sha256"]:
         raise ValueError(f"{path} does not match config.json's client_samples record (clients {record['clients']}, "

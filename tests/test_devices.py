@@ -233,6 +233,9 @@ def test_jax_started_before_jaxfl_is_said_on_import():
                              env=env, capture_output=True, text=True, timeout=300)
     assert "jax started before jaxfl was imported (a jax call before `import jaxfl`), with 1 CPU device for this " \
            "machine's" in started.stderr, started.stderr
+    told = subprocess.run([sys.executable, "-W", "always", "-c", "import jax; jax.devices(); import jaxfl"],
+                          env={**env, "JAXFL_CPU_DEVICES": "4"}, capture_output=True, text=True, timeout=300)
+    assert "jax started before jaxfl" in told.stderr  # asked for 4, has 1: said
     for code, extra in (("import jaxfl; import jax; jax.devices()", {}),  # jaxfl first: a device per core
                         ("import jax; jax.devices(); import jaxfl", {"JAXFL_CPU_DEVICES": "1"})):  # meant
         quiet = subprocess.run([sys.executable, "-W", "always", "-c", code], env={**env, **extra},

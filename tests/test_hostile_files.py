@@ -265,8 +265,8 @@ def test_an_output_folder_that_is_not_text_or_too_long_is_refused_before_any_wor
     with pytest.raises(SystemExit):
         cli.main([*common, "--output-dir", bad])
     said = capsys.readouterr().err
-    assert "--output-dir=" in said and "is not allowed: it holds bytes that are not UTF-8 text" in said, said
-    with pytest.raises(ConfigError, match=r"output_dir=.* is not allowed: it holds bytes that are not UTF-8 text"):
+    assert "--output-dir=" in said and "is not allowed: its path holds bytes that are not UTF-8 text" in said, said
+    with pytest.raises(ConfigError, match=r"output_dir=.* is not allowed: its path holds bytes that are not UTF-8 text"):
         jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedbuff", model="logreg", clients=4, local_steps=1,
                                              max_updates=2, progress=False, output_dir=bad))
     long_folder = str(tmp_path / ("x" * 300))
@@ -332,7 +332,7 @@ def test_a_figure_or_table_cut_by_a_full_disk_leaves_no_temporary_file_and_names
     assert os.listdir(tmp_path) == []  # neither the files nor their temporary ones
 
 
-def test_a_report_that_cannot_be_written_says_nothing_of_it_was_kept(tmp_path, capsys, monkeypatch):
+def test_a_report_that_cannot_be_written_does_not_say_files_were_kept(tmp_path, capsys, monkeypatch):
     # "(the files written before it are kept ...)" where the report's folder did not exist afterwards
     import errno
     from unittest import mock
@@ -349,8 +349,8 @@ def test_a_report_that_cannot_be_written_says_nothing_of_it_was_kept(tmp_path, c
     capsys.readouterr()
     assert cli.main(["report", str(sweep), "--no-figures", "--out", str(tmp_path / "out")]) == cli.CHECKPOINT_WRITE_STATUS
     said = capsys.readouterr().err
-    assert "No space left on device" in said and "(the report was not written: fix that and run the same command " \
-                                                 "again)" in said and "are kept" not in said, said
+    assert "No space left on device" in said and "(fix that and run the same command again: it writes the report " \
+                                                 "anew)" in said and "are kept" not in said, said
     assert not (tmp_path / "out").exists()
 
 

@@ -275,6 +275,13 @@ def test_a_nan_or_infinite_weight_is_refused_where_it_is_known():
                 function(STACK, jnp.array([1.0, bad]))
     # traced, as the engine's programs call them: no check, the documented NaN
     assert np.isnan(jax.jit(weighted_mean)(STACK, jnp.array([1.0, jnp.nan]))["w"]).all()
+    # bfloat16 too, whose NumPy kind is "V", not "f" (a review of the first version)
+    with pytest.raises(ValueError, match=r"weighted_sum: weights\[0\] = nan is not allowed"):
+        weighted_sum(STACK, jnp.array([jnp.nan, 1.0], jnp.bfloat16))
+    from jaxfl.scheduler.staleness import polynomial
+
+    with pytest.raises(ValueError, match=r"staleness s=-2\.0 \(in an array of shape \(1,\)\) is not allowed"):
+        polynomial(jnp.array([-2.0], jnp.bfloat16))
 
 
 def test_the_fedopt_optimisers_refuse_what_make_server_optimizer_refuses():

@@ -135,14 +135,18 @@ def test_a_resume_on_other_cores_is_said_though_the_devices_are_the_same():
                 {"from_update": 2, "backend": "cpu", "devices": 1, "cpu_cores": 1})
     with pytest.warns(ResumeWarning, match=r"r resumes on 1 cpu device on 1 core; its updates up to 2 were trained on "
                                            r"1 cpu device on 2 cores: XLA:CPU splits a convolution's sums over other "
-                                           r"threads, so from here the run agrees with an uninterrupted one to float32 "
-                                           r"rounding"):
+                                           r"threads, so from here a convolutional model's run agrees with an "
+                                           r"uninterrupted one to float32 rounding"):
         _say_other_devices("r", two, one)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _say_other_devices("r", {**two, "cpu_cores": None}, one)  # a stretch that did not record its cores
         del two["cpu_cores"]
         _say_other_devices("r", two, one)
+    # another backend on as many devices: not the CPU's threads
+    with pytest.warns(ResumeWarning, match=r"r resumes on 1 gpu device; .* trained on 1 cpu device: the sums of each "
+                                           r"call's updates go in another order"):
+        _say_other_devices("r", {**one, "from_update": 0}, {"from_update": 2, "backend": "gpu", "devices": 1})
 
 
 def test_a_runs_device_history_records_its_cores_on_a_cpu(tmp_path):

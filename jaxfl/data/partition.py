@@ -375,9 +375,11 @@ def partition_dirichlet(
     concentration = np.full(num_clients, float(alpha))
     clients = np.arange(num_clients, dtype=np.int64)
     short = None  # clients below min_samples in the last complete draw, for the error
-    fewest_short, tries, gave_up = None, 0, False
+    # (complete: the draws that gave every class out, of which the shortfalls are known; a draw whose
+    # gamma draws underflowed is a try without one)
+    fewest_short, tries, complete, gave_up = None, 0, 0, False
     for _ in range(DIRICHLET_MAX_TRIES):
-        if fewest_short is not None and any(tries >= after and fewest_short >= at_least for after, at_least in (
+        if fewest_short is not None and any(complete >= after and fewest_short >= at_least for after, at_least in (
                 (DIRICHLET_HOPELESS_AFTER, DIRICHLET_HOPELESS_SHORT),
                 (DIRICHLET_HOPELESS_SOON_AFTER, DIRICHLET_HOPELESS_SOON_SHORT))):
             gave_up = True  # each draw succeeds with a chance of about exp(-short) < 1e-8: the rest would fail too
@@ -411,6 +413,7 @@ def partition_dirichlet(
                 return _grouped(owners, np.concatenate(pools), num_clients, n)
             short = int(np.count_nonzero(sizes < min_samples))
             fewest_short = short if fewest_short is None else min(fewest_short, short)
+            complete += 1
     last = f"; the last draw left {short} of them short" if short is not None else ""
     if gave_up:
         last += (f"; every draw left >= {fewest_short} clients short, so the other "

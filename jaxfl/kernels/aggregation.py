@@ -59,7 +59,7 @@ def _refuse_nonfinite(function: str, weights) -> None:
     if any(isinstance(weight, jax.core.Tracer) for weight in jax.tree.leaves(weights)):
         return
     values = np.asarray(weights)
-    if values.dtype.kind in "fc" and not np.all(np.isfinite(values)):
+    if jnp.issubdtype(values.dtype, jnp.inexact) and not np.all(np.isfinite(values)):  # bfloat16's kind is "V"
         index = int(np.flatnonzero(~np.isfinite(values.ravel()))[0])
         raise ValueError(f"{function}: weights[{index}] = {values.ravel()[index].item()!r} is not allowed: a finite "
                          f"number (a NaN or infinite weight makes every coordinate of the result NaN)")

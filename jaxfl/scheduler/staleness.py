@@ -47,6 +47,8 @@ def _checked(s):
             values = np.asarray(s)
         except Exception:  # a tracer: jax refuses to make it a NumPy array
             return s
+        if values.dtype.kind == "V" and "float" in values.dtype.name:  # bfloat16, float8 (ml_dtypes): kind "V"
+            values = values.astype(np.float64)
         if values.dtype.kind in "iuf" and values.size and not np.all(values >= 0):
             bad = values[~(values >= 0)].ravel()[0].item()
             raise ValueError(f"staleness s={bad!r} (in an array of shape {values.shape}) is not allowed: "
