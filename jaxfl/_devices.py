@@ -74,10 +74,10 @@ def _say_started_before(wanted: str | None) -> None:
     from jaxfl._user_warnings import warn_user
 
     warn_user(f"jax started before jaxfl was imported (a jax call before `import jaxfl`), with {devices} CPU "
-              f"device{'s' * (devices != 1)} for this machine's {cores} cores: jaxfl's runs in this process train on "
-              f"{devices}, not one device per core, so they are slower and a convolutional model's results differ "
-              "from the jaxfl command's in float32's last digits; import jaxfl before using jax, or set "
-              f"JAXFL_CPU_DEVICES={devices} to mean it")
+              f"device{'s' * (devices != 1)} for this machine's {cores} cores: jaxfl's runs in this process "
+              f"train on {devices}, not one device per core, so they are slower and a convolutional model's "
+              "results differ from the jaxfl command's in float32's last digits; import jaxfl before using jax, "
+              f"or set JAXFL_CPU_DEVICES={devices} to mean it")
 
 
 def without_device_count_flag(xla_flags: str) -> str:
