@@ -80,7 +80,11 @@ def weighted_sum(stacked: PyTree, weights: jax.Array) -> PyTree:
     _refuse_nonfinite("weighted_sum", weights)
     weights = jnp.asarray(weights)
     _check_weights(stacked, weights)
+    return _sum_over_clients(stacked, weights)
 
+
+def _sum_over_clients(stacked: PyTree, weights: jax.Array) -> PyTree:
+    """:func:`weighted_sum`'s arithmetic, of weights already checked (:func:`weighted_mean`'s shares)."""
     def reduce(path, leaf):
         leaf = jnp.asarray(leaf)  # first: a numpy float64 leaf is float32 where jax runs without x64, said nowhere
         if not (jnp.issubdtype(leaf.dtype, jnp.number) or leaf.dtype == bool):
@@ -118,7 +122,7 @@ def weighted_mean(stacked: PyTree, weights: jax.Array) -> PyTree:
     if not traced and float(total) == 0.0:
         raise ValueError(f"weighted_mean: the {np.size(weights)} weights sum to 0 in {weights.dtype}: the mean is 0/0 "
                          f"(give at least one client a nonzero weight)")
-    return weighted_sum(stacked, weights / total)
+    return _sum_over_clients(stacked, weights / total)  # (checked above: not again, a host copy each)
 
 
 def make_server_optimizer(name: str = "sgd", learning_rate: float | None = None, momentum: float = 0.0,
