@@ -965,12 +965,13 @@ def _damaged(path: str, run_dir: str | None, problem: str) -> ValueError:
     what to do (a finished run's files were changed after it; an unfinished one's resume cuts its
     logs back to its last checkpoint)."""
     sweep_dir = os.path.dirname(os.path.dirname(os.path.abspath(run_dir))) if run_dir is not None else None
-    if _finished(run_dir) and sweep_dir is not None and os.path.isfile(os.path.join(sweep_dir, "sweep.json")):
+    finished = _finished(run_dir)  # (summary.json read once)
+    if finished and sweep_dir is not None and os.path.isfile(os.path.join(sweep_dir, "sweep.json")):
         # a sweep skips a finished cell, and a finished run is not resumed: no command of theirs mends it
         advice = ("the run finished (summary.json), so the file was cut or changed after it ended: restore it "
                   f"from a copy, or remove the cell's folder ({run_dir}) and run the same jaxfl sweep command "
                   "again, which runs that cell anew")
-    elif _finished(run_dir):
+    elif finished:
         advice = ("the run finished (summary.json), so the file was cut or changed after it ended: restore it "
                   "from a copy, or run the experiment again")
     else:
