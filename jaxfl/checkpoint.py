@@ -70,6 +70,7 @@ import numpy as np
 
 from jaxfl._user_warnings import warn_user
 from jaxfl import cluster
+from jaxfl.runlog import written_atomically
 
 KEEP = 2
 STATE_DIGEST = "state.pkl.sha256"  # state.pkl's SHA-256 (hex), written beside it
@@ -489,10 +490,8 @@ def _save(run_dir: str, number: int, simulation, engine, extra: dict, config: di
             handle.write("\n")
     _remove(root, os.path.basename(final))
     os.rename(temporary, final)
-    pointer = os.path.join(root, "latest")
-    with open(pointer + ".tmp", "w") as handle:
+    with written_atomically(os.path.join(root, "latest")) as pointer, open(pointer, "w") as handle:
         handle.write(os.path.basename(final) + "\n")
-    os.replace(pointer + ".tmp", pointer)
     for name in sorted((n for n in os.listdir(root) if n.startswith("ckpt-")), key=checkpoint_order)[:-KEEP]:
         _remove(root, name)
     for name in os.listdir(root):  # removals that a kill cut short
@@ -880,11 +879,10 @@ class _ArrayStore:
         # kept, every later checkpoint would name the damaged file too
         if _verified_array(self.directory, digest, str(values.dtype), values.shape) is None:
             os.makedirs(self.directory, exist_ok=True)
-            with open(path + ".tmp", "wb") as handle:
+            with written_atomically(path) as temporary, open(temporary, "wb") as handle:
                 np.save(handle, values, allow_pickle=False)
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(path + ".tmp", path)
         return digest
 
 

@@ -295,10 +295,10 @@ class WandbLogger:
 
     def _write_record(self) -> None:
         # replaced whole: an interrupt never leaves half a record
-        partial = f"{self._record}.partial"
-        with open(partial, "w") as handle:
+        from jaxfl.runlog import written_atomically
+
+        with written_atomically(self._record, ".partial") as partial, open(partial, "w") as handle:
             json.dump({"id": self._run.id, "last_step": self._last_step, "run_dir": self._run_dir}, handle)
-        os.replace(partial, self._record)
 
 
 def check_loggers(loggers) -> list:

@@ -918,10 +918,10 @@ def _set_aside(run_dir: str, skipped: list[str], taken: str) -> str:
 
                 shutil.rmtree(target)
             os.rename(folder, target)
-    pointer = os.path.join(root, "latest")
-    with open(pointer + ".tmp", "w") as handle:
+    from jaxfl.runlog import written_atomically
+
+    with written_atomically(os.path.join(root, "latest")) as pointer, open(pointer, "w") as handle:
         handle.write(os.path.basename(taken) + "\n")
-    os.replace(pointer + ".tmp", pointer)
     return aside
 
 

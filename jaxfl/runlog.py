@@ -1272,11 +1272,10 @@ def write_client_samples(run_dir: str, counts) -> dict:
     (3, 36, [20, 5, 11])
     """
     counts = np.ascontiguousarray(counts, dtype="<i8")
-    temporary = os.path.join(run_dir, CLIENT_SAMPLES_FILE + ".tmp")
-    with open(temporary, "wb") as handle:  # in the narrowest type that holds them (1 MB at 10^6 clients of < 256)
+    with written_atomically(os.path.join(run_dir, CLIENT_SAMPLES_FILE)) as temporary, open(temporary, "wb") as handle:
+        # in the narrowest type that holds them (1 MB at 10^6 clients of < 256)
         np.save(handle, counts.astype(np.min_scalar_type(int(counts.max(initial=0))), copy=False)
                 if counts.min(initial=0) >= 0 else counts)
-    os.replace(temporary, os.path.join(run_dir, CLIENT_SAMPLES_FILE))
     return {"file": CLIENT_SAMPLES_FILE, "clients": len(counts), "total": int(counts.sum()),
             "sha256": _counts_sha256(counts)}
 

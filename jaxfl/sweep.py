@@ -583,7 +583,7 @@ def write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str | None]:
 
 
 def _write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str | None]:
-    from jaxfl.runlog import _pyarrow, write_csv
+    from jaxfl.runlog import _pyarrow, write_csv, written_atomically
 
     columns = list(rows[0]) if rows else ["cell"]
     table = write_csv(os.path.join(sweep_dir, "results.csv"), rows, columns)
@@ -601,8 +601,8 @@ def _write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str | None]:
         elif len(kinds) > 1:
             values = [None if value is None else str(value) for value in values]
         arrays[name] = pa.array(values)
-    pq.write_table(pa.table(arrays), parquet + ".tmp")
-    os.replace(parquet + ".tmp", parquet)
+    with written_atomically(parquet) as temporary:
+        pq.write_table(pa.table(arrays), temporary)
     return table, parquet
 
 

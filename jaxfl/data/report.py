@@ -172,8 +172,10 @@ def plot_class_heatmap(report: PartitionReport, path: str | os.PathLike, max_cli
     folder = os.path.dirname(path) or "."
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"cannot write {path!r}: its folder {folder!r} does not exist")
-    fig.savefig(path + ".tmp", dpi=100, format=suffix)  # whole or not at all, as save_figure writes
-    os.replace(path + ".tmp", path)
+    from jaxfl.runlog import written_atomically
+
+    with written_atomically(path) as temporary:  # whole or not at all, as save_figure writes
+        fig.savefig(temporary, dpi=100, format=suffix)
     return path
 
 
