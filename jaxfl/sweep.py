@@ -527,6 +527,38 @@ def result_row(cell: Cell, grid_axes: list[str], sweep_dir: str) -> dict:
     return row
 
 
+# results.parquet's types of the columns every sweep writes, whatever their values: a column empty in
+# every row (no run reached the target; a timing-only sweep's accuracies) was typed null, and the tables
+# of two sweeps did not concatenate (pyarrow: "Unsupported cast from double to null")
+RESULT_TYPES = {"cell": "int64", "algorithm": "string", "dataset": "string", "model": "string",
+                "partition": "string", "clients": "int64", "heterogeneity": "string", "local_steps": "int64",
+                "local_epochs": "float64", "seed": "int64",
+                **dict.fromkeys(("target_accuracy", "time_to_target", "best_accuracy", "final_accuracy",
+                                 "last_tenth_accuracy", "virtual_time", "client_utilisation", "mean_staleness",
+                                 "wall_time_s"), "float64"),
+                **dict.fromkeys(("global_updates", "client_updates", "client_steps_executed",
+                                 "client_steps_aggregated", "client_steps_arrived"), "int64"),
+                "stop_reason": "string", "jaxfl_code": "string", "run_dir": "string"}
+
+
+def _typed_column(pa, name: str, column):
+    """``column`` (inferred from its values) in the type :data:`RESULT_TYPES` (or, for another swept
+    setting, its config field) gives ``name``, where it is empty in every row (pyarrow's null type) or
+    holds whole numbers of a float column; otherwise as inferred (a value that does not fit)."""
+    declared = RESULT_TYPES.get(name)
+    if declared is None and name in FIELDS:
+        annotation = str(FIELDS[name].type)
+        declared = next((kind for prefix, kind in (("bool", "bool_"), ("int", "int64"), ("float", "float64"),
+                                                   ("str", "string")) if annotation.startswith(prefix)), None)
+    if declared is None or not (pa.types.is_null(column.type)
+                                or declared == "float64" and pa.types.is_integer(column.type)):
+        return column
+    try:
+        return column.cast(getattr(pa, declared)())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return column
+
+
 def _given_speeds_sha256(run_dir: str) -> str:
     """The SHA-256 of the given speeds a run recorded (``config.json``'s ``user_inputs``), or ``?``."""
     from jaxfl.resume import ResumeError, read_record
@@ -600,7 +632,7 @@ def _write_results(rows: list[dict], sweep_dir: str) -> tuple[str, str | None]:
             values = [None if value is None else float(value) for value in values]
         elif len(kinds) > 1:
             values = [None if value is None else str(value) for value in values]
-        arrays[name] = pa.array(values)
+        arrays[name] = _typed_column(pa, name, pa.array(values))
     with written_atomically(parquet) as temporary:
         pq.write_table(pa.table(arrays), temporary)
     return table, parquet
