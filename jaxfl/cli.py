@@ -1456,13 +1456,26 @@ def _note_interrupted_runs(config: RunConfig, times=None) -> None:
     a new run each time (a comparison goes on with the earlier one instead), so the same command
     after a Ctrl-C would otherwise train afresh beside the run it cut, saying nothing."""
     from jaxfl import checkpoint
+    from jaxfl.comparison import earlier_runs
 
-    for run_dir, state in _earlier_runs(config, times):
+    for run_dir, state in earlier_runs(config, times, running=True):
         if state == "resumable":
             update = int(os.path.basename(checkpoint.latest(run_dir))[len("ckpt-"):])
             print(f"jaxfl: note: {run_dir} is an interrupted run of this config (checkpoints up to update "
                   f"{update}): jaxfl run --resume {shlex.quote(run_dir)} finishes it; this command starts a "
                   "new run", file=sys.stderr)
+        elif state == "running":
+            _note_running(run_dir, "this command starts a new run beside it")
+
+
+def _note_running(run_dir: str, then: str) -> None:
+    """Say that another process is writing ``run_dir``, a run of the config this command trains again
+    (a second terminal's same command: it was called interrupted, or nothing was said)."""
+    from jaxfl.resume import in_use_by
+
+    holder = in_use_by(run_dir)
+    print(f"jaxfl: note: {run_dir} is a run of this config that process {holder or '(unknown)'} is writing now: "
+          f"{then}, to the same results", file=sys.stderr)
 
 
 def _comparison_run(config: RunConfig, times, log_to):
@@ -1479,6 +1492,11 @@ def _comparison_run(config: RunConfig, times, log_to):
     if earlier is not None:
         print(f"{config.algorithm}: resuming {earlier[0]}")
         return resume_experiment(earlier[0], progress=config.progress, time_per_step=times, loggers=log_to)
+    from jaxfl.comparison import earlier_runs
+
+    for run_dir, state in earlier_runs(config, times, running=True):
+        if state == "running":  # the same comparison started twice: each trained every run without a word
+            _note_running(run_dir, f"this comparison trains {config.algorithm} again beside it")
     return run_experiment(config, time_per_step=times, loggers=log_to)
 
 

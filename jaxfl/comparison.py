@@ -264,14 +264,15 @@ def _run_configs(run_dirs: list[str]) -> list[str] | None:
     return sorted(configs)
 
 
-def earlier_runs(config, times=None, edited: list | None = None, objects: bool = False):
+def earlier_runs(config, times=None, edited: list | None = None, objects: bool = False, running: bool = False):
     """Every ``(run_dir, state)`` of a run of this very config (the record a resume compares, less the
     ``output_dir`` it was made in: a folder copied or moved holds the same runs) and the same given
     speeds (``times``: ``time_per_step``; None: drawn ones) under its ``output_dir``, in the order of
     their folders' names: ``finished``, or ``resumable`` (a checkpoint to go on from); a run without a
     checkpoint is none. A run made with an earlier version of a plug-in's or a model's file is not
     one: appended to ``edited`` as ``(run_dir, changed files)``. A run given objects beside its config
-    (``init_params=``...) is none either, unless ``objects``.
+    (``init_params=``...) is none either, unless ``objects``. With ``running``, a run that another
+    process is writing now (its ``.lock``), with or without a checkpoint, is ``running`` instead.
 
     >>> import jaxfl, tempfile
     >>> config = jaxfl.RunConfig(algorithm="fedavg", model="logreg", clients=3, local_steps=2, max_updates=1,
@@ -286,7 +287,7 @@ def earlier_runs(config, times=None, edited: list | None = None, objects: bool =
     from jaxfl import algorithms, checkpoint
     from jaxfl.config import ConfigError, validate
     from jaxfl.experiment import changed_sources, names_before_default_changes, run_name
-    from jaxfl.resume import ResumeError, config_record, read_record, recorded_config
+    from jaxfl.resume import ResumeError, config_record, in_use_by, read_record, recorded_config
     from jaxfl.runlog import finished_summary
     from jaxfl.user_inputs import UserInputs, recorded_speeds_sha256
 
@@ -333,6 +334,8 @@ def earlier_runs(config, times=None, edited: list | None = None, objects: bool =
             continue
         if finished_summary(run_dir) is not None:  # a damaged one is rebuilt by resuming the run
             yield run_dir, "finished"
+        elif running and in_use_by(run_dir) is not None:
+            yield run_dir, "running"
         elif checkpoint.latest(run_dir) is not None:
             yield run_dir, "resumable"
 

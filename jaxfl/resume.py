@@ -185,21 +185,35 @@ def check_not_in_use(folder: str) -> None:
     >>> with holding_lock(folder):
     ...     check_not_in_use(folder)   # held by this process: no error
     """
+    holder = in_use_by(folder)
+    if holder is not None:
+        raise _in_use(folder, holder, "run directory", _resume_command())
+
+
+def in_use_by(folder: str) -> str | None:
+    """The id of the other process that holds ``folder/.lock`` (``""`` where the lock does not say),
+    or None where none does (:func:`check_not_in_use`'s probe).
+
+    >>> import tempfile
+    >>> in_use_by(tempfile.mkdtemp()) is None
+    True
+    """
     import fcntl
 
     path = os.path.join(folder, LOCK)
     if os.path.realpath(folder) in _HELD or not os.path.isfile(path):
-        return
+        return None
     try:
         handle = open(path)
     except OSError:  # unreadable: no way to tell; the resume's own lock decides
-        return
+        return None
     with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise _in_use(folder, handle.read().strip(), "run directory", _resume_command()) from None
+            return handle.read().strip()
         fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
 
 
 class ResumeWarning(UserWarning):

@@ -1026,7 +1026,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     with, is refused before any run (another folder holds the other speeds' runs).
     """
     from jaxfl.experiment import shared_data
-    from jaxfl.resume import holding_lock
+    from jaxfl.resume import _in_use, holding_lock, in_use_by
 
     sweep_dir = user_path(sweep_dir)
     if isinstance(base, RunConfig):
@@ -1038,6 +1038,10 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
     if earlier:
         notes.append(earlier)
     speeds = _check_speeds(time_per_step, cells)
+    in_use = ("sweep directory", "run the same jaxfl sweep command again (--out {folder})")
+    holder = in_use_by(sweep_dir)  # the checks below would take its running cells for interrupted ones
+    if holder is not None:
+        raise _in_use(sweep_dir, holder, *in_use)
     states = {cell.index: cell_state(cell.run_dir) for cell in cells}
     _check_speeds_of_earlier_runs(speeds, sweep_dir, cells)
     _check_sources_of_earlier_runs(cells, states)
@@ -1049,7 +1053,7 @@ def run_sweep(base, grid: dict, sweep_dir: str, *, size: str | None = None, prog
             _prepare_all([cell for cell in cells if states[cell.index] != "finished"])
         os.makedirs(os.path.join(sweep_dir, "runs"), exist_ok=True)
         # one sweep at a time in a folder: a second (the same command in another shell) is refused in one line
-        with holding_lock(sweep_dir, "sweep directory", "run the same jaxfl sweep command again (--out {folder})"):
+        with holding_lock(sweep_dir, *in_use):
             states = {cell.index: cell_state(cell.run_dir) for cell in cells}  # as they are now it is held
             _check_speeds_of_earlier_runs(speeds, sweep_dir, cells)
             _check_sources_of_earlier_runs(cells, states)
@@ -1262,6 +1266,16 @@ def run_cell(config: RunConfig, run_dir: str, state: str, say, time_per_step=Non
                 say(f"{error}; starting it again")
                 state = "restart"
         if state == "restart":
+            from jaxfl.resume import InUse, in_use_by
+
+            # a run of the same config that another process (a jaxfl run into runs/) has not checkpointed yet
+            # looks like a cell cut before its first checkpoint: removed under it, the two mixed their files
+            holder = in_use_by(run_dir)
+            if holder is not None:
+                raise InUse(f"{run_dir} is in use by process {holder or '(unknown)'}, which is writing a run of this "
+                            "cell's config there: the sweep would remove it to train the cell afresh; wait for that "
+                            "run to end (or stop it) and run the same jaxfl sweep command again (a run that "
+                            "finished there is reused)")
             shutil.rmtree(run_dir)
         return run_experiment(config, time_per_step=time_per_step).summary, state
     except NumericalError:  # the other cells go on

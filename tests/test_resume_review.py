@@ -194,17 +194,33 @@ def test_a_running_run_holds_its_folder_against_a_resume(tmp_path, capsys):
 def test_a_sweep_directory_is_run_by_one_sweep_at_a_time(tmp_path, capsys):
     folder = tmp_path / "sweep"
     folder.mkdir()
+    flags = ["sweep", "--algorithm", "fedavg", "--model", "logreg", "--clients", "3", "--local-steps", "2",
+             "--max-updates", "2", "--checkpoint-every", "1", "--seed", "0", "--no-progress", "--out", str(folder)]
     holder = _hold(folder)
     try:
         capsys.readouterr()
         with pytest.raises(SystemExit) as exited:
-            cli.main(["sweep", "--algorithm", "fedavg", "--model", "logreg", "--clients", "3", "--local-steps", "2",
-                      "--max-updates", "1", "--seed", "0", "--no-progress", "--out", str(folder)])
+            cli.main(flags)
         err = capsys.readouterr().err
         assert exited.value.code == 2 and err.count("\n") == 1, err
         assert f"{folder} is in use by process {holder.pid}, which is writing this sweep directory" in err, err
         assert err.rstrip().endswith(f"and then run the same jaxfl sweep command again (--out {folder})"), err
-        assert not (folder / "sweep.json").exists() and not os.listdir(folder / "runs")
+        assert os.listdir(folder) == [".lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+    # a cell that another sweep of --jobs 1 runs now looked interrupted under --jobs 1: the second sweep was
+    # told "jobs=2 is not allowed here: cell 0 was interrupted ... continue with --jobs 1", which is refused too
+    assert cli.main(flags) == 0
+    (run,) = (folder / "runs").iterdir()
+    os.remove(run / "summary.json")
+    holder = _hold(folder)
+    try:
+        capsys.readouterr()
+        with pytest.raises(SystemExit):
+            cli.main([*flags, "--jobs", "2"])
+        err = capsys.readouterr().err
+        assert f"{folder} is in use by process {holder.pid}" in err and "not allowed" not in err, err
     finally:
         holder.kill()
         holder.wait()
@@ -731,3 +747,63 @@ def test_a_ctrl_c_just_after_a_comparison_run_returned_counts_that_run_finished(
                         f"{finished}; not run: {left}; jaxfl {' '.join(flags)} goes on (finished runs reused) and "
                         "writes the comparison"), said
     assert bool(list(tmp_path.glob("fedbuff-*"))) == (cut_at == 2)
+
+
+def test_a_sweep_never_removes_a_run_folder_another_process_is_writing(tmp_path, capsys):
+    # a `jaxfl run` into SWEEP/runs of a cell's config, before its first checkpoint, looks like a cell cut
+    # before one: the sweep removed the folder under the run and trained there, and the two processes'
+    # files mixed (a summary of one, a metrics.csv of the other: "metrics.csv is damaged" in the report)
+    flags = ["sweep", "--out", str(tmp_path), "--algorithm", "fedavg", "--model", "logreg", "--clients", "3",
+             "--local-steps", "2", "--batch-size", "8", "--max-updates", "3", "--no-stop-at-target", "--no-progress"]
+    assert cli.main(flags) == 0
+    (run,) = (tmp_path / "runs").iterdir()
+    os.remove(run / "summary.json")  # as the other run has it: begun, no checkpoint yet
+    import shutil
+
+    shutil.rmtree(run / "checkpoints")
+    before = {name: (run / name).read_bytes() for name in ("events.csv", "metrics.csv")}
+    holder = _hold(run)
+    try:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            cli.main(flags)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and "Traceback" not in err, err
+        assert f"{run} is in use by process {holder.pid}, which is writing a run of this cell's config there" in err
+        assert "run the same jaxfl sweep command again" in err
+        assert before == {name: (run / name).read_bytes() for name in before}
+    finally:
+        holder.kill()
+        holder.wait()
+    assert cli.main(flags) == 0  # free again: the cell is trained afresh
+    assert "restart" in capsys.readouterr().out
+
+
+def test_a_run_of_the_config_another_process_is_writing_is_named_as_running_not_interrupted(tmp_path, capsys):
+    # the same command in a second terminal: it was told the first run "is an interrupted run of this
+    # config: jaxfl run --resume ... finishes it" (a resume the lock then refuses), or, before the first
+    # checkpoint, nothing; two comparisons trained every run twice without a word
+    flags = ["--algorithm", "fedavg", "--model", "logreg", "--clients", "3", "--local-steps", "2", "--batch-size", "8",
+             "--max-updates", "3", "--checkpoint-every", "1", "--no-stop-at-target", "--no-progress",
+             "--output-dir", str(tmp_path)]
+    assert cli.main(["run", *flags]) == 0
+    (run,) = tmp_path.iterdir()
+    os.remove(run / "summary.json")  # cut after its checkpoints, as a run still going has it
+    holder = _hold(run)
+    try:
+        capsys.readouterr()
+        assert cli.main(["run", *flags]) == 0
+        err = capsys.readouterr().err
+        assert (f"jaxfl: note: {run} is a run of this config that process {holder.pid} is writing now: this command "
+                "starts a new run beside it, to the same results") in err
+        assert "interrupted run" not in err
+        import shutil
+
+        shutil.rmtree(run / "checkpoints")  # before its first checkpoint (with one, a comparison's resume is refused)
+        shutil.rmtree(f"{run}-2")  # the run just made, which the comparison would reuse
+        assert cli.main(["run", *flags[:1], "fedavg,fedbuff", *flags[2:]]) == 0
+        assert (f"jaxfl: note: {run} is a run of this config that process {holder.pid} is writing now: this "
+                "comparison trains fedavg again beside it") in capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
