@@ -73,7 +73,7 @@ from jaxfl.models import (MODELS, build_model, check_model_input, check_model_ob
                           is_model_reference, load_model_reference, make_model)
 from jaxfl.models.adapter import ModelModeError, as_adapter
 from jaxfl.models.init import pytorch_default_init
-from jaxfl.runlog import (CLASS_ACCURACY_NAME, METRICS_NAME, EventLog, csv_header, existing_fields, finished_summary, last_tenth_mean, log_sizes,
+from jaxfl.runlog import (CLASS_ACCURACY_NAME, METRIC_FIELDS, METRICS_NAME, EventLog, csv_header, existing_fields, finished_summary, last_tenth_mean, log_sizes,
                           write_client_samples, written_atomically)
 from jaxfl.scheduler.faults import ClientFaults, FaultConfig
 from jaxfl.scheduler.simulation import EVENT_LOG_FIELDS, NO_EVENTS_LEFT, Simulation, TimingBackend
@@ -92,7 +92,6 @@ EVAL_BATCHES_PER_CALL = 256  # full held-out batches evaluated per device call
 # EVAL_MIN_BATCH it was slower again (0.39-0.52 s at 16 and 26).
 EVAL_PATCH_BYTES = 8 * 2**20
 EVAL_MIN_BATCH = 50
-METRIC_FIELDS = ("time", "version", "accuracy", "balanced_accuracy", "loss", "client_steps", "wall_time")
 
 # The engines of runs that did not finish (an exception left them wired to their callbacks). A
 # finished run cuts its callbacks (:func:`_disconnect`), so its engine holds no reference cycle and

@@ -1179,6 +1179,10 @@ def read_events(run_dir: str) -> dict[str, np.ndarray]:
     return _columns_from_arrow(_read_csv_arrow(path, header, end, run_dir))
 
 
+# metrics.csv's columns (a run's own metrics follow them: RunConfig(metrics=...))
+METRIC_FIELDS = ("time", "version", "accuracy", "balanced_accuracy", "loss", "client_steps", "wall_time")
+
+
 def read_metrics(run_dir: str) -> dict[str, np.ndarray]:
     """A run's ``metrics.csv`` as columns (``version`` and ``client_steps`` int64, the rest float64).
     A cut-short last row of a run that has not finished is left out; damage is a ``ValueError``
@@ -1196,7 +1200,7 @@ def read_metrics(run_dir: str) -> dict[str, np.ndarray]:
         raise FileNotFoundError(f"{run_dir!r} is not a run directory: it has no {METRICS_NAME}")
     header, rows = _csv_rows(path, run_dir)
     columns = {}
-    for index, name in enumerate(header or []):
+    for index, name in enumerate(header or METRIC_FIELDS):  # no header yet (a run just started): no rows
         values = np.array(_numbers([row[index] for row in rows], path, run_dir, name), dtype=np.float64)
         columns[name] = values.astype(np.int64) if name in ("version", "client_steps") else values
     return columns
@@ -1321,7 +1325,8 @@ class Run:
     ``summary`` is empty while the run has not finished. ``metrics`` and ``events`` are columns
     (see :func:`read_metrics`, :func:`read_events`). ``class_accuracy`` is the per-class held-out
     accuracy (recall), an (evaluations, classes) array whose rows are ``metrics``' rows (None where
-    the run wrote none: timing-only runs and runs of older versions).
+    the run wrote none: timing-only runs and runs of older versions); of a run still writing, the
+    evaluations both files hold (an evaluation's metrics row is written before its class row).
 
     >>> run = Run("r", {}, {}, {"time": np.zeros(2)}, {"time": np.zeros(3)})
     >>> run.num_events
@@ -1446,9 +1451,13 @@ def load_run(run_dir: str) -> Run:
     summary = {}
     if os.path.isfile(summary_path):
         summary = read_json(summary_path)
+    metrics, events = read_metrics(run_dir), read_events(run_dir)
     classes = read_class_accuracy(run_dir)
-    return Run(run_dir, config, summary, read_metrics(run_dir), read_events(run_dir),
-               None if classes is None else classes["accuracy"])
+    classes = None if classes is None else classes["accuracy"]
+    if not summary and classes is not None:  # a run still writing: an evaluation's two rows, one written yet
+        rows = min(len(classes), len(next(iter(metrics.values()), ())))
+        metrics, classes = {name: column[:rows] for name, column in metrics.items()}, classes[:rows]
+    return Run(run_dir, config, summary, metrics, events, classes)
 
 
 # --------------------------------------------------------------------------- derived views

@@ -368,3 +368,29 @@ def test_a_run_that_raised_leaves_its_engine_to_the_next_run_s_collection(tmp_pa
     finally:
         if collecting:
             gc.enable()
+
+
+def test_load_run_of_a_run_still_writing_pairs_its_metrics_and_class_rows_and_names_its_columns(tmp_path):
+    # read between an evaluation's metrics row and its class_accuracy row, a running run loaded one row more
+    # of metrics than of class accuracy (the README: class_accuracy's rows "are the metrics rows"); and
+    # before the first row, metrics was {} (run.metrics["accuracy"] a KeyError)
+    import shutil
+
+    result = run_experiment(RunConfig(algorithm="fedavg", model="logreg", clients=3, local_steps=2, max_updates=2,
+                                      progress=False, output_dir=str(tmp_path), run_name="done"))
+    running = tmp_path / "running"
+    shutil.copytree(result.run_dir, running)
+    os.remove(running / "summary.json")
+    last = (running / "metrics.csv").read_text().splitlines()[-1]
+    with open(running / "metrics.csv", "a") as handle:
+        handle.write(last.replace(",2,", ",3,", 1) + "\n")  # version 3's row, its class row not yet written
+    run = jaxfl.load_run(str(running))
+    assert len(run.metrics["accuracy"]) == len(run.class_accuracy) == 3
+    assert run.metrics["version"].tolist() == [0, 1, 2]
+    for name in ("metrics.csv", "class_accuracy.csv", "events.csv"):
+        (running / name).write_text("")  # created, nothing written yet
+    run = jaxfl.load_run(str(running))
+    assert run.metrics["accuracy"].shape == run.events["time"].shape == (0,)
+    assert run.metrics["version"].dtype == np.int64
+    finished = jaxfl.load_run(result.run_dir)  # a finished run's files are read as they are
+    assert len(finished.metrics["accuracy"]) == len(finished.class_accuracy) == 3
