@@ -256,6 +256,16 @@ class ClientState:
         clients = self._checked_clients(hook, table, clients, valid)
         leaves = self._storage()[key]
         values = jax.tree.leaves(values)
+        for index, (value, leaf) in enumerate(zip(values, leaves)):
+            # checked here: the device path pads to its bucket first, and the error named the padded rows
+            if tuple(np.shape(value)) != (len(clients), *leaf.shape[1:]):
+                raise PluginError(f"client table {hook}/{table}: a write of {len(clients)} clients got leaf {index} "
+                                  f"of shape {tuple(np.shape(value))}; one row per client named (padding rows "
+                                  f"with valid=False), each of the table's shape {tuple(leaf.shape[1:])}: "
+                                  f"{(len(clients), *leaf.shape[1:])}")
+        if len(values) != len(leaves):
+            raise PluginError(f"client table {hook}/{table}: a write of {len(values)} leaves, the table has "
+                              f"{len(leaves)}; give values of the structure init_per_client declared")
         if self.placement == "device":
             size = bucket_size(len(clients))
             index, written = np.zeros(size, np.int32), np.zeros(size, bool)  # padding: not written

@@ -144,3 +144,21 @@ def test_every_placement_refuses_a_client_out_of_range_or_written_twice(tmp_path
     np.testing.assert_array_equal(np.asarray(state.rows("hook", "table", [2, 2, 0, 1])["w"]),
                                   [[5.0], [5.0], [0.0], [7.0]])
     np.testing.assert_array_equal(np.asarray(state.rows("hook", "table", np.array([1.0, 2.0]))["w"]), [[7.0], [5.0]])
+
+
+@pytest.mark.parametrize("placement", ["device", "host", "memmap"])
+def test_a_write_of_another_number_of_rows_than_clients_is_refused_naming_both(tmp_path, placement):
+    """A hook that padded its values to 8 rows for 5 clients met, on the device, kernels/tree's "leaf [0] of
+    values has shape (11, 10): 8 rows ... expected" (the 11: the engine's own padding), naming neither the
+    hook's table nor its 5 clients; in host RAM numpy's broadcasting error."""
+    from jaxfl.scheduler.simulation import PluginError
+
+    rows = {"hook": {"table": {"w": np.zeros(10, np.float32)}}}
+    state = ClientState(rows, num_clients=20, placement=placement, directory=str(tmp_path))
+    with pytest.raises(PluginError, match=r"client table hook/table: a write of 5 clients got leaf 0 of shape "
+                                          r"\(8, 10\); one row per client named .*: \(5, 10\)"):
+        state.set_rows("hook", "table", [0, 1, 2, 3, 4], {"w": np.ones((8, 10), np.float32)})
+    with pytest.raises(PluginError, match=r"of shape \(2, 3\); .* each of the table's shape \(10,\)"):
+        state.set_rows("hook", "table", [0, 1], {"w": np.ones((2, 3), np.float32)})
+    with pytest.raises(PluginError, match="a write of 2 leaves, the table has 1"):
+        state.set_rows("hook", "table", [0, 1], {"w": np.ones((2, 10), np.float32), "v": np.ones((2, 10))})
