@@ -2738,8 +2738,24 @@ def _schedule_summary(config: RunConfig, algorithm, simulation: Simulation, end_
             "negative_speed_draws": simulation.speeds.negative_draws,
             "faults": dict(simulation.faults.counts) if simulation.faults is not None else {},
             "accounting": simulation.accounting(),
-            "policy": simulation.policy.summary() if hasattr(simulation.policy, "summary") else {},
+            "policy": _plain(simulation.policy.summary()) if hasattr(simulation.policy, "summary") else {},
             "timeline": simulation.timeline(end_time)}
+
+
+def _plain(value):
+    """``value`` with its NumPy and jax arrays and scalars as Python lists and numbers, for summary.json:
+    a plug-in policy's ``summary()`` holding an array was written as its elided text ("[0.6 0.33 ...]").
+
+    >>> _plain({"rates": np.array([0.5, 0.25]), "last": np.float32(0.5), "n": (np.int64(2),)})
+    {'rates': [0.5, 0.25], 'last': 0.5, 'n': [2]}
+    """
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)):
+        return np.asarray(value).tolist()
+    return value
 
 
 def _backend_peak_bytes() -> int | None:

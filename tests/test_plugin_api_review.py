@@ -283,3 +283,20 @@ def test_notebook_04_says_where_batchnorm_statistics_come_back():
                         "04_kernels_in_your_jax_code.ipynb")
     text = " ".join("".join(cell["source"]) for cell in json.load(open(path))["cells"]).replace("\n", " ")
     assert 'metrics["buffers"]' in text
+
+
+def test_a_policy_summary_of_arrays_and_numpy_numbers_is_written_as_json_numbers(tmp_path, monkeypatch):
+    """A plug-in policy's summary() holding a NumPy array was written as its elided text, "[0.6 0.33 ...]",
+    and a jax or NumPy number as a string, without a word."""
+    import json
+
+    import jaxfl
+    from jaxfl.algorithms.fedasync import FedAsync
+
+    monkeypatch.setattr(FedAsync, "summary", lambda self: {"rates": np.linspace(0, 1, 2000), "last": jnp.float32(0.5),
+                                                           "pair": (np.int64(2), 3)})
+    result = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedasync", clients=3, max_updates=2, timing_only=True,
+                                                  progress=False, output_dir=str(tmp_path)))
+    with open(f"{result.run_dir}/summary.json") as handle:
+        policy = json.load(handle)["policy"]
+    assert policy["rates"] == np.linspace(0, 1, 2000).tolist() and policy["last"] == 0.5 and policy["pair"] == [2, 3]
