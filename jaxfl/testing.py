@@ -166,6 +166,29 @@ def _same_params(a, b, atol: float, what: str) -> None:
             assert np.allclose(x, y, rtol=0, atol=atol), f"{what}: parameters differ by {np.max(np.abs(x - y)):.3g}"
 
 
+def _same_when_run_again(config, full, name: str) -> None:
+    """Where a check found two runs different, run ``full``'s config once more: a run that differs from
+    itself is the algorithm's non-determinism (an unseeded draw), which the failed check would otherwise
+    blame on the batching or the resume."""
+    from jaxfl.experiment import run_experiment
+
+    again = run_experiment(dataclasses.replace(config, run_name="again"))
+    logs = events_without_wall_time(full.run_dir), events_without_wall_time(again.run_dir)
+    if logs[0] != logs[1]:
+        where = f"different event logs, first at {_first_difference(*logs)}"
+    else:
+        try:
+            _same_params(full.params, again.params, 0.0, "")
+            assert metrics_without_wall_time(full.run_dir) == metrics_without_wall_time(again.run_dir)
+            return
+        except AssertionError:
+            where = "the same event log but other parameters or metrics"
+    raise AssertionError(f"{name}: two identical runs (the same config and seed) have {where}: the algorithm is not "
+                         "deterministic (draw from a generator seeded by the run's seed, np.random.default_rng("
+                         "np.random.SeedSequence([run.seed, STREAM])), never an unseeded one, nor Python's random "
+                         "module)")
+
+
 def check_algorithm(algorithm: str | type, checks: Iterable[str] = CHECKS, output_dir: str | None = None,
                     atol: float = 1e-6, **overrides: Any) -> dict:
     """Run the conformance checks (module docstring) for a registered name, a ``module:Class``
@@ -214,17 +237,14 @@ def _check_algorithm(algorithm, checks: tuple[str, ...], folder: str, atol: floa
                                                     checkpoint_min_interval_s=None, run_name="one-at-a-time"))
         batched_log, single_log = events_without_wall_time(full.run_dir), events_without_wall_time(single.run_dir)
         if batched_log != single_log:
-            again = run_experiment(dataclasses.replace(config, checkpoint_every=None, checkpoint_min_interval_s=None,
-                                                       run_name="batched-again"))
-            if events_without_wall_time(again.run_dir) != batched_log:  # the policy, not the batching
-                raise AssertionError(f"{name}: two identical runs have different event logs, first at "
-                                     f"{_first_difference(batched_log, events_without_wall_time(again.run_dir))}: "
-                                     "the policy is not deterministic (draw from a generator seeded by the run's seed, "
-                                     "np.random.default_rng(np.random.SeedSequence([run.seed, STREAM])), never an "
-                                     "unseeded one)")
+            _same_when_run_again(config, full, name)  # the policy, not the batching?
             raise AssertionError(f"{name}: batched and one-at-a-time runs have different event logs, first at "
                                  f"{_first_difference(batched_log, single_log)}")
-        _same_params(full.params, single.params, atol, f"{name}: batched vs one-at-a-time")
+        try:
+            _same_params(full.params, single.params, atol, f"{name}: batched vs one-at-a-time")
+        except AssertionError:
+            _same_when_run_again(config, full, name)
+            raise
         stats = single.engine.stats  # one at a time, nothing is trained that no aggregation uses
         assert stats.useful_steps == stats.aggregated_steps, \
             f"{name}: one-at-a-time training executed {stats.useful_steps} client-steps for {stats.aggregated_steps} aggregated"
@@ -252,7 +272,11 @@ def _check_algorithm(algorithm, checks: tuple[str, ...], folder: str, atol: floa
             f"{name}: no checkpoint written before event {kill_at} (a checkpoint comes with a global update: "
             "did any happen? a round deadline shorter than every client's round makes none)")
         resumed = resume_experiment(interrupted, progress=False)
-        assert_same_run(full, resumed, f"{name}: interrupted + resumed vs uninterrupted")
+        try:
+            assert_same_run(full, resumed, f"{name}: interrupted + resumed vs uninterrupted")
+        except AssertionError:
+            _same_when_run_again(config, full, name)  # the algorithm, not its resume?
+            raise
         report["interrupted_at_event"] = kill_at
     if "compilations" in checks:
         buckets = bucket_size(config.clients).bit_length()  # the buckets 1, 2, 4, … up to the clients

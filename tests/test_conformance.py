@@ -62,3 +62,36 @@ def test_a_second_call_into_the_same_output_dir_resumes_its_own_interrupted_run(
     assert report["run_dir"].endswith("full-2")
     with open(os.path.join(tmp_path, "interrupted-2", "config.json")) as record:
         assert '"algorithm": "fedasync"' in record.read()
+
+
+def test_an_algorithm_that_differs_from_itself_is_named_not_deterministic(tmp_path):
+    """A weigher drawing from Python's unseeded random module: the event log is the same from run to run,
+    the model not; check_algorithm blamed the batching ("batched vs one-at-a-time: parameters differ by
+    0.00165") or the resume, which sent the plug-in's author looking in the wrong place."""
+    import random
+
+    from jaxfl.algorithms import DeviceHook
+    from jaxfl.algorithms.fedasync import FedAsyncAlgorithm
+
+    class RandomWeights(DeviceHook):
+        name = "random_weights"
+
+        def weigh(self, ctx, aggregation, records):
+            return [random.uniform(0.5, 1.0) for _ in records]
+
+    class UnseededFedAsync(FedAsyncAlgorithm):
+        name = "unseeded_fedasync"
+
+        def hooks(self):
+            return (RandomWeights(),)
+
+    try:
+        for checks in (("batched",), ("resume",)):
+            with pytest.raises(AssertionError, match="unseeded_fedasync: two identical runs .* have the same event log "
+                                                     "but other parameters or metrics: the algorithm is not deterministic"):
+                check_algorithm(UnseededFedAsync, checks=checks, output_dir=str(tmp_path / checks[0]), model="logreg",
+                                max_updates=4)
+    finally:  # registered by check_algorithm: other tests list the registered algorithms
+        from jaxfl.algorithms import unregister
+
+        unregister("unseeded_fedasync")
