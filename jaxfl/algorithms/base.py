@@ -107,7 +107,9 @@ class DeviceHook:
     ``trainable``, ``delta``, ``start_model``, ``stack``, ``combine``, ``results_sum``,
     ``mean_buffers``, ``jit``, ``state``, ``client_metrics``/``set_client_metrics``, ``trainer``,
     ``data``, ``views``, ``train_detached``, ``record_row``, ``client_rows``/``set_client_rows``;
-    :mod:`jaxfl.engine`). A hook keeps its device state in ``ctx.state[self.name]``, created by
+    :mod:`jaxfl.engine`). ``ctx.params`` is the global model (``{"params": ..., "state": ...}`` for a
+    model with non-trainable state, whose ``"state"`` no Δ carries: see :meth:`apply`),
+    ``ctx.previous_params`` the one before the last update. A hook keeps its device state in ``ctx.state[self.name]``, created by
     :meth:`init`, and state with one row per client in tables declared by :meth:`init_per_client`,
     which the engine places on the device, in host RAM or in a memmap (:mod:`jaxfl.client_state`)
     and of which a hook reads and writes only the rows of the clients at hand. Methods run in this order for an aggregation: :meth:`weigh` (replace
@@ -172,7 +174,13 @@ class DeviceHook:
         return None
 
     def apply(self, ctx, aggregation: Aggregation, records: Sequence[DispatchRecord]):
-        """The new global model if this hook makes the whole update (None: the generic update)."""
+        """The new global model if this hook makes the whole update (None: the generic update).
+
+        The hook then sets a stateful model's non-trainable ``"state"`` too (BatchNorm statistics),
+        whose deltas in ``ctx.combine`` are zero: the generic update takes ``ctx.mean_buffers(records)``,
+        the plain mean of the aggregated clients' (``{**new, "state": ctx.mean_buffers(records)}``;
+        None for a model without state). Returned as it is, the global statistics keep the hook's
+        arithmetic, or stay where they were."""
         return None
 
     def extra_pseudo_gradient(self, ctx, aggregation: Aggregation, records: Sequence[DispatchRecord]):
