@@ -111,3 +111,19 @@ def test_a_checkpoint_from_before_the_clients_in_training_were_kept_restores_the
     restored = Simulation.__new__(Simulation)
     restored.__setstate__(state)
     assert list(restored.training) == expected and restored.crashed_clients == crashed
+
+
+def test_a_timer_at_a_float32_time_is_refused_and_float64_and_integers_are_taken():
+    # a jax float32 time was taken as it is: its 24 bits moved the timer (4.9338111877 for 4.9338111803)
+    # and every event after it, without a word
+    import jax.numpy as jnp
+
+    from jaxfl.scheduler.simulation import PluginError
+
+    sim = simulation(Policy())
+    for time in (jnp.float32(4.9338111803), np.float32(2.5), "3"):
+        with pytest.raises(PluginError, match=r"Policy: set_timer's time .* is not a number of virtual seconds the "
+                                              r"clock takes: a Python float or int"):
+            sim.set_timer(time)
+    for time in (4.9338111803, np.float64(5.5), 7, np.int64(8)):
+        assert sim.set_timer(time).time == time

@@ -1001,7 +1001,14 @@ class Simulation:
         return max(later) if later else None
 
     def set_timer(self, time: float, payload=None) -> Event:
-        """Schedule a policy timer (``payload`` must be JSON-able)."""
+        """Schedule a policy timer at virtual ``time`` (a Python or NumPy float64 or integer; ``payload``
+        must be JSON-able)."""
+        if not isinstance(time, (float, int, np.integer)):
+            # a float32 (a jax or NumPy scalar) was taken as it is: its 24 bits moved the timer and every
+            # event after it (4.9338111877 for 4.9338111803)
+            raise PluginError(f"{type(self.policy).__name__}: set_timer's time {time!r} ({type(time).__name__}) is "
+                              "not a number of virtual seconds the clock takes: a Python float or int (float(x) of a "
+                              "NumPy or jax float64 value; a float32's 24 bits would move the timer)")
         return self.queue.push(time, "timer", -1, payload)
 
     def cancel(self, event: Event) -> None:
