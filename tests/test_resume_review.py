@@ -2,6 +2,7 @@
 logger kept), one run folder resumed by two processes at once, a corrupt state.pkl, a finished run
 resumed again, SIGTERM before the first event, a refused flag spelled as typed, a checkpoint that
 cannot be written (disk full), Ctrl-C during a save, an interrupted comparison."""
+import contextlib
 import csv
 import re
 import json
@@ -128,13 +129,18 @@ def test_sigterm_before_the_first_event_says_what_the_run_folder_keeps(tmp_path)
         f"(checkpoint_every, checkpoint_min_interval_s): nothing to resume from; start the run again")
 
 
-def _hold(folder) -> subprocess.Popen:
-    """Another process holding ``folder``'s lock (as a run, a resume or a sweep of it does) until killed."""
+@contextlib.contextmanager
+def _held(folder):
+    """Another process holding ``folder``'s lock (as a run, a resume or a sweep of it does) while inside."""
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom jaxfl.resume import holding_lock\n"
                                "with holding_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n",
                                str(folder)], stdout=subprocess.PIPE, text=True, cwd=REPO)
-    assert holder.stdout.readline().strip() == "held"
-    return holder
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_a_run_directory_is_resumed_by_one_process_at_a_time(tmp_path, capsys):
@@ -146,8 +152,7 @@ def test_a_run_directory_is_resumed_by_one_process_at_a_time(tmp_path, capsys):
     shutil.copytree(full.run_dir, run)
     os.remove(run / "summary.json")
     before = {name: (run / name).read_bytes() for name in ("events.csv", "metrics.csv")}
-    holder = _hold(run)
-    try:
+    with _held(run) as holder:
         capsys.readouterr()
         with pytest.raises(SystemExit) as exited:
             cli.main(["run", "--resume", str(run), "--no-progress"])
@@ -158,9 +163,6 @@ def test_a_run_directory_is_resumed_by_one_process_at_a_time(tmp_path, capsys):
             jaxfl.resume_experiment(str(run), progress=False)
         assert before == {name: (run / name).read_bytes() for name in before}
         assert "skipped" not in os.listdir(run / "checkpoints")
-    finally:
-        holder.kill()
-        holder.wait()
     # once that process is gone the lock is free: the resume goes on, and the .lock file disturbs no reader
     assert cli.main(["run", "--resume", str(run), "--no-progress"]) == 0
     assert events_without_wall_time(run) == events_without_wall_time(full.run_dir)
@@ -196,8 +198,7 @@ def test_a_sweep_directory_is_run_by_one_sweep_at_a_time(tmp_path, capsys):
     folder.mkdir()
     flags = ["sweep", "--algorithm", "fedavg", "--model", "logreg", "--clients", "3", "--local-steps", "2",
              "--max-updates", "2", "--checkpoint-every", "1", "--seed", "0", "--no-progress", "--out", str(folder)]
-    holder = _hold(folder)
-    try:
+    with _held(folder) as holder:
         capsys.readouterr()
         with pytest.raises(SystemExit) as exited:
             cli.main(flags)
@@ -206,24 +207,17 @@ def test_a_sweep_directory_is_run_by_one_sweep_at_a_time(tmp_path, capsys):
         assert f"{folder} is in use by process {holder.pid}, which is writing this sweep directory" in err, err
         assert err.rstrip().endswith(f"and then run the same jaxfl sweep command again (--out {folder})"), err
         assert os.listdir(folder) == [".lock"]
-    finally:
-        holder.kill()
-        holder.wait()
     # a cell that another sweep of --jobs 1 runs now looked interrupted under --jobs 1: the second sweep was
     # told "jobs=2 is not allowed here: cell 0 was interrupted ... continue with --jobs 1", which is refused too
     assert cli.main(flags) == 0
     (run,) = (folder / "runs").iterdir()
     os.remove(run / "summary.json")
-    holder = _hold(folder)
-    try:
+    with _held(folder) as holder:
         capsys.readouterr()
         with pytest.raises(SystemExit):
             cli.main([*flags, "--jobs", "2"])
         err = capsys.readouterr().err
         assert f"{folder} is in use by process {holder.pid}" in err and "not allowed" not in err, err
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 FULL_DISK_SCRIPT = textwrap.dedent("""
@@ -504,14 +498,10 @@ def test_resume_of_a_run_still_going_before_its_first_checkpoint_is_refused_as_i
 
     run = tmp_path / "run"
     run.mkdir()
-    holder = _hold(run)  # as the run holds it from its start
-    try:
+    with _held(run) as holder:  # as the run holds it from its start
         with pytest.raises(InUse, match=rf"is in use by process {holder.pid}, which is writing this run directory"):
             candidates(str(run))
         assert (run / ".lock").read_text().strip() == str(holder.pid)  # probed, not written
-    finally:
-        holder.kill()
-        holder.wait()
     with pytest.raises(ResumeError, match="it has no checkpoints/ folder"):
         candidates(str(run))
     with holding_lock(str(run)):  # this process's own lock (a run asking for its newest checkpoint at a stop)
@@ -762,8 +752,7 @@ def test_a_sweep_never_removes_a_run_folder_another_process_is_writing(tmp_path,
 
     shutil.rmtree(run / "checkpoints")
     before = {name: (run / name).read_bytes() for name in ("events.csv", "metrics.csv")}
-    holder = _hold(run)
-    try:
+    with _held(run) as holder:
         capsys.readouterr()
         with pytest.raises(SystemExit) as exited:
             cli.main(flags)
@@ -772,9 +761,6 @@ def test_a_sweep_never_removes_a_run_folder_another_process_is_writing(tmp_path,
         assert f"{run} is in use by process {holder.pid}, which is writing a run of this cell's config there" in err
         assert "run the same jaxfl sweep command again" in err
         assert before == {name: (run / name).read_bytes() for name in before}
-    finally:
-        holder.kill()
-        holder.wait()
     assert cli.main(flags) == 0  # free again: the cell is trained afresh
     assert "restart" in capsys.readouterr().out
 
@@ -789,8 +775,7 @@ def test_a_run_of_the_config_another_process_is_writing_is_named_as_running_not_
     assert cli.main(["run", *flags]) == 0
     (run,) = tmp_path.iterdir()
     os.remove(run / "summary.json")  # cut after its checkpoints, as a run still going has it
-    holder = _hold(run)
-    try:
+    with _held(run) as holder:
         capsys.readouterr()
         assert cli.main(["run", *flags]) == 0
         err = capsys.readouterr().err
@@ -804,6 +789,3 @@ def test_a_run_of_the_config_another_process_is_writing_is_named_as_running_not_
         assert cli.main(["run", *flags[:1], "fedavg,fedbuff", *flags[2:]]) == 0
         assert (f"jaxfl: note: {run} is a run of this config that process {holder.pid} is writing now: this "
                 "comparison trains fedavg again beside it") in capsys.readouterr().err
-    finally:
-        holder.kill()
-        holder.wait()
