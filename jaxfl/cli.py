@@ -52,8 +52,8 @@ _HELP = {
     "partition": "iid, dirichlet_client (--client-sizes), dirichlet (--dirichlet-alpha), class, dual_dirichlet "
                  "(FedCompass), label_shards (--shards-per-client), gamma_mix (--gamma, CC-FedAvg), natural",
     "heterogeneity": "client speed model: homo, normal, exp, pareto, zipf or uniform (--speed-ratio)",
-    "speed_mean": "time per local step μ in virtual seconds: the mean for homo, normal, exp and uniform; the "
-                  "fastest client's for pareto and zipf, whose idle times add to it",
+    "speed_mean": "time per local step μ in virtual seconds: the mean for homo, normal, exp and uniform; for pareto "
+                  "and zipf the time of an idle time of 0, which their idle times add to",
     "local_steps": "local steps Q per dispatch",
     "client_lr": "client learning rate",
     "max_time": "budget in virtual seconds (inf for none)",

@@ -290,12 +290,15 @@ def test_load_state_dict_rejects_a_different_run():
         ClientSpeeds(SpeedConfig(model="normal"), 5, seed=8).load_state_dict(state)
 
 
-@pytest.mark.parametrize("reference_time, mean_over_mu", [(10.0, (1.30, 1.38)), (1.5, (3.15, 3.40))])
-def test_pareto_speeds_mu_is_the_fastest_clients_time_and_the_mean_is_as_the_readme_says(reference_time,
-                                                                                         mean_over_mu):
+@pytest.mark.parametrize("model, reference_time, fastest, mean_over_mu", [
+    ("pareto", 10.0, 1.0, (1.30, 1.38)), ("pareto", 1.5, 1.0, (3.15, 3.40)),
+    ("zipf", 10.0, 1.1, (1.45, 1.55)), ("zipf", 1.5, 1 + 1 / 1.5, (4.2, 4.5))])
+def test_pareto_and_zipf_speeds_add_idle_times_to_mu_and_the_mean_is_as_the_readme_says(model, reference_time,
+                                                                                          fastest, mean_over_mu):
     # --speed-mean was called the "mean time per local step" for every model; for pareto and zipf the
-    # idle times only add to it (README: "the mean is 1.3x it ... 3.3x at --speed-reference-time 1.5")
-    times = np.asarray(ClientSpeeds(SpeedConfig(model="pareto", mean=0.15, jitter=0.0, reference_time=reference_time),
+    # idle times only add to it (README: "the mean is 1.3x mu for pareto at the defaults and 3.3x at
+    # --speed-reference-time 1.5, 1.5x and 4.4x for zipf"; zipf's idle times are 1 or more)
+    times = np.asarray(ClientSpeeds(SpeedConfig(model=model, mean=0.15, jitter=0.0, reference_time=reference_time),
                                     100_000, seed=0).base_time_per_step)
-    assert times.min() == pytest.approx(0.15, rel=1e-4)  # the smallest idle time of 100,000 is ~1e-5 s
+    assert times.min() == pytest.approx(0.15 * fastest, rel=1e-4)  # Pareto's smallest idle time of 100,000: ~1e-5 s
     assert mean_over_mu[0] < times.mean() / 0.15 < mean_over_mu[1]

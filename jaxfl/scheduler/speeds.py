@@ -96,8 +96,9 @@ class SpeedConfig:
     Fields (times in virtual seconds):
         model: base distribution of ``t_i``, one of :data:`SPEED_MODELS`.
         mean: μ, seconds per local step (FedCompass Table 7: 0.15 for MNIST at batch 64): the mean
-            of ``homo``, ``normal``, ``exp`` and ``uniform``; the least t_i of ``pareto`` and
-            ``zipf``, whose idle times add to it (``reference_time``).
+            of ``homo``, ``normal``, ``exp`` and ``uniform``; for ``pareto`` and ``zipf`` the t_i of an
+            idle time of 0, which their idle times add to (``reference_time``): Pareto's fastest client
+            is near it, Zipf's (idle times 1, 2, ...) at μ·(1 + 1/reference_time).
         normal_std_ratio: ``normal`` draws N(μ, (ratio·μ)²).
         jitter: per-round t_i^(k) ~ N(t_i, (jitter·t_i)²); 0 disables.
         pareto_shape, zipf_s, cap: idle time s_i = min(pareto(shape) | zipf(s), cap).
