@@ -794,6 +794,7 @@ class Engine:
                                   "returned None: return the new parameters instead (None means: no replacement, "
                                   "apply the generic update)")
         if replaced is not None:
+            self.previous_params = self.params  # as the generic update does: a hook's apply kept the one before
             self.params = replaced
         else:
             buffers = self.mean_buffers(records)

@@ -1,4 +1,6 @@
 """Problems a user of the public kernels and the plug-in API met, each pinned by a test."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -300,3 +302,18 @@ def test_a_policy_summary_of_arrays_and_numpy_numbers_is_written_as_json_numbers
     with open(f"{result.run_dir}/summary.json") as handle:
         policy = json.load(handle)["policy"]
     assert policy["rates"] == np.linspace(0, 1, 2000).tolist() and policy["last"] == 0.5 and policy["pair"] == [2, 3]
+
+
+def test_previous_params_is_the_model_before_the_last_update_also_after_a_hooks_apply(tmp_path):
+    """ctx.previous_params was set by the generic update alone: after a hook's apply (FedAT's, a plug-in's)
+    it stayed the model of an older version, the initial one in a run of apply updates only."""
+    import jaxfl
+
+    config = jaxfl.RunConfig(algorithm="fedat", model="logreg", clients=4, local_steps=2, max_updates=1,
+                             stop_at_target=False, progress=False, output_dir=str(tmp_path))
+    one = jaxfl.run_experiment(config)
+    two = jaxfl.run_experiment(dataclasses.replace(config, max_updates=2))
+    for before, after in zip(jax.tree.leaves(two.engine.previous_params), jax.tree.leaves(one.params)):
+        np.testing.assert_allclose(np.asarray(before), np.asarray(after), rtol=0, atol=1e-6)
+    assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(two.engine.previous_params),
+                                                        jax.tree.leaves(two.params)))
