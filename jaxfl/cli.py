@@ -1431,18 +1431,25 @@ def _earlier_run(config: RunConfig, times=None) -> tuple[str, str] | None:
     the same given speeds (``times``, from ``--time-per-step``; None: drawn ones) that an earlier,
     interrupted ``jaxfl run --algorithm a,b,...`` left under its output_dir: ``finished`` or
     ``resumable`` (a checkpoint to go on from); None if there is none (a run without a checkpoint
-    starts again, in a new folder)."""
-    return next(_earlier_runs(config, times, say_edited=True), None)
+    starts again, in a new folder). A run another process is writing now is none either: a note names
+    it (:func:`_note_running`)."""
+    for run_dir, state in _earlier_runs(config, times, say_edited=True, running=True):
+        if state != "running":
+            return run_dir, state
+        # the same comparison started twice: each trained every run without a word, or, past the
+        # run's first checkpoint, was sent to resume it by hand once the lock refused the resume
+        _note_running(run_dir, f"this comparison trains {config.algorithm} again beside it")
+    return None
 
 
-def _earlier_runs(config: RunConfig, times=None, say_edited: bool = False):
+def _earlier_runs(config: RunConfig, times=None, say_edited: bool = False, running: bool = False):
     """Every ``(run_dir, state)`` of :func:`_earlier_run` (:func:`jaxfl.comparison.earlier_runs`); a
     run made with an earlier version of a plug-in's or a model's file is not one (``say_edited``:
     where none is found, a note names those)."""
     from jaxfl.comparison import earlier_runs
 
     edited, found = [], False
-    for run_dir, state in earlier_runs(config, times, edited):
+    for run_dir, state in earlier_runs(config, times, edited, running=running):
         found = True
         yield run_dir, state
     if say_edited and edited and not found:
@@ -1492,11 +1499,6 @@ def _comparison_run(config: RunConfig, times, log_to):
     if earlier is not None:
         print(f"{config.algorithm}: resuming {earlier[0]}")
         return resume_experiment(earlier[0], progress=config.progress, time_per_step=times, loggers=log_to)
-    from jaxfl.comparison import earlier_runs
-
-    for run_dir, state in earlier_runs(config, times, running=True):
-        if state == "running":  # the same comparison started twice: each trained every run without a word
-            _note_running(run_dir, f"this comparison trains {config.algorithm} again beside it")
     return run_experiment(config, time_per_step=times, loggers=log_to)
 
 

@@ -1259,6 +1259,8 @@ def run_cell(config: RunConfig, run_dir: str, state: str, say, time_per_step=Non
     from jaxfl.resume import ResumeError
 
     try:
+        if state in ("resumable", "restart"):
+            _refuse_a_cell_in_use(run_dir, state)
         if state == "resumable":
             try:
                 return resume_experiment(run_dir, progress=False, time_per_step=time_per_step).summary, state
@@ -1266,22 +1268,27 @@ def run_cell(config: RunConfig, run_dir: str, state: str, say, time_per_step=Non
                 say(f"{error}; starting it again")
                 state = "restart"
         if state == "restart":
-            from jaxfl.resume import InUse, in_use_by
-
-            # a run of the same config that another process (a jaxfl run into runs/) has not checkpointed yet
-            # looks like a cell cut before its first checkpoint: removed under it, the two mixed their files
-            holder = in_use_by(run_dir)
-            if holder is not None:
-                raise InUse(f"{run_dir} is in use by process {holder or '(unknown)'}, which is writing a run of this "
-                            "cell's config there: the sweep would remove it to train the cell afresh; wait for that "
-                            "run to end (or stop it) and run the same jaxfl sweep command again (a run that "
-                            "finished there is reused)")
             shutil.rmtree(run_dir)
         return run_experiment(config, time_per_step=time_per_step).summary, state
     except NumericalError:  # the other cells go on
         from jaxfl.runlog import read_json
 
         return read_json(os.path.join(run_dir, "summary.json")), state
+
+
+def _refuse_a_cell_in_use(run_dir: str, state: str) -> None:
+    """:class:`~jaxfl.resume.InUse` where another process writes a cell's run folder: a run of the same
+    config (a ``jaxfl run`` into the sweep's runs/, a resume of the cell). Before its first checkpoint it
+    looked like a cell cut before one, and the sweep removed the folder under it (the two processes mixed
+    their files); after, the resume's refusal advised resuming the run by hand."""
+    from jaxfl.resume import InUse, in_use_by
+
+    holder = in_use_by(run_dir)
+    if holder is not None:
+        what = "remove it to train the cell afresh" if state == "restart" else "resume it"
+        raise InUse(f"{run_dir} is in use by process {holder or '(unknown)'}, which is writing a run of this cell's "
+                    f"config there: the sweep would {what}; wait for that run to end (or stop it) and run the same "
+                    "jaxfl sweep command again (a run that finished there is reused)")
 
 
 class CellFailed(RuntimeError):

@@ -763,6 +763,14 @@ def test_a_sweep_never_removes_a_run_folder_another_process_is_writing(tmp_path,
         assert before == {name: (run / name).read_bytes() for name in before}
     assert cli.main(flags) == 0  # free again: the cell is trained afresh
     assert "restart" in capsys.readouterr().out
+    os.remove(run / "summary.json")  # past its first checkpoint: the resume's refusal said to resume it by hand
+    with _held(run) as holder:
+        with pytest.raises(SystemExit):
+            cli.main(flags)
+        err = capsys.readouterr().err
+        assert f"{run} is in use by process {holder.pid}, which is writing a run of this cell's config there: the " \
+               "sweep would resume it; wait for that run to end (or stop it) and run the same jaxfl sweep" in err, err
+        assert "jaxfl run --resume" not in err
 
 
 def test_a_run_of_the_config_another_process_is_writing_is_named_as_running_not_interrupted(tmp_path, capsys):
@@ -784,8 +792,15 @@ def test_a_run_of_the_config_another_process_is_writing_is_named_as_running_not_
         assert "interrupted run" not in err
         import shutil
 
-        shutil.rmtree(run / "checkpoints")  # before its first checkpoint (with one, a comparison's resume is refused)
         shutil.rmtree(f"{run}-2")  # the run just made, which the comparison would reuse
-        assert cli.main(["run", *flags[:1], "fedavg,fedbuff", *flags[2:]]) == 0
-        assert (f"jaxfl: note: {run} is a run of this config that process {holder.pid} is writing now: this "
-                "comparison trains fedavg again beside it") in capsys.readouterr().err
+        # past the run's first checkpoint the comparison said "resuming" and then advised resuming it by hand;
+        # before it, it trained the run again without a word
+        for folder in (run / "checkpoints", None):
+            assert cli.main(["run", *flags[:1], "fedavg,fedbuff", *flags[2:]]) == 0
+            printed = capsys.readouterr()
+            assert (f"jaxfl: note: {run} is a run of this config that process {holder.pid} is writing now: this "
+                    "comparison trains fedavg again beside it") in printed.err
+            assert "resuming" not in printed.out
+            shutil.rmtree(f"{run}-2")
+            if folder is not None:
+                shutil.rmtree(folder)
