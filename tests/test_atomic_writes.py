@@ -1,7 +1,8 @@
 """Files written whole or not at all, through ``runlog.written_atomically``: a write that fails half way
 (a full disk) leaves no temporary file beside the one asked for, and the file that was there before is
 kept as it was. These writers each had a hand-written rename of their own that left ``NAME.tmp``
-behind (the class heatmap in another format than PNG, a sweep's results.parquet, client_samples.npy).
+behind (the class heatmap in another format than PNG and client_samples.npy on a full disk; a sweep's
+results.parquet on any other error of its write).
 
 The disk is made "full" for real, with a file-size limit (RLIMIT_FSIZE: a write past it fails with
 EFBIG, as one on a full disk fails with ENOSPC)."""
@@ -37,13 +38,20 @@ def test_a_class_heatmap_in_svg_that_fills_the_disk_leaves_no_temporary_file(tmp
     assert os.listdir(tmp_path) == []
 
 
-def test_a_sweeps_parquet_table_that_fills_the_disk_keeps_the_one_before(tmp_path, file_size_limit):
-    pytest.importorskip("pyarrow")
+def test_a_sweeps_parquet_table_whose_write_fails_keeps_the_one_before(tmp_path, monkeypatch):
+    # a full disk's .tmp was removed by the sweep's own handler; any other error (EIO from a failing
+    # disk, a network file system gone) left results.parquet.tmp beside the table
+    pq = pytest.importorskip("pyarrow.parquet")
     rows = [{"cell": "a", "algorithm": "fedavg", "final_accuracy": 0.5}]
     sweep.write_results(rows, str(tmp_path))
     before = (tmp_path / "results.parquet").read_bytes()
-    file_size_limit(os.path.getsize(tmp_path / "results.csv") + 100)  # the CSV again, not the Parquet file
-    with pytest.raises(OSError, match="could not write the sweep.s results table"):
+
+    def half_then_eio(table, where, **options):
+        open(where, "wb").write(before[:10])
+        raise OSError(errno.EIO, "Input/output error", where)
+
+    monkeypatch.setattr(pq, "write_table", half_then_eio)
+    with pytest.raises(OSError, match="Input/output error"):
         sweep.write_results(rows + [{"cell": "b", "algorithm": "fedasync", "final_accuracy": 0.25}], str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == ["results.csv", "results.parquet"]
     assert (tmp_path / "results.parquet").read_bytes() == before
