@@ -127,6 +127,9 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
                              "plot; its schedule is jaxfl.plot.timeline_figure(run_dir) (jaxfl timeline RUN_DIR)")
     title, differing = _settings_of(run_dirs)
     targets, evaluated = [], 0
+    # a colour per algorithm, in the order the runs name them; its further runs (seeds, speeds) in its colour
+    # with the next dashes: by the run's place, two seeds of one algorithm had unrelated colours
+    algorithms, repeats = list(dict.fromkeys(summary["algorithm"] for summary in summaries)), {}
     for number, (run_dir, summary) in enumerate(zip(run_dirs, summaries)):
         rows = read_metrics(run_dir)
         evaluated += bool(rows)
@@ -139,7 +142,9 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
             (" (no evaluation)" if not rows else f" ({significant(reached)} s)" if reached is not None
              else " (not reached)" if target is not None else "")
         # the global model is constant between versions: draw steps, not interpolation
-        style = method_style(number)
+        kind = algorithms.index(summary["algorithm"])
+        repeats[kind] = repeats.get(kind, -1) + 1
+        style = method_style(kind + 9 * repeats[kind])  # (method_style's nine colours, then its dashes)
         # one evaluation (a run stopped before its first aggregation) is a point: a line of it is invisible
         line, = axes.plot([r["time"] for r in rows], [r["accuracy"] for r in rows], drawstyle="steps-post",
                           label=label, color=style["color"], linestyle=style["linestyle"],

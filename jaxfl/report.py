@@ -1551,7 +1551,8 @@ def _figures(trained: _Grouping | None, timing: _Grouping | None, lines: list[di
     paths = []
     if trained is not None:
         groups, by_group = trained.columns, trained.cells
-        styles = method_styles(trained.methods)  # a method's colour and dashes the same in every figure
+        # a method's colour and dashes the same in every figure (the staleness panels' too)
+        styles = method_styles(list(dict.fromkeys([*trained.methods, *(timing.methods if timing else [])])))
         paths += [plot_accuracy_bands(runs_by_method, sweep_dir, os.path.join(out, _band_file(name, key, trained)),
                       title=_group_label(key, groups), panels=panels, x=x, styles=styles)
                   for key, runs_by_method in by_group.items()
@@ -1560,7 +1561,8 @@ def _figures(trained: _Grouping | None, timing: _Grouping | None, lines: list[di
         if any(run.get("target_accuracy") is not None for runs in trained.runs_by_method().values() for run in runs):
             paths.append(_time_to_target_figure(trained, lines, out, panels))  # (an empty chart without targets)
     groups = figure_groups(trained, timing)
-    paths.append(plot_staleness_by_group(groups, sweep_dir, os.path.join(out, "staleness.png")))
+    paths.append(plot_staleness_by_group(groups, sweep_dir, os.path.join(out, "staleness.png"),
+                                         styles if trained is not None else None))
     from jaxfl.experiment import _schedule_logged
     from jaxfl.plot import plot_timeline
 
@@ -1861,6 +1863,7 @@ def accuracy_band(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarr
 
 # What the accuracy figures' mean and band are over, in their titles: every seed to the end (:func:`accuracy_band`).
 BAND_CAPTION = "mean over seeds, band = min–max; a run that ended keeps its last accuracy"
+ONE_SEED_CAPTION = "one seed a method; a run that ended keeps its last accuracy"
 
 
 X_AXES = {"time": (_accuracy_curve, "virtual time (s)"),
@@ -1882,10 +1885,12 @@ def plot_accuracy_bands(runs_by_method: dict[str, list[dict]], sweep_dir: str, p
     if x not in X_AXES:
         raise ValueError(f"x={x!r} is not allowed: one of {', '.join(X_AXES)}")
     curve_of, x_label = X_AXES[x]
-    # wrapped: a group's settings and the caption overrun a 7-inch figure's title on one line
-    heading = textwrap.fill(f"{title}: {BAND_CAPTION}" if title else BAND_CAPTION, 90)
     curves = {name: [curve for curve in (curve_of(_run_dir(sweep_dir, run)) for run in runs) if len(curve[0])]
               for name, runs in runs_by_method.items()}
+    # one seed a method has no band to promise
+    caption = BAND_CAPTION if max(map(len, curves.values()), default=0) > 1 else ONE_SEED_CAPTION
+    # wrapped: a group's settings and the caption overrun a 7-inch figure's title on one line
+    heading = textwrap.fill(f"{title}: {caption}" if title else caption, 90)
     target = next((runs[0].get("target_accuracy") for runs in runs_by_method.values()
                    if runs[0].get("target_accuracy") is not None), None)
     # more lines than a legend inside the axes leaves room for: the legend goes below, one line a label
@@ -1960,8 +1965,11 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
     """
     keys, methods, found = _line_cells(lines, groups)
     partly = any(_partly_reached(line) for line in lines)
-    heading = (f"time to target: mean over the seeds that reached it, error bars their std (ddof 0) "
-               f"({MISSING} = missed in ≥ half{'; k/n over a bar = reached in k of its n runs' if partly else ''})")
+    # a mean over two seeds or more somewhere (its std, ddof 0, is 0.0 over one seed)
+    spread = any((line.get("reached") or 0) > 1 or line.get("time_to_target_std") for line in lines)
+    heading = ("time to target: " + ("mean over the seeds that reached it, error bars their std (ddof 0)" if spread
+                                     else "one seed a method") +
+               f" (missed = missed in ≥ half{'; k/n over a bar = reached in k of its n runs' if partly else ''})")
     if panels is None:
         # a row holds about TARGET_BARS_PER_ROW bars; more groups wrap into further rows
         # (FedCompass's twelve settings × eight methods as one row was a figure 70 inches wide)
@@ -1995,7 +2003,8 @@ def plot_time_to_target(lines: list[dict], groups: list[str], path: str, panels:
                 if line is None:
                     continue
                 if line["time_to_target_mean"] is None:
-                    axes.text(x, 0, MISSING, ha="center", va="bottom", fontsize=9, color=colour, fontweight="bold")
+                    # a word, not the tables' "–": a dash in the method's colour on the axis read as a very short bar
+                    axes.text(x, 0, " missed", rotation=90, ha="center", va="bottom", fontsize=7, color="0.35")
                     continue
                 axes.bar(x, line["time_to_target_mean"], width, yerr=line["time_to_target_std"] or None, capsize=3,
                          **look)
@@ -2077,17 +2086,22 @@ STALENESS_BARS = 100
 STALENESS_BINS = 60
 
 
-def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir: str, path: str) -> str:
+def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir: str, path: str,
+                            styles: dict[str, dict] | None = None) -> str:
     """Staleness of the aggregated updates (summary.json's histogram), one panel per group and method
     summed over that group's runs of the method (its seeds): each group starts a row of panels, and
     a panel's title names the group (its label, :func:`figure_groups`; none for the label "") and the
     method, with its runs and mean staleness (the mean of its runs' means, as the tables' rows). A
-    staleness above :data:`STALENESS_BARS` is drawn in :data:`STALENESS_BINS` bins.
+    staleness above :data:`STALENESS_BARS` is drawn in :data:`STALENESS_BINS` bins. ``styles``: each
+    method's colour (:func:`method_styles` of the report's methods, as in its other figures); None:
+    by its place among the groups' methods.
 
     >>> # plot_staleness_by_group({"concurrency=100": {"fedbuff": runs}, "concurrency=1000": {...}}, "sweeps/x", "staleness.png")
     """
     from matplotlib.ticker import MaxNLocator
 
+    styles = styles or method_styles(list(dict.fromkeys(name for runs_by_method in groups.values()
+                                                        for name in runs_by_method)))
     columns = min(3, max(len(runs_by_method) for runs_by_method in groups.values()))
     # each group a block of rows of its own, so a row holds one group's methods
     layout, count = [], 0  # (panel number, group label, method, runs); rows so far
@@ -2120,12 +2134,13 @@ def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir:
         total = sum(histogram.values())
         if total:
             values, counts = np.array(list(histogram)), np.array(list(histogram.values()))
+            colour = styles[name]["color"]
             if values.max() <= STALENESS_BARS:
-                panel.bar(values, counts, width=0.8)
+                panel.bar(values, counts, width=0.8, color=colour)
             else:  # thousands of values: one bar each was invisible beside the axis (and slow): binned
                 edges = np.linspace(-0.5, values.max() + 0.5, STALENESS_BINS + 1)
                 binned, _ = np.histogram(values, edges, weights=counts)
-                panel.stairs(binned, edges, fill=True)
+                panel.stairs(binned, edges, fill=True, color=colour)
                 panel.set_ylabel(f"updates per {edges[1] - edges[0]:.3g} versions", fontsize=8)
             mean = sum(run_means) / len(run_means)
             # the bars pool the runs' updates; the mean is the tables' (of the runs' means), and says so

@@ -286,6 +286,14 @@ def test_runs_on_given_speeds_are_drawn_as_such_and_told_apart_by_their_speeds(t
     drawn = run_experiment(dataclasses.replace(config, output_dir=str(tmp_path / "drawn")))
     (axes,) = accuracy_figure([drawn.run_dir]).axes
     assert "exp speeds" in axes.get_title()  # drawn speeds are named as before
+    # a colour per algorithm: the two fedavg runs share one, told apart by their dashes; another algorithm
+    # first in the list takes the first colour (by place, fedavg's colour followed whatever was listed first)
+    other = run_experiment(dataclasses.replace(config, algorithm="fedasync", output_dir=str(tmp_path / "other")))
+    lines = [line for line in accuracy_figure([other.run_dir, fast.run_dir, slow.run_dir]).axes[0].get_lines()
+             if line.get_label().startswith("fedasync") or line.get_label().startswith("fedavg")]
+    fedasync, fedavg_fast, fedavg_slow = lines
+    assert fedavg_fast.get_color() == fedavg_slow.get_color() != fedasync.get_color()
+    assert fedavg_fast.get_linestyle() != fedavg_slow.get_linestyle()
 
 
 def test_a_comparison_hashes_the_data_it_is_given_once(tmp_path, monkeypatch):

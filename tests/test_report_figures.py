@@ -1,5 +1,5 @@
 """The report's figures: a method's own colour and line style in every figure (also past the ninth
-method), a mean over seeds that keeps a finished run's last accuracy, "–" markers inside the frame,
+method), a mean over seeds that keeps a finished run's last accuracy, "missed" markers inside the frame,
 and no stale figures of an earlier report left beside a report that draws none."""
 import numpy as np
 import pytest
@@ -63,8 +63,10 @@ def test_missed_markers_are_inside_the_frame(tmp_path, monkeypatch):
               "time_to_target_std": None} for m in (5, 10) for name in methods]
     (figure,) = _drawn_figures(monkeypatch, lambda: report.plot_time_to_target(lines, ["clients"], str(tmp_path / "t.png")))
     axes = figure.axes[0]
-    markers = [text for text in axes.texts if text.get_text() == "–"]
-    assert len(markers) == 4
+    # a word in grey, not the tables' "–" in the method's colour, which on the axis read as a very short bar
+    markers = [text for text in axes.texts if text.get_text().strip() == "missed"]
+    assert len(markers) == 4 and {marker.get_color() for marker in markers} == {"0.35"}
+    assert "one seed a method (missed = missed in ≥ half)" in figure.texts[0].get_text()  # no error bars to promise
     left, right = axes.get_xlim()
     bottom, top = axes.get_ylim()
     for marker in markers:
@@ -269,3 +271,31 @@ def test_an_evaluation_on_a_time_grid_counts_every_arrival_of_its_instant(tmp_pa
     assert report.computation_curve(str(tmp_path))[0].tolist() == [0.0, 12.0]
     (tmp_path / "config.json").unlink()  # evaluated at each aggregation: version 1's at its 4 arrivals
     assert report.computation_curve(str(tmp_path))[0].tolist() == [0.0, 8.0]
+
+
+def test_staleness_panels_and_single_seed_captions_follow_the_report(tmp_path, monkeypatch):
+    """The staleness panels were default blue for every method while the accuracy figures and bars gave each
+    method its own colour; one seed a method was still captioned "band = min-max" (no band drawn)."""
+    import json
+
+    from matplotlib.colors import to_rgba
+
+    def run(name, histogram, times=(0.0, 10.0), accuracies=(0.1, 0.9)):
+        folder = tmp_path / name
+        _run(folder, times, accuracies)
+        (folder / "summary.json").write_text(json.dumps({"timeline": {"staleness_histogram": histogram}}))
+        return {"run_dir": str(folder), "target_accuracy": 0.8}
+
+    runs = {"fedavg": [run("avg", {"0": 3})], "fedasync": [run("async", {"0": 1, "3": 2})]}
+    styles = report.method_styles(["fedavg", "fedasync"])
+    (figure,) = _drawn_figures(monkeypatch, lambda: report.plot_staleness_by_group(
+        {"": runs}, str(tmp_path), str(tmp_path / "staleness.png"), styles))
+    for panel, name in zip(figure.axes, runs):
+        assert {to_rgba(patch.get_facecolor()) for patch in panel.patches} == {to_rgba(styles[name]["color"])}
+    (figure,) = _drawn_figures(monkeypatch, lambda: report.plot_accuracy_bands(
+        runs, str(tmp_path), str(tmp_path / "accuracy.png"), styles=styles))
+    assert figure.axes[0].get_title().startswith("one seed a method; a run that ended keeps its last accuracy")
+    runs["fedavg"].append(run("avg2", {"0": 3}))
+    (figure,) = _drawn_figures(monkeypatch, lambda: report.plot_accuracy_bands(
+        runs, str(tmp_path), str(tmp_path / "accuracy.png"), styles=styles))
+    assert figure.axes[0].get_title().startswith("mean over seeds, band = min–max")
