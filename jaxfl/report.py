@@ -2134,7 +2134,7 @@ def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir:
         total = sum(histogram.values())
         if total:
             values, counts = np.array(list(histogram)), np.array(list(histogram.values()))
-            colour = styles[name]["color"]
+            colour = styles.get(name, {}).get("color")  # (None: matplotlib's first)
             if values.max() <= STALENESS_BARS:
                 panel.bar(values, counts, width=0.8, color=colour)
             else:  # thousands of values: one bar each was invisible beside the axis (and slow): binned
