@@ -641,6 +641,7 @@ def in_flight_axis_top(peak: int, clients: int) -> float:
 def _plot_aggregated(events: dict[str, np.ndarray], kinds, algorithm: str, clients: int,
                      max_time: float | None, bins: int, horizon: float | None = None):
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     time = events["time"]
     if horizon is None:
@@ -667,16 +668,18 @@ def _plot_aggregated(events: dict[str, np.ndarray], kinds, algorithm: str, clien
     peak = int(profile["max"].max()) if len(profile["max"]) else 0
     top = in_flight_axis_top(peak, clients)
     if top > clients:  # the federation's size is in view: drawn as a line, as for a small federation
-        busy.axhline(clients, color="grey", linestyle="--", linewidth=1, label=f"all {clients:,} clients")
+        busy.axhline(clients, color="grey", linestyle="--", linewidth=1,
+                     label=f"all {clients:,} clients" if clients != 1 else "the one client")
     if end > horizon > 0:  # a --max-time past the run's end (runs side by side on one axis)
         for axes in (busy, rate, stale):
             axes.axvline(horizon, color="grey", linestyle=":", linewidth=1)
         busy.text(horizon, 0.5, " run's end", transform=busy.get_xaxis_transform(), fontsize=8, color="grey")
     busy.set_ylabel(f"clients in flight\n(of {clients:,})")
     busy.set_ylim(0, top)
-    busy.legend(loc="lower right", fontsize=8)
+    busy.legend(loc="best", fontsize=8)  # lower right covered the in-flight sawtooth of a synchronous run
     utilisation = stats["utilisation_mean"]
-    busy.set_title(f"{algorithm}: {clients:,} clients, at most {peak:,} in flight ({100 * peak / clients:.3g}%)\n"
+    busy.set_title(f"{algorithm}: {clients:,} client{'s' * (clients != 1)}, at most {peak:,} in flight "
+                   f"({100 * peak / clients:.3g}%)\n"
                    f"mean training utilisation "
                    f"{'n/a' if utilisation is None else f'{utilisation:.1%}'}, "
                    f"{round(stats['idle_client_s_total'], 3):.3g} idle client-s, "  # as summary.json rounds it
@@ -688,6 +691,9 @@ def _plot_aggregated(events: dict[str, np.ndarray], kinds, algorithm: str, clien
                        label="10–90 % of arrivals")
     stale.plot(centres, median, drawstyle="steps-mid", color="tab:orange", linewidth=1, label="median")
     stale.set_ylabel("staleness at arrival\n(global updates)")
+    # all zero (a synchronous run) spanned -0.04 to 0.04: no staleness is negative, and none is fractional
+    stale.set_ylim(0, max(1.0, stale.get_ylim()[1]))
+    stale.yaxis.set_major_locator(MaxNLocator(integer=True))
     stale.legend(loc="upper left", fontsize=8)
     stale.set_xlim(0, end)
     stale.set_xlabel(f"virtual time (s), in {bins} bins of {width:.3g} s")

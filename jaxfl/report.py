@@ -2138,7 +2138,10 @@ def plot_staleness_by_group(groups: dict[str, dict[str, list[dict]]], sweep_dir:
             if values.max() <= STALENESS_BARS:
                 panel.bar(values, counts, width=0.8, color=colour)
             else:  # thousands of values: one bar each was invisible beside the axis (and slow): binned
-                edges = np.linspace(-0.5, values.max() + 0.5, STALENESS_BINS + 1)
+                # whole versions a bin: fractional widths gave some bins one staleness value more than their
+                # neighbours, a comb in the shape ("updates per 12.8 versions")
+                step = math.ceil((values.max() + 1) / STALENESS_BINS)
+                edges = np.arange(-0.5, values.max() + step, step)
                 binned, _ = np.histogram(values, edges, weights=counts)
                 panel.stairs(binned, edges, fill=True, color=colour)
                 panel.set_ylabel(f"updates per {edges[1] - edges[0]:.3g} versions", fontsize=8)

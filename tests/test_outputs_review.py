@@ -76,6 +76,17 @@ def test_the_aggregated_timeline_runs_to_the_runs_virtual_time(tmp_path):
     # and one aggregation in 3 s, 1200 an hour (the log alone, to 1.0 s, said 3600)
     title = figure.axes[0].get_title()
     assert "5.5 idle client-s" in title and "1 aggregations (1.2e+03/virtual h)" in title
+    # no staleness below 0 in view (all zero spanned -0.04 to 0.04), and one client is not "1 clients"
+    assert figure.axes[-1].get_ylim() == (0.0, 1.0)
+    from jaxfl.plot import GANTT_MAX_AGGREGATIONS
+
+    one = []  # one client's long run: more aggregations than a Gantt chart shows
+    for number in range(GANTT_MAX_AGGREGATIONS + 1):
+        one += [event(float(number), "dispatch", 0, number, version=number, steps=1),
+                event(number + 1.0, "arrival", 0, number, version=number, staleness=0, steps=1),
+                event(number + 1.0, "aggregate", version=number + 1, detail="1 updates")]
+    figure = timeline_figure(write_run(tmp_path / "one", one, clients=1, virtual_time=len(one) / 3), bins=10)
+    assert figure.axes[0].get_title().startswith("fedbuff: 1 client, at most 1 in flight")
 
 
 # --------------------------------------------------------------------------- 6. the Gantt chart's colours
