@@ -106,7 +106,7 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
     """
     from matplotlib.figure import Figure
 
-    from jaxfl.report import method_style  # a report's styles: distinct past ten runs, as its figures
+    from jaxfl.report import LINESTYLES, method_style  # a report's styles: distinct past ten runs, as its figures
 
     if isinstance(run_dirs, (str, os.PathLike)):  # one run given as itself: its characters were taken as runs ('/')
         run_dirs = [run_dirs]
@@ -128,8 +128,10 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
     title, differing = _settings_of(run_dirs)
     targets, evaluated = [], 0
     # a colour per algorithm, in the order the runs name them; its further runs (seeds, speeds) in its colour
-    # with the next dashes: by the run's place, two seeds of one algorithm had unrelated colours
+    # with the next dashes: by the run's place, two seeds of one algorithm had unrelated colours. Past as
+    # many runs of one algorithm as there are dashes, by the run's place (45 styles) again
     algorithms, repeats = list(dict.fromkeys(summary["algorithm"] for summary in summaries)), {}
+    by_algorithm = max(sum(s["algorithm"] == name for s in summaries) for name in algorithms) <= len(LINESTYLES)
     for number, (run_dir, summary) in enumerate(zip(run_dirs, summaries)):
         rows = read_metrics(run_dir)
         evaluated += bool(rows)
@@ -144,7 +146,8 @@ def accuracy_figure(run_dirs: list[str], figsize: tuple[float, float] = (7, 4.5)
         # the global model is constant between versions: draw steps, not interpolation
         kind = algorithms.index(summary["algorithm"])
         repeats[kind] = repeats.get(kind, -1) + 1
-        style = method_style(kind + 9 * repeats[kind])  # (method_style's nine colours, then its dashes)
+        # (method_style's nine colours, then its dashes)
+        style = method_style(kind + 9 * repeats[kind] if by_algorithm else number)
         # one evaluation (a run stopped before its first aggregation) is a point: a line of it is invisible
         line, = axes.plot([r["time"] for r in rows], [r["accuracy"] for r in rows], drawstyle="steps-post",
                           label=label, color=style["color"], linestyle=style["linestyle"],
