@@ -483,7 +483,7 @@ class Policy:
     def on_timer(self, sim: "Simulation", payload) -> None:
         """Called when a timer set with ``sim.set_timer(time, payload)`` fires (at ``time``, which is
         ``sim.now``; timers come first among the events of an instant). ``payload`` is the value
-        given to :meth:`Simulation.set_timer` (JSON-able: it is written to checkpoints). A timer
+        given to :meth:`Simulation.set_timer` (picklable: checkpoints pickle it). A timer
         cancelled with :meth:`Simulation.cancel` never fires. The default raises: a policy that
         sets timers must override it (FedCompass's ``T_max`` deadlines, FedAvg's ``round_timeout``,
         FedASMU's trigger period).
@@ -1001,8 +1001,10 @@ class Simulation:
         return max(later) if later else None
 
     def set_timer(self, time: float, payload=None) -> Event:
-        """Schedule a policy timer at virtual ``time`` (a Python or NumPy float64 or integer; ``payload``
-        must be JSON-able)."""
+        """Schedule a policy timer at virtual ``time`` (a Python or NumPy float64 or integer). ``payload``
+        comes back to :meth:`Policy.on_timer`; it must be picklable (checkpoints pickle it), and the timer's
+        row in the event log shows it as JSON (``str()`` of what JSON cannot write), so a string, a number
+        or a dict of them reads best."""
         if not isinstance(time, (float, int, np.integer)):
             # a float32 (a jax or NumPy scalar) was taken as it is: its 24 bits moved the timer and every
             # event after it (4.9338111877 for 4.9338111803)
