@@ -12,18 +12,25 @@ from jaxfl.config import RunConfig
 # Many tests build engines whose step chunks are the same XLA program (the same small model, batch
 # and step count); compiling each once per session instead of once per engine is most of the
 # suite's time. The persistent cache keys on the program, so results and trace counts are unchanged.
-# One cache for every worker (and, locally, across runs): jax writes an entry in place, so a worker
-# may read one another is still writing; that entry is then a truncated zlib stream, which jax reports
-# as a warning and compiles again (it is not what crashed a worker: see _free_the_module_s_engines).
-# (jax's size limit would lock each read and write, but each write then lists the whole cache.)
-jax.config.update("jax_compilation_cache_dir", os.environ.get(
-    "JAXFL_TEST_XLA_CACHE", os.path.join(tempfile.gettempdir(), f"jaxfl-test-xla-cache-{os.getuid()}")))
+# One cache for every worker and every process a test starts (the session's folder, which the root
+# conftest.py makes and removes; JAXFL_TEST_XLA_CACHE names another, kept across sessions): jax writes
+# an entry in place, so a worker may read one another is still writing; that entry is then a truncated
+# zlib stream, which jax reports as a warning and compiles again (it is not what crashed a worker: see
+# _free_the_module_s_engines). (jax's size limit would lock each read and write, but each write then
+# lists the whole cache.) The environment names it too: a `jaxfl` command a test starts read another
+# folder than the test's own runs, and compiled again what they had compiled a moment before.
+_cache = os.environ.get("JAXFL_TEST_XLA_CACHE") or os.environ.get("JAX_COMPILATION_CACHE_DIR") or tempfile.mkdtemp(
+    prefix="jaxfl-tests-xla-cache-")
+os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
+jax.config.update("jax_compilation_cache_dir", _cache)
 # Every program, the small ones too: the engine's per-run programs (client init, finish, server step,
 # evaluation) compile in under 0.2 s each but again for every run; cached, the conformance tests of 5
 # algorithms took 70.4 against 79.1 CPU s at a 0.2 s threshold, test_engine, _algorithms, _fedcompass,
 # _port and _ccfedavg 142 against 151 (fresh caches, run side by side, one core each).
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
 # The Ctrl-C tests send SIGINT to a `jaxfl` child. A suite started as a background job of a
 # non-interactive shell (`cmd &` in a script) inherits SIGINT ignored, and so would every child: the
