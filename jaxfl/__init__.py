@@ -6,8 +6,8 @@ plain-Python scheduler with one policy per algorithm (:mod:`jaxfl.scheduler`,
 (:mod:`jaxfl.engine`).
 
 >>> import jaxfl
->>> result = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedbuff", clients=4, local_steps=5,
-...                                                max_updates=3, progress=False))
+>>> result = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedbuff", model="logreg", clients=4,
+...                                                local_steps=5, max_updates=3, progress=False))
 >>> result.summary["global_updates"]
 3
 """

@@ -17,7 +17,7 @@ A run directory holds:
   (``run_experiment(config, time_per_step=...)``).
 
 >>> from jaxfl.config import RunConfig
->>> result = run_experiment(RunConfig(algorithm="fedavg", clients=4, local_steps=5,
+>>> result = run_experiment(RunConfig(algorithm="fedavg", model="logreg", clients=4, local_steps=5,
 ...                                   max_updates=2, progress=False))
 >>> result.summary["global_updates"]
 2

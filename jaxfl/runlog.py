@@ -1355,8 +1355,8 @@ class Run:
         ``<user: ...>``) needs them given again with the config.
 
         >>> import dataclasses, jaxfl, tempfile
-        >>> run = load_run(jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedbuff", clients=4, local_steps=2,
-        ...     max_updates=1, progress=False, output_dir=tempfile.mkdtemp())).run_dir)
+        >>> run = load_run(jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedbuff", model="logreg", clients=4,
+        ...     local_steps=2, max_updates=1, progress=False, output_dir=tempfile.mkdtemp())).run_dir)
         >>> again = dataclasses.replace(run.run_config, seed=1)   # the same run, another seed
         >>> again.algorithm, again.clients, again.seed
         ('fedbuff', 4, 1)
@@ -1431,8 +1431,8 @@ def load_run(run_dir: str) -> Run:
     files" in the module docstring).
 
     >>> import jaxfl, tempfile
-    >>> result = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedavg", clients=4, local_steps=2,
-    ...     max_updates=1, progress=False, output_dir=tempfile.mkdtemp()))
+    >>> result = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedavg", model="logreg", clients=4,
+    ...     local_steps=2, max_updates=1, progress=False, output_dir=tempfile.mkdtemp()))
     >>> run = load_run(result.run_dir)
     >>> run.summary["global_updates"], int(np.sum(run.events["event"] == "aggregate"))
     (1, 1)

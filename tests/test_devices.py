@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent("""
 
     base = RunConfig(algorithm=sys.argv[2], dataset="mnist10k", model="cnn", clients=8, local_steps=3,
                      batch_size=8, max_updates=3, buffer_size=4, client_optimizer="sgd", client_lr=0.05,
-                     progress=False, output_dir=sys.argv[1])
+                     eval_at_start=False, eval_every=3, progress=False, output_dir=sys.argv[1])  # the final model's
     out = {"devices": len(jax.devices())}
     for name, devices, per_call in (("four", 4, 4), ("one", 1, 1), ("four_pairs", 4, 8), ("one_pairs", 1, 2),
                                     ("one_eight", 1, 8)):

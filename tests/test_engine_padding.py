@@ -42,13 +42,14 @@ SCRIPT = textwrap.dedent("""
     # (init, the step loop, finish), where the loop's states come out to be read.
     separate = property(lambda self: False, lambda self, value: None)
     common = dict(dataset="mnist10k", model="mlp", batch_size=16, stop_at_target=False, progress=False,
-                  client_optimizer="sgd", client_lr=0.05, output_dir=sys.argv[1], checkpoint_every=None)
+                  client_optimizer="sgd", client_lr=0.05, output_dir=sys.argv[1], checkpoint_every=None,
+                  eval_at_start=False)  # (the final model's evaluation alone: no test reads the metrics)
     configs = {
         # FedAT, 7 steps each: calls of 1 or 2 clients on 2 devices
-        "fedat": dict(algorithm="fedat", clients=12, local_steps=7, speed_mean=0.05, max_updates=40),
+        "fedat": dict(algorithm="fedat", clients=12, local_steps=7, speed_mean=0.05, max_updates=40, eval_every=40),
         # FedAvg, local_epochs on a skewed partition: every client its own step count
         "epochs": dict(algorithm="fedavg", clients=8, local_epochs=0.5, partition="dirichlet_client",
-                       dirichlet_alpha=0.3, client_sizes="lognormal", max_updates=3),
+                       dirichlet_alpha=0.3, client_sizes="lognormal", max_updates=3, eval_every=3),
     }
     out = {"devices": len(jax.devices()), "runs": {}}
     # "unpacked": the rows' results leave the devices leaf by leaf instead of packed (_PackedResults)

@@ -145,8 +145,8 @@ def test_rows_follow_dictwriter_rules_for_missing_and_unknown_keys(tmp_path):
 
 
 def test_a_real_run_keeps_its_event_log_readable(tmp_path):
-    result = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedbuff", clients=4, local_steps=5, max_updates=3,
-                                                  progress=False, output_dir=str(tmp_path)))
+    result = jaxfl.run_experiment(jaxfl.RunConfig(algorithm="fedbuff", model="logreg", clients=4, local_steps=5,
+                                                  max_updates=3, progress=False, output_dir=str(tmp_path)))
     run = load_run(result.run_dir)
     assert run.summary["global_updates"] == 3 and run.config["config"]["data"]["clients"] == 4
     assert run.metrics["version"].dtype == np.int64 and run.metrics["version"][-1] == 3
