@@ -36,12 +36,14 @@ from jaxfl.kernels.client import ClientView  # noqa: E402
 from _report import check_data_dir, run_header, write_json  # noqa: E402  (benchmarks/_report.py)
 
 
-def measure(local_steps: int, rounds: int, client_rounds: int, data_dir: str | None = None) -> dict:
+def measure(local_steps: int, rounds: int, client_rounds: int, data_dir: str | None = None,
+            quick: bool = False) -> dict:
     """Per-step wall and CPU milliseconds of ``local_steps`` one-step calls and of one chunk call."""
-    size = dict(cpu_speed.WORKLOADS["cross_device"], local_steps=local_steps, rounds=1)
+    # (the run builds the engine alone: the programs timed hold one client a device, whatever the round's size)
+    size = dict((cpu_speed.QUICK if quick else cpu_speed.WORKLOADS)["cross_device"], local_steps=local_steps, rounds=1)
     with tempfile.TemporaryDirectory() as folder:
         config = dataclasses.replace(cpu_speed.workload_config("cross_device", size, folder, "calls", data_dir),
-                                     max_updates=1, eval_every=1)
+                                     max_updates=1, eval_every=1, eval_at_start=False)
         engine = run_experiment(config).engine  # the engine as a run builds it: plan, mesh, programs
     padded = engine.mesh.size  # one client per device, as the CPU default trains them
     programs = {"one-step calls": (engine.compiled_steps(padded, 1)[0], [1] * local_steps),
@@ -93,7 +95,7 @@ def main(argv=None) -> int:
     check_data_dir(parser, "--data-dir", args.data_dir)
     if args.quick:
         args.local_steps, args.rounds, args.client_rounds = 2, 3, 1
-    result = measure(args.local_steps, args.rounds, args.client_rounds, args.data_dir)
+    result = measure(args.local_steps, args.rounds, args.client_rounds, args.data_dir, quick=args.quick)
     print(f"{result['devices']} devices, {result['step_loop']} steps, load average {os.getloadavg()[0]:.1f}")
     print(f"{'calls':<22} {'wall ms/step':>12} {'CPU ms/step':>12} {'CPU range':>16}")
     for row in result["rows"]:
