@@ -1002,9 +1002,9 @@ class Simulation:
 
     def set_timer(self, time: float, payload=None) -> Event:
         """Schedule a policy timer at virtual ``time`` (a Python or NumPy float64 or integer). ``payload``
-        comes back to :meth:`Policy.on_timer`; it must be picklable (checkpoints pickle it), and the timer's
-        row in the event log shows it as JSON (``str()`` of what JSON cannot write), so a string, a number
-        or a dict of them reads best."""
+        comes back to :meth:`Policy.on_timer`; it must be picklable (checkpoints pickle it). The timer's row
+        in the event log shows it in its ``detail`` column: a string as it is, anything else as JSON where
+        JSON can write it, else as ``str()``."""
         if not isinstance(time, (float, int, np.integer)):
             # a float32 (a jax or NumPy scalar) was taken as it is: its 24 bits moved the timer and every
             # event after it (4.9338111877 for 4.9338111803)
@@ -1635,10 +1635,15 @@ def _timer_detail(payload) -> str | None:
 
     >>> _timer_detail({"deadline": 17}), _timer_detail("trigger"), _timer_detail(None)
     ('{"deadline":17}', 'trigger', None)
+    >>> _timer_detail({(0, 1): "tier"})  # keys JSON cannot write (it raised as the timer fired, mid-run)
+    "{(0, 1): 'tier'}"
     """
     if payload is None or isinstance(payload, str):
         return payload
-    return json.dumps(payload, separators=(",", ":"), default=str)
+    try:
+        return json.dumps(payload, separators=(",", ":"), default=str)
+    except (TypeError, ValueError):  # a dict's tuple keys, a circular payload
+        return str(payload)
 
 
 def _ignore_row(values: tuple) -> None:
