@@ -3,7 +3,9 @@
 XLA's persistent compilation cache, in a folder new to this session: the suite builds hundreds of
 engines whose jitted steps are the same programs, and without the cache each is compiled again. A
 cached executable is the same program, so no result changes; the folder is removed at exit, so
-nothing carries from one test session to the next. Subprocesses started by tests inherit it.
+nothing carries from one test session to the next (``JAXFL_TEST_XLA_CACHE``, or a cache the user set
+for jax in ``JAX_COMPILATION_CACHE_DIR``, is used instead and kept: tests/conftest.py). The tests'
+own runs and every process they start use it.
 
 XLA:CPU compiles faster for the tests (``XLA_FLAGS``, inherited by subprocesses; flags the user set
 are kept): LLVM at optimisation level 1 instead of 3, and fusions by XLA's classic emitter instead of
@@ -34,7 +36,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import pytest  # noqa: E402  (after the environment above: it imports nothing of jax)
 

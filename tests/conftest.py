@@ -19,8 +19,13 @@ from jaxfl.config import RunConfig
 # _free_the_module_s_engines). (jax's size limit would lock each read and write, but each write then
 # lists the whole cache.) The environment names it too: a `jaxfl` command a test starts read another
 # folder than the test's own runs, and compiled again what they had compiled a moment before.
-_cache = os.environ.get("JAXFL_TEST_XLA_CACHE") or os.environ.get("JAX_COMPILATION_CACHE_DIR") or tempfile.mkdtemp(
-    prefix="jaxfl-tests-xla-cache-")
+_cache = os.environ.get("JAXFL_TEST_XLA_CACHE") or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+if not _cache:  # (the root conftest.py not read: a pytest started with another rootdir)
+    import atexit
+    import shutil
+
+    _cache = tempfile.mkdtemp(prefix="jaxfl-tests-xla-cache-")
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
 jax.config.update("jax_compilation_cache_dir", _cache)
 # Every program, the small ones too: the engine's per-run programs (client init, finish, server step,

@@ -15,7 +15,8 @@ HEADER = {"machine", "device", "jax", "date", "command"}  # _report.run_header's
 def _run_script(script: str, arguments: list, monkeypatch, capsys) -> types.SimpleNamespace:
     """``python3 benchmarks/SCRIPT ARGUMENTS``, run in this process as that command runs it (a process of
     its own cost about 3 s of imports, most of a small benchmark's smoke test): what the script changes
-    at import, sys.path and the environment, is put back after. Its stdout, and its stderr with the
+    at import, sys.path and the environment, is put back after (the modules it imported stay imported,
+    and a hang is the suite's: no timeout of its own). Its stdout, and its stderr with the
     warnings it issued (which a process of its own prints there); an exit status other than 0 fails.
     The benchmarks that pin the process to a core or set jax's flags before importing it, and those
     about fresh processes, run in processes of their own."""

@@ -329,6 +329,7 @@ def test_processes_given_other_settings_are_refused_on_every_process_before_trai
     for differs in ("client_lr: 0.5 here, 0.05 on process 0", "num_processes: 3 here, 2 on process 0",
                     "jax_enable_x64: True here, False on process 0"):
         assert differs in second, second
+    assert second.count(" on process 0") == 3, second  # those three and no other
     assert not os.path.exists(tmp_path / "runs-2")  # nothing trained, nothing written
 
 

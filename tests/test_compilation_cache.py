@@ -152,7 +152,8 @@ def test_runs_from_python_read_back_what_an_earlier_run_of_the_process_compiled(
     assert int(first_misses) >= int(hits) >= 3 and int(misses) == 0
     assert first_dir == second_dir == "None" and loss == first_loss  # the settings restored; the same run
     assert folder.startswith(tempfile.gettempdir()) and not os.path.exists(folder)  # removed at exit
-    # (one run: no cache consulted at all, and no folder made, leaves a second nothing to read back)
+    # (one run: jaxfl reads the setting at every run, and a run that consulted no cache and made no
+    # folder leaves a second nothing to read back)
     done = subprocess.run([sys.executable, "-c", TWO_RUNS, str(tmp_path / "off"), "1"],
                           env={**every, ENVIRONMENT_VARIABLE: "off"}, capture_output=True,
                           text=True, timeout=600)

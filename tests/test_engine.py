@@ -100,7 +100,8 @@ def test_one_compilation_per_bucket_and_padding_counted(small_config, model, loo
     # shape compiled once over the 4 rounds; LeNet-5's (every convolution a matrix product on CPU) as
     # one rolled loop too. A call that is one program (the rolled loop) runs its steps and finish
     # in it: one dispatch and one compilation fewer.
-    # (SGD: the programs of test_step_loop_given_overrides_the_engines_choice, read back from the cache)
+    # (SGD, as in test_step_loop_given_overrides_the_engines_choice: one set of programs for both tests,
+    # compiled by the first and read back from the cache by the other)
     config = replace(small_config, algorithm="fedavg", model=model, clients=6, clients_per_call=8, steps_per_call=3,
                      local_steps=4, max_updates=4, devices=1, client_optimizer="sgd", client_lr=0.05)
     result = run_experiment(config)
@@ -174,7 +175,7 @@ def test_step_loop_given_overrides_the_engines_choice(small_config, model, chose
     # SGD clients: Adam's g/√v magnifies reassociation on near-zero gradients (on jax 0.12, 1.9e-3 apart
     # on the CNN's last bias after three rounds; README, "Reproducibility and recovery")
     config = replace(small_config, algorithm="fedavg", model=model, clients=6, clients_per_call=8, steps_per_call=3,
-                     local_steps=4, max_updates=1, devices=1, client_optimizer="sgd", client_lr=0.05)
+                     local_steps=4, max_updates=3, devices=1, client_optimizer="sgd", client_lr=0.05)
     default = run_experiment(replace(config, run_name="default"))
     # (a rolled loop reads no steps_per_call: refused with it since 2026-12-05)
     given = run_experiment(replace(config, run_name="given", step_loop=forced,
@@ -182,7 +183,7 @@ def test_step_loop_given_overrides_the_engines_choice(small_config, model, chose
     assert default.summary["step_loop"] == chosen and given.summary["step_loop"] == forced
     programs = {"run_and_finish": 1} if forced == "rolled" else {"run_steps": 2, "finish": 1}
     assert given.summary["compilations"] == {"init": 1, **programs, "server_step": 1}
-    assert given.engine.stats.executed_steps == default.engine.stats.executed_steps == 1 * 32
+    assert given.engine.stats.executed_steps == default.engine.stats.executed_steps == 3 * 32
     for a, b in zip(jax.tree.leaves(default.engine.params), jax.tree.leaves(given.engine.params)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-3, atol=1e-4)
     assert given.summary["final_accuracy"] == pytest.approx(default.summary["final_accuracy"], abs=0.01)

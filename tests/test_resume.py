@@ -69,7 +69,7 @@ def test_ctrl_c_on_jaxfl_run_names_the_run_folder_and_its_resume(tmp_path):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                cwd=os.path.dirname(os.path.dirname(__file__)))
     deadline = time.time() + 600
-    while time.time() < deadline and running.poll() is None:  # mid-run: after a few checkpoints
+    while time.time() < deadline and running.poll() is None:  # mid-run: after its first checkpoint (update 5)
         newest = checkpoint.latest(str(cut)) if (cut / "checkpoints").exists() else None
         if newest and int(newest[-6:]) >= 5:
             break

@@ -5,6 +5,7 @@ import csv
 import json
 import math
 import os
+import re
 import shutil
 import sys
 
@@ -207,9 +208,8 @@ def test_ctrl_c_on_jaxfl_sweep_says_what_is_kept_and_the_same_command_goes_on(tm
     import time
 
     folder = tmp_path / "cut"
-    # 60 updates, a checkpoint every 10: the Ctrl-C (20 ms after the first checkpoint) must land mid-run even
-    # when the programs come from the compilation cache (at 20 updates, in CI 2026-11-30, the parallel test's
-    # first cells finished before their sweep handled the signal); a checkpoint every update was 120 saves
+    # 60 updates, a checkpoint every 10 (after every update it was 120 saves): the Ctrl-C, 20 ms after the
+    # first checkpoint, lands with 50 updates to go, also when the programs come from the compilation cache
     flags = [*FLAGS, "--algorithm", "fedbuff", "--max-updates", "60", "--checkpoint-every", "10",
              "--out", str(folder)]  # the later flags win
     command = [sys.executable, "-m", "jaxfl.cli", "sweep", *flags]
@@ -350,9 +350,9 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     import time
 
     folder = tmp_path / "cut"
-    # two cells, one a job: each is a worker process of its own (a jax import and a build), and four
-    # resumed in two rounds; a cell still waiting when the Ctrl-C comes is simply never started
-    flags = [*FLAGS, "--seed", "0", "--max-updates", "60", "--jobs", "2", "--out", str(folder)]  # the later flags win
+    # four cells, two jobs: a cell waits for a share another frees, and the same command goes on with
+    # interrupted cells and cells never started
+    flags = [*FLAGS, "--max-updates", "60", "--jobs", "2", "--out", str(folder)]  # the later flags win
     root = os.path.dirname(os.path.dirname(__file__))
     command = [sys.executable, "-m", "jaxfl.cli", "sweep", *flags]
     running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
@@ -369,6 +369,8 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     assert ("the same command goes on (finished cells are skipped, the interrupted ones resume from their newest "
             "checkpoints)") in err
     assert _workers_of(folder) == []  # none left running
+    # cut mid-run: a cell that finished in the seconds its sweep gave it to stop would leave nothing to resume
+    assert any(not (path / "summary.json").exists() for path in (folder / "runs").glob("*"))
     capsys.readouterr()
     with pytest.raises(SystemExit) as other_jobs:  # the refusal needs no process of its own
         cli.main(["sweep", *flags[:-4], "--jobs", "1", "--out", str(folder)])
@@ -383,6 +385,7 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     before, deadline = written(), time.time() + 300
     while time.time() < deadline and not (_workers_of(folder) and written() > before):  # the workers are training
         time.sleep(0.05)
+    assert time.time() < deadline, "the relaunched sweep's workers never trained: nothing was killed below"
     at_kill = _newest_checkpoints(folder)
     killed.kill()  # SIGKILL: the sweep cannot stop its workers; Linux tells them (PR_SET_PDEATHSIG)
     killed.wait()
@@ -399,8 +402,8 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     assert gone_on == {}
     capsys.readouterr()
     assert cli.main(["sweep", *flags]) == 0  # the same command, from this process: its cells in workers as before
-    assert [row["global_updates"] for row in read_results(str(folder))] == [60, 60]
-    assert "resumed" in capsys.readouterr().out
+    assert [row["global_updates"] for row in read_results(str(folder))] == [60, 60, 60, 60]
+    assert re.search(r"\b[1-4] resumed", capsys.readouterr().out)  # ("0 resumed" is printed too)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and subreapers are Linux's")
