@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-import types
 
 import pytest
 
@@ -12,36 +11,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADER = {"machine", "device", "jax", "date", "command"}  # _report.run_header's, in every benchmark's JSON
 
 
-def _run_script(script: str, arguments: list, monkeypatch, capsys) -> types.SimpleNamespace:
-    """``python3 benchmarks/SCRIPT ARGUMENTS``, run in this process as that command runs it (a process of
-    its own cost about 3 s of imports, most of a small benchmark's smoke test): what the script changes
-    at import, sys.path and the environment, is put back after (the modules it imported stay imported,
-    and a hang is the suite's: no timeout of its own). Its stdout, and its stderr with the
-    warnings it issued (which a process of its own prints there); an exit status other than 0 fails.
-    The benchmarks that pin the process to a core or set jax's flags before importing it, and those
-    about fresh processes, run in processes of their own."""
-    import runpy
-    import warnings
-
-    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))  # the script's folder first; sys.path put back whole
-    monkeypatch.setattr(os, "environ", os.environ.copy())
-    monkeypatch.setattr(sys, "argv", [os.path.join(ROOT, "benchmarks", script), *arguments])
-    capsys.readouterr()
-    with warnings.catch_warnings(record=True) as issued:
-        warnings.simplefilter("always")
-        try:
-            runpy.run_path(sys.argv[0], run_name="__main__")
-        except SystemExit as exited:
-            assert exited.code in (None, 0), capsys.readouterr().err[-3000:]
-    out, err = capsys.readouterr()
-    return types.SimpleNamespace(stdout=out, stderr=err + "".join(
-        warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in issued))
-
-
-def test_scheduler_throughput_quick(tmp_path, monkeypatch, capsys):
+def test_scheduler_throughput_quick(tmp_path):
     out = tmp_path / "sched.json"
-    done = _run_script("scheduler_throughput.py", ["--quick", "--algorithms", "fedasync", "fedbuff", "fedcompass",
-                                                   "--json", str(out)], monkeypatch, capsys)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scheduler_throughput.py"), "--quick",
+                           "--algorithms", "fedasync", "fedbuff", "fedcompass", "--json", str(out)], check=True,
+                          capture_output=True, text=True, timeout=600)
     assert "is ignored" not in done.stderr  # each algorithm gets only the options it reads
     results = json.loads(out.read_text())["results"]
     assert all(0 <= r["start_s"] <= r["run_s"] and r["events_per_cpu_s"] > 0 for r in results)
@@ -51,9 +25,10 @@ def test_scheduler_throughput_quick(tmp_path, monkeypatch, capsys):
     assert all(r["in_flight"] <= 1000 for r in results if r["algorithm"] != "fedcompass")
 
 
-def test_scheduler_throughput_writes_and_reads_an_event_log_of_n_rows(monkeypatch, capsys):
-    done = _run_script("scheduler_throughput.py", ["--log-rows", "3001", "--log-formats", "run", "auto", "csv",
-                                                   "parquet"], monkeypatch, capsys)
+def test_scheduler_throughput_writes_and_reads_an_event_log_of_n_rows():
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scheduler_throughput.py"), "--log-rows",
+                           "3001", "--log-formats", "run", "auto", "csv", "parquet"], check=True,
+                          capture_output=True, text=True, timeout=600)
     rows = [line.split() for line in done.stdout.splitlines()[1:]]
     # (format, written as, rows): told 3,001 rows, "run" stays CSV below the 200,000-row switch
     assert [row[:3] for row in rows] == [["run", "csv", "3001"], ["auto", "csv", "3001"], ["csv", "csv", "3001"],
@@ -61,9 +36,10 @@ def test_scheduler_throughput_writes_and_reads_an_event_log_of_n_rows(monkeypatc
     assert all(float(row[5]) > 0 for row in rows)  # CPU µs per row written
 
 
-def test_scheduler_throughput_breakdown_names_the_parts_of_an_event(monkeypatch, capsys):
-    done = _run_script("scheduler_throughput.py", ["--breakdown", "--clients", "1000", "--updates", "300",
-                                                   "--concurrency", "100"], monkeypatch, capsys)
+def test_scheduler_throughput_breakdown_names_the_parts_of_an_event():
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scheduler_throughput.py"), "--breakdown",
+                           "--clients", "1000", "--updates", "300", "--concurrency", "100"], check=True,
+                          capture_output=True, text=True, timeout=600)
     lines = done.stdout.splitlines()
     micros = {line.rsplit(None, 2)[0]: float(line.split()[-2]) for line in lines if line.endswith("µs")}
     counts = {line.rsplit(None, 1)[0]: float(line.split()[-1]) for line in lines if not line.endswith("µs")}
@@ -89,10 +65,12 @@ def test_scheduler_throughput_breakdown_names_the_parts_of_an_event(monkeypatch,
     assert counts["fedcompass   dispatches per event (count)"] > 1  # the warm-up dispatches every client
 
 
-def test_cpu_speed_quick_runs_jaxfl_with_defaults_and_no_padding(tmp_path, monkeypatch, capsys):
+def test_cpu_speed_quick_runs_jaxfl_with_defaults_and_no_padding(tmp_path):
     # The PyTorch side runs where benchmarks/.venv-torch exists and is reported as skipped elsewhere.
     out = tmp_path / "cpu.json"
-    _run_script("cpu_speed.py", ["--quick", "--workloads", "cross_device", "--json", str(out)], monkeypatch, capsys)
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "cpu_speed.py"), "--quick",
+                    "--workloads", "cross_device", "--json", str(out)], check=True, capture_output=True, text=True,
+                   timeout=600)
     report = json.loads(out.read_text())
     assert HEADER <= set(report) and report["data_dir"] == "/usr/share/datasets/fashion-mnist"  # jaxfl's folder
     (row,) = report["rows"]
@@ -139,14 +117,15 @@ def test_cpu_step_profiles_formulations_side_by_side():
     assert divisions and all(row[0] == "" for row in divisions) and max(float(row[1] or 0) for row in divisions) > 0
 
 
-def test_client_batching_quick_has_the_one_big_model_limit_and_flops(tmp_path, monkeypatch, capsys):
+def test_client_batching_quick_has_the_one_big_model_limit_and_flops(tmp_path):
     out = tmp_path / "batching.json"
     # --quick at K = 2 alone (K = 1's row compiles three more programs: 70 s of the suite against 45) and
     # one step of 16 images a call (57 CPU s at its own 2 steps of 64, 34 at this): what is checked, the
     # rows, the limit and the FLOP counts, does not depend on the step count, the batch or K
-    _run_script("client_batching.py", ["--quick", "--clients", "2", "--steps", "1", "--steps-per-call", "1",
-                                       "--batch-size", "16", "--im2col", "--rolled", "--peak-tflops", "1.0", "--json",
-                                       str(out)], monkeypatch, capsys)
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "client_batching.py"), "--quick",
+                    "--clients", "2", "--steps", "1", "--steps-per-call", "1", "--batch-size", "16", "--im2col",
+                    "--rolled", "--peak-tflops", "1.0", "--json", str(out)], check=True, capture_output=True, text=True,
+                   timeout=600)
     report = json.loads(out.read_text())
     assert report["model"] == "cnn" and report["parameters"] == 582026
     assert {"machine", "device", "jax", "date", "command"} <= set(report)
@@ -208,10 +187,11 @@ def test_client_batching_counts_the_flops_of_the_program_not_of_a_backends_compi
 
 
 @pytest.mark.slow
-def test_client_batching_quick_resnet18_with_batchnorm_state(tmp_path, monkeypatch, capsys):
+def test_client_batching_quick_resnet18_with_batchnorm_state(tmp_path):
     out = tmp_path / "resnet.json"
-    _run_script("client_batching.py", ["--quick", "--model", "resnet18", "--clients", "1", "--steps", "1",
-                                       "--steps-per-call", "1", "--json", str(out)], monkeypatch, capsys)
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "client_batching.py"), "--quick",
+                    "--model", "resnet18", "--clients", "1", "--steps", "1", "--steps-per-call", "1",
+                    "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
     report = json.loads(out.read_text())
     assert report["model"] == "resnet18" and report["parameters"] == 11173962
     (row,) = report["rows"]
@@ -220,10 +200,11 @@ def test_client_batching_quick_resnet18_with_batchnorm_state(tmp_path, monkeypat
     assert row["vmapped_tflops"] > 0 and row["limit_tflops"] > 0
 
 
-def test_end_to_end_quick_runs_both_sides_of_both_workloads(tmp_path, monkeypatch, capsys):
+def test_end_to_end_quick_runs_both_sides_of_both_workloads(tmp_path):
     out = tmp_path / "e2e.json"
-    done = _run_script("end_to_end.py", ["--quick", "--sides", "defaults", "one_per_call", "rolled", "--json",
-                                         str(out)], monkeypatch, capsys)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "end_to_end.py"), "--quick", "--sides",
+                           "defaults", "one_per_call", "rolled", "--json", str(out)],
+                          check=True, capture_output=True, text=True, timeout=600)
     report = json.loads(out.read_text())
     assert "| workload | rolled: wall s |" in done.stdout
     assert {"machine", "device", "jax", "date", "command"} <= set(report)
@@ -257,11 +238,12 @@ def test_end_to_end_quick_runs_both_sides_of_both_workloads(tmp_path, monkeypatc
         assert row["step_bound"] == single["steps_in_sequence"] / defaults["steps_in_sequence"]
 
 
-def test_end_to_end_step_bounds_count_an_accelerators_calls_without_one(tmp_path, monkeypatch, capsys):
+def test_end_to_end_step_bounds_count_an_accelerators_calls_without_one(tmp_path):
     """--step-bounds: the step bound of each workload for one accelerator's defaults, counted on the
     CPU with a logistic regression (the schedule and the batching do not depend on the model)."""
     out = tmp_path / "bounds.json"
-    done = _run_script("end_to_end.py", ["--step-bounds", "--quick", "--json", str(out)], monkeypatch, capsys)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "end_to_end.py"), "--step-bounds",
+                           "--quick", "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
     report = json.loads(out.read_text())
     assert report["clients_per_call"] == 256
     assert [row["workload"] for row in report["rows"]] == ["fedbuff", "fedcompass"]
@@ -272,9 +254,10 @@ def test_end_to_end_step_bounds_count_an_accelerators_calls_without_one(tmp_path
     assert "| fedbuff |" in done.stdout and "step bound" in done.stdout
 
 
-def test_client_state_quick_places_the_bank_three_ways_with_one_result(tmp_path, monkeypatch, capsys):
+def test_client_state_quick_places_the_bank_three_ways_with_one_result(tmp_path):
     out = tmp_path / "client_state.json"
-    _run_script("client_state.py", ["--quick", "--json", str(out)], monkeypatch, capsys)
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "client_state.py"), "--quick",
+                    "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
     rows = {row["placement"]: row for row in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"device", "host", "memmap"}
     assert all(row["bit_identical_to_device"] and row["client_state_bytes"] == 40 * row["model_bytes"]
@@ -283,9 +266,10 @@ def test_client_state_quick_places_the_bank_three_ways_with_one_result(tmp_path,
     assert rows["host"]["hook_state_bytes"] == rows["memmap"]["hook_state_bytes"] == 0
 
 
-def test_million_clients_quick_trains_fedbuff_with_what_is_in_flight(tmp_path, monkeypatch, capsys):
+def test_million_clients_quick_trains_fedbuff_with_what_is_in_flight(tmp_path):
     out = tmp_path / "million.json"
-    _run_script("million_clients.py", ["--quick", "--json", str(out)], monkeypatch, capsys)
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "million_clients.py"), "--quick",
+                    "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
     report = json.loads(out.read_text())
     assert {"machine", "device", "jax", "date", "command", "load_average_before"} <= set(report)
     (row,) = report["rows"]
@@ -353,9 +337,10 @@ def test_a_preflight_cut_at_its_limit_goes_on_and_a_failing_one_stops_the_button
         assert "preflight failed (exit status 3)" in log
 
 
-def test_sweep_lockstep_quick_times_one_flush_of_2k_against_two_of_k(tmp_path, monkeypatch, capsys):
+def test_sweep_lockstep_quick_times_one_flush_of_2k_against_two_of_k(tmp_path):
     out = tmp_path / "lockstep.json"
-    done = _run_script("sweep_lockstep.py", ["--quick", "--json", str(out)], monkeypatch, capsys)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "sweep_lockstep.py"), "--quick",
+                           "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
     report = json.loads(out.read_text())
     assert HEADER <= set(report)
     (row,) = report["rows"]
@@ -398,9 +383,10 @@ def test_determinism_quick_finds_two_fresh_processes_train_the_same_model_bit_fo
     assert "| (none) | yes | 0 |" in done.stdout
 
 
-def test_checkpoint_overhead_quick_runs_the_three_cadences_to_the_same_model(tmp_path, monkeypatch, capsys):
+def test_checkpoint_overhead_quick_runs_the_three_cadences_to_the_same_model(tmp_path):
     out = tmp_path / "checkpoints.json"  # --quick: one round of 25 updates of logreg
-    _run_script("checkpoint_overhead.py", ["--quick", "--json", str(out)], monkeypatch, capsys)
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "checkpoint_overhead.py"), "--quick",
+                    "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
     report = json.loads(out.read_text())
     assert HEADER <= set(report) and (report["model"], report["updates"], report["repeats"]) == ("logreg", 25, 1)
     saves = {row["side"]: row["saves"] for row in report["table"]}
@@ -431,9 +417,10 @@ def test_narrow_convolutions_quick_times_lenet5_both_ways_and_an_evaluation(tmp_
     assert row["images"] == 2000  # --quick's held-out set (10,000 by default)
 
 
-def test_minibatch_sampling_quick_draws_both_ways(tmp_path, monkeypatch, capsys):
+def test_minibatch_sampling_quick_draws_both_ways(tmp_path):
     out = tmp_path / "sampling.json"
-    done = _run_script("minibatch_sampling.py", ["--quick", "--json", str(out)], monkeypatch, capsys)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "minibatch_sampling.py"), "--quick",
+                           "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
     report = json.loads(out.read_text())
     assert HEADER <= set(report) and (report["clients"], report["batch_size"], report["repeats"]) == (2, 8, 3)
     (row,) = report["rows"]
