@@ -12,6 +12,7 @@ import threading
 
 INTERRUPTED_STATUS = 130  # a shell's status for a command ended by SIGINT
 _previous = None
+_interrupted = False  # a Ctrl-C came while the command started
 
 
 def quiet_interrupts_while_starting() -> None:
@@ -26,6 +27,8 @@ def quiet_interrupts_while_starting() -> None:
         return
 
     def interrupted(signum, frame):
+        global _interrupted
+        _interrupted = True
         sys.stderr.write("jaxfl: interrupted while starting: nothing written\n")
         raise SystemExit(INTERRUPTED_STATUS)
 
@@ -33,8 +36,13 @@ def quiet_interrupts_while_starting() -> None:
 
 
 def started() -> None:
-    """Python's own SIGINT handler again (the command's Ctrl-C handling takes over)."""
+    """Python's own SIGINT handler again (the command's Ctrl-C handling takes over); the command ends
+    here, status 130, where a Ctrl-C came while it started and its exit was lost: raised in a garbage
+    collector's callback (jax's, as jax imports), which Python reports as "Exception ignored" and
+    goes on from."""
     global _previous
     if _previous is not None:
         signal.signal(signal.SIGINT, _previous)
         _previous = None
+    if _interrupted:  # its line said already
+        raise SystemExit(INTERRUPTED_STATUS)

@@ -30,19 +30,36 @@ SWEEP_PID = "JAXFL_SWEEP_PID"
 def main(argv: list[str]) -> int:
     """Run (or resume) the cell; returns the exit status (see the module docstring)."""
     cores, state, run_dir, config_json, *speeds_file = argv
+    interrupted = []
+
+    def on_sigint(signum, frame):
+        # Python's own handler raises KeyboardInterrupt wherever the main thread is; where that is a
+        # garbage collector's callback (jax's, as jax imports), Python prints "Exception ignored" and
+        # goes on, and a worker whose sweep had died went on to train its cell to the end, unwatched
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
     # The sweep stops its workers with SIGINT (and Linux sends one when the sweep dies): a sweep
     # started as a shell script's background job has SIGINT ignored, and would hand that on.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, on_sigint)
     if _end_with_the_sweep():
         return 130
     if cores and hasattr(os, "sched_setaffinity"):  # before any jax computation starts XLA's threads
         os.sched_setaffinity(0, {int(core) for core in cores.split(",")})
-    import warnings
+    try:
+        import warnings
 
-    from jaxfl import stopping
-    from jaxfl.config import ConfigError, config_from_mapping
-    from jaxfl.execution import ResourceError
-    from jaxfl.sweep import run_cell
+        from jaxfl import stopping
+        from jaxfl.config import ConfigError, config_from_mapping
+        from jaxfl.execution import ResourceError
+        from jaxfl.sweep import run_cell
+    except KeyboardInterrupt:
+        return 130
+    if interrupted:  # one lost in a gc callback as jax imported: nothing started
+        return 130
+    # from here on the command's handler, which also keeps a stop request where its interrupt is lost
+    # the same way (the run stops at its next event, with a checkpoint), and which a save defers
+    signal.signal(signal.SIGINT, stopping._on_sigint)
 
     shown = warnings.showwarning
 

@@ -536,6 +536,22 @@ def test_ctrl_c_while_the_jaxfl_command_imports_is_one_line_and_status_130(tmp_p
     assert script.returncode == -signal.SIGINT and script.stderr.strip().endswith("KeyboardInterrupt")
 
 
+def test_ctrl_c_lost_in_a_garbage_collector_callback_while_the_command_imports_still_ends_it():
+    """Raised in a gc callback (jax's, as jax imports), the startup handler's exit was dropped by Python
+    ("Exception ignored") and the command went on to do its work."""
+    code = ("import gc, os, signal, sys\nsys.argv[0] = os.path.join('bin', 'jaxfl')\nfired = []\n"
+            "def sigint_inside(phase, info):\n"
+            "    if phase == 'start' and not fired and signal.getsignal(signal.SIGINT).__name__ == 'interrupted':\n"
+            "        fired.append(True)\n"
+            "        signal.raise_signal(signal.SIGINT)  # its handler runs here, in the callback\n"
+            "gc.callbacks.append(sigint_inside)\n"
+            "from jaxfl import cli\nsys.exit(cli.main(['--help']))\n")
+    command = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert "Exception ignored" in command.stderr  # where the exit went
+    assert command.returncode == 130 and command.stdout == "", command.stdout + command.stderr
+    assert command.stderr.count("jaxfl: interrupted while starting: nothing written\n") == 1
+
+
 class SlowThenCtrlC(CtrlC):
     """Waits ``seconds`` at the first metrics row, then a Ctrl-C at the ``at``-th."""
 

@@ -406,6 +406,68 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
     assert re.search(r"\b[1-4] resumed", capsys.readouterr().out)  # ("0 resumed" is printed too)
 
 
+# a worker (jaxfl imported: jax's own gc callback in place) whose first garbage collection in a moment (WHEN) runs the SIGINT handler inside the collector's
+# callback, as a SIGINT landing in jax's gc callback does: Python drops the handler's KeyboardInterrupt there
+# ("Exception ignored") and goes on
+SIGINT_IN_A_GC_CALLBACK = """
+import gc, os, signal, sys
+fired = []
+
+def sigint_inside(phase, info):
+    if phase == "start" and not fired and (WHEN):
+        fired.append(True)
+        print("SIGINT in a gc callback", flush=True)
+        signal.raise_signal(signal.SIGINT)  # its handler runs here, in the callback
+
+from jaxfl._sweep_worker import main
+PRELUDE
+gc.callbacks.append(sigint_inside)
+sys.exit(main(sys.argv[1:]))
+"""
+# a collection in the run's own thread after each checkpoint: the run raises the collector's threshold, and
+# a tiny run makes too few objects to reach it
+COLLECTING_AFTER_EACH_SAVE = """
+from jaxfl import checkpoint
+save = checkpoint.save
+
+def save_then_collect(*args, **kwargs):
+    saved = save(*args, **kwargs)
+    gc.collect()
+    return saved
+
+checkpoint.save = save_then_collect
+"""
+
+
+@pytest.mark.parametrize("moment", ["importing", "running"])
+def test_a_worker_stops_on_a_sigint_lost_in_a_garbage_collector_callback(tmp_path, moment):
+    """A sweep killed with SIGKILL leaves its workers Linux's SIGINT; one that landed in jax's gc callback as
+    the worker imported jax was lost, and the worker trained its cell to the end, unwatched (a relaunched
+    sweep would have run it a second time). Lost while importing, the worker ends before its run starts;
+    lost during the run, the run stops at its next event with a checkpoint there (the command's stop request)."""
+    import subprocess
+
+    from jaxfl.config import config_from_mapping
+
+    run_dir = tmp_path / "run"
+    when = {"importing": "not hasattr(sys.modules.get('jaxfl.sweep'), 'run_cell')",  # main()'s first imports
+            "running": f"os.path.isdir({str(run_dir / 'checkpoints' / 'ckpt-000002')!r})"}[moment]
+    config = config_from_mapping({**BASE, "max_updates": 40, "output_dir": str(tmp_path), "run_name": "run"})
+    script = SIGINT_IN_A_GC_CALLBACK.replace("WHEN", when).replace(
+        "PRELUDE", COLLECTING_AFTER_EACH_SAVE if moment == "running" else "")
+    worker = subprocess.run([sys.executable, "-c", script, "", "new",
+                             str(run_dir), json.dumps(config.to_dict())], capture_output=True, text=True,
+                            timeout=300, env=sharing_compilations())
+    assert worker.stdout.startswith("SIGINT in a gc callback"), worker.stdout + worker.stderr
+    assert "Exception ignored" in worker.stderr  # where the KeyboardInterrupt went
+    assert worker.returncode == 130, worker.stdout + worker.stderr
+    assert not (run_dir / "summary.json").exists()
+    if moment == "importing":
+        assert not run_dir.exists()
+    else:  # stopped at the next event boundary (of update 2 or 3), with a checkpoint there, not at update 40
+        assert int(os.path.basename(checkpoint.latest(str(run_dir)))[len("ckpt-"):]) in (2, 3)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and subreapers are Linux's")
 def test_a_worker_whose_sweep_died_as_it_started_ends_also_under_a_subreaper():
     """A worker asks Linux for a SIGINT at its sweep's death only once it runs (after importing jax):
