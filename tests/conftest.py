@@ -48,13 +48,10 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 def sharing_compilations(**changes) -> dict:
     """The environment for a subprocess of a test (a `jaxfl` command, a script of several processes):
-    this one's, with the tests' compilation cache, so that it loads the programs this or another
-    process compiled for the same model and shapes instead of compiling them again (what such a test
-    checks is the process's own behaviour: signals, resumes, collectives), plus ``changes``."""
-    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=jax.config.jax_compilation_cache_dir,
-                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=str(jax.config.jax_persistent_cache_min_compile_time_secs),
-                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=str(jax.config.jax_persistent_cache_min_entry_size_bytes),
-                **changes)
+    this one's, which names the tests' compilation cache (above), so that it loads the programs this
+    or another process compiled for the same model and shapes instead of compiling them again (what
+    such a test checks is the process's own behaviour: signals, resumes, collectives), plus ``changes``."""
+    return dict(os.environ, **changes)
 
 
 @pytest.fixture(autouse=True, scope="module")
