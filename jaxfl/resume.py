@@ -27,6 +27,7 @@ import contextlib
 import gc
 import contextvars
 import dataclasses
+import errno
 import hashlib
 import json
 import math
@@ -133,7 +134,8 @@ def holding_lock(folder: str, what: str = "run directory", again: str | None = N
     """Hold an exclusive ``flock`` on ``folder/.lock`` (which records this process's id) while inside:
     two processes writing one run (or sweep) directory would interleave their rows and checkpoints.
     Another process holding it is an :class:`InUse` naming its id. The lock goes with the process
-    (also when it is killed); the empty ``.lock`` file stays.
+    (also when it is killed); the empty ``.lock`` file stays. On a file system without locks (``flock``
+    says ENOLCK or ENOTSUP: some NFS and SMB mounts, exFAT) a warning says so and the block runs unguarded.
 
     >>> import tempfile
     >>> folder = tempfile.mkdtemp()
@@ -148,7 +150,15 @@ def holding_lock(folder: str, what: str = "run directory", again: str | None = N
     handle = open(path, "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # BlockingIOError: held by another process (its id is written just after it took it)
+    except OSError as error:  # BlockingIOError: held by another process (its id is written just after it took it)
+        if not _held_elsewhere(error):
+            # a folder on a file system without locks (some NFS and SMB mounts, exFAT): said, not taken
+            # for a lock another process holds, and the work goes on without the guard
+            warn_user(f"could not lock {path} ({error.strerror or error}): its file system may not support "
+                      f"locks, so a second process writing this {what} at once would not be refused")
+            handle.close()
+            yield
+            return
         holder = ""
         for _ in range(20):
             handle.seek(0)
@@ -174,6 +184,15 @@ def holding_lock(folder: str, what: str = "run directory", again: str | None = N
         except OSError:
             pass
         handle.close()  # releases the lock
+
+
+def _held_elsewhere(error: OSError) -> bool:
+    """Whether ``flock``'s error says another process holds the lock (not that the file system has none).
+
+    >>> _held_elsewhere(BlockingIOError(errno.EWOULDBLOCK, "busy")), _held_elsewhere(OSError(errno.ENOLCK, "no locks"))
+    (True, False)
+    """
+    return error.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
 
 
 def check_not_in_use(folder: str) -> None:
@@ -210,8 +229,8 @@ def in_use_by(folder: str) -> str | None:
     with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return handle.read().strip()
+        except OSError as error:
+            return handle.read().strip() if _held_elsewhere(error) else None  # no locks there: no way to tell
         fcntl.flock(handle, fcntl.LOCK_UN)
     return None
 

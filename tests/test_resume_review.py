@@ -820,3 +820,23 @@ def test_a_run_of_the_config_another_process_is_writing_is_named_as_running_not_
             shutil.rmtree(f"{run}-2")
             if folder is not None:
                 shutil.rmtree(folder)
+
+
+def test_a_folder_on_a_file_system_without_locks_runs_with_a_warning_not_as_in_use(tmp_path, monkeypatch):
+    """flock's "no locks here" (ENOLCK: an NFS mount without its lock daemon; ENOTSUP: exFAT, some SMB
+    mounts) was read as a lock another process holds: every run there was refused as "in use by
+    process (unknown)". It is said, and the run goes on without the guard."""
+    import errno
+    import fcntl
+
+    from jaxfl.resume import in_use_by
+
+    def no_locks(handle, operation):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.warns(UserWarning, match=r"could not lock .*\.lock \(No locks available\): its file system may "
+                                         r"not support locks, so a second process writing this run directory"):
+        result = jaxfl.run_experiment(jaxfl.RunConfig(**TINY, max_updates=2, output_dir=str(tmp_path)))
+    assert result.summary["global_updates"] == 2
+    assert in_use_by(result.run_dir) is None  # no way to tell: not "in use"
