@@ -11,6 +11,7 @@ backends are already running, or ``JAXFL_CPU_DEVICES=1`` says not to. Accelerato
 from __future__ import annotations
 
 import os
+import sys
 
 import jax
 import numpy as np
@@ -24,11 +25,31 @@ _CPU_ALIGNMENT = 64
 
 
 def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity, which containers and ``taskset`` narrow)."""
+    """Cores this process may run on: its CPU affinity (which containers and ``taskset`` narrow) on
+    Linux; on a Mac its performance cores (Apple silicon's efficiency cores, a fraction as fast, would
+    be devices that every sharded call waits for; not measured on a Mac: ``JAXFL_CPU_DEVICES=N``
+    chooses otherwise); elsewhere every core."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        pass
+    if sys.platform == "darwin":
+        performance = _sysctl_int("hw.perflevel0.logicalcpu")  # (absent on an Intel Mac: one kind of core)
+        if performance:
+            return performance
+    return os.cpu_count() or 1
+
+
+def _sysctl_int(name: str) -> int | None:
+    """A macOS ``sysctl`` integer (``sysctl -n NAME``) read without starting a process, or None."""
+    import ctypes
+
+    value, size = ctypes.c_int(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_int))
+    try:
+        failed = ctypes.CDLL(None).sysctlbyname(name.encode(), ctypes.byref(value), ctypes.byref(size), None, 0)
+    except (OSError, AttributeError):  # no such call (not a BSD)
+        return None
+    return value.value if failed == 0 and value.value > 0 else None
 
 
 def backends_started() -> bool:

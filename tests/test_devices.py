@@ -241,3 +241,22 @@ def test_jax_started_before_jaxfl_is_said_on_import():
         quiet = subprocess.run([sys.executable, "-W", "always", "-c", code], env={**env, **extra},
                                capture_output=True, text=True, timeout=300)
         assert quiet.returncode == 0 and "jax started before jaxfl" not in quiet.stderr, quiet.stderr
+
+
+def test_a_mac_counts_its_performance_cores_and_other_systems_every_core(monkeypatch):
+    """Without Linux's CPU affinity, every core was a device; on Apple silicon that made the slow
+    efficiency cores devices that each sharded call waits for. (The sysctl itself is macOS's: here
+    its reader is replaced, and on Linux it finds no such call.)"""
+    from jaxfl import _devices
+
+    assert _devices._sysctl_int("hw.perflevel0.logicalcpu") is None or sys.platform == "darwin"
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    asked = []
+    monkeypatch.setattr(_devices, "_sysctl_int", lambda name: asked.append(name) or 4)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert _devices.usable_cores() == 4 and asked == ["hw.perflevel0.logicalcpu"]
+    monkeypatch.setattr(_devices, "_sysctl_int", lambda name: None)  # an Intel Mac: one kind of core
+    assert _devices.usable_cores() == (os.cpu_count() or 1)
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setattr(_devices, "_sysctl_int", lambda name: 1 / 0)  # not asked
+    assert _devices.usable_cores() == (os.cpu_count() or 1)
