@@ -93,19 +93,46 @@ def main(argv: list[str]) -> int:
 def _end_with_the_sweep() -> bool:
     """Ask Linux for a SIGINT when the sweep's process ends, even killed with SIGKILL, so that no cell
     goes on writing its run folder unwatched (a later sweep would start it a second time); True if
-    the sweep has ended already."""
+    the sweep has ended already. Elsewhere (a Mac) the worker watches its standard input instead, a
+    pipe from the sweep that ends with the sweep's process (:func:`_watch_the_sweep`)."""
     if not sys.platform.startswith("linux"):
-        return False
+        return _watch_the_sweep()
     import ctypes
 
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGINT))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        return False
-    # adopted: the sweep died before the request. Not only by init: by the nearest "subreaper" above
-    # it where there is one (systemd --user in a desktop session, a process manager's supervisor)
+        return _watch_the_sweep()
+    return _adopted()
+
+
+def _adopted() -> bool:
+    """Whether the sweep that started this worker has died: the worker has another parent now. Not only
+    init: the nearest "subreaper" above it where there is one (systemd --user in a desktop session, a
+    process manager's supervisor)."""
     sweep = os.environ.get(SWEEP_PID, "")
     return os.getppid() != int(sweep) if sweep.isdigit() else os.getppid() == 1
+
+
+def _watch_the_sweep() -> bool:
+    """Where Linux's parent-death signal is missing: a thread reads the worker's standard input, a pipe
+    the sweep holds open and never writes, and sends this process a SIGINT when it ends (the sweep's
+    process ended, even killed: its end of the pipe closed with it). True if the sweep has ended already."""
+    if _adopted():
+        return True
+    import threading
+
+    def watch() -> None:
+        try:
+            while sys.stdin.buffer.read(65536):
+                pass
+        except (OSError, ValueError, AttributeError):  # no standard input to watch (not started by a sweep)
+            return
+        os.kill(os.getpid(), signal.SIGINT)
+
+    if os.environ.get(SWEEP_PID) and sys.stdin is not None and not sys.stdin.isatty():
+        threading.Thread(target=watch, name="jaxfl-sweep-watch", daemon=True).start()
+    return False
 
 
 if __name__ == "__main__":

@@ -838,6 +838,9 @@ def _check_jobs(jobs: int, sweep_dir: str, cells: list[Cell], states: dict) -> _
             shares = shares._replace(gpu_memory_fraction=gpu_memory_fraction(jobs, sweep_holds=sweep_holds))
         for name in dict.fromkeys(cell.config.algorithm for cell in cells if states[cell.index] != "finished"):
             _check_importable_by_name(name, jobs)
+        if backend == "cpu" and not hasattr(os, "sched_setaffinity"):
+            warn_user(f"jobs={jobs}: the cells are not pinned to cores on this system (CPU affinity is Linux's): "
+                      f"each of the {jobs} processes has {len(shares.cores[0])} device(s), and they share every core")
     # a cell's devices against those its process will have, before any cell runs (it was refused only
     # as it started, after the cells before it had run and the table was written)
     import jax
@@ -1419,6 +1422,7 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: _Shar
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+            process.stdin.close()
 
     relayed: set[str] = set()  # the cells' notes said so far
 
@@ -1433,7 +1437,9 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: _Shar
                     process = subprocess.Popen(
                         [sys.executable, "-m", "jaxfl._sweep_worker", ",".join(map(str, shares.cores[share])), state,
                          cell.run_dir, json.dumps(cell.config.to_dict()), *([speeds_file] if speeds_file else [])],
-                        stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                        # stdin: a pipe held open and never written, which ends with this process (a worker
+                        # without Linux's parent-death signal watches it: _sweep_worker._watch_the_sweep)
+                        stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.PIPE, env=env)
                 running[process] = (cell, state, share, log)
                 peak[0] = max(peak[0], len(running))
                 show_running()
@@ -1443,6 +1449,7 @@ def _run_parallel(sweep_dir: str, cells: list[Cell], states: dict, shares: _Shar
                 raise stopping.StopRequested(reason)
             for process in [process for process in running if process.poll() is not None]:
                 cell, state, share, log = running.pop(process)
+                process.stdin.close()
                 free.append(share)
                 free.sort()
                 with open(log) as handle:

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import sys
+import time
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -485,6 +486,40 @@ def test_a_worker_whose_sweep_died_as_it_started_ends_also_under_a_subreaper():
                  f"subprocess.run([sys.executable, '-c', {sweep!r}]); os.wait()  # the adopted worker")
     done = subprocess.run([sys.executable, "-c", subreaper], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ended", done.stderr
+
+
+def test_parallel_cells_not_pinned_outside_linux_are_said_to_share_every_core(tmp_path, monkeypatch):
+    from jaxfl.sweep import _check_jobs
+
+    monkeypatch.delattr(os, "sched_setaffinity", raising=False)
+    with pytest.warns(UserWarning, match=r"jobs=2: the cells are not pinned to cores on this system \(CPU affinity "
+                                         r"is Linux's\): each of the 2 processes has 1 device\(s\), and they share"):
+        _check_jobs(2, str(tmp_path), [], {})
+
+
+def test_a_worker_without_linux_s_parent_death_signal_ends_with_its_sweep_through_its_stdin(tmp_path):
+    """On a Mac (no PR_SET_PDEATHSIG) the workers of a sweep killed outright went on training their
+    cells unwatched; a worker there watches its standard input, a pipe that ends with the sweep."""
+    import subprocess
+
+    from jaxfl._sweep_worker import SWEEP_PID
+
+    worker = ("import sys, time\nfrom jaxfl import _sweep_worker\nsys.platform = 'darwin'\n"
+              "assert not _sweep_worker._end_with_the_sweep()\nprint('watching', flush=True)\n"
+              "try:\n    time.sleep(120)\n    print('went on', flush=True)\n"
+              "except KeyboardInterrupt:\n    print('interrupted', flush=True)\n")
+    said = tmp_path / "worker.out"
+    sweep = (f"import os, subprocess, sys, time\nout = open({str(said)!r}, 'w')\n"
+             f"subprocess.Popen([sys.executable, '-c', {worker!r}], stdin=subprocess.PIPE, stdout=out, "
+             f"stderr=subprocess.STDOUT, env=dict(os.environ, {SWEEP_PID}=str(os.getpid())))\n"
+             f"while 'watching' not in open({str(said)!r}).read():\n    time.sleep(0.1)\n"
+             "os.kill(os.getpid(), 9)  # the sweep killed outright")
+    subprocess.run([sys.executable, "-c", sweep], timeout=120, env=sharing_compilations())
+    for _ in range(300):
+        if "interrupted" in said.read_text() or "went on" in said.read_text():
+            break
+        time.sleep(0.1)
+    assert said.read_text().split() == ["watching", "interrupted"]
 
 
 def test_a_sweep_on_given_speeds_runs_every_cell_on_them_and_its_folder_keeps_one_set(sweep, tmp_path, capsys):
