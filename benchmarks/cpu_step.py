@@ -400,6 +400,8 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     check_at_least(parser, args, {"repeats": 1, "calls": 1, "devices": 1})
+    if not hasattr(os, "sched_getaffinity"):
+        parser.error("this benchmark times steps pinned to one core (CPU affinity), which only Linux offers")
     allowed = sorted(os.sched_getaffinity(0))
     if args.core is not None and args.core not in allowed:
         parser.error(f"--core {args.core} is not allowed: one of the cores this process may run on "

@@ -58,7 +58,8 @@ log_format = "run"  # --log-format
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on a Mac
+    return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
 
 
 def open_event_log(run_dir: str, config: RunConfig, policy) -> EventLog:

@@ -40,11 +40,13 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def _sysctl_int(name: str) -> int | None:
-    """A macOS ``sysctl`` integer (``sysctl -n NAME``) read without starting a process, or None."""
+def _sysctl_int(name: str, wide: bool = False) -> int | None:
+    """A macOS ``sysctl`` integer (``sysctl -n NAME``; ``wide``: a 64-bit one) read without starting a
+    process, or None."""
     import ctypes
 
-    value, size = ctypes.c_int(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_int))
+    value = ctypes.c_uint64(0) if wide else ctypes.c_int(0)
+    size = ctypes.c_size_t(ctypes.sizeof(value))
     try:
         failed = ctypes.CDLL(None).sysctlbyname(name.encode(), ctypes.byref(value), ctypes.byref(size), None, 0)
     except (OSError, AttributeError):  # no such call (not a BSD)

@@ -13,6 +13,7 @@ ExecutionPlan(clients_per_call=1, steps_per_call=6, devices=1)
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import jax
 
@@ -47,7 +48,8 @@ def free_device_memory() -> int | None:
 
 
 def available_host_memory() -> int | None:
-    """Bytes of RAM available to new allocations (Linux's MemAvailable; None where unknown).
+    """Bytes of RAM available to new allocations: Linux's MemAvailable; on a Mac, which does not say,
+    the RAM installed (``hw.memsize``), the most there could be; None where unknown (taken as room).
 
     >>> available_host_memory() is None or available_host_memory() > 0
     True
@@ -58,6 +60,10 @@ def available_host_memory() -> int | None:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
     except OSError:
+        if sys.platform == "darwin":
+            from jaxfl._devices import _sysctl_int
+
+            return _sysctl_int("hw.memsize", wide=True)
         return None
     return None
 

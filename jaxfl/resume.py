@@ -143,7 +143,7 @@ def holding_lock(folder: str, what: str = "run directory", again: str | None = N
     ...     int(open(os.path.join(folder, LOCK)).read()) == os.getpid()
     True
     """
-    import fcntl
+    fcntl = _fcntl()
 
     again = _resume_command() if again is None else again
     path = os.path.join(folder, LOCK)
@@ -186,6 +186,17 @@ def holding_lock(folder: str, what: str = "run directory", again: str | None = N
         handle.close()  # releases the lock
 
 
+def _fcntl():
+    """The POSIX file locks run folders take (``fcntl``), or an ImportError that says what to do where
+    there are none (native Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        raise ImportError("jaxfl locks its run and sweep folders with POSIX file locks (fcntl), which native "
+                          "Windows lacks: run jaxfl under WSL2 (Linux on Windows), or on Linux or macOS") from None
+    return fcntl
+
+
 def _held_elsewhere(error: OSError) -> bool:
     """Whether ``flock``'s error says another process holds the lock (not that the file system has none).
 
@@ -217,7 +228,7 @@ def in_use_by(folder: str) -> str | None:
     >>> in_use_by(tempfile.mkdtemp()) is None
     True
     """
-    import fcntl
+    fcntl = _fcntl()
 
     path = os.path.join(folder, LOCK)
     if os.path.realpath(folder) in _HELD or not os.path.isfile(path):

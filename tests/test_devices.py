@@ -260,3 +260,21 @@ def test_a_mac_counts_its_performance_cores_and_other_systems_every_core(monkeyp
     monkeypatch.setattr(sys, "platform", "win32")
     monkeypatch.setattr(_devices, "_sysctl_int", lambda name: 1 / 0)  # not asked
     assert _devices.usable_cores() == (os.cpu_count() or 1)
+
+
+def test_a_mac_s_host_memory_is_its_installed_ram_where_linux_s_available_figure_is_missing(monkeypatch):
+    """Without /proc/meminfo the figure was None, taken as room: client_state="auto" never chose host
+    memory or memmap for a bank larger than the Mac's RAM."""
+    import builtins
+
+    from jaxfl import _devices, execution
+
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda path, *rest, **options: (_ for _ in ()).throw(
+        FileNotFoundError(path)) if path == "/proc/meminfo" else real_open(path, *rest, **options))
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr(_devices, "_sysctl_int", lambda name, wide=False: 16 << 30 if (name, wide) == ("hw.memsize", True)
+                        else None)
+    assert execution.available_host_memory() == 16 << 30
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert execution.available_host_memory() is None

@@ -840,3 +840,12 @@ def test_a_folder_on_a_file_system_without_locks_runs_with_a_warning_not_as_in_u
         result = jaxfl.run_experiment(jaxfl.RunConfig(**TINY, max_updates=2, output_dir=str(tmp_path)))
     assert result.summary["global_updates"] == 2
     assert in_use_by(result.run_dir) is None  # no way to tell: not "in use"
+
+
+def test_native_windows_is_told_to_use_wsl_before_a_run_starts(tmp_path, monkeypatch):
+    """Without fcntl (native Windows) the command said only "No module named 'fcntl'"."""
+    monkeypatch.setitem(sys.modules, "fcntl", None)
+    with pytest.raises(ImportError, match=r"POSIX file locks \(fcntl\), which native Windows lacks: run jaxfl under "
+                                          r"WSL2"):
+        jaxfl.run_experiment(jaxfl.RunConfig(**TINY, max_updates=1, output_dir=str(tmp_path)))
+    assert not any((tmp_path).rglob("*.csv"))  # before any work
