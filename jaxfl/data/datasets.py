@@ -803,7 +803,9 @@ def _load_idx_folder(name: str, folder: str) -> Dataset:
         paths[key] = found
     if missing:
         hint = (
-            "install it with `apt-get install dataset-fashion-mnist` or pass data_dir"
+            "pass data_dir (--data-dir) naming a folder of the four Fashion-MNIST IDX files (the release's "
+            "train-images-idx3-ubyte.gz and the other three), or on Debian or Ubuntu `apt-get install "
+            "dataset-fashion-mnist`"
             if name == "fashion_mnist" and folder == FASHION_MNIST_DIR
             else f"pass data_dir pointing at the {'Fashion-MNIST' if name == 'fashion_mnist' else 'MNIST'} IDX "
                  f"files{install}"
