@@ -42,11 +42,11 @@ def main(argv: list[str]) -> int:
     # The sweep stops its workers with SIGINT (and Linux sends one when the sweep dies): a sweep
     # started as a shell script's background job has SIGINT ignored, and would hand that on.
     signal.signal(signal.SIGINT, on_sigint)
-    if _end_with_the_sweep():
-        return 130
-    if cores and hasattr(os, "sched_setaffinity"):  # before any jax computation starts XLA's threads
-        os.sched_setaffinity(0, {int(core) for core in cores.split(",")})
     try:
+        if _end_with_the_sweep():
+            return 130
+        if cores and hasattr(os, "sched_setaffinity"):  # before any jax computation starts XLA's threads
+            os.sched_setaffinity(0, {int(core) for core in cores.split(",")})
         import warnings
 
         from jaxfl import stopping
