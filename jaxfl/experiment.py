@@ -2621,7 +2621,8 @@ def _record_raised_budgets(run_dir: str, config: RunConfig, saved: dict) -> list
     simulation = saved["simulation"]
     summary = finished_summary(run_dir)
     stopped_here = summary is not None and summary.get("global_updates") == simulation.version
-    if stopped_here and config.final_checkpoint and "before_final_evaluations" not in saved:
+    if stopped_here and config.final_checkpoint and "before_final_evaluations" not in saved and \
+            _evaluated_off_its_cadence_at(run_dir, config, simulation.version):
         warn_user(f"{run_dir}: its final checkpoint (update {simulation.version}) was written by an earlier jaxfl "
                   "after the run's final evaluation, so metrics.csv keeps that evaluation's row at the old stop "
                   "(a run made with the larger budget from the start evaluates at its cadence alone)", resume.ResumeWarning)
@@ -2636,6 +2637,22 @@ def _record_raised_budgets(run_dir: str, config: RunConfig, saved: dict) -> list
         settings = resume.with_recorded(settings, name, value)
     _write_json(path, {**written, "config": settings, "extensions": extensions})
     return extensions
+
+
+def _evaluated_off_its_cadence_at(run_dir: str, config: RunConfig, version: int) -> bool:
+    """Whether ``metrics.csv`` ends in an evaluation at update ``version`` (a finished run's stop) that
+    the run's cadence would not have made: the final evaluation an older jaxfl wrote before its final
+    checkpoint. Not one at an ``eval_every`` multiple, and none at all where the jaxfl before 2026-11-30
+    evaluated no final model; on an ``eval_interval`` grid, one at the stop is taken as such."""
+    from jaxfl.runlog import read_metrics
+
+    try:
+        versions = read_metrics(run_dir)["version"]
+    except (OSError, ValueError):  # no readable log: said as before, where it could be
+        return True
+    if not len(versions) or versions[-1] != version:
+        return False
+    return config.eval_interval is not None or version % config.eval_every != 0
 
 
 def library_versions() -> dict[str, str | None]:

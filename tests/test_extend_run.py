@@ -5,6 +5,7 @@ extended is refused before any work, leaving the run as it was."""
 import contextlib
 import json
 import os
+import warnings
 import shutil
 
 import jax
@@ -144,6 +145,15 @@ def test_a_final_checkpoint_of_an_earlier_jaxfl_keeps_its_final_evaluation_with_
     with pytest.warns(ResumeWarning, match="final checkpoint \\(update 5\\) was written by an earlier jaxfl"):
         extended = resume_experiment(run, overrides={"max_updates": 10})
     assert [row["version"] for row in extended.metrics] == [0, 3, 5, 6, 9, 10]
+    # its last evaluation on the cadence (update 5 of every 5): a row the longer run has too, so nothing to say
+    monkeypatch.setattr(experiment._Checkpointer, "save", lambda self, simulation, positions=None: save(self, simulation))
+    run = run_experiment(config_from_mapping({**SMALL, "algorithm": "fedbuff", "max_updates": 5, "eval_every": 5,
+                                              "output_dir": str(tmp_path), "run_name": "on-cadence"})).run_dir
+    monkeypatch.undo()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResumeWarning)
+        extended = resume_experiment(run, overrides={"max_updates": 10})
+    assert [row["version"] for row in extended.metrics] == [0, 5, 10]
 
 
 def test_a_sweep_cell_or_a_comparison_run_is_extended_as_a_copy(tmp_path, monkeypatch, capsys):
