@@ -312,6 +312,14 @@ FIELDS = {**{field.name: field for cls in SECTIONS.values() for field in datacla
 # the runs of the jaxfl before them. tests/test_run_names.py freezes the fields that enter the hash.
 FIELDS_ADDED: dict[str, Any] = {"client_state": "auto", "speed_unit": "step", "dirichlet_min_samples": 1,
                                 "dirichlet_balance": False, "step_loop": None, "weight_init": "flax"}
+# The fields added earlier on 2026-11-24, before FIELDS_ADDED began, each with the value that does what
+# runs did before it existed: what a checkpoint written without them resumes as (their names changed
+# with them; a resume compares the configs only). FedOpt's three do so only for a server optimiser that
+# reads none of them: before them, adam, yogi and adagrad were optax's (optax_adam... now), which a
+# resume refuses (jaxfl.resume).
+FIELDS_ADDED_BEFORE_NAMES: dict[str, Any] = {
+    "client_momentum": 0.0, "client_weight_decay": 0.0, "client_lr_decay": 1.0, "local_epochs": None,
+    "speed_ratio": 5.0, "server_tau": 1e-3, "server_beta1": 0.9, "server_beta2": 0.99}
 
 
 def checkpoint_min_interval(config: "RunConfig") -> float:

@@ -39,7 +39,7 @@ from typing import Any, Mapping
 
 from jaxfl._user_warnings import warn_user
 from jaxfl import algorithms, checkpoint
-from jaxfl.config import (FIELDS, FIELDS_ADDED, READING_A_RECORD, SECTION_OF, ConfigError, RunConfig, as_recorded,
+from jaxfl.config import (FIELDS, FIELDS_ADDED, FIELDS_ADDED_BEFORE_NAMES, READING_A_RECORD, SECTION_OF, ConfigError, RunConfig, as_recorded,
                           config_from_mapping, split_algorithm_options, user_path, validate,  # noqa: F401 -- validate: the docstring examples use it
                           without_settings_refused_since)
 
@@ -863,7 +863,13 @@ def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> No
         return
     # a field added since the checkpoint was written: it ran as the field's value before it existed;
     # one that may differ now (devices, stored by an older jaxfl) is not compared
-    stored = {**{field: value for field, value in FIELDS_ADDED.items() if field in record},
+    if "server_tau" not in stored and stored.get("server_optimizer") in ("adam", "yogi", "adagrad"):
+        optimizer = stored["server_optimizer"]
+        raise ResumeError(f"cannot resume {run_dir!r}: {name} was written by a jaxfl before 2026-11-24, whose "
+                          f"server_optimizer {optimizer!r} was optax's {optimizer}, not the FedOpt {optimizer} of "
+                          f"Reddi et al. that {optimizer!r} names now, so the run cannot go on as it ran; start it again")
+    added = {**FIELDS_ADDED_BEFORE_NAMES, **FIELDS_ADDED}
+    stored = {**{field: value for field, value in added.items() if field in record},
               **{name: value for name, value in as_recorded(stored).items() if name not in MAY_DIFFER}}
     if "output_dir" in stored:  # a "~/runs" written before jaxfl expanded it names the folder it holds now
         stored["output_dir"] = user_path(stored["output_dir"])

@@ -8,6 +8,7 @@ before the store: the run of :data:`CONFIG` ran to its end (4 updates, checkpoin
 final parameters were saved as ``final_params.npz``, then its last checkpoint and ``summary.json``
 were deleted and ``checkpoints/latest`` pointed at ``ckpt-000002``, as if it had been killed there.
 """
+import csv
 import os
 import shutil
 
@@ -68,3 +69,40 @@ def test_a_hook_that_cannot_move_its_old_state_is_refused_in_one_line_before_any
     assert "start the run again, or resume it with the jaxfl version that wrote it" in message
     assert {name: open(os.path.join(run_dir, name), "rb").read() for name in logs} == logs
     assert not os.path.exists(os.path.join(run_dir, "summary.json"))
+
+
+# ``tests/data/checkpoints_before_names/NAME`` was made by jaxfl at commit 91bc49b (2026-11-23), before the
+# fields of 2026-11-24 (client_momentum... server_tau...) and the run names of f8afff3: ``jaxfl run --algorithm
+# A --dataset digits --model logreg --clients 4 --local-steps 2 --batch-size 16 --max-updates 4
+# --checkpoint-every 2 --no-stop-at-target --run-name NAME`` (fedavg_adam: fedavg with --server-optimizer adam),
+# then cut back to its checkpoint at update 2 as above.
+RUNS_BEFORE_NAMES = os.path.join(os.path.dirname(__file__), "data", "checkpoints_before_names")
+
+
+def test_a_checkpoint_from_before_the_fields_of_2026_11_24_resumes_to_the_old_runs_end(tmp_path):
+    """Refused as "config.json differs from the config ckpt-000002 was written with: client_lr_decay: 1.0
+    (ckpt-000002 has no such field); ...": fields the run's config.json does not hold, which nobody edited."""
+    from jaxfl.testing import metrics_without_wall_time
+
+    run_dir = str(shutil.copytree(os.path.join(RUNS_BEFORE_NAMES, "fedbuff"), tmp_path / "fedbuff"))
+    assert "client_momentum" not in read_record(run_dir)["config"].get("client", {})
+    uninterrupted_events = events_without_wall_time(run_dir)
+    with open(os.path.join(run_dir, "metrics.csv")) as handle:
+        uninterrupted = list(csv.DictReader(handle))
+    resumed = resume_experiment(run_dir, progress=False)
+    assert resumed.summary["global_updates"] == 4 and resumed.summary["resumes"] == 1
+    assert _timer_details_blank(events_without_wall_time(run_dir)) == uninterrupted_events
+    rows = metrics_without_wall_time(run_dir)
+    assert [row["accuracy"] for row in rows] == [row["accuracy"] for row in uninterrupted]
+    # the updates after the resume: the old code's to float32 reassociation (another host, other devices)
+    np.testing.assert_allclose([float(row["loss"]) for row in rows], [float(row["loss"]) for row in uninterrupted],
+                               rtol=1e-5)
+
+
+def test_a_checkpoint_whose_server_adam_was_optax_s_is_refused_in_one_line(tmp_path):
+    """Before 2026-11-24 server_optimizer "adam" was optax's adam; "adam" is FedOpt's (Reddi et al.) now, so
+    such a run cannot go on as it ran (the default fields would have let it go on with the other optimiser)."""
+    run_dir = str(shutil.copytree(os.path.join(RUNS_BEFORE_NAMES, "fedavg_adam"), tmp_path / "fedavg_adam"))
+    with pytest.raises(ResumeError, match=r"ckpt-000002 was written by a jaxfl before 2026-11-24, whose server_optimizer "
+                                          r"'adam' was optax's adam, not the FedOpt adam of Reddi et al\. .* start it again$"):
+        resume_experiment(run_dir, progress=False)
