@@ -1439,6 +1439,11 @@ def _earlier_run(config: RunConfig, times=None) -> tuple[str, str] | None:
         # the same comparison started twice: each trained every run without a word, or, past the
         # run's first checkpoint, was sent to resume it by hand once the lock refused the resume
         _note_running(run_dir, f"this comparison trains {config.algorithm} again beside it")
+    from jaxfl.comparison import an_earlier_default_note
+
+    note = an_earlier_default_note(config)
+    if note is not None:
+        print(f"jaxfl: note: {note}", file=sys.stderr)
     return None
 
 

@@ -340,6 +340,34 @@ def earlier_runs(config, times=None, edited: list | None = None, objects: bool =
             yield run_dir, "resumable"
 
 
+def an_earlier_default_note(config) -> str | None:
+    """Where no run of ``config`` is found to reuse but its output folder holds the same run at one
+    field's earlier default (:attr:`jaxfl.algorithms.base.Algorithm.changed_defaults`: FedAsync's
+    ``rule``, ``fedcompass`` before 2026-12-02), the note that says so: a comparison run again after the
+    change trained that algorithm anew beside it, saying only that the comparison's table was replaced.
+    None otherwise, and for a run named by its config (``run_name``)."""
+    import warnings
+
+    from jaxfl.config import ConfigError, validate
+    from jaxfl.experiment import run_name
+    from jaxfl.sweep import _run_at_an_earlier_default
+
+    try:
+        with warnings.catch_warnings():  # the run's own warnings come once, from the run
+            warnings.simplefilter("ignore")
+            config = validate(config)
+            if config.run_name is not None or not os.path.isdir(config.output_dir):
+                return None
+            found = _run_at_an_earlier_default(dataclasses.replace(config, run_name=run_name(config)))
+    except (ConfigError, OSError, ValueError, KeyError, TypeError):
+        return None
+    if found is None:
+        return None
+    field, before, now, folder = found
+    return (f"{os.path.join(config.output_dir, folder)} is this {config.algorithm} run at its {field}'s earlier "
+            f"default, {before!r}: this one trains it at the default now, {now!r} ({field}={before!r} reuses that run)")
+
+
 def _with_file_fingerprint(config):
     """``config`` (dataset ``npz``) with the ``data_fingerprint`` its run records: the SHA-256 of the file's
     arrays, read as the run reads them (once a process: :func:`jaxfl.experiment.load_data` keeps them)."""
@@ -457,6 +485,9 @@ def _run_or_reuse(config, **given):
             run_dir, changed = edited[-1]
             warn_user(f"{run_dir} was made with an earlier version of {' and '.join(changed)}: not reused; "
                       "this run trains it again with the code as it is now")
+        note = an_earlier_default_note(config)
+        if note is not None:
+            warn_user(note)
         return run_experiment(config, **given)
     run_dir, state = earlier
     if state == "finished":

@@ -4,6 +4,7 @@ change with the rule unset ran that step: they resume, replay and compare as the
 run at the default is named as one with ``rule="paper"``, never as those."""
 import json
 import os
+import shutil
 import warnings
 
 import pytest
@@ -299,3 +300,34 @@ def test_fedbuff_says_when_its_first_wave_of_adam_updates_from_one_model_is_many
         assert "the first 333 aggregations" in notes[0] and f"up to about {31.557 * scale:.0f} client updates' worth" in notes[0]
         assert ("times the server's step 2" in notes[0]) == (scale == 2.0)
         assert "(buffer_size 33 or more)" in notes[0]
+
+
+def test_a_comparison_run_again_after_the_change_says_which_run_is_fedasync_s_at_its_old_default(tmp_path, capsys):
+    """The same `jaxfl run --algorithm fedavg,fedasync` after the change trained FedAsync anew, and said
+    only that comparison.csv, which held the same algorithms, was replaced (the sweep said which run was
+    the old default's)."""
+    import dataclasses
+
+    from jaxfl import cli
+    from jaxfl.comparison import compare
+
+    out = tmp_path / "runs"
+    old = run_experiment(RunConfig(**FLAGS, rule="fedcompass", output_dir=str(out)))
+    _as_before_the_change(old.run_dir)
+    old_name = run_name(dataclasses.replace(validate(RunConfig(**FLAGS, output_dir=str(out))), rule=None))
+    os.rename(old.run_dir, out / old_name)
+    assert cli.main(["run", "--algorithm", "fedavg,fedasync", "--dataset", "mnist10k", "--model", "logreg", "--clients", "4",
+                     "--local-steps", "2", "--batch-size", "16", "--max-updates", "6", "--checkpoint-every", "2",
+                     "--checkpoint-min-interval-s", "0", "--no-stop-at-target", "--no-progress", "--out",
+                     str(out)]) == 0
+    assert f"jaxfl: note: {out / old_name} is this fedasync run at its rule's earlier default, 'fedcompass': this " \
+           "one trains it at the default now, 'paper' (rule='fedcompass' reuses that run)" in capsys.readouterr().err
+    shutil.copytree(out / old_name, tmp_path / "python" / old_name)  # the same from Python, in a folder of its own
+    with pytest.warns(UserWarning, match=rf"{old_name} is this fedasync run at its rule's earlier default"):
+        compare([RunConfig(**FLAGS, output_dir=str(tmp_path / "python"))], reuse=True)
+    with warnings.catch_warnings(record=True) as caught:  # run again: its own run is found, nothing to say
+        warnings.simplefilter("always")
+        compare([RunConfig(**FLAGS, output_dir=str(tmp_path / "python"))], reuse=True)
+    assert not [warning for warning in caught if "earlier default" in str(warning.message)]
+    reused = compare([RunConfig(**FLAGS, rule="fedcompass", output_dir=str(tmp_path / "python"))], reuse=True)
+    assert os.path.basename(reused.run_dirs[0]) == old_name
