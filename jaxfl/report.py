@@ -294,6 +294,18 @@ def read_results(sweep_dir: str) -> list[dict]:
     return parsed
 
 
+def _run_target_accuracy(run_dir: str) -> float | None:
+    """The target accuracy a run folder's ``summary.json`` records (None: no target, or no readable summary)."""
+    from jaxfl.runlog import finished_summary
+
+    try:
+        summary = finished_summary(run_dir)
+    except (OSError, ValueError):
+        return None
+    target = (summary or {}).get("target_accuracy")
+    return float(target) if isinstance(target, (int, float)) and not isinstance(target, bool) else None
+
+
 # The summary columns the tables compute with (jaxfl.sweep.SUMMARY_COLUMNS but the stop reason and the code).
 NUMBER_COLUMNS = tuple(name for name in SUMMARY_COLUMNS if name not in ("stop_reason", "jaxfl_code"))
 
@@ -333,6 +345,8 @@ def read_results_of(sweep_dirs: Sequence[str]) -> list[dict]:
                     _located_run_dir(base, str(row["run_dir"]))
                 if row.get("last_tenth_accuracy") is None:
                     row["last_tenth_accuracy"] = run_last_tenth_accuracy(row["run_dir"])
+                if "target_accuracy" not in row:  # a comparison's table has no such column: its run says it
+                    row["target_accuracy"] = _run_target_accuracy(row["run_dir"])
             found.append((row, folder))
     if len(folders) > 1:
         _check_same_settings(folders, found)

@@ -687,6 +687,9 @@ def test_a_comparison_s_table_is_reported_with_its_figures_from_any_folder(tmp_p
         monkeypatch.chdir(where)
         report = make_report(str(tmp_path / "cmp" / "comparison.csv"), out=str(where / "report"))
         assert any(path.endswith("timeline-fedbuff.png") for path in report.figures)
+    # the runs' target (90%), which comparison.csv has no column for: it said "No run had a target accuracy"
+    assert "No run had a target accuracy" not in report.markdown
+    assert "Time to first reach 90% held-out accuracy" in report.markdown
     # the runs folder of a sweep, given to report: its sweep folder named
     from jaxfl.sweep import run_sweep
 
