@@ -157,20 +157,30 @@ def run_jaxfl_code(run_dir: str, summary: dict) -> str | None:
     """The jaxfl that made a run (:func:`jaxfl_code`): its summary's stretches, or for a timing-only
     run (no device history) its ``config.json``'s versions and source; None where neither tells.
 
-    >>> import tempfile
+    >>> import json, tempfile
     >>> run_jaxfl_code(tempfile.mkdtemp(), {"device_history": [{"versions": {"jaxfl": "0.2.0"}}]})
     '0.2.0'
+    >>> run_dir = tempfile.mkdtemp()   # resumed from a checkpoint that did not say which jaxfl wrote it
+    >>> _ = open(f"{run_dir}/config.json", "w").write(json.dumps({"versions": {"jaxfl": "0.1.0"}}))
+    >>> run_jaxfl_code(run_dir, {"device_history": [{"from_update": 0}, {"versions": {"jaxfl": "0.2.0"}}]})
+    '0.1.0 → 0.2.0'
     """
     code = jaxfl_code(summary)
-    if code is not None:
+    if code is not None and not code.startswith("?"):
         return code
+    # a timing-only run, or one resumed from a checkpoint of a jaxfl that did not record its versions
+    # ("?" first): config.json holds those of the jaxfl that started the run
     try:
         record = read_json(os.path.join(run_dir, "config.json"))
     except (OSError, ValueError):
-        return None
+        return code
     if not isinstance(record.get("versions"), dict):
-        return None
-    return code_of(record["versions"], record.get("jaxfl_source") or {})
+        return code
+    started = code_of(record["versions"], record.get("jaxfl_source") or {})
+    if code is None:
+        return started
+    codes = [started, *code.split(" → ")[1:]]
+    return " → ".join(code for number, code in enumerate(codes) if number == 0 or code != codes[number - 1])
 
 
 def code_of(versions: dict, source: dict) -> str:

@@ -92,6 +92,10 @@ def test_a_checkpoint_from_before_the_fields_of_2026_11_24_resumes_to_the_old_ru
     resumed = resume_experiment(run_dir, progress=False)
     assert resumed.summary["global_updates"] == 4 and resumed.summary["resumes"] == 1
     assert _timer_details_blank(events_without_wall_time(run_dir)) == uninterrupted_events
+    # the checkpoint did not say which jaxfl trained its updates: config.json's versions do ("?" in reports)
+    from jaxfl.runlog import run_jaxfl_code
+
+    assert run_jaxfl_code(run_dir, resumed.summary).startswith("0.")
     rows = metrics_without_wall_time(run_dir)
     assert [row["accuracy"] for row in rows] == [row["accuracy"] for row in uninterrupted]
     # the updates after the resume: the old code's to float32 reassociation (another host, other devices)
