@@ -115,23 +115,37 @@ def _adopted() -> bool:
 
 
 def _watch_the_sweep() -> bool:
-    """Where Linux's parent-death signal is missing: a thread reads the worker's standard input, a pipe
-    the sweep holds open and never writes, and sends this process a SIGINT when it ends (the sweep's
-    process ended, even killed: its end of the pipe closed with it). True if the sweep has ended already."""
+    """Where Linux's parent-death signal is missing: a thread watches the worker's standard input, a
+    pipe the sweep holds open and never writes, and its parent process, and sends this process a SIGINT
+    when the pipe ends (the sweep's process ended, even killed: its end of the pipe closed with it) or
+    the worker has another parent (the sweep gone while a process it started holds the pipe open). True
+    if the sweep has ended already."""
     if _adopted():
         return True
+    if not os.environ.get(SWEEP_PID):  # not started by a sweep: nothing to watch
+        return False
     import threading
+    import time
 
-    def watch() -> None:
+    parent, ended = os.getppid(), []
+
+    def read_to_the_end() -> None:
         try:
             while sys.stdin.buffer.read(65536):
                 pass
-        except (OSError, ValueError, AttributeError):  # no standard input to watch (not started by a sweep)
+        except (OSError, ValueError, AttributeError):  # no standard input to read: the parent alone tells
             return
+        ended.append(True)
+
+    def watch() -> None:
+        reading = threading.Thread(target=read_to_the_end, name="jaxfl-sweep-pipe", daemon=True)
+        if sys.stdin is not None and not sys.stdin.isatty():
+            reading.start()
+        while not ended and os.getppid() == parent:
+            reading.join(0.5) if reading.is_alive() else time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGINT)
 
-    if os.environ.get(SWEEP_PID) and sys.stdin is not None and not sys.stdin.isatty():
-        threading.Thread(target=watch, name="jaxfl-sweep-watch", daemon=True).start()
+    threading.Thread(target=watch, name="jaxfl-sweep-watch", daemon=True).start()
     return False
 
 

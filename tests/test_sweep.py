@@ -497,9 +497,11 @@ def test_parallel_cells_not_pinned_outside_linux_are_said_to_share_every_core(tm
         _check_jobs(2, str(tmp_path), [], {})
 
 
-def test_a_worker_without_linux_s_parent_death_signal_ends_with_its_sweep_through_its_stdin(tmp_path):
-    """On a Mac (no PR_SET_PDEATHSIG) the workers of a sweep killed outright went on training their
-    cells unwatched; a worker there watches its standard input, a pipe that ends with the sweep."""
+@pytest.mark.parametrize("pipe", ["closed", "held"])
+def test_a_worker_without_linux_s_parent_death_signal_ends_with_its_sweep(tmp_path, pipe):
+    """On a Mac (no PR_SET_PDEATHSIG) the workers of a sweep killed outright went on training their cells
+    unwatched; a worker there watches its standard input, a pipe that ends with the sweep, and its parent
+    (``held``: another process the sweep started holds the pipe open after the sweep's death)."""
     import subprocess
 
     from jaxfl._sweep_worker import SWEEP_PID
@@ -508,18 +510,24 @@ def test_a_worker_without_linux_s_parent_death_signal_ends_with_its_sweep_throug
               "assert not _sweep_worker._end_with_the_sweep()\nprint('watching', flush=True)\n"
               "try:\n    time.sleep(120)\n    print('went on', flush=True)\n"
               "except KeyboardInterrupt:\n    print('interrupted', flush=True)\n")
-    said = tmp_path / "worker.out"
+    said, holder = tmp_path / "worker.out", tmp_path / "holder.pid"
     sweep = (f"import os, subprocess, sys, time\nout = open({str(said)!r}, 'w')\n"
-             f"subprocess.Popen([sys.executable, '-c', {worker!r}], stdin=subprocess.PIPE, stdout=out, "
+             f"worker = subprocess.Popen([sys.executable, '-c', {worker!r}], stdin=subprocess.PIPE, stdout=out, "
              f"stderr=subprocess.STDOUT, env=dict(os.environ, {SWEEP_PID}=str(os.getpid())))\n"
-             f"while 'watching' not in open({str(said)!r}).read():\n    time.sleep(0.1)\n"
+             + (f"held = subprocess.Popen(['sleep', '60'], pass_fds=[worker.stdin.fileno()])\n"
+                f"open({str(holder)!r}, 'w').write(str(held.pid))\n" if pipe == "held" else "")
+             + f"while 'watching' not in open({str(said)!r}).read():\n    time.sleep(0.1)\n"
              "os.kill(os.getpid(), 9)  # the sweep killed outright")
-    subprocess.run([sys.executable, "-c", sweep], timeout=120, env=sharing_compilations())
-    for _ in range(300):
-        if "interrupted" in said.read_text() or "went on" in said.read_text():
-            break
-        time.sleep(0.1)
-    assert said.read_text().split() == ["watching", "interrupted"]
+    try:
+        subprocess.run([sys.executable, "-c", sweep], timeout=120, env=sharing_compilations())
+        for _ in range(300):
+            if "interrupted" in said.read_text() or "went on" in said.read_text():
+                break
+            time.sleep(0.1)
+        assert said.read_text().split() == ["watching", "interrupted"]
+    finally:
+        if holder.exists():
+            os.kill(int(holder.read_text()), 9)
 
 
 def test_a_sweep_on_given_speeds_runs_every_cell_on_them_and_its_folder_keeps_one_set(sweep, tmp_path, capsys):
