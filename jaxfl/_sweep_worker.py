@@ -53,13 +53,14 @@ def main(argv: list[str]) -> int:
         from jaxfl.config import ConfigError, config_from_mapping
         from jaxfl.execution import ResourceError
         from jaxfl.sweep import run_cell
+
+        if interrupted:  # one lost in a gc callback as jax imported: nothing started
+            return 130
+        # from here on the command's handler, which also keeps a stop request where its interrupt is lost
+        # the same way (the run stops at its next event, with a checkpoint), and which a save defers
+        signal.signal(signal.SIGINT, stopping._on_sigint)
     except KeyboardInterrupt:
         return 130
-    if interrupted:  # one lost in a gc callback as jax imported: nothing started
-        return 130
-    # from here on the command's handler, which also keeps a stop request where its interrupt is lost
-    # the same way (the run stops at its next event, with a checkpoint), and which a save defers
-    signal.signal(signal.SIGINT, stopping._on_sigint)
 
     shown = warnings.showwarning
 
@@ -71,9 +72,8 @@ def main(argv: list[str]) -> int:
         # a message's later lines indented: none of them reads as one of the lines above to the sweep
         shown(str(message).replace("\n", "\n    "), category, *where, **options)
 
-    warnings.showwarning = relayed
-
     try:
+        warnings.showwarning = relayed
         speeds = None
         if speeds_file:
             import numpy as np
@@ -94,7 +94,7 @@ def _end_with_the_sweep() -> bool:
     """Ask Linux for a SIGINT when the sweep's process ends, even killed with SIGKILL, so that no cell
     goes on writing its run folder unwatched (a later sweep would start it a second time); True if
     the sweep has ended already. Elsewhere (a Mac) the worker watches its standard input instead, a
-    pipe from the sweep that ends with the sweep's process (:func:`_watch_the_sweep`)."""
+    pipe from the sweep that ends with the sweep's process, and its parent (:func:`_watch_the_sweep`)."""
     if not sys.platform.startswith("linux"):
         return _watch_the_sweep()
     import ctypes
@@ -127,7 +127,7 @@ def _watch_the_sweep() -> bool:
     import threading
     import time
 
-    parent, ended = os.getppid(), []
+    ended = []
 
     def read_to_the_end() -> None:
         try:
@@ -141,7 +141,7 @@ def _watch_the_sweep() -> bool:
         reading = threading.Thread(target=read_to_the_end, name="jaxfl-sweep-pipe", daemon=True)
         if sys.stdin is not None and not sys.stdin.isatty():
             reading.start()
-        while not ended and os.getppid() == parent:
+        while not ended and not _adopted():
             reading.join(0.5) if reading.is_alive() else time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGINT)
 

@@ -1441,7 +1441,7 @@ def _earlier_run(config: RunConfig, times=None) -> tuple[str, str] | None:
         _note_running(run_dir, f"this comparison trains {config.algorithm} again beside it")
     from jaxfl.comparison import an_earlier_default_note
 
-    note = an_earlier_default_note(config)
+    note = an_earlier_default_note(config, times)
     if note is not None:
         print(f"jaxfl: note: {note}", file=sys.stderr)
     return None

@@ -340,12 +340,13 @@ def earlier_runs(config, times=None, edited: list | None = None, objects: bool =
             yield run_dir, "resumable"
 
 
-def an_earlier_default_note(config) -> str | None:
+def an_earlier_default_note(config, times=None) -> str | None:
     """Where no run of ``config`` is found to reuse but its output folder holds the same run at one
     field's earlier default (:attr:`jaxfl.algorithms.base.Algorithm.changed_defaults`: FedAsync's
     ``rule``, ``fedcompass`` before 2026-12-02), the note that says so: a comparison run again after the
     change trained that algorithm anew beside it, saying only that the comparison's table was replaced.
-    None otherwise, and for a run named by its config (``run_name``)."""
+    None otherwise: a config that holds the earlier value itself, or a run named by its config
+    (``run_name``). ``times``: the given speeds (``time_per_step``), as :func:`earlier_runs` takes them."""
     import warnings
 
     from jaxfl.config import ConfigError, validate
@@ -361,11 +362,14 @@ def an_earlier_default_note(config) -> str | None:
             found = _run_at_an_earlier_default(dataclasses.replace(config, run_name=run_name(config)))
     except (ConfigError, OSError, ValueError, KeyError, TypeError):
         return None
-    if found is None:
+    if found is None or getattr(config, found[0]) == found[1]:
         return None
     field, before, now, folder = found
+    at_before = dataclasses.replace(config, **{field: before})
+    reused = any(os.path.basename(run_dir) == folder for run_dir, _ in earlier_runs(at_before, times))
     return (f"{os.path.join(config.output_dir, folder)} is this {config.algorithm} run at its {field}'s earlier "
-            f"default, {before!r}: this one trains it at the default now, {now!r} ({field}={before!r} reuses that run)")
+            f"default, {before!r}: this one trains it at the default now, {now!r}"
+            + (f" ({field}={before!r} reuses that run)" if reused else ""))
 
 
 def _with_file_fingerprint(config):
@@ -485,7 +489,7 @@ def _run_or_reuse(config, **given):
             run_dir, changed = edited[-1]
             warn_user(f"{run_dir} was made with an earlier version of {' and '.join(changed)}: not reused; "
                       "this run trains it again with the code as it is now")
-        note = an_earlier_default_note(config)
+        note = an_earlier_default_note(config, given.get("time_per_step"))
         if note is not None:
             warn_user(note)
         return run_experiment(config, **given)

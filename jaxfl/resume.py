@@ -148,26 +148,33 @@ def holding_lock(folder: str, what: str = "run directory", again: str | None = N
     again = _resume_command() if again is None else again
     path = os.path.join(folder, LOCK)
     handle = open(path, "a+")
+    no_locks = None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as error:  # BlockingIOError: held by another process (its id is written just after it took it)
-        if not _held_elsewhere(error):
-            # a folder on a file system without locks (some NFS and SMB mounts, exFAT): said, not taken
-            # for a lock another process holds, and the work goes on without the guard
-            warn_user(f"could not lock {path} ({error.strerror or error}): its file system may not support "
-                      f"locks, so a second process writing this {what} at once would not be refused")
+        if _held_elsewhere(error):
+            holder = ""
+            for _ in range(20):
+                handle.seek(0)
+                holder = handle.read().strip()
+                if holder:
+                    break
+                time.sleep(0.01)
             handle.close()
-            yield
-            return
-        holder = ""
-        for _ in range(20):
-            handle.seek(0)
-            holder = handle.read().strip()
-            if holder:
-                break
-            time.sleep(0.01)
+            raise _in_use(folder, holder, what, again) from None
+        no_locks = error.strerror or str(error)
+    if no_locks is not None:
+        # a folder on a file system without locks (some NFS and SMB mounts, exFAT): said, not taken for a
+        # lock another process holds, and the work goes on without the guard (outside the except: the
+        # error is no part of the work's own). Once a process, and without the folder's path: a sweep's
+        # cells (each a run folder, each a process with --jobs N) would say it once each
         handle.close()
-        raise _in_use(folder, holder, what, again) from None
+        if no_locks not in _SAID_NO_LOCKS:
+            _SAID_NO_LOCKS.add(no_locks)
+            warn_user(f"could not lock the run and sweep folders on this file system ({no_locks}): it may not "
+                      f"support locks, so a second process writing the same folder at once would not be refused")
+        yield
+        return
     held = os.path.realpath(folder)
     try:
         handle.seek(0)
@@ -195,6 +202,9 @@ def _fcntl():
         raise ImportError("jaxfl locks its run and sweep folders with POSIX file locks (fcntl), which native "
                           "Windows lacks: run jaxfl under WSL2 (Linux on Windows), or on Linux or macOS") from None
     return fcntl
+
+
+_SAID_NO_LOCKS: set[str] = set()  # the errors of file systems without locks said in this process
 
 
 def _held_elsewhere(error: OSError) -> bool:
@@ -861,13 +871,14 @@ def _compare(run_dir: str, folder: str, stored: dict | None, record: dict) -> No
         warn_user(f"{run_dir}: {name} stores no config (an older jaxfl wrote it), so config.json is "
                   f"trusted as it is", ResumeWarning)
         return
-    # a field added since the checkpoint was written: it ran as the field's value before it existed;
-    # one that may differ now (devices, stored by an older jaxfl) is not compared
+    # before FedOpt's fields (2026-11-24), adam, yogi and adagrad were optax's: no value of the fields runs them
     if "server_tau" not in stored and stored.get("server_optimizer") in ("adam", "yogi", "adagrad"):
         optimizer = stored["server_optimizer"]
         raise ResumeError(f"cannot resume {run_dir!r}: {name} was written by a jaxfl before 2026-11-24, whose "
                           f"server_optimizer {optimizer!r} was optax's {optimizer}, not the FedOpt {optimizer} of "
                           f"Reddi et al. that {optimizer!r} names now, so the run cannot go on as it ran; start it again")
+    # a field added since the checkpoint was written: it ran as the field's value before it existed;
+    # one that may differ now (devices, stored by an older jaxfl) is not compared
     added = {**FIELDS_ADDED_BEFORE_NAMES, **FIELDS_ADDED}
     stored = {**{field: value for field, value in added.items() if field in record},
               **{name: value for name, value in as_recorded(stored).items() if name not in MAY_DIFFER}}

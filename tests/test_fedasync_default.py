@@ -331,3 +331,17 @@ def test_a_comparison_run_again_after_the_change_says_which_run_is_fedasync_s_at
     assert not [warning for warning in caught if "earlier default" in str(warning.message)]
     reused = compare([RunConfig(**FLAGS, rule="fedcompass", output_dir=str(tmp_path / "python"))], reuse=True)
     assert os.path.basename(reused.run_dirs[0]) == old_name
+    # the old run cut before its first checkpoint: nothing to reuse, so no "reuses that run"; and a config
+    # at the old value itself is not told that it trains the new one
+    third = tmp_path / "third"
+    shutil.copytree(out / old_name, third / old_name)
+    shutil.rmtree(third / old_name / "checkpoints")
+    os.remove(third / old_name / "summary.json")
+    with pytest.warns(UserWarning) as caught:
+        compare([RunConfig(**FLAGS, output_dir=str(third))], reuse=True)
+    (note,) = [str(warning.message) for warning in caught if "earlier default" in str(warning.message)]
+    assert note.endswith("this one trains it at the default now, 'paper'")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compare([RunConfig(**FLAGS, rule="fedcompass", output_dir=str(third))], reuse=True)
+    assert not [warning for warning in caught if "earlier default" in str(warning.message)]

@@ -95,7 +95,8 @@ def test_a_checkpoint_from_before_the_fields_of_2026_11_24_resumes_to_the_old_ru
     # the checkpoint did not say which jaxfl trained its updates: config.json's versions do ("?" in reports)
     from jaxfl.runlog import run_jaxfl_code
 
-    assert run_jaxfl_code(run_dir, resumed.summary).startswith("0.")
+    code = run_jaxfl_code(run_dir, resumed.summary)
+    assert code.split(" → ")[0] == "0.2.0" and "?" not in code
     rows = metrics_without_wall_time(run_dir)
     assert [row["accuracy"] for row in rows] == [row["accuracy"] for row in uninterrupted]
     # the updates after the resume: the old code's to float32 reassociation (another host, other devices)

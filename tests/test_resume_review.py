@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import pytest
 
@@ -837,12 +838,23 @@ def test_a_folder_on_a_file_system_without_locks_runs_with_a_warning_not_as_in_u
     def no_locks(handle, operation):
         raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
 
+    from jaxfl import resume
+
     monkeypatch.setattr(fcntl, "flock", no_locks)
-    with pytest.warns(UserWarning, match=r"could not lock .*\.lock \(No locks available\): its file system may "
-                                         r"not support locks, so a second process writing this run directory"):
+    monkeypatch.setattr(resume, "_SAID_NO_LOCKS", set())
+    with pytest.warns(UserWarning, match=r"could not lock the run and sweep folders on this file system \(No locks "
+                                         r"available\): it may not support locks, so a second process writing"):
         result = jaxfl.run_experiment(jaxfl.RunConfig(**TINY, max_updates=2, output_dir=str(tmp_path)))
     assert result.summary["global_updates"] == 2
     assert in_use_by(result.run_dir) is None  # no way to tell: not "in use"
+    with warnings.catch_warnings():  # said once a process (a sweep's cells would each say it)
+        warnings.simplefilter("error")
+        jaxfl.run_experiment(jaxfl.RunConfig(**TINY, max_updates=1, output_dir=str(tmp_path / "again")))
+    try:  # an error of the work inside is its own, not chained to the lock's
+        with resume.holding_lock(str(tmp_path)):
+            raise RuntimeError("the work's own")
+    except RuntimeError as error:
+        assert error.__context__ is None
 
 
 def test_native_windows_is_told_to_use_wsl_before_a_run_starts(tmp_path, monkeypatch):

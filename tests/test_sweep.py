@@ -411,11 +411,13 @@ def test_ctrl_c_on_a_parallel_sweep_stops_every_cell_and_the_same_jobs_go_on(tmp
 # callback, as a SIGINT landing in jax's gc callback does: Python drops the handler's KeyboardInterrupt there
 # ("Exception ignored") and goes on
 SIGINT_IN_A_GC_CALLBACK = """
-import gc, os, signal, sys
+import gc, os, signal, sys, threading
 fired = []
 
 def sigint_inside(phase, info):
-    if phase == "start" and not fired and (WHEN):
+    # in the main thread (where the handler runs) and with the handler under test in place
+    if phase == "start" and not fired and threading.current_thread() is threading.main_thread() and \
+            getattr(signal.getsignal(signal.SIGINT), "__name__", "") == HANDLER and (WHEN):
         fired.append(True)
         print("SIGINT in a gc callback", flush=True)
         signal.raise_signal(signal.SIGINT)  # its handler runs here, in the callback
@@ -454,7 +456,8 @@ def test_a_worker_stops_on_a_sigint_lost_in_a_garbage_collector_callback(tmp_pat
     when = {"importing": "not hasattr(sys.modules.get('jaxfl.sweep'), 'run_cell')",  # main()'s first imports
             "running": f"os.path.isdir({str(run_dir / 'checkpoints' / 'ckpt-000002')!r})"}[moment]
     config = config_from_mapping({**BASE, "max_updates": 40, "output_dir": str(tmp_path), "run_name": "run"})
-    script = SIGINT_IN_A_GC_CALLBACK.replace("WHEN", when).replace(
+    handler = {"importing": "on_sigint", "running": "_on_sigint"}[moment]  # the worker's, then the command's
+    script = SIGINT_IN_A_GC_CALLBACK.replace("WHEN", when).replace("HANDLER", repr(handler)).replace(
         "PRELUDE", COLLECTING_AFTER_EACH_SAVE if moment == "running" else "")
     worker = subprocess.run([sys.executable, "-c", script, "", "new",
                              str(run_dir), json.dumps(config.to_dict())], capture_output=True, text=True,
@@ -497,11 +500,12 @@ def test_parallel_cells_not_pinned_outside_linux_are_said_to_share_every_core(tm
         _check_jobs(2, str(tmp_path), [], {})
 
 
-@pytest.mark.parametrize("pipe", ["closed", "held"])
+@pytest.mark.parametrize("pipe", ["ended", "closed", "held"])
 def test_a_worker_without_linux_s_parent_death_signal_ends_with_its_sweep(tmp_path, pipe):
     """On a Mac (no PR_SET_PDEATHSIG) the workers of a sweep killed outright went on training their cells
-    unwatched; a worker there watches its standard input, a pipe that ends with the sweep, and its parent
-    (``held``: another process the sweep started holds the pipe open after the sweep's death)."""
+    unwatched; a worker there watches its standard input, a pipe that ends with the sweep (``ended``: the
+    pipe alone, its parent still there; ``closed``: with the sweep), and its parent (``held``: another
+    process the sweep started holds the pipe open after the sweep's death)."""
     import subprocess
 
     from jaxfl._sweep_worker import SWEEP_PID
@@ -517,7 +521,8 @@ def test_a_worker_without_linux_s_parent_death_signal_ends_with_its_sweep(tmp_pa
              + (f"held = subprocess.Popen(['sleep', '60'], pass_fds=[worker.stdin.fileno()])\n"
                 f"open({str(holder)!r}, 'w').write(str(held.pid))\n" if pipe == "held" else "")
              + f"while 'watching' not in open({str(said)!r}).read():\n    time.sleep(0.1)\n"
-             "os.kill(os.getpid(), 9)  # the sweep killed outright")
+             + ("worker.stdin.close()\nworker.wait(60)\n" if pipe == "ended" else
+                "os.kill(os.getpid(), 9)  # the sweep killed outright"))
     try:
         subprocess.run([sys.executable, "-c", sweep], timeout=120, env=sharing_compilations())
         for _ in range(300):
