@@ -2642,17 +2642,21 @@ def _record_raised_budgets(run_dir: str, config: RunConfig, saved: dict) -> list
 def _evaluated_off_its_cadence_at(run_dir: str, config: RunConfig, version: int) -> bool:
     """Whether ``metrics.csv`` ends in an evaluation at update ``version`` (a finished run's stop) that
     the run's cadence would not have made: the final evaluation an older jaxfl wrote before its final
-    checkpoint. Not one at an ``eval_every`` multiple, and none at all where the jaxfl before 2026-11-30
-    evaluated no final model; on an ``eval_interval`` grid, one at the stop is taken as such."""
+    checkpoint. Not one at an ``eval_every`` multiple or at a point of an ``eval_interval`` grid, and
+    none at all where the jaxfl before 2026-11-30 evaluated no final model."""
     from jaxfl.runlog import read_metrics
 
     try:
-        versions = read_metrics(run_dir)["version"]
+        metrics = read_metrics(run_dir)
     except (OSError, ValueError):  # no readable log: said as before, where it could be
         return True
+    versions = metrics["version"]
     if not len(versions) or versions[-1] != version:
         return False
-    return config.eval_interval is not None or version % config.eval_every != 0
+    if config.eval_interval is None:
+        return version % config.eval_every != 0
+    points = float(metrics["time"][-1]) / config.eval_interval
+    return not math.isclose(points, round(points), rel_tol=1e-9, abs_tol=1e-9)
 
 
 def library_versions() -> dict[str, str | None]:

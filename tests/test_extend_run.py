@@ -154,6 +154,15 @@ def test_a_final_checkpoint_of_an_earlier_jaxfl_keeps_its_final_evaluation_with_
         warnings.simplefilter("error", ResumeWarning)
         extended = resume_experiment(run, overrides={"max_updates": 10})
     assert [row["version"] for row in extended.metrics] == [0, 5, 10]
+    # so on an evaluation grid: a time budget ending at a grid point (k·Δt) that the longer run evaluates too
+    monkeypatch.setattr(experiment._Checkpointer, "save", lambda self, simulation, positions=None: save(self, simulation))
+    run = run_experiment(config_from_mapping({**SMALL, "algorithm": "fedbuff", "max_updates": 1000, "eval_interval": 0.5,
+                                              "max_time": 1.0, "output_dir": str(tmp_path), "run_name": "grid"})).run_dir
+    monkeypatch.undo()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResumeWarning)
+        extended = resume_experiment(run, overrides={"max_time": 2.0})
+    assert [row["time"] for row in extended.metrics] == [0.0, 0.5, 1.0, 1.5, 2.0]
 
 
 def test_a_sweep_cell_or_a_comparison_run_is_extended_as_a_copy(tmp_path, monkeypatch, capsys):
