@@ -33,16 +33,28 @@ def quiet_interrupts_while_starting() -> None:
         raise SystemExit(INTERRUPTED_STATUS)
 
     _previous = signal.signal(signal.SIGINT, interrupted)
+    sys.unraisablehook = _quiet_lost_exit
+
+
+def _quiet_lost_exit(unraisable) -> None:
+    """Python's report of an exception it cannot raise (one in a garbage collector's callback), less the
+    exit of a Ctrl-C while the command starts: its line is said, and :func:`started` ends the command."""
+    if _interrupted and isinstance(unraisable.exc_value, SystemExit) and \
+            unraisable.exc_value.code == INTERRUPTED_STATUS:
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def started() -> None:
     """Python's own SIGINT handler again (the command's Ctrl-C handling takes over); the command ends
     here, status 130, where a Ctrl-C came while it started and its exit was lost: raised in a garbage
-    collector's callback (jax's, as jax imports), which Python reports as "Exception ignored" and
-    goes on from."""
+    collector's callback (jax's, as jax imports), which Python would report as "Exception ignored"
+    (muted until here: the command's line says it) and goes on from."""
     global _previous
     if _previous is not None:
         signal.signal(signal.SIGINT, _previous)
         _previous = None
+    if sys.unraisablehook is _quiet_lost_exit:
+        sys.unraisablehook = sys.__unraisablehook__
     if _interrupted:  # its line said already
         raise SystemExit(INTERRUPTED_STATUS)

@@ -548,9 +548,9 @@ def test_ctrl_c_lost_in_a_garbage_collector_callback_while_the_command_imports_s
             "gc.callbacks.append(sigint_inside)\n"
             "from jaxfl import cli\nsys.exit(cli.main(['--help']))\n")
     command = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert "Exception ignored" in command.stderr  # where the exit went
+    # one line, not Python's "Exception ignored in: <function sigint_inside ...>" report of the lost exit too
     assert command.returncode == 130 and command.stdout == "", command.stdout + command.stderr
-    assert command.stderr.count("jaxfl: interrupted while starting: nothing written\n") == 1
+    assert command.stderr == "jaxfl: interrupted while starting: nothing written\n"
 
 
 class SlowThenCtrlC(CtrlC):
