@@ -442,9 +442,17 @@ def compare(configs, reuse: bool = False, *, data=None, time_per_step=None, mode
     from jaxfl._user_warnings import notes_said_once
     from jaxfl.experiment import check_buildable, hashing_data_once, run_experiment, shared_data
 
+    from jaxfl.config import RunConfig
+
+    if isinstance(configs, RunConfig):
+        raise TypeError("configs=RunConfig(...) is one config: compare takes a list of them (compare([config]))")
     configs = list(configs)
     if len(configs) < 1:
         raise ValueError("compare needs at least one config")
+    for number, config in enumerate(configs):
+        if not isinstance(config, RunConfig):
+            raise TypeError(f"configs[{number}]={config!r} is not allowed: compare takes a list of RunConfig "
+                            f"(jaxfl.RunConfig(algorithm=...), one per run)")
     values = dict(data=data, time_per_step=time_per_step, model=model, client_optimizer=client_optimizer,
                   init_params=init_params, loss=loss, metrics=metrics)
     given = {name: value for name, value in values.items() if value is not None}

@@ -380,7 +380,7 @@ def _plain_number(value: Any) -> Any:
     >>> _plain_number(np.int64(4)), _plain_number(np.float32(0.5)), _plain_number("x")
     (4, 0.5, 'x')
     """
-    if isinstance(value, (list, tuple)):  # normalize_mean=(np.float32(0.5),)
+    if type(value) in (list, tuple):  # normalize_mean=(np.float32(0.5),); not a NamedTuple (an optax object)
         return type(value)(_plain_number(item) for item in value)
     kind = type(value).__module__
     if kind == "numpy" and hasattr(value, "item") and getattr(value, "ndim", None) == 0:
@@ -504,6 +504,9 @@ def check_type(name: str, value: Any, annotation: str) -> None:
         expected = "a string"
         if name == "algorithm" and isinstance(value, type) and issubclass(value, algorithms.Algorithm):
             expected += f" naming it: its registered name {value.name!r} or 'module:Class'"
+        elif name in ("model", "client_optimizer") and value is not None:  # an object, where a name goes
+            expected += f" naming one; {'a model' if name == 'model' else 'an optax'} object goes to " \
+                        f"run_experiment(config, {name}=...)"
     if not ok:
         fail(name, value, f"expected {expected}{' or null' if optional else ''}")
 
@@ -1214,6 +1217,11 @@ def resolve_options(algorithm, options) -> Any:
                 raise ConfigError(f"unknown option {key!r} of algorithm {algorithm.name!r}; allowed: {allowed}")
             values[name] = _coerce(_plain_number(value), cls.__dataclass_fields__[name].type)
         options = cls(**values)
+    elif cls is algorithms.Options and type(options) is not cls:
+        # (an algorithm without options of its own takes the base class, of which every algorithm's are subclasses:
+        # PortConfig given to fedbuff ran FedBuff, and config.json recorded PORT's options as if they applied)
+        fail("algorithm_options", options, f"none: {algorithm.name} has no options of its own ({type(options).__name__} "
+                                           "is another algorithm's); leave it unset")
     elif not isinstance(options, cls):
         fail("algorithm_options", options, f"a {cls.__name__} or a mapping of its fields for {algorithm.name}")
     for field in dataclasses.fields(options):

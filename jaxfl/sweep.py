@@ -230,6 +230,10 @@ def _check_grid(grid: dict) -> dict:
                               "the base settings)")
         if not values:
             raise ConfigError(f"grid {name}=[] is not allowed: at least one value")
+        from jaxfl.config import _plain_number
+
+        # NumPy's scalars (list(np.arange(1, 3))) as the numbers they hold: sweep.json wrote them as strings
+        values = [_plain_number(value) for value in values]
         if len({json.dumps(value, sort_keys=True, default=str) for value in values}) != len(values):
             raise ConfigError(f"grid {name}={list(values)!r} is not allowed: a value appears twice")
         flat = _flat({name: values[0]}, f"grid {name}")

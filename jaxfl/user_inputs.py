@@ -727,7 +727,7 @@ class UserInputs:
                 raise ValueError(f"model={label!r} is given and config.model={config.model!r} too: leave "
                                  f"config.model at its default ({DataConfig.model!r}); the run records {label!r}")
             changes["model"] = label
-        elif config.model.startswith(USER_PREFIX):
+        elif isinstance(config.model, str) and config.model.startswith(USER_PREFIX):  # (not a str: validation says)
             raise ValueError(f"model={config.model!r} was a Python object given to run_experiment(model=...): pass "
                              f"it again (resume_experiment(run_dir, model=...))")
         if self.client_optimizer is not None:
@@ -743,7 +743,7 @@ class UserInputs:
                                      "optax object: put it in the object (optax.sgd(lr, momentum=...), "
                                      "optax.add_decayed_weights)")
             changes["client_optimizer"] = OPTIMIZER_LABEL
-        elif config.client_optimizer.startswith(USER_PREFIX):
+        elif isinstance(config.client_optimizer, str) and config.client_optimizer.startswith(USER_PREFIX):
             raise ValueError(f"client_optimizer={config.client_optimizer!r} was an optax object given to "
                              "run_experiment(client_optimizer=...): pass it again")
         return dataclasses.replace(config, **changes) if changes else config

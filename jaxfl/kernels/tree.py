@@ -57,6 +57,10 @@ def tree_scale(tree: PyTree, scale) -> PyTree:
     >>> tree_scale({"w": jnp.array([1.0, -2.0]), "n": jnp.array([3])}, 0.5)
     {'n': Array([2], dtype=int32), 'w': Array([ 0.5, -1. ], dtype=float32)}
     """
+    if jnp.ndim(scale) != 0:  # one per client would broadcast against each leaf's last axis, silently
+        raise ValueError(f"scale of shape {jnp.shape(scale)} is not allowed: one number for every leaf (a "
+                         "scalar); for one per stacked client, weighted_sum or jax.vmap(tree_scale)")
+
     def scale_leaf(leaf):
         leaf = jnp.asarray(leaf)
         dtype = accumulation_dtype(leaf.dtype)
