@@ -2106,6 +2106,14 @@ def _experiment_in(config: RunConfig, dataset: Dataset | None, user: UserInputs,
             raise
         raise _log_write_error(error, interrupted(located["run_dir"])) from None
     except Exception as error:  # a collective whose peer is gone: what the run keeps, not jax's traceback
+        if resume_dir is None and "run_dir" in located and jax.process_count() == 1 and \
+                not located.get("events", lambda: 0)() and finished_summary(located["run_dir"]) is None:
+            # an error before the run's first event (the user's loss or metrics at the first evaluation, a
+            # model that fails to compile): nothing of it to keep or resume, and no folder of a config, a
+            # lock and empty logs left beside the runs, which the same command again stepped around into -2
+            # (a run stopped there, by a negative time drawn at its start, has its summary: it is kept)
+            shutil.rmtree(located["run_dir"], ignore_errors=True)
+            raise
         if not cluster.lost_peer(error) or "run_dir" not in located:
             raise
         kept = interrupted(located["run_dir"])
@@ -2301,6 +2309,7 @@ def _run(config: RunConfig, dataset, federation, model, params, resume_dir: str 
                                     max_client_steps=config.max_client_steps, wall_clock=wall_clock,
                                     client_lr_decay=config.client_lr_decay)
             recorder.simulation = simulation
+            located["events"] = lambda: simulation.events_processed  # (a run that fails before any is not kept)
             if not config.eval_at_start:
                 stop = None
                 recorder.skip_grid_point(0.0)

@@ -72,3 +72,16 @@ def test_tree_scale_takes_one_number_for_every_leaf():
     with pytest.raises(ValueError, match=r"scale of shape \(3,\) is not allowed: one number for every leaf"):
         tree_scale({"w": jnp.ones((3, 3))}, jnp.array([1.0, 2.0, 3.0]))
     assert float(tree_scale({"w": jnp.ones((2,))}, jnp.float32(2.0))["w"][0]) == 2.0
+
+
+def test_a_run_that_fails_before_its_first_event_leaves_no_folder(tmp_path):
+    """A metrics function that passed the check but failed at the first evaluation left a run folder of a
+    config.json, a .lock and header-only logs, no checkpoint and no summary (partial output)."""
+    def metrics(logits, labels):  # fine at the check's small batch, broken at the evaluation's
+        if logits.shape[0] > 8:
+            raise RuntimeError("broken at the evaluation's batch")
+        return {"mean_logit": jnp.mean(logits, axis=1)}
+
+    with pytest.raises(RuntimeError, match="broken at the evaluation's batch"):
+        jaxfl.run_experiment(jaxfl.RunConfig(**TINY, output_dir=str(tmp_path)), metrics=metrics)
+    assert os.listdir(tmp_path) == []
