@@ -298,11 +298,7 @@ def _run_target_accuracy(run_dir: str) -> float | None:
     """The target accuracy a run folder's ``summary.json`` records (None: no target, or no readable summary)."""
     from jaxfl.runlog import finished_summary
 
-    try:
-        summary = finished_summary(run_dir)
-    except (OSError, ValueError):
-        return None
-    target = (summary or {}).get("target_accuracy")
+    target = (finished_summary(run_dir) or {}).get("target_accuracy")
     return float(target) if isinstance(target, (int, float)) and not isinstance(target, bool) else None
 
 

@@ -176,11 +176,8 @@ def run_jaxfl_code(run_dir: str, summary: dict) -> str | None:
         return code
     if not isinstance(record.get("versions"), dict):
         return code
-    started = code_of(record["versions"], record.get("jaxfl_source") or {})
-    if code is None:
-        return started
-    codes = [started, *code.split(" → ")[1:]]
-    return " → ".join(code for number, code in enumerate(codes) if number == 0 or code != codes[number - 1])
+    started = _stretch_of(record["versions"], record.get("jaxfl_source") or {})
+    return jaxfl_code({"device_history": [started, *(summary.get("device_history") or ())[1:]]})
 
 
 def code_of(versions: dict, source: dict) -> str:
@@ -190,8 +187,12 @@ def code_of(versions: dict, source: dict) -> str:
     >>> code_of({"jaxfl": "0.2.0"}, {"commit": "f2caafcdc6ec54", "modified": True})
     '0.2.0+gf2caafcdc.modified'
     """
-    return jaxfl_code({"device_history": [{"versions": versions, "jaxfl_commit": source.get("commit"),
-                                           "jaxfl_modified": source.get("modified")}]})
+    return jaxfl_code({"device_history": [_stretch_of(versions, source)]})
+
+
+def _stretch_of(versions: dict, source: dict) -> dict:
+    """A ``device_history`` stretch's code fields from a ``config.json``'s ``versions`` and ``jaxfl_source``."""
+    return {"versions": versions, "jaxfl_commit": source.get("commit"), "jaxfl_modified": source.get("modified")}
 
 
 def runs_inside(folder: str) -> str:
